@@ -1,0 +1,173 @@
+// Package cli is airlock's command line: it parses arguments, builds what a
+// command needs through Env, and maps results to exit statuses (the command's
+// own status; 124 timeout; 137 limit kill; 125 airlock's own error; 2 bad
+// usage). It reads no environment variable itself: cmd/airlock passes Env.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/alecthomas/kong"
+)
+
+// Version is set at build time.
+var Version = "dev"
+
+// Env is everything a command may use from its surroundings.
+type Env struct {
+	Ctx    context.Context
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Home is $AIRLOCK_HOME: all host state lives under it.
+	Home string
+	// Executor is the airlock-exec binary.
+	Executor string
+	// Self is the airlock binary, for starting supervisors.
+	Self string
+
+	backend *linux.Backend
+}
+
+// Backend returns the native sandbox backend.
+func (e *Env) Backend() (*linux.Backend, error) {
+	if e.backend != nil {
+		return e.backend, nil
+	}
+	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, "run")})
+	if err != nil {
+		return nil, err
+	}
+	e.backend = b
+	return b, nil
+}
+
+// gc cleans, best effort, what crashed airlock processes left.
+func (e *Env) gc() {
+	if b, err := e.Backend(); err == nil {
+		_, _ = b.GC()
+	}
+	cleanStateDirs(e)
+}
+
+// DefaultHome is the per-user data directory: /var/lib/airlock for root,
+// $XDG_DATA_HOME/airlock or ~/.local/share/airlock otherwise.
+func DefaultHome(uid int, xdgData, home string) string {
+	if uid == 0 {
+		return "/var/lib/airlock"
+	}
+	if xdgData != "" {
+		return filepath.Join(xdgData, "airlock")
+	}
+	return filepath.Join(home, ".local", "share", "airlock")
+}
+
+type cli struct {
+	Sandbox struct {
+		Run       RunCmd       `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
+		Create    CreateCmd    `cmd:"" help:"Create a long-lived sandbox and print its id."`
+		Exec      ExecCmd      `cmd:"" help:"Run a command in a live sandbox."`
+		Ls        LsCmd        `cmd:"" help:"List live sandboxes."`
+		Rm        RmCmd        `cmd:"" help:"Destroy live sandboxes."`
+		Gc        GcCmd        `cmd:"" help:"Remove what crashed airlock processes left behind."`
+		Supervise SuperviseCmd `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
+	} `cmd:"" help:"Run commands in disposable sandboxes."`
+	Doctor  DoctorCmd  `cmd:"" help:"Show which isolation layers this machine enforces."`
+	Version VersionCmd `cmd:"" help:"Print the version."`
+}
+
+// VersionCmd is `airlock version`.
+type VersionCmd struct{}
+
+// Run prints the version.
+func (VersionCmd) Run(env *Env) error {
+	fmt.Fprintf(env.Stdout, "airlock %s\n", Version)
+	return nil
+}
+
+// Main runs the command line and returns the exit status.
+func Main(env *Env, args []string) int {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("airlock"),
+		kong.Description("airlock runs AI agents' commands in disposable sandboxes; the host keeps the keys."),
+		kong.Writers(env.Stdout, env.Stderr),
+		kong.Exit(func(int) {}),
+		kong.UsageOnError(),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
+		return 125
+	}
+	if len(args) == 0 {
+		_, _ = parser.Parse([]string{"--help"})
+		return 2
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		if isHelp(args) {
+			return 0
+		}
+		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
+		return 2
+	}
+	if kctx == nil {
+		return 0
+	}
+	err = kctx.Run(env)
+	var code exitCode
+	var usage usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	case errors.As(err, &usage):
+		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
+		return 2
+	default:
+		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
+		return 125
+	}
+}
+
+func isHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
+
+// stateDir is where supervised sandboxes keep their socket and description.
+func stateDir(env *Env, id string) string {
+	return filepath.Join(env.Home, "sandboxes", id)
+}
+
+func cleanStateDirs(env *Env) {
+	b, err := env.Backend()
+	if err != nil {
+		return
+	}
+	live, err := b.Live()
+	if err != nil {
+		return
+	}
+	ents, _ := os.ReadDir(filepath.Join(env.Home, "sandboxes"))
+	for _, e := range ents {
+		if !live[e.Name()] {
+			_ = os.RemoveAll(stateDir(env, e.Name()))
+		}
+	}
+}

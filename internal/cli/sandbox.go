@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// SpecFlags are the flags that describe a sandbox, shared by run and create.
+type SpecFlags struct {
+	Workspace     string   `help:"Host directory shown at /workspace (default: an empty workspace)." placeholder:"DIR"`
+	WorkspaceMode string   `help:"How the workspace is shown: cow (changes stay in the sandbox), ro or rw." enum:"cow,ro,rw" default:"cow"`
+	Mount         []string `help:"Extra bind mount SRC:DST[:ro|rw] (repeatable; read-only unless :rw)." placeholder:"SRC:DST[:MODE]"`
+	Env           []string `short:"e" help:"Environment variable K=V for the command (repeatable). Nothing of the host's environment passes in unless named." placeholder:"K=V"`
+	Memory        string   `help:"Memory limit (swap included)." default:"1G"`
+	Pids          int64    `help:"Process limit." default:"512"`
+	CPUs          float64  `name:"cpus" help:"CPU limit, in CPUs." default:"1"`
+	Disk          string   `help:"Size of each writable layer (workspace changes and home, /tmp)." default:"1G"`
+	Network       string   `help:"Network mode: none (loopback only) or proxy (egress through --proxy-socket)." enum:"none,proxy" default:"none"`
+	ProxySocket   string   `help:"Host unix socket that proxy-mode connections are forwarded to." placeholder:"PATH"`
+	Rootfs        string   `help:"Template root filesystem (unpacked image) instead of the host's system directories." placeholder:"DIR"`
+	User          string   `help:"User inside the sandbox, name or uid (default: the unprivileged sandbox user)." placeholder:"NAME|UID"`
+	SoftLimits    bool     `help:"Run even where memory, pids and CPU limits cannot be enforced (never the default)."`
+}
+
+// spec turns flags into a sandbox spec, reporting every bad value.
+func (f *SpecFlags) spec() (sandbox.Spec, error) {
+	var errs []error
+	s := sandbox.Spec{Workspace: f.Workspace, Env: f.Env, Network: f.Network, ProxySocket: f.ProxySocket, RootFS: f.Rootfs, User: f.User}
+	if f.Workspace != "" {
+		s.WorkspaceMode = f.WorkspaceMode
+	}
+	var err error
+	if s.Limits.MemoryBytes, err = sandbox.ParseSize(f.Memory); err != nil {
+		errs = append(errs, fmt.Errorf("--memory: %w", err))
+	}
+	if s.Limits.DiskBytes, err = sandbox.ParseSize(f.Disk); err != nil {
+		errs = append(errs, fmt.Errorf("--disk: %w", err))
+	}
+	s.Limits.Pids, s.Limits.CPUs, s.Limits.RequireHard = f.Pids, f.CPUs, !f.SoftLimits
+	for _, m := range f.Mount {
+		mt, err := parseMount(m)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.Mounts = append(s.Mounts, mt)
+	}
+	if len(errs) == 0 {
+		if err := s.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+func parseMount(m string) (sandbox.Mount, error) {
+	parts := strings.Split(m, ":")
+	mt := sandbox.Mount{ReadOnly: true}
+	switch len(parts) {
+	case 3:
+		switch parts[2] {
+		case "ro":
+		case "rw":
+			mt.ReadOnly = false
+		default:
+			return mt, fmt.Errorf("--mount %q: mode must be ro or rw", m)
+		}
+		fallthrough
+	case 2:
+		mt.Source, mt.Target = parts[0], parts[1]
+	default:
+		return mt, fmt.Errorf("--mount %q: want SRC:DST[:ro|rw]", m)
+	}
+	if !strings.HasPrefix(mt.Target, "/") {
+		return mt, fmt.Errorf("--mount %q: target must be an absolute path", m)
+	}
+	return mt, nil
+}
+
+// ExecFlags are the per-command flags.
+type ExecFlags struct {
+	Timeout   time.Duration `help:"Wall-clock limit for the command." default:"10m"`
+	MaxOutput string        `help:"Cap on captured stdout+stderr." default:"16M"`
+	JSON      bool          `name:"json" help:"Print one JSON result object on stderr at the end."`
+}
+
+// RunCmd is `airlock sandbox run`.
+type RunCmd struct {
+	SpecFlags
+	ExecFlags
+	Interactive bool     `short:"i" help:"Pass stdin to the command."`
+	Command     []string `arg:"" passthrough:"" help:"Command and arguments, after --." name:"cmd"`
+}
+
+// Run creates a sandbox, runs the command, destroys the sandbox.
+func (c *RunCmd) Run(env *Env) error {
+	spec, err := c.spec()
+	if err != nil {
+		return usageError{err}
+	}
+	maxOut, err := sandbox.ParseSize(c.MaxOutput)
+	if err != nil {
+		return usageError{fmt.Errorf("--max-output: %w", err)}
+	}
+	argv, err := commandArgs(c.Command, "airlock sandbox run [flags] -- CMD [ARG...]")
+	if err != nil {
+		return err
+	}
+	b, err := env.Backend()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(env.Ctx)
+	defer cancel()
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer dcancel()
+		_ = sb.Destroy(dctx)
+		env.gc()
+	}()
+	cmd := sandbox.Command{Argv: argv, Stdout: env.Stdout, Stderr: env.Stderr, Timeout: c.Timeout, MaxOutput: maxOut}
+	if c.Interactive {
+		cmd.Stdin = env.Stdin
+	}
+	p, err := sb.Start(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	stop := forwardSignals(p.Signal)
+	res, err := p.Wait(ctx)
+	stop()
+	if err != nil {
+		return err
+	}
+	return finish(env, res, c.JSON)
+}
+
+// finish reports a result and turns it into the process exit status.
+func finish(env *Env, res sandbox.Result, asJSON bool) error {
+	if res.Message != "" && res.Outcome != sandbox.OutcomeExited && res.Outcome != sandbox.OutcomeSignaled {
+		fmt.Fprintf(env.Stderr, "airlock: %s\n", res.Message)
+	}
+	if asJSON {
+		b, _ := json.Marshal(res)
+		fmt.Fprintf(env.Stderr, "%s\n", b)
+	}
+	if code := res.ExitStatus(); code != 0 {
+		return exitCode(code)
+	}
+	return nil
+}
+
+// forwardSignals passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the command.
+func forwardSignals(send func(unix.Signal) error) (stop func()) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-ch:
+				_ = send(s.(unix.Signal))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
+}
+
+// commandArgs returns the command after "--". A first word that looks like
+// a flag is an unknown flag, not a command.
+func commandArgs(args []string, usage string) ([]string, error) {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	} else if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		return nil, usageError{fmt.Errorf("unknown flag %s", args[0])}
+	}
+	if len(args) == 0 {
+		return nil, usageError{errors.New("no command given: " + usage)}
+	}
+	return args, nil
+}
+
+// usageError marks bad input: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// exitCode is a command's exit status passed through airlock.
+type exitCode int
+
+func (e exitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+var _ io.Writer = (*os.File)(nil)

@@ -1,0 +1,20 @@
+// Package execproto is the wire protocol between the host and the executor
+// that runs as PID 1 inside every sandbox.
+//
+// It is the only contract across the trust boundary, so it is small, framed,
+// versioned and bounded. A frame is a 4-byte big-endian length, a type byte, a
+// 4-byte stream ID and at most MaxPayload bytes of payload. Stream 0 carries
+// the handshake (Hello in each direction, Setup from the host, Ready from the
+// executor). Every request (run a command, read a file, export the workspace)
+// opens its own stream with an Open frame and ends with a Result frame, so many
+// commands can run at once over one connection. Data frames carry stdin,
+// stdout, stderr and file contents on numbered channels with credit-based flow
+// control: a sender holds at most Window unacknowledged bytes per channel, and
+// the receiver returns credit with Ack frames as it consumes, so a slow reader
+// slows the writer instead of growing a buffer without bound.
+//
+// Everything decoded here is untrusted input on the host side: ReadFrame and
+// Decode reject malformed frames with ErrFrame and never allocate more than
+// one frame's bound. The package is a leaf: it imports only the standard
+// library, and both the host and the executor import it.
+package execproto

@@ -1,0 +1,189 @@
+package execproto
+
+import (
+	"errors"
+	"io"
+	"sync"
+)
+
+// ErrClosed reports use of a closed Credit or Writer.
+var ErrClosed = errors.New("closed")
+
+// Credit is the send window of one data channel. The zero value is not usable;
+// use NewCredit.
+type Credit struct {
+	mu sync.Mutex
+	// cond is signalled when n grows or the credit is closed.
+	cond   *sync.Cond
+	n      int64 // guarded by mu
+	closed bool  // guarded by mu
+}
+
+// NewCredit returns a window of n bytes.
+func NewCredit(n int64) *Credit {
+	c := &Credit{n: n}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+// Take waits until some credit is available and takes up to max bytes of it.
+// It returns ErrClosed once Close was called.
+func (c *Credit) Take(max int) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.n <= 0 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.closed {
+		return 0, ErrClosed
+	}
+	n := int64(max)
+	if n > c.n {
+		n = c.n
+	}
+	c.n -= n
+	return int(n), nil
+}
+
+// Add returns n bytes of credit. Credit beyond 4*Window is refused: a peer
+// that acknowledges bytes it never received is broken.
+func (c *Credit) Add(n uint32) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n+int64(n) > 4*Window {
+		return errors.New("flow control: credit beyond window")
+	}
+	c.n += int64(n)
+	c.cond.Broadcast()
+	return nil
+}
+
+// Close wakes every waiter; later Takes fail.
+func (c *Credit) Close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.cond.Broadcast()
+}
+
+// Writer serialises frames from many goroutines onto one connection.
+type Writer struct {
+	mu  sync.Mutex
+	w   io.Writer // guarded by mu
+	buf []byte    // guarded by mu
+	err error     // guarded by mu: the first write error; later writes fail with it
+}
+
+// NewWriter returns a Writer on w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write encodes and writes one frame atomically with respect to other Writes.
+func (w *Writer) Write(f Frame) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	b, err := AppendFrame(w.buf[:0], f)
+	if err != nil {
+		return err
+	}
+	if cap(b) <= 2*ChunkSize {
+		w.buf = b
+	}
+	if _, err := w.w.Write(b); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// SendData writes p on channel c of stream, in chunks, waiting for credit.
+func (w *Writer) SendData(stream uint32, c byte, credit *Credit, p []byte) error {
+	for len(p) > 0 {
+		n, err := credit.Take(min(len(p), ChunkSize))
+		if err != nil {
+			return err
+		}
+		if err := w.Write(DataFrame(stream, c, p[:n])); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// Inbox queues received data chunks for a consumer goroutine. It is bounded
+// by bytes, not by count: a peer that sends more than Window unacknowledged
+// bytes on one channel is refused, so a hostile sender cannot grow it.
+type Inbox struct {
+	mu     sync.Mutex
+	chunks []Chunk  // guarded by mu
+	bytes  [3]int64 // guarded by mu: queued bytes per channel
+	closed bool     // guarded by mu
+	ready  chan struct{}
+}
+
+// Chunk is one queued piece of data.
+type Chunk struct {
+	Channel byte
+	Data    []byte
+}
+
+// NewInbox returns an empty Inbox.
+func NewInbox() *Inbox { return &Inbox{ready: make(chan struct{}, 1)} }
+
+// Put queues p for channel c.
+func (q *Inbox) Put(c byte, p []byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	if c > Stderr || q.bytes[c]+int64(len(p)) > Window {
+		return errors.New("flow control: data beyond window")
+	}
+	q.bytes[c] += int64(len(p))
+	q.chunks = append(q.chunks, Chunk{c, p})
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Get waits for the next chunk; ok is false once the Inbox is closed and empty.
+func (q *Inbox) Get() (Chunk, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.chunks) > 0 {
+			c := q.chunks[0]
+			q.chunks[0] = Chunk{}
+			q.chunks = q.chunks[1:]
+			if len(q.chunks) == 0 {
+				q.chunks = nil
+			}
+			q.bytes[c.Channel] -= int64(len(c.Data))
+			q.mu.Unlock()
+			return c, true
+		}
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return Chunk{}, false
+		}
+		<-q.ready
+	}
+}
+
+// Close ends the Inbox: queued chunks are still delivered, then Get reports
+// the end. Close is idempotent.
+func (q *Inbox) Close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,290 @@
+package execproto
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+)
+
+// ControlFD is the file descriptor on which the executor finds its end of the
+// host's connection. Descriptors named in Setup follow it (4, 5, ...).
+const ControlFD = 3
+
+// Hello opens a connection in each direction.
+type Hello struct {
+	Version int `json:"version"`
+}
+
+// Setup tells the executor how to build the sandbox. File descriptors named
+// here are inherited from the host (ExtraFiles); each is a detached mount tree
+// made by the host with open_tree(2), already read-only and id-mapped as
+// needed, so the executor never resolves a host path itself.
+type Setup struct {
+	Hostname string `json:"hostname"`
+	// RootFD, if nonzero, is a template root filesystem used instead of the
+	// host's system directories. It is shown through an overlay whose upper
+	// layer lives in the sandbox's scratch tmpfs.
+	RootFD int `json:"root_fd,omitempty"`
+	// SystemDirs are host directories bound read-only at the same path when
+	// RootFD is zero (the executor binds them itself: they are world-readable).
+	SystemDirs []string `json:"system_dirs,omitempty"`
+	// EtcFiles are host files or directories under /etc bound read-only when
+	// RootFD is zero (certificates, dynamic linker cache, alternatives).
+	EtcFiles []string `json:"etc_files,omitempty"`
+	// Workspace describes /workspace.
+	Workspace Workspace `json:"workspace"`
+	// Mounts are extra binds, in order.
+	Mounts []Mount `json:"mounts,omitempty"`
+	// DiskBytes caps each writable layer: the scratch tmpfs (workspace upper
+	// layer, home, root upper layer) and /tmp.
+	DiskBytes int64 `json:"disk_bytes"`
+	// ShmBytes caps /dev/shm.
+	ShmBytes int64 `json:"shm_bytes"`
+	// ProxyFD, if nonzero, is the host's egress socket; the executor binds it
+	// inside and forwards connections accepted on ProxyAddr to it.
+	ProxyFD   int    `json:"proxy_fd,omitempty"`
+	ProxyAddr string `json:"proxy_addr,omitempty"`
+	// User is the default user of commands.
+	User User `json:"user"`
+	// Rlimits applied to every command (name -> value; soft = hard).
+	Rlimits map[string]uint64 `json:"rlimits,omitempty"`
+	// NoSetGroups is set when the user namespace denies setgroups(2)
+	// (rootless mode, where only one id is mapped).
+	NoSetGroups bool `json:"no_setgroups,omitempty"`
+	// RequireLandlock makes setup fail when the kernel has no Landlock.
+	RequireLandlock bool `json:"require_landlock,omitempty"`
+}
+
+// Workspace modes.
+const (
+	WorkspaceEmpty = "empty"
+	WorkspaceCOW   = "cow"
+	WorkspaceRO    = "ro"
+	WorkspaceRW    = "rw"
+)
+
+// Workspace is the source and mode of /workspace.
+type Workspace struct {
+	Mode string `json:"mode"`
+	FD   int    `json:"fd,omitempty"`
+}
+
+// Mount is one extra bind mount.
+type Mount struct {
+	FD       int    `json:"fd"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
+	File     bool   `json:"file,omitempty"` // the source is a file, not a directory
+}
+
+// User is a sandbox user.
+type User struct {
+	Name string `json:"name"`
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	Home string `json:"home"`
+}
+
+// Ready reports what the executor enforced.
+type Ready struct {
+	PID         int      `json:"pid"` // the executor's PID in the host's PID namespace is not known inside; this is 1
+	LandlockABI int      `json:"landlock_abi"`
+	Seccomp     bool     `json:"seccomp"`
+	Layers      []string `json:"layers"`
+}
+
+// Ops a stream can carry.
+const (
+	OpExec   = "exec"
+	OpRead   = "read"
+	OpWrite  = "write"
+	OpList   = "list"
+	OpStat   = "stat"
+	OpMkdir  = "mkdir"
+	OpRemove = "remove"
+	OpRename = "rename"
+	OpExport = "export"
+)
+
+// Request opens a stream.
+type Request struct {
+	Op string `json:"op"`
+
+	// exec
+	Argv      []string `json:"argv,omitempty"`
+	Env       []string `json:"env,omitempty"`
+	Dir       string   `json:"dir,omitempty"`
+	User      string   `json:"user,omitempty"` // name or decimal uid; empty = the default user
+	TTY       bool     `json:"tty,omitempty"`
+	Rows      uint16   `json:"rows,omitempty"`
+	Cols      uint16   `json:"cols,omitempty"`
+	Stdin     bool     `json:"stdin,omitempty"`      // the host will send stdin data; otherwise stdin is /dev/null
+	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0 = none
+	MaxOutput int64    `json:"max_output,omitempty"` // stdout+stderr bytes; 0 = none
+
+	// file operations
+	Path      string `json:"path,omitempty"`
+	NewPath   string `json:"new_path,omitempty"`
+	Mode      uint32 `json:"mode,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Append    bool   `json:"append,omitempty"`
+	Limit     int64  `json:"limit,omitempty"` // read: max bytes; 0 = no limit
+}
+
+// Limits on requests.
+const (
+	MaxArgs    = 4096
+	MaxArgLen  = 128 << 10
+	MaxEnv     = 4096
+	MaxPathLen = 4096
+)
+
+// Validate checks a request before anything acts on it.
+func (r *Request) Validate() error {
+	switch r.Op {
+	case OpExec:
+		if len(r.Argv) == 0 {
+			return errors.New("exec: empty argv")
+		}
+		if len(r.Argv) > MaxArgs || len(r.Env) > MaxEnv {
+			return errors.New("exec: too many arguments or environment entries")
+		}
+		for _, a := range r.Argv {
+			if len(a) > MaxArgLen || strings.IndexByte(a, 0) >= 0 {
+				return errors.New("exec: argument too long or contains NUL")
+			}
+		}
+		if r.Argv[0] == "" {
+			return errors.New("exec: empty command name")
+		}
+		for _, e := range r.Env {
+			k, _, ok := strings.Cut(e, "=")
+			if !ok || k == "" || len(e) > MaxArgLen || strings.IndexByte(e, 0) >= 0 {
+				return fmt.Errorf("exec: malformed environment entry %.40q", e)
+			}
+		}
+		if r.Dir != "" {
+			if err := checkPath(r.Dir); err != nil {
+				return fmt.Errorf("exec: dir: %w", err)
+			}
+		}
+		if r.TimeoutMS < 0 || r.MaxOutput < 0 {
+			return errors.New("exec: negative limit")
+		}
+		return nil
+	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove, OpExport:
+		if err := checkPath(r.Path); err != nil {
+			return fmt.Errorf("%s: %w", r.Op, err)
+		}
+		if r.Limit < 0 {
+			return fmt.Errorf("%s: negative limit", r.Op)
+		}
+		if r.Mode&^0o7777 != 0 {
+			return fmt.Errorf("%s: mode %o out of range", r.Op, r.Mode)
+		}
+		return nil
+	case OpRename:
+		if err := checkPath(r.Path); err != nil {
+			return fmt.Errorf("rename: %w", err)
+		}
+		if err := checkPath(r.NewPath); err != nil {
+			return fmt.Errorf("rename: new path: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown op %.20q", r.Op)
+}
+
+// checkPath accepts absolute, clean-able paths of bounded length. It is a
+// sanity check only: confinement is the kernel's job inside the sandbox.
+func checkPath(p string) error {
+	if p == "" {
+		return errors.New("empty path")
+	}
+	if len(p) > MaxPathLen || strings.IndexByte(p, 0) >= 0 {
+		return errors.New("path too long or contains NUL")
+	}
+	if !path.IsAbs(p) {
+		return fmt.Errorf("path %.80q is not absolute", p)
+	}
+	return nil
+}
+
+// Outcomes of a request.
+const (
+	OutcomeExited      = "exited"
+	OutcomeSignaled    = "signaled"
+	OutcomeTimeout     = "timeout"
+	OutcomeOOM         = "oom"
+	OutcomePidsLimit   = "pids_limit"
+	OutcomeOutputLimit = "output_limit"
+	OutcomeDiskFull    = "disk_full"
+	OutcomeLost        = "sandbox_lost"
+)
+
+// Result ends a stream.
+type Result struct {
+	// Outcome is one of the Outcome constants for exec; empty for file
+	// operations that succeeded.
+	Outcome  string `json:"outcome,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	// Error is set when the operation failed (file operations, or an exec
+	// that could not start). Errno carries the errno name when there is one
+	// (ENOENT, EACCES...), so the host can map it back.
+	Error string `json:"error,omitempty"`
+	Errno string `json:"errno,omitempty"`
+	// Usage of an exec.
+	WallMS   int64 `json:"wall_ms,omitempty"`
+	UserMS   int64 `json:"user_ms,omitempty"`
+	SystemMS int64 `json:"system_ms,omitempty"`
+	MaxRSSKB int64 `json:"max_rss_kb,omitempty"`
+	// Stat and List results.
+	Entries []Entry `json:"entries,omitempty"`
+}
+
+// Entry describes one file.
+type Entry struct {
+	Name    string `json:"name"`
+	Size    int64  `json:"size"`
+	Mode    uint32 `json:"mode"` // Go fs.FileMode bits
+	ModTime int64  `json:"mtime_ns"`
+	Link    string `json:"link,omitempty"`
+}
+
+// Error reports a protocol-level failure.
+type Error struct {
+	Message string `json:"message"`
+}
+
+// Decode parses a JSON payload strictly: unknown fields, trailing data and
+// wrong types are errors.
+func Decode(p []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(p))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrFrame, err)
+	}
+	// Decoder.More is not enough here: it reports false for a stray ']' or
+	// '}' after the value, so "{}}" would pass. Only JSON whitespace may
+	// follow the value.
+	if rest := bytes.TrimLeft(p[d.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return fmt.Errorf("%w: trailing data after JSON value", ErrFrame)
+	}
+	return nil
+}
+
+// JSONFrame builds a frame whose payload is v encoded as JSON.
+func JSONFrame(t Type, stream uint32, v any) (Frame, error) {
+	p, err := json.Marshal(v)
+	if err != nil {
+		return Frame{}, fmt.Errorf("encode %s: %w", t, err)
+	}
+	if len(p) > MaxPayload {
+		return Frame{}, fmt.Errorf("encode %s: %d bytes exceeds frame limit", t, len(p))
+	}
+	return Frame{Type: t, Stream: stream, Payload: p}, nil
+}

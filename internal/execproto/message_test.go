@@ -1,0 +1,175 @@
+package execproto_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+func TestRequestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		req     execproto.Request
+		wantErr bool
+	}{
+		{"exec", execproto.Request{Op: execproto.OpExec, Argv: []string{"sh", "-c", "echo hi"}, Env: []string{"A=1", "B="}, Dir: "/workspace", TimeoutMS: 1000}, false},
+		{"exec empty arg after name", execproto.Request{Op: execproto.OpExec, Argv: []string{"echo", ""}}, false},
+		{"exec env value with equals", execproto.Request{Op: execproto.OpExec, Argv: []string{"env"}, Env: []string{"A=b=c"}}, false},
+		{"exec nil argv", execproto.Request{Op: execproto.OpExec}, true},
+		{"exec empty argv", execproto.Request{Op: execproto.OpExec, Argv: []string{}}, true},
+		{"exec empty command name", execproto.Request{Op: execproto.OpExec, Argv: []string{""}}, true},
+		{"exec NUL in arg", execproto.Request{Op: execproto.OpExec, Argv: []string{"echo", "a\x00b"}}, true},
+		{"exec NUL in name", execproto.Request{Op: execproto.OpExec, Argv: []string{"ls\x00"}}, true},
+		{"exec arg too long", execproto.Request{Op: execproto.OpExec, Argv: []string{"echo", strings.Repeat("a", execproto.MaxArgLen+1)}}, true},
+		{"exec too many args", execproto.Request{Op: execproto.OpExec, Argv: make([]string, execproto.MaxArgs+1)}, true},
+		{"exec env without equals", execproto.Request{Op: execproto.OpExec, Argv: []string{"env"}, Env: []string{"PATH"}}, true},
+		{"exec env empty key", execproto.Request{Op: execproto.OpExec, Argv: []string{"env"}, Env: []string{"=x"}}, true},
+		{"exec env NUL", execproto.Request{Op: execproto.OpExec, Argv: []string{"env"}, Env: []string{"A=\x00"}}, true},
+		{"exec relative dir", execproto.Request{Op: execproto.OpExec, Argv: []string{"ls"}, Dir: "workspace"}, true},
+		{"exec dot dir", execproto.Request{Op: execproto.OpExec, Argv: []string{"ls"}, Dir: "."}, true},
+		{"exec negative timeout", execproto.Request{Op: execproto.OpExec, Argv: []string{"ls"}, TimeoutMS: -1}, true},
+		{"exec negative max output", execproto.Request{Op: execproto.OpExec, Argv: []string{"ls"}, MaxOutput: -1}, true},
+		{"read", execproto.Request{Op: execproto.OpRead, Path: "/workspace/a", Limit: 10}, false},
+		{"write mode", execproto.Request{Op: execproto.OpWrite, Path: "/workspace/a", Mode: 0o4755}, false},
+		{"list", execproto.Request{Op: execproto.OpList, Path: "/"}, false},
+		{"stat", execproto.Request{Op: execproto.OpStat, Path: "/etc/passwd"}, false},
+		{"mkdir", execproto.Request{Op: execproto.OpMkdir, Path: "/workspace/d", Recursive: true}, false},
+		{"remove", execproto.Request{Op: execproto.OpRemove, Path: "/workspace/d"}, false},
+		{"export", execproto.Request{Op: execproto.OpExport, Path: "/workspace"}, false},
+		{"read relative path", execproto.Request{Op: execproto.OpRead, Path: "workspace/a"}, true},
+		{"read empty path", execproto.Request{Op: execproto.OpRead}, true},
+		{"read NUL path", execproto.Request{Op: execproto.OpRead, Path: "/a\x00b"}, true},
+		{"read long path", execproto.Request{Op: execproto.OpRead, Path: "/" + strings.Repeat("a", execproto.MaxPathLen)}, true},
+		{"read negative limit", execproto.Request{Op: execproto.OpRead, Path: "/a", Limit: -1}, true},
+		{"write mode out of range", execproto.Request{Op: execproto.OpWrite, Path: "/a", Mode: 0o10000}, true},
+		{"rename", execproto.Request{Op: execproto.OpRename, Path: "/a", NewPath: "/b"}, false},
+		{"rename relative new path", execproto.Request{Op: execproto.OpRename, Path: "/a", NewPath: "b"}, true},
+		{"rename relative path", execproto.Request{Op: execproto.OpRename, Path: "a", NewPath: "/b"}, true},
+		{"unknown op", execproto.Request{Op: "chmod", Path: "/a"}, true},
+		{"empty op", execproto.Request{}, true},
+		{"op case matters", execproto.Request{Op: "EXEC", Argv: []string{"ls"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.req.Validate()
+			if (err != nil) != tt.wantErr {
+				t.Errorf("Request{Op: %q}.Validate() = %v, want error: %t", tt.req.Op, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestDecode(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    execproto.Request
+		wantErr bool
+	}{
+		{"valid", `{"op":"exec","argv":["ls","-l"],"timeout_ms":5}`, execproto.Request{Op: "exec", Argv: []string{"ls", "-l"}, TimeoutMS: 5}, false},
+		{"surrounding whitespace", " \r\n\t{\"op\":\"stat\",\"path\":\"/\"} \n", execproto.Request{Op: "stat", Path: "/"}, false},
+		{"unknown field", `{"op":"exec","argv":["ls"],"privileged":true}`, execproto.Request{}, true},
+		{"trailing object", `{"op":"stat","path":"/"}{}`, execproto.Request{}, true},
+		{"trailing brace", `{"op":"stat","path":"/"}}`, execproto.Request{}, true},
+		{"trailing bracket", `{"op":"stat","path":"/"} ]`, execproto.Request{}, true},
+		{"trailing garbage", `{"op":"stat","path":"/"} x`, execproto.Request{}, true},
+		{"trailing NUL", "{\"op\":\"stat\",\"path\":\"/\"}\x00", execproto.Request{}, true},
+		{"wrong type string for array", `{"op":"exec","argv":"ls"}`, execproto.Request{}, true},
+		{"wrong type string for int", `{"op":"exec","argv":["ls"],"timeout_ms":"5"}`, execproto.Request{}, true},
+		{"wrong type negative for uint", `{"op":"write","path":"/a","mode":-1}`, execproto.Request{}, true},
+		{"wrong type overflow uint16", `{"op":"exec","argv":["ls"],"rows":65536}`, execproto.Request{}, true},
+		{"wrong type array", `[]`, execproto.Request{}, true},
+		{"empty", ``, execproto.Request{}, true},
+		{"truncated", `{"op":"exec"`, execproto.Request{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got execproto.Request
+			err := execproto.Decode([]byte(tt.in), &got)
+			if tt.wantErr {
+				if !errors.Is(err, execproto.ErrFrame) {
+					t.Errorf("Decode(%q) = %v, want ErrFrame", tt.in, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Decode(%q) = %v", tt.in, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("Decode(%q) = %+v, want %+v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeOtherMessages(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		v       any
+		wantErr bool
+	}{
+		{"hello", `{"version":1}`, new(execproto.Hello), false},
+		{"hello unknown field", `{"version":1,"extra":0}`, new(execproto.Hello), true},
+		{"setup", `{"hostname":"h","workspace":{"mode":"cow","fd":4},"disk_bytes":1,"shm_bytes":2,"user":{"name":"u","uid":1000,"gid":1000,"home":"/home/u"},"rlimits":{"nofile":1024}}`, new(execproto.Setup), false},
+		{"setup unknown nested field", `{"workspace":{"mode":"cow","path":"/host"}}`, new(execproto.Setup), true},
+		{"setup negative rlimit", `{"rlimits":{"nofile":-1}}`, new(execproto.Setup), true},
+		{"ready", `{"pid":1,"landlock_abi":3,"seccomp":true,"layers":["a"]}`, new(execproto.Ready), false},
+		{"result", `{"outcome":"exited","exit_code":2,"entries":[{"name":"a","size":1,"mode":420,"mtime_ns":5}]}`, new(execproto.Result), false},
+		{"result wrong type", `{"exit_code":"2"}`, new(execproto.Result), true},
+		{"error", `{"message":"m"}`, new(execproto.Error), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := execproto.Decode([]byte(tt.in), tt.v)
+			if tt.wantErr != (err != nil) {
+				t.Fatalf("Decode(%q) = %v, want error: %t", tt.in, err, tt.wantErr)
+			}
+			if err != nil && !errors.Is(err, execproto.ErrFrame) {
+				t.Errorf("Decode(%q) = %v, want it to wrap ErrFrame", tt.in, err)
+			}
+		})
+	}
+}
+
+func TestJSONFrame(t *testing.T) {
+	req := execproto.Request{Op: execproto.OpExec, Argv: []string{"true"}}
+	f, err := execproto.JSONFrame(execproto.TOpen, 3, req)
+	if err != nil {
+		t.Fatalf("JSONFrame(open) = %v", err)
+	}
+	if err := f.Validate(); err != nil {
+		t.Fatalf("JSONFrame(open).Validate() = %v", err)
+	}
+	var got execproto.Request
+	if err := execproto.Decode(f.Payload, &got); err != nil {
+		t.Fatalf("Decode(JSONFrame(open)) = %v", err)
+	}
+	if !reflect.DeepEqual(got, req) {
+		t.Errorf("Decode(JSONFrame(%+v)) = %+v", req, got)
+	}
+
+	if _, err := execproto.JSONFrame(execproto.TOpen, 3, make(chan int)); err == nil {
+		t.Error("JSONFrame(chan) = nil error, want an encoding error")
+	}
+	big := execproto.Request{Op: execproto.OpExec, Argv: []string{strings.Repeat("a", execproto.MaxPayload)}}
+	if _, err := execproto.JSONFrame(execproto.TOpen, 3, big); err == nil {
+		t.Error("JSONFrame(over MaxPayload) = nil error, want a size error")
+	}
+}
+
+// TestMessageFieldNames pins the wire names of a few fields, so a rename of a
+// Go field cannot silently change the protocol.
+func TestMessageFieldNames(t *testing.T) {
+	b, err := json.Marshal(execproto.Result{Outcome: execproto.OutcomeTimeout, ExitCode: -1, MaxRSSKB: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"outcome":"timeout","exit_code":-1,"max_rss_kb":7}`; string(b) != want {
+		t.Errorf("json.Marshal(Result) = %s, want %s", b, want)
+	}
+}

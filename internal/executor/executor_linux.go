@@ -1,0 +1,292 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/executor/landlock"
+	"github.com/airlockrun/airlock/internal/executor/seccomp"
+	"golang.org/x/sys/unix"
+)
+
+// Main is the executor's entry point. It returns the process exit code.
+func Main(args []string) int {
+	if len(args) > 1 && args[1] == "hold" {
+		// Keeps a user namespace alive for the host while it builds
+		// id-mapped mounts; exits when the host closes stdin.
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	}
+	if len(args) > 1 && args[1] == "version" {
+		fmt.Printf("airlock-exec protocol %d\n", execproto.Version)
+		return 0
+	}
+	if os.Getpid() != 1 {
+		fmt.Fprintln(os.Stderr, "airlock-exec: runs only as PID 1 of a sandbox started by airlock")
+		return 2
+	}
+	conn := os.NewFile(execproto.ControlFD, "control")
+	e := &executor{w: execproto.NewWriter(conn), streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
+	// Before Landlock: the thread must exist when the ruleset is applied.
+	e.pt = newProcThread()
+	if err := e.start(conn); err != nil {
+		_ = e.fatal(err)
+		return 1
+	}
+	err := e.serve(conn)
+	if err != nil && !errors.Is(err, io.EOF) {
+		_ = e.fatal(err)
+		return 1
+	}
+	return 0
+}
+
+type executor struct {
+	w     *execproto.Writer
+	setup execproto.Setup
+	pt    *procThread
+	users map[string]execproto.User
+
+	mu      sync.Mutex
+	streams map[uint32]*stream // guarded by mu
+	procs   map[int]*proc      // guarded by mu: running processes by pid
+	exited  map[int]exitInfo   // guarded by mu: reaped before they were registered
+	// starting counts process starts in flight; while it is nonzero, statuses
+	// of unknown pids are kept in exited for them. Guarded by mu.
+	starting int
+}
+
+func (e *executor) fatal(err error) error {
+	f, ferr := execproto.JSONFrame(execproto.TError, 0, execproto.Error{Message: err.Error()})
+	if ferr != nil {
+		return ferr
+	}
+	return e.w.Write(f)
+}
+
+// start performs the handshake and builds the sandbox.
+func (e *executor) start(conn io.Reader) error {
+	var h execproto.Hello
+	if err := expect(conn, execproto.THello, &h); err != nil {
+		return err
+	}
+	if h.Version != execproto.Version {
+		return fmt.Errorf("protocol version %d, executor speaks %d", h.Version, execproto.Version)
+	}
+	hello, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+	if err := e.w.Write(hello); err != nil {
+		return err
+	}
+	if err := expect(conn, execproto.TSetup, &e.setup); err != nil {
+		return err
+	}
+	// Every thread must carry the same restrictions: keep setup on one.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	layers, err := setup(&e.setup)
+	if err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	e.users = loadUsers(e.setup.User)
+	if e.setup.ProxyFD != 0 {
+		if err := e.startProxy(); err != nil {
+			return fmt.Errorf("proxy forwarder: %w", err)
+		}
+		layers = append(layers, "network:proxy")
+	}
+	if err := applyRlimits(e.setup.Rlimits); err != nil {
+		return err
+	}
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	layers = append(layers, "capabilities:dropped-for-children")
+	status, err := landlock.Restrict(landlock.Rules{
+		ReadOnly:  []string{"/"},
+		ReadWrite: append(append([]string{}, writable...), e.setup.User.Home),
+		Devices:   []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
+	})
+	abi := 0
+	switch {
+	case err == nil:
+		abi = status.ABI
+		layers = append(layers, fmt.Sprintf("landlock:abi%d", abi))
+	case e.setup.RequireLandlock:
+		return fmt.Errorf("landlock: %w", err)
+	}
+	// The executor's own memory (and /proc/1/exe) must not be reachable by
+	// processes in the sandbox, root included.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("set non-dumpable: %w", err)
+	}
+	if err := seccomp.Install(); err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	layers = append(layers, "seccomp", "no_new_privs")
+	ready, err := execproto.JSONFrame(execproto.TReady, 0, execproto.Ready{PID: 1, LandlockABI: abi, Seccomp: true, Layers: layers})
+	if err != nil {
+		return err
+	}
+	return e.w.Write(ready)
+}
+
+// dropCapabilities clears the bounding, inheritable and ambient sets on every
+// thread: whatever thread later forks a command, the command starts without
+// capabilities, even when it runs as root inside the sandbox.
+func dropCapabilities() error {
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); errno != 0 {
+			return fmt.Errorf("drop capability %d: %w", c, errno)
+		}
+	}
+	if _, _, errno := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); errno != 0 {
+		return fmt.Errorf("clear ambient capabilities: %w", errno)
+	}
+	return clearInheritable()
+}
+
+func expect(r io.Reader, t execproto.Type, v any) error {
+	f, err := execproto.ReadFrame(r)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", t, err)
+	}
+	if f.Type != t {
+		return fmt.Errorf("got %s frame, want %s", f.Type, t)
+	}
+	return execproto.Decode(f.Payload, v)
+}
+
+// serve reads frames until the host closes the connection.
+func (e *executor) serve(conn io.Reader) error {
+	sigc := make(chan os.Signal, 1)
+	signal.Notify(sigc, unix.SIGCHLD)
+	go e.reap(sigc)
+	// PID 1 ignores signals it has no handler for; the host ends the
+	// sandbox by killing the PID namespace, never by signalling PID 1.
+	for {
+		f, err := execproto.ReadFrame(conn)
+		if err != nil {
+			return err
+		}
+		if err := e.dispatch(f); err != nil {
+			return err
+		}
+	}
+}
+
+func (e *executor) dispatch(f execproto.Frame) error {
+	if f.Type == execproto.TOpen {
+		var req execproto.Request
+		if err := execproto.Decode(f.Payload, &req); err != nil {
+			return err
+		}
+		e.mu.Lock()
+		_, dup := e.streams[f.Stream]
+		if dup {
+			e.mu.Unlock()
+			return fmt.Errorf("%w: stream %d opened twice", execproto.ErrFrame, f.Stream)
+		}
+		s := newStream(e, f.Stream, req)
+		e.streams[f.Stream] = s
+		e.mu.Unlock()
+		go s.run()
+		return nil
+	}
+	e.mu.Lock()
+	s := e.streams[f.Stream]
+	e.mu.Unlock()
+	if s == nil {
+		// Frames for a stream that already ended are expected (acks and
+		// stdin racing the result); drop them.
+		return nil
+	}
+	return s.handle(f)
+}
+
+func (e *executor) endStream(id uint32) {
+	e.mu.Lock()
+	delete(e.streams, id)
+	e.mu.Unlock()
+}
+
+type exitInfo struct {
+	status unix.WaitStatus
+	rusage unix.Rusage
+}
+
+// reap is PID 1's duty: collect every child that exits, including orphans
+// adopted from finished commands, and hand statuses to their waiters.
+func (e *executor) reap(sigc <-chan os.Signal) {
+	for range sigc {
+		for {
+			var ws unix.WaitStatus
+			var ru unix.Rusage
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+			if err != nil || pid <= 0 {
+				break
+			}
+			e.mu.Lock()
+			p := e.procs[pid]
+			if p != nil {
+				delete(e.procs, pid)
+			} else if e.pending(pid) {
+				e.exited[pid] = exitInfo{ws, ru}
+			}
+			e.mu.Unlock()
+			if p != nil {
+				p.done <- exitInfo{ws, ru}
+			}
+		}
+	}
+}
+
+// pending reports whether pid might belong to a start in flight, so its
+// status must be kept for the starter. Preconditions: e.mu held.
+func (e *executor) pending(int) bool { return e.starting > 0 }
+
+// beginStart must precede every process start; register or abortStart must
+// follow it.
+func (e *executor) beginStart() {
+	e.mu.Lock()
+	e.starting++
+	e.mu.Unlock()
+}
+
+func (e *executor) abortStart() {
+	e.mu.Lock()
+	e.starting--
+	if e.starting == 0 {
+		clear(e.exited)
+	}
+	e.mu.Unlock()
+}
+
+// register attaches a waiter to pid, or delivers a status reaped early.
+func (e *executor) register(pid int) *proc {
+	p := &proc{pid: pid, done: make(chan exitInfo, 1)}
+	e.mu.Lock()
+	e.starting--
+	if info, ok := e.exited[pid]; ok {
+		delete(e.exited, pid)
+		p.done <- info
+	} else {
+		e.procs[pid] = p
+	}
+	if e.starting == 0 {
+		clear(e.exited)
+	}
+	e.mu.Unlock()
+	return p
+}
+
+type proc struct {
+	pid  int
+	done chan exitInfo
+}

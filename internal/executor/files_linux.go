@@ -1,0 +1,241 @@
+package executor
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"golang.org/x/sys/unix"
+)
+
+// file carries out a file operation. It runs with the file-system identity of
+// the sandbox's default user, on a thread of its own, so files it creates
+// belong to that user and it can touch nothing that user could not. Paths
+// resolve inside the sandbox's root: symlinks and ".." cannot leave it,
+// because the host's files are not in this mount namespace at all.
+func (s *stream) file() execproto.Result {
+	runtime.LockOSThread()
+	// The thread's fs identity is changed below; never hand it back to the
+	// scheduler in that state. Exiting a locked goroutine ends the thread.
+	u := s.e.setup.User
+	if err := setfsid(u.UID, u.GID); err != nil {
+		return errResult(err)
+	}
+	res, err := s.fileOp()
+	if err != nil {
+		return errResult(err)
+	}
+	return res
+}
+
+func (s *stream) fileOp() (execproto.Result, error) {
+	req := &s.req
+	var res execproto.Result
+	switch req.Op {
+	case execproto.OpRead:
+		f, err := os.Open(req.Path)
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return res, err
+		}
+		if fi.IsDir() {
+			return res, &fs.PathError{Op: "read", Path: req.Path, Err: unix.EISDIR}
+		}
+		var r io.Reader = f
+		if req.Limit > 0 {
+			r = io.LimitReader(f, req.Limit)
+		}
+		n, err := s.copyOut(r)
+		if err != nil {
+			return res, err
+		}
+		res.Entries = []execproto.Entry{entry(filepath.Base(req.Path), fi)}
+		res.Entries[0].Size = n
+	case execproto.OpWrite:
+		mode := os.FileMode(req.Mode)
+		if mode == 0 {
+			mode = 0o644
+		}
+		flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if req.Append {
+			flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		}
+		f, err := os.OpenFile(req.Path, flags, mode)
+		if err != nil {
+			s.discardStdin()
+			return res, err
+		}
+		var werr error
+		for {
+			c, ok := s.stdin.Get()
+			if !ok {
+				break
+			}
+			if werr == nil {
+				_, werr = f.Write(c.Data)
+			}
+			_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(len(c.Data))))
+		}
+		if err := f.Close(); werr == nil {
+			werr = err
+		}
+		if werr != nil {
+			return res, werr
+		}
+	case execproto.OpList:
+		des, err := os.ReadDir(req.Path)
+		if err != nil {
+			return res, err
+		}
+		res.Entries = make([]execproto.Entry, 0, len(des))
+		for _, de := range des {
+			fi, err := de.Info()
+			if err != nil {
+				continue // removed while listing
+			}
+			res.Entries = append(res.Entries, entry(de.Name(), fi))
+		}
+	case execproto.OpStat:
+		fi, err := os.Lstat(req.Path)
+		if err != nil {
+			return res, err
+		}
+		res.Entries = []execproto.Entry{entry(filepath.Base(req.Path), fi)}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			res.Entries[0].Link, _ = os.Readlink(req.Path)
+		}
+	case execproto.OpMkdir:
+		mode := os.FileMode(req.Mode)
+		if mode == 0 {
+			mode = 0o755
+		}
+		if req.Recursive {
+			return res, os.MkdirAll(req.Path, mode)
+		}
+		return res, os.Mkdir(req.Path, mode)
+	case execproto.OpRemove:
+		if req.Recursive {
+			return res, os.RemoveAll(req.Path)
+		}
+		return res, os.Remove(req.Path)
+	case execproto.OpRename:
+		return res, os.Rename(req.Path, req.NewPath)
+	case execproto.OpExport:
+		return res, s.export(req.Path)
+	default:
+		return res, fmt.Errorf("unknown op %q", req.Op)
+	}
+	return res, nil
+}
+
+func (s *stream) discardStdin() {
+	for {
+		c, ok := s.stdin.Get()
+		if !ok {
+			return
+		}
+		_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(len(c.Data))))
+	}
+}
+
+func entry(name string, fi fs.FileInfo) execproto.Entry {
+	return execproto.Entry{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime().UnixNano()}
+}
+
+// copyOut streams r to the host on the stdout channel.
+func (s *stream) copyOut(r io.Reader) (int64, error) {
+	w := &streamWriter{s: s}
+	return io.Copy(w, r)
+}
+
+type streamWriter struct{ s *stream }
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	if err := w.s.e.w.SendData(w.s.id, execproto.Stdout, w.s.out, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// export writes a tar stream of the tree at root. Symlinks are stored as
+// links, never followed; sockets, devices and fifos are skipped.
+func (s *stream) export(root string) error {
+	tw := tar.NewWriter(&streamWriter{s: s})
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return nil
+		}
+		link := ""
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular(), fi.IsDir():
+		default:
+			return nil
+		}
+		h, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		h.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			h.Name += "/"
+		}
+		h.Uname, h.Gname = "", ""
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if _, err := io.CopyN(tw, f, h.Size); err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+var errFsid = errors.New("set file-system identity")
+
+func setfsid(uid, gid int) error {
+	// setfsgid first: once the fsuid is not 0 the thread may lose the
+	// capability to change its fsgid.
+	if err := unix.Setfsgid(gid); err != nil {
+		return fmt.Errorf("%w: %v", errFsid, err)
+	}
+	if err := unix.Setfsuid(uid); err != nil {
+		return fmt.Errorf("%w: %v", errFsid, err)
+	}
+	return nil
+}

@@ -1,0 +1,455 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"golang.org/x/sys/unix"
+)
+
+// scratchDir is where the scratch tmpfs is mounted while the sandbox is
+// assembled. It holds the new root, the overlays' upper and work directories
+// and the user's home, all under one size cap. The executor runs in a private
+// copy of the host's mount namespace, so mounting over /tmp changes nothing
+// outside; no setup source is below /tmp (host-provided trees arrive as file
+// descriptors). Only newRoot is visible after pivot_root: the scratch mount
+// itself goes away with the old root.
+const scratchDir = "/tmp"
+
+// newRoot is where the sandbox root is assembled before pivot_root.
+const newRoot = scratchDir + "/root"
+
+const (
+	workspacePath = "/workspace"
+	proxySocket   = "/run/airlock/egress.sock"
+)
+
+// writable lists the paths the sandbox may write to; Landlock allows exactly
+// these (plus the user's home).
+var writable = []string{workspacePath, "/tmp", "/dev/shm"}
+
+// setup builds the sandbox's filesystem, network and process attributes. It
+// runs as PID 1 of fresh user, mount, PID, IPC, UTS, cgroup and network
+// namespaces, before any untrusted code exists.
+func setup(s *execproto.Setup) ([]string, error) {
+	var layers []string
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := mountTmpfs(scratchDir, fmt.Sprintf("mode=0755,size=%d", s.DiskBytes)); err != nil {
+		return nil, fmt.Errorf("scratch tmpfs: %w", err)
+	}
+	u := s.User
+	home := filepath.Join(newRoot, u.Home)
+	for _, d := range []string{"root", "home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
+		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Chown(filepath.Join(scratchDir, "home"), u.UID, u.GID); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
+		return nil, err
+	}
+	if s.RootFD != 0 {
+		// A template root: an overlay whose upper layer is scratch, so
+		// writes to / land in the sandbox's own quota and die with it.
+		lower := scratchDir + "/root-lower"
+		if err := moveMount(s.RootFD, lower); err != nil {
+			return nil, fmt.Errorf("template root: %w", err)
+		}
+		if err := mountOverlay(newRoot, lower, scratchDir+"/root-upper", scratchDir+"/root-work"); err != nil {
+			return nil, fmt.Errorf("template root overlay: %w", err)
+		}
+		if err := unix.Unmount(lower, unix.MNT_DETACH); err != nil {
+			return nil, fmt.Errorf("template root: %w", err)
+		}
+		layers = append(layers, "rootfs:template")
+	} else {
+		// pivot_root needs the new root to be a mount point.
+		if err := bind(newRoot, newRoot, false); err != nil {
+			return nil, err
+		}
+		if err := buildHostRoot(s); err != nil {
+			return nil, err
+		}
+		layers = append(layers, "rootfs:host-ro")
+	}
+	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/")} {
+		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
+			return nil, fmt.Errorf("mkdir /%s: %w", d, err)
+		}
+	}
+	if err := bind(scratchDir+"/home", home, false); err != nil {
+		return nil, fmt.Errorf("home: %w", err)
+	}
+	if err := setupWorkspace(s.Workspace, u); err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	layers = append(layers, "workspace:"+s.Workspace.Mode)
+	for _, m := range s.Mounts {
+		if err := setupMount(m); err != nil {
+			return nil, fmt.Errorf("mount %s: %w", m.Target, err)
+		}
+	}
+	if s.ProxyFD != 0 {
+		target := filepath.Join(newRoot, proxySocket)
+		if err := os.WriteFile(target, nil, 0o600); err != nil {
+			return nil, fmt.Errorf("proxy socket: %w", err)
+		}
+		if err := moveMount(s.ProxyFD, target); err != nil {
+			return nil, fmt.Errorf("proxy socket: %w", err)
+		}
+	}
+	if err := mountTmpfs(filepath.Join(newRoot, "tmp"), fmt.Sprintf("mode=1777,size=%d", s.DiskBytes)); err != nil {
+		return nil, fmt.Errorf("/tmp: %w", err)
+	}
+	if err := setupProc(); err != nil {
+		return nil, fmt.Errorf("/proc: %w", err)
+	}
+	if err := setupDev(s.ShmBytes); err != nil {
+		return nil, fmt.Errorf("/dev: %w", err)
+	}
+	if err := pivot(newRoot); err != nil {
+		return nil, err
+	}
+	if s.RootFD == 0 {
+		// Nothing outside the listed writable mounts may change the root.
+		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+			return nil, fmt.Errorf("read-only root: %w", err)
+		}
+	}
+	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+		return nil, fmt.Errorf("hostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return nil, fmt.Errorf("loopback: %w", err)
+	}
+	layers = append(layers, "namespaces:user,mnt,pid,net,ipc,uts,cgroup", "network:loopback-only")
+	return layers, nil
+}
+
+func mountTmpfs(dst, opts string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	return unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
+}
+
+func mountOverlay(dst, lower, upper, work string) error {
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
+	return unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+}
+
+// moveMount attaches a detached mount tree received from the host.
+func moveMount(fd int, dst string) error {
+	err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("move_mount to %s: %w", dst, err)
+	}
+	return nil
+}
+
+// bind binds src onto dst, read-only if ro. A bind mount only becomes
+// read-only with a second remount; nosuid and nodev are kept because a user
+// namespace may not clear them.
+func bind(src, dst string, ro bool) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	if !ro {
+		return nil
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dst, &st); err == nil {
+		// Flags locked by the mount's owner must be repeated or the remount fails.
+		flags |= uintptr(st.Flags) & (unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOATIME | unix.MS_NODIRATIME | unix.MS_RELATIME)
+	}
+	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+		return fmt.Errorf("read-only %s: %w", dst, err)
+	}
+	return nil
+}
+
+// buildHostRoot fills newRoot with read-only binds of the host's system
+// directories and a generated /etc. Usr-merged symlinks (/bin -> usr/bin) are
+// reproduced as symlinks.
+func buildHostRoot(s *execproto.Setup) error {
+	for _, d := range s.SystemDirs {
+		dst := filepath.Join(newRoot, d)
+		if target, err := os.Readlink(d); err == nil {
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+		if err := bind(d, dst, true); err != nil {
+			return err
+		}
+	}
+	etc := filepath.Join(newRoot, "etc")
+	if err := os.MkdirAll(etc, 0o755); err != nil {
+		return err
+	}
+	if err := writeEtc(etc, s); err != nil {
+		return err
+	}
+	for _, f := range s.EtcFiles {
+		fi, err := os.Lstat(f)
+		if err != nil {
+			continue // optional: not every host has every file
+		}
+		dst := filepath.Join(newRoot, f)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(f)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+			continue
+		case fi.IsDir():
+			err = os.MkdirAll(dst, 0o755)
+		default:
+			err = os.WriteFile(dst, nil, 0o644)
+		}
+		if err != nil {
+			return err
+		}
+		if err := bind(f, dst, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeEtc(etc string, s *execproto.Setup) error {
+	u := s.User
+	files := map[string]string{
+		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:sandbox user:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			u.Name, u.UID, u.GID, u.Home),
+		"group":         fmt.Sprintf("root:x:0:\ntty:x:5:\n%s:x:%d:\nnogroup:x:65534:\n", u.Name, u.GID),
+		"hosts":         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + s.Hostname + "\n",
+		"hostname":      s.Hostname + "\n",
+		"resolv.conf":   "# airlock: no DNS inside the sandbox; names are resolved by the host's egress proxy.\noptions attempts:1 timeout:1\n",
+		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func setupWorkspace(w execproto.Workspace, u execproto.User) error {
+	dst := filepath.Join(newRoot, workspacePath)
+	switch w.Mode {
+	case execproto.WorkspaceEmpty, "":
+		ws := scratchDir + "/ws-upper"
+		if err := os.Chown(ws, u.UID, u.GID); err != nil {
+			return err
+		}
+		return bind(ws, dst, false)
+	case execproto.WorkspaceCOW:
+		// The overlay's root directory takes its owner from the upper
+		// layer: make it the sandbox user's, like the id-mapped lower.
+		for _, d := range []string{"/ws-upper", "/ws-work"} {
+			if err := os.Chown(scratchDir+d, u.UID, u.GID); err != nil {
+				return err
+			}
+		}
+		lower := scratchDir + "/lower"
+		if err := moveMount(w.FD, lower); err != nil {
+			return err
+		}
+		if err := mountOverlay(dst, lower, scratchDir+"/ws-upper", scratchDir+"/ws-work"); err != nil {
+			return fmt.Errorf("overlay: %w", err)
+		}
+		// The overlay holds its own reference to the lower tree.
+		return unix.Unmount(lower, unix.MNT_DETACH)
+	case execproto.WorkspaceRO, execproto.WorkspaceRW:
+		return moveMount(w.FD, dst)
+	}
+	return fmt.Errorf("unknown mode %q", w.Mode)
+}
+
+func setupMount(m execproto.Mount) error {
+	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || m.Target == "/" {
+		return errors.New("target must be a clean absolute path")
+	}
+	dst := filepath.Join(newRoot, m.Target)
+	var err error
+	if m.File {
+		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+			var f *os.File
+			f, err = os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
+			if err == nil {
+				f.Close()
+			}
+		}
+	} else {
+		err = os.MkdirAll(dst, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	return moveMount(m.FD, dst)
+}
+
+// procMasked are hidden behind /dev/null (files) or an empty read-only tmpfs
+// (directories), as container runtimes do: they leak host details or offer
+// kernel interfaces a sandbox has no use for.
+var (
+	procMaskedFiles = []string{"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "kallsyms", "kmsg", "sysrq-trigger"}
+	procMaskedDirs  = []string{"acpi", "scsi", "asound", "firmware", "driver"}
+	procReadOnly    = []string{"sys", "irq", "bus", "fs"}
+)
+
+func setupProc() error {
+	proc := filepath.Join(newRoot, "proc")
+	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	// Block nested namespaces in the sandbox's user namespace as a second
+	// layer under seccomp: a limit of 0 applies to every descendant.
+	for _, n := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"} {
+		_ = os.WriteFile(filepath.Join(proc, "sys/user/max_"+n+"_namespaces"), []byte("0"), 0)
+	}
+	_ = os.WriteFile(filepath.Join(proc, "sys/net/mptcp/enabled"), []byte("0"), 0)
+	for _, f := range procMaskedFiles {
+		p := filepath.Join(proc, f)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mask %s: %w", f, err)
+		}
+	}
+	for _, d := range procMaskedDirs {
+		p := filepath.Join(proc, d)
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
+			return fmt.Errorf("mask %s: %w", d, err)
+		}
+	}
+	for _, d := range procReadOnly {
+		p := filepath.Join(proc, d)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := bind(p, p, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// devices are the only device nodes in the sandbox. A user namespace cannot
+// create device nodes, so they are binds of the host's.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+func setupDev(shm int64) error {
+	dev := filepath.Join(newRoot, "dev")
+	if err := mountTmpfs(dev, "mode=0755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		dst := filepath.Join(dev, d)
+		if err := os.WriteFile(dst, nil, 0o666); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dev, "pts"), 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("devpts: %w", err)
+	}
+	if err := mountTmpfs(filepath.Join(dev, "shm"), fmt.Sprintf("mode=1777,size=%d", shm)); err != nil {
+		return fmt.Errorf("shm: %w", err)
+	}
+	links := map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func pivot(root string) error {
+	if err := os.Chdir(root); err != nil {
+		return err
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// detach then drops every host mount from this namespace.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return os.Chdir("/")
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+func rlimitByName(name string) (int, bool) {
+	m := map[string]int{
+		"core": unix.RLIMIT_CORE, "nofile": unix.RLIMIT_NOFILE, "nproc": unix.RLIMIT_NPROC,
+		"fsize": unix.RLIMIT_FSIZE, "stack": unix.RLIMIT_STACK, "memlock": unix.RLIMIT_MEMLOCK,
+		"msgqueue": unix.RLIMIT_MSGQUEUE, "sigpending": unix.RLIMIT_SIGPENDING,
+	}
+	r, ok := m[name]
+	return r, ok
+}
+
+func applyRlimits(limits map[string]uint64) error {
+	for name, v := range limits {
+		r, ok := rlimitByName(name)
+		if !ok {
+			return fmt.Errorf("unknown rlimit %q", name)
+		}
+		if err := unix.Setrlimit(r, &unix.Rlimit{Cur: v, Max: v}); err != nil {
+			return fmt.Errorf("rlimit %s=%s: %w", name, strconv.FormatUint(v, 10), err)
+		}
+	}
+	return nil
+}

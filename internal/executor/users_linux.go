@@ -1,0 +1,99 @@
+package executor
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// loadUsers reads the sandbox's /etc/passwd (generated for the host base,
+// the template's own otherwise), once, after pivot_root.
+func loadUsers(def execproto.User) map[string]execproto.User {
+	users := map[string]execproto.User{
+		def.Name: def,
+		"root":   {Name: "root", UID: 0, GID: 0, Home: "/root"},
+	}
+	f, err := os.Open("/etc/passwd")
+	if err != nil {
+		return users
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) < 7 {
+			continue
+		}
+		uid, err1 := strconv.Atoi(fields[2])
+		gid, err2 := strconv.Atoi(fields[3])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if _, ok := users[fields[0]]; !ok {
+			users[fields[0]] = execproto.User{Name: fields[0], UID: uid, GID: gid, Home: fields[5]}
+		}
+	}
+	return users
+}
+
+// lookupUser resolves a user name or a decimal uid. An unknown uid runs with
+// its own number as gid and / as home.
+func (e *executor) lookupUser(name string) (execproto.User, error) {
+	if name == "" {
+		return e.setup.User, nil
+	}
+	if u, ok := e.users[name]; ok {
+		return u, nil
+	}
+	uid, err := strconv.Atoi(name)
+	if err != nil || uid < 0 || uid > 65535 {
+		return execproto.User{}, fmt.Errorf("unknown user %q", name)
+	}
+	for _, u := range e.users {
+		if u.UID == uid {
+			return u, nil
+		}
+	}
+	return execproto.User{Name: name, UID: uid, GID: uid, Home: "/"}, nil
+}
+
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// commandEnv is the request's environment with defaults for what it leaves
+// out. Nothing of the host's environment is in it: the host sends only what
+// the caller named.
+func (e *executor) commandEnv(env []string, u execproto.User, tty bool) []string {
+	set := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	out := append([]string{}, env...)
+	add := func(k, v string) {
+		if !set[k] {
+			out = append(out, k+"="+v)
+			set[k] = true
+		}
+	}
+	add("PATH", defaultPath)
+	add("HOME", u.Home)
+	add("USER", u.Name)
+	add("LOGNAME", u.Name)
+	add("LANG", "C.UTF-8")
+	if tty {
+		add("TERM", "xterm-256color")
+	}
+	if e.setup.ProxyFD != 0 {
+		proxy := "http://" + e.setup.ProxyAddr
+		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
+			add(k, proxy)
+		}
+		add("NO_PROXY", "localhost,127.0.0.1,::1")
+		add("no_proxy", "localhost,127.0.0.1,::1")
+	}
+	return out
+}

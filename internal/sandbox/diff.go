@@ -1,0 +1,166 @@
+package sandbox
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// MaxDiffFile is the largest file WriteDiff compares line by line; larger
+// files are reported as changed binaries.
+const MaxDiffFile = 8 << 20
+
+// WriteDiff writes a unified diff ("a/" is the source, "b/" the sandbox) of
+// the tree in the tar stream against the host directory source. Source files
+// are opened through os.Root, so a symlink in the source cannot make the host
+// read outside it. The tar stream is untrusted: names are cleaned and checked,
+// and sizes bounded.
+func WriteDiff(w io.Writer, source string, tarStream io.Reader) error {
+	var root *os.Root
+	if source != "" {
+		var err error
+		if root, err = os.OpenRoot(source); err != nil {
+			return fmt.Errorf("diff: open source: %w", err)
+		}
+		defer root.Close()
+	}
+	seen := map[string]bool{}
+	tr := tar.NewReader(tarStream)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("diff: read export: %w", err)
+		}
+		name := path.Clean(strings.TrimSuffix(h.Name, "/"))
+		if name == "." || strings.HasPrefix(name, "../") || name == ".." || path.IsAbs(name) {
+			return fmt.Errorf("diff: export has unsafe name %q", h.Name)
+		}
+		seen[name] = true
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		newData, newBinary, err := readBounded(tr, h.Size)
+		if err != nil {
+			return fmt.Errorf("diff: %s: %w", name, err)
+		}
+		oldData, oldBinary, exists := readSource(root, name)
+		if exists && bytes.Equal(oldData, newData) {
+			continue
+		}
+		if err := writeFileDiff(w, name, oldData, newData, exists, true, oldBinary || newBinary); err != nil {
+			return err
+		}
+	}
+	if root == nil {
+		return nil
+	}
+	// Files in the source that are gone from the sandbox.
+	var removed []string
+	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return nil
+		}
+		if !seen[p] {
+			if d.Type().IsRegular() {
+				removed = append(removed, p)
+			}
+			if d.IsDir() {
+				// Still list regular files below a removed directory.
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	slices.Sort(removed)
+	for _, p := range removed {
+		oldData, oldBinary, _ := readSource(root, p)
+		if err := writeFileDiff(w, p, oldData, nil, true, false, oldBinary); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readBounded(r io.Reader, size int64) ([]byte, bool, error) {
+	if size > MaxDiffFile {
+		_, err := io.Copy(io.Discard, r)
+		return nil, true, err
+	}
+	b, err := io.ReadAll(io.LimitReader(r, MaxDiffFile+1))
+	if err != nil {
+		return nil, false, err
+	}
+	return b, isBinary(b), nil
+}
+
+func readSource(root *os.Root, name string) ([]byte, bool, bool) {
+	if root == nil {
+		return nil, false, false
+	}
+	f, err := root.Open(name)
+	if err != nil {
+		return nil, false, false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil, false, false
+	}
+	b, bin, err := readBounded(f, fi.Size())
+	if err != nil {
+		return nil, false, false
+	}
+	return b, bin, true
+}
+
+func isBinary(b []byte) bool {
+	return bytes.IndexByte(b, 0) >= 0 || !utf8.Valid(b)
+}
+
+func writeFileDiff(w io.Writer, name string, oldData, newData []byte, oldExists, newExists, binary bool) error {
+	from, to := "a/"+name, "b/"+name
+	hdr := fmt.Sprintf("diff --git a/%s b/%s\n", name, name)
+	switch {
+	case !oldExists:
+		hdr += "new file mode 100644\n"
+		from = "/dev/null"
+	case !newExists:
+		hdr += "deleted file mode 100644\n"
+		to = "/dev/null"
+	}
+	if binary {
+		_, err := fmt.Fprintf(w, "%sBinary files %s and %s differ\n", hdr, from, to)
+		return err
+	}
+	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(oldData)), B: difflib.SplitLines(string(newData)),
+		FromFile: from, ToFile: to, Context: 3,
+	})
+	if err != nil {
+		return err
+	}
+	if oldData == nil {
+		text = strings.Replace(text, "@@ -1,0 ", "@@ -0,0 ", 1)
+	}
+	if newData == nil {
+		text = strings.Replace(text, " +1,0 @@", " +0,0 @@", 1)
+	}
+	_, err = io.WriteString(w, hdr+text)
+	return err
+}

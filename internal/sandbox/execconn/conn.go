@@ -1,0 +1,226 @@
+// Package execconn is the host's side of the executor protocol: it performs
+// the handshake, multiplexes concurrent requests over one connection, applies
+// flow control in both directions, and turns every frame the executor sends —
+// untrusted input — into validated results. Backends that run airlock-exec
+// inside their sandboxes share it.
+package execconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// ErrLost reports that the connection to the executor is gone: the sandbox
+// died, was destroyed, or broke the protocol.
+var ErrLost = errors.New("sandbox lost")
+
+// Conn is a connection to one executor.
+type Conn struct {
+	rw io.ReadWriteCloser
+	w  *execproto.Writer
+
+	// Ready is what the executor reported after setup.
+	Ready execproto.Ready
+
+	mu      sync.Mutex
+	streams map[uint32]*stream // guarded by mu
+	next    uint32             // guarded by mu: last stream ID used
+	err     error              // guarded by mu: why the connection ended
+
+	done    chan struct{} // closed when the reader stops
+	readers sync.WaitGroup
+}
+
+// Dial performs the handshake on rw: Hello both ways, Setup, Ready. On
+// success it starts the reader goroutine; Close stops and waits for it.
+func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*Conn, error) {
+	c := &Conn{rw: rw, w: execproto.NewWriter(rw), streams: map[uint32]*stream{}, done: make(chan struct{})}
+	stop := context.AfterFunc(ctx, func() { rw.Close() })
+	defer stop()
+	hello, err := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.w.Write(hello); err != nil {
+		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	var h execproto.Hello
+	if err := expect(rw, execproto.THello, &h); err != nil {
+		return nil, err
+	}
+	if h.Version != execproto.Version {
+		return nil, fmt.Errorf("executor speaks protocol %d, host %d", h.Version, execproto.Version)
+	}
+	sf, err := execproto.JSONFrame(execproto.TSetup, 0, setup)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.w.Write(sf); err != nil {
+		return nil, fmt.Errorf("send setup: %w", err)
+	}
+	if err := expect(rw, execproto.TReady, &c.Ready); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	c.readers.Add(1)
+	go c.read()
+	return c, nil
+}
+
+func expect(r io.Reader, t execproto.Type, v any) error {
+	f, err := execproto.ReadFrame(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("executor exited during %s", t)
+		}
+		return fmt.Errorf("read %s: %w", t, err)
+	}
+	if f.Type == execproto.TError {
+		var e execproto.Error
+		if err := execproto.Decode(f.Payload, &e); err != nil {
+			return err
+		}
+		return fmt.Errorf("executor: %s", e.Message)
+	}
+	if f.Type != t {
+		return fmt.Errorf("%w: got %s, want %s", execproto.ErrFrame, f.Type, t)
+	}
+	return execproto.Decode(f.Payload, v)
+}
+
+// Done is closed when the connection has ended.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err says why the connection ended, once Done is closed.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection and waits for its reader.
+func (c *Conn) Close() error {
+	err := c.rw.Close()
+	c.readers.Wait()
+	return err
+}
+
+func (c *Conn) read() {
+	defer c.readers.Done()
+	var err error
+	for {
+		var f execproto.Frame
+		f, err = execproto.ReadFrame(c.rw)
+		if err != nil {
+			break
+		}
+		if err = c.dispatch(f); err != nil {
+			break
+		}
+	}
+	c.mu.Lock()
+	if errors.Is(err, io.EOF) || errors.Is(err, execproto.ErrClosed) {
+		err = ErrLost
+	} else {
+		err = fmt.Errorf("%w: %w", ErrLost, err)
+	}
+	c.err = err
+	streams := c.streams
+	c.streams = map[uint32]*stream{}
+	c.mu.Unlock()
+	for _, s := range streams {
+		s.fail(err)
+	}
+	close(c.done)
+}
+
+func (c *Conn) dispatch(f execproto.Frame) error {
+	if f.Stream == 0 {
+		if f.Type == execproto.TError {
+			var e execproto.Error
+			if err := execproto.Decode(f.Payload, &e); err != nil {
+				return err
+			}
+			return fmt.Errorf("executor: %s", e.Message)
+		}
+		return fmt.Errorf("%w: unexpected %s on stream 0", execproto.ErrFrame, f.Type)
+	}
+	c.mu.Lock()
+	s := c.streams[f.Stream]
+	c.mu.Unlock()
+	if s == nil {
+		return nil // a stream the host already gave up on
+	}
+	switch f.Type {
+	case execproto.TData:
+		ch := f.Payload[0]
+		if ch == execproto.Stdin {
+			return fmt.Errorf("%w: stdin data from executor", execproto.ErrFrame)
+		}
+		return s.deliver(ch, f.Payload[1:])
+	case execproto.TClose:
+		return nil
+	case execproto.TAck:
+		ch, n := execproto.AckCredit(f)
+		if ch != execproto.Stdin {
+			return fmt.Errorf("%w: ack for channel %d from executor", execproto.ErrFrame, ch)
+		}
+		return s.in.Add(n)
+	case execproto.TResult:
+		var r execproto.Result
+		if err := execproto.Decode(f.Payload, &r); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		delete(c.streams, f.Stream)
+		c.mu.Unlock()
+		s.finish(r, nil)
+		return nil
+	case execproto.TError:
+		var e execproto.Error
+		if err := execproto.Decode(f.Payload, &e); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		delete(c.streams, f.Stream)
+		c.mu.Unlock()
+		s.finish(execproto.Result{}, errors.New(e.Message))
+		return nil
+	}
+	return fmt.Errorf("%w: unexpected %s from executor", execproto.ErrFrame, f.Type)
+}
+
+// open starts a stream for req. Output channels go to the given writers (nil
+// discards).
+func (c *Conn) open(req *execproto.Request, stdout, stderr io.Writer) (*stream, error) {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.next++
+	id := c.next
+	s := newStream(c, id, stdout, stderr)
+	c.streams[id] = s
+	c.mu.Unlock()
+	f, err := execproto.JSONFrame(execproto.TOpen, id, req)
+	if err == nil {
+		err = c.w.Write(f)
+	}
+	if err != nil {
+		c.mu.Lock()
+		delete(c.streams, id)
+		c.mu.Unlock()
+		s.fail(err)
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,189 @@
+package execconn
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"golang.org/x/sys/unix"
+)
+
+// Process is a command running in the sandbox.
+type Process struct {
+	s        *stream
+	inputErr chan error
+}
+
+// Start runs req (an exec request). Output goes to stdout and stderr as it
+// arrives; stdin, if not nil, is copied to the command and then closed.
+func (c *Conn) Start(req execproto.Request, stdin io.Reader, stdout, stderr io.Writer) (*Process, error) {
+	req.Op = execproto.OpExec
+	req.Stdin = stdin != nil
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	s, err := c.open(&req, stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{s: s, inputErr: make(chan error, 1)}
+	if stdin != nil {
+		go func() { p.inputErr <- s.sendInput(stdin) }()
+	} else {
+		p.inputErr <- nil
+	}
+	return p, nil
+}
+
+// Signal delivers sig to the command's main process.
+func (p *Process) Signal(sig unix.Signal) error {
+	if sig <= 0 || sig > 64 {
+		return fmt.Errorf("signal %d out of range", sig)
+	}
+	return p.s.send(execproto.Frame{Type: execproto.TSignal, Stream: p.s.id, Payload: []byte{byte(sig)}})
+}
+
+// Resize changes the command's terminal size.
+func (p *Process) Resize(rows, cols uint16) error {
+	return p.s.send(execproto.ResizeFrame(p.s.id, rows, cols))
+}
+
+// Cancel kills the command's process tree.
+func (p *Process) Cancel() error {
+	return p.s.send(execproto.Frame{Type: execproto.TCancel, Stream: p.s.id})
+}
+
+// Done is closed when the command has ended and its output is delivered.
+func (p *Process) Done() <-chan struct{} { return p.s.done }
+
+// Wait waits for the command. Cancelling ctx kills the command's tree.
+func (p *Process) Wait(ctx context.Context) (execproto.Result, error) {
+	return p.s.wait(ctx)
+}
+
+// FileError is a file operation's failure inside the sandbox.
+type FileError struct {
+	Op, Path string
+	Errno    string // ENOENT, EACCES, ... or empty
+	Msg      string
+}
+
+func (e *FileError) Error() string { return e.Op + " " + e.Path + ": " + e.Msg }
+
+// Is maps well-known errnos to fs errors, so callers can use errors.Is(err, fs.ErrNotExist).
+func (e *FileError) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Errno == "ENOENT"
+	case fs.ErrExist:
+		return e.Errno == "EEXIST" || e.Errno == "ENOTEMPTY"
+	case fs.ErrPermission:
+		return e.Errno == "EACCES" || e.Errno == "EPERM" || e.Errno == "EROFS"
+	}
+	return false
+}
+
+// do runs a file request and returns its result; data sent by the executor
+// goes to out, and in (if not nil) is sent as the request's input.
+func (c *Conn) do(ctx context.Context, req execproto.Request, in io.Reader, out io.Writer) (execproto.Result, error) {
+	if err := req.Validate(); err != nil {
+		return execproto.Result{}, err
+	}
+	s, err := c.open(&req, out, nil)
+	if err != nil {
+		return execproto.Result{}, err
+	}
+	if in != nil {
+		go func() { _ = s.sendInput(in) }()
+	} else if req.Op == execproto.OpWrite {
+		_ = s.send(execproto.CloseFrame(s.id, execproto.Stdin))
+	}
+	r, err := s.wait(ctx)
+	if err != nil {
+		return r, fmt.Errorf("%s %s: %w", req.Op, req.Path, err)
+	}
+	if r.Error != "" {
+		return r, &FileError{Op: req.Op, Path: req.Path, Errno: r.Errno, Msg: r.Error}
+	}
+	return r, nil
+}
+
+// ReadFile returns the content of a file; limit > 0 caps it.
+func (c *Conn) ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
+	var buf bytes.Buffer
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpRead, Path: path, Limit: limit}, nil, &buf)
+	return buf.Bytes(), err
+}
+
+// WriteFile creates or truncates path with the content of r.
+func (c *Conn) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if r == nil {
+		r = bytes.NewReader(nil)
+	}
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpWrite, Path: path, Mode: uint32(mode.Perm())}, r, nil)
+	return err
+}
+
+// FileInfo describes a file in the sandbox.
+type FileInfo struct {
+	Name    string
+	Size    int64
+	Mode    fs.FileMode
+	ModTime time.Time
+	Link    string
+}
+
+func infos(es []execproto.Entry) []FileInfo {
+	out := make([]FileInfo, len(es))
+	for i, e := range es {
+		out[i] = FileInfo{Name: e.Name, Size: e.Size, Mode: fs.FileMode(e.Mode), ModTime: time.Unix(0, e.ModTime), Link: e.Link}
+	}
+	return out
+}
+
+// List returns the entries of a directory.
+func (c *Conn) List(ctx context.Context, path string) ([]FileInfo, error) {
+	r, err := c.do(ctx, execproto.Request{Op: execproto.OpList, Path: path}, nil, nil)
+	return infos(r.Entries), err
+}
+
+// Stat describes path without following a final symlink.
+func (c *Conn) Stat(ctx context.Context, path string) (FileInfo, error) {
+	r, err := c.do(ctx, execproto.Request{Op: execproto.OpStat, Path: path}, nil, nil)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if len(r.Entries) != 1 {
+		return FileInfo{}, errors.New("stat: malformed result")
+	}
+	return infos(r.Entries)[0], nil
+}
+
+// Mkdir creates a directory (and its parents if recursive).
+func (c *Conn) Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error {
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpMkdir, Path: path, Mode: uint32(mode.Perm()), Recursive: recursive}, nil, nil)
+	return err
+}
+
+// Remove deletes a file or an empty directory, or a whole tree if recursive.
+func (c *Conn) Remove(ctx context.Context, path string, recursive bool) error {
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpRemove, Path: path, Recursive: recursive}, nil, nil)
+	return err
+}
+
+// Rename moves oldPath to newPath.
+func (c *Conn) Rename(ctx context.Context, oldPath, newPath string) error {
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpRename, Path: oldPath, NewPath: newPath}, nil, nil)
+	return err
+}
+
+// Export writes a tar stream of the tree at path to w.
+func (c *Conn) Export(ctx context.Context, path string, w io.Writer) error {
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpExport, Path: path}, nil, w)
+	return err
+}

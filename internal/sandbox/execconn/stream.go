@@ -1,0 +1,120 @@
+package execconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// stream is the host's view of one request.
+type stream struct {
+	c  *Conn
+	id uint32
+	in *execproto.Credit // send window of stdin
+
+	// out queues output for the writer goroutine.
+	out     *execproto.Inbox
+	writers sync.WaitGroup
+
+	once   sync.Once
+	result execproto.Result
+	err    error
+	done   chan struct{} // closed once result/err are set and output is written
+}
+
+func newStream(c *Conn, id uint32, stdout, stderr io.Writer) *stream {
+	s := &stream{
+		c: c, id: id, in: execproto.NewCredit(execproto.Window),
+		out:  execproto.NewInbox(),
+		done: make(chan struct{}),
+	}
+	s.writers.Add(1)
+	go s.write(stdout, stderr)
+	return s
+}
+
+// write hands output to the caller's writers and returns credit as they
+// accept it, so a slow consumer slows the command, not the host's memory.
+func (s *stream) write(stdout, stderr io.Writer) {
+	defer s.writers.Done()
+	for {
+		c, ok := s.out.Get()
+		if !ok {
+			return
+		}
+		w := stdout
+		if c.Channel == execproto.Stderr {
+			w = stderr
+		}
+		if w != nil {
+			_, _ = w.Write(c.Data) // a failing writer must not stall the command
+		}
+		_ = s.c.w.Write(execproto.AckFrame(s.id, c.Channel, uint32(len(c.Data))))
+	}
+}
+
+func (s *stream) deliver(ch byte, p []byte) error {
+	if err := s.out.Put(ch, p); err != nil {
+		return fmt.Errorf("%w: %w", execproto.ErrFrame, err)
+	}
+	return nil
+}
+
+func (s *stream) finish(r execproto.Result, err error) {
+	s.once.Do(func() {
+		s.result, s.err = r, err
+		s.in.Close()
+		s.out.Close()
+		s.writers.Wait()
+		close(s.done)
+	})
+}
+
+func (s *stream) fail(err error) {
+	s.finish(execproto.Result{Outcome: execproto.OutcomeLost, ExitCode: -1}, err)
+}
+
+// wait returns the stream's result once it ended and its output is written.
+// If ctx ends first, the request is cancelled and wait keeps waiting for the
+// executor to confirm, which it does promptly.
+func (s *stream) wait(ctx context.Context) (execproto.Result, error) {
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
+		select {
+		case <-s.done:
+		case <-s.c.done:
+			<-s.done
+		}
+	}
+	return s.result, s.err
+}
+
+func (s *stream) send(f execproto.Frame) error { return s.c.w.Write(f) }
+
+// sendInput copies r to the stream's stdin channel, then closes it.
+func (s *stream) sendInput(r io.Reader) error {
+	buf := make([]byte, execproto.ChunkSize)
+	var err error
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if err = s.c.w.SendData(s.id, execproto.Stdin, s.in, buf[:n]); err != nil {
+				break
+			}
+		}
+		if rerr != nil {
+			if !errors.Is(rerr, io.EOF) {
+				err = rerr
+			}
+			break
+		}
+	}
+	_ = s.send(execproto.CloseFrame(s.id, execproto.Stdin))
+	return err
+}

@@ -1,0 +1,370 @@
+package linux
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// Config configures the native backend.
+type Config struct {
+	// Executor is the path of the airlock-exec binary.
+	Executor string
+	// StateDir holds the backend's host state (uid-range locks). It is
+	// created if missing.
+	StateDir string
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Backend creates sandboxes with Linux namespaces, cgroups, seccomp and
+// Landlock.
+type Backend struct {
+	cfg    Config
+	log    *slog.Logger
+	root   bool
+	uids   *uidAllocator
+	mu     sync.Mutex
+	cg     *cgroup.Manager // guarded by mu: created on first use
+	cgErr  error           // guarded by mu
+	cgOnce bool            // guarded by mu
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New returns a backend. It checks the executor binary but creates nothing.
+func New(cfg Config) (*Backend, error) {
+	if cfg.Executor == "" {
+		return nil, errors.New("linux backend: no executor binary configured")
+	}
+	if fi, err := os.Stat(cfg.Executor); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("linux backend: executor %s is missing or not a file", cfg.Executor)
+	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("linux backend: no state directory configured")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	root := os.Geteuid() == 0
+	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: filepath.Join(cfg.StateDir, "uids")}}, nil
+}
+
+// CgroupParent is the cgroup under the host's own cgroup that holds every
+// sandbox's group.
+const CgroupParent = "airlock"
+
+func (b *Backend) cgroups() (*cgroup.Manager, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.cgOnce {
+		b.cgOnce = true
+		b.cg, b.cgErr = cgroup.NewManager(CgroupParent)
+	}
+	return b.cg, b.cgErr
+}
+
+// systemDirs are bound read-only from the host when no template root is given.
+var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
+
+// etcFiles are the host's /etc entries a sandbox gets read-only. Never
+// shadow, passwd or anything with host identities or credentials.
+var etcFiles = []string{
+	"/etc/alternatives", "/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf",
+	"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime",
+	"/etc/mime.types", "/etc/protocols", "/etc/services", "/etc/pki", "/etc/crypto-policies",
+}
+
+// Create builds and starts a sandbox.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sandbox, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkSources(&spec); err != nil {
+		return nil, err
+	}
+	id := newID()
+	sb := &Sandbox{b: b, id: id, spec: spec, created: time.Now(), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			sb.teardown()
+		}
+	}()
+
+	var base uint32
+	if b.root {
+		if sb.slot, base, err = b.uids.acquire(id); err != nil {
+			return nil, err
+		}
+	}
+	if err := sb.makeCgroup(); err != nil {
+		return nil, err
+	}
+
+	setup := &execproto.Setup{
+		Hostname:  "airlock",
+		DiskBytes: spec.Limits.DiskBytes,
+		ShmBytes:  min(spec.Limits.DiskBytes, 64<<20),
+		User:      execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"},
+		Rlimits:   map[string]uint64{"core": 0},
+		// Landlock is required when the kernel has it; where it does not
+		// the executor reports that it is missing and doctor says so.
+		RequireLandlock: false,
+	}
+	if setup.DiskBytes == 0 {
+		setup.DiskBytes = sandbox.DefaultLimits.DiskBytes
+	}
+	if !b.root {
+		// Rootless: one id is mapped, so the sandbox user is root of the
+		// user namespace (without capabilities for its commands).
+		setup.User = execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"}
+		setup.NoSetGroups = true
+	}
+	var files []*os.File // ExtraFiles after the control socket: fd 4, 5, ...
+	addFD := func(fd int, name string) int {
+		files = append(files, os.NewFile(uintptr(fd), name))
+		return execproto.ControlFD + len(files)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	idm := &idmapper{executor: b.cfg.Executor, base: base}
+	defer idm.close()
+	tree := func(path string, ro, mapOwner bool) (int, error) {
+		idfd := -1
+		if mapOwner {
+			uid, gid, err := owner(path)
+			if err != nil {
+				return -1, err
+			}
+			if idfd, err = idm.fd(uid, gid); err != nil {
+				return -1, err
+			}
+		}
+		fd, err := detachedTree(path, ro, idfd)
+		if err != nil {
+			return -1, err
+		}
+		return addFD(fd, path), nil
+	}
+	if !b.root {
+		return nil, errors.New("rootless sandboxes are not supported by this build: run as root")
+	}
+	if spec.RootFS != "" {
+		if setup.RootFD, err = tree(spec.RootFS, true, false); err != nil {
+			return nil, fmt.Errorf("rootfs: %w", err)
+		}
+	} else {
+		setup.SystemDirs = existing(systemDirs)
+		setup.EtcFiles = etcFiles
+	}
+	switch {
+	case spec.Workspace == "":
+		setup.Workspace.Mode = execproto.WorkspaceEmpty
+	default:
+		mode := spec.WorkspaceMode
+		if mode == "" {
+			mode = sandbox.WorkspaceCOW
+		}
+		setup.Workspace.Mode = mode
+		if setup.Workspace.FD, err = tree(spec.Workspace, mode == sandbox.WorkspaceRO, true); err != nil {
+			return nil, fmt.Errorf("workspace: %w", err)
+		}
+	}
+	for _, m := range spec.Mounts {
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+		}
+		fd, err := tree(m.Source, m.ReadOnly, true)
+		if err != nil {
+			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+		}
+		setup.Mounts = append(setup.Mounts, execproto.Mount{FD: fd, Target: m.Target, ReadOnly: m.ReadOnly, File: !fi.IsDir()})
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		if setup.ProxyFD, err = tree(spec.ProxySocket, false, true); err != nil {
+			return nil, fmt.Errorf("proxy socket: %w", err)
+		}
+		setup.ProxyAddr = ProxyAddr
+	}
+
+	host, child, err := socketpair()
+	if err != nil {
+		return nil, err
+	}
+	defer child.Close()
+	cmd := exec.Command(b.cfg.Executor)
+	cmd.Args = []string{"airlock-exec"}
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = append([]*os.File{child}, files...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNET,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidRange}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidRange}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		// The sandbox dies with the host: PID 1's death ends the PID
+		// namespace, and with it every process inside.
+		Pdeathsig: syscall.SIGKILL,
+		Setsid:    true,
+	}
+	if fd := sb.cgroupFD(); fd >= 0 {
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
+	if err := cmd.Start(); err != nil {
+		host.Close()
+		return nil, fmt.Errorf("start executor: %w", err)
+	}
+	sb.cmd = cmd
+	sb.exited = make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(sb.exited)
+	}()
+	if sb.cg != nil {
+		if err := sb.cg.AddProc(cmd.Process.Pid); err != nil {
+			host.Close()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	files = nil
+	idm.close()
+
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := execconn.Dial(dctx, host, setup)
+	if err != nil {
+		host.Close()
+		return nil, fmt.Errorf("start sandbox: %w", err)
+	}
+	sb.conn = conn
+	sb.layers = append(sb.layers, conn.Ready.Layers...)
+	sb.watch()
+	b.log.Info("sandbox created", "sandbox_id", id, "pid", cmd.Process.Pid)
+	return sb, nil
+}
+
+// ProxyAddr is where the executor listens for proxied connections inside
+// the sandbox in proxy network mode.
+const ProxyAddr = "127.0.0.1:3128"
+
+func existing(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func checkSources(spec *sandbox.Spec) error {
+	var errs []error
+	if spec.Workspace != "" {
+		abs, err := filepath.Abs(spec.Workspace)
+		if err == nil {
+			spec.Workspace = abs
+			err = checkDir("workspace", abs)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if spec.RootFS != "" {
+		if err := checkDir("rootfs", spec.RootFS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, m := range spec.Mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			errs = append(errs, fmt.Errorf("mount source %s does not exist", m.Source))
+		}
+	}
+	if spec.ProxySocket != "" {
+		fi, err := os.Stat(spec.ProxySocket)
+		if err != nil || fi.Mode()&os.ModeSocket == 0 {
+			errs = append(errs, fmt.Errorf("proxy socket %s is not a unix socket", spec.ProxySocket))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func newID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+func socketpair() (host *os.File, child *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "control"), nil
+}
+
+// Live returns the ids of sandboxes that a running airlock process holds.
+func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
+
+// GC removes what sandboxes of dead airlock processes left: cgroups (killing
+// anything still in them). Mounts need no collection: they live only in the
+// sandbox's own mount namespace and vanish with its last process. It returns
+// the ids it cleaned.
+func (b *Backend) GC() ([]string, error) {
+	live, err := b.uids.live()
+	if err != nil {
+		return nil, err
+	}
+	m, err := b.cgroups()
+	if err != nil {
+		return nil, nil // no cgroups, nothing to collect
+	}
+	names, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	var cleaned []string
+	var errs []error
+	for _, n := range names {
+		if live[n] {
+			continue
+		}
+		g, err := m.Open(n)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := g.Destroy(); err != nil {
+			errs = append(errs, err)
+		} else {
+			cleaned = append(cleaned, n)
+		}
+		_ = g.Close()
+	}
+	return cleaned, errors.Join(errs...)
+}

@@ -1,0 +1,505 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// killTimeout bounds how long Kill waits for a group to empty.
+const killTimeout = 2 * time.Second
+
+// unlimitedV1 is the smallest value v1 reports for "no limit"
+// (PAGE_COUNTER_MAX pages, rounded); anything at or above it is unlimited.
+const unlimitedV1 = 1 << 62
+
+// Group is the cgroup of one sandbox in every hierarchy. Its methods are
+// safe for concurrent use, but CgroupFD must not be used after Close.
+type Group struct {
+	name     string
+	v1       []v1Dir
+	v2       string  // cgroup2 directory, "" if none
+	v2Ctrls  ctrlSet // limit controllers set in v2
+	enforced []string
+
+	mu sync.Mutex
+	fd int // guarded by mu; O_PATH descriptor of v2, -1 if none or closed
+}
+
+// v1Dir is the group's directory in one v1 hierarchy.
+type v1Dir struct {
+	ctrls ctrlSet
+	dir   string
+}
+
+// Stats is the resource usage of a group and how often it hit its limits.
+// A value the kernel does not report is 0.
+//
+// On v1, MemoryMaxHits is memory.failcnt plus memory.memsw.failcnt. Linux
+// 6.18 counts neither when memory+swap is capped at the memory limit, as New
+// does, so there it stays 0; OOMKills is the signal to rely on.
+type Stats struct {
+	MemoryCurrent int64         // bytes charged now
+	MemoryPeak    int64         // highest bytes charged so far
+	CPU           time.Duration // CPU time (user + system) of all processes, past and present
+	Pids          int64         // tasks now
+	OOMKills      int64         // processes killed by the OOM killer inside the group
+	PidsMaxHits   int64         // forks refused by the pids limit
+	MemoryMaxHits int64         // times usage hit the memory limit
+}
+
+// Name returns the group name.
+func (g *Group) Name() string { return g.name }
+
+// CgroupFD returns a descriptor of the group's cgroup2 directory for
+// syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}, which starts a
+// process inside the group (CLONE_INTO_CGROUP), or -1 if there is no cgroup2
+// directory. The Group owns it: Close closes it.
+//
+// In hybrid and v1 mode CLONE_INTO_CGROUP covers only the cgroup2 tree; the
+// v1 limits apply once AddProc has run, so start the process blocked (for
+// example on a pipe) until then. NeedsAddProc reports whether that is needed.
+func (g *Group) CgroupFD() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.fd
+}
+
+// NeedsAddProc reports whether a process started with CgroupFD still needs
+// AddProc for the group's limits to apply to it: true when the group has v1
+// directories or no cgroup2 directory.
+func (g *Group) NeedsAddProc() bool { return len(g.v1) > 0 || g.v2 == "" }
+
+// AddProc moves the process pid (all its threads) into the group in every
+// hierarchy. Processes it has already forked stay where they are, so call it
+// before the process starts anything. Moving a process already in a
+// directory is a no-op, so it is safe after CLONE_INTO_CGROUP.
+func (g *Group) AddProc(pid int) error {
+	s := strconv.Itoa(pid)
+	// cgroup2 first: once there the process can be killed as part of the
+	// group even if a v1 move fails.
+	if g.v2 != "" {
+		if err := writeFile(g.v2+"/cgroup.procs", s); err != nil {
+			return fmt.Errorf("cgroup %s: add pid %d to cgroup2 cgroup.procs: %w", g.name, pid, err)
+		}
+	}
+	for _, d := range g.v1 {
+		if err := writeFile(d.dir+"/cgroup.procs", s); err != nil {
+			return fmt.Errorf("cgroup %s: add pid %d to %s cgroup.procs: %w", g.name, pid, d.ctrls, err)
+		}
+	}
+	return nil
+}
+
+// Enforced lists the limits in force, in the order memory, swap, pids, cpu.
+// "swap" means swap is capped along with memory.
+func (g *Group) Enforced() []string {
+	out := make([]string, len(g.enforced))
+	copy(out, g.enforced)
+	return out
+}
+
+// dirFor returns the directory holding controller c's files and whether it
+// is the cgroup2 one, or "" if the group has none.
+func (g *Group) dirFor(c ctrlSet) (string, bool) {
+	for _, d := range g.v1 {
+		if d.ctrls&c != 0 {
+			return d.dir, false
+		}
+	}
+	if g.v2Ctrls&c != 0 {
+		return g.v2, true
+	}
+	return "", false
+}
+
+// setLimits writes the limits of l. Limits that fail are skipped unless
+// require is set, in which case the first failure is returned.
+func (g *Group) setLimits(l Limits, require bool) error {
+	// set writes val to file and reports whether it did; with optional, a
+	// missing file is skipped silently.
+	var err error
+	set := func(c ctrlSet, dir, file, val string, optional bool) bool {
+		if err != nil {
+			return false
+		}
+		werr := writeFile(dir+"/"+file, val)
+		switch {
+		case werr == nil:
+			return true
+		case optional && errors.Is(werr, unix.ENOENT):
+		case require:
+			err = &LimitError{Group: g.name, Controller: c.String(), File: file, Err: werr}
+		}
+		return false
+	}
+	if l.MemoryBytes > 0 {
+		if dir, v2 := g.dirFor(ctrlMemory); dir != "" {
+			v := strconv.FormatInt(l.MemoryBytes, 10)
+			mem, swap := "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
+			swapVal := v // v1: memory+swap, so the same value means no swap
+			if v2 {
+				mem, swap, swapVal = "memory.max", "memory.swap.max", "0"
+			}
+			// The memory limit must be set first: v1 requires memsw >= limit.
+			if set(ctrlMemory, dir, mem, v, false) {
+				g.enforced = append(g.enforced, "memory")
+				if set(ctrlMemory, dir, swap, swapVal, true) {
+					g.enforced = append(g.enforced, "swap")
+				}
+			}
+		}
+	}
+	if l.Pids > 0 {
+		if dir, _ := g.dirFor(ctrlPids); dir != "" {
+			if set(ctrlPids, dir, "pids.max", strconv.FormatInt(l.Pids, 10), false) {
+				g.enforced = append(g.enforced, "pids")
+			}
+		}
+	}
+	if l.CPUs > 0 {
+		if dir, v2 := g.dirFor(ctrlCPU); dir != "" {
+			q := strconv.FormatInt(l.cpuQuota(), 10)
+			var ok bool
+			if v2 {
+				ok = set(ctrlCPU, dir, "cpu.max", q+" "+strconv.Itoa(cpuPeriodMicros), false)
+			} else {
+				// A new v1 cgroup starts with the default 100 ms period
+				// whatever its parent's, so only the quota is written.
+				ok = set(ctrlCPU, dir, "cpu.cfs_quota_us", q, false)
+			}
+			if ok {
+				g.enforced = append(g.enforced, "cpu")
+			}
+		}
+	}
+	return err
+}
+
+// readEnforced reads back which limits are set, for Open.
+func (g *Group) readEnforced() []string {
+	var out []string
+	limited := func(dir, file string, v1 bool) bool {
+		data, err := readFile(dir + "/" + file)
+		if err != nil {
+			return false
+		}
+		f := bytes.Fields(data)
+		if len(f) == 0 || string(f[0]) == "max" {
+			return false
+		}
+		n, err := strconv.ParseInt(string(f[0]), 10, 64)
+		return err == nil && (!v1 || (n >= 0 && n < unlimitedV1))
+	}
+	if dir, v2 := g.dirFor(ctrlMemory); dir != "" {
+		mem, swap := "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
+		if v2 {
+			mem, swap = "memory.max", "memory.swap.max"
+		}
+		if limited(dir, mem, !v2) {
+			out = append(out, "memory")
+			if limited(dir, swap, !v2) {
+				out = append(out, "swap")
+			}
+		}
+	}
+	if dir, _ := g.dirFor(ctrlPids); dir != "" && limited(dir, "pids.max", false) {
+		out = append(out, "pids")
+	}
+	if dir, v2 := g.dirFor(ctrlCPU); dir != "" {
+		file := "cpu.cfs_quota_us"
+		if v2 {
+			file = "cpu.max"
+		}
+		if limited(dir, file, !v2) {
+			out = append(out, "cpu")
+		}
+	}
+	return out
+}
+
+// Stats returns the group's usage and limit-hit counters.
+func (g *Group) Stats() (Stats, error) {
+	var s Stats
+	var errs []error
+	read := func(dir, file string) []byte {
+		data, err := readFile(dir + "/" + file)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("cgroup %s: read %s: %w", g.name, file, err))
+		}
+		return data
+	}
+	value := func(dir, file string, dst *int64) {
+		if data := read(dir, file); data != nil {
+			if n, err := parseInt(data); err == nil {
+				*dst = n
+			}
+		}
+	}
+	keyed := func(data []byte, key string, dst *int64) {
+		if n, ok := keyedValue(data, key); ok {
+			*dst = n
+		}
+	}
+	if dir, v2 := g.dirFor(ctrlMemory); dir != "" {
+		if v2 {
+			value(dir, "memory.current", &s.MemoryCurrent)
+			value(dir, "memory.peak", &s.MemoryPeak)
+			ev := read(dir, "memory.events")
+			keyed(ev, "oom_kill", &s.OOMKills)
+			keyed(ev, "max", &s.MemoryMaxHits)
+		} else {
+			value(dir, "memory.usage_in_bytes", &s.MemoryCurrent)
+			value(dir, "memory.max_usage_in_bytes", &s.MemoryPeak)
+			// With swap capped at the same value, the memory+swap counter
+			// is charged first and is the one that fails.
+			var memsw int64
+			value(dir, "memory.failcnt", &s.MemoryMaxHits)
+			value(dir, "memory.memsw.failcnt", &memsw)
+			s.MemoryMaxHits += memsw
+			keyed(read(dir, "memory.oom_control"), "oom_kill", &s.OOMKills)
+		}
+	}
+	if dir, _ := g.dirFor(ctrlPids); dir != "" {
+		value(dir, "pids.current", &s.Pids)
+		keyed(read(dir, "pids.events"), "max", &s.PidsMaxHits)
+	}
+	// cgroup2 reports CPU time in every cgroup, with or without the cpu
+	// controller; v1 needs cpuacct.
+	var usec, nsec int64
+	if g.v2 != "" {
+		keyed(read(g.v2, "cpu.stat"), "usage_usec", &usec)
+	}
+	if usec == 0 {
+		if dir, _ := g.dirFor(ctrlCPUAcct); dir != "" {
+			value(dir, "cpuacct.usage", &nsec)
+		}
+	}
+	s.CPU = time.Duration(usec)*time.Microsecond + time.Duration(nsec)
+	return s, errors.Join(errs...)
+}
+
+// Kill sends SIGKILL to every process in the group and waits, for at most 2
+// seconds, until the group is empty. With cgroup.kill (cgroup2, Linux 5.14)
+// the kernel kills the whole subtree atomically, so nothing escapes by
+// forking. Otherwise Kill freezes the group (v1 freezer), signals every
+// process listed in cgroup.procs, thaws it so the signals land, and repeats
+// until it is empty. Without a freezer a process that exits between the read
+// and the signal may, in theory, have its pid reused by then.
+func (g *Group) Kill() error {
+	deadline := time.Now().Add(killTimeout)
+	var rest []string // directories still to empty by signalling
+	if g.v2 != "" {
+		err := writeFile(g.v2+"/cgroup.kill", "1")
+		switch {
+		case err == nil:
+			ok, err := poll(deadline, func() (bool, error) {
+				p, err := g.v2Populated()
+				return !p, err
+			})
+			if err != nil {
+				return fmt.Errorf("cgroup %s: read cgroup.events: %w", g.name, err)
+			}
+			if !ok {
+				return fmt.Errorf("cgroup %s: still populated %v after cgroup.kill", g.name, killTimeout)
+			}
+		case errors.Is(err, unix.ENOENT) && exists(g.v2):
+			rest = append(rest, g.v2) // a kernel without cgroup.kill
+		case errors.Is(err, unix.ENOENT):
+			// Already removed.
+		default:
+			return fmt.Errorf("cgroup %s: write cgroup.kill: %w", g.name, err)
+		}
+	}
+	// In hybrid mode the v1 directories are empty by now unless a process
+	// was moved into them but not into cgroup2; checking costs a read each.
+	for _, d := range g.v1 {
+		rest = append(rest, d.dir)
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	return g.killProcs(rest, deadline)
+}
+
+// v2Populated reads "populated" from cgroup.events. A removed group is not
+// populated.
+func (g *Group) v2Populated() (bool, error) {
+	data, err := readFile(g.v2 + "/cgroup.events")
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	n, _ := keyedValue(data, "populated")
+	return n != 0, nil
+}
+
+// killProcs signals the processes in dirs until none is left.
+func (g *Group) killProcs(dirs []string, deadline time.Time) error {
+	freezer, _ := g.dirFor(ctrlFreezer)
+	self := os.Getpid()
+	ok, err := poll(deadline, func() (bool, error) {
+		if freezer != "" {
+			g.freeze(freezer, deadline)
+		}
+		n := 0
+		var err error
+		for _, d := range dirs {
+			data, rerr := readFile(d + "/cgroup.procs")
+			if errors.Is(rerr, unix.ENOENT) {
+				continue
+			}
+			if rerr != nil {
+				err = fmt.Errorf("cgroup %s: read %s/cgroup.procs: %w", g.name, d, rerr)
+				break
+			}
+			for _, pid := range parsePids(data) {
+				if pid == self {
+					err = fmt.Errorf("cgroup %s: holds the calling process %d, not killing it", g.name, pid)
+					break
+				}
+				n++
+				_ = unix.Kill(pid, unix.SIGKILL) // ESRCH: it is gone already
+			}
+		}
+		if freezer != "" {
+			_ = writeFile(freezer+"/freezer.state", "THAWED") // if this fails, the next round retries
+		}
+		return n == 0, err
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("cgroup %s: still populated after %v of SIGKILL", g.name, killTimeout)
+	}
+	return nil
+}
+
+// freeze freezes the v1 freezer directory dir and waits briefly until the
+// kernel reports FROZEN. A task stuck in the kernel can keep it FREEZING; the
+// caller then signals anyway.
+func (g *Group) freeze(dir string, deadline time.Time) {
+	if writeFile(dir+"/freezer.state", "FROZEN") != nil {
+		return
+	}
+	until := time.Now().Add(100 * time.Millisecond)
+	if deadline.Before(until) {
+		until = deadline
+	}
+	_, _ = poll(until, func() (bool, error) {
+		data, err := readFile(dir + "/freezer.state")
+		return err != nil || bytes.Equal(bytes.TrimSpace(data), []byte("FROZEN")), nil
+	})
+}
+
+// populated reports whether any process is in the group: from cgroup.events
+// when there is a cgroup2 directory, else from the v1 cgroup.procs files.
+func (g *Group) populated() (bool, error) {
+	if g.v2 != "" {
+		return g.v2Populated()
+	}
+	for _, d := range g.v1 {
+		data, err := readFile(d.dir + "/cgroup.procs")
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if len(bytes.TrimSpace(data)) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Destroy kills the group's processes if there are any and removes all its
+// directories. Destroying a destroyed group does nothing. Destroy does not
+// close the descriptor; Close does.
+func (g *Group) Destroy() error {
+	busy, err := g.populated()
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", g.name, err)
+	}
+	if busy {
+		if err := g.Kill(); err != nil {
+			return err
+		}
+	}
+	err = g.removeDirs()
+	if !errors.Is(err, unix.EBUSY) {
+		return err
+	}
+	// A process is left in some directory (one only partly added, or one
+	// that just exited and is still being released): kill and retry.
+	if err := g.Kill(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(killTimeout)
+	_, err = poll(deadline, func() (bool, error) {
+		err := g.removeDirs()
+		if errors.Is(err, unix.EBUSY) {
+			return false, nil
+		}
+		return true, err
+	})
+	if err == nil && g.dirsLeft() {
+		err = fmt.Errorf("cgroup %s: remove: %w", g.name, unix.EBUSY)
+	}
+	return err
+}
+
+// removeDirs removes every directory of the group that exists.
+func (g *Group) removeDirs() error {
+	var first error
+	rm := func(dir string) {
+		if err := rmdir(dir); err != nil && first == nil {
+			first = fmt.Errorf("cgroup %s: remove %s: %w", g.name, dir, err)
+		}
+	}
+	if g.v2 != "" {
+		rm(g.v2)
+	}
+	for _, d := range g.v1 {
+		rm(d.dir)
+	}
+	return first
+}
+
+// dirsLeft reports whether any directory of the group still exists.
+func (g *Group) dirsLeft() bool {
+	if g.v2 != "" && exists(g.v2) {
+		return true
+	}
+	for _, d := range g.v1 {
+		if exists(d.dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// Close releases the descriptor returned by CgroupFD. It does not remove the
+// group. Closing twice is fine.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fd < 0 {
+		return nil
+	}
+	err := unix.Close(g.fd)
+	g.fd = -1
+	if err != nil {
+		return fmt.Errorf("cgroup %s: close: %w", g.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,465 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// cpuPeriodMicros is the CFS period used for CPU quotas: 100 ms, the kernel
+// default.
+const cpuPeriodMicros = 100_000
+
+// Limits are the resource limits of one group. A zero field means no limit.
+type Limits struct {
+	// MemoryBytes caps memory use. Swap is capped too where the kernel
+	// supports it (v1 memory.memsw.limit_in_bytes set to the same value, v2
+	// memory.swap.max set to 0), so the limit cannot be escaped by swapping.
+	MemoryBytes int64
+	// Pids caps the number of tasks (processes and threads).
+	Pids int64
+	// CPUs caps CPU time: CPUs * 100 ms per 100 ms period.
+	CPUs float64
+}
+
+// validate rejects values no kernel would take.
+func (l Limits) validate() error {
+	var errs []error
+	if l.MemoryBytes < 0 {
+		errs = append(errs, fmt.Errorf("memory limit %d is negative", l.MemoryBytes))
+	}
+	if l.Pids < 0 {
+		errs = append(errs, fmt.Errorf("pids limit %d is negative", l.Pids))
+	}
+	if l.CPUs < 0 || math.IsNaN(l.CPUs) || l.CPUs*cpuPeriodMicros >= math.MaxInt64 {
+		errs = append(errs, fmt.Errorf("cpu limit %v is out of range", l.CPUs))
+	}
+	return errors.Join(errs...)
+}
+
+// cpuQuota returns the CFS quota in microseconds for l.CPUs, at least the
+// kernel's minimum of 1 ms.
+func (l Limits) cpuQuota() int64 {
+	return max(int64(math.Ceil(l.CPUs*cpuPeriodMicros)), 1000)
+}
+
+// LimitError reports a requested limit that could not be enforced. New
+// returns it only when requireLimits is set. When the controller itself is
+// missing, File is empty and Err wraps errors.ErrUnsupported.
+type LimitError struct {
+	Group      string // group name
+	Controller string // "memory", "pids" or "cpu"
+	File       string // control file whose write failed, e.g. "memory.limit_in_bytes"
+	Err        error  // the cause
+}
+
+func (e *LimitError) Error() string {
+	if e.File == "" {
+		return "cgroup " + e.Group + ": " + e.Controller + " limit: " + e.Err.Error()
+	}
+	return "cgroup " + e.Group + ": set " + e.File + ": " + e.Err.Error()
+}
+
+func (e *LimitError) Unwrap() error { return e.Err }
+
+// Manager creates and finds groups under a parent cgroup nested in the
+// calling process's own cgroup in every hierarchy. It is safe for concurrent
+// use.
+type Manager struct {
+	parent string
+	lay    layout
+
+	mu sync.Mutex
+	// plan is what New creates groups with, set on first use; guarded by mu.
+	plan *plan
+}
+
+// plan is the outcome of preparing the parent directories.
+type plan struct {
+	mode    Mode
+	v1      []v1Parent
+	v2      string  // cgroup2 parent directory, "" if none
+	v2Ctrls ctrlSet // limit controllers enabled for groups in the cgroup2 tree
+	reasons []string
+}
+
+// v1Parent is the parent directory in one v1 hierarchy.
+type v1Parent struct {
+	ctrls ctrlSet // controllers New uses in this hierarchy
+	dir   string
+}
+
+// NewManager returns a Manager for groups under parentName (for example
+// "airlock"). It reads the caller's cgroups but creates nothing: the parent
+// directories are created on first use by New or Mode, and existing ones are
+// reused.
+func NewManager(parentName string) (*Manager, error) {
+	if err := validName(parentName); err != nil {
+		return nil, fmt.Errorf("cgroup parent: %w", err)
+	}
+	loc, err := located()
+	if err != nil {
+		return nil, err
+	}
+	if loc.v2Dir != "" {
+		// A host that moved itself into <own>/<parent>-host, or a process it
+		// started, keeps finding the groups under <own>/<parent>.
+		loc.v2Dir = hostLeafParent(loc.v2Dir, parentName)
+	}
+	return &Manager{parent: parentName, lay: probe(loc)}, nil
+}
+
+// Mode reports what groups of this Manager get: the controllers limits can be
+// set with and whether a cgroup2 tree tracks them. On first use it prepares
+// the parent directories (see New), so that it reports what New will
+// actually enforce.
+func (m *Manager) Mode() Mode {
+	md := m.prepare().mode
+	md.Controllers = slices.Clone(md.Controllers)
+	return md
+}
+
+// prepare creates the parent directories, enabling v2 controllers on the way,
+// once. Anything that fails makes the affected controllers unavailable and is
+// recorded in the mode's Reason; it is not retried.
+func (m *Manager) prepare() *plan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.plan != nil {
+		return m.plan
+	}
+	p := &plan{reasons: slices.Clone(m.lay.reasons)}
+	// cgroup2 first: what it offers decides which v1 hierarchies are needed.
+	v2Kill, v2CPUStat := false, false
+	if t := m.lay.v2; t.mount != "" {
+		dir := t.own + "/" + m.parent
+		if _, err := mkdir(dir); err != nil {
+			p.reasons = append(p.reasons, fmt.Sprintf("cgroup2: create %s: %v", dir, err))
+		} else {
+			p.v2 = dir
+			v2Kill = exists(dir + "/cgroup.kill")
+			v2CPUStat = exists(dir + "/cpu.stat")
+			if t.ctrls != 0 {
+				if err := m.enableV2(t.own, dir, t.ctrls.names()); err != nil {
+					p.reasons = append(p.reasons, err.Error())
+				} else {
+					p.v2Ctrls = t.ctrls
+				}
+			}
+		}
+	}
+	want := limitCtrls
+	if !v2CPUStat {
+		want |= ctrlCPUAcct // CPU time comes from cpuacct.usage instead
+	}
+	if !v2Kill {
+		want |= ctrlFreezer // Kill freezes before signalling instead
+	}
+	for _, h := range m.lay.v1 {
+		use := h.ctrls & want
+		if use == 0 {
+			continue
+		}
+		dir := h.own + "/" + m.parent
+		if _, err := mkdir(dir); err != nil {
+			p.reasons = append(p.reasons, fmt.Sprintf("%s: create %s: %v", use, dir, err))
+			continue
+		}
+		p.v1 = append(p.v1, v1Parent{ctrls: use, dir: dir})
+	}
+	var have ctrlSet
+	for _, v := range p.v1 {
+		have |= v.ctrls
+	}
+	have = (have | p.v2Ctrls) & limitCtrls
+	for _, c := range []ctrlSet{ctrlMemory, ctrlPids, ctrlCPU} {
+		if have&c == 0 && p.why(c) == "" {
+			p.reasons = append(p.reasons, c.String()+" controller is not available")
+		}
+	}
+	p.mode = Mode{Version: m.lay.version, Controllers: have.names(), Reason: strings.Join(p.reasons, "; ")}
+	if p.v2 != "" {
+		p.mode.Unified = m.lay.v2.mount
+	}
+	m.plan = p
+	return p
+}
+
+// can reports whether limits can be set with controller c.
+func (p *plan) can(c ctrlSet) bool {
+	if p.v2Ctrls&c != 0 {
+		return true
+	}
+	for _, v := range p.v1 {
+		if v.ctrls&c != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// why returns the recorded reasons that concern controller c.
+func (p *plan) why(c ctrlSet) string {
+	var out []string
+	for _, r := range p.reasons {
+		if strings.Contains(r, c.String()) {
+			out = append(out, r)
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// enableV2 enables the controllers named in ctrls for the children of own
+// and of parent, its child.
+func (m *Manager) enableV2(own, parent string, ctrls []string) error {
+	err := enableControllers(own, ctrls)
+	if errors.Is(err, unix.EBUSY) {
+		err = m.moveSelfAndEnable(own, ctrls)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: enable in %s/cgroup.subtree_control: %w", strings.Join(ctrls, ","), own, err)
+	}
+	if err := enableControllers(parent, ctrls); err != nil {
+		return fmt.Errorf("%s: enable in %s/cgroup.subtree_control: %w", strings.Join(ctrls, ","), parent, err)
+	}
+	return nil
+}
+
+// moveSelfAndEnable deals with the "no internal processes" rule: a cgroup
+// with processes cannot enable controllers for its children. If the caller is
+// the only process in own, it moves itself (the whole thread group) into the
+// leaf <own>/<parent>-host, which changes nothing for any other process and
+// keeps every limit on own in force, and retries. Other processes are never
+// moved: they are not ours to move.
+func (m *Manager) moveSelfAndEnable(own string, ctrls []string) error {
+	data, err := readFile(own + "/cgroup.procs")
+	if err != nil {
+		return err
+	}
+	self := os.Getpid()
+	if pids := parsePids(data); len(pids) != 1 || pids[0] != self {
+		return fmt.Errorf("other processes share the caller's cgroup, run airlock in a cgroup of its own: %w", unix.EBUSY)
+	}
+	leaf := own + "/" + m.parent + "-host"
+	if _, err := mkdir(leaf); err != nil {
+		return fmt.Errorf("create %s: %w", leaf, err)
+	}
+	if err := writeFile(leaf+"/cgroup.procs", strconv.Itoa(self)); err != nil {
+		_ = rmdir(leaf) // best effort: it is empty
+		return fmt.Errorf("move the caller into %s: %w", leaf, err)
+	}
+	if err := enableControllers(own, ctrls); err != nil {
+		// Go back to where we were; if that fails we stay in the leaf, which
+		// is harmless.
+		if writeFile(own+"/cgroup.procs", strconv.Itoa(self)) == nil {
+			_ = rmdir(leaf)
+		}
+		return err
+	}
+	return nil
+}
+
+// enableControllers writes the controllers in ctrls that are not yet enabled
+// to dir/cgroup.subtree_control, in one write so that it is all or nothing.
+func enableControllers(dir string, ctrls []string) error {
+	data, err := readFile(dir + "/cgroup.subtree_control")
+	if err != nil {
+		return err
+	}
+	on := strings.Fields(string(data))
+	var missing []string
+	for _, c := range ctrls {
+		if !slices.Contains(on, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return writeFile(dir+"/cgroup.subtree_control", "+"+strings.Join(missing, " +"))
+}
+
+// New creates the group name with limits l. The parent directories are
+// created first if needed (see Mode).
+//
+// If requireLimits is set, every nonzero limit must be enforced: New fails
+// with a *LimitError naming the controller otherwise, and leaves no directory
+// behind. If it is not set, limits that cannot be enforced are skipped;
+// Group.Enforced tells which are in force.
+//
+// New fails with an error matching fs.ErrExist if the group exists.
+func (m *Manager) New(name string, l Limits, requireLimits bool) (*Group, error) {
+	if err := validName(name); err != nil {
+		return nil, fmt.Errorf("cgroup %q: %w", name, err)
+	}
+	if err := l.validate(); err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", name, err)
+	}
+	p := m.prepare()
+	if requireLimits {
+		for _, r := range []struct {
+			c   ctrlSet
+			set bool
+		}{{ctrlMemory, l.MemoryBytes > 0}, {ctrlPids, l.Pids > 0}, {ctrlCPU, l.CPUs > 0}} {
+			if r.set && !p.can(r.c) {
+				why := p.why(r.c)
+				if why == "" {
+					why = "controller is not available"
+				}
+				return nil, &LimitError{Group: name, Controller: r.c.String(), Err: fmt.Errorf("%s: %w", why, errors.ErrUnsupported)}
+			}
+		}
+	}
+
+	g := &Group{name: name, fd: -1, v2Ctrls: p.v2Ctrls}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = g.removeDirs() // only what this call created; empty, so rmdir works
+			_ = g.Close()
+		}
+	}()
+	if p.v2 != "" {
+		dir := p.v2 + "/" + name
+		if err := mkdirGroup(p.v2, dir); err != nil {
+			return nil, fmt.Errorf("cgroup %s: create %s: %w", name, dir, err)
+		}
+		g.v2 = dir
+		fd, err := retryEINTR(func() (int, error) {
+			return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("cgroup %s: open %s: %w", name, dir, err)
+		}
+		g.fd = fd
+	}
+	for _, v := range p.v1 {
+		dir := v.dir + "/" + name
+		if err := mkdirGroup(v.dir, dir); err != nil {
+			return nil, fmt.Errorf("cgroup %s: create %s: %w", name, dir, err)
+		}
+		g.v1 = append(g.v1, v1Dir{ctrls: v.ctrls, dir: dir})
+	}
+	if err := g.setLimits(l, requireLimits); err != nil {
+		return nil, err
+	}
+	ok = true
+	return g, nil
+}
+
+// mkdirGroup creates the group directory dir in parent, re-creating parent
+// if something removed it since prepare.
+func mkdirGroup(parent, dir string) error {
+	err := unix.Mkdir(dir, 0o755)
+	if errors.Is(err, unix.ENOENT) {
+		if _, err := mkdir(parent); err != nil {
+			return err
+		}
+		err = unix.Mkdir(dir, 0o755)
+	}
+	return err
+}
+
+// Open returns the existing group name, for example to garbage-collect it or
+// to watch it from another process. It fails with an error matching
+// fs.ErrNotExist if no directory of the group exists. Open does not create
+// the parent directories.
+func (m *Manager) Open(name string) (*Group, error) {
+	if err := validName(name); err != nil {
+		return nil, fmt.Errorf("cgroup %q: %w", name, err)
+	}
+	g := &Group{name: name, fd: -1}
+	for _, h := range m.lay.v1 {
+		dir := h.own + "/" + m.parent + "/" + name
+		if exists(dir) {
+			g.v1 = append(g.v1, v1Dir{ctrls: h.ctrls, dir: dir})
+		}
+	}
+	if t := m.lay.v2; t.mount != "" {
+		dir := t.own + "/" + m.parent + "/" + name
+		fd, err := retryEINTR(func() (int, error) {
+			return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		})
+		switch {
+		case err == nil:
+			g.v2, g.fd = dir, fd
+			for _, c := range []ctrlSet{ctrlMemory, ctrlPids, ctrlCPU} {
+				if exists(dir + "/" + c.String() + ".max") {
+					g.v2Ctrls |= c
+				}
+			}
+		case !errors.Is(err, unix.ENOENT):
+			return nil, fmt.Errorf("cgroup %s: open %s: %w", name, dir, err)
+		}
+	}
+	if g.v2 == "" && len(g.v1) == 0 {
+		return nil, fmt.Errorf("cgroup %s: %w", name, fs.ErrNotExist)
+	}
+	g.enforced = g.readEnforced()
+	return g, nil
+}
+
+// List returns the names of the existing groups, sorted, including groups
+// only partly present (in some hierarchies), so that gc can destroy them.
+func (m *Manager) List() ([]string, error) {
+	var parents []string
+	for _, h := range m.lay.v1 {
+		parents = append(parents, h.own+"/"+m.parent)
+	}
+	if t := m.lay.v2; t.mount != "" {
+		parents = append(parents, t.own+"/"+m.parent)
+	}
+	var names []string
+	for _, p := range parents {
+		ents, err := os.ReadDir(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list cgroups: %w", err)
+		}
+		for _, e := range ents {
+			if e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// removeParent removes the parent directories if they are empty. Tests use
+// it to leave nothing behind; the host keeps its parent.
+func (m *Manager) removeParent() error {
+	var errs []error
+	for _, h := range m.lay.v1 {
+		errs = append(errs, rmdir(h.own+"/"+m.parent))
+	}
+	if t := m.lay.v2; t.mount != "" {
+		errs = append(errs, rmdir(t.own+"/"+m.parent))
+	}
+	return errors.Join(errs...)
+}
+
+// validName rejects names that are not a single path element.
+func validName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("empty name")
+	case name == ".":
+		return errors.New(`name must not be "."`)
+	case strings.Contains(name, ".."), strings.ContainsAny(name, "/\x00"):
+		return errors.New("name must be a single path element without \"..\"")
+	case len(name) > 255:
+		return errors.New("name too long")
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// sandboxUID is the uid and gid of the unprivileged sandbox user inside.
+const sandboxUID = 1000
+
+// detachedTree clones the host tree at path into a detached mount (open_tree
+// with OPEN_TREE_CLONE) that the executor attaches inside its own mount
+// namespace with move_mount. The host resolves the path with its own
+// privileges and hands over only the resulting tree: the executor never sees
+// a host path. ro makes the tree read-only; idmap, if >= 0, is a user
+// namespace fd whose mapping makes the tree's owner the sandbox user.
+func detachedTree(path string, ro bool, idmap int) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree %s: %w", path, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if ro {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("mount_setattr %s: %w", path, err)
+	}
+	if idmap >= 0 {
+		// Id-mapping is applied on its own and not recursively: a tree
+		// with submounts of other file systems may not support it.
+		a := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(idmap)}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &a); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("id-map %s: %w", path, err)
+		}
+	}
+	return fd, nil
+}
+
+// idmapper creates user namespaces whose mapping shows a host owner as the
+// sandbox user, for id-mapped mounts. A namespace lives as long as a process
+// or file descriptor refers to it, so a short-lived helper (the executor
+// binary in "hold" mode) is started in it, its namespace opened, and the
+// helper ended.
+type idmapper struct {
+	executor string
+	base     uint32 // host uid of uid 0 inside the sandbox
+	fds      map[[2]uint32]int
+	errs     []error
+}
+
+// fd returns a user-namespace fd mapping host owner uid/gid to the sandbox
+// user. It caches one per owner.
+func (m *idmapper) fd(uid, gid uint32) (int, error) {
+	key := [2]uint32{uid, gid}
+	if fd, ok := m.fds[key]; ok {
+		return fd, nil
+	}
+	cmd := exec.Command(m.executor, "hold")
+	cmd.Env = []string{}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return -1, err
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.base) + sandboxUID, Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.base) + sandboxUID, Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	if err := cmd.Start(); err != nil {
+		return -1, fmt.Errorf("start id-map helper: %w", err)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	stdin.Close()
+	_ = cmd.Wait()
+	if err != nil {
+		return -1, fmt.Errorf("open id-map namespace: %w", err)
+	}
+	if m.fds == nil {
+		m.fds = map[[2]uint32]int{}
+	}
+	m.fds[key] = fd
+	return fd, nil
+}
+
+func (m *idmapper) close() {
+	for _, fd := range m.fds {
+		unix.Close(fd)
+	}
+	m.fds = nil
+}
+
+// owner returns the uid and gid owning path.
+func owner(path string) (uint32, uint32, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Uid, st.Gid, nil
+}
+
+// checkDir reports a clear error unless path is an existing directory.
+func checkDir(what, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s %s does not exist", what, path)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s %s is not a directory", what, path)
+	}
+	return nil
+}

@@ -1,0 +1,394 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// Sandbox is a live native sandbox.
+type Sandbox struct {
+	b       *Backend
+	id      string
+	spec    sandbox.Spec
+	created time.Time
+	slot    *os.File // held uid-range lock
+	cg      *cgroup.Group
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the executor process is reaped
+	conn    *execconn.Conn
+	layers  []string
+
+	done     chan struct{} // closed when the sandbox is gone
+	doneOnce sync.Once
+	watchers sync.WaitGroup
+
+	mu        sync.Mutex
+	destroyed bool // guarded by mu
+}
+
+var _ sandbox.Sandbox = (*Sandbox)(nil)
+
+func (s *Sandbox) makeCgroup() error {
+	l := s.spec.Limits
+	want := l.MemoryBytes > 0 || l.Pids > 0 || l.CPUs > 0
+	m, err := s.b.cgroups()
+	if err != nil {
+		if want && l.RequireHard {
+			return fmt.Errorf("resource limits required but cgroups are unavailable: %w", err)
+		}
+		s.layers = append(s.layers, "cgroup:none")
+		return nil
+	}
+	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}, want && l.RequireHard)
+	if err != nil {
+		if want && l.RequireHard {
+			return fmt.Errorf("resource limits required: %w", err)
+		}
+		s.layers = append(s.layers, "cgroup:none")
+		return nil
+	}
+	s.cg = g
+	md := m.Mode()
+	for _, e := range g.Enforced() {
+		s.layers = append(s.layers, "cgroup:"+md.Version+":"+e)
+	}
+	return nil
+}
+
+func (s *Sandbox) cgroupFD() int {
+	if s.cg == nil {
+		return -1
+	}
+	return s.cg.CgroupFD()
+}
+
+// watch ends the sandbox when its executor dies or its TTL passes.
+func (s *Sandbox) watch() {
+	s.watchers.Add(1)
+	go func() {
+		defer s.watchers.Done()
+		var ttl <-chan time.Time
+		if s.spec.TTL > 0 {
+			t := time.NewTimer(s.spec.TTL)
+			defer t.Stop()
+			ttl = t.C
+		}
+		select {
+		case <-s.exited:
+		case <-s.conn.Done():
+		case <-ttl:
+			s.b.log.Info("sandbox ttl reached", "sandbox_id", s.id)
+		case <-s.done:
+			return
+		}
+		s.teardown()
+	}()
+}
+
+// ID returns the sandbox's id.
+func (s *Sandbox) ID() string { return s.id }
+
+// Done is closed when the sandbox is gone.
+func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// Info describes the sandbox.
+func (s *Sandbox) Info() sandbox.Info {
+	return sandbox.Info{ID: s.id, Backend: "linux", Created: s.created, Workspace: s.spec.Workspace, Layers: append([]string(nil), s.layers...)}
+}
+
+// Destroy kills everything in the sandbox and removes what it left.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.teardown()
+	s.watchers.Wait()
+	return nil
+}
+
+// teardown is idempotent and safe from any goroutine.
+func (s *Sandbox) teardown() {
+	s.mu.Lock()
+	if s.destroyed {
+		s.mu.Unlock()
+		return
+	}
+	s.destroyed = true
+	s.mu.Unlock()
+	// Kill first, so the executor cannot act on a half-closed connection.
+	// Killing PID 1 ends the PID namespace; the cgroup catches anything that
+	// could have left it (nothing can, but the cgroup is the proof).
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+	}
+	if s.cg != nil {
+		if err := s.cg.Kill(); err != nil {
+			s.b.log.Warn("kill sandbox cgroup", "sandbox_id", s.id, "err", err)
+		}
+	}
+	if s.exited != nil {
+		<-s.exited
+	}
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	if s.cg != nil {
+		if err := s.cg.Destroy(); err != nil {
+			s.b.log.Warn("remove sandbox cgroup", "sandbox_id", s.id, "err", err)
+		}
+		_ = s.cg.Close()
+	}
+	if s.slot != nil {
+		s.slot.Close()
+	}
+	s.doneOnce.Do(func() { close(s.done) })
+}
+
+func (s *Sandbox) alive() error {
+	select {
+	case <-s.done:
+		return fmt.Errorf("sandbox %s: %w", s.id, execconn.ErrLost)
+	default:
+		return nil
+	}
+}
+
+// Start runs a command.
+func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	req := execproto.Request{
+		Argv: c.Argv, Env: append(append([]string{}, s.spec.Env...), c.Env...), Dir: c.Dir,
+		User: c.User, TTY: c.TTY, Rows: c.Rows, Cols: c.Cols,
+		TimeoutMS: c.Timeout.Milliseconds(), MaxOutput: c.MaxOutput,
+	}
+	if req.User == "" {
+		req.User = s.spec.User
+	}
+	if c.Timeout > 0 && req.TimeoutMS == 0 {
+		req.TimeoutMS = 1
+	}
+	var before cgroup.Stats
+	if s.cg != nil {
+		before, _ = s.cg.Stats()
+	}
+	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	proc := &process{s: s, p: p, before: before, stop: make(chan struct{})}
+	if s.cg != nil {
+		proc.watchers.Add(1)
+		go proc.watchLimits()
+	}
+	return proc, nil
+}
+
+// process wraps a command to turn cgroup events into outcomes.
+type process struct {
+	s        *Sandbox
+	p        *execconn.Process
+	before   cgroup.Stats
+	stop     chan struct{}
+	watchers sync.WaitGroup
+
+	mu     sync.Mutex
+	forced sandbox.Outcome // guarded by mu: a limit the watcher acted on
+}
+
+// limitPoll is how often a running command's cgroup counters are read.
+const limitPoll = 50 * time.Millisecond
+
+// watchLimits ends the command's tree as soon as the sandbox hits its pids
+// or memory limit: a fork bomb stuck at pids.max never exits by itself.
+func (p *process) watchLimits() {
+	defer p.watchers.Done()
+	t := time.NewTicker(limitPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.p.Done():
+			return
+		case <-t.C:
+		}
+		st, err := p.s.cg.Stats()
+		if err != nil {
+			continue
+		}
+		var o sandbox.Outcome
+		switch {
+		case st.OOMKills > p.before.OOMKills:
+			o = sandbox.OutcomeOOM
+		case st.PidsMaxHits > p.before.PidsMaxHits:
+			o = sandbox.OutcomePidsLimit
+		default:
+			continue
+		}
+		p.mu.Lock()
+		p.forced = o
+		p.mu.Unlock()
+		_ = p.p.Cancel()
+		return
+	}
+}
+
+func (p *process) Signal(sig unix.Signal) error { return p.p.Signal(sig) }
+
+func (p *process) Resize(rows, cols uint16) error { return p.p.Resize(rows, cols) }
+
+func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
+	r, err := p.p.Wait(ctx)
+	close(p.stop)
+	p.watchers.Wait()
+	res := sandbox.Result{
+		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal,
+		Usage: sandbox.Usage{
+			Wall:   time.Duration(r.WallMS) * time.Millisecond,
+			CPU:    time.Duration(r.UserMS+r.SystemMS) * time.Millisecond,
+			MaxRSS: r.MaxRSSKB << 10,
+		},
+	}
+	if err != nil {
+		if errors.Is(err, execconn.ErrLost) {
+			res.Outcome, res.Message = sandbox.OutcomeLost, "sandbox lost: "+err.Error()
+			return res, nil
+		}
+		return res, err
+	}
+	if p.s.cg != nil {
+		if st, err := p.s.cg.Stats(); err == nil {
+			res.Usage.MemoryPeak = st.MemoryPeak
+			p.mu.Lock()
+			forced := p.forced
+			p.mu.Unlock()
+			killed := res.Outcome == sandbox.OutcomeSignaled || res.Outcome == sandbox.OutcomeExited && res.ExitCode != 0
+			switch {
+			case forced != "":
+				res.Outcome = forced
+			case killed && st.OOMKills > p.before.OOMKills:
+				res.Outcome = sandbox.OutcomeOOM
+			case killed && st.PidsMaxHits > p.before.PidsMaxHits:
+				res.Outcome = sandbox.OutcomePidsLimit
+			}
+		}
+	}
+	res.Message = p.s.explain(res)
+	return res, nil
+}
+
+// explain says in one line why airlock ended a command.
+func (s *Sandbox) explain(r sandbox.Result) string {
+	l := s.spec.Limits
+	switch r.Outcome {
+	case sandbox.OutcomeTimeout:
+		return "killed: command timeout exceeded"
+	case sandbox.OutcomeOOM:
+		return "killed: memory limit " + sandbox.FormatSize(l.MemoryBytes) + " exceeded"
+	case sandbox.OutcomePidsLimit:
+		return fmt.Sprintf("killed: process limit %d reached", l.Pids)
+	case sandbox.OutcomeOutputLimit:
+		return "killed: output limit exceeded"
+	case sandbox.OutcomeDiskFull:
+		return "disk limit " + sandbox.FormatSize(l.DiskBytes) + " reached"
+	case sandbox.OutcomeLost:
+		return "sandbox lost"
+	}
+	return ""
+}
+
+// ReadFile reads a file inside the sandbox.
+func (s *Sandbox) ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.ReadFile(ctx, path, limit)
+}
+
+// WriteFile writes a file inside the sandbox as the sandbox user.
+func (s *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.WriteFile(ctx, path, r, mode)
+}
+
+// List lists a directory inside the sandbox.
+func (s *Sandbox) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.List(ctx, path)
+}
+
+// Stat describes a file inside the sandbox.
+func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	return s.conn.Stat(ctx, path)
+}
+
+// Mkdir creates a directory inside the sandbox.
+func (s *Sandbox) Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Mkdir(ctx, path, mode, recursive)
+}
+
+// Remove deletes a file or tree inside the sandbox.
+func (s *Sandbox) Remove(ctx context.Context, path string, recursive bool) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Remove(ctx, path, recursive)
+}
+
+// Rename moves a file inside the sandbox.
+func (s *Sandbox) Rename(ctx context.Context, oldPath, newPath string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Rename(ctx, oldPath, newPath)
+}
+
+// Export writes a tar stream of a tree inside the sandbox.
+func (s *Sandbox) Export(ctx context.Context, path string, w io.Writer) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Export(ctx, path, w)
+}
+
+// Diff writes a unified diff of /workspace against its source.
+func (s *Sandbox) Diff(ctx context.Context, w io.Writer) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := s.conn.Export(ctx, "/workspace", pw)
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	derr := sandbox.WriteDiff(w, s.spec.Workspace, pr)
+	pr.CloseWithError(errors.New("diff ended"))
+	if err := <-errc; err != nil {
+		return err
+	}
+	return derr
+}

@@ -1,0 +1,285 @@
+// Package sandbox is the backend-neutral contract of an airlock sandbox: a
+// disposable, isolated place to run the commands and file operations a model
+// chooses. A Backend creates sandboxes from a Spec; a Sandbox lives across
+// many commands until it is destroyed or its TTL ends. Every result carries a
+// structured Outcome, so a limit never looks like a hang or a plain failure.
+//
+// Implementations live in subpackages (linux is the native one) and must pass
+// the conformance suite in sandboxtest, attacks included. There is no
+// unconfined backend, not even for tests.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+	"golang.org/x/sys/unix"
+)
+
+// Outcome says how a command ended.
+type Outcome string
+
+// Outcomes. Anything but OutcomeExited and OutcomeSignaled means airlock ended
+// the command because a limit was reached or the sandbox was lost.
+const (
+	OutcomeExited      Outcome = execproto.OutcomeExited
+	OutcomeSignaled    Outcome = execproto.OutcomeSignaled
+	OutcomeTimeout     Outcome = execproto.OutcomeTimeout
+	OutcomeOOM         Outcome = execproto.OutcomeOOM
+	OutcomePidsLimit   Outcome = execproto.OutcomePidsLimit
+	OutcomeOutputLimit Outcome = execproto.OutcomeOutputLimit
+	OutcomeDiskFull    Outcome = execproto.OutcomeDiskFull
+	OutcomeLost        Outcome = execproto.OutcomeLost
+)
+
+// Workspace modes.
+const (
+	WorkspaceCOW = execproto.WorkspaceCOW // overlay over the host directory: the host copy never changes
+	WorkspaceRO  = execproto.WorkspaceRO  // the host directory, read-only
+	WorkspaceRW  = execproto.WorkspaceRW  // the host directory, writable: changes reach the host
+)
+
+// Network modes.
+const (
+	NetworkNone  = "none"  // loopback only, no route anywhere
+	NetworkProxy = "proxy" // loopback plus a forwarder to the host's egress socket
+)
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// RootFS is a template root filesystem (an unpacked image). Empty means
+	// the host's system directories, read-only, with a generated /etc.
+	RootFS string
+	// Workspace is the host directory shown at /workspace; empty gives an
+	// empty writable workspace.
+	Workspace     string
+	WorkspaceMode string // cow (default), ro, rw
+	Mounts        []Mount
+	// Env is added to every command's environment. Nothing of the host's
+	// environment passes in unless named here or in a Command.
+	Env    []string
+	Limits Limits
+	// Network is NetworkNone (default) or NetworkProxy.
+	Network string
+	// ProxySocket is the host's unix socket that connections from the
+	// sandbox are forwarded to in proxy mode.
+	ProxySocket string
+	// TTL ends the sandbox after this long; 0 means no TTL.
+	TTL time.Duration
+	// User runs commands by default: a name or uid inside the sandbox;
+	// empty means the unprivileged sandbox user.
+	User string
+}
+
+// Mount is an extra bind mount.
+type Mount struct {
+	Source   string
+	Target   string
+	ReadOnly bool
+}
+
+// Limits bound a sandbox's resources.
+type Limits struct {
+	MemoryBytes int64
+	Pids        int64
+	CPUs        float64
+	DiskBytes   int64 // each writable layer: workspace changes and home, /tmp
+	// RequireHard makes creation fail when a memory, pids or CPU limit
+	// cannot be enforced on this machine.
+	RequireHard bool
+}
+
+// DefaultLimits are the limits of `airlock sandbox run`.
+var DefaultLimits = Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1, DiskBytes: 1 << 30, RequireHard: true}
+
+// Validate reports every problem of the spec at once.
+func (s *Spec) Validate() error {
+	var errs []error
+	switch s.WorkspaceMode {
+	case "", WorkspaceCOW, WorkspaceRO, WorkspaceRW:
+	default:
+		errs = append(errs, fmt.Errorf("workspace mode %q: want cow, ro or rw", s.WorkspaceMode))
+	}
+	if s.WorkspaceMode != "" && s.Workspace == "" {
+		errs = append(errs, errors.New("workspace mode given without a workspace directory"))
+	}
+	for _, m := range s.Mounts {
+		if err := m.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, e := range s.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			errs = append(errs, fmt.Errorf("environment entry %q: want KEY=VALUE", e))
+		}
+	}
+	switch s.Network {
+	case "", NetworkNone:
+		if s.ProxySocket != "" {
+			errs = append(errs, errors.New("proxy socket given without proxy network mode"))
+		}
+	case NetworkProxy:
+		if s.ProxySocket == "" {
+			errs = append(errs, errors.New("proxy network mode needs a proxy socket"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("network mode %q: want none or proxy", s.Network))
+	}
+	l := s.Limits
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 || l.DiskBytes < 0 {
+		errs = append(errs, errors.New("limits must not be negative"))
+	}
+	if l.MemoryBytes > 0 && l.MemoryBytes < 4<<20 {
+		errs = append(errs, errors.New("memory limit below 4 MiB cannot start a sandbox"))
+	}
+	if l.Pids > 0 && l.Pids < 4 {
+		errs = append(errs, errors.New("pids limit below 4 cannot start a sandbox"))
+	}
+	if s.TTL < 0 {
+		errs = append(errs, errors.New("ttl must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// reservedTargets are paths a mount may not cover: they hold the sandbox's
+// own machinery.
+var reservedTargets = []string{"/", "/proc", "/dev", "/run/airlock", "/etc"}
+
+func (m Mount) validate() error {
+	if m.Source == "" || !path.IsAbs(m.Source) {
+		return fmt.Errorf("mount source %q: want an absolute host path", m.Source)
+	}
+	if m.Target == "" || !path.IsAbs(m.Target) || path.Clean(m.Target) != m.Target {
+		return fmt.Errorf("mount target %q: want a clean absolute path", m.Target)
+	}
+	for _, r := range reservedTargets {
+		if m.Target == r || (r != "/" && strings.HasPrefix(m.Target, r+"/")) {
+			return fmt.Errorf("mount target %q: %s is reserved", m.Target, r)
+		}
+	}
+	return nil
+}
+
+// Command is one command to run in a sandbox.
+type Command struct {
+	Argv   []string
+	Env    []string // added to the sandbox's Env
+	Dir    string   // default /workspace
+	User   string   // default the sandbox's user
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	TTY    bool
+	Rows   uint16
+	Cols   uint16
+	// Timeout bounds the command's wall clock; 0 means none.
+	Timeout time.Duration
+	// MaxOutput caps stdout+stderr; 0 means no cap.
+	MaxOutput int64
+}
+
+// Usage is what a command consumed.
+type Usage struct {
+	Wall       time.Duration `json:"wall_ns"`
+	CPU        time.Duration `json:"cpu_ns"`
+	MaxRSS     int64         `json:"max_rss_bytes"`
+	MemoryPeak int64         `json:"memory_peak_bytes,omitempty"` // of the whole sandbox, when cgroups tell
+}
+
+// Result is how a command ended.
+type Result struct {
+	Outcome  Outcome `json:"outcome"`
+	ExitCode int     `json:"exit_code"`
+	Signal   int     `json:"signal,omitempty"`
+	// Message explains an outcome that airlock caused, in one line.
+	Message string `json:"message,omitempty"`
+	Usage   Usage  `json:"usage"`
+}
+
+// Process is a running command.
+type Process interface {
+	Signal(sig unix.Signal) error
+	Resize(rows, cols uint16) error
+	// Wait waits for the command; cancelling ctx kills its process tree.
+	Wait(ctx context.Context) (Result, error)
+}
+
+// FileInfo describes a file inside a sandbox.
+type FileInfo = execconn.FileInfo
+
+// Sandbox is one live sandbox.
+type Sandbox interface {
+	ID() string
+	Start(ctx context.Context, cmd Command) (Process, error)
+	ReadFile(ctx context.Context, path string, limit int64) ([]byte, error)
+	WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
+	List(ctx context.Context, path string) ([]FileInfo, error)
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error
+	Remove(ctx context.Context, path string, recursive bool) error
+	Rename(ctx context.Context, oldPath, newPath string) error
+	// Export writes a tar stream of the tree at path inside the sandbox.
+	Export(ctx context.Context, path string, w io.Writer) error
+	// Diff writes a unified diff of /workspace against its source directory.
+	Diff(ctx context.Context, w io.Writer) error
+	// Info describes the sandbox and what it enforces.
+	Info() Info
+	// Done is closed when the sandbox is gone (destroyed, TTL, or lost).
+	Done() <-chan struct{}
+	// Destroy kills every process and removes every mount, cgroup and file
+	// of the sandbox. It is idempotent.
+	Destroy(ctx context.Context) error
+}
+
+// Info describes a live sandbox.
+type Info struct {
+	ID        string    `json:"id"`
+	Backend   string    `json:"backend"`
+	Created   time.Time `json:"created"`
+	Workspace string    `json:"workspace,omitempty"`
+	// Layers lists what is enforced, e.g. "seccomp", "landlock:abi7",
+	// "cgroup:v1:memory".
+	Layers []string `json:"layers"`
+}
+
+// Backend creates sandboxes.
+type Backend interface {
+	Create(ctx context.Context, spec Spec) (Sandbox, error)
+}
+
+// Run starts cmd in sb and waits for it.
+func Run(ctx context.Context, sb Sandbox, cmd Command) (Result, error) {
+	p, err := sb.Start(ctx, cmd)
+	if err != nil {
+		return Result{}, err
+	}
+	return p.Wait(ctx)
+}
+
+// ExitStatus maps a result to a process exit status the way shells do:
+// the command's own code, 128+N for signal N, 124 for a timeout, 137 for a
+// limit kill and 125 for a lost sandbox.
+func (r Result) ExitStatus() int {
+	switch r.Outcome {
+	case OutcomeExited:
+		return r.ExitCode
+	case OutcomeSignaled:
+		return 128 + r.Signal
+	case OutcomeTimeout:
+		return 124
+	case OutcomeOOM, OutcomePidsLimit, OutcomeOutputLimit, OutcomeDiskFull:
+		if r.Outcome == OutcomeDiskFull && r.Signal == 0 && r.ExitCode > 0 && r.ExitCode < 128 {
+			return r.ExitCode
+		}
+		return 137
+	}
+	return 125
+}

@@ -1,0 +1,382 @@
+package sandboxtest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// testEnv checks which environment a command sees: the spec's and the
+// command's, never the host's. It uses t.Setenv, so it runs alone.
+func (s *suite) testEnv(t *testing.T) {
+	name := "AIRLOCK_HOST_CANARY_" + strings.ToUpper(unique())
+	value := "host-secret-" + unique()
+	t.Setenv(name, value)
+	// Created after the canary is set: it must not leak at creation either.
+	sb := s.create(t, sandbox.Spec{Env: []string{"SPEC_VAR=from-spec"}})
+	out, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"env"}, Env: []string{"CMD_VAR=from-command"}})
+	wantExit(t, "env", r, 0, errOut)
+	lines := strings.Split(out, "\n")
+	for _, want := range []string{"SPEC_VAR=from-spec", "CMD_VAR=from-command"} {
+		found := false
+		for _, l := range lines {
+			if l == want {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("env output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, name) || strings.Contains(out, value) {
+		t.Errorf("host environment variable %s leaked into the sandbox:\n%s", name, out)
+	}
+	// The command's environment is its own: another command without Env
+	// does not see CMD_VAR.
+	out, _, _ = run(t, sb, "env")
+	if strings.Contains(out, "CMD_VAR") {
+		t.Errorf("Command.Env of an earlier command is visible to a later one:\n%s", out)
+	}
+}
+
+func (s *suite) testExec(t *testing.T) {
+	sb := s.create(t, sandbox.Spec{})
+
+	t.Run("StdoutStderr", func(t *testing.T) {
+		t.Parallel()
+		out, errOut, r := sh(t, sb, "echo out; echo err >&2; echo out2")
+		wantExit(t, "echo", r, 0, errOut)
+		if out != "out\nout2\n" || errOut != "err\n" {
+			t.Errorf("stdout = %q, stderr = %q; want %q, %q", out, errOut, "out\nout2\n", "err\n")
+		}
+	})
+
+	t.Run("Streaming", func(t *testing.T) {
+		t.Parallel()
+		w := newFirstWriter()
+		p, err := sb.Start(opCtx(t), sandbox.Command{
+			Argv:   []string{"sh", "-c", "echo first; sleep 0.2; echo second"},
+			Stdout: w,
+		})
+		if err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+		type waited struct {
+			r   sandbox.Result
+			err error
+		}
+		res := make(chan waited, 1)
+		ctx := opCtx(t)
+		go func() {
+			r, err := p.Wait(ctx)
+			res <- waited{r, err}
+		}()
+		select {
+		case first := <-w.first:
+			if string(first) != "first\n" {
+				t.Errorf("first chunk = %q, want %q: output was held back until later output", first, "first\n")
+			}
+		case wr := <-res:
+			t.Fatalf("command ended (%+v, %v) before any output reached the writer", wr.r, wr.err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no output reached the writer within 30s")
+		}
+		wr := <-res
+		if wr.err != nil {
+			t.Fatalf("Wait = %v", wr.err)
+		}
+		wantExit(t, "echo; sleep; echo", wr.r, 0, "")
+		if got := w.String(); got != "first\nsecond\n" {
+			t.Errorf("stdout = %q, want %q", got, "first\nsecond\n")
+		}
+	})
+
+	t.Run("StreamingBeforeExit", func(t *testing.T) {
+		// The command cannot end before the test answers on stdin, and the
+		// test answers only once the first line arrived: output must
+		// stream while the command runs.
+		t.Parallel()
+		w := newFirstWriter()
+		pr, pw := io.Pipe()
+		defer pw.Close()
+		p, err := sb.Start(opCtx(t), sandbox.Command{
+			Argv:    []string{"sh", "-c", "echo first; read x; echo got $x"},
+			Stdin:   pr,
+			Stdout:  w,
+			Timeout: 30 * time.Second,
+		})
+		if err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+		select {
+		case first := <-w.first:
+			if string(first) != "first\n" {
+				t.Errorf("first chunk = %q, want %q", first, "first\n")
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("output of a running command did not reach the writer within 20s")
+		}
+		go func() {
+			_, _ = io.WriteString(pw, "go\n")
+			pw.Close()
+		}()
+		r, err := p.Wait(opCtx(t))
+		if err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		wantExit(t, "echo; read; echo", r, 0, "")
+		if got := w.String(); got != "first\ngot go\n" {
+			t.Errorf("stdout = %q, want %q", got, "first\ngot go\n")
+		}
+	})
+
+	t.Run("ExitCodes", func(t *testing.T) {
+		t.Parallel()
+		for _, code := range []int{0, 1, 7, 255} {
+			_, errOut, r := sh(t, sb, fmt.Sprintf("exit %d", code))
+			wantExit(t, fmt.Sprintf("exit %d", code), r, code, errOut)
+			if got := r.ExitStatus(); got != code {
+				t.Errorf("exit %d: ExitStatus() = %d, want %d", code, got, code)
+			}
+		}
+	})
+
+	t.Run("KilledBySignal", func(t *testing.T) {
+		t.Parallel()
+		_, _, r := sh(t, sb, "kill -TERM $$")
+		if r.Outcome != sandbox.OutcomeSignaled || r.Signal != int(unix.SIGTERM) {
+			t.Errorf("kill -TERM $$: Outcome = %q, Signal = %d (result %+v), want %q, %d",
+				r.Outcome, r.Signal, r, sandbox.OutcomeSignaled, unix.SIGTERM)
+		}
+		if got := r.ExitStatus(); got != 143 {
+			t.Errorf("kill -TERM $$: ExitStatus() = %d, want 143", got)
+		}
+	})
+
+	t.Run("ProcessSignal", func(t *testing.T) {
+		t.Parallel()
+		w := newFirstWriter()
+		p, err := sb.Start(opCtx(t), sandbox.Command{
+			Argv:    []string{"sh", "-c", "echo ready; exec sleep 30"},
+			Stdout:  w,
+			Timeout: 20 * time.Second,
+		})
+		if err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+		select {
+		case <-w.first:
+		case <-time.After(20 * time.Second):
+			t.Fatal("command did not start within 20s")
+		}
+		if err := p.Signal(unix.SIGTERM); err != nil {
+			t.Fatalf("Signal(SIGTERM) = %v", err)
+		}
+		r, err := p.Wait(opCtx(t))
+		if err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		if r.Outcome != sandbox.OutcomeSignaled || r.Signal != int(unix.SIGTERM) {
+			t.Errorf("sleep after Signal(SIGTERM): Outcome = %q, Signal = %d (result %+v), want %q, %d",
+				r.Outcome, r.Signal, r, sandbox.OutcomeSignaled, unix.SIGTERM)
+		}
+	})
+
+	t.Run("ProcessSignalRightAfterStart", func(t *testing.T) {
+		// A signal sent as soon as Start returns must not be lost while
+		// the command is still being set up.
+		t.Parallel()
+		p, err := sb.Start(opCtx(t), sandbox.Command{Argv: []string{"sleep", "30"}, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+		if err := p.Signal(unix.SIGTERM); err != nil {
+			t.Fatalf("Signal(SIGTERM) = %v", err)
+		}
+		r, err := p.Wait(opCtx(t))
+		if err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+		if r.Outcome != sandbox.OutcomeSignaled || r.Signal != int(unix.SIGTERM) {
+			t.Errorf("Signal(SIGTERM) right after Start returned nil, but the command ended with Outcome = %q, Signal = %d (result %+v), want %q, %d",
+				r.Outcome, r.Signal, r, sandbox.OutcomeSignaled, unix.SIGTERM)
+		}
+	})
+
+	t.Run("Stdin", func(t *testing.T) {
+		t.Parallel()
+		out, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"cat"}, Stdin: strings.NewReader("hello\nworld\n")})
+		wantExit(t, "cat", r, 0, errOut)
+		if out != "hello\nworld\n" {
+			t.Errorf("cat stdout = %q, want %q", out, "hello\nworld\n")
+		}
+	})
+
+	t.Run("LargeStdin", func(t *testing.T) {
+		t.Parallel()
+		in := make([]byte, 5<<20)
+		_, _ = rand.Read(in)
+		var out syncBuffer
+		_, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"cat"}, Stdin: bytes.NewReader(in), Stdout: &out})
+		wantExit(t, "cat of 5 MiB", r, 0, errOut)
+		got := out.Bytes()
+		if sha256.Sum256(got) != sha256.Sum256(in) {
+			t.Errorf("cat of 5 MiB random stdin: got %d bytes with a different sha256, want the %d bytes sent", len(got), len(in))
+		}
+		// The command reads stdin itself, too.
+		sum, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"sha256sum"}, Stdin: bytes.NewReader(in)})
+		wantExit(t, "sha256sum", r, 0, errOut)
+		if want := fmt.Sprintf("%x", sha256.Sum256(in)); !strings.HasPrefix(sum, want) {
+			t.Errorf("sha256sum of stdin inside = %q, want %s", sum, want)
+		}
+	})
+
+	t.Run("LargeStdout", func(t *testing.T) {
+		t.Parallel()
+		const n = 20 << 20
+		var w countWriter
+		_, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"head", "-c", strconv.Itoa(n), "/dev/zero"}, Stdout: &w})
+		wantExit(t, "head -c 20M", r, 0, errOut)
+		if got := w.count(); got != n {
+			t.Errorf("head -c %d /dev/zero delivered %d bytes, want %d", n, got, n)
+		}
+	})
+
+	t.Run("Cwd", func(t *testing.T) {
+		t.Parallel()
+		out, errOut, r := run(t, sb, "pwd")
+		wantExit(t, "pwd", r, 0, errOut)
+		if out != "/workspace\n" {
+			t.Errorf("pwd = %q, want /workspace", out)
+		}
+		out, errOut, r = runCmd(t, sb, sandbox.Command{Argv: []string{"pwd"}, Dir: "/tmp"})
+		wantExit(t, "pwd in /tmp", r, 0, errOut)
+		if out != "/tmp\n" {
+			t.Errorf("pwd with Dir /tmp = %q, want /tmp", out)
+		}
+	})
+
+	t.Run("User", func(t *testing.T) {
+		t.Parallel()
+		out, errOut, r := run(t, sb, "id", "-u")
+		wantExit(t, "id -u", r, 0, errOut)
+		if out != "1000\n" {
+			t.Errorf("default user: id -u = %q, want 1000", out)
+		}
+		out, errOut, r = runCmd(t, sb, sandbox.Command{Argv: []string{"id", "-u"}, User: "root"})
+		wantExit(t, "id -u as root", r, 0, errOut)
+		if out != "0\n" {
+			t.Errorf("User root: id -u = %q, want 0", out)
+		}
+		for _, user := range []string{"", "root"} {
+			out, errOut, r = runCmd(t, sb, sandbox.Command{Argv: []string{"grep", "^Cap", "/proc/self/status"}, User: user})
+			wantExit(t, "grep Cap", r, 0, errOut)
+			checkNoCaps(t, "user "+strconv.Quote(user), out)
+		}
+	})
+
+	t.Run("SpecUser", func(t *testing.T) {
+		t.Parallel()
+		root := s.create(t, sandbox.Spec{User: "root"})
+		out, errOut, r := run(t, root, "id", "-u")
+		wantExit(t, "id -u", r, 0, errOut)
+		if out != "0\n" {
+			t.Errorf("Spec.User root: id -u = %q, want 0", out)
+		}
+	})
+
+	t.Run("CommandNotFound", func(t *testing.T) {
+		t.Parallel()
+		_, _, r := run(t, sb, "airlock-no-such-command")
+		wantExit(t, "airlock-no-such-command", r, 127, "")
+		_, _, r = sh(t, sb, "airlock-no-such-command")
+		wantExit(t, "sh -c airlock-no-such-command", r, 127, "")
+		if got := r.ExitStatus(); got != 127 {
+			t.Errorf("command not found: ExitStatus() = %d, want 127", got)
+		}
+	})
+
+	t.Run("TTY", func(t *testing.T) {
+		t.Parallel()
+		out, _, r := runCmd(t, sb, sandbox.Command{Argv: []string{"tty"}, TTY: true, Rows: 30, Cols: 100})
+		wantExit(t, "tty", r, 0, "")
+		if !regexp.MustCompile(`^/dev/pts/[0-9]+\r?\n$`).MatchString(out) {
+			t.Errorf("tty with TTY set printed %q, want /dev/pts/N", out)
+		}
+		_, _, r = runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", "test -t 0 && test -t 1"}, TTY: true})
+		wantExit(t, "test -t 0 && test -t 1 with TTY", r, 0, "")
+		out, _, r = runCmd(t, sb, sandbox.Command{Argv: []string{"stty", "size"}, TTY: true, Rows: 30, Cols: 100})
+		wantExit(t, "stty size", r, 0, "")
+		if strings.TrimSpace(out) != "30 100" {
+			t.Errorf("stty size with Rows 30, Cols 100 = %q, want \"30 100\"", out)
+		}
+		// Without TTY, stdin is not a terminal.
+		_, _, r = sh(t, sb, "test -t 0")
+		wantExit(t, "test -t 0 without TTY", r, 1, "")
+	})
+}
+
+// checkNoCaps fails unless every Cap line of /proc/self/status is zero.
+func checkNoCaps(t *testing.T, who, status string) {
+	t.Helper()
+	n := 0
+	for _, l := range strings.Split(strings.TrimSpace(status), "\n") {
+		name, val, ok := strings.Cut(l, ":")
+		if !ok || !strings.HasPrefix(name, "Cap") {
+			continue
+		}
+		n++
+		if strings.Trim(strings.TrimSpace(val), "0") != "" {
+			t.Errorf("%s: %s = %s, want all zero", who, name, strings.TrimSpace(val))
+		}
+	}
+	if n < 4 {
+		t.Errorf("%s: found %d Cap lines in /proc/self/status, want at least 4:\n%s", who, n, status)
+	}
+}
+
+// testConcurrent runs several commands at once in one sandbox.
+func (s *suite) testConcurrent(t *testing.T) {
+	sb := s.create(t, sandbox.Spec{})
+	const n = 10
+	type result struct {
+		out string
+		r   sandbox.Result
+		err error
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			var out syncBuffer
+			r, err := sandbox.Run(opCtx(t), sb, sandbox.Command{
+				Argv:   []string{"sh", "-c", "sleep 0.2; echo $I"},
+				Env:    []string{"I=" + strconv.Itoa(i)},
+				Stdout: &out,
+			})
+			results[i] = result{out.String(), r, err}
+		})
+	}
+	wg.Wait()
+	for i, res := range results {
+		if res.err != nil {
+			t.Errorf("command %d: Run = %v", i, res.err)
+			continue
+		}
+		wantExit(t, fmt.Sprintf("command %d", i), res.r, 0, "")
+		if want := strconv.Itoa(i) + "\n"; res.out != want {
+			t.Errorf("command %d: stdout = %q, want %q", i, res.out, want)
+		}
+	}
+}
