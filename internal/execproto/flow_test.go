@@ -210,7 +210,11 @@ func TestCreditAddBeyondWindow(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Add(%v) = %v, want error: %t", tt.adds, err, tt.wantErr)
 			}
-			// A refused Add must not change the window.
+			// A refused Add must not change the window. (Take blocks on an
+			// empty window, so only look when there is credit.)
+			if total == 0 {
+				return
+			}
 			if n, err := c.Take(math.MaxInt); int64(n) != total || err != nil {
 				t.Errorf("Take(all) = %d, %v; want %d, nil", n, err, total)
 			}

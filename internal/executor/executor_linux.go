@@ -40,8 +40,7 @@ func Main(args []string) int {
 		_ = e.fatal(err)
 		return 1
 	}
-	err := e.serve(conn)
-	if err != nil && !errors.Is(err, io.EOF) {
+	if err := e.serve(conn); !errors.Is(err, io.EOF) {
 		_ = e.fatal(err)
 		return 1
 	}

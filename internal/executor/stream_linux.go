@@ -26,11 +26,12 @@ type stream struct {
 	stdin *execproto.Inbox
 
 	mu        sync.Mutex
-	stdinDone bool     // guarded by mu: Close(stdin) received
-	p         *proc    // guarded by mu: the running process, if any
-	pty       *os.File // guarded by mu: terminal master, if any
-	cancelled bool     // guarded by mu
-	killedFor string   // guarded by mu: outcome forced by a limit
+	stdinDone bool          // guarded by mu: Close(stdin) received
+	p         *proc         // guarded by mu: the running process, if any
+	pty       *os.File      // guarded by mu: terminal master, if any
+	cancelled bool          // guarded by mu
+	signals   []unix.Signal // guarded by mu: signals that arrived before the process started
+	killedFor string        // guarded by mu: outcome forced by a limit
 }
 
 func newStream(e *executor, id uint32, req execproto.Request) *stream {
@@ -78,6 +79,9 @@ func (s *stream) handle(f execproto.Frame) error {
 	case execproto.TSignal:
 		s.mu.Lock()
 		p := s.p
+		if p == nil {
+			s.signals = append(s.signals, unix.Signal(f.Payload[0]))
+		}
 		s.mu.Unlock()
 		if p != nil {
 			s.e.pt.kill(p.pid, unix.Signal(f.Payload[0]))
@@ -202,7 +206,7 @@ func (s *stream) exec() execproto.Result {
 		files[1], files[2] = outW, errW
 		defer closeAll([]*os.File{outW, errW})
 		if req.Stdin {
-			r, w, err := pipe()
+			w, r, err := stdinPipe()
 			if err != nil {
 				closeAll([]*os.File{outR, errR})
 				return errResult(err)
@@ -247,9 +251,14 @@ func (s *stream) exec() execproto.Result {
 	s.mu.Lock()
 	s.p = p
 	cancelled := s.cancelled
+	early := s.signals
+	s.signals = nil
 	s.mu.Unlock()
 	if cancelled {
 		s.e.pt.killTree(pid)
+	}
+	for _, sig := range early {
+		s.e.pt.kill(pid, sig)
 	}
 	// The child has its own copies now; close ours so EOF arrives when the
 	// child and its descendants are done with them.
@@ -387,18 +396,33 @@ func (s *stream) pumpOutput(r *os.File, c byte, credit *execproto.Credit, writte
 	}
 }
 
-func pipe() (r, w *os.File, err error) {
+// pipe returns the executor's end (non-blocking, so Close interrupts a
+// blocked Read or Write) and the command's end (blocking, as programs expect).
+// For output pipes the executor's end reads; for stdin it writes.
+func pipe() (mine, theirs *os.File, err error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
 		return nil, nil, fmt.Errorf("pipe: %w", err)
 	}
-	// The host-facing end is non-blocking so Close interrupts a Read.
-	if err := unix.SetNonblock(fds[0], true); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
+	return ends(fds[0], fds[1])
+}
+
+// stdinPipe is pipe for the command's stdin: the executor writes.
+func stdinPipe() (mine, theirs *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("pipe: %w", err)
+	}
+	return ends(fds[1], fds[0])
+}
+
+func ends(mine, theirs int) (*os.File, *os.File, error) {
+	if err := unix.SetNonblock(mine, true); err != nil {
+		unix.Close(mine)
+		unix.Close(theirs)
 		return nil, nil, err
 	}
-	return os.NewFile(uintptr(fds[0]), "pipe-r"), os.NewFile(uintptr(fds[1]), "pipe-w"), nil
+	return os.NewFile(uintptr(mine), "pipe"), os.NewFile(uintptr(theirs), "pipe"), nil
 }
 
 func openPTY(rows, cols uint16) (master, slave *os.File, err error) {

@@ -51,8 +51,10 @@
 //     namespace hands out fresh capabilities and, with them, kernel code
 //     (netfilter, mounts of exotic file systems) behind many privilege
 //     escalations. clone3 is refused with ENOSYS because its flags sit in
-//     user memory the filter cannot read; C libraries and Go fall back to
-//     clone, whose flags it can.
+//     user memory the filter cannot read; glibc then falls back to clone,
+//     whose flags it can read. Go uses clone3 only for
+//     SysProcAttr.UseCgroupFD (and CLONE_NEWTIME), which cannot work inside
+//     the sandbox.
 //   - Large, frequently exploited kernel subsystems: bpf, perf_event_open,
 //     userfaultfd (makes kernel races easy to win), io_uring (bypasses
 //     seccomp for the operations it performs).

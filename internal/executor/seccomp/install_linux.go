@@ -29,10 +29,11 @@ func Install() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	// no_new_privs makes execve unable to grant privileges (setuid bits,
-	// file capabilities), so a filtered process cannot exec its way to
-	// a more privileged, still filtered, state. It also lets an
-	// unprivileged process install a filter.
+	// no_new_privs stops execve from granting privileges (setuid bits, file
+	// capabilities), so nothing in the sandbox gains privileges by exec.
+	// The kernel demands it (or CAP_SYS_ADMIN) before accepting a filter,
+	// so that a filter cannot trick a setuid program by failing calls it
+	// relies on; with it, installing works unprivileged too.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("set no_new_privs: %w", err)
 	}

@@ -181,13 +181,13 @@ const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC 
 	unix.CLONE_NEWCGROUP | unix.CLONE_NEWTIME
 
 // socketFamilies are the address families socket(2) may create: Docker's
-// list (AF_UNSPEC through AF_BRIDGE, then the families it names one by one)
-// without AF_PACKET. Docker keeps AF_PACKET because a container without
-// CAP_NET_RAW cannot use it, but code that runs as root in a user namespace
-// owning its network namespace does hold CAP_NET_RAW there, and packet
-// sockets have a long history of kernel privilege escalations. Docker's list already
-// leaves out AF_VSOCK (a path to the hypervisor), AF_ALG, AF_DECnet and other
-// rarely used, rarely audited families.
+// list (every family below 12, then the ones it names one by one) without
+// AF_PACKET. Docker keeps AF_PACKET because a container without CAP_NET_RAW
+// cannot use it, but code that runs as root in a user namespace owning its
+// network namespace does hold CAP_NET_RAW there, and packet sockets have a
+// long history of kernel privilege escalations. Docker's list already
+// leaves out AF_VSOCK (a path to the hypervisor), AF_ALG, AF_DECnet and
+// other rarely used, rarely audited families.
 var socketFamilies = []uint32{
 	unix.AF_UNSPEC, unix.AF_UNIX, unix.AF_INET, unix.AF_AX25, unix.AF_IPX,
 	unix.AF_APPLETALK, unix.AF_NETROM, unix.AF_BRIDGE, unix.AF_ATMPVC,

@@ -158,8 +158,9 @@ func cloneFilter() (block, error) {
 }
 
 // clone3Filter refuses clone3 outright: its flags live in a struct in user
-// memory, which a seccomp filter cannot read. ENOSYS makes glibc and the Go
-// runtime fall back to clone, whose flags the filter can check.
+// memory, which a seccomp filter cannot read. ENOSYS is what older kernels
+// answer, so glibc falls back to clone, whose flags the filter can check.
+// (Go's os/exec uses plain clone unless SysProcAttr.UseCgroupFD is set.)
 func clone3Filter() (block, error) {
 	return ret(retErrno(unix.ENOSYS)), nil
 }

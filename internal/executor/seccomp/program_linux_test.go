@@ -233,6 +233,18 @@ func TestAllowlist(t *testing.T) {
 	}
 }
 
+// TestSocketFamilies checks the family list against Docker's, written out
+// by number as default.json has it: below 12, or one of the listed values.
+func TestSocketFamilies(t *testing.T) {
+	docker := []uint32{13, 14, 15, 16, 17, 18, 21, 22, 24, 26, 27, 28, 29, 30, 31, 32, 33, 35, 36, 39, 41, 42, 43, 44, 45}
+	for v := range uint32(64) {
+		want := (v < 12 || slices.Contains(docker, v)) && v != unix.AF_PACKET
+		if got := slices.Contains(socketFamilies, v); got != want {
+			t.Errorf("family %d allowed = %v, want %v", v, got, want)
+		}
+	}
+}
+
 // TestOnlyListedAllowed walks every syscall number up to well past the
 // highest one in use and checks that nothing outside the policy is allowed.
 func TestOnlyListedAllowed(t *testing.T) {

@@ -53,7 +53,6 @@ type idmapper struct {
 	executor string
 	base     uint32 // host uid of uid 0 inside the sandbox
 	fds      map[[2]uint32]int
-	errs     []error
 }
 
 // fd returns a user-namespace fd mapping host owner uid/gid to the sandbox

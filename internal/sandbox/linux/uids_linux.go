@@ -53,7 +53,8 @@ func (a *uidAllocator) acquire(id string) (*os.File, uint32, error) {
 			}
 			return nil, 0, fmt.Errorf("uid slots: %w", err)
 		}
-		if err := f.Truncate(0); err == nil {
+		err = f.Truncate(0)
+		if err == nil {
 			_, err = f.WriteAt([]byte(id), 0)
 		}
 		if err != nil {

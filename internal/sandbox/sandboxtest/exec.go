@@ -197,7 +197,7 @@ func (s *suite) testExec(t *testing.T) {
 		// A signal sent as soon as Start returns must not be lost while
 		// the command is still being set up.
 		t.Parallel()
-		p, err := sb.Start(opCtx(t), sandbox.Command{Argv: []string{"sleep", "30"}, Timeout: 10 * time.Second})
+		p, err := sb.Start(opCtx(t), sandbox.Command{Argv: []string{"sleep", "30"}, Timeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("Start = %v", err)
 		}

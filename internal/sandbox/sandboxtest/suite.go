@@ -62,9 +62,26 @@ func create(t *testing.T, b sandbox.Backend, spec sandbox.Spec) sandbox.Sandbox 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	sb, err := b.Create(ctx, spec)
-	if err != nil {
-		t.Fatalf("Create(%+v) = %v", spec, err)
+	type created struct {
+		sb  sandbox.Sandbox
+		err error
+	}
+	// Create runs on its own goroutine so that a backend that ignores its
+	// context fails the case instead of hanging the test binary.
+	c := make(chan created, 1)
+	go func() {
+		sb, err := b.Create(ctx, spec)
+		c <- created{sb, err}
+	}()
+	var sb sandbox.Sandbox
+	select {
+	case r := <-c:
+		if r.err != nil {
+			t.Fatalf("Create(%+v) = %v", spec, r.err)
+		}
+		sb = r.sb
+	case <-time.After(opTimeout + hangBound):
+		t.Fatalf("Create(%+v) did not return within %v although its context ended after %v", spec, opTimeout+hangBound, opTimeout)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -206,7 +223,7 @@ func uniqueSleep(whole int) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	frac := (int(b[0])<<16 | int(b[1])<<8 | int(b[2])) % 1000000
-	return strconv.Itoa(whole) + "." + strconv.Itoa(1000000+frac)[1:]
+	return strconv.Itoa(whole) + "." + strconv.Itoa(1000000 + frac)[1:]
 }
 
 // hostProcesses returns the pids of host processes whose command line

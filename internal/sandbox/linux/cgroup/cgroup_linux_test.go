@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,278 +19,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// helperEnv selects a helper mode when the test binary re-executes itself as
-// a child process.
-const helperEnv = "AIRLOCK_CGROUP_TEST_HELPER"
-
-func TestMain(m *testing.M) {
-	if mode := os.Getenv(helperEnv); mode != "" {
-		os.Exit(runHelper(mode))
-	}
-	os.Exit(m.Run())
-}
-
-// runHelper is the child side of the tests. The touch and busy modes wait for
-// one byte on stdin, so that the parent can move them into a group first.
-func runHelper(mode string) int {
-	switch mode {
-	case "touch":
-		waitStdin()
-		// Touch 256 MiB, a page at a time, and stop: bounded even if the
-		// limit does not work.
-		const chunk = 1 << 20
-		keep := make([][]byte, 0, 256)
-		for range 256 {
-			c := make([]byte, chunk)
-			for i := 0; i < len(c); i += 4096 {
-				c[i] = 1
-			}
-			keep = append(keep, c)
-		}
-		runtime.KeepAlive(keep)
-		return 0
-	case "busy":
-		waitStdin()
-		end := time.Now().Add(300 * time.Millisecond)
-		for time.Now().Before(end) {
-		}
-		return 0
-	case "rootless":
-		return rootlessHelper()
-	case "enable":
-		return enableHelper()
-	}
-	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
-	return 2
-}
-
-func waitStdin() {
-	var b [1]byte
-	_, _ = os.Stdin.Read(b[:])
-}
-
-// rootlessResult is what the rootless helper reports on stdout.
-type rootlessResult struct {
-	Mode           Mode
-	RequiredErr    string
-	IsLimitError   bool
-	IsUnsupported  bool
-	OptionalErr    string
-	OptionalFD     int
-	OptionalEnf    []string
-	OptionalDstErr string
-}
-
-func rootlessHelper() int {
-	var r rootlessResult
-	m, err := NewManager("airlock-rootless-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	r.Mode = m.Mode()
-	_, err = m.New("required", Limits{MemoryBytes: 64 << 20, Pids: 20}, true)
-	if err != nil {
-		r.RequiredErr = err.Error()
-		var le *LimitError
-		r.IsLimitError = errors.As(err, &le)
-		r.IsUnsupported = errors.Is(err, errors.ErrUnsupported)
-	}
-	g, err := m.New("optional", Limits{MemoryBytes: 64 << 20}, false)
-	if err != nil {
-		r.OptionalErr = err.Error()
-	} else {
-		r.OptionalFD = g.CgroupFD()
-		r.OptionalEnf = g.Enforced()
-		if err := g.Destroy(); err != nil {
-			r.OptionalDstErr = err.Error()
-		}
-		_ = g.Close()
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
-		return 1
-	}
-	return 0
-}
-
-// enableResult is what the enable helper reports on stdout.
-type enableResult struct {
-	Err    string
-	Cgroup string // the helper's cgroup2 path afterwards
-}
-
-// enableHelper runs the v2 controller enabling of prepare with the cgroup it
-// was started in as "own", the directory in $AIRLOCK_CGROUP_TEST_OWN.
-func enableHelper() int {
-	own, ctrl := os.Getenv("AIRLOCK_CGROUP_TEST_OWN"), os.Getenv("AIRLOCK_CGROUP_TEST_CTRL")
-	m := &Manager{parent: "airlock"}
-	var r enableResult
-	if _, err := mkdir(own + "/airlock"); err != nil {
-		r.Err = err.Error()
-	} else if err := m.enableV2(own, own+"/airlock", []string{ctrl}); err != nil {
-		r.Err = err.Error()
-	}
-	b, _ := os.ReadFile("/proc/self/cgroup")
-	for line := range strings.Lines(string(b)) {
-		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
-			r.Cgroup = p
-		}
-	}
-	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
-		return 1
-	}
-	return 0
-}
-
-// helperCmd returns a command running this test binary in helper mode.
-func helperCmd(t *testing.T, mode string) *exec.Cmd {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
-	cmd.Stderr = os.Stderr
-	return cmd
-}
-
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups")
-	}
-}
-
-// newTestManager returns a Manager with a parent of its own, and removes
-// every group left under it and the parent itself when the test ends.
-func newTestManager(t testing.TB) *Manager {
-	t.Helper()
-	requireRoot(t)
-	m, err := NewManager(fmt.Sprintf("airlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		names, err := m.List()
-		if err != nil {
-			t.Errorf("List() = %v", err)
-		}
-		for _, n := range names {
-			g, err := m.Open(n)
-			if err != nil {
-				t.Errorf("Open(%q) = %v", n, err)
-				continue
-			}
-			if err := g.Destroy(); err != nil {
-				t.Errorf("Destroy(%q) = %v", n, err)
-			}
-			_ = g.Close()
-		}
-		if err := m.removeParent(); err != nil {
-			t.Errorf("remove parent: %v", err)
-		}
-	})
-	return m
-}
-
-// requireControllers skips the test if m cannot set limits with every
-// controller in ctrls.
-func requireControllers(t testing.TB, m *Manager, ctrls ...string) {
-	t.Helper()
-	md := m.Mode()
-	for _, c := range ctrls {
-		if !slices.Contains(md.Controllers, c) {
-			t.Skipf("needs the %s controller: %s", c, md.Reason)
-		}
-	}
-}
-
-// newGroup creates a group and destroys it when the test ends.
-func newGroup(t testing.TB, m *Manager, name string, l Limits) *Group {
-	t.Helper()
-	g, err := m.New(name, l, true)
-	if err != nil {
-		t.Fatalf("New(%q, %+v) = %v", name, l, err)
-	}
-	t.Cleanup(func() {
-		if err := g.Destroy(); err != nil {
-			t.Errorf("Destroy() = %v", err)
-		}
-		if err := g.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
-		}
-	})
-	return g
-}
-
-// dirs returns every directory of g.
-func (g *Group) dirs() []string {
-	var out []string
-	if g.v2 != "" {
-		out = append(out, g.v2)
-	}
-	for _, d := range g.v1 {
-		out = append(out, d.dir)
-	}
-	return out
-}
-
-func readTrim(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
-// startBlocked starts cmd blocked on stdin, moves it into g and returns a
-// function that releases it.
-func startBlocked(t *testing.T, g *Group, cmd *exec.Cmd) (release func()) {
-	t.Helper()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	if err := g.AddProc(cmd.Process.Pid); err != nil {
-		t.Fatalf("AddProc(%d) = %v", cmd.Process.Pid, err)
-	}
-	return func() {
-		if _, err := stdin.Write([]byte{1}); err != nil {
-			t.Fatal(err)
-		}
-		_ = stdin.Close()
-	}
-}
-
-func mustGetsid(t *testing.T, pid int) int {
-	t.Helper()
-	sid, err := unix.Getsid(pid)
-	if err != nil {
-		t.Fatalf("getsid(%d): %v", pid, err)
-	}
-	return sid
-}
-
-func killedBySIGKILL(err error) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
-}
 
 func TestDetect(t *testing.T) {
 	md, err := Detect()
@@ -486,9 +213,12 @@ func TestRequiredLimitFailsCleanly(t *testing.T) {
 func TestMissingController(t *testing.T) {
 	m := newTestManager(t)
 	requireControllers(t, m, "memory")
-	// Pretend the pids controller is not there.
-	m.lay.v1 = slices.DeleteFunc(slices.Clone(m.lay.v1), func(h v1Hier) bool { return h.ctrls&ctrlPids != 0 })
-	m.lay.v2.ctrls &^= ctrlPids
+	// A Manager for the same parent that does not see the pids controller;
+	// m, which sees everything, cleans up.
+	lay := m.lay
+	lay.v1 = slices.DeleteFunc(slices.Clone(lay.v1), func(h v1Hier) bool { return h.ctrls&ctrlPids != 0 })
+	lay.v2.ctrls &^= ctrlPids
+	m = &Manager{parent: m.parent, lay: lay}
 	if md := m.Mode(); slices.Contains(md.Controllers, "pids") || !strings.Contains(md.Reason, "pids") {
 		t.Errorf("Mode() = %+v, want no pids and a reason", md)
 	}
@@ -582,6 +312,15 @@ func TestPidsLimit(t *testing.T) {
 	if st.Pids > 20 {
 		t.Errorf("Stats().Pids = %d, want <= 20", st.Pids)
 	}
+	// The counter moves at the failed fork, the shell reports it just after.
+	forkFailed := func() (bool, error) {
+		b, err := os.ReadFile(stderr.Name())
+		return strings.Contains(string(b), "fork"), err
+	}
+	if ok, err := poll(time.Now().Add(5*time.Second), forkFailed); !ok || err != nil {
+		b, _ := os.ReadFile(stderr.Name())
+		t.Errorf("shell stderr = %q, %v; want a fork failure", b, err)
+	}
 	start := time.Now()
 	if err := g.Kill(); err != nil {
 		t.Fatalf("Kill() = %v", err)
@@ -592,9 +331,6 @@ func TestPidsLimit(t *testing.T) {
 		t.Errorf("Kill() took %v, want well under a second", took)
 	}
 	_ = cmd.Wait() // the shell either gave up on fork or was killed
-	if b, _ := os.ReadFile(stderr.Name()); !strings.Contains(string(b), "fork") {
-		t.Errorf("shell stderr = %q, want a fork failure", b)
-	}
 	if busy, err := g.populated(); busy || err != nil {
 		t.Errorf("populated() after Kill = %v, %v, want false", busy, err)
 	}
@@ -675,6 +411,92 @@ func TestCloneIntoCgroupKillsDetachedGrandchild(t *testing.T) {
 	}
 	if busy, err := g.populated(); busy || err != nil {
 		t.Errorf("populated() after Kill = %v, %v, want false", busy, err)
+	}
+}
+
+// TestV1OnlyKill runs a group the way a machine without cgroup2 gets it:
+// v1 directories only, cpuacct for CPU time, and the freezer for Kill.
+func TestV1OnlyKill(t *testing.T) {
+	m := newTestManager(t)
+	requireControllers(t, m, "pids")
+	lay := m.lay
+	lay.version, lay.v2 = "v1", v2Tree{}
+	if !slices.ContainsFunc(lay.v1, func(h v1Hier) bool { return h.ctrls&ctrlFreezer != 0 }) {
+		t.Skip("no v1 freezer hierarchy")
+	}
+	// Same parent, so m, which sees every hierarchy, cleans up.
+	v1 := &Manager{parent: m.parent, lay: lay}
+	if md := v1.Mode(); md.Unified != "" || md.Version != "v1" {
+		t.Errorf("Mode() = %+v, want v1 without a cgroup2 tree", md)
+	}
+	g := newGroup(t, v1, "v1only", Limits{Pids: 50})
+	if g.CgroupFD() != -1 || !g.NeedsAddProc() {
+		t.Errorf("CgroupFD() = %d, NeedsAddProc() = %v, want -1 and true", g.CgroupFD(), g.NeedsAddProc())
+	}
+	for _, c := range []ctrlSet{ctrlFreezer, ctrlCPUAcct} {
+		if dir, _ := g.dirFor(c); dir == "" {
+			t.Fatalf("group has no %s directory", c)
+		}
+	}
+
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) })
+	cmd := exec.Command("/bin/sh", "-c", `read x; setsid /bin/sh -c 'sleep 60 & echo $!'; for i in 1 2 3 4 5; do sleep 60 & done; exec sleep 60`)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	startBlocked(t, g, cmd)()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read grandchild pid: %v", err)
+	}
+	gpid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidsDir, _ := g.dirFor(ctrlPids)
+	var procs []int
+	ok, _ := poll(time.Now().Add(5*time.Second), func() (bool, error) {
+		procs = parsePids([]byte(readTrim(t, pidsDir+"/cgroup.procs")))
+		return len(procs) >= 7, nil // the shell (now sleep), 5 sleeps, the grandchild
+	})
+	if !ok || !slices.Contains(procs, gpid) {
+		t.Fatalf("cgroup.procs = %v, want 7 processes including the grandchild %d", procs, gpid)
+	}
+	t.Cleanup(func() {
+		for _, p := range procs {
+			_ = unix.Kill(p, unix.SIGKILL)
+		}
+	})
+
+	start := time.Now()
+	if err := g.Kill(); err != nil {
+		t.Fatalf("Kill() = %v", err)
+	}
+	t.Logf("Kill with the freezer took %v", time.Since(start))
+	if err := cmd.Wait(); !killedBySIGKILL(err) {
+		t.Errorf("child Wait() = %v, want killed by SIGKILL", err)
+	}
+	for _, p := range procs {
+		if p == cmd.Process.Pid {
+			continue
+		}
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(p, &ws, 0, nil); err != nil {
+			t.Errorf("Wait4(%d) = %v", p, err)
+		} else if !ws.Signaled() || ws.Signal() != unix.SIGKILL {
+			t.Errorf("pid %d wait status = %v, want killed by SIGKILL", p, ws)
+		}
+	}
+	freezer, _ := g.dirFor(ctrlFreezer)
+	if state := readTrim(t, freezer+"/freezer.state"); state != "THAWED" {
+		t.Errorf("freezer.state after Kill = %q, want THAWED", state)
+	}
+	if st, err := g.Stats(); err != nil || st.CPU <= 0 || st.Pids != 0 {
+		t.Errorf("Stats() = %+v, %v, want some CPU time from cpuacct and no pids", st, err)
 	}
 }
 

@@ -104,12 +104,35 @@ func probe(loc location) layout {
 	if loc.v2Dir != "" {
 		l.v2, l.reasons = probeV2(loc.v2Mount, loc.v2Dir, l.v1Ctrls(), loc.version == "v2", l.reasons)
 	}
+	l.reasons = noteMissing(l.reasons, (l.v1Ctrls()|l.v2.ctrls)&limitCtrls, l.version == "v2")
+	return l
+}
+
+// noteMissing adds a reason for each limit controller not in have that no
+// reason explains yet.
+func noteMissing(reasons []string, have ctrlSet, pureV2 bool) []string {
 	for _, c := range []ctrlSet{ctrlMemory, ctrlPids, ctrlCPU} {
-		if l.v1Ctrls()&c == 0 && l.v2.ctrls&c == 0 && !mentions(l.reasons, c.String()) {
-			l.reasons = append(l.reasons, c.String()+" controller is not available")
+		if have&c == 0 && len(reasonsFor(reasons, c, pureV2)) == 0 {
+			reasons = append(reasons, c.String()+" controller is not available")
 		}
 	}
-	return l
+	return reasons
+}
+
+// reasonsFor returns the reasons that explain why controller c is missing:
+// those that start with its name (alone or in a list such as
+// "memory,pids:"), and on pure v2 those about the cgroup2 tree, which all
+// limits depend on there.
+func reasonsFor(reasons []string, c ctrlSet, pureV2 bool) []string {
+	var out []string
+	for _, r := range reasons {
+		head, _, _ := strings.Cut(r, " ")
+		head = strings.TrimSuffix(head, ":")
+		if slices.Contains(strings.Split(head, ","), c.String()) || pureV2 && head == "cgroup2" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // probeV2 checks the caller's cgroup2 directory own: whether it is writable
@@ -158,16 +181,6 @@ func (l *layout) mode() Mode {
 	m := Mode{Version: l.version, Controllers: ((l.v1Ctrls() | l.v2.ctrls) & limitCtrls).names(), Unified: l.v2.mount}
 	m.Reason = strings.Join(l.reasons, "; ")
 	return m
-}
-
-// mentions reports whether any reason starts with the controller name.
-func mentions(reasons []string, ctrl string) bool {
-	for _, r := range reasons {
-		if strings.HasPrefix(r, ctrl) {
-			return true
-		}
-	}
-	return false
 }
 
 // hostLeafParent returns the parent of own if own is the leaf a host moved

@@ -89,6 +89,7 @@ type plan struct {
 	v2      string  // cgroup2 parent directory, "" if none
 	v2Ctrls ctrlSet // limit controllers enabled for groups in the cgroup2 tree
 	reasons []string
+	pureV2  bool // every limit depends on the cgroup2 tree
 }
 
 // v1Parent is the parent directory in one v1 hierarchy.
@@ -136,7 +137,7 @@ func (m *Manager) prepare() *plan {
 	if m.plan != nil {
 		return m.plan
 	}
-	p := &plan{reasons: slices.Clone(m.lay.reasons)}
+	p := &plan{reasons: slices.Clone(m.lay.reasons), pureV2: m.lay.version == "v2"}
 	// cgroup2 first: what it offers decides which v1 hierarchies are needed.
 	v2Kill, v2CPUStat := false, false
 	if t := m.lay.v2; t.mount != "" {
@@ -180,11 +181,7 @@ func (m *Manager) prepare() *plan {
 		have |= v.ctrls
 	}
 	have = (have | p.v2Ctrls) & limitCtrls
-	for _, c := range []ctrlSet{ctrlMemory, ctrlPids, ctrlCPU} {
-		if have&c == 0 && p.why(c) == "" {
-			p.reasons = append(p.reasons, c.String()+" controller is not available")
-		}
-	}
+	p.reasons = noteMissing(p.reasons, have, p.pureV2)
 	p.mode = Mode{Version: m.lay.version, Controllers: have.names(), Reason: strings.Join(p.reasons, "; ")}
 	if p.v2 != "" {
 		p.mode.Unified = m.lay.v2.mount
@@ -206,15 +203,12 @@ func (p *plan) can(c ctrlSet) bool {
 	return false
 }
 
-// why returns the recorded reasons that concern controller c.
+// why explains why controller c is unavailable.
 func (p *plan) why(c ctrlSet) string {
-	var out []string
-	for _, r := range p.reasons {
-		if strings.Contains(r, c.String()) {
-			out = append(out, r)
-		}
+	if r := reasonsFor(p.reasons, c, p.pureV2); len(r) > 0 {
+		return strings.Join(r, "; ")
 	}
-	return strings.Join(out, "; ")
+	return p.mode.Reason
 }
 
 // enableV2 enables the controllers named in ctrls for the children of own
@@ -310,11 +304,7 @@ func (m *Manager) New(name string, l Limits, requireLimits bool) (*Group, error)
 			set bool
 		}{{ctrlMemory, l.MemoryBytes > 0}, {ctrlPids, l.Pids > 0}, {ctrlCPU, l.CPUs > 0}} {
 			if r.set && !p.can(r.c) {
-				why := p.why(r.c)
-				if why == "" {
-					why = "controller is not available"
-				}
-				return nil, &LimitError{Group: name, Controller: r.c.String(), Err: fmt.Errorf("%s: %w", why, errors.ErrUnsupported)}
+				return nil, &LimitError{Group: name, Controller: r.c.String(), Err: fmt.Errorf("%s: %w", p.why(r.c), errors.ErrUnsupported)}
 			}
 		}
 	}

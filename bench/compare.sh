@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Side-by-side sandbox benchmarks in one run: airlock against bubblewrap, runc
+# and runsc (gVisor) from Debian's packages, and a plain fork+exec floor.
+# Prints medians and ratios. Needs root. Usage: bench/compare.sh [RUNS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-40}
+[ "$(id -u)" -eq 0 ] || { echo "bench/compare.sh needs root" >&2; exit 1; }
+for p in hyperfine bwrap runc runsc; do
+  command -v "$p" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine bubblewrap runc runsc >/dev/null
+done
+make -s build
+AL=$PWD/bin/airlock
+export AIRLOCK_HOME=$(mktemp -d)
+t=$(mktemp -d)
+cleanup() {
+  [ -n "${bpid:-}" ] && kill "$bpid" 2>/dev/null || true
+  [ -n "${sid:-}" ] && "$AL" sandbox rm "$sid" >/dev/null 2>&1 || true
+  rm -rf "$t" "$AIRLOCK_HOME"
+}
+trap cleanup EXIT
+
+BW="bwrap --unshare-all --unshare-user --new-session --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin --tmpfs /tmp --proc /proc --dev /dev"
+
+# An OCI bundle whose root is the host's /usr, read-only, like the others.
+mkdir -p "$t/bundle/rootfs"
+(cd "$t/bundle" && runc spec)
+for l in bin lib lib64 sbin; do ln -s "usr/$l" "$t/bundle/rootfs/$l"; done
+mkdir -p "$t/bundle/rootfs/usr" "$t/bundle/rootfs/proc" "$t/bundle/rootfs/dev" "$t/bundle/rootfs/tmp"
+python3 - "$t/bundle/config.json" <<'PY'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["process"]["args"] = ["/bin/true"]
+c["process"]["terminal"] = False
+c["root"]["readonly"] = True
+c["mounts"].append({"destination": "/usr", "type": "bind", "source": "/usr", "options": ["rbind", "ro"]})
+c["mounts"].append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]})
+json.dump(c, open(p, "w"))
+PY
+
+median() { python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['results']; print(' '.join('%.2f'%(x['median']*1000) for x in r))" "$1"; }
+ratio() { python3 -c "print('%.2f' % ($1/$2))"; }
+
+echo "== cold start: create, run /bin/true, destroy (median ms of $RUNS)"
+hyperfine -N -w 3 -r "$RUNS" --export-json "$t/cold.json" \
+  "/bin/true" \
+  "$AL sandbox run -- /bin/true" \
+  "$BW /bin/true" \
+  "runc run -b $t/bundle bench-runc" \
+  "runsc --network=none --ignore-cgroups run -bundle $t/bundle bench-runsc" >/dev/null
+read -r floor al bw rc rs <<<"$(median "$t/cold.json")"
+printf '%-28s %8s ms\n' "fork+exec floor" "$floor" "airlock sandbox run" "$al" "bwrap" "$bw" "runc run" "$rc" "runsc run" "$rs"
+echo "ratios: airlock/bwrap $(ratio "$al" "$bw")   airlock/runc $(ratio "$al" "$rc")   airlock/runsc $(ratio "$al" "$rs")   airlock/floor $(ratio "$al" "$floor")"
+
+echo
+echo "== exec into a running sandbox (median ms of $RUNS)"
+sid=$("$AL" sandbox create | tail -n 1)
+$BW sleep 1000 & bpid=$!
+sleep 0.5
+inner=$(pgrep -P "$bpid" | head -n 1); inner=${inner:-$bpid}
+hyperfine -N -w 3 -r "$RUNS" --export-json "$t/exec.json" \
+  "$AL sandbox exec $sid -- /bin/true" \
+  "nsenter -t $inner --all --root --wd /bin/true" >/dev/null
+read -r ae ne <<<"$(median "$t/exec.json")"
+printf '%-28s %8s ms\n' "airlock sandbox exec" "$ae" "nsenter into bwrap" "$ne"
+echo "ratio: airlock/nsenter $(ratio "$ae" "$ne")"
+
+echo
+echo "== idle memory: PSS of executors of 50 idle sandboxes"
+ids=()
+for i in $(seq 50); do ids+=("$("$AL" sandbox create --ttl 10m | tail -n 1)"); done
+pss=$(for p in $(pgrep -x airlock-exec); do awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup"; done | awk '{s+=$1; n++} END {printf "%.2f", s/n/1024}')
+echo "executor PSS per idle sandbox: $pss MiB (the supervisor of airlock sandbox create is extra; a server holds many sandboxes in one process)"
+"$AL" sandbox rm "${ids[@]}" >/dev/null
+
+echo
+echo "== throughput: sandboxes created, used and destroyed per second, 2 workers, 200 sandboxes"
+rate() { local start end; start=$(date +%s.%N); seq 200 | xargs -P 2 -I{} sh -c "$1" >/dev/null 2>&1; end=$(date +%s.%N); python3 -c "print('%.1f' % (200/($end-$start)))"; }
+ra=$(rate "$AL sandbox run -- /bin/true")
+rb=$(rate "$BW /bin/true")
+echo "airlock: $ra/s   bwrap: $rb/s   ratio $(ratio "$ra" "$rb")"

@@ -1,0 +1,1357 @@
+package linux_test
+
+// Attacks on the native backend's boundary. Each case shows that an attack
+// fails inside a sandbox and, where it can be done harmlessly, that the same
+// probe succeeds on the host, so a probe that could never detect a break does
+// not pass by accident.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+)
+
+// attackTimeout bounds every command and sandbox operation of these tests.
+const attackTimeout = 60 * time.Second
+
+func attackBackend(t *testing.T) *linux.Backend {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("linux.New = %v", err)
+	}
+	return b
+}
+
+// attackSandbox creates a sandbox (default limits unless spec has some) and
+// destroys it when the test ends.
+func attackSandbox(t *testing.T, spec sandbox.Spec) sandbox.Sandbox {
+	t.Helper()
+	return attackCreate(t, attackBackend(t), spec)
+}
+
+func attackCreate(t *testing.T, b *linux.Backend, spec sandbox.Spec) sandbox.Sandbox {
+	t.Helper()
+	if spec.Limits == (sandbox.Limits{}) {
+		spec.Limits = sandbox.DefaultLimits
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	type created struct {
+		sb  sandbox.Sandbox
+		err error
+	}
+	c := make(chan created, 1)
+	go func() {
+		sb, err := b.Create(ctx, spec)
+		c <- created{sb, err}
+	}()
+	var sb sandbox.Sandbox
+	select {
+	case r := <-c:
+		if r.err != nil {
+			t.Fatalf("Create = %v", r.err)
+		}
+		sb = r.sb
+	case <-time.After(attackTimeout + 10*time.Second):
+		t.Fatalf("Create did not return within %v", attackTimeout+10*time.Second)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+		defer cancel()
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("Destroy = %v", err)
+		}
+	})
+	return sb
+}
+
+// attackResult is what a probe inside a sandbox did.
+type attackResult struct {
+	stdout, stderr string
+	r              sandbox.Result
+}
+
+func (a attackResult) ok() bool {
+	return a.r.Outcome == sandbox.OutcomeExited && a.r.ExitCode == 0
+}
+
+func (a attackResult) String() string {
+	return fmt.Sprintf("result %+v\nstdout: %s\nstderr: %s", a.r, a.stdout, a.stderr)
+}
+
+// attackRun runs script with sh inside sb as user ("" is the sandbox user).
+func attackRun(t *testing.T, sb sandbox.Sandbox, user, script string) attackResult {
+	t.Helper()
+	return attackExec(t, sb, sandbox.Command{Argv: []string{"sh", "-c", script}, User: user})
+}
+
+func attackExec(t *testing.T, sb sandbox.Sandbox, c sandbox.Command) attackResult {
+	t.Helper()
+	var out, errb lockedBuffer
+	c.Stdout, c.Stderr = &out, &errb
+	if c.Timeout == 0 {
+		c.Timeout = attackTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout+10*time.Second)
+	defer cancel()
+	r, err := sandbox.Run(ctx, sb, c)
+	if err != nil {
+		t.Fatalf("Run(%q) = %v", c.Argv, err)
+	}
+	return attackResult{out.String(), errb.String(), r}
+}
+
+// attackMust runs a script that must succeed: it sets up an attack or is a
+// positive control.
+func attackMust(t *testing.T, sb sandbox.Sandbox, user, script string) string {
+	t.Helper()
+	res := attackRun(t, sb, user, script)
+	if !res.ok() {
+		t.Fatalf("setup or control %q as user %q failed: %v", script, user, res)
+	}
+	return res.stdout
+}
+
+// attackHost runs script with bash on the host and returns its combined
+// output and exit code (-1 if it could not run).
+func attackHost(t *testing.T, script string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "bash", "-c", script).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	return string(out) + err.Error(), -1
+}
+
+// attackHostProcs returns host pids whose command line has arg as an argument.
+func attackHostProcs(arg string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Split(string(b), "\x00"), arg) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// attackKillLeftovers kills (by pid) processes a failed case left behind,
+// so one failure does not leak into the machine.
+func attackKillLeftovers(t *testing.T, marker string) {
+	t.Cleanup(func() {
+		for _, pid := range attackHostProcs(marker) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+}
+
+func attackPoll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func attackToken() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// attackMarker returns a sleep duration no other process on the machine uses.
+func attackMarker(whole int) string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	n := (int(b[0])<<16 | int(b[1])<<8 | int(b[2])) % 1000000
+	return fmt.Sprintf("%d.%06d", whole, n)
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestAttackHostEnv: nothing of the host process's environment reaches a
+// sandbox. It uses t.Setenv and so runs alone.
+func TestAttackHostEnv(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	name := "AIRLOCK_ATTACK_CANARY_" + strings.ToUpper(attackToken())
+	value := "canary-" + attackToken()
+	t.Setenv(name, value)
+	if out, _ := attackHost(t, "env"); !strings.Contains(out, value) {
+		t.Fatalf("control: a host child does not see the canary variable %s", name)
+	}
+	sb := attackSandbox(t, sandbox.Spec{})
+	for _, user := range []string{"", "root"} {
+		res := attackRun(t, sb, user, `env; tr '\0' '\n' < /proc/self/environ; for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null; grep -rs `+value+` /etc /home /tmp /workspace /run 2>/dev/null; true`)
+		if strings.Contains(res.stdout+res.stderr, value) || strings.Contains(res.stdout+res.stderr, name) {
+			t.Errorf("user %q: the host's environment variable %s is visible inside:\n%v", user, name, res)
+		}
+	}
+}
+
+// TestAttackHostFiles: host credentials, homes and unrelated host files are
+// not in the sandbox.
+func TestAttackHostFiles(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "airlock-attack-canary-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	canary := "airlock-canary-" + attackToken()
+	if err := os.WriteFile(filepath.Join(dir, canary), []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := attackHost(t, "find "+os.TempDir()+" -maxdepth 2 -name "+canary); !strings.Contains(out, canary) {
+		t.Fatalf("control: find on the host does not find the canary %s: %q", canary, out)
+	}
+	sb := attackSandbox(t, sandbox.Spec{})
+
+	t.Run("Shadow", func(t *testing.T) {
+		if _, err := os.ReadFile("/etc/shadow"); err != nil {
+			t.Skipf("control: the host has no readable /etc/shadow: %v", err)
+		}
+		for _, user := range []string{"", "root"} {
+			if res := attackRun(t, sb, user, "cat /etc/shadow /etc/gshadow"); res.ok() || res.stdout != "" {
+				t.Errorf("user %q read /etc/shadow inside: %v", user, res)
+			}
+		}
+	})
+
+	t.Run("Homes", func(t *testing.T) {
+		if ents, _ := os.ReadDir("/root"); len(ents) == 0 {
+			t.Logf("control: the host's /root is empty or missing; the check below proves less")
+		}
+		out := attackMust(t, sb, "root", "ls -A /home; ls -A /root 2>/dev/null; true")
+		if out != "sandbox\n" {
+			t.Errorf("ls -A /home /root inside = %q, want only the sandbox user's home", out)
+		}
+	})
+
+	t.Run("Passwd", func(t *testing.T) {
+		host, err := os.ReadFile("/etc/passwd")
+		if err != nil {
+			t.Skip(err)
+		}
+		inside := attackMust(t, sb, "", "cat /etc/passwd")
+		for _, l := range strings.Split(string(host), "\n") {
+			user, _, _ := strings.Cut(l, ":")
+			switch user {
+			case "", "root", "nobody", "sandbox":
+				continue
+			}
+			if strings.Contains(inside, "\n"+user+":") || strings.HasPrefix(inside, user+":") {
+				t.Errorf("host user %s is listed in the sandbox's /etc/passwd", user)
+			}
+		}
+	})
+
+	t.Run("Canary", func(t *testing.T) {
+		// Everything but /proc, as root; bounded by the command timeout.
+		res := attackRun(t, sb, "root", "find / -xdev -name "+canary+" 2>/dev/null; find / -path /proc -prune -o -name "+canary+" -print 2>/dev/null; true")
+		if !res.ok() {
+			t.Fatalf("find did not finish: %v", res)
+		}
+		if strings.Contains(res.stdout, canary) {
+			t.Errorf("a host file outside every mount is visible inside:\n%s", res.stdout)
+		}
+	})
+}
+
+// TestAttackWriteOutsideWorkspace: the root file system and the system
+// directories are read-only, also for root inside.
+func TestAttackWriteOutsideWorkspace(t *testing.T) {
+	t.Parallel()
+	sb := attackSandbox(t, sandbox.Spec{})
+	name := "airlock-attack-" + attackToken()
+	paths := []string{
+		"/usr/bin/" + name, "/bin/" + name, "/lib/" + name, "/etc/" + name, "/" + name,
+		"/opt/" + name, "/run/" + name, "/etc/ssl/" + name, "/etc/passwd", "/etc/hostname",
+		"/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches",
+	}
+	for _, p := range paths {
+		for _, user := range []string{"", "root"} {
+			res := attackRun(t, sb, user, "echo pwned >> "+p)
+			if res.ok() {
+				t.Errorf("user %q wrote %s inside the sandbox", user, p)
+			} else if !strings.Contains(res.stderr, "Read-only file system") && !strings.Contains(res.stderr, "Permission denied") {
+				t.Errorf("user %q writing %s failed with %q, want EROFS or EACCES", user, p, res.stderr)
+			}
+		}
+		if err := sb.WriteFile(context.Background(), p, strings.NewReader("pwned"), 0o644); err == nil {
+			t.Errorf("WriteFile(%s) = nil, want an error", p)
+		}
+	}
+	for _, p := range []string{"/usr/bin/" + name, "/etc/" + name, "/" + name, "/opt/" + name} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("host %s exists after the attack", p)
+			os.Remove(p)
+		}
+	}
+	if got := attackMust(t, sb, "", "cat /etc/hostname; hostname"); got != "airlock\nairlock\n" {
+		t.Errorf("hostname inside after the attack = %q, want airlock", got)
+	}
+}
+
+// TestAttackProcIsolation: /proc shows the sandbox's own processes only.
+func TestAttackProcIsolation(t *testing.T) {
+	t.Parallel()
+	self := os.Getpid()
+	exe := filepath.Base(os.Args[0])
+	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", self)); !strings.Contains(string(b), exe) {
+		t.Fatalf("control: host /proc/%d/cmdline = %q does not name %s", self, b, exe)
+	}
+	sb := attackSandbox(t, sandbox.Spec{})
+	out := attackMust(t, sb, "root", "ls /proc | grep -c '^[0-9]*$'")
+	if n, err := strconv.Atoi(strings.TrimSpace(out)); err != nil || n >= 10 {
+		t.Errorf("the sandbox sees %q processes in /proc, want only its own few", out)
+	}
+	out = attackMust(t, sb, "root", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null; cat /proc/"+strconv.Itoa(self)+"/cmdline 2>/dev/null; true")
+	if strings.Contains(out, exe) {
+		t.Errorf("the host test process (%s, pid %d) is visible inside:\n%s", exe, self, out)
+	}
+}
+
+// TestAttackHostProcesses: no signal, ptrace or memory access to processes
+// outside the sandbox or to its executor.
+func TestAttackHostProcesses(t *testing.T) {
+	t.Parallel()
+	self := strconv.Itoa(os.Getpid())
+	if out, code := attackHost(t, "kill -0 "+self); code != 0 {
+		t.Fatalf("control: kill -0 %s on the host failed: %s", self, out)
+	}
+	sb := attackSandbox(t, sandbox.Spec{})
+	// Controls: the same probes work on the probing process itself.
+	attackMust(t, sb, "root", "kill -0 $$ && cat /proc/self/environ >/dev/null && readlink /proc/self/exe >/dev/null && exec 3</proc/self/mem")
+	probes := []string{
+		"kill -0 " + self,
+		"kill -CONT " + self,
+		"cat /proc/1/environ",
+		"exec 3</proc/1/mem",
+		"readlink /proc/1/exe",
+		"cat /proc/1/exe >/dev/null",
+		"readlink /proc/1/fd/3",
+		"exec 4<>/proc/1/fd/3",
+		"cat /proc/1/maps",
+		"timeout 10 strace -e trace=none -p 1",
+	}
+	for _, p := range probes {
+		for _, user := range []string{"", "root"} {
+			if res := attackRun(t, sb, user, p); res.ok() {
+				t.Errorf("user %q: %q succeeded inside the sandbox: %v", user, p, res)
+			}
+		}
+	}
+	if out, code := attackHost(t, "kill -0 "+self); code != 0 {
+		t.Errorf("the host test process is gone after the probes: %s", out)
+	}
+}
+
+// TestAttackKillExecutor: root inside cannot end the sandbox by signalling its
+// PID 1. The executor must survive every signal a sandbox process can send.
+func TestAttackKillExecutor(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []string{"KILL", "STOP", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM", "PIPE"} {
+		t.Run(sig, func(t *testing.T) {
+			t.Parallel()
+			sb := attackSandbox(t, sandbox.Spec{})
+			res := attackRun(t, sb, "root", "kill -"+sig+" 1; sleep 0.3; echo sent")
+			if res.r.Outcome == sandbox.OutcomeLost {
+				t.Errorf("kill -%s 1 as root inside ended the sandbox: %v", sig, res)
+				return
+			}
+			if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
+				t.Errorf("after kill -%s 1 the sandbox answered %q", sig, out)
+			}
+		})
+	}
+}
+
+// TestAttackPrivileged: privileged operations fail, also as root inside.
+func TestAttackPrivileged(t *testing.T) {
+	t.Parallel()
+	sb := attackSandbox(t, sandbox.Spec{})
+	cases := []struct {
+		name  string
+		setup string // must succeed; exit 99 means "tool missing, skip"
+		probe string // must fail
+		host  string // harmless control that must succeed on the host, if any
+	}{
+		{name: "unshare user ns", probe: "unshare -U true", host: "unshare -U true"},
+		{name: "unshare root map", probe: "unshare -r true", host: "unshare -r true"},
+		{name: "unshare net ns", probe: "unshare -n true", host: "unshare -n true"},
+		{name: "unshare mount ns", probe: "unshare -m true", host: "unshare -m true"},
+		{name: "unshare pid ns", probe: "unshare -p -f true", host: "unshare -p -f true"},
+		{name: "nsenter pid 1", probe: "nsenter -t 1 -m -n true"},
+		{name: "mount tmpfs", setup: "mkdir -p /tmp/m", probe: "mount -t tmpfs none /tmp/m"},
+		{name: "mount proc", setup: "mkdir -p /tmp/m", probe: "mount -t proc proc /tmp/m"},
+		{name: "bind mount", setup: "mkdir -p /tmp/m", probe: "mount --bind / /tmp/m"},
+		{name: "remount root rw", probe: "mount -o remount,rw /"},
+		{name: "chroot", probe: "chroot / true", host: "chroot / true"},
+		{name: "swapon", setup: "command -v mkswap >/dev/null || exit 99; dd if=/dev/zero of=/tmp/swap bs=1k count=128 2>/dev/null && chmod 600 /tmp/swap && mkswap /tmp/swap >/dev/null", probe: "swapon /tmp/swap"},
+		{name: "hostname", probe: "hostname airlock-pwned"},
+		{name: "ip link add", setup: "command -v ip >/dev/null || exit 99", probe: "ip link add airlock0 type veth peer name airlock1"},
+		{name: "ip addr add", setup: "command -v ip >/dev/null || exit 99", probe: "ip addr add 10.9.9.9/32 dev lo"},
+		{name: "ip link down", setup: "command -v ip >/dev/null || exit 99", probe: "ip link set lo down"},
+		{name: "mknod", probe: "mknod /tmp/null2 c 1 3"},
+		{name: "chown", setup: "touch /tmp/owned", probe: "chown 1000:1000 /tmp/owned && chown 0:0 /tmp/owned && chown 4242 /tmp/owned"},
+		{name: "sysctl", probe: "echo 1 > /proc/sys/net/ipv4/ip_forward"},
+		{name: "setuid", setup: "command -v python3 >/dev/null || exit 99", probe: "python3 -c 'import os; os.setresuid(1000, 1000, 1000); os.setuid(0)'"},
+		{name: "modprobe", setup: "command -v modprobe >/dev/null || exit 99", probe: "modprobe dummy"},
+		{name: "insmod", setup: "command -v insmod >/dev/null || exit 99", probe: "insmod /dev/null"},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
+			if c.setup != "" {
+				res := attackRun(t, sb, "root", c.setup)
+				if res.r.ExitCode == 99 {
+					t.Skipf("tool missing inside the sandbox: %s", c.setup)
+				}
+				if !res.ok() {
+					t.Fatalf("setup %q failed: %v", c.setup, res)
+				}
+			}
+			if c.host != "" {
+				if out, code := attackHost(t, c.host); code != 0 {
+					t.Fatalf("control: %q fails on the host too (%d): %s", c.host, code, out)
+				}
+			}
+			if res := attackRun(t, sb, "root", c.probe); res.ok() {
+				t.Errorf("%q as root inside succeeded, want it refused: %v", c.probe, res)
+			}
+		})
+	}
+	if out := attackMust(t, sb, "", "hostname; ip -o link 2>/dev/null | grep -c airlock0; true"); out != "airlock\n0\n" {
+		t.Errorf("after the attacks: hostname and veth count = %q, want %q", out, "airlock\n0\n")
+	}
+}
+
+// TestAttackDevices: only the listed devices exist and no new ones can be made.
+func TestAttackDevices(t *testing.T) {
+	t.Parallel()
+	sb := attackSandbox(t, sandbox.Spec{})
+	out := attackMust(t, sb, "root", "ls -A /dev")
+	got := strings.Fields(out)
+	slices.Sort(got)
+	want := []string{"fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+	if !slices.Equal(got, want) {
+		t.Errorf("ls -A /dev = %q, want exactly %q", got, want)
+	}
+	hostDevs := []string{"/dev/sda", "/dev/vda", "/dev/nvme0n1", "/dev/mem", "/dev/kmem", "/dev/port", "/dev/kmsg", "/dev/console", "/dev/loop0", "/dev/loop-control", "/dev/fuse", "/dev/net/tun", "/dev/btrfs-control", "/dev/tty0"}
+	present := 0
+	for _, d := range hostDevs {
+		if _, err := os.Stat(d); err == nil {
+			present++
+		}
+	}
+	if present == 0 {
+		t.Logf("control: none of %v exists on the host", hostDevs)
+	}
+	for _, d := range hostDevs {
+		if res := attackRun(t, sb, "root", "test -e "+d+" || test -L "+d); res.ok() {
+			t.Errorf("%s exists inside the sandbox", d)
+		}
+	}
+	for _, user := range []string{"", "root"} {
+		if res := attackRun(t, sb, user, "mknod /tmp/mem-"+user+" c 1 1"); res.ok() {
+			t.Errorf("user %q created a device node with mknod", user)
+		}
+		if res := attackRun(t, sb, user, "mknod /dev/shm/sda-"+user+" b 8 0"); res.ok() {
+			t.Errorf("user %q created a block device node in /dev/shm", user)
+		}
+	}
+}
+
+// TestAttackCapabilities: commands run without capabilities, with
+// no_new_privs and a seccomp filter, whoever they run as.
+func TestAttackCapabilities(t *testing.T) {
+	t.Parallel()
+	sb := attackSandbox(t, sandbox.Spec{})
+	for _, user := range []string{"", "root", "65534"} {
+		status := attackMust(t, sb, user, "cat /proc/self/status")
+		fields := map[string]string{}
+		for _, l := range strings.Split(status, "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if ok {
+				fields[k] = strings.TrimSpace(v)
+			}
+		}
+		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+			if v, ok := fields[k]; !ok || strings.Trim(v, "0") != "" {
+				t.Errorf("user %q: %s = %q, want all zero", user, k, v)
+			}
+		}
+		if fields["NoNewPrivs"] != "1" {
+			t.Errorf("user %q: NoNewPrivs = %q, want 1", user, fields["NoNewPrivs"])
+		}
+		if fields["Seccomp"] != "2" {
+			t.Errorf("user %q: Seccomp = %q, want 2 (filter)", user, fields["Seccomp"])
+		}
+	}
+}
+
+// TestAttackForkBomb: a fork bomb hits the pids limit, is reported as such,
+// and leaves the sandbox usable.
+func TestAttackForkBomb(t *testing.T) {
+	t.Parallel()
+	limits := sandbox.DefaultLimits
+	limits.Pids = 64
+	sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+	start := time.Now()
+	res := attackExec(t, sb, sandbox.Command{
+		Argv:    []string{"sh", "-c", "i=0; while [ $i -lt 3000 ]; do sleep 30 & i=$((i+1)); done; wait"},
+		Timeout: attackTimeout,
+	})
+	if res.r.Outcome != sandbox.OutcomePidsLimit {
+		t.Errorf("fork bomb with Pids 64 after %v: Outcome = %q, want %q: %v", time.Since(start), res.r.Outcome, sandbox.OutcomePidsLimit, res)
+	}
+	if res.r.ExitStatus() != 137 || !strings.Contains(res.r.Message, "process") {
+		t.Errorf("fork bomb: ExitStatus() = %d, Message = %q; want 137 and a message about the process limit", res.r.ExitStatus(), res.r.Message)
+	}
+	if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
+		t.Errorf("after the fork bomb the sandbox answered %q, want alive", out)
+	}
+}
+
+// TestAttackMemory: allocating far beyond the memory limit ends in an OOM
+// outcome, not a host problem.
+func TestAttackMemory(t *testing.T) {
+	t.Parallel()
+	limits := sandbox.DefaultLimits
+	limits.MemoryBytes = 64 << 20
+	sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+	attackMust(t, sb, "", "command -v python3")
+	res := attackExec(t, sb, sandbox.Command{
+		Argv:    []string{"python3", "-c", "b = []\nfor i in range(32):\n    b.append(b'\\x01' * (16 << 20))\nprint('allocated', 16 * len(b), 'MiB')\n"},
+		Timeout: attackTimeout,
+	})
+	if res.r.Outcome != sandbox.OutcomeOOM || res.r.ExitStatus() != 137 {
+		t.Errorf("allocating 512 MiB under a 64 MiB limit: Outcome = %q, ExitStatus() = %d, want %q, 137: %v",
+			res.r.Outcome, res.r.ExitStatus(), sandbox.OutcomeOOM, res)
+	}
+	if !strings.Contains(res.r.Message, "memory") {
+		t.Errorf("OOM Message = %q, want it to mention memory", res.r.Message)
+	}
+	if strings.Contains(res.stdout, "allocated") {
+		t.Errorf("the allocation completed: %q", res.stdout)
+	}
+	if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
+		t.Errorf("after the OOM the sandbox answered %q, want alive", out)
+	}
+}
+
+// TestAttackDisk: every writable layer is capped by DiskBytes.
+func TestAttackDisk(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		mode string // workspace mode; "" for an empty workspace
+		path string
+	}{
+		{"tmp", "", "/tmp/fill"},
+		{"workspace_empty", "", "/workspace/fill"},
+		{"workspace_cow", sandbox.WorkspaceCOW, "/workspace/fill"},
+		{"workspace_rw", sandbox.WorkspaceRW, "/workspace/fill"},
+		{"home", "", "/home/sandbox/fill"},
+		{"shm", "", "/dev/shm/fill"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			limits := sandbox.DefaultLimits
+			limits.DiskBytes = 32 << 20
+			spec := sandbox.Spec{Limits: limits}
+			var ws string
+			if c.mode != "" {
+				ws = t.TempDir()
+				spec.Workspace, spec.WorkspaceMode = ws, c.mode
+			}
+			sb := attackSandbox(t, spec)
+			res := attackRun(t, sb, "", "dd if=/dev/zero of="+c.path+" bs=1M count=100")
+			if res.ok() {
+				t.Errorf("writing 100 MiB to %s (%s) under a 32 MiB disk limit succeeded: %v", c.path, c.name, res)
+			} else if res.r.Outcome != sandbox.OutcomeDiskFull {
+				t.Errorf("writing 100 MiB to %s: Outcome = %q, want %q: %v", c.path, res.r.Outcome, sandbox.OutcomeDiskFull, res)
+			}
+			if ws != "" {
+				if fi, err := os.Stat(filepath.Join(ws, "fill")); err == nil && fi.Size() > 40<<20 {
+					t.Errorf("%s: the host workspace got a %d MiB file past the 32 MiB disk limit", c.name, fi.Size()>>20)
+				}
+				if c.mode == sandbox.WorkspaceCOW {
+					if _, err := os.Stat(filepath.Join(ws, "fill")); err == nil {
+						t.Errorf("%s: the fill file reached the host workspace", c.name)
+					}
+				}
+			}
+			attackMust(t, sb, "", "rm -f "+c.path+"; echo ok")
+		})
+	}
+}
+
+// TestAttackDaemonSurvivesDestroy: a daemon that left the command's session
+// and process tree dies with the sandbox.
+func TestAttackDaemonSurvivesDestroy(t *testing.T) {
+	t.Parallel()
+	sb := attackSandbox(t, sandbox.Spec{})
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	marker := attackMarker(1002)
+	attackKillLeftovers(t, marker)
+	attackMust(t, sb, "", "setsid sh -c 'sleep "+marker+" >/dev/null 2>&1 &' >/dev/null 2>&1 &")
+	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
+		t.Fatalf("control: the daemon (sleep %s) never showed up on the host", marker)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if pids := attackHostProcs(marker); len(pids) > 0 {
+		gone := attackPoll(2*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 })
+		t.Errorf("daemon sleep %s (pids %v) survived Destroy (gone 2s later: %v)", marker, pids, gone)
+	}
+}
+
+// TestAttackCrossSandbox: two sandboxes, even over the same workspace, see
+// nothing of each other.
+func TestAttackCrossSandbox(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	b := attackBackend(t)
+	a := attackCreate(t, b, sandbox.Spec{Workspace: ws})
+	c := attackCreate(t, b, sandbox.Spec{Workspace: ws})
+	m := "airlock-cross-" + attackToken()
+	marker := attackMarker(1004)
+	attackKillLeftovers(t, marker)
+	attackMust(t, a, "", "for d in /tmp /dev/shm /workspace /home/sandbox; do echo secret > $d/"+m+"; done; sleep "+marker+" >/dev/null 2>&1 &")
+	const find = "find /tmp /dev/shm /workspace /home /run -name "
+	if out := attackMust(t, a, "", find+m+" 2>/dev/null; true"); strings.Count(out, m) != 4 {
+		t.Fatalf("control: sandbox A finds %d of its 4 markers:\n%s", strings.Count(out, m), out)
+	}
+	if out := attackMust(t, a, "root", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; true"); !strings.Contains(out, marker) {
+		t.Fatalf("control: sandbox A does not see its own sleep %s", marker)
+	}
+	if out := attackMust(t, c, "", find+m+" 2>/dev/null; find / -xdev -name "+m+" 2>/dev/null; true"); strings.Contains(out, m) {
+		t.Errorf("sandbox B sees sandbox A's files:\n%s", out)
+	}
+	if out := attackMust(t, c, "root", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; true"); strings.Contains(out, marker) {
+		t.Errorf("sandbox B sees sandbox A's process sleep %s", marker)
+	}
+	if _, err := os.Stat(filepath.Join(ws, m)); err == nil {
+		t.Errorf("sandbox A's workspace file reached the shared host workspace")
+	}
+
+	t.Run("SysVShm", func(t *testing.T) {
+		if res := attackRun(t, a, "", "command -v ipcmk && command -v ipcs"); !res.ok() {
+			t.Skip("ipcmk or ipcs missing")
+		}
+		attackMust(t, a, "", "ipcmk -M 4096 >/dev/null")
+		if out := attackMust(t, a, "", "ipcs -m"); !strings.Contains(out, "sandbox") && !strings.Contains(out, "1000") {
+			t.Fatalf("control: sandbox A does not see its own shared memory segment:\n%s", out)
+		}
+		if out := attackMust(t, c, "", "ipcs -m"); strings.Contains(out, "sandbox") || strings.Contains(out, " 1000 ") {
+			t.Errorf("sandbox B sees sandbox A's SysV shared memory:\n%s", out)
+		}
+	})
+
+	t.Run("AbstractSocket", func(t *testing.T) {
+		if res := attackRun(t, a, "", "command -v python3"); !res.ok() {
+			t.Skip("python3 missing")
+		}
+		name := "airlock-attack-" + attackToken()
+		listen := "import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind('\\0" + name + "')\ns.listen(8)\ntime.sleep(60)\n"
+		connect := "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(3)\ns.connect('\\0" + name + "')\nprint('connected')\n"
+		if err := a.WriteFile(context.Background(), "/tmp/listen.py", strings.NewReader(listen), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.WriteFile(context.Background(), "/tmp/connect.py", strings.NewReader(connect), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WriteFile(context.Background(), "/tmp/connect.py", strings.NewReader(connect), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		attackMust(t, a, "", "python3 /tmp/listen.py >/dev/null 2>&1 &")
+		var ok bool
+		attackPoll(10*time.Second, func() bool {
+			ok = attackRun(t, a, "", "python3 /tmp/connect.py").ok()
+			return ok
+		})
+		if !ok {
+			t.Fatal("control: sandbox A cannot connect to its own abstract socket")
+		}
+		if res := attackRun(t, c, "", "python3 /tmp/connect.py"); res.ok() {
+			t.Errorf("sandbox B connected to sandbox A's abstract unix socket: %v", res)
+		}
+	})
+}
+
+// TestAttackPathTricks: symlinks and ".." in the paths of file operations
+// resolve inside the sandbox.
+func TestAttackPathTricks(t *testing.T) {
+	t.Parallel()
+	sb := attackSandbox(t, sandbox.Spec{})
+	ctx := context.Background()
+	attackMust(t, sb, "", "ln -s / /workspace/esc && ln -s ../../../../ /workspace/up")
+	hostShadow, _ := os.ReadFile("/etc/shadow")
+	for _, p := range []string{"/workspace/esc/etc/shadow", "/workspace/up/etc/shadow", "/workspace/../../../etc/shadow"} {
+		got, err := sb.ReadFile(ctx, p, 0)
+		if len(hostShadow) > 0 && bytes.Contains(got, hostShadow[:min(len(hostShadow), 32)]) {
+			t.Errorf("ReadFile(%s) returned the host's /etc/shadow", p)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("ReadFile(%s) = %d bytes, %v; want fs.ErrNotExist (the sandbox has no shadow file)", p, len(got), err)
+		}
+	}
+	hostHostname, _ := os.ReadFile("/etc/hostname")
+	for _, p := range []string{"/workspace/../../../etc/hostname", "/workspace/up/etc/hostname", "/workspace/esc/etc/hostname", "../../etc/hostname"} {
+		got, err := sb.ReadFile(ctx, p, 0)
+		if err != nil && p == "../../etc/hostname" {
+			continue // a relative path may be refused
+		}
+		if err != nil || string(got) != "airlock\n" {
+			t.Errorf("ReadFile(%s) = %q, %v; want the sandbox's own %q", p, got, err, "airlock\n")
+		}
+		if string(hostHostname) != "airlock\n" && bytes.Equal(got, hostHostname) {
+			t.Errorf("ReadFile(%s) returned the host's /etc/hostname", p)
+		}
+	}
+	for _, via := range []string{"/workspace/esc/tmp/", "/workspace/up/tmp/", "/workspace/../tmp/"} {
+		name := "airlock-attack-" + attackToken()
+		if err := sb.WriteFile(ctx, via+name, strings.NewReader("inside"), 0o644); err != nil {
+			t.Errorf("WriteFile(%s) = %v, want it written into the sandbox's /tmp", via+name, err)
+			continue
+		}
+		if got, err := sb.ReadFile(ctx, "/tmp/"+name, 0); err != nil || string(got) != "inside" {
+			t.Errorf("ReadFile(/tmp/%s) = %q, %v; want the file written through %s", name, got, err, via)
+		}
+		if _, err := os.Lstat("/tmp/" + name); err == nil {
+			os.Remove("/tmp/" + name)
+			t.Errorf("WriteFile(%s) created /tmp/%s on the host", via+name, name)
+		}
+	}
+	// Mkdir and Rename through the links stay inside, too.
+	dir := "airlock-attack-" + attackToken()
+	if err := sb.Mkdir(ctx, "/workspace/esc/tmp/"+dir, 0o755, false); err != nil {
+		t.Errorf("Mkdir through a symlink to / = %v", err)
+	}
+	if err := sb.Rename(ctx, "/workspace/up/tmp/"+dir, "/workspace/esc/tmp/"+dir+"-moved"); err != nil {
+		t.Errorf("Rename through symlinks = %v", err)
+	}
+	for _, p := range []string{"/tmp/" + dir, "/tmp/" + dir + "-moved"} {
+		if _, err := os.Lstat(p); err == nil {
+			os.Remove(p)
+			t.Errorf("Mkdir or Rename through a symlink created %s on the host", p)
+		}
+	}
+	if fi, err := sb.Stat(ctx, "/tmp/"+dir+"-moved"); err != nil || !fi.Mode.IsDir() {
+		t.Errorf("Stat(/tmp/%s-moved) inside = %+v, %v; want the directory made through the links", dir, fi, err)
+	}
+}
+
+// TestAttackDiffSymlink: a symlink planted in a rw workspace does not make the
+// host's Diff read host files.
+func TestAttackDiffSymlink(t *testing.T) {
+	t.Parallel()
+	shadow, err := os.ReadFile("/etc/shadow")
+	if err != nil || len(shadow) == 0 {
+		t.Skip("control: no readable /etc/shadow on the host")
+	}
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := attackSandbox(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW})
+	attackMust(t, sb, "", "ln -s /etc/shadow /workspace/leak && ln -s ../../../../../../../../etc/shadow /workspace/leak2 && rm /workspace/f && ln -s /etc/shadow /workspace/f")
+	var buf bytes.Buffer
+	_ = sb.Diff(context.Background(), &buf)
+	first, _, _ := strings.Cut(string(shadow), "\n")
+	if strings.Contains(buf.String(), first) {
+		t.Errorf("Diff of a workspace with symlinks to /etc/shadow shows the host's shadow file:\n%s", buf.String())
+	}
+	var tarBuf bytes.Buffer
+	_ = sb.Export(context.Background(), "/workspace", &tarBuf)
+	if bytes.Contains(tarBuf.Bytes(), []byte(first)) {
+		t.Errorf("Export of a workspace with symlinks to /etc/shadow contains the host's shadow file")
+	}
+}
+
+// TestAttackExecutorOverwrite: the executor binary cannot be changed from
+// inside (the runc CVE-2019-5736 class).
+func TestAttackExecutorOverwrite(t *testing.T) {
+	t.Parallel()
+	sum := func() [32]byte {
+		b, err := os.ReadFile(executorPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sha256.Sum256(b)
+	}
+	before := sum()
+	sb := attackSandbox(t, sandbox.Spec{})
+	for _, p := range []string{
+		"echo x > /proc/1/exe",
+		"echo x >> /proc/1/exe",
+		"cp /bin/true /proc/1/exe",
+		"exec 3<>/proc/1/exe",
+		"truncate -s 0 /proc/1/exe",
+		"ln /proc/1/exe /tmp/exe",
+	} {
+		for _, user := range []string{"", "root"} {
+			if res := attackRun(t, sb, user, p); res.ok() {
+				t.Errorf("user %q: %q succeeded: %v", user, p, res)
+			}
+		}
+	}
+	// The shebang trick: a script whose interpreter is /proc/self/exe runs
+	// the image of the process that execs it, which for a command is the
+	// executor right after fork. If that works, try to write the binary
+	// through the running copy's /proc/PID/exe.
+	if err := sb.WriteFile(context.Background(), "/tmp/evil", strings.NewReader("#!/proc/self/exe\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := attackExec(t, sb, sandbox.Command{Argv: []string{"/tmp/evil", "version"}, User: "root"})
+	if res.ok() && strings.Contains(res.stdout, "airlock-exec") {
+		t.Logf("the executor image can be run inside via #!/proc/self/exe; trying to write it")
+		probe := `
+import os, subprocess, time
+p = subprocess.Popen(['/tmp/evil', 'hold'], stdin=subprocess.PIPE)
+time.sleep(0.3)
+fd = os.open('/proc/%d/exe' % p.pid, os.O_PATH)
+for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+    try:
+        os.open('/proc/self/fd/%d' % fd, flags)
+        print('opened for writing while running')
+    except OSError as e:
+        print('refused', e.errno)
+p.stdin.close()
+p.wait()
+for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
+    try:
+        w = os.open('/proc/self/fd/%d' % fd, flags)
+        os.write(w, b'pwned')
+        print('WROTE the executor binary')
+    except OSError as e:
+        print('refused', e.errno)
+`
+		res := attackExec(t, sb, sandbox.Command{Argv: []string{"python3", "-c", probe}, User: "root"})
+		if strings.Contains(res.stdout, "WROTE") || strings.Contains(res.stdout, "opened for writing") {
+			t.Errorf("root inside opened the executor binary for writing: %v", res)
+		}
+	} else {
+		t.Logf("running the executor image through #!/proc/self/exe is refused: %v", res)
+	}
+	if after := sum(); after != before {
+		t.Errorf("the executor binary %s changed: sha256 %x -> %x", executorPath, before, after)
+	}
+}
+
+// TestAttackNetworkHostLoopback: the host's loopback services are out of
+// reach: the sandbox's loopback is its own.
+func TestAttackNetworkHostLoopback(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	abstract := "airlock-attack-" + attackToken()
+	uln, err := net.Listen("unix", "@"+abstract)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uln.Close()
+	go func() {
+		for {
+			c, err := uln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			c.Close()
+		}
+	}()
+
+	sb := attackSandbox(t, sandbox.Spec{})
+	attackMust(t, sb, "", "command -v bash && command -v python3")
+	// Control inside: the probe connects to a listener on the sandbox's own loopback.
+	control := "import socket, subprocess\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen(4)\n" +
+		"p = s.getsockname()[1]\nsubprocess.run(['bash', '-c', 'exec 3<>/dev/tcp/127.0.0.1/%d' % p], check=True)\nprint('ok')\n"
+	if res := attackExec(t, sb, sandbox.Command{Argv: []string{"python3", "-c", control}}); !res.ok() {
+		t.Fatalf("control: bash /dev/tcp cannot reach a listener on the sandbox's own loopback: %v", res)
+	}
+	for _, user := range []string{"", "root"} {
+		for _, p := range []string{
+			"timeout 10 bash -c 'exec 3<>/dev/tcp/127.0.0.1/" + port + "'",
+			"timeout 10 python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", " + port + "), timeout=3)'",
+			"timeout 10 python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(\"\\0" + abstract + "\")'",
+		} {
+			if res := attackRun(t, sb, user, p); res.ok() {
+				t.Errorf("user %q reached a host loopback service: %q: %v", user, p, res)
+			}
+		}
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("host listeners accepted %d connections from the sandbox, want 0", n)
+	}
+	// Control on the host: the same probes connect.
+	if out, code := attackHost(t, "exec 3<>/dev/tcp/127.0.0.1/"+port); code != 0 {
+		t.Errorf("control: bash /dev/tcp on the host cannot reach the listener: %s", out)
+	}
+	if out, code := attackHost(t, "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(\"\\0"+abstract+"\")'"); code != 0 {
+		t.Errorf("control: the host cannot reach its abstract socket: %s", out)
+	}
+	if !attackPoll(5*time.Second, func() bool { return accepted.Load() >= 2 }) {
+		t.Errorf("control: the host listeners accepted %d connections from host probes, want 2", accepted.Load())
+	}
+	out := attackMust(t, sb, "", "cat /proc/net/route; cat /proc/net/dev")
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if dev, _, ok := strings.Cut(l, ":"); ok && !strings.Contains(dev, "|") && dev != "lo" {
+			t.Errorf("the sandbox has network device %q besides lo", dev)
+		}
+	}
+	if lines := strings.Count(attackMust(t, sb, "", "cat /proc/net/route"), "\n"); lines > 1 {
+		t.Errorf("the sandbox has routes:\n%s", out)
+	}
+}
+
+// Environment of the helper processes started by the tests below.
+const (
+	attackHelperEnv   = "AIRLOCK_ATTACK_HELPER"
+	attackStateEnv    = "AIRLOCK_ATTACK_STATE_DIR"
+	attackMarkerEnv   = "AIRLOCK_ATTACK_MARKER"
+	attackAddrsEnv    = "AIRLOCK_ATTACK_ADDRS"
+	attackHelperLines = "ATTACK-HELPER "
+)
+
+// attackStartHelper re-executes the test binary running only the test
+// named helper, with env added. It returns the command (started) and a
+// channel of the helper's protocol lines.
+func attackStartHelper(t *testing.T, wrap []string, helper string, env ...string) (*exec.Cmd, <-chan string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append(append([]string{}, wrap...), self, "-test.run=^"+helper+"$", "-test.v", "-test.count=1", "-test.timeout=2m")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start helper %s: %v", helper, err)
+	}
+	lines := make(chan string, 64)
+	var all lockedBuffer
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			l := sc.Text()
+			all.Write([]byte(l + "\n"))
+			if rest, ok := strings.CutPrefix(l, attackHelperLines); ok {
+				lines <- rest
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("helper %s output:\n%s", helper, all.String())
+		}
+	})
+	return cmd, lines
+}
+
+// attackHelperSay prints a protocol line from a helper process.
+func attackHelperSay(format string, args ...any) {
+	fmt.Printf(attackHelperLines+format+"\n", args...)
+}
+
+// TestAttackHostKill9: when the process that owns a sandbox is killed with
+// SIGKILL, nothing of the sandbox keeps running.
+func TestAttackHostKill9(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	t.Parallel()
+	marker := attackMarker(1003)
+	attackKillLeftovers(t, marker)
+	state := t.TempDir()
+	cmd, lines := attackStartHelper(t, nil, "TestAttackHelperKill9",
+		attackHelperEnv+"=kill9", attackStateEnv+"="+state, attackMarkerEnv+"="+marker)
+	waited := false
+	t.Cleanup(func() {
+		if !waited {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var id, helperExec string
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatal("helper ended before it was ready")
+		}
+		for _, f := range strings.Fields(l) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "exec="); ok {
+				helperExec = v
+			}
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("helper did not get ready within 2 minutes")
+	}
+	// The helper's TestMain built its own executor; it cannot remove it
+	// when killed.
+	if dir := filepath.Dir(helperExec); strings.HasPrefix(filepath.Base(dir), "airlock-exec-test-") && filepath.Dir(dir) == filepath.Clean(os.TempDir()) {
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
+		t.Fatalf("control: the sandboxed sleep %s is not visible on the host", marker)
+	}
+	groups := attackCgroupDirs(id)
+	if len(groups) == 0 {
+		t.Logf("no cgroup directories found for sandbox %s", id)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill helper: %v", err)
+	}
+	_ = cmd.Wait()
+	waited = true
+	if !attackPoll(5*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
+		t.Errorf("sleep %s (pids %v) still runs 5s after its owner was killed with SIGKILL", marker, attackHostProcs(marker))
+	}
+	for _, g := range groups {
+		procs, err := os.ReadFile(filepath.Join(g, "cgroup.procs"))
+		if err != nil {
+			continue // removed
+		}
+		if len(bytes.TrimSpace(procs)) > 0 {
+			t.Errorf("cgroup %s still has processes after its owner was killed: %q", g, procs)
+		}
+		t.Logf("cgroup %s is left (empty) after SIGKILL of its owner; Backend.GC collects it", g)
+		// Only our own group, and only when empty: rmdir fails otherwise.
+		t.Cleanup(func() { _ = syscall.Rmdir(g) })
+	}
+}
+
+// attackCgroupDirs finds the cgroup directories of sandbox id in every
+// hierarchy of this process.
+func attackCgroupDirs(id string) []string {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	mounts, _ := filepath.Glob("/sys/fs/cgroup/*")
+	mounts = append(mounts, "/sys/fs/cgroup")
+	seen := map[string]bool{}
+	var dirs []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		for _, m := range mounts {
+			for _, own := range []string{parts[2], filepath.Dir(parts[2])} {
+				d := filepath.Join(m, own, linux.CgroupParent, id)
+				if !seen[d] {
+					seen[d] = true
+					if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+						dirs = append(dirs, d)
+					}
+				}
+			}
+		}
+	}
+	return dirs
+}
+
+// TestAttackHelperKill9 is the helper process of TestAttackHostKill9.
+func TestAttackHelperKill9(t *testing.T) {
+	if os.Getenv(attackHelperEnv) != "kill9" {
+		t.Skip("helper process of TestAttackHostKill9")
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", os.Getenv(attackMarkerEnv)}}); err != nil {
+		t.Fatal(err)
+	}
+	attackHelperSay("ready id=%s exec=%s", sb.ID(), executorPath)
+	// The parent kills this process; end on our own only if it does not.
+	time.Sleep(50 * time.Second)
+}
+
+// TestAttackNetworkNetns: addresses the host can reach (link-local metadata,
+// private ranges) are unreachable from a sandbox. The addresses live on the
+// loopback of a throwaway network namespace, and the host side of airlock
+// runs inside it, so no traffic leaves the machine.
+func TestAttackNetworkNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for _, tool := range []string{"ip", "nsenter", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s missing on the host", tool)
+		}
+	}
+	t.Parallel()
+	ns := "airlock-test-" + attackToken()
+	ipNS := func(args ...string) {
+		t.Helper()
+		out, err := exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ip netns exec %s %q: %v: %s", ns, args, err, out)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			t.Errorf("ip netns del %s: %v: %s", ns, err, out)
+		}
+	})
+	addrs := []string{"169.254.169.254", "10.203.0.1"}
+	ipNS("ip", "link", "set", "lo", "up")
+	for _, a := range addrs {
+		ipNS("ip", "addr", "add", a+"/32", "dev", "lo")
+	}
+	served := t.TempDir()
+	for _, a := range addrs {
+		srv := exec.Command("ip", "netns", "exec", ns, "python3", "-m", "http.server", "--bind", a, "--directory", served, "8080")
+		if err := srv.Start(); err != nil {
+			t.Fatalf("start http.server on %s: %v", a, err)
+		}
+		t.Cleanup(func() {
+			_ = srv.Process.Kill()
+			_ = srv.Wait()
+		})
+	}
+	// Control: inside the namespace, both servers answer.
+	for _, a := range addrs {
+		get := "import urllib.request; urllib.request.urlopen('http://" + a + ":8080/', timeout=2).read(); print('ok')"
+		ok := attackPoll(15*time.Second, func() bool {
+			return exec.Command("ip", "netns", "exec", ns, "python3", "-c", get).Run() == nil
+		})
+		if !ok {
+			t.Fatalf("control: http://%s:8080/ does not answer inside namespace %s", a, ns)
+		}
+	}
+	// nsenter enters only the network namespace, so the helper keeps the
+	// host's cgroup and mount view (ip netns exec would remount /sys).
+	cmd, lines := attackStartHelper(t, []string{"nsenter", "--net=/run/netns/" + ns}, "TestAttackHelperNetns",
+		attackHelperEnv+"=netns", attackStateEnv+"="+t.TempDir(), attackAddrsEnv+"="+strings.Join(addrs, ","))
+	var got []string
+	timeout := time.After(3 * time.Minute)
+collect:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				break collect
+			}
+			got = append(got, l)
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			t.Error("helper did not finish within 3 minutes")
+			break collect
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("helper failed: %v", err)
+	}
+	controls, probes := 0, 0
+	for _, l := range got {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "host":
+			controls++
+			if f[2] != "ok" {
+				t.Errorf("control: the helper in namespace %s cannot reach %s: %s", ns, f[1], l)
+			}
+		case len(f) >= 4 && f[0] == "sandbox":
+			probes++
+			if f[3] == "exit=0" {
+				t.Errorf("the sandbox reached %s with %s: %s", f[2], f[1], l)
+			}
+		}
+	}
+	if controls != len(addrs) || probes != 4*len(addrs) {
+		t.Errorf("helper reported %d controls and %d probes, want %d and %d:\n%s", controls, probes, len(addrs), 4*len(addrs), strings.Join(got, "\n"))
+	}
+}
+
+// TestAttackHelperNetns is the helper process of TestAttackNetworkNetns.
+func TestAttackHelperNetns(t *testing.T) {
+	if os.Getenv(attackHelperEnv) != "netns" {
+		t.Skip("helper process of TestAttackNetworkNetns")
+	}
+	addrs := strings.Split(os.Getenv(attackAddrsEnv), ",")
+	for _, a := range addrs {
+		c, err := net.DialTimeout("tcp", a+":8080", 3*time.Second)
+		if err != nil {
+			attackHelperSay("host %s %s", a, strings.ReplaceAll(err.Error(), " ", "_"))
+			continue
+		}
+		c.Close()
+		attackHelperSay("host %s ok", a)
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := attackCreate(t, b, sandbox.Spec{})
+	for _, a := range addrs {
+		for _, p := range []struct{ name, script string }{
+			{"bash-dev-tcp", "timeout 10 bash -c 'exec 3<>/dev/tcp/" + a + "/8080'"},
+			{"python-urllib", "timeout 10 python3 -c \"import urllib.request; urllib.request.urlopen('http://" + a + ":8080/', timeout=3).read()\""},
+			{"python-urllib-root", "timeout 10 python3 -c \"import urllib.request; urllib.request.urlopen('http://" + a + ":8080/', timeout=3).read()\""},
+			{"curl", "command -v curl >/dev/null || exit 3; timeout 10 curl -s -m 3 http://" + a + ":8080/"},
+		} {
+			user := ""
+			if strings.HasSuffix(p.name, "-root") {
+				user = "root"
+			}
+			res := attackRun(t, sb, user, p.script)
+			attackHelperSay("sandbox %s %s exit=%d outcome=%s", p.name, a, res.r.ExitCode, res.r.Outcome)
+		}
+	}
+}
+
+// TestCreateExecutorExitsEarly: Create returns, with an error, when the
+// executor dies before the handshake (crash, OOM kill, kill from outside);
+// it must never hang, and it must honour its context.
+func TestCreateExecutorExitsEarly(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	t.Parallel()
+	// A stand-in executor that lives long enough to be put in its cgroup,
+	// then exits without a word.
+	// Like the real one, it sits in a world-traversable directory: it runs
+	// as an unprivileged host uid.
+	dir, err := os.MkdirTemp("", "airlock-fake-exec-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(dir, "airlock-exec")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nsleep 0.5\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := linux.New(linux.Config{Executor: fake, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("linux.New = %v", err)
+	}
+	for _, spec := range []sandbox.Spec{{}, {Limits: sandbox.DefaultLimits}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		done := make(chan error, 1)
+		go func() {
+			sb, err := b.Create(ctx, spec)
+			if err == nil {
+				_ = sb.Destroy(context.Background())
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("Create(%+v) with an executor that exits before the handshake = nil error, want one", spec.Limits)
+			} else {
+				t.Logf("Create(%+v) = %v", spec.Limits, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("Create(%+v) with an executor that exits before the handshake did not return within 20s (its context ended after 3s)", spec.Limits)
+		}
+		cancel()
+	}
+}
+
+var _ io.Writer = (*lockedBuffer)(nil)

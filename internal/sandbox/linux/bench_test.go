@@ -1,0 +1,67 @@
+package linux_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+)
+
+func benchBackend(b *testing.B) *linux.Backend {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root to create sandboxes")
+	}
+	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return be
+}
+
+// BenchmarkCreateExecDestroy is the cold path of one sandboxed command.
+func BenchmarkCreateExecDestroy(b *testing.B) {
+	be := benchBackend(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sb, err := be.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
+			b.Fatalf("run: %+v %v", r, err)
+		}
+		_ = sb.Destroy(ctx)
+	}
+}
+
+// BenchmarkExec is one tool call: a command through the protocol into a
+// running sandbox. Compare with BenchmarkForkExec.
+func BenchmarkExec(b *testing.B) {
+	be := benchBackend(b)
+	ctx := context.Background()
+	sb, err := be.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
+			b.Fatalf("run: %+v %v", r, err)
+		}
+	}
+}
+
+// BenchmarkForkExec is the floor: a plain fork+exec+wait of the same command.
+func BenchmarkForkExec(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
