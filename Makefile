@@ -1,49 +1,68 @@
-# airlock: `make help` lists the targets.
+# airlock. `make help` lists the targets; `make test` is what CI runs.
 SHELL := /bin/bash
-GO ?= go
-FUZZTIME ?= 30s
-PKGS := ./...
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
 
-.PHONY: help build demo test test-deps lint fuzz bench bench-compare deps check clean
+GO ?= go
+PKGS ?= ./...
+BIN ?= bin
+FUZZTIME ?= 30s
+TEST_TIMEOUT ?= 20m
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+# Go files outside testdata and build output. Fuzz targets and deps tests are
+# found with these on each run, so a new one needs no edit here.
+PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
+FIND_GO := find . $(PRUNE) -o -name '*.go' -print
+FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
+
+.PHONY: help build demo test-deps test lint golangci fuzz bench bench-compare deps check clean
 
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@awk -F ':.*## ' '/^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build bin/airlock and the static executor bin/airlock-exec
-	@mkdir -p bin
-	$(GO) build -trimpath -o bin/airlock ./cmd/airlock
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/airlock-exec ./cmd/airlock-exec
+build: ## Build every command into ./bin; bin/airlock-exec is static (CGO_ENABLED=0)
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -o $(BIN)/ $$($(GO) list ./cmd/... | grep -v '/cmd/airlock-exec$$')
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/airlock-exec
 
-demo: ## The main job: build and test examples/calc in a sandbox with no network
+demo: ## Build and test examples/calc in a sandbox with no network
 	./scripts/demo.sh
 
-test-deps: ## Install what the tests need (root, Debian): idempotent
-	./scripts/ci-deps.sh
+test-deps: ## Install the Debian packages tests use (root only; idempotent, quiet)
+	@bash scripts/ci-deps.sh
 
-test: test-deps lint ## Every test: vet, gofmt, staticcheck, go test -race (needs root for sandboxes)
-	$(GO) test -race -count=1 -timeout 30m $(PKGS)
+test: test-deps lint ## Everything the machine allows: lint, then go test -race on every package
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet $(PKGS)
-	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
+	@out="$$($(FIND_GO) | xargs gofmt -l)"; \
+	if [ -n "$$out" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$out"; exit 1; fi
+	$(STATICCHECK) $(PKGS)
 
-fuzz: ## Run every fuzz target for FUZZTIME each
-	@for pkg in $$($(GO) list $(PKGS)); do \
-	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep '^Fuzz'); do \
-	    echo "== $$pkg $$f"; $(GO) test -run=NONE -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
-	  done; done
+golangci: ## golangci-lint with .golangci.yml (where golangci-lint is installed)
+	golangci-lint run $(PKGS)
 
-bench: ## Go benchmarks
+fuzz: ## Run every Fuzz* function in the repo, one by one, for FUZZTIME (30s) each
+	@for dir in $$($(FIND_GO_TESTS) | xargs grep -l '^func Fuzz' | xargs -r -n1 dirname | sort -u); do \
+	  list="$$($(GO) test -list 'Fuzz.*' "$$dir")"; \
+	  for f in $$(grep '^Fuzz' <<<"$$list"); do \
+	    echo "== $$dir $$f"; \
+	    $(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) "$$dir"; \
+	  done; \
+	done
+
+bench: ## Go benchmarks of every package
 	$(GO) test -run=NONE -bench=. -benchmem $(PKGS)
 
 bench-compare: ## airlock side by side with bwrap, runc and runsc (root)
 	./bench/compare.sh
 
-deps: ## Check the executor's import boundary
-	$(GO) test -count=1 -run 'Deps' ./cmd/airlock-exec/
+deps: ## Import-boundary tests: what airlock-exec and execproto may link, deps.txt, static executor
+	$(GO) test -count=1 -run 'Deps|ExecutorStatic' $$($(FIND_GO_TESTS) | grep '/deps_test\.go$$' | xargs -n1 dirname | sort -u)
 
-check: lint test ## Everything CI runs
+check: lint test ## Everything CI runs (lint, then every test)
 
 clean: ## Remove build output
-	rm -rf bin
+	rm -rf $(BIN)

@@ -1,14 +1,67 @@
 #!/usr/bin/env bash
-# Installs, idempotently, the Debian packages the tests use. Quiet; skips when
-# not root (tests that need root skip themselves there).
+# Installs the Debian packages that the tests and benchmarks use, when they
+# are missing. Idempotent and quiet: it prints nothing when all are present.
+# Without root (or without apt-get) it only notes what is missing; tests that
+# need a missing tool skip themselves with a reason.
 set -euo pipefail
-want=(python3 bash iproute2 util-linux)
+
+# package:command-that-proves-it-is-there. A package spelled a|b is the first
+# of the names that the archive knows (gVisor is "runsc" on Debian 12).
+want=(
+  bash:bash
+  python3:python3         # examples/calc, the demo, bench/compare.sh
+  iproute2:ip             # ip netns in the network tests
+  util-linux:unshare      # unshare, nsenter, mount
+  bubblewrap:bwrap        # bench/compare.sh baseline
+  runc:runc               # OCI backend and bench baseline
+  runsc\|gvisor:runsc     # gVisor: OCI backend and bench baseline
+  hyperfine:hyperfine     # bench/compare.sh only
+)
+
 missing=()
-for p in "${want[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+for w in "${want[@]}"; do
+  command -v "${w#*:}" >/dev/null 2>&1 || missing+=("${w%%:*}")
+done
 [ ${#missing[@]} -eq 0 ] && exit 0
-if [ "$(id -u)" -ne 0 ]; then
-  echo "note: not root; not installing ${missing[*]}" >&2
+
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+  echo "ci-deps: not root on Debian; not installing: ${missing[*]//|/ or } (tests that need them skip)" >&2
   exit 0
 fi
+
 export DEBIAN_FRONTEND=noninteractive
-apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null && apt-get install -y -qq "${missing[@]}" >/dev/null; }
+updated=0
+apt_update() {
+  [ "$updated" -eq 1 ] && return 0
+  apt-get update -qq >/dev/null
+  updated=1
+}
+
+# known NAME: whether the package archive has NAME (after one update if not).
+known() {
+  apt-cache show "$1" >/dev/null 2>&1 && return 0
+  apt_update
+  apt-cache show "$1" >/dev/null 2>&1
+}
+
+pkgs=()
+for alts in "${missing[@]}"; do
+  found=""
+  IFS='|' read -r -a names <<<"$alts"
+  for n in "${names[@]}"; do
+    if known "$n"; then found=$n; break; fi
+  done
+  if [ -z "$found" ]; then
+    echo "ci-deps: no Debian package named ${alts//|/ or }" >&2
+    exit 1
+  fi
+  pkgs+=("$found")
+done
+
+install() { apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1; }
+if ! install; then
+  # A stale package list names versions the mirror no longer has.
+  updated=0
+  apt_update
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi

@@ -314,7 +314,7 @@ func TestWriterConcurrentFramesDoNotInterleave(t *testing.T) {
 	total := 0
 	for {
 		f, err := execproto.ReadFrame(host)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -70,7 +70,7 @@ func TestFrameRoundTrip(t *testing.T) {
 			if r.Len() != 0 {
 				t.Errorf("ReadFrame left %d bytes unread", r.Len())
 			}
-			if _, err := execproto.ReadFrame(r); err != io.EOF {
+			if _, err := execproto.ReadFrame(r); !errors.Is(err, io.EOF) {
 				t.Errorf("ReadFrame at end = %v, want io.EOF", err)
 			}
 
@@ -112,7 +112,7 @@ func TestReadFrameStream(t *testing.T) {
 			t.Fatalf("frame %d: got %v on stream %d, want %v on stream %d", i, got.Type, got.Stream, want.Type, want.Stream)
 		}
 	}
-	if _, err := execproto.ReadFrame(r); err != io.EOF {
+	if _, err := execproto.ReadFrame(r); !errors.Is(err, io.EOF) {
 		t.Errorf("ReadFrame at end = %v, want io.EOF", err)
 	}
 }
@@ -248,7 +248,7 @@ func TestReadFrameHugeLengthDoesNotAllocate(t *testing.T) {
 }
 
 func TestReadFrameErrors(t *testing.T) {
-	if _, err := execproto.ReadFrame(bytes.NewReader(nil)); err != io.EOF {
+	if _, err := execproto.ReadFrame(bytes.NewReader(nil)); !errors.Is(err, io.EOF) {
 		t.Errorf("ReadFrame(empty) = %v, want io.EOF", err)
 	}
 	boom := errors.New("boom")

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"flag"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The executor runs beside untrusted code, so what it links is part of the
+// sandbox's attack surface (STYLE §1). These tests fail when a change pulls
+// anything else from airlock or any third-party module into it, and keep its
+// full non-standard dependency list in deps.txt so new transitive
+// dependencies show up in review.
+
+var update = flag.Bool("update", false, "rewrite deps.txt from the current dependencies of airlock-exec")
+
+const self = "github.com/airlockrun/airlock/cmd/airlock-exec"
+
+// platforms are the targets the executor ships for. Architecture-specific
+// files (seccomp tables) may import different packages, so each is checked.
+var platforms = []string{"linux/amd64", "linux/arm64"}
+
+// allowedDep reports whether the executor may link the package.
+func allowedDep(p pkg) bool {
+	switch {
+	case p.Standard:
+		return true
+	case p.ImportPath == self,
+		p.ImportPath == "github.com/airlockrun/airlock/internal/execproto",
+		p.ImportPath == "github.com/airlockrun/airlock/internal/executor",
+		strings.HasPrefix(p.ImportPath, "github.com/airlockrun/airlock/internal/executor/"),
+		p.ImportPath == "golang.org/x/sys",
+		strings.HasPrefix(p.ImportPath, "golang.org/x/sys/"):
+		return true
+	}
+	return false
+}
+
+type pkg struct {
+	ImportPath string
+	Standard   bool
+	Imports    []string
+}
+
+// goTool returns the go command, or skips the test where there is none.
+func goTool(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("go command not found: %v", err)
+	}
+	return p
+}
+
+// listDeps runs go list -deps for target on platform ("linux/amd64").
+func listDeps(t *testing.T, target, platform string) []pkg {
+	t.Helper()
+	goos, goarch, _ := strings.Cut(platform, "/")
+	cmd := exec.Command(goTool(t), "list", "-deps",
+		"-f", `{{.ImportPath}}|{{.Standard}}|{{join .Imports ","}}`, target)
+	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s (%s): %v\n%s", target, platform, err, stderr.Bytes())
+	}
+	var pkgs []pkg
+	for line := range strings.Lines(string(out)) {
+		path, rest, _ := strings.Cut(strings.TrimSpace(line), "|")
+		std, imports, _ := strings.Cut(rest, "|")
+		p := pkg{ImportPath: path, Standard: std == "true"}
+		if imports != "" {
+			p.Imports = strings.Split(imports, ",")
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		t.Fatalf("go list -deps %s (%s) listed nothing", target, platform)
+	}
+	return pkgs
+}
+
+// importers returns the packages in pkgs that import path directly.
+func importers(pkgs []pkg, path string) []string {
+	var by []string
+	for _, p := range pkgs {
+		if slices.Contains(p.Imports, path) {
+			by = append(by, p.ImportPath)
+		}
+	}
+	return by
+}
+
+func TestExecutorDeps(t *testing.T) {
+	for _, platform := range platforms {
+		t.Run(platform, func(t *testing.T) {
+			pkgs := listDeps(t, self, platform)
+			for _, p := range pkgs {
+				if !allowedDep(p) {
+					t.Errorf("airlock-exec must not link %s (imported by %s): the executor may use only the standard library, golang.org/x/sys, execproto and executor/...",
+						p.ImportPath, strings.Join(importers(pkgs, p.ImportPath), ", "))
+				}
+			}
+		})
+	}
+}
+
+// TestExecutorStatic builds the executor as the host ships it and checks that
+// it needs no dynamic loader and no shared library: it starts in an empty
+// mount namespace where neither exists.
+func TestExecutorStatic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the executor; skipped in -short mode")
+	}
+	bin := filepath.Join(t.TempDir(), "airlock-exec")
+	cmd := exec.Command(goTool(t), "build", "-o", bin, self)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", self, err, out)
+	}
+
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("elf.Open(%s): %v", bin, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("airlock-exec has a PT_INTERP program header: it is dynamically linked")
+		}
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatalf("read DT_NEEDED of %s: %v", bin, err)
+	}
+	if len(libs) > 0 {
+		t.Errorf("airlock-exec needs shared libraries %v, want none", libs)
+	}
+}
+
+const depsFile = "deps.txt"
+
+const depsHeader = `# Packages outside the standard library linked into airlock-exec, for
+# linux/amd64 and linux/arm64. Review every change to this list: the executor
+# runs beside untrusted code (STYLE §1).
+# Regenerate with: go test ./cmd/airlock-exec -update
+`
+
+// TestDepsList compares the executor's non-standard dependencies with the
+// committed deps.txt.
+func TestDepsList(t *testing.T) {
+	seen := map[string]bool{}
+	for _, platform := range platforms {
+		for _, p := range listDeps(t, self, platform) {
+			if !p.Standard {
+				seen[p.ImportPath] = true
+			}
+		}
+	}
+	got := slices.Sorted(maps.Keys(seen))
+	want := depsHeader + strings.Join(got, "\n") + "\n"
+
+	if *update {
+		if err := os.WriteFile(depsFile, []byte(want), 0o644); err != nil {
+			t.Fatalf("write %s: %v", depsFile, err)
+		}
+		return
+	}
+	b, err := os.ReadFile(depsFile)
+	if err != nil {
+		t.Fatalf("read %s: %v; run: go test ./cmd/airlock-exec -update", depsFile, err)
+	}
+	var committed []string
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			committed = append(committed, line)
+		}
+	}
+	if slices.Equal(committed, got) {
+		return
+	}
+	for _, p := range got {
+		if !slices.Contains(committed, p) {
+			t.Errorf("new dependency of airlock-exec: %s", p)
+		}
+	}
+	for _, p := range committed {
+		if !slices.Contains(got, p) {
+			t.Errorf("airlock-exec no longer depends on %s", p)
+		}
+	}
+	t.Errorf("%s is out of date; review the change, then run: go test ./cmd/airlock-exec -update", depsFile)
+}
+
+func TestAllowedDep(t *testing.T) {
+	tests := []struct {
+		p    pkg
+		want bool
+	}{
+		{pkg{ImportPath: "net/http", Standard: true}, true},
+		{pkg{ImportPath: "vendor/golang.org/x/net/dns/dnsmessage", Standard: true}, true},
+		{pkg{ImportPath: "golang.org/x/sys/unix"}, true},
+		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/execproto"}, true},
+		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/executor/seccomp"}, true},
+		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/executorx"}, false},
+		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/execproto/x"}, false},
+		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/secret"}, false},
+		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/sandbox"}, false},
+		{pkg{ImportPath: "golang.org/x/sysx"}, false},
+		{pkg{ImportPath: "golang.org/x/net/http2"}, false},
+		{pkg{ImportPath: "github.com/pmezard/go-difflib/difflib"}, false},
+	}
+	for _, tt := range tests {
+		if got := allowedDep(tt.p); got != tt.want {
+			t.Errorf("allowedDep(%q) = %t, want %t", tt.p.ImportPath, got, tt.want)
+		}
+	}
+}

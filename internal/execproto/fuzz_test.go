@@ -1,0 +1,164 @@
+package execproto_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// The seed corpora live in testdata/fuzz/<FuzzName>/ and run in plain go test.
+
+// FuzzReadFrame reads frames from arbitrary bytes until the first error. Every
+// error must be io.EOF or ErrFrame, and every accepted frame must re-encode to
+// exactly the bytes it was read from: the encoding has one form, so a reader
+// that accepted anything else would let two peers disagree about a frame.
+func FuzzReadFrame(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := bytes.NewReader(b)
+		for {
+			off := len(b) - r.Len()
+			fr, err := execproto.ReadFrame(r)
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					if off != len(b) {
+						t.Fatalf("ReadFrame = io.EOF with %d bytes left: a partial frame must be ErrFrame", len(b)-off)
+					}
+					return
+				}
+				if !errors.Is(err, execproto.ErrFrame) {
+					t.Fatalf("ReadFrame = %v, want io.EOF or ErrFrame", err)
+				}
+				return
+			}
+			if len(fr.Payload) > execproto.MaxPayload {
+				t.Fatalf("ReadFrame accepted a payload of %d bytes", len(fr.Payload))
+			}
+			read := b[off : len(b)-r.Len()]
+			enc, err := execproto.AppendFrame(nil, fr)
+			if err != nil {
+				t.Fatalf("AppendFrame(ReadFrame(% x)) = %v", head(read), err)
+			}
+			if !bytes.Equal(enc, read) {
+				t.Fatalf("AppendFrame(ReadFrame(x)) != x:\n got % x\nwant % x", head(enc), head(read))
+			}
+			again, err := execproto.ReadFrame(bytes.NewReader(enc))
+			if err != nil {
+				t.Fatalf("ReadFrame(AppendFrame(frame)) = %v", err)
+			}
+			if again.Type != fr.Type || again.Stream != fr.Stream || !bytes.Equal(again.Payload, fr.Payload) {
+				t.Fatalf("frame changed across a round trip: %v/%d -> %v/%d", fr.Type, fr.Stream, again.Type, again.Stream)
+			}
+			switch fr.Type {
+			case execproto.TAck:
+				c, n := execproto.AckCredit(fr)
+				if back := execproto.AckFrame(fr.Stream, c, n); !bytes.Equal(back.Payload, fr.Payload) {
+					t.Fatalf("AckFrame(AckCredit(% x)) = % x", fr.Payload, back.Payload)
+				}
+			case execproto.TResize:
+				rows, cols := execproto.ResizeSize(fr)
+				if back := execproto.ResizeFrame(fr.Stream, rows, cols); !bytes.Equal(back.Payload, fr.Payload) {
+					t.Fatalf("ResizeFrame(ResizeSize(% x)) = % x", fr.Payload, back.Payload)
+				}
+			}
+		}
+	})
+}
+
+// FuzzDecodeRequest decodes arbitrary JSON into a Request. Decode may reject
+// it (with ErrFrame only) and Validate may reject it, but neither may panic;
+// what Decode accepts must be exactly one JSON value, and a request that
+// passes both must survive encoding and decoding unchanged.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var req execproto.Request
+		if err := execproto.Decode(b, &req); err != nil {
+			if !errors.Is(err, execproto.ErrFrame) {
+				t.Fatalf("Decode = %v, want ErrFrame", err)
+			}
+			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("Decode accepted %q, which is not exactly one JSON value", b)
+		}
+		if err := req.Validate(); err != nil {
+			return
+		}
+		out, err := json.Marshal(req)
+		if err != nil {
+			t.Fatalf("json.Marshal(valid request) = %v", err)
+		}
+		var again execproto.Request
+		if err := execproto.Decode(out, &again); err != nil {
+			t.Fatalf("Decode(json.Marshal(valid request)) = %v\n%s", err, out)
+		}
+		if err := again.Validate(); err != nil {
+			t.Fatalf("request valid before a round trip is not after: %v\n%s", err, out)
+		}
+		// omitempty turns an empty list into an absent one.
+		if len(req.Argv) == 0 {
+			req.Argv = nil
+		}
+		if len(req.Env) == 0 {
+			req.Env = nil
+		}
+		if !reflect.DeepEqual(again, req) {
+			t.Fatalf("request changed across a round trip:\n got %+v\nwant %+v", again, req)
+		}
+	})
+}
+
+// FuzzDecodeSetup decodes arbitrary JSON as the messages the executor reads
+// on stream 0 before it trusts anything: Setup and Hello.
+func FuzzDecodeSetup(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip[execproto.Setup](t, b)
+		roundTrip[execproto.Hello](t, b)
+	})
+}
+
+// FuzzDecodeResult decodes arbitrary JSON as the messages the host reads from
+// the executor, which runs beside untrusted code: Result, Ready and Error.
+func FuzzDecodeResult(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip[execproto.Result](t, b)
+		roundTrip[execproto.Ready](t, b)
+		roundTrip[execproto.Error](t, b)
+	})
+}
+
+// roundTrip decodes b as a T. If Decode accepts it, its encoding must decode
+// again and encode to the same bytes (empty and absent lists both encode as
+// absent, so the encoding, not the struct, is the fixed point).
+func roundTrip[T any](t *testing.T, b []byte) {
+	t.Helper()
+	var v T
+	if err := execproto.Decode(b, &v); err != nil {
+		if !errors.Is(err, execproto.ErrFrame) {
+			t.Fatalf("Decode(%T) = %v, want ErrFrame", v, err)
+		}
+		return
+	}
+	if !json.Valid(b) {
+		t.Fatalf("Decode(%T) accepted %q, which is not exactly one JSON value", v, b)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("json.Marshal(%T) = %v", v, err)
+	}
+	var again T
+	if err := execproto.Decode(out, &again); err != nil {
+		t.Fatalf("Decode(json.Marshal(%T)) = %v\n%s", v, err, out)
+	}
+	out2, err := json.Marshal(again)
+	if err != nil {
+		t.Fatalf("json.Marshal(%T) = %v", again, err)
+	}
+	if !bytes.Equal(out, out2) {
+		t.Fatalf("%T changed across a round trip:\n got %s\nwant %s", v, out2, out)
+	}
+}
