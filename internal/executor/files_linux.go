@@ -21,13 +21,19 @@ import (
 // because the host's files are not in this mount namespace at all.
 func (s *stream) file() execproto.Result {
 	runtime.LockOSThread()
-	// The thread's fs identity is changed below; never hand it back to the
-	// scheduler in that state. Exiting a locked goroutine ends the thread.
 	u := s.e.setup.User
 	if err := setfsid(u.UID, u.GID); err != nil {
+		// The thread's identity may be half changed: let it end with
+		// the goroutine rather than hand it back to the scheduler.
 		return errResult(err)
 	}
 	res, err := s.fileOp()
+	// Restore root's fs identity and return the thread: a thread that ends
+	// must be replaced, and a new thread may be impossible once commands
+	// have used up the sandbox's pids limit.
+	if setfsid(0, 0) == nil {
+		runtime.UnlockOSThread()
+	}
 	if err != nil {
 		return errResult(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -556,23 +555,63 @@ func TestAttackCapabilities(t *testing.T) {
 // and leaves the sandbox usable.
 func TestAttackForkBomb(t *testing.T) {
 	t.Parallel()
+	const bomb = "i=0; while [ $i -lt 3000 ]; do sleep 30 & i=$((i+1)); done; wait"
 	limits := sandbox.DefaultLimits
 	limits.Pids = 64
-	sb := attackSandbox(t, sandbox.Spec{Limits: limits})
-	start := time.Now()
-	res := attackExec(t, sb, sandbox.Command{
-		Argv:    []string{"sh", "-c", "i=0; while [ $i -lt 3000 ]; do sleep 30 & i=$((i+1)); done; wait"},
-		Timeout: attackTimeout,
+
+	t.Run("Plain", func(t *testing.T) {
+		t.Parallel()
+		sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+		start := time.Now()
+		res := attackExec(t, sb, sandbox.Command{Argv: []string{"sh", "-c", bomb}, Timeout: attackTimeout})
+		if res.r.Outcome != sandbox.OutcomePidsLimit {
+			t.Errorf("fork bomb with Pids 64 after %v: Outcome = %q, want %q: %v", time.Since(start), res.r.Outcome, sandbox.OutcomePidsLimit, res)
+		}
+		if res.r.ExitStatus() != 137 || !strings.Contains(res.r.Message, "process") {
+			t.Errorf("fork bomb: ExitStatus() = %d, Message = %q; want 137 and a message about the process limit", res.r.ExitStatus(), res.r.Message)
+		}
+		if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
+			t.Errorf("after the fork bomb the sandbox answered %q, want alive", out)
+		}
 	})
-	if res.r.Outcome != sandbox.OutcomePidsLimit {
-		t.Errorf("fork bomb with Pids 64 after %v: Outcome = %q, want %q: %v", time.Since(start), res.r.Outcome, sandbox.OutcomePidsLimit, res)
-	}
-	if res.r.ExitStatus() != 137 || !strings.Contains(res.r.Message, "process") {
-		t.Errorf("fork bomb: ExitStatus() = %d, Message = %q; want 137 and a message about the process limit", res.r.ExitStatus(), res.r.Message)
-	}
-	if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
-		t.Errorf("after the fork bomb the sandbox answered %q, want alive", out)
-	}
+
+	// The host keeps using the sandbox while the bomb holds every pid:
+	// the executor, which shares the pids limit, must not die of it.
+	t.Run("WithFileOps", func(t *testing.T) {
+		t.Parallel()
+		for i := range 5 {
+			sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			halt := sync.OnceFunc(func() {
+				close(stop)
+				wg.Wait()
+			})
+			t.Cleanup(halt) // also when the attempt fails early
+			for range 3 {
+				wg.Go(func() {
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+						_, _ = sb.ReadFile(ctx, "/etc/hostname", 0)
+						cancel()
+					}
+				})
+			}
+			res := attackExec(t, sb, sandbox.Command{Argv: []string{"sh", "-c", bomb}, Timeout: attackTimeout})
+			halt()
+			if res.r.Outcome != sandbox.OutcomePidsLimit {
+				t.Fatalf("attempt %d: fork bomb with Pids 64 while the host reads files: Outcome = %q, want %q: %v", i+1, res.r.Outcome, sandbox.OutcomePidsLimit, res)
+			}
+			if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
+				t.Fatalf("attempt %d: after the fork bomb the sandbox answered %q, want alive", i+1, out)
+			}
+		}
+	})
 }
 
 // TestAttackMemory: allocating far beyond the memory limit ends in an OOM
@@ -1038,7 +1077,7 @@ func attackStartHelper(t *testing.T, wrap []string, helper string, env ...string
 
 // attackHelperSay prints a protocol line from a helper process.
 func attackHelperSay(format string, args ...any) {
-	fmt.Printf(attackHelperLines+format+"\n", args...)
+	fmt.Fprintf(os.Stdout, attackHelperLines+format+"\n", args...)
 }
 
 // TestAttackHostKill9: when the process that owns a sandbox is killed with
@@ -1365,5 +1404,3 @@ func TestCreateExecutorExitsEarly(t *testing.T) {
 		}
 	}
 }
-
-var _ io.Writer = (*lockedBuffer)(nil)

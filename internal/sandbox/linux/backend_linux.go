@@ -332,7 +332,7 @@ func socketpair() (host *os.File, child *os.File, err error) {
 func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
 
 // GC removes what sandboxes of dead airlock processes left: cgroups (killing
-// anything still in them). Mounts need no collection: they live only in the
+// nothing: only empty groups are removed). Mounts need no collection: they live only in the
 // sandbox's own mount namespace and vanish with its last process. It returns
 // the ids it cleaned.
 func (b *Backend) GC() ([]string, error) {
@@ -357,6 +357,13 @@ func (b *Backend) GC() ([]string, error) {
 		g, err := m.Open(n)
 		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		// Only empty groups are leftovers: a group with processes belongs
+		// to a sandbox of another airlock process (another AIRLOCK_HOME)
+		// whose liveness this one cannot see.
+		if st, err := g.Stats(); err != nil || st.Pids > 0 {
+			_ = g.Close()
 			continue
 		}
 		if err := g.Destroy(); err != nil {

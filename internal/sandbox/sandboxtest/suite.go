@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -206,8 +205,6 @@ func (w *countWriter) count() int64 {
 	defer w.mu.Unlock()
 	return w.n
 }
-
-var _ io.Writer = (*countWriter)(nil)
 
 // unique returns a random token for names that must not collide with
 // anything else on the machine.
