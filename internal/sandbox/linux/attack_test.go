@@ -30,6 +30,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
 // attackTimeout bounds every command and sandbox operation of these tests.
@@ -56,38 +57,7 @@ func attackSandbox(t *testing.T, spec sandbox.Spec) sandbox.Sandbox {
 
 func attackCreate(t *testing.T, b *linux.Backend, spec sandbox.Spec) sandbox.Sandbox {
 	t.Helper()
-	if spec.Limits == (sandbox.Limits{}) {
-		spec.Limits = sandbox.DefaultLimits
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
-	defer cancel()
-	type created struct {
-		sb  sandbox.Sandbox
-		err error
-	}
-	c := make(chan created, 1)
-	go func() {
-		sb, err := b.Create(ctx, spec)
-		c <- created{sb, err}
-	}()
-	var sb sandbox.Sandbox
-	select {
-	case r := <-c:
-		if r.err != nil {
-			t.Fatalf("Create = %v", r.err)
-		}
-		sb = r.sb
-	case <-time.After(attackTimeout + 10*time.Second):
-		t.Fatalf("Create did not return within %v", attackTimeout+10*time.Second)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
-		defer cancel()
-		if err := sb.Destroy(ctx); err != nil {
-			t.Errorf("Destroy = %v", err)
-		}
-	})
-	return sb
+	return sandboxtest.Create(t, b, spec)
 }
 
 // attackResult is what a probe inside a sandbox did.

@@ -51,10 +51,14 @@ const opTimeout = 60 * time.Second
 // create makes a sandbox from spec and destroys it when the test ends.
 func (s *suite) create(t *testing.T, spec sandbox.Spec) sandbox.Sandbox {
 	t.Helper()
-	return create(t, s.newBackend(t), spec)
+	return Create(t, s.newBackend(t), spec)
 }
 
-func create(t *testing.T, b sandbox.Backend, spec sandbox.Spec) sandbox.Sandbox {
+// Create makes a sandbox from spec with b (DefaultLimits when spec sets no
+// limit) and destroys it when the test ends. A Create that ignores its
+// context fails the test instead of hanging it. Backend tests outside the
+// suite use it too.
+func Create(t *testing.T, b sandbox.Backend, spec sandbox.Spec) sandbox.Sandbox {
 	t.Helper()
 	if spec.Limits == (sandbox.Limits{}) {
 		spec.Limits = sandbox.DefaultLimits
