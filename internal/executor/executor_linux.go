@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"runtime"
 	"sync"
-	"syscall"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/executor/landlock"
@@ -32,6 +31,7 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "airlock-exec: runs only as PID 1 of a sandbox started by airlock")
 		return 2
 	}
+	absorbSignals()
 	conn := os.NewFile(execproto.ControlFD, "control")
 	e := &executor{w: execproto.NewWriter(conn), streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
 	// Before Landlock: the thread must exist when the ruleset is applied.
@@ -103,7 +103,7 @@ func (e *executor) start(conn io.Reader) error {
 	if err := applyRlimits(e.setup.Rlimits); err != nil {
 		return err
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := e.dropCapabilities(); err != nil {
 		return err
 	}
 	layers = append(layers, "capabilities:dropped-for-children")
@@ -136,17 +136,27 @@ func (e *executor) start(conn io.Reader) error {
 	return e.w.Write(ready)
 }
 
-// dropCapabilities clears the bounding, inheritable and ambient sets on every
-// thread: whatever thread later forks a command, the command starts without
-// capabilities, even when it runs as root inside the sandbox.
-func dropCapabilities() error {
+// dropCapabilities empties the bounding, inheritable and ambient sets of the
+// thread that forks every command (see procThread), so each command starts
+// without capabilities, even as root inside the sandbox. The sets are
+// per-thread and a child inherits its forking thread's; doing it on every
+// thread would cost one stop-the-world per capability (AllThreadsSyscall) for
+// no gain: no other thread forks, and the executor's own effective set is
+// bounded by seccomp and Landlock, applied to all threads.
+func (e *executor) dropCapabilities() error {
+	var err error
+	e.pt.do(func() { err = dropThreadCapabilities() })
+	return err
+}
+
+func dropThreadCapabilities() error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); errno != 0 {
-			return fmt.Errorf("drop capability %d: %w", c, errno)
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d: %w", c, err)
 		}
 	}
-	if _, _, errno := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); errno != 0 {
-		return fmt.Errorf("clear ambient capabilities: %w", errno)
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	return clearInheritable()
 }
@@ -160,6 +170,25 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 		return fmt.Errorf("got %s frame, want %s", f.Type, t)
 	}
 	return execproto.Decode(f.Payload, v)
+}
+
+// absorbSignals makes the executor immune to signals sent from inside the
+// sandbox. The kernel delivers a signal to a PID namespace's init only if init
+// has a handler, and the Go runtime installs one for every signal and then
+// exits (TERM, INT, HUP) or dumps and exits (QUIT, ABRT, ILL, TRAP, STKFLT)
+// when nobody asked for it. Asking for them and dropping them keeps PID 1
+// alive. SIG_IGN would do the same but is inherited across exec, so every
+// command would start with SIGTERM and SIGPIPE ignored; handlers are not.
+func absorbSignals() {
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
+		unix.SIGABRT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGTERM,
+		unix.SIGSTKFLT, unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGIO, unix.SIGPWR,
+		unix.SIGSYS, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU, unix.SIGCONT, unix.SIGWINCH)
+	go func() {
+		for range c {
+		}
+	}()
 }
 
 // serve reads frames until the host closes the connection.

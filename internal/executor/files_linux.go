@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"archive/tar"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
@@ -176,7 +176,7 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 // export writes a tar stream of the tree at root. Symlinks are stored as
 // links, never followed; sockets, devices and fifos are skipped.
 func (s *stream) export(root string) error {
-	tw := tar.NewWriter(&streamWriter{s: s})
+	tw := &tarWriter{w: &streamWriter{s: s}}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -192,25 +192,25 @@ func (s *stream) export(root string) error {
 		if rel == "." {
 			return nil
 		}
-		link := ""
+		h := tarHeader{Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime().Unix()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			h.UID, h.GID = int(st.Uid), int(st.Gid)
+			h.Mode = int64(st.Mode & 07777)
+		}
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
-			if link, err = os.Readlink(p); err != nil {
+			h.Type = tarSymlink
+			if h.Linkname, err = os.Readlink(p); err != nil {
 				return err
 			}
-		case fi.Mode().IsRegular(), fi.IsDir():
+		case fi.Mode().IsRegular():
+			h.Type, h.Size = tarReg, fi.Size()
+		case fi.IsDir():
+			h.Type = tarDir
+			h.Name += "/"
 		default:
 			return nil
 		}
-		h, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		h.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			h.Name += "/"
-		}
-		h.Uname, h.Gname = "", ""
 		if err := tw.WriteHeader(h); err != nil {
 			return err
 		}

@@ -1,40 +1,96 @@
 package executor
 
 import (
-	"context"
+	"errors"
+	"fmt"
 	"io"
-	"net"
+	"net/netip"
+	"os"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // startProxy listens on the sandbox's loopback and forwards every connection
 // to the host's egress socket, which was bound into the sandbox at setup.
 // The socket identifies the sandbox to the host; nothing the sandbox sends
 // can claim another identity. There is no other route out.
+//
+// Sockets are made with raw system calls rather than package net: net links
+// the C resolver when cgo is on, and a cgo-linked executor cannot change the
+// credentials of all its threads at once (AllThreadsSyscall refuses), so the
+// executor must build without cgo whatever CGO_ENABLED says.
 func (e *executor) startProxy() error {
-	lc := net.ListenConfig{}
-	// MPTCP slips past Landlock's TCP rules on some kernels; seccomp refuses
-	// it anyway, so ask for plain TCP up front.
-	lc.SetMultipathTCP(false)
-	ln, err := lc.Listen(context.Background(), "tcp", e.setup.ProxyAddr)
+	ap, err := netip.ParseAddrPort(e.setup.ProxyAddr)
+	if err != nil || !ap.Addr().Is4() {
+		return fmt.Errorf("proxy address %q: want an IPv4 address and port", e.setup.ProxyAddr)
+	}
+	// Plain TCP (protocol 0 is IPPROTO_TCP, never MPTCP, which slips past
+	// Landlock's TCP rules on some kernels; seccomp refuses it anyway).
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return fmt.Errorf("proxy socket: %w", err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("proxy bind %s: %w", ap, err)
+	}
+	if err := unix.Listen(fd, 256); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("proxy listen: %w", err)
+	}
+	ln := os.NewFile(uintptr(fd), "proxy")
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		ln.Close()
 		return err
 	}
 	go func() {
 		for {
-			c, err := ln.Accept()
+			var nfd int
+			var aerr error
+			err := rc.Read(func(fd uintptr) bool {
+				nfd, _, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+				return !errors.Is(aerr, unix.EAGAIN)
+			})
 			if err != nil {
 				return
 			}
-			go forward(c)
+			if aerr != nil {
+				if errors.Is(aerr, unix.EMFILE) || errors.Is(aerr, unix.ENFILE) || errors.Is(aerr, unix.ENOBUFS) ||
+					errors.Is(aerr, unix.ENOMEM) || errors.Is(aerr, unix.ECONNABORTED) || errors.Is(aerr, unix.EINTR) {
+					continue
+				}
+				return
+			}
+			go forward(os.NewFile(uintptr(nfd), "proxy-conn"))
 		}
 	}()
 	return nil
 }
 
-func forward(c net.Conn) {
+// dialHost connects to the host's egress socket.
+func dialHost() (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	// Blocking connect: a unix-socket connect completes or fails at once.
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: proxySocket}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "egress"), nil
+}
+
+func forward(c *os.File) {
 	defer c.Close()
-	up, err := net.Dial("unix", proxySocket)
+	up, err := dialHost()
 	if err != nil {
 		return
 	}
@@ -44,13 +100,16 @@ func forward(c net.Conn) {
 	go func() {
 		defer wg.Done()
 		_, _ = io.Copy(up, c)
-		if u, ok := up.(*net.UnixConn); ok {
-			_ = u.CloseWrite()
-		}
+		shutdownWrite(up)
 	}()
 	_, _ = io.Copy(c, up)
-	if t, ok := c.(*net.TCPConn); ok {
-		_ = t.CloseWrite()
-	}
+	shutdownWrite(c)
 	wg.Wait()
+}
+
+// shutdownWrite sends EOF to the peer while still reading from it.
+func shutdownWrite(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
+	}
 }

@@ -164,6 +164,21 @@ func (s *suite) testExec(t *testing.T) {
 		}
 	})
 
+	t.Run("DefaultSignalDispositions", func(t *testing.T) {
+		// Commands start with no signal ignored or blocked, whatever PID 1
+		// does to protect itself: `yes | head` and Ctrl-C must work.
+		t.Parallel()
+		out, _, r := sh(t, sb, "grep -E '^Sig(Ign|Blk):' /proc/self/status")
+		if r.Outcome != sandbox.OutcomeExited || r.ExitCode != 0 {
+			t.Fatalf("grep: %+v", r)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(line); len(f) != 2 || strings.Trim(f[1], "0") != "" {
+				t.Errorf("/proc/self/status %q: want no ignored or blocked signal", line)
+			}
+		}
+	})
+
 	t.Run("ProcessSignal", func(t *testing.T) {
 		t.Parallel()
 		w := newFirstWriter()
