@@ -160,11 +160,15 @@ func cleanStateDirs(env *Env) {
 	if err != nil {
 		return
 	}
+	// Listed before the live set is read, for the reason Backend.GC gives.
+	ents, _ := os.ReadDir(filepath.Join(env.Home, "sandboxes"))
+	if len(ents) == 0 {
+		return
+	}
 	live, err := b.Live()
 	if err != nil {
 		return
 	}
-	ents, _ := os.ReadDir(filepath.Join(env.Home, "sandboxes"))
 	for _, e := range ents {
 		if !live[e.Name()] {
 			_ = os.RemoveAll(stateDir(env, e.Name()))

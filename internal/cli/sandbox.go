@@ -123,6 +123,14 @@ func (c *RunCmd) Run(env *Env) error {
 	}
 	ctx, cancel := context.WithCancel(env.Ctx)
 	defer cancel()
+	// Collect what crashed runs left while this one starts, not after it:
+	// GC is safe beside Create (see Backend.GC).
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		env.gc()
+	}()
+	defer func() { <-gcDone }()
 	sb, err := b.Create(ctx, spec)
 	if err != nil {
 		return err
@@ -131,7 +139,6 @@ func (c *RunCmd) Run(env *Env) error {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer dcancel()
 		_ = sb.Destroy(dctx)
-		env.gc()
 	}()
 	cmd := sandbox.Command{Argv: argv, Stdout: env.Stdout, Stderr: env.Stderr, Timeout: c.Timeout, MaxOutput: maxOut}
 	if c.Interactive {

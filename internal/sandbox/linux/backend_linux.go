@@ -100,6 +100,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	id := newID()
+	tr := newTracer("create")
+	defer tr.done()
 	sb := &Sandbox{b: b, id: id, spec: spec, created: time.Now(), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -113,9 +115,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			return nil, err
 		}
 	}
+	tr.mark("uids")
 	if err := sb.makeCgroup(); err != nil {
 		return nil, err
 	}
+	tr.mark("cgroup")
 
 	setup := &execproto.Setup{
 		Hostname:  "airlock",
@@ -207,11 +211,17 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		setup.ProxyAddr = ProxyAddr
 	}
 
+	tr.mark("trees")
 	host, child, err := socketpair()
 	if err != nil {
 		return nil, err
 	}
-	defer child.Close()
+	childOpen := true
+	defer func() {
+		if childOpen {
+			child.Close()
+		}
+	}()
 	cmd := exec.Command(b.cfg.Executor)
 	cmd.Args = []string{"airlock-exec"}
 	cmd.Env = []string{}
@@ -237,6 +247,10 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		host.Close()
 		return nil, fmt.Errorf("start executor: %w", err)
 	}
+	// Only the executor may hold the other end: if it dies before the
+	// handshake, the host reads EOF at once instead of waiting forever.
+	child.Close()
+	childOpen = false
 	sb.cmd = cmd
 	sb.exited = make(chan struct{})
 	go func() {
@@ -249,11 +263,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 	}
+	tr.mark("start")
 	for _, f := range files {
 		f.Close()
 	}
 	files = nil
 	idm.close()
+	tr.mark("idmclose")
 
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -262,6 +278,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		host.Close()
 		return nil, fmt.Errorf("start sandbox: %w", err)
 	}
+	tr.mark("handshake")
 	sb.conn = conn
 	sb.layers = append(sb.layers, conn.Ready.Layers...)
 	sb.watch()
@@ -325,6 +342,13 @@ func socketpair() (host *os.File, child *os.File, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("socketpair: %w", err)
 	}
+	// Non-blocking, so the host end goes through the runtime poller and a
+	// Close (a cancelled context, a destroy) interrupts a pending read.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
 	return os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "control"), nil
 }
 
@@ -335,16 +359,22 @@ func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
 // nothing: only empty groups are removed). Mounts need no collection: they live only in the
 // sandbox's own mount namespace and vanish with its last process. It returns
 // the ids it cleaned.
+//
+// It is safe to run while this or another airlock process creates
+// sandboxes: a sandbox locks its uid slot before it makes its cgroup, and GC
+// lists the cgroups before it reads which slots are held, so every cgroup it
+// sees belongs to a slot that is either still held (and is skipped) or free
+// for good.
 func (b *Backend) GC() ([]string, error) {
-	live, err := b.uids.live()
-	if err != nil {
-		return nil, err
-	}
 	m, err := b.cgroups()
 	if err != nil {
 		return nil, nil // no cgroups, nothing to collect
 	}
 	names, err := m.List()
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	live, err := b.uids.live()
 	if err != nil {
 		return nil, err
 	}

@@ -125,20 +125,20 @@ func (s *Sandbox) teardown() {
 	}
 	s.destroyed = true
 	s.mu.Unlock()
+	tr := newTracer("teardown")
+	defer tr.done()
 	// Kill first, so the executor cannot act on a half-closed connection.
-	// Killing PID 1 ends the PID namespace; the cgroup catches anything that
-	// could have left it (nothing can, but the cgroup is the proof).
+	// Killing PID 1 ends the PID namespace: the kernel kills every process
+	// in it and PID 1 is not reaped before they are all gone. The cgroup is
+	// the proof: Destroy kills whatever it still holds before removing it.
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 	}
-	if s.cg != nil {
-		if err := s.cg.Kill(); err != nil {
-			s.b.log.Warn("kill sandbox cgroup", "sandbox_id", s.id, "err", err)
-		}
-	}
+	tr.mark("kill")
 	if s.exited != nil {
 		<-s.exited
 	}
+	tr.mark("exited")
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
@@ -148,6 +148,7 @@ func (s *Sandbox) teardown() {
 		}
 		_ = s.cg.Close()
 	}
+	tr.mark("cgdestroy")
 	if s.slot != nil {
 		s.slot.Close()
 	}
