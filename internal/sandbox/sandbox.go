@@ -10,7 +10,10 @@
 package sandbox
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -72,6 +75,11 @@ type Spec struct {
 	// ProxySocket is the host's unix socket that connections from the
 	// sandbox are forwarded to in proxy mode.
 	ProxySocket string
+	// TrustedCAs are PEM certificates added to the sandbox's trust store
+	// (the system bundle and the variables common tools read: SSL_CERT_FILE,
+	// REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, PIP_CERT,
+	// NODE_EXTRA_CA_CERTS), for example the egress proxy's per-run CA.
+	TrustedCAs []byte
 	// TTL ends the sandbox after this long; 0 means no TTL.
 	TTL time.Duration
 	// User runs commands by default: a name or uid inside the sandbox;
@@ -132,6 +140,11 @@ func (s *Spec) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("network mode %q: want none or proxy", s.Network))
+	}
+	if len(s.TrustedCAs) > 0 {
+		if err := checkPEMCerts(s.TrustedCAs); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	l := s.Limits
 	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUs < 0 || l.DiskBytes < 0 {
@@ -282,4 +295,26 @@ func (r Result) ExitStatus() int {
 		return 137
 	}
 	return 125
+}
+
+// maxTrustedCAs bounds Spec.TrustedCAs.
+const maxTrustedCAs = 1 << 20
+
+// checkPEMCerts accepts one or more PEM CERTIFICATE blocks and nothing else.
+func checkPEMCerts(b []byte) error {
+	if len(b) > maxTrustedCAs {
+		return fmt.Errorf("trusted CAs: %d bytes, at most %d", len(b), maxTrustedCAs)
+	}
+	n := 0
+	for rest := b; len(bytes.TrimSpace(rest)) > 0; n++ {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil || blk.Type != "CERTIFICATE" {
+			return errors.New("trusted CAs: want PEM CERTIFICATE blocks only")
+		}
+		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+			return fmt.Errorf("trusted CAs: certificate %d: %w", n+1, err)
+		}
+	}
+	return nil
 }

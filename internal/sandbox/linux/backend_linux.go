@@ -102,12 +102,19 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	id := newID()
 	tr := newTracer("create")
 	defer tr.done()
-	sb := &Sandbox{b: b, id: id, spec: spec, created: time.Now(), done: make(chan struct{})}
+	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			sb.teardown()
 		}
 	}()
+	if len(spec.TrustedCAs) > 0 {
+		sb.files = filepath.Join(b.cfg.StateDir, "files", id)
+		if err := trustStore(sb.files, &spec); err != nil {
+			return nil, err
+		}
+	}
+	sb.spec = spec
 
 	var base uint32
 	if b.root {

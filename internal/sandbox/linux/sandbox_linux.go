@@ -30,6 +30,7 @@ type Sandbox struct {
 	exited  chan struct{} // closed when the executor process is reaped
 	conn    *execconn.Conn
 	layers  []string
+	files   string // host files shown inside (trust store), removed at teardown
 
 	done     chan struct{} // closed when the sandbox is gone
 	doneOnce sync.Once
@@ -149,6 +150,9 @@ func (s *Sandbox) teardown() {
 		_ = s.cg.Close()
 	}
 	tr.mark("cgdestroy")
+	if s.files != "" {
+		_ = os.RemoveAll(s.files)
+	}
 	if s.slot != nil {
 		s.slot.Close()
 	}

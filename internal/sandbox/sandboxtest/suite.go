@@ -37,6 +37,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend) {
 	t.Run("Workspace", s.testWorkspace)
 	t.Run("Limits", s.testLimits)
 	t.Run("Lifetime", s.testLifetime)
+	t.Run("Network", s.testNetwork)
 	t.Run("Many", s.testMany)
 }
 
