@@ -12,7 +12,9 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -58,6 +60,10 @@ const (
 
 // Spec describes a sandbox to create.
 type Spec struct {
+	// ID names the sandbox; empty means a new random one (NewID). A host
+	// that must name the sandbox before it exists (to bind an egress proxy
+	// to it) sets it.
+	ID string
 	// RootFS is a template root filesystem (an unpacked image). Empty means
 	// the host's system directories, read-only, with a generated /etc.
 	RootFS string
@@ -111,6 +117,9 @@ var DefaultLimits = Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1, DiskBytes: 
 // Validate reports every problem of the spec at once.
 func (s *Spec) Validate() error {
 	var errs []error
+	if s.ID != "" && !validID(s.ID) {
+		errs = append(errs, fmt.Errorf("sandbox id %q: want sb- and 1 to 32 lowercase letters, digits or dashes", s.ID))
+	}
 	switch s.WorkspaceMode {
 	case "", WorkspaceCOW, WorkspaceRO, WorkspaceRW:
 	default:
@@ -317,4 +326,24 @@ func checkPEMCerts(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// NewID returns a new random sandbox id.
+func NewID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+func validID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "sb-")
+	if !ok || len(rest) == 0 || len(rest) > 32 {
+		return false
+	}
+	for _, c := range rest {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }

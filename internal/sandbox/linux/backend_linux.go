@@ -2,8 +2,6 @@ package linux
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,7 +97,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if err := checkSources(&spec); err != nil {
 		return nil, err
 	}
-	id := newID()
+	id := spec.ID
+	if id == "" {
+		id = sandbox.NewID()
+	} else if live, err := b.uids.live(); err != nil {
+		return nil, err
+	} else if live[id] {
+		return nil, fmt.Errorf("sandbox id %s is in use", id)
+	}
 	tr := newTracer("create")
 	defer tr.done()
 	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{})}
@@ -338,11 +343,6 @@ func checkSources(spec *sandbox.Spec) error {
 	return errors.Join(errs...)
 }
 
-func newID() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
 
 func socketpair() (host *os.File, child *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)

@@ -88,6 +88,25 @@ func (s *suite) testLimits(t *testing.T) {
 }
 
 func (s *suite) testLifetime(t *testing.T) {
+	t.Run("ChosenID", func(t *testing.T) {
+		t.Parallel()
+		id := sandbox.NewID()
+		b := s.newBackend(t)
+		sb := Create(t, b, sandbox.Spec{ID: id})
+		if sb.ID() != id {
+			t.Errorf("ID() = %q, want the chosen %q", sb.ID(), id)
+		}
+		ctx := opCtx(t)
+		if dup, err := b.Create(ctx, sandbox.Spec{ID: id, Limits: sandbox.DefaultLimits}); err == nil {
+			_ = dup.Destroy(ctx)
+			t.Errorf("a second sandbox with the live id %s was created", id)
+		}
+		if bad, err := b.Create(ctx, sandbox.Spec{ID: "../../etc", Limits: sandbox.DefaultLimits}); err == nil {
+			_ = bad.Destroy(ctx)
+			t.Errorf("a sandbox with id ../../etc was created")
+		}
+	})
+
 	t.Run("TTL", func(t *testing.T) {
 		t.Parallel()
 		sb := s.create(t, sandbox.Spec{TTL: time.Second})
