@@ -1,0 +1,138 @@
+package policy
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// FuzzParse: no input panics, and a document Parse accepts validates again
+// unchanged and survives a YAML round trip.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(issueExample))
+	f.Add([]byte("network:\n  default: ask\n  allow:\n    - cidr: 10.0.0.0/8\n      ports: [8080]\n"))
+	f.Add([]byte("network:\n  allow:\n    - host: \"*.Example.COM.\"\n      paths: [/v1/]\n      methods: [get]\n"))
+	f.Add([]byte("network:\n  credentials:\n    - host: a.example\n      secret: s\n      query: key\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		doc, err := Parse(data)
+		if err != nil {
+			return
+		}
+		first := cloneNetwork(doc.Network)
+		if err := doc.Network.Validate(); err != nil {
+			t.Fatalf("a parsed document does not validate again: %v", err)
+		}
+		if !equalNetwork(first, doc.Network) {
+			t.Fatalf("Validate changed a parsed document:\n%+v\n%+v", first, doc.Network)
+		}
+		out, err := yaml.Marshal(doc)
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		again, err := Parse(out)
+		if err != nil {
+			t.Fatalf("re-parse of\n%s\nfailed: %v", out, err)
+		}
+		if !equalNetwork(doc.Network, again.Network) {
+			t.Fatalf("round trip changed the document:\n%+v\n%+v", doc.Network, again.Network)
+		}
+	})
+}
+
+// cloneNetwork deep-copies n (Validate rewrites in place).
+func cloneNetwork(n Network) Network {
+	c := n
+	c.Allow = nil
+	for _, r := range n.Allow {
+		r.Ports = append([]int(nil), r.Ports...)
+		r.Methods = append([]string(nil), r.Methods...)
+		r.Paths = append([]string(nil), r.Paths...)
+		c.Allow = append(c.Allow, r)
+	}
+	c.Resolve = append([]Pin(nil), n.Resolve...)
+	c.Credentials = append([]Credential(nil), n.Credentials...)
+	return c
+}
+
+// equalNetwork compares with nil and empty slices equal.
+func equalNetwork(a, b Network) bool {
+	a, b = cloneNetwork(a), cloneNetwork(b)
+	return reflect.DeepEqual(a, b)
+}
+
+// FuzzNormalizeHost: the output is a fixed point, lowercase ASCII without a
+// trailing dot, and either a canonical IP literal or a valid DNS name.
+func FuzzNormalizeHost(f *testing.F) {
+	for _, s := range []string{"Example.COM.", "bücher.example", "0x7f.1", "[::ffff:10.0.0.1]", "１２７.０.０.１", "fe80::1%eth0", "a..b", "xn--bcher-kva.example"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		out, err := NormalizeHost(host)
+		if err != nil {
+			return
+		}
+		again, err := NormalizeHost(out)
+		if err != nil || again != out {
+			t.Fatalf("NormalizeHost(%q) = %q, but NormalizeHost(%q) = %q, %v", host, out, out, again, err)
+		}
+		a, lit, err := ParseLiteral(out)
+		if err != nil {
+			t.Fatalf("ParseLiteral(NormalizeHost(%q) = %q): %v", host, out, err)
+		}
+		if lit {
+			if a.String() != out {
+				t.Fatalf("NormalizeHost(%q) = %q, not canonical (%s)", host, out, a)
+			}
+			b, lit2, err := ParseLiteral(host)
+			if err != nil || !lit2 || b != a {
+				t.Fatalf("NormalizeHost(%q) = literal %s but ParseLiteral says %v, %v, %v", host, a, b, lit2, err)
+			}
+			return
+		}
+		if reason := checkName(out); reason != "" || strings.HasSuffix(out, ".") || out != strings.ToLower(out) {
+			t.Fatalf("NormalizeHost(%q) = %q: %s", host, out, reason)
+		}
+	})
+}
+
+// FuzzDecide: whatever the rule and the request, an allow means the request
+// host is the rule host or under its wildcard, on a default port.
+func FuzzDecide(f *testing.F) {
+	f.Add("*.example.com", "a.example.com", uint16(443), "GET", "/")
+	f.Add("api.github.com", "API.github.com.", uint16(80), "", "")
+	f.Add("10.0.0.1", "0xa000001", uint16(443), "", "")
+	f.Add("*.example.com", "example.com", uint16(443), "", "")
+	f.Fuzz(func(t *testing.T, ruleHost, reqHost string, port uint16, method, path string) {
+		n := Network{Allow: []Rule{{Host: ruleHost}}}
+		if err := n.Validate(); err != nil {
+			return
+		}
+		h, err := NormalizeHost(reqHost)
+		if err != nil {
+			return
+		}
+		d := n.Decide(Request{Host: h, Port: int(port), Method: method, Path: path})
+		if d.Verdict != Allow {
+			return
+		}
+		pattern := n.Allow[0].Host
+		if port != 80 && port != 443 {
+			t.Fatalf("rule %q allowed port %d", pattern, port)
+		}
+		if suffix, ok := strings.CutPrefix(pattern, "*."); ok {
+			if !strings.HasSuffix(h, "."+suffix) || h == suffix {
+				t.Fatalf("rule %q allowed %q", pattern, h)
+			}
+			if _, err := netip.ParseAddr(h); err == nil {
+				t.Fatalf("wildcard %q allowed the address %q", pattern, h)
+			}
+			return
+		}
+		if h != pattern {
+			t.Fatalf("rule %q allowed %q", pattern, h)
+		}
+	})
+}
