@@ -78,6 +78,7 @@ type cli struct {
 		Gc        GcCmd        `cmd:"" help:"Remove what crashed airlock processes left behind."`
 		Supervise SuperviseCmd `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
+	Secrets SecretsCmd `cmd:"" help:"Manage the host's encrypted secrets."`
 	Doctor  DoctorCmd  `cmd:"" help:"Show which isolation layers this machine enforces."`
 	Version VersionCmd `cmd:"" help:"Print the version."`
 }
