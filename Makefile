@@ -16,15 +16,14 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build demo test-deps test lint golangci fuzz bench bench-compare deps check clean
+.PHONY: help build demo test-deps test lint golangci fuzz bench bench-compare bench-idle deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build every command into ./bin; bin/airlock-exec is static (CGO_ENABLED=0)
+build: ## Build every command into ./bin, static (CGO_ENABLED=0: no C, faster start)
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -o $(BIN)/ $$($(GO) list ./cmd/... | grep -v '/cmd/airlock-exec$$')
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/airlock-exec
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...
 
 demo: ## Build and test examples/calc in a sandbox with no network
 	./scripts/demo.sh
@@ -58,6 +57,9 @@ bench: ## Go benchmarks of every package
 
 bench-compare: ## airlock side by side with bwrap, runc and runsc (root)
 	./bench/compare.sh
+
+bench-idle: build ## Host memory of 500 idle sandboxes held by one process (root)
+	$(GO) run ./bench/idle -n 500 -exec $(BIN)/airlock-exec
 
 deps: ## Import-boundary tests: what airlock-exec and execproto may link, deps.txt, static executor
 	$(GO) test -count=1 -run 'Deps|ExecutorStatic' $$($(FIND_GO_TESTS) | grep '/deps_test\.go$$' | xargs -n1 dirname | sort -u)

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Side-by-side sandbox benchmarks in one run: airlock against bubblewrap, runc
 # and runsc (gVisor) from Debian's packages, and a plain fork+exec floor.
-# Prints medians and ratios. Needs root. Usage: bench/compare.sh [RUNS]
+# Prints medians and ratios. Needs root. Usage: [IDLE=500] bench/compare.sh [RUNS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-40}
+IDLE=${IDLE:-500}
+GO=${GO:-go}
 [ "$(id -u)" -eq 0 ] || { echo "bench/compare.sh needs root" >&2; exit 1; }
 for p in hyperfine bwrap runc runsc; do
   command -v "$p" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hyperfine bubblewrap runc runsc >/dev/null
@@ -67,12 +69,9 @@ printf '%-28s %8s ms\n' "airlock sandbox exec" "$ae" "nsenter into bwrap" "$ne"
 echo "ratio: airlock/nsenter $(ratio "$ae" "$ne")"
 
 echo
-echo "== idle memory: PSS of executors of 50 idle sandboxes"
-ids=()
-for i in $(seq 50); do ids+=("$("$AL" sandbox create --ttl 10m | tail -n 1)"); done
-pss=$(for p in $(pgrep -x airlock-exec); do awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup"; done | awk '{s+=$1; n++} END {printf "%.2f", s/n/1024}')
-echo "executor PSS per idle sandbox: $pss MiB (the supervisor of airlock sandbox create is extra; a server holds many sandboxes in one process)"
-"$AL" sandbox rm "${ids[@]}" >/dev/null
+echo "== idle memory: $IDLE idle sandboxes held by one host process (as airlock serve holds them)"
+$GO run ./bench/idle -n "$IDLE" -exec bin/airlock-exec
+echo "(airlock sandbox create adds one supervisor process per sandbox on top of this)"
 
 echo
 echo "== throughput: sandboxes created, used and destroyed per second, 2 workers, 200 sandboxes"
