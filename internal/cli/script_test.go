@@ -3,13 +3,17 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -35,18 +39,77 @@ func airlockMain() int {
 }
 
 func TestScripts(t *testing.T) {
+	t.Cleanup(func() {
+		if executorBin != "" {
+			os.RemoveAll(filepath.Dir(executorBin))
+		}
+	})
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
-			e.Setenv("AIRLOCK_HOME", filepath.Join(e.WorkDir, "home"))
+			// A short home: egress sockets live under it and a unix
+			// socket's path must fit in 108 bytes.
+			home, err := os.MkdirTemp("", "alh-")
+			if err != nil {
+				return err
+			}
+			e.Defer(func() {
+				// The sandboxes of this home are gone: drop its cgroup parent.
+				if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
+					_ = b.Close()
+				}
+				os.RemoveAll(home)
+			})
+			e.Setenv("AIRLOCK_HOME", home)
+			if exe, err := executor(); err == nil {
+				e.Setenv("AIRLOCK_EXEC", exe)
+			}
+			if os.Geteuid() == 0 {
+				e.Setenv("ROOT", "1")
+			}
 			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "root":
+				return os.Geteuid() == 0, nil
+			case "sandbox":
+				_, err := executor()
+				return os.Geteuid() == 0 && err == nil, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"grep-tree": grepTree,
 			"mode":      checkMode,
 		},
 	})
+}
+
+var (
+	executorOnce sync.Once
+	executorBin  string
+	executorErr  error
+)
+
+// executor builds airlock-exec once for the scripts that make sandboxes.
+// Like an installed binary it sits in a world-traversable directory.
+func executor() (string, error) {
+	executorOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "airlock-cli-exec-")
+		if err != nil {
+			executorErr = err
+			return
+		}
+		_ = os.Chmod(dir, 0o755)
+		executorBin = filepath.Join(dir, "airlock-exec")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", executorBin, "github.com/airlockrun/airlock/cmd/airlock-exec")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			executorErr = fmt.Errorf("build airlock-exec: %v\n%s", err, out)
+		}
+	})
+	return executorBin, executorErr
 }
 
 // grepTree: grep-tree TEXT DIR succeeds when some file under DIR holds TEXT

@@ -45,6 +45,7 @@ func attackBackend(t *testing.T) *linux.Backend {
 	if err != nil {
 		t.Fatalf("linux.New = %v", err)
 	}
+	t.Cleanup(func() { _ = b.Close() }) // after the sandboxes' cleanups
 	return b
 }
 
@@ -1093,7 +1094,7 @@ func TestAttackHostKill9(t *testing.T) {
 	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
 		t.Fatalf("control: the sandboxed sleep %s is not visible on the host", marker)
 	}
-	groups := attackCgroupDirs(id)
+	groups := attackCgroupDirs(linux.CgroupParent(state), id)
 	if len(groups) == 0 {
 		t.Logf("no cgroup directories found for sandbox %s", id)
 	}
@@ -1119,9 +1120,9 @@ func TestAttackHostKill9(t *testing.T) {
 	}
 }
 
-// attackCgroupDirs finds the cgroup directories of sandbox id in every
-// hierarchy of this process.
-func attackCgroupDirs(id string) []string {
+// attackCgroupDirs finds the cgroup directories of sandbox id under parent
+// in every hierarchy of this process.
+func attackCgroupDirs(parent, id string) []string {
 	data, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil
@@ -1137,7 +1138,7 @@ func attackCgroupDirs(id string) []string {
 		}
 		for _, m := range mounts {
 			for _, own := range []string{parts[2], filepath.Dir(parts[2])} {
-				d := filepath.Join(m, own, linux.CgroupParent, id)
+				d := filepath.Join(m, own, parent, id)
 				if !seen[d] {
 					seen[d] = true
 					if fi, err := os.Stat(d); err == nil && fi.IsDir() {
@@ -1340,6 +1341,7 @@ func TestCreateExecutorExitsEarly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("linux.New = %v", err)
 	}
+	t.Cleanup(func() { _ = b.Close() }) // after the sandboxes' cleanups
 	specs := []sandbox.Spec{{}, {Limits: sandbox.DefaultLimits}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -2,6 +2,8 @@ package linux
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,16 +66,37 @@ func New(cfg Config) (*Backend, error) {
 	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: filepath.Join(cfg.StateDir, "uids")}}, nil
 }
 
-// CgroupParent is the cgroup under the host's own cgroup that holds every
-// sandbox's group.
-const CgroupParent = "airlock"
+// Close releases what the backend keeps on the host between sandboxes: it
+// removes its cgroup parent if no group is left in it. Call it only when no
+// process uses the backend's state directory any more (tests, uninstall):
+// a concurrent Create of another process would lose the parent it made.
+func (b *Backend) Close() error {
+	m, err := b.cgroups()
+	if err != nil {
+		return nil
+	}
+	return m.RemoveParent()
+}
+
+// CgroupParent names the cgroup, under the host's own, that holds the groups
+// of the sandboxes of one state directory (one AIRLOCK_HOME). Each state
+// directory has its own, so GC, which sees only its own uid slots, never
+// judges another home's sandboxes, such as one just being created.
+func CgroupParent(stateDir string) string {
+	abs, err := filepath.Abs(stateDir)
+	if err != nil {
+		abs = stateDir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return "airlock-" + hex.EncodeToString(sum[:6])
+}
 
 func (b *Backend) cgroups() (*cgroup.Manager, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.cgOnce {
 		b.cgOnce = true
-		b.cg, b.cgErr = cgroup.NewManager(CgroupParent)
+		b.cg, b.cgErr = cgroup.NewManager(CgroupParent(b.cfg.StateDir))
 	}
 	return b.cg, b.cgErr
 }
@@ -342,7 +365,6 @@ func checkSources(spec *sandbox.Spec) error {
 	}
 	return errors.Join(errs...)
 }
-
 
 func socketpair() (host *os.File, child *os.File, err error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)

@@ -18,6 +18,7 @@ func benchBackend(b *testing.B) *linux.Backend {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = be.Close() }) // after the sandboxes' cleanups
 	return be
 }
 

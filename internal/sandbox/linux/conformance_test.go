@@ -18,6 +18,7 @@ func TestConformance(t *testing.T) {
 		if err != nil {
 			t.Fatalf("linux.New = %v", err)
 		}
+		t.Cleanup(func() { _ = b.Close() }) // after the sandboxes' cleanups
 		return b
 	})
 }

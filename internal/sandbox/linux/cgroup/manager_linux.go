@@ -426,8 +426,11 @@ func (m *Manager) List() ([]string, error) {
 	return slices.Compact(names), nil
 }
 
-// removeParent removes the parent directories if they are empty. Tests use
-// it to leave nothing behind; the host keeps its parent.
+// RemoveParent removes the parent directories if they are empty (rmdir
+// fails on a cgroup that still has groups). The Manager must not be used
+// afterwards, nor the parent by any other process.
+func (m *Manager) RemoveParent() error { return m.removeParent() }
+
 func (m *Manager) removeParent() error {
 	var errs []error
 	for _, h := range m.lay.v1 {
