@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/supervisor"
 	"golang.org/x/sys/unix"
@@ -31,12 +32,15 @@ type CreateCmd struct {
 // superviseArgs is what create hands the supervisor.
 type superviseArgs struct {
 	Spec sandbox.Spec `json:"spec"`
+	// Network is the egress policy when the supervisor runs the proxy.
+	Network *policy.Network `json:"network,omitempty"`
+	Egress  EgressFlags     `json:"egress"`
 }
 
 // Run starts a supervisor in the background and prints the sandbox id once
 // the sandbox is up.
 func (c *CreateCmd) Run(env *Env) error {
-	spec, err := c.spec()
+	spec, netPolicy, err := c.spec()
 	if err != nil {
 		return usageError{err}
 	}
@@ -45,7 +49,10 @@ func (c *CreateCmd) Run(env *Env) error {
 	}
 	spec.TTL = c.TTL
 	env.gc()
-	arg, err := json.Marshal(superviseArgs{Spec: spec})
+	if netPolicy != nil {
+		spec.ID = sandbox.NewID()
+	}
+	arg, err := json.Marshal(superviseArgs{Spec: spec, Network: netPolicy, Egress: c.EgressFlags})
 	if err != nil {
 		return err
 	}
@@ -102,6 +109,17 @@ func (SuperviseCmd) Run(env *Env) error {
 	}
 	ctx, cancel := signal.NotifyContext(env.Ctx, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	defer cancel()
+	if args.Network != nil {
+		if err := args.Network.Validate(); err != nil {
+			return fail(err)
+		}
+		eg, err := startEgress(ctx, env, args.Spec.ID, args.Network, &args.Egress)
+		if err != nil {
+			return fail(err)
+		}
+		defer eg.close(nil)
+		eg.apply(&args.Spec)
+	}
 	sb, err := b.Create(ctx, args.Spec)
 	if err != nil {
 		return fail(err)

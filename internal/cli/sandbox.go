@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -26,21 +27,39 @@ type SpecFlags struct {
 	Pids          int64    `help:"Process limit." default:"512"`
 	CPUs          float64  `name:"cpus" help:"CPU limit, in CPUs." default:"1"`
 	Disk          string   `help:"Size of each writable layer (workspace changes and home, /tmp)." default:"1G"`
-	Network       string   `help:"Network mode: none (loopback only) or proxy (egress through --proxy-socket)." enum:"none,proxy" default:"none"`
+	Network       string   `help:"Network mode: none (loopback only) or proxy (egress through airlock's proxy with --policy/--allow, or through --proxy-socket). Default: proxy when a policy or --allow is given, else none." enum:",none,proxy" default:""`
 	ProxySocket   string   `help:"Host unix socket that proxy-mode connections are forwarded to." placeholder:"PATH"`
 	Rootfs        string   `help:"Template root filesystem (unpacked image) instead of the host's system directories." placeholder:"DIR"`
 	User          string   `help:"User inside the sandbox, name or uid (default: the unprivileged sandbox user)." placeholder:"NAME|UID"`
 	SoftLimits    bool     `help:"Run even where memory, pids and CPU limits cannot be enforced (never the default)."`
+	EgressFlags
 }
 
-// spec turns flags into a sandbox spec, reporting every bad value.
-func (f *SpecFlags) spec() (sandbox.Spec, error) {
+// spec turns flags into a sandbox spec and the egress policy (nil when
+// airlock runs no proxy), reporting every bad value.
+func (f *SpecFlags) spec() (sandbox.Spec, *policy.Network, error) {
 	var errs []error
+	n, err := f.network()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if n != nil || f.Policy != "" || len(f.Allow) > 0 || len(f.Resolve) > 0 {
+		switch {
+		case f.Network == sandbox.NetworkNone:
+			errs = append(errs, errors.New("--network none conflicts with --policy, --allow and --resolve"))
+		case f.ProxySocket != "":
+			errs = append(errs, errors.New("--proxy-socket conflicts with --policy, --allow and --resolve: airlock runs the proxy"))
+		}
+	} else if f.Network == sandbox.NetworkProxy && f.ProxySocket == "" {
+		errs = append(errs, errors.New("--network proxy needs --policy, --allow or --proxy-socket"))
+	}
 	s := sandbox.Spec{Workspace: f.Workspace, Env: f.Env, Network: f.Network, ProxySocket: f.ProxySocket, RootFS: f.Rootfs, User: f.User}
 	if f.Workspace != "" {
 		s.WorkspaceMode = f.WorkspaceMode
 	}
-	var err error
+	if s.Network == "" && f.ProxySocket != "" {
+		s.Network = sandbox.NetworkProxy
+	}
 	if s.Limits.MemoryBytes, err = sandbox.ParseSize(f.Memory); err != nil {
 		errs = append(errs, fmt.Errorf("--memory: %w", err))
 	}
@@ -61,7 +80,7 @@ func (f *SpecFlags) spec() (sandbox.Spec, error) {
 			errs = append(errs, err)
 		}
 	}
-	return s, errors.Join(errs...)
+	return s, n, errors.Join(errs...)
 }
 
 func parseMount(m string) (sandbox.Mount, error) {
@@ -105,7 +124,7 @@ type RunCmd struct {
 
 // Run creates a sandbox, runs the command, destroys the sandbox.
 func (c *RunCmd) Run(env *Env) error {
-	spec, err := c.spec()
+	spec, netPolicy, err := c.spec()
 	if err != nil {
 		return usageError{err}
 	}
@@ -131,6 +150,15 @@ func (c *RunCmd) Run(env *Env) error {
 		env.gc()
 	}()
 	defer func() { <-gcDone }()
+	if netPolicy != nil {
+		spec.ID = sandbox.NewID()
+		eg, err := startEgress(ctx, env, spec.ID, netPolicy, &c.EgressFlags)
+		if err != nil {
+			return err
+		}
+		defer eg.close(env)
+		eg.apply(&spec)
+	}
 	sb, err := b.Create(ctx, spec)
 	if err != nil {
 		return err

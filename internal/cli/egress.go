@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret"
+)
+
+// EgressFlags choose what a sandbox may reach through the host's egress
+// proxy. Any of them implies --network proxy with a proxy that airlock runs.
+type EgressFlags struct {
+	Policy   string   `help:"Policy document (YAML); its network section decides egress and implies --network proxy." placeholder:"FILE"`
+	Allow    []string `help:"Allow egress to HOST[:PORT] (repeatable; implies --network proxy). Without a port: 80 and 443." placeholder:"HOST[:PORT]"`
+	Resolve  []string `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable). A pin opens nothing by itself." placeholder:"HOST:PORT=ADDR:PORT"`
+	AuditLog string   `help:"Append egress audit records (JSON lines) to this file (default $AIRLOCK_HOME/audit/egress.jsonl)." placeholder:"FILE"`
+	KeyFile  string   `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file for credentials the policy binds (default $AIRLOCK_HOME/secrets/key)." placeholder:"PATH"`
+}
+
+// network returns the egress policy the flags describe, or nil when they
+// describe none.
+func (f *EgressFlags) network() (*policy.Network, error) {
+	if f.Policy == "" && len(f.Allow) == 0 && len(f.Resolve) == 0 {
+		return nil, nil
+	}
+	n := &policy.Network{}
+	if f.Policy != "" {
+		doc, err := policy.Load(f.Policy)
+		if err != nil {
+			return nil, fmt.Errorf("--policy: %w", err)
+		}
+		n = &doc.Network
+	}
+	var errs []error
+	for _, a := range f.Allow {
+		r, err := parseAllow(a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n.Allow = append(n.Allow, r)
+	}
+	for _, r := range f.Resolve {
+		from, to, ok := strings.Cut(r, "=")
+		if !ok || from == "" || to == "" {
+			errs = append(errs, fmt.Errorf("--resolve %q: want HOST:PORT=ADDR:PORT", r))
+			continue
+		}
+		n.Resolve = append(n.Resolve, policy.Pin{Host: from, To: to})
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// parseAllow parses --allow HOST[:PORT]; an IPv6 literal with a port is
+// bracketed.
+func parseAllow(a string) (policy.Rule, error) {
+	host, port := a, ""
+	if h, p, err := net.SplitHostPort(a); err == nil {
+		host, port = h, p
+	} else if strings.Count(a, ":") == 1 {
+		return policy.Rule{}, fmt.Errorf("--allow %q: want HOST or HOST:PORT", a)
+	}
+	r := policy.Rule{Host: strings.Trim(host, "[]")}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			return r, fmt.Errorf("--allow %q: port %q is not a number", a, port)
+		}
+		r.Ports = []int{n}
+	}
+	return r, nil
+}
+
+// egressRun is a running egress proxy bound to one sandbox.
+type egressRun struct {
+	socket string
+	proxy  *egress.Proxy
+	audit  *os.File
+	path   string // of the audit log
+	served chan struct{}
+}
+
+// startEgress starts the egress proxy of sandbox id on a fresh unix socket
+// under $AIRLOCK_HOME/run/egress. The proxy knows the sandbox from the
+// socket alone: nothing the sandbox sends can claim another identity.
+func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags) (_ *egressRun, err error) {
+	var secrets egress.Secrets
+	if len(n.Credentials) > 0 {
+		st, err := openSecretStore(env, f.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		// Fail now, not on the first request, when a bound secret is missing.
+		for _, c := range n.Credentials {
+			if _, _, err := st.Get(ctx, secret.DefaultTenant, c.Secret); err != nil {
+				return nil, fmt.Errorf("policy credential for %s: secret %q: %w", c.Host, c.Secret, err)
+			}
+		}
+		secrets = st
+	}
+	e := &egressRun{path: f.AuditLog, served: make(chan struct{})}
+	if e.path == "" {
+		e.path = filepath.Join(env.Home, "audit", "egress.jsonl")
+	}
+	if err := os.MkdirAll(filepath.Dir(e.path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	if e.audit, err = os.OpenFile(e.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			e.audit.Close()
+		}
+	}()
+	dir := filepath.Join(env.Home, "run", "egress")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("egress socket: %w", err)
+	}
+	e.socket = filepath.Join(dir, id+".sock")
+	if len(e.socket) >= 108 {
+		return nil, fmt.Errorf("egress socket path %s is too long for a unix socket: use a shorter AIRLOCK_HOME", e.socket)
+	}
+	_ = os.Remove(e.socket) // a leftover of a crashed run with this id
+	ln, err := net.Listen("unix", e.socket)
+	if err != nil {
+		return nil, fmt.Errorf("egress socket: %w", err)
+	}
+	e.proxy, err = egress.New(egress.Config{
+		Identity: egress.Identity{Tenant: secret.DefaultTenant, Run: "run-" + strings.TrimPrefix(id, "sb-"), Sandbox: id},
+		Policy:   n,
+		Secrets:  secrets,
+		Audit:    egress.NewJSONLSink(e.audit),
+	})
+	if err != nil {
+		ln.Close()
+		os.Remove(e.socket)
+		return nil, err
+	}
+	go func() {
+		defer close(e.served)
+		_ = e.proxy.Serve(ln)
+	}()
+	return e, nil
+}
+
+// apply points spec at the proxy.
+func (e *egressRun) apply(spec *sandbox.Spec) {
+	spec.Network = sandbox.NetworkProxy
+	spec.ProxySocket = e.socket
+	spec.TrustedCAs = e.proxy.CACertPEM()
+}
+
+// close stops the proxy and says on stderr how many requests it refused.
+func (e *egressRun) close(env *Env) {
+	_ = e.proxy.Close()
+	<-e.served
+	_ = os.Remove(e.socket)
+	_ = e.audit.Close()
+	if st := e.proxy.Stats(); st.Denied > 0 && env != nil {
+		fmt.Fprintf(env.Stderr, "airlock: egress: %d request(s) refused by policy (audit log: %s)\n", st.Denied, e.path)
+	}
+}
+
+// openSecretStore opens $AIRLOCK_HOME/secrets with keyFile, or its default
+// key.
+func openSecretStore(env *Env, keyFile string) (*secret.Store, error) {
+	f := SecretStoreFlags{KeyFile: keyFile, Tenant: secret.DefaultTenant}
+	return f.open(env)
+}
