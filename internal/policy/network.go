@@ -180,8 +180,10 @@ func (n *Network) Inspect(host string, port int) bool {
 
 // CredentialsFor returns the credentials bound to host, in document order.
 // A credential binds to its host on every port the allow rules open; port is
-// accepted so a later schema can narrow that. The proxy injects credentials
-// only into requests it sends over TLS.
+// accepted so a later schema can narrow that. The proxy injects them into
+// plain-HTTP requests too (a policy that opens port 80 to a bound host sends
+// the secret in clear on that hop: bind secrets to TLS destinations unless
+// the network to the upstream is trusted).
 func (n *Network) CredentialsFor(host string, port int) []Credential {
 	var out []Credential
 	for _, c := range n.Credentials {
