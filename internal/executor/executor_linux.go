@@ -32,6 +32,7 @@ func Main(args []string) int {
 		return 2
 	}
 	absorbSignals()
+	resetIgnoredSignals()
 	conn := os.NewFile(execproto.ControlFD, "control")
 	e := &executor{w: execproto.NewWriter(conn), streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
 	// Before Landlock: the thread must exist when the ruleset is applied.
