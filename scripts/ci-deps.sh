@@ -16,6 +16,9 @@ want=(
   runc:runc               # OCI backend and bench baseline
   runsc\|gvisor:runsc     # gVisor: OCI backend and bench baseline
   hyperfine:hyperfine     # bench/compare.sh only
+  tinyproxy:tinyproxy     # bench/egress.sh baseline only
+  curl:curl               # e2e and conformance: a real client in the sandbox
+  git:git                 # e2e: git clone through the egress proxy
 )
 
 missing=()

@@ -421,8 +421,15 @@ func (s *session) writeResponse(req *http.Request, resp *http.Response, scrub bo
 		_, _ = s.bw.WriteString("Connection: close\r\n")
 	}
 	_, _ = s.bw.WriteString("\r\n")
-	if err := s.bw.Flush(); err != nil {
-		return false, err
+	// A body of known length that fits the buffer goes out in one write
+	// with the head (copyBody flushes after its first read), saving a
+	// write and a wake-up of the client per response. Any other head goes
+	// out at once, so a streamed response is not held back.
+	small := !noBody && length >= 0 && length <= int64(s.bw.Available())
+	if !small {
+		if err := s.bw.Flush(); err != nil {
+			return false, err
+		}
 	}
 	if noBody {
 		return keep, nil
@@ -472,9 +479,10 @@ func (s *session) copyBody(body io.Reader, chunked bool) (int64, error) {
 	}
 	if chunked {
 		_, _ = s.bw.WriteString("0\r\n\r\n")
-		if err := s.bw.Flush(); err != nil {
-			return total, err
-		}
+	}
+	// Whatever is left: the last chunk, or a head whose body was empty.
+	if err := s.bw.Flush(); err != nil {
+		return total, err
 	}
 	return total, nil
 }

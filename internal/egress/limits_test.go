@@ -285,3 +285,50 @@ func TestBytesOutBudget(t *testing.T) {
 		t.Errorf("request after the budget = %d %q", resp.StatusCode, reasonOf(resp))
 	}
 }
+
+// TestTunnelBudgets cuts untouched tunnels once a byte budget is spent, in
+// either direction, and keeps the counts within one copy buffer of it.
+func TestTunnelBudgets(t *testing.T) {
+	const limit = 100_000
+	t.Run("in", func(t *testing.T) {
+		w := newWorld(t, func(c *egress.Config) { c.Limits.MaxBytesIn = limit })
+		resp, err := w.h.client(w.pki.pool).Get("https://tunnel.test/big?n=1000000")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		if err == nil {
+			t.Fatal("a download beyond MaxBytesIn arrived whole through a tunnel")
+		}
+		waitFor(t, "the tunnel to end", func() bool { return w.h.p.Stats().Conns == 0 })
+		if got := w.h.p.Stats().BytesIn; got < limit || got > limit+32<<10 {
+			t.Errorf("Stats.BytesIn = %d, want within a buffer of %d", got, limit)
+		}
+	})
+	t.Run("out", func(t *testing.T) {
+		pki := newPKI(t)
+		addr := tlsService(t, pki, "bulk.test", sink)
+		h := start(t, egress.Config{
+			Policy: mustPolicy(t, fmtPolicy(`
+network:
+  resolve: [{host: "bulk.test:443", to: "%s"}]
+  allow: [{host: bulk.test, ports: [443]}]
+`, addr)),
+			Limits: egress.Limits{MaxBytesOut: limit},
+		})
+		tc := openTunnel(t, h, "bulk.test:443", "bulk.test", pki)
+		defer tc.Close()
+		_ = tc.SetDeadline(time.Now().Add(30 * time.Second))
+		_, err := tc.Write(make([]byte, 1<<20))
+		if err == nil {
+			_, err = io.ReadFull(tc, make([]byte, 1))
+		}
+		if err == nil {
+			t.Fatal("an upload beyond MaxBytesOut went through a tunnel")
+		}
+		waitFor(t, "the tunnel to end", func() bool { return h.p.Stats().Conns == 0 })
+		if got := h.p.Stats().BytesOut; got < limit || got > limit+32<<10 {
+			t.Errorf("Stats.BytesOut = %d, want within a buffer of %d", got, limit)
+		}
+	})
+}
