@@ -114,10 +114,27 @@ func FuzzDecodeRequest(f *testing.F) {
 
 // FuzzDecodeSetup decodes arbitrary JSON as the messages the executor reads
 // on stream 0 before it trusts anything: Setup and Hello.
+// A Setup that validates must still validate after a round trip, so the
+// host's encoding never turns a good setup into one the executor refuses.
 func FuzzDecodeSetup(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		roundTrip[execproto.Setup](t, b)
 		roundTrip[execproto.Hello](t, b)
+		var s execproto.Setup
+		if execproto.Decode(b, &s) != nil || s.Validate() != nil {
+			return
+		}
+		out, err := json.Marshal(s)
+		if err != nil {
+			t.Fatalf("json.Marshal(valid setup) = %v", err)
+		}
+		var again execproto.Setup
+		if err := execproto.Decode(out, &again); err != nil {
+			t.Fatalf("Decode(json.Marshal(valid setup)) = %v\n%s", err, out)
+		}
+		if err := again.Validate(); err != nil {
+			t.Fatalf("setup valid before a round trip is not after: %v\n%s", err, out)
+		}
 	})
 }
 

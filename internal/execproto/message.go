@@ -22,12 +22,21 @@ type Hello struct {
 // here are inherited from the host (ExtraFiles); each is a detached mount tree
 // made by the host with open_tree(2), already read-only and id-mapped as
 // needed, so the executor never resolves a host path itself.
+//
+// Rootless mode is the exception: an unprivileged host cannot clone mount
+// trees (open_tree with OPEN_TREE_CLONE needs CAP_SYS_ADMIN over the host's
+// mount namespace), so it names its sources as HostPaths instead and the
+// executor clones them itself, in its own copy of the host's mount namespace,
+// before it mounts anything. Each source is given either as a descriptor or as
+// a HostPath, never both (Validate).
 type Setup struct {
 	Hostname string `json:"hostname"`
 	// RootFD, if nonzero, is a template root filesystem used instead of the
 	// host's system directories. It is shown through an overlay whose upper
 	// layer lives in the sandbox's scratch tmpfs.
 	RootFD int `json:"root_fd,omitempty"`
+	// RootPath is RootFD's rootless form.
+	RootPath *HostPath `json:"root_path,omitempty"`
 	// SystemDirs are host directories bound read-only at the same path when
 	// RootFD is zero (the executor binds them itself: they are world-readable).
 	SystemDirs []string `json:"system_dirs,omitempty"`
@@ -47,6 +56,8 @@ type Setup struct {
 	// inside and forwards connections accepted on ProxyAddr to it.
 	ProxyFD   int    `json:"proxy_fd,omitempty"`
 	ProxyAddr string `json:"proxy_addr,omitempty"`
+	// ProxyPath is ProxyFD's rootless form.
+	ProxyPath *HostPath `json:"proxy_path,omitempty"`
 	// User is the default user of commands.
 	User User `json:"user"`
 	// Rlimits applied to every command (name -> value; soft = hard).
@@ -70,6 +81,8 @@ const (
 type Workspace struct {
 	Mode string `json:"mode"`
 	FD   int    `json:"fd,omitempty"`
+	// Source is FD's rootless form.
+	Source *HostPath `json:"source,omitempty"`
 }
 
 // Mount is one extra bind mount.
@@ -78,6 +91,95 @@ type Mount struct {
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"read_only"`
 	File     bool   `json:"file,omitempty"` // the source is a file, not a directory
+	// Source is FD's rootless form.
+	Source *HostPath `json:"source,omitempty"`
+}
+
+// HostPath names a host file or directory for the executor to clone into a
+// mount tree itself (rootless mode). Path is absolute, clean and free of
+// symbolic links: the host resolved them, and the executor opens it with
+// openat2(RESOLVE_NO_SYMLINKS), so a link planted in the path after the host
+// looked fails the setup instead of redirecting the mount. Dev and Ino are the
+// device and inode the host found there; the executor refuses anything else.
+type HostPath struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+}
+
+// validate checks the form of p; the executor checks the file itself.
+func (p *HostPath) validate() error {
+	if err := checkPath(p.Path); err != nil {
+		return err
+	}
+	if path.Clean(p.Path) != p.Path {
+		return fmt.Errorf("path %.80q is not clean", p.Path)
+	}
+	if p.Ino == 0 {
+		return fmt.Errorf("path %.80q: no inode given", p.Path)
+	}
+	return nil
+}
+
+// source checks that a source is given as exactly one of a descriptor and a
+// host path, or not at all when optional.
+func source(what string, fd int, p *HostPath, optional bool) error {
+	switch {
+	case fd < 0:
+		return fmt.Errorf("%s: negative descriptor", what)
+	case fd > 0 && p != nil:
+		return fmt.Errorf("%s: both a descriptor and a host path", what)
+	case p != nil:
+		if err := p.validate(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	case fd == 0 && !optional:
+		return fmt.Errorf("%s: no source", what)
+	}
+	return nil
+}
+
+// Validate checks a Setup before the executor acts on it: every source is
+// given exactly once and every path is absolute and clean. The host builds
+// Setup, so this guards against host bugs rather than attacks, and keeps
+// what the executor accepts narrow.
+func (s *Setup) Validate() error {
+	var errs []error
+	add := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	add(source("root", s.RootFD, s.RootPath, true))
+	add(source("proxy socket", s.ProxyFD, s.ProxyPath, true))
+	if (s.ProxyFD != 0 || s.ProxyPath != nil) != (s.ProxyAddr != "") {
+		add(errors.New("proxy socket and proxy address go together"))
+	}
+	switch s.Workspace.Mode {
+	case WorkspaceEmpty, "":
+		if s.Workspace.FD != 0 || s.Workspace.Source != nil {
+			add(errors.New("workspace: a source for an empty workspace"))
+		}
+	case WorkspaceCOW, WorkspaceRO, WorkspaceRW:
+		add(source("workspace", s.Workspace.FD, s.Workspace.Source, false))
+	default:
+		add(fmt.Errorf("workspace: unknown mode %.20q", s.Workspace.Mode))
+	}
+	for i, m := range s.Mounts {
+		add(source(fmt.Sprintf("mount %d", i), m.FD, m.Source, false))
+		if err := checkPath(m.Target); err != nil || path.Clean(m.Target) != m.Target || m.Target == "/" {
+			add(fmt.Errorf("mount %d: target %.80q: want a clean absolute path below /", i, m.Target))
+		}
+	}
+	for _, d := range append(append([]string{}, s.SystemDirs...), s.EtcFiles...) {
+		if err := checkPath(d); err != nil || path.Clean(d) != d {
+			add(fmt.Errorf("system path %.80q: want a clean absolute path", d))
+		}
+	}
+	if s.DiskBytes < 0 || s.ShmBytes < 0 {
+		add(errors.New("negative size"))
+	}
+	return errors.Join(errs...)
 }
 
 // User is a sandbox user.

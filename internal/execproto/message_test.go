@@ -106,6 +106,61 @@ func TestDecode(t *testing.T) {
 	}
 }
 
+func TestSetupValidate(t *testing.T) {
+	hp := func(p string) *execproto.HostPath { return &execproto.HostPath{Path: p, Dev: 2049, Ino: 77} }
+	ok := func() execproto.Setup {
+		return execproto.Setup{Hostname: "h", Workspace: execproto.Workspace{Mode: execproto.WorkspaceEmpty}, SystemDirs: []string{"/usr"}}
+	}
+	tests := []struct {
+		name    string
+		edit    func(s *execproto.Setup)
+		wantErr string
+	}{
+		{"empty workspace", func(*execproto.Setup) {}, ""},
+		{"fd workspace", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "cow", FD: 4} }, ""},
+		{"rootless workspace", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "rw", Source: hp("/home/u/proj")} }, ""},
+		{"rootless everything", func(s *execproto.Setup) {
+			s.RootPath = hp("/srv/rootfs")
+			s.Workspace = execproto.Workspace{Mode: "ro", Source: hp("/home/u/proj")}
+			s.Mounts = []execproto.Mount{{Source: hp("/home/u/data"), Target: "/data", ReadOnly: true}}
+			s.ProxyPath, s.ProxyAddr = hp("/home/u/.local/share/airlock/run/egress/sb-1.sock"), "127.0.0.1:3128"
+		}, ""},
+		{"workspace both", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "cow", FD: 4, Source: hp("/w")} }, "both"},
+		{"workspace none", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "cow"} }, "no source"},
+		{"empty workspace with source", func(s *execproto.Setup) { s.Workspace.Source = hp("/w") }, "empty workspace"},
+		{"unknown mode", func(s *execproto.Setup) { s.Workspace.Mode = "xx" }, "unknown mode"},
+		{"relative source", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "rw", Source: hp("home/u")} }, "not absolute"},
+		{"unclean source", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "rw", Source: hp("/home/u/../root")} }, "not clean"},
+		{"trailing slash", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "rw", Source: hp("/home/u/")} }, "not clean"},
+		{"NUL in source", func(s *execproto.Setup) { s.Workspace = execproto.Workspace{Mode: "rw", Source: hp("/home/u\x00x")} }, "NUL"},
+		{"no inode", func(s *execproto.Setup) {
+			s.Workspace = execproto.Workspace{Mode: "rw", Source: &execproto.HostPath{Path: "/w"}}
+		}, "no inode"},
+		{"root both", func(s *execproto.Setup) { s.RootFD, s.RootPath = 4, hp("/r") }, "both"},
+		{"negative fd", func(s *execproto.Setup) { s.RootFD = -1 }, "negative"},
+		{"mount without source", func(s *execproto.Setup) { s.Mounts = []execproto.Mount{{Target: "/data"}} }, "no source"},
+		{"mount bad target", func(s *execproto.Setup) { s.Mounts = []execproto.Mount{{FD: 5, Target: "/data/../etc"}} }, "target"},
+		{"mount on root", func(s *execproto.Setup) { s.Mounts = []execproto.Mount{{FD: 5, Target: "/"}} }, "target"},
+		{"proxy without address", func(s *execproto.Setup) { s.ProxyPath = hp("/s.sock") }, "go together"},
+		{"address without proxy", func(s *execproto.Setup) { s.ProxyAddr = "127.0.0.1:3128" }, "go together"},
+		{"relative system dir", func(s *execproto.Setup) { s.SystemDirs = []string{"usr"} }, "system path"},
+		{"negative disk", func(s *execproto.Setup) { s.DiskBytes = -1 }, "negative size"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := ok()
+			tt.edit(&s)
+			err := s.Validate()
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Errorf("Validate() = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestDecodeOtherMessages(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -117,6 +172,9 @@ func TestDecodeOtherMessages(t *testing.T) {
 		{"hello unknown field", `{"version":1,"extra":0}`, new(execproto.Hello), true},
 		{"setup", `{"hostname":"h","workspace":{"mode":"cow","fd":4},"disk_bytes":1,"shm_bytes":2,"user":{"name":"u","uid":1000,"gid":1000,"home":"/home/u"},"rlimits":{"nofile":1024}}`, new(execproto.Setup), false},
 		{"setup unknown nested field", `{"workspace":{"mode":"cow","path":"/host"}}`, new(execproto.Setup), true},
+		{"setup rootless source", `{"workspace":{"mode":"cow","source":{"path":"/home/u/p","dev":2049,"ino":12}}}`, new(execproto.Setup), false},
+		{"setup source unknown field", `{"workspace":{"mode":"cow","source":{"path":"/p","dev":1,"ino":2,"fd":3}}}`, new(execproto.Setup), true},
+		{"setup source negative inode", `{"mounts":[{"fd":0,"target":"/d","read_only":true,"source":{"path":"/p","dev":1,"ino":-2}}]}`, new(execproto.Setup), true},
 		{"setup negative rlimit", `{"rlimits":{"nofile":-1}}`, new(execproto.Setup), true},
 		{"ready", `{"pid":1,"landlock_abi":3,"seccomp":true,"layers":["a"]}`, new(execproto.Ready), false},
 		{"result", `{"outcome":"exited","exit_code":2,"entries":[{"name":"a","size":1,"mode":420,"mtime_ns":5}]}`, new(execproto.Result), false},

@@ -53,6 +53,8 @@ type executor struct {
 	setup execproto.Setup
 	pt    *procThread
 	users map[string]execproto.User
+	// uidMap and gidMap are the ids the sandbox's user namespace maps.
+	uidMap, gidMap idMap
 
 	mu      sync.Mutex
 	streams map[uint32]*stream // guarded by mu
@@ -95,6 +97,7 @@ func (e *executor) start(conn io.Reader) error {
 		return fmt.Errorf("setup: %w", err)
 	}
 	e.users = loadUsers(e.setup.User)
+	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.setup.ProxyFD != 0 {
 		if err := e.startProxy(); err != nil {
 			return fmt.Errorf("proxy forwarder: %w", err)

@@ -16,9 +16,11 @@ import (
 // assembled. It holds the new root, the overlays' upper and work directories
 // and the user's home, all under one size cap. The executor runs in a private
 // copy of the host's mount namespace, so mounting over /tmp changes nothing
-// outside; no setup source is below /tmp (host-provided trees arrive as file
-// descriptors). Only newRoot is visible after pivot_root: the scratch mount
-// itself goes away with the old root.
+// outside. Host sources arrive as detached trees (file descriptors) or, in
+// rootless mode, as paths that cloneHostPaths turns into trees before the
+// scratch tmpfs is mounted, so a source below /tmp is never hidden by it.
+// Only newRoot is visible after pivot_root: the scratch mount itself goes
+// away with the old root.
 const scratchDir = "/tmp"
 
 // newRoot is where the sandbox root is assembled before pivot_root.
@@ -38,8 +40,14 @@ var writable = []string{workspacePath, "/tmp", "/dev/shm"}
 // namespaces, before any untrusted code exists.
 func setup(s *execproto.Setup) ([]string, error) {
 	var layers []string
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := cloneHostPaths(s); err != nil {
+		return nil, err
 	}
 	if err := mountTmpfs(scratchDir, fmt.Sprintf("mode=0755,size=%d", s.DiskBytes)); err != nil {
 		return nil, fmt.Errorf("scratch tmpfs: %w", err)
@@ -157,9 +165,12 @@ func moveMount(fd int, dst string) error {
 	return nil
 }
 
-// bind binds src onto dst, read-only if ro. A bind mount only becomes
-// read-only with a second remount; nosuid and nodev are kept because a user
-// namespace may not clear them.
+// bind binds src onto dst, read-only if ro. A read-only bind is also nosuid
+// and nodev (nothing bound read-only is a device or needs set-id bits), and
+// so are the mounts below it: mount_setattr with AT_RECURSIVE applies the
+// flags to the whole bound tree, where a remount would change only its top.
+// It only adds flags, so it also works on mounts whose flags the kernel locks
+// (every host mount seen from a user namespace, rootless or not).
 func bind(src, dst string, ro bool) error {
 	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", src, err)
@@ -167,13 +178,8 @@ func bind(src, dst string, ro bool) error {
 	if !ro {
 		return nil
 	}
-	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY)
-	var st unix.Statfs_t
-	if err := unix.Statfs(dst, &st); err == nil {
-		// Flags locked by the mount's owner must be repeated or the remount fails.
-		flags |= uintptr(st.Flags) & (unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_NOATIME | unix.MS_NODIRATIME | unix.MS_RELATIME)
-	}
-	if err := unix.Mount("", dst, "", flags, ""); err != nil {
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil {
 		return fmt.Errorf("read-only %s: %w", dst, err)
 	}
 	return nil
@@ -238,10 +244,17 @@ func buildHostRoot(s *execproto.Setup) error {
 
 func writeEtc(etc string, s *execproto.Setup) error {
 	u := s.User
+	// In rootless mode the sandbox user is root itself.
+	userLine, groupLine := "", ""
+	if u.UID != 0 {
+		userLine = fmt.Sprintf("%s:x:%d:%d:sandbox user:%s:/bin/sh\n", u.Name, u.UID, u.GID, u.Home)
+	}
+	if u.GID != 0 {
+		groupLine = fmt.Sprintf("%s:x:%d:\n", u.Name, u.GID)
+	}
 	files := map[string]string{
-		"passwd": fmt.Sprintf("root:x:0:0:root:/root:/bin/sh\n%s:x:%d:%d:sandbox user:%s:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			u.Name, u.UID, u.GID, u.Home),
-		"group":         fmt.Sprintf("root:x:0:\ntty:x:5:\n%s:x:%d:\nnogroup:x:65534:\n", u.Name, u.GID),
+		"passwd":        "root:x:0:0:root:/root:/bin/sh\n" + userLine + "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		"group":         "root:x:0:\ntty:x:5:\n" + groupLine + "nogroup:x:65534:\n",
 		"hosts":         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t" + s.Hostname + "\n",
 		"hostname":      s.Hostname + "\n",
 		"resolv.conf":   "# airlock: no DNS inside the sandbox; names are resolved by the host's egress proxy.\noptions attempts:1 timeout:1\n",

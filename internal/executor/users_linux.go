@@ -3,6 +3,7 @@ package executor
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -41,8 +42,22 @@ func loadUsers(def execproto.User) map[string]execproto.User {
 }
 
 // lookupUser resolves a user name or a decimal uid. An unknown uid runs with
-// its own number as gid and / as home.
+// its own number as gid and / as home. A user whose ids the sandbox's user
+// namespace does not map (in rootless mode only root is) is refused with a
+// clear error rather than left to fail in setuid.
 func (e *executor) lookupUser(name string) (execproto.User, error) {
+	u, err := e.findUser(name)
+	if err != nil {
+		return u, err
+	}
+	if !e.uidMap.has(u.UID) || !e.gidMap.has(u.GID) {
+		return execproto.User{}, fmt.Errorf("user %q (uid %d, gid %d) does not exist in this sandbox: its user namespace maps uids %s and gids %s",
+			name, u.UID, u.GID, e.uidMap, e.gidMap)
+	}
+	return u, nil
+}
+
+func (e *executor) findUser(name string) (execproto.User, error) {
 	if name == "" {
 		return e.setup.User, nil
 	}
@@ -96,4 +111,60 @@ func (e *executor) commandEnv(env []string, u execproto.User, tty bool) []string
 		add("no_proxy", "localhost,127.0.0.1,::1")
 	}
 	return out
+}
+
+// idMap is the ids a user namespace maps, read from /proc/self/uid_map or
+// gid_map: ranges of ids inside. A nil idMap (unreadable) maps everything, so
+// setuid itself decides.
+type idMap [][2]int64
+
+// readIDMap parses a uid_map or gid_map file: "inside outside count" per line.
+func readIDMap(path string) idMap {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	return parseIDMap(string(data))
+}
+
+// parseIDMap parses the contents of a uid_map or gid_map file; malformed
+// lines are skipped.
+func parseIDMap(data string) idMap {
+	m := idMap{}
+	for _, l := range strings.Split(data, "\n") {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			continue
+		}
+		in, err1 := strconv.ParseInt(f[0], 10, 64)
+		n, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 == nil && err2 == nil && in >= 0 && n > 0 && in <= math.MaxUint32 && n <= math.MaxUint32 {
+			m = append(m, [2]int64{in, n})
+		}
+	}
+	return m
+}
+
+func (m idMap) has(id int) bool {
+	if m == nil {
+		return true
+	}
+	for _, r := range m {
+		if int64(id) >= r[0] && int64(id)-r[0] < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+func (m idMap) String() string {
+	var parts []string
+	for _, r := range m {
+		if r[1] == 1 {
+			parts = append(parts, strconv.FormatInt(r[0], 10))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", r[0], r[0]+r[1]-1))
+		}
+	}
+	return strings.Join(parts, ",")
 }

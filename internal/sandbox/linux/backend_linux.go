@@ -149,6 +149,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		if sb.slot, base, err = b.uids.acquire(id); err != nil {
 			return nil, err
 		}
+	} else if sb.slot, err = b.uids.hold(id); err != nil {
+		return nil, err
 	}
 	tr.mark("uids")
 	if err := sb.makeCgroup(); err != nil {
@@ -165,6 +167,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		// Landlock is required when the kernel has it; where it does not
 		// the executor reports that it is missing and doctor says so.
 		RequireLandlock: false,
+	}
+	if spec.Limits.Pids > 0 {
+		// RLIMIT_NPROC counts the tasks of one user in the sandbox's user
+		// namespace. Commands run as the sandbox user, so a fork bomb stops
+		// at Pids without touching the tasks of the executor (sandbox root),
+		// which keeps pidsReserve more in the cgroup for its own threads.
+		setup.Rlimits["nproc"] = uint64(spec.Limits.Pids)
 	}
 	if setup.DiskBytes == 0 {
 		setup.DiskBytes = sandbox.DefaultLimits.DiskBytes
@@ -205,45 +214,50 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return addFD(fd, path), nil
 	}
 	if !b.root {
-		return nil, errors.New("rootless sandboxes are not supported by this build: run as root")
-	}
-	if spec.RootFS != "" {
-		if setup.RootFD, err = tree(spec.RootFS, true, false); err != nil {
-			return nil, fmt.Errorf("rootfs: %w", err)
+		// Rootless: the host cannot clone mount trees; the executor binds
+		// the paths it is given itself (see rootlessSources).
+		if err := rootlessSources(&spec, setup); err != nil {
+			return nil, err
 		}
 	} else {
-		setup.SystemDirs = existing(systemDirs)
-		setup.EtcFiles = etcFiles
-	}
-	switch {
-	case spec.Workspace == "":
-		setup.Workspace.Mode = execproto.WorkspaceEmpty
-	default:
-		mode := spec.WorkspaceMode
-		if mode == "" {
-			mode = sandbox.WorkspaceCOW
+		if spec.RootFS != "" {
+			if setup.RootFD, err = tree(spec.RootFS, true, false); err != nil {
+				return nil, fmt.Errorf("rootfs: %w", err)
+			}
+		} else {
+			setup.SystemDirs = existing(systemDirs)
+			setup.EtcFiles = etcFiles
 		}
-		setup.Workspace.Mode = mode
-		if setup.Workspace.FD, err = tree(spec.Workspace, mode == sandbox.WorkspaceRO, true); err != nil {
-			return nil, fmt.Errorf("workspace: %w", err)
+		switch {
+		case spec.Workspace == "":
+			setup.Workspace.Mode = execproto.WorkspaceEmpty
+		default:
+			mode := spec.WorkspaceMode
+			if mode == "" {
+				mode = sandbox.WorkspaceCOW
+			}
+			setup.Workspace.Mode = mode
+			if setup.Workspace.FD, err = tree(spec.Workspace, mode == sandbox.WorkspaceRO, true); err != nil {
+				return nil, fmt.Errorf("workspace: %w", err)
+			}
 		}
-	}
-	for _, m := range spec.Mounts {
-		fi, err := os.Stat(m.Source)
-		if err != nil {
-			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+		for _, m := range spec.Mounts {
+			fi, err := os.Stat(m.Source)
+			if err != nil {
+				return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+			}
+			fd, err := tree(m.Source, m.ReadOnly, true)
+			if err != nil {
+				return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+			}
+			setup.Mounts = append(setup.Mounts, execproto.Mount{FD: fd, Target: m.Target, ReadOnly: m.ReadOnly, File: !fi.IsDir()})
 		}
-		fd, err := tree(m.Source, m.ReadOnly, true)
-		if err != nil {
-			return nil, fmt.Errorf("mount %s: %w", m.Source, err)
+		if spec.Network == sandbox.NetworkProxy {
+			if setup.ProxyFD, err = tree(spec.ProxySocket, false, true); err != nil {
+				return nil, fmt.Errorf("proxy socket: %w", err)
+			}
+			setup.ProxyAddr = ProxyAddr
 		}
-		setup.Mounts = append(setup.Mounts, execproto.Mount{FD: fd, Target: m.Target, ReadOnly: m.ReadOnly, File: !fi.IsDir()})
-	}
-	if spec.Network == sandbox.NetworkProxy {
-		if setup.ProxyFD, err = tree(spec.ProxySocket, false, true); err != nil {
-			return nil, fmt.Errorf("proxy socket: %w", err)
-		}
-		setup.ProxyAddr = ProxyAddr
 	}
 
 	tr.mark("trees")
@@ -273,6 +287,15 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		// namespace, and with it every process inside.
 		Pdeathsig: syscall.SIGKILL,
 		Setsid:    true,
+	}
+	if !b.root {
+		// Only the invoking user's ids exist inside, as root; setgroups
+		// must be denied for an unprivileged user to write the gid map.
+		a := cmd.SysProcAttr
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+		a.GidMappingsEnableSetgroups = false
+		a.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
 	}
 	if fd := sb.cgroupFD(); fd >= 0 {
 		cmd.SysProcAttr.UseCgroupFD = true
@@ -393,8 +416,10 @@ func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
 // sandboxes: a sandbox locks its uid slot before it makes its cgroup, and GC
 // lists the cgroups before it reads which slots are held, so every cgroup it
 // sees belongs to a slot that is either still held (and is skipped) or free
-// for good.
+// for good. Rootless sandboxes hold a lock file instead of a slot, taken at
+// the same point; GC also removes the lock files nobody holds.
 func (b *Backend) GC() ([]string, error) {
+	b.uids.sweep()
 	m, err := b.cgroups()
 	if err != nil {
 		return nil, nil // no cgroups, nothing to collect

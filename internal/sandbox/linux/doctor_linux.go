@@ -1,13 +1,17 @@
 package linux
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/executor/landlock"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
 	"github.com/airlockrun/airlock/internal/supervisor"
 	"golang.org/x/sys/unix"
@@ -30,7 +34,12 @@ func Doctor(executor string) []Check {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	add("kernel", true, false, unix.ByteSliceToString(uts.Release[:]))
-	add("root", os.Geteuid() == 0, true, fmt.Sprintf("euid %d (this build needs root; sandbox root maps to an unprivileged uid range)", os.Geteuid()))
+	root := os.Geteuid() == 0
+	if root {
+		add("mode", true, false, "root: sandbox root maps to an unprivileged host uid range, a different one per sandbox")
+	} else {
+		add("mode", true, false, fmt.Sprintf("rootless (euid %d): sandbox root is your own uid, without capabilities; run as root for per-sandbox uid ranges", os.Geteuid()))
+	}
 
 	if fi, err := os.Stat(executor); err == nil && fi.Mode().IsRegular() {
 		add("executor", true, true, executor)
@@ -61,14 +70,98 @@ func Doctor(executor string) []Check {
 			detail += " (" + md.Reason + ")"
 		}
 		all := len(md.Controllers) >= 3
-		add("cgroups", all, true, detail)
+		if !root && !all {
+			detail += "; sandboxes that require hard limits fail: " + rootlessLimitsHint
+		}
+		// Rootless, missing limits are allowed with --soft-limits.
+		add("cgroups", all, root, detail)
 	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err == nil {
-		unix.Close(fd)
+	if root {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err == nil {
+			unix.Close(fd)
+		}
+		add("mount-api", err == nil, true, errOr(err, "open_tree/move_mount/id-mapped mounts"))
+		ok, detail := rootlessStatic(unix.ByteSliceToString(uts.Release[:]))
+		add("rootless", ok, false, detail)
+	} else {
+		err := probeRootless(executor)
+		add("rootless", err == nil, true, errOr(err, "a rootless sandbox was created and ran a command (user namespace, cow overlay, pivot_root, seccomp)"))
 	}
-	add("mount-api", err == nil, true, errOr(err, "open_tree/move_mount/id-mapped mounts"))
 	return out
+}
+
+// rootlessStatic tells, as root, whether unprivileged users could run
+// rootless sandboxes here. Root cannot try it without becoming another
+// user, so it reads the knobs that decide it.
+func rootlessStatic(release string) (bool, string) {
+	var no []string
+	if v, err := readSysctl("user/max_user_namespaces"); err == nil && v == "0" {
+		no = append(no, "user.max_user_namespaces is 0")
+	}
+	if v, err := readSysctl("kernel/unprivileged_userns_clone"); err == nil && v == "0" {
+		no = append(no, "kernel.unprivileged_userns_clone is 0")
+	}
+	if v, err := readSysctl("kernel/apparmor_restrict_unprivileged_userns"); err == nil && v == "1" {
+		no = append(no, "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1; an AppArmor profile for airlock-exec with `userns,` lifts it)")
+	}
+	if !kernelAtLeast(release, 5, 11) {
+		no = append(no, "overlayfs in a user namespace needs Linux 5.11")
+	}
+	if len(no) > 0 {
+		return false, "unprivileged users cannot run sandboxes here: " + strings.Join(no, "; ")
+	}
+	return true, "unprivileged users may run sandboxes (user namespaces allowed, overlayfs in them); " +
+		"hard limits need a delegated cgroup (systemd user service or a scope with Delegate=yes), else --soft-limits"
+}
+
+func readSysctl(name string) (string, error) {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	return strings.TrimSpace(string(b)), err
+}
+
+// kernelAtLeast compares a release string such as "6.18.44-foo" with
+// major.minor; an unparsable release counts as new enough.
+func kernelAtLeast(release string, major, minor int) bool {
+	var ma, mi int
+	if n, _ := fmt.Sscanf(release, "%d.%d", &ma, &mi); n != 2 {
+		return true
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// probeRootless creates a real rootless sandbox with a copy-on-write
+// workspace and no hard limits, runs one command in it and destroys it.
+func probeRootless(executor string) error {
+	state, err := os.MkdirTemp("", "airlock-doctor-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(state)
+	ws := filepath.Join(state, "ws")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		return err
+	}
+	b, err := New(Config{Executor: executor, StateDir: filepath.Join(state, "run")})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Workspace: ws, Limits: sandbox.Limits{DiskBytes: 16 << 20}})
+	if err != nil {
+		return err
+	}
+	defer sb.Destroy(context.WithoutCancel(ctx))
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "echo ok > /workspace/probe"}})
+	if err != nil {
+		return err
+	}
+	if r.Outcome != sandbox.OutcomeExited || r.ExitCode != 0 {
+		return fmt.Errorf("a command in a rootless sandbox failed: %s (exit %d)", r.Outcome, r.ExitCode)
+	}
+	return nil
 }
 
 func errOr(err error, ok string) string {

@@ -48,14 +48,24 @@ func (s *Sandbox) makeCgroup() error {
 	m, err := s.b.cgroups()
 	if err != nil {
 		if want && l.RequireHard {
+			if !s.b.root {
+				return fmt.Errorf("resource limits required but cgroups are unavailable (%w): %s", err, rootlessLimitsHint)
+			}
 			return fmt.Errorf("resource limits required but cgroups are unavailable: %w", err)
 		}
 		s.layers = append(s.layers, "cgroup:none")
 		return nil
 	}
-	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs}, want && l.RequireHard)
+	pids := l.Pids
+	if pids > 0 {
+		pids += pidsReserve
+	}
+	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: pids, CPUs: l.CPUs}, want && l.RequireHard)
 	if err != nil {
 		if want && l.RequireHard {
+			if !s.b.root {
+				return fmt.Errorf("resource limits required but cgroups cannot enforce them for an unprivileged user here (%w): %s", err, rootlessLimitsHint)
+			}
 			return fmt.Errorf("resource limits required: %w", err)
 		}
 		s.layers = append(s.layers, "cgroup:none")
@@ -65,6 +75,11 @@ func (s *Sandbox) makeCgroup() error {
 	md := m.Mode()
 	for _, e := range g.Enforced() {
 		s.layers = append(s.layers, "cgroup:"+md.Version+":"+e)
+	}
+	if !s.b.root && len(g.Enforced()) == 0 && g.CgroupFD() < 0 {
+		// A group in no hierarchy (rootless without a delegated cgroup):
+		// it limits and tracks nothing.
+		s.layers = append(s.layers, "cgroup:none")
 	}
 	return nil
 }
@@ -154,7 +169,7 @@ func (s *Sandbox) teardown() {
 		_ = os.RemoveAll(s.files)
 	}
 	if s.slot != nil {
-		s.slot.Close()
+		s.b.uids.release(s.slot)
 	}
 	s.doneOnce.Do(func() { close(s.done) })
 }
@@ -192,7 +207,7 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	if err != nil {
 		return nil, err
 	}
-	proc := &process{s: s, p: p, before: before, stop: make(chan struct{})}
+	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before, stop: make(chan struct{})}
 	if s.cg != nil {
 		proc.watchers.Add(1)
 		go proc.watchLimits()
@@ -204,6 +219,7 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 type process struct {
 	s        *Sandbox
 	p        *execconn.Process
+	argv0    string
 	before   cgroup.Stats
 	stop     chan struct{}
 	watchers sync.WaitGroup
@@ -211,6 +227,12 @@ type process struct {
 	mu     sync.Mutex
 	forced sandbox.Outcome // guarded by mu: a limit the watcher acted on
 }
+
+// pidsReserve is how many tasks the sandbox's cgroup allows beyond
+// Limits.Pids: room for the executor's own threads when the commands have
+// used all theirs (RLIMIT_NPROC stops them at Pids), so a fork bomb cannot
+// starve PID 1 of the thread it needs to answer the host.
+const pidsReserve = 64
 
 // limitPoll is how often a running command's cgroup counters are read.
 const limitPoll = 50 * time.Millisecond
@@ -237,7 +259,10 @@ func (p *process) watchLimits() {
 		switch {
 		case st.OOMKills > p.before.OOMKills:
 			o = sandbox.OutcomeOOM
-		case st.PidsMaxHits > p.before.PidsMaxHits:
+		case st.PidsMaxHits > p.before.PidsMaxHits,
+			p.s.spec.Limits.Pids > 0 && st.Pids >= p.s.spec.Limits.Pids:
+			// Every task counts, the executor's few threads included, as
+			// the limit always has; RLIMIT_NPROC makes forks fail there.
 			o = sandbox.OutcomePidsLimit
 		default:
 			continue
@@ -272,6 +297,11 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 			return res, nil
 		}
 		return res, err
+	}
+	if r.Outcome == "" && r.Error != "" {
+		// The command never started (an unknown user, say): an error, not
+		// a result that looks like an exit.
+		return res, fmt.Errorf("sandbox %s: start %.40q: %s", p.s.id, p.argv0, r.Error)
 	}
 	if p.s.cg != nil {
 		if st, err := p.s.cg.Stats(); err == nil {

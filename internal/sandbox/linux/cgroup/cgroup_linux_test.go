@@ -281,8 +281,10 @@ func TestMemoryLimitOOMKill(t *testing.T) {
 	if _, v2 := g.dirFor(ctrlMemory); (v2 || !slices.Contains(g.Enforced(), "swap")) && st.MemoryMaxHits < 1 {
 		t.Errorf("Stats().MemoryMaxHits = %d, want >= 1", st.MemoryMaxHits)
 	}
-	if st.MemoryPeak != 0 && (st.MemoryPeak < 32<<20 || st.MemoryPeak > 64<<20) {
-		t.Errorf("Stats().MemoryPeak = %d, want between 32 MiB and the 64 MiB limit", st.MemoryPeak)
+	// The peak may pass the limit by a few pages: charges are batched per
+	// CPU and reclaimed after the fact.
+	if st.MemoryPeak != 0 && (st.MemoryPeak < 32<<20 || st.MemoryPeak > 64<<20+1<<20) {
+		t.Errorf("Stats().MemoryPeak = %d, want between 32 MiB and the 64 MiB limit (plus 1 MiB of charge slack)", st.MemoryPeak)
 	}
 }
 
