@@ -2,8 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 )
@@ -30,9 +28,6 @@ func (DoctorCmd) Run(env *Env) error {
 	if missing > 0 {
 		fmt.Fprintf(env.Stdout, "%d required layer(s) missing: sandboxes cannot be created here\n", missing)
 		return exitCode(1)
-	}
-	if os.Geteuid() != 0 {
-		fmt.Fprintln(env.Stdout, strings.TrimSpace("note: not root: sandboxes need root in this build"))
 	}
 	return nil
 }
