@@ -28,9 +28,17 @@ type Config struct {
 	// StateDir holds the backend's host state (uid-range locks). It is
 	// created if missing.
 	StateDir string
+	// UIDSlotDir is where root mode locks host uid ranges. It is one
+	// directory for the whole machine, so that ranges stay distinct across
+	// every AIRLOCK_HOME; default DefaultUIDSlotDir.
+	UIDSlotDir string
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
 }
+
+// DefaultUIDSlotDir holds root mode's uid-range locks: on a tmpfs that a
+// reboot clears, like the locks themselves.
+const DefaultUIDSlotDir = "/run/airlock/uid-slots"
 
 // Backend creates sandboxes with Linux namespaces, cgroups, seccomp and
 // Landlock.
@@ -63,7 +71,14 @@ func New(cfg Config) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	root := os.Geteuid() == 0
-	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: filepath.Join(cfg.StateDir, "uids")}}, nil
+	slots := filepath.Join(cfg.StateDir, "uids") // rootless: one id, per-home lock files
+	if root {
+		slots = cfg.UIDSlotDir
+		if slots == "" {
+			slots = DefaultUIDSlotDir
+		}
+	}
+	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots}}, nil
 }
 
 // Close releases what the backend keeps on the host between sandboxes: it
