@@ -260,7 +260,7 @@ func (p *process) watchLimits() {
 		case st.OOMKills > p.before.OOMKills:
 			o = sandbox.OutcomeOOM
 		case st.PidsMaxHits > p.before.PidsMaxHits,
-			p.s.spec.Limits.Pids > 0 && st.Pids >= p.s.spec.Limits.Pids:
+			p.atPidsLimit(st):
 			// Every task counts, the executor's few threads included, as
 			// the limit always has; RLIMIT_NPROC makes forks fail there.
 			o = sandbox.OutcomePidsLimit
@@ -320,8 +320,37 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 			}
 		}
 	}
+	if res.Outcome == sandbox.OutcomePidsLimit {
+		p.drainPids()
+	}
 	res.Message = p.s.explain(res)
 	return res, nil
+}
+
+// atPidsLimit reports whether the sandbox holds Limits.Pids tasks (every
+// task counts, the executor's few threads included, as the limit always
+// has; RLIMIT_NPROC makes the commands' forks fail there) and did not when
+// this command started.
+func (p *process) atPidsLimit(st cgroup.Stats) bool {
+	l := p.s.spec.Limits.Pids
+	return l > 0 && st.Pids >= l && p.before.Pids < l
+}
+
+// drainPids waits, briefly, until the tasks of a tree killed at the pids
+// limit are gone, so that the next command starts below the limit.
+func (p *process) drainPids() {
+	l := p.s.spec.Limits.Pids
+	if p.s.cg == nil || l <= 0 {
+		return
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := p.s.cg.Stats()
+		if err != nil || st.Pids < l {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // explain says in one line why airlock ended a command.
