@@ -1,0 +1,228 @@
+package store
+
+import (
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockrun/airlock/internal/event"
+)
+
+// The functions in this file are for implementations of Store: they hold the
+// validation and redaction every implementation must apply the same way, so
+// the conformance suite tests them once and no backend can drift.
+
+// PrepareRun validates r for CreateRun and returns it as it must be stored:
+// Task redacted, Created and Updated defaulted to now (in UTC), Finished,
+// LastSeq and LastHash cleared. Errors wrap ErrInvalid.
+func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
+	if err := event.ValidRunID(r.ID); err != nil {
+		return r, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := validTenant(r.Tenant); err != nil {
+		return r, err
+	}
+	switch {
+	case !r.Status.Valid():
+		return r, fmt.Errorf("%w: run %s: unknown status %q", ErrInvalid, r.ID, clip(string(r.Status)))
+	case r.Status.Final():
+		return r, fmt.Errorf("%w: run %s: cannot create a run in final status %s", ErrInvalid, r.ID, r.Status)
+	case len(r.Task) > MaxTaskLen || !utf8.ValidString(r.Task):
+		return r, fmt.Errorf("%w: run %s: task is not valid UTF-8 of at most %d bytes", ErrInvalid, r.ID, MaxTaskLen)
+	case len(r.Model) > MaxModelLen || !printable(r.Model):
+		return r, fmt.Errorf("%w: run %s: model is not printable text of at most %d bytes", ErrInvalid, r.ID, MaxModelLen)
+	case len(r.Policy) > MaxPolicyLen:
+		return r, fmt.Errorf("%w: run %s: policy is %d bytes, limit %d", ErrInvalid, r.ID, len(r.Policy), MaxPolicyLen)
+	case len(r.PolicyHash) > MaxNameLen || !printable(r.PolicyHash):
+		return r, fmt.Errorf("%w: run %s: malformed policy hash", ErrInvalid, r.ID)
+	case r.ParentRunID == "" && r.ParentSeq != 0:
+		return r, fmt.Errorf("%w: run %s: parent seq without a parent run", ErrInvalid, r.ID)
+	}
+	if r.ParentRunID != "" {
+		if err := event.ValidRunID(r.ParentRunID); err != nil {
+			return r, fmt.Errorf("%w: run %s: parent: %w", ErrInvalid, r.ID, err)
+		}
+		if r.ParentSeq < 1 {
+			return r, fmt.Errorf("%w: run %s: a fork needs a parent seq of at least 1", ErrInvalid, r.ID)
+		}
+		if r.ParentRunID == r.ID {
+			return r, fmt.Errorf("%w: run %s: a run cannot be its own parent", ErrInvalid, r.ID)
+		}
+	}
+	if red == nil {
+		red = NoRedaction
+	}
+	r.Task = string(red.Bytes([]byte(r.Task)))
+	if r.Created.IsZero() {
+		r.Created = now
+	}
+	if r.Updated.IsZero() {
+		r.Updated = r.Created
+	}
+	r.Created, r.Updated = r.Created.UTC(), r.Updated.UTC()
+	r.Finished = time.Time{}
+	r.LastSeq, r.LastHash = 0, event.Hash{}
+	if r.Policy == nil {
+		r.Policy = []byte{}
+	}
+	return r, nil
+}
+
+// PrepareDrafts validates the drafts of an Append of run runID starting at
+// seq next and returns copies with their payloads redacted and in canonical
+// form and their Time defaulted to now (all times in UTC). It does not seal
+// them: the chain fields depend on the log's tail, which the implementation
+// reads inside its transaction, then seals each draft with event.Seal.
+// Errors wrap ErrInvalid and never quote a payload.
+func PrepareDrafts(runID string, next int64, drafts []event.Event, now time.Time, red Redactor) ([]event.Event, error) {
+	if err := event.ValidRunID(runID); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if next < 1 {
+		return nil, fmt.Errorf("%w: run %s: next seq %d is below 1", ErrInvalid, runID, next)
+	}
+	if len(drafts) == 0 || len(drafts) > MaxBatch {
+		return nil, fmt.Errorf("%w: run %s: append needs 1 to %d events, got %d", ErrInvalid, runID, MaxBatch, len(drafts))
+	}
+	if red == nil {
+		red = NoRedaction
+	}
+	now = now.UTC()
+	out := make([]event.Event, len(drafts))
+	for i, d := range drafts {
+		seq := next + int64(i)
+		switch {
+		case d.RunID != "" && d.RunID != runID:
+			return nil, fmt.Errorf("%w: run %s: draft %d names run %q", ErrInvalid, runID, i, clip(d.RunID))
+		case d.Seq != 0 && d.Seq != seq:
+			return nil, fmt.Errorf("%w: run %s: draft %d has seq %d, its place is %d", ErrInvalid, runID, i, d.Seq, seq)
+		case !d.PrevHash.IsZero() || !d.Hash.IsZero():
+			return nil, fmt.Errorf("%w: run %s: draft %d has hashes set; the store computes them", ErrInvalid, runID, i)
+		case !d.Type.Valid():
+			return nil, fmt.Errorf("%w: run %s: draft %d: malformed type %q", ErrInvalid, runID, i, clip(string(d.Type)))
+		}
+		p, err := event.CanonicalPayload(d.Payload, red.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: run %s: draft %d (%s): %w", ErrInvalid, runID, i, d.Type, err)
+		}
+		t := d.Time
+		if t.IsZero() {
+			t = now
+		}
+		// Run id, seq, type and payload are checked above; what is left
+		// of event.Validate is the time. (Validate would also re-check the
+		// payload that CanonicalPayload just produced, at a cost that shows
+		// in the append benchmark.)
+		if !time.Unix(0, t.UnixNano()).Equal(t) {
+			return nil, fmt.Errorf("%w: run %s: draft %d: time out of range", ErrInvalid, runID, i)
+		}
+		out[i] = event.Event{RunID: runID, Seq: seq, Type: d.Type, Time: t.UTC(), Payload: p}
+	}
+	return out, nil
+}
+
+// PrepareArtifact validates a for PutArtifact and returns it as it must be
+// stored: MediaType defaulted to application/octet-stream, Created to now
+// (in UTC). Errors wrap ErrInvalid.
+func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
+	if err := event.ValidRunID(a.RunID); err != nil {
+		return a, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	switch {
+	case a.Name == "" || len(a.Name) > MaxNameLen || !printable(a.Name):
+		return a, fmt.Errorf("%w: run %s: artifact name must be 1 to %d printable bytes", ErrInvalid, a.RunID, MaxNameLen)
+	case !validDigest(a.Digest):
+		return a, fmt.Errorf("%w: run %s: artifact %q: digest is not sha256: and 64 lowercase hex digits", ErrInvalid, a.RunID, a.Name)
+	case a.Size < 0:
+		return a, fmt.Errorf("%w: run %s: artifact %q: negative size", ErrInvalid, a.RunID, a.Name)
+	case len(a.MediaType) > MaxNameLen || !printable(a.MediaType):
+		return a, fmt.Errorf("%w: run %s: artifact %q: malformed media type", ErrInvalid, a.RunID, a.Name)
+	}
+	if a.MediaType == "" {
+		a.MediaType = "application/octet-stream"
+	}
+	if a.Created.IsZero() {
+		a.Created = now
+	}
+	a.Created = a.Created.UTC()
+	return a, nil
+}
+
+// ValidateFilter checks f and returns it with Limit brought into 1..MaxPage.
+// Errors wrap ErrInvalid.
+func ValidateFilter(f RunFilter) (RunFilter, error) {
+	if f.Tenant != "" {
+		if err := validTenant(f.Tenant); err != nil {
+			return f, err
+		}
+	}
+	for _, s := range f.Statuses {
+		if !s.Valid() {
+			return f, fmt.Errorf("%w: unknown status %q", ErrInvalid, clip(string(s)))
+		}
+	}
+	if f.After != "" {
+		if err := event.ValidRunID(f.After); err != nil {
+			return f, fmt.Errorf("%w: after: %w", ErrInvalid, err)
+		}
+	}
+	f.Limit = PageLimit(f.Limit)
+	return f, nil
+}
+
+// PageLimit brings a requested page size into 1..MaxPage.
+func PageLimit(n int) int {
+	if n <= 0 || n > MaxPage {
+		return MaxPage
+	}
+	return n
+}
+
+func validTenant(t string) error {
+	if t == "" || len(t) > MaxTenantLen {
+		return fmt.Errorf("%w: tenant must be 1 to %d bytes", ErrInvalid, MaxTenantLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		ok := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' || c == '@'
+		if !ok {
+			return fmt.Errorf("%w: tenant %q: only letters, digits and . _ - @", ErrInvalid, clip(t))
+		}
+	}
+	return nil
+}
+
+func validDigest(d string) bool {
+	const prefix = "sha256:"
+	if len(d) != len(prefix)+64 || d[:len(prefix)] != prefix {
+		return false
+	}
+	for i := len(prefix); i < len(d); i++ {
+		if c := d[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return false
+		}
+	}
+	return true
+}
+
+// clip shortens untrusted text quoted in an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
+}

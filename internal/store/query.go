@@ -1,0 +1,62 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/airlockrun/airlock/internal/event"
+)
+
+// Unfinished returns every run, of every tenant, that recovery must pick up
+// (status queued, running or awaiting_approval; see event.Status.Unfinished),
+// oldest first. It pages through ListRuns, so it works on any Store.
+func Unfinished(ctx context.Context, s Store) ([]Run, error) {
+	f := RunFilter{Statuses: []event.Status{event.StatusQueued, event.StatusRunning, event.StatusAwaitingApproval}}
+	var out []Run
+	for {
+		page, err := s.ListRuns(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("store: unfinished runs: %w", err)
+		}
+		out = append(out, page...)
+		if len(page) < PageLimit(f.Limit) {
+			return out, nil
+		}
+		f.After = page[len(page)-1].ID
+	}
+}
+
+// VerifyRun reads run id's whole log page by page and checks its hash chain
+// (event.Chain) and that it ends at the run's recorded LastSeq and LastHash,
+// so a truncated tail is caught too. It returns the number of events
+// verified; a broken log gives an *event.VerifyError with the seq.
+func VerifyRun(ctx context.Context, s Store, id string) (int64, error) {
+	r, err := s.GetRun(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	c := event.NewChain(id)
+	for {
+		page, err := s.Events(ctx, id, c.Seq()+1, MaxPage)
+		if err != nil {
+			return c.Seq(), err
+		}
+		for _, e := range page {
+			if err := c.Next(e); err != nil {
+				return c.Seq(), err
+			}
+		}
+		if len(page) < MaxPage {
+			break
+		}
+	}
+	switch {
+	case c.Seq() != r.LastSeq:
+		return c.Seq(), &event.VerifyError{RunID: id, Seq: c.Seq() + 1, Got: r.LastSeq,
+			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq)}
+	case c.Seq() > 0 && c.Last() != r.LastHash:
+		return c.Seq(), &event.VerifyError{RunID: id, Seq: c.Seq(),
+			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch)}
+	}
+	return c.Seq(), nil
+}

@@ -1,0 +1,194 @@
+package sqlite
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// released pins the SHA-256 of every migration that has shipped. Databases
+// in the field were built by exactly these statements: change the schema
+// by appending a migration (and its hash here), never by editing one.
+var released = []string{
+	"ae85299a85ec185b63a577420e84a2cc66e84db7e05ca4cab3aac7ceaf958d52",
+	"53b5c3a5319a694aff287db8963b84aae0a3a18f9167af3ce57a1e972e409d16",
+}
+
+func TestSchemaVersion(t *testing.T) {
+	if SchemaVersion != len(migrations) {
+		t.Fatalf("SchemaVersion = %d, but there are %d migrations", SchemaVersion, len(migrations))
+	}
+	for i, want := range released {
+		if got := fmt.Sprintf("%x", sha256.Sum256([]byte(migrations[i]))); got != want {
+			t.Errorf("released migration %d was edited (sha256 %s, released %s); add a new migration instead", i+1, got, want)
+		}
+	}
+}
+
+func rawOpen(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_busy_timeout=10000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func versions(t *testing.T, db *sql.DB) []int {
+	t.Helper()
+	rows, err := db.Query(`SELECT version FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func tableExists(t *testing.T, db *sql.DB, name string) bool {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?`, name).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// TestMigrateFromV1 builds a version-1 database with data in it, the way
+// the first release wrote it, and opens it with the current code: the
+// schema is brought up to date, the data is intact and still verifies, and
+// the newer parts work.
+func TestMigrateFromV1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v1.db")
+	old, err := open(ctx, path, Options{Redactor: store.NoRedaction}, migrations[:1])
+	if err != nil {
+		t.Fatalf("open at version 1: %v", err)
+	}
+	id := event.NewRunID(time.Now())
+	if _, err := old.CreateRun(ctx, store.Run{ID: id, Tenant: "a", Status: event.StatusQueued, Task: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Append(ctx, id, 1, []event.Event{{Type: event.TypeRunCreated, Payload: []byte(`{"task":"old"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db := rawOpen(t, path)
+	if got := versions(t, db); len(got) != 1 || tableExists(t, db, "artifacts") {
+		t.Fatalf("version-1 database: versions %v, artifacts table %v", got, tableExists(t, db, "artifacts"))
+	}
+
+	for range 2 { // the second open finds nothing to do
+		s, err := Open(ctx, path, Options{Redactor: store.NoRedaction})
+		if err != nil {
+			t.Fatalf("Open(version-1 database) = %v", err)
+		}
+		if got := versions(t, db); len(got) != SchemaVersion || got[len(got)-1] != SchemaVersion {
+			t.Fatalf("versions after Open = %v, want 1..%d once each", got, SchemaVersion)
+		}
+		if n, err := store.VerifyRun(ctx, s, id); err != nil || n != 1 {
+			t.Fatalf("VerifyRun(old run) = %d, %v", n, err)
+		}
+		if r, err := s.GetRun(ctx, id); err != nil || r.Task != "old" {
+			t.Fatalf("GetRun(old run) = %+v, %v", r, err)
+		}
+		if _, err := s.PutArtifact(ctx, store.Artifact{RunID: id, Name: "patch", Digest: "sha256:" + strings.Repeat("0", 64)}); err != nil {
+			t.Fatalf("PutArtifact after migration = %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestNewerSchemaRefused: a database written by a newer airlock is not
+// opened, and not touched.
+func TestNewerSchemaRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "new.db")
+	s, err := Open(ctx, path, Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	db := rawOpen(t, path)
+	if _, err := db.Exec(`INSERT INTO schema_migrations (version, applied_ns) VALUES (?, 0)`, SchemaVersion+1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, path, Options{Redactor: store.NoRedaction})
+	var ve *store.SchemaVersionError
+	if !errors.As(err, &ve) || !errors.Is(err, store.ErrSchemaTooNew) || ve.Have != SchemaVersion+1 || ve.Supported != SchemaVersion {
+		t.Fatalf("Open(newer schema) = %v, want a SchemaVersionError %d > %d", err, SchemaVersion+1, SchemaVersion)
+	}
+	if got := versions(t, db); len(got) != SchemaVersion+1 {
+		t.Fatalf("versions after refused Open = %v", got)
+	}
+}
+
+// TestMigrationAtomic: a migration that fails half-way leaves the database
+// at the version it had, without a trace of the failed step.
+func TestMigrationAtomic(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a.db")
+	steps := append(append([]string(nil), migrations[:1]...),
+		`CREATE TABLE half (x INTEGER); CREATE TABLE runs (x INTEGER);`) // the second statement fails
+	_, err := open(ctx, path, Options{Redactor: store.NoRedaction}, steps)
+	if err == nil || !strings.Contains(err.Error(), "schema version 2") {
+		t.Fatalf("open with a failing migration = %v, want an error about version 2", err)
+	}
+	db := rawOpen(t, path)
+	// Nothing of the failed open stayed: not even version 1, applied in the
+	// same transaction.
+	if tableExists(t, db, "half") || tableExists(t, db, "runs") {
+		t.Fatal("a failed migration left tables behind")
+	}
+	if _, err := Open(ctx, path, Options{Redactor: store.NoRedaction}); err != nil {
+		t.Fatalf("Open after a failed migration = %v", err)
+	}
+}
+
+// TestConcurrentOpen: several handles opening a new file at once apply the
+// migrations exactly once.
+func TestConcurrentOpen(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a.db")
+	const n = 8
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			s, err := Open(ctx, path, Options{Redactor: store.NoRedaction})
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("concurrent Open = %v", err)
+		}
+	}
+	if got := versions(t, rawOpen(t, path)); len(got) != SchemaVersion {
+		t.Fatalf("versions = %v, want each of 1..%d once", got, SchemaVersion)
+	}
+}

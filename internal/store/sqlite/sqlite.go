@@ -1,0 +1,752 @@
+// Package sqlite is the embedded Store: one SQLite database file in WAL mode,
+// through the pure-Go driver modernc.org/sqlite (no cgo, so the host binary
+// stays static).
+//
+// Durability: every write is one transaction, and synchronous=FULL makes
+// SQLite fsync the WAL before a commit returns, so an appended event
+// survives a crash of the process or of the machine once Append returns.
+// Concurrency: writes go through one connection per Store (database/sql
+// queues writers of one process without spinning on SQLite's lock), and
+// each write transaction starts with BEGIN IMMEDIATE, so writers in other
+// processes wait on the file lock (up to the busy timeout) instead of
+// failing half-way; Append's next-seq check inside that transaction keeps
+// two engine processes from interleaving a run's log. Reads use a separate
+// pool of read-only connections and never block writers (WAL).
+//
+// Importers: host wiring, the CLI, and tests.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	msqlite "modernc.org/sqlite" // also registers the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Options configure Open.
+type Options struct {
+	// Redactor scrubs secrets from every payload and task before they are
+	// hashed and written. Required, so it cannot be forgotten: pass
+	// store.NoRedaction to opt out on purpose.
+	Redactor store.Redactor
+	// BusyTimeout is how long a write waits for another process holding
+	// the database's write lock; zero means 10 seconds.
+	BusyTimeout time.Duration
+	// Readers is the size of the read connection pool; zero means 4.
+	Readers int
+	// Now returns the current time; nil means time.Now. Tests inject a
+	// fake clock here.
+	Now func() time.Time
+}
+
+// Store is a store.Store in one SQLite file. It is safe for concurrent use,
+// also by several processes on the same file.
+type Store struct {
+	path   string
+	w      *sql.DB // one connection, BEGIN IMMEDIATE: all writes
+	r      *sql.DB // read-only connections
+	red    store.Redactor
+	now    func() time.Time
+	closed atomic.Bool
+
+	// Prepared on w at Open, used in every write transaction.
+	stmtTail    *sql.Stmt
+	stmtSetTail *sql.Stmt
+	// stmtInsert[i] inserts insertChunks[i] events in one statement.
+	stmtInsert [len(insertChunks)]*sql.Stmt
+}
+
+// insertChunks are the row counts of the prepared multi-row INSERTs, largest
+// first; a batch is written as a sum of them (100 = 64 + 16 + 16 + 4). One
+// statement per row costs a database/sql and VDBE round trip per event, which
+// dominated the batched append benchmark.
+var insertChunks = [...]int{64, 16, 4, 1}
+
+func insertSQL(rows int) string {
+	return `INSERT INTO events (run_id, seq, type, time_ns, payload, prev_hash, hash) VALUES ` +
+		strings.TrimSuffix(strings.Repeat(`(?, ?, ?, ?, ?, ?, ?), `, rows), ", ")
+}
+
+// Open opens (creating if needed) the database file at path, applies any
+// schema migrations, and refuses a database written by a newer airlock
+// (*store.SchemaVersionError). The file's directory must exist.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	return open(ctx, path, opts, migrations)
+}
+
+func open(ctx context.Context, path string, opts Options, steps []string) (_ *Store, err error) {
+	if opts.Redactor == nil {
+		return nil, errors.New("sqlite: open: Options.Redactor is required (store.NoRedaction opts out)")
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	if opts.Readers <= 0 {
+		opts.Readers = 4
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s := &Store{path: abs, red: opts.Redactor, now: opts.Now}
+	defer func() {
+		if err != nil {
+			s.closeDBs()
+		}
+	}()
+
+	base := "file:" + (&url.URL{Path: abs}).EscapedPath() +
+		"?_busy_timeout=" + strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10) +
+		"&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1"
+	if s.w, err = sql.Open("sqlite", base+"&_txlock=immediate"); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	err = retryBusy(ctx, opts.BusyTimeout, func() error {
+		if err := checkPragmas(ctx, s.w); err != nil {
+			return err
+		}
+		return migrate(ctx, s.w, steps, s.now().UnixNano())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	if s.r, err = sql.Open("sqlite", base+"&_query_only=1"); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	s.r.SetMaxOpenConns(opts.Readers)
+	s.r.SetMaxIdleConns(opts.Readers)
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&s.stmtTail, `SELECT last_seq, last_hash, status FROM runs WHERE id = ?`},
+		{&s.stmtSetTail, `UPDATE runs SET last_seq = ?, last_hash = ? WHERE id = ? AND last_seq = ?`},
+		{&s.stmtInsert[0], insertSQL(insertChunks[0])},
+		{&s.stmtInsert[1], insertSQL(insertChunks[1])},
+		{&s.stmtInsert[2], insertSQL(insertChunks[2])},
+		{&s.stmtInsert[3], insertSQL(insertChunks[3])},
+	} {
+		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
+		}
+	}
+	return s, nil
+}
+
+// retryBusy runs fn until it does not fail with SQLITE_BUSY, for up to
+// timeout. SQLite's busy timeout covers ordinary lock waits, but not every
+// one at open: while another process turns a new file to WAL mode or
+// recovers its WAL, SQLite returns SQLITE_BUSY at once, so several
+// processes starting on one database would fail without this.
+func retryBusy(ctx context.Context, timeout time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := fn()
+		var se *msqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// checkPragmas makes sure the settings durability depends on took effect:
+// a driver that silently ignored one would lose acknowledged events.
+func checkPragmas(ctx context.Context, db *sql.DB) error {
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("read journal_mode: %w", err)
+	}
+	var sync, fk int
+	if err := db.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&sync); err != nil {
+		return fmt.Errorf("read synchronous: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, `PRAGMA foreign_keys`).Scan(&fk); err != nil {
+		return fmt.Errorf("read foreign_keys: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") || sync != 2 || fk != 1 {
+		return fmt.Errorf("journal_mode=%s synchronous=%d foreign_keys=%d, want wal, 2 (full), 1", mode, sync, fk)
+	}
+	return nil
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database. It is safe to call more than once.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.closeDBs()
+}
+
+func (s *Store) closeDBs() error {
+	var errs []error
+	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail}, s.stmtInsert[:]...) {
+		if st != nil {
+			errs = append(errs, st.Close())
+		}
+	}
+	for _, db := range []*sql.DB{s.r, s.w} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+func (s *Store) check(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("sqlite: %s: %w", op, store.ErrClosed)
+	}
+	return nil
+}
+
+// write runs fn in one write transaction (BEGIN IMMEDIATE) and commits.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash`
+
+type scanner interface {
+	Scan(dest ...any) error
+}
+
+func scanRun(sc scanner) (store.Run, error) {
+	var (
+		r        store.Run
+		status   string
+		created  int64
+		updated  int64
+		finished sql.NullInt64
+		parent   sql.NullString
+		pseq     sql.NullInt64
+		lastHash []byte
+	)
+	if err := sc.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
+		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash); err != nil {
+		return r, err
+	}
+	r.Status = event.Status(status)
+	r.Created = fromNS(created)
+	r.Updated = fromNS(updated)
+	if finished.Valid {
+		r.Finished = fromNS(finished.Int64)
+	}
+	r.ParentRunID = parent.String
+	r.ParentSeq = pseq.Int64
+	if r.Policy == nil {
+		r.Policy = []byte{}
+	}
+	if err := copyHash(&r.LastHash, lastHash); err != nil {
+		return r, fmt.Errorf("run %s: last_hash: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+func fromNS(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+func copyHash(h *event.Hash, b []byte) error {
+	if len(b) == 0 {
+		*h = event.Hash{}
+		return nil
+	}
+	if len(b) != len(h) {
+		return fmt.Errorf("%d bytes, want %d", len(b), len(h))
+	}
+	copy(h[:], b)
+	return nil
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func nullInt(n int64, valid bool) sql.NullInt64 { return sql.NullInt64{Int64: n, Valid: valid} }
+
+// CreateRun implements store.Store.
+func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
+	if err := s.check("create run"); err != nil {
+		return r, err
+	}
+	r, err := store.PrepareRun(r, s.now(), s.red)
+	if err != nil {
+		return r, fmt.Errorf("sqlite: create run: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var one int
+		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, r.ID).Scan(&one); {
+		case err == nil:
+			return store.ErrExists
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		if r.ParentRunID != "" {
+			var last int64
+			err := tx.QueryRowContext(ctx, `SELECT last_seq FROM runs WHERE id = ?`, r.ParentRunID).Scan(&last)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
+			case err != nil:
+				return err
+			case r.ParentSeq > last:
+				return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL)`,
+			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
+			r.Created.UnixNano(), r.Updated.UnixNano(),
+			nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""))
+		return err
+	})
+	if err != nil {
+		return r, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+// GetRun implements store.Store.
+func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
+	if err := s.check("get run"); err != nil {
+		return store.Run{}, err
+	}
+	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Run{}, fmt.Errorf("sqlite: get run %s: %w", clip(id), err)
+	}
+	return r, nil
+}
+
+// ListRuns implements store.Store.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	if err := s.check("list runs"); err != nil {
+		return nil, err
+	}
+	f, err := store.ValidateFilter(f)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list runs: %w", err)
+	}
+	var (
+		q    strings.Builder
+		args []any
+	)
+	q.WriteString(`SELECT ` + runColumns + ` FROM runs WHERE 1 = 1`)
+	if f.Tenant != "" {
+		q.WriteString(` AND tenant = ?`)
+		args = append(args, f.Tenant)
+	}
+	if len(f.Statuses) > 0 {
+		q.WriteString(` AND status IN (?` + strings.Repeat(`, ?`, len(f.Statuses)-1) + `)`)
+		for _, st := range f.Statuses {
+			args = append(args, string(st))
+		}
+	}
+	order := ` ORDER BY id`
+	if f.After != "" {
+		if f.Desc {
+			q.WriteString(` AND id < ?`)
+		} else {
+			q.WriteString(` AND id > ?`)
+		}
+		args = append(args, f.After)
+	}
+	if f.Desc {
+		order += ` DESC`
+	}
+	q.WriteString(order + ` LIMIT ?`)
+	args = append(args, f.Limit)
+	rows, err := s.r.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Run
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list runs: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateRunStatus implements store.Store.
+func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (store.Run, error) {
+	if err := s.check("update run status"); err != nil {
+		return store.Run{}, err
+	}
+	if err := event.CheckTransition(from, to); err != nil {
+		return store.Run{}, fmt.Errorf("sqlite: run %s: %w", clip(id), err)
+	}
+	var r store.Run
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.setStatus(ctx, tx, id, from, to); err != nil {
+			return err
+		}
+		var err error
+		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+		return err
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("sqlite: run %s: update status: %w", clip(id), err)
+	}
+	return r, nil
+}
+
+// setStatus moves run id from from to to inside tx. The caller has checked
+// the transition.
+func (s *Store) setStatus(ctx context.Context, tx *sql.Tx, id string, from, to event.Status) error {
+	var cur string
+	err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, id).Scan(&cur)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.ErrNotFound
+	case err != nil:
+		return err
+	case event.Status(cur) != from:
+		return &store.StatusConflictError{RunID: id, Want: from, Got: event.Status(cur)}
+	}
+	now := s.now().UnixNano()
+	_, err = tx.ExecContext(ctx, `UPDATE runs SET status = ?, updated_ns = ?, finished_ns = ? WHERE id = ? AND status = ?`,
+		string(to), now, nullInt(now, to.Final()), id, string(from))
+	return err
+}
+
+// Append implements store.Store.
+func (s *Store) Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error) {
+	_, evs, err := s.appendStatus(ctx, runID, next, "", "", drafts)
+	return evs, err
+}
+
+// AppendStatus implements store.Store.
+func (s *Store) AppendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
+	if err := event.CheckTransition(from, to); err != nil {
+		return store.Run{}, nil, fmt.Errorf("sqlite: run %s: %w", clip(runID), err)
+	}
+	return s.appendStatus(ctx, runID, next, from, to, drafts)
+}
+
+// appendStatus appends drafts and, when to is not empty, changes the status,
+// in one transaction.
+func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
+	if err := s.check("append"); err != nil {
+		return store.Run{}, nil, err
+	}
+	// Redaction and canonical JSON are the costly part; they need no lock.
+	evs, err := store.PrepareDrafts(runID, next, drafts, s.now(), s.red)
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("sqlite: append: %w", err)
+	}
+	var r store.Run
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var (
+			lastSeq  int64
+			lastHash []byte
+			status   string
+		)
+		err := tx.StmtContext(ctx, s.stmtTail).QueryRowContext(ctx, runID).Scan(&lastSeq, &lastHash, &status)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.ErrNotFound
+		case err != nil:
+			return err
+		case lastSeq+1 != next:
+			return &store.AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
+		}
+		var prev event.Hash
+		if err := copyHash(&prev, lastHash); err != nil {
+			return fmt.Errorf("last_hash: %w", err)
+		}
+		for i := range evs {
+			e := &evs[i]
+			event.Seal(runID, lastSeq+int64(i), prev, e)
+			prev = e.Hash
+		}
+		if err := s.insertEvents(ctx, tx, evs); err != nil {
+			return err
+		}
+		last := evs[len(evs)-1]
+		res, err := tx.StmtContext(ctx, s.stmtSetTail).ExecContext(ctx, last.Seq, last.Hash[:], runID, lastSeq)
+		if err != nil {
+			return fmt.Errorf("update tail: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			// Cannot happen under the write lock; refuse rather than
+			// leave the tail and the log disagreeing.
+			return fmt.Errorf("update tail: %d rows changed (%v)", n, err)
+		}
+		if to == "" {
+			return nil
+		}
+		if err := s.setStatus(ctx, tx, runID, from, to); err != nil {
+			return err
+		}
+		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
+		return err
+	})
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("sqlite: run %s: append: %w", runID, err)
+	}
+	return r, evs, nil
+}
+
+// insertEvents writes sealed events with as few statements as the
+// prepared chunk sizes allow.
+func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, evs []event.Event) error {
+	args := make([]any, 0, 7*insertChunks[0])
+	for len(evs) > 0 {
+		c := len(insertChunks) - 1
+		for i, n := range insertChunks {
+			if n <= len(evs) {
+				c = i
+				break
+			}
+		}
+		chunk := evs[:insertChunks[c]]
+		evs = evs[len(chunk):]
+		args = args[:0]
+		for i := range chunk {
+			e := &chunk[i]
+			args = append(args, e.RunID, e.Seq, string(e.Type), e.Time.UnixNano(), []byte(e.Payload), e.PrevHash[:], e.Hash[:])
+		}
+		if _, err := tx.StmtContext(ctx, s.stmtInsert[c]).ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("insert seq %d to %d: %w", chunk[0].Seq, chunk[len(chunk)-1].Seq, err)
+		}
+	}
+	return nil
+}
+
+const eventColumns = `run_id, seq, type, time_ns, payload, prev_hash, hash`
+
+func scanEvent(sc scanner) (event.Event, error) {
+	var (
+		e          event.Event
+		typ        string
+		ns         int64
+		prev, hash []byte
+	)
+	if err := sc.Scan(&e.RunID, &e.Seq, &typ, &ns, (*[]byte)(&e.Payload), &prev, &hash); err != nil {
+		return e, err
+	}
+	e.Type = event.Type(typ)
+	e.Time = fromNS(ns)
+	if err := copyHash(&e.PrevHash, prev); err != nil {
+		return e, fmt.Errorf("seq %d: prev_hash: %w", e.Seq, err)
+	}
+	if err := copyHash(&e.Hash, hash); err != nil {
+		return e, fmt.Errorf("seq %d: hash: %w", e.Seq, err)
+	}
+	return e, nil
+}
+
+// Events implements store.Store.
+func (s *Store) Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error) {
+	if err := s.check("events"); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?`,
+		runID, from, store.PageLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
+	}
+	defer rows.Close()
+	var out []event.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
+	}
+	if len(out) == 0 {
+		if err := s.exists(ctx, runID); err != nil {
+			return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
+		}
+	}
+	return out, nil
+}
+
+// LastEvent implements store.Store.
+func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
+	if err := s.check("last event"); err != nil {
+		return event.Event{}, err
+	}
+	e, err := scanEvent(s.r.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1`, runID))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+		if xerr := s.exists(ctx, runID); xerr != nil {
+			err = xerr
+		}
+	}
+	if err != nil {
+		return event.Event{}, fmt.Errorf("sqlite: run %s: last event: %w", clip(runID), err)
+	}
+	return e, nil
+}
+
+// exists returns nil if run id exists, or an error wrapping
+// store.ErrNotFound.
+func (s *Store) exists(ctx context.Context, id string) error {
+	var one int
+	err := s.r.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("run %s: %w", clip(id), store.ErrNotFound)
+	}
+	return err
+}
+
+// PutArtifact implements store.Store.
+func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
+	if err := s.check("put artifact"); err != nil {
+		return a, err
+	}
+	a, err := store.PrepareArtifact(a, s.now())
+	if err != nil {
+		return a, fmt.Errorf("sqlite: put artifact: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		old, err := scanArtifact(tx.QueryRowContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, a.RunID, a.Name))
+		switch {
+		case err == nil:
+			if old.Digest != a.Digest || old.Size != a.Size || old.MediaType != a.MediaType {
+				return fmt.Errorf("%w with another digest, size or media type", store.ErrExists)
+			}
+			a = old
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		var one int
+		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, a.RunID).Scan(&one); {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.ErrNotFound
+		case err != nil:
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+artifactColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+			a.RunID, a.Name, a.Digest, a.Size, a.MediaType, a.Created.UnixNano())
+		return err
+	})
+	if err != nil {
+		return store.Artifact{}, fmt.Errorf("sqlite: run %s: put artifact %q: %w", a.RunID, a.Name, err)
+	}
+	return a, nil
+}
+
+const artifactColumns = `run_id, name, digest, size, media_type, created_ns`
+
+func scanArtifact(sc scanner) (store.Artifact, error) {
+	var (
+		a  store.Artifact
+		ns int64
+	)
+	if err := sc.Scan(&a.RunID, &a.Name, &a.Digest, &a.Size, &a.MediaType, &ns); err != nil {
+		return a, err
+	}
+	a.Created = fromNS(ns)
+	return a, nil
+}
+
+// GetArtifact implements store.Store.
+func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Artifact, error) {
+	if err := s.check("get artifact"); err != nil {
+		return store.Artifact{}, err
+	}
+	a, err := scanArtifact(s.r.QueryRowContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, runID, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Artifact{}, fmt.Errorf("sqlite: run %s: get artifact %q: %w", clip(runID), clip(name), err)
+	}
+	return a, nil
+}
+
+// ListArtifacts implements store.Store.
+func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
+	if err := s.check("list artifacts"); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? ORDER BY name`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: run %s: list artifacts: %w", clip(runID), err)
+	}
+	defer rows.Close()
+	var out []store.Artifact
+	for rows.Next() {
+		a, err := scanArtifact(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: run %s: list artifacts: %w", clip(runID), err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: run %s: list artifacts: %w", clip(runID), err)
+	}
+	if len(out) == 0 {
+		if err := s.exists(ctx, runID); err != nil {
+			return nil, fmt.Errorf("sqlite: list artifacts: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// clip shortens an untrusted id quoted in an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
+}

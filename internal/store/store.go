@@ -1,0 +1,240 @@
+// Package store is the contract of the durable record of runs: the runs
+// themselves, their append-only event logs, and artifact metadata.
+// Implementations live in store/sqlite (the embedded default) and, later,
+// store/postgres; every implementation passes the conformance suite in
+// store/storetest.
+//
+// Invariants every implementation keeps:
+//   - A run's events have seq 1, 2, 3... with no gap and form a hash chain
+//     (see package event); Append is all or nothing, and the events are
+//     durable when it returns, so an effect can be treated as done once
+//     the event recording it is appended.
+//   - Two writers never interleave a run's log: Append is a compare-and-set
+//     on the run's next seq, and a writer that lost the race gets an
+//     *AppendConflictError, whatever process it runs in.
+//   - A run's status only changes along event.CheckTransition, and only by
+//     compare-and-set on the current status (*StatusConflictError).
+//   - Every payload passes through the store's Redactor before it is hashed
+//     and written; no store can be opened without saying which Redactor it
+//     uses (NoRedaction is an explicit choice).
+//
+// Importers: the run engine, host wiring, the API and the CLI.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+)
+
+// Store is the durable record of runs. Implementations are safe for
+// concurrent use. Every method that takes a run id returns an error
+// wrapping ErrNotFound when the run does not exist.
+type Store interface {
+	// CreateRun stores a new run and returns it as stored. r.ID, r.Tenant
+	// and r.Status are required; r.Status must not be final. Created and
+	// Updated default to the current time. A run with a parent must name an
+	// existing parent and a seq its log has. An id already taken gives
+	// ErrExists. Task is redacted like payloads.
+	CreateRun(ctx context.Context, r Run) (Run, error)
+
+	// GetRun returns the run with the given id.
+	GetRun(ctx context.Context, id string) (Run, error)
+
+	// ListRuns returns runs matching f, ordered by id (so by creation time),
+	// ascending or, with f.Desc, descending.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+
+	// UpdateRunStatus moves run id from status from to status to, if the
+	// transition is legal (else an error wrapping event.ErrTransition) and
+	// the run's status is still from (else a *StatusConflictError). It sets
+	// Updated, and Finished when to is final, and returns the updated run.
+	UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (Run, error)
+
+	// Append adds drafts to run runID's log, the first with seq next, and
+	// returns them as stored: payloads redacted and in canonical form, Time
+	// set where it was zero, and RunID, Seq, PrevHash and Hash filled. A
+	// draft may leave RunID and Seq zero or set them to exactly these
+	// values; PrevHash and Hash must be zero. If the log's next seq is not
+	// next, nothing is written and the error is an *AppendConflictError.
+	// All drafts are written or none, and they are durable on return.
+	Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error)
+
+	// AppendStatus is Append and UpdateRunStatus in one transaction: the
+	// events are written and the status changes, or neither happens. Use it
+	// for the event that records a status change (run.completed with
+	// running -> completed), so the log and the status never disagree.
+	AppendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (Run, []event.Event, error)
+
+	// Events returns up to limit events of run runID with seq >= from, in
+	// seq order; limit <= 0 or above MaxPage means MaxPage. Page through a
+	// log by passing the last seq + 1 as the next from.
+	Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error)
+
+	// LastEvent returns the last event of run runID, or an error wrapping
+	// ErrNotFound if the log is empty.
+	LastEvent(ctx context.Context, runID string) (event.Event, error)
+
+	// PutArtifact records artifact metadata. Artifacts are immutable: a
+	// second Put of the same run and name succeeds if digest, size and media
+	// type are the same (a retry), and fails with ErrExists otherwise.
+	PutArtifact(ctx context.Context, a Artifact) (Artifact, error)
+
+	// GetArtifact returns the artifact of run runID called name.
+	GetArtifact(ctx context.Context, runID, name string) (Artifact, error)
+
+	// ListArtifacts returns run runID's artifacts ordered by name.
+	ListArtifacts(ctx context.Context, runID string) ([]Artifact, error)
+
+	// Close releases the store's resources. Other calls after Close fail
+	// with an error wrapping ErrClosed; Close itself may be called again.
+	Close() error
+}
+
+// MaxPage is the most events, runs or artifacts one call returns.
+const MaxPage = 1000
+
+// MaxBatch is the most events one Append takes.
+const MaxBatch = 10000
+
+// Limits on run fields, in bytes.
+const (
+	MaxTenantLen = 128
+	MaxTaskLen   = 64 << 10
+	MaxModelLen  = 256
+	MaxPolicyLen = 1 << 20
+	MaxNameLen   = 256
+)
+
+// Run is one agent task and its state. The store sets LastSeq and LastHash.
+type Run struct {
+	ID     string
+	Tenant string
+	Task   string
+	Model  string
+	// Policy is the resolved policy document the run is held to, and
+	// PolicyHash its content hash as the policy package computes it; the
+	// store keeps both as given.
+	Policy     []byte
+	PolicyHash string
+	Status     event.Status
+	Created    time.Time
+	Updated    time.Time
+	// Finished is when the run reached a final status; zero before.
+	Finished time.Time
+	// ParentRunID and ParentSeq name the run and event a forked run
+	// started from; empty and 0 for a run that is not a fork.
+	ParentRunID string
+	ParentSeq   int64
+	// LastSeq and LastHash are the seq and hash of the last event in the
+	// run's log (0 and the zero hash when it is empty). Append's next is
+	// LastSeq+1.
+	LastSeq  int64
+	LastHash event.Hash
+}
+
+// RunFilter selects runs for ListRuns. The zero value lists the first
+// MaxPage runs of every tenant.
+type RunFilter struct {
+	// Tenant, when not empty, keeps only that tenant's runs.
+	Tenant string
+	// Statuses, when not empty, keeps only runs in one of them.
+	Statuses []event.Status
+	// Limit caps the result; <= 0 or above MaxPage means MaxPage.
+	Limit int
+	// After, when not empty, starts the listing after the run with that id,
+	// in the listing's order: pass the last id of a page to get the next.
+	After string
+	// Desc lists newest first.
+	Desc bool
+}
+
+// Artifact is the metadata of a file kept from a run; the bytes live in a
+// content-addressed blob store under Digest.
+type Artifact struct {
+	RunID string
+	Name  string
+	// Digest is "sha256:" and 64 lowercase hex digits.
+	Digest    string
+	Size      int64
+	MediaType string
+	Created   time.Time
+}
+
+// Redactor scrubs secret values from bytes. internal/secret's *Redactor
+// satisfies it. Bytes must return a new slice (or b unchanged) and be safe
+// for concurrent use.
+type Redactor interface {
+	Bytes(b []byte) []byte
+}
+
+// NoRedaction is the Redactor of a store that is deliberately given no
+// secrets to scrub (tests, tools that only read).
+var NoRedaction Redactor = noRedaction{}
+
+type noRedaction struct{}
+
+func (noRedaction) Bytes(b []byte) []byte { return b }
+
+// Errors callers branch on.
+var (
+	// ErrNotFound: no such run, event or artifact.
+	ErrNotFound = errors.New("store: not found")
+	// ErrExists: the id or name is taken.
+	ErrExists = errors.New("store: already exists")
+	// ErrConflict is matched (errors.Is) by *StatusConflictError and
+	// *AppendConflictError: someone else changed the run first.
+	ErrConflict = errors.New("store: conflict")
+	// ErrInvalid: the request is malformed (a bad id, an oversized field,
+	// a payload that is not a JSON object...); nothing was written.
+	ErrInvalid = errors.New("store: invalid request")
+	// ErrSchemaTooNew is matched by *SchemaVersionError.
+	ErrSchemaTooNew = errors.New("store: database schema is newer than this airlock")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("store: closed")
+)
+
+// StatusConflictError reports that a run's status was not the expected one.
+type StatusConflictError struct {
+	RunID string
+	// Want is the status the caller expected, Got the run's actual status.
+	Want, Got event.Status
+}
+
+func (e *StatusConflictError) Error() string {
+	return fmt.Sprintf("store: run %s: status is %s, not %s", e.RunID, e.Got, e.Want)
+}
+
+// Is matches ErrConflict.
+func (e *StatusConflictError) Is(target error) bool { return target == ErrConflict }
+
+// AppendConflictError reports that a run's log had moved on: another writer
+// appended since the caller last looked.
+type AppendConflictError struct {
+	RunID string
+	// Want is the next seq the caller passed, Got the log's actual next seq.
+	Want, Got int64
+}
+
+func (e *AppendConflictError) Error() string {
+	return fmt.Sprintf("store: run %s: next seq is %d, not %d", e.RunID, e.Got, e.Want)
+}
+
+// Is matches ErrConflict.
+func (e *AppendConflictError) Is(target error) bool { return target == ErrConflict }
+
+// SchemaVersionError reports a database whose schema is newer than this
+// build knows; opening it could corrupt it, so the store refuses.
+type SchemaVersionError struct {
+	Have, Supported int
+}
+
+func (e *SchemaVersionError) Error() string {
+	return fmt.Sprintf("store: database schema version %d is newer than the %d this airlock supports", e.Have, e.Supported)
+}
+
+// Is matches ErrSchemaTooNew.
+func (e *SchemaVersionError) Is(target error) bool { return target == ErrSchemaTooNew }
