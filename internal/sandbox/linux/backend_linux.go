@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -51,6 +52,10 @@ type Backend struct {
 	cg     *cgroup.Manager // guarded by mu: created on first use
 	cgErr  error           // guarded by mu
 	cgOnce bool            // guarded by mu
+	// mine holds the ids of this backend's sandboxes from the start of
+	// Create to the end of teardown; GC need not ask the slot locks about
+	// them. Guarded by mu.
+	mine map[string]bool
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -106,6 +111,21 @@ func CgroupParent(stateDir string) string {
 	return "airlock-" + hex.EncodeToString(sum[:6])
 }
 
+// own marks id as one of this backend's sandboxes (see Backend.mine), or
+// forgets it.
+func (b *Backend) own(id string, yes bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if yes {
+		if b.mine == nil {
+			b.mine = map[string]bool{}
+		}
+		b.mine[id] = true
+	} else {
+		delete(b.mine, id)
+	}
+}
+
 func (b *Backend) cgroups() (*cgroup.Manager, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -146,6 +166,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	tr := newTracer("create")
 	defer tr.done()
 	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{})}
+	b.own(id, true) // until teardown
 	defer func() {
 		if err != nil {
 			sb.teardown()
@@ -434,14 +455,24 @@ func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
 // for good. Rootless sandboxes hold a lock file instead of a slot, taken at
 // the same point; GC also removes the lock files nobody holds.
 func (b *Backend) GC() ([]string, error) {
-	b.uids.sweep()
+	if !b.root {
+		b.uids.sweep()
+	}
 	m, err := b.cgroups()
 	if err != nil {
 		return nil, nil // no cgroups, nothing to collect
 	}
-	names, err := m.List()
-	if err != nil || len(names) == 0 {
+	all, err := m.List()
+	if err != nil {
 		return nil, err
+	}
+	// Skip this backend's own sandboxes without reading every slot lock
+	// (there can be thousands): usually they are all there is.
+	b.mu.Lock()
+	names := slices.DeleteFunc(all, func(n string) bool { return b.mine[n] })
+	b.mu.Unlock()
+	if len(names) == 0 {
+		return nil, nil
 	}
 	live, err := b.uids.live()
 	if err != nil {

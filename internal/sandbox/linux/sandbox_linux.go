@@ -171,6 +171,7 @@ func (s *Sandbox) teardown() {
 	if s.slot != nil {
 		s.b.uids.release(s.slot)
 	}
+	s.b.own(s.id, false)
 	s.doneOnce.Do(func() { close(s.done) })
 }
 
