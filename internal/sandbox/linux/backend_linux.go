@@ -26,7 +26,7 @@ import (
 type Config struct {
 	// Executor is the path of the airlock-exec binary.
 	Executor string
-	// StateDir holds the backend's host state (uid-range locks). It is
+	// StateDir holds the backend's host state (sandbox id locks, trust-store files). It is
 	// created if missing.
 	StateDir string
 	// UIDSlotDir is where root mode locks host uid ranges. It is one
@@ -47,7 +47,8 @@ type Backend struct {
 	cfg    Config
 	log    *slog.Logger
 	root   bool
-	uids   *uidAllocator
+	uids   *uidAllocator // root mode: machine-wide uid ranges
+	ids    *idLocks      // this home's live sandboxes
 	mu     sync.Mutex
 	cg     *cgroup.Manager // guarded by mu: created on first use
 	cgErr  error           // guarded by mu
@@ -76,14 +77,12 @@ func New(cfg Config) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	root := os.Geteuid() == 0
-	slots := filepath.Join(cfg.StateDir, "uids") // rootless: one id, per-home lock files
-	if root {
-		slots = cfg.UIDSlotDir
-		if slots == "" {
-			slots = DefaultUIDSlotDir
-		}
+	slots := cfg.UIDSlotDir
+	if slots == "" {
+		slots = DefaultUIDSlotDir
 	}
-	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots}}, nil
+	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots},
+		ids: &idLocks{dir: filepath.Join(cfg.StateDir, "ids")}}, nil
 }
 
 // Close releases what the backend keeps on the host between sandboxes: it
@@ -158,10 +157,6 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	id := spec.ID
 	if id == "" {
 		id = sandbox.NewID()
-	} else if live, err := b.uids.live(); err != nil {
-		return nil, err
-	} else if live[id] {
-		return nil, fmt.Errorf("sandbox id %s is in use", id)
 	}
 	tr := newTracer("create")
 	defer tr.done()
@@ -180,13 +175,15 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	sb.spec = spec
 
+	// The id lock comes before the cgroup: GC judges a cgroup by it.
+	if sb.idLock, err = b.ids.hold(id); err != nil {
+		return nil, err
+	}
 	var base uint32
 	if b.root {
 		if sb.slot, base, err = b.uids.acquire(id); err != nil {
 			return nil, err
 		}
-	} else if sb.slot, err = b.uids.hold(id); err != nil {
-		return nil, err
 	}
 	tr.mark("uids")
 	if err := sb.makeCgroup(); err != nil {
@@ -440,8 +437,9 @@ func socketpair() (host *os.File, child *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "executor"), os.NewFile(uintptr(fds[1]), "control"), nil
 }
 
-// Live returns the ids of sandboxes that a running airlock process holds.
-func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
+// Live returns the ids of this state directory's sandboxes that a running
+// airlock process holds.
+func (b *Backend) Live() (map[string]bool, error) { return b.ids.live() }
 
 // GC removes what sandboxes of dead airlock processes left: cgroups (killing
 // nothing: only empty groups are removed). Mounts need no collection: they live only in the
@@ -449,39 +447,29 @@ func (b *Backend) Live() (map[string]bool, error) { return b.uids.live() }
 // the ids it cleaned.
 //
 // It is safe to run while this or another airlock process creates
-// sandboxes: a sandbox locks its uid slot before it makes its cgroup, and GC
-// lists the cgroups before it reads which slots are held, so every cgroup it
-// sees belongs to a slot that is either still held (and is skipped) or free
-// for good. Rootless sandboxes hold a lock file instead of a slot, taken at
-// the same point; GC also removes the lock files nobody holds.
+// sandboxes in the same state directory: a sandbox takes its id lock before
+// it makes its cgroup, and GC lists the cgroups before it asks about the
+// locks, so every cgroup it sees has a lock that is either still held (the
+// group is skipped) or free for good. Lock files nobody holds are removed.
 func (b *Backend) GC() ([]string, error) {
-	if !b.root {
-		b.uids.sweep()
-	}
 	m, err := b.cgroups()
 	if err != nil {
+		b.ids.sweep()
 		return nil, nil // no cgroups, nothing to collect
 	}
 	all, err := m.List()
 	if err != nil {
 		return nil, err
 	}
-	// Skip this backend's own sandboxes without reading every slot lock
-	// (there can be thousands): usually they are all there is.
+	defer b.ids.sweep()
+	// This backend's own sandboxes need no lock check.
 	b.mu.Lock()
 	names := slices.DeleteFunc(all, func(n string) bool { return b.mine[n] })
 	b.mu.Unlock()
-	if len(names) == 0 {
-		return nil, nil
-	}
-	live, err := b.uids.live()
-	if err != nil {
-		return nil, err
-	}
 	var cleaned []string
 	var errs []error
 	for _, n := range names {
-		if live[n] {
+		if b.ids.isLive(n) {
 			continue
 		}
 		g, err := m.Open(n)

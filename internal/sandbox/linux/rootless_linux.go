@@ -15,7 +15,7 @@ package linux
 //     so it names its sources as execproto.HostPaths and the executor clones
 //     them itself before it mounts anything (see executor.cloneHostPaths for
 //     the symlink and inode checks).
-//   - Ids: no uid-range slot; a lock file per sandbox (uidAllocator.hold)
+//   - Ids: no uid-range slot; the id lock every sandbox holds (idLocks)
 //     keeps Live and GC right. GC sees only the state directory and the
 //     cgroups of the user who runs it.
 //   - Cgroups: limits need a cgroup the user may write, which systemd gives

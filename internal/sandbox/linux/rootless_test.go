@@ -649,7 +649,7 @@ func TestRootlessView(t *testing.T) {
 		}
 		// What a killed airlock process leaves: a lock file nobody holds.
 		stale := "sb-rootlessstale"
-		if err := os.WriteFile(filepath.Join(state, "uids", "rootless-"+stale), []byte(stale), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(state, "ids", stale), []byte(stale), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if live, _ := gb.Live(); live[stale] {
@@ -658,7 +658,7 @@ func TestRootlessView(t *testing.T) {
 		if _, err := gb.GC(); err != nil {
 			t.Errorf("GC() = %v", err)
 		}
-		if _, err := os.Stat(filepath.Join(state, "uids", "rootless-"+stale)); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(state, "ids", stale)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("GC left the stale lock file (stat: %v)", err)
 		}
 		if live, _ := gb.Live(); !live[sb.ID()] {
@@ -670,7 +670,7 @@ func TestRootlessView(t *testing.T) {
 		if live, _ := gb.Live(); live[sb.ID()] {
 			t.Errorf("Live() still holds %s after Destroy", sb.ID())
 		}
-		if ents, _ := os.ReadDir(filepath.Join(state, "uids")); len(ents) != 0 {
+		if ents, _ := os.ReadDir(filepath.Join(state, "ids")); len(ents) != 0 {
 			t.Errorf("lock files left after Destroy: %v", ents)
 		}
 	})
@@ -730,7 +730,7 @@ func TestRootlessKill9(t *testing.T) {
 		t.Errorf("GC() = %v", err)
 	}
 	t.Logf("GC cleaned %v", cleaned)
-	if ents, _ := os.ReadDir(filepath.Join(state, "uids")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(filepath.Join(state, "ids")); len(ents) != 0 {
 		t.Errorf("GC left lock files: %v", ents)
 	}
 	_ = b.Close()

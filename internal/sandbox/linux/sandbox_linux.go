@@ -24,7 +24,8 @@ type Sandbox struct {
 	id      string
 	spec    sandbox.Spec
 	created time.Time
-	slot    *os.File // held uid-range lock
+	slot    *os.File // held uid-range lock (root mode)
+	idLock  *os.File // held id lock
 	cg      *cgroup.Group
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the executor process is reaped
@@ -170,6 +171,9 @@ func (s *Sandbox) teardown() {
 	}
 	if s.slot != nil {
 		s.b.uids.release(s.slot)
+	}
+	if s.idLock != nil {
+		s.b.ids.release(s.idLock)
 	}
 	s.b.own(s.id, false)
 	s.doneOnce.Do(func() { close(s.done) })

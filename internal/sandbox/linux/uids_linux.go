@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,22 +66,27 @@ func (a *uidAllocator) acquire(id string) (*os.File, uint32, error) {
 	return nil, 0, errors.New("uid slots: every host uid range is in use")
 }
 
-// rootlessPrefix starts the names of the lock files of rootless sandboxes.
-const rootlessPrefix = "rootless-"
+// release frees a slot.
+func (a *uidAllocator) release(f *os.File) { f.Close() }
 
-// hold takes a lock file for the rootless sandbox id. A rootless sandbox
-// needs no uid range (the invoking user's id is the only one it has), but
-// live and GC must still tell it from what a crash left, so it holds a lock
-// file just like a slot, named after the id. release removes it.
-func (a *uidAllocator) hold(id string) (*os.File, error) {
-	if err := os.MkdirAll(a.dir, 0o700); err != nil {
+// idLocks tells live sandboxes from what a crash left. Every sandbox, root
+// or rootless, holds an flock on a file named after its id in its home's
+// state directory from before its cgroup exists until after it is gone; the
+// kernel drops the lock when the holder dies.
+type idLocks struct {
+	dir string
+}
+
+// hold takes the lock of sandbox id; an id that a live sandbox holds is
+// refused. release removes it.
+func (l *idLocks) hold(id string) (*os.File, error) {
+	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox lock: %w", err)
 	}
-	name := filepath.Join(a.dir, rootlessPrefix+id)
-	var f *os.File
+	name := filepath.Join(l.dir, id)
 	for {
-		var err error
-		if f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600); err != nil {
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
 			return nil, fmt.Errorf("sandbox lock: %w", err)
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
@@ -96,42 +100,50 @@ func (a *uidAllocator) hold(id string) (*os.File, error) {
 		// a lock on an unlinked file protects nothing, so start again.
 		var held, now unix.Stat_t
 		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(name, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
-			break
+			return f, nil
 		}
 		f.Close()
 	}
-	err := f.Truncate(0)
-	if err == nil {
-		_, err = f.WriteAt([]byte(id), 0)
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("sandbox lock: %w", err)
-	}
-	return f, nil
 }
 
-// release frees a slot or a rootless lock file. A rootless lock file is
-// removed while it is still locked, so no other process can find it held.
-func (a *uidAllocator) release(f *os.File) {
-	if strings.HasPrefix(filepath.Base(f.Name()), rootlessPrefix) {
-		_ = os.Remove(f.Name())
-	}
+// release removes a lock file while it is still locked, so no other
+// process can find it held, then drops the lock.
+func (l *idLocks) release(f *os.File) {
+	_ = os.Remove(f.Name())
 	f.Close()
 }
 
-// sweep removes the rootless lock files that no process holds: what
-// sandboxes of killed airlock processes left.
-func (a *uidAllocator) sweep() {
-	ents, err := os.ReadDir(a.dir)
+// isLive reports whether a running process holds the lock of id.
+func (l *idLocks) isLive(id string) bool {
+	f, err := os.OpenFile(filepath.Join(l.dir, id), os.O_RDONLY, 0)
 	if err != nil {
-		return
+		return false // never made, or released
 	}
+	defer f.Close()
+	return errors.Is(unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
+// live returns the ids whose lock a running process holds.
+func (l *idLocks) live() (map[string]bool, error) {
+	ents, err := os.ReadDir(l.dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	ids := map[string]bool{}
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), rootlessPrefix) {
-			continue
+		if l.isLive(e.Name()) {
+			ids[e.Name()] = true
 		}
-		f, err := os.OpenFile(filepath.Join(a.dir, e.Name()), os.O_RDONLY, 0)
+	}
+	return ids, nil
+}
+
+// sweep removes the lock files no process holds: what sandboxes of killed
+// airlock processes left.
+func (l *idLocks) sweep() {
+	ents, _ := os.ReadDir(l.dir)
+	for _, e := range ents {
+		f, err := os.OpenFile(filepath.Join(l.dir, e.Name()), os.O_RDONLY, 0)
 		if err != nil {
 			continue
 		}
@@ -140,29 +152,4 @@ func (a *uidAllocator) sweep() {
 		}
 		f.Close()
 	}
-}
-
-// live returns the ids of sandboxes whose slot is held by a running process.
-func (a *uidAllocator) live() (map[string]bool, error) {
-	ents, err := os.ReadDir(a.dir)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return map[string]bool{}, nil
-		}
-		return nil, err
-	}
-	ids := map[string]bool{}
-	for _, e := range ents {
-		f, err := os.OpenFile(filepath.Join(a.dir, e.Name()), os.O_RDONLY, 0)
-		if err != nil {
-			continue
-		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
-			b := make([]byte, 64)
-			n, _ := f.ReadAt(b, 0)
-			ids[string(b[:n])] = true
-		}
-		f.Close()
-	}
-	return ids, nil
 }
