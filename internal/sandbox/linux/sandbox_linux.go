@@ -206,7 +206,7 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	}
 	var before cgroup.Stats
 	if s.cg != nil {
-		before, _ = s.cg.Stats()
+		before, _ = s.cg.Counters()
 	}
 	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
 	if err != nil {
@@ -256,7 +256,7 @@ func (p *process) watchLimits() {
 			return
 		case <-t.C:
 		}
-		st, err := p.s.cg.Stats()
+		st, err := p.s.cg.Counters()
 		if err != nil {
 			continue
 		}
@@ -309,7 +309,7 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 		return res, fmt.Errorf("sandbox %s: start %.40q: %s", p.s.id, p.argv0, r.Error)
 	}
 	if p.s.cg != nil {
-		if st, err := p.s.cg.Stats(); err == nil {
+		if st, err := p.s.cg.Counters(); err == nil {
 			res.Usage.MemoryPeak = st.MemoryPeak
 			p.mu.Lock()
 			forced := p.forced
@@ -350,7 +350,7 @@ func (p *process) drainPids() {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		st, err := p.s.cg.Stats()
+		st, err := p.s.cg.Counters()
 		if err != nil || st.Pids < l {
 			return
 		}

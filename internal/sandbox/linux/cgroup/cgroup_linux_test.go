@@ -272,6 +272,13 @@ func TestMemoryLimitOOMKill(t *testing.T) {
 		t.Fatalf("Stats() = %v", err)
 	}
 	t.Logf("Stats() = %+v", st)
+	c, err := g.Counters()
+	if err != nil {
+		t.Fatalf("Counters() = %v", err)
+	}
+	if c.OOMKills != st.OOMKills || c.PidsMaxHits != st.PidsMaxHits || c.Pids != st.Pids || c.MemoryPeak != st.MemoryPeak {
+		t.Errorf("Counters() = %+v, disagrees with Stats() = %+v on the fields it reads", c, st)
+	}
 	if st.OOMKills < 1 {
 		t.Errorf("Stats().OOMKills = %d, want >= 1", st.OOMKills)
 	}

@@ -225,7 +225,14 @@ func (g *Group) readEnforced() []string {
 }
 
 // Stats returns the group's usage and limit-hit counters.
-func (g *Group) Stats() (Stats, error) {
+func (g *Group) Stats() (Stats, error) { return g.stats(false) }
+
+// Counters is Stats limited to what a command's result needs: OOMKills,
+// PidsMaxHits, Pids and MemoryPeak (four file reads instead of nine; it
+// runs before, during and after every command).
+func (g *Group) Counters() (Stats, error) { return g.stats(true) }
+
+func (g *Group) stats(countersOnly bool) (Stats, error) {
 	var s Stats
 	var errs []error
 	read := func(dir, file string) []byte {
@@ -247,7 +254,15 @@ func (g *Group) Stats() (Stats, error) {
 			*dst = n
 		}
 	}
-	if dir, v2 := g.dirFor(ctrlMemory); dir != "" {
+	if dir, v2 := g.dirFor(ctrlMemory); dir != "" && countersOnly {
+		if v2 {
+			value(dir, "memory.peak", &s.MemoryPeak)
+			keyed(read(dir, "memory.events"), "oom_kill", &s.OOMKills)
+		} else {
+			value(dir, "memory.max_usage_in_bytes", &s.MemoryPeak)
+			keyed(read(dir, "memory.oom_control"), "oom_kill", &s.OOMKills)
+		}
+	} else if dir != "" {
 		if v2 {
 			value(dir, "memory.current", &s.MemoryCurrent)
 			value(dir, "memory.peak", &s.MemoryPeak)
@@ -269,6 +284,9 @@ func (g *Group) Stats() (Stats, error) {
 	if dir, _ := g.dirFor(ctrlPids); dir != "" {
 		value(dir, "pids.current", &s.Pids)
 		keyed(read(dir, "pids.events"), "max", &s.PidsMaxHits)
+	}
+	if countersOnly {
+		return s, errors.Join(errs...)
 	}
 	// cgroup2 reports CPU time in every cgroup, with or without the cpu
 	// controller; v1 needs cpuacct.
