@@ -204,13 +204,15 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	if c.Timeout > 0 && req.TimeoutMS == 0 {
 		req.TimeoutMS = 1
 	}
-	var before cgroup.Stats
-	if s.cg != nil {
-		before, _ = s.cg.Counters()
-	}
 	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
 	if err != nil {
 		return nil, err
+	}
+	// Read while the executor forks, not before asking it to: a command
+	// cannot reach a memory or pids limit in the microseconds this lags.
+	var before cgroup.Stats
+	if s.cg != nil {
+		before, _ = s.cg.Counters()
 	}
 	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before, stop: make(chan struct{})}
 	if s.cg != nil {
