@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -40,8 +40,8 @@ func airlockMain() int {
 
 func TestScripts(t *testing.T) {
 	t.Cleanup(func() {
-		if executorBin != "" {
-			os.RemoveAll(filepath.Dir(executorBin))
+		if executorRemove != nil {
+			executorRemove()
 		}
 	})
 	testscript.Run(t, testscript.Params{
@@ -88,26 +88,16 @@ func TestScripts(t *testing.T) {
 }
 
 var (
-	executorOnce sync.Once
-	executorBin  string
-	executorErr  error
+	executorOnce   sync.Once
+	executorBin    string
+	executorRemove func()
+	executorErr    error
 )
 
 // executor builds airlock-exec once for the scripts that make sandboxes.
-// Like an installed binary it sits in a world-traversable directory.
 func executor() (string, error) {
 	executorOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "airlock-cli-exec-")
-		if err != nil {
-			executorErr = err
-			return
-		}
-		_ = os.Chmod(dir, 0o755)
-		executorBin = filepath.Join(dir, "airlock-exec")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", executorBin, "github.com/airlockrun/airlock/cmd/airlock-exec")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			executorErr = fmt.Errorf("build airlock-exec: %v\n%s", err, out)
-		}
+		executorBin, executorRemove, executorErr = sandboxtest.BuildExecutor()
 	})
 	return executorBin, executorErr
 }

@@ -493,7 +493,7 @@ const helperEnv = "AIRLOCK_SECRET_TEST_HELPER"
 // secrets in one store at once, while this process does too.
 func TestStoreConcurrentProcesses(t *testing.T) {
 	if os.Getenv(helperEnv) != "" {
-		t.Skip("helper")
+		t.Skip("the helper process of this test runs only its own part")
 	}
 	s, dir := openTestStore(t)
 	ctx := context.Background()

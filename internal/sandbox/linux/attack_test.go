@@ -96,7 +96,7 @@ func attackRun(t *testing.T, sb sandbox.Sandbox, user, script string) attackResu
 
 func attackExec(t *testing.T, sb sandbox.Sandbox, c sandbox.Command) attackResult {
 	t.Helper()
-	var out, errb lockedBuffer
+	var out, errb sandboxtest.SyncBuffer
 	c.Stdout, c.Stderr = &out, &errb
 	if c.Timeout == 0 {
 		c.Timeout = attackTimeout
@@ -195,23 +195,6 @@ func attackMarker(whole int) string {
 	return fmt.Sprintf("%d.%06d", whole, n)
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestAttackHostEnv: nothing of the host process's environment reaches a
 // sandbox. It uses t.Setenv and so runs alone.
 func TestAttackHostEnv(t *testing.T) {
@@ -275,7 +258,7 @@ func TestAttackHostFiles(t *testing.T) {
 	t.Run("Passwd", func(t *testing.T) {
 		host, err := os.ReadFile("/etc/passwd")
 		if err != nil {
-			t.Skip(err)
+			t.Skipf("control: the host has no readable /etc/passwd to compare with: %v", err)
 		}
 		inside := attackMust(t, sb, "", "cat /etc/passwd")
 		for _, l := range strings.Split(string(host), "\n") {
@@ -1038,7 +1021,7 @@ func attackStartHelper(t *testing.T, wrap []string, helper string, env ...string
 		t.Fatalf("start helper %s: %v", helper, err)
 	}
 	lines := make(chan string, 64)
-	var all lockedBuffer
+	var all sandboxtest.SyncBuffer
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(stdout)
@@ -1101,7 +1084,7 @@ func TestAttackHostKill9(t *testing.T) {
 	}
 	// The helper's TestMain built its own executor; it cannot remove it
 	// when killed.
-	if dir := filepath.Dir(helperExec); strings.HasPrefix(filepath.Base(dir), "airlock-exec-test-") && filepath.Dir(dir) == filepath.Clean(os.TempDir()) {
+	if dir := filepath.Dir(helperExec); strings.HasPrefix(filepath.Base(dir), sandboxtest.ExecutorDirPrefix) && filepath.Dir(dir) == filepath.Clean(os.TempDir()) {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {

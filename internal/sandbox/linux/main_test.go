@@ -3,9 +3,9 @@ package linux_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
 // executorPath is the airlock-exec binary built for these tests.
@@ -21,24 +21,13 @@ func TestMain(m *testing.M) {
 		executorPath = p
 		os.Exit(m.Run())
 	}
-	dir, err := os.MkdirTemp("", "airlock-exec-test-")
+	path, remove, err := sandboxtest.BuildExecutor()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	// The executor is world-executable in a world-traversable directory
-	// and owned by root, like an installed binary: sandbox root (an
-	// unmapped host uid) may run it but never write it.
-	_ = os.Chmod(dir, 0o755)
-	executorPath = filepath.Join(dir, "airlock-exec")
-	build := exec.Command("go", "build", "-trimpath", "-o", executorPath, "github.com/airlockrun/airlock/cmd/airlock-exec")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build executor:", err)
-		os.Exit(1)
-	}
+	executorPath = path
 	code := m.Run()
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }

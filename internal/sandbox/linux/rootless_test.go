@@ -424,7 +424,7 @@ func TestRootlessView(t *testing.T) {
 		t.Parallel()
 		sb := rootlessCreate(t, b, sandbox.Spec{})
 		for _, user := range []string{"1000", "65534", "nobody"} {
-			var errb lockedBuffer
+			var errb sandboxtest.SyncBuffer
 			r, err := sandbox.Run(context.Background(), sb, sandbox.Command{Argv: []string{"true"}, User: user, Stderr: &errb})
 			if err == nil && r.Outcome == sandbox.OutcomeExited && r.ExitCode == 0 {
 				t.Errorf("a command as user %s ran, but only root is mapped", user)

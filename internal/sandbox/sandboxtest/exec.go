@@ -242,7 +242,7 @@ func (s *suite) testExec(t *testing.T) {
 		t.Parallel()
 		in := make([]byte, 5<<20)
 		_, _ = rand.Read(in)
-		var out syncBuffer
+		var out SyncBuffer
 		_, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"cat"}, Stdin: bytes.NewReader(in), Stdout: &out})
 		wantExit(t, "cat of 5 MiB", r, 0, errOut)
 		got := out.Bytes()
@@ -374,7 +374,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			var out syncBuffer
+			var out SyncBuffer
 			r, err := sandbox.Run(opCtx(t), sb, sandbox.Command{
 				Argv:   []string{"sh", "-c", "sleep 0.2; echo $I"},
 				Env:    []string{"I=" + strconv.Itoa(i)},

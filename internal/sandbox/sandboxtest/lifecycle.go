@@ -259,7 +259,7 @@ func (s *suite) testMany(t *testing.T) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			var out syncBuffer
+			var out SyncBuffer
 			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			defer cancel()
 			results[i], errs[i] = sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "echo $ID"}, Stdout: &out})

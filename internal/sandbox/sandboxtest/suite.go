@@ -120,7 +120,7 @@ func sh(t *testing.T, sb sandbox.Sandbox, script string) (stdout, stderr string,
 // runCmd runs c in sb, collecting output unless c has its own writers.
 func runCmd(t *testing.T, sb sandbox.Sandbox, c sandbox.Command) (stdout, stderr string, r sandbox.Result) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb SyncBuffer
 	if c.Stdout == nil {
 		c.Stdout = &out
 	}
@@ -153,25 +153,26 @@ func wantExit(t *testing.T, what string, r sandbox.Result, code int, stderr stri
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer safe for a writer and a reader goroutine;
+// backend tests outside the suite use it too.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-func (b *syncBuffer) Bytes() []byte {
+func (b *SyncBuffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf.Bytes())
@@ -180,7 +181,7 @@ func (b *syncBuffer) Bytes() []byte {
 // firstWriter records everything written and hands the first chunk, as it
 // was written, to First.
 type firstWriter struct {
-	syncBuffer
+	SyncBuffer
 	once  sync.Once
 	first chan []byte
 }
@@ -189,7 +190,7 @@ func newFirstWriter() *firstWriter { return &firstWriter{first: make(chan []byte
 
 func (w *firstWriter) Write(p []byte) (int, error) {
 	w.once.Do(func() { w.first <- bytes.Clone(p) })
-	return w.syncBuffer.Write(p)
+	return w.SyncBuffer.Write(p)
 }
 
 // countWriter counts bytes and discards them.

@@ -1,0 +1,37 @@
+package sandboxtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// ExecutorDirPrefix starts the name of the temporary directory that
+// BuildExecutor builds into (tests that outlive a killed helper clean up by it).
+const ExecutorDirPrefix = "airlock-exec-test-"
+
+// BuildExecutor builds airlock-exec, static, for tests that make real
+// sandboxes, and returns its path and a func that removes it. Like an
+// installed binary it is owned by the caller (root in CI) and sits in a
+// world-traversable directory: sandbox root, an unmapped host uid, may run it
+// but never write it.
+func BuildExecutor() (path string, remove func(), err error) {
+	dir, err := os.MkdirTemp("", ExecutorDirPrefix)
+	if err != nil {
+		return "", nil, err
+	}
+	remove = func() { os.RemoveAll(dir) }
+	if err := os.Chmod(dir, 0o755); err != nil {
+		remove()
+		return "", nil, err
+	}
+	path = filepath.Join(dir, "airlock-exec")
+	build := exec.Command("go", "build", "-trimpath", "-o", path, "github.com/airlockrun/airlock/cmd/airlock-exec")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		remove()
+		return "", nil, fmt.Errorf("build airlock-exec: %v\n%s", err, out)
+	}
+	return path, remove, nil
+}
