@@ -2,15 +2,8 @@ package sandboxtest
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -23,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/testpki"
 )
 
 // testNetwork checks the proxy plumbing: in proxy mode, connections to the
@@ -73,8 +67,8 @@ func (s *suite) testNetwork(t *testing.T) {
 		t.Parallel()
 		needTool(t, "curl")
 		ca := newTestCA(t)
-		hp := startHostProxy(t, ca.serverConfig(t, "secure.test"))
-		spec := sandbox.Spec{Network: sandbox.NetworkProxy, ProxySocket: hp.socket, TrustedCAs: ca.pem}
+		hp := startHostProxy(t, serverConfig(t, ca, "secure.test"))
+		spec := sandbox.Spec{Network: sandbox.NetworkProxy, ProxySocket: hp.socket, TrustedCAs: ca.PEM}
 		sb := s.create(t, spec)
 		// curl reads the system bundle (and CURL_CA_BUNDLE); the CA is in it,
 		// so the TLS handshake with the host's test server verifies.
@@ -83,7 +77,7 @@ func (s *suite) testNetwork(t *testing.T) {
 			t.Errorf("curl over TLS through the proxy printed %q", out)
 		}
 		env := mustSh(t, sb, "echo $SSL_CERT_FILE $NODE_EXTRA_CA_CERTS $GIT_SSL_CAINFO; cat /etc/airlock/ca.pem")
-		if !strings.Contains(env, string(ca.pem)) || !strings.HasPrefix(env, "/etc/") {
+		if !strings.Contains(env, string(ca.PEM)) || !strings.HasPrefix(env, "/etc/") {
 			t.Errorf("trust variables and /etc/airlock/ca.pem: %q", env)
 		}
 		// Without the CA the same request fails verification.
@@ -165,48 +159,22 @@ func startHostProxy(t *testing.T, tlsConf *tls.Config) *hostProxy {
 	return h
 }
 
-// testCA is a throwaway certificate authority.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
+func newTestCA(t *testing.T) *testpki.CA {
+	t.Helper()
+	ca, err := testpki.New("airlock sandboxtest CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
 }
 
-func newTestCA(t *testing.T) *testCA {
+func serverConfig(t *testing.T, ca *testpki.CA, host string) *tls.Config {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cfg, err := ca.ServerConfig(host)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock sandboxtest CA"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-func (ca *testCA) serverConfig(t *testing.T, host string) *tls.Config {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
+	return cfg
 }
 
 // shortTempDir is a temporary directory with a short path: a unix socket's
