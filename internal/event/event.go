@@ -38,6 +38,8 @@ const (
 	TypeRunCompleted Type = "run.completed"
 	// TypeRunFailed: the run ended in failure (failed or failed_verification).
 	TypeRunFailed Type = "run.failed"
+	// TypeRunForked: a new run was forked from this one (payload RunForked).
+	TypeRunForked Type = "run.forked"
 
 	// TypePolicyResolved records the policy the run is held to.
 	TypePolicyResolved Type = "policy.resolved"

@@ -77,6 +77,7 @@ func TestPayloads(t *testing.T) {
 		event.RunCancelled{Reason: "ctrl-c", By: "signal"},
 		event.RunCompleted{Summary: "done", Steps: 3, Usage: event.Usage{InputTokens: 10, OutputTokens: 5}},
 		event.RunFailed{Status: event.StatusFailedVerification, Reason: "tests fail", Steps: 2},
+		event.RunForked{ChildRunID: "run_01J0000000000000000000000", AtStep: 2, AtSeq: 9},
 		event.PolicyResolved{PolicyHash: "sha256:cd", Source: "policy.yaml"},
 		event.SandboxProvisioned{Sandbox: "main", SandboxID: "sb1", Backend: "linux", DurationMS: 70},
 		event.SandboxLost{Sandbox: "main", SandboxID: "sb1", Reason: "oom"},

@@ -53,6 +53,7 @@ var payloads = map[Type]func() Payload{
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunCompleted:       func() Payload { return new(RunCompleted) },
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
+	TypeRunForked:          func() Payload { return new(RunForked) },
 	TypePolicyResolved:     func() Payload { return new(PolicyResolved) },
 	TypeSandboxProvisioned: func() Payload { return new(SandboxProvisioned) },
 	TypeSandboxLost:        func() Payload { return new(SandboxLost) },
@@ -94,6 +95,20 @@ type RunCreated struct {
 	ParentRunID string `json:"parent_run_id,omitempty"`
 	ParentSeq   int64  `json:"parent_seq,omitempty"`
 	ParentHash  string `json:"parent_hash,omitempty"`
+	// ReplayOf names the run whose recorded model turns a replay re-drives.
+	ReplayOf string `json:"replay_of,omitempty"`
+	// Config is the run's configuration as the run engine records it (its
+	// sandboxes, checks and budgets), so any host process can resume it.
+	Config json.RawMessage `json:"config,omitempty"`
+}
+
+// RunForked is the payload of TypeRunForked, written to the log of the run
+// a fork starts from: the link from parent to child (the child's
+// run.created holds the link back).
+type RunForked struct {
+	ChildRunID string `json:"child_run_id"`
+	AtStep     int    `json:"at_step"`
+	AtSeq      int64  `json:"at_seq"`
 }
 
 // RunStarted is the payload of TypeRunStarted.
@@ -287,7 +302,9 @@ type ToolFinished struct {
 	// Outcome is "ok", "error", or for commands one of the executor's
 	// outcomes: exited, signaled, timeout, oom, pids_limit, output_limit,
 	// disk_full, sandbox_lost.
-	Outcome  string `json:"outcome"`
+	Outcome string `json:"outcome"`
+	// IsError says the result was fed back to the model as an error.
+	IsError  bool   `json:"is_error,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   int    `json:"signal,omitempty"`
 	Error    string `json:"error,omitempty"`
@@ -430,6 +447,9 @@ func (RunCompleted) EventType() Type { return TypeRunCompleted }
 
 // EventType implements Payload.
 func (RunFailed) EventType() Type { return TypeRunFailed }
+
+// EventType implements Payload.
+func (RunForked) EventType() Type { return TypeRunForked }
 
 // EventType implements Payload.
 func (PolicyResolved) EventType() Type { return TypePolicyResolved }

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Config is what a run is asked to do beyond its task. It is recorded in the
+// run's first event (run.created), so any host process can resume, fork or
+// replay the run from its log alone. Field names are part of the log format.
+type Config struct {
+	// Model is the provider spec: "anthropic:MODEL", "openai:MODEL",
+	// "openai-responses:MODEL", "openai-compatible:MODEL", "script:NAME" or
+	// "replay:RUN".
+	Model   string `json:"model"`
+	BaseURL string `json:"base_url,omitempty"`
+	// Script is the digest of the script file of a scripted run, kept in the
+	// blob store so that the run can go on after the file is gone.
+	Script string `json:"script,omitempty"`
+	// Sandboxes are the run's named sandboxes; the first is where the
+	// completion checks run. Each is provisioned on first use.
+	Sandboxes []SandboxConfig `json:"sandboxes"`
+	// Limits of every sandbox.
+	Limits Limits `json:"limits"`
+	// Checks run after the model calls finish.
+	Checks Checks `json:"checks"`
+	// Artifacts are globs (relative to /workspace) of files kept as the
+	// run's artifacts after verification, besides the patch.
+	Artifacts []string `json:"artifacts,omitempty"`
+	// Budgets end the run when exhausted; zero means the default.
+	MaxSteps int `json:"max_steps"`
+	// TimeoutMS bounds the run's active wall time (paused time excluded).
+	TimeoutMS int64 `json:"timeout_ms"`
+	// MaxTokens bounds the input plus output tokens of all model calls;
+	// zero means no bound.
+	MaxTokens int64 `json:"max_tokens,omitempty"`
+	// ContextTokens is the model's context window, for fitting long
+	// conversations; zero means 200,000.
+	ContextTokens int `json:"context_tokens,omitempty"`
+	// MaxResultBytes caps each tool result fed back to the model.
+	MaxResultBytes int `json:"max_result_bytes,omitempty"`
+	// CommandTimeoutMS is run_command's default timeout.
+	CommandTimeoutMS int64 `json:"command_timeout_ms,omitempty"`
+}
+
+// SandboxConfig is one named sandbox of a run.
+type SandboxConfig struct {
+	Name string `json:"name"`
+	// Workspace is the host directory the sandbox's /workspace starts as (a
+	// copy-on-write view: the host copy never changes); empty for an empty
+	// workspace.
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// Limits are the resource limits of a run's sandboxes.
+type Limits struct {
+	MemoryBytes int64   `json:"memory_bytes"`
+	Pids        int64   `json:"pids"`
+	CPUs        float64 `json:"cpus"`
+	DiskBytes   int64   `json:"disk_bytes"`
+}
+
+// Checks are a run's completion checks; they do not trust the model.
+type Checks struct {
+	// Commands must exit 0 in the first sandbox (sh -c, in /workspace).
+	Commands []string `json:"commands,omitempty"`
+	// Changed are workspace paths that must differ from the source.
+	Changed []string `json:"changed,omitempty"`
+	// OnlyChanged are globs; a change to a path outside all of them fails.
+	OnlyChanged []string `json:"only_changed,omitempty"`
+	// TimeoutMS bounds each command; zero means 10 minutes.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+// Defaults.
+const (
+	DefaultSandbox       = "main"
+	DefaultMaxSteps      = 50
+	DefaultTimeout       = 30 * time.Minute
+	DefaultContextTokens = 200_000
+	DefaultCheckTimeout  = 10 * time.Minute
+	DefaultResultBytes   = 32 << 10
+	// MaxSandboxes bounds a run's named sandboxes.
+	MaxSandboxes = 8
+	// MaxChecks bounds each list of checks and artifact globs.
+	MaxChecks = 64
+)
+
+var sandboxName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if len(c.Sandboxes) == 0 {
+		c.Sandboxes = []SandboxConfig{{Name: DefaultSandbox}}
+	}
+	if c.MaxSteps <= 0 {
+		c.MaxSteps = DefaultMaxSteps
+	}
+	if c.TimeoutMS <= 0 {
+		c.TimeoutMS = DefaultTimeout.Milliseconds()
+	}
+	if c.ContextTokens <= 0 {
+		c.ContextTokens = DefaultContextTokens
+	}
+	if c.MaxResultBytes <= 0 {
+		c.MaxResultBytes = DefaultResultBytes
+	}
+	if c.Checks.TimeoutMS <= 0 {
+		c.Checks.TimeoutMS = DefaultCheckTimeout.Milliseconds()
+	}
+	if c.Limits == (Limits{}) {
+		c.Limits = Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1, DiskBytes: 1 << 30}
+	}
+	return c
+}
+
+// Validate reports every problem of c (after defaults).
+func (c Config) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("model: empty"))
+	}
+	if kind, _, _ := strings.Cut(c.Model, ":"); kind == "script" && c.Script == "" {
+		errs = append(errs, errors.New("script: a scripted run needs its script"))
+	}
+	if len(c.Sandboxes) > MaxSandboxes {
+		errs = append(errs, fmt.Errorf("sandboxes: %d, at most %d", len(c.Sandboxes), MaxSandboxes))
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Sandboxes {
+		if !sandboxName.MatchString(s.Name) {
+			errs = append(errs, fmt.Errorf("sandboxes[%d]: name %q must match %s", i, s.Name, sandboxName))
+		}
+		if seen[s.Name] {
+			errs = append(errs, fmt.Errorf("sandboxes[%d]: name %q used twice", i, s.Name))
+		}
+		seen[s.Name] = true
+		if s.Workspace != "" && !filepath.IsAbs(s.Workspace) {
+			errs = append(errs, fmt.Errorf("sandboxes[%d]: workspace %q is not an absolute path", i, s.Workspace))
+		}
+	}
+	for name, list := range map[string][]string{"checks.commands": c.Checks.Commands, "checks.changed": c.Checks.Changed,
+		"checks.only_changed": c.Checks.OnlyChanged, "artifacts": c.Artifacts} {
+		if len(list) > MaxChecks {
+			errs = append(errs, fmt.Errorf("%s: %d entries, at most %d", name, len(list), MaxChecks))
+		}
+		for i, v := range list {
+			if strings.TrimSpace(v) == "" || strings.ContainsRune(v, 0) {
+				errs = append(errs, fmt.Errorf("%s[%d]: empty or contains NUL", name, i))
+			}
+		}
+	}
+	for _, list := range [][]string{c.Checks.OnlyChanged, c.Artifacts} {
+		for _, g := range list {
+			if _, err := path.Match(strings.TrimPrefix(g, "/workspace/"), ""); err != nil {
+				errs = append(errs, fmt.Errorf("glob %q: %w", g, err))
+			}
+		}
+	}
+	for _, p := range c.Checks.Changed {
+		if rel, err := workspaceRel(p); err != nil || rel == "." {
+			errs = append(errs, fmt.Errorf("checks.changed: %q is not a path inside /workspace", p))
+		}
+	}
+	if c.MaxSteps < 1 || c.MaxSteps > 10_000 {
+		errs = append(errs, fmt.Errorf("max_steps: %d, want 1..10000", c.MaxSteps))
+	}
+	if c.MaxTokens < 0 || c.TimeoutMS < 0 {
+		errs = append(errs, errors.New("budgets must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// sandbox returns the config of the sandbox called name.
+func (c Config) sandbox(name string) (SandboxConfig, bool) {
+	for _, s := range c.Sandboxes {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return SandboxConfig{}, false
+}
+
+// workspaceRel turns a path given relative to /workspace, or absolute under
+// it, into a clean relative path; anything outside is an error.
+func workspaceRel(p string) (string, error) {
+	p = strings.TrimSpace(p)
+	if path.IsAbs(p) {
+		if p != "/workspace" && !strings.HasPrefix(p, "/workspace/") {
+			return "", fmt.Errorf("%q is outside /workspace", p)
+		}
+		p = strings.TrimPrefix(strings.TrimPrefix(p, "/workspace"), "/")
+	}
+	if p == "" {
+		return ".", nil
+	}
+	c := path.Clean(p)
+	if c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("%q is outside /workspace", p)
+	}
+	return c, nil
+}
+
+// matchGlob reports whether the workspace-relative path rel matches glob g:
+// path.Match on the whole path, or, for a glob ending in "/**", anything
+// below that directory.
+func matchGlob(g, rel string) bool {
+	g = strings.TrimPrefix(g, "/workspace/")
+	if dir, ok := strings.CutSuffix(g, "/**"); ok {
+		if m, _ := path.Match(dir, rel); m {
+			return true
+		}
+		for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+			if m, _ := path.Match(dir, d); m {
+				return true
+			}
+		}
+		return false
+	}
+	m, _ := path.Match(g, rel)
+	return m
+}
+
+func decodeConfig(raw json.RawMessage) (Config, error) {
+	var c Config
+	if len(raw) == 0 {
+		return c, errors.New("engine: run.created has no config")
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return c, fmt.Errorf("engine: decode run config: %w", err)
+	}
+	return c.withDefaults(), nil
+}

@@ -1,0 +1,562 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/tools"
+)
+
+// driver drives one run in this process.
+type driver struct {
+	e   *Engine
+	run store.Run
+
+	// mu serialises appends and guards st.
+	mu sync.Mutex
+	st *state
+
+	prov     model.Provider
+	provKind string
+	reg      *tools.Registry
+	specs    []model.ToolSpec
+
+	sbMu sync.Mutex
+	sbs  map[string]*live
+}
+
+// live is a provisioned sandbox.
+type live struct {
+	mu      sync.Mutex // held while provisioning
+	sb      sandbox.Sandbox
+	release func()
+}
+
+// stolenError is the cause of a drive's end when another process moved the
+// run out of running (a cancel or pause).
+type stolenError struct{ status event.Status }
+
+func (e *stolenError) Error() string { return "engine: run is now " + string(e.status) }
+
+var errTimeBudget = errors.New("engine: the run's time budget is spent")
+
+func newDriver(e *Engine, r store.Run, st *state) *driver {
+	return &driver{e: e, run: r, st: st, sbs: map[string]*live{}}
+}
+
+// append records payloads as one durable batch and folds them into the
+// state. ctx's end does not stop it: what happened must be recorded.
+func (d *driver) append(ctx context.Context, ps ...event.Payload) error {
+	return d.appendStatus(ctx, "", "", ps...)
+}
+
+func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...event.Payload) error {
+	evs, err := drafts(ps...)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var stored []event.Event
+	if to != "" {
+		_, stored, err = d.e.o.Store.AppendStatus(ctx, d.run.ID, d.st.lastSeq+1, from, to, evs)
+	} else {
+		stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.st.lastSeq+1, evs)
+	}
+	if err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			// Someone else wrote to the log: a cancel or pause.
+			if r, gerr := d.e.o.Store.GetRun(ctx, d.run.ID); gerr == nil && r.Status != event.StatusRunning {
+				return &stolenError{status: r.Status}
+			}
+		}
+		return fmt.Errorf("engine: record %s: %w", evs[0].Type, err)
+	}
+	for _, ev := range stored {
+		if err := d.st.apply(ev, false); err != nil {
+			return err
+		}
+	}
+	d.e.emit(stored)
+	return nil
+}
+
+// catchUp folds events others appended (a cancel or pause) into the state.
+func (d *driver) catchUp(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	evs, err := d.e.o.Store.Events(context.WithoutCancel(ctx), d.run.ID, d.st.lastSeq+1, store.MaxPage)
+	if err != nil {
+		return
+	}
+	for _, ev := range evs {
+		_ = d.st.apply(ev, false)
+	}
+	d.e.emit(evs)
+}
+
+// watch cancels the drive when another process cancels or pauses the run.
+func (d *driver) watch(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(d.e.o.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r, err := d.e.o.Store.GetRun(ctx, d.run.ID)
+		if err == nil && r.Status != event.StatusRunning {
+			cancel(&stolenError{status: r.Status})
+			return
+		}
+	}
+}
+
+// drive drives the run until it ends and reports the outcome.
+func (d *driver) drive(parent context.Context) (Outcome, error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	go d.watch(ctx, cancel)
+
+	status, final, err := d.loop(ctx)
+	if err == nil && final != nil {
+		d.destroyAll(ctx, "run ended")
+		err = d.appendStatus(ctx, event.StatusRunning, status, final)
+	}
+	if err != nil {
+		var stolen *stolenError
+		cause := context.Cause(ctx)
+		switch {
+		case errors.As(err, &stolen) || errors.As(cause, &stolen):
+			d.catchUp(ctx)
+			d.destroyAll(ctx, "run "+string(stolen.status))
+			err = nil
+		case errors.Is(cause, ErrCancelled) || errors.Is(err, ErrCancelled):
+			d.destroyAll(ctx, "run cancelled")
+			err = d.appendStatus(ctx, event.StatusRunning, event.StatusCancelled, event.RunCancelled{By: "signal", Reason: "interrupted"})
+		default:
+			// The host process stops (or the store failed): leave the run
+			// resumable; its sandboxes die, its log holds everything.
+			d.destroyAll(ctx, "host process stopping")
+			r, _ := d.e.o.Store.GetRun(context.WithoutCancel(ctx), d.run.ID)
+			o, _ := d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+			return o, err
+		}
+		if err != nil {
+			var again *stolenError
+			if !errors.As(err, &again) {
+				return Outcome{RunID: d.run.ID, Status: event.StatusRunning}, err
+			}
+		}
+	}
+	r, gerr := d.e.o.Store.GetRun(context.WithoutCancel(ctx), d.run.ID)
+	if gerr != nil {
+		return Outcome{RunID: d.run.ID}, gerr
+	}
+	return d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+}
+
+// loop runs steps until the run reaches a final status, which it returns
+// with the payload that records it.
+func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) {
+	if err := d.setup(ctx); err != nil {
+		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "setup", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return "", nil, context.Cause(ctx)
+		}
+		cfg := d.st.cfg
+		timeout := time.Duration(cfg.TimeoutMS) * time.Millisecond
+		left := timeout - d.st.elapsed(d.e.o.Now())
+		if left <= 0 {
+			return d.exhausted(ctx, "wall_time", cfg.TimeoutMS, d.st.elapsed(d.e.o.Now()).Milliseconds())
+		}
+		sctx, scancel := context.WithTimeoutCause(ctx, left, errTimeBudget)
+		status, final, err := d.step(sctx)
+		scancel()
+		if errors.Is(context.Cause(sctx), errTimeBudget) && ctx.Err() == nil {
+			return d.exhausted(ctx, "wall_time", cfg.TimeoutMS, d.st.elapsed(d.e.o.Now()).Milliseconds())
+		}
+		if err != nil || final != nil {
+			return status, final, err
+		}
+	}
+}
+
+// step does the next thing the run needs: finish an incomplete step, verify
+// a finished run, or ask the model and run its calls.
+func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) {
+	if !d.st.complete() {
+		err := d.redo(ctx)
+		if errors.Is(err, errUncertain) {
+			return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "uncertain_effect", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+		}
+		return "", nil, err
+	}
+	if d.st.finished {
+		return d.finish(ctx)
+	}
+	cfg := d.st.cfg
+	if d.st.steps >= cfg.MaxSteps {
+		return d.exhausted(ctx, "steps", int64(cfg.MaxSteps), int64(d.st.steps))
+	}
+	if used := d.st.usage.InputTokens + d.st.usage.OutputTokens; cfg.MaxTokens > 0 && used >= cfg.MaxTokens {
+		return d.exhausted(ctx, "tokens", cfg.MaxTokens, used)
+	}
+	if err := d.callModel(ctx); err != nil {
+		if ctx.Err() != nil {
+			return "", nil, context.Cause(ctx)
+		}
+		var stolen *stolenError
+		if errors.As(err, &stolen) {
+			return "", nil, err
+		}
+		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "model", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+	}
+	d.mu.Lock()
+	cur := d.st.cur
+	calls := append([]model.ToolCall(nil), cur.calls...)
+	d.mu.Unlock()
+	if len(calls) == 0 {
+		return "", nil, nil
+	}
+	var ps []event.Payload
+	decisions := make([]event.PolicyDecision, len(calls))
+	for i, c := range calls {
+		decisions[i] = d.decide(ctx, cur.n, c)
+		ps = append(ps, event.ToolProposed{Step: cur.n, CallID: c.ID, Tool: c.Name, Args: c.Args}, decisions[i])
+	}
+	if err := d.append(ctx, ps...); err != nil {
+		return "", nil, err
+	}
+	return "", nil, d.execute(ctx, cur.n, calls, decisions)
+}
+
+// exhausted ends the run for a spent budget.
+func (d *driver) exhausted(ctx context.Context, budget string, limit, used int64) (event.Status, event.Payload, error) {
+	if err := d.append(ctx, event.BudgetExhausted{Budget: budget, Limit: limit, Used: used}); err != nil {
+		return "", nil, err
+	}
+	return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "budget_exhausted: " + budget, Steps: d.st.steps, Usage: d.st.usage}, nil
+}
+
+func (d *driver) decide(ctx context.Context, n int, c model.ToolCall) event.PolicyDecision {
+	if d.e.o.Policy == nil {
+		return event.PolicyDecision{Step: n, CallID: c.ID, Tool: c.Name, Decision: event.DecisionAllow, Rule: "default"}
+	}
+	pd := d.e.o.Policy(ctx, d.run.ID, c)
+	pd.Step, pd.CallID, pd.Tool = n, c.ID, c.Name
+	return pd
+}
+
+// redo finishes a step a crash or a lost sandbox left incomplete: its
+// sandbox calls run again in sandboxes restored from the last snapshot (the
+// effects of the first attempt died with the sandbox); a host call with an
+// external effect and no recorded result stops the run (fail closed).
+func (d *driver) redo(ctx context.Context) error {
+	d.mu.Lock()
+	cur := d.st.cur
+	var calls []model.ToolCall
+	var decisions []event.PolicyDecision
+	var uncertain []event.Payload
+	for _, c := range cur.calls {
+		name, _, _ := d.route(c)
+		t, known := d.reg.Get(c.Name)
+		_, done := cur.results[c.ID]
+		inSandbox := known && t.Place() == tools.PlaceSandbox
+		switch {
+		case inSandbox && (!done || cur.dirty[name]):
+		case !done && known && external(t):
+			uncertain = append(uncertain, event.ToolUncertain{Step: cur.n, CallID: c.ID, Tool: c.Name, StartedSeq: cur.started[c.ID],
+				Reason: "started with an external effect and no recorded result"})
+			continue
+		case !done:
+		default:
+			continue
+		}
+		calls = append(calls, c)
+		decisions = append(decisions, event.PolicyDecision{Decision: event.DecisionAllow})
+	}
+	n := cur.n
+	d.mu.Unlock()
+	if len(uncertain) > 0 {
+		if err := d.append(ctx, uncertain...); err != nil {
+			return err
+		}
+		return errUncertain
+	}
+	var ps []event.Payload
+	for _, c := range calls {
+		ps = append(ps, event.Retry{Step: n, What: "tool", Attempt: 2, Reason: "the step did not complete: its sandbox effects were lost; running " + c.Name + " again"})
+	}
+	if len(ps) > 0 {
+		if err := d.append(ctx, ps...); err != nil {
+			return err
+		}
+	}
+	return d.execute(ctx, n, calls, decisions)
+}
+
+var errUncertain = errors.New("engine: a tool call with an external effect may or may not have run")
+
+// external reports whether a tool declares effects outside the sandboxes.
+func external(t tools.Tool) bool {
+	x, ok := t.(interface{ External() bool })
+	return ok && x.External()
+}
+
+// execute runs the calls of step n concurrently, then snapshots every
+// sandbox they may have changed.
+func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, decisions []event.PolicyDecision) error {
+	errs := make([]error, len(calls))
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.call(ctx, n, c, decisions[i])
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	var dirty []string
+	for name := range d.st.cur.dirty {
+		dirty = append(dirty, name)
+	}
+	d.mu.Unlock()
+	errs = make([]error, len(dirty))
+	for i, name := range dirty {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.snapshot(ctx, n, name)
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	return errors.Join(errs...)
+}
+
+// call runs one tool call and records its start and result.
+func (d *driver) call(ctx context.Context, n int, c model.ToolCall, dec event.PolicyDecision) error {
+	t, known := d.reg.Get(c.Name)
+	place := event.PlaceHost
+	if known && t.Place() == tools.PlaceSandbox {
+		place = event.PlaceSandbox
+	}
+	name, args, routeErr := d.route(c)
+	fin := event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name}
+	if place == event.PlaceSandbox {
+		fin.Sandbox = name
+	}
+	if dec.Decision != event.DecisionAllow {
+		fin.Outcome, fin.IsError = "denied", true
+		fin.Output = "The policy does not allow this call (" + dec.Decision + ": " + dec.Reason + ")."
+		return d.append(ctx, fin)
+	}
+	started := event.ToolStarted{Step: n, CallID: c.ID, Tool: c.Name, Place: place, External: known && external(t)}
+	if place == event.PlaceSandbox {
+		started.Sandbox = name
+	}
+	if err := d.append(ctx, started); err != nil {
+		return err
+	}
+	begin := time.Now()
+	var env tools.Env
+	var res tools.Result
+	var err error
+	switch {
+	case routeErr != nil:
+		res = tools.Result{Content: routeErr.Error(), IsError: true}
+	case place == event.PlaceSandbox:
+		env.Sandbox, err = d.sandbox(ctx, name)
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("engine: provision sandbox %s: %w", name, err)
+		}
+		fallthrough
+	default:
+		stop := d.progress(ctx, n, c)
+		res, err = d.reg.Call(ctx, env, model.ToolCall{ID: c.ID, Name: c.Name, Args: args})
+		stop()
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if !errors.Is(err, tools.ErrSandboxLost) {
+			return err
+		}
+		snap := "the start of the run"
+		if d.snapshotOf(name) != "" {
+			snap = "its last snapshot"
+		}
+		res.IsError = true
+		res.Content = fmt.Sprintf("The sandbox %q was lost while this call ran (its processes were killed). A fresh sandbox is restored from %s; changes made since then are gone.", name, snap)
+		res.Details.Outcome, res.Details.ExitCode = string(sandbox.OutcomeLost), nil
+		if lerr := d.lost(ctx, name, env.Sandbox, err.Error()); lerr != nil {
+			return lerr
+		}
+	}
+	fin.IsError = res.IsError
+	fin.Output = res.Content
+	fin.Outcome = res.Details.Outcome
+	if fin.Outcome == "" {
+		fin.Outcome = "ok"
+		if res.IsError {
+			fin.Outcome = "error"
+		}
+	}
+	fin.ExitCode, fin.Signal = res.Details.ExitCode, res.Details.Signal
+	fin.OutputBytes = res.Details.Bytes
+	fin.OutputTruncated = res.Details.Truncated > 0
+	fin.DurationMS = time.Since(begin).Milliseconds()
+	fin.WallMS = res.Details.Wall.Milliseconds()
+	return d.append(ctx, fin)
+}
+
+// progress reports a running call about once a second until stop.
+func (d *driver) progress(ctx context.Context, n int, c model.ToolCall) (stop func()) {
+	if d.e.o.OnProgress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				d.e.o.OnProgress(Progress{RunID: d.run.ID, Step: n, CallID: c.ID, Tool: c.Name, Elapsed: time.Since(start)})
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// callModel asks the model for the next step and records the exchange.
+func (d *driver) callModel(ctx context.Context) error {
+	d.mu.Lock()
+	n := d.st.steps + 1
+	cfg := d.st.cfg
+	req := model.Request{System: systemPrompt(cfg), Messages: d.st.conversation(), Tools: d.specs}
+	d.mu.Unlock()
+	budget := cfg.ContextTokens - 8192 - 1024
+	req, _ = model.Fit(req, model.FitOptions{Budget: budget})
+	modelName := d.modelName()
+	if err := d.append(ctx, event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 1, Messages: len(req.Messages)}); err != nil {
+		return err
+	}
+	start := time.Now()
+	resp, err := d.prov.Complete(ctx, req, nil)
+	if errors.Is(err, model.ErrContextOverflow) && ctx.Err() == nil {
+		// The estimate was short of the provider's count: keep less.
+		req, _ = model.Fit(req, model.FitOptions{Budget: budget / 2, KeepTurns: 1})
+		if err := d.append(ctx, event.Retry{Step: n, What: "model", Attempt: 2, Reason: "context window exceeded; older tool output shortened"},
+			event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 2, Messages: len(req.Messages)}); err != nil {
+			return err
+		}
+		resp, err = d.prov.Complete(ctx, req, nil)
+	}
+	if err != nil {
+		return err
+	}
+	calls := make([]event.ToolCall, 0, len(resp.ToolCalls))
+	for _, c := range resp.ToolCalls {
+		calls = append(calls, event.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
+	}
+	m := resp.Model
+	if m == "" {
+		m = modelName
+	}
+	return d.append(ctx, event.ModelResponse{
+		Step: n, Provider: d.provKind, Model: m, Text: resp.Text, ToolCalls: calls,
+		StopReason: string(resp.StopReason), DurationMS: time.Since(start).Milliseconds(),
+		Usage: event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
+			CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens},
+	})
+}
+
+func (d *driver) modelName() string {
+	_, m, _ := strings.Cut(d.st.cfg.Model, ":")
+	return m
+}
+
+// finish runs the completion checks after the model called finish, keeps
+// the artifacts, and decides the final status.
+func (d *driver) finish(ctx context.Context) (event.Status, event.Payload, error) {
+	vr, err := d.verify(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", nil, context.Cause(ctx)
+		}
+		return "", nil, err
+	}
+	if err := d.append(ctx, vr); err != nil {
+		return "", nil, err
+	}
+	if err := d.exportArtifacts(ctx); err != nil {
+		if ctx.Err() != nil {
+			return "", nil, context.Cause(ctx)
+		}
+		return "", nil, err
+	}
+	if vr.Passed {
+		return event.StatusCompleted, event.RunCompleted{Summary: d.st.finishSummary(), Steps: d.st.steps, Usage: d.st.usage}, nil
+	}
+	var failed []string
+	for _, c := range vr.Checks {
+		if !c.Passed {
+			failed = append(failed, c.Name)
+		}
+	}
+	return event.StatusFailedVerification, event.RunFailed{Status: event.StatusFailedVerification,
+		Reason: "verification failed: " + strings.Join(failed, "; "), Steps: d.st.steps, Usage: d.st.usage}, nil
+}
+
+func systemPrompt(cfg Config) string {
+	var b strings.Builder
+	b.WriteString("You are a software agent working on a task in a disposable Linux sandbox. ")
+	b.WriteString("The project is in /workspace; relative paths resolve there. Use the tools to inspect, change and test it. ")
+	b.WriteString("The sandbox has no network access unless the run's policy allows a destination. ")
+	b.WriteString("Tool results may be shortened; a marker says how much was left out. ")
+	b.WriteString("When the task is done, call finish with a short summary: the run's own checks then verify the work independently.")
+	if len(cfg.Sandboxes) > 1 {
+		names := make([]string, len(cfg.Sandboxes))
+		for i, s := range cfg.Sandboxes {
+			names[i] = s.Name
+		}
+		fmt.Fprintf(&b, " There are several sandboxes (%s); sandbox tools take a \"sandbox\" argument naming one, %q by default.", strings.Join(names, ", "), names[0])
+	}
+	if len(cfg.Checks.Commands) > 0 {
+		fmt.Fprintf(&b, " The checks that must pass: %s.", strings.Join(cfg.Checks.Commands, "; "))
+	}
+	return b.String()
+}

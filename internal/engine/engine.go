@@ -1,0 +1,526 @@
+// Package engine is the run engine: the agent loop on the trusted host. It
+// holds the conversation and the model, sends the sandboxes narrow tool
+// calls, and records everything that happens in the run's durable,
+// hash-chained event log before treating it as done, so that a run survives
+// the loss of its sandboxes and of the host process: Drive rebuilds a run's
+// state from its log alone and goes on.
+//
+// The loop of one step: the model proposes tool calls (model.request, then
+// model.response, recorded before anything acts on them) -> the policy hook
+// decides each (policy.decision) -> each call runs in its place, calls of
+// one step concurrently (tool.started is durable before the call runs,
+// tool.finished records its result) -> every sandbox the step may have
+// changed is snapshotted into the blob store (snapshot.taken) -> budgets are
+// checked. A step is complete when every call has its result and every
+// changed sandbox its snapshot; recovery redoes the sandbox calls of an
+// incomplete step in a sandbox restored from the last snapshot, and never
+// asks the model again for a turn it recorded.
+//
+// Importers: the CLI and host wiring.
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+)
+
+// Options are what an Engine needs from its host.
+type Options struct {
+	Store   store.Store
+	Blobs   *blob.Store
+	Backend sandbox.Backend
+	// NewProvider builds a real model provider from a spec and base URL
+	// (the keys are the host's business). Scripted and replayed runs do
+	// not use it; nil refuses real models.
+	NewProvider func(spec, baseURL string) (model.Provider, error)
+	// Network, when not nil, gives a sandbox its network before it is
+	// created (an egress proxy under the run's policy).
+	Network Network
+	// Policy decides each tool call; nil allows every call.
+	Policy PolicyHook
+	// LockDir holds one lock file per driven run, so two processes never
+	// drive one run; empty means no locking (tests of one process).
+	LockDir string
+	// OnEvent is called with every event the engine appends, in order.
+	OnEvent func(event.Event)
+	// OnProgress is called about once a second while a tool call runs.
+	OnProgress func(Progress)
+	// Tenant of the runs Create makes when the request names none.
+	Tenant string
+	// Poll is how often a driven run's status is checked for a cancel or
+	// pause from elsewhere; zero means 250ms.
+	Poll time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Network attaches a sandbox to the run's network policy.
+type Network interface {
+	// Attach prepares the network of a sandbox about to be created: it may
+	// set spec.ID, spec.Network, spec.ProxySocket and spec.TrustedCAs, and
+	// report every egress decision through audit. The returned function
+	// releases what Attach set up, after the sandbox is gone.
+	Attach(ctx context.Context, a Attachment) (release func(), err error)
+}
+
+// Attachment is one sandbox's request for a network.
+type Attachment struct {
+	RunID   string
+	Tenant  string
+	Sandbox string
+	// Policy is the run's resolved policy document.
+	Policy []byte
+	Spec   *sandbox.Spec
+	Audit  func(event.EgressDecision)
+}
+
+// PolicyHook decides whether a proposed tool call may run.
+type PolicyHook func(ctx context.Context, runID string, call model.ToolCall) event.PolicyDecision
+
+// Progress reports a running tool call.
+type Progress struct {
+	RunID   string
+	Step    int
+	CallID  string
+	Tool    string
+	Elapsed time.Duration
+}
+
+// Engine drives runs. It is safe for concurrent use; each run is driven by
+// one goroutine at a time.
+type Engine struct {
+	o Options
+}
+
+// New returns an engine.
+func New(o Options) (*Engine, error) {
+	if o.Store == nil || o.Blobs == nil || o.Backend == nil {
+		return nil, errors.New("engine: Store, Blobs and Backend are required")
+	}
+	if o.Poll <= 0 {
+		o.Poll = 250 * time.Millisecond
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Tenant == "" {
+		o.Tenant = "local"
+	}
+	return &Engine{o: o}, nil
+}
+
+// Request asks for a new run.
+type Request struct {
+	Tenant string
+	Task   string
+	Config Config
+	// Policy is the policy document the run is held to (YAML), and
+	// PolicySource names where it came from.
+	Policy       []byte
+	PolicySource string
+	// Script is the script file's content for a "script:" model.
+	Script []byte
+}
+
+// Errors callers branch on.
+var (
+	// ErrCancelled, as the cause of Drive's context, cancels the run: the
+	// in-flight command is killed, the run is marked cancelled.
+	ErrCancelled = errors.New("engine: run cancelled")
+	// ErrBusy: another process drives the run.
+	ErrBusy = errors.New("engine: run is driven by another process")
+	// ErrFinal: the run is over.
+	ErrFinal = errors.New("engine: run already ended")
+)
+
+// Create records a new run (status queued) and returns it. Drive runs it.
+func (e *Engine) Create(ctx context.Context, req Request) (store.Run, error) {
+	return e.create(ctx, req, event.RunCreated{})
+}
+
+func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated) (store.Run, error) {
+	if req.Tenant == "" {
+		req.Tenant = e.o.Tenant
+	}
+	if strings.TrimSpace(req.Task) == "" {
+		return store.Run{}, errors.New("engine: the task is empty")
+	}
+	cfg := req.Config
+	if kind, _, _ := strings.Cut(cfg.Model, ":"); kind == "script" && cfg.Script == "" {
+		if len(req.Script) == 0 {
+			return store.Run{}, errors.New("engine: a scripted run needs its script")
+		}
+		if _, err := model.ParseScript(req.Script); err != nil {
+			return store.Run{}, fmt.Errorf("engine: script: %w", err)
+		}
+		d, _, err := e.o.Blobs.Put(ctx, strings.NewReader(string(req.Script)))
+		if err != nil {
+			return store.Run{}, fmt.Errorf("engine: keep the script: %w", err)
+		}
+		cfg.Script = d
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return store.Run{}, fmt.Errorf("engine: config: %w", err)
+	}
+	rawCfg, err := json.Marshal(cfg)
+	if err != nil {
+		return store.Run{}, err
+	}
+	sum := sha256.Sum256(req.Policy)
+	policyHash := "sha256:" + hex.EncodeToString(sum[:])
+	id := event.NewRunID(e.o.Now())
+	_, err = e.o.Store.CreateRun(ctx, store.Run{
+		ID: id, Tenant: req.Tenant, Task: req.Task, Model: cfg.Model,
+		Policy: req.Policy, PolicyHash: policyHash, Status: event.StatusQueued,
+		ParentRunID: link.ParentRunID, ParentSeq: link.ParentSeq,
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("engine: create run: %w", err)
+	}
+	created := link
+	created.Tenant, created.Task, created.Model, created.PolicyHash, created.Config = req.Tenant, req.Task, cfg.Model, policyHash, rawCfg
+	src := req.PolicySource
+	if src == "" && len(req.Policy) == 0 {
+		src = "default (deny all egress)"
+	}
+	evs, err := drafts(created, event.PolicyResolved{PolicyHash: policyHash, Source: src})
+	if err != nil {
+		return store.Run{}, err
+	}
+	stored, err := e.o.Store.Append(ctx, id, 1, evs)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("engine: record run %s: %w", id, err)
+	}
+	e.emit(stored)
+	return e.o.Store.GetRun(ctx, id)
+}
+
+func (e *Engine) emit(evs []event.Event) {
+	if e.o.OnEvent == nil {
+		return
+	}
+	for _, ev := range evs {
+		e.o.OnEvent(ev)
+	}
+}
+
+func drafts(ps ...event.Payload) ([]event.Event, error) {
+	out := make([]event.Event, 0, len(ps))
+	for _, p := range ps {
+		ev, err := event.New(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// Outcome is how a drive of a run ended.
+type Outcome struct {
+	RunID   string
+	Status  event.Status
+	Reason  string
+	Summary string
+	Steps   int
+	Usage   event.Usage
+	// Verification is the completion checks' result, when they ran.
+	Verification *event.VerificationResult
+	// Artifacts are the run's stored artifacts (the patch and files).
+	Artifacts []store.Artifact
+}
+
+// Cancel marks run id cancelled. A process driving it notices within the
+// poll interval, kills the in-flight command and destroys the sandboxes.
+func (e *Engine) Cancel(ctx context.Context, id, by, reason string) error {
+	return e.stopFrom(ctx, id, event.StatusCancelled, event.RunCancelled{By: by, Reason: reason})
+}
+
+// Pause pauses run id: a process driving it stops and destroys the
+// sandboxes; the workspace is kept as the snapshot of the last complete
+// step, and Resume boots fresh sandboxes from it.
+func (e *Engine) Pause(ctx context.Context, id, reason string) error {
+	return e.stopFrom(ctx, id, event.StatusPaused, event.RunPaused{Reason: reason})
+}
+
+// stopFrom moves a run to status to with payload p, retrying while a
+// driver appends concurrently.
+func (e *Engine) stopFrom(ctx context.Context, id string, to event.Status, p event.Payload) error {
+	for attempt := 0; ; attempt++ {
+		r, err := e.o.Store.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		if r.Status.Final() {
+			return fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
+		}
+		if err := event.CheckTransition(r.Status, to); err != nil {
+			return fmt.Errorf("engine: run %s is %s: %w", id, r.Status, err)
+		}
+		if rp, ok := p.(event.RunPaused); ok {
+			st, _, err := e.load(ctx, r)
+			if err != nil {
+				return err
+			}
+			rp.Snapshots = nil
+			for _, s := range st.cfg.Sandboxes {
+				if d := st.snapshots[s.Name]; d != "" {
+					rp.Snapshots = append(rp.Snapshots, d)
+				}
+			}
+			p = rp
+		}
+		evs, err := drafts(p)
+		if err != nil {
+			return err
+		}
+		_, stored, err := e.o.Store.AppendStatus(ctx, id, r.LastSeq+1, r.Status, to, evs)
+		if errors.Is(err, store.ErrConflict) && attempt < 50 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("engine: run %s: %w", id, err)
+		}
+		e.emit(stored)
+		return nil
+	}
+}
+
+// Resume makes a paused run runnable again and drives it; for a run left
+// unfinished by a crashed host process it is Drive.
+func (e *Engine) Resume(ctx context.Context, id string) (Outcome, error) {
+	return e.drive(ctx, id, true)
+}
+
+// Drive drives run id until it ends, is paused or cancelled, or ctx ends.
+// A queued run starts; a run left running by a host process that died is
+// recovered from its log. If ctx is cancelled with cause ErrCancelled the run
+// is cancelled; any other end of ctx leaves it resumable (its sandboxes are
+// destroyed, its status stays running).
+func (e *Engine) Drive(ctx context.Context, id string) (Outcome, error) {
+	return e.drive(ctx, id, false)
+}
+
+func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, error) {
+	unlock, err := e.lock(id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer unlock()
+	r, err := e.o.Store.GetRun(ctx, id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	if r.Status.Final() {
+		return e.outcome(ctx, r, nil)
+	}
+	st, _, err := e.load(ctx, r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	d := newDriver(e, r, st)
+	host := hostID()
+	var first event.Payload
+	switch {
+	case r.Status == event.StatusQueued:
+		first = event.RunStarted{Host: host}
+	case r.Status == event.StatusPaused && resume:
+		first = event.RunResumed{Reason: "resume", FromSeq: r.LastSeq, Host: host}
+	case r.Status == event.StatusPaused:
+		return Outcome{RunID: id, Status: r.Status}, fmt.Errorf("engine: run %s is paused: resume it", id)
+	default: // running or awaiting approval, with no live driver: recovery
+		first = event.RunResumed{Reason: "recovery", FromSeq: r.LastSeq, Host: host}
+	}
+	if r.Status != event.StatusRunning {
+		if err := d.appendStatus(ctx, r.Status, event.StatusRunning, first); err != nil {
+			return Outcome{}, err
+		}
+	} else if err := d.append(ctx, first); err != nil {
+		return Outcome{}, err
+	}
+	return d.drive(ctx)
+}
+
+// load rebuilds a run's state from its log (and, for a fork, its parents'
+// logs up to the fork point). It also returns the events of the run itself.
+func (e *Engine) load(ctx context.Context, r store.Run) (*state, []event.Event, error) {
+	st := newState(r.ID)
+	if r.ParentRunID != "" {
+		if err := e.history(ctx, st, r.ParentRunID, r.ParentSeq, 0); err != nil {
+			return nil, nil, err
+		}
+	}
+	evs, err := e.events(ctx, r.ID, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ev := range evs {
+		if err := st.apply(ev, false); err != nil {
+			return nil, nil, fmt.Errorf("engine: rebuild run %s: %w", r.ID, err)
+		}
+	}
+	if st.cfg.Model == "" {
+		return nil, nil, fmt.Errorf("engine: run %s: its log has no run.created", r.ID)
+	}
+	return st, evs, nil
+}
+
+// history applies the conversation of run id up to seq upto as history.
+func (e *Engine) history(ctx context.Context, st *state, id string, upto int64, depth int) error {
+	if depth > 64 {
+		return errors.New("engine: fork chain deeper than 64")
+	}
+	r, err := e.o.Store.GetRun(ctx, id)
+	if err != nil {
+		return fmt.Errorf("engine: parent run %s: %w", id, err)
+	}
+	if r.ParentRunID != "" {
+		if err := e.history(ctx, st, r.ParentRunID, r.ParentSeq, depth+1); err != nil {
+			return err
+		}
+	}
+	evs, err := e.events(ctx, id, upto)
+	if err != nil {
+		return err
+	}
+	for _, ev := range evs {
+		if err := st.apply(ev, true); err != nil {
+			return fmt.Errorf("engine: parent run %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// events reads run id's log, up to seq upto when upto > 0.
+func (e *Engine) events(ctx context.Context, id string, upto int64) ([]event.Event, error) {
+	var out []event.Event
+	from := int64(1)
+	for {
+		page, err := e.o.Store.Events(ctx, id, from, store.MaxPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range page {
+			if upto > 0 && ev.Seq > upto {
+				return out, nil
+			}
+			out = append(out, ev)
+		}
+		if len(page) < store.MaxPage {
+			return out, nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+}
+
+// Events returns run id's whole log.
+func (e *Engine) Events(ctx context.Context, id string) ([]event.Event, error) {
+	return e.events(ctx, id, 0)
+}
+
+// Outcome reports how run id stands, from its log.
+func (e *Engine) Outcome(ctx context.Context, id string) (Outcome, error) {
+	r, err := e.o.Store.GetRun(ctx, id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	return e.outcome(ctx, r, nil)
+}
+
+func (e *Engine) outcome(ctx context.Context, r store.Run, st *state) (Outcome, error) {
+	if st == nil {
+		var err error
+		if st, _, err = e.load(ctx, r); err != nil {
+			return Outcome{}, err
+		}
+	}
+	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary()}
+	if last, err := e.o.Store.LastEvent(ctx, r.ID); err == nil {
+		if p, err := last.Unpack(); err == nil {
+			switch p := p.(type) {
+			case *event.RunFailed:
+				o.Reason = p.Reason
+			case *event.RunCancelled:
+				o.Reason = p.Reason
+			case *event.RunPaused:
+				o.Reason = p.Reason
+			case *event.RunCompleted:
+				o.Summary = p.Summary
+			}
+		}
+	}
+	arts, err := e.o.Store.ListArtifacts(ctx, r.ID)
+	if err != nil {
+		return o, err
+	}
+	for _, a := range arts {
+		if !strings.HasPrefix(a.Name, snapshotPrefix) {
+			o.Artifacts = append(o.Artifacts, a)
+		}
+	}
+	return o, nil
+}
+
+// lock takes the run's lock file, so one process drives a run at a time.
+func (e *Engine) lock(id string) (func(), error) {
+	if e.o.LockDir == "" {
+		return func() {}, nil
+	}
+	if err := event.ValidRunID(id); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if err := os.MkdirAll(e.o.LockDir, 0o700); err != nil {
+		return nil, err
+	}
+	p := filepath.Join(e.o.LockDir, id+".lock")
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 64))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w (%s)", ErrBusy, strings.TrimSpace(string(b)))
+		}
+		return nil, err
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+"\n"), 0)
+	// The file stays: removing it would let a process that opened it
+	// before the removal lock an orphaned inode beside a new file's owner.
+	return func() { f.Close() }, nil
+}
+
+// Driven reports whether some process holds run id's lock.
+func (e *Engine) Driven(id string) bool {
+	unlock, err := e.lock(id)
+	if err != nil {
+		return errors.Is(err, ErrBusy)
+	}
+	unlock()
+	return false
+}
+
+func hostID() string {
+	h, _ := os.Hostname()
+	return h + ":" + strconv.Itoa(os.Getpid())
+}

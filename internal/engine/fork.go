@@ -1,0 +1,277 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// ForkOptions change a forked run's configuration; zero fields keep the
+// parent's.
+type ForkOptions struct {
+	Model   string
+	BaseURL string
+	// Script is the new script's content, for a "script:" model.
+	Script       []byte
+	Policy       []byte
+	PolicySource string
+	MaxSteps     int
+}
+
+// Fork starts a new run (queued) from run id as it was after step atStep:
+// its conversation and its workspace snapshots are one checkpoint. The
+// child's run.created links to the parent's event it starts from, and the
+// parent's log gets a run.forked event linking to the child.
+func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions) (store.Run, error) {
+	parent, err := e.o.Store.GetRun(ctx, id)
+	if err != nil {
+		return store.Run{}, err
+	}
+	st, evs, err := e.load(ctx, parent)
+	if err != nil {
+		return store.Run{}, err
+	}
+	if atStep < 0 || atStep > st.steps {
+		return store.Run{}, fmt.Errorf("engine: run %s has %d steps; cannot fork at step %d", id, st.steps, atStep)
+	}
+	// The fork point is the last event after which step atStep is
+	// complete and the next step has not begun.
+	at := newState(id)
+	if parent.ParentRunID != "" {
+		if err := e.history(ctx, at, parent.ParentRunID, parent.ParentSeq, 0); err != nil {
+			return store.Run{}, err
+		}
+	}
+	var point event.Event
+	for _, ev := range evs {
+		if err := at.apply(ev, false); err != nil {
+			return store.Run{}, err
+		}
+		if at.steps > atStep {
+			break
+		}
+		if at.steps == atStep && at.complete() {
+			point = ev
+		}
+	}
+	if point.Seq == 0 {
+		return store.Run{}, fmt.Errorf("engine: run %s: step %d never completed (no snapshot of its effects); fork at an earlier step", id, atStep)
+	}
+	cfg := st.cfg
+	cfg.Script = ""
+	if o.Model != "" {
+		cfg.Model = o.Model
+		cfg.BaseURL = o.BaseURL
+	} else {
+		cfg.Script = st.cfg.Script
+	}
+	if o.Script != nil {
+		cfg.Script = ""
+	}
+	if o.MaxSteps > 0 {
+		cfg.MaxSteps = o.MaxSteps
+	}
+	policy, src := parent.Policy, "forked from "+id
+	if o.Policy != nil {
+		policy, src = o.Policy, o.PolicySource
+	}
+	child, err := e.create(ctx, Request{Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src, Script: o.Script},
+		event.RunCreated{ParentRunID: id, ParentSeq: point.Seq, ParentHash: point.Hash.String()})
+	if err != nil {
+		return store.Run{}, err
+	}
+	if err := e.appendAny(ctx, id, event.RunForked{ChildRunID: child.ID, AtStep: atStep, AtSeq: point.Seq}); err != nil {
+		return child, fmt.Errorf("engine: link fork %s in %s: %w", child.ID, id, err)
+	}
+	return child, nil
+}
+
+// appendAny appends p to run id's log at whatever its next seq is.
+func (e *Engine) appendAny(ctx context.Context, id string, p event.Payload) error {
+	evs, err := drafts(p)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		r, err := e.o.Store.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		stored, err := e.o.Store.Append(ctx, id, r.LastSeq+1, evs)
+		if errors.Is(err, store.ErrConflict) && attempt < 50 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		e.emit(stored)
+		return nil
+	}
+}
+
+// Replay creates a run (queued) that re-drives run id from its recorded
+// model turns, without calling the model, in fresh sandboxes from the
+// original workspaces. Compare reports where the outcomes differ.
+func (e *Engine) Replay(ctx context.Context, id string) (store.Run, error) {
+	orig, err := e.o.Store.GetRun(ctx, id)
+	if err != nil {
+		return store.Run{}, err
+	}
+	st, _, err := e.load(ctx, orig)
+	if err != nil {
+		return store.Run{}, err
+	}
+	if len(st.responses) == 0 {
+		return store.Run{}, fmt.Errorf("engine: run %s recorded no model turn to replay", id)
+	}
+	cfg := st.cfg
+	cfg.Model, cfg.Script, cfg.BaseURL = "replay:"+id, "", ""
+	if cfg.MaxSteps < len(st.responses) {
+		cfg.MaxSteps = len(st.responses)
+	}
+	return e.create(ctx, Request{Tenant: orig.Tenant, Task: orig.Task, Config: cfg, Policy: orig.Policy, PolicySource: "replay of " + id},
+		event.RunCreated{ReplayOf: id})
+}
+
+// Difference is one place where a replay's outcome differs from the run's.
+type Difference struct {
+	Step   int    `json:"step,omitempty"`
+	CallID string `json:"call_id,omitempty"`
+	Tool   string `json:"tool,omitempty"`
+	Field  string `json:"field"`
+	Run    string `json:"run"`
+	Replay string `json:"replay"`
+}
+
+// Compare lists the differences between two runs' tool results (the last
+// result of each call), verification and final status.
+func (e *Engine) Compare(ctx context.Context, runID, replayID string) ([]Difference, error) {
+	a, err := e.summary(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.summary(ctx, replayID)
+	if err != nil {
+		return nil, err
+	}
+	var out []Difference
+	keys := make([]string, 0, len(a.results))
+	for k := range a.results {
+		keys = append(keys, k)
+	}
+	for k := range b.results {
+		if _, ok := a.results[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(x, y string) int {
+		rx, ry := a.results[x], a.results[y]
+		if rx == nil {
+			rx = b.results[x]
+		}
+		if ry == nil {
+			ry = b.results[y]
+		}
+		if rx.Step != ry.Step {
+			return rx.Step - ry.Step
+		}
+		if x < y {
+			return -1
+		}
+		return 1
+	})
+	for _, k := range keys {
+		ra, rb := a.results[k], b.results[k]
+		if ra == nil || rb == nil {
+			r := ra
+			if r == nil {
+				r = rb
+			}
+			out = append(out, Difference{Step: r.Step, CallID: r.CallID, Tool: r.Tool, Field: "ran", Run: yes(ra != nil), Replay: yes(rb != nil)})
+			continue
+		}
+		d := func(field, x, y string) {
+			if x != y {
+				out = append(out, Difference{Step: ra.Step, CallID: ra.CallID, Tool: ra.Tool, Field: field, Run: x, Replay: y})
+			}
+		}
+		d("outcome", ra.Outcome, rb.Outcome)
+		d("exit_code", exitString(ra.ExitCode), exitString(rb.ExitCode))
+		d("output", ra.Output, rb.Output)
+	}
+	va, vb := verdict(a.verified), verdict(b.verified)
+	if va != vb {
+		out = append(out, Difference{Field: "verification", Run: va, Replay: vb})
+	}
+	if a.status != b.status {
+		out = append(out, Difference{Field: "status", Run: string(a.status), Replay: string(b.status)})
+	}
+	return out, nil
+}
+
+type runSummary struct {
+	results  map[string]*event.ToolFinished
+	verified *event.VerificationResult
+	status   event.Status
+}
+
+func (e *Engine) summary(ctx context.Context, id string) (runSummary, error) {
+	r, err := e.o.Store.GetRun(ctx, id)
+	if err != nil {
+		return runSummary{}, err
+	}
+	evs, err := e.events(ctx, id, 0)
+	if err != nil {
+		return runSummary{}, err
+	}
+	s := runSummary{results: map[string]*event.ToolFinished{}, status: r.Status}
+	for _, ev := range evs {
+		switch ev.Type {
+		case event.TypeToolFinished:
+			var f event.ToolFinished
+			if err := json.Unmarshal(ev.Payload, &f); err != nil {
+				return s, err
+			}
+			s.results[fmt.Sprintf("%d/%s", f.Step, f.CallID)] = &f
+		case event.TypeVerificationResult:
+			var v event.VerificationResult
+			if err := json.Unmarshal(ev.Payload, &v); err != nil {
+				return s, err
+			}
+			s.verified = &v
+		}
+	}
+	return s, nil
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func exitString(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprint(*p)
+}
+
+func verdict(v *event.VerificationResult) string {
+	switch {
+	case v == nil:
+		return "not run"
+	case v.Passed:
+		return "passed"
+	}
+	return "failed"
+}
+
+var _ model.Provider = (*replayProvider)(nil)

@@ -1,0 +1,307 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// The crash helper: when the test binary runs with AIRLOCK_ENGINE_CRASH
+// set, it drives one run and SIGKILLs itself right after the event the
+// variable names is appended ("TYPE:N", the Nth event of that type).
+func init() {
+	spec := os.Getenv("AIRLOCK_ENGINE_CRASH")
+	if spec == "" {
+		return
+	}
+	os.Exit(crashHelper(spec))
+}
+
+func crashHelper(spec string) int {
+	typ, nth, _ := strings.Cut(spec, ":")
+	n, _ := strconv.Atoi(nth)
+	dir, runID := os.Getenv("AIRLOCK_ENGINE_DIR"), os.Getenv("AIRLOCK_ENGINE_RUN")
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	b, err := linux.New(linux.Config{Executor: os.Getenv("AIRLOCK_ENGINE_EXEC"), StateDir: filepath.Join(dir, "run-helper")})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	seen := 0
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"),
+		OnEvent: func(e event.Event) {
+			if string(e.Type) == typ {
+				if seen++; seen == n {
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+					select {}
+				}
+			}
+		}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 3
+	}
+	if _, err := eng.Drive(ctx, runID); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 4
+	}
+	return 5 // never reached the kill point
+}
+
+// engineOn opens an engine on the files of dir, as a restarted host would.
+func engineOn(t *testing.T, dir string) (*engine.Engine, *sqlite.Store, *blob.Store) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng, st, bl
+}
+
+const recoveryScript = `
+turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo one > one.txt"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo two >> one.txt; echo marker-%s >/dev/null; sleep 0.3; echo two > two.txt"}
+      - name: read_file
+        args: {path: "one.txt"}
+  - tool_calls:
+      - name: finish
+        args: {summary: "wrote both files"}
+`
+
+// TestRecoveryAfterKill9 kills the host process at several points of a run
+// and checks that a fresh process completes the run from its log: the
+// chain verifies, no recorded model turn is requested again, the work of an
+// incomplete step is redone exactly once in the workspace, and no process
+// of the dead host's sandbox is left.
+func TestRecoveryAfterKill9(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	points := []string{
+		"model.request:2",       // during a model call
+		"tool.started:2",        // during a command
+		"tool.finished:2",       // after one of two parallel calls
+		"tool.finished:3",       // results recorded, snapshot not taken
+		"snapshot.taken:2",      // between steps
+		"verification.result:1", // after the checks, before the end
+	}
+	for _, point := range points {
+		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			marker := strconv.FormatInt(time.Now().UnixNano(), 36)
+			eng, st, _ := engineOn(t, dir)
+			r, err := eng.Create(context.Background(), engine.Request{Task: "two files",
+				Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test \"$(cat one.txt)\" = \"$(printf 'one\\ntwo')\" && test -f two.txt"}}},
+				Script: []byte(fmt.Sprintf(recoveryScript, marker))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), "AIRLOCK_ENGINE_CRASH="+point, "AIRLOCK_ENGINE_DIR="+dir,
+				"AIRLOCK_ENGINE_RUN="+r.ID, "AIRLOCK_ENGINE_EXEC="+executorPath)
+			out, err := cmd.CombinedOutput()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("helper did not die at %s: %v\n%s", point, err, out)
+			}
+			// The dead host's sandbox died with it (its executor has
+			// the parent-death signal; its PID namespace goes with it).
+			deadline := time.Now().Add(10 * time.Second)
+			for procsWith("marker-"+marker) > 0 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if n := procsWith("marker-" + marker); n > 0 {
+				t.Errorf("%d processes of the killed host's sandbox survive", n)
+			}
+			before, _ := eng.Events(context.Background(), r.ID)
+			o, err := eng.Drive(ctxT(t, 2*time.Minute), r.ID)
+			if err != nil {
+				t.Fatalf("Drive after the crash = %v", err)
+			}
+			if o.Status != event.StatusCompleted {
+				t.Fatalf("status = %s (%s) %+v", o.Status, o.Reason, o.Verification)
+			}
+			if _, err := store.VerifyRun(context.Background(), st, r.ID); err != nil {
+				t.Fatalf("chain: %v", err)
+			}
+			evs, _ := eng.Events(context.Background(), r.ID)
+			// Each step's model turn is recorded once; a turn recorded
+			// before the crash was not requested again.
+			steps := map[int]int{}
+			for _, e := range evs {
+				if e.Type == event.TypeModelResponse {
+					var p event.ModelResponse
+					_ = json.Unmarshal(e.Payload, &p)
+					steps[p.Step]++
+				}
+			}
+			if len(steps) != 3 || steps[1] != 1 || steps[2] != 1 || steps[3] != 1 {
+				t.Errorf("model responses per step = %v", steps)
+			}
+			reqBefore, reqAfter := count(before, event.TypeModelRequest), count(evs, event.TypeModelRequest)-count(before, event.TypeModelRequest)
+			respBefore := count(before, event.TypeModelResponse)
+			if reqBefore > respBefore+1 || reqAfter != 3-respBefore {
+				t.Errorf("model requests: %d before the crash (%d answered), %d after", reqBefore, respBefore, reqAfter)
+			}
+			if count(evs[len(before):], event.TypeRunResumed) != 1 {
+				t.Errorf("no run.resumed after the crash: %v", types(evs[len(before):]))
+			}
+		})
+	}
+}
+
+// procsWith counts processes whose command line contains s.
+func procsWith(s string) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(b), s) && !strings.Contains(string(b), "AIRLOCK_ENGINE") {
+			n++
+		}
+	}
+	return n
+}
+
+// lossyBackend lets a test destroy a run's sandbox behind the engine's back,
+// as a TTL, an OOM kill of the executor or a dead machine would.
+type lossyBackend struct {
+	sandbox.Backend
+	mu  sync.Mutex
+	sbs []sandbox.Sandbox
+}
+
+func (b *lossyBackend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := b.Backend.Create(ctx, spec)
+	if err == nil {
+		b.mu.Lock()
+		b.sbs = append(b.sbs, sb)
+		b.mu.Unlock()
+	}
+	return sb, err
+}
+
+func (b *lossyBackend) killLatest() {
+	b.mu.Lock()
+	sb := b.sbs[len(b.sbs)-1]
+	b.mu.Unlock()
+	_ = sb.Destroy(context.Background())
+}
+
+func TestSandboxLostMidCommand(t *testing.T) {
+	var lb *lossyBackend
+	h := newHarness(t, func(o *engine.Options) {
+		lb = &lossyBackend{Backend: o.Backend}
+		o.Backend = lb
+	})
+	script := `
+turns:
+  - tool_calls:
+      - name: write_file
+        args: {path: "kept.txt", content: "saved\n"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo lost > lost.txt; sleep 600"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "cat kept.txt; ls"}
+  - tool_calls:
+      - name: finish
+        args: {summary: "survived"}
+`
+	r := h.start("survive", script, engine.Config{})
+	done := make(chan engine.Outcome, 1)
+	go func() {
+		o, err := h.eng.Drive(ctxT(t, 2*time.Minute), r.ID)
+		if err != nil {
+			t.Errorf("Drive = %v", err)
+		}
+		done <- o
+	}()
+	waitForN(t, h, r.ID, event.TypeToolStarted, 2)
+	time.Sleep(300 * time.Millisecond)
+	lb.killLatest()
+	o := <-done
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s)", o.Status, o.Reason)
+	}
+	fin := h.finished(r.ID)
+	if len(fin) != 4 {
+		t.Fatalf("%d results", len(fin))
+	}
+	if f := fin[1]; !f.IsError || f.Outcome != string(sandbox.OutcomeLost) || f.ExitCode != nil || !strings.Contains(f.Output, "was lost") {
+		t.Errorf("the lost call's result = %+v", f)
+	}
+	if f := fin[2]; !strings.Contains(f.Output, "saved") || strings.Contains(f.Output, "lost.txt") {
+		t.Errorf("after restore: %q", f.Output)
+	}
+	evs := h.verifyLog(r.ID)
+	if count(evs, event.TypeSandboxLost) != 1 || count(evs, event.TypeSandboxProvisioned) != 2 {
+		t.Errorf("log: %v", types(evs))
+	}
+}
+
+func waitForN(t *testing.T, h *harness, id string, typ event.Type, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		evs, err := h.eng.Events(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if count(evs, typ) >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("fewer than %d %s events in a minute", n, typ)
+}

@@ -1,0 +1,251 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+)
+
+// state is what the loop knows about a run. It is a fold of the run's
+// events: the live loop applies each event it appends, and recovery applies
+// the whole log, so both arrive at the same state by the same code.
+type state struct {
+	runID   string
+	created event.RunCreated
+	cfg     Config
+
+	// messages is the conversation after the task message, as the model
+	// sees it: an assistant message per model turn, then the tool message
+	// with its results once the step is complete.
+	messages []model.Message
+	// steps counts model responses; usage sums their tokens.
+	steps int
+	usage event.Usage
+	// responses are the recorded model turns, in order (replay uses them).
+	responses []event.ModelResponse
+
+	// cur is the latest step; complete reports whether its tool results
+	// are all recorded and every sandbox it changed is snapshotted.
+	cur *step
+
+	// snapshots holds the digest of the latest workspace snapshot of each
+	// sandbox that has one.
+	snapshots map[string]string
+
+	// finished is set when the finish tool succeeded; summary is its claim.
+	finished bool
+	summary  string
+	verified *event.VerificationResult
+
+	// active is the run's wall time in earlier drive sessions; segStart is
+	// when the current one began, last the time of the latest event.
+	active     time.Duration
+	segStart   time.Time
+	segStarted bool
+	last       time.Time
+	lastSeq    int64
+}
+
+// step is one model turn and its tool calls.
+type step struct {
+	n       int
+	calls   []model.ToolCall
+	results map[string]model.ToolResult
+	// started holds the seq of each call's latest tool.started.
+	started map[string]int64
+	// dirty holds the sandboxes a call may have changed since their last
+	// snapshot.
+	dirty map[string]bool
+	// settled: the step's results were appended to the conversation.
+	settled bool
+}
+
+func newState(runID string) *state {
+	return &state{runID: runID, snapshots: map[string]string{}}
+}
+
+// mutating lists the sandbox tools that may change the workspace.
+var mutating = map[string]bool{"run_command": true, "write_file": true, "edit_file": true}
+
+// nudge is the user message that follows a model turn with no tool calls:
+// the loop goes on until the model calls finish or a budget ends it.
+const nudge = "Continue with the tools. When the task is done, call finish with a summary."
+
+// apply folds one event into the state. history is true for events of a
+// parent run read before the run's own (a fork), whose lifecycle events do
+// not apply.
+func (s *state) apply(e event.Event, history bool) error {
+	prevLast := s.last
+	if !history {
+		s.lastSeq = e.Seq
+		s.last = e.Time
+	}
+	defer s.settle()
+	if !e.Type.Known() {
+		return nil // written by a newer airlock; nothing this build acts on
+	}
+	p, err := e.Unpack()
+	if err != nil {
+		return err
+	}
+	switch p := p.(type) {
+	case *event.RunCreated:
+		if history {
+			return nil
+		}
+		s.created = *p
+		cfg, err := decodeConfig(p.Config)
+		if err != nil {
+			return err
+		}
+		s.cfg = cfg
+	case *event.RunStarted, *event.RunResumed:
+		if history {
+			return nil
+		}
+		// A drive session starts; the one before ended at its last event.
+		if s.segStarted && prevLast.After(s.segStart) {
+			s.active += prevLast.Sub(s.segStart)
+		}
+		s.segStart, s.segStarted = e.Time, true
+	case *event.ModelResponse:
+		r := p
+		s.steps = max(s.steps, r.Step)
+		s.usage = s.usage.Add(r.Usage)
+		s.responses = append(s.responses, *r)
+		msg := responseMessage(*r)
+		s.cur = &step{n: r.Step, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{}}
+		for _, c := range r.ToolCalls {
+			s.cur.calls = append(s.cur.calls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
+		}
+		if len(msg.Content) > 0 {
+			s.messages = append(s.messages, msg)
+		}
+		if len(s.cur.calls) == 0 {
+			if len(msg.Content) == 0 {
+				// An empty turn is not sent back (providers reject it).
+				s.cur.settled = true
+				break
+			}
+			s.messages = append(s.messages, model.Message{Role: model.RoleUser, Content: []model.Part{model.TextPart(nudge)}})
+			s.cur.settled = true
+		}
+	case *event.ToolStarted:
+		if s.cur == nil || s.cur.n != p.Step {
+			return fmt.Errorf("engine: seq %d: tool.started for step %d outside its step", e.Seq, p.Step)
+		}
+		s.cur.started[p.CallID] = e.Seq
+		if p.Place == event.PlaceSandbox && mutating[p.Tool] {
+			s.cur.dirty[p.Sandbox] = true
+		}
+	case *event.ToolFinished:
+		if s.cur == nil || s.cur.n != p.Step {
+			return fmt.Errorf("engine: seq %d: tool.finished for step %d outside its step", e.Seq, p.Step)
+		}
+		s.cur.results[p.CallID] = model.ToolResult{CallID: p.CallID, Content: p.Output, IsError: p.IsError}
+		if p.Tool == "finish" && !p.IsError {
+			s.finished = true
+		}
+	case *event.SnapshotTaken:
+		s.snapshots[p.Sandbox] = p.Digest
+		if s.cur != nil && s.cur.n == p.Step {
+			delete(s.cur.dirty, p.Sandbox)
+		}
+	case *event.SandboxLost:
+		// The sandbox's state is its last snapshot again; a step's change
+		// to it is gone, and the model is told so in the call's result.
+		if s.cur != nil {
+			delete(s.cur.dirty, p.Sandbox)
+		}
+	case *event.VerificationResult:
+		if !history {
+			v := *p
+			s.verified = &v
+		}
+	}
+	return nil
+}
+
+// settle appends the current step's tool results to the conversation once
+// they are all recorded; a finish result marks the claim.
+func (s *state) settle() {
+	c := s.cur
+	if c == nil || c.settled || !s.complete() {
+		return
+	}
+	msg := model.Message{Role: model.RoleTool}
+	for _, call := range c.calls {
+		msg.Content = append(msg.Content, model.ToolResultPart(c.results[call.ID]))
+	}
+	s.messages = append(s.messages, msg)
+	c.settled = true
+}
+
+// complete reports whether the current step is over: every call has a
+// result and every sandbox it changed has been snapshotted (or lost).
+func (s *state) complete() bool {
+	c := s.cur
+	if c == nil || c.settled {
+		return true
+	}
+	for _, call := range c.calls {
+		if _, ok := c.results[call.ID]; !ok {
+			return false
+		}
+	}
+	return len(c.dirty) == 0
+}
+
+// finishSummary returns the finish call's summary of the current step.
+func (s *state) finishSummary() string {
+	if s.cur == nil {
+		return ""
+	}
+	for _, c := range s.cur.calls {
+		if c.Name != "finish" {
+			continue
+		}
+		var a struct {
+			Summary string `json:"summary"`
+		}
+		if json.Unmarshal(c.Args, &a) == nil {
+			return a.Summary
+		}
+	}
+	return ""
+}
+
+// elapsed is the run's active wall time at now.
+func (s *state) elapsed(now time.Time) time.Duration {
+	if !s.segStarted || now.Before(s.segStart) {
+		return s.active
+	}
+	return s.active + now.Sub(s.segStart)
+}
+
+// conversation returns the messages to send: the task, then the history.
+func (s *state) conversation() []model.Message {
+	msgs := make([]model.Message, 0, len(s.messages)+1)
+	msgs = append(msgs, model.Message{Role: model.RoleUser, Content: []model.Part{model.TextPart(taskMessage(s.created.Task))}})
+	msgs = append(msgs, s.messages...)
+	return slices.Clip(msgs)
+}
+
+func responseMessage(r event.ModelResponse) model.Message {
+	m := model.Message{Role: model.RoleAssistant}
+	if r.Text != "" {
+		m.Content = append(m.Content, model.TextPart(r.Text))
+	}
+	for _, c := range r.ToolCalls {
+		m.Content = append(m.Content, model.ToolCallPart(model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args}))
+	}
+	return m
+}
+
+func taskMessage(task string) string {
+	return "Task:\n" + task
+}

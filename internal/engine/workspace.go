@@ -1,0 +1,580 @@
+package engine
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/tools"
+)
+
+// snapshotPrefix names the artifacts that hold workspace snapshots.
+const snapshotPrefix = "snapshots/"
+
+// setup builds the run's model provider and tool registry.
+func (d *driver) setup(ctx context.Context) error {
+	cfg := d.st.cfg
+	kind, arg, _ := strings.Cut(cfg.Model, ":")
+	d.provKind = kind
+	switch kind {
+	case "script":
+		r, err := d.e.o.Blobs.Open(ctx, cfg.Script)
+		if err != nil {
+			return fmt.Errorf("the run's script %s: %w", cfg.Script, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(r, model.MaxScriptBytes+1))
+		r.Close()
+		if err != nil {
+			return fmt.Errorf("the run's script: %w", err)
+		}
+		s, err := model.ParseScript(b)
+		if err != nil {
+			return fmt.Errorf("the run's script: %w", err)
+		}
+		d.prov = model.NewScripted(arg, *s)
+	case "replay":
+		orig, err := d.e.o.Store.GetRun(ctx, arg)
+		if err != nil {
+			return fmt.Errorf("the replayed run: %w", err)
+		}
+		ost, _, err := d.e.load(ctx, orig)
+		if err != nil {
+			return err
+		}
+		d.prov = &replayProvider{run: arg, responses: ost.responses, step: func() int {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return d.st.steps
+		}}
+	default:
+		if d.e.o.NewProvider == nil {
+			return fmt.Errorf("model %q: this host has no model providers configured", cfg.Model)
+		}
+		p, err := d.e.o.NewProvider(cfg.Model, cfg.BaseURL)
+		if err != nil {
+			return err
+		}
+		d.prov = p
+	}
+	d.reg = tools.Default(tools.Limits{MaxContent: cfg.MaxResultBytes, DefaultTimeout: time.Duration(cfg.CommandTimeoutMS) * time.Millisecond})
+	d.specs = d.reg.Specs()
+	if len(cfg.Sandboxes) > 1 {
+		names := make([]string, len(cfg.Sandboxes))
+		for i, s := range cfg.Sandboxes {
+			names[i] = s.Name
+		}
+		for i, sp := range d.specs {
+			if t, _ := d.reg.Get(sp.Name); t.Place() == tools.PlaceSandbox {
+				d.specs[i].Schema = withSandboxArg(sp.Schema, names)
+			}
+		}
+	}
+	return nil
+}
+
+// withSandboxArg adds the optional "sandbox" property to a tool's schema.
+func withSandboxArg(schema json.RawMessage, names []string) json.RawMessage {
+	var m map[string]any
+	if json.Unmarshal(schema, &m) != nil || m == nil {
+		m = map[string]any{"type": "object"}
+	}
+	props, _ := m["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	props["sandbox"] = map[string]any{"type": "string", "enum": names, "description": "Which sandbox to act in (default " + names[0] + ")."}
+	m["properties"] = props
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// route returns the sandbox a call acts in and its arguments without the
+// "sandbox" one. A run with one sandbox takes no such argument.
+func (d *driver) route(c model.ToolCall) (string, json.RawMessage, error) {
+	cfg := d.st.cfg
+	first := cfg.Sandboxes[0].Name
+	if len(cfg.Sandboxes) < 2 {
+		return first, c.Args, nil
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(c.Args, &m) != nil {
+		return first, c.Args, nil // the tool reports the malformed arguments
+	}
+	raw, ok := m["sandbox"]
+	if !ok {
+		return first, c.Args, nil
+	}
+	var name string
+	if err := json.Unmarshal(raw, &name); err != nil {
+		return first, c.Args, fmt.Errorf("%s: argument sandbox must be a string", c.Name)
+	}
+	if _, ok := cfg.sandbox(name); !ok {
+		return first, c.Args, fmt.Errorf("%s: no sandbox called %q", c.Name, name)
+	}
+	delete(m, "sandbox")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return first, c.Args, err
+	}
+	return name, model.CanonicalArgs(string(b)), nil
+}
+
+func (d *driver) snapshotOf(name string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.st.snapshots[name]
+}
+
+// sandbox returns the live sandbox called name, provisioning it on first
+// use: from its last snapshot if it has one, else from its source workspace.
+func (d *driver) sandbox(ctx context.Context, name string) (sandbox.Sandbox, error) {
+	d.sbMu.Lock()
+	l := d.sbs[name]
+	if l == nil {
+		l = &live{}
+		d.sbs[name] = l
+	}
+	d.sbMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sb != nil {
+		select {
+		case <-l.sb.Done():
+			// Gone between calls (TTL, OOM of its executor): recorded as
+			// lost, and replaced below.
+			if err := d.lostLocked(ctx, name, l, "the sandbox stopped between calls"); err != nil {
+				return nil, err
+			}
+		default:
+			return l.sb, nil
+		}
+	}
+	var err error
+	for attempt := 1; attempt <= 2; attempt++ {
+		if err = d.provision(ctx, name, l); err == nil || ctx.Err() != nil {
+			break
+		}
+		if rerr := d.append(ctx, event.Retry{Step: d.curStep(), What: "sandbox", Attempt: attempt + 1, Reason: err.Error(), DelayMS: 200}); rerr != nil {
+			return nil, rerr
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.sb, nil
+}
+
+func (d *driver) curStep() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.st.steps
+}
+
+// provision creates sandbox name into l (whose lock the caller holds).
+func (d *driver) provision(ctx context.Context, name string, l *live) error {
+	start := time.Now()
+	cfg := d.st.cfg
+	sc, _ := cfg.sandbox(name)
+	snap := d.snapshotOf(name)
+	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
+	if snap == "" && sc.Workspace != "" {
+		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sandbox.WorkspaceCOW
+	}
+	release := func() {}
+	if d.e.o.Network != nil {
+		spec.ID = sandbox.NewID()
+		rel, err := d.e.o.Network.Attach(ctx, Attachment{RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
+			Audit: func(ed event.EgressDecision) {
+				ed.Sandbox = name
+				_ = d.append(context.Background(), ed)
+			}})
+		if err != nil {
+			return fmt.Errorf("network: %w", err)
+		}
+		release = rel
+	}
+	sb, err := d.e.o.Backend.Create(ctx, spec)
+	if err != nil {
+		release()
+		return err
+	}
+	if snap != "" {
+		if err := d.restore(ctx, sb, snap); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			release()
+			return fmt.Errorf("restore snapshot %s: %w", snap, err)
+		}
+	}
+	l.sb, l.release = sb, release
+	return d.append(ctx, event.SandboxProvisioned{Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
+		Snapshot: snap, DurationMS: time.Since(start).Milliseconds()})
+}
+
+// restore unpacks a snapshot into the sandbox's empty workspace. The bytes
+// are checked against their digest first, and unpacked inside the sandbox,
+// so the host never writes what the sandbox produced.
+func (d *driver) restore(ctx context.Context, sb sandbox.Sandbox, digest string) error {
+	r, err := d.e.o.Blobs.Open(ctx, digest)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, r)
+	r.Close()
+	if err != nil {
+		return err
+	}
+	if r, err = d.e.o.Blobs.Open(ctx, digest); err != nil {
+		return err
+	}
+	defer r.Close()
+	var out bytes.Buffer
+	res, err := sandbox.Run(ctx, sb, sandbox.Command{
+		Argv:  []string{"tar", "-xzf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"},
+		Stdin: r, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
+	})
+	if err != nil {
+		return err
+	}
+	if res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0 {
+		return fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
+// snapshot keeps sandbox name's workspace as a compressed tar in the blob
+// store, as an artifact, and records it for step n. A sandbox found lost is
+// replaced (restored from its previous snapshot) and snapshotted again.
+func (d *driver) snapshot(ctx context.Context, n int, name string) error {
+	for attempt := 0; ; attempt++ {
+		sb, err := d.sandbox(ctx, name)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		digest, size, err := d.export(ctx, sb, true)
+		if err != nil {
+			select {
+			case <-sb.Done():
+				if attempt < 2 && ctx.Err() == nil {
+					if lerr := d.lost(ctx, name, sb, "lost while its workspace was saved"); lerr != nil {
+						return lerr
+					}
+					continue
+				}
+			default:
+			}
+			return fmt.Errorf("engine: snapshot sandbox %s: %w", name, err)
+		}
+		d.mu.Lock()
+		base, seq := d.st.snapshots[name], d.st.lastSeq
+		d.mu.Unlock()
+		if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
+			Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n)}); err != nil {
+			return err
+		}
+		return d.append(ctx, event.SnapshotTaken{Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds()})
+	}
+}
+
+// export stores the tar of sb's /workspace, gzipped when compress is set.
+func (d *driver) export(ctx context.Context, sb sandbox.Sandbox, compress bool) (string, int64, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		var w io.Writer = pw
+		var gz *gzip.Writer
+		if compress {
+			gz, _ = gzip.NewWriterLevel(pw, gzip.BestSpeed)
+			w = gz
+		}
+		err := sb.Export(ctx, "/workspace", w)
+		if err == nil && gz != nil {
+			err = gz.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	digest, size, err := d.e.o.Blobs.Put(ctx, pr)
+	pr.CloseWithError(errors.New("done"))
+	return digest, size, err
+}
+
+// lost records that sandbox name died and forgets it; the next use
+// provisions a fresh one from the last snapshot.
+func (d *driver) lost(ctx context.Context, name string, sb sandbox.Sandbox, reason string) error {
+	d.sbMu.Lock()
+	l := d.sbs[name]
+	d.sbMu.Unlock()
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sb == nil || l.sb != sb {
+		return nil // already replaced
+	}
+	return d.lostLocked(ctx, name, l, reason)
+}
+
+func (d *driver) lostLocked(ctx context.Context, name string, l *live, reason string) error {
+	id := l.sb.ID()
+	_ = l.sb.Destroy(context.WithoutCancel(ctx))
+	l.release()
+	l.sb, l.release = nil, nil
+	return d.append(ctx, event.SandboxLost{Sandbox: name, SandboxID: id, Reason: reason})
+}
+
+// destroyAll destroys every live sandbox and records it.
+func (d *driver) destroyAll(ctx context.Context, reason string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	d.sbMu.Lock()
+	defer d.sbMu.Unlock()
+	for name, l := range d.sbs {
+		l.mu.Lock()
+		if l.sb != nil {
+			id := l.sb.ID()
+			_ = l.sb.Destroy(ctx)
+			l.release()
+			l.sb, l.release = nil, nil
+			_ = d.append(ctx, event.SandboxDestroyed{Sandbox: name, SandboxID: id, Reason: reason})
+		}
+		l.mu.Unlock()
+	}
+}
+
+// verify runs the completion checks in the first sandbox.
+func (d *driver) verify(ctx context.Context) (event.VerificationResult, error) {
+	start := time.Now()
+	cfg := d.st.cfg
+	first := cfg.Sandboxes[0]
+	vr := event.VerificationResult{Passed: true, Checks: []event.Check{}}
+	add := func(c event.Check) {
+		vr.Checks = append(vr.Checks, c)
+		vr.Passed = vr.Passed && c.Passed
+	}
+	if len(cfg.Checks.Commands) > 0 || len(cfg.Checks.Changed) > 0 || len(cfg.Checks.OnlyChanged) > 0 {
+		sb, err := d.sandbox(ctx, first.Name)
+		if err != nil {
+			return vr, err
+		}
+		for _, cmd := range cfg.Checks.Commands {
+			var out tailBuffer
+			res, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out,
+				Timeout: time.Duration(cfg.Checks.TimeoutMS) * time.Millisecond, MaxOutput: 16 << 20})
+			if err != nil {
+				return vr, fmt.Errorf("check %q: %w", cmd, err)
+			}
+			code := res.ExitCode
+			c := event.Check{Name: cmd, Kind: "command", Passed: res.Outcome == sandbox.OutcomeExited && code == 0, Detail: out.String()}
+			if res.Outcome == sandbox.OutcomeExited {
+				c.ExitCode = &code
+			} else {
+				c.Detail = string(res.Outcome) + ": " + res.Message + "\n" + c.Detail
+			}
+			add(c)
+		}
+		if len(cfg.Checks.Changed) > 0 || len(cfg.Checks.OnlyChanged) > 0 {
+			patch, err := d.diff(ctx, first.Name)
+			if err != nil {
+				return vr, err
+			}
+			changed := changedPaths(patch)
+			for _, p := range cfg.Checks.Changed {
+				rel, _ := workspaceRel(p)
+				ok := slices.Contains(changed, rel)
+				c := event.Check{Name: "changed " + rel, Kind: "changed", Passed: ok}
+				if !ok {
+					c.Detail = rel + " is the same as in the source workspace"
+				}
+				add(c)
+			}
+			if len(cfg.Checks.OnlyChanged) > 0 {
+				var outside []string
+				for _, p := range changed {
+					if !slices.ContainsFunc(cfg.Checks.OnlyChanged, func(g string) bool { return matchGlob(g, p) }) {
+						outside = append(outside, p)
+					}
+				}
+				c := event.Check{Name: "only changed " + strings.Join(cfg.Checks.OnlyChanged, ", "), Kind: "unchanged_outside", Passed: len(outside) == 0}
+				if len(outside) > 0 {
+					c.Detail = "changed outside the allowed globs: " + strings.Join(outside, ", ")
+				}
+				add(c)
+			}
+		}
+	}
+	vr.DurationMS = time.Since(start).Milliseconds()
+	return vr, nil
+}
+
+// diff returns the unified diff of sandbox name's workspace against its
+// source directory ("" when the sandbox was never used).
+func (d *driver) diff(ctx context.Context, name string) (string, error) {
+	sc, _ := d.st.cfg.sandbox(name)
+	sb, err := d.sandbox(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(sb.Export(ctx, "/workspace", pw)) }()
+	var b strings.Builder
+	err = sandbox.WriteDiff(&b, sc.Workspace, pr)
+	pr.CloseWithError(errors.New("done"))
+	if err != nil {
+		return "", fmt.Errorf("engine: diff of sandbox %s: %w", name, err)
+	}
+	return b.String(), nil
+}
+
+// changedPaths lists the files a diff from WriteDiff changes.
+func changedPaths(patch string) []string {
+	var out []string
+	for line := range strings.Lines(patch) {
+		rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "diff --git a/")
+		if !ok || len(rest) < 3 {
+			continue
+		}
+		// "NAME b/NAME": the name is the first half.
+		out = append(out, rest[:(len(rest)-3)/2])
+	}
+	return out
+}
+
+// exportArtifacts keeps the patch of every used sandbox and the files the
+// artifact globs match.
+func (d *driver) exportArtifacts(ctx context.Context) error {
+	cfg := d.st.cfg
+	for i, sc := range cfg.Sandboxes {
+		d.sbMu.Lock()
+		l := d.sbs[sc.Name]
+		d.sbMu.Unlock()
+		if l == nil && d.snapshotOf(sc.Name) == "" {
+			continue // never used
+		}
+		patch, err := d.diff(ctx, sc.Name)
+		if err != nil {
+			return err
+		}
+		name := "patch.diff"
+		if i > 0 {
+			name = sc.Name + ".patch.diff"
+		}
+		if err := d.keep(ctx, name, "patch", "text/x-diff", strings.NewReader(patch)); err != nil {
+			return err
+		}
+		if i > 0 || len(cfg.Artifacts) == 0 {
+			continue
+		}
+		sb, err := d.sandbox(ctx, sc.Name)
+		if err != nil {
+			return err
+		}
+		if err := d.keepFiles(ctx, sb, cfg.Artifacts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keepFiles stores the regular files of sb's workspace that match globs.
+func (d *driver) keepFiles(ctx context.Context, sb sandbox.Sandbox, globs []string) error {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(sb.Export(ctx, "/workspace", pw)) }()
+	defer pr.CloseWithError(errors.New("done"))
+	tr := tar.NewReader(pr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("engine: artifacts: %w", err)
+		}
+		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
+		if h.Typeflag != tar.TypeReg || name == "." || strings.HasPrefix(name, "../") || path.IsAbs(name) {
+			continue
+		}
+		if !slices.ContainsFunc(globs, func(g string) bool { return matchGlob(g, name) }) {
+			continue
+		}
+		if err := d.keep(ctx, "files/"+name, "file", "application/octet-stream", tr); err != nil {
+			return err
+		}
+	}
+}
+
+// keep stores r as artifact name and records it.
+func (d *driver) keep(ctx context.Context, name, kind, media string, r io.Reader) error {
+	digest, size, err := d.e.o.Blobs.Put(ctx, r)
+	if err != nil {
+		return fmt.Errorf("engine: artifact %s: %w", name, err)
+	}
+	_, err = d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Name: name, Digest: digest, Size: size, MediaType: media})
+	if errors.Is(err, store.ErrExists) {
+		// Kept by an earlier attempt (a resumed run verifies again): the
+		// first one stands.
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return d.append(ctx, event.ArtifactStored{Name: name, Digest: digest, Size: size, MediaType: media, Kind: kind})
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct{ b []byte }
+
+const tailMax = 4 << 10
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*tailMax {
+		t.b = append(t.b[:0], t.b[len(t.b)-tailMax:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	if len(t.b) > tailMax {
+		return "[...]" + string(t.b[len(t.b)-tailMax:])
+	}
+	return string(t.b)
+}
+
+// replayProvider answers with a run's recorded model turns, by step.
+type replayProvider struct {
+	run       string
+	responses []event.ModelResponse
+	step      func() int
+}
+
+func (p *replayProvider) Complete(ctx context.Context, req model.Request, _ func(model.Delta)) (model.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return model.Response{}, err
+	}
+	n := p.step()
+	if n >= len(p.responses) {
+		return model.Response{}, fmt.Errorf("replay of %s: %w: the run recorded %d model turns", p.run, model.ErrScriptEnded, len(p.responses))
+	}
+	r := p.responses[n]
+	resp := model.Response{Model: r.Model, Text: r.Text, StopReason: model.StopReason(r.StopReason),
+		Usage: model.Usage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}}
+	for _, c := range r.ToolCalls {
+		resp.ToolCalls = append(resp.ToolCalls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
+	}
+	return resp, nil
+}
