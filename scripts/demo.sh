@@ -1,43 +1,58 @@
 #!/usr/bin/env bash
-# make demo: build airlock, then build and test the example project inside a
-# sandbox with no network, and show that the host copy is untouched.
+# make demo: a real agent run, end to end, on the embedded defaults. The
+# agent loop runs here on the host; every command it chooses runs in a
+# disposable sandbox with no network; every step is recorded in a
+# hash-chained log before it counts; airlock verifies the result itself.
+#
+# The model is scripted (examples/invoice/demo.yaml) unless MODEL is set:
+#   make demo MODEL=anthropic:claude-sonnet-4-5     (needs ANTHROPIC_API_KEY)
+#   make demo MODEL=openai:gpt-4.1                  (needs OPENAI_API_KEY)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s build
 AIRLOCK=./bin/airlock
 export AIRLOCK_HOME=${AIRLOCK_HOME:-$(mktemp -d)}
+OUT=${OUT:-$AIRLOCK_HOME/demo-out}
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "airlock doctor: the isolation layers this machine enforces"
 $AIRLOCK doctor
 
-say "build and test examples/calc in a fresh sandbox (no network, cow workspace)"
-$AIRLOCK sandbox run --workspace examples/calc --memory 512M --timeout 2m --json -- sh -c '
-  set -e
-  echo "inside: $(id -un) in $(pwd) on $(hostname)"
-  python3 -m compileall -q . && echo "compiled"
-  python3 -m unittest -v 2>&1
-  echo "built at $(date -u +%FT%TZ)" > BUILD_INFO
-  rm test_calc.py
-  ls
-'
+if [ -n "${MODEL:-}" ]; then
+  model=(--model "$MODEL")
+  say "an agent fixes examples/invoice with $MODEL"
+else
+  model=(--script examples/invoice/demo.yaml)
+  say "an agent fixes examples/invoice (scripted model: examples/invoice/demo.yaml)"
+fi
+status=0
+$AIRLOCK run "${model[@]}" --workspace examples/invoice \
+  --verify 'python3 -m unittest -q' \
+  --verify-changed invoice.py --verify-only-changed invoice.py \
+  --max-steps 20 --timeout 10m --out "$OUT" \
+  "The tests of this project fail. Find the bug, fix it, and make sure every test passes." || status=$?
+id=$($AIRLOCK runs ls --json --limit 1 | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["id"])')
 
-say "the model cannot reach the network: no route, no DNS"
+say "the exported patch ($OUT/patch.diff)"
+cat "$OUT/patch.diff" 2>/dev/null || echo "(no patch)"
+
+say "the run's durable log: $($AIRLOCK runs events "$id" --json | wc -l) events, hash-chained"
+$AIRLOCK runs verify "$id"
+$AIRLOCK runs show "$id"
+
+say "the host copy is untouched: the sandbox's changes live only in the patch"
+if grep -q 'amount \* percent / 100' examples/invoice/invoice.py; then
+  echo "examples/invoice unchanged"
+else
+  echo "UNEXPECTED: host copy changed"; exit 1
+fi
+
+say "the model's commands cannot reach the network: no route, no DNS"
 if $AIRLOCK sandbox run -- python3 -c 'import urllib.request; urllib.request.urlopen("http://example.com", timeout=3)' 2>/dev/null; then
   echo "UNEXPECTED: network reachable"; exit 1
 else
   echo "refused, as it should be"
 fi
 
-say "the host copy is untouched (the sandbox's changes died with it)"
-ls examples/calc
-if [ -e examples/calc/BUILD_INFO ] || [ ! -e examples/calc/test_calc.py ]; then
-  echo "UNEXPECTED: host copy changed"; exit 1
-fi
-find examples/calc -name __pycache__ -prune -exec false {} + || { echo "UNEXPECTED: __pycache__ on host"; exit 1; }
-echo "unchanged"
-
-say "a limit ends the command with a clear reason"
-set +e
-$AIRLOCK sandbox run --timeout 1s -- sleep 30
-echo "exit status $? (124 = timeout)"
+printf '\nstate: %s (log, blobs, artifacts)   events: %s runs events %s\n' "$AIRLOCK_HOME" "$AIRLOCK" "$id"
+exit $status

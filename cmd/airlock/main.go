@@ -47,7 +47,7 @@ func run() int {
 	}
 	env := &cli.Env{
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Home: home, Executor: executor, Self: self,
+		Home: home, Executor: executor, Self: self, Getenv: os.Getenv,
 	}
 	return cli.Main(env, os.Args[1:])
 }

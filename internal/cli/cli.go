@@ -31,6 +31,9 @@ type Env struct {
 	Executor string
 	// Self is the airlock binary, for starting supervisors.
 	Self string
+	// Getenv reads the host's environment (model API keys); nil reads
+	// nothing.
+	Getenv func(string) string
 
 	backend *linux.Backend
 }
@@ -46,6 +49,13 @@ func (e *Env) Backend() (*linux.Backend, error) {
 	}
 	e.backend = b
 	return b, nil
+}
+
+func (e *Env) getenv(k string) string {
+	if e.Getenv == nil {
+		return ""
+	}
+	return e.Getenv(k)
 }
 
 // gc cleans, best effort, what crashed airlock processes left.
@@ -78,9 +88,11 @@ type cli struct {
 		Gc        GcCmd        `cmd:"" help:"Remove what crashed airlock processes left behind."`
 		Supervise SuperviseCmd `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
-	Secrets SecretsCmd `cmd:"" help:"Manage the host's encrypted secrets."`
-	Doctor  DoctorCmd  `cmd:"" help:"Show which isolation layers this machine enforces."`
-	Version VersionCmd `cmd:"" help:"Print the version."`
+	Run     AgentRunCmd `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
+	Runs    RunsCmd     `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
+	Secrets SecretsCmd  `cmd:"" help:"Manage the host's encrypted secrets."`
+	Doctor  DoctorCmd   `cmd:"" help:"Show which isolation layers this machine enforces."`
+	Version VersionCmd  `cmd:"" help:"Print the version."`
 }
 
 // VersionCmd is `airlock version`.

@@ -98,7 +98,9 @@ type egressRun struct {
 // startEgress starts the egress proxy of sandbox id on a fresh unix socket
 // under $AIRLOCK_HOME/run/egress. The proxy knows the sandbox from the
 // socket alone: nothing the sandbox sends can claim another identity.
-func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags) (_ *egressRun, err error) {
+// A non-nil extra sink gets every audit record too; runID, when set, names
+// the run in the records.
+func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags, extra egress.AuditSink, runID string) (_ *egressRun, err error) {
 	var secrets egress.Secrets
 	if len(n.Credentials) > 0 {
 		st, err := openSecretStore(env, f.KeyFile)
@@ -141,11 +143,18 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 	if err != nil {
 		return nil, fmt.Errorf("egress socket: %w", err)
 	}
+	if runID == "" {
+		runID = "run-" + strings.TrimPrefix(id, "sb-")
+	}
+	var sink egress.AuditSink = egress.NewJSONLSink(e.audit)
+	if extra != nil {
+		sink = teeSink{sink, extra}
+	}
 	e.proxy, err = egress.New(egress.Config{
-		Identity: egress.Identity{Tenant: secret.DefaultTenant, Run: "run-" + strings.TrimPrefix(id, "sb-"), Sandbox: id},
+		Identity: egress.Identity{Tenant: secret.DefaultTenant, Run: runID, Sandbox: id},
 		Policy:   n,
 		Secrets:  secrets,
-		Audit:    egress.NewJSONLSink(e.audit),
+		Audit:    sink,
 	})
 	if err != nil {
 		ln.Close()
@@ -157,6 +166,14 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		_ = e.proxy.Serve(ln)
 	}()
 	return e, nil
+}
+
+// teeSink records to both sinks.
+type teeSink [2]egress.AuditSink
+
+func (t teeSink) Record(r egress.Record) {
+	t[0].Record(r)
+	t[1].Record(r)
 }
 
 // apply points spec at the proxy.

@@ -33,7 +33,7 @@ func airlockMain() int {
 	}
 	env := &cli.Env{
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Home: os.Getenv("AIRLOCK_HOME"), Executor: os.Getenv("AIRLOCK_EXEC"), Self: self,
+		Home: os.Getenv("AIRLOCK_HOME"), Executor: os.Getenv("AIRLOCK_EXEC"), Self: self, Getenv: os.Getenv,
 	}
 	return cli.Main(env, os.Args[1:])
 }

@@ -21,6 +21,11 @@ import (
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
+// sandboxEnv is added to every run sandbox's environment: bytecode caches
+// would only add noise to snapshots and patches (and a cache written in the
+// same second as an edit can hide the edit from Python).
+var sandboxEnv = []string{"PYTHONDONTWRITEBYTECODE=1"}
+
 // snapshotPrefix names the artifacts that hold workspace snapshots.
 const snapshotPrefix = "snapshots/"
 
@@ -190,7 +195,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	cfg := d.st.cfg
 	sc, _ := cfg.sandbox(name)
 	snap := d.snapshotOf(name)
-	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+	spec := sandbox.Spec{Env: sandboxEnv, Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
 		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
 	if snap == "" && sc.Workspace != "" {
 		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sandbox.WorkspaceCOW

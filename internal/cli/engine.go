@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// host is the run engine on the local store, as the run commands use it.
+type host struct {
+	env   *Env
+	store *sqlite.Store
+	blobs *blob.Store
+	eng   *engine.Engine
+	red   *secret.Redactor
+}
+
+// hostOptions tune openHost.
+type hostOptions struct {
+	// timeline receives the run's events and progress; nil prints nothing.
+	timeline *timeline
+	// keyFile is the secret store's key file for policy credentials.
+	keyFile string
+	// readOnly opens no sandbox backend.
+	readOnly bool
+}
+
+// openHost opens the store under $AIRLOCK_HOME and builds an engine on it.
+func openHost(env *Env, o hostOptions) (*host, error) {
+	if env.Home == "" {
+		return nil, errors.New("no airlock home directory")
+	}
+	if err := os.MkdirAll(env.Home, 0o700); err != nil {
+		return nil, err
+	}
+	h := &host{env: env, red: secret.NewRedactor()}
+	for _, k := range []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"} {
+		if v := env.getenv(k); v != "" {
+			h.red.Add(secret.NewValue([]byte(v)))
+		}
+	}
+	var err error
+	h.store, err = sqlite.Open(env.Ctx, filepath.Join(env.Home, "airlock.db"), sqlite.Options{Redactor: h.red})
+	if err != nil {
+		return nil, err
+	}
+	if h.blobs, err = blob.New(filepath.Join(env.Home, "blobs"), blob.Options{}); err != nil {
+		h.store.Close()
+		return nil, err
+	}
+	opts := engine.Options{Store: h.store, Blobs: h.blobs, LockDir: filepath.Join(env.Home, "runs", "locks"),
+		NewProvider: h.provider, Network: &runNetwork{env: env, keyFile: o.keyFile}}
+	if o.timeline != nil {
+		opts.OnEvent, opts.OnProgress = o.timeline.event, o.timeline.progress
+	}
+	if o.readOnly {
+		opts.Backend = noBackend{}
+	} else {
+		b, err := env.Backend()
+		if err != nil {
+			h.store.Close()
+			return nil, err
+		}
+		opts.Backend = b
+	}
+	if h.eng, err = engine.New(opts); err != nil {
+		h.store.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *host) close() { h.store.Close() }
+
+// provider builds a real model provider with its key from the environment
+// or the secret store.
+func (h *host) provider(spec, baseURL string) (model.Provider, error) {
+	kind, _, _ := strings.Cut(spec, ":")
+	var keyVar, secretName string
+	switch kind {
+	case "anthropic":
+		keyVar, secretName = "ANTHROPIC_API_KEY", "anthropic-api-key"
+	case "openai", "openai-responses":
+		keyVar, secretName = "OPENAI_API_KEY", "openai-api-key"
+	case "openai-compatible":
+		keyVar, secretName = "OPENAI_API_KEY", "openai-compatible-api-key"
+	}
+	o := model.Options{BaseURL: baseURL}
+	if v := h.env.getenv(keyVar); keyVar != "" && v != "" {
+		o.Key = secret.NewValue([]byte(v))
+	} else if secretName != "" {
+		if st, err := openSecretStore(h.env, ""); err == nil {
+			if v, _, err := st.Get(h.env.Ctx, secret.DefaultTenant, secretName); err == nil {
+				o.Key = v
+				h.red.Add(v)
+			}
+		}
+	}
+	p, err := model.New(spec, o)
+	if err != nil && keyVar != "" && o.Key.Len() == 0 && kind != "openai-compatible" {
+		return nil, fmt.Errorf("%w (set %s or `airlock secrets set %s`)", err, keyVar, secretName)
+	}
+	return p, err
+}
+
+// runNetwork gives each run sandbox an egress proxy under the run's policy
+// (none when the policy allows nothing: no route at all then), and records
+// the proxy's decisions in the run's log.
+type runNetwork struct {
+	env     *Env
+	keyFile string
+}
+
+func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
+	if len(a.Policy) == 0 {
+		return func() {}, nil
+	}
+	doc, err := policy.Parse(a.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 {
+		return func() {}, nil
+	}
+	eg, err := startEgress(ctx, n.env, a.Spec.ID, &doc.Network, &EgressFlags{KeyFile: n.keyFile}, auditFunc(func(r egress.Record) {
+		a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port,
+			Addr: r.Addr, Status: r.Status, BytesIn: r.BytesIn, BytesOut: r.BytesOut, DurationMS: r.Duration.Milliseconds(),
+			Inspected: r.Inspected, Credential: r.Credential})
+	}), a.RunID)
+	if err != nil {
+		return nil, err
+	}
+	eg.apply(a.Spec)
+	return func() { eg.close(nil) }, nil
+}
+
+type auditFunc func(egress.Record)
+
+func (f auditFunc) Record(r egress.Record) { f(r) }
+
+// noBackend refuses to create sandboxes: the read-only run commands.
+type noBackend struct{}
+
+func (noBackend) Create(context.Context, sandbox.Spec) (sandbox.Sandbox, error) {
+	return nil, errors.New("no sandbox backend in a read-only command")
+}
+
+// resolve finds a run id argument: a full id, or a unique suffix or
+// prefix of one.
+func (h *host) resolve(ctx context.Context, id string) (store.Run, error) {
+	r, err := h.store.GetRun(ctx, id)
+	if err == nil || !errors.Is(err, store.ErrNotFound) {
+		return r, err
+	}
+	if len(id) < 4 {
+		return r, fmt.Errorf("no run %q", id)
+	}
+	var match []store.Run
+	f := store.RunFilter{}
+	for {
+		page, err := h.store.ListRuns(ctx, f)
+		if err != nil {
+			return r, err
+		}
+		for _, x := range page {
+			if strings.HasPrefix(x.ID, id) || strings.HasSuffix(x.ID, id) || strings.HasPrefix(x.ID, event.RunIDPrefix+id) {
+				match = append(match, x)
+			}
+		}
+		if len(page) < store.PageLimit(0) {
+			break
+		}
+		f.After = page[len(page)-1].ID
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return r, fmt.Errorf("no run %q", id)
+	}
+	return r, fmt.Errorf("%q names %d runs; give more of the id", id, len(match))
+}

@@ -1,0 +1,703 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// AgentRunCmd is `airlock run "TASK"`.
+type AgentRunCmd struct {
+	Task      string        `arg:"" help:"What the agent should do."`
+	Workspace string        `help:"Host directory the agent works on; it sees a copy-on-write view, the host copy never changes (default: an empty workspace)." placeholder:"DIR"`
+	Model     string        `help:"Model as PROVIDER:MODEL: anthropic:…, openai:…, openai-responses:…, or openai-compatible:… with --base-url. Keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY or the secret store." placeholder:"PROVIDER:MODEL"`
+	BaseURL   string        `name:"base-url" help:"API base URL (openai-compatible: e.g. http://localhost:11434/v1)." placeholder:"URL"`
+	Script    string        `help:"Drive the run with a scripted model: a YAML file of model turns." placeholder:"FILE"`
+	Policy    string        `help:"Policy file (YAML); its network section gives the sandboxes an egress proxy." placeholder:"FILE"`
+	Verify    []string      `help:"Command that must exit 0 in the sandbox after the model finishes (repeatable)." placeholder:"CMD"`
+	Changed   []string      `name:"verify-changed" help:"Workspace path that must have changed (repeatable)." placeholder:"PATH"`
+	Only      []string      `name:"verify-only-changed" help:"Glob outside which nothing may change (repeatable; DIR/** for a tree)." placeholder:"GLOB"`
+	Artifact  []string      `help:"Glob of workspace files to keep as artifacts (repeatable)." placeholder:"GLOB"`
+	Sandbox   []string      `help:"Another named sandbox NAME or NAME=DIR the model may use (repeatable)." placeholder:"NAME[=DIR]"`
+	MaxSteps  int           `name:"max-steps" help:"Most model turns." default:"50"`
+	Timeout   time.Duration `help:"Most active wall time of the run." default:"30m"`
+	MaxTokens int64         `name:"max-tokens" help:"Most input+output tokens of all model calls (0: no limit)." default:"0"`
+	Context   int           `name:"context-window" help:"The model's context window in tokens; older tool output is shortened to fit." default:"200000"`
+	Out       string        `help:"Directory the patch and artifacts are written to (default $AIRLOCK_HOME/runs/ID)." placeholder:"DIR"`
+	Memory    string        `help:"Memory limit of each sandbox." default:"1G"`
+	Pids      int64         `help:"Process limit of each sandbox." default:"512"`
+	CPUs      float64       `name:"cpus" help:"CPU limit of each sandbox." default:"1"`
+	Disk      string        `help:"Size of each sandbox's writable layer." default:"1G"`
+	KeyFile   string        `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
+}
+
+// Run creates the run and drives it in the foreground.
+func (c *AgentRunCmd) Run(env *Env) error {
+	req, err := c.request()
+	if err != nil {
+		return usageError{err}
+	}
+	tl := newTimeline(env.Stdout, stdoutTTY(env), false)
+	h, err := openHost(env, hostOptions{timeline: tl, keyFile: c.KeyFile})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	go env.gc()
+	r, err := h.eng.Create(env.Ctx, req)
+	if err != nil {
+		return err
+	}
+	return h.foreground(r.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, r.ID) })
+}
+
+func (c *AgentRunCmd) request() (engine.Request, error) {
+	var errs []error
+	req := engine.Request{Task: c.Task}
+	cfg := engine.Config{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps, TimeoutMS: c.Timeout.Milliseconds(),
+		MaxTokens: c.MaxTokens, ContextTokens: c.Context, Artifacts: c.Artifact,
+		Checks: engine.Checks{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}}
+	switch {
+	case c.Script != "" && c.Model != "":
+		errs = append(errs, errors.New("--script and --model exclude each other"))
+	case c.Script != "":
+		b, err := os.ReadFile(c.Script)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--script: %w", err))
+		}
+		req.Script = b
+		cfg.Model = "script:" + filepath.Base(c.Script)
+	case c.Model == "":
+		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
+	}
+	main := engine.SandboxConfig{Name: engine.DefaultSandbox}
+	if c.Workspace != "" {
+		ws, err := filepath.Abs(c.Workspace)
+		if err == nil {
+			var fi os.FileInfo
+			if fi, err = os.Stat(ws); err == nil && !fi.IsDir() {
+				err = errors.New("not a directory")
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--workspace %s: %w", c.Workspace, err))
+		}
+		main.Workspace = ws
+	}
+	cfg.Sandboxes = []engine.SandboxConfig{main}
+	for _, s := range c.Sandbox {
+		name, dir, _ := strings.Cut(s, "=")
+		sc := engine.SandboxConfig{Name: name}
+		if dir != "" {
+			abs, err := filepath.Abs(dir)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			sc.Workspace = abs
+		}
+		cfg.Sandboxes = append(cfg.Sandboxes, sc)
+	}
+	var err error
+	if cfg.Limits.MemoryBytes, err = sandbox.ParseSize(c.Memory); err != nil {
+		errs = append(errs, fmt.Errorf("--memory: %w", err))
+	}
+	if cfg.Limits.DiskBytes, err = sandbox.ParseSize(c.Disk); err != nil {
+		errs = append(errs, fmt.Errorf("--disk: %w", err))
+	}
+	cfg.Limits.Pids, cfg.Limits.CPUs = c.Pids, c.CPUs
+	if c.Policy != "" {
+		b, err := os.ReadFile(c.Policy)
+		if err == nil {
+			_, err = policy.Parse(b)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--policy: %w", err))
+		}
+		req.Policy, req.PolicySource = b, c.Policy
+	}
+	req.Config = cfg
+	return req, errors.Join(errs...)
+}
+
+// errDetached ends a drive without ending the run (SIGTERM, SIGHUP): it can
+// be resumed.
+var errDetached = errors.New("airlock stopped; the run can be resumed")
+
+// foreground drives a run with Ctrl-C cancelling it and SIGTERM detaching
+// from it, writes its artifacts, and maps its status to the exit status.
+func (h *host) foreground(id, out string, drive func(context.Context) (engine.Outcome, error)) error {
+	ctx, cancel := context.WithCancelCause(h.env.Ctx)
+	defer cancel(nil)
+	stop := onSignals(cancel)
+	defer stop()
+	o, err := drive(ctx)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errDetached) {
+			fmt.Fprintf(h.env.Stderr, "airlock: %v: airlock runs resume %s\n", errDetached, id)
+			return exitCode(1)
+		}
+		return err
+	}
+	return h.report(o, out)
+}
+
+// onSignals cancels the drive on SIGINT and detaches on SIGTERM or SIGHUP.
+func onSignals(cancel context.CancelCauseFunc) (stop func()) {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			if s == unix.SIGINT {
+				cancel(engine.ErrCancelled)
+			} else {
+				cancel(errDetached)
+			}
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
+}
+
+// report writes the artifacts out and says where everything is.
+func (h *host) report(o engine.Outcome, out string) error {
+	w := h.env.Stdout
+	if len(o.Artifacts) > 0 {
+		if out == "" {
+			out = filepath.Join(h.env.Home, "runs", o.RunID)
+		}
+		written, err := h.writeArtifacts(o.Artifacts, out)
+		if err != nil {
+			return err
+		}
+		for _, p := range written {
+			fmt.Fprintf(w, "wrote %s\n", p)
+		}
+	}
+	fmt.Fprintf(w, "run %s: %s\n", o.RunID, o.Status)
+	fmt.Fprintf(w, "log: airlock runs events %s   (verify: airlock runs verify %s)\n", o.RunID, o.RunID)
+	switch o.Status {
+	case event.StatusCompleted:
+		return nil
+	case event.StatusPaused:
+		fmt.Fprintf(w, "resume: airlock runs resume %s\n", o.RunID)
+	}
+	return exitCode(1)
+}
+
+// writeArtifacts copies artifacts from the blob store into dir. Names come
+// from the sandbox: they are written through an os.Root, so none can land
+// outside dir.
+func (h *host) writeArtifacts(arts []store.Artifact, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	var out []string
+	for _, a := range arts {
+		name := filepath.Clean(a.Name)
+		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+			continue
+		}
+		if d := filepath.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o755); err != nil {
+				return out, fmt.Errorf("artifact %s: %w", a.Name, err)
+			}
+		}
+		if err := h.copyBlob(root, name, a.Digest); err != nil {
+			return out, fmt.Errorf("artifact %s: %w", a.Name, err)
+		}
+		out = append(out, filepath.Join(dir, name))
+	}
+	return out, nil
+}
+
+func (h *host) copyBlob(root *os.Root, name, digest string) error {
+	r, err := h.blobs.Open(h.env.Ctx, digest)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// RunsCmd is `airlock runs ...`.
+type RunsCmd struct {
+	Ls     RunsLsCmd     `cmd:"" help:"List runs."`
+	Show   RunsShowCmd   `cmd:"" help:"Show a run: status, steps, usage, checks, artifacts."`
+	Events RunsEventsCmd `cmd:"" help:"Print a run's event log."`
+	Verify RunsVerifyCmd `cmd:"" help:"Check a run's hash chain: no event changed, lost or reordered."`
+	Cancel RunsCancelCmd `cmd:"" help:"Cancel a run: its command is killed, its sandboxes destroyed."`
+	Pause  RunsPauseCmd  `cmd:"" help:"Pause a run: its sandboxes are destroyed, its workspace kept as a snapshot."`
+	Resume RunsResumeCmd `cmd:"" help:"Resume a paused run, or with no id every unfinished run, in the foreground."`
+	Fork   RunsForkCmd   `cmd:"" help:"Start a new run from a run's conversation and workspace after a step."`
+	Replay RunsReplayCmd `cmd:"" help:"Re-drive a run from its recorded model turns in a fresh sandbox and report differences."`
+}
+
+// runJSON is the stable JSON form of a run.
+type runJSON struct {
+	ID          string       `json:"id"`
+	Tenant      string       `json:"tenant"`
+	Status      event.Status `json:"status"`
+	Model       string       `json:"model"`
+	Task        string       `json:"task"`
+	Created     time.Time    `json:"created"`
+	Updated     time.Time    `json:"updated"`
+	Finished    *time.Time   `json:"finished,omitempty"`
+	ParentRunID string       `json:"parent_run_id,omitempty"`
+	ParentSeq   int64        `json:"parent_seq,omitempty"`
+	Events      int64        `json:"events"`
+	PolicyHash  string       `json:"policy_hash"`
+}
+
+func toJSON(r store.Run) runJSON {
+	j := runJSON{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
+		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
+	if !r.Finished.IsZero() {
+		f := r.Finished.UTC()
+		j.Finished = &f
+	}
+	return j
+}
+
+// RunsLsCmd is `airlock runs ls`.
+type RunsLsCmd struct {
+	JSON   bool     `name:"json" help:"One JSON object per run."`
+	Status []string `help:"Only runs in these statuses." placeholder:"STATUS"`
+	Limit  int      `help:"Most runs listed (newest)." default:"50"`
+}
+
+// Run lists runs, oldest first of the newest Limit.
+func (c *RunsLsCmd) Run(env *Env) error {
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	f := store.RunFilter{Limit: c.Limit, Desc: true}
+	for _, s := range c.Status {
+		if !event.Status(s).Valid() {
+			return usageError{fmt.Errorf("--status %q: not a run status", s)}
+		}
+		f.Statuses = append(f.Statuses, event.Status(s))
+	}
+	runs, err := h.store.ListRuns(env.Ctx, f)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		for i := len(runs) - 1; i >= 0; i-- {
+			if err := enc.Encode(toJSON(runs[i])); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tMODEL\tCREATED\tTASK")
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, clip(r.Model, 30), r.Created.Local().Format("2006-01-02 15:04:05"), clip(oneLine(r.Task), 50))
+	}
+	return tw.Flush()
+}
+
+// RunsShowCmd is `airlock runs show RUN`.
+type RunsShowCmd struct {
+	ID   string `arg:"" name:"run" help:"Run id (or a unique part of it)."`
+	JSON bool   `name:"json" help:"One JSON object."`
+}
+
+// Run shows a run.
+func (c *RunsShowCmd) Run(env *Env) error {
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	r, err := h.resolve(env.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	o, err := h.eng.Outcome(env.Ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		type art struct {
+			Name   string `json:"name"`
+			Digest string `json:"digest"`
+			Size   int64  `json:"size"`
+		}
+		v := struct {
+			runJSON
+			Steps        int                       `json:"steps"`
+			Usage        event.Usage               `json:"usage"`
+			Reason       string                    `json:"reason,omitempty"`
+			Summary      string                    `json:"summary,omitempty"`
+			Verification *event.VerificationResult `json:"verification,omitempty"`
+			Artifacts    []art                     `json:"artifacts"`
+		}{runJSON: toJSON(r), Steps: o.Steps, Usage: o.Usage, Reason: o.Reason, Summary: o.Summary, Verification: o.Verification, Artifacts: []art{}}
+		for _, a := range o.Artifacts {
+			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
+		}
+		return json.NewEncoder(env.Stdout).Encode(v)
+	}
+	w := env.Stdout
+	fmt.Fprintf(w, "run      %s\nstatus   %s\nmodel    %s\ntask     %s\ncreated  %s\n", r.ID, r.Status, r.Model, oneLine(r.Task), r.Created.Local().Format(time.RFC3339))
+	if r.ParentRunID != "" {
+		fmt.Fprintf(w, "parent   %s (event %d)\n", r.ParentRunID, r.ParentSeq)
+	}
+	fmt.Fprintf(w, "steps    %d\ntokens   %d in, %d out\nevents   %d\n", o.Steps, o.Usage.InputTokens, o.Usage.OutputTokens, r.LastSeq)
+	if o.Reason != "" {
+		fmt.Fprintf(w, "reason   %s\n", o.Reason)
+	}
+	if o.Summary != "" {
+		fmt.Fprintf(w, "summary  %s\n", oneLine(o.Summary))
+	}
+	if v := o.Verification; v != nil {
+		for _, ch := range v.Checks {
+			mark := "pass"
+			if !ch.Passed {
+				mark = "FAIL"
+			}
+			fmt.Fprintf(w, "check    %s %s\n", mark, ch.Name)
+		}
+	}
+	for _, a := range o.Artifacts {
+		fmt.Fprintf(w, "artifact %s %s %s\n", a.Name, sandbox.FormatSize(a.Size), a.Digest)
+	}
+	return nil
+}
+
+// RunsEventsCmd is `airlock runs events RUN`.
+type RunsEventsCmd struct {
+	ID   string `arg:"" name:"run" help:"Run id (or a unique part of it)."`
+	JSON bool   `name:"json" help:"One JSON object per event: run_id, seq, type, time, payload, prev_hash, hash."`
+	From int64  `help:"First seq to print." default:"1"`
+}
+
+// Run prints the log.
+func (c *RunsEventsCmd) Run(env *Env) error {
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	r, err := h.resolve(env.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(env.Stdout)
+	for from := max(c.From, 1); ; {
+		page, err := h.store.Events(env.Ctx, r.ID, from, store.MaxPage)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			if c.JSON {
+				if err := enc.Encode(e); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Fprintf(env.Stdout, "%5d  %s  %-20s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, clip(string(e.Payload), 160))
+		}
+		if len(page) < store.MaxPage {
+			return nil
+		}
+		from = page[len(page)-1].Seq + 1
+	}
+}
+
+// RunsVerifyCmd is `airlock runs verify RUN`.
+type RunsVerifyCmd struct {
+	ID string `arg:"" name:"run" help:"Run id (or a unique part of it)."`
+}
+
+// Run checks the chain; exit 1 when broken.
+func (c *RunsVerifyCmd) Run(env *Env) error {
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	r, err := h.resolve(env.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	n, err := store.VerifyRun(env.Ctx, h.store, r.ID)
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %v\n", r.ID, n, err)
+		return exitCode(1)
+	}
+	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified (last %s)\n", r.ID, n, shortHash(r.LastHash.String()))
+	return nil
+}
+
+// RunsCancelCmd is `airlock runs cancel RUN`.
+type RunsCancelCmd struct {
+	ID     string `arg:"" name:"run" help:"Run id (or a unique part of it)."`
+	Reason string `help:"Why, for the log."`
+}
+
+// Run cancels and waits (up to a minute) for a driving process to let go.
+func (c *RunsCancelCmd) Run(env *Env) error {
+	return stopRun(env, c.ID, func(h *host, id string) error { return h.eng.Cancel(env.Ctx, id, "user", c.Reason) }, "cancelled")
+}
+
+// RunsPauseCmd is `airlock runs pause RUN`.
+type RunsPauseCmd struct {
+	ID     string `arg:"" name:"run" help:"Run id (or a unique part of it)."`
+	Reason string `help:"Why, for the log."`
+}
+
+// Run pauses the run.
+func (c *RunsPauseCmd) Run(env *Env) error {
+	return stopRun(env, c.ID, func(h *host, id string) error { return h.eng.Pause(env.Ctx, id, c.Reason) }, "paused")
+}
+
+func stopRun(env *Env, arg string, do func(*host, string) error, what string) error {
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	r, err := h.resolve(env.Ctx, arg)
+	if err != nil {
+		return err
+	}
+	if err := do(h, r.ID); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for h.eng.Driven(r.ID) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintf(env.Stdout, "run %s %s\n", r.ID, what)
+	return nil
+}
+
+// RunsResumeCmd is `airlock runs resume [RUN...]`.
+type RunsResumeCmd struct {
+	Runs []string `arg:"" optional:"" help:"Runs to resume (default: every unfinished run no process drives)."`
+	Out  string   `help:"Directory the artifacts are written to (one run)." placeholder:"DIR"`
+}
+
+// Run resumes runs and stays in the foreground until they end.
+func (c *RunsResumeCmd) Run(env *Env) error {
+	several := len(c.Runs) != 1
+	tl := newTimeline(env.Stdout, stdoutTTY(env), several)
+	h, err := openHost(env, hostOptions{timeline: tl})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	go env.gc()
+	var ids []string
+	for _, a := range c.Runs {
+		r, err := h.resolve(env.Ctx, a)
+		if err != nil {
+			return err
+		}
+		ids = append(ids, r.ID)
+	}
+	if len(c.Runs) == 0 {
+		runs, err := store.Unfinished(env.Ctx, h.store)
+		if err != nil {
+			return err
+		}
+		for _, r := range runs {
+			if !h.eng.Driven(r.ID) {
+				ids = append(ids, r.ID)
+			}
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(env.Stdout, "no unfinished runs")
+			return nil
+		}
+	}
+	if len(ids) == 1 {
+		return h.foreground(ids[0], c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Resume(ctx, ids[0]) })
+	}
+	var mu sync.Mutex
+	var failed error
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := h.foreground(id, "", func(ctx context.Context) (engine.Outcome, error) { return h.eng.Resume(ctx, id) })
+			if err != nil {
+				mu.Lock()
+				if failed == nil || errors.As(failed, new(exitCode)) {
+					failed = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return failed
+}
+
+// RunsForkCmd is `airlock runs fork RUN --at STEP`.
+type RunsForkCmd struct {
+	ID       string `arg:"" name:"run" help:"Run to fork (id or a unique part of it)."`
+	At       int    `required:"" help:"Step after which the new run starts (0: from the start)."`
+	Model    string `help:"Another model for the new run." placeholder:"PROVIDER:MODEL"`
+	BaseURL  string `name:"base-url" help:"API base URL for --model." placeholder:"URL"`
+	Script   string `help:"Another script for the new run." placeholder:"FILE"`
+	Policy   string `help:"Another policy file for the new run." placeholder:"FILE"`
+	MaxSteps int    `name:"max-steps" help:"Another step budget."`
+	Detach   bool   `help:"Only create the new run (resume it later)."`
+	Out      string `help:"Directory the artifacts are written to." placeholder:"DIR"`
+}
+
+// Run forks and drives the new run.
+func (c *RunsForkCmd) Run(env *Env) error {
+	o := engine.ForkOptions{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps}
+	if c.Script != "" {
+		if c.Model != "" {
+			return usageError{errors.New("--script and --model exclude each other")}
+		}
+		b, err := os.ReadFile(c.Script)
+		if err != nil {
+			return usageError{fmt.Errorf("--script: %w", err)}
+		}
+		o.Script, o.Model = b, "script:"+filepath.Base(c.Script)
+	}
+	if c.Policy != "" {
+		b, err := os.ReadFile(c.Policy)
+		if err == nil {
+			_, err = policy.Parse(b)
+		}
+		if err != nil {
+			return usageError{fmt.Errorf("--policy: %w", err)}
+		}
+		o.Policy, o.PolicySource = b, c.Policy
+	}
+	tl := newTimeline(env.Stdout, stdoutTTY(env), false)
+	h, err := openHost(env, hostOptions{timeline: tl})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	parent, err := h.resolve(env.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	child, err := h.eng.Fork(env.Ctx, parent.ID, c.At, o)
+	if err != nil {
+		return err
+	}
+	if c.Detach {
+		fmt.Fprintln(env.Stdout, child.ID)
+		return nil
+	}
+	return h.foreground(child.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, child.ID) })
+}
+
+// RunsReplayCmd is `airlock runs replay RUN`.
+type RunsReplayCmd struct {
+	ID   string `arg:"" name:"run" help:"Run to replay (id or a unique part of it)."`
+	JSON bool   `name:"json" help:"Print the differences as JSON lines."`
+}
+
+// Run replays and compares; exit 0 when the outcome is the same.
+func (c *RunsReplayCmd) Run(env *Env) error {
+	var tl *timeline
+	if !c.JSON {
+		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
+	}
+	h, err := openHost(env, hostOptions{timeline: tl})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	orig, err := h.resolve(env.Ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	rep, err := h.eng.Replay(env.Ctx, orig.ID)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(env.Ctx)
+	defer cancel(nil)
+	stop := onSignals(cancel)
+	_, err = h.eng.Drive(ctx, rep.ID)
+	stop()
+	if err != nil {
+		return err
+	}
+	diffs, err := h.eng.Compare(env.Ctx, orig.ID, rep.ID)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, d := range diffs {
+			if err := enc.Encode(d); err != nil {
+				return err
+			}
+		}
+	} else {
+		fmt.Fprintf(env.Stdout, "replay %s of %s: ", rep.ID, orig.ID)
+		if len(diffs) == 0 {
+			fmt.Fprintln(env.Stdout, "same outcome at every step")
+		} else {
+			fmt.Fprintf(env.Stdout, "%d differences\n", len(diffs))
+			for _, d := range diffs {
+				where := ""
+				if d.Step > 0 {
+					where = fmt.Sprintf("step %d %s %s: ", d.Step, d.Tool, d.CallID)
+				}
+				fmt.Fprintf(env.Stdout, "  %s%s: run %q, replay %q\n", where, d.Field, clip(oneLine(d.Run), 100), clip(oneLine(d.Replay), 100))
+			}
+		}
+	}
+	if len(diffs) > 0 {
+		return exitCode(1)
+	}
+	return nil
+}
+
+func stdoutTTY(env *Env) bool {
+	f, ok := env.Stdout.(*os.File)
+	return ok && isTerminal(f)
+}
