@@ -137,11 +137,15 @@ func Main(env *Env, args []string) int {
 	err = kctx.Run(env)
 	var code exitCode
 	var usage usageError
+	var reported reportedError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &code):
 		return int(code)
+	case errors.As(err, &reported):
+		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
+		return reported.code
 	case errors.As(err, &usage):
 		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
 		return 2

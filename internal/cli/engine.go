@@ -167,7 +167,7 @@ func (h *host) resolve(ctx context.Context, id string) (store.Run, error) {
 		return r, err
 	}
 	if len(id) < 4 {
-		return r, fmt.Errorf("no run %q", id)
+		return r, usageError{fmt.Errorf("no run %q", id)}
 	}
 	var match []store.Run
 	f := store.RunFilter{}
@@ -190,7 +190,7 @@ func (h *host) resolve(ctx context.Context, id string) (store.Run, error) {
 	case 1:
 		return match[0], nil
 	case 0:
-		return r, fmt.Errorf("no run %q", id)
+		return r, usageError{fmt.Errorf("no run %q", id)}
 	}
-	return r, fmt.Errorf("%q names %d runs; give more of the id", id, len(match))
+	return r, usageError{fmt.Errorf("%q names %d runs; give more of the id", id, len(match))}
 }

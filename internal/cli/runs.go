@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
@@ -63,7 +64,7 @@ func (c *AgentRunCmd) Run(env *Env) error {
 	go env.gc()
 	r, err := h.eng.Create(env.Ctx, req)
 	if err != nil {
-		return err
+		return engineError(err)
 	}
 	return h.foreground(r.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, r.ID) })
 }
@@ -71,6 +72,15 @@ func (c *AgentRunCmd) Run(env *Env) error {
 func (c *AgentRunCmd) request() (engine.Request, error) {
 	var errs []error
 	req := engine.Request{Task: c.Task}
+	if strings.TrimSpace(c.Task) == "" {
+		errs = append(errs, errors.New("the task is empty"))
+	}
+	if c.MaxSteps < 1 {
+		errs = append(errs, fmt.Errorf("--max-steps %d: want at least 1", c.MaxSteps))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout %v: want a positive duration", c.Timeout))
+	}
 	cfg := engine.Config{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps, TimeoutMS: c.Timeout.Milliseconds(),
 		MaxTokens: c.MaxTokens, ContextTokens: c.Context, Artifacts: c.Artifact,
 		Checks: engine.Checks{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}}
@@ -79,8 +89,11 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		errs = append(errs, errors.New("--script and --model exclude each other"))
 	case c.Script != "":
 		b, err := os.ReadFile(c.Script)
+		if err == nil {
+			_, err = model.ParseScript(b)
+		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--script: %w", err))
+			errs = append(errs, fmt.Errorf("--script %s: %w", c.Script, err))
 		}
 		req.Script = b
 		cfg.Model = "script:" + filepath.Base(c.Script)
@@ -136,6 +149,18 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 	return req, errors.Join(errs...)
 }
 
+// engineError maps the engine's errors to exit statuses: bad input is a
+// usage error (2), a run that already ended exits 1.
+func engineError(err error) error {
+	switch {
+	case errors.Is(err, engine.ErrInvalid):
+		return usageError{err}
+	case errors.Is(err, engine.ErrFinal), errors.Is(err, engine.ErrBusy):
+		return reportedError{err, 1}
+	}
+	return err
+}
+
 // errDetached ends a drive without ending the run (SIGTERM, SIGHUP): it can
 // be resumed.
 var errDetached = errors.New("airlock stopped; the run can be resumed")
@@ -153,7 +178,7 @@ func (h *host) foreground(id, out string, drive func(context.Context) (engine.Ou
 			fmt.Fprintf(h.env.Stderr, "airlock: %v: airlock runs resume %s\n", errDetached, id)
 			return exitCode(1)
 		}
-		return err
+		return engineError(err)
 	}
 	return h.report(o, out)
 }
@@ -502,7 +527,7 @@ func stopRun(env *Env, arg string, do func(*host, string) error, what string) er
 		return err
 	}
 	if err := do(h, r.ID); err != nil {
-		return err
+		return engineError(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for h.eng.Driven(r.ID) && time.Now().Before(deadline) {
@@ -611,7 +636,10 @@ func (c *RunsForkCmd) Run(env *Env) error {
 		}
 		o.Policy, o.PolicySource = b, c.Policy
 	}
-	tl := newTimeline(env.Stdout, stdoutTTY(env), false)
+	var tl *timeline
+	if !c.Detach {
+		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
+	}
 	h, err := openHost(env, hostOptions{timeline: tl})
 	if err != nil {
 		return err
@@ -623,7 +651,7 @@ func (c *RunsForkCmd) Run(env *Env) error {
 	}
 	child, err := h.eng.Fork(env.Ctx, parent.ID, c.At, o)
 	if err != nil {
-		return err
+		return engineError(err)
 	}
 	if c.Detach {
 		fmt.Fprintln(env.Stdout, child.ID)
@@ -655,7 +683,7 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 	}
 	rep, err := h.eng.Replay(env.Ctx, orig.ID)
 	if err != nil {
-		return err
+		return engineError(err)
 	}
 	ctx, cancel := context.WithCancelCause(env.Ctx)
 	defer cancel(nil)

@@ -241,6 +241,16 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// reportedError is an error printed as such that exits with a status of
+// its own rather than 125.
+type reportedError struct {
+	err  error
+	code int
+}
+
+func (e reportedError) Error() string { return e.err.Error() }
+func (e reportedError) Unwrap() error { return e.err }
+
 // exitCode is a command's exit status passed through airlock.
 type exitCode int
 

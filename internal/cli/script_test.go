@@ -62,6 +62,9 @@ func TestScripts(t *testing.T) {
 				os.RemoveAll(home)
 			})
 			e.Setenv("AIRLOCK_HOME", home)
+			// A race-enabled binary sleeps 1s at exit by default: too long
+			// for scripts of many airlock commands.
+			e.Setenv("GORACE", "atexit_sleep_ms=10")
 			if exe, err := executor(); err == nil {
 				e.Setenv("AIRLOCK_EXEC", exe)
 			}

@@ -192,6 +192,7 @@ func (c Config) sandbox(name string) (SandboxConfig, bool) {
 func workspaceRel(p string) (string, error) {
 	p = strings.TrimSpace(p)
 	if path.IsAbs(p) {
+		p = path.Clean(p)
 		if p != "/workspace" && !strings.HasPrefix(p, "/workspace/") {
 			return "", fmt.Errorf("%q is outside /workspace", p)
 		}
@@ -216,7 +217,7 @@ func matchGlob(g, rel string) bool {
 		if m, _ := path.Match(dir, rel); m {
 			return true
 		}
-		for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+		for d := path.Dir(rel); d != "." && d != "/"; d = path.Dir(d) {
 			if m, _ := path.Match(dir, d); m {
 				return true
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -20,9 +21,15 @@ type driver struct {
 	e   *Engine
 	run store.Run
 
-	// mu serialises appends and guards st.
+	// mu serialises appends and guards st and pending.
 	mu sync.Mutex
 	st *state
+	// pending are events already folded into st but not yet written: they
+	// go out with the next append. Only events whose loss a crash makes
+	// harmless are deferred (a step's last result and its snapshot: without
+	// them the step is incomplete and recovery redoes it), which saves a
+	// synchronous commit per step.
+	pending []event.Event
 
 	prov     model.Provider
 	provKind string
@@ -67,6 +74,9 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 	defer cancel()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if len(d.pending) > 0 {
+		evs = append(append([]event.Event(nil), d.pending...), evs...)
+	}
 	var stored []event.Event
 	if to != "" {
 		_, stored, err = d.e.o.Store.AppendStatus(ctx, d.run.ID, d.st.lastSeq+1, from, to, evs)
@@ -82,12 +92,29 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 		}
 		return fmt.Errorf("engine: record %s: %w", evs[0].Type, err)
 	}
+	d.pending = nil
 	for _, ev := range stored {
-		if err := d.st.apply(ev, false); err != nil {
+		if err := d.st.apply(ev, own); err != nil {
 			return err
 		}
 	}
 	d.e.emit(stored)
+	return nil
+}
+
+// later folds p into the state now and writes it with the next append.
+func (d *driver) later(p event.Payload) error {
+	ev, err := event.New(p)
+	if err != nil {
+		return err
+	}
+	ev.Time = d.e.o.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.st.apply(ev, pending); err != nil {
+		return err
+	}
+	d.pending = append(d.pending, ev)
 	return nil
 }
 
@@ -100,7 +127,7 @@ func (d *driver) catchUp(ctx context.Context) {
 		return
 	}
 	for _, ev := range evs {
-		_ = d.st.apply(ev, false)
+		_ = d.st.apply(ev, own)
 	}
 	d.e.emit(evs)
 }
@@ -215,7 +242,8 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 	if used := d.st.usage.InputTokens + d.st.usage.OutputTokens; cfg.MaxTokens > 0 && used >= cfg.MaxTokens {
 		return d.exhausted(ctx, "tokens", cfg.MaxTokens, used)
 	}
-	if err := d.callModel(ctx); err != nil {
+	resp, err := d.callModel(ctx)
+	if err != nil {
 		if ctx.Err() != nil {
 			return "", nil, context.Cause(ctx)
 		}
@@ -225,23 +253,20 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		}
 		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "model", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
 	}
-	d.mu.Lock()
-	cur := d.st.cur
-	calls := append([]model.ToolCall(nil), cur.calls...)
-	d.mu.Unlock()
-	if len(calls) == 0 {
-		return "", nil, nil
+	if len(resp.ToolCalls) == 0 {
+		return "", nil, d.append(ctx, resp)
 	}
-	var ps []event.Payload
+	// The turn, the policy's decisions and the starts of the calls are
+	// one durable batch, written before any call runs.
+	ps := []event.Payload{resp}
+	calls := make([]model.ToolCall, len(resp.ToolCalls))
 	decisions := make([]event.PolicyDecision, len(calls))
-	for i, c := range calls {
-		decisions[i] = d.decide(ctx, cur.n, c)
-		ps = append(ps, event.ToolProposed{Step: cur.n, CallID: c.ID, Tool: c.Name, Args: c.Args}, decisions[i])
+	for i, c := range resp.ToolCalls {
+		calls[i] = model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args}
+		decisions[i] = d.decide(ctx, resp.Step, calls[i])
+		ps = append(ps, event.ToolProposed{Step: resp.Step, CallID: c.ID, Tool: c.Name, Args: c.Args}, decisions[i])
 	}
-	if err := d.append(ctx, ps...); err != nil {
-		return "", nil, err
-	}
-	return "", nil, d.execute(ctx, cur.n, calls, decisions)
+	return "", nil, d.execute(ctx, resp.Step, calls, decisions, ps)
 }
 
 // exhausted ends the run for a spent budget.
@@ -301,12 +326,7 @@ func (d *driver) redo(ctx context.Context) error {
 	for _, c := range calls {
 		ps = append(ps, event.Retry{Step: n, What: "tool", Attempt: 2, Reason: "the step did not complete: its sandbox effects were lost; running " + c.Name + " again"})
 	}
-	if len(ps) > 0 {
-		if err := d.append(ctx, ps...); err != nil {
-			return err
-		}
-	}
-	return d.execute(ctx, n, calls, decisions)
+	return d.execute(ctx, n, calls, decisions, ps)
 }
 
 var errUncertain = errors.New("engine: a tool call with an external effect may or may not have run")
@@ -317,16 +337,39 @@ func external(t tools.Tool) bool {
 	return ok && x.External()
 }
 
-// execute runs the calls of step n concurrently, then snapshots every
-// sandbox they may have changed.
-func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, decisions []event.PolicyDecision) error {
-	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
+// execute records prefix with the start (or the denial) of each call of
+// step n in one batch, runs the allowed calls concurrently, then
+// snapshots every sandbox they may have changed.
+func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, decisions []event.PolicyDecision, prefix []event.Payload) error {
+	batch := prefix
+	var run []int
 	for i, c := range calls {
+		t, known := d.reg.Get(c.Name)
+		name, _, _ := d.route(c)
+		if decisions[i].Decision != event.DecisionAllow {
+			batch = append(batch, event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Outcome: "denied", IsError: true,
+				Output: "The policy does not allow this call (" + decisions[i].Decision + ": " + decisions[i].Reason + ")."})
+			continue
+		}
+		st := event.ToolStarted{Step: n, CallID: c.ID, Tool: c.Name, Place: event.PlaceHost, External: known && external(t)}
+		if known && t.Place() == tools.PlaceSandbox {
+			st.Place, st.Sandbox = event.PlaceSandbox, name
+		}
+		batch = append(batch, st)
+		run = append(run, i)
+	}
+	if err := d.append(ctx, batch...); err != nil {
+		return err
+	}
+	errs := make([]error, len(run))
+	var wg sync.WaitGroup
+	var left atomic.Int32
+	left.Store(int32(len(run)))
+	for j, i := range run {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = d.call(ctx, n, c, decisions[i])
+			errs[j] = d.call(ctx, n, calls[i], &left)
 		}()
 	}
 	wg.Wait()
@@ -357,8 +400,11 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 	return errors.Join(errs...)
 }
 
-// call runs one tool call and records its start and result.
-func (d *driver) call(ctx context.Context, n int, c model.ToolCall, dec event.PolicyDecision) error {
+// call runs one tool call, whose start is recorded, and records its
+// result. left counts the step's calls still running: the result of the
+// last one goes out with the step's snapshot (see driver.pending), unless
+// the call reached outside the sandboxes.
+func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic.Int32) error {
 	t, known := d.reg.Get(c.Name)
 	place := event.PlaceHost
 	if known && t.Place() == tools.PlaceSandbox {
@@ -368,18 +414,6 @@ func (d *driver) call(ctx context.Context, n int, c model.ToolCall, dec event.Po
 	fin := event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name}
 	if place == event.PlaceSandbox {
 		fin.Sandbox = name
-	}
-	if dec.Decision != event.DecisionAllow {
-		fin.Outcome, fin.IsError = "denied", true
-		fin.Output = "The policy does not allow this call (" + dec.Decision + ": " + dec.Reason + ")."
-		return d.append(ctx, fin)
-	}
-	started := event.ToolStarted{Step: n, CallID: c.ID, Tool: c.Name, Place: place, External: known && external(t)}
-	if place == event.PlaceSandbox {
-		started.Sandbox = name
-	}
-	if err := d.append(ctx, started); err != nil {
-		return err
 	}
 	begin := time.Now()
 	var env tools.Env
@@ -434,6 +468,9 @@ func (d *driver) call(ctx context.Context, n int, c model.ToolCall, dec event.Po
 	fin.OutputTruncated = res.Details.Truncated > 0
 	fin.DurationMS = time.Since(begin).Milliseconds()
 	fin.WallMS = res.Details.Wall.Milliseconds()
+	if left.Add(-1) == 0 && !(known && external(t)) {
+		return d.later(fin)
+	}
 	return d.append(ctx, fin)
 }
 
@@ -461,8 +498,9 @@ func (d *driver) progress(ctx context.Context, n int, c model.ToolCall) (stop fu
 	return func() { close(done) }
 }
 
-// callModel asks the model for the next step and records the exchange.
-func (d *driver) callModel(ctx context.Context) error {
+// callModel records the request (durably, before the model is called) and
+// returns the response for the caller to record.
+func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	d.mu.Lock()
 	n := d.st.steps + 1
 	cfg := d.st.cfg
@@ -472,7 +510,7 @@ func (d *driver) callModel(ctx context.Context) error {
 	req, _ = model.Fit(req, model.FitOptions{Budget: budget})
 	modelName := d.modelName()
 	if err := d.append(ctx, event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 1, Messages: len(req.Messages)}); err != nil {
-		return err
+		return event.ModelResponse{}, err
 	}
 	start := time.Now()
 	resp, err := d.prov.Complete(ctx, req, nil)
@@ -481,12 +519,12 @@ func (d *driver) callModel(ctx context.Context) error {
 		req, _ = model.Fit(req, model.FitOptions{Budget: budget / 2, KeepTurns: 1})
 		if err := d.append(ctx, event.Retry{Step: n, What: "model", Attempt: 2, Reason: "context window exceeded; older tool output shortened"},
 			event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 2, Messages: len(req.Messages)}); err != nil {
-			return err
+			return event.ModelResponse{}, err
 		}
 		resp, err = d.prov.Complete(ctx, req, nil)
 	}
 	if err != nil {
-		return err
+		return event.ModelResponse{}, err
 	}
 	calls := make([]event.ToolCall, 0, len(resp.ToolCalls))
 	for _, c := range resp.ToolCalls {
@@ -496,12 +534,12 @@ func (d *driver) callModel(ctx context.Context) error {
 	if m == "" {
 		m = modelName
 	}
-	return d.append(ctx, event.ModelResponse{
+	return event.ModelResponse{
 		Step: n, Provider: d.provKind, Model: m, Text: resp.Text, ToolCalls: calls,
 		StopReason: string(resp.StopReason), DurationMS: time.Since(start).Milliseconds(),
 		Usage: event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 			CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens},
-	})
+	}, nil
 }
 
 func (d *driver) modelName() string {

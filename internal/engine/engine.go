@@ -39,6 +39,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // Options are what an Engine needs from its host.
@@ -53,6 +54,11 @@ type Options struct {
 	// Network, when not nil, gives a sandbox its network before it is
 	// created (an egress proxy under the run's policy).
 	Network Network
+	// Tools are host tools added to every run's registry beside the
+	// sandbox tools and finish (the bridge's tools, approvals...). A tool
+	// whose External method returns true changes the world outside the
+	// run's sandboxes: recovery never repeats it blindly.
+	Tools []tools.Tool
 	// Policy decides each tool call; nil allows every call.
 	Policy PolicyHook
 	// LockDir holds one lock file per driven run, so two processes never
@@ -148,6 +154,9 @@ var (
 	ErrBusy = errors.New("engine: run is driven by another process")
 	// ErrFinal: the run is over.
 	ErrFinal = errors.New("engine: run already ended")
+	// ErrInvalid: the request is malformed (an empty task, a bad config or
+	// script, a fork point that does not exist); nothing was recorded.
+	ErrInvalid = errors.New("engine: invalid request")
 )
 
 // Create records a new run (status queued) and returns it. Drive runs it.
@@ -160,15 +169,15 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 		req.Tenant = e.o.Tenant
 	}
 	if strings.TrimSpace(req.Task) == "" {
-		return store.Run{}, errors.New("engine: the task is empty")
+		return store.Run{}, fmt.Errorf("%w: the task is empty", ErrInvalid)
 	}
 	cfg := req.Config
 	if kind, _, _ := strings.Cut(cfg.Model, ":"); kind == "script" && cfg.Script == "" {
 		if len(req.Script) == 0 {
-			return store.Run{}, errors.New("engine: a scripted run needs its script")
+			return store.Run{}, fmt.Errorf("%w: a scripted run needs its script", ErrInvalid)
 		}
 		if _, err := model.ParseScript(req.Script); err != nil {
-			return store.Run{}, fmt.Errorf("engine: script: %w", err)
+			return store.Run{}, fmt.Errorf("%w: script: %w", ErrInvalid, err)
 		}
 		d, _, err := e.o.Blobs.Put(ctx, strings.NewReader(string(req.Script)))
 		if err != nil {
@@ -178,7 +187,7 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
-		return store.Run{}, fmt.Errorf("engine: config: %w", err)
+		return store.Run{}, fmt.Errorf("%w: config: %w", ErrInvalid, err)
 	}
 	rawCfg, err := json.Marshal(cfg)
 	if err != nil {
@@ -330,7 +339,11 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 		return Outcome{}, err
 	}
 	if r.Status.Final() {
-		return e.outcome(ctx, r, nil)
+		o, err := e.outcome(ctx, r, nil)
+		if err == nil && resume {
+			err = fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
+		}
+		return o, err
 	}
 	st, _, err := e.load(ctx, r)
 	if err != nil {
@@ -373,7 +386,7 @@ func (e *Engine) load(ctx context.Context, r store.Run) (*state, []event.Event, 
 		return nil, nil, err
 	}
 	for _, ev := range evs {
-		if err := st.apply(ev, false); err != nil {
+		if err := st.apply(ev, own); err != nil {
 			return nil, nil, fmt.Errorf("engine: rebuild run %s: %w", r.ID, err)
 		}
 	}
@@ -402,7 +415,7 @@ func (e *Engine) history(ctx context.Context, st *state, id string, upto int64, 
 		return err
 	}
 	for _, ev := range evs {
-		if err := st.apply(ev, true); err != nil {
+		if err := st.apply(ev, inherited); err != nil {
 			return fmt.Errorf("engine: parent run %s: %w", id, err)
 		}
 	}
@@ -452,21 +465,7 @@ func (e *Engine) outcome(ctx context.Context, r store.Run, st *state) (Outcome, 
 			return Outcome{}, err
 		}
 	}
-	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary()}
-	if last, err := e.o.Store.LastEvent(ctx, r.ID); err == nil {
-		if p, err := last.Unpack(); err == nil {
-			switch p := p.(type) {
-			case *event.RunFailed:
-				o.Reason = p.Reason
-			case *event.RunCancelled:
-				o.Reason = p.Reason
-			case *event.RunPaused:
-				o.Reason = p.Reason
-			case *event.RunCompleted:
-				o.Summary = p.Summary
-			}
-		}
-	}
+	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason}
 	arts, err := e.o.Store.ListArtifacts(ctx, r.ID)
 	if err != nil {
 		return o, err

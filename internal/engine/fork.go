@@ -38,7 +38,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 		return store.Run{}, err
 	}
 	if atStep < 0 || atStep > st.steps {
-		return store.Run{}, fmt.Errorf("engine: run %s has %d steps; cannot fork at step %d", id, st.steps, atStep)
+		return store.Run{}, fmt.Errorf("%w: run %s has %d steps; cannot fork at step %d", ErrInvalid, id, st.steps, atStep)
 	}
 	// The fork point is the last event after which step atStep is
 	// complete and the next step has not begun.
@@ -50,7 +50,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	}
 	var point event.Event
 	for _, ev := range evs {
-		if err := at.apply(ev, false); err != nil {
+		if err := at.apply(ev, own); err != nil {
 			return store.Run{}, err
 		}
 		if at.steps > atStep {
@@ -61,7 +61,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 		}
 	}
 	if point.Seq == 0 {
-		return store.Run{}, fmt.Errorf("engine: run %s: step %d never completed (no snapshot of its effects); fork at an earlier step", id, atStep)
+		return store.Run{}, fmt.Errorf("%w: run %s: step %d never completed (no snapshot of its effects); fork at an earlier step", ErrInvalid, id, atStep)
 	}
 	cfg := st.cfg
 	cfg.Script = ""
@@ -128,7 +128,7 @@ func (e *Engine) Replay(ctx context.Context, id string) (store.Run, error) {
 		return store.Run{}, err
 	}
 	if len(st.responses) == 0 {
-		return store.Run{}, fmt.Errorf("engine: run %s recorded no model turn to replay", id)
+		return store.Run{}, fmt.Errorf("%w: run %s recorded no model turn to replay", ErrInvalid, id)
 	}
 	cfg := st.cfg
 	cfg.Model, cfg.Script, cfg.BaseURL = "replay:"+id, "", ""
@@ -226,7 +226,7 @@ func (e *Engine) summary(ctx context.Context, id string) (runSummary, error) {
 	if err != nil {
 		return runSummary{}, err
 	}
-	evs, err := e.events(ctx, id, 0)
+	evs, err := e.lineage(ctx, r, 0)
 	if err != nil {
 		return runSummary{}, err
 	}
@@ -248,6 +248,23 @@ func (e *Engine) summary(ctx context.Context, id string) (runSummary, error) {
 		}
 	}
 	return s, nil
+}
+
+// lineage returns the events of run r's ancestors up to the fork points,
+// then r's own (up to seq upto when upto > 0): everything a fork inherited.
+func (e *Engine) lineage(ctx context.Context, r store.Run, upto int64) ([]event.Event, error) {
+	var out []event.Event
+	if r.ParentRunID != "" {
+		p, err := e.o.Store.GetRun(ctx, r.ParentRunID)
+		if err != nil {
+			return nil, err
+		}
+		if out, err = e.lineage(ctx, p, r.ParentSeq); err != nil {
+			return nil, err
+		}
+	}
+	own, err := e.events(ctx, r.ID, upto)
+	return append(out, own...), err
 }
 
 func yes(b bool) string {

@@ -38,8 +38,9 @@ type state struct {
 
 	// finished is set when the finish tool succeeded; summary is its claim.
 	finished bool
-	summary  string
 	verified *event.VerificationResult
+	// reason is why the run last stopped (failed, cancelled, paused).
+	reason string
 
 	// active is the run's wall time in earlier drive sessions; segStart is
 	// when the current one began, last the time of the latest event.
@@ -75,12 +76,25 @@ var mutating = map[string]bool{"run_command": true, "write_file": true, "edit_fi
 // the loop goes on until the model calls finish or a budget ends it.
 const nudge = "Continue with the tools. When the task is done, call finish with a summary."
 
-// apply folds one event into the state. history is true for events of a
-// parent run read before the run's own (a fork), whose lifecycle events do
-// not apply.
-func (s *state) apply(e event.Event, history bool) error {
+// origin says where an event given to apply comes from.
+type origin int
+
+const (
+	// own: an event of the run's own log.
+	own origin = iota
+	// inherited: an event of a parent run's log, read before the run's
+	// own (a fork); its lifecycle events do not apply.
+	inherited
+	// pending: an event the driver has not written yet; it is applied
+	// again, as own, once it is. Only idempotent events are pending.
+	pending
+)
+
+// apply folds one event into the state.
+func (s *state) apply(e event.Event, o origin) error {
+	history := o == inherited
 	prevLast := s.last
-	if !history {
+	if o == own {
 		s.lastSeq = e.Seq
 		s.last = e.Time
 	}
@@ -112,6 +126,21 @@ func (s *state) apply(e event.Event, history bool) error {
 			s.active += prevLast.Sub(s.segStart)
 		}
 		s.segStart, s.segStarted = e.Time, true
+	case *event.RunFailed:
+		if !history {
+			s.reason = p.Reason
+			if p.Error != "" {
+				s.reason += ": " + p.Error
+			}
+		}
+	case *event.RunCancelled:
+		if !history {
+			s.reason = p.Reason
+		}
+	case *event.RunPaused:
+		if !history {
+			s.reason = p.Reason
+		}
 	case *event.ModelResponse:
 		r := p
 		s.steps = max(s.steps, r.Step)

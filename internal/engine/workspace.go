@@ -75,6 +75,11 @@ func (d *driver) setup(ctx context.Context) error {
 		d.prov = p
 	}
 	d.reg = tools.Default(tools.Limits{MaxContent: cfg.MaxResultBytes, DefaultTimeout: time.Duration(cfg.CommandTimeoutMS) * time.Millisecond})
+	for _, t := range d.e.o.Tools {
+		if err := d.reg.Register(t); err != nil {
+			return err
+		}
+	}
 	d.specs = d.reg.Specs()
 	if len(cfg.Sandboxes) > 1 {
 		names := make([]string, len(cfg.Sandboxes))
@@ -288,11 +293,17 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		d.mu.Lock()
 		base, seq := d.st.snapshots[name], d.st.lastSeq
 		d.mu.Unlock()
-		if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
-			Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n)}); err != nil {
-			return err
+		// An unchanged workspace packs to the same bytes (the export is
+		// ordered, gzip carries no time): the blob exists and so does its
+		// artifact.
+		if digest != base {
+			if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
+				Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n)}); err != nil {
+				return err
+			}
 		}
-		return d.append(ctx, event.SnapshotTaken{Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds()})
+		// Written with the next append (see driver.pending).
+		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds()})
 	}
 }
 

@@ -1,0 +1,110 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// BenchmarkStep measures one step of the loop with the scripted model and
+// a trivial tool: everything except the model and the command itself (the
+// events, fsync'd; the policy hook; the snapshot after a step that may
+// change the workspace). Compare with BenchmarkCommand, the cost of the
+// command alone in a running sandbox:
+//
+//	go test -run '^$' -bench 'Step|Command' -benchtime 200x ./internal/engine
+func BenchmarkStep(b *testing.B) {
+	for _, bc := range []struct{ name, call string }{
+		{"run_command", `{name: run_command, args: {command: "true"}}`},
+		{"read_file", `{name: read_file, args: {path: "f.txt"}}`},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			eng, ws := benchEngine(b)
+			var s strings.Builder
+			s.WriteString("turns:\n")
+			for range b.N {
+				fmt.Fprintf(&s, "  - tool_calls: [%s]\n", bc.call)
+			}
+			s.WriteString("  - tool_calls: [{name: finish, args: {summary: done}}]\n")
+			r, err := eng.Create(context.Background(), engine.Request{Task: "bench", Script: []byte(s.String()),
+				Config: engine.Config{Model: "script:bench", MaxSteps: b.N + 1, Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			o, err := eng.Drive(context.Background(), r.ID)
+			if err != nil || o.Status != event.StatusCompleted {
+				b.Fatalf("Drive = %v, %v", o.Status, err)
+			}
+			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N+1), "ms/step")
+		})
+	}
+}
+
+// BenchmarkCommand is one trivial command in a running sandbox.
+func BenchmarkCommand(b *testing.B) {
+	_, ws := benchEngine(b)
+	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	sb, err := be.Create(context.Background(), sandbox.Spec{Workspace: ws})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	b.ResetTimer()
+	for range b.N {
+		if _, err := sandbox.Run(context.Background(), sb, sandbox.Command{Argv: []string{"sh", "-c", "true"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func benchEngine(b *testing.B) (*engine.Engine, string) {
+	b.Helper()
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for real sandboxes")
+	}
+	dir := b.TempDir()
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("hello\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: be})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng, ws
+}

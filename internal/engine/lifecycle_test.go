@@ -1,0 +1,347 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/tools"
+)
+
+func TestPauseAndResume(t *testing.T) {
+	h := newHarness(t)
+	script := `
+turns:
+  - tool_calls:
+      - name: write_file
+        args: {path: "first.txt", content: "before the pause\n"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo partial > partial.txt; sleep 2; echo done > second.txt"}
+  - tool_calls:
+      - name: finish
+        args: {summary: "paused and resumed"}
+`
+	r := h.start("pause me", script, engine.Config{Checks: engine.Checks{Commands: []string{"test -f first.txt && test -f second.txt"}}})
+	done := make(chan engine.Outcome, 1)
+	go func() {
+		o, err := h.eng.Drive(ctxT(t, time.Minute), r.ID)
+		if err != nil {
+			t.Errorf("Drive = %v", err)
+		}
+		done <- o
+	}()
+	waitForN(t, h, r.ID, event.TypeToolStarted, 2)
+	if err := h.eng.Pause(context.Background(), r.ID, "lunch"); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-done; o.Status != event.StatusPaused {
+		t.Fatalf("status after pause = %s", o.Status)
+	}
+	evs := h.verifyLog(r.ID)
+	if count(evs, event.TypeSandboxDestroyed) != 1 {
+		t.Errorf("the sandbox was not destroyed on pause: %v", types(evs))
+	}
+	var paused event.RunPaused
+	for _, e := range evs {
+		if e.Type == event.TypeRunPaused {
+			_ = json.Unmarshal(e.Payload, &paused)
+		}
+	}
+	if len(paused.Snapshots) != 1 || paused.Reason != "lunch" {
+		t.Errorf("run.paused = %+v", paused)
+	}
+	// A paused run is not driven without an explicit resume.
+	if _, err := h.eng.Drive(ctxT(t, time.Minute), r.ID); err == nil || !strings.Contains(err.Error(), "paused") {
+		t.Errorf("Drive of a paused run = %v", err)
+	}
+	o, err := h.eng.Resume(ctxT(t, time.Minute), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status after resume = %s (%s) %+v", o.Status, o.Reason, o.Verification)
+	}
+	evs = h.verifyLog(r.ID)
+	var prov []event.SandboxProvisioned
+	for _, e := range evs {
+		if e.Type == event.TypeSandboxProvisioned {
+			var p event.SandboxProvisioned
+			_ = json.Unmarshal(e.Payload, &p)
+			prov = append(prov, p)
+		}
+	}
+	if len(prov) != 2 || prov[1].Snapshot != paused.Snapshots[0] {
+		t.Errorf("the resumed sandbox was not booted from the pause snapshot: %+v", prov)
+	}
+}
+
+func TestTimeBudgetKillsTheCommand(t *testing.T) {
+	h := newHarness(t)
+	start := time.Now()
+	o := h.run("slow", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 600\"}\n", engine.Config{TimeoutMS: 1500})
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "wall_time") {
+		t.Fatalf("status %s reason %q", o.Status, o.Reason)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Errorf("the run took %v", d)
+	}
+}
+
+// TestForkFromAStep forks a finished run after its edit step: the child
+// starts from the parent's conversation and workspace snapshot.
+func TestForkFromAStep(t *testing.T) {
+	h := newHarness(t)
+	ws := calcRepo(t)
+	cfg := engine.Config{Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}, Checks: engine.Checks{Commands: []string{"python3 -m unittest -q"}}}
+	parent := h.run("fix", fixScript, cfg)
+	if parent.Status != event.StatusCompleted {
+		t.Fatalf("parent: %s", parent.Status)
+	}
+	// The scripted model picks its turn by the number of model turns in
+	// the conversation: after step 2, turn 3 is next.
+	childScript := `
+turns:
+  - text: "(step 1 is the parent's)"
+  - text: "(step 2 is the parent's)"
+  - tool_calls:
+      - name: run_command
+        args: {command: "cat calc.py"}
+  - tool_calls:
+      - name: finish
+        args: {summary: "checked the fix from the fork"}
+`
+	child, err := h.eng.Fork(context.Background(), parent.RunID, 2, engine.ForkOptions{Model: "script:child.yaml", Script: []byte(childScript)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if child.ParentRunID != parent.RunID || child.ParentSeq == 0 {
+		t.Fatalf("child run = %+v", child)
+	}
+	o, err := h.eng.Drive(ctxT(t, time.Minute), child.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != event.StatusCompleted || o.Steps != 4 {
+		t.Fatalf("child: %s after %d steps (%s)", o.Status, o.Steps, o.Reason)
+	}
+	fin := h.finished(child.ID)
+	if len(fin) != 2 || !strings.Contains(fin[0].Output, "a + b") {
+		t.Errorf("the fork did not start from the parent's workspace after step 2: %+v", fin)
+	}
+	// Linked in both logs, tamper-evidently.
+	pevs := h.verifyLog(parent.RunID)
+	var forked event.RunForked
+	for _, e := range pevs {
+		if e.Type == event.TypeRunForked {
+			_ = json.Unmarshal(e.Payload, &forked)
+		}
+	}
+	if forked.ChildRunID != child.ID || forked.AtStep != 2 || forked.AtSeq != child.ParentSeq {
+		t.Errorf("run.forked = %+v", forked)
+	}
+	cevs := h.verifyLog(child.ID)
+	var created event.RunCreated
+	_ = json.Unmarshal(cevs[0].Payload, &created)
+	if created.ParentHash != pevs[child.ParentSeq-1].Hash.String() {
+		t.Errorf("the child's parent hash %s is not the hash of parent event %d", created.ParentHash, child.ParentSeq)
+	}
+	// Only complete steps are fork points.
+	if _, err := h.eng.Fork(context.Background(), parent.RunID, 9, engine.ForkOptions{}); err == nil {
+		t.Error("fork past the last step succeeded")
+	}
+}
+
+func TestReplay(t *testing.T) {
+	h := newHarness(t)
+	ws := calcRepo(t)
+	cfg := engine.Config{Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}, Checks: engine.Checks{Commands: []string{"python3 -m unittest -q"}}}
+	orig := h.run("fix", fixScript, cfg)
+	rep, err := h.eng.Replay(context.Background(), orig.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := h.eng.Drive(ctxT(t, time.Minute), rep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("replay: %s", o.Status)
+	}
+	// The replay asked no model: its turns are the recorded ones.
+	diffs, err := h.eng.Compare(context.Background(), orig.RunID, rep.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 0 {
+		t.Errorf("a deterministic run replays with differences: %+v", diffs)
+	}
+
+	// A command whose output changes shows up as a difference.
+	nd := h.run("clock", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"date +%N\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: s}\n", engine.Config{})
+	rep2, err := h.eng.Replay(context.Background(), nd.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Drive(ctxT(t, time.Minute), rep2.ID); err != nil {
+		t.Fatal(err)
+	}
+	diffs, err = h.eng.Compare(context.Background(), nd.RunID, rep2.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(diffs) != 1 || diffs[0].Field != "output" || diffs[0].Step != 1 {
+		t.Errorf("differences = %+v", diffs)
+	}
+}
+
+// notifyTool is a host tool with an external effect (it would send a
+// message somewhere); it counts its calls.
+type notifyTool struct{ calls *atomic.Int32 }
+
+func (n notifyTool) Spec() model.ToolSpec {
+	return model.ToolSpec{Name: "notify", Description: "Send a message.", Schema: json.RawMessage(`{"type":"object"}`)}
+}
+func (notifyTool) Place() tools.Place { return tools.PlaceHost }
+func (notifyTool) External() bool     { return true }
+func (n notifyTool) Run(context.Context, tools.Env, json.RawMessage) (tools.Result, error) {
+	n.calls.Add(1)
+	return tools.Result{Content: "sent"}, nil
+}
+
+// TestUncertainExternalCallFailsClosed: a host call with an external effect
+// that started but has no recorded result is never repeated on recovery.
+func TestUncertainExternalCallFailsClosed(t *testing.T) {
+	var calls atomic.Int32
+	h := newHarness(t, func(o *engine.Options) { o.Tools = []tools.Tool{notifyTool{&calls}} })
+	r := h.start("notify", "turns:\n  - tool_calls:\n      - name: notify\n        args: {}\n", engine.Config{})
+	// The log as a host that died mid-call left it.
+	ctx := context.Background()
+	if _, _, err := h.store.AppendStatus(ctx, r.ID, r.LastSeq+1, event.StatusQueued, event.StatusRunning, mustEvents(t,
+		event.RunStarted{Host: "dead:1"},
+		event.ModelRequest{Step: 1, Provider: "script", Attempt: 1, Messages: 1},
+		event.ModelResponse{Step: 1, Provider: "script", StopReason: "tool_use", ToolCalls: []event.ToolCall{{ID: "call_1_0", Name: "notify", Args: json.RawMessage(`{}`)}}},
+		event.ToolProposed{Step: 1, CallID: "call_1_0", Tool: "notify", Args: json.RawMessage(`{}`)},
+		event.PolicyDecision{Step: 1, CallID: "call_1_0", Tool: "notify", Decision: "allow"},
+		event.ToolStarted{Step: 1, CallID: "call_1_0", Tool: "notify", Place: "host", External: true},
+	)); err != nil {
+		t.Fatal(err)
+	}
+	o, err := h.eng.Drive(ctxT(t, time.Minute), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "uncertain") {
+		t.Fatalf("status %s reason %q", o.Status, o.Reason)
+	}
+	if calls.Load() != 0 {
+		t.Errorf("the external call was repeated %d times", calls.Load())
+	}
+	if count(h.verifyLog(r.ID), event.TypeToolUncertain) != 1 {
+		t.Error("no tool.uncertain event")
+	}
+}
+
+func mustEvents(t *testing.T, ps ...event.Payload) []event.Event {
+	t.Helper()
+	var out []event.Event
+	for _, p := range ps {
+		e, err := event.New(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestOneDriverPerRun: a second process (here, a second engine on the same
+// files) cannot drive a run that is being driven.
+func TestOneDriverPerRun(t *testing.T) {
+	h := newHarness(t)
+	r := h.start("wait", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 600\"}\n", engine.Config{})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = h.eng.Drive(ctx, r.ID)
+	}()
+	waitFor(t, h, r.ID, event.TypeToolStarted)
+	if !h.eng.Driven(r.ID) {
+		t.Error("Driven = false while a drive runs")
+	}
+	if _, err := h.eng.Drive(ctxT(t, time.Minute), r.ID); !errors.Is(err, engine.ErrBusy) {
+		t.Errorf("second Drive = %v, want ErrBusy", err)
+	}
+	// Stopping the host without cancelling leaves the run resumable.
+	cancel(errors.New("host shutting down"))
+	<-done
+	got, _ := h.store.GetRun(context.Background(), r.ID)
+	if got.Status != event.StatusRunning {
+		t.Errorf("status after a host stop = %s, want running (resumable)", got.Status)
+	}
+	if err := h.eng.Cancel(context.Background(), r.ID, "test", "cleanup"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestBadRequests: bad input gets a clear error and records nothing.
+func TestBadRequests(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	for name, req := range map[string]engine.Request{
+		"empty task":      {Task: " ", Config: engine.Config{Model: "script:x"}, Script: []byte("turns: []")},
+		"no script":       {Task: "t", Config: engine.Config{Model: "script:x"}},
+		"bad script":      {Task: "t", Config: engine.Config{Model: "script:x"}, Script: []byte("turns: [{bogus: 1}]")},
+		"bad sandbox":     {Task: "t", Config: engine.Config{Model: "script:x", Sandboxes: []engine.SandboxConfig{{Name: "../x"}}}, Script: []byte("turns: []")},
+		"twin sandboxes":  {Task: "t", Config: engine.Config{Model: "script:x", Sandboxes: []engine.SandboxConfig{{Name: "a"}, {Name: "a"}}}, Script: []byte("turns: []")},
+		"relative ws":     {Task: "t", Config: engine.Config{Model: "script:x", Sandboxes: []engine.SandboxConfig{{Name: "a", Workspace: "rel"}}}, Script: []byte("turns: []")},
+		"changed outside": {Task: "t", Config: engine.Config{Model: "script:x", Checks: engine.Checks{Changed: []string{"../etc/passwd"}}}, Script: []byte("turns: []")},
+		"bad glob":        {Task: "t", Config: engine.Config{Model: "script:x", Artifacts: []string{"[x"}}, Script: []byte("turns: []")},
+		"no model":        {Task: "t"},
+	} {
+		if _, err := h.eng.Create(ctx, req); err == nil {
+			t.Errorf("%s: Create succeeded", name)
+		}
+	}
+	runs, err := h.store.ListRuns(ctx, store.RunFilter{})
+	if err != nil || len(runs) != 0 {
+		t.Errorf("bad requests left %d runs (%v)", len(runs), err)
+	}
+}
+
+// TestArtifactGlobs: only regular files the globs match are kept; a symlink
+// never is (it could name a host path when the artifacts are written out).
+func TestArtifactGlobs(t *testing.T) {
+	h := newHarness(t)
+	script := `
+turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "mkdir -p out/sub && echo r > out/report.txt && echo s > out/sub/deep.txt && echo x > other.log && ln -s /etc/passwd out/link.txt"}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`
+	o := h.run("artifacts", script, engine.Config{Artifacts: []string{"out/**"}})
+	names := map[string]bool{}
+	for _, a := range o.Artifacts {
+		names[a.Name] = true
+	}
+	for _, want := range []string{"patch.diff", "files/out/report.txt", "files/out/sub/deep.txt"} {
+		if !names[want] {
+			t.Errorf("no artifact %s in %v", want, names)
+		}
+	}
+	if names["files/other.log"] || names["files/out/link.txt"] {
+		t.Errorf("artifacts outside the globs or a symlink kept: %v", names)
+	}
+}
