@@ -25,7 +25,7 @@ build: ## Build every command into ./bin, static (CGO_ENABLED=0: no C, faster st
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ ./cmd/...
 
-demo: ## Build and test examples/calc in a sandbox with no network
+demo: ## A real agent run: fix examples/invoice (scripted model; MODEL=anthropic:… for a real one)
 	./scripts/demo.sh
 
 test-deps: ## Install the Debian packages tests use (root only; idempotent, quiet)

@@ -9,7 +9,7 @@ set -euo pipefail
 # of the names that the archive knows (gVisor is "runsc" on Debian 12).
 want=(
   bash:bash
-  python3:python3         # examples/calc, the demo, bench/compare.sh
+  python3:python3         # examples/invoice (the demo), bench/compare.sh
   iproute2:ip             # ip netns in the network tests
   util-linux:unshare      # unshare, nsenter, mount
   bubblewrap:bwrap        # bench/compare.sh baseline
