@@ -55,6 +55,10 @@ func (e *stolenError) Error() string { return "engine: run is now " + string(e.s
 
 var errTimeBudget = errors.New("engine: the run's time budget is spent")
 
+// requestFlushDelay is how long a model request may stay unwritten while
+// the model answers.
+const requestFlushDelay = 100 * time.Millisecond
+
 func newDriver(e *Engine, r store.Run, st *state) *driver {
 	return &driver{e: e, run: r, st: st, sbs: map[string]*live{}}
 }
@@ -76,6 +80,9 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 	defer d.mu.Unlock()
 	if len(d.pending) > 0 {
 		evs = append(append([]event.Event(nil), d.pending...), evs...)
+	}
+	if len(evs) == 0 {
+		return nil
 	}
 	var stored []event.Event
 	if to != "" {
@@ -102,21 +109,27 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 	return nil
 }
 
-// later folds p into the state now and writes it with the next append.
-func (d *driver) later(p event.Payload) error {
-	ev, err := event.New(p)
+// later folds ps into the state now and writes them with the next append.
+func (d *driver) later(ps ...event.Payload) error {
+	evs, err := drafts(ps...)
 	if err != nil {
 		return err
 	}
-	ev.Time = d.e.o.Now()
+	now := d.e.o.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.st.apply(ev, pending); err != nil {
-		return err
+	for _, ev := range evs {
+		ev.Time = now
+		if err := d.st.apply(ev, pending); err != nil {
+			return err
+		}
+		d.pending = append(d.pending, ev)
 	}
-	d.pending = append(d.pending, ev)
 	return nil
 }
+
+// flush writes the pending events.
+func (d *driver) flush(ctx context.Context) error { return d.append(ctx) }
 
 // catchUp folds events others appended (a cancel or pause) into the state.
 func (d *driver) catchUp(ctx context.Context) {
@@ -509,9 +522,15 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	budget := cfg.ContextTokens - 8192 - 1024
 	req, _ = model.Fit(req, model.FitOptions{Budget: budget})
 	modelName := d.modelName()
-	if err := d.append(ctx, event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 1, Messages: len(req.Messages)}); err != nil {
+	// The request is written with the response, or after
+	// requestFlushDelay if the model takes longer: a scripted or local
+	// model costs no commit of its own, and a slow call in flight is on
+	// record (a crash before either only means the call is made again).
+	if err := d.later(event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 1, Messages: len(req.Messages)}); err != nil {
 		return event.ModelResponse{}, err
 	}
+	flushed := time.AfterFunc(requestFlushDelay, func() { _ = d.flush(ctx) })
+	defer flushed.Stop()
 	start := time.Now()
 	resp, err := d.prov.Complete(ctx, req, nil)
 	if errors.Is(err, model.ErrContextOverflow) && ctx.Err() == nil {

@@ -51,6 +51,9 @@ type Options struct {
 	// (the keys are the host's business). Scripted and replayed runs do
 	// not use it; nil refuses real models.
 	NewProvider func(spec, baseURL string) (model.Provider, error)
+	// WrapProvider, when not nil, wraps every run's provider (metering,
+	// rate limits, tracing; tests slow a model down with it).
+	WrapProvider func(model.Provider) model.Provider
 	// Network, when not nil, gives a sandbox its network before it is
 	// created (an egress proxy under the run's policy).
 	Network Network

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/store"
@@ -56,6 +57,9 @@ func crashHelper(spec string) int {
 	}
 	seen := 0
 	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"),
+		// A model that thinks for a while, so that the request is on
+		// record before its answer: the kill lands during the call.
+		WrapProvider: func(p model.Provider) model.Provider { return slowModel{p} },
 		OnEvent: func(e event.Event) {
 			if string(e.Type) == typ {
 				if seen++; seen == n {
@@ -73,6 +77,17 @@ func crashHelper(spec string) int {
 		return 4
 	}
 	return 5 // never reached the kill point
+}
+
+type slowModel struct{ model.Provider }
+
+func (s slowModel) Complete(ctx context.Context, req model.Request, stream func(model.Delta)) (model.Response, error) {
+	select {
+	case <-time.After(300 * time.Millisecond):
+	case <-ctx.Done():
+		return model.Response{}, ctx.Err()
+	}
+	return s.Provider.Complete(ctx, req, stream)
 }
 
 // engineOn opens an engine on the files of dir, as a restarted host would.

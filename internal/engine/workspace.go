@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -73,6 +76,9 @@ func (d *driver) setup(ctx context.Context) error {
 			return err
 		}
 		d.prov = p
+	}
+	if d.e.o.WrapProvider != nil {
+		d.prov = d.e.o.WrapProvider(d.prov)
 	}
 	d.reg = tools.Default(tools.Limits{MaxContent: cfg.MaxResultBytes, DefaultTimeout: time.Duration(cfg.CommandTimeoutMS) * time.Millisecond})
 	for _, t := range d.e.o.Tools {
@@ -276,7 +282,7 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 			return err
 		}
 		start := time.Now()
-		digest, size, err := d.export(ctx, sb, true)
+		digest, size, err := d.export(ctx, sb)
 		if err != nil {
 			select {
 			case <-sb.Done():
@@ -307,25 +313,48 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 	}
 }
 
-// export stores the tar of sb's /workspace, gzipped when compress is set.
-func (d *driver) export(ctx context.Context, sb sandbox.Sandbox, compress bool) (string, int64, error) {
+// gzips recycles gzip writers: each holds about a megabyte of tables.
+var gzips = sync.Pool{New: func() any {
+	w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed)
+	return w
+}}
+
+// snapshotInMemory is the largest snapshot packed in memory, where its
+// digest is known before it touches the disk; larger ones stream into the
+// blob store.
+const snapshotInMemory = 16 << 20
+
+// export stores the gzipped tar of sb's /workspace in the blob store and
+// returns its digest. Content already stored (an unchanged workspace packs
+// to the same bytes) is not written again.
+func (d *driver) export(ctx context.Context, sb sandbox.Sandbox) (string, int64, error) {
 	pr, pw := io.Pipe()
 	go func() {
-		var w io.Writer = pw
-		var gz *gzip.Writer
-		if compress {
-			gz, _ = gzip.NewWriterLevel(pw, gzip.BestSpeed)
-			w = gz
-		}
-		err := sb.Export(ctx, "/workspace", w)
-		if err == nil && gz != nil {
+		gz := gzips.Get().(*gzip.Writer)
+		gz.Reset(pw)
+		err := sb.Export(ctx, "/workspace", gz)
+		if err == nil {
 			err = gz.Close()
 		}
+		gz.Reset(io.Discard)
+		gzips.Put(gz)
 		pw.CloseWithError(err)
 	}()
-	digest, size, err := d.e.o.Blobs.Put(ctx, pr)
-	pr.CloseWithError(errors.New("done"))
-	return digest, size, err
+	defer pr.CloseWithError(errors.New("done"))
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(pr, snapshotInMemory+1))
+	if err != nil {
+		return "", 0, err
+	}
+	if n <= snapshotInMemory {
+		sum := sha256.Sum256(buf.Bytes())
+		digest := "sha256:" + hex.EncodeToString(sum[:])
+		if ok, err := d.e.o.Blobs.Has(ctx, digest); err == nil && ok {
+			return digest, n, nil
+		}
+		return d.e.o.Blobs.Put(ctx, &buf)
+	}
+	return d.e.o.Blobs.Put(ctx, io.MultiReader(&buf, pr))
 }
 
 // lost records that sandbox name died and forgets it; the next use
