@@ -38,6 +38,27 @@ type driver struct {
 
 	sbMu sync.Mutex
 	sbs  map[string]*live
+
+	// Guarded by mu: what the current step's calls did to each sandbox,
+	// and what is known of each sandbox's last snapshot.
+	changes map[string]*change
+	snaps   map[string]snapInfo
+}
+
+// change is what one step's calls did to one sandbox.
+type change struct {
+	// calls counts the calls that may have changed it; fingerprint is the
+	// workspace's fingerprint after the one run_command among them (""
+	// when another kind of call, or several, may have changed it).
+	calls       int
+	fingerprint string
+}
+
+// snapInfo is the last snapshot of a sandbox taken in this process.
+type snapInfo struct {
+	digest      string
+	size        int64
+	fingerprint string // of the workspace the snapshot holds; "" unknown
 }
 
 // live is a provisioned sandbox.
@@ -60,7 +81,7 @@ var errTimeBudget = errors.New("engine: the run's time budget is spent")
 const requestFlushDelay = 100 * time.Millisecond
 
 func newDriver(e *Engine, r store.Run, st *state) *driver {
-	return &driver{e: e, run: r, st: st, sbs: map[string]*live{}}
+	return &driver{e: e, run: r, st: st, sbs: map[string]*live{}, snaps: map[string]snapInfo{}}
 }
 
 // append records payloads as one durable batch and folds them into the
@@ -374,6 +395,9 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 	if err := d.append(ctx, batch...); err != nil {
 		return err
 	}
+	d.mu.Lock()
+	d.changes = map[string]*change{}
+	d.mu.Unlock()
 	errs := make([]error, len(run))
 	var wg sync.WaitGroup
 	var left atomic.Int32
@@ -466,6 +490,20 @@ func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic
 		if lerr := d.lost(ctx, name, env.Sandbox, err.Error()); lerr != nil {
 			return lerr
 		}
+	}
+	if place == event.PlaceSandbox && mutating[c.Name] {
+		d.mu.Lock()
+		ch := d.changes[name]
+		if ch == nil {
+			ch = &change{}
+			d.changes[name] = ch
+		}
+		if ch.calls++; ch.calls == 1 && c.Name == "run_command" {
+			ch.fingerprint = res.Details.Fingerprint
+		} else {
+			ch.fingerprint = ""
+		}
+		d.mu.Unlock()
 	}
 	fin.IsError = res.IsError
 	fin.Output = res.Content

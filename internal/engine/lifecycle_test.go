@@ -345,3 +345,69 @@ turns:
 		t.Errorf("artifacts outside the globs or a symlink kept: %v", names)
 	}
 }
+
+// TestUnchangedWorkspaceIsNotExportedAgain: a command that changes nothing
+// reuses the last snapshot; a change that restores the old mtime is still
+// seen (the fingerprint includes the change time), and a restore brings it
+// back.
+func TestUnchangedWorkspaceIsNotExportedAgain(t *testing.T) {
+	var lb *lossyBackend
+	h := newHarness(t, func(o *engine.Options) {
+		lb = &lossyBackend{Backend: o.Backend}
+		o.Backend = lb
+	})
+	script := `
+turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo aaaa > f && touch -d @1000000000 f"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "cat f"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo bbbb > f && touch -d @1000000000 f"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "sleep 600"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "cat f"}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`
+	r := h.start("fingerprints", script, engine.Config{})
+	done := make(chan engine.Outcome, 1)
+	go func() {
+		o, _ := h.eng.Drive(ctxT(t, time.Minute), r.ID)
+		done <- o
+	}()
+	waitForN(t, h, r.ID, event.TypeToolStarted, 4)
+	time.Sleep(200 * time.Millisecond)
+	lb.killLatest()
+	if o := <-done; o.Status != event.StatusCompleted {
+		t.Fatalf("status %s (%s)", o.Status, o.Reason)
+	}
+	var snaps []event.SnapshotTaken
+	for _, e := range h.verifyLog(r.ID) {
+		if e.Type == event.TypeSnapshotTaken {
+			var s event.SnapshotTaken
+			_ = json.Unmarshal(e.Payload, &s)
+			snaps = append(snaps, s)
+		}
+	}
+	if len(snaps) != 4 {
+		t.Fatalf("%d snapshots: %+v", len(snaps), snaps)
+	}
+	if snaps[1].Digest != snaps[0].Digest || snaps[1].Base != snaps[0].Digest {
+		t.Errorf("cat changed the snapshot: %+v", snaps[:2])
+	}
+	if snaps[2].Digest == snaps[1].Digest {
+		t.Error("a rewrite with the old mtime was not seen")
+	}
+	fin := h.finished(r.ID)
+	if got := fin[len(fin)-2].Output; !strings.Contains(got, "bbbb") {
+		t.Errorf("after the restore f holds %q, want bbbb", got)
+	}
+}

@@ -237,6 +237,9 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		}
 	}
 	l.sb, l.release = sb, release
+	d.mu.Lock()
+	delete(d.snaps, name) // a restored tree has new inodes and times
+	d.mu.Unlock()
 	return d.append(ctx, event.SandboxProvisioned{Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
 		Snapshot: snap, DurationMS: time.Since(start).Milliseconds()})
 }
@@ -276,6 +279,19 @@ func (d *driver) restore(ctx context.Context, sb sandbox.Sandbox, digest string)
 // store, as an artifact, and records it for step n. A sandbox found lost is
 // replaced (restored from its previous snapshot) and snapshotted again.
 func (d *driver) snapshot(ctx context.Context, n int, name string) error {
+	d.mu.Lock()
+	var fp string
+	if ch := d.changes[name]; ch != nil && ch.calls == 1 {
+		fp = ch.fingerprint
+	}
+	last, known := d.snaps[name]
+	unchanged := known && fp != "" && fp == last.fingerprint && d.st.snapshots[name] == last.digest
+	d.mu.Unlock()
+	if unchanged {
+		// The one command that could have changed the workspace did not:
+		// the last snapshot still holds it. No export, no write.
+		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest})
+	}
 	for attempt := 0; ; attempt++ {
 		sb, err := d.sandbox(ctx, name)
 		if err != nil {
@@ -298,6 +314,7 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		}
 		d.mu.Lock()
 		base, seq := d.st.snapshots[name], d.st.lastSeq
+		d.snaps[name] = snapInfo{digest: digest, size: size, fingerprint: fp}
 		d.mu.Unlock()
 		// An unchanged workspace packs to the same bytes (the export is
 		// ordered, gzip carries no time): the blob exists and so does its

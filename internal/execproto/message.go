@@ -226,6 +226,9 @@ type Request struct {
 	Stdin     bool     `json:"stdin,omitempty"`      // the host will send stdin data; otherwise stdin is /dev/null
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0 = none
 	MaxOutput int64    `json:"max_output,omitempty"` // stdout+stderr bytes; 0 = none
+	// Fingerprint, when set, names a tree whose fingerprint the result
+	// carries, taken when the command has ended (see Result.Fingerprint).
+	Fingerprint string `json:"fingerprint,omitempty"`
 
 	// file operations
 	Path      string `json:"path,omitempty"`
@@ -275,6 +278,11 @@ func (r *Request) Validate() error {
 		}
 		if r.TimeoutMS < 0 || r.MaxOutput < 0 {
 			return errors.New("exec: negative limit")
+		}
+		if r.Fingerprint != "" {
+			if err := checkPath(r.Fingerprint); err != nil {
+				return fmt.Errorf("exec: fingerprint: %w", err)
+			}
 		}
 		return nil
 	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove, OpExport:
@@ -344,6 +352,11 @@ type Result struct {
 	UserMS   int64 `json:"user_ms,omitempty"`
 	SystemMS int64 `json:"system_ms,omitempty"`
 	MaxRSSKB int64 `json:"max_rss_kb,omitempty"`
+	// Fingerprint of the exec request's tree: a hash of every entry's
+	// path, type, mode, size, inode, mtime and ctime, so any change to the
+	// tree (ctime cannot be set from user space) changes it. Empty when the
+	// tree could not be walked or is too large to walk.
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// Stat and List results.
 	Entries []Entry `json:"entries,omitempty"`
 }

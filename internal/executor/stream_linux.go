@@ -336,6 +336,9 @@ func (s *stream) exec() execproto.Result {
 	} else if res.ExitCode != 0 && diskFull(u.Home) {
 		res.Outcome = execproto.OutcomeDiskFull
 	}
+	if s.req.Fingerprint != "" {
+		res.Fingerprint = fingerprint(s.req.Fingerprint)
+	}
 	return res
 }
 

@@ -206,6 +206,10 @@ type Command struct {
 	Timeout time.Duration
 	// MaxOutput caps stdout+stderr; 0 means no cap.
 	MaxOutput int64
+	// Fingerprint, when set, names a tree (e.g. /workspace) whose
+	// fingerprint the result carries, taken when the command has ended: a
+	// cheap way to learn whether the command changed it.
+	Fingerprint string
 }
 
 // Usage is what a command consumed.
@@ -224,6 +228,9 @@ type Result struct {
 	// Message explains an outcome that airlock caused, in one line.
 	Message string `json:"message,omitempty"`
 	Usage   Usage  `json:"usage"`
+	// Fingerprint of Command.Fingerprint's tree after the command, when
+	// asked for and walkable; equal fingerprints mean an unchanged tree.
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // Process is a running command.

@@ -112,12 +112,13 @@ func RunCommand(l Limits) Tool {
 			half := l.MaxContent / 2
 			stdout, stderr := newHeadTail(half), newHeadTail(half)
 			r, err := sandbox.Run(ctx, env.Sandbox, sandbox.Command{
-				Argv:      []string{"sh", "-c", a.Command},
-				Dir:       Workspace,
-				Timeout:   timeout,
-				MaxOutput: l.MaxCommandOutput,
-				Stdout:    stdout,
-				Stderr:    stderr,
+				Argv:        []string{"sh", "-c", a.Command},
+				Dir:         Workspace,
+				Timeout:     timeout,
+				MaxOutput:   l.MaxCommandOutput,
+				Stdout:      stdout,
+				Stderr:      stderr,
+				Fingerprint: Workspace,
 			})
 			if err == nil && ctx.Err() != nil {
 				err = errors.New("cancelled")
@@ -127,7 +128,7 @@ func RunCommand(l Limits) Tool {
 			}
 			code := r.ExitStatus()
 			d := Details{Outcome: string(r.Outcome), ExitCode: &code, Signal: r.Signal, Wall: r.Usage.Wall,
-				Bytes: stdout.total + stderr.total, Truncated: stdout.cut() + stderr.cut()}
+				Bytes: stdout.total + stderr.total, Truncated: stdout.cut() + stderr.cut(), Fingerprint: r.Fingerprint}
 			var b strings.Builder
 			fmt.Fprintf(&b, "exit status %d", code)
 			if r.Outcome != sandbox.OutcomeExited {

@@ -53,6 +53,9 @@ type Details struct {
 	Replaced int           `json:"replaced,omitempty"` // edit_file
 	// Truncated counts the bytes left out of Content.
 	Truncated int64 `json:"truncated_bytes,omitempty"`
+	// Fingerprint is the workspace's fingerprint after a command
+	// (run_command), for telling whether it changed the workspace.
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// Finished and Summary record the model's claim of completion (finish).
 	Finished bool   `json:"finished,omitempty"`
 	Summary  string `json:"summary,omitempty"`

@@ -196,7 +196,7 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	req := execproto.Request{
 		Argv: c.Argv, Env: append(append([]string{}, s.spec.Env...), c.Env...), Dir: c.Dir,
 		User: c.User, TTY: c.TTY, Rows: c.Rows, Cols: c.Cols,
-		TimeoutMS: c.Timeout.Milliseconds(), MaxOutput: c.MaxOutput,
+		TimeoutMS: c.Timeout.Milliseconds(), MaxOutput: c.MaxOutput, Fingerprint: c.Fingerprint,
 	}
 	if req.User == "" {
 		req.User = s.spec.User
@@ -291,7 +291,7 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 	close(p.stop)
 	p.watchers.Wait()
 	res := sandbox.Result{
-		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal,
+		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal, Fingerprint: r.Fingerprint,
 		Usage: sandbox.Usage{
 			Wall:   time.Duration(r.WallMS) * time.Millisecond,
 			CPU:    time.Duration(r.UserMS+r.SystemMS) * time.Millisecond,
