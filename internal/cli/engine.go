@@ -63,7 +63,7 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 		return nil, err
 	}
 	opts := engine.Options{Store: h.store, Blobs: h.blobs, LockDir: filepath.Join(env.Home, "runs", "locks"),
-		NewProvider: h.provider, Network: &runNetwork{env: env, keyFile: o.keyFile}}
+		NewProvider: h.provider, Network: &runNetwork{env: env, keyFile: o.keyFile, red: h.red}}
 	if o.timeline != nil {
 		opts.OnEvent, opts.OnProgress = o.timeline.event, o.timeline.progress
 	}
@@ -123,6 +123,10 @@ func (h *host) provider(spec, baseURL string) (model.Provider, error) {
 type runNetwork struct {
 	env     *Env
 	keyFile string
+	// red is the run store's redactor: the values of the credentials the
+	// proxy injects are scrubbed from every event too, should a response
+	// ever echo one past the proxy's own scrubbing.
+	red *secret.Redactor
 }
 
 func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
@@ -135,6 +139,17 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 	}
 	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 {
 		return func() {}, nil
+	}
+	if len(doc.Network.Credentials) > 0 {
+		st, err := openSecretStore(n.env, n.keyFile)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range doc.Network.Credentials {
+			if v, _, err := st.Get(ctx, secret.DefaultTenant, c.Secret); err == nil {
+				n.red.Add(v)
+			}
+		}
 	}
 	eg, err := startEgress(ctx, n.env, a.Spec.ID, &doc.Network, &EgressFlags{KeyFile: n.keyFile}, auditFunc(func(r egress.Record) {
 		a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port,

@@ -569,6 +569,8 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	}
 	flushed := time.AfterFunc(requestFlushDelay, func() { _ = d.flush(ctx) })
 	defer flushed.Stop()
+	stop := d.progress(ctx, n, model.ToolCall{ID: "model", Name: "model " + modelName})
+	defer stop()
 	start := time.Now()
 	resp, err := d.prov.Complete(ctx, req, nil)
 	if errors.Is(err, model.ErrContextOverflow) && ctx.Err() == nil {

@@ -103,7 +103,7 @@ type Attachment struct {
 // PolicyHook decides whether a proposed tool call may run.
 type PolicyHook func(ctx context.Context, runID string, call model.ToolCall) event.PolicyDecision
 
-// Progress reports a running tool call.
+// Progress reports a running tool call, or a model call (CallID "model").
 type Progress struct {
 	RunID   string
 	Step    int
