@@ -30,6 +30,10 @@ type driver struct {
 	// them the step is incomplete and recovery redoes it), which saves a
 	// synchronous commit per step.
 	pending []event.Event
+	// status is the run's status as this driver set it: running, or
+	// awaiting_approval while it waits for a decision. Any other status
+	// in the store means someone else stopped the run.
+	status event.Status
 
 	prov     model.Provider
 	provKind string
@@ -106,19 +110,34 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 		return nil
 	}
 	var stored []event.Event
-	if to != "" {
-		_, stored, err = d.e.o.Store.AppendStatus(ctx, d.run.ID, d.st.lastSeq+1, from, to, evs)
-	} else {
-		stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.st.lastSeq+1, evs)
+	for attempt := 0; ; attempt++ {
+		if to != "" {
+			_, stored, err = d.e.o.Store.AppendStatus(ctx, d.run.ID, d.st.lastSeq+1, from, to, evs)
+		} else {
+			stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.st.lastSeq+1, evs)
+		}
+		if err == nil || !errors.Is(err, store.ErrConflict) {
+			break
+		}
+		// Someone else wrote to the log: a cancel or pause (the run's
+		// status moved), or a decision on an approval (it did not).
+		r, gerr := d.e.o.Store.GetRun(ctx, d.run.ID)
+		if gerr != nil {
+			break
+		}
+		if r.Status != d.status {
+			return &stolenError{status: r.Status}
+		}
+		if attempt >= 20 {
+			break
+		}
+		d.catchUpLocked(ctx)
 	}
 	if err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			// Someone else wrote to the log: a cancel or pause.
-			if r, gerr := d.e.o.Store.GetRun(ctx, d.run.ID); gerr == nil && r.Status != event.StatusRunning {
-				return &stolenError{status: r.Status}
-			}
-		}
 		return fmt.Errorf("engine: record %s: %w", evs[0].Type, err)
+	}
+	if to != "" {
+		d.status = to
 	}
 	d.pending = nil
 	for _, ev := range stored {
@@ -152,10 +171,15 @@ func (d *driver) later(ps ...event.Payload) error {
 // flush writes the pending events.
 func (d *driver) flush(ctx context.Context) error { return d.append(ctx) }
 
-// catchUp folds events others appended (a cancel or pause) into the state.
+// catchUp folds events others appended (a cancel or pause, a decision on
+// an approval) into the state.
 func (d *driver) catchUp(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.catchUpLocked(ctx)
+}
+
+func (d *driver) catchUpLocked(ctx context.Context) {
 	evs, err := d.e.o.Store.Events(context.WithoutCancel(ctx), d.run.ID, d.st.lastSeq+1, store.MaxPage)
 	if err != nil {
 		return
@@ -177,7 +201,10 @@ func (d *driver) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 		case <-t.C:
 		}
 		r, err := d.e.o.Store.GetRun(ctx, d.run.ID)
-		if err == nil && r.Status != event.StatusRunning {
+		d.mu.Lock()
+		want := d.status
+		d.mu.Unlock()
+		if err == nil && r.Status != want && r.Status != event.StatusRunning && r.Status != event.StatusAwaitingApproval {
 			cancel(&stolenError{status: r.Status})
 			return
 		}
@@ -193,7 +220,7 @@ func (d *driver) drive(parent context.Context) (Outcome, error) {
 	status, final, err := d.loop(ctx)
 	if err == nil && final != nil {
 		d.destroyAll(ctx, "run ended")
-		err = d.appendStatus(ctx, event.StatusRunning, status, final)
+		err = d.appendStatus(ctx, d.current(), status, final)
 	}
 	if err != nil {
 		var stolen *stolenError
@@ -205,7 +232,7 @@ func (d *driver) drive(parent context.Context) (Outcome, error) {
 			err = nil
 		case errors.Is(cause, ErrCancelled) || errors.Is(err, ErrCancelled):
 			d.destroyAll(ctx, "run cancelled")
-			err = d.appendStatus(ctx, event.StatusRunning, event.StatusCancelled, event.RunCancelled{By: "signal", Reason: "interrupted"})
+			err = d.appendStatus(ctx, d.current(), event.StatusCancelled, event.RunCancelled{By: "signal", Reason: "interrupted"})
 		default:
 			// The host process stops (or the store failed): leave the run
 			// resumable; its sandboxes die, its log holds everything.
@@ -226,6 +253,13 @@ func (d *driver) drive(parent context.Context) (Outcome, error) {
 		return Outcome{RunID: d.run.ID}, gerr
 	}
 	return d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+}
+
+// current returns the run's status as this driver set it.
+func (d *driver) current() event.Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.status
 }
 
 // loop runs steps until the run reaches a final status, which it returns
@@ -259,6 +293,9 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 // step does the next thing the run needs: finish an incomplete step, verify
 // a finished run, or ask the model and run its calls.
 func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) {
+	if d.st.pendingAsk() {
+		return "", nil, d.awaitApprovals(ctx)
+	}
 	if !d.st.complete() {
 		err := d.redo(ctx)
 		if errors.Is(err, errUncertain) {
@@ -295,10 +332,22 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 	ps := []event.Payload{resp}
 	calls := make([]model.ToolCall, len(resp.ToolCalls))
 	decisions := make([]event.PolicyDecision, len(calls))
+	var asks []event.Payload
 	for i, c := range resp.ToolCalls {
 		calls[i] = model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args}
 		decisions[i] = d.decide(ctx, resp.Step, calls[i])
 		ps = append(ps, event.ToolProposed{Step: resp.Step, CallID: c.ID, Tool: c.Name, Args: c.Args}, decisions[i])
+		if decisions[i].Decision == event.DecisionAsk {
+			asks = append(asks, d.approvalRequest(resp.Step, calls[i], decisions[i]))
+		}
+	}
+	if len(asks) > 0 {
+		// Nothing of the step runs before every ask is decided; the wait
+		// is durable (awaiting_approval survives a restart).
+		if err := d.appendStatus(ctx, event.StatusRunning, event.StatusAwaitingApproval, append(ps, asks...)...); err != nil {
+			return "", nil, err
+		}
+		return "", nil, d.awaitApprovals(ctx)
 	}
 	return "", nil, d.execute(ctx, resp.Step, calls, decisions, ps)
 }
@@ -315,8 +364,23 @@ func (d *driver) decide(ctx context.Context, n int, c model.ToolCall) event.Poli
 	if d.e.o.Policy == nil {
 		return event.PolicyDecision{Step: n, CallID: c.ID, Tool: c.Name, Decision: event.DecisionAllow, Rule: "default"}
 	}
-	pd := d.e.o.Policy(ctx, d.run.ID, c)
+	t, known := d.reg.Get(c.Name)
+	name, args, _ := d.route(c)
+	d.mu.Lock()
+	q := PolicyQuery{Run: d.run, Step: n, Usage: d.st.usage, Elapsed: d.st.elapsed(d.e.o.Now()),
+		Call: model.ToolCall{ID: c.ID, Name: c.Name, Args: args}, External: known && external(t)}
+	d.mu.Unlock()
+	if known && t.Place() == tools.PlaceSandbox {
+		q.Sandbox = name
+	}
+	pd := d.e.o.Policy(ctx, q)
 	pd.Step, pd.CallID, pd.Tool = n, c.ID, c.Name
+	switch pd.Decision {
+	case event.DecisionAllow, event.DecisionDeny, event.DecisionAsk:
+	default: // fail closed on anything else
+		pd.Reason = fmt.Sprintf("unknown policy decision %q", pd.Decision)
+		pd.Decision = event.DecisionDeny
+	}
 	return pd
 }
 

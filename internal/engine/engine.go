@@ -74,8 +74,14 @@ type Options struct {
 	// Tenant of the runs Create makes when the request names none.
 	Tenant string
 	// Poll is how often a driven run's status is checked for a cancel or
-	// pause from elsewhere; zero means 250ms.
+	// pause from elsewhere, and its log for decisions on approvals; zero
+	// means 250ms.
 	Poll time.Duration
+	// ApprovalTimeout is how long an approval may wait (15 minutes when
+	// zero); ApprovalOnTimeout what then happens: "deny" (the default) or
+	// "allow".
+	ApprovalTimeout   time.Duration
+	ApprovalOnTimeout string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -100,8 +106,25 @@ type Attachment struct {
 	Audit  func(event.EgressDecision)
 }
 
-// PolicyHook decides whether a proposed tool call may run.
-type PolicyHook func(ctx context.Context, runID string, call model.ToolCall) event.PolicyDecision
+// PolicyHook decides whether a proposed tool call may run: allow, deny,
+// or ask a person (the run then waits in awaiting_approval).
+type PolicyHook func(ctx context.Context, q PolicyQuery) event.PolicyDecision
+
+// PolicyQuery is what a policy decision may look at.
+type PolicyQuery struct {
+	// Run is the run as stored (tenant, task, its policy document).
+	Run  store.Run
+	Step int
+	// Usage and Elapsed are the run's so far.
+	Usage   event.Usage
+	Elapsed time.Duration
+	// Call is the proposed call, its arguments without the sandbox
+	// selector; Sandbox names the sandbox a sandbox tool acts in.
+	Call    model.ToolCall
+	Sandbox string
+	// External says the tool changes the world outside the run.
+	External bool
+}
 
 // Progress reports a running tool call, or a model call (CallID "model").
 type Progress struct {
@@ -131,6 +154,16 @@ func New(o Options) (*Engine, error) {
 	}
 	if o.Tenant == "" {
 		o.Tenant = "local"
+	}
+	if o.ApprovalTimeout <= 0 {
+		o.ApprovalTimeout = 15 * time.Minute
+	}
+	switch o.ApprovalOnTimeout {
+	case "":
+		o.ApprovalOnTimeout = "deny"
+	case "deny", "allow":
+	default:
+		return nil, fmt.Errorf("engine: ApprovalOnTimeout %q: want deny or allow", o.ApprovalOnTimeout)
 	}
 	return &Engine{o: o}, nil
 }
@@ -365,12 +398,17 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 	default: // running or awaiting approval, with no live driver: recovery
 		first = event.RunResumed{Reason: "recovery", FromSeq: r.LastSeq, Host: host}
 	}
-	if r.Status != event.StatusRunning {
+	d.status = r.Status
+	switch r.Status {
+	case event.StatusRunning, event.StatusAwaitingApproval:
+		// A run waiting for a decision keeps waiting, durably.
+		if err := d.append(ctx, first); err != nil {
+			return Outcome{}, err
+		}
+	default:
 		if err := d.appendStatus(ctx, r.Status, event.StatusRunning, first); err != nil {
 			return Outcome{}, err
 		}
-	} else if err := d.append(ctx, first); err != nil {
-		return Outcome{}, err
 	}
 	return d.drive(ctx)
 }

@@ -464,7 +464,7 @@ turns:
 		}
 		done <- o
 	}()
-	waitFor(t, h, r.ID, event.TypeToolStarted)
+	waitFor(t, h, r.ID, event.TypeSandboxProvisioned) // the command runs
 	start := time.Now()
 	if err := h.eng.Cancel(context.Background(), r.ID, "user", "changed my mind"); err != nil {
 		t.Fatal(err)

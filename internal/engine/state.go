@@ -63,6 +63,55 @@ type step struct {
 	dirty map[string]bool
 	// settled: the step's results were appended to the conversation.
 	settled bool
+	// decisions holds the policy's decision on each call; approvals the
+	// approval asked for each call the policy said ask about.
+	decisions map[string]event.PolicyDecision
+	approvals map[string]*approval
+}
+
+// approval is one asked-for approval and, once made, its decision.
+type approval struct {
+	req       event.ApprovalRequested
+	Requested time.Time
+	// Decision is "" while pending, else approved, denied or expired.
+	Decision string
+	By       string
+	Reason   string
+}
+
+// pendingAsk reports whether a call of the current step waits for an
+// approval, or was decided on and has not run yet.
+func (s *state) pendingAsk() bool {
+	c := s.cur
+	if c == nil || c.settled {
+		return false
+	}
+	for _, call := range c.calls {
+		if c.decisions[call.ID].Decision != event.DecisionAsk {
+			continue
+		}
+		_, started := c.started[call.ID]
+		_, done := c.results[call.ID]
+		if !started && !done {
+			return true
+		}
+	}
+	return false
+}
+
+// openApprovals returns the current step's undecided approvals, in call
+// order.
+func (s *state) openApprovals() []*approval {
+	var out []*approval
+	if s.cur == nil {
+		return nil
+	}
+	for _, call := range s.cur.calls {
+		if a := s.cur.approvals[call.ID]; a != nil && a.Decision == "" {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func newState(runID string) *state {
@@ -147,7 +196,8 @@ func (s *state) apply(e event.Event, o origin) error {
 		s.usage = s.usage.Add(r.Usage)
 		s.responses = append(s.responses, *r)
 		msg := responseMessage(*r)
-		s.cur = &step{n: r.Step, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{}}
+		s.cur = &step{n: r.Step, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{},
+			decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
 		for _, c := range r.ToolCalls {
 			s.cur.calls = append(s.cur.calls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
 		}
@@ -162,6 +212,27 @@ func (s *state) apply(e event.Event, o origin) error {
 			}
 			s.messages = append(s.messages, model.Message{Role: model.RoleUser, Content: []model.Part{model.TextPart(nudge)}})
 			s.cur.settled = true
+		}
+	case *event.PolicyDecision:
+		if s.cur != nil && s.cur.n == p.Step {
+			s.cur.decisions[p.CallID] = *p
+		}
+	case *event.ApprovalRequested:
+		if s.cur != nil && s.cur.n == p.Step {
+			a := s.cur.approvals[p.CallID]
+			if a == nil {
+				a = &approval{Requested: e.Time}
+				s.cur.approvals[p.CallID] = a
+			}
+			a.req = *p
+		}
+	case *event.ApprovalDecided:
+		if s.cur != nil {
+			for _, a := range s.cur.approvals {
+				if a.req.ApprovalID == p.ApprovalID && a.Decision == "" {
+					a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
+				}
+			}
 		}
 	case *event.ToolStarted:
 		if s.cur == nil || s.cur.n != p.Step {

@@ -1,0 +1,241 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// An approval's id is its run's id and the call's id: "RUN.CALL". It names
+// one call of one run, so it cannot be decided for another run or tenant.
+
+func approvalID(runID, callID string) string { return runID + "." + callID }
+
+func splitApprovalID(id string) (runID, callID string, ok bool) {
+	runID, callID, ok = strings.Cut(id, ".")
+	if !ok || callID == "" || event.ValidRunID(runID) != nil {
+		return "", "", false
+	}
+	return runID, callID, true
+}
+
+// approvalRequest is the event that asks for a decision on call c.
+func (d *driver) approvalRequest(n int, c model.ToolCall, pd event.PolicyDecision) event.ApprovalRequested {
+	reason := pd.Reason
+	if pd.Rule != "" {
+		reason = strings.TrimSpace(reason + " (" + pd.Rule + ")")
+	}
+	return event.ApprovalRequested{ApprovalID: approvalID(d.run.ID, c.ID), Step: n, CallID: c.ID,
+		Action: describeCall(c), Reason: reason, Expires: d.e.o.Now().Add(d.e.o.ApprovalTimeout).UTC()}
+}
+
+// describeCall is a call as a person deciding on it reads it.
+func describeCall(c model.ToolCall) string {
+	args := string(c.Args)
+	if len(args) > 2000 {
+		args = args[:2000] + "…"
+	}
+	return c.Name + " " + args
+}
+
+// awaitApprovals waits until every approval of the current step is decided
+// (by a person through Decide, or by its timeout), then runs the step's
+// calls that have not run: the approved ones and the others the policy
+// allowed; a denied one is reported to the model as denied, with the reason.
+func (d *driver) awaitApprovals(ctx context.Context) error {
+	d.mu.Lock()
+	open := d.st.openApprovals()
+	status := d.status
+	d.mu.Unlock()
+	if len(open) > 0 && status == event.StatusRunning {
+		// Resumed after a pause: wait again, durably.
+		var ps []event.Payload
+		for _, a := range open {
+			ps = append(ps, a.req)
+		}
+		if err := d.appendStatus(ctx, event.StatusRunning, event.StatusAwaitingApproval, ps...); err != nil {
+			return err
+		}
+	}
+	for {
+		d.mu.Lock()
+		open = d.st.openApprovals()
+		d.mu.Unlock()
+		if len(open) == 0 {
+			break
+		}
+		now := d.e.o.Now()
+		var expired []event.Payload
+		for _, a := range open {
+			if !a.req.Expires.IsZero() && !now.Before(a.req.Expires) {
+				expired = append(expired, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "expired", By: "timeout",
+					Reason: "no decision in " + d.e.o.ApprovalTimeout.String() + "; on timeout: " + d.e.o.ApprovalOnTimeout})
+			}
+		}
+		if len(expired) > 0 {
+			if err := d.append(ctx, expired...); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(d.e.o.Poll):
+		}
+		d.catchUp(ctx)
+	}
+	if d.current() == event.StatusAwaitingApproval {
+		if err := d.appendStatus(ctx, event.StatusAwaitingApproval, event.StatusRunning,
+			event.RunResumed{Reason: "approvals decided", FromSeq: d.st.lastSeq}); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	cur := d.st.cur
+	var calls []model.ToolCall
+	var decisions []event.PolicyDecision
+	for _, c := range cur.calls {
+		if _, started := cur.started[c.ID]; started {
+			continue
+		}
+		if _, done := cur.results[c.ID]; done {
+			continue
+		}
+		pd := cur.decisions[c.ID]
+		if pd.Decision == event.DecisionAsk {
+			a := cur.approvals[c.ID]
+			switch {
+			case a == nil:
+				pd.Decision, pd.Reason = event.DecisionDeny, "no approval was asked for"
+			case a.Decision == "approved", a.Decision == "expired" && d.e.o.ApprovalOnTimeout == "allow":
+				pd.Decision = event.DecisionAllow
+			default:
+				pd.Decision = event.DecisionDeny
+				pd.Reason = a.Decision
+				if a.By != "" {
+					pd.Reason += " by " + a.By
+				}
+				if a.Reason != "" {
+					pd.Reason += ": " + a.Reason
+				}
+			}
+		}
+		calls = append(calls, c)
+		decisions = append(decisions, pd)
+	}
+	n := cur.n
+	d.mu.Unlock()
+	return d.execute(ctx, n, calls, decisions, nil)
+}
+
+// Approval is one pending approval.
+type Approval struct {
+	ID        string    `json:"id"`
+	RunID     string    `json:"run_id"`
+	Tenant    string    `json:"tenant"`
+	Task      string    `json:"task"`
+	Step      int       `json:"step"`
+	CallID    string    `json:"call_id"`
+	Action    string    `json:"action"`
+	Reason    string    `json:"reason,omitempty"`
+	Requested time.Time `json:"requested"`
+	Expires   time.Time `json:"expires"`
+}
+
+// Approvals lists the pending approvals of tenant's runs (every tenant's
+// when tenant is empty), oldest run first.
+func (e *Engine) Approvals(ctx context.Context, tenant string) ([]Approval, error) {
+	var out []Approval
+	f := store.RunFilter{Tenant: tenant, Statuses: []event.Status{event.StatusAwaitingApproval}}
+	for {
+		runs, err := e.o.Store.ListRuns(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range runs {
+			st, _, err := e.load(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			for _, a := range st.openApprovals() {
+				out = append(out, Approval{ID: a.req.ApprovalID, RunID: r.ID, Tenant: r.Tenant, Task: r.Task, Step: a.req.Step, CallID: a.req.CallID,
+					Action: a.req.Action, Reason: a.req.Reason, Requested: a.Requested.UTC(), Expires: a.req.Expires.UTC()})
+			}
+		}
+		if len(runs) < store.PageLimit(f.Limit) {
+			return out, nil
+		}
+		f.After = runs[len(runs)-1].ID
+	}
+}
+
+// Errors of Decide.
+var (
+	// ErrNoApproval: no pending approval has that id (for that tenant).
+	ErrNoApproval = errors.New("engine: no such approval")
+	// ErrDecided: the approval was decided already.
+	ErrDecided = errors.New("engine: approval already decided")
+)
+
+// Decide records a person's decision on a pending approval: approve, or deny
+// with a reason. tenant, when not empty, must own the run; by names who
+// decided. The process driving the run picks the decision up and goes on.
+func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool, reason string) error {
+	runID, _, ok := splitApprovalID(id)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoApproval, id)
+	}
+	decision := "denied"
+	if approve {
+		decision = "approved"
+	}
+	for attempt := 0; ; attempt++ {
+		r, err := e.o.Store.GetRun(ctx, runID)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && r.Tenant != tenant) {
+			return fmt.Errorf("%w: %q", ErrNoApproval, id) // another tenant's run does not exist for this one
+		}
+		if err != nil {
+			return err
+		}
+		st, _, err := e.load(ctx, r)
+		if err != nil {
+			return err
+		}
+		var a *approval
+		if st.cur != nil {
+			for _, x := range st.cur.approvals {
+				if x.req.ApprovalID == id {
+					a = x
+				}
+			}
+		}
+		switch {
+		case a == nil:
+			return fmt.Errorf("%w: %q", ErrNoApproval, id)
+		case a.Decision != "":
+			return fmt.Errorf("%w: %s %s by %s", ErrDecided, id, a.Decision, a.By)
+		case r.Status.Final():
+			return fmt.Errorf("%w: run %s is %s", ErrFinal, r.ID, r.Status)
+		}
+		evs, err := drafts(event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason})
+		if err != nil {
+			return err
+		}
+		stored, err := e.o.Store.Append(ctx, r.ID, r.LastSeq+1, evs)
+		if errors.Is(err, store.ErrConflict) && attempt < 50 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		e.emit(stored)
+		return nil
+	}
+}
