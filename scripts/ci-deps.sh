@@ -19,6 +19,7 @@ want=(
   tinyproxy:tinyproxy     # bench/egress.sh baseline only
   curl:curl               # e2e and conformance: a real client in the sandbox
   git:git                 # e2e: git clone through the egress proxy
+  postgresql:pg_ctlcluster  # store/postgres tests run a throwaway server (/usr/lib/postgresql/N/bin)
 )
 
 missing=()

@@ -1,7 +1,8 @@
 // Package store is the contract of the durable record of runs: the runs
 // themselves, their append-only event logs, and artifact metadata.
-// Implementations live in store/sqlite (the embedded default) and, later,
-// store/postgres; every implementation passes the conformance suite in
+// Implementations live in store/sqlite (the embedded default) and
+// store/postgres (several host processes on one database); both are built
+// from one schema (store/schema) and pass the conformance suite in
 // store/storetest.
 //
 // Invariants every implementation keeps:

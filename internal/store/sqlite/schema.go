@@ -6,64 +6,16 @@ import (
 	"fmt"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/schema"
 )
 
-// migrations is the schema history: migrations[i] brings a database from
-// version i to version i+1. Entries are never edited once released, only
-// appended. The SQL keeps to what PostgreSQL also understands, except
-// WITHOUT ROWID (a storage hint the PostgreSQL store leaves out).
-//
-// Times are INTEGER nanoseconds since 1970 in UTC, so every backend keeps
-// them exactly (the hash chain covers event times to the nanosecond), and
-// payloads are BLOBs, so the hashed bytes are stored as they are (a JSON
-// column type would reformat them).
-var migrations = []string{
-	// 1: runs and their event logs.
-	`CREATE TABLE runs (
-		id            TEXT PRIMARY KEY,
-		tenant        TEXT NOT NULL,
-		task          TEXT NOT NULL,
-		model         TEXT NOT NULL,
-		policy        BLOB NOT NULL,
-		policy_hash   TEXT NOT NULL,
-		status        TEXT NOT NULL,
-		created_ns    INTEGER NOT NULL,
-		updated_ns    INTEGER NOT NULL,
-		finished_ns   INTEGER,
-		parent_run_id TEXT REFERENCES runs (id),
-		parent_seq    INTEGER,
-		last_seq      INTEGER NOT NULL DEFAULT 0,
-		last_hash     BLOB
-	);
-	CREATE INDEX runs_tenant_id ON runs (tenant, id);
-	CREATE INDEX runs_status_id ON runs (status, id);
-	CREATE TABLE events (
-		run_id    TEXT NOT NULL REFERENCES runs (id),
-		seq       INTEGER NOT NULL,
-		type      TEXT NOT NULL,
-		time_ns   INTEGER NOT NULL,
-		payload   BLOB NOT NULL,
-		prev_hash BLOB NOT NULL,
-		hash      BLOB NOT NULL,
-		PRIMARY KEY (run_id, seq)
-	) WITHOUT ROWID;`,
-
-	// 2: artifact metadata; the digest index finds whether a blob is still
-	// referenced before it is deleted.
-	`CREATE TABLE artifacts (
-		run_id     TEXT NOT NULL REFERENCES runs (id),
-		name       TEXT NOT NULL,
-		digest     TEXT NOT NULL,
-		size       INTEGER NOT NULL,
-		media_type TEXT NOT NULL,
-		created_ns INTEGER NOT NULL,
-		PRIMARY KEY (run_id, name)
-	) WITHOUT ROWID;
-	CREATE INDEX artifacts_digest ON artifacts (digest);`,
-}
+// migrations is the schema history, from the one list both SQL stores
+// share (package schema): migrations[i] brings a database from version i to
+// version i+1.
+var migrations = schema.SQLite()
 
 // SchemaVersion is the schema version this build writes: len(migrations).
-const SchemaVersion = 2
+const SchemaVersion = schema.Version
 
 // migrate brings the database to len(steps) in one transaction, so a
 // failure leaves it at the version it had. It is idempotent, and safe when

@@ -1,0 +1,761 @@
+// Package postgres is the Store for more than one machine: runs, event logs
+// and artifact metadata in a PostgreSQL database, through pgx's native
+// interface (pgxpool; no database/sql). Several airlock processes may share
+// one database.
+//
+// Durability: every write is one transaction, and Open refuses a server or
+// session with fsync or synchronous_commit off, so an appended event is on
+// disk once Append returns. Should the connection fail while COMMIT is in
+// flight, Append does not guess: it asks the database whether its last
+// event is there (see committed), so its result always says truly whether
+// the events were written.
+//
+// Concurrency: Append locks the run's row (SELECT ... FOR NO KEY UPDATE)
+// before it reads the log's tail, so writers of one run queue on the row
+// whatever process they are in, and each re-checks the next seq only once it
+// holds the lock; the loser of a race gets a *store.AppendConflictError and
+// the log is never interleaved. Status changes lock the row the same way.
+//
+// The schema comes from package schema, the list the SQLite store applies
+// too, in PostgreSQL's dialect. Tests run against a throwaway server that
+// package pgtest starts.
+//
+// Importers: host wiring, the CLI, and tests.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+var _ store.Store = (*Store)(nil)
+
+// Options configure Open.
+type Options struct {
+	// Redactor scrubs secrets from every payload and task before they are
+	// hashed and written. Required, so it cannot be forgotten: pass
+	// store.NoRedaction to opt out on purpose.
+	Redactor store.Redactor
+	// Now returns the current time; nil means time.Now. Tests inject a
+	// fake clock here.
+	Now func() time.Time
+}
+
+// Store is a store.Store in a PostgreSQL database. It is safe for
+// concurrent use, also by several processes on the same database.
+type Store struct {
+	pool   *pgxpool.Pool
+	red    store.Redactor
+	now    func() time.Time
+	closed atomic.Bool
+	// insertBytes bounds the payload bytes of one INSERT of events:
+	// maxInsertBytes, lowered by tests.
+	insertBytes int
+}
+
+// idleTxTimeout is the idle_in_transaction_session_timeout the store's
+// sessions get unless the URL sets one. A store transaction never waits on
+// its client between statements for long; one that does belongs to a
+// client that vanished without the server noticing (a network partition),
+// and would hold its run's row lock, and so stop every writer of that run,
+// until TCP gave up on it.
+const idleTxTimeout = "1min"
+
+// Open connects to the database at url (a postgres:// URL or a libpq
+// key=value string; pgxpool's pool_* parameters size the pool), applies
+// any schema migrations, and refuses a database written by a newer airlock
+// (*store.SchemaVersionError) or a server that would not make commits
+// durable. Errors never quote url, which may hold a password.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	return open(ctx, url, opts, migrations)
+}
+
+func open(ctx context.Context, url string, opts Options, steps []string) (_ *Store, err error) {
+	if opts.Redactor == nil {
+		return nil, errors.New("postgres: open: Options.Redactor is required (store.NoRedaction opts out)")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// Not wrapped: pgx masks the password in the URL it quotes only
+		// on a best-effort basis, and a malformed URL can defeat it.
+		return nil, errors.New("postgres: open: malformed database URL (not shown: it may hold a password)")
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleTxTimeout
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	s := &Store{pool: pool, red: opts.Redactor, now: opts.Now, insertBytes: maxInsertBytes}
+	defer func() {
+		if err != nil {
+			pool.Close()
+		}
+	}()
+	if err := checkDurable(ctx, pool); err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	if err := migrate(ctx, pool, steps, s.now().UnixNano()); err != nil {
+		return nil, fmt.Errorf("postgres: open: %w", err)
+	}
+	return s, nil
+}
+
+// checkDurable makes sure the settings durability rests on are on: with
+// either off, the server acknowledges commits it may lose.
+func checkDurable(ctx context.Context, pool *pgxpool.Pool) error {
+	var fsync, syncCommit string
+	err := pool.QueryRow(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit')`).Scan(&fsync, &syncCommit)
+	if err != nil {
+		return fmt.Errorf("read settings: %w", err)
+	}
+	if fsync != "on" || syncCommit == "off" {
+		return fmt.Errorf("fsync=%s synchronous_commit=%s: commits would not be durable; want fsync on and synchronous_commit not off", fsync, syncCommit)
+	}
+	return nil
+}
+
+// Close closes the connection pool, waiting for connections in use to be
+// returned. It is safe to call more than once.
+func (s *Store) Close() error {
+	if !s.closed.Swap(true) {
+		s.pool.Close()
+	}
+	return nil
+}
+
+func (s *Store) check(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("postgres: %s: %w", op, store.ErrClosed)
+	}
+	return nil
+}
+
+// write runs fn in one transaction and commits.
+func (s *Store) write(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		rollback(ctx, tx)
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// rollback ends tx, also when ctx is done: rolling back on a live
+// connection keeps it for the pool. Should that fail, pgx closes the
+// connection, and the server rolls back for it.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(ctx)
+}
+
+const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash`
+
+func scanRun(row pgx.Row) (store.Run, error) {
+	var (
+		r        store.Run
+		status   string
+		created  int64
+		updated  int64
+		finished *int64
+		parent   *string
+		pseq     *int64
+		lastHash []byte
+	)
+	if err := row.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
+		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash); err != nil {
+		return r, err
+	}
+	r.Status = event.Status(status)
+	r.Created = fromNS(created)
+	r.Updated = fromNS(updated)
+	if finished != nil {
+		r.Finished = fromNS(*finished)
+	}
+	if parent != nil {
+		r.ParentRunID = *parent
+	}
+	if pseq != nil {
+		r.ParentSeq = *pseq
+	}
+	if r.Policy == nil {
+		r.Policy = []byte{}
+	}
+	if err := copyHash(&r.LastHash, lastHash); err != nil {
+		return r, fmt.Errorf("run %s: last_hash: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+func fromNS(ns int64) time.Time { return time.Unix(0, ns).UTC() }
+
+func copyHash(h *event.Hash, b []byte) error {
+	if len(b) == 0 {
+		*h = event.Hash{}
+		return nil
+	}
+	if len(b) != len(h) {
+		return fmt.Errorf("%d bytes, want %d", len(b), len(h))
+	}
+	copy(h[:], b)
+	return nil
+}
+
+// CreateRun implements store.Store.
+func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
+	if err := s.check("create run"); err != nil {
+		return r, err
+	}
+	r, err := store.PrepareRun(r, s.now(), s.red)
+	if err != nil {
+		return r, fmt.Errorf("postgres: create run: %w", err)
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		var one int
+		switch err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, r.ID).Scan(&one); {
+		case err == nil:
+			return store.ErrExists
+		case !errors.Is(err, pgx.ErrNoRows):
+			return err
+		}
+		var parent, pseq any // NULL unless a fork
+		if r.ParentRunID != "" {
+			// A log only grows, so a seq it has now it keeps: no lock.
+			var last int64
+			err := tx.QueryRow(ctx, `SELECT last_seq FROM runs WHERE id = $1`, r.ParentRunID).Scan(&last)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
+			case err != nil:
+				return err
+			case r.ParentSeq > last:
+				return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
+			}
+			parent, pseq = r.ParentRunID, r.ParentSeq
+		}
+		// ON CONFLICT: another process may create the same id between
+		// the check above and here.
+		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL)
+			ON CONFLICT (id) DO NOTHING`,
+			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
+			r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq)
+		if err == nil && tag.RowsAffected() == 0 {
+			return store.ErrExists
+		}
+		return err
+	})
+	if err != nil {
+		return r, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
+	}
+	return r, nil
+}
+
+// GetRun implements store.Store.
+func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
+	if err := s.check("get run"); err != nil {
+		return store.Run{}, err
+	}
+	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Run{}, fmt.Errorf("postgres: get run %s: %w", clip(id), err)
+	}
+	return r, nil
+}
+
+// ListRuns implements store.Store.
+func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
+	if err := s.check("list runs"); err != nil {
+		return nil, err
+	}
+	f, err := store.ValidateFilter(f)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list runs: %w", err)
+	}
+	var (
+		q    strings.Builder
+		args []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	q.WriteString(`SELECT ` + runColumns + ` FROM runs WHERE true`)
+	if f.Tenant != "" {
+		q.WriteString(` AND tenant = ` + arg(f.Tenant))
+	}
+	if len(f.Statuses) > 0 {
+		statuses := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			statuses[i] = string(st)
+		}
+		q.WriteString(` AND status = ANY(` + arg(statuses) + `)`)
+	}
+	switch {
+	case f.After != "" && f.Desc:
+		q.WriteString(` AND id < ` + arg(f.After))
+	case f.After != "":
+		q.WriteString(` AND id > ` + arg(f.After))
+	}
+	q.WriteString(` ORDER BY id`)
+	if f.Desc {
+		q.WriteString(` DESC`)
+	}
+	q.WriteString(` LIMIT ` + arg(f.Limit))
+	rows, err := s.pool.Query(ctx, q.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list runs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list runs: %w", err)
+	}
+	return out, nil
+}
+
+// UpdateRunStatus implements store.Store.
+func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (store.Run, error) {
+	if err := s.check("update run status"); err != nil {
+		return store.Run{}, err
+	}
+	if err := event.CheckTransition(from, to); err != nil {
+		return store.Run{}, fmt.Errorf("postgres: run %s: %w", clip(id), err)
+	}
+	var r store.Run
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		var cur string
+		err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&cur)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return store.ErrNotFound
+		case err != nil:
+			return err
+		case event.Status(cur) != from:
+			return &store.StatusConflictError{RunID: id, Want: from, Got: event.Status(cur)}
+		}
+		now := s.now().UnixNano()
+		r, err = scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, updated_ns = $3, finished_ns = $4
+			WHERE id = $1 RETURNING `+runColumns, id, string(to), now, finishedNS(to, now)))
+		return err
+	})
+	if err != nil {
+		return store.Run{}, fmt.Errorf("postgres: run %s: update status: %w", clip(id), err)
+	}
+	return r, nil
+}
+
+// finishedNS is the finished_ns of a run entering status to at now: now
+// for a final status, else NULL.
+func finishedNS(to event.Status, now int64) any {
+	if to.Final() {
+		return now
+	}
+	return nil
+}
+
+// Append implements store.Store.
+func (s *Store) Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error) {
+	_, evs, err := s.appendStatus(ctx, runID, next, "", "", drafts)
+	return evs, err
+}
+
+// AppendStatus implements store.Store.
+func (s *Store) AppendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
+	if err := event.CheckTransition(from, to); err != nil {
+		return store.Run{}, nil, fmt.Errorf("postgres: run %s: %w", clip(runID), err)
+	}
+	return s.appendStatus(ctx, runID, next, from, to, drafts)
+}
+
+// appendStatus appends drafts and, when to is not empty, changes the status
+// from from to to, in one transaction.
+func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
+	if err := s.check("append"); err != nil {
+		return store.Run{}, nil, err
+	}
+	// Redaction and canonical JSON are the costly part; they need no lock.
+	evs, err := store.PrepareDrafts(runID, next, drafts, s.now(), s.red)
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("postgres: append: %w", err)
+	}
+	r, err := s.appendTx(ctx, runID, next, from, to, evs)
+	if err != nil {
+		return store.Run{}, nil, fmt.Errorf("postgres: run %s: append: %w", runID, err)
+	}
+	return r, evs, nil
+}
+
+// appendTx seals evs onto run runID's log, writes them and the new tail
+// (and status, when to is not empty), and commits.
+func (s *Store) appendTx(ctx context.Context, runID string, next int64, from, to event.Status, evs []event.Event) (store.Run, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("begin: %w", err)
+	}
+	r, err := s.appendIn(ctx, tx, runID, next, from, to, evs)
+	if err != nil {
+		rollback(ctx, tx)
+		return store.Run{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		if errors.Is(err, pgx.ErrTxCommitRollback) {
+			return store.Run{}, fmt.Errorf("commit: %w", err) // the server said so
+		}
+		// COMMIT failed, but perhaps only its reply was lost: the
+		// events may be durable. Find out rather than guess, so the
+		// caller neither redoes an effect nor believes one recorded.
+		// (pgconn.SafeToRetry cannot tell: pgx v5.12 reports a COMMIT
+		// whose reply was lost as "conn closed", safe to retry, though
+		// the server got it and committed; TestCommitLost shows it.)
+		ok, cerr := s.committed(ctx, evs[len(evs)-1])
+		switch {
+		case cerr != nil:
+			return store.Run{}, fmt.Errorf("commit: %w; whether it took effect is unknown: %w", err, cerr)
+		case !ok:
+			return store.Run{}, fmt.Errorf("commit: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// appendIn is the body of appendTx's transaction.
+func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int64, from, to event.Status, evs []event.Event) (store.Run, error) {
+	// The row lock is what serializes writers of one run across
+	// processes. NO KEY UPDATE rather than UPDATE: it does not block the
+	// key-share locks that inserting a row that references the run takes
+	// (an artifact, a fork), and it is the lock the UPDATE below needs anyway.
+	var (
+		lastSeq  int64
+		lastHash []byte
+		status   string
+	)
+	err := tx.QueryRow(ctx, `SELECT last_seq, last_hash, status FROM runs WHERE id = $1 FOR NO KEY UPDATE`, runID).
+		Scan(&lastSeq, &lastHash, &status)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return store.Run{}, store.ErrNotFound
+	case err != nil:
+		return store.Run{}, err
+	case lastSeq+1 != next:
+		return store.Run{}, &store.AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
+	case to != "" && event.Status(status) != from:
+		return store.Run{}, &store.StatusConflictError{RunID: runID, Want: from, Got: event.Status(status)}
+	}
+	var prev event.Hash
+	if err := copyHash(&prev, lastHash); err != nil {
+		return store.Run{}, fmt.Errorf("last_hash: %w", err)
+	}
+	for i := range evs {
+		e := &evs[i]
+		event.Seal(runID, lastSeq+int64(i), prev, e)
+		prev = e.Hash
+	}
+	// The events and the new tail go in one round trip: a pipeline of
+	// INSERTs (one for most batches) and the UPDATE.
+	b := &pgx.Batch{}
+	for rest := evs; len(rest) > 0; {
+		n := insertChunk(rest, s.insertBytes)
+		queueInsert(b, rest[:n])
+		rest = rest[n:]
+	}
+	last := evs[len(evs)-1]
+	now := s.now().UnixNano()
+	if to == "" {
+		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3 WHERE id = $1`, runID, last.Seq, last.Hash[:])
+	} else {
+		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3, status = $4, updated_ns = $5, finished_ns = $6
+			WHERE id = $1 RETURNING `+runColumns, runID, last.Seq, last.Hash[:], string(to), now, finishedNS(to, now))
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for i := 0; i < b.Len()-1; i++ {
+		if _, err := br.Exec(); err != nil {
+			return store.Run{}, fmt.Errorf("insert seq %d to %d: %w", next, last.Seq, err)
+		}
+	}
+	if to == "" {
+		if _, err := br.Exec(); err != nil {
+			return store.Run{}, fmt.Errorf("update tail: %w", err)
+		}
+		return store.Run{}, br.Close()
+	}
+	r, err := scanRun(br.QueryRow())
+	if err != nil {
+		return store.Run{}, fmt.Errorf("update tail and status: %w", err)
+	}
+	return r, br.Close()
+}
+
+// maxInsertBytes bounds the payload bytes of one INSERT: PostgreSQL takes
+// at most 1 GiB in one message, and a batch may hold MaxBatch events of
+// event.MaxPayloadSize.
+const maxInsertBytes = 64 << 20
+
+// insertChunk returns how many of evs, at least one, the next INSERT
+// takes, given that one should hold at most limit payload bytes.
+func insertChunk(evs []event.Event, limit int) int {
+	size := 0
+	for i, e := range evs {
+		size += len(e.Payload)
+		if size > limit && i > 0 {
+			return i
+		}
+	}
+	return len(evs)
+}
+
+// queueInsert queues one INSERT of evs, each column an array: one
+// statement, prepared once per connection, whatever the number of rows.
+func queueInsert(b *pgx.Batch, evs []event.Event) {
+	var (
+		seqs     = make([]int64, len(evs))
+		types    = make([]string, len(evs))
+		times    = make([]int64, len(evs))
+		payloads = make([][]byte, len(evs))
+		prevs    = make([][]byte, len(evs))
+		hashes   = make([][]byte, len(evs))
+	)
+	for i := range evs {
+		e := &evs[i]
+		seqs[i], types[i], times[i] = e.Seq, string(e.Type), e.Time.UnixNano()
+		payloads[i], prevs[i], hashes[i] = e.Payload, e.PrevHash[:], e.Hash[:]
+	}
+	b.Queue(`INSERT INTO events (run_id, seq, type, time_ns, payload, prev_hash, hash)
+		SELECT $1::text, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::bytea[], $6::bytea[], $7::bytea[])`,
+		evs[0].RunID, seqs, types, times, payloads, prevs, hashes)
+}
+
+// resolveTimeout bounds committed, which runs after the caller's context
+// may have ended.
+const resolveTimeout = 30 * time.Second
+
+// committed reports whether the transaction that appended last committed,
+// after its COMMIT failed without a clear answer (the connection broke, or
+// the caller's context ended, while it was in flight). It locks the run's
+// row first, so if that transaction is still running on the server it
+// waits for it to end, then looks for last in the log: the hash covers the
+// run, seq, time, payload and the whole chain before it, so an event there
+// with last's hash is last itself. It runs on a new connection, regardless
+// of ctx's cancellation, for at most resolveTimeout.
+func (s *Store) committed(ctx context.Context, last event.Event) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resolveTimeout)
+	defer cancel()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("look for seq %d: %w", last.Seq, err)
+	}
+	defer rollback(ctx, tx)
+	var one int
+	if err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR SHARE`, last.RunID).Scan(&one); err != nil {
+		return false, fmt.Errorf("look for seq %d: lock run: %w", last.Seq, err)
+	}
+	var hash []byte
+	err = tx.QueryRow(ctx, `SELECT hash FROM events WHERE run_id = $1 AND seq = $2`, last.RunID, last.Seq).Scan(&hash)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("look for seq %d: %w", last.Seq, err)
+	}
+	return string(hash) == string(last.Hash[:]), nil
+}
+
+const eventColumns = `run_id, seq, type, time_ns, payload, prev_hash, hash`
+
+func scanEvent(row pgx.Row) (event.Event, error) {
+	var (
+		e          event.Event
+		typ        string
+		ns         int64
+		prev, hash []byte
+	)
+	if err := row.Scan(&e.RunID, &e.Seq, &typ, &ns, (*[]byte)(&e.Payload), &prev, &hash); err != nil {
+		return e, err
+	}
+	e.Type = event.Type(typ)
+	e.Time = fromNS(ns)
+	if err := copyHash(&e.PrevHash, prev); err != nil {
+		return e, fmt.Errorf("seq %d: prev_hash: %w", e.Seq, err)
+	}
+	if err := copyHash(&e.Hash, hash); err != nil {
+		return e, fmt.Errorf("seq %d: hash: %w", e.Seq, err)
+	}
+	return e, nil
+}
+
+// Events implements store.Store.
+func (s *Store) Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error) {
+	if err := s.check("events"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
+		runID, from, store.PageLimit(limit))
+	if err != nil {
+		return nil, fmt.Errorf("postgres: run %s: events: %w", clip(runID), err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (event.Event, error) { return scanEvent(row) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: run %s: events: %w", clip(runID), err)
+	}
+	if len(out) == 0 {
+		if err := s.exists(ctx, runID); err != nil {
+			return nil, fmt.Errorf("postgres: run %s: events: %w", clip(runID), err)
+		}
+	}
+	return out, nil
+}
+
+// LastEvent implements store.Store.
+func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
+	if err := s.check("last event"); err != nil {
+		return event.Event{}, err
+	}
+	e, err := scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, runID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+		if xerr := s.exists(ctx, runID); xerr != nil {
+			err = xerr
+		}
+	}
+	if err != nil {
+		return event.Event{}, fmt.Errorf("postgres: run %s: last event: %w", clip(runID), err)
+	}
+	return e, nil
+}
+
+// exists returns nil if run id exists, or an error wrapping
+// store.ErrNotFound.
+func (s *Store) exists(ctx context.Context, id string) error {
+	var one int
+	err := s.pool.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, id).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("run %s: %w", clip(id), store.ErrNotFound)
+	}
+	return err
+}
+
+// PutArtifact implements store.Store.
+func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
+	if err := s.check("put artifact"); err != nil {
+		return a, err
+	}
+	a, err := store.PrepareArtifact(a, s.now())
+	if err != nil {
+		return a, fmt.Errorf("postgres: put artifact: %w", err)
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		var one int
+		switch err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, a.RunID).Scan(&one); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return store.ErrNotFound
+		case err != nil:
+			return err
+		}
+		// Insert unless the name is taken, then read what is stored
+		// under it: ours, or an earlier Put's (maybe another process's,
+		// committed an instant ago).
+		_, err := tx.Exec(ctx, `INSERT INTO artifacts (`+artifactColumns+`) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (run_id, name) DO NOTHING`,
+			a.RunID, a.Name, a.Digest, a.Size, a.MediaType, a.Created.UnixNano())
+		if err != nil {
+			return err
+		}
+		old, err := scanArtifact(tx.QueryRow(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, a.RunID, a.Name))
+		if err != nil {
+			return err
+		}
+		if old.Digest != a.Digest || old.Size != a.Size || old.MediaType != a.MediaType {
+			return fmt.Errorf("%w with another digest, size or media type", store.ErrExists)
+		}
+		a = old
+		return nil
+	})
+	if err != nil {
+		return store.Artifact{}, fmt.Errorf("postgres: run %s: put artifact %q: %w", a.RunID, a.Name, err)
+	}
+	return a, nil
+}
+
+const artifactColumns = `run_id, name, digest, size, media_type, created_ns`
+
+func scanArtifact(row pgx.Row) (store.Artifact, error) {
+	var (
+		a  store.Artifact
+		ns int64
+	)
+	if err := row.Scan(&a.RunID, &a.Name, &a.Digest, &a.Size, &a.MediaType, &ns); err != nil {
+		return a, err
+	}
+	a.Created = fromNS(ns)
+	return a, nil
+}
+
+// GetArtifact implements store.Store.
+func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Artifact, error) {
+	if err := s.check("get artifact"); err != nil {
+		return store.Artifact{}, err
+	}
+	a, err := scanArtifact(s.pool.QueryRow(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, runID, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Artifact{}, fmt.Errorf("postgres: run %s: get artifact %q: %w", clip(runID), clip(name), err)
+	}
+	return a, nil
+}
+
+// ListArtifacts implements store.Store.
+func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
+	if err := s.check("list artifacts"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = $1 ORDER BY name`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: run %s: list artifacts: %w", clip(runID), err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Artifact, error) { return scanArtifact(row) })
+	if err != nil {
+		return nil, fmt.Errorf("postgres: run %s: list artifacts: %w", clip(runID), err)
+	}
+	if len(out) == 0 {
+		if err := s.exists(ctx, runID); err != nil {
+			return nil, fmt.Errorf("postgres: list artifacts: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// clip shortens an untrusted id quoted in an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) > max {
+		return s[:max] + "..."
+	}
+	return s
+}

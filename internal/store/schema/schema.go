@@ -1,0 +1,105 @@
+// Package schema is the one source of truth for the SQL schema of the run
+// store: the list of migrations that builds every version of it. The
+// SQLite store applies them as written (SQLite); the PostgreSQL store
+// applies the same text with the few words that differ between the
+// dialects translated (Postgres). Both stores therefore have the same
+// tables, columns, keys and indexes at every version, which
+// store/postgres's tests check against a live database of each.
+//
+// Invariants: migrations are only ever appended, never edited once
+// released (schema_test.go pins the text of every released one, in both
+// dialects), and Version is their number.
+//
+// Importers: store/sqlite and store/postgres.
+package schema
+
+import "strings"
+
+// migrations is the schema history: migrations[i] brings a database from
+// version i to version i+1. The SQL is SQLite's and keeps to what
+// PostgreSQL also understands, save for the words postgresWords translates:
+// SQL words are upper case and names lower case, so the translation cannot
+// touch a name.
+//
+// Times are INTEGER nanoseconds since 1970 in UTC, so every backend keeps
+// them exactly (the hash chain covers event times to the nanosecond), and
+// payloads are BLOBs, so the hashed bytes are stored as they are (a JSON
+// column type would reformat them).
+var migrations = []string{
+	// 1: runs and their event logs.
+	`CREATE TABLE runs (
+		id            TEXT PRIMARY KEY,
+		tenant        TEXT NOT NULL,
+		task          TEXT NOT NULL,
+		model         TEXT NOT NULL,
+		policy        BLOB NOT NULL,
+		policy_hash   TEXT NOT NULL,
+		status        TEXT NOT NULL,
+		created_ns    INTEGER NOT NULL,
+		updated_ns    INTEGER NOT NULL,
+		finished_ns   INTEGER,
+		parent_run_id TEXT REFERENCES runs (id),
+		parent_seq    INTEGER,
+		last_seq      INTEGER NOT NULL DEFAULT 0,
+		last_hash     BLOB
+	);
+	CREATE INDEX runs_tenant_id ON runs (tenant, id);
+	CREATE INDEX runs_status_id ON runs (status, id);
+	CREATE TABLE events (
+		run_id    TEXT NOT NULL REFERENCES runs (id),
+		seq       INTEGER NOT NULL,
+		type      TEXT NOT NULL,
+		time_ns   INTEGER NOT NULL,
+		payload   BLOB NOT NULL,
+		prev_hash BLOB NOT NULL,
+		hash      BLOB NOT NULL,
+		PRIMARY KEY (run_id, seq)
+	) WITHOUT ROWID;`,
+
+	// 2: artifact metadata; the digest index finds whether a blob is still
+	// referenced before it is deleted.
+	`CREATE TABLE artifacts (
+		run_id     TEXT NOT NULL REFERENCES runs (id),
+		name       TEXT NOT NULL,
+		digest     TEXT NOT NULL,
+		size       INTEGER NOT NULL,
+		media_type TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		PRIMARY KEY (run_id, name)
+	) WITHOUT ROWID;
+	CREATE INDEX artifacts_digest ON artifacts (digest);`,
+}
+
+// Version is the schema version this build writes: the number of
+// migrations.
+const Version = 2
+
+// SQLite returns the migrations in SQLite's dialect: element i brings a
+// database from version i to version i+1.
+func SQLite() []string {
+	return append([]string(nil), migrations...)
+}
+
+// postgresWords maps the SQLite words of the migrations to PostgreSQL's:
+// SQLite's INTEGER is 64 bits, PostgreSQL's 32 (BIGINT is 64); BLOB is
+// BYTEA; SQLite compares TEXT by its bytes, PostgreSQL by the database's
+// collation unless told "C" (so ids, names and pages sort, compare and
+// index the same in both, whatever locale the database was made with);
+// WITHOUT ROWID is a SQLite storage hint with no PostgreSQL counterpart
+// (its tables never have a hidden row id).
+var postgresWords = strings.NewReplacer(
+	"INTEGER", "BIGINT",
+	"BLOB", "BYTEA",
+	"TEXT", `TEXT COLLATE "C"`,
+	" WITHOUT ROWID", "",
+)
+
+// Postgres returns the migrations in PostgreSQL's dialect: element i brings
+// a database from version i to version i+1.
+func Postgres() []string {
+	out := make([]string, len(migrations))
+	for i, m := range migrations {
+		out[i] = postgresWords.Replace(m)
+	}
+	return out
+}

@@ -1,0 +1,65 @@
+package schema
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"regexp"
+	"testing"
+)
+
+// released pins the SHA-256 of every migration that has shipped, in each
+// dialect. Databases in the field were built by exactly these statements:
+// change the schema by appending a migration (and its hashes here), never
+// by editing one or the PostgreSQL translation.
+var released = []struct{ sqlite, postgres string }{
+	{
+		"ae85299a85ec185b63a577420e84a2cc66e84db7e05ca4cab3aac7ceaf958d52",
+		"618af1d33032399062807b7f4064f4a166dffd9c731bd56ae11afd8c662d9ba3",
+	},
+	{
+		"53b5c3a5319a694aff287db8963b84aae0a3a18f9167af3ce57a1e972e409d16",
+		"61382c0bed14558a6cfec39bbc47f76ea120c676de181671f4f7a86e859f943c",
+	},
+}
+
+func TestReleased(t *testing.T) {
+	if Version != len(migrations) {
+		t.Fatalf("Version = %d, but there are %d migrations", Version, len(migrations))
+	}
+	lite, pg := SQLite(), Postgres()
+	if len(lite) != Version || len(pg) != Version {
+		t.Fatalf("SQLite() has %d migrations, Postgres() %d; want %d", len(lite), len(pg), Version)
+	}
+	for i, want := range released {
+		if got := fmt.Sprintf("%x", sha256.Sum256([]byte(lite[i]))); got != want.sqlite {
+			t.Errorf("released SQLite migration %d was edited (sha256 %s, released %s); add a new migration instead", i+1, got, want.sqlite)
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256([]byte(pg[i]))); got != want.postgres {
+			t.Errorf("released PostgreSQL migration %d changed (sha256 %s, released %s); add a new migration instead", i+1, got, want.postgres)
+		}
+	}
+}
+
+// TestPostgresWords: no SQLite-only word survives the translation, and the
+// translation touched only SQL words (upper case), never a name.
+func TestPostgresWords(t *testing.T) {
+	sqliteOnly := regexp.MustCompile(`\b(INTEGER|BLOB|ROWID|AUTOINCREMENT)\b`)
+	name := regexp.MustCompile(`\b[a-z_]+\b`)
+	for i, m := range Postgres() {
+		if w := sqliteOnly.FindString(m); w != "" {
+			t.Errorf("Postgres()[%d] still says %s", i, w)
+		}
+		if a, b := name.FindAllString(m, -1), name.FindAllString(migrations[i], -1); fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("Postgres()[%d] names %v, the SQLite migration %v", i, a, b)
+		}
+	}
+}
+
+// TestCopies: callers get their own slices.
+func TestCopies(t *testing.T) {
+	SQLite()[0] = "x"
+	Postgres()[0] = "x"
+	if SQLite()[0] == "x" || Postgres()[0] == "x" {
+		t.Fatal("a caller changed the package's migrations")
+	}
+}
