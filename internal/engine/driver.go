@@ -120,16 +120,15 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 			break
 		}
 		// Someone else wrote to the log: a cancel or pause (the run's
-		// status moved), or a decision on an approval (it did not).
+		// status moved), a decision on an approval (the only foreign
+		// event a driver takes in and goes on), or another driver, which
+		// this one leaves the run to.
 		r, gerr := d.e.o.Store.GetRun(ctx, d.run.ID)
 		if gerr != nil {
 			break
 		}
-		if r.Status != d.status {
+		if r.Status != d.status || attempt >= 20 || !d.onlyDecisionsSince(ctx) {
 			return &stolenError{status: r.Status}
-		}
-		if attempt >= 20 {
-			break
 		}
 		d.catchUpLocked(ctx)
 	}
@@ -170,6 +169,21 @@ func (d *driver) later(ps ...event.Payload) error {
 
 // flush writes the pending events.
 func (d *driver) flush(ctx context.Context) error { return d.append(ctx) }
+
+// onlyDecisionsSince reports whether every event appended after the last
+// one this driver knows is a decision on an approval.
+func (d *driver) onlyDecisionsSince(ctx context.Context) bool {
+	evs, err := d.e.o.Store.Events(ctx, d.run.ID, d.st.lastSeq+1, store.MaxPage)
+	if err != nil || len(evs) == 0 {
+		return false
+	}
+	for _, e := range evs {
+		if e.Type != event.TypeApprovalDecided {
+			return false
+		}
+	}
+	return true
+}
 
 // catchUp folds events others appended (a cancel or pause, a decision on
 // an approval) into the state.
