@@ -88,11 +88,15 @@ type cli struct {
 		Gc        GcCmd        `cmd:"" help:"Remove what crashed airlock processes left behind."`
 		Supervise SuperviseCmd `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
-	Run     AgentRunCmd `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
-	Runs    RunsCmd     `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
-	Secrets SecretsCmd  `cmd:"" help:"Manage the host's encrypted secrets."`
-	Doctor  DoctorCmd   `cmd:"" help:"Show which isolation layers this machine enforces."`
-	Version VersionCmd  `cmd:"" help:"Print the version."`
+	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
+	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
+	Approvals ApprovalsCmd `cmd:"" help:"List the actions that wait for a person's decision."`
+	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`
+	Deny      DenyCmd      `cmd:"" help:"Deny a pending action, with a reason the model is told."`
+	Secrets   SecretsCmd   `cmd:"" help:"Manage the host's encrypted secrets."`
+	Policy    PolicyCmd    `cmd:"" help:"Check a policy document, and explain what it decides for a tool call."`
+	Doctor    DoctorCmd    `cmd:"" help:"Show which isolation layers this machine enforces."`
+	Version   VersionCmd   `cmd:"" help:"Print the version."`
 }
 
 // VersionCmd is `airlock version`.

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -27,6 +29,9 @@ type host struct {
 	blobs *blob.Store
 	eng   *engine.Engine
 	red   *secret.Redactor
+
+	mu       sync.Mutex
+	policies map[string]*policy.Document // by the hash of the run's policy bytes
 }
 
 // hostOptions tune openHost.
@@ -67,6 +72,7 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	if o.timeline != nil {
 		opts.OnEvent, opts.OnProgress = o.timeline.event, o.timeline.progress
 	}
+	opts.Policy = h.decideTool
 	if o.readOnly {
 		opts.Backend = noBackend{}
 	} else {
@@ -85,6 +91,40 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 }
 
 func (h *host) close() { h.store.Close() }
+
+// decideTool is the engine's policy hook: the run's policy document (the
+// built-in strict default when it has none) decides each tool call.
+func (h *host) decideTool(_ context.Context, q engine.PolicyQuery) event.PolicyDecision {
+	doc, err := h.policyOf(q.Run)
+	if err != nil {
+		return event.PolicyDecision{Decision: event.DecisionDeny, Rule: "policy", Reason: "the run's policy does not load: " + err.Error()}
+	}
+	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Args, External: q.External, Sandbox: q.Sandbox,
+		Run: policy.RunInfo{Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
+			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second)}})
+	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
+}
+
+// policyOf parses a run's policy once.
+func (h *host) policyOf(r store.Run) (*policy.Document, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.policies == nil {
+		h.policies = map[string]*policy.Document{}
+	}
+	if d, ok := h.policies[r.PolicyHash]; ok {
+		return d, nil
+	}
+	d := policy.Default()
+	if len(r.Policy) > 0 {
+		var err error
+		if d, err = policy.Parse(r.Policy); err != nil {
+			return nil, err
+		}
+	}
+	h.policies[r.PolicyHash] = d
+	return d, nil
+}
 
 // provider builds a real model provider with its key from the environment
 // or the secret store.

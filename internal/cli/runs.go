@@ -155,7 +155,7 @@ func engineError(err error) error {
 	switch {
 	case errors.Is(err, engine.ErrInvalid):
 		return usageError{err}
-	case errors.Is(err, engine.ErrFinal), errors.Is(err, engine.ErrBusy):
+	case errors.Is(err, engine.ErrFinal), errors.Is(err, engine.ErrBusy), errors.Is(err, engine.ErrDecided):
 		return reportedError{err, 1}
 	}
 	return err

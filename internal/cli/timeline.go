@@ -112,6 +112,21 @@ func (t *timeline) event(e event.Event) {
 				t.printf(id, "      │ %s\n", clip(l, 160))
 			}
 		}
+	case *event.ApprovalRequested:
+		t.printf(id, "  ? approval needed: %s\n", clip(oneLine(p.Action), 160))
+		if p.Reason != "" {
+			t.printf(id, "    why: %s\n", clip(oneLine(p.Reason), 200))
+		}
+		t.printf(id, "    airlock approve %s   |   airlock deny %s --reason ...\n", p.ApprovalID, p.ApprovalID)
+	case *event.ApprovalDecided:
+		msg := p.Decision
+		if p.By != "" {
+			msg += " by " + p.By
+		}
+		if p.Reason != "" {
+			msg += ": " + p.Reason
+		}
+		t.printf(id, "    %s\n", clip(oneLine(msg), 200))
 	case *event.ToolUncertain:
 		t.printf(id, "  ! %s may or may not have run (%s)\n", p.Tool, p.Reason)
 	case *event.EgressDecision:

@@ -204,9 +204,19 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 		if err != nil {
 			return err
 		}
-		st, _, err := e.load(ctx, r)
+		st, evs, err := e.load(ctx, r)
 		if err != nil {
 			return err
+		}
+		// A decision made earlier may belong to a step the run has left.
+		for _, ev := range evs {
+			if ev.Type != event.TypeApprovalDecided {
+				continue
+			}
+			if p, err := ev.Unpack(); err == nil && p.(*event.ApprovalDecided).ApprovalID == id {
+				p := p.(*event.ApprovalDecided)
+				return fmt.Errorf("%w: %s %s by %s", ErrDecided, id, p.Decision, p.By)
+			}
 		}
 		var a *approval
 		if st.cur != nil {
@@ -224,11 +234,11 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 		case r.Status.Final():
 			return fmt.Errorf("%w: run %s is %s", ErrFinal, r.ID, r.Status)
 		}
-		evs, err := drafts(event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason})
+		dec, err := drafts(event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason})
 		if err != nil {
 			return err
 		}
-		stored, err := e.o.Store.Append(ctx, r.ID, r.LastSeq+1, evs)
+		stored, err := e.o.Store.Append(ctx, r.ID, r.LastSeq+1, dec)
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			continue
 		}

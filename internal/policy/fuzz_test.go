@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -10,9 +12,13 @@ import (
 )
 
 // FuzzParse: no input panics, and a document Parse accepts validates again
-// unchanged and survives a YAML round trip.
+// unchanged, survives a YAML round trip, has a canonical form that parses
+// to the same canonical form and hash, and decides tool calls without
+// panicking and with a valid action.
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(issueExample))
+	f.Add([]byte(fullExample))
+	f.Add([]byte(decideExample))
 	f.Add([]byte("network:\n  default: ask\n  allow:\n    - cidr: 10.0.0.0/8\n      ports: [8080]\n"))
 	f.Add([]byte("network:\n  allow:\n    - host: \"*.Example.COM.\"\n      paths: [/v1/]\n      methods: [get]\n"))
 	f.Add([]byte("network:\n  credentials:\n    - host: a.example\n      secret: s\n      query: key\n"))
@@ -39,7 +45,68 @@ func FuzzParse(f *testing.F) {
 		if !equalNetwork(doc.Network, again.Network) {
 			t.Fatalf("round trip changed the document:\n%+v\n%+v", doc.Network, again.Network)
 		}
+		canon := doc.Canonical()
+		fromCanon, err := Parse(canon)
+		if err != nil {
+			t.Fatalf("re-parse of the canonical form\n%s\nfailed: %v", canon, err)
+		}
+		if c2 := fromCanon.Canonical(); !bytes.Equal(c2, canon) || fromCanon.Hash() != doc.Hash() || again.Hash() != doc.Hash() {
+			t.Fatalf("canonical form is not a fixed point:\n%s\n%s", canon, c2)
+		}
+		for _, req := range fuzzRequests {
+			dec := doc.DecideTool(req)
+			switch dec.Action {
+			case Allow, Deny, Ask:
+			default:
+				t.Fatalf("DecideTool(%+v) = %+v: not a valid action", req, dec)
+			}
+			if dec.Rule == "" {
+				t.Fatalf("DecideTool(%+v) = %+v: no rule", req, dec)
+			}
+			if !doc.ToolEnabled(req.Tool) && dec.Action != Deny {
+				t.Fatalf("DecideTool(%+v) = %+v for a disabled tool", req, dec)
+			}
+		}
 	})
+}
+
+// FuzzDecideTool: whatever the arguments, a decision under a policy whose
+// rules read them is valid, names a rule, and is the same every time.
+func FuzzDecideTool(f *testing.F) {
+	f.Add("run_command", []byte(`{"command":"git push origin main","timeout_seconds":60}`), int64(3))
+	f.Add("write_file", []byte(`{"path":"/workspace/src/../../etc/passwd","content":"x"}`), int64(1))
+	f.Add("typed", []byte(`{"n":1e400,"f":-0.0,"ok":null,"list":[{"a":[]}],"obj":{"k":"1"}}`), int64(41))
+	f.Add("who", []byte(`[1,2,3]`), int64(-1))
+	f.Add("create_issue", []byte(`{"a":1}{"b":2}`), int64(0))
+	f.Add("scan", []byte(`{"xa":1,"b":{"c":[1,2]}}`), int64(2))
+	doc, err := Parse([]byte(decideExample + "  scan:\n    rules:\n      - when: args.exists(k, k.startsWith('x')) && args.map(k, k)[0] == 'xa'\n        action: allow\n"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, tool string, raw []byte, step int64) {
+		req := ToolRequest{Tool: tool, Args: raw, Run: RunInfo{Step: step}, Sandbox: "main"}
+		first := doc.DecideTool(req)
+		switch first.Action {
+		case Allow, Deny, Ask:
+		default:
+			t.Fatalf("DecideTool(%+v) = %+v: not a valid action", req, first)
+		}
+		if first.Rule == "" || first.Reason == "" {
+			t.Fatalf("DecideTool(%+v) = %+v: no rule or reason", req, first)
+		}
+		for i := 0; i < 3; i++ {
+			if again := doc.DecideTool(req); again != first {
+				t.Fatalf("DecideTool(%+v) = %+v, then %+v", req, first, again)
+			}
+		}
+	})
+}
+
+var fuzzRequests = []ToolRequest{
+	{Tool: "run_command", Args: json.RawMessage(`{"command":"git push origin","timeout_seconds":60}`), Sandbox: "main", Run: RunInfo{Step: 3}},
+	{Tool: "write_file", Args: json.RawMessage(`{"path":"/workspace/src/a.go","content":"x"}`), Sandbox: "main"},
+	{Tool: "create_issue", Args: json.RawMessage(`{"title":"t","labels":["a",1,null,{"x":[]}]}`), External: true},
+	{Tool: "finish", Args: json.RawMessage(`not json`)},
 }
 
 // cloneNetwork deep-copies n (Validate rewrites in place).

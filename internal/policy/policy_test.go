@@ -56,7 +56,7 @@ func TestParseErrors(t *testing.T) {
 		want      []string // substrings of the error
 	}{
 		{"empty", "", []string{"policy: empty document"}},
-		{"unknown top key", "network: {}\nsandbox: {}\n", []string{"line 2", "sandbox"}},
+		{"unknown top key", "network: {}\nsandbx: {}\n", []string{"line 2", "sandbx", "did you mean sandbox?"}},
 		{"unknown network key", "network:\n  default: deny\n  alow: []\n", []string{"line 3", "alow"}},
 		{"unknown rule key", "network:\n  allow:\n    - host: a.example\n      port: [443]\n", []string{"line 4", "port"}},
 		{"duplicate key", "network:\n  default: deny\n  default: ask\n", []string{"line 3", "already defined"}},

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/policy"
+)
+
+// PolicyCmd is `airlock policy`: check a policy document and explain its
+// decisions. Neither subcommand needs root, a sandbox or $AIRLOCK_HOME.
+type PolicyCmd struct {
+	Check   PolicyCheckCmd   `cmd:"" help:"Validate a policy document; print it resolved (every default filled in, canonical form) with its hash. Exit status 2 on a bad document."`
+	Explain PolicyExplainCmd `cmd:"" help:"Show what a policy decides for one tool call, the rule that decides and why."`
+}
+
+// PolicyCheckCmd is `airlock policy check FILE`.
+type PolicyCheckCmd struct {
+	File string `arg:"" help:"Policy document (YAML)." placeholder:"FILE"`
+}
+
+// Run prints "# hash: sha256:..." and then the canonical document, so the
+// output is itself a policy document with the same hash.
+func (c *PolicyCheckCmd) Run(env *Env) error {
+	doc, err := loadPolicy(env, c.File)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "# hash: %s\n", doc.Hash())
+	_, err = env.Stdout.Write(doc.Canonical())
+	return err
+}
+
+// PolicyExplainCmd is `airlock policy explain FILE --tool NAME --args JSON`.
+type PolicyExplainCmd struct {
+	File     string        `arg:"" help:"Policy document (YAML)." placeholder:"FILE"`
+	Tool     string        `required:"" help:"Name of the tool called." placeholder:"NAME"`
+	Args     string        `default:"{}" help:"The call's arguments, a JSON object." placeholder:"JSON"`
+	External bool          `help:"The tool is a host tool that changes the world outside the run."`
+	Step     int64         `default:"1" help:"Step number of the call (run.step)."`
+	Sandbox  string        `default:"main" help:"Sandbox the call targets (sandbox.name); empty for a host tool." placeholder:"NAME"`
+	Tenant   string        `default:"default" help:"Tenant of the run (run.tenant)."`
+	Task     string        `help:"Task of the run (run.task)."`
+	Tokens   int64         `help:"Model tokens the run has used (run.tokens)."`
+	Elapsed  time.Duration `help:"Active time the run has taken (run.elapsed_seconds), like 5m."`
+}
+
+// Run prints the decision, the rule and the reason, one per line.
+func (c *PolicyExplainCmd) Run(env *Env) error {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(c.Args), &obj); err != nil || obj == nil {
+		return usageError{errors.New(`--args: want a JSON object, like '{"command": "ls"}'`)}
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(c.Args)); err != nil {
+		return usageError{fmt.Errorf("--args: %w", err)}
+	}
+	if c.Step < 1 || c.Tokens < 0 || c.Elapsed < 0 {
+		return usageError{errors.New("--step must be at least 1; --tokens and --elapsed must not be negative")}
+	}
+	doc, err := loadPolicy(env, c.File)
+	if err != nil {
+		return err
+	}
+	d := doc.DecideTool(policy.ToolRequest{
+		Tool: c.Tool, Args: compact.Bytes(), External: c.External, Sandbox: c.Sandbox,
+		Run: policy.RunInfo{Tenant: c.Tenant, Task: c.Task, Step: c.Step, Tokens: c.Tokens, ElapsedSeconds: int64(c.Elapsed / time.Second)},
+	})
+	fmt.Fprintf(env.Stdout, "decision: %s\nrule:     %s\nreason:   %s\npolicy:   %s\n", d.Action, d.Rule, d.Reason, doc.Hash())
+	return nil
+}
+
+// loadPolicy loads a policy document; a bad one has its problems printed,
+// one per line, and gives exit status 2.
+func loadPolicy(env *Env, path string) (*policy.Document, error) {
+	doc, err := policy.Load(path)
+	if err != nil {
+		fmt.Fprintln(env.Stderr, err)
+		return nil, exitCode(2)
+	}
+	return doc, nil
+}

@@ -1,0 +1,73 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// canonicalDocument is the shape Canonical writes: Document's sections in
+// their order, without its compiled state.
+type canonicalDocument struct {
+	Sandbox   Sandbox   `yaml:"sandbox"`
+	Network   Network   `yaml:"network"`
+	Tools     Tools     `yaml:"tools"`
+	Budgets   Budgets   `yaml:"budgets"`
+	Approvals Approvals `yaml:"approvals"`
+	Verify    Verify    `yaml:"verify"`
+	Artifacts []string  `yaml:"artifacts"`
+	Retries   Retries   `yaml:"retries"`
+}
+
+// Canonical returns the resolved document as YAML in one stable form:
+// every section and every value that has a default written out (optional
+// bounds that are off left out), keys in schema order, tools by name, the
+// lists that are sets (approvers, verify.changed, verify.only_changed,
+// artifacts) sorted,
+// sizes and durations in their shortest exact form, network hosts
+// normalized, no comments. Parse(Canonical()) yields a document with the
+// same Canonical form.
+func (d *Document) Canonical() []byte {
+	c := canonicalDocument{
+		Sandbox: d.Sandbox, Network: d.Network, Tools: d.Tools, Budgets: d.Budgets,
+		Approvals: d.Approvals, Verify: d.Verify, Artifacts: d.Artifacts, Retries: d.Retries,
+	}
+	if c.Network.Default == "" {
+		c.Network.Default = Deny
+	}
+	// These lists are sets: their order means nothing.
+	c.Approvals.Approvers = sortedCopy(c.Approvals.Approvers)
+	c.Verify.Changed = sortedCopy(c.Verify.Changed)
+	c.Verify.OnlyChanged = sortedCopy(c.Verify.OnlyChanged)
+	c.Artifacts = sortedCopy(c.Artifacts)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&c); err != nil {
+		// Every field is a plain value or has a MarshalYAML that cannot
+		// fail on valid input.
+		panic("policy: canonical form: " + err.Error())
+	}
+	if err := enc.Close(); err != nil {
+		panic("policy: canonical form: " + err.Error())
+	}
+	return b.Bytes()
+}
+
+func sortedCopy(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
+// Hash names the resolved document: "sha256:" and the hex SHA-256 of
+// Canonical. Documents that differ only in key order, formatting, comments
+// or values spelled out at their defaults have the same hash; any change of
+// meaning changes it.
+func (d *Document) Hash() string {
+	sum := sha256.Sum256(d.Canonical())
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
