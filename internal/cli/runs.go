@@ -369,15 +369,11 @@ type RunsShowCmd struct {
 
 // Run shows a run.
 func (c *RunsShowCmd) Run(env *Env) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
+	h, r, err := openRun(env, c.ID)
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	r, err := h.resolve(env.Ctx, c.ID)
-	if err != nil {
-		return err
-	}
 	o, err := h.eng.Outcome(env.Ctx, r.ID)
 	if err != nil {
 		return err
@@ -438,15 +434,11 @@ type RunsEventsCmd struct {
 
 // Run prints the log.
 func (c *RunsEventsCmd) Run(env *Env) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
+	h, r, err := openRun(env, c.ID)
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	r, err := h.resolve(env.Ctx, c.ID)
-	if err != nil {
-		return err
-	}
 	enc := json.NewEncoder(env.Stdout)
 	for from := max(c.From, 1); ; {
 		page, err := h.store.Events(env.Ctx, r.ID, from, store.MaxPage)
@@ -476,15 +468,11 @@ type RunsVerifyCmd struct {
 
 // Run checks the chain; exit 1 when broken.
 func (c *RunsVerifyCmd) Run(env *Env) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
+	h, r, err := openRun(env, c.ID)
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	r, err := h.resolve(env.Ctx, c.ID)
-	if err != nil {
-		return err
-	}
 	n, err := store.VerifyRun(env.Ctx, h.store, r.ID)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %v\n", r.ID, n, err)
@@ -516,16 +504,26 @@ func (c *RunsPauseCmd) Run(env *Env) error {
 	return stopRun(env, c.ID, func(h *host, id string) error { return h.eng.Pause(env.Ctx, id, c.Reason) }, "paused")
 }
 
-func stopRun(env *Env, arg string, do func(*host, string) error, what string) error {
+// openRun opens the store read-only and finds the run arg names.
+func openRun(env *Env, arg string) (*host, store.Run, error) {
 	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return nil, store.Run{}, err
+	}
+	r, err := h.resolve(env.Ctx, arg)
+	if err != nil {
+		h.close()
+		return nil, store.Run{}, err
+	}
+	return h, r, nil
+}
+
+func stopRun(env *Env, arg string, do func(*host, string) error, what string) error {
+	h, r, err := openRun(env, arg)
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	r, err := h.resolve(env.Ctx, arg)
-	if err != nil {
-		return err
-	}
 	if err := do(h, r.ID); err != nil {
 		return engineError(err)
 	}
