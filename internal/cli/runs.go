@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,15 +38,15 @@ type AgentRunCmd struct {
 	Only      []string      `name:"verify-only-changed" help:"Glob outside which nothing may change (repeatable; DIR/** for a tree)." placeholder:"GLOB"`
 	Artifact  []string      `help:"Glob of workspace files to keep as artifacts (repeatable)." placeholder:"GLOB"`
 	Sandbox   []string      `help:"Another named sandbox NAME or NAME=DIR the model may use (repeatable)." placeholder:"NAME[=DIR]"`
-	MaxSteps  int           `name:"max-steps" help:"Most model turns." default:"50"`
-	Timeout   time.Duration `help:"Most active wall time of the run." default:"30m"`
-	MaxTokens int64         `name:"max-tokens" help:"Most input+output tokens of all model calls (0: no limit)." default:"0"`
+	MaxSteps  int           `name:"max-steps" help:"Most model turns (default: the policy's budgets.max_steps, 50)."`
+	Timeout   time.Duration `help:"Most active wall time of the run (default: the policy's budgets.max_wall_time, 30m)."`
+	MaxTokens int64         `name:"max-tokens" help:"Most input+output tokens of all model calls (default: the policy's budgets.max_tokens, none)."`
 	Context   int           `name:"context-window" help:"The model's context window in tokens; older tool output is shortened to fit." default:"200000"`
 	Out       string        `help:"Directory the patch and artifacts are written to (default $AIRLOCK_HOME/runs/ID)." placeholder:"DIR"`
-	Memory    string        `help:"Memory limit of each sandbox." default:"1G"`
-	Pids      int64         `help:"Process limit of each sandbox." default:"512"`
-	CPUs      float64       `name:"cpus" help:"CPU limit of each sandbox." default:"1"`
-	Disk      string        `help:"Size of each sandbox's writable layer." default:"1G"`
+	Memory    string        `help:"Memory limit of each sandbox (default: the policy's sandbox.limits.memory, 1G)."`
+	Pids      int64         `help:"Process limit of each sandbox (default: the policy's, 512)."`
+	CPUs      float64       `name:"cpus" help:"CPU limit of each sandbox (default: the policy's, 1)."`
+	Disk      string        `help:"Size of each sandbox's writable layer (default: the policy's, 1G)."`
 	KeyFile   string        `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
 }
 
@@ -69,21 +70,57 @@ func (c *AgentRunCmd) Run(env *Env) error {
 	return h.foreground(r.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, r.ID) })
 }
 
+// request builds the run from the policy document (the built-in default
+// when none is given) and the flags, which override it; --verify,
+// --verify-changed, --verify-only-changed and --artifact add to the
+// policy's lists.
 func (c *AgentRunCmd) request() (engine.Request, error) {
 	var errs []error
 	req := engine.Request{Task: c.Task}
 	if strings.TrimSpace(c.Task) == "" {
 		errs = append(errs, errors.New("the task is empty"))
 	}
-	if c.MaxSteps < 1 {
+	if c.MaxSteps < 0 {
 		errs = append(errs, fmt.Errorf("--max-steps %d: want at least 1", c.MaxSteps))
 	}
-	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("--timeout %v: want a positive duration", c.Timeout))
+	if c.Timeout < 0 || c.MaxTokens < 0 {
+		errs = append(errs, errors.New("--timeout and --max-tokens must not be negative"))
 	}
-	cfg := engine.Config{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps, TimeoutMS: c.Timeout.Milliseconds(),
-		MaxTokens: c.MaxTokens, ContextTokens: c.Context, Artifacts: c.Artifact,
-		Checks: engine.Checks{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}}
+	doc := policy.Default()
+	if c.Policy != "" {
+		b, err := os.ReadFile(c.Policy)
+		if err == nil {
+			doc, err = policy.Parse(b)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--policy: %w", err))
+			doc = policy.Default()
+		}
+		req.Policy, req.PolicySource = b, c.Policy
+	}
+	pick := func(flag, fromPolicy int64) int64 {
+		if flag > 0 {
+			return flag
+		}
+		return fromPolicy
+	}
+	lim := doc.Sandbox.Limits
+	cfg := engine.Config{Model: c.Model, BaseURL: c.BaseURL, ContextTokens: c.Context,
+		MaxSteps:         int(pick(int64(c.MaxSteps), doc.Budgets.MaxSteps)),
+		TimeoutMS:        pick(c.Timeout.Milliseconds(), time.Duration(doc.Budgets.MaxWallTime).Milliseconds()),
+		MaxTokens:        pick(c.MaxTokens, doc.Budgets.MaxTokens),
+		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
+		Artifacts:        append(slices.Clone(doc.Artifacts), c.Artifact...),
+		Checks: engine.Checks{
+			Commands:    append(slices.Clone(doc.Verify.Commands), c.Verify...),
+			Changed:     append(slices.Clone(doc.Verify.Changed), c.Changed...),
+			OnlyChanged: append(slices.Clone(doc.Verify.OnlyChanged), c.Only...),
+			TimeoutMS:   time.Duration(doc.Verify.Timeout).Milliseconds(),
+		},
+		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
+		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
+		Limits:            engine.Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
+	}
 	switch {
 	case c.Script != "" && c.Model != "":
 		errs = append(errs, errors.New("--script and --model exclude each other"))
@@ -101,18 +138,22 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
 	}
 	main := engine.SandboxConfig{Name: engine.DefaultSandbox}
-	if c.Workspace != "" {
-		ws, err := filepath.Abs(c.Workspace)
+	ws := c.Workspace
+	if ws == "" {
+		ws = doc.Sandbox.Workspace.Source
+	}
+	if ws != "" {
+		abs, err := filepath.Abs(ws)
 		if err == nil {
 			var fi os.FileInfo
-			if fi, err = os.Stat(ws); err == nil && !fi.IsDir() {
+			if fi, err = os.Stat(abs); err == nil && !fi.IsDir() {
 				err = errors.New("not a directory")
 			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--workspace %s: %w", c.Workspace, err))
+			errs = append(errs, fmt.Errorf("--workspace %s: %w", ws, err))
 		}
-		main.Workspace = ws
+		main.Workspace = abs
 	}
 	cfg.Sandboxes = []engine.SandboxConfig{main}
 	for _, s := range c.Sandbox {
@@ -128,22 +169,21 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		cfg.Sandboxes = append(cfg.Sandboxes, sc)
 	}
 	var err error
-	if cfg.Limits.MemoryBytes, err = sandbox.ParseSize(c.Memory); err != nil {
-		errs = append(errs, fmt.Errorf("--memory: %w", err))
-	}
-	if cfg.Limits.DiskBytes, err = sandbox.ParseSize(c.Disk); err != nil {
-		errs = append(errs, fmt.Errorf("--disk: %w", err))
-	}
-	cfg.Limits.Pids, cfg.Limits.CPUs = c.Pids, c.CPUs
-	if c.Policy != "" {
-		b, err := os.ReadFile(c.Policy)
-		if err == nil {
-			_, err = policy.Parse(b)
+	if c.Memory != "" {
+		if cfg.Limits.MemoryBytes, err = sandbox.ParseSize(c.Memory); err != nil {
+			errs = append(errs, fmt.Errorf("--memory: %w", err))
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--policy: %w", err))
+	}
+	if c.Disk != "" {
+		if cfg.Limits.DiskBytes, err = sandbox.ParseSize(c.Disk); err != nil {
+			errs = append(errs, fmt.Errorf("--disk: %w", err))
 		}
-		req.Policy, req.PolicySource = b, c.Policy
+	}
+	if c.Pids > 0 {
+		cfg.Limits.Pids = c.Pids
+	}
+	if c.CPUs > 0 {
+		cfg.Limits.CPUs = c.CPUs
 	}
 	req.Config = cfg
 	return req, errors.Join(errs...)

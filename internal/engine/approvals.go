@@ -31,8 +31,22 @@ func (d *driver) approvalRequest(n int, c model.ToolCall, pd event.PolicyDecisio
 	if pd.Rule != "" {
 		reason = strings.TrimSpace(reason + " (" + pd.Rule + ")")
 	}
+	timeout, _ := d.approvalRules()
 	return event.ApprovalRequested{ApprovalID: approvalID(d.run.ID, c.ID), Step: n, CallID: c.ID,
-		Action: describeCall(c), Reason: reason, Expires: d.e.o.Now().Add(d.e.o.ApprovalTimeout).UTC()}
+		Action: describeCall(c), Reason: reason, Expires: d.e.o.Now().Add(timeout).UTC()}
+}
+
+// approvalRules returns how long an approval of this run waits and what
+// happens on timeout: the run's config, else the engine's.
+func (d *driver) approvalRules() (time.Duration, string) {
+	timeout, onTimeout := d.e.o.ApprovalTimeout, d.e.o.ApprovalOnTimeout
+	if ms := d.st.cfg.ApprovalTimeoutMS; ms > 0 {
+		timeout = time.Duration(ms) * time.Millisecond
+	}
+	if o := d.st.cfg.ApprovalOnTimeout; o != "" {
+		onTimeout = o
+	}
+	return timeout, onTimeout
 }
 
 // describeCall is a call as a person deciding on it reads it.
@@ -71,11 +85,12 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 			break
 		}
 		now := d.e.o.Now()
+		timeout, onTimeout := d.approvalRules()
 		var expired []event.Payload
 		for _, a := range open {
 			if !a.req.Expires.IsZero() && !now.Before(a.req.Expires) {
 				expired = append(expired, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "expired", By: "timeout",
-					Reason: "no decision in " + d.e.o.ApprovalTimeout.String() + "; on timeout: " + d.e.o.ApprovalOnTimeout})
+					Reason: "no decision in " + timeout.String() + "; on timeout: " + onTimeout})
 			}
 		}
 		if len(expired) > 0 {
@@ -97,6 +112,7 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 			return err
 		}
 	}
+	_, onTimeout := d.approvalRules()
 	d.mu.Lock()
 	cur := d.st.cur
 	var calls []model.ToolCall
@@ -114,7 +130,7 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 			switch {
 			case a == nil:
 				pd.Decision, pd.Reason = event.DecisionDeny, "no approval was asked for"
-			case a.Decision == "approved", a.Decision == "expired" && d.e.o.ApprovalOnTimeout == "allow":
+			case a.Decision == "approved", a.Decision == "expired" && onTimeout == "allow":
 				pd.Decision = event.DecisionAllow
 			default:
 				pd.Decision = event.DecisionDeny

@@ -47,6 +47,11 @@ type Config struct {
 	MaxResultBytes int `json:"max_result_bytes,omitempty"`
 	// CommandTimeoutMS is run_command's default timeout.
 	CommandTimeoutMS int64 `json:"command_timeout_ms,omitempty"`
+	// ApprovalTimeoutMS and ApprovalOnTimeout ("deny" or "allow") say how
+	// long an approval of this run waits and what then happens; zero and
+	// empty take the engine's.
+	ApprovalTimeoutMS int64  `json:"approval_timeout_ms,omitempty"`
+	ApprovalOnTimeout string `json:"approval_on_timeout,omitempty"`
 }
 
 // SandboxConfig is one named sandbox of a run.
@@ -171,8 +176,13 @@ func (c Config) Validate() error {
 	if c.MaxSteps < 1 || c.MaxSteps > 10_000 {
 		errs = append(errs, fmt.Errorf("max_steps: %d, want 1..10000", c.MaxSteps))
 	}
-	if c.MaxTokens < 0 || c.TimeoutMS < 0 {
-		errs = append(errs, errors.New("budgets must not be negative"))
+	if c.MaxTokens < 0 || c.TimeoutMS < 0 || c.ApprovalTimeoutMS < 0 {
+		errs = append(errs, errors.New("budgets and timeouts must not be negative"))
+	}
+	switch c.ApprovalOnTimeout {
+	case "", "deny", "allow":
+	default:
+		errs = append(errs, fmt.Errorf("approval_on_timeout %q: want deny or allow", c.ApprovalOnTimeout))
 	}
 	return errors.Join(errs...)
 }
