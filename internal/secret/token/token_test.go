@@ -217,6 +217,9 @@ func TestMalformed(t *testing.T) {
 	flipped[10] ^= 1
 	if flipped[10] == '-' || flipped[10] == '_' || !wellFormed(string(flipped)) {
 		flipped[10] = 'A'
+		if tok[10] == 'A' { // the replacement must change the token
+			flipped[10] = 'B'
+		}
 	}
 	_, err := s.Verify(string(flipped), scopeA)
 	checkVerify(t, Scope{}, err, "unknown")
