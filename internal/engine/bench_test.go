@@ -24,7 +24,7 @@ import (
 // change the workspace). Compare with BenchmarkCommand, the cost of the
 // command alone in a running sandbox:
 //
-//	go test -run '^$' -bench 'Step|Command' -benchtime 200x ./internal/engine
+//	go test -run '^$' -bench 'Step|Command|ReadFile' -benchtime 300x ./internal/engine
 func BenchmarkStep(b *testing.B) {
 	for _, bc := range []struct{ name, call string }{
 		{"run_command", `{name: run_command, args: {command: "true"}}`},
@@ -54,8 +54,15 @@ func BenchmarkStep(b *testing.B) {
 	}
 }
 
-// BenchmarkCommand is one trivial command in a running sandbox.
-func BenchmarkCommand(b *testing.B) {
+// BenchmarkCommand is one trivial command in a running sandbox, and
+// BenchmarkReadFile one small file read: the tools' own costs, to subtract
+// from BenchmarkStep.
+func BenchmarkCommand(b *testing.B) { benchSandboxOp(b, true) }
+
+// BenchmarkReadFile: see BenchmarkCommand.
+func BenchmarkReadFile(b *testing.B) { benchSandboxOp(b, false) }
+
+func benchSandboxOp(b *testing.B, command bool) {
 	_, ws := benchEngine(b)
 	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: b.TempDir()})
 	if err != nil {
@@ -69,7 +76,13 @@ func BenchmarkCommand(b *testing.B) {
 	defer sb.Destroy(context.Background())
 	b.ResetTimer()
 	for range b.N {
-		if _, err := sandbox.Run(context.Background(), sb, sandbox.Command{Argv: []string{"sh", "-c", "true"}}); err != nil {
+		var err error
+		if command {
+			_, err = sandbox.Run(context.Background(), sb, sandbox.Command{Argv: []string{"sh", "-c", "true"}, Fingerprint: "/workspace"})
+		} else {
+			_, err = sb.ReadFile(context.Background(), "/workspace/f.txt", 1<<20)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
