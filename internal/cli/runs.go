@@ -109,6 +109,8 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		MaxSteps:         int(pick(int64(c.MaxSteps), doc.Budgets.MaxSteps)),
 		TimeoutMS:        pick(c.Timeout.Milliseconds(), time.Duration(doc.Budgets.MaxWallTime).Milliseconds()),
 		MaxTokens:        pick(c.MaxTokens, doc.Budgets.MaxTokens),
+		MaxSandboxCPUMS:  doc.Budgets.MaxSandboxCPUSeconds * 1000,
+		MaxEgressBytes:   int64(doc.Budgets.MaxEgressBytes),
 		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
 		Artifacts:        append(slices.Clone(doc.Artifacts), c.Artifact...),
 		Checks: engine.Checks{

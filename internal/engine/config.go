@@ -40,6 +40,11 @@ type Config struct {
 	// MaxTokens bounds the input plus output tokens of all model calls;
 	// zero means no bound.
 	MaxTokens int64 `json:"max_tokens,omitempty"`
+	// MaxSandboxCPUMS bounds the CPU time of all the run's sandboxes and
+	// MaxEgressBytes the bytes through its egress proxies, both as the
+	// host measures them; zero means no bound.
+	MaxSandboxCPUMS int64 `json:"max_sandbox_cpu_ms,omitempty"`
+	MaxEgressBytes  int64 `json:"max_egress_bytes,omitempty"`
 	// ContextTokens is the model's context window, for fitting long
 	// conversations; zero means 200,000.
 	ContextTokens int `json:"context_tokens,omitempty"`
@@ -176,7 +181,7 @@ func (c Config) Validate() error {
 	if c.MaxSteps < 1 || c.MaxSteps > 10_000 {
 		errs = append(errs, fmt.Errorf("max_steps: %d, want 1..10000", c.MaxSteps))
 	}
-	if c.MaxTokens < 0 || c.TimeoutMS < 0 || c.ApprovalTimeoutMS < 0 {
+	if c.MaxTokens < 0 || c.TimeoutMS < 0 || c.ApprovalTimeoutMS < 0 || c.MaxSandboxCPUMS < 0 || c.MaxEgressBytes < 0 {
 		errs = append(errs, errors.New("budgets and timeouts must not be negative"))
 	}
 	switch c.ApprovalOnTimeout {

@@ -327,6 +327,17 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 	if used := d.st.usage.InputTokens + d.st.usage.OutputTokens; cfg.MaxTokens > 0 && used >= cfg.MaxTokens {
 		return d.exhausted(ctx, "tokens", cfg.MaxTokens, used)
 	}
+	if cfg.MaxSandboxCPUMS > 0 {
+		if used := d.cpuUsed(); used >= cfg.MaxSandboxCPUMS {
+			return d.exhausted(ctx, "sandbox_cpu", cfg.MaxSandboxCPUMS, used)
+		}
+	}
+	d.mu.Lock()
+	egress := d.st.egressBytes
+	d.mu.Unlock()
+	if cfg.MaxEgressBytes > 0 && egress >= cfg.MaxEgressBytes {
+		return d.exhausted(ctx, "egress_bytes", cfg.MaxEgressBytes, egress)
+	}
 	resp, err := d.callModel(ctx)
 	if err != nil {
 		if ctx.Err() != nil {

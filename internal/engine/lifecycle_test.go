@@ -411,3 +411,65 @@ turns:
 		t.Errorf("after the restore f holds %q, want bbbb", got)
 	}
 }
+
+// TestHostMeasuredBudgets: the CPU time of the run's sandboxes (from their
+// cgroups) and the bytes through its egress proxies (from the proxies) end
+// the run when spent; nothing the sandbox says about itself counts.
+func TestHostMeasuredBudgets(t *testing.T) {
+	t.Run("sandbox_cpu", func(t *testing.T) {
+		h := newHarness(t)
+		// The command spins for about a second and claims nothing; the
+		// cgroup sees the CPU.
+		script := `
+turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "timeout 1 sh -c 'while :; do :; done'; echo spun"}
+  - tool_calls:
+      - name: list_dir
+        args: {path: "."}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`
+		o := h.run("spin", script, engine.Config{MaxSandboxCPUMS: 300})
+		if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "sandbox_cpu") || o.Steps != 1 {
+			t.Fatalf("status %s reason %q after %d steps", o.Status, o.Reason, o.Steps)
+		}
+		var snap event.SnapshotTaken
+		for _, e := range h.verifyLog(o.RunID) {
+			if e.Type == event.TypeSnapshotTaken {
+				_ = json.Unmarshal(e.Payload, &snap)
+			}
+		}
+		if snap.CPUMS < 300 || snap.SandboxID == "" {
+			t.Errorf("the snapshot records %d ms of CPU for %q", snap.CPUMS, snap.SandboxID)
+		}
+	})
+	t.Run("egress_bytes", func(t *testing.T) {
+		net := &fakeNetwork{bytes: 5 << 20}
+		h := newHarness(t, func(o *engine.Options) { o.Network = net })
+		script := `
+turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo fetched"}
+  - tool_calls:
+      - name: list_dir
+        args: {path: "."}
+`
+		o := h.run("fetch", script, engine.Config{MaxEgressBytes: 1 << 20})
+		if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "egress_bytes") {
+			t.Fatalf("status %s reason %q", o.Status, o.Reason)
+		}
+	})
+}
+
+// fakeNetwork reports one egress decision of the given size for each
+// sandbox, as a proxy would after a download.
+type fakeNetwork struct{ bytes int64 }
+
+func (f *fakeNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
+	a.Audit(event.EgressDecision{Decision: "allowed", Method: "GET", Host: "example.test", Port: 443, BytesIn: f.bytes})
+	return func() {}, nil
+}

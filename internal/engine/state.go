@@ -41,6 +41,10 @@ type state struct {
 	verified *event.VerificationResult
 	// reason is why the run last stopped (failed, cancelled, paused).
 	reason string
+	// cpu holds each sandbox's CPU time (by sandbox id) as last recorded;
+	// egressBytes sums the bytes through the run's proxies.
+	cpu         map[string]int64
+	egressBytes int64
 
 	// active is the run's wall time in earlier drive sessions; segStart is
 	// when the current one began, last the time of the latest event.
@@ -115,7 +119,7 @@ func (s *state) openApprovals() []*approval {
 }
 
 func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}}
+	return &state{runID: runID, snapshots: map[string]string{}, cpu: map[string]int64{}}
 }
 
 // mutating lists the sandbox tools that may change the workspace.
@@ -252,10 +256,16 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 	case *event.SnapshotTaken:
 		s.snapshots[p.Sandbox] = p.Digest
+		s.recordCPU(p.SandboxID, p.CPUMS)
 		if s.cur != nil && s.cur.n == p.Step {
 			delete(s.cur.dirty, p.Sandbox)
 		}
+	case *event.SandboxDestroyed:
+		s.recordCPU(p.SandboxID, p.CPUMS)
+	case *event.EgressDecision:
+		s.egressBytes += p.BytesIn + p.BytesOut
 	case *event.SandboxLost:
+		s.recordCPU(p.SandboxID, p.CPUMS)
 		// The sandbox's state is its last snapshot again; a step's change
 		// to it is gone, and the model is told so in the call's result.
 		if s.cur != nil {
@@ -268,6 +278,14 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 	}
 	return nil
+}
+
+// recordCPU keeps the largest CPU time recorded for a sandbox (its cgroup
+// counter only grows).
+func (s *state) recordCPU(id string, ms int64) {
+	if id != "" && ms > s.cpu[id] {
+		s.cpu[id] = ms
+	}
 }
 
 // settle appends the current step's tool results to the conversation once

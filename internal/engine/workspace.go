@@ -290,7 +290,8 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 	if unchanged {
 		// The one command that could have changed the workspace did not:
 		// the last snapshot still holds it. No export, no write.
-		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest})
+		id, cpu := d.meter(name)
+		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu})
 	}
 	for attempt := 0; ; attempt++ {
 		sb, err := d.sandbox(ctx, name)
@@ -326,7 +327,8 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 			}
 		}
 		// Written with the next append (see driver.pending).
-		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds()})
+		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds(),
+			SandboxID: sb.ID(), CPUMS: measure(sb)})
 	}
 }
 
@@ -392,11 +394,69 @@ func (d *driver) lost(ctx context.Context, name string, sb sandbox.Sandbox, reas
 }
 
 func (d *driver) lostLocked(ctx context.Context, name string, l *live, reason string) error {
-	id := l.sb.ID()
+	id, cpu := l.sb.ID(), measure(l.sb)
 	_ = l.sb.Destroy(context.WithoutCancel(ctx))
 	l.release()
 	l.sb, l.release = nil, nil
-	return d.append(ctx, event.SandboxLost{Sandbox: name, SandboxID: id, Reason: reason})
+	return d.append(ctx, event.SandboxLost{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu})
+}
+
+// measure returns sb's CPU time in milliseconds as its host measures it,
+// or 0 when it cannot be measured.
+func measure(sb sandbox.Sandbox) int64 {
+	m, ok := sb.(sandbox.Measurer)
+	if !ok {
+		return 0
+	}
+	x, err := m.Measure()
+	if err != nil {
+		return 0
+	}
+	return x.CPU.Milliseconds()
+}
+
+// meter returns the id and CPU time of sandbox name, if it is live.
+func (d *driver) meter(name string) (string, int64) {
+	d.sbMu.Lock()
+	l := d.sbs[name]
+	d.sbMu.Unlock()
+	if l == nil {
+		return "", 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sb == nil {
+		return "", 0
+	}
+	return l.sb.ID(), measure(l.sb)
+}
+
+// cpuUsed is the CPU time of all the run's sandboxes: what the log
+// records, and for live ones what their host measures now.
+func (d *driver) cpuUsed() int64 {
+	d.sbMu.Lock()
+	names := make([]string, 0, len(d.sbs))
+	for name := range d.sbs {
+		names = append(names, name)
+	}
+	d.sbMu.Unlock()
+	live := map[string]int64{}
+	for _, name := range names {
+		if id, cpu := d.meter(name); id != "" {
+			live[id] = cpu
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var total int64
+	for id, ms := range d.st.cpu {
+		total += max(ms, live[id])
+		delete(live, id)
+	}
+	for _, ms := range live {
+		total += ms
+	}
+	return total
 }
 
 // destroyAll destroys every live sandbox and records it.
@@ -408,11 +468,11 @@ func (d *driver) destroyAll(ctx context.Context, reason string) {
 	for name, l := range d.sbs {
 		l.mu.Lock()
 		if l.sb != nil {
-			id := l.sb.ID()
+			id, cpu := l.sb.ID(), measure(l.sb)
 			_ = l.sb.Destroy(ctx)
 			l.release()
 			l.sb, l.release = nil, nil
-			_ = d.append(ctx, event.SandboxDestroyed{Sandbox: name, SandboxID: id, Reason: reason})
+			_ = d.append(ctx, event.SandboxDestroyed{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu})
 		}
 		l.mu.Unlock()
 	}

@@ -181,6 +181,8 @@ type SandboxLost struct {
 	Sandbox   string `json:"sandbox"`
 	SandboxID string `json:"sandbox_id"`
 	Reason    string `json:"reason"`
+	// CPUMS is the sandbox's CPU time as its host last measured it.
+	CPUMS int64 `json:"cpu_ms,omitempty"`
 }
 
 // SandboxDestroyed is the payload of TypeSandboxDestroyed.
@@ -188,6 +190,9 @@ type SandboxDestroyed struct {
 	Sandbox   string `json:"sandbox"`
 	SandboxID string `json:"sandbox_id"`
 	Reason    string `json:"reason,omitempty"`
+	// CPUMS is the CPU time of every process the sandbox ran, as its
+	// host measured it (cgroup), in milliseconds.
+	CPUMS int64 `json:"cpu_ms,omitempty"`
 }
 
 // Usage counts a model's tokens and cost.
@@ -371,6 +376,10 @@ type SnapshotTaken struct {
 	// Base is the digest of the snapshot this one is incremental to.
 	Base       string `json:"base,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
+	// SandboxID and CPUMS: the sandbox's CPU time so far, as its host
+	// measured it (cgroup), in milliseconds.
+	SandboxID string `json:"sandbox_id,omitempty"`
+	CPUMS     int64  `json:"cpu_ms,omitempty"`
 }
 
 // Retry is the payload of TypeRetry.
@@ -402,7 +411,8 @@ type VerificationResult struct {
 
 // BudgetExhausted is the payload of TypeBudgetExhausted.
 type BudgetExhausted struct {
-	// Budget is "steps", "wall_time", "tokens" or "cost".
+	// Budget is "steps", "wall_time", "tokens", "sandbox_cpu",
+	// "egress_bytes" or "credits".
 	Budget string `json:"budget"`
 	Limit  int64  `json:"limit"`
 	Used   int64  `json:"used"`

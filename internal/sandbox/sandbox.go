@@ -279,6 +279,20 @@ type Info struct {
 	Layers []string `json:"layers"`
 }
 
+// Metrics are what a sandbox used as its host measures it (cgroup
+// counters), never as anything inside it reports.
+type Metrics struct {
+	// CPU is the CPU time of every process the sandbox ever ran.
+	CPU time.Duration
+	// MemoryPeak is the most memory it held at once, when known.
+	MemoryPeak int64
+}
+
+// Measurer is implemented by sandboxes whose host can measure them.
+type Measurer interface {
+	Measure() (Metrics, error)
+}
+
 // Backend creates sandboxes.
 type Backend interface {
 	Create(ctx context.Context, spec Spec) (Sandbox, error)

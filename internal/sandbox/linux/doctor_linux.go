@@ -2,6 +2,7 @@ package linux
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -182,6 +183,18 @@ func tryUserns(executor string) error {
 		return fmt.Errorf("cannot create namespaces: %w", err)
 	}
 	return nil
+}
+
+// Measure implements sandbox.Measurer from the sandbox's cgroup.
+func (s *Sandbox) Measure() (sandbox.Metrics, error) {
+	if s.cg == nil {
+		return sandbox.Metrics{}, errors.New("linux: sandbox has no cgroup to measure")
+	}
+	st, err := s.cg.Stats()
+	if err != nil {
+		return sandbox.Metrics{}, err
+	}
+	return sandbox.Metrics{CPU: st.CPU, MemoryPeak: st.MemoryPeak}, nil
 }
 
 // Usage reports the sandbox's current resource use.
