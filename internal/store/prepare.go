@@ -14,7 +14,7 @@ import (
 
 // PrepareRun validates r for CreateRun and returns it as it must be stored:
 // Task redacted, Created and Updated defaulted to now (in UTC), Finished,
-// LastSeq and LastHash cleared. Errors wrap ErrInvalid.
+// LastSeq, LastHash and the lease fields cleared. Errors wrap ErrInvalid.
 func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	if err := event.ValidRunID(r.ID); err != nil {
 		return r, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -62,6 +62,7 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	r.Created, r.Updated = r.Created.UTC(), r.Updated.UTC()
 	r.Finished = time.Time{}
 	r.LastSeq, r.LastHash = 0, event.Hash{}
+	r.LeaseOwner, r.LeaseToken, r.LeaseExpires = "", 0, time.Time{}
 	if r.Policy == nil {
 		r.Policy = []byte{}
 	}

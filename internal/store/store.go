@@ -15,6 +15,10 @@
 //     *AppendConflictError, whatever process it runs in.
 //   - A run's status only changes along event.CheckTransition, and only by
 //     compare-and-set on the current status (*StatusConflictError).
+//   - A run is driven by one worker at a time through a lease
+//     (AcquireLease) with a fencing token; a write whose context carries a
+//     token (WithFence) that is no longer the run's current one is refused
+//     with ErrLeaseLost and writes nothing, whatever process it runs in.
 //   - Every payload passes through the store's Redactor before it is hashed
 //     and written; no store can be opened without saying which Redactor it
 //     uses (NoRedaction is an explicit choice).
@@ -53,6 +57,8 @@ type Store interface {
 	// transition is legal (else an error wrapping event.ErrTransition) and
 	// the run's status is still from (else a *StatusConflictError). It sets
 	// Updated, and Finished when to is final, and returns the updated run.
+	// When ctx carries a fence (WithFence) that is not the run's current
+	// lease token, nothing changes and the error wraps ErrLeaseLost.
 	UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (Run, error)
 
 	// Append adds drafts to run runID's log, the first with seq next, and
@@ -62,12 +68,17 @@ type Store interface {
 	// values; PrevHash and Hash must be zero. If the log's next seq is not
 	// next, nothing is written and the error is an *AppendConflictError.
 	// All drafts are written or none, and they are durable on return.
+	// When ctx carries a fence (WithFence) that is not the run's current
+	// lease token, nothing is written and the error wraps ErrLeaseLost
+	// (checked in the same transaction, before the seq); without a fence
+	// there is no lease check.
 	Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error)
 
 	// AppendStatus is Append and UpdateRunStatus in one transaction: the
 	// events are written and the status changes, or neither happens. Use it
 	// for the event that records a status change (run.completed with
 	// running -> completed), so the log and the status never disagree.
+	// A fence in ctx is checked as in Append.
 	AppendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (Run, []event.Event, error)
 
 	// Events returns up to limit events of run runID with seq >= from, in
@@ -78,6 +89,30 @@ type Store interface {
 	// LastEvent returns the last event of run runID, or an error wrapping
 	// ErrNotFound if the log is empty.
 	LastEvent(ctx context.Context, runID string) (event.Event, error)
+
+	// AcquireLease gives owner the lease on run runID for ttl (at most
+	// MaxLeaseTTL) by the store's clock. It succeeds when no one holds the
+	// lease, when it expired, or when owner holds it unexpired; in that
+	// last case it is a renewal and keeps the token, otherwise the run's
+	// fencing token grows by one (the first is 1). Another owner's
+	// unexpired lease gives a *LeasedError (matching ErrLeased) naming it
+	// and its expiry; a run in a final status gives ErrFinal. Owner is 1 to
+	// MaxNameLen printable bytes naming the worker; a restarted worker
+	// should use a new one.
+	AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (Lease, error)
+
+	// RenewLease extends the lease (owner, token) on run runID to ttl from
+	// now, if it is still the run's lease: else the error wraps
+	// ErrLeaseLost (another owner acquired it, or it was released). A lease
+	// that expired while no one else acquired it is still the caller's and
+	// is renewed. A run in a final status gives ErrFinal.
+	RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (Lease, error)
+
+	// ReleaseLease drops the lease (owner, token) on run runID if it is
+	// still the run's lease, so another worker can take the run at once;
+	// otherwise it does nothing. It is idempotent. The fencing token is
+	// kept: the next acquisition still gets a larger one.
+	ReleaseLease(ctx context.Context, runID, owner string, token int64) error
 
 	// PutArtifact records artifact metadata. Artifacts are immutable: a
 	// second Put of the same run and name succeeds if digest, size and media
@@ -135,6 +170,13 @@ type Run struct {
 	// LastSeq+1.
 	LastSeq  int64
 	LastHash event.Hash
+	// LeaseOwner and LeaseExpires describe the run's lease; "" and zero
+	// when no one holds it (an expired lease is still shown until someone
+	// else acquires it). LeaseToken is the run's current fencing token, 0
+	// before its first acquisition; a release keeps it.
+	LeaseOwner   string
+	LeaseToken   int64
+	LeaseExpires time.Time
 }
 
 // RunFilter selects runs for ListRuns. The zero value lists the first
@@ -196,6 +238,15 @@ var (
 	ErrSchemaTooNew = errors.New("store: database schema is newer than this airlock")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrLeased is matched by *LeasedError: another owner holds an
+	// unexpired lease on the run.
+	ErrLeased = errors.New("store: run is leased")
+	// ErrLeaseLost: the caller's lease (or fencing token) is no longer
+	// the run's; another worker has taken it over, or it was released.
+	// Nothing was written: the caller must stop driving the run.
+	ErrLeaseLost = errors.New("store: lease lost")
+	// ErrFinal: the run is in a final status and cannot be leased.
+	ErrFinal = errors.New("store: run is final")
 )
 
 // StatusConflictError reports that a run's status was not the expected one.

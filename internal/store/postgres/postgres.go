@@ -171,7 +171,7 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
 
-const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash`
+const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns`
 
 func scanRun(row pgx.Row) (store.Run, error) {
 	var (
@@ -183,10 +183,19 @@ func scanRun(row pgx.Row) (store.Run, error) {
 		parent   *string
 		pseq     *int64
 		lastHash []byte
+		owner    *string
+		expires  *int64
 	)
 	if err := row.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
-		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash); err != nil {
+		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash,
+		&owner, &r.LeaseToken, &expires); err != nil {
 		return r, err
+	}
+	if owner != nil {
+		r.LeaseOwner = *owner
+		if expires != nil {
+			r.LeaseExpires = fromNS(*expires)
+		}
 	}
 	r.Status = event.Status(status)
 	r.Created = fromNS(created)
@@ -258,7 +267,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 		// ON CONFLICT: another process may create the same id between
 		// the check above and here.
 		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL, NULL, 0, NULL)
 			ON CONFLICT (id) DO NOTHING`,
 			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
 			r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq)
@@ -348,8 +357,14 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 	}
 	var r store.Run
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		var cur string
-		err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&cur)
+		var (
+			cur   string
+			token int64
+		)
+		err := tx.QueryRow(ctx, `SELECT status, lease_token FROM runs WHERE id = $1 FOR NO KEY UPDATE`, id).Scan(&cur, &token)
+		if err == nil {
+			err = store.CheckFence(ctx, id, token)
+		}
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return store.ErrNotFound
@@ -453,9 +468,16 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 		lastSeq  int64
 		lastHash []byte
 		status   string
+		token    int64
 	)
-	err := tx.QueryRow(ctx, `SELECT last_seq, last_hash, status FROM runs WHERE id = $1 FOR NO KEY UPDATE`, runID).
-		Scan(&lastSeq, &lastHash, &status)
+	err := tx.QueryRow(ctx, `SELECT last_seq, last_hash, status, lease_token FROM runs WHERE id = $1 FOR NO KEY UPDATE`, runID).
+		Scan(&lastSeq, &lastHash, &status, &token)
+	if err == nil {
+		// The fence first, under the row lock that AcquireLease takes
+		// too: a worker that lost its lease must stop, not re-read the
+		// tail and retry.
+		err = store.CheckFence(ctx, runID, token)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.Run{}, store.ErrNotFound
@@ -509,6 +531,110 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 		return store.Run{}, fmt.Errorf("update tail and status: %w", err)
 	}
 	return r, br.Close()
+}
+
+// readLease locks run runID's row inside tx, as Append does, and reads its
+// lease state: AcquireLease and a fenced Append of one run are thus
+// serialized, whatever processes they run in.
+func readLease(ctx context.Context, tx pgx.Tx, runID string) (store.LeaseState, error) {
+	var (
+		st      store.LeaseState
+		status  string
+		owner   *string
+		expires *int64
+	)
+	err := tx.QueryRow(ctx, `SELECT status, lease_owner, lease_token, lease_expires_ns FROM runs WHERE id = $1 FOR NO KEY UPDATE`, runID).
+		Scan(&status, &owner, &st.Token, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return st, store.ErrNotFound
+	}
+	st.Status = event.Status(status)
+	if owner != nil {
+		st.Owner = *owner
+	}
+	if expires != nil {
+		st.ExpiresNS = *expires
+	}
+	return st, err
+}
+
+// setLease writes l as run l.RunID's lease inside tx.
+func setLease(ctx context.Context, tx pgx.Tx, l store.Lease) error {
+	_, err := tx.Exec(ctx, `UPDATE runs SET lease_owner = $2, lease_token = $3, lease_expires_ns = $4 WHERE id = $1`,
+		l.RunID, l.Owner, l.Token, l.Expires.UnixNano())
+	return err
+}
+
+// AcquireLease implements store.Store.
+func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
+	if err := s.check("acquire lease"); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.ValidateLease(runID, owner, 1, ttl); err != nil {
+		return store.Lease{}, fmt.Errorf("postgres: acquire lease: %w", err)
+	}
+	var l store.Lease
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		st, err := readLease(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if l, err = store.DecideAcquire(st, runID, owner, ttl, s.now()); err != nil {
+			return err
+		}
+		return setLease(ctx, tx, l)
+	})
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("postgres: run %s: acquire lease: %w", runID, err)
+	}
+	return l, nil
+}
+
+// RenewLease implements store.Store.
+func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (store.Lease, error) {
+	if err := s.check("renew lease"); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.ValidateLease(runID, owner, token, ttl); err != nil {
+		return store.Lease{}, fmt.Errorf("postgres: renew lease: %w", err)
+	}
+	var l store.Lease
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		st, err := readLease(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if l, err = store.DecideRenew(st, runID, owner, token, ttl, s.now()); err != nil {
+			return err
+		}
+		return setLease(ctx, tx, l)
+	})
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("postgres: run %s: renew lease: %w", runID, err)
+	}
+	return l, nil
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int64) error {
+	if err := s.check("release lease"); err != nil {
+		return err
+	}
+	if err := store.ValidateLease(runID, owner, token, 1); err != nil {
+		return fmt.Errorf("postgres: release lease: %w", err)
+	}
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := readLease(ctx, tx, runID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE runs SET lease_owner = NULL, lease_expires_ns = NULL
+			WHERE id = $1 AND lease_owner = $2 AND lease_token = $3`, runID, owner, token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: run %s: release lease: %w", runID, err)
+	}
+	return nil
 }
 
 // maxInsertBytes bounds the payload bytes of one INSERT: PostgreSQL takes

@@ -26,6 +26,13 @@ func TestConformance(t *testing.T) {
 			u, _ := urls.Load(s.(*Store))
 			return openURL(t, u.(string), store.NoRedaction)
 		},
+		NewAt: func(t *testing.T, now func() time.Time) store.Store {
+			s, err := Open(context.Background(), pg.NewDatabase(t), Options{Redactor: store.NoRedaction, Now: now})
+			if err != nil {
+				t.Fatalf("Open() = %v", err)
+			}
+			return s
+		},
 		Tamper: func(t *testing.T, s store.Store, runID string, seq int64, payload []byte) {
 			tag, err := rawConn(t, s.(*Store)).Exec(context.Background(),
 				`UPDATE events SET payload = $1 WHERE run_id = $2 AND seq = $3`, payload, runID, seq)

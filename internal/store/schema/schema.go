@@ -68,11 +68,19 @@ var migrations = []string{
 		PRIMARY KEY (run_id, name)
 	) WITHOUT ROWID;
 	CREATE INDEX artifacts_digest ON artifacts (digest);`,
+
+	// 3: run leases. lease_token is the run's fencing token: it only
+	// grows, once per acquisition, so it outlives a release. lease_owner
+	// and lease_expires_ns are NULL when no one holds the lease (no TEXT
+	// default: PostgreSQL would describe it as ''::text, SQLite as '').
+	`ALTER TABLE runs ADD COLUMN lease_owner TEXT;
+	ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE runs ADD COLUMN lease_expires_ns INTEGER;`,
 }
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 2
+const Version = 3
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

@@ -20,6 +20,10 @@ var released = []struct{ sqlite, postgres string }{
 		"53b5c3a5319a694aff287db8963b84aae0a3a18f9167af3ce57a1e972e409d16",
 		"61382c0bed14558a6cfec39bbc47f76ea120c676de181671f4f7a86e859f943c",
 	},
+	{ // 3: run leases
+		"ccfe6319220a447fcc5155119d57df042ab844d531b12dad6a0935cb9e2dd7f0",
+		"ea47f92c8b712d346a0220d6c27b728c7107fa38429ec37b2aa709afa6f68064",
+	},
 }
 
 func TestReleased(t *testing.T) {

@@ -140,7 +140,7 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		stmt **sql.Stmt
 		sql  string
 	}{
-		{&s.stmtTail, `SELECT last_seq, last_hash, status FROM runs WHERE id = ?`},
+		{&s.stmtTail, `SELECT last_seq, last_hash, status, lease_token FROM runs WHERE id = ?`},
 		{&s.stmtSetTail, `UPDATE runs SET last_seq = ?, last_hash = ? WHERE id = ? AND last_seq = ?`},
 		{&s.stmtInsert[0], insertSQL(insertChunks[0])},
 		{&s.stmtInsert[1], insertSQL(insertChunks[1])},
@@ -249,7 +249,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash`
+const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns`
 
 type scanner interface {
 	Scan(dest ...any) error
@@ -265,10 +265,17 @@ func scanRun(sc scanner) (store.Run, error) {
 		parent   sql.NullString
 		pseq     sql.NullInt64
 		lastHash []byte
+		owner    sql.NullString
+		expires  sql.NullInt64
 	)
 	if err := sc.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
-		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash); err != nil {
+		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash,
+		&owner, &r.LeaseToken, &expires); err != nil {
 		return r, err
+	}
+	r.LeaseOwner = owner.String
+	if owner.Valid && expires.Valid {
+		r.LeaseExpires = fromNS(expires.Int64)
 	}
 	r.Status = event.Status(status)
 	r.Created = fromNS(created)
@@ -334,7 +341,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 				return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL, NULL, 0, NULL)`,
 			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
 			r.Created.UnixNano(), r.Updated.UnixNano(),
 			nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""))
@@ -441,11 +448,17 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 	return r, nil
 }
 
-// setStatus moves run id from from to to inside tx. The caller has checked
-// the transition.
+// setStatus moves run id from from to to inside tx, if ctx's fence (if
+// any) is still the run's. The caller has checked the transition.
 func (s *Store) setStatus(ctx context.Context, tx *sql.Tx, id string, from, to event.Status) error {
-	var cur string
-	err := tx.QueryRowContext(ctx, `SELECT status FROM runs WHERE id = ?`, id).Scan(&cur)
+	var (
+		cur   string
+		token int64
+	)
+	err := tx.QueryRowContext(ctx, `SELECT status, lease_token FROM runs WHERE id = ?`, id).Scan(&cur, &token)
+	if err == nil {
+		err = store.CheckFence(ctx, id, token)
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.ErrNotFound
@@ -491,8 +504,14 @@ func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from
 			lastSeq  int64
 			lastHash []byte
 			status   string
+			token    int64
 		)
-		err := tx.StmtContext(ctx, s.stmtTail).QueryRowContext(ctx, runID).Scan(&lastSeq, &lastHash, &status)
+		err := tx.StmtContext(ctx, s.stmtTail).QueryRowContext(ctx, runID).Scan(&lastSeq, &lastHash, &status, &token)
+		if err == nil {
+			// The fence first: a worker that lost its lease must stop,
+			// not re-read the tail and retry.
+			err = store.CheckFence(ctx, runID, token)
+		}
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return store.ErrNotFound
@@ -536,6 +555,102 @@ func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from
 		return store.Run{}, nil, fmt.Errorf("sqlite: run %s: append: %w", runID, err)
 	}
 	return r, evs, nil
+}
+
+// readLease reads run runID's lease state inside tx.
+func readLease(ctx context.Context, tx *sql.Tx, runID string) (store.LeaseState, error) {
+	var (
+		st      store.LeaseState
+		status  string
+		owner   sql.NullString
+		expires sql.NullInt64
+	)
+	err := tx.QueryRowContext(ctx, `SELECT status, lease_owner, lease_token, lease_expires_ns FROM runs WHERE id = ?`, runID).
+		Scan(&status, &owner, &st.Token, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return st, store.ErrNotFound
+	}
+	st.Status, st.Owner, st.ExpiresNS = event.Status(status), owner.String, expires.Int64
+	return st, err
+}
+
+// setLease writes l as run l.RunID's lease inside tx.
+func setLease(ctx context.Context, tx *sql.Tx, l store.Lease) error {
+	_, err := tx.ExecContext(ctx, `UPDATE runs SET lease_owner = ?, lease_token = ?, lease_expires_ns = ? WHERE id = ?`,
+		l.Owner, l.Token, l.Expires.UnixNano(), l.RunID)
+	return err
+}
+
+// AcquireLease implements store.Store.
+func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
+	if err := s.check("acquire lease"); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.ValidateLease(runID, owner, 1, ttl); err != nil {
+		return store.Lease{}, fmt.Errorf("sqlite: acquire lease: %w", err)
+	}
+	var l store.Lease
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		st, err := readLease(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if l, err = store.DecideAcquire(st, runID, owner, ttl, s.now()); err != nil {
+			return err
+		}
+		return setLease(ctx, tx, l)
+	})
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("sqlite: run %s: acquire lease: %w", runID, err)
+	}
+	return l, nil
+}
+
+// RenewLease implements store.Store.
+func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (store.Lease, error) {
+	if err := s.check("renew lease"); err != nil {
+		return store.Lease{}, err
+	}
+	if err := store.ValidateLease(runID, owner, token, ttl); err != nil {
+		return store.Lease{}, fmt.Errorf("sqlite: renew lease: %w", err)
+	}
+	var l store.Lease
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		st, err := readLease(ctx, tx, runID)
+		if err != nil {
+			return err
+		}
+		if l, err = store.DecideRenew(st, runID, owner, token, ttl, s.now()); err != nil {
+			return err
+		}
+		return setLease(ctx, tx, l)
+	})
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("sqlite: run %s: renew lease: %w", runID, err)
+	}
+	return l, nil
+}
+
+// ReleaseLease implements store.Store.
+func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int64) error {
+	if err := s.check("release lease"); err != nil {
+		return err
+	}
+	if err := store.ValidateLease(runID, owner, token, 1); err != nil {
+		return fmt.Errorf("sqlite: release lease: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := readLease(ctx, tx, runID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE runs SET lease_owner = NULL, lease_expires_ns = NULL
+			WHERE id = ? AND lease_owner = ? AND lease_token = ?`, runID, owner, token)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: run %s: release lease: %w", runID, err)
+	}
+	return nil
 }
 
 // insertEvents writes sealed events with as few statements as the

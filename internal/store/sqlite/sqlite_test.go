@@ -57,6 +57,14 @@ func TestConformance(t *testing.T) {
 		Reopen: func(t *testing.T, s store.Store) store.Store {
 			return openAt(t, s.(*sqlite.Store).Path(), store.NoRedaction)
 		},
+		NewAt: func(t *testing.T, now func() time.Time) store.Store {
+			path := filepath.Join(t.TempDir(), "airlock.db")
+			s, err := sqlite.Open(context.Background(), path, sqlite.Options{Redactor: store.NoRedaction, Now: now})
+			if err != nil {
+				t.Fatalf("Open(%s) = %v", path, err)
+			}
+			return s
+		},
 		Tamper: func(t *testing.T, s store.Store, runID string, seq int64, payload []byte) {
 			db := rawDB(t, s.(*sqlite.Store).Path())
 			res, err := db.Exec(`UPDATE events SET payload = ? WHERE run_id = ? AND seq = ?`, payload, runID, seq)

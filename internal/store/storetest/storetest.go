@@ -39,6 +39,11 @@ type Factory struct {
 	// store's back (raw SQL), as an attacker with write access to the
 	// database would. Optional: the test is skipped when nil.
 	Tamper func(t *testing.T, s store.Store, runID string, seq int64, payload []byte)
+	// NewAt returns a new, empty store without redaction whose clock
+	// (its Options.Now) is now, so lease expiry can be tested without
+	// sleeping. The suite closes it. Optional: the tests that need it are
+	// skipped when nil.
+	NewAt func(t *testing.T, now func() time.Time) store.Store
 }
 
 // Run runs the conformance suite.
@@ -68,6 +73,11 @@ func Run(t *testing.T, f Factory) {
 		{"TwoHandles", testTwoHandles},
 		{"Tamper", testTamper},
 		{"Closed", testClosed},
+		{"Lease", testLease},
+		{"LeaseTakeover", testLeaseTakeover},
+		{"LeaseLapsed", testLeaseLapsed},
+		{"LeaseInvalid", testLeaseInvalid},
+		{"LeaseRace", testLeaseRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
@@ -190,7 +200,8 @@ func sameRun(a, b store.Run) bool {
 	return a.ID == b.ID && a.Tenant == b.Tenant && a.Task == b.Task && a.Model == b.Model &&
 		bytes.Equal(a.Policy, b.Policy) && a.PolicyHash == b.PolicyHash && a.Status == b.Status &&
 		a.Created.Equal(b.Created) && a.Updated.Equal(b.Updated) && a.Finished.Equal(b.Finished) &&
-		a.ParentRunID == b.ParentRunID && a.ParentSeq == b.ParentSeq && a.LastSeq == b.LastSeq && a.LastHash == b.LastHash
+		a.ParentRunID == b.ParentRunID && a.ParentSeq == b.ParentSeq && a.LastSeq == b.LastSeq && a.LastHash == b.LastHash &&
+		a.LeaseOwner == b.LeaseOwner && a.LeaseToken == b.LeaseToken && a.LeaseExpires.Equal(b.LeaseExpires)
 }
 
 func ids(runs []store.Run) []string {
@@ -1040,6 +1051,9 @@ func testClosed(t *testing.T, f Factory) {
 			return err
 		},
 		"GetArtifact":   func() error { _, err := s.GetArtifact(ctx, id, "x"); return err },
+		"AcquireLease":  func() error { _, err := s.AcquireLease(ctx, id, "w", time.Second); return err },
+		"RenewLease":    func() error { _, err := s.RenewLease(ctx, id, "w", 1, time.Second); return err },
+		"ReleaseLease":  func() error { return s.ReleaseLease(ctx, id, "w", 1) },
 		"ListArtifacts": func() error { _, err := s.ListArtifacts(ctx, id); return err },
 	}
 	for name, call := range calls {
