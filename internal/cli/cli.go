@@ -34,6 +34,9 @@ type Env struct {
 	// Getenv reads the host's environment (model API keys); nil reads
 	// nothing.
 	Getenv func(string) string
+	// Store is the run store: "" or "sqlite" for $AIRLOCK_HOME/airlock.db,
+	// sqlite:PATH, or a postgres:// URL (set from --store).
+	Store string
 
 	backend *linux.Backend
 }
@@ -79,6 +82,8 @@ func DefaultHome(uid int, xdgData, home string) string {
 }
 
 type cli struct {
+	Store string `name:"store" env:"AIRLOCK_STORE" help:"Run store: sqlite (default, $AIRLOCK_HOME/airlock.db), sqlite:PATH, or postgres://USER@HOST/DB." placeholder:"URL"`
+
 	Sandbox struct {
 		Run       RunCmd       `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
 		Create    CreateCmd    `cmd:"" help:"Create a long-lived sandbox and print its id."`
@@ -90,6 +95,7 @@ type cli struct {
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
 	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
+	Worker    WorkerCmd    `cmd:"" help:"Drive the store's queued and unfinished runs until stopped (several workers may share a store)."`
 	Approvals ApprovalsCmd `cmd:"" help:"List the actions that wait for a person's decision."`
 	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`
 	Deny      DenyCmd      `cmd:"" help:"Deny a pending action, with a reason the model is told."`
@@ -137,6 +143,9 @@ func Main(env *Env, args []string) int {
 	}
 	if kctx == nil {
 		return 0
+	}
+	if env.Store == "" {
+		env.Store = c.Store
 	}
 	err = kctx.Run(env)
 	var code exitCode

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,19 +20,46 @@ import (
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/postgres"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
 // host is the run engine on the local store, as the run commands use it.
 type host struct {
 	env   *Env
-	store *sqlite.Store
+	store store.Store
 	blobs *blob.Store
 	eng   *engine.Engine
 	red   *secret.Redactor
 
 	mu       sync.Mutex
 	policies map[string]*policy.Document // by the hash of the run's policy bytes
+}
+
+// openStore opens the run store: the SQLite file under $AIRLOCK_HOME, or
+// the PostgreSQL database of a postgres:// URL (--store, AIRLOCK_STORE).
+func openStore(env *Env, red store.Redactor) (store.Store, error) {
+	u := env.Store
+	switch {
+	case u == "" || u == "sqlite":
+		return sqlite.Open(env.Ctx, filepath.Join(env.Home, "airlock.db"), sqlite.Options{Redactor: red})
+	case strings.HasPrefix(u, "postgres://"), strings.HasPrefix(u, "postgresql://"):
+		return postgres.Open(env.Ctx, u, postgres.Options{Redactor: red})
+	case strings.HasPrefix(u, "sqlite:"):
+		return sqlite.Open(env.Ctx, strings.TrimPrefix(u, "sqlite:"), sqlite.Options{Redactor: red})
+	}
+	return nil, usageError{fmt.Errorf("--store %q: want sqlite, sqlite:PATH or postgres://...", redactURL(u))}
+}
+
+// redactURL drops a URL's password for messages.
+func redactURL(u string) string {
+	if p, err := url.Parse(u); err == nil && p.User != nil {
+		if _, ok := p.User.Password(); ok {
+			p.User = url.UserPassword(p.User.Username(), "xxxxx")
+			return p.String()
+		}
+	}
+	return u
 }
 
 // hostOptions tune openHost.
@@ -59,8 +87,7 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 		}
 	}
 	var err error
-	h.store, err = sqlite.Open(env.Ctx, filepath.Join(env.Home, "airlock.db"), sqlite.Options{Redactor: h.red})
-	if err != nil {
+	if h.store, err = openStore(env, h.red); err != nil {
 		return nil, err
 	}
 	if h.blobs, err = blob.New(filepath.Join(env.Home, "blobs"), blob.Options{}); err != nil {

@@ -47,6 +47,7 @@ type AgentRunCmd struct {
 	Pids      int64         `help:"Process limit of each sandbox (default: the policy's, 512)."`
 	CPUs      float64       `name:"cpus" help:"CPU limit of each sandbox (default: the policy's, 1)."`
 	Disk      string        `help:"Size of each sandbox's writable layer (default: the policy's, 1G)."`
+	Detach    bool          `help:"Only record the run (queued) and print its id: airlock worker or airlock runs resume drives it."`
 	KeyFile   string        `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
 }
 
@@ -56,16 +57,25 @@ func (c *AgentRunCmd) Run(env *Env) error {
 	if err != nil {
 		return usageError{err}
 	}
-	tl := newTimeline(env.Stdout, stdoutTTY(env), false)
+	var tl *timeline
+	if !c.Detach {
+		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
+	}
 	h, err := openHost(env, hostOptions{timeline: tl, keyFile: c.KeyFile})
 	if err != nil {
 		return err
 	}
 	defer h.close()
-	go env.gc()
+	if !c.Detach {
+		go env.gc()
+	}
 	r, err := h.eng.Create(env.Ctx, req)
 	if err != nil {
 		return engineError(err)
+	}
+	if c.Detach {
+		fmt.Fprintln(env.Stdout, r.ID)
+		return nil
 	}
 	return h.foreground(r.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, r.ID) })
 }

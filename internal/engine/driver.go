@@ -116,6 +116,9 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 		} else {
 			stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.st.lastSeq+1, evs)
 		}
+		if errors.Is(err, store.ErrLeaseLost) {
+			return &stolenError{status: "taken over (lease lost)"}
+		}
 		if err == nil || !errors.Is(err, store.ErrConflict) {
 			break
 		}

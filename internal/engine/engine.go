@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -84,6 +85,11 @@ type Options struct {
 	ApprovalOnTimeout string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Owner names this process in run leases ("host:pid" when empty);
+	// LeaseTTL is how long a lease lives without a heartbeat (10s when
+	// zero). A drive renews its lease every LeaseTTL/3.
+	Owner    string
+	LeaseTTL time.Duration
 }
 
 // Network attaches a sandbox to the run's network policy.
@@ -139,6 +145,8 @@ type Progress struct {
 // one goroutine at a time.
 type Engine struct {
 	o Options
+	// active holds the runs this process drives.
+	active sync.Map
 }
 
 // New returns an engine.
@@ -154,6 +162,12 @@ func New(o Options) (*Engine, error) {
 	}
 	if o.Tenant == "" {
 		o.Tenant = "local"
+	}
+	if o.Owner == "" {
+		o.Owner = hostID()
+	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 10 * time.Second
 	}
 	if o.ApprovalTimeout <= 0 {
 		o.ApprovalTimeout = 15 * time.Minute
@@ -365,6 +379,10 @@ func (e *Engine) Drive(ctx context.Context, id string) (Outcome, error) {
 }
 
 func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, error) {
+	if _, loaded := e.active.LoadOrStore(id, true); loaded {
+		return Outcome{}, fmt.Errorf("%w (this process)", ErrBusy)
+	}
+	defer e.active.Delete(id)
 	unlock, err := e.lock(id)
 	if err != nil {
 		return Outcome{}, err
@@ -380,6 +398,15 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 			err = fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
 		}
 		return o, err
+	}
+	lease, err := e.lease(ctx, id)
+	if err != nil {
+		return Outcome{}, err
+	}
+	ctx, stopLease := e.holdLease(ctx, lease)
+	defer stopLease()
+	if r, err = e.o.Store.GetRun(ctx, id); err != nil {
+		return Outcome{}, err
 	}
 	st, _, err := e.load(ctx, r)
 	if err != nil {
@@ -552,12 +579,82 @@ func (e *Engine) lock(id string) (func(), error) {
 
 // Driven reports whether some process holds run id's lock.
 func (e *Engine) Driven(id string) bool {
+	if _, ok := e.active.Load(id); ok {
+		return true
+	}
 	unlock, err := e.lock(id)
 	if err != nil {
 		return errors.Is(err, ErrBusy)
 	}
 	unlock()
-	return false
+	// Free here; held by a live process of another host?
+	r, err := e.o.Store.GetRun(context.Background(), id)
+	return err == nil && r.LeaseOwner != "" && !sameHost(r.LeaseOwner) && r.LeaseExpires.After(e.o.Now())
+}
+
+// lease takes the run's lease in the store, which fences every append of
+// this drive: a process that stalls past its lease and wakes up after
+// another took the run over cannot write into it. A lease still held by a
+// process of this host whose lock is free (this process holds it now)
+// belongs to a dead process: it is waited out.
+func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
+	for {
+		l, err := e.o.Store.AcquireLease(ctx, id, e.o.Owner, e.o.LeaseTTL)
+		var held *store.LeasedError
+		switch {
+		case err == nil:
+			return l, nil
+		case errors.As(err, &held) && e.o.LockDir != "" && sameHost(held.Owner):
+			wait := time.Until(held.Expires) + 50*time.Millisecond
+			select {
+			case <-ctx.Done():
+				return store.Lease{}, ctx.Err()
+			case <-time.After(min(max(wait, 50*time.Millisecond), e.o.LeaseTTL)):
+			}
+		case errors.Is(err, store.ErrLeased):
+			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
+		case errors.Is(err, store.ErrFinal):
+			return store.Lease{}, fmt.Errorf("%w: %v", ErrFinal, err)
+		default:
+			return store.Lease{}, err
+		}
+	}
+}
+
+// holdLease renews the lease every third of its time to live and returns
+// a context that carries its fence and ends, with a stolenError as cause,
+// when the lease is lost. stop releases it.
+func (e *Engine) holdLease(parent context.Context, l store.Lease) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(store.WithFence(parent, l.Token))
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(e.o.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if _, err := e.o.Store.RenewLease(context.WithoutCancel(ctx), l.RunID, l.Owner, l.Token, e.o.LeaseTTL); err != nil {
+				if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrFinal) {
+					cancel(&stolenError{status: "taken over (lease lost)"})
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(nil)
+		_ = e.o.Store.ReleaseLease(context.WithoutCancel(parent), l.RunID, l.Owner, l.Token)
+	}
+}
+
+// sameHost reports whether a lease owner ("host:pid") is of this host.
+func sameHost(owner string) bool {
+	h, _ := os.Hostname()
+	return strings.HasPrefix(owner, h+":")
 }
 
 func hostID() string {

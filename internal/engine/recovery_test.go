@@ -56,15 +56,21 @@ func crashHelper(spec string) int {
 		return 3
 	}
 	seen := 0
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"),
+	self := syscall.SIGKILL
+	if os.Getenv("AIRLOCK_ENGINE_STOP") != "" {
+		self = syscall.SIGSTOP // stall, as a worker that loses its CPU does
+	}
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
 		// A model that thinks for a while, so that the request is on
 		// record before its answer: the kill lands during the call.
 		WrapProvider: func(p model.Provider) model.Provider { return slowModel{p} },
 		OnEvent: func(e event.Event) {
 			if string(e.Type) == typ {
 				if seen++; seen == n {
-					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-					select {}
+					_ = syscall.Kill(os.Getpid(), self)
+					if self == syscall.SIGKILL {
+						select {}
+					}
 				}
 			}
 		}})
@@ -72,11 +78,13 @@ func crashHelper(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
 	}
-	if _, err := eng.Drive(ctx, runID); err != nil {
+	o, err := eng.Drive(ctx, runID)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 4
 	}
-	return 5 // never reached the kill point
+	fmt.Printf("helper ended with the run %s\n", o.Status)
+	return 5 // never reached the kill point, or woke up after a stop
 }
 
 type slowModel struct{ model.Provider }
@@ -107,7 +115,7 @@ func engineOn(t *testing.T, dir string) (*engine.Engine, *sqlite.Store, *blob.St
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks")})
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,4 +327,75 @@ func waitForN(t *testing.T, h *harness, id string, typ event.Type, n int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("fewer than %d %s events in a minute", n, typ)
+}
+
+// TestStalledDriverIsFencedOut: a host process that stalls (SIGSTOP) past
+// its lease while driving a run loses it to another process (here, of
+// another host: no shared lock directory), which completes the run; when
+// the stalled one wakes up (SIGCONT) it cannot write a single event.
+func TestStalledDriverIsFencedOut(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	dir := t.TempDir()
+	eng0, st, bl := engineOn(t, dir)
+	r, err := eng0.Create(context.Background(), engine.Request{Task: "two files",
+		Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test -f two.txt"}}},
+		Script: []byte(fmt.Sprintf(recoveryScript, "stall"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "AIRLOCK_ENGINE_CRASH=tool.started:2", "AIRLOCK_ENGINE_STOP=1", "AIRLOCK_ENGINE_DIR="+dir,
+		"AIRLOCK_ENGINE_RUN="+r.ID, "AIRLOCK_ENGINE_EXEC="+executorPath)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() }()
+	// Wait until it has stopped itself, then past its lease.
+	deadline := time.Now().Add(time.Minute)
+	for !stopped(cmd.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the helper never stopped\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run-other")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	other, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LeaseTTL: time.Second, Owner: "other-host:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := other.Drive(ctxT(t, time.Minute), r.ID)
+	if err != nil || o.Status != event.StatusCompleted {
+		t.Fatalf("the other host's drive: %v %s (%s)", err, o.Status, o.Reason)
+	}
+	final, _ := st.GetRun(context.Background(), r.ID)
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Wait()
+	if n, err := store.VerifyRun(context.Background(), st, r.ID); err != nil || n != final.LastSeq {
+		t.Fatalf("after the stalled driver woke up: %d events (was %d), %v\n%s", n, final.LastSeq, err, out.String())
+	}
+	after, _ := st.GetRun(context.Background(), r.ID)
+	t.Logf("the stalled driver, woken up: %s", strings.TrimSpace(out.String()))
+	if after.LastSeq != final.LastSeq || after.Status != event.StatusCompleted {
+		t.Errorf("the stalled driver wrote after waking up: seq %d -> %d, status %s\n%s", final.LastSeq, after.LastSeq, after.Status, out.String())
+	}
+}
+
+// stopped reports whether process pid is in the stopped state.
+func stopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'T'
 }
