@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,6 +22,8 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/postgres"
+	"github.com/airlockrun/airlock/internal/store/postgres/pgtest"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
@@ -40,7 +43,13 @@ func crashHelper(spec string) int {
 	n, _ := strconv.Atoi(nth)
 	dir, runID := os.Getenv("AIRLOCK_ENGINE_DIR"), os.Getenv("AIRLOCK_ENGINE_RUN")
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	var st store.Store
+	var err error
+	if u := os.Getenv("AIRLOCK_ENGINE_PG"); u != "" {
+		st, err = postgres.Open(ctx, u, postgres.Options{Redactor: store.NoRedaction})
+	} else {
+		st, err = sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -398,4 +407,73 @@ func stopped(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] == 'T'
+}
+
+// TestWorkerKilledOnPostgres: a worker driving a run on PostgreSQL is
+// killed mid-command; another worker, sharing only the database and the
+// blob directory, takes the run over once the dead one's lease expires
+// and completes it with a gap-free, verifying chain.
+func TestWorkerKilledOnPostgres(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	ctx := context.Background()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	u := srv.URL("postgres")
+	st, err := postgres.Open(ctx, u, postgres.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	dir := t.TempDir()
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run-b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	other, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LeaseTTL: time.Second, Owner: "worker-b:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := other.Create(ctx, engine.Request{Task: "two files",
+		Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test -f two.txt"}}},
+		Script: []byte(fmt.Sprintf(recoveryScript, "pg"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "AIRLOCK_ENGINE_CRASH=tool.started:2", "AIRLOCK_ENGINE_PG="+u, "AIRLOCK_ENGINE_DIR="+dir,
+		"AIRLOCK_ENGINE_RUN="+r.ID, "AIRLOCK_ENGINE_EXEC="+executorPath)
+	out, _ := cmd.CombinedOutput()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("worker a did not die: %s", out)
+	}
+	// Worker b is refused while a's lease lives, then takes over.
+	var o engine.Outcome
+	deadline := time.Now().Add(time.Minute)
+	for {
+		o, err = other.Drive(ctxT(t, time.Minute), r.ID)
+		if !errors.Is(err, engine.ErrBusy) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil || o.Status != event.StatusCompleted {
+		t.Fatalf("worker b: %v, %s (%s)", err, o.Status, o.Reason)
+	}
+	if _, err := store.VerifyRun(ctx, st, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := st.GetRun(ctx, r.ID)
+	if got.LeaseToken != 2 {
+		t.Errorf("lease token %d, want 2 (a's, then b's)", got.LeaseToken)
+	}
 }
