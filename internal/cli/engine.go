@@ -48,7 +48,7 @@ func openStore(env *Env, red store.Redactor) (store.Store, error) {
 	case strings.HasPrefix(u, "sqlite:"):
 		return sqlite.Open(env.Ctx, strings.TrimPrefix(u, "sqlite:"), sqlite.Options{Redactor: red})
 	}
-	return nil, usageError{fmt.Errorf("--store %q: want sqlite, sqlite:PATH or postgres://...", redactURL(u))}
+	return nil, usageError{fmt.Errorf("--store %q: want sqlite, sqlite:PATH or a postgres:// URL", redactURL(u))}
 }
 
 // redactURL drops a URL's password for messages.
