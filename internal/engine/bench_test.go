@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/store"
@@ -19,37 +20,53 @@ import (
 )
 
 // BenchmarkStep measures one step of the loop with the scripted model and
-// a trivial tool: everything except the model and the command itself (the
-// events, fsync'd; the policy hook; the snapshot after a step that may
-// change the workspace). Compare with BenchmarkCommand, the cost of the
-// command alone in a running sandbox:
+// a trivial tool, in the steady state: from the first call's result to the
+// last one's, so the sandbox's creation and the run's checks and teardown
+// are left out. That is everything of a step but the model and the call
+// itself (the events, fsync'd; the policy hook; the workspace check after a
+// command). Compare with BenchmarkCommand and BenchmarkReadFile, the calls
+// alone in a running sandbox:
 //
-//	go test -run '^$' -bench 'Step|Command|ReadFile' -benchtime 300x ./internal/engine
+//	go test -run '^$' -bench 'Step|Command|ReadFile' -benchtime 100x ./internal/engine
 func BenchmarkStep(b *testing.B) {
 	for _, bc := range []struct{ name, call string }{
 		{"run_command", `{name: run_command, args: {command: "true"}}`},
 		{"read_file", `{name: read_file, args: {path: "f.txt"}}`},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			eng, ws := benchEngine(b)
+			var first, last time.Time
+			var n int
+			var inModel, modelAtFirst, modelAtLast time.Duration
+			eng, ws := benchEngine(b, func(e event.Event) {
+				if e.Type == event.TypeToolFinished && !strings.Contains(string(e.Payload), `"tool":"finish"`) {
+					if n++; n == 1 {
+						first, modelAtFirst = time.Now(), inModel
+					}
+					last, modelAtLast = time.Now(), inModel
+				}
+			}, func(p model.Provider) model.Provider { return timedModel{p, &inModel} })
+			steps := max(b.N, 2)
 			var s strings.Builder
 			s.WriteString("turns:\n")
-			for range b.N {
+			for range steps {
 				fmt.Fprintf(&s, "  - tool_calls: [%s]\n", bc.call)
 			}
 			s.WriteString("  - tool_calls: [{name: finish, args: {summary: done}}]\n")
 			r, err := eng.Create(context.Background(), engine.Request{Task: "bench", Script: []byte(s.String()),
-				Config: engine.Config{Model: "script:bench", MaxSteps: b.N + 1, Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}}})
+				Config: engine.Config{Model: "script:bench", MaxSteps: steps + 1, Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
-			start := time.Now()
 			o, err := eng.Drive(context.Background(), r.ID)
 			if err != nil || o.Status != event.StatusCompleted {
 				b.Fatalf("Drive = %v, %v", o.Status, err)
 			}
-			b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N+1), "ms/step")
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n-1) }
+			model := modelAtLast - modelAtFirst
+			b.ReportMetric(per(last.Sub(first)), "ms/step")
+			b.ReportMetric(per(model), "model-ms/step")
+			b.ReportMetric(per(last.Sub(first)-model), "ms/step-without-model")
 		})
 	}
 }
@@ -63,7 +80,7 @@ func BenchmarkCommand(b *testing.B) { benchSandboxOp(b, true) }
 func BenchmarkReadFile(b *testing.B) { benchSandboxOp(b, false) }
 
 func benchSandboxOp(b *testing.B, command bool) {
-	_, ws := benchEngine(b)
+	_, ws := benchEngine(b, nil, nil)
 	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: b.TempDir()})
 	if err != nil {
 		b.Fatal(err)
@@ -88,7 +105,21 @@ func benchSandboxOp(b *testing.B, command bool) {
 	}
 }
 
-func benchEngine(b *testing.B) (*engine.Engine, string) {
+// timedModel adds the time spent in the model to *total (the scripted
+// model validates the whole conversation, as a provider serialises it:
+// that is the model's time, not the loop's).
+type timedModel struct {
+	model.Provider
+	total *time.Duration
+}
+
+func (m timedModel) Complete(ctx context.Context, req model.Request, stream func(model.Delta)) (model.Response, error) {
+	start := time.Now()
+	defer func() { *m.total += time.Since(start) }()
+	return m.Provider.Complete(ctx, req, stream)
+}
+
+func benchEngine(b *testing.B, onEvent func(event.Event), wrap func(model.Provider) model.Provider) (*engine.Engine, string) {
 	b.Helper()
 	if os.Geteuid() != 0 {
 		b.Skip("needs root for real sandboxes")
@@ -115,7 +146,7 @@ func benchEngine(b *testing.B) (*engine.Engine, string) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = be.Close() })
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: be})
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: be, OnEvent: onEvent, WrapProvider: wrap})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -284,11 +284,10 @@ type Info struct {
 type Metrics struct {
 	// CPU is the CPU time of every process the sandbox ever ran.
 	CPU time.Duration
-	// MemoryPeak is the most memory it held at once, when known.
-	MemoryPeak int64
 }
 
-// Measurer is implemented by sandboxes whose host can measure them.
+// Measurer is implemented by sandboxes whose host can measure them. It is
+// called at every step of a run: keep it to a file read or two.
 type Measurer interface {
 	Measure() (Metrics, error)
 }

@@ -190,11 +190,11 @@ func (s *Sandbox) Measure() (sandbox.Metrics, error) {
 	if s.cg == nil {
 		return sandbox.Metrics{}, errors.New("linux: sandbox has no cgroup to measure")
 	}
-	st, err := s.cg.Stats()
+	cpu, err := s.cg.CPU()
 	if err != nil {
 		return sandbox.Metrics{}, err
 	}
-	return sandbox.Metrics{CPU: st.CPU, MemoryPeak: st.MemoryPeak}, nil
+	return sandbox.Metrics{CPU: cpu}, nil
 }
 
 // Usage reports the sandbox's current resource use.

@@ -234,73 +234,94 @@ func (g *Group) Counters() (Stats, error) { return g.stats(true) }
 
 func (g *Group) stats(countersOnly bool) (Stats, error) {
 	var s Stats
-	var errs []error
-	read := func(dir, file string) []byte {
-		data, err := readFile(dir + "/" + file)
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("cgroup %s: read %s: %w", g.name, file, err))
-		}
-		return data
-	}
-	value := func(dir, file string, dst *int64) {
-		if data := read(dir, file); data != nil {
-			if n, err := parseInt(data); err == nil {
-				*dst = n
-			}
-		}
-	}
-	keyed := func(data []byte, key string, dst *int64) {
-		if n, ok := keyedValue(data, key); ok {
-			*dst = n
-		}
-	}
+	r := &statReader{g: g}
 	if dir, v2 := g.dirFor(ctrlMemory); dir != "" && countersOnly {
 		if v2 {
-			value(dir, "memory.peak", &s.MemoryPeak)
-			keyed(read(dir, "memory.events"), "oom_kill", &s.OOMKills)
+			r.value(dir, "memory.peak", &s.MemoryPeak)
+			r.keyed(r.read(dir, "memory.events"), "oom_kill", &s.OOMKills)
 		} else {
-			value(dir, "memory.max_usage_in_bytes", &s.MemoryPeak)
-			keyed(read(dir, "memory.oom_control"), "oom_kill", &s.OOMKills)
+			r.value(dir, "memory.max_usage_in_bytes", &s.MemoryPeak)
+			r.keyed(r.read(dir, "memory.oom_control"), "oom_kill", &s.OOMKills)
 		}
 	} else if dir != "" {
 		if v2 {
-			value(dir, "memory.current", &s.MemoryCurrent)
-			value(dir, "memory.peak", &s.MemoryPeak)
-			ev := read(dir, "memory.events")
-			keyed(ev, "oom_kill", &s.OOMKills)
-			keyed(ev, "max", &s.MemoryMaxHits)
+			r.value(dir, "memory.current", &s.MemoryCurrent)
+			r.value(dir, "memory.peak", &s.MemoryPeak)
+			ev := r.read(dir, "memory.events")
+			r.keyed(ev, "oom_kill", &s.OOMKills)
+			r.keyed(ev, "max", &s.MemoryMaxHits)
 		} else {
-			value(dir, "memory.usage_in_bytes", &s.MemoryCurrent)
-			value(dir, "memory.max_usage_in_bytes", &s.MemoryPeak)
+			r.value(dir, "memory.usage_in_bytes", &s.MemoryCurrent)
+			r.value(dir, "memory.max_usage_in_bytes", &s.MemoryPeak)
 			// With swap capped at the same value, the memory+swap counter
 			// is charged first and is the one that fails.
 			var memsw int64
-			value(dir, "memory.failcnt", &s.MemoryMaxHits)
-			value(dir, "memory.memsw.failcnt", &memsw)
+			r.value(dir, "memory.failcnt", &s.MemoryMaxHits)
+			r.value(dir, "memory.memsw.failcnt", &memsw)
 			s.MemoryMaxHits += memsw
-			keyed(read(dir, "memory.oom_control"), "oom_kill", &s.OOMKills)
+			r.keyed(r.read(dir, "memory.oom_control"), "oom_kill", &s.OOMKills)
 		}
 	}
 	if dir, _ := g.dirFor(ctrlPids); dir != "" {
-		value(dir, "pids.current", &s.Pids)
-		keyed(read(dir, "pids.events"), "max", &s.PidsMaxHits)
+		r.value(dir, "pids.current", &s.Pids)
+		r.keyed(r.read(dir, "pids.events"), "max", &s.PidsMaxHits)
 	}
 	if countersOnly {
-		return s, errors.Join(errs...)
+		return s, errors.Join(r.errs...)
 	}
-	// cgroup2 reports CPU time in every cgroup, with or without the cpu
-	// controller; v1 needs cpuacct.
-	var usec, nsec int64
-	if g.v2 != "" {
-		keyed(read(g.v2, "cpu.stat"), "usage_usec", &usec)
+	s.CPU = r.cpu()
+	return s, errors.Join(r.errs...)
+}
+
+// CPU returns the CPU time of every process the group ever held: one file
+// read, for callers that need nothing else.
+func (g *Group) CPU() (time.Duration, error) {
+	r := &statReader{g: g}
+	d := r.cpu()
+	return d, errors.Join(r.errs...)
+}
+
+// statReader reads a group's files, collecting the errors.
+type statReader struct {
+	g    *Group
+	errs []error
+}
+
+func (r *statReader) read(dir, file string) []byte {
+	data, err := readFile(dir + "/" + file)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		r.errs = append(r.errs, fmt.Errorf("cgroup %s: read %s: %w", r.g.name, file, err))
 	}
-	if usec == 0 {
-		if dir, _ := g.dirFor(ctrlCPUAcct); dir != "" {
-			value(dir, "cpuacct.usage", &nsec)
+	return data
+}
+
+func (r *statReader) value(dir, file string, dst *int64) {
+	if data := r.read(dir, file); data != nil {
+		if n, err := parseInt(data); err == nil {
+			*dst = n
 		}
 	}
-	s.CPU = time.Duration(usec)*time.Microsecond + time.Duration(nsec)
-	return s, errors.Join(errs...)
+}
+
+func (r *statReader) keyed(data []byte, key string, dst *int64) {
+	if n, ok := keyedValue(data, key); ok {
+		*dst = n
+	}
+}
+
+// cpu reads the group's CPU time: cgroup2 reports it in every cgroup, with
+// or without the cpu controller; v1 needs cpuacct.
+func (r *statReader) cpu() time.Duration {
+	var usec, nsec int64
+	if r.g.v2 != "" {
+		r.keyed(r.read(r.g.v2, "cpu.stat"), "usage_usec", &usec)
+	}
+	if usec == 0 {
+		if dir, _ := r.g.dirFor(ctrlCPUAcct); dir != "" {
+			r.value(dir, "cpuacct.usage", &nsec)
+		}
+	}
+	return time.Duration(usec)*time.Microsecond + time.Duration(nsec)
 }
 
 // Kill sends SIGKILL to every process in the group and waits, for at most 2
