@@ -1,5 +1,6 @@
 // Package store is the contract of the durable record of runs: the runs
-// themselves, their append-only event logs, and artifact metadata.
+// themselves, their append-only event logs, artifact metadata, and each
+// tenant's credit ledger.
 // Implementations live in store/sqlite (the embedded default) and
 // store/postgres (several host processes on one database); both are built
 // from one schema (store/schema) and pass the conformance suite in
@@ -19,9 +20,13 @@
 //     (AcquireLease) with a fencing token; a write whose context carries a
 //     token (WithFence) that is no longer the run's current one is refused
 //     with ErrLeaseLost and writes nothing, whatever process it runs in.
-//   - Every payload passes through the store's Redactor before it is hashed
-//     and written; no store can be opened without saying which Redactor it
-//     uses (NoRedaction is an explicit choice).
+//   - A tenant's credit balance is the sum of its ledger entries (grants
+//     minus debits), never a stored number, and a run's event is debited
+//     at most once.
+//   - Every payload (and run task, and ledger note) passes through the
+//     store's Redactor before it is hashed and written; no store can be
+//     opened without saying which Redactor it uses (NoRedaction is an
+//     explicit choice).
 //
 // Importers: the run engine, host wiring, the API and the CLI.
 package store
@@ -125,12 +130,39 @@ type Store interface {
 	// ListArtifacts returns run runID's artifacts ordered by name.
 	ListArtifacts(ctx context.Context, runID string) ([]Artifact, error)
 
+	// AddLedgerEntry appends e to tenant e.Tenant's credit ledger and
+	// returns it as stored: ID assigned, Note redacted, Created set. It is
+	// atomic and durable on return, like Append. Errors wrapping
+	// ErrInvalid: a kind other than LedgerGrant or LedgerDebit, an amount
+	// not in 1..MaxLedgerAmount, a malformed tenant or note, an ID set by
+	// the caller, a debit without a run id or a seq >= 1, a grant with a
+	// seq, a run that does not exist or is another tenant's, a seq past
+	// the run's last event. A debit is idempotent per (RunID, Seq): adding
+	// it again with the same tenant and amount writes nothing and returns
+	// the stored entry; a different amount gives ErrExists. Grants are not
+	// idempotent: each call adds one.
+	AddLedgerEntry(ctx context.Context, e LedgerEntry) (LedgerEntry, error)
+
+	// Balance returns tenant's grants minus its debits, in micro-credits,
+	// summed from the ledger's rows; 0 for a tenant without entries. It
+	// may be negative: the ledger records debits, it does not refuse
+	// them (deciding whether a tenant may spend is the caller's job). A
+	// malformed tenant gives ErrInvalid.
+	Balance(ctx context.Context, tenant string) (int64, error)
+
+	// LedgerEntries returns up to limit of tenant's ledger entries with
+	// ID > after, in ID order; limit <= 0 or above MaxPage means MaxPage.
+	// Page through a ledger by passing the last ID as the next after. A
+	// tenant without entries has none (no error).
+	LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]LedgerEntry, error)
+
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.
 	Close() error
 }
 
-// MaxPage is the most events, runs or artifacts one call returns.
+// MaxPage is the most events, runs, artifacts or ledger entries one call
+// returns.
 const MaxPage = 1000
 
 // MaxBatch is the most events one Append takes.

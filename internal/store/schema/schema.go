@@ -76,11 +76,31 @@ var migrations = []string{
 	`ALTER TABLE runs ADD COLUMN lease_owner TEXT;
 	ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
 	ALTER TABLE runs ADD COLUMN lease_expires_ns INTEGER;`,
+
+	// 4: per-tenant credit ledger. The store assigns ids itself (max + 1
+	// under its write lock): SQLite and PostgreSQL spell auto-increment
+	// differently, and ids in commit order make paging by id safe. A
+	// balance is always summed from the rows. The unique index makes a
+	// debit once per (run, event); grants have no seq, and NULLs never
+	// collide in a unique index in either database.
+	`CREATE TABLE ledger (
+		id         INTEGER PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		kind       TEXT NOT NULL CHECK (kind IN ('grant', 'debit')),
+		amount     INTEGER NOT NULL CHECK (amount > 0),
+		run_id     TEXT REFERENCES runs (id),
+		seq        INTEGER,
+		note       TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		CHECK (kind = 'grant' AND seq IS NULL OR kind = 'debit' AND run_id IS NOT NULL AND seq > 0)
+	);
+	CREATE INDEX ledger_tenant_id ON ledger (tenant, id);
+	CREATE UNIQUE INDEX ledger_run_seq ON ledger (run_id, seq);`,
 }
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 3
+const Version = 4
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

@@ -24,6 +24,10 @@ var released = []struct{ sqlite, postgres string }{
 		"ccfe6319220a447fcc5155119d57df042ab844d531b12dad6a0935cb9e2dd7f0",
 		"ea47f92c8b712d346a0220d6c27b728c7107fa38429ec37b2aa709afa6f68064",
 	},
+	{ // 4: credit ledger
+		"a1b41380d444c3d422c58276888abd3a42bb59dc5242b557162602dab6116fad",
+		"4cf274b3990427b0680c3f5ba498b6fb15bad5fccea659b79ff8c7193c8ae38d",
+	},
 }
 
 func TestReleased(t *testing.T) {

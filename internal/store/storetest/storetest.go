@@ -78,6 +78,13 @@ func Run(t *testing.T, f Factory) {
 		{"LeaseLapsed", testLeaseLapsed},
 		{"LeaseInvalid", testLeaseInvalid},
 		{"LeaseRace", testLeaseRace},
+		{"Ledger", testLedger},
+		{"LedgerDebitRetry", testLedgerDebitRetry},
+		{"LedgerInvalid", testLedgerInvalid},
+		{"LedgerTenants", testLedgerTenants},
+		{"LedgerPaging", testLedgerPaging},
+		{"LedgerRace", testLedgerRace},
+		{"LedgerRedaction", testLedgerRedaction},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
@@ -1055,6 +1062,12 @@ func testClosed(t *testing.T, f Factory) {
 		"RenewLease":    func() error { _, err := s.RenewLease(ctx, id, "w", 1, time.Second); return err },
 		"ReleaseLease":  func() error { return s.ReleaseLease(ctx, id, "w", 1) },
 		"ListArtifacts": func() error { _, err := s.ListArtifacts(ctx, id); return err },
+		"AddLedgerEntry": func() error {
+			_, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "a", Kind: store.LedgerGrant, Amount: 1})
+			return err
+		},
+		"Balance":       func() error { _, err := s.Balance(ctx, "a"); return err },
+		"LedgerEntries": func() error { _, err := s.LedgerEntries(ctx, "a", 0, 1); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrClosed) {

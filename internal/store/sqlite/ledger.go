@@ -1,0 +1,122 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const ledgerColumns = `id, tenant, kind, amount, run_id, seq, note, created_ns`
+
+func scanLedger(sc scanner) (store.LedgerEntry, error) {
+	var (
+		e     store.LedgerEntry
+		runID sql.NullString
+		seq   sql.NullInt64
+		ns    int64
+	)
+	if err := sc.Scan(&e.ID, &e.Tenant, &e.Kind, &e.Amount, &runID, &seq, &e.Note, &ns); err != nil {
+		return e, err
+	}
+	e.RunID, e.Seq, e.Created = runID.String, seq.Int64, fromNS(ns)
+	return e, nil
+}
+
+// AddLedgerEntry implements store.Store. The write lock every write
+// transaction takes (BEGIN IMMEDIATE) serializes it with every other
+// writer, in this process or another, so the id it picks (max + 1) is free
+// and larger than every committed one.
+func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error) {
+	if err := s.check("add ledger entry"); err != nil {
+		return store.LedgerEntry{}, err
+	}
+	e, err := store.PrepareLedgerEntry(e, s.now(), s.red)
+	if err != nil {
+		return store.LedgerEntry{}, fmt.Errorf("sqlite: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if e.RunID != "" {
+			var (
+				tenant string
+				last   int64
+			)
+			err := tx.QueryRowContext(ctx, `SELECT tenant, last_seq FROM runs WHERE id = ?`, e.RunID).Scan(&tenant, &last)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err := store.CheckLedgerRun(e, err == nil, tenant, last); err != nil {
+				return err
+			}
+		}
+		if e.Kind == store.LedgerDebit {
+			old, err := scanLedger(tx.QueryRowContext(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE run_id = ? AND seq = ?`, e.RunID, e.Seq))
+			switch {
+			case err == nil:
+				e, err = store.SameDebit(old, e)
+				return err
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(id), 0) + 1 FROM ledger`).Scan(&e.ID); err != nil {
+			return fmt.Errorf("next id: %w", err)
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO ledger (`+ledgerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			e.ID, e.Tenant, e.Kind, e.Amount, nullString(e.RunID), nullInt(e.Seq, e.Kind == store.LedgerDebit), e.Note, e.Created.UnixNano())
+		return err
+	})
+	if err != nil {
+		return store.LedgerEntry{}, fmt.Errorf("sqlite: tenant %s: add ledger %s: %w", e.Tenant, e.Kind, err)
+	}
+	return e, nil
+}
+
+// Balance implements store.Store. SQLite's SUM fails on overflow rather
+// than wrapping.
+func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
+	if err := s.check("balance"); err != nil {
+		return 0, err
+	}
+	if err := store.ValidateTenant(tenant); err != nil {
+		return 0, fmt.Errorf("sqlite: balance: %w", err)
+	}
+	var b int64
+	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(SUM(CASE kind WHEN 'grant' THEN amount ELSE -amount END), 0)
+		FROM ledger WHERE tenant = ?`, tenant).Scan(&b)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: tenant %s: balance: %w", tenant, err)
+	}
+	return b, nil
+}
+
+// LedgerEntries implements store.Store.
+func (s *Store) LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]store.LedgerEntry, error) {
+	if err := s.check("ledger entries"); err != nil {
+		return nil, err
+	}
+	limit, err := store.ValidateLedgerPage(tenant, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE tenant = ? AND id > ? ORDER BY id LIMIT ?`,
+		tenant, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: tenant %s: ledger entries: %w", tenant, err)
+	}
+	defer rows.Close()
+	var out []store.LedgerEntry
+	for rows.Next() {
+		e, err := scanLedger(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: tenant %s: ledger entries: %w", tenant, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: tenant %s: ledger entries: %w", tenant, err)
+	}
+	return out, nil
+}
