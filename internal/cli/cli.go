@@ -95,6 +95,7 @@ type cli struct {
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
 	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
+	Credits   CreditsCmd   `cmd:"" help:"Grant credits to a tenant and show its ledger."`
 	Worker    WorkerCmd    `cmd:"" help:"Drive the store's queued and unfinished runs until stopped (several workers may share a store)."`
 	Approvals ApprovalsCmd `cmd:"" help:"List the actions that wait for a person's decision."`
 	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`

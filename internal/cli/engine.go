@@ -100,6 +100,10 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 		opts.OnEvent, opts.OnProgress = o.timeline.event, o.timeline.progress
 	}
 	opts.Policy = h.decideTool
+	if opts.Prices, err = loadPrices(env.Home); err != nil {
+		h.store.Close()
+		return nil, err
+	}
 	if o.readOnly {
 		opts.Backend = noBackend{}
 	} else {

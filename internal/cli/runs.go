@@ -121,6 +121,7 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		MaxTokens:        pick(c.MaxTokens, doc.Budgets.MaxTokens),
 		MaxSandboxCPUMS:  doc.Budgets.MaxSandboxCPUSeconds * 1000,
 		MaxEgressBytes:   int64(doc.Budgets.MaxEgressBytes),
+		MaxCredits:       doc.Budgets.MaxCredits * 1_000_000,
 		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
 		Artifacts:        append(slices.Clone(doc.Artifacts), c.Artifact...),
 		Checks: engine.Checks{

@@ -45,6 +45,9 @@ type Config struct {
 	// host measures them; zero means no bound.
 	MaxSandboxCPUMS int64 `json:"max_sandbox_cpu_ms,omitempty"`
 	MaxEgressBytes  int64 `json:"max_egress_bytes,omitempty"`
+	// MaxCredits bounds what the run's model calls may cost, in
+	// micro-credits, priced by the host's table; zero means no bound.
+	MaxCredits int64 `json:"max_credits,omitempty"`
 	// ContextTokens is the model's context window, for fitting long
 	// conversations; zero means 200,000.
 	ContextTokens int `json:"context_tokens,omitempty"`
@@ -181,7 +184,7 @@ func (c Config) Validate() error {
 	if c.MaxSteps < 1 || c.MaxSteps > 10_000 {
 		errs = append(errs, fmt.Errorf("max_steps: %d, want 1..10000", c.MaxSteps))
 	}
-	if c.MaxTokens < 0 || c.TimeoutMS < 0 || c.ApprovalTimeoutMS < 0 || c.MaxSandboxCPUMS < 0 || c.MaxEgressBytes < 0 {
+	if c.MaxTokens < 0 || c.TimeoutMS < 0 || c.ApprovalTimeoutMS < 0 || c.MaxSandboxCPUMS < 0 || c.MaxEgressBytes < 0 || c.MaxCredits < 0 {
 		errs = append(errs, errors.New("budgets and timeouts must not be negative"))
 	}
 	switch c.ApprovalOnTimeout {

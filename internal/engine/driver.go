@@ -47,6 +47,9 @@ type driver struct {
 	// and what is known of each sandbox's last snapshot.
 	changes map[string]*change
 	snaps   map[string]snapInfo
+
+	// metered: the run's tenant has a credit ledger (see credits.go).
+	metered bool
 }
 
 // change is what one step's calls did to one sandbox.
@@ -285,6 +288,12 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 	if err := d.setup(ctx); err != nil {
 		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "setup", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
 	}
+	if err := d.checkMetered(ctx); err != nil {
+		return "", nil, err
+	}
+	if err := d.settleCharges(ctx); err != nil {
+		return "", nil, err
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", nil, context.Cause(ctx)
@@ -341,6 +350,11 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 	if cfg.MaxEgressBytes > 0 && egress >= cfg.MaxEgressBytes {
 		return d.exhausted(ctx, "egress_bytes", cfg.MaxEgressBytes, egress)
 	}
+	if budget, limit, used, err := d.creditsLeft(ctx); err != nil {
+		return "", nil, err
+	} else if budget != "" {
+		return d.exhausted(ctx, budget, limit, used)
+	}
 	resp, err := d.callModel(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -353,7 +367,10 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "model", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
 	}
 	if len(resp.ToolCalls) == 0 {
-		return "", nil, d.append(ctx, resp)
+		if err := d.append(ctx, resp); err != nil {
+			return "", nil, err
+		}
+		return "", nil, d.charge(ctx, d.respSeq(), resp.Usage.CostMicroUSD)
 	}
 	// The turn, the policy's decisions and the starts of the calls are
 	// one durable batch, written before any call runs.
@@ -375,9 +392,21 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		if err := d.appendStatus(ctx, event.StatusRunning, event.StatusAwaitingApproval, append(ps, asks...)...); err != nil {
 			return "", nil, err
 		}
+		if err := d.charge(ctx, d.respSeq(), resp.Usage.CostMicroUSD); err != nil {
+			return "", nil, err
+		}
 		return "", nil, d.awaitApprovals(ctx)
 	}
-	return "", nil, d.execute(ctx, resp.Step, calls, decisions, ps)
+	return "", nil, d.execute(ctx, resp.Step, calls, decisions, ps, func() error {
+		return d.charge(ctx, d.respSeq(), resp.Usage.CostMicroUSD)
+	})
+}
+
+// respSeq is the seq of the current step's model response.
+func (d *driver) respSeq() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.st.cur.respSeq
 }
 
 // exhausted ends the run for a spent budget.
@@ -466,7 +495,7 @@ func external(t tools.Tool) bool {
 // execute records prefix with the start (or the denial) of each call of
 // step n in one batch, runs the allowed calls concurrently, then
 // snapshots every sandbox they may have changed.
-func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, decisions []event.PolicyDecision, prefix []event.Payload) error {
+func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, decisions []event.PolicyDecision, prefix []event.Payload, after ...func() error) error {
 	batch := prefix
 	var run []int
 	for i, c := range calls {
@@ -486,6 +515,11 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 	}
 	if err := d.append(ctx, batch...); err != nil {
 		return err
+	}
+	for _, f := range after {
+		if err := f(); err != nil {
+			return err
+		}
 	}
 	d.mu.Lock()
 	d.changes = map[string]*change{}
@@ -685,11 +719,14 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	if m == "" {
 		m = modelName
 	}
+	usage := event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
+		CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens}
+	if usage.CostMicroUSD, err = d.costOf(usage); err != nil {
+		return event.ModelResponse{}, err
+	}
 	return event.ModelResponse{
 		Step: n, Provider: d.provKind, Model: m, Text: resp.Text, ToolCalls: calls,
-		StopReason: string(resp.StopReason), DurationMS: time.Since(start).Milliseconds(),
-		Usage: event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
-			CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens},
+		StopReason: string(resp.StopReason), DurationMS: time.Since(start).Milliseconds(), Usage: usage,
 	}, nil
 }
 

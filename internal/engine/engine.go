@@ -85,6 +85,12 @@ type Options struct {
 	ApprovalOnTimeout string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Prices is the host's price table. A run's model calls are priced by
+	// it (the cost is in each model.response), and a tenant with entries in
+	// the store's credit ledger is debited for them and stopped when its
+	// balance is spent; a metered tenant's model without a price is
+	// refused (fail closed).
+	Prices Prices
 	// Owner names this process in run leases ("host:pid" when empty);
 	// LeaseTTL is how long a lease lives without a heartbeat (10s when
 	// zero). A drive renews its lease every LeaseTTL/3.

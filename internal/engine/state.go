@@ -45,6 +45,9 @@ type state struct {
 	// egressBytes sums the bytes through the run's proxies.
 	cpu         map[string]int64
 	egressBytes int64
+	// charges holds the cost of each of the run's own model responses, by
+	// the response's seq: what the tenant's ledger must be debited.
+	charges map[int64]int64
 
 	// active is the run's wall time in earlier drive sessions; segStart is
 	// when the current one began, last the time of the latest event.
@@ -57,7 +60,9 @@ type state struct {
 
 // step is one model turn and its tool calls.
 type step struct {
-	n       int
+	n int
+	// respSeq is the seq of the model response that began the step.
+	respSeq int64
 	calls   []model.ToolCall
 	results map[string]model.ToolResult
 	// started holds the seq of each call's latest tool.started.
@@ -119,7 +124,7 @@ func (s *state) openApprovals() []*approval {
 }
 
 func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, cpu: map[string]int64{}}
+	return &state{runID: runID, snapshots: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{}}
 }
 
 // mutating lists the sandbox tools that may change the workspace.
@@ -199,8 +204,11 @@ func (s *state) apply(e event.Event, o origin) error {
 		s.steps = max(s.steps, r.Step)
 		s.usage = s.usage.Add(r.Usage)
 		s.responses = append(s.responses, *r)
+		if o == own && r.Usage.CostMicroUSD > 0 {
+			s.charges[e.Seq] = r.Usage.CostMicroUSD
+		}
 		msg := responseMessage(*r)
-		s.cur = &step{n: r.Step, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{},
+		s.cur = &step{n: r.Step, respSeq: e.Seq, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{},
 			decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
 		for _, c := range r.ToolCalls {
 			s.cur.calls = append(s.cur.calls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})

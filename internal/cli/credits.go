@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/store"
+	"go.yaml.in/yaml/v3"
+)
+
+// CreditsCmd is `airlock credits`.
+type CreditsCmd struct {
+	Grant CreditsGrantCmd `cmd:"" help:"Add credits to a tenant's ledger (a tenant with a ledger is metered)."`
+	Show  CreditsShowCmd  `cmd:"" help:"Show a tenant's balance and ledger."`
+}
+
+// CreditsGrantCmd is `airlock credits grant TENANT AMOUNT`.
+type CreditsGrantCmd struct {
+	Tenant string `arg:"" help:"Tenant (runs of airlock run belong to \"local\")."`
+	Amount string `arg:"" help:"Credits, e.g. 10 or 2.5."`
+	Note   string `help:"Why, for the ledger."`
+}
+
+// Run adds a grant.
+func (c *CreditsGrantCmd) Run(env *Env) error {
+	micro, err := parseCredits(c.Amount)
+	if err != nil {
+		return usageError{fmt.Errorf("amount %q: %w", c.Amount, err)}
+	}
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	e, err := h.store.AddLedgerEntry(env.Ctx, store.LedgerEntry{Tenant: c.Tenant, Kind: store.LedgerGrant, Amount: micro, Note: c.Note})
+	if err != nil {
+		if errors.Is(err, store.ErrInvalid) {
+			return usageError{err}
+		}
+		return err
+	}
+	bal, err := h.store.Balance(env.Ctx, c.Tenant)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "granted %s credits to %s (entry %d); balance %s\n", formatCredits(e.Amount), c.Tenant, e.ID, formatCredits(bal))
+	return nil
+}
+
+// CreditsShowCmd is `airlock credits show TENANT`.
+type CreditsShowCmd struct {
+	Tenant string `arg:"" help:"Tenant."`
+	JSON   bool   `name:"json" help:"One JSON object: tenant, balance (micro-credits), entries."`
+	Limit  int    `help:"Most entries shown (newest)." default:"20"`
+}
+
+// Run shows the balance and the latest entries.
+func (c *CreditsShowCmd) Run(env *Env) error {
+	h, err := openHost(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	bal, err := h.store.Balance(env.Ctx, c.Tenant)
+	if err != nil {
+		return err
+	}
+	var all []store.LedgerEntry
+	for after := int64(0); ; {
+		page, err := h.store.LedgerEntries(env.Ctx, c.Tenant, after, store.MaxPage)
+		if err != nil {
+			return err
+		}
+		all = append(all, page...)
+		if len(page) < store.MaxPage {
+			break
+		}
+		after = page[len(page)-1].ID
+	}
+	if c.Limit > 0 && len(all) > c.Limit {
+		all = all[len(all)-c.Limit:]
+	}
+	if c.JSON {
+		type entry struct {
+			ID     int64  `json:"id"`
+			Kind   string `json:"kind"`
+			Amount int64  `json:"amount"`
+			RunID  string `json:"run_id,omitempty"`
+			Seq    int64  `json:"seq,omitempty"`
+			Note   string `json:"note,omitempty"`
+		}
+		v := struct {
+			Tenant  string  `json:"tenant"`
+			Balance int64   `json:"balance"`
+			Entries []entry `json:"entries"`
+		}{Tenant: c.Tenant, Balance: bal, Entries: []entry{}}
+		for _, e := range all {
+			v.Entries = append(v.Entries, entry{e.ID, e.Kind, e.Amount, e.RunID, e.Seq, e.Note})
+		}
+		return json.NewEncoder(env.Stdout).Encode(v)
+	}
+	fmt.Fprintf(env.Stdout, "tenant %s: balance %s credits\n", c.Tenant, formatCredits(bal))
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tKIND\tCREDITS\tRUN\tNOTE")
+	for _, e := range all {
+		run := e.RunID
+		if run != "" {
+			run += "#" + strconv.FormatInt(e.Seq, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.ID, e.Kind, formatCredits(e.Amount), run, clip(oneLine(e.Note), 50))
+	}
+	return tw.Flush()
+}
+
+// parseCredits turns "2.5" into 2,500,000 micro-credits.
+func parseCredits(s string) (int64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, errors.New("not a number")
+	}
+	if f <= 0 || f > 1e12 {
+		return 0, errors.New("want a positive amount up to 10^12")
+	}
+	return int64(math.Round(f * 1e6)), nil
+}
+
+func formatCredits(micro int64) string {
+	return strconv.FormatFloat(float64(micro)/1e6, 'f', -1, 64)
+}
+
+// loadPrices reads $AIRLOCK_HOME/prices.yaml, the host's price table:
+//
+//	models:
+//	  anthropic:claude-sonnet-4-5: {input: 3, output: 15}   # credits per million tokens
+//	  script: {input: 1, output: 1}
+//
+// No file means no prices: nothing is charged, and a metered tenant's runs
+// are refused (fail closed).
+func loadPrices(home string) (engine.Prices, error) {
+	b, err := os.ReadFile(filepath.Join(home, "prices.yaml"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Models map[string]struct {
+			Input      float64 `yaml:"input"`
+			Output     float64 `yaml:"output"`
+			CacheRead  float64 `yaml:"cache_read"`
+			CacheWrite float64 `yaml:"cache_write"`
+		} `yaml:"models"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("prices.yaml: %w", err)
+	}
+	p := engine.Prices{}
+	for name, m := range doc.Models {
+		p[name] = engine.Price{Input: int64(math.Round(m.Input * 1e6)), Output: int64(math.Round(m.Output * 1e6)),
+			CacheRead: int64(math.Round(m.CacheRead * 1e6)), CacheWrite: int64(math.Round(m.CacheWrite * 1e6))}
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("prices.yaml: %w", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,102 @@
+package engine_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const loopScript = `
+turns:
+  - tool_calls: [{name: list_dir, args: {path: "."}}]
+  - tool_calls: [{name: list_dir, args: {path: "."}}]
+  - tool_calls: [{name: list_dir, args: {path: "."}}]
+  - tool_calls: [{name: list_dir, args: {path: "."}}]
+  - tool_calls: [{name: finish, args: {summary: done}}]
+`
+
+// TestCredits: a metered tenant is debited for every model turn, priced by
+// the host's table and linked to the turn's event, and its runs stop when
+// the balance is spent; an unmetered tenant is not charged.
+func TestCredits(t *testing.T) {
+	// 1,000 micro-credits per token in and out: a scripted turn of ~1,000
+	// tokens costs about a credit.
+	prices := engine.Prices{"script": {Input: 1_000_000_000, Output: 1_000_000_000}}
+	h := newHarness(t, func(o *engine.Options) { o.Prices = prices })
+	ctx := context.Background()
+
+	// Unmetered: the cost is recorded, nothing is debited.
+	o := h.run("free", loopScript, engine.Config{})
+	if o.Status != event.StatusCompleted || o.Usage.CostMicroUSD <= 0 {
+		t.Fatalf("unmetered run: %s, cost %d", o.Status, o.Usage.CostMicroUSD)
+	}
+	if es, _ := h.store.LedgerEntries(ctx, "local", 0, 10); len(es) != 0 {
+		t.Errorf("an unmetered tenant got ledger entries: %+v", es)
+	}
+
+	// Metered with enough credits: every turn is debited once.
+	if _, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "local", Kind: store.LedgerGrant, Amount: 1_000_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	o = h.run("paid", loopScript, engine.Config{})
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("metered run: %s (%s)", o.Status, o.Reason)
+	}
+	es, err := h.store.LedgerEntries(ctx, "local", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var debited int64
+	for _, e := range es {
+		if e.Kind == store.LedgerDebit && e.RunID == o.RunID {
+			debited += e.Amount
+		}
+	}
+	if debited != o.Usage.CostMicroUSD || len(es) != 1+o.Steps {
+		t.Errorf("debited %d for a cost of %d; %d entries for %d steps", debited, o.Usage.CostMicroUSD, len(es), o.Steps)
+	}
+	bal, _ := h.store.Balance(ctx, "local")
+	if bal != 1_000_000_000-debited {
+		t.Errorf("balance %d, want %d", bal, 1_000_000_000-debited)
+	}
+
+	// Spent: the next run stops at its next boundary.
+	if _, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "other", Kind: store.LedgerGrant, Amount: 1}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.eng.Create(ctx, engine.Request{Tenant: "other", Task: "broke", Config: engine.Config{Model: "script:t"}, Script: []byte(loopScript)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err = h.eng.Drive(ctxT(t, time.Minute), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "tenant_credits") || o.Steps != 1 {
+		t.Errorf("a spent tenant: %s (%s) after %d steps", o.Status, o.Reason, o.Steps)
+	}
+
+	// The run's own credit budget.
+	o = h.run("capped", loopScript, engine.Config{MaxCredits: 1})
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "budget_exhausted: credits") {
+		t.Errorf("max credits: %s (%s)", o.Status, o.Reason)
+	}
+}
+
+// TestMeteredUnpricedModelIsRefused: fail closed when the host cannot price
+// a metered tenant's model.
+func TestMeteredUnpricedModelIsRefused(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.store.AddLedgerEntry(context.Background(), store.LedgerEntry{Tenant: "local", Kind: store.LedgerGrant, Amount: 1_000_000}); err != nil {
+		t.Fatal(err)
+	}
+	o := h.run("unpriced", loopScript, engine.Config{})
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "no price") {
+		t.Errorf("%s (%s)", o.Status, o.Reason)
+	}
+}
