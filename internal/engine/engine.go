@@ -21,6 +21,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -91,7 +92,7 @@ type Options struct {
 	// balance is spent; a metered tenant's model without a price is
 	// refused (fail closed).
 	Prices Prices
-	// Owner names this process in run leases ("host:pid" when empty);
+	// Owner names this engine in run leases ("host:pid:nonce" when empty);
 	// LeaseTTL is how long a lease lives without a heartbeat (10s when
 	// zero). A drive renews its lease every LeaseTTL/3.
 	Owner    string
@@ -170,7 +171,10 @@ func New(o Options) (*Engine, error) {
 		o.Tenant = "local"
 	}
 	if o.Owner == "" {
-		o.Owner = hostID()
+		// host:pid, and a nonce: two engines of one process are two owners.
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		o.Owner = hostID() + ":" + hex.EncodeToString(b[:])
 	}
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = 10 * time.Second
@@ -604,13 +608,19 @@ func (e *Engine) Driven(id string) bool {
 // process of this host whose lock is free (this process holds it now)
 // belongs to a dead process: it is waited out.
 func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
+	var seen time.Time
 	for {
 		l, err := e.o.Store.AcquireLease(ctx, id, e.o.Owner, e.o.LeaseTTL)
 		var held *store.LeasedError
 		switch {
 		case err == nil:
 			return l, nil
+		case errors.As(err, &held) && !seen.IsZero() && held.Expires.After(seen):
+			// Renewed while waited out: its holder lives (a process of
+			// this host with another lock directory).
+			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
 		case errors.As(err, &held) && e.o.LockDir != "" && sameHost(held.Owner):
+			seen = held.Expires
 			wait := time.Until(held.Expires) + 50*time.Millisecond
 			select {
 			case <-ctx.Done():

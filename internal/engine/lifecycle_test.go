@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -472,4 +473,34 @@ type fakeNetwork struct{ bytes int64 }
 func (f *fakeNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
 	a.Audit(event.EgressDecision{Decision: "allowed", Method: "GET", Host: "example.test", Port: 443, BytesIn: f.bytes})
 	return func() {}, nil
+}
+
+// TestLiveLeaseOfThisHostIsNotWaitedOut: a process of this host with
+// another lock directory drives a run; a second one gives up once it sees
+// the lease renewed, instead of waiting for it forever.
+func TestLiveLeaseOfThisHostIsNotWaitedOut(t *testing.T) {
+	h := newHarness(t, func(o *engine.Options) { o.LeaseTTL = time.Second })
+	r := h.start("wait", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 600\"}\n", engine.Config{})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	done := drive(t, h, ctx, r.ID)
+	waitFor(t, h, r.ID, event.TypeToolStarted)
+	o2 := h.opts
+	o2.LockDir = t.TempDir()
+	o2.OnEvent = nil
+	host, _ := os.Hostname()
+	o2.Owner = host + ":1" // another process of this host
+	second, err := engine.New(o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := second.Drive(ctxT(t, time.Minute), r.ID); !errors.Is(err, engine.ErrBusy) {
+		t.Errorf("second Drive = %v, want ErrBusy", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the second drive waited %v", d)
+	}
+	cancel(engine.ErrCancelled)
+	<-done
 }
