@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -82,6 +83,9 @@ func decide(env *Env, id, tenant string, approve bool, reason string) error {
 	}
 	defer h.close()
 	by := whoami(env)
+	if err := h.mayDecide(env, id); err != nil {
+		return err
+	}
 	if err := h.eng.Decide(env.Ctx, id, tenant, by, approve, reason); err != nil {
 		if errors.Is(err, engine.ErrNoApproval) {
 			return usageError{err}
@@ -94,6 +98,30 @@ func decide(env *Env, id, tenant string, approve bool, reason string) error {
 	}
 	fmt.Fprintf(env.Stdout, "%s %s (by %s)\n", what, id, by)
 	return nil
+}
+
+// mayDecide enforces the run's approvals.approvers: when the list is not
+// empty, only a user it names (by $USER, or "uid N") may decide, either way.
+func (h *host) mayDecide(env *Env, id string) error {
+	runID, _, ok := strings.Cut(id, ".")
+	if !ok {
+		return nil // Decide reports the malformed id
+	}
+	r, err := h.store.GetRun(env.Ctx, runID)
+	if err != nil {
+		return nil // likewise
+	}
+	doc, err := h.policyOf(r)
+	if err != nil || len(doc.Approvals.Approvers) == 0 {
+		return err
+	}
+	user, uid := env.getenv("USER"), "uid "+strconv.Itoa(os.Getuid())
+	for _, a := range doc.Approvals.Approvers {
+		if (user != "" && a == user) || a == uid {
+			return nil
+		}
+	}
+	return reportedError{fmt.Errorf("%s may not decide on approvals of run %s: its policy names %s", whoami(env), r.ID, strings.Join(doc.Approvals.Approvers, ", ")), 1}
 }
 
 // whoami names the local user deciding: $USER and the uid, which the
