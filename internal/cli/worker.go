@@ -50,6 +50,8 @@ func (c *WorkerCmd) Run(env *Env) error {
 	}()
 	var mu sync.Mutex
 	driving := map[string]bool{}
+	// wake asks for the store again at once when a slot frees.
+	wake := make(chan struct{}, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	fmt.Fprintf(env.Stdout, "worker %s: driving up to %d runs\n", hostName(), c.Concurrency)
@@ -80,6 +82,10 @@ func (c *WorkerCmd) Run(env *Env) error {
 					mu.Lock()
 					delete(driving, id)
 					mu.Unlock()
+					select {
+					case wake <- struct{}{}:
+					default:
+					}
 				}()
 				o, err := h.eng.Drive(ctx, id)
 				switch {
@@ -100,6 +106,7 @@ func (c *WorkerCmd) Run(env *Env) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-wake:
 		case <-time.After(c.Poll):
 		}
 	}
