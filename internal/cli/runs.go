@@ -457,6 +457,9 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		fmt.Fprintf(w, "parent   %s (event %d)\n", r.ParentRunID, r.ParentSeq)
 	}
 	fmt.Fprintf(w, "steps    %d\ntokens   %d in, %d out\nevents   %d\n", o.Steps, o.Usage.InputTokens, o.Usage.OutputTokens, r.LastSeq)
+	if o.Usage.CostMicroUSD > 0 {
+		fmt.Fprintf(w, "cost     %s credits\n", formatCredits(o.Usage.CostMicroUSD))
+	}
 	if o.Reason != "" {
 		fmt.Fprintf(w, "reason   %s\n", o.Reason)
 	}

@@ -84,6 +84,9 @@ func (t *timeline) event(e event.Event) {
 		t.printf(id, "  ! sandbox %s lost: %s\n", p.Sandbox, p.Reason)
 	case *event.ModelResponse:
 		tok := fmt.Sprintf("%d in / %d out tokens", p.Usage.InputTokens, p.Usage.OutputTokens)
+		if p.Usage.CostMicroUSD > 0 {
+			tok += " · " + formatCredits(p.Usage.CostMicroUSD) + " credits"
+		}
 		t.printf(id, "step %d · %s · %s · %s\n", p.Step, p.Model, fmtMS(p.DurationMS), tok)
 		if txt := strings.TrimSpace(p.Text); txt != "" {
 			t.printf(id, "  %s\n", clip(oneLine(txt), 200))
@@ -152,7 +155,11 @@ func (t *timeline) event(e event.Event) {
 	case *event.BudgetExhausted:
 		t.printf(id, "budget exhausted: %s (%d of %d)\n", p.Budget, p.Used, p.Limit)
 	case *event.RunCompleted:
-		t.printf(id, "completed in %d steps · %d tokens · %s\n", p.Steps, p.Usage.InputTokens+p.Usage.OutputTokens, clip(oneLine(p.Summary), 200))
+		cost := ""
+		if p.Usage.CostMicroUSD > 0 {
+			cost = " · " + formatCredits(p.Usage.CostMicroUSD) + " credits"
+		}
+		t.printf(id, "completed in %d steps · %d tokens%s · %s\n", p.Steps, p.Usage.InputTokens+p.Usage.OutputTokens, cost, clip(oneLine(p.Summary), 200))
 	case *event.RunFailed:
 		msg := p.Reason
 		if p.Error != "" {
