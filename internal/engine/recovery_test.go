@@ -477,3 +477,98 @@ func TestWorkerKilledOnPostgres(t *testing.T) {
 		t.Errorf("lease token %d, want 2 (a's, then b's)", got.LeaseToken)
 	}
 }
+
+// TestThreeWorkersShareRuns: three engines (three owners, as three hosts)
+// on one PostgreSQL database drive six queued runs; each run is driven
+// exactly once, and the work spreads across the workers.
+func TestThreeWorkersShareRuns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	ctx := context.Background()
+	srv, err := pgtest.Start(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	u := srv.URL("postgres")
+	dir := t.TempDir()
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var engines []*engine.Engine
+	var mu sync.Mutex
+	started := map[string][]int{} // run -> the workers that started it
+	for i := range 3 {
+		st, err := postgres.Open(ctx, u, postgres.Options{Redactor: store.NoRedaction})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, fmt.Sprintf("run-%d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		e, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LeaseTTL: 2 * time.Second, Owner: fmt.Sprintf("host-%d:1", i),
+			OnEvent: func(ev event.Event) {
+				if ev.Type == event.TypeRunStarted {
+					mu.Lock()
+					started[ev.RunID] = append(started[ev.RunID], i)
+					mu.Unlock()
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	script := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 0.3; echo ok\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	var ids []string
+	for i := range 6 {
+		r, err := engines[0].Create(ctx, engine.Request{Task: fmt.Sprintf("run %d", i), Config: engine.Config{Model: "script:s"}, Script: []byte(script)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	// Each worker tries every run; a run another worker holds is busy, and
+	// one that ended only reports its outcome.
+	var wg sync.WaitGroup
+	for w, e := range engines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, id := range ids {
+				if _, err := e.Drive(ctxT(t, time.Minute), id); err != nil && !errors.Is(err, engine.ErrBusy) {
+					t.Errorf("worker %d, run %s: %v", w, id, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := engines[0]
+	workers := map[int]bool{}
+	for _, id := range ids {
+		evs, err := st.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(evs, event.TypeRunStarted); n != 1 {
+			t.Errorf("run %s started %d times", id, n)
+		}
+		if count(evs, event.TypeRunCompleted) != 1 {
+			t.Errorf("run %s did not complete: %v", id, types(evs))
+		}
+		if len(started[id]) != 1 {
+			t.Errorf("run %s started by workers %v", id, started[id])
+		}
+		for _, w := range started[id] {
+			workers[w] = true
+		}
+	}
+	if len(workers) < 2 {
+		t.Errorf("the runs did not spread: started by %v", started)
+	}
+}
