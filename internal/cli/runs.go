@@ -133,6 +133,10 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
 		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
 		Limits:            engine.Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
+		RootFS:            doc.Sandbox.RootFS,
+	}
+	for _, m := range doc.Sandbox.Mounts {
+		cfg.Mounts = append(cfg.Mounts, engine.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
 	}
 	switch {
 	case c.Script != "" && c.Model != "":

@@ -28,6 +28,11 @@ type Config struct {
 	Sandboxes []SandboxConfig `json:"sandboxes"`
 	// Limits of every sandbox.
 	Limits Limits `json:"limits"`
+	// RootFS is a template root filesystem (an unpacked image) instead of
+	// the host's system directories; it needs tar and gzip for restores.
+	RootFS string `json:"rootfs,omitempty"`
+	// Mounts are host directories shown in every sandbox.
+	Mounts []Mount `json:"mounts,omitempty"`
 	// Checks run after the model calls finish.
 	Checks Checks `json:"checks"`
 	// Artifacts are globs (relative to /workspace) of files kept as the
@@ -69,6 +74,13 @@ type SandboxConfig struct {
 	// copy-on-write view: the host copy never changes); empty for an empty
 	// workspace.
 	Workspace string `json:"workspace,omitempty"`
+}
+
+// Mount is a host directory shown in a run's sandboxes.
+type Mount struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
 }
 
 // Limits are the resource limits of a run's sandboxes.
@@ -174,6 +186,14 @@ func (c Config) Validate() error {
 			if _, err := path.Match(strings.TrimPrefix(g, "/workspace/"), ""); err != nil {
 				errs = append(errs, fmt.Errorf("glob %q: %w", g, err))
 			}
+		}
+	}
+	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
+		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))
+	}
+	for i, m := range c.Mounts {
+		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) == "/" || path.Clean(m.Target) == "/workspace" {
+			errs = append(errs, fmt.Errorf("mounts[%d]: source and target must be absolute, and the target not / or /workspace", i))
 		}
 	}
 	for _, p := range c.Checks.Changed {

@@ -211,6 +211,10 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	if snap == "" && sc.Workspace != "" {
 		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sandbox.WorkspaceCOW
 	}
+	spec.RootFS = cfg.RootFS
+	for _, m := range cfg.Mounts {
+		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
 	release := func() {}
 	if d.e.o.Network != nil {
 		spec.ID = sandbox.NewID()
