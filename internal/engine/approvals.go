@@ -17,6 +17,12 @@ import (
 
 func approvalID(runID, callID string) string { return runID + "." + callID }
 
+// ApprovalRunID returns the run an approval id names.
+func ApprovalRunID(id string) (string, bool) {
+	runID, _, ok := splitApprovalID(id)
+	return runID, ok
+}
+
 func splitApprovalID(id string) (runID, callID string, ok bool) {
 	runID, callID, ok = strings.Cut(id, ".")
 	if !ok || callID == "" || event.ValidRunID(runID) != nil {
@@ -212,17 +218,13 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 	if approve {
 		decision = "approved"
 	}
-	for attempt := 0; ; attempt++ {
-		r, err := e.o.Store.GetRun(ctx, runID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && r.Tenant != tenant) {
-			return fmt.Errorf("%w: %q", ErrNoApproval, id) // another tenant's run does not exist for this one
-		}
-		if err != nil {
-			return err
+	err := e.appendFresh(ctx, runID, func(r store.Run) (event.Status, event.Payload, error) {
+		if tenant != "" && r.Tenant != tenant {
+			return "", nil, fmt.Errorf("%w: %q", ErrNoApproval, id) // another tenant's run does not exist for this one
 		}
 		st, evs, err := e.load(ctx, r)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		// A decision made earlier may belong to a step the run has left.
 		for _, ev := range evs {
@@ -231,7 +233,7 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 			}
 			if p, err := ev.Unpack(); err == nil && p.(*event.ApprovalDecided).ApprovalID == id {
 				p := p.(*event.ApprovalDecided)
-				return fmt.Errorf("%w: %s %s by %s", ErrDecided, id, p.Decision, p.By)
+				return "", nil, fmt.Errorf("%w: %s %s by %s", ErrDecided, id, p.Decision, p.By)
 			}
 		}
 		var a *approval
@@ -244,24 +246,16 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 		}
 		switch {
 		case a == nil:
-			return fmt.Errorf("%w: %q", ErrNoApproval, id)
+			return "", nil, fmt.Errorf("%w: %q", ErrNoApproval, id)
 		case a.Decision != "":
-			return fmt.Errorf("%w: %s %s by %s", ErrDecided, id, a.Decision, a.By)
+			return "", nil, fmt.Errorf("%w: %s %s by %s", ErrDecided, id, a.Decision, a.By)
 		case r.Status.Final():
-			return fmt.Errorf("%w: run %s is %s", ErrFinal, r.ID, r.Status)
+			return "", nil, fmt.Errorf("%w: run %s is %s", ErrFinal, r.ID, r.Status)
 		}
-		dec, err := drafts(event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason})
-		if err != nil {
-			return err
-		}
-		stored, err := e.o.Store.Append(ctx, r.ID, r.LastSeq+1, dec)
-		if errors.Is(err, store.ErrConflict) && attempt < 50 {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		e.emit(stored)
-		return nil
+		return "", event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason}, nil
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %q", ErrNoApproval, id)
 	}
+	return err
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -417,19 +418,38 @@ func (d *driver) exhausted(ctx context.Context, budget string, limit, used int64
 	return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "budget_exhausted: " + budget, Steps: d.st.steps, Usage: d.st.usage}, nil
 }
 
+// target is where a call acts and what it may reach.
+type target struct {
+	// place is event.PlaceSandbox or event.PlaceHost (an unknown tool is
+	// answered on the host); sandbox names the sandbox of a sandbox tool.
+	place, sandbox string
+	// args are the call's arguments without the sandbox selector, and
+	// routeErr says why the selector is unusable.
+	args     json.RawMessage
+	routeErr error
+	// external: the tool declares effects outside the run's sandboxes.
+	external bool
+}
+
+func (d *driver) targetOf(c model.ToolCall) target {
+	t, known := d.reg.Get(c.Name)
+	name, args, err := d.route(c)
+	tg := target{place: event.PlaceHost, args: args, routeErr: err, external: known && external(t)}
+	if known && t.Place() == tools.PlaceSandbox {
+		tg.place, tg.sandbox = event.PlaceSandbox, name
+	}
+	return tg
+}
+
 func (d *driver) decide(ctx context.Context, n int, c model.ToolCall) event.PolicyDecision {
 	if d.e.o.Policy == nil {
 		return event.PolicyDecision{Step: n, CallID: c.ID, Tool: c.Name, Decision: event.DecisionAllow, Rule: "default"}
 	}
-	t, known := d.reg.Get(c.Name)
-	name, args, _ := d.route(c)
+	tg := d.targetOf(c)
 	d.mu.Lock()
 	q := PolicyQuery{Run: d.run, Step: n, Usage: d.st.usage, Elapsed: d.st.elapsed(d.e.o.Now()),
-		Call: model.ToolCall{ID: c.ID, Name: c.Name, Args: args}, External: known && external(t)}
+		Call: model.ToolCall{ID: c.ID, Name: c.Name, Args: tg.args}, Sandbox: tg.sandbox, External: tg.external}
 	d.mu.Unlock()
-	if known && t.Place() == tools.PlaceSandbox {
-		q.Sandbox = name
-	}
 	pd := d.e.o.Policy(ctx, q)
 	pd.Step, pd.CallID, pd.Tool = n, c.ID, c.Name
 	switch pd.Decision {
@@ -452,13 +472,11 @@ func (d *driver) redo(ctx context.Context) error {
 	var decisions []event.PolicyDecision
 	var uncertain []event.Payload
 	for _, c := range cur.calls {
-		name, _, _ := d.route(c)
-		t, known := d.reg.Get(c.Name)
+		tg := d.targetOf(c)
 		_, done := cur.results[c.ID]
-		inSandbox := known && t.Place() == tools.PlaceSandbox
 		switch {
-		case inSandbox && (!done || cur.dirty[name]):
-		case !done && known && external(t):
+		case tg.place == event.PlaceSandbox && (!done || cur.dirty[tg.sandbox]):
+		case !done && tg.external:
 			uncertain = append(uncertain, event.ToolUncertain{Step: cur.n, CallID: c.ID, Tool: c.Name, StartedSeq: cur.started[c.ID],
 				Reason: "started with an external effect and no recorded result"})
 			continue
@@ -499,18 +517,13 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 	batch := prefix
 	var run []int
 	for i, c := range calls {
-		t, known := d.reg.Get(c.Name)
-		name, _, _ := d.route(c)
 		if decisions[i].Decision != event.DecisionAllow {
 			batch = append(batch, event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Outcome: "denied", IsError: true,
 				Output: "The policy does not allow this call (" + decisions[i].Decision + ": " + decisions[i].Reason + ")."})
 			continue
 		}
-		st := event.ToolStarted{Step: n, CallID: c.ID, Tool: c.Name, Place: event.PlaceHost, External: known && external(t)}
-		if known && t.Place() == tools.PlaceSandbox {
-			st.Place, st.Sandbox = event.PlaceSandbox, name
-		}
-		batch = append(batch, st)
+		tg := d.targetOf(c)
+		batch = append(batch, event.ToolStarted{Step: n, CallID: c.ID, Tool: c.Name, Place: tg.place, Sandbox: tg.sandbox, External: tg.external})
 		run = append(run, i)
 	}
 	if err := d.append(ctx, batch...); err != nil {
@@ -568,23 +581,16 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 // last one goes out with the step's snapshot (see driver.pending), unless
 // the call reached outside the sandboxes.
 func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic.Int32) error {
-	t, known := d.reg.Get(c.Name)
-	place := event.PlaceHost
-	if known && t.Place() == tools.PlaceSandbox {
-		place = event.PlaceSandbox
-	}
-	name, args, routeErr := d.route(c)
-	fin := event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name}
-	if place == event.PlaceSandbox {
-		fin.Sandbox = name
-	}
+	tg := d.targetOf(c)
+	place, name := tg.place, tg.sandbox
+	fin := event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Sandbox: name}
 	begin := time.Now()
 	var env tools.Env
 	var res tools.Result
 	var err error
 	switch {
-	case routeErr != nil:
-		res = tools.Result{Content: routeErr.Error(), IsError: true}
+	case tg.routeErr != nil:
+		res = tools.Result{Content: tg.routeErr.Error(), IsError: true}
 	case place == event.PlaceSandbox:
 		env.Sandbox, err = d.sandbox(ctx, name)
 		if err != nil {
@@ -596,7 +602,7 @@ func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic
 		fallthrough
 	default:
 		stop := d.progress(ctx, n, c)
-		res, err = d.reg.Call(ctx, env, model.ToolCall{ID: c.ID, Name: c.Name, Args: args})
+		res, err = d.reg.Call(ctx, env, model.ToolCall{ID: c.ID, Name: c.Name, Args: tg.args})
 		stop()
 	}
 	if err != nil {
@@ -645,7 +651,7 @@ func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic
 	fin.OutputTruncated = res.Details.Truncated > 0
 	fin.DurationMS = time.Since(begin).Milliseconds()
 	fin.WallMS = res.Details.Wall.Milliseconds()
-	if left.Add(-1) == 0 && !(known && external(t)) {
+	if left.Add(-1) == 0 && !tg.external {
 		return d.later(fin)
 	}
 	return d.append(ctx, fin)

@@ -333,21 +333,17 @@ func (e *Engine) Pause(ctx context.Context, id, reason string) error {
 // stopFrom moves a run to status to with payload p, retrying while a
 // driver appends concurrently.
 func (e *Engine) stopFrom(ctx context.Context, id string, to event.Status, p event.Payload) error {
-	for attempt := 0; ; attempt++ {
-		r, err := e.o.Store.GetRun(ctx, id)
-		if err != nil {
-			return err
-		}
+	return e.appendFresh(ctx, id, func(r store.Run) (event.Status, event.Payload, error) {
 		if r.Status.Final() {
-			return fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
+			return "", nil, fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
 		}
 		if err := event.CheckTransition(r.Status, to); err != nil {
-			return fmt.Errorf("engine: run %s is %s: %w", id, r.Status, err)
+			return "", nil, fmt.Errorf("engine: run %s is %s: %w", id, r.Status, err)
 		}
 		if rp, ok := p.(event.RunPaused); ok {
 			st, _, err := e.load(ctx, r)
 			if err != nil {
-				return err
+				return "", nil, err
 			}
 			rp.Snapshots = nil
 			for _, s := range st.cfg.Sandboxes {
@@ -355,13 +351,37 @@ func (e *Engine) stopFrom(ctx context.Context, id string, to event.Status, p eve
 					rp.Snapshots = append(rp.Snapshots, d)
 				}
 			}
-			p = rp
+			return to, rp, nil
+		}
+		return to, p, nil
+	})
+}
+
+// appendFresh appends to run id's log, as another process than its driver
+// (a cancel, a pause, a decision, a fork's link): build looks at the run as
+// it is now and returns the payload and the status it moves to ("" for
+// none). While the driver appends first, it is asked again on the new
+// state (up to 50 times).
+func (e *Engine) appendFresh(ctx context.Context, id string, build func(store.Run) (event.Status, event.Payload, error)) error {
+	for attempt := 0; ; attempt++ {
+		r, err := e.o.Store.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		to, p, err := build(r)
+		if err != nil {
+			return err
 		}
 		evs, err := drafts(p)
 		if err != nil {
 			return err
 		}
-		_, stored, err := e.o.Store.AppendStatus(ctx, id, r.LastSeq+1, r.Status, to, evs)
+		var stored []event.Event
+		if to != "" {
+			_, stored, err = e.o.Store.AppendStatus(ctx, id, r.LastSeq+1, r.Status, to, evs)
+		} else {
+			stored, err = e.o.Store.Append(ctx, id, r.LastSeq+1, evs)
+		}
 		if errors.Is(err, store.ErrConflict) && attempt < 50 {
 			continue
 		}

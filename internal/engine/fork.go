@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -86,33 +85,12 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	if err != nil {
 		return store.Run{}, err
 	}
-	if err := e.appendAny(ctx, id, event.RunForked{ChildRunID: child.ID, AtStep: atStep, AtSeq: point.Seq}); err != nil {
+	if err := e.appendFresh(ctx, id, func(store.Run) (event.Status, event.Payload, error) {
+		return "", event.RunForked{ChildRunID: child.ID, AtStep: atStep, AtSeq: point.Seq}, nil
+	}); err != nil {
 		return child, fmt.Errorf("engine: link fork %s in %s: %w", child.ID, id, err)
 	}
 	return child, nil
-}
-
-// appendAny appends p to run id's log at whatever its next seq is.
-func (e *Engine) appendAny(ctx context.Context, id string, p event.Payload) error {
-	evs, err := drafts(p)
-	if err != nil {
-		return err
-	}
-	for attempt := 0; ; attempt++ {
-		r, err := e.o.Store.GetRun(ctx, id)
-		if err != nil {
-			return err
-		}
-		stored, err := e.o.Store.Append(ctx, id, r.LastSeq+1, evs)
-		if errors.Is(err, store.ErrConflict) && attempt < 50 {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		e.emit(stored)
-		return nil
-	}
 }
 
 // Replay creates a run (queued) that re-drives run id from its recorded

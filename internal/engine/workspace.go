@@ -555,15 +555,22 @@ func (d *driver) diff(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(sb.Export(ctx, "/workspace", pw)) }()
+	tr := workspaceTar(ctx, sb)
 	var b strings.Builder
-	err = sandbox.WriteDiff(&b, sc.Workspace, pr)
-	pr.CloseWithError(errors.New("done"))
+	err = sandbox.WriteDiff(&b, sc.Workspace, tr)
+	tr.CloseWithError(errors.New("done"))
 	if err != nil {
 		return "", fmt.Errorf("engine: diff of sandbox %s: %w", name, err)
 	}
 	return b.String(), nil
+}
+
+// workspaceTar streams the tar of sb's /workspace; closing it stops the
+// export.
+func workspaceTar(ctx context.Context, sb sandbox.Sandbox) *io.PipeReader {
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(sb.Export(ctx, "/workspace", pw)) }()
+	return pr
 }
 
 // changedPaths lists the files a diff from WriteDiff changes.
@@ -618,8 +625,7 @@ func (d *driver) exportArtifacts(ctx context.Context) error {
 
 // keepFiles stores the regular files of sb's workspace that match globs.
 func (d *driver) keepFiles(ctx context.Context, sb sandbox.Sandbox, globs []string) error {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(sb.Export(ctx, "/workspace", pw)) }()
+	pr := workspaceTar(ctx, sb)
 	defer pr.CloseWithError(errors.New("done"))
 	tr := tar.NewReader(pr)
 	for {
