@@ -103,7 +103,7 @@ func decide(env *Env, id, tenant string, approve bool, reason string) error {
 // mayDecide enforces the run's approvals.approvers: when the list is not
 // empty, only a user it names (by $USER, or "uid N") may decide, either way.
 func (h *host) mayDecide(env *Env, id string) error {
-	runID, _, ok := strings.Cut(id, ".")
+	runID, ok := engine.ApprovalRunID(id)
 	if !ok {
 		return nil // Decide reports the malformed id
 	}

@@ -129,8 +129,11 @@ func parseCredits(s string) (int64, error) {
 	if f <= 0 || f > 1e12 {
 		return 0, errors.New("want a positive amount up to 10^12")
 	}
-	return int64(math.Round(f * 1e6)), nil
+	return toMicro(f), nil
 }
+
+// toMicro turns credits into micro-credits.
+func toMicro(credits float64) int64 { return int64(math.Round(credits * 1e6)) }
 
 func formatCredits(micro int64) string {
 	return strconv.FormatFloat(float64(micro)/1e6, 'f', -1, 64)
@@ -167,8 +170,7 @@ func loadPrices(home string) (engine.Prices, error) {
 	}
 	p := engine.Prices{}
 	for name, m := range doc.Models {
-		p[name] = engine.Price{Input: int64(math.Round(m.Input * 1e6)), Output: int64(math.Round(m.Output * 1e6)),
-			CacheRead: int64(math.Round(m.CacheRead * 1e6)), CacheWrite: int64(math.Round(m.CacheWrite * 1e6))}
+		p[name] = engine.Price{Input: toMicro(m.Input), Output: toMicro(m.Output), CacheRead: toMicro(m.CacheRead), CacheWrite: toMicro(m.CacheWrite)}
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("prices.yaml: %w", err)

@@ -14,9 +14,6 @@ import (
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
 // BenchmarkStep measures one step of the loop with the scripted model and
@@ -132,20 +129,7 @@ func benchEngine(b *testing.B, onEvent func(event.Event), wrap func(model.Provid
 	if err := os.WriteFile(filepath.Join(ws, "f.txt"), []byte("hello\n"), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "db"), sqlite.Options{Redactor: store.NoRedaction})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = be.Close() })
+	st, bl, be := openStack(b, dir)
 	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: be, OnEvent: onEvent, WrapProvider: wrap})
 	if err != nil {
 		b.Fatal(err)

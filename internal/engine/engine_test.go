@@ -58,21 +58,7 @@ func newHarness(t *testing.T, mod ...func(*engine.Options)) *harness {
 		t.Skip("needs root for real sandboxes")
 	}
 	dir := t.TempDir()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	st, bl, b := openStack(t, dir)
 	h := &harness{t: t, store: st, blobs: bl, backend: b}
 	h.opts = engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), Poll: 50 * time.Millisecond,
 		OnEvent: func(e event.Event) {
@@ -83,11 +69,34 @@ func newHarness(t *testing.T, mod ...func(*engine.Options)) *harness {
 	for _, f := range mod {
 		f(&h.opts)
 	}
+	var err error
 	h.eng, err = engine.New(h.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// openStack opens what an engine runs on, in dir, as a host would: the
+// SQLite store, the blob directory and the sandbox backend; they close when
+// tb ends.
+func openStack(tb testing.TB, dir string) (*sqlite.Store, *blob.Store, *linux.Backend) {
+	tb.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = b.Close() })
+	return st, bl, b
 }
 
 func ctxT(t *testing.T, d time.Duration) context.Context {

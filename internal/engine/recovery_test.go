@@ -110,20 +110,7 @@ func (s slowModel) Complete(ctx context.Context, req model.Request, stream func(
 // engineOn opens an engine on the files of dir, as a restarted host would.
 func engineOn(t *testing.T, dir string) (*engine.Engine, *sqlite.Store, *blob.Store) {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	st, bl, b := openStack(t, dir)
 	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
