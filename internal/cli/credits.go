@@ -11,7 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/store"
 	"go.yaml.in/yaml/v3"
 )
@@ -147,7 +147,7 @@ func formatCredits(micro int64) string {
 //
 // No file means no prices: nothing is charged, and a metered tenant's runs
 // are refused (fail closed).
-func loadPrices(home string) (engine.Prices, error) {
+func loadPrices(home string) (price.Table, error) {
 	b, err := os.ReadFile(filepath.Join(home, "prices.yaml"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -168,9 +168,9 @@ func loadPrices(home string) (engine.Prices, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("prices.yaml: %w", err)
 	}
-	p := engine.Prices{}
+	p := price.Table{}
 	for name, m := range doc.Models {
-		p[name] = engine.Price{Input: toMicro(m.Input), Output: toMicro(m.Output), CacheRead: toMicro(m.CacheRead), CacheWrite: toMicro(m.CacheWrite)}
+		p[name] = price.Price{Input: toMicro(m.Input), Output: toMicro(m.Output), CacheRead: toMicro(m.CacheRead), CacheWrite: toMicro(m.CacheWrite)}
 	}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("prices.yaml: %w", err)

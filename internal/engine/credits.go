@@ -27,7 +27,7 @@ func (d *driver) checkMetered(ctx context.Context) error {
 // costOf prices usage u of the run's model. An unpriced model costs
 // nothing for an unmetered tenant and is refused for a metered one.
 func (d *driver) costOf(u event.Usage) (int64, error) {
-	c, err := d.e.o.Prices.cost(d.st.cfg.Model, u)
+	c, err := d.e.o.Prices.Cost(d.st.cfg.Model, u)
 	if err != nil {
 		if d.metered {
 			return 0, err

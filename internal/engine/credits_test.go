@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -26,7 +27,7 @@ turns:
 func TestCredits(t *testing.T) {
 	// 1,000 micro-credits per token in and out: a scripted turn of ~1,000
 	// tokens costs about a credit.
-	prices := engine.Prices{"script": {Input: 1_000_000_000, Output: 1_000_000_000}}
+	prices := price.Table{"script": {Input: 1_000_000_000, Output: 1_000_000_000}}
 	h := newHarness(t, func(o *engine.Options) { o.Prices = prices })
 	ctx := context.Background()
 

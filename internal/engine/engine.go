@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
@@ -91,7 +92,7 @@ type Options struct {
 	// the store's credit ledger is debited for them and stopped when its
 	// balance is spent; a metered tenant's model without a price is
 	// refused (fail closed).
-	Prices Prices
+	Prices price.Table
 	// Owner names this engine in run leases ("host:pid:nonce" when empty);
 	// LeaseTTL is how long a lease lives without a heartbeat (10s when
 	// zero). A drive renews its lease every LeaseTTL/3.

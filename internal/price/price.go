@@ -1,4 +1,7 @@
-package engine
+// Package price is the host's price table: what model tokens cost, in
+// micro-credits. Usage always comes from a provider's response, never from
+// the sandbox.
+package price
 
 import (
 	"fmt"
@@ -18,13 +21,13 @@ type Price struct {
 	CacheWrite int64 `json:"cache_write,omitempty" yaml:"cache_write,omitempty"`
 }
 
-// Prices is the host's price table, by model. A run's model spec
+// Table is the host's price table, by model. A run's model spec
 // "PROVIDER:MODEL" is looked up as the whole spec, then MODEL, then
 // PROVIDER, then "*".
-type Prices map[string]Price
+type Table map[string]Price
 
-// lookup returns the price of a model spec.
-func (p Prices) lookup(spec string) (Price, bool) {
+// Lookup returns the price of a model spec.
+func (p Table) Lookup(spec string) (Price, bool) {
 	kind, name, _ := strings.Cut(spec, ":")
 	for _, k := range []string{spec, name, kind, "*"} {
 		if pr, ok := p[k]; ok {
@@ -34,10 +37,10 @@ func (p Prices) lookup(spec string) (Price, bool) {
 	return Price{}, false
 }
 
-// cost returns what usage u of model spec costs, in micro-credits, rounded
+// Cost returns what usage u of model spec costs, in micro-credits, rounded
 // up. Cached input tokens are priced as such when the table says how.
-func (p Prices) cost(spec string, u event.Usage) (int64, error) {
-	pr, ok := p.lookup(spec)
+func (p Table) Cost(spec string, u event.Usage) (int64, error) {
+	pr, ok := p.Lookup(spec)
 	if !ok {
 		return 0, fmt.Errorf("no price for model %q in the host's price table", spec)
 	}
@@ -66,7 +69,7 @@ func (p Prices) cost(spec string, u event.Usage) (int64, error) {
 }
 
 // Validate checks that no price is negative.
-func (p Prices) Validate() error {
+func (p Table) Validate() error {
 	for k, v := range p {
 		if v.Input < 0 || v.Output < 0 || v.CacheRead < 0 || v.CacheWrite < 0 {
 			return fmt.Errorf("price of %q: negative", k)
