@@ -37,8 +37,8 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
