@@ -100,7 +100,7 @@ type egressRun struct {
 // socket alone: nothing the sandbox sends can claim another identity.
 // A non-nil extra sink gets every audit record too; runID, when set, names
 // the run in the records.
-func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags, extra egress.AuditSink, runID string) (_ *egressRun, err error) {
+func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags, extra egress.AuditSink, runID string, ask egress.Approver) (_ *egressRun, err error) {
 	var secrets egress.Secrets
 	if len(n.Credentials) > 0 {
 		st, err := openSecretStore(env, f.KeyFile)
@@ -155,6 +155,7 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		Policy:   n,
 		Secrets:  secrets,
 		Audit:    sink,
+		Approver: ask,
 	})
 	if err != nil {
 		ln.Close()

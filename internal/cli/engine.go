@@ -208,7 +208,7 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 	if err != nil {
 		return nil, err
 	}
-	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 {
+	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 && doc.Network.Default != policy.Ask {
 		return func() {}, nil
 	}
 	if len(doc.Network.Credentials) > 0 {
@@ -226,12 +226,20 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 		a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port,
 			Addr: r.Addr, Status: r.Status, BytesIn: r.BytesIn, BytesOut: r.BytesOut, DurationMS: r.Duration.Milliseconds(),
 			Inspected: r.Inspected, Credential: r.Credential})
-	}), a.RunID)
+	}), a.RunID, approverFunc(func(ctx context.Context, _ egress.Identity, r policy.Request) (bool, error) {
+		return a.Ask(ctx, r.Host, r.Port)
+	}))
 	if err != nil {
 		return nil, err
 	}
 	eg.apply(a.Spec)
 	return func() { eg.close(nil) }, nil
+}
+
+type approverFunc func(context.Context, egress.Identity, policy.Request) (bool, error)
+
+func (f approverFunc) Ask(ctx context.Context, id egress.Identity, r policy.Request) (bool, error) {
+	return f(ctx, id, r)
 }
 
 type auditFunc func(egress.Record)

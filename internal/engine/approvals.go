@@ -159,23 +159,27 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 
 // Approval is one pending approval.
 type Approval struct {
-	ID        string    `json:"id"`
-	RunID     string    `json:"run_id"`
-	Tenant    string    `json:"tenant"`
-	Task      string    `json:"task"`
-	Step      int       `json:"step"`
-	CallID    string    `json:"call_id"`
-	Action    string    `json:"action"`
-	Reason    string    `json:"reason,omitempty"`
-	Requested time.Time `json:"requested"`
-	Expires   time.Time `json:"expires"`
+	ID     string `json:"id"`
+	RunID  string `json:"run_id"`
+	Tenant string `json:"tenant"`
+	Task   string `json:"task"`
+	Step   int    `json:"step"`
+	CallID string `json:"call_id,omitempty"`
+	// Destination ("host:port") and Sandbox name a network ask.
+	Destination string    `json:"destination,omitempty"`
+	Sandbox     string    `json:"sandbox,omitempty"`
+	Action      string    `json:"action"`
+	Reason      string    `json:"reason,omitempty"`
+	Requested   time.Time `json:"requested"`
+	Expires     time.Time `json:"expires"`
 }
 
 // Approvals lists the pending approvals of tenant's runs (every tenant's
 // when tenant is empty), oldest run first.
 func (e *Engine) Approvals(ctx context.Context, tenant string) ([]Approval, error) {
 	var out []Approval
-	f := store.RunFilter{Tenant: tenant, Statuses: []event.Status{event.StatusAwaitingApproval}}
+	// A running run may hold a network ask.
+	f := store.RunFilter{Tenant: tenant, Statuses: []event.Status{event.StatusAwaitingApproval, event.StatusRunning}}
 	for {
 		runs, err := e.o.Store.ListRuns(ctx, f)
 		if err != nil {
@@ -186,9 +190,9 @@ func (e *Engine) Approvals(ctx context.Context, tenant string) ([]Approval, erro
 			if err != nil {
 				return nil, err
 			}
-			for _, a := range st.openApprovals() {
+			for _, a := range append(st.openApprovals(), st.openNet()...) {
 				out = append(out, Approval{ID: a.req.ApprovalID, RunID: r.ID, Tenant: r.Tenant, Task: r.Task, Step: a.req.Step, CallID: a.req.CallID,
-					Action: a.req.Action, Reason: a.req.Reason, Requested: a.Requested.UTC(), Expires: a.req.Expires.UTC()})
+					Destination: a.req.Destination, Sandbox: a.req.Sandbox, Action: a.req.Action, Reason: a.req.Reason, Requested: a.Requested.UTC(), Expires: a.req.Expires.UTC()})
 			}
 		}
 		if len(runs) < store.PageLimit(f.Limit) {
@@ -236,8 +240,8 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 				return "", nil, fmt.Errorf("%w: %s %s by %s", ErrDecided, id, p.Decision, p.By)
 			}
 		}
-		var a *approval
-		if st.cur != nil {
+		a := st.net[id]
+		if a == nil && st.cur != nil {
 			for _, x := range st.cur.approvals {
 				if x.req.ApprovalID == id {
 					a = x

@@ -51,6 +51,8 @@ type driver struct {
 
 	// metered: the run's tenant has a credit ledger (see credits.go).
 	metered bool
+
+	netAsks netAsker
 }
 
 // change is what one step's calls did to one sandbox.
@@ -288,6 +290,9 @@ func (d *driver) current() event.Status {
 func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) {
 	if err := d.setup(ctx); err != nil {
 		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "setup", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+	}
+	if err := d.withdrawNetwork(ctx); err != nil {
+		return "", nil, err
 	}
 	if err := d.checkMetered(ctx); err != nil {
 		return "", nil, err

@@ -85,6 +85,10 @@ type Options struct {
 	// "allow".
 	ApprovalTimeout   time.Duration
 	ApprovalOnTimeout string
+	// NetworkHold is how long the egress proxy holds a request the
+	// network policy asks about while a person decides
+	// (DefaultNetworkHold when zero; never beyond the approval timeout).
+	NetworkHold time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Prices is the host's price table. A run's model calls are priced by
@@ -118,6 +122,10 @@ type Attachment struct {
 	Policy []byte
 	Spec   *sandbox.Spec
 	Audit  func(event.EgressDecision)
+	// Ask decides a request to host:port that the network policy answers
+	// with ask: a pending approval a person decides on (see network.go).
+	// It blocks until the decision, the hold's end, or ctx's end.
+	Ask func(ctx context.Context, host string, port int) (bool, error)
 }
 
 // PolicyHook decides whether a proposed tool call may run: allow, deny,

@@ -48,6 +48,10 @@ type state struct {
 	// charges holds the cost of each of the run's own model responses, by
 	// the response's seq: what the tenant's ledger must be debited.
 	charges map[int64]int64
+	// net holds the run's network approvals by id; netDest the latest
+	// one of each destination ("host:port").
+	net     map[string]*approval
+	netDest map[string]*approval
 
 	// active is the run's wall time in earlier drive sessions; segStart is
 	// when the current one began, last the time of the latest event.
@@ -123,8 +127,21 @@ func (s *state) openApprovals() []*approval {
 	return out
 }
 
+// openNet returns the undecided network approvals, oldest first.
+func (s *state) openNet() []*approval {
+	var out []*approval
+	for _, a := range s.net {
+		if a.Decision == "" {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, func(a, b *approval) int { return a.Requested.Compare(b.Requested) })
+	return out
+}
+
 func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{}}
+	return &state{runID: runID, snapshots: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{},
+		net: map[string]*approval{}, netDest: map[string]*approval{}}
 }
 
 // mutating lists the sandbox tools that may change the workspace.
@@ -230,6 +247,13 @@ func (s *state) apply(e event.Event, o origin) error {
 			s.cur.decisions[p.CallID] = *p
 		}
 	case *event.ApprovalRequested:
+		if p.Destination != "" {
+			if !history {
+				a := &approval{req: *p, Requested: e.Time}
+				s.net[p.ApprovalID], s.netDest[p.Destination] = a, a
+			}
+			break
+		}
 		if s.cur != nil && s.cur.n == p.Step {
 			a := s.cur.approvals[p.CallID]
 			if a == nil {
@@ -239,6 +263,9 @@ func (s *state) apply(e event.Event, o origin) error {
 			a.req = *p
 		}
 	case *event.ApprovalDecided:
+		if a := s.net[p.ApprovalID]; a != nil && a.Decision == "" {
+			a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
+		}
 		if s.cur != nil {
 			for _, a := range s.cur.approvals {
 				if a.req.ApprovalID == p.ApprovalID && a.Decision == "" {

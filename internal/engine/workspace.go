@@ -222,7 +222,11 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 			Audit: func(ed event.EgressDecision) {
 				ed.Sandbox = name
 				_ = d.append(context.Background(), ed)
-			}})
+			},
+			Ask: func(ctx context.Context, host string, port int) (bool, error) {
+				return d.askNetwork(ctx, name, host, port)
+			},
+		})
 		if err != nil {
 			return fmt.Errorf("network: %w", err)
 		}

@@ -420,18 +420,25 @@ type BudgetExhausted struct {
 
 // ApprovalRequested is the payload of TypeApprovalRequested.
 type ApprovalRequested struct {
-	ApprovalID string    `json:"approval_id"`
-	Step       int       `json:"step,omitempty"`
-	CallID     string    `json:"call_id,omitempty"`
-	Action     string    `json:"action"`
-	Reason     string    `json:"reason,omitempty"`
-	Expires    time.Time `json:"expires,omitzero"`
+	ApprovalID string `json:"approval_id"`
+	Step       int    `json:"step,omitempty"`
+	// CallID names the tool call asked about; a network approval has none
+	// and names the Destination ("host:port") a sandbox's request is held
+	// for, and the Sandbox that made it.
+	CallID      string    `json:"call_id,omitempty"`
+	Destination string    `json:"destination,omitempty"`
+	Sandbox     string    `json:"sandbox,omitempty"`
+	Action      string    `json:"action"`
+	Reason      string    `json:"reason,omitempty"`
+	Expires     time.Time `json:"expires,omitzero"`
 }
 
 // ApprovalDecided is the payload of TypeApprovalDecided.
 type ApprovalDecided struct {
 	ApprovalID string `json:"approval_id"`
-	// Decision is "approved", "denied" or "expired".
+	// Decision is "approved", "denied" or "expired"; a network approval
+	// whose held request ended first (the sandbox gave up, the host
+	// restarted) is "withdrawn".
 	Decision string `json:"decision"`
 	By       string `json:"by,omitempty"`
 	Reason   string `json:"reason,omitempty"`
