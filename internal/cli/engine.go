@@ -159,7 +159,8 @@ func (h *host) policyOf(r store.Run) (*policy.Document, error) {
 
 // provider builds a real model provider with its key from the environment
 // or the secret store.
-func (h *host) provider(spec, baseURL string) (model.Provider, error) {
+func (h *host) provider(ps engine.ProviderSpec) (model.Provider, error) {
+	spec := ps.Model
 	kind, _, _ := strings.Cut(spec, ":")
 	var keyVar, secretName string
 	switch kind {
@@ -170,7 +171,7 @@ func (h *host) provider(spec, baseURL string) (model.Provider, error) {
 	case "openai-compatible":
 		keyVar, secretName = "OPENAI_API_KEY", "openai-compatible-api-key"
 	}
-	o := model.Options{BaseURL: baseURL}
+	o := model.Options{BaseURL: ps.BaseURL, Retry: model.RetryPolicy{MaxAttempts: ps.Attempts}}
 	if v := h.env.getenv(keyVar); keyVar != "" && v != "" {
 		o.Key = secret.NewValue([]byte(v))
 	} else if secretName != "" {

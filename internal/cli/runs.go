@@ -29,6 +29,7 @@ import (
 type AgentRunCmd struct {
 	Task      string        `arg:"" help:"What the agent should do."`
 	Workspace string        `help:"Host directory the agent works on; it sees a copy-on-write view, the host copy never changes (default: an empty workspace)." placeholder:"DIR"`
+	WSMode    string        `name:"workspace-mode" help:"How the sandbox sees --workspace: cow (default; the host copy never changes), ro (read-only), rw (changes reach the host directory)." enum:",cow,ro,rw" default:"" placeholder:"MODE"`
 	Model     string        `help:"Model as PROVIDER:MODEL: anthropic:…, openai:…, openai-responses:…, or openai-compatible:… with --base-url. Keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY or the secret store." placeholder:"PROVIDER:MODEL"`
 	BaseURL   string        `name:"base-url" help:"API base URL (openai-compatible: e.g. http://localhost:11434/v1)." placeholder:"URL"`
 	Script    string        `help:"Drive the run with a scripted model: a YAML file of model turns." placeholder:"FILE"`
@@ -123,6 +124,8 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		MaxEgressBytes:   int64(doc.Budgets.MaxEgressBytes),
 		MaxCredits:       doc.Budgets.MaxCredits * 1_000_000,
 		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
+		ModelAttempts:    int(doc.Retries.Model) + 1,
+		SandboxAttempts:  int(doc.Retries.Sandbox) + 1,
 		Artifacts:        append(slices.Clone(doc.Artifacts), c.Artifact...),
 		Checks: engine.Checks{
 			Commands:    append(slices.Clone(doc.Verify.Commands), c.Verify...),
@@ -171,6 +174,12 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 			errs = append(errs, fmt.Errorf("--workspace %s: %w", ws, err))
 		}
 		main.Workspace = abs
+		main.Mode = doc.Sandbox.Workspace.Mode
+		if c.WSMode != "" {
+			main.Mode = c.WSMode
+		}
+	} else if c.WSMode != "" && c.WSMode != policy.WorkspaceCOW {
+		errs = append(errs, fmt.Errorf("--workspace-mode %s needs --workspace", c.WSMode))
 	}
 	cfg.Sandboxes = []engine.SandboxConfig{main}
 	for _, s := range c.Sandbox {

@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // Config is what a run is asked to do beyond its task. It is recorded in the
@@ -65,15 +67,34 @@ type Config struct {
 	// empty take the engine's.
 	ApprovalTimeoutMS int64  `json:"approval_timeout_ms,omitempty"`
 	ApprovalOnTimeout string `json:"approval_on_timeout,omitempty"`
+	// ModelAttempts bounds the tries of one model call, the first
+	// included (the provider's default, 5, when zero); SandboxAttempts
+	// the tries of provisioning a sandbox (2 when zero).
+	ModelAttempts   int `json:"model_attempts,omitempty"`
+	SandboxAttempts int `json:"sandbox_attempts,omitempty"`
 }
 
 // SandboxConfig is one named sandbox of a run.
 type SandboxConfig struct {
 	Name string `json:"name"`
-	// Workspace is the host directory the sandbox's /workspace starts as (a
-	// copy-on-write view: the host copy never changes); empty for an empty
-	// workspace.
+	// Workspace is the host directory the sandbox's /workspace starts as;
+	// empty for an empty workspace.
 	Workspace string `json:"workspace,omitempty"`
+	// Mode is how the sandbox sees Workspace: sandbox.WorkspaceCOW (the
+	// default: a copy-on-write view, the host copy never changes),
+	// sandbox.WorkspaceRO (read-only) or sandbox.WorkspaceRW (changes
+	// reach the host directory as they are made). An ro or rw sandbox that
+	// is replaced (lost, or a recovery) sees the host directory again, as
+	// it is then, instead of its last snapshot.
+	Mode string `json:"mode,omitempty"`
+}
+
+// mode returns the workspace mode of s.
+func (s SandboxConfig) mode() string {
+	if s.Mode == "" {
+		return sandbox.WorkspaceCOW
+	}
+	return s.Mode
 }
 
 // Mount is a host directory shown in a run's sandboxes.
@@ -115,6 +136,8 @@ const (
 	MaxSandboxes = 8
 	// MaxChecks bounds each list of checks and artifact globs.
 	MaxChecks = 64
+	// MaxAttempts bounds ModelAttempts and SandboxAttempts.
+	MaxAttempts = 11
 )
 
 var sandboxName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
@@ -135,6 +158,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxResultBytes <= 0 {
 		c.MaxResultBytes = DefaultResultBytes
+	}
+	if c.SandboxAttempts <= 0 {
+		c.SandboxAttempts = 2
 	}
 	if c.Checks.TimeoutMS <= 0 {
 		c.Checks.TimeoutMS = DefaultCheckTimeout.Milliseconds()
@@ -169,6 +195,18 @@ func (c Config) Validate() error {
 		if s.Workspace != "" && !filepath.IsAbs(s.Workspace) {
 			errs = append(errs, fmt.Errorf("sandboxes[%d]: workspace %q is not an absolute path", i, s.Workspace))
 		}
+		switch s.Mode {
+		case "", sandbox.WorkspaceCOW:
+		case sandbox.WorkspaceRO, sandbox.WorkspaceRW:
+			if s.Workspace == "" {
+				errs = append(errs, fmt.Errorf("sandboxes[%d]: workspace mode %s needs a workspace directory", i, s.Mode))
+			}
+			if i == 0 && s.Mode == sandbox.WorkspaceRW && (len(c.Checks.Changed) > 0 || len(c.Checks.OnlyChanged) > 0) {
+				errs = append(errs, fmt.Errorf("sandboxes[%d]: the changed and only_changed checks compare with an unchanged source, which workspace mode rw does not keep", i))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("sandboxes[%d]: workspace mode %q: want cow, ro or rw", i, s.Mode))
+		}
 	}
 	for name, list := range map[string][]string{"checks.commands": c.Checks.Commands, "checks.changed": c.Checks.Changed,
 		"checks.only_changed": c.Checks.OnlyChanged, "artifacts": c.Artifacts} {
@@ -187,6 +225,9 @@ func (c Config) Validate() error {
 				errs = append(errs, fmt.Errorf("glob %q: %w", g, err))
 			}
 		}
+	}
+	if c.ModelAttempts < 0 || c.ModelAttempts > MaxAttempts || c.SandboxAttempts < 0 || c.SandboxAttempts > MaxAttempts {
+		errs = append(errs, fmt.Errorf("model_attempts and sandbox_attempts: want 1-%d", MaxAttempts))
 	}
 	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
 		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))

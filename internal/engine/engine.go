@@ -53,7 +53,7 @@ type Options struct {
 	// NewProvider builds a real model provider from a spec and base URL
 	// (the keys are the host's business). Scripted and replayed runs do
 	// not use it; nil refuses real models.
-	NewProvider func(spec, baseURL string) (model.Provider, error)
+	NewProvider func(ProviderSpec) (model.Provider, error)
 	// WrapProvider, when not nil, wraps every run's provider (metering,
 	// rate limits, tracing; tests slow a model down with it).
 	WrapProvider func(model.Provider) model.Provider
@@ -102,6 +102,15 @@ type Options struct {
 	// zero). A drive renews its lease every LeaseTTL/3.
 	Owner    string
 	LeaseTTL time.Duration
+}
+
+// ProviderSpec is the model provider a run asks for.
+type ProviderSpec struct {
+	// Model is "PROVIDER:MODEL"; BaseURL overrides the provider's.
+	Model, BaseURL string
+	// Attempts bounds the tries of one call, the first included; zero
+	// means the provider's default.
+	Attempts int
 }
 
 // Network attaches a sandbox to the run's network policy.

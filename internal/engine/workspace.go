@@ -71,7 +71,7 @@ func (d *driver) setup(ctx context.Context) error {
 		if d.e.o.NewProvider == nil {
 			return fmt.Errorf("model %q: this host has no model providers configured", cfg.Model)
 		}
-		p, err := d.e.o.NewProvider(cfg.Model, cfg.BaseURL)
+		p, err := d.e.o.NewProvider(ProviderSpec{Model: cfg.Model, BaseURL: cfg.BaseURL, Attempts: cfg.ModelAttempts})
 		if err != nil {
 			return err
 		}
@@ -179,8 +179,8 @@ func (d *driver) sandbox(ctx context.Context, name string) (sandbox.Sandbox, err
 		}
 	}
 	var err error
-	for attempt := 1; attempt <= 2; attempt++ {
-		if err = d.provision(ctx, name, l); err == nil || ctx.Err() != nil {
+	for attempt := 1; attempt <= d.st.cfg.SandboxAttempts; attempt++ {
+		if err = d.provision(ctx, name, l); err == nil || ctx.Err() != nil || attempt == d.st.cfg.SandboxAttempts {
 			break
 		}
 		if rerr := d.append(ctx, event.Retry{Step: d.curStep(), What: "sandbox", Attempt: attempt + 1, Reason: err.Error(), DelayMS: 200}); rerr != nil {
@@ -208,8 +208,13 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	snap := d.snapshotOf(name)
 	spec := sandbox.Spec{Env: sandboxEnv, Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
 		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
+	if sc.mode() != sandbox.WorkspaceCOW {
+		// The host directory is the workspace's state (rw) or never
+		// changes (ro): no snapshot stands for it.
+		snap = ""
+	}
 	if snap == "" && sc.Workspace != "" {
-		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sandbox.WorkspaceCOW
+		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sc.mode()
 	}
 	spec.RootFS = cfg.RootFS
 	for _, m := range cfg.Mounts {
