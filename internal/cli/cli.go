@@ -101,7 +101,7 @@ type cli struct {
 	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`
 	Deny      DenyCmd      `cmd:"" help:"Deny a pending action, with a reason the model is told."`
 	Secrets   SecretsCmd   `cmd:"" help:"Manage the host's encrypted secrets."`
-	Policy    PolicyCmd    `cmd:"" help:"Check a policy document, and explain what it decides for a tool call."`
+	Policy    PolicyCmd    `cmd:"" help:"Check a policy document, explain what it decides for a tool call, and keep named policies with every version (put, history, show, ls)."`
 	Doctor    DoctorCmd    `cmd:"" help:"Show which isolation layers this machine enforces."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`
 }

@@ -10,11 +10,16 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 )
 
-// PolicyCmd is `airlock policy`: check a policy document and explain its
-// decisions. Neither subcommand needs root, a sandbox or $AIRLOCK_HOME.
+// PolicyCmd is `airlock policy`: check a policy document, explain its
+// decisions, and keep named policies with every version they had in the
+// run store. check and explain need no root, sandbox or $AIRLOCK_HOME.
 type PolicyCmd struct {
 	Check   PolicyCheckCmd   `cmd:"" help:"Validate a policy document; print it resolved (every default filled in, canonical form) with its hash. Exit status 2 on a bad document."`
 	Explain PolicyExplainCmd `cmd:"" help:"Show what a policy decides for one tool call, the rule that decides and why."`
+	Put     PolicyPutCmd     `cmd:"" help:"Validate a policy document and store it as the next version of NAME (nothing changes when it is NAME's latest already)."`
+	History PolicyHistoryCmd `cmd:"" help:"List the stored versions of NAME, newest first."`
+	Show    PolicyShowCmd    `cmd:"" help:"Print a stored version's document: NAME (the latest), NAME@vN or NAME@HASHPREFIX."`
+	Ls      PolicyLsCmd      `cmd:"" help:"List the stored policies, each at its latest version."`
 }
 
 // PolicyCheckCmd is `airlock policy check FILE`.

@@ -33,7 +33,8 @@ type AgentRunCmd struct {
 	Model     string        `help:"Model as PROVIDER:MODEL: anthropic:…, openai:…, openai-responses:…, or openai-compatible:… with --base-url. Keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY or the secret store." placeholder:"PROVIDER:MODEL"`
 	BaseURL   string        `name:"base-url" help:"API base URL (openai-compatible: e.g. http://localhost:11434/v1)." placeholder:"URL"`
 	Script    string        `help:"Drive the run with a scripted model: a YAML file of model turns." placeholder:"FILE"`
-	Policy    string        `help:"Policy file (YAML); its network section gives the sandboxes an egress proxy." placeholder:"FILE"`
+	Policy    string        `help:"Policy file (YAML), or a stored policy NAME[@vN|@HASHPREFIX] when no such file exists; its network section gives the sandboxes an egress proxy." placeholder:"FILE|NAME"`
+	PolicyAs  string        `name:"policy-name" help:"Store the --policy file as a version of this policy (default: the file's name without extension)." placeholder:"NAME"`
 	Verify    []string      `help:"Command that must exit 0 in the sandbox after the model finishes (repeatable)." placeholder:"CMD"`
 	Changed   []string      `name:"verify-changed" help:"Workspace path that must have changed (repeatable)." placeholder:"PATH"`
 	Only      []string      `name:"verify-only-changed" help:"Glob outside which nothing may change (repeatable; DIR/** for a tree)." placeholder:"GLOB"`
@@ -54,7 +55,7 @@ type AgentRunCmd struct {
 
 // Run creates the run and drives it in the foreground.
 func (c *AgentRunCmd) Run(env *Env) error {
-	req, err := c.request()
+	req, err := c.request(env)
 	if err != nil {
 		return usageError{err}
 	}
@@ -85,7 +86,7 @@ func (c *AgentRunCmd) Run(env *Env) error {
 // when none is given) and the flags, which override it; --verify,
 // --verify-changed, --verify-only-changed and --artifact add to the
 // policy's lists.
-func (c *AgentRunCmd) request() (engine.Request, error) {
+func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	var errs []error
 	req := engine.Request{Task: c.Task}
 	if strings.TrimSpace(c.Task) == "" {
@@ -98,16 +99,25 @@ func (c *AgentRunCmd) request() (engine.Request, error) {
 		errs = append(errs, errors.New("--timeout and --max-tokens must not be negative"))
 	}
 	doc := policy.Default()
+	if c.Policy == "" && c.PolicyAs != "" {
+		errs = append(errs, errors.New("--policy-name needs --policy FILE"))
+	}
 	if c.Policy != "" {
-		b, err := os.ReadFile(c.Policy)
-		if err == nil {
-			doc, err = policy.Parse(b)
+		p, err := readRunPolicy(c.Policy, c.PolicyAs)
+		if err == nil && p.ref != "" {
+			p, err = p.loadStoredFrom(env, runTenant)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--policy: %w", err))
-			doc = policy.Default()
+			errs = append(errs, err)
+		} else {
+			// A file's document is recorded (by the engine) as a version
+			// of p.name; a stored version is not recorded again.
+			doc = p.parsed
+			req.Policy, req.PolicySource, req.PolicyName = p.doc, p.source, p.name
+			if p.name != "" {
+				req.PolicyBy = whoami(env)
+			}
 		}
-		req.Policy, req.PolicySource = b, c.Policy
 	}
 	pick := func(flag, fromPolicy int64) int64 {
 		if flag > 0 {
@@ -674,7 +684,8 @@ type RunsForkCmd struct {
 	Model    string `help:"Another model for the new run." placeholder:"PROVIDER:MODEL"`
 	BaseURL  string `name:"base-url" help:"API base URL for --model." placeholder:"URL"`
 	Script   string `help:"Another script for the new run." placeholder:"FILE"`
-	Policy   string `help:"Another policy file for the new run." placeholder:"FILE"`
+	Policy   string `help:"Another policy for the new run: a file, or a stored policy NAME[@vN|@HASHPREFIX] when no such file exists." placeholder:"FILE|NAME"`
+	PolicyAs string `name:"policy-name" help:"Store the --policy file as a version of this policy (default: the file's name without extension)." placeholder:"NAME"`
 	MaxSteps int    `name:"max-steps" help:"Another step budget."`
 	Detach   bool   `help:"Only create the new run (resume it later)."`
 	Out      string `help:"Directory the artifacts are written to." placeholder:"DIR"`
@@ -693,15 +704,16 @@ func (c *RunsForkCmd) Run(env *Env) error {
 		}
 		o.Script, o.Model = b, "script:"+filepath.Base(c.Script)
 	}
+	var pol runPolicy
+	if c.Policy == "" && c.PolicyAs != "" {
+		return usageError{errors.New("--policy-name needs --policy FILE")}
+	}
 	if c.Policy != "" {
-		b, err := os.ReadFile(c.Policy)
-		if err == nil {
-			_, err = policy.Parse(b)
+		var err error
+		if pol, err = readRunPolicy(c.Policy, c.PolicyAs); err != nil {
+			return usageError{err}
 		}
-		if err != nil {
-			return usageError{fmt.Errorf("--policy: %w", err)}
-		}
-		o.Policy, o.PolicySource = b, c.Policy
+		o.Policy, o.PolicySource = pol.doc, pol.source
 	}
 	var tl *timeline
 	if !c.Detach {
@@ -715,6 +727,21 @@ func (c *RunsForkCmd) Run(env *Env) error {
 	parent, err := h.resolve(env.Ctx, c.ID)
 	if err != nil {
 		return err
+	}
+	// The parent's tenant owns the child, and so the policy it names or
+	// records. (Fork has no PolicyName: the version is recorded here.)
+	switch {
+	case pol.ref != "":
+		if pol, err = pol.loadStored(env.Ctx, h.store, parent.Tenant); err != nil {
+			return err
+		}
+		o.Policy, o.PolicySource = pol.doc, pol.source
+	case pol.name != "":
+		_, _, err := h.store.PutPolicy(env.Ctx, store.PolicyVersion{Tenant: parent.Tenant, Name: pol.name, Document: pol.doc,
+			Source: pol.source, By: whoami(env)})
+		if err != nil {
+			return err
+		}
 	}
 	child, err := h.eng.Fork(env.Ctx, parent.ID, c.At, o)
 	if err != nil {

@@ -219,6 +219,14 @@ type Request struct {
 	// PolicySource names where it came from.
 	Policy       []byte
 	PolicySource string
+	// PolicyName, when not empty (and Policy is not), names the tenant's
+	// stored policy the document is a version of: Create records it with
+	// Store.PutPolicy (a new version unless it is the name's latest
+	// already) before it records the run, so the hash the run records
+	// names a version the store keeps. PolicyBy says who asked, for the
+	// version's history.
+	PolicyName string
+	PolicyBy   string
 	// Script is the script file's content for a "script:" model.
 	Script []byte
 }
@@ -273,6 +281,16 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	}
 	sum := sha256.Sum256(req.Policy)
 	policyHash := "sha256:" + hex.EncodeToString(sum[:])
+	if len(req.Policy) > 0 && req.PolicyName != "" {
+		_, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{Tenant: req.Tenant, Name: req.PolicyName, Hash: policyHash,
+			Document: req.Policy, Source: req.PolicySource, By: req.PolicyBy})
+		if errors.Is(err, store.ErrInvalid) {
+			return store.Run{}, fmt.Errorf("%w: policy %q: %w", ErrInvalid, req.PolicyName, err)
+		}
+		if err != nil {
+			return store.Run{}, fmt.Errorf("engine: record policy %s: %w", req.PolicyName, err)
+		}
+	}
 	id := event.NewRunID(e.o.Now())
 	_, err = e.o.Store.CreateRun(ctx, store.Run{
 		ID: id, Tenant: req.Tenant, Task: req.Task, Model: cfg.Model,

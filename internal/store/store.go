@@ -1,6 +1,7 @@
 // Package store is the contract of the durable record of runs: the runs
-// themselves, their append-only event logs, artifact metadata, and each
-// tenant's credit ledger.
+// themselves, their append-only event logs, artifact metadata, each
+// tenant's credit ledger, and each tenant's named policies with every
+// version they had.
 // Implementations live in store/sqlite (the embedded default) and
 // store/postgres (several host processes on one database); both are built
 // from one schema (store/schema) and pass the conformance suite in
@@ -27,6 +28,11 @@
 //     store's Redactor before it is hashed and written; no store can be
 //     opened without saying which Redactor it uses (NoRedaction is an
 //     explicit choice).
+//   - A named policy's versions are append-only and numbered 1, 2, 3...
+//     without gaps; each is named by the SHA-256 of its document
+//     (PolicyHash), the hash a run under it records. Documents are kept
+//     byte for byte, like a run's Policy: they hold secret references,
+//     not values, and redacting them would change what the hash names.
 //
 // Importers: the run engine, host wiring, the API and the CLI.
 package store
@@ -156,13 +162,47 @@ type Store interface {
 	// tenant without entries has none (no error).
 	LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]LedgerEntry, error)
 
+	// PutPolicy stores v.Document as the next version of tenant v.Tenant's
+	// policy v.Name and returns it as stored (Version, Hash and CreatedAt
+	// set; Source and By redacted) with created true; atomic and durable
+	// on return, like Append. When the name's latest version already has
+	// the document's hash, nothing is written and that version is returned
+	// with created false, so a retry (or a run under an unchanged file) is
+	// idempotent; an older version with the hash does not count: going
+	// back to it appends a new version. Concurrent puts of one name get
+	// distinct versions, whatever process they run in. Errors wrapping
+	// ErrInvalid: a malformed tenant or name (ValidatePolicyName), an
+	// empty document or one over MaxPolicyLen, a Hash that is not
+	// PolicyHash(v.Document), a Version set by the caller, a malformed
+	// Source or By.
+	PutPolicy(ctx context.Context, v PolicyVersion) (stored PolicyVersion, created bool, err error)
+
+	// PolicyVersions returns up to MaxPage versions of tenant's policy
+	// name, newest first, without their documents (GetPolicy reads any
+	// one, older ones too). A name without versions gives an error
+	// wrapping ErrNotFound; a malformed tenant or name ErrInvalid.
+	PolicyVersions(ctx context.Context, tenant, name string) ([]PolicyVersion, error)
+
+	// GetPolicy returns one version of tenant's policy name, with its
+	// document: the latest when ref is "", version N for "vN", or the
+	// newest version whose hash starts with ref (ParsePolicyRef). A name or
+	// version that does not exist gives an error wrapping ErrNotFound; a
+	// malformed ref, or a hash prefix two different hashes share,
+	// ErrInvalid.
+	GetPolicy(ctx context.Context, tenant, name, ref string) (PolicyVersion, error)
+
+	// ListPolicies returns the latest version of each of tenant's
+	// policies, up to MaxPage, ordered by name, without their documents.
+	// A tenant without policies has none (no error).
+	ListPolicies(ctx context.Context, tenant string) ([]PolicyVersion, error)
+
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.
 	Close() error
 }
 
-// MaxPage is the most events, runs, artifacts or ledger entries one call
-// returns.
+// MaxPage is the most events, runs, artifacts, ledger entries or policy
+// versions one call returns.
 const MaxPage = 1000
 
 // MaxBatch is the most events one Append takes.
@@ -256,7 +296,7 @@ func (noRedaction) Bytes(b []byte) []byte { return b }
 
 // Errors callers branch on.
 var (
-	// ErrNotFound: no such run, event or artifact.
+	// ErrNotFound: no such run, event, artifact or policy version.
 	ErrNotFound = errors.New("store: not found")
 	// ErrExists: the id or name is taken.
 	ErrExists = errors.New("store: already exists")

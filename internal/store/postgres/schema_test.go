@@ -110,6 +110,9 @@ func TestMigrateFromV1(t *testing.T) {
 		if l, err := s.AcquireLease(ctx, id, "w", time.Hour); err != nil || l.Token != 1 {
 			t.Fatalf("AcquireLease(old run) = %+v, %v, want token 1", l, err)
 		}
+		if _, _, err := s.PutPolicy(ctx, store.PolicyVersion{Tenant: "a", Name: "p", Document: []byte("{}")}); err != nil {
+			t.Fatalf("PutPolicy after migration = %v", err)
+		}
 		s.Close()
 	}
 }
@@ -213,7 +216,7 @@ func TestSchemaMatchesSQLite(t *testing.T) {
 	if !slices.Equal(lite, pgs) {
 		t.Errorf("the schemas differ.\nSQLite:\n\t%s\nPostgreSQL:\n\t%s", strings.Join(lite, "\n\t"), strings.Join(pgs, "\n\t"))
 	}
-	for _, want := range []string{"table runs", "table events", "table artifacts", fmt.Sprintf("version %d", SchemaVersion)} {
+	for _, want := range []string{"table runs", "table events", "table artifacts", "table ledger", "table policies", fmt.Sprintf("version %d", SchemaVersion)} {
 		if !slices.Contains(pgs, want) {
 			t.Errorf("schema lacks %q: %v", want, pgs)
 		}

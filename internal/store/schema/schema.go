@@ -96,11 +96,28 @@ var migrations = []string{
 	);
 	CREATE INDEX ledger_tenant_id ON ledger (tenant, id);
 	CREATE UNIQUE INDEX ledger_run_seq ON ledger (run_id, seq);`,
+
+	// 5: named policies, every version kept. The store numbers a name's
+	// versions (max + 1 under its write lock; the key backs that up) and
+	// names each by its document's hash, the hash a run records. A rowid
+	// table in SQLite, not WITHOUT ROWID: a document may be a MiB, far
+	// past the row size a clustered key suits.
+	`CREATE TABLE policies (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		version    INTEGER NOT NULL CHECK (version > 0),
+		hash       TEXT NOT NULL,
+		document   BLOB NOT NULL,
+		source     TEXT NOT NULL,
+		created_by TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name, version)
+	);`,
 }
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 4
+const Version = 5
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

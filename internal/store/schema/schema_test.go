@@ -28,6 +28,10 @@ var released = []struct{ sqlite, postgres string }{
 		"a1b41380d444c3d422c58276888abd3a42bb59dc5242b557162602dab6116fad",
 		"4cf274b3990427b0680c3f5ba498b6fb15bad5fccea659b79ff8c7193c8ae38d",
 	},
+	{ // 5: named policies
+		"2a33aa722ab071965549fd10797077072e679e80c100d0388d3e073f592de15f",
+		"b134c951ac4da862b1b8a469b15d86231115c30bfd1246aa6c75d62f4edb5a00",
+	},
 }
 
 func TestReleased(t *testing.T) {

@@ -112,6 +112,9 @@ func TestMigrateFromV1(t *testing.T) {
 		if l, err := s.AcquireLease(ctx, id, "w", time.Hour); err != nil || l.Token != 1 {
 			t.Fatalf("AcquireLease(old run) = %+v, %v, want token 1", l, err)
 		}
+		if _, _, err := s.PutPolicy(ctx, store.PolicyVersion{Tenant: "a", Name: "p", Document: []byte("{}")}); err != nil {
+			t.Fatalf("PutPolicy after migration = %v", err)
+		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -85,6 +85,11 @@ func Run(t *testing.T, f Factory) {
 		{"LedgerPaging", testLedgerPaging},
 		{"LedgerRace", testLedgerRace},
 		{"LedgerRedaction", testLedgerRedaction},
+		{"Policies", testPolicies},
+		{"PolicyAmbiguous", testPolicyAmbiguous},
+		{"PolicyInvalid", testPolicyInvalid},
+		{"PolicyRace", testPolicyRace},
+		{"PolicyRedaction", testPolicyRedaction},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
@@ -1068,6 +1073,13 @@ func testClosed(t *testing.T, f Factory) {
 		},
 		"Balance":       func() error { _, err := s.Balance(ctx, "a"); return err },
 		"LedgerEntries": func() error { _, err := s.LedgerEntries(ctx, "a", 0, 1); return err },
+		"PutPolicy": func() error {
+			_, _, err := s.PutPolicy(ctx, store.PolicyVersion{Tenant: "a", Name: "p", Document: docA})
+			return err
+		},
+		"PolicyVersions": func() error { _, err := s.PolicyVersions(ctx, "a", "p"); return err },
+		"GetPolicy":      func() error { _, err := s.GetPolicy(ctx, "a", "p", ""); return err },
+		"ListPolicies":   func() error { _, err := s.ListPolicies(ctx, "a"); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrClosed) {

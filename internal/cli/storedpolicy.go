@@ -1,0 +1,336 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// runTenant is the tenant of the runs airlock run creates (the engine's
+// default, which the CLI keeps), and so of the policies the CLI stores.
+const runTenant = "local"
+
+// openPolicyStore opens the run store for the policy commands. It needs no
+// redaction of the env's model keys: what these commands write is a
+// policy document (which the store never redacts: its hash names it), a
+// file name and the local user's name.
+func openPolicyStore(env *Env) (store.Store, error) {
+	if env.Home == "" {
+		return nil, errors.New("no airlock home directory")
+	}
+	if err := os.MkdirAll(env.Home, 0o700); err != nil {
+		return nil, err
+	}
+	return openStore(env, store.NoRedaction)
+}
+
+// policyNameError is the usage error of a malformed policy name.
+func policyNameError(name string) error {
+	return usageError{fmt.Errorf("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
+		name, store.MaxPolicyNameLen)}
+}
+
+// splitPolicyRef reads NAME, NAME@vN or NAME@HASHPREFIX; a malformed one is
+// a usage error.
+func splitPolicyRef(arg string) (name, ref string, err error) {
+	name, ref, at := strings.Cut(arg, "@")
+	if store.ValidatePolicyName(name) != nil {
+		return "", "", policyNameError(name)
+	}
+	if _, err := store.ParsePolicyRef(ref); err != nil || (at && ref == "") {
+		return "", "", usageError{fmt.Errorf("%q: after the @ give vN or at least 8 hex digits of the version's hash", arg)}
+	}
+	return name, ref, nil
+}
+
+// isPolicyRef reports whether arg reads as NAME[@vN|@HASHPREFIX].
+func isPolicyRef(arg string) bool {
+	_, _, err := splitPolicyRef(arg)
+	return err == nil
+}
+
+// getPolicy reads a stored version; a name or version that does not
+// exist is a usage error saying which.
+func getPolicy(ctx context.Context, st store.Store, tenant, arg string) (store.PolicyVersion, error) {
+	name, ref, err := splitPolicyRef(arg)
+	if err != nil {
+		return store.PolicyVersion{}, err
+	}
+	v, err := st.GetPolicy(ctx, tenant, name, ref)
+	switch {
+	case errors.Is(err, store.ErrNotFound) && ref == "":
+		return v, usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
+	case errors.Is(err, store.ErrNotFound):
+		return v, usageError{fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
+	case errors.Is(err, store.ErrInvalid):
+		return v, usageError{err}
+	}
+	return v, err
+}
+
+// policyNameOf makes a policy name of a file's base name without its
+// extension: lower case, each character a name cannot hold turned into
+// '-', leading ones that are not a letter or digit dropped, at most
+// store.MaxPolicyNameLen bytes. It is "" when nothing is left.
+func policyNameOf(path string) string {
+	base := filepath.Base(path)
+	base = strings.TrimSuffix(base, filepath.Ext(base))
+	var b strings.Builder
+	for _, r := range strings.ToLower(base) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '.' || r == '_' || r == '-' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('-')
+		}
+	}
+	name := strings.TrimLeft(b.String(), "._-")
+	name = name[:min(len(name), store.MaxPolicyNameLen)]
+	if store.ValidatePolicyName(name) != nil {
+		return ""
+	}
+	return name
+}
+
+// runPolicy is the document a new run (or fork) is held to, from
+// --policy.
+type runPolicy struct {
+	doc    []byte
+	parsed *policy.Document
+	source string
+	// name is the stored policy a file's document is recorded under as a
+	// version; "" records none.
+	name string
+	// ref is set instead of doc when --policy names a stored version
+	// (NAME[@vN|@HASHPREFIX]): loadStored reads it.
+	ref string
+}
+
+// readRunPolicy reads --policy ARG: a policy file, as it always was, or,
+// when there is no such file, the name of a stored policy, which
+// loadStored then reads. A file's document is to be recorded under
+// nameFlag, else its base name made a valid name (or, when none can be
+// made, not recorded). Errors are usage errors, but for a store that
+// fails.
+func readRunPolicy(arg, nameFlag string) (runPolicy, error) {
+	if nameFlag != "" && store.ValidatePolicyName(nameFlag) != nil {
+		return runPolicy{}, fmt.Errorf("--policy-name: %w", policyNameError(nameFlag))
+	}
+	b, err := os.ReadFile(arg)
+	if errors.Is(err, fs.ErrNotExist) && isPolicyRef(arg) {
+		if nameFlag != "" {
+			return runPolicy{}, fmt.Errorf("--policy-name names the stored policy of a policy file; %s is no file but a stored policy", arg)
+		}
+		return runPolicy{ref: arg}, nil
+	}
+	if err == nil {
+		var doc *policy.Document
+		if doc, err = policy.Parse(b); err == nil {
+			name := nameFlag
+			if name == "" {
+				name = policyNameOf(arg)
+			}
+			return runPolicy{doc: b, parsed: doc, source: arg, name: name}, nil
+		}
+	}
+	return runPolicy{}, fmt.Errorf("--policy: %w", err)
+}
+
+// loadStored reads the stored version p.ref names, of tenant's policies.
+// The version is already stored: the run records no new one.
+func (p runPolicy) loadStored(ctx context.Context, st store.Store, tenant string) (runPolicy, error) {
+	v, err := getPolicy(ctx, st, tenant, p.ref)
+	var usage usageError
+	switch {
+	case errors.As(err, &usage):
+		return p, fmt.Errorf("--policy %s: no such file, and %w", p.ref, err)
+	case err != nil:
+		return p, reportedError{fmt.Errorf("--policy %s: %w", p.ref, err), 125}
+	}
+	doc, err := policy.Parse(v.Document)
+	if err != nil {
+		return p, fmt.Errorf("--policy %s: stored version v%d does not load: %w", p.ref, v.Version, err)
+	}
+	return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version)}, nil
+}
+
+// loadStoredFrom is loadStored on a store of its own, for airlock run,
+// which reads its policy before it opens the host.
+func (p runPolicy) loadStoredFrom(env *Env, tenant string) (runPolicy, error) {
+	st, err := openPolicyStore(env)
+	if err != nil {
+		return p, reportedError{fmt.Errorf("--policy %s: %w", p.ref, err), 125}
+	}
+	defer st.Close()
+	return p.loadStored(env.Ctx, st, tenant)
+}
+
+// PolicyPutCmd is `airlock policy put NAME FILE`.
+type PolicyPutCmd struct {
+	Name string `arg:"" help:"Policy name: 1 to 64 of a-z, 0-9, '.', '_' and '-', starting with a letter or digit." placeholder:"NAME"`
+	File string `arg:"" help:"Policy document (YAML)." placeholder:"FILE"`
+}
+
+// Run validates the document like policy check, stores it, and prints
+// "NAME vN HASH (new)" or "(unchanged)".
+func (c *PolicyPutCmd) Run(env *Env) error {
+	if store.ValidatePolicyName(c.Name) != nil {
+		return policyNameError(c.Name)
+	}
+	if _, err := loadPolicy(env, c.File); err != nil {
+		return err
+	}
+	// Read again and check what is stored, should the file have changed
+	// since it was validated.
+	b, err := os.ReadFile(c.File)
+	if err == nil {
+		_, err = policy.Parse(b)
+	}
+	if err != nil {
+		return usageError{fmt.Errorf("%s: %w", c.File, err)}
+	}
+	st, err := openPolicyStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	v, created, err := st.PutPolicy(env.Ctx, store.PolicyVersion{Tenant: runTenant, Name: c.Name, Document: b, Source: c.File, By: whoami(env)})
+	if errors.Is(err, store.ErrInvalid) {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
+	what := "new"
+	if !created {
+		what = "unchanged"
+	}
+	fmt.Fprintf(env.Stdout, "%s v%d %s (%s)\n", v.Name, v.Version, v.Hash, what)
+	return nil
+}
+
+// policyJSON is the stable JSON form of a stored policy version.
+type policyJSON struct {
+	Name    string    `json:"name"`
+	Version int64     `json:"version"`
+	Hash    string    `json:"hash"`
+	Created time.Time `json:"created"`
+	Source  string    `json:"source"`
+	By      string    `json:"by"`
+}
+
+func toPolicyJSON(v store.PolicyVersion) policyJSON {
+	return policyJSON{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+}
+
+// writePolicies prints versions as JSON lines or as a table; name adds a
+// NAME column.
+func writePolicies(w io.Writer, vs []store.PolicyVersion, asJSON, name bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, v := range vs {
+			if err := enc.Encode(toPolicyJSON(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if name {
+		fmt.Fprint(tw, "NAME\t")
+	}
+	fmt.Fprintln(tw, "VERSION\tHASH\tCREATED\tSOURCE\tBY")
+	for _, v := range vs {
+		if name {
+			fmt.Fprintf(tw, "%s\t", v.Name)
+		}
+		fmt.Fprintf(tw, "v%d\t%s\t%s\t%s\t%s\n", v.Version, shortHash(v.Hash), v.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+			orDash(clip(oneLine(v.Source), 50)), orDash(v.By))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// PolicyHistoryCmd is `airlock policy history NAME`.
+type PolicyHistoryCmd struct {
+	Name string `arg:"" help:"Policy name." placeholder:"NAME"`
+	JSON bool   `name:"json" help:"One JSON object per version: name, version, hash, created, source, by."`
+}
+
+// Run lists the versions, newest first.
+func (c *PolicyHistoryCmd) Run(env *Env) error {
+	if store.ValidatePolicyName(c.Name) != nil {
+		return policyNameError(c.Name)
+	}
+	st, err := openPolicyStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	vs, err := st.PolicyVersions(env.Ctx, runTenant, c.Name)
+	if errors.Is(err, store.ErrNotFound) {
+		return usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", c.Name)}
+	}
+	if err != nil {
+		return err
+	}
+	return writePolicies(env.Stdout, vs, c.JSON, false)
+}
+
+// PolicyShowCmd is `airlock policy show NAME[@vN|@HASHPREFIX]`.
+type PolicyShowCmd struct {
+	Ref string `arg:"" name:"policy" help:"NAME (the latest version), NAME@vN, or NAME@HASHPREFIX (8 or more hex digits)." placeholder:"NAME[@VERSION]"`
+}
+
+// Run prints the stored document byte for byte.
+func (c *PolicyShowCmd) Run(env *Env) error {
+	if _, _, err := splitPolicyRef(c.Ref); err != nil {
+		return err
+	}
+	st, err := openPolicyStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	v, err := getPolicy(env.Ctx, st, runTenant, c.Ref)
+	if err != nil {
+		return err
+	}
+	_, err = env.Stdout.Write(v.Document)
+	return err
+}
+
+// PolicyLsCmd is `airlock policy ls`.
+type PolicyLsCmd struct {
+	JSON bool `name:"json" help:"One JSON object per policy, at its latest version: name, version, hash, created, source, by."`
+}
+
+// Run lists the policies by name.
+func (c *PolicyLsCmd) Run(env *Env) error {
+	st, err := openPolicyStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	vs, err := st.ListPolicies(env.Ctx, runTenant)
+	if err != nil {
+		return err
+	}
+	return writePolicies(env.Stdout, vs, c.JSON, true)
+}

@@ -1,0 +1,176 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// policyMeta are the columns of a policy version but its document, which
+// listings leave out; policyColumns are all of them.
+const (
+	policyMeta    = `tenant, name, version, hash, source, created_by, created_ns`
+	policyColumns = policyMeta + `, document`
+)
+
+func scanPolicy(row pgx.Row, withDoc bool) (store.PolicyVersion, error) {
+	var (
+		v  store.PolicyVersion
+		ns int64
+	)
+	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &v.Source, &v.By, &ns}
+	if withDoc {
+		dest = append(dest, &v.Document)
+	}
+	if err := row.Scan(dest...); err != nil {
+		return v, err
+	}
+	if withDoc && v.Document == nil {
+		v.Document = []byte{}
+	}
+	v.CreatedAt = fromNS(ns)
+	return v, nil
+}
+
+// PutPolicy implements store.Store.
+//
+// It first takes a transaction-scoped advisory lock on the tenant and
+// name, so puts of one name queue whatever process they are in while puts
+// of other names go on (two names whose keys collide only queue too). Once
+// it holds the lock, each statement sees every version committed before
+// it (READ COMMITTED), so the latest version it reads is still the latest
+// when it inserts the next; the primary key would refuse a duplicate
+// version should that ever not hold.
+func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.PolicyVersion, bool, error) {
+	if err := s.check("put policy"); err != nil {
+		return store.PolicyVersion{}, false, err
+	}
+	v, err := store.PreparePolicy(v, s.now(), s.red)
+	if err != nil {
+		return store.PolicyVersion{}, false, fmt.Errorf("postgres: put policy: %w", err)
+	}
+	created := false
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		// Neither a tenant nor a name can hold '/'.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`, v.Tenant+"/"+v.Name); err != nil {
+			return fmt.Errorf("lock policy: %w", err)
+		}
+		latest, err := scanPolicy(tx.QueryRow(ctx, `SELECT `+policyColumns+` FROM policies
+			WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT 1`, v.Tenant, v.Name), true)
+		switch {
+		case err == nil && latest.Hash == v.Hash:
+			v = latest
+			return nil
+		case err == nil:
+			v.Version = latest.Version + 1
+		case errors.Is(err, pgx.ErrNoRows):
+			v.Version = 1
+		default:
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			v.Tenant, v.Name, v.Version, v.Hash, v.Source, v.By, v.CreatedAt.UnixNano(), v.Document)
+		created = err == nil
+		return err
+	})
+	if err != nil {
+		return store.PolicyVersion{}, false, fmt.Errorf("postgres: tenant %s: put policy %s: %w", v.Tenant, v.Name, err)
+	}
+	return v, created, nil
+}
+
+// PolicyVersions implements store.Store.
+func (s *Store) PolicyVersions(ctx context.Context, tenant, name string) ([]store.PolicyVersion, error) {
+	if err := s.check("policy versions"); err != nil {
+		return nil, err
+	}
+	if _, err := store.ValidatePolicyQuery(tenant, name, ""); err != nil {
+		return nil, fmt.Errorf("postgres: policy versions: %w", err)
+	}
+	out, err := s.policies(ctx, `SELECT `+policyMeta+` FROM policies WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT $3`,
+		tenant, name, store.MaxPage)
+	if err == nil && len(out) == 0 {
+		err = store.PolicyNotFound(name, store.PolicyRef{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: tenant %s: policy versions: %w", tenant, err)
+	}
+	return out, nil
+}
+
+// ListPolicies implements store.Store.
+func (s *Store) ListPolicies(ctx context.Context, tenant string) ([]store.PolicyVersion, error) {
+	if err := s.check("list policies"); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateTenant(tenant); err != nil {
+		return nil, fmt.Errorf("postgres: list policies: %w", err)
+	}
+	out, err := s.policies(ctx, `SELECT `+policyMeta+` FROM policies p WHERE tenant = $1
+		AND version = (SELECT MAX(version) FROM policies q WHERE q.tenant = p.tenant AND q.name = p.name)
+		ORDER BY name LIMIT $2`, tenant, store.MaxPage)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: tenant %s: list policies: %w", tenant, err)
+	}
+	return out, nil
+}
+
+// policies runs a query of policy versions without their documents.
+func (s *Store) policies(ctx context.Context, q string, args ...any) ([]store.PolicyVersion, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PolicyVersion, error) { return scanPolicy(row, false) })
+}
+
+// GetPolicy implements store.Store.
+func (s *Store) GetPolicy(ctx context.Context, tenant, name, ref string) (store.PolicyVersion, error) {
+	if err := s.check("get policy"); err != nil {
+		return store.PolicyVersion{}, err
+	}
+	r, err := store.ValidatePolicyQuery(tenant, name, ref)
+	if err != nil {
+		return store.PolicyVersion{}, fmt.Errorf("postgres: get policy: %w", err)
+	}
+	v, err := s.getPolicy(ctx, tenant, name, r)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.PolicyNotFound(name, r)
+	}
+	if err != nil {
+		return store.PolicyVersion{}, fmt.Errorf("postgres: tenant %s: %w", tenant, err)
+	}
+	return v, nil
+}
+
+func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.PolicyRef) (store.PolicyVersion, error) {
+	const q = `SELECT ` + policyColumns + ` FROM policies WHERE tenant = $1 AND name = $2`
+	switch {
+	case r.Version != 0:
+		return scanPolicy(s.pool.QueryRow(ctx, q+` AND version = $3`, tenant, name, r.Version), true)
+	case r.HashPrefix == "":
+		return scanPolicy(s.pool.QueryRow(ctx, q+` ORDER BY version DESC LIMIT 1`, tenant, name), true)
+	}
+	// Several versions may share a hash (a name that went back to an
+	// earlier document); only different hashes make a prefix ambiguous.
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT hash FROM policies
+		WHERE tenant = $1 AND name = $2 AND substr(hash, 1, $3) = $4 LIMIT 2`, tenant, name, len(r.HashPrefix), r.HashPrefix)
+	if err != nil {
+		return store.PolicyVersion{}, err
+	}
+	hashes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return store.PolicyVersion{}, err
+	}
+	switch len(hashes) {
+	case 0:
+		return store.PolicyVersion{}, pgx.ErrNoRows
+	case 1:
+		return scanPolicy(s.pool.QueryRow(ctx, q+` AND hash = $3 ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0]), true)
+	}
+	return store.PolicyVersion{}, store.AmbiguousPolicyRef(name, r)
+}
