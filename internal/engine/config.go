@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
 // Config is what a run is asked to do beyond its task. It is recorded in the
@@ -87,6 +88,11 @@ type SandboxConfig struct {
 	// is replaced (lost, or a recovery) sees the host directory again, as
 	// it is then, instead of its last snapshot.
 	Mode string `json:"mode,omitempty"`
+	// Tar, instead of Workspace, is the digest of a gzipped tar in the
+	// blob store (an uploaded workspace) that the sandbox's /workspace
+	// starts as; it is unpacked inside the sandbox, like a snapshot, so
+	// the host never unpacks what a client sent.
+	Tar string `json:"tar,omitempty"`
 }
 
 // mode returns the workspace mode of s.
@@ -194,6 +200,9 @@ func (c Config) Validate() error {
 		seen[s.Name] = true
 		if s.Workspace != "" && !filepath.IsAbs(s.Workspace) {
 			errs = append(errs, fmt.Errorf("sandboxes[%d]: workspace %q is not an absolute path", i, s.Workspace))
+		}
+		if s.Tar != "" && (s.Workspace != "" || blob.ValidDigest(s.Tar) != nil) {
+			errs = append(errs, fmt.Errorf("sandboxes[%d]: tar %q: want a blob digest, and no workspace directory beside it", i, s.Tar))
 		}
 		switch s.Mode {
 		case "", sandbox.WorkspaceCOW:

@@ -275,6 +275,14 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	if err := cfg.Validate(); err != nil {
 		return store.Run{}, fmt.Errorf("%w: config: %w", ErrInvalid, err)
 	}
+	for _, sc := range cfg.Sandboxes {
+		if sc.Tar == "" {
+			continue
+		}
+		if ok, err := e.o.Blobs.Has(ctx, sc.Tar); err != nil || !ok {
+			return store.Run{}, fmt.Errorf("%w: sandbox %s: no workspace tar %s in the blob store", ErrInvalid, sc.Name, sc.Tar)
+		}
+	}
 	rawCfg, err := json.Marshal(cfg)
 	if err != nil {
 		return store.Run{}, err

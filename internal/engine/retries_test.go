@@ -1,6 +1,9 @@
 package engine_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"os"
@@ -140,5 +143,39 @@ func TestWorkspaceModes(t *testing.T) {
 		Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: "/tmp", Mode: "rw"}}, Checks: engine.Checks{Changed: []string{"a"}}}})
 	if err == nil || !strings.Contains(err.Error(), "rw") {
 		t.Errorf("rw with a changed check: %v", err)
+	}
+}
+
+// TestWorkspaceTar: a sandbox's workspace may start as an uploaded gzipped
+// tar, unpacked inside the sandbox; a digest the blob store lacks is
+// refused at creation.
+func TestWorkspaceTar(t *testing.T) {
+	h := newHarness(t)
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	body := []byte("uploaded\n")
+	if err := tw.WriteHeader(&tar.Header{Name: "src/f.txt", Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(body)
+	tw.Close()
+	gz.Close()
+	digest, _, err := h.blobs.Put(context.Background(), &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const script = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"cat /workspace/src/f.txt\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	o := h.run("read", script, engine.Config{Sandboxes: []engine.SandboxConfig{{Name: "main", Tar: digest}}})
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status %s (%s)", o.Status, o.Reason)
+	}
+	if f := h.finished(o.RunID); len(f) == 0 || !strings.Contains(f[0].Output, "uploaded") {
+		t.Errorf("output %+v", f)
+	}
+	missing := "sha256:" + strings.Repeat("ab", 32)
+	if _, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{Model: "openai:x",
+		Sandboxes: []engine.SandboxConfig{{Name: "main", Tar: missing}}}}); !errors.Is(err, engine.ErrInvalid) {
+		t.Errorf("missing tar: %v", err)
 	}
 }

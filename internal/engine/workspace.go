@@ -208,6 +208,9 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	snap := d.snapshotOf(name)
 	spec := sandbox.Spec{Env: sandboxEnv, Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
 		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
+	if snap == "" {
+		snap = sc.Tar
+	}
 	if sc.mode() != sandbox.WorkspaceCOW {
 		// The host directory is the workspace's state (rw) or never
 		// changes (ro): no snapshot stands for it.
