@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,6 +50,8 @@ type AgentRunCmd struct {
 	Disk      string        `help:"Size of each sandbox's writable layer (default: the policy's, 1G)."`
 	Detach    bool          `help:"Only record the run (queued) and print its id: airlock worker or airlock runs resume drives it."`
 	KeyFile   string        `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
+	Allow     []string      `help:"Allow egress to HOST[:PORT] (repeatable; added to the policy's network.allow). Without a port: 80 and 443." placeholder:"HOST[:PORT]"`
+	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
 }
 
 // Run creates the run and drives it in the foreground.
@@ -119,38 +120,19 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 			}
 		}
 	}
-	pick := func(flag, fromPolicy int64) int64 {
-		if flag > 0 {
-			return flag
+	doc, changed, ferr := c.applyFlags(doc)
+	if ferr != nil {
+		errs = append(errs, ferr)
+	} else if changed {
+		// The flags are shorthand for the document the run records.
+		src := "default with flags"
+		if req.PolicySource != "" {
+			src = req.PolicySource + " with flags"
 		}
-		return fromPolicy
+		req.Policy, req.PolicySource, req.PolicyName, req.PolicyBy = doc.Canonical(), src, "", ""
 	}
-	lim := doc.Sandbox.Limits
-	cfg := engine.Config{Model: c.Model, BaseURL: c.BaseURL, ContextTokens: c.Context,
-		MaxSteps:         int(pick(int64(c.MaxSteps), doc.Budgets.MaxSteps)),
-		TimeoutMS:        pick(c.Timeout.Milliseconds(), time.Duration(doc.Budgets.MaxWallTime).Milliseconds()),
-		MaxTokens:        pick(c.MaxTokens, doc.Budgets.MaxTokens),
-		MaxSandboxCPUMS:  doc.Budgets.MaxSandboxCPUSeconds * 1000,
-		MaxEgressBytes:   int64(doc.Budgets.MaxEgressBytes),
-		MaxCredits:       doc.Budgets.MaxCredits * 1_000_000,
-		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
-		ModelAttempts:    int(doc.Retries.Model) + 1,
-		SandboxAttempts:  int(doc.Retries.Sandbox) + 1,
-		Artifacts:        append(slices.Clone(doc.Artifacts), c.Artifact...),
-		Checks: engine.Checks{
-			Commands:    append(slices.Clone(doc.Verify.Commands), c.Verify...),
-			Changed:     append(slices.Clone(doc.Verify.Changed), c.Changed...),
-			OnlyChanged: append(slices.Clone(doc.Verify.OnlyChanged), c.Only...),
-			TimeoutMS:   time.Duration(doc.Verify.Timeout).Milliseconds(),
-		},
-		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
-		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
-		Limits:            engine.Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
-		RootFS:            doc.Sandbox.RootFS,
-	}
-	for _, m := range doc.Sandbox.Mounts {
-		cfg.Mounts = append(cfg.Mounts, engine.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
-	}
+	cfg := engine.PolicyConfig(doc)
+	cfg.Model, cfg.BaseURL, cfg.ContextTokens = c.Model, c.BaseURL, c.Context
 	switch {
 	case c.Script != "" && c.Model != "":
 		errs = append(errs, errors.New("--script and --model exclude each other"))
@@ -167,31 +149,17 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	case c.Model == "":
 		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
 	}
-	main := engine.SandboxConfig{Name: engine.DefaultSandbox}
-	ws := c.Workspace
-	if ws == "" {
-		ws = doc.Sandbox.Workspace.Source
+	if ws := cfg.Sandboxes[0].Workspace; ws != "" {
+		name := "--workspace " + c.Workspace
+		if c.Workspace == "" {
+			name = "sandbox.workspace.source " + ws
+		}
+		if fi, err := os.Stat(ws); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		} else if !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("%s: not a directory", name))
+		}
 	}
-	if ws != "" {
-		abs, err := filepath.Abs(ws)
-		if err == nil {
-			var fi os.FileInfo
-			if fi, err = os.Stat(abs); err == nil && !fi.IsDir() {
-				err = errors.New("not a directory")
-			}
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--workspace %s: %w", ws, err))
-		}
-		main.Workspace = abs
-		main.Mode = doc.Sandbox.Workspace.Mode
-		if c.WSMode != "" {
-			main.Mode = c.WSMode
-		}
-	} else if c.WSMode != "" && c.WSMode != policy.WorkspaceCOW {
-		errs = append(errs, fmt.Errorf("--workspace-mode %s needs --workspace", c.WSMode))
-	}
-	cfg.Sandboxes = []engine.SandboxConfig{main}
 	for _, s := range c.Sandbox {
 		name, dir, _ := strings.Cut(s, "=")
 		sc := engine.SandboxConfig{Name: name}
@@ -204,25 +172,87 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 		}
 		cfg.Sandboxes = append(cfg.Sandboxes, sc)
 	}
-	var err error
-	if c.Memory != "" {
-		if cfg.Limits.MemoryBytes, err = sandbox.ParseSize(c.Memory); err != nil {
-			errs = append(errs, fmt.Errorf("--memory: %w", err))
-		}
-	}
-	if c.Disk != "" {
-		if cfg.Limits.DiskBytes, err = sandbox.ParseSize(c.Disk); err != nil {
-			errs = append(errs, fmt.Errorf("--disk: %w", err))
-		}
-	}
-	if c.Pids > 0 {
-		cfg.Limits.Pids = c.Pids
-	}
-	if c.CPUs > 0 {
-		cfg.Limits.CPUs = c.CPUs
-	}
 	req.Config = cfg
 	return req, errors.Join(errs...)
+}
+
+// applyFlags writes the flags into doc, which it may change: they are
+// shorthand for the document's fields. It returns the document the run
+// uses and whether any flag changed it; a changed document is validated as
+// a whole, like one read from a file.
+func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, error) {
+	before := string(doc.Canonical())
+	var errs []error
+	b, lim := &doc.Budgets, &doc.Sandbox.Limits
+	if c.MaxSteps > 0 {
+		b.MaxSteps = int64(c.MaxSteps)
+	}
+	if c.Timeout > 0 {
+		b.MaxWallTime = policy.Duration(c.Timeout)
+	}
+	if c.MaxTokens > 0 {
+		b.MaxTokens = c.MaxTokens
+	}
+	for _, f := range []struct {
+		name, v string
+		to      *policy.Size
+	}{{"--memory", c.Memory, &lim.Memory}, {"--disk", c.Disk, &lim.Disk}} {
+		if f.v == "" {
+			continue
+		}
+		n, err := sandbox.ParseSize(f.v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.name, err))
+			continue
+		}
+		*f.to = policy.Size(n)
+	}
+	if c.Pids > 0 {
+		lim.Pids = c.Pids
+	}
+	if c.CPUs > 0 {
+		lim.CPUs = c.CPUs
+	}
+	doc.Verify.Commands = append(doc.Verify.Commands, c.Verify...)
+	doc.Verify.Changed = append(doc.Verify.Changed, c.Changed...)
+	doc.Verify.OnlyChanged = append(doc.Verify.OnlyChanged, c.Only...)
+	doc.Artifacts = append(doc.Artifacts, c.Artifact...)
+	ws := &doc.Sandbox.Workspace
+	if c.Workspace != "" {
+		abs, err := filepath.Abs(c.Workspace)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--workspace %s: %w", c.Workspace, err))
+		}
+		ws.Source = abs
+	}
+	if c.WSMode != "" {
+		if ws.Source == "" && c.WSMode != policy.WorkspaceCOW {
+			errs = append(errs, fmt.Errorf("--workspace-mode %s needs --workspace", c.WSMode))
+		}
+		ws.Mode = c.WSMode
+	}
+	ef := EgressFlags{Allow: c.Allow, Resolve: c.Resolve}
+	if len(c.Allow) > 0 || len(c.Resolve) > 0 {
+		extra, err := ef.network()
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			doc.Network.Allow = append(doc.Network.Allow, extra.Allow...)
+			doc.Network.Resolve = append(doc.Network.Resolve, extra.Resolve...)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return doc, false, err
+	}
+	after := doc.Canonical()
+	if string(after) == before {
+		return doc, false, nil
+	}
+	checked, err := policy.Parse(after)
+	if err != nil {
+		return doc, false, fmt.Errorf("the policy with the flags: %w", err)
+	}
+	return checked, true, nil
 }
 
 // engineError maps the engine's errors to exit statuses: bad input is a

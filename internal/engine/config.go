@@ -7,9 +7,11 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
@@ -325,4 +327,43 @@ func decodeConfig(raw json.RawMessage) (Config, error) {
 		return c, fmt.Errorf("engine: decode run config: %w", err)
 	}
 	return c.withDefaults(), nil
+}
+
+// PolicyConfig is the Config a policy document asks for: its budgets,
+// sandbox limits, workspace, mounts, checks, artifacts, approvals and
+// retries. The caller adds the model and anything the document does not
+// say (context window, extra sandboxes).
+func PolicyConfig(doc *policy.Document) Config {
+	lim := doc.Sandbox.Limits
+	cfg := Config{
+		MaxSteps:         int(doc.Budgets.MaxSteps),
+		TimeoutMS:        time.Duration(doc.Budgets.MaxWallTime).Milliseconds(),
+		MaxTokens:        doc.Budgets.MaxTokens,
+		MaxSandboxCPUMS:  doc.Budgets.MaxSandboxCPUSeconds * 1000,
+		MaxEgressBytes:   int64(doc.Budgets.MaxEgressBytes),
+		MaxCredits:       doc.Budgets.MaxCredits * 1_000_000,
+		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
+		ModelAttempts:    int(doc.Retries.Model) + 1,
+		SandboxAttempts:  int(doc.Retries.Sandbox) + 1,
+		Artifacts:        slices.Clone(doc.Artifacts),
+		Checks: Checks{
+			Commands:    slices.Clone(doc.Verify.Commands),
+			Changed:     slices.Clone(doc.Verify.Changed),
+			OnlyChanged: slices.Clone(doc.Verify.OnlyChanged),
+			TimeoutMS:   time.Duration(doc.Verify.Timeout).Milliseconds(),
+		},
+		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
+		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
+		Limits:            Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
+		RootFS:            doc.Sandbox.RootFS,
+	}
+	main := SandboxConfig{Name: DefaultSandbox}
+	if ws := doc.Sandbox.Workspace; ws.Source != "" {
+		main.Workspace, main.Mode = ws.Source, ws.Mode
+	}
+	cfg.Sandboxes = []SandboxConfig{main}
+	for _, m := range doc.Sandbox.Mounts {
+		cfg.Mounts = append(cfg.Mounts, Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
+	}
+	return cfg
 }
