@@ -96,6 +96,8 @@ type cli struct {
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
 	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
 	Credits   CreditsCmd   `cmd:"" help:"Grant credits to a tenant and show its ledger."`
+	Tenants   TenantsCmd   `cmd:"" help:"Create and list tenants, the owners of runs, secrets, credits, policies and API keys."`
+	Keys      KeysCmd      `cmd:"" help:"Create, list and revoke tenants' API keys for airlock serve (stored hashed, shown once)."`
 	Worker    WorkerCmd    `cmd:"" help:"Drive the store's queued and unfinished runs until stopped (several workers may share a store)."`
 	Approvals ApprovalsCmd `cmd:"" help:"List the actions that wait for a person's decision."`
 	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`

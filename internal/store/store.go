@@ -1,7 +1,7 @@
 // Package store is the contract of the durable record of runs: the runs
 // themselves, their append-only event logs, artifact metadata, each
-// tenant's credit ledger, and each tenant's named policies with every
-// version they had.
+// tenant's credit ledger, each tenant's named policies with every
+// version they had, and the tenants themselves with their API keys.
 // Implementations live in store/sqlite (the embedded default) and
 // store/postgres (several host processes on one database); both are built
 // from one schema (store/schema) and pass the conformance suite in
@@ -33,6 +33,9 @@
 //     (PolicyHash), the hash a run under it records. Documents are kept
 //     byte for byte, like a run's Policy: they hold secret references,
 //     not values, and redacting them would change what the hash names.
+//   - An API key is stored as the SHA-256 of the key string, never the
+//     key; keys belong to one existing tenant, and reads and revocations
+//     name the tenant, so one tenant never sees or revokes another's.
 //
 // Importers: the run engine, host wiring, the API and the CLI.
 package store
@@ -196,6 +199,46 @@ type Store interface {
 	// A tenant without policies has none (no error).
 	ListPolicies(ctx context.Context, tenant string) ([]PolicyVersion, error)
 
+	// CreateTenant creates tenant name (ValidateTenantName, else
+	// ErrInvalid) and returns it as stored, CreatedAt set. A name already
+	// taken gives an error wrapping ErrExists, also when another process
+	// created it a moment before.
+	CreateTenant(ctx context.Context, name string) (Tenant, error)
+
+	// GetTenant returns tenant name, or an error wrapping ErrNotFound.
+	GetTenant(ctx context.Context, name string) (Tenant, error)
+
+	// ListTenants returns every tenant, ordered by name.
+	ListTenants(ctx context.Context) ([]Tenant, error)
+
+	// CreateAPIKey stores k (PrepareAPIKey says what is valid; else
+	// ErrInvalid): Name redacted, CreatedAt defaulted to now. Its tenant
+	// must exist (else ErrNotFound). An id or hash already stored gives
+	// ErrExists. Atomic and durable on return, like Append.
+	CreateAPIKey(ctx context.Context, k APIKey) error
+
+	// APIKeyByHash returns the key whose Hash is hash (sha256.Size bytes,
+	// else ErrInvalid), revoked or not: the caller decides what a revoked
+	// key means. No such key gives ErrNotFound. Errors never quote hash.
+	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
+
+	// ListAPIKeys returns every key of tenant, revoked ones too, oldest
+	// first. A tenant that does not exist gives ErrNotFound; there is no
+	// "every tenant" form, so a query cannot cross tenants by accident.
+	ListAPIKeys(ctx context.Context, tenant string) ([]APIKey, error)
+
+	// RevokeAPIKey revokes tenant's key id at the store's current time. A
+	// key that does not exist and a key of another tenant both give
+	// ErrNotFound, and look the same. Revoking a revoked key succeeds and
+	// keeps its first revocation time.
+	RevokeAPIKey(ctx context.Context, tenant, id string) error
+
+	// TouchAPIKey records that key id was used at at. LastUsedAt only
+	// moves forward: a touch older than the recorded use (another
+	// process's, say) changes nothing and succeeds. An unknown id gives
+	// ErrNotFound.
+	TouchAPIKey(ctx context.Context, id string, at time.Time) error
+
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.
 	Close() error
@@ -296,9 +339,10 @@ func (noRedaction) Bytes(b []byte) []byte { return b }
 
 // Errors callers branch on.
 var (
-	// ErrNotFound: no such run, event, artifact or policy version.
+	// ErrNotFound: no such run, event, artifact, policy version, tenant
+	// or API key.
 	ErrNotFound = errors.New("store: not found")
-	// ErrExists: the id or name is taken.
+	// ErrExists: the id or name (or API key hash) is taken.
 	ErrExists = errors.New("store: already exists")
 	// ErrConflict is matched (errors.Is) by *StatusConflictError and
 	// *AppendConflictError: someone else changed the run first.

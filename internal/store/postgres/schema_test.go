@@ -113,6 +113,13 @@ func TestMigrateFromV1(t *testing.T) {
 		if _, _, err := s.PutPolicy(ctx, store.PolicyVersion{Tenant: "a", Name: "p", Document: []byte("{}")}); err != nil {
 			t.Fatalf("PutPolicy after migration = %v", err)
 		}
+		if _, err := s.CreateTenant(ctx, "a"); err != nil && !errors.Is(err, store.ErrExists) {
+			t.Fatalf("CreateTenant after migration = %v", err)
+		}
+		k := store.APIKey{ID: "key_0123456789abcdef", Tenant: "a", Scopes: []string{"admin"}, Hash: make([]byte, 32)}
+		if err := s.CreateAPIKey(ctx, k); err != nil && !errors.Is(err, store.ErrExists) {
+			t.Fatalf("CreateAPIKey after migration = %v", err)
+		}
 		s.Close()
 	}
 }
@@ -216,7 +223,7 @@ func TestSchemaMatchesSQLite(t *testing.T) {
 	if !slices.Equal(lite, pgs) {
 		t.Errorf("the schemas differ.\nSQLite:\n\t%s\nPostgreSQL:\n\t%s", strings.Join(lite, "\n\t"), strings.Join(pgs, "\n\t"))
 	}
-	for _, want := range []string{"table runs", "table events", "table artifacts", "table ledger", "table policies", fmt.Sprintf("version %d", SchemaVersion)} {
+	for _, want := range []string{"table runs", "table events", "table artifacts", "table ledger", "table policies", "table tenants", "table api_keys", fmt.Sprintf("version %d", SchemaVersion)} {
 		if !slices.Contains(pgs, want) {
 			t.Errorf("schema lacks %q: %v", want, pgs)
 		}

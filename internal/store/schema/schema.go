@@ -113,11 +113,33 @@ var migrations = []string{
 		created_ns INTEGER NOT NULL,
 		PRIMARY KEY (tenant, name, version)
 	);`,
+
+	// 6: tenants and their API keys. A key is stored as the SHA-256 of
+	// the key string (hash), never the key; the unique index is how a
+	// presented key is found. Scopes are one space-separated column. NULL
+	// last_used_ns and revoked_ns: never used, not revoked. Tenants are
+	// never deleted, so a key's tenant always exists.
+	`CREATE TABLE tenants (
+		name       TEXT PRIMARY KEY,
+		created_ns INTEGER NOT NULL
+	) WITHOUT ROWID;
+	CREATE TABLE api_keys (
+		id           TEXT PRIMARY KEY,
+		tenant       TEXT NOT NULL REFERENCES tenants (name),
+		name         TEXT NOT NULL,
+		scopes       TEXT NOT NULL,
+		hash         BLOB NOT NULL,
+		created_ns   INTEGER NOT NULL,
+		last_used_ns INTEGER,
+		revoked_ns   INTEGER
+	);
+	CREATE UNIQUE INDEX api_keys_hash ON api_keys (hash);
+	CREATE INDEX api_keys_tenant ON api_keys (tenant, created_ns);`,
 }
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 5
+const Version = 6
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

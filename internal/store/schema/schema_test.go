@@ -32,6 +32,10 @@ var released = []struct{ sqlite, postgres string }{
 		"2a33aa722ab071965549fd10797077072e679e80c100d0388d3e073f592de15f",
 		"b134c951ac4da862b1b8a469b15d86231115c30bfd1246aa6c75d62f4edb5a00",
 	},
+	{ // 6: tenants and API keys
+		"3c37e5708dbe7a34e535282ff90b2cda82647e4261a0d9968754b6fe1e100d3b",
+		"c4ba36eae1515d63b2821381175a3abca956fbc9f1da7b7b7095a25628fd2170",
+	},
 }
 
 func TestReleased(t *testing.T) {

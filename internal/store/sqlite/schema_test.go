@@ -115,6 +115,13 @@ func TestMigrateFromV1(t *testing.T) {
 		if _, _, err := s.PutPolicy(ctx, store.PolicyVersion{Tenant: "a", Name: "p", Document: []byte("{}")}); err != nil {
 			t.Fatalf("PutPolicy after migration = %v", err)
 		}
+		if _, err := s.CreateTenant(ctx, "a"); err != nil && !errors.Is(err, store.ErrExists) {
+			t.Fatalf("CreateTenant after migration = %v", err)
+		}
+		k := store.APIKey{ID: "key_0123456789abcdef", Tenant: "a", Scopes: []string{"admin"}, Hash: make([]byte, 32)}
+		if err := s.CreateAPIKey(ctx, k); err != nil && !errors.Is(err, store.ErrExists) {
+			t.Fatalf("CreateAPIKey after migration = %v", err)
+		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

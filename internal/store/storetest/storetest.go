@@ -90,6 +90,12 @@ func Run(t *testing.T, f Factory) {
 		{"PolicyInvalid", testPolicyInvalid},
 		{"PolicyRace", testPolicyRace},
 		{"PolicyRedaction", testPolicyRedaction},
+		{"Tenants", testTenants},
+		{"TenantRace", testTenantRace},
+		{"APIKeys", testAPIKeys},
+		{"APIKeyInvalid", testAPIKeyInvalid},
+		{"APIKeyHandles", testAPIKeyHandles},
+		{"APIKeyRedaction", testAPIKeyRedaction},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
@@ -1080,6 +1086,14 @@ func testClosed(t *testing.T, f Factory) {
 		"PolicyVersions": func() error { _, err := s.PolicyVersions(ctx, "a", "p"); return err },
 		"GetPolicy":      func() error { _, err := s.GetPolicy(ctx, "a", "p", ""); return err },
 		"ListPolicies":   func() error { _, err := s.ListPolicies(ctx, "a"); return err },
+		"CreateTenant":   func() error { _, err := s.CreateTenant(ctx, "a"); return err },
+		"GetTenant":      func() error { _, err := s.GetTenant(ctx, "a"); return err },
+		"ListTenants":    func() error { _, err := s.ListTenants(ctx); return err },
+		"CreateAPIKey":   func() error { return s.CreateAPIKey(ctx, newKey("a", 1)) },
+		"APIKeyByHash":   func() error { _, err := s.APIKeyByHash(ctx, keyHash("k")); return err },
+		"ListAPIKeys":    func() error { _, err := s.ListAPIKeys(ctx, "a"); return err },
+		"RevokeAPIKey":   func() error { return s.RevokeAPIKey(ctx, "a", keyID(1)) },
+		"TouchAPIKey":    func() error { return s.TouchAPIKey(ctx, keyID(1), base) },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrClosed) {

@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// KeysCmd is `airlock keys`.
+type KeysCmd struct {
+	Create KeysCreateCmd `cmd:"" help:"Create an API key for a tenant and print it, once."`
+	Ls     KeysLsCmd     `cmd:"" help:"List API keys: id, name, scopes, created, last used, revoked (never the key)."`
+	Revoke KeysRevokeCmd `cmd:"" help:"Revoke an API key: it stops working at once."`
+}
+
+// KeysCreateCmd is `airlock keys create`.
+type KeysCreateCmd struct {
+	Tenant string   `required:"" help:"The tenant the key acts for (airlock tenants create makes one)." placeholder:"TENANT"`
+	Name   string   `required:"" help:"A label for people: what the key is for (at most 100 printable characters)." placeholder:"LABEL"`
+	Scope  []string `default:"runs:read,runs:write,approvals" help:"What the key may do (repeatable, or comma-separated): runs:write, runs:read, approvals, secrets:write, sandboxes, admin (all of them)." placeholder:"SCOPE"`
+	E2B    bool     `name:"e2b" help:"Make the key e2b_<hex>, the shape the E2B SDKs accept, instead of airlock_<hex>."`
+}
+
+// Run creates the key, prints it on stdout and says on stderr that it is
+// not shown again. Bad input exits 2 and stores nothing.
+func (c *KeysCreateCmd) Run(env *Env) error {
+	if store.ValidateTenantName(c.Tenant) != nil {
+		return tenantNameError(c.Tenant)
+	}
+	if err := store.ValidateKeyName(c.Name); err != nil {
+		return usageError{fmt.Errorf("--name: %d characters at most, printable (no newlines or control characters)", store.MaxKeyNameLen)}
+	}
+	var scopes []string
+	for _, s := range c.Scope {
+		if !slices.Contains(auth.Scopes, s) {
+			return usageError{fmt.Errorf("--scope: unknown scope %q: want one of %s", clip(s, 40), strings.Join(auth.Scopes, ", "))}
+		}
+		if !slices.Contains(scopes, s) {
+			scopes = append(scopes, s)
+		}
+	}
+	if len(scopes) == 0 {
+		return usageError{fmt.Errorf("--scope: give at least one of %s", strings.Join(auth.Scopes, ", "))}
+	}
+	format := auth.FormatAirlock
+	if c.E2B {
+		format = auth.FormatE2B
+	}
+	st, err := openTenantStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	key, meta, err := auth.NewKeys(st, nil).Create(env.Ctx, c.Tenant, c.Name, scopes, format)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return noTenantError(c.Tenant)
+	case errors.Is(err, store.ErrInvalid):
+		return usageError{err}
+	case err != nil:
+		return err
+	}
+	fmt.Fprintln(env.Stdout, key)
+	fmt.Fprintf(env.Stderr, "airlock: created %s for tenant %s (%s); the key is shown only this once: store it now\n",
+		meta.ID, meta.Tenant, strings.Join(meta.Scopes, ", "))
+	return nil
+}
+
+// KeysLsCmd is `airlock keys ls`.
+type KeysLsCmd struct {
+	Tenant string `help:"Only this tenant's keys (default: every tenant's)." placeholder:"TENANT"`
+	JSON   bool   `name:"json" help:"One JSON object per key: id, tenant, name, scopes, created, last_used, revoked (null when never)."`
+}
+
+// keyJSON is the stable JSON form of a key's record. It has no field for
+// the hash: a listing never shows it.
+type keyJSON struct {
+	ID       string     `json:"id"`
+	Tenant   string     `json:"tenant"`
+	Name     string     `json:"name"`
+	Scopes   []string   `json:"scopes"`
+	Created  time.Time  `json:"created"`
+	LastUsed *time.Time `json:"last_used"`
+	Revoked  *time.Time `json:"revoked"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// Run lists the keys, by tenant, oldest first.
+func (c *KeysLsCmd) Run(env *Env) error {
+	if c.Tenant != "" && store.ValidateTenantName(c.Tenant) != nil {
+		return tenantNameError(c.Tenant)
+	}
+	st, err := openTenantStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tenants := []string{c.Tenant}
+	if c.Tenant == "" {
+		all, err := st.ListTenants(env.Ctx)
+		if err != nil {
+			return err
+		}
+		tenants = tenants[:0]
+		for _, tn := range all {
+			tenants = append(tenants, tn.Name)
+		}
+	}
+	var keys []store.APIKey
+	for _, tn := range tenants {
+		ks, err := st.ListAPIKeys(env.Ctx, tn)
+		if errors.Is(err, store.ErrNotFound) && c.Tenant != "" {
+			return noTenantError(c.Tenant)
+		}
+		if err != nil {
+			return err
+		}
+		keys = append(keys, ks...)
+	}
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, k := range keys {
+			v := keyJSON{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
+				LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt)}
+			if err := enc.Encode(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	when := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.Local().Format(timeLayout)
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTENANT\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, orDash(clip(k.Name, 40)), strings.Join(k.Scopes, ","),
+			when(k.CreatedAt), when(k.LastUsedAt), when(k.RevokedAt))
+	}
+	return tw.Flush()
+}
+
+// KeysRevokeCmd is `airlock keys revoke ID`.
+type KeysRevokeCmd struct {
+	ID     string `arg:"" help:"The key's id (key_…, as airlock keys ls shows it; not the key itself)." placeholder:"ID"`
+	Tenant string `required:"" help:"The key's tenant." placeholder:"TENANT"`
+}
+
+// Run revokes the key. A key that is not the tenant's exits 1, like a
+// missing secret; revoking a revoked key succeeds.
+func (c *KeysRevokeCmd) Run(env *Env) error {
+	if store.ValidateTenantName(c.Tenant) != nil {
+		return tenantNameError(c.Tenant)
+	}
+	if store.ValidateAPIKeyID(c.ID) != nil {
+		if _, err := auth.ParseKey(c.ID); err == nil {
+			// Never echo a key back, not even in an error.
+			return usageError{errors.New("that is an API key, not its id: give the key_… id airlock keys ls shows")}
+		}
+		return usageError{fmt.Errorf("key id %q: want %s and 16 lowercase hex digits (airlock keys ls shows them)", clip(c.ID, 40), store.APIKeyIDPrefix)}
+	}
+	st, err := openTenantStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	err = st.RevokeAPIKey(env.Ctx, c.Tenant, c.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return reportedError{fmt.Errorf("tenant %s has no key %s (airlock keys ls --tenant %s lists them)", c.Tenant, c.ID, c.Tenant), 1}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "revoked %s of tenant %s\n", c.ID, c.Tenant)
+	return nil
+}

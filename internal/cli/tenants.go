@@ -1,0 +1,109 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// TenantsCmd is `airlock tenants`.
+type TenantsCmd struct {
+	Create TenantsCreateCmd `cmd:"" help:"Create a tenant: the owner of runs, secrets, credits, policies and API keys."`
+	Ls     TenantsLsCmd     `cmd:"" help:"List the tenants."`
+}
+
+// openTenantStore opens the run store for the tenant and key commands. It
+// needs no redaction of the env's model keys: what these commands write is
+// tenant names, key labels, scope names and key hashes, never a key.
+func openTenantStore(env *Env) (store.Store, error) {
+	if env.Home == "" {
+		return nil, errors.New("no airlock home directory")
+	}
+	if err := os.MkdirAll(env.Home, 0o700); err != nil {
+		return nil, err
+	}
+	return openStore(env, store.NoRedaction)
+}
+
+// tenantNameError is the usage error of a malformed tenant name.
+func tenantNameError(name string) error {
+	return usageError{fmt.Errorf("tenant name %q: want 1 to %d of a-z, 0-9 and '-', starting with a letter or digit",
+		name, store.MaxTenantNameLen)}
+}
+
+// noTenantError is the usage error of a tenant that does not exist.
+func noTenantError(name string) error {
+	return usageError{fmt.Errorf("no tenant %q (airlock tenants create %s makes it)", name, name)}
+}
+
+// TenantsCreateCmd is `airlock tenants create NAME`.
+type TenantsCreateCmd struct {
+	Name string `arg:"" help:"Tenant name: 1 to 63 of a-z, 0-9 and '-', starting with a letter or digit (the command line's own runs belong to \"local\")." placeholder:"NAME"`
+}
+
+// Run creates the tenant. A name already taken exits 1, so a script can
+// tell it from bad input (2) and from airlock failing (125).
+func (c *TenantsCreateCmd) Run(env *Env) error {
+	if store.ValidateTenantName(c.Name) != nil {
+		return tenantNameError(c.Name)
+	}
+	st, err := openTenantStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tn, err := st.CreateTenant(env.Ctx, c.Name)
+	if errors.Is(err, store.ErrExists) {
+		return reportedError{fmt.Errorf("tenant %q already exists", c.Name), 1}
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "created tenant %s\n", tn.Name)
+	return nil
+}
+
+// TenantsLsCmd is `airlock tenants ls`.
+type TenantsLsCmd struct {
+	JSON bool `name:"json" help:"One JSON object per tenant: name, created."`
+}
+
+// Run lists the tenants by name.
+func (c *TenantsLsCmd) Run(env *Env) error {
+	st, err := openTenantStore(env)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tenants, err := st.ListTenants(env.Ctx)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		enc := json.NewEncoder(env.Stdout)
+		for _, tn := range tenants {
+			v := struct {
+				Name    string    `json:"name"`
+				Created time.Time `json:"created"`
+			}{tn.Name, tn.CreatedAt.UTC()}
+			if err := enc.Encode(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCREATED")
+	for _, tn := range tenants {
+		fmt.Fprintf(tw, "%s\t%s\n", tn.Name, tn.CreatedAt.Local().Format(timeLayout))
+	}
+	return tw.Flush()
+}
+
+// timeLayout is how the tenant and key listings show times.
+const timeLayout = "2006-01-02 15:04:05"

@@ -1,0 +1,242 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const apiKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
+
+func scanAPIKey(row pgx.Row) (store.APIKey, error) {
+	var (
+		k                 store.APIKey
+		scopes            string
+		created           int64
+		lastUsed, revoked *int64
+	)
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &scopes, &k.Hash, &created, &lastUsed, &revoked); err != nil {
+		return k, err
+	}
+	k.Scopes = store.SplitScopes(scopes)
+	k.CreatedAt = fromNS(created)
+	if lastUsed != nil {
+		k.LastUsedAt = fromNS(*lastUsed)
+	}
+	if revoked != nil {
+		k.RevokedAt = fromNS(*revoked)
+	}
+	return k, nil
+}
+
+// oneRow returns nil when tag says a row was changed (or matched), and
+// none when not.
+func oneRow(tag pgconn.CommandTag, none error) error {
+	if tag.RowsAffected() == 0 {
+		return none
+	}
+	return nil
+}
+
+// CreateTenant implements store.Store. ON CONFLICT makes two processes
+// creating one name at once see one success and one ErrExists.
+func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
+	if err := s.check("create tenant"); err != nil {
+		return store.Tenant{}, err
+	}
+	tn, err := store.PrepareTenant(name, s.now())
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("postgres: create tenant: %w", err)
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO tenants (name, created_ns) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		tn.Name, tn.CreatedAt.UnixNano())
+	if err == nil {
+		err = oneRow(tag, store.ErrExists)
+	}
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("postgres: create tenant %s: %w", name, err)
+	}
+	return tn, nil
+}
+
+// GetTenant implements store.Store.
+func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error) {
+	if err := s.check("get tenant"); err != nil {
+		return store.Tenant{}, err
+	}
+	if err := store.ValidateTenantName(name); err != nil {
+		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
+	}
+	var ns int64
+	err := s.pool.QueryRow(ctx, `SELECT created_ns FROM tenants WHERE name = $1`, name).Scan(&ns)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.TenantNotFound(name)
+	}
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
+	}
+	return store.Tenant{Name: name, CreatedAt: fromNS(ns)}, nil
+}
+
+// ListTenants implements store.Store.
+func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	if err := s.check("list tenants"); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT name, created_ns FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list tenants: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Tenant, error) {
+		var (
+			tn store.Tenant
+			ns int64
+		)
+		err := row.Scan(&tn.Name, &ns)
+		tn.CreatedAt = fromNS(ns)
+		return tn, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list tenants: %w", err)
+	}
+	return out, nil
+}
+
+// CreateAPIKey implements store.Store. Tenants are never deleted, so one
+// found in the transaction is still there at its commit (the foreign key
+// would refuse the key otherwise); ON CONFLICT turns a taken id or hash
+// into ErrExists, also when another process took it a moment before.
+func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
+	if err := s.check("create API key"); err != nil {
+		return err
+	}
+	k, err := store.PrepareAPIKey(k, s.now(), s.red)
+	if err != nil {
+		return fmt.Errorf("postgres: create API key: %w", err)
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		var one int
+		switch err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE name = $1`, k.Tenant).Scan(&one); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return store.TenantNotFound(k.Tenant)
+		case err != nil:
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
+			ON CONFLICT DO NOTHING`,
+			k.ID, k.Tenant, k.Name, store.JoinScopes(k.Scopes), k.Hash, k.CreatedAt.UnixNano())
+		if err != nil {
+			return err
+		}
+		return oneRow(tag, fmt.Errorf("the id or the key's hash is taken: %w", store.ErrExists))
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: tenant %s: create API key %s: %w", k.Tenant, k.ID, err)
+	}
+	return nil
+}
+
+// APIKeyByHash implements store.Store.
+func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	if err := s.check("find API key"); err != nil {
+		return store.APIKey{}, err
+	}
+	if err := store.ValidateAPIKeyHash(hash); err != nil {
+		return store.APIKey{}, fmt.Errorf("postgres: find API key: %w", err)
+	}
+	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("postgres: find API key: %w", err)
+	}
+	return k, nil
+}
+
+// ListAPIKeys implements store.Store.
+func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
+	if err := s.check("list API keys"); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateTenantName(tenant); err != nil {
+		return nil, fmt.Errorf("postgres: list API keys: %w", err)
+	}
+	out, err := s.apiKeys(ctx, tenant)
+	if err == nil && len(out) == 0 {
+		// Tenants are never deleted: one that exists now existed when
+		// the keys were read.
+		var one int
+		err = s.pool.QueryRow(ctx, `SELECT 1 FROM tenants WHERE name = $1`, tenant).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = store.TenantNotFound(tenant)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: tenant %s: list API keys: %w", tenant, err)
+	}
+	return out, nil
+}
+
+func (s *Store) apiKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.APIKey, error) { return scanAPIKey(row) })
+}
+
+// RevokeAPIKey implements store.Store.
+func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
+	if err := s.check("revoke API key"); err != nil {
+		return err
+	}
+	if err := store.ValidateTenantName(tenant); err != nil {
+		return fmt.Errorf("postgres: revoke API key: %w", err)
+	}
+	if err := store.ValidateAPIKeyID(id); err != nil {
+		return fmt.Errorf("postgres: revoke API key: %w", err)
+	}
+	// COALESCE keeps the first revocation; the row still counts as
+	// changed, so 0 rows means no such key of this tenant.
+	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_ns = COALESCE(revoked_ns, $1) WHERE id = $2 AND tenant = $3`,
+		s.now().UnixNano(), id, tenant)
+	if err == nil {
+		err = oneRow(tag, store.APIKeyNotFound(id))
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: tenant %s: revoke API key: %w", tenant, err)
+	}
+	return nil
+}
+
+// TouchAPIKey implements store.Store. The update only moves last use
+// forward, so replicas touching one key at once cannot move it back.
+func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
+	if err := s.check("touch API key"); err != nil {
+		return err
+	}
+	if err := store.ValidateTouch(id, at); err != nil {
+		return fmt.Errorf("postgres: touch API key: %w", err)
+	}
+	ns := at.UnixNano()
+	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_ns = $1
+		WHERE id = $2 AND (last_used_ns IS NULL OR last_used_ns < $1)`, ns, id)
+	if err == nil && tag.RowsAffected() == 0 {
+		var one int
+		err = s.pool.QueryRow(ctx, `SELECT 1 FROM api_keys WHERE id = $1`, id).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = store.APIKeyNotFound(id)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: touch API key: %w", err)
+	}
+	return nil
+}

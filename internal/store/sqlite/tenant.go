@@ -1,0 +1,269 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const apiKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
+
+func scanAPIKey(sc scanner) (store.APIKey, error) {
+	var (
+		k                 store.APIKey
+		scopes            string
+		created           int64
+		lastUsed, revoked sql.NullInt64
+	)
+	if err := sc.Scan(&k.ID, &k.Tenant, &k.Name, &scopes, &k.Hash, &created, &lastUsed, &revoked); err != nil {
+		return k, err
+	}
+	k.Scopes = store.SplitScopes(scopes)
+	k.CreatedAt = fromNS(created)
+	if lastUsed.Valid {
+		k.LastUsedAt = fromNS(lastUsed.Int64)
+	}
+	if revoked.Valid {
+		k.RevokedAt = fromNS(revoked.Int64)
+	}
+	return k, nil
+}
+
+// CreateTenant implements store.Store.
+func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
+	if err := s.check("create tenant"); err != nil {
+		return store.Tenant{}, err
+	}
+	tn, err := store.PrepareTenant(name, s.now())
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("sqlite: create tenant: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO tenants (name, created_ns) VALUES (?, ?) ON CONFLICT DO NOTHING`,
+			tn.Name, tn.CreatedAt.UnixNano())
+		if err != nil {
+			return err
+		}
+		return oneRow(res, store.ErrExists)
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("sqlite: create tenant %s: %w", name, err)
+	}
+	return tn, nil
+}
+
+// oneRow returns nil when res changed (or matched) a row, and none when
+// it did not.
+func oneRow(res sql.Result, none error) error {
+	n, err := res.RowsAffected()
+	switch {
+	case err != nil:
+		return err
+	case n == 0:
+		return none
+	}
+	return nil
+}
+
+// GetTenant implements store.Store.
+func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error) {
+	if err := s.check("get tenant"); err != nil {
+		return store.Tenant{}, err
+	}
+	if err := store.ValidateTenantName(name); err != nil {
+		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
+	}
+	tn := store.Tenant{Name: name}
+	var ns int64
+	err := s.r.QueryRowContext(ctx, `SELECT created_ns FROM tenants WHERE name = ?`, name).Scan(&ns)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.TenantNotFound(name)
+	}
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
+	}
+	tn.CreatedAt = fromNS(ns)
+	return tn, nil
+}
+
+// ListTenants implements store.Store.
+func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
+	if err := s.check("list tenants"); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT name, created_ns FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list tenants: %w", err)
+	}
+	defer rows.Close()
+	var out []store.Tenant
+	for rows.Next() {
+		var (
+			tn store.Tenant
+			ns int64
+		)
+		if err := rows.Scan(&tn.Name, &ns); err != nil {
+			return nil, fmt.Errorf("sqlite: list tenants: %w", err)
+		}
+		tn.CreatedAt = fromNS(ns)
+		out = append(out, tn)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list tenants: %w", err)
+	}
+	return out, nil
+}
+
+// CreateAPIKey implements store.Store.
+func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
+	if err := s.check("create API key"); err != nil {
+		return err
+	}
+	k, err := store.PrepareAPIKey(k, s.now(), s.red)
+	if err != nil {
+		return fmt.Errorf("sqlite: create API key: %w", err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var one int
+		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, k.Tenant).Scan(&one); {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.TenantNotFound(k.Tenant)
+		case err != nil:
+			return err
+		}
+		// DO NOTHING on either unique key: the id, or the hash.
+		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
+			ON CONFLICT DO NOTHING`,
+			k.ID, k.Tenant, k.Name, store.JoinScopes(k.Scopes), k.Hash, k.CreatedAt.UnixNano())
+		if err != nil {
+			return err
+		}
+		return oneRow(res, fmt.Errorf("the id or the key's hash is taken: %w", store.ErrExists))
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: tenant %s: create API key %s: %w", k.Tenant, k.ID, err)
+	}
+	return nil
+}
+
+// APIKeyByHash implements store.Store.
+func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
+	if err := s.check("find API key"); err != nil {
+		return store.APIKey{}, err
+	}
+	if err := store.ValidateAPIKeyHash(hash); err != nil {
+		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
+	}
+	k, err := scanAPIKey(s.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
+	}
+	if err != nil {
+		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
+	}
+	return k, nil
+}
+
+// ListAPIKeys implements store.Store.
+func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
+	if err := s.check("list API keys"); err != nil {
+		return nil, err
+	}
+	if err := store.ValidateTenantName(tenant); err != nil {
+		return nil, fmt.Errorf("sqlite: list API keys: %w", err)
+	}
+	out, err := s.apiKeys(ctx, tenant)
+	if err == nil && len(out) == 0 {
+		// Tenants are never deleted: one that exists now existed when
+		// the keys were read.
+		var one int
+		err = s.r.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, tenant).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = store.TenantNotFound(tenant)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: tenant %s: list API keys: %w", tenant, err)
+	}
+	return out, nil
+}
+
+func (s *Store) apiKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.APIKey
+	for rows.Next() {
+		k, err := scanAPIKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeAPIKey implements store.Store.
+func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
+	if err := s.check("revoke API key"); err != nil {
+		return err
+	}
+	if err := store.ValidateTenantName(tenant); err != nil {
+		return fmt.Errorf("sqlite: revoke API key: %w", err)
+	}
+	if err := store.ValidateAPIKeyID(id); err != nil {
+		return fmt.Errorf("sqlite: revoke API key: %w", err)
+	}
+	now := s.now().UTC()
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		// COALESCE keeps the first revocation; the row still counts as
+		// changed, so 0 rows means no such key of this tenant.
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_ns = COALESCE(revoked_ns, ?) WHERE id = ? AND tenant = ?`,
+			now.UnixNano(), id, tenant)
+		if err != nil {
+			return err
+		}
+		return oneRow(res, store.APIKeyNotFound(id))
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: tenant %s: revoke API key: %w", tenant, err)
+	}
+	return nil
+}
+
+// TouchAPIKey implements store.Store.
+func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
+	if err := s.check("touch API key"); err != nil {
+		return err
+	}
+	if err := store.ValidateTouch(id, at); err != nil {
+		return fmt.Errorf("sqlite: touch API key: %w", err)
+	}
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		ns := at.UnixNano()
+		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET last_used_ns = ?
+			WHERE id = ? AND (last_used_ns IS NULL OR last_used_ns < ?)`, ns, id, ns)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n > 0 {
+			return err
+		}
+		var one int
+		err = tx.QueryRowContext(ctx, `SELECT 1 FROM api_keys WHERE id = ?`, id).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.APIKeyNotFound(id)
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlite: touch API key: %w", err)
+	}
+	return nil
+}
