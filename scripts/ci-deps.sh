@@ -19,6 +19,8 @@ want=(
   tinyproxy:tinyproxy     # bench/egress.sh baseline only
   curl:curl               # e2e and conformance: a real client in the sandbox
   git:git                 # e2e: git clone through the egress proxy
+  nodejs:node             # e2e: node in the sandbox (npm, fetch, the LLM gateway's SDK test)
+  npm:npm                 # e2e: npm; the gateway's SDK test installs the openai and Anthropic SDKs with it
   postgresql:pg_ctlcluster  # store/postgres tests run a throwaway server (/usr/lib/postgresql/N/bin)
 )
 

@@ -19,8 +19,9 @@ const (
 )
 
 // Record is one decision of the proxy: a CONNECT tunnel, or one HTTP request
-// (absolute-form, or inside an inspected tunnel). It never holds a secret
-// value: Credential names the secret, and Reason and Rule are fixed strings.
+// (absolute-form, inside an inspected tunnel, or origin-form served by the
+// Local handler). It never holds a secret value: Credential names the
+// secret, and Reason and Rule are fixed strings.
 type Record struct {
 	Time       time.Time     `json:"time"`
 	Tenant     string        `json:"tenant"`
@@ -39,6 +40,8 @@ type Record struct {
 	Duration   time.Duration `json:"duration_ns"`
 	Inspected  bool          `json:"inspected"`            // the proxy saw the request itself (plain HTTP or a terminated tunnel)
 	Credential string        `json:"credential,omitempty"` // secret NAME(s) injected, comma-separated
+	Local      bool          `json:"local,omitempty"`      // served by Config.Local (Rule "local"; Host and Port empty)
+	Path       string        `json:"path,omitempty"`       // the path of a Local request, without its query
 }
 
 // AuditSink receives every Record. Record must be safe for concurrent use

@@ -261,6 +261,12 @@ func (s *session) serve(ctx context.Context) {
 			s.connect(ctx, req, rec, m)
 			return
 		}
+		if s.tun == nil && s.p.local != nil && !req.URL.IsAbs() {
+			if !s.serveLocal(ctx, req, rec, m) {
+				return
+			}
+			continue
+		}
 		if !s.forward(ctx, req, rec, m) {
 			return
 		}

@@ -133,6 +133,17 @@ type Config struct {
 	// Logger receives diagnostics (upstream errors, scrubbed of secrets).
 	// nil discards them.
 	Logger *slog.Logger
+	// Local serves the host's own endpoints (the LLM gateway) to the
+	// sandbox: every origin-form request (a request line like "POST
+	// /llm/openai/v1/chat/completions", neither CONNECT nor absolute-form)
+	// outside a tunnel goes to it. The request's context carries this
+	// Proxy's Identity (IdentityFrom) and ends with the connection's
+	// TotalTimeout or Close; the body is read under IdleTimeout and every
+	// byte either way counts against the byte budgets. The ResponseWriter
+	// implements http.Flusher: each Flush sends what was written at once.
+	// Local must not keep the request or the writer after it returns.
+	// nil refuses such requests with 400 "bad_request:origin_form".
+	Local http.Handler
 }
 
 // Stats are running totals of a Proxy.
@@ -171,6 +182,7 @@ type Proxy struct {
 	lim       Limits
 	approver  Approver
 	log       *slog.Logger
+	local     http.Handler
 	ca        *authority
 	dialer    *guard.Dialer
 	transport *http.Transport
@@ -230,6 +242,7 @@ func New(cfg Config) (*Proxy, error) {
 		lim:       cfg.Limits.withDefaults(),
 		approver:  cfg.Approver,
 		log:       cfg.Logger,
+		local:     cfg.Local,
 		ca:        ca,
 		injected:  make(map[string]bool),
 		listeners: make(map[net.Listener]context.CancelFunc),

@@ -86,6 +86,9 @@ const (
 	TypeApprovalRequested Type = "approval.requested"
 	// TypeApprovalDecided: a pending approval was decided or expired.
 	TypeApprovalDecided Type = "approval.decided"
+	// TypeLLMCall records one call a sandbox made through the LLM
+	// gateway: model, tokens, cost, latency and outcome.
+	TypeLLMCall Type = "llm.call"
 )
 
 // Valid reports whether t is a well-formed type name: one or more

@@ -100,6 +100,10 @@ func TestPayloads(t *testing.T) {
 		event.BudgetExhausted{Budget: "steps", Limit: 50, Used: 50},
 		event.ApprovalRequested{ApprovalID: "ap1", Action: "egress evil.example:443", Expires: t0},
 		event.ApprovalDecided{ApprovalID: "ap1", Decision: "approved", By: "alice"},
+		event.LLMCall{Sandbox: "sb-1", API: "openai.chat", Model: "fast", Upstream: "local", UpstreamModel: "llama3", Stream: true,
+			Usage: event.Usage{InputTokens: 120, OutputTokens: 30, CacheReadTokens: 100}, CostMicroCredits: 42, LatencyMS: 812, TTFTMS: 95,
+			Status: 200, Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens", UsageEstimated: true,
+			RequestBody: `{"model":"fast"}`, ResponseBody: "data: {}"},
 	}
 	seen := map[event.Type]bool{}
 	for _, p := range samples {
@@ -155,6 +159,10 @@ func TestPayloadFieldNames(t *testing.T) {
 			`{"step":2,"provider":"p","model":"m","stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2},"duration_ms":0}`},
 		{event.RunFailed{Status: event.StatusFailed, Reason: "r"},
 			`{"status":"failed","reason":"r","steps":0,"usage":{"input_tokens":0,"output_tokens":0}}`},
+		{event.LLMCall{Sandbox: "sb", API: "anthropic.messages", Model: "m", Upstream: "anthropic", UpstreamModel: "m",
+			Usage: event.Usage{InputTokens: 3, OutputTokens: 4}, CostMicroCredits: 5, LatencyMS: 6, Status: 200, Outcome: "ok"},
+			`{"sandbox":"sb","api":"anthropic.messages","model":"m","upstream":"anthropic","upstream_model":"m",` +
+				`"usage":{"input_tokens":3,"output_tokens":4},"cost_micro_credits":5,"latency_ms":6,"status":200,"outcome":"ok"}`},
 	}
 	for _, tt := range tests {
 		d, err := event.New(tt.p)

@@ -73,6 +73,7 @@ var payloads = map[Type]func() Payload{
 	TypeBudgetExhausted:    func() Payload { return new(BudgetExhausted) },
 	TypeApprovalRequested:  func() Payload { return new(ApprovalRequested) },
 	TypeApprovalDecided:    func() Payload { return new(ApprovalDecided) },
+	TypeLLMCall:            func() Payload { return new(LLMCall) },
 }
 
 // Types returns every event type this build knows, in no particular order.
@@ -412,7 +413,8 @@ type VerificationResult struct {
 // BudgetExhausted is the payload of TypeBudgetExhausted.
 type BudgetExhausted struct {
 	// Budget is "steps", "wall_time", "tokens", "sandbox_cpu",
-	// "egress_bytes" or "credits".
+	// "egress_bytes", "credits", "tenant_credits", or one of the LLM
+	// gateway's: "llm_tokens", "llm_credits".
 	Budget string `json:"budget"`
 	Limit  int64  `json:"limit"`
 	Used   int64  `json:"used"`
@@ -442,6 +444,72 @@ type ApprovalDecided struct {
 	Decision string `json:"decision"`
 	By       string `json:"by,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+}
+
+// Outcomes of an LLMCall.
+const (
+	// LLMOutcomeOK: the upstream answered 2xx and the whole answer was
+	// passed on.
+	LLMOutcomeOK = "ok"
+	// LLMOutcomeUpstreamError: the upstream answered with an error, could
+	// not be reached, or broke off its stream.
+	LLMOutcomeUpstreamError = "upstream_error"
+	// LLMOutcomeRefused: the gateway refused the call before forwarding
+	// it (Reason says why); nothing was sent upstream.
+	LLMOutcomeRefused = "refused"
+	// LLMOutcomeBudgetExhausted: a budget (Budget names it) was spent,
+	// before the call (nothing was sent upstream) or during its stream
+	// (the stream was ended with an error event).
+	LLMOutcomeBudgetExhausted = "budget_exhausted"
+	// LLMOutcomeCancelled: the sandbox went away before the answer ended.
+	LLMOutcomeCancelled = "cancelled"
+)
+
+// LLMCall is the payload of TypeLLMCall: one call a sandbox made through
+// the LLM gateway. Usage comes from the provider's response, never from
+// the sandbox; when the answer was cut before the provider reported it,
+// Usage is the gateway's conservative estimate and UsageEstimated is set.
+// It never holds a provider key or a run token; the bodies, kept only when
+// the policy says log_bodies, went through the host's redactor.
+type LLMCall struct {
+	Sandbox string `json:"sandbox"`
+	// API is "openai.chat", "openai.responses", "openai.embeddings",
+	// "anthropic.messages" or "anthropic.count_tokens".
+	API string `json:"api"`
+	// Model is the model the sandbox asked for; Upstream and
+	// UpstreamModel where the gateway sent the call (after the policy's
+	// map).
+	Model         string `json:"model"`
+	Upstream      string `json:"upstream"`
+	UpstreamModel string `json:"upstream_model,omitempty"`
+	Stream        bool   `json:"stream,omitempty"`
+	// Usage are the tokens of the call (cached input counted inside
+	// InputTokens); its CostMicroUSD is unused (see CostMicroCredits).
+	Usage          Usage `json:"usage"`
+	UsageEstimated bool  `json:"usage_estimated,omitempty"`
+	// CostMicroCredits is what the call cost by the host's price table,
+	// in millionths of a credit; the ledger debit linked to this event
+	// has the same amount.
+	CostMicroCredits int64 `json:"cost_micro_credits"`
+	// LatencyMS is the time from the request to the end of the answer;
+	// TTFTMS the time to the first streamed event that carried output.
+	LatencyMS int64 `json:"latency_ms"`
+	TTFTMS    int64 `json:"ttft_ms,omitempty"`
+	// Status is the HTTP status the sandbox got.
+	Status int `json:"status"`
+	// Outcome is one of the LLMOutcome constants; Reason a short
+	// machine-readable detail ("model_not_allowed", "rate_limited",
+	// "upstream_status", "stream_broken", ...).
+	Outcome string `json:"outcome"`
+	Reason  string `json:"reason,omitempty"`
+	// Budget names the budget that was spent, with Outcome
+	// LLMOutcomeBudgetExhausted: "llm_tokens", "llm_credits" or
+	// "tenant_credits".
+	Budget string `json:"budget,omitempty"`
+	// RequestBody and ResponseBody are the bodies (a streamed answer as
+	// its event data), redacted and cut to a bound; only with log_bodies.
+	RequestBody  string `json:"request_body,omitempty"`
+	ResponseBody string `json:"response_body,omitempty"`
 }
 
 // EventType implements Payload.
@@ -524,3 +592,6 @@ func (ApprovalRequested) EventType() Type { return TypeApprovalRequested }
 
 // EventType implements Payload.
 func (ApprovalDecided) EventType() Type { return TypeApprovalDecided }
+
+// EventType implements Payload.
+func (LLMCall) EventType() Type { return TypeLLMCall }

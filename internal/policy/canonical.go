@@ -20,13 +20,18 @@ type canonicalDocument struct {
 	Verify    Verify    `yaml:"verify"`
 	Artifacts []string  `yaml:"artifacts"`
 	Retries   Retries   `yaml:"retries"`
+	// LLM is left out while it is all defaults (off, nothing listed), so
+	// the hash of every document written before the section existed
+	// stays the same.
+	LLM LLM `yaml:"llm,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
 // every section and every value that has a default written out (optional
 // bounds that are off left out), keys in schema order, tools by name, the
 // lists that are sets (approvers, verify.changed, verify.only_changed,
-// artifacts) sorted,
+// artifacts, llm.models) sorted, the llm section left out while it is all
+// defaults,
 // sizes and durations in their shortest exact form, network hosts
 // normalized, no comments. Parse(Canonical()) yields a document with the
 // same Canonical form.
@@ -34,6 +39,7 @@ func (d *Document) Canonical() []byte {
 	c := canonicalDocument{
 		Sandbox: d.Sandbox, Network: d.Network, Tools: d.Tools, Budgets: d.Budgets,
 		Approvals: d.Approvals, Verify: d.Verify, Artifacts: d.Artifacts, Retries: d.Retries,
+		LLM: d.LLM,
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny
@@ -43,6 +49,10 @@ func (d *Document) Canonical() []byte {
 	c.Verify.Changed = sortedCopy(c.Verify.Changed)
 	c.Verify.OnlyChanged = sortedCopy(c.Verify.OnlyChanged)
 	c.Artifacts = sortedCopy(c.Artifacts)
+	c.LLM.Models = sortedCopy(c.LLM.Models)
+	if c.LLM.Map == nil && !c.LLM.isZero() {
+		c.LLM.Map = ModelMap{}
+	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
 	enc.SetIndent(2)

@@ -114,8 +114,9 @@ type Retries struct {
 	// Model is how many times a failed model call is retried after the
 	// first attempt (default 4).
 	Model int64 `yaml:"model"`
-	// Sandbox is how many times a step whose sandbox was lost runs again
-	// in a fresh sandbox (default 1).
+	// Sandbox is how many times creating a run's sandbox (a fresh one, or
+	// one that replaces a lost sandbox) is tried again after it fails
+	// (default 1).
 	Sandbox int64 `yaml:"sandbox"`
 }
 
@@ -166,6 +167,7 @@ func (d *Document) validate(p *problems) {
 	d.Approvals.validate(p)
 	d.Verify.validate(p)
 	checkGlobs(p, "artifacts", d.Artifacts)
+	d.LLM.validate(p)
 	for _, r := range []struct {
 		field string
 		v     int64

@@ -177,7 +177,7 @@ func TestParseDocumentErrors(t *testing.T) {
 	}{
 		// Structure.
 		{"unknown section", "sandbx: {}\n",
-			"policy: field sandbx not found (line 1; hint: did you mean sandbox? known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries)"},
+			"policy: field sandbx not found (line 1; hint: did you mean sandbox? known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)"},
 		{"unknown key", "sandbox:\n  limits:\n    memroy: 1G\n",
 			"policy: sandbox.limits: field memroy not found (line 3; hint: did you mean memory? known keys: memory, pids, cpus, disk, command_timeout, ttl, output)"},
 		{"unknown key no guess", "budgets:\n  steps_max_total: 1\n",
@@ -189,7 +189,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		{"duplicate tool", "tools:\n  run_command: {}\n  run_command: {}\n",
 			`policy: tools: mapping key "run_command" already defined at line 2 (line 3)`},
 		{"merge key", "x: &x {max_steps: 3}\n",
-			"policy: field x not found (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries)"},
+			"policy: field x not found (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)"},
 		{"merge key in section", "budgets:\n  <<: {max_steps: 3}\n",
 			"policy: budgets: merge keys (<<) are not supported here (line 2; hint: write the keys out)"},
 		{"section not a mapping", "sandbox: [a]\n",
@@ -329,7 +329,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		{"network rule unknown key", "network:\n  allow:\n    - host: a.example\n      port: [443]\n",
 			"policy: network.allow[0]: field port not found (line 4; hint: did you mean ports? known keys: host, cidr, ports, methods, paths)"},
 		{"not a mapping", "- a\n- b\n",
-			"policy: the document must be a mapping of sections (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries)"},
+			"policy: the document must be a mapping of sections (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)"},
 		{"syntax", "sandbox:\n  rootfs: /x\n   mounts: []\n",
 			`policy: mapping values are not allowed in this context (line 3; hint: this is not valid YAML: check the indentation, and quote values that contain ": " or start with a special character)`},
 		{"tab", "sandbox:\n\trootfs: /x\n",

@@ -22,6 +22,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("network:\n  default: ask\n  allow:\n    - cidr: 10.0.0.0/8\n      ports: [8080]\n"))
 	f.Add([]byte("network:\n  allow:\n    - host: \"*.Example.COM.\"\n      paths: [/v1/]\n      methods: [get]\n"))
 	f.Add([]byte("network:\n  credentials:\n    - host: a.example\n      secret: s\n      query: key\n"))
+	f.Add([]byte(llmExample))
+	f.Add([]byte("llm: {models: [a, '*'], map: {b: 'x:y'}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		doc, err := Parse(data)
 		if err != nil {
@@ -44,6 +46,11 @@ func FuzzParse(f *testing.F) {
 		}
 		if !equalNetwork(doc.Network, again.Network) {
 			t.Fatalf("round trip changed the document:\n%+v\n%+v", doc.Network, again.Network)
+		}
+		for _, m := range doc.LLM.Models {
+			if up, name, _ := doc.LLM.Resolve("openai", m); !doc.LLM.Allows(up, name) && up == "openai" && name == m {
+				t.Fatalf("llm.models lists %q but Allows refuses it", m)
+			}
 		}
 		canon := doc.Canonical()
 		fromCanon, err := Parse(canon)

@@ -4,8 +4,9 @@
 // destinations the egress proxy lets it reach and the credentials the proxy
 // injects, which tools the model may call and when each needs an approval,
 // the run's budgets, who approves and for how long an approval waits, the
-// completion checks, the artifacts kept, and how often a failed model call
-// or a lost sandbox is retried.
+// completion checks, the artifacts kept, how often a failed model call or a
+// lost sandbox is retried, and which models the sandboxes may call through
+// the LLM gateway, how often and for how much.
 //
 // A document is strict YAML: unknown keys, wrong types and impossible values
 // are errors that name their line and give a hint. Parse fills every value
@@ -22,9 +23,9 @@
 // compared only in the form NormalizeHost returns; Validate rewrites rule
 // hosts to that form and callers pass normalized hosts to Decide.
 //
-// Importers: the egress proxy and its address guard, the run engine's
-// policy hook (DecideTool), the command line, and the host wiring that loads
-// the document.
+// Importers: the egress proxy and its address guard, the LLM gateway, the
+// run engine's policy hook (DecideTool), the command line, and the host
+// wiring that loads the document.
 package policy
 
 import (
@@ -70,6 +71,9 @@ type Document struct {
 	Artifacts []string `yaml:"artifacts"`
 	// Retries bound automatic retries.
 	Retries Retries `yaml:"retries"`
+	// LLM is what the LLM gateway lets the run's sandboxes call (off by
+	// default).
+	LLM LLM `yaml:"llm"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -110,6 +114,7 @@ type rawDocument struct {
 	Verify    yaml.Node `yaml:"verify"`
 	Artifacts yaml.Node `yaml:"artifacts"`
 	Retries   yaml.Node `yaml:"retries"`
+	LLM       yaml.Node `yaml:"llm"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -168,6 +173,7 @@ func Parse(data []byte) (*Document, error) {
 		{"verify", &raw.Verify, &doc.Verify},
 		{"artifacts", &raw.Artifacts, &doc.Artifacts},
 		{"retries", &raw.Retries, &doc.Retries},
+		{"llm", &raw.LLM, &doc.LLM},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())

@@ -1,0 +1,623 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/gateway/wire"
+	"github.com/airlockrun/airlock/internal/model/sse"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/price"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// call is one model call of a sandbox, from its checks to its debit.
+type call struct {
+	g     *Gateway
+	id    egress.Identity
+	log   *slog.Logger
+	start time.Time
+	api   wire.API
+	entry *upstream // the upstream the sandbox addressed
+	pol   *policy.LLM
+	tok   string // the sandbox's token, scrubbed from logged bodies
+
+	ev        event.LLMCall
+	exhausted *event.BudgetExhausted
+	spec      string // "UPSTREAM:MODEL" of the upstream call, for prices
+	priced    bool
+	metered   bool
+	key       []byte // the upstream key of this call, scrubbed from answers
+	respLog   strings.Builder
+}
+
+// forwardHeaders are the only request headers that go upstream from the
+// sandbox. Everything else (its token in Authorization or x-api-key,
+// cookies, organization and project selectors) stays behind.
+var forwardHeaders = []string{"Accept", "User-Agent", "Anthropic-Version", "Anthropic-Beta", "Openai-Beta"}
+
+// answerHeaders are the only upstream response headers that go to the
+// sandbox besides Content-Type.
+var answerHeaders = []string{"X-Request-Id", "Request-Id", "Retry-After", "X-Should-Retry"}
+
+// serve runs the call.
+func (c *call) serve(w http.ResponseWriter, r *http.Request) {
+	g, ctx := c.g, r.Context()
+	kind := c.entry.kind
+	body, aerr := readBody(r.Body, g.cfg.MaxRequestBytes)
+	if aerr != nil {
+		aerr.write(w, kind)
+		return
+	}
+	req, err := wire.ParseRequest(c.api, body)
+	if err != nil {
+		badRequest(err.Error()).write(w, kind)
+		return
+	}
+	if c.tok != "" && strings.Contains(req.Model, c.tok) {
+		// Never echo a token into an event.
+		badRequest("model must be a model name").write(w, kind)
+		return
+	}
+	c.ev.Model, c.ev.Stream = req.Model, req.Stream
+	if c.pol.LogBodies {
+		c.ev.RequestBody = c.scrubLog(string(body))
+	}
+	upName, upModel, _ := c.pol.Resolve(c.entry.name, req.Model)
+	c.ev.Upstream, c.ev.UpstreamModel = upName, upModel
+	c.spec = upName + ":" + upModel
+	to := g.ups[upName]
+	switch {
+	case to == nil:
+		c.refuse(ctx, w, errNoUpstream, "upstream_not_configured")
+		return
+	case to.kind != kind:
+		c.refuse(ctx, w, errWrongAPI, "wrong_api")
+		return
+	case !c.pol.Allows(upName, upModel):
+		c.refuse(ctx, w, errModelNotAllowed, "model_not_allowed")
+		return
+	}
+	st, err := g.run(ctx, c.id)
+	if err != nil {
+		c.log.Error("gateway run totals", "err", g.red.String(err.Error()))
+		errInternal.write(w, kind)
+		return
+	}
+	if ok, wait := st.allow(g.now(), c.pol.MaxRequestsPerMinute); !ok {
+		// Not recorded: a loop of refused calls must not flood the
+		// run's log; the proxy's audit has each one.
+		e := errRateLimited
+		e.retryAfter = wait
+		e.write(w, kind)
+		return
+	}
+	var pp price.Price
+	pp, c.priced = g.cfg.Prices.Lookup(c.spec)
+	if c.metered, err = g.metered(ctx, st, c.id.Tenant); err != nil {
+		c.log.Error("gateway credit ledger", "err", g.red.String(err.Error()))
+		errInternal.write(w, kind)
+		return
+	}
+	if c.api.Billed() && !c.priced && (c.metered || c.pol.MaxCredits > 0) {
+		c.refuse(ctx, w, errNoPrice, "model_not_priced")
+		return
+	}
+
+	// Budgets, before anything goes upstream.
+	inputEst := wire.Estimate(len(body))
+	var limit int64
+	if c.api.Billed() {
+		var balance int64
+		if c.metered {
+			// What is owed is read first: a debit that lands between the
+			// two reads is then counted twice (refusing early), never not
+			// at all.
+			g.mu.Lock()
+			owed := g.owed[c.id.Tenant]
+			g.mu.Unlock()
+			if balance, err = g.cfg.Ledger.Balance(ctx, c.id.Tenant); err != nil {
+				c.log.Error("gateway credit balance", "err", g.red.String(err.Error()))
+				errInternal.write(w, kind)
+				return
+			}
+			balance -= owed
+		}
+		used := st.used()
+		if b, lim, u := spent(c.pol, used, c.metered, balance); b != "" {
+			c.exhausted = &event.BudgetExhausted{Budget: b, Limit: lim, Used: u}
+			c.refuseBudget(ctx, w, b)
+			return
+		}
+		if c.api.Generates() {
+			var b string
+			limit, b = outputCap(c.pol, used, pp, c.priced, c.metered, balance, inputEst)
+			if limit == 0 {
+				c.refuseBudget(ctx, w, b)
+				return
+			}
+			if limit > 0 && req.MaxTokens == 0 && limit > maxUnaskedCap {
+				limit = -1
+			}
+		}
+	}
+	out, err := req.Encode(upModel, max(limit, 0))
+	if err != nil {
+		errInternal.write(w, kind)
+		return
+	}
+
+	ureq, err := http.NewRequestWithContext(ctx, http.MethodPost, to.upstreamURL(c.api, r.URL.RawQuery), bytes.NewReader(out))
+	if err != nil {
+		errInternal.write(w, kind)
+		return
+	}
+	h := ureq.Header
+	for _, k := range forwardHeaders {
+		if v := r.Header.Values(k); len(v) > 0 {
+			h[k] = slicesClone(v)
+		}
+	}
+	h.Set("Content-Type", "application/json")
+	if kind == KindAnthropic && h.Get("Anthropic-Version") == "" {
+		h.Set("Anthropic-Version", "2023-06-01")
+	}
+	for k, v := range to.header {
+		h[k] = slicesClone(v)
+	}
+	// The key goes in last, after the sandbox's headers were left
+	// behind: nothing the sandbox sends can take its place.
+	if to.key != nil {
+		v, err := to.key(ctx)
+		if err != nil || v.Len() == 0 {
+			if err != nil {
+				c.log.Error("gateway upstream key", "upstream", to.name, "err", g.red.String(err.Error()))
+			}
+			c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "key_unavailable"
+			c.answerError(ctx, w, errKey)
+			return
+		}
+		g.addKey(v)
+		c.key = v.Reveal()
+		if kind == KindAnthropic {
+			h.Set("X-Api-Key", string(c.key))
+		} else {
+			h.Set("Authorization", "Bearer "+string(c.key))
+		}
+	}
+
+	var pr *price.Price
+	if c.priced {
+		pr = &pp
+	}
+	fl := st.start(c.estimate(pr, inputEst, 0))
+	m := &wire.Meter{API: c.api}
+	cut := ""
+	defer func() {
+		c.land(ctx, fl, m, pr, inputEst, cut)
+	}()
+
+	resp, err := g.transport.RoundTrip(ureq)
+	if err != nil {
+		c.log.Info("gateway upstream", "upstream", to.name, "err", g.red.String(scrub(err.Error(), c.key)))
+		e := errUnreachable
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+			e = errUpstreamTimeout
+		}
+		m.Done = true // nothing was generated
+		c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "unreachable"
+		if ctx.Err() != nil {
+			c.ev.Outcome, c.ev.Reason = event.LLMOutcomeCancelled, ""
+		}
+		c.ev.Status = e.status
+		e.write(w, kind)
+		return
+	}
+	defer resp.Body.Close()
+	c.ev.Status = resp.StatusCode
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		m.Done = true
+		c.passError(w, resp)
+		return
+	}
+	if req.Stream && isEventStream(resp.Header.Get("Content-Type")) {
+		cut = c.stream(ctx, w, resp, req, m, fl, pr, inputEst)
+		return
+	}
+	c.whole(w, resp, m)
+}
+
+// readBody reads a request body of at most limit bytes.
+func readBody(r io.Reader, limit int64) ([]byte, *apiError) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, &errBodyRead
+	}
+	if int64(len(b)) > limit {
+		return nil, &errTooLarge
+	}
+	return b, nil
+}
+
+func isEventStream(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "text/event-stream"
+}
+
+func slicesClone(v []string) []string { return append([]string(nil), v...) }
+
+// metered reports whether the tenant's ledger has an entry.
+func (g *Gateway) metered(ctx context.Context, st *runState, tenant string) (bool, error) {
+	if g.cfg.Ledger == nil {
+		return false, nil
+	}
+	st.mu.Lock()
+	m := st.metered
+	st.mu.Unlock()
+	if m {
+		return true, nil
+	}
+	es, err := g.cfg.Ledger.LedgerEntries(ctx, tenant, 0, 1)
+	if err != nil {
+		return false, err
+	}
+	if len(es) > 0 {
+		st.mu.Lock()
+		st.metered = true
+		st.mu.Unlock()
+	}
+	return len(es) > 0, nil
+}
+
+// spent returns the first budget already spent: the run's gateway tokens,
+// its gateway credits, or (metered) the tenant's balance; "" when none is.
+func spent(pol *policy.LLM, used Totals, metered bool, balance int64) (budget string, limit, usedOf int64) {
+	switch {
+	case pol.MaxTokens > 0 && used.Tokens >= pol.MaxTokens:
+		return budgetTokens, pol.MaxTokens, used.Tokens
+	case pol.MaxCredits > 0 && used.MicroCredits >= pol.MaxCredits*microPerCredit:
+		return budgetCredits, pol.MaxCredits * microPerCredit, used.MicroCredits
+	case metered && balance <= 0:
+		return budgetTenant, 0, -balance
+	}
+	return "", 0, 0
+}
+
+// outputCap returns the most output tokens a call may generate under the
+// budgets once its input (estimated) is paid: -1 when no budget bounds
+// it, 0 when the budgets cannot pay for the input, and the budget that
+// bounds it.
+func outputCap(pol *policy.LLM, used Totals, pr price.Price, priced, metered bool, balance, inputEst int64) (int64, string) {
+	limit, budget := int64(-1), ""
+	bound := func(n int64, b string) {
+		n = max(n, 0)
+		if limit < 0 || n < limit {
+			limit, budget = n, b
+		}
+	}
+	if pol.MaxTokens > 0 {
+		bound(pol.MaxTokens-used.Tokens-inputEst, budgetTokens)
+	}
+	if priced && pr.Output > 0 {
+		// The bounds keep every product below in range; a price past
+		// them only makes the cap looser, and the stream meter still
+		// holds the budget.
+		const maxFactor = 1 << 31
+		credits := func(left int64, b string) {
+			left = min(left, wire.MaxCount)
+			in := (min(inputEst, maxFactor)*min(pr.Input, maxFactor) + microPerCredit - 1) / microPerCredit
+			bound((left-in)*microPerCredit/pr.Output, b)
+		}
+		if pol.MaxCredits > 0 {
+			credits(pol.MaxCredits*microPerCredit-used.MicroCredits, budgetCredits)
+		}
+		if metered {
+			credits(balance, budgetTenant)
+		}
+	}
+	return limit, budget
+}
+
+// estimate prices an estimate of in input and out output tokens.
+func (c *call) estimate(pr *price.Price, in, out int64) Totals {
+	t := Totals{Tokens: in + out}
+	if pr != nil {
+		t.MicroCredits, _ = c.g.cfg.Prices.Cost(c.spec, event.Usage{InputTokens: in, OutputTokens: out})
+	}
+	return t
+}
+
+// over returns the budget that totals t exceed, or "".
+func (c *call) over(t Totals) string {
+	switch {
+	case c.pol.MaxTokens > 0 && t.Tokens > c.pol.MaxTokens:
+		return budgetTokens
+	case c.pol.MaxCredits > 0 && t.MicroCredits > c.pol.MaxCredits*microPerCredit:
+		return budgetCredits
+	}
+	return ""
+}
+
+// refuse answers e without calling upstream and records the refusal.
+func (c *call) refuse(ctx context.Context, w http.ResponseWriter, e apiError, reason string) {
+	c.ev.Outcome, c.ev.Reason = event.LLMOutcomeRefused, reason
+	c.answerError(ctx, w, e)
+}
+
+// refuseBudget answers that budget is spent and records it.
+func (c *call) refuseBudget(ctx context.Context, w http.ResponseWriter, budget string) {
+	c.ev.Outcome, c.ev.Budget = event.LLMOutcomeBudgetExhausted, budget
+	c.answerError(ctx, w, budgetError(c.entry.kind, budget))
+}
+
+// answerError writes e and records the call (nothing went upstream).
+func (c *call) answerError(ctx context.Context, w http.ResponseWriter, e apiError) {
+	c.ev.Status = e.status
+	e.write(w, c.entry.kind)
+	c.ev.LatencyMS = c.g.now().Sub(c.start).Milliseconds()
+	c.g.record(ctx, c)
+}
+
+// passError passes an upstream's error answer on, scrubbed of the key.
+func (c *call) passError(w http.ResponseWriter, resp *http.Response) {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	b = scrubBytes(b, c.key)
+	c.copyHeaders(w, resp)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(b)
+	c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "upstream_status"
+	if c.pol.LogBodies {
+		c.ev.ResponseBody = c.scrubLog(string(b))
+	}
+}
+
+func (c *call) copyHeaders(w http.ResponseWriter, resp *http.Response) {
+	h := w.Header()
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		h.Set("Content-Type", ct)
+	}
+	for _, k := range answerHeaders {
+		if v := resp.Header.Get(k); v != "" {
+			h.Set(k, scrub(v, c.key))
+		}
+	}
+}
+
+// whole passes on an answer that is not streamed, once it is read whole
+// (to read its usage and scrub it).
+func (c *call) whole(w http.ResponseWriter, resp *http.Response, m *wire.Meter) {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, c.g.cfg.MaxResponseBytes+1))
+	switch {
+	case err != nil:
+		c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "body_broken"
+		c.ev.Status = errStreamBroken.status
+		errStreamBroken.write(w, c.entry.kind)
+		return
+	case int64(len(b)) > c.g.cfg.MaxResponseBytes:
+		c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "too_large"
+		c.ev.Status = errUpstreamTooLarge.status
+		errUpstreamTooLarge.write(w, c.entry.kind)
+		return
+	}
+	m.Body(b)
+	b = scrubBytes(b, c.key)
+	c.copyHeaders(w, resp)
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(resp.StatusCode)
+	c.ev.TTFTMS = c.g.now().Sub(c.start).Milliseconds()
+	if _, err := w.Write(b); err != nil {
+		c.ev.Outcome = event.LLMOutcomeCancelled
+	} else {
+		c.ev.Outcome = event.LLMOutcomeOK
+	}
+	if c.pol.LogBodies {
+		c.ev.ResponseBody = c.scrubLog(string(b))
+	}
+}
+
+// stream passes an event stream on, one event at a time, each flushed as
+// it arrives. It meters the output as it goes and ends the stream with an
+// error event once the run's gateway budget is over; it returns the budget
+// that cut it, if one did.
+func (c *call) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response, req *wire.Request, m *wire.Meter,
+	fl *flight, pr *price.Price, inputEst int64) (cut string) {
+	c.copyHeaders(w, resp)
+	h := w.Header()
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	if err := rc.Flush(); err != nil {
+		c.ev.Outcome = event.LLMOutcomeCancelled
+		return ""
+	}
+	rd := sse.NewReader(resp.Body, maxEvent)
+	var buf bytes.Buffer
+	write := func(b []byte) bool {
+		if _, err := w.Write(b); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	for {
+		ev, err := rd.Next()
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				c.ev.Outcome = event.LLMOutcomeCancelled
+			case errors.Is(err, io.EOF) && (m.Done || m.HaveIn && m.HaveOut):
+				c.ev.Outcome = event.LLMOutcomeOK
+			default:
+				// The upstream ended or broke off before its last event:
+				// say so in the stream, or the SDK may take a partial
+				// answer for a whole one.
+				c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "stream_broken"
+				write(errStreamBroken.streamEvent(c.api))
+			}
+			break
+		}
+		forward, toks := m.Event(ev, req.IncludeUsage)
+		var t Totals
+		if toks > 0 {
+			m.Est += toks
+			in := inputEst
+			if n, ok := m.Input(); ok {
+				in = n
+			}
+			t = fl.set(c.estimate(pr, in, m.Est))
+		}
+		if forward {
+			if len(c.key) > 0 && strings.Contains(ev.Data, string(c.key)) {
+				ev.Data = strings.ReplaceAll(ev.Data, string(c.key), "[redacted]")
+			}
+			buf.Reset()
+			wire.WriteEvent(&buf, ev)
+			if !write(buf.Bytes()) {
+				c.ev.Outcome = event.LLMOutcomeCancelled
+				break
+			}
+			if toks > 0 && c.ev.TTFTMS == 0 {
+				c.ev.TTFTMS = c.g.now().Sub(c.start).Milliseconds()
+			}
+			if c.pol.LogBodies && c.respLog.Len() < maxLogBody {
+				c.respLog.WriteString(ev.Data)
+				c.respLog.WriteByte('\n')
+			}
+		}
+		if toks > 0 && !m.Done {
+			if b := c.over(t); b != "" {
+				write(budgetError(c.entry.kind, b).streamEvent(c.api))
+				c.ev.Outcome, c.ev.Budget = event.LLMOutcomeBudgetExhausted, b
+				cut = b
+				break
+			}
+		}
+	}
+	if m.Failed && c.ev.Outcome == event.LLMOutcomeOK {
+		c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "stream_error"
+	}
+	if c.pol.LogBodies {
+		c.ev.ResponseBody = c.scrubLog(c.respLog.String())
+	}
+	return cut
+}
+
+// land ends the call's flight: its usage (reported, or estimated where the
+// answer ended before the provider reported it) is priced, added to the
+// run's totals, recorded and debited.
+func (c *call) land(ctx context.Context, fl *flight, m *wire.Meter, pr *price.Price, inputEst int64, cut string) {
+	var u event.Usage
+	estimated := false
+	if c.api.Billed() && !(m.Done && !m.HaveIn && !m.HaveOut && c.ev.Outcome != event.LLMOutcomeOK) {
+		u, estimated = m.Usage(inputEst)
+	}
+	var cost int64
+	if pr != nil && (u.InputTokens > 0 || u.OutputTokens > 0) {
+		var err error
+		if cost, err = c.g.cfg.Prices.Cost(c.spec, u); err != nil {
+			c.log.Error("gateway price", "model", c.spec, "err", err.Error())
+		}
+	}
+	totals := fl.land(Totals{Tokens: u.InputTokens + u.OutputTokens, MicroCredits: cost})
+	c.ev.Usage, c.ev.UsageEstimated, c.ev.CostMicroCredits = u, estimated, cost
+	c.ev.LatencyMS = c.g.now().Sub(c.start).Milliseconds()
+	if cut != "" {
+		lim, used := c.pol.MaxTokens, totals.Tokens
+		if cut == budgetCredits {
+			lim, used = c.pol.MaxCredits*microPerCredit, totals.MicroCredits
+		}
+		c.exhausted = &event.BudgetExhausted{Budget: cut, Limit: lim, Used: used}
+	}
+	c.g.record(ctx, c)
+}
+
+// record records the call and debits its cost. It does so in the
+// background, so that the sandbox's answer ends (and its connection can
+// carry the next call) without waiting for the store; the run's totals,
+// which the budgets read, were updated before. Close waits for it.
+func (g *Gateway) record(ctx context.Context, c *call) {
+	ctx = context.WithoutCancel(ctx)
+	debit := c.metered && c.ev.CostMicroCredits > 0
+	g.mu.Lock()
+	if debit {
+		g.owed[c.id.Tenant] += c.ev.CostMicroCredits
+	}
+	if g.closed {
+		g.mu.Unlock()
+		g.recordNow(ctx, c)
+		return
+	}
+	g.pending.Add(1)
+	g.mu.Unlock()
+	go func() {
+		defer g.pending.Done()
+		g.recordNow(ctx, c)
+	}()
+}
+
+// recordNow records the call and debits its cost, with a context that
+// outlives the request (the sandbox may be gone; the call happened).
+func (g *Gateway) recordNow(ctx context.Context, c *call) {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	seq, err := g.cfg.Record(ctx, c.id, Call{Event: c.ev, Exhausted: c.exhausted})
+	if err != nil {
+		c.log.Error("gateway record llm.call", "err", g.red.String(err.Error()))
+		seq = 0
+	}
+	if !c.metered || c.ev.CostMicroCredits <= 0 {
+		return
+	}
+	defer func() {
+		// Paid, or failed and logged: either way no longer owed here.
+		g.mu.Lock()
+		if g.owed[c.id.Tenant] -= c.ev.CostMicroCredits; g.owed[c.id.Tenant] <= 0 {
+			delete(g.owed, c.id.Tenant)
+		}
+		g.mu.Unlock()
+	}()
+	if seq == 0 {
+		return // a debit must name its event
+	}
+	_, err = g.cfg.Ledger.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: c.id.Tenant, Kind: store.LedgerDebit,
+		Amount: c.ev.CostMicroCredits, RunID: c.id.Run, Seq: seq, Note: "llm " + c.spec})
+	if err != nil {
+		c.log.Error("gateway debit", "seq", seq, "err", g.red.String(err.Error()))
+	}
+}
+
+// scrubLog prepares a body for an event: cut to maxLogBody at a UTF-8
+// boundary, the token and every known secret replaced.
+func (c *call) scrubLog(s string) string {
+	if len(s) > maxLogBody {
+		s = strings.ToValidUTF8(s[:maxLogBody], "")
+	}
+	s = scrub(s, []byte(c.tok))
+	s = scrub(s, c.key)
+	return c.g.red.String(s)
+}
+
+func scrub(s string, secret []byte) string {
+	if len(secret) == 0 || !strings.Contains(s, string(secret)) {
+		return s
+	}
+	return strings.ReplaceAll(s, string(secret), "[redacted]")
+}
+
+func scrubBytes(b, secret []byte) []byte {
+	if len(secret) == 0 || !bytes.Contains(b, secret) {
+		return b
+	}
+	return bytes.ReplaceAll(b, secret, []byte("[redacted]"))
+}
