@@ -101,9 +101,29 @@ func (d *driver) append(ctx context.Context, ps ...event.Payload) error {
 }
 
 func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...event.Payload) error {
+	_, err := d.appendStored(ctx, from, to, ps...)
+	return err
+}
+
+// logged appends ps from outside the loop (a host channel's record) and
+// returns the seq of ps[0].
+func (d *driver) logged(ctx context.Context, ps ...event.Payload) (int64, error) {
+	stored, err := d.appendStored(ctx, "", "", ps...)
+	if err != nil {
+		return 0, err
+	}
+	if i := len(stored) - len(ps); i >= 0 && len(ps) > 0 {
+		return stored[i].Seq, nil
+	}
+	return 0, errors.New("engine: nothing recorded")
+}
+
+// appendStored is appendStatus returning the events it stored (the pending
+// ones first, then ps).
+func (d *driver) appendStored(ctx context.Context, from, to event.Status, ps ...event.Payload) ([]event.Event, error) {
 	evs, err := drafts(ps...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
@@ -113,7 +133,7 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 		evs = append(append([]event.Event(nil), d.pending...), evs...)
 	}
 	if len(evs) == 0 {
-		return nil
+		return nil, nil
 	}
 	var stored []event.Event
 	for attempt := 0; ; attempt++ {
@@ -123,7 +143,7 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 			stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.st.lastSeq+1, evs)
 		}
 		if errors.Is(err, store.ErrLeaseLost) {
-			return &stolenError{status: "taken over (lease lost)"}
+			return nil, &stolenError{status: "taken over (lease lost)"}
 		}
 		if err == nil || !errors.Is(err, store.ErrConflict) {
 			break
@@ -137,12 +157,12 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 			break
 		}
 		if r.Status != d.status || attempt >= 20 || !d.onlyDecisionsSince(ctx) {
-			return &stolenError{status: r.Status}
+			return nil, &stolenError{status: r.Status}
 		}
 		d.catchUpLocked(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("engine: record %s: %w", evs[0].Type, err)
+		return nil, fmt.Errorf("engine: record %s: %w", evs[0].Type, err)
 	}
 	if to != "" {
 		d.status = to
@@ -150,11 +170,11 @@ func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...
 	d.pending = nil
 	for _, ev := range stored {
 		if err := d.st.apply(ev, own); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	d.e.emit(stored)
-	return nil
+	return stored, nil
 }
 
 // later folds ps into the state now and writes them with the next append.
@@ -339,6 +359,12 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		return d.finish(ctx)
 	}
 	cfg := d.st.cfg
+	d.mu.Lock()
+	spent := d.st.spent
+	d.mu.Unlock()
+	if spent != nil {
+		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "budget_exhausted: " + spent.Budget, Steps: d.st.steps, Usage: d.st.usage}, nil
+	}
 	if d.st.steps >= cfg.MaxSteps {
 		return d.exhausted(ctx, "steps", int64(cfg.MaxSteps), int64(d.st.steps))
 	}

@@ -135,6 +135,10 @@ type Attachment struct {
 	// with ask: a pending approval a person decides on (see network.go).
 	// It blocks until the decision, the hold's end, or ctx's end.
 	Ask func(ctx context.Context, host string, port int) (bool, error)
+	// Log appends events of a host channel to the run's log (the LLM
+	// gateway's llm.call and budget.exhausted) and returns the seq of the
+	// first. A budget.exhausted ends the run at its next boundary.
+	Log func(ctx context.Context, ps ...event.Payload) (seq int64, err error)
 }
 
 // PolicyHook decides whether a proposed tool call may run: allow, deny,

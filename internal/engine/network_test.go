@@ -152,3 +152,40 @@ turns:
 		})
 	}
 }
+
+// logNetwork records a host channel's events through Attachment.Log, as the
+// LLM gateway does: one call, then its budget spent.
+type logNetwork struct{ seq int64 }
+
+func (n *logNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
+	seq, err := a.Log(ctx, event.LLMCall{Sandbox: a.Sandbox, API: "openai.chat", Model: "m", Upstream: "openai", Status: 429,
+		Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens"},
+		event.BudgetExhausted{Budget: "llm_tokens", Limit: 10, Used: 12})
+	n.seq = seq
+	return func() {}, err
+}
+
+// TestHostChannelBudget: a budget a host channel finds spent ends the run
+// at its next boundary, named in the run's end; Log returns the seq of the
+// first event it recorded.
+func TestHostChannelBudget(t *testing.T) {
+	nw := &logNetwork{}
+	h := newHarness(t, func(o *engine.Options) { o.Network = nw })
+	o := h.run("spend", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"echo one\"}\n  - tool_calls:\n      - name: run_command\n        args: {command: \"echo two\"}\n", engine.Config{})
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "llm_tokens") {
+		t.Fatalf("status %s (%s), want failed for llm_tokens", o.Status, o.Reason)
+	}
+	evs := h.verifyLog(o.RunID)
+	var llmSeq int64
+	for _, e := range evs {
+		if e.Type == event.TypeLLMCall {
+			llmSeq = e.Seq
+		}
+	}
+	if llmSeq == 0 || llmSeq != nw.seq {
+		t.Errorf("Log returned seq %d, the llm.call is at %d", nw.seq, llmSeq)
+	}
+	if n := count(evs, event.TypeToolFinished); n != 1 {
+		t.Errorf("%d calls ran, want 1 (the run ends at the step boundary)", n)
+	}
+}

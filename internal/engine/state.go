@@ -48,6 +48,10 @@ type state struct {
 	// charges holds the cost of each of the run's own model responses, by
 	// the response's seq: what the tenant's ledger must be debited.
 	charges map[int64]int64
+	// spent is the first budget.exhausted of the run: a host channel (the
+	// LLM gateway) that found its budget spent; the loop ends the run at
+	// its next boundary.
+	spent *event.BudgetExhausted
 	// net holds the run's network approvals by id; netDest the latest
 	// one of each destination ("host:port").
 	net     map[string]*approval
@@ -297,6 +301,11 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 	case *event.SandboxDestroyed:
 		s.recordCPU(p.SandboxID, p.CPUMS)
+	case *event.BudgetExhausted:
+		if !history && s.spent == nil {
+			b := *p
+			s.spent = &b
+		}
 	case *event.EgressDecision:
 		s.egressBytes += p.BytesIn + p.BytesOut
 	case *event.SandboxLost:

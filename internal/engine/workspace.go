@@ -234,6 +234,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 			Ask: func(ctx context.Context, host string, port int) (bool, error) {
 				return d.askNetwork(ctx, name, host, port)
 			},
+			Log: d.logged,
 		})
 		if err != nil {
 			return fmt.Errorf("network: %w", err)
