@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,9 +99,7 @@ type egressRun struct {
 // startEgress starts the egress proxy of sandbox id on a fresh unix socket
 // under $AIRLOCK_HOME/run/egress. The proxy knows the sandbox from the
 // socket alone: nothing the sandbox sends can claim another identity.
-// A non-nil extra sink gets every audit record too; runID, when set, names
-// the run in the records.
-func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags, extra egress.AuditSink, runID string, ask egress.Approver) (_ *egressRun, err error) {
+func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags, o egressOptions) (_ *egressRun, err error) {
 	var secrets egress.Secrets
 	if len(n.Credentials) > 0 {
 		st, err := openSecretStore(env, f.KeyFile)
@@ -143,19 +142,24 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 	if err != nil {
 		return nil, fmt.Errorf("egress socket: %w", err)
 	}
+	runID, tenant := o.runID, o.tenant
 	if runID == "" {
 		runID = "run-" + strings.TrimPrefix(id, "sb-")
 	}
+	if tenant == "" {
+		tenant = secret.DefaultTenant
+	}
 	var sink egress.AuditSink = egress.NewJSONLSink(e.audit)
-	if extra != nil {
-		sink = teeSink{sink, extra}
+	if o.extra != nil {
+		sink = teeSink{sink, o.extra}
 	}
 	e.proxy, err = egress.New(egress.Config{
-		Identity: egress.Identity{Tenant: secret.DefaultTenant, Run: runID, Sandbox: id},
+		Identity: egress.Identity{Tenant: tenant, Run: runID, Sandbox: id},
 		Policy:   n,
 		Secrets:  secrets,
 		Audit:    sink,
-		Approver: ask,
+		Approver: o.ask,
+		Local:    o.local,
 	})
 	if err != nil {
 		ln.Close()
@@ -167,6 +171,17 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		_ = e.proxy.Serve(ln)
 	}()
 	return e, nil
+}
+
+// egressOptions are what a run adds to a sandbox's proxy: a sink that
+// gets every audit record too, the run and tenant the records name, who
+// decides the policy's asks, and the handler of local requests (the LLM
+// gateway).
+type egressOptions struct {
+	extra         egress.AuditSink
+	runID, tenant string
+	ask           egress.Approver
+	local         http.Handler
 }
 
 // teeSink records to both sinks.

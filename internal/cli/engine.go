@@ -31,6 +31,7 @@ type host struct {
 	blobs *blob.Store
 	eng   *engine.Engine
 	red   *secret.Redactor
+	llm   *llmHub
 
 	mu       sync.Mutex
 	policies map[string]*policy.Document // by the hash of the run's policy bytes
@@ -70,6 +71,9 @@ type hostOptions struct {
 	keyFile string
 	// readOnly opens no sandbox backend.
 	readOnly bool
+	// onEvent, when not nil, sees every event the engine appends (after
+	// the timeline).
+	onEvent func(event.Event)
 }
 
 // openHost opens the store under $AIRLOCK_HOME and builds an engine on it.
@@ -94,16 +98,26 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 		h.store.Close()
 		return nil, err
 	}
+	h.llm = &llmHub{env: env, keyFile: o.keyFile, store: h.store, red: h.red}
 	opts := engine.Options{Store: h.store, Blobs: h.blobs, LockDir: filepath.Join(env.Home, "runs", "locks"),
-		NewProvider: h.provider, Network: &runNetwork{env: env, keyFile: o.keyFile, red: h.red}}
+		NewProvider: h.provider, Network: &runNetwork{env: env, keyFile: o.keyFile, red: h.red, llm: h.llm}}
 	if o.timeline != nil {
 		opts.OnEvent, opts.OnProgress = o.timeline.event, o.timeline.progress
+	}
+	if on, tl := o.onEvent, opts.OnEvent; on != nil {
+		opts.OnEvent = func(ev event.Event) {
+			if tl != nil {
+				tl(ev)
+			}
+			on(ev)
+		}
 	}
 	opts.Policy = h.decideTool
 	if opts.Prices, err = loadPrices(env.Home); err != nil {
 		h.store.Close()
 		return nil, err
 	}
+	h.llm.prices = opts.Prices
 	if o.readOnly {
 		opts.Backend = noBackend{}
 	} else {
@@ -121,7 +135,10 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	return h, nil
 }
 
-func (h *host) close() { h.store.Close() }
+func (h *host) close() {
+	h.llm.close()
+	h.store.Close()
+}
 
 // decideTool is the engine's policy hook: the run's policy document (the
 // built-in strict default when it has none) decides each tool call.
@@ -199,6 +216,8 @@ type runNetwork struct {
 	// proxy injects are scrubbed from every event too, should a response
 	// ever echo one past the proxy's own scrubbing.
 	red *secret.Redactor
+	// llm serves the sandboxes of runs whose policy enables the gateway.
+	llm *llmHub
 }
 
 func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
@@ -209,7 +228,7 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 	if err != nil {
 		return nil, err
 	}
-	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 && doc.Network.Default != policy.Ask {
+	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 && doc.Network.Default != policy.Ask && !doc.LLM.Enabled {
 		return func() {}, nil
 	}
 	if len(doc.Network.Credentials) > 0 {
@@ -223,18 +242,38 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 			}
 		}
 	}
-	eg, err := startEgress(ctx, n.env, a.Spec.ID, &doc.Network, &EgressFlags{KeyFile: n.keyFile}, auditFunc(func(r egress.Record) {
-		a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port,
-			Addr: r.Addr, Status: r.Status, BytesIn: r.BytesIn, BytesOut: r.BytesOut, DurationMS: r.Duration.Milliseconds(),
-			Inspected: r.Inspected, Credential: r.Credential})
-	}), a.RunID, approverFunc(func(ctx context.Context, _ egress.Identity, r policy.Request) (bool, error) {
-		return a.Ask(ctx, r.Host, r.Port)
-	}))
+	o := egressOptions{runID: a.RunID, tenant: a.Tenant,
+		extra: auditFunc(func(r egress.Record) {
+			host := r.Host
+			if r.Local {
+				host = "(local) " + r.Path
+			}
+			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: host, Port: r.Port,
+				Addr: r.Addr, Status: r.Status, BytesIn: r.BytesIn, BytesOut: r.BytesOut, DurationMS: r.Duration.Milliseconds(),
+				Inspected: r.Inspected, Credential: r.Credential})
+		}),
+		ask: approverFunc(func(ctx context.Context, _ egress.Identity, r policy.Request) (bool, error) {
+			return a.Ask(ctx, r.Host, r.Port)
+		}),
+	}
+	endLLM := func() {}
+	if doc.LLM.Enabled {
+		gw, end, err := n.llm.attach(a, &doc.LLM)
+		if err != nil {
+			return nil, err
+		}
+		o.local, endLLM = gw, end
+	}
+	eg, err := startEgress(ctx, n.env, a.Spec.ID, &doc.Network, &EgressFlags{KeyFile: n.keyFile}, o)
 	if err != nil {
+		endLLM()
 		return nil, err
 	}
 	eg.apply(a.Spec)
-	return func() { eg.close(nil) }, nil
+	return func() {
+		eg.close(nil)
+		endLLM()
+	}, nil
 }
 
 type approverFunc func(context.Context, egress.Identity, policy.Request) (bool, error)

@@ -113,7 +113,7 @@ func (SuperviseCmd) Run(env *Env) error {
 		if err := args.Network.Validate(); err != nil {
 			return fail(err)
 		}
-		eg, err := startEgress(ctx, env, args.Spec.ID, args.Network, &args.Egress, nil, "", nil)
+		eg, err := startEgress(ctx, env, args.Spec.ID, args.Network, &args.Egress, egressOptions{})
 		if err != nil {
 			return fail(err)
 		}

@@ -152,7 +152,7 @@ func (c *RunCmd) Run(env *Env) error {
 	defer func() { <-gcDone }()
 	if netPolicy != nil {
 		spec.ID = sandbox.NewID()
-		eg, err := startEgress(ctx, env, spec.ID, netPolicy, &c.EgressFlags, nil, "", nil)
+		eg, err := startEgress(ctx, env, spec.ID, netPolicy, &c.EgressFlags, egressOptions{})
 		if err != nil {
 			return err
 		}

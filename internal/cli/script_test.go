@@ -3,8 +3,11 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -86,6 +89,7 @@ func TestScripts(t *testing.T) {
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"grep-tree": grepTree,
 			"mode":      checkMode,
+			"upstream":  startUpstream,
 		},
 	})
 }
@@ -146,4 +150,37 @@ func checkMode(ts *testscript.TestScript, neg bool, args []string) {
 	if got := uint64(st.Mode().Perm()); (got == want) == neg {
 		ts.Fatalf("mode of %s is %04o, want %s%04o", args[1], got, map[bool]string{true: "not ", false: ""}[neg], want)
 	}
+}
+
+// startUpstream: upstream VAR KEY starts a local server speaking the OpenAI
+// chat-completions wire format that answers only requests carrying KEY as
+// their bearer token, and puts its base URL (with /v1) in $VAR. It serves
+// until the script ends.
+func startUpstream(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: upstream VAR KEY")
+	}
+	key := args[1]
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Header.Get("Authorization") != "Bearer "+key {
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprint(w, `{"error":{"message":"bad key","type":"invalid_request_error","code":"invalid_api_key"}}`)
+			return
+		}
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"error":{"message":"no such route","type":"invalid_request_error"}}`)
+			return
+		}
+		var req struct {
+			Model string `json:"model"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		fmt.Fprintf(w, `{"id":"chatcmpl-1","object":"chat.completion","created":1764400000,"model":%q,`+
+			`"choices":[{"index":0,"message":{"role":"assistant","content":"hello from upstream"},"finish_reason":"stop"}],`+
+			`"usage":{"prompt_tokens":11,"completion_tokens":5,"total_tokens":16}}`, req.Model)
+	}))
+	ts.Defer(srv.Close)
+	ts.Setenv(args[0], srv.URL+"/v1")
 }

@@ -133,7 +133,11 @@ func (t *timeline) event(e event.Event) {
 	case *event.ToolUncertain:
 		t.printf(id, "  ! %s may or may not have run (%s)\n", p.Tool, p.Reason)
 	case *event.EgressDecision:
-		t.printf(id, "    egress %s %s:%d %s\n", p.Decision, p.Host, p.Port, p.Reason)
+		dest := fmt.Sprintf("%s:%d", p.Host, p.Port)
+		if p.Port == 0 {
+			dest = p.Host // a request the proxy serves itself (the LLM gateway)
+		}
+		t.printf(id, "    egress %s %s %s\n", p.Decision, dest, p.Reason)
 	case *event.VerificationResult:
 		if len(p.Checks) == 0 {
 			t.printf(id, "verify: no checks configured: the model's claim is not verified\n")
