@@ -27,20 +27,14 @@ type EgressFlags struct {
 	KeyFile  string   `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file for credentials the policy binds (default $AIRLOCK_HOME/secrets/key)." placeholder:"PATH"`
 }
 
-// network returns the egress policy the flags describe, or nil when they
-// describe none.
-func (f *EgressFlags) network() (*policy.Network, error) {
+// network returns the egress policy the flags describe (doc's network
+// section, the --policy document's when one is given, with --allow and
+// --resolve added), or nil when they describe none.
+func (f *EgressFlags) network(doc *policy.Document) (*policy.Network, error) {
 	if f.Policy == "" && len(f.Allow) == 0 && len(f.Resolve) == 0 {
 		return nil, nil
 	}
-	n := &policy.Network{}
-	if f.Policy != "" {
-		doc, err := policy.Load(f.Policy)
-		if err != nil {
-			return nil, fmt.Errorf("--policy: %w", err)
-		}
-		n = &doc.Network
-	}
+	n := &doc.Network
 	var errs []error
 	for _, a := range f.Allow {
 		r, err := parseAllow(a)

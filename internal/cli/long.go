@@ -172,7 +172,10 @@ func (c *ExecCmd) Run(env *Env) error {
 	if err := checkID(c.ID); err != nil {
 		return usageError{err}
 	}
-	maxOut, err := sandbox.ParseSize(c.MaxOutput)
+	var maxOut int64 // 0: the supervisor's 16M
+	if c.MaxOutput != "" {
+		maxOut, err = sandbox.ParseSize(c.MaxOutput)
+	}
 	if err != nil {
 		return usageError{fmt.Errorf("--max-output: %w", err)}
 	}

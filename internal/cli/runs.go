@@ -232,14 +232,8 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 		ws.Mode = c.WSMode
 	}
 	ef := EgressFlags{Allow: c.Allow, Resolve: c.Resolve}
-	if len(c.Allow) > 0 || len(c.Resolve) > 0 {
-		extra, err := ef.network()
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			doc.Network.Allow = append(doc.Network.Allow, extra.Allow...)
-			doc.Network.Resolve = append(doc.Network.Resolve, extra.Resolve...)
-		}
+	if _, err := ef.network(doc); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return doc, false, err

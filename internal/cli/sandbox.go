@@ -20,13 +20,13 @@ import (
 // SpecFlags are the flags that describe a sandbox, shared by run and create.
 type SpecFlags struct {
 	Workspace     string   `help:"Host directory shown at /workspace (default: an empty workspace)." placeholder:"DIR"`
-	WorkspaceMode string   `help:"How the workspace is shown: cow (changes stay in the sandbox), ro or rw." enum:"cow,ro,rw" default:"cow"`
+	WorkspaceMode string   `help:"How the workspace is shown: cow (changes stay in the sandbox; the default), ro or rw." enum:",cow,ro,rw" default:""`
 	Mount         []string `help:"Extra bind mount SRC:DST[:ro|rw] (repeatable; read-only unless :rw)." placeholder:"SRC:DST[:MODE]"`
 	Env           []string `short:"e" help:"Environment variable K=V for the command (repeatable). Nothing of the host's environment passes in unless named." placeholder:"K=V"`
-	Memory        string   `help:"Memory limit (swap included)." default:"1G"`
-	Pids          int64    `help:"Process limit." default:"512"`
-	CPUs          float64  `name:"cpus" help:"CPU limit, in CPUs." default:"1"`
-	Disk          string   `help:"Size of each writable layer (workspace changes and home, /tmp)." default:"1G"`
+	Memory        string   `help:"Memory limit, swap included (default: the policy's sandbox.limits.memory, 1G)."`
+	Pids          int64    `help:"Process limit (default: the policy's, 512)."`
+	CPUs          float64  `name:"cpus" help:"CPU limit, in CPUs (default: the policy's, 1)."`
+	Disk          string   `help:"Size of each writable layer: workspace changes and home, /tmp (default: the policy's, 1G)."`
 	Network       string   `help:"Network mode: none (loopback only) or proxy (egress through airlock's proxy with --policy/--allow, or through --proxy-socket). Default: proxy when a policy or --allow is given, else none." enum:",none,proxy" default:""`
 	ProxySocket   string   `help:"Host unix socket that proxy-mode connections are forwarded to." placeholder:"PATH"`
 	Rootfs        string   `help:"Template root filesystem (unpacked image) instead of the host's system directories." placeholder:"DIR"`
@@ -36,10 +36,26 @@ type SpecFlags struct {
 }
 
 // spec turns flags into a sandbox spec and the egress policy (nil when
-// airlock runs no proxy), reporting every bad value.
+// airlock runs no proxy), reporting every bad value. The flags are
+// shorthand for the policy document's fields: what a flag leaves unset
+// comes from --policy's document, else from the built-in default.
 func (f *SpecFlags) spec() (sandbox.Spec, *policy.Network, error) {
+	s, n, _, err := f.specDoc()
+	return s, n, err
+}
+
+// specDoc is spec, also returning the document the flags complete.
+func (f *SpecFlags) specDoc() (sandbox.Spec, *policy.Network, *policy.Document, error) {
 	var errs []error
-	n, err := f.network()
+	doc := policy.Default()
+	if f.Policy != "" {
+		d, err := policy.Load(f.Policy)
+		if err != nil {
+			return sandbox.Spec{}, nil, nil, fmt.Errorf("--policy: %w", err)
+		}
+		doc = d
+	}
+	n, err := f.network(doc)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -53,20 +69,46 @@ func (f *SpecFlags) spec() (sandbox.Spec, *policy.Network, error) {
 	} else if f.Network == sandbox.NetworkProxy && f.ProxySocket == "" {
 		errs = append(errs, errors.New("--network proxy needs --policy, --allow or --proxy-socket"))
 	}
+	sb := doc.Sandbox
 	s := sandbox.Spec{Workspace: f.Workspace, Env: f.Env, Network: f.Network, ProxySocket: f.ProxySocket, RootFS: f.Rootfs, User: f.User}
-	if f.Workspace != "" {
+	if s.RootFS == "" {
+		s.RootFS = sb.RootFS
+	}
+	if s.Workspace == "" && sb.Workspace.Source != "" {
+		s.Workspace = sb.Workspace.Source
+	}
+	if s.Workspace != "" {
 		s.WorkspaceMode = f.WorkspaceMode
+		if s.WorkspaceMode == "" {
+			s.WorkspaceMode = sb.Workspace.Mode
+		}
+	} else if f.WorkspaceMode != "" && f.WorkspaceMode != sandbox.WorkspaceCOW {
+		errs = append(errs, fmt.Errorf("--workspace-mode %s needs --workspace", f.WorkspaceMode))
 	}
 	if s.Network == "" && f.ProxySocket != "" {
 		s.Network = sandbox.NetworkProxy
 	}
-	if s.Limits.MemoryBytes, err = sandbox.ParseSize(f.Memory); err != nil {
-		errs = append(errs, fmt.Errorf("--memory: %w", err))
+	s.Limits = sandbox.Limits{MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
+		RequireHard: sb.RequireHardLimits && !f.SoftLimits}
+	if f.Memory != "" {
+		if s.Limits.MemoryBytes, err = sandbox.ParseSize(f.Memory); err != nil {
+			errs = append(errs, fmt.Errorf("--memory: %w", err))
+		}
 	}
-	if s.Limits.DiskBytes, err = sandbox.ParseSize(f.Disk); err != nil {
-		errs = append(errs, fmt.Errorf("--disk: %w", err))
+	if f.Disk != "" {
+		if s.Limits.DiskBytes, err = sandbox.ParseSize(f.Disk); err != nil {
+			errs = append(errs, fmt.Errorf("--disk: %w", err))
+		}
 	}
-	s.Limits.Pids, s.Limits.CPUs, s.Limits.RequireHard = f.Pids, f.CPUs, !f.SoftLimits
+	if f.Pids != 0 {
+		s.Limits.Pids = f.Pids
+	}
+	if f.CPUs != 0 {
+		s.Limits.CPUs = f.CPUs
+	}
+	for _, m := range sb.Mounts {
+		s.Mounts = append(s.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
+	}
 	for _, m := range f.Mount {
 		mt, err := parseMount(m)
 		if err != nil {
@@ -80,7 +122,7 @@ func (f *SpecFlags) spec() (sandbox.Spec, *policy.Network, error) {
 			errs = append(errs, err)
 		}
 	}
-	return s, n, errors.Join(errs...)
+	return s, n, doc, errors.Join(errs...)
 }
 
 func parseMount(m string) (sandbox.Mount, error) {
@@ -109,8 +151,8 @@ func parseMount(m string) (sandbox.Mount, error) {
 
 // ExecFlags are the per-command flags.
 type ExecFlags struct {
-	Timeout   time.Duration `help:"Wall-clock limit for the command." default:"10m"`
-	MaxOutput string        `help:"Cap on captured stdout+stderr." default:"16M"`
+	Timeout   time.Duration `help:"Wall-clock limit for the command (default: the policy's sandbox.limits.command_timeout, 10m)."`
+	MaxOutput string        `help:"Cap on captured stdout+stderr (default: the policy's sandbox.limits.output, else 16M)."`
 	JSON      bool          `name:"json" help:"Print one JSON result object on stderr at the end."`
 }
 
@@ -124,13 +166,21 @@ type RunCmd struct {
 
 // Run creates a sandbox, runs the command, destroys the sandbox.
 func (c *RunCmd) Run(env *Env) error {
-	spec, netPolicy, err := c.spec()
+	spec, netPolicy, doc, err := c.specDoc()
 	if err != nil {
 		return usageError{err}
 	}
-	maxOut, err := sandbox.ParseSize(c.MaxOutput)
-	if err != nil {
-		return usageError{fmt.Errorf("--max-output: %w", err)}
+	maxOut, timeout := int64(doc.Sandbox.Limits.Output), time.Duration(doc.Sandbox.Limits.CommandTimeout)
+	if maxOut == 0 {
+		maxOut = 16 << 20
+	}
+	if c.MaxOutput != "" {
+		if maxOut, err = sandbox.ParseSize(c.MaxOutput); err != nil {
+			return usageError{fmt.Errorf("--max-output: %w", err)}
+		}
+	}
+	if c.Timeout > 0 {
+		timeout = c.Timeout
 	}
 	argv, err := commandArgs(c.Command, "airlock sandbox run [flags] -- CMD [ARG...]")
 	if err != nil {
@@ -168,7 +218,7 @@ func (c *RunCmd) Run(env *Env) error {
 		defer dcancel()
 		_ = sb.Destroy(dctx)
 	}()
-	cmd := sandbox.Command{Argv: argv, Stdout: env.Stdout, Stderr: env.Stderr, Timeout: c.Timeout, MaxOutput: maxOut}
+	cmd := sandbox.Command{Argv: argv, Stdout: env.Stdout, Stderr: env.Stderr, Timeout: timeout, MaxOutput: maxOut}
 	if c.Interactive {
 		cmd.Stdin = env.Stdin
 	}
