@@ -99,6 +99,7 @@ type cli struct {
 	Tenants   TenantsCmd   `cmd:"" help:"Create and list tenants, the owners of runs, secrets, credits, policies and API keys."`
 	Keys      KeysCmd      `cmd:"" help:"Create, list and revoke tenants' API keys for airlock serve (stored hashed, shown once)."`
 	Worker    WorkerCmd    `cmd:"" help:"Drive the store's queued and unfinished runs until stopped (several workers may share a store)."`
+	Serve     ServeCmd     `cmd:"" help:"Serve the JSON API for tenants' API keys and drive the runs it creates (see --check-config)."`
 	Approvals ApprovalsCmd `cmd:"" help:"List the actions that wait for a person's decision."`
 	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`
 	Deny      DenyCmd      `cmd:"" help:"Deny a pending action, with a reason the model is told."`

@@ -336,7 +336,7 @@ func TestGatewaySDKs(t *testing.T) {
 			if err := json.Unmarshal([]byte(lastLine(stdout)), &got); err != nil {
 				t.Fatalf("script output: %v\n%s", err, stdout)
 			}
-			want := map[string]string{}
+			var want map[string]string
 			if mode == "calls" {
 				want = map[string]string{
 					"chat":                 `["run_command {\"command\":\"go test ./...\"}"]`,

@@ -1,0 +1,328 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/server"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/sys/unix"
+)
+
+// ServeCmd is `airlock serve`: the host as a service. One process serves
+// the JSON API and drives the runs it creates (and every other queued or
+// unfinished run of the store) with in-process workers.
+//
+// Configuration comes from a YAML file (--config), then environment
+// variables, then flags; each overrides what came before. The file's
+// schema is serveConfig; --check-config prints it resolved.
+type ServeCmd struct {
+	Config      string `name:"config" env:"AIRLOCK_SERVE_CONFIG" help:"Configuration file (YAML; airlock serve --check-config prints the resolved configuration)." placeholder:"FILE"`
+	Listen      string `env:"AIRLOCK_LISTEN" help:"Address to listen on (default 127.0.0.1:8080)." placeholder:"HOST:PORT"`
+	TLSCert     string `name:"tls-cert" env:"AIRLOCK_TLS_CERT" help:"TLS certificate (PEM); with --tls-key the API is served over HTTPS." placeholder:"FILE"`
+	TLSKey      string `name:"tls-key" env:"AIRLOCK_TLS_KEY" help:"TLS private key (PEM)." placeholder:"FILE"`
+	Workers     int    `env:"AIRLOCK_WORKERS" default:"-1" help:"Most runs driven at once in this process; 0 drives none (other airlock worker or serve processes do). Default: the file's, else 2."`
+	LogLevel    string `name:"log-level" env:"AIRLOCK_LOG_LEVEL" help:"debug, info, warn or error (default info)." placeholder:"LEVEL"`
+	CheckConfig bool   `name:"check-config" help:"Validate the configuration, print it resolved (YAML), and exit: 0 when valid, 2 when not."`
+	KeyFile     string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
+}
+
+// serveConfig is the configuration file's schema (and --check-config's
+// output).
+//
+//	listen: 127.0.0.1:8080      # host:port
+//	tls: {cert: FILE, key: FILE} # both or neither
+//	store: sqlite               # or sqlite:PATH, postgres://...
+//	workers: 2                  # runs driven at once; 0: none
+//	worker_poll: 1s             # how often workers look for runs
+//	shutdown_timeout: 30s       # SIGTERM: how long requests may finish
+//	log_level: info
+//	api:                        # server.Config
+//	  max_body: 2M
+//	  max_upload: 256M
+//	  max_header: 64K
+//	  rate: 20                  # requests per second per API key
+//	  burst: 40
+//	  max_streams: 32           # event streams per API key
+//	  stream_poll: 1s
+//	  keepalive: 15s
+//	  write_timeout: 30s
+//	  request_timeout: 2m
+//	  trust_tenant_policies: false
+type serveConfig struct {
+	Listen          string        `yaml:"listen"`
+	TLS             serveTLS      `yaml:"tls"`
+	Store           string        `yaml:"store"`
+	Workers         *int          `yaml:"workers"`
+	WorkerPoll      time.Duration `yaml:"worker_poll"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	LogLevel        string        `yaml:"log_level"`
+	API             server.Config `yaml:"api"`
+}
+
+type serveTLS struct {
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+}
+
+// Defaults of serveConfig.
+const (
+	defaultListen          = "127.0.0.1:8080"
+	defaultWorkers         = 2
+	defaultWorkerPoll      = time.Second
+	defaultShutdownTimeout = 30 * time.Second
+)
+
+// resolve reads the file, then lays the environment and flags (already
+// merged by the parser) over it, then the defaults under both.
+func (c *ServeCmd) resolve(env *Env) (serveConfig, error) {
+	var cfg serveConfig
+	if c.Config != "" {
+		b, err := os.ReadFile(c.Config)
+		if err != nil {
+			return cfg, fmt.Errorf("--config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil && err.Error() != "EOF" {
+			return cfg, fmt.Errorf("--config %s: %w", c.Config, err)
+		}
+	}
+	if c.Listen != "" {
+		cfg.Listen = c.Listen
+	}
+	if c.TLSCert != "" {
+		cfg.TLS.Cert = c.TLSCert
+	}
+	if c.TLSKey != "" {
+		cfg.TLS.Key = c.TLSKey
+	}
+	if c.Workers >= 0 {
+		w := c.Workers
+		cfg.Workers = &w
+	}
+	if c.LogLevel != "" {
+		cfg.LogLevel = c.LogLevel
+	}
+	if env.Store != "" {
+		cfg.Store = env.Store
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = defaultListen
+	}
+	if cfg.Store == "" {
+		cfg.Store = "sqlite"
+	}
+	if cfg.Workers == nil {
+		w := defaultWorkers
+		cfg.Workers = &w
+	}
+	if cfg.WorkerPoll == 0 {
+		cfg.WorkerPoll = defaultWorkerPoll
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = defaultShutdownTimeout
+	}
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "info"
+	}
+	cfg.API = cfg.API.WithDefaults()
+	return cfg, cfg.validate()
+}
+
+// validate reports every problem of a resolved configuration.
+func (cfg serveConfig) validate() error {
+	var errs []error
+	if host, port, err := net.SplitHostPort(cfg.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: want HOST:PORT", cfg.Listen))
+	} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		errs = append(errs, fmt.Errorf("listen %q: port %q is not 0 to 65535", cfg.Listen, port))
+	} else if host == "" {
+		errs = append(errs, fmt.Errorf("listen %q: give the address to listen on (0.0.0.0 for every interface)", cfg.Listen))
+	}
+	switch {
+	case (cfg.TLS.Cert == "") != (cfg.TLS.Key == ""):
+		errs = append(errs, errors.New("tls: give both cert and key, or neither"))
+	case cfg.TLS.Cert != "":
+		if _, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key); err != nil {
+			errs = append(errs, fmt.Errorf("tls: %w", err))
+		}
+	}
+	switch s := cfg.Store; {
+	case s == "sqlite", strings.HasPrefix(s, "sqlite:"), strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+	default:
+		errs = append(errs, fmt.Errorf("store %q: want sqlite, sqlite:PATH or a postgres:// URL", redactURL(s)))
+	}
+	if w := *cfg.Workers; w < 0 || w > 1000 {
+		errs = append(errs, fmt.Errorf("workers %d: want 0 to 1000", w))
+	}
+	if cfg.WorkerPoll < 10*time.Millisecond || cfg.WorkerPoll > time.Hour {
+		errs = append(errs, fmt.Errorf("worker_poll %s: want 10ms to 1h", cfg.WorkerPoll))
+	}
+	if cfg.ShutdownTimeout < 0 || cfg.ShutdownTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("shutdown_timeout %s: want 0 to 1h", cfg.ShutdownTimeout))
+	}
+	if _, err := logLevel(cfg.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cfg.API.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func logLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("log_level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// Run serves until SIGINT or SIGTERM, then shuts down gracefully: it stops
+// accepting connections and taking runs, ends event streams (clients
+// resume them elsewhere with Last-Event-ID), lets requests finish, and
+// detaches from the runs it drives, which stay resumable by any worker.
+func (c *ServeCmd) Run(env *Env) error {
+	cfg, err := c.resolve(env)
+	if c.CheckConfig {
+		out := cfg
+		out.Store = redactURL(out.Store)
+		if err != nil {
+			fmt.Fprintln(env.Stderr, err)
+			return exitCode(2)
+		}
+		enc := yaml.NewEncoder(env.Stdout)
+		enc.SetIndent(2)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		return enc.Close()
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	level, _ := logLevel(cfg.LogLevel)
+	logger := slog.New(slog.NewJSONHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+	env.Store = cfg.Store
+	nWorkers := *cfg.Workers
+	feed := server.NewFeed()
+	h, err := openHost(env, hostOptions{keyFile: c.KeyFile, readOnly: nWorkers == 0, onEvent: feed.Publish})
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	var pool *workers
+	o := server.Options{Store: h.store, Blobs: h.blobs, Engine: h.eng, Auth: auth.NewKeys(h.store, nil), Feed: feed,
+		Logger: logger, Config: cfg.API}
+	if nWorkers > 0 {
+		env.gc()
+		pool = newWorkers(h.eng, h.store, nWorkers, cfg.WorkerPoll)
+		pool.ended = func(id string, o engine.Outcome, err error) {
+			if err != nil && !errors.Is(err, engine.ErrBusy) && !errors.Is(err, engine.ErrFinal) && !errors.Is(err, context.Canceled) {
+				logger.Warn("drive ended with an error", "run_id", id, "err", err)
+				return
+			}
+			logger.Info("drive ended", "run_id", id, "status", string(o.Status))
+		}
+		pool.failed = func(err error) { logger.Error("workers: cannot list runs", "err", err) }
+		o.Resume = func(_ context.Context, id string) error {
+			pool.resume(id)
+			return nil
+		}
+	}
+	srv, err := server.New(o)
+	if err != nil {
+		return err
+	}
+	hs := srv.HTTPServer()
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	scheme := "http"
+	if cfg.TLS.Cert != "" {
+		scheme = "https"
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	} else if ip := net.ParseIP(strings.Trim(hostOf(cfg.Listen), "[]")); ip == nil || !ip.IsLoopback() {
+		logger.Warn("serving plain HTTP beyond loopback: API keys cross the network in clear text; give --tls-cert and --tls-key")
+	}
+
+	ctx, cancel := context.WithCancelCause(env.Ctx)
+	defer cancel(nil)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, unix.SIGINT, unix.SIGTERM)
+	defer signal.Stop(sig)
+
+	served := make(chan error, 1)
+	go func() {
+		var err error
+		if cfg.TLS.Cert != "" {
+			err = hs.ServeTLS(ln, cfg.TLS.Cert, cfg.TLS.Key)
+		} else {
+			err = hs.Serve(ln)
+		}
+		served <- err
+	}()
+	workCtx, stopWork := context.WithCancelCause(ctx)
+	defer stopWork(nil)
+	var wg sync.WaitGroup
+	if pool != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = pool.run(workCtx)
+		}()
+	}
+	fmt.Fprintf(env.Stdout, "airlock serve: listening on %s://%s (%d workers)\n", scheme, ln.Addr(), nWorkers)
+	logger.Info("serving", "addr", ln.Addr().String(), "tls", cfg.TLS.Cert != "", "workers", nWorkers)
+
+	select {
+	case s := <-sig:
+		logger.Info("shutting down", "signal", s.String())
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-served:
+		logger.Error("the listener failed; shutting down", "err", err)
+		served <- err
+	}
+	// Stop taking runs and detach from those driven: they stay
+	// resumable. Meanwhile stop accepting, end the streams, and let
+	// requests finish.
+	stopWork(errDetached)
+	shutCtx, shutCancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer shutCancel()
+	if err := hs.Shutdown(shutCtx); err != nil {
+		logger.Warn("shutdown: requests still running were cut", "err", err)
+		_ = hs.Close()
+	}
+	serveErr := <-served
+	wg.Wait()
+	logger.Info("stopped")
+	if !errors.Is(serveErr, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", serveErr)
+	}
+	return nil
+}
+
+func hostOf(addr string) string {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	return h
+}

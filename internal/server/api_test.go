@@ -1,0 +1,707 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/server"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+const finishScript = `turns:
+  - tool_calls:
+      - name: finish
+        args: {summary: "ok"}
+`
+
+const pushScript = `turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "git push origin main || echo pushed"}
+  - tool_calls:
+      - name: finish
+        args: {summary: "done"}
+`
+
+const askPolicy = `tools:
+  run_command:
+    rules:
+      - when: args.command.matches("^git push")
+        action: ask
+        reason: pushing needs a person
+`
+
+// waitApproval polls the approvals list of key's tenant until one waits.
+func (h *harness) waitApproval(key string) server.Approval {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		var as struct{ Approvals []server.Approval }
+		h.must(http.StatusOK, "GET", "/v1/approvals", key, nil).json(h.t, &as)
+		if len(as.Approvals) > 0 {
+			return as.Approvals[0]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.t.Fatal("no pending approval in a minute")
+	return server.Approval{}
+}
+
+// outputOf returns the output of run id's tool calls, in order.
+func (h *harness) outputOf(key, id string) []string {
+	h.t.Helper()
+	var page server.EventPage
+	h.must(http.StatusOK, "GET", "/v1/runs/"+id+"/events?limit=1000", key, nil).json(h.t, &page)
+	var out []string
+	for _, ev := range page.Events {
+		if ev.Type == event.TypeToolFinished {
+			var f event.ToolFinished
+			if err := json.Unmarshal(ev.Payload, &f); err != nil {
+				h.t.Fatal(err)
+			}
+			out = append(out, f.Output)
+		}
+	}
+	return out
+}
+
+// TestApprovals: a stored policy with an ask rule holds a run created
+// through the API; the approval is listed, approved (or denied) through
+// the API with the key recorded as who decided, and the run completes.
+func TestApprovals(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{drive: true})
+	admin := h.key("alpha", "admin")
+	writer := h.key("alpha", "runs:read", "runs:write")
+	approver := h.key("alpha", "approvals")
+	var pv server.PolicyVersion
+	h.must(http.StatusCreated, "POST", "/v1/policies/ask", admin, []byte(askPolicy)).json(t, &pv)
+	if pv.Name != "ask" || pv.Version != 1 || pv.New == nil || !*pv.New {
+		t.Fatalf("stored %+v", pv)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		path    string
+		body    any
+		decided string
+		output  string
+	}{
+		{"approve", "approve", map[string]string{"comment": "go ahead"}, "approved", "pushed"},
+		{"deny", "deny", map[string]string{"reason": "not on a Friday"}, "denied", "not on a Friday"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := h.createRun(writer, map[string]any{"task": "push", "script": pushScript, "policy": "ask"})
+			a := h.waitApproval(approver)
+			if a.RunID != run.ID || !strings.Contains(a.Reason, "pushing needs a person") || !strings.HasPrefix(a.ID, run.ID+".") {
+				t.Fatalf("approval %+v", a)
+			}
+			h.waitStatus(writer, run.ID, event.StatusAwaitingApproval)
+			if r := h.do("POST", "/v1/approvals/"+a.ID+"/"+tc.path, writer, tc.body); r.status != http.StatusForbidden {
+				t.Errorf("decision by a key without the approvals scope = %d", r.status)
+			}
+			if tc.path == "deny" {
+				if r := h.do("POST", "/v1/approvals/"+a.ID+"/deny", approver, map[string]string{}); r.status != http.StatusBadRequest {
+					t.Errorf("deny without a reason = %d %s", r.status, r.body)
+				}
+			}
+			var d map[string]string
+			h.must(http.StatusOK, "POST", "/v1/approvals/"+a.ID+"/"+tc.path, approver, tc.body).json(t, &d)
+			if d["decision"] != tc.decided || !strings.HasPrefix(d["by"], "key_") {
+				t.Errorf("decision %v", d)
+			}
+			r := h.do("POST", "/v1/approvals/"+a.ID+"/approve", approver, nil)
+			if r.status != http.StatusConflict || r.errBody(t).Code != server.CodeConflict {
+				t.Errorf("deciding twice = %d %s", r.status, r.body)
+			}
+			h.waitStatus(writer, run.ID, event.StatusCompleted)
+			if out := h.outputOf(writer, run.ID); len(out) == 0 || !strings.Contains(out[0], tc.output) {
+				t.Errorf("push output %q, want %q", out, tc.output)
+			}
+			var page server.EventPage
+			h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID+"/events?limit=1000", writer, nil).json(t, &page)
+			by := ""
+			for _, ev := range page.Events {
+				if ev.Type == event.TypeApprovalDecided {
+					var p event.ApprovalDecided
+					_ = json.Unmarshal(ev.Payload, &p)
+					by = p.By
+				}
+			}
+			if by != d["by"] {
+				t.Errorf("approval.decided by %q, want the key %q", by, d["by"])
+			}
+		})
+	}
+
+	// approvals.approvers names the keys that may decide.
+	named := strings.Replace(askPolicy, "tools:", "approvals:\n  approvers: [key_0000000000000000]\ntools:", 1)
+	run := h.createRun(writer, map[string]any{"task": "push", "script": pushScript, "policy_document": named})
+	a := h.waitApproval(approver)
+	if r := h.do("POST", "/v1/approvals/"+a.ID+"/approve", approver, nil); r.status != http.StatusForbidden {
+		t.Errorf("decision by a key the policy does not name = %d %s", r.status, r.body)
+	}
+	h.must(http.StatusAccepted, "POST", "/v1/runs/"+run.ID+"/cancel", writer, nil)
+	h.waitStatus(writer, run.ID, event.StatusCancelled)
+}
+
+// TestTenantIsolation: for every endpoint, tenant alpha's key (with every
+// scope) gets not_found on tenant beta's objects, exactly as on ids that
+// exist nowhere, and alpha's listings show nothing of beta's.
+func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{drive: true})
+	alpha, beta := h.key("alpha", "admin"), h.key("beta", "admin")
+
+	// beta's objects: an upload, a policy, a completed run with a patch,
+	// a run waiting for an approval, credits.
+	var up server.Upload
+	h.must(http.StatusCreated, "POST", "/v1/uploads", beta, tarball(t, true, map[string]string{"f.txt": "beta's\n"})).json(t, &up)
+	h.must(http.StatusCreated, "POST", "/v1/policies/ask", beta, []byte(askPolicy))
+	done := h.createRun(beta, map[string]any{"task": "beta", "script": fixScript, "workspace": map[string]any{"upload": up.ID},
+		"metadata": map[string]string{"secret-label": "beta"}})
+	h.waitStatus(beta, done.ID, event.StatusCompleted)
+	held := h.createRun(beta, map[string]any{"task": "push", "script": pushScript, "policy": "ask"})
+	approval := h.waitApproval(beta)
+	if _, err := h.store.AddLedgerEntry(context.Background(), store.LedgerEntry{Tenant: "beta", Kind: store.LedgerGrant, Amount: 7_000_000, Note: "beta's grant"}); err != nil {
+		t.Fatal(err)
+	}
+
+	guess := event.NewRunID(time.Now())
+	for _, id := range []struct{ name, run, approval string }{
+		{"beta's", done.ID, approval.ID},
+		{"guessed", guess, guess + ".call_1_0"},
+		{"malformed", "run_x", "nothing"},
+	} {
+		t.Run(id.name, func(t *testing.T) {
+			for _, tc := range []struct {
+				method, path string
+				body         any
+			}{
+				{"GET", "/v1/runs/" + id.run, nil},
+				{"GET", "/v1/runs/" + id.run + "/events", nil},
+				{"GET", "/v1/runs/" + id.run + "/events/stream", nil},
+				{"GET", "/v1/runs/" + id.run + "/artifacts", nil},
+				{"GET", "/v1/runs/" + id.run + "/artifacts/patch.diff", nil},
+				{"GET", "/v1/runs/" + id.run + "/artifacts/api/metadata.json", nil},
+				{"POST", "/v1/runs/" + id.run + "/cancel", nil},
+				{"POST", "/v1/runs/" + id.run + "/pause", nil},
+				{"POST", "/v1/runs/" + id.run + "/resume", nil},
+				{"POST", "/v1/runs/" + id.run + "/fork", map[string]any{"at_step": 0}},
+				{"POST", "/v1/approvals/" + id.approval + "/approve", nil},
+				{"POST", "/v1/approvals/" + id.approval + "/deny", map[string]string{"reason": "mine now"}},
+			} {
+				r := h.do(tc.method, tc.path, alpha, tc.body)
+				if r.status != http.StatusNotFound {
+					t.Errorf("%s %s with alpha's key = %d %s, want 404", tc.method, tc.path, r.status, r.body)
+					continue
+				}
+				if e := r.errBody(t); e.Code != server.CodeNotFound || strings.Contains(e.Message, "beta") {
+					t.Errorf("%s %s: %+v", tc.method, tc.path, e)
+				}
+			}
+		})
+	}
+	// Not found like a name nothing has, whoever has it.
+	for _, tc := range []struct {
+		method, path string
+		body         any
+	}{
+		{"GET", "/v1/policies/ask/versions", nil},
+		{"POST", "/v1/runs", map[string]any{"task": "t", "script": finishScript, "policy": "ask"}},
+		{"POST", "/v1/runs", map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": up.ID}}},
+		{"POST", "/v1/runs", map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": "upl_" + strings.Repeat("0", 64)}}},
+		{"POST", "/v1/runs/" + done.ID + "/fork", map[string]any{"at_step": 0, "policy": "ask"}},
+	} {
+		if r := h.do(tc.method, tc.path, alpha, tc.body); r.status != http.StatusNotFound {
+			t.Errorf("%s %s with alpha's key = %d %s, want 404", tc.method, tc.path, r.status, r.body)
+		}
+	}
+	// Listings show alpha only its own.
+	var runs server.RunList
+	h.must(http.StatusOK, "GET", "/v1/runs", alpha, nil).json(t, &runs)
+	var as struct{ Approvals []server.Approval }
+	h.must(http.StatusOK, "GET", "/v1/approvals", alpha, nil).json(t, &as)
+	var ps struct{ Policies []server.PolicyVersion }
+	h.must(http.StatusOK, "GET", "/v1/policies", alpha, nil).json(t, &ps)
+	var cr server.Credits
+	h.must(http.StatusOK, "GET", "/v1/credits", alpha, nil).json(t, &cr)
+	if len(runs.Runs) != 0 || len(as.Approvals) != 0 || len(ps.Policies) != 0 || cr.Balance != 0 || len(cr.Entries) != 0 || cr.Tenant != "alpha" {
+		t.Errorf("alpha sees runs %v, approvals %v, policies %v, credits %+v", runs.Runs, as.Approvals, ps.Policies, cr)
+	}
+	// beta's own key sees them, and its run is untouched.
+	h.must(http.StatusOK, "GET", "/v1/credits", beta, nil).json(t, &cr)
+	if cr.Balance != 7_000_000 || cr.Credits != "7" || len(cr.Entries) != 1 {
+		t.Errorf("beta's credits %+v", cr)
+	}
+	h.must(http.StatusOK, "GET", "/v1/runs", beta, nil).json(t, &runs)
+	if len(runs.Runs) != 2 {
+		t.Errorf("beta lists %d runs, want 2", len(runs.Runs))
+	}
+	var still server.Run
+	h.must(http.StatusOK, "GET", "/v1/runs/"+held.ID, beta, nil).json(t, &still)
+	if still.Status != event.StatusAwaitingApproval {
+		t.Errorf("beta's held run is %s", still.Status)
+	}
+	h.must(http.StatusAccepted, "POST", "/v1/runs/"+held.ID+"/cancel", beta, nil)
+}
+
+// TestScopes: each endpoint needs its scope; admin holds all.
+func TestScopes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	keys := map[string]string{
+		"runs:read":  h.key("alpha", "runs:read"),
+		"runs:write": h.key("alpha", "runs:write"),
+		"approvals":  h.key("alpha", "approvals"),
+		"admin":      h.key("alpha", "admin"),
+		"sandboxes":  h.key("alpha", "sandboxes"),
+	}
+	id := event.NewRunID(time.Now())
+	for _, tc := range []struct {
+		method, path string
+		allowed      []string // besides admin
+	}{
+		{"GET", "/v1/runs", []string{"runs:read"}},
+		{"GET", "/v1/runs/" + id, []string{"runs:read"}},
+		{"GET", "/v1/runs/" + id + "/events", []string{"runs:read"}},
+		{"GET", "/v1/runs/" + id + "/events/stream", []string{"runs:read"}},
+		{"GET", "/v1/runs/" + id + "/artifacts", []string{"runs:read"}},
+		{"GET", "/v1/runs/" + id + "/artifacts/patch.diff", []string{"runs:read"}},
+		{"POST", "/v1/runs", []string{"runs:write"}},
+		{"POST", "/v1/uploads", []string{"runs:write"}},
+		{"POST", "/v1/runs/" + id + "/cancel", []string{"runs:write"}},
+		{"POST", "/v1/runs/" + id + "/pause", []string{"runs:write"}},
+		{"POST", "/v1/runs/" + id + "/resume", []string{"runs:write"}},
+		{"POST", "/v1/runs/" + id + "/fork", []string{"runs:write"}},
+		{"GET", "/v1/approvals", []string{"approvals", "runs:read"}},
+		{"POST", "/v1/approvals/" + id + ".call_1_0/approve", []string{"approvals"}},
+		{"POST", "/v1/approvals/" + id + ".call_1_0/deny", []string{"approvals"}},
+		{"GET", "/v1/policies", []string{"runs:read"}},
+		{"GET", "/v1/policies/p/versions", []string{"runs:read"}},
+		{"POST", "/v1/policies/p", nil},
+		{"GET", "/v1/credits", []string{"runs:read"}},
+		{"GET", "/metrics", nil},
+		{"GET", "/openapi.json", []string{"runs:read", "runs:write", "approvals", "sandboxes"}},
+	} {
+		for scope, key := range keys {
+			want := scope == "admin" || slices.Contains(tc.allowed, scope)
+			r := h.do(tc.method, tc.path, key, nil)
+			if got := r.status != http.StatusForbidden; got != want {
+				t.Errorf("%s %s with %s = %d, want allowed=%v", tc.method, tc.path, scope, r.status, want)
+			}
+			if r.status == http.StatusForbidden && r.errBody(t).Code != server.CodeForbidden {
+				t.Errorf("%s %s: %s", tc.method, tc.path, r.body)
+			}
+		}
+	}
+}
+
+// TestErrors: every error has the one shape with a code of the closed set
+// and the request id; none leaks internals.
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{config: server.Config{MaxBody: 4 << 10}})
+	key := h.key("alpha", "admin")
+	revoked, meta, err := h.keys.Create(context.Background(), "alpha", "old", []string{"admin"}, "airlock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.RevokeAPIKey(context.Background(), "alpha", meta.ID); err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]any{"task": strings.Repeat("x", 8<<10), "script": finishScript}
+	for _, tc := range []struct {
+		name    string
+		method  string
+		path    string
+		key     string
+		body    any
+		headers []string
+		code    string
+	}{
+		{"no key", "GET", "/v1/runs", "", nil, nil, server.CodeUnauthenticated},
+		{"unknown key", "GET", "/v1/runs", "airlock_" + strings.Repeat("0", 48), nil, nil, server.CodeUnauthenticated},
+		{"malformed key", "GET", "/v1/runs", "hunter2", nil, nil, server.CodeUnauthenticated},
+		{"revoked key", "GET", "/v1/runs", revoked, nil, nil, server.CodeUnauthenticated},
+		{"basic auth", "GET", "/v1/runs", "", nil, []string{"Authorization", "Basic eDp5"}, server.CodeUnauthenticated},
+		{"x-api-key", "GET", "/v1/nothing", "", nil, []string{"X-API-Key", key}, server.CodeNotFound},
+		{"unknown route", "GET", "/v1/nothing", key, nil, nil, server.CodeNotFound},
+		{"wrong method", "DELETE", "/v1/runs", key, nil, nil, server.CodeMethodNotAllowed},
+		{"no body", "POST", "/v1/runs", key, nil, nil, server.CodeBadRequest},
+		{"malformed JSON", "POST", "/v1/runs", key, []byte(`{"task":`), nil, server.CodeBadRequest},
+		{"unknown field", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "base_url": "http://evil"}, nil, server.CodeBadRequest},
+		{"trailing data", "POST", "/v1/runs", key, []byte(`{"task":"t","script":"x"} {}`), nil, server.CodeBadRequest},
+		{"body too large", "POST", "/v1/runs", key, big, nil, server.CodeTooLarge},
+		{"empty task", "POST", "/v1/runs", key, map[string]any{"task": " ", "script": finishScript}, nil, server.CodeBadRequest},
+		{"bad script", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": "turns: [[["}, nil, server.CodeBadRequest},
+		{"compatible model", "POST", "/v1/runs", key, map[string]any{"task": "t", "model": "openai-compatible:x"}, nil, server.CodeBadRequest},
+		{"git workspace", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"git": "https://example.com/r.git"}}, nil, server.CodeBadRequest},
+		{"bad policy", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "policy_document": "budgets: {max_steps: -1}\n"}, nil, server.CodeBadRequest},
+		{"host mount", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "policy_document": "sandbox:\n  mounts: [{source: /etc, target: /mnt/etc}]\n"}, nil, server.CodeForbidden},
+		{"bad status", "GET", "/v1/runs?status=done", key, nil, nil, server.CodeBadRequest},
+		{"bad cursor", "GET", "/v1/runs?cursor=abc", key, nil, nil, server.CodeBadRequest},
+		{"bad limit", "GET", "/v1/runs?limit=100000", key, nil, nil, server.CodeBadRequest},
+		{"bad after", "GET", "/v1/credits?after=-1", key, nil, nil, server.CodeBadRequest},
+		{"bad policy name", "POST", "/v1/policies/Bad%20Name", key, []byte("{}\n"), nil, server.CodeBadRequest},
+		{"bad Last-Event-ID", "GET", "/v1/runs/" + event.NewRunID(time.Now()) + "/events/stream", key, nil, []string{"Last-Event-ID", "x"}, server.CodeBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.do(tc.method, tc.path, tc.key, tc.body, tc.headers...)
+			e := r.errBody(t)
+			if e.Code != tc.code {
+				t.Fatalf("%s %s = %d %+v, want %s", tc.method, tc.path, r.status, e, tc.code)
+			}
+			for _, leak := range []string{"sqlite", "/tmp", "engine:", "store:", "goroutine", "hunter2"} {
+				if strings.Contains(e.Message, leak) {
+					t.Errorf("message %q holds %q", e.Message, leak)
+				}
+			}
+			if e.Code == server.CodeUnauthenticated && r.header.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+		})
+	}
+	// A request header over the limit is refused before it is read.
+	r := h.do("GET", "/v1/runs", key, nil, "X-Padding", strings.Repeat("p", 200<<10))
+	if r.status != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("huge header = %d", r.status)
+	}
+}
+
+// TestRateLimit: a key gets Burst requests at once and Rate per second
+// after, with Retry-After; failed authentications are limited per
+// address before keys are looked up.
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	h := newHarness(t, harnessOptions{clock: clock, config: server.Config{Rate: 1, Burst: 2}})
+	key, other := h.key("alpha", "runs:read"), h.key("alpha", "runs:read")
+	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
+	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
+	r := h.do("GET", "/v1/runs", key, nil)
+	if r.status != http.StatusTooManyRequests || r.errBody(t).Code != server.CodeRateLimited || r.header.Get("Retry-After") != "1" {
+		t.Fatalf("third request = %d %s, Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	h.must(http.StatusOK, "GET", "/v1/runs", other, nil) // another key has its own bucket
+	clock.Advance(time.Second)
+	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
+	h.must(http.StatusOK, "GET", "/healthz", "", nil) // health is not limited
+
+	bad := "airlock_" + strings.Repeat("1", 48)
+	for i := 0; i < 2; i++ {
+		if r := h.do("GET", "/v1/runs", bad, nil); r.status != http.StatusUnauthorized {
+			t.Fatalf("bad key %d = %d", i, r.status)
+		}
+	}
+	r = h.do("GET", "/v1/runs", bad, nil)
+	if r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+		t.Fatalf("third failed authentication = %d %s", r.status, r.body)
+	}
+}
+
+// TestUploads: a gzipped tar is stored as is, a plain tar is gzipped,
+// anything else and anything too large is refused.
+func TestUploads(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{config: server.Config{MaxUpload: 64 << 10}})
+	key := h.key("alpha", "runs:write", "runs:read")
+	var up server.Upload
+	gz := tarball(t, true, map[string]string{"a.txt": "a"})
+	h.must(http.StatusCreated, "POST", "/v1/uploads", key, gz).json(t, &up)
+	if !up.Gzipped || up.Size != int64(len(gz)) || up.Received != int64(len(gz)) {
+		t.Errorf("gzipped upload %+v", up)
+	}
+	var again server.Upload
+	h.must(http.StatusCreated, "POST", "/v1/uploads", key, gz).json(t, &again)
+	if again.ID == up.ID {
+		t.Error("two uploads of the same bytes share an id: ids must not be derivable from the content")
+	}
+	plain := tarball(t, false, map[string]string{"b.txt": strings.Repeat("b", 10<<10)})
+	h.must(http.StatusCreated, "POST", "/v1/uploads", key, plain).json(t, &up)
+	if up.Gzipped || up.Received != int64(len(plain)) || up.Size >= up.Received {
+		t.Errorf("plain upload %+v", up)
+	}
+	for name, body := range map[string][]byte{
+		"garbage":   []byte("not a tarball at all"),
+		"empty":     nil,
+		"too large": tarball(t, false, map[string]string{"c": strings.Repeat("c", 100<<10)}),
+	} {
+		r := h.do("POST", "/v1/uploads", key, body)
+		want := server.CodeBadRequest
+		if name == "too large" {
+			want = server.CodeTooLarge
+		}
+		if e := r.errBody(t); e.Code != want {
+			t.Errorf("%s upload = %+v, want %s", name, e, want)
+		}
+	}
+	// The id names the upload for runs of this tenant.
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": up.ID}})
+	if run.Status != event.StatusQueued {
+		t.Errorf("run %+v", run)
+	}
+}
+
+// TestPolicies: uploads are validated, versioned and idempotent; policies
+// that reach the host's resources are refused.
+func TestPolicies(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	key := h.key("alpha", "admin")
+	var v server.PolicyVersion
+	h.must(http.StatusCreated, "POST", "/v1/policies/strict", key, []byte("budgets:\n  max_steps: 5\n")).json(t, &v)
+	h.must(http.StatusOK, "POST", "/v1/policies/strict", key, []byte("budgets:\n  max_steps: 5\n")).json(t, &v)
+	if v.Version != 1 || *v.New {
+		t.Errorf("unchanged upload %+v", v)
+	}
+	h.must(http.StatusCreated, "POST", "/v1/policies/strict", key, []byte("budgets:\n  max_steps: 3\n"))
+	var vs struct{ Versions []server.PolicyVersion }
+	h.must(http.StatusOK, "GET", "/v1/policies/strict/versions", key, nil).json(t, &vs)
+	if len(vs.Versions) != 2 || vs.Versions[0].Version != 2 || !strings.HasPrefix(vs.Versions[0].By, "key_") || vs.Versions[0].Source != "api" {
+		t.Errorf("versions %+v", vs.Versions)
+	}
+	for name, doc := range map[string]string{
+		"workspace source": "sandbox:\n  workspace: {source: /home}\n",
+		"rootfs":           "sandbox:\n  rootfs: /srv/root\n",
+		"cidr":             "network:\n  allow: [{cidr: 169.254.169.254/32}]\n",
+		"pin":              "network:\n  allow: [{host: api.example.com}]\n  resolve: [{host: 'api.example.com:443', to: '127.0.0.1:8080'}]\n",
+		"credentials":      "network:\n  allow: [{host: evil.example.com}]\n  credentials: [{host: evil.example.com, secret: anthropic-api-key, header: X-Key}]\n",
+	} {
+		r := h.do("POST", "/v1/policies/host", key, []byte(doc))
+		if e := r.errBody(t); e.Code != server.CodeForbidden {
+			t.Errorf("%s policy = %+v, want forbidden", name, e)
+		}
+	}
+	if r := h.do("POST", "/v1/policies/bad", key, []byte("budgets: {max_stepz: 1}\n")); r.errBody(t).Code != server.CodeBadRequest {
+		t.Errorf("invalid policy = %s", r.body)
+	}
+	// A run names a version; its budget is the policy's, lowered, never raised, by max_steps.
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "policy": "strict@v1", "max_steps": 50})
+	evs, err := h.eng.Events(context.Background(), run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created event.RunCreated
+	var cfg engine.Config
+	if err := json.Unmarshal(evs[0].Payload, &created); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(created.Config, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxSteps != 5 || run.PolicyHash != vs.Versions[1].Hash {
+		t.Errorf("max_steps %d under strict@v1 (hash %s, want %s)", cfg.MaxSteps, run.PolicyHash, vs.Versions[1].Hash)
+	}
+}
+
+// TestStreams: a stream sends keepalives while nothing happens, picks up
+// events another process appends (by polling the store), ends when the
+// run does; a key holds at most MaxStreams; closing the server ends them.
+func TestStreams(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{config: server.Config{Keepalive: 100 * time.Millisecond, StreamPoll: 50 * time.Millisecond, MaxStreams: 1}})
+	key := h.key("alpha", "runs:read", "runs:write")
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
+	path := "/v1/runs/" + run.ID + "/events/stream"
+
+	_, comments, status := h.stream(key, path, func(e sse) bool { return e.event == "comment" })
+	if status != http.StatusOK || len(comments) != 1 || comments[0] != ": keepalive" {
+		t.Fatalf("stream of an idle run: %d %q", status, comments)
+	}
+
+	// Another engine on the store, as another process: no feed wakes
+	// the stream, the poll finds its event.
+	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: noSandboxes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, started := h.backgroundStream(key, path)
+	<-started
+	// While the stream is open the key has no second one.
+	if st := h.streamStatus(key, path); st != http.StatusTooManyRequests {
+		t.Errorf("a second stream of the key = %d, want 429", st)
+	}
+	if err := other.Cancel(context.Background(), run.ID, "elsewhere", "test"); err != nil {
+		t.Fatal(err)
+	}
+	evs := <-got
+	seqs(t, evs, 1, true)
+	if last := evs[len(evs)-2]; last.event != string(event.TypeRunCancelled) {
+		t.Errorf("last event %s", last.event)
+	}
+
+	// Closing the server ends open streams, without an end event (the
+	// run goes on; the client reconnects).
+	run2 := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
+	got, started = h.backgroundStream(key, "/v1/runs/"+run2.ID+"/events/stream")
+	<-started
+	h.srv.CloseStreams()
+	if evs := <-got; len(evs) == 0 || evs[len(evs)-1].event == "end" {
+		t.Errorf("closed stream sent %v", evs)
+	}
+	if r := h.do("GET", "/readyz", "", nil); r.status != http.StatusServiceUnavailable || r.errBody(t).Code != server.CodeUnavailable {
+		t.Errorf("readyz while draining = %d %s", r.status, r.body)
+	}
+}
+
+// backgroundStream reads a stream in the background, opening it again
+// while the key's earlier streams still count; started is closed at its
+// first event, got receives its events when it ends.
+func (h *harness) backgroundStream(key, path string) (got chan []sse, started chan struct{}) {
+	got, started = make(chan []sse, 1), make(chan struct{})
+	var once sync.Once
+	go func() {
+		for {
+			evs, _, st := h.stream(key, path, func(sse) bool {
+				once.Do(func() { close(started) })
+				return false
+			})
+			if st == http.StatusTooManyRequests {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			got <- evs
+			return
+		}
+	}()
+	return got, started
+}
+
+// streamStatus opens a stream and returns its status at once.
+func (h *harness) streamStatus(key, path string) int {
+	h.t.Helper()
+	req, err := http.NewRequest("GET", h.url+path, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestHealthAndMetrics: health needs no key; metrics need admin and count
+// requests and errors without naming tenants.
+func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	h.must(http.StatusOK, "GET", "/healthz", "", nil)
+	h.must(http.StatusOK, "GET", "/readyz", "", nil)
+	admin := h.key("alpha", "admin")
+	h.must(http.StatusCreated, "POST", "/v1/runs", admin, map[string]any{"task": "t", "script": finishScript})
+	h.do("GET", "/v1/runs/run_x", admin, nil)
+	m := h.must(http.StatusOK, "GET", "/metrics", admin, nil)
+	for _, want := range []string{
+		`airlock_http_requests_total{route="POST /v1/runs",code="201"} 1`,
+		`airlock_api_errors_total{code="not_found"} 1`,
+		`airlock_api_runs_created_total 1`,
+		`# TYPE airlock_api_event_streams gauge`,
+	} {
+		if !bytes.Contains(m.body, []byte(want)) {
+			t.Errorf("metrics lack %q:\n%s", want, m.body)
+		}
+	}
+	if bytes.Contains(m.body, []byte("alpha")) {
+		t.Error("metrics name a tenant")
+	}
+	var doc map[string]any
+	h.must(http.StatusOK, "GET", "/openapi.json", admin, nil).json(t, &doc)
+	if doc["openapi"] == nil {
+		t.Error("openapi.json served without openapi")
+	}
+}
+
+// TestRunPaging: runs list newest first in pages with next_cursor, and
+// filter by status.
+func TestRunPaging(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	key := h.key("alpha", "runs:read", "runs:write")
+	var ids []string
+	for i := 0; i < 5; i++ {
+		ids = append(ids, h.createRun(key, map[string]any{"task": "t", "script": finishScript}).ID)
+		time.Sleep(2 * time.Millisecond) // ids order by millisecond
+	}
+	var got []string
+	cursor := ""
+	for pages := 0; ; pages++ {
+		var l server.RunList
+		h.must(http.StatusOK, "GET", "/v1/runs?limit=2&cursor="+cursor, key, nil).json(t, &l)
+		for _, r := range l.Runs {
+			got = append(got, r.ID)
+		}
+		if l.NextCursor == "" || pages > 5 {
+			break
+		}
+		cursor = l.NextCursor
+	}
+	slices.Reverse(ids)
+	if !slices.Equal(got, ids) {
+		t.Errorf("paged %v, want %v", got, ids)
+	}
+	var l server.RunList
+	h.must(http.StatusOK, "GET", "/v1/runs?status=running,completed", key, nil).json(t, &l)
+	if len(l.Runs) != 0 {
+		t.Errorf("no run is running or completed, listed %d", len(l.Runs))
+	}
+	h.must(http.StatusOK, "GET", "/v1/runs?status=queued&order=asc&limit=1", key, nil).json(t, &l)
+	if len(l.Runs) != 1 || l.Runs[0].ID != ids[len(ids)-1] {
+		t.Errorf("oldest queued %v", l.Runs)
+	}
+}
+
+// TestSlowClients: a request body that does not arrive in time is cut
+// off with an error that says nothing of the connection; an event stream
+// outlives that timeout.
+func TestSlowClients(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{config: server.Config{RequestTimeout: 300 * time.Millisecond, Keepalive: 100 * time.Millisecond}})
+	key := h.key("alpha", "runs:read", "runs:write")
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{\"task\":", key)
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // a bound on a broken test, not a timing check
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	r := response{status: resp.StatusCode, header: resp.Header, body: b}
+	if e := r.errBody(t); e.Code != server.CodeBadRequest || strings.Contains(e.Message, "tcp") || strings.Contains(e.Message, "timeout") {
+		t.Errorf("stalled body = %+v", e)
+	}
+
+	// Six keepalives span twice the request timeout: the stream lives on.
+	n := 0
+	_, comments, status := h.stream(key, "/v1/runs/"+run.ID+"/events/stream", func(e sse) bool {
+		if e.event == "comment" {
+			n++
+		}
+		return n == 6
+	})
+	if status != http.StatusOK || len(comments) != 6 {
+		t.Errorf("stream: %d, %d keepalives", status, len(comments))
+	}
+}

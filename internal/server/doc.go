@@ -1,0 +1,35 @@
+// Package server is the host's HTTP API: runs, their event logs (paged and
+// as server-sent-event streams), approvals, artifacts, policies, credits
+// and uploaded workspaces, as JSON over HTTP for tenants' API keys.
+//
+// Invariants it keeps:
+//   - Every endpoint but /healthz and /readyz needs an API key (a bearer
+//     token or X-API-Key); the principal it stands for names one tenant,
+//     and each endpoint checks the principal's scopes.
+//   - Every read of a tenant's objects goes through store.ForTenant, the
+//     store's tenant-scoped view, so another tenant's run, event, artifact,
+//     policy or ledger entry answers not_found, exactly like an id that
+//     does not exist. Uploads are tenant-scoped by a receipt blob naming
+//     the tenant; approvals and actions on runs check the run's tenant
+//     through the view first.
+//   - Errors have one JSON shape, {"code","message","request_id"}, with a
+//     code from a small closed set; a message is only ever text this
+//     package wrote for the client (or a validation problem of the
+//     client's own input), never an internal error, path or secret:
+//     those go to the log with the request id.
+//   - Input is bounded: request bodies, headers, uploads, page sizes,
+//     streams per key, and requests per key (a token bucket, with
+//     Retry-After). Nothing a client uploads is unpacked on the host: a
+//     workspace tarball is unpacked inside the run's sandbox.
+//   - Policies that tenants submit may not name host resources (host
+//     directories, mounts, a root filesystem, upstream CA files, pinned
+//     addresses, CIDR rules that lift the address guard, credentials from
+//     the host's secret store) unless Config.TrustTenantPolicies says
+//     tenants are trusted.
+//   - An event stream reads the store, the source of truth, and only
+//     uses the engine's in-process notifications (Feed) and a poll as
+//     wake-ups, so it neither skips nor repeats an event, also across
+//     reconnections with Last-Event-ID.
+//
+// Importers: host wiring (the serve command) only.
+package server

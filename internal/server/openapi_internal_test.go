@@ -1,0 +1,65 @@
+package server
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestOpenAPIMatchesRoutes: the committed OpenAPI document describes
+// every route the server serves, with the scopes it enforces, and nothing
+// else.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	if !strings.HasPrefix(doc.OpenAPI, "3.") {
+		t.Errorf("openapi = %q, want 3.x", doc.OpenAPI)
+	}
+	s := &Server{}
+	served := map[string]route{}
+	rest := regexp.MustCompile(`\{(\w+)\.\.\.\}`)
+	for _, rt := range s.table() {
+		served[strings.ToLower(rt.method)+" "+rest.ReplaceAllString(rt.pattern, "{$1}")] = rt
+	}
+	documented := map[string]bool{}
+	for p, ops := range doc.Paths {
+		for m, raw := range ops {
+			if m == "parameters" {
+				continue
+			}
+			key := m + " " + p
+			documented[key] = true
+			rt, ok := served[key]
+			if !ok {
+				t.Errorf("openapi.json documents %s, which the server does not serve", key)
+				continue
+			}
+			var op struct {
+				Security *[]any   `json:"security"`
+				Scopes   []string `json:"x-airlock-scopes"`
+			}
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatal(err)
+			}
+			public := op.Security != nil && len(*op.Security) == 0
+			if public != rt.public {
+				t.Errorf("%s: documented public=%v, served public=%v", key, public, rt.public)
+			}
+			if !rt.public && !slices.Equal(op.Scopes, rt.scopes) && !(len(op.Scopes) == 0 && len(rt.scopes) == 0) {
+				t.Errorf("%s: documented scopes %v, enforced %v", key, op.Scopes, rt.scopes)
+			}
+		}
+	}
+	for key := range served {
+		if !documented[key] {
+			t.Errorf("the server serves %s, which openapi.json does not document", key)
+		}
+	}
+}

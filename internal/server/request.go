@@ -1,0 +1,387 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// CreateRunRequest is the body of POST /v1/runs.
+type CreateRunRequest struct {
+	Task string `json:"task"`
+	// Model is "PROVIDER:MODEL" (anthropic, openai, openai-responses),
+	// or empty with Script.
+	Model string `json:"model,omitempty"`
+	// Script is the YAML of a scripted model's turns (tests, demos).
+	Script string `json:"script,omitempty"`
+	// Policy names a stored policy of the tenant, NAME[@vN|@HASHPREFIX];
+	// PolicyDocument is a policy document (YAML) instead. Neither: the
+	// built-in strict default.
+	Policy         string `json:"policy,omitempty"`
+	PolicyDocument string `json:"policy_document,omitempty"`
+	// Workspace is what /workspace starts as; none: empty.
+	Workspace *WorkspaceSource `json:"workspace,omitempty"`
+	// Verify adds completion checks to the policy's.
+	Verify *VerifySpec `json:"verify,omitempty"`
+	// Artifacts adds globs of workspace files kept after verification.
+	Artifacts []string `json:"artifacts,omitempty"`
+	// MaxSteps lowers the policy's step budget (never raises it).
+	MaxSteps int `json:"max_steps,omitempty"`
+	// Metadata is the client's own labels, returned with the run.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// WorkspaceSource is where a run's workspace comes from.
+type WorkspaceSource struct {
+	// Upload is the id of an uploaded tarball (POST /v1/uploads).
+	Upload string `json:"upload,omitempty"`
+	// Git is a repository URL: not supported by this version.
+	Git string `json:"git,omitempty"`
+}
+
+// VerifySpec are completion checks.
+type VerifySpec struct {
+	Commands    []string `json:"commands,omitempty"`
+	Changed     []string `json:"changed,omitempty"`
+	OnlyChanged []string `json:"only_changed,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/runs/{id}/fork.
+type ForkRequest struct {
+	// AtStep is the step after which the new run starts (0: from the
+	// start).
+	AtStep *int `json:"at_step"`
+	// Model, Script, Policy and PolicyDocument replace the parent's, as in
+	// CreateRunRequest; empty keeps the parent's.
+	Model          string `json:"model,omitempty"`
+	Script         string `json:"script,omitempty"`
+	Policy         string `json:"policy,omitempty"`
+	PolicyDocument string `json:"policy_document,omitempty"`
+	MaxSteps       int    `json:"max_steps,omitempty"`
+}
+
+// Bounds of request fields.
+const (
+	maxMetadata      = 32
+	maxMetadataValue = 1024
+	maxListItems     = engine.MaxChecks
+	maxItemLen       = 4096
+)
+
+var metadataKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// models are the model providers a tenant may ask for. openai-compatible
+// is not: it needs a base URL, and a tenant-chosen base URL would receive
+// the host's provider key. replay is a host-side debugging tool.
+var models = []string{"anthropic", "openai", "openai-responses"}
+
+// checkModel validates a model spec a client gave.
+func checkModel(m string) error {
+	kind, name, ok := strings.Cut(m, ":")
+	if !ok || name == "" || len(m) > store.MaxModelLen || !printableText(m) {
+		return badRequest("model %q: want PROVIDER:MODEL with PROVIDER one of %s", clipText(m, 80), strings.Join(models, ", "))
+	}
+	if !slices.Contains(models, kind) {
+		return badRequest("model provider %q: want one of %s, or a script", clipText(kind, 40), strings.Join(models, ", "))
+	}
+	return nil
+}
+
+// checkScript validates a scripted model's YAML.
+func checkScript(script string) error {
+	if _, err := model.ParseScript([]byte(script)); err != nil {
+		return badRequest("script: %s", clipText(err.Error(), 500))
+	}
+	return nil
+}
+
+func printableText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// checkList validates a list of checks or globs.
+func checkList(field string, list []string) error {
+	if len(list) > maxListItems {
+		return badRequest("%s: %d entries, at most %d", field, len(list), maxListItems)
+	}
+	for i, v := range list {
+		if strings.TrimSpace(v) == "" || len(v) > maxItemLen || !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return badRequest("%s[%d]: want non-empty UTF-8 text of at most %d bytes", field, i, maxItemLen)
+		}
+	}
+	return nil
+}
+
+// checkMetadata validates a run's metadata.
+func checkMetadata(md map[string]string) error {
+	if len(md) > maxMetadata {
+		return badRequest("metadata: %d keys, at most %d", len(md), maxMetadata)
+	}
+	for k, v := range md {
+		if !metadataKey.MatchString(k) {
+			return badRequest("metadata key %q: want 1 to 64 of A-Z, a-z, 0-9, '_', '.', '-', starting with a letter or digit", clipText(k, 80))
+		}
+		if len(v) > maxMetadataValue || !utf8.ValidString(v) {
+			return badRequest("metadata %s: want UTF-8 text of at most %d bytes", k, maxMetadataValue)
+		}
+	}
+	return nil
+}
+
+// validate checks what can be checked of a create request without the
+// store.
+func (q *CreateRunRequest) validate() error {
+	switch {
+	case strings.TrimSpace(q.Task) == "":
+		return badRequest("task: empty")
+	case len(q.Task) > store.MaxTaskLen || !utf8.ValidString(q.Task):
+		return badRequest("task: want UTF-8 text of at most %d bytes", store.MaxTaskLen)
+	case q.Script != "" && q.Model != "":
+		return badRequest("give model or script, not both")
+	case q.Script == "" && q.Model == "":
+		return badRequest("give model PROVIDER:MODEL or a script")
+	case q.Policy != "" && q.PolicyDocument != "":
+		return badRequest("give policy (a stored policy's name) or policy_document, not both")
+	case q.MaxSteps < 0 || q.MaxSteps > 10_000:
+		return badRequest("max_steps %d: want 1 to 10000", q.MaxSteps)
+	}
+	if q.Model != "" {
+		if err := checkModel(q.Model); err != nil {
+			return err
+		}
+	}
+	if q.Script != "" {
+		if err := checkScript(q.Script); err != nil {
+			return err
+		}
+	}
+	if q.Policy != "" {
+		if _, _, err := splitPolicyRef(q.Policy); err != nil {
+			return err
+		}
+	}
+	if ws := q.Workspace; ws != nil {
+		switch {
+		case ws.Git != "":
+			return badRequest("workspace.git: git workspaces are not supported yet; upload a tarball (POST /v1/uploads)")
+		case ws.Upload == "":
+			return badRequest("workspace: give upload, the id of an uploaded tarball")
+		case !validUploadID(ws.Upload):
+			return errNoUpload
+		}
+	}
+	if v := q.Verify; v != nil {
+		for field, list := range map[string][]string{"verify.commands": v.Commands, "verify.changed": v.Changed, "verify.only_changed": v.OnlyChanged} {
+			if err := checkList(field, list); err != nil {
+				return err
+			}
+		}
+	}
+	if err := checkList("artifacts", q.Artifacts); err != nil {
+		return err
+	}
+	return checkMetadata(q.Metadata)
+}
+
+// validate checks what can be checked of a fork request without the
+// store.
+func (q *ForkRequest) validate() error {
+	switch {
+	case q.AtStep == nil:
+		return badRequest("at_step: required (0 forks from the start)")
+	case *q.AtStep < 0 || *q.AtStep > 100_000:
+		return badRequest("at_step %d: want 0 or more", *q.AtStep)
+	case q.Script != "" && q.Model != "":
+		return badRequest("give model or script, not both")
+	case q.Policy != "" && q.PolicyDocument != "":
+		return badRequest("give policy (a stored policy's name) or policy_document, not both")
+	case q.MaxSteps < 0 || q.MaxSteps > 10_000:
+		return badRequest("max_steps %d: want 1 to 10000", q.MaxSteps)
+	}
+	if q.Model != "" {
+		if err := checkModel(q.Model); err != nil {
+			return err
+		}
+	}
+	if q.Script != "" {
+		if err := checkScript(q.Script); err != nil {
+			return err
+		}
+	}
+	if q.Policy != "" {
+		if _, _, err := splitPolicyRef(q.Policy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitPolicyRef reads NAME, NAME@vN or NAME@HASHPREFIX.
+func splitPolicyRef(arg string) (name, ref string, err error) {
+	name, ref, at := strings.Cut(arg, "@")
+	if store.ValidatePolicyName(name) != nil {
+		return "", "", badRequest("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", clipText(name, 80), store.MaxPolicyNameLen)
+	}
+	if _, err := store.ParsePolicyRef(ref); err != nil || (at && ref == "") {
+		return "", "", badRequest("policy %q: after the @ give vN or at least 8 hex digits of the version's hash", clipText(arg, 100))
+	}
+	return name, ref, nil
+}
+
+// runPolicy is the policy a new run is held to.
+type runPolicy struct {
+	doc    []byte
+	parsed *policy.Document
+	source string
+}
+
+// resolvePolicy reads the policy a request names (stored, of the caller's
+// tenant) or carries (inline), checks it, and returns it; neither gives
+// the built-in default (no document).
+func (s *Server) resolvePolicy(ctx context.Context, view *store.TenantStore, ref, inline string) (runPolicy, error) {
+	switch {
+	case inline != "":
+		doc, err := s.checkPolicy([]byte(inline))
+		if err != nil {
+			return runPolicy{}, err
+		}
+		return runPolicy{doc: []byte(inline), parsed: doc, source: "api (inline)"}, nil
+	case ref != "":
+		name, r, err := splitPolicyRef(ref)
+		if err != nil {
+			return runPolicy{}, err
+		}
+		v, err := view.GetPolicy(ctx, name, r)
+		if errors.Is(err, store.ErrNotFound) {
+			return runPolicy{}, errNoPolicy
+		}
+		if errors.Is(err, store.ErrInvalid) {
+			return runPolicy{}, badRequest("policy %s: %s", clipText(ref, 100), clientText(err))
+		}
+		if err != nil {
+			return runPolicy{}, err
+		}
+		// Stored through this API (checked then) or by the host's CLI:
+		// checked again, the rules may have changed since.
+		doc, err := s.checkPolicy(v.Document)
+		if err != nil {
+			return runPolicy{}, err
+		}
+		return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version)}, nil
+	}
+	return runPolicy{parsed: policy.Default(), source: ""}, nil
+}
+
+// checkPolicy parses a policy document a tenant gave and refuses what
+// names the host's resources (unless tenants are trusted).
+func (s *Server) checkPolicy(b []byte) (*policy.Document, error) {
+	if len(b) > store.MaxPolicyLen {
+		return nil, publicf(CodeTooLarge, "the policy document is over %d bytes", store.MaxPolicyLen)
+	}
+	doc, err := policy.Parse(b)
+	if err != nil {
+		return nil, badRequest("policy: %s", clientText(err))
+	}
+	if s.cfg.TrustTenantPolicies {
+		return doc, nil
+	}
+	if bad := hostSettings(doc); len(bad) > 0 {
+		return nil, publicf(CodeForbidden, "policy: %s name host resources, which this server does not let tenants use", strings.Join(bad, ", "))
+	}
+	return doc, nil
+}
+
+// hostSettings lists the fields of doc that reach the host's own
+// resources: host directories (workspace source, mounts, root
+// filesystem), host files (upstream CA), fixed addresses (pins, CIDR rules,
+// both of which lift the proxy's guard against loopback, private and
+// metadata addresses), and the host's secret store (credentials, which
+// the host resolves in its own, single secret tenant).
+func hostSettings(doc *policy.Document) []string {
+	var bad []string
+	if doc.Sandbox.Workspace.Source != "" {
+		bad = append(bad, "sandbox.workspace.source")
+	}
+	if len(doc.Sandbox.Mounts) > 0 {
+		bad = append(bad, "sandbox.mounts")
+	}
+	if doc.Sandbox.RootFS != "" {
+		bad = append(bad, "sandbox.rootfs")
+	}
+	n := doc.Network
+	if n.UpstreamCA != "" {
+		bad = append(bad, "network.upstream_ca")
+	}
+	if len(n.Resolve) > 0 {
+		bad = append(bad, "network.resolve")
+	}
+	if slices.ContainsFunc(n.Allow, func(r policy.Rule) bool { return r.CIDR != "" }) {
+		bad = append(bad, "network.allow[].cidr")
+	}
+	if len(n.Credentials) > 0 {
+		bad = append(bad, "network.credentials")
+	}
+	return bad
+}
+
+// runConfig is the engine configuration of a run under doc, as airlock
+// run builds it from a policy (without its host-only flags).
+func runConfig(doc *policy.Document) engine.Config {
+	lim := doc.Sandbox.Limits
+	cfg := engine.Config{
+		MaxSteps:          int(doc.Budgets.MaxSteps),
+		TimeoutMS:         time.Duration(doc.Budgets.MaxWallTime).Milliseconds(),
+		MaxTokens:         doc.Budgets.MaxTokens,
+		MaxSandboxCPUMS:   doc.Budgets.MaxSandboxCPUSeconds * 1000,
+		MaxEgressBytes:    int64(doc.Budgets.MaxEgressBytes),
+		MaxCredits:        doc.Budgets.MaxCredits * 1_000_000,
+		CommandTimeoutMS:  time.Duration(lim.CommandTimeout).Milliseconds(),
+		ModelAttempts:     int(doc.Retries.Model) + 1,
+		SandboxAttempts:   int(doc.Retries.Sandbox) + 1,
+		Artifacts:         slices.Clone(doc.Artifacts),
+		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
+		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
+		Limits:            engine.Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
+		RootFS:            doc.Sandbox.RootFS,
+		Checks: engine.Checks{
+			Commands:    slices.Clone(doc.Verify.Commands),
+			Changed:     slices.Clone(doc.Verify.Changed),
+			OnlyChanged: slices.Clone(doc.Verify.OnlyChanged),
+			TimeoutMS:   time.Duration(doc.Verify.Timeout).Milliseconds(),
+		},
+		Sandboxes: []engine.SandboxConfig{{Name: engine.DefaultSandbox}},
+	}
+	for _, m := range doc.Sandbox.Mounts {
+		cfg.Mounts = append(cfg.Mounts, engine.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
+	}
+	if src := doc.Sandbox.Workspace.Source; src != "" {
+		cfg.Sandboxes[0].Workspace, cfg.Sandboxes[0].Mode = src, doc.Sandbox.Workspace.Mode
+	}
+	return cfg
+}
+
+// lower returns the smaller positive of a budget and a request's.
+func lower(budget, asked int) int {
+	if asked > 0 && (budget <= 0 || asked < budget) {
+		return asked
+	}
+	return budget
+}

@@ -1,0 +1,366 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Artifact is an artifact as the API lists it.
+type Artifact struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	MediaType string    `json:"media_type"`
+	Created   time.Time `json:"created"`
+}
+
+func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request, c *call) error {
+	run, err := ownRun(r, c)
+	if err != nil {
+		return err
+	}
+	arts, err := c.view.ListArtifacts(r.Context(), run.ID)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Artifacts []Artifact `json:"artifacts"`
+	}{Artifacts: []Artifact{}}
+	for _, a := range arts {
+		if !hiddenArtifact(a.Name) {
+			out.Artifacts = append(out.Artifacts, Artifact{Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created.UTC()})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// downloadTypes are the media types a download is served as; any other
+// is served as application/octet-stream, so that nothing a sandbox wrote
+// is ever rendered by a browser as a page.
+var downloadTypes = []string{"text/x-diff", "text/plain", "application/json", "application/gzip", "application/x-tar"}
+
+// getArtifact downloads an artifact: the patch (patch.diff), a kept file
+// (files/PATH), a snapshot. The bytes are checked against their digest as
+// they are sent; a corrupt blob aborts the response.
+func (s *Server) getArtifact(w http.ResponseWriter, r *http.Request, c *call) error {
+	run, err := ownRun(r, c)
+	if err != nil {
+		return err
+	}
+	name := r.PathValue("name")
+	a, err := c.view.GetArtifact(r.Context(), run.ID, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNoArtifact
+	}
+	if err != nil {
+		return err
+	}
+	rd, err := s.o.Blobs.Open(r.Context(), a.Digest)
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	media := "application/octet-stream"
+	if mt, _, err := mime.ParseMediaType(a.MediaType); err == nil && slices.Contains(downloadTypes, mt) {
+		media = mt
+	}
+	h := w.Header()
+	h.Set("Content-Type", media)
+	h.Set("Content-Length", strconv.FormatInt(a.Size, 10))
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": downloadName(a.Name)}))
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("X-Artifact-Digest", a.Digest)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := rd.Read(buf)
+		if n > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+			if _, err := w.Write(buf[:n]); err != nil {
+				return nil // the client went away
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			// Corrupt or unreadable after the status was sent: abort
+			// the response, so the client sees a broken download, never a
+			// short or altered one that looks whole.
+			c.log.Error("artifact download failed", "run_id", run.ID, "err", rerr)
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+// downloadName is an artifact's file name for Content-Disposition: its
+// base name, printable ASCII without quotes.
+func downloadName(name string) string {
+	b := []byte(path.Base(name))
+	for i, ch := range b {
+		if ch < 0x20 || ch >= 0x7f || ch == '"' || ch == '\\' || ch == '/' {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || string(b) == "." || string(b) == ".." {
+		return "artifact"
+	}
+	return string(b)
+}
+
+// Approval is a pending approval as the API lists it.
+type Approval = engine.Approval
+
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, c *call) error {
+	// The tenant is the caller's, never empty (authenticate checks): the
+	// engine lists only that tenant's runs.
+	as, err := s.o.Engine.Approvals(r.Context(), c.p.Tenant)
+	if err != nil {
+		return err
+	}
+	if as == nil {
+		as = []engine.Approval{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Approvals []Approval `json:"approvals"`
+	}{as})
+	return nil
+}
+
+// DecisionRequest is the body of approve (comment optional) and deny
+// (reason required: the model is told).
+type DecisionRequest struct {
+	Comment string `json:"comment,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+func (s *Server) approve(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.decide(w, r, c, true)
+}
+
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.decide(w, r, c, false)
+}
+
+// decide records the caller's decision on an approval of one of its
+// tenant's runs; the key id is recorded as who decided. A run whose
+// policy names approvers may only be decided by a key whose id it names.
+func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve bool) error {
+	var q DecisionRequest
+	if err := s.decode(w, r, &q, approve); err != nil {
+		return err
+	}
+	text := q.Comment
+	if !approve {
+		text = q.Reason
+		if strings.TrimSpace(q.Reason) == "" {
+			return badRequest("reason: required to deny (the model is told)")
+		}
+		if q.Comment != "" {
+			return badRequest("comment: deny takes a reason")
+		}
+	} else if q.Reason != "" {
+		return badRequest("reason: approve takes a comment")
+	}
+	if len(text) > maxReason || !printableText(text) {
+		return badRequest("want printable text of at most %d bytes", maxReason)
+	}
+	id := r.PathValue("id")
+	runID, ok := engine.ApprovalRunID(id)
+	if !ok {
+		return errNoApproval
+	}
+	run, err := c.view.GetRun(r.Context(), runID)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNoApproval
+	}
+	if err != nil {
+		return err
+	}
+	if len(run.Policy) > 0 {
+		doc, err := policy.Parse(run.Policy)
+		if err != nil {
+			return publicf(CodeConflict, "the run's policy does not load")
+		}
+		if len(doc.Approvals.Approvers) > 0 && !slices.Contains(doc.Approvals.Approvers, c.p.KeyID) {
+			return publicf(CodeForbidden, "the run's policy names who may decide, and not this key")
+		}
+	}
+	if err := s.o.Engine.Decide(r.Context(), id, c.p.Tenant, c.p.KeyID, approve, text); err != nil {
+		return err
+	}
+	what := "denied"
+	if approve {
+		what = "approved"
+	}
+	c.log.Info("approval decided", "approval_id", id, "decision", what)
+	writeJSON(w, http.StatusOK, map[string]string{"id": id, "decision": what, "by": c.p.KeyID})
+	return nil
+}
+
+// PolicyVersion is a stored policy version as the API shows it.
+type PolicyVersion struct {
+	Name    string    `json:"name"`
+	Version int64     `json:"version"`
+	Hash    string    `json:"hash"`
+	Created time.Time `json:"created"`
+	Source  string    `json:"source"`
+	By      string    `json:"by"`
+	// New says the upload stored a new version (false: it was the
+	// latest already). Only in answers to uploads.
+	New *bool `json:"new,omitempty"`
+}
+
+func policyOf(v store.PolicyVersion) PolicyVersion {
+	return PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+}
+
+// putPolicy stores a policy document (the body, YAML) as the next version
+// of the tenant's policy {name}, after checking it like a run's.
+func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, c *call) error {
+	name := r.PathValue("name")
+	if err := store.ValidatePolicyName(name); err != nil {
+		return badRequest("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", clipText(name, 80), store.MaxPolicyNameLen)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, store.MaxPolicyLen))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return err
+	}
+	if err != nil {
+		return badRequest("the request body could not be read")
+	}
+	if len(b) == 0 {
+		return badRequest("the body must be the policy document (YAML)")
+	}
+	if _, err := s.checkPolicy(b); err != nil {
+		return err
+	}
+	v, created, err := c.view.PutPolicy(r.Context(), store.PolicyVersion{Name: name, Document: b, Source: "api", By: c.p.KeyID})
+	if err != nil {
+		return err
+	}
+	out := policyOf(v)
+	out.New = &created
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, out)
+	return nil
+}
+
+func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request, c *call) error {
+	vs, err := c.view.ListPolicies(r.Context())
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Policies []PolicyVersion `json:"policies"`
+	}{Policies: []PolicyVersion{}}
+	for _, v := range vs {
+		out.Policies = append(out.Policies, policyOf(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) policyVersions(w http.ResponseWriter, r *http.Request, c *call) error {
+	name := r.PathValue("name")
+	if store.ValidatePolicyName(name) != nil {
+		return errNoPolicy
+	}
+	vs, err := c.view.PolicyVersions(r.Context(), name)
+	if errors.Is(err, store.ErrNotFound) {
+		return errNoPolicy
+	}
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Versions []PolicyVersion `json:"versions"`
+	}{Versions: []PolicyVersion{}}
+	for _, v := range vs {
+		out.Versions = append(out.Versions, policyOf(v))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// LedgerEntry is a credit ledger entry as the API shows it. Amounts are in
+// micro-credits.
+type LedgerEntry struct {
+	ID      int64     `json:"id"`
+	Kind    string    `json:"kind"`
+	Amount  int64     `json:"amount"`
+	RunID   string    `json:"run_id,omitempty"`
+	Seq     int64     `json:"seq,omitempty"`
+	Note    string    `json:"note,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Credits is the body of GET /v1/credits.
+type Credits struct {
+	Tenant string `json:"tenant"`
+	// Balance is grants minus debits, in micro-credits; Credits the same
+	// in credits, as text ("1.5").
+	Balance int64         `json:"balance"`
+	Credits string        `json:"credits"`
+	Entries []LedgerEntry `json:"entries"`
+	// NextAfter, when not 0, fetches the next page of entries (?after=).
+	NextAfter int64 `json:"next_after,omitempty"`
+}
+
+func (s *Server) credits(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	after, err := parseSeq("after", q.Get("after"))
+	if err != nil {
+		return err
+	}
+	limit, err := parseLimit(q.Get("limit"), 100, store.MaxPage)
+	if err != nil {
+		return err
+	}
+	bal, err := c.view.Balance(r.Context())
+	if err != nil {
+		return err
+	}
+	es, err := c.view.LedgerEntries(r.Context(), after, limit)
+	if err != nil {
+		return err
+	}
+	out := Credits{Tenant: c.p.Tenant, Balance: bal, Credits: formatCredits(bal), Entries: []LedgerEntry{}}
+	for _, e := range es {
+		out.Entries = append(out.Entries, LedgerEntry{ID: e.ID, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC()})
+	}
+	if len(es) == limit {
+		out.NextAfter = es[len(es)-1].ID
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// formatCredits writes micro-credits as credits, without trailing zeros.
+func formatCredits(micro int64) string {
+	sign := ""
+	if micro < 0 {
+		sign, micro = "-", -micro
+	}
+	s := fmt.Sprintf("%s%d.%06d", sign, micro/1_000_000, micro%1_000_000)
+	s = strings.TrimRight(s, "0")
+	return strings.TrimSuffix(s, ".")
+}

@@ -1,0 +1,411 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// Run is a run as the API shows it.
+type Run struct {
+	ID          string       `json:"id"`
+	Tenant      string       `json:"tenant"`
+	Status      event.Status `json:"status"`
+	Model       string       `json:"model"`
+	Task        string       `json:"task"`
+	Created     time.Time    `json:"created"`
+	Updated     time.Time    `json:"updated"`
+	Finished    *time.Time   `json:"finished,omitempty"`
+	ParentRunID string       `json:"parent_run_id,omitempty"`
+	ParentSeq   int64        `json:"parent_seq,omitempty"`
+	// Events is the seq of the run's last event.
+	Events     int64  `json:"events"`
+	PolicyHash string `json:"policy_hash"`
+	// The rest is only in GET /v1/runs/{id}.
+	Steps        *int                      `json:"steps,omitempty"`
+	Usage        *event.Usage              `json:"usage,omitempty"`
+	Reason       string                    `json:"reason,omitempty"`
+	Summary      string                    `json:"summary,omitempty"`
+	Verification *event.VerificationResult `json:"verification,omitempty"`
+	Metadata     map[string]string         `json:"metadata,omitempty"`
+}
+
+func runOf(r store.Run) Run {
+	v := Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
+		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
+	if !r.Finished.IsZero() {
+		f := r.Finished.UTC()
+		v.Finished = &f
+	}
+	return v
+}
+
+// metadataArtifact is the artifact a run's API metadata is kept as, until
+// the store has a place for it. Artifact listings leave it out.
+const metadataArtifact = "api/metadata.json"
+
+// hiddenArtifact reports whether an artifact is the host's bookkeeping
+// rather than a result: workspace snapshots and the API's metadata.
+func hiddenArtifact(name string) bool {
+	return strings.HasPrefix(name, "snapshots/") || strings.HasPrefix(name, "api/")
+}
+
+func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	var q CreateRunRequest
+	if err := s.decode(w, r, &q, false); err != nil {
+		return err
+	}
+	if err := q.validate(); err != nil {
+		return err
+	}
+	ctx := r.Context()
+	pol, err := s.resolvePolicy(ctx, c.view, q.Policy, q.PolicyDocument)
+	if err != nil {
+		return err
+	}
+	cfg := runConfig(pol.parsed)
+	cfg.MaxSteps = lower(cfg.MaxSteps, q.MaxSteps)
+	cfg.Model = q.Model
+	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source}
+	if q.Script != "" {
+		cfg.Model, req.Script = "script:api.yaml", []byte(q.Script)
+	}
+	if q.Workspace != nil {
+		digest, err := s.openUpload(ctx, c.p.Tenant, q.Workspace.Upload)
+		if err != nil {
+			return err
+		}
+		cfg.Sandboxes[0].Tar = digest
+	}
+	if v := q.Verify; v != nil {
+		cfg.Checks.Commands = append(cfg.Checks.Commands, v.Commands...)
+		cfg.Checks.Changed = append(cfg.Checks.Changed, v.Changed...)
+		cfg.Checks.OnlyChanged = append(cfg.Checks.OnlyChanged, v.OnlyChanged...)
+	}
+	cfg.Artifacts = append(cfg.Artifacts, q.Artifacts...)
+	req.Config = cfg
+	run, err := s.o.Engine.Create(ctx, req)
+	if err != nil {
+		return err
+	}
+	s.metrics.created.Add(1)
+	c.log.Info("run created", "run_id", run.ID)
+	if len(q.Metadata) > 0 {
+		if err := s.putMetadata(ctx, c.view, run.ID, q.Metadata); err != nil {
+			return err
+		}
+	}
+	v := runOf(run)
+	v.Metadata = q.Metadata
+	w.Header().Set("Location", "/v1/runs/"+run.ID)
+	writeJSON(w, http.StatusCreated, v)
+	return nil
+}
+
+// putMetadata keeps a run's metadata as a blob and a hidden artifact.
+func (s *Server) putMetadata(ctx context.Context, view *store.TenantStore, runID string, md map[string]string) error {
+	b, err := json.Marshal(md)
+	if err != nil {
+		return err
+	}
+	d, n, err := s.o.Blobs.Put(ctx, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	_, err = view.PutArtifact(ctx, store.Artifact{RunID: runID, Name: metadataArtifact, Digest: d, Size: n, MediaType: "application/json"})
+	return err
+}
+
+// metadata reads a run's metadata; none gives nil.
+func (s *Server) metadata(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, error) {
+	a, err := view.GetArtifact(ctx, runID, metadataArtifact)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rd, err := s.o.Blobs.Open(ctx, a.Digest)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	var md map[string]string
+	if err := json.NewDecoder(io.LimitReader(rd, 1<<20)).Decode(&md); err != nil {
+		return nil, err
+	}
+	return md, nil
+}
+
+// RunList is the body of GET /v1/runs.
+type RunList struct {
+	Runs []Run `json:"runs"`
+	// NextCursor, when not empty, fetches the next page (?cursor=).
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// Paging bounds.
+const (
+	defaultPage = 50
+	maxPage     = 500
+)
+
+// parseLimit reads ?limit=N (1..max, default def).
+func parseLimit(v string, def, most int) (int, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, badRequest("limit %q: want 1 to %d", clipText(v, 20), most)
+	}
+	return n, nil
+}
+
+// encodeCursor and decodeCursor make the opaque cursor of a run listing:
+// the last run id of a page.
+func encodeCursor(runID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("r:" + runID))
+}
+
+func decodeCursor(c string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	id, ok := strings.CutPrefix(string(b), "r:")
+	if err != nil || !ok || event.ValidRunID(id) != nil {
+		return "", badRequest("cursor: not a cursor this API returned")
+	}
+	return id, nil
+}
+
+// parseStatuses reads ?status=S (repeated, or comma-separated).
+func parseStatuses(vals []string) ([]event.Status, error) {
+	var out []event.Status
+	for _, v := range vals {
+		for _, p := range strings.Split(v, ",") {
+			st := event.Status(strings.TrimSpace(p))
+			if !st.Valid() {
+				return nil, badRequest("status %q: not a run status", clipText(p, 40))
+			}
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	limit, err := parseLimit(q.Get("limit"), defaultPage, maxPage)
+	if err != nil {
+		return err
+	}
+	f := store.RunFilter{Limit: limit, Desc: q.Get("order") != "asc"}
+	if o := q.Get("order"); o != "" && o != "asc" && o != "desc" {
+		return badRequest("order %q: want asc or desc", clipText(o, 20))
+	}
+	if f.Statuses, err = parseStatuses(q["status"]); err != nil {
+		return err
+	}
+	if cur := q.Get("cursor"); cur != "" {
+		if f.After, err = decodeCursor(cur); err != nil {
+			return err
+		}
+	}
+	runs, err := c.view.ListRuns(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := RunList{Runs: make([]Run, 0, len(runs))}
+	for _, x := range runs {
+		out.Runs = append(out.Runs, runOf(x))
+	}
+	if len(runs) == limit {
+		out.NextCursor = encodeCursor(runs[len(runs)-1].ID)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// ownRun returns the run of the path's {id} if it is the caller's tenant's;
+// any other id, malformed ones too, is not found.
+func ownRun(r *http.Request, c *call) (store.Run, error) {
+	run, err := c.view.GetRun(r.Context(), r.PathValue("id"))
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Run{}, errNoRun
+	}
+	return run, err
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	run, err := ownRun(r, c)
+	if err != nil {
+		return err
+	}
+	v := runOf(run)
+	o, err := s.o.Engine.Outcome(r.Context(), run.ID)
+	if err != nil {
+		return err
+	}
+	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
+	if v.Metadata, err = s.metadata(r.Context(), c.view, run.ID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+// ActionRequest is the optional body of cancel and pause.
+type ActionRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+const maxReason = 1024
+
+func (q ActionRequest) validate() error {
+	if len(q.Reason) > maxReason || !printableText(q.Reason) {
+		return badRequest("reason: want printable text of at most %d bytes", maxReason)
+	}
+	return nil
+}
+
+// act runs a control action on the caller's run and answers the run as
+// it is after it.
+func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(ctx context.Context, id string, q ActionRequest) error) error {
+	var q ActionRequest
+	if err := s.decode(w, r, &q, true); err != nil {
+		return err
+	}
+	if err := q.validate(); err != nil {
+		return err
+	}
+	run, err := ownRun(r, c)
+	if err != nil {
+		return err
+	}
+	if err := do(r.Context(), run.ID, q); err != nil {
+		return err
+	}
+	if run, err = c.view.GetRun(r.Context(), run.ID); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, runOf(run))
+	return nil
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.act(w, r, c, func(ctx context.Context, id string, q ActionRequest) error {
+		return s.o.Engine.Cancel(ctx, id, c.p.KeyID, q.Reason)
+	})
+}
+
+func (s *Server) pauseRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.act(w, r, c, func(ctx context.Context, id string, q ActionRequest) error {
+		return s.o.Engine.Pause(ctx, id, q.Reason)
+	})
+}
+
+// resumeRun hands a paused run to the workers; it answers 202 with the run
+// as it is (still paused until a worker takes it).
+func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.act(w, r, c, func(ctx context.Context, id string, _ ActionRequest) error {
+		run, err := c.view.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		switch {
+		case run.Status.Final():
+			return publicf(CodeConflict, "the run has ended")
+		case run.Status != event.StatusPaused:
+			return publicf(CodeConflict, "the run is %s, not paused", run.Status)
+		case s.o.Resume == nil:
+			return publicf(CodeUnavailable, "this server drives no runs; resume it where workers run")
+		}
+		return s.o.Resume(ctx, id)
+	})
+}
+
+func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	var q ForkRequest
+	if err := s.decode(w, r, &q, false); err != nil {
+		return err
+	}
+	if err := q.validate(); err != nil {
+		return err
+	}
+	parent, err := ownRun(r, c)
+	if err != nil {
+		return err
+	}
+	ctx := r.Context()
+	o := engine.ForkOptions{Model: q.Model, MaxSteps: q.MaxSteps}
+	if q.Script != "" {
+		o.Model, o.Script = "script:api.yaml", []byte(q.Script)
+	}
+	if q.Policy != "" || q.PolicyDocument != "" {
+		pol, err := s.resolvePolicy(ctx, c.view, q.Policy, q.PolicyDocument)
+		if err != nil {
+			return err
+		}
+		o.Policy, o.PolicySource = pol.doc, pol.source
+	} else if len(parent.Policy) > 0 {
+		// The parent's policy was checked when it was created, perhaps
+		// under other rules, or by the host's CLI: check it again.
+		if _, err := s.checkPolicy(parent.Policy); err != nil {
+			return err
+		}
+	}
+	if err := s.checkParentConfig(ctx, c.view, parent.ID); err != nil {
+		return err
+	}
+	child, err := s.o.Engine.Fork(ctx, parent.ID, *q.AtStep, o)
+	if err != nil {
+		return err
+	}
+	s.metrics.created.Add(1)
+	c.log.Info("run forked", "run_id", child.ID, "parent_run_id", parent.ID)
+	w.Header().Set("Location", "/v1/runs/"+child.ID)
+	writeJSON(w, http.StatusCreated, runOf(child))
+	return nil
+}
+
+// checkParentConfig refuses to fork a run whose recorded configuration
+// names host directories (a run the host's CLI made with --workspace, say):
+// the child would get them too.
+func (s *Server) checkParentConfig(ctx context.Context, view *store.TenantStore, id string) error {
+	if s.cfg.TrustTenantPolicies {
+		return nil
+	}
+	evs, err := view.Events(ctx, id, 1, 1)
+	if err != nil {
+		return err
+	}
+	if len(evs) == 0 || evs[0].Type != event.TypeRunCreated {
+		return publicf(CodeConflict, "the run has no recorded configuration to fork")
+	}
+	var created event.RunCreated
+	var cfg engine.Config
+	if err := json.Unmarshal(evs[0].Payload, &created); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(created.Config, &cfg); err != nil {
+		return err
+	}
+	host := cfg.RootFS != "" || len(cfg.Mounts) > 0
+	for _, sc := range cfg.Sandboxes {
+		host = host || sc.Workspace != ""
+	}
+	if host {
+		return publicf(CodeForbidden, "the run works on host directories, which this server does not let tenants use")
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/store/blob"
+)
+
+// An uploaded workspace is two blobs: the gzipped tar itself, and a
+// receipt naming the tenant that uploaded it, the tar's digest and a
+// random nonce. The upload id is the receipt's digest, so it cannot be
+// guessed, and a tenant can only use its own uploads: the receipt says
+// whose it is. The tar's own digest, which anyone with the same bytes
+// could compute, is never accepted from a client.
+
+// uploadTimeout bounds the time an upload's body may take.
+const uploadTimeout = 30 * time.Minute
+
+// uploadPrefix starts every upload id.
+const uploadPrefix = "upl_"
+
+// receiptKind marks a receipt blob.
+const receiptKind = "airlock.upload/v1"
+
+type receipt struct {
+	Kind    string    `json:"kind"`
+	Tenant  string    `json:"tenant"`
+	Digest  string    `json:"digest"`
+	Size    int64     `json:"size"`
+	Nonce   string    `json:"nonce"`
+	Created time.Time `json:"created"`
+}
+
+// Upload is the body of the answer to POST /v1/uploads.
+type Upload struct {
+	// ID names the upload in a run's workspace.upload.
+	ID string `json:"id"`
+	// Size is the stored (gzipped) tarball's size in bytes; Received how
+	// many bytes the request carried.
+	Size     int64 `json:"size"`
+	Received int64 `json:"received"`
+	// Gzipped says the body was gzipped already (else the server
+	// gzipped it).
+	Gzipped bool `json:"gzipped"`
+}
+
+// validUploadID reports whether id has an upload id's form.
+func validUploadID(id string) bool {
+	h, ok := strings.CutPrefix(id, uploadPrefix)
+	return ok && blob.ValidDigest("sha256:"+h) == nil
+}
+
+// upload stores a workspace tarball: the body is a tar or a gzipped tar,
+// of at most Config.MaxUpload bytes. A plain tar is gzipped on the way to
+// the blob store; nothing is unpacked on the host (the run's sandbox
+// unpacks it).
+func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
+	ctx := r.Context()
+	rc := http.NewResponseController(w)
+	// Uploads may be large: deadlines of their own.
+	_ = rc.SetReadDeadline(time.Now().Add(uploadTimeout))
+	_ = rc.SetWriteDeadline(time.Now().Add(uploadTimeout + time.Minute))
+	body := &countingReader{r: http.MaxBytesReader(w, r.Body, int64(s.cfg.MaxUpload))}
+	br := bufio.NewReaderSize(body, 1024)
+	head, err := br.Peek(512)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		return badRequest("could not read the upload")
+	}
+	var gzipped bool
+	switch {
+	case len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b:
+		gzipped = true
+	case len(head) >= 262 && bytes.Equal(head[257:262], []byte("ustar")):
+	default:
+		return badRequest("the upload is neither a tar nor a gzipped tar")
+	}
+	var src io.Reader = br
+	if !gzipped {
+		pr, pw := io.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			zw := gzip.NewWriter(pw)
+			_, err := io.Copy(zw, br)
+			if err == nil {
+				err = zw.Close()
+			}
+			pw.CloseWithError(err)
+		}()
+		// The body must not be read after the handler returns: stop the
+		// copy and wait for it.
+		defer func() {
+			pr.Close()
+			<-done
+		}()
+		src = pr
+	}
+	digest, size, err := s.o.Blobs.Put(ctx, src)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge), errors.Is(err, blob.ErrTooLarge):
+			return publicf(CodeTooLarge, "the upload is over %d bytes", int64(s.cfg.MaxUpload))
+		case ctx.Err() != nil, errors.Is(err, io.ErrUnexpectedEOF):
+			return badRequest("the upload was interrupted")
+		}
+		return err
+	}
+	var nonce [16]byte
+	_, _ = rand.Read(nonce[:])
+	rb, err := json.Marshal(receipt{Kind: receiptKind, Tenant: c.p.Tenant, Digest: digest, Size: size, Nonce: hex.EncodeToString(nonce[:]), Created: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	rd, _, err := s.o.Blobs.Put(ctx, bytes.NewReader(rb))
+	if err != nil {
+		return err
+	}
+	id := uploadPrefix + strings.TrimPrefix(rd, "sha256:")
+	c.log.Info("workspace uploaded", "upload", id, "size", size)
+	writeJSON(w, http.StatusCreated, Upload{ID: id, Size: size, Received: body.n, Gzipped: gzipped})
+	return nil
+}
+
+// openUpload returns the digest of the gzipped tar upload id names, if
+// tenant uploaded it; any other id is not found.
+func (s *Server) openUpload(ctx context.Context, tenant, id string) (string, error) {
+	if !validUploadID(id) {
+		return "", errNoUpload
+	}
+	rd, err := s.o.Blobs.Open(ctx, "sha256:"+strings.TrimPrefix(id, uploadPrefix))
+	if errors.Is(err, blob.ErrNotFound) {
+		return "", errNoUpload
+	}
+	if err != nil {
+		return "", err
+	}
+	defer rd.Close()
+	var rc receipt
+	// A receipt is small: anything larger is some other blob.
+	if rd.Size() > 4<<10 {
+		return "", errNoUpload
+	}
+	if err := json.NewDecoder(rd).Decode(&rc); err != nil || rc.Kind != receiptKind || rc.Tenant != tenant || blob.ValidDigest(rc.Digest) != nil {
+		return "", errNoUpload
+	}
+	if ok, err := s.o.Blobs.Has(ctx, rc.Digest); err != nil || !ok {
+		return "", errNoUpload
+	}
+	return rc.Digest, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
