@@ -165,13 +165,27 @@ func TestWorkspaceTar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const script = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"cat /workspace/src/f.txt\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	const script = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"cat /workspace/src/f.txt && echo more >> /workspace/src/f.txt\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 	o := h.run("read", script, engine.Config{Sandboxes: []engine.SandboxConfig{{Name: "main", Tar: digest}}})
 	if o.Status != event.StatusCompleted {
 		t.Fatalf("status %s (%s)", o.Status, o.Reason)
 	}
 	if f := h.finished(o.RunID); len(f) == 0 || !strings.Contains(f[0].Output, "uploaded") {
 		t.Errorf("output %+v", f)
+	}
+	// The patch is against the uploaded tree: one line added, not a new file.
+	var patch string
+	for _, a := range o.Artifacts {
+		if a.Name == "patch.diff" {
+			r, err := h.blobs.Open(context.Background(), a.Digest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			patch = mustRead(t, r)
+		}
+	}
+	if !strings.Contains(patch, "+more") || strings.Contains(patch, "new file") || strings.Contains(patch, "+uploaded") {
+		t.Errorf("patch against the upload:\n%s", patch)
 	}
 	missing := "sha256:" + strings.Repeat("ab", 32)
 	if _, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{Model: "openai:x",

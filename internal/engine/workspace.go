@@ -570,12 +570,33 @@ func (d *driver) diff(ctx context.Context, name string) (string, error) {
 	}
 	tr := workspaceTar(ctx, sb)
 	var b strings.Builder
-	err = sandbox.WriteDiff(&b, sc.Workspace, tr)
+	if sc.Tar != "" {
+		// The workspace started as an uploaded tar: the patch is against it.
+		err = d.diffTar(ctx, &b, sc.Tar, tr)
+	} else {
+		err = sandbox.WriteDiff(&b, sc.Workspace, tr)
+	}
 	tr.CloseWithError(errors.New("done"))
 	if err != nil {
 		return "", fmt.Errorf("engine: diff of sandbox %s: %w", name, err)
 	}
 	return b.String(), nil
+}
+
+// diffTar writes the patch of the export tr against the gzipped tar blob
+// digest.
+func (d *driver) diffTar(ctx context.Context, w io.Writer, digest string, tr io.Reader) error {
+	r, err := d.e.o.Blobs.Open(ctx, digest)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return err
+	}
+	defer zr.Close()
+	return sandbox.WriteDiffTar(w, zr, tr)
 }
 
 // workspaceTar streams the tar of sb's /workspace; closing it stops the

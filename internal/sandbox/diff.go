@@ -26,14 +26,111 @@ const MaxDiffFile = 8 << 20
 // read outside it. The tar stream is untrusted: names are cleaned and checked,
 // and sizes bounded.
 func WriteDiff(w io.Writer, source string, tarStream io.Reader) error {
-	var root *os.Root
+	var base baseline
 	if source != "" {
-		var err error
-		if root, err = os.OpenRoot(source); err != nil {
+		root, err := os.OpenRoot(source)
+		if err != nil {
 			return fmt.Errorf("diff: open source: %w", err)
 		}
 		defer root.Close()
+		base = rootBaseline{root}
 	}
+	return writeDiff(w, base, tarStream)
+}
+
+// MaxDiffBase bounds the bytes of a tar WriteDiffTar keeps as its source.
+const MaxDiffBase = 256 << 20
+
+// WriteDiffTar is WriteDiff against the regular files of a tar stream
+// (a workspace that started as an uploaded tar) instead of a directory.
+// Both streams are untrusted alike; the source's files are kept in memory,
+// MaxDiffBase bytes at most.
+func WriteDiffTar(w io.Writer, sourceTar, tarStream io.Reader) error {
+	base := tarBaseline{}
+	tr := tar.NewReader(sourceTar)
+	var total int64
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("diff: read source tar: %w", err)
+		}
+		name, ok := cleanName(h.Name)
+		if !ok {
+			return fmt.Errorf("diff: source tar has unsafe name %q", h.Name)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if total += min(h.Size, MaxDiffFile+1); total > MaxDiffBase {
+			return fmt.Errorf("diff: source tar holds more than %d bytes", MaxDiffBase)
+		}
+		data, binary, err := readBounded(tr, h.Size)
+		if err != nil {
+			return fmt.Errorf("diff: source tar: %s: %w", name, err)
+		}
+		base[name] = tarFile{data, binary}
+	}
+	return writeDiff(w, base, tarStream)
+}
+
+// baseline is what a diff compares the sandbox with.
+type baseline interface {
+	// read returns a regular file's bytes (nil when too large), whether
+	// it is binary, and whether it exists.
+	read(name string) ([]byte, bool, bool)
+	// files lists every regular file.
+	files() ([]string, error)
+}
+
+type rootBaseline struct{ root *os.Root }
+
+func (b rootBaseline) read(name string) ([]byte, bool, bool) { return readSource(b.root, name) }
+
+func (b rootBaseline) files() ([]string, error) {
+	var out []string
+	err := fs.WalkDir(b.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && p != "." && d.Type().IsRegular() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
+}
+
+type tarFile struct {
+	data   []byte
+	binary bool
+}
+
+type tarBaseline map[string]tarFile
+
+func (b tarBaseline) read(name string) ([]byte, bool, bool) {
+	f, ok := b[name]
+	return f.data, f.binary, ok
+}
+
+func (b tarBaseline) files() ([]string, error) {
+	out := make([]string, 0, len(b))
+	for name := range b {
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// cleanName returns a tar entry's name relative to the tree, or false when
+// it would leave it.
+func cleanName(n string) (string, bool) {
+	name := path.Clean(strings.TrimPrefix(strings.TrimSuffix(n, "/"), "./"))
+	if name == "." || strings.HasPrefix(name, "../") || name == ".." || path.IsAbs(name) {
+		return name, name == "."
+	}
+	return name, true
+}
+
+func writeDiff(w io.Writer, base baseline, tarStream io.Reader) error {
 	seen := map[string]bool{}
 	tr := tar.NewReader(tarStream)
 	for {
@@ -56,7 +153,11 @@ func WriteDiff(w io.Writer, source string, tarStream io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("diff: %s: %w", name, err)
 		}
-		oldData, oldBinary, exists := readSource(root, name)
+		var oldData []byte
+		var oldBinary, exists bool
+		if base != nil {
+			oldData, oldBinary, exists = base.read(name)
+		}
 		if exists && bytes.Equal(oldData, newData) {
 			continue
 		}
@@ -64,32 +165,23 @@ func WriteDiff(w io.Writer, source string, tarStream io.Reader) error {
 			return err
 		}
 	}
-	if root == nil {
+	if base == nil {
 		return nil
 	}
 	// Files in the source that are gone from the sandbox.
-	var removed []string
-	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == "." {
-			return nil
-		}
-		if !seen[p] {
-			if d.Type().IsRegular() {
-				removed = append(removed, p)
-			}
-			if d.IsDir() {
-				// Still list regular files below a removed directory.
-				return nil
-			}
-		}
-		return nil
-	})
+	all, err := base.files()
 	if err != nil {
 		return err
 	}
+	var removed []string
+	for _, p := range all {
+		if !seen[p] {
+			removed = append(removed, p)
+		}
+	}
 	slices.Sort(removed)
 	for _, p := range removed {
-		oldData, oldBinary, _ := readSource(root, p)
+		oldData, oldBinary, _ := base.read(p)
 		if err := writeFileDiff(w, p, oldData, nil, true, false, oldBinary); err != nil {
 			return err
 		}
