@@ -470,14 +470,24 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 	if err != nil {
 		return Outcome{}, err
 	}
-	if r.Status.Final() {
+	ended := func(r store.Run) (Outcome, error) {
 		o, err := e.outcome(ctx, r, nil)
 		if err == nil && resume {
 			err = fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
 		}
 		return o, err
 	}
+	if r.Status.Final() {
+		return ended(r)
+	}
 	lease, err := e.lease(ctx, id)
+	if errors.Is(err, ErrFinal) {
+		// Another process finished it since it was read.
+		if r, err = e.o.Store.GetRun(ctx, id); err != nil {
+			return Outcome{}, err
+		}
+		return ended(r)
+	}
 	if err != nil {
 		return Outcome{}, err
 	}
