@@ -1,0 +1,247 @@
+package client_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/client"
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/server"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
+)
+
+// noSandboxes refuses to make sandboxes: these tests drive no run.
+type noSandboxes struct{}
+
+func (noSandboxes) Create(context.Context, sandbox.Spec) (sandbox.Sandbox, error) {
+	return nil, errors.New("this test makes no sandboxes")
+}
+
+// apiServer is the real API on a SQLite store in a temporary directory,
+// served over loopback, with tenants alpha and beta; keys makes their API
+// keys.
+func apiServer(t *testing.T) (url string, key func(tenant string, scopes ...string) string) {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := server.NewFeed()
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: noSandboxes{}, LockDir: filepath.Join(dir, "locks"), OnEvent: feed.Publish})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := auth.NewKeys(st, nil)
+	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed,
+		Config: server.Config{Rate: 1e6, Burst: 1e6}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(nil)
+	ts.Config = srv.HTTPServer()
+	ts.Start()
+	t.Cleanup(func() {
+		srv.CloseStreams()
+		ts.Close()
+	})
+	for _, tenant := range []string{"alpha", "beta"} {
+		if _, err := st.CreateTenant(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ts.URL, func(tenant string, scopes ...string) string {
+		t.Helper()
+		k, _, err := keys.Create(ctx, tenant, "test", scopes, auth.FormatAirlock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+}
+
+func tarOf(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for name, content := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestAgainstServer drives the real API: upload, create, get, list, page
+// and stream events, cancel, policies and credits; and another tenant's
+// key, or a bad one, reaches nothing.
+func TestAgainstServer(t *testing.T) {
+	url, key := apiServer(t)
+	ctx := context.Background()
+	alpha, err := client.New(url, key("alpha", auth.ScopeRunsRead, auth.ScopeRunsWrite, auth.ScopeApprovals), client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, _ := client.New(url, key("alpha", auth.ScopeAdmin), client.Options{})
+	beta, _ := client.New(url, key("beta", auth.ScopeRunsRead, auth.ScopeRunsWrite, auth.ScopeApprovals, auth.ScopeAdmin), client.Options{})
+
+	up, err := alpha.Upload(ctx, bytes.NewReader(tarOf(t, map[string]string{"hello.txt": "hello\n"})))
+	if err != nil || !strings.HasPrefix(up.ID, "upl_") || up.Gzipped {
+		t.Fatalf("Upload = %+v, %v", up, err)
+	}
+	script := "turns:\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	run, err := alpha.CreateRun(ctx, client.CreateRunRequest{Task: "greet", Script: script, Workspace: &client.WorkspaceSource{Upload: up.ID},
+		Verify: &client.VerifySpec{Commands: []string{"true"}}, Metadata: map[string]string{"ticket": "OPS-7"}})
+	if err != nil || run.Status != event.StatusQueued || run.Tenant != "alpha" {
+		t.Fatalf("CreateRun = %+v, %v", run, err)
+	}
+	// beta's upload is not alpha's to use.
+	betaUp, err := beta.Upload(ctx, bytes.NewReader(tarOf(t, map[string]string{"x": "y"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alpha.CreateRun(ctx, client.CreateRunRequest{Task: "t", Script: script, Workspace: &client.WorkspaceSource{Upload: betaUp.ID}}); !client.IsCode(err, client.CodeNotFound) {
+		t.Errorf("CreateRun with beta's upload = %v, want not_found", err)
+	}
+
+	got, err := alpha.Run(ctx, run.ID)
+	if err != nil || got.Steps == nil || *got.Steps != 0 || got.Metadata["ticket"] != "OPS-7" || got.Events != 2 {
+		t.Fatalf("Run = %+v, %v", got, err)
+	}
+	list, err := alpha.ListRuns(ctx, client.ListRunsOptions{Statuses: []event.Status{event.StatusQueued}})
+	if err != nil || len(list.Runs) != 1 || list.Runs[0].ID != run.ID {
+		t.Fatalf("ListRuns = %+v, %v", list, err)
+	}
+	page, err := alpha.Events(ctx, run.ID, 0, 1)
+	if err != nil || len(page.Events) != 1 || !page.More || page.NextAfter != 1 || page.Events[0].Type != event.TypeRunCreated {
+		t.Fatalf("Events = %+v, %v", page, err)
+	}
+	if arts, err := alpha.Artifacts(ctx, run.ID); err != nil || len(arts) != 0 {
+		t.Fatalf("Artifacts = %+v, %v", arts, err)
+	}
+
+	// The stream delivers the log so far, then the cancel, then ends.
+	followed := make(chan []event.Event, 1)
+	var followErr error
+	var end client.StreamEnd
+	started := make(chan struct{})
+	go func() {
+		var evs []event.Event
+		end, followErr = alpha.Follow(ctx, run.ID, 0, func(ev event.Event) error {
+			evs = append(evs, ev)
+			if ev.Seq == 2 {
+				close(started)
+			}
+			return nil
+		})
+		followed <- evs
+	}()
+	select {
+	case <-started:
+	case <-time.After(time.Minute):
+		t.Fatal("the stream sent nothing")
+	}
+	if _, err := beta.CancelRun(ctx, run.ID, "not mine"); !client.IsCode(err, client.CodeNotFound) {
+		t.Errorf("beta's CancelRun = %v, want not_found", err)
+	}
+	if r, err := alpha.CancelRun(ctx, run.ID, "enough"); err != nil || r.Status != event.StatusCancelled {
+		t.Fatalf("CancelRun = %+v, %v", r, err)
+	}
+	evs := <-followed
+	if followErr != nil || end.Status != event.StatusCancelled || end.LastSeq != 3 || len(evs) != 3 || evs[2].Type != event.TypeRunCancelled {
+		t.Fatalf("Follow = %+v, %v with %d events", end, followErr, len(evs))
+	}
+	chain := event.NewChain(run.ID)
+	for _, ev := range evs {
+		if err := chain.Next(ev); err != nil {
+			t.Fatalf("streamed events do not chain: %v", err)
+		}
+	}
+	// Resumed after the end: nothing left (204).
+	if end, err := alpha.Follow(ctx, run.ID, 3, func(event.Event) error { return errors.New("no event expected") }); err != nil || end.LastSeq != 3 {
+		t.Fatalf("Follow after the end = %+v, %v", end, err)
+	}
+	if _, err := alpha.CancelRun(ctx, run.ID, ""); !client.IsCode(err, client.CodeConflict) {
+		t.Errorf("CancelRun again = %v, want conflict", err)
+	}
+
+	// beta reaches none of it, as if it did not exist.
+	for name, call := range map[string]func() error{
+		"Run":       func() error { _, err := beta.Run(ctx, run.ID); return err },
+		"Events":    func() error { _, err := beta.Events(ctx, run.ID, 0, 0); return err },
+		"Artifacts": func() error { _, err := beta.Artifacts(ctx, run.ID); return err },
+		"Download":  func() error { _, err := beta.Download(ctx, run.ID, "patch.diff", &bytes.Buffer{}); return err },
+		"PauseRun":  func() error { _, err := beta.PauseRun(ctx, run.ID, ""); return err },
+		"ResumeRun": func() error { _, err := beta.ResumeRun(ctx, run.ID); return err },
+		"ForkRun":   func() error { _, err := beta.ForkRun(ctx, run.ID, client.ForkRequest{}); return err },
+		"Approve":   func() error { _, err := beta.Approve(ctx, run.ID+".call_1_0", ""); return err },
+		"Deny":      func() error { _, err := beta.Deny(ctx, run.ID+".call_1_0", "no"); return err },
+		"Follow": func() error {
+			_, err := beta.Follow(ctx, run.ID, 0, func(event.Event) error { return nil })
+			return err
+		},
+	} {
+		if err := call(); !client.IsCode(err, client.CodeNotFound) {
+			t.Errorf("beta's %s = %v, want not_found", name, err)
+		}
+	}
+	if l, err := beta.ListRuns(ctx, client.ListRunsOptions{}); err != nil || len(l.Runs) != 0 {
+		t.Errorf("beta's ListRuns = %+v, %v", l, err)
+	}
+	bad, _ := client.New(url, "airlock_"+strings.Repeat("0", 48), client.Options{})
+	if _, err := bad.ListRuns(ctx, client.ListRunsOptions{}); !client.IsCode(err, client.CodeUnauthenticated) {
+		t.Errorf("a bad key's ListRuns = %v, want unauthenticated", err)
+	}
+
+	// Policies: the admin scope stores; versions are the tenant's.
+	if _, err := alpha.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: 3}\n")); !client.IsCode(err, client.CodeForbidden) {
+		t.Errorf("PutPolicy without admin = %v, want forbidden", err)
+	}
+	v, err := admin.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: 3}\n"))
+	if err != nil || v.Version != 1 || v.New == nil || !*v.New || v.Source != "api" {
+		t.Fatalf("PutPolicy = %+v, %v", v, err)
+	}
+	if _, err := admin.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: many}\n")); !client.IsCode(err, client.CodeBadRequest) {
+		t.Errorf("PutPolicy of a bad document = %v, want bad_request", err)
+	}
+	if vs, err := alpha.PolicyVersions(ctx, "strict"); err != nil || len(vs) != 1 || vs[0].Hash != v.Hash {
+		t.Errorf("PolicyVersions = %+v, %v", vs, err)
+	}
+	if ps, err := alpha.Policies(ctx); err != nil || len(ps) != 1 {
+		t.Errorf("Policies = %+v, %v", ps, err)
+	}
+	if _, err := beta.PolicyVersions(ctx, "strict"); !client.IsCode(err, client.CodeNotFound) {
+		t.Errorf("beta's PolicyVersions = %v, want not_found", err)
+	}
+	if cr, err := alpha.Credits(ctx, 0, 0); err != nil || cr.Tenant != "alpha" || cr.Balance != 0 || len(cr.Entries) != 0 {
+		t.Errorf("Credits = %+v, %v", cr, err)
+	}
+	if as, err := alpha.Approvals(ctx); err != nil || len(as) != 0 {
+		t.Errorf("Approvals = %+v, %v", as, err)
+	}
+}
