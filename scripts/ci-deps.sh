@@ -22,6 +22,7 @@ want=(
   nodejs:node             # e2e: node in the sandbox (npm, fetch, the LLM gateway's SDK test)
   npm:npm                 # e2e: npm; the gateway's SDK test installs the openai and Anthropic SDKs with it
   postgresql:pg_ctlcluster  # store/postgres tests run a throwaway server (/usr/lib/postgresql/N/bin)
+  chromium:chromium       # server: the web UI's end-to-end test drives headless Chromium (chromedp)
 )
 
 missing=()

@@ -609,7 +609,8 @@ func TestHealthAndMetrics(t *testing.T) {
 	h.do("GET", "/v1/runs/run_x", admin, nil)
 	m := h.must(http.StatusOK, "GET", "/metrics", admin, nil)
 	for _, want := range []string{
-		`airlock_http_requests_total{route="POST /v1/runs",code="201"} 1`,
+		`airlock_http_requests_total{code="201",route="POST /v1/runs"} 1`,
+		`airlock_http_request_duration_seconds_count{code="201",route="POST /v1/runs"} 1`,
 		`airlock_api_errors_total{code="not_found"} 1`,
 		`airlock_api_runs_created_total 1`,
 		`# TYPE airlock_api_event_streams gauge`,

@@ -4,8 +4,13 @@
 //
 // Invariants it keeps:
 //   - Every endpoint but /healthz and /readyz needs an API key (a bearer
-//     token or X-API-Key); the principal it stands for names one tenant,
-//     and each endpoint checks the principal's scopes.
+//     token or X-API-Key) or a web UI session made from one (the session
+//     cookie, plus the session's CSRF token and a same-origin Origin on
+//     every state-changing request); the principal it stands for names
+//     one tenant, and each endpoint checks the principal's scopes.
+//   - The web UI (/ui/) is static files embedded in the binary, served
+//     with a Content-Security-Policy that allows only them: the pages
+//     build their DOM from the JSON API with text nodes, never HTML.
 //   - Every read of a tenant's objects goes through store.ForTenant, the
 //     store's tenant-scoped view, so another tenant's run, event, artifact,
 //     policy or ledger entry answers not_found, exactly like an id that

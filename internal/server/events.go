@@ -221,7 +221,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 				fmt.Fprintf(bw, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
 				after = ev.Seq
 			}
-			s.metrics.streamed.Add(int64(len(evs)))
+			s.metrics.streamed.Add(float64(len(evs)))
 			if len(evs) > 0 {
 				if err := flush(); err != nil {
 					return nil

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 )
@@ -52,7 +53,7 @@ func FuzzCreateRunRequest(f *testing.F) {
 		if q.Model != "" && checkModel(q.Model) != nil {
 			t.Fatalf("validate accepted model %q", q.Model)
 		}
-		cfg := runConfig(policy.Default())
+		cfg := engine.PolicyConfig(policy.Default())
 		cfg.MaxSteps = lower(cfg.MaxSteps, q.MaxSteps)
 		if cfg.MaxSteps < 1 || cfg.MaxSteps > 50 {
 			t.Fatalf("max_steps %d raised or zeroed the default budget: %d", q.MaxSteps, cfg.MaxSteps)

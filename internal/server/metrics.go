@@ -1,80 +1,64 @@
 package server
 
 import (
-	"fmt"
-	"io"
-	"maps"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// metrics are the API's few Prometheus counters, kept by hand: requests by
-// route and status, errors by code, runs created, event streams open and
-// events streamed. None has a tenant label: /metrics shows no tenant's
-// business.
+// metrics are the API's own Prometheus metrics: requests by route and
+// status (a count and a latency histogram), errors by code, runs created,
+// event streams open and events streamed. None has a tenant label:
+// /metrics shows no tenant's business. They are registered on
+// Options.Metrics, with whatever else the host put there (the runs', the
+// store's, the Go runtime's: package telemetry).
 type metrics struct {
-	requests labeled // "route\x00status"
-	errors   labeled // code
-	created  atomic.Int64
-	streams  atomic.Int64
-	streamed atomic.Int64
+	handler  http.Handler
+	requests *prometheus.CounterVec   // route, code
+	duration *prometheus.HistogramVec // route, code
+	errors   labeled                  // code
+	created  prometheus.Counter
+	streams  prometheus.Gauge
+	streamed prometheus.Counter
 }
 
-// labeled is a counter family with one or two labels.
-type labeled struct {
-	mu sync.Mutex
-	// n holds the counts by label values (guarded by mu).
-	n map[string]int64
+// newMetrics registers the API's metrics on reg (a registry of their own
+// when nil).
+func newMetrics(reg *prometheus.Registry) (metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_http_requests_total",
+			Help: "API requests by route pattern and status code."}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "airlock_http_request_duration_seconds",
+			Help:    "API request latency (until the handler returned; an event stream's whole life) by route pattern and status code.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"route", "code"}),
+		errors: labeled{prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_api_errors_total",
+			Help: "API error responses by error code."}, []string{"code"})},
+		created:  prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_api_runs_created_total", Help: "Runs created through the API."}),
+		streams:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "airlock_api_event_streams", Help: "Event streams open now."}),
+		streamed: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_api_events_streamed_total", Help: "Events sent on event streams."}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors.v, m.created, m.streams, m.streamed} {
+		if err := reg.Register(c); err != nil {
+			return metrics{}, err
+		}
+	}
+	m.handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	return m, nil
 }
 
-func (l *labeled) add(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n == nil {
-		l.n = map[string]int64{}
-	}
-	l.n[key]++
+// request counts one answered request of route (method and pattern) with
+// status code, which took d.
+func (m *metrics) request(route, code string, d time.Duration) {
+	m.requests.WithLabelValues(route, code).Inc()
+	m.duration.WithLabelValues(route, code).Observe(d.Seconds())
 }
 
-func (l *labeled) snapshot() map[string]int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make(map[string]int64, len(l.n))
-	for k, v := range l.n {
-		out[k] = v
-	}
-	return out
-}
+// labeled is a counter family with one label.
+type labeled struct{ v *prometheus.CounterVec }
 
-// write writes the metrics in the Prometheus text format, version 0.0.4.
-func (m *metrics) write(w io.Writer) {
-	family := func(name, typ, help string) {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-	}
-	family("airlock_http_requests_total", "counter", "API requests by route pattern and status code.")
-	req := m.requests.snapshot()
-	for _, k := range slices.Sorted(maps.Keys(req)) {
-		route, status, _ := strings.Cut(k, "\x00")
-		fmt.Fprintf(w, "airlock_http_requests_total{route=%s,code=%s} %d\n", quoteLabel(route), quoteLabel(status), req[k])
-	}
-	family("airlock_api_errors_total", "counter", "API error responses by error code.")
-	errs := m.errors.snapshot()
-	for _, k := range slices.Sorted(maps.Keys(errs)) {
-		fmt.Fprintf(w, "airlock_api_errors_total{code=%s} %d\n", quoteLabel(k), errs[k])
-	}
-	family("airlock_api_runs_created_total", "counter", "Runs created through the API.")
-	fmt.Fprintf(w, "airlock_api_runs_created_total %d\n", m.created.Load())
-	family("airlock_api_event_streams", "gauge", "Event streams open now.")
-	fmt.Fprintf(w, "airlock_api_event_streams %d\n", m.streams.Load())
-	family("airlock_api_events_streamed_total", "counter", "Events sent on event streams.")
-	fmt.Fprintf(w, "airlock_api_events_streamed_total %d\n", m.streamed.Load())
-}
-
-// quoteLabel quotes a label value as the text format wants: backslash,
-// double quote and newline escaped.
-func quoteLabel(s string) string {
-	s = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-	return `"` + s + `"`
-}
+func (l labeled) add(value string) { l.v.WithLabelValues(value).Inc() }

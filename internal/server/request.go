@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/airlockrun/airlock/internal/engine"
@@ -303,79 +302,10 @@ func (s *Server) checkPolicy(b []byte) (*policy.Document, error) {
 	if s.cfg.TrustTenantPolicies {
 		return doc, nil
 	}
-	if bad := hostSettings(doc); len(bad) > 0 {
+	if bad := doc.HostResources(); len(bad) > 0 {
 		return nil, publicf(CodeForbidden, "policy: %s name host resources, which this server does not let tenants use", strings.Join(bad, ", "))
 	}
 	return doc, nil
-}
-
-// hostSettings lists the fields of doc that reach the host's own
-// resources: host directories (workspace source, mounts, root
-// filesystem), host files (upstream CA), fixed addresses (pins, CIDR rules,
-// both of which lift the proxy's guard against loopback, private and
-// metadata addresses), and the host's secret store (credentials, which
-// the host resolves in its own, single secret tenant).
-func hostSettings(doc *policy.Document) []string {
-	var bad []string
-	if doc.Sandbox.Workspace.Source != "" {
-		bad = append(bad, "sandbox.workspace.source")
-	}
-	if len(doc.Sandbox.Mounts) > 0 {
-		bad = append(bad, "sandbox.mounts")
-	}
-	if doc.Sandbox.RootFS != "" {
-		bad = append(bad, "sandbox.rootfs")
-	}
-	n := doc.Network
-	if n.UpstreamCA != "" {
-		bad = append(bad, "network.upstream_ca")
-	}
-	if len(n.Resolve) > 0 {
-		bad = append(bad, "network.resolve")
-	}
-	if slices.ContainsFunc(n.Allow, func(r policy.Rule) bool { return r.CIDR != "" }) {
-		bad = append(bad, "network.allow[].cidr")
-	}
-	if len(n.Credentials) > 0 {
-		bad = append(bad, "network.credentials")
-	}
-	return bad
-}
-
-// runConfig is the engine configuration of a run under doc, as airlock
-// run builds it from a policy (without its host-only flags).
-func runConfig(doc *policy.Document) engine.Config {
-	lim := doc.Sandbox.Limits
-	cfg := engine.Config{
-		MaxSteps:          int(doc.Budgets.MaxSteps),
-		TimeoutMS:         time.Duration(doc.Budgets.MaxWallTime).Milliseconds(),
-		MaxTokens:         doc.Budgets.MaxTokens,
-		MaxSandboxCPUMS:   doc.Budgets.MaxSandboxCPUSeconds * 1000,
-		MaxEgressBytes:    int64(doc.Budgets.MaxEgressBytes),
-		MaxCredits:        doc.Budgets.MaxCredits * 1_000_000,
-		CommandTimeoutMS:  time.Duration(lim.CommandTimeout).Milliseconds(),
-		ModelAttempts:     int(doc.Retries.Model) + 1,
-		SandboxAttempts:   int(doc.Retries.Sandbox) + 1,
-		Artifacts:         slices.Clone(doc.Artifacts),
-		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
-		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
-		Limits:            engine.Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
-		RootFS:            doc.Sandbox.RootFS,
-		Checks: engine.Checks{
-			Commands:    slices.Clone(doc.Verify.Commands),
-			Changed:     slices.Clone(doc.Verify.Changed),
-			OnlyChanged: slices.Clone(doc.Verify.OnlyChanged),
-			TimeoutMS:   time.Duration(doc.Verify.Timeout).Milliseconds(),
-		},
-		Sandboxes: []engine.SandboxConfig{{Name: engine.DefaultSandbox}},
-	}
-	for _, m := range doc.Sandbox.Mounts {
-		cfg.Mounts = append(cfg.Mounts, engine.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
-	}
-	if src := doc.Sandbox.Workspace.Source; src != "" {
-		cfg.Sandboxes[0].Workspace, cfg.Sandboxes[0].Mode = src, doc.Sandbox.Workspace.Mode
-	}
-	return cfg
 }
 
 // lower returns the smaller positive of a budget and a request's.

@@ -74,7 +74,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	cfg := runConfig(pol.parsed)
+	cfg := engine.PolicyConfig(pol.parsed)
 	cfg.MaxSteps = lower(cfg.MaxSteps, q.MaxSteps)
 	cfg.Model = q.Model
 	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source}

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Authenticator verifies an API key and returns the principal it stands
@@ -51,10 +52,13 @@ type Options struct {
 	Resume func(ctx context.Context, runID string) error
 	// Logger receives request and error logs; nil discards them.
 	Logger *slog.Logger
-	// Now is the clock of rate limits; nil means time.Now.
+	// Now is the clock of rate limits and UI sessions; nil means time.Now.
 	Now func() time.Time
 	// Config tunes limits; zero fields take their defaults.
 	Config Config
+	// Metrics is the registry /metrics serves; the API registers its own
+	// metrics on it. Nil means a registry with only the API's.
+	Metrics *prometheus.Registry
 }
 
 // Server is the API, an http.Handler. It is safe for concurrent use.
@@ -67,6 +71,8 @@ type Server struct {
 	keys    *limiter // per API key
 	fails   *limiter // failed authentications per remote address
 	metrics metrics
+	// sessions are the web UI's logins (session.go).
+	sessions *sessions
 
 	// closing ends every event stream when closed (CloseStreams).
 	closing   chan struct{}
@@ -96,9 +102,17 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
 		keys: newLimiter(cfg.Rate, cfg.Burst, o.Now), fails: newLimiter(cfg.Rate, cfg.Burst, o.Now)}
+	m, merr := newMetrics(o.Metrics)
+	if merr != nil {
+		return nil, fmt.Errorf("server: metrics: %w", merr)
+	}
+	s.metrics = m
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
+	}
+	if err := s.routeUI(); err != nil {
+		return nil, fmt.Errorf("server: ui: %w", err)
 	}
 	s.mux.Handle("/", s.wrap(route{pattern: "/", scopes: anyKey, h: s.noRoute}))
 	return s, nil
@@ -201,6 +215,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		rec := &recorder{ResponseWriter: w}
 		c := &call{id: newRequestID()}
 		c.log = s.log.With("request_id", c.id)
+		annotate(r, rt, c)
 		rec.Header().Set("X-Request-Id", c.id)
 		rec.Header().Set("X-Content-Type-Options", "nosniff")
 		// A slow client may not hold a connection: the body must arrive
@@ -220,7 +235,7 @@ func (s *Server) wrap(rt route) http.Handler {
 					s.writeError(rec, c, errors.New("panic"))
 				}
 			}
-			s.metrics.requests.add(strings.TrimSpace(rt.method+" "+rt.pattern) + "\x00" + strconv.Itoa(rec.status()))
+			s.metrics.request(strings.TrimSpace(rt.method+" "+rt.pattern), strconv.Itoa(rec.status()), time.Since(start))
 			c.log.Debug("request", "method", r.Method, "route", rt.pattern, "status", rec.status(),
 				"duration_ms", time.Since(start).Milliseconds())
 		}()
@@ -230,6 +245,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 			c.log = c.log.With("tenant", c.p.Tenant, "key_id", c.p.KeyID)
+			annotateTenant(r, c)
 			if !mayCall(c.p, rt.scopes) {
 				s.writeError(rec, c, publicf(CodeForbidden, "this key lacks the scope %s", strings.Join(rt.scopes, " or ")))
 				return
@@ -257,10 +273,14 @@ func mayCall(p auth.Principal, scopes []string) bool {
 	return false
 }
 
-// authenticate verifies the request's API key, then takes a token of the
-// key's rate limit. A remote address that keeps failing is limited before
+// authenticate verifies the request's API key (or, with no key but a UI
+// session cookie, the session: authenticateSession), then takes a token of
+// the key's rate limit. A remote address that keeps failing is limited before
 // its keys are even looked up.
 func (s *Server) authenticate(r *http.Request, c *call) error {
+	if sessionCall(r) {
+		return s.authenticateSession(r, c)
+	}
 	key, err := apiKey(r)
 	if err != nil {
 		return err
@@ -470,8 +490,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request, c *call) error {
 	return nil
 }
 
-func (s *Server) metricsText(w http.ResponseWriter, _ *http.Request, _ *call) error {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.metrics.write(w)
+func (s *Server) metricsText(w http.ResponseWriter, r *http.Request, _ *call) error {
+	s.metrics.handler.ServeHTTP(w, r)
 	return nil
 }
