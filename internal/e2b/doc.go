@@ -1,0 +1,36 @@
+// Package e2b serves the E2B sandbox API, so the official E2B SDKs (npm
+// e2b, its Python twin) drive airlock sandboxes unchanged: a control
+// plane (REST, JSON: create, connect, list, info, timeout, kill, pause) and
+// a data plane (envd: the Connect protocol's JSON codec for the process and
+// filesystem services, and the /files upload and download endpoint). The
+// wire contract is the one captured from SDK 2.51.0 in E2B-COMPAT.md.
+//
+// Invariants it keeps:
+//   - Every sandbox is a native airlock sandbox built from a policy
+//     document: the default template is the strict default policy
+//     (network default deny), any other template is one of the tenant's
+//     stored policies. Its network goes through the host's egress proxy
+//     (Options.Network), which injects credentials the sandbox never sees.
+//     Policies naming host resources are refused unless the tenants are
+//     trusted with the host (Options.TrustTenantPolicies).
+//   - The control plane authenticates every call with an airlock tenant
+//     API key (X-API-KEY) holding the sandboxes scope. Sandboxes belong to
+//     one tenant: another tenant's sandbox id is answered exactly like an
+//     id that does not exist.
+//   - The data plane authenticates every call with the sandbox's access
+//     token (X-Access-Token, or a v1 URL signature for /files). An unknown
+//     sandbox, a dead one, and a wrong or missing token all answer the
+//     same 502, so the data plane tells nothing about other tenants'
+//     sandboxes.
+//   - Every operation on either plane is appended to the audit log as one
+//     JSON line (tenant, sandbox, op, outcome); no record holds a token,
+//     an environment value, or file contents.
+//   - Input is bounded: request bodies, Connect messages (an oversized one
+//     is a resource_exhausted error, never a partial read), uploads,
+//     downloads, listings, workspace snapshots, sandboxes per tenant.
+//     Streams are flushed message by message and send keepalives.
+//   - Sandboxes live in this process: they end with it (Run's return), and
+//     a sandbox past its timeout is killed.
+//
+// Importers: host wiring (the serve command) only.
+package e2b

@@ -1,0 +1,468 @@
+package e2b
+
+import (
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Homedir is where an E2B client's relative paths and commands land:
+// airlock's workspace, the one directory a pause keeps.
+const Homedir = "/workspace"
+
+// envdCall is an authenticated data-plane request.
+type envdCall struct {
+	b    *box
+	lv   *live
+	user string // "" is the sandbox's default user
+}
+
+// route names the sandbox and port a data-plane request is for: the
+// E2b-Sandbox-Id and E2b-Sandbox-Port headers when present, else a Host
+// of the form <port>-<id>.<domain>.
+func (s *Server) route(r *http.Request) (id string, port int, ok bool) {
+	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
+		port := EnvdPort
+		if v := r.Header.Get("E2b-Sandbox-Port"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 65535 {
+				return "", 0, false
+			}
+			port = n
+		}
+		return id, port, true
+	}
+	return parseHost(r.Host, s.cfg.Domain)
+}
+
+// parseHost parses <port>-<id>.<domain>: the port is what comes before
+// the first '-', and ids may hold more dashes.
+func parseHost(host, domain string) (id string, port int, ok bool) {
+	if domain == "" {
+		return "", 0, false
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, found := strings.CutSuffix(strings.ToLower(host), "."+strings.ToLower(domain))
+	if !found || strings.Contains(label, ".") {
+		return "", 0, false
+	}
+	ps, id, found := strings.Cut(label, "-")
+	if !found || id == "" || ps == "" || len(ps) > 5 || ps[0] == '0' || strings.Trim(ps, "0123456789") != "" {
+		return "", 0, false
+	}
+	n, _ := strconv.Atoi(ps)
+	if n > 65535 {
+		return "", 0, false
+	}
+	return id, n, true
+}
+
+// errGone is the one answer for an unknown, dead or paused sandbox and for
+// a wrong token: the SDK reads 502 as "the sandbox is not running".
+const goneMessage = "the sandbox is not running or does not exist"
+
+func (s *Server) writeGone(w http.ResponseWriter, r *http.Request) {
+	if isConnectPath(r.URL.Path) {
+		writeUnaryError(w, http.StatusBadGateway, rpcErrorf(codeUnavailable, goneMessage))
+		return
+	}
+	writeEnvdError(w, http.StatusBadGateway, goneMessage)
+}
+
+func isConnectPath(p string) bool {
+	return strings.HasPrefix(p, "/process.Process/") || strings.HasPrefix(p, "/filesystem.Filesystem/")
+}
+
+// envdError is envd's REST error body.
+type envdError struct {
+	Message string `json:"message"`
+	Code    int    `json:"code"`
+}
+
+func writeEnvdError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, envdError{Message: msg, Code: status})
+}
+
+// serveEnvd routes and authenticates a data-plane request.
+func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
+	id, port, ok := s.route(r)
+	if !ok && r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+		// A signed upload or download URL carries no sandbox identity
+		// when the client uses E2B_SANDBOX_URL: the signature, which only
+		// the token's holder can make, names the sandbox.
+		if b := s.bySignature(r); b != nil {
+			id, port, ok = b.id, EnvdPort, true
+		}
+	}
+	if !ok {
+		s.audit.record(Record{Op: "envd", Outcome: "no_route"})
+		writeEnvdError(w, http.StatusBadRequest, "no sandbox named: send E2b-Sandbox-Id and E2b-Sandbox-Port, or address <port>-<sandbox id>."+cmpOr(s.cfg.Domain, "<domain>"))
+		return
+	}
+	s.mu.Lock()
+	b := s.boxes[id]
+	s.mu.Unlock()
+	var lv *live
+	if b != nil {
+		lv = b.current()
+	}
+	if b == nil || lv == nil || !s.envdAuthorized(r, b) {
+		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: clip(r.URL.Path)})
+		s.writeGone(w, r)
+		return
+	}
+	if port != EnvdPort {
+		s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "port", Outcome: "refused", Detail: strconv.Itoa(port)})
+		writeEnvdError(w, http.StatusBadGateway, fmt.Sprintf("port %d: airlock serves only envd (%d) of a sandbox", port, EnvdPort))
+		return
+	}
+	user, err := userOf(r)
+	if err != nil {
+		if isConnectPath(r.URL.Path) {
+			writeUnaryError(w, 0, rpcErrorf(codeInvalidArgument, "%s", err.Error()))
+		} else {
+			writeEnvdError(w, http.StatusBadRequest, err.Error())
+		}
+		return
+	}
+	c := envdCall{b: b, lv: lv, user: user}
+	switch p := r.URL.Path; {
+	case p == "/health":
+		w.WriteHeader(http.StatusNoContent)
+	case p == "/files" && r.Method == http.MethodGet:
+		s.handleDownload(w, r, c)
+	case p == "/files" && r.Method == http.MethodPost:
+		s.handleUpload(w, r, c)
+	case strings.HasPrefix(p, "/process.Process/"):
+		s.serveProcess(w, r, c, strings.TrimPrefix(p, "/process.Process/"))
+	case strings.HasPrefix(p, "/filesystem.Filesystem/"):
+		s.serveFilesystem(w, r, c, strings.TrimPrefix(p, "/filesystem.Filesystem/"))
+	default:
+		writeEnvdError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not served by airlock's envd", r.Method, clip(p)))
+	}
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// envdAuthorized checks X-Access-Token, or for /files a valid, unexpired
+// URL signature.
+func (s *Server) envdAuthorized(r *http.Request, b *box) bool {
+	if t := r.Header.Get("X-Access-Token"); t != "" {
+		return b.tokenOK(t)
+	}
+	if r.URL.Path != "/files" {
+		return false
+	}
+	return s.signatureOK(r, b)
+}
+
+// signatureOK verifies the v1 signature scheme: "v1_" and the unpadded
+// base64 SHA-256 of "path:operation:user:token[:expiration]".
+func (s *Server) signatureOK(r *http.Request, b *box) bool {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if !strings.HasPrefix(sig, "v1_") || len(sig) > 100 {
+		return false
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	raw := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + b.token
+	if exp := q.Get("signature_expiration"); exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || s.now().Unix() > n {
+			return false
+		}
+		raw += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(raw))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+// bySignature finds the running sandbox whose token signs r.
+func (s *Server) bySignature(r *http.Request) *box {
+	s.mu.Lock()
+	all := make([]*box, 0, len(s.boxes))
+	for _, b := range s.boxes {
+		all = append(all, b)
+	}
+	s.mu.Unlock()
+	for _, b := range all {
+		if s.signatureOK(r, b) {
+			return b
+		}
+	}
+	return nil
+}
+
+// userOf reads the user a request acts as: Basic auth "<user>:" on RPCs,
+// the username query parameter on /files. "user" (E2B's default user)
+// and no user are the sandbox's default user; "root" is root.
+func userOf(r *http.Request) (string, error) {
+	u := r.URL.Query().Get("username")
+	if name, _, ok := r.BasicAuth(); ok {
+		u = name
+	}
+	switch u {
+	case "", "user":
+		return "", nil
+	case "root":
+		return "root", nil
+	}
+	return "", fmt.Errorf("user %q: this sandbox has the users user (the default) and root", clip(u))
+}
+
+// resolvePath makes a client's path absolute: relative ones and ~ are
+// under Homedir.
+func resolvePath(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("path: required")
+	}
+	if len(p) > 4096 || strings.ContainsRune(p, 0) {
+		return "", errors.New("path: too long or contains NUL")
+	}
+	switch {
+	case p == "~":
+		p = Homedir
+	case strings.HasPrefix(p, "~/"):
+		p = path.Join(Homedir, p[2:])
+	case !path.IsAbs(p):
+		p = path.Join(Homedir, p)
+	}
+	return path.Clean(p), nil
+}
+
+// opContext bounds one file operation.
+func opContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), 5*time.Minute)
+}
+
+// fileStatus maps a sandbox file error to envd's REST status.
+func fileStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return http.StatusNotFound, "no such file or directory"
+	case errors.Is(err, fs.ErrPermission):
+		return http.StatusForbidden, "permission denied"
+	case errors.Is(err, fs.ErrExist):
+		return http.StatusConflict, "already exists"
+	case isNoSpace(err):
+		return http.StatusInsufficientStorage, "no space left in the sandbox"
+	}
+	return http.StatusInternalServerError, "the file operation failed"
+}
+
+func isNoSpace(err error) bool {
+	return strings.Contains(err.Error(), "no space left") || strings.Contains(err.Error(), "quota exceeded")
+}
+
+func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCall) {
+	p, err := resolvePath(r.URL.Query().Get("path"))
+	if err != nil {
+		writeEnvdError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := opContext(r)
+	defer cancel()
+	rec := Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.read", Outcome: "ok", Detail: clipDetail(p)}
+	defer func() { s.audit.record(rec) }()
+	fi, err := c.lv.sb.Stat(ctx, p)
+	if err == nil && fi.Mode.IsDir() {
+		rec.Outcome = "invalid"
+		writeEnvdError(w, http.StatusBadRequest, "path is a directory")
+		return
+	}
+	if err == nil && fi.Size > s.cfg.MaxFile {
+		rec.Outcome = "invalid"
+		writeEnvdError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is %d bytes, over the %d a download serves", fi.Size, s.cfg.MaxFile))
+		return
+	}
+	var data []byte
+	if err == nil {
+		data, err = c.lv.sb.ReadFile(ctx, p, s.cfg.MaxFile)
+	}
+	if err != nil {
+		status, msg := fileStatus(err)
+		rec.Outcome = outcomeOf(status)
+		writeEnvdError(w, status, msg)
+		return
+	}
+	// The server has no write timeout (streams last); a download gets
+	// its own.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(5 * time.Minute))
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+	if acceptsGzip(r) && len(data) > 0 {
+		h.Set("Content-Encoding", "gzip")
+		w.WriteHeader(http.StatusOK)
+		gz := gzip.NewWriter(w)
+		_, _ = gz.Write(data)
+		_ = gz.Close()
+		return
+	}
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		if enc, _, _ := strings.Cut(strings.TrimSpace(part), ";"); enc == "gzip" {
+			return true
+		}
+	}
+	return false
+}
+
+// writeInfo is one written file, as envd answers an upload.
+type writeInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// maxUploadParts bounds the files of one multipart upload.
+const maxUploadParts = 1000
+
+func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall) {
+	ctx, cancel := opContext(r)
+	defer cancel()
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var written []writeInfo
+	fail := func(status int, msg, p string) {
+		s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.write", Outcome: outcomeOf(status), Detail: clipDetail(p + ": " + msg)})
+		writeEnvdError(w, status, msg)
+	}
+	write := func(rawPath string, body io.Reader) bool {
+		p, err := resolvePath(rawPath)
+		if err != nil {
+			fail(http.StatusBadRequest, err.Error(), rawPath)
+			return false
+		}
+		lim := &limitReader{r: body, left: s.cfg.MaxFile}
+		if err := c.lv.sb.Mkdir(ctx, path.Dir(p), 0o755, true); err != nil && !errors.Is(err, fs.ErrExist) {
+			status, msg := fileStatus(err)
+			fail(status, msg, p)
+			return false
+		}
+		err = c.lv.sb.WriteFile(ctx, p, lim, 0o644)
+		if lim.over {
+			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is over %d bytes, the most an upload takes", s.cfg.MaxFile), p)
+			return false
+		}
+		if err != nil {
+			status, msg := fileStatus(err)
+			fail(status, msg, p)
+			return false
+		}
+		s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.write", Outcome: "ok", Detail: clipDetail(p)})
+		written = append(written, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		return true
+	}
+	switch mt {
+	case "multipart/form-data":
+		if params["boundary"] == "" {
+			fail(http.StatusBadRequest, "multipart body without a boundary", "")
+			return
+		}
+		mr := multipart.NewReader(r.Body, params["boundary"])
+		for n := 0; ; n++ {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil || n >= maxUploadParts {
+				fail(http.StatusBadRequest, "malformed multipart body", "")
+				return
+			}
+			if part.FormName() != "file" {
+				part.Close()
+				continue
+			}
+			// The part's filename carries the destination path; Go's
+			// Part.FileName would cut it to its base name.
+			_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+			dest := dp["filename"]
+			if dest == "" {
+				dest = r.URL.Query().Get("path")
+			}
+			ok := write(dest, part)
+			part.Close()
+			if !ok {
+				return
+			}
+		}
+	case "application/octet-stream", "":
+		var body io.Reader = r.Body
+		switch enc := r.Header.Get("Content-Encoding"); enc {
+		case "", "identity":
+		case "gzip":
+			gz, err := gzip.NewReader(r.Body)
+			if err != nil {
+				fail(http.StatusBadRequest, "malformed gzip body", "")
+				return
+			}
+			defer gz.Close()
+			body = gz
+		default:
+			fail(http.StatusBadRequest, fmt.Sprintf("Content-Encoding %q: want gzip or none", clip(enc)), "")
+			return
+		}
+		if !write(r.URL.Query().Get("path"), body) {
+			return
+		}
+	default:
+		fail(http.StatusUnsupportedMediaType, fmt.Sprintf("content type %q: want multipart/form-data or application/octet-stream", clip(mt)), "")
+		return
+	}
+	if len(written) == 0 {
+		fail(http.StatusBadRequest, "no file in the upload", "")
+		return
+	}
+	writeJSON(w, http.StatusOK, written)
+}
+
+// limitReader fails reads past its budget (and says so), so an oversized
+// upload is cut off, not truncated silently.
+type limitReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitReader) Read(p []byte) (int, error) {
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	if int64(n) > l.left {
+		l.over = true
+		return 0, errors.New("upload over its limit")
+	}
+	l.left -= int64(n)
+	return n, err
+}

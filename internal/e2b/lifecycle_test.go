@@ -1,0 +1,132 @@
+package e2b_test
+
+import (
+	"encoding/json"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestPauseResume(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	s := h.create("alpha", nil)
+	oct := envdHeaders(s)
+	oct["Content-Type"] = "application/octet-stream"
+	if res := h.do("POST", h.envdURL+"/files?path=keep/me.txt", oct, strings.NewReader("kept\n")); res.status != 200 {
+		t.Fatalf("write: %s", res)
+	}
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{"memory": true}); res.status != 400 {
+		t.Errorf("pause keeping memory = %s, want 400", res)
+	}
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 204 {
+		t.Fatalf("pause: %s", res)
+	}
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 409 || !strings.Contains(string(res.body), `"code":409`) {
+		t.Errorf("second pause = %s, want 409 with code 409", res)
+	}
+	if res := h.do("GET", h.envdURL+"/health", envdHeaders(s), nil); res.status != 502 {
+		t.Errorf("health while paused = %s, want 502", res)
+	}
+	var rows []struct {
+		State string `json:"state"`
+	}
+	_ = json.Unmarshal(h.api("alpha", "GET", "/v2/sandboxes?state=paused", nil).body, &rows)
+	if len(rows) != 1 || rows[0].State != "paused" {
+		t.Errorf("paused list = %+v", rows)
+	}
+	res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{"timeout": 60})
+	if res.status != 201 {
+		t.Fatalf("connect to a paused sandbox = %s, want 201 (resumed)", res)
+	}
+	var again sbx
+	_ = json.Unmarshal(res.body, &again)
+	if again.ID != s.ID || again.Token != s.Token {
+		t.Errorf("resumed sandbox = %+v, want the same id and token", again)
+	}
+	if res := h.do("GET", h.envdURL+"/files?path="+url.QueryEscape("keep/me.txt"), envdHeaders(s), nil); res.status != 200 || string(res.body) != "kept\n" {
+		t.Errorf("read after resume = %s, want the file kept", res)
+	}
+	if res := h.api("alpha", "POST", "/v2/sandboxes/"+s.ID+"/connect", map[string]any{}); res.status != 200 {
+		t.Errorf("connect to a running sandbox = %s, want 200", res)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	h := newHarness(t, harnessOptions{clock: clock})
+	short := h.create("alpha", map[string]any{"timeout": 10})
+	long := h.create("alpha", nil) // the default, 300s
+	if res := h.api("alpha", "POST", "/sandboxes/"+long.ID+"/timeout", map[string]any{"timeout": 20}); res.status != 204 {
+		t.Fatalf("set timeout: %s", res)
+	}
+	clock.Advance(15 * time.Second)
+	h.srv.Reap(t.Context())
+	if res := h.api("alpha", "GET", "/sandboxes/"+short.ID, nil); res.status != 404 {
+		t.Errorf("sandbox past its timeout = %s, want 404", res)
+	}
+	if res := h.api("alpha", "GET", "/sandboxes/"+long.ID, nil); res.status != 200 {
+		t.Errorf("sandbox before its timeout = %s, want 200", res)
+	}
+	if res := h.do("GET", h.envdURL+"/health", envdHeaders(short), nil); res.status != 502 {
+		t.Errorf("health of a timed-out sandbox = %s, want 502", res)
+	}
+	clock.Advance(10 * time.Second)
+	h.srv.Reap(t.Context())
+	if res := h.api("alpha", "GET", "/sandboxes/"+long.ID, nil); res.status != 404 {
+		t.Errorf("sandbox past its shortened timeout = %s, want 404", res)
+	}
+	var ended int
+	for _, r := range h.audit.records(t) {
+		if r.Op == "sandbox.end" && r.Outcome == "timeout" {
+			ended++
+		}
+	}
+	if ended != 2 {
+		t.Errorf("%d sandbox.end timeout records, want 2", ended)
+	}
+}
+
+// TestEgress runs commands under a template whose policy allows one host
+// and binds a credential to it.
+func TestEgress(t *testing.T) {
+	h := newHarness(t, harnessOptions{trust: true})
+	needCurl(t)
+	h.putPolicy("alpha", "egress", h.upstream.egressPolicy())
+	s := h.create("alpha", map[string]any{"templateID": "egress"})
+	port := h.upstream.port
+	r := parseRun(t, h.stream(s, "process.Process/Start", bash(
+		"curl -sS --max-time 20 http://allowed.test:"+itoa(port)+"/ ; echo; "+
+			"curl -sS --max-time 20 -o /dev/null -w 'denied:%{http_code}\\n' http://denied.test:"+itoa(port)+"/ ; "+
+			"env | grep -c Zq7CANARY || true"), nil))
+	if !strings.Contains(r.stdout, "hello from upstream allowed.test") || !strings.Contains(r.stdout, "denied:403") {
+		t.Errorf("egress = %+v, want the allowed host reached and the other refused", r)
+	}
+	if strings.Contains(r.stdout, canary) || !strings.HasSuffix(r.stdout, "0\n") {
+		t.Errorf("the sandbox saw the credential: %q", r.stdout)
+	}
+	if seen := h.upstream.seen(); len(seen) != 1 || seen[0] != "Bearer "+canary {
+		t.Errorf("upstream saw Authorization %q, want the injected credential once", seen)
+	}
+	var allowed, denied bool
+	for _, rec := range h.audit.records(t) {
+		if rec.Op == "egress" && rec.Sandbox == s.ID && rec.Tenant == "alpha" {
+			allowed = allowed || (rec.Outcome == "allowed" && strings.Contains(rec.Detail, "allowed.test"))
+			denied = denied || (rec.Outcome == "denied" && strings.Contains(rec.Detail, "denied.test"))
+		}
+	}
+	if !allowed || !denied {
+		t.Errorf("audit lacks the egress decisions:\n%s", h.audit)
+	}
+	if res := h.api("alpha", "POST", "/v2/sandboxes", map[string]any{"templateID": "egress", "allow_internet_access": false}); res.status != 201 {
+		t.Fatalf("create without internet: %s", res)
+	} else {
+		var off sbx
+		_ = json.Unmarshal(res.body, &off)
+		t.Cleanup(func() { h.api("alpha", "DELETE", "/sandboxes/"+off.ID, nil) })
+		r := parseRun(t, h.stream(off, "process.Process/Start", bash("curl -sS --max-time 5 http://allowed.test:"+itoa(port)+"/ >/dev/null 2>&1 || echo no-route"), nil))
+		if r.stdout != "no-route\n" {
+			t.Errorf("allow_internet_access false = %+v, want no route", r)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package e2b
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// DefaultTemplate is the template E2B clients ask for by default; it is
+// airlock's strict default policy (no network at all).
+const DefaultTemplate = "base"
+
+// template is what a template name resolves to.
+type template struct {
+	name string
+	doc  *policy.Document
+	// raw is the stored document; nil for the default policy.
+	raw []byte
+	// source names the policy version, for the audit log.
+	source string
+}
+
+// errNoTemplate is a template name that is not one of the tenant's
+// policies.
+var errNoTemplate = errors.New("no such template")
+
+// resolveTemplate maps a template name to a policy document: the default
+// template to policy.Default, any other name to the latest version of the
+// tenant's stored policy of that name.
+func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (template, error) {
+	if name == "" || name == DefaultTemplate {
+		return template{name: DefaultTemplate, doc: policy.Default(), source: "default policy"}, nil
+	}
+	if store.ValidatePolicyName(name) != nil {
+		return template{}, errNoTemplate
+	}
+	v, err := store.ForTenant(s.o.Store, tenant).GetPolicy(ctx, name, "")
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return template{}, errNoTemplate
+	case err != nil:
+		return template{}, fmt.Errorf("e2b: template %s: %w", name, err)
+	}
+	doc, err := policy.Parse(v.Document)
+	if err != nil {
+		return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: its policy (v%d) does not load", name, v.Version)}
+	}
+	if !s.o.TrustTenantPolicies {
+		// Why: a tenant's policy that names host directories, a root
+		// filesystem, pinned addresses, CIDR rules or the host's
+		// secrets would reach the host's own resources.
+		if bad := doc.HostResources(); len(bad) > 0 {
+			return template{}, &publicError{status: 403, msg: fmt.Sprintf("template %s: %s name host resources, which this server does not let tenants use", name, strings.Join(bad, ", "))}
+		}
+	}
+	return template{name: name, doc: doc, raw: v.Document, source: fmt.Sprintf("policy %s v%d", name, v.Version)}, nil
+}
+
+// specOf is the sandbox a policy document describes, without its network
+// (Options.Network attaches that).
+func specOf(doc *policy.Document) sandbox.Spec {
+	sb := doc.Sandbox
+	s := sandbox.Spec{RootFS: sb.RootFS}
+	if sb.Workspace.Source != "" {
+		s.Workspace, s.WorkspaceMode = sb.Workspace.Source, sb.Workspace.Mode
+	}
+	for _, m := range sb.Mounts {
+		s.Mounts = append(s.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
+	}
+	s.Limits = sandbox.Limits{MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids,
+		CPUs: sb.Limits.CPUs, RequireHard: sb.RequireHardLimits}
+	s.TTL = time.Duration(sb.Limits.TTL)
+	return s
+}
+
+// needsNetwork reports whether doc lets a sandbox reach anything: only
+// then does it get an egress proxy; otherwise it has no route at all.
+func needsNetwork(doc *policy.Document) bool {
+	n := doc.Network
+	return len(n.Allow) > 0 || len(n.Credentials) > 0 || n.Default == policy.Ask || n.Default == policy.Allow || doc.LLM.Enabled
+}
