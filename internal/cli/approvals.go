@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -26,12 +25,12 @@ type ApprovalsLsCmd struct {
 
 // Run lists pending approvals.
 func (c *ApprovalsLsCmd) Run(env *Env) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	as, err := h.eng.Approvals(env.Ctx, c.Tenant)
+	defer b.close()
+	as, err := b.approvals(env.Ctx, c.Tenant)
 	if err != nil {
 		return err
 	}
@@ -77,20 +76,14 @@ type DenyCmd struct {
 func (c *DenyCmd) Run(env *Env) error { return decide(env, c.ID, c.Tenant, false, c.Reason) }
 
 func decide(env *Env, id, tenant string, approve bool, reason string) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	by := whoami(env)
-	if err := h.mayDecide(env, id); err != nil {
+	defer b.close()
+	by, err := b.decide(env.Ctx, id, tenant, approve, reason)
+	if err != nil {
 		return err
-	}
-	if err := h.eng.Decide(env.Ctx, id, tenant, by, approve, reason); err != nil {
-		if errors.Is(err, engine.ErrNoApproval) {
-			return usageError{err}
-		}
-		return engineError(err)
 	}
 	what := "denied"
 	if approve {

@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/airlockrun/airlock/internal/price"
-	"github.com/airlockrun/airlock/internal/store"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -35,19 +34,12 @@ func (c *CreditsGrantCmd) Run(env *Env) error {
 	if err != nil {
 		return usageError{fmt.Errorf("amount %q: %w", c.Amount, err)}
 	}
-	h, err := openHost(env, hostOptions{readOnly: true})
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	e, err := h.store.AddLedgerEntry(env.Ctx, store.LedgerEntry{Tenant: c.Tenant, Kind: store.LedgerGrant, Amount: micro, Note: c.Note})
-	if err != nil {
-		if errors.Is(err, store.ErrInvalid) {
-			return usageError{err}
-		}
-		return err
-	}
-	bal, err := h.store.Balance(env.Ctx, c.Tenant)
+	defer b.close()
+	e, bal, err := b.grant(env.Ctx, c.Tenant, micro, c.Note)
 	if err != nil {
 		return err
 	}
@@ -64,26 +56,14 @@ type CreditsShowCmd struct {
 
 // Run shows the balance and the latest entries.
 func (c *CreditsShowCmd) Run(env *Env) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	bal, err := h.store.Balance(env.Ctx, c.Tenant)
+	defer b.close()
+	bal, all, err := b.credits(env.Ctx, c.Tenant)
 	if err != nil {
 		return err
-	}
-	var all []store.LedgerEntry
-	for after := int64(0); ; {
-		page, err := h.store.LedgerEntries(env.Ctx, c.Tenant, after, store.MaxPage)
-		if err != nil {
-			return err
-		}
-		all = append(all, page...)
-		if len(page) < store.MaxPage {
-			break
-		}
-		after = page[len(page)-1].ID
 	}
 	if c.Limit > 0 && len(all) > c.Limit {
 		all = all[len(all)-c.Limit:]

@@ -74,6 +74,12 @@ type hostOptions struct {
 	// onEvent, when not nil, sees every event the engine appends (after
 	// the timeline).
 	onEvent func(event.Event)
+	// wrapStore, when not nil, wraps the store every component uses
+	// (serve's telemetry times each call).
+	wrapStore func(store.Store) store.Store
+	// red, when not nil, is the host's redactor, shared with sinks the
+	// caller made before the host (serve's log and telemetry).
+	red *secret.Redactor
 }
 
 // openHost opens the store under $AIRLOCK_HOME and builds an engine on it.
@@ -84,7 +90,10 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	if err := os.MkdirAll(env.Home, 0o700); err != nil {
 		return nil, err
 	}
-	h := &host{env: env, red: secret.NewRedactor()}
+	h := &host{env: env, red: o.red}
+	if h.red == nil {
+		h.red = secret.NewRedactor()
+	}
 	for _, k := range []string{"ANTHROPIC_API_KEY", "OPENAI_API_KEY"} {
 		if v := env.getenv(k); v != "" {
 			h.red.Add(secret.NewValue([]byte(v)))
@@ -93,6 +102,9 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	var err error
 	if h.store, err = openStore(env, h.red); err != nil {
 		return nil, err
+	}
+	if o.wrapStore != nil {
+		h.store = o.wrapStore(h.store)
 	}
 	if h.blobs, err = blob.New(filepath.Join(env.Home, "blobs"), blob.Options{}); err != nil {
 		h.store.Close()

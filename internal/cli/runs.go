@@ -54,33 +54,27 @@ type AgentRunCmd struct {
 	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
 }
 
-// Run creates the run and drives it in the foreground.
+// Run creates the run and drives it in the foreground (against a server:
+// follows it as the server's workers drive it).
 func (c *AgentRunCmd) Run(env *Env) error {
-	req, err := c.request(env)
-	if err != nil {
-		return usageError{err}
-	}
 	var tl *timeline
 	if !c.Detach {
 		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
 	}
-	h, err := openHost(env, hostOptions{timeline: tl, keyFile: c.KeyFile})
+	b, err := openBackend(env, hostOptions{timeline: tl, keyFile: c.KeyFile})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	if !c.Detach {
-		go env.gc()
-	}
-	r, err := h.eng.Create(env.Ctx, req)
+	defer b.close()
+	id, err := b.create(env.Ctx, c)
 	if err != nil {
-		return engineError(err)
+		return err
 	}
 	if c.Detach {
-		fmt.Fprintln(env.Stdout, r.ID)
+		fmt.Fprintln(env.Stdout, id)
 		return nil
 	}
-	return h.foreground(r.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, r.ID) })
+	return b.drive(id, c.Out, false)
 }
 
 // request builds the run from the policy document (the built-in default
@@ -307,12 +301,18 @@ func onSignals(cancel context.CancelCauseFunc) (stop func()) {
 
 // report writes the artifacts out and says where everything is.
 func (h *host) report(o engine.Outcome, out string) error {
-	w := h.env.Stdout
+	return report(h.env, o, out, h.copyBlob)
+}
+
+// report writes a run's artifacts out, fetching each with fetch, and
+// says where everything is.
+func report(env *Env, o engine.Outcome, out string, fetch func(a store.Artifact, w io.Writer) error) error {
+	w := env.Stdout
 	if len(o.Artifacts) > 0 {
 		if out == "" {
-			out = filepath.Join(h.env.Home, "runs", o.RunID)
+			out = filepath.Join(env.Home, "runs", o.RunID)
 		}
-		written, err := h.writeArtifacts(o.Artifacts, out)
+		written, err := writeArtifacts(o.Artifacts, out, fetch)
 		if err != nil {
 			return err
 		}
@@ -331,10 +331,10 @@ func (h *host) report(o engine.Outcome, out string) error {
 	return exitCode(1)
 }
 
-// writeArtifacts copies artifacts from the blob store into dir. Names come
-// from the sandbox: they are written through an os.Root, so none can land
-// outside dir.
-func (h *host) writeArtifacts(arts []store.Artifact, dir string) ([]string, error) {
+// writeArtifacts copies artifacts into dir, each fetched by fetch. Names
+// come from the sandbox: they are written through an os.Root, so none can
+// land outside dir.
+func writeArtifacts(arts []store.Artifact, dir string, fetch func(a store.Artifact, w io.Writer) error) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -354,7 +354,17 @@ func (h *host) writeArtifacts(arts []store.Artifact, dir string) ([]string, erro
 				return out, fmt.Errorf("artifact %s: %w", a.Name, err)
 			}
 		}
-		if err := h.copyBlob(root, name, a.Digest); err != nil {
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+		if err == nil {
+			err = fetch(a, f)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				_ = root.Remove(name) // not the artifact: leave nothing that looks like it
+			}
+		}
+		if err != nil {
 			return out, fmt.Errorf("artifact %s: %w", a.Name, err)
 		}
 		out = append(out, filepath.Join(dir, name))
@@ -362,21 +372,15 @@ func (h *host) writeArtifacts(arts []store.Artifact, dir string) ([]string, erro
 	return out, nil
 }
 
-func (h *host) copyBlob(root *os.Root, name, digest string) error {
-	r, err := h.blobs.Open(h.env.Ctx, digest)
+// copyBlob writes artifact a from the blob store to w.
+func (h *host) copyBlob(a store.Artifact, w io.Writer) error {
+	r, err := h.blobs.Open(h.env.Ctx, a.Digest)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, r); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	_, err = io.Copy(w, r)
+	return err
 }
 
 // RunsCmd is `airlock runs ...`.
@@ -427,19 +431,19 @@ type RunsLsCmd struct {
 
 // Run lists runs, oldest first of the newest Limit.
 func (c *RunsLsCmd) Run(env *Env) error {
-	h, err := openHost(env, hostOptions{readOnly: true})
-	if err != nil {
-		return err
-	}
-	defer h.close()
-	f := store.RunFilter{Limit: c.Limit, Desc: true}
+	var statuses []event.Status
 	for _, s := range c.Status {
 		if !event.Status(s).Valid() {
 			return usageError{fmt.Errorf("--status %q: not a run status", s)}
 		}
-		f.Statuses = append(f.Statuses, event.Status(s))
+		statuses = append(statuses, event.Status(s))
 	}
-	runs, err := h.store.ListRuns(env.Ctx, f)
+	b, err := openBackend(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	runs, err := b.listRuns(env.Ctx, statuses, c.Limit)
 	if err != nil {
 		return err
 	}
@@ -469,12 +473,12 @@ type RunsShowCmd struct {
 
 // Run shows a run.
 func (c *RunsShowCmd) Run(env *Env) error {
-	h, r, err := openRun(env, c.ID)
+	b, r, err := openRun(env, c.ID)
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	o, err := h.eng.Outcome(env.Ctx, r.ID)
+	defer b.close()
+	o, err := b.outcome(env.Ctx, r)
 	if err != nil {
 		return err
 	}
@@ -537,16 +541,19 @@ type RunsEventsCmd struct {
 
 // Run prints the log.
 func (c *RunsEventsCmd) Run(env *Env) error {
-	h, r, err := openRun(env, c.ID)
+	b, r, err := openRun(env, c.ID)
 	if err != nil {
 		return err
 	}
-	defer h.close()
+	defer b.close()
 	enc := json.NewEncoder(env.Stdout)
 	for from := max(c.From, 1); ; {
-		page, err := h.store.Events(env.Ctx, r.ID, from, store.MaxPage)
+		page, err := b.events(env.Ctx, r.ID, from)
 		if err != nil {
 			return err
+		}
+		if len(page) == 0 {
+			return nil
 		}
 		for _, e := range page {
 			if c.JSON {
@@ -556,9 +563,6 @@ func (c *RunsEventsCmd) Run(env *Env) error {
 				continue
 			}
 			fmt.Fprintf(env.Stdout, "%5d  %s  %-20s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, clip(string(e.Payload), 160))
-		}
-		if len(page) < store.MaxPage {
-			return nil
 		}
 		from = page[len(page)-1].Seq + 1
 	}
@@ -571,17 +575,20 @@ type RunsVerifyCmd struct {
 
 // Run checks the chain; exit 1 when broken.
 func (c *RunsVerifyCmd) Run(env *Env) error {
-	h, r, err := openRun(env, c.ID)
+	b, r, err := openRun(env, c.ID)
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	n, err := store.VerifyRun(env.Ctx, h.store, r.ID)
+	defer b.close()
+	n, last, broken, err := b.verify(env.Ctx, r)
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %v\n", r.ID, n, err)
+		return err
+	}
+	if broken != nil {
+		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %v\n", r.ID, n, broken)
 		return exitCode(1)
 	}
-	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified (last %s)\n", r.ID, n, shortHash(r.LastHash.String()))
+	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified (last %s)\n", r.ID, n, shortHash(last))
 	return nil
 }
 
@@ -593,7 +600,7 @@ type RunsCancelCmd struct {
 
 // Run cancels and waits (up to a minute) for a driving process to let go.
 func (c *RunsCancelCmd) Run(env *Env) error {
-	return stopRun(env, c.ID, func(h *host, id string) error { return h.eng.Cancel(env.Ctx, id, "user", c.Reason) }, "cancelled")
+	return stopRun(env, c.ID, false, c.Reason)
 }
 
 // RunsPauseCmd is `airlock runs pause RUN`.
@@ -604,35 +611,35 @@ type RunsPauseCmd struct {
 
 // Run pauses the run.
 func (c *RunsPauseCmd) Run(env *Env) error {
-	return stopRun(env, c.ID, func(h *host, id string) error { return h.eng.Pause(env.Ctx, id, c.Reason) }, "paused")
+	return stopRun(env, c.ID, true, c.Reason)
 }
 
-// openRun opens the store read-only and finds the run arg names.
-func openRun(env *Env, arg string) (*host, store.Run, error) {
-	h, err := openHost(env, hostOptions{readOnly: true})
+// openRun opens the backend (read-only) and finds the run arg names.
+func openRun(env *Env, arg string) (backend, store.Run, error) {
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return nil, store.Run{}, err
 	}
-	r, err := h.resolve(env.Ctx, arg)
+	r, err := b.run(env.Ctx, arg)
 	if err != nil {
-		h.close()
+		b.close()
 		return nil, store.Run{}, err
 	}
-	return h, r, nil
+	return b, r, nil
 }
 
-func stopRun(env *Env, arg string, do func(*host, string) error, what string) error {
-	h, r, err := openRun(env, arg)
+func stopRun(env *Env, arg string, pause bool, reason string) error {
+	b, r, err := openRun(env, arg)
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	if err := do(h, r.ID); err != nil {
-		return engineError(err)
+	defer b.close()
+	if err := b.stop(env.Ctx, r.ID, pause, reason); err != nil {
+		return err
 	}
-	deadline := time.Now().Add(time.Minute)
-	for h.eng.Driven(r.ID) && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	what := "cancelled"
+	if pause {
+		what = "paused"
 	}
 	fmt.Fprintf(env.Stdout, "run %s %s\n", r.ID, what)
 	return nil
@@ -648,29 +655,22 @@ type RunsResumeCmd struct {
 func (c *RunsResumeCmd) Run(env *Env) error {
 	several := len(c.Runs) != 1
 	tl := newTimeline(env.Stdout, stdoutTTY(env), several)
-	h, err := openHost(env, hostOptions{timeline: tl})
+	b, err := openBackend(env, hostOptions{timeline: tl})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	go env.gc()
+	defer b.close()
 	var ids []string
 	for _, a := range c.Runs {
-		r, err := h.resolve(env.Ctx, a)
+		r, err := b.run(env.Ctx, a)
 		if err != nil {
 			return err
 		}
 		ids = append(ids, r.ID)
 	}
 	if len(c.Runs) == 0 {
-		runs, err := store.Unfinished(env.Ctx, h.store)
-		if err != nil {
+		if ids, err = b.unfinished(env.Ctx); err != nil {
 			return err
-		}
-		for _, r := range runs {
-			if !h.eng.Driven(r.ID) {
-				ids = append(ids, r.ID)
-			}
 		}
 		if len(ids) == 0 {
 			fmt.Fprintln(env.Stdout, "no unfinished runs")
@@ -678,7 +678,7 @@ func (c *RunsResumeCmd) Run(env *Env) error {
 		}
 	}
 	if len(ids) == 1 {
-		return h.foreground(ids[0], c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Resume(ctx, ids[0]) })
+		return b.drive(ids[0], c.Out, true)
 	}
 	var mu sync.Mutex
 	var failed error
@@ -687,7 +687,7 @@ func (c *RunsResumeCmd) Run(env *Env) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := h.foreground(id, "", func(ctx context.Context) (engine.Outcome, error) { return h.eng.Resume(ctx, id) })
+			err := b.drive(id, "", true)
 			if err != nil {
 				mu.Lock()
 				if failed == nil || errors.As(failed, new(exitCode)) {
@@ -717,65 +717,52 @@ type RunsForkCmd struct {
 
 // Run forks and drives the new run.
 func (c *RunsForkCmd) Run(env *Env) error {
-	o := engine.ForkOptions{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps}
-	if c.Script != "" {
-		if c.Model != "" {
-			return usageError{errors.New("--script and --model exclude each other")}
-		}
-		b, err := os.ReadFile(c.Script)
-		if err != nil {
-			return usageError{fmt.Errorf("--script: %w", err)}
-		}
-		o.Script, o.Model = b, "script:"+filepath.Base(c.Script)
-	}
-	var pol runPolicy
-	if c.Policy == "" && c.PolicyAs != "" {
-		return usageError{errors.New("--policy-name needs --policy FILE")}
-	}
-	if c.Policy != "" {
-		var err error
-		if pol, err = readRunPolicy(c.Policy, c.PolicyAs); err != nil {
-			return usageError{err}
-		}
-		o.Policy, o.PolicySource = pol.doc, pol.source
-	}
 	var tl *timeline
 	if !c.Detach {
 		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
 	}
-	h, err := openHost(env, hostOptions{timeline: tl})
+	b, err := openBackend(env, hostOptions{timeline: tl})
 	if err != nil {
 		return err
 	}
-	defer h.close()
-	parent, err := h.resolve(env.Ctx, c.ID)
+	defer b.close()
+	id, err := b.fork(env.Ctx, c)
 	if err != nil {
 		return err
-	}
-	// The parent's tenant owns the child, and so the policy it names or
-	// records. (Fork has no PolicyName: the version is recorded here.)
-	switch {
-	case pol.ref != "":
-		if pol, err = pol.loadStored(env.Ctx, h.store, parent.Tenant); err != nil {
-			return err
-		}
-		o.Policy, o.PolicySource = pol.doc, pol.source
-	case pol.name != "":
-		_, _, err := h.store.PutPolicy(env.Ctx, store.PolicyVersion{Tenant: parent.Tenant, Name: pol.name, Document: pol.doc,
-			Source: pol.source, By: whoami(env)})
-		if err != nil {
-			return err
-		}
-	}
-	child, err := h.eng.Fork(env.Ctx, parent.ID, c.At, o)
-	if err != nil {
-		return engineError(err)
 	}
 	if c.Detach {
-		fmt.Fprintln(env.Stdout, child.ID)
+		fmt.Fprintln(env.Stdout, id)
 		return nil
 	}
-	return h.foreground(child.ID, c.Out, func(ctx context.Context) (engine.Outcome, error) { return h.eng.Drive(ctx, child.ID) })
+	return b.drive(id, c.Out, false)
+}
+
+// options reads the flags into the fork's options; errors are usage
+// errors. A stored policy (pol.ref) is for the caller to read.
+func (c *RunsForkCmd) options() (engine.ForkOptions, runPolicy, error) {
+	o := engine.ForkOptions{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps}
+	var pol runPolicy
+	if c.Script != "" {
+		if c.Model != "" {
+			return o, pol, usageError{errors.New("--script and --model exclude each other")}
+		}
+		b, err := os.ReadFile(c.Script)
+		if err != nil {
+			return o, pol, usageError{fmt.Errorf("--script: %w", err)}
+		}
+		o.Script, o.Model = b, "script:"+filepath.Base(c.Script)
+	}
+	if c.Policy == "" && c.PolicyAs != "" {
+		return o, pol, usageError{errors.New("--policy-name needs --policy FILE")}
+	}
+	if c.Policy != "" {
+		var err error
+		if pol, err = readRunPolicy(c.Policy, c.PolicyAs); err != nil {
+			return o, pol, usageError{err}
+		}
+		o.Policy, o.PolicySource = pol.doc, pol.source
+	}
+	return o, pol, nil
 }
 
 // RunsReplayCmd is `airlock runs replay RUN`.
@@ -790,11 +777,15 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 	if !c.JSON {
 		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
 	}
-	h, err := openHost(env, hostOptions{timeline: tl})
+	b, err := openBackend(env, hostOptions{timeline: tl})
 	if err != nil {
 		return err
 	}
-	defer h.close()
+	defer b.close()
+	h, err := b.localHost("airlock runs replay")
+	if err != nil {
+		return err
+	}
 	orig, err := h.resolve(env.Ctx, c.ID)
 	if err != nil {
 		return err

@@ -87,8 +87,11 @@ func TestScripts(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"apikey":    apiKey,
+			"cmpnorm":   cmpNormalized,
 			"grep-tree": grepTree,
 			"mode":      checkMode,
+			"serve":     startServer,
 			"upstream":  startUpstream,
 		},
 	})

@@ -47,6 +47,17 @@ func (f *SecretStoreFlags) open(env *Env) (*secret.Store, error) {
 	return secret.Open(dir, secret.KeyFile(key))
 }
 
+// openStore opens the store for the secrets commands, which need this
+// host's store: a server has no secrets endpoints yet.
+func (f *SecretStoreFlags) openStore(env *Env) (*secret.Store, error) {
+	b, err := openBackend(env, hostOptions{readOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	return b.secrets(f)
+}
+
 // SecretsSetCmd is `airlock secrets set NAME [--host PATTERN ...]`.
 type SecretsSetCmd struct {
 	SecretStoreFlags
@@ -69,7 +80,7 @@ func (c *SecretsSetCmd) Run(env *Env) error {
 	if err != nil {
 		return usageError{err}
 	}
-	s, err := c.open(env)
+	s, err := c.openStore(env)
 	if err != nil {
 		return err
 	}
@@ -203,7 +214,7 @@ type secretListing struct {
 
 // Run lists the tenant's secrets.
 func (c *SecretsLsCmd) Run(env *Env) error {
-	s, err := c.open(env)
+	s, err := c.openStore(env)
 	if err != nil {
 		return err
 	}
@@ -244,7 +255,7 @@ func (c *SecretsRmCmd) Run(env *Env) error {
 	if err := secret.ValidName(c.Name); err != nil {
 		return usageError{err}
 	}
-	s, err := c.open(env)
+	s, err := c.openStore(env)
 	if err != nil {
 		return err
 	}

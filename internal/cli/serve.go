@@ -17,8 +17,13 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
+	"github.com/airlockrun/airlock/internal/telemetry"
+	"go.opentelemetry.io/otel"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +68,13 @@ type ServeCmd struct {
 //	  write_timeout: 30s
 //	  request_timeout: 2m
 //	  trust_tenant_policies: false
+//	e2b:                        # e2b.Config: the E2B-compatible API; off unless both addresses are set
+//	  api_addr: 127.0.0.1:3000  # E2B_API_URL
+//	  sandbox_addr: 127.0.0.1:49983 # E2B_SANDBOX_URL
+//	  domain: ""                # Host routing <port>-<id>.<domain>, returned to clients
+//	telemetry:                  # telemetry.Config
+//	  otlp_endpoint: ""         # traces over OTLP/HTTP, e.g. http://collector:4318; empty: none
+//	  service_name: airlock
 type serveConfig struct {
 	Listen          string        `yaml:"listen"`
 	TLS             serveTLS      `yaml:"tls"`
@@ -72,6 +84,11 @@ type serveConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
 	API             server.Config `yaml:"api"`
+	E2B             e2b.Config    `yaml:"e2b"`
+	// Telemetry says where traces go. OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// (a full URL) or OTEL_EXPORTER_OTLP_ENDPOINT (a base URL, to which
+	// /v1/traces is added) and OTEL_SERVICE_NAME override the file.
+	Telemetry telemetry.Config `yaml:"telemetry"`
 }
 
 type serveTLS struct {
@@ -141,6 +158,16 @@ func (c *ServeCmd) resolve(env *Env) (serveConfig, error) {
 		cfg.LogLevel = "info"
 	}
 	cfg.API = cfg.API.WithDefaults()
+	cfg.E2B = cfg.E2B.WithDefaults()
+	if v := env.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
+		cfg.Telemetry.OTLPEndpoint = v
+	} else if v := env.getenv("OTEL_EXPORTER_OTLP_ENDPOINT"); v != "" {
+		cfg.Telemetry.OTLPEndpoint = strings.TrimSuffix(v, "/") + "/v1/traces"
+	}
+	if v := env.getenv("OTEL_SERVICE_NAME"); v != "" {
+		cfg.Telemetry.ServiceName = v
+	}
+	cfg.Telemetry = cfg.Telemetry.WithDefaults()
 	return cfg, cfg.validate()
 }
 
@@ -182,6 +209,12 @@ func (cfg serveConfig) validate() error {
 	if err := cfg.API.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := cfg.E2B.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cfg.Telemetry.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -202,6 +235,7 @@ func (c *ServeCmd) Run(env *Env) error {
 	if c.CheckConfig {
 		out := cfg
 		out.Store = redactURL(out.Store)
+		out.Telemetry.OTLPEndpoint = redactURL(out.Telemetry.OTLPEndpoint)
 		if err != nil {
 			fmt.Fprintln(env.Stderr, err)
 			return exitCode(2)
@@ -217,18 +251,42 @@ func (c *ServeCmd) Run(env *Env) error {
 		return usageError{err}
 	}
 	level, _ := logLevel(cfg.LogLevel)
-	logger := slog.New(slog.NewJSONHandler(env.Stderr, &slog.HandlerOptions{Level: level}))
+	// One redactor for the host and every sink: the store's events, the
+	// log and the telemetry all scrub every value it learns.
+	red := secret.NewRedactor()
+	logger := slog.New(telemetry.NewRedactingHandler(slog.NewJSONHandler(env.Stderr, &slog.HandlerOptions{Level: level}), red))
 	env.Store = cfg.Store
 	nWorkers := *cfg.Workers
 	feed := server.NewFeed()
-	h, err := openHost(env, hostOptions{keyFile: c.KeyFile, readOnly: nWorkers == 0, onEvent: feed.Publish})
+	tel, err := telemetry.New(telemetry.Options{Config: cfg.Telemetry, Redactor: red, Version: Version})
+	if err != nil {
+		return err
+	}
+	if tel.Tracing() {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { logger.Warn("telemetry: exporting spans failed", "err", err) }))
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(env.Ctx), 10*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(ctx); err != nil {
+			logger.Warn("telemetry: spans still buffered were dropped", "err", err)
+		}
+	}()
+	h, err := openHost(env, hostOptions{keyFile: c.KeyFile, readOnly: nWorkers == 0, red: red, wrapStore: tel.WrapStore,
+		onEvent: func(ev event.Event) {
+			feed.Publish(ev)
+			tel.Event(ev)
+		}})
 	if err != nil {
 		return err
 	}
 	defer h.close()
+	if err := tel.UseStore(h.store); err != nil {
+		return err
+	}
 	var pool *workers
 	o := server.Options{Store: h.store, Blobs: h.blobs, Engine: h.eng, Auth: auth.NewKeys(h.store, nil), Feed: feed,
-		Logger: logger, Config: cfg.API}
+		Logger: logger, Config: cfg.API, Metrics: tel.Registry()}
 	if nWorkers > 0 {
 		env.gc()
 		pool = newWorkers(h.eng, h.store, nWorkers, cfg.WorkerPoll)
@@ -250,9 +308,17 @@ func (c *ServeCmd) Run(env *Env) error {
 		return err
 	}
 	hs := srv.HTTPServer()
+	hs.Handler = tel.HTTP(hs.Handler)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	var e2bAPI *e2bService
+	if cfg.E2B.Enabled() {
+		if e2bAPI, err = startE2B(env.Ctx, env, h, cfg.E2B, c.KeyFile, cfg.API.TrustTenantPolicies, logger); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	scheme := "http"
 	if cfg.TLS.Cert != "" {
@@ -309,6 +375,9 @@ func (c *ServeCmd) Run(env *Env) error {
 	if err := hs.Shutdown(shutCtx); err != nil {
 		logger.Warn("shutdown: requests still running were cut", "err", err)
 		_ = hs.Close()
+	}
+	if e2bAPI != nil {
+		e2bAPI.stop(shutCtx)
 	}
 	serveErr := <-served
 	wg.Wait()

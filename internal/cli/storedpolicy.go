@@ -199,15 +199,12 @@ func (c *PolicyPutCmd) Run(env *Env) error {
 	if err != nil {
 		return usageError{fmt.Errorf("%s: %w", c.File, err)}
 	}
-	st, err := openPolicyStore(env)
+	be, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	v, created, err := st.PutPolicy(env.Ctx, store.PolicyVersion{Tenant: runTenant, Name: c.Name, Document: b, Source: c.File, By: whoami(env)})
-	if errors.Is(err, store.ErrInvalid) {
-		return usageError{err}
-	}
+	defer be.close()
+	v, created, err := be.putPolicy(env.Ctx, c.Name, c.File, b)
 	if err != nil {
 		return err
 	}
@@ -278,12 +275,12 @@ func (c *PolicyHistoryCmd) Run(env *Env) error {
 	if store.ValidatePolicyName(c.Name) != nil {
 		return policyNameError(c.Name)
 	}
-	st, err := openPolicyStore(env)
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	vs, err := st.PolicyVersions(env.Ctx, runTenant, c.Name)
+	defer b.close()
+	vs, err := b.policyVersions(env.Ctx, c.Name)
 	if errors.Is(err, store.ErrNotFound) {
 		return usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", c.Name)}
 	}
@@ -303,12 +300,12 @@ func (c *PolicyShowCmd) Run(env *Env) error {
 	if _, _, err := splitPolicyRef(c.Ref); err != nil {
 		return err
 	}
-	st, err := openPolicyStore(env)
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	v, err := getPolicy(env.Ctx, st, runTenant, c.Ref)
+	defer b.close()
+	v, err := b.policy(env.Ctx, c.Ref)
 	if err != nil {
 		return err
 	}
@@ -323,12 +320,12 @@ type PolicyLsCmd struct {
 
 // Run lists the policies by name.
 func (c *PolicyLsCmd) Run(env *Env) error {
-	st, err := openPolicyStore(env)
+	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	vs, err := st.ListPolicies(env.Ctx, runTenant)
+	defer b.close()
+	vs, err := b.policies(env.Ctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/e2b"
+)
+
+// e2bService is airlock serve's E2B-compatible API: the control plane and
+// the data plane on their own listeners, sandboxes under the tenants'
+// policies with the host's egress proxy, and an audit log at
+// $AIRLOCK_HOME/audit/e2b.jsonl.
+type e2bService struct {
+	srv      *e2b.Server
+	api, sbx *http.Server
+	audit    *os.File
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// startE2B starts the E2B API of cfg (enabled) on h's store; keyFile is the
+// secret store's key for policy credentials, trust whether tenants'
+// policies may name host resources.
+func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile string, trust bool, logger *slog.Logger) (_ *e2bService, err error) {
+	b, err := env.Backend()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(env.Home, "audit", "e2b.jsonl")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("e2b audit log: %w", err)
+	}
+	e := &e2bService{}
+	if e.audit, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
+		return nil, fmt.Errorf("e2b audit log: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			e.audit.Close()
+		}
+	}()
+	log := logger.With("component", "e2b")
+	e.srv, err = e2b.New(e2b.Options{Config: cfg, Backend: b, Keys: auth.NewKeys(h.store, nil), Store: h.store,
+		Network: &runNetwork{env: env, keyFile: keyFile, red: h.red, llm: h.llm}, TrustTenantPolicies: trust,
+		StateDir: filepath.Join(env.Home, "e2b"), Audit: e.audit, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	lnAPI, err := net.Listen("tcp", cfg.APIAddr)
+	if err != nil {
+		return nil, fmt.Errorf("e2b.api_addr %s: %w", cfg.APIAddr, err)
+	}
+	lnSbx, err := net.Listen("tcp", cfg.SandboxAddr)
+	if err != nil {
+		lnAPI.Close()
+		return nil, fmt.Errorf("e2b.sandbox_addr %s: %w", cfg.SandboxAddr, err)
+	}
+	// No WriteTimeout: streams of long commands last; the data plane sets
+	// a deadline per write instead.
+	e.api = &http.Server{Handler: e.srv.APIHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	e.sbx = &http.Server{Handler: e.srv.SandboxHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.wg.Add(3)
+	go func() {
+		defer e.wg.Done()
+		_ = e.srv.Run(runCtx)
+	}()
+	for _, x := range []struct {
+		hs *http.Server
+		ln net.Listener
+	}{{e.api, lnAPI}, {e.sbx, lnSbx}} {
+		go func() {
+			defer e.wg.Done()
+			if err := x.hs.Serve(x.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("e2b listener failed", "addr", x.ln.Addr().String(), "err", err)
+			}
+		}()
+	}
+	fmt.Fprintf(env.Stdout, "airlock serve: E2B API on http://%s, sandboxes on http://%s\n", lnAPI.Addr(), lnSbx.Addr())
+	log.Info("serving the E2B API", "api_addr", lnAPI.Addr().String(), "sandbox_addr", lnSbx.Addr().String())
+	return e, nil
+}
+
+// stop shuts the control plane down, destroys every E2B sandbox (which
+// ends the data plane's streams), then shuts the data plane down; requests
+// may finish until ctx ends.
+func (e *e2bService) stop(ctx context.Context) {
+	if err := e.api.Shutdown(ctx); err != nil {
+		_ = e.api.Close()
+	}
+	e.cancel()
+	if err := e.sbx.Shutdown(ctx); err != nil {
+		_ = e.sbx.Close()
+	}
+	e.wg.Wait()
+	_ = e.audit.Close()
+}

@@ -1,0 +1,131 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+// TestServeE2B: airlock serve with an e2b section serves the E2B control
+// plane and data plane on their own listeners, for an e2b_ key of a
+// tenant, and records every operation in $AIRLOCK_HOME/audit/e2b.jsonl.
+func TestServeE2B(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	exe, remove, err := sandboxtest.BuildExecutor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	home, err := os.MkdirTemp("", "ale2b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
+			_ = b.Close()
+		}
+		os.RemoveAll(home)
+	})
+	ctx := context.Background()
+	if code := airlockIn(t, ctx, home, exe, io.Discard, "tenants", "create", "acme"); code != 0 {
+		t.Fatalf("tenants create: %d", code)
+	}
+	var keyOut bytes.Buffer
+	if code := airlockIn(t, ctx, home, exe, &keyOut, "keys", "create", "--tenant", "acme", "--name", "sdk", "--scope", "sandboxes", "--e2b"); code != 0 {
+		t.Fatalf("keys create: %d", code)
+	}
+	key := strings.TrimSpace(keyOut.String())
+	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(key) {
+		t.Fatalf("key %q is not e2b_<hex>", key)
+	}
+	conf := filepath.Join(home, "serve.yaml")
+	if err := os.WriteFile(conf, []byte("e2b:\n  api_addr: 127.0.0.1:0\n  sandbox_addr: 127.0.0.1:0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	sctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		code := airlockIn(t, sctx, home, exe, pw, "serve", "--config", conf, "--listen", "127.0.0.1:0", "--workers", "0", "--log-level", "warn")
+		pw.Close()
+		done <- code
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	sc := bufio.NewScanner(pr)
+	if !sc.Scan() {
+		t.Fatalf("airlock serve exited before listening")
+	}
+	m := regexp.MustCompile(`E2B API on (http://\S+), sandboxes on (http://\S+)`).FindStringSubmatch(sc.Text())
+	if m == nil {
+		t.Fatalf("airlock serve said %q", sc.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	apiURL, envdURL := m[1], m[2]
+
+	do := func(method, url string, hd map[string]string, body []byte) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, bytes.NewReader(body))
+		for k, v := range hd {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, b
+	}
+	st, b := do("POST", apiURL+"/v2/sandboxes", map[string]string{"X-API-KEY": key, "Content-Type": "application/json"}, []byte(`{"templateID":"base"}`))
+	var sb struct {
+		ID    string `json:"sandboxID"`
+		Token string `json:"envdAccessToken"`
+	}
+	if st != 201 || json.Unmarshal(b, &sb) != nil {
+		t.Fatalf("create = %d %s", st, b)
+	}
+	msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo from-e2b"]},"stdin":false}`)
+	env := append([]byte{0, 0, 0, 0, 0}, msg...)
+	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
+	st, b = do("POST", envdURL+"/process.Process/Start", map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": sb.Token, "Content-Type": "application/connect+json"}, env)
+	// "from-e2b\n" in base64.
+	if st != 200 || !bytes.Contains(b, []byte(`"stdout":"ZnJvbS1lMmIK"`)) || !bytes.Contains(b, []byte(`"exited":true`)) {
+		t.Fatalf("Start = %d %q", st, b)
+	}
+	if st, b := do("DELETE", apiURL+"/sandboxes/"+sb.ID, map[string]string{"X-API-KEY": key}, nil); st != 204 {
+		t.Fatalf("kill = %d %s", st, b)
+	}
+	audit, err := os.ReadFile(filepath.Join(home, "audit", "e2b.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{`"op":"sandbox.create"`, `"op":"process.start"`, `"op":"process.end"`, `"op":"sandbox.kill"`} {
+		if !bytes.Contains(audit, []byte(op)) || !bytes.Contains(audit, []byte(`"tenant":"acme"`)) {
+			t.Errorf("audit log lacks %s of tenant acme:\n%s", op, audit)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("airlock serve exited %d", code)
+	}
+	done <- 0
+}

@@ -1,0 +1,407 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/client"
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/secret"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// remoteBackend is an airlock serve API, reached with one tenant's API
+// key: everything it lists or changes is that tenant's. It answers with
+// the local backend's types, so the commands print the same.
+//
+// Exit statuses of its errors: a key the server refuses (unauthenticated)
+// and bad input the server rejects (bad_request, not_found, too_large)
+// exit 2, like a usage error; a refusal the key cannot overcome
+// (forbidden: a missing scope, a policy naming host resources) and a
+// conflict (the run has ended, the approval was decided) exit 1; the
+// server failing or out of reach exits 125.
+type remoteBackend struct {
+	env *Env
+	c   *client.Client
+	// url is AIRLOCK_URL, for messages.
+	url string
+	// tl receives the events of the runs drive follows; nil prints none.
+	tl *timeline
+}
+
+var _ backend = (*remoteBackend)(nil)
+
+func newRemote(env *Env, url, key string, tl *timeline) (*remoteBackend, error) {
+	c, err := client.New(url, key, client.Options{UserAgent: "airlock/" + Version})
+	if err != nil {
+		// The client's words are "API URL ..." and "... API key ...": say
+		// which variable holds what it refused.
+		msg := strings.TrimPrefix(err.Error(), "client: ")
+		if rest, ok := strings.CutPrefix(msg, "API URL"); ok {
+			return nil, usageError{errors.New("AIRLOCK_URL" + rest)}
+		}
+		return nil, usageError{errors.New("AIRLOCK_API_KEY: " + msg)}
+	}
+	return &remoteBackend{env: env, c: c, url: strings.TrimRight(url, "/"), tl: tl}, nil
+}
+
+func (b *remoteBackend) close() {}
+
+// fail maps an error of the API or of reaching it to the command's.
+func (b *remoteBackend) fail(err error) error {
+	var ae *client.Error
+	if !errors.As(err, &ae) {
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+		return fmt.Errorf("server %s: %s", b.url, strings.TrimPrefix(err.Error(), "client: "))
+	}
+	msg := ae.Message
+	if ae.RequestID != "" && !strings.Contains(msg, ae.RequestID) && (ae.Code == client.CodeInternal || ae.Code == client.CodeUnavailable) {
+		msg += " (request " + ae.RequestID + ")"
+	}
+	switch ae.Code {
+	case client.CodeUnauthenticated:
+		return usageError{fmt.Errorf("the server at %s refused the API key in AIRLOCK_API_KEY: %s", b.url, msg)}
+	case client.CodeForbidden:
+		return reportedError{fmt.Errorf("the server refused: %s", msg), 1}
+	case client.CodeConflict:
+		return reportedError{errors.New(msg), 1}
+	case client.CodeBadRequest, client.CodeNotFound, client.CodeTooLarge, client.CodeMethodNotAllowed:
+		return usageError{errors.New(msg)}
+	}
+	return fmt.Errorf("server %s: %s", b.url, msg)
+}
+
+func (b *remoteBackend) localHost(what string) (*host, error) {
+	return nil, notRemote(what, "it needs this host's engine and sandboxes")
+}
+
+func (b *remoteBackend) secrets(*SecretStoreFlags) (*secret.Store, error) {
+	return nil, notRemote("airlock secrets", "the API has no secrets endpoints yet; manage secrets on the server's host")
+}
+
+func (b *remoteBackend) grant(context.Context, string, int64, string) (store.LedgerEntry, int64, error) {
+	return store.LedgerEntry{}, 0, notRemote("airlock credits grant", "the API has no endpoint that grants credits; grant them on the server's host")
+}
+
+func (b *remoteBackend) policy(context.Context, string) (store.PolicyVersion, error) {
+	return store.PolicyVersion{}, notRemote("airlock policy show", "the API has no endpoint that returns a stored policy's document")
+}
+
+func (b *remoteBackend) unfinished(context.Context) ([]string, error) {
+	return nil, usageError{errors.New("give the runs to resume: against a server, its workers drive every unfinished run themselves")}
+}
+
+func toRun(r client.Run) store.Run {
+	out := store.Run{ID: r.ID, Tenant: r.Tenant, Task: r.Task, Model: r.Model, PolicyHash: r.PolicyHash, Status: r.Status,
+		Created: r.Created, Updated: r.Updated, ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, LastSeq: r.Events}
+	if r.Finished != nil {
+		out.Finished = *r.Finished
+	}
+	return out
+}
+
+// maxRunPage is the API's largest page of runs.
+const maxRunPage = 500
+
+func (b *remoteBackend) listRuns(ctx context.Context, statuses []event.Status, limit int) ([]store.Run, error) {
+	want := store.PageLimit(limit)
+	var out []store.Run
+	cursor := ""
+	for len(out) < want {
+		page, err := b.c.ListRuns(ctx, client.ListRunsOptions{Statuses: statuses, Limit: min(want-len(out), maxRunPage), Cursor: cursor})
+		if err != nil {
+			return nil, b.fail(err)
+		}
+		for _, r := range page.Runs {
+			out = append(out, toRun(r))
+		}
+		if page.NextCursor == "" || len(page.Runs) == 0 {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	return out, nil
+}
+
+// run finds a run as host.resolve does: the full id, else a unique
+// prefix or suffix of one of the tenant's runs. Another tenant's run is
+// not found, like one that does not exist.
+func (b *remoteBackend) run(ctx context.Context, arg string) (store.Run, error) {
+	r, err := b.c.Run(ctx, arg)
+	if err == nil {
+		return toRun(r), nil
+	}
+	if !client.IsCode(err, client.CodeNotFound) {
+		return store.Run{}, b.fail(err)
+	}
+	if len(arg) < 4 {
+		return store.Run{}, usageError{fmt.Errorf("no run %q", arg)}
+	}
+	var match []store.Run
+	o := client.ListRunsOptions{Limit: maxRunPage, Oldest: true}
+	for {
+		page, err := b.c.ListRuns(ctx, o)
+		if err != nil {
+			return store.Run{}, b.fail(err)
+		}
+		for _, x := range page.Runs {
+			if strings.HasPrefix(x.ID, arg) || strings.HasSuffix(x.ID, arg) || strings.HasPrefix(x.ID, event.RunIDPrefix+arg) {
+				match = append(match, toRun(x))
+			}
+		}
+		if page.NextCursor == "" || len(page.Runs) == 0 {
+			break
+		}
+		o.Cursor = page.NextCursor
+	}
+	switch len(match) {
+	case 1:
+		return match[0], nil
+	case 0:
+		return store.Run{}, usageError{fmt.Errorf("no run %q", arg)}
+	}
+	return store.Run{}, usageError{fmt.Errorf("%q names %d runs; give more of the id", arg, len(match))}
+}
+
+func (b *remoteBackend) outcome(ctx context.Context, r store.Run) (engine.Outcome, error) {
+	d, err := b.c.Run(ctx, r.ID)
+	if err != nil {
+		return engine.Outcome{}, b.fail(err)
+	}
+	arts, err := b.c.Artifacts(ctx, r.ID)
+	if err != nil {
+		return engine.Outcome{}, b.fail(err)
+	}
+	o := engine.Outcome{RunID: d.ID, Status: d.Status, Reason: d.Reason, Summary: d.Summary, Verification: d.Verification}
+	if d.Steps != nil {
+		o.Steps = *d.Steps
+	}
+	if d.Usage != nil {
+		o.Usage = *d.Usage
+	}
+	for _, a := range arts {
+		o.Artifacts = append(o.Artifacts, store.Artifact{RunID: d.ID, Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created})
+	}
+	return o, nil
+}
+
+func (b *remoteBackend) events(ctx context.Context, id string, from int64) ([]event.Event, error) {
+	page, err := b.c.Events(ctx, id, from-1, 0)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	return page.Events, nil
+}
+
+// verify checks the chain of the events the server sends, up to the last
+// one the run records. The API does not give the run's recorded last
+// hash, so the last hash shown is the chain's own.
+func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string, error, error) {
+	c := event.NewChain(r.ID)
+	for c.Seq() < r.LastSeq {
+		page, err := b.c.Events(ctx, r.ID, c.Seq(), 0)
+		if err != nil {
+			return c.Seq(), "", nil, b.fail(err)
+		}
+		if len(page.Events) == 0 {
+			break
+		}
+		for _, e := range page.Events {
+			if e.Seq > r.LastSeq {
+				break
+			}
+			if err := c.Next(e); err != nil {
+				return c.Seq(), "", err, nil
+			}
+		}
+	}
+	if c.Seq() != r.LastSeq {
+		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq() + 1, Got: r.LastSeq,
+			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq)}, nil
+	}
+	return c.Seq(), c.Last().String(), nil, nil
+}
+
+// ended is the error of acting on run id that the server says conflicts:
+// the local engine's words when the run has ended.
+func (b *remoteBackend) ended(ctx context.Context, id string, err error) error {
+	if client.IsCode(err, client.CodeConflict) {
+		if r, gerr := b.c.Run(ctx, id); gerr == nil && r.Status.Final() {
+			return reportedError{fmt.Errorf("run already ended: run %s is %s", id, r.Status), 1}
+		}
+	}
+	return b.fail(err)
+}
+
+func (b *remoteBackend) stop(ctx context.Context, id string, pause bool, reason string) error {
+	var err error
+	if pause {
+		_, err = b.c.PauseRun(ctx, id, reason)
+	} else {
+		_, err = b.c.CancelRun(ctx, id, reason)
+	}
+	if err != nil {
+		return b.ended(ctx, id, err)
+	}
+	return nil
+}
+
+func (b *remoteBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error) {
+	var errs []error
+	if c.BaseURL != "" {
+		errs = append(errs, errors.New("--base-url: a server calls only its own model providers"))
+	}
+	if c.PolicyAs != "" {
+		errs = append(errs, errors.New("--policy-name: store the policy with airlock policy put, then give --policy NAME"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return "", notRemote("airlock runs fork with these flags", err.Error())
+	}
+	o, pol, err := c.options()
+	if err != nil {
+		return "", err
+	}
+	parent, err := b.run(ctx, c.ID)
+	if err != nil {
+		return "", err
+	}
+	q := client.ForkRequest{AtStep: c.At, Model: c.Model, MaxSteps: c.MaxSteps}
+	if o.Script != nil {
+		q.Script = string(o.Script)
+	}
+	if pol.ref != "" {
+		q.Policy = pol.ref
+	} else if pol.doc != nil {
+		q.PolicyDocument = string(pol.doc)
+	}
+	child, err := b.c.ForkRun(ctx, parent.ID, q)
+	if err != nil {
+		return "", b.fail(err)
+	}
+	return child.ID, nil
+}
+
+func (b *remoteBackend) approvals(ctx context.Context, tenant string) ([]engine.Approval, error) {
+	as, err := b.c.Approvals(ctx)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	var out []engine.Approval
+	for _, a := range as {
+		if tenant != "" && a.Tenant != tenant {
+			continue
+		}
+		out = append(out, engine.Approval{ID: a.ID, RunID: a.RunID, Tenant: a.Tenant, Task: a.Task, Step: a.Step, CallID: a.CallID,
+			Destination: a.Destination, Sandbox: a.Sandbox, Action: a.Action, Reason: a.Reason, Requested: a.Requested, Expires: a.Expires})
+	}
+	return out, nil
+}
+
+// decide decides as the API key: the server records the key's id as who
+// decided. An approval of another tenant's run is no approval.
+func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve bool, text string) (string, error) {
+	none := usageError{fmt.Errorf("no such approval: %q", id)}
+	if tenant != "" {
+		runID, ok := engine.ApprovalRunID(id)
+		if !ok {
+			return "", none
+		}
+		r, err := b.c.Run(ctx, runID)
+		switch {
+		case client.IsCode(err, client.CodeNotFound):
+			return "", none
+		case err != nil:
+			return "", b.fail(err)
+		case r.Tenant != tenant:
+			return "", none
+		}
+	}
+	var d client.Decision
+	var err error
+	if approve {
+		d, err = b.c.Approve(ctx, id, text)
+	} else {
+		d, err = b.c.Deny(ctx, id, text)
+	}
+	switch {
+	case client.IsCode(err, client.CodeNotFound):
+		return "", none
+	case err != nil:
+		return "", b.fail(err)
+	}
+	return d.By, nil
+}
+
+func toPolicyVersion(v client.PolicyVersion) store.PolicyVersion {
+	return store.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, CreatedAt: v.Created, Source: v.Source, By: v.By}
+}
+
+// putPolicy uploads the document; the server checks it as it checks a
+// run's, and records the key's id as who stored it.
+func (b *remoteBackend) putPolicy(ctx context.Context, name, _ string, doc []byte) (store.PolicyVersion, bool, error) {
+	v, err := b.c.PutPolicy(ctx, name, doc)
+	if err != nil {
+		return store.PolicyVersion{}, false, b.fail(err)
+	}
+	return toPolicyVersion(v), v.New != nil && *v.New, nil
+}
+
+func (b *remoteBackend) policyVersions(ctx context.Context, name string) ([]store.PolicyVersion, error) {
+	vs, err := b.c.PolicyVersions(ctx, name)
+	if client.IsCode(err, client.CodeNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	out := make([]store.PolicyVersion, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, toPolicyVersion(v))
+	}
+	return out, nil
+}
+
+func (b *remoteBackend) policies(ctx context.Context) ([]store.PolicyVersion, error) {
+	vs, err := b.c.Policies(ctx)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	out := make([]store.PolicyVersion, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, toPolicyVersion(v))
+	}
+	return out, nil
+}
+
+// credits shows the key's own tenant only: another tenant is a usage
+// error that says whose the key is.
+func (b *remoteBackend) credits(ctx context.Context, tenant string) (int64, []store.LedgerEntry, error) {
+	var all []store.LedgerEntry
+	var bal int64
+	for after, first := int64(0), true; first || after != 0; first = false {
+		page, err := b.c.Credits(ctx, after, store.MaxPage)
+		if err != nil {
+			return 0, nil, b.fail(err)
+		}
+		if first {
+			if page.Tenant != tenant {
+				return 0, nil, usageError{fmt.Errorf("the API key is tenant %s's: it shows that tenant's credits, not %s's", page.Tenant, tenant)}
+			}
+			bal = page.Balance
+		}
+		for _, e := range page.Entries {
+			all = append(all, store.LedgerEntry{ID: e.ID, Tenant: page.Tenant, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created})
+		}
+		after = page.NextAfter
+	}
+	return bal, all, nil
+}
+
+// detachWait bounds the cancellation a Ctrl-C sends to the server.
+const detachWait = 30 * time.Second

@@ -1,0 +1,325 @@
+package cli
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/airlockrun/airlock/internal/client"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
+	"golang.org/x/sys/unix"
+)
+
+// defaultContextWindow is --context-window's default.
+const defaultContextWindow = 200000
+
+// remoteRequest builds the API's create request from airlock run's flags,
+// as request does the engine's: the flags that are shorthand for the
+// policy document are written into it, and the document sent inline (a
+// stored policy is sent by name). What a server cannot do (host
+// directories, more sandboxes, base URLs) is refused. Errors are bad
+// input.
+func (c *AgentRunCmd) remoteRequest() (client.CreateRunRequest, error) {
+	q := client.CreateRunRequest{Task: c.Task, Model: c.Model}
+	var errs []error
+	if strings.TrimSpace(c.Task) == "" {
+		errs = append(errs, errors.New("the task is empty"))
+	}
+	if c.MaxSteps < 0 {
+		errs = append(errs, fmt.Errorf("--max-steps %d: want at least 1", c.MaxSteps))
+	}
+	if c.Timeout < 0 || c.MaxTokens < 0 {
+		errs = append(errs, errors.New("--timeout and --max-tokens must not be negative"))
+	}
+	for _, f := range []struct {
+		set      bool
+		flag, do string
+	}{
+		{c.BaseURL != "", "--base-url", "a server calls only its own model providers"},
+		{len(c.Sandbox) > 0, "--sandbox", "a server's runs have one sandbox"},
+		{c.WSMode != "" && c.WSMode != policy.WorkspaceCOW, "--workspace-mode " + c.WSMode, "the server's sandbox works on an uploaded copy of --workspace"},
+		{c.PolicyAs != "", "--policy-name", "store the policy with airlock policy put, then give --policy NAME"},
+		{c.Context != defaultContextWindow, "--context-window", "the API takes no context window"},
+	} {
+		if f.set {
+			errs = append(errs, fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", f.flag, f.do))
+		}
+	}
+	var ref string
+	doc, inline := policy.Default(), []byte(nil)
+	if c.Policy != "" {
+		p, err := readRunPolicy(c.Policy, "")
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case p.ref != "":
+			ref = p.ref
+		default:
+			doc, inline = p.parsed, p.doc
+		}
+	}
+	if ref != "" {
+		// The API does not return a stored document, so flags cannot be
+		// written into one; the checks, artifacts and step budget have
+		// fields of their own.
+		if c.Memory != "" || c.Disk != "" || c.Pids > 0 || c.CPUs > 0 || c.Timeout > 0 || c.MaxTokens > 0 || len(c.Allow) > 0 || len(c.Resolve) > 0 {
+			errs = append(errs, fmt.Errorf("--policy %s names a stored policy: against a server, only --max-steps, --verify*, and --artifact go with it (give the policy file to change more)", ref))
+		}
+		q.Policy, q.MaxSteps, q.Artifacts = ref, c.MaxSteps, c.Artifact
+		if len(c.Verify)+len(c.Changed)+len(c.Only) > 0 {
+			q.Verify = &client.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
+		}
+	} else {
+		// The workspace is uploaded, not a host directory of the policy.
+		flags := *c
+		flags.Workspace, flags.WSMode = "", ""
+		d, changed, err := flags.applyFlags(doc)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case changed:
+			inline = d.Canonical()
+		}
+		q.PolicyDocument = string(inline)
+	}
+	switch {
+	case c.Script != "" && c.Model != "":
+		errs = append(errs, errors.New("--script and --model exclude each other"))
+	case c.Script != "":
+		b, err := os.ReadFile(c.Script)
+		if err == nil {
+			_, err = model.ParseScript(b)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--script %s: %w", c.Script, err))
+		}
+		q.Script = string(b)
+	case c.Model == "":
+		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
+	}
+	if c.Workspace != "" {
+		if fi, err := os.Stat(c.Workspace); err != nil {
+			errs = append(errs, fmt.Errorf("--workspace %s: %w", c.Workspace, err))
+		} else if !fi.IsDir() {
+			errs = append(errs, fmt.Errorf("--workspace %s: not a directory", c.Workspace))
+		}
+	}
+	return q, errors.Join(errs...)
+}
+
+// create checks the flags, uploads --workspace as a gzipped tar, and
+// creates the run; the server's workers drive it.
+func (b *remoteBackend) create(ctx context.Context, c *AgentRunCmd) (string, error) {
+	q, err := c.remoteRequest()
+	if err != nil {
+		return "", usageError{err}
+	}
+	if c.Workspace != "" {
+		id, err := b.upload(ctx, c.Workspace)
+		if err != nil {
+			return "", err
+		}
+		q.Workspace = &client.WorkspaceSource{Upload: id}
+	}
+	r, err := b.c.CreateRun(ctx, q)
+	if err != nil {
+		return "", b.fail(err)
+	}
+	return r.ID, nil
+}
+
+// upload sends dir as a gzipped tar, made as it is sent.
+func (b *remoteBackend) upload(ctx context.Context, dir string) (string, error) {
+	pr, pw := io.Pipe()
+	var werr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		werr = writeTarGz(pw, dir)
+		pw.CloseWithError(werr)
+	}()
+	u, err := b.c.Upload(ctx, pr)
+	// The upload may end before the tar does (a refusal): stop the
+	// writer, then wait for it.
+	pr.CloseWithError(errUploadEnded)
+	wg.Wait()
+	switch {
+	case werr != nil && !errors.Is(werr, errUploadEnded):
+		return "", fmt.Errorf("--workspace %s: %w", dir, werr)
+	case err != nil:
+		return "", b.fail(err)
+	}
+	return u.ID, nil
+}
+
+var errUploadEnded = errors.New("the upload ended")
+
+// writeTarGz writes the tree under dir to w as a gzipped tar: directories,
+// regular files and symbolic links (as links), with names relative to dir
+// and no owner; other files (sockets, devices) are left out. Files are
+// opened through an os.Root, so a file swapped for a link while the tree
+// is walked cannot make it read outside dir.
+func writeTarGz(w io.Writer, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	zw := gzip.NewWriter(w)
+	tw := tar.NewWriter(zw)
+	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || name == "." {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			if link, err = root.Readlink(name); err != nil {
+				return err
+			}
+		case !info.Mode().IsRegular() && !info.IsDir():
+			return nil
+		}
+		h, err := tar.FileInfoHeader(info, link)
+		if err != nil {
+			return err
+		}
+		h.Name, h.Uid, h.Gid, h.Uname, h.Gname = filepath.ToSlash(name), 0, 0, "", ""
+		if info.IsDir() {
+			h.Name += "/"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() {
+			return nil
+		}
+		f, err := root.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if n, err := io.CopyN(tw, f, h.Size); err != nil {
+			return fmt.Errorf("%s: %d of %d bytes read (did it change?): %w", name, n, h.Size, err)
+		}
+		return nil
+	})
+	if err == nil {
+		err = tw.Close()
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	return err
+}
+
+// errPaused ends the following of a run that was paused.
+var errPaused = errors.New("the run was paused")
+
+// drive follows run id as the server's workers drive it (resume: asks
+// them to resume it first), printing its events with the timeline, then
+// downloads the artifacts and reports as a local drive does. Ctrl-C asks
+// the server to cancel the run (and a second one stops following);
+// SIGTERM or SIGHUP stops following, the run goes on.
+func (b *remoteBackend) drive(id, out string, resume bool) error {
+	ctx := b.env.Ctx
+	var after int64
+	if resume {
+		r, err := b.c.Run(ctx, id)
+		if err != nil {
+			return b.fail(err)
+		}
+		after = r.Events
+		if _, err := b.c.ResumeRun(ctx, id); err != nil {
+			return b.ended(ctx, id, err)
+		}
+	}
+	fctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	endSignals := b.onSignals(fctx, id, stop)
+	_, err := b.c.Follow(fctx, id, after, func(ev event.Event) error {
+		if b.tl != nil {
+			b.tl.event(ev)
+		}
+		if ev.Type == event.TypeRunPaused {
+			return errPaused
+		}
+		return nil
+	})
+	endSignals()
+	switch {
+	case errors.Is(context.Cause(fctx), errDetached):
+		fmt.Fprintf(b.env.Stderr, "airlock: stopped following run %s; the server goes on with it (airlock runs show %s)\n", id, id)
+		return exitCode(1)
+	case err != nil && !errors.Is(err, errPaused):
+		return b.fail(err)
+	}
+	r, err := b.c.Run(ctx, id)
+	if err != nil {
+		return b.fail(err)
+	}
+	o, err := b.outcome(ctx, toRun(r))
+	if err != nil {
+		return err
+	}
+	return report(b.env, o, out, func(a store.Artifact, w io.Writer) error {
+		_, err := b.c.Download(ctx, id, a.Name, w)
+		return err
+	})
+}
+
+// onSignals handles the signals while run id is followed: the first
+// SIGINT cancels the run on the server, and the stream shows it end; a
+// second one, SIGTERM and SIGHUP detach (stop(errDetached)). The returned
+// function stops the handling and waits for it.
+func (b *remoteBackend) onSignals(ctx context.Context, id string, stop context.CancelCauseFunc) func() {
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cancelled := false
+		for {
+			select {
+			case s := <-ch:
+				if s == unix.SIGINT && !cancelled {
+					cancelled = true
+					cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachWait)
+					_, err := b.c.CancelRun(cctx, id, "interrupted")
+					cancel()
+					if err == nil {
+						continue
+					}
+				}
+				stop(errDetached)
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+		wg.Wait()
+	}
+}
