@@ -192,9 +192,25 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	ctx, cancel := context.WithTimeout(ctx, p.lim.TotalTimeout)
 	defer cancel()
 	// Close (and the total timeout) end the connection wherever it blocks.
-	stop := context.AfterFunc(ctx, func() { _ = c.Close() })
-	defer stop()
+	defer afterFunc(ctx, func() { _ = c.Close() })()
 	newSession(p, mc, mc, nil).serve(ctx)
+}
+
+// afterFunc runs f in its own goroutine when ctx is done, like
+// context.AfterFunc; the returned stop either keeps f from running or waits
+// until it has returned, so that Close, which waits for the proxy's
+// goroutines, waits for f too.
+func afterFunc(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	return func() {
+		if !cancel() {
+			<-done
+		}
+	}
 }
 
 // reject answers a connection over MaxConns with 403 "limit:conns". It

@@ -84,8 +84,7 @@ func (s *session) relay(ctx context.Context, up net.Conn) {
 	}
 	idle := newIdleTimer(s.p.lim.IdleTimeout, closeBoth)
 	defer idle.stop()
-	stop := context.AfterFunc(ctx, closeBoth)
-	defer stop()
+	defer afterFunc(ctx, closeBoth)()
 
 	// Bytes the sandbox sent after its ClientHello were read (and
 	// counted) with the request head; they go first.
