@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Load on airlock serve over loopback: RUNS scripted runs created through the
+# API at once and driven to completion (real sandboxes), then SUBS SSE
+# subscribers on one run; prints run-creation and event-delivery latencies.
+# Root (real sandboxes). Usage: bench/serve.sh [RUNS] [SUBS]  (default 100 1000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:-100}
+subs=${2:-1000}
+make -s build
+bin=$PWD/bin/airlock
+t=$(mktemp -d)
+pid=
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  rm -rf "$t"
+}
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+export AIRLOCK_HOME=$t/home
+go build -o "$t/serveload" ./bench/serveload
+"$bin" tenants create load >/dev/null
+key=$("$bin" keys create --tenant load --name load 2>/dev/null)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat > "$t/serve.yaml" <<YAML
+listen: 127.0.0.1:$port
+workers: 8
+api:
+  rate: 100000
+  burst: 100000
+  max_streams: $((subs + 100))
+YAML
+"$bin" serve --config "$t/serve.yaml" >"$t/serve.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+"$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs"

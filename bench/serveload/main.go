@@ -1,0 +1,125 @@
+// Command serveload puts load on a running airlock serve over loopback and
+// reports latencies: N scripted runs created at once (the create call's
+// latency, sandbox start excluded, and the time until all completed), then
+// M SSE subscribers on one run (each event's delivery latency: receipt time
+// minus the event's commit time in the log). bench/serve.sh runs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/client"
+	"github.com/airlockrun/airlock/internal/event"
+)
+
+const quick = `turns:
+  - tool_calls:
+      - name: run_command
+        args: {command: "echo hello > out.txt"}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`
+
+func main() {
+	url := flag.String("url", "http://127.0.0.1:8080", "server")
+	key := flag.String("key", os.Getenv("AIRLOCK_API_KEY"), "API key")
+	runs := flag.Int("runs", 100, "runs created at once")
+	subs := flag.Int("subs", 1000, "SSE subscribers on one run")
+	steps := flag.Int("steps", 10, "steps of the streamed run")
+	flag.Parse()
+	c, err := client.New(*url, *key, client.Options{Timeout: 5 * time.Minute})
+	if err != nil {
+		fail(err)
+	}
+	ctx := context.Background()
+
+	// Phase 1: runs created at once.
+	lat := make([]time.Duration, *runs)
+	ids := make([]string, *runs)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range *runs {
+		wg.Go(func() {
+			t := time.Now()
+			r, err := c.CreateRun(ctx, client.CreateRunRequest{Task: fmt.Sprintf("load %d", i), Script: quick})
+			lat[i] = time.Since(t)
+			if err != nil {
+				fail(err)
+			}
+			ids[i] = r.ID
+		})
+	}
+	wg.Wait()
+	created := time.Since(start)
+	for _, id := range ids {
+		wg.Go(func() {
+			end, err := c.Follow(ctx, id, 0, func(event.Event) error { return nil })
+			if err != nil {
+				fail(err)
+			}
+			if end.Status != event.StatusCompleted {
+				fail(fmt.Errorf("run %s ended %s", id, end.Status))
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("runs created at once:   %d in %v; all completed after %v\n", *runs, created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
+
+	// Phase 2: subscribers on one run.
+	script := "turns:\n"
+	for range *steps {
+		script += "  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 0.2; echo step\"}\n"
+	}
+	script += "  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	r, err := c.CreateRun(ctx, client.CreateRunRequest{Task: "streamed", Script: script})
+	if err != nil {
+		fail(err)
+	}
+	var mu sync.Mutex
+	var delivery []time.Duration
+	for range *subs {
+		wg.Go(func() {
+			var mine []time.Duration
+			_, err := c.Follow(ctx, r.ID, 0, func(e event.Event) error {
+				// Events committed before the subscriber joined are
+				// history, not delivery.
+				if d := time.Since(e.Time); d < 5*time.Second {
+					mine = append(mine, d)
+				}
+				return nil
+			})
+			if err != nil {
+				fail(err)
+			}
+			mu.Lock()
+			delivery = append(delivery, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	fmt.Printf("SSE subscribers:        %d on one run, %d deliveries\n", *subs, len(delivery))
+	fmt.Printf("event delivery latency: p50 %v  p99 %v  max %v\n", pct(delivery, 50), pct(delivery, 99), pct(delivery, 100))
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s) - 1) * p / 100
+	return s[i].Round(10 * time.Microsecond)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "serveload:", err)
+	os.Exit(1)
+}
