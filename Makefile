@@ -16,7 +16,7 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build demo test-deps test lint golangci fuzz bench bench-compare bench-idle bench-egress bench-workers deps check clean
+.PHONY: help build demo test-deps test lint golangci fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -66,6 +66,9 @@ bench-egress: ## Egress proxy beside direct and tinyproxy: latency, throughput, 
 
 bench-workers: ## Runs completed per minute by 1, 2 and 3 workers sharing one store (root)
 	./bench/workers.sh
+
+bench-serve: ## airlock serve under load: 100 runs created at once, 1,000 SSE subscribers (root)
+	./bench/serve.sh
 
 deps: ## Import-boundary tests: what airlock-exec and execproto may link, deps.txt, static executor
 	$(GO) test -count=1 -run 'Deps|ExecutorStatic' $$($(FIND_GO_TESTS) | grep '/deps_test\.go$$' | xargs -n1 dirname | sort -u)
