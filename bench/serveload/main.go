@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/client"
@@ -74,7 +75,9 @@ func main() {
 	fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
 
 	// Phase 2: subscribers on one run.
-	script := "turns:\n"
+	// The first step waits for the subscribers to connect; only events
+	// committed after all of them did count.
+	script := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 3\"}\n"
 	for range *steps {
 		script += "  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 0.2; echo step\"}\n"
 	}
@@ -85,14 +88,22 @@ func main() {
 	}
 	var mu sync.Mutex
 	var delivery []time.Duration
+	var joined atomic.Int64
+	var barrier atomic.Pointer[time.Time]
 	for range *subs {
 		wg.Go(func() {
 			var mine []time.Duration
+			first := true
 			_, err := c.Follow(ctx, r.ID, 0, func(e event.Event) error {
-				// Events committed before the subscriber joined are
-				// history, not delivery.
-				if d := time.Since(e.Time); d < 5*time.Second {
-					mine = append(mine, d)
+				now := time.Now()
+				if first {
+					first = false
+					if joined.Add(1) == int64(*subs) {
+						barrier.Store(&now)
+					}
+				}
+				if b := barrier.Load(); b != nil && e.Time.After(*b) {
+					mine = append(mine, now.Sub(e.Time))
 				}
 				return nil
 			})
@@ -105,7 +116,7 @@ func main() {
 		})
 	}
 	wg.Wait()
-	fmt.Printf("SSE subscribers:        %d on one run, %d deliveries\n", *subs, len(delivery))
+	fmt.Printf("SSE subscribers:        %d on one run, %d deliveries after all had joined\n", *subs, len(delivery))
 	fmt.Printf("event delivery latency: p50 %v  p99 %v  max %v\n", pct(delivery, 50), pct(delivery, 99), pct(delivery, 100))
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,23 +18,62 @@ import (
 )
 
 // Feed tells event streams that a run's log grew, as soon as this
-// process's engine appends: wire Publish to engine.Options.OnEvent. It
-// carries no events, only wake-ups (at most one pending per stream), so a
-// slow stream never holds up the engine or grows a buffer: the stream
-// reads what is new from the store.
+// process's engine appends: wire Publish to engine.Options.OnEvent. A
+// stream gets a wake-up (at most one pending per stream), so a slow stream
+// never holds up the engine or grows a buffer. The feed also keeps the
+// latest events of each watched run, in order: a woken stream takes what
+// follows its last seq from there, so that a thousand streams of one run
+// do not read the store a thousand times per event; it reads the store,
+// the source of truth, whenever the feed does not hold exactly what
+// follows (a resume, another process's events, a gap) and for the run's
+// lifecycle events.
 type Feed struct {
 	mu sync.Mutex
-	// subs holds each run's streams' wake channels (guarded by mu).
-	subs map[string]map[chan struct{}]struct{}
+	// subs holds each run's streams' wake channels; recent the latest
+	// events published for a run that has streams (both guarded by mu).
+	subs   map[string]map[chan struct{}]struct{}
+	recent map[string][]event.Event
 }
 
+// feedKeep is how many of a watched run's latest events the feed keeps.
+const feedKeep = 64
+
 // NewFeed returns an empty feed.
-func NewFeed() *Feed { return &Feed{subs: map[string]map[chan struct{}]struct{}{}} }
+func NewFeed() *Feed {
+	return &Feed{subs: map[string]map[chan struct{}]struct{}{}, recent: map[string][]event.Event{}}
+}
+
+// since returns the events of run runID that follow seq after, when the
+// feed holds all of them from after+1 on, contiguously.
+func (f *Feed) since(runID string, after int64) ([]event.Event, bool) {
+	if f == nil {
+		return nil, false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.recent[runID]
+	if len(r) == 0 || r[0].Seq > after+1 || r[len(r)-1].Seq <= after {
+		return nil, false
+	}
+	i := int(after + 1 - r[0].Seq)
+	return slices.Clone(r[i:]), true
+}
 
 // Publish wakes the streams of ev's run. It never blocks.
 func (f *Feed) Publish(ev event.Event) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.subs[ev.RunID]) > 0 {
+		r := f.recent[ev.RunID]
+		if n := len(r); n > 0 && r[n-1].Seq+1 != ev.Seq {
+			r = r[:0] // not contiguous: start again
+		}
+		r = append(r, ev)
+		if len(r) > feedKeep {
+			r = slices.Delete(r, 0, len(r)-feedKeep)
+		}
+		f.recent[ev.RunID] = r
+	}
 	for ch := range f.subs[ev.RunID] {
 		select {
 		case ch <- struct{}{}:
@@ -61,6 +101,7 @@ func (f *Feed) subscribe(runID string) (<-chan struct{}, func()) {
 		delete(f.subs[runID], ch)
 		if len(f.subs[runID]) == 0 {
 			delete(f.subs, runID)
+			delete(f.recent, runID)
 		}
 	}
 }
@@ -201,8 +242,21 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	defer poll.Stop()
 	keepalive := time.NewTicker(s.cfg.Keepalive)
 	defer keepalive.Stop()
+	write := func(evs []event.Event) error {
+		for _, ev := range evs {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(bw, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
+			after = ev.Seq
+		}
+		s.metrics.streamed.Add(float64(len(evs)))
+		return nil
+	}
+	fromFeed := false
 	for {
-		for {
+		for !fromFeed {
 			cur, err := c.view.GetRun(ctx, run.ID)
 			if err != nil {
 				return streamErr(ctx, err)
@@ -213,15 +267,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 					return streamErr(ctx, err)
 				}
 			}
-			for _, ev := range evs {
-				b, err := json.Marshal(ev)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(bw, "id: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Type, b)
-				after = ev.Seq
+			if err := write(evs); err != nil {
+				return err
 			}
-			s.metrics.streamed.Add(float64(len(evs)))
 			if len(evs) > 0 {
 				if err := flush(); err != nil {
 					return nil
@@ -240,12 +288,25 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 			}
 			break
 		}
+		fromFeed = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.closing:
 			return nil
 		case <-wake:
+			// What follows, from the feed when it holds exactly that and
+			// no lifecycle event (whose status the store read checks).
+			evs, ok := s.o.Feed.since(run.ID, after)
+			if ok && !slices.ContainsFunc(evs, func(e event.Event) bool { return strings.HasPrefix(string(e.Type), "run.") }) {
+				if err := write(evs); err != nil {
+					return err
+				}
+				if err := flush(); err != nil {
+					return nil
+				}
+				fromFeed = true
+			}
 		case <-poll.C:
 		case <-keepalive.C:
 			fmt.Fprint(bw, ": keepalive\n\n")
