@@ -34,20 +34,7 @@ import (
 
 var executorPath string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		os.Exit(m.Run())
-	}
-	path, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorPath = path
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
 
 // harness is the E2B API on a real SQLite store and (as root) the native
 // sandbox backend, served over loopback HTTP, with tenants alpha and beta

@@ -23,20 +23,7 @@ import (
 
 var executorPath string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		os.Exit(m.Run())
-	}
-	path, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorPath = path
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
 
 // harness is an engine on a real SQLite store, blob directory and sandbox
 // backend, with every appended event collected.

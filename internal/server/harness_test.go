@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,20 +33,7 @@ import (
 
 var executorPath string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		os.Exit(m.Run())
-	}
-	path, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorPath = path
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
 
 // harness is the API on a real SQLite store, blob directory, engine and
 // (as root) sandbox backend, served over loopback HTTP, with two tenants,

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -34,20 +33,7 @@ import (
 
 var executorPath string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		os.Exit(m.Run())
-	}
-	path, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorPath = path
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
 
 // decideByPolicy is the engine's policy hook, as the host's.
 func decideByPolicy(_ context.Context, q engine.PolicyQuery) event.PolicyDecision {

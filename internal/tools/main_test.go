@@ -1,7 +1,6 @@
 package tools_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -11,17 +10,4 @@ import (
 // executorPath is the airlock-exec binary built for these tests.
 var executorPath string
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() != 0 {
-		os.Exit(m.Run()) // the sandbox tests skip; the rest need no executor
-	}
-	path, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	executorPath = path
-	code := m.Run()
-	remove()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 )
 
 // ExecutorDirPrefix starts the name of the temporary directory that
@@ -34,4 +35,22 @@ func BuildExecutor() (path string, remove func(), err error) {
 		return "", nil, fmt.Errorf("build airlock-exec: %v\n%s", err, out)
 	}
 	return path, remove, nil
+}
+
+// Main is the TestMain of a package whose tests make real sandboxes: as
+// root it builds the executor into *path for them, runs the tests, and
+// removes it; otherwise it only runs the tests (those that need sandboxes
+// skip, saying they need root). It returns the exit code for os.Exit.
+func Main(m *testing.M, path *string) int {
+	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	p, remove, err := BuildExecutor()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer remove()
+	*path = p
+	return m.Run()
 }
