@@ -13,33 +13,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/airlockrun/airlock/internal/sandbox/linux"
-	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
 // TestServeE2B: airlock serve with an e2b section serves the E2B control
 // plane and data plane on their own listeners, for an e2b_ key of a
 // tenant, and records every operation in $AIRLOCK_HOME/audit/e2b.jsonl.
 func TestServeE2B(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for real sandboxes")
-	}
-	exe, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
-	home, err := os.MkdirTemp("", "ale2b-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
-			_ = b.Close()
-		}
-		os.RemoveAll(home)
-	})
+	home, exe := serveHome(t, "ale2b-")
 	ctx := context.Background()
 	if code := airlockIn(t, ctx, home, exe, io.Discard, "tenants", "create", "acme"); code != 0 {
 		t.Fatalf("tenants create: %d", code)

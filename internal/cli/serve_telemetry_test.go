@@ -16,8 +16,6 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/cli"
-	"github.com/airlockrun/airlock/internal/sandbox/linux"
-	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -47,24 +45,7 @@ func (s *syncLog) String() string {
 // its log is JSON lines with request, tenant and run ids, and no secret
 // the host knows.
 func TestServeTelemetry(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for real sandboxes")
-	}
-	exe, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
-	home, err := os.MkdirTemp("", "alh-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
-			_ = b.Close()
-		}
-		os.RemoveAll(home)
-	})
+	home, exe := serveHome(t, "alh-")
 
 	var mu sync.Mutex
 	var spans []string

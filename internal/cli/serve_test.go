@@ -135,26 +135,7 @@ func waitRun(t *testing.T, base, key, id string, want ...string) apiRun {
 // a scripted run in a real sandbox, serves its patch; shut down mid-run
 // it leaves the run resumable, and the next airlock serve finishes it.
 func TestServe(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for real sandboxes")
-	}
-	// An executor of its own: TestScripts removes the shared one when it
-	// ends.
-	exe, remove, err := sandboxtest.BuildExecutor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(remove)
-	home, err := os.MkdirTemp("", "alh-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
-			_ = b.Close()
-		}
-		os.RemoveAll(home)
-	})
+	home, exe := serveHome(t, "alh-")
 	ctx := context.Background()
 	if code := airlockIn(t, ctx, home, exe, io.Discard, "tenants", "create", "acme"); code != 0 {
 		t.Fatalf("tenants create: %d", code)
@@ -202,4 +183,30 @@ func TestServe(t *testing.T) {
 	if code := s2.stop(); code != 0 {
 		t.Errorf("second airlock serve exited %d", code)
 	}
+}
+
+// serveHome skips unless root, and returns a fresh AIRLOCK_HOME (a short
+// path: egress sockets live under it) and an executor of the test's own
+// (TestScripts removes the shared one when it ends); both go, with the
+// sandboxes' cgroup parent, when the test ends.
+func serveHome(t *testing.T, prefix string) (home, exe string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	exe, remove, err := sandboxtest.BuildExecutor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	if home, err = os.MkdirTemp("", prefix); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
+			_ = b.Close()
+		}
+		os.RemoveAll(home)
+	})
+	return home, exe
 }
