@@ -153,29 +153,9 @@ func (q *CreateRunRequest) validate() error {
 		return badRequest("task: empty")
 	case len(q.Task) > store.MaxTaskLen || !utf8.ValidString(q.Task):
 		return badRequest("task: want UTF-8 text of at most %d bytes", store.MaxTaskLen)
-	case q.Script != "" && q.Model != "":
-		return badRequest("give model or script, not both")
-	case q.Script == "" && q.Model == "":
-		return badRequest("give model PROVIDER:MODEL or a script")
-	case q.Policy != "" && q.PolicyDocument != "":
-		return badRequest("give policy (a stored policy's name) or policy_document, not both")
-	case q.MaxSteps < 0 || q.MaxSteps > 10_000:
-		return badRequest("max_steps %d: want 1 to 10000", q.MaxSteps)
 	}
-	if q.Model != "" {
-		if err := checkModel(q.Model); err != nil {
-			return err
-		}
-	}
-	if q.Script != "" {
-		if err := checkScript(q.Script); err != nil {
-			return err
-		}
-	}
-	if q.Policy != "" {
-		if _, _, err := splitPolicyRef(q.Policy); err != nil {
-			return err
-		}
+	if err := checkChoices(q.Model, q.Script, q.Policy, q.PolicyDocument, q.MaxSteps, true); err != nil {
+		return err
 	}
 	if ws := q.Workspace; ws != nil {
 		switch {
@@ -208,25 +188,36 @@ func (q *ForkRequest) validate() error {
 		return badRequest("at_step: required (0 forks from the start)")
 	case *q.AtStep < 0 || *q.AtStep > 100_000:
 		return badRequest("at_step %d: want 0 or more", *q.AtStep)
-	case q.Script != "" && q.Model != "":
+	}
+	return checkChoices(q.Model, q.Script, q.Policy, q.PolicyDocument, q.MaxSteps, false)
+}
+
+// checkChoices checks what a run's create and fork requests share: the
+// model or script (one of them when needModel), the stored policy or an
+// inline document, and the step budget.
+func checkChoices(model, script, pol, polDoc string, maxSteps int, needModel bool) error {
+	switch {
+	case script != "" && model != "":
 		return badRequest("give model or script, not both")
-	case q.Policy != "" && q.PolicyDocument != "":
+	case needModel && script == "" && model == "":
+		return badRequest("give model PROVIDER:MODEL or a script")
+	case pol != "" && polDoc != "":
 		return badRequest("give policy (a stored policy's name) or policy_document, not both")
-	case q.MaxSteps < 0 || q.MaxSteps > 10_000:
-		return badRequest("max_steps %d: want 1 to 10000", q.MaxSteps)
+	case maxSteps < 0 || maxSteps > 10_000:
+		return badRequest("max_steps %d: want 1 to 10000", maxSteps)
 	}
-	if q.Model != "" {
-		if err := checkModel(q.Model); err != nil {
+	if model != "" {
+		if err := checkModel(model); err != nil {
 			return err
 		}
 	}
-	if q.Script != "" {
-		if err := checkScript(q.Script); err != nil {
+	if script != "" {
+		if err := checkScript(script); err != nil {
 			return err
 		}
 	}
-	if q.Policy != "" {
-		if _, _, err := splitPolicyRef(q.Policy); err != nil {
+	if pol != "" {
+		if _, _, err := splitPolicyRef(pol); err != nil {
 			return err
 		}
 	}
