@@ -139,14 +139,13 @@ func (l *llmHub) upstreams() (map[string]gateway.Upstream, error) {
 }
 
 // key fetches a provider key for every call (a rotation applies at once):
-// the host variable env, else the secret-store entry name.
+// the host variable env, else the secret-store entry name. The gateway
+// gives each distinct key to the host's redactor (Config.Redactor).
 func (l *llmHub) key(env, name string) func(context.Context) (secret.Value, error) {
 	return func(ctx context.Context) (secret.Value, error) {
 		if env != "" {
 			if v := l.env.getenv(env); v != "" {
-				k := secret.NewValue([]byte(v))
-				l.red.Add(k)
-				return k, nil
+				return secret.NewValue([]byte(v)), nil
 			}
 		}
 		if name == "" {
@@ -157,11 +156,7 @@ func (l *llmHub) key(env, name string) func(context.Context) (secret.Value, erro
 			return secret.Value{}, err
 		}
 		v, _, err := st.Get(ctx, secret.DefaultTenant, name)
-		if err != nil {
-			return secret.Value{}, err
-		}
-		l.red.Add(v)
-		return v, nil
+		return v, err
 	}
 }
 
