@@ -304,7 +304,7 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 		}
 	}
 	id := event.NewRunID(e.o.Now())
-	_, err = e.o.Store.CreateRun(ctx, store.Run{
+	r, err := e.o.Store.CreateRun(ctx, store.Run{
 		ID: id, Tenant: req.Tenant, Task: req.Task, Model: cfg.Model,
 		Policy: req.Policy, PolicyHash: policyHash, Status: event.StatusQueued,
 		ParentRunID: link.ParentRunID, ParentSeq: link.ParentSeq,
@@ -327,7 +327,11 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 		return store.Run{}, fmt.Errorf("engine: record run %s: %w", id, err)
 	}
 	e.emit(stored)
-	return e.o.Store.GetRun(ctx, id)
+	// The run as created: a worker may take it up at once, and what it
+	// does next is not this call's answer.
+	last := stored[len(stored)-1]
+	r.LastSeq, r.LastHash, r.Updated = last.Seq, last.Hash, last.Time
+	return r, nil
 }
 
 func (e *Engine) emit(evs []event.Event) {
