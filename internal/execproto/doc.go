@@ -11,7 +11,10 @@
 // stdout, stderr and file contents on numbered channels with credit-based flow
 // control: a sender holds at most Window unacknowledged bytes per channel, and
 // the receiver returns credit with Ack frames as it consumes, so a slow reader
-// slows the writer instead of growing a buffer without bound.
+// slows the writer instead of growing a buffer without bound. A watch stream
+// stays open until the host cancels it and carries one WatchEvent per Data
+// frame; when the host reads too slowly, the executor drops events and says
+// so (WatchOverflow) rather than queue more than MaxWatchQueue of them.
 //
 // Everything decoded here is untrusted input on the host side: ReadFrame and
 // Decode reject malformed frames with ErrFrame and never allocate more than

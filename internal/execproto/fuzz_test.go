@@ -7,6 +7,7 @@ import (
 	"io"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 )
@@ -145,6 +146,38 @@ func FuzzDecodeResult(f *testing.F) {
 		roundTrip[execproto.Result](t, b)
 		roundTrip[execproto.Ready](t, b)
 		roundTrip[execproto.Error](t, b)
+	})
+}
+
+// FuzzDecodeWatchEvent decodes arbitrary JSON as the events the host reads
+// on a watch stream, from the executor beside untrusted code. Decode may
+// reject it (with ErrFrame only) and Validate may reject it; an event that
+// passes both must survive a round trip, still valid, and its encoding must
+// fit one data frame, as every event the executor sends does.
+func FuzzDecodeWatchEvent(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		roundTrip[execproto.WatchEvent](t, b)
+		var ev execproto.WatchEvent
+		if execproto.Decode(b, &ev) != nil || ev.Validate() != nil {
+			return
+		}
+		out, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatalf("json.Marshal(valid event) = %v", err)
+		}
+		if len(out) > execproto.ChunkSize {
+			t.Fatalf("valid event encodes to %d bytes, over one data frame (%d)", len(out), execproto.ChunkSize)
+		}
+		var again execproto.WatchEvent
+		if err := execproto.Decode(out, &again); err != nil {
+			t.Fatalf("Decode(json.Marshal(valid event)) = %v\n%s", err, out)
+		}
+		if err := again.Validate(); err != nil {
+			t.Fatalf("event valid before a round trip is not after: %v\n%s", err, out)
+		}
+		if again != ev && utf8.ValidString(ev.Path) {
+			t.Fatalf("event changed across a round trip:\n got %+v\nwant %+v", again, ev)
+		}
 	})
 }
 

@@ -209,6 +209,12 @@ const (
 	OpRemove = "remove"
 	OpRename = "rename"
 	OpExport = "export"
+	// OpWatch reports changes under the directory at Path (and below it
+	// if Recursive) as WatchEvents until the host cancels the stream.
+	OpWatch = "watch"
+	// OpDiskUsage reports how full the sandbox's writable layers are, in
+	// Result.Disk.
+	OpDiskUsage = "disk_usage"
 )
 
 // Request opens a stream.
@@ -304,6 +310,13 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("rename: new path: %w", err)
 		}
 		return nil
+	case OpWatch:
+		if err := checkPath(r.Path); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		return nil
+	case OpDiskUsage:
+		return nil
 	}
 	return fmt.Errorf("unknown op %.20q", r.Op)
 }
@@ -359,6 +372,15 @@ type Result struct {
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Stat and List results.
 	Entries []Entry `json:"entries,omitempty"`
+	// Disk is a disk_usage result.
+	Disk *DiskUsage `json:"disk,omitempty"`
+}
+
+// DiskUsage is how full a sandbox's writable layers are: the scratch layer
+// (home, the workspace's and the root's changes) and /tmp, summed.
+type DiskUsage struct {
+	Used  int64 `json:"used"`  // bytes in use
+	Total int64 `json:"total"` // bytes the layers may hold
 }
 
 // Entry describes one file.
@@ -368,6 +390,66 @@ type Entry struct {
 	Mode    uint32 `json:"mode"` // Go fs.FileMode bits
 	ModTime int64  `json:"mtime_ns"`
 	Link    string `json:"link,omitempty"`
+}
+
+// Kinds of WatchEvent.
+const (
+	// WatchStart is the first event of every watch stream: the watches
+	// are in place, so any change made after it is reported.
+	WatchStart = "start"
+	// WatchCreate: Path was created, or moved into the watched tree.
+	WatchCreate = "create"
+	// WatchWrite: the content of the file at Path changed.
+	WatchWrite = "write"
+	// WatchRemove: Path was deleted.
+	WatchRemove = "remove"
+	// WatchRename: Path was moved away (its new name, if still in the
+	// watched tree, comes as a create).
+	WatchRename = "rename"
+	// WatchChmod: the attributes (mode, owner, times) of Path changed.
+	WatchChmod = "chmod"
+	// WatchOverflow: events were lost (a queue was full, or a directory
+	// below Path could not be watched); whoever needs an exact picture
+	// lists the tree again.
+	WatchOverflow = "overflow"
+)
+
+// Bounds of watching. The executor holds at most MaxWatchQueue events of a
+// watch stream that the host has not taken yet, and reports an overflow
+// instead of queueing more; it watches at most MaxWatchDirs directories per
+// stream and MaxWatchStreams streams at once.
+const (
+	MaxWatchQueue   = 1024
+	MaxWatchDirs    = 8192
+	MaxWatchStreams = 32
+)
+
+// WatchEvent is one change reported on a watch stream. Each Data frame on
+// the Stdout channel of a watch stream carries exactly one, as JSON, so a
+// frame boundary is an event boundary.
+type WatchEvent struct {
+	Op string `json:"op"`
+	// Path is absolute; empty only for WatchStart.
+	Path string `json:"path,omitempty"`
+	// Dir is set when Path is a directory (as far as the kernel said).
+	Dir bool `json:"dir,omitempty"`
+}
+
+// Validate checks an event the host read from the executor.
+func (e *WatchEvent) Validate() error {
+	switch e.Op {
+	case WatchStart:
+		if e.Path != "" || e.Dir {
+			return errors.New("watch event: start names no path")
+		}
+		return nil
+	case WatchCreate, WatchWrite, WatchRemove, WatchRename, WatchChmod, WatchOverflow:
+		if err := checkPath(e.Path); err != nil {
+			return fmt.Errorf("watch event %s: %w", e.Op, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("watch event: unknown op %.20q", e.Op)
 }
 
 // Error reports a protocol-level failure.

@@ -49,6 +49,12 @@ func TestRequestValidate(t *testing.T) {
 		{"rename", execproto.Request{Op: execproto.OpRename, Path: "/a", NewPath: "/b"}, false},
 		{"rename relative new path", execproto.Request{Op: execproto.OpRename, Path: "/a", NewPath: "b"}, true},
 		{"rename relative path", execproto.Request{Op: execproto.OpRename, Path: "a", NewPath: "/b"}, true},
+		{"watch", execproto.Request{Op: execproto.OpWatch, Path: "/workspace", Recursive: true}, false},
+		{"watch dotdot", execproto.Request{Op: execproto.OpWatch, Path: "/workspace/../tmp"}, false},
+		{"watch relative path", execproto.Request{Op: execproto.OpWatch, Path: "workspace"}, true},
+		{"watch empty path", execproto.Request{Op: execproto.OpWatch}, true},
+		{"watch NUL path", execproto.Request{Op: execproto.OpWatch, Path: "/a\x00"}, true},
+		{"disk usage", execproto.Request{Op: execproto.OpDiskUsage}, false},
 		{"unknown op", execproto.Request{Op: "chmod", Path: "/a"}, true},
 		{"empty op", execproto.Request{}, true},
 		{"op case matters", execproto.Request{Op: "EXEC", Argv: []string{"ls"}}, true},
@@ -220,6 +226,57 @@ func TestJSONFrame(t *testing.T) {
 	}
 }
 
+func TestWatchEventValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		ev      execproto.WatchEvent
+		wantErr bool
+	}{
+		{"start", execproto.WatchEvent{Op: execproto.WatchStart}, false},
+		{"create dir", execproto.WatchEvent{Op: execproto.WatchCreate, Path: "/workspace/d", Dir: true}, false},
+		{"write", execproto.WatchEvent{Op: execproto.WatchWrite, Path: "/workspace/f"}, false},
+		{"remove", execproto.WatchEvent{Op: execproto.WatchRemove, Path: "/workspace/f"}, false},
+		{"rename", execproto.WatchEvent{Op: execproto.WatchRename, Path: "/workspace/f"}, false},
+		{"chmod", execproto.WatchEvent{Op: execproto.WatchChmod, Path: "/workspace/f"}, false},
+		{"overflow", execproto.WatchEvent{Op: execproto.WatchOverflow, Path: "/workspace"}, false},
+		{"start with a path", execproto.WatchEvent{Op: execproto.WatchStart, Path: "/x"}, true},
+		{"start with dir", execproto.WatchEvent{Op: execproto.WatchStart, Dir: true}, true},
+		{"create without a path", execproto.WatchEvent{Op: execproto.WatchCreate}, true},
+		{"relative path", execproto.WatchEvent{Op: execproto.WatchWrite, Path: "f"}, true},
+		{"NUL in path", execproto.WatchEvent{Op: execproto.WatchWrite, Path: "/f\x00"}, true},
+		{"path too long", execproto.WatchEvent{Op: execproto.WatchWrite, Path: "/" + strings.Repeat("a", execproto.MaxPathLen)}, true},
+		{"unknown op", execproto.WatchEvent{Op: "truncate", Path: "/f"}, true},
+		{"empty op", execproto.WatchEvent{Path: "/f"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.ev.Validate(); (err != nil) != tt.wantErr {
+				t.Errorf("WatchEvent%+v.Validate() = %v, want error: %t", tt.ev, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// TestWatchEventFitsAFrame: the executor sends each event in one data frame,
+// so the longest valid event, with every byte of its path escaped, must fit
+// in ChunkSize.
+func TestWatchEventFitsAFrame(t *testing.T) {
+	for _, fill := range []string{"a", "\x01", "\xff", "\"", "<"} {
+		p := "/" + strings.Repeat(fill, execproto.MaxPathLen-1)
+		ev := execproto.WatchEvent{Op: execproto.WatchOverflow, Path: p, Dir: true}
+		if err := ev.Validate(); err != nil {
+			t.Fatalf("Validate(longest path of %q) = %v", fill, err)
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > execproto.ChunkSize {
+			t.Errorf("an event whose path is %d bytes of %q encodes to %d bytes, over ChunkSize %d", len(p), fill, len(b), execproto.ChunkSize)
+		}
+	}
+}
+
 // TestMessageFieldNames pins the wire names of a few fields, so a rename of a
 // Go field cannot silently change the protocol.
 func TestMessageFieldNames(t *testing.T) {
@@ -229,5 +286,19 @@ func TestMessageFieldNames(t *testing.T) {
 	}
 	if want := `{"outcome":"timeout","exit_code":-1,"max_rss_kb":7}`; string(b) != want {
 		t.Errorf("json.Marshal(Result) = %s, want %s", b, want)
+	}
+	b, err = json.Marshal(execproto.WatchEvent{Op: execproto.WatchCreate, Path: "/w/d", Dir: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"op":"create","path":"/w/d","dir":true}`; string(b) != want {
+		t.Errorf("json.Marshal(WatchEvent) = %s, want %s", b, want)
+	}
+	b, err = json.Marshal(execproto.Result{Disk: &execproto.DiskUsage{Used: 1, Total: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"exit_code":0,"disk":{"used":1,"total":2}}`; string(b) != want {
+		t.Errorf("json.Marshal(Result with disk) = %s, want %s", b, want)
 	}
 }

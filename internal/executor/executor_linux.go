@@ -63,6 +63,8 @@ type executor struct {
 	// starting counts process starts in flight; while it is nonzero, statuses
 	// of unknown pids are kept in exited for them. Guarded by mu.
 	starting int
+	// watches counts running watch streams. Guarded by mu.
+	watches int
 }
 
 func (e *executor) fatal(err error) error {

@@ -20,24 +20,37 @@ import (
 // resolve inside the sandbox's root: symlinks and ".." cannot leave it,
 // because the host's files are not in this mount namespace at all.
 func (s *stream) file() execproto.Result {
+	var res execproto.Result
+	err := s.asUser(func() (err error) {
+		res, err = s.fileOp()
+		return err
+	})
+	if err != nil {
+		return errResult(err)
+	}
+	return res
+}
+
+// asUser runs f on a thread of its own with the file-system identity of the
+// sandbox's default user, so what f creates belongs to that user and f can
+// touch nothing that user could not. An error wrapping errFsid means the
+// identity could not be set: f did not run, and the caller must not use
+// asUser again (the thread's identity may be half changed; it stays locked,
+// and ends with the goroutine rather than go back to the scheduler).
+func (s *stream) asUser(f func() error) error {
 	runtime.LockOSThread()
 	u := s.e.setup.User
 	if err := setfsid(u.UID, u.GID); err != nil {
-		// The thread's identity may be half changed: let it end with
-		// the goroutine rather than hand it back to the scheduler.
-		return errResult(err)
+		return err
 	}
-	res, err := s.fileOp()
+	err := f()
 	// Restore root's fs identity and return the thread: a thread that ends
 	// must be replaced, and a new thread may be impossible once commands
 	// have used up the sandbox's pids limit.
 	if setfsid(0, 0) == nil {
 		runtime.UnlockOSThread()
 	}
-	if err != nil {
-		return errResult(err)
-	}
-	return res
+	return err
 }
 
 func (s *stream) fileOp() (execproto.Result, error) {

@@ -31,7 +31,13 @@ type stream struct {
 	pty       *os.File      // guarded by mu: terminal master, if any
 	cancelled bool          // guarded by mu
 	signals   []unix.Signal // guarded by mu: signals that arrived before the process started
+	size      *unix.Winsize // guarded by mu: the latest resize that arrived before the terminal was open
 	killedFor string        // guarded by mu: outcome forced by a limit
+
+	// stop is closed (once, by kill) when the host cancels the stream; a
+	// watch, which has no process to kill, ends on it.
+	stop     chan struct{}
+	stopOnce sync.Once
 }
 
 func newStream(e *executor, id uint32, req execproto.Request) *stream {
@@ -39,6 +45,7 @@ func newStream(e *executor, id uint32, req execproto.Request) *stream {
 		e: e, id: id, req: req,
 		out: execproto.NewCredit(execproto.Window), errc: execproto.NewCredit(execproto.Window),
 		stdin: execproto.NewInbox(),
+		stop:  make(chan struct{}),
 	}
 }
 
@@ -90,6 +97,10 @@ func (s *stream) handle(f execproto.Frame) error {
 		rows, cols := execproto.ResizeSize(f)
 		s.mu.Lock()
 		pty := s.pty
+		if pty == nil {
+			// Not open yet: the terminal opens with this size.
+			s.size = &unix.Winsize{Row: rows, Col: cols}
+		}
 		s.mu.Unlock()
 		if pty != nil {
 			_ = unix.IoctlSetWinsize(int(pty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
@@ -111,6 +122,7 @@ func (s *stream) kill(reason string) {
 	}
 	p := s.p
 	s.mu.Unlock()
+	s.stopOnce.Do(func() { close(s.stop) })
 	if p != nil {
 		s.e.pt.killTree(p.pid)
 	}
@@ -121,10 +133,17 @@ func (s *stream) run() {
 	var res execproto.Result
 	if err := s.req.Validate(); err != nil {
 		res = errResult(err)
-	} else if s.req.Op == execproto.OpExec {
-		res = s.exec()
 	} else {
-		res = s.file()
+		switch s.req.Op {
+		case execproto.OpExec:
+			res = s.exec()
+		case execproto.OpWatch:
+			res = s.watch()
+		case execproto.OpDiskUsage:
+			res = diskUsage(s.e.setup.User.Home)
+		default:
+			res = s.file()
+		}
 	}
 	s.out.Close()
 	s.errc.Close()
@@ -190,6 +209,9 @@ func (s *stream) exec() execproto.Result {
 		outR = master
 		s.mu.Lock()
 		s.pty = master
+		if s.size != nil {
+			_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, s.size)
+		}
 		s.mu.Unlock()
 		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
 		defer slave.Close()

@@ -244,6 +244,24 @@ type Process interface {
 // FileInfo describes a file inside a sandbox.
 type FileInfo = execconn.FileInfo
 
+// WatchEvent is one change in a watched tree (Sandbox.Watch).
+type WatchEvent = execconn.WatchEvent
+
+// WatchOp is the kind of a WatchEvent.
+type WatchOp = execconn.WatchOp
+
+// Kinds of change a watch reports.
+const (
+	WatchCreate = execconn.WatchCreate // created, or moved into the tree
+	WatchWrite  = execconn.WatchWrite  // a file's content changed
+	WatchRemove = execconn.WatchRemove // deleted
+	WatchRename = execconn.WatchRename // moved away; the new name comes as a create
+	WatchChmod  = execconn.WatchChmod  // mode, owner or times changed
+	// WatchOverflow says events were lost (the watcher read too slowly,
+	// or a directory below could not be watched): list the tree again.
+	WatchOverflow = execconn.WatchOverflow
+)
+
 // Sandbox is one live sandbox.
 type Sandbox interface {
 	ID() string
@@ -257,6 +275,17 @@ type Sandbox interface {
 	Rename(ctx context.Context, oldPath, newPath string) error
 	// Export writes a tar stream of the tree at path inside the sandbox.
 	Export(ctx context.Context, path string, w io.Writer) error
+	// Watch reports changes under the directory at path (and, if
+	// recursive, below it, in directories made later too) until ctx ends
+	// or the sandbox dies, or the directory itself is removed or moved;
+	// then the channel is closed. It returns once the watch is in place:
+	// every change made after it is reported. Paths resolve inside the
+	// sandbox as other file operations', with the default user's rights;
+	// symlinks below path are not followed. The caller reads until the
+	// channel is closed or cancels ctx; a watcher that reads too slowly
+	// loses events and gets a WatchOverflow instead. A missing path
+	// matches fs.ErrNotExist.
+	Watch(ctx context.Context, path string, recursive bool) (<-chan WatchEvent, error)
 	// Diff writes a unified diff of /workspace against its source directory.
 	Diff(ctx context.Context, w io.Writer) error
 	// Info describes the sandbox and what it enforces.
@@ -284,12 +313,31 @@ type Info struct {
 type Metrics struct {
 	// CPU is the CPU time of every process the sandbox ever ran.
 	CPU time.Duration
+	// Memory is the memory charged to the sandbox now, in bytes (its
+	// processes and its in-memory file systems); 0 when unknown.
+	Memory int64
 }
 
 // Measurer is implemented by sandboxes whose host can measure them. It is
 // called at every step of a run: keep it to a file read or two.
 type Measurer interface {
 	Measure() (Metrics, error)
+}
+
+// DiskUsage is how full a sandbox's writable layers are (what a command
+// writes outside a rw workspace).
+type DiskUsage struct {
+	Used  int64 // bytes
+	Total int64 // bytes the layers may hold
+}
+
+// DiskMeasurer is implemented by sandboxes that can say how full their
+// writable layers are. Unlike Measure it asks the sandbox (a round trip to
+// its executor, which reads file-system counters), so callers sample it,
+// not call it at every step; and what it says comes from inside the
+// sandbox, fit for display, not for billing or limits.
+type DiskMeasurer interface {
+	MeasureDisk(ctx context.Context) (DiskUsage, error)
 }
 
 // Backend creates sandboxes.

@@ -33,13 +33,16 @@ type Conn struct {
 	err     error              // guarded by mu: why the connection ended
 
 	done    chan struct{} // closed when the reader stops
+	ending  chan struct{} // closed when the reader stops, before the streams fail: output not taken by then is dropped
 	readers sync.WaitGroup
+	// watchers are the goroutines that close watch channels (Watch).
+	watchers sync.WaitGroup
 }
 
 // Dial performs the handshake on rw: Hello both ways, Setup, Ready. On
 // success it starts the reader goroutine; Close stops and waits for it.
 func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*Conn, error) {
-	c := &Conn{rw: rw, w: execproto.NewWriter(rw), streams: map[uint32]*stream{}, done: make(chan struct{})}
+	c := &Conn{rw: rw, w: execproto.NewWriter(rw), streams: map[uint32]*stream{}, done: make(chan struct{}), ending: make(chan struct{})}
 	stop := context.AfterFunc(ctx, func() { rw.Close() })
 	defer stop()
 	hello, err := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
@@ -105,10 +108,12 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close ends the connection and waits for its reader.
+// Close ends the connection and waits for its reader, and for every watch
+// channel to be closed.
 func (c *Conn) Close() error {
 	err := c.rw.Close()
 	c.readers.Wait()
+	c.watchers.Wait()
 	return err
 }
 
@@ -135,6 +140,7 @@ func (c *Conn) read() {
 	streams := c.streams
 	c.streams = map[uint32]*stream{}
 	c.mu.Unlock()
+	close(c.ending)
 	for _, s := range streams {
 		s.fail(err)
 	}

@@ -194,7 +194,11 @@ func (s *Sandbox) Measure() (sandbox.Metrics, error) {
 	if err != nil {
 		return sandbox.Metrics{}, err
 	}
-	return sandbox.Metrics{CPU: cpu}, nil
+	mem, err := s.cg.Memory()
+	if err != nil {
+		return sandbox.Metrics{}, err
+	}
+	return sandbox.Metrics{CPU: cpu, Memory: mem}, nil
 }
 
 // Usage reports the sandbox's current resource use.

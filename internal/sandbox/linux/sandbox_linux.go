@@ -41,7 +41,11 @@ type Sandbox struct {
 	destroyed bool // guarded by mu
 }
 
-var _ sandbox.Sandbox = (*Sandbox)(nil)
+var (
+	_ sandbox.Sandbox      = (*Sandbox)(nil)
+	_ sandbox.Measurer     = (*Sandbox)(nil)
+	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
+)
 
 func (s *Sandbox) makeCgroup() error {
 	l := s.spec.Limits
@@ -462,4 +466,26 @@ func (s *Sandbox) Diff(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	return derr
+}
+
+// Watch reports changes under a directory inside the sandbox; see
+// sandbox.Sandbox. Destroy closes every watch's channel before it returns.
+func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-chan sandbox.WatchEvent, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.Watch(ctx, path, recursive)
+}
+
+// MeasureDisk implements sandbox.DiskMeasurer: the executor reads how full
+// the scratch layer and /tmp are.
+func (s *Sandbox) MeasureDisk(ctx context.Context) (sandbox.DiskUsage, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.DiskUsage{}, err
+	}
+	d, err := s.conn.DiskUsage(ctx)
+	if err != nil {
+		return sandbox.DiskUsage{}, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return sandbox.DiskUsage{Used: d.Used, Total: d.Total}, nil
 }

@@ -281,6 +281,22 @@ func (g *Group) CPU() (time.Duration, error) {
 	return d, errors.Join(r.errs...)
 }
 
+// Memory returns the bytes charged to the group now (memory.current, or
+// memory.usage_in_bytes on v1): one file read. It is 0 without a memory
+// controller.
+func (g *Group) Memory() (int64, error) {
+	r := &statReader{g: g}
+	var n int64
+	if dir, v2 := g.dirFor(ctrlMemory); dir != "" {
+		if v2 {
+			r.value(dir, "memory.current", &n)
+		} else {
+			r.value(dir, "memory.usage_in_bytes", &n)
+		}
+	}
+	return n, errors.Join(r.errs...)
+}
+
 // statReader reads a group's files, collecting the errors.
 type statReader struct {
 	g    *Group
