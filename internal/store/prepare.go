@@ -37,6 +37,13 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 		return r, fmt.Errorf("%w: run %s: malformed policy hash", ErrInvalid, r.ID)
 	case r.ParentRunID == "" && r.ParentSeq != 0:
 		return r, fmt.Errorf("%w: run %s: parent seq without a parent run", ErrInvalid, r.ID)
+	case r.Kind != "" && r.Kind != KindAgent && r.Kind != KindSandbox:
+		return r, fmt.Errorf("%w: run %s: kind %q is neither %s nor %s", ErrInvalid, r.ID, clip(r.Kind), KindAgent, KindSandbox)
+	case r.Kind == KindSandbox && r.ParentRunID != "":
+		return r, fmt.Errorf("%w: run %s: a sandbox record is not a fork", ErrInvalid, r.ID)
+	}
+	if r.Kind == KindAgent {
+		r.Kind = ""
 	}
 	if r.ParentRunID != "" {
 		if err := event.ValidRunID(r.ParentRunID); err != nil {
@@ -149,8 +156,8 @@ func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
 	return a, nil
 }
 
-// ValidateFilter checks f and returns it with Limit brought into 1..MaxPage.
-// Errors wrap ErrInvalid.
+// ValidateFilter checks f and returns it with Limit brought into 1..MaxPage
+// and an empty Kind made KindAgent. Errors wrap ErrInvalid.
 func ValidateFilter(f RunFilter) (RunFilter, error) {
 	if f.Tenant != "" {
 		if err := validTenant(f.Tenant); err != nil {
@@ -161,6 +168,13 @@ func ValidateFilter(f RunFilter) (RunFilter, error) {
 		if !s.Valid() {
 			return f, fmt.Errorf("%w: unknown status %q", ErrInvalid, clip(string(s)))
 		}
+	}
+	switch f.Kind {
+	case "", KindAgent:
+		f.Kind = KindAgent
+	case KindSandbox, KindAny:
+	default:
+		return f, fmt.Errorf("%w: kind %q is not %s, %s or %s", ErrInvalid, clip(f.Kind), KindAgent, KindSandbox, KindAny)
 	}
 	if f.After != "" {
 		if err := event.ValidRunID(f.After); err != nil {

@@ -7,11 +7,13 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 )
 
-// Unfinished returns every run, of every tenant, that recovery must pick up
-// (status queued, running or awaiting_approval; see event.Status.Unfinished),
-// oldest first. It pages through ListRuns, so it works on any Store.
+// Unfinished returns every agent run, of every tenant, that recovery must
+// pick up (status queued, running or awaiting_approval; see
+// event.Status.Unfinished), oldest first. A sandbox record is never one:
+// its "running" means an E2B sandbox is alive, not that a worker should
+// drive it. It pages through ListRuns, so it works on any Store.
 func Unfinished(ctx context.Context, s Store) ([]Run, error) {
-	f := RunFilter{Statuses: []event.Status{event.StatusQueued, event.StatusRunning, event.StatusAwaitingApproval}}
+	f := RunFilter{Kind: KindAgent, Statuses: []event.Status{event.StatusQueued, event.StatusRunning, event.StatusAwaitingApproval}}
 	var out []Run
 	for {
 		page, err := s.ListRuns(ctx, f)

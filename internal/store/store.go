@@ -244,6 +244,18 @@ type Store interface {
 	Close() error
 }
 
+// Kinds of run record.
+const (
+	// KindAgent is an agent run, driven by the run engine's workers. It
+	// is stored as the empty kind, which Run.Kind shows.
+	KindAgent = "agent"
+	// KindSandbox is the record of an E2B sandbox: its log holds what
+	// was done in it and what it used. No worker ever drives one.
+	KindSandbox = "sandbox"
+	// KindAny, in a RunFilter only, lists records of every kind.
+	KindAny = "any"
+)
+
 // MaxPage is the most events, runs, artifacts, ledger entries or policy
 // versions one call returns.
 const MaxPage = 1000
@@ -260,12 +272,18 @@ const (
 	MaxNameLen   = 256
 )
 
-// Run is one agent task and its state. The store sets LastSeq and LastHash.
+// Run is one agent task and its state, or (Kind KindSandbox) the record
+// of one E2B sandbox: the same append-only, hash-chained log, but nothing
+// a worker drives. The store sets LastSeq and LastHash.
 type Run struct {
 	ID     string
 	Tenant string
-	Task   string
-	Model  string
+	// Kind is empty for an agent run (KindAgent is accepted on create and
+	// stored as empty) and KindSandbox for a sandbox record. It never
+	// changes.
+	Kind  string
+	Task  string
+	Model string
 	// Policy is the resolved policy document the run is held to, and
 	// PolicyHash its content hash as the policy package computes it; the
 	// store keeps both as given.
@@ -295,10 +313,15 @@ type Run struct {
 }
 
 // RunFilter selects runs for ListRuns. The zero value lists the first
-// MaxPage runs of every tenant.
+// MaxPage agent runs of every tenant.
 type RunFilter struct {
 	// Tenant, when not empty, keeps only that tenant's runs.
 	Tenant string
+	// Kind selects by kind: empty or KindAgent keeps agent runs only (so
+	// no listing made for agent runs, the workers' least of all, ever
+	// sees a sandbox record), KindSandbox sandbox records only, KindAny
+	// both.
+	Kind string
 	// Statuses, when not empty, keeps only runs in one of them.
 	Statuses []event.Status
 	// Limit caps the result; <= 0 or above MaxPage means MaxPage.

@@ -1,6 +1,9 @@
 // Package blob is a content-addressed store of immutable byte strings in a
-// directory: the bytes of artifacts (patches, files, workspace snapshots)
-// whose metadata the run store keeps.
+// directory, or in a Backend such as the PostgreSQL run store's tables:
+// the bytes of artifacts (patches, files, workspace snapshots, uploaded
+// workspaces) whose metadata the run store keeps. Several host processes
+// on one PostgreSQL database keep their blobs in it, so each reads what
+// any other stored.
 //
 // Invariants:
 //   - A blob is named by its digest, "sha256:" and 64 lowercase hex digits,
@@ -10,8 +13,13 @@
 //     DIR/tmp, fsyncs it, renames it into place and fsyncs the directory, so
 //     a crash never leaves a partial blob under a digest, and concurrent Puts
 //     of the same content (in one process or several) are safe.
+//   - With a Backend, Put spools the bytes to DIR/tmp (hashing and counting
+//     them), then hands the backend the digest, the size and the bytes at
+//     once: a slow writer never holds a database transaction open, and a
+//     backend stores a blob complete or not at all.
 //   - Readers get the bytes checked: the reader from Open fails with
-//     ErrCorrupt at the end if they do not hash to the digest.
+//     ErrCorrupt at the end if they do not hash to the digest, or as soon
+//     as they run past the blob's size.
 //   - Digests are validated before they touch the file system, so a digest
 //     can never name a path outside DIR.
 //
@@ -58,15 +66,43 @@ var (
 // Options configure New.
 type Options struct {
 	// MaxSize is the largest blob Put accepts, in bytes; zero means
-	// DefaultMaxSize.
+	// DefaultMaxSize. Open refuses, as corrupt, a backend's blob that
+	// claims to be larger.
 	MaxSize int64
+	// Backend, when not nil, keeps the blobs (postgres.Store's Blobs, so
+	// that every host process on one database reads every blob); the
+	// directory then holds only the temporary files of Puts in flight,
+	// and blobs stored in it before it had a backend, which Open, Has and
+	// Delete still find.
+	Backend Backend
 }
 
-// Store is a blob directory. It is safe for concurrent use, also by
-// several processes sharing the directory.
+// Backend keeps the bytes of a Store's blobs somewhere else than its
+// directory. The Store validates digests, enforces MaxSize and checks
+// what a Backend returns against the digest; a Backend only stores and
+// returns bytes. Implementations must be safe for concurrent use, also
+// by several processes sharing what they store in.
+type Backend interface {
+	// Write stores the size bytes r yields under digest, which they hash
+	// to (the Store checked). It is all or nothing and durable on return;
+	// writing a digest already stored succeeds and changes nothing.
+	Write(ctx context.Context, digest string, size int64, r io.Reader) error
+	// Read returns a reader of the bytes stored under digest and their
+	// size as stored, or an error wrapping ErrNotFound. ctx bounds only
+	// the opening: the reader goes on after ctx ends, until closed.
+	Read(ctx context.Context, digest string) (io.ReadCloser, int64, error)
+	// Has reports whether digest is stored.
+	Has(ctx context.Context, digest string) (bool, error)
+	// Delete removes digest, or returns an error wrapping ErrNotFound.
+	Delete(ctx context.Context, digest string) error
+}
+
+// Store is a content-addressed blob store. It is safe for concurrent use,
+// also by several processes sharing its directory or its backend.
 type Store struct {
 	dir     string
 	maxSize int64
+	backend Backend
 }
 
 // New opens the blob store in dir, creating it (mode 0700) if needed, and
@@ -79,7 +115,7 @@ func New(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blob: open %s: %w", dir, err)
 	}
-	s := &Store{dir: abs, maxSize: opts.MaxSize}
+	s := &Store{dir: abs, maxSize: opts.MaxSize, backend: opts.Backend}
 	for _, d := range []string{s.dir, s.tmpDir(), filepath.Join(s.dir, "sha256")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("blob: open %s: %w", abs, err)
@@ -91,7 +127,7 @@ func New(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Dir returns the store's directory.
+// Dir returns the store's directory (with a Backend, where Puts spool).
 func (s *Store) Dir() string { return s.dir }
 
 func (s *Store) tmpDir() string { return filepath.Join(s.dir, "tmp") }
@@ -163,6 +199,12 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (digest string, size int64
 		return "", 0, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, s.maxSize)
 	}
 	digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if s.backend != nil {
+		if err := s.putBackend(ctx, digest, n, f); err != nil {
+			return "", 0, err
+		}
+		return digest, n, nil
+	}
 	final := s.path(digest)
 	if _, err := os.Lstat(final); err == nil {
 		return digest, n, nil // already stored: content addressing
@@ -197,6 +239,23 @@ func (s *Store) Put(ctx context.Context, r io.Reader) (digest string, size int64
 		}
 	}
 	return digest, n, nil
+}
+
+// putBackend hands the spooled bytes of a Put to the backend, unless it
+// has them already.
+func (s *Store) putBackend(ctx context.Context, digest string, size int64, f *os.File) error {
+	if ok, err := s.backend.Has(ctx, digest); err != nil {
+		return fmt.Errorf("blob: put %s: %w", digest, err)
+	} else if ok {
+		return nil // already stored: content addressing
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("blob: put %s: %w", digest, err)
+	}
+	if err := s.backend.Write(ctx, digest, size, &ctxReader{ctx: ctx, r: f}); err != nil {
+		return fmt.Errorf("blob: put %s: %w", digest, err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {
@@ -235,6 +294,20 @@ func (s *Store) Open(ctx context.Context, digest string) (*Reader, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("blob: open %s: %w", digest, err)
 	}
+	if s.backend != nil {
+		rc, size, err := s.backend.Read(ctx, digest)
+		switch {
+		case err == nil && (size < 0 || size > s.maxSize):
+			rc.Close()
+			return nil, fmt.Errorf("%w: %s: the backend says it holds %d bytes, the most is %d", ErrCorrupt, digest, size, s.maxSize)
+		case err == nil:
+			return &Reader{rc: rc, h: sha256.New(), digest: digest, size: size}, nil
+		case !errors.Is(err, ErrNotFound):
+			return nil, fmt.Errorf("blob: open %s: %w", digest, err)
+		}
+		// Not in the backend: maybe kept in the directory before there
+		// was one.
+	}
 	f, err := os.Open(s.path(digest))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, digest)
@@ -247,15 +320,16 @@ func (s *Store) Open(ctx context.Context, digest string) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("blob: open %s: %w", digest, err)
 	}
-	return &Reader{f: f, h: sha256.New(), digest: digest, size: info.Size()}, nil
+	return &Reader{rc: f, h: sha256.New(), digest: digest, size: info.Size()}, nil
 }
 
 // Reader reads one blob and checks its digest at the end.
 type Reader struct {
-	f      *os.File
+	rc     io.ReadCloser
 	h      hash.Hash
 	digest string
 	size   int64
+	read   int64
 	err    error // sticky result once the end is reached
 }
 
@@ -263,12 +337,17 @@ type Reader struct {
 func (r *Reader) Size() int64 { return r.size }
 
 // Read implements io.Reader. At the end it returns io.EOF if the bytes
-// read match the digest, and an error wrapping ErrCorrupt if not.
+// read match the digest, and an error wrapping ErrCorrupt if not; more
+// bytes than Size is an ErrCorrupt at once.
 func (r *Reader) Read(p []byte) (int, error) {
 	if r.err != nil {
 		return 0, r.err
 	}
-	n, err := r.f.Read(p)
+	n, err := r.rc.Read(p)
+	if r.read += int64(n); r.read > r.size {
+		r.err = fmt.Errorf("%w: %s: more than its %d bytes", ErrCorrupt, r.digest, r.size)
+		return 0, r.err
+	}
 	r.h.Write(p[:n])
 	if errors.Is(err, io.EOF) {
 		if got := "sha256:" + hex.EncodeToString(r.h.Sum(nil)); got != r.digest {
@@ -279,8 +358,8 @@ func (r *Reader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the blob file.
-func (r *Reader) Close() error { return r.f.Close() }
+// Close closes the blob.
+func (r *Reader) Close() error { return r.rc.Close() }
 
 // Has reports whether the blob with the given digest is stored.
 func (s *Store) Has(ctx context.Context, digest string) (bool, error) {
@@ -289,6 +368,14 @@ func (s *Store) Has(ctx context.Context, digest string) (bool, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("blob: stat %s: %w", digest, err)
+	}
+	if s.backend != nil {
+		if ok, err := s.backend.Has(ctx, digest); err != nil || ok {
+			if err != nil {
+				return false, fmt.Errorf("blob: stat %s: %w", digest, err)
+			}
+			return true, nil
+		}
 	}
 	_, err := os.Lstat(s.path(digest))
 	switch {
@@ -310,11 +397,19 @@ func (s *Store) Delete(ctx context.Context, digest string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("blob: delete %s: %w", digest, err)
 	}
-	err := os.Remove(s.path(digest))
-	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: %s", ErrNotFound, digest)
+	found := false
+	if s.backend != nil {
+		err := s.backend.Delete(ctx, digest)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("blob: delete %s: %w", digest, err)
+		}
+		found = err == nil
 	}
-	if err != nil {
+	err := os.Remove(s.path(digest))
+	switch {
+	case errors.Is(err, os.ErrNotExist) && !found:
+		return fmt.Errorf("%w: %s", ErrNotFound, digest)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("blob: delete %s: %w", digest, err)
 	}
 	return nil

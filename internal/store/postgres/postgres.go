@@ -171,7 +171,7 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
 
-const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns`
+const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns, kind`
 
 func scanRun(row pgx.Row) (store.Run, error) {
 	var (
@@ -185,11 +185,15 @@ func scanRun(row pgx.Row) (store.Run, error) {
 		lastHash []byte
 		owner    *string
 		expires  *int64
+		kind     *string
 	)
 	if err := row.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
 		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash,
-		&owner, &r.LeaseToken, &expires); err != nil {
+		&owner, &r.LeaseToken, &expires, &kind); err != nil {
 		return r, err
+	}
+	if kind != nil {
+		r.Kind = *kind
 	}
 	if owner != nil {
 		r.LeaseOwner = *owner
@@ -250,6 +254,10 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 			return err
 		}
 		var parent, pseq any // NULL unless a fork
+		var kind any         // NULL for an agent run
+		if r.Kind != "" {
+			kind = r.Kind
+		}
 		if r.ParentRunID != "" {
 			// A log only grows, so a seq it has now it keeps: no lock.
 			var last int64
@@ -267,10 +275,10 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 		// ON CONFLICT: another process may create the same id between
 		// the check above and here.
 		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL, NULL, 0, NULL)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL, NULL, 0, NULL, $12)
 			ON CONFLICT (id) DO NOTHING`,
 			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
-			r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq)
+			r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq, kind)
 		if err == nil && tag.RowsAffected() == 0 {
 			return store.ErrExists
 		}
@@ -317,6 +325,13 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 	q.WriteString(`SELECT ` + runColumns + ` FROM runs WHERE true`)
 	if f.Tenant != "" {
 		q.WriteString(` AND tenant = ` + arg(f.Tenant))
+	}
+	switch f.Kind {
+	case store.KindAgent:
+		q.WriteString(` AND kind IS NULL`)
+	case store.KindAny:
+	default:
+		q.WriteString(` AND kind = ` + arg(f.Kind))
 	}
 	if len(f.Statuses) > 0 {
 		statuses := make([]string, len(f.Statuses))

@@ -135,11 +135,36 @@ var migrations = []string{
 	);
 	CREATE UNIQUE INDEX api_keys_hash ON api_keys (hash);
 	CREATE INDEX api_keys_tenant ON api_keys (tenant, created_ns);`,
+
+	// 7: the kind of a run record. NULL is an agent run (every run
+	// before this migration), 'sandbox' the record of an E2B sandbox,
+	// which no worker drives. No TEXT default, for the reason migration
+	// 3 gives.
+	`ALTER TABLE runs ADD COLUMN kind TEXT;`,
+
+	// 8: blobs in the database, for several hosts on one PostgreSQL (the
+	// SQLite store, one host, keeps its blobs in a directory and leaves
+	// these empty). Content-addressed: a blob's digest names it, its
+	// bytes are rows of at most 1 MiB (n = 0, 1, 2...), written with the
+	// blob's row in one transaction and read one by one, so no statement
+	// ever holds a whole blob. Rowid tables in SQLite, not WITHOUT ROWID:
+	// a chunk is far past the row size a clustered key suits.
+	`CREATE TABLE blobs (
+		digest     TEXT PRIMARY KEY,
+		size       INTEGER NOT NULL CHECK (size >= 0),
+		created_ns INTEGER NOT NULL
+	);
+	CREATE TABLE blob_chunks (
+		digest TEXT NOT NULL REFERENCES blobs (digest),
+		n      INTEGER NOT NULL CHECK (n >= 0),
+		data   BLOB NOT NULL,
+		PRIMARY KEY (digest, n)
+	);`,
 }
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 6
+const Version = 8
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

@@ -36,6 +36,14 @@ var released = []struct{ sqlite, postgres string }{
 		"3c37e5708dbe7a34e535282ff90b2cda82647e4261a0d9968754b6fe1e100d3b",
 		"c4ba36eae1515d63b2821381175a3abca956fbc9f1da7b7b7095a25628fd2170",
 	},
+	{ // 7: run kinds
+		"531189d481756d39aaf64d7ac7fb427eb2f2b36b9ab5d223d391865a515f3414",
+		"a89c4da1168708e812b5b8cbb355bdcbf3b694f1835af3e905574422def4d7df",
+	},
+	{ // 8: blobs in the database
+		"5f30cc9348263c5de1d819c8c859997a30f3935a30b54d13d57e425ae47ca078",
+		"bb12719a16698035b2cffea0b3f9f49b66029f62466b80a9be12f9398600c3de",
+	},
 }
 
 func TestReleased(t *testing.T) {

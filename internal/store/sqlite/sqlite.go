@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,22 @@ type Store struct {
 	stmtSetTail *sql.Stmt
 	// stmtInsert[i] inserts insertChunks[i] events in one statement.
 	stmtInsert [len(insertChunks)]*sql.Stmt
+
+	// wmu guards queue and writing: the group commit (see write).
+	wmu     sync.Mutex
+	queue   []*writeReq
+	writing bool
+}
+
+// writeReq is one write transaction's work waiting for a group commit.
+type writeReq struct {
+	ctx context.Context
+	fn  func(tx *sql.Tx) error
+	// err and done are set by the committing goroutine before it closes
+	// wake; a wake without done makes the waiter the next committer.
+	err  error
+	done bool
+	wake chan struct{}
 }
 
 // insertChunks are the row counts of the prepared multi-row INSERTs, largest
@@ -233,8 +250,105 @@ func (s *Store) check(op string) error {
 	return nil
 }
 
-// write runs fn in one write transaction (BEGIN IMMEDIATE) and commits.
+// write runs fn in a write transaction (BEGIN IMMEDIATE) and returns once
+// it is committed, or fn's error, with nothing of fn's kept.
+//
+// Writes commit in groups: while one transaction commits (an fsync, the
+// cost of a write), the writes that arrive queue, and the next committer
+// runs all of them in one transaction, each in a savepoint of its own, so
+// a write that fails rolls back only its own changes, and one fsync makes
+// all the others durable. The order of the queue is the order of the
+// writes. Alone, a write is one transaction, as before; with many at once
+// (a hundred runs created together), they share fsyncs instead of waiting
+// for one each.
 func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	req := &writeReq{ctx: ctx, fn: fn, wake: make(chan struct{})}
+	s.wmu.Lock()
+	s.queue = append(s.queue, req)
+	if s.writing {
+		s.wmu.Unlock()
+		<-req.wake
+		if req.done {
+			return req.err
+		}
+		// Woken to commit the queue, req's own write in it.
+	} else {
+		s.writing = true
+		s.wmu.Unlock()
+	}
+	s.wmu.Lock()
+	batch := s.queue
+	s.queue = nil
+	s.wmu.Unlock()
+	s.commit(batch)
+	for _, r := range batch {
+		if r != req {
+			close(r.wake)
+		}
+	}
+	s.wmu.Lock()
+	if len(s.queue) > 0 {
+		close(s.queue[0].wake) // not done: it commits next
+	} else {
+		s.writing = false
+	}
+	s.wmu.Unlock()
+	return req.err
+}
+
+// commit runs the batch in one transaction and sets each write's outcome.
+func (s *Store) commit(batch []*writeReq) {
+	for _, r := range batch {
+		r.done = true
+	}
+	if len(batch) == 1 {
+		r := batch[0]
+		r.err = s.commitOne(r.ctx, r.fn)
+		return
+	}
+	fail := func(err error) {
+		for _, r := range batch {
+			if r.err == nil {
+				r.err = err
+			}
+		}
+	}
+	tx, err := s.w.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(fmt.Errorf("begin: %w", err))
+		return
+	}
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.err = err
+			continue
+		}
+		sp := "w" + strconv.Itoa(i)
+		if _, err := tx.Exec("SAVEPOINT " + sp); err != nil {
+			_ = tx.Rollback()
+			fail(fmt.Errorf("savepoint: %w", err))
+			return
+		}
+		if r.err = r.fn(tx); r.err != nil {
+			if _, err := tx.Exec("ROLLBACK TO " + sp); err != nil {
+				_ = tx.Rollback()
+				fail(fmt.Errorf("rollback to savepoint: %w", err))
+				return
+			}
+		}
+		if _, err := tx.Exec("RELEASE " + sp); err != nil {
+			_ = tx.Rollback()
+			fail(fmt.Errorf("release savepoint: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("commit: %w", err))
+	}
+}
+
+// commitOne runs fn in a transaction of its own.
+func (s *Store) commitOne(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -249,7 +363,7 @@ func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	return nil
 }
 
-const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns`
+const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns, kind`
 
 type scanner interface {
 	Scan(dest ...any) error
@@ -267,12 +381,14 @@ func scanRun(sc scanner) (store.Run, error) {
 		lastHash []byte
 		owner    sql.NullString
 		expires  sql.NullInt64
+		kind     sql.NullString
 	)
 	if err := sc.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
 		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash,
-		&owner, &r.LeaseToken, &expires); err != nil {
+		&owner, &r.LeaseToken, &expires, &kind); err != nil {
 		return r, err
 	}
+	r.Kind = kind.String
 	r.LeaseOwner = owner.String
 	if owner.Valid && expires.Valid {
 		r.LeaseExpires = fromNS(expires.Int64)
@@ -341,10 +457,10 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 				return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
 			}
 		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL, NULL, 0, NULL)`,
+		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL, NULL, 0, NULL, ?)`,
 			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
 			r.Created.UnixNano(), r.Updated.UnixNano(),
-			nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""))
+			nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""), nullString(r.Kind))
 		return err
 	})
 	if err != nil {
@@ -385,6 +501,14 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 	if f.Tenant != "" {
 		q.WriteString(` AND tenant = ?`)
 		args = append(args, f.Tenant)
+	}
+	switch f.Kind {
+	case store.KindAgent:
+		q.WriteString(` AND kind IS NULL`)
+	case store.KindAny:
+	default:
+		q.WriteString(` AND kind = ?`)
+		args = append(args, f.Kind)
 	}
 	if len(f.Statuses) > 0 {
 		q.WriteString(` AND status IN (?` + strings.Repeat(`, ?`, len(f.Statuses)-1) + `)`)

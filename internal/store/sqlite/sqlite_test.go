@@ -320,3 +320,67 @@ func TestKillDuringAppend(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupCommit: writes that arrive together commit together, and each
+// keeps its own outcome: a write that fails (a duplicate run, a cancelled
+// caller) leaves nothing and fails nothing else; every write that returned
+// success is in the database, also after it is opened again.
+func TestGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "a.db")
+	st, err := sqlite.Open(ctx, path, sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := event.NewRunID(time.Now())
+	if _, err := st.CreateRun(ctx, store.Run{ID: dup, Tenant: "a", Status: event.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	const n = 300
+	ids := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		ids[i] = event.NewRunID(time.Now())
+		wg.Go(func() {
+			c, id := ctx, ids[i]
+			switch i % 10 {
+			case 3:
+				id = dup
+			case 7:
+				c = cancelled
+			}
+			_, errs[i] = st.CreateRun(c, store.Run{ID: id, Tenant: "a", Status: event.StatusQueued})
+			if errs[i] == nil && i%2 == 0 {
+				_, errs[i] = st.Append(c, id, 1, []event.Event{{Type: event.TypeRetry, Payload: []byte(`{"what":"x"}`)}})
+			}
+		})
+	}
+	wg.Wait()
+	st.Close()
+	if st, err = sqlite.Open(ctx, path, sqlite.Options{Redactor: store.NoRedaction}); err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i, id := range ids {
+		r, gerr := st.GetRun(ctx, id)
+		switch i % 10 {
+		case 3:
+			if !errors.Is(errs[i], store.ErrExists) {
+				t.Errorf("write %d (a duplicate) = %v, want ErrExists", i, errs[i])
+			}
+		case 7:
+			if !errors.Is(errs[i], context.Canceled) || !errors.Is(gerr, store.ErrNotFound) {
+				t.Errorf("write %d (cancelled) = %v, run %v", i, errs[i], gerr)
+			}
+		default:
+			if errs[i] != nil || gerr != nil {
+				t.Errorf("write %d = %v, run %v", i, errs[i], gerr)
+			} else if want := int64(1 - i%2); r.LastSeq != want {
+				t.Errorf("run %d has last seq %d, want %d", i, r.LastSeq, want)
+			}
+		}
+	}
+}

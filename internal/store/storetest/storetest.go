@@ -67,6 +67,7 @@ func Run(t *testing.T, f Factory) {
 		{"ConcurrentAppenders", testConcurrentAppenders},
 		{"EventsPaging", testEventsPaging},
 		{"Unfinished", testUnfinished},
+		{"Kind", testKind},
 		{"Artifacts", testArtifacts},
 		{"Redaction", testRedaction},
 		{"Reopen", testReopen},
