@@ -108,6 +108,10 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
+		case <-d.e.draining:
+			// Nothing is in flight while a decision is awaited: the wait
+			// is durable, and another worker takes it up.
+			return ErrDrained
 		case <-time.After(d.e.o.Poll):
 		}
 		d.catchUp(ctx)

@@ -95,6 +95,10 @@ type SandboxConfig struct {
 	// starts as; it is unpacked inside the sandbox, like a snapshot, so
 	// the host never unpacks what a client sent.
 	Tar string `json:"tar,omitempty"`
+	// Git, instead of Workspace or Tar, is a repository the sandbox's
+	// /workspace starts as, fetched inside the sandbox through its egress
+	// proxy (see GitSource).
+	Git *GitSource `json:"git,omitempty"`
 }
 
 // mode returns the workspace mode of s.
@@ -205,6 +209,14 @@ func (c Config) Validate() error {
 		}
 		if s.Tar != "" && (s.Workspace != "" || blob.ValidDigest(s.Tar) != nil) {
 			errs = append(errs, fmt.Errorf("sandboxes[%d]: tar %q: want a blob digest, and no workspace directory beside it", i, s.Tar))
+		}
+		if s.Git != nil {
+			if s.Workspace != "" || s.Tar != "" {
+				errs = append(errs, fmt.Errorf("sandboxes[%d]: a git source and a workspace directory or tar: want one source", i))
+			}
+			if err := s.Git.Validate(); err != nil {
+				errs = append(errs, fmt.Errorf("sandboxes[%d]: %w", i, err))
+			}
 		}
 		switch s.Mode {
 		case "", sandbox.WorkspaceCOW:

@@ -276,6 +276,13 @@ func (d *driver) drive(parent context.Context) (Outcome, error) {
 		case errors.Is(cause, ErrCancelled) || errors.Is(err, ErrCancelled):
 			d.destroyAll(ctx, "run cancelled")
 			err = d.appendStatus(ctx, d.current(), event.StatusCancelled, event.RunCancelled{By: "signal", Reason: "interrupted"})
+		case errors.Is(err, ErrDrained):
+			// Handed back at a step boundary: resumable at once
+			// elsewhere (the lease goes when drive returns).
+			d.destroyAll(ctx, "host process draining")
+			r, _ := d.e.o.Store.GetRun(context.WithoutCancel(ctx), d.run.ID)
+			o, _ := d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+			return o, err
 		default:
 			// The host process stops (or the store failed): leave the run
 			// resumable; its sandboxes die, its log holds everything.
@@ -309,6 +316,11 @@ func (d *driver) current() event.Status {
 // with the payload that records it.
 func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) {
 	if err := d.setup(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped (a pause, a shutdown) while setting up: not the
+			// run's failure.
+			return "", nil, context.Cause(ctx)
+		}
 		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "setup", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
 	}
 	if err := d.withdrawNetwork(ctx); err != nil {
@@ -323,6 +335,17 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 	for {
 		if err := ctx.Err(); err != nil {
 			return "", nil, context.Cause(ctx)
+		}
+		select {
+		case <-d.e.draining:
+			// A step boundary: what the last step left pending is
+			// written, so that the step is complete in the log and no
+			// one redoes it.
+			if err := d.flush(ctx); err != nil {
+				return "", nil, err
+			}
+			return "", nil, ErrDrained
+		default:
 		}
 		cfg := d.st.cfg
 		timeout := time.Duration(cfg.TimeoutMS) * time.Millisecond

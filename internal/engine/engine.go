@@ -176,6 +176,10 @@ type Engine struct {
 	o Options
 	// active holds the runs this process drives.
 	active sync.Map
+	// draining is closed by Drain: drives stop at their next step
+	// boundary.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // New returns an engine.
@@ -211,7 +215,7 @@ func New(o Options) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("engine: ApprovalOnTimeout %q: want deny or allow", o.ApprovalOnTimeout)
 	}
-	return &Engine{o: o}, nil
+	return &Engine{o: o, draining: make(chan struct{})}, nil
 }
 
 // Request asks for a new run.
@@ -233,6 +237,9 @@ type Request struct {
 	PolicyBy   string
 	// Script is the script file's content for a "script:" model.
 	Script []byte
+	// Metadata is the client's own labels of the run, recorded in its
+	// run.created event (event.CheckMetadata bounds them).
+	Metadata map[string]string
 }
 
 // Errors callers branch on.
@@ -247,6 +254,10 @@ var (
 	// ErrInvalid: the request is malformed (an empty task, a bad config or
 	// script, a fork point that does not exist); nothing was recorded.
 	ErrInvalid = errors.New("engine: invalid request")
+	// ErrDrained: the drive stopped at a step boundary because the engine
+	// drains (Drain); the run is left as it was, resumable at once by any
+	// worker.
+	ErrDrained = errors.New("engine: drive handed back: the host is draining")
 )
 
 // Create records a new run (status queued) and returns it. Drive runs it.
@@ -260,6 +271,9 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	}
 	if strings.TrimSpace(req.Task) == "" {
 		return store.Run{}, fmt.Errorf("%w: the task is empty", ErrInvalid)
+	}
+	if err := event.CheckMetadata(req.Metadata); err != nil {
+		return store.Run{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	cfg := req.Config
 	if kind, _, _ := strings.Cut(cfg.Model, ":"); kind == "script" && cfg.Script == "" {
@@ -314,6 +328,7 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	}
 	created := link
 	created.Tenant, created.Task, created.Model, created.PolicyHash, created.Config = req.Tenant, req.Task, cfg.Model, policyHash, rawCfg
+	created.Metadata = req.Metadata
 	src := req.PolicySource
 	if src == "" && len(req.Policy) == 0 {
 		src = "default (deny all egress)"
@@ -417,6 +432,9 @@ func (e *Engine) stopFrom(ctx context.Context, id string, to event.Status, p eve
 func (e *Engine) appendFresh(ctx context.Context, id string, build func(store.Run) (event.Status, event.Payload, error)) error {
 	for attempt := 0; ; attempt++ {
 		r, err := e.o.Store.GetRun(ctx, id)
+		if err == nil {
+			err = agentRun(r)
+		}
 		if err != nil {
 			return err
 		}
@@ -445,6 +463,51 @@ func (e *Engine) appendFresh(ctx context.Context, id string, build func(store.Ru
 	}
 }
 
+// QueueResume asks for paused run id to be resumed by whichever worker
+// takes it first, in this process or any other on the store: it moves the
+// run from paused to queued, a request as durable as the store that
+// outlives the process that took it. Drive (or Resume) on the run then
+// resumes it where it was paused (run.resumed, reason "resume"). A run
+// that is not paused gives an error wrapping event.ErrTransition (or
+// ErrFinal when it has ended).
+func (e *Engine) QueueResume(ctx context.Context, id string) (store.Run, error) {
+	for attempt := 0; ; attempt++ {
+		r, err := e.o.Store.GetRun(ctx, id)
+		if err != nil {
+			return store.Run{}, err
+		}
+		if r.Status.Final() {
+			return store.Run{}, fmt.Errorf("%w: run %s is %s", ErrFinal, id, r.Status)
+		}
+		if err := agentRun(r); err != nil {
+			return store.Run{}, err
+		}
+		if r.Status != event.StatusPaused {
+			return store.Run{}, fmt.Errorf("engine: resume run %s: it is %s, not paused: %w", id, r.Status, event.ErrTransition)
+		}
+		r, err = e.o.Store.UpdateRunStatus(ctx, id, event.StatusPaused, event.StatusQueued)
+		if errors.Is(err, store.ErrConflict) && attempt < 50 {
+			continue // changed meanwhile: look again
+		}
+		if err != nil {
+			return store.Run{}, fmt.Errorf("engine: resume run %s: %w", id, err)
+		}
+		return r, nil
+	}
+}
+
+// Drain asks every drive of this engine, running or to come, to stop at
+// its next step boundary: a step in flight (the model's turn, the tool
+// calls it asked for, their snapshot) finishes and is recorded, a run
+// waiting for approvals stops waiting, and the drive returns ErrDrained
+// with the run left as it was, its sandboxes destroyed and its lease
+// released, so that any worker resumes it at once. Cancelling a drive's
+// context still cuts it short. Drain cannot be undone; calling it again
+// does nothing.
+func (e *Engine) Drain() {
+	e.drainOnce.Do(func() { close(e.draining) })
+}
+
 // Resume makes a paused run runnable again and drives it; for a run left
 // unfinished by a crashed host process it is Drive.
 func (e *Engine) Resume(ctx context.Context, id string) (Outcome, error) {
@@ -453,14 +516,22 @@ func (e *Engine) Resume(ctx context.Context, id string) (Outcome, error) {
 
 // Drive drives run id until it ends, is paused or cancelled, or ctx ends.
 // A queued run starts; a run left running by a host process that died is
-// recovered from its log. If ctx is cancelled with cause ErrCancelled the run
-// is cancelled; any other end of ctx leaves it resumable (its sandboxes are
-// destroyed, its status stays running).
+// recovered from its log; a queued run that was driven before (a resume
+// QueueResume asked for) is resumed. If ctx is cancelled with cause
+// ErrCancelled the run is cancelled; any other end of ctx leaves it
+// resumable (its sandboxes are destroyed, its status stays running). Once
+// the engine drains (Drain), the drive stops at its next step boundary and
+// returns ErrDrained.
 func (e *Engine) Drive(ctx context.Context, id string) (Outcome, error) {
 	return e.drive(ctx, id, false)
 }
 
 func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, error) {
+	select {
+	case <-e.draining:
+		return Outcome{RunID: id}, ErrDrained
+	default:
+	}
 	if _, loaded := e.active.LoadOrStore(id, true); loaded {
 		return Outcome{}, fmt.Errorf("%w (this process)", ErrBusy)
 	}
@@ -471,6 +542,9 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 	}
 	defer unlock()
 	r, err := e.o.Store.GetRun(ctx, id)
+	if err == nil {
+		err = agentRun(r) // before the lease: a sandbox record is never leased by a worker
+	}
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -508,6 +582,9 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 	host := hostID()
 	var first event.Payload
 	switch {
+	case r.Status == event.StatusQueued && st.segStarted:
+		// Driven before, paused, and queued again by QueueResume.
+		first = event.RunResumed{Reason: "resume", FromSeq: r.LastSeq, Host: host}
 	case r.Status == event.StatusQueued:
 		first = event.RunStarted{Host: host}
 	case r.Status == event.StatusPaused && resume:
@@ -535,6 +612,9 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 // load rebuilds a run's state from its log (and, for a fork, its parents'
 // logs up to the fork point). It also returns the events of the run itself.
 func (e *Engine) load(ctx context.Context, r store.Run) (*state, []event.Event, error) {
+	if err := agentRun(r); err != nil {
+		return nil, nil, err
+	}
 	st := newState(r.ID)
 	if r.ParentRunID != "" {
 		if err := e.history(ctx, st, r.ParentRunID, r.ParentSeq, 0); err != nil {
@@ -679,16 +759,25 @@ func (e *Engine) Driven(id string) bool {
 		return errors.Is(err, ErrBusy)
 	}
 	unlock()
-	// Free here; held by a live process of another host?
+	// Free here; held by a live process of another host, or of this host
+	// with another lock directory (another airlock home)?
 	r, err := e.o.Store.GetRun(context.Background(), id)
-	return err == nil && r.LeaseOwner != "" && !sameHost(r.LeaseOwner) && r.LeaseExpires.After(e.o.Now())
+	if err != nil || r.LeaseOwner == "" || !r.LeaseExpires.After(e.o.Now()) {
+		return false
+	}
+	if !sameHost(r.LeaseOwner) {
+		return true
+	}
+	return liveOwner(r.LeaseOwner)
 }
 
 // lease takes the run's lease in the store, which fences every append of
 // this drive: a process that stalls past its lease and wakes up after
 // another took the run over cannot write into it. A lease still held by a
-// process of this host whose lock is free (this process holds it now)
-// belongs to a dead process: it is waited out.
+// process of this host whose lock is free (this process holds it now) and
+// whose pid is gone belongs to a dead process: it is waited out. A live
+// process of this host (one with another lock directory) holds it like
+// any other host's: ErrBusy at once.
 func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
 	var seen time.Time
 	for {
@@ -701,7 +790,7 @@ func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
 			// Renewed while waited out: its holder lives (a process of
 			// this host with another lock directory).
 			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
-		case errors.As(err, &held) && e.o.LockDir != "" && sameHost(held.Owner):
+		case errors.As(err, &held) && e.o.LockDir != "" && sameHost(held.Owner) && !liveOwner(held.Owner):
 			seen = held.Expires
 			wait := time.Until(held.Expires) + 50*time.Millisecond
 			select {
@@ -747,6 +836,48 @@ func (e *Engine) holdLease(parent context.Context, l store.Lease) (context.Conte
 		cancel(nil)
 		_ = e.o.Store.ReleaseLease(context.WithoutCancel(parent), l.RunID, l.Owner, l.Token)
 	}
+}
+
+// ownerAlive reports whether the process a lease owner of this host
+// ("host:pid:nonce") names is alive; known is false when the owner names
+// no pid. This process counts as alive: another engine of it may hold the
+// lease. A pid reused since its owner died reads as alive, which only
+// delays a takeover until the lease expires.
+func ownerAlive(owner string) (alive, known bool) {
+	h, _ := os.Hostname()
+	rest, ok := strings.CutPrefix(owner, h+":")
+	if !ok {
+		return false, false
+	}
+	p, _, _ := strings.Cut(rest, ":")
+	pid, err := strconv.Atoi(p)
+	if err != nil || pid <= 0 {
+		return false, false
+	}
+	if pid == os.Getpid() {
+		return true, true
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false, true
+	}
+	// A zombie (killed, not yet reaped by its parent) is dead too.
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist), true
+	}
+	// "pid (comm) state ...": comm may hold anything, ")" included.
+	st := string(b)
+	if i := strings.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) {
+		return st[i+2] != 'Z' && st[i+2] != 'X', true
+	}
+	return true, true
+}
+
+// liveOwner reports whether a lease owner of this host is known to be a
+// live process.
+func liveOwner(owner string) bool {
+	alive, known := ownerAlive(owner)
+	return alive && known
 }
 
 // sameHost reports whether a lease owner ("host:pid") is of this host.

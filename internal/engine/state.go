@@ -35,6 +35,8 @@ type state struct {
 	// snapshots holds the digest of the latest workspace snapshot of each
 	// sandbox that has one.
 	snapshots map[string]string
+	// fetched holds the digest of the tree each sandbox's git source gave.
+	fetched map[string]string
 
 	// finished is set when the finish tool succeeded; summary is its claim.
 	finished bool
@@ -144,7 +146,7 @@ func (s *state) openNet() []*approval {
 }
 
 func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{},
+	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{},
 		net: map[string]*approval{}, netDest: map[string]*approval{}}
 }
 
@@ -299,6 +301,8 @@ func (s *state) apply(e event.Event, o origin) error {
 		if s.cur != nil && s.cur.n == p.Step {
 			delete(s.cur.dirty, p.Sandbox)
 		}
+	case *event.WorkspaceFetched:
+		s.fetched[p.Sandbox] = p.Digest
 	case *event.SandboxDestroyed:
 		s.recordCPU(p.SandboxID, p.CPUMS)
 	case *event.BudgetExhausted:

@@ -98,6 +98,16 @@ func (d *driver) setup(ctx context.Context) error {
 			}
 		}
 	}
+	// A git source is fetched before the model's first turn, so a
+	// repository the policy does not let the sandbox reach fails the run
+	// here, with git's reason, rather than at the model's first command.
+	for _, s := range cfg.Sandboxes {
+		if s.Git != nil && d.sourceTar(s.Name) == "" && d.snapshotOf(s.Name) == "" {
+			if _, err := d.sandbox(ctx, s.Name); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -209,7 +219,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	spec := sandbox.Spec{Env: sandboxEnv, Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
 		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
 	if snap == "" {
-		snap = sc.Tar
+		snap = d.sourceTar(name)
 	}
 	if sc.mode() != sandbox.WorkspaceCOW {
 		// The host directory is the workspace's state (rw) or never
@@ -240,6 +250,11 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 			return fmt.Errorf("network: %w", err)
 		}
 		release = rel
+		if spec.Network != sandbox.NetworkProxy {
+			// Nothing was bound to the id: leave the choice to the
+			// backend, so a pool of ready sandboxes can serve the spec.
+			spec.ID = ""
+		}
 	}
 	sb, err := d.e.o.Backend.Create(ctx, spec)
 	if err != nil {
@@ -251,6 +266,12 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 			_ = sb.Destroy(context.WithoutCancel(ctx))
 			release()
 			return fmt.Errorf("restore snapshot %s: %w", snap, err)
+		}
+	} else if sc.Git != nil {
+		if err := d.fetchGit(ctx, sb, name, *sc.Git); err != nil {
+			_ = sb.Destroy(context.WithoutCancel(ctx))
+			release()
+			return err
 		}
 	}
 	l.sb, l.release = sb, release
@@ -570,9 +591,10 @@ func (d *driver) diff(ctx context.Context, name string) (string, error) {
 	}
 	tr := workspaceTar(ctx, sb)
 	var b strings.Builder
-	if sc.Tar != "" {
-		// The workspace started as an uploaded tar: the patch is against it.
-		err = d.diffTar(ctx, &b, sc.Tar, tr)
+	if base := d.sourceTar(name); base != "" {
+		// The workspace started as an uploaded tar or a git source's
+		// tree: the patch is against it.
+		err = d.diffTar(ctx, &b, base, tr)
 	} else {
 		err = sandbox.WriteDiff(&b, sc.Workspace, tr)
 	}

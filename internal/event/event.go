@@ -76,6 +76,9 @@ const (
 	TypeArtifactStored Type = "artifact.stored"
 	// TypeSnapshotTaken: the workspace of a sandbox was snapshotted.
 	TypeSnapshotTaken Type = "snapshot.taken"
+	// TypeWorkspaceFetched: a sandbox's workspace source, a git
+	// repository, was fetched inside the sandbox and kept as a tar.
+	TypeWorkspaceFetched Type = "workspace.fetched"
 	// TypeRetry: an operation failed and is tried again.
 	TypeRetry Type = "retry"
 	// TypeVerificationResult records the completion checks.

@@ -95,6 +95,7 @@ func TestPayloads(t *testing.T) {
 		event.EgressDecision{Sandbox: "main", Decision: "denied", Method: "CONNECT", Host: "evil.example", Port: 443},
 		event.ArtifactStored{Name: "patch", Digest: "sha256:00", Size: 10, MediaType: "text/x-diff", Kind: "patch"},
 		event.SnapshotTaken{Step: 2, Sandbox: "main", Digest: "sha256:01", Size: 99, Base: "sha256:00"},
+		event.WorkspaceFetched{Sandbox: "main", URL: "https://git.example/a.git", Ref: "v1", Commit: "0123abcd", Digest: "sha256:02", Size: 10},
 		event.Retry{Step: 2, What: "model", Attempt: 2, Reason: "429", DelayMS: 500},
 		event.VerificationResult{Passed: false, Checks: []event.Check{{Name: "go test", Kind: "command", ExitCode: &exit}}},
 		event.BudgetExhausted{Budget: "steps", Limit: 50, Used: 50},
@@ -104,6 +105,12 @@ func TestPayloads(t *testing.T) {
 			Usage: event.Usage{InputTokens: 120, OutputTokens: 30, CacheReadTokens: 100}, CostMicroCredits: 42, LatencyMS: 812, TTFTMS: 95,
 			Status: 200, Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens", UsageEstimated: true,
 			RequestBody: `{"model":"fast"}`, ResponseBody: "data: {}"},
+		event.SandboxCreated{SandboxID: "sb-0a1b", Template: "base", TemplateSource: "default policy", KeyID: "k1",
+			Metadata: map[string]string{"user": "alice"}, EnvKeys: []string{"FOO"}, Internet: true, TimeoutMS: 300000,
+			CPUs: 1.5, MemoryBytes: 1 << 30, DiskBytes: 1 << 30, Host: "e2b/x"},
+		event.SandboxOp{Op: "process.input", Outcome: "ok", KeyID: "k1", Detail: "pid 1: 3 bytes", Count: 2},
+		event.SandboxUsage{SandboxID: "sb-0a1b", Start: t0, End: t0.Add(30 * time.Second), SandboxMS: 30000, CPUMS: 1200,
+			MemoryMiBMS: 1024 * 30000, CostMicroCredits: 450, Final: true},
 	}
 	seen := map[event.Type]bool{}
 	for _, p := range samples {

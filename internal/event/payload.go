@@ -68,12 +68,16 @@ var payloads = map[Type]func() Payload{
 	TypeEgressDecision:     func() Payload { return new(EgressDecision) },
 	TypeArtifactStored:     func() Payload { return new(ArtifactStored) },
 	TypeSnapshotTaken:      func() Payload { return new(SnapshotTaken) },
+	TypeWorkspaceFetched:   func() Payload { return new(WorkspaceFetched) },
 	TypeRetry:              func() Payload { return new(Retry) },
 	TypeVerificationResult: func() Payload { return new(VerificationResult) },
 	TypeBudgetExhausted:    func() Payload { return new(BudgetExhausted) },
 	TypeApprovalRequested:  func() Payload { return new(ApprovalRequested) },
 	TypeApprovalDecided:    func() Payload { return new(ApprovalDecided) },
 	TypeLLMCall:            func() Payload { return new(LLMCall) },
+	TypeSandboxCreated:     func() Payload { return new(SandboxCreated) },
+	TypeSandboxOp:          func() Payload { return new(SandboxOp) },
+	TypeSandboxUsage:       func() Payload { return new(SandboxUsage) },
 }
 
 // Types returns every event type this build knows, in no particular order.
@@ -101,6 +105,10 @@ type RunCreated struct {
 	// Config is the run's configuration as the run engine records it (its
 	// sandboxes, checks and budgets), so any host process can resume it.
 	Config json.RawMessage `json:"config,omitempty"`
+	// Metadata is the client's own labels of the run (CheckMetadata
+	// bounds them); like every payload it is redacted before it is
+	// stored.
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // RunForked is the payload of TypeRunForked, written to the log of the run
@@ -383,6 +391,21 @@ type SnapshotTaken struct {
 	CPUMS     int64  `json:"cpu_ms,omitempty"`
 }
 
+// WorkspaceFetched is the payload of TypeWorkspaceFetched: the tree a git
+// source gave, kept as the gzipped tar blob Digest. From then on it is the
+// sandbox's source: what a replacement sandbox starts from and what the
+// patch is computed against, so a recovery never fetches again.
+type WorkspaceFetched struct {
+	Sandbox string `json:"sandbox"`
+	URL     string `json:"url"`
+	Ref     string `json:"ref,omitempty"`
+	// Commit is the object id HEAD had after the fetch.
+	Commit     string `json:"commit"`
+	Digest     string `json:"digest"`
+	Size       int64  `json:"size"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
 // Retry is the payload of TypeRetry.
 type Retry struct {
 	Step int `json:"step"`
@@ -577,6 +600,9 @@ func (ArtifactStored) EventType() Type { return TypeArtifactStored }
 
 // EventType implements Payload.
 func (SnapshotTaken) EventType() Type { return TypeSnapshotTaken }
+
+// EventType implements Payload.
+func (WorkspaceFetched) EventType() Type { return TypeWorkspaceFetched }
 
 // EventType implements Payload.
 func (Retry) EventType() Type { return TypeRetry }

@@ -24,7 +24,9 @@ const MaxDiffFile = 8 << 20
 // the tree in the tar stream against the host directory source. Source files
 // are opened through os.Root, so a symlink in the source cannot make the host
 // read outside it. The tar stream is untrusted: names are cleaned and checked,
-// and sizes bounded.
+// and sizes bounded. A top-level .git directory is left out on both sides:
+// a patch is of the work tree, never of a repository's internals (which a
+// plain `git status` rewrites).
 func WriteDiff(w io.Writer, source string, tarStream io.Reader) error {
 	var base baseline
 	if source != "" {
@@ -61,7 +63,7 @@ func WriteDiffTar(w io.Writer, sourceTar, tarStream io.Reader) error {
 		if !ok {
 			return fmt.Errorf("diff: source tar has unsafe name %q", h.Name)
 		}
-		if h.Typeflag != tar.TypeReg {
+		if h.Typeflag != tar.TypeReg || inGitDir(name) {
 			continue
 		}
 		if total += min(h.Size, MaxDiffFile+1); total > MaxDiffBase {
@@ -92,7 +94,10 @@ func (b rootBaseline) read(name string) ([]byte, bool, bool) { return readSource
 func (b rootBaseline) files() ([]string, error) {
 	var out []string
 	err := fs.WalkDir(b.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && p != "." && d.Type().IsRegular() {
+		switch {
+		case err == nil && p == ".git" && d.IsDir():
+			return fs.SkipDir
+		case err == nil && p != "." && d.Type().IsRegular():
 			out = append(out, p)
 		}
 		return nil
@@ -120,6 +125,10 @@ func (b tarBaseline) files() ([]string, error) {
 	return out, nil
 }
 
+// inGitDir reports whether the cleaned relative name is in the tree's
+// top-level .git directory (or is it).
+func inGitDir(name string) bool { return name == ".git" || strings.HasPrefix(name, ".git/") }
+
 // cleanName returns a tar entry's name relative to the tree, or false when
 // it would leave it.
 func cleanName(n string) (string, bool) {
@@ -146,7 +155,7 @@ func writeDiff(w io.Writer, base baseline, tarStream io.Reader) error {
 			return fmt.Errorf("diff: export has unsafe name %q", h.Name)
 		}
 		seen[name] = true
-		if h.Typeflag != tar.TypeReg {
+		if h.Typeflag != tar.TypeReg || inGitDir(name) {
 			continue
 		}
 		newData, newBinary, err := readBounded(tr, h.Size)
@@ -175,7 +184,7 @@ func writeDiff(w io.Writer, base baseline, tarStream io.Reader) error {
 	}
 	var removed []string
 	for _, p := range all {
-		if !seen[p] {
+		if !seen[p] && !inGitDir(p) {
 			removed = append(removed, p)
 		}
 	}

@@ -40,8 +40,10 @@ func tarOf(t testing.TB, files map[string]string) *bytes.Buffer {
 // the same patch: a change, an addition, a removal; unchanged files are left
 // out; an unsafe name in either stream is refused.
 func TestWriteDiff(t *testing.T) {
-	base := map[string]string{"a.txt": "one\ntwo\n", "same.txt": "same\n", "gone.txt": "bye\n", "dir/b.txt": "b\n"}
-	after := map[string]string{"a.txt": "one\nTWO\n", "same.txt": "same\n", "new.txt": "hi\n", "dir/b.txt": "b\n"}
+	base := map[string]string{"a.txt": "one\ntwo\n", "same.txt": "same\n", "gone.txt": "bye\n", "dir/b.txt": "b\n",
+		".git/index": "old index", ".git/gone": "x", "sub/.git/HEAD": "ref: a\n"}
+	after := map[string]string{"a.txt": "one\nTWO\n", "same.txt": "same\n", "new.txt": "hi\n", "dir/b.txt": "b\n",
+		".git/index": "new index", ".git/new": "y", "sub/.git/HEAD": "ref: b\n"}
 	dir := t.TempDir()
 	for name, body := range base {
 		p := filepath.Join(dir, name)
@@ -70,6 +72,14 @@ func TestWriteDiff(t *testing.T) {
 	}
 	if strings.Contains(p, "same.txt") || strings.Contains(p, "dir/b.txt") {
 		t.Errorf("unchanged files in the patch:\n%s", p)
+	}
+	// The top-level repository's internals are never in a patch; a
+	// nested directory called .git is the work tree's like any other.
+	if strings.Contains(p, " a/.git/") || strings.Contains(p, " b/.git/") {
+		t.Errorf("the top-level .git directory is in the patch:\n%s", p)
+	}
+	if !strings.Contains(p, "diff --git a/sub/.git/HEAD b/sub/.git/HEAD") {
+		t.Errorf("patch lacks the nested sub/.git/HEAD:\n%s", p)
 	}
 	var sink strings.Builder
 	if err := sandbox.WriteDiffTar(&sink, tarOf(t, map[string]string{"../escape": "x"}), tarOf(t, after)); err == nil {
