@@ -1,0 +1,315 @@
+// Package pool keeps sandboxes created ahead of demand, so that a host
+// that makes many alike (the E2B API, a run engine's first sandbox) hands
+// one out in the time a map lookup takes instead of the time a sandbox
+// takes to start.
+//
+// A Pool is a sandbox.Backend. A spec it can hold — no fixed id, no
+// network, no host workspace directory, no TTL, no extra CAs: nothing that
+// binds the sandbox to one user before it is asked for — is served from the
+// idle sandboxes made earlier from an equal spec when there is one, and
+// then the pool makes another in the background while the spec stays in
+// demand: asked for twice or more, the last time within Options.Idle (a
+// spec asked for once, say one with a run's own token in its environment,
+// is never made ahead). Any other spec goes straight to the backend.
+//
+// A pooled sandbox is fresh: nothing has run in it but its executor, and it
+// is handed out once, never returned. Idle sandboxes of a spec nobody has
+// asked for in Options.Idle are destroyed.
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// Options tune a Pool; zero fields take their defaults.
+type Options struct {
+	// PerSpec is how many idle sandboxes the pool keeps ready for each
+	// spec in demand (default 2).
+	PerSpec int
+	// Max bounds the idle sandboxes over all specs (default 16).
+	Max int
+	// Idle is how long a spec stays in demand after it was last asked for
+	// (default 10 minutes); its idle sandboxes are destroyed after that.
+	Idle time.Duration
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Stats count what a Pool did.
+type Stats struct {
+	// Hits are creates served from an idle sandbox, Misses poolable
+	// creates that found none, Bypassed creates of specs the pool cannot
+	// hold.
+	Hits, Misses, Bypassed int64
+	// Idle is the number of idle sandboxes now.
+	Idle int
+}
+
+// Pool is a sandbox.Backend that keeps sandboxes ready. Close destroys the
+// idle ones.
+type Pool struct {
+	b   sandbox.Backend
+	o   Options
+	log *slog.Logger
+
+	mu sync.Mutex
+	// specs is guarded by mu: every spec in demand, by its key.
+	specs map[string]*entry
+	// idle is guarded by mu: the number of idle sandboxes over all specs.
+	idle   int
+	stats  Stats
+	closed bool
+
+	wake chan struct{}
+	stop chan struct{}
+	done chan struct{}
+}
+
+// entry is one spec in demand.
+type entry struct {
+	spec     sandbox.Spec
+	asked    int
+	lastUsed time.Time
+	ready    []sandbox.Sandbox // oldest first
+}
+
+// New starts a Pool over b.
+func New(b sandbox.Backend, o Options) *Pool {
+	if o.PerSpec <= 0 {
+		o.PerSpec = 2
+	}
+	if o.Max <= 0 {
+		o.Max = 16
+	}
+	if o.Idle <= 0 {
+		o.Idle = 10 * time.Minute
+	}
+	p := &Pool{b: b, o: o, log: o.Logger, specs: map[string]*entry{}, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	go p.fill()
+	return p
+}
+
+// Poolable reports whether a Pool can hold sandboxes of spec: nothing in
+// it is chosen for one user (see the package comment).
+func Poolable(spec sandbox.Spec) bool {
+	return spec.ID == "" && spec.Network != sandbox.NetworkProxy && spec.ProxySocket == "" && spec.Workspace == "" &&
+		spec.TTL == 0 && len(spec.TrustedCAs) == 0
+}
+
+// key names spec's class of equal specs.
+func key(spec sandbox.Spec) (string, error) {
+	b, err := json.Marshal(spec)
+	return string(b), err
+}
+
+// Create returns a sandbox of spec: an idle one when the pool has one,
+// otherwise a new one from the backend.
+func (p *Pool) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if !Poolable(spec) {
+		p.mu.Lock()
+		p.stats.Bypassed++
+		p.mu.Unlock()
+		return p.b.Create(ctx, spec)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	k, err := key(spec)
+	if err != nil {
+		return nil, err
+	}
+	var stale []sandbox.Sandbox
+	defer func() {
+		for _, sb := range stale {
+			p.destroy(sb)
+		}
+	}()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return p.b.Create(ctx, spec)
+	}
+	e := p.specs[k]
+	if e == nil {
+		e = &entry{spec: spec}
+		p.specs[k] = e
+	}
+	e.lastUsed = time.Now()
+	e.asked++
+	for len(e.ready) > 0 {
+		sb := e.ready[0]
+		e.ready = e.ready[1:]
+		p.idle--
+		select {
+		case <-sb.Done():
+			// Died while idle (its executor killed): never handed out.
+			stale = append(stale, sb)
+			continue
+		default:
+		}
+		p.stats.Hits++
+		p.mu.Unlock()
+		p.kick()
+		return sb, nil
+	}
+	p.stats.Misses++
+	p.mu.Unlock()
+	p.kick()
+	return p.b.Create(ctx, spec)
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.Idle = p.idle
+	return s
+}
+
+// Close stops refilling and destroys every idle sandbox. Sandboxes handed
+// out are the caller's; later creates go straight to the backend.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	var all []sandbox.Sandbox
+	for k, e := range p.specs {
+		all = append(all, e.ready...)
+		delete(p.specs, k)
+	}
+	p.idle = 0
+	p.mu.Unlock()
+	var errs []error
+	for _, sb := range all {
+		errs = append(errs, sb.Destroy(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fill makes idle sandboxes, one at a time so refilling never takes more
+// than one core from the work the sandboxes are for, and ends demand that
+// lapsed.
+func (p *Pool) fill() {
+	defer close(p.done)
+	t := time.NewTicker(max(p.o.Idle/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+		case <-t.C:
+		}
+		p.expire()
+		for {
+			spec, k, ok := p.wanted()
+			if !ok {
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			sb, err := p.b.Create(ctx, spec)
+			cancel()
+			if err != nil {
+				// The next create of the spec tries again; a backend that
+				// cannot make this spec is not asked in a loop.
+				p.log.Warn("pool: create an idle sandbox", "err", err)
+				break
+			}
+			if !p.keep(k, sb) {
+				p.destroy(sb)
+			}
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// wanted returns the spec most short of idle sandboxes, if any is and the
+// pool has room.
+func (p *Pool) wanted() (sandbox.Spec, string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.idle >= p.o.Max {
+		return sandbox.Spec{}, "", false
+	}
+	var best *entry
+	var bestKey string
+	for k, e := range p.specs {
+		if e.asked >= 2 && len(e.ready) < p.o.PerSpec && (best == nil || len(e.ready) < len(best.ready)) {
+			best, bestKey = e, k
+		}
+	}
+	if best == nil {
+		return sandbox.Spec{}, "", false
+	}
+	return best.spec, bestKey, true
+}
+
+// keep adds sb to spec k's idle sandboxes, unless the pool or the demand
+// is gone.
+func (p *Pool) keep(k string, sb sandbox.Sandbox) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.specs[k]
+	if p.closed || e == nil || p.idle >= p.o.Max {
+		return false
+	}
+	e.ready = append(e.ready, sb)
+	p.idle++
+	return true
+}
+
+// expire ends the demand of specs not asked for in Options.Idle and
+// destroys their idle sandboxes.
+func (p *Pool) expire() {
+	var gone []sandbox.Sandbox
+	p.mu.Lock()
+	for k, e := range p.specs {
+		if time.Since(e.lastUsed) > p.o.Idle {
+			gone = append(gone, e.ready...)
+			p.idle -= len(e.ready)
+			delete(p.specs, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, sb := range gone {
+		p.destroy(sb)
+	}
+}
+
+func (p *Pool) destroy(sb sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sb.Destroy(ctx); err != nil {
+		p.log.Warn("pool: destroy an idle sandbox", "sandbox_id", sb.ID(), "err", err)
+	}
+}

@@ -1,0 +1,275 @@
+package pool_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+var executorPath string
+
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
+
+func backend(t *testing.T) *linux.Backend {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(t.TempDir(), "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitIdle waits until the pool holds n idle sandboxes.
+func waitIdle(t *testing.T, p *pool.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for p.Stats().Idle != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d idle sandboxes, want %d", p.Stats().Idle, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func echo(t *testing.T, ctx context.Context, sb sandbox.Sandbox, s string) {
+	t.Helper()
+	var out bytes.Buffer
+	res, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "echo " + s + " > /workspace/f; cat /workspace/f"}, Stdout: &out, Stderr: &out})
+	if err != nil || res.ExitCode != 0 || out.String() != s+"\n" {
+		t.Fatalf("echo in %s: %v %+v %q", sb.ID(), err, res, out.String())
+	}
+}
+
+// TestPool: the first two creates of a spec are made by the backend; the
+// pool then keeps PerSpec more ready, each handed out once, fresh (its
+// workspace empty, its processes its own), and usable like any other.
+func TestPool(t *testing.T) {
+	ctx := ctxT(t)
+	p := pool.New(backend(t), pool.Options{PerSpec: 2, Max: 4})
+	defer p.Close(ctx)
+	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+	first, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Destroy(ctx)
+	echo(t, ctx, first, "first")
+	time.Sleep(100 * time.Millisecond)
+	if st := p.Stats(); st.Idle != 0 {
+		t.Fatalf("a spec asked for once was made ahead: %+v", st)
+	}
+	second, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Destroy(ctx)
+	waitIdle(t, p, 2)
+
+	seen := map[string]bool{first.ID(): true, second.ID(): true}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			sb, err := p.Create(ctx, spec)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer sb.Destroy(ctx)
+			mu.Lock()
+			if seen[sb.ID()] {
+				t.Errorf("sandbox %s handed out twice", sb.ID())
+			}
+			seen[sb.ID()] = true
+			mu.Unlock()
+			// Fresh: nothing of another sandbox's workspace.
+			if _, err := sb.Stat(ctx, "/workspace/f"); err == nil {
+				t.Errorf("sandbox %s has another's file", sb.ID())
+			}
+			echo(t, ctx, sb, sb.ID())
+		})
+	}
+	wg.Wait()
+	st := p.Stats()
+	if st.Hits < 2 || st.Hits+st.Misses != 6 {
+		t.Errorf("stats %+v: want the 2 ready ones used by 6 creates", st)
+	}
+	// Another spec is its own class.
+	other := spec
+	other.Env = []string{"X=1"}
+	sb, err := p.Create(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Destroy(ctx)
+	if st2 := p.Stats(); st2.Misses != st.Misses+1 {
+		t.Errorf("a create of another spec was not a miss: %+v", st2)
+	}
+}
+
+// TestPoolBypass: a spec bound to one user (an id, a workspace directory,
+// a network, a TTL) never comes from or goes into the pool.
+func TestPoolBypass(t *testing.T) {
+	ctx := ctxT(t)
+	p := pool.New(backend(t), pool.Options{})
+	defer p.Close(ctx)
+	ws := t.TempDir()
+	for _, spec := range []sandbox.Spec{
+		{ID: sandbox.NewID()},
+		{Workspace: ws},
+		{TTL: time.Hour},
+	} {
+		if pool.Poolable(spec) {
+			t.Errorf("spec %+v is poolable", spec)
+		}
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec.ID != "" && sb.ID() != spec.ID {
+			t.Errorf("id %s, want %s", sb.ID(), spec.ID)
+		}
+		sb.Destroy(ctx)
+	}
+	if pool.Poolable(sandbox.Spec{Network: sandbox.NetworkProxy, ProxySocket: "/x"}) || pool.Poolable(sandbox.Spec{TrustedCAs: []byte("x")}) {
+		t.Error("a proxied or CA-bearing spec is poolable")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if st := p.Stats(); st.Bypassed != 3 || st.Idle != 0 || st.Hits+st.Misses != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	// Bad specs fail as they would without the pool, and create nothing.
+	if _, err := p.Create(ctx, sandbox.Spec{Limits: sandbox.Limits{Pids: 1}}); err == nil {
+		t.Error("a spec with pids 1 was accepted")
+	}
+	if st := p.Stats(); st.Idle != 0 {
+		t.Errorf("a bad spec filled the pool: %+v", st)
+	}
+}
+
+// recorder is a backend that remembers every sandbox it made.
+type recorder struct {
+	sandbox.Backend
+	mu   sync.Mutex
+	made []sandbox.Sandbox
+}
+
+func (r *recorder) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := r.Backend.Create(ctx, spec)
+	if err == nil {
+		r.mu.Lock()
+		r.made = append(r.made, sb)
+		r.mu.Unlock()
+	}
+	return sb, err
+}
+
+// alive returns the one sandbox made that is still alive.
+func (r *recorder) alive(t *testing.T) sandbox.Sandbox {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []sandbox.Sandbox
+	for _, sb := range r.made {
+		select {
+		case <-sb.Done():
+		default:
+			out = append(out, sb)
+		}
+	}
+	if len(out) != 1 {
+		t.Fatalf("%d sandboxes alive, want the idle one only", len(out))
+	}
+	return out[0]
+}
+
+// TestPoolLifetime: an idle sandbox that died is never handed out; idle
+// sandboxes of a spec no longer asked for are destroyed; Close destroys
+// the rest.
+func TestPoolLifetime(t *testing.T) {
+	ctx := ctxT(t)
+	rec := &recorder{Backend: backend(t)}
+	p := pool.New(rec, pool.Options{PerSpec: 1, Idle: 1500 * time.Millisecond})
+	spec := sandbox.Spec{}
+	for range 2 {
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Destroy(ctx)
+	}
+	waitIdle(t, p, 1)
+
+	// The idle one dies behind the pool's back: the next create skips it.
+	victim := rec.alive(t)
+	if err := victim.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	next, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.ID() == victim.ID() {
+		t.Fatalf("a dead idle sandbox was handed out")
+	}
+	echo(t, ctx, next, "alive")
+	next.Destroy(ctx)
+
+	// Demand lapses: the refilled idle one is destroyed.
+	waitIdle(t, p, 1)
+	idle := rec.alive(t)
+	select {
+	case <-idle.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("idle sandbox kept past the demand: %+v", p.Stats())
+	}
+	if st := p.Stats(); st.Idle != 0 {
+		t.Errorf("stats after the demand lapsed: %+v", st)
+	}
+
+	// Close destroys what is idle, and later creates still work.
+	for range 2 {
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Destroy(ctx)
+	}
+	waitIdle(t, p, 1)
+	idle = rec.alive(t)
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-idle.Done():
+	default:
+		t.Error("Close left an idle sandbox alive")
+	}
+	if st := p.Stats(); st.Idle != 0 {
+		t.Errorf("Close left %+v", st)
+	}
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb.Destroy(ctx)
+}
