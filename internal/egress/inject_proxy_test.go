@@ -225,3 +225,37 @@ func TestHopByHopStripped(t *testing.T) {
 		t.Error("an end-to-end header was dropped")
 	}
 }
+
+// TestInjectionTenant: credentials are looked up under SecretTenant when
+// it is set, under the sandbox's tenant otherwise, and never under
+// another: a proxy of tenant t2 cannot send t1's secrets.
+func TestInjectionTenant(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		tenant       string
+		secretTenant string
+		injected     bool
+	}{
+		{"own tenant", "t1", "", true},
+		{"another tenant", "t2", "", false},
+		{"secret tenant named", "t2", "t1", true},
+		{"secret tenant another", "t1", "t2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, func(c *egress.Config) {
+				c.Identity = egress.Identity{Tenant: tc.tenant, Run: "run-1", Sandbox: "sb-1"}
+				c.SecretTenant = tc.secretTenant
+			})
+			resp, _ := get(t, w.h.client(nil), "http://plain.test/echo")
+			if tc.injected {
+				if resp.StatusCode != 200 || w.plain.last(t).Header.Get("Authorization") != "Bearer "+ghToken {
+					t.Errorf("GET = %d %s, want the credential injected", resp.StatusCode, reasonOf(resp))
+				}
+				return
+			}
+			if resp.StatusCode == 200 || reasonOf(resp) != "credential_unavailable" {
+				t.Errorf("GET = %d %s, want credential_unavailable", resp.StatusCode, reasonOf(resp))
+			}
+		})
+	}
+}

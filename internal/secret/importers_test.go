@@ -9,7 +9,9 @@ import (
 
 // secretImporters are the packages allowed to hold secret values: the
 // egress proxy and the model clients (which use them on the host, on the
-// way out), the LLM gateway, the wiring and the CLI that manages the store.
+// way out), the LLM gateway, the wiring, the CLI that manages the store and
+// the API server, which takes a value on PUT /v1/secrets and hands it to the
+// store and the redactor without keeping it.
 // Secret values must never reach the store, events, logs or the sandbox
 // (STYLE §1); a new importer is a review decision, made here.
 var secretImporters = []string{
@@ -19,6 +21,7 @@ var secretImporters = []string{
 	"github.com/airlockrun/airlock/internal/host",
 	"github.com/airlockrun/airlock/internal/model",
 	"github.com/airlockrun/airlock/internal/secret/token",
+	"github.com/airlockrun/airlock/internal/server",
 }
 
 func TestSecretImporters(t *testing.T) {
