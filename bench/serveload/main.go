@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/event"
 )
@@ -49,7 +50,7 @@ func main() {
 	for i := range *runs {
 		wg.Go(func() {
 			t := time.Now()
-			r, err := c.CreateRun(ctx, client.CreateRunRequest{Task: fmt.Sprintf("load %d", i), Script: quick})
+			r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: fmt.Sprintf("load %d", i), Script: quick})
 			lat[i] = time.Since(t)
 			if err != nil {
 				fail(err)
@@ -82,7 +83,7 @@ func main() {
 		script += "  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 0.2; echo step\"}\n"
 	}
 	script += "  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
-	r, err := c.CreateRun(ctx, client.CreateRunRequest{Task: "streamed", Script: script})
+	r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: "streamed", Script: script})
 	if err != nil {
 		fail(err)
 	}

@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/airlockrun/airlock/internal/api"
 )
 
 // Options tune a Client; the zero value is ready to use.
@@ -172,26 +174,12 @@ func checkKey(key string) error {
 	return nil
 }
 
-// The error codes of the API, a closed set (Error.Code).
-const (
-	CodeBadRequest       = "bad_request"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeForbidden        = "forbidden"
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeConflict         = "conflict"
-	CodeTooLarge         = "too_large"
-	CodeRateLimited      = "rate_limited"
-	CodeInternal         = "internal"
-	CodeUnavailable      = "unavailable"
-)
-
 // Error is an error answer of the API: its {code, message, request_id}
 // body, or what the status says when the body is not that shape.
 type Error struct {
 	// Status is the HTTP status.
 	Status int
-	// Code is one of the Code constants (for a body that is not the
+	// Code is one of the api.Code constants (for a body that is not the
 	// API's shape, the one the status maps to).
 	Code string
 	// Message is the server's message, printable text of at most 2000
@@ -223,39 +211,35 @@ func IsCode(err error, code string) bool {
 func codeOf(status int) string {
 	switch status {
 	case http.StatusBadRequest:
-		return CodeBadRequest
+		return api.CodeBadRequest
 	case http.StatusUnauthorized:
-		return CodeUnauthenticated
+		return api.CodeUnauthenticated
 	case http.StatusForbidden:
-		return CodeForbidden
+		return api.CodeForbidden
 	case http.StatusNotFound:
-		return CodeNotFound
+		return api.CodeNotFound
 	case http.StatusMethodNotAllowed:
-		return CodeMethodNotAllowed
+		return api.CodeMethodNotAllowed
 	case http.StatusConflict:
-		return CodeConflict
+		return api.CodeConflict
 	case http.StatusRequestEntityTooLarge:
-		return CodeTooLarge
+		return api.CodeTooLarge
 	case http.StatusTooManyRequests:
-		return CodeRateLimited
+		return api.CodeRateLimited
 	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return CodeUnavailable
+		return api.CodeUnavailable
 	}
 	if status >= 500 {
-		return CodeInternal
+		return api.CodeInternal
 	}
-	return CodeBadRequest
+	return api.CodeBadRequest
 }
 
 // decodeError builds the *Error of an answer with a status that is not
 // 2xx from its headers and (at most maxErrorBody bytes of) its body.
 func decodeError(status int, h http.Header, body []byte) *Error {
 	e := &Error{Status: status}
-	var b struct {
-		Code      string `json:"code"`
-		Message   string `json:"message"`
-		RequestID string `json:"request_id"`
-	}
+	var b api.ErrorBody
 	if json.Unmarshal(body, &b) == nil && b.Code != "" && printableCode(b.Code) {
 		e.Code, e.Message, e.RequestID = b.Code, clipText(b.Message, maxMessage), clipText(b.RequestID, 64)
 	} else {
@@ -362,7 +346,7 @@ func (c *Client) send(ctx context.Context, q request) (resp *http.Response, canc
 		if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 			e.Message = "the server answered with a redirect, which this client does not follow (is AIRLOCK_URL the API's address?)"
 		}
-		if e.Code != CodeRateLimited || q.stream != nil || attempt >= rateRetries || e.RetryAfter > maxRateWait {
+		if e.Code != api.CodeRateLimited || q.stream != nil || attempt >= rateRetries || e.RetryAfter > maxRateWait {
 			return nil, nil, e
 		}
 		if err := sleep(ctx, e.RetryAfter); err != nil {

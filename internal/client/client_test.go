@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/event"
 )
@@ -105,7 +106,7 @@ func TestRequests(t *testing.T) {
 	if err != nil || len(list.Runs) != 1 || list.Runs[0].ID != "run_1" || list.Runs[0].Events != 3 || list.NextCursor != "c2" {
 		t.Fatalf("ListRuns = %+v, %v", list, err)
 	}
-	run, err := c.CreateRun(ctx, client.CreateRunRequest{Task: "t", Script: "turns: []", Workspace: &client.WorkspaceSource{Upload: "upl_1"}, MaxSteps: 3})
+	run, err := c.CreateRun(ctx, api.CreateRunRequest{Task: "t", Script: "turns: []", Workspace: &api.WorkspaceSource{Upload: "upl_1"}, MaxSteps: 3})
 	if err != nil || run.ID != "run_2" || run.Status != event.StatusQueued {
 		t.Fatalf("CreateRun = %+v, %v", run, err)
 	}
@@ -211,14 +212,14 @@ func TestRateLimitRetry(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := newClient(t, srv.URL, client.Options{})
-	r, err := c.CreateRun(context.Background(), client.CreateRunRequest{Task: "t"})
+	r, err := c.CreateRun(context.Background(), api.CreateRunRequest{Task: "t"})
 	if err != nil || r.ID != "run_1" || n.Load() != 3 {
 		t.Fatalf("CreateRun = %+v, %v after %d attempts", r, err, n.Load())
 	}
 	// An upload's body is a stream: it is not sent again.
 	n.Store(0)
 	_, err = c.Upload(context.Background(), strings.NewReader(`{"task":"t"}`))
-	if !client.IsCode(err, client.CodeRateLimited) || n.Load() != 1 {
+	if !client.IsCode(err, api.CodeRateLimited) || n.Load() != 1 {
 		t.Fatalf("Upload = %v after %d attempts, want rate_limited after 1", err, n.Load())
 	}
 }
@@ -329,7 +330,7 @@ func TestFollow(t *testing.T) {
 		want       []int64
 		wantLast   []string
 		wantErr    string
-		wantEnd    client.StreamEnd
+		wantEnd    api.StreamEnd
 	}{
 		{
 			name: "whole",
@@ -340,7 +341,7 @@ func TestFollow(t *testing.T) {
 					}
 				},
 			},
-			want: []int64{1, 2, 3}, wantLast: []string{""}, wantEnd: client.StreamEnd{Status: event.StatusCompleted, LastSeq: 3},
+			want: []int64{1, 2, 3}, wantLast: []string{""}, wantEnd: api.StreamEnd{Status: event.StatusCompleted, LastSeq: 3},
 		},
 		{
 			name: "resumed with Last-Event-ID, duplicates dropped",
@@ -354,7 +355,7 @@ func TestFollow(t *testing.T) {
 					}
 				},
 			},
-			want: []int64{1, 2, 3}, wantLast: []string{"", "2"}, wantEnd: client.StreamEnd{Status: event.StatusCompleted, LastSeq: 3},
+			want: []int64{1, 2, 3}, wantLast: []string{"", "2"}, wantEnd: api.StreamEnd{Status: event.StatusCompleted, LastSeq: 3},
 		},
 		{
 			name:  "from after, the server busy once",
@@ -373,7 +374,7 @@ func TestFollow(t *testing.T) {
 					return func(w http.ResponseWriter, _ string) { sse(w, sseEvent(t, id, 3), end) }
 				},
 			},
-			want: []int64{3}, wantLast: []string{"2", "2", "2"}, wantEnd: client.StreamEnd{Status: event.StatusCompleted, LastSeq: 3},
+			want: []int64{3}, wantLast: []string{"2", "2", "2"}, wantEnd: api.StreamEnd{Status: event.StatusCompleted, LastSeq: 3},
 		},
 		{
 			name:  "nothing left: 204",
@@ -383,7 +384,7 @@ func TestFollow(t *testing.T) {
 					return func(w http.ResponseWriter, _ string) { w.WriteHeader(http.StatusNoContent) }
 				},
 			},
-			wantLast: []string{"3"}, wantEnd: client.StreamEnd{LastSeq: 3},
+			wantLast: []string{"3"}, wantEnd: api.StreamEnd{LastSeq: 3},
 		},
 		{
 			name: "a gap",

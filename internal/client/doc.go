@@ -1,7 +1,8 @@
 // Package client is a Go client of the JSON API that airlock serve
 // answers: runs, their events (paged, and as a server-sent-events stream
 // that resumes from Last-Event-ID), approvals, artifacts, workspace
-// uploads, policies and credits.
+// uploads, policies, credits and secrets. Its bodies are internal/api's
+// types, the ones the server writes.
 //
 // Invariants:
 //   - The API key is sent only as "Authorization: Bearer KEY", never in a
@@ -16,7 +17,7 @@
 //     message with control characters removed, so a hostile server cannot
 //     drive the caller's terminal.
 //
-// It imports only the standard library and internal/event (the
-// vocabulary of the log), so any tool may use it; the command line's
-// remote mode (internal/cli) does.
+// It imports only the standard library, internal/api (the API's bodies)
+// and internal/event (the vocabulary of the log), so any tool may use it;
+// the command line's remote mode (internal/cli) does.
 package client

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -52,7 +54,11 @@ func apiServer(t *testing.T) (url string, key func(tenant string, scopes ...stri
 		t.Fatal(err)
 	}
 	keys := auth.NewKeys(st, nil)
-	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed,
+	secrets, err := secret.Open(filepath.Join(dir, "secrets"), secret.KeyFile(filepath.Join(dir, "secrets", "key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed, Secrets: secrets,
 		Config: server.Config{Rate: 1e6, Burst: 1e6}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +121,8 @@ func TestAgainstServer(t *testing.T) {
 		t.Fatalf("Upload = %+v, %v", up, err)
 	}
 	script := "turns:\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
-	run, err := alpha.CreateRun(ctx, client.CreateRunRequest{Task: "greet", Script: script, Workspace: &client.WorkspaceSource{Upload: up.ID},
-		Verify: &client.VerifySpec{Commands: []string{"true"}}, Metadata: map[string]string{"ticket": "OPS-7"}})
+	run, err := alpha.CreateRun(ctx, api.CreateRunRequest{Task: "greet", Script: script, Workspace: &api.WorkspaceSource{Upload: up.ID},
+		Verify: &api.VerifySpec{Commands: []string{"true"}}, Metadata: map[string]string{"ticket": "OPS-7"}})
 	if err != nil || run.Status != event.StatusQueued || run.Tenant != "alpha" {
 		t.Fatalf("CreateRun = %+v, %v", run, err)
 	}
@@ -125,7 +131,7 @@ func TestAgainstServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := alpha.CreateRun(ctx, client.CreateRunRequest{Task: "t", Script: script, Workspace: &client.WorkspaceSource{Upload: betaUp.ID}}); !client.IsCode(err, client.CodeNotFound) {
+	if _, err := alpha.CreateRun(ctx, api.CreateRunRequest{Task: "t", Script: script, Workspace: &api.WorkspaceSource{Upload: betaUp.ID}}); !client.IsCode(err, api.CodeNotFound) {
 		t.Errorf("CreateRun with beta's upload = %v, want not_found", err)
 	}
 
@@ -148,7 +154,7 @@ func TestAgainstServer(t *testing.T) {
 	// The stream delivers the log so far, then the cancel, then ends.
 	followed := make(chan []event.Event, 1)
 	var followErr error
-	var end client.StreamEnd
+	var end api.StreamEnd
 	started := make(chan struct{})
 	go func() {
 		var evs []event.Event
@@ -166,7 +172,7 @@ func TestAgainstServer(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("the stream sent nothing")
 	}
-	if _, err := beta.CancelRun(ctx, run.ID, "not mine"); !client.IsCode(err, client.CodeNotFound) {
+	if _, err := beta.CancelRun(ctx, run.ID, "not mine"); !client.IsCode(err, api.CodeNotFound) {
 		t.Errorf("beta's CancelRun = %v, want not_found", err)
 	}
 	if r, err := alpha.CancelRun(ctx, run.ID, "enough"); err != nil || r.Status != event.StatusCancelled {
@@ -186,7 +192,7 @@ func TestAgainstServer(t *testing.T) {
 	if end, err := alpha.Follow(ctx, run.ID, 3, func(event.Event) error { return errors.New("no event expected") }); err != nil || end.LastSeq != 3 {
 		t.Fatalf("Follow after the end = %+v, %v", end, err)
 	}
-	if _, err := alpha.CancelRun(ctx, run.ID, ""); !client.IsCode(err, client.CodeConflict) {
+	if _, err := alpha.CancelRun(ctx, run.ID, ""); !client.IsCode(err, api.CodeConflict) {
 		t.Errorf("CancelRun again = %v, want conflict", err)
 	}
 
@@ -198,7 +204,7 @@ func TestAgainstServer(t *testing.T) {
 		"Download":  func() error { _, err := beta.Download(ctx, run.ID, "patch.diff", &bytes.Buffer{}); return err },
 		"PauseRun":  func() error { _, err := beta.PauseRun(ctx, run.ID, ""); return err },
 		"ResumeRun": func() error { _, err := beta.ResumeRun(ctx, run.ID); return err },
-		"ForkRun":   func() error { _, err := beta.ForkRun(ctx, run.ID, client.ForkRequest{}); return err },
+		"ForkRun":   func() error { _, err := beta.ForkRun(ctx, run.ID, api.ForkRequest{AtStep: new(0)}); return err },
 		"Approve":   func() error { _, err := beta.Approve(ctx, run.ID+".call_1_0", ""); return err },
 		"Deny":      func() error { _, err := beta.Deny(ctx, run.ID+".call_1_0", "no"); return err },
 		"Follow": func() error {
@@ -206,7 +212,7 @@ func TestAgainstServer(t *testing.T) {
 			return err
 		},
 	} {
-		if err := call(); !client.IsCode(err, client.CodeNotFound) {
+		if err := call(); !client.IsCode(err, api.CodeNotFound) {
 			t.Errorf("beta's %s = %v, want not_found", name, err)
 		}
 	}
@@ -214,19 +220,19 @@ func TestAgainstServer(t *testing.T) {
 		t.Errorf("beta's ListRuns = %+v, %v", l, err)
 	}
 	bad, _ := client.New(url, "airlock_"+strings.Repeat("0", 48), client.Options{})
-	if _, err := bad.ListRuns(ctx, client.ListRunsOptions{}); !client.IsCode(err, client.CodeUnauthenticated) {
+	if _, err := bad.ListRuns(ctx, client.ListRunsOptions{}); !client.IsCode(err, api.CodeUnauthenticated) {
 		t.Errorf("a bad key's ListRuns = %v, want unauthenticated", err)
 	}
 
 	// Policies: the admin scope stores; versions are the tenant's.
-	if _, err := alpha.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: 3}\n")); !client.IsCode(err, client.CodeForbidden) {
+	if _, err := alpha.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: 3}\n")); !client.IsCode(err, api.CodeForbidden) {
 		t.Errorf("PutPolicy without admin = %v, want forbidden", err)
 	}
 	v, err := admin.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: 3}\n"))
 	if err != nil || v.Version != 1 || v.New == nil || !*v.New || v.Source != "api" {
 		t.Fatalf("PutPolicy = %+v, %v", v, err)
 	}
-	if _, err := admin.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: many}\n")); !client.IsCode(err, client.CodeBadRequest) {
+	if _, err := admin.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: many}\n")); !client.IsCode(err, api.CodeBadRequest) {
 		t.Errorf("PutPolicy of a bad document = %v, want bad_request", err)
 	}
 	if vs, err := alpha.PolicyVersions(ctx, "strict"); err != nil || len(vs) != 1 || vs[0].Hash != v.Hash {
@@ -235,7 +241,7 @@ func TestAgainstServer(t *testing.T) {
 	if ps, err := alpha.Policies(ctx); err != nil || len(ps) != 1 {
 		t.Errorf("Policies = %+v, %v", ps, err)
 	}
-	if _, err := beta.PolicyVersions(ctx, "strict"); !client.IsCode(err, client.CodeNotFound) {
+	if _, err := beta.PolicyVersions(ctx, "strict"); !client.IsCode(err, api.CodeNotFound) {
 		t.Errorf("beta's PolicyVersions = %v, want not_found", err)
 	}
 	if cr, err := alpha.Credits(ctx, 0, 0); err != nil || cr.Tenant != "alpha" || cr.Balance != 0 || len(cr.Entries) != 0 {
@@ -243,5 +249,92 @@ func TestAgainstServer(t *testing.T) {
 	}
 	if as, err := alpha.Approvals(ctx); err != nil || len(as) != 0 {
 		t.Errorf("Approvals = %+v, %v", as, err)
+	}
+}
+
+// TestAgainstServerResources drives the endpoints beside runs: a stored
+// policy's document, validation, a grant, and secrets, which never come
+// back with their value; another tenant's key reaches none of them.
+func TestAgainstServerResources(t *testing.T) {
+	url, key := apiServer(t)
+	ctx := context.Background()
+	admin, _ := client.New(url, key("alpha", auth.ScopeAdmin), client.Options{})
+	reader, _ := client.New(url, key("alpha", auth.ScopeRunsRead), client.Options{})
+	beta, _ := client.New(url, key("beta", auth.ScopeAdmin), client.Options{})
+
+	doc := "# strict\nbudgets: {max_steps: 3}\n"
+	v1, err := admin.PutPolicy(ctx, "strict", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.PutPolicy(ctx, "strict", []byte("budgets: {max_steps: 4}\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"v1", v1.Hash[len("sha256:") : len("sha256:")+12], v1.Hash} {
+		got, err := reader.Policy(ctx, "strict", ref)
+		if err != nil || got.Version != 1 || got.Document != doc || got.Hash != v1.Hash {
+			t.Errorf("Policy(strict, %s) = %+v, %v", ref, got, err)
+		}
+	}
+	if got, err := reader.Policy(ctx, "strict", ""); err != nil || got.Version != 2 {
+		t.Errorf("Policy(strict, latest) = %+v, %v", got, err)
+	}
+	for _, ref := range []string{"v9", ""} {
+		if _, err := beta.Policy(ctx, "strict", ref); !client.IsCode(err, api.CodeNotFound) {
+			t.Errorf("beta's Policy(strict, %q) = %v, want not_found", ref, err)
+		}
+	}
+	if _, err := reader.Policy(ctx, "strict", "v9"); !client.IsCode(err, api.CodeNotFound) {
+		t.Errorf("Policy(strict, v9) = %v, want not_found", err)
+	}
+
+	chk, err := admin.ValidatePolicy(ctx, []byte(doc))
+	if err != nil || chk.Hash != v1.Hash || !strings.HasPrefix(chk.CanonicalHash, "sha256:") || !strings.Contains(chk.Canonical, "max_steps: 3") {
+		t.Errorf("ValidatePolicy = %+v, %v", chk, err)
+	}
+	if _, err := admin.ValidatePolicy(ctx, []byte("budgets: {max_steps: many}\n")); !client.IsCode(err, api.CodeBadRequest) {
+		t.Errorf("ValidatePolicy of a bad document = %v, want bad_request", err)
+	}
+	if _, err := admin.ValidatePolicy(ctx, []byte("sandbox:\n  rootfs: /srv/root\n")); !client.IsCode(err, api.CodeForbidden) {
+		t.Errorf("ValidatePolicy of a host rootfs = %v, want forbidden", err)
+	}
+
+	g, err := admin.Grant(ctx, api.GrantRequest{Amount: 2_500_000, Note: "seed"})
+	if err != nil || g.Tenant != "alpha" || g.Balance != 2_500_000 || g.Credits != "2.5" || g.Entry.Kind != "grant" || g.Entry.Note != "seed" {
+		t.Fatalf("Grant = %+v, %v", g, err)
+	}
+	if _, err := admin.Grant(ctx, api.GrantRequest{Tenant: "beta", Amount: 1}); !client.IsCode(err, api.CodeForbidden) {
+		t.Errorf("Grant to another tenant = %v, want forbidden", err)
+	}
+	if _, err := reader.Grant(ctx, api.GrantRequest{Amount: 1}); !client.IsCode(err, api.CodeForbidden) {
+		t.Errorf("Grant without admin = %v, want forbidden", err)
+	}
+	if cr, err := beta.Credits(ctx, 0, 0); err != nil || cr.Balance != 0 {
+		t.Errorf("beta's Credits = %+v, %v", cr, err)
+	}
+
+	value := []byte("ghp_CLIENTSECRET0123456789")
+	s, err := admin.PutSecret(ctx, "GITHUB_TOKEN", value, []string{"API.GitHub.com."})
+	if err != nil || s.Name != "GITHUB_TOKEN" || len(s.Hosts) != 1 || s.Hosts[0] != "api.github.com" {
+		t.Fatalf("PutSecret = %+v, %v", s, err)
+	}
+	l, err := admin.Secrets(ctx)
+	if err != nil || l.Tenant != "alpha" || len(l.Secrets) != 1 || l.Secrets[0].Name != "GITHUB_TOKEN" {
+		t.Fatalf("Secrets = %+v, %v", l, err)
+	}
+	if l, err := beta.Secrets(ctx); err != nil || len(l.Secrets) != 0 {
+		t.Errorf("beta's Secrets = %+v, %v", l, err)
+	}
+	if err := beta.DeleteSecret(ctx, "GITHUB_TOKEN"); !client.IsCode(err, api.CodeNotFound) {
+		t.Errorf("beta's DeleteSecret = %v, want not_found", err)
+	}
+	if _, err := reader.Secrets(ctx); !client.IsCode(err, api.CodeForbidden) {
+		t.Errorf("Secrets without secrets:write = %v, want forbidden", err)
+	}
+	if err := admin.DeleteSecret(ctx, "GITHUB_TOKEN"); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.DeleteSecret(ctx, "GITHUB_TOKEN"); !client.IsCode(err, api.CodeNotFound) {
+		t.Errorf("DeleteSecret twice = %v, want not_found", err)
 	}
 }

@@ -14,17 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
 )
-
-// StreamEnd is how an event stream ended: the run is final and every
-// event up to LastSeq was delivered.
-type StreamEnd struct {
-	// Status is the run's final status; empty when the server had nothing
-	// left to send (204) and so did not say.
-	Status  event.Status `json:"status"`
-	LastSeq int64        `json:"last_seq"`
-}
 
 // ErrStream reports a stream that broke the API's contract (a gap in the
 // sequence, another run's event, a malformed frame); it is not resumed.
@@ -45,7 +37,7 @@ const maxRetry = time.Minute
 // nothing is skipped or repeated; after Options.Reconnects attempts in a
 // row that deliver no event, Follow gives up. An error of fn, or an API
 // error other than rate_limited or unavailable, ends Follow at once.
-func (c *Client) Follow(ctx context.Context, id string, after int64, fn func(event.Event) error) (StreamEnd, error) {
+func (c *Client) Follow(ctx context.Context, id string, after int64, fn func(event.Event) error) (api.StreamEnd, error) {
 	f := &follower{c: c, id: id, last: after, fn: fn, retry: defaultRetry}
 	failures := 0
 	for {
@@ -54,16 +46,16 @@ func (c *Client) Follow(ctx context.Context, id string, after int64, fn func(eve
 		case done:
 			return end, nil
 		case ctx.Err() != nil:
-			return StreamEnd{}, ctx.Err()
+			return api.StreamEnd{}, ctx.Err()
 		case !resumable(err):
-			return StreamEnd{}, err
+			return api.StreamEnd{}, err
 		}
 		if f.progressed {
 			failures = 0
 		}
 		failures++
 		if c.o.Reconnects < 0 || failures > c.o.Reconnects {
-			return StreamEnd{}, fmt.Errorf("client: events of %s: gave up after %d attempts: %w", id, failures, err)
+			return api.StreamEnd{}, fmt.Errorf("client: events of %s: gave up after %d attempts: %w", id, failures, err)
 		}
 		wait := f.retry
 		var ae *Error
@@ -71,7 +63,7 @@ func (c *Client) Follow(ctx context.Context, id string, after int64, fn func(eve
 			wait = min(ae.RetryAfter, maxRetry)
 		}
 		if err := sleep(ctx, wait); err != nil {
-			return StreamEnd{}, err
+			return api.StreamEnd{}, err
 		}
 	}
 }
@@ -85,7 +77,7 @@ func resumable(err error) bool {
 	case errors.Is(err, ErrStream), errors.As(err, &fe):
 		return false
 	case errors.As(err, &ae):
-		return ae.Code == CodeRateLimited || ae.Code == CodeUnavailable
+		return ae.Code == api.CodeRateLimited || ae.Code == api.CodeUnavailable
 	}
 	return true
 }
@@ -108,7 +100,7 @@ type follower struct {
 }
 
 // once runs one connection: done when the stream ended as it should.
-func (f *follower) once(ctx context.Context) (StreamEnd, bool, error) {
+func (f *follower) once(ctx context.Context) (api.StreamEnd, bool, error) {
 	f.progressed = false
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -119,15 +111,15 @@ func (f *follower) once(ctx context.Context) (StreamEnd, bool, error) {
 	}
 	resp, done, err := f.c.send(ctx, q)
 	if err != nil {
-		return StreamEnd{}, false, err
+		return api.StreamEnd{}, false, err
 	}
 	defer done()
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNoContent {
-		return StreamEnd{LastSeq: f.last}, true, nil
+		return api.StreamEnd{LastSeq: f.last}, true, nil
 	}
 	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		return StreamEnd{}, false, fmt.Errorf("%w: %s answered %q, not text/event-stream", ErrStream, f.id, clipText(mt, 60))
+		return api.StreamEnd{}, false, fmt.Errorf("%w: %s answered %q, not text/event-stream", ErrStream, f.id, clipText(mt, 60))
 	}
 	// A silent connection is dropped after StreamIdle: the server sends
 	// keepalives, so silence means the connection is gone.
@@ -143,7 +135,7 @@ func (f *follower) once(ctx context.Context) (StreamEnd, bool, error) {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended without its end
 			}
-			return StreamEnd{}, false, fmt.Errorf("client: events of %s: %w", f.id, transportErr(err))
+			return api.StreamEnd{}, false, fmt.Errorf("client: events of %s: %w", f.id, transportErr(err))
 		}
 		if m.retry >= 0 {
 			f.retry = min(time.Duration(m.retry)*time.Millisecond, maxRetry)
@@ -152,28 +144,28 @@ func (f *follower) once(ctx context.Context) (StreamEnd, bool, error) {
 			continue // only a retry: or an id
 		}
 		if m.name == "end" {
-			var end StreamEnd
+			var end api.StreamEnd
 			if err := json.Unmarshal(m.data, &end); err != nil || !end.Status.Valid() || end.LastSeq != f.last {
-				return StreamEnd{}, false, fmt.Errorf("%w: %s: malformed end %q", ErrStream, f.id, clipText(string(m.data), 200))
+				return api.StreamEnd{}, false, fmt.Errorf("%w: %s: malformed end %q", ErrStream, f.id, clipText(string(m.data), 200))
 			}
 			return end, true, nil
 		}
 		ev, err := event.Decode(m.data)
 		if err != nil {
-			return StreamEnd{}, false, fmt.Errorf("%w: %s: %w", ErrStream, f.id, err)
+			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: %w", ErrStream, f.id, err)
 		}
 		switch {
 		case ev.RunID != f.id:
-			return StreamEnd{}, false, fmt.Errorf("%w: %s: an event of another run", ErrStream, f.id)
+			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: an event of another run", ErrStream, f.id)
 		case m.id != "" && m.id != strconv.FormatInt(ev.Seq, 10):
-			return StreamEnd{}, false, fmt.Errorf("%w: %s: id %q of event %d", ErrStream, f.id, clipText(m.id, 30), ev.Seq)
+			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: id %q of event %d", ErrStream, f.id, clipText(m.id, 30), ev.Seq)
 		case ev.Seq <= f.last:
 			continue // sent before the reconnection already
 		case ev.Seq != f.last+1:
-			return StreamEnd{}, false, fmt.Errorf("%w: %s: event %d after %d", ErrStream, f.id, ev.Seq, f.last)
+			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: event %d after %d", ErrStream, f.id, ev.Seq, f.last)
 		}
 		if err := f.fn(ev); err != nil {
-			return StreamEnd{}, false, fnError{err}
+			return api.StreamEnd{}, false, fnError{err}
 		}
 		f.last, f.progressed = ev.Seq, true
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
@@ -45,11 +46,11 @@ const askPolicy = `tools:
 `
 
 // waitApproval polls the approvals list of key's tenant until one waits.
-func (h *harness) waitApproval(key string) server.Approval {
+func (h *harness) waitApproval(key string) api.Approval {
 	h.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		var as struct{ Approvals []server.Approval }
+		var as struct{ Approvals []api.Approval }
 		h.must(http.StatusOK, "GET", "/v1/approvals", key, nil).json(h.t, &as)
 		if len(as.Approvals) > 0 {
 			return as.Approvals[0]
@@ -57,13 +58,13 @@ func (h *harness) waitApproval(key string) server.Approval {
 		time.Sleep(20 * time.Millisecond)
 	}
 	h.t.Fatal("no pending approval in a minute")
-	return server.Approval{}
+	return api.Approval{}
 }
 
 // outputOf returns the output of run id's tool calls, in order.
 func (h *harness) outputOf(key, id string) []string {
 	h.t.Helper()
-	var page server.EventPage
+	var page api.EventPage
 	h.must(http.StatusOK, "GET", "/v1/runs/"+id+"/events?limit=1000", key, nil).json(h.t, &page)
 	var out []string
 	for _, ev := range page.Events {
@@ -87,7 +88,7 @@ func TestApprovals(t *testing.T) {
 	admin := h.key("alpha", "admin")
 	writer := h.key("alpha", "runs:read", "runs:write")
 	approver := h.key("alpha", "approvals")
-	var pv server.PolicyVersion
+	var pv api.PolicyVersion
 	h.must(http.StatusCreated, "POST", "/v1/policies/ask", admin, []byte(askPolicy)).json(t, &pv)
 	if pv.Name != "ask" || pv.Version != 1 || pv.New == nil || !*pv.New {
 		t.Fatalf("stored %+v", pv)
@@ -124,14 +125,14 @@ func TestApprovals(t *testing.T) {
 				t.Errorf("decision %v", d)
 			}
 			r := h.do("POST", "/v1/approvals/"+a.ID+"/approve", approver, nil)
-			if r.status != http.StatusConflict || r.errBody(t).Code != server.CodeConflict {
+			if r.status != http.StatusConflict || r.errBody(t).Code != api.CodeConflict {
 				t.Errorf("deciding twice = %d %s", r.status, r.body)
 			}
 			h.waitStatus(writer, run.ID, event.StatusCompleted)
 			if out := h.outputOf(writer, run.ID); len(out) == 0 || !strings.Contains(out[0], tc.output) {
 				t.Errorf("push output %q, want %q", out, tc.output)
 			}
-			var page server.EventPage
+			var page api.EventPage
 			h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID+"/events?limit=1000", writer, nil).json(t, &page)
 			by := ""
 			for _, ev := range page.Events {
@@ -168,7 +169,7 @@ func TestTenantIsolation(t *testing.T) {
 
 	// beta's objects: an upload, a policy, a completed run with a patch,
 	// a run waiting for an approval, credits.
-	var up server.Upload
+	var up api.Upload
 	h.must(http.StatusCreated, "POST", "/v1/uploads", beta, tarball(t, true, map[string]string{"f.txt": "beta's\n"})).json(t, &up)
 	h.must(http.StatusCreated, "POST", "/v1/policies/ask", beta, []byte(askPolicy))
 	done := h.createRun(beta, map[string]any{"task": "beta", "script": fixScript, "workspace": map[string]any{"upload": up.ID},
@@ -179,6 +180,7 @@ func TestTenantIsolation(t *testing.T) {
 	if _, err := h.store.AddLedgerEntry(context.Background(), store.LedgerEntry{Tenant: "beta", Kind: store.LedgerGrant, Amount: 7_000_000, Note: "beta's grant"}); err != nil {
 		t.Fatal(err)
 	}
+	h.must(http.StatusCreated, "PUT", "/v1/secrets/beta-token", beta, map[string]any{"value": "beta's value", "hosts": []string{"api.example.com"}})
 
 	guess := event.NewRunID(time.Now())
 	for _, id := range []struct{ name, run, approval string }{
@@ -196,7 +198,6 @@ func TestTenantIsolation(t *testing.T) {
 				{"GET", "/v1/runs/" + id.run + "/events/stream", nil},
 				{"GET", "/v1/runs/" + id.run + "/artifacts", nil},
 				{"GET", "/v1/runs/" + id.run + "/artifacts/patch.diff", nil},
-				{"GET", "/v1/runs/" + id.run + "/artifacts/api/metadata.json", nil},
 				{"POST", "/v1/runs/" + id.run + "/cancel", nil},
 				{"POST", "/v1/runs/" + id.run + "/pause", nil},
 				{"POST", "/v1/runs/" + id.run + "/resume", nil},
@@ -209,7 +210,7 @@ func TestTenantIsolation(t *testing.T) {
 					t.Errorf("%s %s with alpha's key = %d %s, want 404", tc.method, tc.path, r.status, r.body)
 					continue
 				}
-				if e := r.errBody(t); e.Code != server.CodeNotFound || strings.Contains(e.Message, "beta") {
+				if e := r.errBody(t); e.Code != api.CodeNotFound || strings.Contains(e.Message, "beta") {
 					t.Errorf("%s %s: %+v", tc.method, tc.path, e)
 				}
 			}
@@ -221,6 +222,10 @@ func TestTenantIsolation(t *testing.T) {
 		body         any
 	}{
 		{"GET", "/v1/policies/ask/versions", nil},
+		{"GET", "/v1/policies/ask/versions/v1", nil},
+		{"GET", "/v1/policies/ask/versions/latest", nil},
+		{"DELETE", "/v1/secrets/beta-token", nil},
+		{"DELETE", "/v1/secrets/no-such-token", nil},
 		{"POST", "/v1/runs", map[string]any{"task": "t", "script": finishScript, "policy": "ask"}},
 		{"POST", "/v1/runs", map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": up.ID}}},
 		{"POST", "/v1/runs", map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": "upl_" + strings.Repeat("0", 64)}}},
@@ -231,27 +236,44 @@ func TestTenantIsolation(t *testing.T) {
 		}
 	}
 	// Listings show alpha only its own.
-	var runs server.RunList
+	var runs api.RunList
 	h.must(http.StatusOK, "GET", "/v1/runs", alpha, nil).json(t, &runs)
-	var as struct{ Approvals []server.Approval }
+	var as struct{ Approvals []api.Approval }
 	h.must(http.StatusOK, "GET", "/v1/approvals", alpha, nil).json(t, &as)
-	var ps struct{ Policies []server.PolicyVersion }
+	var ps struct{ Policies []api.PolicyVersion }
 	h.must(http.StatusOK, "GET", "/v1/policies", alpha, nil).json(t, &ps)
-	var cr server.Credits
+	var cr api.Credits
 	h.must(http.StatusOK, "GET", "/v1/credits", alpha, nil).json(t, &cr)
-	if len(runs.Runs) != 0 || len(as.Approvals) != 0 || len(ps.Policies) != 0 || cr.Balance != 0 || len(cr.Entries) != 0 || cr.Tenant != "alpha" {
-		t.Errorf("alpha sees runs %v, approvals %v, policies %v, credits %+v", runs.Runs, as.Approvals, ps.Policies, cr)
+	var ss api.SecretList
+	h.must(http.StatusOK, "GET", "/v1/secrets", alpha, nil).json(t, &ss)
+	if len(runs.Runs) != 0 || len(as.Approvals) != 0 || len(ps.Policies) != 0 || cr.Balance != 0 || len(cr.Entries) != 0 || cr.Tenant != "alpha" ||
+		len(ss.Secrets) != 0 || ss.Tenant != "alpha" {
+		t.Errorf("alpha sees runs %v, approvals %v, policies %v, credits %+v, secrets %+v", runs.Runs, as.Approvals, ps.Policies, cr, ss)
+	}
+	// A secret of alpha's own by the same name is alpha's, not beta's.
+	h.must(http.StatusCreated, "PUT", "/v1/secrets/beta-token", alpha, map[string]any{"value": "alpha's value"})
+	h.must(http.StatusNoContent, "DELETE", "/v1/secrets/beta-token", alpha, nil)
+	// A grant to another tenant is refused exactly like one to a tenant
+	// that does not exist; beta's balance is untouched.
+	toBeta := h.do("POST", "/v1/credits/grants", alpha, map[string]any{"tenant": "beta", "amount": 1})
+	toNobody := h.do("POST", "/v1/credits/grants", alpha, map[string]any{"tenant": "nobody", "amount": 1})
+	if toBeta.status != http.StatusForbidden || toBeta.errBody(t).Message != toNobody.errBody(t).Message {
+		t.Errorf("a grant to beta = %d %s; to nobody = %d %s", toBeta.status, toBeta.body, toNobody.status, toNobody.body)
 	}
 	// beta's own key sees them, and its run is untouched.
 	h.must(http.StatusOK, "GET", "/v1/credits", beta, nil).json(t, &cr)
 	if cr.Balance != 7_000_000 || cr.Credits != "7" || len(cr.Entries) != 1 {
 		t.Errorf("beta's credits %+v", cr)
 	}
+	h.must(http.StatusOK, "GET", "/v1/secrets", beta, nil).json(t, &ss)
+	if len(ss.Secrets) != 1 || ss.Secrets[0].Name != "beta-token" {
+		t.Errorf("beta's secrets %+v", ss)
+	}
 	h.must(http.StatusOK, "GET", "/v1/runs", beta, nil).json(t, &runs)
 	if len(runs.Runs) != 2 {
 		t.Errorf("beta lists %d runs, want 2", len(runs.Runs))
 	}
-	var still server.Run
+	var still api.Run
 	h.must(http.StatusOK, "GET", "/v1/runs/"+held.ID, beta, nil).json(t, &still)
 	if still.Status != event.StatusAwaitingApproval {
 		t.Errorf("beta's held run is %s", still.Status)
@@ -269,6 +291,7 @@ func TestScopes(t *testing.T) {
 		"approvals":  h.key("alpha", "approvals"),
 		"admin":      h.key("alpha", "admin"),
 		"sandboxes":  h.key("alpha", "sandboxes"),
+		"secrets":    h.key("alpha", "secrets:write"),
 	}
 	id := event.NewRunID(time.Now())
 	for _, tc := range []struct {
@@ -294,8 +317,14 @@ func TestScopes(t *testing.T) {
 		{"GET", "/v1/policies/p/versions", []string{"runs:read"}},
 		{"POST", "/v1/policies/p", nil},
 		{"GET", "/v1/credits", []string{"runs:read"}},
+		{"POST", "/v1/credits/grants", nil},
+		{"GET", "/v1/policies/p/versions/v1", []string{"runs:read"}},
+		{"POST", "/v1/policies/validate", []string{"runs:write"}},
+		{"GET", "/v1/secrets", []string{"secrets"}},
+		{"PUT", "/v1/secrets/s", []string{"secrets"}},
+		{"DELETE", "/v1/secrets/s", []string{"secrets"}},
 		{"GET", "/metrics", nil},
-		{"GET", "/openapi.json", []string{"runs:read", "runs:write", "approvals", "sandboxes"}},
+		{"GET", "/openapi.json", []string{"runs:read", "runs:write", "approvals", "sandboxes", "secrets"}},
 	} {
 		for scope, key := range keys {
 			want := scope == "admin" || slices.Contains(tc.allowed, scope)
@@ -303,7 +332,7 @@ func TestScopes(t *testing.T) {
 			if got := r.status != http.StatusForbidden; got != want {
 				t.Errorf("%s %s with %s = %d, want allowed=%v", tc.method, tc.path, scope, r.status, want)
 			}
-			if r.status == http.StatusForbidden && r.errBody(t).Code != server.CodeForbidden {
+			if r.status == http.StatusForbidden && r.errBody(t).Code != api.CodeForbidden {
 				t.Errorf("%s %s: %s", tc.method, tc.path, r.body)
 			}
 		}
@@ -333,31 +362,33 @@ func TestErrors(t *testing.T) {
 		headers []string
 		code    string
 	}{
-		{"no key", "GET", "/v1/runs", "", nil, nil, server.CodeUnauthenticated},
-		{"unknown key", "GET", "/v1/runs", "airlock_" + strings.Repeat("0", 48), nil, nil, server.CodeUnauthenticated},
-		{"malformed key", "GET", "/v1/runs", "hunter2", nil, nil, server.CodeUnauthenticated},
-		{"revoked key", "GET", "/v1/runs", revoked, nil, nil, server.CodeUnauthenticated},
-		{"basic auth", "GET", "/v1/runs", "", nil, []string{"Authorization", "Basic eDp5"}, server.CodeUnauthenticated},
-		{"x-api-key", "GET", "/v1/nothing", "", nil, []string{"X-API-Key", key}, server.CodeNotFound},
-		{"unknown route", "GET", "/v1/nothing", key, nil, nil, server.CodeNotFound},
-		{"wrong method", "DELETE", "/v1/runs", key, nil, nil, server.CodeMethodNotAllowed},
-		{"no body", "POST", "/v1/runs", key, nil, nil, server.CodeBadRequest},
-		{"malformed JSON", "POST", "/v1/runs", key, []byte(`{"task":`), nil, server.CodeBadRequest},
-		{"unknown field", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "base_url": "http://evil"}, nil, server.CodeBadRequest},
-		{"trailing data", "POST", "/v1/runs", key, []byte(`{"task":"t","script":"x"} {}`), nil, server.CodeBadRequest},
-		{"body too large", "POST", "/v1/runs", key, big, nil, server.CodeTooLarge},
-		{"empty task", "POST", "/v1/runs", key, map[string]any{"task": " ", "script": finishScript}, nil, server.CodeBadRequest},
-		{"bad script", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": "turns: [[["}, nil, server.CodeBadRequest},
-		{"compatible model", "POST", "/v1/runs", key, map[string]any{"task": "t", "model": "openai-compatible:x"}, nil, server.CodeBadRequest},
-		{"git workspace", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"git": "https://example.com/r.git"}}, nil, server.CodeBadRequest},
-		{"bad policy", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "policy_document": "budgets: {max_steps: -1}\n"}, nil, server.CodeBadRequest},
-		{"host mount", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "policy_document": "sandbox:\n  mounts: [{source: /etc, target: /mnt/etc}]\n"}, nil, server.CodeForbidden},
-		{"bad status", "GET", "/v1/runs?status=done", key, nil, nil, server.CodeBadRequest},
-		{"bad cursor", "GET", "/v1/runs?cursor=abc", key, nil, nil, server.CodeBadRequest},
-		{"bad limit", "GET", "/v1/runs?limit=100000", key, nil, nil, server.CodeBadRequest},
-		{"bad after", "GET", "/v1/credits?after=-1", key, nil, nil, server.CodeBadRequest},
-		{"bad policy name", "POST", "/v1/policies/Bad%20Name", key, []byte("{}\n"), nil, server.CodeBadRequest},
-		{"bad Last-Event-ID", "GET", "/v1/runs/" + event.NewRunID(time.Now()) + "/events/stream", key, nil, []string{"Last-Event-ID", "x"}, server.CodeBadRequest},
+		{"no key", "GET", "/v1/runs", "", nil, nil, api.CodeUnauthenticated},
+		{"unknown key", "GET", "/v1/runs", "airlock_" + strings.Repeat("0", 48), nil, nil, api.CodeUnauthenticated},
+		{"malformed key", "GET", "/v1/runs", "hunter2", nil, nil, api.CodeUnauthenticated},
+		{"revoked key", "GET", "/v1/runs", revoked, nil, nil, api.CodeUnauthenticated},
+		{"basic auth", "GET", "/v1/runs", "", nil, []string{"Authorization", "Basic eDp5"}, api.CodeUnauthenticated},
+		{"x-api-key", "GET", "/v1/nothing", "", nil, []string{"X-API-Key", key}, api.CodeNotFound},
+		{"unknown route", "GET", "/v1/nothing", key, nil, nil, api.CodeNotFound},
+		{"wrong method", "DELETE", "/v1/runs", key, nil, nil, api.CodeMethodNotAllowed},
+		{"wrong method for a secret", "GET", "/v1/secrets/x", key, nil, nil, api.CodeMethodNotAllowed},
+		{"put a run", "PUT", "/v1/runs/" + event.NewRunID(time.Now()), key, nil, nil, api.CodeMethodNotAllowed},
+		{"no body", "POST", "/v1/runs", key, nil, nil, api.CodeBadRequest},
+		{"malformed JSON", "POST", "/v1/runs", key, []byte(`{"task":`), nil, api.CodeBadRequest},
+		{"unknown field", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "base_url": "http://evil"}, nil, api.CodeBadRequest},
+		{"trailing data", "POST", "/v1/runs", key, []byte(`{"task":"t","script":"x"} {}`), nil, api.CodeBadRequest},
+		{"body too large", "POST", "/v1/runs", key, big, nil, api.CodeTooLarge},
+		{"empty task", "POST", "/v1/runs", key, map[string]any{"task": " ", "script": finishScript}, nil, api.CodeBadRequest},
+		{"bad script", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": "turns: [[["}, nil, api.CodeBadRequest},
+		{"compatible model", "POST", "/v1/runs", key, map[string]any{"task": "t", "model": "openai-compatible:x"}, nil, api.CodeBadRequest},
+		{"git workspace with a credential", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"git": "https://u:p@example.com/r.git"}}, nil, api.CodeBadRequest},
+		{"bad policy", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "policy_document": "budgets: {max_steps: -1}\n"}, nil, api.CodeBadRequest},
+		{"host mount", "POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "policy_document": "sandbox:\n  mounts: [{source: /etc, target: /mnt/etc}]\n"}, nil, api.CodeForbidden},
+		{"bad status", "GET", "/v1/runs?status=done", key, nil, nil, api.CodeBadRequest},
+		{"bad cursor", "GET", "/v1/runs?cursor=abc", key, nil, nil, api.CodeBadRequest},
+		{"bad limit", "GET", "/v1/runs?limit=100000", key, nil, nil, api.CodeBadRequest},
+		{"bad after", "GET", "/v1/credits?after=-1", key, nil, nil, api.CodeBadRequest},
+		{"bad policy name", "POST", "/v1/policies/Bad%20Name", key, []byte("{}\n"), nil, api.CodeBadRequest},
+		{"bad Last-Event-ID", "GET", "/v1/runs/" + event.NewRunID(time.Now()) + "/events/stream", key, nil, []string{"Last-Event-ID", "x"}, api.CodeBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := h.do(tc.method, tc.path, tc.key, tc.body, tc.headers...)
@@ -370,7 +401,7 @@ func TestErrors(t *testing.T) {
 					t.Errorf("message %q holds %q", e.Message, leak)
 				}
 			}
-			if e.Code == server.CodeUnauthenticated && r.header.Get("WWW-Authenticate") == "" {
+			if e.Code == api.CodeUnauthenticated && r.header.Get("WWW-Authenticate") == "" {
 				t.Error("401 without WWW-Authenticate")
 			}
 		})
@@ -393,7 +424,7 @@ func TestRateLimit(t *testing.T) {
 	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
 	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
 	r := h.do("GET", "/v1/runs", key, nil)
-	if r.status != http.StatusTooManyRequests || r.errBody(t).Code != server.CodeRateLimited || r.header.Get("Retry-After") != "1" {
+	if r.status != http.StatusTooManyRequests || r.errBody(t).Code != api.CodeRateLimited || r.header.Get("Retry-After") != "1" {
 		t.Fatalf("third request = %d %s, Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
 	}
 	h.must(http.StatusOK, "GET", "/v1/runs", other, nil) // another key has its own bucket
@@ -419,13 +450,13 @@ func TestUploads(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOptions{config: server.Config{MaxUpload: 64 << 10}})
 	key := h.key("alpha", "runs:write", "runs:read")
-	var up server.Upload
+	var up api.Upload
 	gz := tarball(t, true, map[string]string{"a.txt": "a"})
 	h.must(http.StatusCreated, "POST", "/v1/uploads", key, gz).json(t, &up)
 	if !up.Gzipped || up.Size != int64(len(gz)) || up.Received != int64(len(gz)) {
 		t.Errorf("gzipped upload %+v", up)
 	}
-	var again server.Upload
+	var again api.Upload
 	h.must(http.StatusCreated, "POST", "/v1/uploads", key, gz).json(t, &again)
 	if again.ID == up.ID {
 		t.Error("two uploads of the same bytes share an id: ids must not be derivable from the content")
@@ -441,9 +472,9 @@ func TestUploads(t *testing.T) {
 		"too large": tarball(t, false, map[string]string{"c": strings.Repeat("c", 100<<10)}),
 	} {
 		r := h.do("POST", "/v1/uploads", key, body)
-		want := server.CodeBadRequest
+		want := api.CodeBadRequest
 		if name == "too large" {
-			want = server.CodeTooLarge
+			want = api.CodeTooLarge
 		}
 		if e := r.errBody(t); e.Code != want {
 			t.Errorf("%s upload = %+v, want %s", name, e, want)
@@ -462,14 +493,14 @@ func TestPolicies(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, harnessOptions{})
 	key := h.key("alpha", "admin")
-	var v server.PolicyVersion
+	var v api.PolicyVersion
 	h.must(http.StatusCreated, "POST", "/v1/policies/strict", key, []byte("budgets:\n  max_steps: 5\n")).json(t, &v)
 	h.must(http.StatusOK, "POST", "/v1/policies/strict", key, []byte("budgets:\n  max_steps: 5\n")).json(t, &v)
 	if v.Version != 1 || *v.New {
 		t.Errorf("unchanged upload %+v", v)
 	}
 	h.must(http.StatusCreated, "POST", "/v1/policies/strict", key, []byte("budgets:\n  max_steps: 3\n"))
-	var vs struct{ Versions []server.PolicyVersion }
+	var vs struct{ Versions []api.PolicyVersion }
 	h.must(http.StatusOK, "GET", "/v1/policies/strict/versions", key, nil).json(t, &vs)
 	if len(vs.Versions) != 2 || vs.Versions[0].Version != 2 || !strings.HasPrefix(vs.Versions[0].By, "key_") || vs.Versions[0].Source != "api" {
 		t.Errorf("versions %+v", vs.Versions)
@@ -479,14 +510,17 @@ func TestPolicies(t *testing.T) {
 		"rootfs":           "sandbox:\n  rootfs: /srv/root\n",
 		"cidr":             "network:\n  allow: [{cidr: 169.254.169.254/32}]\n",
 		"pin":              "network:\n  allow: [{host: api.example.com}]\n  resolve: [{host: 'api.example.com:443', to: '127.0.0.1:8080'}]\n",
-		"credentials":      "network:\n  allow: [{host: evil.example.com}]\n  credentials: [{host: evil.example.com, secret: anthropic-api-key, header: X-Key}]\n",
 	} {
 		r := h.do("POST", "/v1/policies/host", key, []byte(doc))
-		if e := r.errBody(t); e.Code != server.CodeForbidden {
+		if e := r.errBody(t); e.Code != api.CodeForbidden {
 			t.Errorf("%s policy = %+v, want forbidden", name, e)
 		}
 	}
-	if r := h.do("POST", "/v1/policies/bad", key, []byte("budgets: {max_stepz: 1}\n")); r.errBody(t).Code != server.CodeBadRequest {
+	// Credentials are the tenant's own: its runs' proxies look the secret
+	// up under the tenant, so naming one reaches nothing of the host's.
+	h.must(http.StatusCreated, "POST", "/v1/policies/creds", key,
+		[]byte("network:\n  allow: [{host: api.example.com}]\n  credentials: [{host: api.example.com, secret: anthropic-api-key, header: X-Key}]\n"))
+	if r := h.do("POST", "/v1/policies/bad", key, []byte("budgets: {max_stepz: 1}\n")); r.errBody(t).Code != api.CodeBadRequest {
 		t.Errorf("invalid policy = %s", r.body)
 	}
 	// A run names a version; its budget is the policy's, lowered, never raised, by max_steps.
@@ -553,7 +587,7 @@ func TestStreams(t *testing.T) {
 	if evs := <-got; len(evs) == 0 || evs[len(evs)-1].event == "end" {
 		t.Errorf("closed stream sent %v", evs)
 	}
-	if r := h.do("GET", "/readyz", "", nil); r.status != http.StatusServiceUnavailable || r.errBody(t).Code != server.CodeUnavailable {
+	if r := h.do("GET", "/readyz", "", nil); r.status != http.StatusServiceUnavailable || r.errBody(t).Code != api.CodeUnavailable {
 		t.Errorf("readyz while draining = %d %s", r.status, r.body)
 	}
 }
@@ -643,7 +677,7 @@ func TestRunPaging(t *testing.T) {
 	var got []string
 	cursor := ""
 	for pages := 0; ; pages++ {
-		var l server.RunList
+		var l api.RunList
 		h.must(http.StatusOK, "GET", "/v1/runs?limit=2&cursor="+cursor, key, nil).json(t, &l)
 		for _, r := range l.Runs {
 			got = append(got, r.ID)
@@ -657,7 +691,7 @@ func TestRunPaging(t *testing.T) {
 	if !slices.Equal(got, ids) {
 		t.Errorf("paged %v, want %v", got, ids)
 	}
-	var l server.RunList
+	var l api.RunList
 	h.must(http.StatusOK, "GET", "/v1/runs?status=running,completed", key, nil).json(t, &l)
 	if len(l.Runs) != 0 {
 		t.Errorf("no run is running or completed, listed %d", len(l.Runs))
@@ -690,7 +724,7 @@ func TestSlowClients(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	r := response{status: resp.StatusCode, header: resp.Header, body: b}
-	if e := r.errBody(t); e.Code != server.CodeBadRequest || strings.Contains(e.Message, "tcp") || strings.Contains(e.Message, "timeout") {
+	if e := r.errBody(t); e.Code != api.CodeBadRequest || strings.Contains(e.Message, "tcp") || strings.Contains(e.Message, "timeout") {
 		t.Errorf("stalled body = %+v", e)
 	}
 

@@ -1,6 +1,7 @@
 // Package server is the host's HTTP API: runs, their event logs (paged and
-// as server-sent-event streams), approvals, artifacts, policies, credits
-// and uploaded workspaces, as JSON over HTTP for tenants' API keys.
+// as server-sent-event streams), approvals, artifacts, policies, credits,
+// secrets and uploaded workspaces, as JSON over HTTP for tenants' API
+// keys. The JSON bodies are internal/api's types, which the client reads.
 //
 // Invariants it keeps:
 //   - Every endpoint but /healthz and /readyz needs an API key (a bearer
@@ -16,7 +17,12 @@
 //     policy or ledger entry answers not_found, exactly like an id that
 //     does not exist. Uploads are tenant-scoped by a receipt blob naming
 //     the tenant; approvals and actions on runs check the run's tenant
-//     through the view first.
+//     through the view first; secrets are the caller's tenant's in the
+//     secret store, and a key grants credits to its own tenant only.
+//   - A secret value goes one way, from a PUT body into the encrypted
+//     store and the host's redactor: no answer, error message or log line
+//     holds it, and a body that does not decode is refused without
+//     quoting any of it.
 //   - Errors have one JSON shape, {"code","message","request_id"}, with a
 //     code from a small closed set; a message is only ever text this
 //     package wrote for the client (or a validation problem of the

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/server"
 )
 
 // tarball makes a tar of files (name -> content), gzipped when gz.
@@ -74,7 +74,7 @@ func TestEndToEnd(t *testing.T) {
 	key := h.key("alpha", "runs:read", "runs:write")
 
 	// A plain tar: the server gzips it on the way to the blob store.
-	var up server.Upload
+	var up api.Upload
 	h.must(http.StatusCreated, "POST", "/v1/uploads", key, tarball(t, false, map[string]string{"src/hello.txt": "hello from the upload\n"})).json(t, &up)
 	if !strings.HasPrefix(up.ID, "upl_") || up.Gzipped || up.Size == 0 {
 		t.Fatalf("upload = %+v", up)
@@ -103,7 +103,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	got = append(got, seqs(t, rest, 4, true)...)
 
-	var final server.Run
+	var final api.Run
 	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID, key, nil).json(t, &final)
 	if final.Status != event.StatusCompleted {
 		t.Fatalf("run ended %s (%s)", final.Status, final.Reason)
@@ -111,7 +111,7 @@ func TestEndToEnd(t *testing.T) {
 	if int64(len(got)) != final.Events || got[len(got)-1] != final.Events {
 		t.Fatalf("streamed seqs %v, the run has %d events", got, final.Events)
 	}
-	var end server.StreamEnd
+	var end api.StreamEnd
 	if err := json.Unmarshal([]byte(rest[len(rest)-1].data), &end); err != nil || end.Status != event.StatusCompleted || end.LastSeq != final.Events {
 		t.Errorf("end event %q", rest[len(rest)-1].data)
 	}
@@ -120,7 +120,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The same log through the paged endpoint, and from ?after=.
-	var page server.EventPage
+	var page api.EventPage
 	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID+"/events?after=2&limit=3", key, nil).json(t, &page)
 	if len(page.Events) != 3 || page.Events[0].Seq != 3 || page.NextAfter != 5 || !page.More {
 		t.Errorf("events page = %d events from %d, next_after %d, more %v", len(page.Events), page.Events[0].Seq, page.NextAfter, page.More)
@@ -133,7 +133,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The patch, listed and downloaded.
-	var arts struct{ Artifacts []server.Artifact }
+	var arts struct{ Artifacts []api.Artifact }
 	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID+"/artifacts", key, nil).json(t, &arts)
 	names := []string{}
 	for _, a := range arts.Artifacts {
@@ -147,23 +147,23 @@ func TestEndToEnd(t *testing.T) {
 		!strings.Contains(patch.header.Get("Content-Disposition"), `filename=patch.diff`) {
 		t.Errorf("patch %q (%v)", patch.body, patch.header)
 	}
-	if r := h.do("GET", "/v1/runs/"+run.ID+"/artifacts/files/none", key, nil); r.status != http.StatusNotFound || r.errBody(t).Code != server.CodeNotFound {
+	if r := h.do("GET", "/v1/runs/"+run.ID+"/artifacts/files/none", key, nil); r.status != http.StatusNotFound || r.errBody(t).Code != api.CodeNotFound {
 		t.Errorf("missing artifact = %d %s", r.status, r.body)
 	}
-	var list server.RunList
+	var list api.RunList
 	h.must(http.StatusOK, "GET", "/v1/runs?status=completed", key, nil).json(t, &list)
 	if len(list.Runs) != 1 || list.Runs[0].ID != run.ID {
 		t.Errorf("completed runs %+v", list.Runs)
 	}
 
 	// Fork after step 1 and pause/resume/cancel the child through the API.
-	var child server.Run
+	var child api.Run
 	h.must(http.StatusCreated, "POST", "/v1/runs/"+run.ID+"/fork", key, map[string]any{"at_step": 1}).json(t, &child)
 	if child.ParentRunID != run.ID {
 		t.Fatalf("fork %+v", child)
 	}
 	h.waitStatus(key, child.ID, event.StatusCompleted)
-	if r := h.do("POST", "/v1/runs/"+child.ID+"/cancel", key, nil); r.status != http.StatusConflict || r.errBody(t).Code != server.CodeConflict {
+	if r := h.do("POST", "/v1/runs/"+child.ID+"/cancel", key, nil); r.status != http.StatusConflict || r.errBody(t).Code != api.CodeConflict {
 		t.Errorf("cancel of a completed run = %d %s", r.status, r.body)
 	}
 }
@@ -201,7 +201,7 @@ func TestPauseResumeCancel(t *testing.T) {
 	h.waitStatus(key, other.ID, event.StatusRunning)
 	h.must(http.StatusAccepted, "POST", "/v1/runs/"+other.ID+"/cancel", key, map[string]string{"reason": "not needed"})
 	h.waitStatus(key, other.ID, event.StatusCancelled)
-	var page server.EventPage
+	var page api.EventPage
 	h.must(http.StatusOK, "GET", "/v1/runs/"+other.ID+"/events?limit=1000", key, nil).json(t, &page)
 	found := false
 	for _, ev := range page.Events {
@@ -215,5 +215,35 @@ func TestPauseResumeCancel(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no run.cancelled by the key in %d events", len(page.Events))
+	}
+}
+
+// TestGitWorkspaceAPI: a run's workspace can be a git repository, which
+// the run fetches inside its sandbox under its policy: a URL that could
+// carry a credential, or a source given twice, is refused at create (and
+// the refusal does not repeat the credential); a repository the policy
+// does not let the sandbox reach fails the run with git's reason.
+func TestGitWorkspaceAPI(t *testing.T) {
+	h := newHarness(t, harnessOptions{drive: true})
+	key := h.key("alpha", "runs:read", "runs:write")
+	for name, ws := range map[string]map[string]any{
+		"credential in url": {"git": "https://user:hunter2@git.example/a.git"},
+		"ssh url":           {"git": "ssh://git.example/a.git"},
+		"option as ref":     {"git": "https://git.example/a.git", "ref": "--upload-pack=x"},
+		"git and upload":    {"git": "https://git.example/a.git", "upload": "up_0123456789abcdef"},
+		"ref alone":         {"ref": "main"},
+		"neither":           {},
+	} {
+		r := h.do("POST", "/v1/runs", key, map[string]any{"task": "t", "script": finishScript, "workspace": ws})
+		if e := r.errBody(t); r.status != http.StatusBadRequest || e.Code != api.CodeBadRequest || strings.Contains(e.Message, "hunter2") {
+			t.Errorf("%s: %d %+v", name, r.status, e)
+		}
+	}
+	// The default policy allows no egress: git cannot reach the host.
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript,
+		"workspace": map[string]any{"git": "https://git.example/a.git", "ref": "main"}})
+	got := h.waitStatus(key, run.ID, event.StatusFailed, event.StatusCompleted)
+	if got.Status != event.StatusFailed || !strings.Contains(got.Reason, "git source https://git.example/a.git") {
+		t.Errorf("run %s (%s), want failed naming the git source", got.Status, got.Reason)
 	}
 }

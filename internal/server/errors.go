@@ -8,45 +8,11 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 )
-
-// The error codes of the API: a closed set, each with one HTTP status.
-const (
-	CodeBadRequest       = "bad_request"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeForbidden        = "forbidden"
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeConflict         = "conflict"
-	CodeTooLarge         = "too_large"
-	CodeRateLimited      = "rate_limited"
-	CodeInternal         = "internal"
-	CodeUnavailable      = "unavailable"
-)
-
-// Codes maps every error code to its HTTP status.
-var Codes = map[string]int{
-	CodeBadRequest:       http.StatusBadRequest,
-	CodeUnauthenticated:  http.StatusUnauthorized,
-	CodeForbidden:        http.StatusForbidden,
-	CodeNotFound:         http.StatusNotFound,
-	CodeMethodNotAllowed: http.StatusMethodNotAllowed,
-	CodeConflict:         http.StatusConflict,
-	CodeTooLarge:         http.StatusRequestEntityTooLarge,
-	CodeRateLimited:      http.StatusTooManyRequests,
-	CodeInternal:         http.StatusInternalServerError,
-	CodeUnavailable:      http.StatusServiceUnavailable,
-}
-
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	Code      string `json:"code"`
-	Message   string `json:"message"`
-	RequestID string `json:"request_id"`
-}
 
 // apiError is an error with a message written for the client. Only an
 // apiError's text reaches a response; any other error is logged and
@@ -66,16 +32,16 @@ func publicf(code, format string, args ...any) *apiError {
 }
 
 func badRequest(format string, args ...any) *apiError {
-	return publicf(CodeBadRequest, format, args...)
+	return publicf(api.CodeBadRequest, format, args...)
 }
 
 var (
-	errNoRun      = publicf(CodeNotFound, "no such run")
-	errNoArtifact = publicf(CodeNotFound, "no such artifact")
-	errNoUpload   = publicf(CodeNotFound, "no such upload")
-	errNoPolicy   = publicf(CodeNotFound, "no such policy or version")
-	errNoApproval = publicf(CodeNotFound, "no such approval")
-	errNoRoute    = publicf(CodeNotFound, "no such endpoint")
+	errNoRun      = publicf(api.CodeNotFound, "no such run")
+	errNoArtifact = publicf(api.CodeNotFound, "no such artifact")
+	errNoUpload   = publicf(api.CodeNotFound, "no such upload")
+	errNoPolicy   = publicf(api.CodeNotFound, "no such policy or version")
+	errNoApproval = publicf(api.CodeNotFound, "no such approval")
+	errNoRoute    = publicf(api.CodeNotFound, "no such endpoint")
 )
 
 // maxMessage bounds an error message, which may quote the client's own
@@ -88,7 +54,7 @@ const maxMessage = 2000
 // ones.
 func clientText(err error) string {
 	s := err.Error()
-	for _, p := range []string{"engine: invalid request: ", "engine: ", "store: invalid request: ", "store: "} {
+	for _, p := range []string{"engine: invalid request: ", "engine: ", "store: invalid request: ", "store: ", "event: ", "policy: "} {
 		s = strings.TrimPrefix(s, p)
 	}
 	s = strings.ToValidUTF8(s, "?")
@@ -114,21 +80,21 @@ func classify(err error) *apiError {
 	case errors.Is(err, engine.ErrNoApproval):
 		return errNoApproval
 	case errors.Is(err, engine.ErrDecided):
-		return publicf(CodeConflict, "the approval was decided already")
+		return publicf(api.CodeConflict, "the approval was decided already")
 	case errors.Is(err, engine.ErrFinal), errors.Is(err, store.ErrFinal):
-		return publicf(CodeConflict, "the run has ended")
+		return publicf(api.CodeConflict, "the run has ended")
 	case errors.Is(err, event.ErrTransition):
-		return publicf(CodeConflict, "the run's status does not allow that")
+		return publicf(api.CodeConflict, "the run's status does not allow that")
 	case errors.Is(err, engine.ErrBusy):
-		return publicf(CodeConflict, "the run is being driven")
+		return publicf(api.CodeConflict, "the run is being driven")
 	case errors.Is(err, store.ErrConflict):
-		return publicf(CodeConflict, "the run changed meanwhile; try again")
+		return publicf(api.CodeConflict, "the run changed meanwhile; try again")
 	case errors.Is(err, engine.ErrInvalid), errors.Is(err, store.ErrInvalid):
 		return badRequest("%s", clientText(err))
 	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return publicf(CodeTooLarge, "the request body is over %d bytes", tooLarge.Limit)
+		return publicf(api.CodeTooLarge, "the request body is over %d bytes", tooLarge.Limit)
 	}
 	return nil
 }
@@ -139,9 +105,9 @@ func (s *Server) writeError(w http.ResponseWriter, c *call, err error) {
 	ae := classify(err)
 	if ae == nil {
 		c.log.Error("request failed", "err", err)
-		ae = publicf(CodeInternal, "internal error (request %s)", c.id)
+		ae = publicf(api.CodeInternal, "internal error (request %s)", c.id)
 	}
-	status, ok := Codes[ae.code]
+	status, ok := api.Codes[ae.code]
 	if !ok {
 		status = http.StatusInternalServerError
 	}
@@ -149,10 +115,10 @@ func (s *Server) writeError(w http.ResponseWriter, c *call, err error) {
 	if ae.retryAfter > 0 {
 		w.Header().Set("Retry-After", fmt.Sprint(ae.retryAfter))
 	}
-	if ae.code == CodeUnauthenticated {
+	if ae.code == api.CodeUnauthenticated {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="airlock"`)
 	}
-	writeJSON(w, status, ErrorBody{Code: ae.code, Message: ae.msg, RequestID: c.id})
+	writeJSON(w, status, api.ErrorBody{Code: ae.code, Message: ae.msg, RequestID: c.id})
 }
 
 // writeJSON writes v as the response body.

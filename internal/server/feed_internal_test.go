@@ -1,9 +1,15 @@
 package server
 
 import (
+	"context"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
 // TestFeedSince: the feed hands a stream the events that follow its last
@@ -13,7 +19,7 @@ func TestFeedSince(t *testing.T) {
 	f := NewFeed()
 	ev := func(seq int64) event.Event { return event.Event{RunID: "r", Seq: seq, Type: event.TypeToolFinished} }
 	f.Publish(ev(1)) // no stream yet: not kept
-	_, stop := f.subscribe("r")
+	_, stop := f.subscribe("r", nil, 0)
 	if _, ok := f.since("r", 0); ok {
 		t.Fatal("events published before any stream were kept")
 	}
@@ -32,8 +38,8 @@ func TestFeedSince(t *testing.T) {
 			continue
 		}
 		for i := range got {
-			if got[i].Seq != tc.want[i] {
-				t.Errorf("since(%d)[%d] = %d, want %d", tc.after, i, got[i].Seq, tc.want[i])
+			if got[i].ev.Seq != tc.want[i] {
+				t.Errorf("since(%d)[%d] = %d, want %d", tc.after, i, got[i].ev.Seq, tc.want[i])
 			}
 		}
 	}
@@ -41,7 +47,7 @@ func TestFeedSince(t *testing.T) {
 	if _, ok := f.since("r", 4); ok {
 		t.Error("since(4) across a gap")
 	}
-	if got, ok := f.since("r", 6); !ok || len(got) != 1 || got[0].Seq != 7 {
+	if got, ok := f.since("r", 6); !ok || len(got) != 1 || got[0].ev.Seq != 7 {
 		t.Errorf("since(6) = %v, %v", got, ok)
 	}
 	for seq := int64(8); seq < 8+2*feedKeep; seq++ {
@@ -53,5 +59,62 @@ func TestFeedSince(t *testing.T) {
 	stop()
 	if _, ok := f.since("r", 100); ok {
 		t.Error("a run without streams keeps events")
+	}
+}
+
+// TestFeedPoll: events another process appends reach a run's streams
+// through the one poller the run's first stream started, each once; the
+// engine's copy of an event the poller published already changes nothing;
+// the poller stops with the last stream.
+func TestFeedPoll(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "a.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id := event.NewRunID(time.Now())
+	if _, err := st.CreateRun(ctx, store.Run{ID: id, Tenant: "a", Status: event.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	appendOne := func(next int64) event.Event {
+		t.Helper()
+		evs, err := st.Append(ctx, id, next, []event.Event{{Type: event.TypeRetry, Payload: []byte(`{"what":"x"}`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs[0]
+	}
+	appendOne(1)
+	f := NewFeed()
+	wake, stop := f.subscribe(id, st, 10*time.Millisecond)
+	_, stop2 := f.subscribe(id, st, 10*time.Millisecond)
+	e2 := appendOne(2) // by "another process": nobody publishes it
+	var got []feedEvent
+	var ok bool
+	for !ok {
+		select {
+		case <-wake:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the poller did not publish an appended event")
+		}
+		got, ok = f.since(id, 1)
+	}
+	if len(got) != 1 || got[0].ev.Seq != 2 || !strings.Contains(string(got[0].frame), "id: 2\nevent: retry\n") {
+		t.Fatalf("since(1) = %+v, %v", got, ok)
+	}
+	f.Publish(e2) // the engine's late copy
+	if got, ok := f.since(id, 1); !ok || len(got) != 1 {
+		t.Fatalf("a duplicate publish changed the feed: %+v, %v", got, ok)
+	}
+	stop()
+	stop2()
+	appendOne(3)
+	time.Sleep(100 * time.Millisecond)
+	f.mu.Lock()
+	n := len(f.runs)
+	f.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the feed still watches %d runs after the last stream left", n)
 	}
 }

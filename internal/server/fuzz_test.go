@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/secret"
 )
 
 // checkClientError: a decoder's error is one the API can answer, with
@@ -22,7 +25,7 @@ func checkClientError(t *testing.T, err error) {
 	if !errors.As(err, &ae) {
 		t.Fatalf("error %v (%T) is not an API error", err, err)
 	}
-	if _, ok := Codes[ae.code]; !ok {
+	if _, ok := api.Codes[ae.code]; !ok {
 		t.Fatalf("code %q is not in the closed set", ae.code)
 	}
 	if !utf8.ValidString(ae.msg) || len(ae.msg) > 4*maxMessage {
@@ -38,10 +41,10 @@ func FuzzCreateRunRequest(f *testing.F) {
 	f.Add([]byte(`{"task":"t","model":"x","extra":1}`))
 	f.Add([]byte(`{"task":"t"} {}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var q CreateRunRequest
+		var q api.CreateRunRequest
 		err := decodeBody(bytes.NewReader(b), &q, false)
 		if err == nil {
-			err = q.validate()
+			err = validateCreate(&q)
 		}
 		if err != nil {
 			checkClientError(t, err)
@@ -67,10 +70,10 @@ func FuzzForkRequest(f *testing.F) {
 	f.Add([]byte(`{"at_step":-1}`))
 	f.Add([]byte(`{"model":"openai:gpt"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var q ForkRequest
+		var q api.ForkRequest
 		err := decodeBody(bytes.NewReader(b), &q, false)
 		if err == nil {
-			err = q.validate()
+			err = validateFork(&q)
 		}
 		if err != nil {
 			checkClientError(t, err)
@@ -88,14 +91,14 @@ func FuzzDecisionRequest(f *testing.F) {
 	f.Add([]byte(``), true)
 	f.Add([]byte(`{"reason":"x","comment":"y"}`), false)
 	f.Fuzz(func(t *testing.T, b []byte, optional bool) {
-		var q DecisionRequest
+		var q api.DecisionRequest
 		if err := decodeBody(bytes.NewReader(b), &q, optional); err != nil {
 			checkClientError(t, err)
 			return
 		}
-		var a ActionRequest
+		var a api.ActionRequest
 		if err := decodeBody(bytes.NewReader(b), &a, optional); err == nil {
-			if err := a.validate(); err != nil {
+			if err := validateAction(a); err != nil {
 				checkClientError(t, err)
 			}
 		}
@@ -145,8 +148,84 @@ func TestClientText(t *testing.T) {
 	if !utf8.ValidString(got) || len(got) > maxMessage+len("…") || strings.HasPrefix(got, "engine:") {
 		t.Errorf("clientText = %.40q… (%d bytes)", got, len(got))
 	}
-	b, _ := json.Marshal(ErrorBody{Code: CodeBadRequest, Message: got})
+	b, _ := json.Marshal(api.ErrorBody{Code: api.CodeBadRequest, Message: got})
 	if !json.Valid(b) {
 		t.Error("error body does not marshal")
 	}
+}
+
+// FuzzSecretRequest: the body of PUT /v1/secrets/{name} is decoded and
+// checked without panicking, and no error ever quotes any of it (a piece
+// of the body may be a piece of the value).
+func FuzzSecretRequest(f *testing.F) {
+	f.Add([]byte(`{"value":"ghp_0123456789abcdef","hosts":["api.github.com","*.GitHubUserContent.com."]}`))
+	f.Add([]byte(`{"value":"-----BEGIN KEY-----\nMIIE\n-----END KEY-----\n"}`))
+	f.Add([]byte(`{"value":"tok\q"}`))
+	f.Add([]byte(`{"value":"\ud800"}`))
+	f.Add([]byte(`{"value":"x","hosts":["https://x/"]}`))
+	f.Add([]byte(`{"secret_value_in_a_key":1}`))
+	f.Add([]byte(`{"value":""}`))
+	f.Add([]byte(`{"value":"a"} {"value":"b"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q, err := decodeSecret(bytes.NewReader(b))
+		if err != nil {
+			// A body that does not decode is answered in fixed words.
+			checkClientError(t, err)
+			var ae *apiError
+			errors.As(err, &ae)
+			if !slices.Contains([]string{errSecretBody.msg, "the request needs a JSON body", "value: want UTF-8 text"}, ae.msg) {
+				t.Fatalf("decoding %q: message %q", b, ae.msg)
+			}
+			return
+		}
+		hosts, err := checkSecret(q)
+		if err != nil {
+			// A value that does not pass is never quoted (the host
+			// patterns a client gave may be: they are no secret).
+			checkClientError(t, err)
+			var ae *apiError
+			errors.As(err, &ae)
+			allowed := secretWords + strings.Join(q.Hosts, " ")
+			for i := 0; i+6 <= len(q.Value); i++ {
+				if piece := q.Value[i : i+6]; strings.Contains(ae.msg, piece) && !strings.Contains(allowed, piece) {
+					t.Fatalf("message %q quotes the value %q", ae.msg, q.Value)
+				}
+			}
+			return
+		}
+		if q.Value == "" || len(q.Value) > secret.MaxValueSize || !utf8.ValidString(q.Value) || strings.ContainsRune(q.Value, utf8.RuneError) {
+			t.Fatalf("accepted a value of %d bytes", len(q.Value))
+		}
+		if len(hosts) > len(q.Hosts) || len(hosts) > maxSecretHosts {
+			t.Fatalf("hosts %q from %q", hosts, q.Hosts)
+		}
+	})
+}
+
+// secretWords are the words of checkSecret's messages.
+const secretWords = `value: want UTF-8 text (no lone surrogate escapes) value: empty value: over 65536 bytes hosts: patterns, at most 64`
+
+// FuzzGrantRequest: a grant is decoded and checked without panicking;
+// what passes credits the key's own tenant a bounded positive amount.
+func FuzzGrantRequest(f *testing.F) {
+	f.Add([]byte(`{"amount":2500000,"note":"seed"}`))
+	f.Add([]byte(`{"tenant":"alpha","amount":1}`))
+	f.Add([]byte(`{"tenant":"beta","amount":1}`))
+	f.Add([]byte(`{"amount":-5}`))
+	f.Add([]byte(`{"amount":1e30}`))
+	f.Add([]byte(`{"amount":"7"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var q api.GrantRequest
+		err := decodeBody(bytes.NewReader(b), &q, false)
+		if err == nil {
+			err = checkGrant(q, "alpha")
+		}
+		if err != nil {
+			checkClientError(t, err)
+			return
+		}
+		if (q.Tenant != "" && q.Tenant != "alpha") || q.Amount < 1 || q.Amount > maxGrant {
+			t.Fatalf("checkGrant accepted %+v", q)
+		}
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
@@ -25,6 +26,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -47,6 +49,15 @@ type harness struct {
 	srv   *server.Server
 	keys  *auth.Keys
 	clock *fakeClock
+	// secrets is the server's secret store, red its redactor.
+	secrets *secret.Store
+	red     *secret.Redactor
+
+	// logs holds the server's log; bodies every response body the
+	// harness received (both guarded by seenMu).
+	seenMu sync.Mutex
+	logs   bytes.Buffer
+	bodies bytes.Buffer
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -64,6 +75,8 @@ type harnessOptions struct {
 	config server.Config
 	// clock, when set, is the server's clock (rate limits).
 	clock *fakeClock
+	// noSecrets serves without a secret store.
+	noSecrets bool
 }
 
 type fakeClock struct {
@@ -140,10 +153,17 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		// Tests poll: no limit unless the test sets one.
 		o.config.Rate, o.config.Burst = 1e6, 1e6
 	}
-	h := &harness{t: t, store: st, blobs: bl, eng: eng, keys: auth.NewKeys(st, nil), clock: o.clock, driving: map[string]bool{}}
+	h := &harness{t: t, store: st, blobs: bl, eng: eng, keys: auth.NewKeys(st, nil), clock: o.clock, driving: map[string]bool{},
+		red: secret.NewRedactor()}
+	if h.secrets, err = secret.Open(filepath.Join(dir, "secrets"), secret.KeyFile(filepath.Join(dir, "secrets", "key"))); err != nil {
+		t.Fatal(err)
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	opts := server.Options{Store: st, Blobs: bl, Engine: eng, Auth: h.keys, Feed: feed, Config: o.config,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	opts := server.Options{Store: st, Blobs: bl, Engine: eng, Auth: h.keys, Feed: feed, Config: o.config, Secrets: h.secrets, Redactor: h.red,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t: t, h: h}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if o.noSecrets {
+		opts.Secrets = nil
+	}
 	if o.clock != nil {
 		opts.Now = o.clock.Now
 	}
@@ -180,12 +200,27 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	return h
 }
 
-// testWriter sends the server's log to the test's.
-type testWriter struct{ t *testing.T }
+// testWriter sends the server's log to the test's, and keeps it in the
+// harness.
+type testWriter struct {
+	t *testing.T
+	h *harness
+}
 
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(b), "\n"))
+	w.h.seenMu.Lock()
+	w.h.logs.Write(b)
+	w.h.seenMu.Unlock()
 	return len(b), nil
+}
+
+// seen returns the server's log so far and every response body the
+// harness received.
+func (h *harness) seen() (logs, bodies []byte) {
+	h.seenMu.Lock()
+	defer h.seenMu.Unlock()
+	return bytes.Clone(h.logs.Bytes()), bytes.Clone(h.bodies.Bytes())
 }
 
 // worker drives queued and unfinished runs, like airlock serve's workers.
@@ -263,9 +298,9 @@ func (r response) json(t *testing.T, v any) {
 }
 
 // errBody decodes the error shape, checking it is complete.
-func (r response) errBody(t *testing.T) server.ErrorBody {
+func (r response) errBody(t *testing.T) api.ErrorBody {
 	t.Helper()
-	var e server.ErrorBody
+	var e api.ErrorBody
 	dec := json.NewDecoder(bytes.NewReader(r.body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
@@ -274,7 +309,7 @@ func (r response) errBody(t *testing.T) server.ErrorBody {
 	if e.Code == "" || e.Message == "" || e.RequestID == "" || e.RequestID != r.header.Get("X-Request-Id") {
 		t.Fatalf("error body %+v (X-Request-Id %q) is incomplete", e, r.header.Get("X-Request-Id"))
 	}
-	if want, ok := server.Codes[e.Code]; !ok || want != r.status {
+	if want, ok := api.Codes[e.Code]; !ok || want != r.status {
 		t.Fatalf("code %q with status %d: not in the closed set, or the wrong status", e.Code, r.status)
 	}
 	return e
@@ -316,6 +351,9 @@ func (h *harness) do(method, path, key string, body any, headers ...string) resp
 	if err != nil {
 		h.t.Fatalf("%s %s: read: %v", method, path, err)
 	}
+	h.seenMu.Lock()
+	h.bodies.Write(b)
+	h.seenMu.Unlock()
 	return response{status: resp.StatusCode, header: resp.Header, body: b}
 }
 
@@ -330,19 +368,19 @@ func (h *harness) must(want int, method, path, key string, body any) response {
 }
 
 // createRun creates a scripted run through the API and returns it.
-func (h *harness) createRun(key string, req map[string]any) server.Run {
+func (h *harness) createRun(key string, req map[string]any) api.Run {
 	h.t.Helper()
-	var run server.Run
+	var run api.Run
 	h.must(http.StatusCreated, "POST", "/v1/runs", key, req).json(h.t, &run)
 	return run
 }
 
 // waitStatus polls the run until its status is one of want.
-func (h *harness) waitStatus(key, id string, want ...event.Status) server.Run {
+func (h *harness) waitStatus(key, id string, want ...event.Status) api.Run {
 	h.t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		var run server.Run
+		var run api.Run
 		h.must(http.StatusOK, "GET", "/v1/runs/"+id, key, nil).json(h.t, &run)
 		for _, w := range want {
 			if run.Status == w {

@@ -2,10 +2,13 @@ package server
 
 import (
 	"encoding/json"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/api"
 )
 
 // TestOpenAPIMatchesRoutes: the committed OpenAPI document describes
@@ -60,6 +63,51 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	for key := range served {
 		if !documented[key] {
 			t.Errorf("the server serves %s, which openapi.json does not document", key)
+		}
+	}
+}
+
+// TestOpenAPISchemasMatchTypes: each schema of the OpenAPI document has
+// exactly the JSON fields of the internal/api type the server writes or
+// reads for it.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(openAPIDoc, &doc); err != nil {
+		t.Fatalf("openapi.json does not parse: %v", err)
+	}
+	for schema, v := range map[string]any{
+		"Error": api.ErrorBody{}, "Run": api.Run{}, "RunList": api.RunList{}, "CreateRunRequest": api.CreateRunRequest{},
+		"Verify": api.VerifySpec{}, "ForkRequest": api.ForkRequest{}, "ActionRequest": api.ActionRequest{},
+		"DecisionRequest": api.DecisionRequest{}, "Decision": api.Decision{}, "Upload": api.Upload{}, "EventPage": api.EventPage{},
+		"Artifact": api.Artifact{}, "Approval": api.Approval{}, "PolicyVersion": api.PolicyVersion{}, "PolicyCheck": api.PolicyCheck{},
+		"Credits": api.Credits{}, "LedgerEntry": api.LedgerEntry{}, "GrantRequest": api.GrantRequest{}, "Grant": api.Grant{},
+		"Secret": api.Secret{}, "SecretList": api.SecretList{}, "SecretRequest": api.SecretRequest{},
+	} {
+		s, ok := doc.Components.Schemas[schema]
+		if !ok {
+			t.Errorf("openapi.json has no schema %s", schema)
+			continue
+		}
+		var documented []string
+		for p := range s.Properties {
+			documented = append(documented, p)
+		}
+		var fields []string
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			fields = append(fields, name)
+		}
+		slices.Sort(documented)
+		slices.Sort(fields)
+		if !slices.Equal(documented, fields) {
+			t.Errorf("schema %s documents %v; %T has %v", schema, documented, v, fields)
 		}
 	}
 }

@@ -4,80 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// CreateRunRequest is the body of POST /v1/runs.
-type CreateRunRequest struct {
-	Task string `json:"task"`
-	// Model is "PROVIDER:MODEL" (anthropic, openai, openai-responses),
-	// or empty with Script.
-	Model string `json:"model,omitempty"`
-	// Script is the YAML of a scripted model's turns (tests, demos).
-	Script string `json:"script,omitempty"`
-	// Policy names a stored policy of the tenant, NAME[@vN|@HASHPREFIX];
-	// PolicyDocument is a policy document (YAML) instead. Neither: the
-	// built-in strict default.
-	Policy         string `json:"policy,omitempty"`
-	PolicyDocument string `json:"policy_document,omitempty"`
-	// Workspace is what /workspace starts as; none: empty.
-	Workspace *WorkspaceSource `json:"workspace,omitempty"`
-	// Verify adds completion checks to the policy's.
-	Verify *VerifySpec `json:"verify,omitempty"`
-	// Artifacts adds globs of workspace files kept after verification.
-	Artifacts []string `json:"artifacts,omitempty"`
-	// MaxSteps lowers the policy's step budget (never raises it).
-	MaxSteps int `json:"max_steps,omitempty"`
-	// Metadata is the client's own labels, returned with the run.
-	Metadata map[string]string `json:"metadata,omitempty"`
-}
-
-// WorkspaceSource is where a run's workspace comes from.
-type WorkspaceSource struct {
-	// Upload is the id of an uploaded tarball (POST /v1/uploads).
-	Upload string `json:"upload,omitempty"`
-	// Git is a repository URL: not supported by this version.
-	Git string `json:"git,omitempty"`
-}
-
-// VerifySpec are completion checks.
-type VerifySpec struct {
-	Commands    []string `json:"commands,omitempty"`
-	Changed     []string `json:"changed,omitempty"`
-	OnlyChanged []string `json:"only_changed,omitempty"`
-}
-
-// ForkRequest is the body of POST /v1/runs/{id}/fork.
-type ForkRequest struct {
-	// AtStep is the step after which the new run starts (0: from the
-	// start).
-	AtStep *int `json:"at_step"`
-	// Model, Script, Policy and PolicyDocument replace the parent's, as in
-	// CreateRunRequest; empty keeps the parent's.
-	Model          string `json:"model,omitempty"`
-	Script         string `json:"script,omitempty"`
-	Policy         string `json:"policy,omitempty"`
-	PolicyDocument string `json:"policy_document,omitempty"`
-	MaxSteps       int    `json:"max_steps,omitempty"`
-}
-
 // Bounds of request fields.
 const (
-	maxMetadata      = 32
-	maxMetadataValue = 1024
-	maxListItems     = engine.MaxChecks
-	maxItemLen       = 4096
+	maxListItems = engine.MaxChecks
+	maxItemLen   = 4096
 )
-
-var metadataKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
 // models are the model providers a tenant may ask for. openai-compatible
 // is not: it needs a base URL, and a tenant-chosen base URL would receive
@@ -129,25 +72,17 @@ func checkList(field string, list []string) error {
 	return nil
 }
 
-// checkMetadata validates a run's metadata.
+// checkMetadata validates a run's metadata as the engine will.
 func checkMetadata(md map[string]string) error {
-	if len(md) > maxMetadata {
-		return badRequest("metadata: %d keys, at most %d", len(md), maxMetadata)
-	}
-	for k, v := range md {
-		if !metadataKey.MatchString(k) {
-			return badRequest("metadata key %q: want 1 to 64 of A-Z, a-z, 0-9, '_', '.', '-', starting with a letter or digit", clipText(k, 80))
-		}
-		if len(v) > maxMetadataValue || !utf8.ValidString(v) {
-			return badRequest("metadata %s: want UTF-8 text of at most %d bytes", k, maxMetadataValue)
-		}
+	if err := event.CheckMetadata(md); err != nil {
+		return badRequest("%s", strings.TrimPrefix(err.Error(), "event: "))
 	}
 	return nil
 }
 
-// validate checks what can be checked of a create request without the
-// store.
-func (q *CreateRunRequest) validate() error {
+// validateCreate checks what can be checked of a create request without
+// the store.
+func validateCreate(q *api.CreateRunRequest) error {
 	switch {
 	case strings.TrimSpace(q.Task) == "":
 		return badRequest("task: empty")
@@ -159,10 +94,14 @@ func (q *CreateRunRequest) validate() error {
 	}
 	if ws := q.Workspace; ws != nil {
 		switch {
+		case (ws.Git == "") == (ws.Upload == ""):
+			return badRequest("workspace: give exactly one of upload (the id of an uploaded tarball) and git (a repository URL)")
 		case ws.Git != "":
-			return badRequest("workspace.git: git workspaces are not supported yet; upload a tarball (POST /v1/uploads)")
-		case ws.Upload == "":
-			return badRequest("workspace: give upload, the id of an uploaded tarball")
+			if err := (engine.GitSource{URL: ws.Git, Ref: ws.Ref}).Validate(); err != nil {
+				return badRequest("workspace: %s", err.Error())
+			}
+		case ws.Ref != "":
+			return badRequest("workspace.ref: goes with git, not with an upload")
 		case !validUploadID(ws.Upload):
 			return errNoUpload
 		}
@@ -180,9 +119,9 @@ func (q *CreateRunRequest) validate() error {
 	return checkMetadata(q.Metadata)
 }
 
-// validate checks what can be checked of a fork request without the
+// validateFork checks what can be checked of a fork request without the
 // store.
-func (q *ForkRequest) validate() error {
+func validateFork(q *api.ForkRequest) error {
 	switch {
 	case q.AtStep == nil:
 		return badRequest("at_step: required (0 forks from the start)")
@@ -284,7 +223,7 @@ func (s *Server) resolvePolicy(ctx context.Context, view *store.TenantStore, ref
 // names the host's resources (unless tenants are trusted).
 func (s *Server) checkPolicy(b []byte) (*policy.Document, error) {
 	if len(b) > store.MaxPolicyLen {
-		return nil, publicf(CodeTooLarge, "the policy document is over %d bytes", store.MaxPolicyLen)
+		return nil, publicf(api.CodeTooLarge, "the policy document is over %d bytes", store.MaxPolicyLen)
 	}
 	doc, err := policy.Parse(b)
 	if err != nil {
@@ -294,7 +233,7 @@ func (s *Server) checkPolicy(b []byte) (*policy.Document, error) {
 		return doc, nil
 	}
 	if bad := doc.HostResources(); len(bad) > 0 {
-		return nil, publicf(CodeForbidden, "policy: %s name host resources, which this server does not let tenants use", strings.Join(bad, ", "))
+		return nil, publicf(api.CodeForbidden, "policy: %s name host resources, which this server does not let tenants use", strings.Join(bad, ", "))
 	}
 	return doc, nil
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -11,20 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
-
-// Artifact is an artifact as the API lists it.
-type Artifact struct {
-	Name      string    `json:"name"`
-	Digest    string    `json:"digest"`
-	Size      int64     `json:"size"`
-	MediaType string    `json:"media_type"`
-	Created   time.Time `json:"created"`
-}
 
 func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request, c *call) error {
 	run, err := ownRun(r, c)
@@ -35,12 +30,10 @@ func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Artifacts []Artifact `json:"artifacts"`
-	}{Artifacts: []Artifact{}}
+	out := api.ArtifactList{Artifacts: []api.Artifact{}}
 	for _, a := range arts {
 		if !hiddenArtifact(a.Name) {
-			out.Artifacts = append(out.Artifacts, Artifact{Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created.UTC()})
+			out.Artifacts = append(out.Artifacts, api.Artifact{Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created.UTC()})
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -122,9 +115,6 @@ func downloadName(name string) string {
 	return string(b)
 }
 
-// Approval is a pending approval as the API lists it.
-type Approval = engine.Approval
-
 func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, c *call) error {
 	// The tenant is the caller's, never empty (authenticate checks): the
 	// engine lists only that tenant's runs.
@@ -132,20 +122,13 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	if as == nil {
-		as = []engine.Approval{}
+	out := api.ApprovalList{Approvals: make([]api.Approval, 0, len(as))}
+	for _, a := range as {
+		out.Approvals = append(out.Approvals, api.Approval{ID: a.ID, RunID: a.RunID, Tenant: a.Tenant, Task: a.Task, Step: a.Step, CallID: a.CallID,
+			Destination: a.Destination, Sandbox: a.Sandbox, Action: a.Action, Reason: a.Reason, Requested: a.Requested, Expires: a.Expires})
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Approvals []Approval `json:"approvals"`
-	}{as})
+	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// DecisionRequest is the body of approve (comment optional) and deny
-// (reason required: the model is told).
-type DecisionRequest struct {
-	Comment string `json:"comment,omitempty"`
-	Reason  string `json:"reason,omitempty"`
 }
 
 func (s *Server) approve(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -160,7 +143,7 @@ func (s *Server) deny(w http.ResponseWriter, r *http.Request, c *call) error {
 // tenant's runs; the key id is recorded as who decided. A run whose
 // policy names approvers may only be decided by a key whose id it names.
 func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve bool) error {
-	var q DecisionRequest
+	var q api.DecisionRequest
 	if err := s.decode(w, r, &q, approve); err != nil {
 		return err
 	}
@@ -194,10 +177,10 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve
 	if len(run.Policy) > 0 {
 		doc, err := policy.Parse(run.Policy)
 		if err != nil {
-			return publicf(CodeConflict, "the run's policy does not load")
+			return publicf(api.CodeConflict, "the run's policy does not load")
 		}
 		if len(doc.Approvals.Approvers) > 0 && !slices.Contains(doc.Approvals.Approvers, c.p.KeyID) {
-			return publicf(CodeForbidden, "the run's policy names who may decide, and not this key")
+			return publicf(api.CodeForbidden, "the run's policy names who may decide, and not this key")
 		}
 	}
 	if err := s.o.Engine.Decide(r.Context(), id, c.p.Tenant, c.p.KeyID, approve, text); err != nil {
@@ -208,25 +191,14 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve
 		what = "approved"
 	}
 	c.log.Info("approval decided", "approval_id", id, "decision", what)
-	writeJSON(w, http.StatusOK, map[string]string{"id": id, "decision": what, "by": c.p.KeyID})
+	writeJSON(w, http.StatusOK, api.Decision{ID: id, Decision: what, By: c.p.KeyID})
 	return nil
 }
 
-// PolicyVersion is a stored policy version as the API shows it.
-type PolicyVersion struct {
-	Name    string    `json:"name"`
-	Version int64     `json:"version"`
-	Hash    string    `json:"hash"`
-	Created time.Time `json:"created"`
-	Source  string    `json:"source"`
-	By      string    `json:"by"`
-	// New says the upload stored a new version (false: it was the
-	// latest already). Only in answers to uploads.
-	New *bool `json:"new,omitempty"`
-}
-
-func policyOf(v store.PolicyVersion) PolicyVersion {
-	return PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+// policyOf is a stored policy version as the API shows it, without its
+// document.
+func policyOf(v store.PolicyVersion) api.PolicyVersion {
+	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
 }
 
 // putPolicy stores a policy document (the body, YAML) as the next version
@@ -236,16 +208,9 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err := store.ValidatePolicyName(name); err != nil {
 		return badRequest("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", clipText(name, 80), store.MaxPolicyNameLen)
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, store.MaxPolicyLen))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return err
-	}
+	b, err := readPolicyBody(w, r)
 	if err != nil {
-		return badRequest("the request body could not be read")
-	}
-	if len(b) == 0 {
-		return badRequest("the body must be the policy document (YAML)")
+		return err
 	}
 	if _, err := s.checkPolicy(b); err != nil {
 		return err
@@ -264,14 +229,80 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, c *call) erro
 	return nil
 }
 
+// readPolicyBody reads a request's body, a policy document (YAML) of at
+// most store.MaxPolicyLen bytes.
+func readPolicyBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, store.MaxPolicyLen))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, badRequest("the request body could not be read")
+	}
+	if len(b) == 0 {
+		return nil, badRequest("the body must be the policy document (YAML)")
+	}
+	return b, nil
+}
+
+// validatePolicy checks a policy document (the body, YAML) as putPolicy
+// and run creation would, and stores nothing: the document resolved and
+// its hashes, or what is wrong with it.
+func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *call) error {
+	b, err := readPolicyBody(w, r)
+	if err != nil {
+		return err
+	}
+	doc, err := s.checkPolicy(b)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	writeJSON(w, http.StatusOK, api.PolicyCheck{Hash: "sha256:" + hex.EncodeToString(sum[:]), Canonical: string(doc.Canonical()), CanonicalHash: doc.Hash()})
+	return nil
+}
+
+// policyVersion answers one version of the tenant's policy {name}, with
+// its document: {ref} is vN, a hash prefix of at least 8 hex digits, or
+// "latest".
+func (s *Server) policyVersion(w http.ResponseWriter, r *http.Request, c *call) error {
+	name, ref := r.PathValue("name"), r.PathValue("ref")
+	if store.ValidatePolicyName(name) != nil {
+		return errNoPolicy
+	}
+	if ref == "latest" {
+		ref = ""
+	} else if ref == "" {
+		return errNoPolicy
+	}
+	if _, err := store.ParsePolicyRef(ref); err != nil {
+		return badRequest("version %q: want vN, at least 8 hex digits of the version's hash, or latest", clipText(ref, 80))
+	}
+	v, err := c.view.GetPolicy(r.Context(), name, ref)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return errNoPolicy
+	case errors.Is(err, store.ErrInvalid):
+		return badRequest("policy %s@%s: %s", name, clipText(ref, 80), clientText(err))
+	case err != nil:
+		return err
+	}
+	if !utf8.Valid(v.Document) {
+		return publicf(api.CodeConflict, "the stored document is not UTF-8 text, which JSON cannot carry")
+	}
+	out := policyOf(v)
+	out.Document = string(v.Document)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request, c *call) error {
 	vs, err := c.view.ListPolicies(r.Context())
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Policies []PolicyVersion `json:"policies"`
-	}{Policies: []PolicyVersion{}}
+	out := api.PolicyList{Policies: []api.PolicyVersion{}}
 	for _, v := range vs {
 		out.Policies = append(out.Policies, policyOf(v))
 	}
@@ -291,38 +322,12 @@ func (s *Server) policyVersions(w http.ResponseWriter, r *http.Request, c *call)
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Versions []PolicyVersion `json:"versions"`
-	}{Versions: []PolicyVersion{}}
+	out := api.PolicyVersionList{Versions: []api.PolicyVersion{}}
 	for _, v := range vs {
 		out.Versions = append(out.Versions, policyOf(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// LedgerEntry is a credit ledger entry as the API shows it. Amounts are in
-// micro-credits.
-type LedgerEntry struct {
-	ID      int64     `json:"id"`
-	Kind    string    `json:"kind"`
-	Amount  int64     `json:"amount"`
-	RunID   string    `json:"run_id,omitempty"`
-	Seq     int64     `json:"seq,omitempty"`
-	Note    string    `json:"note,omitempty"`
-	Created time.Time `json:"created"`
-}
-
-// Credits is the body of GET /v1/credits.
-type Credits struct {
-	Tenant string `json:"tenant"`
-	// Balance is grants minus debits, in micro-credits; Credits the same
-	// in credits, as text ("1.5").
-	Balance int64         `json:"balance"`
-	Credits string        `json:"credits"`
-	Entries []LedgerEntry `json:"entries"`
-	// NextAfter, when not 0, fetches the next page of entries (?after=).
-	NextAfter int64 `json:"next_after,omitempty"`
 }
 
 func (s *Server) credits(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -343,14 +348,58 @@ func (s *Server) credits(w http.ResponseWriter, r *http.Request, c *call) error 
 	if err != nil {
 		return err
 	}
-	out := Credits{Tenant: c.p.Tenant, Balance: bal, Credits: formatCredits(bal), Entries: []LedgerEntry{}}
+	out := api.Credits{Tenant: c.p.Tenant, Balance: bal, Credits: formatCredits(bal), Entries: []api.LedgerEntry{}}
 	for _, e := range es {
-		out.Entries = append(out.Entries, LedgerEntry{ID: e.ID, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC()})
+		out.Entries = append(out.Entries, ledgerEntryOf(e))
 	}
 	if len(es) == limit {
 		out.NextAfter = es[len(es)-1].ID
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// ledgerEntryOf is a ledger entry as the API shows it.
+func ledgerEntryOf(e store.LedgerEntry) api.LedgerEntry {
+	return api.LedgerEntry{ID: e.ID, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC()}
+}
+
+// maxGrant bounds one grant: 10^12 credits, in micro-credits.
+const maxGrant = 1_000_000_000_000 * 1_000_000
+
+// checkGrant validates a grant a key of tenant asks for (the store checks
+// the note).
+func checkGrant(q api.GrantRequest, tenant string) error {
+	switch {
+	case q.Tenant != "" && q.Tenant != tenant:
+		return publicf(api.CodeForbidden, "a key grants credits to its own tenant only")
+	case q.Amount < 1 || q.Amount > maxGrant:
+		return badRequest("amount %d: want 1 to %d micro-credits", q.Amount, int64(maxGrant))
+	}
+	return nil
+}
+
+// grant adds a grant to the caller's tenant's ledger. There is no operator
+// key that stands above tenants: a key grants to its own tenant only, so
+// any other tenant, one that exists or not, is refused alike.
+func (s *Server) grant(w http.ResponseWriter, r *http.Request, c *call) error {
+	var q api.GrantRequest
+	if err := s.decode(w, r, &q, false); err != nil {
+		return err
+	}
+	if err := checkGrant(q, c.p.Tenant); err != nil {
+		return err
+	}
+	e, err := c.view.AddLedgerEntry(r.Context(), store.LedgerEntry{Kind: store.LedgerGrant, Amount: q.Amount, Note: q.Note})
+	if err != nil {
+		return err
+	}
+	bal, err := c.view.Balance(r.Context())
+	if err != nil {
+		return err
+	}
+	c.log.Info("credits granted", "entry", e.ID, "amount", e.Amount)
+	writeJSON(w, http.StatusCreated, api.Grant{Tenant: c.p.Tenant, Entry: ledgerEntryOf(e), Balance: bal, Credits: formatCredits(bal)})
 	return nil
 }
 

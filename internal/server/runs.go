@@ -1,49 +1,28 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Run is a run as the API shows it.
-type Run struct {
-	ID          string       `json:"id"`
-	Tenant      string       `json:"tenant"`
-	Status      event.Status `json:"status"`
-	Model       string       `json:"model"`
-	Task        string       `json:"task"`
-	Created     time.Time    `json:"created"`
-	Updated     time.Time    `json:"updated"`
-	Finished    *time.Time   `json:"finished,omitempty"`
-	ParentRunID string       `json:"parent_run_id,omitempty"`
-	ParentSeq   int64        `json:"parent_seq,omitempty"`
-	// Events is the seq of the run's last event.
-	Events     int64  `json:"events"`
-	PolicyHash string `json:"policy_hash"`
-	// The rest is only in GET /v1/runs/{id}.
-	Steps        *int                      `json:"steps,omitempty"`
-	Usage        *event.Usage              `json:"usage,omitempty"`
-	Reason       string                    `json:"reason,omitempty"`
-	Summary      string                    `json:"summary,omitempty"`
-	Verification *event.VerificationResult `json:"verification,omitempty"`
-	Metadata     map[string]string         `json:"metadata,omitempty"`
-}
-
-func runOf(r store.Run) Run {
-	v := Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
+// runOf is a run as the API shows it.
+func runOf(r store.Run) api.Run {
+	v := api.Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
 		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
+	if !r.LastHash.IsZero() {
+		v.LastHash = r.LastHash.String()
+	}
 	if !r.Finished.IsZero() {
 		f := r.Finished.UTC()
 		v.Finished = &f
@@ -51,22 +30,19 @@ func runOf(r store.Run) Run {
 	return v
 }
 
-// metadataArtifact is the artifact a run's API metadata is kept as, until
-// the store has a place for it. Artifact listings leave it out.
-const metadataArtifact = "api/metadata.json"
-
 // hiddenArtifact reports whether an artifact is the host's bookkeeping
-// rather than a result: workspace snapshots and the API's metadata.
+// rather than a result: workspace snapshots. Artifact listings leave them
+// out.
 func hiddenArtifact(name string) bool {
-	return strings.HasPrefix(name, "snapshots/") || strings.HasPrefix(name, "api/")
+	return strings.HasPrefix(name, "snapshots/")
 }
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) error {
-	var q CreateRunRequest
+	var q api.CreateRunRequest
 	if err := s.decode(w, r, &q, false); err != nil {
 		return err
 	}
-	if err := q.validate(); err != nil {
+	if err := validateCreate(&q); err != nil {
 		return err
 	}
 	ctx := r.Context()
@@ -77,12 +53,16 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	cfg := engine.PolicyConfig(pol.parsed)
 	cfg.MaxSteps = lower(cfg.MaxSteps, q.MaxSteps)
 	cfg.Model = q.Model
-	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source}
+	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source, Metadata: q.Metadata}
 	if q.Script != "" {
 		cfg.Model, req.Script = "script:api.yaml", []byte(q.Script)
 	}
-	if q.Workspace != nil {
-		digest, err := s.openUpload(ctx, c.p.Tenant, q.Workspace.Upload)
+	switch ws := q.Workspace; {
+	case ws == nil:
+	case ws.Git != "":
+		cfg.Sandboxes[0].Git = &engine.GitSource{URL: ws.Git, Ref: ws.Ref}
+	default:
+		digest, err := s.openUpload(ctx, c.p.Tenant, ws.Upload)
 		if err != nil {
 			return err
 		}
@@ -101,11 +81,6 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	}
 	s.metrics.created.Add(1)
 	c.log.Info("run created", "run_id", run.ID)
-	if len(q.Metadata) > 0 {
-		if err := s.putMetadata(ctx, c.view, run.ID, q.Metadata); err != nil {
-			return err
-		}
-	}
 	v := runOf(run)
 	v.Metadata = q.Metadata
 	w.Header().Set("Location", "/v1/runs/"+run.ID)
@@ -113,46 +88,21 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	return nil
 }
 
-// putMetadata keeps a run's metadata as a blob and a hidden artifact.
-func (s *Server) putMetadata(ctx context.Context, view *store.TenantStore, runID string, md map[string]string) error {
-	b, err := json.Marshal(md)
+// metadata reads a run's metadata from its run.created event; none gives
+// nil.
+func metadata(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, error) {
+	evs, err := view.Events(ctx, runID, 1, 1)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	d, n, err := s.o.Blobs.Put(ctx, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	_, err = view.PutArtifact(ctx, store.Artifact{RunID: runID, Name: metadataArtifact, Digest: d, Size: n, MediaType: "application/json"})
-	return err
-}
-
-// metadata reads a run's metadata; none gives nil.
-func (s *Server) metadata(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, error) {
-	a, err := view.GetArtifact(ctx, runID, metadataArtifact)
-	if errors.Is(err, store.ErrNotFound) {
+	if len(evs) == 0 || evs[0].Type != event.TypeRunCreated {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, err
+	var created event.RunCreated
+	if err := json.Unmarshal(evs[0].Payload, &created); err != nil {
+		return nil, fmt.Errorf("run %s: run.created: %w", runID, err)
 	}
-	rd, err := s.o.Blobs.Open(ctx, a.Digest)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	var md map[string]string
-	if err := json.NewDecoder(io.LimitReader(rd, 1<<20)).Decode(&md); err != nil {
-		return nil, err
-	}
-	return md, nil
-}
-
-// RunList is the body of GET /v1/runs.
-type RunList struct {
-	Runs []Run `json:"runs"`
-	// NextCursor, when not empty, fetches the next page (?cursor=).
-	NextCursor string `json:"next_cursor,omitempty"`
+	return created.Metadata, nil
 }
 
 // Paging bounds.
@@ -225,7 +175,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error
 	if err != nil {
 		return err
 	}
-	out := RunList{Runs: make([]Run, 0, len(runs))}
+	out := api.RunList{Runs: make([]api.Run, 0, len(runs))}
 	for _, x := range runs {
 		out.Runs = append(out.Runs, runOf(x))
 	}
@@ -257,21 +207,17 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
-	if v.Metadata, err = s.metadata(r.Context(), c.view, run.ID); err != nil {
+	if v.Metadata, err = metadata(r.Context(), c.view, run.ID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 
-// ActionRequest is the optional body of cancel and pause.
-type ActionRequest struct {
-	Reason string `json:"reason,omitempty"`
-}
-
 const maxReason = 1024
 
-func (q ActionRequest) validate() error {
+// validateAction checks the body of cancel and pause.
+func validateAction(q api.ActionRequest) error {
 	if len(q.Reason) > maxReason || !printableText(q.Reason) {
 		return badRequest("reason: want printable text of at most %d bytes", maxReason)
 	}
@@ -280,12 +226,12 @@ func (q ActionRequest) validate() error {
 
 // act runs a control action on the caller's run and answers the run as
 // it is after it.
-func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(ctx context.Context, id string, q ActionRequest) error) error {
-	var q ActionRequest
+func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(ctx context.Context, id string, q api.ActionRequest) error) error {
+	var q api.ActionRequest
 	if err := s.decode(w, r, &q, true); err != nil {
 		return err
 	}
-	if err := q.validate(); err != nil {
+	if err := validateAction(q); err != nil {
 		return err
 	}
 	run, err := ownRun(r, c)
@@ -303,43 +249,45 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(ct
 }
 
 func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.act(w, r, c, func(ctx context.Context, id string, q ActionRequest) error {
+	return s.act(w, r, c, func(ctx context.Context, id string, q api.ActionRequest) error {
 		return s.o.Engine.Cancel(ctx, id, c.p.KeyID, q.Reason)
 	})
 }
 
 func (s *Server) pauseRun(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.act(w, r, c, func(ctx context.Context, id string, q ActionRequest) error {
+	return s.act(w, r, c, func(ctx context.Context, id string, q api.ActionRequest) error {
 		return s.o.Engine.Pause(ctx, id, q.Reason)
 	})
 }
 
-// resumeRun hands a paused run to the workers; it answers 202 with the run
-// as it is (still paused until a worker takes it).
+// resumeRun asks for a paused run to be resumed through Options.Resume
+// (airlock serve queues it in the store, where any server's workers take
+// it, also after this process is gone); it answers 202 with the run as it
+// is then (queued until a worker takes it).
 func (s *Server) resumeRun(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.act(w, r, c, func(ctx context.Context, id string, _ ActionRequest) error {
+	return s.act(w, r, c, func(ctx context.Context, id string, _ api.ActionRequest) error {
 		run, err := c.view.GetRun(ctx, id)
 		if err != nil {
 			return err
 		}
 		switch {
 		case run.Status.Final():
-			return publicf(CodeConflict, "the run has ended")
+			return publicf(api.CodeConflict, "the run has ended")
 		case run.Status != event.StatusPaused:
-			return publicf(CodeConflict, "the run is %s, not paused", run.Status)
+			return publicf(api.CodeConflict, "the run is %s, not paused", run.Status)
 		case s.o.Resume == nil:
-			return publicf(CodeUnavailable, "this server drives no runs; resume it where workers run")
+			return publicf(api.CodeUnavailable, "this server drives no runs; resume it where workers run")
 		}
 		return s.o.Resume(ctx, id)
 	})
 }
 
 func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error {
-	var q ForkRequest
+	var q api.ForkRequest
 	if err := s.decode(w, r, &q, false); err != nil {
 		return err
 	}
-	if err := q.validate(); err != nil {
+	if err := validateFork(&q); err != nil {
 		return err
 	}
 	parent, err := ownRun(r, c)
@@ -390,7 +338,7 @@ func (s *Server) checkParentConfig(ctx context.Context, view *store.TenantStore,
 		return err
 	}
 	if len(evs) == 0 || evs[0].Type != event.TypeRunCreated {
-		return publicf(CodeConflict, "the run has no recorded configuration to fork")
+		return publicf(api.CodeConflict, "the run has no recorded configuration to fork")
 	}
 	var created event.RunCreated
 	var cfg engine.Config
@@ -405,7 +353,7 @@ func (s *Server) checkParentConfig(ctx context.Context, view *store.TenantStore,
 		host = host || sc.Workspace != ""
 	}
 	if host {
-		return publicf(CodeForbidden, "the run works on host directories, which this server does not let tenants use")
+		return publicf(api.CodeForbidden, "the run works on host directories, which this server does not let tenants use")
 	}
 	return nil
 }

@@ -17,8 +17,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,9 +45,11 @@ type Options struct {
 	Engine *engine.Engine
 	// Auth verifies API keys. Required.
 	Auth Authenticator
-	// Feed, when not nil, wakes event streams as soon as this process's
-	// engine appends an event (wire its Publish to engine.Options.OnEvent);
-	// streams poll the store either way.
+	// Feed carries new events to event streams: wire its Publish to this
+	// process's engine.Options.OnEvent so that streams hear of an append
+	// at once; events other processes append come every
+	// Config.StreamPoll. Nil gives the server a feed of its own, which
+	// hears of every append by polling.
 	Feed *Feed
 	// Resume hands a paused run to a worker that resumes it (it must not
 	// block on the drive); nil answers resumes with unavailable.
@@ -59,6 +63,15 @@ type Options struct {
 	// Metrics is the registry /metrics serves; the API registers its own
 	// metrics on it. Nil means a registry with only the API's.
 	Metrics *prometheus.Registry
+	// Secrets is the host's encrypted secret store, which /v1/secrets
+	// manages with each caller's tenant as the store's tenant. Nil answers
+	// those endpoints unavailable.
+	Secrets *secret.Store
+	// Redactor, when not nil, is the host's redactor: every secret value
+	// set through the API is added to it, so that the host's log and the
+	// run store scrub it from then on (as the host does with the secrets
+	// it reads itself).
+	Redactor *secret.Redactor
 }
 
 // Server is the API, an http.Handler. It is safe for concurrent use.
@@ -100,6 +113,9 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Feed == nil {
+		o.Feed = NewFeed()
+	}
 	s := &Server{o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
 		keys: newLimiter(cfg.Rate, cfg.Burst, o.Now), fails: newLimiter(cfg.Rate, cfg.Burst, o.Now)}
 	m, merr := newMetrics(o.Metrics)
@@ -139,6 +155,7 @@ var (
 	scopeApprovals  = []string{auth.ScopeApprovals}
 	scopeApprovalsR = []string{auth.ScopeApprovals, auth.ScopeRunsRead}
 	scopeAdmin      = []string{auth.ScopeAdmin}
+	scopeSecrets    = []string{auth.ScopeSecretsWrite}
 )
 
 // table lists every endpoint; the OpenAPI document describes exactly
@@ -165,9 +182,15 @@ func (s *Server) table() []route {
 		{method: "POST", pattern: "/v1/approvals/{id}/approve", scopes: scopeApprovals, h: s.approve},
 		{method: "POST", pattern: "/v1/approvals/{id}/deny", scopes: scopeApprovals, h: s.deny},
 		{method: "GET", pattern: "/v1/policies", scopes: scopeRunsRead, h: s.listPolicies},
+		{method: "POST", pattern: "/v1/policies/validate", scopes: scopeRunsWrite, h: s.validatePolicy},
 		{method: "POST", pattern: "/v1/policies/{name}", scopes: scopeAdmin, h: s.putPolicy},
 		{method: "GET", pattern: "/v1/policies/{name}/versions", scopes: scopeRunsRead, h: s.policyVersions},
+		{method: "GET", pattern: "/v1/policies/{name}/versions/{ref}", scopes: scopeRunsRead, h: s.policyVersion},
 		{method: "GET", pattern: "/v1/credits", scopes: scopeRunsRead, h: s.credits},
+		{method: "POST", pattern: "/v1/credits/grants", scopes: scopeAdmin, h: s.grant},
+		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
+		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.putSecret},
+		{method: "DELETE", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.deleteSecret},
 	}
 }
 
@@ -247,7 +270,7 @@ func (s *Server) wrap(rt route) http.Handler {
 			c.log = c.log.With("tenant", c.p.Tenant, "key_id", c.p.KeyID)
 			annotateTenant(r, c)
 			if !mayCall(c.p, rt.scopes) {
-				s.writeError(rec, c, publicf(CodeForbidden, "this key lacks the scope %s", strings.Join(rt.scopes, " or ")))
+				s.writeError(rec, c, publicf(api.CodeForbidden, "this key lacks the scope %s", strings.Join(rt.scopes, " or ")))
 				return
 			}
 		}
@@ -287,26 +310,26 @@ func (s *Server) authenticate(r *http.Request, c *call) error {
 	}
 	addr := "addr:" + remoteHost(r)
 	if blocked, wait := s.fails.blocked(addr); blocked {
-		return &apiError{code: CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: retrySeconds(wait)}
+		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: retrySeconds(wait)}
 	}
 	p, err := s.o.Auth.Verify(r.Context(), key)
 	switch {
 	case err == nil && store.ValidateTenant(p.Tenant) != nil:
 		c.log.Error("authentication: a key's principal has no valid tenant", "key_id", p.KeyID)
-		return publicf(CodeUnauthenticated, "the API key is not valid")
+		return publicf(api.CodeUnauthenticated, "the API key is not valid")
 	case errors.Is(err, auth.ErrUnauthenticated):
 		s.fails.allow(addr)
 		c.log.Info("authentication failed", "err", err)
-		return publicf(CodeUnauthenticated, "the API key is not valid")
+		return publicf(api.CodeUnauthenticated, "the API key is not valid")
 	case err != nil:
 		// The key store failed: not the caller's fault, and no answer
 		// about the key.
 		c.log.Error("authentication: cannot verify keys", "err", err)
-		return publicf(CodeUnavailable, "cannot verify API keys now; retry later")
+		return publicf(api.CodeUnavailable, "cannot verify API keys now; retry later")
 	}
 	c.p = p
 	if ok, wait := s.keys.allow("key:" + p.KeyID + "\x00" + p.Tenant); !ok {
-		return &apiError{code: CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: retrySeconds(wait)}
+		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: retrySeconds(wait)}
 	}
 	c.view = store.ForTenant(s.o.Store, p.Tenant)
 	return nil
@@ -321,7 +344,7 @@ func apiKey(r *http.Request) (string, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, rest, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return "", publicf(CodeUnauthenticated, "the Authorization header must be Bearer and an API key")
+			return "", publicf(api.CodeUnauthenticated, "the Authorization header must be Bearer and an API key")
 		}
 		key = strings.TrimSpace(rest)
 	} else {
@@ -329,9 +352,9 @@ func apiKey(r *http.Request) (string, error) {
 	}
 	switch {
 	case key == "":
-		return "", publicf(CodeUnauthenticated, "an API key is required (Authorization: Bearer KEY)")
+		return "", publicf(api.CodeUnauthenticated, "an API key is required (Authorization: Bearer KEY)")
 	case len(key) > maxKeyLen:
-		return "", publicf(CodeUnauthenticated, "the API key is not valid")
+		return "", publicf(api.CodeUnauthenticated, "the API key is not valid")
 	}
 	return key, nil
 }
@@ -393,14 +416,14 @@ func (r *recorder) status() int {
 // noRoute answers a path no endpoint has, or a method an endpoint's path
 // does not take.
 func (s *Server) noRoute(_ http.ResponseWriter, r *http.Request, _ *call) error {
-	for _, m := range []string{http.MethodGet, http.MethodPost} {
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if m == r.Method {
 			continue
 		}
 		probe := r.Clone(r.Context())
 		probe.Method = m
 		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/" {
-			return publicf(CodeMethodNotAllowed, "%s is not allowed here", clipText(r.Method, 16))
+			return publicf(api.CodeMethodNotAllowed, "%s is not allowed here", clipText(r.Method, 16))
 		}
 	}
 	return errNoRoute
@@ -478,13 +501,13 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request, _ *call) error 
 // draining.
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request, c *call) error {
 	if s.draining.Load() {
-		return publicf(CodeUnavailable, "the server is shutting down")
+		return publicf(api.CodeUnavailable, "the server is shutting down")
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := s.o.Store.ListRuns(ctx, store.RunFilter{Limit: 1}); err != nil {
 		c.log.Warn("readiness: the store does not answer", "err", err)
-		return publicf(CodeUnavailable, "the store does not answer")
+		return publicf(api.CodeUnavailable, "the store does not answer")
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -114,7 +115,7 @@ func newSessions(now func() time.Time) *sessions {
 	return &sessions{now: now, byHash: map[[sha256.Size]byte]*session{}}
 }
 
-var errTooManySessions = publicf(CodeUnavailable, "too many sessions are open; retry later")
+var errTooManySessions = publicf(api.CodeUnavailable, "too many sessions are open; retry later")
 
 // create starts a session for p and returns its id (for the cookie) and
 // the session.
@@ -250,9 +251,9 @@ func safeMethod(m string) bool {
 }
 
 var (
-	errSessionEnded = publicf(CodeUnauthenticated, "the session has ended; log in again")
-	errCrossOrigin  = publicf(CodeForbidden, "the request's Origin is not this server")
-	errCSRF         = publicf(CodeForbidden, "the request lacks this session's CSRF token ("+CSRFHeader+")")
+	errSessionEnded = publicf(api.CodeUnauthenticated, "the session has ended; log in again")
+	errCrossOrigin  = publicf(api.CodeForbidden, "the request's Origin is not this server")
+	errCSRF         = publicf(api.CodeForbidden, "the request lacks this session's CSRF token ("+CSRFHeader+")")
 )
 
 // checkOrigin refuses a request whose Origin header is missing or names
@@ -283,7 +284,7 @@ func checkOrigin(r *http.Request) error {
 func (s *Server) authenticateSession(r *http.Request, c *call) error {
 	addr := "addr:" + remoteHost(r)
 	if blocked, wait := s.fails.blocked(addr); blocked {
-		return &apiError{code: CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: retrySeconds(wait)}
+		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: retrySeconds(wait)}
 	}
 	id, _ := sessionID(r)
 	sess, recheck, ok := s.sessions.get(id)
@@ -304,7 +305,7 @@ func (s *Server) authenticateSession(r *http.Request, c *call) error {
 		live, err := s.keyLive(r, sess.p)
 		if err != nil {
 			c.log.Error("authentication: cannot look up a session's key", "key_id", sess.p.KeyID, "err", err)
-			return publicf(CodeUnavailable, "cannot verify API keys now; retry later")
+			return publicf(api.CodeUnavailable, "cannot verify API keys now; retry later")
 		}
 		if !live {
 			s.sessions.dropKey(sess.p.KeyID)
@@ -314,7 +315,7 @@ func (s *Server) authenticateSession(r *http.Request, c *call) error {
 	}
 	c.p = sess.p
 	if ok, wait := s.keys.allow("key:" + c.p.KeyID + "\x00" + c.p.Tenant); !ok {
-		return &apiError{code: CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: retrySeconds(wait)}
+		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: retrySeconds(wait)}
 	}
 	c.view = store.ForTenant(s.o.Store, c.p.Tenant)
 	return nil

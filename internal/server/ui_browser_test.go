@@ -16,8 +16,8 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -150,7 +150,8 @@ const uiScript = `turns:
 // key; a run created through the API, whose policy asks before a
 // command, fills its timeline; the approval is granted in the inbox (in a
 // second tab) while the run's page, left open, shows the run go on live to
-// completion; the patch renders as a diff and downloads. With
+// completion; the patch renders as a diff and downloads; a secret is set
+// (its value never shown again) and deleted. With
 // AIRLOCK_UI_SCREENSHOTS=1 it saves the pages to docs/screenshots/.
 func TestUIBrowser(t *testing.T) {
 	t.Parallel()
@@ -229,7 +230,7 @@ func TestUIBrowser(t *testing.T) {
 	}
 
 	// A run that will wait for a person, on an uploaded workspace.
-	var up server.Upload
+	var up api.Upload
 	h.must(http.StatusCreated, "POST", "/v1/uploads", admin, tarball(t, true, map[string]string{"src/hello.txt": "helo, world\n", "README.md": "# greeter\n"})).json(t, &up)
 	run := h.createRun(admin, map[string]any{
 		"task": "Fix the typo in the greeting", "script": uiScript, "policy": "careful",
@@ -366,6 +367,39 @@ func TestUIBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-policy="careful"]`)),
 		chromedp.Click(chromedp.CSS(`tr[data-policy="careful"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`tr.versions`)))
+
+	// Secrets: set one (the value field is emptied and the value is
+	// nowhere in the page), see it listed with its hosts, delete it.
+	const secretValue = "ghp_UIBROWSERSECRET0123456789"
+	srow := `table.secrets tr[data-secret="UI_TOKEN"]`
+	do(ctx, "open the secrets (keyboard: g s)",
+		chromedp.KeyEvent("gs"),
+		chromedp.WaitVisible(chromedp.CSS("#secret-name")))
+	do(ctx, "set a secret",
+		chromedp.SendKeys(chromedp.CSS("#secret-name"), "UI_TOKEN"),
+		chromedp.SendKeys(chromedp.CSS("#secret-value"), secretValue),
+		chromedp.SendKeys(chromedp.CSS("#secret-hosts"), "api.github.com, *.Example.com"),
+		chromedp.Click(chromedp.CSS(".secret-form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS(srow)))
+	if got := text(ctx, srow); !strings.Contains(got, "UI_TOKEN") || !strings.Contains(got, "*.example.com") || !strings.Contains(got, "api.github.com") {
+		t.Errorf("the secret's row reads %q", got)
+	}
+	leak, err = within(ctx, chromedp.Evaluate[bool](`document.querySelector('#secret-value').value !== "" || document.documentElement.outerHTML.includes(`+jsString(secretValue)+`)`))
+	if err != nil || leak {
+		t.Errorf("the page still holds the secret's value (%v)", err)
+	}
+	if v, _, err := h.secrets.Get(context.Background(), "alpha", "UI_TOKEN"); err != nil || string(v.Reveal()) != secretValue {
+		t.Errorf("the store does not hold the value set in the page (%v)", err)
+	}
+	shot(t, ctx, "secrets", false)
+	do(ctx, "delete the secret",
+		chromedp.Click(chromedp.CSS(srow+` button[data-act="delete"]`)),
+		chromedp.Click(chromedp.CSS(srow+` button[data-act="confirm"]`)),
+		chromedp.WaitNotPresent(chromedp.CSS(srow)),
+		chromedp.WaitVisible(chromedp.CSS(".empty")))
+	if _, _, err := h.secrets.Get(context.Background(), "alpha", "UI_TOKEN"); err == nil {
+		t.Error("the deleted secret is still stored")
+	}
 
 	// Log out: the session ends for both tabs.
 	do(ctx, "log out",

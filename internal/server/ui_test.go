@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
 )
@@ -134,7 +135,7 @@ func TestUIPages(t *testing.T) {
 		t.Errorf("GET / = %d to %q, want 302 to /ui/", r.status, r.header.Get("Location"))
 	}
 	var page []byte
-	for _, p := range []string{"/ui/", "/ui/runs/run_01JAAAAAAAAAAAAAAAAAAAAAAA", "/ui/approvals", "/ui/credits", "/ui/login"} {
+	for _, p := range []string{"/ui/", "/ui/runs/run_01JAAAAAAAAAAAAAAAAAAAAAAA", "/ui/approvals", "/ui/credits", "/ui/secrets", "/ui/login"} {
 		r := b.do("GET", p, nil)
 		if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") || !bytes.Contains(r.body, []byte(`<main id="main"`)) {
 			t.Errorf("GET %s = %d %s", p, r.status, r.header.Get("Content-Type"))
@@ -148,6 +149,7 @@ func TestUIPages(t *testing.T) {
 	for _, asset := range []struct{ path, ctype string }{
 		{"/ui/static/app.js", "text/javascript; charset=utf-8"},
 		{"/ui/static/run.js", "text/javascript; charset=utf-8"},
+		{"/ui/static/secrets.js", "text/javascript; charset=utf-8"},
 		{"/ui/static/app.css", "text/css; charset=utf-8"},
 		{"/ui/static/favicon.svg", "image/svg+xml"},
 	} {
@@ -181,7 +183,7 @@ func TestUILoginLogout(t *testing.T) {
 	reader := h.key("alpha", "runs:read")
 	b := newBrowser(t, h.url, nil)
 
-	if r := b.do("GET", "/ui/session", nil); r.status != http.StatusUnauthorized || r.errBody(t).Code != server.CodeUnauthenticated {
+	if r := b.do("GET", "/ui/session", nil); r.status != http.StatusUnauthorized || r.errBody(t).Code != api.CodeUnauthenticated {
 		t.Errorf("session before login = %d %s", r.status, r.body)
 	}
 	for _, tc := range []struct {
@@ -230,7 +232,7 @@ func TestUILoginLogout(t *testing.T) {
 	}
 
 	// Reads work with the cookie alone.
-	var list server.RunList
+	var list api.RunList
 	if r := b.do("GET", "/v1/runs", nil, "Origin", "", server.CSRFHeader, ""); r.status != http.StatusOK {
 		t.Fatalf("GET /v1/runs with the session = %d %s", r.status, r.body)
 	} else {
@@ -250,11 +252,11 @@ func TestUILoginLogout(t *testing.T) {
 		{"https over plain http, another host", []string{"Origin", "https://evil.example"}},
 	} {
 		r := b.do("POST", "/v1/runs", create, tc.headers...)
-		if r.status != http.StatusForbidden || r.errBody(t).Code != server.CodeForbidden {
+		if r.status != http.StatusForbidden || r.errBody(t).Code != api.CodeForbidden {
 			t.Errorf("POST /v1/runs, %s = %d %s, want 403", tc.name, r.status, r.body)
 		}
 	}
-	var run server.Run
+	var run api.Run
 	if r := b.do("POST", "/v1/runs", create); r.status != http.StatusCreated {
 		t.Fatalf("POST /v1/runs with token and Origin = %d %s", r.status, r.body)
 	} else {
@@ -266,7 +268,7 @@ func TestUILoginLogout(t *testing.T) {
 	if r := b.do("POST", "/v1/runs/"+run.ID+"/cancel", nil, server.CSRFHeader, ""); r.status != http.StatusForbidden {
 		t.Errorf("cancel without the token = %d", r.status)
 	}
-	var events server.EventPage
+	var events api.EventPage
 	b.do("GET", "/v1/runs/"+run.ID+"/events", nil).json(t, &events)
 	if len(events.Events) == 0 || events.Events[0].Type != event.TypeRunCreated {
 		t.Errorf("events of the session's run: %+v", events)
@@ -308,7 +310,7 @@ func TestUILoginLogout(t *testing.T) {
 		t.Errorf("logout's cookie %+v does not clear it", cc)
 	}
 	for _, br := range []*browser{b, stolen} {
-		if r := br.do("GET", "/v1/runs", nil); r.status != http.StatusUnauthorized || r.errBody(t).Code != server.CodeUnauthenticated {
+		if r := br.do("GET", "/v1/runs", nil); r.status != http.StatusUnauthorized || r.errBody(t).Code != api.CodeUnauthenticated {
 			t.Errorf("GET /v1/runs after logout = %d %s", r.status, r.body)
 		}
 	}
@@ -450,13 +452,13 @@ func TestUITenantIsolation(t *testing.T) {
 			t.Errorf("%s %s with alpha's session = %d %s, want 404", tc.method, tc.path, r.status, r.body)
 			continue
 		}
-		if e := r.errBody(t); e.Code != server.CodeNotFound || strings.Contains(e.Message, "beta") {
+		if e := r.errBody(t); e.Code != api.CodeNotFound || strings.Contains(e.Message, "beta") {
 			t.Errorf("%s %s: %+v", tc.method, tc.path, e)
 		}
 	}
-	var runs server.RunList
+	var runs api.RunList
 	alpha.do("GET", "/v1/runs", nil).json(t, &runs)
-	var as struct{ Approvals []server.Approval }
+	var as struct{ Approvals []api.Approval }
 	alpha.do("GET", "/v1/approvals", nil).json(t, &as)
 	if len(runs.Runs) != 0 || len(as.Approvals) != 0 {
 		t.Errorf("alpha's session lists runs %v, approvals %v", runs.Runs, as.Approvals)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
@@ -40,19 +41,6 @@ type receipt struct {
 	Size    int64     `json:"size"`
 	Nonce   string    `json:"nonce"`
 	Created time.Time `json:"created"`
-}
-
-// Upload is the body of the answer to POST /v1/uploads.
-type Upload struct {
-	// ID names the upload in a run's workspace.upload.
-	ID string `json:"id"`
-	// Size is the stored (gzipped) tarball's size in bytes; Received how
-	// many bytes the request carried.
-	Size     int64 `json:"size"`
-	Received int64 `json:"received"`
-	// Gzipped says the body was gzipped already (else the server
-	// gzipped it).
-	Gzipped bool `json:"gzipped"`
 }
 
 // validUploadID reports whether id has an upload id's form.
@@ -115,7 +103,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge), errors.Is(err, blob.ErrTooLarge):
-			return publicf(CodeTooLarge, "the upload is over %d bytes", int64(s.cfg.MaxUpload))
+			return publicf(api.CodeTooLarge, "the upload is over %d bytes", int64(s.cfg.MaxUpload))
 		case ctx.Err() != nil, errors.Is(err, io.ErrUnexpectedEOF):
 			return badRequest("the upload was interrupted")
 		}
@@ -133,7 +121,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 	}
 	id := uploadPrefix + strings.TrimPrefix(rd, "sha256:")
 	c.log.Info("workspace uploaded", "upload", id, "size", size)
-	writeJSON(w, http.StatusCreated, Upload{ID: id, Size: size, Received: body.n, Gzipped: gzipped})
+	writeJSON(w, http.StatusCreated, api.Upload{ID: id, Size: size, Received: body.n, Gzipped: gzipped})
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
@@ -184,7 +185,7 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 		return b
 	}
-	var run server.Run
+	var run api.Run
 	call(http.StatusCreated, "POST", "/v1/runs", writer, map[string]any{"task": "TASK-MARKER " + secretValue, "script": e2eScript,
 		"policy_document": e2ePolicy}, &run)
 	var wg sync.WaitGroup
@@ -195,12 +196,12 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("Drive: %v", err)
 		}
 	}()
-	var approval server.Approval
+	var approval api.Approval
 	for deadline := time.Now().Add(60 * time.Second); approval.ID == ""; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no approval in a minute")
 		}
-		var as struct{ Approvals []server.Approval }
+		var as struct{ Approvals []api.Approval }
 		call(http.StatusOK, "GET", "/v1/approvals", approver, nil, &as)
 		if len(as.Approvals) > 0 {
 			approval = as.Approvals[0]

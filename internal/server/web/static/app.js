@@ -8,6 +8,7 @@ import {runPage} from './run.js';
 import {approvalsPage} from './approvals.js';
 import {creditsPage} from './credits.js';
 import {policiesPage} from './policies.js';
+import {secretsPage} from './secrets.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -24,6 +25,7 @@ const routes = [
   [/^\/ui\/approvals\/?$/, 'approvals', approvalsPage],
   [/^\/ui\/credits\/?$/, 'credits', creditsPage],
   [/^\/ui\/policies\/?$/, 'policies', policiesPage],
+  [/^\/ui\/secrets\/?$/, 'secrets', secretsPage],
 ];
 
 // navigate shows the page of url (a path under /ui/), adding it to the
@@ -177,7 +179,7 @@ document.addEventListener('click', (e) => {
 
 window.addEventListener('popstate', render);
 
-// Global keys: ? help, g then r/a/c/p to go to a page.
+// Global keys: ? help, g then r/a/c/p/s to go to a page.
 let pendingG = false;
 document.addEventListener('keydown', (e) => {
   if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey || isTyping(e.target) || !currentSession()) return;
@@ -189,7 +191,7 @@ document.addEventListener('keydown', (e) => {
   }
   if (pendingG) {
     pendingG = false;
-    const to = {r: '/ui/', a: '/ui/approvals', c: '/ui/credits', p: '/ui/policies'}[e.key];
+    const to = {r: '/ui/', a: '/ui/approvals', c: '/ui/credits', p: '/ui/policies', s: '/ui/secrets'}[e.key];
     if (to) {
       e.preventDefault();
       navigate(to);

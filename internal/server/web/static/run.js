@@ -18,8 +18,8 @@ export const eventTypes = [
   'run.created', 'run.started', 'run.paused', 'run.resumed', 'run.cancelled', 'run.completed', 'run.failed', 'run.forked',
   'policy.resolved', 'sandbox.provisioned', 'sandbox.lost', 'sandbox.destroyed',
   'model.request', 'model.response', 'tool.proposed', 'policy.decision', 'tool.started', 'tool.finished', 'tool.uncertain',
-  'egress.decision', 'artifact.stored', 'snapshot.taken', 'retry', 'verification.result', 'budget.exhausted',
-  'approval.requested', 'approval.decided', 'llm.call',
+  'egress.decision', 'artifact.stored', 'snapshot.taken', 'workspace.fetched', 'retry', 'verification.result', 'budget.exhausted',
+  'approval.requested', 'approval.decided', 'llm.call', 'sandbox.created', 'sandbox.op', 'sandbox.usage',
 ];
 
 // Bounds of what is drawn: the page stays fast on a long run, and the
@@ -377,6 +377,14 @@ export function runPage(main, [id]) {
       loadArtifacts();
     },
     'snapshot.taken': (ev, p) => line('quiet', ev, 'Snapshot of', h('span.mono', p.sandbox), h('span.muted', bytes(p.size) + ' · ' + duration(p.duration_ms))),
+    'workspace.fetched': (ev, p) => line('quiet', ev, 'Fetched', h('span.mono', p.url + (p.ref ? ' ' + p.ref : '')), 'into', h('span.mono', p.sandbox),
+      h('span.muted', [p.commit ? p.commit.slice(0, 12) : '', bytes(p.size), duration(p.duration_ms)].filter(Boolean).join(' · '))),
+    'sandbox.created': (ev, p) => line('quiet', ev, 'Sandbox', h('span.mono', p.sandbox_id), 'from template', h('span.mono', p.template)),
+    'sandbox.op': (ev, p) => line(p.outcome === 'ok' ? 'quiet' : 'warn', ev, 'Sandbox', h('span.mono', p.op),
+      p.outcome !== 'ok' ? decisionBadge('deny', p.outcome) : null,
+      h('span.muted', [p.detail, p.count > 1 ? '×' + num(p.count) : ''].filter(Boolean).join(' · '))),
+    'sandbox.usage': (ev, p) => line('quiet', ev, 'Sandbox usage', h('span.mono', p.sandbox_id),
+      h('span.muted', [duration(p.sandbox_ms) + ' up', duration(p.cpu_ms) + ' CPU', credits(p.cost_micro_credits || 0) + ' cr'].join(' · '))),
     'retry': (ev, p) => line('warn', ev, 'Retrying the ' + p.what, h('span.muted', '(attempt ' + p.attempt + ', in ' + duration(p.delay_ms) + ')'), h('span', '— ' + p.reason)),
     'verification.result': (ev, p) => {
       card(p.passed ? 'ok' : 'bad', ev, [h('span.ev-title', 'Verification'), decisionBadge(p.passed ? 'allow' : 'deny', p.passed ? 'passed' : 'failed'),

@@ -1,0 +1,159 @@
+package api
+
+import (
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+)
+
+// Run is a run as the API shows it (GET /v1/runs/{id}, the items of
+// RunList, the answers to create, fork and the control actions). The
+// fields from Steps on are only in GET /v1/runs/{id}.
+type Run struct {
+	ID          string       `json:"id"`
+	Tenant      string       `json:"tenant"`
+	Status      event.Status `json:"status"`
+	Model       string       `json:"model"`
+	Task        string       `json:"task"`
+	Created     time.Time    `json:"created"`
+	Updated     time.Time    `json:"updated"`
+	Finished    *time.Time   `json:"finished,omitempty"`
+	ParentRunID string       `json:"parent_run_id,omitempty"`
+	ParentSeq   int64        `json:"parent_seq,omitempty"`
+	// Events is the seq of the run's last event, LastHash its hash (hex):
+	// the end of the run's hash chain, as the store records it.
+	Events     int64  `json:"events"`
+	PolicyHash string `json:"policy_hash"`
+	LastHash   string `json:"last_hash,omitempty"`
+
+	Steps        *int                      `json:"steps,omitempty"`
+	Usage        *event.Usage              `json:"usage,omitempty"`
+	Reason       string                    `json:"reason,omitempty"`
+	Summary      string                    `json:"summary,omitempty"`
+	Verification *event.VerificationResult `json:"verification,omitempty"`
+	// Metadata is the client's own labels, as its run.created event
+	// records them.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// RunList is the body of GET /v1/runs.
+type RunList struct {
+	Runs []Run `json:"runs"`
+	// NextCursor, when not empty, fetches the next page (?cursor=).
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// CreateRunRequest is the body of POST /v1/runs.
+type CreateRunRequest struct {
+	Task string `json:"task"`
+	// Model is "PROVIDER:MODEL" (anthropic, openai, openai-responses),
+	// or empty with Script.
+	Model string `json:"model,omitempty"`
+	// Script is the YAML of a scripted model's turns (tests, demos).
+	Script string `json:"script,omitempty"`
+	// Policy names a stored policy of the tenant, NAME[@vN|@HASHPREFIX];
+	// PolicyDocument is a policy document (YAML) instead. Neither: the
+	// built-in strict default.
+	Policy         string `json:"policy,omitempty"`
+	PolicyDocument string `json:"policy_document,omitempty"`
+	// Workspace is what /workspace starts as; none: empty.
+	Workspace *WorkspaceSource `json:"workspace,omitempty"`
+	// Verify adds completion checks to the policy's.
+	Verify *VerifySpec `json:"verify,omitempty"`
+	// Artifacts adds globs of workspace files kept after verification.
+	Artifacts []string `json:"artifacts,omitempty"`
+	// MaxSteps lowers the policy's step budget (never raises it).
+	MaxSteps int `json:"max_steps,omitempty"`
+	// Metadata is the client's own labels (event.CheckMetadata bounds
+	// them), recorded in the run's run.created event and returned with
+	// the run.
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// WorkspaceSource is where a run's workspace comes from: an upload or a
+// git repository.
+type WorkspaceSource struct {
+	// Upload is the id of an uploaded tarball (POST /v1/uploads).
+	Upload string `json:"upload,omitempty"`
+	// Git is a repository's http(s) URL, fetched inside the run's sandbox
+	// through its egress proxy, so the run's policy must allow its host.
+	// It carries no credential: the policy's network.credentials do.
+	Git string `json:"git,omitempty"`
+	// Ref is the branch, tag or commit id of Git to check out (default:
+	// the repository's default branch).
+	Ref string `json:"ref,omitempty"`
+}
+
+// VerifySpec are completion checks.
+type VerifySpec struct {
+	Commands    []string `json:"commands,omitempty"`
+	Changed     []string `json:"changed,omitempty"`
+	OnlyChanged []string `json:"only_changed,omitempty"`
+}
+
+// ForkRequest is the body of POST /v1/runs/{id}/fork.
+type ForkRequest struct {
+	// AtStep is the step after which the new run starts (0: from the
+	// start). Required.
+	AtStep *int `json:"at_step"`
+	// Model, Script, Policy and PolicyDocument replace the parent's, as in
+	// CreateRunRequest; empty keeps the parent's.
+	Model          string `json:"model,omitempty"`
+	Script         string `json:"script,omitempty"`
+	Policy         string `json:"policy,omitempty"`
+	PolicyDocument string `json:"policy_document,omitempty"`
+	MaxSteps       int    `json:"max_steps,omitempty"`
+}
+
+// ActionRequest is the optional body of cancel and pause (and resume,
+// which ignores it).
+type ActionRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// EventPage is the body of GET /v1/runs/{id}/events.
+type EventPage struct {
+	Events []event.Event `json:"events"`
+	// NextAfter is the ?after= of the next page: the last seq returned
+	// (or the one asked for, when none was).
+	NextAfter int64 `json:"next_after"`
+	// More says the log had more events than this page.
+	More bool `json:"more"`
+}
+
+// StreamEnd is the data of the "end" event an event stream sends last,
+// once the run is final and every event up to LastSeq was sent. Status is
+// empty when a client made it up from a 204 (nothing left to send), which
+// does not say.
+type StreamEnd struct {
+	Status  event.Status `json:"status"`
+	LastSeq int64        `json:"last_seq"`
+}
+
+// Artifact is a run's stored result as the API lists it: the patch
+// (patch.diff), a kept file (files/PATH).
+type Artifact struct {
+	Name      string    `json:"name"`
+	Digest    string    `json:"digest"`
+	Size      int64     `json:"size"`
+	MediaType string    `json:"media_type"`
+	Created   time.Time `json:"created"`
+}
+
+// ArtifactList is the body of GET /v1/runs/{id}/artifacts.
+type ArtifactList struct {
+	Artifacts []Artifact `json:"artifacts"`
+}
+
+// Upload is the answer to POST /v1/uploads.
+type Upload struct {
+	// ID names the upload in a run's workspace.upload.
+	ID string `json:"id"`
+	// Size is the stored (gzipped) tarball's size in bytes; Received how
+	// many bytes the request carried.
+	Size     int64 `json:"size"`
+	Received int64 `json:"received"`
+	// Gzipped says the body was gzipped already (else the server
+	// gzipped it).
+	Gzipped bool `json:"gzipped"`
+}
