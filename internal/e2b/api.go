@@ -109,6 +109,14 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 			writeAPIError(w, http.StatusForbidden, "this API key lacks the sandboxes scope")
 			return
 		}
+		if ok, wait := s.apiLimit.allow(p.KeyID); !ok {
+			// 429 with an integer Retry-After: the SDK waits and retries,
+			// then raises RateLimitError.
+			s.audit.record(Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "limited", Sandbox: r.PathValue("id")})
+			w.Header().Set("Retry-After", retryAfter(wait))
+			writeAPIError(w, http.StatusTooManyRequests, fmt.Sprintf("rate limit: an API key makes %g calls a second (%d at once); retry later", s.cfg.APIRate, s.cfg.APIBurst))
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxMessage)
 		err = f(ctx, w, r, caller{p: p})
 		rec := Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "ok", Sandbox: r.PathValue("id")}
@@ -257,7 +265,7 @@ func (s *Server) handleKill(ctx context.Context, w http.ResponseWriter, r *http.
 	if b == nil {
 		return errNoSandbox
 	}
-	s.kill(ctx, b, "api")
+	s.end(ctx, b, endKilled, c.p.KeyID)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -373,16 +381,6 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// handleMetrics answers an empty series: airlock does not sample
-// sandboxes' CPU and memory yet.
-func (s *Server) handleMetrics(ctx context.Context, w http.ResponseWriter, r *http.Request, c caller) error {
-	if s.lookup(c.p.Tenant, r.PathValue("id")) == nil {
-		return errNoSandbox
-	}
-	writeJSON(w, http.StatusOK, []any{})
 	return nil
 }
 

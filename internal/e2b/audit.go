@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Record is one audited operation: a line of the audit log.
+// Record is one audited operation: a line of the audit log, and a
+// sandbox.op event in the log of the sandbox it is about.
 type Record struct {
 	Time time.Time `json:"time"`
 	// Tenant owns the sandbox; empty when the caller named no sandbox it
@@ -27,15 +28,33 @@ type Record struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// auditLog appends records as JSON lines to a writer.
+// auditLog records operations: in the log of the sandbox they are about
+// (journal), and as JSON lines to a writer.
 type auditLog struct {
 	now func() time.Time
+	// journal appends a record to its sandbox's log, if it names one of
+	// the caller's sandboxes, and returns it as it must be written: its
+	// detail scrubbed of the sandbox's environment values.
+	journal func(Record) Record
 
 	mu sync.Mutex
 	w  io.Writer // guarded by mu
 }
 
+// record records r in its sandbox's log and as a line.
 func (a *auditLog) record(r Record) {
+	if r.Time.IsZero() {
+		r.Time = a.now().UTC()
+	}
+	if a.journal != nil {
+		r = a.journal(r)
+	}
+	a.line(r)
+}
+
+// line writes r as a JSON line only (its sandbox's log has it already,
+// in another form, or it has none).
+func (a *auditLog) line(r Record) {
 	if a.w == nil {
 		return
 	}

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // Sandbox states, as E2B names them.
@@ -28,7 +31,7 @@ const (
 )
 
 // box is one E2B sandbox: an airlock sandbox while running, a workspace
-// snapshot while paused.
+// snapshot while paused, and always a record in the store.
 type box struct {
 	id       string
 	tenant   string
@@ -40,6 +43,21 @@ type box struct {
 	token    string
 	started  time.Time
 	internet bool
+	rec      *record // its record's log
+
+	// life serializes what changes the sandbox and its record: pause,
+	// resume, its end, and meter ticks. Taken before mu.
+	life sync.Mutex
+	// status is guarded by life: the record's status.
+	status event.Status
+	// lease is guarded by life: the fencing token of this Server's lease
+	// on the record while the sandbox runs.
+	lease int64
+	// meter is guarded by life: where the running boot's metering stands.
+	meter meterState
+	// owed is guarded by life: debits that failed, by the seq of their
+	// usage event, tried again at each meter tick.
+	owed map[int64]int64
 
 	mu sync.Mutex
 	// state, endAt, live and snapshot are guarded by mu.
@@ -61,6 +79,28 @@ func newToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// minScrubbed is the shortest environment value scrubbed from audit
+// details: shorter ones ("1", "true") would blank out ordinary text and
+// tell little.
+const minScrubbed = 4
+
+// scrub replaces the sandbox's environment values and its access token in
+// s with [redacted].
+func (b *box) scrub(s string) string {
+	if s == "" {
+		return s
+	}
+	if b.token != "" && strings.Contains(s, b.token) {
+		s = strings.ReplaceAll(s, b.token, "[redacted]")
+	}
+	for _, v := range b.envs {
+		if len(v) >= minScrubbed && strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, "[redacted]")
+		}
+	}
+	return s
 }
 
 // tokenOK compares a presented token with the box's in constant time.
@@ -173,6 +213,12 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
 	}
+	switch spent, _, err := s.spent(ctx, tenant); {
+	case err != nil:
+		return nil, err
+	case spent:
+		return nil, errCreditsSpent
+	}
 	if err := s.reserve(tenant); err != nil {
 		return nil, err
 	}
@@ -181,26 +227,76 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	b := &box{id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess}
 	b.spec = specOf(tpl.doc)
-	for k, v := range req.EnvVars {
-		b.spec.Env = append(b.spec.Env, k+"="+v)
-	}
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
 	}
-	lv, err := s.boot(ctx, b)
-	if err != nil {
+	if err := s.openRecord(ctx, b, timeout); err != nil {
 		return nil, err
 	}
-	b.state, b.live, b.endAt = stateRunning, lv, s.now().Add(timeout)
+	defer s.opened(b)
+	b.life.Lock()
+	defer b.life.Unlock()
+	t0 := s.now()
+	lv, err := s.boot(ctx, b)
+	if err != nil {
+		s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the sandbox did not boot"})
+		return nil, err
+	}
+	now := s.now()
+	b.rec.add(event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, DurationMS: now.Sub(t0).Milliseconds()}, now)
+	b.meter = meterState{at: now}
+	b.state, b.live, b.endAt = stateRunning, lv, now.Add(timeout)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		s.destroy(ctx, lv)
+		s.endLocked(ctx, b, endShutdown, "")
 		return nil, &publicError{status: 503, msg: "the server is shutting down"}
 	}
 	s.boxes[b.id] = b
 	s.mu.Unlock()
 	return b, nil
+}
+
+// openRecord creates b's record in the store, with its first event, and
+// takes its lease. The record's policy is the template's document (empty
+// for the default policy), from which a restarted server boots it again.
+func (s *Server) openRecord(ctx context.Context, b *box, timeout time.Duration) error {
+	r := store.Run{ID: event.NewRunID(s.now()), Tenant: b.tenant, Kind: store.KindSandbox, Status: event.StatusRunning,
+		Task: fmt.Sprintf("E2B sandbox %s, template %s", b.id, b.template.name), Policy: b.template.raw}
+	if b.template.raw != nil {
+		r.PolicyHash = store.PolicyHash(b.template.raw)
+	}
+	s.mu.Lock()
+	s.opening[r.ID] = true // not a record the sweep may close
+	s.mu.Unlock()
+	b.rec = s.newRecord(r.ID, 1)
+	b.status = event.StatusRunning
+	if _, err := s.o.Store.CreateRun(ctx, r); err != nil {
+		s.opened(b)
+		return fmt.Errorf("e2b: sandbox %s: create its record: %w", b.id, err)
+	}
+	l, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
+	if err == nil {
+		b.lease = l.Token
+		_, err = b.rec.commit(ctx, "", "", event.SandboxCreated{SandboxID: b.id, Template: b.template.name, TemplateSource: b.template.source,
+			KeyID: b.keyID, Metadata: b.metadata, EnvKeys: slices.Sorted(maps.Keys(b.envs)), Internet: b.internet,
+			TimeoutMS: timeout.Milliseconds(), CPUs: b.spec.Limits.CPUs, MemoryBytes: b.spec.Limits.MemoryBytes,
+			DiskBytes: b.spec.Limits.DiskBytes, Host: s.owner})
+	}
+	if err != nil {
+		s.closeRecord(ctx, b, endBootFailed)
+		s.opened(b)
+		return fmt.Errorf("e2b: sandbox %s: open its record: %w", b.id, err)
+	}
+	return nil
+}
+
+// opened ends openRecord's hold on b's record: from now on it is in
+// s.boxes, or closed.
+func (s *Server) opened(b *box) {
+	s.mu.Lock()
+	delete(s.opening, b.rec.runID)
+	s.mu.Unlock()
 }
 
 // reserve counts a sandbox being created against the tenant's bound.
@@ -235,24 +331,37 @@ func (s *Server) unreserve(tenant string) {
 // template's policy allows any egress and the client did not turn
 // internet access off.
 func (s *Server) boot(ctx context.Context, b *box) (*live, error) {
+	// The spec names no id and no TTL (the server's own timeout, capped
+	// at the policy's TTL, ends the sandbox), and the create request's
+	// envs go to each command, so that a pool of ready sandboxes can serve
+	// a spec without a network; a proxied sandbox is named for its proxy.
 	spec := b.spec
-	spec.ID = b.id
+	spec.TTL = 0
 	spec.Env = append([]string(nil), spec.Env...)
 	release := func() {}
 	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
-		rel, err := s.o.Network.Attach(ctx, engine.Attachment{RunID: "e2b-" + b.id, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
+		spec.ID = b.id
+		rel, err := s.o.Network.Attach(ctx, engine.Attachment{RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
 			Audit: func(d event.EgressDecision) {
-				s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "egress", Outcome: d.Decision,
+				d.Sandbox = b.id
+				b.rec.add(d, s.now())
+				s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "egress", Outcome: d.Decision,
 					Detail: clipDetail(fmt.Sprintf("%s %s:%d rule=%s %s", d.Method, d.Host, d.Port, d.Rule, d.Reason))})
 			},
 			// Why deny: the E2B API has no one to ask; a policy's "ask"
 			// fails closed here.
 			Ask: func(context.Context, string, int) (bool, error) { return false, nil },
-			Log: func(_ context.Context, ps ...event.Payload) (int64, error) {
+			// The LLM gateway's calls go into the record, and the
+			// gateway debits each one's cost against its seq.
+			Log: func(ctx context.Context, ps ...event.Payload) (int64, error) {
 				for _, p := range ps {
-					s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "llm", Outcome: "ok", Detail: clipDetail(string(p.EventType()))})
+					s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "llm", Outcome: "ok", Detail: clipDetail(string(p.EventType()))})
 				}
-				return 0, nil
+				stored, err := b.rec.commit(ctx, "", "", ps...)
+				if err != nil || len(stored) == 0 {
+					return 0, err
+				}
+				return stored[0].Seq, nil
 			},
 		})
 		if err != nil {
@@ -292,8 +401,40 @@ func (s *Server) lookup(tenant, id string) *box {
 	return b
 }
 
-// kill destroys b and forgets it. It is idempotent.
-func (s *Server) kill(ctx context.Context, b *box, why string) {
+// endReason is why a sandbox ended, and the final status of its record.
+type endReason struct {
+	name   string
+	status event.Status
+	lost   bool // recorded as sandbox.lost, not sandbox.destroyed
+}
+
+// The ends of a sandbox.
+var (
+	// endKilled: killed through the API.
+	endKilled = endReason{name: "killed", status: event.StatusCancelled}
+	// endTimeout: its timeout passed.
+	endTimeout = endReason{name: "timeout", status: event.StatusCompleted}
+	// endLost: it died on its own, or its server did.
+	endLost = endReason{name: "lost", status: event.StatusFailed, lost: true}
+	// endCredits: its tenant is metered and its balance spent.
+	endCredits = endReason{name: "credits", status: event.StatusFailed}
+	// endShutdown: its server shut down while it ran.
+	endShutdown = endReason{name: "shutdown", status: event.StatusCancelled}
+	// endBootFailed: it never booted.
+	endBootFailed = endReason{name: "boot_failed", status: event.StatusFailed}
+)
+
+// end destroys b, forgets it and closes its record with why; keyID names
+// the API key that killed it, if one did, and extra goes before the end
+// event. It is idempotent.
+func (s *Server) end(ctx context.Context, b *box, why endReason, keyID string, extra ...event.Payload) {
+	b.life.Lock()
+	defer b.life.Unlock()
+	s.endLocked(ctx, b, why, keyID, extra...)
+}
+
+// endLocked is end. Preconditions: b.life held.
+func (s *Server) endLocked(ctx context.Context, b *box, why endReason, keyID string, extra ...event.Payload) {
 	b.mu.Lock()
 	if b.state == stateKilled {
 		b.mu.Unlock()
@@ -307,23 +448,69 @@ func (s *Server) kill(ctx context.Context, b *box, why string) {
 		delete(s.boxes, b.id)
 	}
 	s.mu.Unlock()
+	s.sbxLimit.forget(b.id)
+	var (
+		ps    []event.Payload
+		usage *event.SandboxUsage
+	)
 	if lv != nil {
+		// Measured before the sandbox, and its counters, are gone.
+		u, _ := s.usage(b, lv, b.meter, s.now(), true)
+		usage = &u
+		ps = append(ps, u)
 		s.destroy(ctx, lv)
 	}
 	if snap != "" {
 		_ = os.Remove(snap)
 	}
-	if why != "api" {
-		s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.end", Outcome: why})
+	s.removePaused(b.rec.runID)
+	if keyID != "" {
+		ps = append(ps, event.SandboxOp{Op: "sandbox.kill", Outcome: "ok", KeyID: keyID})
 	}
+	ps = append(ps, extra...)
+	stored := s.closeRecord(ctx, b, why, ps...)
+	if usage != nil && len(stored) > 0 {
+		s.debit(ctx, b, stored[0].Seq, usage.CostMicroCredits)
+	}
+	if why != endKilled {
+		s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.end", Outcome: why.name})
+	}
+}
+
+// closeRecord appends ps and the end event of why to b's record and
+// moves it to why's final status; it returns ps as stored (nil if that
+// failed, which is logged: a restarted server closes the record).
+// Preconditions: b.life held, or b not yet shared.
+func (s *Server) closeRecord(ctx context.Context, b *box, why endReason, ps ...event.Payload) []event.Event {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var end event.Payload = event.SandboxDestroyed{Sandbox: b.id, SandboxID: b.id, Reason: why.name, CPUMS: b.meter.cpu.Milliseconds()}
+	if why.lost {
+		end = event.SandboxLost{Sandbox: b.id, SandboxID: b.id, Reason: why.name, CPUMS: b.meter.cpu.Milliseconds()}
+	}
+	if b.status.Final() {
+		return nil
+	}
+	stored, err := b.rec.commit(ctx, b.status, why.status, append(ps, end)...)
+	if err != nil {
+		s.log.Warn("e2b: close a sandbox's record", "sandbox_id", b.id, "run_id", b.rec.runID, "err", err)
+		return nil
+	}
+	b.status = why.status
+	return stored[:len(ps)]
 }
 
 // errAlreadyPaused answers pause on a paused sandbox.
 var errAlreadyPaused = &publicError{status: 409, msg: "the sandbox is already paused"}
 
 // pause snapshots b's workspace, then destroys its sandbox. Memory is not
-// kept: resuming boots a fresh sandbox from the snapshot.
+// kept: resuming boots a fresh sandbox from the snapshot. The snapshot and
+// what a resume needs besides the record (the access token, the
+// environment's values) stay in StateDir, so a restarted server can
+// resume it.
 func (s *Server) pause(ctx context.Context, b *box) error {
+	b.life.Lock()
+	defer b.life.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch b.state {
@@ -348,20 +535,40 @@ func (s *Server) pause(ctx context.Context, b *box) error {
 		}
 		return fmt.Errorf("e2b: pause %s: snapshot: %w", b.id, err)
 	}
+	if err := s.writePaused(b, f.Name()); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
 	lv := b.live
-	b.state, b.live, b.snapshot = statePaused, nil, f.Name()
+	u, _ := s.usage(b, lv, b.meter, s.now(), true)
+	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: "api"})
+	if err != nil {
+		// The sandbox goes on running, as its record says.
+		s.removePaused(b.rec.runID)
+		os.Remove(f.Name())
+		return fmt.Errorf("e2b: pause %s: %w", b.id, err)
+	}
+	b.status = event.StatusPaused
+	b.state, b.live, b.snapshot, b.endAt = statePaused, nil, f.Name(), s.now()
 	s.destroy(ctx, lv)
+	s.debit(ctx, b, stored[0].Seq, u.CostMicroCredits)
+	if err := s.o.Store.ReleaseLease(context.WithoutCancel(ctx), b.rec.runID, s.owner, b.lease); err != nil {
+		s.log.Warn("e2b: release the lease of a paused sandbox's record", "sandbox_id", b.id, "err", err)
+	}
 	return nil
 }
 
 // resume boots a fresh sandbox from b's snapshot; timeout is its new
 // lifetime.
 func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) error {
+	b.life.Lock()
+	defer b.life.Unlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state != statePaused {
 		return nil
 	}
+	t0 := s.now()
 	lv, err := s.boot(ctx, b)
 	if err != nil {
 		return err
@@ -386,8 +593,23 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 		s.destroy(ctx, lv)
 		return fmt.Errorf("e2b: resume %s: restore: %w", b.id, err)
 	}
+	l, err := s.o.Store.AcquireLease(ctx, b.rec.runID, s.owner, s.leaseTTL())
+	if err == nil {
+		now := s.now()
+		_, err = b.rec.commit(ctx, event.StatusPaused, event.StatusRunning,
+			event.RunResumed{Reason: "resume", FromSeq: b.rec.last(), Host: s.owner},
+			event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: "workspace", DurationMS: now.Sub(t0).Milliseconds()})
+	}
+	if err != nil {
+		s.destroy(ctx, lv)
+		return fmt.Errorf("e2b: resume %s: %w", b.id, err)
+	}
+	b.lease, b.status = l.Token, event.StatusRunning
 	_ = os.Remove(filepath.Clean(b.snapshot))
-	b.state, b.live, b.snapshot, b.endAt = stateRunning, lv, "", s.now().Add(timeout)
+	s.removePaused(b.rec.runID)
+	now := s.now()
+	b.meter = meterState{at: now}
+	b.state, b.live, b.snapshot, b.endAt = stateRunning, lv, "", now.Add(timeout)
 	return nil
 }
 

@@ -42,6 +42,43 @@ type Config struct {
 	// Keepalive is how often an idle stream sends a keepalive event when
 	// the client asks for none (default 50s, what the SDK asks for).
 	Keepalive time.Duration `yaml:"keepalive"`
+	// MetricsInterval is how often every running sandbox's CPU, memory
+	// and disk use is sampled for GET /sandboxes/{id}/metrics (default
+	// 5s, as E2B's).
+	MetricsInterval time.Duration `yaml:"metrics_interval"`
+
+	// Price is what sandboxes cost a metered tenant (one whose credit
+	// ledger has entries), by the host's measure.
+	Price Price `yaml:"price"`
+	// MeterInterval is how often each running sandbox's usage is recorded
+	// (a sandbox.usage event) and debited (default 30s); a boot's last
+	// usage is recorded when it ends. A metered tenant whose balance is
+	// spent has its running sandboxes killed at the next one.
+	MeterInterval time.Duration `yaml:"meter_interval"`
+	// APIRate and APIBurst are the control plane's token bucket per API
+	// key: APIBurst calls at once, APIRate a second after that (defaults
+	// 50 and 100). Over it, a call gets 429 with Retry-After.
+	APIRate  float64 `yaml:"api_rate"`
+	APIBurst int     `yaml:"api_burst"`
+	// SandboxRate and SandboxBurst are the data plane's token bucket per
+	// sandbox (defaults 500 and 1000).
+	SandboxRate  float64 `yaml:"sandbox_rate"`
+	SandboxBurst int     `yaml:"sandbox_burst"`
+}
+
+// Price is the host's price of sandbox use, in micro-credits (millionths
+// of a credit). A zero field takes its default; a negative one makes that
+// use free.
+type Price struct {
+	// SandboxSecond is charged per second a sandbox is up, whatever it
+	// does (default 10).
+	SandboxSecond int64 `yaml:"sandbox_second"`
+	// CPUSecond is charged per second of CPU time its processes use, as
+	// the host's cgroup counts it (default 20).
+	CPUSecond int64 `yaml:"cpu_second"`
+	// MemoryGiBSecond is charged per GiB of the sandbox's memory limit
+	// per second it is up (default 5).
+	MemoryGiBSecond int64 `yaml:"memory_gib_second"`
 }
 
 // Defaults.
@@ -53,7 +90,22 @@ const (
 	DefaultMaxFile      = 100 << 20
 	DefaultMaxSnapshot  = 1 << 30
 	DefaultKeepalive    = 50 * time.Second
+	// DefaultMetricsInterval is MetricsInterval's default.
+	DefaultMetricsInterval = 5 * time.Second
+
+	DefaultPriceSandboxSecond   = 10
+	DefaultPriceCPUSecond       = 20
+	DefaultPriceMemoryGiBSecond = 5
+	DefaultMeterInterval        = 30 * time.Second
+	DefaultAPIRate              = 50
+	DefaultAPIBurst             = 100
+	DefaultSandboxRate          = 500
+	DefaultSandboxBurst         = 1000
 )
+
+// maxPrice bounds each price, in micro-credits (a thousand credits a
+// second), so a usage's cost is far from overflowing.
+const maxPrice = 1_000_000_000
 
 // Enabled reports whether the configuration turns the E2B API on.
 func (c Config) Enabled() bool { return c.APIAddr != "" || c.SandboxAddr != "" }
@@ -82,7 +134,42 @@ func (c Config) WithDefaults() Config {
 	if c.Keepalive == 0 {
 		c.Keepalive = DefaultKeepalive
 	}
+	if c.MetricsInterval == 0 {
+		c.MetricsInterval = DefaultMetricsInterval
+	}
+	c.Price = c.Price.withDefaults()
+	if c.MeterInterval == 0 {
+		c.MeterInterval = DefaultMeterInterval
+	}
+	if c.APIRate == 0 {
+		c.APIRate = DefaultAPIRate
+	}
+	if c.APIBurst == 0 {
+		c.APIBurst = DefaultAPIBurst
+	}
+	if c.SandboxRate == 0 {
+		c.SandboxRate = DefaultSandboxRate
+	}
+	if c.SandboxBurst == 0 {
+		c.SandboxBurst = DefaultSandboxBurst
+	}
 	return c
+}
+
+// withDefaults sets zero prices to their defaults and negative ones to 0.
+func (p Price) withDefaults() Price {
+	for _, f := range []struct {
+		v   *int64
+		def int64
+	}{{&p.SandboxSecond, DefaultPriceSandboxSecond}, {&p.CPUSecond, DefaultPriceCPUSecond}, {&p.MemoryGiBSecond, DefaultPriceMemoryGiBSecond}} {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < 0:
+			*f.v = 0
+		}
+	}
+	return p
 }
 
 // Validate reports every problem of c (after WithDefaults).
@@ -114,6 +201,18 @@ func (c Config) Validate() error {
 	check(c.MaxFile >= 1<<10 && c.MaxFile <= 1<<40, "e2b.max_file %d: want 1K to 1T bytes", c.MaxFile)
 	check(c.MaxSnapshot >= 1<<20 && c.MaxSnapshot <= 1<<40, "e2b.max_snapshot %d: want 1M to 1T bytes", c.MaxSnapshot)
 	check(c.Keepalive >= time.Second && c.Keepalive <= 10*time.Minute, "e2b.keepalive %s: want 1s to 10m", c.Keepalive)
+	check(c.MetricsInterval >= time.Second && c.MetricsInterval <= 10*time.Minute, "e2b.metrics_interval %s: want 1s to 10m", c.MetricsInterval)
+	for _, p := range []struct {
+		name string
+		v    int64
+	}{{"sandbox_second", c.Price.SandboxSecond}, {"cpu_second", c.Price.CPUSecond}, {"memory_gib_second", c.Price.MemoryGiBSecond}} {
+		check(p.v >= 0 && p.v <= maxPrice, "e2b.price.%s %d: want 0 to %d micro-credits", p.name, p.v, maxPrice)
+	}
+	check(c.MeterInterval >= time.Second && c.MeterInterval <= time.Hour, "e2b.meter_interval %s: want 1s to 1h", c.MeterInterval)
+	check(c.APIRate > 0 && c.APIRate <= 1e6, "e2b.api_rate %v: want above 0, at most 1000000 a second", c.APIRate)
+	check(c.APIBurst >= 1 && c.APIBurst <= 1e6, "e2b.api_burst %d: want 1 to 1000000", c.APIBurst)
+	check(c.SandboxRate > 0 && c.SandboxRate <= 1e6, "e2b.sandbox_rate %v: want above 0, at most 1000000 a second", c.SandboxRate)
+	check(c.SandboxBurst >= 1 && c.SandboxBurst <= 1e6, "e2b.sandbox_burst %d: want 1 to 1000000", c.SandboxBurst)
 	return errors.Join(errs...)
 }
 

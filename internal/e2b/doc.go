@@ -22,15 +22,31 @@
 //     sandbox, a dead one, and a wrong or missing token all answer the
 //     same 502, so the data plane tells nothing about other tenants'
 //     sandboxes.
-//   - Every operation on either plane is appended to the audit log as one
-//     JSON line (tenant, sandbox, op, outcome); no record holds a token,
-//     an environment value, or file contents.
+//   - Every sandbox is a record in the store (a run of kind sandbox, which
+//     no worker drives) with its own hash-chained log: every operation on
+//     either plane is a sandbox.op event there (appended in batches a few
+//     milliseconds apart, in order), its life is told by sandbox.created,
+//     sandbox.provisioned, run.paused, run.resumed and sandbox.destroyed
+//     or sandbox.lost, and its status is running, paused, then final. No
+//     event holds a token, an environment value, typed input or file
+//     contents. Each operation is also a JSON line of Options.Audit.
+//   - Usage is metered: every meter interval and at each boot's end a
+//     sandbox.usage event records what a running sandbox used (its host's
+//     measure) and its cost by the host's prices, and a metered tenant's
+//     ledger is debited once per such event. A tenant whose balance is
+//     spent creates no sandbox, and its running ones are killed.
+//   - Each API key (control plane) and each sandbox (data plane) has a
+//     token bucket; past it a request gets 429 with Retry-After.
 //   - Input is bounded: request bodies, Connect messages (an oversized one
 //     is a resource_exhausted error, never a partial read), uploads,
 //     downloads, listings, workspace snapshots, sandboxes per tenant.
 //     Streams are flushed message by message and send keepalives.
-//   - Sandboxes live in this process: they end with it (Run's return), and
-//     a sandbox past its timeout is killed.
+//   - Running sandboxes live in this process: they end with it (Run's
+//     return), and a sandbox past its timeout is killed. Paused sandboxes
+//     outlive it (their snapshots are in StateDir) and are resumable by
+//     the next Server; the records of sandboxes that were running when a
+//     server died are closed as lost when it starts again (or, for
+//     another server's, when its lease on them runs out).
 //
 // Importers: host wiring (the serve command) only.
 package e2b

@@ -145,6 +145,8 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	switch p := r.URL.Path; {
 	case p == "/health":
 		w.WriteHeader(http.StatusNoContent)
+	case p == "/metrics" && r.Method == http.MethodGet:
+		s.handleEnvdMetrics(w, r, c)
 	case p == "/files" && r.Method == http.MethodGet:
 		s.handleDownload(w, r, c)
 	case p == "/files" && r.Method == http.MethodPost:

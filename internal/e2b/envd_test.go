@@ -377,7 +377,8 @@ func TestFiles(t *testing.T) {
 		{"Stat", map[string]any{"path": "dir"}, 404, `"not_found"`},
 		{"Remove", map[string]any{"path": "never-was"}, 200, `{}`},
 		{"Stat", map[string]any{"path": ""}, 400, `"invalid_argument"`},
-		{"WatchDir", map[string]any{"path": "/"}, 404, `"unimplemented"`},
+		{"WatchDir", map[string]any{"path": "/"}, 415, `"unimplemented"`}, // a server stream: connect+json only
+		{"Copy", map[string]any{"path": "/"}, 404, `"unimplemented"`},
 	}
 	for i, c := range calls {
 		t.Run(fmt.Sprintf("%d-%s", i, c.method), func(t *testing.T) {

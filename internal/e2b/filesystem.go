@@ -205,6 +205,8 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 			e := entryOf(dst, fi)
 			return entryResponse{Entry: &e}, nil
 		})
+	case "WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher":
+		s.serveWatch(w, r, c, method) // watch.go
 	default:
 		writeUnaryError(w, http.StatusNotFound, rpcErrorf(codeUnimplemented, "filesystem.Filesystem/%s is not implemented", clip(method)))
 	}

@@ -335,7 +335,15 @@ func (s *Server) serveProcess(w http.ResponseWriter, r *http.Request, c envdCall
 			if len(data) == 0 {
 				return struct{}{}, nil
 			}
-			if err := sendInput(ctx, p, data); err != nil {
+			err = sendInput(ctx, p, data)
+			// The size, never the bytes: input may be a password typed
+			// into a terminal.
+			rec := Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "process.input", Outcome: "ok", Detail: fmt.Sprintf("pid %d: %d bytes", p.pid, len(data))}
+			if err != nil {
+				rec.Outcome = err.Code
+			}
+			s.audit.record(rec)
+			if err != nil {
 				return nil, err
 			}
 			return struct{}{}, nil
@@ -351,6 +359,7 @@ func (s *Server) serveProcess(w http.ResponseWriter, r *http.Request, c envdCall
 				return nil, err
 			}
 			p.closeStdin()
+			s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "process.close_stdin", Outcome: "ok", Detail: fmt.Sprintf("pid %d", p.pid)})
 			return struct{}{}, nil
 		})
 	case "SendSignal":
@@ -431,11 +440,20 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 		}
 		dir = d
 	}
-	var env []string
+	// The sandbox's envs (its create request's), then the command's own
+	// over them.
+	vars := maps.Clone(c.b.envs)
+	if vars == nil {
+		vars = map[string]string{}
+	}
 	for k, v := range cfg.Envs {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
 			return rpcErrorf(codeInvalidArgument, "envs: %q is not a variable name", clip(k))
 		}
+		vars[k] = v
+	}
+	env := make([]string, 0, len(vars))
+	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
 	slices.Sort(env)

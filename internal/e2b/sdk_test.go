@@ -85,9 +85,19 @@ type sdkResult struct {
 	Info           map[string]string `json:"info"`
 	Egress         string            `json:"egress"`
 	Connected      string            `json:"connected"`
-	Killed         bool              `json:"killed"`
-	KilledAgain    bool              `json:"killedAgain"`
-	Running        bool              `json:"running"`
+	Watched        []string          `json:"watched"`
+	Metrics        []struct {
+		Timestamp  time.Time `json:"timestamp"`
+		CPUCount   int       `json:"cpuCount"`
+		CPUUsedPct float64   `json:"cpuUsedPct"`
+		MemUsed    int64     `json:"memUsed"`
+		MemTotal   int64     `json:"memTotal"`
+		DiskUsed   int64     `json:"diskUsed"`
+		DiskTotal  int64     `json:"diskTotal"`
+	} `json:"metrics"`
+	Killed      bool `json:"killed"`
+	KilledAgain bool `json:"killedAgain"`
+	Running     bool `json:"running"`
 }
 
 // TestSDK drives the real E2B SDKs against the API on loopback, with real
@@ -113,6 +123,7 @@ func TestSDK(t *testing.T) {
 			t.Parallel()
 			tenant := []string{"alpha", "beta"}[i%2]
 			module := filepath.Join(dir, "node_modules", strings.SplitN(sdk.spec, "@", 2)[0])
+			started := time.Now()
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, node, script, module, itoa(h.upstream.port), sdk.name)
@@ -146,9 +157,16 @@ func TestSDK(t *testing.T) {
 			check("listed", slices.Equal(r.Listed, []string{r.ID}) && r.Info["run"] == sdk.name)
 			check("egress", strings.HasPrefix(r.Egress, "hello from upstream allowed.test") && strings.HasSuffix(r.Egress, "\ndenied:403\n0\n"))
 			check("connect", r.Connected == "100015")
+			check("watch", slices.Contains(r.Watched, "sub:create") && slices.Contains(r.Watched, "sub/f.txt:write"))
+			check("metrics", len(r.Metrics) >= 1)
+			for _, m := range r.Metrics {
+				check("metric values", m.MemTotal > 0 && m.MemUsed > 0 && m.MemUsed <= m.MemTotal && m.CPUCount >= 1 &&
+					m.CPUUsedPct >= 0 && m.CPUUsedPct <= 100 && m.DiskTotal > 0 && m.DiskUsed <= m.DiskTotal && !m.Timestamp.Before(started))
+			}
 			check("kill", r.Killed && !r.KilledAgain && !r.Running)
 		})
 	}
+	t.Run("rate limits", func(t *testing.T) { sdkRateLimits(t, node, dir) }) // sdk_limits_test.go
 	t.Cleanup(func() {
 		var creates, starts, writes int
 		for _, rec := range h.audit.records(t) {

@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -38,8 +40,9 @@ type Options struct {
 	Backend sandbox.Backend
 	// Keys verifies API keys (required).
 	Keys Keys
-	// Store holds the tenants' named policies, which templates name
-	// (required).
+	// Store holds the tenants' named policies, which templates name, the
+	// sandboxes' records (runs of kind store.KindSandbox) and the credit
+	// ledgers their usage is debited from (required).
 	Store store.Store
 	// Network attaches the egress proxy of a sandbox whose policy allows
 	// any egress; nil gives every sandbox no network at all. Attachments
@@ -50,9 +53,12 @@ type Options struct {
 	// policy.Document.HostResources); only for a server whose tenants are all trusted
 	// with the host.
 	TrustTenantPolicies bool
-	// StateDir holds paused sandboxes' workspace snapshots (required).
+	// StateDir holds paused sandboxes' workspace snapshots and what their
+	// resume needs, and this server's id (required). Keep it across
+	// restarts: paused sandboxes are resumable from it.
 	StateDir string
-	// Audit receives one JSON line per operation; nil records nothing.
+	// Audit receives one JSON line per operation, besides the sandbox's
+	// record in Store; nil writes none.
 	Audit io.Writer
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
@@ -61,8 +67,11 @@ type Options struct {
 }
 
 // Server serves the E2B control plane (APIHandler) and data plane
-// (SandboxHandler). Run must be running for sandboxes' timeouts to be
-// kept; its return destroys every sandbox.
+// (SandboxHandler). Run must be running: it takes back what an earlier
+// life left in the store first (requests wait for that), keeps
+// sandboxes' timeouts and meters them; its return destroys every running
+// sandbox (paused ones stay, resumable by the next Server on the same
+// StateDir).
 type Server struct {
 	o     Options
 	cfg   Config
@@ -71,6 +80,19 @@ type Server struct {
 	audit *auditLog
 	api   http.Handler
 	envd  http.Handler
+
+	// serverID names this server across restarts (kept in StateDir);
+	// owner, with a nonce of this life, leases the records of the
+	// sandboxes it runs.
+	serverID, owner string
+	// apiLimit is the token bucket per API key, sbxLimit per sandbox.
+	apiLimit, sbxLimit *limiter
+	// ready is closed once Run has taken back the store's records.
+	ready     chan struct{}
+	readyOnce sync.Once
+	// flushWake tells the flusher that operations wait (capacity 1: a
+	// wake is not lost, and many wakes are one).
+	flushWake chan struct{}
 
 	mu sync.Mutex
 	// boxes is guarded by mu: every sandbox, running or paused, by id.
@@ -81,10 +103,18 @@ type Server struct {
 	// creating is guarded by mu: sandboxes being created, per tenant,
 	// counted against MaxSandboxes.
 	creating map[string]int
+	// opening is guarded by mu: records being created, not yet in boxes,
+	// which the sweep leaves alone.
+	opening map[string]bool
 
 	// work tracks goroutines the Server starts (process waiters, stdin
 	// feeders); Run waits for them after destroying the sandboxes.
 	work sync.WaitGroup
+
+	// watchers are the polling watchers of the sandboxes (watch.go);
+	// metrics their metric rings (metrics.go).
+	watchers *watcherTable
+	metrics  *metricStore
 }
 
 // New checks o and builds a Server.
@@ -112,16 +142,24 @@ func New(o Options) (*Server, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, cfg: cfg, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}}
+	id, err := readServerID(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{o: o, cfg: cfg, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
+		watchers: newWatcherTable(), metrics: newMetricStore(),
+		serverID: id, owner: "e2b/" + id + "/" + randomHex(4), ready: make(chan struct{}), flushWake: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.audit = &auditLog{now: s.now, w: o.Audit}
-	s.api = s.apiRoutes()
-	s.envd = http.HandlerFunc(s.serveEnvd)
+	s.apiLimit = newLimiter(cfg.APIRate, cfg.APIBurst, s.now)
+	s.sbxLimit = newLimiter(cfg.SandboxRate, cfg.SandboxBurst, s.now)
+	s.audit = &auditLog{now: s.now, w: o.Audit, journal: s.journal}
+	s.api = s.gate(s.apiRoutes())
+	s.envd = s.gate(s.limitEnvd(http.HandlerFunc(s.serveEnvd)))
 	return s, nil
 }
 
@@ -136,59 +174,151 @@ func (s *Server) SandboxHandler() http.Handler { return s.envd }
 // gone.
 const reapEvery = time.Second
 
-// Run keeps sandboxes' timeouts until ctx ends, then destroys every
-// sandbox, removes every snapshot, and returns once all the Server's
-// goroutines are done.
+// Run takes back what the store holds of an earlier life of this server
+// (see restore.go), then keeps sandboxes' timeouts and meters them until
+// ctx ends; then it destroys every running sandbox, keeps the paused ones
+// for the next Server, and returns once all the Server's goroutines are
+// done.
 func (s *Server) Run(ctx context.Context) error {
-	t := time.NewTicker(reapEvery)
-	defer t.Stop()
+	defer s.readyOnce.Do(func() { close(s.ready) })
 	for {
+		err := s.restore(ctx)
+		if err == nil {
+			break
+		}
+		s.log.Error("e2b: take back the sandboxes' records", "err", err)
 		select {
 		case <-ctx.Done():
 			s.shutdown(context.WithoutCancel(ctx))
+			return fmt.Errorf("e2b: restore: %w", err)
+		case <-time.After(restoreWait):
+		}
+	}
+	s.readyOnce.Do(func() { close(s.ready) })
+	fctx, stopFlusher := context.WithCancel(ctx)
+	var flusher sync.WaitGroup
+	flusher.Add(2)
+	go func() {
+		defer flusher.Done()
+		s.runFlusher(fctx)
+	}()
+	go func() {
+		defer flusher.Done()
+		s.runMetrics(fctx) // metrics.go: the samples GET /sandboxes/{id}/metrics answers
+	}()
+	reap := time.NewTicker(reapEvery)
+	defer reap.Stop()
+	meter := time.NewTicker(s.cfg.MeterInterval)
+	defer meter.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			stopFlusher()
+			flusher.Wait()
+			s.shutdown(context.WithoutCancel(ctx))
 			return nil
-		case <-t.C:
+		case <-reap.C:
 			s.reap(ctx)
+		case <-meter.C:
+			s.meter(ctx)
 		}
 	}
 }
 
-// reap kills sandboxes past their end and forgets those that died.
+// reap ends sandboxes past their end and those that died.
 func (s *Server) reap(ctx context.Context) {
 	now := s.now()
-	s.mu.Lock()
-	var due []*box
-	for _, b := range s.boxes {
-		due = append(due, b)
-	}
-	s.mu.Unlock()
-	for _, b := range due {
+	for _, b := range s.all() {
 		b.mu.Lock()
 		expired := b.state == stateRunning && !now.Before(b.endAt)
 		dead := b.state == stateRunning && b.live != nil && isDone(b.live.sb.Done())
 		b.mu.Unlock()
 		switch {
 		case expired:
-			s.kill(ctx, b, "timeout")
+			s.end(ctx, b, endTimeout, "")
 		case dead:
-			s.kill(ctx, b, "lost")
+			s.end(ctx, b, endLost, "")
 		}
 	}
 }
 
-// shutdown destroys every sandbox and waits for the Server's goroutines.
+// shutdown destroys every running sandbox, writes what paused ones have
+// queued, and waits for the Server's goroutines.
 func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
-	var all []*box
-	for _, b := range s.boxes {
-		all = append(all, b)
-	}
 	s.mu.Unlock()
-	for _, b := range all {
-		s.kill(ctx, b, "shutdown")
+	for _, b := range s.all() {
+		b.mu.Lock()
+		paused := b.state == statePaused
+		b.mu.Unlock()
+		if !paused {
+			s.end(ctx, b, endShutdown, "")
+		}
 	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s.flushAll(fctx)
 	s.work.Wait()
+}
+
+// gate holds requests until Run has taken back the store's records.
+func (s *Server) gate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-s.ready:
+		case <-r.Context().Done():
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// limitEnvd keeps each sandbox's data-plane requests within its token
+// bucket. Only requests that carry the sandbox's token are counted, so no
+// one else can spend a sandbox's bucket.
+func (s *Server) limitEnvd(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, _, ok := s.route(r)
+		var b *box
+		if ok {
+			s.mu.Lock()
+			b = s.boxes[id]
+			s.mu.Unlock()
+		}
+		if b == nil || !s.envdAuthorized(r, b) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		if ok, wait := s.sbxLimit.allow(b.id); !ok {
+			s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "envd", Outcome: "limited", Detail: clip(r.URL.Path)})
+			w.Header().Set("Retry-After", retryAfter(wait))
+			msg := fmt.Sprintf("rate limit: this sandbox takes %g requests a second (%d at once); retry later", s.cfg.SandboxRate, s.cfg.SandboxBurst)
+			if isConnectPath(r.URL.Path) {
+				writeUnaryError(w, http.StatusTooManyRequests, rpcErrorf(codeResourceExhaust, "%s", msg))
+			} else {
+				writeEnvdError(w, http.StatusTooManyRequests, msg)
+			}
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// journal appends an audit record about one of the Server's sandboxes to
+// that sandbox's log, its detail scrubbed of the sandbox's environment
+// values (a command line may spell one out), and returns it scrubbed. A
+// record naming no sandbox, or one its tenant may not see, goes into no
+// log (it would otherwise land in another tenant's).
+func (s *Server) journal(r Record) Record {
+	if r.Tenant == "" || r.Sandbox == "" {
+		return r
+	}
+	if b := s.lookup(r.Tenant, r.Sandbox); b != nil {
+		r.Detail = b.scrub(r.Detail)
+		b.rec.add(event.SandboxOp{Op: r.Op, Outcome: r.Outcome, KeyID: r.KeyID, Detail: r.Detail}, r.Time)
+	}
+	return r
 }
 
 func isDone(c <-chan struct{}) bool {

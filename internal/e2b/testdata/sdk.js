@@ -52,6 +52,24 @@ async function main() {
     out.network = { exitCode: e.exitCode }
   }
 
+  // A recursive watch sees what a command writes.
+  await sbx.files.makeDir('watched')
+  out.watched = []
+  let sawWrite
+  const wrote = new Promise((resolve) => { sawWrite = resolve })
+  const handle = await sbx.files.watchDir('watched', (e) => {
+    out.watched.push(`${e.name}:${e.type}`)
+    if (e.name === 'sub/f.txt' && e.type === 'write') sawWrite()
+  }, { recursive: true })
+  await sbx.commands.run('mkdir -p watched/sub && echo hi > watched/sub/f.txt')
+  await within(30000, wrote, 'no write event from the watch')
+  await handle.stop()
+
+  out.metrics = (await sbx.getMetrics()).map((m) => ({
+    timestamp: m.timestamp.toISOString(), cpuCount: m.cpuCount, cpuUsedPct: m.cpuUsedPct,
+    memUsed: m.memUsed, memTotal: m.memTotal, diskUsed: m.diskUsed, diskTotal: m.diskTotal,
+  }))
+
   const listed = await Sandbox.list({ query: { metadata: { run: tag } } }).nextItems()
   out.listed = listed.map((s) => s.sandboxId)
   out.info = (await sbx.getInfo()).metadata
@@ -72,6 +90,17 @@ async function main() {
   out.killedAgain = await Sandbox.kill(sbx.sandboxId)
   out.running = await sbx.isRunning()
   console.log(JSON.stringify(out))
+}
+
+// within resolves as p does, or rejects with msg after ms.
+async function within(ms, p, msg) {
+  let timer
+  const late = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(msg)), ms) })
+  try {
+    return await Promise.race([p, late])
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 main().catch((e) => {

@@ -1,0 +1,368 @@
+package e2b
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// What outlives the process: a sandbox's record is in the store; a paused
+// sandbox's workspace snapshot and what its resume needs besides the
+// record (its access token, its environment's values, which no event
+// holds) are in StateDir, in a file only the host reads. A Server leases
+// the records of the sandboxes it runs, as "e2b/<server id>/<nonce>",
+// where the server id is kept in StateDir: so when it starts again it
+// knows the records its earlier life left running (their sandboxes died
+// with it) and closes them as lost, and it closes another server's once
+// that server's lease has run out. Paused sandboxes stay paused and are
+// listed and resumable again; a paused record whose files are not in
+// this StateDir is another server's.
+
+// serverIDFile holds the server's id in StateDir.
+const serverIDFile = "server-id"
+
+// readServerID returns the id kept in dir, making one the first time.
+func readServerID(dir string) (string, error) {
+	path := filepath.Join(dir, serverIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if len(id) == 32 && strings.Trim(id, "0123456789abcdef") == "" {
+			return id, nil
+		}
+		return "", fmt.Errorf("e2b: %s: not a server id", path)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("e2b: server id: %w", err)
+	}
+	id := randomHex(16)
+	if err := writeFileAtomic(path, []byte(id+"\n")); err != nil {
+		return "", fmt.Errorf("e2b: server id: %w", err)
+	}
+	return id, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// writeFileAtomic writes b to path, mode 0600, all or nothing.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if serr := f.Sync(); err == nil {
+		err = serr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// ours reports whether a lease owner is this Server, in this life or an
+// earlier one.
+func (s *Server) ours(owner string) bool {
+	return strings.HasPrefix(owner, "e2b/"+s.serverID+"/")
+}
+
+// pausedState is what a paused sandbox's resume needs besides its record.
+type pausedState struct {
+	SandboxID string            `json:"sandbox_id"`
+	Token     string            `json:"token"`
+	Envs      map[string]string `json:"envs,omitempty"`
+	// Snapshot is the snapshot file's name in StateDir.
+	Snapshot string `json:"snapshot"`
+}
+
+// Files in StateDir.
+const (
+	pausedPrefix   = "paused-"
+	pausedSuffix   = ".json"
+	snapshotPrefix = "snapshot-"
+)
+
+func (s *Server) pausedPath(runID string) string {
+	return filepath.Join(s.o.StateDir, pausedPrefix+runID+pausedSuffix)
+}
+
+// writePaused keeps what b's resume needs, with snapshot its workspace.
+func (s *Server) writePaused(b *box, snapshot string) error {
+	st, err := json.Marshal(pausedState{SandboxID: b.id, Token: b.token, Envs: b.envs, Snapshot: filepath.Base(snapshot)})
+	if err == nil {
+		err = writeFileAtomic(s.pausedPath(b.rec.runID), st)
+	}
+	if err != nil {
+		return fmt.Errorf("e2b: pause %s: keep its state: %w", b.id, err)
+	}
+	return nil
+}
+
+// removePaused removes the paused state of record runID, if any.
+func (s *Server) removePaused(runID string) {
+	if err := os.Remove(s.pausedPath(runID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Warn("e2b: remove a paused sandbox's state", "run_id", runID, "err", err)
+	}
+}
+
+// readPaused reads the paused state of record runID; fs.ErrNotExist when
+// there is none (another server's sandbox).
+func (s *Server) readPaused(runID string) (pausedState, error) {
+	b, err := os.ReadFile(s.pausedPath(runID))
+	if err != nil {
+		return pausedState{}, err
+	}
+	ps, err := parsePaused(b)
+	if err != nil {
+		return ps, fmt.Errorf("e2b: paused state of %s: %w", runID, err)
+	}
+	return ps, nil
+}
+
+// maxPausedState bounds a paused state file: a token, a sandbox id, a
+// file name, and environment variables within create's bounds.
+const maxPausedState = 4 << 20
+
+// parsePaused decodes a paused state. The snapshot it names is a plain
+// file name of StateDir's snapshots, never a path that could lead out.
+func parsePaused(b []byte) (pausedState, error) {
+	var ps pausedState
+	if len(b) > maxPausedState {
+		return ps, errors.New("too large")
+	}
+	if err := json.Unmarshal(b, &ps); err != nil {
+		return ps, err
+	}
+	switch {
+	case ps.SandboxID == "" || len(ps.SandboxID) > 64, ps.Token == "" || len(ps.Token) > 256:
+		return ps, errors.New("malformed sandbox id or token")
+	case !strings.HasPrefix(ps.Snapshot, snapshotPrefix) || strings.ContainsAny(ps.Snapshot, "/\\\x00") || filepath.Base(ps.Snapshot) != ps.Snapshot:
+		return ps, errors.New("malformed snapshot name")
+	}
+	if err := checkMap("envs", ps.Envs, true); err != nil {
+		return ps, err
+	}
+	return ps, nil
+}
+
+// sandboxRecords returns every sandbox record in one of statuses.
+func (s *Server) sandboxRecords(ctx context.Context, statuses ...event.Status) ([]store.Run, error) {
+	f := store.RunFilter{Kind: store.KindSandbox, Statuses: statuses}
+	var out []store.Run
+	for {
+		page, err := s.o.Store.ListRuns(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("e2b: list sandbox records: %w", err)
+		}
+		out = append(out, page...)
+		if len(page) < store.MaxPage {
+			return out, nil
+		}
+		f.After = page[len(page)-1].ID
+	}
+}
+
+// restore reads the records at start: it closes those an earlier life of
+// this Server left running, settles their debits, and takes the paused
+// sandboxes whose state is in StateDir back, then removes files no record
+// needs.
+func (s *Server) restore(ctx context.Context) error {
+	recs, err := s.sandboxRecords(ctx, event.StatusRunning, event.StatusPaused)
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{serverIDFile: true}
+	for _, r := range recs {
+		switch {
+		case r.Status == event.StatusRunning && s.ours(r.LeaseOwner):
+			s.closeLost(ctx, r, "its server stopped while it ran")
+		case r.Status == event.StatusRunning:
+			s.takeOver(ctx, r)
+		case r.Status == event.StatusPaused:
+			ps, err := s.readPaused(r.ID)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // another server's
+			}
+			if err == nil {
+				err = s.restoreBox(ctx, r, ps)
+			}
+			if err != nil {
+				s.log.Error("e2b: a paused sandbox cannot be restored", "run_id", r.ID, "err", err)
+				continue
+			}
+			keep[pausedPrefix+r.ID+pausedSuffix], keep[ps.Snapshot] = true, true
+			if err := s.settle(ctx, r); err != nil {
+				s.log.Warn("e2b: settle a paused sandbox's debits", "run_id", r.ID, "err", err)
+			}
+		}
+	}
+	entries, err := os.ReadDir(s.o.StateDir)
+	if err != nil {
+		return fmt.Errorf("e2b: restore: %w", err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if !keep[n] && (strings.HasPrefix(n, pausedPrefix) || strings.HasPrefix(n, snapshotPrefix) || strings.HasPrefix(n, ".tmp-")) {
+			_ = os.Remove(filepath.Join(s.o.StateDir, n))
+		}
+	}
+	return nil
+}
+
+// restoreBox takes paused record r back as a sandbox of this Server.
+func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) error {
+	evs, err := s.o.Store.Events(ctx, r.ID, 1, 1)
+	if err != nil {
+		return err
+	}
+	if len(evs) == 0 || evs[0].Type != event.TypeSandboxCreated {
+		return errors.New("its log does not start with sandbox.created")
+	}
+	p, err := evs[0].Unpack()
+	if err != nil {
+		return err
+	}
+	c := p.(*event.SandboxCreated)
+	if c.SandboxID != ps.SandboxID {
+		return errors.New("its state names another sandbox")
+	}
+	tpl := template{name: c.Template, doc: policy.Default(), source: c.TemplateSource}
+	if len(r.Policy) > 0 {
+		if tpl.doc, err = policy.Parse(r.Policy); err != nil {
+			return fmt.Errorf("its policy: %w", err)
+		}
+		tpl.raw = r.Policy
+	}
+	b := &box{id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
+		token: ps.Token, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
+		state: statePaused, endAt: r.Updated, snapshot: filepath.Join(s.o.StateDir, ps.Snapshot)}
+	b.spec = specOf(tpl.doc)
+	if err := b.spec.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.boxes[b.id] = b
+	return nil
+}
+
+// takeOver closes running record r as lost if its server's lease ran
+// out: the store's clock decides, through AcquireLease.
+func (s *Server) takeOver(ctx context.Context, r store.Run) {
+	_, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
+	switch {
+	case errors.Is(err, store.ErrLeased), errors.Is(err, store.ErrFinal):
+		return // alive elsewhere, or closed meanwhile
+	case err != nil:
+		s.log.Warn("e2b: lease a sandbox record to close it", "run_id", r.ID, "err", err)
+		return
+	}
+	s.closeLost(ctx, r, "its server stopped renewing its lease")
+}
+
+// closeLost closes running record r, whose sandbox died with its server,
+// and settles its debits.
+func (s *Server) closeLost(ctx context.Context, r store.Run, reason string) {
+	id := ""
+	if evs, err := s.o.Store.Events(ctx, r.ID, 1, 1); err == nil && len(evs) == 1 {
+		if p, err := evs[0].Unpack(); err == nil {
+			if c, ok := p.(*event.SandboxCreated); ok {
+				id = c.SandboxID
+			}
+		}
+	}
+	d, err := event.New(event.SandboxLost{Sandbox: id, SandboxID: id, Reason: reason})
+	for attempt := 0; err == nil; attempt++ {
+		_, _, err = s.o.Store.AppendStatus(ctx, r.ID, r.LastSeq+1, event.StatusRunning, event.StatusFailed, []event.Event{d})
+		if !errors.Is(err, store.ErrConflict) || attempt == 3 {
+			break
+		}
+		// A last write of its server landed after the listing.
+		var gerr error
+		if r, gerr = s.o.Store.GetRun(ctx, r.ID); gerr != nil || r.Status != event.StatusRunning {
+			return
+		}
+	}
+	if err != nil {
+		s.log.Warn("e2b: close a lost sandbox's record", "run_id", r.ID, "err", err)
+		return
+	}
+	s.log.Info("e2b: closed the record of a sandbox lost with its server", "run_id", r.ID, "sandbox_id", id)
+	s.removePaused(r.ID)
+	if err := s.settle(ctx, r); err != nil {
+		s.log.Warn("e2b: settle a lost sandbox's debits", "run_id", r.ID, "err", err)
+	}
+}
+
+// sweep closes the records other servers left running whose leases ran
+// out, and those an earlier life of this one left, so no record shows a
+// sandbox that no longer exists.
+func (s *Server) sweep(ctx context.Context) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return // a server on its way out judges no one else's records
+	}
+	recs, err := s.sandboxRecords(ctx, event.StatusRunning)
+	if err != nil {
+		s.log.Warn("e2b: sweep", "err", err)
+		return
+	}
+	s.mu.Lock()
+	live := make(map[string]bool, len(s.boxes)+len(s.opening))
+	for _, b := range s.boxes {
+		live[b.rec.runID] = true
+	}
+	for id := range s.opening {
+		live[id] = true
+	}
+	s.mu.Unlock()
+	for _, r := range recs {
+		switch {
+		case live[r.ID] || r.LeaseOwner == s.owner:
+		case s.ours(r.LeaseOwner):
+			s.closeLost(ctx, r, "its server stopped while it ran")
+		default:
+			s.takeOver(ctx, r)
+		}
+	}
+}
+
+// newRecord returns the appender of record runID, whose next seq is next.
+func (s *Server) newRecord(runID string, next int64) *record {
+	return &record{runID: runID, st: s.o.Store, next: next, wake: s.wakeFlusher}
+}
+
+// last returns the seq of the log's last event this record wrote.
+func (r *record) last() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next - 1
+}
+
+// restoreWait is how long Run waits before trying to restore again after
+// the store failed.
+const restoreWait = 2 * time.Second
