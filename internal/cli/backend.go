@@ -67,6 +67,10 @@ type backend interface {
 	policyVersions(ctx context.Context, name string) ([]store.PolicyVersion, error)
 	// policy reads the stored version ref names, with its document.
 	policy(ctx context.Context, ref string) (store.PolicyVersion, error)
+	// checkPolicy checks the policy document in file as this backend
+	// would store or run under it and returns it resolved, with its hash; a
+	// document it would not take is an error saying why.
+	checkPolicy(ctx context.Context, file string) (canonical []byte, hash string, err error)
 	// policies lists the stored policies at their latest versions.
 	policies(ctx context.Context) ([]store.PolicyVersion, error)
 
@@ -74,8 +78,15 @@ type backend interface {
 	credits(ctx context.Context, tenant string) (int64, []store.LedgerEntry, error)
 	// grant adds credits to tenant's ledger; the entry and the balance.
 	grant(ctx context.Context, tenant string, micro int64, note string) (store.LedgerEntry, int64, error)
-	// secrets opens the secret store the flags choose.
-	secrets(f *SecretStoreFlags) (*secret.Store, error)
+	// setSecret stores v as the secret name of the tenant f names (the
+	// default's, or the API key's, when empty), bound to hosts
+	// (normalized); it returns the hosts the secret is bound to.
+	setSecret(ctx context.Context, f *SecretStoreFlags, name string, v secret.Value, hosts []string) ([]string, error)
+	// listSecrets describes the tenant's secrets, sorted by name.
+	listSecrets(ctx context.Context, f *SecretStoreFlags) ([]secret.Info, error)
+	// deleteSecret deletes the tenant's secret name (secret.ErrNotFound
+	// when there is none).
+	deleteSecret(ctx context.Context, f *SecretStoreFlags, name string) error
 	// localHost returns this host's engine for what only it can do (what
 	// names the command); the remote backend refuses.
 	localHost(what string) (*host, error)
@@ -405,7 +416,54 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	return e, bal, err
 }
 
-func (b *localBackend) secrets(f *SecretStoreFlags) (*secret.Store, error) { return f.open(b.env) }
+// localSecretTenant is the tenant of the local secret commands when
+// --tenant is not given.
+const localSecretTenant = secret.DefaultTenant
+
+func (f *SecretStoreFlags) tenant() string {
+	if f.Tenant == "" {
+		return localSecretTenant
+	}
+	return f.Tenant
+}
+
+func (b *localBackend) setSecret(ctx context.Context, f *SecretStoreFlags, name string, v secret.Value, hosts []string) ([]string, error) {
+	st, err := f.open(b.env)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Set(ctx, f.tenant(), name, v, hosts); err != nil {
+		return nil, err
+	}
+	return secret.NormalizeHosts(hosts)
+}
+
+func (b *localBackend) listSecrets(ctx context.Context, f *SecretStoreFlags) ([]secret.Info, error) {
+	st, err := f.open(b.env)
+	if err != nil {
+		return nil, err
+	}
+	return st.List(ctx, f.tenant())
+}
+
+func (b *localBackend) deleteSecret(ctx context.Context, f *SecretStoreFlags, name string) error {
+	st, err := f.open(b.env)
+	if err != nil {
+		return err
+	}
+	return st.Delete(ctx, f.tenant(), name)
+}
+
+// checkPolicy loads the document as policy check does: this host takes
+// any valid one; a bad one has its problems printed, one per line, and
+// gives exit status 2.
+func (b *localBackend) checkPolicy(_ context.Context, file string) ([]byte, string, error) {
+	d, err := loadPolicy(b.env, file)
+	if err != nil {
+		return nil, "", err
+	}
+	return d.Canonical(), d.Hash(), nil
+}
 
 // notRemote is the error of a command a server cannot do (exit 2).
 func notRemote(what, why string) error {

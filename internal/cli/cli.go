@@ -11,8 +11,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/alecthomas/kong"
 )
 
@@ -39,6 +42,9 @@ type Env struct {
 	Store string
 
 	backend *linux.Backend
+	// pool, when set (airlock serve), keeps sandboxes ready in front of
+	// backend for the engine and the E2B API alike.
+	pool *pool.Pool
 }
 
 // Backend returns the native sandbox backend.
@@ -52,6 +58,32 @@ func (e *Env) Backend() (*linux.Backend, error) {
 	}
 	e.backend = b
 	return b, nil
+}
+
+// sandboxes returns what creates the host's sandboxes: the pool when the
+// command keeps one, else the native backend.
+func (e *Env) sandboxes() (sandbox.Backend, error) {
+	if e.pool != nil {
+		return e.pool, nil
+	}
+	return e.Backend()
+}
+
+// startPool puts a pool of ready sandboxes (see package pool) in front of
+// the native backend for the rest of the command; the returned function
+// destroys the idle ones.
+func (e *Env) startPool(o pool.Options) (func(), error) {
+	b, err := e.Backend()
+	if err != nil {
+		return nil, err
+	}
+	p := pool.New(b, o)
+	e.pool = p
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.Ctx), 30*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	}, nil
 }
 
 func (e *Env) getenv(k string) string {

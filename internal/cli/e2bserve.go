@@ -18,8 +18,11 @@ import (
 
 // e2bService is airlock serve's E2B-compatible API: the control plane and
 // the data plane on their own listeners, sandboxes under the tenants'
-// policies with the host's egress proxy, and an audit log at
-// $AIRLOCK_HOME/audit/e2b.jsonl.
+// policies with the host's egress proxy. Each sandbox is a record (a run
+// of kind sandbox) in the host's store, with every operation and its
+// metered usage in its log; paused sandboxes' snapshots are kept in
+// $AIRLOCK_HOME/e2b, so they are resumable after a restart. Every
+// operation is also a line of $AIRLOCK_HOME/audit/e2b.jsonl.
 type e2bService struct {
 	srv      *e2b.Server
 	api, sbx *http.Server
@@ -32,7 +35,7 @@ type e2bService struct {
 // secret store's key for policy credentials, trust whether tenants'
 // policies may name host resources.
 func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile string, trust bool, logger *slog.Logger) (_ *e2bService, err error) {
-	b, err := env.Backend()
+	b, err := env.sandboxes()
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +77,9 @@ func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile st
 	e.wg.Add(3)
 	go func() {
 		defer e.wg.Done()
-		_ = e.srv.Run(runCtx)
+		if err := e.srv.Run(runCtx); err != nil {
+			log.Error("the E2B API stopped", "err", err)
+		}
 	}()
 	for _, x := range []struct {
 		hs *http.Server
@@ -92,9 +97,10 @@ func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile st
 	return e, nil
 }
 
-// stop shuts the control plane down, destroys every E2B sandbox (which
-// ends the data plane's streams), then shuts the data plane down; requests
-// may finish until ctx ends.
+// stop shuts the control plane down, destroys every running E2B sandbox
+// (which ends the data plane's streams; paused ones stay, for the next
+// start), then shuts the data plane down; requests may finish until ctx
+// ends.
 func (e *e2bService) stop(ctx context.Context) {
 	if err := e.api.Shutdown(ctx); err != nil {
 		_ = e.api.Close()

@@ -94,15 +94,25 @@ type egressRun struct {
 // under $AIRLOCK_HOME/run/egress. The proxy knows the sandbox from the
 // socket alone: nothing the sandbox sends can claim another identity.
 func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f *EgressFlags, o egressOptions) (_ *egressRun, err error) {
+	runID, tenant := o.runID, o.tenant
+	if runID == "" {
+		runID = "run-" + strings.TrimPrefix(id, "sb-")
+	}
+	if tenant == "" {
+		tenant = secret.DefaultTenant
+	}
+	secretTenant := secretTenantOf(tenant)
 	var secrets egress.Secrets
 	if len(n.Credentials) > 0 {
 		st, err := openSecretStore(env, f.KeyFile)
 		if err != nil {
 			return nil, err
 		}
-		// Fail now, not on the first request, when a bound secret is missing.
+		// Fail now, not on the first request, when a bound secret is
+		// missing. A policy's credentials name the run's tenant's secrets,
+		// never another's: the proxy looks them up under its identity.
 		for _, c := range n.Credentials {
-			if _, _, err := st.Get(ctx, secret.DefaultTenant, c.Secret); err != nil {
+			if _, _, err := st.Get(ctx, secretTenant, c.Secret); err != nil {
 				return nil, fmt.Errorf("policy credential for %s: secret %q: %w", c.Host, c.Secret, err)
 			}
 		}
@@ -136,24 +146,18 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 	if err != nil {
 		return nil, fmt.Errorf("egress socket: %w", err)
 	}
-	runID, tenant := o.runID, o.tenant
-	if runID == "" {
-		runID = "run-" + strings.TrimPrefix(id, "sb-")
-	}
-	if tenant == "" {
-		tenant = secret.DefaultTenant
-	}
 	var sink egress.AuditSink = egress.NewJSONLSink(e.audit)
 	if o.extra != nil {
 		sink = teeSink{sink, o.extra}
 	}
 	e.proxy, err = egress.New(egress.Config{
-		Identity: egress.Identity{Tenant: tenant, Run: runID, Sandbox: id},
-		Policy:   n,
-		Secrets:  secrets,
-		Audit:    sink,
-		Approver: o.ask,
-		Local:    o.local,
+		Identity:     egress.Identity{Tenant: tenant, Run: runID, Sandbox: id},
+		Policy:       n,
+		Secrets:      secrets,
+		SecretTenant: secretTenant,
+		Audit:        sink,
+		Approver:     o.ask,
+		Local:        o.local,
 	})
 	if err != nil {
 		ln.Close()
@@ -202,6 +206,16 @@ func (e *egressRun) close(env *Env) {
 	if st := e.proxy.Stats(); st.Denied > 0 && env != nil {
 		fmt.Fprintf(env.Stderr, "airlock: egress: %d request(s) refused by policy (audit log: %s)\n", st.Denied, e.path)
 	}
+}
+
+// secretTenantOf returns the tenant whose secrets a run of tenant may use:
+// its own, except that local runs (tenant "local") use the secrets the
+// local commands set, the default tenant's.
+func secretTenantOf(tenant string) string {
+	if tenant == "" || tenant == runTenant {
+		return secret.DefaultTenant
+	}
+	return tenant
 }
 
 // openSecretStore opens $AIRLOCK_HOME/secrets with keyFile, or its default

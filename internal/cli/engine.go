@@ -103,10 +103,17 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	if h.store, err = openStore(env, h.red); err != nil {
 		return nil, err
 	}
+	// On PostgreSQL the blobs live in the database too, so that every
+	// process on it (airlock serve replicas, workers) reads the uploads,
+	// snapshots and artifacts any of them stored.
+	var blobs blob.Options
+	if pg, ok := h.store.(*postgres.Store); ok {
+		blobs.Backend = pg.Blobs()
+	}
 	if o.wrapStore != nil {
 		h.store = o.wrapStore(h.store)
 	}
-	if h.blobs, err = blob.New(filepath.Join(env.Home, "blobs"), blob.Options{}); err != nil {
+	if h.blobs, err = blob.New(filepath.Join(env.Home, "blobs"), blobs); err != nil {
 		h.store.Close()
 		return nil, err
 	}
@@ -133,7 +140,7 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	if o.readOnly {
 		opts.Backend = noBackend{}
 	} else {
-		b, err := env.Backend()
+		b, err := env.sandboxes()
 		if err != nil {
 			h.store.Close()
 			return nil, err
@@ -248,8 +255,9 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 		if err != nil {
 			return nil, err
 		}
+		tenant := secretTenantOf(a.Tenant)
 		for _, c := range doc.Network.Credentials {
-			if v, _, err := st.Get(ctx, secret.DefaultTenant, c.Secret); err == nil {
+			if v, _, err := st.Get(ctx, tenant, c.Secret); err == nil {
 				n.red.Add(v)
 			}
 		}

@@ -14,12 +14,13 @@ import (
 // decisions, and keep named policies with every version they had in the
 // run store. check and explain need no root, sandbox or $AIRLOCK_HOME.
 type PolicyCmd struct {
-	Check   PolicyCheckCmd   `cmd:"" help:"Validate a policy document; print it resolved (every default filled in, canonical form) with its hash. Exit status 2 on a bad document."`
-	Explain PolicyExplainCmd `cmd:"" help:"Show what a policy decides for one tool call, the rule that decides and why."`
-	Put     PolicyPutCmd     `cmd:"" help:"Validate a policy document and store it as the next version of NAME (nothing changes when it is NAME's latest already)."`
-	History PolicyHistoryCmd `cmd:"" help:"List the stored versions of NAME, newest first."`
-	Show    PolicyShowCmd    `cmd:"" help:"Print a stored version's document: NAME (the latest), NAME@vN or NAME@HASHPREFIX."`
-	Ls      PolicyLsCmd      `cmd:"" help:"List the stored policies, each at its latest version."`
+	Check    PolicyCheckCmd    `cmd:"" help:"Validate a policy document; print it resolved (every default filled in, canonical form) with its hash. Exit status 2 on a bad document."`
+	Validate PolicyValidateCmd `cmd:"" help:"Like check, but against a server (AIRLOCK_URL) the server checks it, with its own rules (host resources); stores nothing."`
+	Explain  PolicyExplainCmd  `cmd:"" help:"Show what a policy decides for one tool call, the rule that decides and why."`
+	Put      PolicyPutCmd      `cmd:"" help:"Validate a policy document and store it as the next version of NAME (nothing changes when it is NAME's latest already)."`
+	History  PolicyHistoryCmd  `cmd:"" help:"List the stored versions of NAME, newest first."`
+	Show     PolicyShowCmd     `cmd:"" help:"Print a stored version's document: NAME (the latest), NAME@vN or NAME@HASHPREFIX."`
+	Ls       PolicyLsCmd       `cmd:"" help:"List the stored policies, each at its latest version."`
 }
 
 // PolicyCheckCmd is `airlock policy check FILE`.
@@ -36,6 +37,28 @@ func (c *PolicyCheckCmd) Run(env *Env) error {
 	}
 	fmt.Fprintf(env.Stdout, "# hash: %s\n", doc.Hash())
 	_, err = env.Stdout.Write(doc.Canonical())
+	return err
+}
+
+// PolicyValidateCmd is `airlock policy validate FILE`.
+type PolicyValidateCmd struct {
+	File string `arg:"" help:"Policy document (YAML)." placeholder:"FILE"`
+}
+
+// Run prints what check prints: "# hash: sha256:..." and the canonical
+// document, as this host or the server resolves it.
+func (c *PolicyValidateCmd) Run(env *Env) error {
+	b, err := openBackend(env, hostOptions{readOnly: true})
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	canonical, hash, err := b.checkPolicy(env.Ctx, c.File)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "# hash: %s\n", hash)
+	_, err = env.Stdout.Write(canonical)
 	return err
 }
 

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
@@ -61,17 +63,17 @@ func (b *remoteBackend) fail(err error) error {
 		return fmt.Errorf("server %s: %s", b.url, strings.TrimPrefix(err.Error(), "client: "))
 	}
 	msg := ae.Message
-	if ae.RequestID != "" && !strings.Contains(msg, ae.RequestID) && (ae.Code == client.CodeInternal || ae.Code == client.CodeUnavailable) {
+	if ae.RequestID != "" && !strings.Contains(msg, ae.RequestID) && (ae.Code == api.CodeInternal || ae.Code == api.CodeUnavailable) {
 		msg += " (request " + ae.RequestID + ")"
 	}
 	switch ae.Code {
-	case client.CodeUnauthenticated:
+	case api.CodeUnauthenticated:
 		return usageError{fmt.Errorf("the server at %s refused the API key in AIRLOCK_API_KEY: %s", b.url, msg)}
-	case client.CodeForbidden:
+	case api.CodeForbidden:
 		return reportedError{fmt.Errorf("the server refused: %s", msg), 1}
-	case client.CodeConflict:
+	case api.CodeConflict:
 		return reportedError{errors.New(msg), 1}
-	case client.CodeBadRequest, client.CodeNotFound, client.CodeTooLarge, client.CodeMethodNotAllowed:
+	case api.CodeBadRequest, api.CodeNotFound, api.CodeTooLarge, api.CodeMethodNotAllowed:
 		return usageError{errors.New(msg)}
 	}
 	return fmt.Errorf("server %s: %s", b.url, msg)
@@ -81,27 +83,132 @@ func (b *remoteBackend) localHost(what string) (*host, error) {
 	return nil, notRemote(what, "it needs this host's engine and sandboxes")
 }
 
-func (b *remoteBackend) secrets(*SecretStoreFlags) (*secret.Store, error) {
-	return nil, notRemote("airlock secrets", "the API has no secrets endpoints yet; manage secrets on the server's host")
+// keyTenant is the tenant of the API key, as the secrets listing says.
+func (b *remoteBackend) keyTenant(ctx context.Context) (string, error) {
+	l, err := b.c.Secrets(ctx)
+	if err != nil {
+		return "", b.fail(err)
+	}
+	return l.Tenant, nil
 }
 
-func (b *remoteBackend) grant(context.Context, string, int64, string) (store.LedgerEntry, int64, error) {
-	return store.LedgerEntry{}, 0, notRemote("airlock credits grant", "the API has no endpoint that grants credits; grant them on the server's host")
+// secretTenant checks --tenant against the key's tenant: a key manages
+// its own tenant's secrets only.
+func (b *remoteBackend) secretTenant(ctx context.Context, f *SecretStoreFlags) error {
+	if f.Tenant == "" {
+		return nil
+	}
+	t, err := b.keyTenant(ctx)
+	if err != nil {
+		return err
+	}
+	if t != f.Tenant {
+		return usageError{fmt.Errorf("the API key is tenant %s's: it manages that tenant's secrets, not %s's", t, f.Tenant)}
+	}
+	return nil
 }
 
-func (b *remoteBackend) policy(context.Context, string) (store.PolicyVersion, error) {
-	return store.PolicyVersion{}, notRemote("airlock policy show", "the API has no endpoint that returns a stored policy's document")
+func (b *remoteBackend) setSecret(ctx context.Context, f *SecretStoreFlags, name string, v secret.Value, hosts []string) ([]string, error) {
+	if err := b.secretTenant(ctx, f); err != nil {
+		return nil, err
+	}
+	val := v.Reveal()
+	defer clear(val)
+	s, err := b.c.PutSecret(ctx, name, val, hosts)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	return s.Hosts, nil
+}
+
+func (b *remoteBackend) listSecrets(ctx context.Context, f *SecretStoreFlags) ([]secret.Info, error) {
+	l, err := b.c.Secrets(ctx)
+	if err != nil {
+		return nil, b.fail(err)
+	}
+	if f.Tenant != "" && f.Tenant != l.Tenant {
+		return nil, usageError{fmt.Errorf("the API key is tenant %s's: it lists that tenant's secrets, not %s's", l.Tenant, f.Tenant)}
+	}
+	out := make([]secret.Info, 0, len(l.Secrets))
+	for _, s := range l.Secrets {
+		out = append(out, secret.Info{Name: s.Name, Created: s.Created, Updated: s.Updated, Hosts: s.Hosts})
+	}
+	return out, nil
+}
+
+func (b *remoteBackend) deleteSecret(ctx context.Context, f *SecretStoreFlags, name string) error {
+	if err := b.secretTenant(ctx, f); err != nil {
+		return err
+	}
+	err := b.c.DeleteSecret(ctx, name)
+	if client.IsCode(err, api.CodeNotFound) {
+		return fmt.Errorf("%w: %s", secret.ErrNotFound, name)
+	}
+	if err != nil {
+		return b.fail(err)
+	}
+	return nil
+}
+
+// grant credits the key's own tenant: the server refuses any other.
+func (b *remoteBackend) grant(ctx context.Context, tenant string, micro int64, note string) (store.LedgerEntry, int64, error) {
+	g, err := b.c.Grant(ctx, api.GrantRequest{Tenant: tenant, Amount: micro, Note: note})
+	if err != nil {
+		return store.LedgerEntry{}, 0, b.fail(err)
+	}
+	e := g.Entry
+	return store.LedgerEntry{ID: e.ID, Tenant: g.Tenant, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created}, g.Balance, nil
+}
+
+// policy reads a stored version with its document; what the tenant does
+// not have is the local words' usage error.
+func (b *remoteBackend) policy(ctx context.Context, arg string) (store.PolicyVersion, error) {
+	name, ref, err := splitPolicyRef(arg)
+	if err != nil {
+		return store.PolicyVersion{}, err
+	}
+	v, err := b.c.Policy(ctx, name, ref)
+	switch {
+	case client.IsCode(err, api.CodeNotFound) && ref == "":
+		return store.PolicyVersion{}, usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
+	case client.IsCode(err, api.CodeNotFound):
+		return store.PolicyVersion{}, usageError{fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
+	case err != nil:
+		return store.PolicyVersion{}, b.fail(err)
+	}
+	out := toPolicyVersion(v)
+	out.Document = []byte(v.Document)
+	return out, nil
+}
+
+// checkPolicy has the server check the document as it checks one it
+// stores or runs under (its rules about host resources included).
+func (b *remoteBackend) checkPolicy(ctx context.Context, file string) ([]byte, string, error) {
+	doc, err := os.ReadFile(file)
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("policy: %w", err)}
+	}
+	c, err := b.c.ValidatePolicy(ctx, doc)
+	if err != nil {
+		return nil, "", b.fail(err)
+	}
+	return []byte(c.Canonical), c.CanonicalHash, nil
 }
 
 func (b *remoteBackend) unfinished(context.Context) ([]string, error) {
 	return nil, usageError{errors.New("give the runs to resume: against a server, its workers drive every unfinished run themselves")}
 }
 
-func toRun(r client.Run) store.Run {
+// toRun is an API run as the local store has it; a missing or malformed
+// last hash is left zero (verify then checks the chain without it).
+func toRun(r api.Run) store.Run {
 	out := store.Run{ID: r.ID, Tenant: r.Tenant, Task: r.Task, Model: r.Model, PolicyHash: r.PolicyHash, Status: r.Status,
 		Created: r.Created, Updated: r.Updated, ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, LastSeq: r.Events}
 	if r.Finished != nil {
 		out.Finished = *r.Finished
+	}
+	if h, err := event.ParseHash(r.LastHash); err == nil {
+		out.LastHash = h
 	}
 	return out
 }
@@ -137,7 +244,7 @@ func (b *remoteBackend) run(ctx context.Context, arg string) (store.Run, error) 
 	if err == nil {
 		return toRun(r), nil
 	}
-	if !client.IsCode(err, client.CodeNotFound) {
+	if !client.IsCode(err, api.CodeNotFound) {
 		return store.Run{}, b.fail(err)
 	}
 	if len(arg) < 4 {
@@ -200,8 +307,8 @@ func (b *remoteBackend) events(ctx context.Context, id string, from int64) ([]ev
 }
 
 // verify checks the chain of the events the server sends, up to the last
-// one the run records. The API does not give the run's recorded last
-// hash, so the last hash shown is the chain's own.
+// one the run records, and that it ends at the hash the run records, as
+// store.VerifyRun does locally.
 func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string, error, error) {
 	c := event.NewChain(r.ID)
 	for c.Seq() < r.LastSeq {
@@ -225,13 +332,17 @@ func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string,
 		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq() + 1, Got: r.LastSeq,
 			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq)}, nil
 	}
+	if c.Seq() > 0 && !r.LastHash.IsZero() && c.Last() != r.LastHash {
+		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq(),
+			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch)}, nil
+	}
 	return c.Seq(), c.Last().String(), nil, nil
 }
 
 // ended is the error of acting on run id that the server says conflicts:
 // the local engine's words when the run has ended.
 func (b *remoteBackend) ended(ctx context.Context, id string, err error) error {
-	if client.IsCode(err, client.CodeConflict) {
+	if client.IsCode(err, api.CodeConflict) {
 		if r, gerr := b.c.Run(ctx, id); gerr == nil && r.Status.Final() {
 			return reportedError{fmt.Errorf("run already ended: run %s is %s", id, r.Status), 1}
 		}
@@ -271,7 +382,7 @@ func (b *remoteBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error
 	if err != nil {
 		return "", err
 	}
-	q := client.ForkRequest{AtStep: c.At, Model: c.Model, MaxSteps: c.MaxSteps}
+	q := api.ForkRequest{AtStep: &c.At, Model: c.Model, MaxSteps: c.MaxSteps}
 	if o.Script != nil {
 		q.Script = string(o.Script)
 	}
@@ -314,7 +425,7 @@ func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve b
 		}
 		r, err := b.c.Run(ctx, runID)
 		switch {
-		case client.IsCode(err, client.CodeNotFound):
+		case client.IsCode(err, api.CodeNotFound):
 			return "", none
 		case err != nil:
 			return "", b.fail(err)
@@ -322,7 +433,7 @@ func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve b
 			return "", none
 		}
 	}
-	var d client.Decision
+	var d api.Decision
 	var err error
 	if approve {
 		d, err = b.c.Approve(ctx, id, text)
@@ -330,7 +441,7 @@ func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve b
 		d, err = b.c.Deny(ctx, id, text)
 	}
 	switch {
-	case client.IsCode(err, client.CodeNotFound):
+	case client.IsCode(err, api.CodeNotFound):
 		return "", none
 	case err != nil:
 		return "", b.fail(err)
@@ -338,7 +449,7 @@ func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve b
 	return d.By, nil
 }
 
-func toPolicyVersion(v client.PolicyVersion) store.PolicyVersion {
+func toPolicyVersion(v api.PolicyVersion) store.PolicyVersion {
 	return store.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, CreatedAt: v.Created, Source: v.Source, By: v.By}
 }
 
@@ -354,7 +465,7 @@ func (b *remoteBackend) putPolicy(ctx context.Context, name, _ string, doc []byt
 
 func (b *remoteBackend) policyVersions(ctx context.Context, name string) ([]store.PolicyVersion, error) {
 	vs, err := b.c.PolicyVersions(ctx, name)
-	if client.IsCode(err, client.CodeNotFound) {
+	if client.IsCode(err, api.CodeNotFound) {
 		return nil, store.ErrNotFound
 	}
 	if err != nil {

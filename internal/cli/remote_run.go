@@ -14,7 +14,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/airlockrun/airlock/internal/client"
+	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -31,8 +32,8 @@ const defaultContextWindow = 200000
 // stored policy is sent by name). What a server cannot do (host
 // directories, more sandboxes, base URLs) is refused. Errors are bad
 // input.
-func (c *AgentRunCmd) remoteRequest() (client.CreateRunRequest, error) {
-	q := client.CreateRunRequest{Task: c.Task, Model: c.Model}
+func (c *AgentRunCmd) remoteRequest() (api.CreateRunRequest, error) {
+	q := api.CreateRunRequest{Task: c.Task, Model: c.Model}
 	var errs []error
 	if strings.TrimSpace(c.Task) == "" {
 		errs = append(errs, errors.New("the task is empty"))
@@ -79,7 +80,7 @@ func (c *AgentRunCmd) remoteRequest() (client.CreateRunRequest, error) {
 		}
 		q.Policy, q.MaxSteps, q.Artifacts = ref, c.MaxSteps, c.Artifact
 		if len(c.Verify)+len(c.Changed)+len(c.Only) > 0 {
-			q.Verify = &client.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
+			q.Verify = &api.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
 		}
 	} else {
 		// The workspace is uploaded, not a host directory of the policy.
@@ -109,6 +110,17 @@ func (c *AgentRunCmd) remoteRequest() (client.CreateRunRequest, error) {
 	case c.Model == "":
 		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
 	}
+	switch {
+	case c.GitRef != "" && c.Git == "":
+		errs = append(errs, errors.New("--git-ref goes with --git"))
+	case c.Git != "" && c.Workspace != "":
+		errs = append(errs, errors.New("--git and --workspace exclude each other"))
+	case c.Git != "":
+		if err := (engine.GitSource{URL: c.Git, Ref: c.GitRef}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("--git: %w", err))
+		}
+		q.Workspace = &api.WorkspaceSource{Git: c.Git, Ref: c.GitRef}
+	}
 	if c.Workspace != "" {
 		if fi, err := os.Stat(c.Workspace); err != nil {
 			errs = append(errs, fmt.Errorf("--workspace %s: %w", c.Workspace, err))
@@ -131,7 +143,7 @@ func (b *remoteBackend) create(ctx context.Context, c *AgentRunCmd) (string, err
 		if err != nil {
 			return "", err
 		}
-		q.Workspace = &client.WorkspaceSource{Upload: id}
+		q.Workspace = &api.WorkspaceSource{Upload: id}
 	}
 	r, err := b.c.CreateRun(ctx, q)
 	if err != nil {

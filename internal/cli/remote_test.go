@@ -147,6 +147,7 @@ var normalizers = []struct {
 	{regexp.MustCompile(`\b\d+(\.\d+)? m?s\b`), "DURATION"},
 	{regexp.MustCompile(`"duration_ms":\d+`), `"duration_ms":N`},
 	{regexp.MustCompile(`\(last [0-9a-f]{12}\)`), "(last HASH)"},
+	{regexp.MustCompile(`"last_hash":"[0-9a-f]{64}"`), `"last_hash":"HASH"`},
 	{regexp.MustCompile(`script:[A-Za-z0-9._-]+`), "script:SCRIPT"},
 	{regexp.MustCompile(`"tenant":"[^"]*"`), `"tenant":"TENANT"`},
 }

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
@@ -28,6 +29,8 @@ import (
 type AgentRunCmd struct {
 	Task      string        `arg:"" help:"What the agent should do."`
 	Workspace string        `help:"Host directory the agent works on; it sees a copy-on-write view, the host copy never changes (default: an empty workspace)." placeholder:"DIR"`
+	Git       string        `help:"Start the workspace as this git repository (http or https), fetched inside the sandbox through its egress proxy: the policy must allow its host (--allow). Excludes --workspace." placeholder:"URL"`
+	GitRef    string        `name:"git-ref" help:"Branch, tag or commit id of --git to check out (default: its default branch)." placeholder:"REF"`
 	WSMode    string        `name:"workspace-mode" help:"How the sandbox sees --workspace: cow (default; the host copy never changes), ro (read-only), rw (changes reach the host directory)." enum:",cow,ro,rw" default:"" placeholder:"MODE"`
 	Model     string        `help:"Model as PROVIDER:MODEL: anthropic:…, openai:…, openai-responses:…, or openai-compatible:… with --base-url. Keys come from ANTHROPIC_API_KEY / OPENAI_API_KEY or the secret store." placeholder:"PROVIDER:MODEL"`
 	BaseURL   string        `name:"base-url" help:"API base URL (openai-compatible: e.g. http://localhost:11434/v1)." placeholder:"URL"`
@@ -142,6 +145,20 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 		cfg.Model = "script:" + filepath.Base(c.Script)
 	case c.Model == "":
 		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
+	}
+	if c.GitRef != "" && c.Git == "" {
+		errs = append(errs, errors.New("--git-ref goes with --git"))
+	}
+	if c.Git != "" {
+		g := engine.GitSource{URL: c.Git, Ref: c.GitRef}
+		switch err := g.Validate(); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--git: %w", err))
+		case cfg.Sandboxes[0].Workspace != "":
+			errs = append(errs, errors.New("--git and a workspace directory (--workspace or sandbox.workspace.source) exclude each other"))
+		default:
+			cfg.Sandboxes[0].Git = &g
+		}
 	}
 	if ws := cfg.Sandboxes[0].Workspace; ws != "" {
 		name := "--workspace " + c.Workspace
@@ -396,28 +413,18 @@ type RunsCmd struct {
 	Replay RunsReplayCmd `cmd:"" help:"Re-drive a run from its recorded model turns in a fresh sandbox and report differences."`
 }
 
-// runJSON is the stable JSON form of a run.
-type runJSON struct {
-	ID          string       `json:"id"`
-	Tenant      string       `json:"tenant"`
-	Status      event.Status `json:"status"`
-	Model       string       `json:"model"`
-	Task        string       `json:"task"`
-	Created     time.Time    `json:"created"`
-	Updated     time.Time    `json:"updated"`
-	Finished    *time.Time   `json:"finished,omitempty"`
-	ParentRunID string       `json:"parent_run_id,omitempty"`
-	ParentSeq   int64        `json:"parent_seq,omitempty"`
-	Events      int64        `json:"events"`
-	PolicyHash  string       `json:"policy_hash"`
-}
-
-func toJSON(r store.Run) runJSON {
-	j := runJSON{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
+// toJSON is the stable JSON form of a run: the API's (without the
+// fields only its GET of one run has), so that a run prints the same from
+// this host's store and from a server.
+func toJSON(r store.Run) api.Run {
+	j := api.Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
 		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
 	if !r.Finished.IsZero() {
 		f := r.Finished.UTC()
 		j.Finished = &f
+	}
+	if !r.LastHash.IsZero() {
+		j.LastHash = r.LastHash.String()
 	}
 	return j
 }
@@ -489,14 +496,14 @@ func (c *RunsShowCmd) Run(env *Env) error {
 			Size   int64  `json:"size"`
 		}
 		v := struct {
-			runJSON
+			api.Run
 			Steps        int                       `json:"steps"`
 			Usage        event.Usage               `json:"usage"`
 			Reason       string                    `json:"reason,omitempty"`
 			Summary      string                    `json:"summary,omitempty"`
 			Verification *event.VerificationResult `json:"verification,omitempty"`
 			Artifacts    []art                     `json:"artifacts"`
-		}{runJSON: toJSON(r), Steps: o.Steps, Usage: o.Usage, Reason: o.Reason, Summary: o.Summary, Verification: o.Verification, Artifacts: []art{}}
+		}{Run: toJSON(r), Steps: o.Steps, Usage: o.Usage, Reason: o.Reason, Summary: o.Summary, Verification: o.Verification, Artifacts: []art{}}
 		for _, a := range o.Artifacts {
 			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
 		}

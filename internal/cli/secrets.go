@@ -13,12 +13,15 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/secret"
 	"golang.org/x/sys/unix"
 )
 
 // SecretsCmd is `airlock secrets`: the host's encrypted secret store in
-// $AIRLOCK_HOME/secrets. No subcommand ever prints a value.
+// $AIRLOCK_HOME/secrets, or, with AIRLOCK_URL and AIRLOCK_API_KEY set, the
+// API key's tenant's secrets on that server. No subcommand ever prints a
+// value.
 type SecretsCmd struct {
 	Set SecretsSetCmd `cmd:"" help:"Store a secret; the value is read from stdin, never from an argument."`
 	Ls  SecretsLsCmd  `cmd:"" help:"List secrets: names, creation time and bound hosts, never values."`
@@ -27,13 +30,13 @@ type SecretsCmd struct {
 
 // SecretStoreFlags choose the store's key and tenant.
 type SecretStoreFlags struct {
-	KeyFile string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Key file (default $AIRLOCK_HOME/secrets/key, created with mode 0600 on first use)." placeholder:"PATH"`
-	Tenant  string `help:"Tenant that owns the secrets." default:"default"`
+	KeyFile string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Key file (default $AIRLOCK_HOME/secrets/key, created with mode 0600 on first use; a server uses its own)." placeholder:"PATH"`
+	Tenant  string `help:"Tenant that owns the secrets (default: default; against a server, the API key's tenant, the only one it may name)." placeholder:"NAME"`
 }
 
 // open opens the store under env.Home with the chosen key.
 func (f *SecretStoreFlags) open(env *Env) (*secret.Store, error) {
-	if err := secret.ValidName(f.Tenant); err != nil {
+	if err := secret.ValidName(f.tenant()); err != nil {
 		return nil, usageError{fmt.Errorf("--tenant: %w", err)}
 	}
 	if env.Home == "" {
@@ -47,15 +50,14 @@ func (f *SecretStoreFlags) open(env *Env) (*secret.Store, error) {
 	return secret.Open(dir, secret.KeyFile(key))
 }
 
-// openStore opens the store for the secrets commands, which need this
-// host's store: a server has no secrets endpoints yet.
-func (f *SecretStoreFlags) openStore(env *Env) (*secret.Store, error) {
-	b, err := openBackend(env, hostOptions{readOnly: true})
-	if err != nil {
-		return nil, err
+// openSecrets opens the backend of the secrets commands.
+func (f *SecretStoreFlags) openSecrets(env *Env) (backend, error) {
+	if f.Tenant != "" {
+		if err := secret.ValidName(f.Tenant); err != nil {
+			return nil, usageError{fmt.Errorf("--tenant: %w", err)}
+		}
 	}
-	defer b.close()
-	return b.secrets(f)
+	return openBackend(env, hostOptions{readOnly: true})
 }
 
 // SecretsSetCmd is `airlock secrets set NAME [--host PATTERN ...]`.
@@ -80,17 +82,18 @@ func (c *SecretsSetCmd) Run(env *Env) error {
 	if err != nil {
 		return usageError{err}
 	}
-	s, err := c.openStore(env)
+	b, err := c.openSecrets(env)
 	if err != nil {
 		return err
 	}
+	defer b.close()
 	val, err := readSecretValue(env, c.Name)
 	if err != nil {
 		return err
 	}
 	v := secret.NewValue(val)
 	clear(val)
-	if err := s.Set(env.Ctx, c.Tenant, c.Name, v, hosts); err != nil {
+	if hosts, err = b.setSecret(env.Ctx, &c.SecretStoreFlags, c.Name, v, hosts); err != nil {
 		return err
 	}
 	if len(hosts) > 0 {
@@ -205,27 +208,21 @@ type SecretsLsCmd struct {
 	JSON bool `name:"json" help:"Print a JSON array."`
 }
 
-type secretListing struct {
-	Name    string    `json:"name"`
-	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
-	Hosts   []string  `json:"hosts"`
-}
-
 // Run lists the tenant's secrets.
 func (c *SecretsLsCmd) Run(env *Env) error {
-	s, err := c.openStore(env)
+	b, err := c.openSecrets(env)
 	if err != nil {
 		return err
 	}
-	infos, err := s.List(env.Ctx, c.Tenant)
+	defer b.close()
+	infos, err := b.listSecrets(env.Ctx, &c.SecretStoreFlags)
 	if err != nil {
 		return err
 	}
 	if c.JSON {
-		out := make([]secretListing, 0, len(infos))
+		out := make([]api.Secret, 0, len(infos))
 		for _, i := range infos {
-			out = append(out, secretListing{Name: i.Name, Created: i.Created, Updated: i.Updated, Hosts: append([]string{}, i.Hosts...)})
+			out = append(out, api.Secret{Name: i.Name, Created: i.Created.UTC(), Updated: i.Updated.UTC(), Hosts: append([]string{}, i.Hosts...)})
 		}
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
@@ -255,11 +252,12 @@ func (c *SecretsRmCmd) Run(env *Env) error {
 	if err := secret.ValidName(c.Name); err != nil {
 		return usageError{err}
 	}
-	s, err := c.openStore(env)
+	b, err := c.openSecrets(env)
 	if err != nil {
 		return err
 	}
-	err = s.Delete(env.Ctx, c.Tenant, c.Name)
+	defer b.close()
+	err = b.deleteSecret(env.Ctx, &c.SecretStoreFlags, c.Name)
 	if errors.Is(err, secret.ErrNotFound) {
 		fmt.Fprintf(env.Stderr, "airlock: secret %s not found\n", c.Name)
 		return exitCode(1)

@@ -3,7 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,13 +16,15 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
@@ -51,11 +56,15 @@ type ServeCmd struct {
 //
 //	listen: 127.0.0.1:8080      # host:port
 //	tls: {cert: FILE, key: FILE} # both or neither
-//	store: sqlite               # or sqlite:PATH, postgres://...
+//	store: sqlite               # or sqlite:PATH, postgres://... (servers on one database share runs, leases and blobs)
 //	workers: 2                  # runs driven at once; 0: none
 //	worker_poll: 1s             # how often workers look for runs
-//	shutdown_timeout: 30s       # SIGTERM: how long requests may finish
+//	shutdown_timeout: 30s       # SIGTERM: how long steps in flight may finish before their runs are handed back
 //	log_level: info
+//	sandbox_pool:               # sandboxes made ahead for specs asked for again (no network, no host workspace)
+//	  per_spec: 2               # kept ready per spec; 0: no pool
+//	  max: 16                   # idle ones over all specs
+//	  idle: 10m                 # a spec not asked for this long has its idle ones destroyed
 //	api:                        # server.Config
 //	  max_body: 2M
 //	  max_upload: 256M
@@ -83,12 +92,20 @@ type serveConfig struct {
 	WorkerPoll      time.Duration `yaml:"worker_poll"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
+	Pool            servePool     `yaml:"sandbox_pool"`
 	API             server.Config `yaml:"api"`
 	E2B             e2b.Config    `yaml:"e2b"`
 	// Telemetry says where traces go. OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 	// (a full URL) or OTEL_EXPORTER_OTLP_ENDPOINT (a base URL, to which
 	// /v1/traces is added) and OTEL_SERVICE_NAME override the file.
 	Telemetry telemetry.Config `yaml:"telemetry"`
+}
+
+// servePool configures the pool of ready sandboxes (package pool).
+type servePool struct {
+	PerSpec *int          `yaml:"per_spec"`
+	Max     int           `yaml:"max"`
+	Idle    time.Duration `yaml:"idle"`
 }
 
 type serveTLS struct {
@@ -102,6 +119,9 @@ const (
 	defaultWorkers         = 2
 	defaultWorkerPoll      = time.Second
 	defaultShutdownTimeout = 30 * time.Second
+	defaultPoolPerSpec     = 2
+	defaultPoolMax         = 16
+	defaultPoolIdle        = 10 * time.Minute
 )
 
 // resolve reads the file, then lays the environment and flags (already
@@ -157,6 +177,16 @@ func (c *ServeCmd) resolve(env *Env) (serveConfig, error) {
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "info"
 	}
+	if cfg.Pool.PerSpec == nil {
+		n := defaultPoolPerSpec
+		cfg.Pool.PerSpec = &n
+	}
+	if cfg.Pool.Max == 0 {
+		cfg.Pool.Max = defaultPoolMax
+	}
+	if cfg.Pool.Idle == 0 {
+		cfg.Pool.Idle = defaultPoolIdle
+	}
 	cfg.API = cfg.API.WithDefaults()
 	cfg.E2B = cfg.E2B.WithDefaults()
 	if v := env.getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
@@ -203,6 +233,10 @@ func (cfg serveConfig) validate() error {
 	if cfg.ShutdownTimeout < 0 || cfg.ShutdownTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("shutdown_timeout %s: want 0 to 1h", cfg.ShutdownTimeout))
 	}
+	if p := cfg.Pool; *p.PerSpec < 0 || *p.PerSpec > 64 || p.Max < 1 || p.Max > 1000 || p.Idle < time.Second || p.Idle > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("sandbox_pool: per_spec %d, max %d, idle %s: want per_spec 0 to 64, max 1 to 1000, idle 1s to 24h",
+			*p.PerSpec, p.Max, p.Idle))
+	}
 	if _, err := logLevel(cfg.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
@@ -226,10 +260,20 @@ func logLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// Run serves until SIGINT or SIGTERM, then shuts down gracefully: it stops
-// accepting connections and taking runs, ends event streams (clients
-// resume them elsewhere with Last-Event-ID), lets requests finish, and
-// detaches from the runs it drives, which stay resumable by any worker.
+// Run serves until SIGINT or SIGTERM (or env.Ctx's end), then shuts down
+// gracefully and returns nil:
+//
+//  1. It drains: /readyz answers 503 at once, and so do the requests that
+//     would start new work (creating or forking a run, uploading a
+//     workspace), so that a load balancer sends them to another server;
+//     everything else is still served.
+//  2. Its workers take no more runs; each step in flight finishes and is
+//     recorded, up to shutdown_timeout, after which the drives still in a
+//     step are cut (a second signal cuts them at once). Every run it drove
+//     is handed back with its lease released: another server resumes it
+//     at once, not after the lease expires.
+//  3. It ends the event streams (clients reconnect elsewhere with
+//     Last-Event-ID), stops listening, and lets the last requests finish.
 func (c *ServeCmd) Run(env *Env) error {
 	cfg, err := c.resolve(env)
 	if c.CheckConfig {
@@ -272,6 +316,13 @@ func (c *ServeCmd) Run(env *Env) error {
 			logger.Warn("telemetry: spans still buffered were dropped", "err", err)
 		}
 	}()
+	if n := *cfg.Pool.PerSpec; n > 0 {
+		stopPool, err := env.startPool(pool.Options{PerSpec: n, Max: cfg.Pool.Max, Idle: cfg.Pool.Idle, Logger: logger.With("component", "pool")})
+		if err != nil {
+			return err
+		}
+		defer stopPool()
+	}
 	h, err := openHost(env, hostOptions{keyFile: c.KeyFile, readOnly: nWorkers == 0, red: red, wrapStore: tel.WrapStore,
 		onEvent: func(ev event.Event) {
 			feed.Publish(ev)
@@ -285,30 +336,45 @@ func (c *ServeCmd) Run(env *Env) error {
 		return err
 	}
 	var pool *workers
+	secrets, err := openSecretStore(env, c.KeyFile)
+	if err != nil {
+		return err
+	}
 	o := server.Options{Store: h.store, Blobs: h.blobs, Engine: h.eng, Auth: auth.NewKeys(h.store, nil), Feed: feed,
-		Logger: logger, Config: cfg.API, Metrics: tel.Registry()}
+		Logger: logger, Config: cfg.API, Metrics: tel.Registry(), Secrets: secrets, Redactor: red}
 	if nWorkers > 0 {
 		env.gc()
 		pool = newWorkers(h.eng, h.store, nWorkers, cfg.WorkerPoll)
 		pool.ended = func(id string, o engine.Outcome, err error) {
-			if err != nil && !errors.Is(err, engine.ErrBusy) && !errors.Is(err, engine.ErrFinal) && !errors.Is(err, context.Canceled) {
+			switch {
+			case errors.Is(err, engine.ErrDrained), errors.Is(err, errDetached):
+				logger.Info("drive handed back", "run_id", id, "status", string(o.Status), "cut", errors.Is(err, errDetached))
+			case err != nil && !errors.Is(err, engine.ErrBusy) && !errors.Is(err, engine.ErrFinal) && !errors.Is(err, context.Canceled):
 				logger.Warn("drive ended with an error", "run_id", id, "err", err)
-				return
+			default:
+				logger.Info("drive ended", "run_id", id, "status", string(o.Status))
 			}
-			logger.Info("drive ended", "run_id", id, "status", string(o.Status))
 		}
 		pool.failed = func(err error) { logger.Error("workers: cannot list runs", "err", err) }
-		o.Resume = func(_ context.Context, id string) error {
-			pool.resume(id)
-			return nil
+	}
+	// A resume is queued in the store, for any server's workers: one of
+	// this process's, or of another on the same database.
+	o.Resume = func(ctx context.Context, id string) error {
+		if _, err := h.eng.QueueResume(ctx, id); err != nil {
+			return err
 		}
+		if pool != nil {
+			pool.queued()
+		}
+		return nil
 	}
 	srv, err := server.New(o)
 	if err != nil {
 		return err
 	}
 	hs := srv.HTTPServer()
-	hs.Handler = tel.HTTP(hs.Handler)
+	gate := &drainGate{next: hs.Handler}
+	hs.Handler = tel.HTTP(gate)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
@@ -328,8 +394,6 @@ func (c *ServeCmd) Run(env *Env) error {
 		logger.Warn("serving plain HTTP beyond loopback: API keys cross the network in clear text; give --tls-cert and --tls-key")
 	}
 
-	ctx, cancel := context.WithCancelCause(env.Ctx)
-	defer cancel(nil)
 	sig := make(chan os.Signal, 2)
 	signal.Notify(sig, unix.SIGINT, unix.SIGTERM)
 	defer signal.Stop(sig)
@@ -344,33 +408,52 @@ func (c *ServeCmd) Run(env *Env) error {
 		}
 		served <- err
 	}()
-	workCtx, stopWork := context.WithCancelCause(ctx)
+	// The drives outlive env.Ctx's end, which drains like a signal;
+	// stopWork cuts them short.
+	workCtx, stopWork := context.WithCancelCause(context.WithoutCancel(env.Ctx))
 	defer stopWork(nil)
-	var wg sync.WaitGroup
-	if pool != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		if pool != nil {
 			_ = pool.run(workCtx)
-		}()
-	}
+		}
+	}()
 	fmt.Fprintf(env.Stdout, "airlock serve: listening on %s://%s (%d workers)\n", scheme, ln.Addr(), nWorkers)
 	logger.Info("serving", "addr", ln.Addr().String(), "tls", cfg.TLS.Cert != "", "workers", nWorkers)
 
 	select {
 	case s := <-sig:
-		logger.Info("shutting down", "signal", s.String())
-	case <-ctx.Done():
-		logger.Info("shutting down")
+		logger.Info("shutting down: draining", "signal", s.String(), "timeout", cfg.ShutdownTimeout.String())
+	case <-env.Ctx.Done():
+		logger.Info("shutting down: draining", "timeout", cfg.ShutdownTimeout.String())
 	case err := <-served:
 		logger.Error("the listener failed; shutting down", "err", err)
 		served <- err
 	}
-	// Stop taking runs and detach from those driven: they stay
-	// resumable. Meanwhile stop accepting, end the streams, and let
-	// requests finish.
-	stopWork(errDetached)
-	shutCtx, shutCancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	begun := time.Now()
+	gate.drain()
+	if pool != nil {
+		pool.drain()
+	}
+	drainTimer := time.NewTimer(cfg.ShutdownTimeout)
+	defer drainTimer.Stop()
+	select {
+	case <-drained:
+	case <-drainTimer.C:
+		logger.Warn("shutdown: steps still in flight at shutdown_timeout are cut; their runs are handed back as they are")
+		stopWork(errDetached)
+		<-drained
+	case s := <-sig:
+		logger.Warn("shutdown: second signal; steps in flight are cut, their runs handed back as they are", "signal", s.String())
+		stopWork(errDetached)
+		<-drained
+	}
+	// Every run is handed back: end the streams, stop listening, and let
+	// the last requests finish.
+	srv.CloseStreams()
+	grace := max(cfg.ShutdownTimeout-time.Since(begun), minRequestGrace)
+	shutCtx, shutCancel := context.WithTimeout(context.WithoutCancel(env.Ctx), grace)
 	defer shutCancel()
 	if err := hs.Shutdown(shutCtx); err != nil {
 		logger.Warn("shutdown: requests still running were cut", "err", err)
@@ -380,12 +463,62 @@ func (c *ServeCmd) Run(env *Env) error {
 		e2bAPI.stop(shutCtx)
 	}
 	serveErr := <-served
-	wg.Wait()
 	logger.Info("stopped")
 	if !errors.Is(serveErr, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", serveErr)
 	}
 	return nil
+}
+
+// minRequestGrace is the least time the requests in flight get to finish
+// once the drain is over, however long it took.
+const minRequestGrace = 5 * time.Second
+
+// drainGate is the API behind a switch: once drain is called, /readyz and
+// the requests that would start new work here (creating or forking a run,
+// uploading a workspace) are answered 503 unavailable, in the API's error
+// shape, so that a load balancer takes this server out and clients retry
+// elsewhere; the rest (reads, event streams, cancels, pauses, resumes,
+// decisions) is served until the listener closes. It refuses before
+// authentication: a draining server has nothing to say about a key.
+type drainGate struct {
+	next     http.Handler
+	draining atomic.Bool
+}
+
+func (g *drainGate) drain() { g.draining.Store(true) }
+
+func (g *drainGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.draining.Load() && startsWork(r) {
+		var id [12]byte
+		_, _ = rand.Read(id[:])
+		body, _ := json.Marshal(api.ErrorBody{Code: api.CodeUnavailable,
+			Message: "the server is shutting down; retry on another", RequestID: "req_" + hex.EncodeToString(id[:])})
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-store")
+		h.Set("Retry-After", "1")
+		h.Set("Connection", "close")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(append(body, '\n'))
+		return
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// startsWork reports whether a request is refused while draining.
+func startsWork(r *http.Request) bool {
+	p := r.URL.Path
+	switch {
+	case p == "/readyz":
+		return true
+	case r.Method != http.MethodPost:
+		return false
+	case p == "/v1/runs", p == "/v1/uploads":
+		return true
+	}
+	id, ok := strings.CutPrefix(p, "/v1/runs/")
+	return ok && strings.HasSuffix(id, "/fork")
 }
 
 func hostOf(addr string) string {

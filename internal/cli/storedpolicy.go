@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
-	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -216,18 +216,10 @@ func (c *PolicyPutCmd) Run(env *Env) error {
 	return nil
 }
 
-// policyJSON is the stable JSON form of a stored policy version.
-type policyJSON struct {
-	Name    string    `json:"name"`
-	Version int64     `json:"version"`
-	Hash    string    `json:"hash"`
-	Created time.Time `json:"created"`
-	Source  string    `json:"source"`
-	By      string    `json:"by"`
-}
-
-func toPolicyJSON(v store.PolicyVersion) policyJSON {
-	return policyJSON{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+// toPolicyJSON is the stable JSON form of a stored policy version: the
+// API's, without the document.
+func toPolicyJSON(v store.PolicyVersion) api.PolicyVersion {
+	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
 }
 
 // writePolicies prints versions as JSON lines or as a table; name adds a

@@ -80,6 +80,12 @@ func (t *timeline) event(e event.Event) {
 			from = "restored from snapshot " + shortHash(p.Snapshot)
 		}
 		t.printf(id, "  sandbox %s ready in %d ms (%s)\n", p.Sandbox, p.DurationMS, from)
+	case *event.WorkspaceFetched:
+		ref := p.Ref
+		if ref == "" {
+			ref = "default branch"
+		}
+		t.printf(id, "  sandbox %s workspace fetched from %s (%s) at %s in %d ms\n", p.Sandbox, p.URL, ref, shortHash(p.Commit), p.DurationMS)
 	case *event.SandboxLost:
 		t.printf(id, "  ! sandbox %s lost: %s\n", p.Sandbox, p.Reason)
 	case *event.ModelResponse:
