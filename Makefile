@@ -70,6 +70,9 @@ bench-workers: ## Runs completed per minute by 1, 2 and 3 workers sharing one st
 bench-serve: ## airlock serve under load: 100 runs created at once, 1,000 SSE subscribers (root)
 	./bench/serve.sh
 
+bench-e2b: ## E2B SDK: Sandbox.create() to first command output over 100 sandboxes (root, node)
+	./bench/e2b.sh
+
 deps: ## Import-boundary tests: what airlock-exec and execproto may link, deps.txt, static executor
 	$(GO) test -count=1 -run 'Deps|ExecutorStatic' $$($(FIND_GO_TESTS) | grep '/deps_test\.go$$' | xargs -n1 dirname | sort -u)
 
