@@ -180,7 +180,36 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 			return nil
 		}
 	}
-	if err := fromStore(); err != nil || end != "" {
+	// fromFeed sends what the feed holds after after, when it holds all
+	// of it (possibly nothing new); false sends the stream to the store.
+	fromFeed := func() (bool, error) {
+		evs, ok := s.o.Feed.since(run.ID, after)
+		if !ok {
+			return false, nil
+		}
+		if len(evs) == 0 {
+			return true, nil
+		}
+		for _, fe := range evs {
+			bw.Write(fe.frame)
+			after = fe.ev.Seq
+			if st, ok := finalStatus(fe.ev); ok {
+				end = st
+			}
+		}
+		s.metrics.streamed.Add(float64(len(evs)))
+		if err := flush(); err != nil {
+			return true, errClientGone
+		}
+		return true, nil
+	}
+	// The first read: from the feed when it holds what follows (another
+	// stream of the run is open), else from the store.
+	ok, err := fromFeed()
+	if !ok {
+		err = fromStore()
+	}
+	if err != nil || end != "" {
 		if end != "" {
 			finish()
 		}
@@ -193,25 +222,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		case <-s.closing:
 			return nil
 		case <-wake:
-			evs, ok := s.o.Feed.since(run.ID, after)
+			ok, err := fromFeed()
 			if !ok {
 				// The feed does not hold exactly what follows: the store
 				// does.
-				if err := fromStore(); err != nil {
-					return ignoreGone(err)
-				}
-				break
+				err = fromStore()
 			}
-			for _, fe := range evs {
-				bw.Write(fe.frame)
-				after = fe.ev.Seq
-				if st, ok := finalStatus(fe.ev); ok {
-					end = st
-				}
-			}
-			s.metrics.streamed.Add(float64(len(evs)))
-			if err := flush(); err != nil {
-				return nil
+			if err != nil {
+				return ignoreGone(err)
 			}
 		case <-keepalive.C:
 			fmt.Fprint(bw, ": keepalive\n\n")

@@ -62,7 +62,10 @@ func sseFrame(ev event.Event) ([]byte, error) {
 }
 
 // since returns the events of run runID that follow seq after, when the
-// feed holds all of them from after+1 on, contiguously.
+// feed holds all of them from after+1 on, contiguously; none, and true,
+// when the feed reaches after but holds nothing beyond it (a stream that
+// read ahead from the store waits for the next wake-up instead of reading
+// the store again).
 func (f *Feed) since(runID string, after int64) ([]feedEvent, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -71,8 +74,11 @@ func (f *Feed) since(runID string, after int64) ([]feedEvent, bool) {
 		return nil, false
 	}
 	r := fr.recent
-	if len(r) == 0 || r[0].ev.Seq > after+1 || r[len(r)-1].ev.Seq <= after {
+	if len(r) == 0 || r[0].ev.Seq > after+1 {
 		return nil, false
+	}
+	if r[len(r)-1].ev.Seq <= after {
+		return nil, true
 	}
 	i := int(after + 1 - r[0].ev.Seq)
 	return slices.Clone(r[i:]), true
@@ -169,11 +175,15 @@ func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) (<-ch
 func (f *Feed) poll(ctx context.Context, runID string, st store.Store, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		// The first poll is at once: it fills the feed with the run's
+		// latest events, which the streams that join later start from.
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		for {
 			after := f.last(runID)
