@@ -69,6 +69,10 @@ type Store struct {
 	stmtSetTail *sql.Stmt
 	// stmtInsert[i] inserts insertChunks[i] events in one statement.
 	stmtInsert [len(insertChunks)]*sql.Stmt
+	// Prepared on r at Open: the reads every API request and event stream
+	// makes, which would otherwise be parsed by SQLite each time.
+	stmtGetRun *sql.Stmt
+	stmtAPIKey *sql.Stmt
 
 	// wmu guards queue and writing: the group commit (see write).
 	wmu     sync.Mutex
@@ -168,6 +172,17 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
 		}
 	}
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{
+		{&s.stmtGetRun, `SELECT ` + runColumns + ` FROM runs WHERE id = ?`},
+		{&s.stmtAPIKey, `SELECT ` + apiKeyColumns + ` FROM api_keys WHERE hash = ?`},
+	} {
+		if *p.stmt, err = s.r.PrepareContext(ctx, p.sql); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
+		}
+	}
 	return s, nil
 }
 
@@ -227,7 +242,7 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail}, s.stmtInsert[:]...) {
+	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey}, s.stmtInsert[:]...) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -474,7 +489,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 	if err := s.check("get run"); err != nil {
 		return store.Run{}, err
 	}
-	r, err := scanRun(s.r.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+	r, err := scanRun(s.stmtGetRun.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}

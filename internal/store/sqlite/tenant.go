@@ -158,7 +158,7 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	if err := store.ValidateAPIKeyHash(hash); err != nil {
 		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
 	}
-	k, err := scanAPIKey(s.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = ?`, hash))
+	k, err := scanAPIKey(s.stmtAPIKey.QueryRowContext(ctx, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
