@@ -44,7 +44,7 @@ E2B_API_URL=http://127.0.0.1:$api E2B_SANDBOX_URL=http://127.0.0.1:$sbx E2B_API_
   node "$cache/create.mjs" "$n" 5
 echo "CLI: airlock sandbox run -- echo ready ($n runs):"
 if command -v hyperfine >/dev/null; then
-  hyperfine -N -w 3 -r "$n" --export-json "$t/cli.json" "$bin sandbox run -- echo ready" >/dev/null
+  AIRLOCK_HOME=$t/cli hyperfine -N -w 3 -r "$n" --export-json "$t/cli.json" "$bin sandbox run -- echo ready" >"$t/hyperfine.log" 2>&1 || { tail -20 "$t/hyperfine.log"; exit 1; }
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; ts=sorted(r["times"]); print(json.dumps({"p50": round(r["median"]*1000,1), "p99": round(ts[min(len(ts)-1, int(0.99*len(ts)))]*1000,1)}))' "$t/cli.json"
 else
   echo "(hyperfine not installed; bench/compare.sh installs it)"

@@ -3,6 +3,8 @@
 # API at once and driven to completion (real sandboxes), then SUBS SSE
 # subscribers on one run; prints run-creation and event-delivery latencies.
 # Root (real sandboxes). Usage: bench/serve.sh [RUNS] [SUBS]  (default 100 1000)
+# WORKERS=0 SERVELOAD_FLAGS=-create-only measures the API's own creation cost:
+# the runs are only created, with no worker starting sandboxes beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-100}
@@ -24,7 +26,7 @@ key=$("$bin" keys create --tenant load --name load 2>/dev/null)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat > "$t/serve.yaml" <<YAML
 listen: 127.0.0.1:$port
-workers: 8
+workers: ${WORKERS:-8}
 api:
   rate: 100000
   burst: 100000
@@ -33,4 +35,4 @@ YAML
 "$bin" serve --config "$t/serve.yaml" >"$t/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-"$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs"
+"$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs" ${SERVELOAD_FLAGS:-}

@@ -6,9 +6,12 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -35,6 +38,7 @@ func main() {
 	runs := flag.Int("runs", 100, "runs created at once")
 	subs := flag.Int("subs", 1000, "SSE subscribers on one run")
 	steps := flag.Int("steps", 10, "steps of the streamed run")
+	createOnly := flag.Bool("create-only", false, "only create the runs and report the creation latency (a server with no workers: the API's own cost)")
 	flag.Parse()
 	c, err := client.New(*url, *key, client.Options{Timeout: 5 * time.Minute})
 	if err != nil {
@@ -60,6 +64,11 @@ func main() {
 	}
 	wg.Wait()
 	created := time.Since(start)
+	if *createOnly {
+		fmt.Printf("runs created at once:   %d in %v, no workers\n", *runs, created.Round(time.Millisecond))
+		fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
+		return
+	}
 	for _, id := range ids {
 		wg.Go(func() {
 			end, err := c.Follow(ctx, id, 0, func(event.Event) error { return nil })
@@ -88,14 +97,14 @@ func main() {
 		fail(err)
 	}
 	var mu sync.Mutex
-	var delivery []time.Duration
+	var delivery, steady []time.Duration
 	var joined atomic.Int64
 	var barrier atomic.Pointer[time.Time]
 	for range *subs {
 		wg.Go(func() {
-			var mine []time.Duration
+			var mine, mineSteady []time.Duration
 			first := true
-			_, err := c.Follow(ctx, r.ID, 0, func(e event.Event) error {
+			err := follow(ctx, *url, *key, r.ID, func(at time.Time) {
 				now := time.Now()
 				if first {
 					first = false
@@ -103,23 +112,83 @@ func main() {
 						barrier.Store(&now)
 					}
 				}
-				if b := barrier.Load(); b != nil && e.Time.After(*b) {
-					mine = append(mine, now.Sub(e.Time))
+				if b := barrier.Load(); b != nil && at.After(*b) {
+					mine = append(mine, now.Sub(at))
+					if at.After(b.Add(settle)) {
+						mineSteady = append(mineSteady, now.Sub(at))
+					}
 				}
-				return nil
 			})
 			if err != nil {
 				fail(err)
 			}
 			mu.Lock()
 			delivery = append(delivery, mine...)
+			steady = append(steady, mineSteady...)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
 	fmt.Printf("SSE subscribers:        %d on one run, %d deliveries after all had joined\n", *subs, len(delivery))
 	fmt.Printf("event delivery latency: p50 %v  p99 %v  max %v\n", pct(delivery, 50), pct(delivery, 99), pct(delivery, 100))
+	fmt.Printf("  from %v after the last joined (%d deliveries): p50 %v  p99 %v  max %v\n", settle, len(steady),
+		pct(steady, 50), pct(steady, 99), pct(steady, 100))
 }
+
+// follow reads run id's event stream until its end event and calls fn with
+// each event's recorded time. It is a load generator's reader, lean on
+// purpose: it parses the SSE lines and the event's "time" field only, so
+// that a thousand of them on the server's own cores cost little beside the
+// server (client.Follow decodes and checks every event in full).
+func follow(ctx context.Context, base, key, id string, fn func(time.Time)) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/runs/"+id+"/events/stream", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := streamClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("stream of %s: %s", id, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	end := false
+	for sc.Scan() {
+		line := sc.Bytes()
+		switch {
+		case bytes.Equal(line, []byte("event: end")):
+			end = true
+		case end && bytes.HasPrefix(line, []byte("data: ")):
+			return nil
+		case bytes.HasPrefix(line, []byte("data: ")):
+			_, rest, ok := bytes.Cut(line, []byte(`"time":"`))
+			v, _, ok2 := bytes.Cut(rest, []byte(`"`))
+			if !ok || !ok2 {
+				return fmt.Errorf("stream of %s: an event without a time: %.80s", id, line)
+			}
+			t, err := time.Parse(time.RFC3339Nano, string(v))
+			if err != nil {
+				return fmt.Errorf("stream of %s: %w", id, err)
+			}
+			fn(t)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("stream of %s ended without its end event", id)
+}
+
+// streamClient keeps no idle connections: each subscriber has its own.
+var streamClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}}
+
+// settle is how long after the last subscriber joined the steady state is
+// taken to begin: the thousand streams' catch-up reads are done by then.
+const settle = time.Second
 
 func pct(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
