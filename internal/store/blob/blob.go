@@ -173,21 +173,20 @@ func (s *Store) path(d string) string {
 	return filepath.Join(s.dir, "sha256", h[:2], h)
 }
 
+// smallBlob is the size up to which Put hashes a blob in memory first.
+const smallBlob = 64 << 10
+
 // Put stores the bytes r yields and returns their digest and size. Content
 // already stored is not written again. More than MaxSize bytes gives an
 // error wrapping ErrTooLarge, and nothing is stored; so does a read error
 // or a cancelled ctx. When Put returns, the blob is durable.
-// smallBlob is the size up to which Put hashes a blob in memory first.
-const smallBlob = 64 << 10
-
 func (s *Store) Put(ctx context.Context, r io.Reader) (digest string, size int64, err error) {
 	// A small blob is hashed in memory first: one the store holds already
 	// (a hundred runs of one script) costs no file and no fsync.
-	head := make([]byte, smallBlob+1)
-	hn, err := io.ReadFull(&ctxReader{ctx: ctx, r: r}, head)
+	head, err := io.ReadAll(io.LimitReader(&ctxReader{ctx: ctx, r: r}, smallBlob+1))
+	hn := len(head)
 	switch {
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		head = head[:hn]
+	case err == nil && hn <= smallBlob:
 		if int64(hn) <= s.maxSize {
 			sum := sha256.Sum256(head)
 			d := "sha256:" + hex.EncodeToString(sum[:])
