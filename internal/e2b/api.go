@@ -109,7 +109,7 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 			writeAPIError(w, http.StatusForbidden, "this API key lacks the sandboxes scope")
 			return
 		}
-		if ok, wait := s.apiLimit.allow(p.KeyID); !ok {
+		if ok, wait := s.apiLimit.Allow(p.KeyID); !ok {
 			// 429 with an integer Retry-After: the SDK waits and retries,
 			// then raises RateLimitError.
 			s.audit.record(Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "limited", Sandbox: r.PathValue("id")})

@@ -448,7 +448,7 @@ func (s *Server) endLocked(ctx context.Context, b *box, why endReason, keyID str
 		delete(s.boxes, b.id)
 	}
 	s.mu.Unlock()
-	s.sbxLimit.forget(b.id)
+	s.sbxLimit.Forget(b.id)
 	var (
 		ps    []event.Payload
 		usage *event.SandboxUsage

@@ -64,41 +64,6 @@ func TestUsagePricing(t *testing.T) {
 	}
 }
 
-// TestLimiter: a bucket of burst tokens, refilled at rate a second, per
-// key.
-func TestLimiter(t *testing.T) {
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	l := newLimiter(2, 3, func() time.Time { return now })
-	for i := range 3 {
-		if ok, _ := l.allow("a"); !ok {
-			t.Fatalf("allow(a) #%d = false, want the burst", i+1)
-		}
-	}
-	if ok, wait := l.allow("a"); ok || wait != 500*time.Millisecond || retryAfter(wait) != "1" {
-		t.Errorf("allow(a) past the burst = %v, %s, want false, 500ms (Retry-After 1)", ok, wait)
-	}
-	if ok, _ := l.allow("b"); !ok {
-		t.Error("allow(b) = false: another key's bucket is its own")
-	}
-	now = now.Add(500 * time.Millisecond)
-	if ok, _ := l.allow("a"); !ok {
-		t.Error("allow(a) after a token's time = false")
-	}
-	now = now.Add(time.Hour)
-	for i := range 3 {
-		if ok, _ := l.allow("a"); !ok {
-			t.Fatalf("allow(a) #%d after an hour = false: a bucket fills up to its burst", i+1)
-		}
-	}
-	if ok, _ := l.allow("a"); ok {
-		t.Error("a bucket filled past its burst")
-	}
-	l.forget("a")
-	if ok, _ := l.allow("a"); !ok {
-		t.Error("allow(a) after forget = false")
-	}
-}
-
 // FuzzPausedState: a paused state file is decoded without panicking, and
 // one that is accepted names a snapshot inside StateDir.
 func FuzzPausedState(f *testing.F) {

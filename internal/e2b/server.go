@@ -14,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -86,7 +87,7 @@ type Server struct {
 	// sandboxes it runs.
 	serverID, owner string
 	// apiLimit is the token bucket per API key, sbxLimit per sandbox.
-	apiLimit, sbxLimit *limiter
+	apiLimit, sbxLimit *ratelimit.Limiter
 	// ready is closed once Run has taken back the store's records.
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -155,8 +156,8 @@ func New(o Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	s.apiLimit = newLimiter(cfg.APIRate, cfg.APIBurst, s.now)
-	s.sbxLimit = newLimiter(cfg.SandboxRate, cfg.SandboxBurst, s.now)
+	s.apiLimit = ratelimit.New(cfg.APIRate, cfg.APIBurst, s.now)
+	s.sbxLimit = ratelimit.New(cfg.SandboxRate, cfg.SandboxBurst, s.now)
 	s.audit = &auditLog{now: s.now, w: o.Audit, journal: s.journal}
 	s.api = s.gate(s.apiRoutes())
 	s.envd = s.gate(s.limitEnvd(http.HandlerFunc(s.serveEnvd)))
@@ -290,7 +291,7 @@ func (s *Server) limitEnvd(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		if ok, wait := s.sbxLimit.allow(b.id); !ok {
+		if ok, wait := s.sbxLimit.Allow(b.id); !ok {
 			s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "envd", Outcome: "limited", Detail: clip(r.URL.Path)})
 			w.Header().Set("Retry-After", retryAfter(wait))
 			msg := fmt.Sprintf("rate limit: this sandbox takes %g requests a second (%d at once); retry later", s.cfg.SandboxRate, s.cfg.SandboxBurst)

@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/testgit"
 )
 
@@ -33,27 +30,7 @@ func (n *pinnedNetwork) Attach(_ context.Context, a engine.Attachment) (func(), 
 	if n.allow {
 		pol.Allow = []policy.Rule{{Host: "git.test", Ports: []int{n.allowPort}}}
 	}
-	if err := pol.Validate(); err != nil {
-		return nil, err
-	}
-	p, err := egress.New(egress.Config{
-		Identity: egress.Identity{Tenant: "t", Run: a.RunID, Sandbox: a.Spec.ID},
-		Policy:   pol,
-		Audit: auditFunc(func(r egress.Record) {
-			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Host: r.Host, Port: r.Port, Status: r.Status})
-		}),
-	})
-	if err != nil {
-		return nil, err
-	}
-	sock := filepath.Join(n.t.TempDir(), "p.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return nil, err
-	}
-	go func() { _ = p.Serve(ln) }()
-	a.Spec.Network, a.Spec.ProxySocket = sandbox.NetworkProxy, sock
-	return func() { _ = p.Close() }, nil
+	return attachProxy(n.t, a, pol, nil)
 }
 
 // TestGitWorkspace: a sandbox's workspace can start as a git repository,

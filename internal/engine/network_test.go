@@ -31,6 +31,15 @@ type askNetwork struct {
 
 func (n *askNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
 	pol := &policy.Network{Default: policy.Ask, Resolve: []policy.Pin{{Host: n.pin, To: n.to}}}
+	return attachProxy(n.t, a, pol, approverFunc(func(ctx context.Context, r policy.Request) (bool, error) {
+		n.asks.Add(1)
+		return a.Ask(ctx, r.Host, r.Port)
+	}))
+}
+
+// attachProxy gives the sandbox of a a real egress proxy under pol, on a
+// unix socket of its own, recording its decisions in the run's log.
+func attachProxy(t *testing.T, a engine.Attachment, pol *policy.Network, ask egress.Approver) (func(), error) {
 	if err := pol.Validate(); err != nil {
 		return nil, err
 	}
@@ -40,15 +49,12 @@ func (n *askNetwork) Attach(_ context.Context, a engine.Attachment) (func(), err
 		Audit: auditFunc(func(r egress.Record) {
 			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Host: r.Host, Port: r.Port, Status: r.Status})
 		}),
-		Approver: approverFunc(func(ctx context.Context, r policy.Request) (bool, error) {
-			n.asks.Add(1)
-			return a.Ask(ctx, r.Host, r.Port)
-		}),
+		Approver: ask,
 	})
 	if err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(n.t.TempDir(), "p.sock")
+	sock := filepath.Join(t.TempDir(), "p.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -81,8 +82,8 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	routes  []route
-	keys    *limiter // per API key
-	fails   *limiter // failed authentications per remote address
+	keys    *ratelimit.Limiter // per API key
+	fails   *ratelimit.Limiter // failed authentications per remote address
 	metrics metrics
 	// sessions are the web UI's logins (session.go).
 	sessions *sessions
@@ -117,7 +118,7 @@ func New(o Options) (*Server, error) {
 		o.Feed = NewFeed()
 	}
 	s := &Server{o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
-		keys: newLimiter(cfg.Rate, cfg.Burst, o.Now), fails: newLimiter(cfg.Rate, cfg.Burst, o.Now)}
+		keys: ratelimit.New(cfg.Rate, cfg.Burst, o.Now), fails: ratelimit.New(cfg.Rate, cfg.Burst, o.Now)}
 	m, merr := newMetrics(o.Metrics)
 	if merr != nil {
 		return nil, fmt.Errorf("server: metrics: %w", merr)
@@ -309,8 +310,8 @@ func (s *Server) authenticate(r *http.Request, c *call) error {
 		return err
 	}
 	addr := "addr:" + remoteHost(r)
-	if blocked, wait := s.fails.blocked(addr); blocked {
-		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: retrySeconds(wait)}
+	if blocked, wait := s.fails.Blocked(addr); blocked {
+		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: ratelimit.RetryAfter(wait)}
 	}
 	p, err := s.o.Auth.Verify(r.Context(), key)
 	switch {
@@ -318,7 +319,7 @@ func (s *Server) authenticate(r *http.Request, c *call) error {
 		c.log.Error("authentication: a key's principal has no valid tenant", "key_id", p.KeyID)
 		return publicf(api.CodeUnauthenticated, "the API key is not valid")
 	case errors.Is(err, auth.ErrUnauthenticated):
-		s.fails.allow(addr)
+		s.fails.Allow(addr)
 		c.log.Info("authentication failed", "err", err)
 		return publicf(api.CodeUnauthenticated, "the API key is not valid")
 	case err != nil:
@@ -328,8 +329,8 @@ func (s *Server) authenticate(r *http.Request, c *call) error {
 		return publicf(api.CodeUnavailable, "cannot verify API keys now; retry later")
 	}
 	c.p = p
-	if ok, wait := s.keys.allow("key:" + p.KeyID + "\x00" + p.Tenant); !ok {
-		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: retrySeconds(wait)}
+	if ok, wait := s.keys.Allow("key:" + p.KeyID + "\x00" + p.Tenant); !ok {
+		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: ratelimit.RetryAfter(wait)}
 	}
 	c.view = store.ForTenant(s.o.Store, p.Tenant)
 	return nil

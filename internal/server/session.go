@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -283,13 +284,13 @@ func checkOrigin(r *http.Request) error {
 // then acts as the session's principal, under its key's rate limit.
 func (s *Server) authenticateSession(r *http.Request, c *call) error {
 	addr := "addr:" + remoteHost(r)
-	if blocked, wait := s.fails.blocked(addr); blocked {
-		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: retrySeconds(wait)}
+	if blocked, wait := s.fails.Blocked(addr); blocked {
+		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: ratelimit.RetryAfter(wait)}
 	}
 	id, _ := sessionID(r)
 	sess, recheck, ok := s.sessions.get(id)
 	if !ok {
-		s.fails.allow(addr)
+		s.fails.Allow(addr)
 		return errSessionEnded
 	}
 	if !safeMethod(r.Method) {
@@ -314,8 +315,8 @@ func (s *Server) authenticateSession(r *http.Request, c *call) error {
 		}
 	}
 	c.p = sess.p
-	if ok, wait := s.keys.allow("key:" + c.p.KeyID + "\x00" + c.p.Tenant); !ok {
-		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: retrySeconds(wait)}
+	if ok, wait := s.keys.Allow("key:" + c.p.KeyID + "\x00" + c.p.Tenant); !ok {
+		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: ratelimit.RetryAfter(wait)}
 	}
 	c.view = store.ForTenant(s.o.Store, c.p.Tenant)
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 )
 
 // FuzzSessionAuth: whatever cookie, CSRF header, Origin and method a
@@ -20,7 +21,7 @@ func FuzzSessionAuth(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	s := &Server{log: slog.New(slog.DiscardHandler), sessions: newSessions(clock),
-		fails: newLimiter(1e9, 1e9, clock), keys: newLimiter(1e9, 1e9, clock)}
+		fails: ratelimit.New(1e9, 1e9, clock), keys: ratelimit.New(1e9, 1e9, clock)}
 	p := auth.Principal{Tenant: "alpha", KeyID: "key_0123456789abcdef", Scopes: []string{auth.ScopeRunsRead}}
 	id, sess, err := s.sessions.create(p)
 	if err != nil {
