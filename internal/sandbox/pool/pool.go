@@ -38,6 +38,10 @@ type Options struct {
 	// Idle is how long a spec stays in demand after it was last asked for
 	// (default 10 minutes); its idle sandboxes are destroyed after that.
 	Idle time.Duration
+	// RefillDelay is how long after a create the pool waits before it
+	// makes more (default 25 ms), so that the sandbox just handed out runs
+	// its first command without the refill beside it.
+	RefillDelay time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -90,6 +94,9 @@ func New(b sandbox.Backend, o Options) *Pool {
 	}
 	if o.Idle <= 0 {
 		o.Idle = 10 * time.Minute
+	}
+	if o.RefillDelay <= 0 {
+		o.RefillDelay = 25 * time.Millisecond
 	}
 	p := &Pool{b: b, o: o, log: o.Logger, specs: map[string]*entry{}, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -224,6 +231,14 @@ func (p *Pool) fill() {
 		case <-p.stop:
 			return
 		case <-p.wake:
+			// A sandbox was just handed out, and its first command is
+			// about to run: making the next one at once would take the
+			// CPU it needs. The refill waits a moment.
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(p.o.RefillDelay):
+			}
 		case <-t.C:
 		}
 		p.expire()
