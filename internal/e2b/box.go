@@ -331,12 +331,10 @@ func (s *Server) unreserve(tenant string) {
 // template's policy allows any egress and the client did not turn
 // internet access off.
 func (s *Server) boot(ctx context.Context, b *box) (*live, error) {
-	// The spec names no id and no TTL (the server's own timeout, capped
-	// at the policy's TTL, ends the sandbox), and the create request's
-	// envs go to each command, so that a pool of ready sandboxes can serve
-	// a spec without a network; a proxied sandbox is named for its proxy.
+	// The spec names no id, and the create request's envs go to each
+	// command, so that a pool of ready sandboxes can serve a spec without
+	// a network or a TTL; a proxied sandbox is named for its proxy.
 	spec := b.spec
-	spec.TTL = 0
 	spec.Env = append([]string(nil), spec.Env...)
 	release := func() {}
 	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
