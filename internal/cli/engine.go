@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -166,10 +165,7 @@ func (h *host) decideTool(_ context.Context, q engine.PolicyQuery) event.PolicyD
 	if err != nil {
 		return event.PolicyDecision{Decision: event.DecisionDeny, Rule: "policy", Reason: "the run's policy does not load: " + err.Error()}
 	}
-	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Args, External: q.External, Sandbox: q.Sandbox,
-		Run: policy.RunInfo{Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
-			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second)}})
-	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
+	return engine.DecideTool(doc, q)
 }
 
 // policyOf parses a run's policy once.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -339,6 +340,16 @@ func decodeConfig(raw json.RawMessage) (Config, error) {
 		return c, fmt.Errorf("engine: decode run config: %w", err)
 	}
 	return c.withDefaults(), nil
+}
+
+// DecideTool answers the engine's policy hook (Options.Policy) from doc,
+// the run's policy document: the call, the run and its usage and time so
+// far, as the document's tool rules see them.
+func DecideTool(doc *policy.Document, q PolicyQuery) event.PolicyDecision {
+	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Args, External: q.External, Sandbox: q.Sandbox,
+		Run: policy.RunInfo{Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
+			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second)}})
+	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
 }
 
 // PolicyConfig is the Config a policy document asks for: its budgets,

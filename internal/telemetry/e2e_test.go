@@ -45,9 +45,7 @@ func decideByPolicy(_ context.Context, q engine.PolicyQuery) event.PolicyDecisio
 			return event.PolicyDecision{Decision: event.DecisionDeny, Rule: "policy", Reason: "does not load"}
 		}
 	}
-	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Args, External: q.External, Sandbox: q.Sandbox,
-		Run: policy.RunInfo{Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step)}})
-	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
+	return engine.DecideTool(doc, q)
 }
 
 const (
