@@ -209,27 +209,15 @@ func IsCode(err error, code string) bool {
 // codeOf is the code an HTTP status maps to, for answers without the
 // API's error body (a proxy's, say).
 func codeOf(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return api.CodeBadRequest
-	case http.StatusUnauthorized:
-		return api.CodeUnauthenticated
-	case http.StatusForbidden:
-		return api.CodeForbidden
-	case http.StatusNotFound:
-		return api.CodeNotFound
-	case http.StatusMethodNotAllowed:
-		return api.CodeMethodNotAllowed
-	case http.StatusConflict:
-		return api.CodeConflict
-	case http.StatusRequestEntityTooLarge:
-		return api.CodeTooLarge
-	case http.StatusTooManyRequests:
-		return api.CodeRateLimited
-	case http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
-		return api.CodeUnavailable
+	for code, st := range api.Codes {
+		if st == status {
+			return code
+		}
 	}
-	if status >= 500 {
+	switch {
+	case status == http.StatusBadGateway || status == http.StatusGatewayTimeout:
+		return api.CodeUnavailable
+	case status >= 500:
 		return api.CodeInternal
 	}
 	return api.CodeBadRequest

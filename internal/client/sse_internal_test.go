@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/api"
 	"io"
 	"net/http"
 	"strings"
@@ -111,4 +112,20 @@ func FuzzDecodeError(f *testing.F) {
 			t.Fatalf("Retry-After %v", e.RetryAfter)
 		}
 	})
+}
+
+// TestCodeOf: an answer without the API's error body gets the code of its
+// status, the one api.Codes gives it; a gateway's errors are unavailable,
+// other 5xx internal, anything else a bad request.
+func TestCodeOf(t *testing.T) {
+	for code, status := range api.Codes {
+		if got := codeOf(status); got != code {
+			t.Errorf("codeOf(%d) = %s, want %s", status, got, code)
+		}
+	}
+	for status, want := range map[int]string{502: api.CodeUnavailable, 504: api.CodeUnavailable, 501: api.CodeInternal, 418: api.CodeBadRequest} {
+		if got := codeOf(status); got != want {
+			t.Errorf("codeOf(%d) = %s, want %s", status, got, want)
+		}
+	}
 }
