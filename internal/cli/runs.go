@@ -60,24 +60,32 @@ type AgentRunCmd struct {
 // Run creates the run and drives it in the foreground (against a server:
 // follows it as the server's workers drive it).
 func (c *AgentRunCmd) Run(env *Env) error {
-	var tl *timeline
-	if !c.Detach {
-		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
+	return startRun(env, hostOptions{keyFile: c.KeyFile}, c.Detach, c.Out, func(b backend) (string, error) {
+		return b.create(env.Ctx, c)
+	})
+}
+
+// startRun makes a run with start on the backend o opens, then drives it
+// in the foreground with the live timeline, its artifacts written to out;
+// detached, it prints the run's id instead.
+func startRun(env *Env, o hostOptions, detach bool, out string, start func(backend) (string, error)) error {
+	if !detach {
+		o.timeline = newTimeline(env.Stdout, stdoutTTY(env), false)
 	}
-	b, err := openBackend(env, hostOptions{timeline: tl, keyFile: c.KeyFile})
+	b, err := openBackend(env, o)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	id, err := b.create(env.Ctx, c)
+	id, err := start(b)
 	if err != nil {
 		return err
 	}
-	if c.Detach {
+	if detach {
 		fmt.Fprintln(env.Stdout, id)
 		return nil
 	}
-	return b.drive(id, c.Out, false)
+	return b.drive(id, out, false)
 }
 
 // request builds the run from the policy document (the built-in default
@@ -724,24 +732,9 @@ type RunsForkCmd struct {
 
 // Run forks and drives the new run.
 func (c *RunsForkCmd) Run(env *Env) error {
-	var tl *timeline
-	if !c.Detach {
-		tl = newTimeline(env.Stdout, stdoutTTY(env), false)
-	}
-	b, err := openBackend(env, hostOptions{timeline: tl})
-	if err != nil {
-		return err
-	}
-	defer b.close()
-	id, err := b.fork(env.Ctx, c)
-	if err != nil {
-		return err
-	}
-	if c.Detach {
-		fmt.Fprintln(env.Stdout, id)
-		return nil
-	}
-	return b.drive(id, c.Out, false)
+	return startRun(env, hostOptions{}, c.Detach, c.Out, func(b backend) (string, error) {
+		return b.fork(env.Ctx, c)
+	})
 }
 
 // options reads the flags into the fork's options; errors are usage
