@@ -179,12 +179,8 @@ func TestProcessBackground(t *testing.T) {
 		}
 		return false
 	})
-	var second runResult
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		second = parseRun(t, h.stream(s, "process.Process/Connect", map[string]any{"process": map[string]any{"tag": "cat"}}, nil))
-	}()
+	// Connected before cat can end: the input below ends it.
+	connected := h.streamStarted(s, "process.Process/Connect", map[string]any{"process": map[string]any{"tag": "cat"}})
 	res := h.unary(s, "process.Process/SendInput", map[string]any{"process": map[string]any{"pid": pid}, "input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("ping\n"))}})
 	if res.status != 200 {
 		t.Fatalf("SendInput: %s", res)
@@ -192,6 +188,7 @@ func TestProcessBackground(t *testing.T) {
 	if res := h.unary(s, "process.Process/CloseStdin", map[string]any{"process": map[string]any{"pid": pid}}); res.status != 200 {
 		t.Fatalf("CloseStdin: %s", res)
 	}
+	second := parseRun(t, connected())
 	wg.Wait()
 	if first.stdout != "ping\n" || first.exit != 0 || !first.ended {
 		t.Errorf("start stream = %+v, want the echoed input and exit 0", first)

@@ -432,6 +432,52 @@ func (h *harness) stream(s sbx, method string, msg any, extra map[string]string)
 	return decodeFrames(h.t, res.body)
 }
 
+// streamStarted makes a server-streaming Connect call and returns once its
+// first message has arrived (a process stream's start event: the server
+// holds the subscription from then on); the function it returns reads the
+// rest and gives every frame.
+func (h *harness) streamStarted(s sbx, method string, msg any) func() []frame {
+	h.t.Helper()
+	hd := envdHeaders(s)
+	hd["Content-Type"] = "application/connect+json"
+	hd["Connect-Protocol-Version"] = "1"
+	b, _ := json.Marshal(msg)
+	req, err := http.NewRequest("POST", h.envdURL+"/"+method, bytes.NewReader(envelope(0, b)))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for k, v := range hd {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if res.StatusCode != 200 {
+		res.Body.Close()
+		h.t.Fatalf("%s: status %d", method, res.StatusCode)
+	}
+	head := make([]byte, 5)
+	if _, err := io.ReadFull(res.Body, head); err != nil {
+		res.Body.Close()
+		h.t.Fatalf("%s: first frame: %v", method, err)
+	}
+	first := make([]byte, binary.BigEndian.Uint32(head[1:]))
+	if _, err := io.ReadFull(res.Body, first); err != nil {
+		res.Body.Close()
+		h.t.Fatalf("%s: first frame: %v", method, err)
+	}
+	return func() []frame {
+		h.t.Helper()
+		defer res.Body.Close()
+		rest, err := io.ReadAll(res.Body)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return decodeFrames(h.t, append(append(head, first...), rest...))
+	}
+}
+
 // waitFor polls cond until it holds; it bounds a wait for something the
 // server does on its own (a process ending), not a speed.
 func waitFor(t *testing.T, what string, cond func() bool) {
