@@ -114,7 +114,7 @@ func (h *host) mayDecide(env *Env, id string) error {
 			return nil
 		}
 	}
-	return reportedError{fmt.Errorf("%s may not decide on approvals of run %s: its policy names %s", whoami(env), r.ID, strings.Join(doc.Approvals.Approvers, ", ")), 1}
+	return reportedError{Err: fmt.Errorf("%s may not decide on approvals of run %s: its policy names %s", whoami(env), r.ID, strings.Join(doc.Approvals.Approvers, ", ")), Code: 1}
 }
 
 // whoami names the local user deciding: $USER and the uid, which the

@@ -104,9 +104,9 @@ func openBackend(env *Env, o hostOptions) (backend, error) {
 	case url != "" && key != "":
 		return newRemote(env, url, key, o.timeline)
 	case url != "":
-		return nil, usageError{errors.New("AIRLOCK_URL is set but AIRLOCK_API_KEY is not: set both to use a server, neither to use this host's store")}
+		return nil, usageError{Err: errors.New("AIRLOCK_URL is set but AIRLOCK_API_KEY is not: set both to use a server, neither to use this host's store")}
 	case key != "":
-		return nil, usageError{errors.New("AIRLOCK_API_KEY is set but AIRLOCK_URL is not: set both to use a server, neither to use this host's store")}
+		return nil, usageError{Err: errors.New("AIRLOCK_API_KEY is set but AIRLOCK_URL is not: set both to use a server, neither to use this host's store")}
 	}
 	return &localBackend{env: env, o: o}, nil
 }
@@ -235,7 +235,7 @@ func (b *localBackend) stop(ctx context.Context, id string, pause bool, reason s
 func (b *localBackend) create(ctx context.Context, c *AgentRunCmd) (string, error) {
 	req, err := c.request(b.env)
 	if err != nil {
-		return "", usageError{err}
+		return "", usageError{Err: err}
 	}
 	h, err := b.host()
 	if err != nil {
@@ -306,7 +306,7 @@ func (b *localBackend) drive(id, out string, resume bool) error {
 	if err != nil {
 		return err
 	}
-	b.gcOnce.Do(func() { go b.env.gc() })
+	b.gcOnce.Do(func() { go b.env.GC() })
 	return h.foreground(id, out, func(ctx context.Context) (engine.Outcome, error) {
 		if resume {
 			return h.eng.Resume(ctx, id)
@@ -334,7 +334,7 @@ func (b *localBackend) decide(ctx context.Context, id, tenant string, approve bo
 	}
 	if err := h.eng.Decide(ctx, id, tenant, by, approve, text); err != nil {
 		if errors.Is(err, engine.ErrNoApproval) {
-			return "", usageError{err}
+			return "", usageError{Err: err}
 		}
 		return "", engineError(err)
 	}
@@ -348,7 +348,7 @@ func (b *localBackend) putPolicy(ctx context.Context, name, file string, doc []b
 	}
 	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: runTenant, Name: name, Document: doc, Source: file, By: whoami(b.env)})
 	if errors.Is(err, store.ErrInvalid) {
-		return v, false, usageError{err}
+		return v, false, usageError{Err: err}
 	}
 	return v, created, err
 }
@@ -408,7 +408,7 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	e, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: tenant, Kind: store.LedgerGrant, Amount: micro, Note: note})
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
-			return e, 0, usageError{err}
+			return e, 0, usageError{Err: err}
 		}
 		return e, 0, err
 	}
@@ -467,5 +467,5 @@ func (b *localBackend) checkPolicy(_ context.Context, file string) ([]byte, stri
 
 // notRemote is the error of a command a server cannot do (exit 2).
 func notRemote(what, why string) error {
-	return usageError{fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", what, why)}
+	return usageError{Err: fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", what, why)}
 }

@@ -6,34 +6,22 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/alecthomas/kong"
 )
 
 // Version is set at build time.
 var Version = "dev"
 
-// Env is everything a command may use from its surroundings.
+// Env is everything a command may use from its surroundings: sandboxcli's,
+// and what the rest of the command line needs besides.
 type Env struct {
-	Ctx    context.Context
-	Stdin  io.Reader
-	Stdout io.Writer
-	Stderr io.Writer
-	// Home is $AIRLOCK_HOME: all host state lives under it.
-	Home string
-	// Executor is the airlock-exec binary.
-	Executor string
-	// Self is the airlock binary, for starting supervisors.
-	Self string
+	sandboxcli.Env
 	// Getenv reads the host's environment (model API keys); nil reads
 	// nothing.
 	Getenv func(string) string
@@ -41,23 +29,9 @@ type Env struct {
 	// sqlite:PATH, or a postgres:// URL (set from --store).
 	Store string
 
-	backend *linux.Backend
 	// pool, when set (airlock serve), keeps sandboxes ready in front of
-	// backend for the engine and the E2B API alike.
+	// the native backend for the engine and the E2B API alike.
 	pool *pool.Pool
-}
-
-// Backend returns the native sandbox backend.
-func (e *Env) Backend() (*linux.Backend, error) {
-	if e.backend != nil {
-		return e.backend, nil
-	}
-	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, "run")})
-	if err != nil {
-		return nil, err
-	}
-	e.backend = b
-	return b, nil
 }
 
 // sandboxes returns what creates the host's sandboxes: the pool when the
@@ -93,37 +67,17 @@ func (e *Env) getenv(k string) string {
 	return e.Getenv(k)
 }
 
-// gc cleans, best effort, what crashed airlock processes left.
-func (e *Env) gc() {
-	if b, err := e.Backend(); err == nil {
-		_, _ = b.GC()
-	}
-	cleanStateDirs(e)
-}
-
-// DefaultHome is the per-user data directory: /var/lib/airlock for root,
-// $XDG_DATA_HOME/airlock or ~/.local/share/airlock otherwise.
-func DefaultHome(uid int, xdgData, home string) string {
-	if uid == 0 {
-		return "/var/lib/airlock"
-	}
-	if xdgData != "" {
-		return filepath.Join(xdgData, "airlock")
-	}
-	return filepath.Join(home, ".local", "share", "airlock")
-}
-
 type cli struct {
 	Store string `name:"store" env:"AIRLOCK_STORE" help:"Run store: sqlite (default, $AIRLOCK_HOME/airlock.db), sqlite:PATH, or postgres://USER@HOST/DB." placeholder:"URL"`
 
 	Sandbox struct {
-		Run       RunCmd       `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
-		Create    CreateCmd    `cmd:"" help:"Create a long-lived sandbox and print its id."`
-		Exec      ExecCmd      `cmd:"" help:"Run a command in a live sandbox."`
-		Ls        LsCmd        `cmd:"" help:"List live sandboxes."`
-		Rm        RmCmd        `cmd:"" help:"Destroy live sandboxes."`
-		Gc        GcCmd        `cmd:"" help:"Remove what crashed airlock processes left behind."`
-		Supervise SuperviseCmd `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
+		Run       RunCmd             `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
+		Create    CreateCmd          `cmd:"" help:"Create a long-lived sandbox and print its id."`
+		Exec      sandboxcli.ExecCmd `cmd:"" help:"Run a command in a live sandbox."`
+		Ls        sandboxcli.LsCmd   `cmd:"" help:"List live sandboxes."`
+		Rm        sandboxcli.RmCmd   `cmd:"" help:"Destroy live sandboxes."`
+		Gc        sandboxcli.GcCmd   `cmd:"" help:"Remove what crashed airlock processes left behind."`
+		Supervise SuperviseCmd       `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
 	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
@@ -183,25 +137,7 @@ func Main(env *Env, args []string) int {
 	if env.Store == "" {
 		env.Store = c.Store
 	}
-	err = kctx.Run(env)
-	var code exitCode
-	var usage usageError
-	var reported reportedError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &code):
-		return int(code)
-	case errors.As(err, &reported):
-		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
-		return reported.code
-	case errors.As(err, &usage):
-		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
-		return 2
-	default:
-		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
-		return 125
-	}
+	return sandboxcli.Status(env.Stderr, kctx.Run(env, &env.Env))
 }
 
 func isHelp(args []string) bool {
@@ -214,30 +150,4 @@ func isHelp(args []string) bool {
 		}
 	}
 	return false
-}
-
-// stateDir is where supervised sandboxes keep their socket and description.
-func stateDir(env *Env, id string) string {
-	return filepath.Join(env.Home, "sandboxes", id)
-}
-
-func cleanStateDirs(env *Env) {
-	b, err := env.Backend()
-	if err != nil {
-		return
-	}
-	// Listed before the live set is read, for the reason Backend.GC gives.
-	ents, _ := os.ReadDir(filepath.Join(env.Home, "sandboxes"))
-	if len(ents) == 0 {
-		return
-	}
-	live, err := b.Live()
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		if !live[e.Name()] {
-			_ = os.RemoveAll(stateDir(env, e.Name()))
-		}
-	}
 }

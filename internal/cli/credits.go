@@ -32,7 +32,7 @@ type CreditsGrantCmd struct {
 func (c *CreditsGrantCmd) Run(env *Env) error {
 	micro, err := parseCredits(c.Amount)
 	if err != nil {
-		return usageError{fmt.Errorf("amount %q: %w", c.Amount, err)}
+		return usageError{Err: fmt.Errorf("amount %q: %w", c.Amount, err)}
 	}
 	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {

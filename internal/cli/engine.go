@@ -48,7 +48,7 @@ func openStore(env *Env, red store.Redactor) (store.Store, error) {
 	case strings.HasPrefix(u, "sqlite:"):
 		return sqlite.Open(env.Ctx, strings.TrimPrefix(u, "sqlite:"), sqlite.Options{Redactor: red})
 	}
-	return nil, usageError{fmt.Errorf("--store %q: want sqlite, sqlite:PATH or a postgres:// URL", redactURL(u))}
+	return nil, usageError{Err: fmt.Errorf("--store %q: want sqlite, sqlite:PATH or a postgres:// URL", redactURL(u))}
 }
 
 // redactURL drops a URL's password for messages.
@@ -317,7 +317,7 @@ func (h *host) resolve(ctx context.Context, id string) (store.Run, error) {
 		return r, err
 	}
 	if len(id) < 4 {
-		return r, usageError{fmt.Errorf("no run %q", id)}
+		return r, usageError{Err: fmt.Errorf("no run %q", id)}
 	}
 	var match []store.Run
 	f := store.RunFilter{}
@@ -340,7 +340,7 @@ func (h *host) resolve(ctx context.Context, id string) (store.Run, error) {
 	case 1:
 		return match[0], nil
 	case 0:
-		return r, usageError{fmt.Errorf("no run %q", id)}
+		return r, usageError{Err: fmt.Errorf("no run %q", id)}
 	}
-	return r, usageError{fmt.Errorf("%q names %d runs; give more of the id", id, len(match))}
+	return r, usageError{Err: fmt.Errorf("%q names %d runs; give more of the id", id, len(match))}
 }

@@ -35,19 +35,19 @@ func (c *KeysCreateCmd) Run(env *Env) error {
 		return tenantNameError(c.Tenant)
 	}
 	if err := store.ValidateKeyName(c.Name); err != nil {
-		return usageError{fmt.Errorf("--name: %d characters at most, printable (no newlines or control characters)", store.MaxKeyNameLen)}
+		return usageError{Err: fmt.Errorf("--name: %d characters at most, printable (no newlines or control characters)", store.MaxKeyNameLen)}
 	}
 	var scopes []string
 	for _, s := range c.Scope {
 		if !slices.Contains(auth.Scopes, s) {
-			return usageError{fmt.Errorf("--scope: unknown scope %q: want one of %s", clip(s, 40), strings.Join(auth.Scopes, ", "))}
+			return usageError{Err: fmt.Errorf("--scope: unknown scope %q: want one of %s", clip(s, 40), strings.Join(auth.Scopes, ", "))}
 		}
 		if !slices.Contains(scopes, s) {
 			scopes = append(scopes, s)
 		}
 	}
 	if len(scopes) == 0 {
-		return usageError{fmt.Errorf("--scope: give at least one of %s", strings.Join(auth.Scopes, ", "))}
+		return usageError{Err: fmt.Errorf("--scope: give at least one of %s", strings.Join(auth.Scopes, ", "))}
 	}
 	format := auth.FormatAirlock
 	if c.E2B {
@@ -63,7 +63,7 @@ func (c *KeysCreateCmd) Run(env *Env) error {
 	case errors.Is(err, store.ErrNotFound):
 		return noTenantError(c.Tenant)
 	case errors.Is(err, store.ErrInvalid):
-		return usageError{err}
+		return usageError{Err: err}
 	case err != nil:
 		return err
 	}
@@ -172,9 +172,9 @@ func (c *KeysRevokeCmd) Run(env *Env) error {
 	if store.ValidateAPIKeyID(c.ID) != nil {
 		if _, err := auth.ParseKey(c.ID); err == nil {
 			// Never echo a key back, not even in an error.
-			return usageError{errors.New("that is an API key, not its id: give the key_… id airlock keys ls shows")}
+			return usageError{Err: errors.New("that is an API key, not its id: give the key_… id airlock keys ls shows")}
 		}
-		return usageError{fmt.Errorf("key id %q: want %s and 16 lowercase hex digits (airlock keys ls shows them)", clip(c.ID, 40), store.APIKeyIDPrefix)}
+		return usageError{Err: fmt.Errorf("key id %q: want %s and 16 lowercase hex digits (airlock keys ls shows them)", clip(c.ID, 40), store.APIKeyIDPrefix)}
 	}
 	st, err := openTenantStore(env)
 	if err != nil {
@@ -183,7 +183,7 @@ func (c *KeysRevokeCmd) Run(env *Env) error {
 	defer st.Close()
 	err = st.RevokeAPIKey(env.Ctx, c.Tenant, c.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return reportedError{fmt.Errorf("tenant %s has no key %s (airlock keys ls --tenant %s lists them)", c.Tenant, c.ID, c.Tenant), 1}
+		return reportedError{Err: fmt.Errorf("tenant %s has no key %s (airlock keys ls --tenant %s lists them)", c.Tenant, c.ID, c.Tenant), Code: 1}
 	}
 	if err != nil {
 		return err

@@ -11,21 +11,21 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
 
 // CreateCmd is `airlock sandbox create`.
 type CreateCmd struct {
-	SpecFlags
+	sandboxcli.SpecFlags
+	EgressFlags
 	TTL time.Duration `help:"Destroy the sandbox after this long." default:"1h"`
 }
 
@@ -40,15 +40,15 @@ type superviseArgs struct {
 // Run starts a supervisor in the background and prints the sandbox id once
 // the sandbox is up.
 func (c *CreateCmd) Run(env *Env) error {
-	spec, netPolicy, err := c.spec()
+	spec, netPolicy, _, err := sandboxSpec(&c.SpecFlags, &c.EgressFlags)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	if c.TTL <= 0 {
-		return usageError{errors.New("--ttl must be positive")}
+		return usageError{Err: errors.New("--ttl must be positive")}
 	}
 	spec.TTL = c.TTL
-	env.gc()
+	env.GC()
 	if netPolicy != nil {
 		spec.ID = sandbox.NewID()
 	}
@@ -128,9 +128,9 @@ func (SuperviseCmd) Run(env *Env) error {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer dcancel()
 		_ = sb.Destroy(dctx)
-		_ = os.RemoveAll(stateDir(env, sb.ID()))
+		_ = os.RemoveAll(env.StateDir(sb.ID()))
 	}()
-	dir := stateDir(env, sb.ID())
+	dir := env.StateDir(sb.ID())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(err)
 	}
@@ -149,203 +149,4 @@ func (SuperviseCmd) Run(env *Env) error {
 		srv.Usage = u.Usage
 	}
 	return srv.Serve(ctx, ln)
-}
-
-// ExecCmd is `airlock sandbox exec`.
-type ExecCmd struct {
-	Interactive bool     `short:"i" help:"Pass stdin to the command."`
-	TTY         bool     `short:"t" help:"Give the command a terminal."`
-	Env         []string `short:"e" help:"Environment variable K=V (repeatable)." placeholder:"K=V"`
-	User        string   `help:"User inside the sandbox." placeholder:"NAME|UID"`
-	Workdir     string   `short:"w" help:"Working directory inside the sandbox." placeholder:"DIR"`
-	ExecFlags
-	ID      string   `arg:"" help:"Sandbox id."`
-	Command []string `arg:"" passthrough:"" name:"cmd" help:"Command and arguments, after --."`
-}
-
-// Run runs one command in a live sandbox.
-func (c *ExecCmd) Run(env *Env) error {
-	argv, err := commandArgs(c.Command, "airlock sandbox exec ID -- CMD [ARG...]")
-	if err != nil {
-		return err
-	}
-	if err := checkID(c.ID); err != nil {
-		return usageError{err}
-	}
-	var maxOut int64 // 0: the supervisor's 16M
-	if c.MaxOutput != "" {
-		maxOut, err = sandbox.ParseSize(c.MaxOutput)
-	}
-	if err != nil {
-		return usageError{fmt.Errorf("--max-output: %w", err)}
-	}
-	for _, e := range c.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			return usageError{fmt.Errorf("--env %q: want K=V", e)}
-		}
-	}
-	cl := supervisor.Client{Path: filepath.Join(stateDir(env, c.ID), "sock")}
-	req := supervisor.ExecRequest{Argv: argv, Env: c.Env, User: c.User, Dir: c.Workdir, TTY: c.TTY, Timeout: c.Timeout, MaxOut: maxOut}
-	var restore func()
-	if c.TTY {
-		if f, ok := env.Stdin.(*os.File); ok {
-			if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil {
-				req.Rows, req.Cols = ws.Row, ws.Col
-			}
-			restore = makeRaw(int(f.Fd()))
-		}
-	}
-	if restore != nil {
-		defer restore()
-	}
-	var stdin = env.Stdin
-	if !c.Interactive {
-		stdin = nil
-	}
-	s, err := cl.Exec(req, stdin)
-	if err != nil {
-		if errors.Is(err, supervisor.ErrGone) {
-			return fmt.Errorf("sandbox %s: %w", c.ID, err)
-		}
-		return err
-	}
-	stop := forwardSignals(s.Signal)
-	defer stop()
-	if c.TTY {
-		defer watchResize(env, s)()
-	}
-	res, err := s.Wait(env.Stdout, env.Stderr)
-	if err != nil {
-		return err
-	}
-	if restore != nil {
-		restore()
-		restore = nil
-	}
-	return finish(env, res, c.JSON)
-}
-
-func watchResize(env *Env, s *supervisor.Session) func() {
-	f, ok := env.Stdin.(*os.File)
-	if !ok {
-		return func() {}
-	}
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, unix.SIGWINCH)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-ch:
-				if ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ); err == nil {
-					_ = s.Resize(ws.Row, ws.Col)
-				}
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() { signal.Stop(ch); close(done) }
-}
-
-// makeRaw puts a terminal in raw mode and returns the restore function, or
-// nil when fd is not a terminal.
-func makeRaw(fd int) func() {
-	old, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return nil
-	}
-	raw := *old
-	raw.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	raw.Oflag &^= unix.OPOST
-	raw.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	raw.Cflag &^= unix.CSIZE | unix.PARENB
-	raw.Cflag |= unix.CS8
-	raw.Cc[unix.VMIN], raw.Cc[unix.VTIME] = 1, 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, &raw); err != nil {
-		return nil
-	}
-	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }
-}
-
-func checkID(id string) error {
-	if !strings.HasPrefix(id, "sb-") || len(id) > 64 || strings.ContainsAny(id, "/.\x00") {
-		return fmt.Errorf("%q is not a sandbox id", id)
-	}
-	return nil
-}
-
-// LsCmd is `airlock sandbox ls`.
-type LsCmd struct {
-	JSON bool `name:"json" help:"Print JSON."`
-}
-
-// Run lists live sandboxes.
-func (c *LsCmd) Run(env *Env) error {
-	ents, err := os.ReadDir(filepath.Join(env.Home, "sandboxes"))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var infos []supervisor.Info
-	for _, e := range ents {
-		info, err := supervisor.Client{Path: filepath.Join(stateDir(env, e.Name()), "sock")}.Info()
-		if err != nil {
-			continue // gone, or not ours
-		}
-		infos = append(infos, info)
-	}
-	sort.Slice(infos, func(i, j int) bool { return infos[i].Created.Before(infos[j].Created) })
-	if c.JSON {
-		return json.NewEncoder(env.Stdout).Encode(infos)
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tAGE\tMEMORY\tCPU\tPIDS\tWORKSPACE")
-	for _, in := range infos {
-		ws := in.Workspace
-		if ws == "" {
-			ws = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", in.ID, time.Since(in.Created).Round(time.Second),
-			sandbox.FormatSize(in.Usage.MemoryBytes), in.Usage.CPU.Round(time.Millisecond), in.Usage.Pids, ws)
-	}
-	return tw.Flush()
-}
-
-// RmCmd is `airlock sandbox rm`.
-type RmCmd struct {
-	IDs []string `arg:"" name:"id" help:"Sandbox ids."`
-}
-
-// Run destroys sandboxes.
-func (c *RmCmd) Run(env *Env) error {
-	var errs []error
-	for _, id := range c.IDs {
-		if err := checkID(id); err != nil {
-			errs = append(errs, usageError{err})
-			continue
-		}
-		if err := (supervisor.Client{Path: filepath.Join(stateDir(env, id), "sock")}).Destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
-			continue
-		}
-		fmt.Fprintln(env.Stdout, id)
-	}
-	return errors.Join(errs...)
-}
-
-// GcCmd is `airlock sandbox gc`.
-type GcCmd struct{}
-
-// Run cleans what crashed airlock processes (or a crashed machine) left.
-func (GcCmd) Run(env *Env) error {
-	b, err := env.Backend()
-	if err != nil {
-		return err
-	}
-	cleaned, err := b.GC()
-	for _, id := range cleaned {
-		fmt.Fprintf(env.Stdout, "removed cgroup of %s\n", id)
-	}
-	cleanStateDirs(env)
-	return err
 }

@@ -80,14 +80,14 @@ type PolicyExplainCmd struct {
 func (c *PolicyExplainCmd) Run(env *Env) error {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(c.Args), &obj); err != nil || obj == nil {
-		return usageError{errors.New(`--args: want a JSON object, like '{"command": "ls"}'`)}
+		return usageError{Err: errors.New(`--args: want a JSON object, like '{"command": "ls"}'`)}
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, []byte(c.Args)); err != nil {
-		return usageError{fmt.Errorf("--args: %w", err)}
+		return usageError{Err: fmt.Errorf("--args: %w", err)}
 	}
 	if c.Step < 1 || c.Tokens < 0 || c.Elapsed < 0 {
-		return usageError{errors.New("--step must be at least 1; --tokens and --elapsed must not be negative")}
+		return usageError{Err: errors.New("--step must be at least 1; --tokens and --elapsed must not be negative")}
 	}
 	doc, err := loadPolicy(env, c.File)
 	if err != nil {

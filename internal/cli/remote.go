@@ -44,9 +44,9 @@ func newRemote(env *Env, url, key string, tl *timeline) (*remoteBackend, error) 
 		// which variable holds what it refused.
 		msg := strings.TrimPrefix(err.Error(), "client: ")
 		if rest, ok := strings.CutPrefix(msg, "API URL"); ok {
-			return nil, usageError{errors.New("AIRLOCK_URL" + rest)}
+			return nil, usageError{Err: errors.New("AIRLOCK_URL" + rest)}
 		}
-		return nil, usageError{errors.New("AIRLOCK_API_KEY: " + msg)}
+		return nil, usageError{Err: errors.New("AIRLOCK_API_KEY: " + msg)}
 	}
 	return &remoteBackend{env: env, c: c, url: strings.TrimRight(url, "/"), tl: tl}, nil
 }
@@ -68,13 +68,13 @@ func (b *remoteBackend) fail(err error) error {
 	}
 	switch ae.Code {
 	case api.CodeUnauthenticated:
-		return usageError{fmt.Errorf("the server at %s refused the API key in AIRLOCK_API_KEY: %s", b.url, msg)}
+		return usageError{Err: fmt.Errorf("the server at %s refused the API key in AIRLOCK_API_KEY: %s", b.url, msg)}
 	case api.CodeForbidden:
-		return reportedError{fmt.Errorf("the server refused: %s", msg), 1}
+		return reportedError{Err: fmt.Errorf("the server refused: %s", msg), Code: 1}
 	case api.CodeConflict:
-		return reportedError{errors.New(msg), 1}
+		return reportedError{Err: errors.New(msg), Code: 1}
 	case api.CodeBadRequest, api.CodeNotFound, api.CodeTooLarge, api.CodeMethodNotAllowed:
-		return usageError{errors.New(msg)}
+		return usageError{Err: errors.New(msg)}
 	}
 	return fmt.Errorf("server %s: %s", b.url, msg)
 }
@@ -103,7 +103,7 @@ func (b *remoteBackend) secretTenant(ctx context.Context, f *SecretStoreFlags) e
 		return err
 	}
 	if t != f.Tenant {
-		return usageError{fmt.Errorf("the API key is tenant %s's: it manages that tenant's secrets, not %s's", t, f.Tenant)}
+		return usageError{Err: fmt.Errorf("the API key is tenant %s's: it manages that tenant's secrets, not %s's", t, f.Tenant)}
 	}
 	return nil
 }
@@ -127,7 +127,7 @@ func (b *remoteBackend) listSecrets(ctx context.Context, f *SecretStoreFlags) ([
 		return nil, b.fail(err)
 	}
 	if f.Tenant != "" && f.Tenant != l.Tenant {
-		return nil, usageError{fmt.Errorf("the API key is tenant %s's: it lists that tenant's secrets, not %s's", l.Tenant, f.Tenant)}
+		return nil, usageError{Err: fmt.Errorf("the API key is tenant %s's: it lists that tenant's secrets, not %s's", l.Tenant, f.Tenant)}
 	}
 	out := make([]secret.Info, 0, len(l.Secrets))
 	for _, s := range l.Secrets {
@@ -170,9 +170,9 @@ func (b *remoteBackend) policy(ctx context.Context, arg string) (store.PolicyVer
 	v, err := b.c.Policy(ctx, name, ref)
 	switch {
 	case client.IsCode(err, api.CodeNotFound) && ref == "":
-		return store.PolicyVersion{}, usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
+		return store.PolicyVersion{}, usageError{Err: fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
 	case client.IsCode(err, api.CodeNotFound):
-		return store.PolicyVersion{}, usageError{fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
+		return store.PolicyVersion{}, usageError{Err: fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
 	case err != nil:
 		return store.PolicyVersion{}, b.fail(err)
 	}
@@ -186,7 +186,7 @@ func (b *remoteBackend) policy(ctx context.Context, arg string) (store.PolicyVer
 func (b *remoteBackend) checkPolicy(ctx context.Context, file string) ([]byte, string, error) {
 	doc, err := os.ReadFile(file)
 	if err != nil {
-		return nil, "", usageError{fmt.Errorf("policy: %w", err)}
+		return nil, "", usageError{Err: fmt.Errorf("policy: %w", err)}
 	}
 	c, err := b.c.ValidatePolicy(ctx, doc)
 	if err != nil {
@@ -196,7 +196,7 @@ func (b *remoteBackend) checkPolicy(ctx context.Context, file string) ([]byte, s
 }
 
 func (b *remoteBackend) unfinished(context.Context) ([]string, error) {
-	return nil, usageError{errors.New("give the runs to resume: against a server, its workers drive every unfinished run themselves")}
+	return nil, usageError{Err: errors.New("give the runs to resume: against a server, its workers drive every unfinished run themselves")}
 }
 
 // toRun is an API run as the local store has it; a missing or malformed
@@ -248,7 +248,7 @@ func (b *remoteBackend) run(ctx context.Context, arg string) (store.Run, error) 
 		return store.Run{}, b.fail(err)
 	}
 	if len(arg) < 4 {
-		return store.Run{}, usageError{fmt.Errorf("no run %q", arg)}
+		return store.Run{}, usageError{Err: fmt.Errorf("no run %q", arg)}
 	}
 	var match []store.Run
 	o := client.ListRunsOptions{Limit: maxRunPage, Oldest: true}
@@ -271,9 +271,9 @@ func (b *remoteBackend) run(ctx context.Context, arg string) (store.Run, error) 
 	case 1:
 		return match[0], nil
 	case 0:
-		return store.Run{}, usageError{fmt.Errorf("no run %q", arg)}
+		return store.Run{}, usageError{Err: fmt.Errorf("no run %q", arg)}
 	}
-	return store.Run{}, usageError{fmt.Errorf("%q names %d runs; give more of the id", arg, len(match))}
+	return store.Run{}, usageError{Err: fmt.Errorf("%q names %d runs; give more of the id", arg, len(match))}
 }
 
 func (b *remoteBackend) outcome(ctx context.Context, r store.Run) (engine.Outcome, error) {
@@ -344,7 +344,7 @@ func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string,
 func (b *remoteBackend) ended(ctx context.Context, id string, err error) error {
 	if client.IsCode(err, api.CodeConflict) {
 		if r, gerr := b.c.Run(ctx, id); gerr == nil && r.Status.Final() {
-			return reportedError{fmt.Errorf("run already ended: run %s is %s", id, r.Status), 1}
+			return reportedError{Err: fmt.Errorf("run already ended: run %s is %s", id, r.Status), Code: 1}
 		}
 	}
 	return b.fail(err)
@@ -417,7 +417,7 @@ func (b *remoteBackend) approvals(ctx context.Context, tenant string) ([]engine.
 // decide decides as the API key: the server records the key's id as who
 // decided. An approval of another tenant's run is no approval.
 func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve bool, text string) (string, error) {
-	none := usageError{fmt.Errorf("no such approval: %q", id)}
+	none := usageError{Err: fmt.Errorf("no such approval: %q", id)}
 	if tenant != "" {
 		runID, ok := engine.ApprovalRunID(id)
 		if !ok {
@@ -502,7 +502,7 @@ func (b *remoteBackend) credits(ctx context.Context, tenant string) (int64, []st
 		}
 		if first {
 			if page.Tenant != tenant {
-				return 0, nil, usageError{fmt.Errorf("the API key is tenant %s's: it shows that tenant's credits, not %s's", page.Tenant, tenant)}
+				return 0, nil, usageError{Err: fmt.Errorf("the API key is tenant %s's: it shows that tenant's credits, not %s's", page.Tenant, tenant)}
 			}
 			bal = page.Balance
 		}

@@ -136,7 +136,7 @@ func (c *AgentRunCmd) remoteRequest() (api.CreateRunRequest, error) {
 func (b *remoteBackend) create(ctx context.Context, c *AgentRunCmd) (string, error) {
 	q, err := c.remoteRequest()
 	if err != nil {
-		return "", usageError{err}
+		return "", usageError{Err: err}
 	}
 	if c.Workspace != "" {
 		id, err := b.upload(ctx, c.Workspace)

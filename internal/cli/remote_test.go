@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -24,8 +25,8 @@ func scriptEnv(ts *testscript.TestScript, ctx context.Context, home string, stdo
 		vars[k] = ts.Getenv(k)
 	}
 	self, _ := os.Executable()
-	return &cli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
-		Home: home, Executor: vars["AIRLOCK_EXEC"], Self: self,
+	return &cli.Env{Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
+		Home: home, Executor: vars["AIRLOCK_EXEC"], Self: self},
 		Getenv: func(k string) string { return vars[k] }}
 }
 

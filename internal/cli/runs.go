@@ -273,9 +273,9 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 func engineError(err error) error {
 	switch {
 	case errors.Is(err, engine.ErrInvalid):
-		return usageError{err}
+		return usageError{Err: err}
 	case errors.Is(err, engine.ErrFinal), errors.Is(err, engine.ErrBusy), errors.Is(err, engine.ErrDecided):
-		return reportedError{err, 1}
+		return reportedError{Err: err, Code: 1}
 	}
 	return err
 }
@@ -449,7 +449,7 @@ func (c *RunsLsCmd) Run(env *Env) error {
 	var statuses []event.Status
 	for _, s := range c.Status {
 		if !event.Status(s).Valid() {
-			return usageError{fmt.Errorf("--status %q: not a run status", s)}
+			return usageError{Err: fmt.Errorf("--status %q: not a run status", s)}
 		}
 		statuses = append(statuses, event.Status(s))
 	}
@@ -744,21 +744,21 @@ func (c *RunsForkCmd) options() (engine.ForkOptions, runPolicy, error) {
 	var pol runPolicy
 	if c.Script != "" {
 		if c.Model != "" {
-			return o, pol, usageError{errors.New("--script and --model exclude each other")}
+			return o, pol, usageError{Err: errors.New("--script and --model exclude each other")}
 		}
 		b, err := os.ReadFile(c.Script)
 		if err != nil {
-			return o, pol, usageError{fmt.Errorf("--script: %w", err)}
+			return o, pol, usageError{Err: fmt.Errorf("--script: %w", err)}
 		}
 		o.Script, o.Model = b, "script:"+filepath.Base(c.Script)
 	}
 	if c.Policy == "" && c.PolicyAs != "" {
-		return o, pol, usageError{errors.New("--policy-name needs --policy FILE")}
+		return o, pol, usageError{Err: errors.New("--policy-name needs --policy FILE")}
 	}
 	if c.Policy != "" {
 		var err error
 		if pol, err = readRunPolicy(c.Policy, c.PolicyAs); err != nil {
-			return o, pol, usageError{err}
+			return o, pol, usageError{Err: err}
 		}
 		o.Policy, o.PolicySource = pol.doc, pol.source
 	}

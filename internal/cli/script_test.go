@@ -17,6 +17,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/rogpeppe/go-internal/testscript"
 )
 
@@ -34,10 +35,10 @@ func airlockMain() int {
 	if err != nil {
 		self = os.Args[0]
 	}
-	env := &cli.Env{
+	env := &cli.Env{Env: sandboxcli.Env{
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
-		Home: os.Getenv("AIRLOCK_HOME"), Executor: os.Getenv("AIRLOCK_EXEC"), Self: self, Getenv: os.Getenv,
-	}
+		Home: os.Getenv("AIRLOCK_HOME"), Executor: os.Getenv("AIRLOCK_EXEC"), Self: self,
+	}, Getenv: os.Getenv}
 	return cli.Main(env, os.Args[1:])
 }
 

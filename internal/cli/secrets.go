@@ -37,7 +37,7 @@ type SecretStoreFlags struct {
 // open opens the store under env.Home with the chosen key.
 func (f *SecretStoreFlags) open(env *Env) (*secret.Store, error) {
 	if err := secret.ValidName(f.tenant()); err != nil {
-		return nil, usageError{fmt.Errorf("--tenant: %w", err)}
+		return nil, usageError{Err: fmt.Errorf("--tenant: %w", err)}
 	}
 	if env.Home == "" {
 		return nil, errors.New("no airlock home directory")
@@ -54,7 +54,7 @@ func (f *SecretStoreFlags) open(env *Env) (*secret.Store, error) {
 func (f *SecretStoreFlags) openSecrets(env *Env) (backend, error) {
 	if f.Tenant != "" {
 		if err := secret.ValidName(f.Tenant); err != nil {
-			return nil, usageError{fmt.Errorf("--tenant: %w", err)}
+			return nil, usageError{Err: fmt.Errorf("--tenant: %w", err)}
 		}
 	}
 	return openBackend(env, hostOptions{readOnly: true})
@@ -73,14 +73,14 @@ type SecretsSetCmd struct {
 // Run reads the value from stdin and stores it.
 func (c *SecretsSetCmd) Run(env *Env) error {
 	if len(c.Extra) > 0 {
-		return usageError{errors.New("secrets set takes only a NAME: the value is read from stdin, so it cannot land in shell history or ps")}
+		return usageError{Err: errors.New("secrets set takes only a NAME: the value is read from stdin, so it cannot land in shell history or ps")}
 	}
 	if err := secret.ValidName(c.Name); err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	hosts, err := secret.NormalizeHosts(c.Host)
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	b, err := c.openSecrets(env)
 	if err != nil {
@@ -133,10 +133,10 @@ func checkSecretValue(b []byte) ([]byte, error) {
 	}
 	switch {
 	case len(b) == 0:
-		return nil, usageError{errors.New("empty secret value on stdin (pipe the value in: printf %s \"$TOKEN\" | airlock secrets set NAME)")}
+		return nil, usageError{Err: errors.New("empty secret value on stdin (pipe the value in: printf %s \"$TOKEN\" | airlock secrets set NAME)")}
 	case len(b) > secret.MaxValueSize:
 		clear(b)
-		return nil, usageError{fmt.Errorf("secret value larger than %d bytes", secret.MaxValueSize)}
+		return nil, usageError{Err: fmt.Errorf("secret value larger than %d bytes", secret.MaxValueSize)}
 	}
 	return b, nil
 }
@@ -250,7 +250,7 @@ type SecretsRmCmd struct {
 // like rm(1), so scripts can tell it from airlock failing (125).
 func (c *SecretsRmCmd) Run(env *Env) error {
 	if err := secret.ValidName(c.Name); err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	b, err := c.openSecrets(env)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/secret"
 	"golang.org/x/sys/unix"
 )
@@ -81,7 +82,7 @@ func TestSetFromTerminal(t *testing.T) {
 	const val = "typed-secret-value"
 	home := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	env := &Env{Ctx: context.Background(), Stdin: tty, Stdout: &stdout, Stderr: &stderr, Home: home}
+	env := &Env{Env: sandboxcli.Env{Ctx: context.Background(), Stdin: tty, Stdout: &stdout, Stderr: &stderr, Home: home}}
 
 	echoed := make(chan []byte, 1)
 	stop := make(chan struct{})

@@ -292,7 +292,7 @@ func (c *ServeCmd) Run(env *Env) error {
 		return enc.Close()
 	}
 	if err != nil {
-		return usageError{err}
+		return usageError{Err: err}
 	}
 	level, _ := logLevel(cfg.LogLevel)
 	// One redactor for the host and every sink: the store's events, the
@@ -343,7 +343,7 @@ func (c *ServeCmd) Run(env *Env) error {
 	o := server.Options{Store: h.store, Blobs: h.blobs, Engine: h.eng, Auth: auth.NewKeys(h.store, nil), Feed: feed,
 		Logger: logger, Config: cfg.API, Metrics: tel.Registry(), Secrets: secrets, Redactor: red}
 	if nWorkers > 0 {
-		env.gc()
+		env.GC()
 		pool = newWorkers(h.eng, h.store, nWorkers, cfg.WorkerPoll)
 		pool.ended = func(id string, o engine.Outcome, err error) {
 			switch {

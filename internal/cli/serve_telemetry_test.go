@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -88,7 +89,7 @@ func TestServeTelemetry(t *testing.T) {
 	logs := &syncLog{}
 	done := make(chan int, 1)
 	go func() {
-		env := &cli.Env{Ctx: serveCtx, Stdin: strings.NewReader(""), Stdout: pw, Stderr: logs, Home: home, Executor: exe,
+		env := &cli.Env{Env: sandboxcli.Env{Ctx: serveCtx, Stdin: strings.NewReader(""), Stdout: pw, Stderr: logs, Home: home, Executor: exe},
 			Getenv: func(k string) string {
 				if k == "ANTHROPIC_API_KEY" {
 					return secretKey

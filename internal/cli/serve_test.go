@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // logWriter sends a command's output to the test log.
@@ -36,7 +37,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 // exit status and stdout.
 func airlockIn(t *testing.T, ctx context.Context, home, exe string, stdout io.Writer, args ...string) int {
 	t.Helper()
-	env := &cli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: logWriter{t, args[0] + ": "}, Home: home, Executor: exe}
+	env := &cli.Env{Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: logWriter{t, args[0] + ": "}, Home: home, Executor: exe}}
 	return cli.Main(env, args)
 }
 

@@ -37,7 +37,7 @@ func openPolicyStore(env *Env) (store.Store, error) {
 
 // policyNameError is the usage error of a malformed policy name.
 func policyNameError(name string) error {
-	return usageError{fmt.Errorf("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
+	return usageError{Err: fmt.Errorf("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
 		name, store.MaxPolicyNameLen)}
 }
 
@@ -49,7 +49,7 @@ func splitPolicyRef(arg string) (name, ref string, err error) {
 		return "", "", policyNameError(name)
 	}
 	if _, err := store.ParsePolicyRef(ref); err != nil || (at && ref == "") {
-		return "", "", usageError{fmt.Errorf("%q: after the @ give vN or at least 8 hex digits of the version's hash", arg)}
+		return "", "", usageError{Err: fmt.Errorf("%q: after the @ give vN or at least 8 hex digits of the version's hash", arg)}
 	}
 	return name, ref, nil
 }
@@ -70,11 +70,11 @@ func getPolicy(ctx context.Context, st store.Store, tenant, arg string) (store.P
 	v, err := st.GetPolicy(ctx, tenant, name, ref)
 	switch {
 	case errors.Is(err, store.ErrNotFound) && ref == "":
-		return v, usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
+		return v, usageError{Err: fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
 	case errors.Is(err, store.ErrNotFound):
-		return v, usageError{fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
+		return v, usageError{Err: fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
 	case errors.Is(err, store.ErrInvalid):
-		return v, usageError{err}
+		return v, usageError{Err: err}
 	}
 	return v, err
 }
@@ -155,7 +155,7 @@ func (p runPolicy) loadStored(ctx context.Context, st store.Store, tenant string
 	case errors.As(err, &usage):
 		return p, fmt.Errorf("--policy %s: no such file, and %w", p.ref, err)
 	case err != nil:
-		return p, reportedError{fmt.Errorf("--policy %s: %w", p.ref, err), 125}
+		return p, reportedError{Err: fmt.Errorf("--policy %s: %w", p.ref, err), Code: 125}
 	}
 	doc, err := policy.Parse(v.Document)
 	if err != nil {
@@ -169,7 +169,7 @@ func (p runPolicy) loadStored(ctx context.Context, st store.Store, tenant string
 func (p runPolicy) loadStoredFrom(env *Env, tenant string) (runPolicy, error) {
 	st, err := openPolicyStore(env)
 	if err != nil {
-		return p, reportedError{fmt.Errorf("--policy %s: %w", p.ref, err), 125}
+		return p, reportedError{Err: fmt.Errorf("--policy %s: %w", p.ref, err), Code: 125}
 	}
 	defer st.Close()
 	return p.loadStored(env.Ctx, st, tenant)
@@ -197,7 +197,7 @@ func (c *PolicyPutCmd) Run(env *Env) error {
 		_, err = policy.Parse(b)
 	}
 	if err != nil {
-		return usageError{fmt.Errorf("%s: %w", c.File, err)}
+		return usageError{Err: fmt.Errorf("%s: %w", c.File, err)}
 	}
 	be, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
@@ -274,7 +274,7 @@ func (c *PolicyHistoryCmd) Run(env *Env) error {
 	defer b.close()
 	vs, err := b.policyVersions(env.Ctx, c.Name)
 	if errors.Is(err, store.ErrNotFound) {
-		return usageError{fmt.Errorf("no stored policy %q (airlock policy ls lists them)", c.Name)}
+		return usageError{Err: fmt.Errorf("no stored policy %q (airlock policy ls lists them)", c.Name)}
 	}
 	if err != nil {
 		return err

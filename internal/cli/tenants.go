@@ -32,13 +32,13 @@ func openTenantStore(env *Env) (store.Store, error) {
 
 // tenantNameError is the usage error of a malformed tenant name.
 func tenantNameError(name string) error {
-	return usageError{fmt.Errorf("tenant name %q: want 1 to %d of a-z, 0-9 and '-', starting with a letter or digit",
+	return usageError{Err: fmt.Errorf("tenant name %q: want 1 to %d of a-z, 0-9 and '-', starting with a letter or digit",
 		name, store.MaxTenantNameLen)}
 }
 
 // noTenantError is the usage error of a tenant that does not exist.
 func noTenantError(name string) error {
-	return usageError{fmt.Errorf("no tenant %q (airlock tenants create %s makes it)", name, name)}
+	return usageError{Err: fmt.Errorf("no tenant %q (airlock tenants create %s makes it)", name, name)}
 }
 
 // TenantsCreateCmd is `airlock tenants create NAME`.
@@ -59,7 +59,7 @@ func (c *TenantsCreateCmd) Run(env *Env) error {
 	defer st.Close()
 	tn, err := st.CreateTenant(env.Ctx, c.Name)
 	if errors.Is(err, store.ErrExists) {
-		return reportedError{fmt.Errorf("tenant %q already exists", c.Name), 1}
+		return reportedError{Err: fmt.Errorf("tenant %q already exists", c.Name), Code: 1}
 	}
 	if err != nil {
 		return err

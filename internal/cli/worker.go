@@ -30,7 +30,7 @@ type WorkerCmd struct {
 // hands every run it drove back, resumable at once by any worker.
 func (c *WorkerCmd) Run(env *Env) error {
 	if c.Concurrency < 1 || c.Poll <= 0 || c.ShutdownTimeout < 0 {
-		return usageError{errors.New("--concurrency and --poll must be positive, --shutdown-timeout not negative")}
+		return usageError{Err: errors.New("--concurrency and --poll must be positive, --shutdown-timeout not negative")}
 	}
 	tl := newTimeline(env.Stdout, false, true)
 	h, err := openHost(env, hostOptions{timeline: tl})

@@ -4,8 +4,9 @@
 // It is the only contract across the trust boundary, so it is small, framed,
 // versioned and bounded. A frame is a 4-byte big-endian length, a type byte, a
 // 4-byte stream ID and at most MaxPayload bytes of payload. Stream 0 carries
-// the handshake (Hello in each direction, Setup from the host, Ready from the
-// executor). Every request (run a command, read a file, export the workspace)
+// the handshake: the host sends Hello and Setup at once, the executor answers
+// Hello, reads the Setup only if the versions match, and sends Ready once the
+// sandbox is built. Every request (run a command, read a file, export the workspace)
 // opens its own stream with an Open frame and ends with a Result frame, so many
 // commands can run at once over one connection. Data frames carry stdin,
 // stdout, stderr and file contents on numbered channels with credit-based flow

@@ -45,12 +45,22 @@ func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*
 	c := &Conn{rw: rw, w: execproto.NewWriter(rw), streams: map[uint32]*stream{}, done: make(chan struct{}), ending: make(chan struct{})}
 	stop := context.AfterFunc(ctx, func() { rw.Close() })
 	defer stop()
+	// Hello and setup go out together: an executor of another version
+	// refuses at the hello and never reads the setup, and the round trip
+	// a reply to the hello would cost is off every sandbox's start.
 	hello, err := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+	if err != nil {
+		return nil, err
+	}
+	sf, err := execproto.JSONFrame(execproto.TSetup, 0, setup)
 	if err != nil {
 		return nil, err
 	}
 	if err := c.w.Write(hello); err != nil {
 		return nil, fmt.Errorf("send hello: %w", err)
+	}
+	if err := c.w.Write(sf); err != nil {
+		return nil, fmt.Errorf("send setup: %w", err)
 	}
 	var h execproto.Hello
 	if err := expect(rw, execproto.THello, &h); err != nil {
@@ -58,13 +68,6 @@ func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*
 	}
 	if h.Version != execproto.Version {
 		return nil, fmt.Errorf("executor speaks protocol %d, host %d", h.Version, execproto.Version)
-	}
-	sf, err := execproto.JSONFrame(execproto.TSetup, 0, setup)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.w.Write(sf); err != nil {
-		return nil, fmt.Errorf("send setup: %w", err)
 	}
 	if err := expect(rw, execproto.TReady, &c.Ready); err != nil {
 		if ctx.Err() != nil {

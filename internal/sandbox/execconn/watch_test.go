@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"os"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,10 +40,31 @@ func noLeak(t *testing.T) {
 	})
 }
 
+// socketpair is a connected pair of unix stream sockets, buffered like the
+// one between the host and a real executor.
+func socketpair(t *testing.T) (net.Conn, net.Conn) {
+	t.Helper()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns [2]net.Conn
+	for i, fd := range fds {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		c, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	return conns[0], conns[1]
+}
+
 func dialPeer(t *testing.T) (*execconn.Conn, *peer) {
 	t.Helper()
 	noLeak(t)
-	host, exec := net.Pipe()
+	host, exec := socketpair(t)
 	p := &peer{t: t, conn: exec, w: execproto.NewWriter(exec)}
 	go func() {
 		for _, want := range []execproto.Type{execproto.THello, execproto.TSetup} {

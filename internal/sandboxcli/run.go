@@ -1,0 +1,164 @@
+package sandboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// RunCmd is `airlock sandbox run`.
+type RunCmd struct {
+	SpecFlags
+	ExecFlags
+	Interactive bool     `short:"i" help:"Pass stdin to the command."`
+	Command     []string `arg:"" passthrough:"" help:"Command and arguments, after --." name:"cmd"`
+}
+
+func (c *RunCmd) firstArg() string { return firstOf(c.Command) }
+
+func firstOf(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
+}
+
+// Egress starts an egress proxy for the sandbox spec describes and points
+// spec at it; stop ends the proxy once the sandbox is gone.
+type Egress func(ctx context.Context, spec *sandbox.Spec) (stop func(), err error)
+
+// Run creates a sandbox with the built-in defaults and no egress proxy,
+// runs the command, destroys the sandbox.
+func (c *RunCmd) Run(env *Env) error {
+	spec, err := c.Spec(BuiltinDefaults, false)
+	if err != nil {
+		return UsageError{err}
+	}
+	return c.Start(env, spec, BuiltinDefaults, nil)
+}
+
+// Start creates a sandbox from spec (egress, when not nil, starts its
+// proxy first), runs the command in it with d's bounds where no flag sets
+// them, and destroys it.
+func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) error {
+	maxOut, timeout := d.Output, d.CommandTimeout
+	if maxOut == 0 {
+		maxOut = defaultOutput
+	}
+	var err error
+	if c.MaxOutput != "" {
+		if maxOut, err = sandbox.ParseSize(c.MaxOutput); err != nil {
+			return UsageError{fmt.Errorf("--max-output: %w", err)}
+		}
+	}
+	if c.Timeout > 0 {
+		timeout = c.Timeout
+	}
+	argv, err := commandArgs(c.Command, "airlock sandbox run [flags] -- CMD [ARG...]")
+	if err != nil {
+		return err
+	}
+	b, err := env.Backend()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(env.Ctx)
+	defer cancel()
+	// Collect what crashed runs left while this one starts, not after it:
+	// GC is safe beside Create (see Backend.GC).
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		env.GC()
+	}()
+	defer func() { <-gcDone }()
+	if egress != nil {
+		stop, err := egress(ctx, &spec)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer dcancel()
+		_ = sb.Destroy(dctx)
+	}()
+	cmd := sandbox.Command{Argv: argv, Stdout: env.Stdout, Stderr: env.Stderr, Timeout: timeout, MaxOutput: maxOut}
+	if c.Interactive {
+		cmd.Stdin = env.Stdin
+	}
+	p, err := sb.Start(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	stop := forwardSignals(p.Signal)
+	res, err := p.Wait(ctx)
+	stop()
+	if err != nil {
+		return err
+	}
+	return finish(env, res, c.JSON)
+}
+
+// finish reports a result and turns it into the process exit status.
+func finish(env *Env, res sandbox.Result, asJSON bool) error {
+	if res.Message != "" && res.Outcome != sandbox.OutcomeExited && res.Outcome != sandbox.OutcomeSignaled {
+		fmt.Fprintf(env.Stderr, "airlock: %s\n", res.Message)
+	}
+	if asJSON {
+		b, _ := json.Marshal(res)
+		fmt.Fprintf(env.Stderr, "%s\n", b)
+	}
+	if code := res.ExitStatus(); code != 0 {
+		return ExitCode(code)
+	}
+	return nil
+}
+
+// forwardSignals passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the command.
+func forwardSignals(send func(unix.Signal) error) (stop func()) {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-ch:
+				_ = send(s.(unix.Signal))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+	}
+}
+
+// commandArgs returns the command after "--". A first word that looks like
+// a flag is an unknown flag, not a command.
+func commandArgs(args []string, usage string) ([]string, error) {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	} else if len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		return nil, UsageError{fmt.Errorf("unknown flag %s", args[0])}
+	}
+	if len(args) == 0 {
+		return nil, UsageError{errors.New("no command given: " + usage)}
+	}
+	return args, nil
+}

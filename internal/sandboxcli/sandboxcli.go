@@ -1,0 +1,241 @@
+// Package sandboxcli is the part of airlock's command line that runs
+// commands in sandboxes without a policy document: `airlock sandbox run`
+// (when no egress flag is given), `exec`, `ls`, `rm` and `gc`. Package cli
+// embeds these commands in the whole command line; cmd/airlock links only
+// this package for them, so that a sandbox starts without paying for the
+// initialisation of the policy engine, the stores and telemetry (a test in
+// cmd/airlock keeps those out of its imports).
+//
+// Exit statuses: the command's own; 124 timeout; 137 limit kill; 125
+// airlock's own error; 2 bad usage.
+package sandboxcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/alecthomas/kong"
+	"golang.org/x/sys/unix"
+)
+
+// Env is everything a sandbox command may use from its surroundings.
+type Env struct {
+	Ctx    context.Context
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Home is $AIRLOCK_HOME: all host state lives under it.
+	Home string
+	// Executor is the airlock-exec binary.
+	Executor string
+	// Self is the airlock binary that holds every command, for starting
+	// supervisors.
+	Self string
+
+	backend *linux.Backend
+}
+
+// OSEnv is the Env of a command started from a shell: the standard
+// streams; $AIRLOCK_HOME, else DefaultHome; $AIRLOCK_EXEC, else
+// airlock-exec beside the running binary; self, the binary that holds
+// every command.
+func OSEnv(self string) Env {
+	home := os.Getenv("AIRLOCK_HOME")
+	if home == "" {
+		userHome, _ := os.UserHomeDir()
+		home = DefaultHome(os.Geteuid(), os.Getenv("XDG_DATA_HOME"), userHome)
+	}
+	executor := os.Getenv("AIRLOCK_EXEC")
+	if executor == "" {
+		if exe, err := os.Executable(); err == nil {
+			executor = filepath.Join(filepath.Dir(exe), "airlock-exec")
+		}
+	}
+	return Env{
+		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Home: home, Executor: executor, Self: self,
+	}
+}
+
+// DefaultHome is the per-user data directory: /var/lib/airlock for root,
+// $XDG_DATA_HOME/airlock or ~/.local/share/airlock otherwise.
+func DefaultHome(uid int, xdgData, home string) string {
+	if uid == 0 {
+		return "/var/lib/airlock"
+	}
+	if xdgData != "" {
+		return filepath.Join(xdgData, "airlock")
+	}
+	return filepath.Join(home, ".local", "share", "airlock")
+}
+
+// Backend returns the native sandbox backend.
+func (e *Env) Backend() (*linux.Backend, error) {
+	if e.backend != nil {
+		return e.backend, nil
+	}
+	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, "run")})
+	if err != nil {
+		return nil, err
+	}
+	e.backend = b
+	return b, nil
+}
+
+// GC cleans, best effort, what crashed airlock processes left.
+func (e *Env) GC() {
+	if b, err := e.Backend(); err == nil {
+		_, _ = b.GC()
+	}
+	e.cleanStateDirs()
+}
+
+// StateDir is where the supervisor of long-lived sandbox id keeps its
+// socket and description.
+func (e *Env) StateDir(id string) string {
+	return filepath.Join(e.Home, "sandboxes", id)
+}
+
+// cleanStateDirs removes the state directories of supervisors that are
+// gone.
+func (e *Env) cleanStateDirs() {
+	b, err := e.Backend()
+	if err != nil {
+		return
+	}
+	// Listed before the live set is read, for the reason Backend.GC gives.
+	ents, _ := os.ReadDir(filepath.Join(e.Home, "sandboxes"))
+	if len(ents) == 0 {
+		return
+	}
+	live, err := b.Live()
+	if err != nil {
+		return
+	}
+	for _, ent := range ents {
+		if !live[ent.Name()] {
+			_ = os.RemoveAll(e.StateDir(ent.Name()))
+		}
+	}
+}
+
+// UsageError marks bad input: exit status 2.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// ReportedError is an error printed as such that exits with a status of its
+// own rather than 125.
+type ReportedError struct {
+	Err  error
+	Code int
+}
+
+func (e ReportedError) Error() string { return e.Err.Error() }
+func (e ReportedError) Unwrap() error { return e.Err }
+
+// ExitCode is a command's exit status passed through airlock.
+type ExitCode int
+
+func (e ExitCode) Error() string { return "exit status " + strconv.Itoa(int(e)) }
+
+// Status maps a command's error to the process exit status, printing what
+// needs saying on stderr.
+func Status(stderr io.Writer, err error) int {
+	var code ExitCode
+	var usage UsageError
+	var reported ReportedError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &code):
+		return int(code)
+	case errors.As(err, &reported):
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return reported.Code
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "airlock: %v\n", err)
+		return 125
+	}
+}
+
+// Commands is the grammar of the sandbox commands this package runs by
+// itself.
+type Commands struct {
+	Sandbox struct {
+		Run  RunCmd  `cmd:""`
+		Exec ExecCmd `cmd:""`
+		Ls   LsCmd   `cmd:""`
+		Rm   RmCmd   `cmd:""`
+		Gc   GcCmd   `cmd:""`
+	} `cmd:""`
+}
+
+// Fast reports whether Main may run args: a sandbox command of Commands,
+// without help asked for. Anything else belongs to the whole command line.
+func Fast(args []string) bool {
+	if len(args) < 2 || args[0] != "sandbox" {
+		return false
+	}
+	switch args[1] {
+	case "run", "exec", "ls", "rm", "gc":
+	default:
+		return false
+	}
+	for _, a := range args[2:] {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" {
+			return false
+		}
+	}
+	return true
+}
+
+// Main runs args, a command Fast accepted, and returns the exit status. It
+// returns ok false, having done nothing, when args do not parse as
+// Commands (an unknown flag, an egress flag, a bad value): the whole
+// command line then runs them and says what is wrong in its own words.
+func Main(env *Env, args []string) (status int, ok bool) {
+	var c Commands
+	parser, err := kong.New(&c, kong.Name("airlock"), kong.Writers(io.Discard, io.Discard), kong.Exit(func(int) {}))
+	if err != nil {
+		return 0, false
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil || kctx == nil {
+		return 0, false
+	}
+	// A flag this grammar does not know, before --, ends up as the first
+	// word of a command's passthrough arguments.
+	if c, ok := kctx.Selected().Target.Addr().Interface().(interface{ firstArg() string }); ok {
+		if a := c.firstArg(); a != "--" && strings.HasPrefix(a, "-") {
+			return 0, false
+		}
+	}
+	return Status(env.Stderr, kctx.Run(env)), true
+}
+
+// DieWithParent makes the process die with whatever started it (like bwrap
+// --die-with-parent): a foreground sandbox dies with airlock, so it must
+// die with airlock's parent too. The signal is tied to the calling thread,
+// which must outlive the command (the main thread, or one Go never ends).
+func DieWithParent() {
+	ppid := os.Getppid()
+	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0)
+	if os.Getppid() != ppid {
+		os.Exit(125) // the parent is already gone
+	}
+}
