@@ -36,3 +36,5 @@ YAML
 pid=$!
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 "$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs" ${SERVELOAD_FLAGS:-}
+# The server's share of the two cores: its CPU time, user and system, over its whole life.
+awk -v hz="$(getconf CLK_TCK)" '{printf "server CPU time:        %.2fs\n", ($14+$15)/hz}' "/proc/$pid/stat"

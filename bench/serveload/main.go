@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,18 @@ func main() {
 	subs := flag.Int("subs", 1000, "SSE subscribers on one run")
 	steps := flag.Int("steps", 10, "steps of the streamed run")
 	createOnly := flag.Bool("create-only", false, "only create the runs and report the creation latency (a server with no workers: the API's own cost)")
+	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	c, err := client.New(*url, *key, client.Options{Timeout: 5 * time.Minute})
 	if err != nil {
 		fail(err)

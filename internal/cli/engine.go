@@ -70,9 +70,9 @@ type hostOptions struct {
 	keyFile string
 	// readOnly opens no sandbox backend.
 	readOnly bool
-	// onEvent, when not nil, sees every event the engine appends (after
+	// onEvents, when not nil, sees every batch of events the engine appends (after
 	// the timeline).
-	onEvent func(event.Event)
+	onEvents func([]event.Event)
 	// wrapStore, when not nil, wraps the store every component uses
 	// (serve's telemetry times each call).
 	wrapStore func(store.Store) store.Store
@@ -120,14 +120,14 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	opts := engine.Options{Store: h.store, Blobs: h.blobs, LockDir: filepath.Join(env.Home, "runs", "locks"),
 		NewProvider: h.provider, Network: &runNetwork{env: env, keyFile: o.keyFile, red: h.red, llm: h.llm}}
 	if o.timeline != nil {
-		opts.OnEvent, opts.OnProgress = o.timeline.event, o.timeline.progress
+		opts.OnEvents, opts.OnProgress = engine.EachEvent(o.timeline.event), o.timeline.progress
 	}
-	if on, tl := o.onEvent, opts.OnEvent; on != nil {
-		opts.OnEvent = func(ev event.Event) {
+	if on, tl := o.onEvents, opts.OnEvents; on != nil {
+		opts.OnEvents = func(evs []event.Event) {
 			if tl != nil {
-				tl(ev)
+				tl(evs)
 			}
-			on(ev)
+			on(evs)
 		}
 	}
 	opts.Policy = h.decideTool

@@ -324,9 +324,11 @@ func (c *ServeCmd) Run(env *Env) error {
 		defer stopPool()
 	}
 	h, err := openHost(env, hostOptions{keyFile: c.KeyFile, readOnly: nWorkers == 0, red: red, wrapStore: tel.WrapStore,
-		onEvent: func(ev event.Event) {
-			feed.Publish(ev)
-			tel.Event(ev)
+		onEvents: func(evs []event.Event) {
+			feed.Publish(evs)
+			for _, ev := range evs {
+				tel.Event(ev)
+			}
 		}})
 	if err != nil {
 		return err

@@ -49,7 +49,7 @@ func apiServer(t *testing.T) (url string, key func(tenant string, scopes ...stri
 		t.Fatal(err)
 	}
 	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: noSandboxes{}, LockDir: filepath.Join(dir, "locks"), OnEvent: feed.Publish})
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: noSandboxes{}, LockDir: filepath.Join(dir, "locks"), OnEvents: feed.Publish})
 	if err != nil {
 		t.Fatal(err)
 	}

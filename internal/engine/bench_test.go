@@ -130,7 +130,7 @@ func benchEngine(b *testing.B, onEvent func(event.Event), wrap func(model.Provid
 		b.Fatal(err)
 	}
 	st, bl, be := openStack(b, dir)
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: be, OnEvent: onEvent, WrapProvider: wrap})
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: be, OnEvents: engine.EachEvent(onEvent), WrapProvider: wrap})
 	if err != nil {
 		b.Fatal(err)
 	}

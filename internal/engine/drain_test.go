@@ -58,7 +58,7 @@ turns:
 		// Another engine on the store (a worker of another process) takes
 		// the request up with a plain Drive.
 		o2 := h.opts
-		o2.LockDir, o2.OnEvent = t.TempDir(), nil
+		o2.LockDir, o2.OnEvents = t.TempDir(), nil
 		other, err := engine.New(o2)
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +177,7 @@ turns:
 	// Another engine (an hour's lease TTL: were the lease not released it
 	// would wait) takes over at once and redoes nothing.
 	o2 := h.opts
-	o2.LockDir, o2.OnEvent = t.TempDir(), nil
+	o2.LockDir, o2.OnEvents = t.TempDir(), nil
 	other, err := engine.New(o2)
 	if err != nil {
 		t.Fatal(err)

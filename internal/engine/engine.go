@@ -70,8 +70,9 @@ type Options struct {
 	// LockDir holds one lock file per driven run, so two processes never
 	// drive one run; empty means no locking (tests of one process).
 	LockDir string
-	// OnEvent is called with every event the engine appends, in order.
-	OnEvent func(event.Event)
+	// OnEvents is called with every batch of events the engine appends
+	// (one durable write), in order.
+	OnEvents func([]event.Event)
 	// OnProgress is called about once a second while a tool call runs.
 	OnProgress func(Progress)
 	// Tenant of the runs Create makes when the request names none.
@@ -350,11 +351,17 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 }
 
 func (e *Engine) emit(evs []event.Event) {
-	if e.o.OnEvent == nil {
-		return
+	if e.o.OnEvents != nil && len(evs) > 0 {
+		e.o.OnEvents(evs)
 	}
-	for _, ev := range evs {
-		e.o.OnEvent(ev)
+}
+
+// EachEvent adapts a function of one event to Options.OnEvents.
+func EachEvent(fn func(event.Event)) func([]event.Event) {
+	return func(evs []event.Event) {
+		for _, ev := range evs {
+			fn(ev)
+		}
 	}
 }
 

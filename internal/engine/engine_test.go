@@ -48,11 +48,11 @@ func newHarness(t *testing.T, mod ...func(*engine.Options)) *harness {
 	st, bl, b := openStack(t, dir)
 	h := &harness{t: t, store: st, blobs: bl, backend: b}
 	h.opts = engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), Poll: 50 * time.Millisecond,
-		OnEvent: func(e event.Event) {
+		OnEvents: engine.EachEvent(func(e event.Event) {
 			h.mu.Lock()
 			h.events = append(h.events, e)
 			h.mu.Unlock()
-		}}
+		})}
 	for _, f := range mod {
 		f(&h.opts)
 	}

@@ -490,7 +490,7 @@ func TestLiveLeaseOfThisHostIsNotWaitedOut(t *testing.T) {
 	waitFor(t, h, r.ID, event.TypeToolStarted)
 	o2 := h.opts
 	o2.LockDir = t.TempDir()
-	o2.OnEvent = nil
+	o2.OnEvents = nil
 	host, _ := os.Hostname()
 	o2.Owner = host + ":1" // another process of this host
 	second, err := engine.New(o2)

@@ -73,7 +73,7 @@ func crashHelper(spec string) int {
 		// A model that thinks for a while, so that the request is on
 		// record before its answer: the kill lands during the call.
 		WrapProvider: func(p model.Provider) model.Provider { return slowModel{p} },
-		OnEvent: func(e event.Event) {
+		OnEvents: engine.EachEvent(func(e event.Event) {
 			if string(e.Type) == typ {
 				if seen++; seen == n {
 					_ = syscall.Kill(os.Getpid(), self)
@@ -82,7 +82,7 @@ func crashHelper(spec string) int {
 					}
 				}
 			}
-		}})
+		})})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -499,13 +499,13 @@ func TestThreeWorkersShareRuns(t *testing.T) {
 		}
 		defer b.Close()
 		e, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LeaseTTL: 2 * time.Second, Owner: fmt.Sprintf("host-%d:1", i),
-			OnEvent: func(ev event.Event) {
+			OnEvents: engine.EachEvent(func(ev event.Event) {
 				if ev.Type == event.TypeRunStarted {
 					mu.Lock()
 					started[ev.RunID] = append(started[ev.RunID], i)
 					mu.Unlock()
 				}
-			}})
+			})})
 		if err != nil {
 			t.Fatal(err)
 		}

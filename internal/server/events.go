@@ -94,8 +94,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	defer s.dropStream(c.p.KeyID)
 	// Subscribe before the first read: an append between the read and the
 	// subscription would otherwise wait for the poll.
-	wake, unsubscribe := s.o.Feed.subscribe(run.ID, s.o.Store, s.cfg.StreamPoll)
-	defer unsubscribe()
+	sub := s.o.Feed.subscribe(run.ID, s.o.Store, s.cfg.StreamPoll)
+	defer sub.stop()
 	if run.Status.Final() && after >= run.LastSeq {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -116,11 +116,17 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	bw := bufio.NewWriterSize(w, 32<<10)
+	var deadline time.Time
 	flush := func() error {
-		// A client that does not read within the write timeout is
-		// dropped: it holds no more than this buffer and the socket's.
-		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
+		// A client that does not read within the write timeout (half
+		// of it at least: the deadline moves only once half is gone,
+		// which spares a timer update per event) is dropped: it holds
+		// no more than this buffer and the socket's.
+		if now := time.Now(); deadline.Sub(now) < s.cfg.WriteTimeout/2 {
+			deadline = now.Add(s.cfg.WriteTimeout)
+			if err := rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				return err
+			}
 		}
 		if err := bw.Flush(); err != nil {
 			return err
@@ -183,7 +189,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	// fromFeed sends what the feed holds after after, when it holds all
 	// of it (possibly nothing new); false sends the stream to the store.
 	fromFeed := func() (bool, error) {
-		evs, ok := s.o.Feed.since(run.ID, after)
+		evs, ok := sub.since(after)
 		if !ok {
 			return false, nil
 		}
@@ -221,7 +227,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 			return nil
 		case <-s.closing:
 			return nil
-		case <-wake:
+		case <-sub.wake:
 			ok, err := fromFeed()
 			if !ok {
 				// The feed does not hold exactly what follows: the store

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -14,7 +15,7 @@ import (
 
 // Feed carries a run's new events to its event streams. This process's
 // engine publishes each event as it commits (wire Publish to
-// engine.Options.OnEvent); for every run that has streams, one poller per
+// engine.Options.OnEvents); for every run that has streams, one poller per
 // process publishes what other processes append. The feed keeps each
 // watched run's latest events, each encoded once as a server-sent event,
 // and wakes the run's streams (at most one wake-up pending per stream, so a
@@ -31,10 +32,35 @@ type Feed struct {
 }
 
 type feedRun struct {
-	subs   map[chan struct{}]struct{}
-	recent []feedEvent
-	// stopPoll ends the run's poller; nil when none runs.
+	subs map[chan struct{}]struct{} // guarded by Feed.mu
+	// recent is the run's latest events, contiguous and in order. A stored
+	// slice is never changed (Publish stores a new one, under Feed.mu), so
+	// a thousand woken streams read it at once without taking a lock,
+	// which they would otherwise be handed one by one.
+	recent atomic.Pointer[[]feedEvent]
+	// stopPoll ends the run's poller; nil when none runs (guarded by
+	// Feed.mu).
 	stopPoll context.CancelFunc
+}
+
+// events returns the run's latest events.
+func (fr *feedRun) events() []feedEvent {
+	if r := fr.recent.Load(); r != nil {
+		return *r
+	}
+	return nil
+}
+
+// since returns the events that follow seq after; see Feed.since.
+func (fr *feedRun) since(after int64) ([]feedEvent, bool) {
+	r := fr.events()
+	if len(r) == 0 || r[0].ev.Seq > after+1 {
+		return nil, false
+	}
+	if r[len(r)-1].ev.Seq <= after {
+		return nil, true
+	}
+	return r[after+1-r[0].ev.Seq:], true
 }
 
 // feedEvent is an event and its server-sent-event frame.
@@ -68,68 +94,81 @@ func sseFrame(ev event.Event) ([]byte, error) {
 // the store again).
 func (f *Feed) since(runID string, after int64) ([]feedEvent, bool) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	fr := f.runs[runID]
+	f.mu.Unlock()
 	if fr == nil {
 		return nil, false
 	}
-	r := fr.recent
-	if len(r) == 0 || r[0].ev.Seq > after+1 {
-		return nil, false
-	}
-	if r[len(r)-1].ev.Seq <= after {
-		return nil, true
-	}
-	i := int(after + 1 - r[0].ev.Seq)
-	return slices.Clone(r[i:]), true
+	return fr.since(after)
 }
 
 // last returns the seq of the latest event the feed holds of runID, or 0.
 func (f *Feed) last(runID string) int64 {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fr := f.runs[runID]; fr != nil && len(fr.recent) > 0 {
-		return fr.recent[len(fr.recent)-1].ev.Seq
+	fr := f.runs[runID]
+	f.mu.Unlock()
+	if fr == nil {
+		return 0
+	}
+	if r := fr.events(); len(r) > 0 {
+		return r[len(r)-1].ev.Seq
 	}
 	return 0
 }
 
-// Publish hands ev to the streams of its run. It never blocks. An event
-// the feed holds already (the engine's and the poller's copies of one
-// commit) is dropped.
-func (f *Feed) Publish(ev event.Event) {
+// Publish hands evs, one run's events in order (a batch the engine
+// appended, or what a poller read), to the streams of their run, waking
+// each stream once for all of them. It never blocks. Events the feed holds
+// already (the engine's and the poller's copies of one commit) are
+// dropped.
+func (f *Feed) Publish(evs []event.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	runID := evs[0].RunID
 	f.mu.Lock()
-	fr := f.runs[ev.RunID]
-	if fr == nil {
-		f.mu.Unlock()
-		return
-	}
-	r := fr.recent
-	if n := len(r); n > 0 && ev.Seq <= r[n-1].ev.Seq {
-		f.mu.Unlock()
-		return
-	}
+	fr := f.runs[runID]
 	f.mu.Unlock()
-	frame, err := sseFrame(ev) // outside the lock: the engine's commit path waits for this
-	if err != nil {
-		return // a stream that finds the feed short reads the store
+	if fr == nil {
+		return
+	}
+	// Frames are encoded outside the lock: the engine's commit path waits
+	// for this.
+	held := fr.events()
+	add := make([]feedEvent, 0, len(evs))
+	for _, ev := range evs {
+		if ev.RunID != runID || len(held) > 0 && ev.Seq <= held[len(held)-1].ev.Seq {
+			continue
+		}
+		frame, err := sseFrame(ev)
+		if err != nil {
+			break // a stream that finds the feed short reads the store
+		}
+		add = append(add, feedEvent{ev: ev, frame: frame})
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fr = f.runs[ev.RunID]; fr == nil {
+	if fr = f.runs[runID]; fr == nil {
 		return
 	}
-	r = fr.recent
-	if n := len(r); n > 0 && ev.Seq <= r[n-1].ev.Seq {
+	r := fr.events()
+	grew := false
+	for _, fe := range add {
+		n := len(r)
+		if n > 0 && fe.ev.Seq <= r[n-1].ev.Seq {
+			continue
+		}
+		if n > 0 && r[n-1].ev.Seq+1 != fe.ev.Seq {
+			r = nil // not contiguous: start again
+		}
+		// A new slice each time: one that was stored is never changed.
+		r = append(slices.Clip(r[max(0, len(r)+1-feedKeep):]), fe)
+		grew = true
+	}
+	if !grew {
 		return
-	} else if n > 0 && r[n-1].ev.Seq+1 != ev.Seq {
-		r = r[:0] // not contiguous: start again
 	}
-	r = append(r, feedEvent{ev: ev, frame: frame})
-	if len(r) > feedKeep {
-		r = slices.Delete(r, 0, len(r)-feedKeep)
-	}
-	fr.recent = r
+	fr.recent.Store(&r)
 	for ch := range fr.subs {
 		select {
 		case ch <- struct{}{}:
@@ -138,11 +177,23 @@ func (f *Feed) Publish(ev event.Event) {
 	}
 }
 
-// subscribe returns a channel that receives a wake-up after run runID's
-// log grew, and the function that ends the subscription. The first stream
-// of a run starts its poller, which reads st every poll for events that
-// another process appended; the last one to leave stops it.
-func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) (<-chan struct{}, func()) {
+// subscription is one stream's hold on a run's feed.
+type subscription struct {
+	// wake receives a wake-up after the run's log grew.
+	wake <-chan struct{}
+	fr   *feedRun
+	stop func()
+}
+
+// since returns what follows seq after when the feed holds all of it (see
+// Feed.since); it takes no lock.
+func (s *subscription) since(after int64) ([]feedEvent, bool) { return s.fr.since(after) }
+
+// subscribe subscribes a stream to run runID's feed; the subscription's
+// stop ends it. The first stream of a run starts its poller, which reads
+// st every poll for events that another process appended; the last one to
+// leave stops it.
+func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) *subscription {
 	ch := make(chan struct{}, 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -157,7 +208,7 @@ func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) (<-ch
 		fr.stopPoll = cancel
 		go f.poll(ctx, runID, st, poll)
 	}
-	return ch, func() {
+	return &subscription{wake: ch, fr: fr, stop: func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		delete(fr.subs, ch)
@@ -167,7 +218,7 @@ func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) (<-ch
 			}
 			delete(f.runs, runID)
 		}
-	}
+	}}
 }
 
 // poll publishes the events of runID that st holds beyond what the feed
@@ -200,9 +251,7 @@ func (f *Feed) poll(ctx context.Context, runID string, st store.Store, interval 
 			if err != nil || len(evs) == 0 {
 				break
 			}
-			for _, ev := range evs {
-				f.Publish(ev)
-			}
+			f.Publish(evs)
 			if len(evs) < feedKeep {
 				break
 			}

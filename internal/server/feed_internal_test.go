@@ -18,13 +18,13 @@ import (
 func TestFeedSince(t *testing.T) {
 	f := NewFeed()
 	ev := func(seq int64) event.Event { return event.Event{RunID: "r", Seq: seq, Type: event.TypeToolFinished} }
-	f.Publish(ev(1)) // no stream yet: not kept
-	_, stop := f.subscribe("r", nil, 0)
+	f.publish1(ev(1)) // no stream yet: not kept
+	stop := f.subscribe("r", nil, 0).stop
 	if _, ok := f.since("r", 0); ok {
 		t.Fatal("events published before any stream were kept")
 	}
 	for seq := int64(2); seq <= 4; seq++ {
-		f.Publish(ev(seq))
+		f.publish1(ev(seq))
 	}
 	for _, tc := range []struct {
 		after int64
@@ -43,7 +43,7 @@ func TestFeedSince(t *testing.T) {
 			}
 		}
 	}
-	f.Publish(ev(7)) // a gap: what came before no longer leads up to it
+	f.publish1(ev(7)) // a gap: what came before no longer leads up to it
 	if _, ok := f.since("r", 4); ok {
 		t.Error("since(4) across a gap")
 	}
@@ -51,11 +51,25 @@ func TestFeedSince(t *testing.T) {
 		t.Errorf("since(6) = %v, %v", got, ok)
 	}
 	for seq := int64(8); seq < 8+2*feedKeep; seq++ {
-		f.Publish(ev(seq))
+		f.publish1(ev(seq))
 	}
 	if _, ok := f.since("r", 7); ok {
 		t.Errorf("more than %d events kept", feedKeep)
 	}
+	// A batch wakes a stream once, with all of it there to read.
+	sub := f.subscribe("r", nil, 0)
+	batch := []event.Event{ev(8 + 2*feedKeep), ev(9 + 2*feedKeep), ev(10 + 2*feedKeep)}
+	f.Publish(batch)
+	<-sub.wake
+	select {
+	case <-sub.wake:
+		t.Error("one batch woke a stream twice")
+	default:
+	}
+	if got, ok := sub.since(7 + 2*feedKeep); !ok || len(got) != 3 {
+		t.Errorf("since before the batch = %d events, %v; want the batch's 3", len(got), ok)
+	}
+	sub.stop()
 	stop()
 	if _, ok := f.since("r", 100); ok {
 		t.Error("a run without streams keeps events")
@@ -87,8 +101,9 @@ func TestFeedPoll(t *testing.T) {
 	}
 	appendOne(1)
 	f := NewFeed()
-	wake, stop := f.subscribe(id, st, 10*time.Millisecond)
-	_, stop2 := f.subscribe(id, st, 10*time.Millisecond)
+	sub := f.subscribe(id, st, 10*time.Millisecond)
+	wake, stop := sub.wake, sub.stop
+	stop2 := f.subscribe(id, st, 10*time.Millisecond).stop
 	e2 := appendOne(2) // by "another process": nobody publishes it
 	var got []feedEvent
 	for len(got) == 0 {
@@ -97,12 +112,12 @@ func TestFeedPoll(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the poller did not publish an appended event")
 		}
-		got, _ = f.since(id, 1)
+		got, _ = sub.since(1)
 	}
 	if len(got) != 1 || got[0].ev.Seq != 2 || !strings.Contains(string(got[0].frame), "id: 2\nevent: retry\n") {
 		t.Fatalf("since(1) = %+v", got)
 	}
-	f.Publish(e2) // the engine's late copy
+	f.Publish([]event.Event{e2}) // the engine's late copy
 	if got, ok := f.since(id, 1); !ok || len(got) != 1 {
 		t.Fatalf("a duplicate publish changed the feed: %+v, %v", got, ok)
 	}
@@ -117,3 +132,5 @@ func TestFeedPoll(t *testing.T) {
 		t.Errorf("the feed still watches %d runs after the last stream left", n)
 	}
 }
+
+func (f *Feed) publish1(ev event.Event) { f.Publish([]event.Event{ev}) }

@@ -143,7 +143,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	feed := server.NewFeed()
 	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: backend, LockDir: filepath.Join(dir, "locks"),
-		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvent: feed.Publish})
+		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: feed.Publish})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ type Options struct {
 	// Auth verifies API keys. Required.
 	Auth Authenticator
 	// Feed carries new events to event streams: wire its Publish to this
-	// process's engine.Options.OnEvent so that streams hear of an append
+	// process's engine.Options.OnEvents so that streams hear of an append
 	// at once; events other processes append come every
 	// Config.StreamPoll. Nil gives the server a feed of its own, which
 	// hears of every append by polling.

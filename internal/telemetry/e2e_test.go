@@ -122,9 +122,11 @@ func TestServeEndToEnd(t *testing.T) {
 	defer backend.Close()
 	feed := server.NewFeed()
 	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: backend, LockDir: filepath.Join(dir, "locks"),
-		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvent: func(ev event.Event) {
-			feed.Publish(ev)
-			tel.Event(ev)
+		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: func(evs []event.Event) {
+			feed.Publish(evs)
+			for _, ev := range evs {
+				tel.Event(ev)
+			}
 		}})
 	if err != nil {
 		t.Fatal(err)
