@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime/pprof"
@@ -40,6 +41,7 @@ func main() {
 	subs := flag.Int("subs", 1000, "SSE subscribers on one run")
 	steps := flag.Int("steps", 10, "steps of the streamed run")
 	createOnly := flag.Bool("create-only", false, "only create the runs and report the creation latency (a server with no workers: the API's own cost)")
+	keepAlive := flag.Bool("keep-alive", false, "open one kept-alive connection per run before creating them (a client that reuses connections), so creation is not also a TCP connect")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -52,7 +54,24 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	c, err := client.New(*url, *key, client.Options{Timeout: 5 * time.Minute})
+	opts := client.Options{Timeout: 5 * time.Minute}
+	if *keepAlive {
+		tr := &http.Transport{MaxIdleConns: *runs, MaxIdleConnsPerHost: *runs, IdleConnTimeout: time.Minute}
+		opts.HTTPClient = &http.Client{Transport: tr}
+		var warm sync.WaitGroup
+		for range *runs {
+			warm.Go(func() {
+				resp, err := opts.HTTPClient.Get(*url + "/healthz")
+				if err != nil {
+					fail(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			})
+		}
+		warm.Wait()
+	}
+	c, err := client.New(*url, *key, opts)
 	if err != nil {
 		fail(err)
 	}

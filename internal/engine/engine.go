@@ -319,14 +319,6 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 		}
 	}
 	id := event.NewRunID(e.o.Now())
-	r, err := e.o.Store.CreateRun(ctx, store.Run{
-		ID: id, Tenant: req.Tenant, Task: req.Task, Model: cfg.Model,
-		Policy: req.Policy, PolicyHash: policyHash, Status: event.StatusQueued,
-		ParentRunID: link.ParentRunID, ParentSeq: link.ParentSeq,
-	})
-	if err != nil {
-		return store.Run{}, fmt.Errorf("engine: create run: %w", err)
-	}
 	created := link
 	created.Tenant, created.Task, created.Model, created.PolicyHash, created.Config = req.Tenant, req.Task, cfg.Model, policyHash, rawCfg
 	created.Metadata = req.Metadata
@@ -338,9 +330,15 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	if err != nil {
 		return store.Run{}, err
 	}
-	stored, err := e.o.Store.Append(ctx, id, 1, evs)
+	// The run and its first events in one write: a run is never seen
+	// without them.
+	r, stored, err := e.o.Store.CreateRunWith(ctx, store.Run{
+		ID: id, Tenant: req.Tenant, Task: req.Task, Model: cfg.Model,
+		Policy: req.Policy, PolicyHash: policyHash, Status: event.StatusQueued,
+		ParentRunID: link.ParentRunID, ParentSeq: link.ParentSeq,
+	}, evs)
 	if err != nil {
-		return store.Run{}, fmt.Errorf("engine: record run %s: %w", id, err)
+		return store.Run{}, fmt.Errorf("engine: create run: %w", err)
 	}
 	e.emit(stored)
 	// The run as created: a worker may take it up at once, and what it

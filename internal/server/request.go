@@ -11,7 +11,6 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -35,14 +34,6 @@ func checkModel(m string) error {
 	}
 	if !slices.Contains(models, kind) {
 		return badRequest("model provider %q: want one of %s, or a script", clipText(kind, 40), strings.Join(models, ", "))
-	}
-	return nil
-}
-
-// checkScript validates a scripted model's YAML.
-func checkScript(script string) error {
-	if _, err := model.ParseScript([]byte(script)); err != nil {
-		return badRequest("script: %s", clipText(err.Error(), 500))
 	}
 	return nil
 }
@@ -150,11 +141,8 @@ func checkChoices(model, script, pol, polDoc string, maxSteps int, needModel boo
 			return err
 		}
 	}
-	if script != "" {
-		if err := checkScript(script); err != nil {
-			return err
-		}
-	}
+	// A script is parsed once, by the engine, which refuses a bad one
+	// as invalid (a 400 saying why).
 	if pol != "" {
 		if _, _, err := splitPolicyRef(pol); err != nil {
 			return err

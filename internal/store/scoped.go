@@ -63,6 +63,25 @@ func (t *TenantStore) run(ctx context.Context, id string) (Run, error) {
 // CreateRun is Store.CreateRun for a run of the view's tenant: r.Tenant
 // must be empty or the tenant, and a parent must be the tenant's too.
 func (t *TenantStore) CreateRun(ctx context.Context, r Run) (Run, error) {
+	r, err := t.ownRun(ctx, r)
+	if err != nil {
+		return Run{}, err
+	}
+	return t.s.CreateRun(ctx, r)
+}
+
+// CreateRunWith is Store.CreateRunWith for a run of the view's tenant, as
+// CreateRun.
+func (t *TenantStore) CreateRunWith(ctx context.Context, r Run, first []event.Event) (Run, []event.Event, error) {
+	r, err := t.ownRun(ctx, r)
+	if err != nil {
+		return Run{}, nil, err
+	}
+	return t.s.CreateRunWith(ctx, r, first)
+}
+
+// ownRun checks new run r for CreateRun and makes it the tenant's.
+func (t *TenantStore) ownRun(ctx context.Context, r Run) (Run, error) {
 	if err := validTenant(t.tenant); err != nil {
 		return Run{}, err
 	}
@@ -75,7 +94,7 @@ func (t *TenantStore) CreateRun(ctx context.Context, r Run) (Run, error) {
 			return Run{}, err
 		}
 	}
-	return t.s.CreateRun(ctx, r)
+	return r, nil
 }
 
 // GetRun is Store.GetRun: another tenant's run is not found.

@@ -77,6 +77,10 @@ func TestTenantStore(t *testing.T) {
 			_, err := mine.CreateRun(ctx, store.Run{ID: event.NewRunID(time.Now()), Task: "t", Status: event.StatusQueued, ParentRunID: id, ParentSeq: 1})
 			return err
 		},
+		"CreateRunWith(fork)": func(id string) error {
+			_, _, err := mine.CreateRunWith(ctx, store.Run{ID: event.NewRunID(time.Now()), Task: "t", Status: event.StatusQueued, ParentRunID: id, ParentSeq: 1}, []event.Event{ev})
+			return err
+		},
 	}
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
@@ -100,6 +104,9 @@ func TestTenantStore(t *testing.T) {
 	}
 	if _, err := mine.ListRuns(ctx, store.RunFilter{Tenant: "b"}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("ListRuns of tenant b = %v, want ErrInvalid", err)
+	}
+	if _, _, err := mine.CreateRunWith(ctx, store.Run{ID: event.NewRunID(time.Now()), Tenant: "b", Status: event.StatusQueued}, []event.Event{ev}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("CreateRunWith for tenant b = %v, want ErrInvalid", err)
 	}
 	if _, err := mine.CreateRun(ctx, store.Run{ID: event.NewRunID(time.Now()), Tenant: "b", Status: event.StatusQueued}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("CreateRun for tenant b = %v, want ErrInvalid", err)

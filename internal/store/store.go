@@ -60,6 +60,12 @@ type Store interface {
 	// ErrExists. Task is redacted like payloads.
 	CreateRun(ctx context.Context, r Run) (Run, error)
 
+	// CreateRunWith is CreateRun and then Append(ctx, r.ID, 1, first) in
+	// one write: the run is stored with its first events or not at all.
+	// first must not be empty. It returns the run as stored, its tail the
+	// last event's, and the events as stored.
+	CreateRunWith(ctx context.Context, r Run, first []event.Event) (Run, []event.Event, error)
+
 	// GetRun returns the run with the given id.
 	GetRun(ctx context.Context, id string) (Run, error)
 

@@ -279,7 +279,7 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Errorf("%s%v = %v (found %v), want %v", c.name, c.labels, got, ok, c.want)
 		}
 	}
-	for _, op := range []string{"CreateRun", "Append", "AppendStatus", "AcquireLease", "APIKeyByHash", "ListRuns"} {
+	for _, op := range []string{"CreateRunWith", "Append", "AppendStatus", "AcquireLease", "APIKeyByHash", "ListRuns"} {
 		if n, _ := value("airlock_store_operation_duration_seconds", "op", op, "outcome", "ok"); n < 1 {
 			t.Errorf("store calls of %s counted %v times", op, n)
 		}

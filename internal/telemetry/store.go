@@ -67,6 +67,14 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	return out, err
 }
 
+// CreateRunWith implements store.Store.
+func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Event) (store.Run, []event.Event, error) {
+	start := time.Now()
+	out, evs, err := s.s.CreateRunWith(ctx, r, first)
+	s.observe("CreateRunWith", start, err)
+	return out, evs, err
+}
+
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 	start := time.Now()

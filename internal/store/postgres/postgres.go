@@ -245,49 +245,83 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	if err != nil {
 		return r, fmt.Errorf("postgres: create run: %w", err)
 	}
-	err = s.write(ctx, func(tx pgx.Tx) error {
-		var one int
-		switch err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, r.ID).Scan(&one); {
-		case err == nil:
-			return store.ErrExists
-		case !errors.Is(err, pgx.ErrNoRows):
-			return err
-		}
-		var parent, pseq any // NULL unless a fork
-		var kind any         // NULL for an agent run
-		if r.Kind != "" {
-			kind = r.Kind
-		}
-		if r.ParentRunID != "" {
-			// A log only grows, so a seq it has now it keeps: no lock.
-			var last int64
-			err := tx.QueryRow(ctx, `SELECT last_seq FROM runs WHERE id = $1`, r.ParentRunID).Scan(&last)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
-			case err != nil:
-				return err
-			case r.ParentSeq > last:
-				return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
-			}
-			parent, pseq = r.ParentRunID, r.ParentSeq
-		}
-		// ON CONFLICT: another process may create the same id between
-		// the check above and here.
-		tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL, NULL, 0, NULL, $12)
-			ON CONFLICT (id) DO NOTHING`,
-			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
-			r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq, kind)
-		if err == nil && tag.RowsAffected() == 0 {
-			return store.ErrExists
-		}
-		return err
-	})
+	err = s.write(ctx, func(tx pgx.Tx) error { return s.insertRun(ctx, tx, r) })
 	if err != nil {
 		return r, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
 	}
 	return r, nil
+}
+
+// insertRun stores new run r (prepared) in tx.
+func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run) error {
+	var one int
+	switch err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, r.ID).Scan(&one); {
+	case err == nil:
+		return store.ErrExists
+	case !errors.Is(err, pgx.ErrNoRows):
+		return err
+	}
+	var parent, pseq any // NULL unless a fork
+	var kind any         // NULL for an agent run
+	if r.Kind != "" {
+		kind = r.Kind
+	}
+	if r.ParentRunID != "" {
+		// A log only grows, so a seq it has now it keeps: no lock.
+		var last int64
+		err := tx.QueryRow(ctx, `SELECT last_seq FROM runs WHERE id = $1`, r.ParentRunID).Scan(&last)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
+		case err != nil:
+			return err
+		case r.ParentSeq > last:
+			return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
+		}
+		parent, pseq = r.ParentRunID, r.ParentSeq
+	}
+	// ON CONFLICT: another process may create the same id between
+	// the check above and here.
+	tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL, NULL, 0, NULL, $12)
+		ON CONFLICT (id) DO NOTHING`,
+		r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
+		r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq, kind)
+	if err == nil && tag.RowsAffected() == 0 {
+		return store.ErrExists
+	}
+	return err
+}
+
+// CreateRunWith implements store.Store.
+func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Event) (store.Run, []event.Event, error) {
+	if err := s.check("create run"); err != nil {
+		return r, nil, err
+	}
+	r, err := store.PrepareRun(r, s.now(), s.red)
+	if err != nil {
+		return r, nil, fmt.Errorf("postgres: create run: %w", err)
+	}
+	if len(first) == 0 {
+		return r, nil, fmt.Errorf("postgres: create run %s: %w: no first events", r.ID, store.ErrInvalid)
+	}
+	evs, err := store.PrepareDrafts(r.ID, 1, first, s.now(), s.red)
+	if err != nil {
+		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		if err := s.insertRun(ctx, tx, r); err != nil {
+			return err
+		}
+		_, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs)
+		return err
+	})
+	if err != nil {
+		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
+	}
+	last := evs[len(evs)-1]
+	r.LastSeq, r.LastHash = last.Seq, last.Hash
+	return r, evs, nil
 }
 
 // GetRun implements store.Store.

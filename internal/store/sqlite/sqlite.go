@@ -67,6 +67,10 @@ type Store struct {
 	// Prepared on w at Open, used in every write transaction.
 	stmtTail    *sql.Stmt
 	stmtSetTail *sql.Stmt
+	// The statements of a new run and of a group commit's savepoints,
+	// prepared once: parsing them is most of what they cost.
+	stmtRunExists, stmtInsertRun           *sql.Stmt
+	stmtSavepoint, stmtRelease, stmtRollTo *sql.Stmt
 	// stmtInsert[i] inserts insertChunks[i] events in one statement.
 	stmtInsert [len(insertChunks)]*sql.Stmt
 	// Prepared on r at Open: the reads every API request and event stream
@@ -167,6 +171,11 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		{&s.stmtInsert[1], insertSQL(insertChunks[1])},
 		{&s.stmtInsert[2], insertSQL(insertChunks[2])},
 		{&s.stmtInsert[3], insertSQL(insertChunks[3])},
+		{&s.stmtRunExists, `SELECT 1 FROM runs WHERE id = ?`},
+		{&s.stmtInsertRun, `INSERT INTO runs (` + runColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL, NULL, 0, NULL, ?)`},
+		{&s.stmtSavepoint, `SAVEPOINT w`},
+		{&s.stmtRelease, `RELEASE w`},
+		{&s.stmtRollTo, `ROLLBACK TO w`},
 	} {
 		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
@@ -242,7 +251,8 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey}, s.stmtInsert[:]...) {
+	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey,
+		s.stmtRunExists, s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo}, s.stmtInsert[:]...) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -333,25 +343,30 @@ func (s *Store) commit(batch []*writeReq) {
 		fail(fmt.Errorf("begin: %w", err))
 		return
 	}
-	for i, r := range batch {
+	// One savepoint name serves every write: each is released (or rolled
+	// back to) before the next begins.
+	sp := func(st *sql.Stmt) error {
+		_, err := tx.Stmt(st).Exec()
+		return err
+	}
+	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			r.err = err
 			continue
 		}
-		sp := "w" + strconv.Itoa(i)
-		if _, err := tx.Exec("SAVEPOINT " + sp); err != nil {
+		if err := sp(s.stmtSavepoint); err != nil {
 			_ = tx.Rollback()
 			fail(fmt.Errorf("savepoint: %w", err))
 			return
 		}
 		if r.err = r.fn(tx); r.err != nil {
-			if _, err := tx.Exec("ROLLBACK TO " + sp); err != nil {
+			if err := sp(s.stmtRollTo); err != nil {
 				_ = tx.Rollback()
 				fail(fmt.Errorf("rollback to savepoint: %w", err))
 				return
 			}
 		}
-		if _, err := tx.Exec("RELEASE " + sp); err != nil {
+		if err := sp(s.stmtRelease); err != nil {
 			_ = tx.Rollback()
 			fail(fmt.Errorf("release savepoint: %w", err))
 			return
@@ -452,36 +467,69 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	if err != nil {
 		return r, fmt.Errorf("sqlite: create run: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
-		var one int
-		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, r.ID).Scan(&one); {
-		case err == nil:
-			return store.ErrExists
-		case !errors.Is(err, sql.ErrNoRows):
-			return err
-		}
-		if r.ParentRunID != "" {
-			var last int64
-			err := tx.QueryRowContext(ctx, `SELECT last_seq FROM runs WHERE id = ?`, r.ParentRunID).Scan(&last)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-				return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
-			case err != nil:
-				return err
-			case r.ParentSeq > last:
-				return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
-			}
-		}
-		_, err := tx.ExecContext(ctx, `INSERT INTO runs (`+runColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL, NULL, 0, NULL, ?)`,
-			r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
-			r.Created.UnixNano(), r.Updated.UnixNano(),
-			nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""), nullString(r.Kind))
-		return err
-	})
+	err = s.write(ctx, func(tx *sql.Tx) error { return s.insertRun(ctx, tx, r) })
 	if err != nil {
 		return r, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
 	}
 	return r, nil
+}
+
+// insertRun stores new run r (prepared) in tx.
+func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run) error {
+	var one int
+	switch err := tx.StmtContext(ctx, s.stmtRunExists).QueryRowContext(ctx, r.ID).Scan(&one); {
+	case err == nil:
+		return store.ErrExists
+	case !errors.Is(err, sql.ErrNoRows):
+		return err
+	}
+	if r.ParentRunID != "" {
+		var last int64
+		err := tx.QueryRowContext(ctx, `SELECT last_seq FROM runs WHERE id = ?`, r.ParentRunID).Scan(&last)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
+		case err != nil:
+			return err
+		case r.ParentSeq > last:
+			return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
+		}
+	}
+	_, err := tx.StmtContext(ctx, s.stmtInsertRun).ExecContext(ctx, r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
+		r.Created.UnixNano(), r.Updated.UnixNano(),
+		nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""), nullString(r.Kind))
+	return err
+}
+
+// CreateRunWith implements store.Store.
+func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Event) (store.Run, []event.Event, error) {
+	if err := s.check("create run"); err != nil {
+		return r, nil, err
+	}
+	r, err := store.PrepareRun(r, s.now(), s.red)
+	if err != nil {
+		return r, nil, fmt.Errorf("sqlite: create run: %w", err)
+	}
+	if len(first) == 0 {
+		return r, nil, fmt.Errorf("sqlite: create run %s: %w: no first events", r.ID, store.ErrInvalid)
+	}
+	evs, err := store.PrepareDrafts(r.ID, 1, first, s.now(), s.red)
+	if err != nil {
+		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := s.insertRun(ctx, tx, r); err != nil {
+			return err
+		}
+		_, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs)
+		return err
+	})
+	if err != nil {
+		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
+	}
+	last := evs[len(evs)-1]
+	r.LastSeq, r.LastHash = last.Seq, last.Hash
+	return r, evs, nil
 }
 
 // GetRun implements store.Store.
@@ -639,61 +687,69 @@ func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from
 	}
 	var r store.Run
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		var (
-			lastSeq  int64
-			lastHash []byte
-			status   string
-			token    int64
-		)
-		err := tx.StmtContext(ctx, s.stmtTail).QueryRowContext(ctx, runID).Scan(&lastSeq, &lastHash, &status, &token)
-		if err == nil {
-			// The fence first: a worker that lost its lease must stop,
-			// not re-read the tail and retry.
-			err = store.CheckFence(ctx, runID, token)
-		}
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return store.ErrNotFound
-		case err != nil:
-			return err
-		case lastSeq+1 != next:
-			return &store.AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
-		}
-		var prev event.Hash
-		if err := copyHash(&prev, lastHash); err != nil {
-			return fmt.Errorf("last_hash: %w", err)
-		}
-		for i := range evs {
-			e := &evs[i]
-			event.Seal(runID, lastSeq+int64(i), prev, e)
-			prev = e.Hash
-		}
-		if err := s.insertEvents(ctx, tx, evs); err != nil {
-			return err
-		}
-		last := evs[len(evs)-1]
-		res, err := tx.StmtContext(ctx, s.stmtSetTail).ExecContext(ctx, last.Seq, last.Hash[:], runID, lastSeq)
-		if err != nil {
-			return fmt.Errorf("update tail: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			// Cannot happen under the write lock; refuse rather than
-			// leave the tail and the log disagreeing.
-			return fmt.Errorf("update tail: %d rows changed (%v)", n, err)
-		}
-		if to == "" {
-			return nil
-		}
-		if err := s.setStatus(ctx, tx, runID, from, to); err != nil {
-			return err
-		}
-		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
+		var err error
+		r, err = s.appendIn(ctx, tx, runID, next, from, to, evs)
 		return err
 	})
 	if err != nil {
 		return store.Run{}, nil, fmt.Errorf("sqlite: run %s: append: %w", runID, err)
 	}
 	return r, evs, nil
+}
+
+// appendIn appends evs (prepared, from seq next) to run runID's log in tx
+// and, when to is not empty, moves the run from status from to to,
+// returning the run as it then is (the zero Run when to is empty).
+func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int64, from, to event.Status, evs []event.Event) (store.Run, error) {
+	var (
+		lastSeq  int64
+		lastHash []byte
+		status   string
+		token    int64
+	)
+	err := tx.StmtContext(ctx, s.stmtTail).QueryRowContext(ctx, runID).Scan(&lastSeq, &lastHash, &status, &token)
+	if err == nil {
+		// The fence first: a worker that lost its lease must stop,
+		// not re-read the tail and retry.
+		err = store.CheckFence(ctx, runID, token)
+	}
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.Run{}, store.ErrNotFound
+	case err != nil:
+		return store.Run{}, err
+	case lastSeq+1 != next:
+		return store.Run{}, &store.AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
+	}
+	var prev event.Hash
+	if err := copyHash(&prev, lastHash); err != nil {
+		return store.Run{}, fmt.Errorf("last_hash: %w", err)
+	}
+	for i := range evs {
+		e := &evs[i]
+		event.Seal(runID, lastSeq+int64(i), prev, e)
+		prev = e.Hash
+	}
+	if err := s.insertEvents(ctx, tx, evs); err != nil {
+		return store.Run{}, err
+	}
+	last := evs[len(evs)-1]
+	res, err := tx.StmtContext(ctx, s.stmtSetTail).ExecContext(ctx, last.Seq, last.Hash[:], runID, lastSeq)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("update tail: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		// Cannot happen under the write lock; refuse rather than
+		// leave the tail and the log disagreeing.
+		return store.Run{}, fmt.Errorf("update tail: %d rows changed (%v)", n, err)
+	}
+	if to == "" {
+		return store.Run{}, nil
+	}
+	if err := s.setStatus(ctx, tx, runID, from, to); err != nil {
+		return store.Run{}, err
+	}
+	return scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
 }
 
 // readLease reads run runID's lease state inside tx.

@@ -54,6 +54,7 @@ func Run(t *testing.T, f Factory) {
 	}{
 		{"CreateGetRun", testCreateGetRun},
 		{"CreateRunInvalid", testCreateRunInvalid},
+		{"CreateRunWith", testCreateRunWith},
 		{"Fork", testFork},
 		{"ListRuns", testListRuns},
 		{"ListRunsPaging", testListRunsPaging},
@@ -235,6 +236,64 @@ func wantErr(t *testing.T, what string, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
 		t.Fatalf("%s = %v, want %v", what, err, target)
+	}
+}
+
+// testCreateRunWith: a run and its first events are stored together or not
+// at all.
+func testCreateRunWith(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	created, err := event.New(event.RunCreated{Tenant: "acme", Task: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, _ := event.New(event.RunStarted{Host: "h"})
+	r, evs, err := s.CreateRunWith(ctx, store.Run{ID: runID(1), Tenant: "acme", Status: event.StatusQueued}, []event.Event{created, started})
+	if err != nil {
+		t.Fatalf("CreateRunWith() = %v", err)
+	}
+	if len(evs) != 2 || evs[0].Seq != 1 || evs[1].Seq != 2 || evs[0].RunID != r.ID {
+		t.Fatalf("CreateRunWith() events = %+v", evs)
+	}
+	if err := event.Verify(evs); err != nil {
+		t.Fatalf("Verify(returned events) = %v", err)
+	}
+	if r.LastSeq != 2 || r.LastHash != evs[1].Hash {
+		t.Errorf("CreateRunWith() run tail = %d %x, want 2 %x", r.LastSeq, r.LastHash, evs[1].Hash)
+	}
+	got, err := s.GetRun(ctx, r.ID)
+	if err != nil || got.LastSeq != 2 || got.LastHash != evs[1].Hash || got.Status != event.StatusQueued {
+		t.Fatalf("GetRun() = %+v, %v", got, err)
+	}
+	stored, err := s.Events(ctx, r.ID, 1, 10)
+	if err != nil || len(stored) != 2 || stored[1].Hash != evs[1].Hash {
+		t.Fatalf("Events() = %+v, %v", stored, err)
+	}
+
+	// Nothing of a refused create stays: neither the run nor its events.
+	bad := event.Event{Type: "x.bad", Payload: json.RawMessage(`{not json`)}
+	for _, tc := range []struct {
+		name  string
+		run   store.Run
+		first []event.Event
+	}{
+		{"bad event", store.Run{ID: runID(2), Tenant: "acme", Status: event.StatusQueued}, []event.Event{created, bad}},
+		{"no events", store.Run{ID: runID(3), Tenant: "acme", Status: event.StatusQueued}, nil},
+		{"missing parent", store.Run{ID: runID(4), Tenant: "acme", Status: event.StatusQueued, ParentRunID: runID(99), ParentSeq: 1}, []event.Event{created}},
+	} {
+		if _, _, err := s.CreateRunWith(ctx, tc.run, tc.first); err == nil {
+			t.Errorf("%s: CreateRunWith() succeeded", tc.name)
+		}
+		if _, err := s.GetRun(ctx, tc.run.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("%s: GetRun() after a refused create = %v, want ErrNotFound", tc.name, err)
+		}
+	}
+	if _, _, err := s.CreateRunWith(ctx, store.Run{ID: r.ID, Tenant: "acme", Status: event.StatusQueued}, []event.Event{created}); !errors.Is(err, store.ErrExists) {
+		t.Errorf("CreateRunWith(taken id) = %v, want ErrExists", err)
+	}
+	if after, err := s.Events(ctx, r.ID, 1, 10); err != nil || len(after) != 2 {
+		t.Errorf("the existing run's log after a create with its id: %d events, %v", len(after), err)
 	}
 }
 
