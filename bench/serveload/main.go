@@ -41,6 +41,7 @@ func main() {
 	subs := flag.Int("subs", 1000, "SSE subscribers on one run")
 	steps := flag.Int("steps", 10, "steps of the streamed run")
 	createOnly := flag.Bool("create-only", false, "only create the runs and report the creation latency (a server with no workers: the API's own cost)")
+	warmup := flag.Int("warmup", 0, "create (and complete) this many runs at once first, uncounted: the server's first requests pay for its own start")
 	keepAlive := flag.Bool("keep-alive", false, "open one kept-alive connection per run before creating them (a client that reuses connections), so creation is not also a TCP connect")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
@@ -77,41 +78,55 @@ func main() {
 	}
 	ctx := context.Background()
 
-	// Phase 1: runs created at once.
-	lat := make([]time.Duration, *runs)
-	ids := make([]string, *runs)
+	// Phase 1: runs created at once (after a warm-up batch, when asked
+	// for, created and completed the same way but not counted).
 	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range *runs {
-		wg.Go(func() {
-			t := time.Now()
-			r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: fmt.Sprintf("load %d", i), Script: quick})
-			lat[i] = time.Since(t)
-			if err != nil {
-				fail(err)
-			}
-			ids[i] = r.ID
-		})
+	create := func(n int) ([]time.Duration, []string) {
+		lat := make([]time.Duration, n)
+		ids := make([]string, n)
+		for i := range n {
+			wg.Go(func() {
+				t := time.Now()
+				r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: fmt.Sprintf("load %d", i), Script: quick})
+				lat[i] = time.Since(t)
+				if err != nil {
+					fail(err)
+				}
+				ids[i] = r.ID
+			})
+		}
+		wg.Wait()
+		return lat, ids
 	}
-	wg.Wait()
+	await := func(ids []string) {
+		for _, id := range ids {
+			wg.Go(func() {
+				end, err := c.Follow(ctx, id, 0, func(event.Event) error { return nil })
+				if err != nil {
+					fail(err)
+				}
+				if end.Status != event.StatusCompleted {
+					fail(fmt.Errorf("run %s ended %s", id, end.Status))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if *warmup > 0 {
+		_, ids := create(*warmup)
+		if !*createOnly {
+			await(ids)
+		}
+	}
+	start := time.Now()
+	lat, ids := create(*runs)
 	created := time.Since(start)
 	if *createOnly {
 		fmt.Printf("runs created at once:   %d in %v, no workers\n", *runs, created.Round(time.Millisecond))
 		fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
 		return
 	}
-	for _, id := range ids {
-		wg.Go(func() {
-			end, err := c.Follow(ctx, id, 0, func(event.Event) error { return nil })
-			if err != nil {
-				fail(err)
-			}
-			if end.Status != event.StatusCompleted {
-				fail(fmt.Errorf("run %s ended %s", id, end.Status))
-			}
-		})
-	}
-	wg.Wait()
+	await(ids)
 	fmt.Printf("runs created at once:   %d in %v; all completed after %v\n", *runs, created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
 
