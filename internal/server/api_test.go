@@ -592,6 +592,58 @@ func TestStreams(t *testing.T) {
 	}
 }
 
+// endsBetween is a store whose first read of run's events, from the stream
+// under test, comes after the run ended: the run it read just before was
+// not final yet.
+type endsBetween struct {
+	store.Store
+	run  string
+	end  func()
+	once sync.Once
+}
+
+func (s *endsBetween) Events(ctx context.Context, id string, from int64, n int) ([]event.Event, error) {
+	if id == s.run {
+		s.once.Do(s.end)
+	}
+	return s.Store.Events(ctx, id, from, n)
+}
+
+// TestStreamEndsBetweenReads: a stream that reads a run's final event from
+// the store, after a read of the run that was not final yet, ends with it
+// (nothing would wake it again: the run appends nothing more).
+func TestStreamEndsBetweenReads(t *testing.T) {
+	t.Parallel()
+	es := &endsBetween{}
+	h := newHarness(t, harnessOptions{config: server.Config{Keepalive: 100 * time.Millisecond, StreamPoll: 50 * time.Millisecond},
+		wrapStore: func(st store.Store) store.Store { es.Store = st; return es }})
+	key := h.key("alpha", "runs:read", "runs:write")
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
+	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: noSandboxes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es.run = run.ID
+	es.end = func() {
+		if err := other.Cancel(context.Background(), run.ID, "meanwhile", "test"); err != nil {
+			t.Error(err)
+		}
+	}
+	idle := 0
+	evs, _, status := h.stream(key, "/v1/runs/"+run.ID+"/events/stream", func(e sse) bool {
+		if e.event == "comment" {
+			idle++ // 20 keepalives: two seconds with nothing to send
+		}
+		return e.event == "end" || idle >= 20
+	})
+	if status != http.StatusOK || len(evs) == 0 || evs[len(evs)-1].event != "end" {
+		t.Fatalf("stream of a run that ended between two reads: %d, %d keepalives, events %v", status, idle, evs)
+	}
+	if last := evs[len(evs)-2]; last.event != string(event.TypeRunCancelled) {
+		t.Errorf("last event before the end %s", last.event)
+	}
+}
+
 // backgroundStream reads a stream in the background, opening it again
 // while the key's earlier streams still count; started is closed at its
 // first event, got receives its events when it ends.

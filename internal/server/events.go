@@ -168,6 +168,11 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 				}
 				bw.Write(frame)
 				after = ev.Seq
+				// The run may have ended after cur was read: its
+				// final event says so (no later wake-up would).
+				if st, ok := finalStatus(ev); ok {
+					end = st
+				}
 			}
 			s.metrics.streamed.Add(float64(len(evs)))
 			if len(evs) > 0 {

@@ -77,6 +77,9 @@ type harnessOptions struct {
 	clock *fakeClock
 	// noSecrets serves without a secret store.
 	noSecrets bool
+	// wrapStore, when set, wraps the store the server (not the engine)
+	// uses.
+	wrapStore func(store.Store) store.Store
 }
 
 type fakeClock struct {
@@ -161,6 +164,9 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		Logger: slog.New(slog.NewTextHandler(testWriter{t: t, h: h}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	if o.noSecrets {
 		opts.Secrets = nil
+	}
+	if o.wrapStore != nil {
+		opts.Store = o.wrapStore(st)
 	}
 	if o.clock != nil {
 		opts.Now = o.clock.Now
