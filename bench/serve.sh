@@ -23,6 +23,7 @@ export AIRLOCK_HOME=$t/home
 go build -o "$t/serveload" ./bench/serveload
 "$bin" tenants create load >/dev/null
 key=$("$bin" keys create --tenant load --name load 2>/dev/null)
+admin=$("$bin" keys create --tenant load --name metrics --scope admin 2>/dev/null)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat > "$t/serve.yaml" <<YAML
 listen: 127.0.0.1:$port
@@ -35,6 +36,6 @@ YAML
 "$bin" serve --config "$t/serve.yaml" >"$t/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
-"$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs" ${SERVELOAD_FLAGS:-}
+"$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs" -metrics-key "$admin" ${SERVELOAD_FLAGS:-}
 # The server's share of the two cores: its CPU time, user and system, over its whole life.
 awk -v hz="$(getconf CLK_TCK)" '{printf "server CPU time:        %.2fs\n", ($14+$15)/hz}' "/proc/$pid/stat"

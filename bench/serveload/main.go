@@ -12,10 +12,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net/http"
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +46,7 @@ func main() {
 	steps := flag.Int("steps", 10, "steps of the streamed run")
 	createOnly := flag.Bool("create-only", false, "only create the runs and report the creation latency (a server with no workers: the API's own cost)")
 	warmup := flag.Int("warmup", 0, "create (and complete) this many runs at once first, uncounted: the server's first requests pay for its own start")
+	metricsKey := flag.String("metrics-key", "", "an admin API key: also report the server's own delivery time (airlock_api_event_delivery_seconds: committed event in the feed to its write on a stream) over the subscriber phase")
 	keepAlive := flag.Bool("keep-alive", false, "open one kept-alive connection per run before creating them (a client that reuses connections), so creation is not also a TCP connect")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	flag.Parse()
@@ -142,6 +147,10 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	var before map[float64]float64
+	if *metricsKey != "" {
+		before = deliveryBuckets(*url, *metricsKey)
+	}
 	var mu sync.Mutex
 	var delivery, steady []time.Duration
 	var joined atomic.Int64
@@ -179,6 +188,76 @@ func main() {
 	fmt.Printf("event delivery latency: p50 %v  p99 %v  max %v\n", pct(delivery, 50), pct(delivery, 99), pct(delivery, 100))
 	fmt.Printf("  from %v after the last joined (%d deliveries): p50 %v  p99 %v  max %v\n", settle, len(steady),
 		pct(steady, 50), pct(steady, 99), pct(steady, 100))
+	if *metricsKey != "" {
+		after := deliveryBuckets(*url, *metricsKey)
+		for le, n := range before {
+			after[le] -= n
+		}
+		fmt.Printf("server side, committed to written (%.0f writes): p50 %s  p99 %s\n", after[math.Inf(1)],
+			bucketQuantile(after, 0.50), bucketQuantile(after, 0.99))
+	}
+}
+
+// deliveryBuckets reads the server's event delivery histogram: cumulative
+// counts by upper bound.
+func deliveryBuckets(base, key string) map[float64]float64 {
+	req, err := http.NewRequest("GET", base+"/metrics", nil)
+	if err != nil {
+		fail(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fail(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fail(fmt.Errorf("/metrics: %s", resp.Status))
+	}
+	const prefix = `airlock_api_event_delivery_seconds_bucket{le="`
+	buckets := map[float64]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), prefix)
+		if !ok {
+			continue
+		}
+		le, count, _ := strings.Cut(rest, `"} `)
+		bound, err1 := strconv.ParseFloat(le, 64)
+		n, err2 := strconv.ParseFloat(count, 64)
+		if err1 != nil || err2 != nil {
+			fail(fmt.Errorf("/metrics: %q", sc.Text()))
+		}
+		buckets[bound] = n
+	}
+	if err := sc.Err(); err != nil {
+		fail(err)
+	}
+	return buckets
+}
+
+// bucketQuantile estimates quantile q of a cumulative histogram by linear
+// interpolation within the bucket that holds it.
+func bucketQuantile(buckets map[float64]float64, q float64) string {
+	bounds := slices.Sorted(maps.Keys(buckets))
+	total := buckets[math.Inf(1)]
+	if total == 0 {
+		return "-"
+	}
+	want := q * total
+	prevBound, prevCount := 0.0, 0.0
+	for _, b := range bounds {
+		n := buckets[b]
+		if n >= want {
+			if math.IsInf(b, 1) {
+				return fmt.Sprintf("> %v", time.Duration(prevBound*float64(time.Second)))
+			}
+			v := prevBound + (b-prevBound)*(want-prevCount)/max(n-prevCount, 1)
+			return time.Duration(v * float64(time.Second)).Round(10 * time.Microsecond).String()
+		}
+		prevBound, prevCount = b, n
+	}
+	return "-"
 }
 
 // follow reads run id's event stream until its end event and calls fn with

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -576,6 +577,12 @@ func TestStreams(t *testing.T) {
 	seqs(t, evs, 1, true)
 	if last := evs[len(evs)-2]; last.event != string(event.TypeRunCancelled) {
 		t.Errorf("last event %s", last.event)
+	}
+	// The events the feed carried to the stream have their delivery
+	// timed (those it caught up on from the store do not).
+	m := h.must(http.StatusOK, "GET", "/metrics", h.key("alpha", "admin"), nil)
+	if !regexp.MustCompile(`(?m)^airlock_api_event_delivery_seconds_count [1-9]`).Match(m.body) {
+		t.Errorf("no event delivery timed:\n%s", m.body)
 	}
 
 	// Closing the server ends open streams, without an end event (the

@@ -96,6 +96,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	// subscription would otherwise wait for the poll.
 	sub := s.o.Feed.subscribe(run.ID, s.o.Store, s.cfg.StreamPoll)
 	defer sub.stop()
+	subscribed := time.Now()
 	if run.Status.Final() && after >= run.LastSeq {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -211,6 +212,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		s.metrics.streamed.Add(float64(len(evs)))
 		if err := flush(); err != nil {
 			return true, errClientGone
+		}
+		now := time.Now()
+		for _, fe := range evs {
+			if fe.at.After(subscribed) { // live, not caught up on
+				s.metrics.delivery.Observe(now.Sub(fe.at).Seconds())
+			}
 		}
 		return true, nil
 	}

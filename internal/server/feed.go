@@ -67,6 +67,8 @@ func (fr *feedRun) since(after int64) ([]feedEvent, bool) {
 type feedEvent struct {
 	ev    event.Event
 	frame []byte
+	// at is when the committed event reached the feed.
+	at time.Time
 }
 
 // feedKeep is how many of a watched run's latest events the feed keeps.
@@ -135,6 +137,7 @@ func (f *Feed) Publish(evs []event.Event) {
 	// Frames are encoded outside the lock: the engine's commit path waits
 	// for this.
 	held := fr.events()
+	at := time.Now()
 	add := make([]feedEvent, 0, len(evs))
 	for _, ev := range evs {
 		if ev.RunID != runID || len(held) > 0 && ev.Seq <= held[len(held)-1].ev.Seq {
@@ -144,7 +147,7 @@ func (f *Feed) Publish(evs []event.Event) {
 		if err != nil {
 			break // a stream that finds the feed short reads the store
 		}
-		add = append(add, feedEvent{ev: ev, frame: frame})
+		add = append(add, feedEvent{ev: ev, frame: frame, at: at})
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

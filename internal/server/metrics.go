@@ -10,7 +10,7 @@ import (
 
 // metrics are the API's own Prometheus metrics: requests by route and
 // status (a count and a latency histogram), errors by code, runs created,
-// event streams open and events streamed. None has a tenant label:
+// event streams open, events streamed and their delivery time. None has a tenant label:
 // /metrics shows no tenant's business. They are registered on
 // Options.Metrics, with whatever else the host put there (the runs', the
 // store's, the Go runtime's: package telemetry).
@@ -22,6 +22,7 @@ type metrics struct {
 	created  prometheus.Counter
 	streams  prometheus.Gauge
 	streamed prometheus.Counter
+	delivery prometheus.Histogram
 }
 
 // newMetrics registers the API's metrics on reg (a registry of their own
@@ -41,8 +42,12 @@ func newMetrics(reg *prometheus.Registry) (metrics, error) {
 		created:  prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_api_runs_created_total", Help: "Runs created through the API."}),
 		streams:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "airlock_api_event_streams", Help: "Event streams open now."}),
 		streamed: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_api_events_streamed_total", Help: "Events sent on event streams."}),
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_api_event_delivery_seconds",
+			Help: "Time from a committed event reaching this process's feed (from the engine as it commits, or from the poller) " +
+				"to its write on an event stream open at the time. Events a stream catches up on are not counted.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5}}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors.v, m.created, m.streams, m.streamed} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors.v, m.created, m.streams, m.streamed, m.delivery} {
 		if err := reg.Register(c); err != nil {
 			return metrics{}, err
 		}
