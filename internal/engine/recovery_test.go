@@ -66,16 +66,25 @@ func crashHelper(spec string) int {
 	}
 	seen := 0
 	self := syscall.SIGKILL
+	ps := &pausable{Store: st}
 	if os.Getenv("AIRLOCK_ENGINE_STOP") != "" {
 		self = syscall.SIGSTOP // stall, as a worker that loses its CPU does
 	}
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
+	eng, err := engine.New(engine.Options{Store: ps, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
 		// A model that thinks for a while, so that the request is on
 		// record before its answer: the kill lands during the call.
 		WrapProvider: func(p model.Provider) model.Provider { return slowModel{p} },
 		OnEvents: engine.EachEvent(func(e event.Event) {
 			if string(e.Type) == typ {
 				if seen++; seen == n {
+					if self == syscall.SIGSTOP {
+						// Stall between writes: stopped inside a SQLite
+						// write transaction (a lease renewal on another
+						// goroutine), the helper would hold the database's
+						// one write lock, and no host could take over.
+						ps.mu.Lock()
+						defer ps.mu.Unlock()
+					}
 					_ = syscall.Kill(os.Getpid(), self)
 					if self == syscall.SIGKILL {
 						select {}
@@ -94,6 +103,61 @@ func crashHelper(spec string) int {
 	}
 	fmt.Printf("helper ended with the run %s\n", o.Status)
 	return 5 // never reached the kill point, or woke up after a stop
+}
+
+// pausable is a store whose writes a stalling helper can hold off: each
+// write holds mu for reading, the stall holds it for writing.
+type pausable struct {
+	store.Store
+	mu sync.RWMutex
+}
+
+func (p *pausable) UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (store.Run, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.UpdateRunStatus(ctx, id, from, to)
+}
+
+func (p *pausable) Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.Append(ctx, runID, next, drafts)
+}
+
+func (p *pausable) AppendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.AppendStatus(ctx, runID, next, from, to, drafts)
+}
+
+func (p *pausable) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.AcquireLease(ctx, runID, owner, ttl)
+}
+
+func (p *pausable) RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (store.Lease, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.RenewLease(ctx, runID, owner, token, ttl)
+}
+
+func (p *pausable) ReleaseLease(ctx context.Context, runID, owner string, token int64) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.ReleaseLease(ctx, runID, owner, token)
+}
+
+func (p *pausable) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.PutArtifact(ctx, a)
+}
+
+func (p *pausable) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.Store.AddLedgerEntry(ctx, e)
 }
 
 type slowModel struct{ model.Provider }
