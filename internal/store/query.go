@@ -28,28 +28,33 @@ func Unfinished(ctx context.Context, s Store) ([]Run, error) {
 	}
 }
 
-// VerifyRun reads run id's whole log page by page and checks its hash chain
-// (event.Chain) and that it ends at the run's recorded LastSeq and LastHash,
-// so a truncated tail is caught too. It returns the number of events
-// verified; a broken log gives an *event.VerifyError with the seq.
+// VerifyRun reads run id's log page by page and checks its hash chain
+// (event.Chain) up to the run's recorded LastSeq, and that it reaches that
+// seq with the recorded LastHash, so a truncated tail is caught too. Events
+// appended after the run was read (a live run's) are not read. It returns
+// the number of events verified; a broken log gives an *event.VerifyError
+// with the seq.
 func VerifyRun(ctx context.Context, s Store, id string) (int64, error) {
 	r, err := s.GetRun(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	c := event.NewChain(id)
-	for {
-		page, err := s.Events(ctx, id, c.Seq()+1, MaxPage)
+	for c.Seq() < r.LastSeq {
+		page, err := s.Events(ctx, id, c.Seq()+1, int(min(MaxPage, r.LastSeq-c.Seq())))
 		if err != nil {
 			return c.Seq(), err
 		}
+		if len(page) == 0 {
+			break
+		}
 		for _, e := range page {
+			if c.Seq() == r.LastSeq {
+				break // appended after the run was read
+			}
 			if err := c.Next(e); err != nil {
 				return c.Seq(), err
 			}
-		}
-		if len(page) < MaxPage {
-			break
 		}
 	}
 	switch {
