@@ -1,7 +1,7 @@
 // Package cli is airlock's command line: it parses arguments, builds what a
 // command needs through Env, and maps results to exit statuses (the command's
 // own status; 124 timeout; 137 limit kill; 125 airlock's own error; 2 bad
-// usage). It reads no environment variable itself: cmd/airlock passes Env.
+// usage). It reads no environment variable itself: cmd/airlock-host passes Env.
 package cli
 
 import (
