@@ -182,14 +182,14 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 // sandbox. The kernel delivers a signal to a PID namespace's init only if init
 // has a handler, and the Go runtime installs one for most signals and then
 // exits (TERM, INT, HUP) or dumps and exits (QUIT, ABRT, ILL, TRAP, STKFLT,
-// SYS, and SEGV, BUS, FPE sent with kill) when nobody asked for it. Asking for those and dropping them keeps
-// PID 1 alive. The runtime drops the others itself (USR1, ALRM, WINCH, real
-// time signals...) or leaves them at the default action, which the kernel
-// never applies to init from inside (TSTP, CONT...); each signal asked for
-// costs a round trip to the runtime's signal thread, so only those that need
-// it are (TestAbsorbSignals sends them all). SIG_IGN would do the same
-// but is inherited across exec, so every command would start with SIGTERM
-// and SIGPIPE ignored; handlers are not.
+// SYS, and SEGV, BUS, FPE sent with kill) when nobody asked for it. Asking
+// for those and dropping them keeps PID 1 alive. The runtime drops the
+// others itself (USR1, ALRM, WINCH, real-time signals...) or leaves them at
+// the default action, which the kernel never applies to init from inside
+// (TSTP, CONT...); each signal asked for costs a round trip to the runtime's
+// signal thread, so only those that need it are (TestAbsorbSignals sends
+// them all). SIG_IGN would do the same but is inherited across exec, so every
+// command would start with SIGTERM and SIGPIPE ignored; handlers are not.
 func absorbSignals() {
 	c := make(chan os.Signal, 16)
 	signal.Notify(c, unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
