@@ -408,8 +408,9 @@ func (b *remoteBackend) approvals(ctx context.Context, tenant string) ([]engine.
 		if tenant != "" && a.Tenant != tenant {
 			continue
 		}
-		out = append(out, engine.Approval{ID: a.ID, RunID: a.RunID, Tenant: a.Tenant, Task: a.Task, Step: a.Step, CallID: a.CallID,
-			Destination: a.Destination, Sandbox: a.Sandbox, Action: a.Action, Reason: a.Reason, Requested: a.Requested, Expires: a.Expires})
+		// The wire type has engine.Approval's fields: one that is added
+		// to either and not the other stops this from compiling.
+		out = append(out, engine.Approval(a))
 	}
 	return out, nil
 }

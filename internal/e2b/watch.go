@@ -151,13 +151,9 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, c envdCall, 
 		})
 	case "GetWatcherEvents":
 		s.unaryCall(w, r, func(ctx context.Context, body []byte) (any, *rpcError) {
-			var req watcherRequest
-			if err := decodeMessage(body, &req); err != nil {
-				return nil, err
-			}
-			pw := s.watchers.find(c, req.id())
-			if pw == nil {
-				return nil, rpcErrorf(codeNotFound, "watcher %q not found", clip(req.id()))
+			pw, rerr := s.watcherOf(c, body)
+			if rerr != nil {
+				return nil, rerr
 			}
 			evs, rerr := pw.take()
 			if pw.over() {
@@ -170,13 +166,9 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, c envdCall, 
 		})
 	case "RemoveWatcher":
 		s.unaryCall(w, r, func(ctx context.Context, body []byte) (any, *rpcError) {
-			var req watcherRequest
-			if err := decodeMessage(body, &req); err != nil {
-				return nil, err
-			}
-			pw := s.watchers.find(c, req.id())
-			if pw == nil {
-				return nil, rpcErrorf(codeNotFound, "watcher %q not found", clip(req.id()))
+			pw, rerr := s.watcherOf(c, body)
+			if rerr != nil {
+				return nil, rerr
 			}
 			s.watchers.remove(pw)
 			audit("files.unwatch", "poll "+pw.path, nil)
@@ -367,6 +359,20 @@ func (t *watcherTable) prune() {
 			w.cancel()
 		}
 	}
+}
+
+// watcherOf finds the polled watcher a GetWatcherEvents or RemoveWatcher
+// request (body) of caller c names.
+func (s *Server) watcherOf(c envdCall, body []byte) (*pollWatcher, *rpcError) {
+	var req watcherRequest
+	if err := decodeMessage(body, &req); err != nil {
+		return nil, err
+	}
+	pw := s.watchers.find(c, req.id())
+	if pw == nil {
+		return nil, rpcErrorf(codeNotFound, "watcher %q not found", clip(req.id()))
+	}
+	return pw, nil
 }
 
 // createWatcher starts a polling watcher of p in c's sandbox.

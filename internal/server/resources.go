@@ -124,8 +124,9 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, c *call) 
 	}
 	out := api.ApprovalList{Approvals: make([]api.Approval, 0, len(as))}
 	for _, a := range as {
-		out.Approvals = append(out.Approvals, api.Approval{ID: a.ID, RunID: a.RunID, Tenant: a.Tenant, Task: a.Task, Step: a.Step, CallID: a.CallID,
-			Destination: a.Destination, Sandbox: a.Sandbox, Action: a.Action, Reason: a.Reason, Requested: a.Requested, Expires: a.Expires})
+		// engine.Approval has the wire type's fields: one that is added
+		// to either and not the other stops this from compiling.
+		out.Approvals = append(out.Approvals, api.Approval(a))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
