@@ -79,31 +79,72 @@ type idLocks struct {
 
 // hold takes the lock of sandbox id; an id that a live sandbox holds is
 // refused. release removes it.
+//
+// The file is made locked, then given its name: a sweep or a liveness probe
+// (another process's, or this one's GC beside its own create) that found it
+// named and not yet locked would take the lock for a moment, and the new
+// sandbox would find its own id in use.
 func (l *idLocks) hold(id string) (*os.File, error) {
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("sandbox lock: %w", err)
 	}
 	name := filepath.Join(l.dir, id)
-	for {
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
+	fd, err := unix.Open(l.dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox lock: unnamed file in %s: %w", l.dir, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox lock: %w", err)
+	}
+	for range 3 {
+		// An unnamed file is named through its /proc link (linkat with
+		// AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH).
+		err := unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			f.Close()
 			return nil, fmt.Errorf("sandbox lock: %w", err)
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		// The name is taken: by a live sandbox, or left by a killed one.
+		if err := removeStale(name); err != nil {
 			f.Close()
 			if errors.Is(err, unix.EWOULDBLOCK) {
 				return nil, fmt.Errorf("sandbox id %s is in use", id)
 			}
 			return nil, fmt.Errorf("sandbox lock: %w", err)
 		}
-		// sweep may have removed the file between the open and the lock:
-		// a lock on an unlinked file protects nothing, so start again.
-		var held, now unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(name, &now) == nil && held.Ino == now.Ino && held.Dev == now.Dev {
-			return f, nil
-		}
-		f.Close()
 	}
+	f.Close()
+	return nil, fmt.Errorf("sandbox id %s is in use", id)
+}
+
+// removeStale removes lock file name if no process holds it; EWOULDBLOCK
+// when one does.
+func removeStale(name string) error {
+	old, err := os.OpenFile(name, os.O_RDONLY, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer old.Close()
+	if err := unix.Flock(int(old.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return err
+	}
+	// Another process may have removed it, and named its own, meanwhile.
+	var held, now unix.Stat_t
+	if unix.Fstat(int(old.Fd()), &held) != nil || unix.Stat(name, &now) != nil || held.Ino != now.Ino || held.Dev != now.Dev {
+		return nil
+	}
+	if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // release removes a lock file while it is still locked, so no other
