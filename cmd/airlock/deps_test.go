@@ -23,7 +23,6 @@ var frontEndDeps = map[string]bool{
 	"github.com/airlockrun/airlock/internal/execproto":            true,
 	"github.com/airlockrun/airlock/internal/executor/landlock":    true,
 	"github.com/airlockrun/airlock/internal/supervisor":           true,
-	"github.com/alecthomas/kong":                                  true,
 	"github.com/pmezard/go-difflib/difflib":                       true,
 	"golang.org/x/sys/unix":                                       true,
 }

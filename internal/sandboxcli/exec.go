@@ -21,15 +21,13 @@ import (
 type ExecCmd struct {
 	Interactive bool     `short:"i" help:"Pass stdin to the command."`
 	TTY         bool     `short:"t" help:"Give the command a terminal."`
-	Env         []string `short:"e" help:"Environment variable K=V (repeatable)." placeholder:"K=V"`
+	Env         []string `short:"e" sep:"none" help:"Environment variable K=V (repeatable)." placeholder:"K=V"`
 	User        string   `help:"User inside the sandbox." placeholder:"NAME|UID"`
 	Workdir     string   `short:"w" help:"Working directory inside the sandbox." placeholder:"DIR"`
 	ExecFlags
 	ID      string   `arg:"" help:"Sandbox id."`
 	Command []string `arg:"" passthrough:"" name:"cmd" help:"Command and arguments, after --."`
 }
-
-func (c *ExecCmd) firstArg() string { return firstOf(c.Command) }
 
 // Run runs one command in a live sandbox.
 func (c *ExecCmd) Run(env *Env) error {

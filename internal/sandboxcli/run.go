@@ -22,15 +22,6 @@ type RunCmd struct {
 	Command     []string `arg:"" passthrough:"" help:"Command and arguments, after --." name:"cmd"`
 }
 
-func (c *RunCmd) firstArg() string { return firstOf(c.Command) }
-
-func firstOf(args []string) string {
-	if len(args) == 0 {
-		return ""
-	}
-	return args[0]
-}
-
 // Egress starts an egress proxy for the sandbox spec describes and points
 // spec at it; stop ends the proxy once the sandbox is gone.
 type Egress func(ctx context.Context, spec *sandbox.Spec) (stop func(), err error)

@@ -18,10 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
-	"github.com/alecthomas/kong"
 	"golang.org/x/sys/unix"
 )
 
@@ -170,18 +168,6 @@ func Status(stderr io.Writer, err error) int {
 	}
 }
 
-// Commands is the grammar of the sandbox commands this package runs by
-// itself.
-type Commands struct {
-	Sandbox struct {
-		Run  RunCmd  `cmd:""`
-		Exec ExecCmd `cmd:""`
-		Ls   LsCmd   `cmd:""`
-		Rm   RmCmd   `cmd:""`
-		Gc   GcCmd   `cmd:""`
-	} `cmd:""`
-}
-
 // Fast reports whether Main may run args: a sandbox command of Commands,
 // without help asked for. Anything else belongs to the whole command line.
 func Fast(args []string) bool {
@@ -205,27 +191,30 @@ func Fast(args []string) bool {
 }
 
 // Main runs args, a command Fast accepted, and returns the exit status. It
-// returns ok false, having done nothing, when args do not parse as
-// Commands (an unknown flag, an egress flag, a bad value): the whole
-// command line then runs them and says what is wrong in its own words.
+// returns ok false, having done nothing, when it cannot be sure how the
+// whole command line would read args (an unknown flag, an egress flag, a
+// bad value, a form it does not read; see parse): the whole command line
+// then runs them and says what is wrong in its own words.
 func Main(env *Env, args []string) (status int, ok bool) {
-	var c Commands
-	parser, err := kong.New(&c, kong.Name("airlock"), kong.Writers(io.Discard, io.Discard), kong.Exit(func(int) {}))
-	if err != nil {
+	var cmd interface{ Run(*Env) error }
+	switch args[1] {
+	case "run":
+		cmd = &RunCmd{}
+	case "exec":
+		cmd = &ExecCmd{}
+	case "ls":
+		cmd = &LsCmd{}
+	case "rm":
+		cmd = &RmCmd{}
+	case "gc":
+		cmd = &GcCmd{}
+	default:
 		return 0, false
 	}
-	kctx, err := parser.Parse(args)
-	if err != nil || kctx == nil {
+	if !parse(cmd, args[2:]) {
 		return 0, false
 	}
-	// A flag this grammar does not know, before --, ends up as the first
-	// word of a command's passthrough arguments.
-	if c, ok := kctx.Selected().Target.Addr().Interface().(interface{ firstArg() string }); ok {
-		if a := c.firstArg(); a != "--" && strings.HasPrefix(a, "-") {
-			return 0, false
-		}
-	}
-	return Status(env.Stderr, kctx.Run(env)), true
+	return Status(env.Stderr, cmd.Run(env)), true
 }
 
 // DieWithParent makes the process die with whatever started it (like bwrap

@@ -38,8 +38,8 @@ const defaultOutput = 16 << 20
 type SpecFlags struct {
 	Workspace     string   `help:"Host directory shown at /workspace (default: an empty workspace)." placeholder:"DIR"`
 	WorkspaceMode string   `help:"How the workspace is shown: cow (changes stay in the sandbox; the default), ro or rw." enum:",cow,ro,rw" default:""`
-	Mount         []string `help:"Extra bind mount SRC:DST[:ro|rw] (repeatable; read-only unless :rw)." placeholder:"SRC:DST[:MODE]"`
-	Env           []string `short:"e" help:"Environment variable K=V for the command (repeatable). Nothing of the host's environment passes in unless named." placeholder:"K=V"`
+	Mount         []string `sep:"none" help:"Extra bind mount SRC:DST[:ro|rw] (repeatable; read-only unless :rw)." placeholder:"SRC:DST[:MODE]"`
+	Env           []string `short:"e" sep:"none" help:"Environment variable K=V for the command (repeatable). Nothing of the host's environment passes in unless named." placeholder:"K=V"`
 	Memory        string   `help:"Memory limit, swap included (default: the policy's sandbox.limits.memory, 1G)."`
 	Pids          int64    `help:"Process limit (default: the policy's, 512)."`
 	CPUs          float64  `name:"cpus" help:"CPU limit, in CPUs (default: the policy's, 1)."`
