@@ -27,5 +27,8 @@ func main() {
 		self = os.Args[0]
 	}
 	env := &cli.Env{Env: sandboxcli.OSEnv(self), Getenv: os.Getenv}
+	// This binary is large and serves for long: a fork of it would stall
+	// it (see linux.Config.Spawner).
+	env.Spawner = true
 	os.Exit(cli.Main(env, os.Args[1:]))
 }

@@ -38,6 +38,7 @@ func airlockMain() int {
 	env := &cli.Env{Env: sandboxcli.Env{
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Home: os.Getenv("AIRLOCK_HOME"), Executor: os.Getenv("AIRLOCK_EXEC"), Self: self,
+		Spawner: true, // as airlock-host
 	}, Getenv: os.Getenv}
 	return cli.Main(env, os.Args[1:])
 }

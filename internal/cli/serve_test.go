@@ -37,7 +37,7 @@ func (w logWriter) Write(b []byte) (int, error) {
 // exit status and stdout.
 func airlockIn(t *testing.T, ctx context.Context, home, exe string, stdout io.Writer, args ...string) int {
 	t.Helper()
-	env := &cli.Env{Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: logWriter{t, args[0] + ": "}, Home: home, Executor: exe}}
+	env := &cli.Env{Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: logWriter{t, args[0] + ": "}, Home: home, Executor: exe, Spawner: true}}
 	return cli.Main(env, args)
 }
 

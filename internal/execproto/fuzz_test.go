@@ -212,3 +212,33 @@ func roundTrip[T any](t *testing.T, b []byte) {
 		t.Fatalf("%T changed across a round trip:\n got %s\nwant %s", v, out2, out)
 	}
 }
+
+// FuzzSpawn decodes a spawner request and validates it against a number of
+// passed descriptors. An accepted request names each child descriptor once,
+// in range, one per passed descriptor that is not the cgroup's.
+func FuzzSpawn(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte, nfiles uint8) {
+		var s execproto.Spawn
+		if json.Unmarshal(b, &s) != nil {
+			return
+		}
+		n := int(nfiles)
+		if s.Validate(n) != nil {
+			return
+		}
+		want := n
+		if s.CgroupFile >= 0 {
+			want--
+		}
+		if len(s.Files) != want || n > execproto.MaxSpawnFiles || s.Path == "" || len(s.Args) == 0 {
+			t.Fatalf("accepted %+v with %d descriptors", s, n)
+		}
+		seen := map[int]bool{}
+		for _, fd := range s.Files {
+			if fd < 0 || fd >= 3+execproto.MaxSpawnFiles || seen[fd] {
+				t.Fatalf("accepted child descriptor %d in %v", fd, s.Files)
+			}
+			seen[fd] = true
+		}
+	})
+}

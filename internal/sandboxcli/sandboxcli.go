@@ -36,6 +36,10 @@ type Env struct {
 	// Self is the airlock binary that holds every command, for starting
 	// supervisors.
 	Self string
+	// Spawner starts sandboxes through a spawner process
+	// (linux.Config.Spawner): right for a large or long-running host
+	// process, not for the small front end.
+	Spawner bool
 
 	backend *linux.Backend
 }
@@ -79,7 +83,7 @@ func (e *Env) Backend() (*linux.Backend, error) {
 	if e.backend != nil {
 		return e.backend, nil
 	}
-	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, "run")})
+	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, "run"), Spawner: e.Spawner})
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,9 @@ func attackBackend(t *testing.T) *linux.Backend {
 	} else if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir()})
+	// Through the spawner, as a long-running host starts sandboxes (the
+	// kill -9 test covers the direct path too).
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: true})
 	if err != nil {
 		t.Fatalf("linux.New = %v", err)
 	}
@@ -152,6 +154,23 @@ func attackHostProcs(arg string) []int {
 			continue
 		}
 		if slices.Contains(strings.Split(string(b), "\x00"), arg) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// attackExeProcs returns the pids of the host's processes running binary
+// exe.
+func attackExeProcs(exe string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil && l == exe {
 			pids = append(pids, pid)
 		}
 	}
@@ -996,6 +1015,7 @@ func TestAttackNetworkHostLoopback(t *testing.T) {
 const (
 	attackHelperEnv   = "AIRLOCK_ATTACK_HELPER"
 	attackStateEnv    = "AIRLOCK_ATTACK_STATE_DIR"
+	attackModeEnv     = "AIRLOCK_ATTACK_MODE" // direct or spawner
 	attackMarkerEnv   = "AIRLOCK_ATTACK_MARKER"
 	attackAddrsEnv    = "AIRLOCK_ATTACK_ADDRS"
 	attackHelperLines = "ATTACK-HELPER "
@@ -1048,17 +1068,26 @@ func attackHelperSay(format string, args ...any) {
 }
 
 // TestAttackHostKill9: when the process that owns a sandbox is killed with
-// SIGKILL, nothing of the sandbox keeps running.
+// SIGKILL, nothing of the sandbox keeps running, whether the sandbox was
+// forked from it or started by its spawner.
 func TestAttackHostKill9(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
 	t.Parallel()
-	marker := attackMarker(1003)
+	for mode, marker := range map[string]int{"direct": 1003, "spawner": 1006} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			attackHostKill9(t, attackMarker(marker), mode)
+		})
+	}
+}
+
+func attackHostKill9(t *testing.T, marker, mode string) {
 	attackKillLeftovers(t, marker)
 	state := t.TempDir()
 	cmd, lines := attackStartHelper(t, nil, "TestAttackHelperKill9",
-		attackHelperEnv+"=kill9", attackStateEnv+"="+state, attackMarkerEnv+"="+marker)
+		attackHelperEnv+"=kill9", attackStateEnv+"="+state, attackMarkerEnv+"="+marker, attackModeEnv+"="+mode)
 	waited := false
 	t.Cleanup(func() {
 		if !waited {
@@ -1102,6 +1131,11 @@ func TestAttackHostKill9(t *testing.T) {
 	waited = true
 	if !attackPoll(5*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
 		t.Errorf("sleep %s (pids %v) still runs 5s after its owner was killed with SIGKILL", marker, attackHostProcs(marker))
+	}
+	// Nor does anything of the helper's own executor binary: its
+	// executors, id-map helpers and spawner.
+	if !attackPoll(5*time.Second, func() bool { return len(attackExeProcs(helperExec)) == 0 }) {
+		t.Errorf("processes of %s (pids %v) still run 5s after their owner was killed with SIGKILL", helperExec, attackExeProcs(helperExec))
 	}
 	for _, g := range groups {
 		// An exiting task can stay listed for a moment after it is gone
@@ -1157,7 +1191,7 @@ func TestAttackHelperKill9(t *testing.T) {
 	if os.Getenv(attackHelperEnv) != "kill9" {
 		t.Skip("helper process of TestAttackHostKill9")
 	}
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv)})
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv), Spawner: os.Getenv(attackModeEnv) == "spawner"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1170,6 +1204,13 @@ func TestAttackHelperKill9(t *testing.T) {
 	defer sb.Destroy(context.Background())
 	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", os.Getenv(attackMarkerEnv)}}); err != nil {
 		t.Fatal(err)
+	}
+	want := 1 // the executor
+	if os.Getenv(attackModeEnv) == "spawner" {
+		want++
+	}
+	if got := attackExeProcs(executorPath); len(got) != want {
+		t.Fatalf("control: want %d processes of %s (the executor, and the spawner in spawner mode), found pids %v", want, executorPath, got)
 	}
 	attackHelperSay("ready id=%s exec=%s", sb.ID(), executorPath)
 	// The parent kills this process; end on our own only if it does not.

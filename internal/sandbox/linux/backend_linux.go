@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -35,6 +34,14 @@ type Config struct {
 	UIDSlotDir string
 	// Logger receives lifecycle logs; nil discards them.
 	Logger *slog.Logger
+	// Spawner starts sandboxes through a small helper process
+	// (`airlock-exec spawn`, started on first use) instead of forking this
+	// one. A long-running host wants it: a fork that makes a user
+	// namespace copies the parent's page tables and holds its memory map
+	// locked meanwhile, which stalls every thread of a large process. A
+	// short-lived command line is small, and forks itself faster than it
+	// would start a helper.
+	Spawner bool
 }
 
 // DefaultUIDSlotDir holds root mode's uid-range locks: on a tmpfs that a
@@ -44,15 +51,16 @@ const DefaultUIDSlotDir = "/run/airlock/uid-slots"
 // Backend creates sandboxes with Linux namespaces, cgroups, seccomp and
 // Landlock.
 type Backend struct {
-	cfg    Config
-	log    *slog.Logger
-	root   bool
-	uids   *uidAllocator // root mode: machine-wide uid ranges
-	ids    *idLocks      // this home's live sandboxes
-	mu     sync.Mutex
-	cg     *cgroup.Manager // guarded by mu: created on first use
-	cgErr  error           // guarded by mu
-	cgOnce bool            // guarded by mu
+	cfg     Config
+	log     *slog.Logger
+	root    bool
+	uids    *uidAllocator // root mode: machine-wide uid ranges
+	ids     *idLocks      // this home's live sandboxes
+	spawner spawner
+	mu      sync.Mutex
+	cg      *cgroup.Manager // guarded by mu: created on first use
+	cgErr   error           // guarded by mu
+	cgOnce  bool            // guarded by mu
 	// mine holds the ids of this backend's sandboxes from the start of
 	// Create to the end of teardown; GC need not ask the slot locks about
 	// them. Guarded by mu.
@@ -86,10 +94,14 @@ func New(cfg Config) (*Backend, error) {
 }
 
 // Close releases what the backend keeps on the host between sandboxes: it
-// removes its cgroup parent if no group is left in it. Call it only when no
+// stops its spawner (ending the sandboxes it started), and removes its
+// cgroup parent if no group is left in it. Call it only when no
 // process uses the backend's state directory any more (tests, uninstall):
 // a concurrent Create of another process would lose the parent it made.
 func (b *Backend) Close() error {
+	b.spawner.mu.Lock()
+	b.spawner.stop()
+	b.spawner.mu.Unlock()
 	m, err := b.cgroups()
 	if err != nil {
 		return nil
@@ -227,7 +239,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			f.Close()
 		}
 	}()
-	idm := &idmapper{executor: b.cfg.Executor, base: base}
+	idm := &idmapper{start: b.startProc, base: base}
 	defer idm.close()
 	tree := func(path string, ro, mapOwner bool) (int, error) {
 		idfd := -1
@@ -304,37 +316,32 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			child.Close()
 		}
 	}()
-	cmd := exec.Command(b.cfg.Executor)
-	cmd.Args = []string{"airlock-exec"}
-	cmd.Env = []string{}
-	cmd.Dir = "/"
-	cmd.ExtraFiles = append([]*os.File{child}, files...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
+	sys := &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNET,
 		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidRange}},
 		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidRange}},
 		GidMappingsEnableSetgroups: true,
 		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-		// The sandbox dies with the host: PID 1's death ends the PID
-		// namespace, and with it every process inside.
-		Pdeathsig: syscall.SIGKILL,
-		Setsid:    true,
+		// The sandbox dies with the host (startProc sets the parent-death
+		// signal): PID 1's death ends the PID namespace, and with it
+		// every process inside.
+		Setsid: true,
 	}
 	if !b.root {
 		// Only the invoking user's ids exist inside, as root; setgroups
 		// must be denied for an unprivileged user to write the gid map.
-		a := cmd.SysProcAttr
-		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
-		a.GidMappingsEnableSetgroups = false
-		a.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+		sys.GidMappingsEnableSetgroups = false
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
 	}
 	if fd := sb.cgroupFD(); fd >= 0 {
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = fd
+		sys.UseCgroupFD = true
+		sys.CgroupFD = fd
 	}
-	if err := cmd.Start(); err != nil {
+	p, err := b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys})
+	if err != nil {
 		host.Close()
 		return nil, fmt.Errorf("start executor: %w", err)
 	}
@@ -342,14 +349,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	// handshake, the host reads EOF at once instead of waiting forever.
 	child.Close()
 	childOpen = false
-	sb.cmd = cmd
-	sb.exited = make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(sb.exited)
-	}()
+	sb.proc = p
 	if sb.cg != nil {
-		if err := sb.cg.AddProc(cmd.Process.Pid); err != nil {
+		if err := sb.cg.AddProc(p.pid); err != nil {
 			host.Close()
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
@@ -373,7 +375,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	sb.conn = conn
 	sb.layers = append(sb.layers, conn.Ready.Layers...)
 	sb.watch()
-	b.log.Info("sandbox created", "sandbox_id", id, "pid", cmd.Process.Pid)
+	b.log.Info("sandbox created", "sandbox_id", id, "pid", p.pid)
 	return sb, nil
 }
 

@@ -9,12 +9,23 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
+// TestConformance runs the backend's contract through the spawner, as a
+// long-running host does; TestConformanceDirect forks the test process, as
+// the command line does.
 func TestConformance(t *testing.T) {
+	conformance(t, true)
+}
+
+func TestConformanceDirect(t *testing.T) {
+	conformance(t, false)
+}
+
+func conformance(t *testing.T, spawner bool) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
 	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
-		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir()})
+		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: spawner})
 		if err != nil {
 			t.Fatalf("linux.New = %v", err)
 		}

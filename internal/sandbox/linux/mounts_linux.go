@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,9 +49,9 @@ func detachedTree(path string, ro bool, idmap int) (int, error) {
 // binary in "hold" mode) is started in it, its namespace opened, and the
 // helper ended.
 type idmapper struct {
-	executor string
-	base     uint32 // host uid of uid 0 inside the sandbox
-	fds      map[[2]uint32]int
+	start func(procSpec) (*proc, error) // Backend.startProc
+	base  uint32                        // host uid of uid 0 inside the sandbox
+	fds   map[[2]uint32]int
 }
 
 // fd returns a user-namespace fd mapping host owner uid/gid to the sandbox
@@ -62,24 +61,25 @@ func (m *idmapper) fd(uid, gid uint32) (int, error) {
 	if fd, ok := m.fds[key]; ok {
 		return fd, nil
 	}
-	cmd := exec.Command(m.executor, "hold")
-	cmd.Env = []string{}
-	stdin, err := cmd.StdinPipe()
+	// The helper exits when it reads EOF on its stdin.
+	r, w, err := os.Pipe()
 	if err != nil {
 		return -1, err
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
+	p, err := m.start(procSpec{args: []string{"airlock-exec", "hold"}, stdin: r, sys: &syscall.SysProcAttr{
 		Cloneflags:  syscall.CLONE_NEWUSER,
 		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.base) + sandboxUID, Size: 1}},
 		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.base) + sandboxUID, Size: 1}},
-		Pdeathsig:   syscall.SIGKILL,
-	}
-	if err := cmd.Start(); err != nil {
+	}})
+	r.Close()
+	if err != nil {
+		w.Close()
 		return -1, fmt.Errorf("start id-map helper: %w", err)
 	}
-	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	stdin.Close()
-	_ = cmd.Wait()
+	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	w.Close()
+	<-p.done
+	p.close()
 	if err != nil {
 		return -1, fmt.Errorf("open id-map namespace: %w", err)
 	}

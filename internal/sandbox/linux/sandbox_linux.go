@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"sync"
 	"time"
 
@@ -27,8 +26,7 @@ type Sandbox struct {
 	slot    *os.File // held uid-range lock (root mode)
 	idLock  *os.File // held id lock
 	cg      *cgroup.Group
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when the executor process is reaped
+	proc    *proc // the executor
 	conn    *execconn.Conn
 	layers  []string
 	files   string // host files shown inside (trust store), removed at teardown
@@ -108,7 +106,7 @@ func (s *Sandbox) watch() {
 			ttl = t.C
 		}
 		select {
-		case <-s.exited:
+		case <-s.proc.done:
 		case <-s.conn.Done():
 		case <-ttl:
 			s.b.log.Info("sandbox ttl reached", "sandbox_id", s.id)
@@ -152,12 +150,13 @@ func (s *Sandbox) teardown() {
 	// Killing PID 1 ends the PID namespace: the kernel kills every process
 	// in it and PID 1 is not reaped before they are all gone. The cgroup is
 	// the proof: Destroy kills whatever it still holds before removing it.
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
+	if s.proc != nil {
+		_ = s.proc.kill()
 	}
 	tr.mark("kill")
-	if s.exited != nil {
-		<-s.exited
+	if s.proc != nil {
+		<-s.proc.done
+		s.proc.close()
 	}
 	tr.mark("exited")
 	if s.conn != nil {

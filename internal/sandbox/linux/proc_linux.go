@@ -1,0 +1,283 @@
+package linux
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"golang.org/x/sys/unix"
+)
+
+// procSpec is a process of the executor binary for the backend to start:
+// an executor or an id-map helper.
+type procSpec struct {
+	args  []string   // argv
+	stdin *os.File   // descriptor 0; nil for /dev/null
+	extra []*os.File // descriptors 3, 4, ...
+	// sys says which namespaces to make, with what id maps, credentials
+	// and cgroup. The parent-death signal is always SIGKILL.
+	sys *syscall.SysProcAttr
+}
+
+// proc is a process the backend started.
+type proc struct {
+	pid  int
+	kill func() error
+	// done is closed once the process has exited.
+	done chan struct{}
+	// close frees what watching the process holds; call it after done.
+	close func()
+}
+
+// startProc starts ps: through the spawner when Config.Spawner says so,
+// else by forking this process.
+func (b *Backend) startProc(ps procSpec) (*proc, error) {
+	if b.cfg.Spawner {
+		return b.spawnProc(ps)
+	}
+	cmd := exec.Command(b.cfg.Executor)
+	cmd.Args = ps.args
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	if ps.stdin != nil {
+		cmd.Stdin = ps.stdin
+	}
+	cmd.ExtraFiles = ps.extra
+	sys := *ps.sys
+	sys.Pdeathsig = syscall.SIGKILL
+	cmd.SysProcAttr = &sys
+	if err := startOnParentThread(cmd); err != nil {
+		return nil, err
+	}
+	p := &proc{pid: cmd.Process.Pid, kill: cmd.Process.Kill, done: make(chan struct{}), close: func() {}}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// parentThread is the OS thread that starts every process the backend
+// starts itself. A parent-death signal is sent when the thread that forked
+// the child exits, not the process, and the runtime ends a thread whose
+// goroutine exits while locked to it: this one is locked and never exits.
+var parentThread struct {
+	once sync.Once
+	run  chan func()
+}
+
+// startOnParentThread starts cmd on parentThread.
+func startOnParentThread(cmd *exec.Cmd) error {
+	parentThread.once.Do(func() {
+		parentThread.run = make(chan func())
+		go func() {
+			runtime.LockOSThread() // for good
+			for f := range parentThread.run {
+				f()
+			}
+		}()
+	})
+	errc := make(chan error, 1)
+	parentThread.run <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+// spawner is the backend's connection to its spawner process (`airlock-exec
+// spawn`; see execproto.Spawn), started on first use.
+type spawner struct {
+	mu  sync.Mutex
+	fd  int // SOCK_SEQPACKET; -1 when no spawner runs
+	cmd *exec.Cmd
+}
+
+// spawnProc starts ps through the spawner, starting the spawner first if
+// none runs (or the last one died: its children died with it).
+func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
+	req := execproto.Spawn{Path: b.cfg.Executor, Args: ps.args, CgroupFile: -1,
+		Cloneflags: ps.sys.Cloneflags, Setgroups: ps.sys.GidMappingsEnableSetgroups, Setsid: ps.sys.Setsid}
+	for _, m := range ps.sys.UidMappings {
+		req.UIDMap = append(req.UIDMap, execproto.IDMap{Inside: m.ContainerID, Outside: m.HostID, Size: m.Size})
+	}
+	for _, m := range ps.sys.GidMappings {
+		req.GIDMap = append(req.GIDMap, execproto.IDMap{Inside: m.ContainerID, Outside: m.HostID, Size: m.Size})
+	}
+	if c := ps.sys.Credential; c != nil {
+		req.Cred = &execproto.Cred{UID: c.Uid, GID: c.Gid, NoSetGroups: c.NoSetGroups}
+	}
+	var fds []int
+	if ps.stdin != nil {
+		fds = append(fds, int(ps.stdin.Fd()))
+		req.Files = append(req.Files, 0)
+	}
+	for i, f := range ps.extra {
+		fds = append(fds, int(f.Fd()))
+		req.Files = append(req.Files, 3+i)
+	}
+	if ps.sys.UseCgroupFD {
+		req.CgroupFile = len(fds)
+		fds = append(fds, ps.sys.CgroupFD)
+	}
+	msg, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	sp := &b.spawner
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	pid, pidfd, err := sp.request(b.cfg.Executor, msg, fds)
+	if errors.Is(err, errSpawnerGone) {
+		sp.stop()
+		pid, pidfd, err = sp.request(b.cfg.Executor, msg, fds)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return watchPidfd(pid, pidfd)
+}
+
+// errSpawnerGone: the spawner exited; a new one may serve the request.
+var errSpawnerGone = errors.New("spawner gone")
+
+// request sends one request and reads its reply: the child's pid and
+// pidfd. Guarded by sp.mu.
+func (sp *spawner) request(executor string, msg []byte, fds []int) (int, int, error) {
+	if sp.cmd == nil {
+		if err := sp.start(executor); err != nil {
+			return 0, -1, err
+		}
+	}
+	if err := unix.Sendmsg(sp.fd, msg, unix.UnixRights(fds...), nil, 0); err != nil {
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
+			return 0, -1, errSpawnerGone
+		}
+		return 0, -1, fmt.Errorf("spawner: %w", err)
+	}
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	var n, oobn int
+	var err error
+	for {
+		n, oobn, _, _, err = unix.Recvmsg(sp.fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return 0, -1, fmt.Errorf("spawner: %w", err)
+	}
+	if n == 0 && oobn == 0 {
+		return 0, -1, errSpawnerGone
+	}
+	pidfd := -1
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for _, m := range msgs {
+			if got, err := unix.ParseUnixRights(&m); err == nil {
+				for _, fd := range got {
+					if pidfd < 0 {
+						pidfd = fd
+					} else {
+						unix.Close(fd)
+					}
+				}
+			}
+		}
+	}
+	var reply execproto.Spawned
+	if err := json.Unmarshal(buf[:n], &reply); err != nil || reply.Error != "" || reply.PID <= 0 || pidfd < 0 {
+		if pidfd >= 0 {
+			unix.Close(pidfd)
+		}
+		if err == nil {
+			err = errors.New(reply.Error)
+		}
+		return 0, -1, fmt.Errorf("spawner: %w", err)
+	}
+	return reply.PID, pidfd, nil
+}
+
+// start starts the spawner. Guarded by sp.mu.
+func (sp *spawner) start(executor string) error {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("spawner: %w", err)
+	}
+	child := os.NewFile(uintptr(fds[1]), "spawner")
+	defer child.Close()
+	cmd := exec.Command(executor)
+	cmd.Args = []string{"airlock-exec", "spawn"}
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{child} // fd 3: execproto.ControlFD
+	// It dies with this process, and its children with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := startOnParentThread(cmd); err != nil {
+		unix.Close(fds[0])
+		return fmt.Errorf("start spawner: %w", err)
+	}
+	sp.fd, sp.cmd = fds[0], cmd
+	return nil
+}
+
+// stop ends the spawner, and with it every process it started. Guarded by
+// sp.mu.
+func (sp *spawner) stop() {
+	if sp.cmd == nil {
+		return
+	}
+	unix.Close(sp.fd) // the spawner reads EOF and exits
+	_ = sp.cmd.Wait()
+	sp.fd, sp.cmd = -1, nil
+}
+
+// watchPidfd returns the proc of a child of the spawner, which this process
+// cannot wait for: its exit makes pidfd readable, which the runtime's
+// poller reports without holding a thread per process.
+func watchPidfd(pid, pidfd int) (*proc, error) {
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		unix.Close(pidfd)
+		return nil, fmt.Errorf("pidfd: %w", err)
+	}
+	f := os.NewFile(uintptr(pidfd), fmt.Sprintf("pidfd %d", pid))
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("pidfd: %w", err)
+	}
+	p := &proc{pid: pid, done: make(chan struct{})}
+	p.kill = func() error {
+		var err error
+		if cerr := rc.Control(func(fd uintptr) { err = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) }); cerr != nil {
+			return cerr
+		}
+		return err
+	}
+	exited := func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return err == nil && n > 0
+	}
+	var once sync.Once
+	p.close = func() { once.Do(func() { f.Close() }) }
+	go func() {
+		defer close(p.done)
+		if err := rc.Read(exited); err == nil {
+			return
+		}
+		// Not pollable here: wait on a thread of its own.
+		_ = rc.Control(func(fd uintptr) {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			for {
+				if _, err := unix.Poll(pfd, -1); !errors.Is(err, unix.EINTR) {
+					return
+				}
+			}
+		})
+	}()
+	return p, nil
+}

@@ -1,0 +1,135 @@
+package linux_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+)
+
+// hostParent returns the parent pid of host process pid.
+func hostParent(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		t.Fatalf("stat of %d: %v", pid, err)
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatalf("stat of %d: %q", pid, b)
+	}
+	return ppid
+}
+
+// TestSpawnerDies: when the spawner dies (here SIGKILL), its sandboxes die
+// with it and are reported lost, and the next sandbox starts a new spawner.
+func TestSpawnerDies(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	t.Parallel()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	marker := attackMarker(1007)
+	attackKillLeftovers(t, marker)
+	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", marker}}); err != nil {
+		t.Fatal(err)
+	}
+	var sleeps []int
+	if !attackPoll(10*time.Second, func() bool { sleeps = attackHostProcs(marker); return len(sleeps) == 1 }) {
+		t.Fatalf("control: the sandboxed sleep %s is not visible on the host (pids %v)", marker, sleeps)
+	}
+	executor := hostParent(t, sleeps[0])
+	spawner := hostParent(t, executor)
+	if spawner == os.Getpid() {
+		t.Fatal("the executor is a child of the test process, not of a spawner")
+	}
+	if got := hostParent(t, spawner); got != os.Getpid() {
+		t.Fatalf("the spawner %d is a child of %d, want the test process %d", spawner, got, os.Getpid())
+	}
+	if err := syscall.Kill(spawner, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox lives on 10s after its spawner was killed")
+	}
+	if !attackPoll(5*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
+		t.Errorf("sleep %s still runs after its spawner was killed", marker)
+	}
+	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "lost") {
+		t.Errorf("a command in the lost sandbox: %v, want it refused as lost", err)
+	}
+	sb2, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	if err != nil {
+		t.Fatalf("create after the spawner died: %v", err)
+	}
+	defer sb2.Destroy(context.Background())
+	res := attackRun(t, sb2, "", "echo ok")
+	if !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
+		t.Errorf("a command in the sandbox of the new spawner: %v", res)
+	}
+}
+
+// TestCreatorThreadExits: a sandbox outlives the OS thread that created it
+// (the runtime ends a thread whose goroutine exits while locked to it; a
+// parent-death signal tied to that thread would kill the sandbox).
+func TestCreatorThreadExits(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	t.Parallel()
+	for _, spawner := range []bool{false, true} {
+		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: spawner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+		defer cancel()
+		type created struct {
+			sb  sandbox.Sandbox
+			err error
+		}
+		c := make(chan created, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+			c <- created{sb, err}
+		}()
+		got := <-c
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		defer got.sb.Destroy(context.Background())
+		time.Sleep(200 * time.Millisecond) // for the thread to be gone
+		select {
+		case <-got.sb.Done():
+			t.Fatalf("spawner %v: the sandbox ended with the thread that created it", spawner)
+		default:
+		}
+		if res := attackRun(t, got.sb, "", "echo ok"); !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
+			t.Errorf("spawner %v: a command after the creating thread ended: %v", spawner, res)
+		}
+	}
+}
