@@ -37,5 +37,13 @@ YAML
 pid=$!
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
 "$t/serveload" -url "http://127.0.0.1:$port" -key "$key" -runs "$runs" -subs "$subs" -metrics-key "$admin" ${SERVELOAD_FLAGS:-}
-# The server's share of the two cores: its CPU time, user and system, over its whole life.
-awk -v hz="$(getconf CLK_TCK)" '{printf "server CPU time:        %.2fs\n", ($14+$15)/hz}' "/proc/$pid/stat"
+# The server's share of the two cores: its CPU time, user and system, over its whole life,
+# and its spawner's (the child that starts its sandboxes; the sandboxes' own time is not counted).
+hz=$(getconf CLK_TCK)
+awk -v hz="$hz" '{printf "server CPU time:        %.2fs", ($14+$15)/hz}' "/proc/$pid/stat"
+for c in $(cat /proc/"$pid"/task/*/children 2>/dev/null); do
+  if tr '\0' ' ' < /proc/"$c"/cmdline 2>/dev/null | grep -q '^airlock-exec spawn'; then
+    awk -v hz="$hz" '{printf " (spawner %.2fs)", ($14+$15)/hz}' "/proc/$c/stat"
+  fi
+done
+echo

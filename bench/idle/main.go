@@ -29,14 +29,15 @@ func main() {
 	n := flag.Int("n", 500, "number of idle sandboxes")
 	workers := flag.Int("workers", 4, "concurrent creates")
 	execPath := flag.String("exec", "bin/airlock-exec", "executor binary")
+	spawner := flag.Bool("spawner", true, "start the sandboxes through a spawner process, as airlock serve does")
 	flag.Parse()
-	if err := run(*n, *workers, *execPath); err != nil {
+	if err := run(*n, *workers, *execPath, *spawner); err != nil {
 		fmt.Fprintln(os.Stderr, "idle:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n, workers int, execPath string) error {
+func run(n, workers int, execPath string, spawner bool) error {
 	execPath, err := filepath.Abs(execPath)
 	if err != nil {
 		return err
@@ -46,7 +47,7 @@ func run(n, workers int, execPath string) error {
 		return err
 	}
 	defer os.RemoveAll(state)
-	b, err := linux.New(linux.Config{Executor: execPath, StateDir: state})
+	b, err := linux.New(linux.Config{Executor: execPath, StateDir: state, Spawner: spawner})
 	if err != nil {
 		return err
 	}
@@ -104,17 +105,28 @@ func run(n, workers int, execPath string) error {
 	}
 	time.Sleep(2 * time.Second)
 	runtime.GC()
-	execs, err := executorPIDs(os.Getpid())
+	execs, helpers, err := executorPIDs(os.Getpid())
 	if err != nil {
 		return err
 	}
-	var execKiB int64
-	for _, p := range execs {
-		k, err := pss(p)
-		if err != nil {
-			return err
+	sum := func(pids []int) (int64, error) {
+		var kib int64
+		for _, p := range pids {
+			k, err := pss(p)
+			if err != nil {
+				return 0, err
+			}
+			kib += k
 		}
-		execKiB += k
+		return kib, nil
+	}
+	execKiB, err := sum(execs)
+	if err != nil {
+		return err
+	}
+	spawnerKiB, err := sum(helpers)
+	if err != nil {
+		return err
 	}
 	selfAfter, err := pss(os.Getpid())
 	if err != nil {
@@ -126,7 +138,10 @@ func run(n, workers int, execPath string) error {
 	fmt.Printf("executor PSS per sandbox:  %.2f MiB\n", per(execKiB))
 	fmt.Printf("host growth per sandbox:   %.2f MiB (PSS of this process: %.1f -> %.1f MiB)\n",
 		per(selfAfter-selfBefore), float64(selfBefore)/1024, float64(selfAfter)/1024)
-	fmt.Printf("total per idle sandbox:    %.2f MiB (target: at most 2 MiB)\n", per(execKiB+selfAfter-selfBefore))
+	if spawner {
+		fmt.Printf("spawner per sandbox:       %.3f MiB (its PSS: %.1f MiB)\n", per(spawnerKiB), float64(spawnerKiB)/1024)
+	}
+	fmt.Printf("total per idle sandbox:    %.2f MiB (target: at most 2 MiB)\n", per(execKiB+spawnerKiB+selfAfter-selfBefore))
 	return nil
 }
 
@@ -145,13 +160,15 @@ func pss(pid int) (int64, error) {
 	return 0, errors.New("no Pss line")
 }
 
-// executorPIDs lists the children of pid that run airlock-exec.
-func executorPIDs(parent int) ([]int, error) {
+// executorPIDs lists the executors among the descendants of parent: its
+// airlock-exec children, or with a spawner (an airlock-exec child of
+// parent), the spawner's children; helpers holds the spawner.
+func executorPIDs(parent int) (execs, helpers []int, err error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []int
+	children := map[int][]int{} // airlock-exec processes by parent
 	for _, e := range ents {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -168,9 +185,19 @@ func executorPIDs(parent int) ([]int, error) {
 			continue
 		}
 		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(parent) {
-			out = append(out, p)
+		if len(f) > 1 {
+			if pp, err := strconv.Atoi(f[1]); err == nil {
+				children[pp] = append(children[pp], p)
+			}
 		}
 	}
-	return out, nil
+	for _, p := range children[parent] {
+		if kids := children[p]; len(kids) > 0 {
+			helpers = append(helpers, p)
+			execs = append(execs, kids...)
+		} else {
+			execs = append(execs, p)
+		}
+	}
+	return execs, helpers, nil
 }
