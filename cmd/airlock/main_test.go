@@ -81,6 +81,7 @@ func run(t *testing.T, bin string, env []string, args ...string) result {
 func TestFrontEnd(t *testing.T) {
 	dir := bins(t)
 	home := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, "run")) })
 	env := []string{"AIRLOCK_HOME=" + home}
 	airlock, host := filepath.Join(dir, "airlock"), filepath.Join(dir, "airlock-host")
 	sandboxes := linux.Doctor(filepath.Join(dir, "airlock-exec"))

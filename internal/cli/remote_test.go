@@ -79,9 +79,7 @@ func startServer(ts *testscript.TestScript, neg bool, args []string) {
 		if s := log.String(); s != "" {
 			ts.Logf("airlock serve log:\n%s", s)
 		}
-		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
-			_ = b.Close()
-		}
+		_ = linux.Forget(filepath.Join(home, "run"))
 		os.RemoveAll(home)
 	}
 	sc := bufio.NewScanner(pr)

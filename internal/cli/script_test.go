@@ -60,10 +60,9 @@ func TestScripts(t *testing.T) {
 				return err
 			}
 			e.Defer(func() {
-				// The sandboxes of this home are gone: drop its cgroup parent.
-				if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
-					_ = b.Close()
-				}
+				// The sandboxes of this home are gone: drop what they
+				// left (killed ones, their cgroups) and the cgroup parent.
+				_ = linux.Forget(filepath.Join(home, "run"))
 				os.RemoveAll(home)
 			})
 			e.Setenv("AIRLOCK_HOME", home)

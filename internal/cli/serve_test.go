@@ -204,9 +204,7 @@ func serveHome(t *testing.T, prefix string) (home, exe string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if b, err := linux.New(linux.Config{StateDir: filepath.Join(home, "run")}); err == nil {
-			_ = b.Close()
-		}
+		_ = linux.Forget(filepath.Join(home, "run"))
 		os.RemoveAll(home)
 	})
 	return home, exe

@@ -82,7 +82,7 @@ func openStack(tb testing.TB, dir string) (*sqlite.Store, *blob.Store, *linux.Ba
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = b.Close() })
+	tb.Cleanup(func() { _ = b.Close(); _ = linux.Forget(filepath.Join(dir, "run")) })
 	return st, bl, b
 }
 

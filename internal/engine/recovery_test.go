@@ -218,6 +218,7 @@ func TestRecoveryAfterKill9(t *testing.T) {
 		t.Run(strings.ReplaceAll(point, ":", "_"), func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
+			t.Cleanup(func() { _ = linux.Forget(filepath.Join(dir, "run-helper")) }) // what the killed helper left
 			marker := strconv.FormatInt(time.Now().UnixNano(), 36)
 			eng, st, _ := engineOn(t, dir)
 			r, err := eng.Create(context.Background(), engine.Request{Task: "two files",
@@ -398,6 +399,7 @@ func TestStalledDriverIsFencedOut(t *testing.T) {
 		t.Skip("needs root for real sandboxes")
 	}
 	dir := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(filepath.Join(dir, "run-helper")) }) // what the killed helper left
 	eng0, st, bl := engineOn(t, dir)
 	r, err := eng0.Create(context.Background(), engine.Request{Task: "two files",
 		Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test -f two.txt"}}},
@@ -481,6 +483,7 @@ func TestWorkerKilledOnPostgres(t *testing.T) {
 	}
 	defer st.Close()
 	dir := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(filepath.Join(dir, "run-helper")) }) // what the killed helper left
 	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
 	if err != nil {
 		t.Fatal(err)

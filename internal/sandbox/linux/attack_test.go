@@ -1086,6 +1086,7 @@ func TestAttackHostKill9(t *testing.T) {
 func attackHostKill9(t *testing.T, marker, mode string) {
 	attackKillLeftovers(t, marker)
 	state := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(state) }) // the killed helper's cgroups
 	cmd, lines := attackStartHelper(t, nil, "TestAttackHelperKill9",
 		attackHelperEnv+"=kill9", attackStateEnv+"="+state, attackMarkerEnv+"="+marker, attackModeEnv+"="+mode)
 	waited := false
@@ -1273,10 +1274,12 @@ func TestAttackNetworkNetns(t *testing.T) {
 			t.Fatalf("control: http://%s:8080/ does not answer inside namespace %s", a, ns)
 		}
 	}
+	helperState := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(helperState) })
 	// nsenter enters only the network namespace, so the helper keeps the
 	// host's cgroup and mount view (ip netns exec would remount /sys).
 	cmd, lines := attackStartHelper(t, []string{"nsenter", "--net=/run/netns/" + ns}, "TestAttackHelperNetns",
-		attackHelperEnv+"=netns", attackStateEnv+"="+t.TempDir(), attackAddrsEnv+"="+strings.Join(addrs, ","))
+		attackHelperEnv+"=netns", attackStateEnv+"="+helperState, attackAddrsEnv+"="+strings.Join(addrs, ","))
 	var got []string
 	timeout := time.After(3 * time.Minute)
 collect:

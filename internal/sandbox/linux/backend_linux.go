@@ -109,6 +109,27 @@ func (b *Backend) Close() error {
 	return m.RemoveParent()
 }
 
+// Forget removes what sandboxes of state directory stateDir left on the
+// host once their processes are gone: their cgroups (Backend.GC), the
+// cgroup parent (Backend.Close) and the id locks. It waits up to 5 seconds
+// for processes still dying (a killed host's sandboxes). Call it only when
+// no process uses stateDir any more: tests, uninstalling.
+func Forget(stateDir string) error {
+	b := &Backend{cfg: Config{StateDir: stateDir}, log: slog.New(slog.DiscardHandler), ids: &idLocks{dir: filepath.Join(stateDir, "ids")}}
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err = b.GC()
+		m, merr := b.cgroups()
+		if merr != nil {
+			break
+		}
+		if left, lerr := m.List(); lerr != nil || len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	return errors.Join(err, b.Close())
+}
+
 // CgroupParent names the cgroup, under the host's own, that holds the groups
 // of the sandboxes of one state directory (one AIRLOCK_HOME). Each state
 // directory has its own, so GC, which sees only its own uid slots, never

@@ -685,6 +685,7 @@ func TestRootlessKill9(t *testing.T) {
 	marker := attackMarker(1005)
 	attackKillLeftovers(t, marker)
 	state := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(state) })
 	cmd, lines := attackStartHelper(t, nil, "TestRootlessHelperKill9",
 		rootlessEnv+"=kill9", attackStateEnv+"="+state, attackMarkerEnv+"="+marker)
 	waited := false
