@@ -103,6 +103,9 @@ func (SuperviseCmd) Run(env *Env) error {
 	if err := json.NewDecoder(env.Stdin).Decode(&args); err != nil {
 		return fail(err)
 	}
+	// One sandbox for the life of this process, started at once: a
+	// spawner would be one more process per sandbox for no gain.
+	env.Spawner = false
 	b, err := env.Backend()
 	if err != nil {
 		return fail(err)
