@@ -31,10 +31,18 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "airlock-exec: runs only as PID 1 of a sandbox started by airlock")
 		return 2
 	}
-	absorbSignals()
 	resetIgnoredSignals()
+	// Asking for each signal is a round trip to the runtime's signal
+	// thread (1-3 ms for all of them): it goes on beside the handshake and
+	// the mounts, and start waits for it before anything of the sandbox
+	// can run.
+	absorbed := make(chan struct{})
+	go func() {
+		absorbSignals()
+		close(absorbed)
+	}()
 	conn := os.NewFile(execproto.ControlFD, "control")
-	e := &executor{w: execproto.NewWriter(conn), streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
+	e := &executor{w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
 	// Before Landlock: the thread must exist when the ruleset is applied.
 	e.pt = newProcThread()
 	if err := e.start(conn); err != nil {
@@ -49,10 +57,12 @@ func Main(args []string) int {
 }
 
 type executor struct {
-	w     *execproto.Writer
-	setup execproto.Setup
-	pt    *procThread
-	users map[string]execproto.User
+	w *execproto.Writer
+	// absorbed is closed once absorbSignals is done.
+	absorbed <-chan struct{}
+	setup    execproto.Setup
+	pt       *procThread
+	users    map[string]execproto.User
 	// uidMap and gidMap are the ids the sandbox's user namespace maps.
 	uidMap, gidMap idMap
 
@@ -98,6 +108,7 @@ func (e *executor) start(conn io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.setup.ProxyFD != 0 {
