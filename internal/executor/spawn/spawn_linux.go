@@ -68,7 +68,7 @@ func Serve(conn int) error {
 		if pidfd >= 0 {
 			rights = unix.UnixRights(pidfd)
 		}
-		err = unix.Sendmsg(conn, msg, rights, nil, 0)
+		err = unix.Sendmsg(conn, msg, rights, nil, unix.MSG_NOSIGNAL)
 		if pidfd >= 0 {
 			unix.Close(pidfd)
 		}

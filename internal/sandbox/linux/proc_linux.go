@@ -152,7 +152,7 @@ func (sp *spawner) request(executor string, msg []byte, fds []int) (int, int, er
 			return 0, -1, err
 		}
 	}
-	if err := unix.Sendmsg(sp.fd, msg, unix.UnixRights(fds...), nil, 0); err != nil {
+	if err := unix.Sendmsg(sp.fd, msg, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
 		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
 			return 0, -1, errSpawnerGone
 		}
