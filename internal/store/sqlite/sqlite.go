@@ -192,7 +192,33 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
 		}
 	}
+	if err := warmReaders(ctx, s.r, opts.Readers); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
 	return s, nil
+}
+
+// warmReaders opens all n reader connections now: opened on demand, the
+// first burst of requests would wait for them (an open applies the
+// connection's pragmas, a few milliseconds each).
+func warmReaders(ctx context.Context, db *sql.DB, n int) error {
+	conns := make([]*sql.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close() // back to the idle pool, open
+		}
+	}()
+	for range n {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		conns = append(conns, c)
+		if err := c.PingContext(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // retryBusy runs fn until it does not fail with SQLITE_BUSY, for up to
