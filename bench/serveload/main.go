@@ -192,8 +192,8 @@ func main() {
 	wg.Wait()
 	fmt.Printf("SSE subscribers:        %d on one run, %d deliveries after all had joined\n", *subs, len(delivery))
 	fmt.Printf("event delivery latency: p50 %v  p99 %v  max %v\n", pct(delivery, 50), pct(delivery, 99), pct(delivery, 100))
-	fmt.Printf("  from %v after the last joined (%d deliveries): p50 %v  p99 %v  max %v\n", settle, len(steady),
-		pct(steady, 50), pct(steady, 99), pct(steady, 100))
+	fmt.Printf("  from %v after the last joined (%d deliveries): p50 %v  p99 %v  max %v  within 20ms %.1f%%\n", settle, len(steady),
+		pct(steady, 50), pct(steady, 99), pct(steady, 100), within(steady, 20*time.Millisecond))
 	if *metricsKey != "" {
 		after := deliveryBuckets(*url, *metricsKey)
 		since := func(from map[float64]float64) map[float64]float64 {
@@ -206,9 +206,20 @@ func main() {
 		all, st := since(before), since(<-steadyBefore)
 		fmt.Printf("server side, committed to written (%.0f writes, joins included): p50 %s  p99 %s\n", all[math.Inf(1)],
 			bucketQuantile(all, 0.50), bucketQuantile(all, 0.99))
-		fmt.Printf("  from %v after the last joined (%.0f writes): p50 %s  p99 %s\n", settle, st[math.Inf(1)],
-			bucketQuantile(st, 0.50), bucketQuantile(st, 0.99))
+		fmt.Printf("  from %v after the last joined (%.0f writes): p50 %s  p99 %s  within 20ms %.1f%%\n", settle, st[math.Inf(1)],
+			bucketQuantile(st, 0.50), bucketQuantile(st, 0.99), 100*st[0.02]/max(st[math.Inf(1)], 1))
 	}
+}
+
+// within returns the percentage of d at most limit.
+func within(d []time.Duration, limit time.Duration) float64 {
+	n := 0
+	for _, v := range d {
+		if v <= limit {
+			n++
+		}
+	}
+	return 100 * float64(n) / float64(max(len(d), 1))
 }
 
 // deliveryBuckets reads the server's event delivery histogram: cumulative
