@@ -77,6 +77,12 @@ func New(cfg Config) (*Backend, error) {
 	if fi, err := os.Stat(cfg.Executor); err != nil || !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("linux backend: executor %s is missing or not a file", cfg.Executor)
 	}
+	// Processes start in /, and the spawner runs there.
+	exe, err := filepath.Abs(cfg.Executor)
+	if err != nil {
+		return nil, fmt.Errorf("linux backend: executor: %w", err)
+	}
+	cfg.Executor = exe
 	if cfg.StateDir == "" {
 		return nil, errors.New("linux backend: no state directory configured")
 	}

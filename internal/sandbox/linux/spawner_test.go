@@ -3,6 +3,8 @@ package linux_test
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -130,6 +132,44 @@ func TestCreatorThreadExits(t *testing.T) {
 		}
 		if res := attackRun(t, got.sb, "", "echo ok"); !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
 			t.Errorf("spawner %v: a command after the creating thread ended: %v", spawner, res)
+		}
+	}
+}
+
+// TestRelativeExecutor: an executor named relative to the working directory
+// (AIRLOCK_EXEC=./airlock-exec) starts, directly and through the spawner,
+// though both start their processes in /. The test runs itself again in the
+// executor's directory.
+func TestRelativeExecutor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if os.Getenv("AIRLOCK_TEST_RELATIVE") == "" {
+		t.Parallel()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRelativeExecutor$", "-test.v")
+		cmd.Dir = filepath.Dir(executorPath)
+		cmd.Env = append(os.Environ(), "AIRLOCK_TEST_RELATIVE=1", prebuiltExecutorEnv+"="+executorPath)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "--- PASS: TestRelativeExecutor") {
+			t.Fatalf("in %s: %v\n%s", cmd.Dir, err, out)
+		}
+		return
+	}
+	rel := "./" + filepath.Base(executorPath)
+	for _, spawner := range []bool{false, true} {
+		b, err := linux.New(linux.Config{Executor: rel, StateDir: t.TempDir(), Spawner: spawner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+		defer cancel()
+		sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+		if err != nil {
+			t.Fatalf("spawner %v: create with executor %s: %v", spawner, rel, err)
+		}
+		defer sb.Destroy(context.Background())
+		if res := attackRun(t, sb, "", "echo ok"); !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
+			t.Errorf("spawner %v: %v", spawner, res)
 		}
 	}
 }
