@@ -2,6 +2,7 @@ package spawn
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -53,6 +54,10 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := fds[0]
+	// As inherited from the host: without close-on-exec.
+	if _, err := unix.FcntlInt(uintptr(fds[1]), unix.F_SETFD, 0); err != nil {
+		t.Fatal(err)
+	}
 	served := make(chan error, 1)
 	go func() { served <- Serve(fds[1]) }()
 
@@ -67,8 +72,15 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer out.Close()
+	// The child lists its descriptors: the spawner's socket must not be
+	// among them.
 	good := func(r *execproto.Spawn) {
-		*r = execproto.Spawn{Path: "/bin/sh", Args: []string{"sh", "-c", "echo hi >&3"}, Files: []int{3}, CgroupFile: -1}
+		*r = execproto.Spawn{Path: "/bin/sh", Args: []string{"sh", "-c", "echo hi >&3; for f in /proc/self/fd/*; do readlink $f; done >&3"},
+			Files: []int{3}, CgroupFile: -1}
+	}
+	conn, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fds[1]))
+	if err != nil {
+		t.Fatal(err)
 	}
 	many := make([]int, execproto.MaxSpawnFiles+1)
 	for i := range many {
@@ -121,8 +133,12 @@ func TestServe(t *testing.T) {
 		t.Fatalf("pidfd not readable 10s after the start: %d, %v", n, err)
 	}
 	unix.Close(pidfd)
-	if b, _ := os.ReadFile(out.Name()); string(b) != "hi\n" {
-		t.Errorf("the child wrote %q on its descriptor 3, want hi", b)
+	b, _ := os.ReadFile(out.Name())
+	if !strings.HasPrefix(string(b), "hi\n") {
+		t.Errorf("the child wrote %q on its descriptor 3, want hi first", b)
+	}
+	if strings.Contains(string(b), conn) {
+		t.Errorf("the child holds the spawner's socket %s; its descriptors: %q", conn, b)
 	}
 	unix.Close(host)
 	if err := <-served; err != nil {

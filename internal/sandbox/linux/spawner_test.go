@@ -2,6 +2,7 @@ package linux_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +68,23 @@ func TestSpawnerDies(t *testing.T) {
 	}
 	if got := hostParent(t, spawner); got != os.Getpid() {
 		t.Fatalf("the spawner %d is a child of %d, want the test process %d", spawner, got, os.Getpid())
+	}
+	// The spawner's end of its socket (fd 3) is its own: no process it
+	// starts may hold it and talk to it.
+	sock, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/3", spawner))
+	if err != nil || !strings.HasPrefix(sock, "socket:") {
+		t.Fatalf("the spawner's fd 3 = %q, %v; want its socket", sock, err)
+	}
+	for _, pid := range []int{executor, sleeps[0]} {
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fd := range fds {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); l == sock {
+				t.Errorf("process %d holds the spawner's socket as fd %s", pid, fd.Name())
+			}
+		}
 	}
 	if err := syscall.Kill(spawner, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
