@@ -176,6 +176,9 @@ func ValidateFilter(f RunFilter) (RunFilter, error) {
 	default:
 		return f, fmt.Errorf("%w: kind %q is not %s, %s or %s", ErrInvalid, clip(f.Kind), KindAgent, KindSandbox, KindAny)
 	}
+	if err := event.CheckMetadata(f.Metadata); err != nil {
+		return f, fmt.Errorf("%w: metadata filter: %w", ErrInvalid, err)
+	}
 	if f.After != "" {
 		if err := event.ValidRunID(f.After); err != nil {
 			return f, fmt.Errorf("%w: after: %w", ErrInvalid, err)
@@ -240,4 +243,20 @@ func clip(s string) string {
 		return s[:max] + "..."
 	}
 	return s
+}
+
+// MetadataOf returns the metadata a run's first events record: its
+// run.created event's; nil when there is none.
+func MetadataOf(first []event.Event) map[string]string {
+	for _, ev := range first {
+		if ev.Type != event.TypeRunCreated {
+			continue
+		}
+		if p, err := ev.Unpack(); err == nil {
+			if c, ok := p.(*event.RunCreated); ok {
+				return c.Metadata
+			}
+		}
+	}
+	return nil
 }

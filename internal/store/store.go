@@ -330,6 +330,10 @@ type RunFilter struct {
 	Kind string
 	// Statuses, when not empty, keeps only runs in one of them.
 	Statuses []event.Status
+	// Metadata, when not empty, keeps only runs whose metadata (their
+	// run.created event's, stored by CreateRunWith) has every one of these
+	// keys with exactly its value.
+	Metadata map[string]string
 	// Limit caps the result; <= 0 or above MaxPage means MaxPage.
 	Limit int
 	// After, when not empty, starts the listing after the run with that id,

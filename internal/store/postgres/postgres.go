@@ -27,6 +27,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -313,8 +315,16 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 		if err := s.insertRun(ctx, tx, r); err != nil {
 			return err
 		}
-		_, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs)
-		return err
+		if _, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs); err != nil {
+			return err
+		}
+		md := store.MetadataOf(evs)
+		for _, k := range slices.Sorted(maps.Keys(md)) {
+			if _, err := tx.Exec(ctx, `INSERT INTO run_metadata (run_id, key, value) VALUES ($1, $2, $3)`, r.ID, k, md[k]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
@@ -373,6 +383,9 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 			statuses[i] = string(st)
 		}
 		q.WriteString(` AND status = ANY(` + arg(statuses) + `)`)
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		q.WriteString(` AND EXISTS (SELECT 1 FROM run_metadata m WHERE m.run_id = runs.id AND m.key = ` + arg(k) + ` AND m.value = ` + arg(f.Metadata[k]) + `)`)
 	}
 	switch {
 	case f.After != "" && f.Desc:

@@ -160,11 +160,23 @@ var migrations = []string{
 		data   BLOB NOT NULL,
 		PRIMARY KEY (digest, n)
 	);`,
+
+	// 9: an index of runs' metadata (the client's labels, which the run's
+	// run.created event records), for listing runs by label. Written in
+	// the transaction that stores the run with its first events. Runs
+	// stored before this migration are not in it.
+	`CREATE TABLE run_metadata (
+		run_id TEXT NOT NULL REFERENCES runs (id),
+		key    TEXT NOT NULL,
+		value  TEXT NOT NULL,
+		PRIMARY KEY (run_id, key)
+	) WITHOUT ROWID;
+	CREATE INDEX run_metadata_value ON run_metadata (key, value, run_id);`,
 }
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 8
+const Version = 9
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

@@ -21,8 +21,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -547,8 +549,16 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 		if err := s.insertRun(ctx, tx, r); err != nil {
 			return err
 		}
-		_, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs)
-		return err
+		if _, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs); err != nil {
+			return err
+		}
+		md := store.MetadataOf(evs)
+		for _, k := range slices.Sorted(maps.Keys(md)) {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO run_metadata (run_id, key, value) VALUES (?, ?, ?)`, r.ID, k, md[k]); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
@@ -604,6 +614,10 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 		for _, st := range f.Statuses {
 			args = append(args, string(st))
 		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
+		q.WriteString(` AND EXISTS (SELECT 1 FROM run_metadata m WHERE m.run_id = runs.id AND m.key = ? AND m.value = ?)`)
+		args = append(args, k, f.Metadata[k])
 	}
 	order := ` ORDER BY id`
 	if f.After != "" {

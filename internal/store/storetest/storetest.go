@@ -58,6 +58,7 @@ func Run(t *testing.T, f Factory) {
 		{"Fork", testFork},
 		{"ListRuns", testListRuns},
 		{"ListRunsPaging", testListRunsPaging},
+		{"ListRunsMetadata", testListRunsMetadata},
 		{"UpdateRunStatus", testUpdateRunStatus},
 		{"StatusRace", testStatusRace},
 		{"Append", testAppend},
@@ -1158,6 +1159,68 @@ func testClosed(t *testing.T, f Factory) {
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrClosed) {
 			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
+	}
+}
+
+// testListRunsMetadata: ListRuns keeps the runs whose run.created metadata
+// has every key of the filter with its value, within the tenant and with
+// the other filters; a bad filter is refused.
+func testListRunsMetadata(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	create := func(n int, tenant string, md map[string]string) {
+		t.Helper()
+		created, err := event.New(event.RunCreated{Tenant: tenant, Task: "t", Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.CreateRunWith(ctx, store.Run{ID: runID(n), Tenant: tenant, Status: event.StatusQueued}, []event.Event{created}); err != nil {
+			t.Fatalf("CreateRunWith(%d) = %v", n, err)
+		}
+	}
+	create(1, "acme", map[string]string{"team": "infra", "pr": "42"})
+	create(2, "acme", map[string]string{"team": "infra", "pr": "43"})
+	create(3, "acme", map[string]string{"team": "web"})
+	create(4, "acme", nil)
+	create(5, "other", map[string]string{"team": "infra", "pr": "42"})
+	if _, err := s.CreateRun(ctx, store.Run{ID: runID(6), Tenant: "acme", Status: event.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(f store.RunFilter) []string {
+		t.Helper()
+		runs, err := s.ListRuns(ctx, f)
+		if err != nil {
+			t.Fatalf("ListRuns(%+v) = %v", f, err)
+		}
+		var out []string
+		for _, r := range runs {
+			out = append(out, r.ID)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		f    store.RunFilter
+		want []string
+	}{
+		{"one key", store.RunFilter{Tenant: "acme", Metadata: map[string]string{"team": "infra"}}, []string{runID(1), runID(2)}},
+		{"two keys", store.RunFilter{Tenant: "acme", Metadata: map[string]string{"team": "infra", "pr": "42"}}, []string{runID(1)}},
+		{"no match", store.RunFilter{Tenant: "acme", Metadata: map[string]string{"team": "infra", "pr": "44"}}, nil},
+		{"value is exact", store.RunFilter{Tenant: "acme", Metadata: map[string]string{"team": "inf"}}, nil},
+		{"every tenant", store.RunFilter{Metadata: map[string]string{"pr": "42"}}, []string{runID(1), runID(5)}},
+		{"other tenant", store.RunFilter{Tenant: "other", Metadata: map[string]string{"team": "infra"}}, []string{runID(5)}},
+		{"newest first", store.RunFilter{Tenant: "acme", Desc: true, Metadata: map[string]string{"team": "infra"}}, []string{runID(2), runID(1)}},
+		{"paged", store.RunFilter{Tenant: "acme", Limit: 1, After: runID(1), Metadata: map[string]string{"team": "infra"}}, []string{runID(2)}},
+		{"with status", store.RunFilter{Tenant: "acme", Statuses: []event.Status{event.StatusRunning}, Metadata: map[string]string{"team": "infra"}}, nil},
+	} {
+		if got := ids(tc.f); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: ListRuns = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	for _, md := range []map[string]string{{"": "x"}, {"bad key": "x"}, {"k": "\xff"}} {
+		if _, err := s.ListRuns(ctx, store.RunFilter{Metadata: md}); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("ListRuns(metadata %q) = %v, want ErrInvalid", md, err)
 		}
 	}
 }
