@@ -24,8 +24,9 @@ import (
 // the backend.
 type backend interface {
 	// listRuns returns up to limit runs (store.PageLimit), the newest
-	// first; statuses, when not empty, keeps only runs in one of them.
-	listRuns(ctx context.Context, statuses []event.Status, limit int) ([]store.Run, error)
+	// first; statuses, when not empty, keeps only runs in one of them,
+	// and metadata only runs whose metadata has each of its pairs.
+	listRuns(ctx context.Context, statuses []event.Status, metadata map[string]string, limit int) ([]store.Run, error)
 	// run finds the run arg names: a full id, or a unique part of one;
 	// none is a usage error `no run "ARG"`.
 	run(ctx context.Context, arg string) (store.Run, error)
@@ -168,12 +169,12 @@ func (b *localBackend) close() {
 
 func (b *localBackend) localHost(string) (*host, error) { return b.host() }
 
-func (b *localBackend) listRuns(ctx context.Context, statuses []event.Status, limit int) ([]store.Run, error) {
+func (b *localBackend) listRuns(ctx context.Context, statuses []event.Status, metadata map[string]string, limit int) ([]store.Run, error) {
 	h, err := b.host()
 	if err != nil {
 		return nil, err
 	}
-	return h.store.ListRuns(ctx, store.RunFilter{Limit: limit, Desc: true, Statuses: statuses})
+	return h.store.ListRuns(ctx, store.RunFilter{Limit: limit, Desc: true, Statuses: statuses, Metadata: metadata})
 }
 
 func (b *localBackend) run(ctx context.Context, arg string) (store.Run, error) {

@@ -216,12 +216,12 @@ func toRun(r api.Run) store.Run {
 // maxRunPage is the API's largest page of runs.
 const maxRunPage = 500
 
-func (b *remoteBackend) listRuns(ctx context.Context, statuses []event.Status, limit int) ([]store.Run, error) {
+func (b *remoteBackend) listRuns(ctx context.Context, statuses []event.Status, metadata map[string]string, limit int) ([]store.Run, error) {
 	want := store.PageLimit(limit)
 	var out []store.Run
 	cursor := ""
 	for len(out) < want {
-		page, err := b.c.ListRuns(ctx, client.ListRunsOptions{Statuses: statuses, Limit: min(want-len(out), maxRunPage), Cursor: cursor})
+		page, err := b.c.ListRuns(ctx, client.ListRunsOptions{Statuses: statuses, Metadata: metadata, Limit: min(want-len(out), maxRunPage), Cursor: cursor})
 		if err != nil {
 			return nil, b.fail(err)
 		}

@@ -38,6 +38,10 @@ func (c *AgentRunCmd) remoteRequest() (api.CreateRunRequest, error) {
 	if strings.TrimSpace(c.Task) == "" {
 		errs = append(errs, errors.New("the task is empty"))
 	}
+	var err error
+	if q.Metadata, err = parseMetadata(c.Metadata); err != nil {
+		errs = append(errs, err)
+	}
 	if c.MaxSteps < 0 {
 		errs = append(errs, fmt.Errorf("--max-steps %d: want at least 1", c.MaxSteps))
 	}

@@ -55,6 +55,7 @@ type AgentRunCmd struct {
 	KeyFile   string        `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
 	Allow     []string      `help:"Allow egress to HOST[:PORT] (repeatable; added to the policy's network.allow). Without a port: 80 and 443." placeholder:"HOST[:PORT]"`
 	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
+	Metadata  []string      `help:"Label the run with KEY=VALUE (repeatable); airlock runs ls --metadata finds it by them." placeholder:"KEY=VALUE" sep:"none"`
 }
 
 // Run creates the run and drives it in the foreground (against a server:
@@ -97,6 +98,10 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	req := engine.Request{Task: c.Task}
 	if strings.TrimSpace(c.Task) == "" {
 		errs = append(errs, errors.New("the task is empty"))
+	}
+	var err error
+	if req.Metadata, err = parseMetadata(c.Metadata); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxSteps < 0 {
 		errs = append(errs, fmt.Errorf("--max-steps %d: want at least 1", c.MaxSteps))
@@ -439,9 +444,10 @@ func toJSON(r store.Run) api.Run {
 
 // RunsLsCmd is `airlock runs ls`.
 type RunsLsCmd struct {
-	JSON   bool     `name:"json" help:"One JSON object per run."`
-	Status []string `help:"Only runs in these statuses." placeholder:"STATUS"`
-	Limit  int      `help:"Most runs listed (newest)." default:"50"`
+	JSON     bool     `name:"json" help:"One JSON object per run."`
+	Status   []string `help:"Only runs in these statuses." placeholder:"STATUS"`
+	Metadata []string `help:"Only runs whose metadata has KEY=VALUE (repeatable: every one)." placeholder:"KEY=VALUE" sep:"none"`
+	Limit    int      `help:"Most runs listed (newest)." default:"50"`
 }
 
 // Run lists runs, oldest first of the newest Limit.
@@ -453,12 +459,16 @@ func (c *RunsLsCmd) Run(env *Env) error {
 		}
 		statuses = append(statuses, event.Status(s))
 	}
+	metadata, err := parseMetadata(c.Metadata)
+	if err != nil {
+		return usageError{Err: err}
+	}
 	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	runs, err := b.listRuns(env.Ctx, statuses, c.Limit)
+	runs, err := b.listRuns(env.Ctx, statuses, metadata, c.Limit)
 	if err != nil {
 		return err
 	}
@@ -837,4 +847,24 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 func stdoutTTY(env *Env) bool {
 	f, ok := env.Stdout.(*os.File)
 	return ok && isTerminal(f)
+}
+
+// parseMetadata reads --metadata KEY=VALUE flags; a key given twice keeps
+// its last value.
+func parseMetadata(flags []string) (map[string]string, error) {
+	var md map[string]string
+	for _, kv := range flags {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--metadata %q: want KEY=VALUE", clip(kv, 80))
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[k] = v
+	}
+	if err := event.CheckMetadata(md); err != nil {
+		return nil, fmt.Errorf("--metadata: %s", strings.TrimPrefix(err.Error(), "event: "))
+	}
+	return md, nil
 }

@@ -27,6 +27,9 @@ type ListRunsOptions struct {
 	Cursor string
 	// Oldest lists the oldest runs first (default: the newest first).
 	Oldest bool
+	// Metadata, when not empty, keeps only runs whose metadata has every
+	// one of these keys with exactly its value.
+	Metadata map[string]string
 }
 
 // ListRuns lists the tenant's runs, a page at a time.
@@ -43,6 +46,9 @@ func (c *Client) ListRuns(ctx context.Context, o ListRunsOptions) (api.RunList, 
 	}
 	if o.Oldest {
 		q.Set("order", "asc")
+	}
+	for k, v := range o.Metadata {
+		q.Set("metadata["+k+"]", v)
 	}
 	var out api.RunList
 	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/runs", query: q}, &out, 0)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -758,6 +759,53 @@ func TestRunPaging(t *testing.T) {
 	h.must(http.StatusOK, "GET", "/v1/runs?status=queued&order=asc&limit=1", key, nil).json(t, &l)
 	if len(l.Runs) != 1 || l.Runs[0].ID != ids[len(ids)-1] {
 		t.Errorf("oldest queued %v", l.Runs)
+	}
+}
+
+// TestRunListMetadata: ?metadata[KEY]=VALUE lists the runs whose metadata
+// has every pair given, of the caller's tenant only; a bad filter is a
+// bad request.
+func TestRunListMetadata(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	a := h.key("alpha", "runs:read", "runs:write")
+	b := h.key("beta", "runs:read", "runs:write")
+	infra42 := h.createRun(a, map[string]any{"task": "t", "script": finishScript, "metadata": map[string]string{"team": "infra", "pr": "42"}}).ID
+	infra43 := h.createRun(a, map[string]any{"task": "t", "script": finishScript, "metadata": map[string]string{"team": "infra", "pr": "43"}}).ID
+	h.createRun(a, map[string]any{"task": "t", "script": finishScript, "metadata": map[string]string{"team": "web"}})
+	h.createRun(a, map[string]any{"task": "t", "script": finishScript})
+	h.createRun(b, map[string]any{"task": "t", "script": finishScript, "metadata": map[string]string{"team": "infra", "pr": "42"}})
+	for _, tc := range []struct {
+		key   string
+		query url.Values
+		want  []string
+	}{
+		{a, url.Values{"metadata[team]": {"infra"}}, []string{infra42, infra43}},
+		{a, url.Values{"metadata[team]": {"infra"}, "metadata[pr]": {"42"}}, []string{infra42}},
+		{a, url.Values{"metadata[team]": {"infra"}, "metadata[pr]": {"44"}}, nil},
+		{a, url.Values{"metadata[team]": {"infra"}, "status": {"completed"}}, nil},
+		{b, url.Values{"metadata[pr]": {"42"}, "metadata[team]": {"web"}}, nil},
+	} {
+		var l api.RunList
+		h.must(http.StatusOK, "GET", "/v1/runs?"+tc.query.Encode(), tc.key, nil).json(t, &l)
+		var got []string
+		for _, r := range l.Runs {
+			got = append(got, r.ID)
+		}
+		slices.Sort(got)
+		want := slices.Sorted(slices.Values(tc.want))
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: listed %v, want %v", tc.query.Encode(), got, want)
+		}
+	}
+	// The other tenant's run with the same labels is never listed.
+	var l api.RunList
+	h.must(http.StatusOK, "GET", "/v1/runs?"+url.Values{"metadata[pr]": {"42"}}.Encode(), b, nil).json(t, &l)
+	if len(l.Runs) != 1 || l.Runs[0].ID == infra42 {
+		t.Errorf("beta lists %v for pr 42, want its own run only", l.Runs)
+	}
+	for _, q := range []string{"metadata=x", "metadata.team=infra", "metadata[bad%20key]=x", "metadata[team]=a&metadata[team]=b", "metadata[k]=%ff", "metadatateam]=infra", "metadata[team=infra"} {
+		h.must(http.StatusBadRequest, "GET", "/v1/runs?"+q, a, nil)
 	}
 }
 

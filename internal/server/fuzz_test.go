@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -226,6 +227,31 @@ func FuzzGrantRequest(f *testing.F) {
 		}
 		if (q.Tenant != "" && q.Tenant != "alpha") || q.Amount < 1 || q.Amount > maxGrant {
 			t.Fatalf("checkGrant accepted %+v", q)
+		}
+	})
+}
+
+// FuzzMetadataFilter reads a listing's query: a filter it accepts holds
+// only labels a run may have, each from one metadata[KEY] parameter; a
+// refusal is a bad request.
+func FuzzMetadataFilter(f *testing.F) {
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		md, err := parseMetadataFilter(q)
+		if err != nil {
+			checkClientError(t, err)
+			return
+		}
+		if err := event.CheckMetadata(md); err != nil {
+			t.Fatalf("accepted %q: %v", md, err)
+		}
+		for k, v := range md {
+			if vs := q["metadata["+k+"]"]; len(vs) != 1 || vs[0] != v {
+				t.Fatalf("accepted %s=%q from %v", k, v, q)
+			}
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -164,6 +165,9 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error
 		return badRequest("order %q: want asc or desc", clipText(o, 20))
 	}
 	if f.Statuses, err = parseStatuses(q["status"]); err != nil {
+		return err
+	}
+	if f.Metadata, err = parseMetadataFilter(q); err != nil {
 		return err
 	}
 	if cur := q.Get("cursor"); cur != "" {
@@ -356,4 +360,32 @@ func (s *Server) checkParentConfig(ctx context.Context, view *store.TenantStore,
 		return publicf(api.CodeForbidden, "the run works on host directories, which this server does not let tenants use")
 	}
 	return nil
+}
+
+// parseMetadataFilter reads the ?metadata[KEY]=VALUE parameters of a
+// listing (OpenAPI's deepObject style): runs whose metadata has every one.
+func parseMetadataFilter(q url.Values) (map[string]string, error) {
+	var md map[string]string
+	for k, vs := range q {
+		name, ok := strings.CutPrefix(k, "metadata")
+		if !ok {
+			continue
+		}
+		key, open := strings.CutPrefix(name, "[")
+		key, closed := strings.CutSuffix(key, "]")
+		if !open || !closed {
+			return nil, badRequest("parameter %q: want metadata[KEY]=VALUE", clipText(k, 80))
+		}
+		if len(vs) != 1 {
+			return nil, badRequest("metadata[%s] is given %d times: once at most", clipText(key, 64), len(vs))
+		}
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = vs[0]
+	}
+	if err := event.CheckMetadata(md); err != nil {
+		return nil, badRequest("metadata filter: %s", strings.TrimPrefix(err.Error(), "event: "))
+	}
+	return md, nil
 }
