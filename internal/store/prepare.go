@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -259,4 +260,17 @@ func MetadataOf(first []event.Event) map[string]string {
 		}
 	}
 	return nil
+}
+
+// CreatedMetadata returns the metadata a stored run.created payload
+// records, for indexing runs stored before the index existed; nil when it
+// has none that a run may have.
+func CreatedMetadata(payload []byte) map[string]string {
+	var c struct {
+		Metadata map[string]string `json:"metadata"`
+	}
+	if json.Unmarshal(payload, &c) != nil || event.CheckMetadata(c.Metadata) != nil {
+		return nil
+	}
+	return c.Metadata
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/schema"
 )
@@ -69,8 +70,45 @@ func migrateIn(ctx context.Context, tx pgx.Tx, steps []string, nowNS int64) erro
 		if _, err := tx.Exec(ctx, steps[v-1]); err != nil {
 			return fmt.Errorf("apply schema version %d: %w", v, err)
 		}
+		if v == schema.MetadataVersion {
+			if err := backfillMetadata(ctx, tx); err != nil {
+				return fmt.Errorf("apply schema version %d: %w", v, err)
+			}
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, applied_ns) VALUES ($1, $2)`, v, nowNS); err != nil {
 			return fmt.Errorf("record schema version %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// backfillMetadata indexes the metadata of the runs stored before
+// run_metadata existed, from their run.created events.
+func backfillMetadata(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT run_id, payload FROM events WHERE seq = 1 AND type = $1`, string(event.TypeRunCreated))
+	if err != nil {
+		return err
+	}
+	type label struct{ run, key, value string }
+	var labels []label
+	for rows.Next() {
+		var run string
+		var payload []byte
+		if err := rows.Scan(&run, &payload); err != nil {
+			rows.Close()
+			return err
+		}
+		for k, v := range store.CreatedMetadata(payload) {
+			labels = append(labels, label{run, k, v})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, l := range labels {
+		if _, err := tx.Exec(ctx, `INSERT INTO run_metadata (run_id, key, value) VALUES ($1, $2, $3)`, l.run, l.key, l.value); err != nil {
+			return err
 		}
 	}
 	return nil

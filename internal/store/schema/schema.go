@@ -163,8 +163,8 @@ var migrations = []string{
 
 	// 9: an index of runs' metadata (the client's labels, which the run's
 	// run.created event records), for listing runs by label. Written in
-	// the transaction that stores the run with its first events. Runs
-	// stored before this migration are not in it.
+	// the transaction that stores the run with its first events; the
+	// stores fill it for the runs stored before (MetadataVersion).
 	`CREATE TABLE run_metadata (
 		run_id TEXT NOT NULL REFERENCES runs (id),
 		key    TEXT NOT NULL,
@@ -173,6 +173,11 @@ var migrations = []string{
 	) WITHOUT ROWID;
 	CREATE INDEX run_metadata_value ON run_metadata (key, value, run_id);`,
 }
+
+// MetadataVersion is the migration that made run_metadata: the stores
+// fill it, in the same transaction, from the runs stored before it (their
+// run.created events), which SQL common to both dialects cannot do.
+const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/schema"
 )
@@ -50,12 +51,49 @@ func migrate(ctx context.Context, db *sql.DB, steps []string, nowNS int64) (err 
 		if _, err := tx.ExecContext(ctx, steps[v-1]); err != nil {
 			return fmt.Errorf("apply schema version %d: %w", v, err)
 		}
+		if v == schema.MetadataVersion {
+			if err := backfillMetadata(ctx, tx); err != nil {
+				return fmt.Errorf("apply schema version %d: %w", v, err)
+			}
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_ns) VALUES (?, ?)`, v, nowNS); err != nil {
 			return fmt.Errorf("record schema version %d: %w", v, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// backfillMetadata indexes the metadata of the runs stored before
+// run_metadata existed, from their run.created events.
+func backfillMetadata(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT run_id, payload FROM events WHERE seq = 1 AND type = ?`, string(event.TypeRunCreated))
+	if err != nil {
+		return err
+	}
+	type label struct{ run, key, value string }
+	var labels []label
+	for rows.Next() {
+		var run string
+		var payload []byte
+		if err := rows.Scan(&run, &payload); err != nil {
+			rows.Close()
+			return err
+		}
+		for k, v := range store.CreatedMetadata(payload) {
+			labels = append(labels, label{run, k, v})
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, l := range labels {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO run_metadata (run_id, key, value) VALUES (?, ?, ?)`, l.run, l.key, l.value); err != nil {
+			return err
+		}
 	}
 	return nil
 }

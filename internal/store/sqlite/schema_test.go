@@ -78,7 +78,7 @@ func TestMigrateFromV1(t *testing.T) {
 		t.Fatalf("migrate to version 1: %v", err)
 	}
 	id := event.NewRunID(time.Now())
-	e := event.Event{Type: event.TypeRunCreated, Time: time.Now().UTC(), Payload: []byte(`{"task":"old"}`)}
+	e := event.Event{Type: event.TypeRunCreated, Time: time.Now().UTC(), Payload: []byte(`{"task":"old","metadata":{"team":"infra"}}`)}
 	event.Seal(id, 0, event.Hash{}, &e)
 	if _, err := db.Exec(`INSERT INTO runs (id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, last_seq, last_hash)
 		VALUES (?, 'a', 'old', '', x'', '', 'queued', ?, ?, 1, ?)`, id, e.Time.UnixNano(), e.Time.UnixNano(), e.Hash[:]); err != nil {
@@ -121,6 +121,10 @@ func TestMigrateFromV1(t *testing.T) {
 		k := store.APIKey{ID: "key_0123456789abcdef", Tenant: "a", Scopes: []string{"admin"}, Hash: make([]byte, 32)}
 		if err := s.CreateAPIKey(ctx, k); err != nil && !errors.Is(err, store.ErrExists) {
 			t.Fatalf("CreateAPIKey after migration = %v", err)
+		}
+		// The old run's labels were indexed by the migration, once.
+		if runs, err := s.ListRuns(ctx, store.RunFilter{Metadata: map[string]string{"team": "infra"}}); err != nil || len(runs) != 1 || runs[0].ID != id {
+			t.Fatalf("ListRuns(old run's label) = %+v, %v", runs, err)
 		}
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
