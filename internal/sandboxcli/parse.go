@@ -16,12 +16,12 @@ import (
 // the plain forms: --name value, --name=value, -x value, boolean flags
 // without a value, then the positional arguments. Anything else (short
 // flags run together, a value that looks like a flag, a repeated flag, a
-// number in another base, bytes that are not UTF-8, a list value that kong would split, a flag it
-// does not know) makes it decline, with false; airlock-host then parses
-// args itself and says what is wrong in its own words. It exists because
-// kong builds its model of a grammar by reflection on every start, which
-// cost the front end a tenth of its start-up (FuzzParse keeps the two in
-// agreement).
+// number in another base, bytes that are not UTF-8, a list value that kong
+// would split, a flag it does not know) makes it decline, with false;
+// airlock-host then parses args itself and says what is wrong in its own
+// words. It exists because kong builds its model of a grammar by
+// reflection on every start, which cost the front end a fifth of its page
+// faults (FuzzParse keeps the two in agreement).
 func parse(cmd any, args []string) bool {
 	// kong replaces bytes that are not UTF-8.
 	if slices.ContainsFunc(args, func(a string) bool { return !utf8.ValidString(a) }) {
