@@ -43,22 +43,8 @@ func parseArgs(args []string) any {
 	if len(args) < 2 || args[0] != "sandbox" {
 		return nil
 	}
-	var cmd any
-	switch args[1] {
-	case "run":
-		cmd = &RunCmd{}
-	case "exec":
-		cmd = &ExecCmd{}
-	case "ls":
-		cmd = &LsCmd{}
-	case "rm":
-		cmd = &RmCmd{}
-	case "gc":
-		cmd = &GcCmd{}
-	default:
-		return nil
-	}
-	if !parse(cmd, args[2:]) {
+	cmd := command(args[1])
+	if cmd == nil || !parse(cmd, args[2:]) {
 		return nil
 	}
 	return cmd

@@ -200,25 +200,29 @@ func Fast(args []string) bool {
 // bad value, a form it does not read; see parse): the whole command line
 // then runs them and says what is wrong in its own words.
 func Main(env *Env, args []string) (status int, ok bool) {
-	var cmd interface{ Run(*Env) error }
-	switch args[1] {
-	case "run":
-		cmd = &RunCmd{}
-	case "exec":
-		cmd = &ExecCmd{}
-	case "ls":
-		cmd = &LsCmd{}
-	case "rm":
-		cmd = &RmCmd{}
-	case "gc":
-		cmd = &GcCmd{}
-	default:
-		return 0, false
-	}
-	if !parse(cmd, args[2:]) {
+	cmd := command(args[1])
+	if cmd == nil || !parse(cmd, args[2:]) {
 		return 0, false
 	}
 	return Status(env.Stderr, cmd.Run(env)), true
+}
+
+// command returns a new command struct for `airlock sandbox NAME`, or nil
+// when this package does not run NAME.
+func command(name string) interface{ Run(*Env) error } {
+	switch name {
+	case "run":
+		return &RunCmd{}
+	case "exec":
+		return &ExecCmd{}
+	case "ls":
+		return &LsCmd{}
+	case "rm":
+		return &RmCmd{}
+	case "gc":
+		return &GcCmd{}
+	}
+	return nil
 }
 
 // DieWithParent makes the process die with whatever started it (like bwrap
