@@ -140,41 +140,34 @@ func attackHost(t *testing.T, script string) (string, int) {
 	return string(out) + err.Error(), -1
 }
 
-// attackHostProcs returns host pids whose command line has arg as an argument.
-func attackHostProcs(arg string) []int {
+// attackProcs returns the pids of the host's processes whose /proc
+// directory match accepts.
+func attackProcs(match func(dir string) bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		if slices.Contains(strings.Split(string(b), "\x00"), arg) {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && match("/proc/"+e.Name()) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
 }
 
+// attackHostProcs returns host pids whose command line has arg as an argument.
+func attackHostProcs(arg string) []int {
+	return attackProcs(func(dir string) bool {
+		b, err := os.ReadFile(dir + "/cmdline")
+		return err == nil && slices.Contains(strings.Split(string(b), "\x00"), arg)
+	})
+}
+
 // attackExeProcs returns the pids of the host's processes running binary
 // exe.
 func attackExeProcs(exe string) []int {
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if l, err := os.Readlink("/proc/" + e.Name() + "/exe"); err == nil && l == exe {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return attackProcs(func(dir string) bool {
+		l, err := os.Readlink(dir + "/exe")
+		return err == nil && l == exe
+	})
 }
 
 // attackKillLeftovers kills (by pid) processes a failed case left behind,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
 // hostParent returns the parent pid of host process pid.
@@ -33,6 +34,17 @@ func hostParent(t *testing.T, pid int) int {
 	return ppid
 }
 
+// newBackend returns a backend of executor exe, closed when t ends.
+func newBackend(t *testing.T, exe string, spawner bool) *linux.Backend {
+	t.Helper()
+	b, err := linux.New(linux.Config{Executor: exe, StateDir: t.TempDir(), Spawner: spawner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
 // TestSpawnerDies: when the spawner dies (here SIGKILL), its sandboxes die
 // with it and are reported lost, and the next sandbox starts a new spawner.
 func TestSpawnerDies(t *testing.T) {
@@ -40,18 +52,10 @@ func TestSpawnerDies(t *testing.T) {
 		t.Skip("needs root")
 	}
 	t.Parallel()
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close() })
+	b := newBackend(t, executorPath, true)
 	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
 	defer cancel()
-	sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Destroy(context.Background())
+	sb := sandboxtest.Create(t, b, sandbox.Spec{})
 	marker := attackMarker(1007)
 	attackKillLeftovers(t, marker)
 	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", marker}}); err != nil {
@@ -100,11 +104,7 @@ func TestSpawnerDies(t *testing.T) {
 	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "lost") {
 		t.Errorf("a command in the lost sandbox: %v, want it refused as lost", err)
 	}
-	sb2, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
-	if err != nil {
-		t.Fatalf("create after the spawner died: %v", err)
-	}
-	defer sb2.Destroy(context.Background())
+	sb2 := sandboxtest.Create(t, b, sandbox.Spec{}) // after the spawner died
 	res := attackRun(t, sb2, "", "echo ok")
 	if !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
 		t.Errorf("a command in the sandbox of the new spawner: %v", res)
@@ -120,11 +120,7 @@ func TestCreatorThreadExits(t *testing.T) {
 	}
 	t.Parallel()
 	for _, spawner := range []bool{false, true} {
-		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: spawner})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
+		b := newBackend(t, executorPath, spawner)
 		ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
 		defer cancel()
 		type created struct {
@@ -174,18 +170,7 @@ func TestRelativeExecutor(t *testing.T) {
 	}
 	rel := "./" + filepath.Base(executorPath)
 	for _, spawner := range []bool{false, true} {
-		b, err := linux.New(linux.Config{Executor: rel, StateDir: t.TempDir(), Spawner: spawner})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
-		defer cancel()
-		sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
-		if err != nil {
-			t.Fatalf("spawner %v: create with executor %s: %v", spawner, rel, err)
-		}
-		defer sb.Destroy(context.Background())
+		sb := sandboxtest.Create(t, newBackend(t, rel, spawner), sandbox.Spec{})
 		if res := attackRun(t, sb, "", "echo ok"); !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
 			t.Errorf("spawner %v: %v", spawner, res)
 		}
