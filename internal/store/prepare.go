@@ -247,24 +247,19 @@ func clip(s string) string {
 }
 
 // MetadataOf returns the metadata a run's first events record: its
-// run.created event's; nil when there is none.
+// run.created event's (see CreatedMetadata); nil when there is none.
 func MetadataOf(first []event.Event) map[string]string {
 	for _, ev := range first {
-		if ev.Type != event.TypeRunCreated {
-			continue
-		}
-		if p, err := ev.Unpack(); err == nil {
-			if c, ok := p.(*event.RunCreated); ok {
-				return c.Metadata
-			}
+		if ev.Type == event.TypeRunCreated {
+			return CreatedMetadata(ev.Payload)
 		}
 	}
 	return nil
 }
 
-// CreatedMetadata returns the metadata a stored run.created payload
-// records, for indexing runs stored before the index existed; nil when it
-// has none that a run may have.
+// CreatedMetadata returns the metadata a run.created payload records, for
+// the run_metadata index (of new runs, and of runs stored before the index
+// existed); nil when it has none that a run may have.
 func CreatedMetadata(payload []byte) map[string]string {
 	var c struct {
 		Metadata map[string]string `json:"metadata"`
