@@ -198,6 +198,7 @@ func (s *stream) exec() execproto.Result {
 	sys := &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}, NoSetGroups: s.e.setup.NoSetGroups},
 		Pdeathsig:  syscall.SIGKILL,
+		PidFD:      new(int),
 	}
 	var outR, errR *os.File
 	if req.TTY {
@@ -238,12 +239,11 @@ func (s *stream) exec() execproto.Result {
 			parents = append(parents, w)
 			go s.pumpStdin(w)
 		} else {
-			null, err := os.Open("/dev/null")
+			null, err := s.e.devNull()
 			if err != nil {
 				return errResult(err)
 			}
 			files[0] = null
-			defer null.Close()
 		}
 	}
 	if req.TTY {
@@ -270,6 +270,9 @@ func (s *stream) exec() execproto.Result {
 		return r
 	}
 	p := s.e.register(pid)
+	if pidfd, err := pidFile(*sys.PidFD); err == nil {
+		go s.e.watchExit(p, pidfd)
+	} // else the reaper delivers the status, after SIGCHLD
 	s.mu.Lock()
 	s.p = p
 	cancelled := s.cancelled
@@ -419,6 +422,16 @@ func (s *stream) pumpOutput(r *os.File, c byte, credit *execproto.Credit, writte
 			return
 		}
 	}
+}
+
+// pidFile wraps a pidfd for the runtime poller, which reports it readable
+// once the process has exited.
+func pidFile(fd int) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pidfd: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "pidfd"), nil
 }
 
 // pipe returns the executor's end (non-blocking, so Close interrupts a

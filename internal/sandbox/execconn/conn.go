@@ -6,6 +6,7 @@
 package execconn
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -120,12 +121,18 @@ func (c *Conn) Close() error {
 	return err
 }
 
+// readBuffer is the size of the connection's read buffer: a data chunk and
+// its header fit.
+const readBuffer = execproto.ChunkSize + execproto.HeaderSize
+
 func (c *Conn) read() {
 	defer c.readers.Done()
 	var err error
+	// Buffered: a frame's header and a small payload come in one read.
+	r := bufio.NewReaderSize(c.rw, readBuffer)
 	for {
 		var f execproto.Frame
-		f, err = execproto.ReadFrame(c.rw)
+		f, err = execproto.ReadFrame(r)
 		if err != nil {
 			break
 		}

@@ -307,7 +307,14 @@ func TestPidsLimit(t *testing.T) {
 	// A bounded fork bomb: 60 five-second sleeps against a limit of 20.
 	cmd := exec.Command("/bin/sh", "-c", `read x; i=0; while [ $i -lt 60 ]; do sleep 5 & i=$((i+1)); done; wait`)
 	cmd.Stderr = stderr // a file, not a pipe, so Wait does not wait for the sleeps
-	startBlocked(t, g, cmd)()
+	release := startBlocked(t, g, cmd)
+	// Counters keeps its files open and reads them again: the second read
+	// must see what changed since the first.
+	c0, err := g.Counters()
+	if err != nil || c0.Pids != 1 || c0.PidsMaxHits != 0 {
+		t.Fatalf("Counters() before the bomb = %+v, %v; want 1 task, no limit hit", c0, err)
+	}
+	release()
 
 	var st Stats
 	ok, err := poll(time.Now().Add(5*time.Second), func() (bool, error) {
@@ -320,6 +327,9 @@ func TestPidsLimit(t *testing.T) {
 	}
 	if st.Pids > 20 {
 		t.Errorf("Stats().Pids = %d, want <= 20", st.Pids)
+	}
+	if c1, err := g.Counters(); err != nil || c1.PidsMaxHits < 1 || c1.Pids <= c0.Pids {
+		t.Errorf("Counters() during the bomb = %+v, %v; want more tasks than %d and a limit hit", c1, err, c0.Pids)
 	}
 	// The counter moves at the failed fork, the shell reports it just after.
 	forkFailed := func() (bool, error) {
@@ -345,6 +355,12 @@ func TestPidsLimit(t *testing.T) {
 	}
 	if err := g.Destroy(); err != nil {
 		t.Errorf("Destroy() = %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("Close() = %v", err)
+	}
+	if c, err := g.Counters(); err == nil {
+		t.Errorf("Counters() after Close = %+v, nil error; want one", c)
 	}
 }
 

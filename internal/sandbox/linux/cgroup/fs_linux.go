@@ -26,6 +26,27 @@ func writeFile(p, data string) error {
 }
 
 // readFile returns the content of the control file at p.
+// preadAll reads a cgroup file from its start through an open descriptor:
+// reading at offset 0 makes the kernel generate the contents afresh. The
+// kernel hands a file shorter than the buffer over in one read, so a short
+// read ends it without a second call.
+func preadAll(fd int) ([]byte, error) {
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := retryEINTR(func() (int, error) { return unix.Pread(fd, buf[len(buf):cap(buf)], int64(len(buf))) })
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 || len(buf)+n < cap(buf) {
+			return buf[:len(buf)+n], nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
 func readFile(p string) ([]byte, error) {
 	fd, err := retryEINTR(func() (int, error) { return unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
 	if err != nil {

@@ -30,6 +30,12 @@ type Group struct {
 
 	mu sync.Mutex
 	fd int // guarded by mu; O_PATH descriptor of v2, -1 if none or closed
+	// counters holds the files Counters reads, opened on first use and
+	// read again from offset 0: a command reads them before and after it
+	// runs, and opening a cgroup file costs more than reading it. Guarded
+	// by mu.
+	counters map[string]int
+	closed   bool // guarded by mu
 }
 
 // v1Dir is the group's directory in one v1 hierarchy.
@@ -232,9 +238,30 @@ func (g *Group) Stats() (Stats, error) { return g.stats(false) }
 // runs before, during and after every command).
 func (g *Group) Counters() (Stats, error) { return g.stats(true) }
 
+// readKept reads path through a descriptor kept open for the next read.
+func (g *Group) readKept(path string) ([]byte, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, fmt.Errorf("cgroup %s: closed", g.name)
+	}
+	if g.counters == nil {
+		g.counters = map[string]int{}
+	}
+	fd, ok := g.counters[path]
+	if !ok {
+		var err error
+		if fd, err = retryEINTR(func() (int, error) { return unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0) }); err != nil {
+			return nil, err
+		}
+		g.counters[path] = fd
+	}
+	return preadAll(fd)
+}
+
 func (g *Group) stats(countersOnly bool) (Stats, error) {
 	var s Stats
-	r := &statReader{g: g}
+	r := &statReader{g: g, kept: countersOnly}
 	if dir, v2 := g.dirFor(ctrlMemory); dir != "" && countersOnly {
 		if v2 {
 			r.value(dir, "memory.peak", &s.MemoryPeak)
@@ -300,11 +327,18 @@ func (g *Group) Memory() (int64, error) {
 // statReader reads a group's files, collecting the errors.
 type statReader struct {
 	g    *Group
+	kept bool // read through the group's kept descriptors
 	errs []error
 }
 
 func (r *statReader) read(dir, file string) []byte {
-	data, err := readFile(dir + "/" + file)
+	var data []byte
+	var err error
+	if r.kept {
+		data, err = r.g.readKept(dir + "/" + file)
+	} else {
+		data, err = readFile(dir + "/" + file)
+	}
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		r.errs = append(r.errs, fmt.Errorf("cgroup %s: read %s: %w", r.g.name, file, err))
 	}
@@ -543,11 +577,16 @@ func (g *Group) dirsLeft() bool {
 	return false
 }
 
-// Close releases the descriptor returned by CgroupFD. It does not remove the
-// group. Closing twice is fine.
+// Close releases the descriptor returned by CgroupFD and those Counters
+// keeps; Counters fails afterwards. It does not remove the group. Closing
+// twice is fine.
 func (g *Group) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	for _, fd := range g.counters {
+		unix.Close(fd)
+	}
+	g.counters, g.closed = nil, true
 	if g.fd < 0 {
 		return nil
 	}
