@@ -7,7 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Install sets PR_SET_NO_NEW_PRIVS and installs Program() on every thread of the calling
+// Install sets PR_SET_NO_NEW_PRIVS and installs Program() (compiled into the
+// binary where a table exists, see TestBuiltProgram) on every thread of the calling
 // process (SECCOMP_FILTER_FLAG_TSYNC via the seccomp(2) syscall). The filter is inherited
 // across fork and execve. Called once by the executor (PID 1 of the sandbox) after its
 // mount setup and before any untrusted code runs; the executor itself keeps running under it.
@@ -18,9 +19,12 @@ import (
 // have no_new_privs set but has no filter; the caller must not go on to run
 // untrusted code.
 func Install() error {
-	prog, err := Program()
-	if err != nil {
-		return err
+	prog := builtProgram
+	if prog == nil {
+		var err error
+		if prog, err = Program(); err != nil {
+			return err
+		}
 	}
 
 	// no_new_privs is a per-thread flag, and seccomp(2) without it requires
