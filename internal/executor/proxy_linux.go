@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/netip"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -21,8 +22,8 @@ import (
 // credentials of all its threads at once (AllThreadsSyscall refuses), so the
 // executor must build without cgo whatever CGO_ENABLED says.
 func (e *executor) startProxy() error {
-	ap, err := netip.ParseAddrPort(e.setup.ProxyAddr)
-	if err != nil || !ap.Addr().Is4() {
+	addr, port, ok := parseIPv4Port(e.setup.ProxyAddr)
+	if !ok {
 		return fmt.Errorf("proxy address %q: want an IPv4 address and port", e.setup.ProxyAddr)
 	}
 	// Plain TCP (protocol 0 is IPPROTO_TCP, never MPTCP, which slips past
@@ -32,9 +33,9 @@ func (e *executor) startProxy() error {
 		return fmt.Errorf("proxy socket: %w", err)
 	}
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: addr}); err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("proxy bind %s: %w", ap, err)
+		return fmt.Errorf("proxy bind %s: %w", e.setup.ProxyAddr, err)
 	}
 	if err := unix.Listen(fd, 256); err != nil {
 		unix.Close(fd)
@@ -112,4 +113,30 @@ func shutdownWrite(f *os.File) {
 	if rc, err := f.SyscallConn(); err == nil {
 		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
 	}
+}
+
+// parseIPv4Port reads "a.b.c.d:port" in decimal, as the host writes it. It
+// stands in for net/netip, whose package initialisation every sandbox's
+// start would pay for this one call.
+func parseIPv4Port(s string) (addr [4]byte, port int, ok bool) {
+	host, p, found := strings.Cut(s, ":")
+	if !found {
+		return addr, 0, false
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 || p[0] == '0' || p[0] == '+' {
+		return addr, 0, false
+	}
+	parts := strings.Split(host, ".")
+	if len(parts) != 4 {
+		return addr, 0, false
+	}
+	for i, part := range parts {
+		v, err := strconv.ParseUint(part, 10, 8)
+		if err != nil || part[0] == '+' || (len(part) > 1 && part[0] == '0') {
+			return addr, 0, false
+		}
+		addr[i] = byte(v)
+	}
+	return addr, int(n), true
 }

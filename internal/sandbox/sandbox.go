@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -378,6 +377,10 @@ func (r Result) ExitStatus() int {
 const maxTrustedCAs = 1 << 20
 
 // checkPEMCerts accepts one or more PEM CERTIFICATE blocks and nothing else.
+// It does not parse the certificates: crypto/x509 would be linked, and
+// initialised, in every small binary that validates a Spec (the sandbox
+// front end's start pays about a millisecond for it), and the certificates
+// come from the host's own egress CA.
 func checkPEMCerts(b []byte) error {
 	if len(b) > maxTrustedCAs {
 		return fmt.Errorf("trusted CAs: %d bytes, at most %d", len(b), maxTrustedCAs)
@@ -386,11 +389,11 @@ func checkPEMCerts(b []byte) error {
 	for rest := b; len(bytes.TrimSpace(rest)) > 0; n++ {
 		var blk *pem.Block
 		blk, rest = pem.Decode(rest)
-		if blk == nil || blk.Type != "CERTIFICATE" {
+		if blk == nil || blk.Type != "CERTIFICATE" || len(blk.Headers) > 0 {
 			return errors.New("trusted CAs: want PEM CERTIFICATE blocks only")
 		}
-		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
-			return fmt.Errorf("trusted CAs: certificate %d: %w", n+1, err)
+		if len(blk.Bytes) == 0 {
+			return fmt.Errorf("trusted CAs: certificate %d is empty", n+1)
 		}
 	}
 	return nil
