@@ -217,25 +217,28 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	if s.cg != nil {
 		before, _ = s.cg.Counters()
 	}
-	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before, stop: make(chan struct{})}
+	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before}
 	if s.cg != nil {
-		proc.watchers.Add(1)
-		go proc.watchLimits()
+		// A timer, not a goroutine: a command shorter than limitPoll, as
+		// most tool calls are, costs no goroutine and no wake-up.
+		proc.mu.Lock()
+		proc.poll = time.AfterFunc(limitPoll, proc.checkLimits)
+		proc.mu.Unlock()
 	}
 	return proc, nil
 }
 
 // process wraps a command to turn cgroup events into outcomes.
 type process struct {
-	s        *Sandbox
-	p        *execconn.Process
-	argv0    string
-	before   cgroup.Stats
-	stop     chan struct{}
-	watchers sync.WaitGroup
+	s      *Sandbox
+	p      *execconn.Process
+	argv0  string
+	before cgroup.Stats
 
-	mu     sync.Mutex
-	forced sandbox.Outcome // guarded by mu: a limit the watcher acted on
+	mu      sync.Mutex
+	poll    *time.Timer     // guarded by mu: runs checkLimits every limitPoll
+	stopped bool            // guarded by mu: the command ended; no more checks
+	forced  sandbox.Outcome // guarded by mu: a limit checkLimits acted on
 }
 
 // pidsReserve is how many tasks the sandbox's cgroup allows beyond
@@ -247,42 +250,38 @@ const pidsReserve = 64
 // limitPoll is how often a running command's cgroup counters are read.
 const limitPoll = 50 * time.Millisecond
 
-// watchLimits ends the command's tree as soon as the sandbox hits its pids
-// or memory limit: a fork bomb stuck at pids.max never exits by itself.
-func (p *process) watchLimits() {
-	defer p.watchers.Done()
-	t := time.NewTicker(limitPoll)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case <-p.p.Done():
-			return
-		case <-t.C:
-		}
-		st, err := p.s.cg.Counters()
-		if err != nil {
-			continue
-		}
-		var o sandbox.Outcome
-		switch {
-		case st.OOMKills > p.before.OOMKills:
-			o = sandbox.OutcomeOOM
-		case st.PidsMaxHits > p.before.PidsMaxHits,
-			p.atPidsLimit(st):
-			// Every task counts, the executor's few threads included, as
-			// the limit always has; RLIMIT_NPROC makes forks fail there.
-			o = sandbox.OutcomePidsLimit
-		default:
-			continue
-		}
-		p.mu.Lock()
-		p.forced = o
-		p.mu.Unlock()
-		_ = p.p.Cancel()
+// checkLimits ends the command's tree as soon as the sandbox hits its pids
+// or memory limit (a fork bomb stuck at pids.max never exits by itself), and
+// otherwise looks again after limitPoll. It holds mu throughout, so once Wait
+// has set stopped, no check is halfway through.
+func (p *process) checkLimits() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
 		return
 	}
+	select {
+	case <-p.p.Done(): // ended; its Wait may never come
+		return
+	default:
+	}
+	st, err := p.s.cg.Counters()
+	var o sandbox.Outcome
+	switch {
+	case err != nil:
+	case st.OOMKills > p.before.OOMKills:
+		o = sandbox.OutcomeOOM
+	case st.PidsMaxHits > p.before.PidsMaxHits, p.atPidsLimit(st):
+		// Every task counts, the executor's few threads included, as
+		// the limit always has; RLIMIT_NPROC makes forks fail there.
+		o = sandbox.OutcomePidsLimit
+	}
+	if o == "" {
+		p.poll.Reset(limitPoll)
+		return
+	}
+	p.forced = o
+	_ = p.p.Cancel()
 }
 
 func (p *process) Signal(sig unix.Signal) error { return p.p.Signal(sig) }
@@ -291,8 +290,12 @@ func (p *process) Resize(rows, cols uint16) error { return p.p.Resize(rows, cols
 
 func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 	r, err := p.p.Wait(ctx)
-	close(p.stop)
-	p.watchers.Wait()
+	p.mu.Lock()
+	p.stopped = true
+	if p.poll != nil {
+		p.poll.Stop()
+	}
+	p.mu.Unlock()
 	res := sandbox.Result{
 		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal, Fingerprint: r.Fingerprint,
 		Usage: sandbox.Usage{
