@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
@@ -116,7 +118,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
+	bw := &streamBuffer{w: w}
+	defer bw.release()
 	var deadline time.Time
 	flush := func() error {
 		// A client that does not read within the write timeout (half
@@ -259,6 +262,45 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 			finish()
 			return nil
 		}
+	}
+}
+
+// streamBuffers hold what a stream writes between two flushes. A stream
+// borrows one only while it writes: a thousand idle subscribers hold none
+// (each held 32 KiB for its life before).
+var streamBuffers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
+
+// streamBuffer is a buffered writer on w whose buffer comes from
+// streamBuffers at the first write after a flush and goes back at the flush.
+type streamBuffer struct {
+	w  io.Writer
+	bw *bufio.Writer
+}
+
+func (b *streamBuffer) Write(p []byte) (int, error) {
+	if b.bw == nil {
+		b.bw = streamBuffers.Get().(*bufio.Writer)
+		b.bw.Reset(b.w)
+	}
+	return b.bw.Write(p)
+}
+
+// Flush writes what is buffered to w and gives the buffer back.
+func (b *streamBuffer) Flush() error {
+	if b.bw == nil {
+		return nil
+	}
+	err := b.bw.Flush()
+	b.release()
+	return err
+}
+
+// release gives the buffer back, dropping what it holds.
+func (b *streamBuffer) release() {
+	if b.bw != nil {
+		b.bw.Reset(nil)
+		streamBuffers.Put(b.bw)
+		b.bw = nil
 	}
 }
 
