@@ -341,10 +341,15 @@ func (e *executor) watchExit(p *proc, pidfd *os.File) {
 		return
 	}
 	_ = rc.Read(func(uintptr) bool {
+		if e.reapOne(p.pid) {
+			return true
+		}
+		// Not exited yet (wait for the pidfd again), or the reaper
+		// collected it (done).
 		e.mu.Lock()
 		_, running := e.procs[p.pid]
 		e.mu.Unlock()
-		return !running || e.reapOne(p.pid)
+		return !running
 	})
 }
 

@@ -25,7 +25,6 @@ func writeFile(p, data string) error {
 	return err
 }
 
-// readFile returns the content of the control file at p.
 // preadAll reads a cgroup file from its start through an open descriptor:
 // reading at offset 0 makes the kernel generate the contents afresh. The
 // kernel hands a file shorter than the buffer over in one read, so a short
@@ -47,6 +46,7 @@ func preadAll(fd int) ([]byte, error) {
 	}
 }
 
+// readFile returns the content of the control file at p.
 func readFile(p string) ([]byte, error) {
 	fd, err := retryEINTR(func() (int, error) { return unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
 	if err != nil {
