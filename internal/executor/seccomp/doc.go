@@ -97,4 +97,11 @@
 // has a 32-bit offset; the assembler refuses to emit an offset that does not
 // fit, and the program is checked against the kernel's 4096-instruction
 // limit.
+//
+// On amd64 the assembled program is also compiled into the binary
+// (table_linux_amd64.go), so that a sandbox's start does not assemble it
+// again; TestBuiltProgram fails when the table and the policy part ways. After
+// changing the policy, rewrite the table with
+//
+//	go test ./internal/executor/seccomp -run TestBuiltProgram -update-table
 package seccomp
