@@ -61,6 +61,7 @@ type Backend struct {
 	cg      *cgroup.Manager // guarded by mu: created on first use
 	cgErr   error           // guarded by mu
 	cgOnce  bool            // guarded by mu
+	idmaps  idmapCache
 	// mine holds the ids of this backend's sandboxes from the start of
 	// Create to the end of teardown; GC need not ask the slot locks about
 	// them. Guarded by mu.
@@ -105,6 +106,7 @@ func New(cfg Config) (*Backend, error) {
 // process uses the backend's state directory any more (tests, uninstall):
 // a concurrent Create of another process would lose the parent it made.
 func (b *Backend) Close() error {
+	b.idmaps.close()
 	b.spawner.mu.Lock()
 	b.spawner.stop()
 	b.spawner.mu.Unlock()
@@ -223,6 +225,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		if sb.slot, base, err = b.uids.acquire(id); err != nil {
 			return nil, err
 		}
+		sb.base = base
 	}
 	tr.mark("uids")
 	if err := sb.makeCgroup(); err != nil {
@@ -266,7 +269,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			f.Close()
 		}
 	}()
-	idm := &idmapper{start: b.startProc, base: base}
+	idm := &idmapper{start: b.startProc, base: base, cache: &b.idmaps}
 	defer idm.close()
 	tree := func(path string, ro, mapOwner bool) (int, error) {
 		idfd := -1

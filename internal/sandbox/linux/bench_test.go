@@ -39,6 +39,28 @@ func BenchmarkCreateExecDestroy(b *testing.B) {
 	}
 }
 
+// BenchmarkCreateExecDestroyWorkspace is the same with a host workspace, as
+// every agent run has: the workspace is an id-mapped, copy-on-write mount.
+func BenchmarkCreateExecDestroyWorkspace(b *testing.B) {
+	be := benchBackend(b)
+	ctx := context.Background()
+	ws := b.TempDir()
+	if err := os.WriteFile(ws+"/f", []byte("x"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		sb, err := be.Create(ctx, sandbox.Spec{Workspace: ws, Limits: sandbox.DefaultLimits})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
+			b.Fatalf("run: %+v %v", r, err)
+		}
+		_ = sb.Destroy(ctx)
+	}
+}
+
 // BenchmarkExec is one tool call: a command through the protocol into a
 // running sandbox. Compare with BenchmarkForkExec.
 func BenchmarkExec(b *testing.B) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -43,24 +45,33 @@ func detachedTree(path string, ro bool, idmap int) (int, error) {
 	return fd, nil
 }
 
-// idmapper creates user namespaces whose mapping shows a host owner as the
-// sandbox user, for id-mapped mounts. A namespace lives as long as a process
-// or file descriptor refers to it, so a short-lived helper (the executor
-// binary in "hold" mode) is started in it, its namespace opened, and the
-// helper ended.
+// idmapper gives one Create the user namespaces whose mapping shows a host
+// owner as the sandbox user, for id-mapped mounts. A namespace lives as long
+// as a process or file descriptor refers to it, so a short-lived helper (the
+// executor binary in "hold" mode) is started in it, its namespace opened, and
+// the helper ended; the backend keeps the namespace (idmapCache).
 type idmapper struct {
 	start func(procSpec) (*proc, error) // Backend.startProc
 	base  uint32                        // host uid of uid 0 inside the sandbox
-	fds   map[[2]uint32]int
+	cache *idmapCache
+	fds   []int // duplicates handed out, closed by close
 }
 
 // fd returns a user-namespace fd mapping host owner uid/gid to the sandbox
-// user. It caches one per owner.
+// user, valid until close.
 func (m *idmapper) fd(uid, gid uint32) (int, error) {
-	key := [2]uint32{uid, gid}
-	if fd, ok := m.fds[key]; ok {
-		return fd, nil
+	key := idmapKey{uid, gid, m.base}
+	ns, err := m.cache.get(key, func() (int, error) { return m.create(uid, gid) })
+	if err != nil {
+		return -1, err
 	}
+	m.fds = append(m.fds, ns)
+	return ns, nil
+}
+
+// create starts a helper in a new user namespace with the map and returns
+// a descriptor of that namespace.
+func (m *idmapper) create(uid, gid uint32) (int, error) {
 	// The helper exits when it reads EOF on its stdin.
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -89,10 +100,6 @@ func (m *idmapper) fd(uid, gid uint32) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("open id-map namespace: %w", err)
 	}
-	if m.fds == nil {
-		m.fds = map[[2]uint32]int{}
-	}
-	m.fds[key] = fd
 	return fd, nil
 }
 
@@ -101,6 +108,72 @@ func (m *idmapper) close() {
 		unix.Close(fd)
 	}
 	m.fds = nil
+}
+
+// idmapKey names an id-map namespace: the host owner it maps, and the
+// sandbox uid range it maps to.
+type idmapKey struct{ uid, gid, base uint32 }
+
+// idmapCache keeps a backend's id-map namespaces. A namespace is only a
+// mapping; any sandbox of the same uid range and workspace owner can use it,
+// and a long-lived host reuses a few ranges (uidAllocator), so most sandboxes
+// find theirs here and start no helper.
+type idmapCache struct {
+	mu   sync.Mutex
+	fds  map[idmapKey]int // guarded by mu
+	made atomic.Int64     // namespaces made, for tests
+}
+
+// maxIdmaps bounds an idmapCache.
+const maxIdmaps = 64
+
+// get returns a duplicate of key's namespace descriptor, the caller's to
+// close, making the namespace with create when the cache lacks it.
+func (c *idmapCache) get(key idmapKey, create func() (int, error)) (int, error) {
+	c.mu.Lock()
+	fd, ok := c.fds[key]
+	if ok {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		c.mu.Unlock()
+		return dup, err
+	}
+	c.mu.Unlock()
+	fd, err := create()
+	if err != nil {
+		return -1, err
+	}
+	c.made.Add(1)
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.fds[key]; ok { // made meanwhile by another create
+		unix.Close(old)
+	} else if len(c.fds) >= maxIdmaps {
+		for k, old := range c.fds {
+			unix.Close(old)
+			delete(c.fds, k)
+			break
+		}
+	}
+	if c.fds == nil {
+		c.fds = map[idmapKey]int{}
+	}
+	c.fds[key] = fd
+	return dup, nil
+}
+
+// close closes every kept namespace.
+func (c *idmapCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	c.fds = nil
 }
 
 // owner returns the uid and gid owning path.

@@ -24,6 +24,7 @@ type Sandbox struct {
 	spec    sandbox.Spec
 	created time.Time
 	slot    *os.File // held uid-range lock (root mode)
+	base    uint32   // host uid of root inside, with slot
 	idLock  *os.File // held id lock
 	cg      *cgroup.Group
 	proc    *proc // the executor
@@ -173,7 +174,7 @@ func (s *Sandbox) teardown() {
 		_ = os.RemoveAll(s.files)
 	}
 	if s.slot != nil {
-		s.b.uids.release(s.slot)
+		s.b.uids.release(s.slot, s.base)
 	}
 	if s.idLock != nil {
 		s.b.ids.release(s.idLock)

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,9 +28,19 @@ const uidSlots = 16384
 // uidAllocator hands out a distinct host uid range to every live sandbox, even
 // across airlock processes: a slot is held by an flock on its lock file, which
 // the kernel releases when the holder dies, so a crash never leaks a range.
+//
+// A process tries the slots it released last before a random one, so that a
+// long-lived host keeps using a few ranges, for which it keeps the id-map
+// namespaces of workspaces (see idmapCache).
 type uidAllocator struct {
 	dir string
+
+	mu     sync.Mutex
+	recent []int // guarded by mu: slots this process released, newest last
 }
+
+// recentSlots bounds uidAllocator.recent.
+const recentSlots = 64
 
 // acquire takes a free slot for sandbox id and returns its lock file (closing
 // it frees the slot) and the host uid of root inside. The file records the id,
@@ -37,37 +49,80 @@ func (a *uidAllocator) acquire(id string) (*os.File, uint32, error) {
 	if err := os.MkdirAll(a.dir, 0o700); err != nil {
 		return nil, 0, fmt.Errorf("uid slots: %w", err)
 	}
+	a.mu.Lock()
+	recent := slices.Clone(a.recent)
+	a.mu.Unlock()
+	for i := len(recent) - 1; i >= 0; i-- {
+		f, err := a.take(recent[i], id)
+		if err != nil {
+			return nil, 0, err
+		}
+		a.forget(recent[i]) // taken now, by this process or another
+		if f != nil {
+			return f, slotBase(recent[i]), nil
+		}
+	}
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	start := int(binary.LittleEndian.Uint32(r[:]) % uidSlots)
 	for i := range uidSlots {
 		k := (start + i) % uidSlots
-		f, err := os.OpenFile(filepath.Join(a.dir, strconv.Itoa(k)), os.O_RDWR|os.O_CREATE, 0o600)
+		f, err := a.take(k, id)
 		if err != nil {
-			return nil, 0, fmt.Errorf("uid slots: %w", err)
+			return nil, 0, err
 		}
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				continue
-			}
-			return nil, 0, fmt.Errorf("uid slots: %w", err)
+		if f != nil {
+			return f, slotBase(k), nil
 		}
-		err = f.Truncate(0)
-		if err == nil {
-			_, err = f.WriteAt([]byte(id), 0)
-		}
-		if err != nil {
-			f.Close()
-			return nil, 0, fmt.Errorf("uid slots: %w", err)
-		}
-		return f, uint32(uidBase + k*uidRange), nil
 	}
 	return nil, 0, errors.New("uid slots: every host uid range is in use")
 }
 
-// release frees a slot.
-func (a *uidAllocator) release(f *os.File) { f.Close() }
+// take locks slot k for sandbox id, or returns nil if another holds it.
+func (a *uidAllocator) take(k int, id string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(a.dir, strconv.Itoa(k)), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("uid slots: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("uid slots: %w", err)
+	}
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteAt([]byte(id), 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("uid slots: %w", err)
+	}
+	return f, nil
+}
+
+func slotBase(k int) uint32 { return uint32(uidBase + k*uidRange) }
+
+// forget drops slot k from the recently released ones.
+func (a *uidAllocator) forget(k int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recent = slices.DeleteFunc(a.recent, func(r int) bool { return r == k })
+}
+
+// release frees the slot whose root is host uid base.
+func (a *uidAllocator) release(f *os.File, base uint32) {
+	f.Close()
+	k := int(base-uidBase) / uidRange
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recent = slices.DeleteFunc(a.recent, func(r int) bool { return r == k })
+	if len(a.recent) == recentSlots {
+		a.recent = a.recent[1:]
+	}
+	a.recent = append(a.recent, k)
+}
 
 // idLocks tells live sandboxes from what a crash left. Every sandbox, root
 // or rootless, holds an flock on a file named after its id in its home's

@@ -85,3 +85,63 @@ func TestIDLocksBesideSweep(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestUIDSlotReuse: a process takes back the slot it released last, so its
+// id-map namespaces stay usable; a slot another process took meanwhile is
+// skipped and forgotten.
+func TestUIDSlotReuse(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "slots")
+	a := &uidAllocator{dir: dir}
+	other := &uidAllocator{dir: dir} // another airlock process on the machine
+	f1, base1, err := a.acquire("sb-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, base2, err := a.acquire("sb-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base1 == base2 {
+		t.Fatalf("two live sandboxes share the range at %d", base1)
+	}
+	a.release(f1, base1)
+	a.release(f2, base2)
+	f3, base3, err := a.acquire("sb-3")
+	if err != nil || base3 != base2 {
+		t.Fatalf("acquire after releases = %d, %v; want the last released, %d", base3, err, base2)
+	}
+	// The other process takes base1 before this one asks again.
+	var fo *os.File
+	k := int(base1-uidBase) / uidRange
+	if fo, err = other.take(k, "sb-other"); err != nil || fo == nil {
+		t.Fatalf("other process: take slot %d = %v, %v", k, fo, err)
+	}
+	defer fo.Close()
+	f4, base4, err := a.acquire("sb-4")
+	if err != nil || base4 == base1 || base4 == base3 {
+		t.Fatalf("acquire with the recent slot taken elsewhere = %d, %v; want a free range", base4, err)
+	}
+	if len(a.recent) != 0 {
+		t.Errorf("recent = %v after its slots were taken, want empty", a.recent)
+	}
+	a.release(f3, base3)
+	a.release(f4, base4)
+	type held struct {
+		f    *os.File
+		base uint32
+	}
+	var all []held
+	for i := range recentSlots + 10 {
+		f, base, err := a.acquire(fmt.Sprint("sb-x", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, held{f, base})
+	}
+	for _, h := range all {
+		a.release(h.f, h.base)
+	}
+	if len(a.recent) != recentSlots || a.recent[len(a.recent)-1] != int(all[len(all)-1].base-uidBase)/uidRange {
+		t.Errorf("recent holds %d slots, want the last %d released", len(a.recent), recentSlots)
+	}
+}
