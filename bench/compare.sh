@@ -18,6 +18,7 @@ t=$(mktemp -d)
 cleanup() {
   [ -n "${bpid:-}" ] && kill "$bpid" 2>/dev/null || true
   [ -n "${sid:-}" ] && "$AL" sandbox rm "$sid" >/dev/null 2>&1 || true
+  "$AL" sandbox gc --forget >/dev/null 2>&1 || true # the throwaway home's cgroup parents
   rm -rf "$t" "$AIRLOCK_HOME"
 }
 trap cleanup EXIT

@@ -19,6 +19,7 @@ t=$(mktemp -d)
 pid=
 cleanup() {
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  for h in "$t/home" "$t/cli"; do [ -d "$h" ] && AIRLOCK_HOME=$h "$bin" sandbox gc --forget >/dev/null 2>&1 || true; done # their cgroup parents
   rm -rf "$t"
 }
 trap cleanup EXIT

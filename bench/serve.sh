@@ -15,6 +15,7 @@ t=$(mktemp -d)
 pid=
 cleanup() {
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  [ -d "$t/home" ] && AIRLOCK_HOME=$t/home "$bin" sandbox gc --forget >/dev/null 2>&1 || true # its cgroup parents
   rm -rf "$t"
 }
 trap cleanup EXIT

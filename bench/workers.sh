@@ -18,6 +18,7 @@ t=$(mktemp -d)
 pg=
 cleanup() {
   if [ -n "$pg" ]; then kill "$pg" 2>/dev/null || true; wait "$pg" 2>/dev/null || true; fi
+  for h in "$t"/home-*; do [ -d "$h" ] && AIRLOCK_HOME=$h "$bin" sandbox gc --forget >/dev/null 2>&1 || true; done # their cgroup parents
   rm -rf "$t"
 }
 trap cleanup EXIT

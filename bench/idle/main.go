@@ -47,6 +47,7 @@ func run(n, workers int, execPath string, spawner bool) error {
 		return err
 	}
 	defer os.RemoveAll(state)
+	defer func() { _ = linux.Forget(state) }() // its cgroup parent, once the sandboxes are gone
 	b, err := linux.New(linux.Config{Executor: execPath, StateDir: state, Spawner: spawner})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -130,6 +131,27 @@ func TestFrontEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("gc --forget", func(t *testing.T) {
+		if !canRun {
+			t.Skip("sandboxes cannot run here (not root, or a required layer is missing)")
+		}
+		own := filepath.Join(home, "own")
+		oenv := []string{"AIRLOCK_HOME=" + own}
+		if r := run(t, airlock, oenv, "sandbox", "run", "--", "true"); r.code != 0 {
+			t.Fatalf("sandbox run = %+v", r)
+		}
+		parent := linux.CgroupParent(filepath.Join(own, "run"))
+		if dirs := cgroupDirs(parent); len(dirs) == 0 {
+			t.Logf("no cgroup directories named %s (no cgroups here?)", parent)
+		}
+		if r := run(t, airlock, oenv, "sandbox", "gc", "--forget"); r.code != 0 {
+			t.Fatalf("sandbox gc --forget = %+v", r)
+		}
+		if dirs := cgroupDirs(parent); len(dirs) > 0 {
+			t.Errorf("after gc --forget, cgroup directories %v are left", dirs)
+		}
+	})
+
 	t.Run("without airlock-host", func(t *testing.T) {
 		if !canRun {
 			t.Skip("sandboxes cannot run here (not root, or a required layer is missing)")
@@ -154,4 +176,25 @@ func TestFrontEnd(t *testing.T) {
 			t.Errorf("version without airlock-host = %+v, want exit 125 naming airlock-host", r)
 		}
 	})
+}
+
+// cgroupDirs lists the directories named name directly below this process's
+// cgroup in every hierarchy mounted under /sys/fs/cgroup.
+func cgroupDirs(name string) []string {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		found, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", parts[2], name))
+		more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", parts[2], name))
+		dirs = append(append(dirs, found...), more...)
+	}
+	slices.Sort(dirs)
+	return slices.Compact(dirs)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -200,10 +201,12 @@ func (c *RmCmd) Run(env *Env) error {
 }
 
 // GcCmd is `airlock sandbox gc`.
-type GcCmd struct{}
+type GcCmd struct {
+	Forget bool `help:"Also remove what this AIRLOCK_HOME keeps on the machine between sandboxes (its cgroup parents and lock files). Only when no airlock process uses this home: uninstalling, or a throwaway home in a script."`
+}
 
 // Run cleans what crashed airlock processes (or a crashed machine) left.
-func (GcCmd) Run(env *Env) error {
+func (c GcCmd) Run(env *Env) error {
 	b, err := env.Backend()
 	if err != nil {
 		return err
@@ -213,5 +216,18 @@ func (GcCmd) Run(env *Env) error {
 		fmt.Fprintf(env.Stdout, "removed cgroup of %s\n", id)
 	}
 	env.cleanStateDirs()
+	if c.Forget && err == nil {
+		var errs []error
+		for _, dir := range stateDirs {
+			if ferr := linux.Forget(filepath.Join(env.Home, dir)); ferr != nil {
+				errs = append(errs, fmt.Errorf("forget %s: %w", dir, ferr))
+			}
+		}
+		err = errors.Join(errs...)
+	}
 	return err
 }
+
+// stateDirs are the state directories of a home's sandbox backends: the
+// sandbox commands' and runs', and the E2B API's.
+var stateDirs = []string{"run", "e2b"}
