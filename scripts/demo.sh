@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 make -s build
 AIRLOCK=./bin/airlock
+own_home=
+[ -n "${AIRLOCK_HOME:-}" ] || own_home=1
 export AIRLOCK_HOME=${AIRLOCK_HOME:-$(mktemp -d)}
 OUT=${OUT:-$AIRLOCK_HOME/demo-out}
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -55,4 +57,5 @@ else
 fi
 
 printf '\nstate: %s (log, blobs, artifacts)   events: %s runs events %s\n' "$AIRLOCK_HOME" "$AIRLOCK" "$id"
+[ -n "$own_home" ] && printf 'remove it: AIRLOCK_HOME=%s %s sandbox gc --forget && rm -rf %s\n' "$AIRLOCK_HOME" "$AIRLOCK" "$AIRLOCK_HOME"
 exit $status
