@@ -6,12 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // bins builds airlock, airlock-host and airlock-exec into one directory, as
@@ -82,7 +82,7 @@ func run(t *testing.T, bin string, env []string, args ...string) result {
 func TestFrontEnd(t *testing.T) {
 	dir := bins(t)
 	home := t.TempDir()
-	t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, "run")) })
+	t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir)) })
 	env := []string{"AIRLOCK_HOME=" + home}
 	airlock, host := filepath.Join(dir, "airlock"), filepath.Join(dir, "airlock-host")
 	sandboxes := linux.Doctor(filepath.Join(dir, "airlock-exec"))
@@ -140,14 +140,14 @@ func TestFrontEnd(t *testing.T) {
 		if r := run(t, airlock, oenv, "sandbox", "run", "--", "true"); r.code != 0 {
 			t.Fatalf("sandbox run = %+v", r)
 		}
-		parent := linux.CgroupParent(filepath.Join(own, "run"))
-		if dirs := cgroupDirs(parent); len(dirs) == 0 {
+		parent := linux.CgroupParent(filepath.Join(own, sandboxcli.RunStateDir))
+		if dirs := sandboxtest.CgroupDirs(parent); len(dirs) == 0 {
 			t.Logf("no cgroup directories named %s (no cgroups here?)", parent)
 		}
 		if r := run(t, airlock, oenv, "sandbox", "gc", "--forget"); r.code != 0 {
 			t.Fatalf("sandbox gc --forget = %+v", r)
 		}
-		if dirs := cgroupDirs(parent); len(dirs) > 0 {
+		if dirs := sandboxtest.CgroupDirs(parent); len(dirs) > 0 {
 			t.Errorf("after gc --forget, cgroup directories %v are left", dirs)
 		}
 	})
@@ -176,25 +176,4 @@ func TestFrontEnd(t *testing.T) {
 			t.Errorf("version without airlock-host = %+v, want exit 125 naming airlock-host", r)
 		}
 	})
-}
-
-// cgroupDirs lists the directories named name directly below this process's
-// cgroup in every hierarchy mounted under /sys/fs/cgroup.
-func cgroupDirs(name string) []string {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil
-	}
-	var dirs []string
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(l, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		found, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", parts[2], name))
-		more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", parts[2], name))
-		dirs = append(append(dirs, found...), more...)
-	}
-	slices.Sort(dirs)
-	return slices.Compact(dirs)
 }

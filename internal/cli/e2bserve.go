@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,7 +56,7 @@ func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile st
 	log := logger.With("component", "e2b")
 	e.srv, err = e2b.New(e2b.Options{Config: cfg, Backend: b, Keys: auth.NewKeys(h.store, nil), Store: h.store,
 		Network: &runNetwork{env: env, keyFile: keyFile, red: h.red, llm: h.llm}, TrustTenantPolicies: trust,
-		StateDir: filepath.Join(env.Home, "e2b"), Audit: e.audit, Logger: log})
+		StateDir: filepath.Join(env.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -228,6 +228,12 @@ func (c GcCmd) Run(env *Env) error {
 	return err
 }
 
-// stateDirs are the state directories of a home's sandbox backends: the
-// sandbox commands' and runs', and the E2B API's.
-var stateDirs = []string{"run", "e2b"}
+// The state directories of a home's sandbox backends, below AIRLOCK_HOME:
+// the sandbox commands' and runs' (Env.Backend), and the E2B API's.
+const (
+	RunStateDir = "run"
+	E2BStateDir = "e2b"
+)
+
+// stateDirs are all of them, for gc --forget.
+var stateDirs = []string{RunStateDir, E2BStateDir}

@@ -83,7 +83,7 @@ func (e *Env) Backend() (*linux.Backend, error) {
 	if e.backend != nil {
 		return e.backend, nil
 	}
-	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, "run"), Spawner: e.Spawner})
+	b, err := linux.New(linux.Config{Executor: e.Executor, StateDir: filepath.Join(e.Home, RunStateDir), Spawner: e.Spawner})
 	if err != nil {
 		return nil, err
 	}

@@ -1114,7 +1114,7 @@ func attackHostKill9(t *testing.T, marker, mode string) {
 	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
 		t.Fatalf("control: the sandboxed sleep %s is not visible on the host", marker)
 	}
-	groups := attackCgroupDirs(linux.CgroupParent(state), id)
+	groups := sandboxtest.CgroupDirs(filepath.Join(linux.CgroupParent(state), id))
 	if len(groups) == 0 {
 		t.Logf("no cgroup directories found for sandbox %s", id)
 	}
@@ -1147,37 +1147,6 @@ func attackHostKill9(t *testing.T, marker, mode string) {
 		// Only our own group, and only when empty: rmdir fails otherwise.
 		t.Cleanup(func() { _ = syscall.Rmdir(g) })
 	}
-}
-
-// attackCgroupDirs finds the cgroup directories of sandbox id under parent
-// in every hierarchy of this process.
-func attackCgroupDirs(parent, id string) []string {
-	data, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return nil
-	}
-	mounts, _ := filepath.Glob("/sys/fs/cgroup/*")
-	mounts = append(mounts, "/sys/fs/cgroup")
-	seen := map[string]bool{}
-	var dirs []string
-	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(l, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		for _, m := range mounts {
-			for _, own := range []string{parts[2], filepath.Dir(parts[2])} {
-				d := filepath.Join(m, own, parent, id)
-				if !seen[d] {
-					seen[d] = true
-					if fi, err := os.Stat(d); err == nil && fi.IsDir() {
-						dirs = append(dirs, d)
-					}
-				}
-			}
-		}
-	}
-	return dirs
 }
 
 // TestAttackHelperKill9 is the helper process of TestAttackHostKill9.

@@ -108,6 +108,11 @@ func slotBase(k int) uint32 { return uint32(uidBase + k*uidRange) }
 func (a *uidAllocator) forget(k int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.drop(k)
+}
+
+// drop removes slot k from recent. Preconditions: a.mu held.
+func (a *uidAllocator) drop(k int) {
 	a.recent = slices.DeleteFunc(a.recent, func(r int) bool { return r == k })
 }
 
@@ -117,7 +122,7 @@ func (a *uidAllocator) release(f *os.File, base uint32) {
 	k := int(base-uidBase) / uidRange
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.recent = slices.DeleteFunc(a.recent, func(r int) bool { return r == k })
+	a.drop(k)
 	if len(a.recent) == recentSlots {
 		a.recent = a.recent[1:]
 	}
