@@ -1172,7 +1172,10 @@ func TestAttackHelperKill9(t *testing.T) {
 	if os.Getenv(attackModeEnv) == "spawner" {
 		want++
 	}
-	if got := attackExeProcs(executorPath); len(got) != want {
+	// The command's process shows the executor binary until its exec, so
+	// the count settles once it runs.
+	var got []int
+	if !attackPoll(5*time.Second, func() bool { got = attackExeProcs(executorPath); return len(got) == want }) {
 		t.Fatalf("control: want %d processes of %s (the executor, and the spawner in spawner mode), found pids %v", want, executorPath, got)
 	}
 	attackHelperSay("ready id=%s exec=%s", sb.ID(), executorPath)
