@@ -358,8 +358,11 @@ func (s *Server) serveProcess(w http.ResponseWriter, r *http.Request, c envdCall
 			if err != nil {
 				return nil, err
 			}
-			p.closeStdin()
+			// Recorded before it acts (it cannot fail): closing stdin can
+			// end the process, and the end must not land in the log
+			// before its cause.
 			s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "process.close_stdin", Outcome: "ok", Detail: fmt.Sprintf("pid %d", p.pid)})
+			p.closeStdin()
 			return struct{}{}, nil
 		})
 	case "SendSignal":
