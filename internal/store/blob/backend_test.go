@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -21,13 +22,19 @@ type memBackend struct {
 	mu     sync.Mutex
 	blobs  map[string][]byte
 	writes int
+	has    int // calls of Has
 	fail   error
 	lie    func(b []byte) ([]byte, int64)
+	// beforeWrite, when set, runs at the start of each Write.
+	beforeWrite func()
 }
 
 func newMem() *memBackend { return &memBackend{blobs: map[string][]byte{}} }
 
 func (m *memBackend) Write(_ context.Context, digest string, size int64, r io.Reader) error {
+	if m.beforeWrite != nil {
+		m.beforeWrite()
+	}
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -62,6 +69,7 @@ func (m *memBackend) Read(_ context.Context, digest string) (io.ReadCloser, int6
 func (m *memBackend) Has(_ context.Context, digest string) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.has++
 	_, ok := m.blobs[digest]
 	return ok, nil
 }
@@ -137,6 +145,95 @@ func TestBackend(t *testing.T) {
 		if _, err := s.Open(ctx, d); !errors.Is(err, blob.ErrNotFound) {
 			t.Errorf("Open(deleted) = %v, want ErrNotFound", err)
 		}
+	}
+}
+
+// TestConcurrentPutOnce: Puts of the same small content at once write it
+// once; the others wait for that write and share its outcome. The first
+// write waits until every Put has looked for the blob (and found none),
+// so without the coalescing each of them would write it.
+func TestConcurrentPutOnce(t *testing.T) {
+	const n = 20
+	mem := newMem()
+	all := make(chan struct{})
+	mem.beforeWrite = func() {
+		for {
+			mem.mu.Lock()
+			has := mem.has
+			mem.mu.Unlock()
+			if has >= n {
+				break
+			}
+			select {
+			case <-all:
+				return
+			default:
+				runtime.Gosched()
+			}
+		}
+	}
+	s, err := blob.New(filepath.Join(t.TempDir(), "blobs"), blob.Options{Backend: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := []byte("turns:\n  - text: the same script for every run\n")
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			d, _, err := s.Put(context.Background(), bytes.NewReader(script))
+			if err == nil && d != digestOf(script) {
+				err = fmt.Errorf("digest %s", d)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(all)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if mem.writes != 1 {
+		t.Errorf("%d Puts of one content at once wrote it %d times, want once", n, mem.writes)
+	}
+	if got, err := readAll(t, s, digestOf(script)); err != nil || !bytes.Equal(got, script) {
+		t.Errorf("read back: %q, %v", got, err)
+	}
+	if left := tempFiles(t, s); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestConcurrentPutFailure: when the write others wait for fails, each of
+// them gets an error of its own, and a later Put stores the blob.
+func TestConcurrentPutFailure(t *testing.T) {
+	mem := newMem()
+	mem.fail = errors.New("backend down")
+	s, err := blob.New(filepath.Join(t.TempDir(), "blobs"), blob.Options{Backend: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("small")
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if _, _, err := s.Put(context.Background(), bytes.NewReader(data)); err == nil {
+				t.Error("Put succeeded with the backend down")
+			}
+		})
+	}
+	wg.Wait()
+	mem.mu.Lock()
+	mem.fail = nil
+	mem.mu.Unlock()
+	if d, _, err := s.Put(context.Background(), bytes.NewReader(data)); err != nil || d != digestOf(data) {
+		t.Fatalf("Put after the failure: %s, %v", d, err)
+	}
+	if left := tempFiles(t, s); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
 	}
 }
 

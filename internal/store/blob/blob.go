@@ -40,6 +40,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -104,6 +105,16 @@ type Store struct {
 	dir     string
 	maxSize int64
 	backend Backend
+
+	mu      sync.Mutex
+	flights map[string]*flight // small blobs being written, by digest
+}
+
+// flight is one Put writing a small blob that other Puts of the same
+// bytes wait for.
+type flight struct {
+	done chan struct{}
+	err  error // set before done closes
 }
 
 // New opens the blob store in dir, creating it (mode 0700) if needed, and
@@ -116,7 +127,7 @@ func New(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blob: open %s: %w", dir, err)
 	}
-	s := &Store{dir: abs, maxSize: opts.MaxSize, backend: opts.Backend}
+	s := &Store{dir: abs, maxSize: opts.MaxSize, backend: opts.Backend, flights: map[string]*flight{}}
 	for _, d := range []string{s.dir, s.tmpDir(), filepath.Join(s.dir, "sha256")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("blob: open %s: %w", abs, err)
@@ -182,24 +193,69 @@ const smallBlob = 64 << 10
 // or a cancelled ctx. When Put returns, the blob is durable.
 func (s *Store) Put(ctx context.Context, r io.Reader) (digest string, size int64, err error) {
 	// A small blob is hashed in memory first: one the store holds already
-	// (a hundred runs of one script) costs no file and no fsync.
+	// (a hundred runs of one script) costs no file and no fsync, and one
+	// that another Put in this process is writing (a hundred runs of one
+	// script created at once) is written once, not a hundred times.
 	head, err := io.ReadAll(io.LimitReader(&ctxReader{ctx: ctx, r: r}, smallBlob+1))
 	hn := len(head)
 	switch {
-	case err == nil && hn <= smallBlob:
-		if int64(hn) <= s.maxSize {
-			sum := sha256.Sum256(head)
-			d := "sha256:" + hex.EncodeToString(sum[:])
-			if ok, err := s.Has(ctx, d); err == nil && ok {
-				return d, int64(hn), nil
-			}
+	case err == nil && hn <= smallBlob && int64(hn) <= s.maxSize:
+		sum := sha256.Sum256(head)
+		d := "sha256:" + hex.EncodeToString(sum[:])
+		if ok, err := s.Has(ctx, d); err == nil && ok {
+			return d, int64(hn), nil
 		}
-		r = bytes.NewReader(head)
+		err := s.once(ctx, d, func() error {
+			if ok, err := s.Has(ctx, d); err == nil && ok {
+				return nil // stored since the check above
+			}
+			_, _, err := s.put(ctx, bytes.NewReader(head))
+			return err
+		})
+		if err != nil {
+			return "", 0, err
+		}
+		return d, int64(hn), nil
 	case err != nil:
 		return "", 0, fmt.Errorf("blob: put: %w", err)
-	default:
-		r = io.MultiReader(bytes.NewReader(head), r)
 	}
+	return s.put(ctx, io.MultiReader(bytes.NewReader(head), r))
+}
+
+// once runs write, which stores the blob d, unless another call of once
+// for d is running: then it waits for that one instead, and runs write
+// only if that one failed (its failure may be its own, such as its
+// cancelled ctx).
+func (s *Store) once(ctx context.Context, d string, write func() error) error {
+	for {
+		s.mu.Lock()
+		f, ok := s.flights[d]
+		if !ok {
+			f = &flight{done: make(chan struct{})}
+			s.flights[d] = f
+			s.mu.Unlock()
+			f.err = write()
+			s.mu.Lock()
+			delete(s.flights, d)
+			s.mu.Unlock()
+			close(f.done)
+			return f.err
+		}
+		s.mu.Unlock()
+		select {
+		case <-f.done:
+			if f.err == nil {
+				return nil
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("blob: put %s: %w", d, ctx.Err())
+		}
+	}
+}
+
+// put writes what r yields to a temporary file, hashing and counting it,
+// and stores it under its digest (in the backend, or renamed into place).
+func (s *Store) put(ctx context.Context, r io.Reader) (digest string, size int64, err error) {
 	f, err := os.CreateTemp(s.tmpDir(), "put-*")
 	if err != nil {
 		return "", 0, fmt.Errorf("blob: put: %w", err)

@@ -37,7 +37,7 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 	if err != nil {
 		return store.LedgerEntry{}, fmt.Errorf("sqlite: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if e.RunID != "" {
 			var (
 				tenant string

@@ -48,7 +48,7 @@ func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.Pol
 		return store.PolicyVersion{}, false, fmt.Errorf("sqlite: put policy: %w", err)
 	}
 	created := false
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		latest, err := scanPolicy(tx.QueryRowContext(ctx, `SELECT `+policyColumns+` FROM policies
 			WHERE tenant = ? AND name = ? ORDER BY version DESC LIMIT 1`, v.Tenant, v.Name), true)
 		switch {

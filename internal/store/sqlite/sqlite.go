@@ -89,7 +89,7 @@ type Store struct {
 // writeReq is one write transaction's work waiting for a group commit.
 type writeReq struct {
 	ctx context.Context
-	fn  func(tx *sql.Tx) error
+	fn  func(ctx context.Context, tx *sql.Tx) error
 	// err and done are set by the committing goroutine before it closes
 	// wake; a wake without done makes the waiter the next committer.
 	err  error
@@ -314,7 +314,13 @@ func (s *Store) check(op string) error {
 // writes. Alone, a write is one transaction, as before; with many at once
 // (a hundred runs created together), they share fsyncs instead of waiting
 // for one each.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+//
+// fn's statements run on a ctx that is never cancelled (fn sees ctx's
+// values only): a write is a few short statements in a transaction
+// already begun, and a statement on a cancellable ctx costs the driver a
+// goroutine to watch it (about a tenth of a run's creation). A write
+// whose ctx ends before its turn does not run.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	req := &writeReq{ctx: ctx, fn: fn, wake: make(chan struct{})}
 	s.wmu.Lock()
 	s.queue = append(s.queue, req)
@@ -387,7 +393,7 @@ func (s *Store) commit(batch []*writeReq) {
 			fail(fmt.Errorf("savepoint: %w", err))
 			return
 		}
-		if r.err = r.fn(tx); r.err != nil {
+		if r.err = r.fn(context.WithoutCancel(r.ctx), tx); r.err != nil {
 			if err := sp(s.stmtRollTo); err != nil {
 				_ = tx.Rollback()
 				fail(fmt.Errorf("rollback to savepoint: %w", err))
@@ -405,13 +411,19 @@ func (s *Store) commit(batch []*writeReq) {
 	}
 }
 
-// commitOne runs fn in a transaction of its own.
-func (s *Store) commitOne(ctx context.Context, fn func(tx *sql.Tx) error) error {
+// commitOne runs fn in a transaction of its own, unless ctx ended.
+func (s *Store) commitOne(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Not cancellable either (see write): database/sql would also watch
+	// a cancellable transaction's ctx with a goroutine of its own.
+	ctx = context.WithoutCancel(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(ctx, tx); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -495,7 +507,7 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	if err != nil {
 		return r, fmt.Errorf("sqlite: create run: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error { return s.insertRun(ctx, tx, r) })
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.insertRun(ctx, tx, r) })
 	if err != nil {
 		return r, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
 	}
@@ -545,7 +557,7 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 	if err != nil {
 		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.insertRun(ctx, tx, r); err != nil {
 			return err
 		}
@@ -661,7 +673,7 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 		return store.Run{}, fmt.Errorf("sqlite: run %s: %w", clip(id), err)
 	}
 	var r store.Run
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.setStatus(ctx, tx, id, from, to); err != nil {
 			return err
 		}
@@ -726,7 +738,7 @@ func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from
 		return store.Run{}, nil, fmt.Errorf("sqlite: append: %w", err)
 	}
 	var r store.Run
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		r, err = s.appendIn(ctx, tx, runID, next, from, to, evs)
 		return err
@@ -825,7 +837,7 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 		return store.Lease{}, fmt.Errorf("sqlite: acquire lease: %w", err)
 	}
 	var l store.Lease
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := readLease(ctx, tx, runID)
 		if err != nil {
 			return err
@@ -850,7 +862,7 @@ func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64
 		return store.Lease{}, fmt.Errorf("sqlite: renew lease: %w", err)
 	}
 	var l store.Lease
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := readLease(ctx, tx, runID)
 		if err != nil {
 			return err
@@ -874,7 +886,7 @@ func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int
 	if err := store.ValidateLease(runID, owner, token, 1); err != nil {
 		return fmt.Errorf("sqlite: release lease: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := readLease(ctx, tx, runID); err != nil {
 			return err
 		}
@@ -1005,7 +1017,7 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 	if err != nil {
 		return a, fmt.Errorf("sqlite: put artifact: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		old, err := scanArtifact(tx.QueryRowContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, a.RunID, a.Name))
 		switch {
 		case err == nil:

@@ -42,7 +42,7 @@ func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, er
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("sqlite: create tenant: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO tenants (name, created_ns) VALUES (?, ?) ON CONFLICT DO NOTHING`,
 			tn.Name, tn.CreatedAt.UnixNano())
 		if err != nil {
@@ -127,7 +127,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: create API key: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var one int
 		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, k.Tenant).Scan(&one); {
 		case errors.Is(err, sql.ErrNoRows):
@@ -158,7 +158,12 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	if err := store.ValidateAPIKeyHash(hash); err != nil {
 		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
 	}
-	k, err := scanAPIKey(s.stmtAPIKey.QueryRowContext(ctx, hash))
+	if err := ctx.Err(); err != nil {
+		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
+	}
+	// A point lookup on every request: not worth the driver's goroutine
+	// that would watch a cancellable ctx (see write).
+	k, err := scanAPIKey(s.stmtAPIKey.QueryRowContext(context.WithoutCancel(ctx), hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
@@ -221,7 +226,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 		return fmt.Errorf("sqlite: revoke API key: %w", err)
 	}
 	now := s.now().UTC()
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// COALESCE keeps the first revocation; the row still counts as
 		// changed, so 0 rows means no such key of this tenant.
 		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET revoked_ns = COALESCE(revoked_ns, ?) WHERE id = ? AND tenant = ?`,
@@ -245,7 +250,7 @@ func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error 
 	if err := store.ValidateTouch(id, at); err != nil {
 		return fmt.Errorf("sqlite: touch API key: %w", err)
 	}
-	err := s.write(ctx, func(tx *sql.Tx) error {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ns := at.UnixNano()
 		res, err := tx.ExecContext(ctx, `UPDATE api_keys SET last_used_ns = ?
 			WHERE id = ? AND (last_used_ns IS NULL OR last_used_ns < ?)`, ns, id, ns)
