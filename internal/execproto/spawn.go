@@ -30,7 +30,8 @@ const (
 
 // Spawn asks the spawner to start a process.
 type Spawn struct {
-	// Path is the binary to run; Args its argv. The environment is empty.
+	// Path is the binary to run; Args its argv. The environment is
+	// ExecutorEnv.
 	Path string   `json:"path"`
 	Args []string `json:"args"`
 	// Files gives the child descriptor number of each descriptor passed

@@ -139,7 +139,7 @@ func start(msg []byte, fds []int, null *os.File) (int, int, error) {
 	if cgroupFD >= 0 {
 		sys.UseCgroupFD, sys.CgroupFD = true, cgroupFD
 	}
-	pid, err := syscall.ForkExec(req.Path, req.Args, &syscall.ProcAttr{Dir: "/", Env: []string{}, Files: files, Sys: sys})
+	pid, err := syscall.ForkExec(req.Path, req.Args, &syscall.ProcAttr{Dir: "/", Env: execproto.ExecutorEnv, Files: files, Sys: sys})
 	if err != nil {
 		return 0, -1, fmt.Errorf("start %s: %w", req.Path, err)
 	}

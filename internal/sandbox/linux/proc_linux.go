@@ -43,7 +43,7 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 	}
 	cmd := exec.Command(b.cfg.Executor)
 	cmd.Args = ps.args
-	cmd.Env = []string{}
+	cmd.Env = execproto.ExecutorEnv
 	cmd.Dir = "/"
 	if ps.stdin != nil {
 		cmd.Stdin = ps.stdin
@@ -211,7 +211,7 @@ func (sp *spawner) start(executor string) error {
 	defer child.Close()
 	cmd := exec.Command(executor)
 	cmd.Args = []string{"airlock-exec", "spawn"}
-	cmd.Env = []string{}
+	cmd.Env = execproto.ExecutorEnv
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{child} // fd 3: execproto.ControlFD
 	// It dies with this process, and its children with it.

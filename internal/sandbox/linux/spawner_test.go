@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
@@ -174,5 +176,38 @@ func TestRelativeExecutor(t *testing.T) {
 		if res := attackRun(t, sb, "", "echo ok"); !res.ok() || strings.TrimSpace(res.stdout) != "ok" {
 			t.Errorf("spawner %v: %v", spawner, res)
 		}
+	}
+}
+
+// TestExecutorEnv: the executor (PID 1), started directly or through the
+// spawner, has exactly execproto.ExecutorEnv for its environment, and no
+// command it runs inherits any of it.
+func TestExecutorEnv(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	t.Parallel()
+	for _, spawner := range []bool{false, true} {
+		t.Run(fmt.Sprintf("spawner=%v", spawner), func(t *testing.T) {
+			t.Parallel()
+			sb := sandboxtest.Create(t, newBackend(t, executorPath, spawner), sandbox.Spec{})
+			// From the host: inside, not even root may read PID 1's
+			// environment (the executor is not dumpable).
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", linux.ExecutorPID(sb.(*linux.Sandbox))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), execproto.ExecutorEnv; !slices.Equal(got, want) {
+				t.Errorf("the executor's environment: %q, want %q", got, want)
+			}
+			for _, user := range []string{"", "root"} {
+				res := attackRun(t, sb, user, `env; tr '\0' '\n' < /proc/self/environ`)
+				for _, kv := range execproto.ExecutorEnv {
+					if !res.ok() || strings.Contains(res.stdout, kv) {
+						t.Errorf("user %q: a command sees the executor's %s:\n%v", user, kv, res)
+					}
+				}
+			}
+		})
 	}
 }
