@@ -192,7 +192,7 @@ type proc struct {
 	cfg  processConfig
 	p    sandbox.Process
 	pty  bool
-	in   chan []byte // nil without stdin; unbuffered: SendInput waits for the feeder
+	in   chan stdinWrite // nil without stdin; unbuffered: SendInput waits for the feeder
 	done chan struct{}
 
 	// inClosed is closed by CloseStdin (once, by closeIn).
@@ -335,15 +335,17 @@ func (s *Server) serveProcess(w http.ResponseWriter, r *http.Request, c envdCall
 			if len(data) == 0 {
 				return struct{}{}, nil
 			}
-			err = sendInput(ctx, p, data)
 			// The size, never the bytes: input may be a password typed
 			// into a terminal.
 			rec := Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "process.input", Outcome: "ok", Detail: fmt.Sprintf("pid %d: %d bytes", p.pid, len(data))}
-			if err != nil {
+			// Input that reaches the command is recorded by the feeder
+			// as it takes it, before the command can read it: input can
+			// end the process (exit typed into a shell), and the end
+			// must not land in the log before its cause. Input that
+			// never reached it is recorded here.
+			if err := sendInput(ctx, p, stdinWrite{data: data, taken: func() { s.audit.record(rec) }}); err != nil {
 				rec.Outcome = err.Code
-			}
-			s.audit.record(rec)
-			if err != nil {
+				s.audit.record(rec)
 				return nil, err
 			}
 			return struct{}{}, nil
@@ -411,10 +413,10 @@ func (s *Server) serveProcess(w http.ResponseWriter, r *http.Request, c envdCall
 	}
 }
 
-// sendInput queues data for the process's stdin.
-func sendInput(ctx context.Context, p *proc, data []byte) *rpcError {
+// sendInput hands w to the feeder of the process's stdin.
+func sendInput(ctx context.Context, p *proc, w stdinWrite) *rpcError {
 	select {
-	case p.in <- data:
+	case p.in <- w:
 		return nil
 	case <-p.inClosed:
 		return rpcErrorf(codeFailedPrecond, "process %d: stdin is closed", p.pid)
@@ -494,7 +496,7 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 	var pw *io.PipeWriter
 	if p.pty || req.Stdin == nil || *req.Stdin {
 		pr, pw = io.Pipe()
-		p.in, p.inClosed = make(chan []byte), make(chan struct{})
+		p.in, p.inClosed = make(chan stdinWrite), make(chan struct{})
 		cmd.Stdin = pr
 	}
 	sub := p.subscribe()
@@ -552,14 +554,22 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 	return s.pump(ctx, r, c, p, sub, st)
 }
 
+// stdinWrite is input SendInput hands the feeder; taken runs when the
+// feeder takes it, before the command can read it.
+type stdinWrite struct {
+	data  []byte
+	taken func()
+}
+
 // feedStdin copies what SendInput queues to the command's stdin until
 // CloseStdin or the process's end.
 func feedStdin(p *proc, pw *io.PipeWriter) {
 	defer pw.Close()
 	for {
 		select {
-		case data := <-p.in:
-			if _, err := pw.Write(data); err != nil {
+		case w := <-p.in:
+			w.taken()
+			if _, err := pw.Write(w.data); err != nil {
 				return
 			}
 		case <-p.inClosed:

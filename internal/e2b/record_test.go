@@ -143,6 +143,35 @@ func TestRecord(t *testing.T) {
 	if cat.stdout != strings.Repeat(input+"\n", 3) {
 		t.Fatalf("cat = %+v", cat)
 	}
+	// Input that ends its process: the input is in the log before the
+	// end it caused.
+	wg.Add(1)
+	var head runResult
+	go func() {
+		defer wg.Done()
+		head = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/usr/bin/head", "args": []string{"-n", "1"}}, "stdin": true}, nil))
+	}()
+	pid = 0
+	waitFor(t, "head to run", func() bool {
+		var l struct {
+			Processes []struct {
+				PID int `json:"pid"`
+			} `json:"processes"`
+		}
+		_ = json.Unmarshal(h.unary(s, "process.Process/List", map[string]any{}).body, &l)
+		if len(l.Processes) == 1 {
+			pid = l.Processes[0].PID
+		}
+		return pid != 0
+	})
+	if res := h.unary(s, "process.Process/SendInput", map[string]any{"process": map[string]any{"pid": pid},
+		"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))}}); res.status != 200 {
+		t.Fatalf("SendInput: %s", res)
+	}
+	wg.Wait()
+	if head.stdout != input+"\n" {
+		t.Fatalf("head = %+v", head)
+	}
 	oct := envdHeaders(s)
 	oct["Content-Type"] = "application/octet-stream"
 	if res := h.do("POST", h.envdURL+"/files?path=a.txt", oct, strings.NewReader(contents)); res.status != 200 {
@@ -206,7 +235,7 @@ func TestRecord(t *testing.T) {
 	// batched or not); the control plane's (recorded as their answer
 	// goes out) there too.
 	want := []string{"process.start:ok", "process.end:exit:0", "process.start:ok", "process.input:ok", "process.input:ok", "process.input:ok",
-		"process.close_stdin:ok", "process.end:exit:0", "files.write:ok", "files.read:ok", "files.mkdir:ok", "files.move:ok",
+		"process.close_stdin:ok", "process.end:exit:0", "process.start:ok", "process.input:ok", "process.end:exit:0", "files.write:ok", "files.read:ok", "files.mkdir:ok", "files.move:ok",
 		"files.stat:ok", "files.remove:ok", "files.stat:not_found"}
 	if !isSubsequence(want, ops) {
 		t.Errorf("ops = %v\nwant in this order %v", ops, want)
