@@ -239,19 +239,7 @@ func TestPTY(t *testing.T) {
 		r = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"--norc", "-i"}},
 			"pty": map[string]any{"size": map[string]any{"cols": 80, "rows": 24}}}, nil))
 	}()
-	var pid int
-	waitFor(t, "the terminal", func() bool {
-		var l struct {
-			Processes []struct {
-				PID int `json:"pid"`
-			} `json:"processes"`
-		}
-		_ = json.Unmarshal(h.unary(s, "process.Process/List", map[string]any{}).body, &l)
-		if len(l.Processes) == 1 {
-			pid = l.Processes[0].PID
-		}
-		return pid != 0
-	})
+	pid := h.onlyProcess(s, "the terminal")
 	if res := h.unary(s, "process.Process/Update", map[string]any{"process": map[string]any{"pid": pid}, "pty": map[string]any{"size": map[string]any{"cols": 123, "rows": 45}}}); res.status != 200 {
 		t.Fatalf("resize: %s", res)
 	}

@@ -480,6 +480,26 @@ func (h *harness) streamStarted(s sbx, method string, msg any) func() []frame {
 
 // waitFor polls cond until it holds; it bounds a wait for something the
 // server does on its own (a process ending), not a speed.
+// onlyProcess waits until s runs exactly one process, what, and returns
+// its pid.
+func (h *harness) onlyProcess(s sbx, what string) int {
+	h.t.Helper()
+	var pid int
+	waitFor(h.t, what, func() bool {
+		var l struct {
+			Processes []struct {
+				PID int `json:"pid"`
+			} `json:"processes"`
+		}
+		_ = json.Unmarshal(h.unary(s, "process.Process/List", map[string]any{}).body, &l)
+		if len(l.Processes) == 1 {
+			pid = l.Processes[0].PID
+		}
+		return pid != 0
+	})
+	return pid
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)

@@ -117,19 +117,7 @@ func TestRecord(t *testing.T) {
 		defer wg.Done()
 		cat = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/cat"}, "stdin": true}, nil))
 	}()
-	var pid int
-	waitFor(t, "cat to run", func() bool {
-		var l struct {
-			Processes []struct {
-				PID int `json:"pid"`
-			} `json:"processes"`
-		}
-		_ = json.Unmarshal(h.unary(s, "process.Process/List", map[string]any{}).body, &l)
-		if len(l.Processes) == 1 {
-			pid = l.Processes[0].PID
-		}
-		return pid != 0
-	})
+	pid := h.onlyProcess(s, "cat to run")
 	for range 3 {
 		if res := h.unary(s, "process.Process/SendInput", map[string]any{"process": map[string]any{"pid": pid},
 			"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))}}); res.status != 200 {
@@ -151,19 +139,7 @@ func TestRecord(t *testing.T) {
 		defer wg.Done()
 		head = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/usr/bin/head", "args": []string{"-n", "1"}}, "stdin": true}, nil))
 	}()
-	pid = 0
-	waitFor(t, "head to run", func() bool {
-		var l struct {
-			Processes []struct {
-				PID int `json:"pid"`
-			} `json:"processes"`
-		}
-		_ = json.Unmarshal(h.unary(s, "process.Process/List", map[string]any{}).body, &l)
-		if len(l.Processes) == 1 {
-			pid = l.Processes[0].PID
-		}
-		return pid != 0
-	})
+	pid = h.onlyProcess(s, "head to run")
 	if res := h.unary(s, "process.Process/SendInput", map[string]any{"process": map[string]any{"pid": pid},
 		"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))}}); res.status != 200 {
 		t.Fatalf("SendInput: %s", res)
