@@ -3,6 +3,8 @@
 # API at once and driven to completion (real sandboxes), then SUBS SSE
 # subscribers on one run; prints run-creation and event-delivery latencies.
 # Root (real sandboxes). Usage: bench/serve.sh [RUNS] [SUBS]  (default 100 1000)
+# While the RUNS runs execute, 100 more are created one at a time, each timed
+# (the API's latency under the load of the runs in flight; -probes N).
 # WORKERS=0 SERVELOAD_FLAGS=-create-only measures the API's own creation cost:
 # the runs are only created, with no worker starting sandboxes beside it.
 set -euo pipefail

@@ -49,6 +49,8 @@ func main() {
 	metricsKey := flag.String("metrics-key", "", "an admin API key: also report the server's own delivery time (airlock_api_event_delivery_seconds: committed event in the feed to its write on a stream) over the subscriber phase")
 	keepAlive := flag.Bool("keep-alive", false, "open one kept-alive connection per run before creating them (a client that reuses connections), so creation is not also a TCP connect")
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
+	probes := flag.Int("probes", 100, "while the runs created at once execute, create this many more one at a time, each timed: the API's creation latency under the load of the runs in flight")
+	probeEvery := flag.Duration("probe-every", 20*time.Millisecond, "the interval between two probes (a slower create delays the next)")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -103,9 +105,14 @@ func main() {
 		wg.Wait()
 		return lat, ids
 	}
-	await := func(ids []string) {
+	// watch waits for each run in the background, counting those still
+	// in flight; wg.Wait waits for them all.
+	var inFlight atomic.Int64
+	watch := func(ids []string) {
+		inFlight.Add(int64(len(ids)))
 		for _, id := range ids {
 			wg.Go(func() {
+				defer inFlight.Add(-1)
 				end, err := c.Follow(ctx, id, 0, func(event.Event) error { return nil })
 				if err != nil {
 					fail(err)
@@ -115,6 +122,9 @@ func main() {
 				}
 			})
 		}
+	}
+	await := func(ids []string) {
+		watch(ids)
 		wg.Wait()
 	}
 	if *warmup > 0 {
@@ -131,9 +141,38 @@ func main() {
 		fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
 		return
 	}
-	await(ids)
+	watch(ids)
+	// Probes: runs created one at a time while those execute, the
+	// latency an API client sees while the server drives them.
+	var probeLat []time.Duration
+	var probeIDs []string
+	var loads []int
+	tick := time.NewTicker(*probeEvery)
+	for range *probes {
+		loads = append(loads, int(inFlight.Load()))
+		t := time.Now()
+		r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: "probe", Script: quick})
+		probeLat = append(probeLat, time.Since(t))
+		if err != nil {
+			fail(err)
+		}
+		probeIDs = append(probeIDs, r.ID)
+		<-tick.C
+	}
+	tick.Stop()
+	watch(probeIDs)
+	wg.Wait()
 	fmt.Printf("runs created at once:   %d in %v; all completed after %v\n", *runs, created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
+	if len(probeLat) > 0 {
+		slices.Sort(loads)
+		fmt.Printf("  one at a time while they ran (%d, one every %v; runs in flight %d-%d, median %d): p50 %v  p99 %v  max %v\n",
+			len(probeLat), *probeEvery, loads[0], loads[len(loads)-1], loads[len(loads)/2], pct(probeLat, 50), pct(probeLat, 99), pct(probeLat, 100))
+	}
+
+	if *subs == 0 {
+		return
+	}
 
 	// Phase 2: subscribers on one run.
 	// The first step waits for the subscribers to connect; only events
