@@ -339,15 +339,22 @@ func (s *Server) serveProcess(w http.ResponseWriter, r *http.Request, c envdCall
 			// into a terminal.
 			rec := Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "process.input", Outcome: "ok", Detail: fmt.Sprintf("pid %d: %d bytes", p.pid, len(data))}
 			// Input that reaches the command is recorded by the feeder
-			// as it takes it, before the command can read it: input can
-			// end the process (exit typed into a shell), and the end
-			// must not land in the log before its cause. Input that
-			// never reached it is recorded here.
-			if err := sendInput(ctx, p, stdinWrite{data: data, taken: func() { s.audit.record(rec) }}); err != nil {
+			// as it takes it, before the command can read it (input can
+			// end the process, exit typed into a shell, and the end must
+			// not land in the log before its cause), and before this
+			// call answers (the caller's next call must not land before
+			// it either). Input that never reached it is recorded here.
+			recorded := make(chan struct{})
+			taken := func() {
+				s.audit.record(rec)
+				close(recorded)
+			}
+			if err := sendInput(ctx, p, stdinWrite{data: data, taken: taken}); err != nil {
 				rec.Outcome = err.Code
 				s.audit.record(rec)
 				return nil, err
 			}
+			<-recorded // the feeder runs taken as soon as it has the input
 			return struct{}{}, nil
 		})
 	case "CloseStdin":
