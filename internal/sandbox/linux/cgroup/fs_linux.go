@@ -26,10 +26,25 @@ func writeFile(p, data string) error {
 }
 
 // preadAll reads a cgroup file from its start through an open descriptor:
-// reading at offset 0 makes the kernel generate the contents afresh. The
-// kernel hands a file shorter than the buffer over in one read, so a short
-// read ends it without a second call.
-func preadAll(fd int) ([]byte, error) {
+// reading at offset 0 makes the kernel generate the contents afresh. Only
+// for the few-line files Group.Counters keeps open: the kernel hands such a
+// file over in one read when it is shorter than the buffer, so a short read
+// ends it without a second call.
+func preadAll(fd int) ([]byte, error) { return readAt(fd, true) }
+
+// readFile returns the content of the control file at p.
+func readFile(p string) ([]byte, error) {
+	fd, err := retryEINTR(func() (int, error) { return unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	return readAt(fd, false)
+}
+
+// readAt reads fd from offset 0 to its end: until a read returns nothing,
+// or, when shortEnds, until one does not fill the buffer.
+func readAt(fd int, shortEnds bool) ([]byte, error) {
 	buf := make([]byte, 0, 512)
 	for {
 		if len(buf) == cap(buf) {
@@ -39,31 +54,8 @@ func preadAll(fd int) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if n == 0 || len(buf)+n < cap(buf) {
+		if n == 0 || shortEnds && len(buf)+n < cap(buf) {
 			return buf[:len(buf)+n], nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
-
-// readFile returns the content of the control file at p.
-func readFile(p string) ([]byte, error) {
-	fd, err := retryEINTR(func() (int, error) { return unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0) })
-	if err != nil {
-		return nil, err
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 0, 512)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := retryEINTR(func() (int, error) { return unix.Read(fd, buf[len(buf):cap(buf)]) })
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return buf, nil
 		}
 		buf = buf[:len(buf)+n]
 	}
