@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
