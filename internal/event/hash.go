@@ -142,6 +142,15 @@ func Seal(runID string, prevSeq int64, prev Hash, e *Event) {
 	e.Hash = e.ComputeHash()
 }
 
+// SealChain seals evs in order as the events after prev, the event at
+// prevSeq of run runID (see Seal): each links to the one before it.
+func SealChain(runID string, prevSeq int64, prev Hash, evs []Event) {
+	for i := range evs {
+		Seal(runID, prevSeq+int64(i), prev, &evs[i])
+		prev = evs[i].Hash
+	}
+}
+
 // Sentinel causes carried by VerifyError; match them with errors.Is.
 var (
 	// ErrGap: an event is missing (the next seq is higher than expected).

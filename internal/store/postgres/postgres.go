@@ -247,22 +247,17 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	if err != nil {
 		return r, fmt.Errorf("postgres: create run: %w", err)
 	}
-	err = s.write(ctx, func(tx pgx.Tx) error { return s.insertRun(ctx, tx, r) })
+	err = s.write(ctx, func(tx pgx.Tx) error { return s.insertRun(ctx, tx, r, nil) })
 	if err != nil {
 		return r, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
 	}
 	return r, nil
 }
 
-// insertRun stores new run r (prepared) in tx.
-func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run) error {
-	var one int
-	switch err := tx.QueryRow(ctx, `SELECT 1 FROM runs WHERE id = $1`, r.ID).Scan(&one); {
-	case err == nil:
-		return store.ErrExists
-	case !errors.Is(err, pgx.ErrNoRows):
-		return err
-	}
+// insertRun stores new run r (prepared) in tx, its log ending at the last
+// of first, events sealed as its first (none: an empty log); ErrExists
+// when its id is taken.
+func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run, first []event.Event) error {
 	var parent, pseq any // NULL unless a fork
 	var kind any         // NULL for an agent run
 	if r.Kind != "" {
@@ -282,13 +277,16 @@ func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run) error {
 		}
 		parent, pseq = r.ParentRunID, r.ParentSeq
 	}
-	// ON CONFLICT: another process may create the same id between
-	// the check above and here.
+	var lastSeq int64
+	var lastHash []byte // NULL: no event yet
+	if n := len(first); n > 0 {
+		lastSeq, lastHash = first[n-1].Seq, first[n-1].Hash[:]
+	}
 	tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, 0, NULL, NULL, 0, NULL, $12)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13, NULL, 0, NULL, $14)
 		ON CONFLICT (id) DO NOTHING`,
 		r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
-		r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq, kind)
+		r.Created.UnixNano(), r.Updated.UnixNano(), parent, pseq, lastSeq, lastHash, kind)
 	if err == nil && tag.RowsAffected() == 0 {
 		return store.ErrExists
 	}
@@ -311,11 +309,19 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 	if err != nil {
 		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
 	}
+	// A new log: its first events are sealed here, and the run row holds
+	// its tail from the start (appendIn would read and update it).
+	event.SealChain(r.ID, 0, event.Hash{}, evs)
 	err = s.write(ctx, func(tx pgx.Tx) error {
-		if err := s.insertRun(ctx, tx, r); err != nil {
+		// A new run has lease token 0: as appendIn, refuse a writer
+		// fenced by another.
+		if err := store.CheckFence(ctx, r.ID, 0); err != nil {
 			return err
 		}
-		if _, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs); err != nil {
+		if err := s.insertRun(ctx, tx, r, evs); err != nil {
+			return err
+		}
+		if err := s.insertEvents(ctx, tx, evs); err != nil {
 			return err
 		}
 		md := store.MetadataOf(evs)
@@ -554,11 +560,7 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 	if err := copyHash(&prev, lastHash); err != nil {
 		return store.Run{}, fmt.Errorf("last_hash: %w", err)
 	}
-	for i := range evs {
-		e := &evs[i]
-		event.Seal(runID, lastSeq+int64(i), prev, e)
-		prev = e.Hash
-	}
+	event.SealChain(runID, lastSeq, prev, evs)
 	// The events and the new tail go in one round trip: a pipeline of
 	// INSERTs (one for most batches) and the UPDATE.
 	b := &pgx.Batch{}
@@ -593,6 +595,24 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 		return store.Run{}, fmt.Errorf("update tail and status: %w", err)
 	}
 	return r, br.Close()
+}
+
+// insertEvents inserts evs, sealed, in one round trip.
+func (s *Store) insertEvents(ctx context.Context, tx pgx.Tx, evs []event.Event) error {
+	b := &pgx.Batch{}
+	for rest := evs; len(rest) > 0; {
+		n := insertChunk(rest, s.insertBytes)
+		queueInsert(b, rest[:n])
+		rest = rest[n:]
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("insert seq %d to %d: %w", evs[0].Seq, evs[len(evs)-1].Seq, err)
+		}
+	}
+	return br.Close()
 }
 
 // readLease locks run runID's row inside tx, as Append does, and reads its

@@ -71,7 +71,7 @@ type Store struct {
 	stmtSetTail *sql.Stmt
 	// The statements of a new run and of a group commit's savepoints,
 	// prepared once: parsing them is most of what they cost.
-	stmtRunExists, stmtInsertRun           *sql.Stmt
+	stmtInsertRun                          *sql.Stmt
 	stmtSavepoint, stmtRelease, stmtRollTo *sql.Stmt
 	// stmtInsert[i] inserts insertChunks[i] events in one statement.
 	stmtInsert [len(insertChunks)]*sql.Stmt
@@ -173,8 +173,8 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		{&s.stmtInsert[1], insertSQL(insertChunks[1])},
 		{&s.stmtInsert[2], insertSQL(insertChunks[2])},
 		{&s.stmtInsert[3], insertSQL(insertChunks[3])},
-		{&s.stmtRunExists, `SELECT 1 FROM runs WHERE id = ?`},
-		{&s.stmtInsertRun, `INSERT INTO runs (` + runColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, 0, NULL, NULL, 0, NULL, ?)`},
+		{&s.stmtInsertRun, `INSERT INTO runs (` + runColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL, 0, NULL, ?)
+			ON CONFLICT (id) DO NOTHING`},
 		{&s.stmtSavepoint, `SAVEPOINT w`},
 		{&s.stmtRelease, `RELEASE w`},
 		{&s.stmtRollTo, `ROLLBACK TO w`},
@@ -280,7 +280,7 @@ func (s *Store) Close() error {
 func (s *Store) closeDBs() error {
 	var errs []error
 	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey,
-		s.stmtRunExists, s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo}, s.stmtInsert[:]...) {
+		s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo}, s.stmtInsert[:]...) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -507,22 +507,17 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	if err != nil {
 		return r, fmt.Errorf("sqlite: create run: %w", err)
 	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.insertRun(ctx, tx, r) })
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error { return s.insertRun(ctx, tx, r, nil) })
 	if err != nil {
 		return r, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
 	}
 	return r, nil
 }
 
-// insertRun stores new run r (prepared) in tx.
-func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run) error {
-	var one int
-	switch err := tx.StmtContext(ctx, s.stmtRunExists).QueryRowContext(ctx, r.ID).Scan(&one); {
-	case err == nil:
-		return store.ErrExists
-	case !errors.Is(err, sql.ErrNoRows):
-		return err
-	}
+// insertRun stores new run r (prepared) in tx, its log ending at the last
+// of first, events sealed as its first (none: an empty log); ErrExists
+// when its id is taken.
+func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run, first []event.Event) error {
 	if r.ParentRunID != "" {
 		var last int64
 		err := tx.QueryRowContext(ctx, `SELECT last_seq FROM runs WHERE id = ?`, r.ParentRunID).Scan(&last)
@@ -535,10 +530,18 @@ func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run) error {
 			return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
 		}
 	}
-	_, err := tx.StmtContext(ctx, s.stmtInsertRun).ExecContext(ctx, r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
+	var lastSeq int64
+	var lastHash []byte // NULL: no event yet
+	if n := len(first); n > 0 {
+		lastSeq, lastHash = first[n-1].Seq, first[n-1].Hash[:]
+	}
+	res, err := tx.StmtContext(ctx, s.stmtInsertRun).ExecContext(ctx, r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
 		r.Created.UnixNano(), r.Updated.UnixNano(),
-		nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""), nullString(r.Kind))
-	return err
+		nullString(r.ParentRunID), nullInt(r.ParentSeq, r.ParentRunID != ""), lastSeq, lastHash, nullString(r.Kind))
+	if err != nil {
+		return err
+	}
+	return oneRow(res, store.ErrExists)
 }
 
 // CreateRunWith implements store.Store.
@@ -557,11 +560,19 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 	if err != nil {
 		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
 	}
+	// A new log: its first events are sealed here, and the run row holds
+	// its tail from the start (appendIn would read and update it).
+	event.SealChain(r.ID, 0, event.Hash{}, evs)
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := s.insertRun(ctx, tx, r); err != nil {
+		// A new run has lease token 0: as appendIn, refuse a writer
+		// fenced by another.
+		if err := store.CheckFence(ctx, r.ID, 0); err != nil {
 			return err
 		}
-		if _, err := s.appendIn(ctx, tx, r.ID, 1, "", "", evs); err != nil {
+		if err := s.insertRun(ctx, tx, r, evs); err != nil {
+			return err
+		}
+		if err := s.insertEvents(ctx, tx, evs); err != nil {
 			return err
 		}
 		md := store.MetadataOf(evs)
@@ -777,11 +788,7 @@ func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int
 	if err := copyHash(&prev, lastHash); err != nil {
 		return store.Run{}, fmt.Errorf("last_hash: %w", err)
 	}
-	for i := range evs {
-		e := &evs[i]
-		event.Seal(runID, lastSeq+int64(i), prev, e)
-		prev = e.Hash
-	}
+	event.SealChain(runID, lastSeq, prev, evs)
 	if err := s.insertEvents(ctx, tx, evs); err != nil {
 		return store.Run{}, err
 	}

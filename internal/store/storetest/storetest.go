@@ -290,6 +290,15 @@ func testCreateRunWith(t *testing.T, f Factory) {
 			t.Errorf("%s: GetRun() after a refused create = %v, want ErrNotFound", tc.name, err)
 		}
 	}
+	// A writer fenced by a lease (a run's driver) creates no run: a new
+	// run has no lease, so no fencing token is its current one.
+	fenced := store.WithFence(ctx, 7)
+	if _, _, err := s.CreateRunWith(fenced, store.Run{ID: runID(5), Tenant: "acme", Status: event.StatusQueued}, []event.Event{created}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Errorf("CreateRunWith(fenced ctx) = %v, want ErrLeaseLost", err)
+	}
+	if _, err := s.GetRun(ctx, runID(5)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetRun() after a fenced create = %v, want ErrNotFound", err)
+	}
 	if _, _, err := s.CreateRunWith(ctx, store.Run{ID: r.ID, Tenant: "acme", Status: event.StatusQueued}, []event.Event{created}); !errors.Is(err, store.ErrExists) {
 		t.Errorf("CreateRunWith(taken id) = %v, want ErrExists", err)
 	}
