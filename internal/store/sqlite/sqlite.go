@@ -910,7 +910,9 @@ func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int
 // insertEvents writes sealed events with as few statements as the
 // prepared chunk sizes allow.
 func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, evs []event.Event) error {
-	args := make([]any, 0, 7*insertChunks[0])
+	// Room for the largest chunk evs needs, not the largest there is
+	// (a run's creation inserts two events, not a hundred).
+	args := make([]any, 0, 7*min(len(evs), insertChunks[0]))
 	for len(evs) > 0 {
 		c := len(insertChunks) - 1
 		for i, n := range insertChunks {
