@@ -1,6 +1,8 @@
 package server_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,6 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,19 +20,27 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
-// BenchmarkCreateRun: runs created through the API, as many at once as
-// -cpu times GOMAXPROCS clients (b.RunParallel), over kept-alive loopback
-// connections, on a real SQLite store and blob directory; no worker takes
-// them up. The cost per op is the server's and its client's (one process):
-// authentication, the script's check, the durable write (group commits),
-// the JSON both ways, and the request log (JSON, discarded).
-func BenchmarkCreateRun(b *testing.B) {
+// benchServer is the API as airlock serve runs it, on a real SQLite store
+// and blob directory, with no sandbox backend and its request log (JSON)
+// discarded, served over loopback; key is an API key of tenant alpha with
+// scopes.
+type benchServer struct {
+	url   string
+	key   string
+	store *sqlite.Store
+	eng   *engine.Engine
+	feed  *server.Feed
+}
+
+func newBenchServer(b *testing.B, cfg server.Config, scopes ...string) *benchServer {
+	b.Helper()
 	dir := b.TempDir()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
@@ -46,8 +58,9 @@ func BenchmarkCreateRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	keys := auth.NewKeys(st, nil)
+	cfg.Rate, cfg.Burst = 1e6, 1e6
 	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed,
-		Config: server.Config{Rate: 1e6, Burst: 1e6}, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		Config: cfg, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -58,24 +71,194 @@ func BenchmarkCreateRun(b *testing.B) {
 	if _, err := st.CreateTenant(ctx, "alpha"); err != nil {
 		b.Fatal(err)
 	}
-	key, _, err := keys.Create(ctx, "alpha", "bench", []string{auth.ScopeRunsWrite}, auth.FormatAirlock)
+	key, _, err := keys.Create(ctx, "alpha", "bench", scopes, auth.FormatAirlock)
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := client.New(ts.URL, key, client.Options{Timeout: time.Minute, Insecure: true,
+	return &benchServer{url: ts.URL, key: key, store: st, eng: eng, feed: feed}
+}
+
+func (s *benchServer) client(b *testing.B) *client.Client {
+	c, err := client.New(s.url, s.key, client.Options{Timeout: time.Minute, Insecure: true,
 		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	const script = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"echo hello > out.txt\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	return c
+}
+
+const benchScript = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"echo hello > out.txt\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+
+// BenchmarkCreateRun: runs created through the API, as many at once as
+// -cpu times GOMAXPROCS clients (b.RunParallel), over kept-alive loopback
+// connections; no worker takes them up. The cost per op is the server's
+// and its client's (one process): authentication, the script's check, the
+// durable write (group commits), the JSON both ways, the request log.
+func BenchmarkCreateRun(b *testing.B) {
+	s := newBenchServer(b, server.Config{}, auth.ScopeRunsWrite)
+	c := s.client(b)
+	ctx := context.Background()
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := c.CreateRun(ctx, api.CreateRunRequest{Task: fmt.Sprintf("bench %d", n.Add(1)), Script: script}); err != nil {
+			if _, err := c.CreateRun(ctx, api.CreateRunRequest{Task: fmt.Sprintf("bench %d", n.Add(1)), Script: benchScript}); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
+}
+
+// BenchmarkStreamFanout: one event appended to a run and published, as the
+// engine does, to the event streams of 1,000 subscribers of the run, each
+// reading over its own loopback connection; an op ends when every
+// subscriber has read the event. ns/delivery is the op's time over the
+// subscribers: what one subscriber costs the machine, server and reader.
+func BenchmarkStreamFanout(b *testing.B) {
+	const subs = 1000
+	s := newBenchServer(b, server.Config{MaxStreams: subs}, auth.ScopeRunsWrite, auth.ScopeRunsRead)
+	ctx := context.Background()
+	r, err := s.eng.Create(ctx, engine.Request{Tenant: "alpha", Task: "streamed", Config: engine.Config{Model: "script:"}, Script: []byte(benchScript)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The payload of a typical event (a tool call's: a few hundred bytes).
+	draft, err := event.New(event.RunStarted{Host: strings.Repeat("h", 300)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got atomic.Int64
+	var want atomic.Int64
+	all := make(chan struct{}, 1)
+	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}
+	var wg sync.WaitGroup
+	var joined sync.WaitGroup
+	streams, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	for range subs {
+		joined.Add(1)
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(streams, "GET", s.url+"/v1/runs/"+r.ID+"/events/stream", nil)
+			req.Header.Set("Authorization", "Bearer "+s.key)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				b.Error(err)
+				joined.Done()
+				return
+			}
+			defer resp.Body.Close()
+			joined.Done()
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if bytes.HasPrefix(line, []byte("event: run.started")) && got.Add(1) == want.Load() {
+					all <- struct{}{}
+				}
+			}
+		})
+	}
+	joined.Wait()
+	time.Sleep(200 * time.Millisecond) // every stream past its first read
+	next := r.LastSeq + 1
+	b.ResetTimer()
+	for i := range b.N {
+		want.Store(int64(subs) * int64(i+1))
+		evs, err := s.store.Append(ctx, r.ID, next, []event.Event{draft})
+		if err != nil {
+			b.Fatal(err)
+		}
+		next++
+		s.feed.Publish(evs)
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			b.Fatalf("op %d: %d of %d deliveries", i, got.Load(), want.Load())
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*subs), "ns/delivery")
+}
+
+// BenchmarkStreamFanoutFloor is BenchmarkStreamFanout's floor on this
+// machine: the same 1,000 readers and the same frame, served by a bare
+// net/http handler per subscriber that writes and flushes what a channel
+// hands it (no store, no feed, no authentication). The ratio of the two is
+// what airlock's stream adds to what the HTTP server and the kernel cost.
+func BenchmarkStreamFanoutFloor(b *testing.B) {
+	const subs = 1000
+	frame := fmt.Appendf(nil, "id: 1\nevent: run.started\ndata: {\"host\":%q}\n\n", strings.Repeat("h", 300))
+	var mu sync.Mutex
+	var wakes []chan struct{}
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wake := make(chan struct{}, 1)
+		mu.Lock()
+		wakes = append(wakes, wake)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-wake:
+				w.Write(frame)
+				w.(http.Flusher).Flush()
+			}
+		}
+	}))
+	defer ts.Close()
+	var got, want atomic.Int64
+	all := make(chan struct{}, 1)
+	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}
+	var wg, joined sync.WaitGroup
+	streams, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); wg.Wait() }()
+	for range subs {
+		joined.Add(1)
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(streams, "GET", ts.URL, nil)
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				b.Error(err)
+				joined.Done()
+				return
+			}
+			defer resp.Body.Close()
+			joined.Done()
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if bytes.HasPrefix(line, []byte("event: run.started")) && got.Add(1) == want.Load() {
+					all <- struct{}{}
+				}
+			}
+		})
+	}
+	joined.Wait()
+	time.Sleep(200 * time.Millisecond)
+	b.ResetTimer()
+	for i := range b.N {
+		want.Store(int64(subs) * int64(i+1))
+		mu.Lock()
+		for _, w := range wakes {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(time.Minute):
+			b.Fatalf("op %d: %d of %d deliveries", i, got.Load(), want.Load())
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*subs), "ns/delivery")
 }
