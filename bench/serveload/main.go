@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -51,6 +52,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write the load generator's CPU profile to this file")
 	probes := flag.Int("probes", 100, "while the runs created at once execute, create this many more one at a time, each timed: the API's creation latency under the load of the runs in flight")
 	probeEvery := flag.Duration("probe-every", 20*time.Millisecond, "the interval between two probes (a slower create delays the next)")
+	eventsOut := flag.String("events-out", "", "write the streamed run's event log to this file (JSON lines), for bench/ssefloor to replay")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -133,47 +135,50 @@ func main() {
 			await(ids)
 		}
 	}
-	start := time.Now()
-	lat, ids := create(*runs)
-	created := time.Since(start)
-	if *createOnly {
-		fmt.Printf("runs created at once:   %d in %v, no workers\n", *runs, created.Round(time.Millisecond))
-		fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
-		return
-	}
-	var burst sync.WaitGroup
-	watch(ids, &burst)
-	// Probes: runs created one at a time while those execute, the
-	// latency an API client sees while the server drives them. Their
-	// own runs are not in the completion time.
-	var probeLat []time.Duration
-	var probeIDs []string
-	var loads []int
-	tick := time.NewTicker(*probeEvery)
-	for range *probes {
-		loads = append(loads, int(inFlight.Load()))
-		t := time.Now()
-		r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: "probe", Script: quick})
-		probeLat = append(probeLat, time.Since(t))
-		if err != nil {
-			fail(err)
+	// -runs 0 goes straight to the subscribers (bench/ssefloor has
+	// nothing else).
+	if *runs > 0 {
+		start := time.Now()
+		lat, ids := create(*runs)
+		created := time.Since(start)
+		if *createOnly {
+			fmt.Printf("runs created at once:   %d in %v, no workers\n", *runs, created.Round(time.Millisecond))
+			fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
+			return
 		}
-		probeIDs = append(probeIDs, r.ID)
-		<-tick.C
+		var burst sync.WaitGroup
+		watch(ids, &burst)
+		// Probes: runs created one at a time while those execute, the
+		// latency an API client sees while the server drives them. Their
+		// own runs are not in the completion time.
+		var probeLat []time.Duration
+		var probeIDs []string
+		var loads []int
+		tick := time.NewTicker(*probeEvery)
+		for range *probes {
+			loads = append(loads, int(inFlight.Load()))
+			t := time.Now()
+			r, err := c.CreateRun(ctx, api.CreateRunRequest{Task: "probe", Script: quick})
+			probeLat = append(probeLat, time.Since(t))
+			if err != nil {
+				fail(err)
+			}
+			probeIDs = append(probeIDs, r.ID)
+			<-tick.C
+		}
+		tick.Stop()
+		watch(probeIDs, &wg)
+		burst.Wait()
+		completed := time.Since(start)
+		wg.Wait()
+		fmt.Printf("runs created at once:   %d in %v; all completed after %v\n", *runs, created.Round(time.Millisecond), completed.Round(time.Millisecond))
+		fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
+		if len(probeLat) > 0 {
+			slices.Sort(loads)
+			fmt.Printf("  one at a time while they ran (%d, one every %v; runs in flight %d-%d, median %d): p50 %v  p99 %v  max %v\n",
+				len(probeLat), *probeEvery, loads[0], loads[len(loads)-1], loads[len(loads)/2], pct(probeLat, 50), pct(probeLat, 99), pct(probeLat, 100))
+		}
 	}
-	tick.Stop()
-	watch(probeIDs, &wg)
-	burst.Wait()
-	completed := time.Since(start)
-	wg.Wait()
-	fmt.Printf("runs created at once:   %d in %v; all completed after %v\n", *runs, created.Round(time.Millisecond), completed.Round(time.Millisecond))
-	fmt.Printf("run creation latency:   p50 %v  p99 %v  max %v\n", pct(lat, 50), pct(lat, 99), pct(lat, 100))
-	if len(probeLat) > 0 {
-		slices.Sort(loads)
-		fmt.Printf("  one at a time while they ran (%d, one every %v; runs in flight %d-%d, median %d): p50 %v  p99 %v  max %v\n",
-			len(probeLat), *probeEvery, loads[0], loads[len(loads)-1], loads[len(loads)/2], pct(probeLat, 50), pct(probeLat, 99), pct(probeLat, 100))
-	}
-
 	if *subs == 0 {
 		return
 	}
@@ -233,6 +238,11 @@ func main() {
 		})
 	}
 	wg.Wait()
+	if *eventsOut != "" {
+		if err := writeLog(ctx, c, r.ID, *eventsOut); err != nil {
+			fail(err)
+		}
+	}
 	fmt.Printf("SSE subscribers:        %d on one run, %d deliveries after all had joined\n", *subs, len(delivery))
 	fmt.Printf("event delivery latency: p50 %v  p99 %v  max %v\n", pct(delivery, 50), pct(delivery, 99), pct(delivery, 100))
 	fmt.Printf("  from %v after the last joined (%d deliveries): p50 %v  p99 %v  max %v  within 20ms %.1f%%\n", settle, len(steady),
@@ -252,6 +262,33 @@ func main() {
 		fmt.Printf("  from %v after the last joined (%.0f writes): p50 %s  p99 %s  within 20ms %.1f%%\n", settle, st[math.Inf(1)],
 			bucketQuantile(st, 0.50), bucketQuantile(st, 0.99), 100*st[0.02]/max(st[math.Inf(1)], 1))
 	}
+}
+
+// writeLog writes run id's event log to path, an event a line.
+func writeLog(ctx context.Context, c *client.Client, id, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for after := int64(0); ; {
+		page, err := c.Events(ctx, id, after, 0)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		for _, ev := range page.Events {
+			if err := enc.Encode(ev); err != nil {
+				f.Close()
+				return err
+			}
+		}
+		after = page.NextAfter
+		if !page.More {
+			break
+		}
+	}
+	return f.Close()
 }
 
 // within returns the percentage of d at most limit.
