@@ -128,56 +128,18 @@ func BenchmarkStreamFanout(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var got atomic.Int64
-	var want atomic.Int64
-	all := make(chan struct{}, 1)
-	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}
-	var wg sync.WaitGroup
-	var joined sync.WaitGroup
-	streams, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	for range subs {
-		joined.Add(1)
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(streams, "GET", s.url+"/v1/runs/"+r.ID+"/events/stream", nil)
-			req.Header.Set("Authorization", "Bearer "+s.key)
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				b.Error(err)
-				joined.Done()
-				return
-			}
-			defer resp.Body.Close()
-			joined.Done()
-			br := bufio.NewReader(resp.Body)
-			for {
-				line, err := br.ReadSlice('\n')
-				if err != nil {
-					return
-				}
-				if bytes.HasPrefix(line, []byte("event: run.started")) && got.Add(1) == want.Load() {
-					all <- struct{}{}
-				}
-			}
-		})
-	}
-	joined.Wait()
-	time.Sleep(200 * time.Millisecond) // every stream past its first read
+	readers := startReaders(b, subs, s.url+"/v1/runs/"+r.ID+"/events/stream", s.key)
 	next := r.LastSeq + 1
 	b.ResetTimer()
 	for i := range b.N {
-		want.Store(int64(subs) * int64(i+1))
+		readers.expect(int64(subs) * int64(i+1))
 		evs, err := s.store.Append(ctx, r.ID, next, []event.Event{draft})
 		if err != nil {
 			b.Fatal(err)
 		}
 		next++
 		s.feed.Publish(evs)
-		select {
-		case <-all:
-		case <-time.After(time.Minute):
-			b.Fatalf("op %d: %d of %d deliveries", i, got.Load(), want.Load())
-		}
+		readers.wait(b)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*subs), "ns/delivery")
 }
@@ -210,42 +172,11 @@ func BenchmarkStreamFanoutFloor(b *testing.B) {
 			}
 		}
 	}))
-	defer ts.Close()
-	var got, want atomic.Int64
-	all := make(chan struct{}, 1)
-	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}
-	var wg, joined sync.WaitGroup
-	streams, cancel := context.WithCancel(context.Background())
-	defer func() { cancel(); wg.Wait() }()
-	for range subs {
-		joined.Add(1)
-		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(streams, "GET", ts.URL, nil)
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				b.Error(err)
-				joined.Done()
-				return
-			}
-			defer resp.Body.Close()
-			joined.Done()
-			br := bufio.NewReader(resp.Body)
-			for {
-				line, err := br.ReadSlice('\n')
-				if err != nil {
-					return
-				}
-				if bytes.HasPrefix(line, []byte("event: run.started")) && got.Add(1) == want.Load() {
-					all <- struct{}{}
-				}
-			}
-		})
-	}
-	joined.Wait()
-	time.Sleep(200 * time.Millisecond)
+	b.Cleanup(ts.Close) // after the readers' cleanup, which ends their requests
+	readers := startReaders(b, subs, ts.URL, "")
 	b.ResetTimer()
 	for i := range b.N {
-		want.Store(int64(subs) * int64(i+1))
+		readers.expect(int64(subs) * int64(i+1))
 		mu.Lock()
 		for _, w := range wakes {
 			select {
@@ -254,11 +185,68 @@ func BenchmarkStreamFanoutFloor(b *testing.B) {
 			}
 		}
 		mu.Unlock()
-		select {
-		case <-all:
-		case <-time.After(time.Minute):
-			b.Fatalf("op %d: %d of %d deliveries", i, got.Load(), want.Load())
-		}
+		readers.wait(b)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*subs), "ns/delivery")
+}
+
+// readers are the subscribers of the fan-out benchmarks: n event streams
+// read over loopback connections of their own, counting the run.started
+// events they read.
+type readers struct {
+	got, want atomic.Int64
+	all       chan struct{}
+}
+
+// startReaders opens n streams of url (with API key key, if any) and
+// returns once all are open and past their first read; b's cleanup closes
+// them.
+func startReaders(b *testing.B, n int, url, key string) *readers {
+	rs := &readers{all: make(chan struct{}, 1)}
+	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableCompression: true}
+	var wg, joined sync.WaitGroup
+	streams, cancel := context.WithCancel(context.Background())
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	for range n {
+		joined.Add(1)
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(streams, "GET", url, nil)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			resp, err := tr.RoundTrip(req)
+			joined.Done()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadSlice('\n')
+				if err != nil {
+					return
+				}
+				if bytes.HasPrefix(line, []byte("event: run.started")) && rs.got.Add(1) == rs.want.Load() {
+					rs.all <- struct{}{}
+				}
+			}
+		})
+	}
+	joined.Wait()
+	time.Sleep(200 * time.Millisecond) // every stream past its first read
+	return rs
+}
+
+// expect sets how many events the readers will have read in all once the
+// next op is delivered.
+func (rs *readers) expect(total int64) { rs.want.Store(total) }
+
+// wait waits until they have.
+func (rs *readers) wait(b *testing.B) {
+	select {
+	case <-rs.all:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d deliveries", rs.got.Load(), rs.want.Load())
+	}
 }
