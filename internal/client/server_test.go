@@ -5,9 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,73 +12,19 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/client"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/secret"
-	"github.com/airlockrun/airlock/internal/server"
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/airlockrun/airlock/internal/store/sqlite"
+	"github.com/airlockrun/airlock/internal/server/servertest"
 )
-
-// noSandboxes refuses to make sandboxes: these tests drive no run.
-type noSandboxes struct{}
-
-func (noSandboxes) Create(context.Context, sandbox.Spec) (sandbox.Sandbox, error) {
-	return nil, errors.New("this test makes no sandboxes")
-}
 
 // apiServer is the real API on a SQLite store in a temporary directory,
 // served over loopback, with tenants alpha and beta; keys makes their API
 // keys.
 func apiServer(t *testing.T) (url string, key func(tenant string, scopes ...string) string) {
 	t.Helper()
-	dir := t.TempDir()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: noSandboxes{}, LockDir: filepath.Join(dir, "locks"), OnEvents: feed.Publish})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := auth.NewKeys(st, nil)
-	secrets, err := secret.Open(filepath.Join(dir, "secrets"), secret.KeyFile(filepath.Join(dir, "secrets", "key")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed, Secrets: secrets,
-		Config: server.Config{Rate: 1e6, Burst: 1e6}, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(nil)
-	ts.Config = srv.HTTPServer()
-	ts.Start()
-	t.Cleanup(func() {
-		srv.CloseStreams()
-		ts.Close()
-	})
-	for _, tenant := range []string{"alpha", "beta"} {
-		if _, err := st.CreateTenant(ctx, tenant); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ts.URL, func(tenant string, scopes ...string) string {
+	s := servertest.Start(t, servertest.Options{Secrets: true, Tenants: []string{"alpha", "beta"}})
+	return s.URL, func(tenant string, scopes ...string) string {
 		t.Helper()
-		k, _, err := keys.Create(ctx, tenant, "test", scopes, auth.FormatAirlock)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
+		return s.Key(t, tenant, scopes...)
 	}
 }
 

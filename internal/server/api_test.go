@@ -21,6 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
+	"github.com/airlockrun/airlock/internal/server/servertest"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -561,7 +562,7 @@ func TestStreams(t *testing.T) {
 
 	// Another engine on the store, as another process: no feed wakes
 	// the stream, the poll finds its event.
-	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: noSandboxes{}})
+	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: servertest.NoSandboxes{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +628,7 @@ func TestStreamEndsBetweenReads(t *testing.T) {
 		wrapStore: func(st store.Store) store.Store { es.Store = st; return es }})
 	key := h.key("alpha", "runs:read", "runs:write")
 	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
-	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: noSandboxes{}})
+	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: servertest.NoSandboxes{}})
 	if err != nil {
 		t.Fatal(err)
 	}

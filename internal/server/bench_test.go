@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,64 +21,21 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/airlockrun/airlock/internal/store/sqlite"
+	"github.com/airlockrun/airlock/internal/server/servertest"
 )
 
-// benchServer is the API as airlock serve runs it, on a real SQLite store
-// and blob directory, with no sandbox backend and its request log (JSON)
-// discarded, served over loopback; key is an API key of tenant alpha with
-// scopes.
-type benchServer struct {
-	url   string
-	key   string
-	store *sqlite.Store
-	eng   *engine.Engine
-	feed  *server.Feed
-}
-
-func newBenchServer(b *testing.B, cfg server.Config, scopes ...string) *benchServer {
+// newBenchServer starts the API as airlock serve runs it, with its request
+// log (JSON) discarded, and returns it with an API key of tenant alpha
+// with scopes.
+func newBenchServer(b *testing.B, cfg server.Config, scopes ...string) (*servertest.Server, string) {
 	b.Helper()
-	dir := b.TempDir()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: noSandboxes{}, LockDir: filepath.Join(dir, "locks"), OnEvents: feed.Publish})
-	if err != nil {
-		b.Fatal(err)
-	}
-	keys := auth.NewKeys(st, nil)
-	cfg.Rate, cfg.Burst = 1e6, 1e6
-	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed,
-		Config: cfg, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewUnstartedServer(nil)
-	ts.Config = srv.HTTPServer()
-	ts.Start()
-	b.Cleanup(func() { srv.CloseStreams(); ts.Close() })
-	if _, err := st.CreateTenant(ctx, "alpha"); err != nil {
-		b.Fatal(err)
-	}
-	key, _, err := keys.Create(ctx, "alpha", "bench", scopes, auth.FormatAirlock)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &benchServer{url: ts.URL, key: key, store: st, eng: eng, feed: feed}
+	s := servertest.Start(b, servertest.Options{Config: cfg, Tenants: []string{"alpha"}, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	return s, s.Key(b, "alpha", scopes...)
 }
 
-func (s *benchServer) client(b *testing.B) *client.Client {
-	c, err := client.New(s.url, s.key, client.Options{Timeout: time.Minute, Insecure: true,
+// benchClient is a client of url with key that keeps its connections.
+func benchClient(b *testing.B, url, key string) *client.Client {
+	c, err := client.New(url, key, client.Options{Timeout: time.Minute, Insecure: true,
 		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}})
 	if err != nil {
 		b.Fatal(err)
@@ -95,8 +51,8 @@ const benchScript = "turns:\n  - tool_calls:\n      - name: run_command\n       
 // and its client's (one process): authentication, the script's check, the
 // durable write (group commits), the JSON both ways, the request log.
 func BenchmarkCreateRun(b *testing.B) {
-	s := newBenchServer(b, server.Config{}, auth.ScopeRunsWrite)
-	c := s.client(b)
+	s, key := newBenchServer(b, server.Config{}, auth.ScopeRunsWrite)
+	c := benchClient(b, s.URL, key)
 	ctx := context.Background()
 	var n atomic.Int64
 	b.ReportAllocs()
@@ -117,9 +73,9 @@ func BenchmarkCreateRun(b *testing.B) {
 // subscribers: what one subscriber costs the machine, server and reader.
 func BenchmarkStreamFanout(b *testing.B) {
 	const subs = 1000
-	s := newBenchServer(b, server.Config{MaxStreams: subs}, auth.ScopeRunsWrite, auth.ScopeRunsRead)
+	s, key := newBenchServer(b, server.Config{MaxStreams: subs}, auth.ScopeRunsWrite, auth.ScopeRunsRead)
 	ctx := context.Background()
-	r, err := s.eng.Create(ctx, engine.Request{Tenant: "alpha", Task: "streamed", Config: engine.Config{Model: "script:"}, Script: []byte(benchScript)})
+	r, err := s.Engine.Create(ctx, engine.Request{Tenant: "alpha", Task: "streamed", Config: engine.Config{Model: "script:"}, Script: []byte(benchScript)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,17 +84,17 @@ func BenchmarkStreamFanout(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	readers := startReaders(b, subs, s.url+"/v1/runs/"+r.ID+"/events/stream", s.key)
+	readers := startReaders(b, subs, s.URL+"/v1/runs/"+r.ID+"/events/stream", key)
 	next := r.LastSeq + 1
 	b.ResetTimer()
 	for i := range b.N {
 		readers.expect(int64(subs) * int64(i+1))
-		evs, err := s.store.Append(ctx, r.ID, next, []event.Event{draft})
+		evs, err := s.Store.Append(ctx, r.ID, next, []event.Event{draft})
 		if err != nil {
 			b.Fatal(err)
 		}
 		next++
-		s.feed.Publish(evs)
+		s.Feed.Publish(evs)
 		readers.wait(b)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*subs), "ns/delivery")

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,6 +27,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
+	"github.com/airlockrun/airlock/internal/server/servertest"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
@@ -99,14 +99,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// noSandboxes refuses to make sandboxes: the engine of tests that drive
-// no run (there is no unconfined backend, not even for tests).
-type noSandboxes struct{}
-
-func (noSandboxes) Create(context.Context, sandbox.Spec) (sandbox.Sandbox, error) {
-	return nil, errors.New("this test makes no sandboxes")
-}
-
 // decideByPolicy is the engine's policy hook, as the host's: the run's
 // policy document decides each tool call.
 func decideByPolicy(_ context.Context, q engine.PolicyQuery) event.PolicyDecision {
@@ -135,7 +127,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var backend sandbox.Backend = noSandboxes{}
+	var backend sandbox.Backend = servertest.NoSandboxes{}
 	if o.drive {
 		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
 		if err != nil {
