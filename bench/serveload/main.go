@@ -64,7 +64,9 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	opts := client.Options{Timeout: 5 * time.Minute}
+	// Without -keep-alive, every request dials (the client would keep a
+	// few connections).
+	opts := client.Options{Timeout: 5 * time.Minute, HTTPClient: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
 	if *keepAlive {
 		tr := &http.Transport{MaxIdleConns: *runs, MaxIdleConnsPerHost: *runs, IdleConnTimeout: time.Minute}
 		opts.HTTPClient = &http.Client{Transport: tr}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -221,6 +222,39 @@ func TestRateLimitRetry(t *testing.T) {
 	_, err = c.Upload(context.Background(), strings.NewReader(`{"task":"t"}`))
 	if !client.IsCode(err, api.CodeRateLimited) || n.Load() != 1 {
 		t.Fatalf("Upload = %v after %d attempts, want rate_limited after 1", err, n.Load())
+	}
+}
+
+// TestKeepsConnections: a client used by several goroutines at once keeps
+// their connections for the next requests instead of dialling again.
+func TestKeepsConnections(t *testing.T) {
+	var dials atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(20 * time.Millisecond) // the requests of a round overlap
+		fmt.Fprint(w, `{"runs":[]}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := newClient(t, srv.URL, client.Options{})
+	const n = 8
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				if _, err := c.ListRuns(context.Background(), client.ListRunsOptions{}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if d := dials.Load(); d > n {
+			t.Fatalf("after round %d of %d requests at once: %d connections dialled, want at most %d", round+1, n, d, n)
+		}
 	}
 }
 
