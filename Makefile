@@ -67,7 +67,7 @@ bench-egress: ## Egress proxy beside direct and tinyproxy: latency, throughput, 
 bench-workers: ## Runs completed per minute by 1, 2 and 3 workers sharing one store (root)
 	./bench/workers.sh
 
-bench-serve: ## airlock serve under load: 100 runs created at once, 1,000 SSE subscribers (root)
+bench-serve: ## airlock serve under load: 100 runs created at once, 1,000 SSE subscribers, and the delivery floor (root)
 	./bench/serve.sh
 
 bench-e2b: ## E2B SDK: Sandbox.create() to first command output over 100 sandboxes (root, node)
