@@ -514,9 +514,9 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 	return r, nil
 }
 
-// insertRun stores new run r (prepared) in tx, its log ending at the last
-// of first, events sealed as its first (none: an empty log); ErrExists
-// when its id is taken.
+// insertRun stores new run r (prepared) in tx, its log's tail the last of
+// first, its first events, sealed (none: an empty log); ErrExists when its
+// id is taken. The events themselves are the caller's to insert.
 func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run, first []event.Event) error {
 	if r.ParentRunID != "" {
 		var last int64
