@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/secret"
+	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/server/servertest"
 )
 
@@ -21,7 +24,13 @@ import (
 // keys.
 func apiServer(t *testing.T) (url string, key func(tenant string, scopes ...string) string) {
 	t.Helper()
-	s := servertest.Start(t, servertest.Options{Secrets: true, Tenants: []string{"alpha", "beta"}})
+	dir := t.TempDir()
+	secrets, err := secret.Open(dir, secret.KeyFile(filepath.Join(dir, "key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := servertest.Start(t, servertest.Options{Tenants: []string{"alpha", "beta"},
+		Configure: func(o *server.Options) { o.Secrets = secrets }})
 	return s.URL, func(tenant string, scopes ...string) string {
 		t.Helper()
 		return s.Key(t, tenant, scopes...)

@@ -15,7 +15,6 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -35,8 +34,10 @@ func (NoSandboxes) Create(context.Context, sandbox.Spec) (sandbox.Sandbox, error
 type Options struct {
 	// Config is the server's; rate limits are lifted when it sets none.
 	Config server.Config
-	// Secrets serves a secret store too.
-	Secrets bool
+	// Configure, when set, adjusts the server's options before it
+	// starts: a secret store, say (this package holds no secret, STYLE
+	// §1).
+	Configure func(*server.Options)
 	// Logger is the server's log (default: discarded).
 	Logger *slog.Logger
 	// Tenants are created before Start returns.
@@ -79,10 +80,8 @@ func Start(tb testing.TB, o Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Secrets {
-		if opts.Secrets, err = secret.Open(filepath.Join(dir, "secrets"), secret.KeyFile(filepath.Join(dir, "secrets", "key"))); err != nil {
-			tb.Fatal(err)
-		}
+	if o.Configure != nil {
+		o.Configure(&opts)
 	}
 	srv, err := server.New(opts)
 	if err != nil {
