@@ -242,7 +242,7 @@ func TestKeepsConnections(t *testing.T) {
 	defer srv.Close()
 	c := newClient(t, srv.URL, client.Options{})
 	const n = 8
-	for round := range 3 {
+	for range 3 {
 		var wg sync.WaitGroup
 		for range n {
 			wg.Go(func() {
@@ -252,9 +252,12 @@ func TestKeepsConnections(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if d := dials.Load(); d > n {
-			t.Fatalf("after round %d of %d requests at once: %d connections dialled, want at most %d", round+1, n, d, n)
-		}
+	}
+	// n for the first round; the slack is for a connection the transport
+	// puts back in its pool only after its request returned. With
+	// net/http's 2 per host, each later round would dial n-2 more.
+	if d := dials.Load(); d > n+n/2 {
+		t.Fatalf("3 rounds of %d requests at once dialled %d connections, want at most %d", n, d, n+n/2)
 	}
 }
 
