@@ -478,8 +478,6 @@ func (h *harness) streamStarted(s sbx, method string, msg any) func() []frame {
 	}
 }
 
-// waitFor polls cond until it holds; it bounds a wait for something the
-// server does on its own (a process ending), not a speed.
 // onlyProcess waits until s runs exactly one process, what, and returns
 // its pid.
 func (h *harness) onlyProcess(s sbx, what string) int {
@@ -500,6 +498,8 @@ func (h *harness) onlyProcess(s sbx, what string) int {
 	return pid
 }
 
+// waitFor polls cond until it holds; it bounds a wait for something the
+// server does on its own (a process ending), not a speed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
