@@ -309,15 +309,15 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 	if err != nil {
 		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
 	}
+	// A new run has lease token 0: as appendIn, refuse a writer fenced
+	// by another, here before the write, as the token needs no reading.
+	if err := store.CheckFence(ctx, r.ID, 0); err != nil {
+		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
+	}
 	// A new log: its first events are sealed here, and the run row holds
 	// its tail from the start (appendIn would read and update it).
 	event.SealChain(r.ID, 0, event.Hash{}, evs)
 	err = s.write(ctx, func(tx pgx.Tx) error {
-		// A new run has lease token 0: as appendIn, refuse a writer
-		// fenced by another.
-		if err := store.CheckFence(ctx, r.ID, 0); err != nil {
-			return err
-		}
 		if err := s.insertRun(ctx, tx, r, evs); err != nil {
 			return err
 		}
