@@ -30,6 +30,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/server"
 )
 
 func main() {
@@ -43,7 +44,7 @@ func main() {
 	f := &floor{batches: batches, wake: map[chan struct{}]struct{}{},
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_api_event_delivery_seconds",
 			Help:    "Time from an event's publication to its write on an event stream open at the time (as airlock serve's).",
-			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}})}
+			Buckets: server.DeliveryBuckets})}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(f.delivery)
 	mux := http.NewServeMux()

@@ -25,6 +25,10 @@ type metrics struct {
 	delivery prometheus.Histogram
 }
 
+// DeliveryBuckets are the bounds of airlock_api_event_delivery_seconds, in
+// seconds; bench/ssefloor measures its floor with the same.
+var DeliveryBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}
+
 // newMetrics registers the API's metrics on reg (a registry of their own
 // when nil).
 func newMetrics(reg *prometheus.Registry) (metrics, error) {
@@ -45,7 +49,7 @@ func newMetrics(reg *prometheus.Registry) (metrics, error) {
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_api_event_delivery_seconds",
 			Help: "Time from a committed event reaching this process's feed (from the engine as it commits, or from the poller) " +
 				"to its write on an event stream open at the time. Events a stream catches up on are not counted.",
-			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5}}),
+			Buckets: DeliveryBuckets}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors.v, m.created, m.streams, m.streamed, m.delivery} {
 		if err := reg.Register(c); err != nil {
