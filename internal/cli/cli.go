@@ -7,6 +7,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -68,7 +71,8 @@ func (e *Env) getenv(k string) string {
 }
 
 type cli struct {
-	Store string `name:"store" env:"AIRLOCK_STORE" help:"Run store: sqlite (default, $AIRLOCK_HOME/airlock.db), sqlite:PATH, or postgres://USER@HOST/DB." placeholder:"URL"`
+	Store       string           `name:"store" env:"AIRLOCK_STORE" help:"Run store: sqlite (default, $AIRLOCK_HOME/airlock.db), sqlite:PATH, or postgres://USER@HOST/DB." placeholder:"URL"`
+	VersionFlag kong.VersionFlag `name:"version" help:"Print the version (as airlock version does)."`
 
 	Sandbox struct {
 		Run       RunCmd             `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
@@ -93,6 +97,7 @@ type cli struct {
 	Policy    PolicyCmd    `cmd:"" help:"Check a policy document, explain what it decides for a tool call, and keep named policies with every version (put, history, show, ls)."`
 	Doctor    DoctorCmd    `cmd:"" help:"Show which isolation layers this machine enforces."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`
+	Help      HelpCmd      `cmd:"" help:"Print a command's help: airlock help CMD [SUBCMD]."`
 }
 
 // VersionCmd is `airlock version`.
@@ -100,54 +105,104 @@ type VersionCmd struct{}
 
 // Run prints the version.
 func (VersionCmd) Run(env *Env) error {
-	fmt.Fprintf(env.Stdout, "airlock %s\n", Version)
+	fmt.Fprintln(env.Stdout, versionLine())
 	return nil
 }
 
-// Main runs the command line and returns the exit status.
-func Main(env *Env, args []string) int {
-	var c cli
-	parser, err := kong.New(&c,
+// HelpCmd is `airlock help [CMD [SUBCMD...]]`.
+type HelpCmd struct {
+	Command []string `arg:"" optional:"" help:"The command, and its subcommands." placeholder:"CMD"`
+}
+
+// Run prints the help of the command c names: what CMD... --help prints.
+// It parses CMD... --help with a command line of its own and runs nothing
+// that parse returns.
+func (c *HelpCmd) Run(env *Env) error {
+	for _, w := range c.Command {
+		if strings.HasPrefix(w, "-") {
+			return usageError{Err: fmt.Errorf("airlock help takes command names, not %s: airlock help CMD [SUBCMD]", w)}
+		}
+	}
+	l, err := newCommandLine(env)
+	if err != nil {
+		return err
+	}
+	if _, status := l.parse(append(slices.Clone(c.Command), "--help")); status != 0 {
+		return exitCode(status) // parse said why
+	}
+	return nil
+}
+
+// commandLine is the parser of the whole command line and the struct it
+// fills.
+type commandLine struct {
+	parser *kong.Kong
+	cli    cli
+	stderr io.Writer
+	// exit is the status kong asked to exit with once it printed help or
+	// the version; -1 until it asks. kong asks in the middle of a parse
+	// and would go on parsing (and Main on running the command) if the
+	// exit hook returned alone: parse stops at it instead.
+	exit int
+}
+
+func newCommandLine(env *Env) (*commandLine, error) {
+	l := &commandLine{stderr: env.Stderr, exit: -1}
+	parser, err := kong.New(&l.cli,
 		kong.Name("airlock"),
 		kong.Description("airlock runs AI agents' commands in disposable sandboxes; the host keeps the keys."),
 		kong.Writers(env.Stdout, env.Stderr),
-		kong.Exit(func(int) {}),
-		kong.UsageOnError(),
+		kong.Exit(func(code int) {
+			if l.exit < 0 {
+				l.exit = code
+			}
+		}),
+		kong.Vars{"version": versionLine()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
+	if err != nil {
+		return nil, err
+	}
+	l.parser = parser
+	return l, nil
+}
+
+// parse reads args. It returns the command to run, or nil and the exit
+// status when there is none: help or the version was asked for anywhere
+// in args and printed (0, whatever else args hold), or args are bad (2,
+// said on stderr).
+func (l *commandLine) parse(args []string) (*kong.Context, int) {
+	l.exit = -1
+	kctx, err := l.parser.Parse(args)
+	switch {
+	case l.exit >= 0:
+		return nil, l.exit
+	case err != nil:
+		fmt.Fprintf(l.stderr, "airlock: %v\n", err)
+		return nil, 2
+	}
+	return kctx, 0
+}
+
+func versionLine() string { return "airlock " + Version }
+
+// Main runs the command line and returns the exit status.
+func Main(env *Env, args []string) int {
+	l, err := newCommandLine(env)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
 		return 125
 	}
 	if len(args) == 0 {
-		_, _ = parser.Parse([]string{"--help"})
+		l.parse([]string{"--help"})
 		return 2
 	}
-	kctx, err := parser.Parse(args)
-	if err != nil {
-		if isHelp(args) {
-			return 0
-		}
-		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)
-		return 2
-	}
+	kctx, status := l.parse(args)
 	if kctx == nil {
-		return 0
+		return status
 	}
 	if env.Store == "" {
-		env.Store = c.Store
+		env.Store = l.cli.Store
 	}
 	return sandboxcli.Status(env.Stderr, kctx.Run(env, &env.Env))
-}
-
-func isHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		if a == "-h" || a == "--help" {
-			return true
-		}
-	}
-	return false
 }
