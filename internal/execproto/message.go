@@ -360,6 +360,19 @@ const (
 	OutcomeLost        = "sandbox_lost"
 )
 
+// Why an exec's command did not start (Result.NotStarted). The result is
+// then OutcomeExited with the shell's exit code for the reason, so that a
+// command that exits 127 or 126 itself can be told from one that never ran.
+const (
+	// CommandNotFound: no file at the command's path, or none on $PATH
+	// (exit code 127).
+	CommandNotFound = "not_found"
+	// CommandNotExecutable: the command was found but could not be
+	// executed (permission denied, not an executable format, no process
+	// to spare...); Errno says why (exit code 126).
+	CommandNotExecutable = "not_executable"
+)
+
 // Result ends a stream.
 type Result struct {
 	// Outcome is one of the Outcome constants for exec; empty for file
@@ -372,6 +385,9 @@ type Result struct {
 	// (ENOENT, EACCES...), so the host can map it back.
 	Error string `json:"error,omitempty"`
 	Errno string `json:"errno,omitempty"`
+	// NotStarted is set when an exec's command did not start: one of
+	// CommandNotFound and CommandNotExecutable.
+	NotStarted string `json:"not_started,omitempty"`
 	// Usage of an exec.
 	WallMS   int64 `json:"wall_ms,omitempty"`
 	UserMS   int64 `json:"user_ms,omitempty"`

@@ -182,7 +182,7 @@ func (s *stream) exec() execproto.Result {
 	argv0, err := lookPath(req.Argv[0], env)
 	if err != nil {
 		r := errResult(err)
-		r.Outcome, r.ExitCode = execproto.OutcomeExited, 127
+		r.Outcome, r.ExitCode, r.NotStarted = execproto.OutcomeExited, 127, execproto.CommandNotFound
 		return r
 	}
 
@@ -263,9 +263,9 @@ func (s *stream) exec() execproto.Result {
 		s.e.abortStart()
 		closeAll(append(parents, outR, errR))
 		r := errResult(fmt.Errorf("start %s: %w", req.Argv[0], err))
-		r.Outcome, r.ExitCode = execproto.OutcomeExited, 126
+		r.Outcome, r.ExitCode, r.NotStarted = execproto.OutcomeExited, 126, execproto.CommandNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
-			r.ExitCode = 127
+			r.ExitCode, r.NotStarted = 127, execproto.CommandNotFound
 		}
 		return r
 	}

@@ -44,6 +44,13 @@ const (
 	OutcomeLost        Outcome = execproto.OutcomeLost
 )
 
+// Why a command did not start (Result.NotStarted). Its result is then
+// OutcomeExited with the shell's code: 127 not found, 126 not executable.
+const (
+	CommandNotFound      = execproto.CommandNotFound
+	CommandNotExecutable = execproto.CommandNotExecutable
+)
+
 // Workspace modes.
 const (
 	WorkspaceCOW = execproto.WorkspaceCOW // overlay over the host directory: the host copy never changes
@@ -224,7 +231,12 @@ type Result struct {
 	Outcome  Outcome `json:"outcome"`
 	ExitCode int     `json:"exit_code"`
 	Signal   int     `json:"signal,omitempty"`
-	// Message explains an outcome that airlock caused, in one line.
+	// NotStarted says why the command did not start (CommandNotFound,
+	// CommandNotExecutable); empty when it started, whatever its exit
+	// code.
+	NotStarted string `json:"not_started,omitempty"`
+	// Message explains, in one line, an outcome that airlock caused or
+	// why the command did not start.
 	Message string `json:"message,omitempty"`
 	Usage   Usage  `json:"usage"`
 	// Fingerprint of Command.Fingerprint's tree after the command, when

@@ -106,7 +106,9 @@ func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) e
 
 // finish reports a result and turns it into the process exit status.
 func finish(env *Env, res sandbox.Result, asJSON bool) error {
-	if res.Message != "" && res.Outcome != sandbox.OutcomeExited && res.Outcome != sandbox.OutcomeSignaled {
+	// A command's own exit status, 127 included, goes without a word.
+	airlocks := res.NotStarted != "" || res.Outcome != sandbox.OutcomeExited && res.Outcome != sandbox.OutcomeSignaled
+	if res.Message != "" && airlocks {
 		fmt.Fprintf(env.Stderr, "airlock: %s\n", res.Message)
 	}
 	if asJSON {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -298,7 +299,7 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 	}
 	p.mu.Unlock()
 	res := sandbox.Result{
-		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal, Fingerprint: r.Fingerprint,
+		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal, Fingerprint: r.Fingerprint, NotStarted: r.NotStarted,
 		Usage: sandbox.Usage{
 			Wall:   time.Duration(r.WallMS) * time.Millisecond,
 			CPU:    time.Duration(r.UserMS+r.SystemMS) * time.Millisecond,
@@ -338,6 +339,9 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 		p.drainPids()
 	}
 	res.Message = p.s.explain(res)
+	if res.Message == "" && res.NotStarted != "" {
+		res.Message = notStarted(p.argv0, res.NotStarted, r.Errno)
+	}
 	return res, nil
 }
 
@@ -385,6 +389,25 @@ func (s *Sandbox) explain(r sandbox.Result) string {
 		return "sandbox lost"
 	}
 	return ""
+}
+
+// notStarted says why command argv0 did not start, from the executor's
+// reason and errno name; it quotes nothing else the executor sent.
+func notStarted(argv0, reason, errno string) string {
+	switch {
+	case reason == sandbox.CommandNotFound && strings.Contains(argv0, "/"):
+		return argv0 + ": no such file in the sandbox"
+	case reason == sandbox.CommandNotFound:
+		return argv0 + ": command not found in the sandbox"
+	case errno == "EACCES" || errno == "EPERM":
+		return argv0 + ": permission denied in the sandbox"
+	}
+	for e := unix.Errno(1); e < 256; e++ {
+		if errno != "" && unix.ErrnoName(e) == errno {
+			return argv0 + ": cannot execute in the sandbox: " + e.Error()
+		}
+	}
+	return argv0 + ": cannot execute in the sandbox"
 }
 
 // ReadFile reads a file inside the sandbox.

@@ -315,10 +315,34 @@ func (s *suite) testExec(t *testing.T) {
 		t.Parallel()
 		_, _, r := run(t, sb, "airlock-no-such-command")
 		wantExit(t, "airlock-no-such-command", r, 127, "")
+		if r.NotStarted != sandbox.CommandNotFound || !strings.Contains(r.Message, "airlock-no-such-command: command not found") {
+			t.Errorf("airlock-no-such-command: NotStarted %q, Message %q; want %q and a message naming it", r.NotStarted, r.Message, sandbox.CommandNotFound)
+		}
+		// A command that exits 127 itself started: no reason, no message.
 		_, _, r = sh(t, sb, "airlock-no-such-command")
 		wantExit(t, "sh -c airlock-no-such-command", r, 127, "")
 		if got := r.ExitStatus(); got != 127 {
 			t.Errorf("command not found: ExitStatus() = %d, want 127", got)
+		}
+		if r.NotStarted != "" || r.Message != "" {
+			t.Errorf("sh -c airlock-no-such-command: NotStarted %q, Message %q; want neither (sh started)", r.NotStarted, r.Message)
+		}
+	})
+
+	t.Run("CommandNotExecutable", func(t *testing.T) {
+		t.Parallel()
+		_, errOut, r := sh(t, sb, "printf '#!/bin/sh\\ntrue\\n' > /tmp/not-executable && chmod 644 /tmp/not-executable")
+		wantExit(t, "write /tmp/not-executable", r, 0, errOut)
+		for _, path := range []string{"/tmp/not-executable", "/tmp"} {
+			_, _, r = run(t, sb, path)
+			wantExit(t, path, r, 126, "")
+			if r.NotStarted != sandbox.CommandNotExecutable || r.Message != path+": permission denied in the sandbox" {
+				t.Errorf("%s: NotStarted %q, Message %q; want %q, permission denied", path, r.NotStarted, r.Message, sandbox.CommandNotExecutable)
+			}
+		}
+		_, _, r = sh(t, sb, "exit 126")
+		if r.ExitStatus() != 126 || r.NotStarted != "" || r.Message != "" {
+			t.Errorf("sh -c 'exit 126': result %+v, want exit 126 with no reason and no message", r)
 		}
 	})
 
