@@ -121,6 +121,39 @@ func TestFrontEnd(t *testing.T) {
 		})
 	}
 
+	// Help, asked for any way, goes to the whole command line and runs
+	// nothing (internal/cli's TestHelpRunsNothing asks every command):
+	// what the front end would run itself prints only help here.
+	t.Run("help runs nothing", func(t *testing.T) {
+		fresh := t.TempDir()
+		henv := []string{"AIRLOCK_HOME=" + fresh}
+		for _, args := range [][]string{
+			{"sandbox", "run", "-h", "--", "true"},
+			{"sandbox", "run", "--memory", "1G", "--help", "--", "true"},
+			{"sandbox", "exec", "-h", "sb-0123456789ab", "--", "true"},
+			{"sandbox", "rm", "sb-0123456789ab", "--help"},
+			{"sandbox", "gc", "--forget", "-h"},
+			{"sandbox", "ls", "--help"},
+			{"help", "sandbox", "run"},
+			{"sandbox", "create", "--help"},
+		} {
+			got, want := run(t, airlock, henv, args...), run(t, host, henv, args...)
+			if got != want {
+				t.Errorf("airlock %q = %+v\nairlock-host gives %+v", args, got, want)
+			}
+			if got.code != 0 || !strings.HasPrefix(got.stdout, "Usage: airlock sandbox") || got.stderr != "" {
+				t.Errorf("airlock %q = %+v, want help and exit 0", args, got)
+			}
+		}
+		if ents, err := os.ReadDir(fresh); err != nil || len(ents) > 0 {
+			t.Errorf("asking for help left %v (%v) in AIRLOCK_HOME, want nothing", ents, err)
+		}
+		flag, cmd := run(t, airlock, henv, "--version"), run(t, airlock, henv, "version")
+		if flag != cmd || cmd.code != 0 || !strings.HasPrefix(cmd.stdout, "airlock ") {
+			t.Errorf("airlock --version = %+v, airlock version = %+v; want the same version line, exit 0", flag, cmd)
+		}
+	})
+
 	t.Run("sandbox run", func(t *testing.T) {
 		if !canRun {
 			t.Skip("sandboxes cannot run here (not root, or a required layer is missing)")
@@ -176,4 +209,96 @@ func TestFrontEnd(t *testing.T) {
 			t.Errorf("version without airlock-host = %+v, want exit 125 naming airlock-host", r)
 		}
 	})
+}
+
+// TestExitStatus drives every row of the README's table of exit statuses,
+// for airlock sandbox run and airlock run where the row applies, through
+// both binaries: airlock (whose front end runs the plain sandbox commands
+// itself) and airlock-host. Each case runs in a fresh home; a refusal (2)
+// must leave no run recorded.
+func TestExitStatus(t *testing.T) {
+	dir := bins(t)
+	canRun := os.Geteuid() == 0
+	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
+		if c.Required && !c.OK {
+			canRun = false
+		}
+	}
+	files := t.TempDir()
+	script := filepath.Join(files, "done.yaml")
+	if err := os.WriteFile(script, []byte("turns:\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(files, "missing")
+	tests := []struct {
+		row     string // the README's row
+		args    []string
+		env     []string
+		sandbox bool // needs a sandbox to run
+		code    int
+		stdout  string // a line stdout must hold
+		stderr  string // what stderr must hold; "" for nothing
+	}{
+		{"0 success", []string{"sandbox", "run", "--", "true"}, nil, true, 0, "", ""},
+		{"0 success", []string{"run", "--script", script, "--verify", "true", "the task"}, nil, true, 0, ": completed\n", ""},
+		{"0 success, not verified", []string{"run", "--script", script, "the task"}, nil, false, 0,
+			": completed (not verified: no checks configured)\n", ""},
+		{"1 run not completed", []string{"run", "--script", script, "--verify", "false", "the task"}, nil, true, 1, ": failed_verification\n", ""},
+		{"2 unknown flag", []string{"sandbox", "run", "--bogus", "--", "true"}, nil, false, 2, "", "unknown flag --bogus"},
+		{"2 unknown flag", []string{"run", "--bogus", "the task"}, nil, false, 2, "", "unknown flag --bogus"},
+		{"2 missing workspace", []string{"sandbox", "run", "--workspace", missing, "--", "true"}, nil, false, 2, "",
+			"airlock: --workspace " + missing + ": stat " + missing + ": no such file or directory\n"},
+		{"2 missing workspace", []string{"run", "--script", script, "--workspace", missing, "the task"}, nil, false, 2, "",
+			"airlock: --workspace " + missing + ": stat " + missing + ": no such file or directory\n"},
+		{"2 unknown model spec", []string{"run", "--model", "gpt4", "the task"}, nil, false, 2, "", `airlock: model: spec "gpt4" is not PROVIDER:MODEL`},
+		{"2 no API key", []string{"run", "--model", "anthropic:claude-sonnet-4-5", "the task"}, []string{"ANTHROPIC_API_KEY="}, false, 2, "",
+			"airlock: anthropic: no API key (set ANTHROPIC_API_KEY"},
+		{"2 no sandbox named X", []string{"sandbox", "exec", "sb-0123456789ab", "--", "true"}, nil, false, 2, "",
+			"airlock: no sandbox named sb-0123456789ab (airlock sandbox ls lists the live ones)\n"},
+		{"2 no sandbox named X", []string{"sandbox", "rm", "sb-0123456789ab"}, nil, false, 2, "", "airlock: no sandbox named sb-0123456789ab"},
+		{"124 timeout", []string{"sandbox", "run", "--timeout", "100ms", "--", "sleep", "30"}, nil, true, 124, "", "airlock: killed: command timeout exceeded\n"},
+		{"125 airlock's own error", []string{"sandbox", "run", "--", "true"}, []string{"AIRLOCK_EXEC=" + missing}, false, 125, "", "airlock: linux backend: executor"},
+		{"125 airlock's own error", []string{"run", "--store", "sqlite:" + filepath.Join(missing, "airlock.db"), "--script", script, "the task"}, nil, false, 125, "", "airlock: sqlite: open"},
+		{"126 could not execute", []string{"sandbox", "run", "--", "/tmp"}, nil, true, 126, "", "airlock: /tmp: permission denied in the sandbox\n"},
+		{"127 not found", []string{"sandbox", "run", "--", "airlock-no-such-command"}, nil, true, 127, "", "airlock: airlock-no-such-command: command not found in the sandbox\n"},
+		{"137 killed at a limit", []string{"sandbox", "run", "--max-output", "1K", "--", "yes"}, nil, true, 137, "", "airlock: killed: output limit exceeded\n"},
+		{"128+N killed by signal N", []string{"sandbox", "run", "--", "sh", "-c", "kill -TERM $$"}, nil, true, 143, "", ""},
+		{"the command's own status", []string{"sandbox", "run", "--", "sh", "-c", "exit 3"}, nil, true, 3, "", ""},
+		{"the command's own status", []string{"sandbox", "run", "--", "sh", "-c", "exit 127"}, nil, true, 127, "", ""},
+		{"the command's own status", []string{"sandbox", "run", "--", "sh", "-c", "exit 126"}, nil, true, 126, "", ""},
+	}
+	for _, tt := range tests {
+		for _, bin := range []string{"airlock", "airlock-host"} {
+			t.Run(tt.row+"/"+bin+" "+strings.Join(tt.args, " "), func(t *testing.T) {
+				if tt.sandbox && !canRun {
+					t.Skip("sandboxes cannot run here (not root, or a required layer is missing)")
+				}
+				// Short: the home holds unix sockets.
+				home, err := os.MkdirTemp("", "alx-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					_ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir))
+					os.RemoveAll(home)
+				})
+				env := append([]string{"AIRLOCK_HOME=" + home}, tt.env...)
+				r := run(t, filepath.Join(dir, bin), env, tt.args...)
+				if r.code != tt.code {
+					t.Errorf("%s %q exited %d, want %d; stderr: %s", bin, tt.args, r.code, tt.code, r.stderr)
+				}
+				if !strings.Contains(r.stdout, tt.stdout) {
+					t.Errorf("%s %q printed %q, want %q in it", bin, tt.args, r.stdout, tt.stdout)
+				}
+				if tt.stderr == "" && r.stderr != "" || !strings.Contains(r.stderr, tt.stderr) {
+					t.Errorf("%s %q wrote %q on stderr, want %q", bin, tt.args, r.stderr, tt.stderr)
+				}
+				if tt.code == 2 && tt.args[0] == "run" {
+					if ls := run(t, filepath.Join(dir, bin), env, "runs", "ls", "--json"); ls.code != 0 || ls.stdout != "" {
+						t.Errorf("after a refused %q, runs ls --json = %+v; want no run", tt.args, ls)
+					}
+				}
+			})
+		}
+	}
 }

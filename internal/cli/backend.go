@@ -242,6 +242,11 @@ func (b *localBackend) create(ctx context.Context, c *AgentRunCmd) (string, erro
 	if err != nil {
 		return "", err
 	}
+	if len(req.Script) == 0 {
+		if err := h.checkModel(req.Config.Model, req.Config.BaseURL); err != nil {
+			return "", err
+		}
+	}
 	r, err := h.eng.Create(ctx, req)
 	if err != nil {
 		return "", engineError(err)
@@ -257,6 +262,11 @@ func (b *localBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error)
 	h, err := b.host()
 	if err != nil {
 		return "", err
+	}
+	if o.Model != "" && len(o.Script) == 0 {
+		if err := h.checkModel(o.Model, o.BaseURL); err != nil {
+			return "", err
+		}
 	}
 	parent, err := h.resolve(ctx, c.ID)
 	if err != nil {

@@ -1,7 +1,12 @@
 // Package cli is airlock's command line: it parses arguments, builds what a
-// command needs through Env, and maps results to exit statuses (the command's
-// own status; 124 timeout; 137 limit kill; 125 airlock's own error; 2 bad
-// usage). It reads no environment variable itself: cmd/airlock-host passes Env.
+// command needs through Env, and maps results to exit statuses: 0 success
+// (for a run: completed); 1 a run that ended otherwise; 2 bad usage or
+// input, refused before anything is recorded or created; 124 timeout; 125
+// airlock's own error; 126 the command could not be executed; 127 it was
+// not found; 137 limit kill; 128+N signal N; else the command's own status
+// (the README's table). Help (--help, -h, airlock help CMD) and --version
+// print and run nothing. It reads no environment variable itself:
+// cmd/airlock-host passes Env.
 package cli
 
 import (

@@ -221,6 +221,16 @@ func (h *host) provider(ps engine.ProviderSpec) (model.Provider, error) {
 	return p, err
 }
 
+// checkModel builds the provider a run on model spec would get, so that an
+// unknown spec, a bad base URL or a missing key is refused as bad input
+// (exit 2) before the run is recorded, not recorded as a run that failed.
+func (h *host) checkModel(spec, baseURL string) error {
+	if _, err := h.provider(engine.ProviderSpec{Model: spec, BaseURL: baseURL}); err != nil {
+		return usageError{Err: err}
+	}
+	return nil
+}
+
 // runNetwork gives each run sandbox an egress proxy under the run's policy
 // (none when the policy allows nothing: no route at all then), and records
 // the proxy's decisions in the run's log.

@@ -350,7 +350,9 @@ func report(env *Env, o engine.Outcome, out string, fetch func(a store.Artifact,
 			fmt.Fprintf(w, "wrote %s\n", p)
 		}
 	}
-	fmt.Fprintf(w, "run %s: %s\n", o.RunID, o.Status)
+	// A completed run exits 0 whether or not anything checked the model's
+	// claim: its line says which it is.
+	fmt.Fprintf(w, "run %s: %s%s\n", o.RunID, o.Status, unverified(o))
 	fmt.Fprintf(w, "log: airlock runs events %s   (verify: airlock runs verify %s)\n", o.RunID, o.RunID)
 	switch o.Status {
 	case event.StatusCompleted:
@@ -359,6 +361,15 @@ func report(env *Env, o engine.Outcome, out string, fetch func(a store.Artifact,
 		fmt.Fprintf(w, "resume: airlock runs resume %s\n", o.RunID)
 	}
 	return exitCode(1)
+}
+
+// unverified is what follows a run's status on its last lines when it
+// completed with no check run on its result.
+func unverified(o engine.Outcome) string {
+	if o.Status != event.StatusCompleted || o.Verification != nil && len(o.Verification.Checks) > 0 {
+		return ""
+	}
+	return " (not verified: no checks configured)"
 }
 
 // writeArtifacts copies artifacts into dir, each fetched by fetch. Names

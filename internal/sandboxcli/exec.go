@@ -71,10 +71,7 @@ func (c *ExecCmd) Run(env *Env) error {
 	}
 	s, err := cl.Exec(req, stdin)
 	if err != nil {
-		if errors.Is(err, supervisor.ErrGone) {
-			return fmt.Errorf("sandbox %s: %w", c.ID, err)
-		}
-		return err
+		return sandboxError(c.ID, err)
 	}
 	stop := forwardSignals(s.Signal)
 	defer stop()
@@ -135,6 +132,16 @@ func makeRaw(fd int) func() {
 	return func() { _ = unix.IoctlSetTermios(fd, unix.TCSETS, old) }
 }
 
+// sandboxError is err of a request to live sandbox id's supervisor: a
+// usage error when none answers, for then id names no live sandbox (one
+// never created, removed, or gone at its TTL).
+func sandboxError(id string, err error) error {
+	if errors.Is(err, supervisor.ErrGone) {
+		return UsageError{fmt.Errorf("no sandbox named %s (airlock sandbox ls lists the live ones)", id)}
+	}
+	return fmt.Errorf("sandbox %s: %w", id, err)
+}
+
 func checkID(id string) error {
 	if !strings.HasPrefix(id, "sb-") || len(id) > 64 || strings.ContainsAny(id, "/.\x00") {
 		return fmt.Errorf("%q is not a sandbox id", id)
@@ -192,7 +199,7 @@ func (c *RmCmd) Run(env *Env) error {
 			continue
 		}
 		if err := (supervisor.Client{Path: filepath.Join(env.StateDir(id), "sock")}).Destroy(); err != nil {
-			errs = append(errs, fmt.Errorf("sandbox %s: %w", id, err))
+			errs = append(errs, sandboxError(id, err))
 			continue
 		}
 		fmt.Fprintln(env.Stdout, id)

@@ -6,8 +6,11 @@
 // initialisation of the policy engine, the stores and telemetry (a test in
 // cmd/airlock keeps those out of its imports).
 //
-// Exit statuses: the command's own; 124 timeout; 137 limit kill; 125
-// airlock's own error; 2 bad usage.
+// Exit statuses: the command's own; 128+N signal N; 124 timeout; 137 limit
+// kill; 127 the command was not found and 126 it could not be executed
+// (said on stderr, from the executor's reason, not from the code); 125
+// airlock's own error; 2 bad usage or input (a missing workspace, no
+// sandbox of that id).
 package sandboxcli
 
 import (

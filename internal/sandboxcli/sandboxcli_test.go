@@ -67,6 +67,11 @@ func TestSpec(t *testing.T) {
 		{"none with egress", SpecFlags{Network: "none"}, true, "conflicts"},
 		{"socket with egress", SpecFlags{ProxySocket: "/x.sock"}, true, "airlock runs the proxy"},
 		{"mode without workspace", SpecFlags{WorkspaceMode: "rw"}, false, "needs --workspace"},
+		{"missing workspace", SpecFlags{Workspace: "/nonexistent/ws"}, false, "--workspace /nonexistent/ws: stat /nonexistent/ws: no such file"},
+		{"workspace not a directory", SpecFlags{Workspace: "/dev/null"}, false, "--workspace /dev/null: not a directory"},
+		{"missing rootfs", SpecFlags{Rootfs: "/nonexistent/root"}, false, "--rootfs /nonexistent/root: stat"},
+		{"missing mount source", SpecFlags{Mount: []string{"/nonexistent/src:/src"}}, false, "--mount /nonexistent/src:/src: stat"},
+		{"workspace and mount", SpecFlags{Workspace: "/tmp", Mount: []string{"/tmp:/src:rw"}}, false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package sandboxcli
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -114,12 +115,51 @@ func (f *SpecFlags) Spec(d Defaults, egress bool) (sandbox.Spec, error) {
 		}
 		s.Mounts = append(s.Mounts, mt)
 	}
+	errs = append(errs, checkSources(s, f, d)...)
 	if len(errs) == 0 {
 		if err := s.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// checkSources checks that the host paths spec s shows in the sandbox
+// exist: the workspace and root file system as directories, the mounts'
+// sources. A missing one is bad input, refused before a sandbox is made.
+// Each is named by the flag that gave it, or by its field of the policy
+// document when it came from there (the first len(d.Mounts) mounts).
+func checkSources(s sandbox.Spec, f *SpecFlags, d Defaults) []error {
+	var errs []error
+	check := func(name, path string, dir bool) {
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		case dir && !fi.IsDir():
+			errs = append(errs, fmt.Errorf("%s: not a directory", name))
+		}
+	}
+	for _, p := range []struct{ path, flag, value, field string }{
+		{s.Workspace, "--workspace", f.Workspace, "sandbox.workspace.source"},
+		{s.RootFS, "--rootfs", f.Rootfs, "sandbox.rootfs"},
+	} {
+		switch {
+		case p.path == "":
+		case p.value != "":
+			check(p.flag+" "+p.value, p.path, true)
+		default:
+			check(p.field+" "+p.path, p.path, true)
+		}
+	}
+	for i, m := range s.Mounts {
+		name := fmt.Sprintf("sandbox.mounts[%d] %s", i, m.Source)
+		if i >= len(d.Mounts) {
+			name = fmt.Sprintf("--mount %s:%s", m.Source, m.Target)
+		}
+		check(name, m.Source, false)
+	}
+	return errs
 }
 
 func parseMount(m string) (sandbox.Mount, error) {
