@@ -9,13 +9,37 @@
 #   make demo MODEL=openai:gpt-4.1                  (needs OPENAI_API_KEY)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-make -s build
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+# build: make build, showing its progress. go build -v names each package as
+# it compiles it: several hundred on the first build (minutes on 2 cores),
+# none once they are cached. On a terminal the count updates in place. The
+# build's failure (pipefail) stops the demo.
+build() {
+  say "make build: bin/airlock, bin/airlock-host, bin/airlock-exec"
+  local total
+  total=$(CGO_ENABLED=0 "${GO:-go}" list -deps ./cmd/... | wc -l)
+  make -s build BUILDFLAGS=-v 2>&1 | {
+    n=0
+    while IFS= read -r line; do
+      case $line in
+        "" | *" "*) printf '%s\n' "$line" ;; # not a package name: the compiler's messages
+        *)
+          n=$((n + 1))
+          if [ -t 1 ]; then printf '\r\033[K  [%d/%d] %s' "$n" "$total" "$line"
+          else printf '  [%d/%d] %s\n' "$n" "$total" "$line"; fi ;;
+      esac
+    done
+    if [ -t 1 ] && [ "$n" -gt 0 ]; then printf '\r\033[K'; fi
+    echo "  compiled $n packages (of $total the commands use; the rest were cached)"
+  }
+}
+build
 AIRLOCK=./bin/airlock
 own_home=
 [ -n "${AIRLOCK_HOME:-}" ] || own_home=1
 export AIRLOCK_HOME=${AIRLOCK_HOME:-$(mktemp -d)}
 OUT=${OUT:-$AIRLOCK_HOME/demo-out}
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "airlock doctor: the isolation layers this machine enforces"
 $AIRLOCK doctor
