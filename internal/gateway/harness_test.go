@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -211,7 +212,7 @@ func (u *upstream) endlessMessages(w http.ResponseWriter) {
 }
 
 type (
-	egressIdentity = egress.Identity
+	egressIdentity = bridge.Identity
 	priceT         = price.Price
 )
 
@@ -243,7 +244,7 @@ var prices = price.Table{
 
 // sandbox is one sandbox's view: its proxy socket and its token.
 type sandbox struct {
-	id    egress.Identity
+	id    bridge.Identity
 	sock  string
 	token string
 	proxy *egress.Proxy
@@ -294,7 +295,7 @@ func newEnv(t testing.TB, opt envOptions) *env {
 			"anthropic": {Kind: gateway.KindAnthropic, BaseURL: e.up.srv.URL + "/anthropic", Key: key(anthropicKey)},
 			"local":     {Kind: gateway.KindOpenAI, BaseURL: e.up.srv.URL + "/local/v1/"},
 		},
-		Policy: func(_ context.Context, id egress.Identity) (*policy.LLM, error) {
+		Policy: func(_ context.Context, id bridge.Identity) (*policy.LLM, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			return e.policies[id.Run], nil
@@ -320,7 +321,7 @@ func newEnv(t testing.TB, opt envOptions) *env {
 
 // record is Config.Record: it appends the call's events to the run's log
 // and returns the seq of the llm.call event.
-func (e *env) record(ctx context.Context, id egress.Identity, c gateway.Call) (int64, error) {
+func (e *env) record(ctx context.Context, id bridge.Identity, c gateway.Call) (int64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	run, err := e.store.GetRun(ctx, id.Run)
@@ -387,7 +388,7 @@ func (e *env) newRun(tenant string, pol *policy.LLM) string {
 // the Gateway) and issues its token.
 func (e *env) sandbox(tenant, run, name string) *sandbox {
 	e.t.Helper()
-	s := &sandbox{id: egress.Identity{Tenant: tenant, Run: run, Sandbox: name}, audit: &auditLog{}}
+	s := &sandbox{id: bridge.Identity{Tenant: tenant, Run: run, Sandbox: name}, audit: &auditLog{}}
 	tok, err := e.tokens.Issue(token.Scope{Tenant: tenant, Run: run, Sandbox: name, Purpose: gateway.Purpose}, time.Hour)
 	if err != nil {
 		e.t.Fatal(err)
