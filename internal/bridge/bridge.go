@@ -5,8 +5,10 @@
 // sent.
 //
 // It is a leaf (standard library only), so that the gateway can name the
-// caller without linking the proxy. Importers: egress, gateway, and the
-// host's wiring.
+// caller without linking the proxy.
+//
+// Importers: internal/egress, internal/gateway, the host's wiring
+// (internal/cli) and bench/egressbench.
 package bridge
 
 import "context"

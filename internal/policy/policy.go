@@ -23,9 +23,11 @@
 // compared only in the form NormalizeHost returns; Validate rewrites rule
 // hosts to that form and callers pass normalized hosts to Decide.
 //
-// Importers: the egress proxy and its address guard, the LLM gateway, the
-// run engine's policy hook (DecideTool), the command line, and the host
-// wiring that loads the document.
+// Importers: the egress proxy and its address guard (internal/egress,
+// internal/egress/guard), the LLM gateway (internal/gateway), the run
+// engine's policy hook (internal/engine), the APIs (internal/server,
+// internal/e2b), the command line and host wiring that load the document
+// (internal/cli), and bench/egressbench.
 package policy
 
 import (
