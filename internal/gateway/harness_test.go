@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -216,25 +217,6 @@ type (
 	priceT         = price.Price
 )
 
-// clock is a settable clock for tokens and rate limits.
-type clock struct {
-	mu sync.Mutex
-	// t is guarded by mu.
-	t time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // prices of the test host, in micro-credits per million tokens.
 var prices = price.Table{
 	"openai":    {Input: 2_000_000, Output: 8_000_000, CacheRead: 500_000},
@@ -256,7 +238,7 @@ type sandbox struct {
 // each on its own unix socket with the Gateway as its Local handler.
 type env struct {
 	t      testing.TB
-	clock  *clock
+	clock  *clock.Fake
 	tokens *token.Store
 	store  *sqlite.Store
 	up     *upstream
@@ -276,7 +258,7 @@ type envOptions struct {
 
 func newEnv(t testing.TB, opt envOptions) *env {
 	t.Helper()
-	e := &env{t: t, clock: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, policies: map[string]*policy.LLM{}, red: secret.NewRedactor()}
+	e := &env{t: t, clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), policies: map[string]*policy.LLM{}, red: secret.NewRedactor()}
 	e.tokens = token.NewStore(e.clock.Now)
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
 	if err != nil {
