@@ -15,7 +15,7 @@
 // malformed numeric host is refused, never resolved.
 //
 // Importers: the egress proxy (internal/egress). The package imports the
-// policy leaf for the one shared IP literal parser.
+// hostname leaf for the one shared IP literal parser.
 package guard
 
 import (
