@@ -49,6 +49,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/policy"
 )
@@ -251,7 +252,7 @@ network:
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	return egress.New(egress.Config{
-		Identity: egress.Identity{Tenant: "bench", Run: "bench", Sandbox: "bench"},
+		Identity: bridge.Identity{Tenant: "bench", Run: "bench", Sandbox: "bench"},
 		Policy:   &d.Network,
 		// Records are encoded as in production and thrown away.
 		Audit:  egress.NewJSONLSink(io.Discard),

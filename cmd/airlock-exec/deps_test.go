@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"debug/elf"
 	"flag"
 	"maps"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/deptest"
 )
 
 // The executor runs beside untrusted code, so what it links is part of the
@@ -27,86 +28,34 @@ const self = "github.com/airlockrun/airlock/cmd/airlock-exec"
 // files (seccomp tables) may import different packages, so each is checked.
 var platforms = []string{"linux/amd64", "linux/arm64"}
 
+// linked are the packages outside the standard library that the executor
+// may link, named one by one: a new package under internal/executor/, or a
+// new package of golang.org/x/sys, is a review decision made here.
+var linked = map[string]bool{
+	self: true,
+	"github.com/airlockrun/airlock/internal/execproto":         true,
+	"github.com/airlockrun/airlock/internal/executor":          true,
+	"github.com/airlockrun/airlock/internal/executor/landlock": true,
+	"github.com/airlockrun/airlock/internal/executor/seccomp":  true,
+	// The spawner runs on the host, not in a sandbox, but in this binary:
+	// it is held to the executor's rules (its doc says why).
+	"github.com/airlockrun/airlock/internal/executor/spawn": true,
+	"golang.org/x/sys/unix":                                 true,
+}
+
 // allowedDep reports whether the executor may link the package.
-func allowedDep(p pkg) bool {
-	switch {
-	case p.Standard:
-		return true
-	case p.ImportPath == self,
-		p.ImportPath == "github.com/airlockrun/airlock/internal/execproto",
-		p.ImportPath == "github.com/airlockrun/airlock/internal/executor",
-		strings.HasPrefix(p.ImportPath, "github.com/airlockrun/airlock/internal/executor/"),
-		p.ImportPath == "golang.org/x/sys",
-		strings.HasPrefix(p.ImportPath, "golang.org/x/sys/"):
-		return true
-	}
-	return false
-}
-
-type pkg struct {
-	ImportPath string
-	Standard   bool
-	Imports    []string
-}
-
-// goTool returns the go command, or skips the test where there is none.
-func goTool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("go command not found: %v", err)
-	}
-	return p
-}
-
-// listDeps runs go list -deps for target on platform ("linux/amd64").
-func listDeps(t *testing.T, target, platform string) []pkg {
-	t.Helper()
-	goos, goarch, _ := strings.Cut(platform, "/")
-	cmd := exec.Command(goTool(t), "list", "-deps",
-		"-f", `{{.ImportPath}}|{{.Standard}}|{{join .Imports ","}}`, target)
-	cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH="+goarch, "CGO_ENABLED=0")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s (%s): %v\n%s", target, platform, err, stderr.Bytes())
-	}
-	var pkgs []pkg
-	for line := range strings.Lines(string(out)) {
-		path, rest, _ := strings.Cut(strings.TrimSpace(line), "|")
-		std, imports, _ := strings.Cut(rest, "|")
-		p := pkg{ImportPath: path, Standard: std == "true"}
-		if imports != "" {
-			p.Imports = strings.Split(imports, ",")
-		}
-		pkgs = append(pkgs, p)
-	}
-	if len(pkgs) == 0 {
-		t.Fatalf("go list -deps %s (%s) listed nothing", target, platform)
-	}
-	return pkgs
-}
-
-// importers returns the packages in pkgs that import path directly.
-func importers(pkgs []pkg, path string) []string {
-	var by []string
-	for _, p := range pkgs {
-		if slices.Contains(p.Imports, path) {
-			by = append(by, p.ImportPath)
-		}
-	}
-	return by
+func allowedDep(p deptest.Package) bool {
+	return p.Standard || linked[p.ImportPath]
 }
 
 func TestExecutorDeps(t *testing.T) {
 	for _, platform := range platforms {
 		t.Run(platform, func(t *testing.T) {
-			pkgs := listDeps(t, self, platform)
+			pkgs := deptest.List(t, platform, "-deps", self)
 			for _, p := range pkgs {
 				if !allowedDep(p) {
-					t.Errorf("airlock-exec must not link %s (imported by %s): the executor may use only the standard library, golang.org/x/sys, execproto and executor/...",
-						p.ImportPath, strings.Join(importers(pkgs, p.ImportPath), ", "))
+					t.Errorf("airlock-exec must not link %s (imported by %s): the executor may use only the standard library and the packages named in linked",
+						p.ImportPath, strings.Join(deptest.Importers(pkgs, p.ImportPath), ", "))
 				}
 			}
 		})
@@ -118,15 +67,9 @@ func TestExecutorDeps(t *testing.T) {
 // A cgo-linked executor could not drop the credentials of all its threads
 // (AllThreadsSyscall refuses under cgo) and would need a dynamic loader.
 func TestExecutorNoCgo(t *testing.T) {
-	cmd := exec.Command(goTool(t), "list", "-deps", self)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", self, err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if p == "runtime/cgo" || p == "os/user" || p == "net" {
-			t.Errorf("airlock-exec links %s with CGO_ENABLED=1; it must build without C whatever CGO_ENABLED says", p)
+	for _, p := range deptest.ListCgo(t, "-deps", self) {
+		if p.ImportPath == "runtime/cgo" || p.ImportPath == "os/user" || p.ImportPath == "net" {
+			t.Errorf("airlock-exec links %s with CGO_ENABLED=1; it must build without C whatever CGO_ENABLED says", p.ImportPath)
 		}
 	}
 }
@@ -139,7 +82,7 @@ func TestExecutorStatic(t *testing.T) {
 		t.Skip("builds the executor; skipped in -short mode")
 	}
 	bin := filepath.Join(t.TempDir(), "airlock-exec")
-	cmd := exec.Command(goTool(t), "build", "-o", bin, self)
+	cmd := exec.Command(deptest.GoTool(t), "build", "-o", bin, self)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", self, err, out)
 	}
@@ -176,7 +119,7 @@ const depsHeader = `# Packages outside the standard library linked into airlock-
 func TestDepsList(t *testing.T) {
 	seen := map[string]bool{}
 	for _, platform := range platforms {
-		for _, p := range listDeps(t, self, platform) {
+		for _, p := range deptest.List(t, platform, "-deps", self) {
 			if !p.Standard {
 				seen[p.ImportPath] = true
 			}
@@ -219,21 +162,23 @@ func TestDepsList(t *testing.T) {
 
 func TestAllowedDep(t *testing.T) {
 	tests := []struct {
-		p    pkg
+		p    deptest.Package
 		want bool
 	}{
-		{pkg{ImportPath: "net/http", Standard: true}, true},
-		{pkg{ImportPath: "vendor/golang.org/x/net/dns/dnsmessage", Standard: true}, true},
-		{pkg{ImportPath: "golang.org/x/sys/unix"}, true},
-		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/execproto"}, true},
-		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/executor/seccomp"}, true},
-		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/executorx"}, false},
-		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/execproto/x"}, false},
-		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/secret"}, false},
-		{pkg{ImportPath: "github.com/airlockrun/airlock/internal/sandbox"}, false},
-		{pkg{ImportPath: "golang.org/x/sysx"}, false},
-		{pkg{ImportPath: "golang.org/x/net/http2"}, false},
-		{pkg{ImportPath: "github.com/pmezard/go-difflib/difflib"}, false},
+		{deptest.Package{ImportPath: "net/http", Standard: true}, true},
+		{deptest.Package{ImportPath: "vendor/golang.org/x/net/dns/dnsmessage", Standard: true}, true},
+		{deptest.Package{ImportPath: "golang.org/x/sys/unix"}, true},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/execproto"}, true},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/executor/seccomp"}, true},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/executor/newpkg"}, false},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/executorx"}, false},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/execproto/x"}, false},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/secret"}, false},
+		{deptest.Package{ImportPath: "github.com/airlockrun/airlock/internal/sandbox"}, false},
+		{deptest.Package{ImportPath: "golang.org/x/sys/cpu"}, false},
+		{deptest.Package{ImportPath: "golang.org/x/sysx"}, false},
+		{deptest.Package{ImportPath: "golang.org/x/net/http2"}, false},
+		{deptest.Package{ImportPath: "github.com/pmezard/go-difflib/difflib"}, false},
 	}
 	for _, tt := range tests {
 		if got := allowedDep(tt.p); got != tt.want {

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/deptest"
 )
 
 const self = "github.com/airlockrun/airlock/cmd/airlock"
@@ -27,25 +27,12 @@ var frontEndDeps = map[string]bool{
 	"golang.org/x/sys/unix":                                       true,
 }
 
-func goTool(t *testing.T) string {
-	t.Helper()
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("go command not found: %v", err)
-	}
-	return p
-}
-
 func TestFrontEndDeps(t *testing.T) {
-	cmd := exec.Command(goTool(t), "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", self)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", self, err)
-	}
-	for _, p := range strings.Fields(string(out)) {
-		if !frontEndDeps[p] && !strings.HasPrefix(p, "vendor/") {
-			t.Errorf("cmd/airlock links %s: the front end may link only the sandbox commands (frontEndDeps); run what needs more in airlock-host", p)
+	pkgs := deptest.List(t, "", "-deps", self)
+	for _, p := range pkgs {
+		if !p.Standard && !frontEndDeps[p.ImportPath] {
+			t.Errorf("cmd/airlock links %s (imported by %s): the front end may link only the sandbox commands (frontEndDeps); run what needs more in airlock-host",
+				p.ImportPath, strings.Join(deptest.Importers(pkgs, p.ImportPath), ", "))
 		}
 	}
 }

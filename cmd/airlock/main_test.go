@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockrun/airlock/internal/deptest"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -35,7 +36,7 @@ func bins(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command(goTool(t), "build", "-trimpath", "-o", dir+"/",
+	build := exec.Command(deptest.GoTool(t), "build", "-trimpath", "-o", dir+"/",
 		self, "github.com/airlockrun/airlock/cmd/airlock-host", "github.com/airlockrun/airlock/cmd/airlock-exec")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

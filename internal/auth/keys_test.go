@@ -16,27 +16,10 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
-
-// clock is a fake clock that stands still until advanced.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time // guarded by mu
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // countingStore is a real store that counts the last-use writes Keys
 // makes, and can be told to fail them.
@@ -56,7 +39,7 @@ func (s *countingStore) TouchAPIKey(ctx context.Context, id string, at time.Time
 
 // setup opens a SQLite store in a temporary directory with tenants acme
 // and globex, and Keys on it reading the returned clock.
-func setup(t *testing.T) (*auth.Keys, *countingStore, *clock, string) {
+func setup(t *testing.T) (*auth.Keys, *countingStore, *clock.Fake, string) {
 	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
@@ -69,7 +52,7 @@ func setup(t *testing.T) (*auth.Keys, *countingStore, *clock, string) {
 			t.Fatal(err)
 		}
 	}
-	c := &clock{t: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)}
+	c := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	cs := &countingStore{Store: st}
 	return auth.NewKeys(cs, c.Now), cs, c, dir
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -151,7 +152,7 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		sink = teeSink{sink, o.extra}
 	}
 	e.proxy, err = egress.New(egress.Config{
-		Identity:     egress.Identity{Tenant: tenant, Run: runID, Sandbox: id},
+		Identity:     bridge.Identity{Tenant: tenant, Run: runID, Sandbox: id},
 		Policy:       n,
 		Secrets:      secrets,
 		SecretTenant: secretTenant,

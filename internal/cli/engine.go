@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
@@ -278,7 +279,7 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 				Addr: r.Addr, Status: r.Status, BytesIn: r.BytesIn, BytesOut: r.BytesOut, DurationMS: r.Duration.Milliseconds(),
 				Inspected: r.Inspected, Credential: r.Credential})
 		}),
-		ask: approverFunc(func(ctx context.Context, _ egress.Identity, r policy.Request) (bool, error) {
+		ask: approverFunc(func(ctx context.Context, _ bridge.Identity, r policy.Request) (bool, error) {
 			return a.Ask(ctx, r.Host, r.Port)
 		}),
 	}
@@ -302,9 +303,9 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 	}, nil
 }
 
-type approverFunc func(context.Context, egress.Identity, policy.Request) (bool, error)
+type approverFunc func(context.Context, bridge.Identity, policy.Request) (bool, error)
 
-func (f approverFunc) Ask(ctx context.Context, id egress.Identity, r policy.Request) (bool, error) {
+func (f approverFunc) Ask(ctx context.Context, id bridge.Identity, r policy.Request) (bool, error) {
 	return f(ctx, id, r)
 }
 

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -79,13 +79,13 @@ func (l *llmHub) gateway() (*gateway.Gateway, *token.Store, error) {
 		l.tokens = token.NewStore(nil)
 		l.gw, l.err = gateway.New(gateway.Config{
 			Tokens: l.tokens, Upstreams: ups, Prices: l.prices, Ledger: l.store, Redactor: l.red,
-			Policy: func(_ context.Context, id egress.Identity) (*policy.LLM, error) {
+			Policy: func(_ context.Context, id bridge.Identity) (*policy.LLM, error) {
 				if r := l.run(id.Tenant, id.Run); r != nil {
 					return r.llm, nil
 				}
 				return nil, nil
 			},
-			Record: func(ctx context.Context, id egress.Identity, c gateway.Call) (int64, error) {
+			Record: func(ctx context.Context, id bridge.Identity, c gateway.Call) (int64, error) {
 				r := l.run(id.Tenant, id.Run)
 				if r == nil {
 					return 0, fmt.Errorf("run %s is not served here any more", id.Run)
@@ -162,7 +162,7 @@ func (l *llmHub) key(env, name string) func(context.Context) (secret.Value, erro
 
 // spent sums what a run's recorded gateway calls used, so that a run
 // resumed by another process goes on with its budgets where they were.
-func (l *llmHub) spent(ctx context.Context, id egress.Identity) (gateway.Totals, error) {
+func (l *llmHub) spent(ctx context.Context, id bridge.Identity) (gateway.Totals, error) {
 	var t gateway.Totals
 	for from := int64(1); ; {
 		evs, err := l.store.Events(ctx, id.Run, from, store.MaxPage)

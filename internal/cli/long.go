@@ -148,7 +148,7 @@ func (SuperviseCmd) Run(env *Env) error {
 	fmt.Fprintf(report, "ok %s\n", sb.ID())
 	report.Close()
 	srv := &supervisor.Server{SB: sb, Owner: os.Getuid(), Timeout: 10 * time.Minute, MaxOutput: 16 << 20}
-	if u, ok := sb.(interface{ Usage() supervisor.Usage }); ok {
+	if u, ok := sb.(interface{ Usage() sandbox.LiveUsage }); ok {
 		srv.Usage = u.Usage
 	}
 	return srv.Serve(ctx, ln)

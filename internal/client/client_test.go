@@ -451,6 +451,17 @@ func TestFollow(t *testing.T) {
 			want: []int64{1}, wantLast: []string{""}, wantErr: "malformed end",
 		},
 		{
+			name: "an event over the size bound is final",
+			answers: []func(t *testing.T) func(http.ResponseWriter, string){
+				func(t *testing.T) func(http.ResponseWriter, string) {
+					return func(w http.ResponseWriter, _ string) {
+						sse(w, sseEvent(t, id, 1), "data: "+strings.Repeat("x", event.MaxEncodedSize+2048)+"\n\n")
+					}
+				},
+			},
+			want: []int64{1}, wantLast: []string{""}, wantErr: "event too large",
+		},
+		{
 			name: "not found is final",
 			answers: []func(t *testing.T) func(http.ResponseWriter, string){
 				func(t *testing.T) func(http.ResponseWriter, string) {

@@ -1,8 +1,6 @@
 package client
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sse"
 )
 
 // ErrStream reports a stream that broke the API's contract (a gap in the
@@ -125,9 +124,12 @@ func (f *follower) once(ctx context.Context) (api.StreamEnd, bool, error) {
 	// keepalives, so silence means the connection is gone.
 	idle := newIdleTimer(f.c.o.StreamIdle, func() { cancel(errIdle) })
 	defer idle.stop()
-	r := newSSEReader(&touchReader{r: resp.Body, touch: idle.reset}, event.MaxEncodedSize+1024)
+	r := sse.NewReader(&touchReader{r: resp.Body, touch: idle.reset}, event.MaxEncodedSize+1024)
 	for {
-		m, err := r.next()
+		m, err := r.Next()
+		if d, ok := r.Retry(); ok {
+			f.retry = min(d, maxRetry)
+		}
 		if err != nil {
 			if errors.Is(context.Cause(ctx), errIdle) {
 				err = errIdle
@@ -135,30 +137,30 @@ func (f *follower) once(ctx context.Context) (api.StreamEnd, bool, error) {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF // the stream ended without its end
 			}
+			if errors.Is(err, sse.ErrTooLarge) {
+				err = fmt.Errorf("%w: %w", ErrStream, err)
+			}
 			return api.StreamEnd{}, false, fmt.Errorf("client: events of %s: %w", f.id, transportErr(err))
 		}
-		if m.retry >= 0 {
-			f.retry = min(time.Duration(m.retry)*time.Millisecond, maxRetry)
+		if m.Data == "" {
+			continue
 		}
-		if len(m.data) == 0 {
-			continue // only a retry: or an id
-		}
-		if m.name == "end" {
+		if m.Type == "end" {
 			var end api.StreamEnd
-			if err := json.Unmarshal(m.data, &end); err != nil || !end.Status.Valid() || end.LastSeq != f.last {
-				return api.StreamEnd{}, false, fmt.Errorf("%w: %s: malformed end %q", ErrStream, f.id, clipText(string(m.data), 200))
+			if err := json.Unmarshal([]byte(m.Data), &end); err != nil || !end.Status.Valid() || end.LastSeq != f.last {
+				return api.StreamEnd{}, false, fmt.Errorf("%w: %s: malformed end %q", ErrStream, f.id, clipText(m.Data, 200))
 			}
 			return end, true, nil
 		}
-		ev, err := event.Decode(m.data)
+		ev, err := event.Decode([]byte(m.Data))
 		if err != nil {
 			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: %w", ErrStream, f.id, err)
 		}
 		switch {
 		case ev.RunID != f.id:
 			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: an event of another run", ErrStream, f.id)
-		case m.id != "" && m.id != strconv.FormatInt(ev.Seq, 10):
-			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: id %q of event %d", ErrStream, f.id, clipText(m.id, 30), ev.Seq)
+		case m.ID != "" && m.ID != strconv.FormatInt(ev.Seq, 10):
+			return api.StreamEnd{}, false, fmt.Errorf("%w: %s: id %q of event %d", ErrStream, f.id, clipText(m.ID, 30), ev.Seq)
 		case ev.Seq <= f.last:
 			continue // sent before the reconnection already
 		case ev.Seq != f.last+1:
@@ -215,118 +217,4 @@ func (t *touchReader) Read(p []byte) (int, error) {
 		t.touch()
 	}
 	return n, err
-}
-
-// sseMessage is one dispatched server-sent event.
-type sseMessage struct {
-	// id is the event's "id:" field when it had one, else "".
-	id   string
-	name string
-	data []byte
-	// retry is the "retry:" field in milliseconds, or -1.
-	retry int
-}
-
-// sseReader reads server-sent events (the WHATWG HTML "event stream"
-// format): lines end with LF, CR or CRLF; "field: value" lines build an
-// event that a blank line dispatches; lines starting with ':' are
-// comments. Every line and every event's data are bounded by max bytes.
-type sseReader struct {
-	sc    *bufio.Scanner
-	max   int
-	first bool
-}
-
-func newSSEReader(r io.Reader, max int) *sseReader {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 4096), max+2)
-	sc.Split(scanLines)
-	return &sseReader{sc: sc, max: max, first: true}
-}
-
-// scanLines splits at LF, CR or CRLF, keeping no terminator. A final line
-// without its terminator is dropped, as the format says (it is an
-// incomplete event).
-func scanLines(data []byte, atEOF bool) (int, []byte, error) {
-	i := bytes.IndexAny(data, "\r\n")
-	switch {
-	case i < 0:
-		return 0, nil, nil // need more; at EOF: an unterminated line
-	case data[i] == '\n':
-		return i + 1, data[:i], nil
-	case i+1 < len(data):
-		if data[i+1] == '\n' {
-			return i + 2, data[:i], nil
-		}
-		return i + 1, data[:i], nil
-	case atEOF:
-		return i + 1, data[:i], nil
-	}
-	return 0, nil, nil // a CR at the end of the buffer: is a LF next?
-}
-
-// next returns the next dispatched event; io.EOF when the stream ends.
-func (s *sseReader) next() (sseMessage, error) {
-	m := sseMessage{retry: -1}
-	var data []byte
-	hasData := false
-	for s.sc.Scan() {
-		line := s.sc.Bytes()
-		if s.first {
-			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
-			s.first = false
-		}
-		if len(line) == 0 {
-			if hasData || m.retry >= 0 || m.id != "" {
-				if hasData {
-					m.data = bytes.TrimSuffix(data, []byte("\n"))
-				}
-				return m, nil
-			}
-			m.name = ""
-			continue
-		}
-		if line[0] == ':' {
-			continue
-		}
-		field, value, ok := bytes.Cut(line, []byte(":"))
-		if ok {
-			value = bytes.TrimPrefix(value, []byte(" "))
-		}
-		switch string(field) {
-		case "event":
-			m.name = string(value)
-		case "data":
-			if len(data)+len(value)+1 > s.max {
-				return m, fmt.Errorf("%w: an event's data is over %d bytes", ErrStream, s.max)
-			}
-			data = append(data, value...)
-			data = append(data, '\n')
-			hasData = true
-		case "id":
-			if bytes.IndexByte(value, 0) < 0 {
-				m.id = string(value)
-			}
-		case "retry":
-			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 && allDigits(value) {
-				m.retry = n
-			}
-		}
-	}
-	if err := s.sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return m, fmt.Errorf("%w: a line is over %d bytes", ErrStream, s.max)
-		}
-		return m, err
-	}
-	return m, io.EOF
-}
-
-func allDigits(b []byte) bool {
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return len(b) > 0
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 )
 
 // The filesystem service's messages, in proto3 JSON.
@@ -91,7 +90,7 @@ func fsError(err error, p string) *rpcError {
 	case isNoSpace(err):
 		return rpcErrorf(codeResourceExhaust, "%s: no space left in the sandbox", clip(p))
 	}
-	var fe *execconn.FileError
+	var fe *sandbox.FileError
 	if errors.As(err, &fe) && fe.Errno != "" {
 		return rpcErrorf(codeInvalidArgument, "%s: %s", clip(p), fe.Errno)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -221,7 +222,7 @@ func (n *testNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), 
 	if err != nil {
 		return nil, err
 	}
-	p, err := egress.New(egress.Config{Identity: egress.Identity{Tenant: a.Tenant, Run: a.RunID, Sandbox: a.Spec.ID}, Policy: &doc.Network,
+	p, err := egress.New(egress.Config{Identity: bridge.Identity{Tenant: a.Tenant, Run: a.RunID, Sandbox: a.Spec.ID}, Policy: &doc.Network,
 		Secrets: n.secrets, Audit: auditSink(func(r egress.Record) {
 			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port})
 		})})

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 )
 
 // The filesystem service's watch methods: WatchDir streams a directory's
@@ -104,13 +103,13 @@ func errEventsLost(p string) *rpcError {
 // watchError maps an error of sandbox.Watch to a Connect error; envd
 // answers a path that is not a directory with not_found too.
 func watchError(err error, p string) *rpcError {
-	var fe *execconn.FileError
+	var fe *sandbox.FileError
 	switch {
 	case errors.As(err, &fe) && fe.Errno == "ENOTDIR":
 		return rpcErrorf(codeNotFound, "%s: not a directory", clip(p))
 	case errors.As(err, &fe) && (fe.Errno == "EMFILE" || fe.Errno == "ENOSPC"):
 		return rpcErrorf(codeResourceExhaust, "%s: too many watches in this sandbox", clip(p))
-	case errors.Is(err, execconn.ErrLost):
+	case errors.Is(err, sandbox.ErrLost):
 		return rpcErrorf(codeUnavailable, "the sandbox is gone")
 	case errors.Is(err, context.Canceled):
 		return rpcErrorf(codeCanceled, "the request ended")

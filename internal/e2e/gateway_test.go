@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -302,9 +303,9 @@ func TestGatewaySDKs(t *testing.T) {
 			"openai":    {Kind: gateway.KindOpenAI, BaseURL: host.up.srv.URL + "/v1", Key: key(gwOpenAIKey)},
 			"anthropic": {Kind: gateway.KindAnthropic, BaseURL: host.up.srv.URL, Key: key(gwAnthropicKey)},
 		},
-		Policy: func(context.Context, egress.Identity) (*policy.LLM, error) { return pol, nil },
+		Policy: func(context.Context, bridge.Identity) (*policy.LLM, error) { return pol, nil },
 		Prices: price.Table{"*": {Input: 1_000_000, Output: 4_000_000}},
-		Record: func(_ context.Context, _ egress.Identity, c gateway.Call) (int64, error) {
+		Record: func(_ context.Context, _ bridge.Identity, c gateway.Call) (int64, error) {
 			host.mu.Lock()
 			defer host.mu.Unlock()
 			host.calls = append(host.calls, c)
@@ -414,7 +415,7 @@ func TestGatewaySDKs(t *testing.T) {
 func (g *gwHost) runSDKScript(t *testing.T, h *home, b sandbox.Backend, sdks, run, mode string) string {
 	t.Helper()
 	sbID := "sb-" + strings.ReplaceAll(mode, "-", "")
-	id := egress.Identity{Tenant: "acme", Run: run, Sandbox: sbID}
+	id := bridge.Identity{Tenant: "acme", Run: run, Sandbox: sbID}
 	tok, err := g.tokens.Issue(token.Scope{Tenant: id.Tenant, Run: id.Run, Sandbox: id.Sandbox, Purpose: gateway.Purpose}, time.Hour)
 	if err != nil {
 		t.Fatal(err)

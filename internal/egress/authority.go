@@ -22,7 +22,7 @@ var errAuthority = errors.New("bad authority")
 // "[v6]:port", or, when defaultPort is not 0, the same without ":port". The
 // port is 1 to 5 decimal digits in 1..65535, with no sign. The host is
 // returned as written (brackets removed) and still has to go through
-// policy.NormalizeHost; parseAuthority only rejects what can never be a host:
+// hostname.Normalize; parseAuthority only rejects what can never be a host:
 // empty, characters outside a DNS name or an IP literal, userinfo, a path or
 // a bare IPv6 address. Being strict here keeps the string the policy decides
 // on identical to the one the dialer resolves.

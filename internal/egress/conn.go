@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/hostname"
 	"github.com/airlockrun/airlock/internal/policy"
 )
 
@@ -237,7 +238,7 @@ func (p *Proxy) reject(mc *meteredConn) {
 			target = req.RequestURI
 		}
 		if h, port, err := parseAuthority(target, 80); err == nil {
-			if h, err := policy.NormalizeHost(h); err == nil {
+			if h, err := hostname.Normalize(h); err == nil {
 				rec.Host, rec.Port = h, port
 			}
 		}
@@ -418,7 +419,7 @@ func (s *session) connect(ctx context.Context, req *http.Request, rec Record, m 
 		s.refuseRecord(rec, m, http.StatusBadRequest, "bad_request:authority")
 		return
 	}
-	host, err := policy.NormalizeHost(h)
+	host, err := hostname.Normalize(h)
 	if err != nil {
 		s.refuseRecord(rec, m, http.StatusBadRequest, "bad_request:host")
 		return
@@ -487,6 +488,6 @@ func sniMatches(sni, host string, emptyOK bool) bool {
 		_, err := netip.ParseAddr(host)
 		return err == nil
 	}
-	n, err := policy.NormalizeHost(sni)
+	n, err := hostname.Normalize(sni)
 	return err == nil && n == host
 }

@@ -7,8 +7,8 @@
 // absolute-form requests, with keep-alive. Every request is decided on its
 // own by the policy (internal/policy); the default is deny. Origin-form
 // requests are the host's own endpoints (the LLM gateway): they go to
-// Config.Local, with the sandbox's Identity in their context, under the
-// same limits, and are never dialled anywhere by the proxy. Names are
+// Config.Local, with the sandbox's bridge.Identity in their context, under
+// the same limits, and are never dialled anywhere by the proxy. Names are
 // resolved on the host, after the decision, and every address is checked by
 // the guard (internal/egress/guard) before it is dialled, so loopback,
 // link-local (cloud metadata), private and host addresses are unreachable

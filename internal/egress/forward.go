@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/egress/guard"
+	"github.com/airlockrun/airlock/internal/hostname"
 	"github.com/airlockrun/airlock/internal/policy"
 )
 
@@ -179,7 +180,7 @@ func (s *session) target(req *http.Request) (scheme, host string, port, status i
 		if err != nil {
 			return "", "", 0, http.StatusBadRequest, "bad_request:authority"
 		}
-		host, err := policy.NormalizeHost(h)
+		host, err := hostname.Normalize(h)
 		if err != nil {
 			return "", "", 0, http.StatusBadRequest, "bad_request:host"
 		}
@@ -196,7 +197,7 @@ func (s *session) target(req *http.Request) (scheme, host string, port, status i
 	if err != nil {
 		return "", "", 0, http.StatusBadRequest, "bad_request:host"
 	}
-	host, err = policy.NormalizeHost(h)
+	host, err = hostname.Normalize(h)
 	if err != nil {
 		return "", "", 0, http.StatusBadRequest, "bad_request:host"
 	}

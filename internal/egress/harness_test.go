@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/net/dns/dnsmessage"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/secret"
@@ -136,8 +137,8 @@ func mustPolicy(t testing.TB, doc string) *policy.Network {
 func start(t testing.TB, cfg egress.Config) *harness {
 	t.Helper()
 	h := &harness{audit: &auditLog{}, done: make(chan struct{})}
-	if cfg.Identity == (egress.Identity{}) {
-		cfg.Identity = egress.Identity{Tenant: "t1", Run: "run-1", Sandbox: "sb-1"}
+	if cfg.Identity == (bridge.Identity{}) {
+		cfg.Identity = bridge.Identity{Tenant: "t1", Run: "run-1", Sandbox: "sb-1"}
 	}
 	cfg.Audit = egress.NewJSONLSink(h.audit)
 	p, err := egress.New(cfg)

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/airlockrun/airlock/internal/hostname"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/secret"
 )
@@ -90,20 +91,14 @@ func (p *Proxy) remember(v secret.Value) {
 	p.redactor.Add(v)
 }
 
-// boundTo reports whether host matches one of a secret's host patterns:
-// exact names or "*.suffix" (any depth below suffix, not suffix itself),
-// compared after normalization. A pattern that does not normalize matches
-// nothing.
+// boundTo reports whether host, in hostname.Normalize form, matches one of
+// a secret's host patterns: an exact name, or "*.suffix" for any depth below
+// suffix, not suffix itself. The store keeps patterns normalized; they are
+// normalized again here all the same, and one that does not normalize
+// matches nothing.
 func boundTo(patterns []string, host string) bool {
 	for _, pat := range patterns {
-		if rest, ok := strings.CutPrefix(pat, "*."); ok {
-			suffix, err := policy.NormalizeHost(rest)
-			if err == nil && strings.HasSuffix(host, "."+suffix) && len(host) > len(suffix)+1 {
-				return true
-			}
-			continue
-		}
-		if n, err := policy.NormalizeHost(pat); err == nil && n == host {
+		if n, err := hostname.Pattern(pat); err == nil && hostname.Match(n, host) {
 			return true
 		}
 	}

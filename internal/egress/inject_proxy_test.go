@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 )
 
@@ -243,7 +244,7 @@ func TestInjectionTenant(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, func(c *egress.Config) {
-				c.Identity = egress.Identity{Tenant: tc.tenant, Run: "run-1", Sandbox: "sb-1"}
+				c.Identity = bridge.Identity{Tenant: tc.tenant, Run: "run-1", Sandbox: "sb-1"}
 				c.SecretTenant = tc.secretTenant
 			})
 			resp, _ := get(t, w.h.client(nil), "http://plain.test/echo")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/policy"
 )
@@ -158,7 +159,7 @@ type approver struct {
 	canceled chan struct{}
 }
 
-func (a *approver) Ask(ctx context.Context, id egress.Identity, r policy.Request) (bool, error) {
+func (a *approver) Ask(ctx context.Context, id bridge.Identity, r policy.Request) (bool, error) {
 	a.mu.Lock()
 	a.asked = append(a.asked, r)
 	a.mu.Unlock()

@@ -7,19 +7,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/airlockrun/airlock/internal/bridge"
 )
-
-// identityKey is the context key of the Identity a Local request comes from.
-type identityKey struct{}
-
-// IdentityFrom returns the Identity of the sandbox that sent the request
-// whose context ctx is: set by the Proxy for every request it gives to
-// Config.Local, from the listener the request came in on, never from
-// anything the sandbox sent. ok is false for any other context.
-func IdentityFrom(ctx context.Context) (Identity, bool) {
-	id, ok := ctx.Value(identityKey{}).(Identity)
-	return id, ok
-}
 
 // maxRecordPath bounds the path kept in a Record.
 const maxRecordPath = 512
@@ -54,7 +44,7 @@ func (s *session) serveLocal(ctx context.Context, req *http.Request, rec Record,
 	}
 	rec.Decision = DecisionAllowed
 
-	r := req.WithContext(context.WithValue(ctx, identityKey{}, p.id))
+	r := req.WithContext(bridge.WithIdentity(ctx, p.id))
 	body := &reqBody{r: req.Body, conn: s.conn, idle: p.lim.IdleTimeout}
 	if hasBody {
 		r.Body = body

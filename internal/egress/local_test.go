@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 )
 
 // localSeen is what the Local handler of a test saw.
 type localSeen struct {
-	id       egress.Identity
+	id       bridge.Identity
 	idOK     bool
 	method   string
 	path     string
@@ -54,7 +55,7 @@ func newLocalHandler() *localHandler {
 func (h *localHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.calls.Add(1)
 	s := localSeen{method: r.Method, path: r.URL.Path, header: r.Header.Clone()}
-	s.id, s.idOK = egress.IdentityFrom(r.Context())
+	s.id, s.idOK = bridge.IdentityFrom(r.Context())
 	if r.URL.Path != "/noread" {
 		b, err := io.ReadAll(r.Body)
 		s.body, s.bodyErr = string(b), err
@@ -142,14 +143,14 @@ func TestLocal(t *testing.T) {
 		t.Errorf("two requests took %d connections, want 1 (keep-alive)", n)
 	}
 	for _, s := range lh.waitSeen(t, 2) {
-		if !s.idOK || s.id != (egress.Identity{Tenant: "t1", Run: "run-1", Sandbox: "sb-1"}) {
+		if !s.idOK || s.id != (bridge.Identity{Tenant: "t1", Run: "run-1", Sandbox: "sb-1"}) {
 			t.Errorf("IdentityFrom = %+v, %v; want the proxy's identity", s.id, s.idOK)
 		}
 		if s.header.Get("Proxy-Authorization") != "" || s.header.Get("X-Keep") != "yes" {
 			t.Errorf("handler saw headers %v", s.header)
 		}
 	}
-	if _, ok := egress.IdentityFrom(context.Background()); ok {
+	if _, ok := bridge.IdentityFrom(context.Background()); ok {
 		t.Error("IdentityFrom(context.Background()) = ok")
 	}
 

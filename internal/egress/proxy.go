@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress/guard"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/secret"
@@ -33,12 +34,6 @@ import (
 // "limit:request_header", "bad_request:<what>", "upstream:<what>".
 const ReasonHeader = "X-Airlock-Deny-Reason"
 
-// Identity names the sandbox a Proxy serves. It comes from host wiring,
-// never from the sandbox.
-type Identity struct {
-	Tenant, Run, Sandbox string
-}
-
 // Secrets is where the proxy fetches credential values, once per request so
 // rotation takes effect at once. *secret.Store satisfies it.
 type Secrets interface {
@@ -49,7 +44,7 @@ type Secrets interface {
 // decision; ctx is canceled when the sandbox gives up on the request (closes
 // the connection) or the proxy closes. An error denies.
 type Approver interface {
-	Ask(ctx context.Context, id Identity, r policy.Request) (bool, error)
+	Ask(ctx context.Context, id bridge.Identity, r policy.Request) (bool, error)
 }
 
 // Limits bound what one sandbox can make the proxy do. A zero field takes its
@@ -112,7 +107,7 @@ func (l Limits) withDefaults() Limits {
 type Config struct {
 	// Identity names the sandbox this Proxy serves; all three fields are
 	// required and go into every audit Record.
-	Identity Identity
+	Identity bridge.Identity
 	// Policy is the run's network policy (required, already validated).
 	Policy *policy.Network
 	// Secrets provides credential values. May be nil when Policy binds no
@@ -141,7 +136,7 @@ type Config struct {
 	// sandbox: every origin-form request (a request line like "POST
 	// /llm/openai/v1/chat/completions", neither CONNECT nor absolute-form)
 	// outside a tunnel goes to it. The request's context carries this
-	// Proxy's Identity (IdentityFrom) and ends with the connection's
+	// Proxy's Identity (bridge.IdentityFrom) and ends with the connection's
 	// TotalTimeout or Close; the body is read under IdleTimeout and every
 	// byte either way counts against the byte budgets. The ResponseWriter
 	// implements http.Flusher: each Flush sends what was written at once.
@@ -178,7 +173,7 @@ const (
 // Proxy is the egress proxy of one sandbox. Create it with New, serve it
 // with Serve, stop it with Close. Its methods are safe for concurrent use.
 type Proxy struct {
-	id      Identity
+	id      bridge.Identity
 	pol     *policy.Network
 	secrets Secrets
 	// secretTenant names the tenant credentials are looked up under.

@@ -422,13 +422,14 @@ turns:
 func TestHostMeasuredBudgets(t *testing.T) {
 	t.Run("sandbox_cpu", func(t *testing.T) {
 		h := newHarness(t)
-		// The command spins for about a second and claims nothing; the
-		// cgroup sees the CPU.
+		// The command spins until it has used half a second of CPU (its
+		// own utime, field 14 of /proc/PID/stat, in ticks of 10 ms), however
+		// busy the machine, and claims nothing; the cgroup sees the CPU.
 		script := `
 turns:
   - tool_calls:
       - name: run_command
-        args: {command: "timeout 1 sh -c 'while :; do :; done'; echo spun"}
+        args: {command: "while read -r _ _ _ _ _ _ _ _ _ _ _ _ _ u _ < /proc/$$/stat; [ \"$u\" -lt 50 ]; do :; done; echo spun"}
   - tool_calls:
       - name: list_dir
         args: {path: "."}

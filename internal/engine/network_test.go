@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
@@ -44,7 +45,7 @@ func attachProxy(t *testing.T, a engine.Attachment, pol *policy.Network, ask egr
 		return nil, err
 	}
 	p, err := egress.New(egress.Config{
-		Identity: egress.Identity{Tenant: "t", Run: a.RunID, Sandbox: a.Spec.ID},
+		Identity: bridge.Identity{Tenant: "t", Run: a.RunID, Sandbox: a.Spec.ID},
 		Policy:   pol,
 		Audit: auditFunc(func(r egress.Record) {
 			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Host: r.Host, Port: r.Port, Status: r.Status})
@@ -70,7 +71,7 @@ func (f auditFunc) Record(r egress.Record) { f(r) }
 
 type approverFunc func(context.Context, policy.Request) (bool, error)
 
-func (f approverFunc) Ask(ctx context.Context, _ egress.Identity, r policy.Request) (bool, error) {
+func (f approverFunc) Ask(ctx context.Context, _ bridge.Identity, r policy.Request) (bool, error) {
 	return f(ctx, r)
 }
 

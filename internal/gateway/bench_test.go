@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -75,7 +76,7 @@ func newBenchHost(b *testing.B) *benchHost {
 	}))
 	b.Cleanup(h.up.Close)
 	tokens := token.NewStore(nil)
-	id := egress.Identity{Tenant: "acme", Run: "run-bench", Sandbox: "sb-1"}
+	id := bridge.Identity{Tenant: "acme", Run: "run-bench", Sandbox: "sb-1"}
 	tok, err := tokens.Issue(token.Scope{Tenant: id.Tenant, Run: id.Run, Sandbox: id.Sandbox, Purpose: gateway.Purpose}, time.Hour)
 	if err != nil {
 		b.Fatal(err)
@@ -86,9 +87,9 @@ func newBenchHost(b *testing.B) *benchHost {
 		Tokens: tokens,
 		Upstreams: map[string]gateway.Upstream{"openai": {Kind: gateway.KindOpenAI, BaseURL: h.up.URL + "/v1",
 			Key: func(context.Context) (secret.Value, error) { return secret.NewValue([]byte(openaiKey)), nil }}},
-		Policy: func(context.Context, egress.Identity) (*policy.LLM, error) { return pol, nil },
+		Policy: func(context.Context, bridge.Identity) (*policy.LLM, error) { return pol, nil },
 		Prices: prices,
-		Record: func(context.Context, egress.Identity, gateway.Call) (int64, error) {
+		Record: func(context.Context, bridge.Identity, gateway.Call) (int64, error) {
 			return h.recorded.Add(1), nil
 		},
 	})

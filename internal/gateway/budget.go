@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/bridge"
 )
 
 // The gateway's budgets, as a budget.exhausted event names them.
@@ -49,7 +49,7 @@ type runState struct {
 }
 
 // run returns the state of id's run, seeded on first use by Config.Spent.
-func (g *Gateway) run(ctx context.Context, id egress.Identity) (*runState, error) {
+func (g *Gateway) run(ctx context.Context, id bridge.Identity) (*runState, error) {
 	k := runKey{id.Tenant, id.Run}
 	g.mu.Lock()
 	st, ok := g.runs[k]

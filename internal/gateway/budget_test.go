@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/model"
@@ -35,7 +35,7 @@ func TestBudgetBeforeCall(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, envOptions{cfg: func(c *gateway.Config) {
-				c.Spent = func(context.Context, egress.Identity) (gateway.Totals, error) { return tt.seed, nil }
+				c.Spent = func(context.Context, bridge.Identity) (gateway.Totals, error) { return tt.seed, nil }
 			}})
 			pol := allowAll()
 			pol.MaxTokens, pol.MaxCredits = tt.tokens, tt.credits
@@ -187,7 +187,7 @@ func TestBudgetSDKError(t *testing.T) {
 // restarted), so a spent budget stays spent.
 func TestSpentSeeds(t *testing.T) {
 	e := newEnv(t, envOptions{cfg: func(c *gateway.Config) {
-		c.Spent = func(_ context.Context, id egress.Identity) (gateway.Totals, error) {
+		c.Spent = func(_ context.Context, id bridge.Identity) (gateway.Totals, error) {
 			return gateway.Totals{Tokens: 1000, MicroCredits: 5}, nil
 		}
 	}})

@@ -13,19 +13,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway/wire"
-	"github.com/airlockrun/airlock/internal/model/sse"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/price"
+	"github.com/airlockrun/airlock/internal/sse"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
 // call is one model call of a sandbox, from its checks to its debit.
 type call struct {
 	g     *Gateway
-	id    egress.Identity
+	id    bridge.Identity
 	log   *slog.Logger
 	start time.Time
 	api   wire.API

@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway/wire"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -91,7 +91,7 @@ type Config struct {
 	Upstreams map[string]Upstream
 	// Policy returns the llm section of the run's policy (required); nil
 	// or not Enabled refuses every call of the run.
-	Policy func(ctx context.Context, id egress.Identity) (*policy.LLM, error)
+	Policy func(ctx context.Context, id bridge.Identity) (*policy.LLM, error)
 	// Prices prices usage, by "UPSTREAM:MODEL" (see price.Table.Lookup).
 	// A model without a price costs nothing, unless the tenant is
 	// metered or the run has a credit budget: then it is refused.
@@ -105,12 +105,12 @@ type Config struct {
 	// went to the sandbox, in the background (Close waits for it), with a
 	// context that outlives the request; it must be safe for concurrent
 	// use.
-	Record func(ctx context.Context, id egress.Identity, c Call) (seq int64, err error)
+	Record func(ctx context.Context, id bridge.Identity, c Call) (seq int64, err error)
 	// Spent returns what the run's gateway calls used before this
 	// Gateway saw the run (from its llm.call events, after a restart), so
 	// that budgets go on where they were. It is called once per run; nil
 	// starts every run at zero.
-	Spent func(ctx context.Context, id egress.Identity) (Totals, error)
+	Spent func(ctx context.Context, id bridge.Identity) (Totals, error)
 	// Redactor scrubs the bodies the policy asks to log; every upstream
 	// key is added to it. nil means a private Redactor.
 	Redactor *secret.Redactor
@@ -335,7 +335,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		aerr.write(w, up.kind)
 		return
 	}
-	id, ok := egress.IdentityFrom(r.Context())
+	id, ok := bridge.IdentityFrom(r.Context())
 	if !ok {
 		errNoIdentity.write(w, up.kind)
 		return

@@ -283,7 +283,7 @@ func TestTokenRefusals(t *testing.T) {
 	revokedRun := e.newRun("acme", allowAll())
 	sbRevoked := e.sandbox("acme", revokedRun, "sb-9")
 	e.tokens.RevokeRun("acme", revokedRun)
-	e.clock.Add(2 * time.Minute) // short has expired
+	e.clock.Advance(2 * time.Minute) // short has expired
 	tests := []struct {
 		name string
 		on   *sandbox
@@ -500,7 +500,7 @@ func TestRateLimit(t *testing.T) {
 		if status, _, b := sb.post(t, gateway.KindOpenAI, chatPath, body); status != 200 {
 			t.Fatalf("call %d = %d %s", i, status, b)
 		}
-		e.clock.Add(10 * time.Second)
+		e.clock.Advance(10 * time.Second)
 	}
 	status, h, b := sb1.post(t, gateway.KindAnthropic, messagesPath, `{"model":"claude","max_tokens":5}`)
 	if status != http.StatusTooManyRequests || h.Get("Retry-After") != "40" || h.Get("X-Should-Retry") != "" {
@@ -509,7 +509,7 @@ func TestRateLimit(t *testing.T) {
 	if typ, _ := errorShape(t, gateway.KindAnthropic, b); typ != "rate_limit_error" {
 		t.Errorf("error type %s", typ)
 	}
-	e.clock.Add(41 * time.Second)
+	e.clock.Advance(41 * time.Second)
 	if status, _, b := sb2.post(t, gateway.KindOpenAI, chatPath, body); status != 200 {
 		t.Fatalf("a call after the minute = %d %s", status, b)
 	}

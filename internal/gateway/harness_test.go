@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -211,28 +213,9 @@ func (u *upstream) endlessMessages(w http.ResponseWriter) {
 }
 
 type (
-	egressIdentity = egress.Identity
+	egressIdentity = bridge.Identity
 	priceT         = price.Price
 )
-
-// clock is a settable clock for tokens and rate limits.
-type clock struct {
-	mu sync.Mutex
-	// t is guarded by mu.
-	t time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // prices of the test host, in micro-credits per million tokens.
 var prices = price.Table{
@@ -243,7 +226,7 @@ var prices = price.Table{
 
 // sandbox is one sandbox's view: its proxy socket and its token.
 type sandbox struct {
-	id    egress.Identity
+	id    bridge.Identity
 	sock  string
 	token string
 	proxy *egress.Proxy
@@ -255,7 +238,7 @@ type sandbox struct {
 // each on its own unix socket with the Gateway as its Local handler.
 type env struct {
 	t      testing.TB
-	clock  *clock
+	clock  *clock.Fake
 	tokens *token.Store
 	store  *sqlite.Store
 	up     *upstream
@@ -275,7 +258,7 @@ type envOptions struct {
 
 func newEnv(t testing.TB, opt envOptions) *env {
 	t.Helper()
-	e := &env{t: t, clock: &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}, policies: map[string]*policy.LLM{}, red: secret.NewRedactor()}
+	e := &env{t: t, clock: clock.NewFake(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), policies: map[string]*policy.LLM{}, red: secret.NewRedactor()}
 	e.tokens = token.NewStore(e.clock.Now)
 	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
 	if err != nil {
@@ -294,7 +277,7 @@ func newEnv(t testing.TB, opt envOptions) *env {
 			"anthropic": {Kind: gateway.KindAnthropic, BaseURL: e.up.srv.URL + "/anthropic", Key: key(anthropicKey)},
 			"local":     {Kind: gateway.KindOpenAI, BaseURL: e.up.srv.URL + "/local/v1/"},
 		},
-		Policy: func(_ context.Context, id egress.Identity) (*policy.LLM, error) {
+		Policy: func(_ context.Context, id bridge.Identity) (*policy.LLM, error) {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			return e.policies[id.Run], nil
@@ -320,7 +303,7 @@ func newEnv(t testing.TB, opt envOptions) *env {
 
 // record is Config.Record: it appends the call's events to the run's log
 // and returns the seq of the llm.call event.
-func (e *env) record(ctx context.Context, id egress.Identity, c gateway.Call) (int64, error) {
+func (e *env) record(ctx context.Context, id bridge.Identity, c gateway.Call) (int64, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	run, err := e.store.GetRun(ctx, id.Run)
@@ -387,7 +370,7 @@ func (e *env) newRun(tenant string, pol *policy.LLM) string {
 // the Gateway) and issues its token.
 func (e *env) sandbox(tenant, run, name string) *sandbox {
 	e.t.Helper()
-	s := &sandbox{id: egress.Identity{Tenant: tenant, Run: run, Sandbox: name}, audit: &auditLog{}}
+	s := &sandbox{id: bridge.Identity{Tenant: tenant, Run: run, Sandbox: name}, audit: &auditLog{}}
 	tok, err := e.tokens.Issue(token.Scope{Tenant: tenant, Run: run, Sandbox: name, Purpose: gateway.Purpose}, time.Hour)
 	if err != nil {
 		e.t.Fatal(err)

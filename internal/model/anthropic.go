@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/model/sse"
+	"github.com/airlockrun/airlock/internal/sse"
 )
 
 // AnthropicVersion is the anthropic-version header sent with every request.

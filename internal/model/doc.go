@@ -4,7 +4,7 @@
 // the OpenAI Responses API and any OpenAI-compatible server, plus a scripted
 // provider that replays a YAML file for tests and the demo. New builds one
 // from a "PROVIDER:MODEL" spec. Fit shrinks a conversation to a token budget.
-// The server-sent event parser is the leaf package model/sse.
+// The server-sent event parser is the leaf package internal/sse.
 //
 // Invariants:
 //   - A Response marshals to JSON and back to an equal value, so the run

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/secret"
 )
 
@@ -128,30 +129,24 @@ func stall(headers bool) step {
 	}
 }
 
-// fakeClock advances only when slept on.
+// fakeClock advances only when slept on, and records each sleep.
 type fakeClock struct {
+	*clock.Fake
 	mu      sync.Mutex
-	now     time.Time
-	sleeps  []time.Duration
+	sleeps  []time.Duration // guarded by mu
 	onSleep func()
 }
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
+	return &fakeClock{Fake: clock.NewFake(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC))}
 }
 
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.mu.Lock()
 	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
 	hook := c.onSleep
 	c.mu.Unlock()
+	c.Advance(d)
 	if hook != nil {
 		hook()
 	}

@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/model/sse"
+	"github.com/airlockrun/airlock/internal/sse"
 )
 
 // Chat speaks the OpenAI Chat Completions API: POST {base}/chat/completions

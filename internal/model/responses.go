@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/model/sse"
+	"github.com/airlockrun/airlock/internal/sse"
 )
 
 // Responses speaks the OpenAI Responses API: POST {base}/responses with a

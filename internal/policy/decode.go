@@ -463,3 +463,12 @@ func describe(n *yaml.Node) string {
 
 // refValue returns the addressable value ptr points to.
 func refValue(ptr any) reflect.Value { return reflect.ValueOf(ptr).Elem() }
+
+// shorten keeps error messages bounded when the input is hostile.
+func shorten(s string) string {
+	const max = 80
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

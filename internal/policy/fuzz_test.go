@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockrun/airlock/internal/hostname"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -137,41 +138,6 @@ func equalNetwork(a, b Network) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// FuzzNormalizeHost: the output is a fixed point, lowercase ASCII without a
-// trailing dot, and either a canonical IP literal or a valid DNS name.
-func FuzzNormalizeHost(f *testing.F) {
-	for _, s := range []string{"Example.COM.", "bücher.example", "0x7f.1", "[::ffff:10.0.0.1]", "１２７.０.０.１", "fe80::1%eth0", "a..b", "xn--bcher-kva.example"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, host string) {
-		out, err := NormalizeHost(host)
-		if err != nil {
-			return
-		}
-		again, err := NormalizeHost(out)
-		if err != nil || again != out {
-			t.Fatalf("NormalizeHost(%q) = %q, but NormalizeHost(%q) = %q, %v", host, out, out, again, err)
-		}
-		a, lit, err := ParseLiteral(out)
-		if err != nil {
-			t.Fatalf("ParseLiteral(NormalizeHost(%q) = %q): %v", host, out, err)
-		}
-		if lit {
-			if a.String() != out {
-				t.Fatalf("NormalizeHost(%q) = %q, not canonical (%s)", host, out, a)
-			}
-			b, lit2, err := ParseLiteral(host)
-			if err != nil || !lit2 || b != a {
-				t.Fatalf("NormalizeHost(%q) = literal %s but ParseLiteral says %v, %v, %v", host, a, b, lit2, err)
-			}
-			return
-		}
-		if reason := checkName(out); reason != "" || strings.HasSuffix(out, ".") || out != strings.ToLower(out) {
-			t.Fatalf("NormalizeHost(%q) = %q: %s", host, out, reason)
-		}
-	})
-}
-
 // FuzzDecide: whatever the rule and the request, an allow means the request
 // host is the rule host or under its wildcard, on a default port.
 func FuzzDecide(f *testing.F) {
@@ -184,7 +150,7 @@ func FuzzDecide(f *testing.F) {
 		if err := n.Validate(); err != nil {
 			return
 		}
-		h, err := NormalizeHost(reqHost)
+		h, err := hostname.Normalize(reqHost)
 		if err != nil {
 			return
 		}

@@ -275,3 +275,12 @@ func TestLLMCanonical(t *testing.T) {
 		}
 	}
 }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/airlockrun/airlock/internal/hostname"
 )
 
 // Verdict is the outcome of a decision.
@@ -95,7 +97,7 @@ const SecretPlaceholder = "{{secret}}"
 
 // Request is what Decide judges.
 type Request struct {
-	// Host is the destination in NormalizeHost form.
+	// Host is the destination in hostname.Normalize form.
 	Host string
 	Port int
 	// Method and Path are empty when the proxy does not inspect the
@@ -133,7 +135,7 @@ const (
 // names gets the default verdict (deny or ask); a host some rule names but
 // whose port, method or path no rule allows is denied, because the rule's
 // author limited it on purpose. Decide normalizes nothing: r.Host must come
-// from NormalizeHost. Safe for concurrent use.
+// from hostname.Normalize. Safe for concurrent use.
 func (n *Network) Decide(r Request) Decision {
 	best, bestRule := 0, "default" // how far the closest rule got
 	reasons := [...]string{ReasonNoRule, ReasonPort, ReasonMethod, ReasonPath}
@@ -187,7 +189,7 @@ func (n *Network) Inspect(host string, port int) bool {
 func (n *Network) CredentialsFor(host string, port int) []Credential {
 	var out []Credential
 	for _, c := range n.Credentials {
-		if matchHostPattern(c.Host, host) {
+		if hostname.Match(c.Host, host) {
 			out = append(out, c)
 		}
 	}
@@ -245,7 +247,7 @@ func (r *Rule) matchHost(host string) bool {
 		a, err := netip.ParseAddr(host)
 		return err == nil && p.Contains(a.WithZone("").Unmap())
 	}
-	return r.Host != "" && matchHostPattern(r.Host, host)
+	return r.Host != "" && hostname.Match(r.Host, host)
 }
 
 func (r *Rule) matchPort(port int) bool {
@@ -253,21 +255,6 @@ func (r *Rule) matchPort(port int) bool {
 		return port == 80 || port == 443
 	}
 	return slices.Contains(r.Ports, port)
-}
-
-// matchHostPattern matches a normalized host against an exact host or a
-// "*.suffix" pattern. The wildcard needs at least one label before the
-// suffix; since the suffix is a name whose last label is not numeric, it can
-// never match an IP literal.
-func matchHostPattern(pattern, host string) bool {
-	if host == "" {
-		return false
-	}
-	if rest, ok := strings.CutPrefix(pattern, "*."); ok {
-		suffix := "." + rest
-		return rest != "" && len(host) > len(suffix) && strings.HasSuffix(host, suffix) && host[len(host)-len(suffix)-1] != '.'
-	}
-	return pattern == host
 }
 
 func matchPaths(prefixes []string, p string) bool {
@@ -347,7 +334,7 @@ func (c *checker) add(field, format string, args ...any) {
 // Validate checks n and reports every problem, each naming its field (e.g.
 // "policy: network.allow[2].ports[0]: 70000 out of range 1-65535"), joined
 // with errors.Join. It also rewrites n into the form Decide compares: every
-// host field through NormalizeHost, CIDRs and pins in canonical form,
+// host field through hostname.Normalize, CIDRs and pins in canonical form,
 // methods uppercased, an empty header Value set to "{{secret}}". Validate
 // is idempotent. It must not run concurrently with other methods.
 func (n *Network) Validate() error {
@@ -434,51 +421,14 @@ func (r *Rule) validate(c *checker, field string) {
 }
 
 // validatePattern checks an exact host, "*.suffix" wildcard or IP literal
-// and returns it normalized.
+// and returns it normalized (hostname.Pattern).
 func validatePattern(c *checker, field, h string) (string, bool) {
-	if reason := hostFieldProblem(h); reason != "" {
-		c.add(field, "%q: %s", shorten(h), reason)
-		return "", false
-	}
-	suffix, wild := strings.CutPrefix(h, "*.")
-	if !wild && strings.Contains(h, "*") || wild && strings.Contains(suffix, "*") {
-		c.add(field, `%q: a wildcard is allowed only as a whole leading "*." label`, shorten(h))
-		return "", false
-	}
-	norm, err := NormalizeHost(suffix)
+	norm, err := hostname.Pattern(h)
 	if err != nil {
 		c.add(field, "%v", err)
 		return "", false
 	}
-	if wild {
-		if _, lit, _ := ParseLiteral(norm); lit {
-			c.add(field, "%q: a wildcard needs a name, not an IP address", shorten(h))
-			return "", false
-		}
-		return "*." + norm, true
-	}
 	return norm, true
-}
-
-// hostFieldProblem gives clear messages for the mistakes NormalizeHost would
-// only call invalid.
-func hostFieldProblem(h string) string {
-	switch {
-	case h == "":
-		return "empty"
-	case strings.Contains(h, "://") || strings.Contains(h, "/"):
-		return `a host, not a URL or path: no "/"`
-	case strings.Contains(h, "@"):
-		return `a host has no user part: no "@"`
-	case strings.ContainsAny(h, " \t\r\n"):
-		return "contains white space"
-	}
-	if name, port, err := net.SplitHostPort(h); err == nil && port != "" {
-		if _, lit, _ := ParseLiteral(name); lit || !strings.Contains(name, ":") {
-			return "ports go in ports, not in host"
-		}
-	}
-	return ""
 }
 
 func (p *Pin) validate(c *checker, field string) {
@@ -487,12 +437,12 @@ func (p *Pin) validate(c *checker, field string) {
 	case err != nil:
 		c.add(field+".host", "%q: %v (want name:port)", shorten(p.Host), err)
 	default:
-		norm, err := NormalizeHost(name)
+		norm, err := hostname.Normalize(name)
 		if err != nil {
 			c.add(field+".host", "%v", err)
 			break
 		}
-		if _, lit, _ := ParseLiteral(norm); lit {
+		if _, lit, _ := hostname.ParseLiteral(norm); lit {
 			c.add(field+".host", "%q: pin a name, not an IP address", shorten(p.Host))
 			break
 		}

@@ -17,15 +17,16 @@
 //
 // Invariants: the package does no I/O except Load, keeps no state beyond the
 // document (and the tool rules compiled from it), and imports nothing else
-// from airlock, so it is cheap to test and fuzz. Decisions fail closed:
+// from airlock but the hostname leaf, so it is cheap to test and fuzz. Decisions fail closed:
 // anything not allowed by a rule is denied (or, with default ask, held for
 // approval), and a tool rule that cannot be evaluated denies. Host names are
-// compared only in the form NormalizeHost returns; Validate rewrites rule
+// compared only in the form hostname.Normalize returns; Validate rewrites rule
 // hosts to that form and callers pass normalized hosts to Decide.
 //
-// Importers: the egress proxy and its address guard, the LLM gateway, the
-// run engine's policy hook (DecideTool), the command line, and the host
-// wiring that loads the document.
+// Importers: the egress proxy (internal/egress), the LLM gateway
+// (internal/gateway), the run engine's policy hook (internal/engine), the
+// APIs (internal/server, internal/e2b), the command line and host wiring
+// that load the document (internal/cli), and bench/egressbench.
 package policy
 
 import (

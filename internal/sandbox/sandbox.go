@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/execproto"
-	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 	"golang.org/x/sys/unix"
 )
 
@@ -253,25 +252,72 @@ type Process interface {
 }
 
 // FileInfo describes a file inside a sandbox.
-type FileInfo = execconn.FileInfo
-
-// WatchEvent is one change in a watched tree (Sandbox.Watch).
-type WatchEvent = execconn.WatchEvent
+type FileInfo struct {
+	Name    string
+	Size    int64
+	Mode    fs.FileMode
+	ModTime time.Time
+	Link    string
+}
 
 // WatchOp is the kind of a WatchEvent.
-type WatchOp = execconn.WatchOp
+type WatchOp string
 
 // Kinds of change a watch reports.
 const (
-	WatchCreate = execconn.WatchCreate // created, or moved into the tree
-	WatchWrite  = execconn.WatchWrite  // a file's content changed
-	WatchRemove = execconn.WatchRemove // deleted
-	WatchRename = execconn.WatchRename // moved away; the new name comes as a create
-	WatchChmod  = execconn.WatchChmod  // mode, owner or times changed
+	WatchCreate WatchOp = execproto.WatchCreate // created, or moved into the tree
+	WatchWrite  WatchOp = execproto.WatchWrite  // a file's content changed
+	WatchRemove WatchOp = execproto.WatchRemove // deleted
+	WatchRename WatchOp = execproto.WatchRename // moved away; the new name comes as a create
+	WatchChmod  WatchOp = execproto.WatchChmod  // mode, owner or times changed
 	// WatchOverflow says events were lost (the watcher read too slowly,
 	// or a directory below could not be watched): list the tree again.
-	WatchOverflow = execconn.WatchOverflow
+	WatchOverflow WatchOp = execproto.WatchOverflow
 )
+
+// WatchEvent is one change in a watched tree (Sandbox.Watch).
+type WatchEvent struct {
+	Op WatchOp
+	// Path is absolute, inside the sandbox.
+	Path string
+	// Dir is set when Path is a directory.
+	Dir bool
+}
+
+// ErrLost reports that the sandbox is gone: it died, was destroyed, or
+// its executor broke the protocol. Every backend wraps it, so callers can
+// tell a lost sandbox (provision another) from a command's failure.
+var ErrLost = errors.New("sandbox lost")
+
+// FileError is a file operation's failure inside the sandbox.
+type FileError struct {
+	Op, Path string
+	Errno    string // ENOENT, EACCES, ... or empty
+	Msg      string
+}
+
+func (e *FileError) Error() string { return e.Op + " " + e.Path + ": " + e.Msg }
+
+// Is maps well-known errnos to fs errors, so callers can use errors.Is(err, fs.ErrNotExist).
+func (e *FileError) Is(target error) bool {
+	switch target {
+	case fs.ErrNotExist:
+		return e.Errno == "ENOENT"
+	case fs.ErrExist:
+		return e.Errno == "EEXIST" || e.Errno == "ENOTEMPTY"
+	case fs.ErrPermission:
+		return e.Errno == "EACCES" || e.Errno == "EPERM" || e.Errno == "EROFS"
+	}
+	return false
+}
+
+// LiveUsage is what a live sandbox holds now, as its backend measures it
+// (what `sandbox ls` shows).
+type LiveUsage struct {
+	MemoryBytes int64         `json:"memory_bytes"`
+	CPU         time.Duration `json:"cpu_ns"`
+	Pids        int64         `json:"pids"`
+}
 
 // Sandbox is one live sandbox.
 type Sandbox interface {

@@ -1,10 +1,10 @@
 package secret_test
 
 import (
-	"os/exec"
 	"slices"
-	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/deptest"
 )
 
 // secretImporters are the packages allowed to hold secret values: the
@@ -28,22 +28,10 @@ func TestSecretImporters(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list over the module")
 	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("go command not found: %v", err)
-	}
-	out, err := exec.Command(goTool, "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "github.com/airlockrun/airlock/...").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	const self = "github.com/airlockrun/airlock/internal/secret"
-	for line := range strings.Lines(string(out)) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] == self || !slices.Contains(f[1:], self) {
-			continue
-		}
-		if !slices.Contains(secretImporters, f[0]) {
-			t.Errorf("%s imports internal/secret; only %v may (see STYLE §1)", f[0], secretImporters)
+	const self = deptest.Module + "/internal/secret"
+	for _, by := range deptest.Importers(deptest.List(t, "", deptest.Module+"/..."), self) {
+		if !slices.Contains(secretImporters, by) {
+			t.Errorf("%s imports internal/secret; only %v may (see STYLE §1)", by, secretImporters)
 		}
 	}
 }

@@ -16,14 +16,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/hostname"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,8 +132,8 @@ func truncate(s string) string {
 }
 
 // NormalizeHosts validates host patterns for a secret's binding and returns
-// them lowercased, without a trailing dot, sorted and deduplicated. A
-// pattern is an exact name, "*.suffix", or an IP literal.
+// them normalized (hostname.Pattern), sorted and deduplicated. A pattern is
+// an exact name, "*.suffix", or an IP literal.
 func NormalizeHosts(hosts []string) ([]string, error) {
 	var out []string
 	var errs []error
@@ -153,33 +152,15 @@ func NormalizeHosts(hosts []string) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
+// normalizeHost checks one pattern of a binding in the dialect the policy
+// and the proxy use (hostname.Pattern), so that a binding names exactly the
+// hosts a policy rule of the same spelling would.
 func normalizeHost(h string) (string, error) {
-	bad := func(why string) (string, error) {
-		return "", fmt.Errorf("secret: invalid host %q: %s", truncate(h), why)
+	n, err := hostname.Pattern(h)
+	if err != nil {
+		return "", fmt.Errorf("secret: invalid host: %w", err)
 	}
-	s := strings.ToLower(strings.TrimSuffix(h, "."))
-	if s == "" || len(s) > 253 {
-		return bad("want 1 to 253 characters")
-	}
-	if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
-		if a.Zone() != "" {
-			return bad("zones are not allowed")
-		}
-		return a.Unmap().String(), nil
-	}
-	name := strings.TrimPrefix(s, "*.")
-	for _, label := range strings.Split(name, ".") {
-		if label == "" || len(label) > 63 {
-			return bad("empty or overlong label")
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-				return bad("want letters, digits, '-', '_', a leading \"*.\" or an IP literal")
-			}
-		}
-	}
-	return s, nil
+	return n, nil
 }
 
 // Set stores v as tenant's secret name, replacing any earlier value (its
@@ -426,9 +407,14 @@ func decodeStore(b []byte) (*storeData, error) {
 			return bad("secrets[%d]: duplicate %s/%s", i, r.Tenant, r.Name)
 		}
 		seen[k] = true
-		hosts, err := NormalizeHosts(r.Hosts)
-		if err != nil || !slices.Equal(hosts, r.Hosts) {
-			return bad("secrets[%d]: hosts not in normal form", i)
+		// Set stores bindings in hostname.Pattern form. Reading asks less:
+		// a pattern an older airlock accepted and the shared dialect now
+		// refuses ('_' in a label, say) could never match a normalized
+		// host, so it is inert, and need not make every secret unreadable.
+		// The seal's additional data covers the hosts: an edited binding
+		// fails Get.
+		if !slices.IsSorted(r.Hosts) || len(slices.Compact(slices.Clone(r.Hosts))) != len(r.Hosts) || slices.Contains(r.Hosts, "") {
+			return bad("secrets[%d]: hosts not sorted, unique and non-empty", i)
 		}
 		if len(r.Nonce) != nonceSize {
 			return bad("secrets[%d]: nonce is %d bytes, want %d", i, len(r.Nonce), nonceSize)

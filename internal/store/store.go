@@ -37,7 +37,12 @@
 //     key; keys belong to one existing tenant, and reads and revocations
 //     name the tenant, so one tenant never sees or revokes another's.
 //
-// Importers: the run engine, host wiring, the API and the CLI.
+// Importers: its implementations (internal/store/sqlite,
+// internal/store/postgres) and their suite (internal/store/storetest), the
+// run engine (internal/engine), the APIs (internal/server,
+// internal/server/servertest, internal/e2b), API keys (internal/auth), the
+// gateway's metering (internal/gateway), telemetry (internal/telemetry) and
+// the CLI and host wiring (internal/cli).
 package store
 
 import (

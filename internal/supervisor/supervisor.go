@@ -47,14 +47,7 @@ type ExecRequest struct {
 // Info is what `sandbox ls` shows.
 type Info struct {
 	sandbox.Info
-	Usage Usage `json:"usage"`
-}
-
-// Usage of a live sandbox.
-type Usage struct {
-	MemoryBytes int64         `json:"memory_bytes"`
-	CPU         time.Duration `json:"cpu_ns"`
-	Pids        int64         `json:"pids"`
+	Usage sandbox.LiveUsage `json:"usage"`
 }
 
 // Reply ends a request.
@@ -65,7 +58,7 @@ type Reply struct {
 }
 
 // UsageFunc reports a sandbox's current usage; nil reports nothing.
-type UsageFunc func() Usage
+type UsageFunc func() sandbox.LiveUsage
 
 // Server serves one sandbox.
 type Server struct {

@@ -27,5 +27,5 @@
 //     a restart) adds its spans to one trace, and the run span, written by
 //     whichever process records the run's end, is their parent.
 //
-// Importers: host wiring (the serve command) only.
+// Importers: host wiring (the serve command, internal/cli) only.
 package telemetry

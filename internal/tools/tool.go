@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/model"
-	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // spec is a tool built from a param list and a function of its decoded
@@ -87,7 +87,7 @@ func resolve(p string) (string, error) {
 // for the model when the operation itself failed inside the sandbox, and
 // into a returned error when the sandbox could not be reached.
 func fileFailure(ctx context.Context, env Env, tool string, err error) (Result, error) {
-	var fe *execconn.FileError
+	var fe *sandbox.FileError
 	if errors.As(err, &fe) {
 		msg := fe.Msg
 		if fe.Errno != "" && !strings.Contains(msg, fe.Errno) {

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/hostname"
 )
 
 func TestClassify(t *testing.T) {
@@ -173,9 +173,9 @@ func TestLiteralNotations(t *testing.T) {
 func TestParseLiteralRefusesMalformed(t *testing.T) {
 	for _, host := range []string{"1.2.3.256", "0x", "08.1.1.1", "0x7g.1", "1.2.3.4.5", "127.0.0.1..", "[127.0.0.1]", "::ffff:0x7f.1", "4294967296"} {
 		_, _, err := ParseLiteral(host)
-		var le *policy.LiteralError
+		var le *hostname.LiteralError
 		if !errors.As(err, &le) {
-			t.Errorf("ParseLiteral(%q) err = %v, want *policy.LiteralError", host, err)
+			t.Errorf("ParseLiteral(%q) err = %v, want *hostname.LiteralError", host, err)
 		}
 	}
 }

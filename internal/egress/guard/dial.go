@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/hostname"
 )
 
 // Resolver looks up a host's addresses. *net.Resolver satisfies it.
@@ -42,7 +42,7 @@ type Dialer struct {
 // resolver order until one connects. It returns the address actually
 // dialled.
 //
-// host is the host as the policy judged it (policy.NormalizeHost form). A
+// host is the host as the policy judged it (hostname.Normalize form). A
 // refusal is a *DeniedError; any other error is a network failure or ctx.
 func (d *Dialer) Dial(ctx context.Context, host string, port int) (net.Conn, netip.AddrPort, error) {
 	if d.Guard == nil {
@@ -95,7 +95,7 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (net.Conn, net
 		// Only a name in the one form the policy judged goes to the
 		// resolver: a C resolver may read other spellings ("1.2.3.4 x",
 		// "0x7f.1.") as something else than the policy saw.
-		if norm, err := policy.NormalizeHost(host); err != nil || norm != host {
+		if norm, err := hostname.Normalize(host); err != nil || norm != host {
 			return nil, netip.AddrPort{}, &DeniedError{Host: host, Reason: ReasonInvalidHost, Err: err}
 		}
 		addrs, err = d.lookup(ctx, host)

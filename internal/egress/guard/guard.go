@@ -14,8 +14,8 @@
 // IP hosts in any notation are parsed strictly and judged the same way; a
 // malformed numeric host is refused, never resolved.
 //
-// Importers: the egress proxy. The package imports the policy leaf for the
-// one shared IP literal parser.
+// Importers: the egress proxy (internal/egress). The package imports the
+// hostname leaf for the one shared IP literal parser.
 package guard
 
 import (

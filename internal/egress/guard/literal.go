@@ -3,7 +3,7 @@ package guard
 import (
 	"net/netip"
 
-	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/hostname"
 )
 
 // ParseLiteral reports whether host is an IP literal in any notation the C
@@ -12,10 +12,10 @@ import (
 // "10.1.2", bracketed or bare IPv6 incl. zones "fe80::1%eth0", IPv4-mapped
 // and -compatible IPv6) and returns the canonical address. A host that looks
 // numeric but is malformed ("1.2.3.256", "0x", "08.1.1.1") is an error
-// (*policy.LiteralError), never treated as a name.
+// (*hostname.LiteralError), never treated as a name.
 //
-// It is policy.ParseLiteral: policy.NormalizeHost and the guard must agree
-// on what a literal is, so there is one parser, kept in the policy leaf.
+// It is hostname.ParseLiteral: hostname.Normalize and the guard must agree
+// on what a literal is, so there is one parser, kept in the hostname leaf.
 func ParseLiteral(host string) (addr netip.Addr, isLiteral bool, err error) {
-	return policy.ParseLiteral(host)
+	return hostname.ParseLiteral(host)
 }

@@ -15,8 +15,7 @@
 //
 // # Who may import it
 //
-// Only the in-sandbox side (cmd/airlock-exec and internal/executor). It
-// imports nothing but the standard library and golang.org/x/sys/unix, keeps
+// Importers: the in-sandbox side only (internal/executor). It imports nothing but the standard library and golang.org/x/sys/unix, keeps
 // unsafe in filter_unsafe.go, and builds on Linux only; amd64 and arm64 have
 // syscall tables, and on any other architecture [Program] and [Install]
 // return an error rather than run unfiltered.

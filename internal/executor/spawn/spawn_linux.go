@@ -2,6 +2,14 @@
 // `airlock-exec spawn` to start the host's sandbox processes in new
 // namespaces on its behalf (see execproto's Spawn for why and how). It
 // holds no secret and trusts only the socket its host gave it.
+//
+// Unlike the rest of internal/executor it runs on the host, outside any
+// sandbox, as a child of airlock-host. It lives here because it is linked
+// into the executor's binary, and so it is held to the executor's rules:
+// the standard library, golang.org/x/sys/unix and execproto only, named in
+// cmd/airlock-exec's deps test.
+//
+// Importers: cmd/airlock-exec only.
 package spawn
 
 import (

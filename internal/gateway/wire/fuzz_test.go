@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/model/sse"
+	"github.com/airlockrun/airlock/internal/sse"
 )
 
 // FuzzParseRequest: whatever the body, ParseRequest refuses it with a

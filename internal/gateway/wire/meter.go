@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/model/sse"
+	"github.com/airlockrun/airlock/internal/sse"
 )
 
 // MaxCount bounds a token count the gateway believes, so that no sum or

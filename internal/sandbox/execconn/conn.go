@@ -14,11 +14,8 @@ import (
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
-
-// ErrLost reports that the connection to the executor is gone: the sandbox
-// died, was destroyed, or broke the protocol.
-var ErrLost = errors.New("sandbox lost")
 
 // Conn is a connection to one executor.
 type Conn struct {
@@ -142,9 +139,9 @@ func (c *Conn) read() {
 	}
 	c.mu.Lock()
 	if errors.Is(err, io.EOF) || errors.Is(err, execproto.ErrClosed) {
-		err = ErrLost
+		err = sandbox.ErrLost
 	} else {
-		err = fmt.Errorf("%w: %w", ErrLost, err)
+		err = fmt.Errorf("%w: %w", sandbox.ErrLost, err)
 	}
 	c.err = err
 	streams := c.streams

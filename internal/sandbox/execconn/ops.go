@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,28 +67,6 @@ func (p *Process) Wait(ctx context.Context) (execproto.Result, error) {
 	return p.s.wait(ctx)
 }
 
-// FileError is a file operation's failure inside the sandbox.
-type FileError struct {
-	Op, Path string
-	Errno    string // ENOENT, EACCES, ... or empty
-	Msg      string
-}
-
-func (e *FileError) Error() string { return e.Op + " " + e.Path + ": " + e.Msg }
-
-// Is maps well-known errnos to fs errors, so callers can use errors.Is(err, fs.ErrNotExist).
-func (e *FileError) Is(target error) bool {
-	switch target {
-	case fs.ErrNotExist:
-		return e.Errno == "ENOENT"
-	case fs.ErrExist:
-		return e.Errno == "EEXIST" || e.Errno == "ENOTEMPTY"
-	case fs.ErrPermission:
-		return e.Errno == "EACCES" || e.Errno == "EPERM" || e.Errno == "EROFS"
-	}
-	return false
-}
-
 // do runs a file request and returns its result; data sent by the executor
 // goes to out, and in (if not nil) is sent as the request's input.
 func (c *Conn) do(ctx context.Context, req execproto.Request, in io.Reader, out io.Writer) (execproto.Result, error) {
@@ -108,7 +87,7 @@ func (c *Conn) do(ctx context.Context, req execproto.Request, in io.Reader, out 
 		return r, fmt.Errorf("%s %s: %w", req.Op, req.Path, err)
 	}
 	if r.Error != "" {
-		return r, &FileError{Op: req.Op, Path: req.Path, Errno: r.Errno, Msg: r.Error}
+		return r, &sandbox.FileError{Op: req.Op, Path: req.Path, Errno: r.Errno, Msg: r.Error}
 	}
 	return r, nil
 }
@@ -129,37 +108,28 @@ func (c *Conn) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.
 	return err
 }
 
-// FileInfo describes a file in the sandbox.
-type FileInfo struct {
-	Name    string
-	Size    int64
-	Mode    fs.FileMode
-	ModTime time.Time
-	Link    string
-}
-
-func infos(es []execproto.Entry) []FileInfo {
-	out := make([]FileInfo, len(es))
+func infos(es []execproto.Entry) []sandbox.FileInfo {
+	out := make([]sandbox.FileInfo, len(es))
 	for i, e := range es {
-		out[i] = FileInfo{Name: e.Name, Size: e.Size, Mode: fs.FileMode(e.Mode), ModTime: time.Unix(0, e.ModTime), Link: e.Link}
+		out[i] = sandbox.FileInfo{Name: e.Name, Size: e.Size, Mode: fs.FileMode(e.Mode), ModTime: time.Unix(0, e.ModTime), Link: e.Link}
 	}
 	return out
 }
 
 // List returns the entries of a directory.
-func (c *Conn) List(ctx context.Context, path string) ([]FileInfo, error) {
+func (c *Conn) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
 	r, err := c.do(ctx, execproto.Request{Op: execproto.OpList, Path: path}, nil, nil)
 	return infos(r.Entries), err
 }
 
 // Stat describes path without following a final symlink.
-func (c *Conn) Stat(ctx context.Context, path string) (FileInfo, error) {
+func (c *Conn) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
 	r, err := c.do(ctx, execproto.Request{Op: execproto.OpStat, Path: path}, nil, nil)
 	if err != nil {
-		return FileInfo{}, err
+		return sandbox.FileInfo{}, err
 	}
 	if len(r.Entries) != 1 {
-		return FileInfo{}, errors.New("stat: malformed result")
+		return sandbox.FileInfo{}, errors.New("stat: malformed result")
 	}
 	return infos(r.Entries)[0], nil
 }

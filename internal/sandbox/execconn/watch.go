@@ -7,31 +7,8 @@ import (
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
-
-// WatchOp is the kind of a WatchEvent.
-type WatchOp string
-
-// Kinds of change a watch reports.
-const (
-	WatchCreate WatchOp = execproto.WatchCreate // created, or moved into the tree
-	WatchWrite  WatchOp = execproto.WatchWrite  // a file's content changed
-	WatchRemove WatchOp = execproto.WatchRemove // deleted
-	WatchRename WatchOp = execproto.WatchRename // moved away; the new name comes as a create
-	WatchChmod  WatchOp = execproto.WatchChmod  // mode, owner or times changed
-	// WatchOverflow says events were lost (the watcher read too slowly, or
-	// a directory below could not be watched): list the tree again.
-	WatchOverflow WatchOp = execproto.WatchOverflow
-)
-
-// WatchEvent is one change in a watched tree.
-type WatchEvent struct {
-	Op WatchOp
-	// Path is absolute, inside the sandbox.
-	Path string
-	// Dir is set when Path is a directory.
-	Dir bool
-}
 
 // Watch reports changes under the directory at path (and every directory
 // below it, including ones made later, if recursive) on the returned
@@ -40,11 +17,11 @@ type WatchEvent struct {
 // connection ends, or the directory itself is removed or moved (after the
 // event that says so). The caller must read the channel until it is closed
 // or cancel ctx: an unread event holds the executor's send window, and the
-// executor drops what does not fit its queue (WatchOverflow).
+// executor drops what does not fit its queue (sandbox.WatchOverflow).
 //
-// A path that does not exist is a *FileError matching fs.ErrNotExist; one
+// A path that does not exist is a *sandbox.FileError matching fs.ErrNotExist; one
 // that is not a directory has Errno ENOTDIR.
-func (c *Conn) Watch(ctx context.Context, path string, recursive bool) (<-chan WatchEvent, error) {
+func (c *Conn) Watch(ctx context.Context, path string, recursive bool) (<-chan sandbox.WatchEvent, error) {
 	req := execproto.Request{Op: execproto.OpWatch, Path: path, Recursive: recursive}
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -52,7 +29,7 @@ func (c *Conn) Watch(ctx context.Context, path string, recursive bool) (<-chan W
 	// The watch's own context also ends when the executor breaks the
 	// protocol on it (watchWriter).
 	wctx, cancel := context.WithCancel(ctx)
-	ww := &watchWriter{ctx: wctx, cancel: cancel, ending: c.ending, events: make(chan WatchEvent), started: make(chan struct{})}
+	ww := &watchWriter{ctx: wctx, cancel: cancel, ending: c.ending, events: make(chan sandbox.WatchEvent), started: make(chan struct{})}
 	s, err := c.open(&req, ww, nil)
 	if err != nil {
 		cancel()
@@ -90,7 +67,7 @@ func (c *Conn) Watch(ctx context.Context, path string, recursive bool) (<-chan W
 	case werr != nil:
 		return nil, fmt.Errorf("watch %s: %w", path, werr)
 	case res.Error != "":
-		return nil, &FileError{Op: execproto.OpWatch, Path: path, Errno: res.Errno, Msg: res.Error}
+		return nil, &sandbox.FileError{Op: execproto.OpWatch, Path: path, Errno: res.Errno, Msg: res.Error}
 	}
 	return nil, fmt.Errorf("watch %s: %w: the executor ended the watch before it started", path, execproto.ErrFrame)
 }
@@ -112,7 +89,7 @@ type watchWriter struct {
 	ctx     context.Context // the watch's: an event nobody reads any more is dropped
 	cancel  func()          // ends ctx, which asks the executor to end the watch
 	ending  <-chan struct{} // the connection's: nothing more comes
-	events  chan WatchEvent
+	events  chan sandbox.WatchEvent
 	started chan struct{} // closed at the start event
 
 	once sync.Once
@@ -142,7 +119,7 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	select {
-	case w.events <- WatchEvent{Op: WatchOp(ev.Op), Path: ev.Path, Dir: ev.Dir}:
+	case w.events <- sandbox.WatchEvent{Op: sandbox.WatchOp(ev.Op), Path: ev.Path, Dir: ev.Dir}:
 	case <-w.ctx.Done():
 	case <-w.ending:
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 )
 
@@ -148,9 +149,9 @@ func (p *peer) drain(stream uint32) <-chan bool {
 	return cancelled
 }
 
-func collect(t *testing.T, ch <-chan execconn.WatchEvent) []execconn.WatchEvent {
+func collect(t *testing.T, ch <-chan sandbox.WatchEvent) []sandbox.WatchEvent {
 	t.Helper()
-	var out []execconn.WatchEvent
+	var out []sandbox.WatchEvent
 	timeout := time.After(10 * time.Second)
 	for {
 		select {
@@ -168,7 +169,7 @@ func collect(t *testing.T, ch <-chan execconn.WatchEvent) []execconn.WatchEvent 
 func TestWatchStream(t *testing.T) {
 	c, p := dialPeer(t)
 	type watched struct {
-		ch  <-chan execconn.WatchEvent
+		ch  <-chan sandbox.WatchEvent
 		err error
 	}
 	got := make(chan watched, 1)
@@ -186,7 +187,7 @@ func TestWatchStream(t *testing.T) {
 	p.data(id, `{"op":"create","path":"/workspace/d","dir":true}`)
 	p.data(id, `{"op":"write","path":"/workspace/d/f"}`)
 	p.result(id, execproto.Result{})
-	want := []execconn.WatchEvent{{Op: execconn.WatchCreate, Path: "/workspace/d", Dir: true}, {Op: execconn.WatchWrite, Path: "/workspace/d/f"}}
+	want := []sandbox.WatchEvent{{Op: sandbox.WatchCreate, Path: "/workspace/d", Dir: true}, {Op: sandbox.WatchWrite, Path: "/workspace/d/f"}}
 	if evs := collect(t, w.ch); len(evs) != 2 || evs[0] != want[0] || evs[1] != want[1] {
 		t.Errorf("events %+v, want %+v", evs, want)
 	}
@@ -217,7 +218,7 @@ func TestWatchHostileExecutor(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, p := dialPeer(t)
 			type watched struct {
-				ch  <-chan execconn.WatchEvent
+				ch  <-chan sandbox.WatchEvent
 				err error
 			}
 			got := make(chan watched, 1)
@@ -259,7 +260,7 @@ func TestWatchHostileExecutor(t *testing.T) {
 func TestWatchCancel(t *testing.T) {
 	c, p := dialPeer(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	got := make(chan (<-chan execconn.WatchEvent), 1)
+	got := make(chan (<-chan sandbox.WatchEvent), 1)
 	go func() {
 		ch, err := c.Watch(ctx, "/workspace", false)
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/airlockrun/airlock/internal/executor/landlock"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
-	"github.com/airlockrun/airlock/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
 
@@ -202,13 +201,13 @@ func (s *Sandbox) Measure() (sandbox.Metrics, error) {
 }
 
 // Usage reports the sandbox's current resource use.
-func (s *Sandbox) Usage() supervisor.Usage {
+func (s *Sandbox) Usage() sandbox.LiveUsage {
 	if s.cg == nil {
-		return supervisor.Usage{}
+		return sandbox.LiveUsage{}
 	}
 	st, err := s.cg.Stats()
 	if err != nil {
-		return supervisor.Usage{}
+		return sandbox.LiveUsage{}
 	}
-	return supervisor.Usage{MemoryBytes: st.MemoryCurrent, CPU: st.CPU, Pids: st.Pids}
+	return sandbox.LiveUsage{MemoryBytes: st.MemoryCurrent, CPU: st.CPU, Pids: st.Pids}
 }

@@ -187,7 +187,7 @@ func (s *Sandbox) teardown() {
 func (s *Sandbox) alive() error {
 	select {
 	case <-s.done:
-		return fmt.Errorf("sandbox %s: %w", s.id, execconn.ErrLost)
+		return fmt.Errorf("sandbox %s: %w", s.id, sandbox.ErrLost)
 	default:
 		return nil
 	}
@@ -307,7 +307,7 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 		},
 	}
 	if err != nil {
-		if errors.Is(err, execconn.ErrLost) {
+		if errors.Is(err, sandbox.ErrLost) {
 			res.Outcome, res.Message = sandbox.OutcomeLost, "sandbox lost: "+err.Error()
 			return res, nil
 		}

@@ -8,28 +8,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/clock"
 )
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newTestStore() (*Store, *fakeClock) {
-	c := &fakeClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	return NewStore(c.now), c
+func newTestStore() (*Store, *clock.Fake) {
+	c := clock.NewFake(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
+	return NewStore(c.Now), c
 }
 
 var scopeA = Scope{Tenant: "t1", Run: "run1", Sandbox: "sb1", Purpose: "llm"}
@@ -82,10 +67,10 @@ func checkVerify(t *testing.T, got Scope, err error, reason string) {
 func TestExpiry(t *testing.T) {
 	s, c := newTestStore()
 	tok, _ := s.Issue(scopeA, time.Minute)
-	c.advance(time.Minute - time.Nanosecond)
+	c.Advance(time.Minute - time.Nanosecond)
 	got, err := s.Verify(tok, scopeA)
 	checkVerify(t, got, err, "")
-	c.advance(time.Nanosecond)
+	c.Advance(time.Nanosecond)
 	got, err = s.Verify(tok, scopeA)
 	checkVerify(t, got, err, "expired")
 	got, err = s.Verify(tok, scopeA)
@@ -93,7 +78,7 @@ func TestExpiry(t *testing.T) {
 
 	// ttl is capped.
 	long, _ := s.Issue(scopeA, 1000*time.Hour)
-	c.advance(MaxTTL)
+	c.Advance(MaxTTL)
 	got, err = s.Verify(long, scopeA)
 	checkVerify(t, got, err, "expired")
 
@@ -112,7 +97,7 @@ func TestPrune(t *testing.T) {
 		}
 	}
 	s.RevokeRun("t1", "run1")
-	c.advance(2 * time.Minute)
+	c.Advance(2 * time.Minute)
 	if _, err := s.Issue(scopeA, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +285,7 @@ func TestConcurrent(t *testing.T) {
 					t.Error(err)
 				}
 				s.RevokeSandbox(sc.Tenant, "other")
-				c.advance(time.Millisecond)
+				c.Advance(time.Millisecond)
 			}
 		})
 	}

@@ -26,7 +26,9 @@
 // Garbage collection (deleting blobs no artifact references) is the
 // caller's: Delete removes one blob.
 //
-// Importers: the run engine and host wiring.
+// Importers: the run engine (internal/engine), the API (internal/server,
+// internal/server/servertest), PostgreSQL's blob backend
+// (internal/store/postgres) and host wiring (internal/cli).
 package blob
 
 import (

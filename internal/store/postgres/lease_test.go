@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/storetest"
 )
 
 // TestLeaseTwoProcesses: two Store values on one database, as two worker
@@ -18,7 +18,7 @@ import (
 func TestLeaseTwoProcesses(t *testing.T) {
 	ctx := context.Background()
 	url := pg.NewDatabase(t)
-	clock := storetest.NewClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	clock := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	open := func() *Store {
 		s, err := Open(ctx, url, Options{Redactor: store.NoRedaction, Now: clock.Now})
 		if err != nil {

@@ -10,7 +10,7 @@
 // released (schema_test.go pins the text of every released one, in both
 // dialects), and Version is their number.
 //
-// Importers: store/sqlite and store/postgres.
+// Importers: internal/store/sqlite and internal/store/postgres.
 package schema
 
 import "strings"

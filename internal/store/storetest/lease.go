@@ -9,42 +9,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Clock is a fake clock for a store's Options.Now: it stands still until
-// Advance moves it. It is safe for concurrent use.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time // guarded by mu
-}
-
-// NewClock returns a Clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{t: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // newClocked returns a store on a fake clock, or skips the test when the
 // factory cannot make one.
-func newClocked(t *testing.T, f Factory) (store.Store, *Clock) {
+func newClocked(t *testing.T, f Factory) (store.Store, *clock.Fake) {
 	t.Helper()
 	if f.NewAt == nil {
 		t.Skip("the factory has no NewAt")
 	}
-	c := NewClock(base.Add(time.Hour))
+	c := clock.NewFake(base.Add(time.Hour))
 	s := f.NewAt(t, c.Now)
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {

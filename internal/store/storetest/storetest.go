@@ -6,7 +6,7 @@
 //		storetest.Run(t, storetest.Factory{New: newStore, Reopen: reopen, Tamper: tamper})
 //	}
 //
-// Importers: tests of store implementations only.
+// Importers: tests only (of the store implementations).
 package storetest
 
 import (

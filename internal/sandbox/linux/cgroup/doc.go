@@ -41,6 +41,7 @@
 // without a delegated subtree) Mode reports no controllers and New either fails
 // (requireLimits) or returns a group that enforces and tracks nothing.
 //
-// Who may import it: the native Linux sandbox backend and host wiring (for
-// `airlock doctor`). It uses only the standard library and x/sys/unix.
+// Importers: the native Linux sandbox backend (internal/sandbox/linux, which
+// also reports it to `airlock doctor`). It uses only the standard library
+// and x/sys/unix.
 package cgroup

@@ -20,7 +20,7 @@
 // scripts/ci-deps.sh installs it, so a missing server is a broken machine,
 // not a reason to test less.
 //
-// Importers: tests only.
+// Importers: tests, and bench/pgserver (a server for the benchmarks).
 package pgtest
 
 import (

@@ -1,13 +1,17 @@
 // Package sse parses a server-sent event stream (text/event-stream) as the
 // WHATWG HTML standard defines it (§9.2 "Server-sent events", the event stream
-// interpretation). The model providers stream their replies in this format.
+// interpretation). The model providers stream their replies in this format,
+// and airlock's own API streams a run's events in it (internal/client reads
+// them).
 //
 // Invariants:
 //   - Lines end in CRLF, LF or CR, also when a CRLF pair is split between two
 //     reads; a UTF-8 byte order mark at the very start is skipped.
-//   - Comment lines (starting with ':'), unknown fields and "retry" are
-//     ignored; an event with no data lines is not dispatched; an event left
+//   - Comment lines (starting with ':') and unknown fields are ignored; an
+//     event with no data lines is not dispatched; an event left
 //     unterminated at the end of the stream is discarded.
+//   - A "retry" field of ASCII digits sets the stream's reconnection time
+//     (Reader.Retry); any other value is ignored.
 //   - No line and no event grows past the size limit given to NewReader.
 //
 // The package is a leaf: standard library only.
@@ -19,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // DefaultMaxEvent is the size limit NewReader uses when given zero.
@@ -53,6 +58,20 @@ type Reader struct {
 	hasData bool
 	typ     string
 	lastID  string
+	// retry is the last valid "retry" field; hasRetry says one came.
+	retry    time.Duration
+	hasRetry bool
+}
+
+// maxRetry bounds the reconnection time a stream may set, so that the
+// conversion to a Duration cannot overflow (about 31 years).
+const maxRetry = 1<<50 - 1
+
+// Retry returns the reconnection time the stream last set with a "retry"
+// field, and whether it set one. A retry field alone dispatches no event:
+// read Retry after Next returns, whatever it returned.
+func (r *Reader) Retry() (time.Duration, bool) {
+	return r.retry, r.hasRetry
 }
 
 // NewReader returns a Reader of r that refuses lines and events longer than
@@ -110,8 +129,31 @@ func (r *Reader) Next() (Event, error) {
 			if bytes.IndexByte(value, 0) < 0 {
 				r.lastID = string(value)
 			}
+		case "retry":
+			if ms, ok := digits(value); ok {
+				r.retry, r.hasRetry = time.Duration(ms)*time.Millisecond, true
+			}
 		}
 	}
+}
+
+// digits parses a "retry" value: one or more ASCII digits, at most
+// maxRetry.
+func digits(b []byte) (int64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+		if n > maxRetry {
+			return 0, false
+		}
+	}
+	return n, true
 }
 
 // dispatch ends the event being built; ok is false when it had no data.

@@ -1,4 +1,18 @@
-package policy
+// Package hostname is airlock's one dialect of host names and host
+// patterns: the spelling that policy rules, secrets' host bindings and the
+// egress proxy all compare. A name is normalized once (IDNA to ASCII,
+// lowercase, no trailing dot); anything numeric in any notation a C
+// resolver or a browser accepts is an IP literal in canonical form, never a
+// name. A pattern is an exact host, a "*.suffix" wildcard or an IP literal,
+// normalized the same way, and Match compares only normalized forms.
+//
+// It is a leaf (standard library and golang.org/x/net/idna), so that the
+// policy, the secret store and the proxy's address guard share it without
+// importing each other.
+//
+// Importers: internal/policy, internal/secret, internal/egress and
+// internal/egress/guard.
+package hostname
 
 import (
 	"errors"
@@ -51,7 +65,7 @@ func literalErr(host, reason string) error {
 // dot-separated label is all digits or starts with "0x" (the WHATWG "ends in
 // a number" rule, stricter for "0x" forms). A numeric host that does not
 // parse is an error, never a name. For every other host isLiteral is false
-// and err is nil: it is a name, for NormalizeHost to judge.
+// and err is nil: it is a name, for Normalize to judge.
 func ParseLiteral(host string) (addr netip.Addr, isLiteral bool, err error) {
 	if len(host) > maxHostLen {
 		return netip.Addr{}, false, literalErr(host, "too long")
@@ -71,7 +85,7 @@ func ParseLiteral(host string) (addr netip.Addr, isLiteral bool, err error) {
 	if !isASCII(s) && utf8.ValidString(s) {
 		// A browser maps the host through IDNA before it looks for a number,
 		// so "１２７.０.０.１" is 127.0.0.1 to it. Do the same. A host that
-		// does not map is no valid name either; NormalizeHost refuses it.
+		// does not map is no valid name either; Normalize refuses it.
 		mapped, err := idna.Lookup.ToASCII(s)
 		if err != nil {
 			return netip.Addr{}, false, nil
@@ -229,14 +243,14 @@ func validZone(z string) bool {
 	return true
 }
 
-// NormalizeHost returns the one spelling of host that policy rules and the
-// proxy compare: IDNA converted to ASCII (x/net/idna Lookup profile, which
+// Normalize returns the one spelling of host that policy rules, secrets and
+// the proxy compare: IDNA converted to ASCII (x/net/idna Lookup profile, which
 // also lowercases), one trailing dot removed, every label 1-63 bytes of
 // [a-z0-9-] not starting or ending with '-', at most 253 bytes in all. A host
 // that is numeric in any notation is an IP literal (see ParseLiteral) and is
 // returned in canonical form ("0x7f.1" -> "127.0.0.1", "[::1]" -> "::1").
 // Empty hosts, names with ports, '/', '@', spaces, '*' or '_' are errors.
-func NormalizeHost(host string) (string, error) {
+func Normalize(host string) (string, error) {
 	if host == "" {
 		return "", errors.New("empty host")
 	}

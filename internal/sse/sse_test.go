@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // readAll collects every event of in, and the error that ended the stream.
@@ -52,7 +53,7 @@ func TestReader(t *testing.T) {
 		{"id with NUL ignored", "id: 1\ndata: a\n\nid: x\x00y\ndata: b\n\n", []Event{
 			{Type: "message", Data: "a", ID: "1"}, {Type: "message", Data: "b", ID: "1"},
 		}},
-		{"unknown fields and retry ignored", "retry: 100\nfoo: bar\ndata: z\n\n", []Event{{Type: "message", Data: "z"}}},
+		{"unknown fields ignored, retry dispatches nothing", "retry: 100\nfoo: bar\ndata: z\n\nretry: 5\n\n", []Event{{Type: "message", Data: "z"}}},
 		{"only one space stripped", "data:   x\n\n", []Event{{Type: "message", Data: "  x"}}},
 		{"colon in value", "data: {\"a\":\"b:c\"}\n\n", []Event{{Type: "message", Data: `{"a":"b:c"}`}}},
 		{"BOM", "\xEF\xBB\xBFdata: x\n\n", []Event{{Type: "message", Data: "x"}}},
@@ -81,6 +82,41 @@ func TestReader(t *testing.T) {
 				if !reflect.DeepEqual(got, tt.want) {
 					t.Errorf("%s: read %q = %#v, want %#v", split.name, tt.in, got, tt.want)
 				}
+			}
+		})
+	}
+}
+
+// TestRetry: a "retry" field of digits sets the reconnection time, alone
+// or with an event; anything else is ignored and keeps the last one.
+func TestRetry(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"none", "data: x\n\n", 0, false},
+		{"alone", "retry: 2000\n\n", 2 * time.Second, true},
+		{"with an event", "retry: 5\ndata: x\n\n", 5 * time.Millisecond, true},
+		{"zero", "retry: 0\n\n", 0, true},
+		{"the last one wins", "retry: 1\n\nretry: 3\n\n", 3 * time.Millisecond, true},
+		{"a unit", "retry: 2s\n\n", 0, false},
+		{"negative", "retry: -1\n\n", 0, false},
+		{"empty", "retry:\n\n", 0, false},
+		{"a bad one keeps the last good one", "retry: 7\n\nretry: x\n\n", 7 * time.Millisecond, true},
+		{"too large", "retry: 99999999999999999999999\n\n", 0, false},
+		{"unterminated still counts", "retry: 9\n", 9 * time.Millisecond, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewReader(strings.NewReader(tt.in), 0)
+			for {
+				if _, err := r.Next(); err != nil {
+					break
+				}
+			}
+			if got, ok := r.Retry(); got != tt.want || ok != tt.ok {
+				t.Errorf("read %q: Retry() = %v, %v, want %v, %v", tt.in, got, ok, tt.want, tt.ok)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package policy
+package hostname
 
 import (
 	"errors"
@@ -92,7 +92,7 @@ func TestParseLiteral(t *testing.T) {
 		{host: "example.123", err: true},
 		{host: " 1.2.3.4", err: true},
 		{host: "+1.2.3.4", err: true},
-		{host: "1.2.3.-4"}, // a (bad) name to a browser too; NormalizeHost refuses it
+		{host: "1.2.3.-4"}, // a (bad) name to a browser too; Normalize refuses it
 		{host: "[1.2.3.4]", err: true},
 		{host: "[::1", err: true},
 		{host: "[]", err: true},
@@ -131,7 +131,7 @@ func TestParseLiteral(t *testing.T) {
 	}
 }
 
-func TestNormalizeHost(t *testing.T) {
+func TestNormalize(t *testing.T) {
 	tests := []struct {
 		host, want string // want "" = error
 	}{
@@ -176,19 +176,19 @@ func TestNormalizeHost(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.host, func(t *testing.T) {
-			got, err := NormalizeHost(tt.host)
+			got, err := Normalize(tt.host)
 			if tt.want == "" {
 				if err == nil {
-					t.Fatalf("NormalizeHost(%q) = %q, want error", tt.host, got)
+					t.Fatalf("Normalize(%q) = %q, want error", tt.host, got)
 				}
 				return
 			}
 			if err != nil || got != tt.want {
-				t.Fatalf("NormalizeHost(%q) = %q, %v; want %q", tt.host, got, err, tt.want)
+				t.Fatalf("Normalize(%q) = %q, %v; want %q", tt.host, got, err, tt.want)
 			}
-			again, err := NormalizeHost(got)
+			again, err := Normalize(got)
 			if err != nil || again != got {
-				t.Fatalf("NormalizeHost(%q) = %q, %v; not idempotent", got, again, err)
+				t.Fatalf("Normalize(%q) = %q, %v; not idempotent", got, again, err)
 			}
 		})
 	}
@@ -202,4 +202,39 @@ func TestParseLiteralMatchesNetip(t *testing.T) {
 			t.Errorf("ParseLiteral(%q) = %v, %v, %v; want %s", s, a, lit, err, s)
 		}
 	}
+}
+
+// FuzzNormalize: the output is a fixed point, lowercase ASCII without a
+// trailing dot, and either a canonical IP literal or a valid DNS name.
+func FuzzNormalize(f *testing.F) {
+	for _, s := range []string{"Example.COM.", "bücher.example", "0x7f.1", "[::ffff:10.0.0.1]", "１２７.０.０.１", "fe80::1%eth0", "a..b", "xn--bcher-kva.example"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		out, err := Normalize(host)
+		if err != nil {
+			return
+		}
+		again, err := Normalize(out)
+		if err != nil || again != out {
+			t.Fatalf("Normalize(%q) = %q, but Normalize(%q) = %q, %v", host, out, out, again, err)
+		}
+		a, lit, err := ParseLiteral(out)
+		if err != nil {
+			t.Fatalf("ParseLiteral(Normalize(%q) = %q): %v", host, out, err)
+		}
+		if lit {
+			if a.String() != out {
+				t.Fatalf("Normalize(%q) = %q, not canonical (%s)", host, out, a)
+			}
+			b, lit2, err := ParseLiteral(host)
+			if err != nil || !lit2 || b != a {
+				t.Fatalf("Normalize(%q) = literal %s but ParseLiteral says %v, %v, %v", host, a, b, lit2, err)
+			}
+			return
+		}
+		if reason := checkName(out); reason != "" || strings.HasSuffix(out, ".") || out != strings.ToLower(out) {
+			t.Fatalf("Normalize(%q) = %q: %s", host, out, reason)
+		}
+	})
 }
