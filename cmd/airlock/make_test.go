@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/deptest"
 )
 
 // The repository's root, where the Makefile is.
@@ -60,7 +62,7 @@ func TestMakeInstall(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	dest := filepath.Join(tmp, "dest")
-	cmd := exec.Command(mk, "-s", "-C", root, "install", "BIN="+filepath.Join(tmp, "bin"), "DESTDIR="+dest, "PREFIX=/opt/airlock", "GO="+goTool(t))
+	cmd := exec.Command(mk, "-s", "-C", root, "install", "BIN="+filepath.Join(tmp, "bin"), "DESTDIR="+dest, "PREFIX=/opt/airlock", "GO="+deptest.GoTool(t))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
@@ -111,7 +113,7 @@ func TestGoTestSummary(t *testing.T) {
 	} {
 		cmd := exec.Command(gotest, "-count=1", tt.pkgs)
 		cmd.Dir = mod
-		cmd.Env = append(os.Environ(), "GO="+goTool(t), "GOWORK=off", "GOFLAGS=")
+		cmd.Env = append(os.Environ(), "GO="+deptest.GoTool(t), "GOWORK=off", "GOFLAGS=")
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if ee, ok := err.(*exec.ExitError); ok {
