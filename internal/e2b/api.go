@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/param"
 )
 
 // publicError is an error whose text is written for the client, with the
@@ -401,6 +403,15 @@ type listQuery struct {
 	after        cursor
 }
 
+// The whole-number parameters of a list call: package param checks each
+// against its bounds, as it does the airlock API's.
+var (
+	listLimitParam = param.Int{Name: "limit", Min: 1, Max: maxListLimit, Default: defaultListLimit}
+	// tokenTimeParam is the start time in a page token, in nanoseconds
+	// since 1970 (a token's, not a client's, unless forged).
+	tokenTimeParam = param.Int{Name: "nextToken", Max: math.MaxInt64}
+)
+
 // cursor is the last sandbox of a page: X-Next-Token is its encoding.
 type cursor struct {
 	started time.Time
@@ -417,8 +428,8 @@ func parseCursor(tok string) (cursor, error) {
 		return cursor{}, errors.New("malformed")
 	}
 	ns, id, ok := strings.Cut(string(b), ".")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil || id == "" {
+	n, err := tokenTimeParam.Parse(ns)
+	if !ok || ns == "" || err != nil || id == "" {
 		return cursor{}, errors.New("malformed")
 	}
 	return cursor{started: time.Unix(0, n).UTC(), id: id}, nil
@@ -471,13 +482,11 @@ func parseListQuery(q url.Values) (listQuery, error) {
 	default:
 		return lq, errors.New("order: want asc or desc")
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			return lq, fmt.Errorf("limit %q: want 1 to %d", clip(v), maxListLimit)
-		}
-		lq.limit = n
+	n, err := listLimitParam.Parse(q.Get("limit"))
+	if err != nil {
+		return lq, err
 	}
+	lq.limit = int(n)
 	if v := q.Get("nextToken"); v != "" {
 		c, err := parseCursor(v)
 		if err != nil {

@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -240,9 +241,19 @@ func TestListPaging(t *testing.T) {
 	if !slices.Equal(got, ids) {
 		t.Errorf("paged list = %v, want %v", got, ids)
 	}
-	for _, q := range []string{"state=exploded", "limit=0", "limit=1000", "nextToken=%21%21", "order=sideways", "startedAfter=yesterday"} {
+	// A token whose time is past int64, or before 1970, was not made
+	// here.
+	token := func(ns string) string { return base64.RawURLEncoding.EncodeToString([]byte(ns + "." + ids[0])) }
+	for _, q := range []string{"state=exploded", "limit=0", "limit=1000", "limit=-1", "limit=abc", "limit=%2B5", "limit=9223372036854775807",
+		"limit=9223372036854775808", "nextToken=%21%21", "nextToken=" + token("9223372036854775808"), "nextToken=" + token("-1"),
+		"nextToken=" + token("+1"), "order=sideways", "startedAfter=yesterday"} {
 		if res := h.api("alpha", "GET", "/v2/sandboxes?"+q, nil); res.status != 400 {
 			t.Errorf("list ?%s = %s, want 400", q, res)
+		}
+	}
+	for _, q := range []string{"limit=", "nextToken=" + token("9223372036854775807")} {
+		if res := h.api("alpha", "GET", "/v2/sandboxes?"+q, nil); res.status != 200 {
+			t.Errorf("list ?%s = %s, want 200", q, res)
 		}
 	}
 	if res := h.api("alpha", "GET", "/v2/sandboxes?state=paused", nil); string(res.body) != "[]" {
