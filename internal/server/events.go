@@ -106,6 +106,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		return &apiError{code: api.CodeRateLimited, msg: fmt.Sprintf("this key has %d event streams open already", s.cfg.MaxStreams), retryAfter: 5}
 	}
 	defer s.dropStream(c.p.KeyID)
+	// A stream outlives its request's authentication: it ends once its
+	// key is revoked (revoke.go).
+	revoked, release := s.watch.hold(c.p)
+	defer release()
 	// Subscribe before the first read: an append between the read and the
 	// subscription would otherwise wait for the poll.
 	sub := s.o.Feed.subscribe(run.ID, s.o.Store, s.cfg.StreamPoll)
@@ -253,6 +257,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.closing:
+			return nil
+		case <-revoked:
+			c.log.Info("event stream ended: its key was revoked")
 			return nil
 		case <-sub.wake:
 			ok, err := fromFeed()

@@ -87,6 +87,8 @@ type Server struct {
 	metrics metrics
 	// sessions are the web UI's logins (session.go).
 	sessions *sessions
+	// watch ends event streams whose key is revoked (revoke.go).
+	watch *keyWatch
 
 	// closing ends every event stream when closed (CloseStreams).
 	closing   chan struct{}
@@ -124,6 +126,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", merr)
 	}
 	s.metrics = m
+	s.watch = newKeyWatch(o.Store, cfg.StreamPoll, o.Logger)
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
@@ -191,6 +194,7 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/v1/policies/{name}/versions/{ref}", scopes: scopeRunsRead, h: s.policyVersion},
 		{method: "GET", pattern: "/v1/credits", scopes: scopeRunsRead, h: s.credits},
 		{method: "POST", pattern: "/v1/credits/grants", scopes: scopeAdmin, h: s.grant},
+		{method: "POST", pattern: "/v1/keys/{id}/revoke", scopes: scopeAdmin, h: s.revokeKey},
 		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
 		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, body: maxSecretBody, h: s.putSecret},
 		{method: "DELETE", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.deleteSecret},
