@@ -119,6 +119,14 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 			writeAPIError(w, http.StatusTooManyRequests, fmt.Sprintf("rate limit: an API key makes %g calls a second (%d at once); retry later", s.cfg.APIRate, s.cfg.APIBurst))
 			return
 		}
+		// A body announced over the limit is refused unread, as the
+		// airlock API does: reading it would answer a client that asked
+		// first (Expect: 100-continue) 100 Continue, then reset it.
+		if r.ContentLength > s.cfg.MaxMessage {
+			s.audit.record(Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "invalid", Sandbox: clip(r.PathValue("id")), Detail: "body too large"})
+			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", s.cfg.MaxMessage))
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxMessage)
 		err = f(ctx, w, r, caller{p: p})
 		rec := Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "ok", Sandbox: r.PathValue("id")}

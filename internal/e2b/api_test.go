@@ -5,11 +5,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
@@ -269,3 +273,50 @@ func TestSandboxLimit(t *testing.T) {
 	}
 	h.create("beta", nil) // the bound is per tenant
 }
+
+// TestExpectContinue: a body announced over max_message is answered 413,
+// with the API's error body, before any of it is read: a client that
+// asks first (Expect: 100-continue) is never told 100 Continue and sends
+// none of it. net/http's client, over loopback HTTP/1.1.
+func TestExpectContinue(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	var got100 atomic.Bool
+	var sent atomic.Int64
+	trace := &httptrace.ClientTrace{Got100Continue: func() { got100.Store(true) }}
+	body := io.LimitReader(readerFunc(func(p []byte) (int, error) {
+		clear(p)
+		sent.Add(int64(len(p)))
+		return len(p), nil
+	}), 10<<20)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", h.apiURL+"/v2/sandboxes", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 10 << 20
+	req.Header.Set("X-API-KEY", h.keys["alpha"])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
+	defer client.CloseIdleConnections()
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if res.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &e) != nil || e.Code != 413 || !strings.Contains(e.Message, "over") {
+		t.Errorf("POST /v2/sandboxes of 10 MiB = %d %s, want 413 and the API's error", res.StatusCode, b)
+	}
+	if got100.Load() || sent.Load() != 0 {
+		t.Errorf("the server said 100 Continue (%v) and took %d bytes of a body it refused", got100.Load(), sent.Load())
+	}
+}
+
+// readerFunc is a function as an io.Reader.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
