@@ -106,10 +106,6 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		return &apiError{code: api.CodeRateLimited, msg: fmt.Sprintf("this key has %d event streams open already", s.cfg.MaxStreams), retryAfter: 5}
 	}
 	defer s.dropStream(c.p.KeyID)
-	// A stream outlives its request's authentication: it ends once its
-	// key is revoked (revoke.go).
-	revoked, release := s.watch.hold(c.p)
-	defer release()
 	// Subscribe before the first read: an append between the read and the
 	// subscription would otherwise wait for the poll.
 	sub := s.o.Feed.subscribe(run.ID, s.o.Store, s.cfg.StreamPoll)
@@ -121,6 +117,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	}
 	s.metrics.streams.Add(1)
 	defer s.metrics.streams.Add(-1)
+	// A stream outlives its request's authentication: it ends once its
+	// key is revoked (revoke.go).
+	revoked, release := s.watch.hold(c.p)
+	defer release()
 
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
