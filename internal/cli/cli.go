@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/telemetry"
 	"github.com/alecthomas/kong"
 )
 
@@ -40,15 +41,31 @@ type Env struct {
 	// pool, when set (airlock serve), keeps sandboxes ready in front of
 	// the native backend for the engine and the E2B API alike.
 	pool *pool.Pool
+	// countSandboxes, when set (airlock serve), wraps the backend each
+	// component gets so that the sandboxes it makes are counted under its
+	// origin (telemetry.Metrics.Sandboxes).
+	countSandboxes func(origin string, b sandbox.Backend) sandbox.Backend
 }
 
-// sandboxes returns what creates the host's sandboxes: the pool when the
-// command keeps one, else the native backend.
-func (e *Env) sandboxes() (sandbox.Backend, error) {
-	if e.pool != nil {
-		return e.pool, nil
+// sandboxes returns what creates the host's sandboxes for origin (one of
+// telemetry's origins): the pool when the command keeps one, else the
+// native backend, counted when the command counts them.
+func (e *Env) sandboxes(origin string) (sandbox.Backend, error) {
+	var b sandbox.Backend = e.pool
+	if e.pool == nil {
+		var err error
+		if b, err = e.Backend(); err != nil {
+			return nil, err
+		}
 	}
-	return e.Backend()
+	return e.counted(origin, b), nil
+}
+
+func (e *Env) counted(origin string, b sandbox.Backend) sandbox.Backend {
+	if e.countSandboxes == nil {
+		return b
+	}
+	return e.countSandboxes(origin, b)
 }
 
 // startPool puts a pool of ready sandboxes (see package pool) in front of
@@ -59,7 +76,7 @@ func (e *Env) startPool(o pool.Options) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	p := pool.New(b, o)
+	p := pool.New(e.counted(telemetry.OriginPool, b), o)
 	e.pool = p
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.Ctx), 30*time.Second)

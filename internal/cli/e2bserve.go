@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
+	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
 // e2bService is airlock serve's E2B-compatible API: the control plane and
@@ -36,7 +37,7 @@ type e2bService struct {
 // secret store's key for policy credentials, trust whether tenants'
 // policies may name host resources.
 func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile string, trust bool, logger *slog.Logger) (_ *e2bService, err error) {
-	b, err := env.sandboxes()
+	b, err := env.sandboxes(telemetry.OriginE2B)
 	if err != nil {
 		return nil, err
 	}

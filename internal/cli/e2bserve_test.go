@@ -17,7 +17,8 @@ import (
 
 // TestServeE2B: airlock serve with an e2b section serves the E2B control
 // plane and data plane on their own listeners, for an e2b_ key of a
-// tenant, and records every operation in $AIRLOCK_HOME/audit/e2b.jsonl.
+// tenant, and records every operation in $AIRLOCK_HOME/audit/e2b.jsonl;
+// /metrics counts the live sandbox as the E2B API's while it lives.
 func TestServeE2B(t *testing.T) {
 	home, exe := serveHome(t, "ale2b-")
 	ctx := context.Background()
@@ -32,6 +33,11 @@ func TestServeE2B(t *testing.T) {
 	if !regexp.MustCompile(`^e2b_[0-9a-f]+$`).MatchString(key) {
 		t.Fatalf("key %q is not e2b_<hex>", key)
 	}
+	var adminOut bytes.Buffer
+	if code := airlockIn(t, ctx, home, exe, &adminOut, "keys", "create", "--tenant", "acme", "--name", "ops", "--scope", "admin"); code != 0 {
+		t.Fatalf("keys create: %d", code)
+	}
+	admin := strings.TrimSpace(adminOut.String())
 	conf := filepath.Join(home, "serve.yaml")
 	if err := os.WriteFile(conf, []byte("e2b:\n  api_addr: 127.0.0.1:0\n  sandbox_addr: 127.0.0.1:0\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -57,8 +63,31 @@ func TestServeE2B(t *testing.T) {
 	if m == nil {
 		t.Fatalf("airlock serve said %q", sc.Text())
 	}
+	if !sc.Scan() {
+		t.Fatalf("airlock serve said nothing after the E2B API's addresses")
+	}
+	listening := regexp.MustCompile(`listening on (http://\S+) `).FindStringSubmatch(sc.Text())
+	if listening == nil {
+		t.Fatalf("airlock serve said %q", sc.Text())
+	}
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
-	apiURL, envdURL := m[1], m[2]
+	apiURL, envdURL, base := m[1], m[2], listening[1]
+	// sandboxes is what /metrics says of the live sandboxes of origin.
+	sandboxes := func(origin string) string {
+		t.Helper()
+		st, b := call(t, "GET", base+"/metrics", admin, nil)
+		if st != http.StatusOK {
+			t.Fatalf("/metrics = %d", st)
+		}
+		v := regexp.MustCompile(`(?m)^airlock_sandboxes\{origin="` + origin + `"\} (\S+)$`).FindSubmatch(b)
+		if v == nil {
+			t.Fatalf("/metrics lacks airlock_sandboxes{origin=%q}", origin)
+		}
+		return string(v[1])
+	}
+	if n := sandboxes("e2b"); n != "0" {
+		t.Errorf("airlock_sandboxes{origin=\"e2b\"} = %s before any sandbox, want 0", n)
+	}
 
 	do := func(method, url string, hd map[string]string, body []byte) (int, []byte) {
 		t.Helper()
@@ -82,6 +111,11 @@ func TestServeE2B(t *testing.T) {
 	if st != 201 || json.Unmarshal(b, &sb) != nil {
 		t.Fatalf("create = %d %s", st, b)
 	}
+	for origin, want := range map[string]string{"e2b": "1", "run": "0"} {
+		if n := sandboxes(origin); n != want {
+			t.Errorf("airlock_sandboxes{origin=%q} = %s while the E2B sandbox lives, want %s", origin, n, want)
+		}
+	}
 	msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo from-e2b"]},"stdin":false}`)
 	env := append([]byte{0, 0, 0, 0, 0}, msg...)
 	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
@@ -93,6 +127,9 @@ func TestServeE2B(t *testing.T) {
 	}
 	if st, b := do("DELETE", apiURL+"/sandboxes/"+sb.ID, map[string]string{"X-API-KEY": key}, nil); st != 204 {
 		t.Fatalf("kill = %d %s", st, b)
+	}
+	if n := sandboxes("e2b"); n != "0" {
+		t.Errorf("airlock_sandboxes{origin=\"e2b\"} = %s after the kill, want 0", n)
 	}
 	audit, err := os.ReadFile(filepath.Join(home, "audit", "e2b.jsonl"))
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/postgres"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
+	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
 // host is the run engine on the local store, as the run commands use it.
@@ -140,7 +141,7 @@ func openHost(env *Env, o hostOptions) (*host, error) {
 	if o.readOnly {
 		opts.Backend = noBackend{}
 	} else {
-		b, err := env.sandboxes()
+		b, err := env.sandboxes(telemetry.OriginRun)
 		if err != nil {
 			h.store.Close()
 			return nil, err

@@ -316,6 +316,9 @@ func (c *ServeCmd) Run(env *Env) error {
 			logger.Warn("telemetry: spans still buffered were dropped", "err", err)
 		}
 	}()
+	// Every sandbox this process makes is counted where it is made, by
+	// the component it is for (airlock_sandboxes{origin}).
+	env.countSandboxes = tel.Metrics().Sandboxes
 	if n := *cfg.Pool.PerSpec; n > 0 {
 		stopPool, err := env.startPool(pool.Options{PerSpec: n, Max: cfg.Pool.Max, Idle: cfg.Pool.Idle, Logger: logger.With("component", "pool")})
 		if err != nil {

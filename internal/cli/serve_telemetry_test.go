@@ -130,7 +130,7 @@ func TestServeTelemetry(t *testing.T) {
 	for _, want := range []string{
 		`airlock_runs_finished_total{status="completed"} 1`,
 		`airlock_tool_duration_seconds_count{tool="run_command"} 1`,
-		`airlock_sandboxes 0`,
+		`airlock_sandboxes{origin="run"} 0`,
 		`airlock_runs{status="queued"} 0`,
 		`airlock_store_operation_duration_seconds_count{op="Append",outcome="ok"}`,
 		`airlock_http_request_duration_seconds_count{code="201",route="POST /v1/runs"} 1`,

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/param"
 )
 
 // publicError is an error whose text is written for the client, with the
@@ -115,6 +117,14 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 			s.audit.record(Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "limited", Sandbox: r.PathValue("id")})
 			w.Header().Set("Retry-After", retryAfter(wait))
 			writeAPIError(w, http.StatusTooManyRequests, fmt.Sprintf("rate limit: an API key makes %g calls a second (%d at once); retry later", s.cfg.APIRate, s.cfg.APIBurst))
+			return
+		}
+		// A body announced over the limit is refused unread, as the
+		// airlock API does: reading it would answer a client that asked
+		// first (Expect: 100-continue) 100 Continue, then reset it.
+		if r.ContentLength > s.cfg.MaxMessage {
+			s.audit.record(Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "invalid", Sandbox: clip(r.PathValue("id")), Detail: "body too large"})
+			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", s.cfg.MaxMessage))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxMessage)
@@ -401,6 +411,15 @@ type listQuery struct {
 	after        cursor
 }
 
+// The whole-number parameters of a list call: package param checks each
+// against its bounds, as it does the airlock API's.
+var (
+	listLimitParam = param.Int{Name: "limit", Min: 1, Max: maxListLimit, Default: defaultListLimit}
+	// tokenTimeParam is the start time in a page token, in nanoseconds
+	// since 1970 (a token's, not a client's, unless forged).
+	tokenTimeParam = param.Int{Name: "nextToken", Max: math.MaxInt64}
+)
+
 // cursor is the last sandbox of a page: X-Next-Token is its encoding.
 type cursor struct {
 	started time.Time
@@ -417,8 +436,8 @@ func parseCursor(tok string) (cursor, error) {
 		return cursor{}, errors.New("malformed")
 	}
 	ns, id, ok := strings.Cut(string(b), ".")
-	n, err := strconv.ParseInt(ns, 10, 64)
-	if !ok || err != nil || id == "" {
+	n, err := tokenTimeParam.Parse(ns)
+	if !ok || ns == "" || err != nil || id == "" {
 		return cursor{}, errors.New("malformed")
 	}
 	return cursor{started: time.Unix(0, n).UTC(), id: id}, nil
@@ -471,13 +490,11 @@ func parseListQuery(q url.Values) (listQuery, error) {
 	default:
 		return lq, errors.New("order: want asc or desc")
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxListLimit {
-			return lq, fmt.Errorf("limit %q: want 1 to %d", clip(v), maxListLimit)
-		}
-		lq.limit = n
+	n, err := listLimitParam.Parse(q.Get("limit"))
+	if err != nil {
+		return lq, err
 	}
+	lq.limit = int(n)
 	if v := q.Get("nextToken"); v != "" {
 		c, err := parseCursor(v)
 		if err != nil {

@@ -2,13 +2,18 @@ package e2b_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
@@ -240,9 +245,19 @@ func TestListPaging(t *testing.T) {
 	if !slices.Equal(got, ids) {
 		t.Errorf("paged list = %v, want %v", got, ids)
 	}
-	for _, q := range []string{"state=exploded", "limit=0", "limit=1000", "nextToken=%21%21", "order=sideways", "startedAfter=yesterday"} {
+	// A token whose time is past int64, or before 1970, was not made
+	// here.
+	token := func(ns string) string { return base64.RawURLEncoding.EncodeToString([]byte(ns + "." + ids[0])) }
+	for _, q := range []string{"state=exploded", "limit=0", "limit=1000", "limit=-1", "limit=abc", "limit=%2B5", "limit=9223372036854775807",
+		"limit=9223372036854775808", "nextToken=%21%21", "nextToken=" + token("9223372036854775808"), "nextToken=" + token("-1"),
+		"nextToken=" + token("+1"), "order=sideways", "startedAfter=yesterday"} {
 		if res := h.api("alpha", "GET", "/v2/sandboxes?"+q, nil); res.status != 400 {
 			t.Errorf("list ?%s = %s, want 400", q, res)
+		}
+	}
+	for _, q := range []string{"limit=", "nextToken=" + token("9223372036854775807")} {
+		if res := h.api("alpha", "GET", "/v2/sandboxes?"+q, nil); res.status != 200 {
+			t.Errorf("list ?%s = %s, want 200", q, res)
 		}
 	}
 	if res := h.api("alpha", "GET", "/v2/sandboxes?state=paused", nil); string(res.body) != "[]" {
@@ -258,3 +273,50 @@ func TestSandboxLimit(t *testing.T) {
 	}
 	h.create("beta", nil) // the bound is per tenant
 }
+
+// TestExpectContinue: a body announced over max_message is answered 413,
+// with the API's error body, before any of it is read: a client that
+// asks first (Expect: 100-continue) is never told 100 Continue and sends
+// none of it. net/http's client, over loopback HTTP/1.1.
+func TestExpectContinue(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	var got100 atomic.Bool
+	var sent atomic.Int64
+	trace := &httptrace.ClientTrace{Got100Continue: func() { got100.Store(true) }}
+	body := io.LimitReader(readerFunc(func(p []byte) (int, error) {
+		clear(p)
+		sent.Add(int64(len(p)))
+		return len(p), nil
+	}), 10<<20)
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "POST", h.apiURL+"/v2/sandboxes", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 10 << 20
+	req.Header.Set("X-API-KEY", h.keys["alpha"])
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Expect", "100-continue")
+	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
+	defer client.CloseIdleConnections()
+	res, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var e struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if res.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &e) != nil || e.Code != 413 || !strings.Contains(e.Message, "over") {
+		t.Errorf("POST /v2/sandboxes of 10 MiB = %d %s, want 413 and the API's error", res.StatusCode, b)
+	}
+	if got100.Load() || sent.Load() != 0 {
+		t.Errorf("the server said 100 Continue (%v) and took %d bytes of a body it refused", got100.Load(), sent.Load())
+	}
+}
+
+// readerFunc is a function as an io.Reader.
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/param"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -255,23 +256,21 @@ func hostMemory() int64 {
 	return 0
 }
 
+// metricsTimeParams are the start and end query parameters of a metrics
+// call: unix seconds, each optional; package param checks their bounds.
+var metricsTimeParams = [2]param.Int{{Name: "start", Max: 1 << 40}, {Name: "end", Max: 1 << 40}}
+
 // parseMetricsRange reads the start and end query parameters: unix
 // seconds, each optional.
 func parseMetricsRange(r *http.Request) (start, end int64, err error) {
 	q := r.URL.Query()
-	for _, f := range []struct {
-		name string
-		dst  *int64
-	}{{"start", &start}, {"end", &end}} {
-		v := q.Get(f.name)
-		if v == "" {
-			continue
+	for i, dst := range []*int64{&start, &end} {
+		p := metricsTimeParams[i]
+		n, perr := p.Parse(q.Get(p.Name))
+		if perr != nil {
+			return 0, 0, &publicError{status: 400, msg: perr.Error()}
 		}
-		n, perr := strconv.ParseInt(v, 10, 64)
-		if perr != nil || n < 0 || n > 1<<40 {
-			return 0, 0, &publicError{status: 400, msg: f.name + ": want unix seconds"}
-		}
-		*f.dst = n
+		*dst = n
 	}
 	if start != 0 && end != 0 && start > end {
 		return 0, 0, &publicError{status: 400, msg: "start is after end"}

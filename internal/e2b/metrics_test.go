@@ -96,6 +96,10 @@ func TestMetrics(t *testing.T) {
 		{fmt.Sprintf("?start=%d", second.TimestampUnix+1), 200, 0},
 		{"?start=yesterday", 400, 0},
 		{"?end=-1", 400, 0},
+		{"?end=%2B5", 400, 0},
+		{"?start=9223372036854775807", 400, 0},
+		{"?start=9223372036854775808", 400, 0},
+		{"?start=&end=", 200, 2},
 		{fmt.Sprintf("?start=%d&end=%d", second.TimestampUnix, first.TimestampUnix), 400, 0},
 	}
 	for _, tt := range tests {

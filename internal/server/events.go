@@ -7,47 +7,59 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/param"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// parseSeq reads a sequence number given by a client (?after=,
-// Last-Event-ID): 0 or more.
-func parseSeq(what, v string) (int64, error) {
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-	if err != nil || n < 0 {
-		return 0, badRequest("%s %q: want a sequence number, 0 or more", what, clipText(v, 30))
+// The whole-number parameters of the API: package param checks each
+// against its bounds (a seq past int64 is refused, not wrapped around).
+var (
+	afterParam       = param.Int{Name: "after", Max: math.MaxInt64}
+	lastEventIDParam = param.Int{Name: "Last-Event-ID", Max: math.MaxInt64}
+	pageParam        = param.Int{Name: "limit", Min: 1, Max: store.MaxPage, Default: 100}
+	runsPageParam    = param.Int{Name: "limit", Min: 1, Max: maxPage, Default: defaultPage}
+)
+
+// parseParam reads a client's value of p; a refused one is a bad request
+// whose message names p's bounds.
+func parseParam(p param.Int, v string) (int64, error) {
+	n, err := p.Parse(v)
+	if err != nil {
+		return 0, badRequest("%s", err.Error())
 	}
 	return n, nil
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
-	after, err := parseSeq("after", q.Get("after"))
+	after, err := parseParam(afterParam, q.Get("after"))
 	if err != nil {
 		return err
 	}
-	limit, err := parseLimit(q.Get("limit"), 100, store.MaxPage)
+	n, err := parseParam(pageParam, q.Get("limit"))
 	if err != nil {
 		return err
 	}
+	limit := int(n)
 	run, err := ownRun(r, c)
 	if err != nil {
 		return err
 	}
-	evs, err := c.view.Events(r.Context(), run.ID, after+1, limit)
-	if err != nil {
-		return err
+	// Nothing follows the run's last seq (as the stream knows): a client
+	// at or past it, up to the largest seq, gets an empty page, and
+	// after+1 is never computed where it would wrap around.
+	var evs []event.Event
+	if after < run.LastSeq {
+		if evs, err = c.view.Events(r.Context(), run.ID, after+1, limit); err != nil {
+			return err
+		}
 	}
 	page := api.EventPage{Events: evs, NextAfter: after}
 	if page.Events == nil {
@@ -77,12 +89,12 @@ const streamPage = 256
 // and everything was sent. A stream of a final run with nothing left to
 // send answers 204, which tells an EventSource to stop reconnecting.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
-	after, err := parseSeq("after", r.URL.Query().Get("after"))
+	after, err := parseParam(afterParam, r.URL.Query().Get("after"))
 	if err != nil {
 		return err
 	}
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		if after, err = parseSeq("Last-Event-ID", id); err != nil {
+		if after, err = parseParam(lastEventIDParam, id); err != nil {
 			return err
 		}
 	}
@@ -105,6 +117,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	}
 	s.metrics.streams.Add(1)
 	defer s.metrics.streams.Add(-1)
+	// A stream outlives its request's authentication: it ends once its
+	// key is revoked (revoke.go).
+	revoked, release := s.watch.hold(c.p)
+	defer release()
 
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
@@ -241,6 +257,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		case <-ctx.Done():
 			return nil
 		case <-s.closing:
+			return nil
+		case <-revoked:
+			c.log.Info("event stream ended: its key was revoked")
 			return nil
 		case <-sub.wake:
 			ok, err := fromFeed()

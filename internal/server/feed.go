@@ -54,7 +54,8 @@ func (fr *feedRun) events() []feedEvent {
 // since returns the events that follow seq after; see Feed.since.
 func (fr *feedRun) since(after int64) ([]feedEvent, bool) {
 	r := fr.events()
-	if len(r) == 0 || r[0].ev.Seq > after+1 {
+	// Seqs start at 1: r[0].ev.Seq-1 cannot wrap around, after+1 could.
+	if len(r) == 0 || r[0].ev.Seq-1 > after {
 		return nil, false
 	}
 	if r[len(r)-1].ev.Seq <= after {

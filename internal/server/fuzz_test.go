@@ -14,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/param"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/secret"
 )
@@ -125,18 +126,23 @@ func FuzzCursor(f *testing.F) {
 	})
 }
 
-func FuzzParseSeq(f *testing.F) {
-	for _, s := range []string{"", "0", "42", "-1", " 7 ", "9223372036854775808", "1e3"} {
+// FuzzParams: every whole-number parameter of the API is read by
+// parseParam, which answers a value within the parameter's bounds or a
+// client error.
+func FuzzParams(f *testing.F) {
+	for _, s := range []string{"", "0", "42", "-1", " 7 ", "9223372036854775807", "9223372036854775808", "1e3"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseSeq("after", s)
-		if err != nil {
-			checkClientError(t, err)
-			return
-		}
-		if n < 0 {
-			t.Fatalf("parseSeq(%q) = %d", s, n)
+		for _, p := range []param.Int{afterParam, lastEventIDParam, pageParam, runsPageParam} {
+			n, err := parseParam(p, s)
+			if err != nil {
+				checkClientError(t, err)
+				continue
+			}
+			if n < p.Min || n > p.Max {
+				t.Fatalf("parseParam(%s, %q) = %d, outside %d to %d", p.Name, s, n, p.Min, p.Max)
+			}
 		}
 	})
 }

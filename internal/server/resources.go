@@ -333,14 +333,15 @@ func (s *Server) policyVersions(w http.ResponseWriter, r *http.Request, c *call)
 
 func (s *Server) credits(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
-	after, err := parseSeq("after", q.Get("after"))
+	after, err := parseParam(afterParam, q.Get("after"))
 	if err != nil {
 		return err
 	}
-	limit, err := parseLimit(q.Get("limit"), 100, store.MaxPage)
+	n, err := parseParam(pageParam, q.Get("limit"))
 	if err != nil {
 		return err
 	}
+	limit := int(n)
 	bal, err := c.view.Balance(r.Context())
 	if err != nil {
 		return err

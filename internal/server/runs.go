@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/api"
@@ -112,18 +111,6 @@ const (
 	maxPage     = 500
 )
 
-// parseLimit reads ?limit=N (1..max, default def).
-func parseLimit(v string, def, most int) (int, error) {
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > most {
-		return 0, badRequest("limit %q: want 1 to %d", clipText(v, 20), most)
-	}
-	return n, nil
-}
-
 // encodeCursor and decodeCursor make the opaque cursor of a run listing:
 // the last run id of a page.
 func encodeCursor(runID string) string {
@@ -156,10 +143,11 @@ func parseStatuses(vals []string) ([]event.Status, error) {
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
-	limit, err := parseLimit(q.Get("limit"), defaultPage, maxPage)
+	n, err := parseParam(runsPageParam, q.Get("limit"))
 	if err != nil {
 		return err
 	}
+	limit := int(n)
 	f := store.RunFilter{Limit: limit, Desc: q.Get("order") != "asc"}
 	if o := q.Get("order"); o != "" && o != "asc" && o != "desc" {
 		return badRequest("order %q: want asc or desc", clipText(o, 20))

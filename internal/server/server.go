@@ -87,6 +87,8 @@ type Server struct {
 	metrics metrics
 	// sessions are the web UI's logins (session.go).
 	sessions *sessions
+	// watch ends event streams whose key is revoked (revoke.go).
+	watch *keyWatch
 
 	// closing ends every event stream when closed (CloseStreams).
 	closing   chan struct{}
@@ -124,6 +126,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", merr)
 	}
 	s.metrics = m
+	s.watch = newKeyWatch(o.Store, cfg.StreamPoll, o.Logger)
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
@@ -140,12 +143,14 @@ func New(o Options) (*Server, error) {
 type handler func(w http.ResponseWriter, r *http.Request, c *call) error
 
 // route is one endpoint: its method and pattern (net/http's syntax), the
-// scopes of which the caller needs one (nil: any key; public: no key).
+// scopes of which the caller needs one (nil: any key; public: no key),
+// and the largest request body it reads (0: Config.MaxBody).
 type route struct {
 	method  string
 	pattern string
 	public  bool
 	scopes  []string
+	body    int64
 	h       handler
 }
 
@@ -167,7 +172,7 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/readyz", public: true, h: s.readyz},
 		{method: "GET", pattern: "/metrics", scopes: scopeAdmin, h: s.metricsText},
 		{method: "GET", pattern: "/openapi.json", scopes: anyKey, h: s.openAPI},
-		{method: "POST", pattern: "/v1/uploads", scopes: scopeRunsWrite, h: s.upload},
+		{method: "POST", pattern: "/v1/uploads", scopes: scopeRunsWrite, body: int64(s.cfg.MaxUpload), h: s.upload},
 		{method: "POST", pattern: "/v1/runs", scopes: scopeRunsWrite, h: s.createRun},
 		{method: "GET", pattern: "/v1/runs", scopes: scopeRunsRead, h: s.listRuns},
 		{method: "GET", pattern: "/v1/runs/{id}", scopes: scopeRunsRead, h: s.getRun},
@@ -183,14 +188,15 @@ func (s *Server) table() []route {
 		{method: "POST", pattern: "/v1/approvals/{id}/approve", scopes: scopeApprovals, h: s.approve},
 		{method: "POST", pattern: "/v1/approvals/{id}/deny", scopes: scopeApprovals, h: s.deny},
 		{method: "GET", pattern: "/v1/policies", scopes: scopeRunsRead, h: s.listPolicies},
-		{method: "POST", pattern: "/v1/policies/validate", scopes: scopeRunsWrite, h: s.validatePolicy},
-		{method: "POST", pattern: "/v1/policies/{name}", scopes: scopeAdmin, h: s.putPolicy},
+		{method: "POST", pattern: "/v1/policies/validate", scopes: scopeRunsWrite, body: store.MaxPolicyLen, h: s.validatePolicy},
+		{method: "POST", pattern: "/v1/policies/{name}", scopes: scopeAdmin, body: store.MaxPolicyLen, h: s.putPolicy},
 		{method: "GET", pattern: "/v1/policies/{name}/versions", scopes: scopeRunsRead, h: s.policyVersions},
 		{method: "GET", pattern: "/v1/policies/{name}/versions/{ref}", scopes: scopeRunsRead, h: s.policyVersion},
 		{method: "GET", pattern: "/v1/credits", scopes: scopeRunsRead, h: s.credits},
 		{method: "POST", pattern: "/v1/credits/grants", scopes: scopeAdmin, h: s.grant},
+		{method: "POST", pattern: "/v1/keys/{id}/revoke", scopes: scopeAdmin, h: s.revokeKey},
 		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
-		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.putSecret},
+		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, body: maxSecretBody, h: s.putSecret},
 		{method: "DELETE", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.deleteSecret},
 	}
 }
@@ -275,6 +281,22 @@ func (s *Server) wrap(rt route) http.Handler {
 				return
 			}
 		}
+		// A body announced over the route's limit is refused before any
+		// of it is read: reading would send a client that asked first
+		// (Expect: 100-continue, as curl does for large bodies) 100
+		// Continue, and the connection would be reset under its upload
+		// rather than answered. net/http closes the connection after
+		// this answer, unread body and all. A body without a length is
+		// cut at the limit as it is read.
+		limit := rt.body
+		if limit == 0 {
+			limit = int64(s.cfg.MaxBody)
+		}
+		if r.ContentLength > limit {
+			s.writeError(rec, c, publicf(api.CodeTooLarge, "the request body is over %d bytes", limit))
+			return
+		}
+		r.Body = http.MaxBytesReader(rec, r.Body, limit)
 		if err := rt.h(rec, r, c); err != nil {
 			if rec.wrote {
 				c.log.Warn("request failed after its response began", "route", rt.pattern, "err", err)

@@ -35,8 +35,10 @@ import (
 //     an Origin header naming this server: SameSite alone leaves out old
 //     browsers and same-site subdomains.
 //   - A session ends after sessionIdle without use and sessionMax after
-//     login, whichever is first, and as soon as its key is revoked (checked
-//     every sessionRecheck).
+//     login, whichever is first, and as soon as its key is revoked: at
+//     once when this server revoked it, else when it is next used a poll
+//     (Config.StreamPoll) or more after its key was last found live
+//     (revoke.go).
 //   - The session id in the cookie is 256 random bits; the map holds only
 //     its SHA-256, so a memory dump shows no usable cookie.
 
@@ -46,9 +48,6 @@ const (
 	sessionIdle = time.Hour
 	// sessionMax ends a session this long after login, used or not.
 	sessionMax = 12 * time.Hour
-	// sessionRecheck is how often a session's key is looked up again, so
-	// that a revoked key's sessions end within this time.
-	sessionRecheck = 30 * time.Second
 	// maxSessions bounds the sessions held at once; logins past it are
 	// refused until some expire or log out.
 	maxSessions = 10000
@@ -106,14 +105,18 @@ func (s *session) expires() time.Time {
 // for concurrent use.
 type sessions struct {
 	now func() time.Time
+	// recheck is how long a session's key, once found live, is taken to
+	// be: the server's stream poll, so that a key revoked elsewhere ends
+	// its sessions here as soon as it ends its streams.
+	recheck time.Duration
 
 	mu sync.Mutex
 	// byHash holds the live sessions (guarded by mu).
 	byHash map[[sha256.Size]byte]*session
 }
 
-func newSessions(now func() time.Time) *sessions {
-	return &sessions{now: now, byHash: map[[sha256.Size]byte]*session{}}
+func newSessions(now func() time.Time, recheck time.Duration) *sessions {
+	return &sessions{now: now, recheck: recheck, byHash: map[[sha256.Size]byte]*session{}}
 }
 
 var errTooManySessions = publicf(api.CodeUnavailable, "too many sessions are open; retry later")
@@ -175,7 +178,7 @@ func (ss *sessions) get(id string) (s session, recheck, ok bool) {
 	if now.After(p.used) {
 		p.used = now
 	}
-	if now.Sub(p.checked) >= sessionRecheck || now.Before(p.checked) {
+	if now.Sub(p.checked) >= ss.recheck || now.Before(p.checked) {
 		p.checked, recheck = now, true
 	}
 	return *p, recheck, true
@@ -192,12 +195,12 @@ func (ss *sessions) drop(id string) {
 	delete(ss.byHash, h)
 }
 
-// dropKey ends every session of key id.
-func (ss *sessions) dropKey(keyID string) {
+// dropKey ends every session of tenant's key id.
+func (ss *sessions) dropKey(tenant, keyID string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for h, s := range ss.byHash {
-		if s.p.KeyID == keyID {
+		if s.p.Tenant == tenant && s.p.KeyID == keyID {
 			delete(ss.byHash, h)
 		}
 	}
@@ -309,7 +312,7 @@ func (s *Server) authenticateSession(r *http.Request, c *call) error {
 			return publicf(api.CodeUnavailable, "cannot verify API keys now; retry later")
 		}
 		if !live {
-			s.sessions.dropKey(sess.p.KeyID)
+			s.sessions.dropKey(sess.p.Tenant, sess.p.KeyID)
 			c.log.Info("session ended: its key was revoked", "key_id", sess.p.KeyID)
 			return errSessionEnded
 		}

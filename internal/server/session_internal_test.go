@@ -20,7 +20,7 @@ import (
 func FuzzSessionAuth(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	s := &Server{log: slog.New(slog.DiscardHandler), sessions: newSessions(clock),
+	s := &Server{log: slog.New(slog.DiscardHandler), sessions: newSessions(clock, DefaultStreamPoll),
 		fails: ratelimit.New(1e9, 1e9, clock), keys: ratelimit.New(1e9, 1e9, clock)}
 	p := auth.Principal{Tenant: "alpha", KeyID: "key_0123456789abcdef", Scopes: []string{auth.ScopeRunsRead}}
 	id, sess, err := s.sessions.create(p)
@@ -84,7 +84,7 @@ func FuzzSessionAuth(f *testing.F) {
 // expire, and expired ones are swept to make room.
 func TestSessionsBounded(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	ss := newSessions(func() time.Time { return now })
+	ss := newSessions(func() time.Time { return now }, DefaultStreamPoll)
 	p := auth.Principal{Tenant: "alpha", KeyID: "key_0123456789abcdef"}
 	for i := 0; i < maxSessions; i++ {
 		if _, _, err := ss.create(p); err != nil {
@@ -105,7 +105,11 @@ func TestSessionsBounded(t *testing.T) {
 	if _, _, ok := ss.get(id); !ok {
 		t.Errorf("the new session is not live")
 	}
-	ss.dropKey(p.KeyID)
+	ss.dropKey("beta", p.KeyID)
+	if _, _, ok := ss.get(id); !ok {
+		t.Errorf("dropKey of another tenant's key ended the session")
+	}
+	ss.dropKey(p.Tenant, p.KeyID)
 	if _, _, ok := ss.get(id); ok {
 		t.Errorf("a session outlived dropKey")
 	}

@@ -89,11 +89,11 @@ func (s *Server) routeUI() error {
 	if err != nil {
 		return err
 	}
-	s.sessions = newSessions(s.o.Now)
+	s.sessions = newSessions(s.o.Now, s.cfg.StreamPoll)
 	for _, rt := range []route{
 		{method: "GET", pattern: "/{$}", public: true, h: s.uiRoot},
 		{method: "GET", pattern: "/ui/", public: true, h: s.uiPage(assets)},
-		{method: "POST", pattern: "/ui/login", public: true, h: s.uiLogin},
+		{method: "POST", pattern: "/ui/login", public: true, body: maxLoginBody, h: s.uiLogin},
 		{method: "POST", pattern: "/ui/logout", public: true, h: s.uiLogout},
 		{method: "GET", pattern: "/ui/session", public: true, h: s.uiSession},
 	} {

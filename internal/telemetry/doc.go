@@ -4,7 +4,9 @@
 //
 // Everything about runs is derived from the events the run engine appends
 // (Telemetry.Event is the engine's OnEvent hook) and from the API's HTTP
-// middleware; the package never reaches into the engine.
+// middleware; the package never reaches into the engine. Live sandboxes
+// are counted by a decorator of the sandbox backends (Metrics.Sandboxes),
+// which the host puts on the backend of each component that makes them.
 //
 // Invariants it keeps:
 //   - No secret value, tool argument, tool output, model text or prompt

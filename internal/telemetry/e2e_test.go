@@ -121,7 +121,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	defer backend.Close()
 	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: backend, LockDir: filepath.Join(dir, "locks"),
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: tel.Metrics().Sandboxes(telemetry.OriginRun, backend), LockDir: filepath.Join(dir, "locks"),
 		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: func(evs []event.Event) {
 			feed.Publish(evs)
 			for _, ev := range evs {
@@ -266,7 +266,7 @@ func TestServeEndToEnd(t *testing.T) {
 		{"airlock_tool_calls_total", []string{"tool", "run_command", "outcome", "exited"}, 1},
 		{"airlock_sandbox_exec_duration_seconds", []string{"tool", "run_command"}, 1},
 		{"airlock_sandbox_create_duration_seconds", nil, 1},
-		{"airlock_sandboxes", nil, 0},
+		{"airlock_sandboxes", []string{"origin", "run"}, 0},
 		{"airlock_approvals_requested_total", nil, 1},
 		{"airlock_approvals_pending", nil, 0},
 		{"airlock_approval_wait_seconds", []string{"decision", "approved"}, 1},

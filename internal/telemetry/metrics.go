@@ -27,8 +27,9 @@ var (
 const maxLabelValues = 64
 
 // Metrics are airlock's Prometheus metrics: the runs' (from their events),
-// the store's (from a timing decorator, Store), and the Go runtime's and
-// the process's. No label names a tenant, a run or a request.
+// the store's (from a timing decorator, Store), the live sandboxes' (from
+// a counting decorator of the sandbox backends, Sandboxes), and the Go
+// runtime's and the process's. No label names a tenant, a run or a request.
 type Metrics struct {
 	reg *prometheus.Registry
 	red Redactor
@@ -58,13 +59,13 @@ type Metrics struct {
 	retries         *prometheus.CounterVec
 	verifications   *prometheus.CounterVec
 	storeDuration   *prometheus.HistogramVec
+	// sandboxes are the live sandboxes of counted backends
+	// (Metrics.Sandboxes), airlock_sandboxes.
+	sandboxes *liveSandboxes
 
 	mu sync.Mutex
 	// steps are the open steps of runs, by run id (guarded by mu).
 	steps map[string]*stepTimes
-	// live are the sandboxes provisioned and not yet destroyed or lost,
-	// by run id and sandbox id (guarded by mu).
-	live map[string]struct{}
 	// pending are the approvals requested and not yet decided, by
 	// approval id (guarded by mu).
 	pending map[string]pendingApproval
@@ -89,7 +90,7 @@ func NewMetrics(red Redactor, now func() time.Time) *Metrics {
 	if now == nil {
 		now = time.Now
 	}
-	m := &Metrics{reg: prometheus.NewRegistry(), red: red, now: now, steps: map[string]*stepTimes{}, live: map[string]struct{}{},
+	m := &Metrics{reg: prometheus.NewRegistry(), red: red, now: now, steps: map[string]*stepTimes{}, sandboxes: newLiveSandboxes(),
 		pending: map[string]pendingApproval{}, values: map[string]map[string]struct{}{}}
 	f := factory{reg: m.reg}
 	m.runsCreated = f.counter("airlock_runs_created_total", "Runs created (run.created events this process appended).")
@@ -100,7 +101,7 @@ func NewMetrics(red Redactor, now func() time.Time) *Metrics {
 	m.modelTokens = f.counterVec("airlock_model_tokens_total", "Tokens of a run's model calls, by provider, model and kind (input, output, cache_read, cache_write).", "provider", "model", "kind")
 	m.toolDuration = f.histogramVec("airlock_tool_duration_seconds", "Wall time of tool calls as the run loop saw it, by tool.", bucketsStep, "tool")
 	m.toolCalls = f.counterVec("airlock_tool_calls_total", "Tool calls by tool and outcome.", "tool", "outcome")
-	f.gaugeFunc("airlock_sandboxes", "Sandboxes this process has provisioned that are not destroyed or lost.", m.liveSandboxes)
+	f.must(m.sandboxes)
 	m.sandboxCreate = f.histogram("airlock_sandbox_create_duration_seconds", "Time to provision a sandbox (and restore its workspace).", bucketsSandbox)
 	m.sandboxLost = f.counter("airlock_sandboxes_lost_total", "Sandboxes that died without being asked to.")
 	m.execDuration = f.histogramVec("airlock_sandbox_exec_duration_seconds", "Wall time of commands in sandboxes, by tool.", bucketsStep, "tool")
@@ -202,12 +203,6 @@ func closed(v string, set ...string) string {
 	return "other"
 }
 
-func (m *Metrics) liveSandboxes() float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return float64(len(m.live))
-}
-
 func (m *Metrics) pendingApprovals() float64 {
 	now := m.now()
 	m.mu.Lock()
@@ -253,18 +248,8 @@ func (m *Metrics) event(ev event.Event, p event.Payload) {
 		}
 	case *event.SandboxProvisioned:
 		m.sandboxCreate.Observe(seconds(p.DurationMS))
-		m.mu.Lock()
-		m.live[ev.RunID+"\x00"+p.SandboxID] = struct{}{}
-		m.mu.Unlock()
 	case *event.SandboxLost:
 		m.sandboxLost.Inc()
-		m.mu.Lock()
-		delete(m.live, ev.RunID+"\x00"+p.SandboxID)
-		m.mu.Unlock()
-	case *event.SandboxDestroyed:
-		m.mu.Lock()
-		delete(m.live, ev.RunID+"\x00"+p.SandboxID)
-		m.mu.Unlock()
 	case *event.EgressDecision:
 		d := closed(p.Decision, "allowed", "denied", "asked")
 		m.egressDecisions.WithLabelValues(d).Inc()

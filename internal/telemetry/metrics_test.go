@@ -112,13 +112,12 @@ func TestMetricsFromEvents(t *testing.T) {
 	for _, ev := range evs[:pendingAt+1] {
 		tel.Event(ev)
 	}
-	// Mid-run: a sandbox is live, an approval pending.
+	// Mid-run: an approval pending.
 	for _, c := range []struct {
 		name   string
 		labels []string
 		want   float64
 	}{
-		{"airlock_sandboxes", nil, 1},
 		{"airlock_approvals_pending", nil, 1},
 		{"airlock_step_duration_seconds", nil, 1},
 	} {
@@ -155,7 +154,6 @@ func TestMetricsFromEvents(t *testing.T) {
 		{"airlock_tool_duration_seconds", []string{"tool", "finish"}, 1},
 		{"airlock_tool_calls_total", []string{"tool", "run_command", "outcome", "exited"}, 2},
 		{"airlock_sandbox_exec_duration_seconds", []string{"tool", "run_command"}, 2},
-		{"airlock_sandboxes", nil, 0},
 		{"airlock_sandbox_create_duration_seconds", nil, 1},
 		{"airlock_egress_decisions_total", []string{"decision", "allowed"}, 1},
 		{"airlock_egress_bytes_total", []string{"direction", "in"}, 1000},

@@ -12,8 +12,8 @@ import {toast, errorText, refreshBadge} from './app.js';
 export function decisionControls(id, done) {
   const approveBtn = h('button.btn.approve.small', {type: 'button', dataset: {act: 'approve'}}, 'Approve');
   const denyBtn = h('button.btn.deny.small', {type: 'button', dataset: {act: 'deny'}}, 'Deny…');
-  const reason = h('textarea', {name: 'reason', required: true, maxlength: '1024', placeholder: 'Why not? The model is told.',
-    'aria-label': 'Reason for denying'});
+  const reason = h('textarea', {name: 'reason', required: true, maxlength: '1024',
+    placeholder: 'Why not? The model is told. Enter denies.', 'aria-label': 'Reason for denying'});
   const confirmDeny = h('button.btn.danger.small', {type: 'submit'}, 'Deny');
   const cancelDeny = h('button.btn.ghost.small', {type: 'button'}, 'Cancel');
   const err = h('div.error', {role: 'alert', hidden: true});
@@ -46,14 +46,21 @@ export function decisionControls(id, done) {
     buttons.hidden = false;
     denyBtn.focus();
   });
+  // A reason is one line (the server takes no line breaks): Enter denies,
+  // as in any one-line form, and a pasted line break becomes a space. The
+  // box wraps, so that a long reason can be read back. An Enter that
+  // finishes composing text (an input method) is left to it.
   reason.addEventListener('keydown', (e) => {
     if (e.key === 'Escape') {
       e.preventDefault();
       cancelDeny.click();
-    } else if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+    } else if (e.key === 'Enter' && !e.isComposing) {
       e.preventDefault();
       form.requestSubmit();
     }
+  });
+  reason.addEventListener('input', () => {
+    if (/[\r\n]/.test(reason.value)) reason.value = reason.value.replace(/\r\n?|\n/g, ' ');
   });
   form.addEventListener('submit', (e) => {
     e.preventDefault();

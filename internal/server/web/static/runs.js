@@ -30,11 +30,11 @@ export function runsPage(main, _params, url) {
     h('thead', h('tr',
       h('th', {scope: 'col'}, 'Status'),
       h('th', {scope: 'col'}, 'Task'),
-      h('th', {scope: 'col'}, 'Run'),
-      h('th', {scope: 'col'}, 'Model'),
-      h('th.num', {scope: 'col'}, 'Events'),
+      h('th.wide', {scope: 'col'}, 'Run'),
+      h('th.wide', {scope: 'col'}, 'Model'),
+      h('th.num.wide', {scope: 'col'}, 'Events'),
       h('th', {scope: 'col'}, 'Created'),
-      h('th', {scope: 'col'}, 'Updated'))),
+      h('th.wide', {scope: 'col'}, 'Updated'))),
     body);
   const panel = h('div.panel', table);
   const empty = h('div.empty', {hidden: true});
@@ -92,11 +92,11 @@ export function runsPage(main, _params, url) {
       }},
       h('td', statusBadge(r.status)),
       h('td.task', {title: r.task}, h('a', {href, tabindex: '-1'}, r.task)),
-      h('td', h('span.id', {title: r.id}, shortID(r.id))),
-      h('td', h('span.muted', r.model)),
-      h('td.num', num(r.events)),
+      h('td.wide', h('span.id', {title: r.id}, shortID(r.id))),
+      h('td.wide', h('span.muted', r.model)),
+      h('td.num.wide', num(r.events)),
       h('td', timeEl(r.created)),
-      h('td', timeEl(r.updated))));
+      h('td.wide', timeEl(r.updated))));
     }
     if (focused) {
       const row = body.querySelector(`tr[data-run="${CSS.escape(focused)}"]`);

@@ -7,6 +7,20 @@ import {h, clear, timeEl, listNav} from './dom.js';
 import {api, can, path} from './api.js';
 import {toast, errorText} from './app.js';
 
+// nameRule is what a secret's name may be: the rule the server enforces
+// (secret.ValidName), said the way a person reads it.
+const nameRule = "1 to 128 of letters, digits, '_', '.' and '-', starting with a letter or digit";
+
+// nameProblem says what is wrong with a secret's name, or '' when
+// nothing is: secret.ValidName's rule, which the server applies again.
+export function nameProblem(name) {
+  if (name === '') return 'Give the secret a name: ' + nameRule + '.';
+  if (name.length > 128 || !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name)) {
+    return 'A secret\u2019s name is ' + nameRule + '.';
+  }
+  return '';
+}
+
 // hostList splits the hosts field: patterns separated by commas or
 // spaces.
 function hostList(text) {
@@ -28,8 +42,12 @@ export function secretsPage(main) {
   const empty = h('div.empty.panel', {hidden: true}, h('strong', 'No secrets'),
     'Set one below, or with ', h('code', 'airlock secrets set NAME'), '.');
 
+  // The name is checked here (nameProblem) and said so in words: the
+  // browser's own message for a pattern says only that the name does not
+  // match.
   const name = h('input', {type: 'text', id: 'secret-name', name: 'name', required: true, maxlength: '128', autocomplete: 'off',
-    spellcheck: 'false', pattern: '[A-Za-z0-9][A-Za-z0-9_.\\-]*', placeholder: 'GITHUB_TOKEN'});
+    spellcheck: 'false', placeholder: 'GITHUB_TOKEN', title: 'A secret\u2019s name is ' + nameRule + '.',
+    'aria-describedby': 'secret-form-error'});
   // The value field is write-only: a password field the browser does not
   // offer to save, emptied as soon as the value is sent.
   const value = h('input', {type: 'password', id: 'secret-value', name: 'value', required: true, autocomplete: 'new-password',
@@ -37,8 +55,8 @@ export function secretsPage(main) {
   const hosts = h('input', {type: 'text', id: 'secret-hosts', name: 'hosts', autocomplete: 'off', spellcheck: 'false',
     placeholder: 'api.github.com, *.example.com (optional)'});
   const setBtn = h('button.btn.primary', {type: 'submit'}, 'Set secret');
-  const formErr = h('div.error', {role: 'alert', hidden: true});
-  const form = h('form.secret-form.panel', {'aria-labelledby': 'secret-form-title'},
+  const formErr = h('div.error', {id: 'secret-form-error', role: 'alert', hidden: true});
+  const form = h('form.secret-form.panel', {'aria-labelledby': 'secret-form-title', novalidate: true},
     h('h2', {id: 'secret-form-title'}, 'Set a secret'),
     h('div.fields',
       h('div', h('label', {for: 'secret-name'}, 'Name'), name),
@@ -107,6 +125,19 @@ export function secretsPage(main) {
     empty.hidden = list.length !== 0;
   }
 
+  // The name's field is invalid while its name is (its message is the
+  // rule), and says so once the form was tried.
+  const checkName = () => {
+    const p = nameProblem(name.value.trim());
+    name.setCustomValidity(p);
+    if (name.hasAttribute('aria-invalid')) name.setAttribute('aria-invalid', String(p !== ''));
+    return p;
+  };
+  name.addEventListener('input', () => {
+    checkName();
+    if (!formErr.hidden && formErr.dataset.field === 'name' && name.validity.valid) formErr.hidden = true;
+  });
+
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     formErr.hidden = true;
@@ -115,10 +146,20 @@ export function secretsPage(main) {
     // Cleared before the request is even answered: the value lives in
     // this page only as long as it takes to send it.
     value.value = '';
-    if (!n || !v) {
-      formErr.textContent = 'Give a name and a value.';
+    const bad = checkName();
+    if (bad) {
+      name.setAttribute('aria-invalid', 'true');
+      formErr.textContent = bad;
+      formErr.dataset.field = 'name';
       formErr.hidden = false;
-      (n ? value : name).focus();
+      name.focus();
+      return;
+    }
+    if (!v) {
+      formErr.textContent = 'Give the secret a value.';
+      formErr.dataset.field = 'value';
+      formErr.hidden = false;
+      value.focus();
       return;
     }
     setBtn.disabled = true;
