@@ -91,7 +91,8 @@ type Store interface {
 	// When ctx carries a fence (WithFence) that is not the run's current
 	// lease token, nothing is written and the error wraps ErrLeaseLost
 	// (checked in the same transaction, before the seq); without a fence
-	// there is no lease check.
+	// there is no lease check. The run's Updated moves to the store's now
+	// (never back), in the statement that moves its log's tail.
 	Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error)
 
 	// AppendStatus is Append and UpdateRunStatus in one transaction: the
@@ -297,7 +298,8 @@ type Run struct {
 	PolicyHash string
 	Status     event.Status
 	Created    time.Time
-	Updated    time.Time
+	// Updated is when the run last changed: its status or its log.
+	Updated time.Time
 	// Finished is when the run reached a final status; zero before.
 	Finished time.Time
 	// ParentRunID and ParentSeq name the run and event a forked run

@@ -30,7 +30,7 @@ func (c *Clock) Now() time.Time {
 	return c.t
 }
 
-// Advance moves the clock forward by d.
+// Advance moves the clock by d (back when d is negative).
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
