@@ -243,10 +243,19 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	for _, list := range [][]string{c.Checks.OnlyChanged, c.Artifacts} {
-		for _, g := range list {
-			if _, err := path.Match(strings.TrimPrefix(g, "/workspace/"), ""); err != nil {
-				errs = append(errs, fmt.Errorf("glob %q: %w", g, err))
+	// The globs a policy document, a run's request and the command line
+	// give are held to one check (a glob outside the workspace matches
+	// nothing, and is refused).
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{"checks.only_changed", c.Checks.OnlyChanged}, {"artifacts", c.Artifacts}} {
+		for i, g := range l.list {
+			if strings.TrimSpace(g) == "" || strings.ContainsRune(g, 0) {
+				continue // reported above
+			}
+			if _, err := policy.WorkspaceGlob(g); err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d]: %w", l.name, i, err))
 			}
 		}
 	}

@@ -416,6 +416,40 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestWorkspaceGlobs: an artifact or verify glob outside the workspace is
+// refused with 400 naming it, whether the request's fields or its policy
+// document give it, as a verify.changed path outside it is.
+func TestWorkspaceGlobs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	key := h.key("alpha", "runs:write", "runs:read")
+	for _, tc := range []struct {
+		name string
+		req  map[string]any
+		msg  string
+	}{
+		{"artifact with ..", map[string]any{"artifacts": []string{"ok.txt", "../../etc/passwd"}}, `artifacts[1]: glob "../../etc/passwd" is outside /workspace`},
+		{"absolute artifact", map[string]any{"artifacts": []string{"/etc/*"}}, `artifacts[0]: glob "/etc/*" is outside /workspace`},
+		{"only_changed", map[string]any{"verify": map[string]any{"only_changed": []string{"/etc/*"}}}, `checks.only_changed[0]: glob "/etc/*" is outside /workspace`},
+		{"changed", map[string]any{"verify": map[string]any{"changed": []string{"../x"}}}, `checks.changed: "../x" is not a path inside /workspace`},
+		{"policy artifact", map[string]any{"policy_document": "artifacts: [/etc/*]\n"}, `artifacts[0]: "/etc/*" is outside /workspace`},
+		{"policy only_changed", map[string]any{"policy_document": "verify:\n  only_changed: [../*]\n"}, `verify.only_changed[0]: "../*" is outside /workspace`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req["task"], tc.req["script"] = "t", finishScript
+			r := h.do("POST", "/v1/runs", key, tc.req)
+			if e := r.errBody(t); r.status != http.StatusBadRequest || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("POST /v1/runs %v = %d %+v, want 400 saying %q", tc.req, r.status, e, tc.msg)
+			}
+		})
+	}
+	// Globs inside the workspace are taken.
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "artifacts": []string{"/workspace/out/*.txt", "docs/**"}})
+	if run.Status != event.StatusQueued {
+		t.Errorf("run %+v", run)
+	}
+}
+
 // TestRateLimit: a key gets Burst requests at once and Rate per second
 // after, with Retry-After; failed authentications are limited per
 // address before keys are looked up.
