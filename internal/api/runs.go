@@ -97,7 +97,8 @@ type ForkRequest struct {
 	// start). Required.
 	AtStep *int `json:"at_step"`
 	// Model, Script, Policy and PolicyDocument replace the parent's, as in
-	// CreateRunRequest; empty keeps the parent's.
+	// CreateRunRequest; empty keeps the parent's. A new Script starts at
+	// the fork point: its first turn is the model's first after AtStep.
 	Model          string `json:"model,omitempty"`
 	Script         string `json:"script,omitempty"`
 	Policy         string `json:"policy,omitempty"`

@@ -732,7 +732,7 @@ type RunsForkCmd struct {
 	At       int    `required:"" help:"Step after which the new run starts (0: from the start)."`
 	Model    string `help:"Another model for the new run." placeholder:"PROVIDER:MODEL"`
 	BaseURL  string `name:"base-url" help:"API base URL for --model." placeholder:"URL"`
-	Script   string `help:"Another script for the new run." placeholder:"FILE"`
+	Script   string `help:"Another script for the new run; it starts at the fork point: its first turn is the model's first after step --at." placeholder:"FILE"`
 	Policy   string `help:"Another policy for the new run: a file, or a stored policy NAME[@vN|@HASHPREFIX] when no such file exists." placeholder:"FILE|NAME"`
 	PolicyAs string `name:"policy-name" help:"Store the --policy file as a version of this policy (default: the file's name without extension)." placeholder:"NAME"`
 	MaxSteps int    `name:"max-steps" help:"Another step budget."`

@@ -29,6 +29,12 @@ type Config struct {
 	// Script is the digest of the script file of a scripted run, kept in the
 	// blob store so that the run can go on after the file is gone.
 	Script string `json:"script,omitempty"`
+	// ScriptAfter is how many assistant turns of the conversation come
+	// before the script's first: a fork given a new script starts it at the
+	// fork point (its turn 1 answers the turn after the fork's step), and
+	// the number stays with the run, so a resumed fork asks the script for
+	// the turns after the ones it recorded.
+	ScriptAfter int `json:"script_after,omitempty"`
 	// Sandboxes are the run's named sandboxes; the first is where the
 	// completion checks run. Each is provisioned on first use.
 	Sandboxes []SandboxConfig `json:"sandboxes"`
@@ -192,6 +198,9 @@ func (c Config) Validate() error {
 	}
 	if kind, _, _ := strings.Cut(c.Model, ":"); kind == "script" && c.Script == "" {
 		errs = append(errs, errors.New("script: a scripted run needs its script"))
+	}
+	if c.ScriptAfter < 0 {
+		errs = append(errs, fmt.Errorf("script_after %d: want 0 or more", c.ScriptAfter))
 	}
 	if len(c.Sandboxes) > MaxSandboxes {
 		errs = append(errs, fmt.Errorf("sandboxes: %d, at most %d", len(c.Sandboxes), MaxSandboxes))

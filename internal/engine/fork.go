@@ -16,7 +16,9 @@ import (
 type ForkOptions struct {
 	Model   string
 	BaseURL string
-	// Script is the new script's content, for a "script:" model.
+	// Script is the new script's content, for a "script:" model. It starts
+	// at the fork point: its first turn is the model's first turn after
+	// the step the fork starts from.
 	Script       []byte
 	Policy       []byte
 	PolicySource string
@@ -48,6 +50,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 		}
 	}
 	var point event.Event
+	turns := 0 // the assistant turns of the conversation at the fork point
 	for _, ev := range evs {
 		if err := at.apply(ev, own); err != nil {
 			return store.Run{}, err
@@ -57,6 +60,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 		}
 		if at.steps == atStep && at.complete() {
 			point = ev
+			turns = assistantTurns(at.messages)
 		}
 	}
 	if point.Seq == 0 {
@@ -67,11 +71,16 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	if o.Model != "" {
 		cfg.Model = o.Model
 		cfg.BaseURL = o.BaseURL
+		cfg.ScriptAfter = 0
 	} else {
+		// The parent's script goes on where it is (and after the turns
+		// it did not write, when the parent is itself a fork).
 		cfg.Script = st.cfg.Script
 	}
 	if o.Script != nil {
-		cfg.Script = ""
+		// A new script starts at the fork point: its first turn is the
+		// first after step atStep.
+		cfg.Script, cfg.ScriptAfter = "", turns
 	}
 	if o.MaxSteps > 0 {
 		cfg.MaxSteps = o.MaxSteps
@@ -109,7 +118,7 @@ func (e *Engine) Replay(ctx context.Context, id string) (store.Run, error) {
 		return store.Run{}, fmt.Errorf("%w: run %s recorded no model turn to replay", ErrInvalid, id)
 	}
 	cfg := st.cfg
-	cfg.Model, cfg.Script, cfg.BaseURL = "replay:"+id, "", ""
+	cfg.Model, cfg.Script, cfg.BaseURL, cfg.ScriptAfter = "replay:"+id, "", "", 0
 	if cfg.MaxSteps < len(st.responses) {
 		cfg.MaxSteps = len(st.responses)
 	}
@@ -243,6 +252,18 @@ func (e *Engine) lineage(ctx context.Context, r store.Run, upto int64) ([]event.
 	}
 	own, err := e.events(ctx, r.ID, upto)
 	return append(out, own...), err
+}
+
+// assistantTurns counts the assistant messages of a conversation: where a
+// scripted model is in it.
+func assistantTurns(msgs []model.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == model.RoleAssistant {
+			n++
+		}
+	}
+	return n
 }
 
 func yes(b bool) string {

@@ -52,7 +52,7 @@ func (d *driver) setup(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("the run's script: %w", err)
 		}
-		d.prov = model.NewScripted(arg, *s)
+		d.prov = model.NewScripted(arg, *s).After(cfg.ScriptAfter)
 	case "replay":
 		orig, err := d.e.o.Store.GetRun(ctx, arg)
 		if err != nil {
