@@ -79,9 +79,15 @@ type Config struct {
 	ApprovalOnTimeout string `json:"approval_on_timeout,omitempty"`
 	// ModelAttempts bounds the tries of one model call, the first
 	// included (the provider's default, 5, when zero); SandboxAttempts
-	// the tries of provisioning a sandbox (2 when zero).
-	ModelAttempts   int `json:"model_attempts,omitempty"`
-	SandboxAttempts int `json:"sandbox_attempts,omitempty"`
+	// the tries of provisioning a sandbox, its workspace restored (2 when
+	// zero): when every one failed, the run fails. RecoveryAttempts
+	// bounds the drive sessions in a row that make no progress (no model
+	// turn, snapshot, verification or decision on an approval), the first
+	// included (4 when zero): a run recovered once more than that without
+	// progress fails instead.
+	ModelAttempts    int `json:"model_attempts,omitempty"`
+	SandboxAttempts  int `json:"sandbox_attempts,omitempty"`
+	RecoveryAttempts int `json:"recovery_attempts,omitempty"`
 }
 
 // SandboxConfig is one named sandbox of a run.
@@ -155,7 +161,8 @@ const (
 	MaxSandboxes = 8
 	// MaxChecks bounds each list of checks and artifact globs.
 	MaxChecks = 64
-	// MaxAttempts bounds ModelAttempts and SandboxAttempts.
+	// MaxAttempts bounds ModelAttempts, SandboxAttempts and
+	// RecoveryAttempts.
 	MaxAttempts = 11
 )
 
@@ -180,6 +187,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SandboxAttempts <= 0 {
 		c.SandboxAttempts = 2
+	}
+	if c.RecoveryAttempts <= 0 {
+		c.RecoveryAttempts = 4
 	}
 	if c.Checks.TimeoutMS <= 0 {
 		c.Checks.TimeoutMS = DefaultCheckTimeout.Milliseconds()
@@ -268,8 +278,11 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.ModelAttempts < 0 || c.ModelAttempts > MaxAttempts || c.SandboxAttempts < 0 || c.SandboxAttempts > MaxAttempts {
-		errs = append(errs, fmt.Errorf("model_attempts and sandbox_attempts: want 1-%d", MaxAttempts))
+	for _, a := range []int{c.ModelAttempts, c.SandboxAttempts, c.RecoveryAttempts} {
+		if a < 0 || a > MaxAttempts {
+			errs = append(errs, fmt.Errorf("model_attempts, sandbox_attempts and recovery_attempts: want 1-%d", MaxAttempts))
+			break
+		}
 	}
 	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
 		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))
@@ -386,6 +399,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
 		ModelAttempts:    int(doc.Retries.Model) + 1,
 		SandboxAttempts:  int(doc.Retries.Sandbox) + 1,
+		RecoveryAttempts: int(doc.Retries.Recovery) + 1,
 		Artifacts:        slices.Clone(doc.Artifacts),
 		Checks: Checks{
 			Commands:    slices.Clone(doc.Verify.Commands),

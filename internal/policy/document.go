@@ -116,9 +116,16 @@ type Retries struct {
 	// first attempt (default 4).
 	Model int64 `yaml:"model"`
 	// Sandbox is how many times creating a run's sandbox (a fresh one, or
-	// one that replaces a lost sandbox) is tried again after it fails
-	// (default 1).
+	// one that replaces a lost sandbox), with the restore of its
+	// workspace, is tried again after it fails (default 1); when every try
+	// failed, the run fails.
 	Sandbox int64 `yaml:"sandbox"`
+	// Recovery is how many times in a row a run may be recovered (picked
+	// up again, in fresh sandboxes, after the host process that drove it
+	// stopped or failed) without making progress in between (a model
+	// turn, a workspace snapshot, a verification, a decision on an
+	// approval); the next recovery fails the run instead (default 3).
+	Recovery int64 `yaml:"recovery"`
 }
 
 // Bounds of a document's lists. They keep a decision and a check fast and
@@ -172,7 +179,7 @@ func (d *Document) validate(p *problems) {
 	for _, r := range []struct {
 		field string
 		v     int64
-	}{{"retries.model", d.Retries.Model}, {"retries.sandbox", d.Retries.Sandbox}} {
+	}{{"retries.model", d.Retries.Model}, {"retries.sandbox", d.Retries.Sandbox}, {"retries.recovery", d.Retries.Recovery}} {
 		if r.v < 0 || r.v > 10 {
 			p.add(r.field, "0 turns retries off", "%d out of range 0-10", r.v)
 		}

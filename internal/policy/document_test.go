@@ -124,7 +124,7 @@ func TestParseFullExample(t *testing.T) {
 	if !reflect.DeepEqual(doc.Artifacts, []string{"coverage.out", "/workspace/report/*.html"}) {
 		t.Errorf("Artifacts = %q", doc.Artifacts)
 	}
-	if doc.Retries != (Retries{Model: 2, Sandbox: 0}) {
+	if doc.Retries != (Retries{Model: 2, Sandbox: 0, Recovery: 3}) {
 		t.Errorf("Retries = %+v", doc.Retries)
 	}
 }
@@ -326,6 +326,8 @@ func TestParseDocumentErrors(t *testing.T) {
 			"policy: retries.model: 11 out of range 0-10 (line 2; hint: 0 turns retries off)"},
 		{"retries negative", "retries:\n  sandbox: -1\n",
 			"policy: retries.sandbox: -1 out of range 0-10 (line 2; hint: 0 turns retries off)"},
+		{"retries recovery", "retries:\n  recovery: 11\n",
+			"policy: retries.recovery: 11 out of range 0-10 (line 2; hint: 0 turns retries off)"},
 
 		// network keeps its messages and gains lines.
 		{"network value", "network:\n  allow:\n    - host: a.example\n      ports: [99999]\n",

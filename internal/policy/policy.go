@@ -98,7 +98,7 @@ func Default() *Document {
 		Budgets:   Budgets{MaxSteps: 50, MaxWallTime: Duration(30 * time.Minute)},
 		Approvals: Approvals{Timeout: Duration(15 * time.Minute), OnTimeout: Deny},
 		Verify:    Verify{Timeout: Duration(10 * time.Minute)},
-		Retries:   Retries{Model: 4, Sandbox: 1},
+		Retries:   Retries{Model: 4, Sandbox: 1, Recovery: 3},
 	}
 }
 

@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -518,6 +520,86 @@ func TestUploads(t *testing.T) {
 		}
 	}
 	// The id names the upload for runs of this tenant.
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": up.ID}})
+	if run.Status != event.StatusQueued {
+		t.Errorf("run %+v", run)
+	}
+}
+
+// TestUploadChecked: a tar whose entries cannot be unpacked into a
+// workspace is refused at upload with 400 naming the entry, gzipped or
+// not, and so is one that is cut short; nothing of it can start a run.
+func TestUploadChecked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{config: server.Config{MaxUpload: 64 << 10}})
+	key := h.key("alpha", "runs:write", "runs:read")
+	build := func(gz bool, hs ...tar.Header) []byte {
+		var buf bytes.Buffer
+		var w io.Writer = &buf
+		var zw *gzip.Writer
+		if gz {
+			zw = gzip.NewWriter(&buf)
+			w = zw
+		}
+		tw := tar.NewWriter(w)
+		for _, th := range hs {
+			th.Mode = 0o644
+			if th.Typeflag == tar.TypeReg {
+				th.Size = 3
+			}
+			if err := tw.WriteHeader(&th); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write([]byte("hi\n")[:th.Size])
+		}
+		tw.Close()
+		if zw != nil {
+			zw.Close()
+		}
+		return buf.Bytes()
+	}
+	ok := tar.Header{Name: "ok.txt", Typeflag: tar.TypeReg}
+	for _, tc := range []struct {
+		name  string
+		entry tar.Header
+		msg   string
+	}{
+		{"parent dir", tar.Header{Name: "../x.txt", Typeflag: tar.TypeReg}, `entry "../x.txt": a .. element`},
+		{"absolute", tar.Header{Name: "/etc/cron.d/x", Typeflag: tar.TypeReg}, `entry "/etc/cron.d/x": an absolute name`},
+		{"symlink out", tar.Header{Name: "pw", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}, `entry "pw": a symbolic link to "/etc/passwd": an absolute target`},
+		{"symlink up", tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../x"}, `entry "up": a symbolic link to "../../x": it points outside the workspace`},
+		{"hard link out", tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "../../etc/shadow"}, `entry "h": a hard link to "../../etc/shadow": a .. element`},
+		{"device", tar.Header{Name: "null", Typeflag: tar.TypeChar}, `entry "null": a character device`},
+	} {
+		for _, gz := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s gzipped=%v", tc.name, gz), func(t *testing.T) {
+				r := h.do("POST", "/v1/uploads", key, build(gz, ok, tc.entry))
+				if e := r.errBody(t); r.status != http.StatusBadRequest || !strings.HasPrefix(e.Message, "the upload cannot be a workspace: "+tc.msg) {
+					t.Fatalf("upload = %d %+v, want 400 saying %q", r.status, e, tc.msg)
+				}
+			})
+		}
+	}
+	whole := build(false, ok, tar.Header{Name: "src/a.txt", Typeflag: tar.TypeReg})
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(whole[:len(whole)-1024]) // no end-of-archive block
+	zw.Close()
+	gzWhole := build(true, ok)
+	for name, body := range map[string][]byte{
+		"cut short":         whole[:1024+512],
+		"cut short gzipped": zipped.Bytes(),
+		"bad gzip":          append(gzWhole[:20:20], bytes.Repeat([]byte{0xff}, 200)...),
+	} {
+		r := h.do("POST", "/v1/uploads", key, body)
+		if e := r.errBody(t); r.status != http.StatusBadRequest || !strings.HasPrefix(e.Message, "the upload is not a whole tar: ") {
+			t.Errorf("%s upload = %d %+v, want 400: not a whole tar", name, r.status, e)
+		}
+	}
+	// A tar with links that stay inside is taken, and starts a run.
+	var up api.Upload
+	h.must(http.StatusCreated, "POST", "/v1/uploads", key, build(true, ok, tar.Header{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "ok.txt"},
+		tar.Header{Name: "d/hard", Typeflag: tar.TypeLink, Linkname: "ok.txt"})).json(t, &up)
 	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": up.ID}})
 	if run.Status != event.StatusQueued {
 		t.Errorf("run %+v", run)
