@@ -22,7 +22,9 @@ type ForkOptions struct {
 	Script       []byte
 	Policy       []byte
 	PolicySource string
-	MaxSteps     int
+	// PolicyVersion names the stored version Policy is ("NAME@vN").
+	PolicyVersion string
+	MaxSteps      int
 }
 
 // Fork starts a new run (queued) from run id as it was after step atStep:
@@ -85,11 +87,12 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	if o.MaxSteps > 0 {
 		cfg.MaxSteps = o.MaxSteps
 	}
-	policy, src := parent.Policy, "forked from "+id
+	policy, src, version := parent.Policy, "forked from "+id, ""
 	if o.Policy != nil {
-		policy, src = o.Policy, o.PolicySource
+		policy, src, version = o.Policy, o.PolicySource, o.PolicyVersion
 	}
-	child, err := e.create(ctx, Request{Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src, Script: o.Script},
+	child, err := e.create(ctx, Request{Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src,
+		PolicyVersion: version, Script: o.Script},
 		event.RunCreated{ParentRunID: id, ParentSeq: point.Seq, ParentHash: point.Hash.String()})
 	if err != nil {
 		return store.Run{}, err

@@ -245,6 +245,21 @@ func joinErrors(errs []*Error) error {
 	return errors.Join(out...)
 }
 
+// Problems returns the located problems an error of Parse or Load holds,
+// in order, as copies a caller may change (to drop a line that means
+// nothing to its reader, say); none for another error.
+func Problems(err error) []*Error {
+	var out []*Error
+	for _, e := range unjoin(err) {
+		var pe *Error
+		if errors.As(e, &pe) {
+			c := *pe
+			out = append(out, &c)
+		}
+	}
+	return out
+}
+
 // unjoin returns the errors errors.Join put together, or err alone.
 func unjoin(err error) []error {
 	var j interface{ Unwrap() []error }

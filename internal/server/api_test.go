@@ -432,8 +432,8 @@ func TestWorkspaceGlobs(t *testing.T) {
 	}{
 		{"artifact with ..", map[string]any{"artifacts": []string{"ok.txt", "../../etc/passwd"}}, `artifacts[1]: glob "../../etc/passwd" is outside /workspace`},
 		{"absolute artifact", map[string]any{"artifacts": []string{"/etc/*"}}, `artifacts[0]: glob "/etc/*" is outside /workspace`},
-		{"only_changed", map[string]any{"verify": map[string]any{"only_changed": []string{"/etc/*"}}}, `checks.only_changed[0]: glob "/etc/*" is outside /workspace`},
-		{"changed", map[string]any{"verify": map[string]any{"changed": []string{"../x"}}}, `checks.changed: "../x" is not a path inside /workspace`},
+		{"only_changed", map[string]any{"verify": map[string]any{"only_changed": []string{"/etc/*"}}}, `verify.only_changed[0]: glob "/etc/*" is outside /workspace`},
+		{"changed", map[string]any{"verify": map[string]any{"changed": []string{"../x"}}}, `verify.changed[0]: "../x" is not a path inside /workspace`},
 		{"policy artifact", map[string]any{"policy_document": "artifacts: [/etc/*]\n"}, `artifacts[0]: "/etc/*" is outside /workspace`},
 		{"policy only_changed", map[string]any{"policy_document": "verify:\n  only_changed: [../*]\n"}, `verify.only_changed[0]: "../*" is outside /workspace`},
 	} {
@@ -658,6 +658,31 @@ func TestPolicies(t *testing.T) {
 	}
 	if cfg.MaxSteps != 5 || run.PolicyHash != vs.Versions[1].Hash {
 		t.Errorf("max_steps %d under strict@v1 (hash %s, want %s)", cfg.MaxSteps, run.PolicyHash, vs.Versions[1].Hash)
+	}
+	var got api.Run
+	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID, key, nil).json(t, &got)
+	if p := got.Policy; p == nil || p.Version != "strict@v1" || p.Source != "policy strict v1" || p.BaseHash != "" || got.PolicyHash != vs.Versions[1].Hash {
+		t.Errorf("GET run: policy %+v, hash %s; want strict@v1, no flags, hash %s", p, got.PolicyHash, vs.Versions[1].Hash)
+	}
+
+	// The request's own fields change the policy as flags do: the run
+	// records the hash of the policy with them, and the version's as the
+	// one they changed. It is the hash of the same document written out.
+	flagged := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "policy": "strict@v1", "max_steps": 2,
+		"verify": map[string]any{"commands": []string{"true"}}, "artifacts": []string{"out/*"}})
+	var chk api.PolicyCheck
+	h.must(http.StatusOK, "POST", "/v1/policies/validate", key,
+		[]byte("budgets: {max_steps: 2}\nverify: {commands: ['true']}\nartifacts: [out/*]\n")).json(t, &chk)
+	h.must(http.StatusOK, "GET", "/v1/runs/"+flagged.ID, key, nil).json(t, &got)
+	if p := got.Policy; p == nil || p.Version != "strict@v1" || p.BaseHash != vs.Versions[1].Hash || got.PolicyHash != chk.Hash || got.PolicyHash == p.BaseHash {
+		t.Errorf("GET run with fields: policy %+v, hash %s; want strict@v1 %s + flags -> %s", p, got.PolicyHash, vs.Versions[1].Hash, chk.Hash)
+	}
+	// A run on the built-in default records the default's policy hash,
+	// not the hash of empty input.
+	def := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
+	h.must(http.StatusOK, "POST", "/v1/policies/validate", key, []byte("{}\n")).json(t, &chk)
+	if def.PolicyHash != chk.Hash || strings.HasPrefix(def.PolicyHash, "sha256:e3b0c442") {
+		t.Errorf("default run's policy hash %s, want the default's %s", def.PolicyHash, chk.Hash)
 	}
 }
 

@@ -90,6 +90,7 @@ func Run(t *testing.T, f Factory) {
 		{"LedgerRace", testLedgerRace},
 		{"LedgerRedaction", testLedgerRedaction},
 		{"Policies", testPolicies},
+		{"PolicyHash", testPolicyHash},
 		{"PolicyAmbiguous", testPolicyAmbiguous},
 		{"PolicyInvalid", testPolicyInvalid},
 		{"PolicyRace", testPolicyRace},
