@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,60 @@ func TestRestoreFails(t *testing.T) {
 	if n := count(evs, event.TypeSandboxProvisioned) + count(evs, event.TypeRunResumed); n != 0 {
 		t.Errorf("%d sandboxes provisioned or resumptions, want none", n)
 	}
+}
+
+// dyingExport is a backend whose sandboxes die while their workspace is
+// exported, each of them.
+type dyingExport struct{ sandbox.Backend }
+
+func (b dyingExport) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := b.Backend.Create(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	return dyingSandbox{sb}, nil
+}
+
+type dyingSandbox struct{ sandbox.Sandbox }
+
+func (s dyingSandbox) Export(ctx context.Context, _ string, _ io.Writer) error {
+	_ = s.Destroy(ctx)
+	return errors.New("injected: the sandbox died while exporting")
+}
+
+// TestSnapshotLostAttempts: a sandbox lost while its workspace is saved is
+// replaced and saved again, as often as retries.sandbox allows; then the
+// run fails, naming the loss.
+func TestSnapshotLostAttempts(t *testing.T) {
+	var created atomic.Int32
+	h := newHarness(t, func(o *engine.Options) {
+		o.Backend = counting{Backend: dyingExport{o.Backend}, n: &created}
+	})
+	const script = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"echo hi > f\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	o := h.run("write", script, engine.Config{SandboxAttempts: 3})
+	if o.Status != event.StatusFailed || o.Reason != "sandbox: sandbox main: 3 tries failed, the last: lost while its workspace was saved: injected: the sandbox died while exporting" {
+		t.Fatalf("status %s, reason %q; want failed for the losses", o.Status, o.Reason)
+	}
+	if n := created.Load(); n != 3 {
+		t.Errorf("%d sandboxes created, want 3", n)
+	}
+	if n := count(h.verifyLog(o.RunID), event.TypeSandboxLost); n != 3 {
+		t.Errorf("%d sandbox.lost recorded, want 3", n)
+	}
+}
+
+// counting counts the sandboxes its backend creates.
+type counting struct {
+	sandbox.Backend
+	n *atomic.Int32
+}
+
+func (c counting) Create(ctx context.Context, s sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := c.Backend.Create(ctx, s)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return sb, err
 }
 
 // TestRecoveryAttempts: a run whose drives keep stopping before any
