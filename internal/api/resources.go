@@ -44,12 +44,17 @@ type Decision struct {
 
 // PolicyVersion is a stored version of one of the tenant's policies.
 type PolicyVersion struct {
-	Name    string    `json:"name"`
-	Version int64     `json:"version"`
-	Hash    string    `json:"hash"`
-	Created time.Time `json:"created"`
-	Source  string    `json:"source"`
-	By      string    `json:"by"`
+	Name    string `json:"name"`
+	Version int64  `json:"version"`
+	// Hash is the policy hash: the canonical hash of the document
+	// resolved, what policy check shows and a run under it records.
+	// DocumentHash is the SHA-256 of the document's bytes, which names
+	// the version in the store (a hash prefix of either finds it).
+	Hash         string    `json:"hash"`
+	DocumentHash string    `json:"document_hash,omitempty"`
+	Created      time.Time `json:"created"`
+	Source       string    `json:"source"`
+	By           string    `json:"by"`
 	// New says an upload stored a new version (false: it was the latest
 	// already). Only in answers to uploads.
 	New *bool `json:"new,omitempty"`
@@ -74,14 +79,17 @@ type PolicyVersionList struct {
 // is one this server would store and run under. A document it would not
 // is answered with an error (bad_request, forbidden, too_large).
 type PolicyCheck struct {
-	// Hash is the document's hash (its bytes as sent), the hash a run
-	// under it records.
+	// Hash is the policy hash: the hash of Canonical, the hash a run
+	// under the document, or a version of it, records.
 	Hash string `json:"hash"`
 	// Canonical is the document resolved: every default filled in, in
 	// canonical form.
 	Canonical string `json:"canonical"`
-	// CanonicalHash is the hash of Canonical.
+	// CanonicalHash is Hash, by its older name.
 	CanonicalHash string `json:"canonical_hash"`
+	// DocumentHash is the SHA-256 of the document's bytes as sent: what
+	// names a stored version of it.
+	DocumentHash string `json:"document_hash"`
 }
 
 // LedgerEntry is a credit ledger entry. Amounts are in micro-credits.

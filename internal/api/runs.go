@@ -22,7 +22,11 @@ type Run struct {
 	ParentSeq   int64        `json:"parent_seq,omitempty"`
 	// Events is the seq of the run's last event, LastHash its hash (hex):
 	// the end of the run's hash chain, as the store records it.
-	Events     int64  `json:"events"`
+	Events int64 `json:"events"`
+	// PolicyHash is the policy hash of the document the run is held to:
+	// the canonical hash of the resolved document, which policy check and
+	// the stored policies show too (a run recorded before airlock hashed
+	// policies so has the SHA-256 of its document's bytes).
 	PolicyHash string `json:"policy_hash"`
 	LastHash   string `json:"last_hash,omitempty"`
 
@@ -34,6 +38,22 @@ type Run struct {
 	// Metadata is the client's own labels, as its run.created event
 	// records them.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Policy says where the run's policy came from, as its
+	// policy.resolved event records it.
+	Policy *RunPolicy `json:"policy,omitempty"`
+}
+
+// RunPolicy is where a run's policy came from.
+type RunPolicy struct {
+	// Source names it (a file, "policy NAME vN", "api (inline)", the
+	// default) and Version the stored version it is ("NAME@vN").
+	Source  string `json:"source,omitempty"`
+	Version string `json:"version,omitempty"`
+	// BaseHash, when the run's own settings (command-line flags, the
+	// request's verify, artifacts and max_steps) changed that policy, is
+	// its policy hash; the run's PolicyHash is of the policy as they
+	// changed it.
+	BaseHash string `json:"base_hash,omitempty"`
 }
 
 // RunList is the body of GET /v1/runs.
@@ -97,7 +117,8 @@ type ForkRequest struct {
 	// start). Required.
 	AtStep *int `json:"at_step"`
 	// Model, Script, Policy and PolicyDocument replace the parent's, as in
-	// CreateRunRequest; empty keeps the parent's.
+	// CreateRunRequest; empty keeps the parent's. A new Script starts at
+	// the fork point: its first turn is the model's first after AtStep.
 	Model          string `json:"model,omitempty"`
 	Script         string `json:"script,omitempty"`
 	Policy         string `json:"policy,omitempty"`

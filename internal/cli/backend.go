@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -279,13 +280,14 @@ func (b *localBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error)
 		if pol, err = pol.loadStored(ctx, h.store, parent.Tenant); err != nil {
 			return "", err
 		}
-		o.Policy, o.PolicySource = pol.doc, pol.source
+		o.Policy, o.PolicySource, o.PolicyVersion = pol.doc, pol.source, pol.version
 	case pol.name != "":
-		_, _, err := h.store.PutPolicy(ctx, store.PolicyVersion{Tenant: parent.Tenant, Name: pol.name, Document: pol.doc,
-			Source: pol.source, By: whoami(b.env)})
+		v, _, err := h.store.PutPolicy(ctx, store.PolicyVersion{Tenant: parent.Tenant, Name: pol.name, Document: pol.doc,
+			PolicyHash: pol.parsed.Hash(), Source: pol.source, By: whoami(b.env)})
 		if err != nil {
 			return "", err
 		}
+		o.PolicyVersion = fmt.Sprintf("%s@v%d", v.Name, v.Version)
 	}
 	child, err := h.eng.Fork(ctx, parent.ID, c.At, o)
 	if err != nil {
@@ -357,7 +359,11 @@ func (b *localBackend) putPolicy(ctx context.Context, name, file string, doc []b
 	if err != nil {
 		return store.PolicyVersion{}, false, err
 	}
-	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: runTenant, Name: name, Document: doc, Source: file, By: whoami(b.env)})
+	hash, err := policy.HashOf(doc)
+	if err != nil {
+		return store.PolicyVersion{}, false, usageError{Err: fmt.Errorf("%s: %w", file, err)}
+	}
+	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: runTenant, Name: name, Document: doc, PolicyHash: hash, Source: file, By: whoami(b.env)})
 	if errors.Is(err, store.ErrInvalid) {
 		return v, false, usageError{Err: err}
 	}
@@ -369,7 +375,9 @@ func (b *localBackend) policyVersions(ctx context.Context, name string) ([]store
 	if err != nil {
 		return nil, err
 	}
-	return st.PolicyVersions(ctx, runTenant, name)
+	vs, err := st.PolicyVersions(ctx, runTenant, name)
+	fillPolicyHashes(ctx, st, runTenant, vs)
+	return vs, err
 }
 
 func (b *localBackend) policy(ctx context.Context, ref string) (store.PolicyVersion, error) {
@@ -377,7 +385,13 @@ func (b *localBackend) policy(ctx context.Context, ref string) (store.PolicyVers
 	if err != nil {
 		return store.PolicyVersion{}, err
 	}
-	return getPolicy(ctx, st, runTenant, ref)
+	v, err := getPolicy(ctx, st, runTenant, ref)
+	if err == nil {
+		vs := []store.PolicyVersion{v}
+		fillPolicyHashes(ctx, st, runTenant, vs)
+		v = vs[0]
+	}
+	return v, err
 }
 
 func (b *localBackend) policies(ctx context.Context) ([]store.PolicyVersion, error) {
@@ -385,7 +399,9 @@ func (b *localBackend) policies(ctx context.Context) ([]store.PolicyVersion, err
 	if err != nil {
 		return nil, err
 	}
-	return st.ListPolicies(ctx, runTenant)
+	vs, err := st.ListPolicies(ctx, runTenant)
+	fillPolicyHashes(ctx, st, runTenant, vs)
+	return vs, err
 }
 
 func (b *localBackend) credits(ctx context.Context, tenant string) (int64, []store.LedgerEntry, error) {

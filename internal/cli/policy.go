@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // PolicyCmd is `airlock policy`: check a policy document, explain its
@@ -74,9 +77,47 @@ type PolicyExplainCmd struct {
 	Task     string        `help:"Task of the run (run.task)."`
 	Tokens   int64         `help:"Model tokens the run has used (run.tokens)."`
 	Elapsed  time.Duration `help:"Active time the run has taken (run.elapsed_seconds), like 5m."`
+	JSON     bool          `name:"json" help:"One JSON object: tool, decision, rule, reason, policy, known_tool, and warning when the tool is not one of airlock's."`
 }
 
-// Run prints the decision, the rule and the reason, one per line.
+// explanation is the JSON form of policy explain.
+type explanation struct {
+	Tool     string `json:"tool"`
+	Decision string `json:"decision"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason"`
+	Policy   string `json:"policy"`
+	// KnownTool says whether airlock has a tool of that name; Warning
+	// says what it means when it does not.
+	KnownTool bool   `json:"known_tool"`
+	Warning   string `json:"warning,omitempty"`
+}
+
+// builtinTools are the tools airlock gives a run's model.
+func builtinTools() []string {
+	var names []string
+	for _, s := range tools.Default(tools.Limits{}).Specs() {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// unknownToolWarning says what a decision on a tool airlock does not have
+// means; "" for one of its tools.
+func unknownToolWarning(tool string, d policy.ToolDecision) string {
+	known := builtinTools()
+	if slices.Contains(known, tool) {
+		return ""
+	}
+	return fmt.Sprintf("airlock has no tool %q (its tools: %s): %q is what this policy would decide of a call to it, "+
+		"but no such call runs in a run of airlock, whose model is told the tool is unknown", tool, strings.Join(known, ", "), d.Action)
+}
+
+// Run prints the decision, the rule and the reason, one per line, or one
+// JSON object. A tool that is not one of airlock's gets a warning on
+// stderr (and in the JSON): its decision is what the policy would say, of
+// a call no run makes. The exit status is 0 for any decision.
 func (c *PolicyExplainCmd) Run(env *Env) error {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(c.Args), &obj); err != nil || obj == nil {
@@ -97,6 +138,14 @@ func (c *PolicyExplainCmd) Run(env *Env) error {
 		Tool: c.Tool, Args: compact.Bytes(), External: c.External, Sandbox: c.Sandbox,
 		Run: policy.RunInfo{Tenant: c.Tenant, Task: c.Task, Step: c.Step, Tokens: c.Tokens, ElapsedSeconds: int64(c.Elapsed / time.Second)},
 	})
+	warning := unknownToolWarning(c.Tool, d)
+	if warning != "" {
+		fmt.Fprintf(env.Stderr, "airlock: warning: %s\n", warning)
+	}
+	if c.JSON {
+		return json.NewEncoder(env.Stdout).Encode(explanation{Tool: c.Tool, Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason,
+			Policy: doc.Hash(), KnownTool: warning == "", Warning: warning})
+	}
 	fmt.Fprintf(env.Stdout, "decision: %s\nrule:     %s\nreason:   %s\npolicy:   %s\n", d.Action, d.Rule, d.Reason, doc.Hash())
 	return nil
 }

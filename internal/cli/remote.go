@@ -450,8 +450,10 @@ func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve b
 	return d.By, nil
 }
 
+// toPolicyVersion is an API policy version as the local store has it:
+// the API's hash is the policy hash, its document hash the version's Hash.
 func toPolicyVersion(v api.PolicyVersion) store.PolicyVersion {
-	return store.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, CreatedAt: v.Created, Source: v.Source, By: v.By}
+	return store.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.DocumentHash, PolicyHash: v.Hash, CreatedAt: v.Created, Source: v.Source, By: v.By}
 }
 
 // putPolicy uploads the document; the server checks it as it checks a

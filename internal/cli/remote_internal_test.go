@@ -16,7 +16,9 @@ import (
 )
 
 // TestWriteTarGz: a workspace upload holds the directories, files and
-// links of the tree, as links, with no owner; nothing else.
+// links of the tree, as links, with no owner; nothing else. A link that
+// points out of the tree is refused, naming it, as the server would
+// refuse the upload.
 func TestWriteTarGz(t *testing.T) {
 	dir := t.TempDir()
 	for name, content := range map[string]string{"a.txt": "a\n", "sub/b.txt": "bb\n", "sub/deeper/c": ""} {
@@ -28,7 +30,7 @@ func TestWriteTarGz(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Symlink("../../../etc/passwd", filepath.Join(dir, "sub", "escape")); err != nil {
+	if err := os.Symlink("../a.txt", filepath.Join(dir, "sub", "link")); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
@@ -59,9 +61,22 @@ func TestWriteTarGz(t *testing.T) {
 		got = append(got, string(rune(h.Typeflag))+" "+h.Name+" "+h.Linkname+" "+strings.TrimSpace(string(b)))
 	}
 	sort.Strings(got)
-	want := []string{"0 a.txt  a", "0 sub/b.txt  bb", "0 sub/deeper/c  ", "2 sub/escape ../../../etc/passwd ", "5 sub/  ", "5 sub/deeper/  "}
+	want := []string{"0 a.txt  a", "0 sub/b.txt  bb", "0 sub/deeper/c  ", "2 sub/link ../a.txt ", "5 sub/  ", "5 sub/deeper/  "}
 	sort.Strings(want)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("tar holds\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	for target, reason := range map[string]string{"../../../etc/passwd": "it points outside the workspace", "/etc/passwd": "an absolute target"} {
+		if err := os.Remove(filepath.Join(dir, "sub", "escape")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "sub", "escape")); err != nil {
+			t.Fatal(err)
+		}
+		err := writeTarGz(io.Discard, dir)
+		if err == nil || !strings.Contains(err.Error(), `entry "sub/escape": a symbolic link to "`+target+`": `+reason) {
+			t.Errorf("writeTarGz of a tree with a link to %s = %v, want it refused", target, err)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -172,7 +173,11 @@ func (b *remoteBackend) upload(ctx context.Context, dir string) (string, error) 
 	// writer, then wait for it.
 	pr.CloseWithError(errUploadEnded)
 	wg.Wait()
+	var bad *sandbox.TarEntryError
 	switch {
+	case errors.As(werr, &bad):
+		// A tree the server's sandbox could not unpack: bad input.
+		return "", usageError{Err: fmt.Errorf("--workspace %s: %w", dir, werr)}
 	case werr != nil && !errors.Is(werr, errUploadEnded):
 		return "", fmt.Errorf("--workspace %s: %w", dir, werr)
 	case err != nil:
@@ -187,7 +192,9 @@ var errUploadEnded = errors.New("the upload ended")
 // regular files and symbolic links (as links), with names relative to dir
 // and no owner; other files (sockets, devices) are left out. Files are
 // opened through an os.Root, so a file swapped for a link while the tree
-// is walked cannot make it read outside dir.
+// is walked cannot make it read outside dir. Each entry passes the check
+// the server's uploads pass (sandbox.TarChecker): a link that points out
+// of dir is an error naming it, here rather than from the server.
 func writeTarGz(w io.Writer, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -196,6 +203,7 @@ func writeTarGz(w io.Writer, dir string) error {
 	defer root.Close()
 	zw := gzip.NewWriter(w)
 	tw := tar.NewWriter(zw)
+	check := sandbox.NewTarChecker(sandbox.TarLimits{})
 	err = fs.WalkDir(root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || name == "." {
 			return err
@@ -220,6 +228,9 @@ func writeTarGz(w io.Writer, dir string) error {
 		h.Name, h.Uid, h.Gid, h.Uname, h.Gname = filepath.ToSlash(name), 0, 0, "", ""
 		if info.IsDir() {
 			h.Name += "/"
+		}
+		if err := check.Check(h); err != nil {
+			return err
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err

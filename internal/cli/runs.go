@@ -124,7 +124,7 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 			// A file's document is recorded (by the engine) as a version
 			// of p.name; a stored version is not recorded again.
 			doc = p.parsed
-			req.Policy, req.PolicySource, req.PolicyName = p.doc, p.source, p.name
+			req.Policy, req.PolicySource, req.PolicyName, req.PolicyVersion = p.doc, p.source, p.name, p.version
 			if p.name != "" {
 				req.PolicyBy = whoami(env)
 			}
@@ -134,12 +134,10 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	if ferr != nil {
 		errs = append(errs, ferr)
 	} else if changed {
-		// The flags are shorthand for the document the run records.
-		src := "default with flags"
-		if req.PolicySource != "" {
-			src = req.PolicySource + " with flags"
-		}
-		req.Policy, req.PolicySource, req.PolicyName, req.PolicyBy = doc.Canonical(), src, "", ""
+		// The flags are shorthand for the document the run records; the
+		// policy given (the file still recorded as a version of its name)
+		// is the one they changed, whose hash the run records too.
+		req.Flags, req.BasePolicy, req.Policy = true, req.Policy, doc.Canonical()
 	}
 	cfg := engine.PolicyConfig(doc)
 	cfg.Model, cfg.BaseURL, cfg.ContextTokens = c.Model, c.BaseURL, c.Context
@@ -518,6 +516,10 @@ func (c *RunsShowCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
+	pol, err := policyResolved(env.Ctx, b, r.ID)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		type art struct {
 			Name   string `json:"name"`
@@ -533,6 +535,9 @@ func (c *RunsShowCmd) Run(env *Env) error {
 			Verification *event.VerificationResult `json:"verification,omitempty"`
 			Artifacts    []art                     `json:"artifacts"`
 		}{Run: toJSON(r), Steps: o.Steps, Usage: o.Usage, Reason: o.Reason, Summary: o.Summary, Verification: o.Verification, Artifacts: []art{}}
+		if pol != nil {
+			v.Policy = &api.RunPolicy{Source: pol.Source, Version: pol.Version, BaseHash: pol.BaseHash}
+		}
 		for _, a := range o.Artifacts {
 			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
 		}
@@ -542,6 +547,11 @@ func (c *RunsShowCmd) Run(env *Env) error {
 	fmt.Fprintf(w, "run      %s\nstatus   %s\nmodel    %s\ntask     %s\ncreated  %s\n", r.ID, r.Status, r.Model, oneLine(r.Task), r.Created.Local().Format(time.RFC3339))
 	if r.ParentRunID != "" {
 		fmt.Fprintf(w, "parent   %s (event %d)\n", r.ParentRunID, r.ParentSeq)
+	}
+	if pol != nil {
+		fmt.Fprintf(w, "policy   %s\n", policyLine(*pol, r.PolicyHash, true))
+	} else if r.PolicyHash != "" {
+		fmt.Fprintf(w, "policy   %s\n", r.PolicyHash)
 	}
 	fmt.Fprintf(w, "steps    %d\ntokens   %d in, %d out\nevents   %d\n", o.Steps, o.Usage.InputTokens, o.Usage.OutputTokens, r.LastSeq)
 	if o.Usage.CostMicroUSD > 0 {
@@ -566,6 +576,26 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		fmt.Fprintf(w, "artifact %s %s %s\n", a.Name, sandbox.FormatSize(a.Size), a.Digest)
 	}
 	return nil
+}
+
+// policyResolved returns run id's policy.resolved event, which its first
+// events hold; nil when it has none.
+func policyResolved(ctx context.Context, b backend, id string) (*event.PolicyResolved, error) {
+	evs, err := b.events(ctx, id, 1)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range evs[:min(len(evs), 4)] {
+		if e.Type != event.TypePolicyResolved {
+			continue
+		}
+		var p event.PolicyResolved
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			return nil, fmt.Errorf("run %s: policy.resolved: %w", id, err)
+		}
+		return &p, nil
+	}
+	return nil, nil
 }
 
 // RunsEventsCmd is `airlock runs events RUN`.
@@ -743,7 +773,7 @@ type RunsForkCmd struct {
 	At       int    `required:"" help:"Step after which the new run starts (0: from the start)."`
 	Model    string `help:"Another model for the new run." placeholder:"PROVIDER:MODEL"`
 	BaseURL  string `name:"base-url" help:"API base URL for --model." placeholder:"URL"`
-	Script   string `help:"Another script for the new run." placeholder:"FILE"`
+	Script   string `help:"Another script for the new run; it starts at the fork point: its first turn is the model's first after step --at." placeholder:"FILE"`
 	Policy   string `help:"Another policy for the new run: a file, or a stored policy NAME[@vN|@HASHPREFIX] when no such file exists." placeholder:"FILE|NAME"`
 	PolicyAs string `name:"policy-name" help:"Store the --policy file as a version of this policy (default: the file's name without extension)." placeholder:"NAME"`
 	MaxSteps int    `name:"max-steps" help:"Another step budget."`

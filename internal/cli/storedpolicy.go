@@ -112,8 +112,10 @@ type runPolicy struct {
 	// version; "" records none.
 	name string
 	// ref is set instead of doc when --policy names a stored version
-	// (NAME[@vN|@HASHPREFIX]): loadStored reads it.
-	ref string
+	// (NAME[@vN|@HASHPREFIX]): loadStored reads it, and sets version to
+	// the version it is ("NAME@vN").
+	ref     string
+	version string
 }
 
 // readRunPolicy reads --policy ARG: a policy file, as it always was, or,
@@ -161,7 +163,7 @@ func (p runPolicy) loadStored(ctx context.Context, st store.Store, tenant string
 	if err != nil {
 		return p, fmt.Errorf("--policy %s: stored version v%d does not load: %w", p.ref, v.Version, err)
 	}
-	return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version)}, nil
+	return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version), version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
 }
 
 // loadStoredFrom is loadStored on a store of its own, for airlock run,
@@ -212,14 +214,33 @@ func (c *PolicyPutCmd) Run(env *Env) error {
 	if !created {
 		what = "unchanged"
 	}
-	fmt.Fprintf(env.Stdout, "%s v%d %s (%s)\n", v.Name, v.Version, v.Hash, what)
+	fmt.Fprintf(env.Stdout, "%s v%d %s (%s)\n", v.Name, v.Version, shownHash(v), what)
 	return nil
+}
+
+// shownHash is the hash a stored policy version is shown by: its policy
+// hash (the canonical hash, as policy check shows it), or, for a version
+// whose document no longer parses, the hash of its bytes.
+func shownHash(v store.PolicyVersion) string {
+	if v.PolicyHash != "" {
+		return v.PolicyHash
+	}
+	return v.Hash
+}
+
+// fillPolicyHashes gives the versions st stored without a policy hash
+// (before the stores kept one) the hash of their documents.
+func fillPolicyHashes(ctx context.Context, st store.Store, tenant string, vs []store.PolicyVersion) {
+	store.FillPolicyHashes(vs, func(v store.PolicyVersion) ([]byte, error) {
+		full, err := st.GetPolicy(ctx, tenant, v.Name, fmt.Sprintf("v%d", v.Version))
+		return full.Document, err
+	}, policy.HashOf)
 }
 
 // toPolicyJSON is the stable JSON form of a stored policy version: the
 // API's, without the document.
 func toPolicyJSON(v store.PolicyVersion) api.PolicyVersion {
-	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: shownHash(v), DocumentHash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
 }
 
 // writePolicies prints versions as JSON lines or as a table; name adds a
@@ -243,7 +264,7 @@ func writePolicies(w io.Writer, vs []store.PolicyVersion, asJSON, name bool) err
 		if name {
 			fmt.Fprintf(tw, "%s\t", v.Name)
 		}
-		fmt.Fprintf(tw, "v%d\t%s\t%s\t%s\t%s\n", v.Version, shortHash(v.Hash), v.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+		fmt.Fprintf(tw, "v%d\t%s\t%s\t%s\t%s\n", v.Version, shortHash(shownHash(v)), v.CreatedAt.Local().Format("2006-01-02 15:04:05"),
 			orDash(clip(oneLine(v.Source), 50)), orDash(v.By))
 	}
 	return tw.Flush()

@@ -71,7 +71,7 @@ func (t *timeline) event(e event.Event) {
 			t.printf(id, "  replays the model turns of %s\n", p.ReplayOf)
 		}
 	case *event.PolicyResolved:
-		t.printf(id, "  policy %s (%s)\n", p.Source, shortHash(p.PolicyHash))
+		t.printf(id, "  policy %s\n", policyLine(*p, "", false))
 	case *event.RunResumed:
 		t.printf(id, "resumed (%s) from event %d\n", p.Reason, p.FromSeq)
 	case *event.SandboxProvisioned:
@@ -257,6 +257,34 @@ func fmtMS(ms int64) string {
 		return fmt.Sprintf("%d ms", ms)
 	}
 	return fmt.Sprintf("%.1f s", float64(ms)/1000)
+}
+
+// policyLine says which policy a run is held to: the stored version or
+// the source, its policy hash, and, when the run's own settings changed
+// it, "+ flags →" and the hash of the policy as they changed it. In full,
+// "prod@v2 sha256:abc… + flags → sha256:def…"; else, with short hashes,
+// "prod@v2 (abc) + flags → def". runHash stands in for an event that
+// records no hash.
+func policyLine(p event.PolicyResolved, runHash string, full bool) string {
+	label := p.Version
+	if label == "" {
+		label = p.Source
+	}
+	h := p.PolicyHash
+	if h == "" {
+		h = runHash
+	}
+	base, hash := "("+shortHash(p.BaseHash)+")", shortHash(h)
+	if full {
+		base, hash = p.BaseHash, h
+	}
+	switch {
+	case p.BaseHash != "":
+		return fmt.Sprintf("%s %s + flags → %s", label, base, hash)
+	case full:
+		return fmt.Sprintf("%s %s", label, hash)
+	}
+	return fmt.Sprintf("%s (%s)", label, hash)
 }
 
 func shortHash(h string) string {

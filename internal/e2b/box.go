@@ -264,7 +264,7 @@ func (s *Server) openRecord(ctx context.Context, b *box, timeout time.Duration) 
 	r := store.Run{ID: event.NewRunID(s.now()), Tenant: b.tenant, Kind: store.KindSandbox, Status: event.StatusRunning,
 		Task: fmt.Sprintf("E2B sandbox %s, template %s", b.id, b.template.name), Policy: b.template.raw}
 	if b.template.raw != nil {
-		r.PolicyHash = store.PolicyHash(b.template.raw)
+		r.PolicyHash = store.DocumentHash(b.template.raw)
 	}
 	s.mu.Lock()
 	s.opening[r.ID] = true // not a record the sweep may close

@@ -639,7 +639,7 @@ func TestRecordEgress(t *testing.T) {
 		t.Fatalf("kill: %s", res)
 	}
 	rec := recordOf(t, h.store, s.ID)
-	if len(rec.run.Policy) == 0 || rec.run.PolicyHash != store.PolicyHash(rec.run.Policy) {
+	if len(rec.run.Policy) == 0 || rec.run.PolicyHash != store.DocumentHash(rec.run.Policy) {
 		t.Errorf("record policy %q hash %q: want the template's document and its hash", rec.run.Policy, rec.run.PolicyHash)
 	}
 	decisions := map[string]string{}

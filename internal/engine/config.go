@@ -29,6 +29,12 @@ type Config struct {
 	// Script is the digest of the script file of a scripted run, kept in the
 	// blob store so that the run can go on after the file is gone.
 	Script string `json:"script,omitempty"`
+	// ScriptAfter is how many assistant turns of the conversation come
+	// before the script's first: a fork given a new script starts it at the
+	// fork point (its turn 1 answers the turn after the fork's step), and
+	// the number stays with the run, so a resumed fork asks the script for
+	// the turns after the ones it recorded.
+	ScriptAfter int `json:"script_after,omitempty"`
 	// Sandboxes are the run's named sandboxes; the first is where the
 	// completion checks run. Each is provisioned on first use.
 	Sandboxes []SandboxConfig `json:"sandboxes"`
@@ -73,9 +79,15 @@ type Config struct {
 	ApprovalOnTimeout string `json:"approval_on_timeout,omitempty"`
 	// ModelAttempts bounds the tries of one model call, the first
 	// included (the provider's default, 5, when zero); SandboxAttempts
-	// the tries of provisioning a sandbox (2 when zero).
-	ModelAttempts   int `json:"model_attempts,omitempty"`
-	SandboxAttempts int `json:"sandbox_attempts,omitempty"`
+	// the tries of provisioning a sandbox, its workspace restored (2 when
+	// zero): when every one failed, the run fails. RecoveryAttempts
+	// bounds the drive sessions in a row that make no progress (no model
+	// turn, snapshot, verification or decision on an approval), the first
+	// included (4 when zero): a run recovered once more than that without
+	// progress fails instead.
+	ModelAttempts    int `json:"model_attempts,omitempty"`
+	SandboxAttempts  int `json:"sandbox_attempts,omitempty"`
+	RecoveryAttempts int `json:"recovery_attempts,omitempty"`
 }
 
 // SandboxConfig is one named sandbox of a run.
@@ -149,7 +161,8 @@ const (
 	MaxSandboxes = 8
 	// MaxChecks bounds each list of checks and artifact globs.
 	MaxChecks = 64
-	// MaxAttempts bounds ModelAttempts and SandboxAttempts.
+	// MaxAttempts bounds ModelAttempts, SandboxAttempts and
+	// RecoveryAttempts.
 	MaxAttempts = 11
 )
 
@@ -175,6 +188,9 @@ func (c Config) withDefaults() Config {
 	if c.SandboxAttempts <= 0 {
 		c.SandboxAttempts = 2
 	}
+	if c.RecoveryAttempts <= 0 {
+		c.RecoveryAttempts = 4
+	}
 	if c.Checks.TimeoutMS <= 0 {
 		c.Checks.TimeoutMS = DefaultCheckTimeout.Milliseconds()
 	}
@@ -192,6 +208,9 @@ func (c Config) Validate() error {
 	}
 	if kind, _, _ := strings.Cut(c.Model, ":"); kind == "script" && c.Script == "" {
 		errs = append(errs, errors.New("script: a scripted run needs its script"))
+	}
+	if c.ScriptAfter < 0 {
+		errs = append(errs, fmt.Errorf("script_after %d: want 0 or more", c.ScriptAfter))
 	}
 	if len(c.Sandboxes) > MaxSandboxes {
 		errs = append(errs, fmt.Errorf("sandboxes: %d, at most %d", len(c.Sandboxes), MaxSandboxes))
@@ -243,15 +262,27 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	for _, list := range [][]string{c.Checks.OnlyChanged, c.Artifacts} {
-		for _, g := range list {
-			if _, err := path.Match(strings.TrimPrefix(g, "/workspace/"), ""); err != nil {
-				errs = append(errs, fmt.Errorf("glob %q: %w", g, err))
+	// The globs a policy document, a run's request and the command line
+	// give are held to one check (a glob outside the workspace matches
+	// nothing, and is refused).
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{"checks.only_changed", c.Checks.OnlyChanged}, {"artifacts", c.Artifacts}} {
+		for i, g := range l.list {
+			if strings.TrimSpace(g) == "" || strings.ContainsRune(g, 0) {
+				continue // reported above
+			}
+			if _, err := policy.WorkspaceGlob(g); err != nil {
+				errs = append(errs, fmt.Errorf("%s[%d]: %w", l.name, i, err))
 			}
 		}
 	}
-	if c.ModelAttempts < 0 || c.ModelAttempts > MaxAttempts || c.SandboxAttempts < 0 || c.SandboxAttempts > MaxAttempts {
-		errs = append(errs, fmt.Errorf("model_attempts and sandbox_attempts: want 1-%d", MaxAttempts))
+	for _, a := range []int{c.ModelAttempts, c.SandboxAttempts, c.RecoveryAttempts} {
+		if a < 0 || a > MaxAttempts {
+			errs = append(errs, fmt.Errorf("model_attempts, sandbox_attempts and recovery_attempts: want 1-%d", MaxAttempts))
+			break
+		}
 	}
 	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
 		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))
@@ -368,6 +399,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		CommandTimeoutMS: time.Duration(lim.CommandTimeout).Milliseconds(),
 		ModelAttempts:    int(doc.Retries.Model) + 1,
 		SandboxAttempts:  int(doc.Retries.Sandbox) + 1,
+		RecoveryAttempts: int(doc.Retries.Recovery) + 1,
 		Artifacts:        slices.Clone(doc.Artifacts),
 		Checks: Checks{
 			Commands:    slices.Clone(doc.Verify.Commands),

@@ -315,6 +315,14 @@ func (d *driver) current() event.Status {
 // loop runs steps until the run reaches a final status, which it returns
 // with the payload that records it.
 func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) {
+	if n, most := d.st.recoveries, d.st.cfg.RecoveryAttempts; n >= most {
+		// Picked up again and again, and each time stopped before any
+		// progress (a host process that keeps dying at the same place, a
+		// store that fails): stop, without building a sandbox again.
+		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "recovery",
+			Error: fmt.Sprintf("the run was recovered %d times in a row without progress; its policy allows %d (retries.recovery)", n, most-1),
+			Steps: d.st.steps, Usage: d.st.usage}, nil
+	}
 	if err := d.setup(ctx); err != nil {
 		if ctx.Err() != nil {
 			// Stopped (a pause, a shutdown) while setting up: not the
@@ -358,6 +366,11 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 		scancel()
 		if errors.Is(context.Cause(sctx), errTimeBudget) && ctx.Err() == nil {
 			return d.exhausted(ctx, "wall_time", cfg.TimeoutMS, d.st.elapsed(d.e.o.Now()).Milliseconds())
+		}
+		var sbe *sandboxError
+		if errors.As(err, &sbe) && ctx.Err() == nil {
+			// Every try the policy allows failed: the run fails, with why.
+			return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "sandbox", Error: sbe.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
 		}
 		if err != nil || final != nil {
 			return status, final, err

@@ -39,6 +39,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
@@ -182,14 +183,43 @@ type Engine struct {
 	// boundary.
 	draining  chan struct{}
 	drainOnce sync.Once
-	// scripts holds the digests of scripts that parsed (see checkScript;
-	// guarded by scriptsMu).
+	// scripts holds the digests of scripts that parsed (see checkScript),
+	// policies the policy hash of each policy document by its digest (see
+	// policyHash); both guarded by scriptsMu.
 	scriptsMu sync.Mutex
 	scripts   map[[sha256.Size]byte]struct{}
+	policies  map[[sha256.Size]byte]string
 }
 
-// scriptsKept bounds Engine.scripts: past it, the set starts again.
+// scriptsKept bounds Engine.scripts and Engine.policies: past it, the
+// set starts again.
 const scriptsKept = 256
+
+// policyHash returns the policy hash of a run's policy document
+// (policy.HashOf), once per distinct document: a parse costs far more than
+// the rest of a run's creation, and a host creates runs under a few
+// policies. A document that does not parse is parsed, and refused, each
+// time.
+func (e *Engine) policyHash(doc []byte) (string, error) {
+	sum := sha256.Sum256(doc)
+	e.scriptsMu.Lock()
+	h, ok := e.policies[sum]
+	e.scriptsMu.Unlock()
+	if ok {
+		return h, nil
+	}
+	h, err := policy.HashOf(doc)
+	if err != nil {
+		return "", err
+	}
+	e.scriptsMu.Lock()
+	defer e.scriptsMu.Unlock()
+	if len(e.policies) >= scriptsKept {
+		clear(e.policies)
+	}
+	e.policies[sum] = h
+	return h, nil
+}
 
 // checkScript parses a scripted run's script, once per distinct script:
 // one that parsed is remembered by its digest, so a hundred runs of one
@@ -249,7 +279,7 @@ func New(o Options) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("engine: ApprovalOnTimeout %q: want deny or allow", o.ApprovalOnTimeout)
 	}
-	return &Engine{o: o, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}}, nil
+	return &Engine{o: o, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
 }
 
 // Request asks for a new run.
@@ -257,18 +287,29 @@ type Request struct {
 	Tenant string
 	Task   string
 	Config Config
-	// Policy is the policy document the run is held to (YAML), and
-	// PolicySource names where it came from.
+	// Policy is the policy document the run is held to (YAML; empty for
+	// the built-in default), and PolicySource names where it came from.
+	// The run records its policy hash (policy.HashOf); a document that
+	// does not parse is refused.
 	Policy       []byte
 	PolicySource string
-	// PolicyName, when not empty (and Policy is not), names the tenant's
-	// stored policy the document is a version of: Create records it with
-	// Store.PutPolicy (a new version unless it is the name's latest
-	// already) before it records the run, so the hash the run records
-	// names a version the store keeps. PolicyBy says who asked, for the
-	// version's history.
+	// PolicyVersion names the stored version the policy given is,
+	// "NAME@vN", when the caller read it from the store.
+	PolicyVersion string
+	// PolicyName, when not empty (and the policy given is not), names the
+	// tenant's stored policy the document given is a version of: Create
+	// records it with Store.PutPolicy (a new version unless it is the
+	// name's latest already) before it records the run, and records the
+	// version it is. PolicyBy says who asked, for the version's history.
 	PolicyName string
 	PolicyBy   string
+	// Flags says the run's own settings (command-line flags, a request's
+	// fields) changed the policy given: BasePolicy is the document given
+	// (empty for the built-in default), Policy the document as they
+	// changed it. PolicySource, PolicyVersion and PolicyName then name
+	// BasePolicy, and the run records the policy hash of both.
+	Flags      bool
+	BasePolicy []byte
 	// Script is the script file's content for a "script:" model.
 	Script []byte
 	// Metadata is the client's own labels of the run, recorded in its
@@ -339,27 +380,38 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	if err != nil {
 		return store.Run{}, err
 	}
-	sum := sha256.Sum256(req.Policy)
-	policyHash := "sha256:" + hex.EncodeToString(sum[:])
-	if len(req.Policy) > 0 && req.PolicyName != "" {
-		_, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{Tenant: req.Tenant, Name: req.PolicyName, Hash: policyHash,
-			Document: req.Policy, Source: req.PolicySource, By: req.PolicyBy})
+	policyHash, err := e.policyHash(req.Policy)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	given, givenHash, baseHash := req.Policy, policyHash, ""
+	if req.Flags {
+		if baseHash, err = e.policyHash(req.BasePolicy); err != nil {
+			return store.Run{}, fmt.Errorf("%w: the policy the flags change: %w", ErrInvalid, err)
+		}
+		given, givenHash = req.BasePolicy, baseHash
+	}
+	version := req.PolicyVersion
+	if len(given) > 0 && req.PolicyName != "" {
+		v, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{Tenant: req.Tenant, Name: req.PolicyName, PolicyHash: givenHash,
+			Document: given, Source: req.PolicySource, By: req.PolicyBy})
 		if errors.Is(err, store.ErrInvalid) {
 			return store.Run{}, fmt.Errorf("%w: policy %q: %w", ErrInvalid, req.PolicyName, err)
 		}
 		if err != nil {
 			return store.Run{}, fmt.Errorf("engine: record policy %s: %w", req.PolicyName, err)
 		}
+		version = fmt.Sprintf("%s@v%d", v.Name, v.Version)
 	}
 	id := event.NewRunID(e.o.Now())
 	created := link
 	created.Tenant, created.Task, created.Model, created.PolicyHash, created.Config = req.Tenant, req.Task, cfg.Model, policyHash, rawCfg
 	created.Metadata = req.Metadata
 	src := req.PolicySource
-	if src == "" && len(req.Policy) == 0 {
+	if src == "" && len(given) == 0 {
 		src = "default (deny all egress)"
 	}
-	evs, err := drafts(created, event.PolicyResolved{PolicyHash: policyHash, Source: src})
+	evs, err := drafts(created, event.PolicyResolved{PolicyHash: policyHash, Source: src, Version: version, BaseHash: baseHash})
 	if err != nil {
 		return store.Run{}, err
 	}

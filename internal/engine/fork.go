@@ -16,11 +16,15 @@ import (
 type ForkOptions struct {
 	Model   string
 	BaseURL string
-	// Script is the new script's content, for a "script:" model.
+	// Script is the new script's content, for a "script:" model. It starts
+	// at the fork point: its first turn is the model's first turn after
+	// the step the fork starts from.
 	Script       []byte
 	Policy       []byte
 	PolicySource string
-	MaxSteps     int
+	// PolicyVersion names the stored version Policy is ("NAME@vN").
+	PolicyVersion string
+	MaxSteps      int
 }
 
 // Fork starts a new run (queued) from run id as it was after step atStep:
@@ -48,6 +52,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 		}
 	}
 	var point event.Event
+	turns := 0 // the assistant turns of the conversation at the fork point
 	for _, ev := range evs {
 		if err := at.apply(ev, own); err != nil {
 			return store.Run{}, err
@@ -57,6 +62,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 		}
 		if at.steps == atStep && at.complete() {
 			point = ev
+			turns = assistantTurns(at.messages)
 		}
 	}
 	if point.Seq == 0 {
@@ -67,20 +73,26 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	if o.Model != "" {
 		cfg.Model = o.Model
 		cfg.BaseURL = o.BaseURL
+		cfg.ScriptAfter = 0
 	} else {
+		// The parent's script goes on where it is (and after the turns
+		// it did not write, when the parent is itself a fork).
 		cfg.Script = st.cfg.Script
 	}
 	if o.Script != nil {
-		cfg.Script = ""
+		// A new script starts at the fork point: its first turn is the
+		// first after step atStep.
+		cfg.Script, cfg.ScriptAfter = "", turns
 	}
 	if o.MaxSteps > 0 {
 		cfg.MaxSteps = o.MaxSteps
 	}
-	policy, src := parent.Policy, "forked from "+id
+	policy, src, version := parent.Policy, "forked from "+id, ""
 	if o.Policy != nil {
-		policy, src = o.Policy, o.PolicySource
+		policy, src, version = o.Policy, o.PolicySource, o.PolicyVersion
 	}
-	child, err := e.create(ctx, Request{Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src, Script: o.Script},
+	child, err := e.create(ctx, Request{Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src,
+		PolicyVersion: version, Script: o.Script},
 		event.RunCreated{ParentRunID: id, ParentSeq: point.Seq, ParentHash: point.Hash.String()})
 	if err != nil {
 		return store.Run{}, err
@@ -109,7 +121,7 @@ func (e *Engine) Replay(ctx context.Context, id string) (store.Run, error) {
 		return store.Run{}, fmt.Errorf("%w: run %s recorded no model turn to replay", ErrInvalid, id)
 	}
 	cfg := st.cfg
-	cfg.Model, cfg.Script, cfg.BaseURL = "replay:"+id, "", ""
+	cfg.Model, cfg.Script, cfg.BaseURL, cfg.ScriptAfter = "replay:"+id, "", "", 0
 	if cfg.MaxSteps < len(st.responses) {
 		cfg.MaxSteps = len(st.responses)
 	}
@@ -243,6 +255,18 @@ func (e *Engine) lineage(ctx context.Context, r store.Run, upto int64) ([]event.
 	}
 	own, err := e.events(ctx, r.ID, upto)
 	return append(out, own...), err
+}
+
+// assistantTurns counts the assistant messages of a conversation: where a
+// scripted model is in it.
+func assistantTurns(msgs []model.Message) int {
+	n := 0
+	for _, m := range msgs {
+		if m.Role == model.RoleAssistant {
+			n++
+		}
+	}
+	return n
 }
 
 func yes(b bool) string {

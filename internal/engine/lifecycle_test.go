@@ -107,12 +107,10 @@ func TestForkFromAStep(t *testing.T) {
 	if parent.Status != event.StatusCompleted {
 		t.Fatalf("parent: %s", parent.Status)
 	}
-	// The scripted model picks its turn by the number of model turns in
-	// the conversation: after step 2, turn 3 is next.
+	// A fork's script starts at the fork point: its turn 1 is the
+	// child's step 3.
 	childScript := `
 turns:
-  - text: "(step 1 is the parent's)"
-  - text: "(step 2 is the parent's)"
   - tool_calls:
       - name: run_command
         args: {command: "cat calc.py"}
@@ -158,6 +156,75 @@ turns:
 	// Only complete steps are fork points.
 	if _, err := h.eng.Fork(context.Background(), parent.RunID, 9, engine.ForkOptions{}); err == nil {
 		t.Error("fork past the last step succeeded")
+	}
+}
+
+// TestForkScriptResumed: a fork's new script starts at the fork point, and
+// a fork whose drive stopped after its first own turn is resumed with the
+// script's next turn: the turns it recorded are not asked for again, nor
+// counted twice.
+func TestForkScriptResumed(t *testing.T) {
+	var stop atomic.Pointer[context.CancelCauseFunc]
+	h := newHarness(t, func(o *engine.Options) {
+		inner := o.OnEvents
+		o.OnEvents = func(evs []event.Event) {
+			inner(evs)
+			for _, e := range evs {
+				if e.Type == event.TypeModelResponse {
+					if c := stop.Swap(nil); c != nil {
+						(*c)(errors.New("the host stops"))
+					}
+				}
+			}
+		}
+	})
+	const parentScript = `
+turns:
+  - tool_calls:
+      - {name: run_command, args: {command: "echo one > one.txt"}}
+  - tool_calls:
+      - {name: run_command, args: {command: "echo two > two.txt"}}
+  - tool_calls:
+      - {name: finish, args: {summary: parent}}
+`
+	parent := h.run("count", parentScript, engine.Config{})
+	if parent.Status != event.StatusCompleted || parent.Steps != 3 {
+		t.Fatalf("parent: %s after %d steps (%s)", parent.Status, parent.Steps, parent.Reason)
+	}
+	// The issue's case: a fork at step 2 with a script of 2 turns.
+	const forkScript = `
+turns:
+  - tool_calls:
+      - {name: run_command, args: {command: "ls; echo three > three.txt"}}
+  - tool_calls:
+      - {name: finish, args: {summary: forked}}
+`
+	child, err := h.eng.Fork(context.Background(), parent.RunID, 2, engine.ForkOptions{Model: "script:fork.yaml", Script: []byte(forkScript)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first drive stops at the child's first model turn (recorded,
+	// its call not run yet), as a host that stops there would.
+	ctx, cancel := context.WithCancelCause(ctxT(t, time.Minute))
+	defer cancel(nil)
+	stop.Store(&cancel)
+	if o, err := h.eng.Drive(ctx, child.ID); err == nil && o.Status.Final() {
+		t.Fatalf("the first drive ended the run: %+v", o)
+	}
+	if got := count(h.verifyLog(child.ID), event.TypeModelResponse); got != 1 {
+		t.Fatalf("%d model turns recorded by the first drive, want 1", got)
+	}
+	o, err := h.eng.Drive(ctxT(t, time.Minute), child.ID)
+	if err != nil || o.Status != event.StatusCompleted || o.Steps != 4 || o.Summary != "forked" {
+		t.Fatalf("resumed fork = %s after %d steps (%s, summary %q), %v; want completed after 4", o.Status, o.Steps, o.Reason, o.Summary, err)
+	}
+	evs := h.verifyLog(child.ID)
+	if got := count(evs, event.TypeModelResponse); got != 2 {
+		t.Errorf("%d model turns in the fork's log, want 2 (the script's two)", got)
+	}
+	fin := h.finished(child.ID)
+	if len(fin) != 2 || !strings.Contains(fin[0].Output, "one.txt") || !strings.Contains(fin[0].Output, "two.txt") {
+		t.Errorf("the fork's first call did not run in the parent's workspace after step 2: %+v", fin)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -96,5 +97,96 @@ func TestCreateMetadata(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCreatePolicyHash: a run records the policy hash of the document it
+// is held to (the built-in default's when it has none, not the hash of
+// empty input), the same for the same document in another form; a run
+// whose flags changed the policy given records that policy's hash and
+// version too; a document that does not parse is refused.
+func TestCreatePolicyHash(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: noSandboxBackend{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := []byte("turns:\n  - tool_calls:\n      - name: finish\n        args: {summary: ok}\n")
+	create := func(req engine.Request) (store.Run, event.PolicyResolved) {
+		t.Helper()
+		req.Task, req.Config, req.Script = "t", engine.Config{Model: "script:s.yaml"}, script
+		r, err := eng.Create(ctx, req)
+		if err != nil {
+			t.Fatalf("Create(%+v) = %v", req, err)
+		}
+		evs, err := eng.Events(ctx, r.ID)
+		if err != nil || len(evs) < 2 || evs[1].Type != event.TypePolicyResolved {
+			t.Fatalf("events %+v, %v", evs, err)
+		}
+		var p event.PolicyResolved
+		if err := json.Unmarshal(evs[1].Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.PolicyHash != r.PolicyHash {
+			t.Fatalf("policy.resolved hash %s, the run's %s", p.PolicyHash, r.PolicyHash)
+		}
+		return r, p
+	}
+	def := policy.Default().Hash()
+	if r, p := create(engine.Request{}); r.PolicyHash != def || p.BaseHash != "" || p.Source != "default (deny all egress)" {
+		t.Errorf("default run: hash %s, %+v; want the default's %s", r.PolicyHash, p, def)
+	}
+	doc := []byte("budgets:\n  max_steps: 9\nsandbox:\n  limits:\n    memory: 2G\n")
+	same := []byte("sandbox: {limits: {memory: 2048M}}\nbudgets: {max_steps: 9}   # the same policy\n")
+	want, err := policy.HashOf(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, _ := create(engine.Request{Policy: doc})
+	r2, _ := create(engine.Request{Policy: same})
+	if r1.PolicyHash != want || r2.PolicyHash != want || want == def {
+		t.Errorf("one policy in two forms: hashes %s and %s, want %s", r1.PolicyHash, r2.PolicyHash, want)
+	}
+
+	// Flags on a file recorded as a version of its name.
+	flagged := []byte("budgets:\n  max_steps: 3\nsandbox:\n  limits:\n    memory: 2G\n")
+	flaggedHash, err := policy.HashOf(flagged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, p := create(engine.Request{Policy: flagged, Flags: true, BasePolicy: doc, PolicySource: "prod.yaml", PolicyName: "prod"})
+	if r.PolicyHash != flaggedHash || p.BaseHash != want || p.Version != "prod@v1" || p.Source != "prod.yaml" {
+		t.Errorf("flagged run: hash %s, %+v; want prod@v1 %s + flags -> %s", r.PolicyHash, p, want, flaggedHash)
+	}
+	v, err := st.GetPolicy(ctx, "local", "prod", "v1")
+	if err != nil || !bytes.Equal(v.Document, doc) || v.PolicyHash != want {
+		t.Errorf("stored version %+v, %v; want the file, byte for byte, with its policy hash %s", v, err, want)
+	}
+	// Flags on the built-in default.
+	if r, p := create(engine.Request{Policy: flagged, Flags: true}); r.PolicyHash != flaggedHash || p.BaseHash != def || p.Version != "" {
+		t.Errorf("flags on the default: hash %s, %+v; want %s + flags -> %s", r.PolicyHash, p, def, flaggedHash)
+	}
+	// A stored version the caller read: named, not recorded again.
+	if _, p := create(engine.Request{Policy: doc, PolicyVersion: "prod@v1", PolicySource: "policy prod v1"}); p.Version != "prod@v1" || p.BaseHash != "" {
+		t.Errorf("stored version: %+v", p)
+	}
+	for _, req := range []engine.Request{
+		{Policy: []byte("budgets: {max_steps: -1}\n")},
+		{Policy: doc, Flags: true, BasePolicy: []byte("sandbx: {}\n")},
+	} {
+		req.Task, req.Config, req.Script = "t", engine.Config{Model: "script:s.yaml"}, script
+		if _, err := eng.Create(ctx, req); !errors.Is(err, engine.ErrInvalid) {
+			t.Errorf("Create(a policy that does not parse) = %v, want ErrInvalid", err)
+		}
 	}
 }

@@ -59,6 +59,13 @@ type state struct {
 	net     map[string]*approval
 	netDest map[string]*approval
 
+	// recoveries counts the recoveries (run.resumed, reason recovery) since
+	// the run last made progress (a model turn, a snapshot, a
+	// verification, a decision on an approval) or was started or resumed
+	// by a person. A recovery of a run that waits for a person's decision
+	// does not count: the wait is not a failure.
+	recoveries int
+
 	// active is the run's wall time in earlier drive sessions; segStart is
 	// when the current one began, last the time of the latest event.
 	active     time.Duration
@@ -202,6 +209,13 @@ func (s *state) apply(e event.Event, o origin) error {
 		if history {
 			return nil
 		}
+		if r, ok := p.(*event.RunResumed); ok && r.Reason == "recovery" {
+			if !s.pendingAsk() {
+				s.recoveries++
+			}
+		} else {
+			s.recoveries = 0
+		}
 		// A drive session starts; the one before ended at its last event.
 		if s.segStarted && prevLast.After(s.segStart) {
 			s.active += prevLast.Sub(s.segStart)
@@ -224,6 +238,9 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 	case *event.ModelResponse:
 		r := p
+		if !history {
+			s.recoveries = 0
+		}
 		s.steps = max(s.steps, r.Step)
 		s.usage = s.usage.Add(r.Usage)
 		s.responses = append(s.responses, *r)
@@ -269,6 +286,9 @@ func (s *state) apply(e event.Event, o origin) error {
 			a.req = *p
 		}
 	case *event.ApprovalDecided:
+		if !history {
+			s.recoveries = 0
+		}
 		if a := s.net[p.ApprovalID]; a != nil && a.Decision == "" {
 			a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
 		}
@@ -296,6 +316,9 @@ func (s *state) apply(e event.Event, o origin) error {
 			s.finished = true
 		}
 	case *event.SnapshotTaken:
+		if !history {
+			s.recoveries = 0
+		}
 		s.snapshots[p.Sandbox] = p.Digest
 		s.recordCPU(p.SandboxID, p.CPUMS)
 		if s.cur != nil && s.cur.n == p.Step {
@@ -323,6 +346,7 @@ func (s *state) apply(e event.Event, o origin) error {
 		if !history {
 			v := *p
 			s.verified = &v
+			s.recoveries = 0
 		}
 	}
 	return nil

@@ -52,7 +52,7 @@ func (d *driver) setup(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("the run's script: %w", err)
 		}
-		d.prov = model.NewScripted(arg, *s)
+		d.prov = model.NewScripted(arg, *s).After(cfg.ScriptAfter)
 	case "replay":
 		orig, err := d.e.o.Store.GetRun(ctx, arg)
 		if err != nil {
@@ -189,20 +189,47 @@ func (d *driver) sandbox(ctx context.Context, name string) (sandbox.Sandbox, err
 		}
 	}
 	var err error
-	for attempt := 1; attempt <= d.st.cfg.SandboxAttempts; attempt++ {
-		if err = d.provision(ctx, name, l); err == nil || ctx.Err() != nil || attempt == d.st.cfg.SandboxAttempts {
+	attempts := d.st.cfg.SandboxAttempts
+	for attempt := 1; attempt <= attempts; attempt++ {
+		if err = d.provision(ctx, name, l); err == nil || ctx.Err() != nil || attempt == attempts {
 			break
 		}
 		if rerr := d.append(ctx, event.Retry{Step: d.curStep(), What: "sandbox", Attempt: attempt + 1, Reason: err.Error(), DelayMS: 200}); rerr != nil {
 			return nil, rerr
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return nil, err
+	case err != nil:
+		return nil, &sandboxError{name: name, attempts: attempts, err: err}
 	}
 	return l.sb, nil
 }
+
+// sandboxError reports that every try the run's policy allows
+// (retries.sandbox) to provision a sandbox, or to replace a lost one,
+// failed: the run fails with it (see driver.loop), rather than being left
+// for a worker to try again, and again, with the same workspace.
+type sandboxError struct {
+	name     string
+	attempts int
+	err      error
+}
+
+func (e *sandboxError) Error() string {
+	tries := "1 try"
+	if e.attempts != 1 {
+		tries = fmt.Sprintf("%d tries", e.attempts)
+	}
+	return fmt.Sprintf("sandbox %s: %s failed, the last: %v", e.name, tries, e.err)
+}
+
+func (e *sandboxError) Unwrap() error { return e.err }
 
 func (d *driver) curStep() int {
 	d.mu.Lock()
@@ -331,7 +358,8 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		id, cpu := d.meter(name)
 		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu})
 	}
-	for attempt := 0; ; attempt++ {
+	attempts := d.st.cfg.SandboxAttempts
+	for attempt := 1; ; attempt++ {
 		sb, err := d.sandbox(ctx, name)
 		if err != nil {
 			return err
@@ -341,12 +369,18 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		if err != nil {
 			select {
 			case <-sb.Done():
-				if attempt < 2 && ctx.Err() == nil {
-					if lerr := d.lost(ctx, name, sb, "lost while its workspace was saved"); lerr != nil {
-						return lerr
-					}
+				if ctx.Err() != nil {
+					break
+				}
+				if lerr := d.lost(ctx, name, sb, "lost while its workspace was saved"); lerr != nil {
+					return lerr
+				}
+				if attempt < attempts {
 					continue
 				}
+				// Replaced as often as the policy allows, and lost each
+				// time: the run fails.
+				return &sandboxError{name: name, attempts: attempts, err: fmt.Errorf("lost while its workspace was saved: %w", err)}
 			default:
 			}
 			return fmt.Errorf("engine: snapshot sandbox %s: %w", name, err)

@@ -168,10 +168,21 @@ type RunFailed struct {
 
 // PolicyResolved is the payload of TypePolicyResolved.
 type PolicyResolved struct {
+	// PolicyHash is the policy hash (the canonical hash of the resolved
+	// document, see package policy) of the document the run is held to.
+	// Runs recorded before it was canonical have the SHA-256 of the
+	// document's bytes here.
 	PolicyHash string `json:"policy_hash"`
 	// Source names where the policy came from (a file, a tenant default).
-	Source  string `json:"source,omitempty"`
+	Source string `json:"source,omitempty"`
+	// Version names the stored policy version the policy given is,
+	// "NAME@vN".
 	Version string `json:"version,omitempty"`
+	// BaseHash, when the run's own settings (command-line flags, a
+	// request's fields) changed the policy given, is the policy hash of
+	// the policy given (Source, Version); PolicyHash is then of the
+	// document as they changed it.
+	BaseHash string `json:"base_hash,omitempty"`
 }
 
 // SandboxProvisioned is the payload of TypeSandboxProvisioned.

@@ -350,10 +350,17 @@ func lineErr(n *yaml.Node, format string, args ...any) error {
 // So the provider is stateless and safe for concurrent use, and a run that
 // is resumed, forked or replayed from its log picks up at the right turn.
 // Past the last turn Complete fails with ErrScriptEnded. Tool call IDs are
-// "call_T_I" for call I (from 0) of turn T (from 1).
+// "call_T_I" for call I (from 0) of the conversation's turn T (from 1).
+//
+// A script may start after turns it did not write (After): a fork's new
+// script starts at the fork point, its turn 1 answering the conversation
+// the fork inherited.
 type Scripted struct {
 	name   string
 	script Script
+	// skip is how many assistant turns of a conversation come before the
+	// script's first.
+	skip int
 }
 
 var _ Provider = (*Scripted)(nil)
@@ -361,6 +368,14 @@ var _ Provider = (*Scripted)(nil)
 // NewScripted returns a provider replaying s; name appears in its errors.
 func NewScripted(name string, s Script) *Scripted {
 	return &Scripted{name: name, script: s}
+}
+
+// After returns a provider replaying the same script after the first n
+// assistant turns of a conversation: a request whose messages hold n+K
+// assistant turns gets turn K+1 of the script. Tool call IDs keep the
+// conversation's turn numbers, so they never repeat an earlier turn's.
+func (s *Scripted) After(n int) *Scripted {
+	return &Scripted{name: s.name, script: s.script, skip: max(n, 0)}
 }
 
 // LoadScript reads and parses the script file at path.
@@ -396,13 +411,20 @@ func (s *Scripted) Complete(ctx context.Context, req Request, stream func(Delta)
 			n++
 		}
 	}
-	if n >= len(s.script.Turns) {
+	i := n - s.skip // the script's turn, from 0
+	switch {
+	case i < 0:
+		return Response{}, fmt.Errorf("scripted %s: the script starts after assistant turn %d, and the conversation has only %d", s.name, s.skip, n)
+	case i >= len(s.script.Turns) && s.skip > 0:
+		return Response{}, fmt.Errorf("scripted %s: %w: the conversation already has %d assistant turns, %d of them before the script, and the script only %d",
+			s.name, ErrScriptEnded, n, s.skip, len(s.script.Turns))
+	case i >= len(s.script.Turns):
 		return Response{}, fmt.Errorf("scripted %s: %w: the conversation already has %d assistant turns and the script only %d",
 			s.name, ErrScriptEnded, n, len(s.script.Turns))
 	}
-	t := s.script.Turns[n]
+	t := s.script.Turns[i]
 	r := Response{
-		ID:                 fmt.Sprintf("script-turn-%d", n+1),
+		ID:                 fmt.Sprintf("script-turn-%d", i+1),
 		Model:              "scripted",
 		Text:               t.Text,
 		StopReason:         StopEndTurn,

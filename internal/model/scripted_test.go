@@ -169,6 +169,43 @@ func TestScripted(t *testing.T) {
 	}
 }
 
+// TestScriptedAfter: a script that starts after turns it did not write
+// (a fork's) answers the first conversation turn after them with its turn
+// 1; tool call ids keep the conversation's numbering.
+func TestScriptedAfter(t *testing.T) {
+	s, err := ParseScript([]byte("turns:\n  - tool_calls:\n      - {name: run_command, args: {command: ls}}\n  - tool_calls:\n      - {name: finish, args: {summary: done}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewScripted("fork.yaml", *s).After(2)
+	ctx := context.Background()
+	req := Request{Messages: []Message{{Role: RoleUser, Content: []Part{TextPart("task")}}}}
+	turn := func(id string) {
+		req.Messages = append(req.Messages, Message{Role: RoleAssistant, Content: []Part{ToolCallPart(ToolCall{ID: id, Name: "read_file", Args: []byte(`{}`)})}},
+			Message{Role: RoleTool, Content: []Part{ToolResultPart(ToolResult{CallID: id, Content: "ok"})}})
+	}
+	turn("inherited_1")
+	if _, err := p.Complete(ctx, req, nil); err == nil || !strings.Contains(err.Error(), "starts after assistant turn 2, and the conversation has only 1") {
+		t.Fatalf("Complete before the script's start = %v", err)
+	}
+	turn("inherited_2")
+	for i, want := range []string{"call_3_0 run_command script-turn-1", "call_4_0 finish script-turn-2"} {
+		r, err := p.Complete(ctx, req, nil)
+		if err != nil || len(r.ToolCalls) != 1 {
+			t.Fatalf("turn %d after the fork = %+v, %v", i+1, r, err)
+		}
+		c := r.ToolCalls[0]
+		if got := c.ID + " " + c.Name + " " + r.ID; got != want {
+			t.Errorf("turn %d after the fork = %s, want %s", i+1, got, want)
+		}
+		req.Messages = append(req.Messages, r.Message(), Message{Role: RoleTool, Content: []Part{ToolResultPart(ToolResult{CallID: c.ID, Content: "ok"})}})
+	}
+	_, err = p.Complete(ctx, req, nil)
+	if !errors.Is(err, ErrScriptEnded) || !strings.Contains(err.Error(), "4 assistant turns, 2 of them before the script, and the script only 2") {
+		t.Errorf("Complete past the end = %v, want ErrScriptEnded counting the turns before the script", err)
+	}
+}
+
 func TestLoadScriptErrors(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.yaml")

@@ -76,8 +76,24 @@ func sortedCopy(s []string) []string {
 // Hash names the resolved document: "sha256:" and the hex SHA-256 of
 // Canonical. Documents that differ only in key order, formatting, comments
 // or values spelled out at their defaults have the same hash; any change of
-// meaning changes it.
+// meaning changes it. It is the policy hash airlock shows everywhere (policy
+// check, the stored versions, a run's record); the hash of a document's
+// bytes only names a stored version.
 func (d *Document) Hash() string {
 	sum := sha256.Sum256(d.Canonical())
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// HashOf is the policy hash (Hash) of a policy document as given: of the
+// built-in default (Default) when doc is empty, as a run without a
+// document is held to it; an error when doc does not parse.
+func HashOf(doc []byte) (string, error) {
+	if len(doc) == 0 {
+		return Default().Hash(), nil
+	}
+	d, err := Parse(doc)
+	if err != nil {
+		return "", err
+	}
+	return d.Hash(), nil
 }

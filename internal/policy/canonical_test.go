@@ -180,3 +180,31 @@ func TestCanonicalRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestHashOf: the policy hash of a document as given. The same document in
+// another form (whitespace, key order) has one hash; the built-in default,
+// which a run without a document is held to, has a real one, not the
+// SHA-256 of empty input.
+func TestHashOf(t *testing.T) {
+	const emptyInput = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	def, err := HashOf(nil)
+	if err != nil || def != Default().Hash() || def == emptyInput {
+		t.Fatalf("HashOf(nil) = %s, %v; want Default().Hash() %s, not the hash of empty input", def, err, Default().Hash())
+	}
+	for _, doc := range []string{"{}\n", "# nothing but\n{}\n", "budgets:\n  max_steps: 50\n"} {
+		if h, err := HashOf([]byte(doc)); err != nil || h != def {
+			t.Errorf("HashOf(%q) = %s, %v; want the default's %s", doc, h, err, def)
+		}
+	}
+	a, err := HashOf([]byte("budgets:\n  max_steps: 7\nsandbox:\n  limits:\n    memory: 2G\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := HashOf([]byte("sandbox: {limits: {memory: 2048M}}   # the same\nbudgets: {max_steps: 7}\n"))
+	if err != nil || a != b || a == def {
+		t.Errorf("HashOf(the same document in two forms) = %s and %s, %v; want one hash, not the default's", a, b, err)
+	}
+	if _, err := HashOf([]byte("budgets: {max_steps: -1}\n")); err == nil {
+		t.Error("HashOf(a bad document) = nil error")
+	}
+}

@@ -179,7 +179,7 @@ func (cr *compiledRule) eval(vars map[string]any) (ToolDecision, bool) {
 		return ToolDecision{Action: Deny, Rule: cr.label, Reason: "policy: the rule failed: " + shorten(msg)}, true
 	}
 	b, isBool := out.(types.Bool)
-	if !isBool {
+	if !isBool { // a condition type-checks to bool: not expected, and fail closed
 		return ToolDecision{Action: Deny, Rule: cr.label, Reason: "policy: the rule's condition is not a bool (" + out.Type().TypeName() + ")"}, true
 	}
 	if !b {
@@ -264,7 +264,17 @@ func compileRule(env *cel.Env, p *problems, field, expr string) (cel.Program, bo
 		}
 		return nil, false
 	}
-	if t := ast.OutputType(); !t.IsExactType(types.BoolType) && !t.IsExactType(types.DynType) {
+	// Every condition must type-check to bool. A dyn one (an argument's
+	// value, args.command) is refused too: whether it is a bool is known
+	// only at the call, and a policy that loads must not turn out at run
+	// time to deny every call it was written to allow (or the reverse).
+	switch t := ast.OutputType(); {
+	case t.IsExactType(types.BoolType):
+	case t.IsExactType(types.DynType):
+		p.add(field, `compare the value, like args.force == true or args.command == "make", or test it, like has(args.command)`,
+			"the condition is an argument's value, of a type known only at the call (dyn), want bool")
+		return nil, false
+	default:
 		p.add(field, celHint, "the condition is of type %s, want bool", t)
 		return nil, false
 	}

@@ -50,7 +50,7 @@ tools:
         action: ask
       - when: args.missing == 1
         action: allow
-      - when: args.maybe
+      - when: args.maybe == true
         action: allow
   who:
     rules:
@@ -138,8 +138,10 @@ func TestDecideTool(t *testing.T) {
 			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"}},
 		{"no arguments", ToolRequest{Tool: "write_file"},
 			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"}},
-		{"condition not a bool", ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":"yes"}`)},
-			ToolDecision{Deny, "tools.typed.rules[2]", "policy: the rule's condition is not a bool (string)"}},
+		{"a bool argument", ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":true}`)},
+			ToolDecision{Allow, "tools.typed.rules[2]", "matched: args.maybe == true"}},
+		{"not a bool argument", ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":"yes"}`)},
+			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -222,6 +224,12 @@ func TestRuleErrors(t *testing.T) {
 			`policy: tools.run_command.rules[0].when: the condition is of type int, want bool`},
 		{"string", `tool`,
 			`policy: tools.run_command.rules[0].when: the condition is of type string, want bool`},
+		{"an argument", `args.command`,
+			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`},
+		{"an argument by index", `args["force"]`,
+			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`},
+		{"a choice of arguments", `run.step > 1 ? args.a : args.b`,
+			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`},
 		{"workspace_path of int", `workspace_path(1) == "a"`,
 			`policy: tools.run_command.rules[0].when: column 15: found no matching overload for 'workspace_path' applied to '(int)'`},
 		{"no now", `now() > 1`,

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -115,9 +116,16 @@ type Retries struct {
 	// first attempt (default 4).
 	Model int64 `yaml:"model"`
 	// Sandbox is how many times creating a run's sandbox (a fresh one, or
-	// one that replaces a lost sandbox) is tried again after it fails
-	// (default 1).
+	// one that replaces a lost sandbox), with the restore of its
+	// workspace, is tried again after it fails (default 1); when every try
+	// failed, the run fails.
 	Sandbox int64 `yaml:"sandbox"`
+	// Recovery is how many times in a row a run may be recovered (picked
+	// up again, in fresh sandboxes, after the host process that drove it
+	// stopped or failed) without making progress in between (a model
+	// turn, a workspace snapshot, a verification, a decision on an
+	// approval); the next recovery fails the run instead (default 3).
+	Recovery int64 `yaml:"recovery"`
 }
 
 // Bounds of a document's lists. They keep a decision and a check fast and
@@ -171,7 +179,7 @@ func (d *Document) validate(p *problems) {
 	for _, r := range []struct {
 		field string
 		v     int64
-	}{{"retries.model", d.Retries.Model}, {"retries.sandbox", d.Retries.Sandbox}} {
+	}{{"retries.model", d.Retries.Model}, {"retries.sandbox", d.Retries.Sandbox}, {"retries.recovery", d.Retries.Recovery}} {
 		if r.v < 0 || r.v > 10 {
 			p.add(r.field, "0 turns retries off", "%d out of range 0-10", r.v)
 		}
@@ -330,10 +338,43 @@ func checkList(p *problems, field string, list []string) {
 func checkGlobs(p *problems, field string, globs []string) {
 	checkList(p, field, globs)
 	for i, g := range globs {
-		if _, err := path.Match(strings.TrimPrefix(g, "/workspace/"), ""); err != nil {
-			p.add(fmt.Sprintf("%s[%d]", field, i), `a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**"`, "%q is not a valid glob", shorten(g))
+		if strings.TrimSpace(g) == "" || strings.ContainsRune(g, 0) {
+			continue // reported by checkList
+		}
+		if _, err := WorkspaceGlob(g); err != nil {
+			p.add(fmt.Sprintf("%s[%d]", field, i), `a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**"`, "%s", strings.TrimPrefix(err.Error(), "glob "))
 		}
 	}
+}
+
+// WorkspaceGlob checks a glob of workspace files (artifacts,
+// verify.only_changed, and the same lists of a run's request or command
+// line): a path.Match pattern relative to /workspace, or absolute under it,
+// that ends in "/**" for a whole tree. The files a glob is matched against
+// are named by clean paths inside the workspace, so a glob that is
+// absolute elsewhere (/etc/*) or has a ".." element (../../etc/passwd)
+// could never match one: it is refused rather than accepted to collect
+// nothing. It returns the glob relative to /workspace.
+func WorkspaceGlob(g string) (string, error) {
+	switch {
+	case strings.TrimSpace(g) == "" || strings.ContainsRune(g, 0):
+		return "", errors.New("glob: empty or contains NUL")
+	case g == "/workspace" || g == "/workspace/":
+		return "", fmt.Errorf("glob %q names the workspace itself; match its files, like /workspace/**", shorten(g))
+	}
+	rel := strings.TrimPrefix(g, "/workspace/")
+	if strings.HasPrefix(rel, "/") {
+		return "", fmt.Errorf("glob %q is outside /workspace", shorten(g))
+	}
+	for _, e := range strings.Split(rel, "/") {
+		if e == ".." {
+			return "", fmt.Errorf("glob %q is outside /workspace (it has a .. element)", shorten(g))
+		}
+	}
+	if _, err := path.Match(rel, ""); err != nil {
+		return "", fmt.Errorf("glob %q is not a valid glob", shorten(g))
+	}
+	return rel, nil
 }
 
 // WorkspacePath turns a path given relative to /workspace, or absolute under

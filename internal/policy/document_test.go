@@ -124,7 +124,7 @@ func TestParseFullExample(t *testing.T) {
 	if !reflect.DeepEqual(doc.Artifacts, []string{"coverage.out", "/workspace/report/*.html"}) {
 		t.Errorf("Artifacts = %q", doc.Artifacts)
 	}
-	if doc.Retries != (Retries{Model: 2, Sandbox: 0}) {
+	if doc.Retries != (Retries{Model: 2, Sandbox: 0, Recovery: 3}) {
 		t.Errorf("Retries = %+v", doc.Retries)
 	}
 }
@@ -312,6 +312,12 @@ func TestParseDocumentErrors(t *testing.T) {
 			"policy: verify.timeout: must be longer than 0 (line 2; hint: how long each check command may run, like 10m)"},
 		{"artifact glob", "artifacts:\n  - ok.txt\n  - 'bad[x'\n",
 			`policy: artifacts[1]: "bad[x" is not a valid glob (line 3; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
+		{"artifact outside", "artifacts:\n  - ../../etc/passwd\n",
+			`policy: artifacts[0]: "../../etc/passwd" is outside /workspace (it has a .. element) (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
+		{"artifact absolute", "artifacts: ['/etc/*']\n",
+			`policy: artifacts[0]: "/etc/*" is outside /workspace (line 1; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
+		{"verify glob outside", "verify:\n  only_changed: ['/workspace/../x']\n",
+			`policy: verify.only_changed[0]: "/workspace/../x" is outside /workspace (it has a .. element) (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
 		{"too many artifacts", "artifacts: [" + strings.Repeat("a,", 64) + "a]\n",
 			"policy: artifacts: 65 entries, at most 64 (line 1)"},
 
@@ -320,6 +326,8 @@ func TestParseDocumentErrors(t *testing.T) {
 			"policy: retries.model: 11 out of range 0-10 (line 2; hint: 0 turns retries off)"},
 		{"retries negative", "retries:\n  sandbox: -1\n",
 			"policy: retries.sandbox: -1 out of range 0-10 (line 2; hint: 0 turns retries off)"},
+		{"retries recovery", "retries:\n  recovery: 11\n",
+			"policy: retries.recovery: 11 out of range 0-10 (line 2; hint: 0 turns retries off)"},
 
 		// network keeps its messages and gains lines.
 		{"network value", "network:\n  allow:\n    - host: a.example\n      ports: [99999]\n",
@@ -482,6 +490,41 @@ func TestWorkspacePath(t *testing.T) {
 		got, ok := WorkspacePath(tt.in)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("WorkspacePath(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestWorkspaceGlob: the one check of workspace globs that policy
+// documents, run requests and the command line share.
+func TestWorkspaceGlob(t *testing.T) {
+	for _, tt := range []struct {
+		in, want, err string
+	}{
+		{"src/*.go", "src/*.go", ""},
+		{"docs/**", "docs/**", ""},
+		{"/workspace/out/*.txt", "out/*.txt", ""},
+		{"report.txt", "report.txt", ""},
+		{"*", "*", ""},
+		{"../../etc/passwd", "", "outside /workspace"},
+		{"/etc/*", "", "outside /workspace"},
+		{"/etc/passwd", "", "outside /workspace"},
+		{"/workspace/../etc/*", "", "outside /workspace"},
+		{"src/../../x", "", "outside /workspace"},
+		{"src/..", "", "outside /workspace"},
+		{"/workspacex/a", "", "outside /workspace"},
+		{"/workspace", "", "the workspace itself"},
+		{"/workspace/", "", "the workspace itself"},
+		{"bad[x", "", "not a valid glob"},
+		{"", "", "empty"},
+		{"  ", "", "empty"},
+		{"a\x00b", "", "NUL"},
+	} {
+		got, err := WorkspaceGlob(tt.in)
+		switch {
+		case tt.err == "" && (err != nil || got != tt.want):
+			t.Errorf("WorkspaceGlob(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+			t.Errorf("WorkspaceGlob(%q) = %q, %v; want an error saying %q", tt.in, got, err, tt.err)
 		}
 	}
 }

@@ -99,7 +99,7 @@ func Default() *Document {
 		Budgets:   Budgets{MaxSteps: 50, MaxWallTime: Duration(30 * time.Minute)},
 		Approvals: Approvals{Timeout: Duration(15 * time.Minute), OnTimeout: Deny},
 		Verify:    Verify{Timeout: Duration(10 * time.Minute)},
-		Retries:   Retries{Model: 4, Sandbox: 1},
+		Retries:   Retries{Model: 4, Sandbox: 1, Recovery: 3},
 	}
 }
 
@@ -244,6 +244,21 @@ func joinErrors(errs []*Error) error {
 		out = append(out, e)
 	}
 	return errors.Join(out...)
+}
+
+// Problems returns the located problems an error of Parse or Load holds,
+// in order, as copies a caller may change (to drop a line that means
+// nothing to its reader, say); none for another error.
+func Problems(err error) []*Error {
+	var out []*Error
+	for _, e := range unjoin(err) {
+		var pe *Error
+		if errors.As(e, &pe) {
+			c := *pe
+			out = append(out, &c)
+		}
+	}
+	return out
 }
 
 // unjoin returns the errors errors.Join put together, or err alone.

@@ -1,8 +1,10 @@
 package server_test
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -416,6 +418,40 @@ func TestErrors(t *testing.T) {
 	}
 }
 
+// TestWorkspaceGlobs: an artifact or verify glob outside the workspace is
+// refused with 400 naming it, whether the request's fields or its policy
+// document give it, as a verify.changed path outside it is.
+func TestWorkspaceGlobs(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	key := h.key("alpha", "runs:write", "runs:read")
+	for _, tc := range []struct {
+		name string
+		req  map[string]any
+		msg  string
+	}{
+		{"artifact with ..", map[string]any{"artifacts": []string{"ok.txt", "../../etc/passwd"}}, `artifacts[1]: glob "../../etc/passwd" is outside /workspace`},
+		{"absolute artifact", map[string]any{"artifacts": []string{"/etc/*"}}, `artifacts[0]: glob "/etc/*" is outside /workspace`},
+		{"only_changed", map[string]any{"verify": map[string]any{"only_changed": []string{"/etc/*"}}}, `verify.only_changed[0]: glob "/etc/*" is outside /workspace`},
+		{"changed", map[string]any{"verify": map[string]any{"changed": []string{"../x"}}}, `verify.changed[0]: "../x" is not a path inside /workspace`},
+		{"policy artifact", map[string]any{"policy_document": "artifacts: [/etc/*]\n"}, `artifacts[0]: "/etc/*" is outside /workspace`},
+		{"policy only_changed", map[string]any{"policy_document": "verify:\n  only_changed: [../*]\n"}, `verify.only_changed[0]: "../*" is outside /workspace`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req["task"], tc.req["script"] = "t", finishScript
+			r := h.do("POST", "/v1/runs", key, tc.req)
+			if e := r.errBody(t); r.status != http.StatusBadRequest || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("POST /v1/runs %v = %d %+v, want 400 saying %q", tc.req, r.status, e, tc.msg)
+			}
+		})
+	}
+	// Globs inside the workspace are taken.
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "artifacts": []string{"/workspace/out/*.txt", "docs/**"}})
+	if run.Status != event.StatusQueued {
+		t.Errorf("run %+v", run)
+	}
+}
+
 // TestRateLimit: a key gets Burst requests at once and Rate per second
 // after, with Retry-After; failed authentications are limited per
 // address before keys are looked up.
@@ -490,6 +526,86 @@ func TestUploads(t *testing.T) {
 	}
 }
 
+// TestUploadChecked: a tar whose entries cannot be unpacked into a
+// workspace is refused at upload with 400 naming the entry, gzipped or
+// not, and so is one that is cut short; nothing of it can start a run.
+func TestUploadChecked(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{config: server.Config{MaxUpload: 64 << 10}})
+	key := h.key("alpha", "runs:write", "runs:read")
+	build := func(gz bool, hs ...tar.Header) []byte {
+		var buf bytes.Buffer
+		var w io.Writer = &buf
+		var zw *gzip.Writer
+		if gz {
+			zw = gzip.NewWriter(&buf)
+			w = zw
+		}
+		tw := tar.NewWriter(w)
+		for _, th := range hs {
+			th.Mode = 0o644
+			if th.Typeflag == tar.TypeReg {
+				th.Size = 3
+			}
+			if err := tw.WriteHeader(&th); err != nil {
+				t.Fatal(err)
+			}
+			tw.Write([]byte("hi\n")[:th.Size])
+		}
+		tw.Close()
+		if zw != nil {
+			zw.Close()
+		}
+		return buf.Bytes()
+	}
+	ok := tar.Header{Name: "ok.txt", Typeflag: tar.TypeReg}
+	for _, tc := range []struct {
+		name  string
+		entry tar.Header
+		msg   string
+	}{
+		{"parent dir", tar.Header{Name: "../x.txt", Typeflag: tar.TypeReg}, `entry "../x.txt": a .. element`},
+		{"absolute", tar.Header{Name: "/etc/cron.d/x", Typeflag: tar.TypeReg}, `entry "/etc/cron.d/x": an absolute name`},
+		{"symlink out", tar.Header{Name: "pw", Typeflag: tar.TypeSymlink, Linkname: "/etc/passwd"}, `entry "pw": a symbolic link to "/etc/passwd": an absolute target`},
+		{"symlink up", tar.Header{Name: "up", Typeflag: tar.TypeSymlink, Linkname: "../../x"}, `entry "up": a symbolic link to "../../x": it points outside the workspace`},
+		{"hard link out", tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "../../etc/shadow"}, `entry "h": a hard link to "../../etc/shadow": a .. element`},
+		{"device", tar.Header{Name: "null", Typeflag: tar.TypeChar}, `entry "null": a character device`},
+	} {
+		for _, gz := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s gzipped=%v", tc.name, gz), func(t *testing.T) {
+				r := h.do("POST", "/v1/uploads", key, build(gz, ok, tc.entry))
+				if e := r.errBody(t); r.status != http.StatusBadRequest || !strings.HasPrefix(e.Message, "the upload cannot be a workspace: "+tc.msg) {
+					t.Fatalf("upload = %d %+v, want 400 saying %q", r.status, e, tc.msg)
+				}
+			})
+		}
+	}
+	whole := build(false, ok, tar.Header{Name: "src/a.txt", Typeflag: tar.TypeReg})
+	var zipped bytes.Buffer
+	zw := gzip.NewWriter(&zipped)
+	zw.Write(whole[:len(whole)-1024]) // no end-of-archive block
+	zw.Close()
+	gzWhole := build(true, ok)
+	for name, body := range map[string][]byte{
+		"cut short":         whole[:1024+512],
+		"cut short gzipped": zipped.Bytes(),
+		"bad gzip":          append(gzWhole[:20:20], bytes.Repeat([]byte{0xff}, 200)...),
+	} {
+		r := h.do("POST", "/v1/uploads", key, body)
+		if e := r.errBody(t); r.status != http.StatusBadRequest || !strings.HasPrefix(e.Message, "the upload is not a whole tar: ") {
+			t.Errorf("%s upload = %d %+v, want 400: not a whole tar", name, r.status, e)
+		}
+	}
+	// A tar with links that stay inside is taken, and starts a run.
+	var up api.Upload
+	h.must(http.StatusCreated, "POST", "/v1/uploads", key, build(true, ok, tar.Header{Name: "link", Typeflag: tar.TypeSymlink, Linkname: "ok.txt"},
+		tar.Header{Name: "d/hard", Typeflag: tar.TypeLink, Linkname: "ok.txt"})).json(t, &up)
+	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": up.ID}})
+	if run.Status != event.StatusQueued {
+		t.Errorf("run %+v", run)
+	}
+}
+
 // TestPolicies: uploads are validated, versioned and idempotent; policies
 // that reach the host's resources are refused.
 func TestPolicies(t *testing.T) {
@@ -542,6 +658,31 @@ func TestPolicies(t *testing.T) {
 	}
 	if cfg.MaxSteps != 5 || run.PolicyHash != vs.Versions[1].Hash {
 		t.Errorf("max_steps %d under strict@v1 (hash %s, want %s)", cfg.MaxSteps, run.PolicyHash, vs.Versions[1].Hash)
+	}
+	var got api.Run
+	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID, key, nil).json(t, &got)
+	if p := got.Policy; p == nil || p.Version != "strict@v1" || p.Source != "policy strict v1" || p.BaseHash != "" || got.PolicyHash != vs.Versions[1].Hash {
+		t.Errorf("GET run: policy %+v, hash %s; want strict@v1, no flags, hash %s", p, got.PolicyHash, vs.Versions[1].Hash)
+	}
+
+	// The request's own fields change the policy as flags do: the run
+	// records the hash of the policy with them, and the version's as the
+	// one they changed. It is the hash of the same document written out.
+	flagged := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "policy": "strict@v1", "max_steps": 2,
+		"verify": map[string]any{"commands": []string{"true"}}, "artifacts": []string{"out/*"}})
+	var chk api.PolicyCheck
+	h.must(http.StatusOK, "POST", "/v1/policies/validate", key,
+		[]byte("budgets: {max_steps: 2}\nverify: {commands: ['true']}\nartifacts: [out/*]\n")).json(t, &chk)
+	h.must(http.StatusOK, "GET", "/v1/runs/"+flagged.ID, key, nil).json(t, &got)
+	if p := got.Policy; p == nil || p.Version != "strict@v1" || p.BaseHash != vs.Versions[1].Hash || got.PolicyHash != chk.Hash || got.PolicyHash == p.BaseHash {
+		t.Errorf("GET run with fields: policy %+v, hash %s; want strict@v1 %s + flags -> %s", p, got.PolicyHash, vs.Versions[1].Hash, chk.Hash)
+	}
+	// A run on the built-in default records the default's policy hash,
+	// not the hash of empty input.
+	def := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
+	h.must(http.StatusOK, "POST", "/v1/policies/validate", key, []byte("{}\n")).json(t, &chk)
+	if def.PolicyHash != chk.Hash || strings.HasPrefix(def.PolicyHash, "sha256:e3b0c442") {
+		t.Errorf("default run's policy hash %s, want the default's %s", def.PolicyHash, chk.Hash)
 	}
 }
 

@@ -103,11 +103,33 @@ func validateCreate(q *api.CreateRunRequest) error {
 				return err
 			}
 		}
+		for i, p := range v.Changed {
+			if rel, ok := policy.WorkspacePath(p); !ok || rel == "." {
+				return badRequest("verify.changed[%d]: %q is not a path inside /workspace", i, clipText(p, 200))
+			}
+		}
+		if err := checkGlobs("verify.only_changed", v.OnlyChanged); err != nil {
+			return err
+		}
 	}
 	if err := checkList("artifacts", q.Artifacts); err != nil {
 		return err
 	}
+	if err := checkGlobs("artifacts", q.Artifacts); err != nil {
+		return err
+	}
 	return checkMetadata(q.Metadata)
+}
+
+// checkGlobs checks workspace globs as a policy document's are checked
+// (policy.WorkspaceGlob): one outside the workspace could never match.
+func checkGlobs(field string, globs []string) error {
+	for i, g := range globs {
+		if _, err := policy.WorkspaceGlob(g); err != nil {
+			return badRequest("%s[%d]: %s", field, i, clientText(err))
+		}
+	}
+	return nil
 }
 
 // validateFork checks what can be checked of a fork request without the
@@ -168,6 +190,8 @@ type runPolicy struct {
 	doc    []byte
 	parsed *policy.Document
 	source string
+	// version names a stored version, "NAME@vN".
+	version string
 }
 
 // resolvePolicy reads the policy a request names (stored, of the caller's
@@ -202,7 +226,8 @@ func (s *Server) resolvePolicy(ctx context.Context, view *store.TenantStore, ref
 		if err != nil {
 			return runPolicy{}, err
 		}
-		return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version)}, nil
+		return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version),
+			version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
 	}
 	return runPolicy{parsed: policy.Default(), source: ""}, nil
 }

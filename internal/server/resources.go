@@ -1,8 +1,7 @@
 package server
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -197,9 +196,22 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve
 }
 
 // policyOf is a stored policy version as the API shows it, without its
-// document.
+// document: its hash is the policy hash (see fillPolicyHashes).
 func policyOf(v store.PolicyVersion) api.PolicyVersion {
-	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+	h := v.PolicyHash
+	if h == "" {
+		h = v.Hash
+	}
+	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: h, DocumentHash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
+}
+
+// fillPolicyHashes gives the versions stored without a policy hash (before
+// the stores kept one) the hash of their documents.
+func fillPolicyHashes(ctx context.Context, view *store.TenantStore, vs []store.PolicyVersion) {
+	store.FillPolicyHashes(vs, func(v store.PolicyVersion) ([]byte, error) {
+		full, err := view.GetPolicy(ctx, v.Name, fmt.Sprintf("v%d", v.Version))
+		return full.Document, err
+	}, policy.HashOf)
 }
 
 // putPolicy stores a policy document (the body, YAML) as the next version
@@ -213,10 +225,11 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	if _, err := s.checkPolicy(b); err != nil {
+	doc, err := s.checkPolicy(b)
+	if err != nil {
 		return err
 	}
-	v, created, err := c.view.PutPolicy(r.Context(), store.PolicyVersion{Name: name, Document: b, Source: "api", By: c.p.KeyID})
+	v, created, err := c.view.PutPolicy(r.Context(), store.PolicyVersion{Name: name, Document: b, PolicyHash: doc.Hash(), Source: "api", By: c.p.KeyID})
 	if err != nil {
 		return err
 	}
@@ -259,8 +272,7 @@ func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *call)
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(b)
-	writeJSON(w, http.StatusOK, api.PolicyCheck{Hash: "sha256:" + hex.EncodeToString(sum[:]), Canonical: string(doc.Canonical()), CanonicalHash: doc.Hash()})
+	writeJSON(w, http.StatusOK, api.PolicyCheck{Hash: doc.Hash(), Canonical: string(doc.Canonical()), CanonicalHash: doc.Hash(), DocumentHash: store.DocumentHash(b)})
 	return nil
 }
 
@@ -292,7 +304,9 @@ func (s *Server) policyVersion(w http.ResponseWriter, r *http.Request, c *call) 
 	if !utf8.Valid(v.Document) {
 		return publicf(api.CodeConflict, "the stored document is not UTF-8 text, which JSON cannot carry")
 	}
-	out := policyOf(v)
+	vs := []store.PolicyVersion{v}
+	fillPolicyHashes(r.Context(), c.view, vs)
+	out := policyOf(vs[0])
 	out.Document = string(v.Document)
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -303,6 +317,7 @@ func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request, c *call) e
 	if err != nil {
 		return err
 	}
+	fillPolicyHashes(r.Context(), c.view, vs)
 	out := api.PolicyList{Policies: []api.PolicyVersion{}}
 	for _, v := range vs {
 		out.Policies = append(out.Policies, policyOf(v))
@@ -323,6 +338,7 @@ func (s *Server) policyVersions(w http.ResponseWriter, r *http.Request, c *call)
 	if err != nil {
 		return err
 	}
+	fillPolicyHashes(r.Context(), c.view, vs)
 	out := api.PolicyVersionList{Versions: []api.PolicyVersion{}}
 	for _, v := range vs {
 		out.Versions = append(out.Versions, policyOf(v))

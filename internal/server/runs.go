@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -50,10 +52,18 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	cfg := engine.PolicyConfig(pol.parsed)
-	cfg.MaxSteps = lower(cfg.MaxSteps, q.MaxSteps)
+	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source, PolicyVersion: pol.version, Metadata: q.Metadata}
+	doc, changed, err := withRequestFields(pol.parsed, &q)
+	if err != nil {
+		return err
+	}
+	if changed {
+		// The run is held to (and records) the policy with them, and the
+		// hash of the one they changed, as airlock run's flags.
+		req.Flags, req.BasePolicy, req.Policy = true, pol.doc, doc.Canonical()
+	}
+	cfg := engine.PolicyConfig(doc)
 	cfg.Model = q.Model
-	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source, Metadata: q.Metadata}
 	if q.Script != "" {
 		cfg.Model, req.Script = "script:api.yaml", []byte(q.Script)
 	}
@@ -68,12 +78,6 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		}
 		cfg.Sandboxes[0].Tar = digest
 	}
-	if v := q.Verify; v != nil {
-		cfg.Checks.Commands = append(cfg.Checks.Commands, v.Commands...)
-		cfg.Checks.Changed = append(cfg.Checks.Changed, v.Changed...)
-		cfg.Checks.OnlyChanged = append(cfg.Checks.OnlyChanged, v.OnlyChanged...)
-	}
-	cfg.Artifacts = append(cfg.Artifacts, q.Artifacts...)
 	req.Config = cfg
 	run, err := s.o.Engine.Create(ctx, req)
 	if err != nil {
@@ -88,21 +92,67 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	return nil
 }
 
-// metadata reads a run's metadata from its run.created event; none gives
-// nil.
-func metadata(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, error) {
-	evs, err := view.Events(ctx, runID, 1, 1)
+// withRequestFields writes a create request's verify, artifacts and
+// max_steps into doc, which it may change: they are shorthand for its
+// fields, as airlock run's flags are (max_steps only lowers the budget).
+// It returns the document the run is held to and whether they changed
+// it; a changed document is checked as a whole, like one a client sends.
+func withRequestFields(doc *policy.Document, q *api.CreateRunRequest) (*policy.Document, bool, error) {
+	before := doc.Canonical()
+	doc.Budgets.MaxSteps = int64(lower(int(doc.Budgets.MaxSteps), q.MaxSteps))
+	if v := q.Verify; v != nil {
+		doc.Verify.Commands = append(doc.Verify.Commands, v.Commands...)
+		doc.Verify.Changed = append(doc.Verify.Changed, v.Changed...)
+		doc.Verify.OnlyChanged = append(doc.Verify.OnlyChanged, v.OnlyChanged...)
+	}
+	doc.Artifacts = append(doc.Artifacts, q.Artifacts...)
+	after := doc.Canonical()
+	if bytes.Equal(after, before) {
+		return doc, false, nil
+	}
+	changed, err := policy.Parse(after)
 	if err != nil {
-		return nil, err
+		// Lines of the canonical form would mean nothing to the client.
+		var msgs []string
+		for _, e := range policy.Problems(err) {
+			e.Line = 0
+			msgs = append(msgs, strings.TrimPrefix(e.Error(), "policy: "))
+		}
+		if len(msgs) > 0 {
+			err = errors.New(strings.Join(msgs, "; "))
+		}
+		return nil, false, badRequest("the policy with the request's verify, artifacts and max_steps: %s", clientText(err))
 	}
-	if len(evs) == 0 || evs[0].Type != event.TypeRunCreated {
-		return nil, nil
+	return changed, true, nil
+}
+
+// firstEvents reads what a run's first events record: its metadata
+// (run.created) and where its policy came from (policy.resolved); a run
+// without them gives nil.
+func firstEvents(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, *api.RunPolicy, error) {
+	evs, err := view.Events(ctx, runID, 1, 2)
+	if err != nil {
+		return nil, nil, err
 	}
-	var created event.RunCreated
-	if err := json.Unmarshal(evs[0].Payload, &created); err != nil {
-		return nil, fmt.Errorf("run %s: run.created: %w", runID, err)
+	var md map[string]string
+	var pol *api.RunPolicy
+	for _, e := range evs {
+		switch e.Type {
+		case event.TypeRunCreated:
+			var created event.RunCreated
+			if err := json.Unmarshal(e.Payload, &created); err != nil {
+				return nil, nil, fmt.Errorf("run %s: run.created: %w", runID, err)
+			}
+			md = created.Metadata
+		case event.TypePolicyResolved:
+			var p event.PolicyResolved
+			if err := json.Unmarshal(e.Payload, &p); err != nil {
+				return nil, nil, fmt.Errorf("run %s: policy.resolved: %w", runID, err)
+			}
+			pol = &api.RunPolicy{Source: p.Source, Version: p.Version, BaseHash: p.BaseHash}
+		}
 	}
-	return created.Metadata, nil
+	return md, pol, nil
 }
 
 // Paging bounds.
@@ -199,7 +249,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
-	if v.Metadata, err = metadata(r.Context(), c.view, run.ID); err != nil {
+	if v.Metadata, v.Policy, err = firstEvents(r.Context(), c.view, run.ID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -296,7 +346,7 @@ func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error 
 		if err != nil {
 			return err
 		}
-		o.Policy, o.PolicySource = pol.doc, pol.source
+		o.Policy, o.PolicySource, o.PolicyVersion = pol.doc, pol.source, pol.version
 	} else if len(parent.Policy) > 0 {
 		// The parent's policy was checked when it was created, perhaps
 		// under other rules, or by the host's CLI: check it again.

@@ -9,12 +9,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
@@ -52,7 +54,10 @@ func validUploadID(id string) bool {
 // upload stores a workspace tarball: the body is a tar or a gzipped tar,
 // of at most Config.MaxUpload bytes. A plain tar is gzipped on the way to
 // the blob store; nothing is unpacked on the host (the run's sandbox
-// unpacks it).
+// unpacks it). Its entries are checked as it streams in
+// (sandbox.CheckWorkspaceTar): a tar the sandbox could not unpack into a
+// workspace (an entry outside it, a link out of it, a device...) is
+// refused with 400 naming the entry, not left to fail the run it starts.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 	ctx := r.Context()
 	rc := http.NewResponseController(w)
@@ -77,14 +82,30 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 	default:
 		return badRequest("the upload is neither a tar nor a gzipped tar")
 	}
-	var src io.Reader = br
+	// The checker reads what the body brings as the blob store takes it
+	// (through a pipe: the store waits for the check, never the reverse
+	// for more than a read). A refusal ends the pipe with its error, and
+	// so the store's read.
+	vr, vw := io.Pipe()
+	checked := make(chan error, 1)
+	go func() {
+		err := checkUpload(vr, gzipped, sandbox.TarLimits{Bytes: min(16*int64(s.cfg.MaxUpload), sandbox.DefaultTarBytes)})
+		if err != nil {
+			vr.CloseWithError(err)
+		} else {
+			_, _ = io.Copy(io.Discard, vr) // what follows the archive
+		}
+		checked <- err
+	}()
+	teed := io.TeeReader(br, vw)
+	src := teed
 	if !gzipped {
 		pr, pw := io.Pipe()
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			zw := gzip.NewWriter(pw)
-			_, err := io.Copy(zw, br)
+			_, err := io.Copy(zw, teed)
 			if err == nil {
 				err = zw.Close()
 			}
@@ -99,14 +120,24 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 		src = pr
 	}
 	digest, size, err := s.o.Blobs.Put(ctx, src)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.As(err, &tooLarge), errors.Is(err, blob.ErrTooLarge):
-			return publicf(api.CodeTooLarge, "the upload is over %d bytes", int64(s.cfg.MaxUpload))
-		case ctx.Err() != nil, errors.Is(err, io.ErrUnexpectedEOF):
-			return badRequest("the upload was interrupted")
-		}
+	vw.CloseWithError(err) // the end of the body for the checker: nil is EOF
+	cerr := <-checked
+	var (
+		bad      *sandbox.TarEntryError
+		tooLarge *http.MaxBytesError
+	)
+	switch {
+	case errors.As(cerr, &bad):
+		return badRequest("the upload cannot be a workspace: %s", clientText(bad))
+	case errors.As(err, &tooLarge), errors.Is(err, blob.ErrTooLarge):
+		return publicf(api.CodeTooLarge, "the upload is over %d bytes", int64(s.cfg.MaxUpload))
+	case err != nil && (ctx.Err() != nil || errors.Is(err, io.ErrUnexpectedEOF)):
+		return badRequest("the upload was interrupted")
+	case cerr != nil:
+		// The body arrived whole (or its read failed for the check's
+		// refusal): it is no whole tar.
+		return badRequest("the upload is not a whole tar: %s", clientText(cerr))
+	case err != nil:
 		return err
 	}
 	var nonce [16]byte
@@ -123,6 +154,19 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 	c.log.Info("workspace uploaded", "upload", id, "size", size)
 	writeJSON(w, http.StatusCreated, api.Upload{ID: id, Size: size, Received: body.n, Gzipped: gzipped})
 	return nil
+}
+
+// checkUpload checks the upload's tar, gzipped or not, as it streams in.
+func checkUpload(r io.Reader, gzipped bool, l sandbox.TarLimits) error {
+	if gzipped {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return fmt.Errorf("gzip: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	return sandbox.CheckWorkspaceTar(r, l)
 }
 
 // openUpload returns the digest of the gzipped tar upload id names, if

@@ -14,8 +14,10 @@ const MaxPolicyNameLen = 64
 
 // PolicyVersion is one version of a tenant's named policy. Versions are
 // append-only: the store keeps every one, numbered 1, 2, 3... per tenant
-// and name, and names each by the content hash of its document, the hash
-// a run that ran under it records as its PolicyHash.
+// and name, and names each by the content hash of its document's bytes
+// (Hash). What is shown as its hash, and what a run under it records, is
+// its PolicyHash: the canonical hash of the document resolved, which the
+// policy package computes (the store does not parse documents).
 type PolicyVersion struct {
 	Tenant string
 	// Name is 1 to MaxPolicyNameLen bytes of a-z, 0-9, '.', '_' and '-',
@@ -24,9 +26,17 @@ type PolicyVersion struct {
 	// Version is assigned by the store: 1 for a name's first version,
 	// then one more than the name's latest.
 	Version int64
-	// Hash is "sha256:" and the lowercase hex SHA-256 of Document
-	// (PolicyHash). PutPolicy fills it when empty and refuses any other.
+	// Hash is "sha256:" and the lowercase hex SHA-256 of Document's bytes
+	// (DocumentHash): the version's identity, by which PutPolicy knows a
+	// document that is the name's latest already. PutPolicy fills it when
+	// empty and refuses any other.
 	Hash string
+	// PolicyHash is the canonical hash of the document resolved
+	// (policy.Document.Hash: documents that differ only in form have
+	// one): the policy's hash as people and runs see it. The caller that
+	// stores a document gives it; it is empty for the versions stored
+	// before the stores kept it (FillPolicyHashes computes those).
+	PolicyHash string
 	// Document is the policy document as given, byte for byte (not
 	// redacted: the hash covers it), 1 to MaxPolicyLen bytes. Listings
 	// (PolicyVersions, ListPolicies) leave it nil; GetPolicy returns it.
@@ -40,9 +50,9 @@ type PolicyVersion struct {
 	CreatedAt time.Time
 }
 
-// PolicyHash is the content hash a policy version is named by: "sha256:"
+// DocumentHash is the content hash a policy version is named by: "sha256:"
 // and the lowercase hex SHA-256 of doc's bytes.
-func PolicyHash(doc []byte) string {
+func DocumentHash(doc []byte) string {
 	sum := sha256.Sum256(doc)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -130,7 +140,7 @@ func PreparePolicy(v PolicyVersion, now time.Time, red Redactor) (PolicyVersion,
 	if err := ValidatePolicyName(v.Name); err != nil {
 		return v, err
 	}
-	sum := PolicyHash(v.Document)
+	sum := DocumentHash(v.Document)
 	switch {
 	case v.Version != 0:
 		return v, fmt.Errorf("%w: policy %s: version is set; the store assigns it", ErrInvalid, v.Name)
@@ -140,6 +150,8 @@ func PreparePolicy(v PolicyVersion, now time.Time, red Redactor) (PolicyVersion,
 		return v, fmt.Errorf("%w: policy %s: the document is %d bytes, limit %d", ErrInvalid, v.Name, len(v.Document), MaxPolicyLen)
 	case v.Hash != "" && v.Hash != sum:
 		return v, fmt.Errorf("%w: policy %s: hash %q is not the document's (%s)", ErrInvalid, v.Name, clip(v.Hash), sum)
+	case v.PolicyHash != "" && !validHash(v.PolicyHash):
+		return v, fmt.Errorf("%w: policy %s: policy hash %q: want sha256: and 64 lowercase hex digits", ErrInvalid, v.Name, clip(v.PolicyHash))
 	case len(v.Source) > MaxNoteLen || !printable(v.Source):
 		return v, fmt.Errorf("%w: policy %s: source is not printable text of at most %d bytes", ErrInvalid, v.Name, MaxNoteLen)
 	case len(v.By) > MaxNameLen || !printable(v.By):
@@ -182,4 +194,39 @@ func PolicyNotFound(name string, ref PolicyRef) error {
 		return fmt.Errorf("no policy %s: %w", name, ErrNotFound)
 	}
 	return fmt.Errorf("policy %s has no version %s: %w", name, ref, ErrNotFound)
+}
+
+// validHash reports whether h is "sha256:" and 64 lowercase hex digits.
+func validHash(h string) bool {
+	x, ok := strings.CutPrefix(h, "sha256:")
+	ok = ok && len(x) == 64
+	for i := 0; ok && i < len(x); i++ {
+		ok = (x[i] >= '0' && x[i] <= '9') || (x[i] >= 'a' && x[i] <= 'f')
+	}
+	return ok
+}
+
+// FillPolicyHashes sets the PolicyHash of each version in vs that has
+// none (stored before the stores kept it): document reads the version's
+// document and hash hashes it (policy.HashOf). A version whose document
+// cannot be read or hashed now (the rules changed since) keeps its
+// document's Hash, the only hash it has.
+func FillPolicyHashes(vs []PolicyVersion, document func(PolicyVersion) ([]byte, error), hash func([]byte) (string, error)) {
+	for i := range vs {
+		v := &vs[i]
+		if v.PolicyHash != "" {
+			continue
+		}
+		v.PolicyHash = v.Hash
+		doc := v.Document
+		if doc == nil {
+			var err error
+			if doc, err = document(*v); err != nil {
+				continue
+			}
+		}
+		if h, err := hash(doc); err == nil {
+			v.PolicyHash = h
+		}
+	}
 }

@@ -111,3 +111,36 @@ func FuzzPolicyRef(f *testing.F) {
 		}
 	})
 }
+
+// TestFillPolicyHashes: a version without a policy hash gets its
+// document's (read when the version does not carry it); one whose document
+// cannot be read or hashed keeps the hash of its bytes; one with a policy
+// hash is left alone.
+func TestFillPolicyHashes(t *testing.T) {
+	hash := func(doc []byte) (string, error) {
+		if string(doc) == "bad" {
+			return "", errors.New("does not parse")
+		}
+		return "policy-hash-of-" + string(doc), nil
+	}
+	docs := map[int64][]byte{1: []byte("one"), 2: []byte("bad")}
+	read := func(v store.PolicyVersion) ([]byte, error) {
+		if d, ok := docs[v.Version]; ok {
+			return d, nil
+		}
+		return nil, store.ErrNotFound
+	}
+	vs := []store.PolicyVersion{
+		{Version: 1, Hash: "h1"},
+		{Version: 2, Hash: "h2"},
+		{Version: 3, Hash: "h3"},
+		{Version: 4, Hash: "h4", PolicyHash: "kept"},
+		{Version: 5, Hash: "h5", Document: []byte("five")},
+	}
+	store.FillPolicyHashes(vs, read, hash)
+	for i, want := range []string{"policy-hash-of-one", "h2", "h3", "kept", "policy-hash-of-five"} {
+		if vs[i].PolicyHash != want {
+			t.Errorf("FillPolicyHashes: v%d's policy hash %q, want %q", vs[i].Version, vs[i].PolicyHash, want)
+		}
+	}
+}

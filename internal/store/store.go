@@ -29,10 +29,12 @@
 //     opened without saying which Redactor it uses (NoRedaction is an
 //     explicit choice).
 //   - A named policy's versions are append-only and numbered 1, 2, 3...
-//     without gaps; each is named by the SHA-256 of its document
-//     (PolicyHash), the hash a run under it records. Documents are kept
-//     byte for byte, like a run's Policy: they hold secret references,
-//     not values, and redacting them would change what the hash names.
+//     without gaps; each is named by the SHA-256 of its document's bytes
+//     (DocumentHash) and carries the canonical hash its caller gave
+//     (PolicyVersion.PolicyHash), the hash a run under it records.
+//     Documents are kept byte for byte, like a run's Policy: they hold
+//     secret references, not values, and redacting them would change
+//     what the hash names.
 //   - An API key is stored as the SHA-256 of the key string, never the
 //     key; keys belong to one existing tenant, and reads and revocations
 //     name the tenant, so one tenant never sees or revokes another's.
@@ -96,7 +98,8 @@ type Store interface {
 	// When ctx carries a fence (WithFence) that is not the run's current
 	// lease token, nothing is written and the error wraps ErrLeaseLost
 	// (checked in the same transaction, before the seq); without a fence
-	// there is no lease check.
+	// there is no lease check. The run's Updated moves to the store's now
+	// (never back), in the statement that moves its log's tail.
 	Append(ctx context.Context, runID string, next int64, drafts []event.Event) ([]event.Event, error)
 
 	// AppendStatus is Append and UpdateRunStatus in one transaction: the
@@ -182,13 +185,14 @@ type Store interface {
 	// on return, like Append. When the name's latest version already has
 	// the document's hash, nothing is written and that version is returned
 	// with created false, so a retry (or a run under an unchanged file) is
-	// idempotent; an older version with the hash does not count: going
-	// back to it appends a new version. Concurrent puts of one name get
-	// distinct versions, whatever process they run in. Errors wrapping
-	// ErrInvalid: a malformed tenant or name (ValidatePolicyName), an
-	// empty document or one over MaxPolicyLen, a Hash that is not
-	// PolicyHash(v.Document), a Version set by the caller, a malformed
-	// Source or By.
+	// idempotent (a latest version stored without a PolicyHash gets v's);
+	// an older version with the hash does not count: going back to it
+	// appends a new version. Concurrent puts of one name get distinct
+	// versions, whatever process they run in. Errors wrapping ErrInvalid:
+	// a malformed tenant or name (ValidatePolicyName), an empty document
+	// or one over MaxPolicyLen, a Hash that is not DocumentHash(v.Document),
+	// a PolicyHash that is not a hash, a Version set by the caller, a
+	// malformed Source or By.
 	PutPolicy(ctx context.Context, v PolicyVersion) (stored PolicyVersion, created bool, err error)
 
 	// PolicyVersions returns up to MaxPage versions of tenant's policy
@@ -199,7 +203,8 @@ type Store interface {
 
 	// GetPolicy returns one version of tenant's policy name, with its
 	// document: the latest when ref is "", version N for "vN", or the
-	// newest version whose hash starts with ref (ParsePolicyRef). A name or
+	// newest version whose Hash or PolicyHash starts with ref
+	// (ParsePolicyRef). A name or
 	// version that does not exist gives an error wrapping ErrNotFound; a
 	// malformed ref, or a hash prefix two different hashes share,
 	// ErrInvalid.
@@ -302,7 +307,8 @@ type Run struct {
 	PolicyHash string
 	Status     event.Status
 	Created    time.Time
-	Updated    time.Time
+	// Updated is when the run last changed: its status or its log.
+	Updated time.Time
 	// Finished is when the run reached a final status; zero before.
 	Finished time.Time
 	// ParentRunID and ParentSeq name the run and event a forked run

@@ -13,16 +13,17 @@ import (
 // policyMeta are the columns of a policy version but its document, which
 // listings leave out; policyColumns are all of them.
 const (
-	policyMeta    = `tenant, name, version, hash, source, created_by, created_ns`
+	policyMeta    = `tenant, name, version, hash, policy_hash, source, created_by, created_ns`
 	policyColumns = policyMeta + `, document`
 )
 
 func scanPolicy(row pgx.Row, withDoc bool) (store.PolicyVersion, error) {
 	var (
-		v  store.PolicyVersion
-		ns int64
+		v          store.PolicyVersion
+		ns         int64
+		policyHash *string // NULL before migration 10
 	)
-	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &v.Source, &v.By, &ns}
+	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &policyHash, &v.Source, &v.By, &ns}
 	if withDoc {
 		dest = append(dest, &v.Document)
 	}
@@ -31,6 +32,9 @@ func scanPolicy(row pgx.Row, withDoc bool) (store.PolicyVersion, error) {
 	}
 	if withDoc && v.Document == nil {
 		v.Document = []byte{}
+	}
+	if policyHash != nil {
+		v.PolicyHash = *policyHash
 	}
 	v.CreatedAt = fromNS(ns)
 	return v, nil
@@ -63,6 +67,14 @@ func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.Pol
 			WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT 1`, v.Tenant, v.Name), true)
 		switch {
 		case err == nil && latest.Hash == v.Hash:
+			if latest.PolicyHash == "" && v.PolicyHash != "" {
+				// Stored before the stores kept policy hashes.
+				if _, err := tx.Exec(ctx, `UPDATE policies SET policy_hash = $1 WHERE tenant = $2 AND name = $3 AND version = $4`,
+					v.PolicyHash, v.Tenant, v.Name, latest.Version); err != nil {
+					return err
+				}
+				latest.PolicyHash = v.PolicyHash
+			}
 			v = latest
 			return nil
 		case err == nil:
@@ -72,8 +84,12 @@ func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.Pol
 		default:
 			return err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			v.Tenant, v.Name, v.Version, v.Hash, v.Source, v.By, v.CreatedAt.UnixNano(), v.Document)
+		var policyHash *string // NULL, not '', when the caller gave none
+		if v.PolicyHash != "" {
+			policyHash = &v.PolicyHash
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			v.Tenant, v.Name, v.Version, v.Hash, policyHash, v.Source, v.By, v.CreatedAt.UnixNano(), v.Document)
 		created = err == nil
 		return err
 	})
@@ -156,9 +172,13 @@ func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.Poli
 		return scanPolicy(s.pool.QueryRow(ctx, q+` ORDER BY version DESC LIMIT 1`, tenant, name), true)
 	}
 	// Several versions may share a hash (a name that went back to an
-	// earlier document); only different hashes make a prefix ambiguous.
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT hash FROM policies
-		WHERE tenant = $1 AND name = $2 AND substr(hash, 1, $3) = $4 LIMIT 2`, tenant, name, len(r.HashPrefix), r.HashPrefix)
+	// earlier document, or documents that differ only in form share a
+	// policy hash); only different hashes make a prefix ambiguous. The
+	// prefix may be of either hash: the policy hash is the one shown,
+	// the document's the one shown before.
+	rows, err := s.pool.Query(ctx, `SELECT hash FROM policies WHERE tenant = $1 AND name = $2 AND substr(hash, 1, $3) = $4
+		UNION SELECT policy_hash FROM policies WHERE tenant = $1 AND name = $2 AND substr(policy_hash, 1, $3) = $4 LIMIT 2`,
+		tenant, name, len(r.HashPrefix), r.HashPrefix)
 	if err != nil {
 		return store.PolicyVersion{}, err
 	}
@@ -170,7 +190,7 @@ func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.Poli
 	case 0:
 		return store.PolicyVersion{}, pgx.ErrNoRows
 	case 1:
-		return scanPolicy(s.pool.QueryRow(ctx, q+` AND hash = $3 ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0]), true)
+		return scanPolicy(s.pool.QueryRow(ctx, q+` AND (hash = $3 OR policy_hash = $3) ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0]), true)
 	}
 	return store.PolicyVersion{}, store.AmbiguousPolicyRef(name, r)
 }

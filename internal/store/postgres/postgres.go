@@ -572,7 +572,9 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 	last := evs[len(evs)-1]
 	now := s.now().UnixNano()
 	if to == "" {
-		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3 WHERE id = $1`, runID, last.Seq, last.Hash[:])
+		// The run's updated time moves with its log (never back: a
+		// clock may step).
+		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3, updated_ns = GREATEST(updated_ns, $4) WHERE id = $1`, runID, last.Seq, last.Hash[:], now)
 	} else {
 		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3, status = $4, updated_ns = $5, finished_ns = $6
 			WHERE id = $1 RETURNING `+runColumns, runID, last.Seq, last.Hash[:], string(to), now, finishedNS(to, now))

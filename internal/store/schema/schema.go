@@ -172,6 +172,15 @@ var migrations = []string{
 		PRIMARY KEY (run_id, key)
 	) WITHOUT ROWID;
 	CREATE INDEX run_metadata_value ON run_metadata (key, value, run_id);`,
+
+	// 10: a policy version's policy hash: the canonical hash of the
+	// document resolved (package policy), what is shown as its hash and
+	// what a run under it records, beside the hash of its bytes, which
+	// still names the version. The store does not parse documents: the
+	// caller that stores one gives it; NULL for the versions stored
+	// before, whose readers hash their documents themselves. No TEXT
+	// default, for the reason migration 3 gives.
+	`ALTER TABLE policies ADD COLUMN policy_hash TEXT;`,
 }
 
 // MetadataVersion is the migration that made run_metadata: the stores
@@ -181,7 +190,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 9
+const Version = 10
 
 // SQLite returns the migrations in SQLite's dialect: element i brings a
 // database from version i to version i+1.

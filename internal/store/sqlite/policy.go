@@ -12,16 +12,17 @@ import (
 // policyMeta are the columns of a policy version but its document, which
 // listings leave out; policyColumns are all of them.
 const (
-	policyMeta    = `tenant, name, version, hash, source, created_by, created_ns`
+	policyMeta    = `tenant, name, version, hash, policy_hash, source, created_by, created_ns`
 	policyColumns = policyMeta + `, document`
 )
 
 func scanPolicy(sc scanner, withDoc bool) (store.PolicyVersion, error) {
 	var (
-		v  store.PolicyVersion
-		ns int64
+		v          store.PolicyVersion
+		ns         int64
+		policyHash *string // NULL before migration 10
 	)
-	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &v.Source, &v.By, &ns}
+	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &policyHash, &v.Source, &v.By, &ns}
 	if withDoc {
 		dest = append(dest, &v.Document)
 	}
@@ -30,6 +31,9 @@ func scanPolicy(sc scanner, withDoc bool) (store.PolicyVersion, error) {
 	}
 	if withDoc && v.Document == nil {
 		v.Document = []byte{}
+	}
+	if policyHash != nil {
+		v.PolicyHash = *policyHash
 	}
 	v.CreatedAt = fromNS(ns)
 	return v, nil
@@ -53,6 +57,14 @@ func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.Pol
 			WHERE tenant = ? AND name = ? ORDER BY version DESC LIMIT 1`, v.Tenant, v.Name), true)
 		switch {
 		case err == nil && latest.Hash == v.Hash:
+			if latest.PolicyHash == "" && v.PolicyHash != "" {
+				// Stored before the stores kept policy hashes.
+				if _, err := tx.ExecContext(ctx, `UPDATE policies SET policy_hash = ? WHERE tenant = ? AND name = ? AND version = ?`,
+					v.PolicyHash, v.Tenant, v.Name, latest.Version); err != nil {
+					return err
+				}
+				latest.PolicyHash = v.PolicyHash
+			}
 			v = latest
 			return nil
 		case err == nil:
@@ -62,8 +74,8 @@ func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.Pol
 		default:
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			v.Tenant, v.Name, v.Version, v.Hash, v.Source, v.By, v.CreatedAt.UnixNano(), v.Document)
+		_, err = tx.ExecContext(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			v.Tenant, v.Name, v.Version, v.Hash, nullString(v.PolicyHash), v.Source, v.By, v.CreatedAt.UnixNano(), v.Document)
 		created = err == nil
 		return err
 	})
@@ -155,9 +167,13 @@ func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.Poli
 		return scanPolicy(s.r.QueryRowContext(ctx, q+` ORDER BY version DESC LIMIT 1`, tenant, name), true)
 	}
 	// Several versions may share a hash (a name that went back to an
-	// earlier document); only different hashes make a prefix ambiguous.
-	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT hash FROM policies
-		WHERE tenant = ? AND name = ? AND substr(hash, 1, ?) = ? LIMIT 2`, tenant, name, len(r.HashPrefix), r.HashPrefix)
+	// earlier document, or documents that differ only in form share a
+	// policy hash); only different hashes make a prefix ambiguous. The
+	// prefix may be of either hash: the policy hash is the one shown,
+	// the document's the one shown before.
+	rows, err := s.r.QueryContext(ctx, `SELECT hash FROM policies WHERE tenant = ? AND name = ? AND substr(hash, 1, ?) = ?
+		UNION SELECT policy_hash FROM policies WHERE tenant = ? AND name = ? AND substr(policy_hash, 1, ?) = ? LIMIT 2`,
+		tenant, name, len(r.HashPrefix), r.HashPrefix, tenant, name, len(r.HashPrefix), r.HashPrefix)
 	if err != nil {
 		return store.PolicyVersion{}, err
 	}
@@ -178,7 +194,7 @@ func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.Poli
 	case 0:
 		return store.PolicyVersion{}, sql.ErrNoRows
 	case 1:
-		return scanPolicy(s.r.QueryRowContext(ctx, q+` AND hash = ? ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0]), true)
+		return scanPolicy(s.r.QueryRowContext(ctx, q+` AND (hash = ? OR policy_hash = ?) ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0], hashes[0]), true)
 	}
 	return store.PolicyVersion{}, store.AmbiguousPolicyRef(name, r)
 }

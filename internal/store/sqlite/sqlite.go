@@ -169,7 +169,7 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		sql  string
 	}{
 		{&s.stmtTail, `SELECT last_seq, last_hash, status, lease_token FROM runs WHERE id = ?`},
-		{&s.stmtSetTail, `UPDATE runs SET last_seq = ?, last_hash = ? WHERE id = ? AND last_seq = ?`},
+		{&s.stmtSetTail, `UPDATE runs SET last_seq = ?, last_hash = ?, updated_ns = MAX(updated_ns, ?) WHERE id = ? AND last_seq = ?`},
 		{&s.stmtInsert[0], insertSQL(insertChunks[0])},
 		{&s.stmtInsert[1], insertSQL(insertChunks[1])},
 		{&s.stmtInsert[2], insertSQL(insertChunks[2])},
@@ -794,7 +794,9 @@ func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int
 		return store.Run{}, err
 	}
 	last := evs[len(evs)-1]
-	res, err := tx.StmtContext(ctx, s.stmtSetTail).ExecContext(ctx, last.Seq, last.Hash[:], runID, lastSeq)
+	// The run's updated time moves with its log, in the statement that
+	// moves its tail (never back: a clock may step).
+	res, err := tx.StmtContext(ctx, s.stmtSetTail).ExecContext(ctx, last.Seq, last.Hash[:], s.now().UnixNano(), runID, lastSeq)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("update tail: %w", err)
 	}

@@ -44,7 +44,7 @@ func clipDoc(b []byte) string {
 // samePolicy compares versions; withDoc also compares documents (listings
 // leave them out).
 func samePolicy(a, b store.PolicyVersion, withDoc bool) bool {
-	return a.Tenant == b.Tenant && a.Name == b.Name && a.Version == b.Version && a.Hash == b.Hash &&
+	return a.Tenant == b.Tenant && a.Name == b.Name && a.Version == b.Version && a.Hash == b.Hash && a.PolicyHash == b.PolicyHash &&
 		a.Source == b.Source && a.By == b.By && a.CreatedAt.Equal(b.CreatedAt) &&
 		(!withDoc || bytes.Equal(a.Document, b.Document))
 }
@@ -95,9 +95,9 @@ func testPolicies(t *testing.T, f Factory) {
 
 	v1 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docA, Source: "prod.yaml", By: "alice (uid 1000)",
 		CreatedAt: base}, true) // CreatedAt is the store's to set
-	if v1.Version != 1 || v1.Hash != store.PolicyHash(docA) || !bytes.Equal(v1.Document, docA) || v1.Source != "prod.yaml" ||
+	if v1.Version != 1 || v1.Hash != store.DocumentHash(docA) || !bytes.Equal(v1.Document, docA) || v1.Source != "prod.yaml" ||
 		v1.By != "alice (uid 1000)" || !v1.CreatedAt.Equal(clock.Now()) || v1.CreatedAt.Location() != time.UTC {
-		t.Fatalf("PutPolicy() = %+v; want version 1, hash %s, CreatedAt %v", v1, store.PolicyHash(docA), clock.Now())
+		t.Fatalf("PutPolicy() = %+v; want version 1, hash %s, CreatedAt %v", v1, store.DocumentHash(docA), clock.Now())
 	}
 	if !strings.HasPrefix(v1.Hash, "sha256:") || len(v1.Hash) != len("sha256:")+64 {
 		t.Fatalf("PutPolicy() hash = %q, want sha256: and 64 hex digits", v1.Hash)
@@ -115,7 +115,7 @@ func testPolicies(t *testing.T, f Factory) {
 		}
 	}
 
-	v2 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docB, Hash: store.PolicyHash(docB), Source: "prod.yaml"}, true)
+	v2 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docB, Hash: store.DocumentHash(docB), Source: "prod.yaml"}, true)
 	clock.Advance(time.Minute)
 	// Going back to an earlier document is a change too: a new version.
 	v3 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docA, Source: "rollback"}, true)
@@ -180,6 +180,61 @@ func testPolicies(t *testing.T, f Factory) {
 	for _, tt := range []struct{ tenant, name string }{{"acme", "nope"}, {"initech", "prod"}} {
 		_, err := s.PolicyVersions(ctx, tt.tenant, tt.name)
 		wantErr(t, fmt.Sprintf("PolicyVersions(%s, %s)", tt.tenant, tt.name), err, store.ErrNotFound)
+	}
+}
+
+// testPolicyHash: a version keeps the policy hash its caller gave (the
+// store does not parse documents), listings show it, and a version is
+// found by a prefix of it as by one of its document's hash; documents that
+// differ in bytes and share a policy hash are versions of their own whose
+// shared hash is no ambiguity. A version stored without one gets it from
+// a later put of its document.
+func testPolicyHash(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	canon, other := "sha256:"+strings.Repeat("c0", 32), "sha256:"+strings.Repeat("d1", 32)
+	v1 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docA, PolicyHash: canon}, true)
+	if v1.PolicyHash != canon || v1.Hash != store.DocumentHash(docA) {
+		t.Fatalf("PutPolicy() = %+v, want policy hash %s and the document's hash", v1, canon)
+	}
+	// The same policy written differently: a new version, one policy hash.
+	reformatted := append([]byte("# reformatted\n"), docA...)
+	v2 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: reformatted, PolicyHash: canon}, true)
+	v3 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docB, PolicyHash: other}, true)
+	wantVersions(t, s, "acme", "prod", []store.PolicyVersion{v3, v2, v1})
+	wantPolicies(t, s, "acme", []store.PolicyVersion{v3})
+	for _, tt := range []struct {
+		ref  string
+		want store.PolicyVersion
+	}{
+		{canon[len("sha256:"):][:8], v2}, // the newest with the policy hash
+		{canon, v2},
+		{other[:len("sha256:")+10], v3},
+		{v1.Hash, v1}, // by the document's hash, as before
+		{strings.TrimPrefix(v2.Hash, "sha256:")[:12], v2},
+	} {
+		got, err := s.GetPolicy(ctx, "acme", "prod", tt.ref)
+		if err != nil || !samePolicy(got, tt.want, true) {
+			t.Fatalf("GetPolicy(acme, prod, %q) = %+v, %v, want %+v", tt.ref, got, err, tt.want)
+		}
+	}
+	// Stored without a policy hash (as before the stores kept them), then
+	// put again with one: the same version, which now has it.
+	old := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "old", Document: docB}, true)
+	if old.PolicyHash != "" {
+		t.Fatalf("PutPolicy(no policy hash) = %+v, want none", old)
+	}
+	if got, err := s.GetPolicy(ctx, "acme", "old", ""); err != nil || got.PolicyHash != "" {
+		t.Fatalf("GetPolicy(old) = %+v, %v, want no policy hash", got, err)
+	}
+	again := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "old", Document: docB, PolicyHash: other}, false)
+	old.PolicyHash = other
+	if !samePolicy(again, old, true) {
+		t.Fatalf("PutPolicy(again, with a policy hash) = %+v, want %+v", again, old)
+	}
+	wantVersions(t, s, "acme", "old", []store.PolicyVersion{old})
+	if got, err := s.GetPolicy(ctx, "acme", "old", other[:len("sha256:")+8]); err != nil || !samePolicy(got, old, true) {
+		t.Fatalf("GetPolicy(old, policy hash prefix) = %+v, %v, want %+v", got, err, old)
 	}
 }
 
@@ -251,9 +306,12 @@ func testPolicyInvalid(t *testing.T, f Factory) {
 		{"version set", "assigns", with(func(v *store.PolicyVersion) { v.Version = 4 })},
 		{"empty document", "empty", with(func(v *store.PolicyVersion) { v.Document = nil })},
 		{"document too large", "limit", with(func(v *store.PolicyVersion) { v.Document = bytes.Repeat([]byte("#"), store.MaxPolicyLen+1) })},
-		{"another document's hash", "is not the document's", with(func(v *store.PolicyVersion) { v.Hash = store.PolicyHash(docB) })},
+		{"another document's hash", "is not the document's", with(func(v *store.PolicyVersion) { v.Hash = store.DocumentHash(docB) })},
 		{"malformed hash", "is not the document's", with(func(v *store.PolicyVersion) { v.Hash = "md5:00" })},
-		{"hash in upper case", "is not the document's", with(func(v *store.PolicyVersion) { v.Hash = strings.ToUpper(store.PolicyHash(docA)) })},
+		{"hash in upper case", "is not the document's", with(func(v *store.PolicyVersion) { v.Hash = strings.ToUpper(store.DocumentHash(docA)) })},
+		{"malformed policy hash", "policy hash", with(func(v *store.PolicyVersion) { v.PolicyHash = "md5:00" })},
+		{"policy hash in upper case", "policy hash", with(func(v *store.PolicyVersion) { v.PolicyHash = "sha256:" + strings.Repeat("AB", 32) })},
+		{"short policy hash", "policy hash", with(func(v *store.PolicyVersion) { v.PolicyHash = "sha256:abcd" })},
 		{"source with newline", "source", with(func(v *store.PolicyVersion) { v.Source = "a\nb" })},
 		{"source too long", "source", with(func(v *store.PolicyVersion) { v.Source = strings.Repeat("s", store.MaxNoteLen+1) })},
 		{"by with escape", "by", with(func(v *store.PolicyVersion) { v.By = "a\x1b[2Jb" })},
@@ -382,7 +440,7 @@ func testPolicyRedaction(t *testing.T, f Factory) {
 	s := open(t, f, redactor{Secret})
 	doc := []byte("# keep me exactly: " + Secret + "\n")
 	v := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "p", Document: doc, Source: "/tmp/" + Secret + ".yaml", By: Secret}, true)
-	if v.Source != "/tmp/[redacted].yaml" || v.By != "[redacted]" || !bytes.Equal(v.Document, doc) || v.Hash != store.PolicyHash(doc) {
+	if v.Source != "/tmp/[redacted].yaml" || v.By != "[redacted]" || !bytes.Equal(v.Document, doc) || v.Hash != store.DocumentHash(doc) {
 		t.Fatalf("PutPolicy() = %+v, want Source and By redacted, the document and its hash kept", v)
 	}
 	got, err := s.GetPolicy(context.Background(), "acme", "p", "")

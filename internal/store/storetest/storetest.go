@@ -66,6 +66,7 @@ func Run(t *testing.T, f Factory) {
 		{"AppendInvalid", testAppendInvalid},
 		{"AppendCancelled", testAppendCancelled},
 		{"AppendStatus", testAppendStatus},
+		{"AppendUpdated", testAppendUpdated},
 		{"ConcurrentAppenders", testConcurrentAppenders},
 		{"EventsPaging", testEventsPaging},
 		{"Unfinished", testUnfinished},
@@ -89,6 +90,7 @@ func Run(t *testing.T, f Factory) {
 		{"LedgerRace", testLedgerRace},
 		{"LedgerRedaction", testLedgerRedaction},
 		{"Policies", testPolicies},
+		{"PolicyHash", testPolicyHash},
 		{"PolicyAmbiguous", testPolicyAmbiguous},
 		{"PolicyInvalid", testPolicyInvalid},
 		{"PolicyRace", testPolicyRace},
@@ -659,6 +661,32 @@ func testAppend(t *testing.T, f Factory) {
 	verify(t, s, r.ID, 5)
 	if p, err := more[0].Unpack(); err != nil || p.(*event.Retry) == nil {
 		t.Fatalf("Unpack() = %v, %v", p, err)
+	}
+}
+
+// testAppendUpdated: a run's Updated moves with its log, not only with
+// its status (a long run's listing must not look stale).
+func testAppendUpdated(t *testing.T, f Factory) {
+	s, clock := newClocked(t, f)
+	ctx := context.Background()
+	r := createRun(t, s, store.Run{ID: runID(1)})
+	if !r.Updated.Equal(clock.Now()) {
+		t.Fatalf("CreateRun() Updated = %v, want %v", r.Updated, clock.Now())
+	}
+	for i := 1; i <= 3; i++ {
+		clock.Advance(time.Minute)
+		appendN(t, s, r.ID, int64(2*i-1), 2)
+		got, err := s.GetRun(ctx, r.ID)
+		if err != nil || !got.Updated.Equal(clock.Now()) || got.Status != r.Status {
+			t.Fatalf("GetRun() after append %d = Updated %v, status %s, %v; want Updated %v, status %s", i, got.Updated, got.Status, err, clock.Now(), r.Status)
+		}
+	}
+	// A clock that steps back does not move Updated back.
+	before := clock.Now()
+	clock.Advance(-time.Hour)
+	appendN(t, s, r.ID, 7, 1)
+	if got, err := s.GetRun(ctx, r.ID); err != nil || !got.Updated.Equal(before) {
+		t.Fatalf("GetRun() after the clock stepped back = Updated %v, %v; want %v", got.Updated, err, before)
 	}
 }
 
