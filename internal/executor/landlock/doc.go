@@ -37,7 +37,9 @@
 // with syscall.AllThreadsSyscall, which runs the call on every thread of the
 // Go runtime. See Restrict for the consequences.
 //
-// Who may import it: the in-sandbox executor only. Like the rest of the
+// Who may import it: the in-sandbox executor, which restricts itself with
+// it, and the host's doctor, which reports what it would enforce (ABI,
+// Errata, Features). Like the rest of the
 // sandbox side it imports nothing but the standard library and
 // golang.org/x/sys/unix. It is Linux only.
 package landlock
