@@ -347,7 +347,7 @@ func (b *localBackend) putPolicy(ctx context.Context, name, file string, doc []b
 	if err != nil {
 		return store.PolicyVersion{}, false, err
 	}
-	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: runTenant, Name: name, Document: doc, Source: file, By: whoami(b.env)})
+	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: event.LocalTenant, Name: name, Document: doc, Source: file, By: whoami(b.env)})
 	if errors.Is(err, store.ErrInvalid) {
 		return v, false, usageError{Err: err}
 	}
@@ -359,7 +359,7 @@ func (b *localBackend) policyVersions(ctx context.Context, name string) ([]store
 	if err != nil {
 		return nil, err
 	}
-	return st.PolicyVersions(ctx, runTenant, name)
+	return st.PolicyVersions(ctx, event.LocalTenant, name)
 }
 
 func (b *localBackend) policy(ctx context.Context, ref string) (store.PolicyVersion, error) {
@@ -367,7 +367,7 @@ func (b *localBackend) policy(ctx context.Context, ref string) (store.PolicyVers
 	if err != nil {
 		return store.PolicyVersion{}, err
 	}
-	return getPolicy(ctx, st, runTenant, ref)
+	return getPolicy(ctx, st, event.LocalTenant, ref)
 }
 
 func (b *localBackend) policies(ctx context.Context) ([]store.PolicyVersion, error) {
@@ -375,7 +375,7 @@ func (b *localBackend) policies(ctx context.Context) ([]store.PolicyVersion, err
 	if err != nil {
 		return nil, err
 	}
-	return st.ListPolicies(ctx, runTenant)
+	return st.ListPolicies(ctx, event.LocalTenant)
 }
 
 func (b *localBackend) credits(ctx context.Context, tenant string) (int64, []store.LedgerEntry, error) {
@@ -417,13 +417,11 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	return e, bal, err
 }
 
-// localSecretTenant is the tenant of the local secret commands when
-// --tenant is not given.
-const localSecretTenant = secret.DefaultTenant
-
+// tenant is the tenant of the local secret commands: --tenant, else the
+// local tenant's.
 func (f *SecretStoreFlags) tenant() string {
 	if f.Tenant == "" {
-		return localSecretTenant
+		return event.LocalTenant
 	}
 	return f.Tenant
 }

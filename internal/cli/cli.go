@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -114,6 +115,7 @@ func Main(env *Env, args []string) int {
 		kong.Exit(func(int) {}),
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.Vars{"local_tenant": event.LocalTenant},
 	)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)

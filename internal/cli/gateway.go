@@ -155,7 +155,7 @@ func (l *llmHub) key(env, name string) func(context.Context) (secret.Value, erro
 		if err != nil {
 			return secret.Value{}, err
 		}
-		v, _, err := st.Get(ctx, secret.DefaultTenant, name)
+		v, _, err := st.Get(ctx, event.LocalTenant, name)
 		return v, err
 	}
 }

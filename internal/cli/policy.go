@@ -70,7 +70,7 @@ type PolicyExplainCmd struct {
 	External bool          `help:"The tool is a host tool that changes the world outside the run."`
 	Step     int64         `default:"1" help:"Step number of the call (run.step)."`
 	Sandbox  string        `default:"main" help:"Sandbox the call targets (sandbox.name); empty for a host tool." placeholder:"NAME"`
-	Tenant   string        `default:"default" help:"Tenant of the run (run.tenant)."`
+	Tenant   string        `default:"${local_tenant}" help:"Tenant of the run (run.tenant)."`
 	Task     string        `help:"Task of the run (run.task)."`
 	Tokens   int64         `help:"Model tokens the run has used (run.tokens)."`
 	Elapsed  time.Duration `help:"Active time the run has taken (run.elapsed_seconds), like 5m."`

@@ -116,7 +116,7 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	if c.Policy != "" {
 		p, err := readRunPolicy(c.Policy, c.PolicyAs)
 		if err == nil && p.ref != "" {
-			p, err = p.loadStoredFrom(env, runTenant)
+			p, err = p.loadStoredFrom(env, event.LocalTenant)
 		}
 		if err != nil {
 			errs = append(errs, err)

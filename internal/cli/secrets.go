@@ -31,7 +31,7 @@ type SecretsCmd struct {
 // SecretStoreFlags choose the store's key and tenant.
 type SecretStoreFlags struct {
 	KeyFile string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Key file (default $AIRLOCK_HOME/secrets/key, created with mode 0600 on first use; a server uses its own)." placeholder:"PATH"`
-	Tenant  string `help:"Tenant that owns the secrets (default: default; against a server, the API key's tenant, the only one it may name)." placeholder:"NAME"`
+	Tenant  string `help:"Tenant that owns the secrets (default: ${local_tenant}, the command line's; against a server, the API key's tenant, the only one it may name)." placeholder:"NAME"`
 }
 
 // open opens the store under env.Home with the chosen key.

@@ -17,10 +17,6 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// runTenant is the tenant of the runs airlock run creates (the engine's
-// default, which the CLI keeps), and so of the policies the CLI stores.
-const runTenant = "local"
-
 // openPolicyStore opens the run store for the policy commands. It needs no
 // redaction of the env's model keys: what these commands write is a
 // policy document (which the store never redacts: its hash names it), a

@@ -43,7 +43,7 @@ func noTenantError(name string) error {
 
 // TenantsCreateCmd is `airlock tenants create NAME`.
 type TenantsCreateCmd struct {
-	Name string `arg:"" help:"Tenant name: 1 to 63 of a-z, 0-9 and '-', starting with a letter or digit (the command line's own runs belong to \"local\")." placeholder:"NAME"`
+	Name string `arg:"" help:"Tenant name: 1 to 63 of a-z, 0-9 and '-', starting with a letter or digit (the command line's own runs belong to ${local_tenant})." placeholder:"NAME"`
 }
 
 // Run creates the tenant. A name already taken exits 1, so a script can

@@ -24,11 +24,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"golang.org/x/sys/unix"
 )
 
-// DefaultTenant owns the secrets of a single-machine installation.
-const DefaultTenant = "default"
+// legacyLocalTenant is the tenant the command line's own secrets were
+// stored under before it had one tenant for everything
+// (event.LocalTenant). A store still holds them so: their sealed values
+// name this tenant, and only the key could re-seal them. So the store
+// reads them as event.LocalTenant's (Get, List, Delete), and Set of
+// event.LocalTenant replaces one of the same name. A tenant created with
+// this very name shares them with the local tenant, as it always did.
+const legacyLocalTenant = "default"
 
 // MaxValueSize is the largest secret value a Store accepts.
 const MaxValueSize = 64 << 10
@@ -213,6 +220,11 @@ func (s *Store) Set(ctx context.Context, tenant, name string, v Value, hosts []s
 		i := f.find(tenant, name)
 		if i >= 0 {
 			rec.Created = f.Secrets[i].Created
+			if f.Secrets[i].Tenant != tenant {
+				// A legacy record: it is replaced by one under tenant.
+				f.Secrets = slices.Delete(f.Secrets, i, i+1)
+				i = -1
+			}
 		}
 		rec.Nonce = make([]byte, nonceSize)
 		if _, err := rand.Read(rec.Nonce); err != nil {
@@ -250,7 +262,7 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Value, Info, erro
 		return Value{}, Info{}, err
 	}
 	rec := f.Secrets[i]
-	plain, err := keys.aead.Open(nil, rec.Nonce, rec.Ciphertext, additionalData(tenant, name, rec.Hosts))
+	plain, err := keys.aead.Open(nil, rec.Nonce, rec.Ciphertext, additionalData(rec.Tenant, name, rec.Hosts))
 	if err != nil {
 		return Value{}, Info{}, fmt.Errorf("%w: %s: sealed value does not authenticate (tampered, moved from another name, tenant or host binding, or sealed with another key)", ErrCorrupt, name)
 	}
@@ -269,8 +281,8 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Info, error) {
 		return nil, err
 	}
 	var out []Info
-	for _, r := range f.Secrets {
-		if r.Tenant == tenant {
+	for i, r := range f.Secrets {
+		if f.find(tenant, r.Name) == i {
 			out = append(out, r.info())
 		}
 	}
@@ -290,6 +302,10 @@ func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 			return fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
 		f.Secrets = slices.Delete(f.Secrets, i, i+1)
+		if i := f.find(tenant, name); i >= 0 {
+			// A legacy record the deleted one shadowed.
+			f.Secrets = slices.Delete(f.Secrets, i, i+1)
+		}
 		if len(f.Secrets) == 0 {
 			// An empty store is bound to no key: a new key may start over.
 			f.KeyCheck = nil
@@ -381,8 +397,15 @@ func (r record) info() Info {
 	return Info{Name: r.Name, Created: r.Created, Updated: r.Updated, Hosts: slices.Clone(r.Hosts)}
 }
 
+// find returns the index of tenant's secret name, or -1. The local
+// tenant's secrets include those of legacyLocalTenant; its own record of
+// a name comes before a legacy one.
 func (f *storeData) find(tenant, name string) int {
-	return slices.IndexFunc(f.Secrets, func(r record) bool { return r.Tenant == tenant && r.Name == name })
+	i := slices.IndexFunc(f.Secrets, func(r record) bool { return r.Tenant == tenant && r.Name == name })
+	if i < 0 && tenant == event.LocalTenant {
+		i = slices.IndexFunc(f.Secrets, func(r record) bool { return r.Tenant == legacyLocalTenant && r.Name == name })
+	}
+	return i
 }
 
 func (f *storeData) checkKey(k *storeKeys) error {
