@@ -406,6 +406,9 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	if err != nil {
 		return store.LedgerEntry{}, 0, err
 	}
+	if err := knownTenant(ctx, h.store, tenant); err != nil {
+		return store.LedgerEntry{}, 0, err
+	}
 	e, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: tenant, Kind: store.LedgerGrant, Amount: micro, Note: note})
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
@@ -415,6 +418,23 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	}
 	bal, err := h.store.Balance(ctx, tenant)
 	return e, bal, err
+}
+
+// knownTenant refuses, as bad input, a tenant that does not exist: the
+// local tenant always does, any other once airlock tenants create made it.
+// Without it a typo would open a ledger that no run or key ever uses.
+func knownTenant(ctx context.Context, st store.Store, name string) error {
+	if name == event.LocalTenant {
+		return nil
+	}
+	if store.ValidateTenantName(name) != nil {
+		return tenantNameError(name)
+	}
+	_, err := st.GetTenant(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return noTenantError(name)
+	}
+	return err
 }
 
 // tenant is the tenant of the local secret commands: --tenant, else the

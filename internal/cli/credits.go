@@ -23,7 +23,7 @@ type CreditsCmd struct {
 
 // CreditsGrantCmd is `airlock credits grant TENANT AMOUNT`.
 type CreditsGrantCmd struct {
-	Tenant string `arg:"" help:"Tenant (runs of airlock run belong to ${local_tenant})."`
+	Tenant string `arg:"" help:"Tenant: ${local_tenant} (the runs of airlock run) or one airlock tenants create made."`
 	Amount string `arg:"" help:"Credits, e.g. 10 or 2.5."`
 	Note   string `help:"Why, for the ledger."`
 }
