@@ -224,7 +224,7 @@ func (b *localBackend) stop(ctx context.Context, id string, pause bool, reason s
 		err = h.eng.Cancel(ctx, id, "user", reason)
 	}
 	if err != nil {
-		return engineError(err)
+		return err
 	}
 	deadline := time.Now().Add(time.Minute)
 	for h.eng.Driven(id) && time.Now().Before(deadline) {
@@ -244,7 +244,7 @@ func (b *localBackend) create(ctx context.Context, c *AgentRunCmd) (string, erro
 	}
 	r, err := h.eng.Create(ctx, req)
 	if err != nil {
-		return "", engineError(err)
+		return "", err
 	}
 	return r.ID, nil
 }
@@ -279,7 +279,7 @@ func (b *localBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error)
 	}
 	child, err := h.eng.Fork(ctx, parent.ID, c.At, o)
 	if err != nil {
-		return "", engineError(err)
+		return "", err
 	}
 	return child.ID, nil
 }
@@ -334,10 +334,7 @@ func (b *localBackend) decide(ctx context.Context, id, tenant string, approve bo
 		return "", err
 	}
 	if err := h.eng.Decide(ctx, id, tenant, by, approve, text); err != nil {
-		if errors.Is(err, engine.ErrNoApproval) {
-			return "", usageError{Err: err}
-		}
-		return "", engineError(err)
+		return "", err
 	}
 	return by, nil
 }

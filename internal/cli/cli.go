@@ -139,7 +139,7 @@ func Main(env *Env, args []string) int {
 	if env.Store == "" {
 		env.Store = c.Store
 	}
-	return sandboxcli.Status(env.Stderr, kctx.Run(env, &env.Env))
+	return sandboxcli.Status(env.Stderr, userError(kctx.Run(env, &env.Env)))
 }
 
 func isHelp(args []string) bool {

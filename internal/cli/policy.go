@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
@@ -102,12 +103,28 @@ func (c *PolicyExplainCmd) Run(env *Env) error {
 }
 
 // loadPolicy loads a policy document; a bad one has its problems printed,
-// one per line, and gives exit status 2.
+// one per line, and gives exit status 2, like a file that cannot be read
+// (readPolicyFile).
 func loadPolicy(env *Env, path string) (*policy.Document, error) {
-	doc, err := policy.Load(path)
-	if err != nil {
+	doc, err := readPolicyFile(path)
+	var file *fs.PathError
+	switch {
+	case errors.As(err, &file):
+		return nil, usageError{Err: err}
+	case err != nil:
 		fmt.Fprintln(env.Stderr, err)
 		return nil, exitCode(2)
 	}
 	return doc, nil
+}
+
+// readPolicyFile is policy.Load, but a file that cannot be opened or read
+// is the *fs.PathError that says which and why, without the policy
+// package's prefix: it is not a problem of the document.
+func readPolicyFile(path string) (*policy.Document, error) {
+	doc, err := policy.Load(path)
+	if file := (*fs.PathError)(nil); errors.As(err, &file) {
+		return nil, file
+	}
+	return doc, err
 }

@@ -273,18 +273,6 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 	return checked, true, nil
 }
 
-// engineError maps the engine's errors to exit statuses: bad input is a
-// usage error (2), a run that already ended exits 1.
-func engineError(err error) error {
-	switch {
-	case errors.Is(err, engine.ErrInvalid):
-		return usageError{Err: err}
-	case errors.Is(err, engine.ErrFinal), errors.Is(err, engine.ErrBusy), errors.Is(err, engine.ErrDecided):
-		return reportedError{Err: err, Code: 1}
-	}
-	return err
-}
-
 // errDetached ends a drive without ending the run (SIGTERM, SIGHUP): it can
 // be resumed.
 var errDetached = errors.New("airlock stopped; the run can be resumed")
@@ -302,7 +290,7 @@ func (h *host) foreground(id, out string, drive func(context.Context) (engine.Ou
 			fmt.Fprintf(h.env.Stderr, "airlock: %v: airlock runs resume %s\n", errDetached, id)
 			return exitCode(1)
 		}
-		return engineError(err)
+		return err
 	}
 	return h.report(o, out)
 }
@@ -610,7 +598,7 @@ func (c *RunsVerifyCmd) Run(env *Env) error {
 		return err
 	}
 	if broken != nil {
-		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %v\n", r.ID, n, broken)
+		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %s\n", r.ID, n, userText(broken))
 		return exitCode(1)
 	}
 	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified (last %s)\n", r.ID, n, shortHash(last))
@@ -802,7 +790,7 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 	}
 	rep, err := h.eng.Replay(env.Ctx, orig.ID)
 	if err != nil {
-		return engineError(err)
+		return err
 	}
 	ctx, cancel := context.WithCancelCause(env.Ctx)
 	defer cancel(nil)

@@ -58,6 +58,9 @@ var (
 	// value that does not authenticate (tampered, or moved to another name,
 	// tenant or host binding).
 	ErrCorrupt = errors.New("secret: store corrupt")
+	// ErrInvalid reports a malformed tenant or secret name or host
+	// pattern: the caller's input, not the store, is at fault.
+	ErrInvalid = errors.New("secret: invalid")
 )
 
 // Info describes a secret without its value.
@@ -117,16 +120,16 @@ func Open(dir string, key KeySource) (*Store, error) {
 // characters from [a-zA-Z0-9_.-], starting with a letter or digit.
 func ValidName(name string) error {
 	if name == "" || len(name) > 128 {
-		return fmt.Errorf("secret: invalid name %q: want 1 to 128 characters", truncate(name))
+		return fmt.Errorf("%w name %q: want 1 to 128 characters", ErrInvalid, truncate(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 		if i == 0 && !alnum {
-			return fmt.Errorf("secret: invalid name %q: must start with a letter or digit", truncate(name))
+			return fmt.Errorf("%w name %q: must start with a letter or digit", ErrInvalid, truncate(name))
 		}
 		if !alnum && c != '_' && c != '.' && c != '-' {
-			return fmt.Errorf("secret: invalid name %q: only letters, digits, '_', '.' and '-' are allowed", truncate(name))
+			return fmt.Errorf("%w name %q: only letters, digits, '_', '.' and '-' are allowed", ErrInvalid, truncate(name))
 		}
 	}
 	return nil
@@ -162,7 +165,7 @@ func NormalizeHosts(hosts []string) ([]string, error) {
 
 func normalizeHost(h string) (string, error) {
 	bad := func(why string) (string, error) {
-		return "", fmt.Errorf("secret: invalid host %q: %s", truncate(h), why)
+		return "", fmt.Errorf("%w host %q: %s", ErrInvalid, truncate(h), why)
 	}
 	s := strings.ToLower(strings.TrimSuffix(h, "."))
 	if s == "" || len(s) > 253 {
@@ -274,7 +277,7 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Value, Info, erro
 // List describes tenant's secrets, sorted by name. It needs no key.
 func (s *Store) List(ctx context.Context, tenant string) ([]Info, error) {
 	if err := ValidName(tenant); err != nil {
-		return nil, fmt.Errorf("secret: tenant: %w", err)
+		return nil, fmt.Errorf("tenant: %w", err)
 	}
 	f, err := s.read(ctx)
 	if err != nil {
@@ -316,7 +319,7 @@ func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 
 func checkIDs(tenant, name string) error {
 	if err := ValidName(tenant); err != nil {
-		return fmt.Errorf("secret: tenant: %w", err)
+		return fmt.Errorf("tenant: %w", err)
 	}
 	return ValidName(name)
 }
