@@ -151,12 +151,12 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		sink = teeSink{sink, o.extra}
 	}
 	e.proxy, err = egress.New(egress.Config{
-		Identity:     egress.Identity{Tenant: tenant, Run: runID, Sandbox: id},
-		Policy:       n,
-		Secrets:      secrets,
-		Audit:        sink,
-		Approver:     o.ask,
-		Local:        o.local,
+		Identity: egress.Identity{Tenant: tenant, Run: runID, Sandbox: id},
+		Policy:   n,
+		Secrets:  secrets,
+		Audit:    sink,
+		Approver: o.ask,
+		Local:    o.local,
 	})
 	if err != nil {
 		ln.Close()
