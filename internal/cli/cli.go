@@ -105,6 +105,10 @@ func (VersionCmd) Run(env *Env) error {
 	return nil
 }
 
+// helpVars are the variables the flags' help and defaults name, like
+// ${local_tenant}.
+var helpVars = kong.Vars{"local_tenant": event.LocalTenant}
+
 // Main runs the command line and returns the exit status.
 func Main(env *Env, args []string) int {
 	var c cli
@@ -115,7 +119,7 @@ func Main(env *Env, args []string) int {
 		kong.Exit(func(int) {}),
 		kong.UsageOnError(),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
-		kong.Vars{"local_tenant": event.LocalTenant},
+		helpVars,
 	)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "airlock: %v\n", err)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -461,13 +461,11 @@ func (c *RunsLsCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
+		vs := make([]api.Run, 0, len(runs))
 		for i := len(runs) - 1; i >= 0; i-- {
-			if err := enc.Encode(toJSON(runs[i])); err != nil {
-				return err
-			}
+			vs = append(vs, toJSON(runs[i]))
 		}
-		return nil
+		return sandboxcli.WriteJSON(env.Stdout, vs...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tMODEL\tCREATED\tTASK")
@@ -513,7 +511,7 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		for _, a := range o.Artifacts {
 			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
 		}
-		return json.NewEncoder(env.Stdout).Encode(v)
+		return sandboxcli.WriteJSON(env.Stdout, v)
 	}
 	w := env.Stdout
 	fmt.Fprintf(w, "run      %s\nstatus   %s\nmodel    %s\ntask     %s\ncreated  %s\n", r.ID, r.Status, r.Model, oneLine(r.Task), r.Created.Local().Format(time.RFC3339))
@@ -559,7 +557,6 @@ func (c *RunsEventsCmd) Run(env *Env) error {
 		return err
 	}
 	defer b.close()
-	enc := json.NewEncoder(env.Stdout)
 	for from := max(c.From, 1); ; {
 		page, err := b.events(env.Ctx, r.ID, from)
 		if err != nil {
@@ -568,13 +565,14 @@ func (c *RunsEventsCmd) Run(env *Env) error {
 		if len(page) == 0 {
 			return nil
 		}
-		for _, e := range page {
-			if c.JSON {
-				if err := enc.Encode(e); err != nil {
-					return err
-				}
-				continue
+		if c.JSON {
+			if err := sandboxcli.WriteJSON(env.Stdout, page...); err != nil {
+				return err
 			}
+			from = page[len(page)-1].Seq + 1
+			continue
+		}
+		for _, e := range page {
 			fmt.Fprintf(env.Stdout, "%5d  %s  %-20s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, clip(string(e.Payload), 160))
 		}
 		from = page[len(page)-1].Seq + 1
@@ -766,7 +764,7 @@ func (c *RunsForkCmd) options() (engine.ForkOptions, runPolicy, error) {
 // RunsReplayCmd is `airlock runs replay RUN`.
 type RunsReplayCmd struct {
 	ID   string `arg:"" name:"run" help:"Run to replay (id or a unique part of it)."`
-	JSON bool   `name:"json" help:"Print the differences as JSON lines."`
+	JSON bool   `name:"json" help:"One JSON object per difference: step, call_id, tool, field, run, replay."`
 }
 
 // Run replays and compares; exit 0 when the outcome is the same.
@@ -805,11 +803,8 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
-		for _, d := range diffs {
-			if err := enc.Encode(d); err != nil {
-				return err
-			}
+		if err := sandboxcli.WriteJSON(env.Stdout, diffs...); err != nil {
+			return err
 		}
 	} else {
 		fmt.Fprintf(env.Stdout, "replay %s of %s: ", rep.ID, orig.ID)

@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -85,17 +85,15 @@ func (c *TenantsLsCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
-		for _, tn := range tenants {
-			v := struct {
-				Name    string    `json:"name"`
-				Created time.Time `json:"created"`
-			}{tn.Name, tn.CreatedAt.UTC()}
-			if err := enc.Encode(v); err != nil {
-				return err
-			}
+		type tenantJSON struct {
+			Name    string    `json:"name"`
+			Created time.Time `json:"created"`
 		}
-		return nil
+		vs := make([]tenantJSON, 0, len(tenants))
+		for _, tn := range tenants {
+			vs = append(vs, tenantJSON{tn.Name, tn.CreatedAt.UTC()})
+		}
+		return sandboxcli.WriteJSON(env.Stdout, vs...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCREATED")

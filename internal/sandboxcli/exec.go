@@ -1,7 +1,6 @@
 package sandboxcli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -144,7 +143,7 @@ func checkID(id string) error {
 
 // LsCmd is `airlock sandbox ls`.
 type LsCmd struct {
-	JSON bool `name:"json" help:"Print JSON."`
+	JSON bool `name:"json" help:"One JSON object per sandbox: id, backend, created, workspace, layers, usage."`
 }
 
 // Run lists live sandboxes.
@@ -163,7 +162,7 @@ func (c *LsCmd) Run(env *Env) error {
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Created.Before(infos[j].Created) })
 	if c.JSON {
-		return json.NewEncoder(env.Stdout).Encode(infos)
+		return WriteJSON(env.Stdout, infos...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAGE\tMEMORY\tCPU\tPIDS\tWORKSPACE")
