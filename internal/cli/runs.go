@@ -56,6 +56,7 @@ type AgentRunCmd struct {
 	Allow     []string      `help:"Allow egress to HOST[:PORT] (repeatable; added to the policy's network.allow). Without a port: 80 and 443." placeholder:"HOST[:PORT]"`
 	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
 	Metadata  []string      `help:"Label the run with KEY=VALUE (repeatable); airlock runs ls --metadata finds it by them." placeholder:"KEY=VALUE" sep:"none"`
+	Env       []string      `short:"e" sep:"none" help:"Environment variable KEY=VALUE of every command in the run's sandboxes (repeatable). It is recorded in the run's log, so a resumed run has it too: not for secrets (bind those with a policy credential)." placeholder:"KEY=VALUE"`
 }
 
 // Run creates the run and drives it in the foreground (against a server:
@@ -196,6 +197,10 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 		}
 		cfg.Sandboxes = append(cfg.Sandboxes, sc)
 	}
+	if err := sandbox.CheckEnv(c.Env, gatewayEnv...); err != nil {
+		errs = append(errs, fmt.Errorf("--env: %w", err))
+	}
+	cfg.Env = c.Env
 	req.Config = cfg
 	return req, errors.Join(errs...)
 }

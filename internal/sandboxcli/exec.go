@@ -45,10 +45,8 @@ func (c *ExecCmd) Run(env *Env) error {
 	if err != nil {
 		return UsageError{fmt.Errorf("--max-output: %w", err)}
 	}
-	for _, e := range c.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			return UsageError{fmt.Errorf("--env %q: want K=V", e)}
-		}
+	if err := sandbox.CheckEnv(c.Env); err != nil {
+		return UsageError{fmt.Errorf("--env: %w", err)}
 	}
 	cl := supervisor.Client{Path: filepath.Join(env.StateDir(c.ID), "sock")}
 	req := supervisor.ExecRequest{Argv: argv, Env: c.Env, User: c.User, Dir: c.Workdir, TTY: c.TTY, Timeout: c.Timeout, MaxOut: maxOut}
