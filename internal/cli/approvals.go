@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // ApprovalsCmd is `airlock approvals`.
@@ -35,13 +35,7 @@ func (c *ApprovalsLsCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
-		for _, a := range as {
-			if err := enc.Encode(a); err != nil {
-				return err
-			}
-		}
-		return nil
+		return sandboxcli.WriteJSON(env.Stdout, as...)
 	}
 	if len(as) == 0 {
 		fmt.Fprintln(env.Stdout, "no pending approvals")

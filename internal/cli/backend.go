@@ -225,7 +225,7 @@ func (b *localBackend) stop(ctx context.Context, id string, pause bool, reason s
 		err = h.eng.Cancel(ctx, id, "user", reason)
 	}
 	if err != nil {
-		return engineError(err)
+		return err
 	}
 	deadline := time.Now().Add(time.Minute)
 	for h.eng.Driven(id) && time.Now().Before(deadline) {
@@ -250,7 +250,7 @@ func (b *localBackend) create(ctx context.Context, c *AgentRunCmd) (string, erro
 	}
 	r, err := h.eng.Create(ctx, req)
 	if err != nil {
-		return "", engineError(err)
+		return "", err
 	}
 	return r.ID, nil
 }
@@ -291,7 +291,7 @@ func (b *localBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error)
 	}
 	child, err := h.eng.Fork(ctx, parent.ID, c.At, o)
 	if err != nil {
-		return "", engineError(err)
+		return "", err
 	}
 	return child.ID, nil
 }
@@ -346,10 +346,7 @@ func (b *localBackend) decide(ctx context.Context, id, tenant string, approve bo
 		return "", err
 	}
 	if err := h.eng.Decide(ctx, id, tenant, by, approve, text); err != nil {
-		if errors.Is(err, engine.ErrNoApproval) {
-			return "", usageError{Err: err}
-		}
-		return "", engineError(err)
+		return "", err
 	}
 	return by, nil
 }
@@ -363,7 +360,7 @@ func (b *localBackend) putPolicy(ctx context.Context, name, file string, doc []b
 	if err != nil {
 		return store.PolicyVersion{}, false, usageError{Err: fmt.Errorf("%s: %w", file, err)}
 	}
-	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: runTenant, Name: name, Document: doc, PolicyHash: hash, Source: file, By: whoami(b.env)})
+	v, created, err := st.PutPolicy(ctx, store.PolicyVersion{Tenant: event.LocalTenant, Name: name, Document: doc, PolicyHash: hash, Source: file, By: whoami(b.env)})
 	if errors.Is(err, store.ErrInvalid) {
 		return v, false, usageError{Err: err}
 	}
@@ -375,8 +372,8 @@ func (b *localBackend) policyVersions(ctx context.Context, name string) ([]store
 	if err != nil {
 		return nil, err
 	}
-	vs, err := st.PolicyVersions(ctx, runTenant, name)
-	fillPolicyHashes(ctx, st, runTenant, vs)
+	vs, err := st.PolicyVersions(ctx, event.LocalTenant, name)
+	fillPolicyHashes(ctx, st, event.LocalTenant, vs)
 	return vs, err
 }
 
@@ -385,10 +382,10 @@ func (b *localBackend) policy(ctx context.Context, ref string) (store.PolicyVers
 	if err != nil {
 		return store.PolicyVersion{}, err
 	}
-	v, err := getPolicy(ctx, st, runTenant, ref)
+	v, err := getPolicy(ctx, st, event.LocalTenant, ref)
 	if err == nil {
 		vs := []store.PolicyVersion{v}
-		fillPolicyHashes(ctx, st, runTenant, vs)
+		fillPolicyHashes(ctx, st, event.LocalTenant, vs)
 		v = vs[0]
 	}
 	return v, err
@@ -399,8 +396,8 @@ func (b *localBackend) policies(ctx context.Context) ([]store.PolicyVersion, err
 	if err != nil {
 		return nil, err
 	}
-	vs, err := st.ListPolicies(ctx, runTenant)
-	fillPolicyHashes(ctx, st, runTenant, vs)
+	vs, err := st.ListPolicies(ctx, event.LocalTenant)
+	fillPolicyHashes(ctx, st, event.LocalTenant, vs)
 	return vs, err
 }
 
@@ -432,6 +429,9 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	if err != nil {
 		return store.LedgerEntry{}, 0, err
 	}
+	if err := knownTenant(ctx, h.store, tenant); err != nil {
+		return store.LedgerEntry{}, 0, err
+	}
 	e, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: tenant, Kind: store.LedgerGrant, Amount: micro, Note: note})
 	if err != nil {
 		if errors.Is(err, store.ErrInvalid) {
@@ -443,13 +443,28 @@ func (b *localBackend) grant(ctx context.Context, tenant string, micro int64, no
 	return e, bal, err
 }
 
-// localSecretTenant is the tenant of the local secret commands when
-// --tenant is not given.
-const localSecretTenant = secret.DefaultTenant
+// knownTenant refuses, as bad input, a tenant that does not exist: the
+// local tenant always does, any other once airlock tenants create made it.
+// Without it a typo would open a ledger that no run or key ever uses.
+func knownTenant(ctx context.Context, st store.Store, name string) error {
+	if name == event.LocalTenant {
+		return nil
+	}
+	if store.ValidateTenantName(name) != nil {
+		return tenantNameError(name)
+	}
+	_, err := st.GetTenant(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return noTenantError(name)
+	}
+	return err
+}
 
+// tenant is the tenant of the local secret commands: --tenant, else the
+// local tenant's.
 func (f *SecretStoreFlags) tenant() string {
 	if f.Tenant == "" {
-		return localSecretTenant
+		return event.LocalTenant
 	}
 	return f.Tenant
 }

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -168,6 +169,10 @@ type commandLine struct {
 	exit int
 }
 
+// helpVars are the variables the flags' help and defaults name, like
+// ${local_tenant}.
+var helpVars = kong.Vars{"local_tenant": event.LocalTenant}
+
 func newCommandLine(env *Env) (*commandLine, error) {
 	l := &commandLine{stderr: env.Stderr, exit: -1}
 	parser, err := kong.New(&l.cli,
@@ -181,6 +186,7 @@ func newCommandLine(env *Env) (*commandLine, error) {
 		}),
 		kong.Vars{"version": versionLine()},
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		helpVars,
 	)
 	if err != nil {
 		return nil, err
@@ -226,5 +232,5 @@ func Main(env *Env, args []string) int {
 	if env.Store == "" {
 		env.Store = l.cli.Store
 	}
-	return sandboxcli.Status(env.Stderr, kctx.Run(env, &env.Env))
+	return sandboxcli.Status(env.Stderr, userError(kctx.Run(env, &env.Env)))
 }

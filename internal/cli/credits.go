@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -10,8 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/price"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/store"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -23,7 +25,7 @@ type CreditsCmd struct {
 
 // CreditsGrantCmd is `airlock credits grant TENANT AMOUNT`.
 type CreditsGrantCmd struct {
-	Tenant string `arg:"" help:"Tenant (runs of airlock run belong to \"local\")."`
+	Tenant string `arg:"" help:"Tenant: ${local_tenant} (the runs of airlock run) or one airlock tenants create made."`
 	Amount string `arg:"" help:"Credits, e.g. 10 or 2.5."`
 	Note   string `help:"Why, for the ledger."`
 }
@@ -50,7 +52,7 @@ func (c *CreditsGrantCmd) Run(env *Env) error {
 // CreditsShowCmd is `airlock credits show TENANT`.
 type CreditsShowCmd struct {
 	Tenant string `arg:"" help:"Tenant."`
-	JSON   bool   `name:"json" help:"One JSON object: tenant, balance (micro-credits), entries."`
+	JSON   bool   `name:"json" help:"One JSON object per ledger entry, oldest first: id, tenant, kind, amount, balance after it (both micro-credits), run_id, seq, note, created."`
 	Limit  int    `help:"Most entries shown (newest)." default:"20"`
 }
 
@@ -65,27 +67,11 @@ func (c *CreditsShowCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
+	if c.JSON {
+		return sandboxcli.WriteJSON(env.Stdout, ledgerJSON(c.Tenant, all, c.Limit)...)
+	}
 	if c.Limit > 0 && len(all) > c.Limit {
 		all = all[len(all)-c.Limit:]
-	}
-	if c.JSON {
-		type entry struct {
-			ID     int64  `json:"id"`
-			Kind   string `json:"kind"`
-			Amount int64  `json:"amount"`
-			RunID  string `json:"run_id,omitempty"`
-			Seq    int64  `json:"seq,omitempty"`
-			Note   string `json:"note,omitempty"`
-		}
-		v := struct {
-			Tenant  string  `json:"tenant"`
-			Balance int64   `json:"balance"`
-			Entries []entry `json:"entries"`
-		}{Tenant: c.Tenant, Balance: bal, Entries: []entry{}}
-		for _, e := range all {
-			v.Entries = append(v.Entries, entry{e.ID, e.Kind, e.Amount, e.RunID, e.Seq, e.Note})
-		}
-		return json.NewEncoder(env.Stdout).Encode(v)
 	}
 	fmt.Fprintf(env.Stdout, "tenant %s: balance %s credits\n", c.Tenant, formatCredits(bal))
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
@@ -98,6 +84,41 @@ func (c *CreditsShowCmd) Run(env *Env) error {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", e.ID, e.Kind, formatCredits(e.Amount), run, clip(oneLine(e.Note), 50))
 	}
 	return tw.Flush()
+}
+
+// ledgerEntryJSON is the JSON form of a ledger entry. Balance is the
+// tenant's balance after it, so that the last line says the balance.
+type ledgerEntryJSON struct {
+	ID      int64     `json:"id"`
+	Tenant  string    `json:"tenant"`
+	Kind    string    `json:"kind"`
+	Amount  int64     `json:"amount"`
+	Balance int64     `json:"balance"`
+	RunID   string    `json:"run_id,omitempty"`
+	Seq     int64     `json:"seq,omitempty"`
+	Note    string    `json:"note,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// ledgerJSON is tenant's whole ledger, oldest first, as the JSON form
+// of its newest limit entries (all of them when limit is 0), each with
+// the balance after it.
+func ledgerJSON(tenant string, all []store.LedgerEntry, limit int) []ledgerEntryJSON {
+	out := make([]ledgerEntryJSON, 0, len(all))
+	var bal int64
+	for _, e := range all {
+		if e.Kind == store.LedgerGrant {
+			bal += e.Amount
+		} else {
+			bal -= e.Amount
+		}
+		out = append(out, ledgerEntryJSON{ID: e.ID, Tenant: tenant, Kind: e.Kind, Amount: e.Amount, Balance: bal,
+			RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC()})
+	}
+	if limit > 0 && len(out) > limit {
+		out = out[len(out)-limit:]
+	}
+	return out
 }
 
 // parseCredits turns "2.5" into 2,500,000 micro-credits.

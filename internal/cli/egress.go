@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/secret"
@@ -100,9 +101,8 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		runID = "run-" + strings.TrimPrefix(id, "sb-")
 	}
 	if tenant == "" {
-		tenant = secret.DefaultTenant
+		tenant = event.LocalTenant
 	}
-	secretTenant := secretTenantOf(tenant)
 	var secrets egress.Secrets
 	if len(n.Credentials) > 0 {
 		st, err := openSecretStore(env, f.KeyFile)
@@ -113,7 +113,7 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		// missing. A policy's credentials name the run's tenant's secrets,
 		// never another's: the proxy looks them up under its identity.
 		for _, c := range n.Credentials {
-			if _, _, err := st.Get(ctx, secretTenant, c.Secret); err != nil {
+			if _, _, err := st.Get(ctx, tenant, c.Secret); err != nil {
 				return nil, fmt.Errorf("policy credential for %s: secret %q: %w", c.Host, c.Secret, err)
 			}
 		}
@@ -152,13 +152,12 @@ func startEgress(ctx context.Context, env *Env, id string, n *policy.Network, f 
 		sink = teeSink{sink, o.extra}
 	}
 	e.proxy, err = egress.New(egress.Config{
-		Identity:     bridge.Identity{Tenant: tenant, Run: runID, Sandbox: id},
-		Policy:       n,
-		Secrets:      secrets,
-		SecretTenant: secretTenant,
-		Audit:        sink,
-		Approver:     o.ask,
-		Local:        o.local,
+		Identity: bridge.Identity{Tenant: tenant, Run: runID, Sandbox: id},
+		Policy:   n,
+		Secrets:  secrets,
+		Audit:    sink,
+		Approver: o.ask,
+		Local:    o.local,
 	})
 	if err != nil {
 		ln.Close()
@@ -209,19 +208,9 @@ func (e *egressRun) close(env *Env) {
 	}
 }
 
-// secretTenantOf returns the tenant whose secrets a run of tenant may use:
-// its own, except that local runs (tenant "local") use the secrets the
-// local commands set, the default tenant's.
-func secretTenantOf(tenant string) string {
-	if tenant == "" || tenant == runTenant {
-		return secret.DefaultTenant
-	}
-	return tenant
-}
-
 // openSecretStore opens $AIRLOCK_HOME/secrets with keyFile, or its default
 // key.
 func openSecretStore(env *Env, keyFile string) (*secret.Store, error) {
-	f := SecretStoreFlags{KeyFile: keyFile, Tenant: secret.DefaultTenant}
+	f := SecretStoreFlags{KeyFile: keyFile, Tenant: event.LocalTenant}
 	return f.open(env)
 }

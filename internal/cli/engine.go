@@ -210,7 +210,7 @@ func (h *host) provider(ps engine.ProviderSpec) (model.Provider, error) {
 		o.Key = secret.NewValue([]byte(v))
 	} else if secretName != "" {
 		if st, err := openSecretStore(h.env, ""); err == nil {
-			if v, _, err := st.Get(h.env.Ctx, secret.DefaultTenant, secretName); err == nil {
+			if v, _, err := st.Get(h.env.Ctx, event.LocalTenant, secretName); err == nil {
 				o.Key = v
 				h.red.Add(v)
 			}
@@ -263,9 +263,8 @@ func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), e
 		if err != nil {
 			return nil, err
 		}
-		tenant := secretTenantOf(a.Tenant)
 		for _, c := range doc.Network.Credentials {
-			if v, _, err := st.Get(ctx, tenant, c.Secret); err == nil {
+			if v, _, err := st.Get(ctx, a.Tenant, c.Secret); err == nil {
 				n.red.Add(v)
 			}
 		}

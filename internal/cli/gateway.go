@@ -155,7 +155,7 @@ func (l *llmHub) key(env, name string) func(context.Context) (secret.Value, erro
 		if err != nil {
 			return secret.Value{}, err
 		}
-		v, _, err := st.Get(ctx, secret.DefaultTenant, name)
+		v, _, err := st.Get(ctx, event.LocalTenant, name)
 		return v, err
 	}
 }
@@ -188,8 +188,12 @@ func (l *llmHub) spent(ctx context.Context, id bridge.Identity) (gateway.Totals,
 	}
 }
 
+// gatewayEnv are the variables attach gives a run's sandboxes: airlock
+// run --env may not set them.
+var gatewayEnv = []string{"AIRLOCK_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
+
 // attach serves the sandbox of a: a token bound to it, the variables the
-// SDKs read, and the gateway as its proxy's local handler. The returned
+// SDKs read (gatewayEnv), and the gateway as its proxy's local handler. The returned
 // function ends it once the sandbox is gone.
 func (l *llmHub) attach(a engine.Attachment, llm *policy.LLM) (*gateway.Gateway, func(), error) {
 	gw, tokens, err := l.gateway()
@@ -201,7 +205,7 @@ func (l *llmHub) attach(a engine.Attachment, llm *policy.LLM) (*gateway.Gateway,
 		return nil, nil, err
 	}
 	l.red.Add(secret.NewValue([]byte(tok)))
-	a.Spec.Env = append(a.Spec.Env,
+	a.Spec.Env = append(a.Spec.Env, // the names of gatewayEnv
 		"AIRLOCK_TOKEN="+tok, "OPENAI_API_KEY="+tok, "ANTHROPIC_API_KEY="+tok,
 		"OPENAI_BASE_URL="+gatewayAddr+"openai/v1", "ANTHROPIC_BASE_URL="+gatewayAddr+"anthropic")
 	key := [2]string{a.Tenant, a.RunID}

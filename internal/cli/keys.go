@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -132,15 +132,12 @@ func (c *KeysLsCmd) Run(env *Env) error {
 		keys = append(keys, ks...)
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
+		vs := make([]keyJSON, 0, len(keys))
 		for _, k := range keys {
-			v := keyJSON{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
-				LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt)}
-			if err := enc.Encode(v); err != nil {
-				return err
-			}
+			vs = append(vs, keyJSON{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
+				LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt)})
 		}
-		return nil
+		return sandboxcli.WriteJSON(env.Stdout, vs...)
 	}
 	when := func(t time.Time) string {
 		if t.IsZero() {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"time"
@@ -73,7 +74,7 @@ type PolicyExplainCmd struct {
 	External bool          `help:"The tool is a host tool that changes the world outside the run."`
 	Step     int64         `default:"1" help:"Step number of the call (run.step)."`
 	Sandbox  string        `default:"main" help:"Sandbox the call targets (sandbox.name); empty for a host tool." placeholder:"NAME"`
-	Tenant   string        `default:"default" help:"Tenant of the run (run.tenant)."`
+	Tenant   string        `default:"${local_tenant}" help:"Tenant of the run (run.tenant)."`
 	Task     string        `help:"Task of the run (run.task)."`
 	Tokens   int64         `help:"Model tokens the run has used (run.tokens)."`
 	Elapsed  time.Duration `help:"Active time the run has taken (run.elapsed_seconds), like 5m."`
@@ -151,12 +152,28 @@ func (c *PolicyExplainCmd) Run(env *Env) error {
 }
 
 // loadPolicy loads a policy document; a bad one has its problems printed,
-// one per line, and gives exit status 2.
+// one per line, and gives exit status 2, like a file that cannot be read
+// (readPolicyFile).
 func loadPolicy(env *Env, path string) (*policy.Document, error) {
-	doc, err := policy.Load(path)
-	if err != nil {
+	doc, err := readPolicyFile(path)
+	var file *fs.PathError
+	switch {
+	case errors.As(err, &file):
+		return nil, usageError{Err: err}
+	case err != nil:
 		fmt.Fprintln(env.Stderr, err)
 		return nil, exitCode(2)
 	}
 	return doc, nil
+}
+
+// readPolicyFile is policy.Load, but a file that cannot be opened or read
+// is the *fs.PathError that says which and why, without the policy
+// package's prefix: it is not a problem of the document.
+func readPolicyFile(path string) (*policy.Document, error) {
+	doc, err := policy.Load(path)
+	if file := (*fs.PathError)(nil); errors.As(err, &file) {
+		return nil, file
+	}
+	return doc, err
 }

@@ -58,6 +58,7 @@ func (c *AgentRunCmd) remoteRequest() (api.CreateRunRequest, error) {
 		{c.WSMode != "" && c.WSMode != policy.WorkspaceCOW, "--workspace-mode " + c.WSMode, "the server's sandbox works on an uploaded copy of --workspace"},
 		{c.PolicyAs != "", "--policy-name", "store the policy with airlock policy put, then give --policy NAME"},
 		{c.Context != defaultContextWindow, "--context-window", "the API takes no context window"},
+		{len(c.Env) > 0, "--env", "the API takes no environment for a run's sandboxes"},
 	} {
 		if f.set {
 			errs = append(errs, fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", f.flag, f.do))

@@ -21,6 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -56,6 +57,7 @@ type AgentRunCmd struct {
 	Allow     []string      `help:"Allow egress to HOST[:PORT] (repeatable; added to the policy's network.allow). Without a port: 80 and 443." placeholder:"HOST[:PORT]"`
 	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
 	Metadata  []string      `help:"Label the run with KEY=VALUE (repeatable); airlock runs ls --metadata finds it by them." placeholder:"KEY=VALUE" sep:"none"`
+	Env       []string      `short:"e" sep:"none" help:"Environment variable KEY=VALUE of every command in the run's sandboxes (repeatable). It is recorded in the run's log, so a resumed run has it too: not for secrets (bind those with a policy credential)." placeholder:"KEY=VALUE"`
 }
 
 // Run creates the run and drives it in the foreground (against a server:
@@ -116,7 +118,7 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	if c.Policy != "" {
 		p, err := readRunPolicy(c.Policy, c.PolicyAs)
 		if err == nil && p.ref != "" {
-			p, err = p.loadStoredFrom(env, runTenant)
+			p, err = p.loadStoredFrom(env, event.LocalTenant)
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -194,6 +196,10 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 		}
 		cfg.Sandboxes = append(cfg.Sandboxes, sc)
 	}
+	if err := sandbox.CheckEnv(c.Env, gatewayEnv...); err != nil {
+		errs = append(errs, fmt.Errorf("--env: %w", err))
+	}
+	cfg.Env = c.Env
 	req.Config = cfg
 	return req, errors.Join(errs...)
 }
@@ -271,18 +277,6 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 	return checked, true, nil
 }
 
-// engineError maps the engine's errors to exit statuses: bad input is a
-// usage error (2), a run that already ended exits 1.
-func engineError(err error) error {
-	switch {
-	case errors.Is(err, engine.ErrInvalid):
-		return usageError{Err: err}
-	case errors.Is(err, engine.ErrFinal), errors.Is(err, engine.ErrBusy), errors.Is(err, engine.ErrDecided):
-		return reportedError{Err: err, Code: 1}
-	}
-	return err
-}
-
 // errDetached ends a drive without ending the run (SIGTERM, SIGHUP): it can
 // be resumed.
 var errDetached = errors.New("airlock stopped; the run can be resumed")
@@ -300,7 +294,7 @@ func (h *host) foreground(id, out string, drive func(context.Context) (engine.Ou
 			fmt.Fprintf(h.env.Stderr, "airlock: %v: airlock runs resume %s\n", errDetached, id)
 			return exitCode(1)
 		}
-		return engineError(err)
+		return err
 	}
 	return h.report(o, out)
 }
@@ -482,13 +476,11 @@ func (c *RunsLsCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
+		vs := make([]api.Run, 0, len(runs))
 		for i := len(runs) - 1; i >= 0; i-- {
-			if err := enc.Encode(toJSON(runs[i])); err != nil {
-				return err
-			}
+			vs = append(vs, toJSON(runs[i]))
 		}
-		return nil
+		return sandboxcli.WriteJSON(env.Stdout, vs...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tMODEL\tCREATED\tTASK")
@@ -541,7 +533,7 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		for _, a := range o.Artifacts {
 			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
 		}
-		return json.NewEncoder(env.Stdout).Encode(v)
+		return sandboxcli.WriteJSON(env.Stdout, v)
 	}
 	w := env.Stdout
 	fmt.Fprintf(w, "run      %s\nstatus   %s\nmodel    %s\ntask     %s\ncreated  %s\n", r.ID, r.Status, r.Model, oneLine(r.Task), r.Created.Local().Format(time.RFC3339))
@@ -612,7 +604,6 @@ func (c *RunsEventsCmd) Run(env *Env) error {
 		return err
 	}
 	defer b.close()
-	enc := json.NewEncoder(env.Stdout)
 	for from := max(c.From, 1); ; {
 		page, err := b.events(env.Ctx, r.ID, from)
 		if err != nil {
@@ -621,13 +612,14 @@ func (c *RunsEventsCmd) Run(env *Env) error {
 		if len(page) == 0 {
 			return nil
 		}
-		for _, e := range page {
-			if c.JSON {
-				if err := enc.Encode(e); err != nil {
-					return err
-				}
-				continue
+		if c.JSON {
+			if err := sandboxcli.WriteJSON(env.Stdout, page...); err != nil {
+				return err
 			}
+			from = page[len(page)-1].Seq + 1
+			continue
+		}
+		for _, e := range page {
 			fmt.Fprintf(env.Stdout, "%5d  %s  %-20s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, clip(string(e.Payload), 160))
 		}
 		from = page[len(page)-1].Seq + 1
@@ -651,7 +643,7 @@ func (c *RunsVerifyCmd) Run(env *Env) error {
 		return err
 	}
 	if broken != nil {
-		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %v\n", r.ID, n, broken)
+		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %s\n", r.ID, n, userText(broken))
 		return exitCode(1)
 	}
 	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified (last %s)\n", r.ID, n, shortHash(last))
@@ -819,7 +811,7 @@ func (c *RunsForkCmd) options() (engine.ForkOptions, runPolicy, error) {
 // RunsReplayCmd is `airlock runs replay RUN`.
 type RunsReplayCmd struct {
 	ID   string `arg:"" name:"run" help:"Run to replay (id or a unique part of it)."`
-	JSON bool   `name:"json" help:"Print the differences as JSON lines."`
+	JSON bool   `name:"json" help:"One JSON object per difference: step, call_id, tool, field, run, replay."`
 }
 
 // Run replays and compares; exit 0 when the outcome is the same.
@@ -843,7 +835,7 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 	}
 	rep, err := h.eng.Replay(env.Ctx, orig.ID)
 	if err != nil {
-		return engineError(err)
+		return err
 	}
 	ctx, cancel := context.WithCancelCause(env.Ctx)
 	defer cancel(nil)
@@ -858,11 +850,8 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
-		for _, d := range diffs {
-			if err := enc.Encode(d); err != nil {
-				return err
-			}
+		if err := sandboxcli.WriteJSON(env.Stdout, diffs...); err != nil {
+			return err
 		}
 	} else {
 		fmt.Fprintf(env.Stdout, "replay %s of %s: ", rep.ID, orig.ID)

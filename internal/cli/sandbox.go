@@ -54,7 +54,7 @@ func (c *RunCmd) Run(env *Env) error {
 func sandboxSpec(f *sandboxcli.SpecFlags, e *EgressFlags) (sandbox.Spec, *policy.Network, *policy.Document, error) {
 	doc := policy.Default()
 	if e.Policy != "" {
-		d, err := policy.Load(e.Policy)
+		d, err := readPolicyFile(e.Policy)
 		if err != nil {
 			return sandbox.Spec{}, nil, nil, fmt.Errorf("--policy: %w", err)
 		}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/secret"
 	"golang.org/x/sys/unix"
 )
@@ -31,7 +31,7 @@ type SecretsCmd struct {
 // SecretStoreFlags choose the store's key and tenant.
 type SecretStoreFlags struct {
 	KeyFile string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Key file (default $AIRLOCK_HOME/secrets/key, created with mode 0600 on first use; a server uses its own)." placeholder:"PATH"`
-	Tenant  string `help:"Tenant that owns the secrets (default: default; against a server, the API key's tenant, the only one it may name)." placeholder:"NAME"`
+	Tenant  string `help:"Tenant that owns the secrets (default: ${local_tenant}, the command line's; against a server, the API key's tenant, the only one it may name)." placeholder:"NAME"`
 }
 
 // open opens the store under env.Home with the chosen key.
@@ -205,7 +205,7 @@ func readNoEcho(f *os.File) ([]byte, error) {
 // SecretsLsCmd is `airlock secrets ls [--json]`.
 type SecretsLsCmd struct {
 	SecretStoreFlags
-	JSON bool `name:"json" help:"Print a JSON array."`
+	JSON bool `name:"json" help:"One JSON object per secret: name, created, updated, hosts."`
 }
 
 // Run lists the tenant's secrets.
@@ -224,9 +224,7 @@ func (c *SecretsLsCmd) Run(env *Env) error {
 		for _, i := range infos {
 			out = append(out, api.Secret{Name: i.Name, Created: i.Created.UTC(), Updated: i.Updated.UTC(), Hosts: append([]string{}, i.Hosts...)})
 		}
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return sandboxcli.WriteJSON(env.Stdout, out...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCREATED\tHOSTS")

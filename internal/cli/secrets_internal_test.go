@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/secret"
 	"golang.org/x/sys/unix"
@@ -125,7 +126,7 @@ func TestSetFromTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, _, err := s.Get(context.Background(), secret.DefaultTenant, "TYPED")
+	v, _, err := s.Get(context.Background(), event.LocalTenant, "TYPED")
 	if err != nil || string(v.Reveal()) != val {
 		t.Errorf("stored value differs (err %v)", err)
 	}

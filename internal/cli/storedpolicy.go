@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,12 +13,9 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 )
-
-// runTenant is the tenant of the runs airlock run creates (the engine's
-// default, which the CLI keeps), and so of the policies the CLI stores.
-const runTenant = "local"
 
 // openPolicyStore opens the run store for the policy commands. It needs no
 // redaction of the env's model keys: what these commands write is a
@@ -247,13 +243,11 @@ func toPolicyJSON(v store.PolicyVersion) api.PolicyVersion {
 // NAME column.
 func writePolicies(w io.Writer, vs []store.PolicyVersion, asJSON, name bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
+		out := make([]api.PolicyVersion, 0, len(vs))
 		for _, v := range vs {
-			if err := enc.Encode(toPolicyJSON(v)); err != nil {
-				return err
-			}
+			out = append(out, toPolicyJSON(v))
 		}
-		return nil
+		return sandboxcli.WriteJSON(w, out...)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if name {

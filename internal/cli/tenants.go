@@ -1,13 +1,13 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -43,7 +43,7 @@ func noTenantError(name string) error {
 
 // TenantsCreateCmd is `airlock tenants create NAME`.
 type TenantsCreateCmd struct {
-	Name string `arg:"" help:"Tenant name: 1 to 63 of a-z, 0-9 and '-', starting with a letter or digit (the command line's own runs belong to \"local\")." placeholder:"NAME"`
+	Name string `arg:"" help:"Tenant name: 1 to 63 of a-z, 0-9 and '-', starting with a letter or digit (the command line's own runs belong to ${local_tenant})." placeholder:"NAME"`
 }
 
 // Run creates the tenant. A name already taken exits 1, so a script can
@@ -85,17 +85,15 @@ func (c *TenantsLsCmd) Run(env *Env) error {
 		return err
 	}
 	if c.JSON {
-		enc := json.NewEncoder(env.Stdout)
-		for _, tn := range tenants {
-			v := struct {
-				Name    string    `json:"name"`
-				Created time.Time `json:"created"`
-			}{tn.Name, tn.CreatedAt.UTC()}
-			if err := enc.Encode(v); err != nil {
-				return err
-			}
+		type tenantJSON struct {
+			Name    string    `json:"name"`
+			Created time.Time `json:"created"`
 		}
-		return nil
+		vs := make([]tenantJSON, 0, len(tenants))
+		for _, tn := range tenants {
+			vs = append(vs, tenantJSON{tn.Name, tn.CreatedAt.UTC()})
+		}
+		return sandboxcli.WriteJSON(env.Stdout, vs...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCREATED")

@@ -34,7 +34,7 @@ func (p *Proxy) inject(ctx context.Context, out *http.Request, host string, port
 	}
 	names := make([]string, 0, len(creds))
 	for _, c := range creds {
-		v, info, err := p.secrets.Get(ctx, p.secretTenant, c.Secret)
+		v, info, err := p.secrets.Get(ctx, p.id.Tenant, c.Secret)
 		if err != nil {
 			p.logErr("credential lookup", err, "secret", c.Secret, "host", host)
 			return nil, "credential_unavailable"

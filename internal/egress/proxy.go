@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -110,12 +109,11 @@ type Config struct {
 	Identity bridge.Identity
 	// Policy is the run's network policy (required, already validated).
 	Policy *policy.Network
-	// Secrets provides credential values. May be nil when Policy binds no
-	// credentials; a request that needs one is then refused.
+	// Secrets provides credential values, looked up under
+	// Identity.Tenant: a sandbox's proxy sends its own tenant's secrets
+	// only. May be nil when Policy binds no credentials; a request that
+	// needs one is then refused.
 	Secrets Secrets
-	// SecretTenant is the tenant whose secrets the policy's credentials
-	// name; empty means Identity.Tenant.
-	SecretTenant string
 	// Redactor receives every injected value (and its encoded forms), so
 	// the rest of the host scrubs them too; the proxy scrubs echoes with
 	// it. Values are never removed: an echo may outlive the request. nil
@@ -173,20 +171,18 @@ const (
 // Proxy is the egress proxy of one sandbox. Create it with New, serve it
 // with Serve, stop it with Close. Its methods are safe for concurrent use.
 type Proxy struct {
-	id      bridge.Identity
-	pol     *policy.Network
-	secrets Secrets
-	// secretTenant names the tenant credentials are looked up under.
-	secretTenant string
-	redactor     *secret.Redactor
-	audit        AuditSink
-	lim          Limits
-	approver     Approver
-	log          *slog.Logger
-	local        http.Handler
-	ca           *authority
-	dialer       *guard.Dialer
-	transport    *http.Transport
+	id        bridge.Identity
+	pol       *policy.Network
+	secrets   Secrets
+	redactor  *secret.Redactor
+	audit     AuditSink
+	lim       Limits
+	approver  Approver
+	log       *slog.Logger
+	local     http.Handler
+	ca        *authority
+	dialer    *guard.Dialer
+	transport *http.Transport
 
 	conns, allowed, denied, bytesIn, bytesOut atomic.Int64
 	rejecting                                 atomic.Int64
@@ -235,19 +231,18 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("egress: %w", err)
 	}
 	p := &Proxy{
-		id:           cfg.Identity,
-		pol:          cfg.Policy,
-		secrets:      cfg.Secrets,
-		secretTenant: cmp.Or(cfg.SecretTenant, cfg.Identity.Tenant),
-		redactor:     cfg.Redactor,
-		audit:        cfg.Audit,
-		lim:          cfg.Limits.withDefaults(),
-		approver:     cfg.Approver,
-		log:          cfg.Logger,
-		local:        cfg.Local,
-		ca:           ca,
-		injected:     make(map[string]bool),
-		listeners:    make(map[net.Listener]context.CancelFunc),
+		id:        cfg.Identity,
+		pol:       cfg.Policy,
+		secrets:   cfg.Secrets,
+		redactor:  cfg.Redactor,
+		audit:     cfg.Audit,
+		lim:       cfg.Limits.withDefaults(),
+		approver:  cfg.Approver,
+		log:       cfg.Logger,
+		local:     cfg.Local,
+		ca:        ca,
+		injected:  make(map[string]bool),
+		listeners: make(map[net.Listener]context.CancelFunc),
 	}
 	if p.redactor == nil {
 		p.redactor = secret.NewRedactor()

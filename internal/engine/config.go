@@ -45,6 +45,10 @@ type Config struct {
 	RootFS string `json:"rootfs,omitempty"`
 	// Mounts are host directories shown in every sandbox.
 	Mounts []Mount `json:"mounts,omitempty"`
+	// Env is added to the environment of every command in the run's
+	// sandboxes, as KEY=VALUE (sandbox.CheckEnv). Like all of Config it
+	// is in the run's log: no place for a secret.
+	Env []string `json:"env,omitempty"`
 	// Checks run after the model calls finish.
 	Checks Checks `json:"checks"`
 	// Artifacts are globs (relative to /workspace) of files kept as the
@@ -286,6 +290,14 @@ func (c Config) Validate() error {
 	}
 	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
 		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))
+	}
+	var own []string // what the engine sets itself
+	for _, kv := range sandboxEnv {
+		k, _, _ := strings.Cut(kv, "=")
+		own = append(own, k)
+	}
+	if err := sandbox.CheckEnv(c.Env, own...); err != nil {
+		errs = append(errs, fmt.Errorf("env: %w", err))
 	}
 	for i, m := range c.Mounts {
 		if !filepath.IsAbs(m.Source) || !path.IsAbs(m.Target) || path.Clean(m.Target) == "/" || path.Clean(m.Target) == "/workspace" {

@@ -258,7 +258,7 @@ func New(o Options) (*Engine, error) {
 		o.Now = time.Now
 	}
 	if o.Tenant == "" {
-		o.Tenant = "local"
+		o.Tenant = event.LocalTenant
 	}
 	if o.Owner == "" {
 		// host:pid, and a nonce: two engines of one process are two owners.

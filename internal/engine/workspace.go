@@ -243,7 +243,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	cfg := d.st.cfg
 	sc, _ := cfg.sandbox(name)
 	snap := d.snapshotOf(name)
-	spec := sandbox.Spec{Env: sandboxEnv, Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+	spec := sandbox.Spec{Env: append(slices.Clone(sandboxEnv), cfg.Env...), Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
 		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
 	if snap == "" {
 		snap = d.sourceTar(name)

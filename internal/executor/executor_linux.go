@@ -71,6 +71,8 @@ type executor struct {
 	setup    execproto.Setup
 	pt       *procThread
 	users    map[string]execproto.User
+	// path is the PATH of commands that name none (sandboxPath).
+	path string
 	// uidMap and gidMap are the ids the sandbox's user namespace maps.
 	uidMap, gidMap idMap
 
@@ -135,6 +137,7 @@ func (e *executor) start(conn io.Reader) error {
 	}
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
+	e.path = sandboxPath()
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.setup.ProxyFD != 0 {
 		if err := e.startProxy(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -76,7 +77,49 @@ func (e *executor) findUser(name string) (execproto.User, error) {
 	return execproto.User{Name: name, UID: uid, GID: uid, Home: "/"}, nil
 }
 
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+// standardPath is the system's command directories, as a Debian-like
+// system lists them: where every sandbox's PATH starts.
+var standardPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// toolchainBins are where toolchains installed beside the system keep
+// their commands, inside the read-only system directories a sandbox shows
+// (the host's /usr and /opt, or a template's): /usr/local/go/bin (Go's
+// release tarball), /usr/local/cargo/bin (the Rust images), /opt/NAME/bin.
+var toolchainBins = []string{"/usr/local/*/bin", "/opt/*/bin"}
+
+// sandboxPath is the PATH a command gets when it names none: the
+// directories of standardPath, then those of toolchainBins in name order,
+// each only if it exists in the sandbox's root (a root without any gets
+// standardPath whole). It is read from the sandbox's own tree, after
+// pivot_root, never copied from the host's $PATH: the host user's PATH
+// names directories the sandbox does not have (~/go/bin, ~/.cargo/bin),
+// or has somewhere else, while what is under the sandbox's root is what
+// its commands can run. The toolchains come after the system's
+// directories, so that none shadows a system command.
+func sandboxPath() string {
+	var path []string
+	isDir := func(d string) bool {
+		fi, err := os.Stat(d)
+		return err == nil && fi.IsDir()
+	}
+	for _, d := range standardPath {
+		if isDir(d) {
+			path = append(path, d)
+		}
+	}
+	if len(path) == 0 {
+		path = standardPath
+	}
+	for _, g := range toolchainBins {
+		dirs, _ := filepath.Glob(g) // the patterns are well-formed
+		for _, d := range dirs {
+			if isDir(d) {
+				path = append(path, d)
+			}
+		}
+	}
+	return strings.Join(path, ":")
+}
 
 // commandEnv is the request's environment with defaults for what it leaves
 // out. Nothing of the host's environment is in it: the host sends only what
@@ -94,7 +137,7 @@ func (e *executor) commandEnv(env []string, u execproto.User, tty bool) []string
 			set[k] = true
 		}
 	}
-	add("PATH", defaultPath)
+	add("PATH", e.path)
 	add("HOME", u.Home)
 	add("USER", u.Name)
 	add("LOGNAME", u.Name)

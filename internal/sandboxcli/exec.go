@@ -1,7 +1,6 @@
 package sandboxcli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -46,10 +45,8 @@ func (c *ExecCmd) Run(env *Env) error {
 	if err != nil {
 		return UsageError{fmt.Errorf("--max-output: %w", err)}
 	}
-	for _, e := range c.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			return UsageError{fmt.Errorf("--env %q: want K=V", e)}
-		}
+	if err := sandbox.CheckEnv(c.Env); err != nil {
+		return UsageError{fmt.Errorf("--env: %w", err)}
 	}
 	cl := supervisor.Client{Path: filepath.Join(env.StateDir(c.ID), "sock")}
 	req := supervisor.ExecRequest{Argv: argv, Env: c.Env, User: c.User, Dir: c.Workdir, TTY: c.TTY, Timeout: c.Timeout, MaxOut: maxOut}
@@ -151,7 +148,7 @@ func checkID(id string) error {
 
 // LsCmd is `airlock sandbox ls`.
 type LsCmd struct {
-	JSON bool `name:"json" help:"Print JSON."`
+	JSON bool `name:"json" help:"One JSON object per sandbox: id, backend, created, workspace, layers, usage."`
 }
 
 // Run lists live sandboxes.
@@ -170,7 +167,7 @@ func (c *LsCmd) Run(env *Env) error {
 	}
 	sort.Slice(infos, func(i, j int) bool { return infos[i].Created.Before(infos[j].Created) })
 	if c.JSON {
-		return json.NewEncoder(env.Stdout).Encode(infos)
+		return WriteJSON(env.Stdout, infos...)
 	}
 	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAGE\tMEMORY\tCPU\tPIDS\tWORKSPACE")

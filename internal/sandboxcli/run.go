@@ -2,7 +2,6 @@ package sandboxcli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -112,8 +111,7 @@ func finish(env *Env, res sandbox.Result, asJSON bool) error {
 		fmt.Fprintf(env.Stderr, "airlock: %s\n", res.Message)
 	}
 	if asJSON {
-		b, _ := json.Marshal(res)
-		fmt.Fprintf(env.Stderr, "%s\n", b)
+		_ = WriteJSON(env.Stderr, res) // the command's status matters more
 	}
 	if code := res.ExitStatus(); code != 0 {
 		return ExitCode(code)

@@ -15,6 +15,7 @@ package sandboxcli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -238,4 +239,20 @@ func DieWithParent() {
 	if os.Getppid() != ppid {
 		os.Exit(125) // the parent is already gone
 	}
+}
+
+// WriteJSON is the one shape of every command's --json output, JSON lines:
+// each of vs as one compact JSON object on a line of its own. A list is
+// its items, so an empty one prints nothing; a single object is one line.
+// Tools that read JSON lines (jq, a loop over lines) take both without a
+// special case, and a long list streams.
+func WriteJSON[T any](w io.Writer, vs ...T) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, v := range vs {
+		if err := enc.Encode(v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -106,6 +106,9 @@ func (f *SpecFlags) Spec(d Defaults, egress bool) (sandbox.Spec, error) {
 	if f.CPUs != 0 {
 		s.Limits.CPUs = f.CPUs
 	}
+	if err := sandbox.CheckEnv(f.Env); err != nil {
+		errs = append(errs, fmt.Errorf("--env: %w", err))
+	}
 	s.Mounts = append(s.Mounts, d.Mounts...)
 	for _, m := range f.Mount {
 		mt, err := parseMount(m)

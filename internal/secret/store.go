@@ -22,12 +22,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/hostname"
 	"golang.org/x/sys/unix"
 )
 
-// DefaultTenant owns the secrets of a single-machine installation.
-const DefaultTenant = "default"
+// legacyLocalTenant is the tenant the command line's own secrets were
+// stored under before it had one tenant for everything
+// (event.LocalTenant). A store still holds them so: their sealed values
+// name this tenant, and only the key could re-seal them. So the store
+// reads them as event.LocalTenant's (Get, List, Delete), and Set of
+// event.LocalTenant replaces one of the same name. A tenant created with
+// this very name shares them with the local tenant, as it always did.
+const legacyLocalTenant = "default"
 
 // MaxValueSize is the largest secret value a Store accepts.
 const MaxValueSize = 64 << 10
@@ -50,6 +57,9 @@ var (
 	// value that does not authenticate (tampered, or moved to another name,
 	// tenant or host binding).
 	ErrCorrupt = errors.New("secret: store corrupt")
+	// ErrInvalid reports a malformed tenant or secret name or host
+	// pattern: the caller's input, not the store, is at fault.
+	ErrInvalid = errors.New("secret: invalid")
 )
 
 // Info describes a secret without its value.
@@ -109,16 +119,16 @@ func Open(dir string, key KeySource) (*Store, error) {
 // characters from [a-zA-Z0-9_.-], starting with a letter or digit.
 func ValidName(name string) error {
 	if name == "" || len(name) > 128 {
-		return fmt.Errorf("secret: invalid name %q: want 1 to 128 characters", truncate(name))
+		return fmt.Errorf("%w name %q: want 1 to 128 characters", ErrInvalid, truncate(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 		if i == 0 && !alnum {
-			return fmt.Errorf("secret: invalid name %q: must start with a letter or digit", truncate(name))
+			return fmt.Errorf("%w name %q: must start with a letter or digit", ErrInvalid, truncate(name))
 		}
 		if !alnum && c != '_' && c != '.' && c != '-' {
-			return fmt.Errorf("secret: invalid name %q: only letters, digits, '_', '.' and '-' are allowed", truncate(name))
+			return fmt.Errorf("%w name %q: only letters, digits, '_', '.' and '-' are allowed", ErrInvalid, truncate(name))
 		}
 	}
 	return nil
@@ -158,7 +168,7 @@ func NormalizeHosts(hosts []string) ([]string, error) {
 func normalizeHost(h string) (string, error) {
 	n, err := hostname.Pattern(h)
 	if err != nil {
-		return "", fmt.Errorf("secret: invalid host: %w", err)
+		return "", fmt.Errorf("%w host: %w", ErrInvalid, err)
 	}
 	return n, nil
 }
@@ -194,6 +204,11 @@ func (s *Store) Set(ctx context.Context, tenant, name string, v Value, hosts []s
 		i := f.find(tenant, name)
 		if i >= 0 {
 			rec.Created = f.Secrets[i].Created
+			if f.Secrets[i].Tenant != tenant {
+				// A legacy record: it is replaced by one under tenant.
+				f.Secrets = slices.Delete(f.Secrets, i, i+1)
+				i = -1
+			}
 		}
 		rec.Nonce = make([]byte, nonceSize)
 		if _, err := rand.Read(rec.Nonce); err != nil {
@@ -231,7 +246,7 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Value, Info, erro
 		return Value{}, Info{}, err
 	}
 	rec := f.Secrets[i]
-	plain, err := keys.aead.Open(nil, rec.Nonce, rec.Ciphertext, additionalData(tenant, name, rec.Hosts))
+	plain, err := keys.aead.Open(nil, rec.Nonce, rec.Ciphertext, additionalData(rec.Tenant, name, rec.Hosts))
 	if err != nil {
 		return Value{}, Info{}, fmt.Errorf("%w: %s: sealed value does not authenticate (tampered, moved from another name, tenant or host binding, or sealed with another key)", ErrCorrupt, name)
 	}
@@ -243,15 +258,15 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Value, Info, erro
 // List describes tenant's secrets, sorted by name. It needs no key.
 func (s *Store) List(ctx context.Context, tenant string) ([]Info, error) {
 	if err := ValidName(tenant); err != nil {
-		return nil, fmt.Errorf("secret: tenant: %w", err)
+		return nil, fmt.Errorf("tenant: %w", err)
 	}
 	f, err := s.read(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []Info
-	for _, r := range f.Secrets {
-		if r.Tenant == tenant {
+	for i, r := range f.Secrets {
+		if f.find(tenant, r.Name) == i {
 			out = append(out, r.info())
 		}
 	}
@@ -271,6 +286,10 @@ func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 			return fmt.Errorf("%w: %s", ErrNotFound, name)
 		}
 		f.Secrets = slices.Delete(f.Secrets, i, i+1)
+		if i := f.find(tenant, name); i >= 0 {
+			// A legacy record the deleted one shadowed.
+			f.Secrets = slices.Delete(f.Secrets, i, i+1)
+		}
 		if len(f.Secrets) == 0 {
 			// An empty store is bound to no key: a new key may start over.
 			f.KeyCheck = nil
@@ -281,7 +300,7 @@ func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 
 func checkIDs(tenant, name string) error {
 	if err := ValidName(tenant); err != nil {
-		return fmt.Errorf("secret: tenant: %w", err)
+		return fmt.Errorf("tenant: %w", err)
 	}
 	return ValidName(name)
 }
@@ -362,8 +381,15 @@ func (r record) info() Info {
 	return Info{Name: r.Name, Created: r.Created, Updated: r.Updated, Hosts: slices.Clone(r.Hosts)}
 }
 
+// find returns the index of tenant's secret name, or -1. The local
+// tenant's secrets include those of legacyLocalTenant; its own record of
+// a name comes before a legacy one.
 func (f *storeData) find(tenant, name string) int {
-	return slices.IndexFunc(f.Secrets, func(r record) bool { return r.Tenant == tenant && r.Name == name })
+	i := slices.IndexFunc(f.Secrets, func(r record) bool { return r.Tenant == tenant && r.Name == name })
+	if i < 0 && tenant == event.LocalTenant {
+		i = slices.IndexFunc(f.Secrets, func(r record) bool { return r.Tenant == legacyLocalTenant && r.Name == name })
+	}
+	return i
 }
 
 func (f *storeData) checkKey(k *storeKeys) error {

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/event"
 )
 
 func openTestStore(t *testing.T) (*Store, string) {
@@ -57,11 +59,11 @@ func TestStoreRoundTrip(t *testing.T) {
 		hosts        []string
 		wantHosts    []string
 	}{
-		{DefaultTenant, "GITHUB_TOKEN", []byte("ghp_0123456789abcdef"), []string{"API.github.com.", "*.github.com", "api.github.com"}, []string{"*.github.com", "api.github.com"}},
-		{DefaultTenant, "plain", []byte("value with\nnewline and \x00 nul"), nil, nil},
-		{DefaultTenant, "ip.bound", []byte("tok-ip-bound"), []string{"127.0.0.1", "[::1]"}, []string{"127.0.0.1", "::1"}},
+		{event.LocalTenant, "GITHUB_TOKEN", []byte("ghp_0123456789abcdef"), []string{"API.github.com.", "*.github.com", "api.github.com"}, []string{"*.github.com", "api.github.com"}},
+		{event.LocalTenant, "plain", []byte("value with\nnewline and \x00 nul"), nil, nil},
+		{event.LocalTenant, "ip.bound", []byte("tok-ip-bound"), []string{"127.0.0.1", "[::1]"}, []string{"127.0.0.1", "::1"}},
 		{"acme", "GITHUB_TOKEN", []byte("ghp_other_tenant_value"), nil, nil},
-		{DefaultTenant, "max", bytes.Repeat([]byte{0xAB}, MaxValueSize), nil, nil},
+		{event.LocalTenant, "max", bytes.Repeat([]byte{0xAB}, MaxValueSize), nil, nil},
 	}
 	for _, tt := range tests {
 		if err := s.Set(ctx, tt.tenant, tt.name, NewValue(tt.value), tt.hosts); err != nil {
@@ -84,7 +86,7 @@ func TestStoreRoundTrip(t *testing.T) {
 		assertNoClearText(t, dir, tt.value)
 	}
 
-	list, err := s.List(ctx, DefaultTenant)
+	list, err := s.List(ctx, event.LocalTenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,22 +102,22 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 
 	// Overwrite keeps the creation time and replaces the binding.
-	_, before, _ := s.Get(ctx, DefaultTenant, "plain")
-	if err := s.Set(ctx, DefaultTenant, "plain", NewValue([]byte("second-value")), []string{"example.com"}); err != nil {
+	_, before, _ := s.Get(ctx, event.LocalTenant, "plain")
+	if err := s.Set(ctx, event.LocalTenant, "plain", NewValue([]byte("second-value")), []string{"example.com"}); err != nil {
 		t.Fatal(err)
 	}
-	v, after, err := s.Get(ctx, DefaultTenant, "plain")
+	v, after, err := s.Get(ctx, event.LocalTenant, "plain")
 	if err != nil || string(v.Reveal()) != "second-value" || !after.Created.Equal(before.Created) || !slices.Equal(after.Hosts, []string{"example.com"}) {
 		t.Errorf("after overwrite: Get = %v %+v %v", string(v.Reveal()), after, err)
 	}
 
-	if err := s.Delete(ctx, DefaultTenant, "plain"); err != nil {
+	if err := s.Delete(ctx, event.LocalTenant, "plain"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Get(ctx, DefaultTenant, "plain"); !errors.Is(err, ErrNotFound) {
+	if _, _, err := s.Get(ctx, event.LocalTenant, "plain"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get after Delete = %v, want ErrNotFound", err)
 	}
-	if err := s.Delete(ctx, DefaultTenant, "plain"); !errors.Is(err, ErrNotFound) {
+	if err := s.Delete(ctx, event.LocalTenant, "plain"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("second Delete = %v, want ErrNotFound", err)
 	}
 	if _, _, err := s.Get(ctx, "acme", "plain"); !errors.Is(err, ErrNotFound) {
@@ -126,7 +128,7 @@ func TestStoreRoundTrip(t *testing.T) {
 func TestStorePermissions(t *testing.T) {
 	ctx := context.Background()
 	s, dir := openTestStore(t)
-	if err := s.Set(ctx, DefaultTenant, "x", NewValue([]byte("perm-check-value")), nil); err != nil {
+	if err := s.Set(ctx, event.LocalTenant, "x", NewValue([]byte("perm-check-value")), nil); err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]fs.FileMode{".": 0o700 | fs.ModeDir, "key": 0o600, storeFile: 0o600, lockFile: 0o600} {
@@ -240,7 +242,7 @@ func TestKeyFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Set(ctx, DefaultTenant, "x", NewValue([]byte("value-1234")), nil); err == nil || !strings.Contains(err.Error(), "0644") {
+		if err := s.Set(ctx, event.LocalTenant, "x", NewValue([]byte("value-1234")), nil); err == nil || !strings.Contains(err.Error(), "0644") {
 			t.Errorf("Set with a 0644 key = %v, want a mode error", err)
 		}
 	})
@@ -257,7 +259,7 @@ func TestStoreTamper(t *testing.T) {
 	setup := func(t *testing.T) (*Store, string) {
 		s, dir := openTestStore(t)
 		for name, v := range map[string]string{"A": valA, "B": valB} {
-			if err := s.Set(ctx, DefaultTenant, name, NewValue([]byte(v)), []string{"a.example"}); err != nil {
+			if err := s.Set(ctx, event.LocalTenant, name, NewValue([]byte(v)), []string{"a.example"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -294,53 +296,53 @@ func TestStoreTamper(t *testing.T) {
 		wantErr error
 	}{
 		{"flip a ciphertext byte", func(t *testing.T, dir string) {
-			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, DefaultTenant, "A")].Ciphertext[3] ^= 1 })
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, event.LocalTenant, "A")].Ciphertext[3] ^= 1 })
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"flip a tag byte", func(t *testing.T, dir string) {
-			edit(t, dir, func(f *storeData) { c := f.Secrets[idx(f, DefaultTenant, "A")].Ciphertext; c[len(c)-1] ^= 0x80 })
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+			edit(t, dir, func(f *storeData) { c := f.Secrets[idx(f, event.LocalTenant, "A")].Ciphertext; c[len(c)-1] ^= 0x80 })
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"flip a nonce byte", func(t *testing.T, dir string) {
-			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, DefaultTenant, "A")].Nonce[0] ^= 1 })
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, event.LocalTenant, "A")].Nonce[0] ^= 1 })
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"swap ciphertexts between names", func(t *testing.T, dir string) {
 			edit(t, dir, func(f *storeData) {
-				a, b := &f.Secrets[idx(f, DefaultTenant, "A")], &f.Secrets[idx(f, DefaultTenant, "B")]
+				a, b := &f.Secrets[idx(f, event.LocalTenant, "A")], &f.Secrets[idx(f, event.LocalTenant, "B")]
 				a.Nonce, b.Nonce = b.Nonce, a.Nonce
 				a.Ciphertext, b.Ciphertext = b.Ciphertext, a.Ciphertext
 			})
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"rename a record", func(t *testing.T, dir string) {
 			edit(t, dir, func(f *storeData) {
-				f.Secrets = slices.Delete(f.Secrets, idx(f, DefaultTenant, "B"), idx(f, DefaultTenant, "B")+1)
-				f.Secrets[idx(f, DefaultTenant, "A")].Name = "B"
+				f.Secrets = slices.Delete(f.Secrets, idx(f, event.LocalTenant, "B"), idx(f, event.LocalTenant, "B")+1)
+				f.Secrets[idx(f, event.LocalTenant, "A")].Name = "B"
 			})
-		}, [2]string{DefaultTenant, "B"}, ErrCorrupt},
+		}, [2]string{event.LocalTenant, "B"}, ErrCorrupt},
 		{"move to another tenant", func(t *testing.T, dir string) {
 			edit(t, dir, func(f *storeData) {
-				o, d := &f.Secrets[idx(f, "other", "A")], &f.Secrets[idx(f, DefaultTenant, "A")]
+				o, d := &f.Secrets[idx(f, "other", "A")], &f.Secrets[idx(f, event.LocalTenant, "A")]
 				o.Nonce, o.Ciphertext = d.Nonce, d.Ciphertext
 			})
 		}, [2]string{"other", "A"}, ErrCorrupt},
 		{"rebind to another host", func(t *testing.T, dir string) {
-			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, DefaultTenant, "A")].Hosts = []string{"evil.example"} })
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, event.LocalTenant, "A")].Hosts = []string{"evil.example"} })
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"drop the host binding", func(t *testing.T, dir string) {
-			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, DefaultTenant, "A")].Hosts = nil })
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+			edit(t, dir, func(f *storeData) { f.Secrets[idx(f, event.LocalTenant, "A")].Hosts = nil })
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"garbage file", func(t *testing.T, dir string) {
 			if err := os.WriteFile(filepath.Join(dir, storeFile), []byte("{not json"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"truncated file", func(t *testing.T, dir string) {
 			b, _ := os.ReadFile(filepath.Join(dir, storeFile))
 			if err := os.WriteFile(filepath.Join(dir, storeFile), b[:len(b)/2], 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 		{"future version", func(t *testing.T, dir string) {
 			edit(t, dir, func(f *storeData) { f.Version = 2 })
-		}, [2]string{DefaultTenant, "A"}, ErrCorrupt},
+		}, [2]string{event.LocalTenant, "A"}, ErrCorrupt},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -363,21 +365,21 @@ func TestStoreTamper(t *testing.T) {
 func TestStoreWrongKey(t *testing.T) {
 	ctx := context.Background()
 	s, dir := openTestStore(t)
-	if err := s.Set(ctx, DefaultTenant, "A", NewValue([]byte("value-under-key-1")), nil); err != nil {
+	if err := s.Set(ctx, event.LocalTenant, "A", NewValue([]byte("value-under-key-1")), nil); err != nil {
 		t.Fatal(err)
 	}
 	other, err := Open(dir, fixedKey(bytes.Repeat([]byte{9}, KeySize)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := other.Get(ctx, DefaultTenant, "A"); !errors.Is(err, ErrWrongKey) {
+	if _, _, err := other.Get(ctx, event.LocalTenant, "A"); !errors.Is(err, ErrWrongKey) {
 		t.Errorf("Get with another key = %v, want ErrWrongKey", err)
 	}
-	if err := other.Set(ctx, DefaultTenant, "B", NewValue([]byte("value-under-key-2")), nil); !errors.Is(err, ErrWrongKey) {
+	if err := other.Set(ctx, event.LocalTenant, "B", NewValue([]byte("value-under-key-2")), nil); !errors.Is(err, ErrWrongKey) {
 		t.Errorf("Set with another key = %v, want ErrWrongKey (no mixing keys in one store)", err)
 	}
 	// Listing and deleting need no key.
-	if l, err := other.List(ctx, DefaultTenant); err != nil || len(l) != 1 {
+	if l, err := other.List(ctx, event.LocalTenant); err != nil || len(l) != 1 {
 		t.Errorf("List with another key = %v, %v", l, err)
 	}
 
@@ -389,7 +391,7 @@ func TestStoreWrongKey(t *testing.T) {
 	b, _ = json.Marshal(&f)
 	_ = os.WriteFile(filepath.Join(dir, storeFile), b, 0o600)
 	other2, _ := Open(dir, fixedKey(bytes.Repeat([]byte{9}, KeySize)))
-	if _, _, err := other2.Get(ctx, DefaultTenant, "A"); !errors.Is(err, ErrWrongKey) && !errors.Is(err, ErrCorrupt) {
+	if _, _, err := other2.Get(ctx, event.LocalTenant, "A"); !errors.Is(err, ErrWrongKey) && !errors.Is(err, ErrCorrupt) {
 		t.Errorf("Get with forged key check = %v, want an error", err)
 	}
 
@@ -397,7 +399,7 @@ func TestStoreWrongKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	short, _ := Open(t.TempDir(), fixedKey([]byte("short")))
-	if err := short.Set(ctx, DefaultTenant, "A", NewValue([]byte("abcdef")), nil); err == nil {
+	if err := short.Set(ctx, event.LocalTenant, "A", NewValue([]byte("abcdef")), nil); err == nil {
 		t.Errorf("Set with a 5-byte key succeeded")
 	}
 }
@@ -413,18 +415,18 @@ func TestStoreValidation(t *testing.T) {
 		hosts        []string
 		wantErrorHas string
 	}{
-		{"empty name", DefaultTenant, "", []byte(val), nil, "invalid name"},
-		{"leading dot", DefaultTenant, ".x", []byte(val), nil, "must start"},
-		{"slash", DefaultTenant, "a/b", []byte(val), nil, "only letters"},
-		{"space", DefaultTenant, "a b", []byte(val), nil, "only letters"},
-		{"too long", DefaultTenant, strings.Repeat("a", 129), []byte(val), nil, "1 to 128"},
+		{"empty name", event.LocalTenant, "", []byte(val), nil, "invalid name"},
+		{"leading dot", event.LocalTenant, ".x", []byte(val), nil, "must start"},
+		{"slash", event.LocalTenant, "a/b", []byte(val), nil, "only letters"},
+		{"space", event.LocalTenant, "a b", []byte(val), nil, "only letters"},
+		{"too long", event.LocalTenant, strings.Repeat("a", 129), []byte(val), nil, "1 to 128"},
 		{"bad tenant", "../x", "ok", []byte(val), nil, "tenant"},
-		{"empty value", DefaultTenant, "ok", nil, nil, "empty value"},
-		{"too big", DefaultTenant, "ok", make([]byte, MaxValueSize+1), nil, "more than"},
-		{"bad host", DefaultTenant, "ok", []byte(val), []string{"a b"}, "invalid host"},
-		{"url host", DefaultTenant, "ok", []byte(val), []string{"https://x.example/"}, "invalid host"},
-		{"mid wildcard", DefaultTenant, "ok", []byte(val), []string{"a.*.example"}, "invalid host"},
-		{"empty host", DefaultTenant, "ok", []byte(val), []string{""}, "invalid host"},
+		{"empty value", event.LocalTenant, "ok", nil, nil, "empty value"},
+		{"too big", event.LocalTenant, "ok", make([]byte, MaxValueSize+1), nil, "more than"},
+		{"bad host", event.LocalTenant, "ok", []byte(val), []string{"a b"}, "invalid host"},
+		{"url host", event.LocalTenant, "ok", []byte(val), []string{"https://x.example/"}, "invalid host"},
+		{"mid wildcard", event.LocalTenant, "ok", []byte(val), []string{"a.*.example"}, "invalid host"},
+		{"empty host", event.LocalTenant, "ok", []byte(val), []string{""}, "invalid host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -459,7 +461,7 @@ func TestStoreConcurrentGoroutines(t *testing.T) {
 			}
 			for i := range each {
 				name := fmt.Sprintf("w%d-%d", w, i)
-				if err := s.Set(ctx, DefaultTenant, name, NewValue([]byte("value-"+name)), nil); err != nil {
+				if err := s.Set(ctx, event.LocalTenant, name, NewValue([]byte("value-"+name)), nil); err != nil {
 					t.Error(err)
 				}
 			}
@@ -472,7 +474,7 @@ func TestStoreConcurrentGoroutines(t *testing.T) {
 func checkAll(t *testing.T, s *Store, n int, name func(int) string) {
 	t.Helper()
 	ctx := context.Background()
-	list, err := s.List(ctx, DefaultTenant)
+	list, err := s.List(ctx, event.LocalTenant)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +482,7 @@ func checkAll(t *testing.T, s *Store, n int, name func(int) string) {
 		t.Fatalf("List has %d secrets, want %d: an update was lost", len(list), n)
 	}
 	for i := range n {
-		v, _, err := s.Get(ctx, DefaultTenant, name(i))
+		v, _, err := s.Get(ctx, event.LocalTenant, name(i))
 		if err != nil || string(v.Reveal()) != "value-"+name(i) {
 			t.Errorf("Get(%s) = %v", name(i), err)
 		}
@@ -530,7 +532,7 @@ func TestStoreConcurrentProcesses(t *testing.T) {
 func setMany(t *testing.T, s *Store, id, n int) {
 	for i := range n {
 		name := fmt.Sprintf("p%d-%d", id, i)
-		if err := s.Set(context.Background(), DefaultTenant, name, NewValue([]byte("value-"+name)), nil); err != nil {
+		if err := s.Set(context.Background(), event.LocalTenant, name, NewValue([]byte("value-"+name)), nil); err != nil {
 			t.Errorf("Set(%s): %v", name, err)
 		}
 	}
@@ -560,7 +562,7 @@ func TestStoreLockHonoursContext(t *testing.T) {
 	defer unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.Set(ctx, DefaultTenant, "x", NewValue([]byte("blocked-value")), nil); !errors.Is(err, context.Canceled) {
+	if err := s.Set(ctx, event.LocalTenant, "x", NewValue([]byte("blocked-value")), nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Set while locked with a cancelled context = %v, want context.Canceled", err)
 	}
 }
@@ -587,4 +589,66 @@ func FuzzStoreDecode(f *testing.F) {
 			t.Fatalf("re-encoded store does not decode: %v", err)
 		}
 	})
+}
+
+// TestLegacyLocalTenant: secrets an older airlock stored for the command
+// line under "default" are the local tenant's: found, listed, replaced and
+// deleted as its own, and never another tenant's.
+func TestLegacyLocalTenant(t *testing.T) {
+	ctx := context.Background()
+	s, _ := openTestStore(t)
+	// What an older airlock wrote: records sealed under "default".
+	for _, name := range []string{"kept", "replaced", "deleted"} {
+		if err := s.Set(ctx, legacyLocalTenant, name, NewValue([]byte("old-"+name)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Set(ctx, "acme", "kept", NewValue([]byte("acme-kept")), nil); err != nil {
+		t.Fatal(err)
+	}
+	names := func(tenant string) []string {
+		t.Helper()
+		infos, err := s.List(ctx, tenant)
+		if err != nil {
+			t.Fatalf("List(%q) = %v", tenant, err)
+		}
+		var out []string
+		for _, i := range infos {
+			out = append(out, i.Name)
+		}
+		return out
+	}
+	if got, want := names(event.LocalTenant), []string{"deleted", "kept", "replaced"}; !slices.Equal(got, want) {
+		t.Errorf("List(local) = %v, want %v", got, want)
+	}
+	if v, _, err := s.Get(ctx, event.LocalTenant, "kept"); err != nil || string(v.Reveal()) != "old-kept" {
+		t.Errorf("Get(local, kept) = %q, %v; want the legacy value", v.Reveal(), err)
+	}
+	if v, _, err := s.Get(ctx, "acme", "kept"); err != nil || string(v.Reveal()) != "acme-kept" {
+		t.Errorf("Get(acme, kept) = %q, %v; want acme's own value", v.Reveal(), err)
+	}
+	if _, _, err := s.Get(ctx, "acme", "replaced"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(acme, replaced) = %v, want ErrNotFound: the local tenant's secrets are not another's", err)
+	}
+
+	if err := s.Set(ctx, event.LocalTenant, "replaced", NewValue([]byte("new-replaced")), nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := s.Get(ctx, event.LocalTenant, "replaced"); err != nil || string(v.Reveal()) != "new-replaced" {
+		t.Errorf("Get(local, replaced) after Set = %q, %v; want the new value", v.Reveal(), err)
+	}
+	if err := s.Delete(ctx, event.LocalTenant, "deleted"); err != nil {
+		t.Fatalf("Delete(local, deleted) = %v", err)
+	}
+	if _, _, err := s.Get(ctx, event.LocalTenant, "deleted"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get(local, deleted) after Delete = %v, want ErrNotFound", err)
+	}
+	if got, want := names(event.LocalTenant), []string{"kept", "replaced"}; !slices.Equal(got, want) {
+		t.Errorf("List(local) after Set and Delete = %v, want %v", got, want)
+	}
+	// Set moved "replaced" to the local tenant; Delete took "deleted":
+	// the legacy name keeps only what was not touched.
+	if got, want := names(legacyLocalTenant), []string{"kept"}; !slices.Equal(got, want) {
+		t.Errorf("List(%q) after Set and Delete = %v, want %v", legacyLocalTenant, got, want)
+	}
 }

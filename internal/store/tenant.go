@@ -32,8 +32,8 @@ const apiKeyIDHex = 16
 // name once seen names the same tenant for good.
 type Tenant struct {
 	// Name is 1 to MaxTenantNameLen bytes of a-z, 0-9 and '-', starting
-	// with a letter or digit (ValidateTenantName). "local" is the tenant
-	// of the command line's runs.
+	// with a letter or digit (ValidateTenantName). event.LocalTenant is
+	// the tenant of the command line's runs.
 	Name string
 	// CreatedAt is set by the store.
 	CreatedAt time.Time

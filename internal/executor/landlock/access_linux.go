@@ -1,6 +1,10 @@
 package landlock
 
-import "golang.org/x/sys/unix"
+import (
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
 
 // Landlock ABI versions that introduced what this package uses, from
 // include/uapi/linux/landlock.h and Documentation/userspace-api/landlock.rst.
@@ -136,3 +140,59 @@ func ruleAccess(access uint64, isDir bool) uint64 {
 	}
 	return access & accessFile
 }
+
+// Feature is one thing Restrict enforces where the kernel supports it.
+type Feature struct {
+	// Name says what the feature restricts, for people.
+	Name string
+	// ABI is the Landlock ABI that introduced it.
+	ABI int
+	// Used reports that Restrict enforces it on the kernel Features was
+	// asked about.
+	Used bool
+	// Why says why Used is false: the kernel's ABI is too old, or it
+	// lacks a fix Restrict depends on.
+	Why string
+}
+
+// Features lists what Restrict enforces on a kernel reporting kernelABI
+// (0: no Landlock) and the errata bitmask errata (Errata), each feature
+// with whether it is used there. It reads the plan Restrict would make,
+// so the two cannot disagree.
+func Features(kernelABI int, errata uint64) []Feature {
+	var p plan
+	if kernelABI > 0 {
+		p = newPlan(kernelABI, errata)
+	}
+	needs := func(abi int) string {
+		if kernelABI >= abi {
+			return ""
+		}
+		return "needs ABI " + strconv.Itoa(abi)
+	}
+	signalWhy := needs(abiScope)
+	if signalWhy == "" && p.scoped&unix.LANDLOCK_SCOPE_SIGNAL == 0 {
+		// Without TSYNC each thread has a domain of its own, and
+		// without the fix they could not signal each other.
+		signalWhy = "the kernel lacks the fix of Landlock erratum 2"
+	}
+	fs := []Feature{
+		{Name: "file-system rules", ABI: 1, Used: p.handledFS&accessFSv1 != 0, Why: needs(1)},
+		{Name: "cross-directory rename and link", ABI: abiRefer, Used: p.handledFS&unix.LANDLOCK_ACCESS_FS_REFER != 0, Why: needs(abiRefer)},
+		{Name: "truncate", ABI: abiTruncate, Used: p.handledFS&unix.LANDLOCK_ACCESS_FS_TRUNCATE != 0, Why: needs(abiTruncate)},
+		{Name: "device ioctls", ABI: abiIoctlDev, Used: p.handledFS&unix.LANDLOCK_ACCESS_FS_IOCTL_DEV != 0, Why: needs(abiIoctlDev)},
+		{Name: "abstract-socket scoping", ABI: abiScope, Used: p.scoped&unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET != 0, Why: needs(abiScope)},
+		{Name: "signal scoping", ABI: abiScope, Used: p.scoped&unix.LANDLOCK_SCOPE_SIGNAL != 0, Why: signalWhy},
+		{Name: "one domain for all threads", ABI: abiTSync, Used: p.tsync, Why: needs(abiTSync)},
+	}
+	for i := range fs {
+		if fs[i].Used {
+			fs[i].Why = ""
+		}
+	}
+	return fs
+}
+
+// MaxABI is the highest Landlock ABI whose features Restrict uses; a newer
+// kernel is used at this ABI.
+const MaxABI = maxABI

@@ -197,7 +197,7 @@ func TestRulesValidate(t *testing.T) {
 // never restricts the test process.
 func TestFileRuleMasking(t *testing.T) {
 	abi := requireLandlock(t)
-	p := newPlan(abi, errata())
+	p := newPlan(abi, Errata())
 	rulesetFD, err := createRuleset(p.handledFS, p.scoped, p.abi >= abiScope)
 	if err != nil {
 		t.Fatalf("createRuleset: %v", err)

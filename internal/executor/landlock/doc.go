@@ -37,9 +37,9 @@
 // with syscall.AllThreadsSyscall, which runs the call on every thread of the
 // Go runtime. See Restrict for the consequences.
 //
-// Importers: the in-sandbox executor (internal/executor), and the native
-// backend (internal/sandbox/linux), which only asks it which ABI the kernel
-// offers, for `airlock doctor`. Like the rest of the sandbox side it
-// imports nothing but the standard library and golang.org/x/sys/unix. It is
-// Linux only.
+// Importers: the in-sandbox executor (internal/executor), which restricts
+// itself with it, and the native backend (internal/sandbox/linux), which
+// reports what it would enforce (ABI, Errata, Features) to `airlock
+// doctor`. Like the rest of the sandbox side it imports nothing but the
+// standard library and golang.org/x/sys/unix. It is Linux only.
 package landlock

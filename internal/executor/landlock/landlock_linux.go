@@ -29,9 +29,9 @@ func ABI() (int, error) {
 	}
 }
 
-// errata returns the kernel's Landlock errata bitmask (bit N-1 set: erratum
+// Errata returns the kernel's Landlock errata bitmask (bit N-1 set: erratum
 // N is fixed), or 0 on kernels that predate the errata interface.
-func errata() uint64 {
+func Errata() uint64 {
 	v, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_ERRATA)
 	if errno != 0 {
 		return 0
@@ -143,7 +143,7 @@ func Restrict(r Rules) (Status, error) {
 	if kernelABI == 0 {
 		return Status{}, ErrUnavailable
 	}
-	p := newPlan(kernelABI, errata())
+	p := newPlan(kernelABI, Errata())
 
 	rulesetFD, err := createRuleset(p.handledFS, p.scoped, p.abi >= abiScope)
 	if err != nil {

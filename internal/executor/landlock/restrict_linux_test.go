@@ -236,7 +236,7 @@ func TestRestrict(t *testing.T) {
 	if r.Status.ABI != used {
 		t.Errorf("Status.ABI = %d, want %d", r.Status.ABI, used)
 	}
-	signalFix := errata()&(1<<(erratumScopedSignal-1)) != 0
+	signalFix := Errata()&(1<<(erratumScopedSignal-1)) != 0
 	if want := used >= abiScope && (used >= abiTSync || signalFix); r.Status.Scoped != want {
 		t.Errorf("Status.Scoped = %v, want %v", r.Status.Scoped, want)
 	}
@@ -525,7 +525,7 @@ func restrictCallingThread(rules Rules) error {
 	if err != nil {
 		return err
 	}
-	p := newPlan(abi, errata())
+	p := newPlan(abi, Errata())
 	fd, err := createRuleset(p.handledFS, 0, p.abi >= abiScope)
 	if err != nil {
 		return err

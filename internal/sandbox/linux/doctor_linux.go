@@ -56,7 +56,7 @@ func Doctor(executor string) []Check {
 	add("seccomp", seccomp, true, "seccomp-bpf filter with no_new_privs")
 
 	abi, _ := landlock.ABI()
-	add("landlock", abi > 0, false, fmt.Sprintf("ABI %d (file-system second layer; signal/abstract-socket scoping needs ABI 6)", abi))
+	add("landlock", abi > 0, false, landlockDetail(abi, landlock.Features(abi, landlock.Errata())))
 
 	md, err := cgroup.Detect()
 	if err != nil {
@@ -89,6 +89,33 @@ func Doctor(executor string) []Check {
 		add("rootless", err == nil, true, errOr(err, "a rootless sandbox was created and ran a command (user namespace, cow overlay, pivot_root, seccomp)"))
 	}
 	return out
+}
+
+// landlockDetail is the doctor's landlock line: the kernel's ABI and, for
+// each feature the executor's restriction has, whether sandboxes here get
+// it and, when not, why.
+func landlockDetail(abi int, features []landlock.Feature) string {
+	if abi <= 0 {
+		return "ABI 0: Landlock is not available (not built in, or not in the boot's lsm= list): no second file-system layer, no signal or abstract-socket scoping"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "ABI %d", abi)
+	if abi > landlock.MaxABI {
+		fmt.Fprintf(&b, " (used as %d, the highest airlock knows)", landlock.MaxABI)
+	}
+	var used, unused []string
+	for _, f := range features {
+		if f.Used {
+			used = append(used, fmt.Sprintf("%s (%d)", f.Name, f.ABI))
+		} else {
+			unused = append(unused, fmt.Sprintf("%s (%d, %s)", f.Name, f.ABI, f.Why))
+		}
+	}
+	b.WriteString("; in use: " + strings.Join(used, ", "))
+	if len(unused) > 0 {
+		b.WriteString("; not in use: " + strings.Join(unused, ", "))
+	}
+	return b.String()
 }
 
 // rootlessStatic tells, as root, whether unprivileged users could run
