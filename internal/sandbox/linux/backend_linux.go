@@ -268,7 +268,6 @@ func newSetup(l sandbox.Limits, root bool) *execproto.Setup {
 	setup := &execproto.Setup{
 		Hostname:  "airlock",
 		DiskBytes: l.DiskBytes,
-		ShmBytes:  min(l.DiskBytes, 64<<20),
 		User:      execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"},
 		Rlimits:   map[string]uint64{"core": 0},
 		// Landlock is required when the kernel has it; where it does not
@@ -285,6 +284,8 @@ func newSetup(l sandbox.Limits, root bool) *execproto.Setup {
 	if setup.DiskBytes == 0 {
 		setup.DiskBytes = sandbox.DefaultLimits.DiskBytes
 	}
+	// From the limit in force: a size of 0 would leave the tmpfs unbounded.
+	setup.ShmBytes = min(setup.DiskBytes, 64<<20)
 	if !root {
 		// Rootless: one id is mapped, so the sandbox user is root of the
 		// user namespace (without capabilities for its commands).
