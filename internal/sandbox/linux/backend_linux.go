@@ -62,9 +62,9 @@ type Backend struct {
 	cgErr   error           // guarded by mu
 	cgOnce  bool            // guarded by mu
 	idmaps  idmapCache
-	// mine holds the ids of this backend's sandboxes from the start of
-	// Create to the end of teardown; GC need not ask the slot locks about
-	// them. Guarded by mu.
+	// mine holds the ids of this backend's sandboxes from when Create
+	// holds the id lock to the end of teardown; GC need not ask the slot
+	// locks about them. Guarded by mu.
 	mine map[string]bool
 }
 
@@ -202,6 +202,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	tr := newTracer("create")
 	defer tr.done()
 	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{})}
+	// The id lock comes first, and before anything is torn down on failure:
+	// until it is held, id may be a live sandbox's, and with it what is
+	// named after it (its trust-store files, its mark in Backend.mine). It
+	// also comes before the cgroup: GC judges a cgroup by it.
+	if sb.idLock, err = b.ids.hold(id); err != nil {
+		return nil, err
+	}
 	b.own(id, true) // until teardown
 	// From here on, a failure tears sb down: teardown releases whatever
 	// each step below recorded in sb as it took it.
@@ -227,11 +234,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	return sb, nil
 }
 
-// reserve takes what sb holds on the host before its executor starts:
-// the trust-store files, the id lock, the uid range (root mode) and the
-// cgroup, in that order. Each is recorded in sb as soon as it is taken, so
-// that teardown releases it whichever step fails. It sets sb.spec to spec
-// with the trust store's mounts and environment added.
+// reserve takes what sb holds on the host before its executor starts,
+// besides its id lock: the trust-store files, the uid range (root mode) and
+// the cgroup, in that order. Each is recorded in sb as soon as it is taken,
+// so that teardown releases it whichever step fails. It sets sb.spec to
+// spec with the trust store's mounts and environment added.
+//
+// Preconditions: sb holds its id lock.
 func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
 	b := sb.b
 	if len(spec.TrustedCAs) > 0 {
@@ -241,13 +250,8 @@ func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
 		}
 	}
 	sb.spec = spec
-
-	// The id lock comes before the cgroup: GC judges a cgroup by it.
-	var err error
-	if sb.idLock, err = b.ids.hold(sb.id); err != nil {
-		return err
-	}
 	if b.root {
+		var err error
 		if sb.slot, sb.base, err = b.uids.acquire(sb.id); err != nil {
 			return err
 		}
