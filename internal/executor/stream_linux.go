@@ -165,7 +165,9 @@ func errResult(err error) execproto.Result {
 }
 
 // outputGrace is how long output is still collected after the command's main
-// process exited, for background children that keep its pipes open.
+// process exited, for background children that keep its pipes open. What
+// the command wrote before it exited is collected whole, however long the
+// host takes it.
 const outputGrace = 100 * time.Millisecond
 
 // exec runs the request's command: it resolves it, opens its standard
@@ -363,22 +365,97 @@ func (s *stream) start(c *command, st *stdio) (*proc, execproto.Result) {
 	return p, execproto.Result{}
 }
 
+// pumps are the pumps of a command's outputs.
+type pumps struct {
+	wg   sync.WaitGroup // done when every pump is
+	outs []*output
+}
+
 // pumpOutputs starts a pump (pumpOutput) for each of st's outputs, which
-// share the request's MaxOutput; the group is done when both are.
-func (s *stream) pumpOutputs(st *stdio) *sync.WaitGroup {
+// share the request's MaxOutput.
+func (s *stream) pumpOutputs(st *stdio) *pumps {
 	var written atomic.Int64
-	pumps := new(sync.WaitGroup)
+	ps := new(pumps)
 	pump := func(r *os.File, c byte, credit *execproto.Credit) {
-		defer pumps.Done()
-		s.pumpOutput(r, c, credit, &written)
+		o := newOutput(r, c, credit)
+		ps.outs = append(ps.outs, o)
+		ps.wg.Add(1)
+		go func() {
+			defer ps.wg.Done()
+			defer o.markCaughtUp()
+			s.pumpOutput(o, &written)
+		}()
 	}
-	pumps.Add(1)
-	go pump(st.outR, execproto.Stdout, s.out)
+	pump(st.outR, execproto.Stdout, s.out)
 	if st.errR != nil {
-		pumps.Add(1)
-		go pump(st.errR, execproto.Stderr, s.errc)
+		pump(st.errR, execproto.Stderr, s.errc)
 	}
-	return pumps
+	return ps
+}
+
+// output is one of a command's outputs, as its pump reads it.
+type output struct {
+	r       *os.File
+	channel byte
+	credit  *execproto.Credit
+
+	read atomic.Int64 // bytes read from r
+	// atExit is what read is once everything the command wrote before it
+	// exited is read; -1 until it exited.
+	atExit atomic.Int64
+	// caughtUp is closed once read reaches atExit, or the pump stops
+	// reading.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+}
+
+func newOutput(r *os.File, channel byte, credit *execproto.Credit) *output {
+	o := &output{r: r, channel: channel, credit: credit, caughtUp: make(chan struct{})}
+	o.atExit.Store(-1)
+	return o
+}
+
+// readN counts n more bytes read.
+func (o *output) readN(n int) {
+	if read, at := o.read.Add(int64(n)), o.atExit.Load(); at >= 0 && read >= at {
+		o.markCaughtUp()
+	}
+}
+
+// exited notes that the command exited: what r holds now is the last of
+// what it wrote, and once the pump has read that, it has caught up. When
+// that cannot be told, the pump counts as caught up (outputGrace alone
+// bounds the wait).
+func (o *output) exited() {
+	n, err := pending(o.r)
+	if err != nil {
+		o.markCaughtUp()
+		return
+	}
+	at := o.read.Load() + int64(n)
+	o.atExit.Store(at)
+	// The pump may have read past at before the store: readN did not see it.
+	if o.read.Load() >= at {
+		o.markCaughtUp()
+	}
+}
+
+func (o *output) markCaughtUp() { o.caughtUpOnce.Do(func() { close(o.caughtUp) }) }
+
+// pending returns how many bytes f (a pipe or a terminal) holds unread:
+// TIOCINQ, which is FIONREAD on Linux. It does not use f.Fd, which would
+// make f blocking, and Close unable to interrupt its pump's Read.
+func pending(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+		return 0, err
+	}
+	return n, ierr
 }
 
 // waitExit waits for process p to exit, killing it (outcome timeout) once
@@ -401,14 +478,24 @@ func (s *stream) waitExit(p *proc) exitInfo {
 
 // drain collects the rest of the output once the command has exited, but
 // does not wait for background processes that hold the pipes forever: after
-// outputGrace it closes the executor's ends of st under the pumps. It
-// closes them, and st's parents, in any case.
-func (s *stream) drain(st *stdio, pumps *sync.WaitGroup) {
+// outputGrace, once the pumps have read what the command wrote before it
+// exited, it closes the executor's ends of st under them. It closes them,
+// and st's parents, in any case.
+func (s *stream) drain(st *stdio, ps *pumps) {
+	for _, o := range ps.outs {
+		o.exited()
+	}
 	drained := make(chan struct{})
-	go func() { pumps.Wait(); close(drained) }()
+	go func() { ps.wg.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(outputGrace):
+		// The host may be slow to take the output (a pump sends only as
+		// the host returns credit): what a pipe held when the command
+		// exited is not cut, however long it takes.
+		for _, o := range ps.outs {
+			<-o.caughtUp
+		}
 		st.closeOutput()
 		<-drained
 	}
@@ -488,12 +575,16 @@ func (s *stream) pumpStdin(w *os.File) {
 	}
 }
 
-func (s *stream) pumpOutput(r *os.File, c byte, credit *execproto.Credit, written *atomic.Int64) {
+// pumpOutput sends what o reads to the host until o ends or is closed, or
+// the request's MaxOutput (counted in written, across outputs) is reached.
+func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
 	buf := make([]byte, execproto.ChunkSize)
 	max := s.req.MaxOutput
+	c, credit := o.channel, o.credit
 	for {
-		n, err := r.Read(buf)
+		n, err := o.r.Read(buf)
 		if n > 0 {
+			o.readN(n)
 			p := buf[:n]
 			if max > 0 {
 				total := written.Add(int64(n))
