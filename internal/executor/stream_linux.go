@@ -165,14 +165,60 @@ func errResult(err error) execproto.Result {
 }
 
 // outputGrace is how long output is still collected after the command's main
-// process exited, for background children that keep its pipes open.
+// process exited, for background children that keep its pipes open. What
+// the command wrote before it exited is collected whole, however long the
+// host takes it.
 const outputGrace = 100 * time.Millisecond
 
+// exec runs the request's command: it resolves it, opens its standard
+// streams, starts it, pumps its output to the host until it exits, and
+// returns how it ended.
 func (s *stream) exec() execproto.Result {
+	c, res := s.resolve()
+	if c == nil {
+		return res
+	}
+	st, err := s.openStdio(c.sys)
+	if err != nil {
+		return errResult(err)
+	}
+	defer closeAll(st.ends...)
+	if s.req.Stdin {
+		go s.pumpStdin(st.stdin)
+	}
+	start := time.Now()
+	p, res := s.start(c, st)
+	if p == nil {
+		return res
+	}
+	pumps := s.pumpOutputs(st)
+	info := s.waitExit(p)
+	wall := time.Since(start)
+	s.drain(st, pumps)
+	s.mu.Lock()
+	s.pty = nil
+	forced := s.killedFor
+	s.mu.Unlock()
+	return s.result(info, wall, forced, c.u.Home)
+}
+
+// command is an exec request resolved: who runs it, with what environment,
+// where, which program, and the process attributes it starts with.
+type command struct {
+	u     execproto.User
+	env   []string
+	dir   string
+	argv0 string
+	sys   *syscall.SysProcAttr
+}
+
+// resolve resolves the request's user, environment, directory and program.
+// A program not found is no command but a result: exit status 127.
+func (s *stream) resolve() (*command, execproto.Result) {
 	req := &s.req
 	u, err := s.e.lookupUser(req.User)
 	if err != nil {
-		return errResult(err)
+		return nil, errResult(err)
 	}
 	env := s.e.commandEnv(req.Env, u, req.TTY)
 	dir := req.Dir
@@ -183,94 +229,119 @@ func (s *stream) exec() execproto.Result {
 	if err != nil {
 		r := errResult(err)
 		r.Outcome, r.ExitCode, r.NotStarted = execproto.OutcomeExited, 127, execproto.CommandNotFound
-		return r
-	}
-
-	var files [3]*os.File // child's stdin, stdout, stderr
-	var parents []*os.File
-	closeAll := func(fs []*os.File) {
-		for _, f := range fs {
-			if f != nil {
-				f.Close()
-			}
-		}
+		return nil, r
 	}
 	sys := &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(u.UID), Gid: uint32(u.GID), Groups: []uint32{}, NoSetGroups: s.e.setup.NoSetGroups},
 		Pdeathsig:  syscall.SIGKILL,
 		PidFD:      new(int),
 	}
-	var outR, errR *os.File
-	if req.TTY {
-		master, slave, err := openPTY(req.Rows, req.Cols)
-		if err != nil {
-			return errResult(fmt.Errorf("open terminal: %w", err))
-		}
-		files = [3]*os.File{slave, slave, slave}
-		outR = master
-		s.mu.Lock()
-		s.pty = master
-		if s.size != nil {
-			_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, s.size)
-		}
-		s.mu.Unlock()
-		sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
-		defer slave.Close()
-	} else {
-		sys.Setpgid = true
-		var outW, errW *os.File
-		if outR, outW, err = pipe(); err != nil {
-			return errResult(err)
-		}
-		if errR, errW, err = pipe(); err != nil {
-			closeAll([]*os.File{outR, outW})
-			return errResult(err)
-		}
-		files[1], files[2] = outW, errW
-		defer closeAll([]*os.File{outW, errW})
-		if req.Stdin {
-			w, r, err := stdinPipe()
-			if err != nil {
-				closeAll([]*os.File{outR, errR})
-				return errResult(err)
-			}
-			files[0] = r
-			defer r.Close()
-			parents = append(parents, w)
-			go s.pumpStdin(w)
-		} else {
-			null, err := s.e.devNull()
-			if err != nil {
-				return errResult(err)
-			}
-			files[0] = null
-		}
-	}
-	if req.TTY {
-		if req.Stdin {
-			go s.pumpStdin(outR)
-		}
-	}
+	return &command{u: u, env: env, dir: dir, argv0: argv0, sys: sys}, execproto.Result{}
+}
 
-	start := time.Now()
+// stdio are the standard streams of a command: the ends the child gets,
+// and the executor's, which read its output and write its input.
+type stdio struct {
+	child [3]*os.File // the child's stdin, stdout, stderr
+	outR  *os.File    // reads stdout (on a terminal, the terminal)
+	errR  *os.File    // reads stderr; nil on a terminal
+	stdin *os.File    // where pumpStdin writes the host's input, if it sends any
+	// parents are the executor's ends, besides the outputs, that are
+	// closed once the command is over or failed to start: the stdin pipe's
+	// writer, which pumpStdin also closes once the host's input ends.
+	parents []*os.File
+	// ends are the executor's copies of the child's ends, in the order they
+	// are closed once exec is over.
+	ends []*os.File
+}
+
+// openStdio opens the command's standard streams, a terminal or pipes (see
+// openTerminal and openPipes), and sets sys up for them.
+func (s *stream) openStdio(sys *syscall.SysProcAttr) (*stdio, error) {
+	if s.req.TTY {
+		return s.openTerminal(sys)
+	}
+	return s.openPipes(sys)
+}
+
+// openTerminal opens a terminal of the request's size, or of the last size
+// the host sent before it was open, as the stream's pty. The command gets
+// it as its controlling terminal, in a session of its own, on all three
+// streams.
+func (s *stream) openTerminal(sys *syscall.SysProcAttr) (*stdio, error) {
+	master, slave, err := openPTY(s.req.Rows, s.req.Cols)
+	if err != nil {
+		return nil, fmt.Errorf("open terminal: %w", err)
+	}
+	s.mu.Lock()
+	s.pty = master
+	if s.size != nil {
+		_ = unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, s.size)
+	}
+	s.mu.Unlock()
+	sys.Setsid, sys.Setctty, sys.Ctty = true, true, 0
+	return &stdio{child: [3]*os.File{slave, slave, slave}, outR: master, stdin: master, ends: []*os.File{slave}}, nil
+}
+
+// openPipes opens a pipe for stdout and one for stderr, and stdin: a pipe
+// when the host sends input, else /dev/null. The command gets a process
+// group of its own.
+func (s *stream) openPipes(sys *syscall.SysProcAttr) (*stdio, error) {
+	sys.Setpgid = true
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, err
+	}
+	st := &stdio{child: [3]*os.File{nil, outW, errW}, outR: outR, errR: errR, ends: []*os.File{outW, errW}}
+	if !s.req.Stdin {
+		null, err := s.e.devNull()
+		if err != nil {
+			closeAll(outW, errW)
+			return nil, err
+		}
+		st.child[0] = null
+		return st, nil
+	}
+	w, r, err := stdinPipe()
+	if err != nil {
+		closeAll(outR, errR, outW, errW)
+		return nil, err
+	}
+	st.child[0], st.stdin, st.parents = r, w, []*os.File{w}
+	st.ends = append([]*os.File{r}, st.ends...)
+	return st, nil
+}
+
+// start starts the command with st's child ends and makes it the stream's
+// process: a cancel or signals that arrived before it existed reach it
+// now. A command that does not start returns no process but its result
+// (exit status 126, or 127 when not found), with the executor's ends of st
+// closed.
+func (s *stream) start(c *command, st *stdio) (*proc, execproto.Result) {
+	req := &s.req
 	s.e.beginStart()
-	pid, err := s.e.pt.forkExec(argv0, req.Argv, &syscall.ProcAttr{
-		Dir: dir, Env: env,
-		Files: []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()},
-		Sys:   sys,
+	pid, err := s.e.pt.forkExec(c.argv0, req.Argv, &syscall.ProcAttr{
+		Dir: c.dir, Env: c.env,
+		Files: []uintptr{st.child[0].Fd(), st.child[1].Fd(), st.child[2].Fd()},
+		Sys:   c.sys,
 	})
 	if err != nil {
 		s.e.abortStart()
-		closeAll(append(parents, outR, errR))
+		closeAll(append(st.parents, st.outR, st.errR)...)
 		r := errResult(fmt.Errorf("start %s: %w", req.Argv[0], err))
 		r.Outcome, r.ExitCode, r.NotStarted = execproto.OutcomeExited, 126, execproto.CommandNotExecutable
 		if errors.Is(err, syscall.ENOENT) {
 			r.ExitCode, r.NotStarted = 127, execproto.CommandNotFound
 		}
-		return r
+		return nil, r
 	}
 	p := s.e.register(pid)
-	if pidfd, err := pidFile(*sys.PidFD); err == nil {
+	if pidfd, err := pidFile(*c.sys.PidFD); err == nil {
 		go s.e.watchExit(p, pidfd)
 	} // else the reaper delivers the status, after SIGCHLD
 	s.mu.Lock()
@@ -288,61 +359,162 @@ func (s *stream) exec() execproto.Result {
 	// The child has its own copies now; close ours so EOF arrives when the
 	// child and its descendants are done with them.
 	if !req.TTY {
-		files[1].Close()
-		files[2].Close()
+		st.child[1].Close()
+		st.child[2].Close()
 	}
+	return p, execproto.Result{}
+}
 
+// pumps are the pumps of a command's outputs.
+type pumps struct {
+	wg   sync.WaitGroup // done when every pump is
+	outs []*output
+}
+
+// pumpOutputs starts a pump (pumpOutput) for each of st's outputs, which
+// share the request's MaxOutput.
+func (s *stream) pumpOutputs(st *stdio) *pumps {
 	var written atomic.Int64
-	var pumps sync.WaitGroup
+	ps := new(pumps)
 	pump := func(r *os.File, c byte, credit *execproto.Credit) {
-		defer pumps.Done()
-		s.pumpOutput(r, c, credit, &written)
+		o := newOutput(r, c, credit)
+		ps.outs = append(ps.outs, o)
+		ps.wg.Add(1)
+		go func() {
+			defer ps.wg.Done()
+			defer o.markCaughtUp()
+			s.pumpOutput(o, &written)
+		}()
 	}
-	pumps.Add(1)
-	go pump(outR, execproto.Stdout, s.out)
-	if errR != nil {
-		pumps.Add(1)
-		go pump(errR, execproto.Stderr, s.errc)
+	pump(st.outR, execproto.Stdout, s.out)
+	if st.errR != nil {
+		pump(st.errR, execproto.Stderr, s.errc)
 	}
+	return ps
+}
 
+// output is one of a command's outputs, as its pump reads it.
+type output struct {
+	r       *os.File
+	channel byte
+	credit  *execproto.Credit
+
+	read atomic.Int64 // bytes read from r
+	// atExit is what read is once everything the command wrote before it
+	// exited is read; -1 until it exited.
+	atExit atomic.Int64
+	// caughtUp is closed once read reaches atExit, or the pump stops
+	// reading.
+	caughtUp     chan struct{}
+	caughtUpOnce sync.Once
+}
+
+func newOutput(r *os.File, channel byte, credit *execproto.Credit) *output {
+	o := &output{r: r, channel: channel, credit: credit, caughtUp: make(chan struct{})}
+	o.atExit.Store(-1)
+	return o
+}
+
+// readN counts n more bytes read.
+func (o *output) readN(n int) {
+	if read, at := o.read.Add(int64(n)), o.atExit.Load(); at >= 0 && read >= at {
+		o.markCaughtUp()
+	}
+}
+
+// exited notes that the command exited: what r holds now is the last of
+// what it wrote, and once the pump has read that, it has caught up. When
+// that cannot be told, the pump counts as caught up (outputGrace alone
+// bounds the wait).
+func (o *output) exited() {
+	n, err := pending(o.r)
+	if err != nil {
+		o.markCaughtUp()
+		return
+	}
+	at := o.read.Load() + int64(n)
+	o.atExit.Store(at)
+	// The pump may have read past at before the store: readN did not see it.
+	if o.read.Load() >= at {
+		o.markCaughtUp()
+	}
+}
+
+func (o *output) markCaughtUp() { o.caughtUpOnce.Do(func() { close(o.caughtUp) }) }
+
+// pending returns how many bytes f (a pipe or a terminal) holds unread:
+// TIOCINQ, which is FIONREAD on Linux. It does not use f.Fd, which would
+// make f blocking, and Close unable to interrupt its pump's Read.
+func pending(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil {
+		return 0, err
+	}
+	return n, ierr
+}
+
+// waitExit waits for process p to exit, killing it (outcome timeout) once
+// the request's timeout has passed.
+func (s *stream) waitExit(p *proc) exitInfo {
 	var timeout <-chan time.Time
-	if req.TimeoutMS > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+	if s.req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(s.req.TimeoutMS) * time.Millisecond)
 		defer t.Stop()
 		timeout = t.C
 	}
-	var info exitInfo
 	select {
-	case info = <-p.done:
+	case info := <-p.done:
+		return info
 	case <-timeout:
 		s.kill(execproto.OutcomeTimeout)
-		info = <-p.done
+		return <-p.done
 	}
-	wall := time.Since(start)
+}
 
-	// Collect the rest of the output, but do not wait for background
-	// processes that hold the pipes forever.
+// drain collects the rest of the output once the command has exited, but
+// does not wait for background processes that hold the pipes forever: after
+// outputGrace, once the pumps have read what the command wrote before it
+// exited, it closes the executor's ends of st under them. It closes them,
+// and st's parents, in any case.
+func (s *stream) drain(st *stdio, ps *pumps) {
+	for _, o := range ps.outs {
+		o.exited()
+	}
 	drained := make(chan struct{})
-	go func() { pumps.Wait(); close(drained) }()
+	go func() { ps.wg.Wait(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(outputGrace):
-		outR.Close()
-		if errR != nil {
-			errR.Close()
+		// The host may be slow to take the output (a pump sends only as
+		// the host returns credit): what a pipe held when the command
+		// exited is not cut, however long it takes.
+		for _, o := range ps.outs {
+			<-o.caughtUp
 		}
+		st.closeOutput()
 		<-drained
 	}
-	outR.Close()
-	if errR != nil {
-		errR.Close()
-	}
-	closeAll(parents)
-	s.mu.Lock()
-	s.pty = nil
-	forced := s.killedFor
-	s.mu.Unlock()
+	st.closeOutput()
+	closeAll(st.parents...)
+}
 
+// closeOutput closes the executor's ends of the command's outputs.
+func (st *stdio) closeOutput() {
+	st.outR.Close()
+	if st.errR != nil {
+		st.errR.Close()
+	}
+}
+
+// result is how the command ended: it exited with info after wall, or ended
+// with forced, the outcome a limit forced when one did. A non-zero exit of a
+// command whose home or another writable layer is full is disk full.
+func (s *stream) result(info exitInfo, wall time.Duration, forced, home string) execproto.Result {
 	res := execproto.Result{
 		WallMS:   wall.Milliseconds(),
 		UserMS:   info.rusage.Utime.Sec*1000 + info.rusage.Utime.Usec/1000,
@@ -358,13 +530,22 @@ func (s *stream) exec() execproto.Result {
 	}
 	if forced != "" {
 		res.Outcome = forced
-	} else if res.ExitCode != 0 && diskFull(u.Home) {
+	} else if res.ExitCode != 0 && diskFull(home) {
 		res.Outcome = execproto.OutcomeDiskFull
 	}
 	if s.req.Fingerprint != "" {
 		res.Fingerprint = fingerprint(s.req.Fingerprint)
 	}
 	return res
+}
+
+// closeAll closes fs, skipping nil ones.
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // pumpStdin copies host stdin data to the process and returns credit.
@@ -394,12 +575,16 @@ func (s *stream) pumpStdin(w *os.File) {
 	}
 }
 
-func (s *stream) pumpOutput(r *os.File, c byte, credit *execproto.Credit, written *atomic.Int64) {
+// pumpOutput sends what o reads to the host until o ends or is closed, or
+// the request's MaxOutput (counted in written, across outputs) is reached.
+func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
 	buf := make([]byte, execproto.ChunkSize)
 	max := s.req.MaxOutput
+	c, credit := o.channel, o.credit
 	for {
-		n, err := r.Read(buf)
+		n, err := o.r.Read(buf)
 		if n > 0 {
+			o.readN(n)
 			p := buf[:n]
 			if max > 0 {
 				total := written.Add(int64(n))

@@ -40,6 +40,14 @@ type call struct {
 	metered   bool
 	key       []byte // the upstream key of this call, scrubbed from answers
 	respLog   strings.Builder
+
+	// Set by the steps of serve, in order: req and inputEst (readRequest),
+	// to (route), st, price and priced (admit).
+	req      *wire.Request
+	inputEst int64     // req's input tokens, estimated from its size
+	to       *upstream // the upstream the call goes to
+	st       *runState
+	price    price.Price // the upstream model's price, when priced is true
 }
 
 // forwardHeaders are the only request headers that go upstream from the
@@ -51,117 +59,184 @@ var forwardHeaders = []string{"Accept", "User-Agent", "Anthropic-Version", "Anth
 // sandbox besides Content-Type.
 var answerHeaders = []string{"X-Request-Id", "Request-Id", "Retry-After", "X-Should-Retry"}
 
-// serve runs the call.
+// serve runs the call: it reads the sandbox's request, routes it to an
+// upstream, admits it (rate limit, prices, budgets), and exchanges it with
+// the upstream. Each step answers the sandbox itself when it stops the
+// call; once the call goes upstream it is recorded and debited as it lands.
 func (c *call) serve(w http.ResponseWriter, r *http.Request) {
-	g, ctx := c.g, r.Context()
+	ctx := r.Context()
+	if !c.readRequest(w, r) {
+		return
+	}
+	if !c.route(ctx, w) {
+		return
+	}
+	if !c.admit(ctx, w) {
+		return
+	}
+	limit, ok := c.budget(ctx, w)
+	if !ok {
+		return
+	}
+	ureq, ok := c.upstreamRequest(ctx, w, r, limit)
+	if !ok {
+		return
+	}
+	c.exchange(ctx, w, ureq)
+}
+
+// readRequest reads and parses the sandbox's request into c.req and
+// c.inputEst, and notes its model (and, when the policy logs bodies, the
+// body) in the call's event. false: it answered a bad request.
+func (c *call) readRequest(w http.ResponseWriter, r *http.Request) bool {
 	kind := c.entry.kind
-	body, aerr := readBody(r.Body, g.cfg.MaxRequestBytes)
+	body, aerr := readBody(r.Body, c.g.cfg.MaxRequestBytes)
 	if aerr != nil {
 		aerr.write(w, kind)
-		return
+		return false
 	}
 	req, err := wire.ParseRequest(c.api, body)
 	if err != nil {
 		badRequest(err.Error()).write(w, kind)
-		return
+		return false
 	}
 	if c.tok != "" && strings.Contains(req.Model, c.tok) {
 		// Never echo a token into an event.
 		badRequest("model must be a model name").write(w, kind)
-		return
+		return false
 	}
+	c.req, c.inputEst = req, wire.Estimate(len(body))
 	c.ev.Model, c.ev.Stream = req.Model, req.Stream
 	if c.pol.LogBodies {
 		c.ev.RequestBody = c.scrubLog(string(body))
 	}
-	upName, upModel, _ := c.pol.Resolve(c.entry.name, req.Model)
+	return true
+}
+
+// route resolves the requested model under the policy to an upstream,
+// c.to, and the model there (c.spec and the call's event say both). false:
+// it refused a call that no upstream of the sandbox's API serves or that
+// the policy does not allow.
+func (c *call) route(ctx context.Context, w http.ResponseWriter) bool {
+	upName, upModel, _ := c.pol.Resolve(c.entry.name, c.req.Model)
 	c.ev.Upstream, c.ev.UpstreamModel = upName, upModel
 	c.spec = upName + ":" + upModel
-	to := g.ups[upName]
+	c.to = c.g.ups[upName]
 	switch {
-	case to == nil:
+	case c.to == nil:
 		c.refuse(ctx, w, errNoUpstream, "upstream_not_configured")
-		return
-	case to.kind != kind:
+		return false
+	case c.to.kind != c.entry.kind:
 		c.refuse(ctx, w, errWrongAPI, "wrong_api")
-		return
+		return false
 	case !c.pol.Allows(upName, upModel):
 		c.refuse(ctx, w, errModelNotAllowed, "model_not_allowed")
-		return
+		return false
 	}
+	return true
+}
+
+// admit counts the call against the run's rate limit, and looks up its
+// price and whether the tenant is metered (c.st, c.price, c.priced,
+// c.metered). false: it answered a call over the rate limit, one that
+// cannot be priced where a budget needs its price, or an internal error.
+func (c *call) admit(ctx context.Context, w http.ResponseWriter) bool {
+	g, kind := c.g, c.entry.kind
 	st, err := g.run(ctx, c.id)
 	if err != nil {
 		c.log.Error("gateway run totals", "err", g.red.String(err.Error()))
 		errInternal.write(w, kind)
-		return
+		return false
 	}
+	c.st = st
 	if ok, wait := st.allow(g.now(), c.pol.MaxRequestsPerMinute); !ok {
 		// Not recorded: a loop of refused calls must not flood the
 		// run's log; the proxy's audit has each one.
 		e := errRateLimited
 		e.retryAfter = wait
 		e.write(w, kind)
-		return
+		return false
 	}
-	var pp price.Price
-	pp, c.priced = g.cfg.Prices.Lookup(c.spec)
+	c.price, c.priced = g.cfg.Prices.Lookup(c.spec)
 	if c.metered, err = g.metered(ctx, st, c.id.Tenant); err != nil {
 		c.log.Error("gateway credit ledger", "err", g.red.String(err.Error()))
 		errInternal.write(w, kind)
-		return
+		return false
 	}
 	if c.api.Billed() && !c.priced && (c.metered || c.pol.MaxCredits > 0) {
 		c.refuse(ctx, w, errNoPrice, "model_not_priced")
-		return
+		return false
 	}
+	return true
+}
 
-	// Budgets, before anything goes upstream.
-	inputEst := wire.Estimate(len(body))
-	var limit int64
-	if c.api.Billed() {
-		var balance int64
-		if c.metered {
-			// What is owed is read first: a debit that lands between the
-			// two reads is then counted twice (refusing early), never not
-			// at all.
-			g.mu.Lock()
-			owed := g.owed[c.id.Tenant]
-			g.mu.Unlock()
-			if balance, err = g.cfg.Ledger.Balance(ctx, c.id.Tenant); err != nil {
-				c.log.Error("gateway credit balance", "err", g.red.String(err.Error()))
-				errInternal.write(w, kind)
-				return
-			}
-			balance -= owed
-		}
-		used := st.used()
-		if b, lim, u := spent(c.pol, used, c.metered, balance); b != "" {
-			c.exhausted = &event.BudgetExhausted{Budget: b, Limit: lim, Used: u}
-			c.refuseBudget(ctx, w, b)
-			return
-		}
-		if c.api.Generates() {
-			var b string
-			limit, b = outputCap(c.pol, used, pp, c.priced, c.metered, balance, inputEst)
-			if limit == 0 {
-				c.refuseBudget(ctx, w, b)
-				return
-			}
-			if limit > 0 && req.MaxTokens == 0 && limit > maxUnaskedCap {
-				limit = -1
-			}
+// budget checks the budgets before anything goes upstream, and returns the
+// most output tokens the call may ask for: 0 or less when the request
+// needs no cap (see outputCap). false: it answered a spent budget, or an
+// internal error.
+func (c *call) budget(ctx context.Context, w http.ResponseWriter) (limit int64, ok bool) {
+	if !c.api.Billed() {
+		return 0, true
+	}
+	var balance int64
+	if c.metered {
+		var err error
+		if balance, err = c.g.balance(ctx, c.id.Tenant); err != nil {
+			c.log.Error("gateway credit balance", "err", c.g.red.String(err.Error()))
+			errInternal.write(w, c.entry.kind)
+			return 0, false
 		}
 	}
-	out, err := req.Encode(upModel, max(limit, 0))
-	if err != nil {
-		errInternal.write(w, kind)
-		return
+	used := c.st.used()
+	if b, lim, u := spent(c.pol, used, c.metered, balance); b != "" {
+		c.exhausted = &event.BudgetExhausted{Budget: b, Limit: lim, Used: u}
+		c.refuseBudget(ctx, w, b)
+		return 0, false
 	}
+	if !c.api.Generates() {
+		return 0, true
+	}
+	limit, b := outputCap(c.pol, used, c.price, c.priced, c.metered, balance, c.inputEst)
+	if limit == 0 {
+		c.refuseBudget(ctx, w, b)
+		return 0, false
+	}
+	if limit > 0 && c.req.MaxTokens == 0 && limit > maxUnaskedCap {
+		limit = -1
+	}
+	return limit, true
+}
 
-	ureq, err := http.NewRequestWithContext(ctx, http.MethodPost, to.upstreamURL(c.api, r.URL.RawQuery), bytes.NewReader(out))
+// balance returns what tenant's credits would be with every debit of this
+// gateway paid.
+func (g *Gateway) balance(ctx context.Context, tenant string) (int64, error) {
+	// What is owed is read first: a debit that lands between the two
+	// reads is then counted twice (refusing early), never not at all.
+	g.mu.Lock()
+	owed := g.owed[tenant]
+	g.mu.Unlock()
+	balance, err := g.cfg.Ledger.Balance(ctx, tenant)
 	if err != nil {
-		errInternal.write(w, kind)
-		return
+		return 0, err
+	}
+	return balance - owed, nil
+}
+
+// upstreamRequest builds the request to c.to: the sandbox's request for
+// the upstream's model, asking for at most limit output tokens when limit
+// is positive, with the few headers that go upstream from the sandbox
+// (forwardHeaders), the upstream's own, and its key last. false: it
+// answered an internal error, or that the key is unavailable.
+func (c *call) upstreamRequest(ctx context.Context, w http.ResponseWriter, r *http.Request, limit int64) (*http.Request, bool) {
+	out, err := c.req.Encode(c.ev.UpstreamModel, max(limit, 0))
+	if err != nil {
+		errInternal.write(w, c.entry.kind)
+		return nil, false
+	}
+	ureq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.to.upstreamURL(c.api, r.URL.RawQuery), bytes.NewReader(out))
+	if err != nil {
+		errInternal.write(w, c.entry.kind)
+		return nil, false
 	}
 	h := ureq.Header
 	for _, k := range forwardHeaders {
@@ -170,47 +245,66 @@ func (c *call) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.Set("Content-Type", "application/json")
-	if kind == KindAnthropic && h.Get("Anthropic-Version") == "" {
+	if c.entry.kind == KindAnthropic && h.Get("Anthropic-Version") == "" {
 		h.Set("Anthropic-Version", "2023-06-01")
 	}
-	for k, v := range to.header {
+	for k, v := range c.to.header {
 		h[k] = slicesClone(v)
 	}
 	// The key goes in last, after the sandbox's headers were left
 	// behind: nothing the sandbox sends can take its place.
-	if to.key != nil {
-		v, err := to.key(ctx)
-		if err != nil || v.Len() == 0 {
-			if err != nil {
-				c.log.Error("gateway upstream key", "upstream", to.name, "err", g.red.String(err.Error()))
-			}
-			c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "key_unavailable"
-			c.answerError(ctx, w, errKey)
-			return
-		}
-		g.addKey(v)
-		c.key = v.Reveal()
-		if kind == KindAnthropic {
-			h.Set("X-Api-Key", string(c.key))
-		} else {
-			h.Set("Authorization", "Bearer "+string(c.key))
-		}
+	if !c.setKey(ctx, w, h) {
+		return nil, false
 	}
+	return ureq, true
+}
 
+// setKey puts c.to's key, if it has one, in h, and keeps it in c.key to
+// scrub it from answers. false: it answered that the key is unavailable,
+// and recorded the call.
+func (c *call) setKey(ctx context.Context, w http.ResponseWriter, h http.Header) bool {
+	if c.to.key == nil {
+		return true
+	}
+	v, err := c.to.key(ctx)
+	if err != nil || v.Len() == 0 {
+		if err != nil {
+			c.log.Error("gateway upstream key", "upstream", c.to.name, "err", c.g.red.String(err.Error()))
+		}
+		c.ev.Outcome, c.ev.Reason = event.LLMOutcomeUpstreamError, "key_unavailable"
+		c.answerError(ctx, w, errKey)
+		return false
+	}
+	c.g.addKey(v)
+	c.key = v.Reveal()
+	if c.entry.kind == KindAnthropic {
+		h.Set("X-Api-Key", string(c.key))
+	} else {
+		h.Set("Authorization", "Bearer "+string(c.key))
+	}
+	return true
+}
+
+// exchange sends ureq upstream and passes the answer on: an error answer
+// as the upstream gave it, an event stream as it streams when the sandbox
+// asked for one, else whole. The call is in flight from here: its
+// estimate counts against the run's budgets until it lands (land), when it
+// returns.
+func (c *call) exchange(ctx context.Context, w http.ResponseWriter, ureq *http.Request) {
 	var pr *price.Price
 	if c.priced {
-		pr = &pp
+		pr = &c.price
 	}
-	fl := st.start(c.estimate(pr, inputEst, 0))
+	fl := c.st.start(c.estimate(pr, c.inputEst, 0))
 	m := &wire.Meter{API: c.api}
 	cut := ""
 	defer func() {
-		c.land(ctx, fl, m, pr, inputEst, cut)
+		c.land(ctx, fl, m, pr, c.inputEst, cut)
 	}()
 
-	resp, err := g.transport.RoundTrip(ureq)
+	resp, err := c.g.transport.RoundTrip(ureq)
 	if err != nil {
-		c.log.Info("gateway upstream", "upstream", to.name, "err", g.red.String(scrub(err.Error(), c.key)))
+		c.log.Info("gateway upstream", "upstream", c.to.name, "err", c.g.red.String(scrub(err.Error(), c.key)))
 		e := errUnreachable
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 			e = errUpstreamTimeout
@@ -221,7 +315,7 @@ func (c *call) serve(w http.ResponseWriter, r *http.Request) {
 			c.ev.Outcome, c.ev.Reason = event.LLMOutcomeCancelled, ""
 		}
 		c.ev.Status = e.status
-		e.write(w, kind)
+		e.write(w, c.entry.kind)
 		return
 	}
 	defer resp.Body.Close()
@@ -231,8 +325,8 @@ func (c *call) serve(w http.ResponseWriter, r *http.Request) {
 		c.passError(w, resp)
 		return
 	}
-	if req.Stream && isEventStream(resp.Header.Get("Content-Type")) {
-		cut = c.stream(ctx, w, resp, req, m, fl, pr, inputEst)
+	if c.req.Stream && isEventStream(resp.Header.Get("Content-Type")) {
+		cut = c.stream(ctx, w, resp, c.req, m, fl, pr, c.inputEst)
 		return
 	}
 	c.whole(w, resp, m)

@@ -89,14 +89,9 @@ const streamPage = 256
 // and everything was sent. A stream of a final run with nothing left to
 // send answers 204, which tells an EventSource to stop reconnecting.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
-	after, err := parseParam(afterParam, r.URL.Query().Get("after"))
+	after, err := streamAfter(r)
 	if err != nil {
 		return err
-	}
-	if id := r.Header.Get("Last-Event-ID"); id != "" {
-		if after, err = parseParam(lastEventIDParam, id); err != nil {
-			return err
-		}
 	}
 	run, err := ownRun(r, c)
 	if err != nil {
@@ -110,7 +105,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	// subscription would otherwise wait for the poll.
 	sub := s.o.Feed.subscribe(run.ID, s.o.Store, s.cfg.StreamPoll)
 	defer sub.stop()
-	subscribed := time.Now()
+	es := &eventStream{s: s, c: c, runID: run.ID, sub: sub, subscribed: time.Now(), after: after}
 	if run.Status.Final() && after >= run.LastSeq {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
@@ -121,134 +116,58 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	// key is revoked (revoke.go).
 	revoked, release := s.watch.hold(c.p)
 	defer release()
+	return es.serve(r.Context(), w, revoked)
+}
 
-	ctx := r.Context()
-	rc := http.NewResponseController(w)
-	// A stream lives long: no read deadline (its expiry would end the
-	// stream), and a write deadline per flush instead of per request.
-	if err := rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
+// streamAfter returns the seq a stream starts after: Last-Event-ID when the
+// client reconnects, else ?after=.
+func streamAfter(r *http.Request) (int64, error) {
+	after, err := parseParam(afterParam, r.URL.Query().Get("after"))
+	if err != nil {
+		return 0, err
 	}
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	bw := &streamBuffer{w: w}
-	defer bw.release()
-	var deadline time.Time
-	flush := func() error {
-		// A client that does not read within the write timeout (half
-		// of it at least: the deadline moves only once half is gone,
-		// which spares a timer update per event) is dropped: it holds
-		// no more than this buffer and the socket's.
-		if now := time.Now(); deadline.Sub(now) < s.cfg.WriteTimeout/2 {
-			deadline = now.Add(s.cfg.WriteTimeout)
-			if err := rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
-				return err
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		return rc.Flush()
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		return parseParam(lastEventIDParam, id)
 	}
-	fmt.Fprintf(bw, "retry: %d\n\n", 2000)
-	if err := flush(); err != nil {
-		return nil // the client went away
-	}
-	keepalive := time.NewTicker(s.cfg.Keepalive)
-	defer keepalive.Stop()
+	return after, nil
+}
+
+// eventStream is one open event stream of a run (Server.stream): where it
+// is in the run's events, and how it writes to its client.
+type eventStream struct {
+	s          *Server
+	c          *call
+	runID      string
+	sub        *subscription
+	subscribed time.Time // when sub began: events after it are live
+	rc         *http.ResponseController
+	bw         *streamBuffer
+	deadline   time.Time // the write deadline set last
+	// after is the seq of the last event sent (or the one the stream
+	// started after).
+	after int64
 	// end, once set, is the final status the stream ends with, once every
 	// event up to it went out.
-	var end event.Status
-	finish := func() {
-		b, _ := json.Marshal(api.StreamEnd{Status: end, LastSeq: after})
-		fmt.Fprintf(bw, "event: end\ndata: %s\n\n", b)
-		_ = flush()
+	end event.Status
+}
+
+// serve answers with the stream and sends the run's events as they come,
+// until the run's end was sent, the client leaves, the server closes, or
+// the stream's key is revoked.
+func (es *eventStream) serve(ctx context.Context, w http.ResponseWriter, revoked <-chan struct{}) error {
+	if err := es.open(w); err != nil {
+		return err
 	}
-	// fromStore sends what follows after from the store, page by page,
-	// and notes whether the run is final and all of it sent.
-	fromStore := func() error {
-		for {
-			cur, err := c.view.GetRun(ctx, run.ID)
-			if err != nil {
-				return streamErr(ctx, err)
-			}
-			var evs []event.Event
-			if cur.LastSeq > after {
-				if evs, err = c.view.Events(ctx, run.ID, after+1, streamPage); err != nil {
-					return streamErr(ctx, err)
-				}
-			}
-			for _, ev := range evs {
-				frame, err := sseFrame(ev)
-				if err != nil {
-					return err
-				}
-				bw.Write(frame)
-				after = ev.Seq
-				// The run may have ended after cur was read: its
-				// final event says so (no later wake-up would).
-				if st, ok := finalStatus(ev); ok {
-					end = st
-				}
-			}
-			s.metrics.streamed.Add(float64(len(evs)))
-			if len(evs) > 0 {
-				if err := flush(); err != nil {
-					return errClientGone
-				}
-			}
-			if len(evs) == streamPage {
-				continue
-			}
-			// cur was read before the events: when it is final, its
-			// LastSeq is the end of what a final run's driver wrote.
-			if cur.Status.Final() && after >= cur.LastSeq {
-				end = cur.Status
-			}
-			return nil
-		}
+	defer es.bw.release()
+	fmt.Fprintf(es.bw, "retry: %d\n\n", 2000)
+	if err := es.flush(); err != nil {
+		return nil // the client went away
 	}
-	// fromFeed sends what the feed holds after after, when it holds all
-	// of it (possibly nothing new); false sends the stream to the store.
-	fromFeed := func() (bool, error) {
-		evs, ok := sub.since(after)
-		if !ok {
-			return false, nil
-		}
-		if len(evs) == 0 {
-			return true, nil
-		}
-		for _, fe := range evs {
-			bw.Write(fe.frame)
-			after = fe.ev.Seq
-			if st, ok := finalStatus(fe.ev); ok {
-				end = st
-			}
-		}
-		s.metrics.streamed.Add(float64(len(evs)))
-		if err := flush(); err != nil {
-			return true, errClientGone
-		}
-		now := time.Now()
-		for _, fe := range evs {
-			if fe.at.After(subscribed) { // live, not caught up on
-				s.metrics.delivery.Observe(now.Sub(fe.at).Seconds())
-			}
-		}
-		return true, nil
-	}
-	// The first read: from the feed when it holds what follows (another
-	// stream of the run is open), else from the store.
-	ok, err := fromFeed()
-	if !ok {
-		err = fromStore()
-	}
-	if err != nil || end != "" {
-		if end != "" {
-			finish()
+	keepalive := time.NewTicker(es.s.cfg.Keepalive)
+	defer keepalive.Stop()
+	if err := es.catchUp(ctx); err != nil || es.end != "" {
+		if es.end != "" {
+			es.finish()
 		}
 		return ignoreGone(err)
 	}
@@ -256,32 +175,154 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.closing:
+		case <-es.s.closing:
 			return nil
 		case <-revoked:
-			c.log.Info("event stream ended: its key was revoked")
+			es.c.log.Info("event stream ended: its key was revoked")
 			return nil
-		case <-sub.wake:
-			ok, err := fromFeed()
-			if !ok {
-				// The feed does not hold exactly what follows: the store
-				// does.
-				err = fromStore()
-			}
-			if err != nil {
+		case <-es.sub.wake:
+			if err := es.catchUp(ctx); err != nil {
 				return ignoreGone(err)
 			}
 		case <-keepalive.C:
-			fmt.Fprint(bw, ": keepalive\n\n")
-			if err := flush(); err != nil {
+			fmt.Fprint(es.bw, ": keepalive\n\n")
+			if err := es.flush(); err != nil {
 				return nil
 			}
 		}
-		if end != "" {
-			finish()
+		if es.end != "" {
+			es.finish()
 			return nil
 		}
 	}
+}
+
+// open answers 200 with an event stream. A stream lives long: no read
+// deadline (its expiry would end the stream), and a write deadline per
+// flush instead of per request.
+func (es *eventStream) open(w http.ResponseWriter) error {
+	es.rc = http.NewResponseController(w)
+	if err := es.rc.SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	es.bw = &streamBuffer{w: w}
+	return nil
+}
+
+// flush sends what is buffered to the client.
+func (es *eventStream) flush() error {
+	// A client that does not read within the write timeout (half of it at
+	// least: the deadline moves only once half is gone, which spares a
+	// timer update per event) is dropped: it holds no more than this
+	// buffer and the socket's.
+	if now := time.Now(); es.deadline.Sub(now) < es.s.cfg.WriteTimeout/2 {
+		es.deadline = now.Add(es.s.cfg.WriteTimeout)
+		if err := es.rc.SetWriteDeadline(es.deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+	}
+	if err := es.bw.Flush(); err != nil {
+		return err
+	}
+	return es.rc.Flush()
+}
+
+// finish sends the "end" event, with the final status and the last seq.
+func (es *eventStream) finish() {
+	b, _ := json.Marshal(api.StreamEnd{Status: es.end, LastSeq: es.after})
+	fmt.Fprintf(es.bw, "event: end\ndata: %s\n\n", b)
+	_ = es.flush()
+}
+
+// catchUp sends what follows es.after: from the feed when it holds all of
+// it (at the first read, when another stream of the run is open), else
+// from the store.
+func (es *eventStream) catchUp(ctx context.Context) error {
+	ok, err := es.fromFeed()
+	if !ok {
+		err = es.fromStore(ctx)
+	}
+	return err
+}
+
+// fromStore sends what follows es.after from the store, page by page,
+// and notes whether the run is final and all of it sent.
+func (es *eventStream) fromStore(ctx context.Context) error {
+	for {
+		cur, err := es.c.view.GetRun(ctx, es.runID)
+		if err != nil {
+			return streamErr(ctx, err)
+		}
+		var evs []event.Event
+		if cur.LastSeq > es.after {
+			if evs, err = es.c.view.Events(ctx, es.runID, es.after+1, streamPage); err != nil {
+				return streamErr(ctx, err)
+			}
+		}
+		for _, ev := range evs {
+			frame, err := sseFrame(ev)
+			if err != nil {
+				return err
+			}
+			es.bw.Write(frame)
+			es.after = ev.Seq
+			// The run may have ended after cur was read: its final event
+			// says so (no later wake-up would).
+			if st, ok := finalStatus(ev); ok {
+				es.end = st
+			}
+		}
+		es.s.metrics.streamed.Add(float64(len(evs)))
+		if len(evs) > 0 {
+			if err := es.flush(); err != nil {
+				return errClientGone
+			}
+		}
+		if len(evs) == streamPage {
+			continue
+		}
+		// cur was read before the events: when it is final, its LastSeq
+		// is the end of what a final run's driver wrote.
+		if cur.Status.Final() && es.after >= cur.LastSeq {
+			es.end = cur.Status
+		}
+		return nil
+	}
+}
+
+// fromFeed sends what the feed holds after es.after, when it holds all of
+// it (possibly nothing new); false sends the stream to the store.
+func (es *eventStream) fromFeed() (bool, error) {
+	evs, ok := es.sub.since(es.after)
+	if !ok {
+		return false, nil
+	}
+	if len(evs) == 0 {
+		return true, nil
+	}
+	for _, fe := range evs {
+		es.bw.Write(fe.frame)
+		es.after = fe.ev.Seq
+		if st, ok := finalStatus(fe.ev); ok {
+			es.end = st
+		}
+	}
+	es.s.metrics.streamed.Add(float64(len(evs)))
+	if err := es.flush(); err != nil {
+		return true, errClientGone
+	}
+	now := time.Now()
+	for _, fe := range evs {
+		if fe.at.After(es.subscribed) { // live, not caught up on
+			es.s.metrics.delivery.Observe(now.Sub(fe.at).Seconds())
+		}
+	}
+	return true, nil
 }
 
 // streamBuffers hold what a stream writes between two flushes. A stream

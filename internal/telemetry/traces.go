@@ -132,16 +132,52 @@ func (tr *tracer) known(id string) bool {
 
 // event adds what ev (with payload p) tells to the run's spans.
 func (tr *tracer) event(ev event.Event, p event.Payload) {
-	var info *RunInfo
-	if ev.Type != event.TypeRunCreated && tr.lookup != nil && !tr.known(ev.RunID) {
-		// Outside the lock: the lookup reads the store.
-		if ri, ok := tr.lookup(ev.RunID); ok {
-			info = &ri
-		}
-	}
+	info := tr.lookupInfo(ev)
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	r := tr.runLocked(ev.RunID, info)
+	switch p := p.(type) {
+	case *event.RunCreated, *event.PolicyResolved, *event.RunStarted, *event.RunResumed, *event.RunPaused,
+		*event.RunCompleted, *event.RunFailed, *event.RunCancelled:
+		tr.runEvent(r, ev, p)
+	case *event.ModelRequest, *event.ModelResponse:
+		tr.modelEvent(r, ev, p)
+	case *event.PolicyDecision, *event.ToolStarted, *event.ToolFinished, *event.ToolUncertain:
+		tr.toolEvent(r, ev, p)
+	case *event.Retry, *event.BudgetExhausted:
+		tr.stepNote(r, ev, p)
+	case *event.SandboxProvisioned, *event.SandboxLost, *event.SnapshotTaken:
+		tr.sandboxEvent(r, ev, p)
+	case *event.EgressDecision, *event.LLMCall:
+		tr.trafficEvent(r, ev, p)
+	case *event.ApprovalRequested, *event.ApprovalDecided:
+		tr.approvalEvent(r, ev, p)
+	case *event.VerificationResult:
+		tr.verification(r, ev, p)
+	}
+}
+
+// lookupInfo returns what tr.lookup tells about the run of ev when the
+// tracer keeps nothing of it yet, or nil. A run.created tells it all
+// itself.
+//
+// Preconditions: tr.mu is not held: the lookup reads the store.
+func (tr *tracer) lookupInfo(ev event.Event) *RunInfo {
+	if ev.Type == event.TypeRunCreated || tr.lookup == nil || tr.known(ev.RunID) {
+		return nil
+	}
+	if ri, ok := tr.lookup(ev.RunID); ok {
+		return &ri
+	}
+	return nil
+}
+
+// runEvent follows the run's life: what run.created and policy.resolved
+// tell about it, the drives that start and pause it (each ends the step an
+// earlier drive left open), and its end, which records the run span.
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) runEvent(r *runTrace, ev event.Event, p event.Payload) {
 	switch p := p.(type) {
 	case *event.RunCreated:
 		r.created = ev.Time
@@ -156,27 +192,43 @@ func (tr *tracer) event(ev event.Event, p event.Payload) {
 		if newDrive(p) {
 			tr.closeStep(r, ev.Time)
 		}
+	case *event.RunPaused:
+		tr.closeStep(r, ev.Time)
+	case *event.RunCompleted:
+		tr.endRun(r, ev.Time, event.StatusCompleted, "", p.Steps, p.Usage)
+	case *event.RunFailed:
+		status := p.Status
+		if status == "" {
+			status = event.StatusFailed
+		}
+		tr.endRun(r, ev.Time, status, p.Reason, p.Steps, p.Usage)
+	case *event.RunCancelled:
+		tr.endRun(r, ev.Time, event.StatusCancelled, p.By, 0, event.Usage{})
+	}
+}
+
+// modelEvent follows the model call of a step: model.request opens its
+// span (ending one an earlier attempt left open as retried), and
+// model.response ends it, first opening it at the call's start when this
+// process did not see the request.
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) modelEvent(r *runTrace, ev event.Event, p event.Payload) {
+	switch p := p.(type) {
 	case *event.ModelRequest:
 		s := tr.stepAt(r, p.Step, ev.Time)
 		if s.model != nil {
 			s.model.span.SetStatus(codes.Error, "retried")
 			s.model.span.End(trace.WithTimestamp(ev.Time))
 		}
-		_, sp := tr.t.Start(s.ctx, "chat "+tr.name(p.Model), trace.WithTimestamp(ev.Time), trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(tr.base(r,
-				attribute.Int(attrStep, p.Step), attribute.String(attrOperation, "chat"),
-				attribute.String(attrProvider, tr.name(p.Provider)), attribute.String(attrModel, tr.name(p.Model)),
-				attribute.Int("airlock.model.attempt", p.Attempt), attribute.Int("airlock.model.messages", p.Messages))...))
-		s.model = &openSpan{span: sp, start: ev.Time}
+		s.model = tr.startChat(r, s, p.Step, p.Provider, p.Model, ev.Time,
+			attribute.Int("airlock.model.attempt", p.Attempt), attribute.Int("airlock.model.messages", p.Messages))
 	case *event.ModelResponse:
 		start := ev.Time.Add(-ms(p.DurationMS))
 		s := tr.stepAt(r, p.Step, start)
 		m := s.model
 		if m == nil {
-			_, sp := tr.t.Start(s.ctx, "chat "+tr.name(p.Model), trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
-				trace.WithAttributes(tr.base(r, attribute.Int(attrStep, p.Step), attribute.String(attrOperation, "chat"),
-					attribute.String(attrProvider, tr.name(p.Provider)), attribute.String(attrModel, tr.name(p.Model)))...))
-			m = &openSpan{span: sp, start: start}
+			m = tr.startChat(r, s, p.Step, p.Provider, p.Model, start)
 		}
 		m.span.SetAttributes(
 			attribute.String("gen_ai.response.model", tr.name(p.Model)),
@@ -190,6 +242,27 @@ func (tr *tracer) event(ev event.Event, p event.Payload) {
 		m.span.End(trace.WithTimestamp(ev.Time))
 		s.model = nil
 		s.touch(ev.Time)
+	}
+}
+
+// startChat opens the span of a model call of step s (numbered step) at
+// start, with more attributes after the common ones.
+func (tr *tracer) startChat(r *runTrace, s *stepTrace, step int, provider, model string, start time.Time, more ...attribute.KeyValue) *openSpan {
+	attrs := append([]attribute.KeyValue{attribute.Int(attrStep, step), attribute.String(attrOperation, "chat"),
+		attribute.String(attrProvider, tr.name(provider)), attribute.String(attrModel, tr.name(model))}, more...)
+	_, sp := tr.t.Start(s.ctx, "chat "+tr.name(model), trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(tr.base(r, attrs...)...))
+	return &openSpan{span: sp, start: start}
+}
+
+// toolEvent follows the tool calls of a step: the policy decision on a
+// call (an event of the step span, and attributes of the call's span), the
+// call's start, and its end: finished, or uncertain (its result was never
+// recorded).
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) toolEvent(r *runTrace, ev event.Event, p event.Payload) {
+	switch p := p.(type) {
 	case *event.PolicyDecision:
 		if s := r.step; s != nil && s.n == p.Step {
 			s.decisions[p.CallID] = event.PolicyDecision{Decision: p.Decision, Rule: p.Rule}
@@ -216,6 +289,38 @@ func (tr *tracer) event(ev event.Event, p event.Payload) {
 				tt.end = ev.Time
 			}
 		}
+	}
+}
+
+// stepNote adds a retry or a spent budget to the open step's span as an
+// event; a spent budget is also kept for the run span.
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) stepNote(r *runTrace, ev event.Event, p event.Payload) {
+	switch p := p.(type) {
+	case *event.Retry:
+		if s := r.step; s != nil {
+			s.span.AddEvent("retry", trace.WithTimestamp(ev.Time), trace.WithAttributes(
+				attribute.String("airlock.retry.what", tr.name(p.What)), attribute.Int("airlock.retry.attempt", p.Attempt),
+				attribute.Int64("airlock.retry.delay_ms", p.DelayMS)))
+		}
+	case *event.BudgetExhausted:
+		r.budget = p.Budget
+		if s := r.step; s != nil {
+			s.span.AddEvent("budget.exhausted", trace.WithTimestamp(ev.Time), trace.WithAttributes(
+				attribute.String("airlock.budget", tr.name(p.Budget)), attribute.Int64("airlock.budget.limit", p.Limit),
+				attribute.Int64("airlock.budget.used", p.Used)))
+		}
+	}
+}
+
+// sandboxEvent records a sandbox operation as a span that ends at ev: a
+// provision or a snapshot, which started the time it took before, or the
+// loss of a sandbox (an error).
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) sandboxEvent(r *runTrace, ev event.Event, p event.Payload) {
+	switch p := p.(type) {
 	case *event.SandboxProvisioned:
 		start := ev.Time.Add(-ms(p.DurationMS))
 		_, sp := tr.t.Start(r.parentAt("", start), "sandbox.provision", trace.WithTimestamp(start), trace.WithAttributes(tr.base(r,
@@ -234,6 +339,16 @@ func (tr *tracer) event(ev event.Event, p event.Payload) {
 			attribute.String(attrSandbox, tr.name(p.Sandbox)), attribute.Int64("airlock.snapshot.bytes", p.Size),
 			attribute.Bool("airlock.snapshot.incremental", p.Base != ""))...))
 		sp.End(trace.WithTimestamp(ev.Time))
+	}
+}
+
+// trafficEvent records what a sandbox sent out as a span under the tool
+// call that ran on that sandbox then (see parentAt): an egress proxy
+// request, or an LLM gateway call (an error unless it went through).
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) trafficEvent(r *runTrace, ev event.Event, p event.Payload) {
+	switch p := p.(type) {
 	case *event.EgressDecision:
 		start := ev.Time.Add(-ms(p.DurationMS))
 		attrs := tr.base(r,
@@ -267,6 +382,18 @@ func (tr *tracer) event(ev event.Event, p event.Payload) {
 			sp.SetStatus(codes.Error, tr.name(p.Outcome))
 		}
 		sp.End(trace.WithTimestamp(ev.Time))
+	}
+}
+
+// approvalEvent follows an approval wait: approval.requested opens its
+// span, under the tool call asked about or else where parentAt puts a
+// network approval (ending a span of the same approval left open), and
+// approval.decided ends it with the decision. Waits still open when the
+// run ends are ended there (endRun).
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) approvalEvent(r *runTrace, ev event.Event, p event.Payload) {
+	switch p := p.(type) {
 	case *event.ApprovalRequested:
 		parent := r.parentAt(p.Sandbox, ev.Time)
 		if s := r.step; p.CallID != "" && s != nil && s.n == p.Step {
@@ -295,48 +422,29 @@ func (tr *tracer) event(ev event.Event, p event.Payload) {
 			a.span.End(trace.WithTimestamp(ev.Time))
 			delete(r.approvals, p.ApprovalID)
 		}
-	case *event.Retry:
-		if s := r.step; s != nil {
-			s.span.AddEvent("retry", trace.WithTimestamp(ev.Time), trace.WithAttributes(
-				attribute.String("airlock.retry.what", tr.name(p.What)), attribute.Int("airlock.retry.attempt", p.Attempt),
-				attribute.Int64("airlock.retry.delay_ms", p.DelayMS)))
-		}
-	case *event.BudgetExhausted:
-		r.budget = p.Budget
-		if s := r.step; s != nil {
-			s.span.AddEvent("budget.exhausted", trace.WithTimestamp(ev.Time), trace.WithAttributes(
-				attribute.String("airlock.budget", tr.name(p.Budget)), attribute.Int64("airlock.budget.limit", p.Limit),
-				attribute.Int64("airlock.budget.used", p.Used)))
-		}
-	case *event.VerificationResult:
-		tr.closeStep(r, ev.Time)
-		failed := 0
-		for _, c := range p.Checks {
-			if !c.Passed {
-				failed++
-			}
-		}
-		start := ev.Time.Add(-ms(p.DurationMS))
-		_, sp := tr.t.Start(r.ctx, "verification", trace.WithTimestamp(start), trace.WithAttributes(tr.base(r,
-			attribute.Bool("airlock.verification.passed", p.Passed), attribute.Int("airlock.verification.checks", len(p.Checks)),
-			attribute.Int("airlock.verification.failed", failed))...))
-		if !p.Passed {
-			sp.SetStatus(codes.Error, "verification failed")
-		}
-		sp.End(trace.WithTimestamp(ev.Time))
-	case *event.RunPaused:
-		tr.closeStep(r, ev.Time)
-	case *event.RunCompleted:
-		tr.endRun(r, ev.Time, event.StatusCompleted, "", p.Steps, p.Usage)
-	case *event.RunFailed:
-		status := p.Status
-		if status == "" {
-			status = event.StatusFailed
-		}
-		tr.endRun(r, ev.Time, status, p.Reason, p.Steps, p.Usage)
-	case *event.RunCancelled:
-		tr.endRun(r, ev.Time, event.StatusCancelled, p.By, 0, event.Usage{})
 	}
+}
+
+// verification ends the open step (the agent's work is over) and records
+// the run's verification as a span of the run, an error if it failed.
+//
+// Preconditions: tr.mu is held.
+func (tr *tracer) verification(r *runTrace, ev event.Event, p *event.VerificationResult) {
+	tr.closeStep(r, ev.Time)
+	failed := 0
+	for _, c := range p.Checks {
+		if !c.Passed {
+			failed++
+		}
+	}
+	start := ev.Time.Add(-ms(p.DurationMS))
+	_, sp := tr.t.Start(r.ctx, "verification", trace.WithTimestamp(start), trace.WithAttributes(tr.base(r,
+		attribute.Bool("airlock.verification.passed", p.Passed), attribute.Int("airlock.verification.checks", len(p.Checks)),
+		attribute.Int("airlock.verification.failed", failed))...))
+	if !p.Passed {
+		sp.SetStatus(codes.Error, "verification failed")
+	}
+	sp.End(trace.WithTimestamp(ev.Time))
 }
 
 // newDrive reports whether a run.resumed starts a new drive of the run

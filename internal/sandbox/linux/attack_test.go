@@ -668,6 +668,22 @@ func TestAttackDisk(t *testing.T) {
 	}
 }
 
+// TestAttackShmDefaultDisk: /dev/shm is capped when the spec leaves
+// DiskBytes to the default, as when it sets it (at 64 MiB at most).
+func TestAttackShmDefaultDisk(t *testing.T) {
+	t.Parallel()
+	limits := sandbox.DefaultLimits
+	limits.DiskBytes = 0 // the default
+	sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+	res := attackRun(t, sb, "", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=100")
+	if res.ok() {
+		t.Errorf("writing 100 MiB to /dev/shm under the default disk limit (/dev/shm at most 64 MiB) succeeded: %v", res)
+	} else if res.r.Outcome != sandbox.OutcomeDiskFull {
+		t.Errorf("writing 100 MiB to /dev/shm: Outcome = %q, want %q: %v", res.r.Outcome, sandbox.OutcomeDiskFull, res)
+	}
+	attackMust(t, sb, "", "rm -f /dev/shm/fill; echo ok")
+}
+
 // TestAttackDaemonSurvivesDestroy: a daemon that left the command's session
 // and process tree dies with the sandbox.
 func TestAttackDaemonSurvivesDestroy(t *testing.T) {

@@ -62,9 +62,9 @@ type Backend struct {
 	cgErr   error           // guarded by mu
 	cgOnce  bool            // guarded by mu
 	idmaps  idmapCache
-	// mine holds the ids of this backend's sandboxes from the start of
-	// Create to the end of teardown; GC need not ask the slot locks about
-	// them. Guarded by mu.
+	// mine holds the ids of this backend's sandboxes from when Create
+	// holds the id lock to the end of teardown; GC need not ask the slot
+	// locks about them. Guarded by mu.
 	mine map[string]bool
 }
 
@@ -202,140 +202,141 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	tr := newTracer("create")
 	defer tr.done()
 	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{})}
+	// The id lock comes first, and before anything is torn down on failure:
+	// until it is held, id may be a live sandbox's, and with it what is
+	// named after it (its trust-store files, its mark in Backend.mine). It
+	// also comes before the cgroup: GC judges a cgroup by it.
+	if sb.idLock, err = b.ids.hold(id); err != nil {
+		return nil, err
+	}
 	b.own(id, true) // until teardown
+	// From here on, a failure tears sb down: teardown releases whatever
+	// each step below recorded in sb as it took it.
 	defer func() {
 		if err != nil {
 			sb.teardown()
 		}
 	}()
+	if err := sb.reserve(spec, tr); err != nil {
+		return nil, err
+	}
+	setup := newSetup(sb.spec.Limits, b.root)
+	host, err := sb.start(setup, tr)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.handshake(ctx, host, setup); err != nil {
+		return nil, err
+	}
+	tr.mark("handshake")
+	sb.watch()
+	b.log.Info("sandbox created", "sandbox_id", id, "pid", sb.proc.pid)
+	return sb, nil
+}
+
+// reserve takes what sb holds on the host before its executor starts,
+// besides its id lock: the trust-store files, the uid range (root mode) and
+// the cgroup, in that order. Each is recorded in sb as soon as it is taken,
+// so that teardown releases it whichever step fails. It sets sb.spec to
+// spec with the trust store's mounts and environment added.
+//
+// Preconditions: sb holds its id lock.
+func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
+	b := sb.b
 	if len(spec.TrustedCAs) > 0 {
-		sb.files = filepath.Join(b.cfg.StateDir, "files", id)
+		sb.files = filepath.Join(b.cfg.StateDir, "files", sb.id)
 		if err := trustStore(sb.files, &spec); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	sb.spec = spec
-
-	// The id lock comes before the cgroup: GC judges a cgroup by it.
-	if sb.idLock, err = b.ids.hold(id); err != nil {
-		return nil, err
-	}
-	var base uint32
 	if b.root {
-		if sb.slot, base, err = b.uids.acquire(id); err != nil {
-			return nil, err
+		var err error
+		if sb.slot, sb.base, err = b.uids.acquire(sb.id); err != nil {
+			return err
 		}
-		sb.base = base
 	}
 	tr.mark("uids")
 	if err := sb.makeCgroup(); err != nil {
-		return nil, err
+		return err
 	}
 	tr.mark("cgroup")
+	return nil
+}
 
+// newSetup returns the executor's setup for a sandbox with limits l, but
+// for its sources (file system trees, workspace, mounts, proxy): who runs
+// commands, the sizes of the writable layers and /dev/shm, and the
+// rlimits. root says whether the backend runs as root (else rootless).
+func newSetup(l sandbox.Limits, root bool) *execproto.Setup {
 	setup := &execproto.Setup{
 		Hostname:  "airlock",
-		DiskBytes: spec.Limits.DiskBytes,
-		ShmBytes:  min(spec.Limits.DiskBytes, 64<<20),
+		DiskBytes: l.DiskBytes,
 		User:      execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"},
 		Rlimits:   map[string]uint64{"core": 0},
 		// Landlock is required when the kernel has it; where it does not
 		// the executor reports that it is missing and doctor says so.
 		RequireLandlock: false,
 	}
-	if spec.Limits.Pids > 0 {
+	if l.Pids > 0 {
 		// RLIMIT_NPROC counts the tasks of one user in the sandbox's user
 		// namespace. Commands run as the sandbox user, so a fork bomb stops
 		// at Pids without touching the tasks of the executor (sandbox root),
 		// which keeps pidsReserve more in the cgroup for its own threads.
-		setup.Rlimits["nproc"] = uint64(spec.Limits.Pids)
+		setup.Rlimits["nproc"] = uint64(l.Pids)
 	}
 	if setup.DiskBytes == 0 {
 		setup.DiskBytes = sandbox.DefaultLimits.DiskBytes
 	}
-	if !b.root {
+	// From the limit in force: a size of 0 would leave the tmpfs unbounded.
+	setup.ShmBytes = min(setup.DiskBytes, 64<<20)
+	if !root {
 		// Rootless: one id is mapped, so the sandbox user is root of the
 		// user namespace (without capabilities for its commands).
 		setup.User = execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"}
 		setup.NoSetGroups = true
 	}
-	var files []*os.File // ExtraFiles after the control socket: fd 4, 5, ...
-	addFD := func(fd int, name string) int {
-		files = append(files, os.NewFile(uintptr(fd), name))
-		return execproto.ControlFD + len(files)
-	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	idm := &idmapper{start: b.startProc, base: base, cache: &b.idmaps}
-	defer idm.close()
-	tree := func(path string, ro, mapOwner bool) (int, error) {
-		idfd := -1
-		if mapOwner {
-			uid, gid, err := owner(path)
-			if err != nil {
-				return -1, err
-			}
-			if idfd, err = idm.fd(uid, gid); err != nil {
-				return -1, err
-			}
-		}
-		fd, err := detachedTree(path, ro, idfd)
-		if err != nil {
-			return -1, err
-		}
-		return addFD(fd, path), nil
-	}
+	return setup
+}
+
+// start fills in setup's sources and starts sb's executor with them (see
+// startExecutor). It returns the host end of the control socket, for the
+// handshake. The trees and id-map namespaces it opened on the host are
+// closed when it returns: the executor holds its own copies.
+//
+// Preconditions: sb.reserve succeeded.
+func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer) (*os.File, error) {
+	b := sb.b
+	trees := &treeFiles{idm: &idmapper{start: b.startProc, base: sb.base, cache: &b.idmaps}}
+	defer trees.closeFiles()
+	defer trees.idm.close()
 	if !b.root {
 		// Rootless: the host cannot clone mount trees; the executor binds
 		// the paths it is given itself (see rootlessSources).
-		if err := rootlessSources(&spec, setup); err != nil {
+		if err := rootlessSources(&sb.spec, setup); err != nil {
 			return nil, err
 		}
-	} else {
-		if spec.RootFS != "" {
-			if setup.RootFD, err = tree(spec.RootFS, true, false); err != nil {
-				return nil, fmt.Errorf("rootfs: %w", err)
-			}
-		} else {
-			setup.SystemDirs = existing(systemDirs)
-			setup.EtcFiles = etcFiles
-		}
-		switch {
-		case spec.Workspace == "":
-			setup.Workspace.Mode = execproto.WorkspaceEmpty
-		default:
-			mode := spec.WorkspaceMode
-			if mode == "" {
-				mode = sandbox.WorkspaceCOW
-			}
-			setup.Workspace.Mode = mode
-			if setup.Workspace.FD, err = tree(spec.Workspace, mode == sandbox.WorkspaceRO, true); err != nil {
-				return nil, fmt.Errorf("workspace: %w", err)
-			}
-		}
-		for _, m := range spec.Mounts {
-			fi, err := os.Stat(m.Source)
-			if err != nil {
-				return nil, fmt.Errorf("mount %s: %w", m.Source, err)
-			}
-			fd, err := tree(m.Source, m.ReadOnly, true)
-			if err != nil {
-				return nil, fmt.Errorf("mount %s: %w", m.Source, err)
-			}
-			setup.Mounts = append(setup.Mounts, execproto.Mount{FD: fd, Target: m.Target, ReadOnly: m.ReadOnly, File: !fi.IsDir()})
-		}
-		if spec.Network == sandbox.NetworkProxy {
-			if setup.ProxyFD, err = tree(spec.ProxySocket, false, true); err != nil {
-				return nil, fmt.Errorf("proxy socket: %w", err)
-			}
-			setup.ProxyAddr = ProxyAddr
-		}
+	} else if err := trees.sources(&sb.spec, setup); err != nil {
+		return nil, err
 	}
-
 	tr.mark("trees")
+	host, err := sb.startExecutor(trees.files)
+	if err != nil {
+		return nil, err
+	}
+	tr.mark("start")
+	trees.closeFiles()
+	trees.idm.close()
+	tr.mark("idmclose")
+	return host, nil
+}
+
+// startExecutor starts sb's executor in new namespaces with the control
+// socket as fd 3 and files after it (fd 4, 5, ...), and puts it in sb's
+// cgroup (which it may have started in). It returns the host end of the
+// control socket. On failure the host end is closed; an executor already
+// started is sb.proc, which teardown kills.
+func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 	host, child, err := socketpair()
 	if err != nil {
 		return nil, err
@@ -346,31 +347,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			child.Close()
 		}
 	}()
-	sys := &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
-			syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNET,
-		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidRange}},
-		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: uidRange}},
-		GidMappingsEnableSetgroups: true,
-		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
-		// The sandbox dies with the host (startProc sets the parent-death
-		// signal): PID 1's death ends the PID namespace, and with it
-		// every process inside.
-		Setsid: true,
-	}
-	if !b.root {
-		// Only the invoking user's ids exist inside, as root; setgroups
-		// must be denied for an unprivileged user to write the gid map.
-		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
-		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
-		sys.GidMappingsEnableSetgroups = false
-		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
-	}
-	if fd := sb.cgroupFD(); fd >= 0 {
-		sys.UseCgroupFD = true
-		sys.CgroupFD = fd
-	}
-	p, err := b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys})
+	p, err := sb.b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sb.executorAttr()})
 	if err != nil {
 		host.Close()
 		return nil, fmt.Errorf("start executor: %w", err)
@@ -386,27 +363,57 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 	}
-	tr.mark("start")
-	for _, f := range files {
-		f.Close()
-	}
-	files = nil
-	idm.close()
-	tr.mark("idmclose")
+	return host, nil
+}
 
+// executorAttr says how sb's executor starts: as root of new user, mount,
+// PID, IPC, UTS, cgroup and network namespaces, with sb's uid range (root
+// mode) or the invoking user's ids (rootless) mapped, and in sb's cgroup
+// when it has one that can be entered at the fork.
+func (sb *Sandbox) executorAttr() *syscall.SysProcAttr {
+	sys := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWCGROUP | syscall.CLONE_NEWNET,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.base), Size: uidRange}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.base), Size: uidRange}},
+		GidMappingsEnableSetgroups: true,
+		Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+		// The sandbox dies with the host (startProc sets the parent-death
+		// signal): PID 1's death ends the PID namespace, and with it
+		// every process inside.
+		Setsid: true,
+	}
+	if !sb.b.root {
+		// Only the invoking user's ids exist inside, as root; setgroups
+		// must be denied for an unprivileged user to write the gid map.
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
+		sys.GidMappingsEnableSetgroups = false
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0, NoSetGroups: true}
+	}
+	if fd := sb.cgroupFD(); fd >= 0 {
+		sys.UseCgroupFD = true
+		sys.CgroupFD = fd
+	}
+	return sys
+}
+
+// handshake sends setup to sb's executor over host, the host end of its
+// control socket, and waits up to 30 seconds for it to report the sandbox
+// ready. On success sb.conn owns host; on failure host is closed.
+//
+// Preconditions: sb's executor was started (sb.start).
+func (sb *Sandbox) handshake(ctx context.Context, host *os.File, setup *execproto.Setup) error {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := execconn.Dial(dctx, host, setup)
 	if err != nil {
 		host.Close()
-		return nil, fmt.Errorf("start sandbox: %w", err)
+		return fmt.Errorf("start sandbox: %w", err)
 	}
-	tr.mark("handshake")
 	sb.conn = conn
 	sb.layers = append(sb.layers, conn.Ready.Layers...)
-	sb.watch()
-	b.log.Info("sandbox created", "sandbox_id", id, "pid", p.pid)
-	return sb, nil
+	return nil
 }
 
 // ProxyAddr is where the executor listens for proxied connections inside

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -198,4 +200,89 @@ func checkDir(what, path string) error {
 		return fmt.Errorf("%s %s is not a directory", what, path)
 	}
 	return nil
+}
+
+// treeFiles are the host trees a root-mode Create hands its executor:
+// detached mounts (see detachedTree), passed as the extra files after the
+// control socket, and the id-map namespaces they were id-mapped with. The
+// caller closes both once the executor has started with its own copies.
+type treeFiles struct {
+	idm   *idmapper
+	files []*os.File // the executor's fd 4, 5, ...
+}
+
+// sources fills setup with the sources of a root-mode sandbox of spec,
+// each a tree in t: the root file system or the host's system directories,
+// the workspace, the extra mounts and the proxy socket.
+func (t *treeFiles) sources(spec *sandbox.Spec, setup *execproto.Setup) error {
+	var err error
+	if spec.RootFS != "" {
+		if setup.RootFD, err = t.tree(spec.RootFS, true, false); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	} else {
+		setup.SystemDirs = existing(systemDirs)
+		setup.EtcFiles = etcFiles
+	}
+	switch {
+	case spec.Workspace == "":
+		setup.Workspace.Mode = execproto.WorkspaceEmpty
+	default:
+		mode := spec.WorkspaceMode
+		if mode == "" {
+			mode = sandbox.WorkspaceCOW
+		}
+		setup.Workspace.Mode = mode
+		if setup.Workspace.FD, err = t.tree(spec.Workspace, mode == sandbox.WorkspaceRO, true); err != nil {
+			return fmt.Errorf("workspace: %w", err)
+		}
+	}
+	for _, m := range spec.Mounts {
+		fi, err := os.Stat(m.Source)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", m.Source, err)
+		}
+		fd, err := t.tree(m.Source, m.ReadOnly, true)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", m.Source, err)
+		}
+		setup.Mounts = append(setup.Mounts, execproto.Mount{FD: fd, Target: m.Target, ReadOnly: m.ReadOnly, File: !fi.IsDir()})
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		if setup.ProxyFD, err = t.tree(spec.ProxySocket, false, true); err != nil {
+			return fmt.Errorf("proxy socket: %w", err)
+		}
+		setup.ProxyAddr = ProxyAddr
+	}
+	return nil
+}
+
+// tree clones the host tree at path for the executor and returns the
+// descriptor number it will have there. ro makes the tree read-only;
+// mapOwner id-maps it so that its owner shows as the sandbox user.
+func (t *treeFiles) tree(path string, ro, mapOwner bool) (int, error) {
+	idfd := -1
+	if mapOwner {
+		uid, gid, err := owner(path)
+		if err != nil {
+			return -1, err
+		}
+		if idfd, err = t.idm.fd(uid, gid); err != nil {
+			return -1, err
+		}
+	}
+	fd, err := detachedTree(path, ro, idfd)
+	if err != nil {
+		return -1, err
+	}
+	t.files = append(t.files, os.NewFile(uintptr(fd), path))
+	return execproto.ControlFD + len(t.files), nil
+}
+
+// closeFiles closes the trees handed out so far.
+func (t *treeFiles) closeFiles() {
+	for _, f := range t.files {
+		f.Close()
+	}
+	t.files = nil
 }

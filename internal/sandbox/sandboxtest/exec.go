@@ -268,6 +268,25 @@ func (s *suite) testExec(t *testing.T) {
 		}
 	})
 
+	t.Run("SlowConsumer", func(t *testing.T) {
+		t.Parallel()
+		// 300 kB fits in what output may hold on its way to the host (the
+		// executor's send window and read buffer, and the pipe), so head
+		// exits long before the host takes the first chunk: all of it
+		// still arrives. A background process that keeps the pipe open
+		// does not hold the command up, nor cut what came before it.
+		sb := s.create(t, sandbox.Spec{})
+		const n = 300000
+		for _, script := range []string{"head -c 300000 /dev/zero", "head -c 300000 /dev/zero; sleep 1000 &"} {
+			w := &stallWriter{stall: time.Second}
+			_, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", script}, Stdout: w})
+			wantExit(t, script, r, 0, errOut)
+			if got := w.count(); got != n {
+				t.Errorf("%s, read by a host that takes a second to take the first chunk, delivered %d bytes, want %d", script, got, n)
+			}
+		}
+	})
+
 	t.Run("Cwd", func(t *testing.T) {
 		t.Parallel()
 		out, errOut, r := run(t, sb, "pwd")

@@ -194,6 +194,19 @@ func (w *firstWriter) Write(p []byte) (int, error) {
 	return w.SyncBuffer.Write(p)
 }
 
+// stallWriter is a countWriter whose first Write takes stall: a host slow
+// to take a command's output.
+type stallWriter struct {
+	countWriter
+	stall   time.Duration
+	stalled sync.Once
+}
+
+func (w *stallWriter) Write(p []byte) (int, error) {
+	w.stalled.Do(func() { time.Sleep(w.stall) })
+	return w.countWriter.Write(p)
+}
+
 // countWriter counts bytes and discards them.
 type countWriter struct {
 	mu sync.Mutex
