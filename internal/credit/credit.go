@@ -20,7 +20,7 @@
 // Usage comes from the host's own measure (a provider's response, the
 // sandbox's cgroup), never from the sandbox.
 //
-// Importers: internal/engine.
+// Importers: internal/engine and internal/gateway.
 package credit
 
 import (
