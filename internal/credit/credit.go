@@ -20,7 +20,7 @@
 // Usage comes from the host's own measure (a provider's response, the
 // sandbox's cgroup), never from the sandbox.
 //
-// Importers: internal/engine and internal/gateway.
+// Importers: internal/engine, internal/gateway and internal/e2b.
 package credit
 
 import (
