@@ -55,9 +55,6 @@ type box struct {
 	lease int64
 	// meter is guarded by life: where the running boot's metering stands.
 	meter meterState
-	// owed is guarded by life: debits that failed, by the seq of their
-	// usage event, tried again at each meter tick.
-	owed map[int64]int64
 
 	mu sync.Mutex
 	// state, endAt, live and snapshot are guarded by mu.
@@ -213,10 +210,10 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
 	}
-	switch spent, _, err := s.spent(ctx, tenant); {
+	switch a, err := s.credits.Account(ctx, tenant); {
 	case err != nil:
-		return nil, err
-	case spent:
+		return nil, fmt.Errorf("e2b: %w", err)
+	case a.Spent() != nil:
 		return nil, errCreditsSpent
 	}
 	if err := s.reserve(tenant); err != nil {

@@ -7,20 +7,22 @@ import (
 	"math/big"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// Sandboxes are metered the way the run engine meters model calls: a
-// tenant whose credit ledger has entries is metered; every MeterInterval
-// and at the end of each boot, a sandbox.usage event records what each
-// running sandbox used since the last one (its host's measure: wall time,
-// the cgroup's CPU time, its memory limit) and what that costs by the
-// host's prices, and a ledger debit names that event's seq, so a retry
-// (or a restarted server settling what its predecessor recorded) never
-// charges twice. A metered tenant whose balance is spent may not create
-// sandboxes, and its running ones are killed at the next meter tick.
+// Sandboxes are metered by package credit's rule, as the run engine's
+// model calls are: a tenant whose credit ledger has entries is metered;
+// every MeterInterval and at the end of each boot, a sandbox.usage event
+// records what each running sandbox used since the last one (its host's
+// measure: wall time, the cgroup's CPU time, its memory limit) and what
+// that costs by the host's prices, and a ledger debit names that event's
+// seq, so a retry (or a restarted server settling what its predecessor
+// recorded) never charges twice. A metered tenant whose balance is spent
+// may not create sandboxes, and its running ones are killed at the next
+// meter tick.
 
 // meterState is where a boot's metering stands. Guarded by the box's
 // life lock.
@@ -68,68 +70,31 @@ func clampInt64(n *big.Int) int64 {
 	return n.Int64()
 }
 
-// metered reports whether tenant's use is debited: whether its ledger has
-// any entry.
-func (s *Server) metered(ctx context.Context, tenant string) (bool, error) {
-	es, err := s.o.Store.LedgerEntries(ctx, tenant, 0, 1)
-	if err != nil {
-		return false, fmt.Errorf("e2b: credit ledger of %s: %w", tenant, err)
-	}
-	return len(es) > 0, nil
-}
-
-// spent reports whether tenant is metered and its balance is spent, and
-// the balance.
-func (s *Server) spent(ctx context.Context, tenant string) (bool, int64, error) {
-	m, err := s.metered(ctx, tenant)
-	if err != nil || !m {
-		return false, 0, err
-	}
-	bal, err := s.o.Store.Balance(ctx, tenant)
-	if err != nil {
-		return false, 0, fmt.Errorf("e2b: credit balance of %s: %w", tenant, err)
-	}
-	return bal <= 0, bal, nil
-}
-
 // errCreditsSpent answers a create of a metered tenant without credits.
 // E2B answers quota errors with 429, which the SDK raises as a
 // RateLimitError; without Retry-After it does not retry.
 var errCreditsSpent = &publicError{status: 429, msg: "the tenant's credits are spent: sandboxes cannot be created until credits are granted"}
 
 // debit charges the usage recorded at seq of b's log, if its tenant is
-// metered. A failed debit is kept and tried again at the next meter tick.
-// Preconditions: b.life held.
+// metered. A debit that fails is owed (credit.Meter.Debit): counted against
+// the tenant's balance and tried again at the next meter tick.
 func (s *Server) debit(ctx context.Context, b *box, seq, cost int64) {
-	if cost <= 0 || seq <= 0 {
+	if seq <= 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	m, err := s.metered(ctx, b.tenant)
-	if err == nil && !m {
-		return
-	}
-	if err == nil {
-		_, err = s.o.Store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: b.tenant, Kind: store.LedgerDebit, Amount: cost,
-			RunID: b.rec.runID, Seq: seq, Note: "sandbox " + b.id})
-	}
+	err := s.credits.Debit(ctx, credit.Debit{Tenant: b.tenant, RunID: b.rec.runID, Seq: seq, Amount: cost, Note: "sandbox " + b.id})
 	if err != nil {
 		s.log.Warn("e2b: debit sandbox usage", "sandbox_id", b.id, "seq", seq, "err", err)
-		if b.owed == nil {
-			b.owed = map[int64]int64{}
-		}
-		b.owed[seq] = cost
-		return
 	}
-	delete(b.owed, seq)
 }
 
-// settle debits every sandbox.usage of run runID's log that has a cost:
-// the debits a server that stopped may not have made. A debit is
-// idempotent per event, so what was paid is not paid again.
+// settle debits every sandbox.usage of run r's log that has a cost: the
+// debits a server that stopped may not have made. A debit is idempotent per event, so what was
+// paid is not paid again.
 func (s *Server) settle(ctx context.Context, r store.Run) error {
-	m, err := s.metered(ctx, r.Tenant)
+	m, err := s.credits.Metered(ctx, r.Tenant)
 	if err != nil || !m {
 		return err
 	}
@@ -146,14 +111,10 @@ func (s *Server) settle(ctx context.Context, r store.Run) error {
 			if err != nil {
 				return fmt.Errorf("e2b: settle %s: %w", r.ID, err)
 			}
-			u := p.(*event.SandboxUsage)
-			if u.CostMicroCredits <= 0 {
-				continue
-			}
-			_, err = s.o.Store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: r.Tenant, Kind: store.LedgerDebit,
-				Amount: u.CostMicroCredits, RunID: r.ID, Seq: e.Seq, Note: "sandbox " + u.SandboxID})
-			if err != nil {
-				return fmt.Errorf("e2b: settle %s seq %d: %w", r.ID, e.Seq, err)
+			if d, ok := credit.DebitOf(r.Tenant, e, p); ok {
+				if err := s.credits.Debit(ctx, d); err != nil {
+					return fmt.Errorf("e2b: settle %s: %w", r.ID, err)
+				}
 			}
 		}
 		if len(evs) < store.MaxPage {
@@ -163,11 +124,15 @@ func (s *Server) settle(ctx context.Context, r store.Run) error {
 	}
 }
 
-// meter is one meter tick: every running sandbox's usage is recorded and
-// debited and its lease renewed; then the running sandboxes of metered
-// tenants whose balance is spent are killed, and the records of other
-// servers' sandboxes whose leases ran out are closed.
+// meter is one meter tick: the debits owed are tried again, every running
+// sandbox's usage is recorded and debited and its lease renewed; then the
+// running sandboxes of metered tenants whose balance is spent are killed,
+// and the records of other servers' sandboxes whose leases ran out are
+// closed.
 func (s *Server) meter(ctx context.Context) {
+	if err := s.credits.Retry(ctx); err != nil {
+		s.log.Warn("e2b: debit sandbox usage owed", "err", err)
+	}
 	running := map[string][]*box{}
 	for _, b := range s.all() {
 		switch s.meterBox(ctx, b) {
@@ -181,16 +146,17 @@ func (s *Server) meter(ctx context.Context) {
 		}
 	}
 	for tenant, boxes := range running {
-		spent, bal, err := s.spent(ctx, tenant)
+		a, err := s.credits.Account(ctx, tenant)
 		if err != nil {
 			s.log.Warn("e2b: credits", "tenant", tenant, "err", err)
 			continue
 		}
-		if !spent {
+		ex := a.Spent()
+		if ex == nil {
 			continue
 		}
 		for _, b := range boxes {
-			s.end(ctx, b, endCredits, "", event.BudgetExhausted{Budget: "tenant_credits", Used: -bal})
+			s.end(ctx, b, endCredits, "", *ex)
 		}
 	}
 	s.sweep(ctx)
@@ -208,9 +174,6 @@ const (
 func (s *Server) meterBox(ctx context.Context, b *box) int {
 	b.life.Lock()
 	defer b.life.Unlock()
-	for seq, cost := range b.owed {
-		s.debit(ctx, b, seq, cost)
-	}
 	b.mu.Lock()
 	lv := b.live
 	running := b.state == stateRunning && lv != nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/ratelimit"
@@ -82,6 +83,9 @@ type Server struct {
 	api   http.Handler
 	envd  http.Handler
 
+	// credits counts the tenants' credits (Store's ledger).
+	credits *credit.Meter
+
 	// serverID names this server across restarts (kept in StateDir);
 	// owner, with a nonce of this life, leases the records of the
 	// sandboxes it runs.
@@ -147,7 +151,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, cfg: cfg, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
+	s := &Server{o: o, cfg: cfg, credits: credit.New(o.Store, nil), log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
 		watchers: newWatcherTable(), metrics: newMetricStore(),
 		serverID: id, owner: "e2b/" + id + "/" + randomHex(4), ready: make(chan struct{}), flushWake: make(chan struct{}, 1)}
 	if s.log == nil {

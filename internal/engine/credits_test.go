@@ -89,15 +89,101 @@ func TestCredits(t *testing.T) {
 	}
 }
 
-// TestMeteredUnpricedModelIsRefused: fail closed when the host cannot price
-// a metered tenant's model.
-func TestMeteredUnpricedModelIsRefused(t *testing.T) {
+// TestUnpricedModel: a model without a price is refused, before it is
+// called, for a metered tenant and for a run with a credit budget (fail
+// closed: its cost could be neither debited nor counted); for anyone else
+// it is free.
+func TestUnpricedModel(t *testing.T) {
+	tests := []struct {
+		name    string
+		tenant  string
+		grant   int64 // 0: not metered
+		credits int64 // the run's MaxCredits, micro
+		refused bool
+	}{
+		{"metered", "paying", 1_000_000, 0, true},
+		{"credit budget", "capped", 0, 1_000_000, true},
+		{"neither", "free", 0, 0, false},
+	}
 	h := newHarness(t)
-	if _, err := h.store.AddLedgerEntry(context.Background(), store.LedgerEntry{Tenant: "local", Kind: store.LedgerGrant, Amount: 1_000_000}); err != nil {
+	ctx := context.Background()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.grant > 0 {
+				if _, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: tt.tenant, Kind: store.LedgerGrant, Amount: tt.grant}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r, err := h.eng.Create(ctx, engine.Request{Tenant: tt.tenant, Task: tt.name, Config: engine.Config{Model: "script:t", MaxCredits: tt.credits},
+				Script: []byte(loopScript)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := h.eng.Drive(ctxT(t, 2*time.Minute), r.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.refused {
+				if o.Status != event.StatusCompleted || o.Usage.CostMicroUSD != 0 {
+					t.Errorf("%s (%s), cost %d; want completed for free", o.Status, o.Reason, o.Usage.CostMicroUSD)
+				}
+				return
+			}
+			if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "no price") {
+				t.Errorf("%s (%s); want failed for no price", o.Status, o.Reason)
+			}
+			for _, e := range h.verifyLog(r.ID) {
+				if e.Type == event.TypeModelRequest || e.Type == event.TypeModelResponse {
+					t.Errorf("the log holds a %s: the model was called", e.Type)
+				}
+			}
+		})
+	}
+}
+
+// TestSettleGatewayCalls: a drive debits what its run's log records and
+// the ledger lacks, the gateway's llm.call events as well as its own model
+// turns (a gateway whose debit failed, a host that died before it), each
+// once.
+func TestSettleGatewayCalls(t *testing.T) {
+	h := newHarness(t, func(o *engine.Options) {
+		o.Prices = price.Table{"script": {Input: 1_000_000_000, Output: 1_000_000_000}}
+	})
+	ctx := context.Background()
+	if _, err := h.store.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "local", Kind: store.LedgerGrant, Amount: 1_000_000_000}); err != nil {
 		t.Fatal(err)
 	}
-	o := h.run("unpriced", loopScript, engine.Config{})
-	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "no price") {
-		t.Errorf("%s (%s)", o.Status, o.Reason)
+	r := h.start("settle", loopScript, engine.Config{})
+	r, err := h.store.GetRun(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := event.New(event.LLMCall{Sandbox: "main", API: "openai.chat", Model: "gpt", Upstream: "openai", UpstreamModel: "gpt",
+		Usage: event.Usage{InputTokens: 10, OutputTokens: 5}, CostMicroCredits: 4321, Status: 200, Outcome: event.LLMOutcomeOK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := h.store.Append(ctx, r.ID, r.LastSeq+1, []event.Event{call})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.eng.Drive(ctxT(t, 2*time.Minute), r.ID); err != nil {
+		t.Fatal(err)
+	}
+	es, err := h.store.LedgerEntries(ctx, "local", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range es {
+		if e.Kind == store.LedgerDebit && e.Seq == stored[0].Seq {
+			n++
+			if e.Amount != 4321 || e.RunID != r.ID {
+				t.Errorf("debit of the llm.call = %+v, want 4321 for %s", e, r.ID)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("the llm.call at seq %d was debited %d times, want once; ledger %+v", stored[0].Seq, n, es)
 	}
 }

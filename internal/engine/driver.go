@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -49,8 +50,9 @@ type driver struct {
 	changes map[string]*change
 	snaps   map[string]snapInfo
 
-	// metered: the run's tenant has a credit ledger (see credits.go).
-	metered bool
+	// account is the tenant's credit account as the step's budget check
+	// read it (see credits.go). Guarded by mu.
+	account credit.Account
 
 	netAsks netAsker
 }
@@ -334,9 +336,6 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 	if err := d.withdrawNetwork(ctx); err != nil {
 		return "", nil, err
 	}
-	if err := d.checkMetered(ctx); err != nil {
-		return "", nil, err
-	}
 	if err := d.settleCharges(ctx); err != nil {
 		return "", nil, err
 	}
@@ -438,7 +437,7 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		if err := d.append(ctx, resp); err != nil {
 			return "", nil, err
 		}
-		return "", nil, d.charge(ctx, d.respSeq(), resp.Usage.CostMicroUSD)
+		return "", nil, d.charge(ctx, d.respSeq())
 	}
 	// The turn, the policy's decisions and the starts of the calls are
 	// one durable batch, written before any call runs.
@@ -460,13 +459,13 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		if err := d.appendStatus(ctx, event.StatusRunning, event.StatusAwaitingApproval, append(ps, asks...)...); err != nil {
 			return "", nil, err
 		}
-		if err := d.charge(ctx, d.respSeq(), resp.Usage.CostMicroUSD); err != nil {
+		if err := d.charge(ctx, d.respSeq()); err != nil {
 			return "", nil, err
 		}
 		return "", nil, d.awaitApprovals(ctx)
 	}
 	return "", nil, d.execute(ctx, resp.Step, calls, decisions, ps, func() error {
-		return d.charge(ctx, d.respSeq(), resp.Usage.CostMicroUSD)
+		return d.charge(ctx, d.respSeq())
 	})
 }
 
@@ -751,6 +750,12 @@ func (d *driver) progress(ctx context.Context, n int, c model.ToolCall) (stop fu
 // callModel records the request (durably, before the model is called) and
 // returns the response for the caller to record.
 func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
+	// Refused before the call, not after it: the provider would charge
+	// the host for a call whose usage the tenant cannot be charged for.
+	rate, err := d.rate()
+	if err != nil {
+		return event.ModelResponse{}, err
+	}
 	d.mu.Lock()
 	n := d.st.steps + 1
 	cfg := d.st.cfg
@@ -794,7 +799,7 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	}
 	usage := event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 		CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens}
-	if usage.CostMicroUSD, err = d.costOf(usage); err != nil {
+	if usage.CostMicroUSD, err = rate.Cost(usage); err != nil {
 		return event.ModelResponse{}, err
 	}
 	return event.ModelResponse{

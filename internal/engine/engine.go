@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -95,10 +96,11 @@ type Options struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Prices is the host's price table. A run's model calls are priced by
-	// it (the cost is in each model.response), and a tenant with entries in
-	// the store's credit ledger is debited for them and stopped when its
-	// balance is spent; a metered tenant's model without a price is
-	// refused (fail closed).
+	// it (the cost is in each model.response), and counted by package
+	// credit's rule: a tenant with entries in the store's credit ledger is
+	// debited for them and stopped when its balance is spent; a model
+	// without a price is refused, before it is called, for a metered
+	// tenant and for a run with a credit budget (fail closed).
 	Prices price.Table
 	// Owner names this engine in run leases ("host:pid:nonce" when empty);
 	// LeaseTTL is how long a lease lives without a heartbeat (10s when
@@ -177,6 +179,8 @@ type Progress struct {
 // one goroutine at a time.
 type Engine struct {
 	o Options
+	// meter counts the tenants' credits (Store's ledger, Prices).
+	meter *credit.Meter
 	// active holds the runs this process drives.
 	active sync.Map
 	// draining is closed by Drain: drives stop at their next step
@@ -279,7 +283,7 @@ func New(o Options) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("engine: ApprovalOnTimeout %q: want deny or allow", o.ApprovalOnTimeout)
 	}
-	return &Engine{o: o, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
+	return &Engine{o: o, meter: credit.New(o.Store, o.Prices), draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
 }
 
 // Request asks for a new run.

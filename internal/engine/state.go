@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 )
@@ -47,9 +48,10 @@ type state struct {
 	// egressBytes sums the bytes through the run's proxies.
 	cpu         map[string]int64
 	egressBytes int64
-	// charges holds the cost of each of the run's own model responses, by
-	// the response's seq: what the tenant's ledger must be debited.
-	charges map[int64]int64
+	// charges holds the debit each of the run's own events that recorded
+	// a cost calls for (credit.DebitOf), by the event's seq: what the
+	// tenant's ledger must be debited.
+	charges map[int64]credit.Debit
 	// spent is the first budget.exhausted of the run: a host channel (the
 	// LLM gateway) that found its budget spent; the loop ends the run at
 	// its next boundary.
@@ -153,7 +155,7 @@ func (s *state) openNet() []*approval {
 }
 
 func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{},
+	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
 		net: map[string]*approval{}, netDest: map[string]*approval{}}
 }
 
@@ -193,6 +195,11 @@ func (s *state) apply(e event.Event, o origin) error {
 	p, err := e.Unpack()
 	if err != nil {
 		return err
+	}
+	if o == own {
+		if c, ok := credit.DebitOf(s.created.Tenant, e, p); ok {
+			s.charges[e.Seq] = c
+		}
 	}
 	switch p := p.(type) {
 	case *event.RunCreated:
@@ -244,9 +251,6 @@ func (s *state) apply(e event.Event, o origin) error {
 		s.steps = max(s.steps, r.Step)
 		s.usage = s.usage.Add(r.Usage)
 		s.responses = append(s.responses, *r)
-		if o == own && r.Usage.CostMicroUSD > 0 {
-			s.charges[e.Seq] = r.Usage.CostMicroUSD
-		}
 		msg := responseMessage(*r)
 		s.cur = &step{n: r.Step, respSeq: e.Seq, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{},
 			decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}

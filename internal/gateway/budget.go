@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/credit"
 )
 
 // The gateway's budgets, as a budget.exhausted event names them.
 const (
 	budgetTokens  = "llm_tokens"
 	budgetCredits = "llm_credits"
-	budgetTenant  = "tenant_credits"
+	budgetTenant  = credit.BudgetTenant
 )
 
 // microPerCredit converts the policy's credits to the ledger's
@@ -43,9 +44,6 @@ type runState struct {
 	// recent are the start times of the calls of the last minute,
 	// oldest first.
 	recent []time.Time
-	// metered is true once the tenant's ledger was seen to have an
-	// entry; the ledger is append-only, so it stays true.
-	metered bool
 }
 
 // run returns the state of id's run, seeded on first use by Config.Spent.

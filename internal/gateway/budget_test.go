@@ -6,13 +6,17 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/secret"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // TestBudgetBeforeCall: once a budget is spent, calls are refused before
@@ -259,5 +263,111 @@ func TestBrokenStream(t *testing.T) {
 	c = e.waitCalls(2)[1]
 	if c.Event.Outcome != event.LLMOutcomeOK || !c.Event.UsageEstimated || c.Event.Usage.OutputTokens == 0 {
 		t.Errorf("recorded %+v", c.Event)
+	}
+}
+
+// flakyLedger fails debits while down is set, as a store that went away
+// between a call's record and its debit would.
+type flakyLedger struct {
+	credit.Ledger
+	down atomic.Bool
+}
+
+func (f *flakyLedger) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error) {
+	if e.Kind == store.LedgerDebit && f.down.Load() {
+		return store.LedgerEntry{}, errors.New("the ledger is down")
+	}
+	return f.Ledger.AddLedgerEntry(ctx, e)
+}
+
+// TestDebitRetried: a call whose debit fails is not lost: the debit is
+// owed and made with the tenant's next one, once each.
+func TestDebitRetried(t *testing.T) {
+	var fl *flakyLedger
+	e := newEnv(t, envOptions{cfg: func(c *gateway.Config) {
+		fl = &flakyLedger{Ledger: c.Ledger}
+		c.Ledger = fl
+	}})
+	e.grant("acme", 1_000_000_000)
+	run := e.newRun("acme", allowAll())
+	sb := e.sandbox("acme", run, "sb-1")
+	body := `{"model":"gpt-4o-mini","messages":[]}`
+	fl.down.Store(true)
+	if status, _, b := sb.post(t, gateway.KindOpenAI, chatPath, body); status != 200 {
+		t.Fatalf("call = %d %s", status, b)
+	}
+	settle(t, e) // its debit was tried, and failed; calls from here on are recorded before they end
+	if ds := e.debits("acme"); len(ds) != 0 {
+		t.Fatalf("debits through a ledger that is down: %+v", ds)
+	}
+	fl.down.Store(false)
+	if status, _, b := sb.post(t, gateway.KindOpenAI, chatPath, body); status != 200 {
+		t.Fatalf("call = %d %s", status, b)
+	}
+	calls := e.waitCalls(2)
+	ds := e.debits("acme")
+	if len(ds) != 2 || ds[0].Seq == ds[1].Seq {
+		t.Fatalf("debits = %+v, want one for each of the two calls", ds)
+	}
+	for i, d := range ds {
+		if d.Amount != calls[i].Event.CostMicroCredits || d.RunID != run {
+			t.Errorf("debit %+v, want %d for run %s", d, calls[i].Event.CostMicroCredits, run)
+		}
+	}
+}
+
+// TestUnpricedModel: a call of a model the host does not price is refused
+// before it goes upstream when its cost must be counted (a metered tenant,
+// llm.max_credits), and free otherwise; a call that is never billed
+// (count_tokens) goes through either way.
+func TestUnpricedModel(t *testing.T) {
+	tests := []struct {
+		name    string
+		tenant  string
+		grant   int64 // 0: not metered
+		credits int64 // llm.max_credits
+		refused bool
+	}{
+		{"metered", "paying", 1_000_000, 0, true},
+		{"credit budget", "capped", 0, 5, true},
+		{"neither", "free", 0, 0, false},
+	}
+	e := newEnv(t, envOptions{cfg: func(c *gateway.Config) { c.Prices = price.Table{"openai": prices["openai"]} }})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.grant > 0 {
+				e.grant(tt.tenant, tt.grant)
+			}
+			pol := allowAll()
+			pol.MaxCredits = tt.credits
+			sb := e.sandbox(tt.tenant, e.newRun(tt.tenant, pol), "sb-1")
+			before, n := len(e.up.requests()), len(e.recorded())
+			status, _, b := sb.post(t, gateway.KindAnthropic, messagesPath, `{"model":"claude-sonnet-4-5","max_tokens":10,"messages":[]}`)
+			c := e.waitCalls(n + 1)[n]
+			if !tt.refused {
+				if status != 200 || c.Event.Outcome != event.LLMOutcomeOK || c.Event.CostMicroCredits != 0 {
+					t.Fatalf("call = %d %s, recorded %+v; want 200, free", status, b, c.Event)
+				}
+				return
+			}
+			if typ, code := errorShape(t, gateway.KindAnthropic, b); status != 403 || typ != "permission_error" {
+				t.Errorf("call = %d %s/%s %s, want 403 permission_error", status, typ, code, b)
+			}
+			if c.Event.Outcome != event.LLMOutcomeRefused || c.Event.Reason != "model_not_priced" {
+				t.Errorf("recorded %+v, want refused for model_not_priced", c.Event)
+			}
+			if len(e.up.requests()) != before {
+				t.Error("a call of an unpriced model reached the upstream")
+			}
+			if status, _, b := sb.post(t, gateway.KindAnthropic, countPath, `{"model":"claude-sonnet-4-5","messages":[]}`); status != 200 {
+				t.Errorf("count_tokens = %d %s, want 200: it is never billed", status, b)
+			}
+		})
+	}
+	settle(t, e)
+	for _, tenant := range []string{"paying", "capped", "free"} {
+		if ds := e.debits(tenant); len(ds) != 0 {
+			t.Errorf("%s was debited %+v", tenant, ds)
+		}
 	}
 }

@@ -14,12 +14,11 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway/wire"
 	"github.com/airlockrun/airlock/internal/policy"
-	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/sse"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // call is one model call of a sandbox, from its checks to its debit.
@@ -36,18 +35,17 @@ type call struct {
 	ev        event.LLMCall
 	exhausted *event.BudgetExhausted
 	spec      string // "UPSTREAM:MODEL" of the upstream call, for prices
-	priced    bool
-	metered   bool
 	key       []byte // the upstream key of this call, scrubbed from answers
 	respLog   strings.Builder
 
 	// Set by the steps of serve, in order: req and inputEst (readRequest),
-	// to (route), st, price and priced (admit).
+	// to (route), st, account and rate (admit).
 	req      *wire.Request
 	inputEst int64     // req's input tokens, estimated from its size
 	to       *upstream // the upstream the call goes to
 	st       *runState
-	price    price.Price // the upstream model's price, when priced is true
+	account  credit.Account // the tenant's, read for a billed call only
+	rate     credit.Rate    // the upstream model's
 }
 
 // forwardHeaders are the only request headers that go upstream from the
@@ -136,10 +134,11 @@ func (c *call) route(ctx context.Context, w http.ResponseWriter) bool {
 	return true
 }
 
-// admit counts the call against the run's rate limit, and looks up its
-// price and whether the tenant is metered (c.st, c.price, c.priced,
-// c.metered). false: it answered a call over the rate limit, one that
-// cannot be priced where a budget needs its price, or an internal error.
+// admit counts the call against the run's rate limit, and reads the
+// model's rate and, for a billed call, the tenant's credit account (c.st,
+// c.rate, c.account). false: it answered a call over the rate limit, one
+// that cannot be priced where its cost must be counted (credit.Meter.Rate),
+// or an internal error.
 func (c *call) admit(ctx context.Context, w http.ResponseWriter) bool {
 	g, kind := c.g, c.entry.kind
 	st, err := g.run(ctx, c.id)
@@ -157,13 +156,16 @@ func (c *call) admit(ctx context.Context, w http.ResponseWriter) bool {
 		e.write(w, kind)
 		return false
 	}
-	c.price, c.priced = g.cfg.Prices.Lookup(c.spec)
-	if c.metered, err = g.metered(ctx, st, c.id.Tenant); err != nil {
-		c.log.Error("gateway credit ledger", "err", g.red.String(err.Error()))
+	if !c.api.Billed() {
+		c.rate = g.meter.Lookup(c.spec)
+		return true
+	}
+	if c.account, err = g.meter.Account(ctx, c.id.Tenant); err != nil {
+		c.log.Error("gateway credit account", "err", g.red.String(err.Error()))
 		errInternal.write(w, kind)
 		return false
 	}
-	if c.api.Billed() && !c.priced && (c.metered || c.pol.MaxCredits > 0) {
+	if c.rate, err = g.meter.Rate(c.account, c.spec, c.pol.MaxCredits > 0); err != nil {
 		c.refuse(ctx, w, errNoPrice, "model_not_priced")
 		return false
 	}
@@ -172,23 +174,13 @@ func (c *call) admit(ctx context.Context, w http.ResponseWriter) bool {
 
 // budget checks the budgets before anything goes upstream, and returns the
 // most output tokens the call may ask for: 0 or less when the request
-// needs no cap (see outputCap). false: it answered a spent budget, or an
-// internal error.
+// needs no cap (see outputCap). false: it answered a spent budget.
 func (c *call) budget(ctx context.Context, w http.ResponseWriter) (limit int64, ok bool) {
 	if !c.api.Billed() {
 		return 0, true
 	}
-	var balance int64
-	if c.metered {
-		var err error
-		if balance, err = c.g.balance(ctx, c.id.Tenant); err != nil {
-			c.log.Error("gateway credit balance", "err", c.g.red.String(err.Error()))
-			errInternal.write(w, c.entry.kind)
-			return 0, false
-		}
-	}
 	used := c.st.used()
-	if b, lim, u := spent(c.pol, used, c.metered, balance); b != "" {
+	if b, lim, u := spent(c.pol, used, c.account); b != "" {
 		c.exhausted = &event.BudgetExhausted{Budget: b, Limit: lim, Used: u}
 		c.refuseBudget(ctx, w, b)
 		return 0, false
@@ -196,7 +188,7 @@ func (c *call) budget(ctx context.Context, w http.ResponseWriter) (limit int64, 
 	if !c.api.Generates() {
 		return 0, true
 	}
-	limit, b := outputCap(c.pol, used, c.price, c.priced, c.metered, balance, c.inputEst)
+	limit, b := outputCap(c.pol, used, c.rate, c.account, c.inputEst)
 	if limit == 0 {
 		c.refuseBudget(ctx, w, b)
 		return 0, false
@@ -205,21 +197,6 @@ func (c *call) budget(ctx context.Context, w http.ResponseWriter) (limit int64, 
 		limit = -1
 	}
 	return limit, true
-}
-
-// balance returns what tenant's credits would be with every debit of this
-// gateway paid.
-func (g *Gateway) balance(ctx context.Context, tenant string) (int64, error) {
-	// What is owed is read first: a debit that lands between the two
-	// reads is then counted twice (refusing early), never not at all.
-	g.mu.Lock()
-	owed := g.owed[tenant]
-	g.mu.Unlock()
-	balance, err := g.cfg.Ledger.Balance(ctx, tenant)
-	if err != nil {
-		return 0, err
-	}
-	return balance - owed, nil
 }
 
 // upstreamRequest builds the request to c.to: the sandbox's request for
@@ -291,15 +268,11 @@ func (c *call) setKey(ctx context.Context, w http.ResponseWriter, h http.Header)
 // estimate counts against the run's budgets until it lands (land), when it
 // returns.
 func (c *call) exchange(ctx context.Context, w http.ResponseWriter, ureq *http.Request) {
-	var pr *price.Price
-	if c.priced {
-		pr = &c.price
-	}
-	fl := c.st.start(c.estimate(pr, c.inputEst, 0))
+	fl := c.st.start(c.estimate(c.inputEst, 0))
 	m := &wire.Meter{API: c.api}
 	cut := ""
 	defer func() {
-		c.land(ctx, fl, m, pr, c.inputEst, cut)
+		c.land(ctx, fl, m, c.inputEst, cut)
 	}()
 
 	resp, err := c.g.transport.RoundTrip(ureq)
@@ -326,7 +299,7 @@ func (c *call) exchange(ctx context.Context, w http.ResponseWriter, ureq *http.R
 		return
 	}
 	if c.req.Stream && isEventStream(resp.Header.Get("Content-Type")) {
-		cut = c.stream(ctx, w, resp, c.req, m, fl, pr, c.inputEst)
+		cut = c.stream(ctx, w, resp, c.req, m, fl, c.inputEst)
 		return
 	}
 	c.whole(w, resp, m)
@@ -351,39 +324,18 @@ func isEventStream(ct string) bool {
 
 func slicesClone(v []string) []string { return append([]string(nil), v...) }
 
-// metered reports whether the tenant's ledger has an entry.
-func (g *Gateway) metered(ctx context.Context, st *runState, tenant string) (bool, error) {
-	if g.cfg.Ledger == nil {
-		return false, nil
-	}
-	st.mu.Lock()
-	m := st.metered
-	st.mu.Unlock()
-	if m {
-		return true, nil
-	}
-	es, err := g.cfg.Ledger.LedgerEntries(ctx, tenant, 0, 1)
-	if err != nil {
-		return false, err
-	}
-	if len(es) > 0 {
-		st.mu.Lock()
-		st.metered = true
-		st.mu.Unlock()
-	}
-	return len(es) > 0, nil
-}
-
 // spent returns the first budget already spent: the run's gateway tokens,
-// its gateway credits, or (metered) the tenant's balance; "" when none is.
-func spent(pol *policy.LLM, used Totals, metered bool, balance int64) (budget string, limit, usedOf int64) {
+// its gateway credits, or the tenant's credits (credit.Account.Spent); ""
+// when none is.
+func spent(pol *policy.LLM, used Totals, a credit.Account) (budget string, limit, usedOf int64) {
 	switch {
 	case pol.MaxTokens > 0 && used.Tokens >= pol.MaxTokens:
 		return budgetTokens, pol.MaxTokens, used.Tokens
 	case pol.MaxCredits > 0 && used.MicroCredits >= pol.MaxCredits*microPerCredit:
 		return budgetCredits, pol.MaxCredits * microPerCredit, used.MicroCredits
-	case metered && balance <= 0:
-		return budgetTenant, 0, -balance
+	}
+	if ex := a.Spent(); ex != nil {
+		return ex.Budget, ex.Limit, ex.Used
 	}
 	return "", 0, 0
 }
@@ -392,7 +344,7 @@ func spent(pol *policy.LLM, used Totals, metered bool, balance int64) (budget st
 // budgets once its input (estimated) is paid: -1 when no budget bounds
 // it, 0 when the budgets cannot pay for the input, and the budget that
 // bounds it.
-func outputCap(pol *policy.LLM, used Totals, pr price.Price, priced, metered bool, balance, inputEst int64) (int64, string) {
+func outputCap(pol *policy.LLM, used Totals, r credit.Rate, a credit.Account, inputEst int64) (int64, string) {
 	limit, budget := int64(-1), ""
 	bound := func(n int64, b string) {
 		n = max(n, 0)
@@ -403,7 +355,7 @@ func outputCap(pol *policy.LLM, used Totals, pr price.Price, priced, metered boo
 	if pol.MaxTokens > 0 {
 		bound(pol.MaxTokens-used.Tokens-inputEst, budgetTokens)
 	}
-	if priced && pr.Output > 0 {
+	if pr := r.Price; r.Priced && pr.Output > 0 {
 		// The bounds keep every product below in range; a price past
 		// them only makes the cap looser, and the stream meter still
 		// holds the budget.
@@ -416,19 +368,17 @@ func outputCap(pol *policy.LLM, used Totals, pr price.Price, priced, metered boo
 		if pol.MaxCredits > 0 {
 			credits(pol.MaxCredits*microPerCredit-used.MicroCredits, budgetCredits)
 		}
-		if metered {
-			credits(balance, budgetTenant)
+		if a.Metered {
+			credits(a.Balance, budgetTenant)
 		}
 	}
 	return limit, budget
 }
 
 // estimate prices an estimate of in input and out output tokens.
-func (c *call) estimate(pr *price.Price, in, out int64) Totals {
+func (c *call) estimate(in, out int64) Totals {
 	t := Totals{Tokens: in + out}
-	if pr != nil {
-		t.MicroCredits, _ = c.g.cfg.Prices.Cost(c.spec, event.Usage{InputTokens: in, OutputTokens: out})
-	}
+	t.MicroCredits, _ = c.rate.Cost(event.Usage{InputTokens: in, OutputTokens: out})
 	return t
 }
 
@@ -526,7 +476,7 @@ func (c *call) whole(w http.ResponseWriter, resp *http.Response, m *wire.Meter) 
 // error event once the run's gateway budget is over; it returns the budget
 // that cut it, if one did.
 func (c *call) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response, req *wire.Request, m *wire.Meter,
-	fl *flight, pr *price.Price, inputEst int64) (cut string) {
+	fl *flight, inputEst int64) (cut string) {
 	c.copyHeaders(w, resp)
 	h := w.Header()
 	h.Set("Cache-Control", "no-cache")
@@ -569,7 +519,7 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, resp *http.Res
 			if n, ok := m.Input(); ok {
 				in = n
 			}
-			t = fl.set(c.estimate(pr, in, m.Est))
+			t = fl.set(c.estimate(in, m.Est))
 		}
 		if forward {
 			if len(c.key) > 0 && strings.Contains(ev.Data, string(c.key)) {
@@ -610,16 +560,16 @@ func (c *call) stream(ctx context.Context, w http.ResponseWriter, resp *http.Res
 // land ends the call's flight: its usage (reported, or estimated where the
 // answer ended before the provider reported it) is priced, added to the
 // run's totals, recorded and debited.
-func (c *call) land(ctx context.Context, fl *flight, m *wire.Meter, pr *price.Price, inputEst int64, cut string) {
+func (c *call) land(ctx context.Context, fl *flight, m *wire.Meter, inputEst int64, cut string) {
 	var u event.Usage
 	estimated := false
 	if c.api.Billed() && !(m.Done && !m.HaveIn && !m.HaveOut && c.ev.Outcome != event.LLMOutcomeOK) {
 		u, estimated = m.Usage(inputEst)
 	}
 	var cost int64
-	if pr != nil && (u.InputTokens > 0 || u.OutputTokens > 0) {
+	if u.InputTokens > 0 || u.OutputTokens > 0 {
 		var err error
-		if cost, err = c.g.cfg.Prices.Cost(c.spec, u); err != nil {
+		if cost, err = c.rate.Cost(u); err != nil {
 			c.log.Error("gateway price", "model", c.spec, "err", err.Error())
 		}
 	}
@@ -639,53 +589,41 @@ func (c *call) land(ctx context.Context, fl *flight, m *wire.Meter, pr *price.Pr
 // record records the call and debits its cost. It does so in the
 // background, so that the sandbox's answer ends (and its connection can
 // carry the next call) without waiting for the store; the run's totals,
-// which the budgets read, were updated before. Close waits for it.
+// which the budgets read, were updated before, and the cost is held
+// against the tenant's balance (credit.Meter.Hold) until the debit is
+// made. Close waits for it.
 func (g *Gateway) record(ctx context.Context, c *call) {
 	ctx = context.WithoutCancel(ctx)
-	debit := c.metered && c.ev.CostMicroCredits > 0
+	release := g.meter.Hold(c.id.Tenant, c.ev.CostMicroCredits)
 	g.mu.Lock()
-	if debit {
-		g.owed[c.id.Tenant] += c.ev.CostMicroCredits
-	}
 	if g.closed {
 		g.mu.Unlock()
-		g.recordNow(ctx, c)
+		g.recordNow(ctx, c, release)
 		return
 	}
 	g.pending.Add(1)
 	g.mu.Unlock()
 	go func() {
 		defer g.pending.Done()
-		g.recordNow(ctx, c)
+		g.recordNow(ctx, c, release)
 	}()
 }
 
 // recordNow records the call and debits its cost, with a context that
-// outlives the request (the sandbox may be gone; the call happened).
-func (g *Gateway) recordNow(ctx context.Context, c *call) {
+// outlives the request (the sandbox may be gone; the call happened), then
+// releases the cost's hold. A debit that fails stays owed to the ledger
+// (credit.Meter.Debit), and the run's engine settles it too.
+func (g *Gateway) recordNow(ctx context.Context, c *call, release func()) {
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	seq, err := g.cfg.Record(ctx, c.id, Call{Event: c.ev, Exhausted: c.exhausted})
 	if err != nil {
 		c.log.Error("gateway record llm.call", "err", g.red.String(err.Error()))
-		seq = 0
-	}
-	if !c.metered || c.ev.CostMicroCredits <= 0 {
-		return
-	}
-	defer func() {
-		// Paid, or failed and logged: either way no longer owed here.
-		g.mu.Lock()
-		if g.owed[c.id.Tenant] -= c.ev.CostMicroCredits; g.owed[c.id.Tenant] <= 0 {
-			delete(g.owed, c.id.Tenant)
-		}
-		g.mu.Unlock()
-	}()
-	if seq == 0 {
 		return // a debit must name its event
 	}
-	_, err = g.cfg.Ledger.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: c.id.Tenant, Kind: store.LedgerDebit,
-		Amount: c.ev.CostMicroCredits, RunID: c.id.Run, Seq: seq, Note: "llm " + c.spec})
+	err = g.meter.Debit(ctx, credit.Debit{Tenant: c.id.Tenant, RunID: c.id.Run, Seq: seq, Amount: c.ev.CostMicroCredits,
+		Note: "llm " + c.spec})
 	if err != nil {
 		c.log.Error("gateway debit", "seq", seq, "err", g.red.String(err.Error()))
 	}

@@ -24,8 +24,10 @@
 // host's key added (after, so nothing the sandbox sends can replace it).
 // Usage comes from the provider's answer only, is priced by the host's
 // table, recorded (Config.Record) and debited to the tenant's ledger,
-// linked to the recorded event. A stream that runs a budget out is ended
-// with an error event its SDK raises.
+// linked to the recorded event; metering, pricing and debits follow
+// package credit's rule (a debit that fails is owed and made later). A
+// stream that runs a budget out is ended with an error event its SDK
+// raises.
 //
 // Invariants:
 //   - Nothing is sent upstream before the token, policy, rate and budget

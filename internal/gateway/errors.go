@@ -46,7 +46,7 @@ var (
 	errNoUpstream = apiError{status: http.StatusBadGateway, openaiType: "api_error", code: "upstream_not_configured",
 		anthropicType: "api_error", msg: "airlock gateway: the model's upstream is not configured on this host", final: true}
 	errNoPrice = apiError{status: http.StatusForbidden, openaiType: "permission_error", code: "model_not_priced",
-		anthropicType: "permission_error", msg: "airlock gateway: the model has no price on this host, and this run's calls are metered", final: true}
+		anthropicType: "permission_error", msg: "airlock gateway: the model has no price on this host, and this run's calls must be counted (the tenant is metered, or llm.max_credits is set)", final: true}
 	errRateLimited = apiError{status: http.StatusTooManyRequests, openaiType: "requests", code: "rate_limit_exceeded",
 		anthropicType: "rate_limit_error", msg: "airlock gateway: too many model calls in the last minute for this run's policy (llm.max_requests_per_minute)"}
 	errTooLarge = apiError{status: http.StatusRequestEntityTooLarge, openaiType: "invalid_request_error", code: "request_too_large",

@@ -17,13 +17,13 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway/wire"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/secret/token"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // Upstream kinds: the wire format an upstream speaks.
@@ -43,14 +43,6 @@ const Purpose = "llm"
 // *token.Store satisfies it.
 type Verifier interface {
 	Verify(tok string, on token.Scope) (token.Scope, error)
-}
-
-// Ledger is the part of the store the gateway needs: a metered tenant's
-// balance and the debits of its calls. store.Store satisfies it.
-type Ledger interface {
-	AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error)
-	Balance(ctx context.Context, tenant string) (int64, error)
-	LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]store.LedgerEntry, error)
 }
 
 // Upstream is a model provider the gateway forwards to.
@@ -94,12 +86,14 @@ type Config struct {
 	Policy func(ctx context.Context, id bridge.Identity) (*policy.LLM, error)
 	// Prices prices usage, by "UPSTREAM:MODEL" (see price.Table.Lookup).
 	// A model without a price costs nothing, unless the tenant is
-	// metered or the run has a credit budget: then it is refused.
+	// metered or the run has a credit budget: then it is refused (the
+	// rule of package credit).
 	Prices price.Table
 	// Ledger holds the tenants' credits. A tenant whose ledger has an
 	// entry is metered: a call is refused once its balance is spent, and
-	// each call is debited. nil meters no one.
-	Ledger Ledger
+	// each call is debited, linked to its llm.call event. nil meters no
+	// one.
+	Ledger credit.Ledger
 	// Record appends the call's event to the run's log and returns its
 	// seq, which the debit names (required). It runs after the answer
 	// went to the sandbox, in the background (Close waits for it), with a
@@ -157,14 +151,13 @@ type Gateway struct {
 	transport http.RoundTripper
 	own       *http.Transport // the private transport, closed by Close
 
+	// meter counts the tenants' credits (Config.Ledger, Config.Prices).
+	meter *credit.Meter
+
 	mu sync.Mutex
-	// runs, closed and owed are guarded by mu.
+	// runs and closed are guarded by mu.
 	runs   map[runKey]*runState
 	closed bool
-	// owed is, by tenant, what finished calls cost that the ledger does
-	// not show yet (their debits are being written): a balance check
-	// counts it as spent.
-	owed map[string]int64
 	// pending counts the calls being recorded in the background.
 	pending sync.WaitGroup
 
@@ -204,7 +197,7 @@ func New(cfg Config) (*Gateway, error) {
 		errs = append(errs, errors.New("gateway: config: body limits must not be negative"))
 	}
 	g := &Gateway{cfg: cfg, ups: map[string]*upstream{}, red: cfg.Redactor, now: cfg.Now, log: cfg.Logger,
-		transport: cfg.Transport, runs: map[runKey]*runState{}, owed: map[string]int64{}, keys: map[[sha256.Size]byte]bool{}}
+		transport: cfg.Transport, meter: credit.New(cfg.Ledger, cfg.Prices), runs: map[runKey]*runState{}, keys: map[[sha256.Size]byte]bool{}}
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		u := cfg.Upstreams[name]
 		if !validName(name) {

@@ -4,6 +4,7 @@
 package price
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -38,22 +39,32 @@ func (p Table) Lookup(spec string) (Price, bool) {
 }
 
 // Cost returns what usage u of model spec costs, in micro-credits, rounded
-// up. Cached input tokens are priced as such when the table says how.
+// up (see Price.Cost).
 func (p Table) Cost(spec string, u event.Usage) (int64, error) {
 	pr, ok := p.Lookup(spec)
 	if !ok {
 		return 0, fmt.Errorf("no price for model %q in the host's price table", spec)
 	}
+	c, err := pr.Cost(u)
+	if err != nil {
+		return 0, fmt.Errorf("cost of %s: %w", spec, err)
+	}
+	return c, nil
+}
+
+// Cost returns what usage u costs at price p, in micro-credits, rounded
+// up. Cached input tokens are priced as such when p says how.
+func (p Price) Cost(u event.Usage) (int64, error) {
 	uncached := max(u.InputTokens-u.CacheReadTokens-u.CacheWriteTokens, 0)
-	cacheRead, cacheWrite := pr.CacheRead, pr.CacheWrite
+	cacheRead, cacheWrite := p.CacheRead, p.CacheWrite
 	if cacheRead == 0 {
-		cacheRead = pr.Input
+		cacheRead = p.Input
 	}
 	if cacheWrite == 0 {
-		cacheWrite = pr.Input
+		cacheWrite = p.Input
 	}
 	var sum big.Int
-	for _, t := range [][2]int64{{uncached, pr.Input}, {u.CacheReadTokens, cacheRead}, {u.CacheWriteTokens, cacheWrite}, {u.OutputTokens, pr.Output}} {
+	for _, t := range [][2]int64{{uncached, p.Input}, {u.CacheReadTokens, cacheRead}, {u.CacheWriteTokens, cacheWrite}, {u.OutputTokens, p.Output}} {
 		sum.Add(&sum, new(big.Int).Mul(big.NewInt(t[0]), big.NewInt(t[1])))
 	}
 	// Divide by a million, rounding up: a fraction of a micro-credit is
@@ -63,7 +74,7 @@ func (p Table) Cost(spec string, u event.Usage) (int64, error) {
 		q.Add(q, big.NewInt(1))
 	}
 	if !q.IsInt64() || q.Int64() > math.MaxInt64/2 {
-		return 0, fmt.Errorf("cost of %s overflows", spec)
+		return 0, errors.New("cost overflows")
 	}
 	return q.Int64(), nil
 }
