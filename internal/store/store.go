@@ -44,7 +44,7 @@
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), API keys (internal/auth), the
 // gateway's metering (internal/gateway), telemetry (internal/telemetry) and
-// the CLI and host wiring (internal/cli).
+// host wiring (internal/host) and the CLI (internal/cli).
 package store
 
 import (
