@@ -141,6 +141,14 @@ func TestJSONLines(t *testing.T) {
 				return []string{"keys", "ls", "--json"}
 			}},
 		},
+		"policy explain": {
+			{name: "a known tool", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				return []string{"policy", "explain", file(t, "p.yaml", "budgets: {max_steps: 5}\n"), "--tool", "run_command", "--args", `{"command":"ls"}`, "--json"}
+			}},
+			{name: "an unknown tool", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				return []string{"policy", "explain", file(t, "p.yaml", "budgets: {max_steps: 5}\n"), "--tool", "nosuchtool", "--json"}
+			}},
+		},
 		"policy history": {
 			{name: "two versions", lines: 2, args: func(t *testing.T, h *procHome) []string {
 				h.must(t, "", "policy", "put", "p", file(t, "a.yaml", "budgets: {max_steps: 5}\n"))
