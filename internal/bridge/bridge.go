@@ -8,7 +8,7 @@
 // caller without linking the proxy.
 //
 // Importers: internal/egress, internal/gateway, the host's wiring
-// (internal/cli) and bench/egressbench.
+// (internal/host) and bench/egressbench.
 package bridge
 
 import "context"

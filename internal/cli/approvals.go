@@ -89,7 +89,7 @@ func decide(env *Env, id, tenant string, approve bool, reason string) error {
 
 // mayDecide enforces the run's approvals.approvers: when the list is not
 // empty, only a user it names (by $USER, or "uid N") may decide, either way.
-func (h *host) mayDecide(env *Env, id string) error {
+func (h *local) mayDecide(env *Env, id string) error {
 	runID, ok := engine.ApprovalRunID(id)
 	if !ok {
 		return nil // Decide reports the malformed id
@@ -98,7 +98,7 @@ func (h *host) mayDecide(env *Env, id string) error {
 	if err != nil {
 		return nil // likewise
 	}
-	doc, err := h.policyOf(r)
+	doc, err := h.h.RunPolicy(r)
 	if err != nil || len(doc.Approvals.Approvers) == 0 {
 		return err
 	}

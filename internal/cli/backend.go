@@ -91,7 +91,7 @@ type backend interface {
 	deleteSecret(ctx context.Context, f *SecretStoreFlags, name string) error
 	// localHost returns this host's engine for what only it can do (what
 	// names the command); the remote backend refuses.
-	localHost(what string) (*host, error)
+	localHost(what string) (*local, error)
 
 	close()
 }
@@ -123,7 +123,7 @@ type localBackend struct {
 
 	mu sync.Mutex
 	// h is the host, once opened (guarded by mu).
-	h *host
+	h *local
 	// pst is the store of the policy commands, which need no engine
 	// (guarded by mu).
 	pst store.Store
@@ -131,11 +131,11 @@ type localBackend struct {
 
 var _ backend = (*localBackend)(nil)
 
-func (b *localBackend) host() (*host, error) {
+func (b *localBackend) host() (*local, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.h == nil {
-		h, err := openHost(b.env, b.o)
+		h, err := openLocal(b.env, b.o)
 		if err != nil {
 			return nil, err
 		}
@@ -168,7 +168,7 @@ func (b *localBackend) close() {
 	}
 }
 
-func (b *localBackend) localHost(string) (*host, error) { return b.host() }
+func (b *localBackend) localHost(string) (*local, error) { return b.host() }
 
 func (b *localBackend) listRuns(ctx context.Context, statuses []event.Status, metadata map[string]string, limit int) ([]store.Run, error) {
 	h, err := b.host()
@@ -244,7 +244,7 @@ func (b *localBackend) create(ctx context.Context, c *AgentRunCmd) (string, erro
 		return "", err
 	}
 	if len(req.Script) == 0 {
-		if err := h.checkModel(req.Config.Model, req.Config.BaseURL); err != nil {
+		if err := hostError(h.h.CheckModel(req.Config.Model, req.Config.BaseURL)); err != nil {
 			return "", err
 		}
 	}
@@ -265,7 +265,7 @@ func (b *localBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error)
 		return "", err
 	}
 	if o.Model != "" && len(o.Script) == 0 {
-		if err := h.checkModel(o.Model, o.BaseURL); err != nil {
+		if err := hostError(h.h.CheckModel(o.Model, o.BaseURL)); err != nil {
 			return "", err
 		}
 	}

@@ -10,18 +10,13 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/telemetry"
 	"github.com/alecthomas/kong"
 )
 
@@ -38,52 +33,6 @@ type Env struct {
 	// Store is the run store: "" or "sqlite" for $AIRLOCK_HOME/airlock.db,
 	// sqlite:PATH, or a postgres:// URL (set from --store).
 	Store string
-
-	// pool, when set (airlock serve), keeps sandboxes ready in front of
-	// the native backend for the engine and the E2B API alike.
-	pool *pool.Pool
-	// countSandboxes, when set (airlock serve), wraps the backend each
-	// component gets so that the sandboxes it makes are counted under its
-	// origin (telemetry.Metrics.Sandboxes).
-	countSandboxes func(origin string, b sandbox.Backend) sandbox.Backend
-}
-
-// sandboxes returns what creates the host's sandboxes for origin (one of
-// telemetry's origins): the pool when the command keeps one, else the
-// native backend, counted when the command counts them.
-func (e *Env) sandboxes(origin string) (sandbox.Backend, error) {
-	var b sandbox.Backend = e.pool
-	if e.pool == nil {
-		var err error
-		if b, err = e.Backend(); err != nil {
-			return nil, err
-		}
-	}
-	return e.counted(origin, b), nil
-}
-
-func (e *Env) counted(origin string, b sandbox.Backend) sandbox.Backend {
-	if e.countSandboxes == nil {
-		return b
-	}
-	return e.countSandboxes(origin, b)
-}
-
-// startPool puts a pool of ready sandboxes (see package pool) in front of
-// the native backend for the rest of the command; the returned function
-// destroys the idle ones.
-func (e *Env) startPool(o pool.Options) (func(), error) {
-	b, err := e.Backend()
-	if err != nil {
-		return nil, err
-	}
-	p := pool.New(e.counted(telemetry.OriginPool, b), o)
-	e.pool = p
-	return func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.Ctx), 30*time.Second)
-		defer cancel()
-		_ = p.Close(ctx)
-	}, nil
 }
 
 func (e *Env) getenv(k string) string {

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,7 +12,6 @@ import (
 	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
-	"go.yaml.in/yaml/v3"
 )
 
 // CreditsCmd is `airlock credits`.
@@ -130,51 +127,11 @@ func parseCredits(s string) (int64, error) {
 	if f <= 0 || f > 1e12 {
 		return 0, errors.New("want a positive amount up to 10^12")
 	}
-	return toMicro(f), nil
+	return price.FromCredits(f), nil
 }
 
 // toMicro turns credits into micro-credits.
-func toMicro(credits float64) int64 { return int64(math.Round(credits * 1e6)) }
 
 func formatCredits(micro int64) string {
 	return strconv.FormatFloat(float64(micro)/1e6, 'f', -1, 64)
-}
-
-// loadPrices reads $AIRLOCK_HOME/prices.yaml, the host's price table:
-//
-//	models:
-//	  anthropic:claude-sonnet-4-5: {input: 3, output: 15}   # credits per million tokens
-//	  script: {input: 1, output: 1}
-//
-// No file means no prices: nothing is charged, and a metered tenant's runs
-// are refused (fail closed).
-func loadPrices(home string) (price.Table, error) {
-	b, err := os.ReadFile(filepath.Join(home, "prices.yaml"))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var doc struct {
-		Models map[string]struct {
-			Input      float64 `yaml:"input"`
-			Output     float64 `yaml:"output"`
-			CacheRead  float64 `yaml:"cache_read"`
-			CacheWrite float64 `yaml:"cache_write"`
-		} `yaml:"models"`
-	}
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil {
-		return nil, fmt.Errorf("prices.yaml: %w", err)
-	}
-	p := price.Table{}
-	for name, m := range doc.Models {
-		p[name] = price.Price{Input: toMicro(m.Input), Output: toMicro(m.Output), CacheRead: toMicro(m.CacheRead), CacheWrite: toMicro(m.CacheWrite)}
-	}
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("prices.yaml: %w", err)
-	}
-	return p, nil
 }

@@ -116,12 +116,12 @@ func (SuperviseCmd) Run(env *Env) error {
 		if err := args.Network.Validate(); err != nil {
 			return fail(err)
 		}
-		eg, err := startEgress(ctx, env, args.Spec.ID, args.Network, &args.Egress, egressOptions{})
+		eg, err := startEgress(ctx, env, args.Spec.ID, args.Network, &args.Egress)
 		if err != nil {
 			return fail(err)
 		}
 		defer eg.close(nil)
-		eg.apply(&args.Spec)
+		eg.Apply(&args.Spec)
 	}
 	sb, err := b.Create(ctx, args.Spec)
 	if err != nil {

@@ -79,7 +79,7 @@ func (b *remoteBackend) fail(err error) error {
 	return fmt.Errorf("server %s: %s", b.url, msg)
 }
 
-func (b *remoteBackend) localHost(what string) (*host, error) {
+func (b *remoteBackend) localHost(what string) (*local, error) {
 	return nil, notRemote(what, "it needs this host's engine and sandboxes")
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -196,7 +197,7 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 		}
 		cfg.Sandboxes = append(cfg.Sandboxes, sc)
 	}
-	if err := sandbox.CheckEnv(c.Env, gatewayEnv...); err != nil {
+	if err := sandbox.CheckEnv(c.Env, host.GatewayEnv...); err != nil {
 		errs = append(errs, fmt.Errorf("--env: %w", err))
 	}
 	cfg.Env = c.Env
@@ -283,7 +284,7 @@ var errDetached = errors.New("airlock stopped; the run can be resumed")
 
 // foreground drives a run with Ctrl-C cancelling it and SIGTERM detaching
 // from it, writes its artifacts, and maps its status to the exit status.
-func (h *host) foreground(id, out string, drive func(context.Context) (engine.Outcome, error)) error {
+func (h *local) foreground(id, out string, drive func(context.Context) (engine.Outcome, error)) error {
 	ctx, cancel := context.WithCancelCause(h.env.Ctx)
 	defer cancel(nil)
 	stop := onSignals(cancel)
@@ -322,7 +323,7 @@ func onSignals(cancel context.CancelCauseFunc) (stop func()) {
 }
 
 // report writes the artifacts out and says where everything is.
-func (h *host) report(o engine.Outcome, out string) error {
+func (h *local) report(o engine.Outcome, out string) error {
 	return report(h.env, o, out, h.copyBlob)
 }
 
@@ -406,7 +407,7 @@ func writeArtifacts(arts []store.Artifact, dir string, fetch func(a store.Artifa
 }
 
 // copyBlob writes artifact a from the blob store to w.
-func (h *host) copyBlob(a store.Artifact, w io.Writer) error {
+func (h *local) copyBlob(a store.Artifact, w io.Writer) error {
 	r, err := h.blobs.Open(h.env.Ctx, a.Digest)
 	if err != nil {
 		return err

@@ -36,12 +36,12 @@ func (c *RunCmd) Run(env *Env) error {
 	if netPolicy != nil {
 		egress = func(ctx context.Context, spec *sandbox.Spec) (func(), error) {
 			spec.ID = sandbox.NewID()
-			eg, err := startEgress(ctx, env, spec.ID, netPolicy, &c.EgressFlags, egressOptions{})
+			eg, err := startEgress(ctx, env, spec.ID, netPolicy, &c.EgressFlags)
 			if err != nil {
 				return nil, err
 			}
-			eg.apply(spec)
-			return func() { eg.close(env) }, nil
+			eg.Apply(spec)
+			return func() { eg.close(env.Stderr) }, nil
 		}
 	}
 	return c.Start(&env.Env, spec, sandboxDefaults(doc), egress)

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
@@ -28,7 +29,8 @@ func openPolicyStore(env *Env) (store.Store, error) {
 	if err := os.MkdirAll(env.Home, 0o700); err != nil {
 		return nil, err
 	}
-	return openStore(env, store.NoRedaction)
+	st, err := host.OpenStore(env.Ctx, env.Home, env.Store, store.NoRedaction)
+	return st, hostError(err)
 }
 
 // policyNameError is the usage error of a malformed policy name.

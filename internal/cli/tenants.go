@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -27,7 +28,8 @@ func openTenantStore(env *Env) (store.Store, error) {
 	if err := os.MkdirAll(env.Home, 0o700); err != nil {
 		return nil, err
 	}
-	return openStore(env, store.NoRedaction)
+	st, err := host.OpenStore(env.Ctx, env.Home, env.Store, store.NoRedaction)
+	return st, hostError(err)
 }
 
 // tenantNameError is the usage error of a malformed tenant name.

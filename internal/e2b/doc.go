@@ -48,5 +48,5 @@
 //     server died are closed as lost when it starts again (or, for
 //     another server's, when its lease on them runs out).
 //
-// Importers: host wiring (the serve command, internal/cli) only.
+// Importers: host wiring (internal/host) only.
 package e2b

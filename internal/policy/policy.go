@@ -25,8 +25,9 @@
 //
 // Importers: the egress proxy (internal/egress), the LLM gateway
 // (internal/gateway), the run engine's policy hook (internal/engine), the
-// APIs (internal/server, internal/e2b), the command line and host wiring
-// that load the document (internal/cli), and bench/egressbench.
+// APIs (internal/server, internal/e2b), host wiring that loads the
+// document (internal/host), the command line (internal/cli), and
+// bench/egressbench.
 package policy
 
 import (

@@ -88,3 +88,7 @@ func (p Table) Validate() error {
 	}
 	return nil
 }
+
+// FromCredits converts credits to micro-credits, the unit of the ledger and
+// of the price table, rounded to the nearest.
+func FromCredits(credits float64) int64 { return int64(math.Round(credits * 1e6)) }

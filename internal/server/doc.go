@@ -46,7 +46,7 @@
 //     wake-ups, so it neither skips nor repeats an event, also across
 //     reconnections with Last-Event-ID.
 //
-// Importers: host wiring (the serve command, internal/cli), its test server
+// Importers: host wiring (internal/host), its test server
 // internal/server/servertest, and bench/ssefloor (the delivery floor, for
 // its histogram's buckets).
 package server

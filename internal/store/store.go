@@ -43,8 +43,8 @@
 // internal/store/postgres) and their suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), API keys (internal/auth), the
-// credit meter (internal/credit), telemetry (internal/telemetry) and the
-// CLI and host wiring (internal/cli).
+// credit meter (internal/credit), telemetry (internal/telemetry), host
+// wiring (internal/host) and the CLI (internal/cli).
 package store
 
 import (

@@ -29,5 +29,5 @@
 //     a restart) adds its spans to one trace, and the run span, written by
 //     whichever process records the run's end, is their parent.
 //
-// Importers: host wiring (the serve command, internal/cli) only.
+// Importers: host wiring (internal/host) only.
 package telemetry

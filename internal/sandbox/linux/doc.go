@@ -20,6 +20,6 @@
 //
 // It passes the conformance suite in sandbox/sandboxtest, attacks included.
 //
-// Importers: internal/sandboxcli, internal/cli (host wiring),
-// bench/idle.
+// Importers: internal/sandboxcli, host wiring (internal/host), the
+// doctor command (internal/cli), bench/idle.
 package linux

@@ -28,7 +28,8 @@
 //
 // Importers: the run engine (internal/engine), the API (internal/server,
 // internal/server/servertest), PostgreSQL's blob backend
-// (internal/store/postgres) and host wiring (internal/cli).
+// (internal/store/postgres) host wiring (internal/host) and the CLI
+// (internal/cli).
 package blob
 
 import (

@@ -20,7 +20,7 @@
 // too, in PostgreSQL's dialect. Tests run against a throwaway server that
 // package pgtest starts.
 //
-// Importers: host wiring (internal/cli), and tests.
+// Importers: host wiring (internal/host), and tests.
 package postgres
 
 import (

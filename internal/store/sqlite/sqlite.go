@@ -13,7 +13,7 @@
 // two engine processes from interleaving a run's log. Reads use a separate
 // pool of read-only connections and never block writers (WAL).
 //
-// Importers: host wiring (internal/cli), the API's test server
+// Importers: host wiring (internal/host), the API's test server
 // (internal/server/servertest), and tests.
 package sqlite
 

@@ -1,4 +1,4 @@
-package cli
+package host
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/policy"
-	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/secret/token"
 	"github.com/airlockrun/airlock/internal/store"
@@ -33,11 +32,7 @@ const gatewayAddr = "http://127.0.0.1:3128/llm/"
 
 // llmHub holds the gateway and the runs it serves.
 type llmHub struct {
-	env     *Env
-	keyFile string
-	store   store.Store
-	prices  price.Table
-	red     *secret.Redactor
+	h *Host
 
 	once   sync.Once
 	gw     *gateway.Gateway
@@ -71,6 +66,11 @@ type llmUpstreams struct {
 // gateway returns the process's gateway, building it on first use.
 func (l *llmHub) gateway() (*gateway.Gateway, *token.Store, error) {
 	l.once.Do(func() {
+		rs, err := l.h.run()
+		if err != nil {
+			l.err = err
+			return
+		}
 		ups, err := l.upstreams()
 		if err != nil {
 			l.err = err
@@ -78,7 +78,7 @@ func (l *llmHub) gateway() (*gateway.Gateway, *token.Store, error) {
 		}
 		l.tokens = token.NewStore(nil)
 		l.gw, l.err = gateway.New(gateway.Config{
-			Tokens: l.tokens, Upstreams: ups, Prices: l.prices, Ledger: l.store, Redactor: l.red,
+			Tokens: l.tokens, Upstreams: ups, Prices: rs.prices, Ledger: rs.store, Redactor: l.h.red,
 			Policy: func(_ context.Context, id bridge.Identity) (*policy.LLM, error) {
 				if r := l.run(id.Tenant, id.Run); r != nil {
 					return r.llm, nil
@@ -96,7 +96,7 @@ func (l *llmHub) gateway() (*gateway.Gateway, *token.Store, error) {
 				}
 				return r.log(ctx, ps...)
 			},
-			Spent: l.spent,
+			Spent: func(ctx context.Context, id bridge.Identity) (gateway.Totals, error) { return spent(ctx, rs.store, id) },
 		})
 	})
 	return l.gw, l.tokens, l.err
@@ -115,7 +115,7 @@ func (l *llmHub) upstreams() (map[string]gateway.Upstream, error) {
 		"openai":    {Kind: gateway.KindOpenAI, BaseURL: "https://api.openai.com/v1", Key: l.key("OPENAI_API_KEY", "openai-api-key")},
 		"anthropic": {Kind: gateway.KindAnthropic, BaseURL: "https://api.anthropic.com", Key: l.key("ANTHROPIC_API_KEY", "anthropic-api-key")},
 	}
-	b, err := os.ReadFile(filepath.Join(l.env.Home, "llm.yaml"))
+	b, err := os.ReadFile(filepath.Join(l.h.cfg.Home, "llm.yaml"))
 	if errors.Is(err, os.ErrNotExist) {
 		return ups, nil
 	}
@@ -139,33 +139,24 @@ func (l *llmHub) upstreams() (map[string]gateway.Upstream, error) {
 }
 
 // key fetches a provider key for every call (a rotation applies at once):
-// the host variable env, else the secret-store entry name. The gateway
+// the host variable env, else the local tenant's secret name. The gateway
 // gives each distinct key to the host's redactor (Config.Redactor).
 func (l *llmHub) key(env, name string) func(context.Context) (secret.Value, error) {
 	return func(ctx context.Context) (secret.Value, error) {
-		if env != "" {
-			if v := l.env.getenv(env); v != "" {
-				return secret.NewValue([]byte(v)), nil
-			}
+		v, err := l.h.modelKey(ctx, env, name)
+		if err == nil && v.Len() == 0 {
+			err = errors.New("no key configured")
 		}
-		if name == "" {
-			return secret.Value{}, errors.New("no key configured")
-		}
-		st, err := openSecretStore(l.env, l.keyFile)
-		if err != nil {
-			return secret.Value{}, err
-		}
-		v, _, err := st.Get(ctx, event.LocalTenant, name)
 		return v, err
 	}
 }
 
 // spent sums what a run's recorded gateway calls used, so that a run
 // resumed by another process goes on with its budgets where they were.
-func (l *llmHub) spent(ctx context.Context, id bridge.Identity) (gateway.Totals, error) {
+func spent(ctx context.Context, st store.Store, id bridge.Identity) (gateway.Totals, error) {
 	var t gateway.Totals
 	for from := int64(1); ; {
-		evs, err := l.store.Events(ctx, id.Run, from, store.MaxPage)
+		evs, err := st.Events(ctx, id.Run, from, store.MaxPage)
 		if err != nil {
 			return t, err
 		}
@@ -188,12 +179,12 @@ func (l *llmHub) spent(ctx context.Context, id bridge.Identity) (gateway.Totals,
 	}
 }
 
-// gatewayEnv are the variables attach gives a run's sandboxes: airlock
+// GatewayEnv are the variables the host gives a run's sandboxes: airlock
 // run --env may not set them.
-var gatewayEnv = []string{"AIRLOCK_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
+var GatewayEnv = []string{"AIRLOCK_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
 
 // attach serves the sandbox of a: a token bound to it, the variables the
-// SDKs read (gatewayEnv), and the gateway as its proxy's local handler. The returned
+// SDKs read (GatewayEnv), and the gateway as its proxy's local handler. The returned
 // function ends it once the sandbox is gone.
 func (l *llmHub) attach(a engine.Attachment, llm *policy.LLM) (*gateway.Gateway, func(), error) {
 	gw, tokens, err := l.gateway()
@@ -204,8 +195,8 @@ func (l *llmHub) attach(a engine.Attachment, llm *policy.LLM) (*gateway.Gateway,
 	if err != nil {
 		return nil, nil, err
 	}
-	l.red.Add(secret.NewValue([]byte(tok)))
-	a.Spec.Env = append(a.Spec.Env, // the names of gatewayEnv
+	l.h.red.Add(secret.NewValue([]byte(tok)))
+	a.Spec.Env = append(a.Spec.Env, // the names of GatewayEnv
 		"AIRLOCK_TOKEN="+tok, "OPENAI_API_KEY="+tok, "ANTHROPIC_API_KEY="+tok,
 		"OPENAI_BASE_URL="+gatewayAddr+"openai/v1", "ANTHROPIC_BASE_URL="+gatewayAddr+"anthropic")
 	key := [2]string{a.Tenant, a.RunID}

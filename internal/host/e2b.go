@@ -1,10 +1,9 @@
-package cli
+package host
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"log/slog"
 	"net"
 	"net/http"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
@@ -33,15 +34,14 @@ type e2bService struct {
 	wg       sync.WaitGroup
 }
 
-// startE2B starts the E2B API of cfg (enabled) on h's store; keyFile is the
-// secret store's key for policy credentials, trust whether tenants'
-// policies may name host resources.
-func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile string, trust bool, logger *slog.Logger) (_ *e2bService, err error) {
-	b, err := env.sandboxes(telemetry.OriginE2B)
+// startE2B starts the E2B API of cfg (enabled) on the run side's store;
+// trust says whether tenants' policies may name host resources.
+func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust bool, logger *slog.Logger) (_ *e2bService, err error) {
+	b, err := h.backend(telemetry.OriginE2B)
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(env.Home, "audit", "e2b.jsonl")
+	path := filepath.Join(h.cfg.Home, "audit", "e2b.jsonl")
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("e2b audit log: %w", err)
 	}
@@ -55,9 +55,9 @@ func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile st
 		}
 	}()
 	log := logger.With("component", "e2b")
-	e.srv, err = e2b.New(e2b.Options{Config: cfg, Backend: b, Keys: auth.NewKeys(h.store, nil), Store: h.store,
-		Network: &runNetwork{env: env, keyFile: keyFile, red: h.red, llm: h.llm}, TrustTenantPolicies: trust,
-		StateDir: filepath.Join(env.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log})
+	e.srv, err = e2b.New(e2b.Options{Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store,
+		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
+		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,7 @@ func startE2B(ctx context.Context, env *Env, h *host, cfg e2b.Config, keyFile st
 			}
 		}()
 	}
-	fmt.Fprintf(env.Stdout, "airlock serve: E2B API on http://%s, sandboxes on http://%s\n", lnAPI.Addr(), lnSbx.Addr())
+	fmt.Fprintf(h.out, "airlock serve: E2B API on http://%s, sandboxes on http://%s\n", lnAPI.Addr(), lnSbx.Addr())
 	log.Info("serving the E2B API", "api_addr", lnAPI.Addr().String(), "sandbox_addr", lnSbx.Addr().String())
 	return e, nil
 }
