@@ -20,7 +20,8 @@
 // Usage comes from the host's own measure (a provider's response, the
 // sandbox's cgroup), never from the sandbox.
 //
-// Importers: internal/engine, internal/gateway and internal/e2b.
+// Importers: internal/engine, internal/gateway and internal/e2b, and host
+// wiring (internal/host), which gives the three one meter.
 package credit
 
 import (

@@ -51,6 +51,9 @@ type Options struct {
 	// carry the sandbox's id as the run id ("e2b-" + id), its tenant,
 	// and its template's policy document.
 	Network engine.Network
+	// Meter debits the sandboxes' usage; nil is a meter of Store of the
+	// server's own (see engine.Options.Meter).
+	Meter *credit.Meter
 	// TrustTenantPolicies lets templates name host resources (see
 	// policy.Document.HostResources); only for a server whose tenants are all trusted
 	// with the host.
@@ -151,7 +154,10 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{o: o, cfg: cfg, credits: credit.New(o.Store, nil), log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
+	if o.Meter == nil {
+		o.Meter = credit.New(o.Store, nil)
+	}
+	s := &Server{o: o, cfg: cfg, credits: o.Meter, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
 		watchers: newWatcherTable(), metrics: newMetricStore(),
 		serverID: id, owner: "e2b/" + id + "/" + randomHex(4), ready: make(chan struct{}), flushWake: make(chan struct{}, 1)}
 	if s.log == nil {

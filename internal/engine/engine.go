@@ -103,6 +103,11 @@ type Options struct {
 	// without a price is refused, before it is called, for a metered
 	// tenant and for a run with a credit budget (fail closed).
 	Prices price.Table
+	// Meter counts the credits; nil is a meter of the store and Prices
+	// of the engine's own. A host shares one with its gateway and E2B
+	// API, so that what each holds and owes counts in the others'
+	// balance checks.
+	Meter *credit.Meter
 	// Owner names this engine in run leases ("host:pid:nonce" when empty);
 	// LeaseTTL is how long a lease lives without a heartbeat (10s when
 	// zero). A drive renews its lease every LeaseTTL/3.
@@ -284,7 +289,11 @@ func New(o Options) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("engine: ApprovalOnTimeout %q: want deny or allow", o.ApprovalOnTimeout)
 	}
-	return &Engine{o: o, meter: credit.New(o.Store, o.Prices), draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
+	meter := o.Meter
+	if meter == nil {
+		meter = credit.New(o.Store, o.Prices)
+	}
+	return &Engine{o: o, meter: meter, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
 }
 
 // Request asks for a new run.

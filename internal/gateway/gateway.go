@@ -94,6 +94,9 @@ type Config struct {
 	// each call is debited, linked to its llm.call event. nil meters no
 	// one.
 	Ledger credit.Ledger
+	// Meter counts the credits; nil is a meter of Ledger and Prices of
+	// the gateway's own (see engine.Options.Meter).
+	Meter *credit.Meter
 	// Record appends the call's event to the run's log and returns its
 	// seq, which the debit names (required). It runs after the answer
 	// went to the sandbox, in the background (Close waits for it), with a
@@ -197,7 +200,7 @@ func New(cfg Config) (*Gateway, error) {
 		errs = append(errs, errors.New("gateway: config: body limits must not be negative"))
 	}
 	g := &Gateway{cfg: cfg, ups: map[string]*upstream{}, red: cfg.Redactor, now: cfg.Now, log: cfg.Logger,
-		transport: cfg.Transport, meter: credit.New(cfg.Ledger, cfg.Prices), runs: map[runKey]*runState{}, keys: map[[sha256.Size]byte]bool{}}
+		transport: cfg.Transport, meter: meterOf(cfg), runs: map[runKey]*runState{}, keys: map[[sha256.Size]byte]bool{}}
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		u := cfg.Upstreams[name]
 		if !validName(name) {
@@ -536,4 +539,12 @@ func bearer(h interface{ Get(string) string }) string {
 		return ""
 	}
 	return strings.TrimSpace(h.Get("X-Api-Key"))
+}
+
+// meterOf is cfg's Meter, or one of its own.
+func meterOf(cfg Config) *credit.Meter {
+	if cfg.Meter != nil {
+		return cfg.Meter
+	}
+	return credit.New(cfg.Ledger, cfg.Prices)
 }

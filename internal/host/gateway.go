@@ -78,7 +78,7 @@ func (l *llmHub) gateway() (*gateway.Gateway, *token.Store, error) {
 		}
 		l.tokens = token.NewStore(nil)
 		l.gw, l.err = gateway.New(gateway.Config{
-			Tokens: l.tokens, Upstreams: ups, Prices: rs.prices, Ledger: rs.store, Redactor: l.h.red,
+			Tokens: l.tokens, Upstreams: ups, Prices: rs.prices, Ledger: rs.store, Meter: rs.meter, Redactor: l.h.red,
 			Policy: func(_ context.Context, id bridge.Identity) (*policy.LLM, error) {
 				if r := l.run(id.Tenant, id.Run); r != nil {
 					return r.llm, nil

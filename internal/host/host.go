@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
@@ -118,7 +119,10 @@ type runSide struct {
 	store  store.Store
 	blobs  *blob.Store
 	prices price.Table
-	eng    *engine.Engine
+	// meter is the one credit meter of the engine, the gateway and the
+	// E2B API: what each holds and owes counts in the others' checks.
+	meter *credit.Meter
+	eng   *engine.Engine
 }
 
 // New returns a host for cfg. It builds nothing yet but the redactor: each
@@ -234,7 +238,8 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	if r.prices, err = LoadPrices(h.cfg.Home); err != nil {
 		return nil, err
 	}
-	opts := engine.Options{Store: r.store, Blobs: r.blobs, Prices: r.prices, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
+	r.meter = credit.New(r.store, r.prices)
+	opts := engine.Options{Store: r.store, Blobs: r.blobs, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
 		NewProvider: h.provider, Network: &runNetwork{h: h}, Policy: h.decideTool,
 		OnProgress: h.cfg.OnProgress}
 	if h.cfg.OnEvents != nil {
