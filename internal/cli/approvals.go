@@ -102,11 +102,8 @@ func (h *local) mayDecide(env *Env, id string) error {
 	if err != nil || len(doc.Approvals.Approvers) == 0 {
 		return err
 	}
-	user, uid := env.getenv("USER"), "uid "+strconv.Itoa(os.Getuid())
-	for _, a := range doc.Approvals.Approvers {
-		if (user != "" && a == user) || a == uid {
-			return nil
-		}
+	if doc.Approvals.MayDecide(env.getenv("USER"), "uid "+strconv.Itoa(os.Getuid())) {
+		return nil
 	}
 	return reportedError{Err: fmt.Errorf("%s may not decide on approvals of run %s: its policy names %s", whoami(env), r.ID, strings.Join(doc.Approvals.Approvers, ", ")), Code: 1}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -96,6 +97,21 @@ type Approvals struct {
 	// OnTimeout is what an unanswered approval becomes: Deny (default) or
 	// Allow.
 	OnTimeout Verdict `yaml:"on_timeout"`
+}
+
+// MayDecide reports whether the one named by any of names (a user, a uid,
+// an API key id) may decide the run's approvals: anyone when Approvers is
+// empty, else one it lists. Empty names match nothing.
+func (a Approvals) MayDecide(names ...string) bool {
+	if len(a.Approvers) == 0 {
+		return true
+	}
+	for _, n := range names {
+		if n != "" && slices.Contains(a.Approvers, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // Verify are a run's completion checks.

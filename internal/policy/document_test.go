@@ -528,3 +528,22 @@ func TestWorkspaceGlob(t *testing.T) {
 		}
 	}
 }
+
+func TestMayDecide(t *testing.T) {
+	for _, tt := range []struct {
+		approvers, names []string
+		want             bool
+	}{
+		{nil, []string{"alice"}, true},
+		{nil, nil, true},
+		{[]string{"alice"}, []string{"alice"}, true},
+		{[]string{"alice"}, []string{"bob", "uid 1000"}, false},
+		{[]string{"uid 1000"}, []string{"", "uid 1000"}, true},
+		{[]string{"alice"}, []string{""}, false},
+		{[]string{"key_01"}, []string{"key_02"}, false},
+	} {
+		if got := (Approvals{Approvers: tt.approvers}).MayDecide(tt.names...); got != tt.want {
+			t.Errorf("Approvals{%q}.MayDecide(%q) = %t, want %t", tt.approvers, tt.names, got, tt.want)
+		}
+	}
+}

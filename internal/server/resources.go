@@ -179,7 +179,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve
 		if err != nil {
 			return publicf(api.CodeConflict, "the run's policy does not load")
 		}
-		if len(doc.Approvals.Approvers) > 0 && !slices.Contains(doc.Approvals.Approvers, c.p.KeyID) {
+		if !doc.Approvals.MayDecide(c.p.KeyID) {
 			return publicf(api.CodeForbidden, "the run's policy names who may decide, and not this key")
 		}
 	}
