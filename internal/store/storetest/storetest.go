@@ -2,9 +2,10 @@
 // implementation runs it from its own tests, against a real database
 // (containerd's snapshotter suite is the model).
 //
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Factory{New: newStore, Reopen: reopen, Tamper: tamper})
-//	}
+//	var factory = storetest.Factory{New: newStore, Reopen: reopen, Tamper: tamper}
+//
+//	func TestConformance(t *testing.T) { storetest.Run(t, factory) }
+//	func BenchmarkStore(b *testing.B)  { storetest.Bench(b, factory) }
 //
 // Importers: tests only (of the store implementations).
 package storetest
@@ -29,8 +30,8 @@ import (
 // Factory tells the suite how to get stores.
 type Factory struct {
 	// New returns a new, empty store that redacts with r. The suite closes
-	// it when the test ends.
-	New func(t *testing.T, r store.Redactor) store.Store
+	// it when the test ends (Bench: when the benchmark ends).
+	New func(t testing.TB, r store.Redactor) store.Store
 	// Reopen returns another, independent handle on the database behind s,
 	// as a second process would open it; s may be open or closed. The suite
 	// closes it. Optional: the tests that need it are skipped when nil.
