@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -77,6 +78,47 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	return r, nil
 }
 
+// PrepareRunWith is for implementations of Store: it validates r and
+// first for CreateRunWith and returns them as they must be stored: r as
+// PrepareRun returns it, and first prepared (PrepareDrafts) and sealed as
+// the first events of a new log. A new run's lease token is 0, so a ctx
+// fenced by another (CheckFence) is refused here, before any write, with
+// an error wrapping ErrLeaseLost, as Append would refuse it; other errors
+// wrap ErrInvalid.
+func PrepareRunWith(ctx context.Context, r Run, first []event.Event, now time.Time, red Redactor) (Run, []event.Event, error) {
+	r, err := PrepareRun(r, now, red)
+	if err != nil {
+		return r, nil, fmt.Errorf("create run: %w", err)
+	}
+	if len(first) == 0 {
+		return r, nil, fmt.Errorf("create run %s: %w: no first events", r.ID, ErrInvalid)
+	}
+	evs, err := PrepareDrafts(r.ID, 1, first, now, red)
+	if err != nil {
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	if err := CheckFence(ctx, r.ID, 0); err != nil {
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	event.SealChain(r.ID, 0, event.Hash{}, evs)
+	return r, evs, nil
+}
+
+// CheckParent is for implementations of Store: called inside the write
+// transaction of CreateRun with the last seq of the run r.ParentRunID
+// names (found is false when there is no such run), it returns nil when r
+// may fork from it at r.ParentSeq, and an error wrapping ErrInvalid
+// otherwise. A log only grows, so a seq it has when checked it keeps.
+func CheckParent(r Run, found bool, lastSeq int64) error {
+	switch {
+	case !found:
+		return fmt.Errorf("%w: parent run %s does not exist", ErrInvalid, r.ParentRunID)
+	case r.ParentSeq > lastSeq:
+		return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", ErrInvalid, r.ParentRunID, r.ParentSeq, lastSeq)
+	}
+	return nil
+}
+
 // PrepareDrafts validates the drafts of an Append of run runID starting at
 // seq next and returns copies with their payloads redacted and in canonical
 // form and their Time defaulted to now (all times in UTC). It does not seal
@@ -130,6 +172,23 @@ func PrepareDrafts(runID string, next int64, drafts []event.Event, now time.Time
 	return out, nil
 }
 
+// CheckTail is for implementations of Store: called inside the write
+// transaction of Append with run runID's last seq and lease token, read
+// under the run's lock, it returns nil when drafts from seq next may be
+// appended, and otherwise the error Append must return: first a fence in
+// ctx that is not token (CheckFence), since a writer that lost its lease
+// must stop rather than re-read the tail and retry, then an
+// *AppendConflictError when the log's next seq is not next.
+func CheckTail(ctx context.Context, runID string, next, lastSeq, token int64) error {
+	if err := CheckFence(ctx, runID, token); err != nil {
+		return err
+	}
+	if lastSeq+1 != next {
+		return &AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
+	}
+	return nil
+}
+
 // PrepareArtifact validates a for PutArtifact and returns it as it must be
 // stored: MediaType defaulted to application/octet-stream, Created to now
 // (in UTC). Errors wrap ErrInvalid.
@@ -155,6 +214,17 @@ func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
 	}
 	a.Created = a.Created.UTC()
 	return a, nil
+}
+
+// SameArtifact is for implementations of Store: given the artifact old
+// already stored under a's run and name, it returns nil when a is a retry
+// of it (same digest, size and media type: old is what PutArtifact
+// returns), and an error wrapping ErrExists otherwise.
+func SameArtifact(old, a Artifact) error {
+	if old.Digest != a.Digest || old.Size != a.Size || old.MediaType != a.MediaType {
+		return fmt.Errorf("%w with another digest, size or media type", ErrExists)
+	}
+	return nil
 }
 
 // ValidateFilter checks f and returns it with Limit brought into 1..MaxPage
@@ -236,6 +306,10 @@ func printable(s string) bool {
 	}
 	return true
 }
+
+// Clip is for implementations of Store: it shortens untrusted text (an
+// id, a name) quoted in an error message.
+func Clip(s string) string { return clip(s) }
 
 // clip shortens untrusted text quoted in an error message.
 func clip(s string) string {

@@ -4,8 +4,11 @@
 // version they had, and the tenants themselves with their API keys.
 // Implementations live in store/sqlite (the embedded default) and
 // store/postgres (several host processes on one database); both are built
-// from one schema (store/schema) and pass the conformance suite in
-// store/storetest.
+// from one schema (store/schema), read its rows with one set of scanners
+// (store/sqlrow), and pass the conformance suite in store/storetest. The
+// functions for implementations (PrepareRun, CheckTail, DecideAcquire,
+// DecidePolicy...) hold every rule the contract states that needs no
+// database, so that no implementation can drift from another.
 //
 // Invariants every implementation keeps:
 //   - A run's events have seq 1, 2, 3... with no gap and form a hash chain
@@ -40,7 +43,8 @@
 //     name the tenant, so one tenant never sees or revokes another's.
 //
 // Importers: its implementations (internal/store/sqlite,
-// internal/store/postgres) and their suite (internal/store/storetest), the
+// internal/store/postgres), their schema and rows (internal/store/schema,
+// internal/store/sqlrow) and suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), API keys (internal/auth), the
 // gateway's metering (internal/gateway), telemetry (internal/telemetry) and

@@ -8,29 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-const ledgerColumns = `id, tenant, kind, amount, run_id, seq, note, created_ns`
-
-func scanLedger(row pgx.Row) (store.LedgerEntry, error) {
-	var (
-		e     store.LedgerEntry
-		runID *string
-		seq   *int64
-		ns    int64
-	)
-	if err := row.Scan(&e.ID, &e.Tenant, &e.Kind, &e.Amount, &runID, &seq, &e.Note, &ns); err != nil {
-		return e, err
-	}
-	if runID != nil {
-		e.RunID = *runID
-	}
-	if seq != nil {
-		e.Seq = *seq
-	}
-	e.Created = fromNS(ns)
-	return e, nil
-}
 
 // AddLedgerEntry implements store.Store.
 //
@@ -72,17 +51,20 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 			runID = e.RunID
 		}
 		if e.Kind == store.LedgerDebit {
-			old, err := scanLedger(tx.QueryRow(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE run_id = $1 AND seq = $2`, e.RunID, e.Seq))
+			old, err := sqlrow.ScanLedger(tx.QueryRow(ctx, `SELECT `+sqlrow.LedgerColumns+` FROM ledger WHERE run_id = $1 AND seq = $2`, e.RunID, e.Seq))
 			switch {
 			case err == nil:
-				e, err = store.SameDebit(old, e)
-				return err
+				if err := store.SameDebit(old, e); err != nil {
+					return err
+				}
+				e = old
+				return nil
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			}
 			seq = e.Seq
 		}
-		return tx.QueryRow(ctx, `INSERT INTO ledger (`+ledgerColumns+`)
+		return tx.QueryRow(ctx, `INSERT INTO ledger (`+sqlrow.LedgerColumns+`)
 			SELECT COALESCE(MAX(id), 0) + 1, $1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::text, $7::bigint FROM ledger
 			RETURNING id`,
 			e.Tenant, e.Kind, e.Amount, runID, seq, e.Note, e.Created.UnixNano()).Scan(&e.ID)
@@ -120,12 +102,8 @@ func (s *Store) LedgerEntries(ctx context.Context, tenant string, after int64, l
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`,
+	out, err := query(ctx, s.pool, sqlrow.ScanLedger, `SELECT `+sqlrow.LedgerColumns+` FROM ledger WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`,
 		tenant, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: tenant %s: ledger entries: %w", tenant, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.LedgerEntry, error) { return scanLedger(row) })
 	if err != nil {
 		return nil, fmt.Errorf("postgres: tenant %s: ledger entries: %w", tenant, err)
 	}

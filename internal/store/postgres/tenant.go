@@ -10,30 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-const apiKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
-
-func scanAPIKey(row pgx.Row) (store.APIKey, error) {
-	var (
-		k                 store.APIKey
-		scopes            string
-		created           int64
-		lastUsed, revoked *int64
-	)
-	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &scopes, &k.Hash, &created, &lastUsed, &revoked); err != nil {
-		return k, err
-	}
-	k.Scopes = store.SplitScopes(scopes)
-	k.CreatedAt = fromNS(created)
-	if lastUsed != nil {
-		k.LastUsedAt = fromNS(*lastUsed)
-	}
-	if revoked != nil {
-		k.RevokedAt = fromNS(*revoked)
-	}
-	return k, nil
-}
 
 // oneRow returns nil when tag says a row was changed (or matched), and
 // none when not.
@@ -73,15 +51,14 @@ func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error
 	if err := store.ValidateTenantName(name); err != nil {
 		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
 	}
-	var ns int64
-	err := s.pool.QueryRow(ctx, `SELECT created_ns FROM tenants WHERE name = $1`, name).Scan(&ns)
+	tn, err := sqlrow.ScanTenant(s.pool.QueryRow(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.TenantNotFound(name)
 	}
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
 	}
-	return store.Tenant{Name: name, CreatedAt: fromNS(ns)}, nil
+	return tn, nil
 }
 
 // ListTenants implements store.Store.
@@ -89,19 +66,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	if err := s.check("list tenants"); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT name, created_ns FROM tenants ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list tenants: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Tenant, error) {
-		var (
-			tn store.Tenant
-			ns int64
-		)
-		err := row.Scan(&tn.Name, &ns)
-		tn.CreatedAt = fromNS(ns)
-		return tn, err
-	})
+	out, err := query(ctx, s.pool, sqlrow.ScanTenant, `SELECT `+sqlrow.TenantColumns+` FROM tenants ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list tenants: %w", err)
 	}
@@ -128,7 +93,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 		case err != nil:
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
+		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (`+sqlrow.APIKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
 			ON CONFLICT DO NOTHING`,
 			k.ID, k.Tenant, k.Name, store.JoinScopes(k.Scopes), k.Hash, k.CreatedAt.UnixNano())
 		if err != nil {
@@ -150,7 +115,7 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	if err := store.ValidateAPIKeyHash(hash); err != nil {
 		return store.APIKey{}, fmt.Errorf("postgres: find API key: %w", err)
 	}
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
+	k, err := sqlrow.ScanAPIKey(s.pool.QueryRow(ctx, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
@@ -168,7 +133,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 	if err := store.ValidateTenantName(tenant); err != nil {
 		return nil, fmt.Errorf("postgres: list API keys: %w", err)
 	}
-	out, err := s.apiKeys(ctx, tenant)
+	out, err := query(ctx, s.pool, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
 		// Tenants are never deleted: one that exists now existed when
 		// the keys were read.
@@ -182,14 +147,6 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 		return nil, fmt.Errorf("postgres: tenant %s: list API keys: %w", tenant, err)
 	}
 	return out, nil
-}
-
-func (s *Store) apiKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.APIKey, error) { return scanAPIKey(row) })
 }
 
 // RevokeAPIKey implements store.Store.

@@ -8,30 +8,8 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-const apiKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
-
-func scanAPIKey(sc scanner) (store.APIKey, error) {
-	var (
-		k                 store.APIKey
-		scopes            string
-		created           int64
-		lastUsed, revoked sql.NullInt64
-	)
-	if err := sc.Scan(&k.ID, &k.Tenant, &k.Name, &scopes, &k.Hash, &created, &lastUsed, &revoked); err != nil {
-		return k, err
-	}
-	k.Scopes = store.SplitScopes(scopes)
-	k.CreatedAt = fromNS(created)
-	if lastUsed.Valid {
-		k.LastUsedAt = fromNS(lastUsed.Int64)
-	}
-	if revoked.Valid {
-		k.RevokedAt = fromNS(revoked.Int64)
-	}
-	return k, nil
-}
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
@@ -77,16 +55,13 @@ func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error
 	if err := store.ValidateTenantName(name); err != nil {
 		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
 	}
-	tn := store.Tenant{Name: name}
-	var ns int64
-	err := s.r.QueryRowContext(ctx, `SELECT created_ns FROM tenants WHERE name = ?`, name).Scan(&ns)
+	tn, err := sqlrow.ScanTenant(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.TenantNotFound(name)
 	}
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
 	}
-	tn.CreatedAt = fromNS(ns)
 	return tn, nil
 }
 
@@ -95,24 +70,8 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	if err := s.check("list tenants"); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT name, created_ns FROM tenants ORDER BY name`)
+	out, err := query(ctx, s.r, sqlrow.ScanTenant, `SELECT `+sqlrow.TenantColumns+` FROM tenants ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list tenants: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Tenant
-	for rows.Next() {
-		var (
-			tn store.Tenant
-			ns int64
-		)
-		if err := rows.Scan(&tn.Name, &ns); err != nil {
-			return nil, fmt.Errorf("sqlite: list tenants: %w", err)
-		}
-		tn.CreatedAt = fromNS(ns)
-		out = append(out, tn)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list tenants: %w", err)
 	}
 	return out, nil
@@ -136,7 +95,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 			return err
 		}
 		// DO NOTHING on either unique key: the id, or the hash.
-		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
+		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+sqlrow.APIKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
 			ON CONFLICT DO NOTHING`,
 			k.ID, k.Tenant, k.Name, store.JoinScopes(k.Scopes), k.Hash, k.CreatedAt.UnixNano())
 		if err != nil {
@@ -163,7 +122,7 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	}
 	// A point lookup on every request: not worth the driver's goroutine
 	// that would watch a cancellable ctx (see write).
-	k, err := scanAPIKey(s.stmtAPIKey.QueryRowContext(context.WithoutCancel(ctx), hash))
+	k, err := sqlrow.ScanAPIKey(s.stmtAPIKey.QueryRowContext(context.WithoutCancel(ctx), hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
@@ -181,7 +140,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 	if err := store.ValidateTenantName(tenant); err != nil {
 		return nil, fmt.Errorf("sqlite: list API keys: %w", err)
 	}
-	out, err := s.apiKeys(ctx, tenant)
+	out, err := query(ctx, s.r, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
 		// Tenants are never deleted: one that exists now existed when
 		// the keys were read.
@@ -195,23 +154,6 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 		return nil, fmt.Errorf("sqlite: tenant %s: list API keys: %w", tenant, err)
 	}
 	return out, nil
-}
-
-func (s *Store) apiKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
 }
 
 // RevokeAPIKey implements store.Store.

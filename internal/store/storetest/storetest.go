@@ -243,6 +243,18 @@ func wantErr(t *testing.T, what string, err, target error) {
 	}
 }
 
+// wantNames fails unless err's text names each of names: an error says
+// what its call was writing (the run, the artifact, the tenant...), also
+// when the store refused it half-way.
+func wantNames(t *testing.T, what string, err error, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err == nil || !strings.Contains(err.Error(), n) {
+			t.Errorf("%s = %v, want an error naming %q", what, err, n)
+		}
+	}
+}
+
 // testCreateRunWith: a run and its first events are stored together or not
 // at all.
 func testCreateRunWith(t *testing.T, f Factory) {
@@ -1005,6 +1017,7 @@ func testArtifacts(t *testing.T, f Factory) {
 	}
 	_, err = s.PutArtifact(ctx, store.Artifact{RunID: r.ID, Name: "patch", Digest: "sha256:" + strings.Repeat("cd", 32), Size: 42})
 	wantErr(t, "PutArtifact(same name, other digest)", err, store.ErrExists)
+	wantNames(t, "PutArtifact(same name, other digest)", err, r.ID, "patch")
 
 	read, err := s.GetArtifact(ctx, r.ID, "patch")
 	if err != nil || !reflect.DeepEqual(read, got) {
