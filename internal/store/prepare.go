@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -29,8 +30,8 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 		return r, fmt.Errorf("%w: run %s: unknown status %q", ErrInvalid, r.ID, clip(string(r.Status)))
 	case r.Status.Final():
 		return r, fmt.Errorf("%w: run %s: cannot create a run in final status %s", ErrInvalid, r.ID, r.Status)
-	case len(r.Task) > MaxTaskLen || !utf8.ValidString(r.Task):
-		return r, fmt.Errorf("%w: run %s: task is not valid UTF-8 of at most %d bytes", ErrInvalid, r.ID, MaxTaskLen)
+	case len(r.Task) > MaxTaskLen || !text(r.Task):
+		return r, fmt.Errorf("%w: run %s: task is not UTF-8 text without NUL of at most %d bytes", ErrInvalid, r.ID, MaxTaskLen)
 	case len(r.Model) > MaxModelLen || !printable(r.Model):
 		return r, fmt.Errorf("%w: run %s: model is not printable text of at most %d bytes", ErrInvalid, r.ID, MaxModelLen)
 	case len(r.Policy) > MaxPolicyLen:
@@ -197,7 +198,7 @@ func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
 		return a, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
-	case a.Name == "" || len(a.Name) > MaxNameLen || !printable(a.Name):
+	case !validArtifactName(a.Name):
 		return a, fmt.Errorf("%w: run %s: artifact name must be 1 to %d printable bytes", ErrInvalid, a.RunID, MaxNameLen)
 	case !validDigest(a.Digest):
 		return a, fmt.Errorf("%w: run %s: artifact %q: digest is not sha256: and 64 lowercase hex digits", ErrInvalid, a.RunID, a.Name)
@@ -225,6 +226,35 @@ func SameArtifact(old, a Artifact) error {
 		return fmt.Errorf("%w with another digest, size or media type", ErrExists)
 	}
 	return nil
+}
+
+// CheckRunID is for implementations of Store: a read or write that looks
+// a run up by id (GetRun, UpdateRunStatus, Events, LastEvent,
+// ListArtifacts) calls it first, and it returns an error wrapping
+// ErrNotFound when id is not a run id: no run has it. So no store sends
+// its database a text the database may not hold (PostgreSQL's text holds
+// no NUL, and only UTF-8), and all answer alike.
+func CheckRunID(id string) error {
+	if event.ValidRunID(id) != nil {
+		return fmt.Errorf("run %q: %w", clip(id), ErrNotFound)
+	}
+	return nil
+}
+
+// CheckArtifactKey is CheckRunID for GetArtifact: it also returns an error
+// wrapping ErrNotFound when name is not a name an artifact may have.
+func CheckArtifactKey(runID, name string) error {
+	if err := CheckRunID(runID); err != nil {
+		return err
+	}
+	if !validArtifactName(name) {
+		return fmt.Errorf("run %s: artifact %q: %w", runID, clip(name), ErrNotFound)
+	}
+	return nil
+}
+
+func validArtifactName(name string) bool {
+	return name != "" && len(name) <= MaxNameLen && printable(name)
 }
 
 // ValidateFilter checks f and returns it with Limit brought into 1..MaxPage
@@ -293,6 +323,10 @@ func validDigest(d string) bool {
 	}
 	return true
 }
+
+// text reports whether s is valid UTF-8 without NUL, which PostgreSQL's
+// text cannot hold.
+func text(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
 // printable reports whether s is valid UTF-8 without control characters.
 func printable(s string) bool {

@@ -265,6 +265,9 @@ func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 	if err := s.check("get run"); err != nil {
 		return store.Run{}, err
 	}
+	if err := store.CheckRunID(id); err != nil {
+		return store.Run{}, fmt.Errorf("postgres: get run: %w", err)
+	}
 	r, err := sqlrow.ScanRun(s.pool.QueryRow(ctx, `SELECT `+sqlrow.RunColumns+` FROM runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
@@ -299,6 +302,9 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 	}
 	if err := event.CheckTransition(from, to); err != nil {
 		return store.Run{}, fmt.Errorf("postgres: run %s: %w", clip(id), err)
+	}
+	if err := store.CheckRunID(id); err != nil {
+		return store.Run{}, fmt.Errorf("postgres: update run status: %w", err)
 	}
 	var r store.Run
 	err := s.write(ctx, func(tx pgx.Tx) error {
@@ -674,6 +680,9 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 	if err := s.check("events"); err != nil {
 		return nil, err
 	}
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("postgres: events: %w", err)
+	}
 	out, err := query(ctx, s.pool, sqlrow.ScanEvent, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
 		runID, from, store.PageLimit(limit))
 	if err != nil {
@@ -691,6 +700,9 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
 	if err := s.check("last event"); err != nil {
 		return event.Event{}, err
+	}
+	if err := store.CheckRunID(runID); err != nil {
+		return event.Event{}, fmt.Errorf("postgres: last event: %w", err)
 	}
 	e, err := sqlrow.ScanEvent(s.pool.QueryRow(ctx, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -763,6 +775,9 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 	if err := s.check("get artifact"); err != nil {
 		return store.Artifact{}, err
 	}
+	if err := store.CheckArtifactKey(runID, name); err != nil {
+		return store.Artifact{}, fmt.Errorf("postgres: get artifact: %w", err)
+	}
 	a, err := sqlrow.ScanArtifact(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, runID, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
@@ -777,6 +792,9 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
 	if err := s.check("list artifacts"); err != nil {
 		return nil, err
+	}
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("postgres: list artifacts: %w", err)
 	}
 	out, err := query(ctx, s.pool, sqlrow.ScanArtifact, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 ORDER BY name`, runID)
 	if err != nil {

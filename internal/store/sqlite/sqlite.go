@@ -553,6 +553,9 @@ func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 	if err := s.check("get run"); err != nil {
 		return store.Run{}, err
 	}
+	if err := store.CheckRunID(id); err != nil {
+		return store.Run{}, fmt.Errorf("sqlite: get run: %w", err)
+	}
 	r, err := sqlrow.ScanRun(s.stmtGetRun.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
@@ -587,6 +590,9 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 	}
 	if err := event.CheckTransition(from, to); err != nil {
 		return store.Run{}, fmt.Errorf("sqlite: run %s: %w", clip(id), err)
+	}
+	if err := store.CheckRunID(id); err != nil {
+		return store.Run{}, fmt.Errorf("sqlite: update run status: %w", err)
 	}
 	var r store.Run
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -843,6 +849,9 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 	if err := s.check("events"); err != nil {
 		return nil, err
 	}
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("sqlite: events: %w", err)
+	}
 	out, err := query(ctx, s.r, sqlrow.ScanEvent, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?`,
 		runID, from, store.PageLimit(limit))
 	if err != nil {
@@ -860,6 +869,9 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
 	if err := s.check("last event"); err != nil {
 		return event.Event{}, err
+	}
+	if err := store.CheckRunID(runID); err != nil {
+		return event.Event{}, fmt.Errorf("sqlite: last event: %w", err)
 	}
 	e, err := sqlrow.ScanEvent(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1`, runID))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -928,6 +940,9 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 	if err := s.check("get artifact"); err != nil {
 		return store.Artifact{}, err
 	}
+	if err := store.CheckArtifactKey(runID, name); err != nil {
+		return store.Artifact{}, fmt.Errorf("sqlite: get artifact: %w", err)
+	}
 	a, err := sqlrow.ScanArtifact(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, runID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
@@ -942,6 +957,9 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
 	if err := s.check("list artifacts"); err != nil {
 		return nil, err
+	}
+	if err := store.CheckRunID(runID); err != nil {
+		return nil, fmt.Errorf("sqlite: list artifacts: %w", err)
 	}
 	out, err := query(ctx, s.r, sqlrow.ScanArtifact, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = ? ORDER BY name`, runID)
 	if err != nil {

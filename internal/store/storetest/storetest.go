@@ -78,6 +78,7 @@ func Run(t *testing.T, f Factory) {
 		{"TwoHandles", testTwoHandles},
 		{"Tamper", testTamper},
 		{"Closed", testClosed},
+		{"Text", testText},
 		{"Lease", testLease},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"LeaseLapsed", testLeaseLapsed},
