@@ -16,7 +16,8 @@ import (
 // the conformance suite tests them once and no backend can drift.
 
 // PrepareRun validates r for CreateRun and returns it as it must be stored:
-// Task redacted, Created and Updated defaulted to now (in UTC), Finished,
+// Task redacted, Created and Updated defaulted to now (in UTC; a time a
+// store cannot hold as nanoseconds since 1970 is refused), Finished,
 // LastSeq, LastHash and the lease fields cleared. Errors wrap ErrInvalid.
 func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	if err := event.ValidRunID(r.ID); err != nil {
@@ -68,6 +69,9 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	}
 	if r.Updated.IsZero() {
 		r.Updated = r.Created
+	}
+	if !nanoTime(r.Created) || !nanoTime(r.Updated) {
+		return r, fmt.Errorf("%w: run %s: creation or update time out of range", ErrInvalid, r.ID)
 	}
 	r.Created, r.Updated = r.Created.UTC(), r.Updated.UTC()
 	r.Finished = time.Time{}
@@ -212,6 +216,9 @@ func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
 	}
 	if a.Created.IsZero() {
 		a.Created = now
+	}
+	if !nanoTime(a.Created) {
+		return a, fmt.Errorf("%w: run %s: artifact %q: creation time out of range", ErrInvalid, a.RunID, a.Name)
 	}
 	a.Created = a.Created.UTC()
 	return a, nil

@@ -380,6 +380,8 @@ func testCreateRunInvalid(t *testing.T, f Factory) {
 		{"final status", func(r *store.Run) { r.Status = event.StatusCompleted }},
 		{"task not UTF-8", func(r *store.Run) { r.Task = "\xff" }},
 		{"task too long", func(r *store.Run) { r.Task = strings.Repeat("x", store.MaxTaskLen+1) }},
+		{"created out of range", func(r *store.Run) { r.Created = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		{"updated out of range", func(r *store.Run) { r.Updated = time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC) }},
 		{"model control char", func(r *store.Run) { r.Model = "a\nb" }},
 		{"policy too large", func(r *store.Run) { r.Policy = make([]byte, store.MaxPolicyLen+1) }},
 		{"parent seq alone", func(r *store.Run) { r.ParentSeq = 1 }},
@@ -1045,6 +1047,7 @@ func testArtifacts(t *testing.T, f Factory) {
 		{RunID: r.ID, Name: "x", Digest: "sha256:" + strings.Repeat("AB", 32)},
 		{RunID: r.ID, Name: "x", Digest: digest, Size: -1},
 		{RunID: "x", Name: "x", Digest: digest},
+		{RunID: r.ID, Name: "x", Digest: digest, Created: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)},
 	} {
 		_, err := s.PutArtifact(ctx, bad)
 		wantErr(t, fmt.Sprintf("PutArtifact(%+v)", bad), err, store.ErrInvalid)
