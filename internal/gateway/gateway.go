@@ -45,14 +45,6 @@ type Verifier interface {
 	Verify(tok string, on token.Scope) (token.Scope, error)
 }
 
-// Ledger is the part of the store the gateway needs: a metered tenant's
-// balance and the debits of its calls. store.Store satisfies it.
-type Ledger interface {
-	AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error)
-	Balance(ctx context.Context, tenant string) (int64, error)
-	LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]store.LedgerEntry, error)
-}
-
 // Upstream is a model provider the gateway forwards to.
 type Upstream struct {
 	// Kind is KindOpenAI or KindAnthropic.
@@ -99,7 +91,7 @@ type Config struct {
 	// Ledger holds the tenants' credits. A tenant whose ledger has an
 	// entry is metered: a call is refused once its balance is spent, and
 	// each call is debited. nil meters no one.
-	Ledger Ledger
+	Ledger store.Ledger
 	// Record appends the call's event to the run's log and returns its
 	// seq, which the debit names (required). It runs after the answer
 	// went to the sandbox, in the background (Close waits for it), with a
