@@ -22,7 +22,7 @@ import (
 // before it (READ COMMITTED), so the retry check below is exact. One
 // ledger write at a time is cheap next to the fsync each one waits for.
 func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error) {
-	if err := s.check("add ledger entry"); err != nil {
+	if err := s.check("add ledger entry", nil); err != nil {
 		return store.LedgerEntry{}, err
 	}
 	e, err := store.PrepareLedgerEntry(e, s.now(), s.red)
@@ -78,11 +78,8 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 // Balance implements store.Store. PostgreSQL sums bigints as numeric, so
 // the sum is exact, and the cast back fails rather than wraps.
 func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
-	if err := s.check("balance"); err != nil {
+	if err := s.check("balance", store.ValidateTenant(tenant)); err != nil {
 		return 0, err
-	}
-	if err := store.ValidateTenant(tenant); err != nil {
-		return 0, fmt.Errorf("postgres: balance: %w", err)
 	}
 	var b int64
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(CASE kind WHEN 'grant' THEN amount ELSE -amount END), 0)::bigint
@@ -95,7 +92,7 @@ func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
 
 // LedgerEntries implements store.Store.
 func (s *Store) LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]store.LedgerEntry, error) {
-	if err := s.check("ledger entries"); err != nil {
+	if err := s.check("ledger entries", nil); err != nil {
 		return nil, err
 	}
 	limit, err := store.ValidateLedgerPage(tenant, after, limit)

@@ -141,9 +141,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) check(op string) error {
-	if s.closed.Load() {
+// check returns the error call op must return before it begins, if
+// any: ErrClosed when the store is closed, else invalid, the error of the
+// call's check of its arguments (nil when they passed or it has none).
+func (s *Store) check(op string, invalid error) error {
+	switch {
+	case s.closed.Load():
 		return fmt.Errorf("postgres: %s: %w", op, store.ErrClosed)
+	case invalid != nil:
+		return fmt.Errorf("postgres: %s: %w", op, invalid)
 	}
 	return nil
 }
@@ -175,7 +181,7 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
-	if err := s.check("create run"); err != nil {
+	if err := s.check("create run", nil); err != nil {
 		return r, err
 	}
 	r, err := store.PrepareRun(r, s.now(), s.red)
@@ -228,7 +234,7 @@ func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run, first []e
 
 // CreateRunWith implements store.Store.
 func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Event) (store.Run, []event.Event, error) {
-	if err := s.check("create run"); err != nil {
+	if err := s.check("create run", nil); err != nil {
 		return r, nil, err
 	}
 	r, evs, err := store.PrepareRunWith(ctx, r, first, s.now(), s.red)
@@ -262,11 +268,8 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
-	if err := s.check("get run"); err != nil {
+	if err := s.check("get run", store.CheckRunID(id)); err != nil {
 		return store.Run{}, err
-	}
-	if err := store.CheckRunID(id); err != nil {
-		return store.Run{}, fmt.Errorf("postgres: get run: %w", err)
 	}
 	r, err := sqlrow.ScanRun(s.pool.QueryRow(ctx, `SELECT `+sqlrow.RunColumns+` FROM runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -280,14 +283,10 @@ func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 
 // ListRuns implements store.Store.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
-	if err := s.check("list runs"); err != nil {
+	q, args, err := sqlrow.ListRuns(f, schema.Postgres)
+	if err := s.check("list runs", err); err != nil {
 		return nil, err
 	}
-	f, err := store.ValidateFilter(f)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list runs: %w", err)
-	}
-	q, args := sqlrow.ListRuns(f, schema.Postgres)
 	out, err := query(ctx, s.pool, sqlrow.ScanRun, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list runs: %w", err)
@@ -297,7 +296,7 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 
 // UpdateRunStatus implements store.Store.
 func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (store.Run, error) {
-	if err := s.check("update run status"); err != nil {
+	if err := s.check("update run status", nil); err != nil {
 		return store.Run{}, err
 	}
 	if err := event.CheckTransition(from, to); err != nil {
@@ -361,7 +360,7 @@ func (s *Store) AppendStatus(ctx context.Context, runID string, next int64, from
 // appendStatus appends drafts and, when to is not empty, changes the status
 // from from to to, in one transaction.
 func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
-	if err := s.check("append"); err != nil {
+	if err := s.check("append", nil); err != nil {
 		return store.Run{}, nil, err
 	}
 	// Redaction and canonical JSON are the costly part; they need no lock.
@@ -531,11 +530,8 @@ func setLease(ctx context.Context, tx pgx.Tx, l store.Lease) error {
 
 // AcquireLease implements store.Store.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
-	if err := s.check("acquire lease"); err != nil {
+	if err := s.check("acquire lease", store.ValidateLease(runID, owner, 1, ttl)); err != nil {
 		return store.Lease{}, err
-	}
-	if err := store.ValidateLease(runID, owner, 1, ttl); err != nil {
-		return store.Lease{}, fmt.Errorf("postgres: acquire lease: %w", err)
 	}
 	var l store.Lease
 	err := s.write(ctx, func(tx pgx.Tx) error {
@@ -556,11 +552,8 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 
 // RenewLease implements store.Store.
 func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (store.Lease, error) {
-	if err := s.check("renew lease"); err != nil {
+	if err := s.check("renew lease", store.ValidateLease(runID, owner, token, ttl)); err != nil {
 		return store.Lease{}, err
-	}
-	if err := store.ValidateLease(runID, owner, token, ttl); err != nil {
-		return store.Lease{}, fmt.Errorf("postgres: renew lease: %w", err)
 	}
 	var l store.Lease
 	err := s.write(ctx, func(tx pgx.Tx) error {
@@ -581,11 +574,8 @@ func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int64) error {
-	if err := s.check("release lease"); err != nil {
+	if err := s.check("release lease", store.ValidateLease(runID, owner, token, 1)); err != nil {
 		return err
-	}
-	if err := store.ValidateLease(runID, owner, token, 1); err != nil {
-		return fmt.Errorf("postgres: release lease: %w", err)
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		if _, err := readLease(ctx, tx, runID); err != nil {
@@ -677,11 +667,8 @@ func (s *Store) committed(ctx context.Context, last event.Event) (bool, error) {
 
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error) {
-	if err := s.check("events"); err != nil {
+	if err := s.check("events", store.CheckRunID(runID)); err != nil {
 		return nil, err
-	}
-	if err := store.CheckRunID(runID); err != nil {
-		return nil, fmt.Errorf("postgres: events: %w", err)
 	}
 	out, err := query(ctx, s.pool, sqlrow.ScanEvent, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
 		runID, from, store.PageLimit(limit))
@@ -698,11 +685,8 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 
 // LastEvent implements store.Store.
 func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
-	if err := s.check("last event"); err != nil {
+	if err := s.check("last event", store.CheckRunID(runID)); err != nil {
 		return event.Event{}, err
-	}
-	if err := store.CheckRunID(runID); err != nil {
-		return event.Event{}, fmt.Errorf("postgres: last event: %w", err)
 	}
 	e, err := sqlrow.ScanEvent(s.pool.QueryRow(ctx, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -730,7 +714,7 @@ func (s *Store) exists(ctx context.Context, id string) error {
 
 // PutArtifact implements store.Store.
 func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
-	if err := s.check("put artifact"); err != nil {
+	if err := s.check("put artifact", nil); err != nil {
 		return a, err
 	}
 	a, err := store.PrepareArtifact(a, s.now())
@@ -772,11 +756,8 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 
 // GetArtifact implements store.Store.
 func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Artifact, error) {
-	if err := s.check("get artifact"); err != nil {
+	if err := s.check("get artifact", store.CheckArtifactKey(runID, name)); err != nil {
 		return store.Artifact{}, err
-	}
-	if err := store.CheckArtifactKey(runID, name); err != nil {
-		return store.Artifact{}, fmt.Errorf("postgres: get artifact: %w", err)
 	}
 	a, err := sqlrow.ScanArtifact(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, runID, name))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -790,11 +771,8 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 
 // ListArtifacts implements store.Store.
 func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
-	if err := s.check("list artifacts"); err != nil {
+	if err := s.check("list artifacts", store.CheckRunID(runID)); err != nil {
 		return nil, err
-	}
-	if err := store.CheckRunID(runID); err != nil {
-		return nil, fmt.Errorf("postgres: list artifacts: %w", err)
 	}
 	out, err := query(ctx, s.pool, sqlrow.ScanArtifact, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 ORDER BY name`, runID)
 	if err != nil {

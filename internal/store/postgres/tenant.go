@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,7 @@ func oneRow(tag pgconn.CommandTag, none error) error {
 // CreateTenant implements store.Store. ON CONFLICT makes two processes
 // creating one name at once see one success and one ErrExists.
 func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("create tenant"); err != nil {
+	if err := s.check("create tenant", nil); err != nil {
 		return store.Tenant{}, err
 	}
 	tn, err := store.PrepareTenant(name, s.now())
@@ -45,11 +46,8 @@ func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, er
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("get tenant"); err != nil {
+	if err := s.check("get tenant", store.ValidateTenantName(name)); err != nil {
 		return store.Tenant{}, err
-	}
-	if err := store.ValidateTenantName(name); err != nil {
-		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
 	}
 	tn, err := sqlrow.ScanTenant(s.pool.QueryRow(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -63,7 +61,7 @@ func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	if err := s.check("list tenants"); err != nil {
+	if err := s.check("list tenants", nil); err != nil {
 		return nil, err
 	}
 	out, err := query(ctx, s.pool, sqlrow.ScanTenant, `SELECT `+sqlrow.TenantColumns+` FROM tenants ORDER BY name`)
@@ -78,7 +76,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 // would refuse the key otherwise); ON CONFLICT turns a taken id or hash
 // into ErrExists, also when another process took it a moment before.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
-	if err := s.check("create API key"); err != nil {
+	if err := s.check("create API key", nil); err != nil {
 		return err
 	}
 	k, err := store.PrepareAPIKey(k, s.now(), s.red)
@@ -109,11 +107,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements store.Store.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	if err := s.check("find API key"); err != nil {
+	if err := s.check("find API key", store.ValidateAPIKeyHash(hash)); err != nil {
 		return store.APIKey{}, err
-	}
-	if err := store.ValidateAPIKeyHash(hash); err != nil {
-		return store.APIKey{}, fmt.Errorf("postgres: find API key: %w", err)
 	}
 	k, err := sqlrow.ScanAPIKey(s.pool.QueryRow(ctx, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -127,11 +122,8 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 
 // ListAPIKeys implements store.Store.
 func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	if err := s.check("list API keys"); err != nil {
+	if err := s.check("list API keys", store.ValidateTenantName(tenant)); err != nil {
 		return nil, err
-	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return nil, fmt.Errorf("postgres: list API keys: %w", err)
 	}
 	out, err := query(ctx, s.pool, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
@@ -151,14 +143,8 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 
 // RevokeAPIKey implements store.Store.
 func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
-	if err := s.check("revoke API key"); err != nil {
+	if err := s.check("revoke API key", cmp.Or(store.ValidateTenantName(tenant), store.ValidateAPIKeyID(id))); err != nil {
 		return err
-	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return fmt.Errorf("postgres: revoke API key: %w", err)
-	}
-	if err := store.ValidateAPIKeyID(id); err != nil {
-		return fmt.Errorf("postgres: revoke API key: %w", err)
 	}
 	// COALESCE keeps the first revocation; the row still counts as
 	// changed, so 0 rows means no such key of this tenant.
@@ -176,11 +162,8 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 // TouchAPIKey implements store.Store. The update only moves last use
 // forward, so replicas touching one key at once cannot move it back.
 func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
-	if err := s.check("touch API key"); err != nil {
+	if err := s.check("touch API key", store.ValidateTouch(id, at)); err != nil {
 		return err
-	}
-	if err := store.ValidateTouch(id, at); err != nil {
-		return fmt.Errorf("postgres: touch API key: %w", err)
 	}
 	ns := at.UnixNano()
 	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_ns = $1

@@ -15,7 +15,7 @@ import (
 // writer, in this process or another, so the id it picks (max + 1) is free
 // and larger than every committed one.
 func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error) {
-	if err := s.check("add ledger entry"); err != nil {
+	if err := s.check("add ledger entry", nil); err != nil {
 		return store.LedgerEntry{}, err
 	}
 	e, err := store.PrepareLedgerEntry(e, s.now(), s.red)
@@ -65,11 +65,8 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 // Balance implements store.Store. SQLite's SUM fails on overflow rather
 // than wrapping.
 func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
-	if err := s.check("balance"); err != nil {
+	if err := s.check("balance", store.ValidateTenant(tenant)); err != nil {
 		return 0, err
-	}
-	if err := store.ValidateTenant(tenant); err != nil {
-		return 0, fmt.Errorf("sqlite: balance: %w", err)
 	}
 	var b int64
 	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(SUM(CASE kind WHEN 'grant' THEN amount ELSE -amount END), 0)
@@ -82,7 +79,7 @@ func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
 
 // LedgerEntries implements store.Store.
 func (s *Store) LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]store.LedgerEntry, error) {
-	if err := s.check("ledger entries"); err != nil {
+	if err := s.check("ledger entries", nil); err != nil {
 		return nil, err
 	}
 	limit, err := store.ValidateLedgerPage(tenant, after, limit)

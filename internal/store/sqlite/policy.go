@@ -15,7 +15,7 @@ import (
 // writer, in this process or another, so the latest version it reads is
 // still the latest when it inserts the next.
 func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.PolicyVersion, bool, error) {
-	if err := s.check("put policy"); err != nil {
+	if err := s.check("put policy", nil); err != nil {
 		return store.PolicyVersion{}, false, err
 	}
 	v, err := store.PreparePolicy(v, s.now(), s.red)
@@ -52,7 +52,7 @@ func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.Pol
 
 // PolicyVersions implements store.Store.
 func (s *Store) PolicyVersions(ctx context.Context, tenant, name string) ([]store.PolicyVersion, error) {
-	if err := s.check("policy versions"); err != nil {
+	if err := s.check("policy versions", nil); err != nil {
 		return nil, err
 	}
 	if _, err := store.ValidatePolicyQuery(tenant, name, ""); err != nil {
@@ -71,11 +71,8 @@ func (s *Store) PolicyVersions(ctx context.Context, tenant, name string) ([]stor
 
 // ListPolicies implements store.Store.
 func (s *Store) ListPolicies(ctx context.Context, tenant string) ([]store.PolicyVersion, error) {
-	if err := s.check("list policies"); err != nil {
+	if err := s.check("list policies", store.ValidateTenant(tenant)); err != nil {
 		return nil, err
-	}
-	if err := store.ValidateTenant(tenant); err != nil {
-		return nil, fmt.Errorf("sqlite: list policies: %w", err)
 	}
 	out, err := query(ctx, s.r, sqlrow.ScanPolicyMeta, `SELECT `+sqlrow.PolicyMeta+` FROM policies p WHERE tenant = ?
 		AND version = (SELECT MAX(version) FROM policies q WHERE q.tenant = p.tenant AND q.name = p.name)
@@ -88,7 +85,7 @@ func (s *Store) ListPolicies(ctx context.Context, tenant string) ([]store.Policy
 
 // GetPolicy implements store.Store.
 func (s *Store) GetPolicy(ctx context.Context, tenant, name, ref string) (store.PolicyVersion, error) {
-	if err := s.check("get policy"); err != nil {
+	if err := s.check("get policy", nil); err != nil {
 		return store.PolicyVersion{}, err
 	}
 	r, err := store.ValidatePolicyQuery(tenant, name, ref)

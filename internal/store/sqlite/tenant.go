@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -13,7 +14,7 @@ import (
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("create tenant"); err != nil {
+	if err := s.check("create tenant", nil); err != nil {
 		return store.Tenant{}, err
 	}
 	tn, err := store.PrepareTenant(name, s.now())
@@ -49,11 +50,8 @@ func oneRow(res sql.Result, none error) error {
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("get tenant"); err != nil {
+	if err := s.check("get tenant", store.ValidateTenantName(name)); err != nil {
 		return store.Tenant{}, err
-	}
-	if err := store.ValidateTenantName(name); err != nil {
-		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
 	}
 	tn, err := sqlrow.ScanTenant(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -67,7 +65,7 @@ func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	if err := s.check("list tenants"); err != nil {
+	if err := s.check("list tenants", nil); err != nil {
 		return nil, err
 	}
 	out, err := query(ctx, s.r, sqlrow.ScanTenant, `SELECT `+sqlrow.TenantColumns+` FROM tenants ORDER BY name`)
@@ -79,7 +77,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 
 // CreateAPIKey implements store.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
-	if err := s.check("create API key"); err != nil {
+	if err := s.check("create API key", nil); err != nil {
 		return err
 	}
 	k, err := store.PrepareAPIKey(k, s.now(), s.red)
@@ -111,11 +109,8 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements store.Store.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	if err := s.check("find API key"); err != nil {
+	if err := s.check("find API key", store.ValidateAPIKeyHash(hash)); err != nil {
 		return store.APIKey{}, err
-	}
-	if err := store.ValidateAPIKeyHash(hash); err != nil {
-		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
@@ -134,11 +129,8 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 
 // ListAPIKeys implements store.Store.
 func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	if err := s.check("list API keys"); err != nil {
+	if err := s.check("list API keys", store.ValidateTenantName(tenant)); err != nil {
 		return nil, err
-	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return nil, fmt.Errorf("sqlite: list API keys: %w", err)
 	}
 	out, err := query(ctx, s.r, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
@@ -158,14 +150,8 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 
 // RevokeAPIKey implements store.Store.
 func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
-	if err := s.check("revoke API key"); err != nil {
+	if err := s.check("revoke API key", cmp.Or(store.ValidateTenantName(tenant), store.ValidateAPIKeyID(id))); err != nil {
 		return err
-	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return fmt.Errorf("sqlite: revoke API key: %w", err)
-	}
-	if err := store.ValidateAPIKeyID(id); err != nil {
-		return fmt.Errorf("sqlite: revoke API key: %w", err)
 	}
 	now := s.now().UTC()
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -186,11 +172,8 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 
 // TouchAPIKey implements store.Store.
 func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
-	if err := s.check("touch API key"); err != nil {
+	if err := s.check("touch API key", store.ValidateTouch(id, at)); err != nil {
 		return err
-	}
-	if err := store.ValidateTouch(id, at); err != nil {
-		return fmt.Errorf("sqlite: touch API key: %w", err)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ns := at.UnixNano()

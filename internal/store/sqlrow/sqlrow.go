@@ -242,9 +242,12 @@ func ScanAPIKey(sc Scanner) (store.APIKey, error) {
 }
 
 // ListRuns returns the query of store.Store.ListRuns(f) in dialect d, and
-// its arguments. f has passed store.ValidateFilter (its Kind and Limit
-// are set).
-func ListRuns(f store.RunFilter, d schema.Dialect) (string, []any) {
+// its arguments, or the error of store.ValidateFilter(f).
+func ListRuns(f store.RunFilter, d schema.Dialect) (string, []any, error) {
+	f, err := store.ValidateFilter(f)
+	if err != nil {
+		return "", nil, err
+	}
 	var (
 		q    strings.Builder
 		args []any
@@ -289,5 +292,5 @@ func ListRuns(f store.RunFilter, d schema.Dialect) (string, []any) {
 		q.WriteString(` DESC`)
 	}
 	q.WriteString(` LIMIT ` + arg(f.Limit))
-	return q.String(), args
+	return q.String(), args, nil
 }
