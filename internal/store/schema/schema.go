@@ -197,8 +197,8 @@ var migrations = []string{
 	`ALTER TABLE policies ADD COLUMN policy_hash TEXT;`,
 }
 
-// MetadataVersion is the migration that made run_metadata: the stores
-// fill it, in the same transaction, from the runs stored before it (their
+// MetadataVersion is the migration that made run_metadata: Migrate fills
+// it, in the same transaction, from the runs stored before it (their
 // run.created events), which SQL common to both dialects cannot do.
 const MetadataVersion = 9
 
