@@ -118,7 +118,7 @@ func ValidateScopes(scopes []string) error {
 	return nil
 }
 
-// KeyStore is what Keys needs of the store; store.Store satisfies it.
+// KeyStore is what Keys needs of the store; store.Keys satisfies it.
 type KeyStore interface {
 	CreateAPIKey(ctx context.Context, k store.APIKey) error
 	APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error)

@@ -29,7 +29,7 @@ var layers = []struct {
 	}},
 	{"components", []string{
 		"internal/sandbox/execconn", "internal/sandbox/linux", "internal/sandbox/pool", "internal/sandbox/sandboxtest",
-		"internal/supervisor", "internal/store/sqlite", "internal/store/postgres", "internal/store/postgres/pgtest",
+		"internal/supervisor", "internal/store/sqlrow", "internal/store/sqlite", "internal/store/postgres", "internal/store/postgres/pgtest",
 		"internal/store/storetest", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit",
 	}},

@@ -31,7 +31,7 @@ const maxQueued = 4096
 // record appends to one sandbox's log.
 type record struct {
 	runID string
-	st    store.Store
+	st    store.Log
 	wake  func() // tells the flusher there is work
 
 	// mu is held while appending: the log has one writer at a time, and

@@ -49,9 +49,21 @@ import (
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
+// Store is what an Engine needs of the run store: runs, their logs,
+// leases and artifacts, the tenants' credits and policies; not tenants or
+// API keys. store.Store satisfies it.
+type Store interface {
+	store.Runs
+	store.Log
+	store.Leases
+	store.Artifacts
+	store.Ledger
+	store.Policies
+}
+
 // Options are what an Engine needs from its host.
 type Options struct {
-	Store   store.Store
+	Store   Store
 	Blobs   *blob.Store
 	Backend sandbox.Backend
 	// NewProvider builds a real model provider from a spec and base URL

@@ -2,6 +2,7 @@ package event
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -19,8 +20,9 @@ const (
 // CheckMetadata reports the first problem of a run's metadata: more than
 // MaxMetadataKeys keys, a key that is not 1 to MaxMetadataKeyLen of A-Z,
 // a-z, 0-9, '_', '.' and '-' starting with a letter or digit, or a value
-// that is not UTF-8 text of at most MaxMetadataValueLen bytes. Its text
-// names the key, never the value.
+// that is not UTF-8 text of at most MaxMetadataValueLen bytes without NUL
+// (which the stores' text columns cannot all hold). Its text names the
+// key, never the value.
 func CheckMetadata(md map[string]string) error {
 	if len(md) > MaxMetadataKeys {
 		return fmt.Errorf("event: metadata: %d keys, at most %d", len(md), MaxMetadataKeys)
@@ -30,8 +32,8 @@ func CheckMetadata(md map[string]string) error {
 			return fmt.Errorf("event: metadata key %q: want 1 to %d of A-Z, a-z, 0-9, '_', '.', '-', starting with a letter or digit",
 				truncate(k), MaxMetadataKeyLen)
 		}
-		if len(v) > MaxMetadataValueLen || !utf8.ValidString(v) {
-			return fmt.Errorf("event: metadata %s: want UTF-8 text of at most %d bytes", k, MaxMetadataValueLen)
+		if len(v) > MaxMetadataValueLen || !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("event: metadata %s: want UTF-8 text without NUL of at most %d bytes", k, MaxMetadataValueLen)
 		}
 	}
 	return nil

@@ -35,6 +35,8 @@ func TestCheckMetadata(t *testing.T) {
 		{"key with a slash", map[string]string{"a/b": "v"}, false},
 		{"value too long", map[string]string{"k": strings.Repeat("v", event.MaxMetadataValueLen+1)}, false},
 		{"value not UTF-8", map[string]string{"k": "\xff"}, false},
+		{"value with NUL", map[string]string{"k": "a\x00b"}, false},
+		{"value with other control characters", map[string]string{"k": "a\tb\nc"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

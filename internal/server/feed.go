@@ -197,7 +197,7 @@ func (s *subscription) since(after int64) ([]feedEvent, bool) { return s.fr.sinc
 // stop ends it. The first stream of a run starts its poller, which reads
 // st every poll for events that another process appended; the last one to
 // leave stops it.
-func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) *subscription {
+func (f *Feed) subscribe(runID string, st store.RunLog, poll time.Duration) *subscription {
 	ch := make(chan struct{}, 1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -227,7 +227,7 @@ func (f *Feed) subscribe(runID string, st store.Store, poll time.Duration) *subs
 
 // poll publishes the events of runID that st holds beyond what the feed
 // does, every interval, until ctx ends.
-func (f *Feed) poll(ctx context.Context, runID string, st store.Store, interval time.Duration) {
+func (f *Feed) poll(ctx context.Context, runID string, st store.RunLog, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for first := true; ; first = false {

@@ -62,7 +62,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) erro
 // keyWatch tells event streams that their key was revoked. It is safe for
 // concurrent use.
 type keyWatch struct {
-	st   store.Store
+	st   store.Keys
 	poll time.Duration
 	log  *slog.Logger
 
@@ -90,7 +90,7 @@ type watchedKey struct {
 	holders int
 }
 
-func newKeyWatch(st store.Store, poll time.Duration, log *slog.Logger) *keyWatch {
+func newKeyWatch(st store.Keys, poll time.Duration, log *slog.Logger) *keyWatch {
 	return &keyWatch{st: st, poll: poll, log: log, tenants: map[string]*watchedTenant{}}
 }
 

@@ -114,15 +114,15 @@ func CheckLedgerRun(e LedgerEntry, found bool, tenant string, lastSeq int64) err
 }
 
 // SameDebit is for implementations of Store: given the debit old already
-// stored for (e.RunID, e.Seq), it returns old when e is a retry of it (same
-// tenant, kind and amount; the note may differ and is not updated), and an
-// error wrapping ErrExists otherwise.
-func SameDebit(old, e LedgerEntry) (LedgerEntry, error) {
+// stored for (e.RunID, e.Seq), it returns nil when e is a retry of it (same
+// tenant, kind and amount; the note may differ and is not updated: old is
+// what AddLedgerEntry returns), and an error wrapping ErrExists otherwise.
+func SameDebit(old, e LedgerEntry) error {
 	if old.Kind != e.Kind || old.Tenant != e.Tenant || old.Amount != e.Amount {
-		return LedgerEntry{}, fmt.Errorf("%w: ledger debit: run %s seq %d is already debited %d (entry %d), not %d",
+		return fmt.Errorf("%w: ledger debit: run %s seq %d is already debited %d (entry %d), not %d",
 			ErrExists, e.RunID, e.Seq, old.Amount, old.ID, e.Amount)
 	}
-	return old, nil
+	return nil
 }
 
 // ValidateLedgerPage checks the arguments of LedgerEntries and returns

@@ -167,6 +167,41 @@ func PreparePolicy(v PolicyVersion, now time.Time, red Redactor) (PolicyVersion,
 	return v, nil
 }
 
+// PolicyWrite is what PutPolicy must write, as DecidePolicy says.
+type PolicyWrite int
+
+// What PutPolicy writes.
+const (
+	// PolicyKeep: nothing; the name's latest version has the document.
+	PolicyKeep PolicyWrite = iota
+	// PolicyFill: the latest version has the document but no policy hash
+	// (it was stored before the stores kept one): set it to the new one.
+	PolicyFill
+	// PolicyInsert: a new version of the name.
+	PolicyInsert
+)
+
+// DecidePolicy is for implementations of Store: given v (PreparePolicy's)
+// and its name's latest version (found false when the name has none),
+// read under the lock that serializes the name's puts, it returns the
+// version PutPolicy returns and what it must write to store it: v as the
+// next version, or the latest when it has v's document (with v's policy
+// hash, when it had none).
+func DecidePolicy(v, latest PolicyVersion, found bool) (PolicyVersion, PolicyWrite) {
+	switch {
+	case !found:
+		v.Version = 1
+		return v, PolicyInsert
+	case latest.Hash != v.Hash:
+		v.Version = latest.Version + 1
+		return v, PolicyInsert
+	case latest.PolicyHash == "" && v.PolicyHash != "":
+		latest.PolicyHash = v.PolicyHash
+		return latest, PolicyFill
+	}
+	return latest, PolicyKeep
+}
+
 // ValidatePolicyQuery is for implementations of Store: it checks the
 // tenant and name of a policy read (and ref, for GetPolicy; pass "" for
 // the others) and returns the parsed ref. Errors wrap ErrInvalid.

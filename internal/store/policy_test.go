@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -142,5 +143,46 @@ func TestFillPolicyHashes(t *testing.T) {
 		if vs[i].PolicyHash != want {
 			t.Errorf("FillPolicyHashes: v%d's policy hash %q, want %q", vs[i].Version, vs[i].PolicyHash, want)
 		}
+	}
+}
+
+// TestDecidePolicy: a put of the name's latest document writes nothing
+// (or only the policy hash that version lacks); any other document is the
+// next version, the first when the name has none.
+func TestDecidePolicy(t *testing.T) {
+	const h1, h2 = "sha256:1111", "sha256:2222"
+	latest := store.PolicyVersion{Tenant: "acme", Name: "prod", Version: 3, Hash: h1, PolicyHash: "sha256:p1"}
+	legacy := latest
+	legacy.PolicyHash = "" // stored before the stores kept policy hashes
+	put := store.PolicyVersion{Tenant: "acme", Name: "prod", Hash: h1, PolicyHash: "sha256:p1", Source: "prod.yaml"}
+	other := put
+	other.Hash = h2
+	noHash := put
+	noHash.PolicyHash = ""
+	filled := legacy
+	filled.PolicyHash = put.PolicyHash
+	first, next := other, other
+	first.Version, next.Version = 1, 4
+	for _, tt := range []struct {
+		name   string
+		v      store.PolicyVersion
+		latest store.PolicyVersion
+		found  bool
+		want   store.PolicyVersion
+		write  store.PolicyWrite
+	}{
+		{"first version", other, store.PolicyVersion{}, false, first, store.PolicyInsert},
+		{"another document", other, latest, true, next, store.PolicyInsert},
+		{"the latest document", put, latest, true, latest, store.PolicyKeep},
+		{"the latest document, without a policy hash", noHash, latest, true, latest, store.PolicyKeep},
+		{"the latest document stored without a policy hash", put, legacy, true, filled, store.PolicyFill},
+		{"neither has a policy hash", noHash, legacy, true, legacy, store.PolicyKeep},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, write := store.DecidePolicy(tt.v, tt.latest, tt.found)
+			if !reflect.DeepEqual(got, tt.want) || write != tt.write {
+				t.Errorf("DecidePolicy() = %+v, %v; want %+v, %v", got, write, tt.want, tt.write)
+			}
+		})
 	}
 }

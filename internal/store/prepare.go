@@ -1,8 +1,10 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,7 +16,8 @@ import (
 // the conformance suite tests them once and no backend can drift.
 
 // PrepareRun validates r for CreateRun and returns it as it must be stored:
-// Task redacted, Created and Updated defaulted to now (in UTC), Finished,
+// Task redacted, Created and Updated defaulted to now (in UTC; a time a
+// store cannot hold as nanoseconds since 1970 is refused), Finished,
 // LastSeq, LastHash and the lease fields cleared. Errors wrap ErrInvalid.
 func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	if err := event.ValidRunID(r.ID); err != nil {
@@ -28,8 +31,8 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 		return r, fmt.Errorf("%w: run %s: unknown status %q", ErrInvalid, r.ID, clip(string(r.Status)))
 	case r.Status.Final():
 		return r, fmt.Errorf("%w: run %s: cannot create a run in final status %s", ErrInvalid, r.ID, r.Status)
-	case len(r.Task) > MaxTaskLen || !utf8.ValidString(r.Task):
-		return r, fmt.Errorf("%w: run %s: task is not valid UTF-8 of at most %d bytes", ErrInvalid, r.ID, MaxTaskLen)
+	case len(r.Task) > MaxTaskLen || !text(r.Task):
+		return r, fmt.Errorf("%w: run %s: task is not UTF-8 text without NUL of at most %d bytes", ErrInvalid, r.ID, MaxTaskLen)
 	case len(r.Model) > MaxModelLen || !printable(r.Model):
 		return r, fmt.Errorf("%w: run %s: model is not printable text of at most %d bytes", ErrInvalid, r.ID, MaxModelLen)
 	case len(r.Policy) > MaxPolicyLen:
@@ -67,6 +70,9 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 	if r.Updated.IsZero() {
 		r.Updated = r.Created
 	}
+	if !nanoTime(r.Created) || !nanoTime(r.Updated) {
+		return r, fmt.Errorf("%w: run %s: creation or update time out of range", ErrInvalid, r.ID)
+	}
 	r.Created, r.Updated = r.Created.UTC(), r.Updated.UTC()
 	r.Finished = time.Time{}
 	r.LastSeq, r.LastHash = 0, event.Hash{}
@@ -75,6 +81,47 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 		r.Policy = []byte{}
 	}
 	return r, nil
+}
+
+// PrepareRunWith is for implementations of Store: it validates r and
+// first for CreateRunWith and returns them as they must be stored: r as
+// PrepareRun returns it, and first prepared (PrepareDrafts) and sealed as
+// the first events of a new log. A new run's lease token is 0, so a ctx
+// fenced by another (CheckFence) is refused here, before any write, with
+// an error wrapping ErrLeaseLost, as Append would refuse it; other errors
+// wrap ErrInvalid.
+func PrepareRunWith(ctx context.Context, r Run, first []event.Event, now time.Time, red Redactor) (Run, []event.Event, error) {
+	r, err := PrepareRun(r, now, red)
+	if err != nil {
+		return r, nil, fmt.Errorf("create run: %w", err)
+	}
+	if len(first) == 0 {
+		return r, nil, fmt.Errorf("create run %s: %w: no first events", r.ID, ErrInvalid)
+	}
+	evs, err := PrepareDrafts(r.ID, 1, first, now, red)
+	if err != nil {
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	if err := CheckFence(ctx, r.ID, 0); err != nil {
+		return r, nil, fmt.Errorf("create run %s: %w", r.ID, err)
+	}
+	event.SealChain(r.ID, 0, event.Hash{}, evs)
+	return r, evs, nil
+}
+
+// CheckParent is for implementations of Store: called inside the write
+// transaction of CreateRun with the last seq of the run r.ParentRunID
+// names (found is false when there is no such run), it returns nil when r
+// may fork from it at r.ParentSeq, and an error wrapping ErrInvalid
+// otherwise. A log only grows, so a seq it has when checked it keeps.
+func CheckParent(r Run, found bool, lastSeq int64) error {
+	switch {
+	case !found:
+		return fmt.Errorf("%w: parent run %s does not exist", ErrInvalid, r.ParentRunID)
+	case r.ParentSeq > lastSeq:
+		return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", ErrInvalid, r.ParentRunID, r.ParentSeq, lastSeq)
+	}
+	return nil
 }
 
 // PrepareDrafts validates the drafts of an Append of run runID starting at
@@ -130,6 +177,23 @@ func PrepareDrafts(runID string, next int64, drafts []event.Event, now time.Time
 	return out, nil
 }
 
+// CheckTail is for implementations of Store: called inside the write
+// transaction of Append with run runID's last seq and lease token, read
+// under the run's lock, it returns nil when drafts from seq next may be
+// appended, and otherwise the error Append must return: first a fence in
+// ctx that is not token (CheckFence), since a writer that lost its lease
+// must stop rather than re-read the tail and retry, then an
+// *AppendConflictError when the log's next seq is not next.
+func CheckTail(ctx context.Context, runID string, next, lastSeq, token int64) error {
+	if err := CheckFence(ctx, runID, token); err != nil {
+		return err
+	}
+	if lastSeq+1 != next {
+		return &AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
+	}
+	return nil
+}
+
 // PrepareArtifact validates a for PutArtifact and returns it as it must be
 // stored: MediaType defaulted to application/octet-stream, Created to now
 // (in UTC). Errors wrap ErrInvalid.
@@ -138,7 +202,7 @@ func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
 		return a, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	switch {
-	case a.Name == "" || len(a.Name) > MaxNameLen || !printable(a.Name):
+	case !validArtifactName(a.Name):
 		return a, fmt.Errorf("%w: run %s: artifact name must be 1 to %d printable bytes", ErrInvalid, a.RunID, MaxNameLen)
 	case !validDigest(a.Digest):
 		return a, fmt.Errorf("%w: run %s: artifact %q: digest is not sha256: and 64 lowercase hex digits", ErrInvalid, a.RunID, a.Name)
@@ -153,8 +217,51 @@ func PrepareArtifact(a Artifact, now time.Time) (Artifact, error) {
 	if a.Created.IsZero() {
 		a.Created = now
 	}
+	if !nanoTime(a.Created) {
+		return a, fmt.Errorf("%w: run %s: artifact %q: creation time out of range", ErrInvalid, a.RunID, a.Name)
+	}
 	a.Created = a.Created.UTC()
 	return a, nil
+}
+
+// SameArtifact is for implementations of Store: given the artifact old
+// already stored under a's run and name, it returns nil when a is a retry
+// of it (same digest, size and media type: old is what PutArtifact
+// returns), and an error wrapping ErrExists otherwise.
+func SameArtifact(old, a Artifact) error {
+	if old.Digest != a.Digest || old.Size != a.Size || old.MediaType != a.MediaType {
+		return fmt.Errorf("%w with another digest, size or media type", ErrExists)
+	}
+	return nil
+}
+
+// CheckRunID is for implementations of Store: a read or write that looks
+// a run up by id (GetRun, UpdateRunStatus, Events, LastEvent,
+// ListArtifacts) calls it first, and it returns an error wrapping
+// ErrNotFound when id is not a run id: no run has it. So no store sends
+// its database a text the database may not hold (PostgreSQL's text holds
+// no NUL, and only UTF-8), and all answer alike.
+func CheckRunID(id string) error {
+	if event.ValidRunID(id) != nil {
+		return fmt.Errorf("run %q: %w", clip(id), ErrNotFound)
+	}
+	return nil
+}
+
+// CheckArtifactKey is CheckRunID for GetArtifact: it also returns an error
+// wrapping ErrNotFound when name is not a name an artifact may have.
+func CheckArtifactKey(runID, name string) error {
+	if err := CheckRunID(runID); err != nil {
+		return err
+	}
+	if !validArtifactName(name) {
+		return fmt.Errorf("run %s: artifact %q: %w", runID, clip(name), ErrNotFound)
+	}
+	return nil
+}
+
+func validArtifactName(name string) bool {
+	return name != "" && len(name) <= MaxNameLen && printable(name)
 }
 
 // ValidateFilter checks f and returns it with Limit brought into 1..MaxPage
@@ -224,6 +331,10 @@ func validDigest(d string) bool {
 	return true
 }
 
+// text reports whether s is valid UTF-8 without NUL, which PostgreSQL's
+// text cannot hold.
+func text(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
 // printable reports whether s is valid UTF-8 without control characters.
 func printable(s string) bool {
 	if !utf8.ValidString(s) {
@@ -236,6 +347,10 @@ func printable(s string) bool {
 	}
 	return true
 }
+
+// Clip is for implementations of Store: it shortens untrusted text (an
+// id, a name) quoted in an error message.
+func Clip(s string) string { return clip(s) }
 
 // clip shortens untrusted text quoted in an error message.
 func clip(s string) string {

@@ -11,8 +11,8 @@ import (
 // pick up (status queued, running or awaiting_approval; see
 // event.Status.Unfinished), oldest first. A sandbox record is never one:
 // its "running" means an E2B sandbox is alive, not that a worker should
-// drive it. It pages through ListRuns, so it works on any Store.
-func Unfinished(ctx context.Context, s Store) ([]Run, error) {
+// drive it. It pages through ListRuns, so it works on any store.
+func Unfinished(ctx context.Context, s Runs) ([]Run, error) {
 	f := RunFilter{Kind: KindAgent, Statuses: []event.Status{event.StatusQueued, event.StatusRunning, event.StatusAwaitingApproval}}
 	var out []Run
 	for {
@@ -34,7 +34,7 @@ func Unfinished(ctx context.Context, s Store) ([]Run, error) {
 // appended after the run was read (a live run's) are not read. It returns
 // the number of events verified; a broken log gives an *event.VerifyError
 // with the seq.
-func VerifyRun(ctx context.Context, s Store, id string) (int64, error) {
+func VerifyRun(ctx context.Context, s RunLog, id string) (int64, error) {
 	r, err := s.GetRun(ctx, id)
 	if err != nil {
 		return 0, err

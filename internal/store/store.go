@@ -4,8 +4,11 @@
 // version they had, and the tenants themselves with their API keys.
 // Implementations live in store/sqlite (the embedded default) and
 // store/postgres (several host processes on one database); both are built
-// from one schema (store/schema) and pass the conformance suite in
-// store/storetest.
+// from one schema (store/schema), read its rows with one set of scanners
+// (store/sqlrow), and pass the conformance suite in store/storetest. The
+// functions for implementations (PrepareRun, CheckTail, DecideAcquire,
+// DecidePolicy...) hold every rule the contract states that needs no
+// database, so that no implementation can drift from another.
 //
 // Invariants every implementation keeps:
 //   - A run's events have seq 1, 2, 3... with no gap and form a hash chain
@@ -40,7 +43,8 @@
 //     name the tenant, so one tenant never sees or revokes another's.
 //
 // Importers: its implementations (internal/store/sqlite,
-// internal/store/postgres) and their suite (internal/store/storetest), the
+// internal/store/postgres), their schema and rows (internal/store/schema,
+// internal/store/sqlrow) and suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), API keys (internal/auth), the
 // credit meter (internal/credit), telemetry (internal/telemetry), host
@@ -56,10 +60,36 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 )
 
-// Store is the durable record of runs. Implementations are safe for
-// concurrent use. Every method that takes a run id returns an error
-// wrapping ErrNotFound when the run does not exist.
+// Store is the durable record of runs: each domain's interface below, and
+// Close. Implementations are safe for concurrent use. Every method that
+// takes a run id returns an error wrapping ErrNotFound when the run does
+// not exist. Code that needs only some domains names their interfaces
+// (the gateway's Ledger, a key watch's Keys), so what it may touch is
+// plain and a fake of it stays small.
 type Store interface {
+	Runs
+	Log
+	Leases
+	Artifacts
+	Ledger
+	Policies
+	Tenants
+	Keys
+
+	// Close releases the store's resources. Other calls after Close fail
+	// with an error wrapping ErrClosed; Close itself may be called again.
+	Close() error
+}
+
+// RunLog is runs with their logs: what code that reads a run and its
+// events together needs (VerifyRun, a stream that follows a run).
+type RunLog interface {
+	Runs
+	Log
+}
+
+// Runs creates runs, reads them and moves their status.
+type Runs interface {
 	// CreateRun stores a new run and returns it as stored. r.ID, r.Tenant
 	// and r.Status are required; r.Status must not be final. Created and
 	// Updated default to the current time. A run with a parent must name an
@@ -87,7 +117,11 @@ type Store interface {
 	// When ctx carries a fence (WithFence) that is not the run's current
 	// lease token, nothing changes and the error wraps ErrLeaseLost.
 	UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (Run, error)
+}
 
+// Log is the runs' append-only, hash-chained event logs: it appends to
+// a run's log (moving its status with it, when asked) and reads it.
+type Log interface {
 	// Append adds drafts to run runID's log, the first with seq next, and
 	// returns them as stored: payloads redacted and in canonical form, Time
 	// set where it was zero, and RunID, Seq, PrevHash and Hash filled. A
@@ -117,7 +151,11 @@ type Store interface {
 	// LastEvent returns the last event of run runID, or an error wrapping
 	// ErrNotFound if the log is empty.
 	LastEvent(ctx context.Context, runID string) (event.Event, error)
+}
 
+// Leases are the runs' leases: the right of one worker at a time to
+// drive a run, fenced by a token every write under it carries.
+type Leases interface {
 	// AcquireLease gives owner the lease on run runID for ttl (at most
 	// MaxLeaseTTL) by the store's clock. It succeeds when no one holds the
 	// lease, when it expired, or when owner holds it unexpired; in that
@@ -141,7 +179,11 @@ type Store interface {
 	// otherwise it does nothing. It is idempotent. The fencing token is
 	// kept: the next acquisition still gets a larger one.
 	ReleaseLease(ctx context.Context, runID, owner string, token int64) error
+}
 
+// Artifacts is the metadata of the files kept from runs (their bytes are
+// in a blob store).
+type Artifacts interface {
 	// PutArtifact records artifact metadata. Artifacts are immutable: a
 	// second Put of the same run and name succeeds if digest, size and media
 	// type are the same (a retry), and fails with ErrExists otherwise.
@@ -152,7 +194,11 @@ type Store interface {
 
 	// ListArtifacts returns run runID's artifacts ordered by name.
 	ListArtifacts(ctx context.Context, runID string) ([]Artifact, error)
+}
 
+// Ledger is the tenants' credit ledgers: append-only entries, and the
+// balances summed from them.
+type Ledger interface {
 	// AddLedgerEntry appends e to tenant e.Tenant's credit ledger and
 	// returns it as stored: ID assigned, Note redacted, Created set. It is
 	// atomic and durable on return, like Append. Errors wrapping
@@ -178,7 +224,10 @@ type Store interface {
 	// Page through a ledger by passing the last ID as the next after. A
 	// tenant without entries has none (no error).
 	LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]LedgerEntry, error)
+}
 
+// Policies is the tenants' named policies, every version of each kept.
+type Policies interface {
 	// PutPolicy stores v.Document as the next version of tenant v.Tenant's
 	// policy v.Name and returns it as stored (Version, Hash and CreatedAt
 	// set; Source and By redacted) with created true; atomic and durable
@@ -214,7 +263,10 @@ type Store interface {
 	// policies, up to MaxPage, ordered by name, without their documents.
 	// A tenant without policies has none (no error).
 	ListPolicies(ctx context.Context, tenant string) ([]PolicyVersion, error)
+}
 
+// Tenants creates and reads the tenants. They are never deleted.
+type Tenants interface {
 	// CreateTenant creates tenant name (ValidateTenantName, else
 	// ErrInvalid) and returns it as stored, CreatedAt set. A name already
 	// taken gives an error wrapping ErrExists, also when another process
@@ -226,7 +278,10 @@ type Store interface {
 
 	// ListTenants returns every tenant, ordered by name.
 	ListTenants(ctx context.Context) ([]Tenant, error)
+}
 
+// Keys is the tenants' API keys, stored by the hash of the key string.
+type Keys interface {
 	// CreateAPIKey stores k (PrepareAPIKey says what is valid; else
 	// ErrInvalid): Name redacted, CreatedAt defaulted to now. Its tenant
 	// must exist (else ErrNotFound). An id or hash already stored gives
@@ -254,10 +309,6 @@ type Store interface {
 	// process's, say) changes nothing and succeeds. An unknown id gives
 	// ErrNotFound.
 	TouchAPIKey(ctx context.Context, id string, at time.Time) error
-
-	// Close releases the store's resources. Other calls after Close fail
-	// with an error wrapping ErrClosed; Close itself may be called again.
-	Close() error
 }
 
 // Kinds of run record.

@@ -376,7 +376,7 @@ const maxCounted = 10 * store.MaxPage
 // in each unfinished status (queued, running, awaiting_approval, paused),
 // of every tenant, counted up to 10000 per status. Every process on one
 // store reports the same numbers.
-func (m *Metrics) CountRuns(st store.Store) error {
+func (m *Metrics) CountRuns(st store.Runs) error {
 	return m.reg.Register(&runsCollector{st: st, desc: prometheus.NewDesc("airlock_runs",
 		"Runs in the store by unfinished status (queued, running, awaiting_approval, paused), up to 10000 each.", []string{"status"}, nil),
 		failed: prometheus.NewDesc("airlock_runs_count_errors_total", "Scrapes whose count of runs the store did not answer.", nil, nil)})
@@ -384,7 +384,7 @@ func (m *Metrics) CountRuns(st store.Store) error {
 
 // runsCollector counts runs by status at each scrape.
 type runsCollector struct {
-	st           store.Store
+	st           store.Runs
 	desc, failed *prometheus.Desc
 
 	mu sync.Mutex

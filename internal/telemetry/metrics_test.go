@@ -245,7 +245,7 @@ func TestMetricLabelsBounded(t *testing.T) {
 func TestStoreTimed(t *testing.T) {
 	t.Parallel()
 	m := telemetry.NewMetrics(nil, nil)
-	open := func(t *testing.T, path string, r store.Redactor, now func() time.Time) store.Store {
+	open := func(t testing.TB, path string, r store.Redactor, now func() time.Time) store.Store {
 		t.Helper()
 		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Redactor: r, Now: now})
 		if err != nil {
@@ -255,7 +255,7 @@ func TestStoreTimed(t *testing.T) {
 	}
 	path := func(s store.Store) string { return s.(*telemetry.Store).Unwrap().(*sqlite.Store).Path() }
 	storetest.Run(t, storetest.Factory{
-		New: func(t *testing.T, r store.Redactor) store.Store {
+		New: func(t testing.TB, r store.Redactor) store.Store {
 			return open(t, filepath.Join(t.TempDir(), "airlock.db"), r, nil)
 		},
 		Reopen: func(t *testing.T, s store.Store) store.Store { return open(t, path(s), store.NoRedaction, nil) },

@@ -103,7 +103,7 @@ func (t *Telemetry) WrapStore(s store.Store) store.Store { return t.metrics.Wrap
 // whose creation this process did not see (created by another process,
 // or before a restart) read the run's tenant and model from it once. Call
 // it once, before the first event.
-func (t *Telemetry) UseStore(s store.Store) error {
+func (t *Telemetry) UseStore(s store.Runs) error {
 	if t.tracer != nil {
 		t.tracer.lookup = func(runID string) (RunInfo, bool) {
 			// The engine's OnEvent hook carries no context: bound the

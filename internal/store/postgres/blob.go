@@ -39,7 +39,7 @@ func (s *Store) Blobs() *Blobs { return &Blobs{s: s} }
 // concurrent Write of the same digest waits for this one's commit and
 // then does nothing.
 func (b *Blobs) Write(ctx context.Context, digest string, size int64, r io.Reader) error {
-	if err := b.s.check("write blob"); err != nil {
+	if err := b.s.check("write blob", nil); err != nil {
 		return err
 	}
 	if err := blob.ValidDigest(digest); err != nil {
@@ -90,7 +90,7 @@ func (b *Blobs) Write(ctx context.Context, digest string, size int64, r io.Reade
 // is an error wrapping blob.ErrCorrupt. Deleting the blob while it is
 // read makes the reader fail the same way.
 func (b *Blobs) Read(ctx context.Context, digest string) (io.ReadCloser, int64, error) {
-	if err := b.s.check("read blob"); err != nil {
+	if err := b.s.check("read blob", nil); err != nil {
 		return nil, 0, err
 	}
 	if err := blob.ValidDigest(digest); err != nil {
@@ -139,7 +139,7 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 
 // next fetches chunk c.n into c.buf.
 func (c *chunkReader) next() error {
-	if err := c.b.s.check("read blob"); err != nil {
+	if err := c.b.s.check("read blob", nil); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, chunkTimeout)
@@ -172,7 +172,7 @@ func (c *chunkReader) Close() error {
 
 // Has implements blob.Backend.
 func (b *Blobs) Has(ctx context.Context, digest string) (bool, error) {
-	if err := b.s.check("stat blob"); err != nil {
+	if err := b.s.check("stat blob", nil); err != nil {
 		return false, err
 	}
 	if err := blob.ValidDigest(digest); err != nil {
@@ -192,7 +192,7 @@ func (b *Blobs) Has(ctx context.Context, digest string) (bool, error) {
 // Delete implements blob.Backend: the blob's row and chunks go in one
 // transaction.
 func (b *Blobs) Delete(ctx context.Context, digest string) error {
-	if err := b.s.check("delete blob"); err != nil {
+	if err := b.s.check("delete blob", nil); err != nil {
 		return err
 	}
 	if err := blob.ValidDigest(digest); err != nil {

@@ -8,29 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-const ledgerColumns = `id, tenant, kind, amount, run_id, seq, note, created_ns`
-
-func scanLedger(row pgx.Row) (store.LedgerEntry, error) {
-	var (
-		e     store.LedgerEntry
-		runID *string
-		seq   *int64
-		ns    int64
-	)
-	if err := row.Scan(&e.ID, &e.Tenant, &e.Kind, &e.Amount, &runID, &seq, &e.Note, &ns); err != nil {
-		return e, err
-	}
-	if runID != nil {
-		e.RunID = *runID
-	}
-	if seq != nil {
-		e.Seq = *seq
-	}
-	e.Created = fromNS(ns)
-	return e, nil
-}
 
 // AddLedgerEntry implements store.Store.
 //
@@ -43,7 +22,7 @@ func scanLedger(row pgx.Row) (store.LedgerEntry, error) {
 // before it (READ COMMITTED), so the retry check below is exact. One
 // ledger write at a time is cheap next to the fsync each one waits for.
 func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.LedgerEntry, error) {
-	if err := s.check("add ledger entry"); err != nil {
+	if err := s.check("add ledger entry", nil); err != nil {
 		return store.LedgerEntry{}, err
 	}
 	e, err := store.PrepareLedgerEntry(e, s.now(), s.red)
@@ -72,17 +51,20 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 			runID = e.RunID
 		}
 		if e.Kind == store.LedgerDebit {
-			old, err := scanLedger(tx.QueryRow(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE run_id = $1 AND seq = $2`, e.RunID, e.Seq))
+			old, err := sqlrow.ScanLedger(tx.QueryRow(ctx, `SELECT `+sqlrow.LedgerColumns+` FROM ledger WHERE run_id = $1 AND seq = $2`, e.RunID, e.Seq))
 			switch {
 			case err == nil:
-				e, err = store.SameDebit(old, e)
-				return err
+				if err := store.SameDebit(old, e); err != nil {
+					return err
+				}
+				e = old
+				return nil
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			}
 			seq = e.Seq
 		}
-		return tx.QueryRow(ctx, `INSERT INTO ledger (`+ledgerColumns+`)
+		return tx.QueryRow(ctx, `INSERT INTO ledger (`+sqlrow.LedgerColumns+`)
 			SELECT COALESCE(MAX(id), 0) + 1, $1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::text, $7::bigint FROM ledger
 			RETURNING id`,
 			e.Tenant, e.Kind, e.Amount, runID, seq, e.Note, e.Created.UnixNano()).Scan(&e.ID)
@@ -96,11 +78,8 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 // Balance implements store.Store. PostgreSQL sums bigints as numeric, so
 // the sum is exact, and the cast back fails rather than wraps.
 func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
-	if err := s.check("balance"); err != nil {
+	if err := s.check("balance", store.ValidateTenant(tenant)); err != nil {
 		return 0, err
-	}
-	if err := store.ValidateTenant(tenant); err != nil {
-		return 0, fmt.Errorf("postgres: balance: %w", err)
 	}
 	var b int64
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(SUM(CASE kind WHEN 'grant' THEN amount ELSE -amount END), 0)::bigint
@@ -113,19 +92,15 @@ func (s *Store) Balance(ctx context.Context, tenant string) (int64, error) {
 
 // LedgerEntries implements store.Store.
 func (s *Store) LedgerEntries(ctx context.Context, tenant string, after int64, limit int) ([]store.LedgerEntry, error) {
-	if err := s.check("ledger entries"); err != nil {
+	if err := s.check("ledger entries", nil); err != nil {
 		return nil, err
 	}
 	limit, err := store.ValidateLedgerPage(tenant, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+ledgerColumns+` FROM ledger WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`,
+	out, err := query(ctx, s.pool, sqlrow.ScanLedger, `SELECT `+sqlrow.LedgerColumns+` FROM ledger WHERE tenant = $1 AND id > $2 ORDER BY id LIMIT $3`,
 		tenant, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: tenant %s: ledger entries: %w", tenant, err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.LedgerEntry, error) { return scanLedger(row) })
 	if err != nil {
 		return nil, fmt.Errorf("postgres: tenant %s: ledger entries: %w", tenant, err)
 	}

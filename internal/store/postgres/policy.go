@@ -8,37 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-// policyMeta are the columns of a policy version but its document, which
-// listings leave out; policyColumns are all of them.
-const (
-	policyMeta    = `tenant, name, version, hash, policy_hash, source, created_by, created_ns`
-	policyColumns = policyMeta + `, document`
-)
-
-func scanPolicy(row pgx.Row, withDoc bool) (store.PolicyVersion, error) {
-	var (
-		v          store.PolicyVersion
-		ns         int64
-		policyHash *string // NULL before migration 10
-	)
-	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &policyHash, &v.Source, &v.By, &ns}
-	if withDoc {
-		dest = append(dest, &v.Document)
-	}
-	if err := row.Scan(dest...); err != nil {
-		return v, err
-	}
-	if withDoc && v.Document == nil {
-		v.Document = []byte{}
-	}
-	if policyHash != nil {
-		v.PolicyHash = *policyHash
-	}
-	v.CreatedAt = fromNS(ns)
-	return v, nil
-}
 
 // PutPolicy implements store.Store.
 //
@@ -50,64 +21,58 @@ func scanPolicy(row pgx.Row, withDoc bool) (store.PolicyVersion, error) {
 // when it inserts the next; the primary key would refuse a duplicate
 // version should that ever not hold.
 func (s *Store) PutPolicy(ctx context.Context, v store.PolicyVersion) (store.PolicyVersion, bool, error) {
-	if err := s.check("put policy"); err != nil {
+	if err := s.check("put policy", nil); err != nil {
 		return store.PolicyVersion{}, false, err
 	}
 	v, err := store.PreparePolicy(v, s.now(), s.red)
 	if err != nil {
 		return store.PolicyVersion{}, false, fmt.Errorf("postgres: put policy: %w", err)
 	}
-	created := false
+	var stored store.PolicyVersion
+	var write store.PolicyWrite
 	err = s.write(ctx, func(tx pgx.Tx) error {
 		// Neither a tenant nor a name can hold '/'.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))`, v.Tenant+"/"+v.Name); err != nil {
 			return fmt.Errorf("lock policy: %w", err)
 		}
-		latest, err := scanPolicy(tx.QueryRow(ctx, `SELECT `+policyColumns+` FROM policies
-			WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT 1`, v.Tenant, v.Name), true)
-		switch {
-		case err == nil && latest.Hash == v.Hash:
-			if latest.PolicyHash == "" && v.PolicyHash != "" {
-				// Stored before the stores kept policy hashes.
-				if _, err := tx.Exec(ctx, `UPDATE policies SET policy_hash = $1 WHERE tenant = $2 AND name = $3 AND version = $4`,
-					v.PolicyHash, v.Tenant, v.Name, latest.Version); err != nil {
-					return err
-				}
-				latest.PolicyHash = v.PolicyHash
-			}
-			v = latest
-			return nil
-		case err == nil:
-			v.Version = latest.Version + 1
-		case errors.Is(err, pgx.ErrNoRows):
-			v.Version = 1
-		default:
+		latest, err := sqlrow.ScanPolicy(tx.QueryRow(ctx, `SELECT `+sqlrow.PolicyColumns+` FROM policies
+			WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT 1`, v.Tenant, v.Name))
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		var policyHash *string // NULL, not '', when the caller gave none
-		if v.PolicyHash != "" {
-			policyHash = &v.PolicyHash
+		stored, write = store.DecidePolicy(v, latest, err == nil)
+		switch write {
+		case store.PolicyFill:
+			_, err = tx.Exec(ctx, `UPDATE policies SET policy_hash = $1 WHERE tenant = $2 AND name = $3 AND version = $4`,
+				stored.PolicyHash, stored.Tenant, stored.Name, stored.Version)
+		case store.PolicyInsert:
+			var policyHash *string // NULL, not '', when the caller gave none
+			if stored.PolicyHash != "" {
+				policyHash = &stored.PolicyHash
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO policies (`+sqlrow.PolicyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+				stored.Tenant, stored.Name, stored.Version, stored.Hash, policyHash, stored.Source, stored.By,
+				stored.CreatedAt.UnixNano(), stored.Document)
+		default:
+			err = nil
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO policies (`+policyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			v.Tenant, v.Name, v.Version, v.Hash, policyHash, v.Source, v.By, v.CreatedAt.UnixNano(), v.Document)
-		created = err == nil
 		return err
 	})
 	if err != nil {
 		return store.PolicyVersion{}, false, fmt.Errorf("postgres: tenant %s: put policy %s: %w", v.Tenant, v.Name, err)
 	}
-	return v, created, nil
+	return stored, write == store.PolicyInsert, nil
 }
 
 // PolicyVersions implements store.Store.
 func (s *Store) PolicyVersions(ctx context.Context, tenant, name string) ([]store.PolicyVersion, error) {
-	if err := s.check("policy versions"); err != nil {
+	if err := s.check("policy versions", nil); err != nil {
 		return nil, err
 	}
 	if _, err := store.ValidatePolicyQuery(tenant, name, ""); err != nil {
 		return nil, fmt.Errorf("postgres: policy versions: %w", err)
 	}
-	out, err := s.policies(ctx, `SELECT `+policyMeta+` FROM policies WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT $3`,
+	out, err := query(ctx, s.pool, sqlrow.ScanPolicyMeta, `SELECT `+sqlrow.PolicyMeta+` FROM policies WHERE tenant = $1 AND name = $2 ORDER BY version DESC LIMIT $3`,
 		tenant, name, store.MaxPage)
 	if err == nil && len(out) == 0 {
 		err = store.PolicyNotFound(name, store.PolicyRef{})
@@ -120,13 +85,10 @@ func (s *Store) PolicyVersions(ctx context.Context, tenant, name string) ([]stor
 
 // ListPolicies implements store.Store.
 func (s *Store) ListPolicies(ctx context.Context, tenant string) ([]store.PolicyVersion, error) {
-	if err := s.check("list policies"); err != nil {
+	if err := s.check("list policies", store.ValidateTenant(tenant)); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateTenant(tenant); err != nil {
-		return nil, fmt.Errorf("postgres: list policies: %w", err)
-	}
-	out, err := s.policies(ctx, `SELECT `+policyMeta+` FROM policies p WHERE tenant = $1
+	out, err := query(ctx, s.pool, sqlrow.ScanPolicyMeta, `SELECT `+sqlrow.PolicyMeta+` FROM policies p WHERE tenant = $1
 		AND version = (SELECT MAX(version) FROM policies q WHERE q.tenant = p.tenant AND q.name = p.name)
 		ORDER BY name LIMIT $2`, tenant, store.MaxPage)
 	if err != nil {
@@ -135,18 +97,9 @@ func (s *Store) ListPolicies(ctx context.Context, tenant string) ([]store.Policy
 	return out, nil
 }
 
-// policies runs a query of policy versions without their documents.
-func (s *Store) policies(ctx context.Context, q string, args ...any) ([]store.PolicyVersion, error) {
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.PolicyVersion, error) { return scanPolicy(row, false) })
-}
-
 // GetPolicy implements store.Store.
 func (s *Store) GetPolicy(ctx context.Context, tenant, name, ref string) (store.PolicyVersion, error) {
-	if err := s.check("get policy"); err != nil {
+	if err := s.check("get policy", nil); err != nil {
 		return store.PolicyVersion{}, err
 	}
 	r, err := store.ValidatePolicyQuery(tenant, name, ref)
@@ -164,25 +117,21 @@ func (s *Store) GetPolicy(ctx context.Context, tenant, name, ref string) (store.
 }
 
 func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.PolicyRef) (store.PolicyVersion, error) {
-	const q = `SELECT ` + policyColumns + ` FROM policies WHERE tenant = $1 AND name = $2`
+	const q = `SELECT ` + sqlrow.PolicyColumns + ` FROM policies WHERE tenant = $1 AND name = $2`
 	switch {
 	case r.Version != 0:
-		return scanPolicy(s.pool.QueryRow(ctx, q+` AND version = $3`, tenant, name, r.Version), true)
+		return sqlrow.ScanPolicy(s.pool.QueryRow(ctx, q+` AND version = $3`, tenant, name, r.Version))
 	case r.HashPrefix == "":
-		return scanPolicy(s.pool.QueryRow(ctx, q+` ORDER BY version DESC LIMIT 1`, tenant, name), true)
+		return sqlrow.ScanPolicy(s.pool.QueryRow(ctx, q+` ORDER BY version DESC LIMIT 1`, tenant, name))
 	}
 	// Several versions may share a hash (a name that went back to an
 	// earlier document, or documents that differ only in form share a
 	// policy hash); only different hashes make a prefix ambiguous. The
 	// prefix may be of either hash: the policy hash is the one shown,
 	// the document's the one shown before.
-	rows, err := s.pool.Query(ctx, `SELECT hash FROM policies WHERE tenant = $1 AND name = $2 AND substr(hash, 1, $3) = $4
+	hashes, err := query(ctx, s.pool, sqlrow.ScanString, `SELECT hash FROM policies WHERE tenant = $1 AND name = $2 AND substr(hash, 1, $3) = $4
 		UNION SELECT policy_hash FROM policies WHERE tenant = $1 AND name = $2 AND substr(policy_hash, 1, $3) = $4 LIMIT 2`,
 		tenant, name, len(r.HashPrefix), r.HashPrefix)
-	if err != nil {
-		return store.PolicyVersion{}, err
-	}
-	hashes, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return store.PolicyVersion{}, err
 	}
@@ -190,7 +139,7 @@ func (s *Store) getPolicy(ctx context.Context, tenant, name string, r store.Poli
 	case 0:
 		return store.PolicyVersion{}, pgx.ErrNoRows
 	case 1:
-		return scanPolicy(s.pool.QueryRow(ctx, q+` AND (hash = $3 OR policy_hash = $3) ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0]), true)
+		return sqlrow.ScanPolicy(s.pool.QueryRow(ctx, q+` AND (hash = $3 OR policy_hash = $3) ORDER BY version DESC LIMIT 1`, tenant, name, hashes[0]))
 	}
 	return store.PolicyVersion{}, store.AmbiguousPolicyRef(name, r)
 }

@@ -29,8 +29,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,6 +37,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/schema"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -141,9 +141,15 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) check(op string) error {
-	if s.closed.Load() {
+// check returns the error call op must return before it begins, if
+// any: ErrClosed when the store is closed, else invalid, the error of the
+// call's check of its arguments (nil when they passed or it has none).
+func (s *Store) check(op string, invalid error) error {
+	switch {
+	case s.closed.Load():
 		return fmt.Errorf("postgres: %s: %w", op, store.ErrClosed)
+	case invalid != nil:
+		return fmt.Errorf("postgres: %s: %w", op, invalid)
 	}
 	return nil
 }
@@ -173,74 +179,9 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	_ = tx.Rollback(ctx)
 }
 
-const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns, kind`
-
-func scanRun(row pgx.Row) (store.Run, error) {
-	var (
-		r        store.Run
-		status   string
-		created  int64
-		updated  int64
-		finished *int64
-		parent   *string
-		pseq     *int64
-		lastHash []byte
-		owner    *string
-		expires  *int64
-		kind     *string
-	)
-	if err := row.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
-		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash,
-		&owner, &r.LeaseToken, &expires, &kind); err != nil {
-		return r, err
-	}
-	if kind != nil {
-		r.Kind = *kind
-	}
-	if owner != nil {
-		r.LeaseOwner = *owner
-		if expires != nil {
-			r.LeaseExpires = fromNS(*expires)
-		}
-	}
-	r.Status = event.Status(status)
-	r.Created = fromNS(created)
-	r.Updated = fromNS(updated)
-	if finished != nil {
-		r.Finished = fromNS(*finished)
-	}
-	if parent != nil {
-		r.ParentRunID = *parent
-	}
-	if pseq != nil {
-		r.ParentSeq = *pseq
-	}
-	if r.Policy == nil {
-		r.Policy = []byte{}
-	}
-	if err := copyHash(&r.LastHash, lastHash); err != nil {
-		return r, fmt.Errorf("run %s: last_hash: %w", r.ID, err)
-	}
-	return r, nil
-}
-
-func fromNS(ns int64) time.Time { return time.Unix(0, ns).UTC() }
-
-func copyHash(h *event.Hash, b []byte) error {
-	if len(b) == 0 {
-		*h = event.Hash{}
-		return nil
-	}
-	if len(b) != len(h) {
-		return fmt.Errorf("%d bytes, want %d", len(b), len(h))
-	}
-	copy(h[:], b)
-	return nil
-}
-
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
-	if err := s.check("create run"); err != nil {
+	if err := s.check("create run", nil); err != nil {
 		return r, err
 	}
 	r, err := store.PrepareRun(r, s.now(), s.red)
@@ -267,13 +208,11 @@ func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run, first []e
 		// A log only grows, so a seq it has now it keeps: no lock.
 		var last int64
 		err := tx.QueryRow(ctx, `SELECT last_seq FROM runs WHERE id = $1`, r.ParentRunID).Scan(&last)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
-		case err != nil:
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
-		case r.ParentSeq > last:
-			return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
+		}
+		if err := store.CheckParent(r, err == nil, last); err != nil {
+			return err
 		}
 		parent, pseq = r.ParentRunID, r.ParentSeq
 	}
@@ -282,7 +221,7 @@ func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run, first []e
 	if n := len(first); n > 0 {
 		lastSeq, lastHash = first[n-1].Seq, first[n-1].Hash[:]
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO runs (`+runColumns+`)
+	tag, err := tx.Exec(ctx, `INSERT INTO runs (`+sqlrow.RunColumns+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, $13, NULL, 0, NULL, $14)
 		ON CONFLICT (id) DO NOTHING`,
 		r.ID, r.Tenant, r.Task, r.Model, r.Policy, r.PolicyHash, string(r.Status),
@@ -295,28 +234,15 @@ func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run, first []e
 
 // CreateRunWith implements store.Store.
 func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Event) (store.Run, []event.Event, error) {
-	if err := s.check("create run"); err != nil {
+	if err := s.check("create run", nil); err != nil {
 		return r, nil, err
 	}
-	r, err := store.PrepareRun(r, s.now(), s.red)
+	r, evs, err := store.PrepareRunWith(ctx, r, first, s.now(), s.red)
 	if err != nil {
-		return r, nil, fmt.Errorf("postgres: create run: %w", err)
+		return r, nil, fmt.Errorf("postgres: %w", err)
 	}
-	if len(first) == 0 {
-		return r, nil, fmt.Errorf("postgres: create run %s: %w: no first events", r.ID, store.ErrInvalid)
-	}
-	evs, err := store.PrepareDrafts(r.ID, 1, first, s.now(), s.red)
-	if err != nil {
-		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
-	}
-	// A new run has lease token 0: as appendIn, refuse a writer fenced
-	// by another, here before the write, as the token needs no reading.
-	if err := store.CheckFence(ctx, r.ID, 0); err != nil {
-		return r, nil, fmt.Errorf("postgres: create run %s: %w", r.ID, err)
-	}
-	// A new log: its first events are sealed here, and the run row holds
-	// its tail from the start (appendIn would read and update it).
-	event.SealChain(r.ID, 0, event.Hash{}, evs)
+	// The run row holds its log's tail from the start (appendIn would
+	// read and update it).
 	err = s.write(ctx, func(tx pgx.Tx) error {
 		if err := s.insertRun(ctx, tx, r, evs); err != nil {
 			return err
@@ -342,10 +268,10 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
-	if err := s.check("get run"); err != nil {
+	if err := s.check("get run", store.CheckRunID(id)); err != nil {
 		return store.Run{}, err
 	}
-	r, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM runs WHERE id = $1`, id))
+	r, err := sqlrow.ScanRun(s.pool.QueryRow(ctx, `SELECT `+sqlrow.RunColumns+` FROM runs WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -357,58 +283,11 @@ func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 
 // ListRuns implements store.Store.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
-	if err := s.check("list runs"); err != nil {
+	q, args, err := sqlrow.ListRuns(f, schema.Postgres)
+	if err := s.check("list runs", err); err != nil {
 		return nil, err
 	}
-	f, err := store.ValidateFilter(f)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list runs: %w", err)
-	}
-	var (
-		q    strings.Builder
-		args []any
-	)
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	q.WriteString(`SELECT ` + runColumns + ` FROM runs WHERE true`)
-	if f.Tenant != "" {
-		q.WriteString(` AND tenant = ` + arg(f.Tenant))
-	}
-	switch f.Kind {
-	case store.KindAgent:
-		q.WriteString(` AND kind IS NULL`)
-	case store.KindAny:
-	default:
-		q.WriteString(` AND kind = ` + arg(f.Kind))
-	}
-	if len(f.Statuses) > 0 {
-		statuses := make([]string, len(f.Statuses))
-		for i, st := range f.Statuses {
-			statuses[i] = string(st)
-		}
-		q.WriteString(` AND status = ANY(` + arg(statuses) + `)`)
-	}
-	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
-		q.WriteString(` AND EXISTS (SELECT 1 FROM run_metadata m WHERE m.run_id = runs.id AND m.key = ` + arg(k) + ` AND m.value = ` + arg(f.Metadata[k]) + `)`)
-	}
-	switch {
-	case f.After != "" && f.Desc:
-		q.WriteString(` AND id < ` + arg(f.After))
-	case f.After != "":
-		q.WriteString(` AND id > ` + arg(f.After))
-	}
-	q.WriteString(` ORDER BY id`)
-	if f.Desc {
-		q.WriteString(` DESC`)
-	}
-	q.WriteString(` LIMIT ` + arg(f.Limit))
-	rows, err := s.pool.Query(ctx, q.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list runs: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Run, error) { return scanRun(row) })
+	out, err := query(ctx, s.pool, sqlrow.ScanRun, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list runs: %w", err)
 	}
@@ -417,11 +296,14 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 
 // UpdateRunStatus implements store.Store.
 func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (store.Run, error) {
-	if err := s.check("update run status"); err != nil {
+	if err := s.check("update run status", nil); err != nil {
 		return store.Run{}, err
 	}
 	if err := event.CheckTransition(from, to); err != nil {
 		return store.Run{}, fmt.Errorf("postgres: run %s: %w", clip(id), err)
+	}
+	if err := store.CheckRunID(id); err != nil {
+		return store.Run{}, fmt.Errorf("postgres: update run status: %w", err)
 	}
 	var r store.Run
 	err := s.write(ctx, func(tx pgx.Tx) error {
@@ -442,8 +324,8 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 			return &store.StatusConflictError{RunID: id, Want: from, Got: event.Status(cur)}
 		}
 		now := s.now().UnixNano()
-		r, err = scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, updated_ns = $3, finished_ns = $4
-			WHERE id = $1 RETURNING `+runColumns, id, string(to), now, finishedNS(to, now)))
+		r, err = sqlrow.ScanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, updated_ns = $3, finished_ns = $4
+			WHERE id = $1 RETURNING `+sqlrow.RunColumns, id, string(to), now, finishedNS(to, now)))
 		return err
 	})
 	if err != nil {
@@ -478,7 +360,7 @@ func (s *Store) AppendStatus(ctx context.Context, runID string, next int64, from
 // appendStatus appends drafts and, when to is not empty, changes the status
 // from from to to, in one transaction.
 func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
-	if err := s.check("append"); err != nil {
+	if err := s.check("append", nil); err != nil {
 		return store.Run{}, nil, err
 	}
 	// Redaction and canonical JSON are the costly part; they need no lock.
@@ -540,24 +422,21 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 	)
 	err := tx.QueryRow(ctx, `SELECT last_seq, last_hash, status, lease_token FROM runs WHERE id = $1 FOR NO KEY UPDATE`, runID).
 		Scan(&lastSeq, &lastHash, &status, &token)
-	if err == nil {
-		// The fence first, under the row lock that AcquireLease takes
-		// too: a worker that lost its lease must stop, not re-read the
-		// tail and retry.
-		err = store.CheckFence(ctx, runID, token)
-	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return store.Run{}, store.ErrNotFound
 	case err != nil:
 		return store.Run{}, err
-	case lastSeq+1 != next:
-		return store.Run{}, &store.AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
-	case to != "" && event.Status(status) != from:
+	}
+	// Under the row lock that AcquireLease takes too.
+	if err := store.CheckTail(ctx, runID, next, lastSeq, token); err != nil {
+		return store.Run{}, err
+	}
+	if to != "" && event.Status(status) != from {
 		return store.Run{}, &store.StatusConflictError{RunID: runID, Want: from, Got: event.Status(status)}
 	}
 	var prev event.Hash
-	if err := copyHash(&prev, lastHash); err != nil {
+	if err := sqlrow.CopyHash(&prev, lastHash); err != nil {
 		return store.Run{}, fmt.Errorf("last_hash: %w", err)
 	}
 	event.SealChain(runID, lastSeq, prev, evs)
@@ -577,7 +456,7 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3, updated_ns = GREATEST(updated_ns, $4) WHERE id = $1`, runID, last.Seq, last.Hash[:], now)
 	} else {
 		b.Queue(`UPDATE runs SET last_seq = $2, last_hash = $3, status = $4, updated_ns = $5, finished_ns = $6
-			WHERE id = $1 RETURNING `+runColumns, runID, last.Seq, last.Hash[:], string(to), now, finishedNS(to, now))
+			WHERE id = $1 RETURNING `+sqlrow.RunColumns, runID, last.Seq, last.Hash[:], string(to), now, finishedNS(to, now))
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -592,7 +471,7 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 		}
 		return store.Run{}, br.Close()
 	}
-	r, err := scanRun(br.QueryRow())
+	r, err := sqlrow.ScanRun(br.QueryRow())
 	if err != nil {
 		return store.Run{}, fmt.Errorf("update tail and status: %w", err)
 	}
@@ -651,11 +530,8 @@ func setLease(ctx context.Context, tx pgx.Tx, l store.Lease) error {
 
 // AcquireLease implements store.Store.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
-	if err := s.check("acquire lease"); err != nil {
+	if err := s.check("acquire lease", store.ValidateLease(runID, owner, 1, ttl)); err != nil {
 		return store.Lease{}, err
-	}
-	if err := store.ValidateLease(runID, owner, 1, ttl); err != nil {
-		return store.Lease{}, fmt.Errorf("postgres: acquire lease: %w", err)
 	}
 	var l store.Lease
 	err := s.write(ctx, func(tx pgx.Tx) error {
@@ -676,11 +552,8 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 
 // RenewLease implements store.Store.
 func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (store.Lease, error) {
-	if err := s.check("renew lease"); err != nil {
+	if err := s.check("renew lease", store.ValidateLease(runID, owner, token, ttl)); err != nil {
 		return store.Lease{}, err
-	}
-	if err := store.ValidateLease(runID, owner, token, ttl); err != nil {
-		return store.Lease{}, fmt.Errorf("postgres: renew lease: %w", err)
 	}
 	var l store.Lease
 	err := s.write(ctx, func(tx pgx.Tx) error {
@@ -701,11 +574,8 @@ func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int64) error {
-	if err := s.check("release lease"); err != nil {
+	if err := s.check("release lease", store.ValidateLease(runID, owner, token, 1)); err != nil {
 		return err
-	}
-	if err := store.ValidateLease(runID, owner, token, 1); err != nil {
-		return fmt.Errorf("postgres: release lease: %w", err)
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
 		if _, err := readLease(ctx, tx, runID); err != nil {
@@ -795,40 +665,13 @@ func (s *Store) committed(ctx context.Context, last event.Event) (bool, error) {
 	return string(hash) == string(last.Hash[:]), nil
 }
 
-const eventColumns = `run_id, seq, type, time_ns, payload, prev_hash, hash`
-
-func scanEvent(row pgx.Row) (event.Event, error) {
-	var (
-		e          event.Event
-		typ        string
-		ns         int64
-		prev, hash []byte
-	)
-	if err := row.Scan(&e.RunID, &e.Seq, &typ, &ns, (*[]byte)(&e.Payload), &prev, &hash); err != nil {
-		return e, err
-	}
-	e.Type = event.Type(typ)
-	e.Time = fromNS(ns)
-	if err := copyHash(&e.PrevHash, prev); err != nil {
-		return e, fmt.Errorf("seq %d: prev_hash: %w", e.Seq, err)
-	}
-	if err := copyHash(&e.Hash, hash); err != nil {
-		return e, fmt.Errorf("seq %d: hash: %w", e.Seq, err)
-	}
-	return e, nil
-}
-
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error) {
-	if err := s.check("events"); err != nil {
+	if err := s.check("events", store.CheckRunID(runID)); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
+	out, err := query(ctx, s.pool, sqlrow.ScanEvent, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3`,
 		runID, from, store.PageLimit(limit))
-	if err != nil {
-		return nil, fmt.Errorf("postgres: run %s: events: %w", clip(runID), err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (event.Event, error) { return scanEvent(row) })
 	if err != nil {
 		return nil, fmt.Errorf("postgres: run %s: events: %w", clip(runID), err)
 	}
@@ -842,10 +685,10 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 
 // LastEvent implements store.Store.
 func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
-	if err := s.check("last event"); err != nil {
+	if err := s.check("last event", store.CheckRunID(runID)); err != nil {
 		return event.Event{}, err
 	}
-	e, err := scanEvent(s.pool.QueryRow(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, runID))
+	e, err := sqlrow.ScanEvent(s.pool.QueryRow(ctx, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = $1 ORDER BY seq DESC LIMIT 1`, runID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 		if xerr := s.exists(ctx, runID); xerr != nil {
@@ -871,7 +714,7 @@ func (s *Store) exists(ctx context.Context, id string) error {
 
 // PutArtifact implements store.Store.
 func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
-	if err := s.check("put artifact"); err != nil {
+	if err := s.check("put artifact", nil); err != nil {
 		return a, err
 	}
 	a, err := store.PrepareArtifact(a, s.now())
@@ -889,18 +732,18 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 		// Insert unless the name is taken, then read what is stored
 		// under it: ours, or an earlier Put's (maybe another process's,
 		// committed an instant ago).
-		_, err := tx.Exec(ctx, `INSERT INTO artifacts (`+artifactColumns+`) VALUES ($1, $2, $3, $4, $5, $6)
+		_, err := tx.Exec(ctx, `INSERT INTO artifacts (`+sqlrow.ArtifactColumns+`) VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (run_id, name) DO NOTHING`,
 			a.RunID, a.Name, a.Digest, a.Size, a.MediaType, a.Created.UnixNano())
 		if err != nil {
 			return err
 		}
-		old, err := scanArtifact(tx.QueryRow(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, a.RunID, a.Name))
+		old, err := sqlrow.ScanArtifact(tx.QueryRow(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, a.RunID, a.Name))
 		if err != nil {
 			return err
 		}
-		if old.Digest != a.Digest || old.Size != a.Size || old.MediaType != a.MediaType {
-			return fmt.Errorf("%w with another digest, size or media type", store.ErrExists)
+		if err := store.SameArtifact(old, a); err != nil {
+			return err
 		}
 		a = old
 		return nil
@@ -911,26 +754,12 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 	return a, nil
 }
 
-const artifactColumns = `run_id, name, digest, size, media_type, created_ns`
-
-func scanArtifact(row pgx.Row) (store.Artifact, error) {
-	var (
-		a  store.Artifact
-		ns int64
-	)
-	if err := row.Scan(&a.RunID, &a.Name, &a.Digest, &a.Size, &a.MediaType, &ns); err != nil {
-		return a, err
-	}
-	a.Created = fromNS(ns)
-	return a, nil
-}
-
 // GetArtifact implements store.Store.
 func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Artifact, error) {
-	if err := s.check("get artifact"); err != nil {
+	if err := s.check("get artifact", store.CheckArtifactKey(runID, name)); err != nil {
 		return store.Artifact{}, err
 	}
-	a, err := scanArtifact(s.pool.QueryRow(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, runID, name))
+	a, err := sqlrow.ScanArtifact(s.pool.QueryRow(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 AND name = $2`, runID, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -942,14 +771,10 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 
 // ListArtifacts implements store.Store.
 func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
-	if err := s.check("list artifacts"); err != nil {
+	if err := s.check("list artifacts", store.CheckRunID(runID)); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = $1 ORDER BY name`, runID)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: run %s: list artifacts: %w", clip(runID), err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Artifact, error) { return scanArtifact(row) })
+	out, err := query(ctx, s.pool, sqlrow.ScanArtifact, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = $1 ORDER BY name`, runID)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: run %s: list artifacts: %w", clip(runID), err)
 	}
@@ -961,11 +786,14 @@ func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifa
 	return out, nil
 }
 
-// clip shortens an untrusted id quoted in an error message.
-func clip(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
+// query runs q on db and reads every row it returns with scan.
+func query[T any](ctx context.Context, db *pgxpool.Pool, scan func(sqlrow.Scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
-	return s
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
 }
+
+// clip shortens an untrusted id quoted in an error message.
+func clip(s string) string { return store.Clip(s) }

@@ -17,31 +17,38 @@ import (
 	"github.com/airlockrun/airlock/internal/store/storetest"
 )
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Factory{
-		New: func(t *testing.T, r store.Redactor) store.Store {
-			return newStore(t, r)
-		},
-		Reopen: func(t *testing.T, s store.Store) store.Store {
-			u, _ := urls.Load(s.(*Store))
-			return openURL(t, u.(string), store.NoRedaction)
-		},
-		NewAt: func(t *testing.T, now func() time.Time) store.Store {
-			s, err := Open(context.Background(), pg.NewDatabase(t), Options{Redactor: store.NoRedaction, Now: now})
-			if err != nil {
-				t.Fatalf("Open() = %v", err)
-			}
-			return s
-		},
-		Tamper: func(t *testing.T, s store.Store, runID string, seq int64, payload []byte) {
-			tag, err := rawConn(t, s.(*Store)).Exec(context.Background(),
-				`UPDATE events SET payload = $1 WHERE run_id = $2 AND seq = $3`, payload, runID, seq)
-			if err != nil || tag.RowsAffected() != 1 {
-				t.Fatalf("tamper: %v (%d rows)", err, tag.RowsAffected())
-			}
-		},
-	})
+// factory makes stores for the conformance suite and the benchmarks, each
+// on a database of its own on the test server.
+var factory = storetest.Factory{
+	New: func(t testing.TB, r store.Redactor) store.Store {
+		return newStore(t, r)
+	},
+	Reopen: func(t *testing.T, s store.Store) store.Store {
+		u, _ := urls.Load(s.(*Store))
+		return openURL(t, u.(string), store.NoRedaction)
+	},
+	NewAt: func(t *testing.T, now func() time.Time) store.Store {
+		s, err := Open(context.Background(), pg.NewDatabase(t), Options{Redactor: store.NoRedaction, Now: now})
+		if err != nil {
+			t.Fatalf("Open() = %v", err)
+		}
+		return s
+	},
+	Tamper: func(t *testing.T, s store.Store, runID string, seq int64, payload []byte) {
+		tag, err := rawConn(t, s.(*Store)).Exec(context.Background(),
+			`UPDATE events SET payload = $1 WHERE run_id = $2 AND seq = $3`, payload, runID, seq)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("tamper: %v (%d rows)", err, tag.RowsAffected())
+		}
+	},
 }
+
+func TestConformance(t *testing.T) { storetest.Run(t, factory) }
+
+// BenchmarkStore: on the test server (unix socket, fsync on,
+// synchronous_commit on), every write is one commit the server flushes to
+// disk before it answers.
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, factory) }
 
 // TestOpenErrors: Open refuses what it must, and its errors never show the
 // URL's password.

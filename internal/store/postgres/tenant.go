@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,30 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-const apiKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
-
-func scanAPIKey(row pgx.Row) (store.APIKey, error) {
-	var (
-		k                 store.APIKey
-		scopes            string
-		created           int64
-		lastUsed, revoked *int64
-	)
-	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &scopes, &k.Hash, &created, &lastUsed, &revoked); err != nil {
-		return k, err
-	}
-	k.Scopes = store.SplitScopes(scopes)
-	k.CreatedAt = fromNS(created)
-	if lastUsed != nil {
-		k.LastUsedAt = fromNS(*lastUsed)
-	}
-	if revoked != nil {
-		k.RevokedAt = fromNS(*revoked)
-	}
-	return k, nil
-}
 
 // oneRow returns nil when tag says a row was changed (or matched), and
 // none when not.
@@ -47,7 +26,7 @@ func oneRow(tag pgconn.CommandTag, none error) error {
 // CreateTenant implements store.Store. ON CONFLICT makes two processes
 // creating one name at once see one success and one ErrExists.
 func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("create tenant"); err != nil {
+	if err := s.check("create tenant", nil); err != nil {
 		return store.Tenant{}, err
 	}
 	tn, err := store.PrepareTenant(name, s.now())
@@ -67,41 +46,25 @@ func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, er
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("get tenant"); err != nil {
+	if err := s.check("get tenant", store.ValidateTenantName(name)); err != nil {
 		return store.Tenant{}, err
 	}
-	if err := store.ValidateTenantName(name); err != nil {
-		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
-	}
-	var ns int64
-	err := s.pool.QueryRow(ctx, `SELECT created_ns FROM tenants WHERE name = $1`, name).Scan(&ns)
+	tn, err := sqlrow.ScanTenant(s.pool.QueryRow(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = $1`, name))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.TenantNotFound(name)
 	}
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("postgres: get tenant: %w", err)
 	}
-	return store.Tenant{Name: name, CreatedAt: fromNS(ns)}, nil
+	return tn, nil
 }
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	if err := s.check("list tenants"); err != nil {
+	if err := s.check("list tenants", nil); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT name, created_ns FROM tenants ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("postgres: list tenants: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Tenant, error) {
-		var (
-			tn store.Tenant
-			ns int64
-		)
-		err := row.Scan(&tn.Name, &ns)
-		tn.CreatedAt = fromNS(ns)
-		return tn, err
-	})
+	out, err := query(ctx, s.pool, sqlrow.ScanTenant, `SELECT `+sqlrow.TenantColumns+` FROM tenants ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list tenants: %w", err)
 	}
@@ -113,7 +76,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 // would refuse the key otherwise); ON CONFLICT turns a taken id or hash
 // into ErrExists, also when another process took it a moment before.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
-	if err := s.check("create API key"); err != nil {
+	if err := s.check("create API key", nil); err != nil {
 		return err
 	}
 	k, err := store.PrepareAPIKey(k, s.now(), s.red)
@@ -128,7 +91,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 		case err != nil:
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
+		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (`+sqlrow.APIKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
 			ON CONFLICT DO NOTHING`,
 			k.ID, k.Tenant, k.Name, store.JoinScopes(k.Scopes), k.Hash, k.CreatedAt.UnixNano())
 		if err != nil {
@@ -144,13 +107,10 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements store.Store.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	if err := s.check("find API key"); err != nil {
+	if err := s.check("find API key", store.ValidateAPIKeyHash(hash)); err != nil {
 		return store.APIKey{}, err
 	}
-	if err := store.ValidateAPIKeyHash(hash); err != nil {
-		return store.APIKey{}, fmt.Errorf("postgres: find API key: %w", err)
-	}
-	k, err := scanAPIKey(s.pool.QueryRow(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
+	k, err := sqlrow.ScanAPIKey(s.pool.QueryRow(ctx, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
@@ -162,13 +122,10 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 
 // ListAPIKeys implements store.Store.
 func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	if err := s.check("list API keys"); err != nil {
+	if err := s.check("list API keys", store.ValidateTenantName(tenant)); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return nil, fmt.Errorf("postgres: list API keys: %w", err)
-	}
-	out, err := s.apiKeys(ctx, tenant)
+	out, err := query(ctx, s.pool, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
 		// Tenants are never deleted: one that exists now existed when
 		// the keys were read.
@@ -184,24 +141,10 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 	return out, nil
 }
 
-func (s *Store) apiKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.APIKey, error) { return scanAPIKey(row) })
-}
-
 // RevokeAPIKey implements store.Store.
 func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
-	if err := s.check("revoke API key"); err != nil {
+	if err := s.check("revoke API key", cmp.Or(store.ValidateTenantName(tenant), store.ValidateAPIKeyID(id))); err != nil {
 		return err
-	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return fmt.Errorf("postgres: revoke API key: %w", err)
-	}
-	if err := store.ValidateAPIKeyID(id); err != nil {
-		return fmt.Errorf("postgres: revoke API key: %w", err)
 	}
 	// COALESCE keeps the first revocation; the row still counts as
 	// changed, so 0 rows means no such key of this tenant.
@@ -219,11 +162,8 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 // TouchAPIKey implements store.Store. The update only moves last use
 // forward, so replicas touching one key at once cannot move it back.
 func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
-	if err := s.check("touch API key"); err != nil {
+	if err := s.check("touch API key", store.ValidateTouch(id, at)); err != nil {
 		return err
-	}
-	if err := store.ValidateTouch(id, at); err != nil {
-		return fmt.Errorf("postgres: touch API key: %w", err)
 	}
 	ns := at.UnixNano()
 	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_ns = $1

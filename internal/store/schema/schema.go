@@ -1,19 +1,33 @@
 // Package schema is the one source of truth for the SQL schema of the run
-// store: the list of migrations that builds every version of it. The
-// SQLite store applies them as written (SQLite); the PostgreSQL store
-// applies the same text with the few words that differ between the
-// dialects translated (Postgres). Both stores therefore have the same
-// tables, columns, keys and indexes at every version, which
-// store/postgres's tests check against a live database of each.
+// store: the list of migrations that builds every version of it, and the
+// loop that applies them (Dialect.Migrate). The SQLite store applies them
+// as written (SQLite); the PostgreSQL store applies the same text with the
+// few words that differ between the dialects translated (Postgres). Both
+// stores therefore have the same tables, columns, keys and indexes at
+// every version, which store/postgres's tests check against a live
+// database of each, and record them the same way, in a schema_migrations
+// table of the versions applied.
 //
 // Invariants: migrations are only ever appended, never edited once
 // released (schema_test.go pins the text of every released one, in both
-// dialects), and Version is their number.
+// dialects), and Version is their number. Migrate applies every missing
+// one in the one transaction it is given, so a failure leaves the
+// database at the version it had, and refuses a database newer than it
+// knows.
 //
-// Importers: internal/store/sqlite and internal/store/postgres.
+// Importers: internal/store/sqlite, internal/store/postgres, their rows
+// (internal/store/sqlrow) and suite (internal/store/storetest).
 package schema
 
-import "strings"
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
 
 // migrations is the schema history: migrations[i] brings a database from
 // version i to version i+1. The SQL is SQLite's and keeps to what
@@ -183,8 +197,8 @@ var migrations = []string{
 	`ALTER TABLE policies ADD COLUMN policy_hash TEXT;`,
 }
 
-// MetadataVersion is the migration that made run_metadata: the stores
-// fill it, in the same transaction, from the runs stored before it (their
+// MetadataVersion is the migration that made run_metadata: Migrate fills
+// it, in the same transaction, from the runs stored before it (their
 // run.created events), which SQL common to both dialects cannot do.
 const MetadataVersion = 9
 
@@ -192,10 +206,43 @@ const MetadataVersion = 9
 // migrations.
 const Version = 10
 
-// SQLite returns the migrations in SQLite's dialect: element i brings a
-// database from version i to version i+1.
-func SQLite() []string {
-	return append([]string(nil), migrations...)
+// A Dialect is one SQL dialect the schema is written in.
+type Dialect int
+
+// The dialects of the two SQL stores.
+const (
+	// SQLite is the dialect the migrations are written in.
+	SQLite Dialect = iota + 1
+	// Postgres is PostgreSQL's: the migrations with postgresWords
+	// translated.
+	Postgres
+)
+
+// Migrations returns the migrations in d: element i brings a database
+// from version i to version i+1.
+func (d Dialect) Migrations() []string {
+	out := make([]string, len(migrations))
+	for i, m := range migrations {
+		out[i] = d.translate(m)
+	}
+	return out
+}
+
+// translate returns the SQL statement q, written in SQLite's words, in d.
+func (d Dialect) translate(q string) string {
+	if d == Postgres {
+		return postgresWords.Replace(q)
+	}
+	return q
+}
+
+// Param returns the placeholder of a statement's nth argument (from 1):
+// "?" in SQLite, "$n" in PostgreSQL.
+func (d Dialect) Param(n int) string {
+	if d == Postgres {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
 }
 
 // postgresWords maps the SQLite words of the migrations to PostgreSQL's:
@@ -212,12 +259,91 @@ var postgresWords = strings.NewReplacer(
 	" WITHOUT ROWID", "",
 )
 
-// Postgres returns the migrations in PostgreSQL's dialect: element i brings
-// a database from version i to version i+1.
-func Postgres() []string {
-	out := make([]string, len(migrations))
-	for i, m := range migrations {
-		out[i] = postgresWords.Replace(m)
+// Tx is a transaction on a store's database in one dialect: how its store
+// runs a statement in it, for Migrate.
+type Tx interface {
+	// Exec runs query with args; without args, query may hold several
+	// statements.
+	Exec(ctx context.Context, query string, args ...any) error
+	// Query runs query with args and calls row for each row it returns,
+	// in order, with a function that scans the row into dest, until row
+	// returns an error, which Query returns.
+	Query(ctx context.Context, query string, args []any, row func(scan func(dest ...any) error) error) error
+}
+
+// migrationsTable records the versions applied, one row each.
+const migrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		applied_ns INTEGER NOT NULL
+	)`
+
+// Migrate brings the database of tx, a transaction in dialect d, from the
+// version it records to len(steps) (steps are d's migrations, or in tests
+// their first few or a broken one), recording each version applied at
+// nowNS. It is idempotent. A database newer than len(steps) gives a
+// *store.SchemaVersionError and is not modified. The caller commits tx,
+// or rolls it back on an error, so that a failure leaves the database at
+// the version it had; and it serializes migrations of one database before
+// calling (the write lock of SQLite's BEGIN IMMEDIATE, PostgreSQL's
+// advisory lock), so that processes opening a database at once apply each
+// version once.
+func (d Dialect) Migrate(ctx context.Context, tx Tx, steps []string, nowNS int64) error {
+	if err := tx.Exec(ctx, d.translate(migrationsTable)); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
 	}
-	return out
+	var have int
+	err := tx.Query(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`, nil,
+		func(scan func(...any) error) error { return scan(&have) })
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if have > len(steps) {
+		return &store.SchemaVersionError{Have: have, Supported: len(steps)}
+	}
+	record := `INSERT INTO schema_migrations (version, applied_ns) VALUES (` + d.Param(1) + `, ` + d.Param(2) + `)`
+	for v := have + 1; v <= len(steps); v++ {
+		// No arguments: a statement that may hold several (pgx sends it
+		// as a simple query).
+		if err := tx.Exec(ctx, steps[v-1]); err != nil {
+			return fmt.Errorf("apply schema version %d: %w", v, err)
+		}
+		if v == MetadataVersion {
+			if err := d.backfillMetadata(ctx, tx); err != nil {
+				return fmt.Errorf("apply schema version %d: %w", v, err)
+			}
+		}
+		if err := tx.Exec(ctx, record, v, nowNS); err != nil {
+			return fmt.Errorf("record schema version %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// backfillMetadata indexes the metadata of the runs stored before
+// run_metadata existed, from their run.created events.
+func (d Dialect) backfillMetadata(ctx context.Context, tx Tx) error {
+	type label struct{ run, key, value string }
+	var labels []label
+	err := tx.Query(ctx, `SELECT run_id, payload FROM events WHERE seq = 1 AND type = `+d.Param(1), []any{string(event.TypeRunCreated)},
+		func(scan func(...any) error) error {
+			var run string
+			var payload []byte
+			if err := scan(&run, &payload); err != nil {
+				return err
+			}
+			for k, v := range store.CreatedMetadata(payload) {
+				labels = append(labels, label{run, k, v})
+			}
+			return nil
+		})
+	if err != nil {
+		return err
+	}
+	insert := `INSERT INTO run_metadata (run_id, key, value) VALUES (` + d.Param(1) + `, ` + d.Param(2) + `, ` + d.Param(3) + `)`
+	for _, l := range labels {
+		if err := tx.Exec(ctx, insert, l.run, l.key, l.value); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -50,9 +50,9 @@ func TestReleased(t *testing.T) {
 	if Version != len(migrations) {
 		t.Fatalf("Version = %d, but there are %d migrations", Version, len(migrations))
 	}
-	lite, pg := SQLite(), Postgres()
+	lite, pg := SQLite.Migrations(), Postgres.Migrations()
 	if len(lite) != Version || len(pg) != Version {
-		t.Fatalf("SQLite() has %d migrations, Postgres() %d; want %d", len(lite), len(pg), Version)
+		t.Fatalf("SQLite.Migrations() has %d migrations, Postgres.Migrations() %d; want %d", len(lite), len(pg), Version)
 	}
 	for i, want := range released {
 		if got := fmt.Sprintf("%x", sha256.Sum256([]byte(lite[i]))); got != want.sqlite {
@@ -69,21 +69,21 @@ func TestReleased(t *testing.T) {
 func TestPostgresWords(t *testing.T) {
 	sqliteOnly := regexp.MustCompile(`\b(INTEGER|BLOB|ROWID|AUTOINCREMENT)\b`)
 	name := regexp.MustCompile(`\b[a-z_]+\b`)
-	for i, m := range Postgres() {
+	for i, m := range Postgres.Migrations() {
 		if w := sqliteOnly.FindString(m); w != "" {
-			t.Errorf("Postgres()[%d] still says %s", i, w)
+			t.Errorf("Postgres.Migrations()[%d] still says %s", i, w)
 		}
 		if a, b := name.FindAllString(m, -1), name.FindAllString(migrations[i], -1); fmt.Sprint(a) != fmt.Sprint(b) {
-			t.Errorf("Postgres()[%d] names %v, the SQLite migration %v", i, a, b)
+			t.Errorf("Postgres.Migrations()[%d] names %v, the SQLite migration %v", i, a, b)
 		}
 	}
 }
 
 // TestCopies: callers get their own slices.
 func TestCopies(t *testing.T) {
-	SQLite()[0] = "x"
-	Postgres()[0] = "x"
-	if SQLite()[0] == "x" || Postgres()[0] == "x" {
+	SQLite.Migrations()[0] = "x"
+	Postgres.Migrations()[0] = "x"
+	if SQLite.Migrations()[0] == "x" || Postgres.Migrations()[0] == "x" {
 		t.Fatal("a caller changed the package's migrations")
 	}
 }

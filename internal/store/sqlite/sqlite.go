@@ -37,6 +37,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/schema"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -174,7 +176,7 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		{&s.stmtInsert[1], insertSQL(insertChunks[1])},
 		{&s.stmtInsert[2], insertSQL(insertChunks[2])},
 		{&s.stmtInsert[3], insertSQL(insertChunks[3])},
-		{&s.stmtInsertRun, `INSERT INTO runs (` + runColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL, 0, NULL, ?)
+		{&s.stmtInsertRun, `INSERT INTO runs (` + sqlrow.RunColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, NULL, 0, NULL, ?)
 			ON CONFLICT (id) DO NOTHING`},
 		{&s.stmtSavepoint, `SAVEPOINT w`},
 		{&s.stmtRelease, `RELEASE w`},
@@ -188,8 +190,8 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		stmt **sql.Stmt
 		sql  string
 	}{
-		{&s.stmtGetRun, `SELECT ` + runColumns + ` FROM runs WHERE id = ?`},
-		{&s.stmtAPIKey, `SELECT ` + apiKeyColumns + ` FROM api_keys WHERE hash = ?`},
+		{&s.stmtGetRun, `SELECT ` + sqlrow.RunColumns + ` FROM runs WHERE id = ?`},
+		{&s.stmtAPIKey, `SELECT ` + sqlrow.APIKeyColumns + ` FROM api_keys WHERE hash = ?`},
 	} {
 		if *p.stmt, err = s.r.PrepareContext(ctx, p.sql); err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
@@ -297,9 +299,15 @@ func (s *Store) closeDBs() error {
 	return nil
 }
 
-func (s *Store) check(op string) error {
-	if s.closed.Load() {
+// check returns the error call op must return before it begins, if
+// any: ErrClosed when the store is closed, else invalid, the error of the
+// call's check of its arguments (nil when they passed or it has none).
+func (s *Store) check(op string, invalid error) error {
+	switch {
+	case s.closed.Load():
 		return fmt.Errorf("sqlite: %s: %w", op, store.ErrClosed)
+	case invalid != nil:
+		return fmt.Errorf("sqlite: %s: %w", op, invalid)
 	}
 	return nil
 }
@@ -434,65 +442,34 @@ func (s *Store) commitOne(ctx context.Context, fn func(ctx context.Context, tx *
 	return nil
 }
 
-const runColumns = `id, tenant, task, model, policy, policy_hash, status, created_ns, updated_ns, finished_ns, parent_run_id, parent_seq, last_seq, last_hash, lease_owner, lease_token, lease_expires_ns, kind`
-
-type scanner interface {
-	Scan(dest ...any) error
+// each calls row for every row of rows, in order, until row fails, and
+// closes rows. The error is row's or the rows'.
+func each(rows *sql.Rows, row func(sqlrow.Scanner) error) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := row(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
-func scanRun(sc scanner) (store.Run, error) {
-	var (
-		r        store.Run
-		status   string
-		created  int64
-		updated  int64
-		finished sql.NullInt64
-		parent   sql.NullString
-		pseq     sql.NullInt64
-		lastHash []byte
-		owner    sql.NullString
-		expires  sql.NullInt64
-		kind     sql.NullString
-	)
-	if err := sc.Scan(&r.ID, &r.Tenant, &r.Task, &r.Model, &r.Policy, &r.PolicyHash, &status,
-		&created, &updated, &finished, &parent, &pseq, &r.LastSeq, &lastHash,
-		&owner, &r.LeaseToken, &expires, &kind); err != nil {
-		return r, err
+// query runs q on db and reads every row it returns with scan.
+func query[T any](ctx context.Context, db *sql.DB, scan func(sqlrow.Scanner) (T, error), q string, args ...any) ([]T, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
 	}
-	r.Kind = kind.String
-	r.LeaseOwner = owner.String
-	if owner.Valid && expires.Valid {
-		r.LeaseExpires = fromNS(expires.Int64)
+	var out []T
+	err = each(rows, func(sc sqlrow.Scanner) error {
+		v, err := scan(sc)
+		out = append(out, v)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	r.Status = event.Status(status)
-	r.Created = fromNS(created)
-	r.Updated = fromNS(updated)
-	if finished.Valid {
-		r.Finished = fromNS(finished.Int64)
-	}
-	r.ParentRunID = parent.String
-	r.ParentSeq = pseq.Int64
-	if r.Policy == nil {
-		r.Policy = []byte{}
-	}
-	if err := copyHash(&r.LastHash, lastHash); err != nil {
-		return r, fmt.Errorf("run %s: last_hash: %w", r.ID, err)
-	}
-	return r, nil
-}
-
-func fromNS(ns int64) time.Time { return time.Unix(0, ns).UTC() }
-
-func copyHash(h *event.Hash, b []byte) error {
-	if len(b) == 0 {
-		*h = event.Hash{}
-		return nil
-	}
-	if len(b) != len(h) {
-		return fmt.Errorf("%d bytes, want %d", len(b), len(h))
-	}
-	copy(h[:], b)
-	return nil
+	return out, nil
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
@@ -501,7 +478,7 @@ func nullInt(n int64, valid bool) sql.NullInt64 { return sql.NullInt64{Int64: n,
 
 // CreateRun implements store.Store.
 func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
-	if err := s.check("create run"); err != nil {
+	if err := s.check("create run", nil); err != nil {
 		return r, err
 	}
 	r, err := store.PrepareRun(r, s.now(), s.red)
@@ -522,13 +499,11 @@ func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run, first []
 	if r.ParentRunID != "" {
 		var last int64
 		err := tx.QueryRowContext(ctx, `SELECT last_seq FROM runs WHERE id = ?`, r.ParentRunID).Scan(&last)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("%w: parent run %s does not exist", store.ErrInvalid, r.ParentRunID)
-		case err != nil:
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
-		case r.ParentSeq > last:
-			return fmt.Errorf("%w: parent run %s has no event %d (its last is %d)", store.ErrInvalid, r.ParentRunID, r.ParentSeq, last)
+		}
+		if err := store.CheckParent(r, err == nil, last); err != nil {
+			return err
 		}
 	}
 	var lastSeq int64
@@ -547,28 +522,15 @@ func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run, first []
 
 // CreateRunWith implements store.Store.
 func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Event) (store.Run, []event.Event, error) {
-	if err := s.check("create run"); err != nil {
+	if err := s.check("create run", nil); err != nil {
 		return r, nil, err
 	}
-	r, err := store.PrepareRun(r, s.now(), s.red)
+	r, evs, err := store.PrepareRunWith(ctx, r, first, s.now(), s.red)
 	if err != nil {
-		return r, nil, fmt.Errorf("sqlite: create run: %w", err)
+		return r, nil, fmt.Errorf("sqlite: %w", err)
 	}
-	if len(first) == 0 {
-		return r, nil, fmt.Errorf("sqlite: create run %s: %w: no first events", r.ID, store.ErrInvalid)
-	}
-	evs, err := store.PrepareDrafts(r.ID, 1, first, s.now(), s.red)
-	if err != nil {
-		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
-	}
-	// A new run has lease token 0: as appendIn, refuse a writer fenced
-	// by another, here before the write, as the token needs no reading.
-	if err := store.CheckFence(ctx, r.ID, 0); err != nil {
-		return r, nil, fmt.Errorf("sqlite: create run %s: %w", r.ID, err)
-	}
-	// A new log: its first events are sealed here, and the run row holds
-	// its tail from the start (appendIn would read and update it).
-	event.SealChain(r.ID, 0, event.Hash{}, evs)
+	// The run row holds its log's tail from the start (appendIn would
+	// read and update it).
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.insertRun(ctx, tx, r, evs); err != nil {
 			return err
@@ -594,10 +556,10 @@ func (s *Store) CreateRunWith(ctx context.Context, r store.Run, first []event.Ev
 
 // GetRun implements store.Store.
 func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
-	if err := s.check("get run"); err != nil {
+	if err := s.check("get run", store.CheckRunID(id)); err != nil {
 		return store.Run{}, err
 	}
-	r, err := scanRun(s.stmtGetRun.QueryRowContext(ctx, id))
+	r, err := sqlrow.ScanRun(s.stmtGetRun.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -609,68 +571,12 @@ func (s *Store) GetRun(ctx context.Context, id string) (store.Run, error) {
 
 // ListRuns implements store.Store.
 func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, error) {
-	if err := s.check("list runs"); err != nil {
+	q, args, err := sqlrow.ListRuns(f, schema.SQLite)
+	if err := s.check("list runs", err); err != nil {
 		return nil, err
 	}
-	f, err := store.ValidateFilter(f)
+	out, err := query(ctx, s.r, sqlrow.ScanRun, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list runs: %w", err)
-	}
-	var (
-		q    strings.Builder
-		args []any
-	)
-	q.WriteString(`SELECT ` + runColumns + ` FROM runs WHERE 1 = 1`)
-	if f.Tenant != "" {
-		q.WriteString(` AND tenant = ?`)
-		args = append(args, f.Tenant)
-	}
-	switch f.Kind {
-	case store.KindAgent:
-		q.WriteString(` AND kind IS NULL`)
-	case store.KindAny:
-	default:
-		q.WriteString(` AND kind = ?`)
-		args = append(args, f.Kind)
-	}
-	if len(f.Statuses) > 0 {
-		q.WriteString(` AND status IN (?` + strings.Repeat(`, ?`, len(f.Statuses)-1) + `)`)
-		for _, st := range f.Statuses {
-			args = append(args, string(st))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(f.Metadata)) {
-		q.WriteString(` AND EXISTS (SELECT 1 FROM run_metadata m WHERE m.run_id = runs.id AND m.key = ? AND m.value = ?)`)
-		args = append(args, k, f.Metadata[k])
-	}
-	order := ` ORDER BY id`
-	if f.After != "" {
-		if f.Desc {
-			q.WriteString(` AND id < ?`)
-		} else {
-			q.WriteString(` AND id > ?`)
-		}
-		args = append(args, f.After)
-	}
-	if f.Desc {
-		order += ` DESC`
-	}
-	q.WriteString(order + ` LIMIT ?`)
-	args = append(args, f.Limit)
-	rows, err := s.r.QueryContext(ctx, q.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: list runs: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Run
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: list runs: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list runs: %w", err)
 	}
 	return out, nil
@@ -678,11 +584,14 @@ func (s *Store) ListRuns(ctx context.Context, f store.RunFilter) ([]store.Run, e
 
 // UpdateRunStatus implements store.Store.
 func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.Status) (store.Run, error) {
-	if err := s.check("update run status"); err != nil {
+	if err := s.check("update run status", nil); err != nil {
 		return store.Run{}, err
 	}
 	if err := event.CheckTransition(from, to); err != nil {
 		return store.Run{}, fmt.Errorf("sqlite: run %s: %w", clip(id), err)
+	}
+	if err := store.CheckRunID(id); err != nil {
+		return store.Run{}, fmt.Errorf("sqlite: update run status: %w", err)
 	}
 	var r store.Run
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -690,7 +599,7 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 			return err
 		}
 		var err error
-		r, err = scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+		r, err = sqlrow.ScanRun(tx.QueryRowContext(ctx, `SELECT `+sqlrow.RunColumns+` FROM runs WHERE id = ?`, id))
 		return err
 	})
 	if err != nil {
@@ -741,7 +650,7 @@ func (s *Store) AppendStatus(ctx context.Context, runID string, next int64, from
 // appendStatus appends drafts and, when to is not empty, changes the status,
 // in one transaction.
 func (s *Store) appendStatus(ctx context.Context, runID string, next int64, from, to event.Status, drafts []event.Event) (store.Run, []event.Event, error) {
-	if err := s.check("append"); err != nil {
+	if err := s.check("append", nil); err != nil {
 		return store.Run{}, nil, err
 	}
 	// Redaction and canonical JSON are the costly part; they need no lock.
@@ -772,21 +681,17 @@ func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int
 		token    int64
 	)
 	err := tx.StmtContext(ctx, s.stmtTail).QueryRowContext(ctx, runID).Scan(&lastSeq, &lastHash, &status, &token)
-	if err == nil {
-		// The fence first: a worker that lost its lease must stop,
-		// not re-read the tail and retry.
-		err = store.CheckFence(ctx, runID, token)
-	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return store.Run{}, store.ErrNotFound
 	case err != nil:
 		return store.Run{}, err
-	case lastSeq+1 != next:
-		return store.Run{}, &store.AppendConflictError{RunID: runID, Want: next, Got: lastSeq + 1}
+	}
+	if err := store.CheckTail(ctx, runID, next, lastSeq, token); err != nil {
+		return store.Run{}, err
 	}
 	var prev event.Hash
-	if err := copyHash(&prev, lastHash); err != nil {
+	if err := sqlrow.CopyHash(&prev, lastHash); err != nil {
 		return store.Run{}, fmt.Errorf("last_hash: %w", err)
 	}
 	event.SealChain(runID, lastSeq, prev, evs)
@@ -811,7 +716,7 @@ func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int
 	if err := s.setStatus(ctx, tx, runID, from, to); err != nil {
 		return store.Run{}, err
 	}
-	return scanRun(tx.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, runID))
+	return sqlrow.ScanRun(tx.QueryRowContext(ctx, `SELECT `+sqlrow.RunColumns+` FROM runs WHERE id = ?`, runID))
 }
 
 // readLease reads run runID's lease state inside tx.
@@ -840,11 +745,8 @@ func setLease(ctx context.Context, tx *sql.Tx, l store.Lease) error {
 
 // AcquireLease implements store.Store.
 func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.Duration) (store.Lease, error) {
-	if err := s.check("acquire lease"); err != nil {
+	if err := s.check("acquire lease", store.ValidateLease(runID, owner, 1, ttl)); err != nil {
 		return store.Lease{}, err
-	}
-	if err := store.ValidateLease(runID, owner, 1, ttl); err != nil {
-		return store.Lease{}, fmt.Errorf("sqlite: acquire lease: %w", err)
 	}
 	var l store.Lease
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -865,11 +767,8 @@ func (s *Store) AcquireLease(ctx context.Context, runID, owner string, ttl time.
 
 // RenewLease implements store.Store.
 func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64, ttl time.Duration) (store.Lease, error) {
-	if err := s.check("renew lease"); err != nil {
+	if err := s.check("renew lease", store.ValidateLease(runID, owner, token, ttl)); err != nil {
 		return store.Lease{}, err
-	}
-	if err := store.ValidateLease(runID, owner, token, ttl); err != nil {
-		return store.Lease{}, fmt.Errorf("sqlite: renew lease: %w", err)
 	}
 	var l store.Lease
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -890,11 +789,8 @@ func (s *Store) RenewLease(ctx context.Context, runID, owner string, token int64
 
 // ReleaseLease implements store.Store.
 func (s *Store) ReleaseLease(ctx context.Context, runID, owner string, token int64) error {
-	if err := s.check("release lease"); err != nil {
+	if err := s.check("release lease", store.ValidateLease(runID, owner, token, 1)); err != nil {
 		return err
-	}
-	if err := store.ValidateLease(runID, owner, token, 1); err != nil {
-		return fmt.Errorf("sqlite: release lease: %w", err)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if _, err := readLease(ctx, tx, runID); err != nil {
@@ -938,49 +834,14 @@ func (s *Store) insertEvents(ctx context.Context, tx *sql.Tx, evs []event.Event)
 	return nil
 }
 
-const eventColumns = `run_id, seq, type, time_ns, payload, prev_hash, hash`
-
-func scanEvent(sc scanner) (event.Event, error) {
-	var (
-		e          event.Event
-		typ        string
-		ns         int64
-		prev, hash []byte
-	)
-	if err := sc.Scan(&e.RunID, &e.Seq, &typ, &ns, (*[]byte)(&e.Payload), &prev, &hash); err != nil {
-		return e, err
-	}
-	e.Type = event.Type(typ)
-	e.Time = fromNS(ns)
-	if err := copyHash(&e.PrevHash, prev); err != nil {
-		return e, fmt.Errorf("seq %d: prev_hash: %w", e.Seq, err)
-	}
-	if err := copyHash(&e.Hash, hash); err != nil {
-		return e, fmt.Errorf("seq %d: hash: %w", e.Seq, err)
-	}
-	return e, nil
-}
-
 // Events implements store.Store.
 func (s *Store) Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error) {
-	if err := s.check("events"); err != nil {
+	if err := s.check("events", store.CheckRunID(runID)); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?`,
+	out, err := query(ctx, s.r, sqlrow.ScanEvent, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = ? AND seq >= ? ORDER BY seq LIMIT ?`,
 		runID, from, store.PageLimit(limit))
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
-	}
-	defer rows.Close()
-	var out []event.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: run %s: events: %w", clip(runID), err)
 	}
 	if len(out) == 0 {
@@ -993,10 +854,10 @@ func (s *Store) Events(ctx context.Context, runID string, from int64, limit int)
 
 // LastEvent implements store.Store.
 func (s *Store) LastEvent(ctx context.Context, runID string) (event.Event, error) {
-	if err := s.check("last event"); err != nil {
+	if err := s.check("last event", store.CheckRunID(runID)); err != nil {
 		return event.Event{}, err
 	}
-	e, err := scanEvent(s.r.QueryRowContext(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1`, runID))
+	e, err := sqlrow.ScanEvent(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.EventColumns+` FROM events WHERE run_id = ? ORDER BY seq DESC LIMIT 1`, runID))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 		if xerr := s.exists(ctx, runID); xerr != nil {
@@ -1022,7 +883,7 @@ func (s *Store) exists(ctx context.Context, id string) error {
 
 // PutArtifact implements store.Store.
 func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifact, error) {
-	if err := s.check("put artifact"); err != nil {
+	if err := s.check("put artifact", nil); err != nil {
 		return a, err
 	}
 	a, err := store.PrepareArtifact(a, s.now())
@@ -1030,11 +891,11 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 		return a, fmt.Errorf("sqlite: put artifact: %w", err)
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		old, err := scanArtifact(tx.QueryRowContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, a.RunID, a.Name))
+		old, err := sqlrow.ScanArtifact(tx.QueryRowContext(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, a.RunID, a.Name))
 		switch {
 		case err == nil:
-			if old.Digest != a.Digest || old.Size != a.Size || old.MediaType != a.MediaType {
-				return fmt.Errorf("%w with another digest, size or media type", store.ErrExists)
+			if err := store.SameArtifact(old, a); err != nil {
+				return err
 			}
 			a = old
 			return nil
@@ -1048,7 +909,7 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 		case err != nil:
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+artifactColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
+		_, err = tx.ExecContext(ctx, `INSERT INTO artifacts (`+sqlrow.ArtifactColumns+`) VALUES (?, ?, ?, ?, ?, ?)`,
 			a.RunID, a.Name, a.Digest, a.Size, a.MediaType, a.Created.UnixNano())
 		return err
 	})
@@ -1058,26 +919,12 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact) (store.Artifa
 	return a, nil
 }
 
-const artifactColumns = `run_id, name, digest, size, media_type, created_ns`
-
-func scanArtifact(sc scanner) (store.Artifact, error) {
-	var (
-		a  store.Artifact
-		ns int64
-	)
-	if err := sc.Scan(&a.RunID, &a.Name, &a.Digest, &a.Size, &a.MediaType, &ns); err != nil {
-		return a, err
-	}
-	a.Created = fromNS(ns)
-	return a, nil
-}
-
 // GetArtifact implements store.Store.
 func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Artifact, error) {
-	if err := s.check("get artifact"); err != nil {
+	if err := s.check("get artifact", store.CheckArtifactKey(runID, name)); err != nil {
 		return store.Artifact{}, err
 	}
-	a, err := scanArtifact(s.r.QueryRowContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, runID, name))
+	a, err := sqlrow.ScanArtifact(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = ? AND name = ?`, runID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -1089,23 +936,11 @@ func (s *Store) GetArtifact(ctx context.Context, runID, name string) (store.Arti
 
 // ListArtifacts implements store.Store.
 func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifact, error) {
-	if err := s.check("list artifacts"); err != nil {
+	if err := s.check("list artifacts", store.CheckRunID(runID)); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+artifactColumns+` FROM artifacts WHERE run_id = ? ORDER BY name`, runID)
+	out, err := query(ctx, s.r, sqlrow.ScanArtifact, `SELECT `+sqlrow.ArtifactColumns+` FROM artifacts WHERE run_id = ? ORDER BY name`, runID)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: run %s: list artifacts: %w", clip(runID), err)
-	}
-	defer rows.Close()
-	var out []store.Artifact
-	for rows.Next() {
-		a, err := scanArtifact(rows)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: run %s: list artifacts: %w", clip(runID), err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: run %s: list artifacts: %w", clip(runID), err)
 	}
 	if len(out) == 0 {
@@ -1117,10 +952,4 @@ func (s *Store) ListArtifacts(ctx context.Context, runID string) ([]store.Artifa
 }
 
 // clip shortens an untrusted id quoted in an error message.
-func clip(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
-	}
-	return s
-}
+func clip(s string) string { return store.Clip(s) }

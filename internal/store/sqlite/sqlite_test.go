@@ -49,31 +49,37 @@ func openAt(t testing.TB, path string, r store.Redactor) *sqlite.Store {
 	return s
 }
 
-func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Factory{
-		New: func(t *testing.T, r store.Redactor) store.Store {
-			return openAt(t, filepath.Join(t.TempDir(), "airlock.db"), r)
-		},
-		Reopen: func(t *testing.T, s store.Store) store.Store {
-			return openAt(t, s.(*sqlite.Store).Path(), store.NoRedaction)
-		},
-		NewAt: func(t *testing.T, now func() time.Time) store.Store {
-			path := filepath.Join(t.TempDir(), "airlock.db")
-			s, err := sqlite.Open(context.Background(), path, sqlite.Options{Redactor: store.NoRedaction, Now: now})
-			if err != nil {
-				t.Fatalf("Open(%s) = %v", path, err)
-			}
-			return s
-		},
-		Tamper: func(t *testing.T, s store.Store, runID string, seq int64, payload []byte) {
-			db := rawDB(t, s.(*sqlite.Store).Path())
-			res, err := db.Exec(`UPDATE events SET payload = ? WHERE run_id = ? AND seq = ?`, payload, runID, seq)
-			if n, _ := res.RowsAffected(); err != nil || n != 1 {
-				t.Fatalf("tamper: %v (%d rows)", err, n)
-			}
-		},
-	})
+// factory makes stores for the conformance suite and the benchmarks, each
+// on a file of its own in the test's temporary directory.
+var factory = storetest.Factory{
+	New: func(t testing.TB, r store.Redactor) store.Store {
+		return openAt(t, filepath.Join(t.TempDir(), "airlock.db"), r)
+	},
+	Reopen: func(t *testing.T, s store.Store) store.Store {
+		return openAt(t, s.(*sqlite.Store).Path(), store.NoRedaction)
+	},
+	NewAt: func(t *testing.T, now func() time.Time) store.Store {
+		path := filepath.Join(t.TempDir(), "airlock.db")
+		s, err := sqlite.Open(context.Background(), path, sqlite.Options{Redactor: store.NoRedaction, Now: now})
+		if err != nil {
+			t.Fatalf("Open(%s) = %v", path, err)
+		}
+		return s
+	},
+	Tamper: func(t *testing.T, s store.Store, runID string, seq int64, payload []byte) {
+		db := rawDB(t, s.(*sqlite.Store).Path())
+		res, err := db.Exec(`UPDATE events SET payload = ? WHERE run_id = ? AND seq = ?`, payload, runID, seq)
+		if n, _ := res.RowsAffected(); err != nil || n != 1 {
+			t.Fatalf("tamper: %v (%d rows)", err, n)
+		}
+	},
 }
+
+func TestConformance(t *testing.T) { storetest.Run(t, factory) }
+
+// BenchmarkStore: on a file with synchronous=FULL, every write is one
+// fsync'd commit.
+func BenchmarkStore(b *testing.B) { storetest.Bench(b, factory) }
 
 // rawDB opens the file with the plain driver, bypassing the store.
 func rawDB(t *testing.T, path string) *sql.DB {

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -8,34 +9,12 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
-
-const apiKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
-
-func scanAPIKey(sc scanner) (store.APIKey, error) {
-	var (
-		k                 store.APIKey
-		scopes            string
-		created           int64
-		lastUsed, revoked sql.NullInt64
-	)
-	if err := sc.Scan(&k.ID, &k.Tenant, &k.Name, &scopes, &k.Hash, &created, &lastUsed, &revoked); err != nil {
-		return k, err
-	}
-	k.Scopes = store.SplitScopes(scopes)
-	k.CreatedAt = fromNS(created)
-	if lastUsed.Valid {
-		k.LastUsedAt = fromNS(lastUsed.Int64)
-	}
-	if revoked.Valid {
-		k.RevokedAt = fromNS(revoked.Int64)
-	}
-	return k, nil
-}
 
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("create tenant"); err != nil {
+	if err := s.check("create tenant", nil); err != nil {
 		return store.Tenant{}, err
 	}
 	tn, err := store.PrepareTenant(name, s.now())
@@ -71,48 +50,26 @@ func oneRow(res sql.Result, none error) error {
 
 // GetTenant implements store.Store.
 func (s *Store) GetTenant(ctx context.Context, name string) (store.Tenant, error) {
-	if err := s.check("get tenant"); err != nil {
+	if err := s.check("get tenant", store.ValidateTenantName(name)); err != nil {
 		return store.Tenant{}, err
 	}
-	if err := store.ValidateTenantName(name); err != nil {
-		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
-	}
-	tn := store.Tenant{Name: name}
-	var ns int64
-	err := s.r.QueryRowContext(ctx, `SELECT created_ns FROM tenants WHERE name = ?`, name).Scan(&ns)
+	tn, err := sqlrow.ScanTenant(s.r.QueryRowContext(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.TenantNotFound(name)
 	}
 	if err != nil {
 		return store.Tenant{}, fmt.Errorf("sqlite: get tenant: %w", err)
 	}
-	tn.CreatedAt = fromNS(ns)
 	return tn, nil
 }
 
 // ListTenants implements store.Store.
 func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
-	if err := s.check("list tenants"); err != nil {
+	if err := s.check("list tenants", nil); err != nil {
 		return nil, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT name, created_ns FROM tenants ORDER BY name`)
+	out, err := query(ctx, s.r, sqlrow.ScanTenant, `SELECT `+sqlrow.TenantColumns+` FROM tenants ORDER BY name`)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: list tenants: %w", err)
-	}
-	defer rows.Close()
-	var out []store.Tenant
-	for rows.Next() {
-		var (
-			tn store.Tenant
-			ns int64
-		)
-		if err := rows.Scan(&tn.Name, &ns); err != nil {
-			return nil, fmt.Errorf("sqlite: list tenants: %w", err)
-		}
-		tn.CreatedAt = fromNS(ns)
-		out = append(out, tn)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: list tenants: %w", err)
 	}
 	return out, nil
@@ -120,7 +77,7 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 
 // CreateAPIKey implements store.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
-	if err := s.check("create API key"); err != nil {
+	if err := s.check("create API key", nil); err != nil {
 		return err
 	}
 	k, err := store.PrepareAPIKey(k, s.now(), s.red)
@@ -136,7 +93,7 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 			return err
 		}
 		// DO NOTHING on either unique key: the id, or the hash.
-		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+apiKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
+		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+sqlrow.APIKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
 			ON CONFLICT DO NOTHING`,
 			k.ID, k.Tenant, k.Name, store.JoinScopes(k.Scopes), k.Hash, k.CreatedAt.UnixNano())
 		if err != nil {
@@ -152,18 +109,15 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 
 // APIKeyByHash implements store.Store.
 func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, error) {
-	if err := s.check("find API key"); err != nil {
+	if err := s.check("find API key", store.ValidateAPIKeyHash(hash)); err != nil {
 		return store.APIKey{}, err
-	}
-	if err := store.ValidateAPIKeyHash(hash); err != nil {
-		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return store.APIKey{}, fmt.Errorf("sqlite: find API key: %w", err)
 	}
 	// A point lookup on every request: not worth the driver's goroutine
 	// that would watch a cancellable ctx (see write).
-	k, err := scanAPIKey(s.stmtAPIKey.QueryRowContext(context.WithoutCancel(ctx), hash))
+	k, err := sqlrow.ScanAPIKey(s.stmtAPIKey.QueryRowContext(context.WithoutCancel(ctx), hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
@@ -175,13 +129,10 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 
 // ListAPIKeys implements store.Store.
 func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	if err := s.check("list API keys"); err != nil {
+	if err := s.check("list API keys", store.ValidateTenantName(tenant)); err != nil {
 		return nil, err
 	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return nil, fmt.Errorf("sqlite: list API keys: %w", err)
-	}
-	out, err := s.apiKeys(ctx, tenant)
+	out, err := query(ctx, s.r, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
 		// Tenants are never deleted: one that exists now existed when
 		// the keys were read.
@@ -197,33 +148,10 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 	return out, nil
 }
 
-func (s *Store) apiKeys(ctx context.Context, tenant string) ([]store.APIKey, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+apiKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.APIKey
-	for rows.Next() {
-		k, err := scanAPIKey(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
-}
-
 // RevokeAPIKey implements store.Store.
 func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
-	if err := s.check("revoke API key"); err != nil {
+	if err := s.check("revoke API key", cmp.Or(store.ValidateTenantName(tenant), store.ValidateAPIKeyID(id))); err != nil {
 		return err
-	}
-	if err := store.ValidateTenantName(tenant); err != nil {
-		return fmt.Errorf("sqlite: revoke API key: %w", err)
-	}
-	if err := store.ValidateAPIKeyID(id); err != nil {
-		return fmt.Errorf("sqlite: revoke API key: %w", err)
 	}
 	now := s.now().UTC()
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -244,11 +172,8 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 
 // TouchAPIKey implements store.Store.
 func (s *Store) TouchAPIKey(ctx context.Context, id string, at time.Time) error {
-	if err := s.check("touch API key"); err != nil {
+	if err := s.check("touch API key", store.ValidateTouch(id, at)); err != nil {
 		return err
-	}
-	if err := store.ValidateTouch(id, at); err != nil {
-		return fmt.Errorf("sqlite: touch API key: %w", err)
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		ns := at.UnixNano()

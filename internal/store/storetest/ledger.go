@@ -125,6 +125,7 @@ func testLedgerDebitRetry(t *testing.T, f Factory) {
 	other.Amount = 401
 	_, err := s.AddLedgerEntry(ctx, other)
 	wantErr(t, "AddLedgerEntry(same run and seq, another amount)", err, store.ErrExists)
+	wantNames(t, "AddLedgerEntry(same run and seq, another amount)", err, "acme", store.LedgerDebit)
 	// Grants are not idempotent: each adds a row.
 	g2 := addEntry(t, s, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 1000})
 	wantBalance(t, s, "acme", 1000-400+1000)

@@ -2,9 +2,10 @@
 // implementation runs it from its own tests, against a real database
 // (containerd's snapshotter suite is the model).
 //
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Factory{New: newStore, Reopen: reopen, Tamper: tamper})
-//	}
+//	var factory = storetest.Factory{New: newStore, Reopen: reopen, Tamper: tamper}
+//
+//	func TestConformance(t *testing.T) { storetest.Run(t, factory) }
+//	func BenchmarkStore(b *testing.B)  { storetest.Bench(b, factory) }
 //
 // Importers: tests only (of the store implementations).
 package storetest
@@ -29,8 +30,8 @@ import (
 // Factory tells the suite how to get stores.
 type Factory struct {
 	// New returns a new, empty store that redacts with r. The suite closes
-	// it when the test ends.
-	New func(t *testing.T, r store.Redactor) store.Store
+	// it when the test ends (Bench: when the benchmark ends).
+	New func(t testing.TB, r store.Redactor) store.Store
 	// Reopen returns another, independent handle on the database behind s,
 	// as a second process would open it; s may be open or closed. The suite
 	// closes it. Optional: the tests that need it are skipped when nil.
@@ -77,6 +78,7 @@ func Run(t *testing.T, f Factory) {
 		{"TwoHandles", testTwoHandles},
 		{"Tamper", testTamper},
 		{"Closed", testClosed},
+		{"Text", testText},
 		{"Lease", testLease},
 		{"LeaseTakeover", testLeaseTakeover},
 		{"LeaseLapsed", testLeaseLapsed},
@@ -242,6 +244,18 @@ func wantErr(t *testing.T, what string, err, target error) {
 	}
 }
 
+// wantNames fails unless err's text names each of names: an error says
+// what its call was writing (the run, the artifact, the tenant...), also
+// when the store refused it half-way.
+func wantNames(t *testing.T, what string, err error, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		if err == nil || !strings.Contains(err.Error(), n) {
+			t.Errorf("%s = %v, want an error naming %q", what, err, n)
+		}
+	}
+}
+
 // testCreateRunWith: a run and its first events are stored together or not
 // at all.
 func testCreateRunWith(t *testing.T, f Factory) {
@@ -366,6 +380,8 @@ func testCreateRunInvalid(t *testing.T, f Factory) {
 		{"final status", func(r *store.Run) { r.Status = event.StatusCompleted }},
 		{"task not UTF-8", func(r *store.Run) { r.Task = "\xff" }},
 		{"task too long", func(r *store.Run) { r.Task = strings.Repeat("x", store.MaxTaskLen+1) }},
+		{"created out of range", func(r *store.Run) { r.Created = time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC) }},
+		{"updated out of range", func(r *store.Run) { r.Updated = time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC) }},
 		{"model control char", func(r *store.Run) { r.Model = "a\nb" }},
 		{"policy too large", func(r *store.Run) { r.Policy = make([]byte, store.MaxPolicyLen+1) }},
 		{"parent seq alone", func(r *store.Run) { r.ParentSeq = 1 }},
@@ -1004,6 +1020,7 @@ func testArtifacts(t *testing.T, f Factory) {
 	}
 	_, err = s.PutArtifact(ctx, store.Artifact{RunID: r.ID, Name: "patch", Digest: "sha256:" + strings.Repeat("cd", 32), Size: 42})
 	wantErr(t, "PutArtifact(same name, other digest)", err, store.ErrExists)
+	wantNames(t, "PutArtifact(same name, other digest)", err, r.ID, "patch")
 
 	read, err := s.GetArtifact(ctx, r.ID, "patch")
 	if err != nil || !reflect.DeepEqual(read, got) {
@@ -1030,6 +1047,7 @@ func testArtifacts(t *testing.T, f Factory) {
 		{RunID: r.ID, Name: "x", Digest: "sha256:" + strings.Repeat("AB", 32)},
 		{RunID: r.ID, Name: "x", Digest: digest, Size: -1},
 		{RunID: "x", Name: "x", Digest: digest},
+		{RunID: r.ID, Name: "x", Digest: digest, Created: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)},
 	} {
 		_, err := s.PutArtifact(ctx, bad)
 		wantErr(t, fmt.Sprintf("PutArtifact(%+v)", bad), err, store.ErrInvalid)
