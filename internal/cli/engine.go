@@ -247,7 +247,7 @@ type runNetwork struct {
 	llm *llmHub
 }
 
-func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
+func (n *runNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
 	if len(a.Policy) == 0 {
 		return func() {}, nil
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -49,7 +48,7 @@ type Options struct {
 	// any egress; nil gives every sandbox no network at all. Attachments
 	// carry the sandbox's id as the run id ("e2b-" + id), its tenant,
 	// and its template's policy document.
-	Network engine.Network
+	Network sandbox.Network
 	// TrustTenantPolicies lets templates name host resources (see
 	// policy.Document.HostResources); only for a server whose tenants are all trusted
 	// with the host.

@@ -16,8 +16,8 @@
 // incomplete step in a sandbox restored from the last snapshot, and never
 // asks the model again for a turn it recorded.
 //
-// Importers: host wiring (internal/cli), the API (internal/server and its
-// test server internal/server/servertest) and the E2B API (internal/e2b).
+// Importers: host wiring (internal/cli) and the API (internal/server and
+// its test server internal/server/servertest).
 package engine
 
 import (
@@ -60,8 +60,12 @@ type Options struct {
 	// rate limits, tracing; tests slow a model down with it).
 	WrapProvider func(model.Provider) model.Provider
 	// Network, when not nil, gives a sandbox its network before it is
-	// created (an egress proxy under the run's policy).
-	Network Network
+	// created (an egress proxy under the run's policy). Of its
+	// attachment's hooks, Ask is the run's network approvals (network.go),
+	// and Audit and Log append to the run's log under the drive's lease;
+	// an egress decision that cannot be recorded stops the drive (see
+	// driver.audit).
+	Network sandbox.Network
 	// Tools are host tools added to every run's registry beside the
 	// sandbox tools and finish (the bridge's tools, approvals...). A tool
 	// whose External method returns true changes the world outside the
@@ -114,34 +118,6 @@ type ProviderSpec struct {
 	// Attempts bounds the tries of one call, the first included; zero
 	// means the provider's default.
 	Attempts int
-}
-
-// Network attaches a sandbox to the run's network policy.
-type Network interface {
-	// Attach prepares the network of a sandbox about to be created: it may
-	// set spec.ID, spec.Network, spec.ProxySocket and spec.TrustedCAs, and
-	// report every egress decision through audit. The returned function
-	// releases what Attach set up, after the sandbox is gone.
-	Attach(ctx context.Context, a Attachment) (release func(), err error)
-}
-
-// Attachment is one sandbox's request for a network.
-type Attachment struct {
-	RunID   string
-	Tenant  string
-	Sandbox string
-	// Policy is the run's resolved policy document.
-	Policy []byte
-	Spec   *sandbox.Spec
-	Audit  func(event.EgressDecision)
-	// Ask decides a request to host:port that the network policy answers
-	// with ask: a pending approval a person decides on (see network.go).
-	// It blocks until the decision, the hold's end, or ctx's end.
-	Ask func(ctx context.Context, host string, port int) (bool, error)
-	// Log appends events of a host channel to the run's log (the LLM
-	// gateway's llm.call and budget.exhausted) and returns the seq of the
-	// first. A budget.exhausted ends the run at its next boundary.
-	Log func(ctx context.Context, ps ...event.Payload) (seq int64, err error)
 }
 
 // PolicyHook decides whether a proposed tool call may run: allow, deny,

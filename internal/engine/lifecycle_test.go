@@ -13,6 +13,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -541,7 +542,7 @@ turns:
 // sandbox, as a proxy would after a download.
 type fakeNetwork struct{ bytes int64 }
 
-func (f *fakeNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
+func (f *fakeNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
 	a.Audit(event.EgressDecision{Decision: "allowed", Method: "GET", Host: "example.test", Port: 443, BytesIn: f.bytes})
 	return func() {}, nil
 }

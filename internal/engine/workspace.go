@@ -263,7 +263,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	release := func() {}
 	if d.e.o.Network != nil {
 		spec.ID = sandbox.NewID()
-		rel, err := d.e.o.Network.Attach(ctx, Attachment{RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
+		rel, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
 			Audit: func(ed event.EgressDecision) {
 				ed.Sandbox = name
 				_ = d.append(context.Background(), ed)
