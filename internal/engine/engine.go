@@ -69,7 +69,8 @@ type Options struct {
 	// Tools are host tools added to every run's registry beside the
 	// sandbox tools and finish (the bridge's tools, approvals...). A tool
 	// whose External method returns true changes the world outside the
-	// run's sandboxes: recovery never repeats it blindly.
+	// run's sandboxes: recovery never repeats it blindly. New refuses a
+	// tool the registry refuses (a duplicate name, no answer).
 	Tools []tools.Tool
 	// Policy decides each tool call; nil allows every call.
 	Policy PolicyHook
@@ -132,12 +133,11 @@ type PolicyQuery struct {
 	// Usage and Elapsed are the run's so far.
 	Usage   event.Usage
 	Elapsed time.Duration
-	// Call is the proposed call, its arguments without the sandbox
-	// selector; Sandbox names the sandbox a sandbox tool acts in.
-	Call    model.ToolCall
-	Sandbox string
-	// External says the tool changes the world outside the run.
-	External bool
+	// Call is the proposed call, resolved: the policy judges its Input
+	// (the arguments without the sandbox selector), the Sandbox it acts
+	// in, and whether its tool is External (changes the world outside
+	// the run).
+	Call tools.Call
 }
 
 // Progress reports a running tool call, or a model call (CallID "model").
@@ -153,6 +153,9 @@ type Progress struct {
 // one goroutine at a time.
 type Engine struct {
 	o Options
+	// tools are the tools every run has, without a run's limits: what a
+	// run's fold asks of a tool (Mutating) does not depend on them.
+	tools *tools.Registry
 	// active holds the runs this process drives.
 	active sync.Map
 	// draining is closed by Drain: drives stop at their next step
@@ -255,7 +258,13 @@ func New(o Options) (*Engine, error) {
 	default:
 		return nil, fmt.Errorf("engine: ApprovalOnTimeout %q: want deny or allow", o.ApprovalOnTimeout)
 	}
-	return &Engine{o: o, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
+	reg := tools.Default(tools.Limits{})
+	for _, t := range o.Tools {
+		if err := reg.Register(t); err != nil {
+			return nil, fmt.Errorf("engine: Tools: %w", err)
+		}
+	}
+	return &Engine{o: o, tools: reg, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
 }
 
 // Request asks for a new run.
@@ -645,6 +654,7 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 		return Outcome{}, err
 	}
 	d := newDriver(e, r, st)
+	d.fence, d.fenced = store.FenceFrom(ctx)
 	host := hostID()
 	var first event.Payload
 	switch {
@@ -681,7 +691,7 @@ func (e *Engine) load(ctx context.Context, r store.Run) (*state, []event.Event, 
 	if err := agentRun(r); err != nil {
 		return nil, nil, err
 	}
-	st := newState(r.ID)
+	st := newState(r.ID, e.tools)
 	if r.ParentRunID != "" {
 		if err := e.history(ctx, st, r.ParentRunID, r.ParentSeq, 0); err != nil {
 			return nil, nil, err

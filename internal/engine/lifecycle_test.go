@@ -283,6 +283,7 @@ func (n notifyTool) Spec() model.ToolSpec {
 	return model.ToolSpec{Name: "notify", Description: "Send a message.", Schema: json.RawMessage(`{"type":"object"}`)}
 }
 func (notifyTool) Place() tools.Place { return tools.PlaceHost }
+func (notifyTool) Mutating() bool     { return false }
 func (notifyTool) External() bool     { return true }
 func (n notifyTool) Run(context.Context, tools.Env, json.RawMessage) (tools.Result, error) {
 	n.calls.Add(1)

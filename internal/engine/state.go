@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // state is what the loop knows about a run. It is a fold of the run's
@@ -54,10 +55,11 @@ type state struct {
 	// LLM gateway) that found its budget spent; the loop ends the run at
 	// its next boundary.
 	spent *event.BudgetExhausted
-	// net holds the run's network approvals by id; netDest the latest
-	// one of each destination ("host:port").
-	net     map[string]*approval
-	netDest map[string]*approval
+	// net holds the run's network approvals.
+	net netApprovals
+	// tools are the tools the engine gives runs (without their limits):
+	// whether a started call may change its sandbox is its tool's answer.
+	tools *tools.Registry
 
 	// recoveries counts the recoveries (run.resumed, reason recovery) since
 	// the run last made progress (a model turn, a snapshot, a
@@ -140,10 +142,52 @@ func (s *state) openApprovals() []*approval {
 	return out
 }
 
-// openNet returns the undecided network approvals, oldest first.
-func (s *state) openNet() []*approval {
+// netApprovals are a run's network approvals: by id, and the latest of
+// each destination ("host:port"). The loop's state keeps them for the
+// run's listings, and the driver a copy for the egress proxy's asks
+// (driver.shared), both from the same events.
+type netApprovals struct {
+	byID   map[string]*approval
+	byDest map[string]*approval
+}
+
+// requested adds the approval p asks for, at time at.
+func (n *netApprovals) requested(p event.ApprovalRequested, at time.Time) {
+	if n.byID == nil {
+		n.byID, n.byDest = map[string]*approval{}, map[string]*approval{}
+	}
+	a := &approval{req: p, Requested: at}
+	n.byID[p.ApprovalID], n.byDest[p.Destination] = a, a
+}
+
+// decided records decision p, if it is on an undecided approval of n.
+func (n *netApprovals) decided(p event.ApprovalDecided) {
+	if a := n.byID[p.ApprovalID]; a != nil && a.Decision == "" {
+		a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
+	}
+}
+
+// get returns approval id (the zero approval when there is none).
+func (n *netApprovals) get(id string) approval {
+	if a := n.byID[id]; a != nil {
+		return *a
+	}
+	return approval{}
+}
+
+// latest returns the latest approval asked for dest (the zero approval
+// when there is none).
+func (n *netApprovals) latest(dest string) approval {
+	if a := n.byDest[dest]; a != nil {
+		return *a
+	}
+	return approval{}
+}
+
+// open returns the undecided approvals, oldest first.
+func (n *netApprovals) open() []*approval {
 	var out []*approval
-	for _, a := range s.net {
+	for _, a := range n.byID {
 		if a.Decision == "" {
 			out = append(out, a)
 		}
@@ -152,13 +196,32 @@ func (s *state) openNet() []*approval {
 	return out
 }
 
-func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{},
-		net: map[string]*approval{}, netDest: map[string]*approval{}}
+// clone returns a copy of n that shares nothing with it.
+func (n *netApprovals) clone() netApprovals {
+	c := netApprovals{byID: map[string]*approval{}, byDest: map[string]*approval{}}
+	for id, a := range n.byID {
+		b := *a
+		c.byID[id] = &b
+	}
+	for dest, a := range n.byDest {
+		c.byDest[dest] = c.byID[a.req.ApprovalID]
+	}
+	return c
 }
 
-// mutating lists the sandbox tools that may change the workspace.
-var mutating = map[string]bool{"run_command": true, "write_file": true, "edit_file": true}
+// newState returns the state of run runID before its first event; reg
+// holds the tools the engine gives runs.
+func newState(runID string, reg *tools.Registry) *state {
+	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]int64{},
+		tools: reg}
+}
+
+// mutates reports whether a call of the tool called name may change the
+// files of its sandbox.
+func (s *state) mutates(name string) bool {
+	t, ok := s.tools.Get(name)
+	return ok && t.Mutating()
+}
 
 // nudge is the user message that follows a model turn with no tool calls:
 // the loop goes on until the model calls finish or a budget ends it.
@@ -248,11 +311,8 @@ func (s *state) apply(e event.Event, o origin) error {
 			s.charges[e.Seq] = r.Usage.CostMicroUSD
 		}
 		msg := responseMessage(*r)
-		s.cur = &step{n: r.Step, respSeq: e.Seq, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{},
-			decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
-		for _, c := range r.ToolCalls {
-			s.cur.calls = append(s.cur.calls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
-		}
+		s.cur = &step{n: r.Step, respSeq: e.Seq, calls: modelCalls(r.ToolCalls), results: map[string]model.ToolResult{}, started: map[string]int64{},
+			dirty: map[string]bool{}, decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
 		if len(msg.Content) > 0 {
 			s.messages = append(s.messages, msg)
 		}
@@ -272,8 +332,7 @@ func (s *state) apply(e event.Event, o origin) error {
 	case *event.ApprovalRequested:
 		if p.Destination != "" {
 			if !history {
-				a := &approval{req: *p, Requested: e.Time}
-				s.net[p.ApprovalID], s.netDest[p.Destination] = a, a
+				s.net.requested(*p, e.Time)
 			}
 			break
 		}
@@ -289,9 +348,7 @@ func (s *state) apply(e event.Event, o origin) error {
 		if !history {
 			s.recoveries = 0
 		}
-		if a := s.net[p.ApprovalID]; a != nil && a.Decision == "" {
-			a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
-		}
+		s.net.decided(*p)
 		if s.cur != nil {
 			for _, a := range s.cur.approvals {
 				if a.req.ApprovalID == p.ApprovalID && a.Decision == "" {
@@ -304,7 +361,7 @@ func (s *state) apply(e event.Event, o origin) error {
 			return fmt.Errorf("engine: seq %d: tool.started for step %d outside its step", e.Seq, p.Step)
 		}
 		s.cur.started[p.CallID] = e.Seq
-		if p.Place == event.PlaceSandbox && mutating[p.Tool] {
+		if p.Place == event.PlaceSandbox && s.mutates(p.Tool) {
 			s.cur.dirty[p.Sandbox] = true
 		}
 	case *event.ToolFinished:
@@ -430,8 +487,8 @@ func responseMessage(r event.ModelResponse) model.Message {
 	if r.Text != "" {
 		m.Content = append(m.Content, model.TextPart(r.Text))
 	}
-	for _, c := range r.ToolCalls {
-		m.Content = append(m.Content, model.ToolCallPart(model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args}))
+	for _, c := range modelCalls(r.ToolCalls) {
+		m.Content = append(m.Content, model.ToolCallPart(c))
 	}
 	return m
 }
