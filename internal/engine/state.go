@@ -241,9 +241,11 @@ const (
 	pending
 )
 
-// apply folds one event into the state.
+// apply folds one event into the state. The events fall in families, each
+// folded by its own method: the run's life, the model's turns, policy
+// decisions and approvals, tool calls, sandboxes and their workspaces,
+// what the run used, and verification.
 func (s *state) apply(e event.Event, o origin) error {
-	history := o == inherited
 	prevLast := s.last
 	if o == own {
 		s.lastSeq = e.Seq
@@ -258,10 +260,36 @@ func (s *state) apply(e event.Event, o origin) error {
 		return err
 	}
 	switch p := p.(type) {
-	case *event.RunCreated:
-		if history {
-			return nil
+	case *event.RunCreated, *event.RunStarted, *event.RunResumed, *event.RunFailed, *event.RunCancelled, *event.RunPaused:
+		if o == inherited {
+			return nil // a parent's life is not the run's
 		}
+		return s.applyLife(e, p, prevLast)
+	case *event.ModelResponse:
+		s.applyTurn(e, p, o)
+	case *event.PolicyDecision, *event.ApprovalRequested, *event.ApprovalDecided:
+		s.applyDecision(e, p, o)
+	case *event.ToolStarted, *event.ToolFinished:
+		return s.applyCall(e, p)
+	case *event.SnapshotTaken, *event.WorkspaceFetched, *event.SandboxDestroyed, *event.SandboxLost:
+		s.applySandbox(p, o)
+	case *event.BudgetExhausted, *event.EgressDecision:
+		s.applyUse(p, o)
+	case *event.VerificationResult:
+		if o != inherited {
+			v := *p
+			s.verified = &v
+			s.recoveries = 0
+		}
+	}
+	return nil
+}
+
+// applyLife folds an event of the run's own life: its creation, the start
+// of a drive session, its stops. prevLast is the time of the event before.
+func (s *state) applyLife(e event.Event, p event.Payload, prevLast time.Time) error {
+	switch p := p.(type) {
+	case *event.RunCreated:
 		s.created = *p
 		cfg, err := decodeConfig(p.Config)
 		if err != nil {
@@ -269,9 +297,6 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 		s.cfg = cfg
 	case *event.RunStarted, *event.RunResumed:
-		if history {
-			return nil
-		}
 		if r, ok := p.(*event.RunResumed); ok && r.Reason == "recovery" {
 			if !s.pendingAsk() {
 				s.recoveries++
@@ -285,56 +310,59 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 		s.segStart, s.segStarted = e.Time, true
 	case *event.RunFailed:
-		if !history {
-			s.reason = p.Reason
-			if p.Error != "" {
-				s.reason += ": " + p.Error
-			}
+		s.reason = p.Reason
+		if p.Error != "" {
+			s.reason += ": " + p.Error
 		}
 	case *event.RunCancelled:
-		if !history {
-			s.reason = p.Reason
-		}
+		s.reason = p.Reason
 	case *event.RunPaused:
-		if !history {
-			s.reason = p.Reason
-		}
-	case *event.ModelResponse:
-		r := p
-		if !history {
-			s.recoveries = 0
-		}
-		s.steps = max(s.steps, r.Step)
-		s.usage = s.usage.Add(r.Usage)
-		s.responses = append(s.responses, *r)
-		if o == own && r.Usage.CostMicroUSD > 0 {
-			s.charges[e.Seq] = r.Usage.CostMicroUSD
-		}
-		msg := responseMessage(*r)
-		s.cur = &step{n: r.Step, respSeq: e.Seq, calls: modelCalls(r.ToolCalls), results: map[string]model.ToolResult{}, started: map[string]int64{},
-			dirty: map[string]bool{}, decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
+		s.reason = p.Reason
+	}
+	return nil
+}
+
+// applyTurn folds a model turn: it begins a step.
+func (s *state) applyTurn(e event.Event, r *event.ModelResponse, o origin) {
+	if o != inherited {
+		s.recoveries = 0
+	}
+	s.steps = max(s.steps, r.Step)
+	s.usage = s.usage.Add(r.Usage)
+	s.responses = append(s.responses, *r)
+	if o == own && r.Usage.CostMicroUSD > 0 {
+		s.charges[e.Seq] = r.Usage.CostMicroUSD
+	}
+	msg := responseMessage(*r)
+	s.cur = &step{n: r.Step, respSeq: e.Seq, calls: modelCalls(r.ToolCalls), results: map[string]model.ToolResult{}, started: map[string]int64{},
+		dirty: map[string]bool{}, decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
+	if len(msg.Content) > 0 {
+		s.messages = append(s.messages, msg)
+	}
+	if len(s.cur.calls) == 0 {
 		if len(msg.Content) > 0 {
-			s.messages = append(s.messages, msg)
-		}
-		if len(s.cur.calls) == 0 {
-			if len(msg.Content) == 0 {
-				// An empty turn is not sent back (providers reject it).
-				s.cur.settled = true
-				break
-			}
 			s.messages = append(s.messages, model.Message{Role: model.RoleUser, Content: []model.Part{model.TextPart(nudge)}})
-			s.cur.settled = true
 		}
+		// An empty turn is not sent back (providers reject it).
+		s.cur.settled = true
+	}
+}
+
+// applyDecision folds the policy's decision on a call, and the approvals
+// asked for and decided: of the current step's calls, and of the run's
+// network destinations.
+func (s *state) applyDecision(e event.Event, p event.Payload, o origin) {
+	switch p := p.(type) {
 	case *event.PolicyDecision:
 		if s.cur != nil && s.cur.n == p.Step {
 			s.cur.decisions[p.CallID] = *p
 		}
 	case *event.ApprovalRequested:
 		if p.Destination != "" {
-			if !history {
+			if o != inherited {
 				s.net.requested(*p, e.Time)
 			}
-			break
+			return
 		}
 		if s.cur != nil && s.cur.n == p.Step {
 			a := s.cur.approvals[p.CallID]
@@ -345,7 +373,7 @@ func (s *state) apply(e event.Event, o origin) error {
 			a.req = *p
 		}
 	case *event.ApprovalDecided:
-		if !history {
+		if o != inherited {
 			s.recoveries = 0
 		}
 		s.net.decided(*p)
@@ -356,6 +384,12 @@ func (s *state) apply(e event.Event, o origin) error {
 				}
 			}
 		}
+	}
+}
+
+// applyCall folds the start or the result of a call of the current step.
+func (s *state) applyCall(e event.Event, p event.Payload) error {
+	switch p := p.(type) {
 	case *event.ToolStarted:
 		if s.cur == nil || s.cur.n != p.Step {
 			return fmt.Errorf("engine: seq %d: tool.started for step %d outside its step", e.Seq, p.Step)
@@ -372,8 +406,15 @@ func (s *state) apply(e event.Event, o origin) error {
 		if p.Tool == "finish" && !p.IsError {
 			s.finished = true
 		}
+	}
+	return nil
+}
+
+// applySandbox folds what happened to a sandbox and its workspace.
+func (s *state) applySandbox(p event.Payload, o origin) {
+	switch p := p.(type) {
 	case *event.SnapshotTaken:
-		if !history {
+		if o != inherited {
 			s.recoveries = 0
 		}
 		s.snapshots[p.Sandbox] = p.Digest
@@ -385,13 +426,6 @@ func (s *state) apply(e event.Event, o origin) error {
 		s.fetched[p.Sandbox] = p.Digest
 	case *event.SandboxDestroyed:
 		s.recordCPU(p.SandboxID, p.CPUMS)
-	case *event.BudgetExhausted:
-		if !history && s.spent == nil {
-			b := *p
-			s.spent = &b
-		}
-	case *event.EgressDecision:
-		s.egressBytes += p.BytesIn + p.BytesOut
 	case *event.SandboxLost:
 		s.recordCPU(p.SandboxID, p.CPUMS)
 		// The sandbox's state is its last snapshot again; a step's change
@@ -399,14 +433,20 @@ func (s *state) apply(e event.Event, o origin) error {
 		if s.cur != nil {
 			delete(s.cur.dirty, p.Sandbox)
 		}
-	case *event.VerificationResult:
-		if !history {
-			v := *p
-			s.verified = &v
-			s.recoveries = 0
-		}
 	}
-	return nil
+}
+
+// applyUse folds what the run used through its host channels.
+func (s *state) applyUse(p event.Payload, o origin) {
+	switch p := p.(type) {
+	case *event.BudgetExhausted:
+		if o != inherited && s.spent == nil {
+			b := *p
+			s.spent = &b
+		}
+	case *event.EgressDecision:
+		s.egressBytes += p.BytesIn + p.BytesOut
+	}
 }
 
 // recordCPU keeps the largest CPU time recorded for a sandbox (its cgroup
