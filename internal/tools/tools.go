@@ -3,7 +3,10 @@
 // write_file, edit_file, list_dir, search), which act only through a
 // sandbox.Sandbox, and the host tools (finish), which run next to the agent
 // loop. A tool decodes its arguments strictly: a malformed call becomes a
-// tool error the model can read and correct, never a panic.
+// tool error the model can read and correct, never a panic. Every tool says
+// what a call of it may change (Mutating, External), so the loop never
+// decides from a tool's name; a call travels as a Call, resolved once per
+// step (Registry.Resolve), from the model's turn to its record.
 package tools
 
 import (
