@@ -16,6 +16,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // allowNetwork gives each sandbox a real egress proxy that lets it reach
@@ -175,5 +176,29 @@ func TestUnrecordedEgressStopsTheDrive(t *testing.T) {
 	}
 	if evs := h.verifyLog(r.ID); count(evs, event.TypeToolFinished) != 0 {
 		t.Errorf("the call ran on without its sandbox's egress on record: %v", types(evs))
+	}
+}
+
+// TestNewRefusesBadTools: the host tools an engine gives every run are
+// checked when the engine is made (a name taken twice, one of the
+// built-in tools' names), not at each run's start.
+func TestNewRefusesBadTools(t *testing.T) {
+	st, bl, b := openStack(t, t.TempDir())
+	var calls atomic.Int32
+	for _, tc := range []struct {
+		name  string
+		tools []tools.Tool
+	}{
+		{"twice", []tools.Tool{notifyTool{&calls}, notifyTool{&calls}}},
+		{"a built-in name", []tools.Tool{tools.Finish()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, Tools: tc.tools}); err == nil || !strings.Contains(err.Error(), "registered twice") {
+				t.Errorf("New = %v, want the tools refused", err)
+			}
+		})
+	}
+	if _, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, Tools: []tools.Tool{notifyTool{&calls}}}); err != nil {
+		t.Errorf("New with one host tool = %v", err)
 	}
 }

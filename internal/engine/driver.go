@@ -41,8 +41,8 @@ import (
 // needs none. Recorded events wait in a queue under mu (unfolded), not a
 // channel: recording must never wait for the loop (the loop may itself be
 // waiting for the call whose command made the request), so a channel
-// would need an unbounded buffer; the queue is one, and the loop drains
-// it each time before it reads st. What the other goroutines need of the
+// would need an unbounded buffer, which the queue is; the loop drains it
+// each time before it reads st. What the other goroutines need of the
 // state (the latest snapshots, the network approvals) is kept beside it
 // under mu (shared), from the same events, as they are recorded.
 type driver struct {
@@ -87,6 +87,8 @@ type driver struct {
 	changes map[string]*change
 	snaps   map[string]snapInfo
 
+	// sbMu guards sbs, the run's sandboxes by name (each live's own mu is
+	// held while it is provisioned, replaced or destroyed).
 	sbMu sync.Mutex
 	sbs  map[string]*live
 
