@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
@@ -336,7 +335,7 @@ func (s *Server) boot(ctx context.Context, b *box) (*live, error) {
 	release := func() {}
 	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
 		spec.ID = b.id
-		rel, err := s.o.Network.Attach(ctx, engine.Attachment{RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
+		rel, err := s.o.Network.Attach(ctx, sandbox.Attachment{RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
 			Audit: func(d event.EgressDecision) {
 				d.Sandbox = b.id
 				b.rec.add(d, s.now())

@@ -22,7 +22,6 @@ import (
 	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/egress"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -212,7 +211,7 @@ type testNetwork struct {
 	secrets testSecrets
 }
 
-func (n *testNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
+func (n *testNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
 	doc, err := policy.Parse(a.Policy)
 	if err != nil {
 		return nil, err

@@ -13,7 +13,6 @@ import (
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/credit"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -50,7 +49,7 @@ type Options struct {
 	// any egress; nil gives every sandbox no network at all. Attachments
 	// carry the sandbox's id as the run id ("e2b-" + id), its tenant,
 	// and its template's policy document.
-	Network engine.Network
+	Network sandbox.Network
 	// Meter debits the sandboxes' usage; nil is a meter of Store of the
 	// server's own (see engine.Options.Meter).
 	Meter *credit.Meter

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // An approval's id is its run's id and the call's id: "RUN.CALL". It names
@@ -32,7 +32,7 @@ func splitApprovalID(id string) (runID, callID string, ok bool) {
 }
 
 // approvalRequest is the event that asks for a decision on call c.
-func (d *driver) approvalRequest(n int, c model.ToolCall, pd event.PolicyDecision) event.ApprovalRequested {
+func (d *driver) approvalRequest(n int, c tools.Call, pd event.PolicyDecision) event.ApprovalRequested {
 	reason := pd.Reason
 	if pd.Rule != "" {
 		reason = strings.TrimSpace(reason + " (" + pd.Rule + ")")
@@ -46,17 +46,18 @@ func (d *driver) approvalRequest(n int, c model.ToolCall, pd event.PolicyDecisio
 // happens on timeout: the run's config, else the engine's.
 func (d *driver) approvalRules() (time.Duration, string) {
 	timeout, onTimeout := d.e.o.ApprovalTimeout, d.e.o.ApprovalOnTimeout
-	if ms := d.st.cfg.ApprovalTimeoutMS; ms > 0 {
+	if ms := d.cfg.ApprovalTimeoutMS; ms > 0 {
 		timeout = time.Duration(ms) * time.Millisecond
 	}
-	if o := d.st.cfg.ApprovalOnTimeout; o != "" {
+	if o := d.cfg.ApprovalOnTimeout; o != "" {
 		onTimeout = o
 	}
 	return timeout, onTimeout
 }
 
-// describeCall is a call as a person deciding on it reads it.
-func describeCall(c model.ToolCall) string {
+// describeCall is a call as a person deciding on it reads it: as the model
+// wrote it.
+func describeCall(c tools.Call) string {
 	args := string(c.Args)
 	if len(args) > 2000 {
 		args = args[:2000] + "…"
@@ -68,12 +69,12 @@ func describeCall(c model.ToolCall) string {
 // (by a person through Decide, or by its timeout), then runs the step's
 // calls that have not run: the approved ones and the others the policy
 // allowed; a denied one is reported to the model as denied, with the reason.
-func (d *driver) awaitApprovals(ctx context.Context) error {
-	d.mu.Lock()
+// calls are the step's calls, resolved.
+//
+// Preconditions: called by the loop.
+func (d *driver) awaitApprovals(ctx context.Context, calls []tools.Call) error {
 	open := d.st.openApprovals()
-	status := d.status
-	d.mu.Unlock()
-	if len(open) > 0 && status == event.StatusRunning {
+	if len(open) > 0 && d.current() == event.StatusRunning {
 		// Resumed after a pause: wait again, durably.
 		var ps []event.Payload
 		for _, a := range open {
@@ -84,9 +85,10 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 		}
 	}
 	for {
-		d.mu.Lock()
+		if err := d.sync(); err != nil {
+			return err
+		}
 		open = d.st.openApprovals()
-		d.mu.Unlock()
 		if len(open) == 0 {
 			break
 		}
@@ -114,7 +116,9 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 			return ErrDrained
 		case <-time.After(d.e.o.Poll):
 		}
-		d.catchUp(ctx)
+		if err := d.catchUp(ctx); err != nil {
+			return err
+		}
 	}
 	if d.current() == event.StatusAwaitingApproval {
 		if err := d.appendStatus(ctx, event.StatusAwaitingApproval, event.StatusRunning,
@@ -123,11 +127,10 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 		}
 	}
 	_, onTimeout := d.approvalRules()
-	d.mu.Lock()
 	cur := d.st.cur
-	var calls []model.ToolCall
+	var run []tools.Call
 	var decisions []event.PolicyDecision
-	for _, c := range cur.calls {
+	for _, c := range calls {
 		if _, started := cur.started[c.ID]; started {
 			continue
 		}
@@ -153,12 +156,10 @@ func (d *driver) awaitApprovals(ctx context.Context) error {
 				}
 			}
 		}
-		calls = append(calls, c)
+		run = append(run, c)
 		decisions = append(decisions, pd)
 	}
-	n := cur.n
-	d.mu.Unlock()
-	return d.execute(ctx, n, calls, decisions, nil)
+	return d.execute(ctx, cur.n, run, decisions, nil)
 }
 
 // Approval is one pending approval.
@@ -194,7 +195,7 @@ func (e *Engine) Approvals(ctx context.Context, tenant string) ([]Approval, erro
 			if err != nil {
 				return nil, err
 			}
-			for _, a := range append(st.openApprovals(), st.openNet()...) {
+			for _, a := range append(st.openApprovals(), st.net.open()...) {
 				out = append(out, Approval{ID: a.req.ApprovalID, RunID: r.ID, Tenant: r.Tenant, Task: r.Task, Step: a.req.Step, CallID: a.req.CallID,
 					Destination: a.req.Destination, Sandbox: a.req.Sandbox, Action: a.req.Action, Reason: a.req.Reason, Requested: a.Requested.UTC(), Expires: a.req.Expires.UTC()})
 			}
@@ -244,7 +245,7 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 				return "", nil, fmt.Errorf("%w: %s %s by %s", ErrDecided, id, p.Decision, p.By)
 			}
 		}
-		a := st.net[id]
+		a := st.net.byID[id]
 		if a == nil && st.cur != nil {
 			for _, x := range st.cur.approvals {
 				if x.req.ApprovalID == id {

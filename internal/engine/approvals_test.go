@@ -17,9 +17,9 @@ import (
 // denies reading /etc.
 func askPushes(_ context.Context, q engine.PolicyQuery) event.PolicyDecision {
 	switch {
-	case q.Call.Name == "run_command" && regexp.MustCompile(`"command":"git push`).Match(q.Call.Args):
+	case q.Call.Name == "run_command" && regexp.MustCompile(`"command":"git push`).Match(q.Call.Input):
 		return event.PolicyDecision{Decision: event.DecisionAsk, Rule: "tools.run_command.rules[0]", Reason: "pushing needs a person"}
-	case q.Call.Name == "read_file" && strings.Contains(string(q.Call.Args), `"/etc/`):
+	case q.Call.Name == "read_file" && strings.Contains(string(q.Call.Input), `"/etc/`):
 		return event.PolicyDecision{Decision: event.DecisionDeny, Rule: "tools.read_file.rules[0]", Reason: "no host config"}
 	}
 	return event.PolicyDecision{Decision: event.DecisionAllow, Rule: "default"}

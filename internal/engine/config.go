@@ -389,7 +389,7 @@ func decodeConfig(raw json.RawMessage) (Config, error) {
 // the run's policy document: the call, the run and its usage and time so
 // far, as the document's tool rules see them.
 func DecideTool(doc *policy.Document, q PolicyQuery) event.PolicyDecision {
-	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Args, External: q.External, Sandbox: q.Sandbox,
+	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Input, External: q.Call.External, Sandbox: q.Call.Sandbox,
 		Run: policy.RunInfo{Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
 			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second)}})
 	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}

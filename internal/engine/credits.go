@@ -20,15 +20,15 @@ import (
 // creditsLeft reads the tenant's account, which the step's model call is
 // priced under (d.account), and checks the run's own credit budget and
 // the tenant's balance.
+//
+// Preconditions: called by the loop, which owns st and account.
 func (d *driver) creditsLeft(ctx context.Context) (budget string, limit, used int64, err error) {
 	a, err := d.e.meter.Account(ctx, d.run.Tenant)
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("engine: %w", err)
 	}
-	d.mu.Lock()
 	d.account = a
 	spent := d.st.usage.CostMicroUSD
-	d.mu.Unlock()
 	if max := d.st.cfg.MaxCredits; max > 0 && spent >= max {
 		return "credits", max, spent, nil
 	}
@@ -41,20 +41,18 @@ func (d *driver) creditsLeft(ctx context.Context) (budget string, limit, used in
 // rate returns what the run's model costs under the tenant's account; an
 // unpriced model is refused (a *credit.UnpricedError) for a metered
 // tenant and for a run with a credit budget.
-// Preconditions: creditsLeft ran in this step.
+//
+// Preconditions: called by the loop; creditsLeft ran in this step.
 func (d *driver) rate() (credit.Rate, error) {
-	d.mu.Lock()
-	a := d.account
-	d.mu.Unlock()
-	return d.e.meter.Rate(a, d.st.cfg.Model, d.st.cfg.MaxCredits > 0)
+	return d.e.meter.Rate(d.account, d.st.cfg.Model, d.st.cfg.MaxCredits > 0)
 }
 
 // charge debits the tenant for the cost the event at seq recorded (see
 // credit.DebitOf); a second charge of the same event is a no-op.
+//
+// Preconditions: called by the loop, once the event is folded.
 func (d *driver) charge(ctx context.Context, seq int64) error {
-	d.mu.Lock()
 	c, ok := d.st.charges[seq]
-	d.mu.Unlock()
 	if !ok {
 		return nil
 	}
@@ -67,14 +65,10 @@ func (d *driver) charge(ctx context.Context, seq int64) error {
 // settleCharges debits every recorded cost the ledger may lack: a host
 // that died between a response and its debit, a gateway debit that
 // failed.
+//
+// Preconditions: called by the loop.
 func (d *driver) settleCharges(ctx context.Context) error {
-	d.mu.Lock()
-	charges := make([]credit.Debit, 0, len(d.st.charges))
 	for _, c := range d.st.charges {
-		charges = append(charges, c)
-	}
-	d.mu.Unlock()
-	for _, c := range charges {
 		if err := d.e.meter.Debit(context.WithoutCancel(ctx), c); err != nil {
 			return fmt.Errorf("engine: %w", err)
 		}

@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,49 +19,148 @@ import (
 )
 
 // driver drives one run in this process.
+//
+// Goroutines, and what each may touch:
+//
+//   - The loop: the goroutine that called Engine.Drive runs drive, loop
+//     and every step. It alone reads and writes st, the run's fold, and
+//     needs no lock for it: events reach st only when the loop calls sync
+//     (append does, after it records).
+//   - The calls of a step (execute runs one goroutine per call, then one per
+//     sandbox to snapshot, and waits for them) and the host channels (the
+//     egress proxy's Audit and Ask, the LLM gateway's Log, called from the
+//     bridge's goroutines at any time while a sandbox lives): they record
+//     events (record, later) and read cfg, the sandboxes (sbMu, live.mu)
+//     and what mu guards. Never st.
+//   - watch, the lease's renewal, progress reports and the model request's
+//     flush timer: status, and record.
+//
+// Why the loop folds: a host channel's event (an egress decision, an
+// llm.call, a budget.exhausted) may come at any moment, also while the
+// loop reads st to decide what to do next; folding it there would need
+// every read of st under a lock, and a fold that only the loop makes
+// needs none. Recorded events wait in a queue under mu (unfolded), not a
+// channel: recording must never wait for the loop (the loop may itself be
+// waiting for the call whose command made the request), so a channel
+// would need an unbounded buffer, which the queue is; the loop drains it
+// each time before it reads st. What the other goroutines need of the
+// state (the latest snapshots, the network approvals) is kept beside it
+// under mu (shared), from the same events, as they are recorded.
 type driver struct {
 	e   *Engine
 	run store.Run
+	// cfg is the run's config: set before the drive, never written again.
+	cfg Config
+	// fence is the drive's lease token (when fenced): every append
+	// carries it, whatever context it is made with (a host channel's
+	// request context carries none).
+	fence  int64
+	fenced bool
+	// abort ends the drive with a cause (see audit); set by drive before
+	// any sandbox exists.
+	abort context.CancelCauseFunc
 
-	// mu serialises appends and guards st and pending.
-	mu sync.Mutex
+	// st is the run's state: the loop's alone (see above).
 	st *state
-	// pending are events already folded into st but not yet written: they
-	// go out with the next append. Only events whose loss a crash makes
-	// harmless are deferred (a step's last result and its snapshot: without
-	// them the step is incomplete and recovery redoes it), which saves a
-	// synchronous commit per step.
+
+	// mu serialises appends and guards the fields from here to sbMu.
+	mu sync.Mutex
+	// seq is the seq of the last event of the log this driver knows (it
+	// recorded it or took it in): the next append expects seq+1.
+	seq int64
+	// pending are events not yet written: they go out with the next
+	// append. Only events whose loss a crash makes harmless are deferred
+	// (a step's last result and its snapshot: without them the step is
+	// incomplete and recovery redoes it), which saves a synchronous commit
+	// per step.
 	pending []event.Event
+	// unfolded are the events recorded, deferred or taken in that st does
+	// not hold yet, in order: the loop folds them (sync).
+	unfolded []unfolded
+	// shared is what the goroutines other than the loop know of the state.
+	shared shared
 	// status is the run's status as this driver set it: running, or
 	// awaiting_approval while it waits for a decision. Any other status
 	// in the store means someone else stopped the run.
 	status event.Status
+	// changes is what the current step's calls did to each sandbox, and
+	// snaps what is known of each sandbox's last snapshot.
+	changes map[string]*change
+	snaps   map[string]snapInfo
 
+	// sbMu guards sbs, the run's sandboxes by name (each live's own mu is
+	// held while it is provisioned, replaced or destroyed).
+	sbMu sync.Mutex
+	sbs  map[string]*live
+
+	// account is the tenant's credit account as the step's budget check
+	// read it (credits.go): the loop's alone, like st.
+	account credit.Account
+
+	// Set by the loop before any call runs, read-only after: the model,
+	// the run's tools and their specs, and the run's sandbox names (the
+	// first is the default).
 	prov     model.Provider
 	provKind string
 	reg      *tools.Registry
 	specs    []model.ToolSpec
-
-	sbMu sync.Mutex
-	sbs  map[string]*live
-
-	// Guarded by mu: what the current step's calls did to each sandbox,
-	// and what is known of each sandbox's last snapshot.
-	changes map[string]*change
-	snaps   map[string]snapInfo
-
-	// account is the tenant's credit account as the step's budget check
-	// read it (see credits.go). Guarded by mu.
-	account credit.Account
+	names    []string
 
 	netAsks netAsker
+}
+
+// unfolded is an event waiting for the loop's fold, and where it is from.
+type unfolded struct {
+	ev event.Event
+	o  origin
+}
+
+// shared is the part of the run's state that goroutines other than the
+// loop read, under driver.mu: folded from the same events as st, by take,
+// as each is recorded or taken in (steps by the loop's sync).
+type shared struct {
+	// steps is st.steps as of the loop's last sync: model turns are the
+	// loop's own events.
+	steps int
+	// snapshots and fetched are st's: the latest snapshot of each
+	// sandbox, and the tree its git source gave.
+	snapshots, fetched map[string]string
+	// net is the run's network approvals, which Ask decides from while the
+	// loop waits for the call that made the request.
+	net netApprovals
+}
+
+// note keeps what ev changes of s.
+func (s *shared) note(ev event.Event) {
+	switch ev.Type {
+	case event.TypeSnapshotTaken, event.TypeWorkspaceFetched, event.TypeApprovalRequested, event.TypeApprovalDecided:
+	default:
+		return
+	}
+	p, err := ev.Unpack()
+	if err != nil {
+		return // the loop's fold reports it
+	}
+	switch p := p.(type) {
+	case *event.SnapshotTaken:
+		s.snapshots[p.Sandbox] = p.Digest
+	case *event.WorkspaceFetched:
+		s.fetched[p.Sandbox] = p.Digest
+	case *event.ApprovalRequested:
+		if p.Destination != "" {
+			s.net.requested(*p, ev.Time)
+		}
+	case *event.ApprovalDecided:
+		s.net.decided(*p)
+	}
 }
 
 // change is what one step's calls did to one sandbox.
 type change struct {
 	// calls counts the calls that may have changed it; fingerprint is the
-	// workspace's fingerprint after the one run_command among them (""
-	// when another kind of call, or several, may have changed it).
+	// workspace's fingerprint after the one call among them that reported
+	// one (run_command), "" when another kind of call, or several, may
+	// have changed it.
 	calls       int
 	fingerprint string
 }
@@ -93,24 +192,41 @@ var errTimeBudget = errors.New("engine: the run's time budget is spent")
 const requestFlushDelay = 100 * time.Millisecond
 
 func newDriver(e *Engine, r store.Run, st *state) *driver {
-	return &driver{e: e, run: r, st: st, sbs: map[string]*live{}, snaps: map[string]snapInfo{}}
+	return &driver{e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{},
+		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), net: st.net.clone()}}
 }
 
-// append records payloads as one durable batch and folds them into the
+// append records payloads as one durable batch and folds it into the
 // state. ctx's end does not stop it: what happened must be recorded.
+//
+// Preconditions: called by the loop (it folds).
 func (d *driver) append(ctx context.Context, ps ...event.Payload) error {
 	return d.appendStatus(ctx, "", "", ps...)
 }
 
+// appendStatus is append moving the run's status from from to to in the
+// same write.
+//
+// Preconditions: called by the loop.
 func (d *driver) appendStatus(ctx context.Context, from, to event.Status, ps ...event.Payload) error {
-	_, err := d.appendStored(ctx, from, to, ps...)
-	return err
+	if _, err := d.recordStatus(ctx, from, to, ps...); err != nil {
+		return err
+	}
+	return d.sync()
 }
 
-// logged appends ps from outside the loop (a host channel's record) and
-// returns the seq of ps[0].
+// record records payloads as one durable batch, with the pending events
+// before them, and returns the events it stored; the loop folds them
+// later. Any goroutine may record. ctx's end does not stop it, and the
+// drive's lease fences it whatever ctx carries.
+func (d *driver) record(ctx context.Context, ps ...event.Payload) ([]event.Event, error) {
+	return d.recordStatus(ctx, "", "", ps...)
+}
+
+// logged records ps for a host channel (Attachment.Log) and returns the
+// seq of ps[0].
 func (d *driver) logged(ctx context.Context, ps ...event.Payload) (int64, error) {
-	stored, err := d.appendStored(ctx, "", "", ps...)
+	stored, err := d.record(ctx, ps...)
 	if err != nil {
 		return 0, err
 	}
@@ -120,15 +236,33 @@ func (d *driver) logged(ctx context.Context, ps ...event.Payload) (int64, error)
 	return 0, errors.New("engine: nothing recorded")
 }
 
-// appendStored is appendStatus returning the events it stored (the pending
-// ones first, then ps).
-func (d *driver) appendStored(ctx context.Context, from, to event.Status, ps ...event.Payload) ([]event.Event, error) {
+// audit records a decision of the egress proxy of a run sandbox
+// (Attachment.Audit), made with the context of the sandbox's provisioning.
+// The request it decided on has been served or refused already; a decision
+// that cannot be recorded stops the drive, as any failed append does,
+// rather than being dropped: every egress decision is an event, and the
+// run's egress budget counts only recorded bytes. The run stays resumable
+// (its log is whole up to there).
+func (d *driver) audit(ctx context.Context, ed event.EgressDecision) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if _, err := d.record(ctx, ed); err != nil && d.abort != nil {
+		d.abort(fmt.Errorf("engine: record an egress decision of sandbox %s: %w", ed.Sandbox, err))
+	}
+}
+
+// recordStatus is record moving the run's status from from to to ("" for
+// no change) in the same write.
+func (d *driver) recordStatus(ctx context.Context, from, to event.Status, ps ...event.Payload) ([]event.Event, error) {
 	evs, err := drafts(ps...)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
+	if d.fenced {
+		ctx = store.WithFence(ctx, d.fence)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.pending) > 0 {
@@ -140,9 +274,9 @@ func (d *driver) appendStored(ctx context.Context, from, to event.Status, ps ...
 	var stored []event.Event
 	for attempt := 0; ; attempt++ {
 		if to != "" {
-			_, stored, err = d.e.o.Store.AppendStatus(ctx, d.run.ID, d.st.lastSeq+1, from, to, evs)
+			_, stored, err = d.e.o.Store.AppendStatus(ctx, d.run.ID, d.seq+1, from, to, evs)
 		} else {
-			stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.st.lastSeq+1, evs)
+			stored, err = d.e.o.Store.Append(ctx, d.run.ID, d.seq+1, evs)
 		}
 		if errors.Is(err, store.ErrLeaseLost) {
 			return nil, &stolenError{status: "taken over (lease lost)"}
@@ -161,7 +295,9 @@ func (d *driver) appendStored(ctx context.Context, from, to event.Status, ps ...
 		if r.Status != d.status || attempt >= 20 || !d.onlyDecisionsSince(ctx) {
 			return nil, &stolenError{status: r.Status}
 		}
-		d.catchUpLocked(ctx)
+		if err := d.catchUpLocked(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("engine: record %s: %w", evs[0].Type, err)
@@ -170,16 +306,47 @@ func (d *driver) appendStored(ctx context.Context, from, to event.Status, ps ...
 		d.status = to
 	}
 	d.pending = nil
-	for _, ev := range stored {
-		if err := d.st.apply(ev, own); err != nil {
-			return nil, err
-		}
-	}
+	d.take(own, stored...)
 	d.e.emit(stored)
 	return stored, nil
 }
 
-// later folds ps into the state now and writes them with the next append.
+// take queues evs (of origin o) for the loop's fold and keeps the shared
+// part of the state.
+//
+// Preconditions: d.mu is held.
+func (d *driver) take(o origin, evs ...event.Event) {
+	for _, ev := range evs {
+		if o == own {
+			d.seq = ev.Seq
+		}
+		d.unfolded = append(d.unfolded, unfolded{ev: ev, o: o})
+		d.shared.note(ev)
+	}
+}
+
+// sync folds into st the events recorded, deferred or taken in since the
+// last sync, in order.
+//
+// Preconditions: called by the loop.
+func (d *driver) sync() error {
+	d.mu.Lock()
+	q := d.unfolded
+	d.unfolded = nil
+	d.mu.Unlock()
+	for _, u := range q {
+		if err := d.st.apply(u.ev, u.o); err != nil {
+			return err
+		}
+	}
+	d.mu.Lock()
+	d.shared.steps = d.st.steps
+	d.mu.Unlock()
+	return nil
+}
+
+// later defers ps: they are written with the next append, and folded
+// before it as pending. Any goroutine may defer.
 func (d *driver) later(ps ...event.Payload) error {
 	evs, err := drafts(ps...)
 	if err != nil {
@@ -188,23 +355,26 @@ func (d *driver) later(ps ...event.Payload) error {
 	now := d.e.o.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, ev := range evs {
-		ev.Time = now
-		if err := d.st.apply(ev, pending); err != nil {
-			return err
-		}
-		d.pending = append(d.pending, ev)
+	for i := range evs {
+		evs[i].Time = now
 	}
+	d.pending = append(d.pending, evs...)
+	d.take(pending, evs...)
 	return nil
 }
 
-// flush writes the pending events.
-func (d *driver) flush(ctx context.Context) error { return d.append(ctx) }
+// flush writes the pending events. Any goroutine may flush.
+func (d *driver) flush(ctx context.Context) error {
+	_, err := d.record(ctx)
+	return err
+}
 
 // onlyDecisionsSince reports whether every event appended after the last
 // one this driver knows is a decision on an approval.
+//
+// Preconditions: d.mu is held.
 func (d *driver) onlyDecisionsSince(ctx context.Context) bool {
-	evs, err := d.e.o.Store.Events(ctx, d.run.ID, d.st.lastSeq+1, store.MaxPage)
+	evs, err := d.e.o.Store.Events(ctx, d.run.ID, d.seq+1, store.MaxPage)
 	if err != nil || len(evs) == 0 {
 		return false
 	}
@@ -216,23 +386,26 @@ func (d *driver) onlyDecisionsSince(ctx context.Context) bool {
 	return true
 }
 
-// catchUp folds events others appended (a cancel or pause, a decision on
-// an approval) into the state.
-func (d *driver) catchUp(ctx context.Context) {
+// catchUp takes in the events others appended (a cancel or pause, a
+// decision on an approval) for the loop to fold. Any goroutine may catch
+// up.
+func (d *driver) catchUp(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.catchUpLocked(ctx)
+	return d.catchUpLocked(ctx)
 }
 
-func (d *driver) catchUpLocked(ctx context.Context) {
-	evs, err := d.e.o.Store.Events(context.WithoutCancel(ctx), d.run.ID, d.st.lastSeq+1, store.MaxPage)
+// Preconditions: d.mu is held.
+func (d *driver) catchUpLocked(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	evs, err := d.e.o.Store.Events(ctx, d.run.ID, d.seq+1, store.MaxPage)
 	if err != nil {
-		return
+		return fmt.Errorf("engine: read what others recorded: %w", err)
 	}
-	for _, ev := range evs {
-		_ = d.st.apply(ev, own)
-	}
+	d.take(own, evs...)
 	d.e.emit(evs)
+	return nil
 }
 
 // watch cancels the drive when another process cancels or pauses the run.
@@ -257,40 +430,45 @@ func (d *driver) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 }
 
 // drive drives the run until it ends and reports the outcome.
+//
+// Preconditions: called by the loop (it is the loop).
 func (d *driver) drive(parent context.Context) (Outcome, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	d.abort = cancel
 	go d.watch(ctx, cancel)
 
 	status, final, err := d.loop(ctx)
 	if err == nil && final != nil {
-		d.destroyAll(ctx, "run ended")
-		err = d.appendStatus(ctx, d.current(), status, final)
+		if err = d.destroyAll(ctx, "run ended"); err == nil {
+			err = d.appendStatus(ctx, d.current(), status, final)
+		}
 	}
 	if err != nil {
 		var stolen *stolenError
 		cause := context.Cause(ctx)
 		switch {
 		case errors.As(err, &stolen) || errors.As(cause, &stolen):
-			d.catchUp(ctx)
-			d.destroyAll(ctx, "run "+string(stolen.status))
-			err = nil
+			// The run is someone else's now. A run taken over refuses
+			// this driver's writes, by design (its sandboxes are gone
+			// all the same); a cancelled or paused one takes them.
+			err = d.catchUp(ctx)
+			_ = d.destroyAll(ctx, "run "+string(stolen.status))
 		case errors.Is(cause, ErrCancelled) || errors.Is(err, ErrCancelled):
-			d.destroyAll(ctx, "run cancelled")
-			err = d.appendStatus(ctx, d.current(), event.StatusCancelled, event.RunCancelled{By: "signal", Reason: "interrupted"})
+			if err = d.destroyAll(ctx, "run cancelled"); err == nil {
+				err = d.appendStatus(ctx, d.current(), event.StatusCancelled, event.RunCancelled{By: "signal", Reason: "interrupted"})
+			}
 		case errors.Is(err, ErrDrained):
 			// Handed back at a step boundary: resumable at once
 			// elsewhere (the lease goes when drive returns).
-			d.destroyAll(ctx, "host process draining")
-			r, _ := d.e.o.Store.GetRun(context.WithoutCancel(ctx), d.run.ID)
-			o, _ := d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+			err = errors.Join(err, d.destroyAll(ctx, "host process draining"))
+			o, _ := d.outcome(ctx)
 			return o, err
 		default:
 			// The host process stops (or the store failed): leave the run
 			// resumable; its sandboxes die, its log holds everything.
-			d.destroyAll(ctx, "host process stopping")
-			r, _ := d.e.o.Store.GetRun(context.WithoutCancel(ctx), d.run.ID)
-			o, _ := d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+			err = errors.Join(err, d.destroyAll(ctx, "host process stopping"))
+			o, _ := d.outcome(ctx)
 			return o, err
 		}
 		if err != nil {
@@ -300,11 +478,23 @@ func (d *driver) drive(parent context.Context) (Outcome, error) {
 			}
 		}
 	}
-	r, gerr := d.e.o.Store.GetRun(context.WithoutCancel(ctx), d.run.ID)
-	if gerr != nil {
-		return Outcome{RunID: d.run.ID}, gerr
+	return d.outcome(ctx)
+}
+
+// outcome reports the run as it stands: its record in the store, and the
+// fold.
+//
+// Preconditions: called by the loop.
+func (d *driver) outcome(ctx context.Context) (Outcome, error) {
+	ctx = context.WithoutCancel(ctx)
+	r, err := d.e.o.Store.GetRun(ctx, d.run.ID)
+	if err != nil {
+		return Outcome{RunID: d.run.ID}, err
 	}
-	return d.e.outcome(context.WithoutCancel(ctx), r, d.st)
+	if err := d.sync(); err != nil {
+		return Outcome{RunID: d.run.ID, Status: r.Status}, err
+	}
+	return d.e.outcome(ctx, r, d.st)
 }
 
 // current returns the run's status as this driver set it.
@@ -316,14 +506,14 @@ func (d *driver) current() event.Status {
 
 // loop runs steps until the run reaches a final status, which it returns
 // with the payload that records it.
+//
+// Preconditions: called by the loop.
 func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) {
-	if n, most := d.st.recoveries, d.st.cfg.RecoveryAttempts; n >= most {
+	if n, most := d.st.recoveries, d.cfg.RecoveryAttempts; n >= most {
 		// Picked up again and again, and each time stopped before any
 		// progress (a host process that keeps dying at the same place, a
 		// store that fails): stop, without building a sandbox again.
-		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "recovery",
-			Error: fmt.Sprintf("the run was recovered %d times in a row without progress; its policy allows %d (retries.recovery)", n, most-1),
-			Steps: d.st.steps, Usage: d.st.usage}, nil
+		return d.failure("recovery", fmt.Sprintf("the run was recovered %d times in a row without progress; its policy allows %d (retries.recovery)", n, most-1))
 	}
 	if err := d.setup(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -331,7 +521,10 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 			// run's failure.
 			return "", nil, context.Cause(ctx)
 		}
-		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "setup", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+		return d.failure("setup", err.Error())
+	}
+	if err := d.sync(); err != nil {
+		return "", nil, err
 	}
 	if err := d.withdrawNetwork(ctx); err != nil {
 		return "", nil, err
@@ -354,22 +547,22 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 			return "", nil, ErrDrained
 		default:
 		}
-		cfg := d.st.cfg
-		timeout := time.Duration(cfg.TimeoutMS) * time.Millisecond
-		left := timeout - d.st.elapsed(d.e.o.Now())
-		if left <= 0 {
-			return d.exhausted(ctx, "wall_time", cfg.TimeoutMS, d.st.elapsed(d.e.o.Now()).Milliseconds())
+		if err := d.sync(); err != nil {
+			return "", nil, err
 		}
-		sctx, scancel := context.WithTimeoutCause(ctx, left, errTimeBudget)
+		if s, err := d.wallTimeSpent(ctx); err != nil || s.Budget != "" {
+			return d.exhausted(ctx, s, err)
+		}
+		sctx, scancel := context.WithTimeoutCause(ctx, d.stepBound(), errTimeBudget)
 		status, final, err := d.step(sctx)
 		scancel()
 		if errors.Is(context.Cause(sctx), errTimeBudget) && ctx.Err() == nil {
-			return d.exhausted(ctx, "wall_time", cfg.TimeoutMS, d.st.elapsed(d.e.o.Now()).Milliseconds())
+			return d.exhausted(ctx, d.wallTimeUsed(), nil)
 		}
 		var sbe *sandboxError
 		if errors.As(err, &sbe) && ctx.Err() == nil {
 			// Every try the policy allows failed: the run fails, with why.
-			return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "sandbox", Error: sbe.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+			return d.failure("sandbox", sbe.Error())
 		}
 		if err != nil || final != nil {
 			return status, final, err
@@ -377,52 +570,38 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 	}
 }
 
+// failure ends the run as failed, for reason; msg says more.
+//
+// Preconditions: called by the loop.
+func (d *driver) failure(reason, msg string) (event.Status, event.Payload, error) {
+	if err := d.sync(); err != nil {
+		return "", nil, err
+	}
+	return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: reason, Error: msg, Steps: d.st.steps, Usage: d.st.usage}, nil
+}
+
 // step does the next thing the run needs: finish an incomplete step, verify
-// a finished run, or ask the model and run its calls.
+// a finished run, or check the budgets, ask the model and run its calls.
+//
+// Preconditions: called by the loop, which synced.
 func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) {
 	if d.st.pendingAsk() {
-		return "", nil, d.awaitApprovals(ctx)
+		return "", nil, d.awaitApprovals(ctx, d.resolve(d.st.cur.calls))
 	}
 	if !d.st.complete() {
 		err := d.redo(ctx)
 		if errors.Is(err, errUncertain) {
-			return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "uncertain_effect", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+			return d.failure("uncertain_effect", err.Error())
 		}
 		return "", nil, err
 	}
 	if d.st.finished {
 		return d.finish(ctx)
 	}
-	cfg := d.st.cfg
-	d.mu.Lock()
-	spent := d.st.spent
-	d.mu.Unlock()
-	if spent != nil {
-		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "budget_exhausted: " + spent.Budget, Steps: d.st.steps, Usage: d.st.usage}, nil
+	if s, err := d.budgetSpent(ctx); err != nil || s.Budget != "" {
+		return d.exhausted(ctx, s, err)
 	}
-	if d.st.steps >= cfg.MaxSteps {
-		return d.exhausted(ctx, "steps", int64(cfg.MaxSteps), int64(d.st.steps))
-	}
-	if used := d.st.usage.InputTokens + d.st.usage.OutputTokens; cfg.MaxTokens > 0 && used >= cfg.MaxTokens {
-		return d.exhausted(ctx, "tokens", cfg.MaxTokens, used)
-	}
-	if cfg.MaxSandboxCPUMS > 0 {
-		if used := d.cpuUsed(); used >= cfg.MaxSandboxCPUMS {
-			return d.exhausted(ctx, "sandbox_cpu", cfg.MaxSandboxCPUMS, used)
-		}
-	}
-	d.mu.Lock()
-	egress := d.st.egressBytes
-	d.mu.Unlock()
-	if cfg.MaxEgressBytes > 0 && egress >= cfg.MaxEgressBytes {
-		return d.exhausted(ctx, "egress_bytes", cfg.MaxEgressBytes, egress)
-	}
-	if budget, limit, used, err := d.creditsLeft(ctx); err != nil {
-		return "", nil, err
-	} else if budget != "" {
-		return d.exhausted(ctx, budget, limit, used)
-	}
-	resp, err := d.callModel(ctx)
+	resp, mcalls, err := d.callModel(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", nil, context.Cause(ctx)
@@ -431,26 +610,25 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		if errors.As(err, &stolen) {
 			return "", nil, err
 		}
-		return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "model", Error: err.Error(), Steps: d.st.steps, Usage: d.st.usage}, nil
+		return d.failure("model", err.Error())
 	}
-	if len(resp.ToolCalls) == 0 {
+	if len(mcalls) == 0 {
 		if err := d.append(ctx, resp); err != nil {
 			return "", nil, err
 		}
-		return "", nil, d.charge(ctx, d.respSeq())
+		return "", nil, d.charge(ctx, d.st.cur.respSeq)
 	}
 	// The turn, the policy's decisions and the starts of the calls are
 	// one durable batch, written before any call runs.
+	calls := d.resolve(mcalls)
 	ps := []event.Payload{resp}
-	calls := make([]model.ToolCall, len(resp.ToolCalls))
 	decisions := make([]event.PolicyDecision, len(calls))
 	var asks []event.Payload
-	for i, c := range resp.ToolCalls {
-		calls[i] = model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args}
-		decisions[i] = d.decide(ctx, resp.Step, calls[i])
-		ps = append(ps, event.ToolProposed{Step: resp.Step, CallID: c.ID, Tool: c.Name, Args: c.Args}, decisions[i])
+	for i, c := range calls {
+		decisions[i] = d.decide(ctx, resp.Step, c)
+		ps = append(ps, proposed(resp.Step, c), decisions[i])
 		if decisions[i].Decision == event.DecisionAsk {
-			asks = append(asks, d.approvalRequest(resp.Step, calls[i], decisions[i]))
+			asks = append(asks, d.approvalRequest(resp.Step, c, decisions[i]))
 		}
 	}
 	if len(asks) > 0 {
@@ -459,63 +637,50 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 		if err := d.appendStatus(ctx, event.StatusRunning, event.StatusAwaitingApproval, append(ps, asks...)...); err != nil {
 			return "", nil, err
 		}
-		if err := d.charge(ctx, d.respSeq()); err != nil {
+		if err := d.charge(ctx, d.st.cur.respSeq); err != nil {
 			return "", nil, err
 		}
-		return "", nil, d.awaitApprovals(ctx)
+		return "", nil, d.awaitApprovals(ctx, calls)
 	}
 	return "", nil, d.execute(ctx, resp.Step, calls, decisions, ps, func() error {
-		return d.charge(ctx, d.respSeq())
+		return d.charge(ctx, d.st.cur.respSeq)
 	})
 }
 
-// respSeq is the seq of the current step's model response.
-func (d *driver) respSeq() int64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.st.cur.respSeq
-}
-
-// exhausted ends the run for a spent budget.
-func (d *driver) exhausted(ctx context.Context, budget string, limit, used int64) (event.Status, event.Payload, error) {
-	if err := d.append(ctx, event.BudgetExhausted{Budget: budget, Limit: limit, Used: used}); err != nil {
+// exhausted ends the run for a spent budget s (err, when not nil, says
+// why the budget could not be checked: the drive stops with it). A budget
+// a host channel found spent is in the log already; any other is recorded
+// now.
+//
+// Preconditions: called by the loop.
+func (d *driver) exhausted(ctx context.Context, s spent, err error) (event.Status, event.Payload, error) {
+	if err != nil {
 		return "", nil, err
 	}
-	return event.StatusFailed, event.RunFailed{Status: event.StatusFailed, Reason: "budget_exhausted: " + budget, Steps: d.st.steps, Usage: d.st.usage}, nil
-}
-
-// target is where a call acts and what it may reach.
-type target struct {
-	// place is event.PlaceSandbox or event.PlaceHost (an unknown tool is
-	// answered on the host); sandbox names the sandbox of a sandbox tool.
-	place, sandbox string
-	// args are the call's arguments without the sandbox selector, and
-	// routeErr says why the selector is unusable.
-	args     json.RawMessage
-	routeErr error
-	// external: the tool declares effects outside the run's sandboxes.
-	external bool
-}
-
-func (d *driver) targetOf(c model.ToolCall) target {
-	t, known := d.reg.Get(c.Name)
-	name, args, err := d.route(c)
-	tg := target{place: event.PlaceHost, args: args, routeErr: err, external: known && external(t)}
-	if known && t.Place() == tools.PlaceSandbox {
-		tg.place, tg.sandbox = event.PlaceSandbox, name
+	if !s.recorded {
+		if err := d.append(ctx, s.BudgetExhausted); err != nil {
+			return "", nil, err
+		}
 	}
-	return tg
+	return d.failure("budget_exhausted: "+s.Budget, "")
 }
 
-func (d *driver) decide(ctx context.Context, n int, c model.ToolCall) event.PolicyDecision {
+// resolve resolves the calls of the current step against the run's tools
+// and sandboxes: once per step, by the step's first path through the loop
+// (a new turn, a wait for approvals, a redo), which carries the result on.
+func (d *driver) resolve(cs []model.ToolCall) []tools.Call {
+	out := make([]tools.Call, len(cs))
+	for i, c := range cs {
+		out[i] = d.reg.Resolve(c, d.names...)
+	}
+	return out
+}
+
+func (d *driver) decide(ctx context.Context, n int, c tools.Call) event.PolicyDecision {
 	if d.e.o.Policy == nil {
 		return event.PolicyDecision{Step: n, CallID: c.ID, Tool: c.Name, Decision: event.DecisionAllow, Rule: "default"}
 	}
-	tg := d.targetOf(c)
-	d.mu.Lock()
-	q := PolicyQuery{Run: d.run, Step: n, Usage: d.st.usage, Elapsed: d.st.elapsed(d.e.o.Now()),
-		Call: model.ToolCall{ID: c.ID, Name: c.Name, Args: tg.args}, Sandbox: tg.sandbox, External: tg.external}
-	d.mu.Unlock()
+	q := PolicyQuery{Run: d.run, Step: n, Usage: d.st.usage, Elapsed: d.st.elapsed(d.e.o.Now()), Call: c}
 	pd := d.e.o.Policy(ctx, q)
 	pd.Step, pd.CallID, pd.Tool = n, c.ID, c.Name
 	switch pd.Decision {
@@ -531,18 +696,18 @@ func (d *driver) decide(ctx context.Context, n int, c model.ToolCall) event.Poli
 // sandbox calls run again in sandboxes restored from the last snapshot (the
 // effects of the first attempt died with the sandbox); a host call with an
 // external effect and no recorded result stops the run (fail closed).
+//
+// Preconditions: called by the loop.
 func (d *driver) redo(ctx context.Context) error {
-	d.mu.Lock()
 	cur := d.st.cur
-	var calls []model.ToolCall
+	var calls []tools.Call
 	var decisions []event.PolicyDecision
 	var uncertain []event.Payload
-	for _, c := range cur.calls {
-		tg := d.targetOf(c)
+	for _, c := range d.resolve(cur.calls) {
 		_, done := cur.results[c.ID]
 		switch {
-		case tg.place == event.PlaceSandbox && (!done || cur.dirty[tg.sandbox]):
-		case !done && tg.external:
+		case c.Place == tools.PlaceSandbox && (!done || cur.dirty[c.Sandbox]):
+		case !done && c.External:
 			uncertain = append(uncertain, event.ToolUncertain{Step: cur.n, CallID: c.ID, Tool: c.Name, StartedSeq: cur.started[c.ID],
 				Reason: "started with an external effect and no recorded result"})
 			continue
@@ -553,8 +718,6 @@ func (d *driver) redo(ctx context.Context) error {
 		calls = append(calls, c)
 		decisions = append(decisions, event.PolicyDecision{Decision: event.DecisionAllow})
 	}
-	n := cur.n
-	d.mu.Unlock()
 	if len(uncertain) > 0 {
 		if err := d.append(ctx, uncertain...); err != nil {
 			return err
@@ -563,34 +726,28 @@ func (d *driver) redo(ctx context.Context) error {
 	}
 	var ps []event.Payload
 	for _, c := range calls {
-		ps = append(ps, event.Retry{Step: n, What: "tool", Attempt: 2, Reason: "the step did not complete: its sandbox effects were lost; running " + c.Name + " again"})
+		ps = append(ps, event.Retry{Step: cur.n, What: "tool", Attempt: 2, Reason: "the step did not complete: its sandbox effects were lost; running " + c.Name + " again"})
 	}
-	return d.execute(ctx, n, calls, decisions, ps)
+	return d.execute(ctx, cur.n, calls, decisions, ps)
 }
 
 var errUncertain = errors.New("engine: a tool call with an external effect may or may not have run")
 
-// external reports whether a tool declares effects outside the sandboxes.
-func external(t tools.Tool) bool {
-	x, ok := t.(interface{ External() bool })
-	return ok && x.External()
-}
-
 // execute records prefix with the start (or the denial) of each call of
 // step n in one batch, runs the allowed calls concurrently, then
 // snapshots every sandbox they may have changed.
-func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, decisions []event.PolicyDecision, prefix []event.Payload, after ...func() error) error {
+//
+// Preconditions: called by the loop.
+func (d *driver) execute(ctx context.Context, n int, calls []tools.Call, decisions []event.PolicyDecision, prefix []event.Payload, after ...func() error) error {
 	batch := prefix
-	var run []int
+	var run []tools.Call
 	for i, c := range calls {
 		if decisions[i].Decision != event.DecisionAllow {
-			batch = append(batch, event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Outcome: "denied", IsError: true,
-				Output: "The policy does not allow this call (" + decisions[i].Decision + ": " + decisions[i].Reason + ")."})
+			batch = append(batch, denied(n, c, decisions[i]))
 			continue
 		}
-		tg := d.targetOf(c)
-		batch = append(batch, event.ToolStarted{Step: n, CallID: c.ID, Tool: c.Name, Place: tg.place, Sandbox: tg.sandbox, External: tg.external})
-		run = append(run, i)
+		batch = append(batch, started(n, c))
+		run = append(run, c)
 	}
 	if err := d.append(ctx, batch...); err != nil {
 		return err
@@ -607,12 +764,8 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 	var wg sync.WaitGroup
 	var left atomic.Int32
 	left.Store(int32(len(run)))
-	for j, i := range run {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[j] = d.call(ctx, n, calls[i], &left)
-		}()
+	for i, c := range run {
+		wg.Go(func() { errs[i] = d.call(ctx, n, c, &left) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -621,19 +774,16 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	d.mu.Lock()
+	if err := d.sync(); err != nil {
+		return err
+	}
 	var dirty []string
 	for name := range d.st.cur.dirty {
 		dirty = append(dirty, name)
 	}
-	d.mu.Unlock()
 	errs = make([]error, len(dirty))
 	for i, name := range dirty {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = d.snapshot(ctx, n, name)
-		}()
+		wg.Go(func() { errs[i] = d.snapshot(ctx, n, name) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -646,31 +796,24 @@ func (d *driver) execute(ctx context.Context, n int, calls []model.ToolCall, dec
 // result. left counts the step's calls still running: the result of the
 // last one goes out with the step's snapshot (see driver.pending), unless
 // the call reached outside the sandboxes.
-func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic.Int32) error {
-	tg := d.targetOf(c)
-	place, name := tg.place, tg.sandbox
-	fin := event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Sandbox: name}
+//
+// Preconditions: runs in a goroutine of execute (never reads st).
+func (d *driver) call(ctx context.Context, n int, c tools.Call, left *atomic.Int32) error {
 	begin := time.Now()
 	var env tools.Env
-	var res tools.Result
 	var err error
-	switch {
-	case tg.routeErr != nil:
-		res = tools.Result{Content: tg.routeErr.Error(), IsError: true}
-	case place == event.PlaceSandbox:
-		env.Sandbox, err = d.sandbox(ctx, name)
+	if c.Err == nil && c.Place == tools.PlaceSandbox {
+		env.Sandbox, err = d.sandbox(ctx, c.Sandbox)
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
-			return fmt.Errorf("engine: provision sandbox %s: %w", name, err)
+			return fmt.Errorf("engine: provision sandbox %s: %w", c.Sandbox, err)
 		}
-		fallthrough
-	default:
-		stop := d.progress(ctx, n, c)
-		res, err = d.reg.Call(ctx, env, model.ToolCall{ID: c.ID, Name: c.Name, Args: tg.args})
-		stop()
 	}
+	stop := d.progress(ctx, n, c.ID, c.Name)
+	res, err := d.reg.Call(ctx, env, c)
+	stop()
 	if err != nil {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -679,52 +822,40 @@ func (d *driver) call(ctx context.Context, n int, c model.ToolCall, left *atomic
 			return err
 		}
 		snap := "the start of the run"
-		if d.snapshotOf(name) != "" {
+		if d.snapshotOf(c.Sandbox) != "" {
 			snap = "its last snapshot"
 		}
 		res.IsError = true
-		res.Content = fmt.Sprintf("The sandbox %q was lost while this call ran (its processes were killed). A fresh sandbox is restored from %s; changes made since then are gone.", name, snap)
+		res.Content = fmt.Sprintf("The sandbox %q was lost while this call ran (its processes were killed). A fresh sandbox is restored from %s; changes made since then are gone.", c.Sandbox, snap)
 		res.Details.Outcome, res.Details.ExitCode = string(sandbox.OutcomeLost), nil
-		if lerr := d.lost(ctx, name, env.Sandbox, err.Error()); lerr != nil {
+		if lerr := d.lost(ctx, c.Sandbox, env.Sandbox, err.Error()); lerr != nil {
 			return lerr
 		}
 	}
-	if place == event.PlaceSandbox && mutating[c.Name] {
+	if c.Place == tools.PlaceSandbox && c.Mutating {
 		d.mu.Lock()
-		ch := d.changes[name]
+		ch := d.changes[c.Sandbox]
 		if ch == nil {
 			ch = &change{}
-			d.changes[name] = ch
+			d.changes[c.Sandbox] = ch
 		}
-		if ch.calls++; ch.calls == 1 && c.Name == "run_command" {
+		if ch.calls++; ch.calls == 1 {
 			ch.fingerprint = res.Details.Fingerprint
 		} else {
 			ch.fingerprint = ""
 		}
 		d.mu.Unlock()
 	}
-	fin.IsError = res.IsError
-	fin.Output = res.Content
-	fin.Outcome = res.Details.Outcome
-	if fin.Outcome == "" {
-		fin.Outcome = "ok"
-		if res.IsError {
-			fin.Outcome = "error"
-		}
-	}
-	fin.ExitCode, fin.Signal = res.Details.ExitCode, res.Details.Signal
-	fin.OutputBytes = res.Details.Bytes
-	fin.OutputTruncated = res.Details.Truncated > 0
-	fin.DurationMS = time.Since(begin).Milliseconds()
-	fin.WallMS = res.Details.Wall.Milliseconds()
-	if left.Add(-1) == 0 && !tg.external {
+	fin := finished(n, c, res, time.Since(begin))
+	if left.Add(-1) == 0 && !c.External {
 		return d.later(fin)
 	}
-	return d.append(ctx, fin)
+	_, err = d.record(ctx, fin)
+	return err
 }
 
 // progress reports a running call about once a second until stop.
-func (d *driver) progress(ctx context.Context, n int, c model.ToolCall) (stop func()) {
+func (d *driver) progress(ctx context.Context, n int, callID, tool string) (stop func()) {
 	if d.e.o.OnProgress == nil {
 		return func() {}
 	}
@@ -740,7 +871,7 @@ func (d *driver) progress(ctx context.Context, n int, c model.ToolCall) (stop fu
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				d.e.o.OnProgress(Progress{RunID: d.run.ID, Step: n, CallID: c.ID, Tool: c.Name, Elapsed: time.Since(start)})
+				d.e.o.OnProgress(Progress{RunID: d.run.ID, Step: n, CallID: callID, Tool: tool, Elapsed: time.Since(start)})
 			}
 		}
 	}()
@@ -748,20 +879,20 @@ func (d *driver) progress(ctx context.Context, n int, c model.ToolCall) (stop fu
 }
 
 // callModel records the request (durably, before the model is called) and
-// returns the response for the caller to record.
-func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
+// returns the response for the caller to record, and the tool calls the
+// model asked for.
+//
+// Preconditions: called by the loop.
+func (d *driver) callModel(ctx context.Context) (event.ModelResponse, []model.ToolCall, error) {
 	// Refused before the call, not after it: the provider would charge
 	// the host for a call whose usage the tenant cannot be charged for.
 	rate, err := d.rate()
 	if err != nil {
-		return event.ModelResponse{}, err
+		return event.ModelResponse{}, nil, err
 	}
-	d.mu.Lock()
 	n := d.st.steps + 1
-	cfg := d.st.cfg
-	req := model.Request{System: systemPrompt(cfg), Messages: d.st.conversation(), Tools: d.specs}
-	d.mu.Unlock()
-	budget := cfg.ContextTokens - 8192 - 1024
+	req := model.Request{System: systemPrompt(d.cfg), Messages: d.st.conversation(), Tools: d.specs}
+	budget := d.cfg.ContextTokens - 8192 - 1024
 	req, _ = model.Fit(req, model.FitOptions{Budget: budget})
 	modelName := d.modelName()
 	// The request is written with the response, or after
@@ -769,11 +900,15 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	// model costs no commit of its own, and a slow call in flight is on
 	// record (a crash before either only means the call is made again).
 	if err := d.later(event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 1, Messages: len(req.Messages)}); err != nil {
-		return event.ModelResponse{}, err
+		return event.ModelResponse{}, nil, err
 	}
-	flushed := time.AfterFunc(requestFlushDelay, func() { _ = d.flush(ctx) })
+	flushed := time.AfterFunc(requestFlushDelay, func() {
+		// An error is the next append's too (the request stays pending
+		// and goes out with it), which reports it.
+		_ = d.flush(ctx)
+	})
 	defer flushed.Stop()
-	stop := d.progress(ctx, n, model.ToolCall{ID: "model", Name: "model " + modelName})
+	stop := d.progress(ctx, n, "model", "model "+modelName)
 	defer stop()
 	start := time.Now()
 	resp, err := d.prov.Complete(ctx, req, nil)
@@ -782,16 +917,12 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 		req, _ = model.Fit(req, model.FitOptions{Budget: budget / 2, KeepTurns: 1})
 		if err := d.append(ctx, event.Retry{Step: n, What: "model", Attempt: 2, Reason: "context window exceeded; older tool output shortened"},
 			event.ModelRequest{Step: n, Provider: d.provKind, Model: modelName, Attempt: 2, Messages: len(req.Messages)}); err != nil {
-			return event.ModelResponse{}, err
+			return event.ModelResponse{}, nil, err
 		}
 		resp, err = d.prov.Complete(ctx, req, nil)
 	}
 	if err != nil {
-		return event.ModelResponse{}, err
-	}
-	calls := make([]event.ToolCall, 0, len(resp.ToolCalls))
-	for _, c := range resp.ToolCalls {
-		calls = append(calls, event.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
+		return event.ModelResponse{}, nil, err
 	}
 	m := resp.Model
 	if m == "" {
@@ -800,21 +931,23 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, error) {
 	usage := event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
 		CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens}
 	if usage.CostMicroUSD, err = rate.Cost(usage); err != nil {
-		return event.ModelResponse{}, err
+		return event.ModelResponse{}, nil, err
 	}
 	return event.ModelResponse{
-		Step: n, Provider: d.provKind, Model: m, Text: resp.Text, ToolCalls: calls,
+		Step: n, Provider: d.provKind, Model: m, Text: resp.Text, ToolCalls: eventCalls(resp.ToolCalls),
 		StopReason: string(resp.StopReason), DurationMS: time.Since(start).Milliseconds(), Usage: usage,
-	}, nil
+	}, resp.ToolCalls, nil
 }
 
 func (d *driver) modelName() string {
-	_, m, _ := strings.Cut(d.st.cfg.Model, ":")
+	_, m, _ := strings.Cut(d.cfg.Model, ":")
 	return m
 }
 
 // finish runs the completion checks after the model called finish, keeps
 // the artifacts, and decides the final status.
+//
+// Preconditions: called by the loop.
 func (d *driver) finish(ctx context.Context) (event.Status, event.Payload, error) {
 	vr, err := d.verify(ctx)
 	if err != nil {
@@ -830,6 +963,9 @@ func (d *driver) finish(ctx context.Context) (event.Status, event.Payload, error
 		if ctx.Err() != nil {
 			return "", nil, context.Cause(ctx)
 		}
+		return "", nil, err
+	}
+	if err := d.sync(); err != nil {
 		return "", nil, err
 	}
 	if vr.Passed {

@@ -16,9 +16,9 @@
 // incomplete step in a sandbox restored from the last snapshot, and never
 // asks the model again for a turn it recorded.
 //
-// Importers: host wiring (internal/host) and the command line that still
-// names its types (internal/cli), the API (internal/server and its
-// test server internal/server/servertest) and the E2B API (internal/e2b).
+// Importers: host wiring (internal/host), the command line
+// (internal/cli), the API (internal/server and its test server
+// internal/server/servertest).
 package engine
 
 import (
@@ -74,12 +74,17 @@ type Options struct {
 	// rate limits, tracing; tests slow a model down with it).
 	WrapProvider func(model.Provider) model.Provider
 	// Network, when not nil, gives a sandbox its network before it is
-	// created (an egress proxy under the run's policy).
-	Network Network
+	// created (an egress proxy under the run's policy). Of its
+	// attachment's hooks, Ask is the run's network approvals (network.go),
+	// and Audit and Log append to the run's log under the drive's lease;
+	// an egress decision that cannot be recorded stops the drive (see
+	// driver.audit).
+	Network sandbox.Network
 	// Tools are host tools added to every run's registry beside the
 	// sandbox tools and finish (the bridge's tools, approvals...). A tool
 	// whose External method returns true changes the world outside the
-	// run's sandboxes: recovery never repeats it blindly.
+	// run's sandboxes: recovery never repeats it blindly. New refuses a
+	// tool the registry refuses (a duplicate name, no answer).
 	Tools []tools.Tool
 	// Policy decides each tool call; nil allows every call.
 	Policy PolicyHook
@@ -136,34 +141,6 @@ type ProviderSpec struct {
 	Attempts int
 }
 
-// Network attaches a sandbox to the run's network policy.
-type Network interface {
-	// Attach prepares the network of a sandbox about to be created: it may
-	// set spec.ID, spec.Network, spec.ProxySocket and spec.TrustedCAs, and
-	// report every egress decision through audit. The returned function
-	// releases what Attach set up, after the sandbox is gone.
-	Attach(ctx context.Context, a Attachment) (release func(), err error)
-}
-
-// Attachment is one sandbox's request for a network.
-type Attachment struct {
-	RunID   string
-	Tenant  string
-	Sandbox string
-	// Policy is the run's resolved policy document.
-	Policy []byte
-	Spec   *sandbox.Spec
-	Audit  func(event.EgressDecision)
-	// Ask decides a request to host:port that the network policy answers
-	// with ask: a pending approval a person decides on (see network.go).
-	// It blocks until the decision, the hold's end, or ctx's end.
-	Ask func(ctx context.Context, host string, port int) (bool, error)
-	// Log appends events of a host channel to the run's log (the LLM
-	// gateway's llm.call and budget.exhausted) and returns the seq of the
-	// first. A budget.exhausted ends the run at its next boundary.
-	Log func(ctx context.Context, ps ...event.Payload) (seq int64, err error)
-}
-
 // PolicyHook decides whether a proposed tool call may run: allow, deny,
 // or ask a person (the run then waits in awaiting_approval).
 type PolicyHook func(ctx context.Context, q PolicyQuery) event.PolicyDecision
@@ -176,12 +153,11 @@ type PolicyQuery struct {
 	// Usage and Elapsed are the run's so far.
 	Usage   event.Usage
 	Elapsed time.Duration
-	// Call is the proposed call, its arguments without the sandbox
-	// selector; Sandbox names the sandbox a sandbox tool acts in.
-	Call    model.ToolCall
-	Sandbox string
-	// External says the tool changes the world outside the run.
-	External bool
+	// Call is the proposed call, resolved: the policy judges its Input
+	// (the arguments without the sandbox selector), the Sandbox it acts
+	// in, and whether its tool is External (changes the world outside
+	// the run).
+	Call tools.Call
 }
 
 // Progress reports a running tool call, or a model call (CallID "model").
@@ -199,6 +175,9 @@ type Engine struct {
 	o Options
 	// meter counts the tenants' credits (Store's ledger, Prices).
 	meter *credit.Meter
+	// tools are the tools every run has, without a run's limits: what a
+	// run's fold asks of a tool (Mutating) does not depend on them.
+	tools *tools.Registry
 	// active holds the runs this process drives.
 	active sync.Map
 	// draining is closed by Drain: drives stop at their next step
@@ -305,7 +284,13 @@ func New(o Options) (*Engine, error) {
 	if meter == nil {
 		meter = credit.New(o.Store, o.Prices)
 	}
-	return &Engine{o: o, meter: meter, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
+	reg := tools.Default(tools.Limits{})
+	for _, t := range o.Tools {
+		if err := reg.Register(t); err != nil {
+			return nil, fmt.Errorf("engine: Tools: %w", err)
+		}
+	}
+	return &Engine{o: o, meter: meter, tools: reg, draining: make(chan struct{}), scripts: map[[sha256.Size]byte]struct{}{}, policies: map[[sha256.Size]byte]string{}}, nil
 }
 
 // Request asks for a new run.
@@ -695,6 +680,7 @@ func (e *Engine) drive(ctx context.Context, id string, resume bool) (Outcome, er
 		return Outcome{}, err
 	}
 	d := newDriver(e, r, st)
+	d.fence, d.fenced = store.FenceFrom(ctx)
 	host := hostID()
 	var first event.Payload
 	switch {
@@ -731,7 +717,7 @@ func (e *Engine) load(ctx context.Context, r store.Run) (*state, []event.Event, 
 	if err := agentRun(r); err != nil {
 		return nil, nil, err
 	}
-	st := newState(r.ID)
+	st := newState(r.ID, e.tools)
 	if r.ParentRunID != "" {
 		if err := e.history(ctx, st, r.ParentRunID, r.ParentSeq, 0); err != nil {
 			return nil, nil, err

@@ -45,7 +45,7 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	}
 	// The fork point is the last event after which step atStep is
 	// complete and the next step has not begun.
-	at := newState(id)
+	at := newState(id, e.tools)
 	if parent.ParentRunID != "" {
 		if err := e.history(ctx, at, parent.ParentRunID, parent.ParentSeq, 0); err != nil {
 			return store.Run{}, err

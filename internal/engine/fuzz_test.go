@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // FuzzConfig: a run config from a log is decoded and validated without
@@ -57,7 +58,7 @@ func FuzzFold(f *testing.F) {
 		event.TypeSnapshotTaken, event.TypeVerificationResult, event.TypeArtifactStored,
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s := newState("run_x")
+		s := newState("run_x", tools.Default(tools.Limits{}))
 		for i, rec := range strings.Split(string(data), "\x00") {
 			if rec == "" {
 				continue
@@ -102,33 +103,6 @@ func FuzzPaths(f *testing.F) {
 		for _, c := range changedPaths(p + "\n" + g) {
 			if c == "" && !strings.Contains(p+g, "diff --git a/ b/") {
 				continue
-			}
-		}
-	})
-}
-
-// FuzzRoute: the sandbox argument of a call in a run with several
-// sandboxes picks only a configured sandbox and is removed from the
-// arguments the tool sees.
-func FuzzRoute(f *testing.F) {
-	f.Add(`{"sandbox":"db","command":"ls"}`)
-	f.Add(`{"sandbox":"nope"}`)
-	f.Add(`{"sandbox":7}`)
-	f.Add(`[1,2]`)
-	f.Add(`{"sandbox":"main","sandbox":"db"}`)
-	d := &driver{st: &state{cfg: Config{Sandboxes: []SandboxConfig{{Name: "main"}, {Name: "db"}}}}}
-	f.Fuzz(func(t *testing.T, args string) {
-		name, rest, err := d.route(model.ToolCall{Name: "run_command", Args: model.CanonicalArgs(args)})
-		if name != "main" && name != "db" {
-			t.Fatalf("routed to %q", name)
-		}
-		if err != nil {
-			return
-		}
-		var m map[string]json.RawMessage
-		if json.Unmarshal(rest, &m) == nil && name == "db" {
-			if _, ok := m["sandbox"]; ok {
-				t.Fatalf("the sandbox argument reached the tool: %s", rest)
 			}
 		}
 	})

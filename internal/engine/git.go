@@ -115,8 +115,9 @@ func (d *driver) fetchGit(ctx context.Context, sb sandbox.Sandbox, name string, 
 	if err != nil {
 		return fmt.Errorf("git source %s: keep the tree: %w", g.URL, err)
 	}
-	return d.append(ctx, event.WorkspaceFetched{Sandbox: name, URL: g.URL, Ref: g.Ref, Commit: clipLine(commit), Digest: digest,
+	_, err = d.record(ctx, event.WorkspaceFetched{Sandbox: name, URL: g.URL, Ref: g.Ref, Commit: clipLine(commit), Digest: digest,
 		Size: size, DurationMS: time.Since(start).Milliseconds()})
+	return err
 }
 
 // clipLine keeps the last 512 bytes of s on one line: enough of git's
@@ -133,11 +134,11 @@ func clipLine(s string) string {
 // uploaded tar, or the tree its git source gave; "" for a host directory
 // or an empty workspace.
 func (d *driver) sourceTar(name string) string {
-	sc, _ := d.st.cfg.sandbox(name)
+	sc, _ := d.cfg.sandbox(name)
 	if sc.Tar != "" {
 		return sc.Tar
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.st.fetched[name]
+	return d.shared.fetched[name]
 }

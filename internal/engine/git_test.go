@@ -11,6 +11,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/testgit"
 )
 
@@ -25,7 +26,7 @@ type pinnedNetwork struct {
 	allowPort int
 }
 
-func (n *pinnedNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
+func (n *pinnedNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
 	pol := &policy.Network{Default: policy.Deny, Resolve: []policy.Pin{{Host: n.hostPort, To: n.to}}}
 	if n.allow {
 		pol.Allow = []policy.Rule{{Host: "git.test", Ports: []int{n.allowPort}}}

@@ -13,6 +13,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -282,6 +283,7 @@ func (n notifyTool) Spec() model.ToolSpec {
 	return model.ToolSpec{Name: "notify", Description: "Send a message.", Schema: json.RawMessage(`{"type":"object"}`)}
 }
 func (notifyTool) Place() tools.Place { return tools.PlaceHost }
+func (notifyTool) Mutating() bool     { return false }
 func (notifyTool) External() bool     { return true }
 func (n notifyTool) Run(context.Context, tools.Env, json.RawMessage) (tools.Result, error) {
 	n.calls.Add(1)
@@ -541,7 +543,7 @@ turns:
 // sandbox, as a proxy would after a download.
 type fakeNetwork struct{ bytes int64 }
 
-func (f *fakeNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
+func (f *fakeNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
 	a.Audit(event.EgressDecision{Decision: "allowed", Method: "GET", Host: "example.test", Port: 443, BytesIn: f.bytes})
 	return func() {}, nil
 }

@@ -51,45 +51,46 @@ func (n *netAsker) lock(dest string) func() {
 // askNetwork decides a request of sandbox name to host:port that the
 // network policy answers with ask. It returns when a person decided, the
 // hold ended, or ctx ended (the sandbox gave up on the request).
+//
+// Preconditions: called by the egress proxy (Attachment.Ask), never by the
+// loop: it reads the network approvals the driver shares, not st.
 func (d *driver) askNetwork(ctx context.Context, name, host string, port int) (bool, error) {
 	dest := net.JoinHostPort(host, strconv.Itoa(port))
 	defer d.netAsks.lock(dest)()
 	_, onTimeout := d.approvalRules()
 
 	d.mu.Lock()
-	a := d.st.netDest[dest]
+	a := d.shared.net.latest(dest)
 	d.mu.Unlock()
-	if a != nil && a.Decision != "" && a.Decision != "withdrawn" {
+	if a.Decision != "" && a.Decision != "withdrawn" {
 		return netAllowed(a, onTimeout), nil
 	}
-	if a == nil || a.Decision == "withdrawn" {
+	id := a.req.ApprovalID
+	if id == "" || a.Decision == "withdrawn" {
 		req, err := d.netRequest(name, dest)
 		if err != nil {
 			return false, err
 		}
-		if err := d.append(ctx, req); err != nil {
+		if _, err := d.record(ctx, req); err != nil {
 			return false, err
 		}
-		d.mu.Lock()
-		a = d.st.net[req.ApprovalID]
-		d.mu.Unlock()
+		id = req.ApprovalID
 	}
-	id := a.req.ApprovalID
 	t := time.NewTicker(d.e.o.Poll)
 	defer t.Stop()
 	for {
 		d.mu.Lock()
-		decision := a.Decision
+		a = d.shared.net.get(id)
 		d.mu.Unlock()
-		if decision != "" && decision != "withdrawn" {
+		if a.Decision != "" && a.Decision != "withdrawn" {
 			return netAllowed(a, onTimeout), nil
 		}
-		if decision == "withdrawn" {
+		if a.Decision == "withdrawn" {
 			return false, nil
 		}
 		if !d.e.o.Now().Before(a.req.Expires) {
 			timeout, _ := d.approvalRules()
-			err := d.append(ctx, event.ApprovalDecided{ApprovalID: id, Decision: "expired", By: "timeout",
+			_, err := d.record(ctx, event.ApprovalDecided{ApprovalID: id, Decision: "expired", By: "timeout",
 				Reason: "no decision in " + min(timeout, d.netHold()).String() + "; on timeout: " + onTimeout})
 			if err != nil {
 				return false, err
@@ -100,12 +101,14 @@ func (d *driver) askNetwork(ctx context.Context, name, host string, port int) (b
 		case <-ctx.Done():
 			// The sandbox gave up on the request, or the run is stopping:
 			// the approval no longer holds anything.
-			err := d.append(context.WithoutCancel(ctx), event.ApprovalDecided{ApprovalID: id, Decision: "withdrawn", By: "airlock",
+			_, err := d.record(ctx, event.ApprovalDecided{ApprovalID: id, Decision: "withdrawn", By: "airlock",
 				Reason: "the held request ended before a decision"})
 			return false, err
 		case <-t.C:
 		}
-		d.catchUp(ctx)
+		if err := d.catchUp(ctx); err != nil {
+			return false, err
+		}
 	}
 }
 
@@ -131,16 +134,16 @@ func (d *driver) netHold() time.Duration {
 
 // netAllowed reports whether a decided network approval lets requests
 // through.
-func netAllowed(a *approval, onTimeout string) bool {
+func netAllowed(a approval, onTimeout string) bool {
 	return a.Decision == "approved" || a.Decision == "expired" && onTimeout == "allow"
 }
 
 // withdrawNetwork closes the network approvals a previous drive left open:
 // the requests they held ended with that process.
+//
+// Preconditions: called by the loop, before any sandbox exists.
 func (d *driver) withdrawNetwork(ctx context.Context) error {
-	d.mu.Lock()
-	open := d.st.openNet()
-	d.mu.Unlock()
+	open := d.st.net.open()
 	var ps []event.Payload
 	for _, a := range open {
 		ps = append(ps, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "withdrawn", By: "airlock",

@@ -30,7 +30,7 @@ type askNetwork struct {
 	asks atomic.Int32 // calls of Attachment.Ask
 }
 
-func (n *askNetwork) Attach(_ context.Context, a engine.Attachment) (func(), error) {
+func (n *askNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
 	pol := &policy.Network{Default: policy.Ask, Resolve: []policy.Pin{{Host: n.pin, To: n.to}}}
 	return attachProxy(n.t, a, pol, approverFunc(func(ctx context.Context, r policy.Request) (bool, error) {
 		n.asks.Add(1)
@@ -40,7 +40,7 @@ func (n *askNetwork) Attach(_ context.Context, a engine.Attachment) (func(), err
 
 // attachProxy gives the sandbox of a a real egress proxy under pol, on a
 // unix socket of its own, recording its decisions in the run's log.
-func attachProxy(t *testing.T, a engine.Attachment, pol *policy.Network, ask egress.Approver) (func(), error) {
+func attachProxy(t *testing.T, a sandbox.Attachment, pol *policy.Network, ask egress.Approver) (func(), error) {
 	if err := pol.Validate(); err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ turns:
 // LLM gateway does: one call, then its budget spent.
 type logNetwork struct{ seq int64 }
 
-func (n *logNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
+func (n *logNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
 	seq, err := a.Log(ctx, event.LLMCall{Sandbox: a.Sandbox, API: "openai.chat", Model: "m", Upstream: "openai", Status: 429,
 		Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens"},
 		event.BudgetExhausted{Budget: "llm_tokens", Limit: 10, Used: 12})

@@ -9,6 +9,7 @@ import (
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // state is what the loop knows about a run. It is a fold of the run's
@@ -56,10 +57,11 @@ type state struct {
 	// LLM gateway) that found its budget spent; the loop ends the run at
 	// its next boundary.
 	spent *event.BudgetExhausted
-	// net holds the run's network approvals by id; netDest the latest
-	// one of each destination ("host:port").
-	net     map[string]*approval
-	netDest map[string]*approval
+	// net holds the run's network approvals.
+	net netApprovals
+	// tools are the tools the engine gives runs (without their limits):
+	// whether a started call may change its sandbox is its tool's answer.
+	tools *tools.Registry
 
 	// recoveries counts the recoveries (run.resumed, reason recovery) since
 	// the run last made progress (a model turn, a snapshot, a
@@ -142,10 +144,52 @@ func (s *state) openApprovals() []*approval {
 	return out
 }
 
-// openNet returns the undecided network approvals, oldest first.
-func (s *state) openNet() []*approval {
+// netApprovals are a run's network approvals: by id, and the latest of
+// each destination ("host:port"). The loop's state keeps them for the
+// run's listings, and the driver a copy for the egress proxy's asks
+// (driver.shared), both from the same events.
+type netApprovals struct {
+	byID   map[string]*approval
+	byDest map[string]*approval
+}
+
+// requested adds the approval p asks for, at time at.
+func (n *netApprovals) requested(p event.ApprovalRequested, at time.Time) {
+	if n.byID == nil {
+		n.byID, n.byDest = map[string]*approval{}, map[string]*approval{}
+	}
+	a := &approval{req: p, Requested: at}
+	n.byID[p.ApprovalID], n.byDest[p.Destination] = a, a
+}
+
+// decided records decision p, if it is on an undecided approval of n.
+func (n *netApprovals) decided(p event.ApprovalDecided) {
+	if a := n.byID[p.ApprovalID]; a != nil && a.Decision == "" {
+		a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
+	}
+}
+
+// get returns approval id (the zero approval when there is none).
+func (n *netApprovals) get(id string) approval {
+	if a := n.byID[id]; a != nil {
+		return *a
+	}
+	return approval{}
+}
+
+// latest returns the latest approval asked for dest (the zero approval
+// when there is none).
+func (n *netApprovals) latest(dest string) approval {
+	if a := n.byDest[dest]; a != nil {
+		return *a
+	}
+	return approval{}
+}
+
+// open returns the undecided approvals, oldest first.
+func (n *netApprovals) open() []*approval {
 	var out []*approval
-	for _, a := range s.net {
+	for _, a := range n.byID {
 		if a.Decision == "" {
 			out = append(out, a)
 		}
@@ -154,13 +198,32 @@ func (s *state) openNet() []*approval {
 	return out
 }
 
-func newState(runID string) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
-		net: map[string]*approval{}, netDest: map[string]*approval{}}
+// clone returns a copy of n that shares nothing with it.
+func (n *netApprovals) clone() netApprovals {
+	c := netApprovals{byID: map[string]*approval{}, byDest: map[string]*approval{}}
+	for id, a := range n.byID {
+		b := *a
+		c.byID[id] = &b
+	}
+	for dest, a := range n.byDest {
+		c.byDest[dest] = c.byID[a.req.ApprovalID]
+	}
+	return c
 }
 
-// mutating lists the sandbox tools that may change the workspace.
-var mutating = map[string]bool{"run_command": true, "write_file": true, "edit_file": true}
+// newState returns the state of run runID before its first event; reg
+// holds the tools the engine gives runs.
+func newState(runID string, reg *tools.Registry) *state {
+	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
+		tools: reg}
+}
+
+// mutates reports whether a call of the tool called name may change the
+// files of its sandbox.
+func (s *state) mutates(name string) bool {
+	t, ok := s.tools.Get(name)
+	return ok && t.Mutating()
+}
 
 // nudge is the user message that follows a model turn with no tool calls:
 // the loop goes on until the model calls finish or a budget ends it.
@@ -180,9 +243,11 @@ const (
 	pending
 )
 
-// apply folds one event into the state.
+// apply folds one event into the state. The events fall in families, each
+// folded by its own method: the run's life, the model's turns, policy
+// decisions and approvals, tool calls, sandboxes and their workspaces,
+// what the run used, and verification.
 func (s *state) apply(e event.Event, o origin) error {
-	history := o == inherited
 	prevLast := s.last
 	if o == own {
 		s.lastSeq = e.Seq
@@ -202,10 +267,36 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 	}
 	switch p := p.(type) {
-	case *event.RunCreated:
-		if history {
-			return nil
+	case *event.RunCreated, *event.RunStarted, *event.RunResumed, *event.RunFailed, *event.RunCancelled, *event.RunPaused:
+		if o == inherited {
+			return nil // a parent's life is not the run's
 		}
+		return s.applyLife(e, p, prevLast)
+	case *event.ModelResponse:
+		s.applyTurn(e, p, o)
+	case *event.PolicyDecision, *event.ApprovalRequested, *event.ApprovalDecided:
+		s.applyDecision(e, p, o)
+	case *event.ToolStarted, *event.ToolFinished:
+		return s.applyCall(e, p)
+	case *event.SnapshotTaken, *event.WorkspaceFetched, *event.SandboxDestroyed, *event.SandboxLost:
+		s.applySandbox(p, o)
+	case *event.BudgetExhausted, *event.EgressDecision:
+		s.applyUse(p, o)
+	case *event.VerificationResult:
+		if o != inherited {
+			v := *p
+			s.verified = &v
+			s.recoveries = 0
+		}
+	}
+	return nil
+}
+
+// applyLife folds an event of the run's own life: its creation, the start
+// of a drive session, its stops. prevLast is the time of the event before.
+func (s *state) applyLife(e event.Event, p event.Payload, prevLast time.Time) error {
+	switch p := p.(type) {
+	case *event.RunCreated:
 		s.created = *p
 		cfg, err := decodeConfig(p.Config)
 		if err != nil {
@@ -213,9 +304,6 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 		s.cfg = cfg
 	case *event.RunStarted, *event.RunResumed:
-		if history {
-			return nil
-		}
 		if r, ok := p.(*event.RunResumed); ok && r.Reason == "recovery" {
 			if !s.pendingAsk() {
 				s.recoveries++
@@ -229,57 +317,56 @@ func (s *state) apply(e event.Event, o origin) error {
 		}
 		s.segStart, s.segStarted = e.Time, true
 	case *event.RunFailed:
-		if !history {
-			s.reason = p.Reason
-			if p.Error != "" {
-				s.reason += ": " + p.Error
-			}
+		s.reason = p.Reason
+		if p.Error != "" {
+			s.reason += ": " + p.Error
 		}
 	case *event.RunCancelled:
-		if !history {
-			s.reason = p.Reason
-		}
+		s.reason = p.Reason
 	case *event.RunPaused:
-		if !history {
-			s.reason = p.Reason
-		}
-	case *event.ModelResponse:
-		r := p
-		if !history {
-			s.recoveries = 0
-		}
-		s.steps = max(s.steps, r.Step)
-		s.usage = s.usage.Add(r.Usage)
-		s.responses = append(s.responses, *r)
-		msg := responseMessage(*r)
-		s.cur = &step{n: r.Step, respSeq: e.Seq, results: map[string]model.ToolResult{}, started: map[string]int64{}, dirty: map[string]bool{},
-			decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
-		for _, c := range r.ToolCalls {
-			s.cur.calls = append(s.cur.calls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
-		}
+		s.reason = p.Reason
+	}
+	return nil
+}
+
+// applyTurn folds a model turn: it begins a step.
+func (s *state) applyTurn(e event.Event, r *event.ModelResponse, o origin) {
+	if o != inherited {
+		s.recoveries = 0
+	}
+	s.steps = max(s.steps, r.Step)
+	s.usage = s.usage.Add(r.Usage)
+	s.responses = append(s.responses, *r)
+	msg := responseMessage(*r)
+	s.cur = &step{n: r.Step, respSeq: e.Seq, calls: modelCalls(r.ToolCalls), results: map[string]model.ToolResult{}, started: map[string]int64{},
+		dirty: map[string]bool{}, decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
+	if len(msg.Content) > 0 {
+		s.messages = append(s.messages, msg)
+	}
+	if len(s.cur.calls) == 0 {
 		if len(msg.Content) > 0 {
-			s.messages = append(s.messages, msg)
-		}
-		if len(s.cur.calls) == 0 {
-			if len(msg.Content) == 0 {
-				// An empty turn is not sent back (providers reject it).
-				s.cur.settled = true
-				break
-			}
 			s.messages = append(s.messages, model.Message{Role: model.RoleUser, Content: []model.Part{model.TextPart(nudge)}})
-			s.cur.settled = true
 		}
+		// An empty turn is not sent back (providers reject it).
+		s.cur.settled = true
+	}
+}
+
+// applyDecision folds the policy's decision on a call, and the approvals
+// asked for and decided: of the current step's calls, and of the run's
+// network destinations.
+func (s *state) applyDecision(e event.Event, p event.Payload, o origin) {
+	switch p := p.(type) {
 	case *event.PolicyDecision:
 		if s.cur != nil && s.cur.n == p.Step {
 			s.cur.decisions[p.CallID] = *p
 		}
 	case *event.ApprovalRequested:
 		if p.Destination != "" {
-			if !history {
-				a := &approval{req: *p, Requested: e.Time}
-				s.net[p.ApprovalID], s.netDest[p.Destination] = a, a
+			if o != inherited {
+				s.net.requested(*p, e.Time)
 			}
-			break
+			return
 		}
 		if s.cur != nil && s.cur.n == p.Step {
 			a := s.cur.approvals[p.CallID]
@@ -290,12 +377,10 @@ func (s *state) apply(e event.Event, o origin) error {
 			a.req = *p
 		}
 	case *event.ApprovalDecided:
-		if !history {
+		if o != inherited {
 			s.recoveries = 0
 		}
-		if a := s.net[p.ApprovalID]; a != nil && a.Decision == "" {
-			a.Decision, a.By, a.Reason = p.Decision, p.By, p.Reason
-		}
+		s.net.decided(*p)
 		if s.cur != nil {
 			for _, a := range s.cur.approvals {
 				if a.req.ApprovalID == p.ApprovalID && a.Decision == "" {
@@ -303,12 +388,18 @@ func (s *state) apply(e event.Event, o origin) error {
 				}
 			}
 		}
+	}
+}
+
+// applyCall folds the start or the result of a call of the current step.
+func (s *state) applyCall(e event.Event, p event.Payload) error {
+	switch p := p.(type) {
 	case *event.ToolStarted:
 		if s.cur == nil || s.cur.n != p.Step {
 			return fmt.Errorf("engine: seq %d: tool.started for step %d outside its step", e.Seq, p.Step)
 		}
 		s.cur.started[p.CallID] = e.Seq
-		if p.Place == event.PlaceSandbox && mutating[p.Tool] {
+		if p.Place == event.PlaceSandbox && s.mutates(p.Tool) {
 			s.cur.dirty[p.Sandbox] = true
 		}
 	case *event.ToolFinished:
@@ -319,8 +410,15 @@ func (s *state) apply(e event.Event, o origin) error {
 		if p.Tool == "finish" && !p.IsError {
 			s.finished = true
 		}
+	}
+	return nil
+}
+
+// applySandbox folds what happened to a sandbox and its workspace.
+func (s *state) applySandbox(p event.Payload, o origin) {
+	switch p := p.(type) {
 	case *event.SnapshotTaken:
-		if !history {
+		if o != inherited {
 			s.recoveries = 0
 		}
 		s.snapshots[p.Sandbox] = p.Digest
@@ -332,13 +430,6 @@ func (s *state) apply(e event.Event, o origin) error {
 		s.fetched[p.Sandbox] = p.Digest
 	case *event.SandboxDestroyed:
 		s.recordCPU(p.SandboxID, p.CPUMS)
-	case *event.BudgetExhausted:
-		if !history && s.spent == nil {
-			b := *p
-			s.spent = &b
-		}
-	case *event.EgressDecision:
-		s.egressBytes += p.BytesIn + p.BytesOut
 	case *event.SandboxLost:
 		s.recordCPU(p.SandboxID, p.CPUMS)
 		// The sandbox's state is its last snapshot again; a step's change
@@ -346,14 +437,20 @@ func (s *state) apply(e event.Event, o origin) error {
 		if s.cur != nil {
 			delete(s.cur.dirty, p.Sandbox)
 		}
-	case *event.VerificationResult:
-		if !history {
-			v := *p
-			s.verified = &v
-			s.recoveries = 0
-		}
 	}
-	return nil
+}
+
+// applyUse folds what the run used through its host channels.
+func (s *state) applyUse(p event.Payload, o origin) {
+	switch p := p.(type) {
+	case *event.BudgetExhausted:
+		if o != inherited && s.spent == nil {
+			b := *p
+			s.spent = &b
+		}
+	case *event.EgressDecision:
+		s.egressBytes += p.BytesIn + p.BytesOut
+	}
 }
 
 // recordCPU keeps the largest CPU time recorded for a sandbox (its cgroup
@@ -434,8 +531,8 @@ func responseMessage(r event.ModelResponse) model.Message {
 	if r.Text != "" {
 		m.Content = append(m.Content, model.TextPart(r.Text))
 	}
-	for _, c := range r.ToolCalls {
-		m.Content = append(m.Content, model.ToolCallPart(model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args}))
+	for _, c := range modelCalls(r.ToolCalls) {
+		m.Content = append(m.Content, model.ToolCallPart(c))
 	}
 	return m
 }

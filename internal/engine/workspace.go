@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +33,7 @@ const snapshotPrefix = "snapshots/"
 
 // setup builds the run's model provider and tool registry.
 func (d *driver) setup(ctx context.Context) error {
-	cfg := d.st.cfg
+	cfg := d.cfg
 	kind, arg, _ := strings.Cut(cfg.Model, ":")
 	d.provKind = kind
 	switch kind {
@@ -62,11 +61,7 @@ func (d *driver) setup(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		d.prov = &replayProvider{run: arg, responses: ost.responses, step: func() int {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			return d.st.steps
-		}}
+		d.prov = &replayProvider{run: arg, responses: ost.responses, step: d.curStep}
 	default:
 		if d.e.o.NewProvider == nil {
 			return fmt.Errorf("model %q: this host has no model providers configured", cfg.Model)
@@ -86,18 +81,11 @@ func (d *driver) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	d.specs = d.reg.Specs()
-	if len(cfg.Sandboxes) > 1 {
-		names := make([]string, len(cfg.Sandboxes))
-		for i, s := range cfg.Sandboxes {
-			names[i] = s.Name
-		}
-		for i, sp := range d.specs {
-			if t, _ := d.reg.Get(sp.Name); t.Place() == tools.PlaceSandbox {
-				d.specs[i].Schema = withSandboxArg(sp.Schema, names)
-			}
-		}
+	d.names = make([]string, len(cfg.Sandboxes))
+	for i, s := range cfg.Sandboxes {
+		d.names[i] = s.Name
 	}
+	d.specs = d.reg.Specs(d.names...)
 	// A git source is fetched before the model's first turn, so a
 	// repository the policy does not let the sandbox reach fails the run
 	// here, with git's reason, rather than at the model's first command.
@@ -111,57 +99,12 @@ func (d *driver) setup(ctx context.Context) error {
 	return nil
 }
 
-// withSandboxArg adds the optional "sandbox" property to a tool's schema.
-func withSandboxArg(schema json.RawMessage, names []string) json.RawMessage {
-	var m map[string]any
-	if json.Unmarshal(schema, &m) != nil || m == nil {
-		m = map[string]any{"type": "object"}
-	}
-	props, _ := m["properties"].(map[string]any)
-	if props == nil {
-		props = map[string]any{}
-	}
-	props["sandbox"] = map[string]any{"type": "string", "enum": names, "description": "Which sandbox to act in (default " + names[0] + ")."}
-	m["properties"] = props
-	b, _ := json.Marshal(m)
-	return b
-}
-
-// route returns the sandbox a call acts in and its arguments without the
-// "sandbox" one. A run with one sandbox takes no such argument.
-func (d *driver) route(c model.ToolCall) (string, json.RawMessage, error) {
-	cfg := d.st.cfg
-	first := cfg.Sandboxes[0].Name
-	if len(cfg.Sandboxes) < 2 {
-		return first, c.Args, nil
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(c.Args, &m) != nil {
-		return first, c.Args, nil // the tool reports the malformed arguments
-	}
-	raw, ok := m["sandbox"]
-	if !ok {
-		return first, c.Args, nil
-	}
-	var name string
-	if err := json.Unmarshal(raw, &name); err != nil {
-		return first, c.Args, fmt.Errorf("%s: argument sandbox must be a string", c.Name)
-	}
-	if _, ok := cfg.sandbox(name); !ok {
-		return first, c.Args, fmt.Errorf("%s: no sandbox called %q", c.Name, name)
-	}
-	delete(m, "sandbox")
-	b, err := json.Marshal(m)
-	if err != nil {
-		return first, c.Args, err
-	}
-	return name, model.CanonicalArgs(string(b)), nil
-}
-
+// snapshotOf returns the digest of sandbox name's latest snapshot ("" when
+// it has none).
 func (d *driver) snapshotOf(name string) string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.st.snapshots[name]
+	return d.shared.snapshots[name]
 }
 
 // sandbox returns the live sandbox called name, provisioning it on first
@@ -189,12 +132,12 @@ func (d *driver) sandbox(ctx context.Context, name string) (sandbox.Sandbox, err
 		}
 	}
 	var err error
-	attempts := d.st.cfg.SandboxAttempts
+	attempts := d.cfg.SandboxAttempts
 	for attempt := 1; attempt <= attempts; attempt++ {
 		if err = d.provision(ctx, name, l); err == nil || ctx.Err() != nil || attempt == attempts {
 			break
 		}
-		if rerr := d.append(ctx, event.Retry{Step: d.curStep(), What: "sandbox", Attempt: attempt + 1, Reason: err.Error(), DelayMS: 200}); rerr != nil {
+		if _, rerr := d.record(ctx, event.Retry{Step: d.curStep(), What: "sandbox", Attempt: attempt + 1, Reason: err.Error(), DelayMS: 200}); rerr != nil {
 			return nil, rerr
 		}
 		select {
@@ -231,16 +174,17 @@ func (e *sandboxError) Error() string {
 
 func (e *sandboxError) Unwrap() error { return e.err }
 
+// curStep returns the number of the run's latest model turn.
 func (d *driver) curStep() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.st.steps
+	return d.shared.steps
 }
 
 // provision creates sandbox name into l (whose lock the caller holds).
 func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	start := time.Now()
-	cfg := d.st.cfg
+	cfg := d.cfg
 	sc, _ := cfg.sandbox(name)
 	snap := d.snapshotOf(name)
 	spec := sandbox.Spec{Env: append(slices.Clone(sandboxEnv), cfg.Env...), Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
@@ -263,10 +207,10 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	release := func() {}
 	if d.e.o.Network != nil {
 		spec.ID = sandbox.NewID()
-		rel, err := d.e.o.Network.Attach(ctx, Attachment{RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
+		rel, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
 			Audit: func(ed event.EgressDecision) {
 				ed.Sandbox = name
-				_ = d.append(context.Background(), ed)
+				d.audit(ctx, ed)
 			},
 			Ask: func(ctx context.Context, host string, port int) (bool, error) {
 				return d.askNetwork(ctx, name, host, port)
@@ -290,13 +234,13 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	}
 	if snap != "" {
 		if err := d.restore(ctx, sb, snap); err != nil {
-			_ = sb.Destroy(context.WithoutCancel(ctx))
+			destroy(ctx, sb)
 			release()
 			return fmt.Errorf("restore snapshot %s: %w", snap, err)
 		}
 	} else if sc.Git != nil {
 		if err := d.fetchGit(ctx, sb, name, *sc.Git); err != nil {
-			_ = sb.Destroy(context.WithoutCancel(ctx))
+			destroy(ctx, sb)
 			release()
 			return err
 		}
@@ -305,8 +249,9 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	d.mu.Lock()
 	delete(d.snaps, name) // a restored tree has new inodes and times
 	d.mu.Unlock()
-	return d.append(ctx, event.SandboxProvisioned{Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
+	_, err = d.record(ctx, event.SandboxProvisioned{Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
 		Snapshot: snap, DurationMS: time.Since(start).Milliseconds()})
+	return err
 }
 
 // restore unpacks a snapshot into the sandbox's empty workspace. The bytes
@@ -350,7 +295,7 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		fp = ch.fingerprint
 	}
 	last, known := d.snaps[name]
-	unchanged := known && fp != "" && fp == last.fingerprint && d.st.snapshots[name] == last.digest
+	unchanged := known && fp != "" && fp == last.fingerprint && d.shared.snapshots[name] == last.digest
 	d.mu.Unlock()
 	if unchanged {
 		// The one command that could have changed the workspace did not:
@@ -358,7 +303,7 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		id, cpu := d.meter(name)
 		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu})
 	}
-	attempts := d.st.cfg.SandboxAttempts
+	attempts := d.cfg.SandboxAttempts
 	for attempt := 1; ; attempt++ {
 		sb, err := d.sandbox(ctx, name)
 		if err != nil {
@@ -386,7 +331,7 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 			return fmt.Errorf("engine: snapshot sandbox %s: %w", name, err)
 		}
 		d.mu.Lock()
-		base, seq := d.st.snapshots[name], d.st.lastSeq
+		base, seq := d.shared.snapshots[name], d.seq
 		d.snaps[name] = snapInfo{digest: digest, size: size, fingerprint: fp}
 		d.mu.Unlock()
 		// An unchanged workspace packs to the same bytes (the export is
@@ -467,10 +412,11 @@ func (d *driver) lost(ctx context.Context, name string, sb sandbox.Sandbox, reas
 
 func (d *driver) lostLocked(ctx context.Context, name string, l *live, reason string) error {
 	id, cpu := l.sb.ID(), measure(l.sb)
-	_ = l.sb.Destroy(context.WithoutCancel(ctx))
+	destroy(ctx, l.sb)
 	l.release()
 	l.sb, l.release = nil, nil
-	return d.append(ctx, event.SandboxLost{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu})
+	_, err := d.record(ctx, event.SandboxLost{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu})
+	return err
 }
 
 // measure returns sb's CPU time in milliseconds as its host measures it,
@@ -505,6 +451,8 @@ func (d *driver) meter(name string) (string, int64) {
 
 // cpuUsed is the CPU time of all the run's sandboxes: what the log
 // records, and for live ones what their host measures now.
+//
+// Preconditions: called by the loop.
 func (d *driver) cpuUsed() int64 {
 	d.sbMu.Lock()
 	names := make([]string, 0, len(d.sbs))
@@ -518,8 +466,6 @@ func (d *driver) cpuUsed() int64 {
 			live[id] = cpu
 		}
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	var total int64
 	for id, ms := range d.st.cpu {
 		total += max(ms, live[id])
@@ -531,29 +477,42 @@ func (d *driver) cpuUsed() int64 {
 	return total
 }
 
-// destroyAll destroys every live sandbox and records it.
-func (d *driver) destroyAll(ctx context.Context, reason string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
+// destroyAll destroys every live sandbox and records it (with the CPU
+// time it used, which the run's budget counts). It destroys them all
+// whatever fails, and reports the records it could not write.
+func (d *driver) destroyAll(ctx context.Context, reason string) error {
 	d.sbMu.Lock()
 	defer d.sbMu.Unlock()
+	var errs []error
 	for name, l := range d.sbs {
 		l.mu.Lock()
 		if l.sb != nil {
 			id, cpu := l.sb.ID(), measure(l.sb)
-			_ = l.sb.Destroy(ctx)
+			destroy(ctx, l.sb)
 			l.release()
 			l.sb, l.release = nil, nil
-			_ = d.append(ctx, event.SandboxDestroyed{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu})
+			if _, err := d.record(ctx, event.SandboxDestroyed{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu}); err != nil {
+				errs = append(errs, err)
+			}
 		}
 		l.mu.Unlock()
 	}
+	return errors.Join(errs...)
+}
+
+// destroy destroys sb, past ctx's end, within a minute. Its error is not
+// the run's: the backend kills what it could not remove when its host
+// process ends, and nothing recorded depends on it.
+func destroy(ctx context.Context, sb sandbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_ = sb.Destroy(ctx)
 }
 
 // verify runs the completion checks in the first sandbox.
 func (d *driver) verify(ctx context.Context) (event.VerificationResult, error) {
 	start := time.Now()
-	cfg := d.st.cfg
+	cfg := d.cfg
 	first := cfg.Sandboxes[0]
 	vr := event.VerificationResult{Passed: true, Checks: []event.Check{}}
 	add := func(c event.Check) {
@@ -618,7 +577,7 @@ func (d *driver) verify(ctx context.Context) (event.VerificationResult, error) {
 // diff returns the unified diff of sandbox name's workspace against its
 // source directory ("" when the sandbox was never used).
 func (d *driver) diff(ctx context.Context, name string) (string, error) {
-	sc, _ := d.st.cfg.sandbox(name)
+	sc, _ := d.cfg.sandbox(name)
 	sb, err := d.sandbox(ctx, name)
 	if err != nil {
 		return "", err
@@ -680,7 +639,7 @@ func changedPaths(patch string) []string {
 // exportArtifacts keeps the patch of every used sandbox and the files the
 // artifact globs match.
 func (d *driver) exportArtifacts(ctx context.Context) error {
-	cfg := d.st.cfg
+	cfg := d.cfg
 	for i, sc := range cfg.Sandboxes {
 		d.sbMu.Lock()
 		l := d.sbs[sc.Name]
@@ -794,9 +753,6 @@ func (p *replayProvider) Complete(ctx context.Context, req model.Request, _ func
 	}
 	r := p.responses[n]
 	resp := model.Response{Model: r.Model, Text: r.Text, StopReason: model.StopReason(r.StopReason),
-		Usage: model.Usage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}}
-	for _, c := range r.ToolCalls {
-		resp.ToolCalls = append(resp.ToolCalls, model.ToolCall{ID: c.ID, Name: c.Name, Args: c.Args})
-	}
+		Usage: model.Usage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}, ToolCalls: modelCalls(r.ToolCalls)}
 	return resp, nil
 }

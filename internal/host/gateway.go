@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/bridge"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/secret/token"
 	"github.com/airlockrun/airlock/internal/store"
@@ -186,7 +186,7 @@ var GatewayEnv = []string{"AIRLOCK_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"
 // attach serves the sandbox of a: a token bound to it, the variables the
 // SDKs read (GatewayEnv), and the gateway as its proxy's local handler. The returned
 // function ends it once the sandbox is gone.
-func (l *llmHub) attach(a engine.Attachment, llm *policy.LLM) (*gateway.Gateway, func(), error) {
+func (l *llmHub) attach(a sandbox.Attachment, llm *policy.LLM) (*gateway.Gateway, func(), error) {
 	gw, tokens, err := l.gateway()
 	if err != nil {
 		return nil, nil, fmt.Errorf("llm gateway: %w", err)

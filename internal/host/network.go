@@ -11,7 +11,6 @@ import (
 
 	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/egress"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -24,7 +23,7 @@ import (
 type runNetwork struct{ h *Host }
 
 // Attach parses a's policy once and starts what it asks for.
-func (n *runNetwork) Attach(ctx context.Context, a engine.Attachment) (func(), error) {
+func (n *runNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
 	if len(a.Policy) == 0 {
 		return func() {}, nil
 	}

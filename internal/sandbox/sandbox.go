@@ -3,6 +3,8 @@
 // chooses. A Backend creates sandboxes from a Spec; a Sandbox lives across
 // many commands until it is destroyed or its TTL ends. Every result carries a
 // structured Outcome, so a limit never looks like a hang or a plain failure.
+// A Network attaches the host's bridge (egress proxy, LLM gateway) to a
+// sandbox before it is created, by editing its Spec.
 //
 // Implementations live in subpackages (linux is the native one) and must pass
 // the conformance suite in sandboxtest, attacks included. There is no

@@ -13,12 +13,13 @@ type finishArgs struct {
 // Finish returns the finish host tool: the model's claim that the task is
 // done, with a summary. It records the claim in Details (Finished, Summary);
 // the agent loop stops on it and runs the completion checks, which do not
-// trust the claim.
+// trust the claim. It changes nothing: the claim is only recorded.
 func Finish() Tool {
 	return &spec[finishArgs]{
-		name:  "finish",
-		place: PlaceHost,
-		desc:  "Declare the task complete and summarise what was done. The run's checks verify the work independently afterwards.",
+		name:    "finish",
+		place:   PlaceHost,
+		effects: readOnly,
+		desc:    "Declare the task complete and summarise what was done. The run's checks verify the work independently afterwards.",
 		params: []param{
 			{Name: "summary", Type: typeString, Required: true, Desc: "What was done and why it solves the task."},
 		},

@@ -74,7 +74,7 @@ func exists(t *testing.T, sb sandbox.Sandbox, path string) bool {
 // error (a tool error is a Result).
 func call(t *testing.T, r *tools.Registry, sb sandbox.Sandbox, name, args string) tools.Result {
 	t.Helper()
-	res, err := r.Call(ctxT(t), tools.Env{Sandbox: sb}, model.ToolCall{ID: "c1", Name: name, Args: json.RawMessage(args)})
+	res, err := r.Call(ctxT(t), tools.Env{Sandbox: sb}, r.Resolve(model.ToolCall{ID: "c1", Name: name, Args: json.RawMessage(args)}))
 	if err != nil {
 		t.Fatalf("%s(%s) error = %v (content %q)", name, args, err, res.Content)
 	}

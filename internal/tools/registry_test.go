@@ -48,6 +48,38 @@ func TestRegistry(t *testing.T) {
 	}
 }
 
+// TestToolEffects holds every built-in tool to what its constructor's doc
+// says a call may change. A tool added to the registry without a row here
+// fails, so no tool is added without an answer (and one built without an
+// answer does not register: TestRegisterUndeclared).
+func TestToolEffects(t *testing.T) {
+	want := map[string]struct{ mutating, external bool }{
+		"run_command": {mutating: true},
+		"read_file":   {},
+		"write_file":  {mutating: true},
+		"edit_file":   {mutating: true},
+		"list_dir":    {},
+		"search":      {},
+		"finish":      {},
+	}
+	r := tools.Default(tools.Limits{})
+	for _, s := range r.Specs() {
+		tl, _ := r.Get(s.Name)
+		w, ok := want[s.Name]
+		if !ok {
+			t.Errorf("%s has no row in this table: say whether its calls change sandbox files (Mutating) or the world outside (External)", s.Name)
+			continue
+		}
+		if tl.Mutating() != w.mutating || tl.External() != w.external {
+			t.Errorf("%s: Mutating() = %t, External() = %t; its doc says %t, %t", s.Name, tl.Mutating(), tl.External(), w.mutating, w.external)
+		}
+		delete(want, s.Name)
+	}
+	for name := range want {
+		t.Errorf("%s is in the table but not in the registry", name)
+	}
+}
+
 func TestRegistryCall(t *testing.T) {
 	r := tools.Default(tools.Limits{})
 	ctx := context.Background()
@@ -68,7 +100,7 @@ func TestRegistryCall(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := r.Call(ctx, tools.Env{}, model.ToolCall{ID: "1", Name: tc.tool, Args: json.RawMessage(tc.args)})
+			res, err := r.Call(ctx, tools.Env{}, r.Resolve(model.ToolCall{ID: "1", Name: tc.tool, Args: json.RawMessage(tc.args)}))
 			if !errors.Is(err, tc.err) || (tc.err == nil && err != nil) {
 				t.Fatalf("error = %v, want %v", err, tc.err)
 			}
@@ -80,7 +112,7 @@ func TestRegistryCall(t *testing.T) {
 			}
 		})
 	}
-	res, _ := r.Call(ctx, tools.Env{}, model.ToolCall{Name: "finish", Args: json.RawMessage(`{"summary":"Fixed Add."}`)})
+	res, _ := r.Call(ctx, tools.Env{}, r.Resolve(model.ToolCall{Name: "finish", Args: json.RawMessage(`{"summary":"Fixed Add."}`)}))
 	if !res.Details.Finished || res.Details.Summary != "Fixed Add." {
 		t.Errorf("finish Details = %+v", res.Details)
 	}
@@ -139,6 +171,103 @@ func FuzzDecodeArgs(f *testing.F) {
 		var ae *tools.ArgError
 		if !errors.As(err, &ae) || !utf8.ValidString(ae.Msg) && utf8.ValidString(args) {
 			t.Fatalf("CheckArgs(%q) = %v, want an ArgError", args, err)
+		}
+	})
+}
+
+// TestResolve: a call's sandbox selector picks one of the run's sandboxes
+// (the first by default) and is taken out of the arguments the tool and
+// the policy see, for any tool; a bad one is the call's error. The tool's
+// place and answers come with the call.
+func TestResolve(t *testing.T) {
+	r := tools.Default(tools.Limits{})
+	two := []string{"main", "db"}
+	cases := []struct {
+		name      string
+		sandboxes []string
+		tool      string
+		args      string
+		place     tools.Place
+		sandbox   string
+		input     string
+		err       string
+		mutating  bool
+	}{
+		{"default sandbox", two, "run_command", `{"command":"ls"}`, tools.PlaceSandbox, "main", `{"command":"ls"}`, "", true},
+		{"named sandbox", two, "run_command", `{"command":"ls","sandbox":"db"}`, tools.PlaceSandbox, "db", `{"command":"ls"}`, "", true},
+		{"read-only tool", two, "read_file", `{"path":"a","sandbox":"db"}`, tools.PlaceSandbox, "db", `{"path":"a"}`, "", false},
+		{"unknown sandbox", two, "run_command", `{"command":"ls","sandbox":"nope"}`, tools.PlaceSandbox, "main", `{"command":"ls","sandbox":"nope"}`, `run_command: no sandbox called "nope"`, true},
+		{"selector not a string", two, "write_file", `{"sandbox":7}`, tools.PlaceSandbox, "main", `{"sandbox":7}`, "argument sandbox must be a string", true},
+		{"malformed arguments", two, "run_command", `[1,2]`, tools.PlaceSandbox, "main", `[1,2]`, "", true},
+		{"host tool", two, "finish", `{"summary":"s","sandbox":"db"}`, tools.PlaceHost, "", `{"summary":"s"}`, "", false},
+		{"unknown tool", two, "rm_rf", `{"sandbox":"db"}`, tools.PlaceHost, "", `{}`, "", false},
+		{"one sandbox takes no selector", []string{"main"}, "run_command", `{"command":"ls","sandbox":"db"}`, tools.PlaceSandbox, "main", `{"command":"ls","sandbox":"db"}`, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			mc := model.ToolCall{ID: "c", Name: tc.tool, Args: model.CanonicalArgs(tc.args)}
+			c := r.Resolve(mc, tc.sandboxes...)
+			if c.ID != "c" || c.Name != tc.tool || string(c.Args) != string(mc.Args) {
+				t.Errorf("Resolve(%s).ToolCall = %+v, want the call as the model wrote it", tc.args, c.ToolCall)
+			}
+			if c.Place != tc.place || c.Sandbox != tc.sandbox || string(c.Input) != tc.input || c.Mutating != tc.mutating || c.External {
+				t.Errorf("Resolve(%s) = place %s sandbox %q input %s mutating %t external %t, want %s %q %s %t false",
+					tc.args, c.Place, c.Sandbox, c.Input, c.Mutating, c.External, tc.place, tc.sandbox, tc.input, tc.mutating)
+			}
+			if (c.Err == nil) != (tc.err == "") || c.Err != nil && !strings.Contains(c.Err.Error(), tc.err) {
+				t.Errorf("Resolve(%s).Err = %v, want %q", tc.args, c.Err, tc.err)
+			}
+			if c.Err != nil {
+				res, err := r.Call(context.Background(), tools.Env{}, c)
+				if err != nil || !res.IsError || res.Content != c.Err.Error() {
+					t.Errorf("Call of a call with a bad selector = %+v, %v; want its error as a tool error", res, err)
+				}
+			}
+		})
+	}
+}
+
+// TestSpecsSandboxArg: with several sandboxes, the sandbox tools' schemas
+// (and only theirs) take the selector, naming the sandboxes.
+func TestSpecsSandboxArg(t *testing.T) {
+	r := tools.Default(tools.Limits{})
+	for _, s := range r.Specs("main", "db") {
+		tl, _ := r.Get(s.Name)
+		has := strings.Contains(string(s.Schema), `"sandbox":{"description":"Which sandbox to act in (default main).","enum":["main","db"],"type":"string"}`)
+		if has != (tl.Place() == tools.PlaceSandbox) {
+			t.Errorf("%s schema %s: selector %t, want %t", s.Name, s.Schema, has, tl.Place() == tools.PlaceSandbox)
+		}
+	}
+	for _, s := range r.Specs("main") {
+		if strings.Contains(string(s.Schema), `"sandbox"`) {
+			t.Errorf("%s schema with one sandbox has a selector: %s", s.Name, s.Schema)
+		}
+	}
+}
+
+// FuzzResolve: the sandbox argument of a call in a run with several
+// sandboxes picks only a configured sandbox and is removed from the
+// arguments the tool sees.
+func FuzzResolve(f *testing.F) {
+	f.Add(`{"sandbox":"db","command":"ls"}`)
+	f.Add(`{"sandbox":"nope"}`)
+	f.Add(`{"sandbox":7}`)
+	f.Add(`[1,2]`)
+	f.Add(`{"sandbox":"main","sandbox":"db"}`)
+	r := tools.Default(tools.Limits{})
+	f.Fuzz(func(t *testing.T, args string) {
+		c := r.Resolve(model.ToolCall{Name: "run_command", Args: model.CanonicalArgs(args)}, "main", "db")
+		if c.Sandbox != "main" && c.Sandbox != "db" {
+			t.Fatalf("routed to %q", c.Sandbox)
+		}
+		if c.Err != nil {
+			return
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(c.Input, &m) == nil && c.Sandbox == "db" {
+			if _, ok := m["sandbox"]; ok {
+				t.Fatalf("the sandbox argument reached the tool: %s", c.Input)
+			}
 		}
 	})
 }

@@ -82,13 +82,16 @@ type runArgs struct {
 // with a bounded timeout; stdout and stderr come back labelled, each capped
 // to half of l.MaxContent (head and tail kept). A command that exits
 // non-zero or is ended by a limit is a tool error; a lost sandbox is an
-// error.
+// error. It is mutating (a command may write anywhere the sandbox lets it)
+// and not external (the sandbox reaches out only through the host's
+// egress proxy, which records and governs every request).
 func RunCommand(l Limits) Tool {
 	l = l.withDefaults()
 	maxSec := int64(l.MaxTimeout / time.Second)
 	return &spec[runArgs]{
-		name:  "run_command",
-		place: PlaceSandbox,
+		name:    "run_command",
+		place:   PlaceSandbox,
+		effects: sandboxFiles,
 		desc: fmt.Sprintf("Run a shell command with `sh -c` in /workspace inside the sandbox. Returns the exit status and the labelled stdout and stderr (long output keeps its head and tail). Default timeout %v, at most %v.",
 			l.DefaultTimeout, l.MaxTimeout),
 		params: []param{
@@ -222,13 +225,15 @@ type readArgs struct {
 
 // ReadFile returns the read_file tool: a text file's content, or lines
 // start_line..end_line of it (1-based, inclusive). Files larger than
-// l.MaxReadBytes are read up to that size, with a marker.
+// l.MaxReadBytes are read up to that size, with a marker. It changes
+// nothing.
 func ReadFile(l Limits) Tool {
 	l = l.withDefaults()
 	return &spec[readArgs]{
-		name:  "read_file",
-		place: PlaceSandbox,
-		desc:  "Read a text file in the sandbox (relative paths are under /workspace). Optionally only lines start_line to end_line (1-based, inclusive). Long content is truncated with a marker.",
+		name:    "read_file",
+		place:   PlaceSandbox,
+		effects: readOnly,
+		desc:    "Read a text file in the sandbox (relative paths are under /workspace). Optionally only lines start_line to end_line (1-based, inclusive). Long content is truncated with a marker.",
 		params: []param{
 			{Name: "path", Type: typeString, Required: true, Desc: "File path."},
 			{Name: "start_line", Type: typeInteger, Min: 1, Max: 1 << 31, Desc: "First line to return (1-based)."},
@@ -319,12 +324,13 @@ type writeArgs struct {
 }
 
 // WriteFile returns the write_file tool: create or replace a file,
-// creating its parent directories.
+// creating its parent directories. It is mutating, not external.
 func WriteFile() Tool {
 	return &spec[writeArgs]{
-		name:  "write_file",
-		place: PlaceSandbox,
-		desc:  "Create or overwrite a file in the sandbox with the given content, creating parent directories (relative paths are under /workspace).",
+		name:    "write_file",
+		place:   PlaceSandbox,
+		effects: sandboxFiles,
+		desc:    "Create or overwrite a file in the sandbox with the given content, creating parent directories (relative paths are under /workspace).",
 		params: []param{
 			{Name: "path", Type: typeString, Required: true, Desc: "File path."},
 			{Name: "content", Type: typeString, Required: true, Desc: "The complete new content."},
@@ -360,13 +366,14 @@ type editArgs struct {
 // EditFile returns the edit_file tool: replace the one occurrence of old
 // with new, or every occurrence with replace_all. An absent old, or one that
 // occurs more than once without replace_all, is a tool error and the file is
-// left unchanged.
+// left unchanged. It is mutating, not external.
 func EditFile(l Limits) Tool {
 	l = l.withDefaults()
 	return &spec[editArgs]{
-		name:  "edit_file",
-		place: PlaceSandbox,
-		desc:  "Replace an exact string in a file in the sandbox. `old` must occur exactly once (include surrounding lines to make it unique) unless replace_all is true.",
+		name:    "edit_file",
+		place:   PlaceSandbox,
+		effects: sandboxFiles,
+		desc:    "Replace an exact string in a file in the sandbox. `old` must occur exactly once (include surrounding lines to make it unique) unless replace_all is true.",
 		params: []param{
 			{Name: "path", Type: typeString, Required: true, Desc: "File path."},
 			{Name: "old", Type: typeString, Required: true, Desc: "The exact text to replace."},
@@ -428,13 +435,14 @@ type listArgs struct {
 
 // ListDir returns the list_dir tool: the entries under a directory, to a
 // bounded depth, one per line: directories end in "/", symlinks show their
-// target, files their size.
+// target, files their size. It changes nothing.
 func ListDir(l Limits) Tool {
 	l = l.withDefaults()
 	return &spec[listArgs]{
-		name:  "list_dir",
-		place: PlaceSandbox,
-		desc:  fmt.Sprintf("List a directory in the sandbox (default /workspace), recursing to depth (default 1, at most %d). Directories end in /.", l.MaxDepth),
+		name:    "list_dir",
+		place:   PlaceSandbox,
+		effects: readOnly,
+		desc:    fmt.Sprintf("List a directory in the sandbox (default /workspace), recursing to depth (default 1, at most %d). Directories end in /.", l.MaxDepth),
 		params: []param{
 			{Name: "path", Type: typeString, Desc: "Directory path; default /workspace."},
 			{Name: "depth", Type: typeInteger, Min: 1, Max: int64(l.MaxDepth), Desc: "How many levels to list."},
@@ -525,13 +533,14 @@ const maxLineLen = 400
 
 // Search returns the search tool: `grep -rnI` inside the sandbox, run with
 // an argv (the pattern is never seen by a shell), showing at most
-// l.MaxMatches matching lines.
+// l.MaxMatches matching lines. It changes nothing.
 func Search(l Limits) Tool {
 	l = l.withDefaults()
 	return &spec[searchArgs]{
-		name:  "search",
-		place: PlaceSandbox,
-		desc:  fmt.Sprintf("Search file contents in the sandbox like `grep -rn`: pattern is an extended regular expression (the syntax Go regexp and POSIX ERE share) or, with fixed_string, a literal. Optional path (default /workspace) and glob on file names (e.g. *.go). At most %d matching lines.", l.MaxMatches),
+		name:    "search",
+		place:   PlaceSandbox,
+		effects: readOnly,
+		desc:    fmt.Sprintf("Search file contents in the sandbox like `grep -rn`: pattern is an extended regular expression (the syntax Go regexp and POSIX ERE share) or, with fixed_string, a literal. Optional path (default /workspace) and glob on file names (e.g. *.go). At most %d matching lines.", l.MaxMatches),
 		params: []param{
 			{Name: "pattern", Type: typeString, Required: true, Desc: "Regular expression, or literal text with fixed_string."},
 			{Name: "path", Type: typeString, Desc: "File or directory to search; default /workspace."},

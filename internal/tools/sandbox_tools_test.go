@@ -261,7 +261,7 @@ func TestSandboxLost(t *testing.T) {
 		"list_dir":    `{}`,
 		"search":      `{"pattern":"a"}`,
 	} {
-		res, err := r.Call(ctxT(t), tools.Env{Sandbox: sb}, model.ToolCall{Name: name, Args: json.RawMessage(args)})
+		res, err := r.Call(ctxT(t), tools.Env{Sandbox: sb}, r.Resolve(model.ToolCall{Name: name, Args: json.RawMessage(args)}))
 		if !errors.Is(err, tools.ErrSandboxLost) || !res.IsError {
 			t.Errorf("%s on a destroyed sandbox = %v, %+v; want ErrSandboxLost and IsError", name, err, res)
 		}

@@ -17,9 +17,12 @@ import (
 type spec[A any] struct {
 	name, desc string
 	place      Place
-	params     []param
-	validate   func(*A) error // optional, after decoding
-	run        func(ctx context.Context, env Env, a A) (Result, error)
+	// effects is what a call may change. Every tool says: the zero value
+	// is no answer, and Register refuses it.
+	effects  effects
+	params   []param
+	validate func(*A) error // optional, after decoding
+	run      func(ctx context.Context, env Env, a A) (Result, error)
 }
 
 func (t *spec[A]) Spec() model.ToolSpec {
@@ -27,6 +30,23 @@ func (t *spec[A]) Spec() model.ToolSpec {
 }
 
 func (t *spec[A]) Place() Place { return t.place }
+
+// effects is what a call of a tool may change.
+type effects int
+
+const (
+	_ effects = iota
+	// readOnly: nothing (it reads, lists, searches, or records a claim).
+	readOnly
+	// sandboxFiles: the files of the sandbox the call acts in.
+	sandboxFiles
+	// outside: the world outside the run's sandboxes.
+	outside
+)
+
+func (t *spec[A]) Mutating() bool { return t.effects == sandboxFiles }
+func (t *spec[A]) External() bool { return t.effects == outside }
+func (t *spec[A]) declared() bool { return t.effects != 0 }
 
 // decode decodes and validates args.
 func (t *spec[A]) decode(args json.RawMessage) (A, error) {

@@ -3,7 +3,10 @@
 // write_file, edit_file, list_dir, search), which act only through a
 // sandbox.Sandbox, and the host tools (finish), which run next to the agent
 // loop. A tool decodes its arguments strictly: a malformed call becomes a
-// tool error the model can read and correct, never a panic.
+// tool error the model can read and correct, never a panic. Every tool says
+// what a call of it may change (Mutating, External), so the loop never
+// decides from a tool's name; a call travels as a Call, resolved once per
+// step (Registry.Resolve), from the model's turn to its record.
 package tools
 
 import (
@@ -70,10 +73,20 @@ type Result struct {
 	Details Details
 }
 
-// Tool is one tool the model may call.
+// Tool is one tool the model may call. Every tool says where it runs and
+// what a call of it may change: the agent loop decides from these answers,
+// never from a tool's name, which sandboxes to snapshot after a step and
+// which calls it must not repeat blindly after a crash.
 type Tool interface {
 	Spec() model.ToolSpec
 	Place() Place
+	// Mutating reports whether a call may change the files of the sandbox
+	// it acts in: the loop snapshots that sandbox after the step.
+	Mutating() bool
+	// External reports whether a call may change the world outside the
+	// run's sandboxes (send a message, push, pay): a call that started
+	// and has no recorded result is never run again (fail closed).
+	External() bool
 	// Run executes the tool. A failure the model should see (bad arguments,
 	// missing file, failing command) is a Result with IsError; an error is
 	// returned only when the call could not be carried out at all (the
@@ -136,6 +149,9 @@ func (r *Registry) Register(t Tool) error {
 	default:
 		return fmt.Errorf("tools: tool %q: unknown place %q", name, t.Place())
 	}
+	if d, ok := t.(interface{ declared() bool }); ok && !d.declared() {
+		return fmt.Errorf("tools: tool %q does not say what its calls may change", name)
+	}
 	r.tools[name] = t
 	r.order = append(r.order, name)
 	return nil
@@ -148,28 +164,37 @@ func (r *Registry) Get(name string) (Tool, bool) {
 }
 
 // Specs returns the specs of every tool, in registration order, for the
-// model request.
-func (r *Registry) Specs() []model.ToolSpec {
+// model request. With more than one sandbox, each sandbox tool's schema
+// takes the optional SandboxArg naming one of them (see Resolve).
+func (r *Registry) Specs(sandboxes ...string) []model.ToolSpec {
 	out := make([]model.ToolSpec, 0, len(r.order))
 	for _, n := range r.order {
-		out = append(out, r.tools[n].Spec())
+		sp := r.tools[n].Spec()
+		if len(sandboxes) > 1 && r.tools[n].Place() == PlaceSandbox {
+			sp.Schema = withSandboxArg(sp.Schema, sandboxes)
+		}
+		out = append(out, sp)
 	}
 	return out
 }
 
-// Call runs the tool the call names. An unknown tool is a tool error. The
-// result's Content is capped and Details.Duration is set.
-func (r *Registry) Call(ctx context.Context, env Env, call model.ToolCall) (Result, error) {
+// Call runs c (as Resolve found it) with its Input. An unknown tool, or
+// an unusable sandbox selector (c.Err), is a tool error. The result's
+// Content is capped and Details.Duration is set.
+func (r *Registry) Call(ctx context.Context, env Env, c Call) (Result, error) {
 	start := time.Now()
-	t, ok := r.tools[call.Name]
+	t, ok := r.tools[c.Name]
 	var res Result
 	var err error
-	if !ok {
+	switch {
+	case c.Err != nil:
+		res = Result{Content: c.Err.Error(), IsError: true}
+	case !ok:
 		names := append([]string(nil), r.order...)
 		sort.Strings(names)
-		res = errResult("unknown tool %q; available tools: %s", call.Name, strings.Join(names, ", "))
-	} else {
-		res, err = t.Run(ctx, env, call.Args)
+		res = errResult("unknown tool %q; available tools: %s", c.Name, strings.Join(names, ", "))
+	default:
+		res, err = t.Run(ctx, env, c.Input)
 	}
 	var cut int64
 	res.Content, cut = Truncate(res.Content, r.maxContent)

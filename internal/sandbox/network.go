@@ -1,0 +1,41 @@
+package sandbox
+
+import (
+	"context"
+
+	"github.com/airlockrun/airlock/internal/event"
+)
+
+// Network attaches the host's bridge (an egress proxy, the LLM gateway) to
+// a sandbox about to be created. The run engine and the E2B API call it
+// before Backend.Create; the host wiring implements it.
+type Network interface {
+	// Attach prepares the network of the sandbox a.Spec describes: it may
+	// set the Spec's ID, Network, ProxySocket and TrustedCAs, and from then
+	// on reports through a's hooks. The returned release undoes what
+	// Attach set up; the caller calls it once the sandbox is gone (or was
+	// never created).
+	Attach(ctx context.Context, a Attachment) (release func(), err error)
+}
+
+// Attachment is one sandbox's request for a network: who it is for, the
+// policy that governs it, the Spec to edit, and the hooks through which
+// the bridge reports what it does. The hooks are called from the bridge's
+// goroutines, concurrently, for as long as the sandbox lives.
+type Attachment struct {
+	RunID   string
+	Tenant  string
+	Sandbox string
+	// Policy is the resolved policy document the network follows.
+	Policy []byte
+	Spec   *Spec
+	// Audit records one decision of the egress proxy, after the request.
+	Audit func(event.EgressDecision)
+	// Ask decides a request to host:port that the network policy answers
+	// with ask. It blocks until a decision, the hold's end, or ctx's end.
+	Ask func(ctx context.Context, host string, port int) (bool, error)
+	// Log appends the events of a host channel (the LLM gateway's
+	// llm.call and budget.exhausted) to the record the sandbox belongs to
+	// and returns the seq of the first.
+	Log func(ctx context.Context, ps ...event.Payload) (seq int64, err error)
+}
