@@ -16,8 +16,7 @@
 // incomplete step in a sandbox restored from the last snapshot, and never
 // asks the model again for a turn it recorded.
 //
-// Importers: host wiring (internal/host) and the command line that still
-// names its types (internal/cli), the API (internal/server and its
+// Importers: host wiring (internal/host), the API (internal/server and its
 // test server internal/server/servertest) and the E2B API (internal/e2b).
 package engine
 

@@ -18,8 +18,9 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// runOf is a run as the API shows it.
-func runOf(r store.Run) api.Run {
+// RunOf is a run as the API shows it: its list form, without the
+// outcome, metadata and policy that GET of one run adds.
+func RunOf(r store.Run) api.Run {
 	v := api.Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
 		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
 	if !r.LastHash.IsZero() {
@@ -85,7 +86,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	}
 	s.metrics.created.Add(1)
 	c.log.Info("run created", "run_id", run.ID)
-	v := runOf(run)
+	v := RunOf(run)
 	v.Metadata = q.Metadata
 	w.Header().Set("Location", "/v1/runs/"+run.ID)
 	writeJSON(w, http.StatusCreated, v)
@@ -126,10 +127,15 @@ func withRequestFields(doc *policy.Document, q *api.CreateRunRequest) (*policy.D
 	return changed, true, nil
 }
 
-// firstEvents reads what a run's first events record: its metadata
+// Events reads a run's log: a store, or a tenant's view of one.
+type Events interface {
+	Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error)
+}
+
+// FirstEvents reads what a run's first events record: its metadata
 // (run.created) and where its policy came from (policy.resolved); a run
 // without them gives nil.
-func firstEvents(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, *api.RunPolicy, error) {
+func FirstEvents(ctx context.Context, view Events, runID string) (map[string]string, *api.RunPolicy, error) {
 	evs, err := view.Events(ctx, runID, 1, 2)
 	if err != nil {
 		return nil, nil, err
@@ -219,7 +225,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error
 	}
 	out := api.RunList{Runs: make([]api.Run, 0, len(runs))}
 	for _, x := range runs {
-		out.Runs = append(out.Runs, runOf(x))
+		out.Runs = append(out.Runs, RunOf(x))
 	}
 	if len(runs) == limit {
 		out.NextCursor = encodeCursor(runs[len(runs)-1].ID)
@@ -243,13 +249,13 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	v := runOf(run)
+	v := RunOf(run)
 	o, err := s.o.Engine.Outcome(r.Context(), run.ID)
 	if err != nil {
 		return err
 	}
 	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
-	if v.Metadata, v.Policy, err = firstEvents(r.Context(), c.view, run.ID); err != nil {
+	if v.Metadata, v.Policy, err = FirstEvents(r.Context(), c.view, run.ID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -286,7 +292,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(ct
 	if run, err = c.view.GetRun(r.Context(), run.ID); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, runOf(run))
+	writeJSON(w, http.StatusAccepted, RunOf(run))
 	return nil
 }
 
@@ -364,7 +370,7 @@ func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error 
 	s.metrics.created.Add(1)
 	c.log.Info("run forked", "run_id", child.ID, "parent_run_id", parent.ID)
 	w.Header().Set("Location", "/v1/runs/"+child.ID)
-	writeJSON(w, http.StatusCreated, runOf(child))
+	writeJSON(w, http.StatusCreated, RunOf(child))
 	return nil
 }
 
