@@ -335,49 +335,44 @@ func (h *Host) CreateRun(ctx context.Context, q RunRequest) (string, error) {
 	return r.ID, nil
 }
 
-// engineRequest is the engine's request for q.
+// engineRequest is the engine's request for q: the API's conversion
+// (server.NewRun), and then what only this host's command line may ask.
 func (h *Host) engineRequest(q RunRequest) (engine.Request, error) {
-	doc := policy.Default()
+	pol := server.RunPolicy{Parsed: policy.Default(), Source: q.PolicySource, Version: q.PolicyVersion}
 	if q.PolicyDocument != "" {
 		d, err := policy.Parse([]byte(q.PolicyDocument))
 		if err != nil {
 			return engine.Request{}, &InputError{Err: fmt.Errorf("the run's policy: %w", err)}
 		}
-		doc = d
+		pol.Doc, pol.Parsed = []byte(q.PolicyDocument), d
+	}
+	if q.Script != "" {
+		if err := CheckScript([]byte(q.Script)); err != nil {
+			return engine.Request{}, &InputError{Err: fmt.Errorf("--script %s: %w", q.ScriptName, err)}
+		}
+	}
+	if ws := q.Workspace; ws != nil && ws.Git != "" {
+		if err := CheckGit(ws.Git, ws.Ref); err != nil {
+			return engine.Request{}, &InputError{Err: fmt.Errorf("--git: %w", err)}
+		}
 	}
 	tenant := q.Tenant
 	if tenant == "" {
 		tenant = event.LocalTenant
 	}
-	req := engine.Request{Tenant: tenant, Task: q.Task, PolicySource: q.PolicySource,
-		PolicyName: q.PolicyName, PolicyBy: q.PolicyBy, PolicyVersion: q.PolicyVersion, Metadata: q.Metadata}
-	if q.PolicyDocument != "" {
-		req.Policy = []byte(q.PolicyDocument)
+	req, err := server.NewRun(tenant, q.CreateRunRequest, pol, "", filepath.Base(q.ScriptName))
+	if err != nil {
+		return req, &InputError{Err: err}
 	}
+	req.PolicyName, req.PolicyBy = q.PolicyName, q.PolicyBy
 	if q.Flags {
 		req.Flags, req.BasePolicy = true, q.BasePolicy
 	}
-	cfg := engine.PolicyConfig(doc)
-	cfg.Model, cfg.BaseURL, cfg.ContextTokens = q.Model, q.BaseURL, q.ContextTokens
-	if q.Script != "" {
-		if _, err := model.ParseScript([]byte(q.Script)); err != nil {
-			return req, &InputError{Err: fmt.Errorf("--script %s: %w", q.ScriptName, err)}
-		}
-		req.Script = []byte(q.Script)
-		cfg.Model = "script:" + filepath.Base(q.ScriptName)
-	}
-	if ws := q.Workspace; ws != nil && ws.Git != "" {
-		g := engine.GitSource{URL: ws.Git, Ref: ws.Ref}
-		if err := g.Validate(); err != nil {
-			return req, &InputError{Err: fmt.Errorf("--git: %w", err)}
-		}
-		cfg.Sandboxes[0].Git = &g
-	}
+	cfg := &req.Config
+	cfg.BaseURL, cfg.ContextTokens, cfg.Env = q.BaseURL, q.ContextTokens, q.Env
 	for _, s := range q.Sandboxes {
 		cfg.Sandboxes = append(cfg.Sandboxes, engine.SandboxConfig{Name: s.Name, Workspace: s.Dir})
 	}
-	cfg.Env = q.Env
-	req.Config = cfg
 	return req, nil
 }
 

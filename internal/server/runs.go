@@ -53,33 +53,16 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source, PolicyVersion: pol.version, Metadata: q.Metadata}
-	doc, changed, err := withRequestFields(pol.parsed, &q)
+	var tar string
+	if ws := q.Workspace; ws != nil && ws.Git == "" {
+		if tar, err = s.openUpload(ctx, c.p.Tenant, ws.Upload); err != nil {
+			return err
+		}
+	}
+	req, err := NewRun(c.p.Tenant, q, pol, tar, "api.yaml")
 	if err != nil {
 		return err
 	}
-	if changed {
-		// The run is held to (and records) the policy with them, and the
-		// hash of the one they changed, as airlock run's flags.
-		req.Flags, req.BasePolicy, req.Policy = true, pol.doc, doc.Canonical()
-	}
-	cfg := engine.PolicyConfig(doc)
-	cfg.Model = q.Model
-	if q.Script != "" {
-		cfg.Model, req.Script = "script:api.yaml", []byte(q.Script)
-	}
-	switch ws := q.Workspace; {
-	case ws == nil:
-	case ws.Git != "":
-		cfg.Sandboxes[0].Git = &engine.GitSource{URL: ws.Git, Ref: ws.Ref}
-	default:
-		digest, err := s.openUpload(ctx, c.p.Tenant, ws.Upload)
-		if err != nil {
-			return err
-		}
-		cfg.Sandboxes[0].Tar = digest
-	}
-	req.Config = cfg
 	run, err := s.o.Engine.Create(ctx, req)
 	if err != nil {
 		return err
@@ -91,6 +74,40 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	w.Header().Set("Location", "/v1/runs/"+run.ID)
 	writeJSON(w, http.StatusCreated, v)
 	return nil
+}
+
+// NewRun is the engine's request for the run q asks for, of tenant, held
+// to pol: the one conversion of a run request, for the API's create and for
+// the host's own command line (which adds what only it may ask). The
+// request's verify, artifacts and max_steps are written into the policy,
+// as airlock run's flags are, and the run then records the hash of both;
+// tar is the digest of the uploaded workspace q names, if any; script
+// names the script of a scripted model ("script:NAME").
+func NewRun(tenant string, q api.CreateRunRequest, pol RunPolicy, tar, script string) (engine.Request, error) {
+	req := engine.Request{Tenant: tenant, Task: q.Task, Policy: pol.Doc, PolicySource: pol.Source, PolicyVersion: pol.Version, Metadata: q.Metadata}
+	doc, changed, err := withRequestFields(pol.Parsed, &q)
+	if err != nil {
+		return req, err
+	}
+	if changed {
+		// The run is held to (and records) the policy with them, and the
+		// hash of the one they changed, as airlock run's flags.
+		req.Flags, req.BasePolicy, req.Policy = true, pol.Doc, doc.Canonical()
+	}
+	cfg := engine.PolicyConfig(doc)
+	cfg.Model = q.Model
+	if q.Script != "" {
+		cfg.Model, req.Script = "script:"+script, []byte(q.Script)
+	}
+	switch ws := q.Workspace; {
+	case ws == nil:
+	case ws.Git != "":
+		cfg.Sandboxes[0].Git = &engine.GitSource{URL: ws.Git, Ref: ws.Ref}
+	default:
+		cfg.Sandboxes[0].Tar = tar
+	}
+	req.Config = cfg
+	return req, nil
 }
 
 // withRequestFields writes a create request's verify, artifacts and
@@ -352,7 +369,7 @@ func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error 
 		if err != nil {
 			return err
 		}
-		o.Policy, o.PolicySource, o.PolicyVersion = pol.doc, pol.source, pol.version
+		o.Policy, o.PolicySource, o.PolicyVersion = pol.Doc, pol.Source, pol.Version
 	} else if len(parent.Policy) > 0 {
 		// The parent's policy was checked when it was created, perhaps
 		// under other rules, or by the host's CLI: check it again.
