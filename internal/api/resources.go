@@ -92,7 +92,14 @@ type PolicyCheck struct {
 	DocumentHash string `json:"document_hash"`
 }
 
-// LedgerEntry is a credit ledger entry. Amounts are in micro-credits.
+// The kinds of ledger entries: the store's (store.LedgerGrant, ...).
+const (
+	LedgerGrant = "grant" // credits added
+	LedgerDebit = "debit" // credits spent
+)
+
+// LedgerEntry is a credit ledger entry, of Kind LedgerGrant or LedgerDebit.
+// Amounts are in micro-credits.
 type LedgerEntry struct {
 	ID      int64     `json:"id"`
 	Kind    string    `json:"kind"`

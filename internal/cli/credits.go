@@ -9,9 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // CreditsCmd is `airlock credits`.
@@ -100,11 +100,11 @@ type ledgerEntryJSON struct {
 // ledgerJSON is tenant's whole ledger, oldest first, as the JSON form
 // of its newest limit entries (all of them when limit is 0), each with
 // the balance after it.
-func ledgerJSON(tenant string, all []store.LedgerEntry, limit int) []ledgerEntryJSON {
+func ledgerJSON(tenant string, all []api.LedgerEntry, limit int) []ledgerEntryJSON {
 	out := make([]ledgerEntryJSON, 0, len(all))
 	var bal int64
 	for _, e := range all {
-		if e.Kind == store.LedgerGrant {
+		if e.Kind == api.LedgerGrant {
 			bal += e.Amount
 		} else {
 			bal -= e.Amount
@@ -130,8 +130,7 @@ func parseCredits(s string) (int64, error) {
 	return price.FromCredits(f), nil
 }
 
-// toMicro turns credits into micro-credits.
-
+// formatCredits shows micro-credits as credits.
 func formatCredits(micro int64) string {
 	return strconv.FormatFloat(float64(micro)/1e6, 'f', -1, 64)
 }

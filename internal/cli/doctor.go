@@ -3,7 +3,7 @@ package cli
 import (
 	"fmt"
 
-	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/host"
 )
 
 // DoctorCmd is `airlock doctor`.
@@ -12,7 +12,7 @@ type DoctorCmd struct{}
 // Run prints which isolation layers this machine enforces and fails when a
 // required one is missing.
 func (DoctorCmd) Run(env *Env) error {
-	rep := linux.Doctor(env.Executor)
+	rep := host.Doctor(env.Executor)
 	missing := 0
 	for _, c := range rep {
 		mark := "ok  "

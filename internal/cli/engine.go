@@ -1,23 +1,15 @@
 package cli
 
 import (
-	"context"
 	"errors"
 
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/host"
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
-// local is this machine's host as the run commands use it: the host and
-// the parts of it they call.
+// local is this machine's host as the run commands use it.
 type local struct {
-	env   *Env
-	h     *host.Host
-	store store.Store
-	blobs *blob.Store
-	eng   *engine.Engine
+	env *Env
+	h   *host.Host
 }
 
 // hostOptions tune openLocal.
@@ -37,40 +29,24 @@ func hostConfig(env *Env, o hostOptions) host.Config {
 		cfg.Sandboxes = &env.Env
 	}
 	if o.timeline != nil {
-		cfg.OnEvents, cfg.OnProgress = engine.EachEvent(o.timeline.event), o.timeline.progress
+		cfg.OnEvents, cfg.OnProgress = o.timeline.events, o.timeline.progress
 	}
 	return cfg
 }
 
-// openLocal builds the host of env and o, with its run side.
+// openLocal builds the host of env and o.
 func openLocal(env *Env, o hostOptions) (*local, error) {
 	h, err := host.New(hostConfig(env, o))
 	if err != nil {
 		return nil, err
 	}
-	l := &local{env: env, h: h}
-	if l.store, err = h.Store(); err == nil {
-		if l.blobs, err = h.Blobs(); err == nil {
-			l.eng, err = h.Engine()
-		}
-	}
-	if err != nil {
-		h.Close()
-		return nil, hostError(err)
-	}
-	return l, nil
+	return &local{env: env, h: h}, nil
 }
 
 func (l *local) close() { l.h.Close() }
 
-// resolve finds a run id argument: a full id, or a unique suffix or
-// prefix of one.
-func (l *local) resolve(ctx context.Context, id string) (store.Run, error) {
-	r, err := l.h.ResolveRun(ctx, id)
-	return r, hostError(err)
-}
-
-// hostError gives the host's input errors their exit status (2).
+// hostError gives the host's errors the command line's statuses: bad
+// input exits 2.
 func hostError(err error) error {
 	var in *host.InputError
 	if errors.As(err, &in) {

@@ -6,21 +6,26 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/client"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/model"
-	"github.com/airlockrun/airlock/internal/secret"
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/host"
 )
 
-// userErrors are the conditions the packages below the command line
-// report with sentinels that a command may return as they are: each with
-// the command line's words for it and its exit status. Their own texts
-// ("engine: no such approval") name the package, which means nothing to
-// a user. userError is the one place that maps them, as the API's
-// classify does for its clients.
-var userErrors = []struct {
+// userErrors are the conditions the layers below report with sentinels
+// that a command may return as they are, each with the command line's
+// words for it (host.KnownErrors) and its exit status, and the client's.
+var userErrors = func() []userErr {
+	codes := map[host.Class]int{host.ClassInput: 2, host.ClassRefused: 1, host.ClassInternal: 125}
+	var out []userErr
+	for _, k := range host.KnownErrors {
+		out = append(out, userErr{k.Err, k.Words, codes[k.Class]})
+	}
+	return append(out,
+		userErr{client.ErrStream, "the server sent a malformed event stream", 125},
+		userErr{client.ErrCorrupt, "a download from the server does not match its digest", 125})
+}()
+
+// userErr is one condition of userErrors.
+type userErr struct {
 	err error
 	// words replace err's own text; what the package added after it (an
 	// id, a status, what was wrong with the input) stays. Empty words
@@ -29,36 +34,6 @@ var userErrors = []struct {
 	// code is the exit status, unless the command chose one (a
 	// usageError or reportedError).
 	code int
-}{
-	{engine.ErrNoApproval, "no such approval", 2},
-	{engine.ErrDecided, "approval already decided", 1},
-	{engine.ErrFinal, "run already ended", 1},
-	{engine.ErrBusy, "the run is driven by another process", 1},
-	{engine.ErrInvalid, "", 2},
-	{engine.ErrNotAgentRun, "not an agent run", 2},
-	{engine.ErrCancelled, "the run was cancelled", 1},
-	{engine.ErrDrained, "this host is draining: the run is left to be resumed", 1},
-	{store.ErrFinal, "run already ended", 1},
-	{store.ErrNotFound, "not found", 2},
-	{store.ErrExists, "already exists", 1},
-	{store.ErrInvalid, "", 2},
-	{store.ErrConflict, "the run changed meanwhile; try again", 1},
-	{store.ErrLeased, "the run is driven by another process", 1},
-	{store.ErrLeaseLost, "another process took the run over", 1},
-	{store.ErrSchemaTooNew, "the run store was written by a newer airlock", 125},
-	{store.ErrClosed, "the run store is closed", 125},
-	{secret.ErrNotFound, "no such secret", 1},
-	{secret.ErrInvalid, "invalid", 2},
-	{secret.ErrWrongKey, "wrong key for this secret store", 125},
-	{secret.ErrCorrupt, "the secret store is corrupt", 125},
-	{blob.ErrNotFound, "a stored file (blob) is missing", 125},
-	{blob.ErrCorrupt, "a stored file (blob) does not match its digest", 125},
-	{blob.ErrTooLarge, "a file is too large to store", 2},
-	{blob.ErrDigest, "malformed blob digest", 2},
-	{client.ErrStream, "the server sent a malformed event stream", 125},
-	{client.ErrCorrupt, "a download from the server does not match its digest", 125},
-	{model.ErrContextOverflow, "the conversation exceeds the model's context window", 1},
-	{model.ErrScriptEnded, "the model's script ended", 1},
 }
 
 // userError gives err, as a command returned it, the text and exit

@@ -8,9 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // KeysCmd is `airlock keys`.
@@ -31,41 +30,36 @@ type KeysCreateCmd struct {
 // Run creates the key, prints it on stdout and says on stderr that it is
 // not shown again. Bad input exits 2 and stores nothing.
 func (c *KeysCreateCmd) Run(env *Env) error {
-	if store.ValidateTenantName(c.Tenant) != nil {
+	if host.ValidTenantName(c.Tenant) != nil {
 		return tenantNameError(c.Tenant)
 	}
-	if err := store.ValidateKeyName(c.Name); err != nil {
-		return usageError{Err: fmt.Errorf("--name: %d characters at most, printable (no newlines or control characters)", store.MaxKeyNameLen)}
+	if err := host.ValidKeyName(c.Name); err != nil {
+		return usageError{Err: fmt.Errorf("--name: %d characters at most, printable (no newlines or control characters)", host.MaxKeyNameLen)}
 	}
 	var scopes []string
 	for _, s := range c.Scope {
-		if !slices.Contains(auth.Scopes, s) {
-			return usageError{Err: fmt.Errorf("--scope: unknown scope %q: want one of %s", clip(s, 40), strings.Join(auth.Scopes, ", "))}
+		if !slices.Contains(host.Scopes, s) {
+			return usageError{Err: fmt.Errorf("--scope: unknown scope %q: want one of %s", clip(s, 40), strings.Join(host.Scopes, ", "))}
 		}
 		if !slices.Contains(scopes, s) {
 			scopes = append(scopes, s)
 		}
 	}
 	if len(scopes) == 0 {
-		return usageError{Err: fmt.Errorf("--scope: give at least one of %s", strings.Join(auth.Scopes, ", "))}
+		return usageError{Err: fmt.Errorf("--scope: give at least one of %s", strings.Join(host.Scopes, ", "))}
 	}
-	format := auth.FormatAirlock
-	if c.E2B {
-		format = auth.FormatE2B
-	}
-	st, err := openTenantStore(env)
+	l, err := openTenants(env)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	key, meta, err := auth.NewKeys(st, nil).Create(env.Ctx, c.Tenant, c.Name, scopes, format)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return noTenantError(c.Tenant)
-	case errors.Is(err, store.ErrInvalid):
-		return usageError{Err: err}
-	case err != nil:
-		return err
+	defer l.close()
+	key, meta, err := l.h.CreateKey(env.Ctx, c.Tenant, c.Name, scopes, c.E2B)
+	var nt *host.NoTenantError
+	if errors.As(err, &nt) {
+		return usageError{Err: nt}
+	}
+	if err != nil {
+		return hostError(err)
 	}
 	fmt.Fprintln(env.Stdout, key)
 	fmt.Fprintf(env.Stderr, "airlock: created %s for tenant %s (%s); the key is shown only this once: store it now\n",
@@ -79,68 +73,29 @@ type KeysLsCmd struct {
 	JSON   bool   `name:"json" help:"One JSON object per key: id, tenant, name, scopes, created, last_used, revoked (null when never)."`
 }
 
-// keyJSON is the stable JSON form of a key's record. It has no field for
-// the hash: a listing never shows it.
-type keyJSON struct {
-	ID       string     `json:"id"`
-	Tenant   string     `json:"tenant"`
-	Name     string     `json:"name"`
-	Scopes   []string   `json:"scopes"`
-	Created  time.Time  `json:"created"`
-	LastUsed *time.Time `json:"last_used"`
-	Revoked  *time.Time `json:"revoked"`
-}
-
-func optTime(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	u := t.UTC()
-	return &u
-}
-
 // Run lists the keys, by tenant, oldest first.
 func (c *KeysLsCmd) Run(env *Env) error {
-	if c.Tenant != "" && store.ValidateTenantName(c.Tenant) != nil {
+	if c.Tenant != "" && host.ValidTenantName(c.Tenant) != nil {
 		return tenantNameError(c.Tenant)
 	}
-	st, err := openTenantStore(env)
+	l, err := openTenants(env)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	tenants := []string{c.Tenant}
-	if c.Tenant == "" {
-		all, err := st.ListTenants(env.Ctx)
-		if err != nil {
-			return err
-		}
-		tenants = tenants[:0]
-		for _, tn := range all {
-			tenants = append(tenants, tn.Name)
-		}
+	defer l.close()
+	keys, err := l.h.Keys(env.Ctx, c.Tenant)
+	var nt *host.NoTenantError
+	if errors.As(err, &nt) {
+		return usageError{Err: nt}
 	}
-	var keys []store.APIKey
-	for _, tn := range tenants {
-		ks, err := st.ListAPIKeys(env.Ctx, tn)
-		if errors.Is(err, store.ErrNotFound) && c.Tenant != "" {
-			return noTenantError(c.Tenant)
-		}
-		if err != nil {
-			return err
-		}
-		keys = append(keys, ks...)
+	if err != nil {
+		return err
 	}
 	if c.JSON {
-		vs := make([]keyJSON, 0, len(keys))
-		for _, k := range keys {
-			vs = append(vs, keyJSON{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
-				LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt)})
-		}
-		return sandboxcli.WriteJSON(env.Stdout, vs...)
+		return sandboxcli.WriteJSON(env.Stdout, keys...)
 	}
-	when := func(t time.Time) string {
-		if t.IsZero() {
+	when := func(t *time.Time) string {
+		if t == nil {
 			return "-"
 		}
 		return t.Local().Format(timeLayout)
@@ -149,7 +104,7 @@ func (c *KeysLsCmd) Run(env *Env) error {
 	fmt.Fprintln(tw, "ID\tTENANT\tNAME\tSCOPES\tCREATED\tLAST USED\tREVOKED")
 	for _, k := range keys {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Tenant, orDash(clip(k.Name, 40)), strings.Join(k.Scopes, ","),
-			when(k.CreatedAt), when(k.LastUsedAt), when(k.RevokedAt))
+			when(&k.Created), when(k.LastUsed), when(k.Revoked))
 	}
 	return tw.Flush()
 }
@@ -163,23 +118,23 @@ type KeysRevokeCmd struct {
 // Run revokes the key. A key that is not the tenant's exits 1, like a
 // missing secret; revoking a revoked key succeeds.
 func (c *KeysRevokeCmd) Run(env *Env) error {
-	if store.ValidateTenantName(c.Tenant) != nil {
+	if host.ValidTenantName(c.Tenant) != nil {
 		return tenantNameError(c.Tenant)
 	}
-	if store.ValidateAPIKeyID(c.ID) != nil {
-		if _, err := auth.ParseKey(c.ID); err == nil {
+	if host.ValidKeyID(c.ID) != nil {
+		if host.ParsesAsKey(c.ID) {
 			// Never echo a key back, not even in an error.
 			return usageError{Err: errors.New("that is an API key, not its id: give the key_… id airlock keys ls shows")}
 		}
-		return usageError{Err: fmt.Errorf("key id %q: want %s and 16 lowercase hex digits (airlock keys ls shows them)", clip(c.ID, 40), store.APIKeyIDPrefix)}
+		return usageError{Err: fmt.Errorf("key id %q: want %s and 16 lowercase hex digits (airlock keys ls shows them)", clip(c.ID, 40), host.APIKeyIDPrefix)}
 	}
-	st, err := openTenantStore(env)
+	l, err := openTenants(env)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	err = st.RevokeAPIKey(env.Ctx, c.Tenant, c.ID)
-	if errors.Is(err, store.ErrNotFound) {
+	defer l.close()
+	err = l.h.RevokeKey(env.Ctx, c.Tenant, c.ID)
+	if errors.Is(err, host.ErrNoKey) {
 		return reportedError{Err: fmt.Errorf("tenant %s has no key %s (airlock keys ls --tenant %s lists them)", c.Tenant, c.ID, c.Tenant), Code: 1}
 	}
 	if err != nil {

@@ -2,15 +2,12 @@ package cli
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -18,7 +15,6 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/supervisor"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,6 +90,7 @@ type SuperviseCmd struct{}
 // Run is the supervisor's body.
 func (SuperviseCmd) Run(env *Env) error {
 	report := os.NewFile(3, "report")
+	reported := false
 	fail := func(err error) error {
 		fmt.Fprintf(report, "error %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		report.Close()
@@ -123,33 +120,13 @@ func (SuperviseCmd) Run(env *Env) error {
 		defer eg.close(nil)
 		eg.Apply(&args.Spec)
 	}
-	sb, err := b.Create(ctx, args.Spec)
-	if err != nil {
+	err = sandboxcli.Supervise(ctx, &env.Env, b, args.Spec, func(id string) {
+		fmt.Fprintf(report, "ok %s\n", id)
+		report.Close()
+		reported = true
+	})
+	if err != nil && !reported {
 		return fail(err)
 	}
-	defer func() {
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer dcancel()
-		_ = sb.Destroy(dctx)
-		_ = os.RemoveAll(env.StateDir(sb.ID()))
-	}()
-	dir := env.StateDir(sb.ID())
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail(err)
-	}
-	info, _ := json.Marshal(sb.Info())
-	if err := os.WriteFile(filepath.Join(dir, "info.json"), info, 0o600); err != nil {
-		return fail(err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "sock"), Net: "unix"})
-	if err != nil {
-		return fail(err)
-	}
-	fmt.Fprintf(report, "ok %s\n", sb.ID())
-	report.Close()
-	srv := &supervisor.Server{SB: sb, Owner: os.Getuid(), Timeout: 10 * time.Minute, MaxOutput: 16 << 20}
-	if u, ok := sb.(interface{ Usage() sandbox.LiveUsage }); ok {
-		srv.Usage = u.Usage
-	}
-	return srv.Serve(ctx, ln)
+	return err
 }

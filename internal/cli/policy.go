@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
-	"github.com/airlockrun/airlock/internal/tools"
 )
 
 // PolicyCmd is `airlock policy`: check a policy document, explain its
@@ -94,20 +94,10 @@ type explanation struct {
 	Warning   string `json:"warning,omitempty"`
 }
 
-// builtinTools are the tools airlock gives a run's model.
-func builtinTools() []string {
-	var names []string
-	for _, s := range tools.Default(tools.Limits{}).Specs() {
-		names = append(names, s.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
 // unknownToolWarning says what a decision on a tool airlock does not have
 // means; "" for one of its tools.
 func unknownToolWarning(tool string, d policy.ToolDecision) string {
-	known := builtinTools()
+	known := host.Tools()
 	if slices.Contains(known, tool) {
 		return ""
 	}

@@ -10,15 +10,14 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/client"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/secret"
-	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/host"
 )
 
 // remoteBackend is an airlock serve API, reached with one tenant's API
 // key: everything it lists or changes is that tenant's. It answers with
-// the local backend's types, so the commands print the same.
+// the API's types, as the local backend does, so the commands print the
+// same.
 //
 // Exit statuses of its errors: a key the server refuses (unauthenticated)
 // and bad input the server rejects (bad_request, not_found, too_large)
@@ -108,20 +107,18 @@ func (b *remoteBackend) secretTenant(ctx context.Context, f *SecretStoreFlags) e
 	return nil
 }
 
-func (b *remoteBackend) setSecret(ctx context.Context, f *SecretStoreFlags, name string, v secret.Value, hosts []string) ([]string, error) {
+func (b *remoteBackend) setSecret(ctx context.Context, f *SecretStoreFlags, name string, value []byte, hosts []string) ([]string, error) {
 	if err := b.secretTenant(ctx, f); err != nil {
 		return nil, err
 	}
-	val := v.Reveal()
-	defer clear(val)
-	s, err := b.c.PutSecret(ctx, name, val, hosts)
+	s, err := b.c.PutSecret(ctx, name, value, hosts)
 	if err != nil {
 		return nil, b.fail(err)
 	}
 	return s.Hosts, nil
 }
 
-func (b *remoteBackend) listSecrets(ctx context.Context, f *SecretStoreFlags) ([]secret.Info, error) {
+func (b *remoteBackend) listSecrets(ctx context.Context, f *SecretStoreFlags) ([]api.Secret, error) {
 	l, err := b.c.Secrets(ctx)
 	if err != nil {
 		return nil, b.fail(err)
@@ -129,11 +126,7 @@ func (b *remoteBackend) listSecrets(ctx context.Context, f *SecretStoreFlags) ([
 	if f.Tenant != "" && f.Tenant != l.Tenant {
 		return nil, usageError{Err: fmt.Errorf("the API key is tenant %s's: it lists that tenant's secrets, not %s's", l.Tenant, f.Tenant)}
 	}
-	out := make([]secret.Info, 0, len(l.Secrets))
-	for _, s := range l.Secrets {
-		out = append(out, secret.Info{Name: s.Name, Created: s.Created, Updated: s.Updated, Hosts: s.Hosts})
-	}
-	return out, nil
+	return l.Secrets, nil
 }
 
 func (b *remoteBackend) deleteSecret(ctx context.Context, f *SecretStoreFlags, name string) error {
@@ -142,7 +135,7 @@ func (b *remoteBackend) deleteSecret(ctx context.Context, f *SecretStoreFlags, n
 	}
 	err := b.c.DeleteSecret(ctx, name)
 	if client.IsCode(err, api.CodeNotFound) {
-		return fmt.Errorf("%w: %s", secret.ErrNotFound, name)
+		return fmt.Errorf("%w: %s", host.ErrNoSecret, name)
 	}
 	if err != nil {
 		return b.fail(err)
@@ -151,34 +144,29 @@ func (b *remoteBackend) deleteSecret(ctx context.Context, f *SecretStoreFlags, n
 }
 
 // grant credits the key's own tenant: the server refuses any other.
-func (b *remoteBackend) grant(ctx context.Context, tenant string, micro int64, note string) (store.LedgerEntry, int64, error) {
+func (b *remoteBackend) grant(ctx context.Context, tenant string, micro int64, note string) (api.LedgerEntry, int64, error) {
 	g, err := b.c.Grant(ctx, api.GrantRequest{Tenant: tenant, Amount: micro, Note: note})
 	if err != nil {
-		return store.LedgerEntry{}, 0, b.fail(err)
+		return api.LedgerEntry{}, 0, b.fail(err)
 	}
-	e := g.Entry
-	return store.LedgerEntry{ID: e.ID, Tenant: g.Tenant, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created}, g.Balance, nil
+	return g.Entry, g.Balance, nil
 }
 
 // policy reads a stored version with its document; what the tenant does
 // not have is the local words' usage error.
-func (b *remoteBackend) policy(ctx context.Context, arg string) (store.PolicyVersion, error) {
+func (b *remoteBackend) policy(ctx context.Context, arg string) (api.PolicyVersion, error) {
 	name, ref, err := splitPolicyRef(arg)
 	if err != nil {
-		return store.PolicyVersion{}, err
+		return api.PolicyVersion{}, err
 	}
 	v, err := b.c.Policy(ctx, name, ref)
 	switch {
-	case client.IsCode(err, api.CodeNotFound) && ref == "":
-		return store.PolicyVersion{}, usageError{Err: fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
 	case client.IsCode(err, api.CodeNotFound):
-		return store.PolicyVersion{}, usageError{Err: fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
+		return api.PolicyVersion{}, usageError{Err: &host.PolicyNotFoundError{Name: name, Ref: ref}}
 	case err != nil:
-		return store.PolicyVersion{}, b.fail(err)
+		return api.PolicyVersion{}, b.fail(err)
 	}
-	out := toPolicyVersion(v)
-	out.Document = []byte(v.Document)
-	return out, nil
+	return v, nil
 }
 
 // checkPolicy has the server check the document as it checks one it
@@ -199,35 +187,23 @@ func (b *remoteBackend) unfinished(context.Context) ([]string, error) {
 	return nil, usageError{Err: errors.New("give the runs to resume: against a server, its workers drive every unfinished run themselves")}
 }
 
-// toRun is an API run as the local store has it; a missing or malformed
-// last hash is left zero (verify then checks the chain without it).
-func toRun(r api.Run) store.Run {
-	out := store.Run{ID: r.ID, Tenant: r.Tenant, Task: r.Task, Model: r.Model, PolicyHash: r.PolicyHash, Status: r.Status,
-		Created: r.Created, Updated: r.Updated, ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, LastSeq: r.Events}
-	if r.Finished != nil {
-		out.Finished = *r.Finished
-	}
-	if h, err := event.ParseHash(r.LastHash); err == nil {
-		out.LastHash = h
-	}
-	return out
-}
+// maxRunPage and maxLedgerPage are the API's largest pages of runs and of
+// ledger entries.
+const (
+	maxRunPage    = 500
+	maxLedgerPage = 1000
+)
 
-// maxRunPage is the API's largest page of runs.
-const maxRunPage = 500
-
-func (b *remoteBackend) listRuns(ctx context.Context, statuses []event.Status, metadata map[string]string, limit int) ([]store.Run, error) {
-	want := store.PageLimit(limit)
-	var out []store.Run
+func (b *remoteBackend) listRuns(ctx context.Context, statuses []event.Status, metadata map[string]string, limit int) ([]api.Run, error) {
+	want := max(limit, 1)
+	var out []api.Run
 	cursor := ""
 	for len(out) < want {
 		page, err := b.c.ListRuns(ctx, client.ListRunsOptions{Statuses: statuses, Metadata: metadata, Limit: min(want-len(out), maxRunPage), Cursor: cursor})
 		if err != nil {
 			return nil, b.fail(err)
 		}
-		for _, r := range page.Runs {
-			out = append(out, toRun(r))
-		}
+		out = append(out, page.Runs...)
 		if page.NextCursor == "" || len(page.Runs) == 0 {
 			break
 		}
@@ -236,30 +212,30 @@ func (b *remoteBackend) listRuns(ctx context.Context, statuses []event.Status, m
 	return out, nil
 }
 
-// run finds a run as host.resolve does: the full id, else a unique
+// run finds a run as host.FindRun does: the full id, else a unique
 // prefix or suffix of one of the tenant's runs. Another tenant's run is
 // not found, like one that does not exist.
-func (b *remoteBackend) run(ctx context.Context, arg string) (store.Run, error) {
+func (b *remoteBackend) run(ctx context.Context, arg string) (api.Run, error) {
 	r, err := b.c.Run(ctx, arg)
 	if err == nil {
-		return toRun(r), nil
+		return r, nil
 	}
 	if !client.IsCode(err, api.CodeNotFound) {
-		return store.Run{}, b.fail(err)
+		return api.Run{}, b.fail(err)
 	}
 	if len(arg) < 4 {
-		return store.Run{}, usageError{Err: fmt.Errorf("no run %q", arg)}
+		return api.Run{}, usageError{Err: fmt.Errorf("no run %q", arg)}
 	}
-	var match []store.Run
+	var match []api.Run
 	o := client.ListRunsOptions{Limit: maxRunPage, Oldest: true}
 	for {
 		page, err := b.c.ListRuns(ctx, o)
 		if err != nil {
-			return store.Run{}, b.fail(err)
+			return api.Run{}, b.fail(err)
 		}
 		for _, x := range page.Runs {
 			if strings.HasPrefix(x.ID, arg) || strings.HasSuffix(x.ID, arg) || strings.HasPrefix(x.ID, event.RunIDPrefix+arg) {
-				match = append(match, toRun(x))
+				match = append(match, x)
 			}
 		}
 		if page.NextCursor == "" || len(page.Runs) == 0 {
@@ -271,31 +247,21 @@ func (b *remoteBackend) run(ctx context.Context, arg string) (store.Run, error) 
 	case 1:
 		return match[0], nil
 	case 0:
-		return store.Run{}, usageError{Err: fmt.Errorf("no run %q", arg)}
+		return api.Run{}, usageError{Err: fmt.Errorf("no run %q", arg)}
 	}
-	return store.Run{}, usageError{Err: fmt.Errorf("%q names %d runs; give more of the id", arg, len(match))}
+	return api.Run{}, usageError{Err: fmt.Errorf("%q names %d runs; give more of the id", arg, len(match))}
 }
 
-func (b *remoteBackend) outcome(ctx context.Context, r store.Run) (engine.Outcome, error) {
-	d, err := b.c.Run(ctx, r.ID)
+func (b *remoteBackend) outcome(ctx context.Context, id string) (api.Run, []api.Artifact, error) {
+	r, err := b.c.Run(ctx, id)
 	if err != nil {
-		return engine.Outcome{}, b.fail(err)
+		return api.Run{}, nil, b.fail(err)
 	}
-	arts, err := b.c.Artifacts(ctx, r.ID)
+	arts, err := b.c.Artifacts(ctx, id)
 	if err != nil {
-		return engine.Outcome{}, b.fail(err)
+		return api.Run{}, nil, b.fail(err)
 	}
-	o := engine.Outcome{RunID: d.ID, Status: d.Status, Reason: d.Reason, Summary: d.Summary, Verification: d.Verification}
-	if d.Steps != nil {
-		o.Steps = *d.Steps
-	}
-	if d.Usage != nil {
-		o.Usage = *d.Usage
-	}
-	for _, a := range arts {
-		o.Artifacts = append(o.Artifacts, store.Artifact{RunID: d.ID, Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created})
-	}
-	return o, nil
+	return r, arts, nil
 }
 
 func (b *remoteBackend) events(ctx context.Context, id string, from int64) ([]event.Event, error) {
@@ -309,9 +275,13 @@ func (b *remoteBackend) events(ctx context.Context, id string, from int64) ([]ev
 // verify checks the chain of the events the server sends, up to the last
 // one the run records, and that it ends at the hash the run records, as
 // store.VerifyRun does locally.
-func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string, error, error) {
+func (b *remoteBackend) verify(ctx context.Context, r api.Run) (int64, string, error, error) {
+	last, err := event.ParseHash(r.LastHash)
+	if err != nil {
+		last = event.Hash{} // none recorded: the chain is checked without it
+	}
 	c := event.NewChain(r.ID)
-	for c.Seq() < r.LastSeq {
+	for c.Seq() < r.Events {
 		page, err := b.c.Events(ctx, r.ID, c.Seq(), 0)
 		if err != nil {
 			return c.Seq(), "", nil, b.fail(err)
@@ -320,7 +290,7 @@ func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string,
 			break
 		}
 		for _, e := range page.Events {
-			if e.Seq > r.LastSeq {
+			if e.Seq > r.Events {
 				break
 			}
 			if err := c.Next(e); err != nil {
@@ -328,11 +298,11 @@ func (b *remoteBackend) verify(ctx context.Context, r store.Run) (int64, string,
 			}
 		}
 	}
-	if c.Seq() != r.LastSeq {
-		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq() + 1, Got: r.LastSeq,
-			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq)}, nil
+	if c.Seq() != r.Events {
+		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq() + 1, Got: r.Events,
+			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.Events)}, nil
 	}
-	if c.Seq() > 0 && !r.LastHash.IsZero() && c.Last() != r.LastHash {
+	if c.Seq() > 0 && !last.IsZero() && c.Last() != last {
 		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq(),
 			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch)}, nil
 	}
@@ -363,54 +333,40 @@ func (b *remoteBackend) stop(ctx context.Context, id string, pause bool, reason 
 	return nil
 }
 
-func (b *remoteBackend) fork(ctx context.Context, c *RunsForkCmd) (string, error) {
+func (b *remoteBackend) fork(ctx context.Context, parentArg string, q host.ForkRequest) (string, error) {
 	var errs []error
-	if c.BaseURL != "" {
+	if q.BaseURL != "" {
 		errs = append(errs, errors.New("--base-url: a server calls only its own model providers"))
 	}
-	if c.PolicyAs != "" {
+	if q.PolicyName != "" {
 		errs = append(errs, errors.New("--policy-name: store the policy with airlock policy put, then give --policy NAME"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return "", notRemote("airlock runs fork with these flags", err.Error())
 	}
-	o, pol, err := c.options()
+	parent, err := b.run(ctx, parentArg)
 	if err != nil {
 		return "", err
 	}
-	parent, err := b.run(ctx, c.ID)
-	if err != nil {
-		return "", err
-	}
-	q := api.ForkRequest{AtStep: &c.At, Model: c.Model, MaxSteps: c.MaxSteps}
-	if o.Script != nil {
-		q.Script = string(o.Script)
-	}
-	if pol.ref != "" {
-		q.Policy = pol.ref
-	} else if pol.doc != nil {
-		q.PolicyDocument = string(pol.doc)
-	}
-	child, err := b.c.ForkRun(ctx, parent.ID, q)
+	at := q.AtStep
+	child, err := b.c.ForkRun(ctx, parent.ID, api.ForkRequest{AtStep: &at, Model: q.Model, Script: q.Script, MaxSteps: q.MaxSteps,
+		Policy: q.PolicyRef, PolicyDocument: q.PolicyDocument})
 	if err != nil {
 		return "", b.fail(err)
 	}
 	return child.ID, nil
 }
 
-func (b *remoteBackend) approvals(ctx context.Context, tenant string) ([]engine.Approval, error) {
+func (b *remoteBackend) approvals(ctx context.Context, tenant string) ([]api.Approval, error) {
 	as, err := b.c.Approvals(ctx)
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	var out []engine.Approval
+	var out []api.Approval
 	for _, a := range as {
-		if tenant != "" && a.Tenant != tenant {
-			continue
+		if tenant == "" || a.Tenant == tenant {
+			out = append(out, a)
 		}
-		// The wire type has engine.Approval's fields: one that is added
-		// to either and not the other stops this from compiling.
-		out = append(out, engine.Approval(a))
 	}
 	return out, nil
 }
@@ -420,7 +376,7 @@ func (b *remoteBackend) approvals(ctx context.Context, tenant string) ([]engine.
 func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve bool, text string) (string, error) {
 	none := usageError{Err: fmt.Errorf("no such approval: %q", id)}
 	if tenant != "" {
-		runID, ok := engine.ApprovalRunID(id)
+		runID, ok := host.ApprovalRunID(id)
 		if !ok {
 			return "", none
 		}
@@ -450,56 +406,42 @@ func (b *remoteBackend) decide(ctx context.Context, id, tenant string, approve b
 	return d.By, nil
 }
 
-// toPolicyVersion is an API policy version as the local store has it:
-// the API's hash is the policy hash, its document hash the version's Hash.
-func toPolicyVersion(v api.PolicyVersion) store.PolicyVersion {
-	return store.PolicyVersion{Name: v.Name, Version: v.Version, Hash: v.DocumentHash, PolicyHash: v.Hash, CreatedAt: v.Created, Source: v.Source, By: v.By}
-}
-
 // putPolicy uploads the document; the server checks it as it checks a
 // run's, and records the key's id as who stored it.
-func (b *remoteBackend) putPolicy(ctx context.Context, name, _ string, doc []byte) (store.PolicyVersion, bool, error) {
+func (b *remoteBackend) putPolicy(ctx context.Context, name, _ string, doc []byte) (api.PolicyVersion, error) {
 	v, err := b.c.PutPolicy(ctx, name, doc)
 	if err != nil {
-		return store.PolicyVersion{}, false, b.fail(err)
+		return api.PolicyVersion{}, b.fail(err)
 	}
-	return toPolicyVersion(v), v.New != nil && *v.New, nil
+	return v, nil
 }
 
-func (b *remoteBackend) policyVersions(ctx context.Context, name string) ([]store.PolicyVersion, error) {
+func (b *remoteBackend) policyVersions(ctx context.Context, name string) ([]api.PolicyVersion, error) {
 	vs, err := b.c.PolicyVersions(ctx, name)
 	if client.IsCode(err, api.CodeNotFound) {
-		return nil, store.ErrNotFound
+		return nil, &host.PolicyNotFoundError{Name: name}
 	}
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	out := make([]store.PolicyVersion, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, toPolicyVersion(v))
-	}
-	return out, nil
+	return vs, nil
 }
 
-func (b *remoteBackend) policies(ctx context.Context) ([]store.PolicyVersion, error) {
+func (b *remoteBackend) policies(ctx context.Context) ([]api.PolicyVersion, error) {
 	vs, err := b.c.Policies(ctx)
 	if err != nil {
 		return nil, b.fail(err)
 	}
-	out := make([]store.PolicyVersion, 0, len(vs))
-	for _, v := range vs {
-		out = append(out, toPolicyVersion(v))
-	}
-	return out, nil
+	return vs, nil
 }
 
 // credits shows the key's own tenant only: another tenant is a usage
 // error that says whose the key is.
-func (b *remoteBackend) credits(ctx context.Context, tenant string) (int64, []store.LedgerEntry, error) {
-	var all []store.LedgerEntry
+func (b *remoteBackend) credits(ctx context.Context, tenant string) (int64, []api.LedgerEntry, error) {
+	var all []api.LedgerEntry
 	var bal int64
 	for after, first := int64(0), true; first || after != 0; first = false {
-		page, err := b.c.Credits(ctx, after, store.MaxPage)
+		page, err := b.c.Credits(ctx, after, maxLedgerPage)
 		if err != nil {
 			return 0, nil, b.fail(err)
 		}
@@ -509,9 +451,7 @@ func (b *remoteBackend) credits(ctx context.Context, tenant string) (int64, []st
 			}
 			bal = page.Balance
 		}
-		for _, e := range page.Entries {
-			all = append(all, store.LedgerEntry{ID: e.ID, Tenant: page.Tenant, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created})
-		}
+		all = append(all, page.Entries...)
 		after = page.NextAfter
 	}
 	return bal, all, nil

@@ -11,147 +11,29 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/api"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/model"
-	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/store"
 	"golang.org/x/sys/unix"
 )
 
 // defaultContextWindow is --context-window's default.
 const defaultContextWindow = 200000
 
-// remoteRequest builds the API's create request from airlock run's flags,
-// as request does the engine's: the flags that are shorthand for the
-// policy document are written into it, and the document sent inline (a
-// stored policy is sent by name). What a server cannot do (host
-// directories, more sandboxes, base URLs) is refused. Errors are bad
-// input.
-func (c *AgentRunCmd) remoteRequest() (api.CreateRunRequest, error) {
-	q := api.CreateRunRequest{Task: c.Task, Model: c.Model}
-	var errs []error
-	if strings.TrimSpace(c.Task) == "" {
-		errs = append(errs, errors.New("the task is empty"))
-	}
-	var err error
-	if q.Metadata, err = parseMetadata(c.Metadata); err != nil {
-		errs = append(errs, err)
-	}
-	if c.MaxSteps < 0 {
-		errs = append(errs, fmt.Errorf("--max-steps %d: want at least 1", c.MaxSteps))
-	}
-	if c.Timeout < 0 || c.MaxTokens < 0 {
-		errs = append(errs, errors.New("--timeout and --max-tokens must not be negative"))
-	}
-	for _, f := range []struct {
-		set      bool
-		flag, do string
-	}{
-		{c.BaseURL != "", "--base-url", "a server calls only its own model providers"},
-		{len(c.Sandbox) > 0, "--sandbox", "a server's runs have one sandbox"},
-		{c.WSMode != "" && c.WSMode != policy.WorkspaceCOW, "--workspace-mode " + c.WSMode, "the server's sandbox works on an uploaded copy of --workspace"},
-		{c.PolicyAs != "", "--policy-name", "store the policy with airlock policy put, then give --policy NAME"},
-		{c.Context != defaultContextWindow, "--context-window", "the API takes no context window"},
-		{len(c.Env) > 0, "--env", "the API takes no environment for a run's sandboxes"},
-	} {
-		if f.set {
-			errs = append(errs, fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", f.flag, f.do))
-		}
-	}
-	var ref string
-	doc, inline := policy.Default(), []byte(nil)
-	if c.Policy != "" {
-		p, err := readRunPolicy(c.Policy, "")
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case p.ref != "":
-			ref = p.ref
-		default:
-			doc, inline = p.parsed, p.doc
-		}
-	}
-	if ref != "" {
-		// The API does not return a stored document, so flags cannot be
-		// written into one; the checks, artifacts and step budget have
-		// fields of their own.
-		if c.Memory != "" || c.Disk != "" || c.Pids > 0 || c.CPUs > 0 || c.Timeout > 0 || c.MaxTokens > 0 || len(c.Allow) > 0 || len(c.Resolve) > 0 {
-			errs = append(errs, fmt.Errorf("--policy %s names a stored policy: against a server, only --max-steps, --verify*, and --artifact go with it (give the policy file to change more)", ref))
-		}
-		q.Policy, q.MaxSteps, q.Artifacts = ref, c.MaxSteps, c.Artifact
-		if len(c.Verify)+len(c.Changed)+len(c.Only) > 0 {
-			q.Verify = &api.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
-		}
-	} else {
-		// The workspace is uploaded, not a host directory of the policy.
-		flags := *c
-		flags.Workspace, flags.WSMode = "", ""
-		d, changed, err := flags.applyFlags(doc)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case changed:
-			inline = d.Canonical()
-		}
-		q.PolicyDocument = string(inline)
-	}
-	switch {
-	case c.Script != "" && c.Model != "":
-		errs = append(errs, errors.New("--script and --model exclude each other"))
-	case c.Script != "":
-		b, err := os.ReadFile(c.Script)
-		if err == nil {
-			_, err = model.ParseScript(b)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--script %s: %w", c.Script, err))
-		}
-		q.Script = string(b)
-	case c.Model == "":
-		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
-	}
-	switch {
-	case c.GitRef != "" && c.Git == "":
-		errs = append(errs, errors.New("--git-ref goes with --git"))
-	case c.Git != "" && c.Workspace != "":
-		errs = append(errs, errors.New("--git and --workspace exclude each other"))
-	case c.Git != "":
-		if err := (engine.GitSource{URL: c.Git, Ref: c.GitRef}).Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("--git: %w", err))
-		}
-		q.Workspace = &api.WorkspaceSource{Git: c.Git, Ref: c.GitRef}
-	}
-	if c.Workspace != "" {
-		if fi, err := os.Stat(c.Workspace); err != nil {
-			errs = append(errs, fmt.Errorf("--workspace %s: %w", c.Workspace, err))
-		} else if !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("--workspace %s: not a directory", c.Workspace))
-		}
-	}
-	return q, errors.Join(errs...)
-}
-
-// create checks the flags, uploads --workspace as a gzipped tar, and
-// creates the run; the server's workers drive it.
-func (b *remoteBackend) create(ctx context.Context, c *AgentRunCmd) (string, error) {
-	q, err := c.remoteRequest()
-	if err != nil {
-		return "", usageError{Err: err}
-	}
-	if c.Workspace != "" {
-		id, err := b.upload(ctx, c.Workspace)
+// create uploads q's workspace directory as a gzipped tar, and creates the
+// run; the server's workers drive it.
+func (b *remoteBackend) create(ctx context.Context, q host.RunRequest) (string, error) {
+	if q.UploadDir != "" {
+		id, err := b.upload(ctx, q.UploadDir)
 		if err != nil {
 			return "", err
 		}
 		q.Workspace = &api.WorkspaceSource{Upload: id}
 	}
-	r, err := b.c.CreateRun(ctx, q)
+	r, err := b.c.CreateRun(ctx, q.CreateRunRequest)
 	if err != nil {
 		return "", b.fail(err)
 	}
@@ -299,15 +181,11 @@ func (b *remoteBackend) drive(id, out string, resume bool) error {
 	case err != nil && !errors.Is(err, errPaused):
 		return b.fail(err)
 	}
-	r, err := b.c.Run(ctx, id)
-	if err != nil {
-		return b.fail(err)
-	}
-	o, err := b.outcome(ctx, toRun(r))
+	o, arts, err := b.outcome(ctx, id)
 	if err != nil {
 		return err
 	}
-	return report(b.env, o, out, func(a store.Artifact, w io.Writer) error {
+	return report(b.env, o, arts, out, func(a api.Artifact, w io.Writer) error {
 		_, err := b.c.Download(ctx, id, a.Name, w)
 		return err
 	})

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,14 +15,11 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
-	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/store"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,7 +61,15 @@ type AgentRunCmd struct {
 // follows it as the server's workers drive it).
 func (c *AgentRunCmd) Run(env *Env) error {
 	return startRun(env, hostOptions{keyFile: c.KeyFile}, c.Detach, c.Out, func(b backend) (string, error) {
-		return b.create(env.Ctx, c)
+		q, err := c.request(env.Ctx, env, b)
+		if err != nil {
+			var rep reportedError
+			if errors.As(err, &rep) {
+				return "", err
+			}
+			return "", usageError{Err: err}
+		}
+		return b.create(env.Ctx, q)
 	})
 }
 
@@ -92,18 +96,21 @@ func startRun(env *Env, o hostOptions, detach bool, out string, start func(backe
 	return b.drive(id, out, false)
 }
 
-// request builds the run from the policy document (the built-in default
-// when none is given) and the flags, which override it; --verify,
-// --verify-changed, --verify-only-changed and --artifact add to the
-// policy's lists.
-func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
+// request builds the run c asks for, once, for either backend: the API's
+// request, and what only this host's command line may ask besides, which a
+// server refuses (the flags are named). The policy document (the built-in
+// default when none is given) is what the flags override; --verify,
+// --verify-changed, --verify-only-changed and --artifact add to its lists.
+// Errors are usage errors, but for a store that fails.
+func (c *AgentRunCmd) request(ctx context.Context, env *Env, b backend) (host.RunRequest, error) {
+	_, remote := b.(*remoteBackend)
+	q := host.RunRequest{CreateRunRequest: api.CreateRunRequest{Task: c.Task, Model: c.Model}}
 	var errs []error
-	req := engine.Request{Task: c.Task}
 	if strings.TrimSpace(c.Task) == "" {
 		errs = append(errs, errors.New("the task is empty"))
 	}
 	var err error
-	if req.Metadata, err = parseMetadata(c.Metadata); err != nil {
+	if q.Metadata, err = parseMetadata(c.Metadata); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MaxSteps < 0 {
@@ -112,97 +119,161 @@ func (c *AgentRunCmd) request(env *Env) (engine.Request, error) {
 	if c.Timeout < 0 || c.MaxTokens < 0 {
 		errs = append(errs, errors.New("--timeout and --max-tokens must not be negative"))
 	}
-	doc := policy.Default()
-	if c.Policy == "" && c.PolicyAs != "" {
+	if remote {
+		errs = append(errs, c.remoteOnly()...)
+	} else if c.Policy == "" && c.PolicyAs != "" {
 		errs = append(errs, errors.New("--policy-name needs --policy FILE"))
 	}
-	if c.Policy != "" {
-		p, err := readRunPolicy(c.Policy, c.PolicyAs)
-		if err == nil && p.ref != "" {
-			p, err = p.loadStoredFrom(env, event.LocalTenant)
+	doc, perr := c.policy(ctx, env, b, &q)
+	if perr != nil {
+		var rep reportedError
+		if errors.As(perr, &rep) {
+			return q, perr
 		}
-		if err != nil {
-			errs = append(errs, err)
-		} else {
-			// A file's document is recorded (by the engine) as a version
-			// of p.name; a stored version is not recorded again.
-			doc = p.parsed
-			req.Policy, req.PolicySource, req.PolicyName, req.PolicyVersion = p.doc, p.source, p.name, p.version
-			if p.name != "" {
-				req.PolicyBy = whoami(env)
-			}
-		}
+		errs = append(errs, perr)
 	}
-	doc, changed, ferr := c.applyFlags(doc)
-	if ferr != nil {
-		errs = append(errs, ferr)
-	} else if changed {
-		// The flags are shorthand for the document the run records; the
-		// policy given (the file still recorded as a version of its name)
-		// is the one they changed, whose hash the run records too.
-		req.Flags, req.BasePolicy, req.Policy = true, req.Policy, doc.Canonical()
-	}
-	cfg := engine.PolicyConfig(doc)
-	cfg.Model, cfg.BaseURL, cfg.ContextTokens = c.Model, c.BaseURL, c.Context
 	switch {
 	case c.Script != "" && c.Model != "":
 		errs = append(errs, errors.New("--script and --model exclude each other"))
 	case c.Script != "":
 		b, err := os.ReadFile(c.Script)
 		if err == nil {
-			_, err = model.ParseScript(b)
+			err = host.CheckScript(b)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--script %s: %w", c.Script, err))
 		}
-		req.Script = b
-		cfg.Model = "script:" + filepath.Base(c.Script)
+		q.Script, q.ScriptName = string(b), c.Script
 	case c.Model == "":
 		errs = append(errs, errors.New("give --model PROVIDER:MODEL or --script FILE"))
 	}
-	if c.GitRef != "" && c.Git == "" {
+	// A local run's workspace is the policy's (the flag is written in
+	// it); a server's is --workspace, uploaded.
+	ws, wsName := c.Workspace, "--workspace "+c.Workspace
+	if !remote && doc != nil {
+		if ws = doc.Sandbox.Workspace.Source; c.Workspace == "" {
+			wsName = "sandbox.workspace.source " + ws
+		}
+	}
+	switch {
+	case c.GitRef != "" && c.Git == "":
 		errs = append(errs, errors.New("--git-ref goes with --git"))
-	}
-	if c.Git != "" {
-		g := engine.GitSource{URL: c.Git, Ref: c.GitRef}
-		switch err := g.Validate(); {
-		case err != nil:
+	case c.Git != "" && remote && ws != "":
+		errs = append(errs, errors.New("--git and --workspace exclude each other"))
+	case c.Git != "" && ws != "":
+		errs = append(errs, errors.New("--git and a workspace directory (--workspace or sandbox.workspace.source) exclude each other"))
+	case c.Git != "":
+		if err := host.CheckGit(c.Git, c.GitRef); err != nil {
 			errs = append(errs, fmt.Errorf("--git: %w", err))
-		case cfg.Sandboxes[0].Workspace != "":
-			errs = append(errs, errors.New("--git and a workspace directory (--workspace or sandbox.workspace.source) exclude each other"))
-		default:
-			cfg.Sandboxes[0].Git = &g
 		}
+		q.Workspace = &api.WorkspaceSource{Git: c.Git, Ref: c.GitRef}
 	}
-	if ws := cfg.Sandboxes[0].Workspace; ws != "" {
-		name := "--workspace " + c.Workspace
-		if c.Workspace == "" {
-			name = "sandbox.workspace.source " + ws
-		}
+	if ws != "" {
 		if fi, err := os.Stat(ws); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			errs = append(errs, fmt.Errorf("%s: %w", wsName, err))
 		} else if !fi.IsDir() {
-			errs = append(errs, fmt.Errorf("%s: not a directory", name))
+			errs = append(errs, fmt.Errorf("%s: not a directory", wsName))
 		}
 	}
+	if remote {
+		q.UploadDir = c.Workspace
+		return q, errors.Join(errs...)
+	}
+	q.BaseURL, q.ContextTokens, q.Env = c.BaseURL, c.Context, c.Env
 	for _, s := range c.Sandbox {
 		name, dir, _ := strings.Cut(s, "=")
-		sc := engine.SandboxConfig{Name: name}
+		sb := host.NamedSandbox{Name: name}
 		if dir != "" {
 			abs, err := filepath.Abs(dir)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			sc.Workspace = abs
+			sb.Dir = abs
 		}
-		cfg.Sandboxes = append(cfg.Sandboxes, sc)
+		q.Sandboxes = append(q.Sandboxes, sb)
 	}
-	if err := sandbox.CheckEnv(c.Env, host.GatewayEnv...); err != nil {
+	if err := host.CheckEnv(c.Env); err != nil {
 		errs = append(errs, fmt.Errorf("--env: %w", err))
 	}
-	cfg.Env = c.Env
-	req.Config = cfg
-	return req, errors.Join(errs...)
+	return q, errors.Join(errs...)
+}
+
+// remoteOnly are the errors of the flags a server does not take.
+func (c *AgentRunCmd) remoteOnly() []error {
+	var errs []error
+	for _, f := range []struct {
+		set      bool
+		flag, do string
+	}{
+		{c.BaseURL != "", "--base-url", "a server calls only its own model providers"},
+		{len(c.Sandbox) > 0, "--sandbox", "a server's runs have one sandbox"},
+		{c.WSMode != "" && c.WSMode != policy.WorkspaceCOW, "--workspace-mode " + c.WSMode, "the server's sandbox works on an uploaded copy of --workspace"},
+		{c.PolicyAs != "", "--policy-name", "store the policy with airlock policy put, then give --policy NAME"},
+		{c.Context != defaultContextWindow, "--context-window", "the API takes no context window"},
+		{len(c.Env) > 0, "--env", "the API takes no environment for a run's sandboxes"},
+	} {
+		if f.set {
+			errs = append(errs, fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", f.flag, f.do))
+		}
+	}
+	return errs
+}
+
+// policy reads --policy into q and writes the flags into the document it
+// names (the default when none): q gets the document the run is held to,
+// and where it came from. It returns that document, nil when it cannot be
+// read or names a stored policy a server reads itself.
+func (c *AgentRunCmd) policy(ctx context.Context, env *Env, b backend, q *host.RunRequest) (*policy.Document, error) {
+	_, remote := b.(*remoteBackend)
+	doc, base := policy.Default(), []byte(nil)
+	if c.Policy != "" {
+		nameAs := c.PolicyAs
+		if remote {
+			nameAs = ""
+		}
+		p, err := readRunPolicy(c.Policy, nameAs)
+		switch {
+		case err != nil:
+			return nil, err
+		case p.ref != "" && remote:
+			// The flags cannot be written into a document the server
+			// reads; the checks, artifacts and step budget have fields of
+			// their own.
+			if c.Memory != "" || c.Disk != "" || c.Pids > 0 || c.CPUs > 0 || c.Timeout > 0 || c.MaxTokens > 0 || len(c.Allow) > 0 || len(c.Resolve) > 0 {
+				return nil, fmt.Errorf("--policy %s names a stored policy: against a server, only --max-steps, --verify*, and --artifact go with it (give the policy file to change more)", p.ref)
+			}
+			q.Policy, q.MaxSteps, q.Artifacts = p.ref, c.MaxSteps, c.Artifact
+			if len(c.Verify)+len(c.Changed)+len(c.Only) > 0 {
+				q.Verify = &api.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
+			}
+			return nil, nil
+		case p.ref != "":
+			if p, err = p.loadStored(ctx, b); err != nil {
+				return nil, err
+			}
+			q.PolicyVersion = p.version
+		case !remote && p.name != "":
+			q.PolicyName, q.PolicyBy = p.name, whoami(env)
+		}
+		doc, base, q.PolicySource = p.parsed, p.doc, p.source
+	}
+	flags := *c
+	if remote {
+		// The workspace is uploaded, not a host directory of the policy.
+		flags.Workspace, flags.WSMode = "", ""
+	}
+	d, changed, err := flags.applyFlags(doc)
+	if err != nil {
+		return nil, err
+	}
+	q.PolicyDocument = string(base)
+	if changed {
+		// The flags are shorthand for the document the run records; the
+		// policy given (a file still recorded as a version of its name)
+		// is the one they changed, whose hash the run records too.
+		q.PolicyDocument, q.Flags, q.BasePolicy = string(d.Canonical()), !remote, base
+	}
+	return d, nil
 }
 
 // applyFlags writes the flags into doc, which it may change: they are
@@ -282,22 +353,25 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 // be resumed.
 var errDetached = errors.New("airlock stopped; the run can be resumed")
 
-// foreground drives a run with Ctrl-C cancelling it and SIGTERM detaching
-// from it, writes its artifacts, and maps its status to the exit status.
-func (h *local) foreground(id, out string, drive func(context.Context) (engine.Outcome, error)) error {
+// foreground drives run id in this process (resume: a stopped one) with
+// Ctrl-C cancelling it and SIGTERM detaching from it, writes its
+// artifacts, and maps its status to the exit status.
+func (h *local) foreground(id, out string, resume bool) error {
 	ctx, cancel := context.WithCancelCause(h.env.Ctx)
 	defer cancel(nil)
 	stop := onSignals(cancel)
 	defer stop()
-	o, err := drive(ctx)
+	r, arts, err := h.h.Drive(ctx, id, resume)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errDetached) {
 			fmt.Fprintf(h.env.Stderr, "airlock: %v: airlock runs resume %s\n", errDetached, id)
 			return exitCode(1)
 		}
-		return err
+		return hostError(err)
 	}
-	return h.report(o, out)
+	return report(h.env, r, arts, out, func(a api.Artifact, w io.Writer) error {
+		return h.h.CopyArtifact(h.env.Ctx, a, w)
+	})
 }
 
 // onSignals cancels the drive on SIGINT and detaches on SIGTERM or SIGHUP.
@@ -309,7 +383,7 @@ func onSignals(cancel context.CancelCauseFunc) (stop func()) {
 		select {
 		case s := <-ch:
 			if s == unix.SIGINT {
-				cancel(engine.ErrCancelled)
+				cancel(host.ErrCancelled)
 			} else {
 				cancel(errDetached)
 			}
@@ -322,20 +396,15 @@ func onSignals(cancel context.CancelCauseFunc) (stop func()) {
 	}
 }
 
-// report writes the artifacts out and says where everything is.
-func (h *local) report(o engine.Outcome, out string) error {
-	return report(h.env, o, out, h.copyBlob)
-}
-
 // report writes a run's artifacts out, fetching each with fetch, and
 // says where everything is.
-func report(env *Env, o engine.Outcome, out string, fetch func(a store.Artifact, w io.Writer) error) error {
+func report(env *Env, o api.Run, arts []api.Artifact, out string, fetch func(a api.Artifact, w io.Writer) error) error {
 	w := env.Stdout
-	if len(o.Artifacts) > 0 {
+	if len(arts) > 0 {
 		if out == "" {
-			out = filepath.Join(env.Home, "runs", o.RunID)
+			out = filepath.Join(env.Home, "runs", o.ID)
 		}
-		written, err := writeArtifacts(o.Artifacts, out, fetch)
+		written, err := writeArtifacts(arts, out, fetch)
 		if err != nil {
 			return err
 		}
@@ -345,20 +414,20 @@ func report(env *Env, o engine.Outcome, out string, fetch func(a store.Artifact,
 	}
 	// A completed run exits 0 whether or not anything checked the model's
 	// claim: its line says which it is.
-	fmt.Fprintf(w, "run %s: %s%s\n", o.RunID, o.Status, unverified(o))
-	fmt.Fprintf(w, "log: airlock runs events %s   (verify: airlock runs verify %s)\n", o.RunID, o.RunID)
+	fmt.Fprintf(w, "run %s: %s%s\n", o.ID, o.Status, unverified(o))
+	fmt.Fprintf(w, "log: airlock runs events %s   (verify: airlock runs verify %s)\n", o.ID, o.ID)
 	switch o.Status {
 	case event.StatusCompleted:
 		return nil
 	case event.StatusPaused:
-		fmt.Fprintf(w, "resume: airlock runs resume %s\n", o.RunID)
+		fmt.Fprintf(w, "resume: airlock runs resume %s\n", o.ID)
 	}
 	return exitCode(1)
 }
 
 // unverified is what follows a run's status on its last lines when it
 // completed with no check run on its result.
-func unverified(o engine.Outcome) string {
+func unverified(o api.Run) string {
 	if o.Status != event.StatusCompleted || o.Verification != nil && len(o.Verification.Checks) > 0 {
 		return ""
 	}
@@ -368,7 +437,7 @@ func unverified(o engine.Outcome) string {
 // writeArtifacts copies artifacts into dir, each fetched by fetch. Names
 // come from the sandbox: they are written through an os.Root, so none can
 // land outside dir.
-func writeArtifacts(arts []store.Artifact, dir string, fetch func(a store.Artifact, w io.Writer) error) ([]string, error) {
+func writeArtifacts(arts []api.Artifact, dir string, fetch func(a api.Artifact, w io.Writer) error) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -406,17 +475,6 @@ func writeArtifacts(arts []store.Artifact, dir string, fetch func(a store.Artifa
 	return out, nil
 }
 
-// copyBlob writes artifact a from the blob store to w.
-func (h *local) copyBlob(a store.Artifact, w io.Writer) error {
-	r, err := h.blobs.Open(h.env.Ctx, a.Digest)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	_, err = io.Copy(w, r)
-	return err
-}
-
 // RunsCmd is `airlock runs ...`.
 type RunsCmd struct {
 	Ls     RunsLsCmd     `cmd:"" help:"List runs."`
@@ -428,22 +486,6 @@ type RunsCmd struct {
 	Resume RunsResumeCmd `cmd:"" help:"Resume a paused run, or with no id every unfinished run, in the foreground."`
 	Fork   RunsForkCmd   `cmd:"" help:"Start a new run from a run's conversation and workspace after a step."`
 	Replay RunsReplayCmd `cmd:"" help:"Re-drive a run from its recorded model turns in a fresh sandbox and report differences."`
-}
-
-// toJSON is the stable JSON form of a run: the API's (without the
-// fields only its GET of one run has), so that a run prints the same from
-// this host's store and from a server.
-func toJSON(r store.Run) api.Run {
-	j := api.Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
-		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
-	if !r.Finished.IsZero() {
-		f := r.Finished.UTC()
-		j.Finished = &f
-	}
-	if !r.LastHash.IsZero() {
-		j.LastHash = r.LastHash.String()
-	}
-	return j
 }
 
 // RunsLsCmd is `airlock runs ls`.
@@ -479,7 +521,7 @@ func (c *RunsLsCmd) Run(env *Env) error {
 	if c.JSON {
 		vs := make([]api.Run, 0, len(runs))
 		for i := len(runs) - 1; i >= 0; i-- {
-			vs = append(vs, toJSON(runs[i]))
+			vs = append(vs, runs[i])
 		}
 		return sandboxcli.WriteJSON(env.Stdout, vs...)
 	}
@@ -505,11 +547,7 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		return err
 	}
 	defer b.close()
-	o, err := b.outcome(env.Ctx, r)
-	if err != nil {
-		return err
-	}
-	pol, err := policyResolved(env.Ctx, b, r.ID)
+	o, arts, err := b.outcome(env.Ctx, r.ID)
 	if err != nil {
 		return err
 	}
@@ -521,34 +559,34 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		}
 		v := struct {
 			api.Run
-			Steps        int                       `json:"steps"`
-			Usage        event.Usage               `json:"usage"`
-			Reason       string                    `json:"reason,omitempty"`
-			Summary      string                    `json:"summary,omitempty"`
-			Verification *event.VerificationResult `json:"verification,omitempty"`
-			Artifacts    []art                     `json:"artifacts"`
-		}{Run: toJSON(r), Steps: o.Steps, Usage: o.Usage, Reason: o.Reason, Summary: o.Summary, Verification: o.Verification, Artifacts: []art{}}
-		if pol != nil {
-			v.Policy = &api.RunPolicy{Source: pol.Source, Version: pol.Version, BaseHash: pol.BaseHash}
-		}
-		for _, a := range o.Artifacts {
+			Artifacts []art `json:"artifacts"`
+		}{Run: o, Artifacts: []art{}}
+		for _, a := range arts {
 			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
 		}
 		return sandboxcli.WriteJSON(env.Stdout, v)
 	}
+	var steps int
+	var usage event.Usage
+	if o.Steps != nil {
+		steps = *o.Steps
+	}
+	if o.Usage != nil {
+		usage = *o.Usage
+	}
 	w := env.Stdout
-	fmt.Fprintf(w, "run      %s\nstatus   %s\nmodel    %s\ntask     %s\ncreated  %s\n", r.ID, r.Status, r.Model, oneLine(r.Task), r.Created.Local().Format(time.RFC3339))
-	if r.ParentRunID != "" {
-		fmt.Fprintf(w, "parent   %s (event %d)\n", r.ParentRunID, r.ParentSeq)
+	fmt.Fprintf(w, "run      %s\nstatus   %s\nmodel    %s\ntask     %s\ncreated  %s\n", o.ID, o.Status, o.Model, oneLine(o.Task), o.Created.Local().Format(time.RFC3339))
+	if o.ParentRunID != "" {
+		fmt.Fprintf(w, "parent   %s (event %d)\n", o.ParentRunID, o.ParentSeq)
 	}
-	if pol != nil {
-		fmt.Fprintf(w, "policy   %s\n", policyLine(*pol, r.PolicyHash, true))
-	} else if r.PolicyHash != "" {
-		fmt.Fprintf(w, "policy   %s\n", r.PolicyHash)
+	if p := o.Policy; p != nil {
+		fmt.Fprintf(w, "policy   %s\n", policyLine(event.PolicyResolved{Source: p.Source, Version: p.Version, BaseHash: p.BaseHash}, o.PolicyHash, true))
+	} else if o.PolicyHash != "" {
+		fmt.Fprintf(w, "policy   %s\n", o.PolicyHash)
 	}
-	fmt.Fprintf(w, "steps    %d\ntokens   %d in, %d out\nevents   %d\n", o.Steps, o.Usage.InputTokens, o.Usage.OutputTokens, r.LastSeq)
-	if o.Usage.CostMicroUSD > 0 {
-		fmt.Fprintf(w, "cost     %s credits\n", formatCredits(o.Usage.CostMicroUSD))
+	fmt.Fprintf(w, "steps    %d\ntokens   %d in, %d out\nevents   %d\n", steps, usage.InputTokens, usage.OutputTokens, o.Events)
+	if usage.CostMicroUSD > 0 {
+		fmt.Fprintf(w, "cost     %s credits\n", formatCredits(usage.CostMicroUSD))
 	}
 	if o.Reason != "" {
 		fmt.Fprintf(w, "reason   %s\n", o.Reason)
@@ -565,30 +603,10 @@ func (c *RunsShowCmd) Run(env *Env) error {
 			fmt.Fprintf(w, "check    %s %s\n", mark, ch.Name)
 		}
 	}
-	for _, a := range o.Artifacts {
+	for _, a := range arts {
 		fmt.Fprintf(w, "artifact %s %s %s\n", a.Name, sandbox.FormatSize(a.Size), a.Digest)
 	}
 	return nil
-}
-
-// policyResolved returns run id's policy.resolved event, which its first
-// events hold; nil when it has none.
-func policyResolved(ctx context.Context, b backend, id string) (*event.PolicyResolved, error) {
-	evs, err := b.events(ctx, id, 1)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range evs[:min(len(evs), 4)] {
-		if e.Type != event.TypePolicyResolved {
-			continue
-		}
-		var p event.PolicyResolved
-		if err := json.Unmarshal(e.Payload, &p); err != nil {
-			return nil, fmt.Errorf("run %s: policy.resolved: %w", id, err)
-		}
-		return &p, nil
-	}
-	return nil, nil
 }
 
 // RunsEventsCmd is `airlock runs events RUN`.
@@ -674,15 +692,15 @@ func (c *RunsPauseCmd) Run(env *Env) error {
 }
 
 // openRun opens the backend (read-only) and finds the run arg names.
-func openRun(env *Env, arg string) (backend, store.Run, error) {
+func openRun(env *Env, arg string) (backend, api.Run, error) {
 	b, err := openBackend(env, hostOptions{readOnly: true})
 	if err != nil {
-		return nil, store.Run{}, err
+		return nil, api.Run{}, err
 	}
 	r, err := b.run(env.Ctx, arg)
 	if err != nil {
 		b.close()
-		return nil, store.Run{}, err
+		return nil, api.Run{}, err
 	}
 	return b, r, nil
 }
@@ -777,36 +795,40 @@ type RunsForkCmd struct {
 // Run forks and drives the new run.
 func (c *RunsForkCmd) Run(env *Env) error {
 	return startRun(env, hostOptions{}, c.Detach, c.Out, func(b backend) (string, error) {
-		return b.fork(env.Ctx, c)
+		q, err := c.request()
+		if err != nil {
+			return "", err
+		}
+		return b.fork(env.Ctx, c.ID, q)
 	})
 }
 
-// options reads the flags into the fork's options; errors are usage
-// errors. A stored policy (pol.ref) is for the caller to read.
-func (c *RunsForkCmd) options() (engine.ForkOptions, runPolicy, error) {
-	o := engine.ForkOptions{Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps}
-	var pol runPolicy
+// request reads the flags into the fork's request; errors are usage
+// errors. A stored policy (PolicyRef) is for the backend to read, as the
+// parent's tenant's.
+func (c *RunsForkCmd) request() (host.ForkRequest, error) {
+	q := host.ForkRequest{AtStep: c.At, Model: c.Model, BaseURL: c.BaseURL, MaxSteps: c.MaxSteps}
 	if c.Script != "" {
 		if c.Model != "" {
-			return o, pol, usageError{Err: errors.New("--script and --model exclude each other")}
+			return q, usageError{Err: errors.New("--script and --model exclude each other")}
 		}
 		b, err := os.ReadFile(c.Script)
 		if err != nil {
-			return o, pol, usageError{Err: fmt.Errorf("--script: %w", err)}
+			return q, usageError{Err: fmt.Errorf("--script: %w", err)}
 		}
-		o.Script, o.Model = b, "script:"+filepath.Base(c.Script)
+		q.Script, q.ScriptName = string(b), c.Script
 	}
 	if c.Policy == "" && c.PolicyAs != "" {
-		return o, pol, usageError{Err: errors.New("--policy-name needs --policy FILE")}
+		return q, usageError{Err: errors.New("--policy-name needs --policy FILE")}
 	}
 	if c.Policy != "" {
-		var err error
-		if pol, err = readRunPolicy(c.Policy, c.PolicyAs); err != nil {
-			return o, pol, usageError{Err: err}
+		pol, err := readRunPolicy(c.Policy, c.PolicyAs)
+		if err != nil {
+			return q, usageError{Err: err}
 		}
-		o.Policy, o.PolicySource = pol.doc, pol.source
+		q.PolicyDocument, q.PolicySource, q.PolicyName, q.PolicyRef = string(pol.doc), pol.source, pol.name, pol.ref
 	}
-	return o, pol, nil
+	return q, nil
 }
 
 // RunsReplayCmd is `airlock runs replay RUN`.
@@ -830,32 +852,24 @@ func (c *RunsReplayCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	orig, err := h.resolve(env.Ctx, c.ID)
-	if err != nil {
-		return err
-	}
-	rep, err := h.eng.Replay(env.Ctx, orig.ID)
+	orig, err := b.run(env.Ctx, c.ID)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(env.Ctx)
 	defer cancel(nil)
 	stop := onSignals(cancel)
-	_, err = h.eng.Drive(ctx, rep.ID)
+	repID, diffs, err := h.h.Replay(ctx, orig.ID)
 	stop()
 	if err != nil {
-		return err
-	}
-	diffs, err := h.eng.Compare(env.Ctx, orig.ID, rep.ID)
-	if err != nil {
-		return err
+		return hostError(err)
 	}
 	if c.JSON {
 		if err := sandboxcli.WriteJSON(env.Stdout, diffs...); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(env.Stdout, "replay %s of %s: ", rep.ID, orig.ID)
+		fmt.Fprintf(env.Stdout, "replay %s of %s: ", repID, orig.ID)
 		if len(diffs) == 0 {
 			fmt.Fprintln(env.Stdout, "same outcome at every step")
 		} else {

@@ -7,14 +7,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/secret"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,30 +33,14 @@ type SecretStoreFlags struct {
 	Tenant  string `help:"Tenant that owns the secrets (default: ${local_tenant}, the command line's; against a server, the API key's tenant, the only one it may name)." placeholder:"NAME"`
 }
 
-// open opens the store under env.Home with the chosen key.
-func (f *SecretStoreFlags) open(env *Env) (*secret.Store, error) {
-	if err := secret.ValidName(f.tenant()); err != nil {
-		return nil, usageError{Err: fmt.Errorf("--tenant: %w", err)}
-	}
-	if env.Home == "" {
-		return nil, errors.New("no airlock home directory")
-	}
-	dir := filepath.Join(env.Home, "secrets")
-	key := f.KeyFile
-	if key == "" {
-		key = filepath.Join(dir, "key")
-	}
-	return secret.Open(dir, secret.KeyFile(key))
-}
-
 // openSecrets opens the backend of the secrets commands.
 func (f *SecretStoreFlags) openSecrets(env *Env) (backend, error) {
 	if f.Tenant != "" {
-		if err := secret.ValidName(f.Tenant); err != nil {
+		if err := host.ValidSecretName(f.Tenant); err != nil {
 			return nil, usageError{Err: fmt.Errorf("--tenant: %w", err)}
 		}
 	}
-	return openBackend(env, hostOptions{readOnly: true})
+	return openBackend(env, hostOptions{readOnly: true, keyFile: f.KeyFile})
 }
 
 // SecretsSetCmd is `airlock secrets set NAME [--host PATTERN ...]`.
@@ -75,10 +58,10 @@ func (c *SecretsSetCmd) Run(env *Env) error {
 	if len(c.Extra) > 0 {
 		return usageError{Err: errors.New("secrets set takes only a NAME: the value is read from stdin, so it cannot land in shell history or ps")}
 	}
-	if err := secret.ValidName(c.Name); err != nil {
+	if err := host.ValidSecretName(c.Name); err != nil {
 		return usageError{Err: err}
 	}
-	hosts, err := secret.NormalizeHosts(c.Host)
+	hosts, err := host.NormalizeHosts(c.Host)
 	if err != nil {
 		return usageError{Err: err}
 	}
@@ -91,9 +74,9 @@ func (c *SecretsSetCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	v := secret.NewValue(val)
+	hosts, err = b.setSecret(env.Ctx, &c.SecretStoreFlags, c.Name, val, hosts)
 	clear(val)
-	if hosts, err = b.setSecret(env.Ctx, &c.SecretStoreFlags, c.Name, v, hosts); err != nil {
+	if err != nil {
 		return err
 	}
 	if len(hosts) > 0 {
@@ -115,7 +98,7 @@ func readSecretValue(env *Env, name string) ([]byte, error) {
 		b, err = readNoEcho(f)
 		fmt.Fprintln(env.Stderr)
 	} else if env.Stdin != nil {
-		b, err = io.ReadAll(io.LimitReader(env.Stdin, secret.MaxValueSize+3))
+		b, err = io.ReadAll(io.LimitReader(env.Stdin, host.MaxSecretSize+3))
 	}
 	if err != nil {
 		clear(b)
@@ -134,9 +117,9 @@ func checkSecretValue(b []byte) ([]byte, error) {
 	switch {
 	case len(b) == 0:
 		return nil, usageError{Err: errors.New("empty secret value on stdin (pipe the value in: printf %s \"$TOKEN\" | airlock secrets set NAME)")}
-	case len(b) > secret.MaxValueSize:
+	case len(b) > host.MaxSecretSize:
 		clear(b)
-		return nil, usageError{Err: fmt.Errorf("secret value larger than %d bytes", secret.MaxValueSize)}
+		return nil, usageError{Err: fmt.Errorf("secret value larger than %d bytes", host.MaxSecretSize)}
 	}
 	return b, nil
 }
@@ -183,7 +166,7 @@ func readNoEcho(f *os.File) ([]byte, error) {
 
 	var line []byte
 	buf := make([]byte, 1)
-	for len(line) <= secret.MaxValueSize+1 {
+	for len(line) <= host.MaxSecretSize+1 {
 		n, err := f.Read(buf)
 		if n == 1 {
 			line = append(line, buf[0])
@@ -247,7 +230,7 @@ type SecretsRmCmd struct {
 // Run deletes the secret. A missing secret is exit status 1 with a message,
 // like rm(1), so scripts can tell it from airlock failing (125).
 func (c *SecretsRmCmd) Run(env *Env) error {
-	if err := secret.ValidName(c.Name); err != nil {
+	if err := host.ValidSecretName(c.Name); err != nil {
 		return usageError{Err: err}
 	}
 	b, err := c.openSecrets(env)
@@ -256,7 +239,7 @@ func (c *SecretsRmCmd) Run(env *Env) error {
 	}
 	defer b.close()
 	err = b.deleteSecret(env.Ctx, &c.SecretStoreFlags, c.Name)
-	if errors.Is(err, secret.ErrNotFound) {
+	if errors.Is(err, host.ErrNoSecret) {
 		fmt.Fprintf(env.Stderr, "airlock: secret %s not found\n", c.Name)
 		return exitCode(1)
 	}

@@ -15,38 +15,22 @@ import (
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/store"
 )
-
-// openPolicyStore opens the run store for the policy commands. It needs no
-// redaction of the env's model keys: what these commands write is a
-// policy document (which the store never redacts: its hash names it), a
-// file name and the local user's name.
-func openPolicyStore(env *Env) (store.Store, error) {
-	if env.Home == "" {
-		return nil, errors.New("no airlock home directory")
-	}
-	if err := os.MkdirAll(env.Home, 0o700); err != nil {
-		return nil, err
-	}
-	st, err := host.OpenStore(env.Ctx, env.Home, env.Store, store.NoRedaction)
-	return st, hostError(err)
-}
 
 // policyNameError is the usage error of a malformed policy name.
 func policyNameError(name string) error {
 	return usageError{Err: fmt.Errorf("policy name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
-		name, store.MaxPolicyNameLen)}
+		name, host.MaxPolicyNameLen)}
 }
 
 // splitPolicyRef reads NAME, NAME@vN or NAME@HASHPREFIX; a malformed one is
 // a usage error.
 func splitPolicyRef(arg string) (name, ref string, err error) {
 	name, ref, at := strings.Cut(arg, "@")
-	if store.ValidatePolicyName(name) != nil {
+	if host.ValidPolicyName(name) != nil {
 		return "", "", policyNameError(name)
 	}
-	if _, err := store.ParsePolicyRef(ref); err != nil || (at && ref == "") {
+	if err := host.ValidPolicyRef(ref); err != nil || (at && ref == "") {
 		return "", "", usageError{Err: fmt.Errorf("%q: after the @ give vN or at least 8 hex digits of the version's hash", arg)}
 	}
 	return name, ref, nil
@@ -58,29 +42,10 @@ func isPolicyRef(arg string) bool {
 	return err == nil
 }
 
-// getPolicy reads a stored version; a name or version that does not
-// exist is a usage error saying which.
-func getPolicy(ctx context.Context, st store.Store, tenant, arg string) (store.PolicyVersion, error) {
-	name, ref, err := splitPolicyRef(arg)
-	if err != nil {
-		return store.PolicyVersion{}, err
-	}
-	v, err := st.GetPolicy(ctx, tenant, name, ref)
-	switch {
-	case errors.Is(err, store.ErrNotFound) && ref == "":
-		return v, usageError{Err: fmt.Errorf("no stored policy %q (airlock policy ls lists them)", name)}
-	case errors.Is(err, store.ErrNotFound):
-		return v, usageError{Err: fmt.Errorf("policy %s has no version %s (airlock policy history %s lists them)", name, ref, name)}
-	case errors.Is(err, store.ErrInvalid):
-		return v, usageError{Err: err}
-	}
-	return v, err
-}
-
 // policyNameOf makes a policy name of a file's base name without its
 // extension: lower case, each character a name cannot hold turned into
 // '-', leading ones that are not a letter or digit dropped, at most
-// store.MaxPolicyNameLen bytes. It is "" when nothing is left.
+// host.MaxPolicyNameLen bytes. It is "" when nothing is left.
 func policyNameOf(path string) string {
 	base := filepath.Base(path)
 	base = strings.TrimSuffix(base, filepath.Ext(base))
@@ -93,8 +58,8 @@ func policyNameOf(path string) string {
 		}
 	}
 	name := strings.TrimLeft(b.String(), "._-")
-	name = name[:min(len(name), store.MaxPolicyNameLen)]
-	if store.ValidatePolicyName(name) != nil {
+	name = name[:min(len(name), host.MaxPolicyNameLen)]
+	if host.ValidPolicyName(name) != nil {
 		return ""
 	}
 	return name
@@ -123,7 +88,7 @@ type runPolicy struct {
 // made, not recorded). Errors are usage errors, but for a store that
 // fails.
 func readRunPolicy(arg, nameFlag string) (runPolicy, error) {
-	if nameFlag != "" && store.ValidatePolicyName(nameFlag) != nil {
+	if nameFlag != "" && host.ValidPolicyName(nameFlag) != nil {
 		return runPolicy{}, fmt.Errorf("--policy-name: %w", policyNameError(nameFlag))
 	}
 	b, err := os.ReadFile(arg)
@@ -146,33 +111,23 @@ func readRunPolicy(arg, nameFlag string) (runPolicy, error) {
 	return runPolicy{}, fmt.Errorf("--policy: %w", err)
 }
 
-// loadStored reads the stored version p.ref names, of tenant's policies.
-// The version is already stored: the run records no new one.
-func (p runPolicy) loadStored(ctx context.Context, st store.Store, tenant string) (runPolicy, error) {
-	v, err := getPolicy(ctx, st, tenant, p.ref)
+// loadStored reads the stored version p.ref names, of the backend's
+// tenant's policies. The version is already stored: the run records no
+// new one.
+func (p runPolicy) loadStored(ctx context.Context, b backend) (runPolicy, error) {
+	v, err := b.policy(ctx, p.ref)
 	var usage usageError
 	switch {
 	case errors.As(err, &usage):
-		return p, fmt.Errorf("--policy %s: no such file, and %w", p.ref, err)
+		return p, fmt.Errorf("--policy %s: no such file, and %w", p.ref, usage.Err)
 	case err != nil:
 		return p, reportedError{Err: fmt.Errorf("--policy %s: %w", p.ref, err), Code: 125}
 	}
-	doc, err := policy.Parse(v.Document)
+	doc, err := policy.Parse([]byte(v.Document))
 	if err != nil {
 		return p, fmt.Errorf("--policy %s: stored version v%d does not load: %w", p.ref, v.Version, err)
 	}
-	return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version), version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
-}
-
-// loadStoredFrom is loadStored on a store of its own, for airlock run,
-// which reads its policy before it opens the host.
-func (p runPolicy) loadStoredFrom(env *Env, tenant string) (runPolicy, error) {
-	st, err := openPolicyStore(env)
-	if err != nil {
-		return p, reportedError{Err: fmt.Errorf("--policy %s: %w", p.ref, err), Code: 125}
-	}
-	defer st.Close()
-	return p.loadStored(env.Ctx, st, tenant)
+	return runPolicy{doc: []byte(v.Document), parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version), version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
 }
 
 // PolicyPutCmd is `airlock policy put NAME FILE`.
@@ -184,7 +139,7 @@ type PolicyPutCmd struct {
 // Run validates the document like policy check, stores it, and prints
 // "NAME vN HASH (new)" or "(unchanged)".
 func (c *PolicyPutCmd) Run(env *Env) error {
-	if store.ValidatePolicyName(c.Name) != nil {
+	if host.ValidPolicyName(c.Name) != nil {
 		return policyNameError(c.Name)
 	}
 	if _, err := loadPolicy(env, c.File); err != nil {
@@ -204,52 +159,23 @@ func (c *PolicyPutCmd) Run(env *Env) error {
 		return err
 	}
 	defer be.close()
-	v, created, err := be.putPolicy(env.Ctx, c.Name, c.File, b)
+	v, err := be.putPolicy(env.Ctx, c.Name, c.File, b)
 	if err != nil {
 		return err
 	}
 	what := "new"
-	if !created {
+	if v.New == nil || !*v.New {
 		what = "unchanged"
 	}
-	fmt.Fprintf(env.Stdout, "%s v%d %s (%s)\n", v.Name, v.Version, shownHash(v), what)
+	fmt.Fprintf(env.Stdout, "%s v%d %s (%s)\n", v.Name, v.Version, v.Hash, what)
 	return nil
-}
-
-// shownHash is the hash a stored policy version is shown by: its policy
-// hash (the canonical hash, as policy check shows it), or, for a version
-// whose document no longer parses, the hash of its bytes.
-func shownHash(v store.PolicyVersion) string {
-	if v.PolicyHash != "" {
-		return v.PolicyHash
-	}
-	return v.Hash
-}
-
-// fillPolicyHashes gives the versions st stored without a policy hash
-// (before the stores kept one) the hash of their documents.
-func fillPolicyHashes(ctx context.Context, st store.Store, tenant string, vs []store.PolicyVersion) {
-	store.FillPolicyHashes(vs, func(v store.PolicyVersion) ([]byte, error) {
-		full, err := st.GetPolicy(ctx, tenant, v.Name, fmt.Sprintf("v%d", v.Version))
-		return full.Document, err
-	}, policy.HashOf)
-}
-
-// toPolicyJSON is the stable JSON form of a stored policy version: the
-// API's, without the document.
-func toPolicyJSON(v store.PolicyVersion) api.PolicyVersion {
-	return api.PolicyVersion{Name: v.Name, Version: v.Version, Hash: shownHash(v), DocumentHash: v.Hash, Created: v.CreatedAt.UTC(), Source: v.Source, By: v.By}
 }
 
 // writePolicies prints versions as JSON lines or as a table; name adds a
 // NAME column.
-func writePolicies(w io.Writer, vs []store.PolicyVersion, asJSON, name bool) error {
+func writePolicies(w io.Writer, vs []api.PolicyVersion, asJSON, name bool) error {
 	if asJSON {
-		out := make([]api.PolicyVersion, 0, len(vs))
-		for _, v := range vs {
-			out = append(out, toPolicyJSON(v))
-		}
-		return sandboxcli.WriteJSON(w, out...)
+		return sandboxcli.WriteJSON(w, vs...)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if name {
@@ -260,7 +186,7 @@ func writePolicies(w io.Writer, vs []store.PolicyVersion, asJSON, name bool) err
 		if name {
 			fmt.Fprintf(tw, "%s\t", v.Name)
 		}
-		fmt.Fprintf(tw, "v%d\t%s\t%s\t%s\t%s\n", v.Version, shortHash(shownHash(v)), v.CreatedAt.Local().Format("2006-01-02 15:04:05"),
+		fmt.Fprintf(tw, "v%d\t%s\t%s\t%s\t%s\n", v.Version, shortHash(v.Hash), v.Created.Local().Format("2006-01-02 15:04:05"),
 			orDash(clip(oneLine(v.Source), 50)), orDash(v.By))
 	}
 	return tw.Flush()
@@ -281,7 +207,7 @@ type PolicyHistoryCmd struct {
 
 // Run lists the versions, newest first.
 func (c *PolicyHistoryCmd) Run(env *Env) error {
-	if store.ValidatePolicyName(c.Name) != nil {
+	if host.ValidPolicyName(c.Name) != nil {
 		return policyNameError(c.Name)
 	}
 	b, err := openBackend(env, hostOptions{readOnly: true})
@@ -290,8 +216,9 @@ func (c *PolicyHistoryCmd) Run(env *Env) error {
 	}
 	defer b.close()
 	vs, err := b.policyVersions(env.Ctx, c.Name)
-	if errors.Is(err, store.ErrNotFound) {
-		return usageError{Err: fmt.Errorf("no stored policy %q (airlock policy ls lists them)", c.Name)}
+	var nf *host.PolicyNotFoundError
+	if errors.As(err, &nf) {
+		return usageError{Err: nf}
 	}
 	if err != nil {
 		return err
@@ -318,7 +245,7 @@ func (c *PolicyShowCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	_, err = env.Stdout.Write(v.Document)
+	_, err = io.WriteString(env.Stdout, v.Document)
 	return err
 }
 

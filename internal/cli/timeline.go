@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -53,6 +53,13 @@ func shortID(id string) string {
 }
 
 // event prints one event.
+// events prints each of a batch of events.
+func (t *timeline) events(evs []event.Event) {
+	for _, e := range evs {
+		t.event(e)
+	}
+}
+
 func (t *timeline) event(e event.Event) {
 	p, err := e.Unpack()
 	if err != nil {
@@ -184,7 +191,7 @@ func (t *timeline) event(e event.Event) {
 }
 
 // progress shows that a call is still running.
-func (t *timeline) progress(p engine.Progress) {
+func (t *timeline) progress(p host.Progress) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	what := t.calls[p.CallID]

@@ -16,9 +16,8 @@
 // incomplete step in a sandbox restored from the last snapshot, and never
 // asks the model again for a turn it recorded.
 //
-// Importers: host wiring (internal/host), the command line
-// (internal/cli), the API (internal/server and its test server
-// internal/server/servertest).
+// Importers: host wiring (internal/host), the API (internal/server and its
+// test server internal/server/servertest).
 package engine
 
 import (

@@ -72,10 +72,13 @@ type Config struct {
 	// OnEvents sees every batch of events the engine appends; OnProgress
 	// every progress report of a running call. Both may be nil.
 	OnEvents   func([]event.Event)
-	OnProgress func(engine.Progress)
+	OnProgress func(Progress)
 	// Version is airlock's, for telemetry.
 	Version string
 }
+
+// Progress reports a running tool call, or a model call (CallID "model").
+type Progress = engine.Progress
 
 // Sandboxes makes the host's native sandbox backend, once, and removes
 // what crashed processes left behind (sandboxcli.Env does both).

@@ -1,8 +1,11 @@
 package sandboxcli
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -241,3 +244,39 @@ const (
 
 // stateDirs are all of them, for gc --forget.
 var stateDirs = []string{RunStateDir, E2BStateDir}
+
+// Supervise creates a sandbox of spec with b and holds it for `airlock
+// sandbox create`: its state (info.json, the socket sandbox exec talks to)
+// lives in env.StateDir(ID) while it lives. ready is told the sandbox's id
+// once it is up; Supervise then serves its socket until ctx ends (rm, the
+// TTL, a signal), and destroys the sandbox.
+func Supervise(ctx context.Context, env *Env, b sandbox.Backend, spec sandbox.Spec, ready func(id string)) error {
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer dcancel()
+		_ = sb.Destroy(dctx)
+		_ = os.RemoveAll(env.StateDir(sb.ID()))
+	}()
+	dir := env.StateDir(sb.ID())
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	info, _ := json.Marshal(sb.Info())
+	if err := os.WriteFile(filepath.Join(dir, "info.json"), info, 0o600); err != nil {
+		return err
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "sock"), Net: "unix"})
+	if err != nil {
+		return err
+	}
+	ready(sb.ID())
+	srv := &supervisor.Server{SB: sb, Owner: os.Getuid(), Timeout: 10 * time.Minute, MaxOutput: 16 << 20}
+	if u, ok := sb.(interface{ Usage() sandbox.LiveUsage }); ok {
+		srv.Usage = u.Usage
+	}
+	return srv.Serve(ctx, ln)
+}

@@ -9,13 +9,12 @@ import (
 
 // secretImporters are the packages allowed to hold secret values: the
 // egress proxy and the model clients (which use them on the host, on the
-// way out), the LLM gateway, the wiring, the CLI that manages the store and
+// way out), the LLM gateway, the wiring (which the CLI calls to manage the store) and
 // the API server, which takes a value on PUT /v1/secrets and hands it to the
 // store and the redactor without keeping it.
 // Secret values must never reach the store, events, logs or the sandbox
 // (STYLE §1); a new importer is a review decision, made here.
 var secretImporters = []string{
-	"github.com/airlockrun/airlock/internal/cli",
 	"github.com/airlockrun/airlock/internal/egress",
 	"github.com/airlockrun/airlock/internal/gateway",
 	"github.com/airlockrun/airlock/internal/host",

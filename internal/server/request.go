@@ -185,51 +185,54 @@ func splitPolicyRef(arg string) (name, ref string, err error) {
 	return name, ref, nil
 }
 
-// runPolicy is the policy a new run is held to.
-type runPolicy struct {
-	doc    []byte
-	parsed *policy.Document
-	source string
-	// version names a stored version, "NAME@vN".
-	version string
+// RunPolicy is the policy a new run is held to, resolved.
+type RunPolicy struct {
+	// Doc is the document's bytes as given (nil: the built-in default),
+	// Parsed the document.
+	Doc    []byte
+	Parsed *policy.Document
+	// Source names where it came from; Version the stored version it is,
+	// "NAME@vN".
+	Source  string
+	Version string
 }
 
 // resolvePolicy reads the policy a request names (stored, of the caller's
 // tenant) or carries (inline), checks it, and returns it; neither gives
 // the built-in default (no document).
-func (s *Server) resolvePolicy(ctx context.Context, view *store.TenantStore, ref, inline string) (runPolicy, error) {
+func (s *Server) resolvePolicy(ctx context.Context, view *store.TenantStore, ref, inline string) (RunPolicy, error) {
 	switch {
 	case inline != "":
 		doc, err := s.checkPolicy([]byte(inline))
 		if err != nil {
-			return runPolicy{}, err
+			return RunPolicy{}, err
 		}
-		return runPolicy{doc: []byte(inline), parsed: doc, source: "api (inline)"}, nil
+		return RunPolicy{Doc: []byte(inline), Parsed: doc, Source: "api (inline)"}, nil
 	case ref != "":
 		name, r, err := splitPolicyRef(ref)
 		if err != nil {
-			return runPolicy{}, err
+			return RunPolicy{}, err
 		}
 		v, err := view.GetPolicy(ctx, name, r)
 		if errors.Is(err, store.ErrNotFound) {
-			return runPolicy{}, errNoPolicy
+			return RunPolicy{}, errNoPolicy
 		}
 		if errors.Is(err, store.ErrInvalid) {
-			return runPolicy{}, badRequest("policy %s: %s", clipText(ref, 100), clientText(err))
+			return RunPolicy{}, badRequest("policy %s: %s", clipText(ref, 100), clientText(err))
 		}
 		if err != nil {
-			return runPolicy{}, err
+			return RunPolicy{}, err
 		}
 		// Stored through this API (checked then) or by the host's CLI:
 		// checked again, the rules may have changed since.
 		doc, err := s.checkPolicy(v.Document)
 		if err != nil {
-			return runPolicy{}, err
+			return RunPolicy{}, err
 		}
-		return runPolicy{doc: v.Document, parsed: doc, source: fmt.Sprintf("policy %s v%d", v.Name, v.Version),
-			version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
+		return RunPolicy{Doc: v.Document, Parsed: doc, Source: fmt.Sprintf("policy %s v%d", v.Name, v.Version),
+			Version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
 	}
-	return runPolicy{parsed: policy.Default(), source: ""}, nil
+	return RunPolicy{Parsed: policy.Default()}, nil
 }
 
 // checkPolicy parses a policy document a tenant gave and refuses what

@@ -32,7 +32,7 @@ func (s *Server) listArtifacts(w http.ResponseWriter, r *http.Request, c *call) 
 	out := api.ArtifactList{Artifacts: []api.Artifact{}}
 	for _, a := range arts {
 		if !hiddenArtifact(a.Name) {
-			out.Artifacts = append(out.Artifacts, api.Artifact{Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created.UTC()})
+			out.Artifacts = append(out.Artifacts, ArtifactOf(a))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -195,9 +195,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request, c *call, approve
 	return nil
 }
 
-// policyOf is a stored policy version as the API shows it, without its
+// PolicyVersionOf is a stored policy version as the API shows it, without its
 // document: its hash is the policy hash (see fillPolicyHashes).
-func policyOf(v store.PolicyVersion) api.PolicyVersion {
+func PolicyVersionOf(v store.PolicyVersion) api.PolicyVersion {
 	h := v.PolicyHash
 	if h == "" {
 		h = v.Hash
@@ -233,7 +233,7 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	out := policyOf(v)
+	out := PolicyVersionOf(v)
 	out.New = &created
 	status := http.StatusOK
 	if created {
@@ -306,7 +306,7 @@ func (s *Server) policyVersion(w http.ResponseWriter, r *http.Request, c *call) 
 	}
 	vs := []store.PolicyVersion{v}
 	fillPolicyHashes(r.Context(), c.view, vs)
-	out := policyOf(vs[0])
+	out := PolicyVersionOf(vs[0])
 	out.Document = string(v.Document)
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -320,7 +320,7 @@ func (s *Server) listPolicies(w http.ResponseWriter, r *http.Request, c *call) e
 	fillPolicyHashes(r.Context(), c.view, vs)
 	out := api.PolicyList{Policies: []api.PolicyVersion{}}
 	for _, v := range vs {
-		out.Policies = append(out.Policies, policyOf(v))
+		out.Policies = append(out.Policies, PolicyVersionOf(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -341,7 +341,7 @@ func (s *Server) policyVersions(w http.ResponseWriter, r *http.Request, c *call)
 	fillPolicyHashes(r.Context(), c.view, vs)
 	out := api.PolicyVersionList{Versions: []api.PolicyVersion{}}
 	for _, v := range vs {
-		out.Versions = append(out.Versions, policyOf(v))
+		out.Versions = append(out.Versions, PolicyVersionOf(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -368,7 +368,7 @@ func (s *Server) credits(w http.ResponseWriter, r *http.Request, c *call) error 
 	}
 	out := api.Credits{Tenant: c.p.Tenant, Balance: bal, Credits: formatCredits(bal), Entries: []api.LedgerEntry{}}
 	for _, e := range es {
-		out.Entries = append(out.Entries, ledgerEntryOf(e))
+		out.Entries = append(out.Entries, LedgerEntryOf(e))
 	}
 	if len(es) == limit {
 		out.NextAfter = es[len(es)-1].ID
@@ -377,8 +377,8 @@ func (s *Server) credits(w http.ResponseWriter, r *http.Request, c *call) error 
 	return nil
 }
 
-// ledgerEntryOf is a ledger entry as the API shows it.
-func ledgerEntryOf(e store.LedgerEntry) api.LedgerEntry {
+// LedgerEntryOf is a ledger entry as the API shows it.
+func LedgerEntryOf(e store.LedgerEntry) api.LedgerEntry {
 	return api.LedgerEntry{ID: e.ID, Kind: e.Kind, Amount: e.Amount, RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC()}
 }
 
@@ -417,7 +417,7 @@ func (s *Server) grant(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	c.log.Info("credits granted", "entry", e.ID, "amount", e.Amount)
-	writeJSON(w, http.StatusCreated, api.Grant{Tenant: c.p.Tenant, Entry: ledgerEntryOf(e), Balance: bal, Credits: formatCredits(bal)})
+	writeJSON(w, http.StatusCreated, api.Grant{Tenant: c.p.Tenant, Entry: LedgerEntryOf(e), Balance: bal, Credits: formatCredits(bal)})
 	return nil
 }
 
@@ -430,4 +430,9 @@ func formatCredits(micro int64) string {
 	s := fmt.Sprintf("%s%d.%06d", sign, micro/1_000_000, micro%1_000_000)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
+}
+
+// ArtifactOf is a stored artifact as the API shows it.
+func ArtifactOf(a store.Artifact) api.Artifact {
+	return api.Artifact{Name: a.Name, Digest: a.Digest, Size: a.Size, MediaType: a.MediaType, Created: a.Created.UTC()}
 }

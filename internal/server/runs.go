@@ -18,8 +18,9 @@ import (
 	"github.com/airlockrun/airlock/internal/store"
 )
 
-// runOf is a run as the API shows it.
-func runOf(r store.Run) api.Run {
+// RunOf is a run as the API shows it: its list form, without the
+// outcome, metadata and policy that GET of one run adds.
+func RunOf(r store.Run) api.Run {
 	v := api.Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
 		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
 	if !r.LastHash.IsZero() {
@@ -52,44 +53,61 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	req := engine.Request{Tenant: c.p.Tenant, Task: q.Task, Policy: pol.doc, PolicySource: pol.source, PolicyVersion: pol.version, Metadata: q.Metadata}
-	doc, changed, err := withRequestFields(pol.parsed, &q)
+	var tar string
+	if ws := q.Workspace; ws != nil && ws.Git == "" {
+		if tar, err = s.openUpload(ctx, c.p.Tenant, ws.Upload); err != nil {
+			return err
+		}
+	}
+	req, err := NewRun(c.p.Tenant, q, pol, tar, "api.yaml")
 	if err != nil {
 		return err
 	}
-	if changed {
-		// The run is held to (and records) the policy with them, and the
-		// hash of the one they changed, as airlock run's flags.
-		req.Flags, req.BasePolicy, req.Policy = true, pol.doc, doc.Canonical()
-	}
-	cfg := engine.PolicyConfig(doc)
-	cfg.Model = q.Model
-	if q.Script != "" {
-		cfg.Model, req.Script = "script:api.yaml", []byte(q.Script)
-	}
-	switch ws := q.Workspace; {
-	case ws == nil:
-	case ws.Git != "":
-		cfg.Sandboxes[0].Git = &engine.GitSource{URL: ws.Git, Ref: ws.Ref}
-	default:
-		digest, err := s.openUpload(ctx, c.p.Tenant, ws.Upload)
-		if err != nil {
-			return err
-		}
-		cfg.Sandboxes[0].Tar = digest
-	}
-	req.Config = cfg
 	run, err := s.o.Engine.Create(ctx, req)
 	if err != nil {
 		return err
 	}
 	s.metrics.created.Add(1)
 	c.log.Info("run created", "run_id", run.ID)
-	v := runOf(run)
+	v := RunOf(run)
 	v.Metadata = q.Metadata
 	w.Header().Set("Location", "/v1/runs/"+run.ID)
 	writeJSON(w, http.StatusCreated, v)
 	return nil
+}
+
+// NewRun is the engine's request for the run q asks for, of tenant, held
+// to pol: the one conversion of a run request, for the API's create and for
+// the host's own command line (which adds what only it may ask). The
+// request's verify, artifacts and max_steps are written into the policy,
+// as airlock run's flags are, and the run then records the hash of both;
+// tar is the digest of the uploaded workspace q names, if any; script
+// names the script of a scripted model ("script:NAME").
+func NewRun(tenant string, q api.CreateRunRequest, pol RunPolicy, tar, script string) (engine.Request, error) {
+	req := engine.Request{Tenant: tenant, Task: q.Task, Policy: pol.Doc, PolicySource: pol.Source, PolicyVersion: pol.Version, Metadata: q.Metadata}
+	doc, changed, err := withRequestFields(pol.Parsed, &q)
+	if err != nil {
+		return req, err
+	}
+	if changed {
+		// The run is held to (and records) the policy with them, and the
+		// hash of the one they changed, as airlock run's flags.
+		req.Flags, req.BasePolicy, req.Policy = true, pol.Doc, doc.Canonical()
+	}
+	cfg := engine.PolicyConfig(doc)
+	cfg.Model = q.Model
+	if q.Script != "" {
+		cfg.Model, req.Script = "script:"+script, []byte(q.Script)
+	}
+	switch ws := q.Workspace; {
+	case ws == nil:
+	case ws.Git != "":
+		cfg.Sandboxes[0].Git = &engine.GitSource{URL: ws.Git, Ref: ws.Ref}
+	default:
+		cfg.Sandboxes[0].Tar = tar
+	}
+	req.Config = cfg
+	return req, nil
 }
 
 // withRequestFields writes a create request's verify, artifacts and
@@ -126,10 +144,15 @@ func withRequestFields(doc *policy.Document, q *api.CreateRunRequest) (*policy.D
 	return changed, true, nil
 }
 
-// firstEvents reads what a run's first events record: its metadata
+// Events reads a run's log: a store, or a tenant's view of one.
+type Events interface {
+	Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error)
+}
+
+// FirstEvents reads what a run's first events record: its metadata
 // (run.created) and where its policy came from (policy.resolved); a run
 // without them gives nil.
-func firstEvents(ctx context.Context, view *store.TenantStore, runID string) (map[string]string, *api.RunPolicy, error) {
+func FirstEvents(ctx context.Context, view Events, runID string) (map[string]string, *api.RunPolicy, error) {
 	evs, err := view.Events(ctx, runID, 1, 2)
 	if err != nil {
 		return nil, nil, err
@@ -219,7 +242,7 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request, c *call) error
 	}
 	out := api.RunList{Runs: make([]api.Run, 0, len(runs))}
 	for _, x := range runs {
-		out.Runs = append(out.Runs, runOf(x))
+		out.Runs = append(out.Runs, RunOf(x))
 	}
 	if len(runs) == limit {
 		out.NextCursor = encodeCursor(runs[len(runs)-1].ID)
@@ -243,13 +266,13 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	v := runOf(run)
+	v := RunOf(run)
 	o, err := s.o.Engine.Outcome(r.Context(), run.ID)
 	if err != nil {
 		return err
 	}
 	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
-	if v.Metadata, v.Policy, err = firstEvents(r.Context(), c.view, run.ID); err != nil {
+	if v.Metadata, v.Policy, err = FirstEvents(r.Context(), c.view, run.ID); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -286,7 +309,7 @@ func (s *Server) act(w http.ResponseWriter, r *http.Request, c *call, do func(ct
 	if run, err = c.view.GetRun(r.Context(), run.ID); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, runOf(run))
+	writeJSON(w, http.StatusAccepted, RunOf(run))
 	return nil
 }
 
@@ -346,7 +369,7 @@ func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error 
 		if err != nil {
 			return err
 		}
-		o.Policy, o.PolicySource, o.PolicyVersion = pol.doc, pol.source, pol.version
+		o.Policy, o.PolicySource, o.PolicyVersion = pol.Doc, pol.Source, pol.Version
 	} else if len(parent.Policy) > 0 {
 		// The parent's policy was checked when it was created, perhaps
 		// under other rules, or by the host's CLI: check it again.
@@ -364,7 +387,7 @@ func (s *Server) forkRun(w http.ResponseWriter, r *http.Request, c *call) error 
 	s.metrics.created.Add(1)
 	c.log.Info("run forked", "run_id", child.ID, "parent_run_id", parent.ID)
 	w.Header().Set("Location", "/v1/runs/"+child.ID)
-	writeJSON(w, http.StatusCreated, runOf(child))
+	writeJSON(w, http.StatusCreated, RunOf(child))
 	return nil
 }
 

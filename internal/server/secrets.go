@@ -42,8 +42,8 @@ func secretText(err error) string {
 	return clipText(strings.TrimPrefix(err.Error(), "secret: "), maxMessage)
 }
 
-// secretOf is a secret's description as the API shows it.
-func secretOf(i secret.Info) api.Secret {
+// SecretOf is a secret's description as the API shows it.
+func SecretOf(i secret.Info) api.Secret {
 	hosts := slices.Clone(i.Hosts)
 	if hosts == nil {
 		hosts = []string{}
@@ -160,7 +160,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request, c *call) erro
 	if existed {
 		status = http.StatusOK
 	}
-	writeJSON(w, status, secretOf(info))
+	writeJSON(w, status, SecretOf(info))
 	return nil
 }
 
@@ -175,7 +175,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request, c *call) er
 	}
 	out := api.SecretList{Tenant: c.p.Tenant, Secrets: make([]api.Secret, 0, len(infos))}
 	for _, i := range infos {
-		out.Secrets = append(out.Secrets, secretOf(i))
+		out.Secrets = append(out.Secrets, SecretOf(i))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -5,16 +5,17 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
 )
 
 // Kinds of ledger entry.
 const (
 	// LedgerGrant adds Amount credits to the tenant's balance.
-	LedgerGrant = "grant"
+	LedgerGrant = api.LedgerGrant
 	// LedgerDebit takes Amount credits from the tenant's balance, for one
 	// event of one of the tenant's runs.
-	LedgerDebit = "debit"
+	LedgerDebit = api.LedgerDebit
 )
 
 // Limits on ledger entries.

@@ -47,8 +47,8 @@
 // internal/store/sqlrow) and suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), API keys (internal/auth), the
-// credit meter (internal/credit), telemetry (internal/telemetry), host
-// wiring (internal/host) and the CLI (internal/cli).
+// credit meter (internal/credit), telemetry (internal/telemetry) and host
+// wiring (internal/host).
 package store
 
 import (

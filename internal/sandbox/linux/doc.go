@@ -20,6 +20,5 @@
 //
 // It passes the conformance suite in sandbox/sandboxtest, attacks included.
 //
-// Importers: internal/sandboxcli, host wiring (internal/host), the
-// doctor command (internal/cli), bench/idle.
+// Importers: internal/sandboxcli, host wiring (internal/host), bench/idle.
 package linux

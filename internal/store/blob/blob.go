@@ -28,8 +28,7 @@
 //
 // Importers: the run engine (internal/engine), the API (internal/server,
 // internal/server/servertest), PostgreSQL's blob backend
-// (internal/store/postgres) host wiring (internal/host) and the CLI
-// (internal/cli).
+// (internal/store/postgres) and host wiring (internal/host).
 package blob
 
 import (
