@@ -48,6 +48,8 @@ type harness struct {
 	keys     map[string]string // tenant -> key
 	audit    *syncBuffer
 	upstream *upstream
+	// stop ends srv's goroutines and closes its listeners.
+	stop func()
 }
 
 type harnessOptions struct {
@@ -168,16 +170,26 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		defer close(ran)
 		_ = h.srv.Run(ctx)
 	}()
+	h.listen(t, cancel, ran)
+	return h
+}
+
+// listen serves h.srv's APIs on loopback; h.stop, also run at the test's
+// end, closes them and stops the server (cancel, then waits for ran).
+func (h *harness) listen(t *testing.T, cancel context.CancelFunc, ran <-chan struct{}) {
 	api := httptest.NewServer(h.srv.APIHandler())
 	envd := httptest.NewServer(h.srv.SandboxHandler())
 	h.apiURL, h.envdURL = api.URL, envd.URL
-	t.Cleanup(func() {
-		api.Close()
-		cancel()
-		<-ran
-		envd.Close()
-	})
-	return h
+	var once sync.Once
+	h.stop = func() {
+		once.Do(func() {
+			api.Close()
+			cancel()
+			<-ran
+			envd.Close()
+		})
+	}
+	t.Cleanup(h.stop)
 }
 
 // testWriter sends the server's log to the test's.

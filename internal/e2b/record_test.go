@@ -8,7 +8,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"path/filepath"
 	"slices"
@@ -477,6 +476,10 @@ func (f failingLedger) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) 
 func (h *harness) serve(t *testing.T, o harnessOptions, st store.Store) {
 	t.Helper()
 	h.srv.Crash()
+	// A crashed process writes nothing more: stop what the crashed server
+	// still runs (its loops, its listeners' handlers) before another
+	// takes its records back.
+	h.stop()
 	dir := filepath.Dir(h.store.Path())
 	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run-"+strconv.FormatInt(time.Now().UnixNano(), 36))})
 	if err != nil {
@@ -500,15 +503,7 @@ func (h *harness) serve(t *testing.T, o harnessOptions, st store.Store) {
 		defer close(ran)
 		_ = srv.Run(ctx)
 	}()
-	api := httptest.NewServer(h.srv.APIHandler())
-	envd := httptest.NewServer(h.srv.SandboxHandler())
-	h.apiURL, h.envdURL = api.URL, envd.URL
-	t.Cleanup(func() {
-		api.Close()
-		cancel()
-		<-ran
-		envd.Close()
-	})
+	h.listen(t, cancel, ran)
 	// Answered once the server has taken back the store's records.
 	if res := h.do("GET", h.apiURL+"/health", nil, nil); res.status != 200 {
 		t.Fatalf("health: %s", res)
