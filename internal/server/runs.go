@@ -116,8 +116,15 @@ func NewRun(tenant string, q api.CreateRunRequest, pol RunPolicy, tar, script st
 // It returns the document the run is held to and whether they changed
 // it; a changed document is checked as a whole, like one a client sends.
 func withRequestFields(doc *policy.Document, q *api.CreateRunRequest) (*policy.Document, bool, error) {
+	steps := int64(lower(int(doc.Budgets.MaxSteps), q.MaxSteps))
+	if steps == doc.Budgets.MaxSteps && q.Verify == nil && len(q.Artifacts) == 0 {
+		// Nothing to write: most requests carry none of the fields, and
+		// two canonical forms to compare cost more than the rest of a
+		// run's creation.
+		return doc, false, nil
+	}
 	before := doc.Canonical()
-	doc.Budgets.MaxSteps = int64(lower(int(doc.Budgets.MaxSteps), q.MaxSteps))
+	doc.Budgets.MaxSteps = steps
 	if v := q.Verify; v != nil {
 		doc.Verify.Commands = append(doc.Verify.Commands, v.Commands...)
 		doc.Verify.Changed = append(doc.Verify.Changed, v.Changed...)
