@@ -145,8 +145,10 @@ func helpEnv(t *testing.T) (*Env, *bytes.Buffer, *bytes.Buffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	env := &Env{
-		Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-			Home: t.TempDir(), Executor: "/nonexistent/airlock-exec", Self: "/nonexistent/airlock"},
+		Env: sandboxcli.Env{
+			Ctx: ctx, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Home: t.TempDir(), Executor: "/nonexistent/airlock-exec", Self: "/nonexistent/airlock",
+		},
 		Getenv: func(k string) string {
 			t.Errorf("the command read $%s: it ran", k)
 			return ""

@@ -25,9 +25,13 @@ func scriptEnv(ts *testscript.TestScript, ctx context.Context, home string, stdo
 		vars[k] = ts.Getenv(k)
 	}
 	self, _ := os.Executable()
-	return &cli.Env{Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
-		Home: home, Executor: vars["AIRLOCK_EXEC"], Self: self},
-		Getenv: func(k string) string { return vars[k] }}
+	return &cli.Env{
+		Env: sandboxcli.Env{
+			Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
+			Home: home, Executor: vars["AIRLOCK_EXEC"], Self: self,
+		},
+		Getenv: func(k string) string { return vars[k] },
+	}
 }
 
 // syncBuffer collects a background command's output.

@@ -29,8 +29,10 @@ type allowNetwork struct {
 }
 
 func (n *allowNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
-	pol := &policy.Network{Default: policy.Deny, Resolve: []policy.Pin{{Host: n.hostPort, To: n.to}},
-		Allow: []policy.Rule{{Host: "egress.test", Ports: []int{n.port}}}}
+	pol := &policy.Network{
+		Default: policy.Deny, Resolve: []policy.Pin{{Host: n.hostPort, To: n.to}},
+		Allow: []policy.Rule{{Host: "egress.test", Ports: []int{n.port}}},
+	}
 	return attachProxy(n.t, a, pol, nil)
 }
 

@@ -403,8 +403,10 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	}
 	version := req.PolicyVersion
 	if len(given) > 0 && req.PolicyName != "" {
-		v, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{Tenant: req.Tenant, Name: req.PolicyName, PolicyHash: givenHash,
-			Document: given, Source: req.PolicySource, By: req.PolicyBy})
+		v, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{
+			Tenant: req.Tenant, Name: req.PolicyName, PolicyHash: givenHash,
+			Document: given, Source: req.PolicySource, By: req.PolicyBy,
+		})
 		if errors.Is(err, store.ErrInvalid) {
 			return store.Run{}, fmt.Errorf("%w: policy %q: %w", ErrInvalid, req.PolicyName, err)
 		}

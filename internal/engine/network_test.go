@@ -165,8 +165,10 @@ turns:
 type logNetwork struct{ seq int64 }
 
 func (n *logNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
-	seq, err := a.Log(ctx, event.LLMCall{Sandbox: a.Sandbox, API: "openai.chat", Model: "m", Upstream: "openai", Status: 429,
-		Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens"},
+	seq, err := a.Log(ctx, event.LLMCall{
+		Sandbox: a.Sandbox, API: "openai.chat", Model: "m", Upstream: "openai", Status: 429,
+		Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens",
+	},
 		event.BudgetExhausted{Budget: "llm_tokens", Limit: 10, Used: 12})
 	n.seq = seq
 	return func() {}, err

@@ -208,7 +208,7 @@ func (s *stream) export(root string) error {
 		h := tarHeader{Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime().Unix()}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			h.UID, h.GID = int(st.Uid), int(st.Gid)
-			h.Mode = int64(st.Mode & 07777)
+			h.Mode = int64(st.Mode & 0o7777)
 		}
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:

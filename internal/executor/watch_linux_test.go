@@ -138,20 +138,34 @@ func TestWatchEvents(t *testing.T) {
 		do   func(t *testing.T)
 		want []execproto.WatchEvent
 	}{
-		{"create", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), nil, 0o644)) },
-			[]execproto.WatchEvent{ev("create", root+"/a", false)}},
-		{"write", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), []byte("x"), 0o644)) },
-			[]execproto.WatchEvent{ev("write", root+"/a", false)}},
-		{"chmod", func(t *testing.T) { must(t, os.Chmod(filepath.Join(root, "a"), 0o600)) },
-			[]execproto.WatchEvent{ev("chmod", root+"/a", false)}},
-		{"rename", func(t *testing.T) { must(t, os.Rename(filepath.Join(root, "a"), filepath.Join(root, "b"))) },
-			[]execproto.WatchEvent{ev("rename", root+"/a", false), ev("create", root+"/b", false)}},
-		{"remove", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "b"))) },
-			[]execproto.WatchEvent{ev("remove", root+"/b", false)}},
-		{"mkdir", func(t *testing.T) { must(t, os.Mkdir(filepath.Join(root, "d"), 0o755)) },
-			[]execproto.WatchEvent{ev("create", root+"/d", true)}},
-		{"rmdir", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "d"))) },
-			[]execproto.WatchEvent{ev("remove", root+"/d", true)}},
+		{
+			"create", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), nil, 0o644)) },
+			[]execproto.WatchEvent{ev("create", root+"/a", false)},
+		},
+		{
+			"write", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), []byte("x"), 0o644)) },
+			[]execproto.WatchEvent{ev("write", root+"/a", false)},
+		},
+		{
+			"chmod", func(t *testing.T) { must(t, os.Chmod(filepath.Join(root, "a"), 0o600)) },
+			[]execproto.WatchEvent{ev("chmod", root+"/a", false)},
+		},
+		{
+			"rename", func(t *testing.T) { must(t, os.Rename(filepath.Join(root, "a"), filepath.Join(root, "b"))) },
+			[]execproto.WatchEvent{ev("rename", root+"/a", false), ev("create", root+"/b", false)},
+		},
+		{
+			"remove", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "b"))) },
+			[]execproto.WatchEvent{ev("remove", root+"/b", false)},
+		},
+		{
+			"mkdir", func(t *testing.T) { must(t, os.Mkdir(filepath.Join(root, "d"), 0o755)) },
+			[]execproto.WatchEvent{ev("create", root+"/d", true)},
+		},
+		{
+			"rmdir", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "d"))) },
+			[]execproto.WatchEvent{ev("remove", root+"/d", true)},
+		},
 	}
 	// Not recursive: what happens below the first level is not reported.
 	x := startWatch(t, root, false, 16, 64)
@@ -342,8 +356,11 @@ func TestParseInotify(t *testing.T) {
 	}{
 		{"empty", nil, nil, false},
 		{"one without a name", rec(1, unix.IN_DELETE_SELF, "", 0), []inotifyEvent{{1, unix.IN_DELETE_SELF, ""}}, false},
-		{"padded names", append(rec(1, unix.IN_CREATE, "a", 15), rec(2, unix.IN_MODIFY, "bc", 2)...),
-			[]inotifyEvent{{1, unix.IN_CREATE, "a"}, {2, unix.IN_MODIFY, "bc"}}, false},
+		{
+			"padded names", append(rec(1, unix.IN_CREATE, "a", 15), rec(2, unix.IN_MODIFY, "bc", 2)...),
+			[]inotifyEvent{{1, unix.IN_CREATE, "a"}, {2, unix.IN_MODIFY, "bc"}},
+			false,
+		},
 		{"short header", rec(1, unix.IN_CREATE, "", 0)[:10], nil, true},
 		{"name past the end", rec(1, unix.IN_CREATE, "abc", 0)[:unix.SizeofInotifyEvent+2], nil, true},
 	}

@@ -404,8 +404,10 @@ func (h *Host) RevokeKey(ctx context.Context, tenant, id string) error {
 }
 
 func keyOf(k store.APIKey) Key {
-	return Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
-		LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt)}
+	return Key{
+		ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
+		LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt),
+	}
 }
 
 func optTime(t time.Time) *time.Time {

@@ -65,7 +65,7 @@ func (c *ExecCmd) Run(env *Env) error {
 	if restore != nil {
 		defer restore()
 	}
-	var stdin = env.Stdin
+	stdin := env.Stdin
 	if !c.Interactive {
 		stdin = nil
 	}

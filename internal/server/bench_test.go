@@ -35,8 +35,10 @@ func newBenchServer(b *testing.B, cfg server.Config, scopes ...string) (*servert
 
 // benchClient is a client of url with key that keeps its connections.
 func benchClient(b *testing.B, url, key string) *client.Client {
-	c, err := client.New(url, key, client.Options{Timeout: time.Minute, Insecure: true,
-		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}})
+	c, err := client.New(url, key, client.Options{
+		Timeout: time.Minute, Insecure: true,
+		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

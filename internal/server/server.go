@@ -119,8 +119,10 @@ func New(o Options) (*Server, error) {
 	if o.Feed == nil {
 		o.Feed = NewFeed()
 	}
-	s := &Server{o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
-		keys: ratelimit.New(cfg.Rate, cfg.Burst, o.Now), fails: ratelimit.New(cfg.Rate, cfg.Burst, o.Now)}
+	s := &Server{
+		o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
+		keys: ratelimit.New(cfg.Rate, cfg.Burst, o.Now), fails: ratelimit.New(cfg.Rate, cfg.Burst, o.Now),
+	}
 	m, merr := newMetrics(o.Metrics)
 	if merr != nil {
 		return nil, fmt.Errorf("server: metrics: %w", merr)

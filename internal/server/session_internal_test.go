@@ -20,8 +20,10 @@ import (
 func FuzzSessionAuth(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	s := &Server{log: slog.New(slog.DiscardHandler), sessions: newSessions(clock, DefaultStreamPoll),
-		fails: ratelimit.New(1e9, 1e9, clock), keys: ratelimit.New(1e9, 1e9, clock)}
+	s := &Server{
+		log: slog.New(slog.DiscardHandler), sessions: newSessions(clock, DefaultStreamPoll),
+		fails: ratelimit.New(1e9, 1e9, clock), keys: ratelimit.New(1e9, 1e9, clock),
+	}
 	p := auth.Principal{Tenant: "alpha", KeyID: "key_0123456789abcdef", Scopes: []string{auth.ScopeRunsRead}}
 	id, sess, err := s.sessions.create(p)
 	if err != nil {

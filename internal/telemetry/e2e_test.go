@@ -121,13 +121,15 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	defer backend.Close()
 	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: tel.Metrics().Sandboxes(telemetry.OriginRun, backend), LockDir: filepath.Join(dir, "locks"),
+	eng, err := engine.New(engine.Options{
+		Store: st, Blobs: bl, Backend: tel.Metrics().Sandboxes(telemetry.OriginRun, backend), LockDir: filepath.Join(dir, "locks"),
 		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: func(evs []event.Event) {
 			feed.Publish(evs)
 			for _, ev := range evs {
 				tel.Event(ev)
 			}
-		}})
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +150,10 @@ func TestServeEndToEnd(t *testing.T) {
 	writer, approver, admin := key("runs:read", "runs:write"), key("approvals"), key("admin")
 	logs := &syncBuffer{}
 	logger := slog.New(telemetry.NewRedactingHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}), red))
-	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed, Logger: logger,
-		Metrics: tel.Registry(), Config: server.Config{Rate: 1e6, Burst: 1e6}})
+	srv, err := server.New(server.Options{
+		Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed, Logger: logger,
+		Metrics: tel.Registry(), Config: server.Config{Rate: 1e6, Burst: 1e6},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +190,10 @@ func TestServeEndToEnd(t *testing.T) {
 		return b
 	}
 	var run api.Run
-	call(http.StatusCreated, "POST", "/v1/runs", writer, map[string]any{"task": "TASK-MARKER " + secretValue, "script": e2eScript,
-		"policy_document": e2ePolicy}, &run)
+	call(http.StatusCreated, "POST", "/v1/runs", writer, map[string]any{
+		"task": "TASK-MARKER " + secretValue, "script": e2eScript,
+		"policy_document": e2ePolicy,
+	}, &run)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

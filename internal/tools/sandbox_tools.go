@@ -130,8 +130,10 @@ func RunCommand(l Limits) Tool {
 				return infraFailure(ctx, env, "run_command", err)
 			}
 			code := r.ExitStatus()
-			d := Details{Outcome: string(r.Outcome), ExitCode: &code, Signal: r.Signal, Wall: r.Usage.Wall,
-				Bytes: stdout.total + stderr.total, Truncated: stdout.cut() + stderr.cut(), Fingerprint: r.Fingerprint}
+			d := Details{
+				Outcome: string(r.Outcome), ExitCode: &code, Signal: r.Signal, Wall: r.Usage.Wall,
+				Bytes: stdout.total + stderr.total, Truncated: stdout.cut() + stderr.cut(), Fingerprint: r.Fingerprint,
+			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "exit status %d", code)
 			if r.Outcome != sandbox.OutcomeExited {

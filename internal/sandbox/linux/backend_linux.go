@@ -96,8 +96,10 @@ func New(cfg Config) (*Backend, error) {
 	if slots == "" {
 		slots = DefaultUIDSlotDir
 	}
-	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots},
-		ids: &idLocks{dir: filepath.Join(cfg.StateDir, "ids")}}, nil
+	return &Backend{
+		cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots},
+		ids: &idLocks{dir: filepath.Join(cfg.StateDir, "ids")},
+	}, nil
 }
 
 // Close releases what the backend keeps on the host between sandboxes: it

@@ -102,8 +102,10 @@ func TestRootless(t *testing.T) {
 	if err := os.Chown(work, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "TMPDIR=" + work, "LANG=C.UTF-8",
-		rootlessEnv + "=inner", prebuiltExecutorEnv + "=" + executorPath}
+	env := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + work, "TMPDIR=" + work, "LANG=C.UTF-8",
+		rootlessEnv + "=inner", prebuiltExecutorEnv + "=" + executorPath,
+	}
 	run := "^(" + strings.Join(rootlessTests, "|") + ")$"
 	skip := "^" + strings.Join(rootlessSkips, "$|^") + "$"
 	if os.Geteuid() == 0 {

@@ -282,8 +282,10 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey,
-		s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo}, s.stmtInsert[:]...) {
+	for _, st := range append([]*sql.Stmt{
+		s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey,
+		s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo,
+	}, s.stmtInsert[:]...) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
