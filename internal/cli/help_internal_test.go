@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/alecthomas/kong"
+
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // TestHelpRunsNothing walks every command of the command line, as kong's

@@ -12,10 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"golang.org/x/sys/unix"
 )
 
 // CreateCmd is `airlock sandbox create`.

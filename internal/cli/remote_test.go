@@ -11,10 +11,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rogpeppe/go-internal/testscript"
+
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // scriptEnv is an Env for an in-process airlock command of script ts on

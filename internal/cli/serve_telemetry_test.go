@@ -15,10 +15,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/cli"
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // syncLog is a log sink read after the writer is done, written from the

@@ -16,8 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // The process service's messages, in proto3 JSON (lowerCamel names,

@@ -10,10 +10,11 @@ import (
 	"runtime"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/executor/landlock"
 	"github.com/airlockrun/airlock/internal/executor/seccomp"
-	"golang.org/x/sys/unix"
 )
 
 // Main is the executor's entry point. It returns the process exit code.

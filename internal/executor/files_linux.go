@@ -10,8 +10,9 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // file carries out a file operation. It runs with the file-system identity of

@@ -10,8 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // stream is one request and everything that flows on it.

@@ -11,8 +11,9 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // watch carries out a watch request: it reports changes under the directory

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // asSelf runs f as the test process: the identity switch is the sandbox's

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
@@ -24,7 +26,6 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	"go.opentelemetry.io/otel"
 )
 
 // ServeConfig is airlock serve's configuration: the file's schema (and

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -24,7 +26,6 @@ import (
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Authenticator verifies an API key and returns the principal it stands

@@ -19,9 +19,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Request is what a client asks.

@@ -15,6 +15,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -26,10 +31,6 @@ import (
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 var executorPath string

@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/telemetry"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
 // collector is an OTLP/HTTP traces endpoint on loopback that keeps what

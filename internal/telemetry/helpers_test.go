@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/secret"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/secret"
 )
 
 // secretValue is a secret the tests' redactor knows; it is put in every

@@ -5,10 +5,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // Histogram buckets, in seconds.

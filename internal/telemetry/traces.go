@@ -6,10 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/airlockrun/airlock/internal/event"
 )
 
 // Span attribute keys. Token usage, models and tools use the OpenTelemetry

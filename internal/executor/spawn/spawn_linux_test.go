@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // exchange sends one request with fds and returns the reply and the pidfd

@@ -14,11 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures the native backend.

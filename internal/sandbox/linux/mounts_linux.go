@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // sandboxUID is the uid and gid of the unprivileged sandbox user inside.

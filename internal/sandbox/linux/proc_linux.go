@@ -10,8 +10,9 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // procSpec is a process of the executor binary for the backend to start:

@@ -27,9 +27,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // rootlessSources fills setup with the sources of a rootless sandbox as

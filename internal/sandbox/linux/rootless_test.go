@@ -23,11 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
-	"golang.org/x/sys/unix"
 )
 
 // rootlessEnv marks a process TestRootless started: "inner" runs the rootless
