@@ -312,7 +312,7 @@ func rootlessInner(t *testing.T) {
 		t.Fatal("the rootless tests run as root: TestRootless must start them as an unprivileged user")
 	}
 	if reason := usernsUnavailable(); reason != "" {
-		fmt.Println(rootlessUnavailableLine + reason)
+		fmt.Println(rootlessUnavailableLine + reason) //nolint:forbidigo // the child process answers its parent on stdout
 		t.Skip(reason)
 	}
 }
