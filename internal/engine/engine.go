@@ -892,7 +892,7 @@ func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
 		case errors.As(err, &held) && !seen.IsZero() && held.Expires.After(seen):
 			// Renewed while waited out: its holder lives (a process of
 			// this host with another lock directory).
-			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", ErrBusy, err)
 		case errors.As(err, &held) && e.o.LockDir != "" && sameHost(held.Owner) && !liveOwner(held.Owner):
 			seen = held.Expires
 			wait := time.Until(held.Expires) + 50*time.Millisecond
@@ -902,9 +902,9 @@ func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
 			case <-time.After(min(max(wait, 50*time.Millisecond), e.o.LeaseTTL)):
 			}
 		case errors.Is(err, store.ErrLeased):
-			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", ErrBusy, err)
 		case errors.Is(err, store.ErrFinal):
-			return store.Lease{}, fmt.Errorf("%w: %v", ErrFinal, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", ErrFinal, err)
 		default:
 			return store.Lease{}, err
 		}

@@ -273,7 +273,7 @@ func TestWatchErrors(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "file"), nil, 0o644))
 	for _, tt := range []struct {
 		path string
-		want error
+		want unix.Errno
 	}{
 		{filepath.Join(dir, "missing"), unix.ENOENT},
 		{filepath.Join(dir, "file"), unix.ENOTDIR},
@@ -286,8 +286,8 @@ func TestWatchErrors(t *testing.T) {
 		if !errors.Is(err, tt.want) || !errors.As(err, &pe) {
 			t.Errorf("newWatcher(%s) = %v, want a PathError wrapping %v", tt.path, err, tt.want)
 		}
-		if r := errResult(err); r.Errno != unix.ErrnoName(tt.want.(unix.Errno)) {
-			t.Errorf("errResult(%v).Errno = %q, want %q", err, r.Errno, unix.ErrnoName(tt.want.(unix.Errno)))
+		if r := errResult(err); r.Errno != unix.ErrnoName(tt.want) {
+			t.Errorf("errResult(%v).Errno = %q, want %q", err, r.Errno, unix.ErrnoName(tt.want))
 		}
 	}
 	bad := errors.New("no identity")

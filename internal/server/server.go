@@ -260,7 +260,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		_ = rc.SetWriteDeadline(start.Add(2 * s.cfg.RequestTimeout))
 		defer func() {
 			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
+				if v == http.ErrAbortHandler { //nolint:errorlint // a panic value, compared as net/http compares it
 					panic(v)
 				}
 				c.log.Error("panic serving request", "route", rt.pattern, "panic", fmt.Sprint(v))

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -93,7 +94,7 @@ func TestSessionsBounded(t *testing.T) {
 			t.Fatalf("session %d: %v", i, err)
 		}
 	}
-	if _, _, err := ss.create(p); err != errTooManySessions {
+	if _, _, err := ss.create(p); !errors.Is(err, errTooManySessions) {
 		t.Fatalf("session %d: %v, want %v", maxSessions+1, err, errTooManySessions)
 	}
 	now = now.Add(sessionIdle)

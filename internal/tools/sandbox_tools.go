@@ -559,12 +559,12 @@ func Search(l Limits) Tool {
 			}
 			if !a.FixedString {
 				if _, err := regexp.Compile(a.Pattern); err != nil {
-					return fmt.Errorf("pattern: %v", err)
+					return fmt.Errorf("pattern: %w", err)
 				}
 			}
 			if a.Glob != "" {
 				if _, err := path.Match(a.Glob, ""); err != nil {
-					return fmt.Errorf("glob %q: %v", a.Glob, err)
+					return fmt.Errorf("glob %q: %w", a.Glob, err)
 				}
 			}
 			return nil

@@ -707,10 +707,14 @@ func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int
 	if err != nil {
 		return store.Run{}, fmt.Errorf("update tail: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		// Cannot happen under the write lock; refuse rather than
-		// leave the tail and the log disagreeing.
-		return store.Run{}, fmt.Errorf("update tail: %d rows changed (%v)", n, err)
+	// Neither can happen under the write lock; refuse rather than leave
+	// the tail and the log disagreeing.
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Run{}, fmt.Errorf("update tail: rows changed: %w", err)
+	}
+	if n != 1 {
+		return store.Run{}, fmt.Errorf("update tail: %d rows changed", n)
 	}
 	if to == "" {
 		return store.Run{}, nil

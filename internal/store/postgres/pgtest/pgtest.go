@@ -250,7 +250,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.exit:
-			return fmt.Errorf("pgtest: postgres exited (%v) before it was ready:\n%s", s.waitErr, s.logTail())
+			if s.waitErr != nil {
+				return fmt.Errorf("pgtest: postgres exited before it was ready: %w\n%s", s.waitErr, s.logTail())
+			}
+			return fmt.Errorf("pgtest: postgres exited before it was ready:\n%s", s.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("pgtest: postgres not ready: %w\n%s", err, s.logTail())
 		case <-time.After(20 * time.Millisecond):
