@@ -124,7 +124,7 @@ turns:
 				}
 			})
 			r := h.start("fetch", script, engine.Config{})
-			done := drive(t, h, ctxT(t, 2*time.Minute), r.ID)
+			done := drive(t, ctxT(t, 2*time.Minute), h, r.ID)
 			if tc.decide != "" {
 				a := waitApproval(t, h)
 				if a.RunID != r.ID || a.Destination != "ask.test:"+port || a.Sandbox == "" || !strings.Contains(a.Action, "connect to ask.test") {

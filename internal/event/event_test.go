@@ -533,11 +533,11 @@ func TestDecodeStrict(t *testing.T) {
 	if _, err := event.Decode(good); err != nil {
 		t.Fatalf("Decode(good) = %v", err)
 	}
-	replace := func(old, new string) string {
-		if !strings.Contains(string(good), old) {
-			t.Fatalf("%q not in %s", old, good)
+	replace := func(from, to string) string {
+		if !strings.Contains(string(good), from) {
+			t.Fatalf("%q not in %s", from, good)
 		}
-		return strings.Replace(string(good), old, new, 1)
+		return strings.Replace(string(good), from, to, 1)
 	}
 	tests := []struct{ name, in string }{
 		{"empty", ""},
@@ -588,9 +588,9 @@ func TestRunID(t *testing.T) {
 	if a, b := event.NewRunID(t0), event.NewRunID(t0); a == b {
 		t.Error("two run ids of the same millisecond are equal")
 	}
-	max := event.NewRunID(time.UnixMilli(1<<48 - 1))
-	if err := event.ValidRunID(max); err != nil || !strings.HasPrefix(max, "run_7ZZZZZZZZZ") {
-		t.Errorf("NewRunID(max time) = %q, %v", max, err)
+	last := event.NewRunID(time.UnixMilli(1<<48 - 1))
+	if err := event.ValidRunID(last); err != nil || !strings.HasPrefix(last, "run_7ZZZZZZZZZ") {
+		t.Errorf("NewRunID(max time) = %q, %v", last, err)
 	}
 	bad := []string{
 		"", "run_", "run_01KB6Q3G0000000000000000A", "run_01KB6Q3G0000000000000000ABC", "job_01KB6Q3G0000000000000000AB",

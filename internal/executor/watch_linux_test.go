@@ -318,16 +318,16 @@ func TestWatchBounds(t *testing.T) {
 	})
 	t.Run("queue", func(t *testing.T) {
 		t.Parallel()
-		const max = 8
-		w := &watcher{root: "/w", q: make(chan execproto.WatchEvent, max+1), maxQueue: max}
-		for i := range 3 * max {
+		const limit = 8
+		w := &watcher{root: "/w", q: make(chan execproto.WatchEvent, limit+1), maxQueue: limit}
+		for i := range 3 * limit {
 			w.push(ev(execproto.WatchCreate, "/w/f"+string(rune('a'+i)), false))
 		}
-		if len(w.q) != max+1 {
-			t.Fatalf("queue holds %d events, want %d", len(w.q), max+1)
+		if len(w.q) != limit+1 {
+			t.Fatalf("queue holds %d events, want %d", len(w.q), limit+1)
 		}
 		var got []execproto.WatchEvent
-		for range max/2 + 1 {
+		for range limit/2 + 1 {
 			got = append(got, <-w.q)
 		}
 		// Drained to half: events are queued again.
@@ -335,8 +335,8 @@ func TestWatchBounds(t *testing.T) {
 		for len(w.q) > 0 {
 			got = append(got, <-w.q)
 		}
-		if len(got) != max+2 || got[max].Op != execproto.WatchOverflow || got[max+1].Path != "/w/after" {
-			t.Errorf("events %+v, want %d creates, an overflow, then /w/after", got, max)
+		if len(got) != limit+2 || got[limit].Op != execproto.WatchOverflow || got[limit+1].Path != "/w/after" {
+			t.Errorf("events %+v, want %d creates, an overflow, then /w/after", got, limit)
 		}
 	})
 }

@@ -176,7 +176,7 @@ type headTail struct {
 	total int64
 }
 
-func newHeadTail(max int) *headTail { return &headTail{max: max} }
+func newHeadTail(limit int) *headTail { return &headTail{max: limit} }
 
 func (h *headTail) Write(p []byte) (int, error) {
 	n0 := len(p)
