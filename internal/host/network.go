@@ -170,7 +170,7 @@ func (h *Host) StartEgress(ctx context.Context, o EgressOptions) (_ *Egress, err
 	if err != nil {
 		return nil, fmt.Errorf("egress socket: %w", err)
 	}
-	var sink egress.AuditSink = egress.NewJSONLSink(e.audit)
+	sink := egress.NewJSONLSink(e.audit)
 	if o.extra != nil {
 		sink = teeSink{sink, o.extra}
 	}

@@ -225,8 +225,8 @@ func (t *treeFiles) sources(spec *sandbox.Spec, setup *execproto.Setup) error {
 		setup.SystemDirs = existing(systemDirs)
 		setup.EtcFiles = etcFiles
 	}
-	switch {
-	case spec.Workspace == "":
+	switch spec.Workspace {
+	case "":
 		setup.Workspace.Mode = execproto.WorkspaceEmpty
 	default:
 		mode := spec.WorkspaceMode
