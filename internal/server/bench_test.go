@@ -29,6 +29,7 @@ import (
 // with scopes.
 func newBenchServer(b *testing.B, cfg server.Config, scopes ...string) (*servertest.Server, string) {
 	b.Helper()
+	//nolint:sloglint // not slog.DiscardHandler: the benchmark pays for encoding the request log, as airlock serve does
 	s := servertest.Start(b, servertest.Options{Config: cfg, Tenants: []string{"alpha"}, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	return s, s.Key(b, "alpha", scopes...)
 }
