@@ -100,8 +100,12 @@ func run(n, workers int, execPath string, spawner bool) error {
 	}
 	// Every sandbox answers, then all sit idle for a moment.
 	for _, sb := range sbs {
-		if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
-			return fmt.Errorf("sandbox %s: /bin/true: %v %+v", sb.ID(), err, r)
+		r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}})
+		if err != nil {
+			return fmt.Errorf("sandbox %s: /bin/true: %w", sb.ID(), err)
+		}
+		if r.ExitCode != 0 {
+			return fmt.Errorf("sandbox %s: /bin/true: %+v", sb.ID(), r)
 		}
 	}
 	time.Sleep(2 * time.Second)

@@ -312,7 +312,7 @@ func deliveryBuckets(base, key string) map[float64]float64 {
 		fail(err)
 	}
 	req.Header.Set("Authorization", "Bearer "+key)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := (&http.Client{Timeout: time.Minute}).Do(req)
 	if err != nil {
 		fail(err)
 	}

@@ -41,10 +41,14 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	f := &floor{batches: batches, wake: map[chan struct{}]struct{}{},
-		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_api_event_delivery_seconds",
+	f := &floor{
+		batches: batches, wake: map[chan struct{}]struct{}{},
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "airlock_api_event_delivery_seconds",
 			Help:    "Time from an event's publication to its write on an event stream open at the time (as airlock serve's).",
-			Buckets: server.DeliveryBuckets})}
+			Buckets: server.DeliveryBuckets,
+		}),
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(f.delivery)
 	mux := http.NewServeMux()

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 func main() {

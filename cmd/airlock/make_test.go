@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,7 +117,7 @@ func TestGoTestSummary(t *testing.T) {
 		cmd.Env = append(os.Environ(), "GO="+deptest.GoTool(t), "GOWORK=off", "GOFLAGS=")
 		out, err := cmd.CombinedOutput()
 		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			code = ee.ExitCode()
 		} else if err != nil {
 			t.Fatalf("gotest.sh %s: %v", tt.pkgs, err)

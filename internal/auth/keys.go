@@ -255,9 +255,9 @@ func (k *Keys) touch(ctx context.Context, id string) {
 
 // clip shortens untrusted text quoted in an error message.
 func clip(s string) string {
-	const max = 40
-	if len(s) > max {
-		return s[:max] + "..."
+	const limit = 40
+	if len(s) > limit {
+		return s[:limit] + "..."
 	}
 	return s
 }

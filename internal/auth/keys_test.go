@@ -88,8 +88,10 @@ func TestCreateVerify(t *testing.T) {
 				t.Fatalf("ParseKey(new key) = %q, %v, want %q", f, err, tt.format)
 			}
 			sum := sha256.Sum256([]byte(key))
-			want := store.APIKey{ID: meta.ID, Tenant: "acme", Name: "test key", Scopes: []string{auth.ScopeRunsRead, auth.ScopeAdmin},
-				Hash: sum[:], CreatedAt: c.Now()}
+			want := store.APIKey{
+				ID: meta.ID, Tenant: "acme", Name: "test key", Scopes: []string{auth.ScopeRunsRead, auth.ScopeAdmin},
+				Hash: sum[:], CreatedAt: c.Now(),
+			}
 			if !regexp.MustCompile(`^key_[0-9a-f]{16}$`).MatchString(meta.ID) || meta.Tenant != want.Tenant || meta.Name != want.Name ||
 				!slices.Equal(meta.Scopes, want.Scopes) || !bytes.Equal(meta.Hash, want.Hash) || !meta.CreatedAt.Equal(want.CreatedAt) {
 				t.Fatalf("Create() meta = %+v, want %+v (scopes in the order of auth.Scopes)", meta, want)

@@ -15,9 +15,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/alecthomas/kong"
+
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/alecthomas/kong"
 )
 
 // Version is set at build time.

@@ -109,8 +109,10 @@ func ledgerJSON(tenant string, all []api.LedgerEntry, limit int) []ledgerEntryJS
 		} else {
 			bal -= e.Amount
 		}
-		out = append(out, ledgerEntryJSON{ID: e.ID, Tenant: tenant, Kind: e.Kind, Amount: e.Amount, Balance: bal,
-			RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC()})
+		out = append(out, ledgerEntryJSON{
+			ID: e.ID, Tenant: tenant, Kind: e.Kind, Amount: e.Amount, Balance: bal,
+			RunID: e.RunID, Seq: e.Seq, Note: e.Note, Created: e.Created.UTC(),
+		})
 	}
 	if limit > 0 && len(out) > limit {
 		out = out[len(out)-limit:]

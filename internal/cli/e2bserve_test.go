@@ -119,8 +119,10 @@ func TestServeE2B(t *testing.T) {
 	msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo from-e2b"]},"stdin":false}`)
 	env := append([]byte{0, 0, 0, 0, 0}, msg...)
 	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
-	st, b = do("POST", envdURL+"/process.Process/Start", map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983",
-		"X-Access-Token": sb.Token, "Content-Type": "application/connect+json"}, env)
+	st, b = do("POST", envdURL+"/process.Process/Start", map[string]string{
+		"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": sb.Token, "Content-Type": "application/connect+json",
+	}, env)
 	// "from-e2b\n" in base64.
 	if st != 200 || !bytes.Contains(b, []byte(`"stdout":"ZnJvbS1lMmIK"`)) || !bytes.Contains(b, []byte(`"exited":true`)) {
 		t.Fatalf("Start = %d %q", st, b)

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/alecthomas/kong"
+
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // TestHelpRunsNothing walks every command of the command line, as kong's
@@ -145,8 +146,10 @@ func helpEnv(t *testing.T) (*Env, *bytes.Buffer, *bytes.Buffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	env := &Env{
-		Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-			Home: t.TempDir(), Executor: "/nonexistent/airlock-exec", Self: "/nonexistent/airlock"},
+		Env: sandboxcli.Env{
+			Ctx: ctx, Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+			Home: t.TempDir(), Executor: "/nonexistent/airlock-exec", Self: "/nonexistent/airlock",
+		},
 		Getenv: func(k string) string {
 			t.Errorf("the command read $%s: it ran", k)
 			return ""

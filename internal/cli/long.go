@@ -12,10 +12,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"golang.org/x/sys/unix"
 )
 
 // CreateCmd is `airlock sandbox create`.
@@ -80,7 +81,10 @@ func (c *CreateCmd) Run(env *Env) error {
 	if msg, ok := strings.CutPrefix(line, "error "); ok {
 		return errors.New(msg)
 	}
-	return fmt.Errorf("supervisor exited before the sandbox was ready: %v", rerr)
+	if rerr != nil {
+		return fmt.Errorf("supervisor exited before the sandbox was ready: %w", rerr)
+	}
+	return fmt.Errorf("supervisor answered %q, neither ok nor error", line)
 }
 
 // SuperviseCmd holds a sandbox for create. It reports "ok ID" or

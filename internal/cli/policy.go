@@ -134,8 +134,10 @@ func (c *PolicyExplainCmd) Run(env *Env) error {
 		fmt.Fprintf(env.Stderr, "airlock: warning: %s\n", warning)
 	}
 	if c.JSON {
-		return json.NewEncoder(env.Stdout).Encode(explanation{Tool: c.Tool, Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason,
-			Policy: doc.Hash(), KnownTool: warning == "", Warning: warning})
+		return json.NewEncoder(env.Stdout).Encode(explanation{
+			Tool: c.Tool, Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason,
+			Policy: doc.Hash(), KnownTool: warning == "", Warning: warning,
+		})
 	}
 	fmt.Fprintf(env.Stdout, "decision: %s\nrule:     %s\nreason:   %s\npolicy:   %s\n", d.Action, d.Rule, d.Reason, doc.Hash())
 	return nil

@@ -299,12 +299,16 @@ func (b *remoteBackend) verify(ctx context.Context, r api.Run) (int64, string, e
 		}
 	}
 	if c.Seq() != r.Events {
-		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq() + 1, Got: r.Events,
-			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.Events)}, nil
+		return c.Seq(), "", &event.VerifyError{
+			RunID: r.ID, Seq: c.Seq() + 1, Got: r.Events,
+			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.Events),
+		}, nil
 	}
 	if c.Seq() > 0 && !last.IsZero() && c.Last() != last {
-		return c.Seq(), "", &event.VerifyError{RunID: r.ID, Seq: c.Seq(),
-			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch)}, nil
+		return c.Seq(), "", &event.VerifyError{
+			RunID: r.ID, Seq: c.Seq(),
+			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch),
+		}, nil
 	}
 	return c.Seq(), c.Last().String(), nil, nil
 }
@@ -349,8 +353,10 @@ func (b *remoteBackend) fork(ctx context.Context, parentArg string, q host.ForkR
 		return "", err
 	}
 	at := q.AtStep
-	child, err := b.c.ForkRun(ctx, parent.ID, api.ForkRequest{AtStep: &at, Model: q.Model, Script: q.Script, MaxSteps: q.MaxSteps,
-		Policy: q.PolicyRef, PolicyDocument: q.PolicyDocument})
+	child, err := b.c.ForkRun(ctx, parent.ID, api.ForkRequest{
+		AtStep: &at, Model: q.Model, Script: q.Script, MaxSteps: q.MaxSteps,
+		Policy: q.PolicyRef, PolicyDocument: q.PolicyDocument,
+	})
 	if err != nil {
 		return "", b.fail(err)
 	}

@@ -13,11 +13,12 @@ import (
 	"path/filepath"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // defaultContextWindow is --context-window's default.

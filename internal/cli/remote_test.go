@@ -11,10 +11,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/rogpeppe/go-internal/testscript"
+
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // scriptEnv is an Env for an in-process airlock command of script ts on
@@ -25,9 +26,13 @@ func scriptEnv(ts *testscript.TestScript, ctx context.Context, home string, stdo
 		vars[k] = ts.Getenv(k)
 	}
 	self, _ := os.Executable()
-	return &cli.Env{Env: sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
-		Home: home, Executor: vars["AIRLOCK_EXEC"], Self: self},
-		Getenv: func(k string) string { return vars[k] }}
+	return &cli.Env{
+		Env: sandboxcli.Env{
+			Ctx: ctx, Stdin: strings.NewReader(""), Stdout: stdout, Stderr: stderr,
+			Home: home, Executor: vars["AIRLOCK_EXEC"], Self: self,
+		},
+		Getenv: func(k string) string { return vars[k] },
+	}
 }
 
 // syncBuffer collects a background command's output.

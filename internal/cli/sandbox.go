@@ -71,8 +71,10 @@ func sandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
 	sb := doc.Sandbox
 	d := sandboxcli.Defaults{
 		RootFS: sb.RootFS, Workspace: sb.Workspace.Source, WorkspaceMode: sb.Workspace.Mode,
-		Limits: sandbox.Limits{MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
-			RequireHard: sb.RequireHardLimits},
+		Limits: sandbox.Limits{
+			MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
+			RequireHard: sb.RequireHardLimits,
+		},
 		CommandTimeout: time.Duration(sb.Limits.CommandTimeout),
 		Output:         int64(sb.Limits.Output),
 	}

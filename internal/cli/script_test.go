@@ -14,11 +14,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rogpeppe/go-internal/testscript"
+
 	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // TestMain makes this test binary double as the airlock command for the

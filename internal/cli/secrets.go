@@ -11,10 +11,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"golang.org/x/sys/unix"
 )
 
 // SecretsCmd is `airlock secrets`: the host's encrypted secret store in

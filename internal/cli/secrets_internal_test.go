@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/secret"
-	"golang.org/x/sys/unix"
 )
 
 func TestCheckSecretValue(t *testing.T) {

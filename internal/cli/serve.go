@@ -7,9 +7,10 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/airlockrun/airlock/internal/host"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/host"
 )
 
 // ServeCmd is `airlock serve`: the host as a service. One process serves

@@ -119,8 +119,10 @@ func startServeProc(t *testing.T, home, exe, storeURL string, workers int) *serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := &exec.Cmd{Path: self, Args: []string{"airlock", "serve", "--config", cfg, "--listen", "127.0.0.1:0",
-		"--workers", strconv.Itoa(workers), "--log-level", "info"}}
+	cmd := &exec.Cmd{Path: self, Args: []string{
+		"airlock", "serve", "--config", cfg, "--listen", "127.0.0.1:0",
+		"--workers", strconv.Itoa(workers), "--log-level", "info",
+	}}
 	cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_EXEC="+exe, "AIRLOCK_STORE="+storeURL,
 		"GORACE=atexit_sleep_ms=10")
 	// Should this test binary die first, its servers die with it.
@@ -296,8 +298,10 @@ func TestServeResumeOutlivesItsServer(t *testing.T) {
 		"  - tool_calls:\n      - name: run_command\n        args: {command: \"echo one > one.txt; sleep 1\"}\n" +
 		"  - tool_calls:\n      - name: run_command\n        args: {command: \"echo two > two.txt\"}\n" +
 		"  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
-	run := createRun(t, a.url, key, map[string]any{"task": "pause me", "script": script,
-		"verify": map[string]any{"commands": []string{"test -f one.txt && test -f two.txt"}}})
+	run := createRun(t, a.url, key, map[string]any{
+		"task": "pause me", "script": script,
+		"verify": map[string]any{"commands": []string{"test -f one.txt && test -f two.txt"}},
+	})
 	waitEvent(t, st, run.ID, event.TypeToolStarted)
 	if s, body := call(t, "POST", a.url+"/v1/runs/"+run.ID+"/pause", key, map[string]string{"reason": "lunch"}); s != http.StatusAccepted {
 		t.Fatalf("pause = %d %s", s, body)
@@ -424,8 +428,10 @@ func TestServeReplicas(t *testing.T) {
 		"  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 	var runs []apiRun
 	for i := range 6 {
-		runs = append(runs, createRun(t, a.url, key, map[string]any{"task": fmt.Sprintf("replica %d", i), "script": script,
-			"workspace": map[string]string{"upload": up.ID}, "verify": map[string]any{"commands": []string{"grep -q changed base.txt"}}}))
+		runs = append(runs, createRun(t, a.url, key, map[string]any{
+			"task": fmt.Sprintf("replica %d", i), "script": script,
+			"workspace": map[string]string{"upload": up.ID}, "verify": map[string]any{"commands": []string{"grep -q changed base.txt"}},
+		}))
 	}
 	// The first run's events, streamed from B while A or B drives it.
 	type streamed struct {

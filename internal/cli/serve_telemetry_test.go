@@ -15,10 +15,11 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/cli"
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // syncLog is a log sink read after the writer is done, written from the
@@ -89,13 +90,15 @@ func TestServeTelemetry(t *testing.T) {
 	logs := &syncLog{}
 	done := make(chan int, 1)
 	go func() {
-		env := &cli.Env{Env: sandboxcli.Env{Ctx: serveCtx, Stdin: strings.NewReader(""), Stdout: pw, Stderr: logs, Home: home, Executor: exe},
+		env := &cli.Env{
+			Env: sandboxcli.Env{Ctx: serveCtx, Stdin: strings.NewReader(""), Stdout: pw, Stderr: logs, Home: home, Executor: exe},
 			Getenv: func(k string) string {
 				if k == "ANTHROPIC_API_KEY" {
 					return secretKey
 				}
 				return ""
-			}}
+			},
+		}
 		code := cli.Main(env, []string{"serve", "--config", cfg, "--listen", "127.0.0.1:0", "--workers", "1", "--log-level", "debug"})
 		pw.Close()
 		done <- code

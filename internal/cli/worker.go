@@ -34,7 +34,8 @@ func (c *WorkerCmd) Run(env *Env) error {
 	defer h.Close()
 	ctx, cut, stop := signalled(env)
 	defer stop()
-	o := host.WorkOptions{Concurrency: c.Concurrency, Poll: c.Poll, Once: c.Once, ShutdownTimeout: c.ShutdownTimeout,
+	o := host.WorkOptions{
+		Concurrency: c.Concurrency, Poll: c.Poll, Once: c.Once, ShutdownTimeout: c.ShutdownTimeout,
 		Ended: func(e host.DriveEnd) {
 			switch {
 			case e.HandedBack:

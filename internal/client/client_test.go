@@ -155,18 +155,30 @@ func TestErrors(t *testing.T) {
 		body   string
 		want   client.Error
 	}{
-		{name: "the API's shape", status: 404, body: `{"code":"not_found","message":"no such run","request_id":"req_1"}`,
-			want: client.Error{Status: 404, Code: "not_found", Message: "no such run", RequestID: "req_1"}},
-		{name: "rate limited", status: 429, header: map[string]string{"Retry-After": "30"}, body: `{"code":"rate_limited","message":"slow down","request_id":"req_2"}`,
-			want: client.Error{Status: 429, Code: "rate_limited", Message: "slow down", RequestID: "req_2", RetryAfter: 30 * time.Second}},
-		{name: "a proxy's page", status: 502, header: map[string]string{"X-Request-Id": "req_3"}, body: `<html>bad gateway</html>`,
-			want: client.Error{Status: 502, Code: "unavailable", Message: "bad gateway", RequestID: "req_3"}},
-		{name: "control characters", status: 400, body: `{"code":"bad_request","message":"bad \u001b[31mred\u001b[0m\nline","request_id":"r"}`,
-			want: client.Error{Status: 400, Code: "bad_request", Message: "bad  [31mred [0m line", RequestID: "r"}},
-		{name: "a code outside the set's form", status: 403, body: `{"code":"Forbidden!","message":"x"}`,
-			want: client.Error{Status: 403, Code: "forbidden", Message: "forbidden"}},
-		{name: "a redirect", status: 302, header: map[string]string{"Location": "http://127.0.0.1:1/elsewhere"},
-			want: client.Error{Status: 302, Code: "bad_request", Message: "the server answered with a redirect, which this client does not follow (is AIRLOCK_URL the API's address?)"}},
+		{
+			name: "the API's shape", status: 404, body: `{"code":"not_found","message":"no such run","request_id":"req_1"}`,
+			want: client.Error{Status: 404, Code: "not_found", Message: "no such run", RequestID: "req_1"},
+		},
+		{
+			name: "rate limited", status: 429, header: map[string]string{"Retry-After": "30"}, body: `{"code":"rate_limited","message":"slow down","request_id":"req_2"}`,
+			want: client.Error{Status: 429, Code: "rate_limited", Message: "slow down", RequestID: "req_2", RetryAfter: 30 * time.Second},
+		},
+		{
+			name: "a proxy's page", status: 502, header: map[string]string{"X-Request-Id": "req_3"}, body: `<html>bad gateway</html>`,
+			want: client.Error{Status: 502, Code: "unavailable", Message: "bad gateway", RequestID: "req_3"},
+		},
+		{
+			name: "control characters", status: 400, body: `{"code":"bad_request","message":"bad \u001b[31mred\u001b[0m\nline","request_id":"r"}`,
+			want: client.Error{Status: 400, Code: "bad_request", Message: "bad  [31mred [0m line", RequestID: "r"},
+		},
+		{
+			name: "a code outside the set's form", status: 403, body: `{"code":"Forbidden!","message":"x"}`,
+			want: client.Error{Status: 403, Code: "forbidden", Message: "forbidden"},
+		},
+		{
+			name: "a redirect", status: 302, header: map[string]string{"Location": "http://127.0.0.1:1/elsewhere"},
+			want: client.Error{Status: 302, Code: "bad_request", Message: "the server answered with a redirect, which this client does not follow (is AIRLOCK_URL the API's address?)"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

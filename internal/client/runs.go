@@ -141,8 +141,10 @@ func (c *Client) Download(ctx context.Context, id, name string, w io.Writer) (in
 	for i, p := range parts {
 		parts[i] = seg(p)
 	}
-	q := request{method: http.MethodGet, path: "/v1/runs/" + seg(id) + "/artifacts/" + strings.Join(parts, "/"), long: true,
-		header: http.Header{"Accept": {"*/*"}}}
+	q := request{
+		method: http.MethodGet, path: "/v1/runs/" + seg(id) + "/artifacts/" + strings.Join(parts, "/"), long: true,
+		header: http.Header{"Accept": {"*/*"}},
+	}
 	resp, cancel, err := c.send(ctx, q)
 	if err != nil {
 		return 0, err

@@ -29,8 +29,10 @@ func apiServer(t *testing.T) (url string, key func(tenant string, scopes ...stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := servertest.Start(t, servertest.Options{Tenants: []string{"alpha", "beta"},
-		Configure: func(o *server.Options) { o.Secrets = secrets }})
+	s := servertest.Start(t, servertest.Options{
+		Tenants:   []string{"alpha", "beta"},
+		Configure: func(o *server.Options) { o.Secrets = secrets },
+	})
 	return s.URL, func(tenant string, scopes ...string) string {
 		t.Helper()
 		return s.Key(t, tenant, scopes...)
@@ -73,8 +75,10 @@ func TestAgainstServer(t *testing.T) {
 		t.Fatalf("Upload = %+v, %v", up, err)
 	}
 	script := "turns:\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
-	run, err := alpha.CreateRun(ctx, api.CreateRunRequest{Task: "greet", Script: script, Workspace: &api.WorkspaceSource{Upload: up.ID},
-		Verify: &api.VerifySpec{Commands: []string{"true"}}, Metadata: map[string]string{"ticket": "OPS-7"}})
+	run, err := alpha.CreateRun(ctx, api.CreateRunRequest{
+		Task: "greet", Script: script, Workspace: &api.WorkspaceSource{Upload: up.ID},
+		Verify: &api.VerifySpec{Commands: []string{"true"}}, Metadata: map[string]string{"ticket": "OPS-7"},
+	})
 	if err != nil || run.Status != event.StatusQueued || run.Tenant != "alpha" {
 		t.Fatalf("CreateRun = %+v, %v", run, err)
 	}

@@ -103,8 +103,10 @@ func (f *follower) once(ctx context.Context) (api.StreamEnd, bool, error) {
 	f.progressed = false
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	q := request{method: http.MethodGet, path: "/v1/runs/" + seg(f.id) + "/events/stream", long: true,
-		header: http.Header{"Accept": {"text/event-stream"}, "Cache-Control": {"no-store"}}}
+	q := request{
+		method: http.MethodGet, path: "/v1/runs/" + seg(f.id) + "/events/stream", long: true,
+		header: http.Header{"Accept": {"text/event-stream"}, "Cache-Control": {"no-store"}},
+	}
 	if f.last > 0 {
 		q.header.Set("Last-Event-ID", strconv.FormatInt(f.last, 10))
 	}

@@ -80,8 +80,10 @@ type eventKey struct {
 // New returns a Meter of ledger's tenants, pricing models by prices. A nil
 // ledger meters no one.
 func New(ledger Ledger, prices price.Table) *Meter {
-	return &Meter{ledger: ledger, prices: prices, metered: map[string]bool{}, held: map[string]int64{},
-		owed: map[string]map[eventKey]Debit{}}
+	return &Meter{
+		ledger: ledger, prices: prices, metered: map[string]bool{}, held: map[string]int64{},
+		owed: map[string]map[eventKey]Debit{},
+	}
 }
 
 // Metered reports whether tenant is metered: whether its ledger has an
@@ -319,8 +321,10 @@ func (m *Meter) debit(ctx context.Context, d Debit) error {
 		return nil
 	}
 	if err == nil {
-		_, err = m.ledger.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: d.Tenant, Kind: store.LedgerDebit, Amount: d.Amount,
-			RunID: d.RunID, Seq: d.Seq, Note: d.Note})
+		_, err = m.ledger.AddLedgerEntry(ctx, store.LedgerEntry{
+			Tenant: d.Tenant, Kind: store.LedgerDebit, Amount: d.Amount,
+			RunID: d.RunID, Seq: d.Seq, Note: d.Note,
+		})
 		if err != nil {
 			err = fmt.Errorf("credit: debit %d from %s for run %s seq %d: %w", d.Amount, d.Tenant, d.RunID, d.Seq, err)
 		}

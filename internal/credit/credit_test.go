@@ -423,12 +423,21 @@ func TestDebitOf(t *testing.T) {
 		want credit.Debit
 		ok   bool
 	}{
-		{"model response", &event.ModelResponse{Provider: "anthropic", Model: "claude", Usage: event.Usage{CostMicroUSD: 12}},
-			credit.Debit{Tenant: "acme", RunID: "run-x", Seq: 7, Amount: 12, Note: "model anthropic:claude"}, true},
-		{"gateway call", &event.LLMCall{Upstream: "openai", UpstreamModel: "gpt", CostMicroCredits: 34},
-			credit.Debit{Tenant: "acme", RunID: "run-x", Seq: 7, Amount: 34, Note: "llm openai:gpt"}, true},
-		{"sandbox usage", &event.SandboxUsage{SandboxID: "sb-1", CostMicroCredits: 56},
-			credit.Debit{Tenant: "acme", RunID: "run-x", Seq: 7, Amount: 56, Note: "sandbox sb-1"}, true},
+		{
+			"model response", &event.ModelResponse{Provider: "anthropic", Model: "claude", Usage: event.Usage{CostMicroUSD: 12}},
+			credit.Debit{Tenant: "acme", RunID: "run-x", Seq: 7, Amount: 12, Note: "model anthropic:claude"},
+			true,
+		},
+		{
+			"gateway call", &event.LLMCall{Upstream: "openai", UpstreamModel: "gpt", CostMicroCredits: 34},
+			credit.Debit{Tenant: "acme", RunID: "run-x", Seq: 7, Amount: 34, Note: "llm openai:gpt"},
+			true,
+		},
+		{
+			"sandbox usage", &event.SandboxUsage{SandboxID: "sb-1", CostMicroCredits: 56},
+			credit.Debit{Tenant: "acme", RunID: "run-x", Seq: 7, Amount: 56, Note: "sandbox sb-1"},
+			true,
+		},
 		{"free model response", &event.ModelResponse{Provider: "script", Model: "m"}, credit.Debit{}, false},
 		{"another event", &event.Retry{Step: 1}, credit.Debit{}, false},
 	}

@@ -45,12 +45,12 @@ func TestImportersLines(t *testing.T) {
 			continue
 		}
 		checked++
-		var real []string
+		var importers []string
 		for _, by := range deptest.Importers(pkgs, p.ImportPath) {
-			real = append(real, deptest.Rel(by))
+			importers = append(importers, deptest.Rel(by))
 		}
-		if !slices.Equal(named, real) {
-			t.Errorf("%s: its doc says Importers: %s; the import graph says %s", p.Rel(), list(named), list(real))
+		if !slices.Equal(named, importers) {
+			t.Errorf("%s: its doc says Importers: %s; the import graph says %s", p.Rel(), list(named), list(importers))
 		}
 	}
 	if checked == 0 {

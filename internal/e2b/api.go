@@ -201,8 +201,10 @@ type sandboxJSON struct {
 const clientID = "airlock"
 
 func (s *Server) sandboxJSON(b *box) sandboxJSON {
-	return sandboxJSON{SandboxID: b.id, TemplateID: b.template.name, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: b.token, Domain: s.cfg.Domain}
+	return sandboxJSON{
+		SandboxID: b.id, TemplateID: b.template.name, ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: b.token, Domain: s.cfg.Domain,
+	}
 }
 
 // listedJSON is the ListedSandbox schema; detailJSON adds SandboxDetail's
@@ -239,9 +241,11 @@ func (s *Server) listedJSON(b *box) listedJSON {
 	state, end := b.state, b.endAt
 	b.mu.Unlock()
 	l := b.spec.Limits
-	return listedJSON{SandboxID: b.id, TemplateID: b.template.name, ClientID: clientID, StartedAt: b.started, EndAt: end.UTC(),
+	return listedJSON{
+		SandboxID: b.id, TemplateID: b.template.name, ClientID: clientID, StartedAt: b.started, EndAt: end.UTC(),
 		CPUCount: max(1, int(l.CPUs+0.999)), MemoryMB: l.MemoryBytes >> 20, DiskSizeMB: l.DiskBytes >> 20, EnvdVersion: EnvdVersion,
-		State: state, Metadata: b.metadata}
+		State: state, Metadata: b.metadata,
+	}
 }
 
 func (s *Server) handleCreate(ctx context.Context, w http.ResponseWriter, r *http.Request, c caller) error {
@@ -253,8 +257,10 @@ func (s *Server) handleCreate(ctx context.Context, w http.ResponseWriter, r *htt
 	if err != nil {
 		return err
 	}
-	s.audit.record(Record{Tenant: b.tenant, KeyID: c.p.KeyID, Sandbox: b.id, Op: "sandbox.boot", Outcome: "ok",
-		Detail: clipDetail(fmt.Sprintf("template %s (%s), env keys %s", b.template.name, b.template.source, strings.Join(slices.Sorted(maps.Keys(b.envs)), ",")))})
+	s.audit.record(Record{
+		Tenant: b.tenant, KeyID: c.p.KeyID, Sandbox: b.id, Op: "sandbox.boot", Outcome: "ok",
+		Detail: clipDetail(fmt.Sprintf("template %s (%s), env keys %s", b.template.name, b.template.source, strings.Join(slices.Sorted(maps.Keys(b.envs)), ","))),
+	})
 	w.Header().Set("Location", "/sandboxes/"+b.id)
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
 	return nil
@@ -265,8 +271,10 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	if b == nil {
 		return errNoSandbox
 	}
-	writeJSON(w, http.StatusOK, detailJSON{listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
-		AllowInternetAccess: b.internet && needsNetwork(b.template.doc) && s.o.Network != nil, Lifecycle: lifecycleJSON{OnTimeout: "kill"}})
+	writeJSON(w, http.StatusOK, detailJSON{
+		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
+		AllowInternetAccess: b.internet && needsNetwork(b.template.doc) && s.o.Network != nil, Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+	})
 	return nil
 }
 

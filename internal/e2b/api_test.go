@@ -129,8 +129,10 @@ func TestCreateKillInfo(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	for _, path := range []string{"/sandboxes", "/v2/sandboxes"} {
 		t.Run(path, func(t *testing.T) {
-			res := h.api("alpha", "POST", path, map[string]any{"templateID": "base", "timeout": 120, "envVars": map[string]string{"FOO": "bar"},
-				"metadata": map[string]string{"k": "v"}, "allow_internet_access": true, "secure": true})
+			res := h.api("alpha", "POST", path, map[string]any{
+				"templateID": "base", "timeout": 120, "envVars": map[string]string{"FOO": "bar"},
+				"metadata": map[string]string{"k": "v"}, "allow_internet_access": true, "secure": true,
+			})
 			if res.status != 201 {
 				t.Fatalf("create: %s", res)
 			}
@@ -248,9 +250,11 @@ func TestListPaging(t *testing.T) {
 	// A token whose time is past int64, or before 1970, was not made
 	// here.
 	token := func(ns string) string { return base64.RawURLEncoding.EncodeToString([]byte(ns + "." + ids[0])) }
-	for _, q := range []string{"state=exploded", "limit=0", "limit=1000", "limit=-1", "limit=abc", "limit=%2B5", "limit=9223372036854775807",
+	for _, q := range []string{
+		"state=exploded", "limit=0", "limit=1000", "limit=-1", "limit=abc", "limit=%2B5", "limit=9223372036854775807",
 		"limit=9223372036854775808", "nextToken=%21%21", "nextToken=" + token("9223372036854775808"), "nextToken=" + token("-1"),
-		"nextToken=" + token("+1"), "order=sideways", "startedAfter=yesterday"} {
+		"nextToken=" + token("+1"), "order=sideways", "startedAfter=yesterday",
+	} {
 		if res := h.api("alpha", "GET", "/v2/sandboxes?"+q, nil); res.status != 400 {
 			t.Errorf("list ?%s = %s, want 400", q, res)
 		}

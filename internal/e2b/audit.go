@@ -73,9 +73,9 @@ func (a *auditLog) line(r Record) {
 
 // clipDetail bounds a record's detail.
 func clipDetail(s string) string {
-	const max = 512
-	if len(s) > max {
-		return s[:max] + "..."
+	const limit = 512
+	if len(s) > limit {
+		return s[:limit] + "..."
 	}
 	return s
 }

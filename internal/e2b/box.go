@@ -220,8 +220,10 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	}
 	defer s.unreserve(tenant)
 
-	b := &box{id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
-		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess}
+	b := &box{
+		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
+		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
+	}
 	b.spec = specOf(tpl.doc)
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
@@ -257,8 +259,10 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 // takes its lease. The record's policy is the template's document (empty
 // for the default policy), from which a restarted server boots it again.
 func (s *Server) openRecord(ctx context.Context, b *box, timeout time.Duration) error {
-	r := store.Run{ID: event.NewRunID(s.now()), Tenant: b.tenant, Kind: store.KindSandbox, Status: event.StatusRunning,
-		Task: fmt.Sprintf("E2B sandbox %s, template %s", b.id, b.template.name), Policy: b.template.raw}
+	r := store.Run{
+		ID: event.NewRunID(s.now()), Tenant: b.tenant, Kind: store.KindSandbox, Status: event.StatusRunning,
+		Task: fmt.Sprintf("E2B sandbox %s, template %s", b.id, b.template.name), Policy: b.template.raw,
+	}
 	if b.template.raw != nil {
 		r.PolicyHash = store.DocumentHash(b.template.raw)
 	}
@@ -274,10 +278,12 @@ func (s *Server) openRecord(ctx context.Context, b *box, timeout time.Duration) 
 	l, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
 	if err == nil {
 		b.lease = l.Token
-		_, err = b.rec.commit(ctx, "", "", event.SandboxCreated{SandboxID: b.id, Template: b.template.name, TemplateSource: b.template.source,
+		_, err = b.rec.commit(ctx, "", "", event.SandboxCreated{
+			SandboxID: b.id, Template: b.template.name, TemplateSource: b.template.source,
 			KeyID: b.keyID, Metadata: b.metadata, EnvKeys: slices.Sorted(maps.Keys(b.envs)), Internet: b.internet,
 			TimeoutMS: timeout.Milliseconds(), CPUs: b.spec.Limits.CPUs, MemoryBytes: b.spec.Limits.MemoryBytes,
-			DiskBytes: b.spec.Limits.DiskBytes, Host: s.owner})
+			DiskBytes: b.spec.Limits.DiskBytes, Host: s.owner,
+		})
 	}
 	if err != nil {
 		s.closeRecord(ctx, b, endBootFailed)
@@ -335,12 +341,15 @@ func (s *Server) boot(ctx context.Context, b *box) (*live, error) {
 	release := func() {}
 	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
 		spec.ID = b.id
-		rel, err := s.o.Network.Attach(ctx, sandbox.Attachment{RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
+		rel, err := s.o.Network.Attach(ctx, sandbox.Attachment{
+			RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
 			Audit: func(d event.EgressDecision) {
 				d.Sandbox = b.id
 				b.rec.add(d, s.now())
-				s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "egress", Outcome: d.Decision,
-					Detail: clipDetail(fmt.Sprintf("%s %s:%d rule=%s %s", d.Method, d.Host, d.Port, d.Rule, d.Reason))})
+				s.audit.line(Record{
+					Tenant: b.tenant, Sandbox: b.id, Op: "egress", Outcome: d.Decision,
+					Detail: clipDetail(fmt.Sprintf("%s %s:%d rule=%s %s", d.Method, d.Host, d.Port, d.Rule, d.Reason)),
+				})
 			},
 			// Why deny: the E2B API has no one to ask; a policy's "ask"
 			// fails closed here.

@@ -102,11 +102,11 @@ func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("connect: message of %d bytes is over the limit of %d", e.Size, e.Max)
 }
 
-// readEnvelope reads one envelope from r. A message longer than max is
+// readEnvelope reads one envelope from r. A message longer than limit is
 // refused from its length prefix, before any of it is read. io.EOF means r
 // ended cleanly before an envelope; a stream that ends inside one is
 // errShortEnvelope.
-func readEnvelope(r io.Reader, max int64) (flags byte, msg []byte, err error) {
+func readEnvelope(r io.Reader, limit int64) (flags byte, msg []byte, err error) {
 	var hdr [envelopeHeader]byte
 	n, err := io.ReadFull(r, hdr[:])
 	switch {
@@ -116,8 +116,8 @@ func readEnvelope(r io.Reader, max int64) (flags byte, msg []byte, err error) {
 		return 0, nil, errShortEnvelope
 	}
 	size := int64(binary.BigEndian.Uint32(hdr[1:]))
-	if size > max {
-		return hdr[0], nil, &TooLargeError{Size: size, Max: max}
+	if size > limit {
+		return hdr[0], nil, &TooLargeError{Size: size, Max: limit}
 	}
 	msg = make([]byte, size)
 	if _, err := io.ReadFull(r, msg); err != nil {
@@ -135,9 +135,9 @@ func appendEnvelope(dst []byte, flags byte, msg []byte) []byte {
 
 // decodeStreamRequest reads the single request message of a
 // server-streaming call: exactly one uncompressed, non-end-stream
-// envelope of at most max bytes, then the end of the body.
-func decodeStreamRequest(r io.Reader, max int64) ([]byte, error) {
-	flags, msg, err := readEnvelope(r, max)
+// envelope of at most limit bytes, then the end of the body.
+func decodeStreamRequest(r io.Reader, limit int64) ([]byte, error) {
+	flags, msg, err := readEnvelope(r, limit)
 	if errors.Is(err, io.EOF) {
 		return nil, errNoEnvelope
 	}
@@ -305,9 +305,9 @@ func (s *stream) end(err *rpcError) error {
 
 // clip shortens untrusted text quoted in a message.
 func clip(s string) string {
-	const max = 80
-	if len(s) > max {
-		return s[:max] + "..."
+	const limit = 80
+	if len(s) > limit {
+		return s[:limit] + "..."
 	}
 	return s
 }

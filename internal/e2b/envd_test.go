@@ -104,8 +104,10 @@ func TestProcessStart(t *testing.T) {
 	}{
 		{"stdout and exit 0", bash("echo hello; echo oops >&2"), "hello\n", "oops\n", 0},
 		{"exit code", bash("exit 3"), "", "", 3},
-		{"envs and cwd", map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", "echo $FOO $FROM_CREATE; pwd"},
-			"envs": map[string]string{"FOO": "bar"}, "cwd": "/tmp"}, "stdin": false}, "bar c1\n/tmp\n", "", 0},
+		{"envs and cwd", map[string]any{"process": map[string]any{
+			"cmd": "/bin/sh", "args": []string{"-c", "echo $FOO $FROM_CREATE; pwd"},
+			"envs": map[string]string{"FOO": "bar"}, "cwd": "/tmp",
+		}, "stdin": false}, "bar c1\n/tmp\n", "", 0},
 		{"default cwd is the workspace", bash("pwd"), "/workspace\n", "", 0},
 		{"root", bash("id -u"), "0\n", "", 0},
 		{"no network by default", bash("curl -sS --max-time 5 http://example.com >/dev/null 2>&1 || echo refused"), "refused\n", "", 0},
@@ -236,8 +238,10 @@ func TestPTY(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"--norc", "-i"}},
-			"pty": map[string]any{"size": map[string]any{"cols": 80, "rows": 24}}}, nil))
+		r = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{
+			"process": map[string]any{"cmd": "/bin/bash", "args": []string{"--norc", "-i"}},
+			"pty":     map[string]any{"size": map[string]any{"cols": 80, "rows": 24}},
+		}, nil))
 	}()
 	pid := h.onlyProcess(s, "the terminal")
 	if res := h.unary(s, "process.Process/Update", map[string]any{"process": map[string]any{"pid": pid}, "pty": map[string]any{"size": map[string]any{"cols": 123, "rows": 45}}}); res.status != 200 {

@@ -53,8 +53,10 @@ const (
 
 // entryOf describes fi, found at p.
 func entryOf(p string, fi sandbox.FileInfo) entryInfo {
-	e := entryInfo{Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode),
-		Permissions: fi.Mode.String()}
+	e := entryInfo{
+		Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode),
+		Permissions: fi.Mode.String(),
+	}
 	if fi.Name != "" {
 		e.Name = fi.Name
 	}

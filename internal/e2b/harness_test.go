@@ -158,9 +158,11 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.clock != nil {
 		now = o.clock.Now
 	}
-	h.srv, err = e2b.New(e2b.Options{Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust,
+	h.srv, err = e2b.New(e2b.Options{
+		Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust,
 		StateDir: filepath.Join(dir, "e2b"), Audit: h.audit,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,10 +235,12 @@ func (n *testNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(),
 	if err != nil {
 		return nil, err
 	}
-	p, err := egress.New(egress.Config{Identity: bridge.Identity{Tenant: a.Tenant, Run: a.RunID, Sandbox: a.Spec.ID}, Policy: &doc.Network,
+	p, err := egress.New(egress.Config{
+		Identity: bridge.Identity{Tenant: a.Tenant, Run: a.RunID, Sandbox: a.Spec.ID}, Policy: &doc.Network,
 		Secrets: n.secrets, Audit: auditSink(func(r egress.Record) {
 			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port})
-		})})
+		}),
+	})
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -45,8 +45,10 @@ func (s *Server) usage(b *box, lv *live, m meterState, now time.Time, final bool
 			cpu = got.CPU
 		}
 	}
-	u := event.SandboxUsage{SandboxID: b.id, Start: m.at.UTC(), End: now.UTC(), Final: final,
-		SandboxMS: max(0, now.Sub(m.at).Milliseconds()), CPUMS: (cpu - m.cpu).Milliseconds()}
+	u := event.SandboxUsage{
+		SandboxID: b.id, Start: m.at.UTC(), End: now.UTC(), Final: final,
+		SandboxMS: max(0, now.Sub(m.at).Milliseconds()), CPUMS: (cpu - m.cpu).Milliseconds(),
+	}
 	mib := big.NewInt(max(0, b.spec.Limits.MemoryBytes>>20))
 	mem := new(big.Int).Mul(mib, big.NewInt(u.SandboxMS))
 	u.MemoryMiBMS = clampInt64(mem)

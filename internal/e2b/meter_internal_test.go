@@ -32,17 +32,47 @@ func TestUsagePricing(t *testing.T) {
 		want   []int64         // cost of each tick
 	}{
 		{"sandbox seconds", Price{SandboxSecond: 10}, 0, []time.Duration{30 * time.Second}, []time.Duration{0}, []int64{300}},
-		{"cpu seconds", Price{CPUSecond: 20}, 0, []time.Duration{30 * time.Second, 30 * time.Second},
-			[]time.Duration{1500 * time.Millisecond, 4 * time.Second}, []int64{30, 50}},
+		{
+			"cpu seconds",
+			Price{CPUSecond: 20},
+			0,
+			[]time.Duration{30 * time.Second, 30 * time.Second},
+			[]time.Duration{1500 * time.Millisecond, 4 * time.Second},
+			[]int64{30, 50},
+		},
 		{"memory GiB-seconds", Price{MemoryGiBSecond: 5}, 2 << 30, []time.Duration{10 * time.Second}, []time.Duration{0}, []int64{100}},
-		{"fractions carried", Price{SandboxSecond: 1}, 0, []time.Duration{400 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond},
-			[]time.Duration{0, 0, 0}, []int64{0, 0, 1}},
-		{"all three", Price{SandboxSecond: 10, CPUSecond: 20, MemoryGiBSecond: 5}, 1 << 30, []time.Duration{time.Minute},
-			[]time.Duration{30 * time.Second}, []int64{600 + 600 + 300}},
-		{"huge", Price{SandboxSecond: maxPrice, CPUSecond: maxPrice, MemoryGiBSecond: maxPrice}, 1 << 50, []time.Duration{24 * time.Hour},
-			[]time.Duration{time.Hour}, []int64{1_000_000_000_000}},
-		{"cpu going back is no credit", Price{CPUSecond: 1000}, 0, []time.Duration{time.Second, time.Second},
-			[]time.Duration{2 * time.Second, time.Second}, []int64{2000, 0}},
+		{
+			"fractions carried",
+			Price{SandboxSecond: 1},
+			0,
+			[]time.Duration{400 * time.Millisecond, 400 * time.Millisecond, 400 * time.Millisecond},
+			[]time.Duration{0, 0, 0},
+			[]int64{0, 0, 1},
+		},
+		{
+			"all three",
+			Price{SandboxSecond: 10, CPUSecond: 20, MemoryGiBSecond: 5},
+			1 << 30,
+			[]time.Duration{time.Minute},
+			[]time.Duration{30 * time.Second},
+			[]int64{600 + 600 + 300},
+		},
+		{
+			"huge",
+			Price{SandboxSecond: maxPrice, CPUSecond: maxPrice, MemoryGiBSecond: maxPrice},
+			1 << 50,
+			[]time.Duration{24 * time.Hour},
+			[]time.Duration{time.Hour},
+			[]int64{1_000_000_000_000},
+		},
+		{
+			"cpu going back is no credit",
+			Price{CPUSecond: 1000},
+			0,
+			[]time.Duration{time.Second, time.Second},
+			[]time.Duration{2 * time.Second, time.Second},
+			[]int64{2000, 0},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -315,7 +315,9 @@ func (s *Server) handleEnvdMetrics(w http.ResponseWriter, r *http.Request, c env
 		src.mu.Unlock()
 	}
 	m := s.sample(r.Context(), c.b, c.lv, ring)
-	writeJSON(w, http.StatusOK, envdMetrics{TS: m.TimestampUnix, CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct,
+	writeJSON(w, http.StatusOK, envdMetrics{
+		TS: m.TimestampUnix, CPUCount: m.CPUCount, CPUUsedPct: m.CPUUsedPct,
 		MemTotal: m.MemTotal, MemUsed: m.MemUsed, MemTotalMiB: m.MemTotal >> 20, MemUsedMiB: m.MemUsed >> 20,
-		MemCache: m.MemCache, DiskTotal: m.DiskTotal, DiskUsed: m.DiskUsed})
+		MemCache: m.MemCache, DiskTotal: m.DiskTotal, DiskUsed: m.DiskUsed,
+	})
 }

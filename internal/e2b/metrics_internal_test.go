@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"errors"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func FuzzMetricsRange(f *testing.F) {
 		r.URL.RawQuery = query
 		start, end, err := parseMetricsRange(r)
 		if err != nil {
-			if pe, ok := err.(*publicError); !ok || pe.status != 400 {
+			if pe := (*publicError)(nil); !errors.As(err, &pe) || pe.status != 400 {
 				t.Fatalf("parseMetricsRange(%q) = %v, want a 400", query, err)
 			}
 			return

@@ -16,8 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // The process service's messages, in proto3 JSON (lowerCamel names,
@@ -479,8 +480,10 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 	if policyTimeout > 0 && (timeout == 0 || policyTimeout < timeout) {
 		timeout = policyTimeout
 	}
-	cmd := sandbox.Command{Argv: append([]string{cfg.Cmd}, cfg.Args...), Env: env, Dir: dir, User: c.user, Timeout: timeout,
-		MaxOutput: int64(c.b.template.doc.Sandbox.Limits.Output)}
+	cmd := sandbox.Command{
+		Argv: append([]string{cfg.Cmd}, cfg.Args...), Env: env, Dir: dir, User: c.user, Timeout: timeout,
+		MaxOutput: int64(c.b.template.doc.Sandbox.Limits.Output),
+	}
 	p := &proc{tag: req.Tag, cfg: cfg, done: make(chan struct{}), subs: map[*subscriber]struct{}{}}
 	if p.cfg.Envs == nil {
 		p.cfg.Envs = map[string]string{}

@@ -104,8 +104,10 @@ func (r *record) appendLocked(ctx context.Context, from, to event.Status, ps []e
 	r.queue, r.dropped = nil, 0
 	r.qmu.Unlock()
 	if dropped > 0 {
-		d, _ := event.New(event.SandboxOp{Op: "audit.dropped", Outcome: "limited", Count: dropped,
-			Detail: "operations came faster than the log took them"})
+		d, _ := event.New(event.SandboxOp{
+			Op: "audit.dropped", Outcome: "limited", Count: dropped,
+			Detail: "operations came faster than the log took them",
+		})
 		queued = append(queued, d)
 	}
 	drafts := append(queued, own...)

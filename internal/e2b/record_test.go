@@ -118,8 +118,10 @@ func TestRecord(t *testing.T) {
 	}()
 	pid := h.onlyProcess(s, "cat to run")
 	for range 3 {
-		if res := h.unary(s, "process.Process/SendInput", map[string]any{"process": map[string]any{"pid": pid},
-			"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))}}); res.status != 200 {
+		if res := h.unary(s, "process.Process/SendInput", map[string]any{
+			"process": map[string]any{"pid": pid},
+			"input":   map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))},
+		}); res.status != 200 {
 			t.Fatalf("SendInput: %s", res)
 		}
 	}
@@ -139,8 +141,10 @@ func TestRecord(t *testing.T) {
 		head = parseRun(t, h.stream(s, "process.Process/Start", map[string]any{"process": map[string]any{"cmd": "/usr/bin/head", "args": []string{"-n", "1"}}, "stdin": true}, nil))
 	}()
 	pid = h.onlyProcess(s, "head to run")
-	if res := h.unary(s, "process.Process/SendInput", map[string]any{"process": map[string]any{"pid": pid},
-		"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))}}); res.status != 200 {
+	if res := h.unary(s, "process.Process/SendInput", map[string]any{
+		"process": map[string]any{"pid": pid},
+		"input":   map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte(input + "\n"))},
+	}); res.status != 200 {
 		t.Fatalf("SendInput: %s", res)
 	}
 	wg.Wait()
@@ -209,9 +213,11 @@ func TestRecord(t *testing.T) {
 	// The data plane's in the order they happened (the log keeps it,
 	// batched or not); the control plane's (recorded as their answer
 	// goes out) there too.
-	want := []string{"process.start:ok", "process.end:exit:0", "process.start:ok", "process.input:ok", "process.input:ok", "process.input:ok",
+	want := []string{
+		"process.start:ok", "process.end:exit:0", "process.start:ok", "process.input:ok", "process.input:ok", "process.input:ok",
 		"process.close_stdin:ok", "process.end:exit:0", "process.start:ok", "process.input:ok", "process.end:exit:0", "files.write:ok", "files.read:ok", "files.mkdir:ok", "files.move:ok",
-		"files.stat:ok", "files.remove:ok", "files.stat:not_found"}
+		"files.stat:ok", "files.remove:ok", "files.stat:not_found",
+	}
 	if !isSubsequence(want, ops) {
 		t.Errorf("ops = %v\nwant in this order %v", ops, want)
 	}
@@ -490,9 +496,11 @@ func (h *harness) serve(t *testing.T, o harnessOptions, st store.Store) {
 	if o.clock != nil {
 		now = o.clock.Now
 	}
-	h.srv, err = e2b.New(e2b.Options{Now: now, Config: o.config, Backend: b, Keys: auth.NewKeys(st, nil), Store: st,
+	h.srv, err = e2b.New(e2b.Options{
+		Now: now, Config: o.config, Backend: b, Keys: auth.NewKeys(st, nil), Store: st,
 		Network: &testNetwork{dir: dir, secrets: testSecrets{"api-token": canary}}, StateDir: filepath.Join(dir, "e2b"), Audit: h.audit,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

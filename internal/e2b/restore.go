@@ -255,9 +255,11 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 		}
 		tpl.raw = r.Policy
 	}
-	b := &box{id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
+	b := &box{
+		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
 		token: ps.Token, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
-		state: statePaused, endAt: r.Updated, snapshot: filepath.Join(s.o.StateDir, ps.Snapshot)}
+		state: statePaused, endAt: r.Updated, snapshot: filepath.Join(s.o.StateDir, ps.Snapshot),
+	}
 	b.spec = specOf(tpl.doc)
 	if err := b.spec.Validate(); err != nil {
 		return err

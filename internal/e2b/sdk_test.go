@@ -50,8 +50,10 @@ func installSDKs(t *testing.T) string {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, append([]string{"install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save",
-		"--no-package-lock", "--no-update-notifier"}, specs...)...)
+	cmd := exec.CommandContext(ctx, npm, append([]string{
+		"install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save",
+		"--no-package-lock", "--no-update-notifier",
+	}, specs...)...)
 	cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(dir, ".npm"))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("npm install %s: %v\n%s", want, err, out)

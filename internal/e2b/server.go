@@ -156,9 +156,11 @@ func New(o Options) (*Server, error) {
 	if o.Meter == nil {
 		o.Meter = credit.New(o.Store, nil)
 	}
-	s := &Server{o: o, cfg: cfg, credits: o.Meter, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
+	s := &Server{
+		o: o, cfg: cfg, credits: o.Meter, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
 		watchers: newWatcherTable(), metrics: newMetricStore(),
-		serverID: id, owner: "e2b/" + id + "/" + randomHex(4), ready: make(chan struct{}), flushWake: make(chan struct{}, 1)}
+		serverID: id, owner: "e2b/" + id + "/" + randomHex(4), ready: make(chan struct{}), flushWake: make(chan struct{}, 1),
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

@@ -73,8 +73,10 @@ func specOf(doc *policy.Document) sandbox.Spec {
 	for _, m := range sb.Mounts {
 		s.Mounts = append(s.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
 	}
-	s.Limits = sandbox.Limits{MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids,
-		CPUs: sb.Limits.CPUs, RequireHard: sb.RequireHardLimits}
+	s.Limits = sandbox.Limits{
+		MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids,
+		CPUs: sb.Limits.CPUs, RequireHard: sb.RequireHardLimits,
+	}
 	s.TTL = time.Duration(sb.Limits.TTL)
 	return s
 }

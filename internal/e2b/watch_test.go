@@ -149,9 +149,11 @@ func TestWatchDir(t *testing.T) {
 		}
 		h.run(s, "cd /workspace/w && echo a > f && chmod 600 f && mv f g && rm g && mkdir -p new/deep && echo x > new/deep/h && echo y > old/i")
 		seen := ls.until("old/i", "EVENT_TYPE_CREATE")
-		want := map[string]bool{"f EVENT_TYPE_CREATE": false, "f EVENT_TYPE_WRITE": false, "f EVENT_TYPE_CHMOD": false,
+		want := map[string]bool{
+			"f EVENT_TYPE_CREATE": false, "f EVENT_TYPE_WRITE": false, "f EVENT_TYPE_CHMOD": false,
 			"f EVENT_TYPE_RENAME": false, "g EVENT_TYPE_CREATE": false, "g EVENT_TYPE_REMOVE": false, "new EVENT_TYPE_CREATE": false,
-			"new/deep/h EVENT_TYPE_CREATE": false}
+			"new/deep/h EVENT_TYPE_CREATE": false,
+		}
 		for _, m := range seen {
 			if m.Filesystem != nil {
 				want[m.Filesystem.Name+" "+m.Filesystem.Type] = true

@@ -295,8 +295,10 @@ func TestGatewaySDKs(t *testing.T) {
 	key := func(k string) func(context.Context) (secret.Value, error) {
 		return func(context.Context) (secret.Value, error) { return secret.NewValue([]byte(k)), nil }
 	}
-	pol := &policy.LLM{Enabled: true, Models: []string{"gpt-4o-mini", "gpt-4.1", "text-embedding-3-small", "claude-sonnet-4-5", "endless"},
-		MaxTokens: 12_000}
+	pol := &policy.LLM{
+		Enabled: true, Models: []string{"gpt-4o-mini", "gpt-4.1", "text-embedding-3-small", "claude-sonnet-4-5", "endless"},
+		MaxTokens: 12_000,
+	}
 	gw, err := gateway.New(gateway.Config{
 		Tokens: host.tokens,
 		Upstreams: map[string]gateway.Upstream{

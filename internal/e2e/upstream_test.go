@@ -432,10 +432,15 @@ func (up *upstreams) policy(o policyOptions) string {
 		name string
 		u    *upstream
 	}{
-		{gitName, up.git}, {deniedGit, up.git},
-		{pypiName, up.pypi}, {deniedPypi, up.pypi},
-		{npmName, up.npm}, {deniedNpm, up.npm},
-		{echoName, up.echo}, {tunnelName, up.echo}, {deniedName, up.echo},
+		{gitName, up.git},
+		{deniedGit, up.git},
+		{pypiName, up.pypi},
+		{deniedPypi, up.pypi},
+		{npmName, up.npm},
+		{deniedNpm, up.npm},
+		{echoName, up.echo},
+		{tunnelName, up.echo},
+		{deniedName, up.echo},
 	} {
 		fmt.Fprintf(&b, "    - host: %s:%d\n      to: 127.0.0.1:%d\n", p.name, p.u.port, p.u.port)
 	}

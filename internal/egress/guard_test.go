@@ -168,7 +168,7 @@ func ssrfInside(t *testing.T) {
 	run := func(args ...string) error {
 		out, err := exec.Command("ip", args...).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 		return nil
 	}

@@ -27,8 +27,10 @@ func dump(t testing.TB, resp *http.Response, body string) string {
 
 func TestInjection(t *testing.T) {
 	w := newWorld(t, nil)
-	secrets := []string{ghToken, basicPW, apiKey, url.QueryEscape(apiKey), elsewhere,
-		base64.StdEncoding.EncodeToString([]byte("bob:" + basicPW))}
+	secrets := []string{
+		ghToken, basicPW, apiKey, url.QueryEscape(apiKey), elsewhere,
+		base64.StdEncoding.EncodeToString([]byte("bob:" + basicPW)),
+	}
 	noSecret := func(t *testing.T, what string) {
 		t.Helper()
 		for _, s := range secrets {

@@ -59,8 +59,10 @@ func (s *session) serveLocal(ctx context.Context, req *http.Request, rec Record,
 	}
 	r.Header.Del("Expect")
 
-	w := &localWriter{s: s, header: make(http.Header), length: -1,
-		keep: !req.Close && req.ProtoAtLeast(1, 1), head: req.Method == http.MethodHead}
+	w := &localWriter{
+		s: s, header: make(http.Header), length: -1,
+		keep: !req.Close && req.ProtoAtLeast(1, 1), head: req.Method == http.MethodHead,
+	}
 	if !s.callLocal(w, r) {
 		w.keep = false
 		if !w.wroteHeader {

@@ -173,7 +173,8 @@ func TestInspectedRules(t *testing.T) {
 	}
 	// A client that does not trust the per-run CA cannot be fooled into
 	// talking to an inspected host.
-	if _, err := w.h.client(w.pki.pool).Get("https://inspect.test/repos/x"); err == nil {
+	if resp, err := w.h.client(w.pki.pool).Get("https://inspect.test/repos/x"); err == nil {
+		resp.Body.Close()
 		t.Error("a client without the per-run CA completed a request to an inspected host")
 	}
 }

@@ -182,14 +182,14 @@ func (h *tunnelHalf) copy() error {
 	}
 }
 
-// readFunc reads at most max bytes into a buffer from tunnelPool, which
+// readFunc reads at most limit bytes into a buffer from tunnelPool, which
 // the caller puts back. It may return a nil buffer when it read nothing.
-type readFunc func(max int) (buf *[]byte, n int, err error)
+type readFunc func(limit int) (buf *[]byte, n int, err error)
 
 // heldRead is the plain readFunc: it holds its buffer while it waits.
-func (h *tunnelHalf) heldRead(max int) (*[]byte, int, error) {
+func (h *tunnelHalf) heldRead(limit int) (*[]byte, int, error) {
 	bp := tunnelPool.Get().(*[]byte)
-	n, err := h.src.Read((*bp)[:max])
+	n, err := h.src.Read((*bp)[:limit])
 	return bp, n, err
 }
 

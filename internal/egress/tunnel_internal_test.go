@@ -71,8 +71,10 @@ func TestCopyHalf(t *testing.T) {
 			}
 			idle := newIdleTimer(time.Hour, func() {})
 			defer idle.stop()
-			h := &tunnelHalf{dst: dst, src: src, idle: idle, left: left,
-				countRead: func(n int) { counted.Add(int64(n)) }}
+			h := &tunnelHalf{
+				dst: dst, src: src, idle: idle, left: left,
+				countRead: func(n int) { counted.Add(int64(n)) },
+			}
 			done := make(chan error, 1)
 			go func() { done <- h.copy(); dst.Close() }()
 			go func() {

@@ -26,17 +26,17 @@ func (h *tunnelHalf) reader() readFunc {
 	}
 	// One closure per tunnel half, not per read: its state lives here.
 	var (
-		bp   *[]byte
-		max  int
-		n    int
-		rerr error
+		bp    *[]byte
+		limit int
+		n     int
+		rerr  error
 	)
 	try := func(fd uintptr) bool {
 		if bp == nil {
 			bp = tunnelPool.Get().(*[]byte)
 		}
 		for {
-			n, rerr = syscall.Read(int(fd), (*bp)[:max])
+			n, rerr = syscall.Read(int(fd), (*bp)[:limit])
 			if !errors.Is(rerr, syscall.EINTR) {
 				break
 			}
@@ -49,7 +49,7 @@ func (h *tunnelHalf) reader() readFunc {
 		return true
 	}
 	return func(m int) (*[]byte, int, error) {
-		max = m
+		limit = m
 		err := rc.Read(try)
 		b := bp
 		bp = nil

@@ -38,8 +38,10 @@ func (d *driver) approvalRequest(n int, c tools.Call, pd event.PolicyDecision) e
 		reason = strings.TrimSpace(reason + " (" + pd.Rule + ")")
 	}
 	timeout, _ := d.approvalRules()
-	return event.ApprovalRequested{ApprovalID: approvalID(d.run.ID, c.ID), Step: n, CallID: c.ID,
-		Action: describeCall(c), Reason: reason, Expires: d.e.o.Now().Add(timeout).UTC()}
+	return event.ApprovalRequested{
+		ApprovalID: approvalID(d.run.ID, c.ID), Step: n, CallID: c.ID,
+		Action: describeCall(c), Reason: reason, Expires: d.e.o.Now().Add(timeout).UTC(),
+	}
 }
 
 // approvalRules returns how long an approval of this run waits and what
@@ -97,8 +99,10 @@ func (d *driver) awaitApprovals(ctx context.Context, calls []tools.Call) error {
 		var expired []event.Payload
 		for _, a := range open {
 			if !a.req.Expires.IsZero() && !now.Before(a.req.Expires) {
-				expired = append(expired, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "expired", By: "timeout",
-					Reason: "no decision in " + timeout.String() + "; on timeout: " + onTimeout})
+				expired = append(expired, event.ApprovalDecided{
+					ApprovalID: a.req.ApprovalID, Decision: "expired", By: "timeout",
+					Reason: "no decision in " + timeout.String() + "; on timeout: " + onTimeout,
+				})
 			}
 		}
 		if len(expired) > 0 {
@@ -196,8 +200,10 @@ func (e *Engine) Approvals(ctx context.Context, tenant string) ([]Approval, erro
 				return nil, err
 			}
 			for _, a := range append(st.openApprovals(), st.net.open()...) {
-				out = append(out, Approval{ID: a.req.ApprovalID, RunID: r.ID, Tenant: r.Tenant, Task: r.Task, Step: a.req.Step, CallID: a.req.CallID,
-					Destination: a.req.Destination, Sandbox: a.req.Sandbox, Action: a.req.Action, Reason: a.req.Reason, Requested: a.Requested.UTC(), Expires: a.req.Expires.UTC()})
+				out = append(out, Approval{
+					ID: a.req.ApprovalID, RunID: r.ID, Tenant: r.Tenant, Task: r.Task, Step: a.req.Step, CallID: a.req.CallID,
+					Destination: a.req.Destination, Sandbox: a.req.Sandbox, Action: a.req.Action, Reason: a.req.Reason, Requested: a.Requested.UTC(), Expires: a.req.Expires.UTC(),
+				})
 			}
 		}
 		if len(runs) < store.PageLimit(f.Limit) {

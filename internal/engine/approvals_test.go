@@ -40,7 +40,7 @@ turns:
 `
 
 // drive starts a drive of run id in the background.
-func drive(t *testing.T, h *harness, ctx context.Context, id string) <-chan engine.Outcome {
+func drive(t *testing.T, ctx context.Context, h *harness, id string) <-chan engine.Outcome {
 	done := make(chan engine.Outcome, 1)
 	go func() {
 		o, _ := h.eng.Drive(ctx, id)
@@ -78,7 +78,7 @@ func TestApprovals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, func(o *engine.Options) { o.Policy = askPushes })
 			r := h.start("push", pushScript, engine.Config{})
-			done := drive(t, h, ctxT(t, time.Minute), r.ID)
+			done := drive(t, ctxT(t, time.Minute), h, r.ID)
 			a := waitApproval(t, h)
 			if a.RunID != r.ID || a.Step != 1 || !strings.Contains(a.Action, "git push") || !strings.Contains(a.Reason, "pushing needs a person") {
 				t.Errorf("approval = %+v", a)
@@ -159,7 +159,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	h := newHarness(t, func(o *engine.Options) { o.Policy = askPushes })
 	r := h.start("push", pushScript, engine.Config{})
 	ctx, cancel := context.WithCancelCause(context.Background())
-	done := drive(t, h, ctx, r.ID)
+	done := drive(t, ctx, h, r.ID)
 	a := waitApproval(t, h)
 	cancel(errors.New("host stopping"))
 	<-done
@@ -167,7 +167,7 @@ func TestApprovalSurvivesRestart(t *testing.T) {
 	if got.Status != event.StatusAwaitingApproval {
 		t.Fatalf("status after the host stopped = %s", got.Status)
 	}
-	done = drive(t, h, ctxT(t, time.Minute), r.ID)
+	done = drive(t, ctxT(t, time.Minute), h, r.ID)
 	time.Sleep(200 * time.Millisecond)
 	if as, _ := h.eng.Approvals(context.Background(), ""); len(as) != 1 || as[0].ID != a.ID {
 		t.Fatalf("pending after the restart: %+v", as)

@@ -49,8 +49,10 @@ func BenchmarkStep(b *testing.B) {
 				fmt.Fprintf(&s, "  - tool_calls: [%s]\n", bc.call)
 			}
 			s.WriteString("  - tool_calls: [{name: finish, args: {summary: done}}]\n")
-			r, err := eng.Create(context.Background(), engine.Request{Task: "bench", Script: []byte(s.String()),
-				Config: engine.Config{Model: "script:bench", MaxSteps: steps + 1, Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}}})
+			r, err := eng.Create(context.Background(), engine.Request{
+				Task: "bench", Script: []byte(s.String()),
+				Config: engine.Config{Model: "script:bench", MaxSteps: steps + 1, Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}},
+			})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -49,15 +49,19 @@ func started(n int, c tools.Call) event.ToolStarted {
 
 // denied records that call c of step n did not run, as decision pd says.
 func denied(n int, c tools.Call, pd event.PolicyDecision) event.ToolFinished {
-	return event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Outcome: "denied", IsError: true,
-		Output: "The policy does not allow this call (" + pd.Decision + ": " + pd.Reason + ")."}
+	return event.ToolFinished{
+		Step: n, CallID: c.ID, Tool: c.Name, Outcome: "denied", IsError: true,
+		Output: "The policy does not allow this call (" + pd.Decision + ": " + pd.Reason + ").",
+	}
 }
 
 // finished records the result res of call c of step n, which took took.
 func finished(n int, c tools.Call, res tools.Result, took time.Duration) event.ToolFinished {
-	fin := event.ToolFinished{Step: n, CallID: c.ID, Tool: c.Name, Sandbox: c.Sandbox, IsError: res.IsError, Output: res.Content,
+	fin := event.ToolFinished{
+		Step: n, CallID: c.ID, Tool: c.Name, Sandbox: c.Sandbox, IsError: res.IsError, Output: res.Content,
 		Outcome: res.Details.Outcome, ExitCode: res.Details.ExitCode, Signal: res.Details.Signal, OutputBytes: res.Details.Bytes,
-		OutputTruncated: res.Details.Truncated > 0, DurationMS: took.Milliseconds(), WallMS: res.Details.Wall.Milliseconds()}
+		OutputTruncated: res.Details.Truncated > 0, DurationMS: took.Milliseconds(), WallMS: res.Details.Wall.Milliseconds(),
+	}
 	if fin.Outcome == "" {
 		fin.Outcome = "ok"
 		if res.IsError {

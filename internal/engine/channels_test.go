@@ -29,8 +29,10 @@ type allowNetwork struct {
 }
 
 func (n *allowNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
-	pol := &policy.Network{Default: policy.Deny, Resolve: []policy.Pin{{Host: n.hostPort, To: n.to}},
-		Allow: []policy.Rule{{Host: "egress.test", Ports: []int{n.port}}}}
+	pol := &policy.Network{
+		Default: policy.Deny, Resolve: []policy.Pin{{Host: n.hostPort, To: n.to}},
+		Allow: []policy.Rule{{Host: "egress.test", Ports: []int{n.port}}},
+	}
 	return attachProxy(n.t, a, pol, nil)
 }
 
@@ -76,7 +78,7 @@ turns:
         args: {summary: done}
 `, background)
 	r := h.start("traffic", script, engine.Config{})
-	done := drive(t, h, ctxT(t, 2*time.Minute), r.ID)
+	done := drive(t, ctxT(t, 2*time.Minute), h, r.ID)
 	a := waitApproval(t, h)
 	if err := h.eng.Decide(context.Background(), a.ID, "", "alice", true, ""); err != nil {
 		t.Fatal(err)
@@ -120,7 +122,7 @@ func TestHostChannelsFenced(t *testing.T) {
 	nw := &capturedNetwork{}
 	h := newHarness(t, func(o *engine.Options) { o.Network = nw })
 	r := h.start("fenced", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 600\"}\n", engine.Config{})
-	done := drive(t, h, ctxT(t, time.Minute), r.ID)
+	done := drive(t, ctxT(t, time.Minute), h, r.ID)
 	waitFor(t, h, r.ID, event.TypeToolStarted)
 	if err := h.eng.Pause(context.Background(), r.ID, "for the test"); err != nil {
 		t.Fatal(err)

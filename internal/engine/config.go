@@ -255,8 +255,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("sandboxes[%d]: workspace mode %q: want cow, ro or rw", i, s.Mode))
 		}
 	}
-	for name, list := range map[string][]string{"checks.commands": c.Checks.Commands, "checks.changed": c.Checks.Changed,
-		"checks.only_changed": c.Checks.OnlyChanged, "artifacts": c.Artifacts} {
+	for name, list := range map[string][]string{
+		"checks.commands": c.Checks.Commands, "checks.changed": c.Checks.Changed,
+		"checks.only_changed": c.Checks.OnlyChanged, "artifacts": c.Artifacts,
+	} {
 		if len(list) > MaxChecks {
 			errs = append(errs, fmt.Errorf("%s: %d entries, at most %d", name, len(list), MaxChecks))
 		}
@@ -389,9 +391,13 @@ func decodeConfig(raw json.RawMessage) (Config, error) {
 // the run's policy document: the call, the run and its usage and time so
 // far, as the document's tool rules see them.
 func DecideTool(doc *policy.Document, q PolicyQuery) event.PolicyDecision {
-	d := doc.DecideTool(policy.ToolRequest{Tool: q.Call.Name, Args: q.Call.Input, External: q.Call.External, Sandbox: q.Call.Sandbox,
-		Run: policy.RunInfo{Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
-			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second)}})
+	d := doc.DecideTool(policy.ToolRequest{
+		Tool: q.Call.Name, Args: q.Call.Input, External: q.Call.External, Sandbox: q.Call.Sandbox,
+		Run: policy.RunInfo{
+			Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
+			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second),
+		},
+	})
 	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
 }
 

@@ -29,8 +29,8 @@ func (d *driver) creditsLeft(ctx context.Context) (budget string, limit, used in
 	}
 	d.account = a
 	spent := d.st.usage.CostMicroUSD
-	if max := d.st.cfg.MaxCredits; max > 0 && spent >= max {
-		return "credits", max, spent, nil
+	if maxCredits := d.st.cfg.MaxCredits; maxCredits > 0 && spent >= maxCredits {
+		return "credits", maxCredits, spent, nil
 	}
 	if ex := a.Spent(); ex != nil {
 		return ex.Budget, ex.Limit, ex.Used, nil

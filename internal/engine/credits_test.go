@@ -114,8 +114,10 @@ func TestUnpricedModel(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r, err := h.eng.Create(ctx, engine.Request{Tenant: tt.tenant, Task: tt.name, Config: engine.Config{Model: "script:t", MaxCredits: tt.credits},
-				Script: []byte(loopScript)})
+			r, err := h.eng.Create(ctx, engine.Request{
+				Tenant: tt.tenant, Task: tt.name, Config: engine.Config{Model: "script:t", MaxCredits: tt.credits},
+				Script: []byte(loopScript),
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,8 +160,10 @@ func TestSettleGatewayCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call, err := event.New(event.LLMCall{Sandbox: "main", API: "openai.chat", Model: "gpt", Upstream: "openai", UpstreamModel: "gpt",
-		Usage: event.Usage{InputTokens: 10, OutputTokens: 5}, CostMicroCredits: 4321, Status: 200, Outcome: event.LLMOutcomeOK})
+	call, err := event.New(event.LLMCall{
+		Sandbox: "main", API: "openai.chat", Model: "gpt", Upstream: "openai", UpstreamModel: "gpt",
+		Usage: event.Usage{InputTokens: 10, OutputTokens: 5}, CostMicroCredits: 4321, Status: 200, Outcome: event.LLMOutcomeOK,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ turns:
 
 	t.Run("paused mid-run", func(t *testing.T) {
 		r := h.start("pause me", script, checks)
-		done := drive(t, h, ctx, r.ID)
+		done := drive(t, ctx, h, r.ID)
 		waitFor(t, h, r.ID, event.TypeToolStarted)
 		if err := h.eng.Pause(ctx, r.ID, "lunch"); err != nil {
 			t.Fatal(err)

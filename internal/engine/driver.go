@@ -192,8 +192,10 @@ var errTimeBudget = errors.New("engine: the run's time budget is spent")
 const requestFlushDelay = 100 * time.Millisecond
 
 func newDriver(e *Engine, r store.Run, st *state) *driver {
-	return &driver{e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{},
-		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), net: st.net.clone()}}
+	return &driver{
+		e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{},
+		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), net: st.net.clone()},
+	}
 }
 
 // append records payloads as one durable batch and folds it into the
@@ -708,8 +710,10 @@ func (d *driver) redo(ctx context.Context) error {
 		switch {
 		case c.Place == tools.PlaceSandbox && (!done || cur.dirty[c.Sandbox]):
 		case !done && c.External:
-			uncertain = append(uncertain, event.ToolUncertain{Step: cur.n, CallID: c.ID, Tool: c.Name, StartedSeq: cur.started[c.ID],
-				Reason: "started with an external effect and no recorded result"})
+			uncertain = append(uncertain, event.ToolUncertain{
+				Step: cur.n, CallID: c.ID, Tool: c.Name, StartedSeq: cur.started[c.ID],
+				Reason: "started with an external effect and no recorded result",
+			})
 			continue
 		case !done:
 		default:
@@ -928,8 +932,10 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, []model.To
 	if m == "" {
 		m = modelName
 	}
-	usage := event.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
-		CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens}
+	usage := event.Usage{
+		InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens,
+		CacheReadTokens: resp.Usage.CacheReadTokens, CacheWriteTokens: resp.Usage.CacheWriteTokens,
+	}
 	if usage.CostMicroUSD, err = rate.Cost(usage); err != nil {
 		return event.ModelResponse{}, nil, err
 	}
@@ -977,8 +983,10 @@ func (d *driver) finish(ctx context.Context) (event.Status, event.Payload, error
 			failed = append(failed, c.Name)
 		}
 	}
-	return event.StatusFailedVerification, event.RunFailed{Status: event.StatusFailedVerification,
-		Reason: "verification failed: " + strings.Join(failed, "; "), Steps: d.st.steps, Usage: d.st.usage}, nil
+	return event.StatusFailedVerification, event.RunFailed{
+		Status: event.StatusFailedVerification,
+		Reason: "verification failed: " + strings.Join(failed, "; "), Steps: d.st.steps, Usage: d.st.usage,
+	}, nil
 }
 
 func systemPrompt(cfg Config) string {

@@ -403,8 +403,10 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	}
 	version := req.PolicyVersion
 	if len(given) > 0 && req.PolicyName != "" {
-		v, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{Tenant: req.Tenant, Name: req.PolicyName, PolicyHash: givenHash,
-			Document: given, Source: req.PolicySource, By: req.PolicyBy})
+		v, _, err := e.o.Store.PutPolicy(ctx, store.PolicyVersion{
+			Tenant: req.Tenant, Name: req.PolicyName, PolicyHash: givenHash,
+			Document: given, Source: req.PolicySource, By: req.PolicyBy,
+		})
 		if errors.Is(err, store.ErrInvalid) {
 			return store.Run{}, fmt.Errorf("%w: policy %q: %w", ErrInvalid, req.PolicyName, err)
 		}
@@ -890,7 +892,7 @@ func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
 		case errors.As(err, &held) && !seen.IsZero() && held.Expires.After(seen):
 			// Renewed while waited out: its holder lives (a process of
 			// this host with another lock directory).
-			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", ErrBusy, err)
 		case errors.As(err, &held) && e.o.LockDir != "" && sameHost(held.Owner) && !liveOwner(held.Owner):
 			seen = held.Expires
 			wait := time.Until(held.Expires) + 50*time.Millisecond
@@ -900,9 +902,9 @@ func (e *Engine) lease(ctx context.Context, id string) (store.Lease, error) {
 			case <-time.After(min(max(wait, 50*time.Millisecond), e.o.LeaseTTL)):
 			}
 		case errors.Is(err, store.ErrLeased):
-			return store.Lease{}, fmt.Errorf("%w: %v", ErrBusy, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", ErrBusy, err)
 		case errors.Is(err, store.ErrFinal):
-			return store.Lease{}, fmt.Errorf("%w: %v", ErrFinal, err)
+			return store.Lease{}, fmt.Errorf("%w: %w", ErrFinal, err)
 		default:
 			return store.Lease{}, err
 		}

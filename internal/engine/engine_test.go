@@ -47,12 +47,14 @@ func newHarness(t *testing.T, mod ...func(*engine.Options)) *harness {
 	dir := t.TempDir()
 	st, bl, b := openStack(t, dir)
 	h := &harness{t: t, store: st, blobs: bl, backend: b}
-	h.opts = engine.Options{Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), Poll: 50 * time.Millisecond,
+	h.opts = engine.Options{
+		Store: st, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), Poll: 50 * time.Millisecond,
 		OnEvents: engine.EachEvent(func(e event.Event) {
 			h.mu.Lock()
 			h.events = append(h.events, e)
 			h.mu.Unlock()
-		})}
+		}),
+	}
 	for _, f := range mod {
 		f(&h.opts)
 	}
@@ -236,10 +238,12 @@ func TestRunCompletesAndVerifies(t *testing.T) {
 		t.Errorf("host workspace changed: %s", b)
 	}
 	evs := h.verifyLog(o.RunID)
-	for _, typ := range []event.Type{event.TypeRunCreated, event.TypePolicyResolved, event.TypeRunStarted, event.TypeModelRequest,
+	for _, typ := range []event.Type{
+		event.TypeRunCreated, event.TypePolicyResolved, event.TypeRunStarted, event.TypeModelRequest,
 		event.TypeModelResponse, event.TypeToolProposed, event.TypePolicyDecision, event.TypeToolStarted, event.TypeToolFinished,
 		event.TypeSnapshotTaken, event.TypeSandboxProvisioned, event.TypeSandboxDestroyed, event.TypeVerificationResult,
-		event.TypeArtifactStored, event.TypeRunCompleted} {
+		event.TypeArtifactStored, event.TypeRunCompleted,
+	} {
 		if count(evs, typ) == 0 {
 			t.Errorf("no %s event", typ)
 		}
@@ -259,7 +263,8 @@ func TestRunCompletesAndVerifies(t *testing.T) {
 func mustRead(t *testing.T, r interface {
 	Read([]byte) (int, error)
 	Close() error
-}) string {
+},
+) string {
 	t.Helper()
 	defer r.Close()
 	var b strings.Builder

@@ -91,8 +91,10 @@ func (e *Engine) Fork(ctx context.Context, id string, atStep int, o ForkOptions)
 	if o.Policy != nil {
 		policy, src, version = o.Policy, o.PolicySource, o.PolicyVersion
 	}
-	child, err := e.create(ctx, Request{Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src,
-		PolicyVersion: version, Script: o.Script},
+	child, err := e.create(ctx, Request{
+		Tenant: parent.Tenant, Task: parent.Task, Config: cfg, Policy: policy, PolicySource: src,
+		PolicyVersion: version, Script: o.Script,
+	},
 		event.RunCreated{ParentRunID: id, ParentSeq: point.Seq, ParentHash: point.Hash.String()})
 	if err != nil {
 		return store.Run{}, err

@@ -74,8 +74,10 @@ func (g GitSource) Validate() error {
 
 // gitEnv makes git in the sandbox non-interactive and blind to any
 // configuration but its own.
-var gitEnv = []string{"GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME=/tmp",
-	"GIT_ADVICE=0", "GIT_ASKPASS=/bin/false", "SSH_ASKPASS=/bin/false"}
+var gitEnv = []string{
+	"GIT_TERMINAL_PROMPT=0", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "HOME=/tmp",
+	"GIT_ADVICE=0", "GIT_ASKPASS=/bin/false", "SSH_ASKPASS=/bin/false",
+}
 
 // fetchGit fetches sandbox name's git source into sb's empty /workspace,
 // keeps the tree as a blob and records it.
@@ -97,8 +99,10 @@ func (d *driver) fetchGit(ctx context.Context, sb sandbox.Sandbox, name string, 
 	var commit string
 	for _, argv := range steps {
 		var out tailBuffer
-		res, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: argv, Env: gitEnv, Stdout: &out, Stderr: &out,
-			MaxOutput: 1 << 20})
+		res, err := sandbox.Run(ctx, sb, sandbox.Command{
+			Argv: argv, Env: gitEnv, Stdout: &out, Stderr: &out,
+			MaxOutput: 1 << 20,
+		})
 		if err != nil {
 			return fmt.Errorf("git source %s: %s: %w", g.URL, argv[len(argv)-2], err)
 		}
@@ -115,8 +119,10 @@ func (d *driver) fetchGit(ctx context.Context, sb sandbox.Sandbox, name string, 
 	if err != nil {
 		return fmt.Errorf("git source %s: keep the tree: %w", g.URL, err)
 	}
-	_, err = d.record(ctx, event.WorkspaceFetched{Sandbox: name, URL: g.URL, Ref: g.Ref, Commit: clipLine(commit), Digest: digest,
-		Size: size, DurationMS: time.Since(start).Milliseconds()})
+	_, err = d.record(ctx, event.WorkspaceFetched{
+		Sandbox: name, URL: g.URL, Ref: g.Ref, Commit: clipLine(commit), Digest: digest,
+		Size: size, DurationMS: time.Since(start).Milliseconds(),
+	})
 	return err
 }
 

@@ -146,8 +146,10 @@ func TestGitSourceValidate(t *testing.T) {
 		}
 	}
 	h := newHarness(t)
-	_, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{Model: "openai:x",
-		Sandboxes: []engine.SandboxConfig{{Name: "main", Git: &engine.GitSource{URL: "https://u:p@git.example/b"}}}}})
+	_, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{
+		Model:     "openai:x",
+		Sandboxes: []engine.SandboxConfig{{Name: "main", Git: &engine.GitSource{URL: "https://u:p@git.example/b"}}},
+	}})
 	if !errors.Is(err, engine.ErrInvalid) || strings.Contains(err.Error(), "u:p") {
 		t.Errorf("Create with a credential in the URL = %v", err)
 	}

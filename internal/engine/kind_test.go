@@ -21,8 +21,10 @@ func TestSandboxRecordsAreNotDriven(t *testing.T) {
 	agent := h.start("an agent run", pushScript, engine.Config{})
 	var records []store.Run
 	for _, st := range []event.Status{event.StatusRunning, event.StatusPaused} {
-		r, err := h.store.CreateRun(ctx, store.Run{ID: event.NewRunID(time.Now()), Tenant: agent.Tenant, Kind: store.KindSandbox,
-			Task: "E2B sandbox", Status: event.StatusRunning})
+		r, err := h.store.CreateRun(ctx, store.Run{
+			ID: event.NewRunID(time.Now()), Tenant: agent.Tenant, Kind: store.KindSandbox,
+			Task: "E2B sandbox", Status: event.StatusRunning,
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -556,7 +556,7 @@ func TestLiveLeaseOfThisHostIsNotWaitedOut(t *testing.T) {
 	r := h.start("wait", "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 600\"}\n", engine.Config{})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	done := drive(t, h, ctx, r.ID)
+	done := drive(t, ctx, h, r.ID)
 	waitFor(t, h, r.ID, event.TypeToolStarted)
 	o2 := h.opts
 	o2.LockDir = t.TempDir()

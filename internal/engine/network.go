@@ -90,8 +90,10 @@ func (d *driver) askNetwork(ctx context.Context, name, host string, port int) (b
 		}
 		if !d.e.o.Now().Before(a.req.Expires) {
 			timeout, _ := d.approvalRules()
-			_, err := d.record(ctx, event.ApprovalDecided{ApprovalID: id, Decision: "expired", By: "timeout",
-				Reason: "no decision in " + min(timeout, d.netHold()).String() + "; on timeout: " + onTimeout})
+			_, err := d.record(ctx, event.ApprovalDecided{
+				ApprovalID: id, Decision: "expired", By: "timeout",
+				Reason: "no decision in " + min(timeout, d.netHold()).String() + "; on timeout: " + onTimeout,
+			})
 			if err != nil {
 				return false, err
 			}
@@ -101,8 +103,10 @@ func (d *driver) askNetwork(ctx context.Context, name, host string, port int) (b
 		case <-ctx.Done():
 			// The sandbox gave up on the request, or the run is stopping:
 			// the approval no longer holds anything.
-			_, err := d.record(ctx, event.ApprovalDecided{ApprovalID: id, Decision: "withdrawn", By: "airlock",
-				Reason: "the held request ended before a decision"})
+			_, err := d.record(ctx, event.ApprovalDecided{
+				ApprovalID: id, Decision: "withdrawn", By: "airlock",
+				Reason: "the held request ended before a decision",
+			})
 			return false, err
 		case <-t.C:
 		}
@@ -119,10 +123,12 @@ func (d *driver) netRequest(name, dest string) (event.ApprovalRequested, error) 
 		return event.ApprovalRequested{}, err
 	}
 	timeout, _ := d.approvalRules()
-	return event.ApprovalRequested{ApprovalID: approvalID(d.run.ID, "net-"+hex.EncodeToString(b[:])), Step: d.curStep(),
+	return event.ApprovalRequested{
+		ApprovalID: approvalID(d.run.ID, "net-"+hex.EncodeToString(b[:])), Step: d.curStep(),
 		Destination: dest, Sandbox: name, Action: "connect to " + dest,
 		Reason:  "the network policy asks for destinations it does not list (default)",
-		Expires: d.e.o.Now().Add(min(timeout, d.netHold())).UTC()}, nil
+		Expires: d.e.o.Now().Add(min(timeout, d.netHold())).UTC(),
+	}, nil
 }
 
 func (d *driver) netHold() time.Duration {
@@ -146,8 +152,10 @@ func (d *driver) withdrawNetwork(ctx context.Context) error {
 	open := d.st.net.open()
 	var ps []event.Payload
 	for _, a := range open {
-		ps = append(ps, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "withdrawn", By: "airlock",
-			Reason: "the held request ended with the host process"})
+		ps = append(ps, event.ApprovalDecided{
+			ApprovalID: a.req.ApprovalID, Decision: "withdrawn", By: "airlock",
+			Reason: "the held request ended with the host process",
+		})
 	}
 	if len(ps) == 0 {
 		return nil

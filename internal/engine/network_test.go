@@ -124,7 +124,7 @@ turns:
 				}
 			})
 			r := h.start("fetch", script, engine.Config{})
-			done := drive(t, h, ctxT(t, 2*time.Minute), r.ID)
+			done := drive(t, ctxT(t, 2*time.Minute), h, r.ID)
 			if tc.decide != "" {
 				a := waitApproval(t, h)
 				if a.RunID != r.ID || a.Destination != "ask.test:"+port || a.Sandbox == "" || !strings.Contains(a.Action, "connect to ask.test") {
@@ -165,8 +165,10 @@ turns:
 type logNetwork struct{ seq int64 }
 
 func (n *logNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
-	seq, err := a.Log(ctx, event.LLMCall{Sandbox: a.Sandbox, API: "openai.chat", Model: "m", Upstream: "openai", Status: 429,
-		Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens"},
+	seq, err := a.Log(ctx, event.LLMCall{
+		Sandbox: a.Sandbox, API: "openai.chat", Model: "m", Upstream: "openai", Status: 429,
+		Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens",
+	},
 		event.BudgetExhausted{Budget: "llm_tokens", Limit: 10, Used: 12})
 	n.seq = seq
 	return func() {}, err

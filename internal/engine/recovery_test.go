@@ -70,7 +70,8 @@ func crashHelper(spec string) int {
 	if os.Getenv("AIRLOCK_ENGINE_STOP") != "" {
 		self = syscall.SIGSTOP // stall, as a worker that loses its CPU does
 	}
-	eng, err := engine.New(engine.Options{Store: ps, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
+	eng, err := engine.New(engine.Options{
+		Store: ps, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
 		// A model that thinks for a while, so that the request is on
 		// record before its answer: the kill lands during the call.
 		WrapProvider: func(p model.Provider) model.Provider { return slowModel{p} },
@@ -91,7 +92,8 @@ func crashHelper(spec string) int {
 					}
 				}
 			}
-		})})
+		}),
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 3
@@ -101,6 +103,7 @@ func crashHelper(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 4
 	}
+	//nolint:forbidigo // the child process answers its parent on stdout
 	fmt.Printf("helper ended with the run %s\n", o.Status)
 	return 5 // never reached the kill point, or woke up after a stop
 }
@@ -221,9 +224,11 @@ func TestRecoveryAfterKill9(t *testing.T) {
 			t.Cleanup(func() { _ = linux.Forget(filepath.Join(dir, "run-helper")) }) // what the killed helper left
 			marker := strconv.FormatInt(time.Now().UnixNano(), 36)
 			eng, st, _ := engineOn(t, dir)
-			r, err := eng.Create(context.Background(), engine.Request{Task: "two files",
+			r, err := eng.Create(context.Background(), engine.Request{
+				Task:   "two files",
 				Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test \"$(cat one.txt)\" = \"$(printf 'one\\ntwo')\" && test -f two.txt"}}},
-				Script: []byte(fmt.Sprintf(recoveryScript, marker))})
+				Script: []byte(fmt.Sprintf(recoveryScript, marker)),
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -401,9 +406,11 @@ func TestStalledDriverIsFencedOut(t *testing.T) {
 	dir := t.TempDir()
 	t.Cleanup(func() { _ = linux.Forget(filepath.Join(dir, "run-helper")) }) // what the killed helper left
 	eng0, st, bl := engineOn(t, dir)
-	r, err := eng0.Create(context.Background(), engine.Request{Task: "two files",
+	r, err := eng0.Create(context.Background(), engine.Request{
+		Task:   "two files",
 		Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test -f two.txt"}}},
-		Script: []byte(fmt.Sprintf(recoveryScript, "stall"))})
+		Script: []byte(fmt.Sprintf(recoveryScript, "stall")),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,9 +504,11 @@ func TestWorkerKilledOnPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := other.Create(ctx, engine.Request{Task: "two files",
+	r, err := other.Create(ctx, engine.Request{
+		Task:   "two files",
 		Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test -f two.txt"}}},
-		Script: []byte(fmt.Sprintf(recoveryScript, "pg"))})
+		Script: []byte(fmt.Sprintf(recoveryScript, "pg")),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,14 +574,16 @@ func TestThreeWorkersShareRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		e, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: b, LeaseTTL: 2 * time.Second, Owner: fmt.Sprintf("host-%d:1", i),
+		e, err := engine.New(engine.Options{
+			Store: st, Blobs: bl, Backend: b, LeaseTTL: 2 * time.Second, Owner: fmt.Sprintf("host-%d:1", i),
 			OnEvents: engine.EachEvent(func(ev event.Event) {
 				if ev.Type == event.TypeRunStarted {
 					mu.Lock()
 					started[ev.RunID] = append(started[ev.RunID], i)
 					mu.Unlock()
 				}
-			})})
+			}),
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -286,8 +286,10 @@ func TestWorkspaceModes(t *testing.T) {
 		})
 	}
 	h := newHarness(t)
-	_, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{Model: "openai:x",
-		Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: "/tmp", Mode: "rw"}}, Checks: engine.Checks{Changed: []string{"a"}}}})
+	_, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{
+		Model:     "openai:x",
+		Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: "/tmp", Mode: "rw"}}, Checks: engine.Checks{Changed: []string{"a"}},
+	}})
 	if err == nil || !strings.Contains(err.Error(), "rw") {
 		t.Errorf("rw with a changed check: %v", err)
 	}
@@ -335,8 +337,10 @@ func TestWorkspaceTar(t *testing.T) {
 		t.Errorf("patch against the upload:\n%s", patch)
 	}
 	missing := "sha256:" + strings.Repeat("ab", 32)
-	if _, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{Model: "openai:x",
-		Sandboxes: []engine.SandboxConfig{{Name: "main", Tar: missing}}}}); !errors.Is(err, engine.ErrInvalid) {
+	if _, err := h.eng.Create(context.Background(), engine.Request{Task: "t", Config: engine.Config{
+		Model:     "openai:x",
+		Sandboxes: []engine.SandboxConfig{{Name: "main", Tar: missing}},
+	}}); !errors.Is(err, engine.ErrInvalid) {
 		t.Errorf("missing tar: %v", err)
 	}
 }

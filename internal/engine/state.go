@@ -214,8 +214,10 @@ func (n *netApprovals) clone() netApprovals {
 // newState returns the state of run runID before its first event; reg
 // holds the tools the engine gives runs.
 func newState(runID string, reg *tools.Registry) *state {
-	return &state{runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
-		tools: reg}
+	return &state{
+		runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
+		tools: reg,
+	}
 }
 
 // mutates reports whether a call of the tool called name may change the
@@ -338,8 +340,10 @@ func (s *state) applyTurn(e event.Event, r *event.ModelResponse, o origin) {
 	s.usage = s.usage.Add(r.Usage)
 	s.responses = append(s.responses, *r)
 	msg := responseMessage(*r)
-	s.cur = &step{n: r.Step, respSeq: e.Seq, calls: modelCalls(r.ToolCalls), results: map[string]model.ToolResult{}, started: map[string]int64{},
-		dirty: map[string]bool{}, decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{}}
+	s.cur = &step{
+		n: r.Step, respSeq: e.Seq, calls: modelCalls(r.ToolCalls), results: map[string]model.ToolResult{}, started: map[string]int64{},
+		dirty: map[string]bool{}, decisions: map[string]event.PolicyDecision{}, approvals: map[string]*approval{},
+	}
 	if len(msg.Content) > 0 {
 		s.messages = append(s.messages, msg)
 	}

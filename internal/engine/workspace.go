@@ -187,8 +187,10 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	cfg := d.cfg
 	sc, _ := cfg.sandbox(name)
 	snap := d.snapshotOf(name)
-	spec := sandbox.Spec{Env: append(slices.Clone(sandboxEnv), cfg.Env...), Limits: sandbox.Limits{MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
-		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true}}
+	spec := sandbox.Spec{Env: append(slices.Clone(sandboxEnv), cfg.Env...), Limits: sandbox.Limits{
+		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
+	}}
 	if snap == "" {
 		snap = d.sourceTar(name)
 	}
@@ -207,7 +209,8 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	release := func() {}
 	if d.e.o.Network != nil {
 		spec.ID = sandbox.NewID()
-		rel, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
+		rel, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{
+			RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
 			Audit: func(ed event.EgressDecision) {
 				ed.Sandbox = name
 				d.audit(ctx, ed)
@@ -249,8 +252,10 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	d.mu.Lock()
 	delete(d.snaps, name) // a restored tree has new inodes and times
 	d.mu.Unlock()
-	_, err = d.record(ctx, event.SandboxProvisioned{Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
-		Snapshot: snap, DurationMS: time.Since(start).Milliseconds()})
+	_, err = d.record(ctx, event.SandboxProvisioned{
+		Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
+		Snapshot: snap, DurationMS: time.Since(start).Milliseconds(),
+	})
 	return err
 }
 
@@ -338,14 +343,18 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		// ordered, gzip carries no time): the blob exists and so does its
 		// artifact.
 		if digest != base {
-			if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
-				Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n)}); err != nil {
+			if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{
+				RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
+				Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n),
+			}); err != nil {
 				return err
 			}
 		}
 		// Written with the next append (see driver.pending).
-		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds(),
-			SandboxID: sb.ID(), CPUMS: measure(sb)})
+		return d.later(event.SnapshotTaken{
+			Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds(),
+			SandboxID: sb.ID(), CPUMS: measure(sb),
+		})
 	}
 }
 
@@ -526,8 +535,10 @@ func (d *driver) verify(ctx context.Context) (event.VerificationResult, error) {
 		}
 		for _, cmd := range cfg.Checks.Commands {
 			var out tailBuffer
-			res, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out,
-				Timeout: time.Duration(cfg.Checks.TimeoutMS) * time.Millisecond, MaxOutput: 16 << 20})
+			res, err := sandbox.Run(ctx, sb, sandbox.Command{
+				Argv: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &out,
+				Timeout: time.Duration(cfg.Checks.TimeoutMS) * time.Millisecond, MaxOutput: 16 << 20,
+			})
 			if err != nil {
 				return vr, fmt.Errorf("check %q: %w", cmd, err)
 			}
@@ -752,7 +763,9 @@ func (p *replayProvider) Complete(ctx context.Context, req model.Request, _ func
 		return model.Response{}, fmt.Errorf("replay of %s: %w: the run recorded %d model turns", p.run, model.ErrScriptEnded, len(p.responses))
 	}
 	r := p.responses[n]
-	resp := model.Response{Model: r.Model, Text: r.Text, StopReason: model.StopReason(r.StopReason),
-		Usage: model.Usage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}, ToolCalls: modelCalls(r.ToolCalls)}
+	resp := model.Response{
+		Model: r.Model, Text: r.Text, StopReason: model.StopReason(r.StopReason),
+		Usage: model.Usage{InputTokens: r.Usage.InputTokens, OutputTokens: r.Usage.OutputTokens}, ToolCalls: modelCalls(r.ToolCalls),
+	}
 	return resp, nil
 }

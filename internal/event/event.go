@@ -278,9 +278,9 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 
 // truncate shortens untrusted text quoted in an error message.
 func truncate(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
+	const limit = 64
+	if len(s) > limit {
+		return s[:limit] + "..."
 	}
 	return s
 }

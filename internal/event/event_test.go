@@ -83,14 +83,18 @@ func TestPayloads(t *testing.T) {
 		event.SandboxLost{Sandbox: "main", SandboxID: "sb1", Reason: "oom"},
 		event.SandboxDestroyed{Sandbox: "main", SandboxID: "sb1"},
 		event.ModelRequest{Step: 1, Provider: "scripted", Model: "demo", Attempt: 1, Messages: 2},
-		event.ModelResponse{Step: 1, Provider: "scripted", Model: "demo", Text: "hi", StopReason: "tool_use",
+		event.ModelResponse{
+			Step: 1, Provider: "scripted", Model: "demo", Text: "hi", StopReason: "tool_use",
 			ToolCalls: []event.ToolCall{{ID: "c1", Name: "run_command", Args: json.RawMessage(`{"command":"go test ./..."}`)}},
-			Usage:     event.Usage{InputTokens: 100, OutputTokens: 20, CacheReadTokens: 7, CostMicroUSD: 12}},
+			Usage:     event.Usage{InputTokens: 100, OutputTokens: 20, CacheReadTokens: 7, CostMicroUSD: 12},
+		},
 		event.ToolProposed{Step: 1, CallID: "c1", Tool: "edit_file", Args: json.RawMessage(`{"path":"calc.go"}`)},
 		event.PolicyDecision{Step: 1, CallID: "c1", Tool: "edit_file", Decision: event.DecisionAllow},
 		event.ToolStarted{Step: 1, CallID: "c1", Tool: "run_command", Place: event.PlaceSandbox, Sandbox: "main"},
-		event.ToolFinished{Step: 1, CallID: "c1", Tool: "run_command", Outcome: "exited", ExitCode: &exit, Output: "FAIL",
-			DurationMS: 12, WallMS: 10, Resources: event.Resources{UserMS: 4, SystemMS: 1, MaxRSSKB: 2048}},
+		event.ToolFinished{
+			Step: 1, CallID: "c1", Tool: "run_command", Outcome: "exited", ExitCode: &exit, Output: "FAIL",
+			DurationMS: 12, WallMS: 10, Resources: event.Resources{UserMS: 4, SystemMS: 1, MaxRSSKB: 2048},
+		},
 		event.ToolUncertain{Step: 2, CallID: "c2", Tool: "http", StartedSeq: 17, Reason: "host restarted"},
 		event.EgressDecision{Sandbox: "main", Decision: "denied", Method: "CONNECT", Host: "evil.example", Port: 443},
 		event.ArtifactStored{Name: "patch", Digest: "sha256:00", Size: 10, MediaType: "text/x-diff", Kind: "patch"},
@@ -101,16 +105,22 @@ func TestPayloads(t *testing.T) {
 		event.BudgetExhausted{Budget: "steps", Limit: 50, Used: 50},
 		event.ApprovalRequested{ApprovalID: "ap1", Action: "egress evil.example:443", Expires: t0},
 		event.ApprovalDecided{ApprovalID: "ap1", Decision: "approved", By: "alice"},
-		event.LLMCall{Sandbox: "sb-1", API: "openai.chat", Model: "fast", Upstream: "local", UpstreamModel: "llama3", Stream: true,
+		event.LLMCall{
+			Sandbox: "sb-1", API: "openai.chat", Model: "fast", Upstream: "local", UpstreamModel: "llama3", Stream: true,
 			Usage: event.Usage{InputTokens: 120, OutputTokens: 30, CacheReadTokens: 100}, CostMicroCredits: 42, LatencyMS: 812, TTFTMS: 95,
 			Status: 200, Outcome: event.LLMOutcomeBudgetExhausted, Budget: "llm_tokens", UsageEstimated: true,
-			RequestBody: `{"model":"fast"}`, ResponseBody: "data: {}"},
-		event.SandboxCreated{SandboxID: "sb-0a1b", Template: "base", TemplateSource: "default policy", KeyID: "k1",
+			RequestBody: `{"model":"fast"}`, ResponseBody: "data: {}",
+		},
+		event.SandboxCreated{
+			SandboxID: "sb-0a1b", Template: "base", TemplateSource: "default policy", KeyID: "k1",
 			Metadata: map[string]string{"user": "alice"}, EnvKeys: []string{"FOO"}, Internet: true, TimeoutMS: 300000,
-			CPUs: 1.5, MemoryBytes: 1 << 30, DiskBytes: 1 << 30, Host: "e2b/x"},
+			CPUs: 1.5, MemoryBytes: 1 << 30, DiskBytes: 1 << 30, Host: "e2b/x",
+		},
 		event.SandboxOp{Op: "process.input", Outcome: "ok", KeyID: "k1", Detail: "pid 1: 3 bytes", Count: 2},
-		event.SandboxUsage{SandboxID: "sb-0a1b", Start: t0, End: t0.Add(30 * time.Second), SandboxMS: 30000, CPUMS: 1200,
-			MemoryMiBMS: 1024 * 30000, CostMicroCredits: 450, Final: true},
+		event.SandboxUsage{
+			SandboxID: "sb-0a1b", Start: t0, End: t0.Add(30 * time.Second), SandboxMS: 30000, CPUMS: 1200,
+			MemoryMiBMS: 1024 * 30000, CostMicroCredits: 450, Final: true,
+		},
 	}
 	seen := map[event.Type]bool{}
 	for _, p := range samples {
@@ -160,16 +170,26 @@ func TestPayloadFieldNames(t *testing.T) {
 		p    event.Payload
 		want string
 	}{
-		{event.ToolFinished{Step: 1, CallID: "c", Tool: "t", Outcome: "exited", ExitCode: &exit, DurationMS: 5},
-			`{"step":1,"call_id":"c","tool":"t","outcome":"exited","exit_code":0,"duration_ms":5,"resources":{}}`},
-		{event.ModelResponse{Step: 2, Provider: "p", Model: "m", StopReason: "end_turn", Usage: event.Usage{InputTokens: 1, OutputTokens: 2}},
-			`{"step":2,"provider":"p","model":"m","stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2},"duration_ms":0}`},
-		{event.RunFailed{Status: event.StatusFailed, Reason: "r"},
-			`{"status":"failed","reason":"r","steps":0,"usage":{"input_tokens":0,"output_tokens":0}}`},
-		{event.LLMCall{Sandbox: "sb", API: "anthropic.messages", Model: "m", Upstream: "anthropic", UpstreamModel: "m",
-			Usage: event.Usage{InputTokens: 3, OutputTokens: 4}, CostMicroCredits: 5, LatencyMS: 6, Status: 200, Outcome: "ok"},
+		{
+			event.ToolFinished{Step: 1, CallID: "c", Tool: "t", Outcome: "exited", ExitCode: &exit, DurationMS: 5},
+			`{"step":1,"call_id":"c","tool":"t","outcome":"exited","exit_code":0,"duration_ms":5,"resources":{}}`,
+		},
+		{
+			event.ModelResponse{Step: 2, Provider: "p", Model: "m", StopReason: "end_turn", Usage: event.Usage{InputTokens: 1, OutputTokens: 2}},
+			`{"step":2,"provider":"p","model":"m","stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":2},"duration_ms":0}`,
+		},
+		{
+			event.RunFailed{Status: event.StatusFailed, Reason: "r"},
+			`{"status":"failed","reason":"r","steps":0,"usage":{"input_tokens":0,"output_tokens":0}}`,
+		},
+		{
+			event.LLMCall{
+				Sandbox: "sb", API: "anthropic.messages", Model: "m", Upstream: "anthropic", UpstreamModel: "m",
+				Usage: event.Usage{InputTokens: 3, OutputTokens: 4}, CostMicroCredits: 5, LatencyMS: 6, Status: 200, Outcome: "ok",
+			},
 			`{"sandbox":"sb","api":"anthropic.messages","model":"m","upstream":"anthropic","upstream_model":"m",` +
-				`"usage":{"input_tokens":3,"output_tokens":4},"cost_micro_credits":5,"latency_ms":6,"status":200,"outcome":"ok"}`},
+				`"usage":{"input_tokens":3,"output_tokens":4},"cost_micro_credits":5,"latency_ms":6,"status":200,"outcome":"ok"}`,
+		},
 	}
 	for _, tt := range tests {
 		d, err := event.New(tt.p)
@@ -513,11 +533,11 @@ func TestDecodeStrict(t *testing.T) {
 	if _, err := event.Decode(good); err != nil {
 		t.Fatalf("Decode(good) = %v", err)
 	}
-	replace := func(old, new string) string {
-		if !strings.Contains(string(good), old) {
-			t.Fatalf("%q not in %s", old, good)
+	replace := func(from, to string) string {
+		if !strings.Contains(string(good), from) {
+			t.Fatalf("%q not in %s", from, good)
 		}
-		return strings.Replace(string(good), old, new, 1)
+		return strings.Replace(string(good), from, to, 1)
 	}
 	tests := []struct{ name, in string }{
 		{"empty", ""},
@@ -568,12 +588,14 @@ func TestRunID(t *testing.T) {
 	if a, b := event.NewRunID(t0), event.NewRunID(t0); a == b {
 		t.Error("two run ids of the same millisecond are equal")
 	}
-	max := event.NewRunID(time.UnixMilli(1<<48 - 1))
-	if err := event.ValidRunID(max); err != nil || !strings.HasPrefix(max, "run_7ZZZZZZZZZ") {
-		t.Errorf("NewRunID(max time) = %q, %v", max, err)
+	last := event.NewRunID(time.UnixMilli(1<<48 - 1))
+	if err := event.ValidRunID(last); err != nil || !strings.HasPrefix(last, "run_7ZZZZZZZZZ") {
+		t.Errorf("NewRunID(max time) = %q, %v", last, err)
 	}
-	bad := []string{"", "run_", "run_01KB6Q3G0000000000000000A", "run_01KB6Q3G0000000000000000ABC", "job_01KB6Q3G0000000000000000AB",
-		"run_01kb6q3g0000000000000000ab", "run_81KB6Q3G0000000000000000AB", "run_01KB6Q3G000000000000000IAB", "run_01KB6Q3G00000000000000 0AB"}
+	bad := []string{
+		"", "run_", "run_01KB6Q3G0000000000000000A", "run_01KB6Q3G0000000000000000ABC", "job_01KB6Q3G0000000000000000AB",
+		"run_01kb6q3g0000000000000000ab", "run_81KB6Q3G0000000000000000AB", "run_01KB6Q3G000000000000000IAB", "run_01KB6Q3G00000000000000 0AB",
+	}
 	for _, s := range bad {
 		if err := event.ValidRunID(s); !errors.Is(err, event.ErrRunID) {
 			t.Errorf("ValidRunID(%q) = %v, want ErrRunID", s, err)

@@ -54,8 +54,10 @@ func TestCheckMetadata(t *testing.T) {
 // TestRunCreatedMetadata: a run's metadata survives the payload's
 // canonical form, and is redacted like every other payload field.
 func TestRunCreatedMetadata(t *testing.T) {
-	ev, err := event.New(event.RunCreated{Tenant: "acme", Task: "t", Model: "script:x", PolicyHash: "sha256:ab",
-		Metadata: map[string]string{"ticket": "OPS-42", "token": "hunter2"}})
+	ev, err := event.New(event.RunCreated{
+		Tenant: "acme", Task: "t", Model: "script:x", PolicyHash: "sha256:ab",
+		Metadata: map[string]string{"ticket": "OPS-42", "token": "hunter2"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,9 @@ func NewCredit(n int64) *Credit {
 	return c
 }
 
-// Take waits until some credit is available and takes up to max bytes of it.
+// Take waits until some credit is available and takes up to limit bytes of it.
 // It returns ErrClosed once Close was called.
-func (c *Credit) Take(max int) (int, error) {
+func (c *Credit) Take(limit int) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for c.n <= 0 && !c.closed {
@@ -37,7 +37,7 @@ func (c *Credit) Take(max int) (int, error) {
 	if c.closed {
 		return 0, ErrClosed
 	}
-	n := int64(max)
+	n := int64(limit)
 	if n > c.n {
 		n = c.n
 	}

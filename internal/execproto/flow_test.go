@@ -200,7 +200,7 @@ func TestCreditAddBeyondWindow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := execproto.NewCredit(tt.initial)
 			var err error
-			var total int64 = tt.initial
+			total := tt.initial
 			for _, n := range tt.adds {
 				if err = c.Add(n); err != nil {
 					break

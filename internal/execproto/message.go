@@ -491,7 +491,10 @@ func Decode(p []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(p))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrFrame, err)
+		// %v, not %w: an empty or cut payload makes the decoder say io.EOF
+		// or io.ErrUnexpectedEOF, which from a reader of frames mean the
+		// peer closed the stream (TestDecode).
+		return fmt.Errorf("%w: %v", ErrFrame, err) //nolint:errorlint // the decoder's io.EOF must not pass for the peer's (see above)
 	}
 	// Decoder.More is not enough here: it reports false for a stray ']' or
 	// '}' after the value, so "{}}" would pass. Only JSON whitespace may

@@ -3,6 +3,7 @@ package execproto_test
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -99,6 +100,11 @@ func TestDecode(t *testing.T) {
 			if tt.wantErr {
 				if !errors.Is(err, execproto.ErrFrame) {
 					t.Errorf("Decode(%q) = %v, want ErrFrame", tt.in, err)
+				}
+				// A reader of frames takes io.EOF for the peer closing the
+				// stream: a bad payload must not pass for it.
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("Decode(%q) = %v, which matches io.EOF or io.ErrUnexpectedEOF", tt.in, err)
 				}
 				return
 			}

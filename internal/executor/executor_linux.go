@@ -10,10 +10,11 @@ import (
 	"runtime"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/executor/landlock"
 	"github.com/airlockrun/airlock/internal/executor/seccomp"
-	"golang.org/x/sys/unix"
 )
 
 // Main is the executor's entry point. It returns the process exit code.
@@ -25,7 +26,7 @@ func Main(args []string) int {
 		return 0
 	}
 	if len(args) > 1 && args[1] == "version" {
-		fmt.Printf("airlock-exec protocol %d\n", execproto.Version)
+		fmt.Printf("airlock-exec protocol %d\n", execproto.Version) //nolint:forbidigo // Main is airlock-exec's main (cmd/airlock-exec only calls it): the version is the command's answer on stdout
 		return 0
 	}
 	if os.Getpid() != 1 {

@@ -10,8 +10,9 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // file carries out a file operation. It runs with the file-system identity of
@@ -208,7 +209,7 @@ func (s *stream) export(root string) error {
 		h := tarHeader{Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime().Unix()}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			h.UID, h.GID = int(st.Uid), int(st.Gid)
-			h.Mode = int64(st.Mode & 07777)
+			h.Mode = int64(st.Mode & 0o7777)
 		}
 		switch {
 		case fi.Mode()&os.ModeSymlink != 0:
@@ -247,14 +248,18 @@ func (s *stream) export(root string) error {
 
 var errFsid = errors.New("set file-system identity")
 
+// setfsid sets the thread's file-system identity. Its errors wrap errFsid
+// but not setfsgid's or setfsuid's errno (%v, not %w): errResult would
+// report that errno as the file operation's own, and EPERM here means the
+// identity could not be set, not that the file is off limits.
 func setfsid(uid, gid int) error {
 	// setfsgid first: once the fsuid is not 0 the thread may lose the
 	// capability to change its fsgid.
 	if err := unix.Setfsgid(gid); err != nil {
-		return fmt.Errorf("%w: %v", errFsid, err)
+		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see above)
 	}
 	if err := unix.Setfsuid(uid); err != nil {
-		return fmt.Errorf("%w: %v", errFsid, err)
+		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see above)
 	}
 	return nil
 }

@@ -43,8 +43,10 @@ func fingerprint(root string) string {
 		binary.LittleEndian.PutUint64(buf[:8], uint64(len(p)))
 		h.Write(buf[:8])
 		h.Write([]byte(p))
-		for i, v := range []uint64{uint64(st.Mode), uint64(st.Size), st.Ino,
-			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
+		for i, v := range []uint64{
+			uint64(st.Mode), uint64(st.Size), st.Ino,
+			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec),
+		} {
 			binary.LittleEndian.PutUint64(buf[8*i:], v)
 		}
 		h.Write(buf[:])

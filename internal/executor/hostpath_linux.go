@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // cloneHostPaths turns the host paths of a rootless Setup into detached

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // TestCloneHostPath checks the rootless executor's guard on host paths: it

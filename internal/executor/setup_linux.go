@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // scratchDir is where the scratch tmpfs is mounted while the sandbox is

@@ -20,10 +20,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(absorbChild) != "" {
 		absorbSignals()
 		// Echo each line back: an answer proves the process lives.
-		fmt.Println("ready")
+		fmt.Println("ready") //nolint:forbidigo // the child process answers its parent on stdout
 		sc := bufio.NewScanner(os.Stdin)
 		for sc.Scan() {
-			fmt.Println(sc.Text())
+			fmt.Println(sc.Text()) //nolint:forbidigo // the child process answers its parent on stdout
 		}
 		os.Exit(0)
 	}

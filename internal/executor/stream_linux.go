@@ -10,8 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // stream is one request and everything that flows on it.
@@ -579,17 +580,17 @@ func (s *stream) pumpStdin(w *os.File) {
 // the request's MaxOutput (counted in written, across outputs) is reached.
 func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
 	buf := make([]byte, execproto.ChunkSize)
-	max := s.req.MaxOutput
+	limit := s.req.MaxOutput
 	c, credit := o.channel, o.credit
 	for {
 		n, err := o.r.Read(buf)
 		if n > 0 {
 			o.readN(n)
 			p := buf[:n]
-			if max > 0 {
+			if limit > 0 {
 				total := written.Add(int64(n))
-				if total > max {
-					keep := int64(n) - (total - max)
+				if total > limit {
+					keep := int64(n) - (total - limit)
 					if keep < 0 {
 						keep = 0
 					}

@@ -61,21 +61,21 @@ func (tw *tarWriter) WriteHeader(h tarHeader) error {
 		link = asciiPrefix(link, 100)
 	}
 	size := h.Size
-	if size > 077777777777 {
+	if size > 0o77777777777 {
 		pax = paxRecord(pax, "size", strconv.FormatInt(size, 10))
 		size = 0
 	}
 	uid, gid := h.UID, h.GID
-	if uid > 07777777 {
+	if uid > 0o7777777 {
 		pax = paxRecord(pax, "uid", strconv.Itoa(uid))
 		uid = 0
 	}
-	if gid > 07777777 {
+	if gid > 0o7777777 {
 		pax = paxRecord(pax, "gid", strconv.Itoa(gid))
 		gid = 0
 	}
 	mtime := max(h.ModTime, 0)
-	if mtime > 077777777777 {
+	if mtime > 0o77777777777 {
 		pax = paxRecord(pax, "mtime", strconv.FormatInt(mtime, 10))
 		mtime = 0
 	}
@@ -88,7 +88,7 @@ func (tw *tarWriter) WriteHeader(h tarHeader) error {
 			return err
 		}
 	}
-	b := tarBlockFor(name, link, h.Type, h.Mode&07777, uid, gid, size, mtime)
+	b := tarBlockFor(name, link, h.Type, h.Mode&0o7777, uid, gid, size, mtime)
 	if _, err := tw.w.Write(b[:]); err != nil {
 		return err
 	}

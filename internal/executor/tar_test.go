@@ -108,7 +108,7 @@ func FuzzTarWriter(f *testing.F) {
 		if name == "" || strings.ContainsRune(name, 0) || strings.ContainsRune(link, 0) || mode < 0 || id < 0 {
 			return
 		}
-		h := tarHeader{Name: name, Linkname: link, Type: typ, Mode: mode & 07777, UID: id, GID: id}
+		h := tarHeader{Name: name, Linkname: link, Type: typ, Mode: mode & 0o7777, UID: id, GID: id}
 		if typ == tarReg {
 			h.Size = int64(len(body))
 		} else {

@@ -11,8 +11,9 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // watch carries out a watch request: it reports changes under the directory
@@ -168,8 +169,10 @@ func newWatcher(root string, recursive bool, as func(func() error) error, maxDir
 		f.Close()
 		return nil, fmt.Errorf("watch %s: %w", root, err)
 	}
-	w := &watcher{root: root, recursive: recursive, as: as, maxDirs: maxDirs, f: f, rc: rc,
-		dirs: map[int32]string{}, q: make(chan execproto.WatchEvent, maxQueue+1), maxQueue: maxQueue}
+	w := &watcher{
+		root: root, recursive: recursive, as: as, maxDirs: maxDirs, f: f, rc: rc,
+		dirs: map[int32]string{}, q: make(chan execproto.WatchEvent, maxQueue+1), maxQueue: maxQueue,
+	}
 	err = as(func() error {
 		wd, err := w.add(root, watchMask)
 		if err != nil {

@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // asSelf runs f as the test process: the identity switch is the sandbox's
@@ -138,20 +139,34 @@ func TestWatchEvents(t *testing.T) {
 		do   func(t *testing.T)
 		want []execproto.WatchEvent
 	}{
-		{"create", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), nil, 0o644)) },
-			[]execproto.WatchEvent{ev("create", root+"/a", false)}},
-		{"write", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), []byte("x"), 0o644)) },
-			[]execproto.WatchEvent{ev("write", root+"/a", false)}},
-		{"chmod", func(t *testing.T) { must(t, os.Chmod(filepath.Join(root, "a"), 0o600)) },
-			[]execproto.WatchEvent{ev("chmod", root+"/a", false)}},
-		{"rename", func(t *testing.T) { must(t, os.Rename(filepath.Join(root, "a"), filepath.Join(root, "b"))) },
-			[]execproto.WatchEvent{ev("rename", root+"/a", false), ev("create", root+"/b", false)}},
-		{"remove", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "b"))) },
-			[]execproto.WatchEvent{ev("remove", root+"/b", false)}},
-		{"mkdir", func(t *testing.T) { must(t, os.Mkdir(filepath.Join(root, "d"), 0o755)) },
-			[]execproto.WatchEvent{ev("create", root+"/d", true)}},
-		{"rmdir", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "d"))) },
-			[]execproto.WatchEvent{ev("remove", root+"/d", true)}},
+		{
+			"create", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), nil, 0o644)) },
+			[]execproto.WatchEvent{ev("create", root+"/a", false)},
+		},
+		{
+			"write", func(t *testing.T) { must(t, os.WriteFile(filepath.Join(root, "a"), []byte("x"), 0o644)) },
+			[]execproto.WatchEvent{ev("write", root+"/a", false)},
+		},
+		{
+			"chmod", func(t *testing.T) { must(t, os.Chmod(filepath.Join(root, "a"), 0o600)) },
+			[]execproto.WatchEvent{ev("chmod", root+"/a", false)},
+		},
+		{
+			"rename", func(t *testing.T) { must(t, os.Rename(filepath.Join(root, "a"), filepath.Join(root, "b"))) },
+			[]execproto.WatchEvent{ev("rename", root+"/a", false), ev("create", root+"/b", false)},
+		},
+		{
+			"remove", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "b"))) },
+			[]execproto.WatchEvent{ev("remove", root+"/b", false)},
+		},
+		{
+			"mkdir", func(t *testing.T) { must(t, os.Mkdir(filepath.Join(root, "d"), 0o755)) },
+			[]execproto.WatchEvent{ev("create", root+"/d", true)},
+		},
+		{
+			"rmdir", func(t *testing.T) { must(t, os.Remove(filepath.Join(root, "d"))) },
+			[]execproto.WatchEvent{ev("remove", root+"/d", true)},
+		},
 	}
 	// Not recursive: what happens below the first level is not reported.
 	x := startWatch(t, root, false, 16, 64)
@@ -258,7 +273,7 @@ func TestWatchErrors(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(dir, "file"), nil, 0o644))
 	for _, tt := range []struct {
 		path string
-		want error
+		want unix.Errno
 	}{
 		{filepath.Join(dir, "missing"), unix.ENOENT},
 		{filepath.Join(dir, "file"), unix.ENOTDIR},
@@ -271,8 +286,8 @@ func TestWatchErrors(t *testing.T) {
 		if !errors.Is(err, tt.want) || !errors.As(err, &pe) {
 			t.Errorf("newWatcher(%s) = %v, want a PathError wrapping %v", tt.path, err, tt.want)
 		}
-		if r := errResult(err); r.Errno != unix.ErrnoName(tt.want.(unix.Errno)) {
-			t.Errorf("errResult(%v).Errno = %q, want %q", err, r.Errno, unix.ErrnoName(tt.want.(unix.Errno)))
+		if r := errResult(err); r.Errno != unix.ErrnoName(tt.want) {
+			t.Errorf("errResult(%v).Errno = %q, want %q", err, r.Errno, unix.ErrnoName(tt.want))
 		}
 	}
 	bad := errors.New("no identity")
@@ -303,16 +318,16 @@ func TestWatchBounds(t *testing.T) {
 	})
 	t.Run("queue", func(t *testing.T) {
 		t.Parallel()
-		const max = 8
-		w := &watcher{root: "/w", q: make(chan execproto.WatchEvent, max+1), maxQueue: max}
-		for i := range 3 * max {
+		const limit = 8
+		w := &watcher{root: "/w", q: make(chan execproto.WatchEvent, limit+1), maxQueue: limit}
+		for i := range 3 * limit {
 			w.push(ev(execproto.WatchCreate, "/w/f"+string(rune('a'+i)), false))
 		}
-		if len(w.q) != max+1 {
-			t.Fatalf("queue holds %d events, want %d", len(w.q), max+1)
+		if len(w.q) != limit+1 {
+			t.Fatalf("queue holds %d events, want %d", len(w.q), limit+1)
 		}
 		var got []execproto.WatchEvent
-		for range max/2 + 1 {
+		for range limit/2 + 1 {
 			got = append(got, <-w.q)
 		}
 		// Drained to half: events are queued again.
@@ -320,8 +335,8 @@ func TestWatchBounds(t *testing.T) {
 		for len(w.q) > 0 {
 			got = append(got, <-w.q)
 		}
-		if len(got) != max+2 || got[max].Op != execproto.WatchOverflow || got[max+1].Path != "/w/after" {
-			t.Errorf("events %+v, want %d creates, an overflow, then /w/after", got, max)
+		if len(got) != limit+2 || got[limit].Op != execproto.WatchOverflow || got[limit+1].Path != "/w/after" {
+			t.Errorf("events %+v, want %d creates, an overflow, then /w/after", got, limit)
 		}
 	})
 }
@@ -342,8 +357,11 @@ func TestParseInotify(t *testing.T) {
 	}{
 		{"empty", nil, nil, false},
 		{"one without a name", rec(1, unix.IN_DELETE_SELF, "", 0), []inotifyEvent{{1, unix.IN_DELETE_SELF, ""}}, false},
-		{"padded names", append(rec(1, unix.IN_CREATE, "a", 15), rec(2, unix.IN_MODIFY, "bc", 2)...),
-			[]inotifyEvent{{1, unix.IN_CREATE, "a"}, {2, unix.IN_MODIFY, "bc"}}, false},
+		{
+			"padded names", append(rec(1, unix.IN_CREATE, "a", 15), rec(2, unix.IN_MODIFY, "bc", 2)...),
+			[]inotifyEvent{{1, unix.IN_CREATE, "a"}, {2, unix.IN_MODIFY, "bc"}},
+			false,
+		},
 		{"short header", rec(1, unix.IN_CREATE, "", 0)[:10], nil, true},
 		{"name past the end", rec(1, unix.IN_CREATE, "abc", 0)[:unix.SizeofInotifyEvent+2], nil, true},
 	}

@@ -85,8 +85,10 @@ func newBenchHost(b *testing.B) *benchHost {
 	pol := &policy.LLM{Enabled: true, Models: []string{"gpt-4o*"}}
 	gw, err := gateway.New(gateway.Config{
 		Tokens: tokens,
-		Upstreams: map[string]gateway.Upstream{"openai": {Kind: gateway.KindOpenAI, BaseURL: h.up.URL + "/v1",
-			Key: func(context.Context) (secret.Value, error) { return secret.NewValue([]byte(openaiKey)), nil }}},
+		Upstreams: map[string]gateway.Upstream{"openai": {
+			Kind: gateway.KindOpenAI, BaseURL: h.up.URL + "/v1",
+			Key: func(context.Context) (secret.Value, error) { return secret.NewValue([]byte(openaiKey)), nil },
+		}},
 		Policy: func(context.Context, bridge.Identity) (*policy.LLM, error) { return pol, nil },
 		Prices: prices,
 		Record: func(context.Context, bridge.Identity, gateway.Call) (int64, error) {

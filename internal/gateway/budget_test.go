@@ -175,8 +175,10 @@ func TestBudgetSDKError(t *testing.T) {
 	pol.MaxTokens = 300
 	run := e.newRun("acme", pol)
 	sb := e.sandbox("acme", run, "sb-1")
-	chat, err := model.NewOpenAIChat("endless", model.Options{Key: secret.NewValue([]byte(sb.token)), BaseURL: base + "/llm/openai/v1",
-		HTTPClient: sb.client(), Retry: model.RetryPolicy{MaxAttempts: 1}})
+	chat, err := model.NewOpenAIChat("endless", model.Options{
+		Key: secret.NewValue([]byte(sb.token)), BaseURL: base + "/llm/openai/v1",
+		HTTPClient: sb.client(), Retry: model.RetryPolicy{MaxAttempts: 1},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

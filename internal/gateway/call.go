@@ -476,7 +476,8 @@ func (c *call) whole(w http.ResponseWriter, resp *http.Response, m *wire.Meter) 
 // error event once the run's gateway budget is over; it returns the budget
 // that cut it, if one did.
 func (c *call) stream(ctx context.Context, w http.ResponseWriter, resp *http.Response, req *wire.Request, m *wire.Meter,
-	fl *flight, inputEst int64) (cut string) {
+	fl *flight, inputEst int64,
+) (cut string) {
 	c.copyHeaders(w, resp)
 	h := w.Header()
 	h.Set("Cache-Control", "no-cache")
@@ -622,8 +623,10 @@ func (g *Gateway) recordNow(ctx context.Context, c *call, release func()) {
 		c.log.Error("gateway record llm.call", "err", g.red.String(err.Error()))
 		return // a debit must name its event
 	}
-	err = g.meter.Debit(ctx, credit.Debit{Tenant: c.id.Tenant, RunID: c.id.Run, Seq: seq, Amount: c.ev.CostMicroCredits,
-		Note: "llm " + c.spec})
+	err = g.meter.Debit(ctx, credit.Debit{
+		Tenant: c.id.Tenant, RunID: c.id.Run, Seq: seq, Amount: c.ev.CostMicroCredits,
+		Note: "llm " + c.spec,
+	})
 	if err != nil {
 		c.log.Error("gateway debit", "seq", seq, "err", g.red.String(err.Error()))
 	}

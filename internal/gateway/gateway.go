@@ -199,8 +199,10 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.MaxRequestBytes < 0 || cfg.MaxResponseBytes < 0 {
 		errs = append(errs, errors.New("gateway: config: body limits must not be negative"))
 	}
-	g := &Gateway{cfg: cfg, ups: map[string]*upstream{}, red: cfg.Redactor, now: cfg.Now, log: cfg.Logger,
-		transport: cfg.Transport, meter: meterOf(cfg), runs: map[runKey]*runState{}, keys: map[[sha256.Size]byte]bool{}}
+	g := &Gateway{
+		cfg: cfg, ups: map[string]*upstream{}, red: cfg.Redactor, now: cfg.Now, log: cfg.Logger,
+		transport: cfg.Transport, meter: meterOf(cfg), runs: map[runKey]*runState{}, keys: map[[sha256.Size]byte]bool{},
+	}
 	for _, name := range sortedKeys(cfg.Upstreams) {
 		u := cfg.Upstreams[name]
 		if !validName(name) {
@@ -359,8 +361,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveModels(w, up, pol, modelID)
 		return
 	}
-	c := &call{g: g, id: id, log: log, start: start, api: a, entry: up, pol: pol, tok: tok,
-		ev: event.LLMCall{Sandbox: id.Sandbox, API: a.String(), Upstream: up.name}}
+	c := &call{
+		g: g, id: id, log: log, start: start, api: a, entry: up, pol: pol, tok: tok,
+		ev: event.LLMCall{Sandbox: id.Sandbox, API: a.String(), Upstream: up.name},
+	}
 	c.serve(w, r)
 }
 

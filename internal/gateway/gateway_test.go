@@ -44,28 +44,72 @@ func TestCalls(t *testing.T) {
 		usage             event.Usage
 		stream            bool
 	}{
-		{"chat", gateway.KindOpenAI, chatPath, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`,
-			`"name": "run_command"`, "", "openai:gpt-4o-mini", event.Usage{InputTokens: 82, OutputTokens: 17}, false},
-		{"chat stream", gateway.KindOpenAI, chatPath, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
-			"data: [DONE]", `"choices":[],"usage"`, "openai:gpt-4o-mini", event.Usage{InputTokens: 181, OutputTokens: 43, CacheReadTokens: 128}, true},
-		{"chat stream with usage", gateway.KindOpenAI, chatPath, `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[]}`,
-			`"choices":[],"usage":{"prompt_tokens":181`, "", "openai:gpt-4o-mini", event.Usage{InputTokens: 181, OutputTokens: 43, CacheReadTokens: 128}, true},
-		{"responses", gateway.KindOpenAI, responsesPath, `{"model":"gpt-4.1","input":"fix it"}`,
-			`"Done: the sign is fixed."`, "", "openai:gpt-4.1", event.Usage{InputTokens: 328, OutputTokens: 52}, false},
-		{"responses stream", gateway.KindOpenAI, responsesPath, `{"model":"gpt-4.1","input":"fix it","stream":true}`,
-			"event: response.completed\n", "", "openai:gpt-4.1", event.Usage{InputTokens: 1200, OutputTokens: 150, CacheReadTokens: 1024}, true},
-		{"embeddings", gateway.KindOpenAI, embeddingsPath, `{"model":"text-embedding-3-small","input":"hello"}`,
-			`"embedding":[0.0023064255`, "", "openai:text-embedding-3-small", event.Usage{InputTokens: 8}, false},
-		{"messages", gateway.KindAnthropic, messagesPath, `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"hi"}]}`,
-			`"name": "edit_file"`, "", "anthropic:claude-sonnet-4-5", event.Usage{InputTokens: 2095, OutputTokens: 503}, false},
-		{"messages stream", gateway.KindAnthropic, messagesPath, `{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,"messages":[]}`,
-			"event: message_stop\n", "", "anthropic:claude-sonnet-4-5", event.Usage{InputTokens: 2572, OutputTokens: 89, CacheReadTokens: 2000, CacheWriteTokens: 100}, true},
-		{"count tokens", gateway.KindAnthropic, countPath, `{"model":"claude-sonnet-4-5","messages":[]}`,
-			`{"input_tokens":2095}`, "", "anthropic:claude-sonnet-4-5", event.Usage{}, false},
-		{"mapped to a local server", gateway.KindOpenAI, chatPath, `{"model":"fast","messages":[]}`,
-			`"name": "run_command"`, "", "local:llama3", event.Usage{InputTokens: 82, OutputTokens: 17}, false},
-		{"local server addressed directly", gateway.KindOpenAI, localChatPath, `{"model":"qwen3","stream":true,"messages":[]}`,
-			"data: [DONE]", "", "local:qwen3", event.Usage{InputTokens: 181, OutputTokens: 43, CacheReadTokens: 128}, true},
+		{
+			"chat", gateway.KindOpenAI, chatPath, `{"model":"gpt-4o-mini","messages":[{"role":"user","content":"hi"}]}`,
+			`"name": "run_command"`, "", "openai:gpt-4o-mini",
+			event.Usage{InputTokens: 82, OutputTokens: 17},
+			false,
+		},
+		{
+			"chat stream", gateway.KindOpenAI, chatPath, `{"model":"gpt-4o-mini","stream":true,"messages":[{"role":"user","content":"hi"}]}`,
+			"data: [DONE]", `"choices":[],"usage"`, "openai:gpt-4o-mini",
+			event.Usage{InputTokens: 181, OutputTokens: 43, CacheReadTokens: 128},
+			true,
+		},
+		{
+			"chat stream with usage", gateway.KindOpenAI, chatPath, `{"model":"gpt-4o-mini","stream":true,"stream_options":{"include_usage":true},"messages":[]}`,
+			`"choices":[],"usage":{"prompt_tokens":181`, "", "openai:gpt-4o-mini",
+			event.Usage{InputTokens: 181, OutputTokens: 43, CacheReadTokens: 128},
+			true,
+		},
+		{
+			"responses", gateway.KindOpenAI, responsesPath, `{"model":"gpt-4.1","input":"fix it"}`,
+			`"Done: the sign is fixed."`, "", "openai:gpt-4.1",
+			event.Usage{InputTokens: 328, OutputTokens: 52},
+			false,
+		},
+		{
+			"responses stream", gateway.KindOpenAI, responsesPath, `{"model":"gpt-4.1","input":"fix it","stream":true}`,
+			"event: response.completed\n", "", "openai:gpt-4.1",
+			event.Usage{InputTokens: 1200, OutputTokens: 150, CacheReadTokens: 1024},
+			true,
+		},
+		{
+			"embeddings", gateway.KindOpenAI, embeddingsPath, `{"model":"text-embedding-3-small","input":"hello"}`,
+			`"embedding":[0.0023064255`, "", "openai:text-embedding-3-small",
+			event.Usage{InputTokens: 8},
+			false,
+		},
+		{
+			"messages", gateway.KindAnthropic, messagesPath, `{"model":"claude-sonnet-4-5","max_tokens":1024,"messages":[{"role":"user","content":"hi"}]}`,
+			`"name": "edit_file"`, "", "anthropic:claude-sonnet-4-5",
+			event.Usage{InputTokens: 2095, OutputTokens: 503},
+			false,
+		},
+		{
+			"messages stream", gateway.KindAnthropic, messagesPath, `{"model":"claude-sonnet-4-5","max_tokens":1024,"stream":true,"messages":[]}`,
+			"event: message_stop\n", "", "anthropic:claude-sonnet-4-5",
+			event.Usage{InputTokens: 2572, OutputTokens: 89, CacheReadTokens: 2000, CacheWriteTokens: 100},
+			true,
+		},
+		{
+			"count tokens", gateway.KindAnthropic, countPath, `{"model":"claude-sonnet-4-5","messages":[]}`,
+			`{"input_tokens":2095}`, "", "anthropic:claude-sonnet-4-5",
+			event.Usage{},
+			false,
+		},
+		{
+			"mapped to a local server", gateway.KindOpenAI, chatPath, `{"model":"fast","messages":[]}`,
+			`"name": "run_command"`, "", "local:llama3",
+			event.Usage{InputTokens: 82, OutputTokens: 17},
+			false,
+		},
+		{
+			"local server addressed directly", gateway.KindOpenAI, localChatPath, `{"model":"qwen3","stream":true,"messages":[]}`,
+			"data: [DONE]", "", "local:qwen3",
+			event.Usage{InputTokens: 181, OutputTokens: 43, CacheReadTokens: 128},
+			true,
+		},
 	}
 	var wantTotal int64
 	for i, tt := range tests {
@@ -175,11 +219,15 @@ func TestModelClients(t *testing.T) {
 	run := e.newRun("acme", allowAll())
 	sb := e.sandbox("acme", run, "sb-1")
 	opts := func(path string) model.Options {
-		return model.Options{Key: secret.NewValue([]byte(sb.token)), BaseURL: base + path, HTTPClient: sb.client(),
-			Retry: model.RetryPolicy{MaxAttempts: 1}}
+		return model.Options{
+			Key: secret.NewValue([]byte(sb.token)), BaseURL: base + path, HTTPClient: sb.client(),
+			Retry: model.RetryPolicy{MaxAttempts: 1},
+		}
 	}
-	req := model.Request{Messages: []model.Message{{Role: model.RoleUser, Content: []model.Part{{Type: model.PartText, Text: "run the tests"}}}},
-		Tools: []model.ToolSpec{{Name: "run_command", Schema: json.RawMessage(`{"type":"object"}`)}}}
+	req := model.Request{
+		Messages: []model.Message{{Role: model.RoleUser, Content: []model.Part{{Type: model.PartText, Text: "run the tests"}}}},
+		Tools:    []model.ToolSpec{{Name: "run_command", Schema: json.RawMessage(`{"type":"object"}`)}},
+	}
 	chat, err := model.NewOpenAIChat("gpt-4o-mini", opts("/llm/openai/v1"))
 	if err != nil {
 		t.Fatal(err)
@@ -347,14 +395,22 @@ func TestPolicyRefusals(t *testing.T) {
 	}{
 		{"no llm section", nil, gateway.KindOpenAI, chatPath, `{"model":"gpt-4o"}`, 403, "permission_error", "gateway_disabled", ""},
 		{"disabled", &policy.LLM{Models: []string{"*"}}, gateway.KindAnthropic, messagesPath, `{"model":"x"}`, 403, "permission_error", "", ""},
-		{"model not allowed", &policy.LLM{Enabled: true, Models: []string{"gpt-4o*"}}, gateway.KindOpenAI, chatPath,
-			`{"model":"gpt-4.1","messages":[]}`, 403, "permission_error", "model_not_allowed", "model_not_allowed"},
-		{"alias is not the model", &policy.LLM{Enabled: true, Models: []string{"fast"}, Map: policy.ModelMap{"fast": "openai:o3"}}, gateway.KindOpenAI, chatPath,
-			`{"model":"fast","messages":[]}`, 403, "permission_error", "model_not_allowed", "model_not_allowed"},
-		{"model of another API", &policy.LLM{Enabled: true, Models: []string{"*"}, Map: policy.ModelMap{"c": "anthropic:claude"}}, gateway.KindOpenAI, chatPath,
-			`{"model":"c","messages":[]}`, 400, "invalid_request_error", "model_wrong_api", "wrong_api"},
-		{"upstream not configured", &policy.LLM{Enabled: true, Models: []string{"*"}, Map: policy.ModelMap{"c": "azure:gpt"}}, gateway.KindOpenAI, chatPath,
-			`{"model":"c","messages":[]}`, 502, "api_error", "upstream_not_configured", "upstream_not_configured"},
+		{
+			"model not allowed", &policy.LLM{Enabled: true, Models: []string{"gpt-4o*"}}, gateway.KindOpenAI, chatPath,
+			`{"model":"gpt-4.1","messages":[]}`, 403, "permission_error", "model_not_allowed", "model_not_allowed",
+		},
+		{
+			"alias is not the model", &policy.LLM{Enabled: true, Models: []string{"fast"}, Map: policy.ModelMap{"fast": "openai:o3"}}, gateway.KindOpenAI, chatPath,
+			`{"model":"fast","messages":[]}`, 403, "permission_error", "model_not_allowed", "model_not_allowed",
+		},
+		{
+			"model of another API", &policy.LLM{Enabled: true, Models: []string{"*"}, Map: policy.ModelMap{"c": "anthropic:claude"}}, gateway.KindOpenAI, chatPath,
+			`{"model":"c","messages":[]}`, 400, "invalid_request_error", "model_wrong_api", "wrong_api",
+		},
+		{
+			"upstream not configured", &policy.LLM{Enabled: true, Models: []string{"*"}, Map: policy.ModelMap{"c": "azure:gpt"}}, gateway.KindOpenAI, chatPath,
+			`{"model":"c","messages":[]}`, 502, "api_error", "upstream_not_configured", "upstream_not_configured",
+		},
 		{"not JSON", allowAll(), gateway.KindOpenAI, chatPath, `{"model":`, 400, "invalid_request_error", "invalid_request", ""},
 		{"no model", allowAll(), gateway.KindAnthropic, messagesPath, `{"messages":[]}`, 400, "invalid_request_error", "", ""},
 		{"model not a string", allowAll(), gateway.KindOpenAI, chatPath, `{"model":7}`, 400, "invalid_request_error", "invalid_request", ""},
@@ -436,8 +492,10 @@ func TestEndpoints(t *testing.T) {
 
 func TestModels(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	pol := &policy.LLM{Enabled: true, Models: []string{"gpt-4o-mini", "gpt-4o*", "claude-sonnet-4-5", "local:*", "anthropic:claude-haiku-4-5"},
-		Map: policy.ModelMap{"fast": "local:llama3", "smart": "anthropic:claude-sonnet-4-5", "blocked": "openai:o3"}}
+	pol := &policy.LLM{
+		Enabled: true, Models: []string{"gpt-4o-mini", "gpt-4o*", "claude-sonnet-4-5", "local:*", "anthropic:claude-haiku-4-5"},
+		Map: policy.ModelMap{"fast": "local:llama3", "smart": "anthropic:claude-sonnet-4-5", "blocked": "openai:o3"},
+	}
 	run := e.newRun("acme", pol)
 	sb := e.sandbox("acme", run, "sb-1")
 	get := func(path, kind string) (int, string) {

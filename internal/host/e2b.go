@@ -55,9 +55,11 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 		}
 	}()
 	log := logger.With("component", "e2b")
-	e.srv, err = e2b.New(e2b.Options{Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter,
+	e.srv, err = e2b.New(e2b.Options{
+		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter,
 		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
-		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log})
+		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/airlockrun/airlock/internal/bridge"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/gateway"
@@ -18,7 +20,6 @@ import (
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/secret/token"
 	"github.com/airlockrun/airlock/internal/store"
-	"go.yaml.in/yaml/v3"
 )
 
 // The LLM gateway of a host process: one per process, built when the first

@@ -242,9 +242,11 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 		return nil, err
 	}
 	r.meter = credit.New(r.store, r.prices)
-	opts := engine.Options{Store: r.store, Blobs: r.blobs, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
+	opts := engine.Options{
+		Store: r.store, Blobs: r.blobs, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
 		NewProvider: h.provider, Network: &runNetwork{h: h}, Policy: h.decideTool,
-		OnProgress: h.cfg.OnProgress}
+		OnProgress: h.cfg.OnProgress,
+	}
 	if h.cfg.OnEvents != nil {
 		opts.OnEvents = h.cfg.OnEvents
 	}

@@ -34,15 +34,18 @@ func (n *runNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), 
 	if len(doc.Network.Allow) == 0 && len(doc.Network.Credentials) == 0 && doc.Network.Default != policy.Ask && !doc.LLM.Enabled {
 		return func() {}, nil
 	}
-	o := EgressOptions{Sandbox: a.Spec.ID, Run: a.RunID, Tenant: a.Tenant, Network: &doc.Network,
+	o := EgressOptions{
+		Sandbox: a.Spec.ID, Run: a.RunID, Tenant: a.Tenant, Network: &doc.Network,
 		extra: auditFunc(func(r egress.Record) {
 			host := r.Host
 			if r.Local {
 				host = "(local) " + r.Path
 			}
-			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: host, Port: r.Port,
+			a.Audit(event.EgressDecision{
+				Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: host, Port: r.Port,
 				Addr: r.Addr, Status: r.Status, BytesIn: r.BytesIn, BytesOut: r.BytesOut, DurationMS: r.Duration.Milliseconds(),
-				Inspected: r.Inspected, Credential: r.Credential})
+				Inspected: r.Inspected, Credential: r.Credential,
+			})
 		}),
 		ask: approverFunc(func(ctx context.Context, _ bridge.Identity, r policy.Request) (bool, error) {
 			return a.Ask(ctx, r.Host, r.Port)
@@ -167,7 +170,7 @@ func (h *Host) StartEgress(ctx context.Context, o EgressOptions) (_ *Egress, err
 	if err != nil {
 		return nil, fmt.Errorf("egress socket: %w", err)
 	}
-	var sink egress.AuditSink = egress.NewJSONLSink(e.audit)
+	sink := egress.NewJSONLSink(e.audit)
 	if o.extra != nil {
 		sink = teeSink{sink, o.extra}
 	}

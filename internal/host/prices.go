@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/price"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockrun/airlock/internal/price"
 )
 
 // LoadPrices reads $AIRLOCK_HOME/prices.yaml, the host's price table:

@@ -19,17 +19,17 @@ import (
 // The tenants' policies, credits, secrets and API keys on this host, as its
 // command line manages them.
 
-// ValidPolicyName, ValidTenantName, ValidKeyName and ValidKeyID check a
-// name before anything is opened: nil, or what is wrong.
+// ValidPolicyName checks a policy's name before anything is opened: nil,
+// or what is wrong.
 func ValidPolicyName(name string) error { return store.ValidatePolicyName(name) }
 
-// ValidTenantName: see ValidPolicyName.
+// ValidTenantName checks a tenant's name as ValidPolicyName does a policy's.
 func ValidTenantName(name string) error { return store.ValidateTenantName(name) }
 
-// ValidKeyName: see ValidPolicyName.
+// ValidKeyName checks an API key's name as ValidPolicyName does a policy's.
 func ValidKeyName(name string) error { return store.ValidateKeyName(name) }
 
-// ValidKeyID: see ValidPolicyName.
+// ValidKeyID checks an API key's id as ValidPolicyName does a policy's name.
 func ValidKeyID(id string) error { return store.ValidateAPIKeyID(id) }
 
 // ValidPolicyRef checks the part of a policy argument after its '@': vN or
@@ -404,8 +404,10 @@ func (h *Host) RevokeKey(ctx context.Context, tenant, id string) error {
 }
 
 func keyOf(k store.APIKey) Key {
-	return Key{ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
-		LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt)}
+	return Key{
+		ID: k.ID, Tenant: k.Tenant, Name: k.Name, Scopes: k.Scopes, Created: k.CreatedAt.UTC(),
+		LastUsed: optTime(k.LastUsedAt), Revoked: optTime(k.RevokedAt),
+	}
 }
 
 func optTime(t time.Time) *time.Time {

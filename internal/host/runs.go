@@ -179,7 +179,8 @@ func (h *Host) Drive(ctx context.Context, id string, resume bool) (api.Run, []ap
 	return v, arts, nil
 }
 
-// ErrCancelled, as the cause of Drive's context, cancels the run.
+// ErrCancelled is the engine's: as the cause of Drive's context, it
+// cancels the run.
 var ErrCancelled = engine.ErrCancelled
 
 // CopyArtifact writes the content of artifact a to w.

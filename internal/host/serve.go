@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
@@ -24,7 +26,6 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	"go.opentelemetry.io/otel"
 )
 
 // ServeConfig is airlock serve's configuration: the file's schema (and
@@ -337,8 +338,10 @@ func (s *service) assemble(ctx context.Context) error {
 		h.GC()
 		s.workers = newWorkers(rs.eng, rs.store, nWorkers, cfg.WorkerPoll)
 	}
-	so := server.Options{Store: rs.store, Blobs: rs.blobs, Engine: rs.eng, Auth: auth.NewKeys(rs.store, nil), Feed: feed,
-		Logger: s.log, Config: cfg.API, Metrics: s.tel.Registry(), Secrets: secrets, Redactor: h.red}
+	so := server.Options{
+		Store: rs.store, Blobs: rs.blobs, Engine: rs.eng, Auth: auth.NewKeys(rs.store, nil), Feed: feed,
+		Logger: s.log, Config: cfg.API, Metrics: s.tel.Registry(), Secrets: secrets, Redactor: h.red,
+	}
 	// A resume is queued in the store, for any server's workers: one of
 	// this process's, or of another on the same database.
 	so.Resume = func(ctx context.Context, id string) error {
@@ -423,8 +426,10 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 			<-wctx.Done()
 			return
 		}
-		_ = s.h.work(wctx, s.workers, WorkOptions{ShutdownTimeout: cfg.ShutdownTimeout, Ended: s.ended,
-			Failed: func(err error) { s.log.Error("workers: cannot list runs", "err", err) }}, cut)
+		_ = s.h.work(wctx, s.workers, WorkOptions{
+			ShutdownTimeout: cfg.ShutdownTimeout, Ended: s.ended,
+			Failed: func(err error) { s.log.Error("workers: cannot list runs", "err", err) },
+		}, cut)
 	}()
 	scheme := "http"
 	if cfg.TLS.Cert != "" {
@@ -502,8 +507,10 @@ func (g *drainGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.draining.Load() && startsWork(r) {
 		var id [12]byte
 		_, _ = rand.Read(id[:])
-		body, _ := json.Marshal(api.ErrorBody{Code: api.CodeUnavailable,
-			Message: "the server is shutting down; retry on another", RequestID: "req_" + hex.EncodeToString(id[:])})
+		body, _ := json.Marshal(api.ErrorBody{
+			Code:    api.CodeUnavailable,
+			Message: "the server is shutting down; retry on another", RequestID: "req_" + hex.EncodeToString(id[:]),
+		})
 		h := w.Header()
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-store")

@@ -37,8 +37,8 @@ type workers struct {
 	draining bool
 }
 
-func newWorkers(eng *engine.Engine, st store.Store, max int, poll time.Duration) *workers {
-	return &workers{eng: eng, st: st, max: max, poll: poll, wake: make(chan struct{}, 1), driving: map[string]bool{}}
+func newWorkers(eng *engine.Engine, st store.Store, limit int, poll time.Duration) *workers {
+	return &workers{eng: eng, st: st, max: limit, poll: poll, wake: make(chan struct{}, 1), driving: map[string]bool{}}
 }
 
 // queued tells the workers that a run was queued (a resume request): they

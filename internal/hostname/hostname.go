@@ -320,9 +320,9 @@ func isASCII(s string) bool {
 
 // shorten keeps error messages bounded when the input is hostile.
 func shorten(s string) string {
-	const max = 80
-	if len(s) <= max {
+	const limit = 80
+	if len(s) <= limit {
 		return s
 	}
-	return s[:max] + "..."
+	return s[:limit] + "..."
 }

@@ -78,8 +78,8 @@ type RetryPolicy struct {
 	// last (10 minutes when zero): no wait is begun that would end past it,
 	// not even one a Retry-After header asks for.
 	MaxElapsed time.Duration
-	// Jitter picks a wait in [0, max]; nil means uniformly at random.
-	Jitter func(max time.Duration) time.Duration
+	// Jitter picks a wait in [0, limit]; nil means uniformly at random.
+	Jitter func(limit time.Duration) time.Duration
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
@@ -96,11 +96,11 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 		p.MaxElapsed = 10 * time.Minute
 	}
 	if p.Jitter == nil {
-		p.Jitter = func(max time.Duration) time.Duration {
-			if max <= 0 {
+		p.Jitter = func(limit time.Duration) time.Duration {
+			if limit <= 0 {
 				return 0
 			}
-			return rand.N(max + 1)
+			return rand.N(limit + 1)
 		}
 	}
 	return p

@@ -241,22 +241,38 @@ func TestWireFormat(t *testing.T) {
 		fixture string
 		auth    map[string]string // expected headers
 	}{
-		{"anthropic stream", "anthropic:claude-sonnet-4-5", false, false, "/v1/messages", "anthropic/request.json", "anthropic/tool_use.sse",
-			map[string]string{"X-Api-Key": testKey, "Anthropic-Version": "2023-06-01", "Authorization": ""}},
-		{"anthropic json", "anthropic:claude-sonnet-4-5", false, false, "/v1/messages", "anthropic/request.json", "anthropic/message.json",
-			map[string]string{"X-Api-Key": testKey}},
-		{"openai stream", "openai:gpt-4.1", true, false, "/v1/chat/completions", "chat/request.json", "chat/tool_calls.sse",
-			map[string]string{"Authorization": "Bearer " + testKey, "X-Api-Key": ""}},
-		{"openai json", "openai:gpt-4.1", true, false, "/v1/chat/completions", "chat/request.json", "chat/completion.json",
-			map[string]string{"Authorization": "Bearer " + testKey}},
-		{"compatible no key", "openai-compatible:llama3.1:8b", true, true, "/v1/chat/completions", "chat/request_compat.json", "chat/ollama_tool.sse",
-			map[string]string{"Authorization": ""}},
-		{"compatible with key", "openai-compatible:llama3.1:8b", true, false, "/v1/chat/completions", "chat/request_compat.json", "chat/noindex_nodone.sse",
-			map[string]string{"Authorization": "Bearer " + testKey}},
-		{"responses stream", "openai-responses:gpt-5", true, false, "/v1/responses", "responses/request.json", "responses/function_call.sse",
-			map[string]string{"Authorization": "Bearer " + testKey}},
-		{"responses json", "openai-responses:gpt-5", true, false, "/v1/responses", "responses/request.json", "responses/response.json",
-			map[string]string{"Authorization": "Bearer " + testKey}},
+		{
+			"anthropic stream", "anthropic:claude-sonnet-4-5", false, false, "/v1/messages", "anthropic/request.json", "anthropic/tool_use.sse",
+			map[string]string{"X-Api-Key": testKey, "Anthropic-Version": "2023-06-01", "Authorization": ""},
+		},
+		{
+			"anthropic json", "anthropic:claude-sonnet-4-5", false, false, "/v1/messages", "anthropic/request.json", "anthropic/message.json",
+			map[string]string{"X-Api-Key": testKey},
+		},
+		{
+			"openai stream", "openai:gpt-4.1", true, false, "/v1/chat/completions", "chat/request.json", "chat/tool_calls.sse",
+			map[string]string{"Authorization": "Bearer " + testKey, "X-Api-Key": ""},
+		},
+		{
+			"openai json", "openai:gpt-4.1", true, false, "/v1/chat/completions", "chat/request.json", "chat/completion.json",
+			map[string]string{"Authorization": "Bearer " + testKey},
+		},
+		{
+			"compatible no key", "openai-compatible:llama3.1:8b", true, true, "/v1/chat/completions", "chat/request_compat.json", "chat/ollama_tool.sse",
+			map[string]string{"Authorization": ""},
+		},
+		{
+			"compatible with key", "openai-compatible:llama3.1:8b", true, false, "/v1/chat/completions", "chat/request_compat.json", "chat/noindex_nodone.sse",
+			map[string]string{"Authorization": "Bearer " + testKey},
+		},
+		{
+			"responses stream", "openai-responses:gpt-5", true, false, "/v1/responses", "responses/request.json", "responses/function_call.sse",
+			map[string]string{"Authorization": "Bearer " + testKey},
+		},
+		{
+			"responses json", "openai-responses:gpt-5", true, false, "/v1/responses", "responses/request.json", "responses/response.json",
+			map[string]string{"Authorization": "Bearer " + testKey},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -181,8 +181,10 @@ func encodeChat(req Request, defaultModel string, defaultMax int, compat bool) (
 			}
 			for _, p := range m.Content {
 				if p.Type == PartToolCall {
-					msg.ToolCalls = append(msg.ToolCalls, chatToolCall{ID: p.ToolCall.ID, Type: "function",
-						Function: chatFunctionCall{Name: p.ToolCall.Name, Arguments: string(p.ToolCall.Args)}})
+					msg.ToolCalls = append(msg.ToolCalls, chatToolCall{
+						ID: p.ToolCall.ID, Type: "function",
+						Function: chatFunctionCall{Name: p.ToolCall.Name, Arguments: string(p.ToolCall.Args)},
+					})
 				}
 			}
 			if msg.Content == nil && len(msg.ToolCalls) == 0 {

@@ -33,53 +33,89 @@ func TestRetry(t *testing.T) {
 		wantResets int
 	}{
 		{name: "success first time", steps: []step{ok}, attempts: 1},
-		{name: "429 honours retry-after seconds",
-			steps: []step{status(429, anthropicRateLimit, "retry-after", "7"), ok}, attempts: 2, sleeps: []time.Duration{7 * time.Second}},
-		{name: "429 honours retry-after-ms",
+		{
+			name:  "429 honours retry-after seconds",
+			steps: []step{status(429, anthropicRateLimit, "retry-after", "7"), ok}, attempts: 2, sleeps: []time.Duration{7 * time.Second},
+		},
+		{
+			name:   "429 honours retry-after-ms",
 			steps:  []step{status(429, openaiRateLimit, "retry-after-ms", "240", "retry-after", "1"), ok},
-			policy: RetryPolicy{Jitter: func(time.Duration) time.Duration { return 0 }}, attempts: 2, sleeps: []time.Duration{240 * time.Millisecond}},
-		{name: "retry-after as HTTP date",
+			policy: RetryPolicy{Jitter: func(time.Duration) time.Duration { return 0 }}, attempts: 2, sleeps: []time.Duration{240 * time.Millisecond},
+		},
+		{
+			name:   "retry-after as HTTP date",
 			steps:  []step{status(503, "", "retry-after", "Thu, 02 Jan 2025 03:04:35 GMT"), ok},
-			policy: RetryPolicy{Jitter: func(time.Duration) time.Duration { return 0 }}, attempts: 2, sleeps: []time.Duration{30 * time.Second}},
-		{name: "backoff longer than retry-after wins",
-			steps: []step{status(429, anthropicRateLimit, "retry-after", "0.5"), ok}, attempts: 2, sleeps: []time.Duration{time.Second}},
-		{name: "529 then 500 then 503: exponential backoff",
+			policy: RetryPolicy{Jitter: func(time.Duration) time.Duration { return 0 }}, attempts: 2, sleeps: []time.Duration{30 * time.Second},
+		},
+		{
+			name:  "backoff longer than retry-after wins",
+			steps: []step{status(429, anthropicRateLimit, "retry-after", "0.5"), ok}, attempts: 2, sleeps: []time.Duration{time.Second},
+		},
+		{
+			name:     "529 then 500 then 503: exponential backoff",
 			steps:    []step{status(529, anthropicOverloaded), status(500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`), status(503, "<html>503 Service Unavailable</html>"), ok},
-			attempts: 4, sleeps: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
-		{name: "backoff capped at MaxDelay",
+			attempts: 4, sleeps: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second},
+		},
+		{
+			name:     "backoff capped at MaxDelay",
 			steps:    []step{status(500, ""), status(500, ""), status(500, ""), ok},
 			policy:   RetryPolicy{BaseDelay: 3 * time.Second, MaxDelay: 5 * time.Second},
-			attempts: 4, sleeps: []time.Duration{3 * time.Second, 5 * time.Second, 5 * time.Second}},
-		{name: "408 and 409 are retried",
-			steps: []step{status(408, ""), status(409, ""), ok}, attempts: 3, sleeps: []time.Duration{time.Second, 2 * time.Second}},
-		{name: "gives up after MaxAttempts",
+			attempts: 4, sleeps: []time.Duration{3 * time.Second, 5 * time.Second, 5 * time.Second},
+		},
+		{
+			name:  "408 and 409 are retried",
+			steps: []step{status(408, ""), status(409, ""), ok}, attempts: 3, sleeps: []time.Duration{time.Second, 2 * time.Second},
+		},
+		{
+			name:    "gives up after MaxAttempts",
 			steps:   []step{status(500, `{"type":"error","error":{"type":"api_error","message":"Internal server error"}}`)},
 			wantErr: "giving up after 5 attempts: anthropic: HTTP 500 api_error: Internal server error", attempts: 5,
-			sleeps: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}},
-		{name: "MaxAttempts 1 disables retries",
-			steps: []step{status(503, "")}, policy: RetryPolicy{MaxAttempts: 1}, wantErr: "giving up after 1 attempt:", attempts: 1},
-		{name: "400 is not retried",
-			steps: []step{status(400, anthropicInvalid), ok}, wantErr: "HTTP 400 invalid_request_error: max_tokens: Field required", attempts: 1},
-		{name: "401 is not retried",
-			steps: []step{status(401, anthropicAuth), ok}, wantErr: "HTTP 401 authentication_error", attempts: 1},
-		{name: "x-should-retry false stops a 429",
-			steps: []step{status(429, anthropicRateLimit, "x-should-retry", "false"), ok}, wantErr: "HTTP 429", attempts: 1},
-		{name: "x-should-retry true does not make a 400 retryable",
-			steps: []step{status(400, anthropicInvalid, "x-should-retry", "true"), ok}, wantErr: "HTTP 400", attempts: 1},
-		{name: "retry-after beyond the budget gives up at once",
-			steps: []step{status(429, anthropicRateLimit, "retry-after", "3600"), ok}, wantErr: "would pass the 10m0s retry budget", attempts: 1},
-		{name: "budget ends the backoff",
+			sleeps: []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second},
+		},
+		{
+			name:  "MaxAttempts 1 disables retries",
+			steps: []step{status(503, "")}, policy: RetryPolicy{MaxAttempts: 1}, wantErr: "giving up after 1 attempt:", attempts: 1,
+		},
+		{
+			name:  "400 is not retried",
+			steps: []step{status(400, anthropicInvalid), ok}, wantErr: "HTTP 400 invalid_request_error: max_tokens: Field required", attempts: 1,
+		},
+		{
+			name:  "401 is not retried",
+			steps: []step{status(401, anthropicAuth), ok}, wantErr: "HTTP 401 authentication_error", attempts: 1,
+		},
+		{
+			name:  "x-should-retry false stops a 429",
+			steps: []step{status(429, anthropicRateLimit, "x-should-retry", "false"), ok}, wantErr: "HTTP 429", attempts: 1,
+		},
+		{
+			name:  "x-should-retry true does not make a 400 retryable",
+			steps: []step{status(400, anthropicInvalid, "x-should-retry", "true"), ok}, wantErr: "HTTP 400", attempts: 1,
+		},
+		{
+			name:  "retry-after beyond the budget gives up at once",
+			steps: []step{status(429, anthropicRateLimit, "retry-after", "3600"), ok}, wantErr: "would pass the 10m0s retry budget", attempts: 1,
+		},
+		{
+			name:    "budget ends the backoff",
 			steps:   []step{status(500, "")},
 			policy:  RetryPolicy{MaxAttempts: 100, BaseDelay: time.Minute, MaxDelay: time.Minute, MaxElapsed: 150 * time.Second},
-			wantErr: "retry budget", attempts: 3, sleeps: []time.Duration{time.Minute, time.Minute}},
+			wantErr: "retry budget", attempts: 3, sleeps: []time.Duration{time.Minute, time.Minute},
+		},
 		{name: "connection reset", steps: []step{hangUp(true), ok}, attempts: 2, sleeps: []time.Duration{time.Second}},
 		{name: "connection closed before the answer", steps: []step{hangUp(false), ok}, attempts: 2, sleeps: []time.Duration{time.Second}},
-		{name: "stream cut midway restarts the deltas",
-			steps: []step{serveFixture("anthropic/truncated.sse"), ok}, attempts: 2, sleeps: []time.Duration{time.Second}, wantResets: 1},
-		{name: "overloaded error event midway",
-			steps: []step{serveFixture("anthropic/overloaded.sse"), ok}, attempts: 2, sleeps: []time.Duration{time.Second}, wantResets: 1},
-		{name: "invalid request error event is final",
-			steps: []step{serveFixture("anthropic/invalid_request.sse"), ok}, wantErr: "stream error invalid_request_error", attempts: 1},
+		{
+			name:  "stream cut midway restarts the deltas",
+			steps: []step{serveFixture("anthropic/truncated.sse"), ok}, attempts: 2, sleeps: []time.Duration{time.Second}, wantResets: 1,
+		},
+		{
+			name:  "overloaded error event midway",
+			steps: []step{serveFixture("anthropic/overloaded.sse"), ok}, attempts: 2, sleeps: []time.Duration{time.Second}, wantResets: 1,
+		},
+		{
+			name:  "invalid request error event is final",
+			steps: []step{serveFixture("anthropic/invalid_request.sse"), ok}, wantErr: "stream error invalid_request_error", attempts: 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,29 +162,65 @@ func TestAPIErrorDetails(t *testing.T) {
 		want     APIError
 		overflow bool
 	}{
-		{"anthropic overloaded", status(529, anthropicOverloaded, "request-id", "req_hdr"),
-			APIError{Provider: "anthropic", StatusCode: 529, Type: "overloaded_error", Message: "Overloaded", RequestID: "req_hdr", Retryable: true}, false},
-		{"anthropic body request id", status(529, anthropicOverloaded),
-			APIError{Provider: "anthropic", StatusCode: 529, Type: "overloaded_error", Message: "Overloaded", RequestID: "req_011CSHoEeqs5C35K2UUqR7Fy", Retryable: true}, false},
-		{"anthropic prompt too long", status(400, anthropicTooLong),
-			APIError{Provider: "anthropic", StatusCode: 400, Type: "invalid_request_error", Message: "prompt is too long: 208310 tokens > 200000 maximum"}, true},
-		{"openai context length", status(400, openaiContext),
-			APIError{Provider: "anthropic", StatusCode: 400, Type: "invalid_request_error", Code: "context_length_exceeded",
-				Message: "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens."}, true},
-		{"vllm numeric code", status(400, `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`),
-			APIError{Provider: "anthropic", StatusCode: 400, Type: "BadRequestError", Code: "400",
-				Message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens."}, true},
-		{"llama.cpp context size", status(400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`),
-			APIError{Provider: "anthropic", StatusCode: 400, Type: "exceed_context_size_error", Code: "400",
-				Message: "the request exceeds the available context size, try increasing it"}, true},
-		{"ollama string error", status(404, `{"error":"model \"llama9\" not found, try pulling it first"}`),
-			APIError{Provider: "anthropic", StatusCode: 404, Message: `model "llama9" not found, try pulling it first`}, false},
-		{"html gateway error", status(502, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n</html>"),
-			APIError{Provider: "anthropic", StatusCode: 502, Message: "<html> <head><title>502 Bad Gateway</title></head> </html>", Retryable: true}, false},
-		{"empty body", status(503, ""),
-			APIError{Provider: "anthropic", StatusCode: 503, Message: "Service Unavailable", Retryable: true}, false},
-		{"huge body is cut", status(400, `{"error":{"message":"`+strings.Repeat("x", 5000)+`"}}`),
-			APIError{Provider: "anthropic", StatusCode: 400, Message: strings.Repeat("x", maxErrorMessage) + "…"}, false},
+		{
+			"anthropic overloaded", status(529, anthropicOverloaded, "request-id", "req_hdr"),
+			APIError{Provider: "anthropic", StatusCode: 529, Type: "overloaded_error", Message: "Overloaded", RequestID: "req_hdr", Retryable: true},
+			false,
+		},
+		{
+			"anthropic body request id", status(529, anthropicOverloaded),
+			APIError{Provider: "anthropic", StatusCode: 529, Type: "overloaded_error", Message: "Overloaded", RequestID: "req_011CSHoEeqs5C35K2UUqR7Fy", Retryable: true},
+			false,
+		},
+		{
+			"anthropic prompt too long", status(400, anthropicTooLong),
+			APIError{Provider: "anthropic", StatusCode: 400, Type: "invalid_request_error", Message: "prompt is too long: 208310 tokens > 200000 maximum"},
+			true,
+		},
+		{
+			"openai context length", status(400, openaiContext),
+			APIError{
+				Provider: "anthropic", StatusCode: 400, Type: "invalid_request_error", Code: "context_length_exceeded",
+				Message: "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens.",
+			},
+			true,
+		},
+		{
+			"vllm numeric code", status(400, `{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}`),
+			APIError{
+				Provider: "anthropic", StatusCode: 400, Type: "BadRequestError", Code: "400",
+				Message: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.",
+			},
+			true,
+		},
+		{
+			"llama.cpp context size", status(400, `{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}`),
+			APIError{
+				Provider: "anthropic", StatusCode: 400, Type: "exceed_context_size_error", Code: "400",
+				Message: "the request exceeds the available context size, try increasing it",
+			},
+			true,
+		},
+		{
+			"ollama string error", status(404, `{"error":"model \"llama9\" not found, try pulling it first"}`),
+			APIError{Provider: "anthropic", StatusCode: 404, Message: `model "llama9" not found, try pulling it first`},
+			false,
+		},
+		{
+			"html gateway error", status(502, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n</html>"),
+			APIError{Provider: "anthropic", StatusCode: 502, Message: "<html> <head><title>502 Bad Gateway</title></head> </html>", Retryable: true},
+			false,
+		},
+		{
+			"empty body", status(503, ""),
+			APIError{Provider: "anthropic", StatusCode: 503, Message: "Service Unavailable", Retryable: true},
+			false,
+		},
+		{
+			"huge body is cut", status(400, `{"error":{"message":"`+strings.Repeat("x", 5000)+`"}}`),
+			APIError{Provider: "anthropic", StatusCode: 400, Message: strings.Repeat("x", maxErrorMessage) + "…"},
+			false,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

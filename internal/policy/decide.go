@@ -219,8 +219,10 @@ func compileTools(t *Tools, p *problems) *toolPolicy {
 	tp := &toolPolicy{def: t.Default, extDef: t.ExternalDefault, tools: map[string]compiledTool{}}
 	tp.global = compileRules(env, p, "tools.rules", t.Rules)
 	for name, c := range t.ByName {
-		tp.tools[name] = compiledTool{enabled: c.Enabled, external: c.External, def: c.Default,
-			rules: compileRules(env, p, "tools."+name+".rules", c.Rules)}
+		tp.tools[name] = compiledTool{
+			enabled: c.Enabled, external: c.External, def: c.Default,
+			rules: compileRules(env, p, "tools."+name+".rules", c.Rules),
+		}
 	}
 	return tp
 }

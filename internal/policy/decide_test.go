@@ -72,76 +72,160 @@ func TestDecideTool(t *testing.T) {
 		want ToolDecision
 	}{
 		// Example: ask before run_command whose command matches ^git push.
-		{"git push asks", ToolRequest{Tool: "run_command", Args: args(`{"command":"git push origin main"}`), Sandbox: "main"},
-			ToolDecision{Ask, "tools.run_command.rules[0]", "pushing needs a person"}},
+		{
+			"git push asks",
+			ToolRequest{Tool: "run_command", Args: args(`{"command":"git push origin main"}`), Sandbox: "main"},
+			ToolDecision{Ask, "tools.run_command.rules[0]", "pushing needs a person"},
+		},
 		// First match wins: rule 1 allows before rule 2 could deny.
-		{"first match wins", ToolRequest{Tool: "run_command", Args: args(`{"command":"git status"}`)},
-			ToolDecision{Allow, "tools.run_command.rules[1]", "other git commands"}},
-		{"later rule", ToolRequest{Tool: "run_command", Args: args(`{"command":"echo git"}`)},
-			ToolDecision{Deny, "tools.run_command.rules[2]", "never reached for git commands"}},
-		{"no rule: tools.default", ToolRequest{Tool: "run_command", Args: args(`{"command":"ls"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"}},
-		{"push not at start", ToolRequest{Tool: "run_command", Args: args(`{"command":"echo; git push"}`)},
-			ToolDecision{Deny, "tools.run_command.rules[2]", "never reached for git commands"}},
+		{
+			"first match wins",
+			ToolRequest{Tool: "run_command", Args: args(`{"command":"git status"}`)},
+			ToolDecision{Allow, "tools.run_command.rules[1]", "other git commands"},
+		},
+		{
+			"later rule",
+			ToolRequest{Tool: "run_command", Args: args(`{"command":"echo git"}`)},
+			ToolDecision{Deny, "tools.run_command.rules[2]", "never reached for git commands"},
+		},
+		{
+			"no rule: tools.default",
+			ToolRequest{Tool: "run_command", Args: args(`{"command":"ls"}`)},
+			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+		},
+		{
+			"push not at start",
+			ToolRequest{Tool: "run_command", Args: args(`{"command":"echo; git push"}`)},
+			ToolDecision{Deny, "tools.run_command.rules[2]", "never reached for git commands"},
+		},
 
 		// Example: deny write_file outside src/.
-		{"write in src", ToolRequest{Tool: "write_file", Args: args(`{"path":"src/a.go","content":"x"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"}},
-		{"write in src absolute", ToolRequest{Tool: "write_file", Args: args(`{"path":"/workspace/src/x/a.go"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"}},
-		{"write outside src", ToolRequest{Tool: "write_file", Args: args(`{"path":"README.md"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"}},
-		{"write escapes src", ToolRequest{Tool: "write_file", Args: args(`{"path":"src/../.git/config"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"}},
-		{"write outside workspace", ToolRequest{Tool: "write_file", Args: args(`{"path":"/workspace/../etc/src/x"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"}},
-		{"write src itself", ToolRequest{Tool: "write_file", Args: args(`{"path":"src"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"}},
+		{
+			"write in src",
+			ToolRequest{Tool: "write_file", Args: args(`{"path":"src/a.go","content":"x"}`)},
+			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+		},
+		{
+			"write in src absolute",
+			ToolRequest{Tool: "write_file", Args: args(`{"path":"/workspace/src/x/a.go"}`)},
+			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+		},
+		{
+			"write outside src",
+			ToolRequest{Tool: "write_file", Args: args(`{"path":"README.md"}`)},
+			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+		},
+		{
+			"write escapes src",
+			ToolRequest{Tool: "write_file", Args: args(`{"path":"src/../.git/config"}`)},
+			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+		},
+		{
+			"write outside workspace",
+			ToolRequest{Tool: "write_file", Args: args(`{"path":"/workspace/../etc/src/x"}`)},
+			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+		},
+		{
+			"write src itself",
+			ToolRequest{Tool: "write_file", Args: args(`{"path":"src"}`)},
+			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+		},
 
 		// Example: ask for any external tool (the global rule), by the
 		// document's mark or the engine's.
-		{"external by document", ToolRequest{Tool: "create_issue", Args: args(`{}`)},
-			ToolDecision{Ask, "tools.rules[0]", "external tools need a person"}},
-		{"external by request", ToolRequest{Tool: "http_post", External: true},
-			ToolDecision{Ask, "tools.rules[0]", "external tools need a person"}},
-		{"tool rules before global rules", ToolRequest{Tool: "run_command", External: true, Args: args(`{"command":"git log"}`)},
-			ToolDecision{Allow, "tools.run_command.rules[1]", "other git commands"}},
-		{"global rule", ToolRequest{Tool: "list_dir", Run: RunInfo{Step: 41}},
-			ToolDecision{Deny, "tools.rules[1]", "too many steps for this policy"}},
-		{"global rule not matching", ToolRequest{Tool: "list_dir", Run: RunInfo{Step: 40}},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"}},
+		{
+			"external by document",
+			ToolRequest{Tool: "create_issue", Args: args(`{}`)},
+			ToolDecision{Ask, "tools.rules[0]", "external tools need a person"},
+		},
+		{
+			"external by request",
+			ToolRequest{Tool: "http_post", External: true},
+			ToolDecision{Ask, "tools.rules[0]", "external tools need a person"},
+		},
+		{
+			"tool rules before global rules",
+			ToolRequest{Tool: "run_command", External: true, Args: args(`{"command":"git log"}`)},
+			ToolDecision{Allow, "tools.run_command.rules[1]", "other git commands"},
+		},
+		{
+			"global rule",
+			ToolRequest{Tool: "list_dir", Run: RunInfo{Step: 41}},
+			ToolDecision{Deny, "tools.rules[1]", "too many steps for this policy"},
+		},
+		{
+			"global rule not matching",
+			ToolRequest{Tool: "list_dir", Run: RunInfo{Step: 40}},
+			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+		},
 
 		// Defaults and switches.
-		{"tool default", ToolRequest{Tool: "read_file", Args: args(`{"path":"a"}`)},
-			ToolDecision{Ask, "tools.read_file.default", "no rule matched; the tool's default"}},
-		{"disabled", ToolRequest{Tool: "search", Args: args(`{"pattern":"x"}`)},
-			ToolDecision{Deny, "tools.search.enabled", ReasonDisabled}},
+		{
+			"tool default",
+			ToolRequest{Tool: "read_file", Args: args(`{"path":"a"}`)},
+			ToolDecision{Ask, "tools.read_file.default", "no rule matched; the tool's default"},
+		},
+		{
+			"disabled",
+			ToolRequest{Tool: "search", Args: args(`{"pattern":"x"}`)},
+			ToolDecision{Deny, "tools.search.enabled", ReasonDisabled},
+		},
 
 		// Typed arguments and run facts.
-		{"typed args", ToolRequest{Tool: "typed", Args: args(`{"n":3,"f":1.25,"ok":true,"list":["a","b"],"obj":{"k":1}}`)},
-			ToolDecision{Ask, "tools.typed.rules[0]", "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"}},
-		{"int compares with double", ToolRequest{Tool: "typed", Args: args(`{"n":2.5,"f":1,"ok":true,"list":["a","b"],"obj":{"k":1.0}}`)},
-			ToolDecision{Ask, "tools.typed.rules[0]", "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"}},
-		{"run and sandbox", ToolRequest{Tool: "who", Sandbox: "build", Run: RunInfo{Tenant: "acme", Task: "deploy it", Tokens: 5000, ElapsedSeconds: 60}},
+		{
+			"typed args",
+			ToolRequest{Tool: "typed", Args: args(`{"n":3,"f":1.25,"ok":true,"list":["a","b"],"obj":{"k":1}}`)},
+			ToolDecision{Ask, "tools.typed.rules[0]", "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"},
+		},
+		{
+			"int compares with double",
+			ToolRequest{Tool: "typed", Args: args(`{"n":2.5,"f":1,"ok":true,"list":["a","b"],"obj":{"k":1.0}}`)},
+			ToolDecision{Ask, "tools.typed.rules[0]", "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"},
+		},
+		{
+			"run and sandbox",
+			ToolRequest{Tool: "who", Sandbox: "build", Run: RunInfo{Tenant: "acme", Task: "deploy it", Tokens: 5000, ElapsedSeconds: 60}},
 			// The condition as reason is shortened.
-			ToolDecision{Ask, "tools.who.rules[0]", "matched: run.tenant == \"acme\" && run.task.contains(\"deploy\") && run.tokens > 1000 && run...."}},
-		{"host call", ToolRequest{Tool: "who", Run: RunInfo{Tenant: "acme"}},
-			ToolDecision{Deny, "tools.who.rules[1]", "host call"}},
+			ToolDecision{Ask, "tools.who.rules[0]", "matched: run.tenant == \"acme\" && run.task.contains(\"deploy\") && run.tokens > 1000 && run...."},
+		},
+		{
+			"host call",
+			ToolRequest{Tool: "who", Run: RunInfo{Tenant: "acme"}},
+			ToolDecision{Deny, "tools.who.rules[1]", "host call"},
+		},
 
 		// A rule that cannot be evaluated denies (fail closed), even when a
 		// later rule would allow.
-		{"missing argument", ToolRequest{Tool: "run_command", Args: args(`{"cmd":"git push"}`)},
-			ToolDecision{Deny, "tools.run_command.rules[0]", "policy: the rule failed: no such key: command"}},
-		{"argument of the wrong type", ToolRequest{Tool: "run_command", Args: args(`{"command":["git","push"]}`)},
-			ToolDecision{Deny, "tools.run_command.rules[0]", "policy: the rule failed: no such overload"}},
-		{"not an object", ToolRequest{Tool: "write_file", Args: args(`"{\"path\": \"/etc/passwd\"}"`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"}},
-		{"no arguments", ToolRequest{Tool: "write_file"},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"}},
-		{"a bool argument", ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":true}`)},
-			ToolDecision{Allow, "tools.typed.rules[2]", "matched: args.maybe == true"}},
-		{"not a bool argument", ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":"yes"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"}},
+		{
+			"missing argument",
+			ToolRequest{Tool: "run_command", Args: args(`{"cmd":"git push"}`)},
+			ToolDecision{Deny, "tools.run_command.rules[0]", "policy: the rule failed: no such key: command"},
+		},
+		{
+			"argument of the wrong type",
+			ToolRequest{Tool: "run_command", Args: args(`{"command":["git","push"]}`)},
+			ToolDecision{Deny, "tools.run_command.rules[0]", "policy: the rule failed: no such overload"},
+		},
+		{
+			"not an object",
+			ToolRequest{Tool: "write_file", Args: args(`"{\"path\": \"/etc/passwd\"}"`)},
+			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"},
+		},
+		{
+			"no arguments",
+			ToolRequest{Tool: "write_file"},
+			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"},
+		},
+		{
+			"a bool argument",
+			ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":true}`)},
+			ToolDecision{Allow, "tools.typed.rules[2]", "matched: args.maybe == true"},
+		},
+		{
+			"not a bool argument",
+			ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":"yes"}`)},
+			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -160,26 +244,53 @@ func TestDecideToolExternalDefaults(t *testing.T) {
 		req  ToolRequest
 		want ToolDecision
 	}{
-		{"{}", ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"}},
-		{"tools: {external_default: ask}", ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Ask, "tools.external_default", "no rule matched; the default for external tools"}},
-		{"tools: {create_issue: {external: true}}", ToolRequest{Tool: "create_issue"},
-			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"}},
+		{
+			"{}",
+			ToolRequest{Tool: "create_issue", External: true},
+			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"},
+		},
+		{
+			"tools: {external_default: ask}",
+			ToolRequest{Tool: "create_issue", External: true},
+			ToolDecision{Ask, "tools.external_default", "no rule matched; the default for external tools"},
+		},
+		{
+			"tools: {create_issue: {external: true}}",
+			ToolRequest{Tool: "create_issue"},
+			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"},
+		},
 		// The document cannot make a tool the engine calls external
 		// non-external: either mark makes the call external.
-		{"tools: {create_issue: {external: false}}", ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"}},
-		{"tools: {create_issue: {default: allow}}", ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Allow, "tools.create_issue.default", "no rule matched; the tool's default"}},
-		{"tools: {default: deny}", ToolRequest{Tool: "run_command"},
-			ToolDecision{Deny, "tools.default", "no rule matched; the default for tools"}},
-		{"tools: {default: deny, finish: {default: allow}}", ToolRequest{Tool: "finish"},
-			ToolDecision{Allow, "tools.finish.default", "no rule matched; the tool's default"}},
-		{"tools: {run_command: {enabled: false, default: allow}}", ToolRequest{Tool: "run_command"},
-			ToolDecision{Deny, "tools.run_command.enabled", ReasonDisabled}},
-		{"tools: {rules: [{when: 'true', action: deny}], run_command: {enabled: true}}", ToolRequest{Tool: "run_command"},
-			ToolDecision{Deny, "tools.rules[0]", "matched: true"}},
+		{
+			"tools: {create_issue: {external: false}}",
+			ToolRequest{Tool: "create_issue", External: true},
+			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"},
+		},
+		{
+			"tools: {create_issue: {default: allow}}",
+			ToolRequest{Tool: "create_issue", External: true},
+			ToolDecision{Allow, "tools.create_issue.default", "no rule matched; the tool's default"},
+		},
+		{
+			"tools: {default: deny}",
+			ToolRequest{Tool: "run_command"},
+			ToolDecision{Deny, "tools.default", "no rule matched; the default for tools"},
+		},
+		{
+			"tools: {default: deny, finish: {default: allow}}",
+			ToolRequest{Tool: "finish"},
+			ToolDecision{Allow, "tools.finish.default", "no rule matched; the tool's default"},
+		},
+		{
+			"tools: {run_command: {enabled: false, default: allow}}",
+			ToolRequest{Tool: "run_command"},
+			ToolDecision{Deny, "tools.run_command.enabled", ReasonDisabled},
+		},
+		{
+			"tools: {rules: [{when: 'true', action: deny}], run_command: {enabled: true}}",
+			ToolRequest{Tool: "run_command"},
+			ToolDecision{Deny, "tools.rules[0]", "matched: true"},
+		},
 	} {
 		doc, err := Parse([]byte(tt.doc))
 		if err != nil {
@@ -210,32 +321,58 @@ func TestRuleErrors(t *testing.T) {
 		name, when string
 		want       string
 	}{
-		{"syntax", `args.command.matches("x"`,
-			`policy: tools.run_command.rules[0].when: column 25: Syntax error: missing ')' at '<EOF>'`},
-		{"undeclared", `nope == 1`,
-			`policy: tools.run_command.rules[0].when: column 1: undeclared reference to 'nope'`},
-		{"unknown field", `run.stepp > 1`,
-			`policy: tools.run_command.rules[0].when: column 4: undefined field 'stepp'`},
-		{"overload", `args.command.matches(1)`,
-			`policy: tools.run_command.rules[0].when: column 21: found no matching overload for 'matches' applied to 'dyn.(int)'`},
-		{"types", `tool + 1 == "x"`,
-			`policy: tools.run_command.rules[0].when: column 6: found no matching overload for '_+_' applied to '(string, int)'`},
-		{"not bool", `run.step + 1`,
-			`policy: tools.run_command.rules[0].when: the condition is of type int, want bool`},
-		{"string", `tool`,
-			`policy: tools.run_command.rules[0].when: the condition is of type string, want bool`},
-		{"an argument", `args.command`,
-			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`},
-		{"an argument by index", `args["force"]`,
-			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`},
-		{"a choice of arguments", `run.step > 1 ? args.a : args.b`,
-			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`},
-		{"workspace_path of int", `workspace_path(1) == "a"`,
-			`policy: tools.run_command.rules[0].when: column 15: found no matching overload for 'workspace_path' applied to '(int)'`},
-		{"no now", `now() > 1`,
-			`policy: tools.run_command.rules[0].when: column 4: undeclared reference to 'now'`},
-		{"static cost", `args.a.all(x, args.a.all(y, args.a.all(z, x == y)))`,
-			`policy: tools.run_command.rules[0].when: the condition may cost up to `},
+		{
+			"syntax", `args.command.matches("x"`,
+			`policy: tools.run_command.rules[0].when: column 25: Syntax error: missing ')' at '<EOF>'`,
+		},
+		{
+			"undeclared", `nope == 1`,
+			`policy: tools.run_command.rules[0].when: column 1: undeclared reference to 'nope'`,
+		},
+		{
+			"unknown field", `run.stepp > 1`,
+			`policy: tools.run_command.rules[0].when: column 4: undefined field 'stepp'`,
+		},
+		{
+			"overload", `args.command.matches(1)`,
+			`policy: tools.run_command.rules[0].when: column 21: found no matching overload for 'matches' applied to 'dyn.(int)'`,
+		},
+		{
+			"types", `tool + 1 == "x"`,
+			`policy: tools.run_command.rules[0].when: column 6: found no matching overload for '_+_' applied to '(string, int)'`,
+		},
+		{
+			"not bool", `run.step + 1`,
+			`policy: tools.run_command.rules[0].when: the condition is of type int, want bool`,
+		},
+		{
+			"string", `tool`,
+			`policy: tools.run_command.rules[0].when: the condition is of type string, want bool`,
+		},
+		{
+			"an argument", `args.command`,
+			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`,
+		},
+		{
+			"an argument by index", `args["force"]`,
+			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`,
+		},
+		{
+			"a choice of arguments", `run.step > 1 ? args.a : args.b`,
+			`policy: tools.run_command.rules[0].when: the condition is an argument's value, of a type known only at the call (dyn), want bool`,
+		},
+		{
+			"workspace_path of int", `workspace_path(1) == "a"`,
+			`policy: tools.run_command.rules[0].when: column 15: found no matching overload for 'workspace_path' applied to '(int)'`,
+		},
+		{
+			"no now", `now() > 1`,
+			`policy: tools.run_command.rules[0].when: column 4: undeclared reference to 'now'`,
+		},
+		{
+			"static cost", `args.a.all(x, args.a.all(y, args.a.all(z, x == y)))`,
+			`policy: tools.run_command.rules[0].when: the condition may cost up to `,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -409,8 +546,10 @@ func BenchmarkDecideTool(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	req := ToolRequest{Tool: "run_command", Args: args(`{"command":"go test -race -count=1 ./internal/... 2>&1 | tail -50","timeout_seconds":600}`),
-		Run: RunInfo{Tenant: "acme", Task: "fix the flaky test", Step: 12, Tokens: 48000, ElapsedSeconds: 300}, Sandbox: "main"}
+	req := ToolRequest{
+		Tool: "run_command", Args: args(`{"command":"go test -race -count=1 ./internal/... 2>&1 | tail -50","timeout_seconds":600}`),
+		Run: RunInfo{Tenant: "acme", Task: "fix the flaky test", Step: 12, Tokens: 48000, ElapsedSeconds: 300}, Sandbox: "main",
+	}
 	if got := doc.DecideTool(req); got.Rule != "tools.default" {
 		b.Fatalf("DecideTool = %+v, want the default after all ten rules", got)
 	}

@@ -175,8 +175,10 @@ func (ix *index) typeError(s string) *Error {
 	msg := m[2]
 	if u := reUnknownField.FindStringSubmatch(msg); u != nil {
 		key := u[1]
-		return &Error{Line: line, Field: ix.keys[keyAt{line, key}], Msg: "field " + key + " not found",
-			Hint: keysHint(key, knownKeys[u[2]])}
+		return &Error{
+			Line: line, Field: ix.keys[keyAt{line, key}], Msg: "field " + key + " not found",
+			Hint: keysHint(key, knownKeys[u[2]]),
+		}
 	}
 	if strings.Contains(msg, "into policy.rawDocument") {
 		return &Error{Line: line, Msg: "the document must be a mapping of sections", Hint: keysHint("", knownKeys["rawDocument"])}
@@ -466,9 +468,9 @@ func refValue(ptr any) reflect.Value { return reflect.ValueOf(ptr).Elem() }
 
 // shorten keeps error messages bounded when the input is hostile.
 func shorten(s string) string {
-	const max = 80
-	if len(s) <= max {
+	const limit = 80
+	if len(s) <= limit {
 		return s
 	}
-	return s[:max] + "..."
+	return s[:limit] + "..."
 }

@@ -91,8 +91,10 @@ func TestParseFullExample(t *testing.T) {
 		RootFS:    "/var/lib/airlock/images/debian",
 		Workspace: Workspace{Source: "/srv/repo", Mode: WorkspaceRO},
 		Mounts:    []Mount{{Source: "/srv/cache", Target: "/cache", Mode: MountRO}, {Source: "/srv/out", Target: "/out", Mode: MountRW}},
-		Limits: Limits{Memory: 2 << 30, Pids: 256, CPUs: 0.5, Disk: 1536 << 20, CommandTimeout: Duration(5 * time.Minute),
-			TTL: Duration(time.Hour), Output: 16 << 20},
+		Limits: Limits{
+			Memory: 2 << 30, Pids: 256, CPUs: 0.5, Disk: 1536 << 20, CommandTimeout: Duration(5 * time.Minute),
+			TTL: Duration(time.Hour), Output: 16 << 20,
+		},
 	}
 	if !reflect.DeepEqual(doc.Sandbox, want) {
 		t.Errorf("Sandbox = %+v\nwant %+v", doc.Sandbox, want)
@@ -176,172 +178,324 @@ func TestParseDocumentErrors(t *testing.T) {
 		want      string // one of the errors, exactly
 	}{
 		// Structure.
-		{"unknown section", "sandbx: {}\n",
-			"policy: field sandbx not found (line 1; hint: did you mean sandbox? known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)"},
-		{"unknown key", "sandbox:\n  limits:\n    memroy: 1G\n",
-			"policy: sandbox.limits: field memroy not found (line 3; hint: did you mean memory? known keys: memory, pids, cpus, disk, command_timeout, ttl, output)"},
-		{"unknown key no guess", "budgets:\n  steps_max_total: 1\n",
-			"policy: budgets: field steps_max_total not found (line 2; hint: known keys: max_steps, max_tokens, max_wall_time, max_sandbox_cpu_seconds, max_egress_bytes, max_credits)"},
-		{"unknown rule key", "tools:\n  rules:\n    - when: 'true'\n      action: ask\n      reasons: x\n",
-			"policy: tools.rules[0]: field reasons not found (line 5; hint: did you mean reason? known keys: when, action, reason)"},
-		{"duplicate key", "budgets:\n  max_steps: 1\n  max_steps: 2\n",
-			`policy: budgets: mapping key "max_steps" already defined at line 2 (line 3)`},
-		{"duplicate tool", "tools:\n  run_command: {}\n  run_command: {}\n",
-			`policy: tools: mapping key "run_command" already defined at line 2 (line 3)`},
-		{"merge key", "x: &x {max_steps: 3}\n",
-			"policy: field x not found (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)"},
-		{"merge key in section", "budgets:\n  <<: {max_steps: 3}\n",
-			"policy: budgets: merge keys (<<) are not supported here (line 2; hint: write the keys out)"},
-		{"section not a mapping", "sandbox: [a]\n",
-			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, workspace, mounts, limits, require_hard_limits)"},
-		{"list not a list", "artifacts: a.txt\n",
-			`policy: artifacts: want a list, got the string "a.txt" (line 1; hint: write a list, like [a, b] or one "- item" per line)`},
-		{"string not a string", "sandbox:\n  rootfs: 12\n",
-			"policy: sandbox.rootfs: want a string, got the number 12 (line 2; hint: quote it if it is meant as text)"},
-		{"bool not a bool", "sandbox:\n  require_hard_limits: no\n",
-			`policy: sandbox.require_hard_limits: want true or false, got the string "no" (line 2; hint: write true or false)`},
-		{"int not an int", "sandbox:\n  limits:\n    pids: many\n",
-			`policy: sandbox.limits.pids: want a whole number, got the string "many" (line 3; hint: write a whole number, like 10)`},
-		{"int overflow", "budgets:\n  max_tokens: 99999999999999999999\n",
-			"policy: budgets.max_tokens: want a whole number, got the number 99999999999999999999 (line 2; hint: write a whole number, like 10)"},
-		{"float not a number", "sandbox:\n  limits:\n    cpus: two\n",
-			`policy: sandbox.limits.cpus: want a number, got the string "two" (line 3; hint: write a number, like 1 or 0.5)`},
-		{"size", "sandbox:\n  limits:\n    memory: 12Q\n",
-			`policy: sandbox.limits.memory: "12Q" is not a size (line 3; hint: write bytes as an integer, or a number with a K, M, G or T suffix, like 512M or 1G)`},
-		{"size negative", "budgets:\n  max_egress_bytes: -1\n",
-			"policy: budgets.max_egress_bytes: -1 is not a size (line 2; hint: write bytes as an integer, or a number with a K, M, G or T suffix, like 512M or 1G)"},
-		{"size a list", "sandbox:\n  limits:\n    disk: [1]\n",
-			"policy: sandbox.limits.disk: want a size, got a list (line 3; hint: write bytes as an integer, or a number with a K, M, G or T suffix, like 512M or 1G)"},
-		{"duration no unit", "sandbox:\n  limits:\n    command_timeout: 600\n",
-			"policy: sandbox.limits.command_timeout: 600 has no unit (line 3; hint: write a number with a unit, like 90s, 10m or 1h30m)"},
-		{"duration bad", "approvals:\n  timeout: soon\n",
-			`policy: approvals.timeout: "soon" is not a duration (line 2; hint: write a number with a unit, like 90s, 10m or 1h30m)`},
-		{"duration negative", "verify:\n  timeout: -1m\n",
-			`policy: verify.timeout: "-1m" is negative (line 2; hint: a duration must not be negative)`},
-		{"binary not a string", "sandbox:\n  rootfs: !!binary L3g=\n",
-			`policy: sandbox.rootfs: want a string, got L3g= (line 2; hint: quote it if it is meant as text)`},
+		{
+			"unknown section", "sandbx: {}\n",
+			"policy: field sandbx not found (line 1; hint: did you mean sandbox? known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)",
+		},
+		{
+			"unknown key", "sandbox:\n  limits:\n    memroy: 1G\n",
+			"policy: sandbox.limits: field memroy not found (line 3; hint: did you mean memory? known keys: memory, pids, cpus, disk, command_timeout, ttl, output)",
+		},
+		{
+			"unknown key no guess", "budgets:\n  steps_max_total: 1\n",
+			"policy: budgets: field steps_max_total not found (line 2; hint: known keys: max_steps, max_tokens, max_wall_time, max_sandbox_cpu_seconds, max_egress_bytes, max_credits)",
+		},
+		{
+			"unknown rule key", "tools:\n  rules:\n    - when: 'true'\n      action: ask\n      reasons: x\n",
+			"policy: tools.rules[0]: field reasons not found (line 5; hint: did you mean reason? known keys: when, action, reason)",
+		},
+		{
+			"duplicate key", "budgets:\n  max_steps: 1\n  max_steps: 2\n",
+			`policy: budgets: mapping key "max_steps" already defined at line 2 (line 3)`,
+		},
+		{
+			"duplicate tool", "tools:\n  run_command: {}\n  run_command: {}\n",
+			`policy: tools: mapping key "run_command" already defined at line 2 (line 3)`,
+		},
+		{
+			"merge key", "x: &x {max_steps: 3}\n",
+			"policy: field x not found (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)",
+		},
+		{
+			"merge key in section", "budgets:\n  <<: {max_steps: 3}\n",
+			"policy: budgets: merge keys (<<) are not supported here (line 2; hint: write the keys out)",
+		},
+		{
+			"section not a mapping", "sandbox: [a]\n",
+			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, workspace, mounts, limits, require_hard_limits)",
+		},
+		{
+			"list not a list", "artifacts: a.txt\n",
+			`policy: artifacts: want a list, got the string "a.txt" (line 1; hint: write a list, like [a, b] or one "- item" per line)`,
+		},
+		{
+			"string not a string", "sandbox:\n  rootfs: 12\n",
+			"policy: sandbox.rootfs: want a string, got the number 12 (line 2; hint: quote it if it is meant as text)",
+		},
+		{
+			"bool not a bool", "sandbox:\n  require_hard_limits: no\n",
+			`policy: sandbox.require_hard_limits: want true or false, got the string "no" (line 2; hint: write true or false)`,
+		},
+		{
+			"int not an int", "sandbox:\n  limits:\n    pids: many\n",
+			`policy: sandbox.limits.pids: want a whole number, got the string "many" (line 3; hint: write a whole number, like 10)`,
+		},
+		{
+			"int overflow", "budgets:\n  max_tokens: 99999999999999999999\n",
+			"policy: budgets.max_tokens: want a whole number, got the number 99999999999999999999 (line 2; hint: write a whole number, like 10)",
+		},
+		{
+			"float not a number", "sandbox:\n  limits:\n    cpus: two\n",
+			`policy: sandbox.limits.cpus: want a number, got the string "two" (line 3; hint: write a number, like 1 or 0.5)`,
+		},
+		{
+			"size", "sandbox:\n  limits:\n    memory: 12Q\n",
+			`policy: sandbox.limits.memory: "12Q" is not a size (line 3; hint: write bytes as an integer, or a number with a K, M, G or T suffix, like 512M or 1G)`,
+		},
+		{
+			"size negative", "budgets:\n  max_egress_bytes: -1\n",
+			"policy: budgets.max_egress_bytes: -1 is not a size (line 2; hint: write bytes as an integer, or a number with a K, M, G or T suffix, like 512M or 1G)",
+		},
+		{
+			"size a list", "sandbox:\n  limits:\n    disk: [1]\n",
+			"policy: sandbox.limits.disk: want a size, got a list (line 3; hint: write bytes as an integer, or a number with a K, M, G or T suffix, like 512M or 1G)",
+		},
+		{
+			"duration no unit", "sandbox:\n  limits:\n    command_timeout: 600\n",
+			"policy: sandbox.limits.command_timeout: 600 has no unit (line 3; hint: write a number with a unit, like 90s, 10m or 1h30m)",
+		},
+		{
+			"duration bad", "approvals:\n  timeout: soon\n",
+			`policy: approvals.timeout: "soon" is not a duration (line 2; hint: write a number with a unit, like 90s, 10m or 1h30m)`,
+		},
+		{
+			"duration negative", "verify:\n  timeout: -1m\n",
+			`policy: verify.timeout: "-1m" is negative (line 2; hint: a duration must not be negative)`,
+		},
+		{
+			"binary not a string", "sandbox:\n  rootfs: !!binary L3g=\n",
+			`policy: sandbox.rootfs: want a string, got L3g= (line 2; hint: quote it if it is meant as text)`,
+		},
 
 		// sandbox
-		{"rootfs relative", "sandbox:\n  rootfs: images/debian\n",
-			`policy: sandbox.rootfs: "images/debian" is not an absolute path (line 2; hint: an absolute host path of an unpacked root filesystem, or empty for the host's system directories)`},
-		{"workspace relative", "sandbox:\n  workspace:\n    source: .\n",
-			`policy: sandbox.workspace.source: "." is not an absolute path (line 3; hint: an absolute host directory, or empty for an empty workspace)`},
-		{"workspace mode", "sandbox:\n  workspace:\n    mode: overlay\n",
-			`policy: sandbox.workspace.mode: "overlay" is not one of cow, ro, rw (line 3; hint: cow keeps the host copy unchanged, ro shows it read-only, rw lets changes reach it)`},
-		{"mount source", "sandbox:\n  mounts:\n    - source: cache\n      target: /cache\n",
-			`policy: sandbox.mounts[0].source: "cache" is not an absolute path (line 3; hint: an absolute host path)`},
-		{"mount target unclean", "sandbox:\n  mounts:\n    - source: /c\n      target: /a/../cache\n",
-			`policy: sandbox.mounts[0].target: "/a/../cache" is not a clean absolute path (line 4; hint: a clean absolute path inside the sandbox, like /data)`},
-		{"mount target reserved", "sandbox:\n  mounts:\n    - source: /c\n      target: /proc/x\n",
-			"policy: sandbox.mounts[0].target: /proc is reserved for the sandbox's own machinery (line 4; hint: mount somewhere else, like /mnt/data)"},
-		{"mount target twice", "sandbox:\n  mounts:\n    - {source: /a, target: /m}\n    - {source: /b, target: /m}\n",
-			"policy: sandbox.mounts[1].target: /m is mounted already by sandbox.mounts[0] (line 4)"},
-		{"mount mode", "sandbox:\n  mounts:\n    - {source: /a, target: /m, mode: write}\n",
-			`policy: sandbox.mounts[0].mode: "write" is not one of ro, rw (line 3; hint: ro (the default) or rw)`},
-		{"memory small", "sandbox:\n  limits:\n    memory: 1M\n",
-			"policy: sandbox.limits.memory: 1M is below 4M, too little to start a sandbox (line 3; hint: this limit cannot be turned off; set a larger value)"},
-		{"memory off", "sandbox:\n  limits:\n    memory: 0\n",
-			"policy: sandbox.limits.memory: 0 is below 4M, too little to start a sandbox (line 3; hint: this limit cannot be turned off; set a larger value)"},
-		{"pids", "sandbox:\n  limits:\n    pids: 0\n",
-			"policy: sandbox.limits.pids: 0 out of range 4-4194304 (line 3; hint: this limit cannot be turned off; set a larger value)"},
-		{"cpus", "sandbox:\n  limits:\n    cpus: 0\n",
-			"policy: sandbox.limits.cpus: 0 out of range 0.01-1024 (line 3; hint: a number of CPUs, like 0.5 or 2)"},
-		{"disk", "sandbox:\n  limits:\n    disk: 1K\n",
-			"policy: sandbox.limits.disk: 1K is below 1M (line 3; hint: this limit cannot be turned off; set a larger value)"},
-		{"command timeout", "sandbox:\n  limits:\n    command_timeout: 0s\n",
-			"policy: sandbox.limits.command_timeout: must be longer than 0 (line 3; hint: this limit cannot be turned off; set a larger value)"},
+		{
+			"rootfs relative", "sandbox:\n  rootfs: images/debian\n",
+			`policy: sandbox.rootfs: "images/debian" is not an absolute path (line 2; hint: an absolute host path of an unpacked root filesystem, or empty for the host's system directories)`,
+		},
+		{
+			"workspace relative", "sandbox:\n  workspace:\n    source: .\n",
+			`policy: sandbox.workspace.source: "." is not an absolute path (line 3; hint: an absolute host directory, or empty for an empty workspace)`,
+		},
+		{
+			"workspace mode", "sandbox:\n  workspace:\n    mode: overlay\n",
+			`policy: sandbox.workspace.mode: "overlay" is not one of cow, ro, rw (line 3; hint: cow keeps the host copy unchanged, ro shows it read-only, rw lets changes reach it)`,
+		},
+		{
+			"mount source", "sandbox:\n  mounts:\n    - source: cache\n      target: /cache\n",
+			`policy: sandbox.mounts[0].source: "cache" is not an absolute path (line 3; hint: an absolute host path)`,
+		},
+		{
+			"mount target unclean", "sandbox:\n  mounts:\n    - source: /c\n      target: /a/../cache\n",
+			`policy: sandbox.mounts[0].target: "/a/../cache" is not a clean absolute path (line 4; hint: a clean absolute path inside the sandbox, like /data)`,
+		},
+		{
+			"mount target reserved", "sandbox:\n  mounts:\n    - source: /c\n      target: /proc/x\n",
+			"policy: sandbox.mounts[0].target: /proc is reserved for the sandbox's own machinery (line 4; hint: mount somewhere else, like /mnt/data)",
+		},
+		{
+			"mount target twice", "sandbox:\n  mounts:\n    - {source: /a, target: /m}\n    - {source: /b, target: /m}\n",
+			"policy: sandbox.mounts[1].target: /m is mounted already by sandbox.mounts[0] (line 4)",
+		},
+		{
+			"mount mode", "sandbox:\n  mounts:\n    - {source: /a, target: /m, mode: write}\n",
+			`policy: sandbox.mounts[0].mode: "write" is not one of ro, rw (line 3; hint: ro (the default) or rw)`,
+		},
+		{
+			"memory small", "sandbox:\n  limits:\n    memory: 1M\n",
+			"policy: sandbox.limits.memory: 1M is below 4M, too little to start a sandbox (line 3; hint: this limit cannot be turned off; set a larger value)",
+		},
+		{
+			"memory off", "sandbox:\n  limits:\n    memory: 0\n",
+			"policy: sandbox.limits.memory: 0 is below 4M, too little to start a sandbox (line 3; hint: this limit cannot be turned off; set a larger value)",
+		},
+		{
+			"pids", "sandbox:\n  limits:\n    pids: 0\n",
+			"policy: sandbox.limits.pids: 0 out of range 4-4194304 (line 3; hint: this limit cannot be turned off; set a larger value)",
+		},
+		{
+			"cpus", "sandbox:\n  limits:\n    cpus: 0\n",
+			"policy: sandbox.limits.cpus: 0 out of range 0.01-1024 (line 3; hint: a number of CPUs, like 0.5 or 2)",
+		},
+		{
+			"disk", "sandbox:\n  limits:\n    disk: 1K\n",
+			"policy: sandbox.limits.disk: 1K is below 1M (line 3; hint: this limit cannot be turned off; set a larger value)",
+		},
+		{
+			"command timeout", "sandbox:\n  limits:\n    command_timeout: 0s\n",
+			"policy: sandbox.limits.command_timeout: must be longer than 0 (line 3; hint: this limit cannot be turned off; set a larger value)",
+		},
 
 		// tools
-		{"tools default", "tools:\n  default: maybe\n",
-			`policy: tools.default: "maybe" is not one of allow, deny, ask (line 2; hint: allow, deny or ask)`},
-		{"tools default empty", "tools:\n  default: ''\n",
-			"policy: tools.default: empty (line 2; hint: allow, deny or ask)"},
-		{"tools external_default", "tools:\n  external_default: yes please\n",
-			`policy: tools.external_default: "yes please" is not one of allow, deny, ask (line 2; hint: allow, deny or ask)`},
-		{"tool default", "tools:\n  run_command:\n    default: permit\n",
-			`policy: tools.run_command.default: "permit" is not one of allow, deny, ask (line 3; hint: allow, deny or ask)`},
-		{"misspelt reserved key", "tools:\n  defualt: allow\n",
-			`policy: tools.defualt: want the settings of tool defualt, got the string "allow" (line 2; hint: did you mean default? a tool's settings are enabled, default, external and rules)`},
-		{"tool name", "tools:\n  \"run command\": {}\n",
-			`policy: tools.run command: "run command" is not a tool name (line 2; hint: a tool name: letters, digits and _ . : -, at most 128)`},
-		{"tool unknown key", "tools:\n  run_command:\n    enable: false\n",
-			"policy: tools.run_command: field enable not found (line 3; hint: did you mean enabled? known keys: enabled, default, external, rules)"},
-		{"rule no when", "tools:\n  run_command:\n    rules:\n      - action: deny\n",
-			`policy: tools.run_command.rules[0].when: missing (line 4; hint: a CEL condition, like args.command.matches("^git push"); write "true" for a rule that always matches)`},
-		{"rule no action", "tools:\n  rules:\n    - when: 'true'\n",
-			"policy: tools.rules[0].action: missing (line 3; hint: allow, deny or ask)"},
-		{"rule action", "tools:\n  rules:\n    - when: 'true'\n      action: block\n",
-			`policy: tools.rules[0].action: "block" is not one of allow, deny, ask (line 4; hint: allow, deny or ask)`},
-		{"rule reason", "tools:\n  rules:\n    - when: 'true'\n      action: deny\n      reason: \"a\\nb\"\n",
-			"policy: tools.rules[0].reason: too long or contains control characters (line 5; hint: one line of at most 1024 bytes)"},
-		{"rule when too long", "tools:\n  rules:\n    - when: '" + strings.Repeat("true && ", 600) + "true'\n      action: deny\n",
-			"policy: tools.rules[0].when: 4804 bytes, at most 4096 (line 3; hint: split the rule in several)"},
+		{
+			"tools default", "tools:\n  default: maybe\n",
+			`policy: tools.default: "maybe" is not one of allow, deny, ask (line 2; hint: allow, deny or ask)`,
+		},
+		{
+			"tools default empty", "tools:\n  default: ''\n",
+			"policy: tools.default: empty (line 2; hint: allow, deny or ask)",
+		},
+		{
+			"tools external_default", "tools:\n  external_default: yes please\n",
+			`policy: tools.external_default: "yes please" is not one of allow, deny, ask (line 2; hint: allow, deny or ask)`,
+		},
+		{
+			"tool default", "tools:\n  run_command:\n    default: permit\n",
+			`policy: tools.run_command.default: "permit" is not one of allow, deny, ask (line 3; hint: allow, deny or ask)`,
+		},
+		{
+			"misspelt reserved key", "tools:\n  defualt: allow\n",
+			`policy: tools.defualt: want the settings of tool defualt, got the string "allow" (line 2; hint: did you mean default? a tool's settings are enabled, default, external and rules)`,
+		},
+		{
+			"tool name", "tools:\n  \"run command\": {}\n",
+			`policy: tools.run command: "run command" is not a tool name (line 2; hint: a tool name: letters, digits and _ . : -, at most 128)`,
+		},
+		{
+			"tool unknown key", "tools:\n  run_command:\n    enable: false\n",
+			"policy: tools.run_command: field enable not found (line 3; hint: did you mean enabled? known keys: enabled, default, external, rules)",
+		},
+		{
+			"rule no when", "tools:\n  run_command:\n    rules:\n      - action: deny\n",
+			`policy: tools.run_command.rules[0].when: missing (line 4; hint: a CEL condition, like args.command.matches("^git push"); write "true" for a rule that always matches)`,
+		},
+		{
+			"rule no action", "tools:\n  rules:\n    - when: 'true'\n",
+			"policy: tools.rules[0].action: missing (line 3; hint: allow, deny or ask)",
+		},
+		{
+			"rule action", "tools:\n  rules:\n    - when: 'true'\n      action: block\n",
+			`policy: tools.rules[0].action: "block" is not one of allow, deny, ask (line 4; hint: allow, deny or ask)`,
+		},
+		{
+			"rule reason", "tools:\n  rules:\n    - when: 'true'\n      action: deny\n      reason: \"a\\nb\"\n",
+			"policy: tools.rules[0].reason: too long or contains control characters (line 5; hint: one line of at most 1024 bytes)",
+		},
+		{
+			"rule when too long", "tools:\n  rules:\n    - when: '" + strings.Repeat("true && ", 600) + "true'\n      action: deny\n",
+			"policy: tools.rules[0].when: 4804 bytes, at most 4096 (line 3; hint: split the rule in several)",
+		},
 
 		// budgets
-		{"max_steps", "budgets:\n  max_steps: 0\n",
-			"policy: budgets.max_steps: 0 out of range 1-10000 (line 2; hint: a run needs a step budget)"},
-		{"max_wall_time", "budgets:\n  max_wall_time: 0s\n",
-			"policy: budgets.max_wall_time: must be longer than 0 (line 2; hint: a run needs a time budget; set a larger value)"},
-		{"max_tokens", "budgets:\n  max_tokens: -5\n",
-			"policy: budgets.max_tokens: -5 is negative (line 2; hint: 0 or leaving it out means no bound)"},
-		{"max_credits", "budgets:\n  max_credits: -1\n",
-			"policy: budgets.max_credits: -1 is negative (line 2; hint: 0 or leaving it out means no bound)"},
-		{"max_sandbox_cpu_seconds", "budgets:\n  max_sandbox_cpu_seconds: -1\n",
-			"policy: budgets.max_sandbox_cpu_seconds: -1 is negative (line 2; hint: 0 or leaving it out means no bound)"},
+		{
+			"max_steps", "budgets:\n  max_steps: 0\n",
+			"policy: budgets.max_steps: 0 out of range 1-10000 (line 2; hint: a run needs a step budget)",
+		},
+		{
+			"max_wall_time", "budgets:\n  max_wall_time: 0s\n",
+			"policy: budgets.max_wall_time: must be longer than 0 (line 2; hint: a run needs a time budget; set a larger value)",
+		},
+		{
+			"max_tokens", "budgets:\n  max_tokens: -5\n",
+			"policy: budgets.max_tokens: -5 is negative (line 2; hint: 0 or leaving it out means no bound)",
+		},
+		{
+			"max_credits", "budgets:\n  max_credits: -1\n",
+			"policy: budgets.max_credits: -1 is negative (line 2; hint: 0 or leaving it out means no bound)",
+		},
+		{
+			"max_sandbox_cpu_seconds", "budgets:\n  max_sandbox_cpu_seconds: -1\n",
+			"policy: budgets.max_sandbox_cpu_seconds: -1 is negative (line 2; hint: 0 or leaving it out means no bound)",
+		},
 
 		// approvals
-		{"approver empty", "approvals:\n  approvers: [alice, ' ']\n",
-			`policy: approvals.approvers[1]: " " is not a user name (line 2; hint: a user name of 1 to 128 printable characters)`},
-		{"approver twice", "approvals:\n  approvers:\n    - alice\n    - alice\n",
-			"policy: approvals.approvers[1]: alice is listed twice (line 4)"},
-		{"approvals timeout", "approvals:\n  timeout: 0s\n",
-			"policy: approvals.timeout: must be longer than 0 (line 2; hint: how long an approval waits, like 15m)"},
-		{"on_timeout ask", "approvals:\n  on_timeout: ask\n",
-			`policy: approvals.on_timeout: "ask" is not one of deny, allow (line 2; hint: what an unanswered approval becomes: deny (the default) or allow)`},
+		{
+			"approver empty", "approvals:\n  approvers: [alice, ' ']\n",
+			`policy: approvals.approvers[1]: " " is not a user name (line 2; hint: a user name of 1 to 128 printable characters)`,
+		},
+		{
+			"approver twice", "approvals:\n  approvers:\n    - alice\n    - alice\n",
+			"policy: approvals.approvers[1]: alice is listed twice (line 4)",
+		},
+		{
+			"approvals timeout", "approvals:\n  timeout: 0s\n",
+			"policy: approvals.timeout: must be longer than 0 (line 2; hint: how long an approval waits, like 15m)",
+		},
+		{
+			"on_timeout ask", "approvals:\n  on_timeout: ask\n",
+			`policy: approvals.on_timeout: "ask" is not one of deny, allow (line 2; hint: what an unanswered approval becomes: deny (the default) or allow)`,
+		},
 
 		// verify and artifacts
-		{"verify command empty", "verify:\n  commands: ['go test ./...', '  ']\n",
-			"policy: verify.commands[1]: empty or contains NUL (line 2)"},
-		{"verify changed outside", "verify:\n  changed:\n    - ../etc/passwd\n",
-			`policy: verify.changed[0]: "../etc/passwd" is not a path inside /workspace (line 3; hint: a path relative to /workspace, or absolute under it)`},
-		{"verify changed root", "verify:\n  changed: [/workspace]\n",
-			`policy: verify.changed[0]: "/workspace" is not a path inside /workspace (line 2; hint: a path relative to /workspace, or absolute under it)`},
-		{"verify glob", "verify:\n  only_changed: ['src/[a']\n",
-			`policy: verify.only_changed[0]: "src/[a" is not a valid glob (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
-		{"verify timeout", "verify:\n  timeout: 0s\n",
-			"policy: verify.timeout: must be longer than 0 (line 2; hint: how long each check command may run, like 10m)"},
-		{"artifact glob", "artifacts:\n  - ok.txt\n  - 'bad[x'\n",
-			`policy: artifacts[1]: "bad[x" is not a valid glob (line 3; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
-		{"artifact outside", "artifacts:\n  - ../../etc/passwd\n",
-			`policy: artifacts[0]: "../../etc/passwd" is outside /workspace (it has a .. element) (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
-		{"artifact absolute", "artifacts: ['/etc/*']\n",
-			`policy: artifacts[0]: "/etc/*" is outside /workspace (line 1; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
-		{"verify glob outside", "verify:\n  only_changed: ['/workspace/../x']\n",
-			`policy: verify.only_changed[0]: "/workspace/../x" is outside /workspace (it has a .. element) (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`},
-		{"too many artifacts", "artifacts: [" + strings.Repeat("a,", 64) + "a]\n",
-			"policy: artifacts: 65 entries, at most 64 (line 1)"},
+		{
+			"verify command empty", "verify:\n  commands: ['go test ./...', '  ']\n",
+			"policy: verify.commands[1]: empty or contains NUL (line 2)",
+		},
+		{
+			"verify changed outside", "verify:\n  changed:\n    - ../etc/passwd\n",
+			`policy: verify.changed[0]: "../etc/passwd" is not a path inside /workspace (line 3; hint: a path relative to /workspace, or absolute under it)`,
+		},
+		{
+			"verify changed root", "verify:\n  changed: [/workspace]\n",
+			`policy: verify.changed[0]: "/workspace" is not a path inside /workspace (line 2; hint: a path relative to /workspace, or absolute under it)`,
+		},
+		{
+			"verify glob", "verify:\n  only_changed: ['src/[a']\n",
+			`policy: verify.only_changed[0]: "src/[a" is not a valid glob (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`,
+		},
+		{
+			"verify timeout", "verify:\n  timeout: 0s\n",
+			"policy: verify.timeout: must be longer than 0 (line 2; hint: how long each check command may run, like 10m)",
+		},
+		{
+			"artifact glob", "artifacts:\n  - ok.txt\n  - 'bad[x'\n",
+			`policy: artifacts[1]: "bad[x" is not a valid glob (line 3; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`,
+		},
+		{
+			"artifact outside", "artifacts:\n  - ../../etc/passwd\n",
+			`policy: artifacts[0]: "../../etc/passwd" is outside /workspace (it has a .. element) (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`,
+		},
+		{
+			"artifact absolute", "artifacts: ['/etc/*']\n",
+			`policy: artifacts[0]: "/etc/*" is outside /workspace (line 1; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`,
+		},
+		{
+			"verify glob outside", "verify:\n  only_changed: ['/workspace/../x']\n",
+			`policy: verify.only_changed[0]: "/workspace/../x" is outside /workspace (it has a .. element) (line 2; hint: a path.Match pattern relative to /workspace, like "src/*.go" or "docs/**")`,
+		},
+		{
+			"too many artifacts", "artifacts: [" + strings.Repeat("a,", 64) + "a]\n",
+			"policy: artifacts: 65 entries, at most 64 (line 1)",
+		},
 
 		// retries
-		{"retries", "retries:\n  model: 11\n",
-			"policy: retries.model: 11 out of range 0-10 (line 2; hint: 0 turns retries off)"},
-		{"retries negative", "retries:\n  sandbox: -1\n",
-			"policy: retries.sandbox: -1 out of range 0-10 (line 2; hint: 0 turns retries off)"},
-		{"retries recovery", "retries:\n  recovery: 11\n",
-			"policy: retries.recovery: 11 out of range 0-10 (line 2; hint: 0 turns retries off)"},
+		{
+			"retries", "retries:\n  model: 11\n",
+			"policy: retries.model: 11 out of range 0-10 (line 2; hint: 0 turns retries off)",
+		},
+		{
+			"retries negative", "retries:\n  sandbox: -1\n",
+			"policy: retries.sandbox: -1 out of range 0-10 (line 2; hint: 0 turns retries off)",
+		},
+		{
+			"retries recovery", "retries:\n  recovery: 11\n",
+			"policy: retries.recovery: 11 out of range 0-10 (line 2; hint: 0 turns retries off)",
+		},
 
 		// network keeps its messages and gains lines.
-		{"network value", "network:\n  allow:\n    - host: a.example\n      ports: [99999]\n",
-			"policy: network.allow[0].ports[0]: 99999 out of range 1-65535 (line 4)"},
-		{"network unknown key", "network:\n  alow: []\n",
-			"policy: network: field alow not found (line 2; hint: did you mean allow? known keys: default, allow, resolve, upstream_ca, credentials)"},
-		{"network rule unknown key", "network:\n  allow:\n    - host: a.example\n      port: [443]\n",
-			"policy: network.allow[0]: field port not found (line 4; hint: did you mean ports? known keys: host, cidr, ports, methods, paths)"},
-		{"not a mapping", "- a\n- b\n",
-			"policy: the document must be a mapping of sections (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)"},
-		{"syntax", "sandbox:\n  rootfs: /x\n   mounts: []\n",
-			`policy: mapping values are not allowed in this context (line 3; hint: this is not valid YAML: check the indentation, and quote values that contain ": " or start with a special character)`},
-		{"tab", "sandbox:\n\trootfs: /x\n",
-			`policy: found character that cannot start any token (line 2; hint: this is not valid YAML: check the indentation, and quote values that contain ": " or start with a special character)`},
+		{
+			"network value", "network:\n  allow:\n    - host: a.example\n      ports: [99999]\n",
+			"policy: network.allow[0].ports[0]: 99999 out of range 1-65535 (line 4)",
+		},
+		{
+			"network unknown key", "network:\n  alow: []\n",
+			"policy: network: field alow not found (line 2; hint: did you mean allow? known keys: default, allow, resolve, upstream_ca, credentials)",
+		},
+		{
+			"network rule unknown key", "network:\n  allow:\n    - host: a.example\n      port: [443]\n",
+			"policy: network.allow[0]: field port not found (line 4; hint: did you mean ports? known keys: host, cidr, ports, methods, paths)",
+		},
+		{
+			"not a mapping", "- a\n- b\n",
+			"policy: the document must be a mapping of sections (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm)",
+		},
+		{
+			"syntax", "sandbox:\n  rootfs: /x\n   mounts: []\n",
+			`policy: mapping values are not allowed in this context (line 3; hint: this is not valid YAML: check the indentation, and quote values that contain ": " or start with a special character)`,
+		},
+		{
+			"tab", "sandbox:\n\trootfs: /x\n",
+			`policy: found character that cannot start any token (line 2; hint: this is not valid YAML: check the indentation, and quote values that contain ": " or start with a special character)`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -438,8 +592,15 @@ func TestSize(t *testing.T) {
 		want Size
 		out  string
 	}{
-		{"512M", 512 << 20, "512M"}, {"1G", 1 << 30, "1G"}, {"1GiB", 1 << 30, "1G"}, {"1.5G", 1536 << 20, "1536M"},
-		{"100", 100, "100"}, {"2k", 2048, "2K"}, {"1T", 1 << 40, "1T"}, {"0", 0, "0"}, {"1025", 1025, "1025"},
+		{"512M", 512 << 20, "512M"},
+		{"1G", 1 << 30, "1G"},
+		{"1GiB", 1 << 30, "1G"},
+		{"1.5G", 1536 << 20, "1536M"},
+		{"100", 100, "100"},
+		{"2k", 2048, "2K"},
+		{"1T", 1 << 40, "1T"},
+		{"0", 0, "0"},
+		{"1025", 1025, "1025"},
 	} {
 		got, err := ParseSize(tt.in)
 		if err != nil || got != tt.want || got.String() != tt.out {
@@ -458,8 +619,13 @@ func TestDurationString(t *testing.T) {
 		d    time.Duration
 		want string
 	}{
-		{10 * time.Minute, "10m"}, {time.Hour, "1h"}, {90 * time.Minute, "1h30m"}, {90 * time.Second, "1m30s"},
-		{time.Hour + time.Second, "1h0m1s"}, {0, "0s"}, {1500 * time.Millisecond, "1.5s"},
+		{10 * time.Minute, "10m"},
+		{time.Hour, "1h"},
+		{90 * time.Minute, "1h30m"},
+		{90 * time.Second, "1m30s"},
+		{time.Hour + time.Second, "1h0m1s"},
+		{0, "0s"},
+		{1500 * time.Millisecond, "1.5s"},
 	} {
 		if got := Duration(tt.d).String(); got != tt.want {
 			t.Errorf("Duration(%v).String() = %q, want %q", tt.d, got, tt.want)

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/hostname"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockrun/airlock/internal/hostname"
 )
 
 // FuzzParse: no input panics, and a document Parse accepts validates again

@@ -139,46 +139,86 @@ func TestParseLLMErrors(t *testing.T) {
 		name, doc string
 		want      string
 	}{
-		{"unknown key", "llm:\n  enable: true\n",
-			"policy: llm: field enable not found (line 2; hint: did you mean enabled? known keys: enabled, models, map, max_requests_per_minute, max_tokens, max_credits, log_bodies)"},
-		{"not a mapping", "llm: true\n",
-			"policy: llm: want a mapping, got true (line 1; hint: known keys: enabled, models, map, max_requests_per_minute, max_tokens, max_credits, log_bodies)"},
-		{"enabled not a bool", "llm:\n  enabled: yes\n",
-			`policy: llm.enabled: want true or false, got the string "yes" (line 2; hint: write true or false)`},
-		{"enabled without models", "llm:\n  enabled: true\n",
-			`policy: llm.models: the gateway is enabled but allows no model (line 1; hint: list the models sandboxes may call, like ["gpt-4o-mini"], or ["*"] for any)`},
-		{"models not a list", "llm:\n  models: gpt-4o\n",
-			`policy: llm.models: want a list, got the string "gpt-4o" (line 2; hint: write a list, like [a, b] or one "- item" per line)`},
-		{"model empty", "llm:\n  models: [gpt-4o, '']\n",
-			`policy: llm.models[1]: "" is not a model name (line 2; hint: a model name or a glob of one, like "gpt-4o*", of at most 256 printable bytes)`},
-		{"model padded", "llm:\n  models: [' gpt-4o']\n",
-			`policy: llm.models[0]: " gpt-4o" is not a model name (line 2; hint: a model name or a glob of one, like "gpt-4o*", of at most 256 printable bytes)`},
-		{"model twice", "llm:\n  models:\n    - gpt-4o\n    - gpt-4o\n",
-			"policy: llm.models[1]: gpt-4o is listed already as llm.models[0] (line 4)"},
-		{"model a number", "llm:\n  models: [4]\n",
-			"policy: llm.models[0]: want a string, got the number 4 (line 2; hint: quote it if it is meant as text)"},
-		{"map not a mapping", "llm:\n  map: [a]\n",
-			`policy: llm.map: want a mapping, got a list (line 2; hint: write model: UPSTREAM:MODEL pairs, like fast: "local:llama3")`},
-		{"map value not a string", "llm:\n  map:\n    fast: 3\n",
-			"policy: llm.map.fast: want a string, got the number 3 (line 3; hint: quote it if it is meant as text)"},
-		{"map value no upstream", "llm:\n  map:\n    fast: llama3\n",
-			`policy: llm.map.fast: "llama3" is not UPSTREAM:MODEL (line 3; hint: UPSTREAM:MODEL, like "openai:gpt-4o-mini"; the upstream is lowercase letters, digits, _ and -)`},
-		{"map value bad upstream", "llm:\n  map:\n    fast: Local:llama3\n",
-			`policy: llm.map.fast: "Local:llama3" is not UPSTREAM:MODEL (line 3; hint: UPSTREAM:MODEL, like "openai:gpt-4o-mini"; the upstream is lowercase letters, digits, _ and -)`},
-		{"map value no model", "llm:\n  map:\n    fast: 'local:'\n",
-			`policy: llm.map.fast: "local:" is not UPSTREAM:MODEL (line 3; hint: UPSTREAM:MODEL, like "openai:gpt-4o-mini"; the upstream is lowercase letters, digits, _ and -)`},
-		{"map key twice", "llm:\n  map:\n    fast: a:b\n    fast: a:c\n",
-			`policy: llm.map: mapping key "fast" already defined at line 3 (line 4)`},
-		{"rate negative", "llm:\n  max_requests_per_minute: -1\n",
-			"policy: llm.max_requests_per_minute: -1 is negative (line 2; hint: 0 or leaving it out means no bound)"},
-		{"tokens negative", "llm:\n  max_tokens: -1\n",
-			"policy: llm.max_tokens: -1 is negative (line 2; hint: 0 or leaving it out means no bound)"},
-		{"credits negative", "llm:\n  max_credits: -1\n",
-			"policy: llm.max_credits: -1 is negative (line 2; hint: 0 or leaving it out means no bound)"},
-		{"credits huge", "llm:\n  max_credits: 1000001\n",
-			"policy: llm.max_credits: 1000001 is more than 1000000 credits (line 2)"},
-		{"log_bodies not a bool", "llm:\n  log_bodies: 1\n",
-			"policy: llm.log_bodies: want true or false, got the number 1 (line 2; hint: write true or false)"},
+		{
+			"unknown key", "llm:\n  enable: true\n",
+			"policy: llm: field enable not found (line 2; hint: did you mean enabled? known keys: enabled, models, map, max_requests_per_minute, max_tokens, max_credits, log_bodies)",
+		},
+		{
+			"not a mapping", "llm: true\n",
+			"policy: llm: want a mapping, got true (line 1; hint: known keys: enabled, models, map, max_requests_per_minute, max_tokens, max_credits, log_bodies)",
+		},
+		{
+			"enabled not a bool", "llm:\n  enabled: yes\n",
+			`policy: llm.enabled: want true or false, got the string "yes" (line 2; hint: write true or false)`,
+		},
+		{
+			"enabled without models", "llm:\n  enabled: true\n",
+			`policy: llm.models: the gateway is enabled but allows no model (line 1; hint: list the models sandboxes may call, like ["gpt-4o-mini"], or ["*"] for any)`,
+		},
+		{
+			"models not a list", "llm:\n  models: gpt-4o\n",
+			`policy: llm.models: want a list, got the string "gpt-4o" (line 2; hint: write a list, like [a, b] or one "- item" per line)`,
+		},
+		{
+			"model empty", "llm:\n  models: [gpt-4o, '']\n",
+			`policy: llm.models[1]: "" is not a model name (line 2; hint: a model name or a glob of one, like "gpt-4o*", of at most 256 printable bytes)`,
+		},
+		{
+			"model padded", "llm:\n  models: [' gpt-4o']\n",
+			`policy: llm.models[0]: " gpt-4o" is not a model name (line 2; hint: a model name or a glob of one, like "gpt-4o*", of at most 256 printable bytes)`,
+		},
+		{
+			"model twice", "llm:\n  models:\n    - gpt-4o\n    - gpt-4o\n",
+			"policy: llm.models[1]: gpt-4o is listed already as llm.models[0] (line 4)",
+		},
+		{
+			"model a number", "llm:\n  models: [4]\n",
+			"policy: llm.models[0]: want a string, got the number 4 (line 2; hint: quote it if it is meant as text)",
+		},
+		{
+			"map not a mapping", "llm:\n  map: [a]\n",
+			`policy: llm.map: want a mapping, got a list (line 2; hint: write model: UPSTREAM:MODEL pairs, like fast: "local:llama3")`,
+		},
+		{
+			"map value not a string", "llm:\n  map:\n    fast: 3\n",
+			"policy: llm.map.fast: want a string, got the number 3 (line 3; hint: quote it if it is meant as text)",
+		},
+		{
+			"map value no upstream", "llm:\n  map:\n    fast: llama3\n",
+			`policy: llm.map.fast: "llama3" is not UPSTREAM:MODEL (line 3; hint: UPSTREAM:MODEL, like "openai:gpt-4o-mini"; the upstream is lowercase letters, digits, _ and -)`,
+		},
+		{
+			"map value bad upstream", "llm:\n  map:\n    fast: Local:llama3\n",
+			`policy: llm.map.fast: "Local:llama3" is not UPSTREAM:MODEL (line 3; hint: UPSTREAM:MODEL, like "openai:gpt-4o-mini"; the upstream is lowercase letters, digits, _ and -)`,
+		},
+		{
+			"map value no model", "llm:\n  map:\n    fast: 'local:'\n",
+			`policy: llm.map.fast: "local:" is not UPSTREAM:MODEL (line 3; hint: UPSTREAM:MODEL, like "openai:gpt-4o-mini"; the upstream is lowercase letters, digits, _ and -)`,
+		},
+		{
+			"map key twice", "llm:\n  map:\n    fast: a:b\n    fast: a:c\n",
+			`policy: llm.map: mapping key "fast" already defined at line 3 (line 4)`,
+		},
+		{
+			"rate negative", "llm:\n  max_requests_per_minute: -1\n",
+			"policy: llm.max_requests_per_minute: -1 is negative (line 2; hint: 0 or leaving it out means no bound)",
+		},
+		{
+			"tokens negative", "llm:\n  max_tokens: -1\n",
+			"policy: llm.max_tokens: -1 is negative (line 2; hint: 0 or leaving it out means no bound)",
+		},
+		{
+			"credits negative", "llm:\n  max_credits: -1\n",
+			"policy: llm.max_credits: -1 is negative (line 2; hint: 0 or leaving it out means no bound)",
+		},
+		{
+			"credits huge", "llm:\n  max_credits: 1000001\n",
+			"policy: llm.max_credits: 1000001 is more than 1000000 credits (line 2)",
+		},
+		{
+			"log_bodies not a bool", "llm:\n  log_bodies: 1\n",
+			"policy: llm.log_bodies: want true or false, got the number 1 (line 2; hint: write true or false)",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

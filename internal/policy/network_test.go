@@ -15,8 +15,11 @@ func TestValidateErrors(t *testing.T) {
 	}{
 		{"default allow", Network{Default: Allow}, `policy: network.default: "allow" is not supported: list the destinations under allow`},
 		{"default other", Network{Default: "maybe"}, `policy: network.default: "maybe" is not one of deny, ask`},
-		{"port range", Network{Allow: []Rule{{Host: "a.example"}, {Host: "b.example"}, {Host: "c.example", Ports: []int{70000}}}},
-			"policy: network.allow[2].ports[0]: 70000 out of range 1-65535"},
+		{
+			"port range",
+			Network{Allow: []Rule{{Host: "a.example"}, {Host: "b.example"}, {Host: "c.example", Ports: []int{70000}}}},
+			"policy: network.allow[2].ports[0]: 70000 out of range 1-65535",
+		},
 		{"port zero", Network{Allow: []Rule{{Host: "a.example", Ports: []int{443, 0}}}}, "policy: network.allow[0].ports[1]: 0 out of range 1-65535"},
 		{"no host", Network{Allow: []Rule{{Ports: []int{443}}}}, "policy: network.allow[0]: one of host, cidr is required"},
 		{"host and cidr", Network{Allow: []Rule{{Host: "a.example", CIDR: "10.0.0.0/8"}}}, "policy: network.allow[0]: set host or cidr, not both"},

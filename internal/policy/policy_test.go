@@ -63,8 +63,10 @@ func TestParseErrors(t *testing.T) {
 		{"wrong type", "network:\n  allow:\n    - host: a.example\n      ports: [https]\n", []string{"line 4"}},
 		{"two documents", "network: {}\n---\nnetwork: {}\n", []string{"more than one"}},
 		{"not a mapping", "- a\n- b\n", []string{"policy:"}},
-		{"validation", "network:\n  allow:\n    - host: a.example\n    - host: b.example\n    - host: c.example\n      ports: [443, 70000]\n",
-			[]string{"policy: network.allow[2].ports[1]: 70000 out of range 1-65535"}},
+		{
+			"validation", "network:\n  allow:\n    - host: a.example\n    - host: b.example\n    - host: c.example\n      ports: [443, 70000]\n",
+			[]string{"policy: network.allow[2].ports[1]: 70000 out of range 1-65535"},
+		},
 		{"too big", "network: {}\n#" + strings.Repeat("x", MaxSize), []string{"limit"}},
 	}
 	for _, tt := range tests {

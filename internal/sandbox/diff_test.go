@@ -40,10 +40,14 @@ func tarOf(t testing.TB, files map[string]string) *bytes.Buffer {
 // the same patch: a change, an addition, a removal; unchanged files are left
 // out; an unsafe name in either stream is refused.
 func TestWriteDiff(t *testing.T) {
-	base := map[string]string{"a.txt": "one\ntwo\n", "same.txt": "same\n", "gone.txt": "bye\n", "dir/b.txt": "b\n",
-		".git/index": "old index", ".git/gone": "x", "sub/.git/HEAD": "ref: a\n"}
-	after := map[string]string{"a.txt": "one\nTWO\n", "same.txt": "same\n", "new.txt": "hi\n", "dir/b.txt": "b\n",
-		".git/index": "new index", ".git/new": "y", "sub/.git/HEAD": "ref: b\n"}
+	base := map[string]string{
+		"a.txt": "one\ntwo\n", "same.txt": "same\n", "gone.txt": "bye\n", "dir/b.txt": "b\n",
+		".git/index": "old index", ".git/gone": "x", "sub/.git/HEAD": "ref: a\n",
+	}
+	after := map[string]string{
+		"a.txt": "one\nTWO\n", "same.txt": "same\n", "new.txt": "hi\n", "dir/b.txt": "b\n",
+		".git/index": "new index", ".git/new": "y", "sub/.git/HEAD": "ref: b\n",
+	}
 	dir := t.TempDir()
 	for name, body := range base {
 		p := filepath.Join(dir, name)

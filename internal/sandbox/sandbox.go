@@ -25,8 +25,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // Outcome says how a command ended.

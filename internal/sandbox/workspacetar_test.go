@@ -63,8 +63,15 @@ func TestCheckWorkspaceTar(t *testing.T) {
 		bad, reason string
 	}{
 		{"plain tree", []entry{{'d', "./", ""}, {'d', "src/", ""}, {'f', "src/a.go", ""}, {'f', "./b.txt", ""}}, "", ""},
-		{"links inside", []entry{{'f', "lib/libx.so.1.2", ""}, {'l', "lib/libx.so.1", "libx.so.1.2"}, {'l', "lib/libx.so", "libx.so.1"},
-			{'l', "bin/x", "../lib/libx.so"}, {'h', "lib/copy", "lib/libx.so.1.2"}, {'l', "here", "."}, {'l', "dangling", "nowhere/yet"}}, "", ""},
+		{"links inside", []entry{
+			{'f', "lib/libx.so.1.2", ""},
+			{'l', "lib/libx.so.1", "libx.so.1.2"},
+			{'l', "lib/libx.so", "libx.so.1"},
+			{'l', "bin/x", "../lib/libx.so"},
+			{'h', "lib/copy", "lib/libx.so.1.2"},
+			{'l', "here", "."},
+			{'l', "dangling", "nowhere/yet"},
+		}, "", ""},
 		{"a link to a link made later", []entry{{'l', "a", "b"}, {'l', "b", "c"}, {'f', "c", ""}}, "", ""},
 		{"parent dir", []entry{{'f', "ok.txt", ""}, {'f', "../x.txt", ""}}, "../x.txt", "a .. element"},
 		{"dot dot inside", []entry{{'f', "a/../../x", ""}}, "a/../../x", "a .. element"},

@@ -14,10 +14,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/supervisor"
-	"golang.org/x/sys/unix"
 )
 
 // ExecCmd is `airlock sandbox exec`.
@@ -65,7 +66,7 @@ func (c *ExecCmd) Run(env *Env) error {
 	if restore != nil {
 		defer restore()
 	}
-	var stdin = env.Stdin
+	stdin := env.Stdin
 	if !c.Interactive {
 		stdin = nil
 	}

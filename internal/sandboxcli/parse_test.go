@@ -75,9 +75,11 @@ func TestParse(t *testing.T) {
 	}{
 		{[]string{"sandbox", "run", "--", "true"}, true},
 		{[]string{"sandbox", "run", "true", "--x"}, true},
-		{[]string{"sandbox", "run", "--memory", "1G", "--pids", "10", "--cpus", "0.5", "-e", "A=1", "-e", "B=a:b", "--mount", "/a:/b:rw",
+		{[]string{
+			"sandbox", "run", "--memory", "1G", "--pids", "10", "--cpus", "0.5", "-e", "A=1", "-e", "B=a:b", "--mount", "/a:/b:rw",
 			"--workspace", "/x", "--workspace-mode", "ro", "--network", "none", "--disk", "2G", "--rootfs", "/r", "--user", "root",
-			"--soft-limits", "--timeout", "5s", "--max-output", "1M", "--json", "-i", "--", "sh", "-c", "echo --json"}, true},
+			"--soft-limits", "--timeout", "5s", "--max-output", "1M", "--json", "-i", "--", "sh", "-c", "echo --json",
+		}, true},
 		{[]string{"sandbox", "run", "--memory=1G", "--env=A=1", "--", "true"}, true},
 		{[]string{"sandbox", "run", "--network", "proxy", "--proxy-socket", "/p.sock", "--", "true"}, true},
 		{[]string{"sandbox", "exec", "sb-1", "--", "ls", "-la"}, true},

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // RunCmd is `airlock sandbox run`.

@@ -23,8 +23,9 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 )
 
 // Env is everything a sandbox command may use from its surroundings.

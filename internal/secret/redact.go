@@ -2,6 +2,7 @@ package secret
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"slices"
 	"sync"
@@ -199,7 +200,7 @@ func (rw *redactWriter) Write(p []byte) (int, error) {
 // Close writes what was held back. It does not close the underlying writer.
 func (rw *redactWriter) Close() error {
 	if rw.err != nil {
-		if rw.err == errClosed {
+		if errors.Is(rw.err, errClosed) {
 			return nil
 		}
 		return rw.err

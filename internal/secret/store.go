@@ -22,9 +22,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/hostname"
-	"golang.org/x/sys/unix"
 )
 
 // legacyLocalTenant is the tenant the command line's own secrets were

@@ -4,9 +4,10 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/airlockrun/airlock/internal/event"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/airlockrun/airlock/internal/event"
 )
 
 // annotate adds to a request's log lines and to its trace span (the one

@@ -177,8 +177,10 @@ func TestTenantIsolation(t *testing.T) {
 	var up api.Upload
 	h.must(http.StatusCreated, "POST", "/v1/uploads", beta, tarball(t, true, map[string]string{"f.txt": "beta's\n"})).json(t, &up)
 	h.must(http.StatusCreated, "POST", "/v1/policies/ask", beta, []byte(askPolicy))
-	done := h.createRun(beta, map[string]any{"task": "beta", "script": fixScript, "workspace": map[string]any{"upload": up.ID},
-		"metadata": map[string]string{"secret-label": "beta"}})
+	done := h.createRun(beta, map[string]any{
+		"task": "beta", "script": fixScript, "workspace": map[string]any{"upload": up.ID},
+		"metadata": map[string]string{"secret-label": "beta"},
+	})
 	h.waitStatus(beta, done.ID, event.StatusCompleted)
 	held := h.createRun(beta, map[string]any{"task": "push", "script": pushScript, "policy": "ask"})
 	approval := h.waitApproval(beta)
@@ -668,8 +670,10 @@ func TestPolicies(t *testing.T) {
 	// The request's own fields change the policy as flags do: the run
 	// records the hash of the policy with them, and the version's as the
 	// one they changed. It is the hash of the same document written out.
-	flagged := h.createRun(key, map[string]any{"task": "t", "script": finishScript, "policy": "strict@v1", "max_steps": 2,
-		"verify": map[string]any{"commands": []string{"true"}}, "artifacts": []string{"out/*"}})
+	flagged := h.createRun(key, map[string]any{
+		"task": "t", "script": finishScript, "policy": "strict@v1", "max_steps": 2,
+		"verify": map[string]any{"commands": []string{"true"}}, "artifacts": []string{"out/*"},
+	})
 	var chk api.PolicyCheck
 	h.must(http.StatusOK, "POST", "/v1/policies/validate", key,
 		[]byte("budgets: {max_steps: 2}\nverify: {commands: ['true']}\nartifacts: [out/*]\n")).json(t, &chk)
@@ -765,8 +769,10 @@ func (s *endsBetween) Events(ctx context.Context, id string, from int64, n int) 
 func TestStreamEndsBetweenReads(t *testing.T) {
 	t.Parallel()
 	es := &endsBetween{}
-	h := newHarness(t, harnessOptions{config: server.Config{Keepalive: 100 * time.Millisecond, StreamPoll: 50 * time.Millisecond},
-		wrapStore: func(st store.Store) store.Store { es.Store = st; return es }})
+	h := newHarness(t, harnessOptions{
+		config:    server.Config{Keepalive: 100 * time.Millisecond, StreamPoll: 50 * time.Millisecond},
+		wrapStore: func(st store.Store) store.Store { es.Store = st; return es },
+	})
 	key := h.key("alpha", "runs:read", "runs:write")
 	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript})
 	other, err := engine.New(engine.Options{Store: h.store, Blobs: h.blobs, Backend: servertest.NoSandboxes{}})

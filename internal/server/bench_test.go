@@ -29,14 +29,17 @@ import (
 // with scopes.
 func newBenchServer(b *testing.B, cfg server.Config, scopes ...string) (*servertest.Server, string) {
 	b.Helper()
+	//nolint:sloglint // not slog.DiscardHandler: the benchmark pays for encoding the request log, as airlock serve does
 	s := servertest.Start(b, servertest.Options{Config: cfg, Tenants: []string{"alpha"}, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	return s, s.Key(b, "alpha", scopes...)
 }
 
 // benchClient is a client of url with key that keeps its connections.
 func benchClient(b *testing.B, url, key string) *client.Client {
-	c, err := client.New(url, key, client.Options{Timeout: time.Minute, Insecure: true,
-		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}})
+	c, err := client.New(url, key, client.Options{
+		Timeout: time.Minute, Insecure: true,
+		HTTPClient: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/policy"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/airlockrun/airlock/internal/policy"
 )
 
 // Config tunes the API. Its zero value is the default of every field; it

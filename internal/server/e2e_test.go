@@ -240,8 +240,10 @@ func TestGitWorkspaceAPI(t *testing.T) {
 		}
 	}
 	// The default policy allows no egress: git cannot reach the host.
-	run := h.createRun(key, map[string]any{"task": "t", "script": finishScript,
-		"workspace": map[string]any{"git": "https://git.example/a.git", "ref": "main"}})
+	run := h.createRun(key, map[string]any{
+		"task": "t", "script": finishScript,
+		"workspace": map[string]any{"git": "https://git.example/a.git", "ref": "main"},
+	})
 	got := h.waitStatus(key, run.ID, event.StatusFailed, event.StatusCompleted)
 	if got.Status != event.StatusFailed || !strings.Contains(got.Reason, "git source https://git.example/a.git") {
 		t.Errorf("run %s (%s), want failed naming the git source", got.Status, got.Reason)

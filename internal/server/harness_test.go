@@ -137,8 +137,10 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		backend = b
 	}
 	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: backend, LockDir: filepath.Join(dir, "locks"),
-		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: feed.Publish})
+	eng, err := engine.New(engine.Options{
+		Store: st, Blobs: bl, Backend: backend, LockDir: filepath.Join(dir, "locks"),
+		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: feed.Publish,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,14 +148,18 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		// Tests poll: no limit unless the test sets one.
 		o.config.Rate, o.config.Burst = 1e6, 1e6
 	}
-	h := &harness{t: t, store: st, blobs: bl, eng: eng, keys: auth.NewKeys(st, nil), clock: o.clock, driving: map[string]bool{},
-		red: secret.NewRedactor()}
+	h := &harness{
+		t: t, store: st, blobs: bl, eng: eng, keys: auth.NewKeys(st, nil), clock: o.clock, driving: map[string]bool{},
+		red: secret.NewRedactor(),
+	}
 	if h.secrets, err = secret.Open(filepath.Join(dir, "secrets"), secret.KeyFile(filepath.Join(dir, "secrets", "key"))); err != nil {
 		t.Fatal(err)
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	opts := server.Options{Store: st, Blobs: bl, Engine: eng, Auth: h.keys, Feed: feed, Config: o.config, Secrets: h.secrets, Redactor: h.red,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t: t, h: h}, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	opts := server.Options{
+		Store: st, Blobs: bl, Engine: eng, Auth: h.keys, Feed: feed, Config: o.config, Secrets: h.secrets, Redactor: h.red,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t: t, h: h}, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
 	if o.noSecrets {
 		opts.Secrets = nil
 	}

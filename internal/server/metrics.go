@@ -36,20 +36,28 @@ func newMetrics(reg *prometheus.Registry) (metrics, error) {
 		reg = prometheus.NewRegistry()
 	}
 	m := metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_http_requests_total",
-			Help: "API requests by route pattern and status code."}, []string{"route", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "airlock_http_request_duration_seconds",
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_http_requests_total",
+			Help: "API requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "airlock_http_request_duration_seconds",
 			Help:    "API request latency (until the handler returned; an event stream's whole life) by route pattern and status code.",
-			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}, []string{"route", "code"}),
-		errors: labeled{prometheus.NewCounterVec(prometheus.CounterOpts{Name: "airlock_api_errors_total",
-			Help: "API error responses by error code."}, []string{"code"})},
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"route", "code"}),
+		errors: labeled{prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_api_errors_total",
+			Help: "API error responses by error code.",
+		}, []string{"code"})},
 		created:  prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_api_runs_created_total", Help: "Runs created through the API."}),
 		streams:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "airlock_api_event_streams", Help: "Event streams open now."}),
 		streamed: prometheus.NewCounter(prometheus.CounterOpts{Name: "airlock_api_events_streamed_total", Help: "Events sent on event streams."}),
-		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "airlock_api_event_delivery_seconds",
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "airlock_api_event_delivery_seconds",
 			Help: "Time from a committed event reaching this process's feed (from the engine as it commits, or from the poller) " +
 				"to its write on an event stream open at the time. Events a stream catches up on are not counted.",
-			Buckets: DeliveryBuckets}),
+			Buckets: DeliveryBuckets,
+		}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.errors.v, m.created, m.streams, m.streamed, m.delivery} {
 		if err := reg.Register(c); err != nil {

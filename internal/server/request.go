@@ -229,8 +229,10 @@ func (s *Server) resolvePolicy(ctx context.Context, view *store.TenantStore, ref
 		if err != nil {
 			return RunPolicy{}, err
 		}
-		return RunPolicy{Doc: v.Document, Parsed: doc, Source: fmt.Sprintf("policy %s v%d", v.Name, v.Version),
-			Version: fmt.Sprintf("%s@v%d", v.Name, v.Version)}, nil
+		return RunPolicy{
+			Doc: v.Document, Parsed: doc, Source: fmt.Sprintf("policy %s v%d", v.Name, v.Version),
+			Version: fmt.Sprintf("%s@v%d", v.Name, v.Version),
+		}, nil
 	}
 	return RunPolicy{Parsed: policy.Default()}, nil
 }

@@ -284,9 +284,10 @@ func (s *Server) policyVersion(w http.ResponseWriter, r *http.Request, c *call) 
 	if store.ValidatePolicyName(name) != nil {
 		return errNoPolicy
 	}
-	if ref == "latest" {
+	switch ref {
+	case "latest":
 		ref = ""
-	} else if ref == "" {
+	case "":
 		return errNoPolicy
 	}
 	if _, err := store.ParsePolicyRef(ref); err != nil {

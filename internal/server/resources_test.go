@@ -28,7 +28,12 @@ func TestPolicyShowAndValidate(t *testing.T) {
 		version int64
 		doc     string
 	}{
-		{"v1", 1, doc1}, {"v2", 2, doc2}, {"latest", 2, doc2}, {hex[:8], 1, doc1}, {strings.ToUpper(hex[:12]), 1, doc1}, {v1.Hash, 1, doc1},
+		{"v1", 1, doc1},
+		{"v2", 2, doc2},
+		{"latest", 2, doc2},
+		{hex[:8], 1, doc1},
+		{strings.ToUpper(hex[:12]), 1, doc1},
+		{v1.Hash, 1, doc1},
 		{strings.TrimPrefix(v1.DocumentHash, "sha256:")[:10], 1, doc1}, // by the document's hash too
 	} {
 		var got api.PolicyVersion

@@ -209,8 +209,10 @@ func replica(t *testing.T, st store.Store, cfg server.Config, now func() time.Ti
 		t.Fatal(err)
 	}
 	cfg.Rate, cfg.Burst = 1e6, 1e6
-	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: auth.NewKeys(st, nil), Feed: feed, Config: cfg, Now: now,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	srv, err := server.New(server.Options{
+		Store: st, Blobs: bl, Engine: eng, Auth: auth.NewKeys(st, nil), Feed: feed, Config: cfg, Now: now,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

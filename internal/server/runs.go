@@ -21,8 +21,10 @@ import (
 // RunOf is a run as the API shows it: its list form, without the
 // outcome, metadata and policy that GET of one run adds.
 func RunOf(r store.Run) api.Run {
-	v := api.Run{ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
-		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash}
+	v := api.Run{
+		ID: r.ID, Tenant: r.Tenant, Status: r.Status, Model: r.Model, Task: r.Task, Created: r.Created.UTC(), Updated: r.Updated.UTC(),
+		ParentRunID: r.ParentRunID, ParentSeq: r.ParentSeq, Events: r.LastSeq, PolicyHash: r.PolicyHash,
+	}
 	if !r.LastHash.IsZero() {
 		v.LastHash = r.LastHash.String()
 	}

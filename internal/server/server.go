@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -24,7 +26,6 @@ import (
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Authenticator verifies an API key and returns the principal it stands
@@ -119,8 +120,10 @@ func New(o Options) (*Server, error) {
 	if o.Feed == nil {
 		o.Feed = NewFeed()
 	}
-	s := &Server{o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
-		keys: ratelimit.New(cfg.Rate, cfg.Burst, o.Now), fails: ratelimit.New(cfg.Rate, cfg.Burst, o.Now)}
+	s := &Server{
+		o: o, cfg: cfg, log: o.Logger, mux: http.NewServeMux(), closing: make(chan struct{}), streams: map[string]int{},
+		keys: ratelimit.New(cfg.Rate, cfg.Burst, o.Now), fails: ratelimit.New(cfg.Rate, cfg.Burst, o.Now),
+	}
 	m, merr := newMetrics(o.Metrics)
 	if merr != nil {
 		return nil, fmt.Errorf("server: metrics: %w", merr)
@@ -257,7 +260,7 @@ func (s *Server) wrap(rt route) http.Handler {
 		_ = rc.SetWriteDeadline(start.Add(2 * s.cfg.RequestTimeout))
 		defer func() {
 			if v := recover(); v != nil {
-				if v == http.ErrAbortHandler {
+				if v == http.ErrAbortHandler { //nolint:errorlint // a panic value, compared as net/http compares it
 					panic(v)
 				}
 				c.log.Error("panic serving request", "route", rt.pattern, "panic", fmt.Sprint(v))

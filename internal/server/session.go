@@ -352,8 +352,10 @@ func setSessionCookie(w http.ResponseWriter, r *http.Request, id string) {
 		names = []string{sessionCookie, secureSessionCookie}
 	}
 	for _, name := range names {
-		c := &http.Cookie{Name: name, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
-			Secure: name == secureSessionCookie || secureBrowser(r)}
+		c := &http.Cookie{
+			Name: name, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+			Secure: name == secureSessionCookie || secureBrowser(r),
+		}
 		if id == "" {
 			c.MaxAge = -1
 		}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -20,8 +21,10 @@ import (
 func FuzzSessionAuth(f *testing.F) {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
-	s := &Server{log: slog.New(slog.DiscardHandler), sessions: newSessions(clock, DefaultStreamPoll),
-		fails: ratelimit.New(1e9, 1e9, clock), keys: ratelimit.New(1e9, 1e9, clock)}
+	s := &Server{
+		log: slog.New(slog.DiscardHandler), sessions: newSessions(clock, DefaultStreamPoll),
+		fails: ratelimit.New(1e9, 1e9, clock), keys: ratelimit.New(1e9, 1e9, clock),
+	}
 	p := auth.Principal{Tenant: "alpha", KeyID: "key_0123456789abcdef", Scopes: []string{auth.ScopeRunsRead}}
 	id, sess, err := s.sessions.create(p)
 	if err != nil {
@@ -91,7 +94,7 @@ func TestSessionsBounded(t *testing.T) {
 			t.Fatalf("session %d: %v", i, err)
 		}
 	}
-	if _, _, err := ss.create(p); err != errTooManySessions {
+	if _, _, err := ss.create(p); !errors.Is(err, errTooManySessions) {
 		t.Fatalf("session %d: %v, want %v", maxSessions+1, err, errTooManySessions)
 	}
 	now = now.Add(sessionIdle)

@@ -162,8 +162,10 @@ func TestUIBrowser(t *testing.T) {
 	h.must(http.StatusCreated, "POST", "/v1/policies/default", admin, []byte("budgets:\n  max_steps: 20\n"))
 	// Earlier runs, for the list.
 	summary := h.createRun(admin, map[string]any{"task": "Summarize what the repository does", "script": finishScript})
-	broken := h.createRun(admin, map[string]any{"task": "Make the test suite pass", "script": finishScript,
-		"verify": map[string]any{"commands": []string{"test -f go.mod"}}})
+	broken := h.createRun(admin, map[string]any{
+		"task": "Make the test suite pass", "script": finishScript,
+		"verify": map[string]any{"commands": []string{"test -f go.mod"}},
+	})
 	h.waitStatus(admin, summary.ID, event.StatusCompleted)
 	h.waitStatus(admin, broken.ID, event.StatusFailedVerification)
 
@@ -327,7 +329,8 @@ func TestUIBrowser(t *testing.T) {
 	do(ctx, "download the patch",
 		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
 			_, err := chromedp.CallBrowser(ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
-				Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir, EventsEnabled: new(true)})
+				Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir, EventsEnabled: new(true),
+			})
 			return err
 		}),
 		chromedp.Click(chromedp.CSS("#patch-download")))

@@ -56,16 +56,22 @@ func TestUIBrowserSmallScreen(t *testing.T) {
 	h := newHarness(t, harnessOptions{drive: true})
 	admin := h.key("alpha", "admin")
 	h.must(http.StatusCreated, "POST", "/v1/policies/careful", admin, []byte(uiPolicy))
-	done := h.createRun(admin, map[string]any{"task": "Summarize what the repository does, in a task long enough to need more than one line on a phone",
-		"script": finishScript, "metadata": map[string]string{"ticket": "OPS-7"}})
+	done := h.createRun(admin, map[string]any{
+		"task":   "Summarize what the repository does, in a task long enough to need more than one line on a phone",
+		"script": finishScript, "metadata": map[string]string{"ticket": "OPS-7"},
+	})
 	h.waitStatus(admin, done.ID, event.StatusCompleted)
 	var up api.Upload
 	h.must(http.StatusCreated, "POST", "/v1/uploads", admin, tarball(t, true, map[string]string{"src/hello.txt": "helo, world\n"})).json(t, &up)
-	asks := h.createRun(admin, map[string]any{"task": "Fix the typo in the greeting", "script": uiScript, "policy": "careful",
-		"workspace": map[string]any{"upload": up.ID}})
+	asks := h.createRun(admin, map[string]any{
+		"task": "Fix the typo in the greeting", "script": uiScript, "policy": "careful",
+		"workspace": map[string]any{"upload": up.ID},
+	})
 	h.waitStatus(admin, asks.ID, event.StatusAwaitingApproval)
-	if _, err := h.store.AddLedgerEntry(context.Background(), store.LedgerEntry{Tenant: "alpha", Kind: store.LedgerGrant, Amount: 25_000_000,
-		Note: "the monthly grant of the team that runs the nightly dependency updates"}); err != nil {
+	if _, err := h.store.AddLedgerEntry(context.Background(), store.LedgerEntry{
+		Tenant: "alpha", Kind: store.LedgerGrant, Amount: 25_000_000,
+		Note: "the monthly grant of the team that runs the nightly dependency updates",
+	}); err != nil {
 		t.Fatal(err)
 	}
 	h.must(http.StatusCreated, "PUT", "/v1/secrets/GITHUB_TOKEN_FOR_A_LONG_NAMED_INTEGRATION", admin,
@@ -131,8 +137,10 @@ func TestUIBrowserSmallScreen(t *testing.T) {
 	}
 	// The page's rule is the server's: for each name, the page accepts
 	// it exactly when secret.ValidName does.
-	names := []string{"GITHUB_TOKEN", "a", "9lives", "a.b-c_d", "-x", "_x", ".x", "my token", "tök", "a/b", "a\\b", "a:b", "",
-		strings.Repeat("a", 128), strings.Repeat("a", 129), "x\u200b"}
+	names := []string{
+		"GITHUB_TOKEN", "a", "9lives", "a.b-c_d", "-x", "_x", ".x", "my token", "tök", "a/b", "a\\b", "a:b", "",
+		strings.Repeat("a", 128), strings.Repeat("a", 129), "x\u200b",
+	}
 	for _, n := range names {
 		js := `(() => { const i = document.querySelector('#secret-name'); i.value = ` + jsString(n) + `;
   i.dispatchEvent(new Event('input')); return i.validity.valid; })()`

@@ -36,8 +36,10 @@ func newBrowser(t *testing.T, base string, tr http.RoundTripper) *browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &browser{t: t, base: base, client: &http.Client{Jar: jar, Transport: tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	return &browser{t: t, base: base, client: &http.Client{
+		Jar: jar, Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
 }
 
 // do sends a request from the browser; headers are name, value pairs, and

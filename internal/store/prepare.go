@@ -354,9 +354,9 @@ func Clip(s string) string { return clip(s) }
 
 // clip shortens untrusted text quoted in an error message.
 func clip(s string) string {
-	const max = 64
-	if len(s) > max {
-		return s[:max] + "..."
+	const limit = 64
+	if len(s) > limit {
+		return s[:limit] + "..."
 	}
 	return s
 }

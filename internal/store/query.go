@@ -59,11 +59,15 @@ func VerifyRun(ctx context.Context, s RunLog, id string) (int64, error) {
 	}
 	switch {
 	case c.Seq() != r.LastSeq:
-		return c.Seq(), &event.VerifyError{RunID: id, Seq: c.Seq() + 1, Got: r.LastSeq,
-			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq)}
+		return c.Seq(), &event.VerifyError{
+			RunID: id, Seq: c.Seq() + 1, Got: r.LastSeq,
+			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq),
+		}
 	case c.Seq() > 0 && c.Last() != r.LastHash:
-		return c.Seq(), &event.VerifyError{RunID: id, Seq: c.Seq(),
-			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch)}
+		return c.Seq(), &event.VerifyError{
+			RunID: id, Seq: c.Seq(),
+			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch),
+		}
 	}
 	return c.Seq(), nil
 }

@@ -19,9 +19,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Request is what a client asks.
@@ -261,7 +262,7 @@ var ErrGone = errors.New("sandbox is not running")
 func (cl Client) dial(req Request) (*net.UnixConn, *execproto.Writer, error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: cl.Path, Net: "unix"})
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (%v)", ErrGone, err)
+		return nil, nil, fmt.Errorf("%w (%w)", ErrGone, err)
 	}
 	w := execproto.NewWriter(c)
 	f, err := execproto.JSONFrame(execproto.TOpen, stream, req)

@@ -15,6 +15,11 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -26,10 +31,6 @@ import (
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 var executorPath string
@@ -121,13 +122,15 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	defer backend.Close()
 	feed := server.NewFeed()
-	eng, err := engine.New(engine.Options{Store: st, Blobs: bl, Backend: tel.Metrics().Sandboxes(telemetry.OriginRun, backend), LockDir: filepath.Join(dir, "locks"),
+	eng, err := engine.New(engine.Options{
+		Store: st, Blobs: bl, Backend: tel.Metrics().Sandboxes(telemetry.OriginRun, backend), LockDir: filepath.Join(dir, "locks"),
 		Poll: 20 * time.Millisecond, Policy: decideByPolicy, OnEvents: func(evs []event.Event) {
 			feed.Publish(evs)
 			for _, ev := range evs {
 				tel.Event(ev)
 			}
-		}})
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,8 +151,10 @@ func TestServeEndToEnd(t *testing.T) {
 	writer, approver, admin := key("runs:read", "runs:write"), key("approvals"), key("admin")
 	logs := &syncBuffer{}
 	logger := slog.New(telemetry.NewRedactingHandler(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}), red))
-	srv, err := server.New(server.Options{Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed, Logger: logger,
-		Metrics: tel.Registry(), Config: server.Config{Rate: 1e6, Burst: 1e6}})
+	srv, err := server.New(server.Options{
+		Store: st, Blobs: bl, Engine: eng, Auth: keys, Feed: feed, Logger: logger,
+		Metrics: tel.Registry(), Config: server.Config{Rate: 1e6, Burst: 1e6},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,8 +191,10 @@ func TestServeEndToEnd(t *testing.T) {
 		return b
 	}
 	var run api.Run
-	call(http.StatusCreated, "POST", "/v1/runs", writer, map[string]any{"task": "TASK-MARKER " + secretValue, "script": e2eScript,
-		"policy_document": e2ePolicy}, &run)
+	call(http.StatusCreated, "POST", "/v1/runs", writer, map[string]any{
+		"task": "TASK-MARKER " + secretValue, "script": e2eScript,
+		"policy_document": e2ePolicy,
+	}, &run)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

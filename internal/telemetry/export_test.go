@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/telemetry"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
 // collector is an OTLP/HTTP traces endpoint on loopback that keeps what
@@ -86,8 +87,10 @@ func newCollector(t *testing.T) *collector {
 func TestOTLPExport(t *testing.T) {
 	t.Parallel()
 	c := newCollector(t)
-	tel, err := telemetry.New(telemetry.Options{Config: telemetry.Config{OTLPEndpoint: c.srv.URL, ServiceName: "airlock-test"},
-		Redactor: newRedactor(), Version: "v9"})
+	tel, err := telemetry.New(telemetry.Options{
+		Config:   telemetry.Config{OTLPEndpoint: c.srv.URL, ServiceName: "airlock-test"},
+		Redactor: newRedactor(), Version: "v9",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +118,10 @@ func TestOTLPExport(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, want := range []string{"run", "step", "chat claude-test", "execute_tool run_command", "sandbox.exec", "egress.request",
-		"approval.wait", "verification", "GET /v1/runs/{id}"} {
+	for _, want := range []string{
+		"run", "step", "chat claude-test", "execute_tool run_command", "sandbox.exec", "egress.request",
+		"approval.wait", "verification", "GET /v1/runs/{id}",
+	} {
 		if _, ok := c.attrs[want]; !ok {
 			t.Errorf("collector did not get a %q span; got %q", want, c.spans)
 		}

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // FuzzEvent: any payload of any event type, in the middle of a run, is

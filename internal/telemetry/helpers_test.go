@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/secret"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/secret"
 )
 
 // secretValue is a secret the tests' redactor knows; it is put in every
@@ -18,8 +19,10 @@ const secretValue = "s3cr3t-ghp_0123456789abcdefXYZ"
 // markers are text that must never reach a span, a metric or a log: the
 // secret, and the markers put in tasks, arguments, outputs, model text,
 // prompt bodies, approval actions and egress paths.
-var markers = []string{secretValue, "TASK-MARKER", "ARG-MARKER", "OUTPUT-MARKER", "MODEL-TEXT-MARKER",
-	"PROMPT-BODY-MARKER", "ACTION-MARKER", "PATH-MARKER", "ERROR-MARKER", "SUMMARY-MARKER"}
+var markers = []string{
+	secretValue, "TASK-MARKER", "ARG-MARKER", "OUTPUT-MARKER", "MODEL-TEXT-MARKER",
+	"PROMPT-BODY-MARKER", "ACTION-MARKER", "PATH-MARKER", "ERROR-MARKER", "SUMMARY-MARKER",
+}
 
 func newRedactor() *secret.Redactor {
 	r := secret.NewRedactor()
@@ -88,28 +91,40 @@ func fullRun(t *testing.T, t0 time.Time) *runLog {
 		add(10*ms, event.RunStarted{Host: "host:1"}).
 		add(30*ms, event.SandboxProvisioned{Sandbox: "main", SandboxID: "sb_1", Backend: "linux", DurationMS: 15}).
 		add(40*ms, event.ModelRequest{Step: 1, Provider: "anthropic", Model: "claude-test", Attempt: 1, Messages: 2}).
-		add(540*ms, event.ModelResponse{Step: 1, Provider: "anthropic", Model: "claude-test", Text: "MODEL-TEXT-MARKER " + secretValue,
-			ToolCalls: []event.ToolCall{call1}, StopReason: "tool_use", Usage: usage, DurationMS: 500}).
+		add(540*ms, event.ModelResponse{
+			Step: 1, Provider: "anthropic", Model: "claude-test", Text: "MODEL-TEXT-MARKER " + secretValue,
+			ToolCalls: []event.ToolCall{call1}, StopReason: "tool_use", Usage: usage, DurationMS: 500,
+		}).
 		add(541*ms, event.ToolProposed{Step: 1, CallID: call1.ID, Tool: call1.Name, Args: call1.Args}).
 		add(541*ms, event.PolicyDecision{Step: 1, CallID: call1.ID, Tool: call1.Name, Decision: event.DecisionAllow, Rule: "net-ok", Reason: "ARG-MARKER allowed"}).
 		add(550*ms, event.ToolStarted{Step: 1, CallID: call1.ID, Tool: call1.Name, Place: event.PlaceSandbox, Sandbox: "main"}).
-		add(700*ms, event.EgressDecision{Sandbox: "main", Decision: "allowed", Rule: "example", Method: "GET", Host: "example.com", Port: 443,
-			Path: "/PATH-MARKER?token=" + secretValue, Addr: "127.0.0.9:443", Status: 200, BytesIn: 1000, BytesOut: 200, DurationMS: 100, Credential: "gh-token"}).
-		add(720*ms, event.LLMCall{Sandbox: "main", API: "openai.chat", Model: "gpt-test", Upstream: "openai", Usage: event.Usage{InputTokens: 7, OutputTokens: 3},
-			CostMicroCredits: 250, LatencyMS: 60, Status: 200, Outcome: event.LLMOutcomeOK, RequestBody: "PROMPT-BODY-MARKER " + secretValue, ResponseBody: "MODEL-TEXT-MARKER"}).
-		add(900*ms, event.ToolFinished{Step: 1, CallID: call1.ID, Tool: call1.Name, Sandbox: "main", Outcome: "exited", ExitCode: intp(0),
-			Output: "OUTPUT-MARKER " + secretValue, OutputBytes: 40, DurationMS: 350, WallMS: 300, Resources: event.Resources{UserMS: 5, SystemMS: 2, MaxRSSKB: 1024}}).
+		add(700*ms, event.EgressDecision{
+			Sandbox: "main", Decision: "allowed", Rule: "example", Method: "GET", Host: "example.com", Port: 443,
+			Path: "/PATH-MARKER?token=" + secretValue, Addr: "127.0.0.9:443", Status: 200, BytesIn: 1000, BytesOut: 200, DurationMS: 100, Credential: "gh-token",
+		}).
+		add(720*ms, event.LLMCall{
+			Sandbox: "main", API: "openai.chat", Model: "gpt-test", Upstream: "openai", Usage: event.Usage{InputTokens: 7, OutputTokens: 3},
+			CostMicroCredits: 250, LatencyMS: 60, Status: 200, Outcome: event.LLMOutcomeOK, RequestBody: "PROMPT-BODY-MARKER " + secretValue, ResponseBody: "MODEL-TEXT-MARKER",
+		}).
+		add(900*ms, event.ToolFinished{
+			Step: 1, CallID: call1.ID, Tool: call1.Name, Sandbox: "main", Outcome: "exited", ExitCode: intp(0),
+			Output: "OUTPUT-MARKER " + secretValue, OutputBytes: 40, DurationMS: 350, WallMS: 300, Resources: event.Resources{UserMS: 5, SystemMS: 2, MaxRSSKB: 1024},
+		}).
 		add(1000*ms, event.ModelRequest{Step: 2, Provider: "anthropic", Model: "claude-test", Attempt: 1, Messages: 4}).
 		add(1200*ms, event.ModelResponse{Step: 2, Provider: "anthropic", Model: "claude-test", ToolCalls: []event.ToolCall{call2}, StopReason: "tool_use", Usage: usage, DurationMS: 200}).
 		add(1201*ms, event.ToolProposed{Step: 2, CallID: call2.ID, Tool: call2.Name, Args: call2.Args}).
 		add(1201*ms, event.PolicyDecision{Step: 2, CallID: call2.ID, Tool: call2.Name, Decision: event.DecisionAsk, Rule: "push"}).
-		add(1210*ms, event.ApprovalRequested{ApprovalID: l.runID + ".call_2", Step: 2, CallID: call2.ID, Action: "ACTION-MARKER git push " + secretValue,
-			Reason: "pushing needs a person", Expires: t0.Add(time.Hour).UTC()}).
+		add(1210*ms, event.ApprovalRequested{
+			ApprovalID: l.runID + ".call_2", Step: 2, CallID: call2.ID, Action: "ACTION-MARKER git push " + secretValue,
+			Reason: "pushing needs a person", Expires: t0.Add(time.Hour).UTC(),
+		}).
 		add(6210*ms, event.ApprovalDecided{ApprovalID: l.runID + ".call_2", Decision: "approved", By: "key_approver", Reason: "go ahead"}).
 		add(6215*ms, event.RunResumed{Reason: "approvals decided", FromSeq: 18}).
 		add(6220*ms, event.ToolStarted{Step: 2, CallID: call2.ID, Tool: call2.Name, Place: event.PlaceSandbox, Sandbox: "main", External: true}).
-		add(6400*ms, event.ToolFinished{Step: 2, CallID: call2.ID, Tool: call2.Name, Sandbox: "main", Outcome: "exited", ExitCode: intp(1), IsError: true,
-			Error: "ERROR-MARKER " + secretValue, Output: "OUTPUT-MARKER", DurationMS: 180, WallMS: 170}).
+		add(6400*ms, event.ToolFinished{
+			Step: 2, CallID: call2.ID, Tool: call2.Name, Sandbox: "main", Outcome: "exited", ExitCode: intp(1), IsError: true,
+			Error: "ERROR-MARKER " + secretValue, Output: "OUTPUT-MARKER", DurationMS: 180, WallMS: 170,
+		}).
 		add(6500*ms, event.ModelRequest{Step: 3, Provider: "anthropic", Model: "claude-test", Attempt: 1, Messages: 6}).
 		add(6600*ms, event.ModelResponse{Step: 3, Provider: "anthropic", Model: "claude-test", ToolCalls: []event.ToolCall{fin}, StopReason: "tool_use", Usage: usage, DurationMS: 100}).
 		add(6601*ms, event.ToolProposed{Step: 3, CallID: fin.ID, Tool: fin.Name, Args: fin.Args}).

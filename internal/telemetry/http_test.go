@@ -67,8 +67,10 @@ func TestHTTPSpans(t *testing.T) {
 	if get.SpanKind != trace.SpanKindServer || len(get.Events) != 1 {
 		t.Errorf("span kind %v, events %v", get.SpanKind, get.Events)
 	}
-	for key, want := range map[string]any{"http.route": "GET /v1/runs/{id}", "http.response.status_code": int64(404),
-		"http.request.method": "GET", "url.path": "/v1/runs/run_x"} {
+	for key, want := range map[string]any{
+		"http.route": "GET /v1/runs/{id}", "http.response.status_code": int64(404),
+		"http.request.method": "GET", "url.path": "/v1/runs/run_x",
+	} {
 		if v, _ := attr(get, key); v.AsInterface() != want {
 			t.Errorf("%s = %v, want %v", key, v.String(), want)
 		}

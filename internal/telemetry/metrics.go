@@ -5,10 +5,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // Histogram buckets, in seconds.
@@ -90,8 +91,10 @@ func NewMetrics(red Redactor, now func() time.Time) *Metrics {
 	if now == nil {
 		now = time.Now
 	}
-	m := &Metrics{reg: prometheus.NewRegistry(), red: red, now: now, steps: map[string]*stepTimes{}, sandboxes: newLiveSandboxes(),
-		pending: map[string]pendingApproval{}, values: map[string]map[string]struct{}{}}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(), red: red, now: now, steps: map[string]*stepTimes{}, sandboxes: newLiveSandboxes(),
+		pending: map[string]pendingApproval{}, values: map[string]map[string]struct{}{},
+	}
 	f := factory{reg: m.reg}
 	m.runsCreated = f.counter("airlock_runs_created_total", "Runs created (run.created events this process appended).")
 	m.runsFinished = f.counterVec("airlock_runs_finished_total", "Runs that reached a final status, by status.", "status")
@@ -227,8 +230,10 @@ func (m *Metrics) event(ev event.Event, p event.Payload) {
 		m.step(ev.RunID, p.Step, ev.Time.Add(-ms(p.DurationMS)), ev.Time)
 		provider, model := m.label("provider", p.Provider), m.label("model", p.Model)
 		m.modelDuration.WithLabelValues(provider, model).Observe(seconds(p.DurationMS))
-		for kind, n := range map[string]int64{"input": p.Usage.InputTokens, "output": p.Usage.OutputTokens,
-			"cache_read": p.Usage.CacheReadTokens, "cache_write": p.Usage.CacheWriteTokens} {
+		for kind, n := range map[string]int64{
+			"input": p.Usage.InputTokens, "output": p.Usage.OutputTokens,
+			"cache_read": p.Usage.CacheReadTokens, "cache_write": p.Usage.CacheWriteTokens,
+		} {
 			if n > 0 {
 				m.modelTokens.WithLabelValues(provider, model, kind).Add(float64(n))
 			}
@@ -377,9 +382,11 @@ const maxCounted = 10 * store.MaxPage
 // of every tenant, counted up to 10000 per status. Every process on one
 // store reports the same numbers.
 func (m *Metrics) CountRuns(st store.Runs) error {
-	return m.reg.Register(&runsCollector{st: st, desc: prometheus.NewDesc("airlock_runs",
-		"Runs in the store by unfinished status (queued, running, awaiting_approval, paused), up to 10000 each.", []string{"status"}, nil),
-		failed: prometheus.NewDesc("airlock_runs_count_errors_total", "Scrapes whose count of runs the store did not answer.", nil, nil)})
+	return m.reg.Register(&runsCollector{
+		st: st, desc: prometheus.NewDesc("airlock_runs",
+			"Runs in the store by unfinished status (queued, running, awaiting_approval, paused), up to 10000 each.", []string{"status"}, nil),
+		failed: prometheus.NewDesc("airlock_runs_count_errors_total", "Scrapes whose count of runs the store did not answer.", nil, nil),
+	})
 }
 
 // runsCollector counts runs by status at each scrape.

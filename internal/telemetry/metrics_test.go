@@ -11,13 +11,14 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/store/storetest"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 // sample is one gathered sample: its value for counters, gauges and

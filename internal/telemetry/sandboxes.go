@@ -4,8 +4,9 @@ import (
 	"context"
 	"sync"
 
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // The origins of live sandboxes: the values of airlock_sandboxes's origin

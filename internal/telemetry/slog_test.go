@@ -34,34 +34,58 @@ func TestRedactingHandler(t *testing.T) {
 		log  func(l *slog.Logger)
 		want map[string]any // fields of the JSON line, besides time/level
 	}{
-		{"message", func(l *slog.Logger) { l.Info("token is " + secretValue) },
-			map[string]any{"msg": "token is [redacted]"}},
-		{"string attr", func(l *slog.Logger) { l.Info("m", "run_id", "run_1", "header", "Bearer "+secretValue) },
-			map[string]any{"run_id": "run_1", "header": "Bearer [redacted]"}},
-		{"error attr", func(l *slog.Logger) {
-			l.Warn("m", "err", fmt.Errorf("upstream said %s: %w", secretValue, errors.New("401")))
+		{
+			"message", func(l *slog.Logger) { l.Info("token is " + secretValue) },
+			map[string]any{"msg": "token is [redacted]"},
 		},
-			map[string]any{"err": "upstream said [redacted]: 401"}},
-		{"stringer", func(l *slog.Logger) { l.Info("m", "v", stringer("x"+secretValue)) },
-			map[string]any{"v": "x[redacted]"}},
-		{"struct with a secret", func(l *slog.Logger) { l.Info("m", "v", hostPort{Host: secretValue, Port: 1}) },
-			map[string]any{"v": "{Host:[redacted] Port:1}"}},
-		{"struct without", func(l *slog.Logger) { l.Info("m", "v", hostPort{Host: "example.com", Port: 1}) },
-			map[string]any{"v": map[string]any{"Host": "example.com", "Port": float64(1)}}},
-		{"bytes", func(l *slog.Logger) { l.Info("m", "v", []byte("b "+secretValue)) },
-			map[string]any{"v": "b [redacted]"}},
-		{"group", func(l *slog.Logger) { l.Info("m", slog.Group("req", "auth", secretValue, "n", 3)) },
-			map[string]any{"req": map[string]any{"auth": "[redacted]", "n": float64(3)}}},
-		{"with", func(l *slog.Logger) {
-			l.With("tenant", "acme", "key", secretValue).WithGroup("g").Info("m", "a", secretValue)
+		{
+			"string attr", func(l *slog.Logger) { l.Info("m", "run_id", "run_1", "header", "Bearer "+secretValue) },
+			map[string]any{"run_id": "run_1", "header": "Bearer [redacted]"},
 		},
-			map[string]any{"tenant": "acme", "key": "[redacted]", "g": map[string]any{"a": "[redacted]"}}},
-		{"secret.Value", func(l *slog.Logger) { l.Info("m", "v", secret.NewValue([]byte("another-secret-value"))) },
-			map[string]any{"v": "[redacted]"}},
-		{"learnt later", func(l *slog.Logger) { l.Info("m " + late) },
-			map[string]any{"msg": "m [redacted]"}},
-		{"numbers and bools", func(l *slog.Logger) { l.Info("m", "n", 42, "ok", true) },
-			map[string]any{"n": float64(42), "ok": true}},
+		{
+			"error attr", func(l *slog.Logger) {
+				l.Warn("m", "err", fmt.Errorf("upstream said %s: %w", secretValue, errors.New("401")))
+			},
+			map[string]any{"err": "upstream said [redacted]: 401"},
+		},
+		{
+			"stringer", func(l *slog.Logger) { l.Info("m", "v", stringer("x"+secretValue)) },
+			map[string]any{"v": "x[redacted]"},
+		},
+		{
+			"struct with a secret", func(l *slog.Logger) { l.Info("m", "v", hostPort{Host: secretValue, Port: 1}) },
+			map[string]any{"v": "{Host:[redacted] Port:1}"},
+		},
+		{
+			"struct without", func(l *slog.Logger) { l.Info("m", "v", hostPort{Host: "example.com", Port: 1}) },
+			map[string]any{"v": map[string]any{"Host": "example.com", "Port": float64(1)}},
+		},
+		{
+			"bytes", func(l *slog.Logger) { l.Info("m", "v", []byte("b "+secretValue)) },
+			map[string]any{"v": "b [redacted]"},
+		},
+		{
+			"group", func(l *slog.Logger) { l.Info("m", slog.Group("req", "auth", secretValue, "n", 3)) },
+			map[string]any{"req": map[string]any{"auth": "[redacted]", "n": float64(3)}},
+		},
+		{
+			"with", func(l *slog.Logger) {
+				l.With("tenant", "acme", "key", secretValue).WithGroup("g").Info("m", "a", secretValue)
+			},
+			map[string]any{"tenant": "acme", "key": "[redacted]", "g": map[string]any{"a": "[redacted]"}},
+		},
+		{
+			"secret.Value", func(l *slog.Logger) { l.Info("m", "v", secret.NewValue([]byte("another-secret-value"))) },
+			map[string]any{"v": "[redacted]"},
+		},
+		{
+			"learnt later", func(l *slog.Logger) { l.Info("m " + late) },
+			map[string]any{"msg": "m [redacted]"},
+		},
+		{
+			"numbers and bools", func(l *slog.Logger) { l.Info("m", "n", 42, "ok", true) },
+			map[string]any{"n": float64(42), "ok": true},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

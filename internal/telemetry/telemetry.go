@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -16,6 +14,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // Options configure New.

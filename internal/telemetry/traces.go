@@ -6,10 +6,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/airlockrun/airlock/internal/event"
 )
 
 // Span attribute keys. Token usage, models and tools use the OpenTelemetry
@@ -248,8 +249,10 @@ func (tr *tracer) modelEvent(r *runTrace, ev event.Event, p event.Payload) {
 // startChat opens the span of a model call of step s (numbered step) at
 // start, with more attributes after the common ones.
 func (tr *tracer) startChat(r *runTrace, s *stepTrace, step int, provider, model string, start time.Time, more ...attribute.KeyValue) *openSpan {
-	attrs := append([]attribute.KeyValue{attribute.Int(attrStep, step), attribute.String(attrOperation, "chat"),
-		attribute.String(attrProvider, tr.name(provider)), attribute.String(attrModel, tr.name(model))}, more...)
+	attrs := append([]attribute.KeyValue{
+		attribute.Int(attrStep, step), attribute.String(attrOperation, "chat"),
+		attribute.String(attrProvider, tr.name(provider)), attribute.String(attrModel, tr.name(model)),
+	}, more...)
 	_, sp := tr.t.Start(s.ctx, "chat "+tr.name(model), trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(tr.base(r, attrs...)...))
 	return &openSpan{span: sp, start: start}
@@ -488,8 +491,10 @@ func (tr *tracer) runLocked(id string, info *RunInfo) *runTrace {
 	// Spans of a run are parented by its root span's ids, never by a
 	// caller's context: the engine's OnEvent hook has none, and the root
 	// may be recorded by another process.
-	r := &runTrace{id: id, sc: sc, ctx: trace.ContextWithRemoteSpanContext(context.Background(), sc), used: tr.tick,
-		approvals: map[string]*openSpan{}}
+	r := &runTrace{
+		id: id, sc: sc, ctx: trace.ContextWithRemoteSpanContext(context.Background(), sc), used: tr.tick,
+		approvals: map[string]*openSpan{},
+	}
 	if info != nil {
 		r.info = *info
 	}
@@ -505,8 +510,10 @@ func (tr *tracer) stepAt(r *runTrace, n int, start time.Time) *stepTrace {
 	}
 	tr.closeStep(r, start)
 	ctx, sp := tr.t.Start(r.ctx, "step", trace.WithTimestamp(start), trace.WithAttributes(tr.base(r, attribute.Int(attrStep, n))...))
-	r.step = &stepTrace{n: n, span: sp, ctx: ctx, start: start, last: start,
-		tools: map[string]*toolTrace{}, decisions: map[string]event.PolicyDecision{}}
+	r.step = &stepTrace{
+		n: n, span: sp, ctx: ctx, start: start, last: start,
+		tools: map[string]*toolTrace{}, decisions: map[string]event.PolicyDecision{},
+	}
 	return r.step
 }
 
@@ -671,8 +678,10 @@ func (tr *tracer) endRun(r *runTrace, end time.Time, status event.Status, reason
 	}
 	opts := []trace.SpanStartOption{trace.WithTimestamp(start), trace.WithAttributes(attrs...)}
 	if r.parent != "" {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: runSpanContext(r.parent),
-			Attributes: []attribute.KeyValue{attribute.String("airlock.link", "forked_from"), attribute.String(attrRunID, tr.name(r.parent))}}))
+		opts = append(opts, trace.WithLinks(trace.Link{
+			SpanContext: runSpanContext(r.parent),
+			Attributes:  []attribute.KeyValue{attribute.String("airlock.link", "forked_from"), attribute.String(attrRunID, tr.name(r.parent))},
+		}))
 		attrs = append(attrs, attribute.String("airlock.run.parent_id", tr.name(r.parent)))
 		opts = append(opts, trace.WithAttributes(attrs[len(attrs)-1]))
 	}

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/telemetry"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // newTraced returns telemetry whose spans go to an in-memory exporter.
@@ -126,8 +127,10 @@ func TestRunSpans(t *testing.T) {
 	}
 	child(tool1, stepN[1])
 	window(tool1, 550, 900)
-	for key, want := range map[string]string{"gen_ai.tool.name": "run_command", "airlock.sandbox": "main", "airlock.outcome": "exited",
-		"airlock.policy.decision": "allow", "airlock.policy.rule": "net-ok"} {
+	for key, want := range map[string]string{
+		"gen_ai.tool.name": "run_command", "airlock.sandbox": "main", "airlock.outcome": "exited",
+		"airlock.policy.decision": "allow", "airlock.policy.rule": "net-ok",
+	} {
 		if v, _ := attr(tool1, key); v.AsString() != want {
 			t.Errorf("tool span: %s = %q, want %q", key, v.String(), want)
 		}
@@ -149,8 +152,10 @@ func TestRunSpans(t *testing.T) {
 	eg := one(t, spans, "egress.request")
 	child(eg, tool1)
 	window(eg, 600, 700)
-	for key, want := range map[string]any{"airlock.egress.decision": "allowed", "server.address": "example.com",
-		"airlock.egress.bytes_in": int64(1000), "airlock.egress.credential_injected": true} {
+	for key, want := range map[string]any{
+		"airlock.egress.decision": "allowed", "server.address": "example.com",
+		"airlock.egress.bytes_in": int64(1000), "airlock.egress.credential_injected": true,
+	} {
 		v, _ := attr(eg, key)
 		if v.AsInterface() != want {
 			t.Errorf("egress span: %s = %v, want %v", key, v.String(), want)
@@ -167,8 +172,10 @@ func TestRunSpans(t *testing.T) {
 	v := one(t, spans, "verification")
 	child(v, run)
 	window(v, 6650, 6800)
-	for key, want := range map[string]any{"airlock.run.status": "completed", "airlock.run.steps": int64(3),
-		"gen_ai.usage.input_tokens": int64(300), "gen_ai.request.model": "anthropic:claude-test", "airlock.policy.hash": "abc123"} {
+	for key, want := range map[string]any{
+		"airlock.run.status": "completed", "airlock.run.steps": int64(3),
+		"gen_ai.usage.input_tokens": int64(300), "gen_ai.request.model": "anthropic:claude-test", "airlock.policy.hash": "abc123",
+	} {
 		got, _ := attr(run, key)
 		if got.AsInterface() != want {
 			t.Errorf("run span: %s = %v, want %v", key, got.String(), want)

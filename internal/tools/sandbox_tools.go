@@ -130,8 +130,10 @@ func RunCommand(l Limits) Tool {
 				return infraFailure(ctx, env, "run_command", err)
 			}
 			code := r.ExitStatus()
-			d := Details{Outcome: string(r.Outcome), ExitCode: &code, Signal: r.Signal, Wall: r.Usage.Wall,
-				Bytes: stdout.total + stderr.total, Truncated: stdout.cut() + stderr.cut(), Fingerprint: r.Fingerprint}
+			d := Details{
+				Outcome: string(r.Outcome), ExitCode: &code, Signal: r.Signal, Wall: r.Usage.Wall,
+				Bytes: stdout.total + stderr.total, Truncated: stdout.cut() + stderr.cut(), Fingerprint: r.Fingerprint,
+			}
 			var b strings.Builder
 			fmt.Fprintf(&b, "exit status %d", code)
 			if r.Outcome != sandbox.OutcomeExited {
@@ -174,7 +176,7 @@ type headTail struct {
 	total int64
 }
 
-func newHeadTail(max int) *headTail { return &headTail{max: max} }
+func newHeadTail(limit int) *headTail { return &headTail{max: limit} }
 
 func (h *headTail) Write(p []byte) (int, error) {
 	n0 := len(p)
@@ -557,12 +559,12 @@ func Search(l Limits) Tool {
 			}
 			if !a.FixedString {
 				if _, err := regexp.Compile(a.Pattern); err != nil {
-					return fmt.Errorf("pattern: %v", err)
+					return fmt.Errorf("pattern: %w", err)
 				}
 			}
 			if a.Glob != "" {
 				if _, err := path.Match(a.Glob, ""); err != nil {
-					return fmt.Errorf("glob %q: %v", a.Glob, err)
+					return fmt.Errorf("glob %q: %w", a.Glob, err)
 				}
 			}
 			return nil

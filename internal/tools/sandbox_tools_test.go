@@ -25,28 +25,36 @@ func TestRunCommand(t *testing.T) {
 	sb := newSandbox(t)
 	r := tools.Default(tools.Limits{MaxContent: 400})
 	runCases(t, r, sb, "run_command", []tcase{
-		{name: "success", args: `{"command":"echo hello; pwd"}`, want: []string{"exit status 0\n", "--- stdout ---\nhello\n/workspace\n"}, notWant: []string{"stderr"},
+		{
+			name: "success", args: `{"command":"echo hello; pwd"}`, want: []string{"exit status 0\n", "--- stdout ---\nhello\n/workspace\n"}, notWant: []string{"stderr"},
 			check: func(t *testing.T, res tools.Result) {
 				wantExitCode(0)(t, res)
 				if res.Details.Outcome != "exited" || res.Details.Bytes != int64(len("hello\n/workspace\n")) {
 					t.Errorf("Details = %+v", res.Details)
 				}
-			}},
-		{name: "stderr and exit code", args: `{"command":"echo out; echo oops >&2; exit 3"}`, isError: true,
-			want: []string{"exit status 3", "--- stdout ---\nout\n", "--- stderr ---\noops\n"}, check: wantExitCode(3)},
+			},
+		},
+		{
+			name: "stderr and exit code", args: `{"command":"echo out; echo oops >&2; exit 3"}`, isError: true,
+			want: []string{"exit status 3", "--- stdout ---\nout\n", "--- stderr ---\noops\n"}, check: wantExitCode(3),
+		},
 		{name: "shell features", args: `{"command":"x=$(echo a b | wc -w); echo \"n=$x\" | tr n N"}`, want: []string{"N=2"}},
-		{name: "timeout", args: `{"command":"sleep 30","timeout_seconds":1}`, isError: true, want: []string{"exit status 124 (timeout"},
+		{
+			name: "timeout", args: `{"command":"sleep 30","timeout_seconds":1}`, isError: true, want: []string{"exit status 124 (timeout"},
 			check: func(t *testing.T, res tools.Result) {
 				if res.Details.Outcome != "timeout" {
 					t.Errorf("Outcome = %q, want timeout", res.Details.Outcome)
 				}
-			}},
-		{name: "output capped", args: `{"command":"seq 1 20000"}`, want: []string{"--- stdout ---\n1\n2\n", "bytes truncated ...]", "19999\n20000\n"},
+			},
+		},
+		{
+			name: "output capped", args: `{"command":"seq 1 20000"}`, want: []string{"--- stdout ---\n1\n2\n", "bytes truncated ...]", "19999\n20000\n"},
 			check: func(t *testing.T, res tools.Result) {
 				if res.Details.Truncated == 0 || res.Details.Bytes < 100000 || len(res.Content) > 600 {
 					t.Errorf("Truncated = %d, Bytes = %d, len(Content) = %d", res.Details.Truncated, res.Details.Bytes, len(res.Content))
 				}
-			}},
+			},
+		},
 		{name: "missing command", args: `{}`, isError: true, want: []string{`missing required argument "command"`}},
 		{name: "empty command", args: `{"command":"  "}`, isError: true, want: []string{"command is empty"}},
 		{name: "wrong type", args: `{"command":["ls"]}`, isError: true, want: []string{`argument "command": want a string, got an array`}},
@@ -66,20 +74,24 @@ func TestReadFile(t *testing.T) {
 	put(t, sb, "/workspace/dir/f", "")
 	r := tools.Default(tools.Limits{MaxReadBytes: 1000})
 	runCases(t, r, sb, "read_file", []tcase{
-		{name: "whole file", args: `{"path":"a.txt"}`, want: []string{"one\ntwo\nthree\nfour\n"},
+		{
+			name: "whole file", args: `{"path":"a.txt"}`, want: []string{"one\ntwo\nthree\nfour\n"},
 			check: func(t *testing.T, res tools.Result) {
 				if res.Content != "one\ntwo\nthree\nfour\n" || res.Details.Path != "/workspace/a.txt" || res.Details.Lines != 4 {
 					t.Errorf("Content %q, Details %+v", res.Content, res.Details)
 				}
-			}},
+			},
+		},
 		{name: "absolute path", args: `{"path":"/workspace/a.txt"}`, want: []string{"four"}},
 		{name: "dot-dot resolves in sandbox", args: `{"path":"dir/../a.txt"}`, want: []string{"three"}},
-		{name: "range", args: `{"path":"a.txt","start_line":2,"end_line":3}`,
+		{
+			name: "range", args: `{"path":"a.txt","start_line":2,"end_line":3}`,
 			check: func(t *testing.T, res tools.Result) {
 				if res.Content != "two\nthree\n" {
 					t.Errorf("Content = %q", res.Content)
 				}
-			}},
+			},
+		},
 		{name: "start only", args: `{"path":"a.txt","start_line":4}`, check: func(t *testing.T, res tools.Result) {
 			if res.Content != "four\n" {
 				t.Errorf("Content = %q", res.Content)
@@ -92,12 +104,14 @@ func TestReadFile(t *testing.T) {
 		{name: "missing file", args: `{"path":"nope.txt"}`, isError: true, want: []string{"/workspace/nope.txt"}},
 		{name: "directory", args: `{"path":"dir"}`, isError: true, want: []string{"is a directory"}},
 		{name: "binary", args: `{"path":"bin"}`, isError: true, want: []string{"binary file"}},
-		{name: "size cap", args: `{"path":"big.txt"}`, want: []string{"[... file truncated: only the first 1000 bytes were read ...]"},
+		{
+			name: "size cap", args: `{"path":"big.txt"}`, want: []string{"[... file truncated: only the first 1000 bytes were read ...]"},
 			check: func(t *testing.T, res tools.Result) {
 				if res.Details.Bytes != 1000 {
 					t.Errorf("Bytes = %d, want 1000", res.Details.Bytes)
 				}
-			}},
+			},
+		},
 		{name: "empty path", args: `{"path":""}`, isError: true, want: []string{"empty path"}},
 		{name: "missing path", args: `{"start_line":1}`, isError: true, want: []string{`missing required argument "path"`}},
 		{name: "null path", args: `{"path":null}`, isError: true, want: []string{`missing required argument "path"`}},
@@ -109,12 +123,14 @@ func TestWriteFile(t *testing.T) {
 	put(t, sb, "/workspace/old.txt", "old content that is long")
 	r := tools.Default(tools.Limits{})
 	runCases(t, r, sb, "write_file", []tcase{
-		{name: "creates parents", args: `{"path":"x/y/z.txt","content":"hi\n"}`, want: []string{"wrote 3 bytes to /workspace/x/y/z.txt"},
+		{
+			name: "creates parents", args: `{"path":"x/y/z.txt","content":"hi\n"}`, want: []string{"wrote 3 bytes to /workspace/x/y/z.txt"},
 			check: func(t *testing.T, res tools.Result) {
 				if got := get(t, sb, "/workspace/x/y/z.txt"); got != "hi\n" {
 					t.Errorf("file = %q", got)
 				}
-			}},
+			},
+		},
 		{name: "overwrites", args: `{"path":"old.txt","content":"new"}`, check: func(t *testing.T, res tools.Result) {
 			if got := get(t, sb, "/workspace/old.txt"); got != "new" {
 				t.Errorf("file = %q", got)
@@ -140,7 +156,8 @@ func TestEditFile(t *testing.T) {
 	cases := []tcase{
 		{name: "absent", args: `{"path":"calc.go","old":"a * b","new":"x"}`, isError: true, want: []string{"old string not found"}, check: unchanged},
 		{name: "not unique", args: `{"path":"calc.go","old":"a - b","new":"a + b"}`, isError: true, want: []string{"occurs 3 times"}, check: unchanged},
-		{name: "unique", args: `{"path":"calc.go","old":"return a - b","new":"return a + b"}`, want: []string{"replaced 1 occurrence"},
+		{
+			name: "unique", args: `{"path":"calc.go","old":"return a - b","new":"return a + b"}`, want: []string{"replaced 1 occurrence"},
 			check: func(t *testing.T, res tools.Result) {
 				want := strings.Replace(orig, "return a - b", "return a + b", 1)
 				if got := get(t, sb, "/workspace/calc.go"); got != want {
@@ -149,13 +166,16 @@ func TestEditFile(t *testing.T) {
 				if res.Details.Replaced != 1 {
 					t.Errorf("Replaced = %d", res.Details.Replaced)
 				}
-			}},
-		{name: "replace all", args: `{"path":"calc.go","old":"a - b","new":"a + b","replace_all":true}`, want: []string{"replaced 3 occurrence"},
+			},
+		},
+		{
+			name: "replace all", args: `{"path":"calc.go","old":"a - b","new":"a + b","replace_all":true}`, want: []string{"replaced 3 occurrence"},
 			check: func(t *testing.T, res tools.Result) {
 				if got := get(t, sb, "/workspace/calc.go"); strings.Contains(got, "a - b") || strings.Count(got, "a + b") != 3 {
 					t.Errorf("file = %q", got)
 				}
-			}},
+			},
+		},
 		{name: "identical", args: `{"path":"calc.go","old":"a","new":"a"}`, isError: true, want: []string{"identical"}, check: unchanged},
 		{name: "empty old", args: `{"path":"calc.go","old":"","new":"a"}`, isError: true, want: []string{"old is empty"}, check: unchanged},
 		{name: "missing new", args: `{"path":"calc.go","old":"a"}`, isError: true, want: []string{`missing required argument "new"`}},
@@ -236,12 +256,14 @@ func TestSearch(t *testing.T) {
 		{name: "backticks", args: "{\"pattern\":\"`touch /workspace/pwned`\",\"fixed_string\":true}", want: []string{"no matches"}, check: noPwn},
 		{name: "leading dash is a pattern", args: `{"pattern":"-v flag"}`, want: []string{"sub/b.txt:2:-v flag"}},
 		{name: "glob with metacharacters", args: `{"pattern":"Add","glob":"*.txt;touch /workspace/pwned"}`, want: []string{"no matches"}, check: noPwn},
-		{name: "capped", args: `{"pattern":"^match","path":"many"}`, want: []string{"many/m.txt:1:match 0", "[... 40 more matching lines not shown"}, notWant: []string{"match 10\n"},
+		{
+			name: "capped", args: `{"pattern":"^match","path":"many"}`, want: []string{"many/m.txt:1:match 0", "[... 40 more matching lines not shown"}, notWant: []string{"match 10\n"},
 			check: func(t *testing.T, res tools.Result) {
 				if res.Details.Lines != 50 {
 					t.Errorf("Lines = %d, want 50", res.Details.Lines)
 				}
-			}},
+			},
+		},
 		{name: "missing path", args: `{"pattern":"x","path":"nope"}`, isError: true, want: []string{"search failed (exit status 2)", "nope"}},
 		{name: "invalid regexp", args: `{"pattern":"a("}`, isError: true, want: []string{"pattern: error parsing regexp"}},
 		{name: "invalid glob", args: `{"pattern":"a","glob":"["}`, isError: true, want: []string{"glob"}},

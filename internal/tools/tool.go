@@ -126,7 +126,7 @@ func infraFailure(ctx context.Context, env Env, tool string, err error) (Result,
 	}
 	select {
 	case <-env.Sandbox.Done():
-		return errResult("%s failed: the sandbox was lost", tool), fmt.Errorf("%w: %s: %v", ErrSandboxLost, tool, err)
+		return errResult("%s failed: the sandbox was lost", tool), fmt.Errorf("%w: %s: %w", ErrSandboxLost, tool, err)
 	default:
 	}
 	return res, fmt.Errorf("tools: %s: %w", tool, err)

@@ -203,18 +203,18 @@ func (r *Registry) Call(ctx context.Context, env Env, c Call) (Result, error) {
 	return res, err
 }
 
-// Truncate caps s at about max bytes, keeping its head and tail (on UTF-8
+// Truncate caps s at about limit bytes, keeping its head and tail (on UTF-8
 // boundaries) around a marker "[... N bytes truncated ...]", and returns the
 // number of bytes left out.
-func Truncate(s string, max int) (string, int64) {
-	if max <= 0 || len(s) <= max {
+func Truncate(s string, limit int) (string, int64) {
+	if limit <= 0 || len(s) <= limit {
 		return s, 0
 	}
-	head := max / 2
+	head := limit / 2
 	for head > 0 && !utf8.RuneStart(s[head]) {
 		head--
 	}
-	tail := len(s) - (max - head)
+	tail := len(s) - (limit - head)
 	for tail < len(s) && !utf8.RuneStart(s[tail]) {
 		tail++
 	}

@@ -56,48 +56,66 @@ func TestNewPlan(t *testing.T) {
 		},
 		{
 			name: "abi2 grants refer in read-write", kernelABI: 2,
-			want: plan{abi: 2, handledFS: wantV1 | rREFER, readOnly: wantRO,
-				readWrite: wantRWv1 | rREFER, devices: wantDev},
+			want: plan{
+				abi: 2, handledFS: wantV1 | rREFER, readOnly: wantRO,
+				readWrite: wantRWv1 | rREFER, devices: wantDev,
+			},
 		},
 		{
 			name: "abi3 handles truncate", kernelABI: 3,
-			want: plan{abi: 3, handledFS: wantV1 | rREFER | rTRUNC, readOnly: wantRO,
-				readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev},
+			want: plan{
+				abi: 3, handledFS: wantV1 | rREFER | rTRUNC, readOnly: wantRO,
+				readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev,
+			},
 		},
 		{
 			name: "abi4 adds only network rights, which are not handled", kernelABI: 4,
-			want: plan{abi: 4, handledFS: wantV1 | rREFER | rTRUNC, readOnly: wantRO,
-				readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev},
+			want: plan{
+				abi: 4, handledFS: wantV1 | rREFER | rTRUNC, readOnly: wantRO,
+				readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev,
+			},
 		},
 		{
 			name: "abi5 grants device ioctl on devices only", kernelABI: 5,
-			want: plan{abi: 5, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, readOnly: wantRO,
-				readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV},
+			want: plan{
+				abi: 5, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, readOnly: wantRO,
+				readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV,
+			},
 		},
 		{
 			name: "abi6 with erratum 2 scopes signals and abstract sockets", kernelABI: 6, errata: erratum2,
-			want: plan{abi: 6, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL,
-				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV},
+			want: plan{
+				abi: 6, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL,
+				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV,
+			},
 		},
 		{
 			name: "abi6 without erratum 2 does not scope signals", kernelABI: 6, errata: 1,
-			want: plan{abi: 6, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT,
-				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV},
+			want: plan{
+				abi: 6, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT,
+				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV,
+			},
 		},
 		{
 			name: "abi7 as on the reference kernel", kernelABI: 7, errata: 7,
-			want: plan{abi: 7, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL,
-				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV},
+			want: plan{
+				abi: 7, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL,
+				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV,
+			},
 		},
 		{
 			name: "abi8 uses tsync and scopes signals regardless of errata", kernelABI: 8,
-			want: plan{abi: 8, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL, tsync: true,
-				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV},
+			want: plan{
+				abi: 8, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL, tsync: true,
+				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV,
+			},
 		},
 		{
 			name: "abi9 is capped at 8 and resolve_unix stays unhandled", kernelABI: 9, errata: 7,
-			want: plan{abi: 8, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL, tsync: true,
-				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV},
+			want: plan{
+				abi: 8, handledFS: wantV1 | rREFER | rTRUNC | rIOCTLDEV, scoped: sABSTRACT | sSIGNAL, tsync: true,
+				readOnly: wantRO, readWrite: wantRWv1 | rREFER | rTRUNC, devices: wantDev | rIOCTLDEV,
+			},
 		},
 	}
 	for _, tt := range tests {

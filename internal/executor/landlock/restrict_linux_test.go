@@ -248,8 +248,8 @@ func TestRestrict(t *testing.T) {
 	}
 
 	// Expected outcome per probe; "" means "not EACCES/EPERM, any other".
-	ifABI := func(min int, yes, no string) string {
-		if used >= min {
+	ifABI := func(abi int, yes, no string) string {
+		if used >= abi {
 			return yes
 		}
 		return no

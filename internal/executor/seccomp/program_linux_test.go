@@ -108,9 +108,11 @@ func TestProgram(t *testing.T) {
 
 		{name: "clone thread", syscall: "clone", want: allow, args: args{
 			unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
-				unix.CLONE_SYSVSEM | unix.CLONE_THREAD}},
+				unix.CLONE_SYSVSEM | unix.CLONE_THREAD,
+		}},
 		{name: "clone os/exec", syscall: "clone", want: allow, args: args{
-			unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD | sigchld}},
+			unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD | sigchld,
+		}},
 		{name: "clone fork", syscall: "clone", args: args{sigchld}, want: allow},
 		{name: "clone high word ignored", syscall: "clone", args: args{0xffffffff_00000000 | sigchld}, want: allow},
 		{name: "clone CLONE_NEWUSER", syscall: "clone", args: args{unix.CLONE_NEWUSER | sigchld}, want: eperm},

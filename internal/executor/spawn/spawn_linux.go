@@ -21,8 +21,9 @@ import (
 	"runtime"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // Serve answers the Spawn requests that arrive on conn, a SOCK_SEQPACKET

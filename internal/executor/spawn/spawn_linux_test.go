@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // exchange sends one request with fds and returns the reply and the pidfd
@@ -75,8 +76,10 @@ func TestServe(t *testing.T) {
 	// The child lists its descriptors: the spawner's socket must not be
 	// among them.
 	good := func(r *execproto.Spawn) {
-		*r = execproto.Spawn{Path: "/bin/sh", Args: []string{"sh", "-c", "echo hi >&3; for f in /proc/self/fd/*; do readlink $f; done >&3"},
-			Files: []int{3}, CgroupFile: -1}
+		*r = execproto.Spawn{
+			Path: "/bin/sh", Args: []string{"sh", "-c", "echo hi >&3; for f in /proc/self/fd/*; do readlink $f; done >&3"},
+			Files: []int{3}, CgroupFile: -1,
+		}
 	}
 	conn, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fds[1]))
 	if err != nil {

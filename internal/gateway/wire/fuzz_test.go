@@ -96,10 +96,15 @@ func FuzzMeter(f *testing.F) {
 		a    API
 		file string
 	}{
-		{Chat, "chat/tool_calls.sse"}, {Chat, "chat/text.sse"}, {Chat, "chat/vllm_error.sse"},
-		{Responses, "responses/function_call.sse"}, {Responses, "responses/failed.sse"},
-		{Messages, "anthropic/tool_use.sse"}, {Messages, "anthropic/text_thinking.sse"},
-		{Chat, "chat/completion.json"}, {Messages, "anthropic/message.json"},
+		{Chat, "chat/tool_calls.sse"},
+		{Chat, "chat/text.sse"},
+		{Chat, "chat/vllm_error.sse"},
+		{Responses, "responses/function_call.sse"},
+		{Responses, "responses/failed.sse"},
+		{Messages, "anthropic/tool_use.sse"},
+		{Messages, "anthropic/text_thinking.sse"},
+		{Chat, "chat/completion.json"},
+		{Messages, "anthropic/message.json"},
 	} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "model", "testdata", s.file))
 		if err != nil {
@@ -147,8 +152,10 @@ func FuzzMeter(f *testing.F) {
 		w := &Meter{API: a}
 		w.Body(stream)
 		u2, _ := w.Usage(0)
-		for _, n := range []int64{u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens,
-			u2.InputTokens, u2.OutputTokens, u2.CacheReadTokens, u2.CacheWriteTokens} {
+		for _, n := range []int64{
+			u.InputTokens, u.OutputTokens, u.CacheReadTokens, u.CacheWriteTokens,
+			u2.InputTokens, u2.OutputTokens, u2.CacheReadTokens, u2.CacheWriteTokens,
+		} {
 			if n < 0 || n > 4*MaxCount {
 				t.Fatalf("usage %+v / %+v out of range", u, u2)
 			}

@@ -9,9 +9,10 @@ import (
 	"io/fs"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Process is a command running in the sandbox.

@@ -390,8 +390,10 @@ func TestAttackHostProcesses(t *testing.T) {
 // PID 1. The executor must survive every signal a sandbox process can send.
 func TestAttackKillExecutor(t *testing.T) {
 	t.Parallel()
-	for _, sig := range []string{"KILL", "STOP", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM", "PIPE", "ILL", "TRAP", "ABRT", "SYS", "STKFLT", "SEGV", "BUS", "FPE",
-		"TSTP", "TTIN", "TTOU", "CONT", "CHLD", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "34", "64"} {
+	for _, sig := range []string{
+		"KILL", "STOP", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM", "PIPE", "ILL", "TRAP", "ABRT", "SYS", "STKFLT", "SEGV", "BUS", "FPE",
+		"TSTP", "TTIN", "TTOU", "CONT", "CHLD", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "34", "64",
+	} {
 		t.Run(sig, func(t *testing.T) {
 			t.Parallel()
 			sb := attackSandbox(t, sandbox.Spec{})

@@ -14,11 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures the native backend.
@@ -96,8 +97,10 @@ func New(cfg Config) (*Backend, error) {
 	if slots == "" {
 		slots = DefaultUIDSlotDir
 	}
-	return &Backend{cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots},
-		ids: &idLocks{dir: filepath.Join(cfg.StateDir, "ids")}}, nil
+	return &Backend{
+		cfg: cfg, log: log, root: root, uids: &uidAllocator{dir: slots},
+		ids: &idLocks{dir: filepath.Join(cfg.StateDir, "ids")},
+	}, nil
 }
 
 // Close releases what the backend keeps on the host between sandboxes: it

@@ -11,10 +11,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/executor/landlock"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
-	"golang.org/x/sys/unix"
 )
 
 // Check is one line of `airlock doctor`.

@@ -8,9 +8,10 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // sandboxUID is the uid and gid of the unprivileged sandbox user inside.
@@ -224,8 +225,8 @@ func (t *treeFiles) sources(spec *sandbox.Spec, setup *execproto.Setup) error {
 		setup.SystemDirs = existing(systemDirs)
 		setup.EtcFiles = etcFiles
 	}
-	switch {
-	case spec.Workspace == "":
+	switch spec.Workspace {
+	case "":
 		setup.Workspace.Mode = execproto.WorkspaceEmpty
 	default:
 		mode := spec.WorkspaceMode

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/airlockrun/airlock/internal/execproto"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // procSpec is a process of the executor binary for the backend to start:
@@ -99,8 +100,10 @@ type spawner struct {
 // spawnProc starts ps through the spawner, starting the spawner first if
 // none runs (or the last one died: its children died with it).
 func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
-	req := execproto.Spawn{Path: b.cfg.Executor, Args: ps.args, CgroupFile: -1,
-		Cloneflags: ps.sys.Cloneflags, Setgroups: ps.sys.GidMappingsEnableSetgroups, Setsid: ps.sys.Setsid}
+	req := execproto.Spawn{
+		Path: b.cfg.Executor, Args: ps.args, CgroupFile: -1,
+		Cloneflags: ps.sys.Cloneflags, Setgroups: ps.sys.GidMappingsEnableSetgroups, Setsid: ps.sys.Setsid,
+	}
 	for _, m := range ps.sys.UidMappings {
 		req.UIDMap = append(req.UIDMap, execproto.IDMap{Inside: m.ContainerID, Outside: m.HostID, Size: m.Size})
 	}

@@ -27,9 +27,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // rootlessSources fills setup with the sources of a rootless sandbox as
@@ -89,15 +90,15 @@ func hostPath(p string) (*execproto.HostPath, error) {
 	if err != nil {
 		return nil, err
 	}
-	real, err := filepath.EvalSymlinks(abs)
+	resolved, err := filepath.EvalSymlinks(abs)
 	if err != nil {
 		return nil, err
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(real, &st); err != nil {
-		return nil, fmt.Errorf("stat %s: %w", real, err)
+	if err := unix.Stat(resolved, &st); err != nil {
+		return nil, fmt.Errorf("stat %s: %w", resolved, err)
 	}
-	return &execproto.HostPath{Path: real, Dev: st.Dev, Ino: st.Ino}, nil
+	return &execproto.HostPath{Path: resolved, Dev: st.Dev, Ino: st.Ino}, nil
 }
 
 // rootlessLimitsHint ends the error of a rootless Create whose required

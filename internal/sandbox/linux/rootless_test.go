@@ -23,11 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
-	"golang.org/x/sys/unix"
 )
 
 // rootlessEnv marks a process TestRootless started: "inner" runs the rootless
@@ -102,8 +103,10 @@ func TestRootless(t *testing.T) {
 	if err := os.Chown(work, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + work, "TMPDIR=" + work, "LANG=C.UTF-8",
-		rootlessEnv + "=inner", prebuiltExecutorEnv + "=" + executorPath}
+	env := []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + work, "TMPDIR=" + work, "LANG=C.UTF-8",
+		rootlessEnv + "=inner", prebuiltExecutorEnv + "=" + executorPath,
+	}
 	run := "^(" + strings.Join(rootlessTests, "|") + ")$"
 	skip := "^" + strings.Join(rootlessSkips, "$|^") + "$"
 	if os.Geteuid() == 0 {
@@ -309,7 +312,7 @@ func rootlessInner(t *testing.T) {
 		t.Fatal("the rootless tests run as root: TestRootless must start them as an unprivileged user")
 	}
 	if reason := usernsUnavailable(); reason != "" {
-		fmt.Println(rootlessUnavailableLine + reason)
+		fmt.Println(rootlessUnavailableLine + reason) //nolint:forbidigo // the child process answers its parent on stdout
 		t.Skip(reason)
 	}
 }

@@ -11,11 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
-	"golang.org/x/sys/unix"
 )
 
 // Sandbox is a live native sandbox.

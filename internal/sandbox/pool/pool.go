@@ -98,8 +98,10 @@ func New(b sandbox.Backend, o Options) *Pool {
 	if o.RefillDelay <= 0 {
 		o.RefillDelay = 25 * time.Millisecond
 	}
-	p := &Pool{b: b, o: o, log: o.Logger, specs: map[string]*entry{}, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	p := &Pool{
+		b: b, o: o, log: o.Logger, specs: map[string]*entry{}, wake: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}

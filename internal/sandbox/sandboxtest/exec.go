@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // testEnv checks which environment a command sees: the spec's and the

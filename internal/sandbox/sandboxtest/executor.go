@@ -32,7 +32,7 @@ func BuildExecutor() (path string, remove func(), err error) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		remove()
-		return "", nil, fmt.Errorf("build airlock-exec: %v\n%s", err, out)
+		return "", nil, fmt.Errorf("build airlock-exec: %w\n%s", err, out)
 	}
 	return path, remove, nil
 }

@@ -62,10 +62,10 @@ func (s *suite) testLimits(t *testing.T) {
 
 	t.Run("OutputLimit", func(t *testing.T) {
 		t.Parallel()
-		const max = 1 << 20
+		const limit = 1 << 20
 		var w countWriter
 		start := time.Now()
-		_, _, r := runCmd(t, sb, sandbox.Command{Argv: []string{"yes"}, Stdout: &w, MaxOutput: max, Timeout: 60 * time.Second})
+		_, _, r := runCmd(t, sb, sandbox.Command{Argv: []string{"yes"}, Stdout: &w, MaxOutput: limit, Timeout: 60 * time.Second})
 		if d := time.Since(start); d > hangBound {
 			t.Errorf("yes with MaxOutput 1 MiB returned after %v, want well under %v", d, hangBound)
 		}
@@ -75,14 +75,14 @@ func (s *suite) testLimits(t *testing.T) {
 		if r.Message == "" {
 			t.Errorf("output limit: Message is empty, want an explanation")
 		}
-		if n := w.count(); n == 0 || n > max+64<<10 {
-			t.Errorf("yes with MaxOutput %d delivered %d bytes, want at most about %d", max, n, max)
+		if n := w.count(); n == 0 || n > limit+64<<10 {
+			t.Errorf("yes with MaxOutput %d delivered %d bytes, want at most about %d", limit, n, limit)
 		}
 		// stderr counts too.
 		var we countWriter
-		_, _, r = runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", "yes >&2"}, Stderr: &we, MaxOutput: max, Timeout: 60 * time.Second})
-		if r.Outcome != sandbox.OutcomeOutputLimit || we.count() > max+64<<10 {
-			t.Errorf("yes >&2 with MaxOutput 1 MiB: result %+v with %d bytes, want %q and at most about %d bytes", r, we.count(), sandbox.OutcomeOutputLimit, max)
+		_, _, r = runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", "yes >&2"}, Stderr: &we, MaxOutput: limit, Timeout: 60 * time.Second})
+		if r.Outcome != sandbox.OutcomeOutputLimit || we.count() > limit+64<<10 {
+			t.Errorf("yes >&2 with MaxOutput 1 MiB: result %+v with %d bytes, want %q and at most about %d bytes", r, we.count(), sandbox.OutcomeOutputLimit, limit)
 		}
 	})
 }

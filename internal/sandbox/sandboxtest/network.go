@@ -30,8 +30,10 @@ func (s *suite) testNetwork(t *testing.T) {
 		hp := startHostProxy(t, nil)
 		sb := s.create(t, sandbox.Spec{Network: sandbox.NetworkProxy, ProxySocket: hp.socket})
 		out := mustSh(t, sb, "env | grep -i _proxy= | sort")
-		for _, want := range []string{"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
-			"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128"} {
+		for _, want := range []string{
+			"HTTP_PROXY=http://127.0.0.1:3128", "HTTPS_PROXY=http://127.0.0.1:3128",
+			"http_proxy=http://127.0.0.1:3128", "https_proxy=http://127.0.0.1:3128",
+		} {
 			if !strings.Contains(out, want+"\n") {
 				t.Errorf("proxy environment %q lacks %s", out, want)
 			}
@@ -148,8 +150,10 @@ func startHostProxy(t *testing.T, tlsConf *tls.Config) *hostProxy {
 				return
 			}
 			body := "host says " + strings.TrimPrefix(req.URL.Path, "/") + "\n"
-			resp := &http.Response{StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, ContentLength: int64(len(body)),
-				Body: io.NopCloser(strings.NewReader(body)), Close: true, Header: http.Header{}}
+			resp := &http.Response{
+				StatusCode: 200, ProtoMajor: 1, ProtoMinor: 1, ContentLength: int64(len(body)),
+				Body: io.NopCloser(strings.NewReader(body)), Close: true, Header: http.Header{},
+			}
 			_ = resp.Write(tc)
 			_ = tc.Close()
 		}()

@@ -167,12 +167,14 @@ func (b *SyncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// String returns what was written so far.
 func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
+// Bytes returns a copy of what was written so far.
 func (b *SyncBuffer) Bytes() []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -498,9 +498,9 @@ func (s *Store) Delete(ctx context.Context, digest string) error {
 
 // clip shortens untrusted text quoted in an error message.
 func clip(s string) string {
-	const max = 80
-	if len(s) > max {
-		return s[:max] + "..."
+	const limit = 80
+	if len(s) > limit {
+		return s[:limit] + "..."
 	}
 	return s
 }

@@ -282,8 +282,10 @@ func (s *Store) Close() error {
 
 func (s *Store) closeDBs() error {
 	var errs []error
-	for _, st := range append([]*sql.Stmt{s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey,
-		s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo}, s.stmtInsert[:]...) {
+	for _, st := range append([]*sql.Stmt{
+		s.stmtTail, s.stmtSetTail, s.stmtGetRun, s.stmtAPIKey,
+		s.stmtInsertRun, s.stmtSavepoint, s.stmtRelease, s.stmtRollTo,
+	}, s.stmtInsert[:]...) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -705,10 +707,14 @@ func (s *Store) appendIn(ctx context.Context, tx *sql.Tx, runID string, next int
 	if err != nil {
 		return store.Run{}, fmt.Errorf("update tail: %w", err)
 	}
-	if n, err := res.RowsAffected(); err != nil || n != 1 {
-		// Cannot happen under the write lock; refuse rather than
-		// leave the tail and the log disagreeing.
-		return store.Run{}, fmt.Errorf("update tail: %d rows changed (%v)", n, err)
+	// Neither can happen under the write lock; refuse rather than leave
+	// the tail and the log disagreeing.
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Run{}, fmt.Errorf("update tail: rows changed: %w", err)
+	}
+	if n != 1 {
+		return store.Run{}, fmt.Errorf("update tail: %d rows changed", n)
 	}
 	if to == "" {
 		return store.Run{}, nil

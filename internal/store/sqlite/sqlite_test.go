@@ -166,7 +166,7 @@ func child(role, path string) error {
 	case "append":
 		// Start together with the other writers: the parent says go once
 		// every process has the database open.
-		fmt.Println("ready")
+		fmt.Println("ready") //nolint:forbidigo // the child process answers its parent on stdout
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			return err
 		}
@@ -174,7 +174,7 @@ func child(role, path string) error {
 		batches, _ := strconv.Atoi(args[2])
 		size, _ := strconv.Atoi(args[3])
 		n, err := storetest.AppendLoop(ctx, s, args[4], w, batches, size)
-		fmt.Printf("conflicts %d\n", n)
+		fmt.Printf("conflicts %d\n", n) //nolint:forbidigo // the child process answers its parent on stdout
 		return err
 	case "forever":
 		out := bufio.NewWriter(os.Stdout)

@@ -24,8 +24,10 @@ func TestListRunsParams(t *testing.T) {
 		{},
 		{Kind: store.KindAgent, Limit: 10},
 		{Kind: store.KindAny, Limit: 1, Desc: true},
-		{Tenant: "acme", Kind: store.KindSandbox, Statuses: []event.Status{event.StatusQueued, event.StatusRunning},
-			Metadata: map[string]string{"b": "2", "a": "1"}, After: after, Limit: 5},
+		{
+			Tenant: "acme", Kind: store.KindSandbox, Statuses: []event.Status{event.StatusQueued, event.StatusRunning},
+			Metadata: map[string]string{"b": "2", "a": "1"}, After: after, Limit: 5,
+		},
 		{Tenant: "acme", Kind: store.KindAgent, Statuses: []event.Status{event.StatusPaused}, After: after, Desc: true, Limit: 5},
 	} {
 		lite, liteArgs, err := sqlrow.ListRuns(f, schema.SQLite)

@@ -111,8 +111,10 @@ func benchAppend(b *testing.B, s store.Store, size int) {
 func benchCreateRunWith(b *testing.B, s store.Store) {
 	ctx := context.Background()
 	hash := store.DocumentHash(nil)
-	created, err := event.New(event.RunCreated{Tenant: "acme", Task: "fix the failing test", Model: "scripted",
-		PolicyHash: hash, Metadata: map[string]string{"team": "infra"}})
+	created, err := event.New(event.RunCreated{
+		Tenant: "acme", Task: "fix the failing test", Model: "scripted",
+		PolicyHash: hash, Metadata: map[string]string{"team": "infra"},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,8 +126,10 @@ func benchCreateRunWith(b *testing.B, s store.Store) {
 	now := time.Now()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		r := store.Run{ID: event.NewRunID(now.Add(time.Duration(i) * time.Millisecond)), Tenant: "acme",
-			Task: "fix the failing test", Model: "scripted", PolicyHash: hash, Status: event.StatusQueued}
+		r := store.Run{
+			ID: event.NewRunID(now.Add(time.Duration(i) * time.Millisecond)), Tenant: "acme",
+			Task: "fix the failing test", Model: "scripted", PolicyHash: hash, Status: event.StatusQueued,
+		}
 		if _, _, err := s.CreateRunWith(ctx, r, first); err != nil {
 			b.Fatal(err)
 		}

@@ -81,8 +81,10 @@ func testKind(t *testing.T, f Factory) {
 	wantErr(t, "CreateRun(kind robot)", err, store.ErrInvalid)
 	_, err = s.CreateRun(ctx, store.Run{ID: runID(21), Tenant: "a", Kind: store.KindAny, Status: event.StatusQueued})
 	wantErr(t, "CreateRun(kind any)", err, store.ErrInvalid)
-	_, err = s.CreateRun(ctx, store.Run{ID: runID(22), Tenant: "a", Kind: store.KindSandbox, Status: event.StatusQueued,
-		ParentRunID: agents[0], ParentSeq: 1})
+	_, err = s.CreateRun(ctx, store.Run{
+		ID: runID(22), Tenant: "a", Kind: store.KindSandbox, Status: event.StatusQueued,
+		ParentRunID: agents[0], ParentSeq: 1,
+	})
 	wantErr(t, "CreateRun(a sandbox record forked)", err, store.ErrInvalid)
 	if got, err := s.ListRuns(ctx, store.RunFilter{Kind: store.KindAny}); err != nil || len(got) != len(all) {
 		t.Errorf("after refused creates, ListRuns(any) = %v, %v, want %v", ids(got), err, all)

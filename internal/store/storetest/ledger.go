@@ -75,8 +75,10 @@ func testLedger(t *testing.T, f Factory) {
 		t.Fatalf("AddLedgerEntry(grant) = %+v; want an id and Created %v", g, clock.Now())
 	}
 	clock.Advance(time.Second)
-	d1 := addEntry(t, s, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerDebit, Amount: 300_000, RunID: r.ID, Seq: 1,
-		Created: base}) // Created is the store's to set
+	d1 := addEntry(t, s, store.LedgerEntry{
+		Tenant: "acme", Kind: store.LedgerDebit, Amount: 300_000, RunID: r.ID, Seq: 1,
+		Created: base,
+	}) // Created is the store's to set
 	d2 := addEntry(t, s, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerDebit, Amount: 200_000, RunID: r.ID, Seq: 3})
 	refund := addEntry(t, s, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 50_000, RunID: r.ID, Note: "refund"})
 	if !d1.Created.Equal(clock.Now()) || d1.RunID != r.ID || d1.Seq != 1 || refund.RunID != r.ID || refund.Seq != 0 {
@@ -130,7 +132,6 @@ func testLedgerDebitRetry(t *testing.T, f Factory) {
 	g2 := addEntry(t, s, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 1000})
 	wantBalance(t, s, "acme", 1000-400+1000)
 	wantEntries(t, s, "acme", []store.LedgerEntry{g, d, g2})
-
 }
 
 // testLedgerInvalid: each malformed entry is refused with ErrInvalid, and

@@ -93,8 +93,10 @@ func testPolicies(t *testing.T, f Factory) {
 	ctx := context.Background()
 	wantPolicies(t, s, "acme", nil)
 
-	v1 := putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docA, Source: "prod.yaml", By: "alice (uid 1000)",
-		CreatedAt: base}, true) // CreatedAt is the store's to set
+	v1 := putPolicy(t, s, store.PolicyVersion{
+		Tenant: "acme", Name: "prod", Document: docA, Source: "prod.yaml", By: "alice (uid 1000)",
+		CreatedAt: base,
+	}, true) // CreatedAt is the store's to set
 	if v1.Version != 1 || v1.Hash != store.DocumentHash(docA) || !bytes.Equal(v1.Document, docA) || v1.Source != "prod.yaml" ||
 		v1.By != "alice (uid 1000)" || !v1.CreatedAt.Equal(clock.Now()) || v1.CreatedAt.Location() != time.UTC {
 		t.Fatalf("PutPolicy() = %+v; want version 1, hash %s, CreatedAt %v", v1, store.DocumentHash(docA), clock.Now())

@@ -165,7 +165,7 @@ func Start(ctx context.Context) (_ *Server, err error) {
 // command builds a command run as cred (nil: as this process's user) in
 // dir, with a minimal environment.
 func command(cred *syscall.Credential, dir, path string, args ...string) *exec.Cmd {
-	cmd := exec.Command(path, args...) //nolint:forbidigo // test helper: starts the throwaway database server, as a _test.go file may
+	cmd := exec.Command(path, args...)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C", "TZ=UTC"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
@@ -216,7 +216,7 @@ func serverUser() (*syscall.Credential, error) {
 		u, err = user.Lookup("airlock-pgtest")
 	}
 	if err != nil {
-		out, aerr := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "airlock-pgtest").CombinedOutput() //nolint:forbidigo // test helper: creates the unprivileged user the test server runs as
+		out, aerr := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "airlock-pgtest").CombinedOutput()
 		if aerr != nil {
 			return nil, fmt.Errorf("pgtest: no user nobody, and useradd airlock-pgtest: %w: %s", aerr, out)
 		}
@@ -250,7 +250,10 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.exit:
-			return fmt.Errorf("pgtest: postgres exited (%v) before it was ready:\n%s", s.waitErr, s.logTail())
+			if s.waitErr != nil {
+				return fmt.Errorf("pgtest: postgres exited before it was ready: %w\n%s", s.waitErr, s.logTail())
+			}
+			return fmt.Errorf("pgtest: postgres exited before it was ready:\n%s", s.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("pgtest: postgres not ready: %w\n%s", err, s.logTail())
 		case <-time.After(20 * time.Millisecond):
