@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/event"
@@ -58,25 +59,7 @@ type harnessOptions struct {
 	// upstream).
 	trust bool
 	// clock, when set, is the server's clock.
-	clock *fakeClock
-}
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	clock *clock.Fake
 }
 
 // syncBuffer is a Buffer safe for the server's concurrent writes.

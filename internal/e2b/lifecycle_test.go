@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/clock"
 )
 
 func TestPauseResume(t *testing.T) {
@@ -53,14 +55,14 @@ func TestPauseResume(t *testing.T) {
 }
 
 func TestTimeout(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	h := newHarness(t, harnessOptions{clock: clock})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h := newHarness(t, harnessOptions{clock: clk})
 	short := h.create("alpha", map[string]any{"timeout": 10})
 	long := h.create("alpha", nil) // the default, 300s
 	if res := h.api("alpha", "POST", "/sandboxes/"+long.ID+"/timeout", map[string]any{"timeout": 20}); res.status != 204 {
 		t.Fatalf("set timeout: %s", res)
 	}
-	clock.Advance(15 * time.Second)
+	clk.Advance(15 * time.Second)
 	h.srv.Reap(t.Context())
 	if res := h.api("alpha", "GET", "/sandboxes/"+short.ID, nil); res.status != 404 {
 		t.Errorf("sandbox past its timeout = %s, want 404", res)
@@ -71,7 +73,7 @@ func TestTimeout(t *testing.T) {
 	if res := h.do("GET", h.envdURL+"/health", envdHeaders(short), nil); res.status != 502 {
 		t.Errorf("health of a timed-out sandbox = %s, want 502", res)
 	}
-	clock.Advance(10 * time.Second)
+	clk.Advance(10 * time.Second)
 	h.srv.Reap(t.Context())
 	if res := h.api("alpha", "GET", "/sandboxes/"+long.ID, nil); res.status != 404 {
 		t.Errorf("sandbox past its shortened timeout = %s, want 404", res)

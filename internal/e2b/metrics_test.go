@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/e2b"
 )
 
@@ -54,8 +55,8 @@ func plausible(t *testing.T, m metric) {
 }
 
 func TestMetrics(t *testing.T) {
-	clock := &fakeClock{now: time.Now().Add(time.Minute).Truncate(time.Second)}
-	h := newHarness(t, harnessOptions{clock: clock})
+	clk := clock.NewFake(time.Now().Add(time.Minute).Truncate(time.Second))
+	h := newHarness(t, harnessOptions{clock: clk})
 	s := h.create("alpha", nil)
 
 	// Not sampled yet: sampled on demand.
@@ -69,7 +70,7 @@ func TestMetrics(t *testing.T) {
 	// Busy, then sampled after 5s (by the clock): CPU use shows, and so
 	// do 8 MiB more on disk.
 	h.run(s, "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; head -c 8388608 /dev/zero > /tmp/fill")
-	clock.Advance(5 * time.Second)
+	clk.Advance(5 * time.Second)
 	h.srv.SampleMetrics(t.Context())
 	ms, _ = h.metrics("alpha", s.ID, "")
 	if len(ms) != 2 {
@@ -123,7 +124,7 @@ func TestMetrics(t *testing.T) {
 	res = h.do("GET", h.envdURL+"/metrics", envdHeaders(s), nil)
 	var em map[string]float64
 	if err := json.Unmarshal(res.body, &em); res.status != 200 || err != nil || em["mem_total"] <= 0 || em["cpu_count"] < 1 ||
-		em["disk_total"] <= 0 || em["ts"] != float64(clock.Now().Unix()) || em["mem_used_mib"] != float64(int64(em["mem_used"])>>20) {
+		em["disk_total"] <= 0 || em["ts"] != float64(clk.Now().Unix()) || em["mem_used_mib"] != float64(int64(em["mem_used"])>>20) {
 		t.Errorf("envd /metrics = %s", res)
 	}
 	if ms, _ := h.metrics("alpha", s.ID, ""); len(ms) != 2 {

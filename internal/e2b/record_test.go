@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
@@ -304,8 +305,8 @@ func TestRecordBatching(t *testing.T) {
 // Connect call as resource_exhausted); other keys and sandboxes are not
 // affected, and requests without the sandbox's token spend nothing.
 func TestRateLimits(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	h := newHarness(t, harnessOptions{clock: clock, config: e2b.Config{APIRate: 1, APIBurst: 3, SandboxRate: 2, SandboxBurst: 3}})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h := newHarness(t, harnessOptions{clock: clk, config: e2b.Config{APIRate: 1, APIBurst: 3, SandboxRate: 2, SandboxBurst: 3}})
 	s := h.create("alpha", nil)                                                // 1 of alpha's 3 calls
 	other := h.create("beta", nil)                                             // beta's own bucket
 	if res := h.api("alpha", "GET", "/v2/sandboxes", nil); res.status != 200 { // 2
@@ -321,7 +322,7 @@ func TestRateLimits(t *testing.T) {
 	if res := h.api("beta", "GET", "/sandboxes/"+other.ID, nil); res.status != 200 {
 		t.Errorf("another key's call = %s, want 200", res)
 	}
-	clock.Advance(time.Second)
+	clk.Advance(time.Second)
 	if res := h.api("alpha", "GET", "/sandboxes/"+s.ID, nil); res.status != 200 {
 		t.Errorf("a call a second later = %s, want 200", res)
 	}
@@ -349,7 +350,7 @@ func TestRateLimits(t *testing.T) {
 	if res := h.do("GET", h.envdURL+"/health", envdHeaders(other), nil); res.status != 204 {
 		t.Errorf("another sandbox's call = %s, want 204", res)
 	}
-	clock.Advance(time.Second)
+	clk.Advance(time.Second)
 	if res := h.do("GET", h.envdURL+"/health", envdHeaders(s), nil); res.status != 204 {
 		t.Errorf("data-plane call a second later = %s, want 204", res)
 	}
@@ -394,12 +395,12 @@ func grant(t *testing.T, st store.Store, tenant string, micro int64) {
 // that is recorded), and it may create none. An unmetered tenant's usage
 // is recorded, not debited.
 func TestMetering(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	h := newHarness(t, harnessOptions{clock: clock, config: meterConfig})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h := newHarness(t, harnessOptions{clock: clk, config: meterConfig})
 	grant(t, h.store, "alpha", 100_000) // a tenth of a credit: 100 sandbox-seconds
 	s := h.create("alpha", map[string]any{"timeout": 3600})
 	free := h.create("beta", map[string]any{"timeout": 3600})
-	clock.Advance(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	h.srv.Meter(t.Context())
 	rec := recordOf(t, h.store, s.ID)
 	us := rec.usages(t)
@@ -424,7 +425,7 @@ func TestMetering(t *testing.T) {
 		t.Errorf("an unmetered tenant was debited: %+v", ds)
 	}
 
-	clock.Advance(90 * time.Second) // 90000 more: the balance is spent
+	clk.Advance(90 * time.Second) // 90000 more: the balance is spent
 	h.srv.Meter(t.Context())
 	if res := h.api("alpha", "GET", "/sandboxes/"+s.ID, nil); res.status != 404 {
 		t.Errorf("a sandbox of a tenant without credits = %s, want 404 (killed)", res)
@@ -539,8 +540,8 @@ func (h *harness) createRaw(tenant string, body map[string]any) sbx {
 // life recorded but did not make, each exactly once, however often it
 // restarts.
 func TestRestart(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	o := harnessOptions{clock: clock, config: meterConfig}
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	o := harnessOptions{clock: clk, config: meterConfig}
 	h := newHarness(t, o)
 	grant(t, h.store, "alpha", 10_000_000)
 	h.serve(t, o, failingLedger{h.store}) // its debits fail
@@ -552,7 +553,7 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("write: %s", res)
 	}
 	running := h.createRaw("alpha", map[string]any{"timeout": 3600})
-	clock.Advance(30 * time.Second)
+	clk.Advance(30 * time.Second)
 	if res := h.api("alpha", "POST", "/sandboxes/"+paused.ID+"/pause", map[string]any{}); res.status != 204 {
 		t.Fatalf("pause: %s", res)
 	}
@@ -664,15 +665,15 @@ func TestRecordEgress(t *testing.T) {
 // TestRecordEnds: each way a sandbox ends gives its record a final status
 // and an end event saying why, after its last usage.
 func TestRecordEnds(t *testing.T) {
-	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	h := newHarness(t, harnessOptions{clock: clock, config: meterConfig})
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h := newHarness(t, harnessOptions{clock: clk, config: meterConfig})
 	timedOut := h.createRaw("alpha", map[string]any{"timeout": 10})
 	killed := h.createRaw("alpha", nil)
 	pausedKilled := h.createRaw("alpha", nil)
 	if res := h.api("alpha", "POST", "/sandboxes/"+pausedKilled.ID+"/pause", map[string]any{}); res.status != 204 {
 		t.Fatalf("pause: %s", res)
 	}
-	clock.Advance(15 * time.Second)
+	clk.Advance(15 * time.Second)
 	h.srv.Reap(t.Context())
 	for _, id := range []string{killed.ID, pausedKilled.ID} {
 		if res := h.api("alpha", "DELETE", "/sandboxes/"+id, nil); res.status != 204 {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
@@ -459,8 +460,8 @@ func TestWorkspaceGlobs(t *testing.T) {
 // address before keys are looked up.
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	h := newHarness(t, harnessOptions{clock: clock, config: server.Config{Rate: 1, Burst: 2}})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	h := newHarness(t, harnessOptions{clock: clk, config: server.Config{Rate: 1, Burst: 2}})
 	key, other := h.key("alpha", "runs:read"), h.key("alpha", "runs:read")
 	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
 	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
@@ -469,7 +470,7 @@ func TestRateLimit(t *testing.T) {
 		t.Fatalf("third request = %d %s, Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
 	}
 	h.must(http.StatusOK, "GET", "/v1/runs", other, nil) // another key has its own bucket
-	clock.Advance(time.Second)
+	clk.Advance(time.Second)
 	h.must(http.StatusOK, "GET", "/v1/runs", key, nil)
 	h.must(http.StatusOK, "GET", "/healthz", "", nil) // health is not limited
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -48,7 +49,7 @@ type harness struct {
 	eng   *engine.Engine
 	srv   *server.Server
 	keys  *auth.Keys
-	clock *fakeClock
+	clock *clock.Fake
 	// secrets is the server's secret store, red its redactor.
 	secrets *secret.Store
 	red     *secret.Redactor
@@ -74,29 +75,12 @@ type harnessOptions struct {
 	// config tunes the server.
 	config server.Config
 	// clock, when set, is the server's clock (rate limits).
-	clock *fakeClock
+	clock *clock.Fake
 	// noSecrets serves without a secret store.
 	noSecrets bool
 	// wrapStore, when set, wraps the store the server (not the engine)
 	// uses.
 	wrapStore func(store.Store) store.Store
-}
-
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // decideByPolicy is the engine's policy hook, as the host's: the run's

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/server/servertest"
@@ -103,8 +104,8 @@ func bearer(key string) []string { return []string{"Authorization", "Bearer " + 
 // them, only the revocation itself.
 func TestRevokeKey(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	h := newHarness(t, harnessOptions{clock: clock, config: server.Config{StreamPoll: time.Minute, Keepalive: 10 * time.Minute}})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	h := newHarness(t, harnessOptions{clock: clk, config: server.Config{StreamPoll: time.Minute, Keepalive: 10 * time.Minute}})
 	admin := h.key("alpha", "admin")
 	other := h.key("alpha", "runs:read")
 	victim, meta, err := h.keys.Create(context.Background(), "alpha", "leaked", []string{auth.ScopeRunsRead}, auth.FormatAirlock)
@@ -172,8 +173,8 @@ func TestRevokeKey(t *testing.T) {
 func TestRevokeKeyInStore(t *testing.T) {
 	t.Parallel()
 	const poll = 20 * time.Millisecond
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	h := newHarness(t, harnessOptions{clock: clock, config: server.Config{StreamPoll: poll, Keepalive: 10 * time.Minute}})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	h := newHarness(t, harnessOptions{clock: clk, config: server.Config{StreamPoll: poll, Keepalive: 10 * time.Minute}})
 	admin := h.key("alpha", "admin")
 	victim, meta, err := h.keys.Create(context.Background(), "alpha", "leaked", []string{auth.ScopeRunsRead}, auth.FormatAirlock)
 	if err != nil {
@@ -187,7 +188,7 @@ func TestRevokeKeyInStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEnded(t, ended, "a stream of the key's session")
-	clock.Advance(poll)
+	clk.Advance(poll)
 	if r := b.do("GET", "/v1/runs", nil); r.status != http.StatusUnauthorized {
 		t.Errorf("the session a poll after its key was revoked = %d %s, want 401", r.status, r.body)
 	}
@@ -262,9 +263,9 @@ func TestRevokeKeyReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	const poll = 50 * time.Millisecond
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	revoker := replica(t, st, server.Config{}, nil)
-	holder := replica(t, st, server.Config{StreamPoll: poll, Keepalive: 10 * time.Minute}, clock.Now)
+	holder := replica(t, st, server.Config{StreamPoll: poll, Keepalive: 10 * time.Minute}, clk.Now)
 	h := &harness{t: t, url: revoker}
 	run := h.createRun(admin, map[string]any{"task": "stays queued", "script": finishScript})
 
@@ -277,7 +278,7 @@ func TestRevokeKeyReplicas(t *testing.T) {
 	h.must(http.StatusNoContent, "POST", "/v1/keys/"+meta.ID+"/revoke", admin, nil)
 	waitEnded(t, byKey, "the other server's stream opened with the key")
 	waitEnded(t, bySession, "the other server's stream of the key's session")
-	clock.Advance(poll)
+	clk.Advance(poll)
 	if r := b.do("GET", "/v1/runs", nil); r.status != http.StatusUnauthorized {
 		t.Errorf("the other server's session a poll after its key was revoked = %d %s, want 401", r.status, r.body)
 	}

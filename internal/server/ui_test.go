@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/server"
 )
@@ -332,25 +333,25 @@ func TestUILoginLogout(t *testing.T) {
 // is revoked. No test sleeps: the server's clock is a fake.
 func TestUISessionExpiry(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	h := newHarness(t, harnessOptions{clock: clock})
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	h := newHarness(t, harnessOptions{clock: clk})
 	key := h.key("alpha", "runs:read")
 	get := func(b *browser) int { return b.do("GET", "/v1/runs", nil).status }
 
 	idle := newBrowser(t, h.url, nil)
 	s := idle.login(key)
-	if want := clock.Now().Add(time.Hour); !s.Expires.Equal(want) {
+	if want := clk.Now().Add(time.Hour); !s.Expires.Equal(want) {
 		t.Errorf("a new session expires %v, want %v", s.Expires, want)
 	}
-	clock.Advance(59 * time.Minute)
+	clk.Advance(59 * time.Minute)
 	if st := get(idle); st != http.StatusOK {
 		t.Fatalf("after 59 minutes = %d", st)
 	}
-	clock.Advance(59 * time.Minute) // 59 minutes after its last use
+	clk.Advance(59 * time.Minute) // 59 minutes after its last use
 	if st := get(idle); st != http.StatusOK {
 		t.Fatalf("59 minutes after its last use = %d", st)
 	}
-	clock.Advance(time.Hour)
+	clk.Advance(time.Hour)
 	if st := get(idle); st != http.StatusUnauthorized {
 		t.Errorf("an hour after its last use = %d, want 401", st)
 	}
@@ -361,12 +362,12 @@ func TestUISessionExpiry(t *testing.T) {
 	busy := newBrowser(t, h.url, nil)
 	busy.login(key)
 	for i := 0; i < 11*4+3; i++ { // 11h45m of use every 15 minutes
-		clock.Advance(15 * time.Minute)
+		clk.Advance(15 * time.Minute)
 		if st := get(busy); st != http.StatusOK {
 			t.Fatalf("in use after %d quarters = %d", i+1, st)
 		}
 	}
-	clock.Advance(15 * time.Minute) // twelve hours after login
+	clk.Advance(15 * time.Minute) // twelve hours after login
 	if st := get(busy); st != http.StatusUnauthorized {
 		t.Errorf("twelve hours after login = %d, want 401", st)
 	}
@@ -376,7 +377,7 @@ func TestUISessionExpiry(t *testing.T) {
 	if err := h.store.RevokeAPIKey(context.Background(), "alpha", s.KeyID); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(31 * time.Second)
+	clk.Advance(31 * time.Second)
 	if st := get(revoked); st != http.StatusUnauthorized {
 		t.Errorf("31s after its key was revoked = %d, want 401", st)
 	}
