@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"hash"
 	"iter"
+	"runtime"
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
@@ -191,10 +192,11 @@ func NewStore(b Backend) (*Store, error) {
 	// The fastest level: the first checkpoint of a workspace must cost no
 	// more than tar | zstd -1 of it. No checksum in the frame: Get checks
 	// the HMAC of what it decompresses, which a checksum would only repeat.
+	// One encoder per P: EncodeAll calls beyond them wait for one.
 	enc, err := zstd.NewWriter(nil,
 		zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderCRC(false),
-		zstd.WithEncoderConcurrency(1),
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
 		zstd.WithWindowSize(MaxSize),
 	)
 	if err != nil {
