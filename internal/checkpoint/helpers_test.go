@@ -74,9 +74,11 @@ type tent struct {
 	pax map[string]string
 }
 
-func reg(name, body string) tent   { return tent{typ: tar.TypeReg, name: name, body: body, mode: 0o644} }
-func dir(name string) tent         { return tent{typ: tar.TypeDir, name: name + "/", mode: 0o755} }
-func sym(name, target string) tent { return tent{typ: tar.TypeSymlink, name: name, link: target, mode: 0o777} }
+func reg(name, body string) tent { return tent{typ: tar.TypeReg, name: name, body: body, mode: 0o644} }
+func dir(name string) tent       { return tent{typ: tar.TypeDir, name: name + "/", mode: 0o755} }
+func sym(name, target string) tent {
+	return tent{typ: tar.TypeSymlink, name: name, link: target, mode: 0o777}
+}
 func hard(name, target string) tent {
 	return tent{typ: tar.TypeLink, name: name, link: target, mode: 0o644}
 }

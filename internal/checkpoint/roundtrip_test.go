@@ -105,7 +105,7 @@ func TestRoundTripFS(t *testing.T) {
 			}
 		}},
 		{"hard links change", func(t *testing.T, r string) {
-			rm(t, r, "a")             // b and src/c keep the content
+			rm(t, r, "a")               // b and src/c keep the content
 			link(t, r, "b", "new-link") // a new name of an unchanged file
 			mkfile(t, r, "z-first", "rewritten in place: both names change", 0o644)
 			rm(t, r, "sticky")
