@@ -111,6 +111,9 @@ func tarStream(t testing.TB, ents ...tent) []byte {
 		if e.typ == tar.TypeReg {
 			h.Size = int64(len(e.body))
 		}
+		if e.typ == tar.TypeXGlobalHeader {
+			h = &tar.Header{Typeflag: e.typ, PAXRecords: e.pax}
+		}
 		if e.size > 0 {
 			h.Size = e.size
 		}

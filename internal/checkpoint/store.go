@@ -31,6 +31,9 @@ type Store struct {
 	menc    *zstd.Encoder
 	mdec    *zstd.Decoder
 	pols    sync.Map // chunk.Key -> chunker.Pol
+	// bufs and chunkers keep the chunk buffers (*[]byte) and chunkers
+	// of writes for the next.
+	bufs, chunkers sync.Pool
 }
 
 // New returns a Store that keeps manifests in blobs and chunks in chunks.

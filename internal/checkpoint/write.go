@@ -198,7 +198,8 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 	var refs []*chunkRef
 	err := func() error {
 		defer close(jobs)
-		c := chunker.New(r, pol)
+		c := s.chunker(r, pol)
+		defer s.chunkers.Put(c)
 		made := 0
 		var off int64
 		for {
@@ -207,7 +208,7 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 			case buf = <-free:
 			default:
 				if made < nbuf {
-					buf = make([]byte, 0, chunk.MaxSize)
+					buf = s.chunkBuf()
 					made++
 				} else {
 					select {
@@ -240,6 +241,12 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 	if werr := g.Wait(); err == nil {
 		err = werr
 	}
+	// Every buffer is back once the workers are done (or with the
+	// chunker, which is done too): keep them for the next write.
+	close(free)
+	for b := range free {
+		s.bufs.Put(&b)
+	}
 	if err != nil {
 		return nil, Stats{}, err
 	}
@@ -247,6 +254,26 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 		NewChunks: st.newChunks.Load(), NewBytes: st.newBytes.Load(),
 		SharedChunks: st.sharedChunks.Load(), SharedBytes: st.sharedBytes.Load(),
 	}, nil
+}
+
+// chunker returns a chunker of r with pol, reusing its buffer.
+func (s *Store) chunker(r io.Reader, pol chunker.Pol) *chunker.Chunker {
+	if c, ok := s.chunkers.Get().(*chunker.Chunker); ok {
+		c.Reset(r, pol)
+		return c
+	}
+	return chunker.New(r, pol)
+}
+
+// chunkBuf returns a buffer for the chunker to cut a chunk into: one a
+// write before used, or a new one, which the chunker grows to what its
+// chunks need. Reusing them matters: first touching memory costs more
+// here than hashing and compressing it.
+func (s *Store) chunkBuf() []byte {
+	if b, ok := s.bufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 1<<20)
 }
 
 // fillSlices sets the slices of each file from the chunks of the content

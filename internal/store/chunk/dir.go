@@ -37,9 +37,9 @@ type Dir struct {
 	dir string
 }
 
-// NewDir opens the chunk directory dir, creating it (mode 0700) and its
-// fan-out directories if needed, and removes temporary files that crashed
-// Puts left behind.
+// NewDir opens the chunk directory dir, creating it (mode 0700) if
+// needed, and removes temporary files that crashed Puts left behind. The
+// fan-out directories are made by the first Put that needs each.
 func NewDir(dir string) (*Dir, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -48,11 +48,6 @@ func NewDir(dir string) (*Dir, error) {
 	d := &Dir{dir: abs}
 	if err := os.MkdirAll(d.tmpDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("chunk: open %s: %w", abs, err)
-	}
-	for i := range 256 {
-		if err := os.Mkdir(filepath.Join(abs, fmt.Sprintf("%02x", i)), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("chunk: open %s: %w", abs, err)
-		}
 	}
 	if err := d.removeStaleTemps(time.Now()); err != nil {
 		return nil, fmt.Errorf("chunk: open %s: %w", abs, err)
@@ -120,8 +115,7 @@ func (d *Dir) Put(ctx context.Context, id ID, data []byte) error {
 		// file over this one, and readers see one or the other.
 		err = os.Rename(tmp, final)
 		if errors.Is(err, os.ErrNotExist) {
-			// Its fan-out directory went away (someone cleaned up by
-			// hand): make it again.
+			// The first chunk of its fan-out directory.
 			if err = os.MkdirAll(filepath.Dir(final), 0o700); err == nil {
 				err = os.Rename(tmp, final)
 			}
