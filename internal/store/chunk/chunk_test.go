@@ -26,6 +26,16 @@ func TestDir(t *testing.T) {
 	chunktest.Run(t, func(t *testing.T) chunk.Backend { return newDir(t) })
 }
 
+// chunkPath returns where d keeps id, its fan-out directory made.
+func chunkPath(t *testing.T, d *chunk.Dir, id chunk.ID) string {
+	t.Helper()
+	fan := filepath.Join(d.Path(), id.String()[:2])
+	if err := os.MkdirAll(fan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(fan, id.String())
+}
+
 // TestDirEmptyFileIsAbsent: a chunk file left empty by a crash before Sync
 // (see Dir) is not a chunk: Has says so, Put writes it again, and Get
 // reports it as corrupt rather than as content.
@@ -39,7 +49,7 @@ func TestDirEmptyFileIsAbsent(t *testing.T) {
 	key := chunk.TenantKey("t")
 	data := []byte("content")
 	id := key.Hasher().Sum(data)
-	path := filepath.Join(d.Path(), id.String()[:2], id.String())
+	path := chunkPath(t, d, id)
 	if err := os.WriteFile(path, nil, 0o400); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +72,7 @@ func TestDirEmptyFileIsAbsent(t *testing.T) {
 func TestDirOversized(t *testing.T) {
 	d := newDir(t)
 	id := chunk.TenantKey("t").Hasher().Sum([]byte("x"))
-	path := filepath.Join(d.Path(), id.String()[:2], id.String())
+	path := chunkPath(t, d, id)
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +101,9 @@ func TestDirStaleTemps(t *testing.T) {
 	}
 	past := time.Now().Add(-2 * time.Hour)
 	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "ab"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "ab", "notes.txt"), []byte("x"), 0o600); err != nil {
