@@ -256,13 +256,27 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 	}, nil
 }
 
+// The chunker's parameters: chunks of 512 KiB to chunk.MaxSize (8 MiB),
+// cut where the Rabin fingerprint of the last 64 bytes has its low
+// averageBits bits zero, which a byte past the least has a chance of
+// 2^-19 to be: 1 MiB on average. (The library's default, 20 bits, makes
+// 1.5 MiB: the bytes before the least are not fingerprinted, so 19 bits
+// also fingerprint a third fewer bytes per chunk.)
+const (
+	minChunk    = 512 << 10
+	averageBits = 19
+)
+
 // chunker returns a chunker of r with pol, reusing its buffer.
 func (s *Store) chunker(r io.Reader, pol chunker.Pol) *chunker.Chunker {
-	if c, ok := s.chunkers.Get().(*chunker.Chunker); ok {
-		c.Reset(r, pol)
-		return c
+	c, ok := s.chunkers.Get().(*chunker.Chunker)
+	if ok {
+		c.ResetWithBoundaries(r, pol, minChunk, chunk.MaxSize)
+	} else {
+		c = chunker.NewWithBoundaries(r, pol, minChunk, chunk.MaxSize)
 	}
-	return chunker.New(r, pol)
+	c.SetAverageBits(averageBits)
+	return c
 }
 
 // chunkBuf returns a buffer for the chunker to cut a chunk into: one a

@@ -39,6 +39,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -236,12 +237,59 @@ func (s *Store) Put(ctx context.Context, id ID, data []byte) (stored int64, err 
 	}
 	bp := s.buf()
 	defer s.bufs.Put(bp)
-	z := s.enc.EncodeAll(data, (*bp)[:0])
+	z := s.compress(data, (*bp)[:0])
 	*bp = z
 	if err := s.b.Put(ctx, id, z); err != nil {
 		return 0, fmt.Errorf("chunk: put %s: %w", id, err)
 	}
 	return int64(len(z)), nil
+}
+
+// sample is the size of the pieces of a chunk compress tries first.
+const sample = 32 << 10
+
+// compress appends data compressed to dst: a zstd frame. Content that
+// does not compress (media, archives, packs: half of a repository's
+// bytes, often) costs as much to compress as content that does, for
+// nothing; so three samples of it (start, middle, end) are compressed
+// first, and if none of them shrinks by 1/32, the chunk is stored in a
+// frame of raw blocks, which any zstd decoder reads.
+func (s *Store) compress(data, dst []byte) []byte {
+	if len(data) >= 4*sample {
+		shrinks := false
+		for _, at := range []int{0, len(data)/2 - sample/2, len(data) - sample} {
+			z := s.enc.EncodeAll(data[at:at+sample], dst[:0])
+			if len(z) < sample-sample/32 {
+				shrinks = true
+				break
+			}
+		}
+		if !shrinks {
+			return rawFrame(data, dst[:0])
+		}
+	}
+	return s.enc.EncodeAll(data, dst)
+}
+
+// rawFrame appends to dst a zstd frame that holds data uncompressed
+// (RFC 8878): the magic number, a frame header of one segment with the
+// content size in 4 bytes and no checksum, then raw blocks of at most
+// 128 KiB, each behind a 3-byte block header, the last one marked.
+func rawFrame(data, dst []byte) []byte {
+	const maxBlock = 128 << 10
+	dst = append(dst, 0x28, 0xb5, 0x2f, 0xfd, 0xa0)
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(data)))
+	for len(data) > 0 {
+		n := min(len(data), maxBlock)
+		h := uint32(n) << 3 // block type 0: raw
+		if n == len(data) {
+			h |= 1 // last block
+		}
+		dst = append(dst, byte(h), byte(h>>8), byte(h>>16))
+		dst = append(dst, data[:n]...)
+		data = data[n:]
+	}
+	return dst
 }
 
 // Get returns the content of the chunk named id, of the tenant whose key
