@@ -362,10 +362,3 @@ func BenchmarkRestore(b *testing.B) {
 	b.ReportMetric(rs.Seconds()/tx.Seconds(), "ratio")
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if benchTree.dir != "" {
-		os.RemoveAll(filepath.Dir(benchTree.dir))
-	}
-	os.Exit(code)
-}

@@ -26,7 +26,7 @@ type fsStep struct {
 // modes (setuid, setgid, sticky), owners, modification times to the
 // nanosecond, symlink targets (out of the tree, absolute, dangling), hard
 // links, FIFOs, empty directories, names with newlines and invalid UTF-8,
-// long names.
+// long names. On every backend.
 func TestRoundTripFS(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the trees have files of other owners")
@@ -118,7 +118,12 @@ func TestRoundTripFS(t *testing.T) {
 		}},
 		{"no change", func(*testing.T, string) {}},
 	}
-	s := newTestStore(t)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) { roundTripFS(t, b.open(t), steps) })
+	}
+}
+
+func roundTripFS(t *testing.T, s *testStore, steps []fsStep) {
 	root := filepath.Join(t.TempDir(), "ws")
 	if err := os.Mkdir(root, 0o755); err != nil {
 		t.Fatal(err)

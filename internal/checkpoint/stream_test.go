@@ -32,7 +32,8 @@ func summary(es []rent) []string {
 
 // TestApply: the semantics of deltas (the contract's replacement rules,
 // whiteouts, opaque directories, hard links across checkpoints), each a
-// chain of streams and the tree its last checkpoint restores to.
+// chain of streams and the tree its last checkpoint restores to, on every
+// backend.
 func TestApply(t *testing.T) {
 	type step []tent
 	cases := []struct {
@@ -158,18 +159,22 @@ func TestApply(t *testing.T) {
 			nil,
 		},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel() // each waits on its syncs most of the time
-			s := newTestStore(t)
-			parent := ""
-			for i, st := range c.steps {
-				res := write(t, s, "acme", parent, i == 0, tarStream(t, st...))
-				parent = res.Digest
-			}
-			got := summary(restoreTar(t, s, "acme", parent))
-			if !slices.Equal(got, c.want) {
-				t.Errorf("restored:\n  %q\nwant\n  %q", got, c.want)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel() // each waits on its syncs most of the time
+					s := b.open(t)
+					parent := ""
+					for i, st := range c.steps {
+						res := write(t, s, "acme", parent, i == 0, tarStream(t, st...))
+						parent = res.Digest
+					}
+					got := summary(restoreTar(t, s, "acme", parent))
+					if !slices.Equal(got, c.want) {
+						t.Errorf("restored:\n  %q\nwant\n  %q", got, c.want)
+					}
+				})
 			}
 		})
 	}
