@@ -361,4 +361,3 @@ func BenchmarkRestore(b *testing.B) {
 	b.ReportMetric(tx.Seconds()/float64(b.N), "untar-s")
 	b.ReportMetric(rs.Seconds()/tx.Seconds(), "ratio")
 }
-
