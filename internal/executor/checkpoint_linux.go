@@ -34,6 +34,8 @@ const keptBaselines = 2
 
 // checkpoints holds the baselines of /workspace and takes checkpoints.
 type checkpoints struct {
+	// root is the workspace: /workspace (tests use another directory).
+	root string
 	// upper is an O_PATH descriptor of the cow workspace's upper layer,
 	// opened before pivot_root hid it; -1 in the other modes.
 	upper int
@@ -70,10 +72,10 @@ type fileKey struct {
 	opaque       bool   // an upper-layer directory marked opaque
 }
 
-func newCheckpoints(upper int) *checkpoints {
+func newCheckpoints(root string, upper int) *checkpoints {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return &checkpoints{upper: upper, prefix: hex.EncodeToString(b[:])}
+	return &checkpoints{root: root, upper: upper, prefix: hex.EncodeToString(b[:])}
 }
 
 // errChanged marks a checkpoint that met a file changing under it. It wraps
@@ -180,9 +182,9 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, stop <-chan struct{}, r
 // only what changed. With tw nil it records keys and writes nothing. In
 // a cow workspace it serves the full stream, and records nothing.
 func (c *checkpoints) plain(base *baseline, tw *tarWriter, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
-	root, err := unix.Open(workspacePath, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	root, err := unix.Open(c.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", workspacePath, err)
+		return nil, fmt.Errorf("open %s: %w", c.root, err)
 	}
 	defer unix.Close(root)
 	wk := &walker{root: root, upper: -1, record: c.upper < 0, tw: tw, stop: stop}

@@ -139,7 +139,7 @@ func (e *executor) start(conn io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	e.ckpt = newCheckpoints(upper)
+	e.ckpt = newCheckpoints(workspacePath, upper)
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
 	e.path = sandboxPath()
