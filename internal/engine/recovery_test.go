@@ -214,7 +214,8 @@ func TestRecoveryAfterKill9(t *testing.T) {
 		"tool.started:2",        // during a command
 		"tool.finished:2",       // after one of two parallel calls
 		"tool.finished:3",       // results recorded, snapshot not taken
-		"snapshot.taken:2",      // between steps
+		"snapshot.taken:1",      // the workspace's start, before the first command
+		"snapshot.taken:3",      // between steps
 		"verification.result:1", // after the checks, before the end
 	}
 	for _, point := range points {

@@ -32,7 +32,8 @@
 //
 // Importers: the checkpoint library (internal/checkpoint), PostgreSQL's
 // backend (internal/store/postgres), the conformance suite
-// (internal/store/chunk/chunktest) and host wiring.
+// (internal/store/chunk/chunktest), the run engine (internal/engine: its
+// default store beside the blobs) and host wiring (internal/host).
 package chunk
 
 import (

@@ -8,7 +8,10 @@
 //		chunktest.Run(t, func(t *testing.T) chunk.Backend { return newBackend(t) })
 //	}
 //
-// Importers: tests of chunk backends.
+// Its users are the chunk backends' tests (the directory's and
+// PostgreSQL's).
+//
+// Importers: tests only.
 package chunktest
 
 import (
