@@ -28,6 +28,31 @@ func (s *suite) testCheckpoint(t *testing.T) {
 		manyFiles(t, ws)
 		s.checkpointSteps(t, s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW}), sandbox.WorkspaceCOW)
 	})
+	t.Run("CowLowerLinks", func(t *testing.T) {
+		// Hard links of the host directory: one link, copied up when
+		// written, becomes a file of its own.
+		t.Parallel()
+		ws := t.TempDir()
+		writeHost(t, ws, "links/a", "shared\n")
+		if err := os.Link(filepath.Join(ws, "links/a"), filepath.Join(ws, "links/b")); err != nil {
+			t.Fatal(err)
+		}
+		sb := s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW})
+		cp := checkpointer(t, sb)
+		dir := t.TempDir()
+		full, es := take(t, cp, sandbox.CheckpointRequest{})
+		wantHardLinks("links/a", "links/b")(t, sandbox.WorkspaceCOW, es)
+		ApplyDelta(t, dir, es)
+		CompareTrees(t, "full", sb, dir)
+		mustSh(t, sb, "echo more >> /workspace/links/a")
+		es = mustTake(t, cp, full.Baseline)
+		wantNames(t, "write to a linked file", es, []string{"links/", "links/a"}, []string{"links/a"})
+		ApplyDelta(t, dir, es)
+		CompareTrees(t, "after a write to one name", sb, dir)
+		if b := readHost(t, dir, "links/b"); b != "shared\n" {
+			t.Errorf("links/b = %q after links/a was written in the sandbox, want it unchanged (copy-up breaks the link)", b)
+		}
+	})
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 		sb := s.create(t, sandbox.Spec{})
@@ -203,6 +228,7 @@ func (s *suite) checkpointSteps(t *testing.T, sb sandbox.Sandbox, mode string) {
 	}
 	ApplyDelta(t, again, es)
 	CompareTrees(t, "full at the end", sb, again)
+	wantHardLinks("d08/f001", "hard2")(t, mode, es)
 }
 
 var checkpointSteps = []checkpointStep{
