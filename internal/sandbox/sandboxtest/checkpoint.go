@@ -65,6 +65,25 @@ func (s *suite) testCheckpoint(t *testing.T) {
 		manyFiles(t, ws)
 		s.checkpointSteps(t, s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW}), sandbox.WorkspaceRW)
 	})
+	t.Run("RO", func(t *testing.T) {
+		// A read-only workspace changes only from the host's side; a
+		// checkpoint sees that as any other change.
+		t.Parallel()
+		ws := t.TempDir()
+		writeHost(t, ws, "a", "one\n")
+		writeHost(t, ws, "b", "two\n")
+		sb := s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRO})
+		cp := checkpointer(t, sb)
+		full, es := take(t, cp, sandbox.CheckpointRequest{})
+		if got := names(es); !full.Full || !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("full checkpoint of a ro workspace = %q (%+v), want [a b]", got, full)
+		}
+		writeHost(t, ws, "b", "three\n")
+		es = mustTake(t, cp, full.Baseline)
+		if len(es) != 1 || es[0].Name != "b" || string(es[0].Body) != "three\n" {
+			t.Errorf("delta after the host rewrote b = %q, want b alone, as rewritten", names(es))
+		}
+	})
 	t.Run("WhiteoutName", func(t *testing.T) {
 		t.Parallel()
 		sb := s.create(t, sandbox.Spec{})
