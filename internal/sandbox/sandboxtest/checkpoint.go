@@ -177,6 +177,25 @@ func (s *suite) testCheckpoint(t *testing.T) {
 			t.Errorf("Checkpoint once the file is still = %v, want d/ and the grown d/big", names(es))
 		}
 	})
+	t.Run("WriterFails", func(t *testing.T) {
+		// The host could not take the stream: the checkpoint ends with
+		// the writer's error, records nothing the host relies on, and
+		// the next one, since the same baseline, works.
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{})
+		cp := checkpointer(t, sb)
+		mustSh(t, sb, "echo a > /workspace/a")
+		first, _ := take(t, cp, sandbox.CheckpointRequest{})
+		mustSh(t, sb, "head -c 4194304 /dev/zero > /workspace/big")
+		broken := errors.New("store unavailable")
+		if _, err := cp.Checkpoint(opCtx(t), sandbox.CheckpointRequest{Since: first.Baseline}, failingWriter{broken}); !errors.Is(err, broken) {
+			t.Fatalf("Checkpoint into a failing writer = %v, want its error", err)
+		}
+		es := mustTake(t, cp, first.Baseline)
+		if got := names(es); !slices.Equal(got, []string{"big"}) || len(es[0].Body) != 4194304 {
+			t.Errorf("Checkpoint after a failed one = %q, want big, whole", got)
+		}
+	})
 	t.Run("SymlinkSwap", s.testCheckpointSymlinkSwap)
 	t.Run("SymlinkSwapRace", s.testCheckpointSymlinkRace)
 }
@@ -447,6 +466,11 @@ func (w *stallOnce) Write(p []byte) (int, error) {
 	w.once.Do(w.during)
 	return w.buf.Write(p)
 }
+
+// failingWriter fails every write with err.
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
 
 // outside is what the symlink attacks plant outside /workspace: a
 // checkpoint that holds it read outside.
