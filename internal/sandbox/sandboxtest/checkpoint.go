@@ -3,7 +3,6 @@ package sandboxtest
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -29,6 +28,31 @@ func (s *suite) testCheckpoint(t *testing.T) {
 		manyFiles(t, ws)
 		s.checkpointSteps(t, s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW}), sandbox.WorkspaceCOW)
 	})
+	t.Run("CowLowerLinks", func(t *testing.T) {
+		// Hard links of the host directory: one link, copied up when
+		// written, becomes a file of its own.
+		t.Parallel()
+		ws := t.TempDir()
+		writeHost(t, ws, "links/a", "shared\n")
+		if err := os.Link(filepath.Join(ws, "links/a"), filepath.Join(ws, "links/b")); err != nil {
+			t.Fatal(err)
+		}
+		sb := s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW})
+		cp := checkpointer(t, sb)
+		dir := t.TempDir()
+		full, es := take(t, cp, sandbox.CheckpointRequest{})
+		wantHardLinks("links/a", "links/b")(t, sandbox.WorkspaceCOW, es)
+		ApplyDelta(t, dir, es)
+		CompareTrees(t, "full", sb, dir)
+		mustSh(t, sb, "echo more >> /workspace/links/a")
+		es = mustTake(t, cp, full.Baseline)
+		wantNames(t, "write to a linked file", es, []string{"links/", "links/a"}, []string{"links/a"})
+		ApplyDelta(t, dir, es)
+		CompareTrees(t, "after a write to one name", sb, dir)
+		if b := readHost(t, dir, "links/b"); b != "shared\n" {
+			t.Errorf("links/b = %q after links/a was written in the sandbox, want it unchanged (copy-up breaks the link)", b)
+		}
+	})
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 		sb := s.create(t, sandbox.Spec{})
@@ -40,6 +64,25 @@ func (s *suite) testCheckpoint(t *testing.T) {
 		ws := t.TempDir()
 		manyFiles(t, ws)
 		s.checkpointSteps(t, s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW}), sandbox.WorkspaceRW)
+	})
+	t.Run("RO", func(t *testing.T) {
+		// A read-only workspace changes only from the host's side; a
+		// checkpoint sees that as any other change.
+		t.Parallel()
+		ws := t.TempDir()
+		writeHost(t, ws, "a", "one\n")
+		writeHost(t, ws, "b", "two\n")
+		sb := s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRO})
+		cp := checkpointer(t, sb)
+		full, es := take(t, cp, sandbox.CheckpointRequest{})
+		if got := names(es); !full.Full || !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("full checkpoint of a ro workspace = %q (%+v), want [a b]", got, full)
+		}
+		writeHost(t, ws, "b", "three\n")
+		es = mustTake(t, cp, full.Baseline)
+		if len(es) != 1 || es[0].Name != "b" || string(es[0].Body) != "three\n" {
+			t.Errorf("delta after the host rewrote b = %q, want b alone, as rewritten", names(es))
+		}
 	})
 	t.Run("WhiteoutName", func(t *testing.T) {
 		t.Parallel()
@@ -134,6 +177,25 @@ func (s *suite) testCheckpoint(t *testing.T) {
 			t.Errorf("Checkpoint once the file is still = %v, want d/ and the grown d/big", names(es))
 		}
 	})
+	t.Run("WriterFails", func(t *testing.T) {
+		// The host could not take the stream: the checkpoint ends with
+		// the writer's error, records nothing the host relies on, and
+		// the next one, since the same baseline, works.
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{})
+		cp := checkpointer(t, sb)
+		mustSh(t, sb, "echo a > /workspace/a")
+		first, _ := take(t, cp, sandbox.CheckpointRequest{})
+		mustSh(t, sb, "head -c 4194304 /dev/zero > /workspace/big")
+		broken := errors.New("store unavailable")
+		if _, err := cp.Checkpoint(opCtx(t), sandbox.CheckpointRequest{Since: first.Baseline}, failingWriter{broken}); !errors.Is(err, broken) {
+			t.Fatalf("Checkpoint into a failing writer = %v, want its error", err)
+		}
+		es := mustTake(t, cp, first.Baseline)
+		if got := names(es); !slices.Equal(got, []string{"big"}) || len(es[0].Body) != 4194304 {
+			t.Errorf("Checkpoint after a failed one = %q, want big, whole", got)
+		}
+	})
 	t.Run("SymlinkSwap", s.testCheckpointSymlinkSwap)
 	t.Run("SymlinkSwapRace", s.testCheckpointSymlinkRace)
 }
@@ -204,6 +266,7 @@ func (s *suite) checkpointSteps(t *testing.T, sb sandbox.Sandbox, mode string) {
 	}
 	ApplyDelta(t, again, es)
 	CompareTrees(t, "full at the end", sb, again)
+	wantHardLinks("d08/f001", "hard2")(t, mode, es)
 }
 
 var checkpointSteps = []checkpointStep{
@@ -404,6 +467,11 @@ func (w *stallOnce) Write(p []byte) (int, error) {
 	return w.buf.Write(p)
 }
 
+// failingWriter fails every write with err.
+type failingWriter struct{ err error }
+
+func (w failingWriter) Write([]byte) (int, error) { return 0, w.err }
+
 // outside is what the symlink attacks plant outside /workspace: a
 // checkpoint that holds it read outside.
 const outside = "SECRET-OUTSIDE-WORKSPACE"
@@ -442,10 +510,8 @@ func (s *suite) testCheckpointSymlinkRace(t *testing.T) {
 	// Many files in d, so that walks spend their time in it while it
 	// is swapped; /tmp/secret has the same names.
 	mustSh(t, sb, `mkdir -p /workspace/d /tmp/secret && cd /workspace/d && for f in passwd group hosts; do echo inside > $f; echo `+outside+` > /tmp/secret/$f; done &&
-		for i in $(seq 300); do echo inside > f$i; echo `+outside+` > /tmp/secret/f$i; done`)
-	ctx, cancel := context.WithCancel(opCtx(t))
-	defer cancel()
-	loop, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", `cd /workspace && while [ ! -e /tmp/stop ]; do
+		for i in $(seq 100); do echo inside > f$i; echo `+outside+` > /tmp/secret/f$i; done`)
+	loop, err := sb.Start(opCtx(t), sandbox.Command{Argv: []string{"sh", "-c", `cd /workspace && while [ ! -e /tmp/stop ]; do
 		for target in /tmp/secret /etc /proc/1/root/etc; do
 			mv d d.x && ln -s $target d && rm d && mv d.x d
 		done
@@ -453,8 +519,9 @@ func (s *suite) testCheckpointSymlinkRace(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Start(swap loop) = %v", err)
 	}
+	const checkpoints = 30
 	since, failed, links := "", 0, 0
-	for i := range 40 {
+	for i := range checkpoints {
 		if i%2 == 0 {
 			since = "" // a full stream reads every file under d
 		}
@@ -472,10 +539,12 @@ func (s *suite) testCheckpointSymlinkRace(t *testing.T) {
 		since = res.Baseline
 	}
 	mustSh(t, sb, "touch /tmp/stop")
-	if r, err := loop.Wait(ctx); err != nil || r.ExitCode != 0 {
+	// A context of its own: the checkpoints may have taken longer than
+	// one operation's bound.
+	if r, err := loop.Wait(opCtx(t)); err != nil || r.ExitCode != 0 {
 		t.Errorf("swap loop: %+v, %v", r, err)
 	}
-	t.Logf("of 40 checkpoints, %d failed (the tree changed under them) and %d found d a symlink", failed, links)
+	t.Logf("of %d checkpoints, %d failed (the tree changed under them) and %d found d a symlink", checkpoints, failed, links)
 }
 
 // noneOutside fails t if a checkpoint holds what lies outside /workspace.
