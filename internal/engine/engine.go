@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
@@ -503,6 +504,9 @@ type Outcome struct {
 	Verification *event.VerificationResult
 	// Artifacts are the run's stored artifacts (the patch and files).
 	Artifacts []store.Artifact
+	// Checkpoints is what the run's own checkpoints hold and cost (a
+	// fork's inherited ones are its parent's).
+	Checkpoints api.Checkpoints
 }
 
 // Cancel marks run id cancelled. A process driving it notices within the
@@ -827,7 +831,7 @@ func (e *Engine) outcome(ctx context.Context, r store.Run, st *state) (Outcome, 
 			return Outcome{}, err
 		}
 	}
-	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason}
+	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason, Checkpoints: st.checkpointUsage()}
 	arts, err := e.o.Store.ListArtifacts(ctx, r.ID)
 	if err != nil {
 		return o, err

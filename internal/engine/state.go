@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
@@ -42,6 +43,10 @@ type state struct {
 	// checkpoints holds, for each sandbox whose latest snapshot is a
 	// checkpoint, that and its start.
 	checkpoints map[string]ckptRef
+	// ckptUse is what the run's own checkpoints cost (TreeBytes aside),
+	// treeBytes each sandbox's tree as of its latest.
+	ckptUse   api.Checkpoints
+	treeBytes map[string]int64
 
 	// finished is set when the finish tool succeeded; summary is its claim.
 	finished bool
@@ -430,6 +435,15 @@ func (s *state) applySandbox(p event.Payload, o origin) {
 		}
 		s.snapshots[p.Sandbox] = p.Digest
 		noteCheckpoint(s.checkpoints, p)
+		if o != inherited && p.Format == event.FormatCheckpoint {
+			s.ckptUse.Count++
+			s.ckptUse.StoredBytes += p.Size
+			s.ckptUse.SharedBytes += p.SharedBytes
+			if s.treeBytes == nil {
+				s.treeBytes = map[string]int64{}
+			}
+			s.treeBytes[p.Sandbox] = p.TreeBytes
+		}
 		s.recordCPU(p.SandboxID, p.CPUMS)
 		if s.cur != nil && s.cur.n == p.Step && !p.Start {
 			// A start is taken when the sandbox is first made, maybe by
@@ -569,4 +583,13 @@ func noteCheckpoint(m map[string]ckptRef, p *event.SnapshotTaken) {
 		r.start = p.Digest
 	}
 	m[p.Sandbox] = r
+}
+
+// checkpointUsage is what the run's own checkpoints hold and cost.
+func (s *state) checkpointUsage() api.Checkpoints {
+	u := s.ckptUse
+	for _, n := range s.treeBytes {
+		u.TreeBytes += n
+	}
+	return u
 }
