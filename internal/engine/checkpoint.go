@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -89,6 +90,9 @@ func (d *driver) checkpoint(ctx context.Context, name string, l *live, cp sandbo
 		return event.SnapshotTaken{}, err
 	}
 	l.baseline = cr.Baseline
+	if res.Digest == parent && res.Stats.TreeBytes == 0 {
+		res.Stats.TreeBytes = d.treeBytes(name, parent)
+	}
 	if res.Digest != parent {
 		d.mu.Lock()
 		seq := d.seq
@@ -109,6 +113,17 @@ func (d *driver) checkpoint(ctx context.Context, name string, l *live, cp sandbo
 	}, nil
 }
 
+// treeBytes is the tree size the last snapshot of sandbox name this
+// process took says, when that was digest (0 when unknown).
+func (d *driver) treeBytes(name, digest string) int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if last, ok := d.snaps[name]; ok && last.digest == digest {
+		return last.treeBytes
+	}
+	return 0
+}
+
 // checkpointMedia is the media type of a checkpoint's manifest artifact.
 const checkpointMedia = "application/vnd.airlock.checkpoint.v1"
 
@@ -124,7 +139,16 @@ func (d *driver) writeCheckpoint(ctx context.Context, cp sandbox.Checkpointer, p
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	res, werr := d.e.o.Checkpoints.Write(ctx, d.run.Tenant, parent, since == "", pr)
+	br := bufio.NewReaderSize(pr, 64<<10)
+	if since != "" && emptyStream(br) {
+		// Nothing changed: the parent stands for the tree.
+		_, _ = io.Copy(io.Discard, br)
+		if err := <-done; err != nil {
+			return checkpoint.Result{}, cr, fmt.Errorf("checkpoint: %w", err)
+		}
+		return checkpoint.Result{Digest: parent, Parent: parent}, cr, nil
+	}
+	res, werr := d.e.o.Checkpoints.Write(ctx, d.run.Tenant, parent, since == "", br)
 	// A write that stopped early leaves the sandbox's stream unread:
 	// end it.
 	pr.CloseWithError(errors.New("the checkpoint's store stopped reading"))
@@ -138,6 +162,21 @@ func (d *driver) writeCheckpoint(ctx context.Context, cp sandbox.Checkpointer, p
 		return res, cr, errors.New("checkpoint: the sandbox sent a change where the whole tree was asked for")
 	}
 	return res, cr, nil
+}
+
+// emptyStream reports whether the tar stream br holds no entry: only the
+// zero blocks that end a tar (and at most a record of padding).
+func emptyStream(br *bufio.Reader) bool {
+	b, err := br.Peek(10<<10 + 1)
+	if !errors.Is(err, io.EOF) || len(b) < 1024 {
+		return false
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // restoreCheckpoint unpacks the tree of checkpoint digest into sb's empty

@@ -173,6 +173,7 @@ type snapInfo struct {
 	size        int64
 	fingerprint string // of the workspace the snapshot holds; "" unknown
 	format      string // SnapshotTaken.Format
+	treeBytes   int64  // SnapshotTaken.TreeBytes
 }
 
 // live is a provisioned sandbox.

@@ -322,7 +322,10 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		// The one command that could have changed the workspace did not:
 		// the last snapshot still holds it. No export, no write.
 		id, cpu := d.meter(name)
-		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu, Format: last.format})
+		return d.later(event.SnapshotTaken{
+			Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu,
+			Format: last.format, TreeBytes: last.treeBytes,
+		})
 	}
 	attempts := d.cfg.SandboxAttempts
 	for attempt := 1; ; attempt++ {
@@ -354,7 +357,7 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 			return fmt.Errorf("engine: snapshot sandbox %s: %w", name, err)
 		}
 		d.mu.Lock()
-		d.snaps[name] = snapInfo{digest: ev.Digest, size: ev.Size, fingerprint: fp, format: ev.Format}
+		d.snaps[name] = snapInfo{digest: ev.Digest, size: ev.Size, fingerprint: fp, format: ev.Format, treeBytes: ev.TreeBytes}
 		d.mu.Unlock()
 		// Written with the next append (see driver.pending).
 		return d.later(ev)
