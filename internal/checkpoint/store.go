@@ -34,6 +34,7 @@ type Store struct {
 	// bufs and chunkers keep the chunk buffers (*[]byte) and chunkers
 	// of writes for the next.
 	bufs, chunkers sync.Pool
+	trees          treeCache
 }
 
 // New returns a Store that keeps manifests in blobs and chunks in chunks.

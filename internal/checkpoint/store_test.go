@@ -581,3 +581,74 @@ func TestOpen(t *testing.T) {
 		t.Errorf("Bytes() = %d, Lookup(nope) = %v", tree.Bytes(), tree.Lookup("nope"))
 	}
 }
+
+// TestTreeCache: a chain written by one Store (each delta on the tree the
+// last Write left in its cache) and by a new Store for each Write (each
+// delta on its parent read from storage) gives the same checkpoints, byte
+// for byte; a failed Write leaves no tree behind to build on.
+func TestTreeCache(t *testing.T) {
+	steps := [][]tent{
+		{dir("a"), reg("a/x", "1"), hard("a/y", "a/x"), reg("b", "2"), dir("d"), reg("d/z", "3")},
+		{reg("a/x", "changed"), wh("b")},
+		{dir("d"), opq("d"), reg("d/n", "4"), hard("h", "a/y")},
+		{wh("a")},
+		{reg("c", "5")},
+		{reg("c", "6")},
+	}
+	cached := newTestStore(t)
+	dir := t.TempDir()
+	fresh := func() *testStore {
+		bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cd, err := chunk.NewDir(filepath.Join(dir, "chunks"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newTestStoreOn(t, bl, cd)
+	}
+	var pa, pb string
+	for i, st := range steps {
+		a := write(t, cached, "acme", pa, i == 0, tarStream(t, st...))
+		b := write(t, fresh(), "acme", pb, i == 0, tarStream(t, st...))
+		if a.Digest != b.Digest {
+			t.Fatalf("step %d: %s from the cached tree, %s from storage", i, a.Digest, b.Digest)
+		}
+		pa, pb = a.Digest, b.Digest
+	}
+	// A Write that fails mid-stream takes the cached tree with it: the
+	// next Write on the same parent reads it again, unchanged.
+	bad := tarStream(t, reg("c", "7"), reg("../evil", "x"))
+	if _, err := cached.Write(t.Context(), "acme", pa, false, bytes.NewReader(bad)); !errors.Is(err, ErrStream) {
+		t.Fatalf("Write(bad stream) = %v", err)
+	}
+	a := write(t, cached, "acme", pa, false, tarStream(t, reg("e", "8")))
+	b := write(t, fresh(), "acme", pb, false, tarStream(t, reg("e", "8")))
+	if a.Digest != b.Digest {
+		t.Errorf("after a failed Write: %s from the cache's store, %s from a fresh one", a.Digest, b.Digest)
+	}
+}
+
+func TestTreeCacheBounds(t *testing.T) {
+	var c treeCache
+	mk := func(n int64) *tree { t := newTree(); t.n = n; return t }
+	m := &Manifest{}
+	for i := range treeCacheTrees + 3 {
+		c.put("k", fmt.Sprint(i), mk(1), m)
+	}
+	if len(c.trees) != treeCacheTrees || c.take("k", "0") != nil || c.take("k", fmt.Sprint(treeCacheTrees+2)) == nil {
+		t.Errorf("after %d puts: %d trees kept, want the last %d", treeCacheTrees+3, len(c.trees), treeCacheTrees)
+	}
+	c.put("k", "big", mk(treeCacheEntries-5), m)
+	if c.entries > treeCacheEntries {
+		t.Errorf("cache holds %d entries, the most is %d", c.entries, treeCacheEntries)
+	}
+	c.put("k", "huge", mk(treeCacheEntries+1), m)
+	if c.take("k", "huge") != nil {
+		t.Error("a tree past the bound was kept")
+	}
+	if c.take("other", "big") != nil {
+		t.Error("a tree was taken under another tenant's key")
+	}
+}

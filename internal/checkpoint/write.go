@@ -70,13 +70,16 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 	if err != nil {
 		return Result{}, err
 	}
+	fp := key.Fingerprint()
 	t := newTree()
 	var pm *Manifest
 	if !full {
 		if parent == "" {
 			return Result{}, errors.New("checkpoint: write: a delta with no parent checkpoint")
 		}
-		if t, pm, err = s.resolve(ctx, key, parent); err != nil {
+		if c := s.trees.take(fp, parent); c != nil {
+			t, pm = c.t, c.head
+		} else if t, pm, err = s.resolve(ctx, key, parent); err != nil {
 			return Result{}, fmt.Errorf("checkpoint: write: parent: %w", err)
 		}
 	}
@@ -93,10 +96,9 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
 
-	list, treeBytes := t.normalize()
-	stats.TreeEntries, stats.TreeBytes = int64(len(list)), treeBytes
+	stats.TreeEntries = t.n
 	stats.DeltaEntries, stats.DeltaBytes = int64(len(dr.entries)), dr.bytes
-	m := &Manifest{Key: key.Fingerprint(), Full: true, BaseEntries: int64(len(list)), Stats: stats}
+	m := &Manifest{Key: fp, Full: true, BaseEntries: t.n, Stats: stats}
 	compacted := false
 	if !full {
 		depth := pm.Depth + 1
@@ -109,11 +111,16 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 		}
 	}
 	if m.Full {
+		// Normal form, sorted: what costs what the tree holds is done
+		// for full checkpoints only.
+		var list []*Entry
+		list, m.Stats.TreeBytes = t.normalize()
 		m.Entries = make([]Entry, len(list))
 		for i, e := range list {
 			m.Entries[i] = *e
 		}
 	} else {
+		m.Stats.TreeBytes = t.contentBytes()
 		m.Entries = make([]Entry, len(dr.entries))
 		for i, e := range dr.entries {
 			m.Entries[i] = *e
@@ -124,9 +131,10 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
+	s.trees.put(fp, digest, t, m)
 	return Result{
 		Digest: digest, Parent: m.Parent, Full: m.Full, Compacted: compacted, Depth: m.Depth,
-		Stats: stats, ManifestBytes: n,
+		Stats: m.Stats, ManifestBytes: n,
 	}, nil
 }
 
