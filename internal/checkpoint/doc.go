@@ -40,6 +40,6 @@
 // Garbage collection is not here: Manifest lists what a checkpoint refers
 // to (ChunkIDs), chunk.Store lists and deletes chunks.
 //
-// Importers: the run engine (internal/engine) and host wiring
-// (internal/host).
+// Importers: tests only, until the run engine's integration of issue 22
+// imports it (with host wiring, which builds its Store).
 package checkpoint

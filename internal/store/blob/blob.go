@@ -28,7 +28,8 @@
 //
 // Importers: the run engine (internal/engine), the API (internal/server,
 // internal/server/servertest), PostgreSQL's blob backend
-// (internal/store/postgres) and host wiring (internal/host).
+// (internal/store/postgres), checkpoints' manifests (internal/checkpoint)
+// and host wiring (internal/host).
 package blob
 
 import (

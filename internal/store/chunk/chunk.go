@@ -31,8 +31,8 @@
 //     that may still count on a chunk it found stored.
 //
 // Importers: the checkpoint library (internal/checkpoint), PostgreSQL's
-// backend (internal/store/postgres), the conformance suite
-// (internal/store/chunk/chunktest) and host wiring.
+// backend (internal/store/postgres) and the conformance suite
+// (internal/store/chunk/chunktest); host wiring, once it builds a Store.
 package chunk
 
 import (

@@ -8,7 +8,7 @@
 //		chunktest.Run(t, func(t *testing.T) chunk.Backend { return newBackend(t) })
 //	}
 //
-// Importers: tests of chunk backends.
+// Importers: tests only (of chunk backends).
 package chunktest
 
 import (
