@@ -85,10 +85,6 @@ type Stats struct {
 	SharedBytes  int64
 }
 
-// ErrCorrupt: a manifest cannot be decoded, or a chain of them cannot be
-// applied.
-var ErrCorrupt = errors.New("checkpoint: corrupt manifest")
-
 // encode returns m's encoding (uncompressed). m must be valid.
 func (m *Manifest) encode() []byte {
 	index := map[chunk.ID]uint64{}

@@ -389,7 +389,7 @@ func TestCorrupt(t *testing.T) {
 			if !errors.Is(err, c.want) {
 				t.Errorf("Restore() = %v, want %v", err, c.want)
 			}
-			if c.want == chunk.ErrCorrupt && !strings.Contains(err.Error(), `"src/new"`) {
+			if errors.Is(c.want, chunk.ErrCorrupt) && !strings.Contains(err.Error(), `"src/new"`) {
 				t.Errorf("Restore() = %v; want it to name the file", err)
 			}
 		})

@@ -12,10 +12,6 @@ import (
 	"time"
 )
 
-// ErrStream: a delta stream is outside the contract ("airlock delta v1",
-// docs/checkpoints.md). The error names the entry.
-var ErrStream = errors.New("checkpoint: bad delta stream")
-
 // Whiteout names (OCI image-layer whiteouts).
 const (
 	whiteoutPrefix = ".wh."

@@ -145,7 +145,8 @@ func TestApply(t *testing.T) {
 		{
 			"odd names and kinds",
 			[]step{{
-				reg("bad\xff\xfeutf8", "u"), {typ: tar.TypeReg, name: "modes", mode: 0o7777, uid: 4_000_000_000, body: "m"},
+				reg("bad\xff\xfeutf8", "u"),
+				{typ: tar.TypeReg, name: "modes", mode: 0o7777, uid: 4_000_000_000, body: "m"},
 				reg("new\nline", "n"), fifo("pipe"), reg(strings.Repeat("x", 255), "long"),
 			}},
 			[]string{"0 644 bad\xff\xfeutf8 = u", "0 7777 modes = m", "0 644 new\nline = n", "6 600 pipe", "0 644 " + strings.Repeat("x", 255) + " = long"},
@@ -267,8 +268,11 @@ func TestRefused(t *testing.T) {
 		{"cut after one zero block", nil, []tent{reg("a", "1")}, func(b []byte) []byte { return b[:len(b)-512] }, ""},
 		{"cut in a header", nil, []tent{reg("a", "1"), reg("b", "2")}, func(b []byte) []byte { return b[:1024+100] }, ""},
 		{"empty", nil, nil, func([]byte) []byte { return nil }, ""},
-		{"a NUL in a PAX path", nil, []tent{reg("AAAA\xff", "x")},
-			func(b []byte) []byte { return bytes.Replace(b, []byte("path=AAAA"), []byte("path=A\x00AA"), 1) }, ""},
+		{
+			"a NUL in a PAX path", nil,
+			[]tent{reg("AAAA\xff", "x")},
+			func(b []byte) []byte { return bytes.Replace(b, []byte("path=AAAA"), []byte("path=A\x00AA"), 1) }, "",
+		},
 		{"garbage", nil, nil, func([]byte) []byte { return bytes.Repeat([]byte("not a tar "), 200) }, ""},
 	}
 	for _, c := range cases {
