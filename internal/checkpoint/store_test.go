@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -650,5 +652,93 @@ func TestTreeCacheBounds(t *testing.T) {
 	}
 	if c.take("other", "big") != nil {
 		t.Error("a tree was taken under another tenant's key")
+	}
+}
+
+// cancelAfter reads r and cancels after n bytes.
+type cancelAfter struct {
+	r      io.Reader
+	n      int64
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	if c.n -= int64(k); c.n <= 0 {
+		c.cancel()
+	}
+	return k, err
+}
+
+// TestWriteCancelled: a Write whose context ends mid-stream stops, says
+// why, records nothing, and leaves no goroutine behind.
+func TestWriteCancelled(t *testing.T) {
+	s := newTestStore(t)
+	big := make([]byte, 12<<20)
+	fill(big, 9)
+	stream := tarStream(t, reg("a", "1"), reg("big", string(big)))
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	_, err := s.Write(ctx, "acme", "", true, &cancelAfter{r: bytes.NewReader(stream), n: 3 << 20, cancel: cancel})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Write(cancelled mid-stream) = %v, want context.Canceled", err)
+	}
+	if n := countBlobs(t, s); n != 0 {
+		t.Errorf("a cancelled Write stored %d manifests", n)
+	}
+	if after := runtime.NumGoroutine(); after > before {
+		t.Errorf("%d goroutines before Write, %d after", before, after)
+	}
+}
+
+// TestConcurrent: writes, restores and diffs of several tenants and
+// chains at once on one Store (its pools and cache shared) give what each
+// alone gives.
+func TestConcurrent(t *testing.T) {
+	s := newTestStore(t)
+	type chainResult struct {
+		digest string
+		want   []string
+	}
+	results := make([]chainResult, 6)
+	errs := make(chan error, len(results))
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			tenant := fmt.Sprint("tenant", i%2)
+			files := map[string]string{}
+			var ents []tent
+			for f := range 20 {
+				name := fmt.Sprintf("f%02d", f)
+				files[name] = fmt.Sprintf("chain %d file %d %s", i, f, strings.Repeat("x", f*1000))
+				ents = append(ents, reg(name, files[name]))
+			}
+			res, err := s.Write(t.Context(), tenant, "", true, bytes.NewReader(tarStream(t, ents...)))
+			for step := 0; err == nil && step < 8; step++ {
+				name := fmt.Sprintf("f%02d", step*2)
+				files[name] = fmt.Sprintf("chain %d step %d", i, step)
+				res, err = s.Write(t.Context(), tenant, res.Digest, false, bytes.NewReader(tarStream(t, reg(name, files[name]))))
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			var want []tent
+			for _, n := range slices.Sorted(maps.Keys(files)) {
+				want = append(want, reg(n, files[n]))
+			}
+			results[i] = chainResult{res.Digest, summary(readTar(t, bytes.NewReader(tarStream(t, want...))))}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i, r := range results {
+		if got := summary(restoreTar(t, s, fmt.Sprint("tenant", i%2), r.digest)); !slices.Equal(got, r.want) {
+			t.Errorf("chain %d restored %q, want %q", i, got, r.want)
+		}
 	}
 }
