@@ -40,8 +40,7 @@ func streamOf(t testing.TB, gen func(tw *tar.Writer) error) io.Reader {
 // smallBody is the content of small file i: a few dozen bytes, unique.
 func smallBody(i int) string { return fmt.Sprintf("file %d\n%s\n", i, strings.Repeat("x", i%50)) }
 
-// TestManyFiles: 100,000 small files (in 1,000 directories) round trip,
-// and a second checkpoint of the same tree stores no chunk.
+// TestManyFiles: 100,000 small files (in 1,000 directories) round trip.
 func TestManyFiles(t *testing.T) {
 	const dirs, per = 1000, 100
 	gen := func(tw *tar.Writer) error {
@@ -101,13 +100,6 @@ func TestManyFiles(t *testing.T) {
 	}
 	if files != dirs*per {
 		t.Errorf("restored %d files, want %d", files, dirs*per)
-	}
-	again, err := s.Write(t.Context(), "acme", "", true, streamOf(t, gen))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.Stats.NewChunks != 0 || again.Stats.SharedBytes != res.Stats.DeltaBytes {
-		t.Errorf("second Write() stored %d chunks new, shared %d bytes; want none new, all %d shared", again.Stats.NewChunks, again.Stats.SharedBytes, res.Stats.DeltaBytes)
 	}
 }
 
@@ -213,7 +205,7 @@ func treeFiles(n int, seed uint64) []tent {
 // 1% of it; one file changed in a big tree costs a chunk or two; the same
 // change as a delta stores that file only.
 func TestDedup(t *testing.T) {
-	const size = 48 << 20
+	const size = 24 << 20
 	s := newTestStore(t)
 	ents := treeFiles(size, 1)
 	first := write(t, s, "acme", "", true, tarStream(t, ents...))
