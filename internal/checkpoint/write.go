@@ -62,8 +62,10 @@ type Result struct {
 // lose. Memory is bounded by a few chunks (chunk.MaxSize each) per CPU and
 // the entries of the tree, never by a file's size.
 //
-// On an error nothing refers to what was stored: chunks already written
-// stay for the next checkpoint to share, or a collector to delete.
+// ctx is checked between reads of delta: a stream that stalls holds Write
+// until its writer writes or closes it (the caller closes the stream it
+// cancels). On an error nothing refers to what was stored: chunks already
+// written stay for the next checkpoint to share, or a collector to delete.
 func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, delta io.Reader) (Result, error) {
 	key := chunk.TenantKey(tenant)
 	pol, err := s.polynomial(key)
