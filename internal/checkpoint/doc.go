@@ -40,6 +40,7 @@
 // Garbage collection is not here: Manifest lists what a checkpoint refers
 // to (ChunkIDs), chunk.Store lists and deletes chunks.
 //
-// Importers: the run engine (internal/engine) and host wiring
-// (internal/host).
+// Importers: the run engine (internal/engine), the E2B API's pause and
+// snapshots (internal/e2b) and host wiring (internal/host), which builds
+// the one Store they share.
 package checkpoint

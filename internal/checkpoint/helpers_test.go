@@ -79,6 +79,7 @@ func dir(name string) tent       { return tent{typ: tar.TypeDir, name: name + "/
 func sym(name, target string) tent {
 	return tent{typ: tar.TypeSymlink, name: name, link: target, mode: 0o777}
 }
+
 func hard(name, target string) tent {
 	return tent{typ: tar.TypeLink, name: name, link: target, mode: 0o644}
 }

@@ -2,8 +2,10 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/store"
@@ -12,12 +14,34 @@ import (
 	"github.com/airlockrun/airlock/internal/store/postgres/pgtest"
 )
 
-// pg is the package's throwaway PostgreSQL server: the checkpoint tests
-// that run on every backend run on its blob and chunk tables too.
-var pg *pgtest.Server
+// pg is the package's throwaway PostgreSQL server, started by the first
+// test that runs on it (not by TestMain: the fuzz workers, which run
+// TestMain too, never need it).
+var pg struct {
+	once sync.Once
+	srv  *pgtest.Server
+	err  error
+}
+
+func pgServer(t *testing.T) *pgtest.Server {
+	t.Helper()
+	pg.once.Do(func() { pg.srv, pg.err = pgtest.Start(context.Background()) })
+	if errors.Is(pg.err, pgtest.ErrNoPostgres) && !pgtest.Required() {
+		t.Skip(pg.err)
+	}
+	if pg.err != nil {
+		t.Fatal(pg.err)
+	}
+	return pg.srv
+}
 
 func TestMain(m *testing.M) {
-	code := pgtest.Main(m, &pg)
+	code := m.Run()
+	if pg.srv != nil {
+		if err := pg.srv.Stop(); err != nil && code == 0 {
+			code = 1
+		}
+	}
 	if benchTree.dir != "" {
 		os.RemoveAll(filepath.Dir(benchTree.dir))
 	}
@@ -33,7 +57,7 @@ var backends = []struct {
 }{
 	{"dir", func(t *testing.T) *testStore { return newTestStore(t) }},
 	{"postgres", func(t *testing.T) *testStore {
-		st, err := postgres.Open(context.Background(), pg.NewDatabase(t), postgres.Options{Redactor: store.NoRedaction})
+		st, err := postgres.Open(context.Background(), pgServer(t).NewDatabase(t), postgres.Options{Redactor: store.NoRedaction})
 		if err != nil {
 			t.Fatal(err)
 		}

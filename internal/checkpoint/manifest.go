@@ -85,10 +85,6 @@ type Stats struct {
 	SharedBytes  int64
 }
 
-// ErrCorrupt: a manifest cannot be decoded, or a chain of them cannot be
-// applied.
-var ErrCorrupt = errors.New("checkpoint: corrupt manifest")
-
 // encode returns m's encoding (uncompressed). m must be valid.
 func (m *Manifest) encode() []byte {
 	index := map[chunk.ID]uint64{}
@@ -287,11 +283,16 @@ func decodeManifest(b []byte) (*Manifest, error) {
 		}
 		seen[table[i]] = struct{}{}
 	}
-	used := make([]bool, len(table))
+	// used counts the chunks the slices so far use: a chunk is first
+	// used in table order (as encode writes it), so a manifest has one
+	// encoding.
+	used := 0
 	// minEntry is the fewest bytes an entry takes: kind, name of one
 	// byte, mode, uid, gid, mtime.
 	const minEntry = 7
-	m.Entries = make([]Entry, d.count("entries", minEntry, MaxEntries))
+	if n := d.count("entries", minEntry, MaxEntries); n > 0 {
+		m.Entries = make([]Entry, n)
+	}
 	v := newValidator(m.Full)
 	for i := range m.Entries {
 		e := &m.Entries[i]
@@ -306,21 +307,26 @@ func decodeManifest(b []byte) (*Manifest, error) {
 		}
 		if e.hasContent() {
 			e.Size = int64(d.uvarint("size", MaxFileSize))
-			e.Slices = make([]Slice, d.count("slices", 3, math.MaxUint32))
+			if n := d.count("slices", 3, math.MaxUint32); n > 0 {
+				e.Slices = make([]Slice, n)
+			}
 			for j := range e.Slices {
-				k := d.uvarint("chunk index", uint64(max(len(table), 1)-1))
+				k := d.uvarint("chunk index", uint64(used))
 				e.Slices[j] = Slice{
 					Offset: uint32(d.uvarint("offset", chunk.MaxSize)),
 					Length: uint32(d.uvarint("length", chunk.MaxSize)),
 				}
-				if d.err == nil {
-					if len(table) == 0 {
-						d.fail("entry %q: a slice, and no chunks", e.Name)
+				if d.err != nil {
+					break
+				}
+				if k == uint64(used) {
+					if used == len(table) {
+						d.fail("entry %q: a slice of chunk %d of the %d in the table", clip(e.Name), k, len(table))
 						break
 					}
-					e.Slices[j].Chunk = table[k]
-					used[k] = true
+					used++
 				}
+				e.Slices[j].Chunk = table[k]
 			}
 		}
 		if d.err != nil {
@@ -336,10 +342,8 @@ func decodeManifest(b []byte) (*Manifest, error) {
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the last entry", ErrCorrupt, len(d.b))
 	}
-	for i, u := range used {
-		if !u {
-			return nil, fmt.Errorf("%w: chunk %s in the table and in no slice", ErrCorrupt, table[i])
-		}
+	if used != len(table) {
+		return nil, fmt.Errorf("%w: chunk %s in the table and in no slice", ErrCorrupt, table[used])
 	}
 	return m, nil
 }

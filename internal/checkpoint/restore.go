@@ -233,12 +233,17 @@ type fetched struct {
 // fetchBufs holds *[]byte buffers of decompressed chunks.
 var fetchBufs sync.Pool
 
+// newFetcher starts reading the chunks of seq ahead: up to two per CPU at
+// once (a read waits on the store about as long as it decompresses and
+// hashes), and up to four per CPU read and not yet used. So a restore
+// holds at most 6 chunks per CPU, and a tar unpacking at its own pace
+// never waits for one.
 func (s *Store) newFetcher(ctx context.Context, key chunk.Key, seq []chunk.ID) *fetcher {
 	ctx, cancel := context.WithCancel(ctx)
-	f := &fetcher{cancel: cancel, slots: make(chan chan fetched, s.workers+1), pool: &fetchBufs}
+	f := &fetcher{cancel: cancel, slots: make(chan chan fetched, 4*s.workers), pool: &fetchBufs}
 	f.wg.Go(func() {
 		defer close(f.slots)
-		sem := make(chan struct{}, s.workers)
+		sem := make(chan struct{}, 2*s.workers)
 		for _, id := range seq {
 			select {
 			case sem <- struct{}{}:

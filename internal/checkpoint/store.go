@@ -18,8 +18,18 @@ import (
 	"github.com/airlockrun/airlock/internal/store/chunk"
 )
 
-// ErrTenant: a checkpoint belongs to another tenant than the one named.
-var ErrTenant = errors.New("checkpoint: another tenant's checkpoint")
+// Errors callers branch on.
+var (
+	// ErrStream: a delta stream is outside the contract ("airlock delta
+	// v1", docs/checkpoints.md); the error names the entry.
+	ErrStream = errors.New("checkpoint: bad delta stream")
+	// ErrCorrupt: a manifest cannot be decoded, or a chain of them
+	// cannot be applied.
+	ErrCorrupt = errors.New("checkpoint: corrupt manifest")
+	// ErrTenant: a checkpoint belongs to another tenant than the one
+	// named.
+	ErrTenant = errors.New("checkpoint: another tenant's checkpoint")
+)
 
 // Store writes, resolves and restores the checkpoints of every tenant:
 // manifests in a blob store, chunks in a chunk store. It is safe for
@@ -34,6 +44,7 @@ type Store struct {
 	// bufs and chunkers keep the chunk buffers (*[]byte) and chunkers
 	// of writes for the next.
 	bufs, chunkers sync.Pool
+	trees          treeCache
 }
 
 // New returns a Store that keeps manifests in blobs and chunks in chunks.

@@ -12,10 +12,6 @@ import (
 	"time"
 )
 
-// ErrStream: a delta stream is outside the contract ("airlock delta v1",
-// docs/checkpoints.md). The error names the entry.
-var ErrStream = errors.New("checkpoint: bad delta stream")
-
 // Whiteout names (OCI image-layer whiteouts).
 const (
 	whiteoutPrefix = ".wh."
@@ -189,6 +185,13 @@ func (d *deltaReader) entry(hdr *tar.Header) (*Entry, error) {
 	}
 	if err := validName(name); err != nil {
 		return nil, err
+	}
+	for k := range hdr.PAXRecords {
+		// archive/tar makes a GNU sparse file's holes zeros: a few bytes
+		// of stream could make a terabyte of content to chunk.
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return nil, errors.New("a sparse file (GNU.sparse PAX records): a delta stream's files carry their bytes")
+		}
 	}
 	prevDir := d.prevDir
 	d.prevDir = nil

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -143,7 +145,8 @@ func TestApply(t *testing.T) {
 		{
 			"odd names and kinds",
 			[]step{{
-				reg("bad\xff\xfeutf8", "u"), {typ: tar.TypeReg, name: "modes", mode: 0o7777, uid: 4_000_000_000, body: "m"},
+				reg("bad\xff\xfeutf8", "u"),
+				{typ: tar.TypeReg, name: "modes", mode: 0o7777, uid: 4_000_000_000, body: "m"},
 				reg("new\nline", "n"), fifo("pipe"), reg(strings.Repeat("x", 255), "long"),
 			}},
 			[]string{"0 644 bad\xff\xfeutf8 = u", "0 7777 modes = m", "0 644 new\nline = n", "6 600 pipe", "0 644 " + strings.Repeat("x", 255) + " = long"},
@@ -248,6 +251,11 @@ func TestRefused(t *testing.T) {
 		{"below a symlink", nil, []tent{sym("s", "/etc"), reg("s/passwd", "2")}, nil, "s/passwd"},
 		{"a device node", nil, []tent{{typ: tar.TypeChar, name: "null", mode: 0o666}}, nil, "null"},
 		{"a block device", nil, []tent{{typ: tar.TypeBlock, name: "sda", mode: 0o666}}, nil, "sda"},
+		{"a GNU sparse file", nil, []tent{reg("holes\xff", ""), reg("next", "x")}, withPAX(map[string]string{
+			// 0.1 sparse format: one empty data region, the rest a hole of
+			// a terabyte, which archive/tar would read as zeros.
+			"GNU.sparse.numblocks": "1", "GNU.sparse.map": "0,0", "GNU.sparse.size": "1099511627776",
+		}), "holes\xff"},
 		{"a global header", nil, []tent{{typ: tar.TypeXGlobalHeader, name: "g", pax: map[string]string{"comment": "x"}}}, nil, ""},
 		{"mode with type bits", nil, []tent{{typ: tar.TypeReg, name: "m", mode: 0o100644}}, nil, "m"},
 		{"owner past 32 bits", nil, []tent{{typ: tar.TypeReg, name: "o", mode: 0o644, uid: 1 << 33}}, nil, "o"},
@@ -260,8 +268,11 @@ func TestRefused(t *testing.T) {
 		{"cut after one zero block", nil, []tent{reg("a", "1")}, func(b []byte) []byte { return b[:len(b)-512] }, ""},
 		{"cut in a header", nil, []tent{reg("a", "1"), reg("b", "2")}, func(b []byte) []byte { return b[:1024+100] }, ""},
 		{"empty", nil, nil, func([]byte) []byte { return nil }, ""},
-		{"a NUL in a PAX path", nil, []tent{reg("AAAA\xff", "x")},
-			func(b []byte) []byte { return bytes.Replace(b, []byte("path=AAAA"), []byte("path=A\x00AA"), 1) }, ""},
+		{
+			"a NUL in a PAX path", nil,
+			[]tent{reg("AAAA\xff", "x")},
+			func(b []byte) []byte { return bytes.Replace(b, []byte("path=AAAA"), []byte("path=A\x00AA"), 1) }, "",
+		},
 		{"garbage", nil, nil, func([]byte) []byte { return bytes.Repeat([]byte("not a tar "), 200) }, ""},
 	}
 	for _, c := range cases {
@@ -288,6 +299,47 @@ func TestRefused(t *testing.T) {
 				t.Errorf("a refused Write stored %d manifests", n-before)
 			}
 		})
+	}
+}
+
+// withPAX returns a change to a stream that adds records to its first PAX
+// header (which must hold a path record, as a name that is not ASCII
+// makes): archive/tar's writer will not write some records a reader
+// takes, such as GNU sparse maps.
+func withPAX(records map[string]string) func([]byte) []byte {
+	return func(b []byte) []byte {
+		size, err := strconv.ParseInt(strings.Trim(string(b[124:136]), " \x00"), 8, 64)
+		if err != nil {
+			panic(err)
+		}
+		var add []byte
+		for _, k := range slices.Sorted(maps.Keys(records)) {
+			add = append(add, paxRecord(k, records[k])...)
+		}
+		data := append(slices.Clone(b[512:512+size]), add...)
+		hdr := slices.Clone(b[:512])
+		copy(hdr[124:136], fmt.Sprintf("%011o\x00", len(data)))
+		copy(hdr[148:156], "        ")
+		sum := 0
+		for _, c := range hdr {
+			sum += int(c)
+		}
+		copy(hdr[148:156], fmt.Sprintf("%06o\x00 ", sum))
+		out := append(hdr, data...)
+		out = append(out, make([]byte, (512-len(data)%512)%512)...)
+		return append(out, b[512+(size+511)/512*512:]...)
+	}
+}
+
+// paxRecord formats a PAX record: "LEN key=value\n", LEN counting itself.
+func paxRecord(k, v string) string {
+	n := len(k) + len(v) + 3
+	for {
+		r := fmt.Sprintf("%d %s=%s\n", n, k, v)
+		if len(r) == n {
+			return r
+		}
+		n = len(r)
 	}
 }
 

@@ -161,20 +161,28 @@ func walkNode(n *node, yield func(*Entry) bool) bool {
 	return true
 }
 
-// normalize returns the tree's entries in walk order in normal form: the
-// files that share content through hard links form a group, whose first
-// member in walk order is a File and the others Hardlinks to it. A hard
-// link and the name it links to are in one group if that name holds the
-// same content (the same slices); hard links to one name with the same
-// content are in one group even when that name is gone or holds other
-// content now (the file they shared lost a name, not its other names).
-// It also returns the bytes of file content (each group's once). Entries
-// that change are copies: the tree's are not modified.
-func (t *tree) normalize() ([]*Entry, int64) {
-	list := make([]*Entry, 0, t.n)
-	for e := range t.walk() {
-		list = append(list, e)
+// each calls fn for every entry of the tree, in no particular order.
+func (t *tree) each(fn func(*Entry)) {
+	var visit func(n *node)
+	visit = func(n *node) {
+		for _, ch := range n.children {
+			fn(ch.e)
+			if ch.children != nil {
+				visit(ch)
+			}
+		}
 	}
+	visit(&t.root)
+}
+
+// linkGroups puts the files that share content through hard links in
+// groups: a hard link and the name it links to are in one group if that
+// name holds the same content (the same slices); hard links to one name
+// with the same content are in one group even when that name is gone or
+// holds other content now (the file they shared lost a name, not its
+// other names). It returns a function naming the group of a file; files
+// in no group are a group of their own.
+func (t *tree) linkGroups() func(name string) string {
 	// A union-find over names and, for the links to a name that no longer
 	// holds their content, a key of that name and the content.
 	parent := map[string]string{}
@@ -193,17 +201,49 @@ func (t *tree) normalize() ([]*Entry, int64) {
 			parent[a] = b
 		}
 	}
-	for _, e := range list {
+	t.each(func(e *Entry) {
 		if e.Kind != Hardlink {
-			continue
+			return
 		}
 		if n := t.lookup(e.Link); n != nil && n.e.hasContent() && sameContent(n.e, e) {
 			union(e.Name, e.Link)
 		} else {
 			union(e.Name, lostKey(e))
 		}
+	})
+	return find
+}
+
+// contentBytes returns the bytes of file content in the tree, each hard
+// link group's once.
+func (t *tree) contentBytes() int64 {
+	find := t.linkGroups()
+	seen := map[string]bool{}
+	var n int64
+	t.each(func(e *Entry) {
+		if !e.hasContent() {
+			return
+		}
+		if g := find(e.Name); !seen[g] {
+			seen[g] = true
+			n += e.Size
+		}
+	})
+	return n
+}
+
+// normalize returns the tree's entries in walk order in normal form: the
+// files of each hard link group (linkGroups) are a File, the first in
+// walk order, and Hardlinks to it. It also returns the bytes of file
+// content (each group's once). Entries that change are copies: the tree's
+// are not modified.
+func (t *tree) normalize() ([]*Entry, int64) {
+	list := make([]*Entry, 0, t.n)
+	for e := range t.walk() {
+		list = append(list, e)
 	}
-	first := map[string]string{} // group root -> its first member in walk order
+	find := t.linkGroups()
+	first := map[string]string{} // group -> its first member in walk order
 	var bytes int64
 	for i, e := range list {
 		if !e.hasContent() {

@@ -62,21 +62,26 @@ type Result struct {
 // lose. Memory is bounded by a few chunks (chunk.MaxSize each) per CPU and
 // the entries of the tree, never by a file's size.
 //
-// On an error nothing refers to what was stored: chunks already written
-// stay for the next checkpoint to share, or a collector to delete.
+// ctx is checked between reads of delta: a stream that stalls holds Write
+// until its writer writes or closes it (the caller closes the stream it
+// cancels). On an error nothing refers to what was stored: chunks already
+// written stay for the next checkpoint to share, or a collector to delete.
 func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, delta io.Reader) (Result, error) {
 	key := chunk.TenantKey(tenant)
 	pol, err := s.polynomial(key)
 	if err != nil {
 		return Result{}, err
 	}
+	fp := key.Fingerprint()
 	t := newTree()
 	var pm *Manifest
 	if !full {
 		if parent == "" {
 			return Result{}, errors.New("checkpoint: write: a delta with no parent checkpoint")
 		}
-		if t, pm, err = s.resolve(ctx, key, parent); err != nil {
+		if c := s.trees.take(fp, parent); c != nil {
+			t, pm = c.t, c.head
+		} else if t, pm, err = s.resolve(ctx, key, parent); err != nil {
 			return Result{}, fmt.Errorf("checkpoint: write: parent: %w", err)
 		}
 	}
@@ -93,10 +98,9 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
 
-	list, treeBytes := t.normalize()
-	stats.TreeEntries, stats.TreeBytes = int64(len(list)), treeBytes
+	stats.TreeEntries = t.n
 	stats.DeltaEntries, stats.DeltaBytes = int64(len(dr.entries)), dr.bytes
-	m := &Manifest{Key: key.Fingerprint(), Full: true, BaseEntries: int64(len(list)), Stats: stats}
+	m := &Manifest{Key: fp, Full: true, BaseEntries: t.n, Stats: stats}
 	compacted := false
 	if !full {
 		depth := pm.Depth + 1
@@ -109,11 +113,16 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 		}
 	}
 	if m.Full {
+		// Normal form, sorted: what costs what the tree holds is done
+		// for full checkpoints only.
+		var list []*Entry
+		list, m.Stats.TreeBytes = t.normalize()
 		m.Entries = make([]Entry, len(list))
 		for i, e := range list {
 			m.Entries[i] = *e
 		}
 	} else {
+		m.Stats.TreeBytes = t.contentBytes()
 		m.Entries = make([]Entry, len(dr.entries))
 		for i, e := range dr.entries {
 			m.Entries[i] = *e
@@ -124,9 +133,10 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
+	s.trees.put(fp, digest, t, m)
 	return Result{
 		Digest: digest, Parent: m.Parent, Full: m.Full, Compacted: compacted, Depth: m.Depth,
-		Stats: stats, ManifestBytes: n,
+		Stats: m.Stats, ManifestBytes: n,
 	}, nil
 }
 

@@ -30,9 +30,8 @@ var layers = []struct {
 	{"components", []string{
 		"internal/sandbox/execconn", "internal/sandbox/linux", "internal/sandbox/pool", "internal/sandbox/sandboxtest",
 		"internal/supervisor", "internal/store/schema", "internal/store/sqlrow", "internal/store/sqlite", "internal/store/postgres", "internal/store/postgres/pgtest",
-		"internal/store/storetest", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
+		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit",
-		"internal/checkpoint", "internal/store/chunk/chunktest",
 	}},
 	{"the run engine", []string{"internal/engine"}},
 	{"services: the APIs, telemetry, the sandbox commands", []string{

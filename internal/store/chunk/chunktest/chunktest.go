@@ -8,10 +8,7 @@
 //		chunktest.Run(t, func(t *testing.T) chunk.Backend { return newBackend(t) })
 //	}
 //
-// Its users are the chunk backends' tests (the directory's and
-// PostgreSQL's).
-//
-// Importers: tests only.
+// Importers: tests only (of chunk backends).
 package chunktest
 
 import (
