@@ -35,6 +35,8 @@ type Run struct {
 	Reason       string                    `json:"reason,omitempty"`
 	Summary      string                    `json:"summary,omitempty"`
 	Verification *event.VerificationResult `json:"verification,omitempty"`
+	// Checkpoints is what the run's workspace checkpoints hold and cost.
+	Checkpoints *Checkpoints `json:"checkpoints,omitempty"`
 	// Metadata is the client's own labels, as its run.created event
 	// records them.
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -177,4 +179,22 @@ type Upload struct {
 	// Gzipped says the body was gzipped already (else the server
 	// gzipped it).
 	Gzipped bool `json:"gzipped"`
+}
+
+// Checkpoints is what a run's workspace checkpoints hold and cost: each
+// stores what its step changed, and only what its tenant's store does not
+// hold already.
+type Checkpoints struct {
+	// Count is the checkpoints the run took (its sandboxes' starts and
+	// its steps').
+	Count int `json:"count"`
+	// StoredBytes is what they added to the store: new chunks
+	// (compressed) and manifests.
+	StoredBytes int64 `json:"stored_bytes"`
+	// SharedBytes is the content they found stored already (by this run,
+	// another run or a fork of the tenant), not stored again.
+	SharedBytes int64 `json:"shared_bytes"`
+	// TreeBytes is the file content of the run's workspaces as of their
+	// latest checkpoints.
+	TreeBytes int64 `json:"tree_bytes"`
 }

@@ -604,6 +604,10 @@ func (c *RunsShowCmd) Run(env *Env) error {
 			fmt.Fprintf(w, "check    %s %s\n", mark, ch.Name)
 		}
 	}
+	if c := o.Checkpoints; c != nil {
+		fmt.Fprintf(w, "checkpoints %d: %s stored new, %s shared, workspace %s\n", c.Count,
+			byteCount(c.StoredBytes), byteCount(c.SharedBytes), byteCount(c.TreeBytes))
+	}
 	for _, a := range arts {
 		fmt.Fprintf(w, "artifact %s %s %s\n", a.Name, sandbox.FormatSize(a.Size), a.Digest)
 	}
@@ -913,4 +917,18 @@ func parseMetadata(flags []string) (map[string]string, error) {
 		return nil, fmt.Errorf("--metadata: %s", strings.TrimPrefix(err.Error(), "event: "))
 	}
 	return md, nil
+}
+
+// byteCount writes n bytes for a reader: "812 B", "3.4 KiB", "1.2 GiB".
+func byteCount(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	d, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		d *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(d), "KMGTPE"[exp])
 }

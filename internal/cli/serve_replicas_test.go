@@ -571,7 +571,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if r.Status != event.StatusRunning || r.LeaseOwner != "" {
 		t.Errorf("after A exited: %s, lease owner %q; want running, no lease", r.Status, r.LeaseOwner)
 	}
-	if countType(evs, event.TypeToolFinished) != 1 || countType(evs, event.TypeSnapshotTaken) != 1 || countType(evs, event.TypeToolStarted) != 1 {
+	if countType(evs, event.TypeToolFinished) != 1 || countType(evs, event.TypeSnapshotTaken) != 2 /* the workspace's start and the step's */ || countType(evs, event.TypeToolStarted) != 1 {
 		t.Errorf("want the step in flight finished and snapshotted, no other: %v", evTypes(evs))
 	}
 	q, err := st.GetRun(context.Background(), queued.ID)

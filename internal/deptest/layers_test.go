@@ -20,7 +20,7 @@ var layers = []struct {
 	{"leaves: vocabularies and pure functions, no I/O beyond their own", []string{
 		"internal/event", "internal/execproto", "internal/api", "internal/clock", "internal/hostname", "internal/sse",
 		"internal/param", "internal/ratelimit", "internal/price", "internal/bridge", "internal/policy",
-		"internal/secret/token", "internal/store/blob", "internal/sandbox/linux/cgroup",
+		"internal/secret/token", "internal/store/blob", "internal/store/chunk", "internal/sandbox/linux/cgroup",
 		"internal/executor/landlock", "internal/executor/seccomp", "internal/testpki", "internal/testgit", "internal/deptest",
 	}},
 	{"contracts: what the components implement and consume", []string{
@@ -30,7 +30,7 @@ var layers = []struct {
 	{"components", []string{
 		"internal/sandbox/execconn", "internal/sandbox/linux", "internal/sandbox/pool", "internal/sandbox/sandboxtest",
 		"internal/supervisor", "internal/store/schema", "internal/store/sqlrow", "internal/store/sqlite", "internal/store/postgres", "internal/store/postgres/pgtest",
-		"internal/store/storetest", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
+		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit",
 	}},
 	{"the run engine", []string{"internal/engine"}},

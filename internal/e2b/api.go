@@ -83,6 +83,9 @@ func (s *Server) apiRoutes() http.Handler {
 	handle("POST /sandboxes/{id}/resume", "sandbox.resume", s.handleConnect)
 	handle("POST /sandboxes/{id}/pause", "sandbox.pause", s.handlePause)
 	handle("GET /sandboxes/{id}/metrics", "sandbox.metrics", s.handleMetrics)
+	handle("POST /sandboxes/{id}/snapshots", "snapshot.create", s.handleCreateSnapshot)
+	handle("GET /snapshots", "snapshot.list", s.handleListSnapshots)
+	handle("DELETE /templates/{templateID}", "snapshot.delete", s.handleDeleteSnapshot)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotImplemented, fmt.Sprintf("%s %s is not served by airlock's E2B API", r.Method, clip(r.URL.Path)))
@@ -146,7 +149,7 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 				rec.Outcome = "not_found"
 			}
 		}
-		if op != "sandbox.list" || err != nil {
+		if (op != "sandbox.list" && op != "snapshot.list") || err != nil {
 			s.audit.record(rec)
 		}
 	})

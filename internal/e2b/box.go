@@ -29,8 +29,8 @@ const (
 	stateKilled  = "killed"
 )
 
-// box is one E2B sandbox: an airlock sandbox while running, a workspace
-// snapshot while paused, and always a record in the store.
+// box is one E2B sandbox: an airlock sandbox while running, a checkpoint
+// of its workspace while paused, and always a record in the store.
 type box struct {
 	id       string
 	tenant   string
@@ -54,13 +54,22 @@ type box struct {
 	lease int64
 	// meter is guarded by life: where the running boot's metering stands.
 	meter meterState
+	// ckpt is guarded by life: the digest of the last checkpoint of the
+	// workspace ("" before the first), which the next is a change to;
+	// ckptBytes is its tree's bytes of file content.
+	ckpt      string
+	ckptBytes int64
 
 	mu sync.Mutex
-	// state, endAt, live and snapshot are guarded by mu.
-	state    string
-	endAt    time.Time
-	live     *live  // nil unless running
-	snapshot string // the paused workspace's tar file
+	// state, endAt, live, paused and snapshot are guarded by mu.
+	state  string
+	endAt  time.Time
+	live   *live  // nil unless running
+	paused string // the paused workspace's checkpoint
+	// snapshot is the paused workspace's tar file, instead of paused,
+	// for a sandbox paused before checkpoints (or by a server without
+	// them).
+	snapshot string
 }
 
 // live is one boot of a box: the sandbox and what runs in it.
@@ -68,6 +77,9 @@ type live struct {
 	sb      sandbox.Sandbox
 	release func()
 	procs   *procTable
+	// baseline is guarded by the box's life: the sandbox's name of the
+	// tree of the box's last checkpoint ("" when it has none).
+	baseline string
 }
 
 // newToken returns a fresh access token: 32 random bytes, hex.
@@ -198,9 +210,18 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if req.AutoPause != nil && *req.AutoPause {
 		return nil, &publicError{status: 400, msg: "autoPause: not supported; pause explicitly"}
 	}
-	tpl, err := s.resolveTemplate(ctx, tenant, req.TemplateID)
+	// A snapshot's id or name is a template too: the sandbox it was
+	// taken from's policy, with the snapshot's workspace.
+	var tpl template
+	var err error
+	from := s.findSnapshot(tenant, req.TemplateID)
+	if from != nil {
+		tpl, err = s.snapshotTemplate(from)
+	} else {
+		tpl, err = s.resolveTemplate(ctx, tenant, req.TemplateID)
+	}
 	if errors.Is(err, errNoTemplate) {
-		return nil, &publicError{status: 404, msg: fmt.Sprintf("template %q not found: templates are %q (the default policy) and the names of your stored policies", clip(req.TemplateID), DefaultTemplate)}
+		return nil, &publicError{status: 404, msg: fmt.Sprintf("template %q not found: templates are %q (the default policy), the names of your stored policies, and your snapshots' ids and names", clip(req.TemplateID), DefaultTemplate)}
 	}
 	if err != nil {
 		return nil, err
@@ -235,13 +256,22 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	b.life.Lock()
 	defer b.life.Unlock()
 	t0 := s.now()
-	lv, err := s.boot(ctx, b)
+	lv, err := s.boot(ctx, b, from != nil)
 	if err != nil {
 		s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the sandbox did not boot"})
 		return nil, err
 	}
+	var restored string
+	if from != nil {
+		if err := s.restoreCheckpoint(ctx, b, lv, from.Checkpoint); err != nil {
+			s.destroy(ctx, lv)
+			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the snapshot's workspace was not restored"})
+			return nil, fmt.Errorf("e2b: create sandbox %s from snapshot %s: %w", b.id, from.ID, err)
+		}
+		restored = from.Checkpoint
+	}
 	now := s.now()
-	b.rec.add(event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, DurationMS: now.Sub(t0).Milliseconds()}, now)
+	b.rec.add(event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: restored, DurationMS: now.Sub(t0).Milliseconds()}, now)
 	b.meter = meterState{at: now}
 	b.state, b.live, b.endAt = stateRunning, lv, now.Add(timeout)
 	s.mu.Lock()
@@ -331,12 +361,16 @@ func (s *Server) unreserve(tenant string) {
 
 // boot creates the airlock sandbox of b, with its egress proxy when the
 // template's policy allows any egress and the client did not turn
-// internet access off.
-func (s *Server) boot(ctx context.Context, b *box) (*live, error) {
+// internet access off. With empty its workspace starts empty, for a
+// checkpoint's tree (the whole workspace) to be unpacked into.
+func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 	// The spec names no id, and the create request's envs go to each
 	// command, so that a pool of ready sandboxes can serve a spec without
 	// a network or a TTL; a proxied sandbox is named for its proxy.
 	spec := b.spec
+	if empty {
+		spec.Workspace, spec.WorkspaceMode = "", ""
+	}
 	spec.Env = append([]string(nil), spec.Env...)
 	release := func() {}
 	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
@@ -444,7 +478,7 @@ func (s *Server) endLocked(ctx context.Context, b *box, why endReason, keyID str
 		return
 	}
 	lv, snap := b.live, b.snapshot
-	b.state, b.live, b.snapshot = stateKilled, nil, ""
+	b.state, b.live, b.paused, b.snapshot = stateKilled, nil, "", ""
 	b.mu.Unlock()
 	s.mu.Lock()
 	if s.boxes[b.id] == b {
@@ -506,11 +540,13 @@ func (s *Server) closeRecord(ctx context.Context, b *box, why endReason, ps ...e
 // errAlreadyPaused answers pause on a paused sandbox.
 var errAlreadyPaused = &publicError{status: 409, msg: "the sandbox is already paused"}
 
-// pause snapshots b's workspace, then destroys its sandbox. Memory is not
-// kept: resuming boots a fresh sandbox from the snapshot. The snapshot and
+// pause keeps b's workspace as a checkpoint (the change since its last
+// one), then destroys its sandbox. Memory is not kept: resuming boots a
+// fresh sandbox with the checkpoint's tree. The checkpoint's digest and
 // what a resume needs besides the record (the access token, the
 // environment's values) stay in StateDir, so a restarted server can
-// resume it.
+// resume it. A server without checkpoints keeps a tar of the workspace
+// in StateDir instead.
 func (s *Server) pause(ctx context.Context, b *box) error {
 	b.life.Lock()
 	defer b.life.Unlock()
@@ -522,9 +558,58 @@ func (s *Server) pause(ctx context.Context, b *box) error {
 	case stateKilled:
 		return errNoSandbox
 	}
-	f, err := os.CreateTemp(s.o.StateDir, "snapshot-*.tar")
+	var ps pausedState
+	var snapshots []string
+	if _, ok := s.checkpointer(b.live); ok {
+		digest, err := s.checkpoint(ctx, b, b.live)
+		if err != nil {
+			return err
+		}
+		ps.Checkpoint, snapshots = digest, []string{digest}
+	} else {
+		file, err := s.exportTar(ctx, b)
+		if err != nil {
+			return err
+		}
+		ps.Snapshot = filepath.Base(file)
+	}
+	removeTar := func() {
+		if ps.Snapshot != "" {
+			os.Remove(filepath.Join(s.o.StateDir, ps.Snapshot))
+		}
+	}
+	if err := s.writePaused(b, ps); err != nil {
+		removeTar()
+		return err
+	}
+	lv := b.live
+	u, _ := s.usage(b, lv, b.meter, s.now(), true)
+	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: "api", Snapshots: snapshots})
 	if err != nil {
+		// The sandbox goes on running, as its record says.
+		s.removePaused(b.rec.runID)
+		removeTar()
 		return fmt.Errorf("e2b: pause %s: %w", b.id, err)
+	}
+	b.status = event.StatusPaused
+	b.state, b.live, b.paused, b.snapshot, b.endAt = statePaused, nil, ps.Checkpoint, "", s.now()
+	if ps.Snapshot != "" {
+		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
+	}
+	s.destroy(ctx, lv)
+	s.debit(ctx, b, stored[0].Seq, u.CostMicroCredits)
+	if err := s.o.Store.ReleaseLease(context.WithoutCancel(ctx), b.rec.runID, s.owner, b.lease); err != nil {
+		s.log.Warn("e2b: release the lease of a paused sandbox's record", "sandbox_id", b.id, "err", err)
+	}
+	return nil
+}
+
+// exportTar writes a tar of b's running workspace to a file of StateDir
+// and returns its path: the pause of a server without checkpoints.
+func (s *Server) exportTar(ctx context.Context, b *box) (string, error) {
+	f, err := os.CreateTemp(s.o.StateDir, snapshotPrefix+"*.tar")
+	if err != nil {
+		return "", fmt.Errorf("e2b: pause %s: %w", b.id, err)
 	}
 	w := &capWriter{w: f, left: s.cfg.MaxSnapshot}
 	err = b.live.sb.Export(ctx, "/workspace", w)
@@ -534,35 +619,15 @@ func (s *Server) pause(ctx context.Context, b *box) error {
 	if err != nil {
 		os.Remove(f.Name())
 		if w.over {
-			return &publicError{status: 507, msg: fmt.Sprintf("the workspace is over %d bytes, the most a pause keeps", s.cfg.MaxSnapshot)}
+			return "", &publicError{status: 507, msg: fmt.Sprintf("the workspace is over %d bytes, the most a pause keeps", s.cfg.MaxSnapshot)}
 		}
-		return fmt.Errorf("e2b: pause %s: snapshot: %w", b.id, err)
+		return "", fmt.Errorf("e2b: pause %s: snapshot: %w", b.id, err)
 	}
-	if err := s.writePaused(b, f.Name()); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	lv := b.live
-	u, _ := s.usage(b, lv, b.meter, s.now(), true)
-	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: "api"})
-	if err != nil {
-		// The sandbox goes on running, as its record says.
-		s.removePaused(b.rec.runID)
-		os.Remove(f.Name())
-		return fmt.Errorf("e2b: pause %s: %w", b.id, err)
-	}
-	b.status = event.StatusPaused
-	b.state, b.live, b.snapshot, b.endAt = statePaused, nil, f.Name(), s.now()
-	s.destroy(ctx, lv)
-	s.debit(ctx, b, stored[0].Seq, u.CostMicroCredits)
-	if err := s.o.Store.ReleaseLease(context.WithoutCancel(ctx), b.rec.runID, s.owner, b.lease); err != nil {
-		s.log.Warn("e2b: release the lease of a paused sandbox's record", "sandbox_id", b.id, "err", err)
-	}
-	return nil
+	return f.Name(), nil
 }
 
-// resume boots a fresh sandbox from b's snapshot; timeout is its new
-// lifetime.
+// resume boots a fresh sandbox with b's paused workspace; timeout is its
+// new lifetime.
 func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) error {
 	b.life.Lock()
 	defer b.life.Unlock()
@@ -572,25 +637,16 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 		return nil
 	}
 	t0 := s.now()
-	lv, err := s.boot(ctx, b)
+	lv, err := s.boot(ctx, b, b.paused != "")
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(b.snapshot)
-	if err != nil {
-		s.destroy(ctx, lv)
-		return fmt.Errorf("e2b: resume %s: %w", b.id, err)
-	}
-	defer f.Close()
-	// Unpacked inside the sandbox, so the host never writes what a
-	// sandbox produced.
-	var out bytes.Buffer
-	res, err := sandbox.Run(ctx, lv.sb, sandbox.Command{
-		Argv:  []string{"tar", "-xf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"},
-		Stdin: f, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
-	})
-	if err == nil && (res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0) {
-		err = fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
+	restored := b.paused
+	if b.paused != "" {
+		err = s.restoreCheckpoint(ctx, b, lv, b.paused)
+	} else {
+		restored = "workspace"
+		err = s.restoreTar(ctx, lv, b.snapshot)
 	}
 	if err != nil {
 		s.destroy(ctx, lv)
@@ -601,19 +657,41 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 		now := s.now()
 		_, err = b.rec.commit(ctx, event.StatusPaused, event.StatusRunning,
 			event.RunResumed{Reason: "resume", FromSeq: b.rec.last(), Host: s.owner},
-			event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: "workspace", DurationMS: now.Sub(t0).Milliseconds()})
+			event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: restored, DurationMS: now.Sub(t0).Milliseconds()})
 	}
 	if err != nil {
 		s.destroy(ctx, lv)
 		return fmt.Errorf("e2b: resume %s: %w", b.id, err)
 	}
 	b.lease, b.status = l.Token, event.StatusRunning
-	_ = os.Remove(filepath.Clean(b.snapshot))
+	if b.snapshot != "" {
+		_ = os.Remove(filepath.Clean(b.snapshot))
+	}
 	s.removePaused(b.rec.runID)
 	now := s.now()
 	b.meter = meterState{at: now}
-	b.state, b.live, b.snapshot, b.endAt = stateRunning, lv, "", now.Add(timeout)
+	b.state, b.live, b.paused, b.snapshot, b.endAt = stateRunning, lv, "", "", now.Add(timeout)
 	return nil
+}
+
+// restoreTar unpacks the tar file of a workspace paused before
+// checkpoints into lv's sandbox, inside it, so the host never writes what
+// a sandbox produced.
+func (s *Server) restoreTar(ctx context.Context, lv *live, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	res, err := sandbox.Run(ctx, lv.sb, sandbox.Command{
+		Argv:  []string{"tar", "-xf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"},
+		Stdin: f, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
+	})
+	if err == nil && (res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0) {
+		err = fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
+	}
+	return err
 }
 
 // capWriter fails writes past its budget.

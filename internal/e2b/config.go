@@ -36,7 +36,8 @@ type Config struct {
 	// MaxFile bounds an uploaded or downloaded file, in bytes (default
 	// 100 MiB).
 	MaxFile int64 `yaml:"max_file"`
-	// MaxSnapshot bounds a paused sandbox's workspace snapshot, in bytes
+	// MaxSnapshot bounds what a pause or a snapshot keeps of a sandbox's
+	// workspace, in bytes: the change it reads and the tree it makes
 	// (default 1 GiB).
 	MaxSnapshot int64 `yaml:"max_snapshot"`
 	// Keepalive is how often an idle stream sends a keepalive event when

@@ -43,7 +43,8 @@
 //     Streams are flushed message by message and send keepalives.
 //   - Running sandboxes live in this process: they end with it (Run's
 //     return), and a sandbox past its timeout is killed. Paused sandboxes
-//     outlive it (their snapshots are in StateDir) and are resumable by
+//     outlive it (their workspaces are checkpoints, what their resume
+//     needs is in StateDir) and are resumable by
 //     the next Server; the records of sandboxes that were running when a
 //     server died are closed as lost when it starts again (or, for
 //     another server's, when its lease on them runs out).

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/clock"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/egress"
@@ -30,6 +31,8 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/chunk"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
@@ -60,6 +63,36 @@ type harnessOptions struct {
 	trust bool
 	// clock, when set, is the server's clock.
 	clock *clock.Fake
+	// noCheckpoints builds the server without a checkpoint store: it
+	// pauses into tar files, as servers did before checkpoints.
+	noCheckpoints bool
+}
+
+// checkpoints is a checkpoint store on dir's blobs and chunks (nil with
+// o.noCheckpoints), as airlock serve's; a server started again on the
+// same dir finds what the last one stored.
+func checkpoints(t *testing.T, dir string, o harnessOptions) *checkpoint.Store {
+	t.Helper()
+	if o.noCheckpoints {
+		return nil
+	}
+	blobs, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cd, err := chunk.NewDir(filepath.Join(dir, "chunks"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := chunk.NewStore(cd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cps, err := checkpoint.New(blobs, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cps
 }
 
 // syncBuffer is a Buffer safe for the server's concurrent writes.
@@ -143,7 +176,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	h.srv, err = e2b.New(e2b.Options{
 		Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust,
-		StateDir: filepath.Join(dir, "e2b"), Audit: h.audit,
+		Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

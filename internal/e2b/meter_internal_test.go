@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
 // measured is a sandbox whose host measures the CPU time it is told.
@@ -95,19 +96,31 @@ func TestUsagePricing(t *testing.T) {
 }
 
 // FuzzPausedState: a paused state file is decoded without panicking, and
-// one that is accepted names a snapshot inside StateDir.
+// one that is accepted names either a checkpoint by a well-formed digest
+// or a snapshot file inside StateDir.
 func FuzzPausedState(f *testing.F) {
 	f.Add([]byte(`{"sandbox_id":"sb-0123456789ab","token":"ab","envs":{"K":"v"},"snapshot":"snapshot-1.tar"}`))
 	f.Add([]byte(`{"sandbox_id":"sb-1","token":"t","snapshot":"snapshot-../../etc/passwd"}`))
 	f.Add([]byte(`{"sandbox_id":"sb-1","token":"t","snapshot":"snapshot-x","envs":{"A=B":"c"}}`))
+	f.Add([]byte(`{"sandbox_id":"sb-1","token":"t","checkpoint":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}`))
+	f.Add([]byte(`{"sandbox_id":"sb-1","token":"t","checkpoint":"../x","snapshot":"snapshot-1.tar"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ps, err := parsePaused(b)
 		if err != nil {
 			return
 		}
+		if ps.Token == "" || (ps.Checkpoint == "") == (ps.Snapshot == "") {
+			t.Fatalf("parsePaused accepted %+v: want a token and one of a checkpoint and a snapshot file", ps)
+		}
+		if ps.Checkpoint != "" {
+			if err := blob.ValidDigest(ps.Checkpoint); err != nil {
+				t.Fatalf("parsePaused accepted checkpoint %q: %v", ps.Checkpoint, err)
+			}
+			return
+		}
 		dir := "/state"
 		p := filepath.Join(dir, ps.Snapshot)
-		if filepath.Dir(p) != dir || !strings.HasPrefix(filepath.Base(p), snapshotPrefix) || ps.Token == "" {
+		if filepath.Dir(p) != dir || !strings.HasPrefix(filepath.Base(p), snapshotPrefix) {
 			t.Fatalf("parsePaused accepted %+v: snapshot %s is not a snapshot file of %s", ps, p, dir)
 		}
 	})

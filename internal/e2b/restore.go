@@ -16,12 +16,15 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
 // What outlives the process: a sandbox's record is in the store; a paused
-// sandbox's workspace snapshot and what its resume needs besides the
-// record (its access token, its environment's values, which no event
-// holds) are in StateDir, in a file only the host reads. A Server leases
+// sandbox's workspace is a checkpoint in the host's checkpoint store (a
+// tar file in StateDir for one paused before checkpoints), and what its
+// resume needs besides the record (the checkpoint's digest, its access
+// token, its environment's values, which no event holds) is in StateDir,
+// in a file only the host reads. A Server leases
 // the records of the sandboxes it runs, as "e2b/<server id>/<nonce>",
 // where the server id is kept in StateDir: so when it starts again it
 // knows the records its earlier life left running (their sandboxes died
@@ -93,8 +96,11 @@ type pausedState struct {
 	SandboxID string            `json:"sandbox_id"`
 	Token     string            `json:"token"`
 	Envs      map[string]string `json:"envs,omitempty"`
-	// Snapshot is the snapshot file's name in StateDir.
-	Snapshot string `json:"snapshot"`
+	// Checkpoint is the digest of the workspace's checkpoint.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	// Snapshot is, instead, the name of the workspace's tar file in
+	// StateDir (a sandbox paused before checkpoints).
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // Files in StateDir.
@@ -108,9 +114,10 @@ func (s *Server) pausedPath(runID string) string {
 	return filepath.Join(s.o.StateDir, pausedPrefix+runID+pausedSuffix)
 }
 
-// writePaused keeps what b's resume needs, with snapshot its workspace.
-func (s *Server) writePaused(b *box, snapshot string) error {
-	st, err := json.Marshal(pausedState{SandboxID: b.id, Token: b.token, Envs: b.envs, Snapshot: filepath.Base(snapshot)})
+// writePaused keeps what b's resume needs, with ps's workspace.
+func (s *Server) writePaused(b *box, ps pausedState) error {
+	ps.SandboxID, ps.Token, ps.Envs = b.id, b.token, b.envs
+	st, err := json.Marshal(ps)
 	if err == nil {
 		err = writeFileAtomic(s.pausedPath(b.rec.runID), st)
 	}
@@ -145,8 +152,9 @@ func (s *Server) readPaused(runID string) (pausedState, error) {
 // file name, and environment variables within create's bounds.
 const maxPausedState = 4 << 20
 
-// parsePaused decodes a paused state. The snapshot it names is a plain
-// file name of StateDir's snapshots, never a path that could lead out.
+// parsePaused decodes a paused state. Its workspace is a checkpoint's
+// digest, or a plain file name of StateDir's snapshots, never a path that
+// could lead out.
 func parsePaused(b []byte) (pausedState, error) {
 	var ps pausedState
 	if len(b) > maxPausedState {
@@ -158,7 +166,11 @@ func parsePaused(b []byte) (pausedState, error) {
 	switch {
 	case ps.SandboxID == "" || len(ps.SandboxID) > 64, ps.Token == "" || len(ps.Token) > 256:
 		return ps, errors.New("malformed sandbox id or token")
-	case !strings.HasPrefix(ps.Snapshot, snapshotPrefix) || strings.ContainsAny(ps.Snapshot, "/\\\x00") || filepath.Base(ps.Snapshot) != ps.Snapshot:
+	case ps.Checkpoint != "" && ps.Snapshot != "", ps.Checkpoint == "" && ps.Snapshot == "":
+		return ps, errors.New("want one of a checkpoint and a snapshot file")
+	case ps.Checkpoint != "" && blob.ValidDigest(ps.Checkpoint) != nil:
+		return ps, errors.New("malformed checkpoint digest")
+	case ps.Snapshot != "" && (!strings.HasPrefix(ps.Snapshot, snapshotPrefix) || strings.ContainsAny(ps.Snapshot, "/\\\x00") || filepath.Base(ps.Snapshot) != ps.Snapshot):
 		return ps, errors.New("malformed snapshot name")
 	}
 	if err := checkMap("envs", ps.Envs, true); err != nil {
@@ -212,7 +224,10 @@ func (s *Server) restore(ctx context.Context) error {
 				s.log.Error("e2b: a paused sandbox cannot be restored", "run_id", r.ID, "err", err)
 				continue
 			}
-			keep[pausedPrefix+r.ID+pausedSuffix], keep[ps.Snapshot] = true, true
+			keep[pausedPrefix+r.ID+pausedSuffix] = true
+			if ps.Snapshot != "" {
+				keep[ps.Snapshot] = true
+			}
 			if err := s.settle(ctx, r); err != nil {
 				s.log.Warn("e2b: settle a paused sandbox's debits", "run_id", r.ID, "err", err)
 			}
@@ -258,7 +273,10 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	b := &box{
 		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
 		token: ps.Token, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
-		state: statePaused, endAt: r.Updated, snapshot: filepath.Join(s.o.StateDir, ps.Snapshot),
+		state: statePaused, endAt: r.Updated, paused: ps.Checkpoint,
+	}
+	if ps.Snapshot != "" {
+		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
 	}
 	b.spec = specOf(tpl.doc)
 	if err := b.spec.Validate(); err != nil {

@@ -97,6 +97,14 @@ type sdkResult struct {
 		DiskUsed   int64     `json:"diskUsed"`
 		DiskTotal  int64     `json:"diskTotal"`
 	} `json:"metrics"`
+	Snapshot *struct {
+		Names        []string `json:"names"`
+		ByID         string   `json:"byID"`
+		ByName       string   `json:"byName"`
+		Listed       []bool   `json:"listed"`
+		Deleted      bool     `json:"deleted"`
+		DeletedAgain bool     `json:"deletedAgain"`
+	} `json:"snapshot"`
 	Killed      bool `json:"killed"`
 	KilledAgain bool `json:"killedAgain"`
 	Running     bool `json:"running"`
@@ -164,6 +172,11 @@ func TestSDK(t *testing.T) {
 			for _, m := range r.Metrics {
 				check("metric values", m.MemTotal > 0 && m.MemUsed > 0 && m.MemUsed <= m.MemTotal && m.CPUCount >= 1 &&
 					m.CPUUsedPct >= 0 && m.CPUUsedPct <= 100 && m.DiskTotal > 0 && m.DiskUsed <= m.DiskTotal && !m.Timestamp.Before(started))
+			}
+			if sdk.name == "e2b-2.51.0" {
+				sn := r.Snapshot
+				check("snapshot", sn != nil && slices.Equal(sn.Names, []string{sdk.name + "-snap"}) &&
+					sn.ByID == "round trip ✓\n" && sn.ByName == sn.ByID && slices.Equal(sn.Listed, []bool{true}) && sn.Deleted && !sn.DeletedAgain)
 			}
 			check("kill", r.Killed && !r.KilledAgain && !r.Running)
 		})

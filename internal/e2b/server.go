@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/ratelimit"
@@ -57,9 +58,14 @@ type Options struct {
 	// policy.Document.HostResources); only for a server whose tenants are all trusted
 	// with the host.
 	TrustTenantPolicies bool
-	// StateDir holds paused sandboxes' workspace snapshots and what their
-	// resume needs, and this server's id (required). Keep it across
-	// restarts: paused sandboxes are resumable from it.
+	// Checkpoints keeps the sandboxes' workspaces when they are paused
+	// or snapshotted (package checkpoint); nil keeps a paused one as a
+	// tar file in StateDir and takes no snapshots (501).
+	Checkpoints *checkpoint.Store
+	// StateDir holds what paused sandboxes' resume needs, the index of
+	// the tenants' snapshots, and this server's id (required). Keep it
+	// across restarts: paused sandboxes are resumable from it and
+	// snapshots listed.
 	StateDir string
 	// Audit receives one JSON line per operation, besides the sandbox's
 	// record in Store; nil writes none.
@@ -113,6 +119,9 @@ type Server struct {
 	// opening is guarded by mu: records being created, not yet in boxes,
 	// which the sweep leaves alone.
 	opening map[string]bool
+	// snaps is guarded by mu: every tenant's snapshots, by id (a copy of
+	// StateDir's index).
+	snaps map[string]*snapshot
 
 	// work tracks goroutines the Server starts (process waiters, stdin
 	// feeders); Run waits for them after destroying the sandboxes.
@@ -166,6 +175,9 @@ func New(o Options) (*Server, error) {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.snaps, err = loadSnapshots(s.snapshotDir(), s.log); err != nil {
+		return nil, err
 	}
 	s.apiLimit = ratelimit.New(cfg.APIRate, cfg.APIBurst, s.now)
 	s.sbxLimit = ratelimit.New(cfg.SandboxRate, cfg.SandboxBurst, s.now)

@@ -51,15 +51,25 @@ func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (temp
 	if err != nil {
 		return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: its policy (v%d) does not load", name, v.Version)}
 	}
-	if !s.o.TrustTenantPolicies {
-		// Why: a tenant's policy that names host directories, a root
-		// filesystem, pinned addresses, CIDR rules or the host's
-		// secrets would reach the host's own resources.
-		if bad := doc.HostResources(); len(bad) > 0 {
-			return template{}, &publicError{status: 403, msg: fmt.Sprintf("template %s: %s name host resources, which this server does not let tenants use", name, strings.Join(bad, ", "))}
-		}
+	if err := s.hostResources(name, doc); err != nil {
+		return template{}, err
 	}
 	return template{name: name, doc: doc, raw: v.Document, source: fmt.Sprintf("policy %s v%d", name, v.Version)}, nil
+}
+
+// hostResources refuses template name's policy doc if it names host
+// resources and the server does not trust tenants' policies with them.
+func (s *Server) hostResources(name string, doc *policy.Document) error {
+	if s.o.TrustTenantPolicies {
+		return nil
+	}
+	// Why: a tenant's policy that names host directories, a root
+	// filesystem, pinned addresses, CIDR rules or the host's secrets
+	// would reach the host's own resources.
+	if bad := doc.HostResources(); len(bad) > 0 {
+		return &publicError{status: 403, msg: fmt.Sprintf("template %s: %s name host resources, which this server does not let tenants use", name, strings.Join(bad, ", "))}
+	}
+	return nil
 }
 
 // specOf is the sandbox a policy document describes, without its network

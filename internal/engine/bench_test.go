@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +140,134 @@ func benchEngine(b *testing.B, onEvent func(event.Event), wrap func(model.Provid
 		b.Fatal(err)
 	}
 	return eng, ws
+}
+
+// BenchmarkStepEdit is a step whose command appends a line to one file,
+// and so is followed by a checkpoint, in a copy-on-write workspace of one
+// file and in one shaped like a repository (many small text files and a
+// few large ones, half compressible; AIRLOCK_BENCH_TREE_MB, default 1024,
+// kept between runs under the system's temporary directory). Issue 22's
+// target: the step costs at most 1.2x in the large workspace what it
+// costs in the small one, and adds at most 1 MiB to the store:
+//
+//	go test -run '^$' -bench StepEdit -benchtime 20x ./internal/engine
+func BenchmarkStepEdit(b *testing.B) {
+	mb := 1024
+	if v, err := strconv.Atoi(os.Getenv("AIRLOCK_BENCH_TREE_MB")); err == nil && v > 0 {
+		mb = v
+	}
+	for _, bc := range []struct {
+		name string
+		mb   int
+	}{{"1_file", 0}, {fmt.Sprintf("%dMiB", mb), mb}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var first, last time.Time
+			var n int
+			var stored int64
+			eng, ws := benchEngine(b, func(e event.Event) {
+				switch e.Type {
+				case event.TypeToolFinished:
+					if strings.Contains(string(e.Payload), `"tool":"finish"`) {
+						return
+					}
+					if n++; n == 1 {
+						first = time.Now()
+					}
+					last = time.Now()
+				case event.TypeSnapshotTaken:
+					var s event.SnapshotTaken
+					if err := json.Unmarshal(e.Payload, &s); err == nil && !s.Start && n > 0 {
+						stored += s.Size
+					}
+				}
+			}, nil)
+			if bc.mb > 0 {
+				ws = repoTree(b, bc.mb)
+			}
+			steps := max(b.N, 2)
+			var s strings.Builder
+			s.WriteString("turns:\n")
+			for range steps {
+				s.WriteString("  - tool_calls: [{name: run_command, args: {command: \"echo line >> notes.txt\"}}]\n")
+			}
+			s.WriteString("  - tool_calls: [{name: finish, args: {summary: done}}]\n")
+			r, err := eng.Create(context.Background(), engine.Request{
+				Task: "bench", Script: []byte(s.String()),
+				Config: engine.Config{Model: "script:bench", MaxSteps: steps + 1, Sandboxes: []engine.SandboxConfig{{Name: "main", Workspace: ws}}},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			o, err := eng.Drive(context.Background(), r.ID)
+			if err != nil || o.Status != event.StatusCompleted {
+				b.Fatalf("Drive = %v (%s), %v", o.Status, o.Reason, err)
+			}
+			b.ReportMetric(float64(last.Sub(first).Microseconds())/1000/float64(n-1), "ms/step")
+			b.ReportMetric(float64(stored)/float64(n-1)/1024, "KiB-stored/step")
+		})
+	}
+}
+
+// repoTree returns a directory of about mb MiB shaped like a repository
+// with its dependencies: per MiB, twenty text files of 1–20 KiB in nested
+// directories (source), and the rest in files of a few MiB, half of them
+// random (binaries, packs) and half text. It is made once and kept under
+// the system's temporary directory for later runs.
+func repoTree(b *testing.B, mb int) string {
+	b.Helper()
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("airlock-bench-repo-%dm", mb))
+	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
+		return dir
+	}
+	_ = os.RemoveAll(dir)
+	rnd := mrand.New(mrand.NewPCG(1, uint64(mb)))
+	text := func(n int) []byte {
+		words := []string{"func", "return", "if err != nil {", "}", "package", "import", "the", "value", "\n", "\t"}
+		var s []byte
+		for len(s) < n {
+			s = append(s, words[rnd.IntN(len(words))]...)
+			s = append(s, ' ')
+		}
+		return s[:n]
+	}
+	var total int64
+	limit := int64(mb) << 20
+	for i := 0; total < limit*15/100; i++ {
+		p := filepath.Join(dir, "src", fmt.Sprintf("m%02d", i%50), fmt.Sprintf("d%02d", i%7), fmt.Sprintf("f%05d.go", i))
+		data := text(1<<10 + rnd.IntN(19<<10))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		total += int64(len(data))
+	}
+	for i := 0; total < limit; i++ {
+		size := min(int64(2<<20+rnd.IntN(6<<20)), limit-total)
+		data := make([]byte, size)
+		if i%2 == 0 {
+			for j := range data {
+				data[j] = byte(rnd.Uint32())
+			}
+		} else {
+			copy(data, text(int(size)))
+		}
+		p := filepath.Join(dir, "deps", fmt.Sprintf("blob%04d.bin", i))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		total += size
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("notes\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".complete"), nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	return dir
 }

@@ -157,7 +157,7 @@ turns:
 	if len(fin) != 1 || fin[0].IsError || fin[0].ExitCode == nil || *fin[0].ExitCode != 0 {
 		t.Fatalf("the command in flight did not finish: %+v", fin)
 	}
-	if count(evs, event.TypeSnapshotTaken) != 1 || count(evs, event.TypeToolStarted) != 1 || count(evs, event.TypeSandboxDestroyed) != 1 {
+	if stepSnapshots(evs) != 1 || count(evs, event.TypeToolStarted) != 1 || count(evs, event.TypeSandboxDestroyed) != 1 {
 		t.Errorf("want the step's snapshot, no second step, the sandbox destroyed: %v", types(evs))
 	}
 	after, err := h.store.GetRun(ctx, r.ID)

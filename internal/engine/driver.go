@@ -122,9 +122,10 @@ type shared struct {
 	// steps is st.steps as of the loop's last sync: model turns are the
 	// loop's own events.
 	steps int
-	// snapshots and fetched are st's: the latest snapshot of each
-	// sandbox, and the tree its git source gave.
+	// snapshots, fetched and checkpoints are st's: the latest snapshot of
+	// each sandbox, the tree its git source gave, and its checkpoints.
 	snapshots, fetched map[string]string
+	checkpoints        map[string]ckptRef
 	// net is the run's network approvals, which Ask decides from while the
 	// loop waits for the call that made the request.
 	net netApprovals
@@ -144,6 +145,7 @@ func (s *shared) note(ev event.Event) {
 	switch p := p.(type) {
 	case *event.SnapshotTaken:
 		s.snapshots[p.Sandbox] = p.Digest
+		noteCheckpoint(s.checkpoints, p)
 	case *event.WorkspaceFetched:
 		s.fetched[p.Sandbox] = p.Digest
 	case *event.ApprovalRequested:
@@ -170,6 +172,8 @@ type snapInfo struct {
 	digest      string
 	size        int64
 	fingerprint string // of the workspace the snapshot holds; "" unknown
+	format      string // SnapshotTaken.Format
+	treeBytes   int64  // SnapshotTaken.TreeBytes
 }
 
 // live is a provisioned sandbox.
@@ -177,6 +181,10 @@ type live struct {
 	mu      sync.Mutex // held while provisioning
 	sb      sandbox.Sandbox
 	release func()
+	// baseline names the sandbox's record of its workspace as of its
+	// latest checkpoint (sandbox.Checkpointer): the next checkpoint is
+	// the change since it. "" when it has none (the next is whole).
+	baseline string
 }
 
 // stolenError is the cause of a drive's end when another process moved the
@@ -194,7 +202,7 @@ const requestFlushDelay = 100 * time.Millisecond
 func newDriver(e *Engine, r store.Run, st *state) *driver {
 	return &driver{
 		e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{},
-		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), net: st.net.clone()},
+		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), checkpoints: maps.Clone(st.checkpoints), net: st.net.clone()},
 	}
 }
 

@@ -37,6 +37,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
@@ -45,6 +47,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/chunk"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -65,6 +68,10 @@ type Options struct {
 	Store   Store
 	Blobs   *blob.Store
 	Backend sandbox.Backend
+	// Checkpoints keeps the workspaces' checkpoints (package checkpoint);
+	// nil keeps them in Blobs, their chunks in a directory beside its
+	// blobs (Blobs.Dir()/chunks).
+	Checkpoints *checkpoint.Store
 	// NewProvider builds a real model provider from a spec and base URL
 	// (the keys are the host's business). Scripted and replayed runs do
 	// not use it; nil refuses real models.
@@ -250,6 +257,19 @@ func (e *Engine) checkScript(b []byte) error {
 func New(o Options) (*Engine, error) {
 	if o.Store == nil || o.Blobs == nil || o.Backend == nil {
 		return nil, errors.New("engine: Store, Blobs and Backend are required")
+	}
+	if o.Checkpoints == nil {
+		dir, err := chunk.NewDir(filepath.Join(o.Blobs.Dir(), "chunks"))
+		if err != nil {
+			return nil, fmt.Errorf("engine: checkpoints: %w", err)
+		}
+		chunks, err := chunk.NewStore(dir)
+		if err != nil {
+			return nil, fmt.Errorf("engine: checkpoints: %w", err)
+		}
+		if o.Checkpoints, err = checkpoint.New(o.Blobs, chunks); err != nil {
+			return nil, fmt.Errorf("engine: checkpoints: %w", err)
+		}
 	}
 	if o.Poll <= 0 {
 		o.Poll = 250 * time.Millisecond
@@ -484,6 +504,9 @@ type Outcome struct {
 	Verification *event.VerificationResult
 	// Artifacts are the run's stored artifacts (the patch and files).
 	Artifacts []store.Artifact
+	// Checkpoints is what the run's own checkpoints hold and cost (a
+	// fork's inherited ones are its parent's).
+	Checkpoints api.Checkpoints
 }
 
 // Cancel marks run id cancelled. A process driving it notices within the
@@ -808,7 +831,7 @@ func (e *Engine) outcome(ctx context.Context, r store.Run, st *state) (Outcome, 
 			return Outcome{}, err
 		}
 	}
-	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason}
+	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason, Checkpoints: st.checkpointUsage()}
 	arts, err := e.o.Store.ListArtifacts(ctx, r.ID)
 	if err != nil {
 		return o, err

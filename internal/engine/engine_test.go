@@ -148,6 +148,22 @@ func (h *harness) finished(id string) []event.ToolFinished {
 	return out
 }
 
+// stepSnapshots counts the snapshots of steps: not the sandboxes' starts
+// (the workspace as each was made).
+func stepSnapshots(evs []event.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type != event.TypeSnapshotTaken {
+			continue
+		}
+		var s event.SnapshotTaken
+		if err := json.Unmarshal(e.Payload, &s); err == nil && !s.Start {
+			n++
+		}
+	}
+	return n
+}
+
 func count(evs []event.Event, t event.Type) int {
 	n := 0
 	for _, e := range evs {
@@ -249,7 +265,7 @@ func TestRunCompletesAndVerifies(t *testing.T) {
 		}
 	}
 	// Snapshots only after steps that may change the workspace (1, 2, 3).
-	if n := count(evs, event.TypeSnapshotTaken); n != 3 {
+	if n := stepSnapshots(evs); n != 3 {
 		t.Errorf("%d snapshots, want 3", n)
 	}
 	// Every appended event was observed, in order.

@@ -467,7 +467,9 @@ turns:
 		if e.Type == event.TypeSnapshotTaken {
 			var s event.SnapshotTaken
 			_ = json.Unmarshal(e.Payload, &s)
-			snaps = append(snaps, s)
+			if !s.Start {
+				snaps = append(snaps, s)
+			}
 		}
 	}
 	if len(snaps) != 4 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,8 +71,12 @@ func crashHelper(spec string) int {
 	if os.Getenv("AIRLOCK_ENGINE_STOP") != "" {
 		self = syscall.SIGSTOP // stall, as a worker that loses its CPU does
 	}
+	var backend sandbox.Backend = b
+	if strings.HasPrefix(typ, "checkpoint.") {
+		backend = &crashingBackend{Backend: b, point: typ, nth: n}
+	}
 	eng, err := engine.New(engine.Options{
-		Store: ps, Blobs: bl, Backend: b, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
+		Store: ps, Blobs: bl, Backend: backend, LockDir: filepath.Join(dir, "locks"), LeaseTTL: time.Second,
 		// A model that thinks for a while, so that the request is on
 		// record before its answer: the kill lands during the call.
 		WrapProvider: func(p model.Provider) model.Provider { return slowModel{p} },
@@ -106,6 +111,63 @@ func crashHelper(spec string) int {
 	//nolint:forbidigo // the child process answers its parent on stdout
 	fmt.Printf("helper ended with the run %s\n", o.Status)
 	return 5 // never reached the kill point, or woke up after a stop
+}
+
+// crashingBackend's sandboxes SIGKILL the process during the nth
+// checkpoint of the run: at "checkpoint.stream", once the sandbox's stream
+// has begun to reach the checkpoint store; at "checkpoint.sent", once the
+// sandbox sent all of it (the store is writing its last chunks and its
+// manifest; the event is not recorded).
+type crashingBackend struct {
+	sandbox.Backend
+	point string
+	nth   int
+	mu    sync.Mutex
+	seen  int
+}
+
+func (b *crashingBackend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := b.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return crashingSandbox{Sandbox: sb, b: b}, nil
+}
+
+type crashingSandbox struct {
+	sandbox.Sandbox
+	b *crashingBackend
+}
+
+func (s crashingSandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
+	cp := s.Sandbox.(sandbox.Checkpointer)
+	if req.MarkOnly {
+		return cp.Checkpoint(ctx, req, w)
+	}
+	s.b.mu.Lock()
+	s.b.seen++
+	now := s.b.seen == s.b.nth
+	s.b.mu.Unlock()
+	if now && s.b.point == "checkpoint.stream" {
+		w = killWriter{w}
+	}
+	res, err := cp.Checkpoint(ctx, req, w)
+	if now && s.b.point == "checkpoint.sent" {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	return res, err
+}
+
+// killWriter SIGKILLs the process once it has passed on a first write.
+type killWriter struct{ w io.Writer }
+
+func (k killWriter) Write(p []byte) (int, error) {
+	if _, err := k.w.Write(p); err != nil {
+		return 0, err
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the process is gone
 }
 
 // pausable is a store whose writes a stalling helper can hold off: each
@@ -214,7 +276,10 @@ func TestRecoveryAfterKill9(t *testing.T) {
 		"tool.started:2",        // during a command
 		"tool.finished:2",       // after one of two parallel calls
 		"tool.finished:3",       // results recorded, snapshot not taken
-		"snapshot.taken:2",      // between steps
+		"snapshot.taken:1",      // the workspace's start, before the first command
+		"checkpoint.stream:2",   // while the first step's checkpoint streams in
+		"checkpoint.sent:2",     // its chunks stored, its manifest maybe, its event not
+		"snapshot.taken:3",      // between steps
 		"verification.result:1", // after the checks, before the end
 	}
 	for _, point := range points {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
@@ -39,6 +40,13 @@ type state struct {
 	snapshots map[string]string
 	// fetched holds the digest of the tree each sandbox's git source gave.
 	fetched map[string]string
+	// checkpoints holds, for each sandbox whose latest snapshot is a
+	// checkpoint, that and its start.
+	checkpoints map[string]ckptRef
+	// ckptUse is what the run's own checkpoints cost (TreeBytes aside),
+	// treeBytes each sandbox's tree as of its latest.
+	ckptUse   api.Checkpoints
+	treeBytes map[string]int64
 
 	// finished is set when the finish tool succeeded; summary is its claim.
 	finished bool
@@ -215,7 +223,7 @@ func (n *netApprovals) clone() netApprovals {
 // holds the tools the engine gives runs.
 func newState(runID string, reg *tools.Registry) *state {
 	return &state{
-		runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
+		runID: runID, snapshots: map[string]string{}, fetched: map[string]string{}, checkpoints: map[string]ckptRef{}, cpu: map[string]int64{}, charges: map[int64]credit.Debit{},
 		tools: reg,
 	}
 }
@@ -426,8 +434,20 @@ func (s *state) applySandbox(p event.Payload, o origin) {
 			s.recoveries = 0
 		}
 		s.snapshots[p.Sandbox] = p.Digest
+		noteCheckpoint(s.checkpoints, p)
+		if o != inherited && p.Format == event.FormatCheckpoint {
+			s.ckptUse.Count++
+			s.ckptUse.StoredBytes += p.Size
+			s.ckptUse.SharedBytes += p.SharedBytes
+			if s.treeBytes == nil {
+				s.treeBytes = map[string]int64{}
+			}
+			s.treeBytes[p.Sandbox] = p.TreeBytes
+		}
 		s.recordCPU(p.SandboxID, p.CPUMS)
-		if s.cur != nil && s.cur.n == p.Step {
+		if s.cur != nil && s.cur.n == p.Step && !p.Start {
+			// A start is taken when the sandbox is first made, maybe by
+			// a call of the step: what the call changes is after it.
 			delete(s.cur.dirty, p.Sandbox)
 		}
 	case *event.WorkspaceFetched:
@@ -543,4 +563,33 @@ func responseMessage(r event.ModelResponse) model.Message {
 
 func taskMessage(task string) string {
 	return "Task:\n" + task
+}
+
+// ckptRef is what a run's log says of a sandbox's checkpoints: its latest
+// snapshot, and the checkpoint it started as ("" when its chain began
+// after a snapshot of the older format, which has no start).
+type ckptRef struct{ start, latest string }
+
+// noteCheckpoint keeps in m what snapshot p says of its sandbox's
+// checkpoints: a snapshot of the older format ends them.
+func noteCheckpoint(m map[string]ckptRef, p *event.SnapshotTaken) {
+	if p.Format != event.FormatCheckpoint {
+		delete(m, p.Sandbox)
+		return
+	}
+	r := m[p.Sandbox]
+	r.latest = p.Digest
+	if p.Start {
+		r.start = p.Digest
+	}
+	m[p.Sandbox] = r
+}
+
+// checkpointUsage is what the run's own checkpoints hold and cost.
+func (s *state) checkpointUsage() api.Checkpoints {
+	u := s.ckptUse
+	for _, n := range s.treeBytes {
+		u.TreeBytes += n
+	}
+	return u
 }

@@ -235,33 +235,58 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		release()
 		return err
 	}
-	if snap != "" {
-		if err := d.restore(ctx, sb, snap); err != nil {
-			destroy(ctx, sb)
-			release()
-			return fmt.Errorf("restore snapshot %s: %w", snap, err)
+	ref, chunked := d.checkpointsOf(name)
+	cp, checkpoints := d.checkpointable(name, sb)
+	l.baseline = ""
+	fail := func(err error) error {
+		destroy(ctx, sb)
+		release()
+		return err
+	}
+	switch {
+	case snap != "" && chunked && snap == ref.latest:
+		if !checkpoints {
+			return fail(fmt.Errorf("restore checkpoint %s: the sandbox cannot take checkpoints", snap))
 		}
-	} else if sc.Git != nil {
+		if err := d.restoreCheckpoint(ctx, sb, cp, l, snap); err != nil {
+			return fail(fmt.Errorf("restore checkpoint %s: %w", snap, err))
+		}
+	case snap != "":
+		if err := d.restore(ctx, sb, snap); err != nil {
+			return fail(fmt.Errorf("restore snapshot %s: %w", snap, err))
+		}
+	case sc.Git != nil:
 		if err := d.fetchGit(ctx, sb, name, *sc.Git); err != nil {
-			destroy(ctx, sb)
-			release()
-			return err
+			return fail(err)
 		}
 	}
 	l.sb, l.release = sb, release
 	d.mu.Lock()
 	delete(d.snaps, name) // a restored tree has new inodes and times
 	d.mu.Unlock()
-	_, err = d.record(ctx, event.SandboxProvisioned{
+	ps := []event.Payload{event.SandboxProvisioned{
 		Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
 		Snapshot: snap, DurationMS: time.Since(start).Milliseconds(),
-	})
+	}}
+	if checkpoints && d.snapshotOf(name) == "" {
+		// The sandbox's first checkpoint, its start: the workspace as it
+		// was made, before any command, which later checkpoints change
+		// and the run's patch is against.
+		ev, err := d.checkpoint(ctx, name, l, cp, d.curStep(), true)
+		if err != nil {
+			l.sb, l.release = nil, nil
+			return fail(fmt.Errorf("checkpoint of the new workspace: %w", err))
+		}
+		ps = append(ps, ev)
+	}
+	_, err = d.record(ctx, ps...)
 	return err
 }
 
-// restore unpacks a snapshot into the sandbox's empty workspace. The bytes
-// are checked against their digest first, and unpacked inside the sandbox,
-// so the host never writes what the sandbox produced.
+// restore unpacks a gzipped tar (a snapshot of the older format, or an
+// uploaded or fetched source tree) into the sandbox's empty workspace. The
+// bytes are checked against their digest first, and unpacked inside the
+// sandbox, so the host never writes what the sandbox produced.
 func (d *driver) restore(ctx context.Context, sb sandbox.Sandbox, digest string) error {
 	r, err := d.e.o.Blobs.Open(ctx, digest)
 	if err != nil {
@@ -276,23 +301,14 @@ func (d *driver) restore(ctx context.Context, sb sandbox.Sandbox, digest string)
 		return err
 	}
 	defer r.Close()
-	var out bytes.Buffer
-	res, err := sandbox.Run(ctx, sb, sandbox.Command{
-		Argv:  []string{"tar", "-xzf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"},
-		Stdin: r, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
-	})
-	if err != nil {
-		return err
-	}
-	if res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0 {
-		return fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
-	}
-	return nil
+	return untar(ctx, sb, r, true)
 }
 
-// snapshot keeps sandbox name's workspace as a compressed tar in the blob
-// store, as an artifact, and records it for step n. A sandbox found lost is
-// replaced (restored from its previous snapshot) and snapshotted again.
+// snapshot keeps what step n changed in sandbox name's workspace: a
+// checkpoint of the change (see checkpoint.go), or for a sandbox that
+// cannot take one, a gzipped tar of the whole workspace as an artifact.
+// A sandbox found lost is replaced (restored from its previous snapshot)
+// and snapshotted again.
 func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 	d.mu.Lock()
 	var fp string
@@ -306,7 +322,10 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		// The one command that could have changed the workspace did not:
 		// the last snapshot still holds it. No export, no write.
 		id, cpu := d.meter(name)
-		return d.later(event.SnapshotTaken{Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu})
+		return d.later(event.SnapshotTaken{
+			Step: n, Sandbox: name, Digest: last.digest, Size: last.size, Base: last.digest, SandboxID: id, CPUMS: cpu,
+			Format: last.format, TreeBytes: last.treeBytes,
+		})
 	}
 	attempts := d.cfg.SandboxAttempts
 	for attempt := 1; ; attempt++ {
@@ -314,8 +333,10 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 		if err != nil {
 			return err
 		}
-		start := time.Now()
-		digest, size, err := d.export(ctx, sb)
+		ev, err := d.snapshotOnce(ctx, n, name, sb)
+		if errors.Is(err, errReplaced) {
+			continue
+		}
 		if err != nil {
 			select {
 			case <-sb.Done():
@@ -336,26 +357,52 @@ func (d *driver) snapshot(ctx context.Context, n int, name string) error {
 			return fmt.Errorf("engine: snapshot sandbox %s: %w", name, err)
 		}
 		d.mu.Lock()
-		base, seq := d.shared.snapshots[name], d.seq
-		d.snaps[name] = snapInfo{digest: digest, size: size, fingerprint: fp}
+		d.snaps[name] = snapInfo{digest: ev.Digest, size: ev.Size, fingerprint: fp, format: ev.Format, treeBytes: ev.TreeBytes}
 		d.mu.Unlock()
-		// An unchanged workspace packs to the same bytes (the export is
-		// ordered, gzip carries no time): the blob exists and so does its
-		// artifact.
-		if digest != base {
-			if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{
-				RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
-				Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n),
-			}); err != nil {
-				return err
-			}
-		}
 		// Written with the next append (see driver.pending).
-		return d.later(event.SnapshotTaken{
-			Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds(),
-			SandboxID: sb.ID(), CPUMS: measure(sb),
-		})
+		return d.later(ev)
 	}
+}
+
+// errReplaced: the sandbox was replaced while a snapshot of it began.
+var errReplaced = errors.New("engine: the sandbox was replaced")
+
+// snapshotOnce takes one snapshot of sandbox name, live as sb.
+func (d *driver) snapshotOnce(ctx context.Context, n int, name string, sb sandbox.Sandbox) (event.SnapshotTaken, error) {
+	if cp, ok := d.checkpointable(name, sb); ok {
+		d.sbMu.Lock()
+		l := d.sbs[name]
+		d.sbMu.Unlock()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.sb != sb {
+			return event.SnapshotTaken{}, errReplaced
+		}
+		return d.checkpoint(ctx, name, l, cp, n, false)
+	}
+	start := time.Now()
+	digest, size, err := d.export(ctx, sb)
+	if err != nil {
+		return event.SnapshotTaken{}, err
+	}
+	d.mu.Lock()
+	base, seq := d.shared.snapshots[name], d.seq
+	d.mu.Unlock()
+	// An unchanged workspace packs to the same bytes (the export is
+	// ordered, gzip carries no time): the blob exists and so does its
+	// artifact.
+	if digest != base {
+		if _, err := d.e.o.Store.PutArtifact(ctx, store.Artifact{
+			RunID: d.run.ID, Digest: digest, Size: size, MediaType: "application/gzip",
+			Name: fmt.Sprintf("%s%s/%06d-step%d.tar.gz", snapshotPrefix, name, seq, n),
+		}); err != nil {
+			return event.SnapshotTaken{}, err
+		}
+	}
+	return event.SnapshotTaken{
+		Step: n, Sandbox: name, Digest: digest, Size: size, Base: base, DurationMS: time.Since(start).Milliseconds(),
+		SandboxID: sb.ID(), CPUMS: measure(sb),
+	}, nil
 }
 
 // gzips recycles gzip writers: each holds about a megabyte of tables.
@@ -588,6 +635,15 @@ func (d *driver) verify(ctx context.Context) (event.VerificationResult, error) {
 // diff returns the unified diff of sandbox name's workspace against its
 // source directory ("" when the sandbox was never used).
 func (d *driver) diff(ctx context.Context, name string) (string, error) {
+	if ref, ok := d.checkpointsOf(name); ok && ref.start != "" {
+		// From the manifests, against the workspace as the sandbox was
+		// made: only what changed is read.
+		var b strings.Builder
+		if err := d.diffCheckpoints(ctx, &b, ref.start, ref.latest); err != nil {
+			return "", fmt.Errorf("engine: diff of sandbox %s: %w", name, err)
+		}
+		return b.String(), nil
+	}
 	sc, _ := d.cfg.sandbox(name)
 	sb, err := d.sandbox(ctx, name)
 	if err != nil {

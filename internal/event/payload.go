@@ -391,16 +391,39 @@ type ArtifactStored struct {
 type SnapshotTaken struct {
 	Step    int    `json:"step"`
 	Sandbox string `json:"sandbox"`
-	Digest  string `json:"digest"`
-	Size    int64  `json:"size"`
+	// Digest names the snapshot: a checkpoint (Format FormatCheckpoint),
+	// or a gzipped tar of the whole workspace (Format "", runs recorded
+	// before checkpoints).
+	Digest string `json:"digest"`
+	// Size is the bytes the snapshot added to the store: the whole tar,
+	// or a checkpoint's new chunks (compressed) and its manifest.
+	Size int64 `json:"size"`
 	// Base is the digest of the snapshot this one is incremental to.
 	Base       string `json:"base,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
+	// Format is FormatCheckpoint for a checkpoint, "" for a gzipped tar.
+	Format string `json:"format,omitempty"`
+	// Start says the snapshot is the workspace as the sandbox started,
+	// before any command: what the run's patch is against.
+	Start bool `json:"start,omitempty"`
+	// Full says a checkpoint holds the whole tree rather than the change
+	// to Base's.
+	Full bool `json:"full,omitempty"`
+	// TreeBytes is the file content of the whole workspace; DeltaBytes
+	// what the checkpoint's stream carried; SharedBytes what of it the
+	// store held already (deduplicated, not stored again).
+	TreeBytes   int64 `json:"tree_bytes,omitempty"`
+	DeltaBytes  int64 `json:"delta_bytes,omitempty"`
+	SharedBytes int64 `json:"shared_bytes,omitempty"`
 	// SandboxID and CPUMS: the sandbox's CPU time so far, as its host
 	// measured it (cgroup), in milliseconds.
 	SandboxID string `json:"sandbox_id,omitempty"`
 	CPUMS     int64  `json:"cpu_ms,omitempty"`
 }
+
+// FormatCheckpoint is SnapshotTaken.Format for a checkpoint (package
+// checkpoint: a manifest chained to its parent, content in chunks).
+const FormatCheckpoint = "checkpoint"
 
 // WorkspaceFetched is the payload of TypeWorkspaceFetched: the tree a git
 // source gave, kept as the gzipped tar blob Digest. From then on it is the

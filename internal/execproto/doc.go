@@ -15,7 +15,10 @@
 // slows the writer instead of growing a buffer without bound. A watch stream
 // stays open until the host cancels it and carries one WatchEvent per Data
 // frame; when the host reads too slowly, the executor drops events and says
-// so (WatchOverflow) rather than queue more than MaxWatchQueue of them.
+// so (WatchOverflow) rather than queue more than MaxWatchQueue of them. A
+// checkpoint stream carries an "airlock delta v1" tar stream of what changed
+// in /workspace since a baseline the executor recorded (package executor
+// documents the format); its result names the new baseline.
 //
 // Everything decoded here is untrusted input on the host side: ReadFrame and
 // Decode reject malformed frames with ErrFrame and never allocate more than

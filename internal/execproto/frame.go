@@ -9,8 +9,8 @@ import (
 
 // Version is the protocol version. Host and executor exchange it in Hello and
 // refuse to talk across versions. Version 2 added the watch and disk_usage
-// operations.
-const Version = 2
+// operations, version 3 the checkpoint operation.
+const Version = 3
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a

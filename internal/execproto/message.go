@@ -227,6 +227,13 @@ const (
 	// OpDiskUsage reports how full the sandbox's writable layers are, in
 	// Result.Disk.
 	OpDiskUsage = "disk_usage"
+	// OpCheckpoint streams what changed in /workspace since the baseline
+	// named by Since (the whole tree when Since is empty or unknown to the
+	// executor) as an "airlock delta v1" tar stream on Stdout, records the
+	// tree as it is now as a new baseline, and reports it in
+	// Result.Checkpoint. With MarkOnly it streams nothing and only records
+	// the baseline. The executor keeps the last two baselines.
+	OpCheckpoint = "checkpoint"
 )
 
 // Request opens a stream.
@@ -255,6 +262,10 @@ type Request struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	Append    bool   `json:"append,omitempty"`
 	Limit     int64  `json:"limit,omitempty"` // read: max bytes; 0 = no limit
+
+	// checkpoint
+	Since    string `json:"since,omitempty"`     // a baseline name (CheckBaseline), or empty for the whole tree
+	MarkOnly bool   `json:"mark_only,omitempty"` // record a baseline, stream nothing
 }
 
 // Limits on requests.
@@ -329,6 +340,13 @@ func (r *Request) Validate() error {
 		return nil
 	case OpDiskUsage:
 		return nil
+	case OpCheckpoint:
+		if r.Since != "" {
+			if err := CheckBaseline(r.Since); err != nil {
+				return fmt.Errorf("checkpoint: since: %w", err)
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown op %.20q", r.Op)
 }
@@ -402,6 +420,55 @@ type Result struct {
 	Entries []Entry `json:"entries,omitempty"`
 	// Disk is a disk_usage result.
 	Disk *DiskUsage `json:"disk,omitempty"`
+	// Checkpoint is a checkpoint result.
+	Checkpoint *CheckpointResult `json:"checkpoint,omitempty"`
+}
+
+// CheckpointResult is what a checkpoint recorded and streamed.
+type CheckpointResult struct {
+	// Baseline names the baseline recorded: the tree as the stream leaves
+	// it, to pass as Since next time.
+	Baseline string `json:"baseline"`
+	// Full is set when the stream is the whole tree (Since was empty or
+	// unknown) rather than a delta.
+	Full bool `json:"full,omitempty"`
+	// Entries counts the tar entries written, whiteouts included; Bytes
+	// the file content bytes among them. Both are 0 for MarkOnly.
+	Entries int64 `json:"entries"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// MaxBaselineLen bounds a baseline name.
+const MaxBaselineLen = 64
+
+// CheckBaseline accepts a baseline name: 1 to MaxBaselineLen ASCII
+// letters, digits, '-', '_' and '.'. Names are opaque otherwise.
+func CheckBaseline(name string) error {
+	if name == "" || len(name) > MaxBaselineLen {
+		return fmt.Errorf("baseline name of %d bytes, want 1 to %d", len(name), MaxBaselineLen)
+	}
+	for i := range len(name) {
+		c := name[i]
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '_' && c != '.' {
+			return fmt.Errorf("baseline name %.80q: want letters, digits, '-', '_' or '.'", name)
+		}
+	}
+	return nil
+}
+
+// Validate checks a checkpoint result the host read from the executor, for
+// a request with MarkOnly set or not.
+func (c *CheckpointResult) Validate(markOnly bool) error {
+	if err := CheckBaseline(c.Baseline); err != nil {
+		return fmt.Errorf("checkpoint result: %w", err)
+	}
+	if c.Entries < 0 || c.Bytes < 0 {
+		return errors.New("checkpoint result: negative count")
+	}
+	if markOnly && (c.Entries != 0 || c.Bytes != 0 || c.Full) {
+		return errors.New("checkpoint result: a mark-only checkpoint that streamed entries")
+	}
+	return nil
 }
 
 // DiskUsage is how full a sandbox's writable layers are: the scratch layer

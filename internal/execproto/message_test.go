@@ -56,6 +56,13 @@ func TestRequestValidate(t *testing.T) {
 		{"watch empty path", execproto.Request{Op: execproto.OpWatch}, true},
 		{"watch NUL path", execproto.Request{Op: execproto.OpWatch, Path: "/a\x00"}, true},
 		{"disk usage", execproto.Request{Op: execproto.OpDiskUsage}, false},
+		{"checkpoint full", execproto.Request{Op: execproto.OpCheckpoint}, false},
+		{"checkpoint since", execproto.Request{Op: execproto.OpCheckpoint, Since: "a1b2c3d4e5f60718-12"}, false},
+		{"checkpoint mark only", execproto.Request{Op: execproto.OpCheckpoint, MarkOnly: true, Since: "x_y.z"}, false},
+		{"checkpoint since with a slash", execproto.Request{Op: execproto.OpCheckpoint, Since: "../a"}, true},
+		{"checkpoint since with a space", execproto.Request{Op: execproto.OpCheckpoint, Since: "a b"}, true},
+		{"checkpoint since non-ASCII", execproto.Request{Op: execproto.OpCheckpoint, Since: "b\xc3\xa9"}, true},
+		{"checkpoint since too long", execproto.Request{Op: execproto.OpCheckpoint, Since: strings.Repeat("a", execproto.MaxBaselineLen+1)}, true},
 		{"unknown op", execproto.Request{Op: "chmod", Path: "/a"}, true},
 		{"empty op", execproto.Request{}, true},
 		{"op case matters", execproto.Request{Op: "EXEC", Argv: []string{"ls"}}, true},
@@ -232,6 +239,33 @@ func TestJSONFrame(t *testing.T) {
 	}
 }
 
+func TestCheckpointResultValidate(t *testing.T) {
+	tests := []struct {
+		name     string
+		r        execproto.CheckpointResult
+		markOnly bool
+		wantErr  bool
+	}{
+		{"delta", execproto.CheckpointResult{Baseline: "p-2", Entries: 3, Bytes: 10}, false, false},
+		{"full", execproto.CheckpointResult{Baseline: "p-1", Full: true, Entries: 1}, false, false},
+		{"empty delta", execproto.CheckpointResult{Baseline: "p-3"}, false, false},
+		{"mark only", execproto.CheckpointResult{Baseline: "p-4"}, true, false},
+		{"no baseline", execproto.CheckpointResult{Entries: 1}, false, true},
+		{"bad baseline", execproto.CheckpointResult{Baseline: "a/b"}, false, true},
+		{"negative entries", execproto.CheckpointResult{Baseline: "p", Entries: -1}, false, true},
+		{"negative bytes", execproto.CheckpointResult{Baseline: "p", Bytes: -1}, false, true},
+		{"mark only with entries", execproto.CheckpointResult{Baseline: "p", Entries: 1}, true, true},
+		{"mark only full", execproto.CheckpointResult{Baseline: "p", Full: true}, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.r.Validate(tt.markOnly); (err != nil) != tt.wantErr {
+				t.Errorf("CheckpointResult%+v.Validate(%t) = %v, want error: %t", tt.r, tt.markOnly, err, tt.wantErr)
+			}
+		})
+	}
+}
+
 func TestWatchEventValidate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -306,5 +340,19 @@ func TestMessageFieldNames(t *testing.T) {
 	}
 	if want := `{"exit_code":0,"disk":{"used":1,"total":2}}`; string(b) != want {
 		t.Errorf("json.Marshal(Result with disk) = %s, want %s", b, want)
+	}
+	b, err = json.Marshal(execproto.Request{Op: execproto.OpCheckpoint, Since: "p-1", MarkOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"op":"checkpoint","since":"p-1","mark_only":true}`; string(b) != want {
+		t.Errorf("json.Marshal(checkpoint Request) = %s, want %s", b, want)
+	}
+	b, err = json.Marshal(execproto.Result{Checkpoint: &execproto.CheckpointResult{Baseline: "p-2", Full: true, Entries: 3, Bytes: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"exit_code":0,"checkpoint":{"baseline":"p-2","full":true,"entries":3,"bytes":4}}`; string(b) != want {
+		t.Errorf("json.Marshal(Result with checkpoint) = %s, want %s", b, want)
 	}
 }

@@ -89,6 +89,9 @@ type executor struct {
 	// null is /dev/null, the stdin of commands given none, opened on first
 	// use and shared by them. Guarded by mu.
 	null *os.File
+
+	// ckpt keeps the baselines of /workspace for checkpoints.
+	ckpt *checkpoints
 }
 
 // devNull returns the executor's /dev/null.
@@ -132,10 +135,11 @@ func (e *executor) start(conn io.Reader) error {
 	// Every thread must carry the same restrictions: keep setup on one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	layers, err := setup(&e.setup)
+	layers, upper, err := setup(&e.setup)
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	e.ckpt = newCheckpoints(workspacePath, upper)
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
 	e.path = sandboxPath()
@@ -153,10 +157,17 @@ func (e *executor) start(conn io.Reader) error {
 		return err
 	}
 	layers = append(layers, "capabilities:dropped-for-children")
+	var hidden []int
+	if upper >= 0 {
+		// Checkpoints read the cow workspace's upper layer, which has no
+		// path here; nothing else can reach it.
+		hidden = append(hidden, upper)
+	}
 	status, err := landlock.Restrict(landlock.Rules{
-		ReadOnly:  []string{"/"},
-		ReadWrite: append(append([]string{}, writable...), e.setup.User.Home),
-		Devices:   []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
+		ReadOnly:    []string{"/"},
+		ReadOnlyFDs: hidden,
+		ReadWrite:   append(append([]string{}, writable...), e.setup.User.Home),
+		Devices:     []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
 	})
 	abi := 0
 	switch {

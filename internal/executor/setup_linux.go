@@ -38,110 +38,112 @@ var writable = []string{workspacePath, "/tmp", "/dev/shm"}
 
 // setup builds the sandbox's filesystem, network and process attributes. It
 // runs as PID 1 of fresh user, mount, PID, IPC, UTS, cgroup and network
-// namespaces, before any untrusted code exists.
-func setup(s *execproto.Setup) ([]string, error) {
-	var layers []string
+// namespaces, before any untrusted code exists. It returns what it enforced
+// and, for a cow workspace, an O_PATH descriptor of the workspace's upper
+// layer (else -1), which checkpoints walk.
+func setup(s *execproto.Setup) (layers []string, upper int, err error) {
+	upper = -1
 	if err := s.Validate(); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("make mounts private: %w", err)
+		return nil, -1, fmt.Errorf("make mounts private: %w", err)
 	}
 	if err := cloneHostPaths(s); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if err := mountTmpfs(scratchDir, fmt.Sprintf("mode=0755,size=%d", s.DiskBytes)); err != nil {
-		return nil, fmt.Errorf("scratch tmpfs: %w", err)
+		return nil, -1, fmt.Errorf("scratch tmpfs: %w", err)
 	}
 	u := s.User
 	home := filepath.Join(newRoot, u.Home)
 	for _, d := range []string{"root", "home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
 		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 	}
 	if err := os.Chown(filepath.Join(scratchDir, "home"), u.UID, u.GID); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if err := os.Chmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if s.RootFD != 0 {
 		// A template root: an overlay whose upper layer is scratch, so
 		// writes to / land in the sandbox's own quota and die with it.
 		lower := scratchDir + "/root-lower"
 		if err := moveMount(s.RootFD, lower); err != nil {
-			return nil, fmt.Errorf("template root: %w", err)
+			return nil, -1, fmt.Errorf("template root: %w", err)
 		}
 		if err := mountOverlay(newRoot, lower, scratchDir+"/root-upper", scratchDir+"/root-work"); err != nil {
-			return nil, fmt.Errorf("template root overlay: %w", err)
+			return nil, -1, fmt.Errorf("template root overlay: %w", err)
 		}
 		if err := unix.Unmount(lower, unix.MNT_DETACH); err != nil {
-			return nil, fmt.Errorf("template root: %w", err)
+			return nil, -1, fmt.Errorf("template root: %w", err)
 		}
 		layers = append(layers, "rootfs:template")
 	} else {
 		// pivot_root needs the new root to be a mount point.
 		if err := bind(newRoot, newRoot, false); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		if err := buildHostRoot(s); err != nil {
-			return nil, err
+			return nil, -1, err
 		}
 		layers = append(layers, "rootfs:host-ro")
 	}
 	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/")} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
-			return nil, fmt.Errorf("mkdir /%s: %w", d, err)
+			return nil, -1, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
 	}
 	if err := bind(scratchDir+"/home", home, false); err != nil {
-		return nil, fmt.Errorf("home: %w", err)
+		return nil, -1, fmt.Errorf("home: %w", err)
 	}
-	if err := setupWorkspace(s.Workspace, u); err != nil {
-		return nil, fmt.Errorf("workspace: %w", err)
+	if upper, err = setupWorkspace(s.Workspace, u); err != nil {
+		return nil, -1, fmt.Errorf("workspace: %w", err)
 	}
 	layers = append(layers, "workspace:"+s.Workspace.Mode)
 	for _, m := range s.Mounts {
 		if err := setupMount(m); err != nil {
-			return nil, fmt.Errorf("mount %s: %w", m.Target, err)
+			return nil, -1, fmt.Errorf("mount %s: %w", m.Target, err)
 		}
 	}
 	if s.ProxyFD != 0 {
 		target := filepath.Join(newRoot, proxySocket)
 		if err := os.WriteFile(target, nil, 0o600); err != nil {
-			return nil, fmt.Errorf("proxy socket: %w", err)
+			return nil, -1, fmt.Errorf("proxy socket: %w", err)
 		}
 		if err := moveMount(s.ProxyFD, target); err != nil {
-			return nil, fmt.Errorf("proxy socket: %w", err)
+			return nil, -1, fmt.Errorf("proxy socket: %w", err)
 		}
 	}
 	if err := mountTmpfs(filepath.Join(newRoot, "tmp"), fmt.Sprintf("mode=1777,size=%d", s.DiskBytes)); err != nil {
-		return nil, fmt.Errorf("/tmp: %w", err)
+		return nil, -1, fmt.Errorf("/tmp: %w", err)
 	}
 	if err := setupProc(); err != nil {
-		return nil, fmt.Errorf("/proc: %w", err)
+		return nil, -1, fmt.Errorf("/proc: %w", err)
 	}
 	if err := setupDev(s.ShmBytes); err != nil {
-		return nil, fmt.Errorf("/dev: %w", err)
+		return nil, -1, fmt.Errorf("/dev: %w", err)
 	}
 	if err := pivot(newRoot); err != nil {
-		return nil, err
+		return nil, -1, err
 	}
 	if s.RootFD == 0 {
 		// Nothing outside the listed writable mounts may change the root.
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return nil, fmt.Errorf("read-only root: %w", err)
+			return nil, -1, fmt.Errorf("read-only root: %w", err)
 		}
 	}
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-		return nil, fmt.Errorf("hostname: %w", err)
+		return nil, -1, fmt.Errorf("hostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, fmt.Errorf("loopback: %w", err)
+		return nil, -1, fmt.Errorf("loopback: %w", err)
 	}
 	layers = append(layers, "namespaces:user,mnt,pid,net,ipc,uts,cgroup", "network:loopback-only")
-	return layers, nil
+	return layers, upper, nil
 }
 
 func mountTmpfs(dst, opts string) error {
@@ -269,36 +271,49 @@ func writeEtc(etc string, s *execproto.Setup) error {
 	return nil
 }
 
-func setupWorkspace(w execproto.Workspace, u execproto.User) error {
+// setupWorkspace mounts /workspace. For a cow workspace it returns an
+// O_PATH descriptor of the overlay's upper layer, the sandbox's changes: it
+// lives on the scratch tmpfs, which pivot_root takes out of view, so it is
+// opened now or never. Close-on-exec, it reaches no command; O_PATH, it
+// grants nothing by itself (checkpoints open beneath it, see checkpoints).
+// It returns -1 in the other modes.
+func setupWorkspace(w execproto.Workspace, u execproto.User) (int, error) {
 	dst := filepath.Join(newRoot, workspacePath)
 	switch w.Mode {
 	case execproto.WorkspaceEmpty, "":
 		ws := scratchDir + "/ws-upper"
 		if err := os.Chown(ws, u.UID, u.GID); err != nil {
-			return err
+			return -1, err
 		}
-		return bind(ws, dst, false)
+		return -1, bind(ws, dst, false)
 	case execproto.WorkspaceCOW:
 		// The overlay's root directory takes its owner from the upper
 		// layer: make it the sandbox user's, like the id-mapped lower.
 		for _, d := range []string{"/ws-upper", "/ws-work"} {
 			if err := os.Chown(scratchDir+d, u.UID, u.GID); err != nil {
-				return err
+				return -1, err
 			}
 		}
 		lower := scratchDir + "/lower"
 		if err := moveMount(w.FD, lower); err != nil {
-			return err
+			return -1, err
 		}
 		if err := mountOverlay(dst, lower, scratchDir+"/ws-upper", scratchDir+"/ws-work"); err != nil {
-			return fmt.Errorf("overlay: %w", err)
+			return -1, fmt.Errorf("overlay: %w", err)
 		}
 		// The overlay holds its own reference to the lower tree.
-		return unix.Unmount(lower, unix.MNT_DETACH)
+		if err := unix.Unmount(lower, unix.MNT_DETACH); err != nil {
+			return -1, err
+		}
+		upper, err := unix.Open(scratchDir+"/ws-upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("open the upper layer: %w", err)
+		}
+		return upper, nil
 	case execproto.WorkspaceRO, execproto.WorkspaceRW:
-		return moveMount(w.FD, dst)
+		return -1, moveMount(w.FD, dst)
 	}
-	return fmt.Errorf("unknown mode %q", w.Mode)
+	return -1, fmt.Errorf("unknown mode %q", w.Mode)
 }
 
 func setupMount(m execproto.Mount) error {

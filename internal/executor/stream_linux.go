@@ -142,6 +142,8 @@ func (s *stream) run() {
 			res = s.watch()
 		case execproto.OpDiskUsage:
 			res = diskUsage(s.e.setup.User.Home)
+		case execproto.OpCheckpoint:
+			res = s.checkpoint()
 		default:
 			res = s.file()
 		}

@@ -19,23 +19,28 @@ type tarWriter struct {
 	pending bool
 }
 
-// tarHeader is what export records of an entry.
+// tarHeader is what export and checkpoint record of an entry.
 type tarHeader struct {
 	Name     string
 	Linkname string
-	Type     byte // tarReg, tarDir, tarSymlink
+	Type     byte // tarReg, tarHardlink, tarSymlink, tarDir, tarFIFO
 	Mode     int64
 	UID, GID int
 	Size     int64
 	ModTime  int64 // seconds since the epoch
+	// ModTimeNsec is the fraction of ModTime's second, 0 to 999999999;
+	// when it is not 0 a PAX mtime record carries the time exactly.
+	ModTimeNsec int64
 }
 
 const (
-	tarReg     = '0'
-	tarSymlink = '2'
-	tarDir     = '5'
-	tarPAX     = 'x'
-	tarBlock   = 512
+	tarReg      = '0'
+	tarHardlink = '1'
+	tarSymlink  = '2'
+	tarDir      = '5'
+	tarFIFO     = '6'
+	tarPAX      = 'x'
+	tarBlock    = 512
 )
 
 var errTarBody = errors.New("tar: entry body length does not match its header")
@@ -49,6 +54,9 @@ func (tw *tarWriter) WriteHeader(h tarHeader) error {
 	}
 	if h.Size < 0 || h.Mode < 0 || h.UID < 0 || h.GID < 0 {
 		return fmt.Errorf("tar: %q: negative field", h.Name)
+	}
+	if h.ModTimeNsec < 0 || h.ModTimeNsec >= 1e9 {
+		return fmt.Errorf("tar: %q: nanoseconds out of range", h.Name)
 	}
 	var pax []byte
 	name, link := h.Name, h.Linkname
@@ -74,10 +82,10 @@ func (tw *tarWriter) WriteHeader(h tarHeader) error {
 		pax = paxRecord(pax, "gid", strconv.Itoa(gid))
 		gid = 0
 	}
-	mtime := max(h.ModTime, 0)
-	if mtime > 0o77777777777 {
-		pax = paxRecord(pax, "mtime", strconv.FormatInt(mtime, 10))
-		mtime = 0
+	mtime := h.ModTime
+	if mtime < 0 || mtime > 0o77777777777 || h.ModTimeNsec != 0 {
+		pax = paxRecord(pax, "mtime", paxTime(h.ModTime, h.ModTimeNsec))
+		mtime = max(0, min(mtime, 0o77777777777))
 	}
 	if pax != nil {
 		ph := tarBlockFor(asciiPrefix("PaxHeaders/"+name, 100), "", tarPAX, 0o644, 0, 0, int64(len(pax)), mtime)
@@ -172,6 +180,25 @@ func octal(dst []byte, v int64) {
 	}
 	copy(dst[n-len(s):n], s)
 	dst[n] = 0
+}
+
+// paxTime formats sec+nsec/1e9 as a PAX time: decimal seconds, with a
+// fraction when nsec is not 0. PAX writes a negative time as its magnitude
+// with a minus sign ("-1.5" is 1.5 s before the epoch), as archive/tar
+// reads it.
+func paxTime(sec, nsec int64) string {
+	neg := sec < 0
+	if neg && nsec != 0 {
+		sec, nsec = sec+1, 1e9-nsec
+	}
+	s := strconv.FormatInt(sec, 10)
+	if neg && sec == 0 {
+		s = "-0"
+	}
+	if nsec == 0 {
+		return s
+	}
+	return fmt.Sprintf("%s.%09d", s, nsec)
 }
 
 // paxRecord appends "LEN key=value\n", where LEN counts the whole record.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readBack parses w's output with the standard library's reader.
@@ -48,6 +49,14 @@ func TestTarWriterRoundTrip(t *testing.T) {
 		{tarHeader{Name: "ünïcode-名前", Type: tarReg, Mode: 0o644, Size: 1}, "u"},
 		{tarHeader{Name: "bigid", Type: tarReg, Mode: 0o644, UID: 1 << 30, GID: 1<<30 + 7}, ""},
 		{tarHeader{Name: "old", Type: tarReg, Mode: 0o644, ModTime: -5}, ""},
+		{tarHeader{Name: "ns", Type: tarReg, Mode: 0o644, ModTime: 1700000000, ModTimeNsec: 123456789}, ""},
+		{tarHeader{Name: "ns-small", Type: tarDir, Mode: 0o755, ModTime: 1, ModTimeNsec: 1}, ""},
+		{tarHeader{Name: "old-ns", Type: tarReg, Mode: 0o644, ModTime: -2, ModTimeNsec: 500000000}, ""},
+		{tarHeader{Name: "just-before-epoch", Type: tarReg, Mode: 0o644, ModTime: -1, ModTimeNsec: 999999999}, ""},
+		{tarHeader{Name: "far", Type: tarReg, Mode: 0o644, ModTime: 1 << 40, ModTimeNsec: 7}, ""},
+		{tarHeader{Name: "hard", Type: tarHardlink, Linkname: "dir/a.txt", Mode: 0o644}, ""},
+		{tarHeader{Name: "fifo", Type: tarFIFO, Mode: 0o600, ModTime: 1700000000}, ""},
+		{tarHeader{Name: "line\nbreak\xff", Type: tarReg, Mode: 0o644, Size: 1}, "n"},
 	}
 	var buf bytes.Buffer
 	tw := &tarWriter{w: &buf}
@@ -73,7 +82,7 @@ func TestTarWriterRoundTrip(t *testing.T) {
 		h := hs[i]
 		if h.Name != tt.h.Name || h.Linkname != tt.h.Linkname || h.Typeflag != tt.h.Type ||
 			h.Mode != tt.h.Mode || h.Uid != tt.h.UID || h.Gid != tt.h.GID || h.Size != tt.h.Size ||
-			h.ModTime.Unix() != max(tt.h.ModTime, 0) {
+			!h.ModTime.Equal(time.Unix(tt.h.ModTime, tt.h.ModTimeNsec)) {
 			t.Errorf("entry %d: read %+v, wrote %+v", i, h, tt.h)
 		}
 	}
@@ -96,25 +105,32 @@ func TestTarWriterBodyMismatch(t *testing.T) {
 }
 
 func FuzzTarWriter(f *testing.F) {
-	f.Add("a.txt", "", byte(tarReg), int64(0o644), 1000, []byte("hello"))
-	f.Add(strings.Repeat("x", 150), strings.Repeat("y", 120), byte(tarSymlink), int64(0o777), 0, []byte(nil))
-	f.Add("dir/", "", byte(tarDir), int64(0o755), 1<<30, []byte(nil))
-	f.Fuzz(func(t *testing.T, name, link string, typ byte, mode int64, id int, body []byte) {
+	f.Add("a.txt", "", byte(tarReg), int64(0o644), 1000, int64(1700000000), int64(0), []byte("hello"))
+	f.Add(strings.Repeat("x", 150), strings.Repeat("y", 120), byte(tarSymlink), int64(0o777), 0, int64(-3), int64(5), []byte(nil))
+	f.Add("dir/", "", byte(tarDir), int64(0o755), 1<<30, int64(1<<34), int64(999999999), []byte(nil))
+	f.Add("b", "a.txt", byte(tarHardlink), int64(0o644), 0, int64(0), int64(1), []byte(nil))
+	f.Fuzz(func(t *testing.T, name, link string, typ byte, mode int64, id int, sec, nsec int64, body []byte) {
 		switch typ {
-		case tarReg, tarDir, tarSymlink:
+		case tarReg, tarDir, tarSymlink, tarHardlink, tarFIFO:
 		default:
 			return
 		}
 		if name == "" || strings.ContainsRune(name, 0) || strings.ContainsRune(link, 0) || mode < 0 || id < 0 {
 			return
 		}
-		h := tarHeader{Name: name, Linkname: link, Type: typ, Mode: mode & 0o7777, UID: id, GID: id}
+		// Times archive/tar can hold (time.Time's range in seconds).
+		sec %= 1 << 60
+		nsec %= 1e9
+		if nsec < 0 {
+			nsec = -nsec
+		}
+		h := tarHeader{Name: name, Linkname: link, Type: typ, Mode: mode & 0o7777, UID: id, GID: id, ModTime: sec, ModTimeNsec: nsec}
 		if typ == tarReg {
 			h.Size = int64(len(body))
 		} else {
 			body = nil
 		}
-		if typ != tarSymlink {
+		if typ != tarSymlink && typ != tarHardlink {
 			h.Linkname = ""
 		}
 		var buf bytes.Buffer
@@ -129,7 +145,8 @@ func FuzzTarWriter(f *testing.F) {
 			t.Fatal(err)
 		}
 		hs := readBack(t, buf.Bytes())
-		if len(hs) != 1 || hs[0].Name != h.Name || hs[0].Linkname != h.Linkname || hs[0].Size != h.Size || hs[0].Uid != id {
+		if len(hs) != 1 || hs[0].Name != h.Name || hs[0].Linkname != h.Linkname || hs[0].Size != h.Size || hs[0].Uid != id ||
+			!hs[0].ModTime.Equal(time.Unix(sec, nsec)) {
 			t.Fatalf("round trip: wrote %+v, read %+v", h, hs)
 		}
 	})

@@ -23,8 +23,11 @@ import (
 // the data plane on their own listeners, sandboxes under the tenants'
 // policies with the host's egress proxy. Each sandbox is a record (a run
 // of kind sandbox) in the host's store, with every operation and its
-// metered usage in its log; paused sandboxes' snapshots are kept in
-// $AIRLOCK_HOME/e2b, so they are resumable after a restart. Every
+// metered usage in its log; paused sandboxes' workspaces and the tenants'
+// snapshots are checkpoints in the one checkpoint store the runs use
+// (chunks in $AIRLOCK_HOME/chunks or PostgreSQL), what resuming them needs
+// and the snapshots' index in $AIRLOCK_HOME/e2b, so they are resumable
+// and listed after a restart. Every
 // operation is also a line of $AIRLOCK_HOME/audit/e2b.jsonl.
 type e2bService struct {
 	srv      *e2b.Server
@@ -56,7 +59,7 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	}()
 	log := logger.With("component", "e2b")
 	e.srv, err = e2b.New(e2b.Options{
-		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter,
+		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
 		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
 		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,
 	})

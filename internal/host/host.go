@@ -32,6 +32,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
@@ -44,6 +45,7 @@ import (
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/store/chunk"
 	"github.com/airlockrun/airlock/internal/store/postgres"
 	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/telemetry"
@@ -119,9 +121,11 @@ type Host struct {
 // runSide is the part of a host that runs need: the store, its blobs, the
 // price table and the engine on them.
 type runSide struct {
-	store  store.Store
-	blobs  *blob.Store
-	prices price.Table
+	store store.Store
+	blobs *blob.Store
+	// checkpoints keeps the run sandboxes' workspaces.
+	checkpoints *checkpoint.Store
+	prices      price.Table
 	// meter is the one credit meter of the engine, the gateway and the
 	// E2B API: what each holds and owes counts in the others' checks.
 	meter *credit.Meter
@@ -228,9 +232,14 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	// On PostgreSQL the blobs live in the database too, so that every
 	// process on it (airlock serve replicas, workers) reads the uploads,
 	// snapshots and artifacts any of them stored.
+	// The workspaces' checkpoints keep their content as chunks: in
+	// $AIRLOCK_HOME/chunks, or in the database beside the blobs.
 	var bo blob.Options
+	var chunks chunk.Backend
 	if pg, ok := r.store.(*postgres.Store); ok {
-		bo.Backend = pg.Blobs()
+		bo.Backend, chunks = pg.Blobs(), pg.Chunks()
+	} else if chunks, err = chunk.NewDir(filepath.Join(h.cfg.Home, "chunks")); err != nil {
+		return nil, err
 	}
 	if h.wrapStore != nil {
 		r.store = h.wrapStore(r.store)
@@ -238,12 +247,19 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	if r.blobs, err = blob.New(filepath.Join(h.cfg.Home, "blobs"), bo); err != nil {
 		return nil, err
 	}
+	cs, err := chunk.NewStore(chunks)
+	if err != nil {
+		return nil, err
+	}
+	if r.checkpoints, err = checkpoint.New(r.blobs, cs); err != nil {
+		return nil, err
+	}
 	if r.prices, err = LoadPrices(h.cfg.Home); err != nil {
 		return nil, err
 	}
 	r.meter = credit.New(r.store, r.prices)
 	opts := engine.Options{
-		Store: r.store, Blobs: r.blobs, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
+		Store: r.store, Blobs: r.blobs, Checkpoints: r.checkpoints, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
 		NewProvider: h.provider, Network: &runNetwork{h: h}, Policy: h.decideTool,
 		OnProgress: h.cfg.OnProgress,
 	}

@@ -77,7 +77,7 @@ func (h *Host) Outcome(ctx context.Context, id string) (api.Run, []api.Artifact,
 // them.
 func outcomeOf(r store.Run, o engine.Outcome) (api.Run, []api.Artifact) {
 	v := server.RunOf(r)
-	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
+	server.WithOutcome(&v, o)
 	arts := make([]api.Artifact, len(o.Artifacts))
 	for i, a := range o.Artifacts {
 		arts[i] = server.ArtifactOf(a)

@@ -78,6 +78,32 @@ func WriteDiffTar(w io.Writer, sourceTar, tarStream io.Reader) error {
 	return writeDiff(w, base, tarStream)
 }
 
+// WriteFileDiff writes the unified diff of one regular file, name, from
+// the oldSize bytes of from to the newSize bytes of to, as WriteDiff writes each
+// file's: a nil reader is a file that does not exist on that side; a file
+// over MaxDiffFile, or that is not UTF-8 text, is a changed binary. The
+// caller knows the contents differ (a checkpoint's manifests say so).
+func WriteFileDiff(w io.Writer, name string, from io.Reader, oldSize int64, to io.Reader, newSize int64) error {
+	var oldData, newData []byte
+	var oldBinary, newBinary bool
+	var err error
+	if from != nil {
+		if oldData, oldBinary, err = readBounded(from, oldSize); err != nil {
+			return fmt.Errorf("diff: %s: %w", name, err)
+		}
+	}
+	if to != nil {
+		if newData, newBinary, err = readBounded(to, newSize); err != nil {
+			return fmt.Errorf("diff: %s: %w", name, err)
+		}
+	}
+	return writeFileDiff(w, name, oldData, newData, from != nil, to != nil, oldBinary || newBinary)
+}
+
+// InGitDir reports whether the relative name is in a tree's top-level
+// .git directory (or is it): patches leave the repository's internals out.
+func InGitDir(name string) bool { return inGitDir(name) }
+
 // baseline is what a diff compares the sandbox with.
 type baseline interface {
 	// read returns a regular file's bytes (nil when too large), whether

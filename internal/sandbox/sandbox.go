@@ -400,6 +400,50 @@ type DiskMeasurer interface {
 	MeasureDisk(ctx context.Context) (DiskUsage, error)
 }
 
+// Checkpointer is implemented by sandboxes whose executor can say what
+// changed in /workspace.
+//
+// The stream is "airlock delta v1": a POSIX tar stream (PAX where a field
+// does not fit) whose names are relative to /workspace, directories with a
+// trailing "/"; entries are regular files, directories, symlinks (never
+// followed), hard links to a name that exists once the earlier entries are
+// applied, and FIFOs, with permission bits, numeric owner and mtime with
+// nanoseconds; sockets and device nodes are skipped. Deletions are OCI
+// whiteouts: an empty regular file DIR/.wh.NAME deletes DIR/NAME and all
+// below it, DIR/.wh..wh..opq right after DIR's entry says DIR's previous
+// children are gone. An entry replaces whatever was at its path, a
+// directory over a directory keeping its children. A full stream has no
+// whiteouts. A workspace file whose name starts with ".wh." cannot be
+// represented: the checkpoint fails naming it, as it does when a file
+// changes while it is read (that error's Errno is EAGAIN: try again).
+type Checkpointer interface {
+	// Checkpoint writes to w the delta stream of /workspace since the
+	// baseline named since (the whole tree, Full, when since is "" or
+	// unknown to the sandbox), records the tree as it is now as a new
+	// baseline, and returns its name. With req.MarkOnly it writes nothing
+	// and only records the baseline (after a restore). The sandbox keeps
+	// at least the last two baselines, so a checkpoint the host failed to
+	// store can be taken again since the one before.
+	Checkpoint(ctx context.Context, req CheckpointRequest, w io.Writer) (CheckpointResult, error)
+}
+
+// CheckpointRequest asks for a checkpoint (Checkpointer).
+type CheckpointRequest struct {
+	// Since names the baseline the delta is taken against; "" asks for
+	// the whole tree.
+	Since string
+	// MarkOnly records a baseline and streams nothing.
+	MarkOnly bool
+}
+
+// CheckpointResult is what a checkpoint recorded and wrote.
+type CheckpointResult struct {
+	Baseline string // name of the new baseline
+	Full     bool   // the stream is the whole tree (since was "" or unknown)
+	Entries  int64  // entries written; Bytes: file bytes written
+	Bytes    int64
+}
+
 // Backend creates sandboxes.
 type Backend interface {
 	Create(ctx context.Context, spec Spec) (Sandbox, error)

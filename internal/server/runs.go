@@ -280,7 +280,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err != nil {
 		return err
 	}
-	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
+	WithOutcome(&v, o)
 	if v.Metadata, v.Policy, err = FirstEvents(r.Context(), c.view, run.ID); err != nil {
 		return err
 	}
@@ -458,4 +458,14 @@ func parseMetadataFilter(q url.Values) (map[string]string, error) {
 		return nil, badRequest("metadata filter: %s", strings.TrimPrefix(err.Error(), "event: "))
 	}
 	return md, nil
+}
+
+// WithOutcome sets what run v's outcome o says: its steps, usage, end,
+// checks and checkpoints.
+func WithOutcome(v *api.Run, o engine.Outcome) {
+	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
+	if o.Checkpoints.Count > 0 {
+		c := o.Checkpoints
+		v.Checkpoints = &c
+	}
 }

@@ -114,15 +114,21 @@ func RunCommand(l Limits) Tool {
 			}
 			half := l.MaxContent / 2
 			stdout, stderr := newHeadTail(half), newHeadTail(half)
-			r, err := sandbox.Run(ctx, env.Sandbox, sandbox.Command{
-				Argv:        []string{"sh", "-c", a.Command},
-				Dir:         Workspace,
-				Timeout:     timeout,
-				MaxOutput:   l.MaxCommandOutput,
-				Stdout:      stdout,
-				Stderr:      stderr,
-				Fingerprint: Workspace,
-			})
+			cmd := sandbox.Command{
+				Argv:      []string{"sh", "-c", a.Command},
+				Dir:       Workspace,
+				Timeout:   timeout,
+				MaxOutput: l.MaxCommandOutput,
+				Stdout:    stdout,
+				Stderr:    stderr,
+			}
+			if _, ok := env.Sandbox.(sandbox.Checkpointer); !ok {
+				// A fingerprint (a walk of the whole tree) tells the
+				// host it need not export an unchanged workspace; a
+				// sandbox that checkpoints finds what changed cheaper.
+				cmd.Fingerprint = Workspace
+			}
+			r, err := sandbox.Run(ctx, env.Sandbox, cmd)
 			if err == nil && ctx.Err() != nil {
 				err = errors.New("cancelled")
 			}

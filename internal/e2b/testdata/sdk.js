@@ -86,6 +86,24 @@ async function main() {
   const connected = await Sandbox.connect(sbx.sandboxId)
   out.connected = (await connected.commands.run('cat notes/a.txt | wc -c')).stdout.trim()
 
+  // Snapshots (SDKs from 2.50 on): one of the running sandbox boots new
+  // ones, by its id or its name, with its workspace.
+  if (typeof sbx.createSnapshot === 'function') {
+    const snap = await sbx.createSnapshot({ name: `${tag}-snap` })
+    const byID = await Sandbox.create(snap.snapshotId)
+    const byName = await Sandbox.create(`${tag}-snap`)
+    out.snapshot = {
+      names: snap.names,
+      byID: (await byID.commands.run('head -1 notes/a.txt')).stdout,
+      byName: (await byName.commands.run('head -1 notes/a.txt')).stdout,
+      listed: (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId === snap.snapshotId),
+      deleted: await Sandbox.deleteSnapshot(snap.snapshotId),
+      deletedAgain: await Sandbox.deleteSnapshot(snap.snapshotId),
+    }
+    await byID.kill()
+    await byName.kill()
+  }
+
   out.killed = await sbx.kill()
   out.killedAgain = await Sandbox.kill(sbx.sandboxId)
   out.running = await sbx.isRunning()

@@ -48,6 +48,11 @@ func Errata() uint64 {
 type Rules struct {
 	// ReadOnly paths may be read, executed and listed.
 	ReadOnly []string
+	// ReadOnlyFDs are open descriptors (O_PATH will do) of directories
+	// that may be read and listed, with everything beneath them: trees
+	// that have no path in the caller's root, like a directory of a mount
+	// detached from it. Restrict does not close them.
+	ReadOnlyFDs []int
 	// ReadWrite paths get everything a normal user needs: read, execute,
 	// list, write, create, remove, rename, link, truncate, make fifos,
 	// sockets and symlinks. Device nodes may not be created.
@@ -66,6 +71,11 @@ func (r Rules) validate() error {
 			if !filepath.IsAbs(p) {
 				errs = append(errs, fmt.Errorf("path %q is not absolute", p))
 			}
+		}
+	}
+	for _, fd := range r.ReadOnlyFDs {
+		if fd < 0 {
+			errs = append(errs, fmt.Errorf("descriptor %d is negative", fd))
 		}
 	}
 	return errors.Join(errs...)
@@ -171,6 +181,11 @@ func Restrict(r Rules) (Status, error) {
 			}
 		}
 	}
+	for _, fd := range r.ReadOnlyFDs {
+		if err := addFDRule(rulesetFD, fd, p.readOnly); err != nil {
+			return Status{}, err
+		}
+	}
 
 	if err := restrictAllThreads(rulesetFD, p.tsync); err != nil {
 		return Status{}, err
@@ -200,6 +215,21 @@ func addPathRule(rulesetFD int, path string, access uint64) (bool, error) {
 		return false, fmt.Errorf("add landlock rule for %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// addFDRule adds a rule granting access beneath the directory open at fd.
+func addFDRule(rulesetFD, fd int, access uint64) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat descriptor %d for landlock rule: %w", fd, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("landlock rule for descriptor %d: not a directory", fd)
+	}
+	if err := addPathBeneath(rulesetFD, fd, access); err != nil {
+		return fmt.Errorf("add landlock rule for descriptor %d: %w", fd, err)
+	}
+	return nil
 }
 
 // restrictAllThreads sets no_new_privs (which landlock_restrict_self requires

@@ -136,6 +136,7 @@ func helperBinary(t *testing.T, abi int) string {
 // env is a helper's sandbox: the directories and the parent's socket.
 type env struct {
 	base, rw, ro, other string
+	byFD                string // granted read-only by a descriptor (ReadOnlyFDs)
 	sock                string
 }
 
@@ -147,9 +148,10 @@ func newEnv(t *testing.T) env {
 		rw:    filepath.Join(base, "rw"),
 		ro:    filepath.Join(base, "ro"),
 		other: filepath.Join(base, "other"),
+		byFD:  filepath.Join(base, "byfd"),
 		sock:  fmt.Sprintf("airlock-landlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
 	}
-	for _, dir := range []string{e.rw, e.ro, e.other} {
+	for _, dir := range []string{e.rw, e.ro, e.other, e.byFD} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -167,6 +169,7 @@ func helperEnv() env {
 		rw:    filepath.Join(base, "rw"),
 		ro:    filepath.Join(base, "ro"),
 		other: filepath.Join(base, "other"),
+		byFD:  filepath.Join(base, "byfd"),
 		sock:  os.Getenv(helperSockEnv),
 	}
 }
@@ -262,6 +265,9 @@ func TestRestrict(t *testing.T) {
 	}
 	want := map[string]string{
 		"read_etc":                "ok",
+		"read_by_fd":              "ok",
+		"list_by_fd":              "ok",
+		"write_by_fd":             "EACCES",
 		"read_ro":                 "ok",
 		"list_ro":                 "ok",
 		"exec_sh":                 "ok",
@@ -447,12 +453,17 @@ func helperRules(e env) (Rules, error) {
 	if err != nil {
 		return Rules{}, err
 	}
+	byFD, err := unix.Open(e.byFD, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Rules{}, err
+	}
 	return Rules{
 		// exe and /dev/zero are files: their rules must be masked to file
 		// rights. exe lets modeExec execve this binary.
-		ReadOnly:  []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", missingPath, e.ro, exe, "/dev/zero"},
-		ReadWrite: []string{e.rw},
-		Devices:   []string{"/dev/null"},
+		ReadOnly:    []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", missingPath, e.ro, exe, "/dev/zero"},
+		ReadOnlyFDs: []int{byFD},
+		ReadWrite:   []string{e.rw},
+		Devices:     []string{"/dev/null"},
 	}, nil
 }
 
@@ -648,6 +659,9 @@ func probeFiles(p map[string]string, e env) {
 	rw := func(name string) string { return filepath.Join(e.rw, name) }
 
 	p["read_etc"] = outcome(readFile("/etc/hostname", "/etc/passwd"))
+	p["read_by_fd"] = outcome(readFile(filepath.Join(e.byFD, "file")))
+	p["list_by_fd"] = outcome(readDir(e.byFD))
+	p["write_by_fd"] = outcome(os.WriteFile(filepath.Join(e.byFD, "new"), nil, 0o644))
 	p["read_ro"] = outcome(readFile(filepath.Join(e.ro, "file")))
 	p["list_ro"] = outcome(readDir(e.ro))
 	p["exec_sh"] = outcome(exec.Command("/bin/sh", "-c", "true").Run())

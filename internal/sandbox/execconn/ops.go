@@ -158,3 +158,65 @@ func (c *Conn) Export(ctx context.Context, path string, w io.Writer) error {
 	_, err := c.do(ctx, execproto.Request{Op: execproto.OpExport, Path: path}, nil, w)
 	return err
 }
+
+// Checkpoint writes the delta stream of /workspace since the baseline since
+// to w (nothing with markOnly) and returns what the executor recorded. A
+// failing w cancels the checkpoint, and its error is returned.
+func (c *Conn) Checkpoint(ctx context.Context, since string, markOnly bool, w io.Writer) (execproto.CheckpointResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cw := &cancelWriter{w: w, cancel: cancel}
+	if w == nil {
+		cw.w = io.Discard
+	}
+	req := execproto.Request{Op: execproto.OpCheckpoint, Since: since, MarkOnly: markOnly}
+	r, err := c.do(ctx, req, nil, cw)
+	if cw.err != nil {
+		return execproto.CheckpointResult{}, fmt.Errorf("checkpoint: write the stream: %w", cw.err)
+	}
+	var fe *sandbox.FileError
+	if errors.As(err, &fe) {
+		// The executor's message names the file; the request names none.
+		fe.Path = "/workspace"
+	}
+	if err != nil {
+		return execproto.CheckpointResult{}, err
+	}
+	if r.Checkpoint == nil {
+		return execproto.CheckpointResult{}, fmt.Errorf("%w: checkpoint: no result", execproto.ErrFrame)
+	}
+	if err := r.Checkpoint.Validate(markOnly); err != nil {
+		return execproto.CheckpointResult{}, fmt.Errorf("%w: %w", execproto.ErrFrame, err)
+	}
+	if markOnly && cw.n > 0 {
+		return execproto.CheckpointResult{}, fmt.Errorf("%w: checkpoint: a mark-only checkpoint sent %d bytes", execproto.ErrFrame, cw.n)
+	}
+	return *r.Checkpoint, nil
+}
+
+// cancelWriter passes writes to w until one fails; then it keeps the error,
+// cancels the request and drops the rest, so the executor stops and the
+// stream's output, acknowledged as dropped, never stalls the connection.
+// The stream's writer goroutine is its only caller.
+type cancelWriter struct {
+	w      io.Writer
+	cancel context.CancelFunc
+	err    error
+	n      int64
+}
+
+func (c *cancelWriter) Write(p []byte) (int, error) {
+	if c.err != nil {
+		return len(p), nil
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		c.err = err
+		c.cancel()
+	}
+	return len(p), nil
+}

@@ -29,5 +29,6 @@ func TestMain(m *testing.M) {
 	executorPath = path
 	code := m.Run()
 	remove()
+	removeBenchTree()
 	os.Exit(code)
 }

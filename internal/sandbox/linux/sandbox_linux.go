@@ -46,6 +46,7 @@ var (
 	_ sandbox.Sandbox      = (*Sandbox)(nil)
 	_ sandbox.Measurer     = (*Sandbox)(nil)
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
+	_ sandbox.Checkpointer = (*Sandbox)(nil)
 )
 
 func (s *Sandbox) makeCgroup() error {
@@ -515,4 +516,18 @@ func (s *Sandbox) MeasureDisk(ctx context.Context) (sandbox.DiskUsage, error) {
 		return sandbox.DiskUsage{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	return sandbox.DiskUsage{Used: d.Used, Total: d.Total}, nil
+}
+
+// Checkpoint implements sandbox.Checkpointer: the executor walks
+// /workspace (in a cow workspace, the overlay's upper layer alone) and
+// streams what changed since the baseline req.Since.
+func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.CheckpointResult{}, err
+	}
+	r, err := s.conn.Checkpoint(ctx, req.Since, req.MarkOnly, w)
+	if err != nil {
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
 }

@@ -26,9 +26,10 @@
 // Garbage collection (deleting blobs no artifact references) is the
 // caller's: Delete removes one blob.
 //
-// Importers: the run engine (internal/engine), the API (internal/server,
-// internal/server/servertest), PostgreSQL's blob backend
-// (internal/store/postgres) and host wiring (internal/host).
+// Importers: the run engine (internal/engine), the APIs (internal/server,
+// internal/server/servertest, internal/e2b), PostgreSQL's blob backend
+// (internal/store/postgres), the checkpoints (internal/checkpoint) and
+// host wiring (internal/host).
 package blob
 
 import (

@@ -195,6 +195,23 @@ var migrations = []string{
 	// before, whose readers hash their documents themselves. No TEXT
 	// default, for the reason migration 3 gives.
 	`ALTER TABLE policies ADD COLUMN policy_hash TEXT;`,
+
+	// 11: checkpoint chunks in the database, for several hosts on one
+	// PostgreSQL (the SQLite store's host keeps them in a directory,
+	// chunk.Dir, and leaves this empty). A chunk's id is the HMAC of its
+	// content under its tenant's key, in hex (package chunk), its data
+	// the content zstd-compressed: at most chunk.MaxStored bytes, one row
+	// each, so unlike a blob it is never split. size is len(data), for
+	// accounting without reading the bytes. A table of its own, not
+	// blobs: a chunk's id is not the SHA-256 of what is stored, and the
+	// collectors of the two (artifacts refer to blobs, checkpoints to
+	// chunks) must never see each other's keys.
+	`CREATE TABLE chunks (
+		id         TEXT PRIMARY KEY,
+		size       INTEGER NOT NULL CHECK (size > 0),
+		data       BLOB NOT NULL,
+		created_ns INTEGER NOT NULL
+	);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -204,7 +221,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 10
+const Version = 11
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Checkpoint benchmarks (internal/checkpoint) on one generated workspace
+# shaped like a repository (many small files and a few large ones, half of
+# the bytes compressible), in one run, with the ratios issue 22 sets:
+#   - the first checkpoint against tar | zstd -1 of the same tree, in the
+#     same iteration (target: at most 1.0; wall time, and CPU time beside);
+#   - a second checkpoint of the unchanged tree: what it stores new (at most
+#     1% of the tree);
+#   - a step that changes one file, in this workspace and in a one-file
+#     workspace (the library's part of "at most 1.2x"), and what it stores;
+#   - restoring after a full checkpoint and 20 steps, unpacked by tar -x,
+#     against tar -x of one full tar (at most 1.2).
+# Installs zstd (Debian's package) when it is missing and this is root.
+# Usage: bench/checkpoint.sh [MiB, default 1024] [iterations, default 3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-1024}
+n=${2:-3}
+
+if ! command -v zstd >/dev/null; then
+  if [ "$(id -u)" -eq 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zstd >/dev/null
+  else
+    echo "zstd is not installed (apt-get install zstd, as root)" >&2
+    exit 1
+  fi
+fi
+
+echo "workspace ${size} MiB, ${n} iterations; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $(zstd --version | head -1)"
+out=$(go test -run '^$' -bench 'BenchmarkWrite$|BenchmarkWriteAgain|BenchmarkWriteDelta|BenchmarkRestore' \
+  -benchtime "${n}x" -timeout 60m ./internal/checkpoint/ -args -checkpoint.size="$size")
+echo "$out" | grep -E '^Benchmark'
+metric() { echo "$out" | awk -v b="$1" -v m="$2" '$1 ~ b { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }'; }
+echo
+printf 'first checkpoint / tar | zstd -1: %s wall (%ss / %ss), %s CPU (%ss / %ss); stored %s of the tree (target: wall <= 1.0)\n' \
+  "$(metric '^BenchmarkWrite-' ratio)" "$(metric '^BenchmarkWrite-' write-s)" "$(metric '^BenchmarkWrite-' tarzstd-s)" \
+  "$(awk -v a="$(metric '^BenchmarkWrite-' write-cpu-s)" -v b="$(metric '^BenchmarkWrite-' tarzstd-cpu-s)" 'BEGIN { printf "%.2f", a / b }')" \
+  "$(metric '^BenchmarkWrite-' write-cpu-s)" "$(metric '^BenchmarkWrite-' tarzstd-cpu-s)" "$(metric '^BenchmarkWrite-' stored/tree)"
+printf 'second checkpoint of the same tree: %s%% of it stored new (target: <= 1%%)\n' "$(metric '^BenchmarkWriteAgain' new-%)"
+one=$(metric 'tree=one' ns/step)
+big=$(metric 'tree=big' ns/step)
+printf 'a step of one file (17-step cycles, a compaction in each): %s ns in this workspace, %s ns in a one-file one: %s; stored %s B a step\n' \
+  "$big" "$one" "$(awk -v a="$big" -v b="$one" 'BEGIN { printf "%.2f", a / b }')" "$(metric 'tree=big' stored-B/step)"
+printf 'restore after 20 steps / tar -x of one tar: %s (%ss / %ss) (target: <= 1.2)\n' \
+  "$(metric '^BenchmarkRestore' ratio)" "$(metric '^BenchmarkRestore' restore-s)" "$(metric '^BenchmarkRestore' untar-s)"

@@ -1,0 +1,226 @@
+package linux_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// benchTreeShape is the workspace of the checkpoint benchmarks: about 1 GiB
+// shaped like a repository at work: many small files in many directories
+// (sources, loose git objects, installed packages) and a few large ones
+// (git packs, build outputs).
+var benchTreeShape = []struct {
+	dir            string
+	dirs, files    int
+	minKB, maxKB   int
+	large, largeMB int
+}{
+	{dir: "src", dirs: 200, files: 50, minKB: 1, maxKB: 16},
+	{dir: ".git/objects", dirs: 256, files: 20, minKB: 1, maxKB: 4},
+	{dir: "node_modules", dirs: 100, files: 30, minKB: 2, maxKB: 8},
+	{dir: "build", large: 7, largeMB: 128},
+}
+
+// benchTreeChanged is the file the delta benchmarks change: a source file
+// deep in the tree.
+const benchTreeChanged = "src/d0150/f0025"
+
+var (
+	benchTreeOnce sync.Once
+	benchTreeDir  string
+	benchTreeSize int64
+	benchTreeErr  error
+)
+
+// benchTree makes the benchmarks' 1 GiB workspace once per test binary, in
+// a temporary directory TestMain removes, and returns it and its size.
+func benchTree(b *testing.B) (string, int64) {
+	b.Helper()
+	benchTreeOnce.Do(func() {
+		benchTreeDir, benchTreeSize, benchTreeErr = makeBenchTree()
+	})
+	if benchTreeErr != nil {
+		b.Fatalf("make the benchmark workspace: %v", benchTreeErr)
+	}
+	return benchTreeDir, benchTreeSize
+}
+
+func makeBenchTree() (string, int64, error) {
+	root, err := os.MkdirTemp("", "airlock-checkpoint-bench-")
+	if err != nil {
+		return "", 0, err
+	}
+	rng := rand.New(rand.NewChaCha8([32]byte{1}))
+	block := make([]byte, 1<<20)
+	for i := range block {
+		block[i] = byte(rng.Uint32())
+	}
+	var total int64
+	for _, s := range benchTreeShape {
+		for d := range s.dirs {
+			dir := filepath.Join(root, s.dir, fmt.Sprintf("d%04d", d))
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return root, 0, err
+			}
+			for f := range s.files {
+				n := (s.minKB + rng.IntN(s.maxKB-s.minKB+1)) << 10
+				off := rng.IntN(len(block) - n)
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", f)), block[off:off+n], 0o644); err != nil {
+					return root, 0, err
+				}
+				total += int64(n)
+			}
+		}
+		for i := range s.large {
+			if err := os.MkdirAll(filepath.Join(root, s.dir), 0o755); err != nil {
+				return root, 0, err
+			}
+			f, err := os.Create(filepath.Join(root, s.dir, fmt.Sprintf("large%d", i)))
+			if err != nil {
+				return root, 0, err
+			}
+			for range s.largeMB {
+				if _, err := f.Write(block); err != nil {
+					f.Close()
+					return root, 0, err
+				}
+			}
+			if err := f.Close(); err != nil {
+				return root, 0, err
+			}
+			total += int64(s.largeMB) << 20
+		}
+	}
+	return root, total, nil
+}
+
+func removeBenchTree() {
+	if benchTreeDir != "" {
+		_ = os.RemoveAll(benchTreeDir)
+	}
+}
+
+// benchCheckpointer creates a sandbox over ws in mode and returns it as a
+// Checkpointer.
+func benchCheckpointer(b *testing.B, ws, mode string) (sandbox.Sandbox, sandbox.Checkpointer) {
+	b.Helper()
+	ctx := context.Background()
+	sb, err := benchBackend(b).Create(ctx, sandbox.Spec{Workspace: ws, WorkspaceMode: mode, Limits: sandbox.DefaultLimits})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sb.Destroy(ctx) })
+	return sb, sb.(sandbox.Checkpointer)
+}
+
+// BenchmarkCheckpointDelta is the checkpoint of a step that changed one
+// file: in a cow workspace of about 1 GiB (20k files) against one of a
+// single file (the target: at most 1.2 times as long), and the same 1 GiB
+// tree as an rw workspace, where the executor walks it with stat. Only the
+// checkpoint is timed, not the command that changes the file.
+func BenchmarkCheckpointDelta(b *testing.B) {
+	cases := []struct {
+		name, mode string
+		ws         func(b *testing.B) (string, string)
+	}{
+		{"cow-1GiB", sandbox.WorkspaceCOW, func(b *testing.B) (string, string) {
+			dir, _ := benchTree(b)
+			return dir, benchTreeChanged
+		}},
+		{"cow-1file", sandbox.WorkspaceCOW, func(b *testing.B) (string, string) {
+			// The same file as the large tree changes, alone.
+			tree, _ := benchTree(b)
+			content, err := os.ReadFile(filepath.Join(tree, benchTreeChanged))
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir := b.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "f"), content, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			return dir, "f"
+		}},
+		{"rw-1GiB", sandbox.WorkspaceRW, func(b *testing.B) (string, string) {
+			dir, _ := benchTree(b)
+			// The steps write to the shared tree: put the file back.
+			path := filepath.Join(dir, benchTreeChanged)
+			content, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = os.WriteFile(path, content, 0o644) })
+			return dir, benchTreeChanged
+		}},
+	}
+	for _, bc := range cases {
+		b.Run(bc.name, func(b *testing.B) {
+			ws, changed := bc.ws(b)
+			sb, cp := benchCheckpointer(b, ws, bc.mode)
+			ctx := context.Background()
+			step := sandbox.Command{Argv: []string{"sh", "-c", "echo x >> /workspace/" + changed}}
+			mark, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{MarkOnly: true}, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			since := mark.Baseline
+			// A first step copies the file's directories up to a cow
+			// workspace's upper layer; the next ones change the file
+			// alone.
+			if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
+				b.Fatalf("run: %+v %v", r, err)
+			}
+			res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, io.Discard)
+			if err != nil {
+				b.Fatal(err)
+			}
+			since = res.Baseline
+			var w countingWriter
+			for b.Loop() {
+				b.StopTimer()
+				if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
+					b.Fatalf("run: %+v %v", r, err)
+				}
+				w.n = 0
+				b.StartTimer()
+				res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, &w)
+				if err != nil || res.Full || res.Entries != 1 {
+					b.Fatalf("Checkpoint = %+v, %v; want a delta of the changed file alone", res, err)
+				}
+				since = res.Baseline
+			}
+			b.ReportMetric(float64(w.n), "stream-B/op")
+		})
+	}
+}
+
+// BenchmarkCheckpointFull is the first checkpoint of the 1 GiB cow
+// workspace: the whole tree streamed through the protocol (MB/s is of
+// file content).
+func BenchmarkCheckpointFull(b *testing.B) {
+	ws, size := benchTree(b)
+	_, cp := benchCheckpointer(b, ws, sandbox.WorkspaceCOW)
+	ctx := context.Background()
+	b.SetBytes(size)
+	for b.Loop() {
+		res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{}, io.Discard)
+		if err != nil || !res.Full || res.Bytes != size {
+			b.Fatalf("Checkpoint = %+v, %v; want the full tree, %d bytes", res, err, size)
+		}
+	}
+}
+
+// countingWriter counts what is written to it.
+type countingWriter struct{ n int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
+}
