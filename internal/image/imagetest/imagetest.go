@@ -1,0 +1,308 @@
+// Package imagetest builds small OCI images in tests (from busybox-static,
+// or from files given) and serves them from an in-process registry: go-
+// containerregistry's pkg/registry behind TLS on loopback, with bearer-
+// token auth, as a real registry's. Nothing leaves the machine.
+//
+// Only tests import it.
+package imagetest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/airlockrun/airlock/internal/testpki"
+)
+
+// File is one entry of a test layer.
+type File struct {
+	Name string
+	// Mode holds the permission bits; Typeflag the kind (tar.TypeReg when
+	// zero).
+	Mode     int64
+	Typeflag byte
+	Body     []byte
+	Link     string // a symbolic or hard link's target
+	Uid, Gid int
+}
+
+// Tar returns files as an uncompressed tar.
+func Tar(t testing.TB, files ...File) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, f := range files {
+		h := &tar.Header{Name: f.Name, Mode: f.Mode, Typeflag: f.Typeflag, Linkname: f.Link, Uid: f.Uid, Gid: f.Gid, ModTime: time.Unix(1700000000, 0)}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+			if h.Typeflag == tar.TypeDir {
+				h.Mode = 0o755
+			}
+		}
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(f.Body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatalf("tar %s: %v", f.Name, err)
+		}
+		if _, err := tw.Write(f.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// Layer returns a gzipped layer of files.
+func Layer(t testing.TB, files ...File) v1.Layer {
+	t.Helper()
+	b := Tar(t, files...)
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Image stacks layers (lowest first) with cfg, for linux and arch
+// ("" is this machine's).
+func Image(t testing.TB, arch string, cfg v1.Config, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	img, err := mutate.AppendLayers(empty.Image, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Config = "linux", arch, cfg
+	if arch == "" {
+		cf.Architecture = hostArch()
+	}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// BusyboxPath is where Debian's busybox-static puts its binary.
+const BusyboxPath = "/bin/busybox"
+
+// Applets are the commands the busybox image has, each a link to busybox.
+var Applets = []string{
+	"sh", "ls", "cat", "echo", "test", "env", "id", "sleep", "true", "false", "printf", "mkdir", "rm", "touch",
+	"stat", "wc", "head", "tail", "dd", "sed", "grep", "pwd", "kill", "ps", "tr", "seq", "readlink", "ln",
+	"mv", "cp", "chmod", "df", "find", "xargs", "sort", "uname", "hostname", "wget", "nc", "tar", "gzip", "yes",
+	"timeout", "whoami", "mount", "cut", "base64", "sha256sum", "diff", "od", "expr", "du", "basename", "dirname",
+}
+
+// BusyboxFiles are the files of the busybox image's one layer: busybox
+// and its applets in /bin (and /usr/bin, /sbin as links to it), an
+// /etc/passwd with root and user 1000, /tmp, /root and the marker
+// /IMAGE-MARKER. It skips t when busybox-static is not installed.
+func BusyboxFiles(t testing.TB) []File {
+	t.Helper()
+	bb, err := os.ReadFile(BusyboxPath)
+	if err != nil {
+		t.Skipf("busybox-static is not installed (%v): apt-get install busybox-static (make test-deps)", err)
+	}
+	files := []File{
+		{Name: "bin/", Typeflag: tar.TypeDir},
+		{Name: "bin/busybox", Mode: 0o755, Body: bb},
+		{Name: "usr/", Typeflag: tar.TypeDir},
+		{Name: "usr/bin", Typeflag: tar.TypeSymlink, Link: "../bin"},
+		{Name: "sbin", Typeflag: tar.TypeSymlink, Link: "bin"},
+		{Name: "etc/", Typeflag: tar.TypeDir},
+		{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/false\n")},
+		{Name: "etc/group", Body: []byte("root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n")},
+		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777},
+		{Name: "root/", Typeflag: tar.TypeDir, Mode: 0o700},
+		{Name: "IMAGE-MARKER", Body: []byte("from-the-image\n")},
+	}
+	for _, a := range Applets {
+		files = append(files, File{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Link: "busybox"})
+	}
+	return files
+}
+
+// BusyboxConfig is the busybox image's config.
+var BusyboxConfig = v1.Config{
+	Env: []string{"PATH=/bin", "IMAGE_ENV=from-image"},
+	Cmd: []string{"/bin/sh", "-c", "echo hello from the image"},
+}
+
+// Busybox returns the busybox image (BusyboxFiles, BusyboxConfig).
+func Busybox(t testing.TB) v1.Image {
+	t.Helper()
+	return Image(t, "", BusyboxConfig, Layer(t, BusyboxFiles(t)...))
+}
+
+// DockerArchive writes img to a file in dir as `docker save` does, tagged
+// tag, and returns its path.
+func DockerArchive(t testing.TB, dir string, img v1.Image, tag string) string {
+	t.Helper()
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(tag)+".tar")
+	if err := tarball.WriteToFile(p, ref, img); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Registry is an in-process registry served over TLS on loopback.
+type Registry struct {
+	// Host is its name and port (registry.test:PORT): a name, not an IP
+	// address, because go-containerregistry speaks plain HTTP to
+	// loopback addresses; Transport dials it on 127.0.0.1.
+	Host      string
+	Transport *http.Transport
+	// User and Password are the one account the token service accepts.
+	User, Password string
+	// CA signed the registry's certificate.
+	CA *testpki.CA
+
+	mu     sync.Mutex
+	tokens map[string]bool          // guarded by mu
+	tamper func(digest string) bool // guarded by mu
+	blobs  atomic.Int64             // blob GETs served
+}
+
+// Tamper makes the registry flip a bit of every blob it serves from now on
+// whose digest (sha256:HEX) match accepts (the length stays right); nil
+// stops it.
+func (r *Registry) Tamper(match func(digest string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tamper = match
+}
+
+// BlobGets is how many blob downloads the registry served.
+func (r *Registry) BlobGets() int64 { return r.blobs.Load() }
+
+// NewRegistry starts a registry that wants a bearer token from its token
+// service (/token, which takes User and Password as basic auth) for every
+// request, and stops it when t ends.
+func NewRegistry(t testing.TB) *Registry {
+	t.Helper()
+	ca, err := testpki.New("imagetest CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConf, err := ca.ServerConfig("registry.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Registry{User: "tester", Password: randomHex(), CA: ca, tokens: map[string]bool{}}
+	reg := registry.New(registry.Logger(discardLogger()))
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		r.serve(w, q, reg)
+	}))
+	srv.TLS = tlsConf
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	r.Host = "registry.test:" + port
+	addr := srv.Listener.Addr().String()
+	r.Transport = &http.Transport{
+		TLSClientConfig: tlsConf.Clone(),
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}
+	r.Transport.TLSClientConfig.Certificates = nil
+	r.Transport.TLSClientConfig.RootCAs = ca.Pool
+	t.Cleanup(r.Transport.CloseIdleConnections)
+	return r
+}
+
+func (r *Registry) serve(w http.ResponseWriter, q *http.Request, reg http.Handler) {
+	if q.URL.Path == "/token" {
+		user, pass, ok := q.BasicAuth()
+		if !ok || user != r.User || pass != r.Password {
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
+			return
+		}
+		tok := randomHex()
+		r.mu.Lock()
+		r.tokens[tok] = true
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"token": tok, "access_token": tok})
+		return
+	}
+	tok, _ := strings.CutPrefix(q.Header.Get("Authorization"), "Bearer ")
+	r.mu.Lock()
+	ok, tamper := r.tokens[tok], r.tamper
+	r.mu.Unlock()
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="https://`+r.Host+`/token",service="registry.test"`)
+		http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
+		return
+	}
+	if _, digest, isBlob := strings.Cut(q.URL.Path, "/blobs/"); isBlob && q.Method == http.MethodGet {
+		r.blobs.Add(1)
+		if tamper != nil && tamper(digest) {
+			w = &flipWriter{ResponseWriter: w}
+		}
+	}
+	reg.ServeHTTP(w, q)
+}
+
+// flipWriter flips the last bit of the first byte written.
+type flipWriter struct {
+	http.ResponseWriter
+	done bool
+}
+
+func (f *flipWriter) Write(p []byte) (int, error) {
+	if !f.done && len(p) > 0 {
+		f.done = true
+		q := append([]byte(nil), p...)
+		q[0] ^= 1
+		return f.ResponseWriter.Write(q)
+	}
+	return f.ResponseWriter.Write(p)
+}
+
+func randomHex() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func discardLogger() *log.Logger { return log.New(io.Discard, "", 0) }
+
+func hostArch() string { return runtime.GOARCH }
