@@ -9,6 +9,7 @@ package imagetest
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -85,7 +86,8 @@ func Tar(t testing.TB, files ...File) []byte {
 func Layer(t testing.TB, files ...File) v1.Layer {
 	t.Helper()
 	b := Tar(t, files...)
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
+		tarball.WithCompressionLevel(gzip.BestSpeed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,18 +120,34 @@ func Image(t testing.TB, arch string, cfg v1.Config, layers ...v1.Layer) v1.Imag
 // BusyboxPath is where Debian's busybox-static puts its binary.
 const BusyboxPath = "/bin/busybox"
 
-// Applets are the commands the busybox image has, each a link to busybox.
-var Applets = []string{
-	"sh", "ls", "cat", "echo", "test", "env", "id", "sleep", "true", "false", "printf", "mkdir", "rm", "touch",
-	"stat", "wc", "head", "tail", "dd", "sed", "grep", "pwd", "kill", "ps", "tr", "seq", "readlink", "ln",
-	"mv", "cp", "chmod", "df", "find", "xargs", "sort", "uname", "hostname", "wget", "nc", "tar", "gzip", "yes",
-	"timeout", "whoami", "mount", "cut", "base64", "sha256sum", "diff", "od", "expr", "du", "basename", "dirname",
-}
+// Applets are the commands the busybox image has, each a link to busybox:
+// every applet of Debian's busybox-static 1.35 (`busybox --list`).
+var Applets = strings.Fields(`
+		[ [[ acpid adjtimex ar arch arp arping ascii ash awk base64 basename bc blkdiscard blockdev brctl
+		bunzip2 bzcat bzip2 cal cat chgrp chmod chown chroot chvt clear cmp cp cpio crc32 crond crontab
+		cttyhack cut date dc dd deallocvt depmod devmem df diff dirname dmesg dnsdomainname dos2unix dpkg
+		dpkg-deb du dumpkmap dumpleases echo ed egrep env expand expr factor fallocate false fatattr fdisk
+		fgrep find findfs fold free freeramdisk fsfreeze fstrim ftpget ftpput getopt getty grep groups
+		gunzip gzip halt head hexdump hostid hostname httpd hwclock i2cdetect i2cdump i2cget i2cset
+		i2ctransfer id ifconfig ifdown ifup init insmod ionice ip ipcalc ipneigh kill killall klogd last
+		less link linux32 linux64 linuxrc ln loadfont loadkmap logger login logname logread losetup ls lsmod
+		lsscsi lzcat lzma lzop md5sum mdev microcom mim mkdir mkdosfs mke2fs mkfifo mknod mkpasswd mkswap
+		mktemp modinfo modprobe more mount mt mv nameif nc netstat nl nologin nproc nsenter nslookup nuke od
+		openvt partprobe passwd paste patch pidof ping ping6 pivot_root poweroff printf ps pwd rdate
+		readlink realpath reboot renice reset resume rev rm rmdir rmmod route rpm rpm2cpio run-init
+		run-parts sed seq setkeycodes setpriv setsid sh sha1sum sha256sum sha3sum sha512sum shred shuf sleep
+		sort ssl_client start-stop-daemon stat strings stty su sulogin svc svok swapoff swapon switch_root
+		sync sysctl syslogd tac tail tar taskset tc tee telnet telnetd test tftp time timeout top touch tr
+		traceroute traceroute6 true truncate ts tty tunctl ubirename udhcpc udhcpd uevent umount uname
+		uncompress unexpand uniq unix2dos unlink unlzma unshare unxz unzip uptime usleep uudecode uuencode
+		vconfig vi w watch watchdog wc wget which who whoami xargs xxd xz xzcat yes zcat
+`)
 
-// BusyboxFiles are the files of the busybox image's one layer: busybox
-// and its applets in /bin (and /usr/bin, /sbin as links to it), an
-// /etc/passwd with root and user 1000, /tmp, /root and the marker
-// /IMAGE-MARKER. It skips t when busybox-static is not installed.
+// BusyboxFiles are the files of the busybox image's one layer, laid out
+// as a usr-merged Debian: busybox and its applets in /usr/bin (/bin, /sbin
+// and /lib, /lib64 links into /usr), an /etc/passwd with root and user
+// 1000, the directories a Debian root has, and the marker /IMAGE-MARKER.
+// It skips t when busybox-static is not installed.
 func BusyboxFiles(t testing.TB) []File {
 	t.Helper()
 	bb, err := os.ReadFile(BusyboxPath)
@@ -137,27 +155,37 @@ func BusyboxFiles(t testing.TB) []File {
 		t.Skipf("busybox-static is not installed (%v): apt-get install busybox-static (make test-deps)", err)
 	}
 	files := []File{
-		{Name: "bin/", Typeflag: tar.TypeDir},
-		{Name: "bin/busybox", Mode: 0o755, Body: bb},
 		{Name: "usr/", Typeflag: tar.TypeDir},
-		{Name: "usr/bin", Typeflag: tar.TypeSymlink, Link: "../bin"},
-		{Name: "sbin", Typeflag: tar.TypeSymlink, Link: "bin"},
+		{Name: "usr/bin/", Typeflag: tar.TypeDir},
+		{Name: "usr/bin/busybox", Mode: 0o755, Body: bb},
+		{Name: "usr/sbin/", Typeflag: tar.TypeDir},
+		{Name: "usr/lib/", Typeflag: tar.TypeDir},
+		{Name: "usr/lib64/", Typeflag: tar.TypeDir},
+		{Name: "usr/local/", Typeflag: tar.TypeDir},
+		{Name: "bin", Typeflag: tar.TypeSymlink, Link: "usr/bin"},
+		{Name: "sbin", Typeflag: tar.TypeSymlink, Link: "usr/sbin"},
+		{Name: "lib", Typeflag: tar.TypeSymlink, Link: "usr/lib"},
+		{Name: "lib64", Typeflag: tar.TypeSymlink, Link: "usr/lib64"},
 		{Name: "etc/", Typeflag: tar.TypeDir},
 		{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\nnobody:x:65534:65534::/nonexistent:/bin/false\n")},
 		{Name: "etc/group", Body: []byte("root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n")},
+		{Name: "etc/ssl/", Typeflag: tar.TypeDir},
+		{Name: "opt/", Typeflag: tar.TypeDir},
+		{Name: "var/", Typeflag: tar.TypeDir},
+		{Name: "home/", Typeflag: tar.TypeDir},
 		{Name: "tmp/", Typeflag: tar.TypeDir, Mode: 0o1777},
 		{Name: "root/", Typeflag: tar.TypeDir, Mode: 0o700},
 		{Name: "IMAGE-MARKER", Body: []byte("from-the-image\n")},
 	}
 	for _, a := range Applets {
-		files = append(files, File{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Link: "busybox"})
+		files = append(files, File{Name: "usr/bin/" + a, Typeflag: tar.TypeSymlink, Link: "busybox"})
 	}
 	return files
 }
 
 // BusyboxConfig is the busybox image's config.
 var BusyboxConfig = v1.Config{
-	Env: []string{"PATH=/bin", "IMAGE_ENV=from-image"},
+	Env: []string{"PATH=/usr/bin:/bin", "IMAGE_ENV=from-image"},
 	Cmd: []string{"/bin/sh", "-c", "echo hello from the image"},
 }
 

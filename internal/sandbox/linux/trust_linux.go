@@ -41,7 +41,7 @@ func trustStore(dir string, spec *sandbox.Spec) error {
 	}
 	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: extra, Target: extraCAPath, ReadOnly: true})
 	bundlePath := ""
-	if spec.RootFS == "" {
+	if spec.RootFS == "" && len(spec.Layers) == 0 {
 		for i, p := range hostBundles {
 			fi, err := os.Stat(p)
 			if err != nil || !fi.Mode().IsRegular() {
@@ -63,8 +63,8 @@ func trustStore(dir string, spec *sandbox.Spec) error {
 		}
 	}
 	if bundlePath == "" {
-		// A template root keeps its own bundle; point tools at ours alone
-		// plus whatever they trust by default.
+		// A template or image root keeps its own bundle; point tools at
+		// ours alone plus whatever they trust by default.
 		bundlePath = extraCAPath
 	}
 	set := map[string]bool{}
