@@ -45,15 +45,7 @@ func (s *Store) Root(ctx context.Context, ref string) (Root, error) {
 	if err != nil {
 		return Root{}, err
 	}
-	root := Root{Ref: img.Digest, Digest: img.Digest, Config: img.Config}
-	switch {
-	case len(img.Repos) > 0:
-		root.Ref = img.Repos[0] + "@" + img.Digest
-	case len(img.Names) > 0:
-		if t, err := name.NewTag(img.Names[0]); err == nil {
-			root.Ref = t.Context().Name() + "@" + img.Digest
-		}
-	}
+	root := Root{Ref: refOf(img), Digest: img.Digest, Config: img.Config}
 	for _, l := range img.Layers {
 		dir := s.layerPath(l.DiffID)
 		if _, err := os.Stat(dir); err != nil {
@@ -62,6 +54,20 @@ func (s *Store) Root(ctx context.Context, ref string) (Root, error) {
 		root.Layers = append(root.Layers, dir)
 	}
 	return root, nil
+}
+
+// refOf is img by digest: NAME@sha256:HEX of the first repository it came
+// from (or of its first name), else sha256:HEX.
+func refOf(img Image) string {
+	switch {
+	case len(img.Repos) > 0:
+		return img.Repos[0] + "@" + img.Digest
+	case len(img.Names) > 0:
+		if t, err := name.NewTag(img.Names[0]); err == nil {
+			return t.Context().Name() + "@" + img.Digest
+		}
+	}
+	return img.Digest
 }
 
 // Apply makes spec's root the image's: its layers, and its config where
@@ -126,4 +132,34 @@ func MergeEnv(base, over []string) []string {
 		out = append(out, e)
 	}
 	return out
+}
+
+// Resolve returns the image ref names by digest, as a run records it
+// (Root.Ref). A NAME@sha256:HEX the store lacks is returned as it is: the
+// node that makes a sandbox of it pulls it by that digest (Root). Anything
+// else the store lacks is ErrNotFound.
+func (s *Store) Resolve(ctx context.Context, ref string) (string, error) {
+	img, err := s.Inspect(ref)
+	if errors.Is(err, ErrNotFound) {
+		if r, perr := name.ParseReference(ref); perr == nil {
+			if d, ok := r.(name.Digest); ok {
+				return d.Context().Name() + "@" + d.DigestStr(), nil
+			}
+		}
+		return "", fmt.Errorf("%w (airlock image pull or import it first)", err)
+	}
+	if err != nil {
+		return "", err
+	}
+	return refOf(img), nil
+}
+
+// Apply makes spec's root the image ref names (Root, then Root.Apply).
+func (s *Store) Apply(ctx context.Context, ref string, spec *sandbox.Spec) error {
+	root, err := s.Root(ctx, ref)
+	if err != nil {
+		return err
+	}
+	root.Apply(spec)
+	return nil
 }
