@@ -43,5 +43,5 @@
 // and gets exactly the image the run started with (Store.Root with a
 // puller).
 //
-// Importers: tests only (for now).
+// Importers: internal/host (the store, and the engine's view of it).
 package image

@@ -222,10 +222,29 @@ type Registry struct {
 	// CA signed the registry's certificate.
 	CA *testpki.CA
 
+	realm  string // the token service's URL
 	mu     sync.Mutex
 	tokens map[string]bool          // guarded by mu
 	tamper func(digest string) bool // guarded by mu
 	blobs  atomic.Int64             // blob GETs served
+}
+
+// NewPlainRegistry is NewRegistry over plain HTTP on 127.0.0.1:PORT (its
+// Host), as go-containerregistry speaks to a loopback address: for a
+// client in another process, which cannot be given Transport.
+func NewPlainRegistry(t testing.TB) *Registry {
+	t.Helper()
+	r := &Registry{User: "tester", Password: randomHex(), tokens: map[string]bool{}}
+	reg := registry.New(registry.Logger(discardLogger()))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		r.serve(w, q, reg)
+	}))
+	t.Cleanup(srv.Close)
+	r.Host = srv.Listener.Addr().String()
+	r.realm = "http://" + r.Host + "/token"
+	r.Transport = &http.Transport{}
+	t.Cleanup(r.Transport.CloseIdleConnections)
+	return r
 }
 
 // Tamper makes the registry flip a bit of every blob it serves from now on
@@ -263,6 +282,7 @@ func NewRegistry(t testing.TB) *Registry {
 	t.Cleanup(srv.Close)
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	r.Host = "registry.test:" + port
+	r.realm = "https://" + r.Host + "/token"
 	addr := srv.Listener.Addr().String()
 	r.Transport = &http.Transport{
 		TLSClientConfig: tlsConf.Clone(),
@@ -296,7 +316,7 @@ func (r *Registry) serve(w http.ResponseWriter, q *http.Request, reg http.Handle
 	ok, tamper := r.tokens[tok], r.tamper
 	r.mu.Unlock()
 	if !ok {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="https://`+r.Host+`/token",service="registry.test"`)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="`+r.realm+`",service="registry.test"`)
 		http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
 		return
 	}
