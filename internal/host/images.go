@@ -18,13 +18,15 @@ import (
 	"github.com/airlockrun/airlock/internal/secret"
 )
 
-// The image store's types and values, for the command line (which reaches
-// the store through the host).
-type (
-	Image     = image.Image
-	ImageAuth = image.Auth
-	ImageRoot = image.Root
-)
+// Image is a stored image, as the command line (which reaches the image
+// store through the host) prints it.
+type Image = image.Image
+
+// ImageAuth is a registry login.
+type ImageAuth = image.Auth
+
+// ImageRoot is what a sandbox needs of an image.
+type ImageRoot = image.Root
 
 // Image archive formats.
 const (
@@ -148,11 +150,17 @@ func probeLayers(executor string) error {
 		return err
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
-	if _, err := sb.Stat(ctx, "/gone"); !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("a whiteout (0/0 character device) in the upper layer does not hide the lower layer's file (stat: %v)", err)
-	}
-	if _, err := sb.Stat(ctx, "/opaque/hidden"); !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("an opaque directory (user.overlay.opaque) does not hide the lower layer's files (stat: %v)", err)
+	for p, what := range map[string]string{
+		"/gone":          "a whiteout (0/0 character device) in the upper layer does not hide the lower layer's file",
+		"/opaque/hidden": "an opaque directory (user.overlay.opaque) does not hide the lower layer's files",
+	} {
+		_, err := sb.Stat(ctx, p)
+		switch {
+		case err == nil:
+			return errors.New(what)
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("stat %s: %w", p, err)
+		}
 	}
 	if _, err := sb.Stat(ctx, "/opaque/new"); err != nil {
 		return fmt.Errorf("the upper layer's file is missing: %w", err)

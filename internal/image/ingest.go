@@ -343,11 +343,11 @@ func (s *Store) unpack(ctx context.Context, blob, diffID string, lim Limits) (La
 	return stats, err
 }
 
-// renameNoReplace renames old to new unless new exists (then it fails
+// renameNoReplace renames from to to unless to exists (then it fails
 // with EEXIST): what is under a digest never changes.
-func renameNoReplace(old, new string) error {
-	if err := unix.Renameat2(unix.AT_FDCWD, old, unix.AT_FDCWD, new, unix.RENAME_NOREPLACE); err != nil {
-		return fmt.Errorf("rename %s: %w", filepath.Base(new), err)
+func renameNoReplace(from, to string) error {
+	if err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE); err != nil {
+		return fmt.Errorf("rename %s: %w", filepath.Base(to), err)
 	}
 	return nil
 }

@@ -227,7 +227,7 @@ func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
 		return u.whiteout(dirRel, base)
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont: // the reader reads TypeRegA as TypeReg
 		if hdr.Size < 0 || hdr.Size > u.lim.Bytes-u.stats.Bytes {
 			return fmt.Errorf("file of %d bytes: the layer's files would pass %d bytes: %w", hdr.Size, u.lim.Bytes, ErrLimit)
 		}

@@ -23,15 +23,19 @@ type ent struct {
 func reg(name, body string) ent {
 	return ent{tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(body))}, body}
 }
+
 func dir(name string, mode int64) ent {
 	return ent{tar.Header{Name: name, Typeflag: tar.TypeDir, Mode: mode}, ""}
 }
+
 func sym(name, target string) ent {
 	return ent{tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}, ""}
 }
+
 func hard(name, target string) ent {
 	return ent{tar.Header{Name: name, Typeflag: tar.TypeLink, Linkname: target}, ""}
 }
+
 func dev(name string, typ byte, major, minor int64) ent {
 	return ent{tar.Header{Name: name, Typeflag: typ, Devmajor: major, Devminor: minor, Mode: 0o666}, ""}
 }

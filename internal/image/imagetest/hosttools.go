@@ -42,8 +42,10 @@ func Python(t testing.TB) []File {
 		c.seen[f.Name] = true
 	}
 	lib := filepath.Dir(libs[0])
-	skip := map[string]bool{"__pycache__": true, "test": true, "tests": true, "idlelib": true, "tkinter": true, "turtledemo": true,
-		"ensurepip": true, "lib2to3": true, "pydoc_data": true, "site-packages": true, "dist-packages": true}
+	skip := map[string]bool{
+		"__pycache__": true, "test": true, "tests": true, "idlelib": true, "tkinter": true, "turtledemo": true,
+		"ensurepip": true, "lib2to3": true, "pydoc_data": true, "site-packages": true, "dist-packages": true,
+	}
 	err := filepath.WalkDir(lib, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -47,7 +47,7 @@ type File struct {
 	Typeflag byte
 	Body     []byte
 	Link     string // a symbolic or hard link's target
-	Uid, Gid int
+	UID, GID int
 }
 
 // Tar returns files as an uncompressed tar.
@@ -56,7 +56,7 @@ func Tar(t testing.TB, files ...File) []byte {
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
 	for _, f := range files {
-		h := &tar.Header{Name: f.Name, Mode: f.Mode, Typeflag: f.Typeflag, Linkname: f.Link, Uid: f.Uid, Gid: f.Gid, ModTime: time.Unix(1700000000, 0)}
+		h := &tar.Header{Name: f.Name, Mode: f.Mode, Typeflag: f.Typeflag, Linkname: f.Link, Uid: f.UID, Gid: f.GID, ModTime: time.Unix(1700000000, 0)}
 		if h.Typeflag == 0 {
 			h.Typeflag = tar.TypeReg
 		}

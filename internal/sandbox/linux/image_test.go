@@ -138,8 +138,8 @@ func TestImageView(t *testing.T) {
 			{Name: "etc/", Typeflag: tar.TypeDir},
 			{Name: "etc/.wh..wh..opq"},
 			{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n")},
-			{Name: "srv/", Typeflag: tar.TypeDir, Uid: 33, Gid: 33},
-			{Name: "srv/owned", Body: []byte("www"), Uid: 33, Gid: 33, Mode: 0o640},
+			{Name: "srv/", Typeflag: tar.TypeDir, UID: 33, GID: 33},
+			{Name: "srv/owned", Body: []byte("www"), UID: 33, GID: 33, Mode: 0o640},
 			{Name: "usr/local/bin/su-demo", Mode: 0o4755, Body: []byte("#!/bin/sh\nid -u\n")},
 			// Links the image plants where the executor mounts and writes:
 			// they must not lead the setup out of the root.
