@@ -187,3 +187,30 @@ func TestImageView(t *testing.T) {
 // escapeMark names what an image's link would make on the host if the
 // setup followed it.
 const escapeMark = "airlock-image-escape-test"
+
+// TestRootlessImage: an unprivileged user's own store (layers unpacked
+// without owners: all the user's, root's inside) and a rootless sandbox on
+// it, whose executor clones the layers itself; whiteouts and opaque
+// directories are made, and honoured, as in root mode.
+func TestRootlessImage(t *testing.T) {
+	rootlessInner(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, map[string][]imagetest.File{
+		"localhost/top:test": {
+			{Name: ".wh.IMAGE-MARKER"},
+			{Name: "etc/", Typeflag: tar.TypeDir},
+			{Name: "etc/.wh..wh..opq"},
+			{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\n")},
+		},
+	})
+	root, err := s.Root(context.Background(), "localhost/top:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec sandbox.Spec
+	root.Apply(&spec)
+	sb := rootlessCreate(t, rootlessBackend(t), spec)
+	out := attackMust(t, sb, "", "test -e /IMAGE-MARKER || echo marker-hidden; test -e /etc/group || echo group-hidden; wc -l < /etc/passwd; stat -c %u /bin/busybox; id -u; echo $IMAGE_ENV")
+	if want := "marker-hidden\ngroup-hidden\n1\n0\n0\nfrom-image\n"; out != want {
+		t.Errorf("inside a rootless image root:\n%s\nwant:\n%s", out, want)
+	}
+}
