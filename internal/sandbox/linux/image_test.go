@@ -3,6 +3,7 @@ package linux_test
 import (
 	"archive/tar"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/testpki"
 )
 
 // imageEnv marks a process TestImageRoot started: the conformance suite
@@ -213,4 +215,41 @@ func TestRootlessImage(t *testing.T) {
 	if want := "marker-hidden\ngroup-hidden\n1\n0\n0\nfrom-image\n"; out != want {
 		t.Errorf("inside a rootless image root:\n%s\nwant:\n%s", out, want)
 	}
+}
+
+// TestImageTrustStore: a sandbox on an image with extra CAs (the egress
+// proxy's) trusts them and the public roots both, as on the host's root:
+// its tools reach the hosts the proxy only tunnels to, not only those it
+// inspects.
+func TestImageTrustStore(t *testing.T) {
+	const bundle = "/etc/ssl/certs/ca-certificates.crt"
+	host, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Skipf("the host has no %s: %v", bundle, err)
+	}
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := newTestCAPEM(t)
+	spec := sandbox.Spec{TrustedCAs: ca}
+	root.Apply(&spec)
+	sb := attackCreate(t, b, spec)
+	out := attackMust(t, sb, "", `echo "$SSL_CERT_FILE"; grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE"`)
+	want := fmt.Sprintf("%s\n%d\n", bundle, strings.Count(string(host), "BEGIN CERTIFICATE")+1)
+	if out != want {
+		t.Errorf("SSL_CERT_FILE and its certificates = %q, want %q (the host's roots and the extra CA)", out, want)
+	}
+}
+
+// newTestCAPEM returns a throwaway CA certificate, PEM-encoded.
+func newTestCAPEM(t *testing.T) []byte {
+	t.Helper()
+	ca, err := testpki.New("image trust test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.PEM
 }

@@ -41,7 +41,11 @@ func trustStore(dir string, spec *sandbox.Spec) error {
 	}
 	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: extra, Target: extraCAPath, ReadOnly: true})
 	bundlePath := ""
-	if spec.RootFS == "" && len(spec.Layers) == 0 {
+	// The host's bundle with the extra CAs goes over the system bundle of
+	// the host's root, and of an image's too: its tools reach hosts the
+	// proxy only tunnels to as well as those it inspects, and public roots
+	// are public. (A template root keeps its own; see below.)
+	if spec.RootFS == "" {
 		for i, p := range hostBundles {
 			fi, err := os.Stat(p)
 			if err != nil || !fi.Mode().IsRegular() {
@@ -63,8 +67,8 @@ func trustStore(dir string, spec *sandbox.Spec) error {
 		}
 	}
 	if bundlePath == "" {
-		// A template or image root keeps its own bundle; point tools at
-		// ours alone plus whatever they trust by default.
+		// A template root keeps its own bundle; point tools at ours alone
+		// plus whatever they trust by default.
 		bundlePath = extraCAPath
 	}
 	set := map[string]bool{}
