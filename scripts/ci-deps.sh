@@ -18,6 +18,7 @@ want=(
   hyperfine:hyperfine     # bench/compare.sh only
   tinyproxy:tinyproxy     # bench/egress.sh baseline only
   curl:curl               # e2e and conformance: a real client in the sandbox
+  busybox-static:busybox  # image tests: the root of a test image
   git:git                 # e2e: git clone through the egress proxy
   nodejs:node             # e2e: node in the sandbox (npm, fetch, the LLM gateway's SDK test)
   npm:npm                 # e2e: npm; the gateway's SDK test installs the openai and Anthropic SDKs with it

@@ -43,6 +43,10 @@ type Run struct {
 	// Policy says where the run's policy came from, as its
 	// policy.resolved event records it.
 	Policy *RunPolicy `json:"policy,omitempty"`
+	// Image is the image the run's sandboxes are made of, by digest
+	// (NAME@sha256:HEX or sha256:HEX), as its run.created event records
+	// it; empty when they run on the host's system directories.
+	Image string `json:"image,omitempty"`
 }
 
 // RunPolicy is where a run's policy came from.

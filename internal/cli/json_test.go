@@ -88,6 +88,16 @@ func file(t *testing.T, name, content string) string {
 	return p
 }
 
+// busyboxArchive is the busybox test image as a docker archive; it skips
+// t without busybox-static.
+func busyboxArchive(t *testing.T) string {
+	img := testImages(t)
+	if img == nil {
+		t.Skip("busybox-static is not installed")
+	}
+	return img["BUSYBOX_ARCHIVE"]
+}
+
 const finishScript = "turns:\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 
 // jsonRun is one run of a --json command: what makes the home it runs in,
@@ -131,6 +141,28 @@ func TestJSONLines(t *testing.T) {
 				h.must(t, "", "credits", "grant", "local", "5")
 				h.must(t, "", "credits", "grant", "local", "2.5")
 				return []string{"credits", "show", "local", "--json"}
+			}},
+		},
+		"image import": {
+			{name: "one image", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				return []string{"image", "import", busyboxArchive(t), "--json"}
+			}},
+		},
+		"image ls": {
+			{name: "none", args: none("image", "ls", "--json"), lines: 0},
+			{name: "one", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				return []string{"image", "ls", "--json"}
+			}},
+		},
+		"image pull": {
+			{name: "one image", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				img := testImages(t)
+				if img == nil {
+					t.Skip("busybox-static is not installed")
+				}
+				h.must(t, img["REG_USER"]+":"+img["REG_PASS"], "secrets", "set", img["REGISTRY_SECRET"])
+				return []string{"image", "pull", img["REGISTRY"] + "/busybox:1", "--json"}
 			}},
 		},
 		"keys ls": {

@@ -23,6 +23,7 @@ import (
 type CreateCmd struct {
 	sandboxcli.SpecFlags
 	EgressFlags
+	ImageFlag
 	TTL time.Duration `help:"Destroy the sandbox after this long." default:"1h"`
 }
 
@@ -37,9 +38,12 @@ type superviseArgs struct {
 // Run starts a supervisor in the background and prints the sandbox id once
 // the sandbox is up.
 func (c *CreateCmd) Run(env *Env) error {
-	spec, netPolicy, _, err := sandboxSpec(&c.SpecFlags, &c.EgressFlags)
+	spec, netPolicy, doc, err := sandboxSpec(&c.SpecFlags, &c.EgressFlags)
 	if err != nil {
 		return usageError{Err: err}
+	}
+	if _, err := c.ImageFlag.apply(env, &spec, doc); err != nil {
+		return err
 	}
 	if c.TTL <= 0 {
 		return usageError{Err: errors.New("--ttl must be positive")}

@@ -55,6 +55,7 @@ type AgentRunCmd struct {
 	Allow     []string      `help:"Allow egress to HOST[:PORT] (repeatable; added to the policy's network.allow). Without a port: 80 and 443." placeholder:"HOST[:PORT]"`
 	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
 	Metadata  []string      `help:"Label the run with KEY=VALUE (repeatable); airlock runs ls --metadata finds it by them." placeholder:"KEY=VALUE" sep:"none"`
+	Image     string        `help:"Make the run's sandboxes of this image of the host's store (airlock image ls; the policy's sandbox.image): a tag is recorded by its digest when the run starts." placeholder:"REF"`
 	Env       []string      `short:"e" sep:"none" help:"Environment variable KEY=VALUE of every command in the run's sandboxes (repeatable). It is recorded in the run's log, so a resumed run has it too: not for secrets (bind those with a policy credential)." placeholder:"KEY=VALUE"`
 }
 
@@ -332,6 +333,9 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 		}
 		ws.Mode = c.WSMode
 	}
+	if c.Image != "" {
+		doc.Sandbox.Image = c.Image
+	}
 	ef := EgressFlags{Allow: c.Allow, Resolve: c.Resolve}
 	if _, err := ef.network(doc); err != nil {
 		errs = append(errs, err)
@@ -584,6 +588,9 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		fmt.Fprintf(w, "policy   %s\n", policyLine(event.PolicyResolved{Source: p.Source, Version: p.Version, BaseHash: p.BaseHash}, o.PolicyHash, true))
 	} else if o.PolicyHash != "" {
 		fmt.Fprintf(w, "policy   %s\n", o.PolicyHash)
+	}
+	if o.Image != "" {
+		fmt.Fprintf(w, "image    %s\n", o.Image)
 	}
 	fmt.Fprintf(w, "steps    %d\ntokens   %d in, %d out\nevents   %d\n", steps, usage.InputTokens, usage.OutputTokens, o.Events)
 	if usage.CostMicroUSD > 0 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -24,6 +25,34 @@ type (
 type RunCmd struct {
 	sandboxcli.RunCmd
 	EgressFlags
+	ImageFlag
+}
+
+// ImageFlag is --image of the sandbox commands.
+type ImageFlag struct {
+	Image string `help:"Make the sandbox's root this image of the host's store (airlock image ls) instead of the host's system directories (default: the policy's sandbox.image). Its config gives the environment, working directory and user, and, when no command is given, the command." placeholder:"REF"`
+}
+
+// apply makes spec's root the image the flag names, else doc's
+// sandbox.image, if either does; it returns the image's root (zero when
+// none).
+func (f *ImageFlag) apply(env *Env, spec *sandbox.Spec, doc *policy.Document) (host.ImageRoot, error) {
+	ref, from := f.Image, "--image"
+	if ref == "" && doc != nil {
+		ref, from = doc.Sandbox.Image, "sandbox.image"
+	}
+	if ref == "" {
+		return host.ImageRoot{}, nil
+	}
+	if spec.RootFS != "" {
+		return host.ImageRoot{}, usageError{Err: fmt.Errorf("%s and a root filesystem (--rootfs or sandbox.rootfs) exclude each other", from)}
+	}
+	root, err := imageRoot(env, ref)
+	if err != nil {
+		return root, fmt.Errorf("%s: %w", from, err)
+	}
+	root.Apply(spec)
+	return root, nil
 }
 
 // Run creates a sandbox, runs the command, destroys the sandbox.
@@ -31,6 +60,18 @@ func (c *RunCmd) Run(env *Env) error {
 	spec, netPolicy, doc, err := sandboxSpec(&c.SpecFlags, &c.EgressFlags)
 	if err != nil {
 		return usageError{Err: err}
+	}
+	root, err := c.ImageFlag.apply(env, &spec, doc)
+	if err != nil {
+		return err
+	}
+	if len(root.Layers) > 0 && (len(c.Command) == 0 || len(c.Command) == 1 && c.Command[0] == "--") {
+		// No command: the image's own.
+		argv, err := root.Command(nil)
+		if err != nil {
+			return usageError{Err: err}
+		}
+		c.Command = append([]string{"--"}, argv...)
 	}
 	var egress sandboxcli.Egress
 	if netPolicy != nil {

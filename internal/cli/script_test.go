@@ -14,9 +14,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/host"
+	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -50,6 +55,7 @@ func TestScripts(t *testing.T) {
 			executorRemove()
 		}
 	})
+	images := testImages(t)
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: true,
@@ -76,6 +82,9 @@ func TestScripts(t *testing.T) {
 			if os.Geteuid() == 0 {
 				e.Setenv("ROOT", "1")
 			}
+			for k, v := range images {
+				e.Setenv(k, v)
+			}
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {
@@ -85,6 +94,8 @@ func TestScripts(t *testing.T) {
 			case "sandbox":
 				_, err := executor()
 				return os.Geteuid() == 0 && err == nil, nil
+			case "image":
+				return images != nil, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -97,6 +108,34 @@ func TestScripts(t *testing.T) {
 			"upstream":  startUpstream,
 		},
 	})
+}
+
+// testImages makes what the image scripts use, when busybox-static is
+// installed (nil otherwise): the busybox test image as a docker archive
+// ($BUSYBOX_ARCHIVE, tagged localhost/busybox:test), and a registry with
+// token auth on loopback holding it as busybox:1 ($REGISTRY, $REG_USER,
+// $REG_PASS; $REGISTRY_SECRET names the secret that holds its login). The
+// registry speaks plain HTTP: go-containerregistry speaks nothing else to
+// a loopback address, and the scripts' airlock is another process, so it
+// cannot be given a transport (package image's own tests pull over TLS).
+func testImages(t *testing.T) map[string]string {
+	if _, err := os.Stat(imagetest.BusyboxPath); err != nil {
+		return nil
+	}
+	img := imagetest.Busybox(t)
+	reg := imagetest.NewPlainRegistry(t)
+	ref, err := name.NewTag(reg.Host + "/busybox:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, img, remote.WithTransport(reg.Transport), remote.WithAuth(&authn.Basic{Username: reg.User, Password: reg.Password})); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{
+		"BUSYBOX_ARCHIVE": imagetest.DockerArchive(t, t.TempDir(), img, "localhost/busybox:test"),
+		"REGISTRY":        reg.Host, "REG_USER": reg.User, "REG_PASS": reg.Password,
+		"REGISTRY_SECRET": host.RegistrySecret(reg.Host),
+	}
 }
 
 var (

@@ -43,6 +43,13 @@ type Config struct {
 	// RootFS is a template root filesystem (an unpacked image) instead of
 	// the host's system directories; it needs tar and gzip for restores.
 	RootFS string `json:"rootfs,omitempty"`
+	// Image, instead of RootFS, is the image of the host's store that
+	// every sandbox's root is made of. A request may name it by tag; the
+	// run records it by digest (NAME@sha256:HEX, or sha256:HEX for an
+	// image no registry holds), resolved when the run is created, so a
+	// resumed or recovered run, on this host or another, gets the same
+	// image.
+	Image string `json:"image,omitempty"`
 	// Mounts are host directories shown in every sandbox.
 	Mounts []Mount `json:"mounts,omitempty"`
 	// Env is added to the environment of every command in the run's
@@ -293,6 +300,9 @@ func (c Config) Validate() error {
 	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
 		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))
 	}
+	if c.RootFS != "" && c.Image != "" {
+		errs = append(errs, errors.New("rootfs and image exclude each other"))
+	}
 	var own []string // what the engine sets itself
 	for _, kv := range sandboxEnv {
 		k, _, _ := strings.Cut(kv, "=")
@@ -429,6 +439,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
 		Limits:            Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
 		RootFS:            doc.Sandbox.RootFS,
+		Image:             doc.Sandbox.Image,
 	}
 	main := SandboxConfig{Name: DefaultSandbox}
 	if ws := doc.Sandbox.Workspace; ws.Source != "" {

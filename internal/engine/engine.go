@@ -86,6 +86,9 @@ type Options struct {
 	// an egress decision that cannot be recorded stops the drive (see
 	// driver.audit).
 	Network sandbox.Network
+	// Images resolves the image a run's sandboxes are made of (Config.Image);
+	// nil refuses a run that names one.
+	Images Images
 	// Tools are host tools added to every run's registry beside the
 	// sandbox tools and finish (the bridge's tools, approvals...). A tool
 	// whose External method returns true changes the world outside the
@@ -136,6 +139,18 @@ type Options struct {
 	// zero). A drive renews its lease every LeaseTTL/3.
 	Owner    string
 	LeaseTTL time.Duration
+}
+
+// Images is the host's image store as runs use it.
+type Images interface {
+	// Resolve returns the image ref names (a tag, or a digest pin) by
+	// digest, as a run records it, or an error when the store has no such
+	// image and cannot get it by digest later.
+	Resolve(ctx context.Context, ref string) (string, error)
+	// Apply makes spec's root the image's (ref as Resolve returned it):
+	// its layers and its config where spec says nothing. It may fetch an
+	// image this host lacks by its digest.
+	Apply(ctx context.Context, ref string, spec *sandbox.Spec) error
 }
 
 // ProviderSpec is the model provider a run asks for.
@@ -397,6 +412,16 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return store.Run{}, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+	}
+	if cfg.Image != "" {
+		if e.o.Images == nil {
+			return store.Run{}, fmt.Errorf("%w: image %s: this host has no image store", ErrInvalid, cfg.Image)
+		}
+		ref, err := e.o.Images.Resolve(ctx, cfg.Image)
+		if err != nil {
+			return store.Run{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		cfg.Image = ref
 	}
 	for _, sc := range cfg.Sandboxes {
 		if sc.Tar == "" {

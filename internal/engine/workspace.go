@@ -203,6 +203,14 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sc.mode()
 	}
 	spec.RootFS = cfg.RootFS
+	if cfg.Image != "" {
+		if d.e.o.Images == nil {
+			return fmt.Errorf("image %s: this host has no image store", cfg.Image)
+		}
+		if err := d.e.o.Images.Apply(ctx, cfg.Image, &spec); err != nil {
+			return fmt.Errorf("image %s: %w", cfg.Image, err)
+		}
+	}
 	for _, m := range cfg.Mounts {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
@@ -266,7 +274,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	d.mu.Unlock()
 	ps := []event.Payload{event.SandboxProvisioned{
 		Sandbox: name, SandboxID: sb.ID(), Backend: sb.Info().Backend,
-		Snapshot: snap, DurationMS: time.Since(start).Milliseconds(),
+		Snapshot: snap, Image: cfg.Image, DurationMS: time.Since(start).Milliseconds(),
 	}}
 	if checkpoints && d.snapshotOf(name) == "" {
 		// The sandbox's first checkpoint, its start: the workspace as it

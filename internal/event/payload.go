@@ -192,7 +192,10 @@ type SandboxProvisioned struct {
 	SandboxID string `json:"sandbox_id"`
 	Backend   string `json:"backend,omitempty"`
 	// Snapshot is the digest of the workspace snapshot restored, if any.
-	Snapshot   string `json:"snapshot,omitempty"`
+	Snapshot string `json:"snapshot,omitempty"`
+	// Image is the image its root was made of, by digest
+	// (NAME@sha256:HEX or sha256:HEX), if any.
+	Image      string `json:"image,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
 }
 

@@ -49,11 +49,22 @@ type Setup struct {
 	RootFD int `json:"root_fd,omitempty"`
 	// RootPath is RootFD's rootless form.
 	RootPath *HostPath `json:"root_path,omitempty"`
+	// Layers, instead of RootFD, are the read-only layers of an image root,
+	// lowest first (at most MaxLayers), each a detached tree, id-mapped so
+	// that the ids the image recorded show as the same ids inside. The root
+	// is their overlay under an upper layer in the scratch tmpfs.
+	// Whiteouts in them are overlayfs's (a 0/0 character device, a
+	// directory with the user.overlay.opaque xattr), as the userxattr
+	// overlay of a user namespace reads them.
+	Layers []int `json:"layers,omitempty"`
+	// LayerPaths is Layers' rootless form.
+	LayerPaths []*HostPath `json:"layer_paths,omitempty"`
 	// SystemDirs are host directories bound read-only at the same path when
-	// RootFD is zero (the executor binds them itself: they are world-readable).
+	// there is no template root or image layer (the executor binds them
+	// itself: they are world-readable).
 	SystemDirs []string `json:"system_dirs,omitempty"`
 	// EtcFiles are host files or directories under /etc bound read-only when
-	// RootFD is zero (certificates, dynamic linker cache, alternatives).
+	// SystemDirs are (certificates, dynamic linker cache, alternatives).
 	EtcFiles []string `json:"etc_files,omitempty"`
 	// Workspace describes /workspace.
 	Workspace Workspace `json:"workspace"`
@@ -80,6 +91,9 @@ type Setup struct {
 	// RequireLandlock makes setup fail when the kernel has no Landlock.
 	RequireLandlock bool `json:"require_landlock,omitempty"`
 }
+
+// MaxLayers bounds Setup.Layers (sandbox.MaxLayers says why).
+const MaxLayers = 128
 
 // Workspace modes.
 const (
@@ -163,6 +177,24 @@ func (s *Setup) Validate() error {
 		}
 	}
 	add(source("root", s.RootFD, s.RootPath, true))
+	switch {
+	case len(s.Layers) > 0 && len(s.LayerPaths) > 0:
+		add(errors.New("image layers: both descriptors and host paths"))
+	case len(s.Layers)+len(s.LayerPaths) > MaxLayers:
+		add(fmt.Errorf("image layers: %d, at most %d", len(s.Layers)+len(s.LayerPaths), MaxLayers))
+	case (len(s.Layers) > 0 || len(s.LayerPaths) > 0) && (s.RootFD != 0 || s.RootPath != nil):
+		add(errors.New("image layers and a template root exclude each other"))
+	}
+	for i, fd := range s.Layers {
+		add(source(fmt.Sprintf("image layer %d", i), fd, nil, false))
+	}
+	for i, p := range s.LayerPaths {
+		if p == nil {
+			add(fmt.Errorf("image layer %d: no source", i))
+			continue
+		}
+		add(source(fmt.Sprintf("image layer %d", i), 0, p, false))
+	}
 	add(source("proxy socket", s.ProxyFD, s.ProxyPath, true))
 	if (s.ProxyFD != 0 || s.ProxyPath != nil) != (s.ProxyAddr != "") {
 		add(errors.New("proxy socket and proxy address go together"))

@@ -37,6 +37,13 @@ func cloneHostPaths(s *execproto.Setup) error {
 			return fmt.Errorf("template root: %w", err)
 		}
 	}
+	for i, p := range s.LayerPaths {
+		fd, err := cloneHostPath(p, true)
+		if err != nil {
+			return fmt.Errorf("image layer %d: %w", i, err)
+		}
+		s.Layers = append(s.Layers, fd)
+	}
 	if s.Workspace.Source != nil {
 		if s.Workspace.FD, err = cloneHostPath(s.Workspace.Source, s.Workspace.Mode == execproto.WorkspaceRO); err != nil {
 			return fmt.Errorf("workspace: %w", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -68,7 +69,15 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 	if err := os.Chmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
 		return nil, -1, err
 	}
-	if s.RootFD != 0 {
+	switch {
+	case len(s.Layers) > 0:
+		// An image root: the overlay of its layers, no copy, under a
+		// scratch upper layer, as a template root below.
+		if err := mountLayers(s.Layers); err != nil {
+			return nil, -1, fmt.Errorf("image root: %w", err)
+		}
+		layers = append(layers, fmt.Sprintf("rootfs:image:%d-layers", len(s.Layers)))
+	case s.RootFD != 0:
 		// A template root: an overlay whose upper layer is scratch, so
 		// writes to / land in the sandbox's own quota and die with it.
 		lower := scratchDir + "/root-lower"
@@ -82,7 +91,7 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 			return nil, -1, fmt.Errorf("template root: %w", err)
 		}
 		layers = append(layers, "rootfs:template")
-	} else {
+	default:
 		// pivot_root needs the new root to be a mount point.
 		if err := bind(newRoot, newRoot, false); err != nil {
 			return nil, -1, err
@@ -91,6 +100,18 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 			return nil, -1, err
 		}
 		layers = append(layers, "rootfs:host-ro")
+	}
+	if len(s.Layers) > 0 || s.RootFD != 0 {
+		if err := realTargets(s); err != nil {
+			return nil, -1, err
+		}
+	}
+	if len(s.Layers) > 0 {
+		// As a container runtime does: the image's own files, if any,
+		// name another machine.
+		if err := writeEtc(filepath.Join(newRoot, "etc"), s, "hosts", "hostname", "resolv.conf"); err != nil {
+			return nil, -1, fmt.Errorf("image root: /etc: %w", err)
+		}
 	}
 	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/")} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
@@ -130,7 +151,7 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 	if err := pivot(newRoot); err != nil {
 		return nil, -1, err
 	}
-	if s.RootFD == 0 {
+	if s.RootFD == 0 && len(s.Layers) == 0 {
 		// Nothing outside the listed writable mounts may change the root.
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return nil, -1, fmt.Errorf("read-only root: %w", err)
@@ -144,6 +165,134 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 	}
 	layers = append(layers, "namespaces:user,mnt,pid,net,ipc,uts,cgroup", "network:loopback-only")
 	return layers, upper, nil
+}
+
+// mountLayers mounts the overlay of an image's layers (detached trees,
+// lowest first) at newRoot, with its upper and work directories in the
+// scratch tmpfs.
+func mountLayers(fds []int) error {
+	dirs := make([]string, len(fds))
+	for i, fd := range fds {
+		d := fmt.Sprintf("%s/l%d", scratchDir, i)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+		if err := moveMount(fd, d); err != nil {
+			return fmt.Errorf("layer %d: %w", i, err)
+		}
+		dirs[len(fds)-1-i] = d // overlayfs lists the top layer first
+	}
+	if err := mountOverlay(newRoot, strings.Join(dirs, ":"), scratchDir+"/root-upper", scratchDir+"/root-work"); err != nil {
+		return fmt.Errorf("overlay of %d layers: %w", len(fds), err)
+	}
+	// The overlay holds its own references to the layers.
+	for _, d := range dirs {
+		if err := unix.Unmount(d, unix.MNT_DETACH); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// realTargets makes every path the setup mounts on or writes below newRoot
+// a real directory (or, for a file target, a real file) when the root comes
+// from a template or an image, whose symbolic links it must not follow:
+// until pivot_root the executor's mount namespace still holds the host's
+// tree, so a link the image planted (run -> /var/tmp, etc/airlock -> /dev/shm)
+// would put a directory or a file the setup creates on the host. A link, or
+// anything else not of the kind wanted, on the way to such a path is
+// replaced (the overlay records the removal in its scratch upper layer; the
+// image's layers never change). Nothing runs in the sandbox yet, so nothing
+// can plant a link between this walk and the mounts that follow it.
+func realTargets(s *execproto.Setup) error {
+	dirs := []string{workspacePath, "/tmp", "/proc", "/dev", "/run/airlock", s.User.Home}
+	files := []string{}
+	if len(s.Layers) > 0 {
+		files = append(files, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
+	}
+	if s.ProxyFD != 0 {
+		files = append(files, proxySocket)
+	}
+	for _, m := range s.Mounts {
+		if m.File {
+			files = append(files, m.Target)
+		} else {
+			dirs = append(dirs, m.Target)
+		}
+	}
+	root, err := unix.Open(newRoot, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open new root: %w", err)
+	}
+	defer unix.Close(root)
+	for _, d := range dirs {
+		if err := realPath(root, d, false); err != nil {
+			return fmt.Errorf("mount point %s: %w", d, err)
+		}
+	}
+	for _, f := range files {
+		if err := realPath(root, f, true); err != nil {
+			return fmt.Errorf("mount point %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// realPath walks p (absolute, inside the new root) from root one component
+// at a time without following a link, replacing whatever is not a
+// directory (or, for the last component when file is set, not a regular
+// file) and creating what is missing.
+func realPath(root int, p string, file bool) error {
+	comps := strings.Split(strings.Trim(filepath.Clean(p), "/"), "/")
+	dir, err := unix.Dup(root)
+	if err != nil {
+		return err
+	}
+	defer func() { unix.Close(dir) }()
+	for i, c := range comps {
+		if c == "" || c == "." || c == ".." {
+			return fmt.Errorf("bad component %q", c)
+		}
+		wantFile := file && i == len(comps)-1
+		want := uint32(unix.S_IFDIR)
+		if wantFile {
+			want = unix.S_IFREG
+		}
+		var st unix.Stat_t
+		err := unix.Fstatat(dir, c, &st, unix.AT_SYMLINK_NOFOLLOW)
+		switch {
+		case err == nil && st.Mode&unix.S_IFMT == want:
+		case err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR:
+			return fmt.Errorf("%s is a directory, not a file", c)
+		case err == nil:
+			if err := unix.Unlinkat(dir, c, 0); err != nil {
+				return fmt.Errorf("replace %s: %w", c, err)
+			}
+			fallthrough
+		case errors.Is(err, unix.ENOENT):
+			if wantFile {
+				fd, err := unix.Openat(dir, c, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+				if err != nil {
+					return fmt.Errorf("create %s: %w", c, err)
+				}
+				unix.Close(fd)
+			} else if err := unix.Mkdirat(dir, c, 0o755); err != nil {
+				return fmt.Errorf("mkdir %s: %w", c, err)
+			}
+		default:
+			return fmt.Errorf("stat %s: %w", c, err)
+		}
+		if wantFile {
+			return nil
+		}
+		next, err := unix.Openat(dir, c, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", c, err)
+		}
+		unix.Close(dir)
+		dir = next
+	}
+	return nil
 }
 
 func mountTmpfs(dst, opts string) error {
@@ -245,7 +394,9 @@ func buildHostRoot(s *execproto.Setup) error {
 	return nil
 }
 
-func writeEtc(etc string, s *execproto.Setup) error {
+// writeEtc writes the generated /etc files into etc: the names given, or
+// all of them.
+func writeEtc(etc string, s *execproto.Setup, names ...string) error {
 	u := s.User
 	// In rootless mode the sandbox user is root itself.
 	userLine, groupLine := "", ""
@@ -262,6 +413,13 @@ func writeEtc(etc string, s *execproto.Setup) error {
 		"hostname":      s.Hostname + "\n",
 		"resolv.conf":   "# airlock: no DNS inside the sandbox; names are resolved by the host's egress proxy.\noptions attempts:1 timeout:1\n",
 		"nsswitch.conf": "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\nservices: files\n",
+	}
+	if len(names) > 0 {
+		for name := range files {
+			if !slices.Contains(names, name) {
+				delete(files, name)
+			}
+		}
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {

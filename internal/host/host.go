@@ -36,6 +36,7 @@ import (
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/price"
@@ -114,6 +115,8 @@ type Host struct {
 	secrets *secret.Store
 	// policies caches parsed run policies by hash (guarded by mu).
 	policies map[string]*policy.Document
+	// images is the image store once opened (guarded by mu).
+	images *image.Store
 
 	llm *llmHub
 }
@@ -260,7 +263,7 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	r.meter = credit.New(r.store, r.prices)
 	opts := engine.Options{
 		Store: r.store, Blobs: r.blobs, Checkpoints: r.checkpoints, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
-		NewProvider: h.provider, Network: &runNetwork{h: h}, Policy: h.decideTool,
+		NewProvider: h.provider, Network: &runNetwork{h: h}, Policy: h.decideTool, Images: runImages{h},
 		OnProgress: h.cfg.OnProgress,
 	}
 	if h.cfg.OnEvents != nil {

@@ -67,7 +67,7 @@ func (h *Host) Outcome(ctx context.Context, id string) (api.Run, []api.Artifact,
 		return api.Run{}, nil, err
 	}
 	v, arts := outcomeOf(r, o)
-	if v.Metadata, v.Policy, err = server.FirstEvents(ctx, rs.store, r.ID); err != nil {
+	if err := server.FirstEvents(ctx, rs.store, r.ID, &v); err != nil {
 		return api.Run{}, nil, err
 	}
 	return v, arts, nil
@@ -474,7 +474,14 @@ func Tools() []string {
 }
 
 // Doctor reports which isolation layers this machine enforces for
-// sandboxes made with the executor at path.
+// sandboxes made with the executor at path, and whether a sandbox's root
+// can be an image's layers.
 func Doctor(executor string) []linux.Check {
-	return linux.Doctor(executor)
+	checks := linux.Doctor(executor)
+	err := probeLayers(executor)
+	detail := "image roots: a stack of layers with a whiteout and an opaque directory as lowerdirs of an unprivileged (userxattr) overlay"
+	if err != nil {
+		detail = "image roots (airlock image, --image) do not work here: " + err.Error()
+	}
+	return append(checks, linux.Check{Layer: "overlay-layers", OK: err == nil, Detail: detail})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -14,6 +15,11 @@ type Sandbox struct {
 	// sandbox starts from, read-only; empty means the host's system
 	// directories.
 	RootFS string `yaml:"rootfs"`
+	// Image is an image of the host's store the sandbox's root is made
+	// of, instead of RootFS: NAME[:TAG], resolved to its digest when a run
+	// starts (the run records the digest, and keeps it when resumed), or
+	// NAME@sha256:HEX or sha256:HEX, a pin. Empty means none.
+	Image string `yaml:"image,omitempty"`
 	// Workspace is what /workspace starts as.
 	Workspace Workspace `yaml:"workspace"`
 	// Mounts are extra bind mounts from the host.
@@ -211,6 +217,14 @@ func (s *Sandbox) validate(p *problems) {
 		p.add("sandbox.rootfs", "an absolute host path of an unpacked root filesystem, or empty for the host's system directories",
 			"%q is not an absolute path", shorten(s.RootFS))
 	}
+	switch {
+	case s.Image == "":
+	case s.RootFS != "":
+		p.add("sandbox.image", "a sandbox's root is an image or a root filesystem, not both", "given with sandbox.rootfs")
+	case !imageRef.MatchString(s.Image):
+		p.add("sandbox.image", "NAME[:TAG], NAME@sha256:HEX or sha256:HEX of an image in the host's store (airlock image ls)",
+			"%q is not an image reference", shorten(s.Image))
+	}
 	if s.Workspace.Source != "" && !absPath(s.Workspace.Source) {
 		p.add("sandbox.workspace.source", "an absolute host directory, or empty for an empty workspace",
 			"%q is not an absolute path", shorten(s.Workspace.Source))
@@ -277,6 +291,10 @@ func reservedTarget(t string) string {
 	}
 	return ""
 }
+
+// imageRef is the form of an image reference (registry, path, tag,
+// digest); the host's image store reads it fully.
+var imageRef = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$`)
 
 func absPath(s string) bool {
 	return strings.HasPrefix(s, "/") && !strings.ContainsRune(s, 0) && !hasCTL(s)

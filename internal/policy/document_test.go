@@ -212,7 +212,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 		{
 			"section not a mapping", "sandbox: [a]\n",
-			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, workspace, mounts, limits, require_hard_limits)",
+			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits)",
 		},
 		{
 			"list not a list", "artifacts: a.txt\n",
@@ -268,6 +268,14 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 
 		// sandbox
+		{
+			"image and rootfs", "sandbox:\n  rootfs: /x\n  image: debian:12\n",
+			`policy: sandbox.image: given with sandbox.rootfs (line 3; hint: a sandbox's root is an image or a root filesystem, not both)`,
+		},
+		{
+			"image not a reference", "sandbox:\n  image: 'debian 12'\n",
+			`policy: sandbox.image: "debian 12" is not an image reference (line 2; hint: NAME[:TAG], NAME@sha256:HEX or sha256:HEX of an image in the host's store (airlock image ls))`,
+		},
 		{
 			"rootfs relative", "sandbox:\n  rootfs: images/debian\n",
 			`policy: sandbox.rootfs: "images/debian" is not an absolute path (line 2; hint: an absolute host path of an unpacked root filesystem, or empty for the host's system directories)`,
@@ -711,5 +719,22 @@ func TestMayDecide(t *testing.T) {
 		if got := (Approvals{Approvers: tt.approvers}).MayDecide(tt.names...); got != tt.want {
 			t.Errorf("Approvals{%q}.MayDecide(%q) = %t, want %t", tt.approvers, tt.names, got, tt.want)
 		}
+	}
+}
+
+// TestSandboxImage: an image reference parses and is kept in the
+// canonical form; a document without one has the canonical form it had
+// before images existed (no image key), so its hash is unchanged.
+func TestSandboxImage(t *testing.T) {
+	const pin = "registry.example/team/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	d, err := Parse([]byte("sandbox:\n  image: " + pin + "\n"))
+	if err != nil {
+		t.Fatalf("Parse = %v", err)
+	}
+	if d.Sandbox.Image != pin || !strings.Contains(string(d.Canonical()), "image: "+pin+"\n") {
+		t.Errorf("image %q, canonical form:\n%s", d.Sandbox.Image, d.Canonical())
+	}
+	if strings.Contains(string(Default().Canonical()), "image:") {
+		t.Errorf("the default's canonical form names an image:\n%s", Default().Canonical())
 	}
 }

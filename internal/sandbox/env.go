@@ -17,6 +17,11 @@ var ownEnv = []string{
 	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO", "PIP_CERT", "NODE_EXTRA_CA_CERTS",
 }
 
+// OwnEnv reports whether the sandbox sets variable key for its own
+// workings (its egress proxy, its trust store): a value from elsewhere (an
+// image's config, say) must not take its place.
+func OwnEnv(key string) bool { return slices.Contains(ownEnv, key) }
+
 // CheckEnv checks environment entries a caller gives a sandbox or its
 // commands (the --env flags): each must be KEY=VALUE and name none of the
 // variables the sandbox sets itself, nor any of reserved, which the caller

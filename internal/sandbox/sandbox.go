@@ -73,8 +73,21 @@ type Spec struct {
 	// to it) sets it.
 	ID string
 	// RootFS is a template root filesystem (an unpacked image). Empty means
-	// the host's system directories, read-only, with a generated /etc.
+	// the host's system directories, read-only, with a generated /etc
+	// (unless Layers is set).
 	RootFS string
+	// Layers, instead of RootFS, are the read-only layers of an image's
+	// root, lowest first (at most MaxLayers): host directories as package
+	// image unpacks them, with whiteouts in overlayfs form. The root is
+	// their overlay, without a copy, under a throwaway upper layer in the
+	// sandbox's disk quota. While the sandbox lives, its backend holds a
+	// shared flock(2) on each directory, so that whoever collects unused
+	// layers (image.Store.GC, which takes it exclusively) never removes one
+	// in use.
+	Layers []string
+	// Dir is where commands that name no directory run (an image's
+	// working directory); empty means /workspace.
+	Dir string
 	// Workspace is the host directory shown at /workspace; empty gives an
 	// empty writable workspace.
 	Workspace     string
@@ -100,6 +113,11 @@ type Spec struct {
 	// empty means the unprivileged sandbox user.
 	User string
 }
+
+// MaxLayers bounds Spec.Layers: Docker's own bound on an image's layers
+// (127) with room to spare, well below overlayfs's 500 lower layers and
+// what fits in one page of mount options.
+const MaxLayers = 128
 
 // Mount is an extra bind mount.
 type Mount struct {
@@ -135,6 +153,20 @@ func (s *Spec) Validate() error {
 	}
 	if s.WorkspaceMode != "" && s.Workspace == "" {
 		errs = append(errs, errors.New("workspace mode given without a workspace directory"))
+	}
+	if len(s.Layers) > 0 && s.RootFS != "" {
+		errs = append(errs, errors.New("image layers and a template root exclude each other"))
+	}
+	if len(s.Layers) > MaxLayers {
+		errs = append(errs, fmt.Errorf("%d image layers: at most %d", len(s.Layers), MaxLayers))
+	}
+	for _, l := range s.Layers {
+		if !path.IsAbs(l) || path.Clean(l) != l {
+			errs = append(errs, fmt.Errorf("image layer %q: want a clean absolute host path", l))
+		}
+	}
+	if s.Dir != "" && (!path.IsAbs(s.Dir) || path.Clean(s.Dir) != s.Dir) {
+		errs = append(errs, fmt.Errorf("working directory %q: want a clean absolute path", s.Dir))
 	}
 	for _, m := range s.Mounts {
 		if err := m.validate(); err != nil {
@@ -202,7 +234,7 @@ func (m Mount) validate() error {
 type Command struct {
 	Argv   []string
 	Env    []string // added to the sandbox's Env
-	Dir    string   // default /workspace
+	Dir    string   // default the Spec's Dir, else /workspace
 	User   string   // default the sandbox's user
 	Stdin  io.Reader
 	Stdout io.Writer

@@ -8,6 +8,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,6 +53,36 @@ func TestSpecTrustedCAs(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := sandbox.Spec{Network: sandbox.NetworkProxy, ProxySocket: "/run/x.sock", TrustedCAs: []byte(tt.cas)}
 			err := spec.Validate()
+			switch {
+			case tt.err == "" && err != nil:
+				t.Errorf("Validate() = %v, want nil", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Errorf("Validate() = %v, want an error with %q", err, tt.err)
+			}
+		})
+	}
+}
+
+// TestSpecLayers: an image root's layers are clean absolute host paths, at
+// most MaxLayers, never with a template root; a default working directory
+// is a clean absolute path.
+func TestSpecLayers(t *testing.T) {
+	tests := []struct {
+		name string
+		spec sandbox.Spec
+		err  string // substring; empty: valid
+	}{
+		{"layers", sandbox.Spec{Layers: []string{"/var/lib/airlock/images/layers/a", "/var/lib/airlock/images/layers/b"}, Dir: "/app"}, ""},
+		{"with a template root", sandbox.Spec{Layers: []string{"/l/a"}, RootFS: "/srv/root"}, "exclude each other"},
+		{"relative layer", sandbox.Spec{Layers: []string{"layers/a"}}, "clean absolute host path"},
+		{"unclean layer", sandbox.Spec{Layers: []string{"/l/../etc"}}, "clean absolute host path"},
+		{"too many layers", sandbox.Spec{Layers: slices.Repeat([]string{"/l/a"}, sandbox.MaxLayers+1)}, "at most"},
+		{"relative dir", sandbox.Spec{Dir: "app"}, "working directory"},
+		{"unclean dir", sandbox.Spec{Dir: "/app/"}, "working directory"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.spec.Validate()
 			switch {
 			case tt.err == "" && err != nil:
 				t.Errorf("Validate() = %v, want nil", err)

@@ -19,7 +19,7 @@ type RunCmd struct {
 	SpecFlags
 	ExecFlags
 	Interactive bool     `short:"i" help:"Pass stdin to the command."`
-	Command     []string `arg:"" passthrough:"" help:"Command and arguments, after --." name:"cmd"`
+	Command     []string `arg:"" optional:"" passthrough:"" help:"Command and arguments, after -- (with --image, default: the image's entrypoint and cmd)." name:"cmd"`
 }
 
 // Egress starts an egress proxy for the sandbox spec describes and points

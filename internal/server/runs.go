@@ -158,33 +158,40 @@ type Events interface {
 	Events(ctx context.Context, runID string, from int64, limit int) ([]event.Event, error)
 }
 
-// FirstEvents reads what a run's first events record: its metadata
-// (run.created) and where its policy came from (policy.resolved); a run
-// without them gives nil.
-func FirstEvents(ctx context.Context, view Events, runID string) (map[string]string, *api.RunPolicy, error) {
+// FirstEvents fills v with what a run's first events record: its metadata
+// and image (run.created) and where its policy came from
+// (policy.resolved); a run without them leaves v as it is.
+func FirstEvents(ctx context.Context, view Events, runID string, v *api.Run) error {
 	evs, err := view.Events(ctx, runID, 1, 2)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	var md map[string]string
-	var pol *api.RunPolicy
 	for _, e := range evs {
 		switch e.Type {
 		case event.TypeRunCreated:
 			var created event.RunCreated
 			if err := json.Unmarshal(e.Payload, &created); err != nil {
-				return nil, nil, fmt.Errorf("run %s: run.created: %w", runID, err)
+				return fmt.Errorf("run %s: run.created: %w", runID, err)
 			}
-			md = created.Metadata
+			v.Metadata = created.Metadata
+			var cfg struct {
+				Image string `json:"image"`
+			}
+			if len(created.Config) > 0 {
+				if err := json.Unmarshal(created.Config, &cfg); err != nil {
+					return fmt.Errorf("run %s: run.created: config: %w", runID, err)
+				}
+			}
+			v.Image = cfg.Image
 		case event.TypePolicyResolved:
 			var p event.PolicyResolved
 			if err := json.Unmarshal(e.Payload, &p); err != nil {
-				return nil, nil, fmt.Errorf("run %s: policy.resolved: %w", runID, err)
+				return fmt.Errorf("run %s: policy.resolved: %w", runID, err)
 			}
-			pol = &api.RunPolicy{Source: p.Source, Version: p.Version, BaseHash: p.BaseHash}
+			v.Policy = &api.RunPolicy{Source: p.Source, Version: p.Version, BaseHash: p.BaseHash}
 		}
 	}
-	return md, pol, nil
+	return nil
 }
 
 // Paging bounds.
@@ -281,7 +288,7 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	WithOutcome(&v, o)
-	if v.Metadata, v.Policy, err = FirstEvents(r.Context(), c.view, run.ID); err != nil {
+	if err := FirstEvents(r.Context(), c.view, run.ID, &v); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, v)

@@ -70,6 +70,9 @@ func attackSandbox(t *testing.T, spec sandbox.Spec) sandbox.Sandbox {
 
 func attackCreate(t *testing.T, b *linux.Backend, spec sandbox.Spec) sandbox.Sandbox {
 	t.Helper()
+	if root, ok := imageRoot(t); ok && spec.RootFS == "" && len(spec.Layers) == 0 {
+		root.Apply(&spec) // TestImageRoot runs the attacks on an image root
+	}
 	if os.Getenv(rootlessEnv) == "inner" {
 		return rootlessCreate(t, b, spec)
 	}

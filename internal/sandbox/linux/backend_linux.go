@@ -313,13 +313,19 @@ func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer) (*os.File, error) {
 	trees := &treeFiles{idm: &idmapper{start: b.startProc, base: sb.base, cache: &b.idmaps}}
 	defer trees.closeFiles()
 	defer trees.idm.close()
+	if len(sb.spec.Layers) > 0 {
+		var err error
+		if sb.layerLocks, err = lockLayers(sb.spec.Layers); err != nil {
+			return nil, err
+		}
+	}
 	if !b.root {
 		// Rootless: the host cannot clone mount trees; the executor binds
 		// the paths it is given itself (see rootlessSources).
 		if err := rootlessSources(&sb.spec, setup); err != nil {
 			return nil, err
 		}
-	} else if err := trees.sources(&sb.spec, setup); err != nil {
+	} else if err := trees.sources(&sb.spec, sb.layerLocks, setup); err != nil {
 		return nil, err
 	}
 	tr.mark("trees")
@@ -447,6 +453,11 @@ func checkSources(spec *sandbox.Spec) error {
 	}
 	if spec.RootFS != "" {
 		if err := checkDir("rootfs", spec.RootFS); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, l := range spec.Layers {
+		if err := checkDir("image layer", l); err != nil {
 			errs = append(errs, err)
 		}
 	}

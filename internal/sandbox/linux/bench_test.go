@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -86,5 +87,41 @@ func BenchmarkForkExec(b *testing.B) {
 		if err := exec.Command("/bin/true").Run(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkStartRoot is a sandbox's start (create, one command, destroy) on
+// the host's read-only root and on a cached image's (the busybox test
+// image, unpacked once before the loop), side by side in one run, so their
+// ratio is visible:
+//
+//	go test -run=NONE -bench=StartRoot -count=10 ./internal/sandbox/linux/ | benchstat -col /root -
+func BenchmarkStartRoot(b *testing.B) {
+	be := benchBackend(b)
+	ctx := context.Background()
+	s := imageStore(b, filepath.Join(b.TempDir(), "images"), false, nil)
+	root, err := s.Root(ctx, testImage)
+	if err != nil {
+		b.Fatal(err)
+	}
+	image := sandbox.Spec{Limits: sandbox.DefaultLimits}
+	root.Apply(&image)
+	for _, c := range []struct {
+		name string
+		spec sandbox.Spec
+	}{{"root=host", sandbox.Spec{Limits: sandbox.DefaultLimits}}, {"root=image", image}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				sb, err := be.Create(ctx, c.spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
+					b.Fatalf("run: %+v %v", r, err)
+				}
+				_ = sb.Destroy(ctx)
+			}
+		})
 	}
 }

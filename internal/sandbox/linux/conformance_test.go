@@ -30,6 +30,9 @@ func conformance(t *testing.T, spawner bool) {
 			t.Fatalf("linux.New = %v", err)
 		}
 		t.Cleanup(func() { _ = b.Close() }) // after the sandboxes' cleanups
+		if root, ok := imageRoot(t); ok {
+			return imageBackend{b, root} // TestImageRoot's run
+		}
 		return b
 	})
 }

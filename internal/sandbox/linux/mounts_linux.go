@@ -3,6 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,17 @@ const sandboxUID = 1000
 // a host path. ro makes the tree read-only; idmap, if >= 0, is a user
 // namespace fd whose mapping makes the tree's owner the sandbox user.
 func detachedTree(path string, ro bool, idmap int) (int, error) {
-	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	return detachedTreeAt(unix.AT_FDCWD, path, ro, idmap)
+}
+
+// detachedTreeAt is detachedTree of the tree at path relative to dirfd, or
+// of dirfd's own when path is empty.
+func detachedTreeAt(dirfd int, path string, ro bool, idmap int) (int, error) {
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_RECURSIVE
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	fd, err := unix.OpenTree(dirfd, path, uint(flags))
 	if err != nil {
 		return -1, fmt.Errorf("open_tree %s: %w", path, err)
 	}
@@ -60,6 +71,19 @@ type idmapper struct {
 	fds   []int // duplicates handed out, closed by close
 }
 
+// wholeRange, as both ids of an idmapKey, names the id-map namespace of a
+// sandbox's whole uid range (idmapper.rangeFD).
+const wholeRange = math.MaxUint32
+
+// rangeFD returns a user-namespace fd whose mapping is the sandbox's own
+// (0..uidRange-1 inside to its host range), valid until close: a tree
+// id-mapped with it shows each file's recorded ids as the same ids inside
+// the sandbox, as an image's layers must (uid 0's files are root's, uid
+// 33's www-data's).
+func (m *idmapper) rangeFD() (int, error) {
+	return m.fd(wholeRange, wholeRange)
+}
+
 // fd returns a user-namespace fd mapping host owner uid/gid to the sandbox
 // user, valid until close.
 func (m *idmapper) fd(uid, gid uint32) (int, error) {
@@ -80,10 +104,14 @@ func (m *idmapper) create(uid, gid uint32) (int, error) {
 	if err != nil {
 		return -1, err
 	}
+	uids := []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.base) + sandboxUID, Size: 1}}
+	gids := []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.base) + sandboxUID, Size: 1}}
+	if uid == wholeRange {
+		uids = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.base), Size: uidRange}}
+		gids = uids
+	}
 	p, err := m.start(procSpec{args: []string{"airlock-exec", "hold"}, stdin: r, sys: &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: []syscall.SysProcIDMap{{ContainerID: int(uid), HostID: int(m.base) + sandboxUID, Size: 1}},
-		GidMappings: []syscall.SysProcIDMap{{ContainerID: int(gid), HostID: int(m.base) + sandboxUID, Size: 1}},
+		Cloneflags: syscall.CLONE_NEWUSER, UidMappings: uids, GidMappings: gids,
 	}})
 	r.Close()
 	if err != nil {
@@ -213,15 +241,30 @@ type treeFiles struct {
 }
 
 // sources fills setup with the sources of a root-mode sandbox of spec,
-// each a tree in t: the root file system or the host's system directories,
-// the workspace, the extra mounts and the proxy socket.
-func (t *treeFiles) sources(spec *sandbox.Spec, setup *execproto.Setup) error {
+// each a tree in t: the root file system (an image's layers, opened and
+// locked as locks, a template, or the host's system directories), the
+// workspace, the extra mounts and the proxy socket.
+func (t *treeFiles) sources(spec *sandbox.Spec, locks []*os.File, setup *execproto.Setup) error {
 	var err error
-	if spec.RootFS != "" {
+	switch {
+	case len(locks) > 0:
+		idfd, err := t.idm.rangeFD()
+		if err != nil {
+			return fmt.Errorf("image layers: %w", err)
+		}
+		for i, l := range locks {
+			fd, err := detachedTreeAt(int(l.Fd()), "", true, idfd)
+			if err != nil {
+				return fmt.Errorf("image layer %d: %w", i, err)
+			}
+			t.files = append(t.files, os.NewFile(uintptr(fd), l.Name()))
+			setup.Layers = append(setup.Layers, execproto.ControlFD+len(t.files))
+		}
+	case spec.RootFS != "":
 		if setup.RootFD, err = t.tree(spec.RootFS, true, false); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
-	} else {
+	default:
 		setup.SystemDirs = existing(systemDirs)
 		setup.EtcFiles = etcFiles
 	}
@@ -286,4 +329,38 @@ func (t *treeFiles) closeFiles() {
 		f.Close()
 	}
 	t.files = nil
+}
+
+// lockLayers opens each of an image's layer directories and takes a shared
+// flock(2) on it, held until the files are closed (Spec.Layers: whoever
+// collects unused layers takes it exclusively, and renames a layer away
+// before removing it). A directory that no longer is at its path once
+// locked was collected meanwhile: the error says so.
+func lockLayers(dirs []string) ([]*os.File, error) {
+	var out []*os.File
+	fail := func(err error) ([]*os.File, error) {
+		for _, f := range out {
+			f.Close()
+		}
+		return nil, err
+	}
+	for _, d := range dirs {
+		fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("image layer %s: %w", d, err))
+		}
+		f := os.NewFile(uintptr(fd), d)
+		out = append(out, f)
+		if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+			return fail(fmt.Errorf("lock image layer %s: %w", d, err))
+		}
+		var held, now unix.Stat_t
+		if err := unix.Fstat(fd, &held); err != nil {
+			return fail(fmt.Errorf("image layer %s: %w", d, err))
+		}
+		if err := unix.Stat(d, &now); err != nil || now.Dev != held.Dev || now.Ino != held.Ino {
+			return fail(fmt.Errorf("image layer %s was removed while the sandbox was being created (its image was garbage-collected): pull or import the image again", d))
+		}
+	}
+	return out, nil
 }

@@ -42,11 +42,20 @@ func rootlessSources(spec *sandbox.Spec, setup *execproto.Setup) error {
 		return fmt.Errorf("user %q: a rootless sandbox has only root (the invoking user's id, mapped to 0, without capabilities)", spec.User)
 	}
 	var err error
-	if spec.RootFS != "" {
+	switch {
+	case len(spec.Layers) > 0:
+		for _, l := range spec.Layers {
+			p, err := hostPath(l)
+			if err != nil {
+				return fmt.Errorf("image layer: %w", err)
+			}
+			setup.LayerPaths = append(setup.LayerPaths, p)
+		}
+	case spec.RootFS != "":
 		if setup.RootPath, err = hostPath(spec.RootFS); err != nil {
 			return fmt.Errorf("rootfs: %w", err)
 		}
-	} else {
+	default:
 		setup.SystemDirs = existing(systemDirs)
 		setup.EtcFiles = etcFiles
 	}

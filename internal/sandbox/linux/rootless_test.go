@@ -44,7 +44,7 @@ const rootlessUnavailableLine = "ROOTLESS-UNAVAILABLE: "
 
 // rootlessTests are the tests the inner process runs.
 var rootlessTests = []string{
-	"TestRootlessConformance", "TestRootlessView", "TestRootlessKill9",
+	"TestRootlessConformance", "TestRootlessView", "TestRootlessKill9", "TestRootlessImage",
 	// Attacks whose probes and controls mean the same without root.
 	"TestAttackHostFiles", "TestAttackWriteOutsideWorkspace", "TestAttackProcIsolation",
 	"TestAttackHostProcesses", "TestAttackKillExecutor", "TestAttackPrivileged", "TestAttackDevices",

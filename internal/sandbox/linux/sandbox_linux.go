@@ -33,6 +33,9 @@ type Sandbox struct {
 	conn    *execconn.Conn
 	layers  []string
 	files   string // host files shown inside (trust store), removed at teardown
+	// layerLocks hold the image layers' shared locks (lockLayers) until
+	// teardown.
+	layerLocks []*os.File
 
 	done     chan struct{} // closed when the sandbox is gone
 	doneOnce sync.Once
@@ -176,6 +179,9 @@ func (s *Sandbox) teardown() {
 	if s.files != "" {
 		_ = os.RemoveAll(s.files)
 	}
+	for _, f := range s.layerLocks {
+		f.Close()
+	}
 	if s.slot != nil {
 		s.b.uids.release(s.slot, s.base)
 	}
@@ -207,6 +213,9 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	}
 	if req.User == "" {
 		req.User = s.spec.User
+	}
+	if req.Dir == "" {
+		req.Dir = s.spec.Dir
 	}
 	if c.Timeout > 0 && req.TimeoutMS == 0 {
 		req.TimeoutMS = 1

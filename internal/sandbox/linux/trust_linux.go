@@ -41,6 +41,10 @@ func trustStore(dir string, spec *sandbox.Spec) error {
 	}
 	spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: extra, Target: extraCAPath, ReadOnly: true})
 	bundlePath := ""
+	// The host's bundle with the extra CAs goes over the system bundle of
+	// the host's root, and of an image's too: its tools reach hosts the
+	// proxy only tunnels to as well as those it inspects, and public roots
+	// are public. (A template root keeps its own; see below.)
 	if spec.RootFS == "" {
 		for i, p := range hostBundles {
 			fi, err := os.Stat(p)

@@ -1,0 +1,255 @@
+package linux_test
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/airlockrun/airlock/internal/image"
+	"github.com/airlockrun/airlock/internal/image/imagetest"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/testpki"
+)
+
+// imageEnv marks a process TestImageRoot started: the conformance suite
+// and the attacks run with every sandbox's root made from the busybox
+// image of the image store it names.
+const imageEnv = "AIRLOCK_TEST_IMAGE_STORE"
+
+// testImage is the name of the busybox image in the store.
+const testImage = "localhost/busybox:test"
+
+// imageStore returns a store in dir holding the busybox image as testImage
+// and extra images over it (a second layer each) as their names. With
+// tools, testImage has a second layer of the host's dash (as sh), bash, GNU
+// grep, curl and python3, which the conformance suite and the attacks use.
+func imageStore(t testing.TB, dir string, tools bool, extra map[string][]imagetest.File) *image.Store {
+	t.Helper()
+	s, err := image.Open(dir, image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := imagetest.Layer(t, imagetest.BusyboxFiles(t)...)
+	imgs := map[string]v1.Image{testImage: imagetest.Image(t, "", imagetest.BusyboxConfig, base)}
+	if tools {
+		// Debian's /bin/sh, dash: busybox's leaves SIGQUIT ignored in the
+		// command it runs last, which the suite rightly refuses.
+		host := append(imagetest.HostTools(t, "dash", "bash", "grep", "curl"), imagetest.Python(t)...)
+		host = append(host, imagetest.File{Name: "usr/bin/sh", Typeflag: tar.TypeSymlink, Link: "dash"})
+		imgs[testImage] = imagetest.Image(t, "", imagetest.BusyboxConfig, base, imagetest.Layer(t, host...))
+	}
+	for n, files := range extra {
+		imgs[n] = imagetest.Image(t, "", imagetest.BusyboxConfig, base, imagetest.Layer(t, files...))
+	}
+	for n, img := range imgs {
+		p, err := layout.Write(t.TempDir(), empty.Index)
+		if err == nil {
+			err = p.AppendImage(img)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Import(context.Background(), string(p), []string{n}); err != nil {
+			t.Fatalf("Import(%s) = %v", n, err)
+		}
+	}
+	return s
+}
+
+// imageRoot returns the root of the image the process's imageEnv names,
+// or false.
+func imageRoot(t testing.TB) (image.Root, bool) {
+	dir := os.Getenv(imageEnv)
+	if dir == "" {
+		return image.Root{}, false
+	}
+	s, err := image.Open(dir, image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, true
+}
+
+// imageBackend gives every sandbox without a root of its own the image's.
+type imageBackend struct {
+	sandbox.Backend
+	root image.Root
+}
+
+func (b imageBackend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if spec.RootFS == "" && len(spec.Layers) == 0 {
+		b.root.Apply(&spec)
+	}
+	return b.Backend.Create(ctx, spec)
+}
+
+// TestImageRoot runs the conformance suite and the attacks again, in a
+// process of their own, with every sandbox's root the busybox image's
+// layers instead of the host's directories.
+func TestImageRoot(t *testing.T) {
+	if os.Getenv(imageEnv) != "" {
+		t.Skip("the inner process of TestImageRoot")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "images")
+	imageStore(t, dir, true, nil)
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TestAttackHostKill9 is about the host's death, whatever the root, and
+	// its helper counts the processes of its executor binary, which would
+	// be the one every test of this run shares (given, not built).
+	args := []string{"-test.run=^(TestConformanceDirect|TestAttack.*)$", "-test.skip=^TestAttackHostKill9$", "-test.timeout=20m"}
+	if testing.Verbose() {
+		args = append(args, "-test.v")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), imageEnv+"="+dir, prebuiltExecutorEnv+"="+executorPath)
+	out, err := cmd.CombinedOutput()
+	t.Logf("image-root tests:\n%s", out)
+	if err != nil {
+		t.Fatalf("the conformance suite or the attacks failed with an image root: %v", err)
+	}
+}
+
+// TestImageView shows an image root from inside: the image's files and
+// environment, not the host's; its layers stacked with their whiteouts;
+// its owners as it recorded them; and the executor's own files where a
+// container runtime puts them.
+func TestImageView(t *testing.T) {
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, map[string][]imagetest.File{
+		"localhost/top:test": {
+			{Name: ".wh.IMAGE-MARKER"},
+			{Name: "etc/", Typeflag: tar.TypeDir},
+			{Name: "etc/.wh..wh..opq"},
+			{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n")},
+			{Name: "srv/", Typeflag: tar.TypeDir, UID: 33, GID: 33},
+			{Name: "srv/owned", Body: []byte("www"), UID: 33, GID: 33, Mode: 0o640},
+			{Name: "usr/local/bin/su-demo", Mode: 0o4755, Body: []byte("#!/bin/sh\nid -u\n")},
+			// Links the image plants where the executor mounts and writes:
+			// they must not lead the setup out of the root.
+			{Name: "run", Typeflag: tar.TypeSymlink, Link: "/tmp/" + escapeMark},
+			{Name: "home", Typeflag: tar.TypeSymlink, Link: "/var/tmp"},
+		},
+	})
+	root, err := s.Root(context.Background(), "localhost/top:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{Env: []string{"MINE=1"}}
+	root.Apply(&spec)
+	sb := attackCreate(t, b, spec)
+	out := attackMust(t, sb, "", `
+		test -e /IMAGE-MARKER && echo marker-visible
+		test -e /usr/bin/python3 && echo host-usr-visible
+		cat /etc/passwd | wc -l
+		test -e /etc/group || echo group-hidden
+		echo "env=$IMAGE_ENV mine=$MINE path=$PATH"
+		stat -c '%u:%g %a' /srv/owned /bin/busybox /usr/local/bin/su-demo
+		readlink /run
+		ls -d /run/airlock
+		cat /etc/hostname
+		grep -c airlock /etc/hosts
+	`)
+	want := strings.Join([]string{
+		"2", "group-hidden", // the top layer's opaque /etc holds its passwd alone
+		"env=from-image mine=1 path=/usr/bin:/bin",
+		"33:33 640", "0:0 755", "0:0 4755",
+		"/run/airlock", "airlock", "1",
+	}, "\n")
+	if strings.TrimSpace(out) != want {
+		t.Errorf("inside an image root:\n%s\nwant:\n%s", out, want)
+	}
+	if _, err := os.Lstat("/tmp/" + escapeMark); err == nil {
+		t.Errorf("the image's /run link led the setup to the host's /tmp/%s", escapeMark)
+	}
+	// The image's set-uid bit grants nothing (nosuid, no_new_privs).
+	if got := strings.TrimSpace(attackMust(t, sb, "", "/usr/local/bin/su-demo")); got != "1000" {
+		t.Errorf("a set-uid root file of the image ran as uid %s, want the caller's 1000", got)
+	}
+}
+
+// escapeMark names what an image's link would make on the host if the
+// setup followed it.
+const escapeMark = "airlock-image-escape-test"
+
+// TestRootlessImage: an unprivileged user's own store (layers unpacked
+// without owners: all the user's, root's inside) and a rootless sandbox on
+// it, whose executor clones the layers itself; whiteouts and opaque
+// directories are made, and honoured, as in root mode.
+func TestRootlessImage(t *testing.T) {
+	rootlessInner(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, map[string][]imagetest.File{
+		"localhost/top:test": {
+			{Name: ".wh.IMAGE-MARKER"},
+			{Name: "etc/", Typeflag: tar.TypeDir},
+			{Name: "etc/.wh..wh..opq"},
+			{Name: "etc/passwd", Body: []byte("root:x:0:0:root:/root:/bin/sh\n")},
+		},
+	})
+	root, err := s.Root(context.Background(), "localhost/top:test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec sandbox.Spec
+	root.Apply(&spec)
+	sb := rootlessCreate(t, rootlessBackend(t), spec)
+	out := attackMust(t, sb, "", "test -e /IMAGE-MARKER || echo marker-hidden; test -e /etc/group || echo group-hidden; wc -l < /etc/passwd; stat -c %u /bin/busybox; id -u; echo $IMAGE_ENV")
+	if want := "marker-hidden\ngroup-hidden\n1\n0\n0\nfrom-image\n"; out != want {
+		t.Errorf("inside a rootless image root:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// TestImageTrustStore: a sandbox on an image with extra CAs (the egress
+// proxy's) trusts them and the public roots both, as on the host's root:
+// its tools reach the hosts the proxy only tunnels to, not only those it
+// inspects.
+func TestImageTrustStore(t *testing.T) {
+	const bundle = "/etc/ssl/certs/ca-certificates.crt"
+	host, err := os.ReadFile(bundle)
+	if err != nil {
+		t.Skipf("the host has no %s: %v", bundle, err)
+	}
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := newTestCAPEM(t)
+	spec := sandbox.Spec{TrustedCAs: ca}
+	root.Apply(&spec)
+	sb := attackCreate(t, b, spec)
+	out := attackMust(t, sb, "", `echo "$SSL_CERT_FILE"; grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE"`)
+	want := fmt.Sprintf("%s\n%d\n", bundle, strings.Count(string(host), "BEGIN CERTIFICATE")+1)
+	if out != want {
+		t.Errorf("SSL_CERT_FILE and its certificates = %q, want %q (the host's roots and the extra CA)", out, want)
+	}
+}
+
+// newTestCAPEM returns a throwaway CA certificate, PEM-encoded.
+func newTestCAPEM(t *testing.T) []byte {
+	t.Helper()
+	ca, err := testpki.New("image trust test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.PEM
+}
