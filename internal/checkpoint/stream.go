@@ -74,16 +74,31 @@ func newDeltaReader(r io.Reader, t *tree, full bool) *deltaReader {
 	return &deltaReader{tr: tar.NewReader(cr), cr: cr, tree: t, full: full, whiteouts: map[string]bool{}}
 }
 
-// countingReader counts the bytes read through it.
+// countingReader counts the bytes read through it, and keeps the error
+// (but io.EOF) its reader returned.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	err error
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if err != nil && !errors.Is(err, io.EOF) && c.err == nil {
+		c.err = err
+	}
 	return n, err
+}
+
+// fail returns the error of the stream's reading: the reader's own (a
+// connection lost, ctx done), which says nothing of the stream, or else
+// the stream's, wrapping ErrStream, built by format.
+func (d *deltaReader) fail(format string, args ...any) error {
+	if d.cr.err != nil {
+		return fmt.Errorf("read delta stream: %w", d.cr.err)
+	}
+	return fmt.Errorf("%w: "+format, append([]any{ErrStream}, args...)...)
 }
 
 // Read implements io.Reader: the content of the stream's files, in order.
@@ -110,10 +125,10 @@ func (d *deltaReader) Read(p []byte) (int, error) {
 	d.bytes += int64(n)
 	switch {
 	case d.remaining > 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
-		d.err = fmt.Errorf("%w: entry %q: the stream ends %d bytes into its %d", ErrStream, d.cur.Name, d.cur.Size-d.remaining, d.cur.Size)
+		d.err = d.fail("entry %q: the stream ends %d bytes into its %d", clip(d.cur.Name), d.cur.Size-d.remaining, d.cur.Size)
 		return n, d.err
 	case err != nil && !errors.Is(err, io.EOF):
-		d.err = fmt.Errorf("%w: entry %q: %w", ErrStream, d.cur.Name, err)
+		d.err = d.fail("entry %q: %w", clip(d.cur.Name), err)
 		return n, d.err
 	}
 	return n, nil
@@ -134,16 +149,16 @@ func (d *deltaReader) next() error {
 		// A stream cut at an entry's end reads as a clean end to
 		// archive/tar: require the two zero blocks that end an archive.
 		if d.cr.n < d.endOfLast+2*512 {
-			return fmt.Errorf("%w: the stream ends without an end-of-archive marker (truncated?)", ErrStream)
+			return d.fail("the stream ends without an end-of-archive marker (truncated?)")
 		}
 		d.done = true
 		return nil
 	}
 	if err != nil {
 		if n := len(d.entries); n > 0 {
-			return fmt.Errorf("%w: after entry %q: %w", ErrStream, d.entries[n-1].Name, err)
+			return d.fail("after entry %q: %w", clip(d.entries[n-1].Name), err)
 		}
-		return fmt.Errorf("%w: %w", ErrStream, err)
+		return d.fail("%w", err)
 	}
 	e, err := d.entry(hdr)
 	if err != nil {
