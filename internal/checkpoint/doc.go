@@ -9,7 +9,9 @@
 // digest names the checkpoint. Resolve applies a chain back into a tree,
 // WriteTar and Restore stream it as a tar for the sandbox to unpack,
 // Changed and Open give what changed between two checkpoints and its
-// content, for patches and verification, from manifests alone.
+// content, for patches and verification, from manifests alone. Take and
+// RestoreInto are the one way a host component checkpoints a live sandbox
+// (sandbox.Checkpointer) and restores a checkpoint into a fresh one.
 //
 // Invariants:
 //   - Every entry of a stream is checked before it is applied: names

@@ -29,6 +29,8 @@ var (
 	// ErrTenant: a checkpoint belongs to another tenant than the one
 	// named.
 	ErrTenant = errors.New("checkpoint: another tenant's checkpoint")
+	// ErrOverLimit: a sandbox's stream ran past TakeRequest.Limit.
+	ErrOverLimit = errors.New("checkpoint: the workspace is over its limit")
 )
 
 // Store writes, resolves and restores the checkpoints of every tenant:

@@ -560,7 +560,7 @@ func (s *Server) pause(ctx context.Context, b *box) error {
 	}
 	var ps pausedState
 	var snapshots []string
-	if _, ok := s.checkpointer(b.live); ok {
+	if s.checkpoints(b.live) {
 		digest, err := s.checkpoint(ctx, b, b.live)
 		if err != nil {
 			return err

@@ -1,13 +1,10 @@
 package engine
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/checkpoint"
@@ -30,10 +27,6 @@ import (
 // workspace instead (SnapshotTaken.Format ""): they are restored as such,
 // and their next snapshot starts a chain of checkpoints with a whole tree.
 
-// checkpointAttempts bounds how often one checkpoint is taken again after
-// it failed while its sandbox lived (a file changed while it was read).
-const checkpointAttempts = 3
-
 // checkpointsOf returns what the run's log says of sandbox name's
 // checkpoints, and whether its latest snapshot is one.
 func (d *driver) checkpointsOf(name string) (ckptRef, bool) {
@@ -45,47 +38,20 @@ func (d *driver) checkpointsOf(name string) (ckptRef, bool) {
 
 // checkpointable reports whether sandbox name's workspace is kept as
 // checkpoints by sb: a read-only workspace never changes.
-func (d *driver) checkpointable(name string, sb sandbox.Sandbox) (sandbox.Checkpointer, bool) {
+func (d *driver) checkpointable(name string, sb sandbox.Sandbox) bool {
 	sc, _ := d.cfg.sandbox(name)
-	if sc.mode() == sandbox.WorkspaceRO {
-		return nil, false
-	}
-	cp, ok := sb.(sandbox.Checkpointer)
-	return cp, ok
+	_, ok := sb.(sandbox.Checkpointer)
+	return ok && sc.mode() != sandbox.WorkspaceRO
 }
 
-// checkpoint stores what changed in the workspace of l's sandbox (cp)
-// since its latest checkpoint, or the whole tree when it has none or the
+// checkpoint stores what changed in the workspace of l's sandbox since its latest checkpoint, or the whole tree when it has none or the
 // sandbox no longer knows it, and returns the event that records it for
 // step n (start: the sandbox's first). The caller holds l.mu.
-func (d *driver) checkpoint(ctx context.Context, name string, l *live, cp sandbox.Checkpointer, n int, start bool) (event.SnapshotTaken, error) {
+func (d *driver) checkpoint(ctx context.Context, name string, l *live, n int, start bool) (event.SnapshotTaken, error) {
 	ref, _ := d.checkpointsOf(name)
-	parent, since := ref.latest, l.baseline
-	if parent == "" || since == "" {
-		parent, since = "", ""
-	}
+	parent := ref.latest
 	begin := time.Now()
-	var res checkpoint.Result
-	var cr sandbox.CheckpointResult
-	var err error
-	for attempt := 1; ; attempt++ {
-		res, cr, err = d.writeCheckpoint(ctx, cp, parent, since)
-		if err == nil && cr.Full && since != "" {
-			// The sandbox no longer knows the baseline (it keeps the
-			// last two): what it sent is the whole tree, and is stored
-			// again as such.
-			parent, since = "", ""
-			continue
-		}
-		if err == nil || attempt == checkpointAttempts || ctx.Err() != nil {
-			break
-		}
-		select {
-		case <-l.sb.Done():
-			return event.SnapshotTaken{}, err // lost: the caller replaces it
-		default:
-		}
-	}
+	res, cr, err := d.e.o.Checkpoints.Take(ctx, l.sb, checkpoint.TakeRequest{Tenant: d.run.Tenant, Parent: parent, Since: l.baseline})
 	if err != nil {
 		return event.SnapshotTaken{}, err
 	}
@@ -127,93 +93,15 @@ func (d *driver) treeBytes(name, digest string) int64 {
 // checkpointMedia is the media type of a checkpoint's manifest artifact.
 const checkpointMedia = "application/vnd.airlock.checkpoint.v1"
 
-// writeCheckpoint streams cp's delta since the baseline since (the whole
-// tree when "") into the checkpoint store, as a change to parent.
-func (d *driver) writeCheckpoint(ctx context.Context, cp sandbox.Checkpointer, parent, since string) (checkpoint.Result, sandbox.CheckpointResult, error) {
-	pr, pw := io.Pipe()
-	var cr sandbox.CheckpointResult
-	done := make(chan error, 1)
-	go func() {
-		var err error
-		cr, err = cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, pw)
-		pw.CloseWithError(err)
-		done <- err
-	}()
-	br := bufio.NewReaderSize(pr, 64<<10)
-	if since != "" && emptyStream(br) {
-		// Nothing changed: the parent stands for the tree.
-		_, _ = io.Copy(io.Discard, br)
-		if err := <-done; err != nil {
-			return checkpoint.Result{}, cr, fmt.Errorf("checkpoint: %w", err)
-		}
-		return checkpoint.Result{Digest: parent, Parent: parent}, cr, nil
-	}
-	res, werr := d.e.o.Checkpoints.Write(ctx, d.run.Tenant, parent, since == "", br)
-	// A write that stopped early leaves the sandbox's stream unread:
-	// end it.
-	pr.CloseWithError(errors.New("the checkpoint's store stopped reading"))
-	if err := <-done; err != nil {
-		return res, cr, fmt.Errorf("checkpoint: %w", err)
-	}
-	if werr != nil {
-		return res, cr, werr
-	}
-	if since == "" && !cr.Full {
-		return res, cr, errors.New("checkpoint: the sandbox sent a change where the whole tree was asked for")
-	}
-	return res, cr, nil
-}
-
-// emptyStream reports whether the tar stream br holds no entry: only the
-// zero blocks that end a tar (and at most a record of padding).
-func emptyStream(br *bufio.Reader) bool {
-	b, err := br.Peek(10<<10 + 1)
-	if !errors.Is(err, io.EOF) || len(b) < 1024 {
-		return false
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// restoreCheckpoint unpacks the tree of checkpoint digest into sb's empty
-// workspace, inside the sandbox (the host never writes what a sandbox
-// produced), and makes it the sandbox's baseline for l's next checkpoint.
-func (d *driver) restoreCheckpoint(ctx context.Context, sb sandbox.Sandbox, cp sandbox.Checkpointer, l *live, digest string) error {
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(d.e.o.Checkpoints.Restore(ctx, d.run.Tenant, digest, pw)) }()
-	defer pr.CloseWithError(errors.New("done"))
-	if err := untar(ctx, sb, pr, false); err != nil {
-		return err
-	}
-	cr, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{MarkOnly: true}, io.Discard)
-	if err != nil {
-		return fmt.Errorf("checkpoint: mark the restored tree: %w", err)
-	}
-	l.baseline = cr.Baseline
-	return nil
-}
-
-// untar unpacks the tar stream r (gzipped when gz) into sb's /workspace
-// with the sandbox's own tar, as the sandbox user: modes and times kept.
-func untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error {
-	argv := []string{"tar", "-xpf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"}
-	if gz {
-		argv[1] = "-xpzf"
-	}
-	var out bytes.Buffer
-	res, err := sandbox.Run(ctx, sb, sandbox.Command{
-		Argv: argv, Stdin: r, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
-	})
+// restoreCheckpoint unpacks the tree of checkpoint digest into sb's
+// empty workspace and makes it the sandbox's baseline for l's next
+// checkpoint.
+func (d *driver) restoreCheckpoint(ctx context.Context, sb sandbox.Sandbox, l *live, digest string) error {
+	baseline, _, err := d.e.o.Checkpoints.RestoreInto(ctx, d.run.Tenant, digest, sb)
 	if err != nil {
 		return err
 	}
-	if res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0 {
-		return fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
-	}
+	l.baseline = baseline
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -244,7 +245,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		return err
 	}
 	ref, chunked := d.checkpointsOf(name)
-	cp, checkpoints := d.checkpointable(name, sb)
+	checkpoints := d.checkpointable(name, sb)
 	l.baseline = ""
 	fail := func(err error) error {
 		destroy(ctx, sb)
@@ -256,7 +257,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		if !checkpoints {
 			return fail(fmt.Errorf("restore checkpoint %s: the sandbox cannot take checkpoints", snap))
 		}
-		if err := d.restoreCheckpoint(ctx, sb, cp, l, snap); err != nil {
+		if err := d.restoreCheckpoint(ctx, sb, l, snap); err != nil {
 			return fail(fmt.Errorf("restore checkpoint %s: %w", snap, err))
 		}
 	case snap != "":
@@ -280,7 +281,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		// The sandbox's first checkpoint, its start: the workspace as it
 		// was made, before any command, which later checkpoints change
 		// and the run's patch is against.
-		ev, err := d.checkpoint(ctx, name, l, cp, d.curStep(), true)
+		ev, err := d.checkpoint(ctx, name, l, d.curStep(), true)
 		if err != nil {
 			l.sb, l.release = nil, nil
 			return fail(fmt.Errorf("checkpoint of the new workspace: %w", err))
@@ -309,7 +310,7 @@ func (d *driver) restore(ctx context.Context, sb sandbox.Sandbox, digest string)
 		return err
 	}
 	defer r.Close()
-	return untar(ctx, sb, r, true)
+	return checkpoint.Untar(ctx, sb, r, true)
 }
 
 // snapshot keeps what step n changed in sandbox name's workspace: a
@@ -377,7 +378,7 @@ var errReplaced = errors.New("engine: the sandbox was replaced")
 
 // snapshotOnce takes one snapshot of sandbox name, live as sb.
 func (d *driver) snapshotOnce(ctx context.Context, n int, name string, sb sandbox.Sandbox) (event.SnapshotTaken, error) {
-	if cp, ok := d.checkpointable(name, sb); ok {
+	if d.checkpointable(name, sb) {
 		d.sbMu.Lock()
 		l := d.sbs[name]
 		d.sbMu.Unlock()
@@ -386,7 +387,7 @@ func (d *driver) snapshotOnce(ctx context.Context, n int, name string, sb sandbo
 		if l.sb != sb {
 			return event.SnapshotTaken{}, errReplaced
 		}
-		return d.checkpoint(ctx, name, l, cp, n, false)
+		return d.checkpoint(ctx, name, l, n, false)
 	}
 	start := time.Now()
 	digest, size, err := d.export(ctx, sb)
