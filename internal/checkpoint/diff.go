@@ -29,19 +29,30 @@ type Change struct {
 // the content it had). Patches and verification read the content of what
 // changed with Open.
 func (s *Store) Changed(ctx context.Context, tenant, from, to string) ([]Change, error) {
-	var a []*Entry
+	var ta *Tree
 	if from != "" {
 		t, err := s.Resolve(ctx, tenant, from)
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: changed: %w", err)
 		}
-		a = t.Entries()
+		ta = t
 	}
 	tb, err := s.Resolve(ctx, tenant, to)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: changed: %w", err)
 	}
-	b := tb.Entries()
+	return s.ChangedTrees(ctx, tenant, ta, tb)
+}
+
+// ChangedTrees is Changed between trees the caller resolved already
+// (tenant's; a nil from is the empty tree), for a caller that reads them
+// too.
+func (s *Store) ChangedTrees(ctx context.Context, tenant string, from, to *Tree) ([]Change, error) {
+	var a []*Entry
+	if from != nil {
+		a = from.Entries()
+	}
+	b := to.Entries()
 	var out []Change
 	for i, j := 0, 0; i < len(a) || j < len(b); {
 		var c int
@@ -63,7 +74,7 @@ func (s *Store) Changed(ctx context.Context, tenant, from, to string) ([]Change,
 		default:
 			content, meta, err := s.differ(ctx, tenant, a[i], b[j])
 			if err != nil {
-				return nil, fmt.Errorf("checkpoint: changed %s..%s: %w", from, to, err)
+				return nil, fmt.Errorf("checkpoint: changed %s..%s: %w", from.digest(), to.Digest, err)
 			}
 			if content || meta {
 				out = append(out, Change{Name: a[i].Name, From: a[i], To: b[j], Content: content})
@@ -128,4 +139,12 @@ func (s *Store) sameBytes(ctx context.Context, tenant string, x, y *Entry) (bool
 
 func isEnd(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// digest is t's digest, "" for a nil (empty) tree.
+func (t *Tree) digest() string {
+	if t == nil {
+		return ""
+	}
+	return t.Digest
 }

@@ -118,7 +118,7 @@ func (d *driver) diffCheckpoints(ctx context.Context, w io.Writer, from, to stri
 	if err != nil {
 		return err
 	}
-	changes, err := cps.Changed(ctx, tenant, from, to)
+	changes, err := cps.ChangedTrees(ctx, tenant, a, b)
 	if err != nil {
 		return err
 	}
