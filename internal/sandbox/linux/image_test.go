@@ -31,7 +31,8 @@ const testImage = "localhost/busybox:test"
 // imageStore returns a store in dir holding the busybox image as testImage
 // and extra images over it (a second layer each) as their names. With
 // tools, testImage has a second layer of the host's dash (as sh), bash, GNU
-// grep, curl and python3, which the conformance suite and the attacks use.
+// grep, find, xargs, sha256sum and touch, curl and python3, which the conformance
+// suite and the attacks use.
 func imageStore(t testing.TB, dir string, tools bool, extra map[string][]imagetest.File) *image.Store {
 	t.Helper()
 	s, err := image.Open(dir, image.Options{})
@@ -43,7 +44,9 @@ func imageStore(t testing.TB, dir string, tools bool, extra map[string][]imagete
 	if tools {
 		// Debian's /bin/sh, dash: busybox's leaves SIGQUIT ignored in the
 		// command it runs last, which the suite rightly refuses.
-		host := append(imagetest.HostTools(t, "dash", "bash", "grep", "curl"), imagetest.Python(t)...)
+		// GNU find, xargs, sha256sum and touch: the checkpoint conformance
+		// cases list, hash and date the sandbox's tree with them.
+		host := append(imagetest.HostTools(t, "dash", "bash", "grep", "curl", "find", "xargs", "sha256sum", "touch"), imagetest.Python(t)...)
 		host = append(host, imagetest.File{Name: "usr/bin/sh", Typeflag: tar.TypeSymlink, Link: "dash"})
 		imgs[testImage] = imagetest.Image(t, "", imagetest.BusyboxConfig, base, imagetest.Layer(t, host...))
 	}
