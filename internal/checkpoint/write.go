@@ -57,9 +57,10 @@ type Result struct {
 // that names it. File content goes through the chunker as one stream
 // across files, with the tenant's polynomial, so the same tree is cut
 // into the same chunks every time; chunks the store holds already are
-// neither compressed nor written again. Chunks are synced before the
-// manifest is stored, so a checkpoint never refers to chunks a crash can
-// lose. Memory is bounded by a few chunks (chunk.MaxSize each) per CPU and
+// neither compressed nor written again. Every chunk the checkpoint
+// refers to is synced before the manifest is stored (also those it found
+// stored: the Write that put them may have failed before its sync), so a
+// checkpoint never refers to chunks a crash can lose. Memory is bounded by a few chunks (chunk.MaxSize each) per CPU and
 // the entries of the tree, never by a file's size.
 //
 // ctx is checked between reads of delta: a stream that stalls holds Write
@@ -94,7 +95,7 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 	for _, l := range dr.links {
 		l.e.Slices = l.target.Slices
 	}
-	if err := s.chunks.Sync(ctx); err != nil {
+	if err := s.chunks.Sync(ctx, chunkIDs(refs)); err != nil {
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
 
@@ -298,6 +299,19 @@ func (s *Store) chunkBuf() []byte {
 		return (*b)[:0]
 	}
 	return make([]byte, 0, 1<<20)
+}
+
+// chunkIDs returns the IDs of refs, each once.
+func chunkIDs(refs []*chunkRef) []chunk.ID {
+	seen := make(map[chunk.ID]bool, len(refs))
+	ids := make([]chunk.ID, 0, len(refs))
+	for _, r := range refs {
+		if !seen[r.id] {
+			seen[r.id] = true
+			ids = append(ids, r.id)
+		}
+	}
+	return ids
 }
 
 // fillSlices sets the slices of each file from the chunks of the content

@@ -442,7 +442,11 @@ func (s *state) applySandbox(p event.Payload, o origin) {
 			if s.treeBytes == nil {
 				s.treeBytes = map[string]int64{}
 			}
-			s.treeBytes[p.Sandbox] = p.TreeBytes
+			if p.TreeBytes > 0 || p.Digest != p.Base {
+				// An unchanged tree's record may not know its size
+				// (a process that did not take the one before).
+				s.treeBytes[p.Sandbox] = p.TreeBytes
+			}
 		}
 		s.recordCPU(p.SandboxID, p.CPUMS)
 		if s.cur != nil && s.cur.n == p.Step && !p.Start {

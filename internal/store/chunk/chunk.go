@@ -23,9 +23,10 @@
 //     that are corrupt, truncated, substituted, too large, or a chunk of
 //     another tenant give an error wrapping ErrCorrupt, never data.
 //   - A Backend stores a chunk complete or not at all, under an ID it is
-//     given; putting an ID stored already changes nothing. Puts are durable
-//     once Sync returns (a backend may make them durable sooner), so a
-//     writer calls Sync once, before it records what refers to them.
+//     given; putting an ID stored already changes nothing. A chunk is
+//     durable once a Sync that names it returns (a backend may make it
+//     durable sooner), so a writer calls Sync once, with the chunks it
+//     refers to, before it records what refers to them.
 //   - Nothing here deletes a chunk on its own: Delete is the hook of a
 //     collector (the retention work), which must not run beside a writer
 //     that may still count on a chunk it found stored.
@@ -172,8 +173,11 @@ type Backend interface {
 	// stops at the first error, which it yields with a zero ID. IDs put or
 	// deleted while it runs may or may not be yielded.
 	IDs(ctx context.Context) iter.Seq2[ID, error]
-	// Sync makes every Put that returned before it durable.
-	Sync(ctx context.Context) error
+	// Sync makes the chunks ids durable, if stored: those a checkpoint
+	// is about to refer to, put by this process or another, before or
+	// not (a Put whose writer failed before its own Sync is durable only
+	// once a Sync names it). A backend may make more durable.
+	Sync(ctx context.Context, ids []ID) error
 }
 
 // Store reads and writes chunks in a Backend: compressed with zstd on the
@@ -351,10 +355,11 @@ func (s *Store) Delete(ctx context.Context, id ID) error {
 // refer to.
 func (s *Store) IDs(ctx context.Context) iter.Seq2[ID, error] { return s.b.IDs(ctx) }
 
-// Sync makes every chunk put before it durable: call it once after the
-// chunks of a checkpoint are put and before the checkpoint is recorded.
-func (s *Store) Sync(ctx context.Context) error {
-	if err := s.b.Sync(ctx); err != nil {
+// Sync makes the chunks ids durable: call it once after the chunks of a
+// checkpoint are put, with every chunk the checkpoint refers to, and
+// before the checkpoint is recorded.
+func (s *Store) Sync(ctx context.Context, ids []ID) error {
+	if err := s.b.Sync(ctx, ids); err != nil {
 		return fmt.Errorf("chunk: sync: %w", err)
 	}
 	return nil

@@ -238,12 +238,45 @@ func readNames(dir string) ([]string, error) {
 	return f.Readdirnames(-1)
 }
 
-// Sync implements Backend: syncfs(2) writes every dirty page and inode of
-// the directory's file system, and reports a write that failed since.
-func (d *Dir) Sync(ctx context.Context) error {
+// fewChunks is the most chunks Sync makes durable one by one; past it,
+// it syncs the whole file system at once.
+const fewChunks = 32
+
+// Sync implements Backend. A few chunks (a step's checkpoint) it makes
+// durable one by one: fsync(2) of each file, a quick no-op for a chunk on
+// disk already, and of their directories (renames, fan-out directories
+// made). Many (a first checkpoint's thousand a gigabyte) it makes durable
+// with one syncfs(2) of the directory's file system, which writes every
+// dirty page and inode of it, and reports a write that failed since. So a
+// small checkpoint does not wait for whatever else is dirty on the file
+// system, and a big one does not pay a thousand fsyncs.
+func (d *Dir) Sync(ctx context.Context, ids []ID) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("chunk dir: sync: %w", err)
 	}
+	if len(ids) > fewChunks {
+		return d.syncfs()
+	}
+	dirs := map[string]bool{d.dir: true}
+	for _, id := range ids {
+		p := d.path(id)
+		if err := syncPath(p); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // not stored: nothing to keep
+			}
+			return fmt.Errorf("chunk dir: sync %s: %w", id, err)
+		}
+		dirs[filepath.Dir(p)] = true
+	}
+	for dir := range dirs {
+		if err := syncPath(dir); err != nil {
+			return fmt.Errorf("chunk dir: sync: %w", err)
+		}
+	}
+	return nil
+}
+
+func (d *Dir) syncfs() error {
 	f, err := os.Open(d.dir)
 	if err != nil {
 		return fmt.Errorf("chunk dir: sync: %w", err)
@@ -253,4 +286,14 @@ func (d *Dir) Sync(ctx context.Context) error {
 		return fmt.Errorf("chunk dir: sync %s: %w", d.dir, err)
 	}
 	return nil
+}
+
+// syncPath fsyncs the file or directory at path.
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }

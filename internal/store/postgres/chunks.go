@@ -162,7 +162,7 @@ func (c *Chunks) page(ctx context.Context, after string) ([]string, error) {
 // returned before. If the server stops before that flush, those Puts'
 // chunks are lost, and Sync fails: a checkpoint is never recorded on
 // chunks a crash can lose.
-func (c *Chunks) Sync(ctx context.Context) error {
+func (c *Chunks) Sync(ctx context.Context, _ []chunk.ID) error {
 	if err := c.s.check("sync chunks", nil); err != nil {
 		return err
 	}

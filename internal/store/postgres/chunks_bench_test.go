@@ -36,7 +36,7 @@ func BenchmarkChunksPut(b *testing.B) {
 			}
 		}
 	})
-	if err := c.Sync(context.Background()); err != nil {
+	if err := c.Sync(context.Background(), nil); err != nil {
 		b.Fatal(err)
 	}
 }

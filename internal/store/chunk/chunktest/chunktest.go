@@ -76,8 +76,21 @@ func Run(t *testing.T, newBackend func(t *testing.T) chunk.Backend) {
 				t.Errorf("%s: Get() returned %d bytes, want the %d put", name, len(got), len(data))
 			}
 		}
-		if err := s.Sync(ctx); err != nil {
-			t.Fatalf("Sync() = %v", err)
+		var ids []chunk.ID
+		for _, data := range cases {
+			ids = append(ids, h.Sum(data))
+		}
+		if err := s.Sync(ctx, ids); err != nil {
+			t.Fatalf("Sync(the chunks put) = %v", err)
+		}
+		many := make([]chunk.ID, 100) // past what a backend may sync one by one
+		copy(many, ids)
+		many[len(ids)] = h.Sum([]byte("never stored"))
+		if err := s.Sync(ctx, many); err != nil {
+			t.Fatalf("Sync(many, some not stored) = %v", err)
+		}
+		if err := s.Sync(ctx, []chunk.ID{h.Sum([]byte("never stored"))}); err != nil {
+			t.Fatalf("Sync(a chunk not stored) = %v", err)
 		}
 	})
 
