@@ -20,7 +20,7 @@ var layers = []struct {
 	{"leaves: vocabularies and pure functions, no I/O beyond their own", []string{
 		"internal/event", "internal/execproto", "internal/api", "internal/clock", "internal/hostname", "internal/sse",
 		"internal/param", "internal/ratelimit", "internal/price", "internal/bridge", "internal/policy",
-		"internal/secret/token", "internal/store/blob", "internal/store/chunk", "internal/sandbox/linux/cgroup",
+		"internal/secret/token", "internal/secret/scan", "internal/store/blob", "internal/store/chunk", "internal/sandbox/linux/cgroup",
 		"internal/executor/landlock", "internal/executor/seccomp", "internal/testpki", "internal/testgit", "internal/deptest",
 	}},
 	{"contracts: what the components implement and consume", []string{
@@ -41,7 +41,7 @@ var layers = []struct {
 	{"the command line", []string{"internal/cli"}},
 	{"entry points, benchmarks and end-to-end tests", []string{
 		"cmd/airlock", "cmd/airlock-exec", "cmd/airlock-host", "internal/e2e",
-		"bench/egressbench", "bench/idle", "bench/pagetouch", "bench/pgserver", "bench/serveload", "bench/ssefloor",
+		"bench/egressbench", "bench/idle", "bench/imagereg", "bench/pagetouch", "bench/pgserver", "bench/serveload", "bench/ssefloor",
 	}},
 }
 
