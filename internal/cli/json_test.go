@@ -195,6 +195,15 @@ func TestJSONLines(t *testing.T) {
 				return []string{"policy", "ls", "--json"}
 			}},
 		},
+		"policy scan": {
+			{name: "nothing found", lines: 0, args: func(t *testing.T, h *procHome) []string {
+				return []string{"policy", "scan", file(t, "clean.txt", "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855\n"), "--json"}
+			}},
+			{name: "two findings", lines: 2, code: 1, args: func(t *testing.T, h *procHome) []string {
+				return []string{"policy", "scan", file(t, "leaky.txt", "AWS_KEY_ID=AKIAZ7QKXJ2RW5TLM3VN\npostgres://app:Xk29fLq7pZ2mW@db/app\n"), "--json"}
+			}},
+			{name: "the rules", lines: -1, args: none("policy", "scan", "--rules", "--json")},
+		},
 		"runs events": {
 			{name: "a run's log", lines: -1, args: func(t *testing.T, h *procHome) []string {
 				return []string{"runs", "events", detached(t, h), "--json"}

@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // PolicyCmd is `airlock policy`: check a policy document, explain its
@@ -25,6 +28,7 @@ type PolicyCmd struct {
 	History  PolicyHistoryCmd  `cmd:"" help:"List the stored versions of NAME, newest first."`
 	Show     PolicyShowCmd     `cmd:"" help:"Print a stored version's document: NAME (the latest), NAME@vN or NAME@HASHPREFIX."`
 	Ls       PolicyLsCmd       `cmd:"" help:"List the stored policies, each at its latest version."`
+	Scan     PolicyScanCmd     `cmd:"" help:"Find what looks like a credential in a text, as a run's secret scanner would (the rule and where, never the value). Exit status 1 when something is found."`
 }
 
 // PolicyCheckCmd is `airlock policy check FILE`.
@@ -92,6 +96,9 @@ type explanation struct {
 	// says what it means when it does not.
 	KnownTool bool   `json:"known_tool"`
 	Warning   string `json:"warning,omitempty"`
+	// Secrets are the secret scanner's rules that found something in
+	// the arguments.
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // unknownToolWarning says what a decision on a tool airlock does not have
@@ -136,10 +143,93 @@ func (c *PolicyExplainCmd) Run(env *Env) error {
 	if c.JSON {
 		return json.NewEncoder(env.Stdout).Encode(explanation{
 			Tool: c.Tool, Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason,
-			Policy: doc.Hash(), KnownTool: warning == "", Warning: warning,
+			Policy: doc.Hash(), KnownTool: warning == "", Warning: warning, Secrets: d.Secrets,
 		})
 	}
 	fmt.Fprintf(env.Stdout, "decision: %s\nrule:     %s\nreason:   %s\npolicy:   %s\n", d.Action, d.Rule, d.Reason, doc.Hash())
+	if len(d.Secrets) > 0 {
+		fmt.Fprintf(env.Stdout, "secrets:  %s\n", strings.Join(d.Secrets, ", "))
+	}
+	return nil
+}
+
+// PolicyScanCmd is `airlock policy scan [FILE]`.
+type PolicyScanCmd struct {
+	File   string `arg:"" optional:"" help:"Text to scan (default: standard input)." placeholder:"FILE"`
+	Policy string `help:"Policy document whose secrets section (allow, disable, off) adjusts the scanner." placeholder:"FILE"`
+	Rules  bool   `help:"List the scanner's rule ids instead (with --policy: those it uses)."`
+	JSON   bool   `name:"json" help:"JSON lines: {rule, line, column} per finding, or {rule} per rule with --rules."`
+}
+
+// scanFinding is the JSON form of one finding of policy scan.
+type scanFinding struct {
+	Rule   string `json:"rule"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+}
+
+// Run prints each finding as LINE:COLUMN RULE, never the value; exit
+// status 1 when there is one, so that a script can gate on it.
+func (c *PolicyScanCmd) Run(env *Env) error {
+	doc := policy.Default()
+	if c.Policy != "" {
+		var err error
+		if doc, err = loadPolicy(env, c.Policy); err != nil {
+			return err
+		}
+	}
+	sc := doc.Scanner()
+	if sc == nil {
+		return usageError{Err: fmt.Errorf("%s: secrets.off: the scanner is off", c.Policy)}
+	}
+	if c.Rules {
+		var out []scanFinding
+		for _, id := range sc.Rules() {
+			if !c.JSON {
+				fmt.Fprintln(env.Stdout, id)
+			}
+			out = append(out, scanFinding{Rule: id})
+		}
+		if c.JSON {
+			return sandboxcli.WriteJSON(env.Stdout, out...)
+		}
+		return nil
+	}
+	var r io.Reader = env.Stdin
+	if c.File != "" && c.File != "-" {
+		f, err := os.Open(c.File)
+		if err != nil {
+			return usageError{Err: err}
+		}
+		defer f.Close()
+		r = f
+	}
+	const maxScan = 64 << 20
+	b, err := io.ReadAll(io.LimitReader(r, maxScan+1))
+	if err != nil {
+		return fmt.Errorf("read the text: %w", err)
+	}
+	if len(b) > maxScan {
+		return usageError{Err: fmt.Errorf("the text is larger than %d MiB: scan it in parts", maxScan>>20)}
+	}
+	text := string(b)
+	var out []scanFinding
+	for _, f := range sc.Scan(text) {
+		line := strings.Count(text[:f.Start], "\n") + 1
+		col := f.Start - strings.LastIndexByte(text[:f.Start], '\n')
+		out = append(out, scanFinding{Rule: f.Rule, Line: line, Column: col})
+		if !c.JSON {
+			fmt.Fprintf(env.Stdout, "%d:%d %s\n", line, col, f.Rule)
+		}
+	}
+	if c.JSON {
+		if err := sandboxcli.WriteJSON(env.Stdout, out...); err != nil {
+			return err
+		}
+	}
+	if len(out) > 0 {
+		return exitCode(1)
+	}
 	return nil
 }
 

@@ -77,6 +77,9 @@ func (t *timeline) event(e event.Event) {
 		if p.ReplayOf != "" {
 			t.printf(id, "  replays the model turns of %s\n", p.ReplayOf)
 		}
+		if len(p.Secrets) > 0 {
+			t.printf(id, "  ! the task holds what looks like a secret (%s): redacted\n", strings.Join(p.Secrets, ", "))
+		}
 	case *event.PolicyResolved:
 		t.printf(id, "  policy %s\n", policyLine(*p, "", false))
 	case *event.RunResumed:
@@ -128,6 +131,9 @@ func (t *timeline) event(e event.Event) {
 				t.printf(id, "      │ %s\n", clip(l, 160))
 			}
 		}
+		if len(p.Secrets) > 0 {
+			t.printf(id, "      ! redacted what looks like a secret (%s)\n", strings.Join(p.Secrets, ", "))
+		}
 	case *event.ApprovalRequested:
 		t.printf(id, "  ? approval needed: %s\n", clip(oneLine(p.Action), 160))
 		if p.Reason != "" {
@@ -169,6 +175,13 @@ func (t *timeline) event(e event.Event) {
 		}
 	case *event.ArtifactStored:
 		t.printf(id, "artifact %s (%s, %d bytes)\n", p.Name, p.Kind, p.Size)
+		if len(p.Secrets) > 0 {
+			what := "redacted"
+			if p.SecretsKept {
+				what = "kept, as the policy says"
+			}
+			t.printf(id, "  ! it held what looks like a secret (%s): %s\n", strings.Join(p.Secrets, ", "), what)
+		}
 	case *event.BudgetExhausted:
 		t.printf(id, "budget exhausted: %s (%d of %d)\n", p.Budget, p.Used, p.Limit)
 	case *event.RunCompleted:

@@ -14,6 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
@@ -58,6 +59,10 @@ type Config struct {
 	Env []string `json:"env,omitempty"`
 	// Checks run after the model calls finish.
 	Checks Checks `json:"checks"`
+	// Secrets says what happens to credentials the host was never given
+	// in the task, tool results and the patch (the policy's secrets
+	// section; its arguments part is the policy hook's).
+	Secrets Secrets `json:"secrets,omitzero"`
 	// Artifacts are globs (relative to /workspace) of files kept as the
 	// run's artifacts after verification, besides the patch.
 	Artifacts []string `json:"artifacts,omitempty"`
@@ -148,6 +153,60 @@ type Limits struct {
 	DiskBytes   int64   `json:"disk_bytes"`
 }
 
+// Secrets configures the secret scanner of a run (internal/secret/scan).
+// The zero value scans and redacts.
+type Secrets struct {
+	// Off turns the scanner off.
+	Off bool `json:"off,omitempty"`
+	// Task, Results and Patch are what happens to a finding in each:
+	// "redact" (the default when empty) or "keep"; Task may also be
+	// "refuse".
+	Task    string `json:"task,omitempty"`
+	Results string `json:"results,omitempty"`
+	Patch   string `json:"patch,omitempty"`
+	// Allow and Disable adjust the scanner's rules (scan.Options).
+	Allow   []string `json:"allow,omitempty"`
+	Disable []string `json:"disable,omitempty"`
+}
+
+// scanner is the scanner s asks for; nil when it is off.
+func (s Secrets) scanner() (*scan.Scanner, error) {
+	if s.Off {
+		return nil, nil
+	}
+	return scan.New(scan.Options{Allow: s.Allow, Disable: s.Disable})
+}
+
+// scannerOrDefault is s's scanner, or the default one when s does not
+// make one (a config recorded by a build that knew other rules): a run
+// is never left unscanned by mistake.
+func (s Secrets) scannerOrDefault() *scan.Scanner {
+	sc, err := s.scanner()
+	if err != nil {
+		sc, _ = scan.New(scan.Options{})
+	}
+	return sc
+}
+
+// checkTask applies s to a run's task: it returns the task to record and
+// the rules whose findings it redacted, or an ErrInvalid error when s
+// refuses a task with findings.
+func (s Secrets) checkTask(task string) (string, []string, error) {
+	if s.Task == string(policy.SecretKeep) {
+		return task, nil, nil
+	}
+	sc, err := s.scanner()
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
+	}
+	red, fs := sc.Redact(task)
+	ids := scan.IDs(fs)
+	if len(ids) > 0 && s.Task == string(policy.SecretRefuse) {
+		return "", nil, fmt.Errorf("%w: the task carries what looks like a secret (%s): give the run a credential through the policy instead, or set secrets.task: redact", ErrInvalid, strings.Join(ids, ", "))
+	}
+	return red, ids, nil
+}
+
 // Checks are a run's completion checks; they do not trust the model.
 type Checks struct {
 	// Commands must exit 0 in the first sandbox (sh -c, in /workspace).
@@ -219,6 +278,20 @@ func (c Config) Validate() error {
 	}
 	if kind, _, _ := strings.Cut(c.Model, ":"); kind == "script" && c.Script == "" {
 		errs = append(errs, errors.New("script: a scripted run needs its script"))
+	}
+	if err := scan.CheckOptions(scan.Options{Allow: c.Secrets.Allow, Disable: c.Secrets.Disable}); err != nil {
+		errs = append(errs, err)
+	}
+	for _, a := range []struct{ name, v string }{{"task", c.Secrets.Task}, {"results", c.Secrets.Results}, {"patch", c.Secrets.Patch}} {
+		switch a.v {
+		case "", string(policy.SecretRedact), string(policy.SecretKeep):
+		case string(policy.SecretRefuse):
+			if a.name != "task" {
+				errs = append(errs, fmt.Errorf("secrets.%s: refuse is for the task only", a.name))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("secrets.%s: %q is not redact, keep or refuse", a.name, a.v))
+		}
 	}
 	if c.ScriptAfter < 0 {
 		errs = append(errs, fmt.Errorf("script_after %d: want 0 or more", c.ScriptAfter))
@@ -408,7 +481,7 @@ func DecideTool(doc *policy.Document, q PolicyQuery) event.PolicyDecision {
 			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second),
 		},
 	})
-	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason}
+	return event.PolicyDecision{Decision: string(d.Action), Rule: d.Rule, Reason: d.Reason, Secrets: d.Secrets}
 }
 
 // PolicyConfig is the Config a policy document asks for: its budgets,
@@ -434,6 +507,10 @@ func PolicyConfig(doc *policy.Document) Config {
 			Changed:     slices.Clone(doc.Verify.Changed),
 			OnlyChanged: slices.Clone(doc.Verify.OnlyChanged),
 			TimeoutMS:   time.Duration(doc.Verify.Timeout).Milliseconds(),
+		},
+		Secrets: Secrets{
+			Off: doc.Secrets.Off, Task: string(doc.Secrets.Task), Results: string(doc.Secrets.Results), Patch: string(doc.Secrets.Patch),
+			Allow: slices.Clone(doc.Secrets.Allow), Disable: slices.Clone(doc.Secrets.Disable),
 		},
 		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
 		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),

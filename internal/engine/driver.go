@@ -13,7 +13,9 @@ import (
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -51,6 +53,8 @@ type driver struct {
 	run store.Run
 	// cfg is the run's config: set before the drive, never written again.
 	cfg Config
+	// scan is the run's secret scanner (cfg.Secrets); nil when off.
+	scan *scan.Scanner
 	// fence is the drive's lease token (when fenced): every append
 	// carries it, whatever context it is made with (a host channel's
 	// request context carries none).
@@ -201,7 +205,7 @@ const requestFlushDelay = 100 * time.Millisecond
 
 func newDriver(e *Engine, r store.Run, st *state) *driver {
 	return &driver{
-		e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{},
+		e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{}, scan: st.cfg.Secrets.scannerOrDefault(),
 		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), checkpoints: maps.Clone(st.checkpoints), net: st.net.clone()},
 	}
 }
@@ -859,6 +863,11 @@ func (d *driver) call(ctx context.Context, n int, c tools.Call, left *atomic.Int
 		d.mu.Unlock()
 	}
 	fin := finished(n, c, res, time.Since(begin))
+	if d.cfg.Secrets.Results != string(policy.SecretKeep) {
+		var fs []scan.Finding
+		fin.Output, fs = d.scan.Redact(fin.Output)
+		fin.Secrets = scan.IDs(fs)
+	}
 	if left.Add(-1) == 0 && !c.External {
 		return d.later(fin)
 	}

@@ -45,6 +45,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/price"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/chunk"
@@ -270,6 +271,7 @@ func (e *Engine) checkScript(b []byte) error {
 
 // New returns an engine.
 func New(o Options) (*Engine, error) {
+	scan.Preload() // the first run's task is scanned
 	if o.Store == nil || o.Blobs == nil || o.Backend == nil {
 		return nil, errors.New("engine: Store, Blobs and Backend are required")
 	}
@@ -431,6 +433,11 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 			return store.Run{}, fmt.Errorf("%w: sandbox %s: no workspace tar %s in the blob store", ErrInvalid, sc.Name, sc.Tar)
 		}
 	}
+	task, found, err := cfg.Secrets.checkTask(req.Task)
+	if err != nil {
+		return store.Run{}, err
+	}
+	req.Task = task
 	rawCfg, err := json.Marshal(cfg)
 	if err != nil {
 		return store.Run{}, err
@@ -463,7 +470,7 @@ func (e *Engine) create(ctx context.Context, req Request, link event.RunCreated)
 	id := event.NewRunID(e.o.Now())
 	created := link
 	created.Tenant, created.Task, created.Model, created.PolicyHash, created.Config = req.Tenant, req.Task, cfg.Model, policyHash, rawCfg
-	created.Metadata = req.Metadata
+	created.Metadata, created.Secrets = req.Metadata, found
 	src := req.PolicySource
 	if src == "" && len(given) == 0 {
 		src = "default (deny all egress)"

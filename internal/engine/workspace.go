@@ -19,7 +19,9 @@ import (
 	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -731,7 +733,15 @@ func (d *driver) exportArtifacts(ctx context.Context) error {
 		if i > 0 {
 			name = sc.Name + ".patch.diff"
 		}
-		if err := d.keep(ctx, name, "patch", "text/x-diff", strings.NewReader(patch)); err != nil {
+		stored := event.ArtifactStored{Name: name, MediaType: "text/x-diff", Kind: "patch"}
+		if d.scan != nil {
+			red, ids := redactPatch(d.scan, patch)
+			stored.Secrets = ids
+			if stored.SecretsKept = d.cfg.Secrets.Patch == string(policy.SecretKeep); !stored.SecretsKept {
+				patch = red
+			}
+		}
+		if err := d.keepArtifact(ctx, stored, strings.NewReader(patch)); err != nil {
 			return err
 		}
 		if i > 0 || len(cfg.Artifacts) == 0 {
@@ -776,10 +786,18 @@ func (d *driver) keepFiles(ctx context.Context, sb sandbox.Sandbox, globs []stri
 
 // keep stores r as artifact name and records it.
 func (d *driver) keep(ctx context.Context, name, kind, media string, r io.Reader) error {
+	return d.keepArtifact(ctx, event.ArtifactStored{Name: name, MediaType: media, Kind: kind}, r)
+}
+
+// keepArtifact stores r as the artifact a describes (its digest and size
+// filled in) and records it.
+func (d *driver) keepArtifact(ctx context.Context, a event.ArtifactStored, r io.Reader) error {
+	name, media := a.Name, a.MediaType
 	digest, size, err := d.e.o.Blobs.Put(ctx, r)
 	if err != nil {
 		return fmt.Errorf("engine: artifact %s: %w", name, err)
 	}
+	a.Digest, a.Size = digest, size
 	_, err = d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Name: name, Digest: digest, Size: size, MediaType: media})
 	if errors.Is(err, store.ErrExists) {
 		// Kept by an earlier attempt (a resumed run verifies again): the
@@ -789,7 +807,44 @@ func (d *driver) keep(ctx context.Context, name, kind, media string, r io.Reader
 	if err != nil {
 		return err
 	}
-	return d.append(ctx, event.ArtifactStored{Name: name, Digest: digest, Size: size, MediaType: media, Kind: kind})
+	return d.append(ctx, a)
+}
+
+// redactPatch redacts the findings of sc that start on lines a unified
+// diff adds (the run's own changes; what it removed or kept was there
+// before it), line by line so that the diff's hunks still count right: a
+// secret over several lines becomes a marker on each. It returns the
+// redacted diff and the rules that found something, sorted.
+func redactPatch(sc *scan.Scanner, patch string) (string, []string) {
+	var kept []scan.Finding
+	for _, f := range sc.Scan(patch) {
+		ls := strings.LastIndexByte(patch[:f.Start], '\n') + 1
+		if strings.HasPrefix(patch[ls:], "+") && !strings.HasPrefix(patch[ls:], "+++ ") {
+			kept = append(kept, f)
+		}
+	}
+	if len(kept) == 0 {
+		return patch, nil
+	}
+	var b strings.Builder
+	last := 0
+	for _, f := range kept {
+		b.WriteString(patch[last:f.Start])
+		for i, piece := range strings.Split(patch[f.Start:f.End], "\n") {
+			switch {
+			case i == 0:
+				b.WriteString(scan.Marker(f.Rule))
+			case strings.HasPrefix(piece, "+"):
+				b.WriteString("\n+" + scan.Marker(f.Rule))
+			default:
+				// A line the run did not add: as it was.
+				b.WriteString("\n" + piece)
+			}
+		}
+		last = f.End
+	}
+	b.WriteString(patch[last:])
+	return b.String(), scan.IDs(kept)
 }
 
 // tailBuffer keeps the last 4 KiB written to it.

@@ -109,6 +109,9 @@ type RunCreated struct {
 	// bounds them); like every payload it is redacted before it is
 	// stored.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Secrets are the secret scanner's rules whose findings were redacted
+	// from Task before it was recorded (never the values).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // RunForked is the payload of TypeRunForked, written to the log of the run
@@ -293,6 +296,9 @@ type PolicyDecision struct {
 	Decision string `json:"decision"` // allow | deny | ask
 	Rule     string `json:"rule,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// Secrets are the secret scanner's rules that found something in the
+	// call's arguments (never the values).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Where a tool runs.
@@ -343,6 +349,9 @@ type ToolFinished struct {
 	OutputBytes     int64  `json:"output_bytes,omitempty"`
 	OutputTruncated bool   `json:"output_truncated,omitempty"`
 	OutputArtifact  string `json:"output_artifact,omitempty"`
+	// Secrets are the secret scanner's rules whose findings were redacted
+	// from Output (never the values).
+	Secrets []string `json:"secrets,omitempty"`
 	// DurationMS is the wall time of the whole call as the loop saw it,
 	// WallMS the command's own wall time in the sandbox.
 	DurationMS int64     `json:"duration_ms"`
@@ -388,6 +397,11 @@ type ArtifactStored struct {
 	MediaType string `json:"media_type,omitempty"`
 	// Kind is "patch", "file", "report", "output" or "snapshot".
 	Kind string `json:"kind,omitempty"`
+	// Secrets are the secret scanner's rules that found something in a
+	// patch's added lines: redacted from it, or kept as the policy says
+	// (SecretsKept).
+	Secrets     []string `json:"secrets,omitempty"`
+	SecretsKept bool     `json:"secrets_kept,omitempty"`
 }
 
 // SnapshotTaken is the payload of TypeSnapshotTaken.

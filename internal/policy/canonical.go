@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
@@ -24,6 +25,8 @@ type canonicalDocument struct {
 	// the hash of every document written before the section existed
 	// stays the same.
 	LLM LLM `yaml:"llm,omitempty"`
+	// Secrets is left out while it is all defaults, for the same reason.
+	Secrets *Secrets `yaml:"secrets,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
@@ -40,6 +43,13 @@ func (d *Document) Canonical() []byte {
 		Sandbox: d.Sandbox, Network: d.Network, Tools: d.Tools, Budgets: d.Budgets,
 		Approvals: d.Approvals, Verify: d.Verify, Artifacts: d.Artifacts, Retries: d.Retries,
 		LLM: d.LLM,
+	}
+	if !d.Secrets.isZero() {
+		sec := d.Secrets
+		sec.Arguments = cmp.Or(sec.Arguments, Ask)
+		sec.Results, sec.Task, sec.Patch = sec.Results.Or(SecretRedact), sec.Task.Or(SecretRedact), sec.Patch.Or(SecretRedact)
+		sec.Allow, sec.Disable = sortedCopy(sec.Allow), sortedCopy(sec.Disable)
+		c.Secrets = &sec
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny

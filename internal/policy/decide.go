@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
+
+	"github.com/airlockrun/airlock/internal/secret/scan"
 )
 
 // RuleCostLimit bounds the CEL cost of evaluating one tool rule (CEL's cost
@@ -79,6 +82,9 @@ type ToolDecision struct {
 	// when the rule gives none), a description of the default, or why a
 	// rule could not decide.
 	Reason string
+	// Secrets are the ids of the scanner's rules that found something in
+	// the call's arguments (secrets.*), sorted; none for most calls.
+	Secrets []string
 }
 
 // The reasons of decisions no rule's reason explains.
@@ -96,6 +102,14 @@ type toolPolicy struct {
 	def, extDef Verdict
 	global      []compiledRule
 	tools       map[string]compiledTool
+	// scanner finds credentials in arguments; it returns nil with
+	// secrets.off. It is made on first use: most documents are parsed
+	// and never decide a call.
+	scanner func() *scan.Scanner
+	// secretRules and secretsDef decide a call whose arguments carry
+	// findings (secrets.rules, secrets.arguments).
+	secretRules []compiledRule
+	secretsDef  Verdict
 }
 
 type compiledTool struct {
@@ -129,25 +143,50 @@ func (d *Document) DecideTool(r ToolRequest) ToolDecision {
 		return ToolDecision{Action: Deny, Rule: "tools." + r.Tool + ".enabled", Reason: ReasonDisabled}
 	}
 	external := r.External || t.external
-	if len(t.rules)+len(tp.global) > 0 {
-		vars := map[string]any{
+	found := argFindings(tp.scanner(), r.Args)
+	var vars map[string]any
+	if len(t.rules)+len(tp.global)+len(tp.secretRules) > 0 {
+		vars = map[string]any{
 			"tool":     types.String(r.Tool),
 			"args":     argsValue(r.Args),
 			"external": types.Bool(external),
 			"run":      r.Run,
 			"sandbox":  sandboxInfo{Name: r.Sandbox},
+			"secrets":  types.NewStringList(types.DefaultTypeAdapter, found),
 		}
-		for _, rules := range [2][]compiledRule{t.rules, tp.global} {
-			for i := range rules {
-				if dec, ok := rules[i].eval(vars); ok {
-					return dec
-				}
+	}
+	d0 := tp.decideTool(r.Tool, t, external, vars)
+	if len(found) == 0 || d0.Action == Deny {
+		return d0
+	}
+	// The arguments carry what looks like a credential: the secrets
+	// section may only make the decision stricter.
+	d0.Secrets = found
+	for i := range tp.secretRules {
+		if dec, ok := tp.secretRules[i].eval(vars); ok {
+			dec.Secrets = found
+			return stricter(d0, dec)
+		}
+	}
+	return stricter(d0, ToolDecision{
+		Action: tp.secretsDef, Rule: "secrets.arguments", Secrets: found,
+		Reason: "the arguments carry what looks like a secret (" + strings.Join(found, ", ") + ")",
+	})
+}
+
+// decideTool is the tools section's decision on a call to tool, whose
+// settings are t.
+func (tp *toolPolicy) decideTool(tool string, t compiledTool, external bool, vars map[string]any) ToolDecision {
+	for _, rules := range [2][]compiledRule{t.rules, tp.global} {
+		for i := range rules {
+			if dec, ok := rules[i].eval(vars); ok {
+				return dec
 			}
 		}
 	}
 	switch {
 	case t.def != "":
-		return ToolDecision{Action: t.def, Rule: "tools." + r.Tool + ".default", Reason: "no rule matched; the tool's default"}
+		return ToolDecision{Action: t.def, Rule: "tools." + tool + ".default", Reason: "no rule matched; the tool's default"}
 	case external:
 		return ToolDecision{Action: tp.extDef, Rule: "tools.external_default", Reason: "no rule matched; the default for external tools"}
 	}
@@ -196,7 +235,8 @@ func (d *Document) toolPolicy() *toolPolicy {
 	}
 	p := &problems{}
 	d.Tools.validate(p)
-	tp := compileTools(&d.Tools, p)
+	d.Secrets.validate(p)
+	tp := compileTools(d, p)
 	if len(p.errs) > 0 {
 		tp = &toolPolicy{err: joinErrors(p.errs)}
 	}
@@ -204,11 +244,13 @@ func (d *Document) toolPolicy() *toolPolicy {
 	return d.compiled.Load()
 }
 
-// compileTools compiles every rule of a tools section, adding a problem
-// for each that does not compile. It skips the rules validate refuses
-// (no condition, no valid action): they are reported already.
-func compileTools(t *Tools, p *problems) *toolPolicy {
-	if t.ruleCount() > maxAllRules {
+// compileTools compiles every rule of a document's tools and secrets
+// sections and its secret scanner, adding a problem for each rule that does
+// not compile. It skips the rules validate refuses (no condition, no valid
+// action): they are reported already.
+func compileTools(d *Document, p *problems) *toolPolicy {
+	t := &d.Tools
+	if t.ruleCount()+len(d.Secrets.Rules) > maxAllRules {
 		return nil // reported by validate; compiling them all would take long
 	}
 	env, err := celEnv()
@@ -218,6 +260,20 @@ func compileTools(t *Tools, p *problems) *toolPolicy {
 	}
 	tp := &toolPolicy{def: t.Default, extDef: t.ExternalDefault, tools: map[string]compiledTool{}}
 	tp.global = compileRules(env, p, "tools.rules", t.Rules)
+	tp.secretRules = compileRules(env, p, "secrets.rules", d.Secrets.Rules)
+	tp.secretsDef = cmp.Or(d.Secrets.Arguments, Ask)
+	off, opts := d.Secrets.Off, d.Secrets.ScanOptions()
+	tp.scanner = sync.OnceValue(func() *scan.Scanner {
+		if off {
+			return nil
+		}
+		sc, err := scan.New(opts)
+		if err != nil {
+			// validate refused the document: this one is not in use.
+			sc, _ = scan.New(scan.Options{})
+		}
+		return sc
+	})
 	for name, c := range t.ByName {
 		tp.tools[name] = compiledTool{
 			enabled: c.Enabled, external: c.External, def: c.Default,
@@ -319,6 +375,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("external", cel.BoolType),
 		cel.Variable("run", cel.ObjectType("policy.RunInfo")),
 		cel.Variable("sandbox", cel.ObjectType("policy.sandboxInfo")),
+		cel.Variable("secrets", cel.ListType(cel.StringType)),
 		cel.Function("workspace_path",
 			cel.Overload("workspace_path_string", []*cel.Type{cel.StringType}, cel.StringType,
 				cel.UnaryBinding(func(v ref.Val) ref.Val {

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -75,60 +76,60 @@ func TestDecideTool(t *testing.T) {
 		{
 			"git push asks",
 			ToolRequest{Tool: "run_command", Args: args(`{"command":"git push origin main"}`), Sandbox: "main"},
-			ToolDecision{Ask, "tools.run_command.rules[0]", "pushing needs a person"},
+			ToolDecision{Action: Ask, Rule: "tools.run_command.rules[0]", Reason: "pushing needs a person"},
 		},
 		// First match wins: rule 1 allows before rule 2 could deny.
 		{
 			"first match wins",
 			ToolRequest{Tool: "run_command", Args: args(`{"command":"git status"}`)},
-			ToolDecision{Allow, "tools.run_command.rules[1]", "other git commands"},
+			ToolDecision{Action: Allow, Rule: "tools.run_command.rules[1]", Reason: "other git commands"},
 		},
 		{
 			"later rule",
 			ToolRequest{Tool: "run_command", Args: args(`{"command":"echo git"}`)},
-			ToolDecision{Deny, "tools.run_command.rules[2]", "never reached for git commands"},
+			ToolDecision{Action: Deny, Rule: "tools.run_command.rules[2]", Reason: "never reached for git commands"},
 		},
 		{
 			"no rule: tools.default",
 			ToolRequest{Tool: "run_command", Args: args(`{"command":"ls"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
 		},
 		{
 			"push not at start",
 			ToolRequest{Tool: "run_command", Args: args(`{"command":"echo; git push"}`)},
-			ToolDecision{Deny, "tools.run_command.rules[2]", "never reached for git commands"},
+			ToolDecision{Action: Deny, Rule: "tools.run_command.rules[2]", Reason: "never reached for git commands"},
 		},
 
 		// Example: deny write_file outside src/.
 		{
 			"write in src",
 			ToolRequest{Tool: "write_file", Args: args(`{"path":"src/a.go","content":"x"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
 		},
 		{
 			"write in src absolute",
 			ToolRequest{Tool: "write_file", Args: args(`{"path":"/workspace/src/x/a.go"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
 		},
 		{
 			"write outside src",
 			ToolRequest{Tool: "write_file", Args: args(`{"path":"README.md"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+			ToolDecision{Action: Deny, Rule: "tools.write_file.rules[0]", Reason: "only src/ may be written"},
 		},
 		{
 			"write escapes src",
 			ToolRequest{Tool: "write_file", Args: args(`{"path":"src/../.git/config"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+			ToolDecision{Action: Deny, Rule: "tools.write_file.rules[0]", Reason: "only src/ may be written"},
 		},
 		{
 			"write outside workspace",
 			ToolRequest{Tool: "write_file", Args: args(`{"path":"/workspace/../etc/src/x"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+			ToolDecision{Action: Deny, Rule: "tools.write_file.rules[0]", Reason: "only src/ may be written"},
 		},
 		{
 			"write src itself",
 			ToolRequest{Tool: "write_file", Args: args(`{"path":"src"}`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "only src/ may be written"},
+			ToolDecision{Action: Deny, Rule: "tools.write_file.rules[0]", Reason: "only src/ may be written"},
 		},
 
 		// Example: ask for any external tool (the global rule), by the
@@ -136,62 +137,62 @@ func TestDecideTool(t *testing.T) {
 		{
 			"external by document",
 			ToolRequest{Tool: "create_issue", Args: args(`{}`)},
-			ToolDecision{Ask, "tools.rules[0]", "external tools need a person"},
+			ToolDecision{Action: Ask, Rule: "tools.rules[0]", Reason: "external tools need a person"},
 		},
 		{
 			"external by request",
 			ToolRequest{Tool: "http_post", External: true},
-			ToolDecision{Ask, "tools.rules[0]", "external tools need a person"},
+			ToolDecision{Action: Ask, Rule: "tools.rules[0]", Reason: "external tools need a person"},
 		},
 		{
 			"tool rules before global rules",
 			ToolRequest{Tool: "run_command", External: true, Args: args(`{"command":"git log"}`)},
-			ToolDecision{Allow, "tools.run_command.rules[1]", "other git commands"},
+			ToolDecision{Action: Allow, Rule: "tools.run_command.rules[1]", Reason: "other git commands"},
 		},
 		{
 			"global rule",
 			ToolRequest{Tool: "list_dir", Run: RunInfo{Step: 41}},
-			ToolDecision{Deny, "tools.rules[1]", "too many steps for this policy"},
+			ToolDecision{Action: Deny, Rule: "tools.rules[1]", Reason: "too many steps for this policy"},
 		},
 		{
 			"global rule not matching",
 			ToolRequest{Tool: "list_dir", Run: RunInfo{Step: 40}},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
 		},
 
 		// Defaults and switches.
 		{
 			"tool default",
 			ToolRequest{Tool: "read_file", Args: args(`{"path":"a"}`)},
-			ToolDecision{Ask, "tools.read_file.default", "no rule matched; the tool's default"},
+			ToolDecision{Action: Ask, Rule: "tools.read_file.default", Reason: "no rule matched; the tool's default"},
 		},
 		{
 			"disabled",
 			ToolRequest{Tool: "search", Args: args(`{"pattern":"x"}`)},
-			ToolDecision{Deny, "tools.search.enabled", ReasonDisabled},
+			ToolDecision{Action: Deny, Rule: "tools.search.enabled", Reason: ReasonDisabled},
 		},
 
 		// Typed arguments and run facts.
 		{
 			"typed args",
 			ToolRequest{Tool: "typed", Args: args(`{"n":3,"f":1.25,"ok":true,"list":["a","b"],"obj":{"k":1}}`)},
-			ToolDecision{Ask, "tools.typed.rules[0]", "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"},
+			ToolDecision{Action: Ask, Rule: "tools.typed.rules[0]", Reason: "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"},
 		},
 		{
 			"int compares with double",
 			ToolRequest{Tool: "typed", Args: args(`{"n":2.5,"f":1,"ok":true,"list":["a","b"],"obj":{"k":1.0}}`)},
-			ToolDecision{Ask, "tools.typed.rules[0]", "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"},
+			ToolDecision{Action: Ask, Rule: "tools.typed.rules[0]", Reason: "matched: args.n > 2 && args.f < 1.5 && args.ok && args.list[1] == \"b\" && args.obj.k == 1"},
 		},
 		{
 			"run and sandbox",
 			ToolRequest{Tool: "who", Sandbox: "build", Run: RunInfo{Tenant: "acme", Task: "deploy it", Tokens: 5000, ElapsedSeconds: 60}},
 			// The condition as reason is shortened.
-			ToolDecision{Ask, "tools.who.rules[0]", "matched: run.tenant == \"acme\" && run.task.contains(\"deploy\") && run.tokens > 1000 && run...."},
+			ToolDecision{Action: Ask, Rule: "tools.who.rules[0]", Reason: "matched: run.tenant == \"acme\" && run.task.contains(\"deploy\") && run.tokens > 1000 && run...."},
 		},
 		{
 			"host call",
 			ToolRequest{Tool: "who", Run: RunInfo{Tenant: "acme"}},
-			ToolDecision{Deny, "tools.who.rules[1]", "host call"},
+			ToolDecision{Action: Deny, Rule: "tools.who.rules[1]", Reason: "host call"},
 		},
 
 		// A rule that cannot be evaluated denies (fail closed), even when a
@@ -199,37 +200,37 @@ func TestDecideTool(t *testing.T) {
 		{
 			"missing argument",
 			ToolRequest{Tool: "run_command", Args: args(`{"cmd":"git push"}`)},
-			ToolDecision{Deny, "tools.run_command.rules[0]", "policy: the rule failed: no such key: command"},
+			ToolDecision{Action: Deny, Rule: "tools.run_command.rules[0]", Reason: "policy: the rule failed: no such key: command"},
 		},
 		{
 			"argument of the wrong type",
 			ToolRequest{Tool: "run_command", Args: args(`{"command":["git","push"]}`)},
-			ToolDecision{Deny, "tools.run_command.rules[0]", "policy: the rule failed: no such overload"},
+			ToolDecision{Action: Deny, Rule: "tools.run_command.rules[0]", Reason: "policy: the rule failed: no such overload"},
 		},
 		{
 			"not an object",
 			ToolRequest{Tool: "write_file", Args: args(`"{\"path\": \"/etc/passwd\"}"`)},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"},
+			ToolDecision{Action: Deny, Rule: "tools.write_file.rules[0]", Reason: "policy: the rule failed: no such key: path"},
 		},
 		{
 			"no arguments",
 			ToolRequest{Tool: "write_file"},
-			ToolDecision{Deny, "tools.write_file.rules[0]", "policy: the rule failed: no such key: path"},
+			ToolDecision{Action: Deny, Rule: "tools.write_file.rules[0]", Reason: "policy: the rule failed: no such key: path"},
 		},
 		{
 			"a bool argument",
 			ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":true}`)},
-			ToolDecision{Allow, "tools.typed.rules[2]", "matched: args.maybe == true"},
+			ToolDecision{Action: Allow, Rule: "tools.typed.rules[2]", Reason: "matched: args.maybe == true"},
 		},
 		{
 			"not a bool argument",
 			ToolRequest{Tool: "typed", Args: args(`{"n":0,"missing":2,"maybe":"yes"}`)},
-			ToolDecision{Allow, "tools.default", "no rule matched; the default for tools"},
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := doc.DecideTool(tt.req); got != tt.want {
+			if got := doc.DecideTool(tt.req); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("DecideTool(%s %s) =\n%+v\nwant\n%+v", tt.req.Tool, tt.req.Args, got, tt.want)
 			}
 		})
@@ -247,56 +248,56 @@ func TestDecideToolExternalDefaults(t *testing.T) {
 		{
 			"{}",
 			ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"},
+			ToolDecision{Action: Deny, Rule: "tools.external_default", Reason: "no rule matched; the default for external tools"},
 		},
 		{
 			"tools: {external_default: ask}",
 			ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Ask, "tools.external_default", "no rule matched; the default for external tools"},
+			ToolDecision{Action: Ask, Rule: "tools.external_default", Reason: "no rule matched; the default for external tools"},
 		},
 		{
 			"tools: {create_issue: {external: true}}",
 			ToolRequest{Tool: "create_issue"},
-			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"},
+			ToolDecision{Action: Deny, Rule: "tools.external_default", Reason: "no rule matched; the default for external tools"},
 		},
 		// The document cannot make a tool the engine calls external
 		// non-external: either mark makes the call external.
 		{
 			"tools: {create_issue: {external: false}}",
 			ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Deny, "tools.external_default", "no rule matched; the default for external tools"},
+			ToolDecision{Action: Deny, Rule: "tools.external_default", Reason: "no rule matched; the default for external tools"},
 		},
 		{
 			"tools: {create_issue: {default: allow}}",
 			ToolRequest{Tool: "create_issue", External: true},
-			ToolDecision{Allow, "tools.create_issue.default", "no rule matched; the tool's default"},
+			ToolDecision{Action: Allow, Rule: "tools.create_issue.default", Reason: "no rule matched; the tool's default"},
 		},
 		{
 			"tools: {default: deny}",
 			ToolRequest{Tool: "run_command"},
-			ToolDecision{Deny, "tools.default", "no rule matched; the default for tools"},
+			ToolDecision{Action: Deny, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
 		},
 		{
 			"tools: {default: deny, finish: {default: allow}}",
 			ToolRequest{Tool: "finish"},
-			ToolDecision{Allow, "tools.finish.default", "no rule matched; the tool's default"},
+			ToolDecision{Action: Allow, Rule: "tools.finish.default", Reason: "no rule matched; the tool's default"},
 		},
 		{
 			"tools: {run_command: {enabled: false, default: allow}}",
 			ToolRequest{Tool: "run_command"},
-			ToolDecision{Deny, "tools.run_command.enabled", ReasonDisabled},
+			ToolDecision{Action: Deny, Rule: "tools.run_command.enabled", Reason: ReasonDisabled},
 		},
 		{
 			"tools: {rules: [{when: 'true', action: deny}], run_command: {enabled: true}}",
 			ToolRequest{Tool: "run_command"},
-			ToolDecision{Deny, "tools.rules[0]", "matched: true"},
+			ToolDecision{Action: Deny, Rule: "tools.rules[0]", Reason: "matched: true"},
 		},
 	} {
 		doc, err := Parse([]byte(tt.doc))
 		if err != nil {
 			t.Fatalf("Parse(%q): %v", tt.doc, err)
 		}
-		if got := doc.DecideTool(tt.req); got != tt.want {
+		if got := doc.DecideTool(tt.req); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: DecideTool(%+v) = %+v, want %+v", tt.doc, tt.req, got, tt.want)
 		}
 	}
@@ -428,8 +429,8 @@ tools:
 	}
 	huge, _ := json.Marshal(map[string]string{"command": strings.Repeat("ab", 1<<20)})
 	got := doc.DecideTool(ToolRequest{Tool: "run_command", Args: huge})
-	want := ToolDecision{Deny, "tools.run_command.rules[0]", ReasonCostLimit}
-	if got != want {
+	want := ToolDecision{Action: Deny, Rule: "tools.run_command.rules[0]", Reason: ReasonCostLimit}
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("DecideTool(2 MiB command) = %+v, want %+v", got, want)
 	}
 }
@@ -501,12 +502,12 @@ func TestDecideToolBuiltByHand(t *testing.T) {
 
 	bad := Default()
 	bad.Tools.Rules = []ToolRule{{When: "1 +", Action: Allow}}
-	want := ToolDecision{Deny, "tools", "policy: the tools section is invalid"}
-	if got := bad.DecideTool(ToolRequest{Tool: "finish"}); got != want {
+	want := ToolDecision{Action: Deny, Rule: "tools", Reason: "policy: the tools section is invalid"}
+	if got := bad.DecideTool(ToolRequest{Tool: "finish"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("DecideTool on a bad document = %+v, want %+v", got, want)
 	}
 	var zero Document
-	if got := zero.DecideTool(ToolRequest{Tool: "finish"}); got != want {
+	if got := zero.DecideTool(ToolRequest{Tool: "finish"}); !reflect.DeepEqual(got, want) {
 		t.Errorf("DecideTool on a zero Document = %+v, want %+v (no defaults: invalid)", got, want)
 	}
 }

@@ -198,6 +198,7 @@ func (d *Document) validate(p *problems) {
 	d.Verify.validate(p)
 	checkGlobs(p, "artifacts", d.Artifacts)
 	d.LLM.validate(p)
+	d.Secrets.validate(p)
 	for _, r := range []struct {
 		field string
 		v     int64

@@ -104,7 +104,7 @@ func FuzzDecideTool(f *testing.F) {
 			t.Fatalf("DecideTool(%+v) = %+v: no rule or reason", req, first)
 		}
 		for i := 0; i < 3; i++ {
-			if again := doc.DecideTool(req); again != first {
+			if again := doc.DecideTool(req); !reflect.DeepEqual(again, first) {
 				t.Fatalf("DecideTool(%+v) = %+v, then %+v", req, first, again)
 			}
 		}

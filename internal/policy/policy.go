@@ -76,6 +76,9 @@ type Document struct {
 	// LLM is what the LLM gateway lets the run's sandboxes call (off by
 	// default).
 	LLM LLM `yaml:"llm"`
+	// Secrets says what happens to credentials the host was never given
+	// that show up in a task, a call's arguments, a result or a patch.
+	Secrets Secrets `yaml:"secrets"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -117,6 +120,7 @@ type rawDocument struct {
 	Artifacts yaml.Node `yaml:"artifacts"`
 	Retries   yaml.Node `yaml:"retries"`
 	LLM       yaml.Node `yaml:"llm"`
+	Secrets   yaml.Node `yaml:"secrets"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -176,6 +180,7 @@ func Parse(data []byte) (*Document, error) {
 		{"artifacts", &raw.Artifacts, &doc.Artifacts},
 		{"retries", &raw.Retries, &doc.Retries},
 		{"llm", &raw.LLM, &doc.LLM},
+		{"secrets", &raw.Secrets, &doc.Secrets},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())
@@ -195,7 +200,7 @@ func Parse(data []byte) (*Document, error) {
 		}
 	}
 	doc.validate(p)
-	tp := compileTools(&doc.Tools, p)
+	tp := compileTools(doc, p)
 	if len(p.errs) > 0 {
 		return nil, joinErrors(p.errs)
 	}

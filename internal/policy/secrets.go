@@ -109,12 +109,12 @@ func (s *Secrets) validate(p *problems) {
 		return
 	}
 	for i, a := range s.Allow {
-		if _, err := scan.New(scan.Options{Allow: []string{a}}); err != nil {
+		if err := scan.CheckOptions(scan.Options{Allow: []string{a}}); err != nil {
 			p.add(fmt.Sprintf("secrets.allow[%d]", i), "an RE2 pattern of values that are not secrets, like '^sk_test_'", "%q does not compile", shorten(a))
 		}
 	}
 	for i, id := range s.Disable {
-		if _, err := scan.New(scan.Options{Disable: []string{id}}); err != nil {
+		if err := scan.CheckOptions(scan.Options{Disable: []string{id}}); err != nil {
 			p.add(fmt.Sprintf("secrets.disable[%d]", i), "a rule id of the scanner, like jwt or generic-api-key (airlock policy scan --rules lists them)", "no rule %q", shorten(id))
 		}
 	}
@@ -123,7 +123,13 @@ func (s *Secrets) validate(p *problems) {
 // Scanner returns the secret scanner the document asks for; nil when
 // secrets.off is set. It is built once per document.
 func (d *Document) Scanner() *scan.Scanner {
-	return d.toolPolicy().scanner
+	if tp := d.toolPolicy(); tp.scanner != nil {
+		return tp.scanner()
+	}
+	// A document whose rules do not compile decides nothing; its text
+	// is still scanned with the default rules.
+	sc, _ := scan.New(scan.Options{})
+	return sc
 }
 
 // argFindings returns the ids of the rules that find something in the

@@ -358,6 +358,7 @@ export function runPage(main, [id]) {
           p.output_truncated ? ' The command wrote ' + bytes(p.output_bytes) + '; the model saw the capped output above.' : '',
         ].join(' ').trim()) : null);
       c.box.append(details);
+      if (p.secrets && p.secrets.length) c.box.append(h('div.out-note', 'Redacted what looks like a secret (' + p.secrets.join(', ') + ').'));
     },
     'tool.uncertain': (ev, p) => {
       const c = callCard(ev, p);
@@ -373,7 +374,8 @@ export function runPage(main, [id]) {
         p.bytes_in || p.bytes_out ? bytes(p.bytes_out) + ' up · ' + bytes(p.bytes_in) + ' down' : ''].filter(Boolean).join(' · '))),
     'artifact.stored': (ev, p) => {
       if (p.kind === 'snapshot' || p.name.startsWith('snapshots/')) return;
-      line('ok', ev, 'Kept', h('a', {href: artifactURL(id, p.name), download: p.name.split('/').pop()}, p.name), h('span.muted', bytes(p.size)));
+      line(p.secrets && p.secrets.length ? 'warn' : 'ok', ev, 'Kept', h('a', {href: artifactURL(id, p.name), download: p.name.split('/').pop()}, p.name), h('span.muted', bytes(p.size)),
+        p.secrets && p.secrets.length ? h('span', (p.secrets_kept ? '— holds' : '— redacted') + ' what looks like a secret (' + p.secrets.join(', ') + ')') : null);
       loadArtifacts();
     },
     'snapshot.taken': (ev, p) => line('quiet', ev, 'Snapshot of', h('span.mono', p.sandbox), h('span.muted', bytes(p.size) + ' · ' + duration(p.duration_ms))),
