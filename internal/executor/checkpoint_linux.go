@@ -39,6 +39,9 @@ type checkpoints struct {
 	// upper is an O_PATH descriptor of the cow workspace's upper layer,
 	// opened before pivot_root hid it; -1 in the other modes.
 	upper int
+	// deltaOnly refuses full streams (the root's: the merged root holds
+	// the sandbox's own mounts and the image's whole tree).
+	deltaOnly bool
 	// prefix starts every baseline name: random per executor, so a name
 	// from another sandbox is never mistaken for one of this sandbox's.
 	prefix string
@@ -94,10 +97,16 @@ func (s *stream) checkpoint() execproto.Result {
 		case <-done:
 		}
 	}()
+	c := s.e.ckpt
+	if s.req.Tree == execproto.TreeRoot {
+		if c = s.e.rootCkpt; c == nil {
+			return errResult(errors.New("the root is the host's, read-only: it has no changes to checkpoint"))
+		}
+	}
 	var r execproto.CheckpointResult
 	err := s.asUser(func() error {
 		var err error
-		r, err = s.e.ckpt.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.stop)
+		r, err = c.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.stop)
 		return err
 	})
 	if err != nil {
@@ -117,6 +126,9 @@ func (c *checkpoints) take(since string, markOnly bool, w io.Writer, stop <-chan
 		if since != "" && c.kept[i].name == since {
 			base = &c.kept[i]
 		}
+	}
+	if base == nil && !markOnly && c.deltaOnly {
+		return execproto.CheckpointResult{}, fmt.Errorf("root checkpoint since %q: no such baseline (mark one first): %w", since, unix.EINVAL)
 	}
 	var res execproto.CheckpointResult
 	res.Full = base == nil && !markOnly
