@@ -1,0 +1,345 @@
+package build_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+
+	"github.com/airlockrun/airlock/internal/build"
+	"github.com/airlockrun/airlock/internal/dockerfile"
+	"github.com/airlockrun/airlock/internal/image"
+	"github.com/airlockrun/airlock/internal/image/imagetest"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+var executorPath string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() == 0 {
+		p, remove, err := sandboxtest.BuildExecutor()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		executorPath = p
+		code := m.Run()
+		remove()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// baseImage is the busybox image the builds start from.
+const baseImage = "localhost/busybox:test"
+
+// counting is the real backend, counting the sandboxes it makes: a
+// cached rebuild makes none.
+type counting struct {
+	sandbox.Backend
+	made atomic.Int64
+}
+
+func (c *counting) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	c.made.Add(1)
+	return c.Backend.Create(ctx, spec)
+}
+
+type env struct {
+	store   *image.Store
+	backend *counting
+	native  *linux.Backend
+	cache   string
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	if executorPath == "" {
+		t.Skip("needs root to create sandboxes")
+	}
+	s, err := image.Open(filepath.Join(t.TempDir(), "images"), image.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := layout.Write(t.TempDir(), empty.Index)
+	if err == nil {
+		err = p.AppendImage(imagetest.Busybox(t))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(context.Background(), string(p), []string{baseImage}); err != nil {
+		t.Fatal(err)
+	}
+	native, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(t.TempDir(), "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{store: s, backend: &counting{Backend: native}, native: native, cache: filepath.Join(t.TempDir(), "build-cache.json")}
+}
+
+func (e *env) build(t testing.TB, dockerfile, contextDir string, args map[string]string, tags ...string) (build.Result, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	res, err := build.Build(ctx, build.Options{Store: e.store, Backend: e.backend, Cache: e.cache, Log: &log},
+		build.Request{Dockerfile: []byte(dockerfile), Context: contextDir, BuildArgs: args, Tags: tags})
+	return res, log.String(), err
+}
+
+// writeContext makes a build context of files (name -> content; a name
+// ending in "@" is a symlink to the content).
+func writeContext(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		p := filepath.Join(dir, strings.TrimSuffix(name, "@"))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if strings.HasSuffix(name, "@") {
+			err = os.Symlink(body, p)
+		} else {
+			err = os.WriteFile(p, []byte(body), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+const appDockerfile = `# the test's app image
+ARG GREETING=hello
+FROM ` + baseImage + `
+ARG GREETING
+ENV APP_HOME=/opt/app \
+    MODE="built image"
+WORKDIR $APP_HOME
+COPY app.sh lib/ ./
+RUN echo "$GREETING from run" > /opt/app/greeting && \
+    rm /IMAGE-MARKER && \
+    mkdir -p /var/data && chmod 1777 /var/data
+RUN ["/bin/sh", "-c", "echo exec form > /opt/app/exec"]
+USER 1000
+RUN touch /var/data/made-by-user
+LABEL org.example.name="app image"
+CMD ["/bin/sh", "/opt/app/app.sh"]
+`
+
+// TestBuild: a Dockerfile over the busybox image with RUN steps that
+// write and delete files (as root, then as the USER), COPY, ENV, WORKDIR,
+// USER, ARG, LABEL and CMD; a sandbox started from the result sees exactly
+// that; a rebuild makes no sandbox and the same image.
+func TestBuild(t *testing.T) {
+	e := newEnv(t)
+	dir := writeContext(t, map[string]string{
+		"app.sh":            "echo \"app: $MODE\"\ncat /opt/app/greeting\n",
+		"lib/util.txt":      "util\n",
+		"lib/skip.log":      "ignored\n",
+		"lib/link@":         "util.txt",
+		".dockerignore":     "# logs stay out\n**/*.log\n",
+		"not-copied/x":      "x",
+		"Dockerfile.unused": "FROM nothing",
+	})
+	res, log, err := e.build(t, appDockerfile, dir, map[string]string{"GREETING": "hi"}, "localhost/app:1")
+	if err != nil {
+		t.Fatalf("Build = %v\nlog:\n%s", err, log)
+	}
+	if res.Steps != 4 || res.Cached != 0 || e.backend.made.Load() != 3 {
+		t.Errorf("first build: %d steps, %d cached, %d sandboxes; want 4, 0, 3", res.Steps, res.Cached, e.backend.made.Load())
+	}
+	img := res.Image
+	want := image.Config{
+		Env:        []string{"PATH=/usr/bin:/bin", "IMAGE_ENV=from-image", "APP_HOME=/opt/app", "MODE=built image"},
+		WorkingDir: "/opt/app", User: "1000",
+		Cmd:    []string{"/bin/sh", "/opt/app/app.sh"},
+		Labels: map[string]string{"org.example.name": "app image"},
+	}
+	if diff := cmp.Diff(want, img.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if len(img.Layers) != 1+4 {
+		t.Errorf("%d layers, want the base's and 4 (COPY, 3 RUN)", len(img.Layers))
+	}
+
+	root, err := e.store.Root(context.Background(), "localhost/app:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec sandbox.Spec
+	root.Apply(&spec)
+	sb := sandboxtest.Create(t, e.native, spec)
+	argv, err := root.Command(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb sandboxtest.SyncBuffer
+	r, err := sandbox.Run(context.Background(), sb, sandbox.Command{Argv: argv, Stdout: &out, Stderr: &errb, Timeout: time.Minute})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("the image's command: %+v, %v\n%s", r, err, errb.String())
+	}
+	if got, want := out.String(), "app: built image\nhi from run\n"; got != want {
+		t.Errorf("the image's command printed %q, want %q", got, want)
+	}
+	var probe sandboxtest.SyncBuffer
+	r, err = sandbox.Run(context.Background(), sb, sandbox.Command{Argv: []string{"/bin/sh", "-c", `
+		pwd; id -u
+		test -e /IMAGE-MARKER || echo marker-deleted
+		cat /opt/app/exec /opt/app/util.txt; readlink /opt/app/link
+		test -e /opt/app/skip.log || echo log-ignored
+		test -e /opt/app/lib || echo contents-copied
+		stat -c '%u:%g' /opt/app/app.sh /var/data /var/data/made-by-user
+		echo "$GREETING"
+	`}, Stdout: &probe, Stderr: &errb, Timeout: time.Minute})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("probe: %+v, %v\n%s", r, err, errb.String())
+	}
+	wantOut := strings.Join([]string{
+		"/opt/app", "1000", "marker-deleted", "exec form", "util", "util.txt", "log-ignored", "contents-copied",
+		"0:0", "0:0", "1000:1000",
+		"", // a build arg is not kept in the image
+	}, "\n") + "\n"
+	if probe.String() != wantOut {
+		t.Errorf("inside the built image:\n%s\nwant:\n%s", probe.String(), wantOut)
+	}
+
+	// A rebuild: every step cached, no sandbox, the same image.
+	before := e.backend.made.Load()
+	again, log, err := e.build(t, appDockerfile, dir, map[string]string{"GREETING": "hi"}, "localhost/app:2")
+	if err != nil {
+		t.Fatalf("rebuild = %v\n%s", err, log)
+	}
+	if made := e.backend.made.Load() - before; made != 0 || again.Cached != again.Steps {
+		t.Errorf("rebuild made %d sandboxes, %d of %d steps cached; want none made, all cached", made, again.Cached, again.Steps)
+	}
+	if again.Image.Digest != img.Digest {
+		t.Errorf("rebuild digest %s, want %s", again.Image.Digest, img.Digest)
+	}
+	// Another build arg: the steps after it run again, not the COPY.
+	other, log, err := e.build(t, appDockerfile, dir, map[string]string{"GREETING": "hey"})
+	if err != nil {
+		t.Fatalf("build with another arg = %v\n%s", err, log)
+	}
+	if other.Cached != 1 || other.Image.Digest == img.Digest {
+		t.Errorf("build with another arg: %d cached (want the COPY alone), digest %s", other.Cached, other.Image.Digest)
+	}
+	// A changed context file: its COPY and what follows run again.
+	if err := os.WriteFile(filepath.Join(dir, "lib/util.txt"), []byte("changed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	changed, log, err := e.build(t, appDockerfile, dir, map[string]string{"GREETING": "hi"})
+	if err != nil {
+		t.Fatalf("build with a changed file = %v\n%s", err, log)
+	}
+	if changed.Cached != 0 {
+		t.Errorf("build with a changed context file: %d steps cached, want 0", changed.Cached)
+	}
+}
+
+// TestBuildRefused: what a build does not do is refused before any
+// sandbox is made, naming the line and why.
+func TestBuildRefused(t *testing.T) {
+	e := newEnv(t)
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := writeContext(t, map[string]string{
+		"ok":             "ok",
+		"out@":           filepath.Join(outside, "secret"),
+		"dir/up@":        "../../" + filepath.Base(outside),
+		"abs/link@":      "/etc/passwd",
+		"archive.tar.gz": "\x1f\x8b\x08\x00rest",
+		"skipped.txt":    "x",
+		".dockerignore":  "skipped.txt\n",
+	})
+	from := "FROM " + baseImage + "\n"
+	tests := []struct {
+		name, dockerfile string
+		msg              string
+	}{
+		{"healthcheck", from + "HEALTHCHECK CMD true\n", "line 2: HEALTHCHECK is not supported"},
+		{"add url", from + "ADD https://example.com/x /x\n", "line 2: ADD: ADD https://example.com/x: URLs and git repositories are not supported"},
+		{"add git", from + "ADD git@github.com:a/b.git /b\n", "URLs and git repositories are not supported"},
+		{"add archive", from + "ADD archive.tar.gz /x\n", "a local archive"},
+		{"copy dotdot", from + "COPY ../x /x\n", "outside the build context"},
+		{"copy symlink out", from + "COPY out /x\n", "leads out of the build context"},
+		{"copy dir with link out", from + "COPY dir /x\n", "out of the build context: refused"},
+		{"copy dir with absolute link", from + "COPY abs /x\n", "out of the build context: refused"},
+		{"copy ignored", from + "COPY skipped.txt /x\n", "excluded by .dockerignore"},
+		{"copy missing", from + "COPY nothere /x\n", "nothere"},
+		{"glob matches nothing", from + "COPY *.none /x/\n", "no file of the build context matches"},
+		{"chown by name", from + "COPY --chown=app ok /x\n", "want numeric UID"},
+		{"no base", "FROM localhost/missing:1\n", "base image localhost/missing:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := e.build(t, tt.dockerfile, dir, nil)
+			if err == nil || !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("Build = %v, want an error with %q", err, tt.msg)
+			}
+			var de *dockerfile.Error
+			if !errors.As(err, &de) {
+				t.Errorf("Build = %T, want a *dockerfile.Error naming the line", err)
+			}
+		})
+	}
+	if n := e.backend.made.Load(); n != 0 {
+		t.Errorf("refused builds made %d sandboxes", n)
+	}
+}
+
+// TestBuildRunFails: a failing RUN reports its line, exit status and the
+// end of its output, and stores nothing under the tag.
+func TestBuildRunFails(t *testing.T) {
+	e := newEnv(t)
+	df := "FROM " + baseImage + "\nRUN echo building\nRUN echo about to fail; echo oops >&2; exit 3\n"
+	_, _, err := e.build(t, df, t.TempDir(), nil, "localhost/failed:1")
+	var re *build.RunError
+	if !errors.As(err, &re) {
+		t.Fatalf("Build = %v, want a RunError", err)
+	}
+	if re.Line != 3 || re.Result.ExitCode != 3 || !strings.Contains(re.Tail, "about to fail") || !strings.Contains(re.Tail, "oops") {
+		t.Errorf("RunError = line %d, exit %d, tail %q", re.Line, re.Result.ExitCode, re.Tail)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "Dockerfile line 3") || !strings.Contains(msg, "exit status 3") {
+		t.Errorf("error text %q, want the line and the exit status", msg)
+	}
+	if _, err := e.store.Inspect("localhost/failed:1"); !errors.Is(err, image.ErrNotFound) {
+		t.Errorf("Inspect(the failed build's tag) = %v, want ErrNotFound", err)
+	}
+}
+
+// BenchmarkRebuildCached: a rebuild of the test app's Dockerfile with
+// every step cached (the target is at most 1 s).
+func BenchmarkRebuildCached(b *testing.B) {
+	e := newEnv(b)
+	dir := writeContext(b, map[string]string{"app.sh": "echo app\n", "lib/util.txt": "util\n"})
+	if _, log, err := e.build(b, appDockerfile, dir, nil, "localhost/app:bench"); err != nil {
+		b.Fatalf("Build = %v\n%s", err, log)
+	}
+	made := e.backend.made.Load()
+	for b.Loop() {
+		if _, log, err := e.build(b, appDockerfile, dir, nil, "localhost/app:bench"); err != nil {
+			b.Fatalf("rebuild = %v\n%s", err, log)
+		}
+	}
+	if e.backend.made.Load() != made {
+		b.Fatal("a cached rebuild made a sandbox")
+	}
+}
