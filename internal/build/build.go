@@ -22,7 +22,7 @@
 //     substitution, the hash of the files a COPY/ADD takes): a rebuild
 //     whose steps are all cached makes no sandbox.
 //
-// Importers: internal/cli.
+// Importers: internal/host.
 package build
 
 import (
@@ -33,7 +33,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"path"
 	"slices"
@@ -430,10 +429,15 @@ func (b *builder) runSandbox(ctx context.Context, in dockerfile.Instruction, arg
 	if dir == "" {
 		dir = "/"
 	}
-	if dir != "/" {
+	if _, err := sb.Stat(ctx, dir); err != nil {
 		// As docker's WORKDIR: the directory exists for the step (and, made
-		// now, is in its layer).
-		if err := sb.Mkdir(ctx, dir, 0o755, true); err != nil && !errors.Is(err, fs.ErrExist) {
+		// now, is in its layer), made by the image's root.
+		var out bytes.Buffer
+		res, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"mkdir", "-p", dir}, User: "root", Dir: "/", Stdout: &out, Stderr: &out, Timeout: time.Minute})
+		if err == nil && (res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0) {
+			err = fmt.Errorf("mkdir -p: exit status %d: %s", res.ExitCode, strings.TrimSpace(out.String()))
+		}
+		if err != nil {
 			return nil, fmt.Errorf("working directory %s: %w", dir, err)
 		}
 	}

@@ -133,7 +133,8 @@ WORKDIR $APP_HOME
 COPY app.sh lib/ ./
 RUN echo "$GREETING from run" > /opt/app/greeting && \
     rm /IMAGE-MARKER && \
-    mkdir -p /var/data && chmod 1777 /var/data
+    mkdir -p /var/data && chmod 1777 /var/data && \
+    echo private > /root/private && chmod 600 /root/private
 RUN ["/bin/sh", "-c", "echo exec form > /opt/app/exec"]
 USER 1000
 RUN touch /var/data/made-by-user
@@ -216,6 +217,14 @@ func TestBuild(t *testing.T) {
 	}, "\n") + "\n"
 	if probe.String() != wantOut {
 		t.Errorf("inside the built image:\n%s\nwant:\n%s", probe.String(), wantOut)
+	}
+
+	// A file only root may read is in the layer (the step's changes are
+	// read with the executor's identity, not the sandbox user's).
+	var private sandboxtest.SyncBuffer
+	r, err = sandbox.Run(context.Background(), sb, sandbox.Command{Argv: []string{"cat", "/root/private"}, User: "root", Stdout: &private, Stderr: &errb, Timeout: time.Minute})
+	if err != nil || r.ExitCode != 0 || private.String() != "private\n" {
+		t.Errorf("cat /root/private as root: %q, %+v, %v\n%s", private.String(), r, err, errb.String())
 	}
 
 	// A rebuild: every step cached, no sandbox, the same image.

@@ -10,7 +10,9 @@
 // than its Dockerfile says.
 //
 // It is a leaf: no I/O beyond the reader it is given, no imports from
-// airlock. Importers: internal/build.
+// airlock.
+//
+// Importers: internal/build, internal/host.
 package dockerfile
 
 import (

@@ -104,11 +104,21 @@ func (s *stream) checkpoint() execproto.Result {
 		}
 	}
 	var r execproto.CheckpointResult
-	err := s.asUser(func() error {
+	take := func() error {
 		var err error
 		r, err = c.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.stop)
 		return err
-	})
+	}
+	var err error
+	if s.req.Tree == execproto.TreeRoot {
+		// With the executor's own identity: the root holds every user's
+		// files, the default user's rights reach only some. The walk is
+		// confined to the upper layer all the same (openat2 beneath it,
+		// no symlink followed, no mount crossed) and only reads.
+		err = take()
+	} else {
+		err = s.asUser(take)
+	}
 	if err != nil {
 		return errResult(err)
 	}
