@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,10 +94,17 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) build(t testing.TB, dockerfile, contextDir string, args map[string]string, tags ...string) (build.Result, string, error) {
 	t.Helper()
+	return e.buildWith(t, build.Options{}, dockerfile, contextDir, args, tags...)
+}
+
+// buildWith builds with o, the env's store, backend and cache filled in.
+func (e *env) buildWith(t testing.TB, o build.Options, dockerfile, contextDir string, args map[string]string, tags ...string) (build.Result, string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var log bytes.Buffer
-	res, err := build.Build(ctx, build.Options{Store: e.store, Backend: e.backend, Cache: e.cache, Log: &log},
+	o.Store, o.Backend, o.Cache, o.Log = e.store, e.backend, e.cache, &log
+	res, err := build.Build(ctx, o,
 		build.Request{Dockerfile: []byte(dockerfile), Context: contextDir, BuildArgs: args, Tags: tags})
 	return res, log.String(), err
 }
@@ -331,6 +340,70 @@ func TestBuildRunFails(t *testing.T) {
 	}
 	if _, err := e.store.Inspect("localhost/failed:1"); !errors.Is(err, image.ErrNotFound) {
 		t.Errorf("Inspect(the failed build's tag) = %v, want ErrNotFound", err)
+	}
+}
+
+// TestBuildNetwork: a RUN step has no network unless the build gives one
+// (Options.Network: the build policy's egress proxy); then it reaches the
+// host's proxy socket and no further, and what it fetched is in its layer.
+func TestBuildNetwork(t *testing.T) {
+	e := newEnv(t)
+	dir, err := os.MkdirTemp("", "airlock-build-net-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen atomic.Int64
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		fmt.Fprintf(w, "proxy served %s\n", r.URL.Path)
+	})}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln) // returns once Close is called
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+
+	df := "FROM " + baseImage + "\nRUN wget -q -O /fetched http://deps.test/pkg-1.0\n"
+	var released atomic.Int64
+	withProxy := build.Options{Network: func(ctx context.Context, spec *sandbox.Spec) (func(), error) {
+		spec.Network, spec.ProxySocket = sandbox.NetworkProxy, sock
+		return func() { released.Add(1) }, nil
+	}}
+	res, log, err := e.buildWith(t, withProxy, df, t.TempDir(), nil, "localhost/fetched:1")
+	if err != nil {
+		t.Fatalf("Build through the proxy = %v\n%s", err, log)
+	}
+	if seen.Load() != 1 || released.Load() != 1 {
+		t.Errorf("the proxy saw %d requests, the network was released %d times; want 1, 1", seen.Load(), released.Load())
+	}
+	root, err := e.store.Root(context.Background(), res.Image.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root.Layers[len(root.Layers)-1], "fetched")); err != nil || string(b) != "proxy served /pkg-1.0\n" {
+		t.Errorf("/fetched in the step's layer = %q, %v", b, err)
+	}
+
+	// Without a network the same step fails (and is not served from the
+	// cache: the step that succeeded was the same instruction, so use
+	// another).
+	_, _, err = e.build(t, "FROM "+baseImage+"\nRUN wget -q -T 5 -O /fetched http://deps.test/pkg-2.0\n", t.TempDir(), nil)
+	var re *build.RunError
+	if !errors.As(err, &re) {
+		t.Fatalf("Build without a network = %v, want a RunError", err)
+	}
+	if seen.Load() != 1 {
+		t.Errorf("the proxy saw %d requests, want the first build's alone", seen.Load())
 	}
 }
 
