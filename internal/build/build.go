@@ -136,6 +136,9 @@ type builder struct {
 	args      map[string]string // ARGs declared so far, with their values
 	key       string            // the cache key of the image so far
 	cmdSet    bool              // CMD was given in this Dockerfile
+	// wdPending is set when a WORKDIR came after the last RUN, which
+	// would have made it: the build ends with a step that does.
+	wdPending bool
 	res       Result
 }
 
@@ -170,6 +173,17 @@ func Build(ctx context.Context, o Options, req Request) (Result, error) {
 				return Result{}, err
 			}
 			return Result{}, &dockerfile.Error{Line: in.Line, Msg: fmt.Sprintf("%s: %v", in.Cmd, err)}
+		}
+	}
+	if b.wdPending && b.base != "" {
+		// As docker's WORKDIR, which makes the directory at once: a
+		// sandbox of the image starts there. (An image FROM scratch may
+		// have no mkdir: its Dockerfile makes the directory itself.)
+		last := df.Instructions[len(df.Instructions)-1]
+		in := dockerfile.Instruction{Line: last.Line, Cmd: "RUN", Exec: true, Argv: []string{"mkdir", "-p", b.cfg.WorkingDir}}
+		fmt.Fprintf(b.log, "making the working directory %s\n", b.cfg.WorkingDir)
+		if err := b.run(ctx, in); err != nil {
+			return Result{}, err
 		}
 	}
 	if err := b.cache.save(); err != nil {
@@ -258,6 +272,7 @@ func (b *builder) step(ctx context.Context, in dockerfile.Instruction) error {
 		}
 		b.cfg.WorkingDir = path.Clean(dir)
 		b.key = chain(b.key, "WORKDIR "+b.cfg.WorkingDir)
+		b.wdPending = true
 		return nil
 	case "USER":
 		u, err := x.Word(in.Args)
@@ -368,6 +383,7 @@ func (b *builder) run(ctx context.Context, in dockerfile.Instruction) error {
 	if e, ok := b.cached(key); ok {
 		fmt.Fprintln(b.log, " cached")
 		b.addStep(key, in.String(), e.Layer, true)
+		b.wdPending = false
 		return nil
 	}
 	if len(b.baseLayer)+len(b.layers) == 0 {
@@ -378,6 +394,7 @@ func (b *builder) run(ctx context.Context, in dockerfile.Instruction) error {
 		return err
 	}
 	b.addStep(key, in.String(), l, false)
+	b.wdPending = false
 	return nil
 }
 

@@ -345,6 +345,30 @@ func TestBuildRunFails(t *testing.T) {
 	}
 }
 
+// TestBuildTrailingWorkdir: a WORKDIR after the last RUN is made all the
+// same (a sandbox of the image starts there), once: a rebuild makes no
+// sandbox.
+func TestBuildTrailingWorkdir(t *testing.T) {
+	e := newEnv(t)
+	df := "FROM " + baseImage + "\nRUN echo first\nWORKDIR /srv/late\nENV X=1\n"
+	res, log, err := e.build(t, df, t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("Build = %v\n%s", err, log)
+	}
+	root, err := e.store.Root(context.Background(), res.Image.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(root.Layers[len(root.Layers)-1], "srv/late")); err != nil || !fi.IsDir() {
+		t.Errorf("srv/late in the last layer: %v, %v; want the working directory made", fi, err)
+	}
+	made := e.backend.made.Load()
+	again, log, err := e.build(t, df, t.TempDir(), nil)
+	if err != nil || again.Image.Digest != res.Image.Digest || e.backend.made.Load() != made {
+		t.Errorf("rebuild = %s, %v (%d sandboxes made); want %s from the cache\n%s", again.Image.Digest, err, e.backend.made.Load()-made, res.Image.Digest, log)
+	}
+}
+
 // TestBuildNetwork: a RUN step has no network unless the build gives one
 // (Options.Network: the build policy's egress proxy); then it reaches the
 // host's proxy socket and no further, and what it fetched is in its layer.

@@ -26,7 +26,7 @@ type TemplateBuildCmd struct {
 	File     string   `short:"f" help:"The Dockerfile (default CONTEXT/Dockerfile)." placeholder:"PATH"`
 	Context  string   `arg:"" optional:"" default:"." help:"The build context: the directory COPY and ADD read (default the current directory)." placeholder:"CONTEXT"`
 	Tag      []string `short:"t" help:"Name the image NAME[:TAG] (repeatable)." placeholder:"NAME:TAG" sep:"none"`
-	BuildArg []string `name:"build-arg" help:"Set the Dockerfile's ARG NAME to VALUE (repeatable)." placeholder:"NAME=VALUE" sep:"none"`
+	BuildArg []string `name:"build-arg" help:"Set the Dockerfile's ARG NAME to VALUE, or with NAME alone to its value in this environment (repeatable)." placeholder:"NAME[=VALUE]" sep:"none"`
 	NoCache  bool     `name:"no-cache" help:"Run every step, ignoring the step cache (and then updating it)."`
 	Quiet    bool     `short:"q" help:"Print only the image's digest, not the steps and their output."`
 	JSON     bool     `name:"json" help:"Print the image as one JSON object (the steps go to stderr)."`
@@ -41,8 +41,15 @@ func (c *TemplateBuildCmd) Run(env *Env) error {
 	args := map[string]string{}
 	for _, a := range c.BuildArg {
 		k, v, ok := strings.Cut(a, "=")
-		if !ok || k == "" {
-			return usageError{Err: fmt.Errorf("--build-arg %q: want NAME=VALUE", a)}
+		if k == "" {
+			return usageError{Err: fmt.Errorf("--build-arg %q: want NAME=VALUE or NAME", a)}
+		}
+		if !ok {
+			// As docker: NAME alone takes airlock's environment's value,
+			// and is not set when that has none.
+			if v = env.Getenv(k); v == "" {
+				continue
+			}
 		}
 		args[k] = v
 	}
