@@ -167,12 +167,7 @@ func Build(ctx context.Context, o Options, req Request) (Result, error) {
 	for i, in := range df.Instructions {
 		fmt.Fprintf(b.log, "step %d/%d: %s\n", i+1, n, in.String())
 		if err := b.step(ctx, in); err != nil {
-			var de *dockerfile.Error
-			var re *RunError
-			if errors.As(err, &de) || errors.As(err, &re) {
-				return Result{}, err
-			}
-			return Result{}, &dockerfile.Error{Line: in.Line, Msg: fmt.Sprintf("%s: %v", in.Cmd, err)}
+			return Result{}, stepError(in, err)
 		}
 	}
 	if b.wdPending && b.base != "" {
@@ -183,7 +178,7 @@ func Build(ctx context.Context, o Options, req Request) (Result, error) {
 		in := dockerfile.Instruction{Line: last.Line, Cmd: "RUN", Exec: true, Argv: []string{"mkdir", "-p", b.cfg.WorkingDir}}
 		fmt.Fprintf(b.log, "making the working directory %s\n", b.cfg.WorkingDir)
 		if err := b.run(ctx, in); err != nil {
-			return Result{}, err
+			return Result{}, stepError(in, err)
 		}
 	}
 	if err := b.cache.save(); err != nil {
@@ -195,6 +190,31 @@ func Build(ctx context.Context, o Options, req Request) (Result, error) {
 	}
 	b.res.Image = img
 	return b.res, nil
+}
+
+// internal marks a step's error that is not the Dockerfile's or the
+// context's fault (a sandbox or the store failed): it keeps its chain
+// (image.ErrNotFound for a base the store lacks, say) instead of becoming
+// a dockerfile.Error.
+type internal struct{ err error }
+
+func (e internal) Error() string { return e.err.Error() }
+func (e internal) Unwrap() error { return e.err }
+
+// stepError is err of step in as Build returns it: a RunError as it is,
+// an internal error wrapped with the line, anything else (what the
+// Dockerfile or the context got wrong) a dockerfile.Error.
+func stepError(in dockerfile.Instruction, err error) error {
+	var de *dockerfile.Error
+	var re *RunError
+	var ie internal
+	switch {
+	case errors.As(err, &de), errors.As(err, &re):
+		return err
+	case errors.As(err, &ie):
+		return fmt.Errorf("step at Dockerfile line %d (%s): %w", in.Line, in.Cmd, ie.err)
+	}
+	return &dockerfile.Error{Line: in.Line, Msg: fmt.Sprintf("%s: %v", in.Cmd, err)}
 }
 
 // expander substitutes the ARGs and ENV so far (ENV wins).
@@ -329,7 +349,7 @@ func (b *builder) from(ctx context.Context, x dockerfile.Expander, in dockerfile
 		img, err = b.o.Store.Pull(ctx, ref, image.Auth{})
 	}
 	if err != nil {
-		return fmt.Errorf("base image %s: %w", ref, err)
+		return internal{fmt.Errorf("base image %s: %w", ref, err)}
 	}
 	b.base, b.baseLayer, b.cfg = img.Digest, img.Layers, img.Config
 	b.cfg.Created = time.Time{}
@@ -390,6 +410,10 @@ func (b *builder) run(ctx context.Context, in dockerfile.Instruction) error {
 		return errors.New("RUN on an empty image (FROM scratch with no files): nothing to run")
 	}
 	l, err := b.runSandbox(ctx, in, argv)
+	var re *RunError
+	if err != nil && !errors.As(err, &re) {
+		return internal{err}
+	}
 	if err != nil {
 		return err
 	}

@@ -305,7 +305,6 @@ func TestBuildRefused(t *testing.T) {
 		{"copy missing", from + "COPY nothere /x\n", "nothere"},
 		{"glob matches nothing", from + "COPY *.none /x/\n", "no file of the build context matches"},
 		{"chown by name", from + "COPY --chown=app ok /x\n", "want numeric UID"},
-		{"no base", "FROM localhost/missing:1\n", "base image localhost/missing:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,6 +320,12 @@ func TestBuildRefused(t *testing.T) {
 	}
 	if n := e.backend.made.Load(); n != 0 {
 		t.Errorf("refused builds made %d sandboxes", n)
+	}
+	// A base the store lacks (and no registry serves) keeps the store's
+	// error, for the caller to tell (the command line: bad input).
+	_, _, err := e.build(t, "FROM localhost:1/missing:1\n", dir, nil)
+	if err == nil || !strings.Contains(err.Error(), "step at Dockerfile line 1 (FROM): base image localhost:1/missing:1") {
+		t.Errorf("Build(FROM a missing image) = %v", err)
 	}
 }
 

@@ -91,7 +91,7 @@ func (b *builder) copy(ctx context.Context, x dockerfile.Expander, in dockerfile
 	}
 	tmp, err := os.CreateTemp("", "airlock-copy-")
 	if err != nil {
-		return err
+		return internal{err}
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
@@ -101,10 +101,10 @@ func (b *builder) copy(ctx context.Context, x dockerfile.Expander, in dockerfile
 		return err
 	}
 	if err := lw.tw.Close(); err != nil {
-		return err
+		return internal{err}
 	}
 	if err := bw.Flush(); err != nil {
-		return err
+		return internal{err}
 	}
 	createdBy := in.Cmd + " " + strings.Join(words, " ")
 	key := chain(b.key, strings.Join(append([]string{in.Cmd, fmt.Sprint(own)}, words...), "\x00")+"\x00"+hex.EncodeToString(lw.h.Sum(nil)))
@@ -114,11 +114,11 @@ func (b *builder) copy(ctx context.Context, x dockerfile.Expander, in dockerfile
 		return nil
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return err
+		return internal{err}
 	}
 	info, err := b.o.Store.AddLayer(ctx, tmp)
 	if err != nil {
-		return err
+		return internal{err}
 	}
 	b.addStep(key, createdBy, &info, false)
 	return nil
