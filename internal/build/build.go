@@ -292,7 +292,7 @@ func (b *builder) step(ctx context.Context, in dockerfile.Instruction) error {
 		}
 		b.cfg.WorkingDir = path.Clean(dir)
 		b.key = chain(b.key, "WORKDIR "+b.cfg.WorkingDir)
-		b.wdPending = true
+		b.wdPending = b.cfg.WorkingDir != "/"
 		return nil
 	case "USER":
 		u, err := x.Word(in.Args)

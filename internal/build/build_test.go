@@ -350,6 +350,48 @@ func TestBuildRunFails(t *testing.T) {
 	}
 }
 
+// TestBuildConfig: instructions that only edit the config make no
+// sandbox and no layer: a shell-form CMD runs through /bin/sh -c, an
+// ENTRYPOINT drops the CMD the base had (as docker), substitution uses
+// ARGs and ENV (ENV wins), LABELs merge.
+func TestBuildConfig(t *testing.T) {
+	e := newEnv(t)
+	df := `FROM ` + baseImage + `
+ARG V=from-arg
+ENV A=$V B=${MISSING:-dflt}
+ENV V=from-env
+ENV C=$V
+USER 1000:1000
+WORKDIR /
+ENTRYPOINT ["/bin/echo"]
+LABEL a=1
+LABEL b="two words"
+`
+	res, log, err := e.build(t, df, t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("Build = %v\n%s", err, log)
+	}
+	want := image.Config{
+		Env:        []string{"PATH=/usr/bin:/bin", "IMAGE_ENV=from-image", "A=from-arg", "B=dflt", "V=from-env", "C=from-env"},
+		WorkingDir: "/", User: "1000:1000",
+		Entrypoint: []string{"/bin/echo"},
+		Labels:     map[string]string{"a": "1", "b": "two words"},
+	}
+	if diff := cmp.Diff(want, res.Image.Config); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if len(res.Image.Layers) != 1 || e.backend.made.Load() != 0 {
+		t.Errorf("%d layers, %d sandboxes; want the base's layer alone and none", len(res.Image.Layers), e.backend.made.Load())
+	}
+	res, log, err = e.build(t, "FROM "+baseImage+"\nCMD echo $HOME\n", t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("Build = %v\n%s", err, log)
+	}
+	if got, want := res.Image.Config.Cmd, []string{"/bin/sh", "-c", "echo $HOME"}; !cmp.Equal(got, want) {
+		t.Errorf("shell-form CMD = %q, want %q", got, want)
+	}
+}
+
 // TestBuildTrailingWorkdir: a WORKDIR after the last RUN is made all the
 // same (a sandbox of the image starts there), once: a rebuild makes no
 // sandbox.
