@@ -439,9 +439,12 @@ func (b *builder) runSandbox(ctx context.Context, in dockerfile.Instruction, arg
 	if err != nil {
 		return nil, err
 	}
-	spec := sandbox.Spec{User: "root", WritableRoot: true, Limits: b.limits()}
+	spec := sandbox.Spec{WritableRoot: true, Limits: b.limits()}
 	image.Root{Layers: dirs, Config: b.cfg}.Apply(&spec)
-	spec.User = "root" // the checkpoint reads the root's files as root
+	// A step with no USER runs as root, as docker's do (not as airlock's
+	// sandbox user): the image's root-owned files are its to change. The
+	// step's USER is given with its command.
+	spec.User = "root"
 	if b.o.Network != nil {
 		release, err := b.o.Network(ctx, &spec)
 		if err != nil {
