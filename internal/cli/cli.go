@@ -57,6 +57,7 @@ type cli struct {
 		Supervise SuperviseCmd       `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Image     ImageCmd     `cmd:"" help:"The host's OCI images, which a sandbox's root may be made of: pull, import, ls, inspect, rm, export, push."`
+	Template  TemplateCmd  `cmd:"" help:"Named environments: build an image from a Dockerfile."`
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
 	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
 	Credits   CreditsCmd   `cmd:"" help:"Grant credits to a tenant and show its ledger."`

@@ -22,6 +22,7 @@ var layers = []struct {
 		"internal/param", "internal/ratelimit", "internal/price", "internal/bridge", "internal/policy",
 		"internal/secret/token", "internal/secret/scan", "internal/store/blob", "internal/store/chunk", "internal/sandbox/linux/cgroup",
 		"internal/executor/landlock", "internal/executor/seccomp", "internal/testpki", "internal/testgit", "internal/deptest",
+		"internal/dockerfile",
 	}},
 	{"contracts: what the components implement and consume", []string{
 		"internal/sandbox", "internal/store", "internal/secret", "internal/model",
@@ -32,6 +33,7 @@ var layers = []struct {
 		"internal/supervisor", "internal/store/schema", "internal/store/sqlrow", "internal/store/sqlite", "internal/store/postgres", "internal/store/postgres/pgtest",
 		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit", "internal/image", "internal/image/imagetest",
+		"internal/build",
 	}},
 	{"the run engine", []string{"internal/engine"}},
 	{"services: the APIs, telemetry, the sandbox commands", []string{

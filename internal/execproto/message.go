@@ -90,6 +90,9 @@ type Setup struct {
 	NoSetGroups bool `json:"no_setgroups,omitempty"`
 	// RequireLandlock makes setup fail when the kernel has no Landlock.
 	RequireLandlock bool `json:"require_landlock,omitempty"`
+	// WritableRoot lets commands write anywhere in an image or template
+	// root (its upper layer), not only in the writable mounts.
+	WritableRoot bool `json:"writable_root,omitempty"`
 }
 
 // MaxLayers bounds Setup.Layers (sandbox.MaxLayers says why).
@@ -264,7 +267,8 @@ const (
 	// executor) as an "airlock delta v1" tar stream on Stdout, records the
 	// tree as it is now as a new baseline, and reports it in
 	// Result.Checkpoint. With MarkOnly it streams nothing and only records
-	// the baseline. The executor keeps the last two baselines.
+	// the baseline. The executor keeps the last two baselines. Tree
+	// TreeRoot asks for the root file system's changes instead.
 	OpCheckpoint = "checkpoint"
 )
 
@@ -298,7 +302,20 @@ type Request struct {
 	// checkpoint
 	Since    string `json:"since,omitempty"`     // a baseline name (CheckBaseline), or empty for the whole tree
 	MarkOnly bool   `json:"mark_only,omitempty"` // record a baseline, stream nothing
+	// Tree is the tree checkpointed: TreeWorkspace (empty) or TreeRoot.
+	Tree string `json:"tree,omitempty"`
 }
+
+// Trees a checkpoint may walk (Request.Tree).
+const (
+	// TreeWorkspace is /workspace.
+	TreeWorkspace = ""
+	// TreeRoot is the root file system's changes: the upper layer of an
+	// image or template root (what an image build turns into a layer). It
+	// gives deltas only: a baseline is marked first, then deltas are taken
+	// since it; a full stream is refused.
+	TreeRoot = "root"
+)
 
 // Limits on requests.
 const (
@@ -373,6 +390,9 @@ func (r *Request) Validate() error {
 	case OpDiskUsage:
 		return nil
 	case OpCheckpoint:
+		if r.Tree != TreeWorkspace && r.Tree != TreeRoot {
+			return fmt.Errorf("checkpoint: tree %.20q: want empty or %q", r.Tree, TreeRoot)
+		}
 		if r.Since != "" {
 			if err := CheckBaseline(r.Since); err != nil {
 				return fmt.Errorf("checkpoint: since: %w", err)

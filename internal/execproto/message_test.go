@@ -59,6 +59,8 @@ func TestRequestValidate(t *testing.T) {
 		{"checkpoint full", execproto.Request{Op: execproto.OpCheckpoint}, false},
 		{"checkpoint since", execproto.Request{Op: execproto.OpCheckpoint, Since: "a1b2c3d4e5f60718-12"}, false},
 		{"checkpoint mark only", execproto.Request{Op: execproto.OpCheckpoint, MarkOnly: true, Since: "x_y.z"}, false},
+		{"checkpoint root", execproto.Request{Op: execproto.OpCheckpoint, Tree: execproto.TreeRoot, MarkOnly: true}, false},
+		{"checkpoint unknown tree", execproto.Request{Op: execproto.OpCheckpoint, Tree: "home"}, true},
 		{"checkpoint since with a slash", execproto.Request{Op: execproto.OpCheckpoint, Since: "../a"}, true},
 		{"checkpoint since with a space", execproto.Request{Op: execproto.OpCheckpoint, Since: "a b"}, true},
 		{"checkpoint since non-ASCII", execproto.Request{Op: execproto.OpCheckpoint, Since: "b\xc3\xa9"}, true},

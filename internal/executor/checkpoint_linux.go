@@ -39,6 +39,9 @@ type checkpoints struct {
 	// upper is an O_PATH descriptor of the cow workspace's upper layer,
 	// opened before pivot_root hid it; -1 in the other modes.
 	upper int
+	// deltaOnly refuses full streams (the root's: the merged root holds
+	// the sandbox's own mounts and the image's whole tree).
+	deltaOnly bool
 	// prefix starts every baseline name: random per executor, so a name
 	// from another sandbox is never mistaken for one of this sandbox's.
 	prefix string
@@ -94,12 +97,28 @@ func (s *stream) checkpoint() execproto.Result {
 		case <-done:
 		}
 	}()
+	c := s.e.ckpt
+	if s.req.Tree == execproto.TreeRoot {
+		if c = s.e.rootCkpt; c == nil {
+			return errResult(errors.New("the root is the host's, read-only: it has no changes to checkpoint"))
+		}
+	}
 	var r execproto.CheckpointResult
-	err := s.asUser(func() error {
+	take := func() error {
 		var err error
-		r, err = s.e.ckpt.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.stop)
+		r, err = c.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.stop)
 		return err
-	})
+	}
+	var err error
+	if s.req.Tree == execproto.TreeRoot {
+		// With the executor's own identity: the root holds every user's
+		// files, the default user's rights reach only some. The walk is
+		// confined to the upper layer all the same (openat2 beneath it,
+		// no symlink followed, no mount crossed) and only reads.
+		err = take()
+	} else {
+		err = s.asUser(take)
+	}
 	if err != nil {
 		return errResult(err)
 	}
@@ -117,6 +136,9 @@ func (c *checkpoints) take(since string, markOnly bool, w io.Writer, stop <-chan
 		if since != "" && c.kept[i].name == since {
 			base = &c.kept[i]
 		}
+	}
+	if base == nil && !markOnly && c.deltaOnly {
+		return execproto.CheckpointResult{}, fmt.Errorf("root checkpoint since %q: no such baseline (mark one first): %w", since, unix.EINVAL)
 	}
 	var res execproto.CheckpointResult
 	res.Full = base == nil && !markOnly

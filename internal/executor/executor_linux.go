@@ -92,6 +92,9 @@ type executor struct {
 
 	// ckpt keeps the baselines of /workspace for checkpoints.
 	ckpt *checkpoints
+	// rootCkpt keeps the baselines of the root's upper layer (TreeRoot);
+	// nil for a root of the host's directories, which is read-only.
+	rootCkpt *checkpoints
 }
 
 // devNull returns the executor's /dev/null.
@@ -135,11 +138,15 @@ func (e *executor) start(conn io.Reader) error {
 	// Every thread must carry the same restrictions: keep setup on one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	layers, upper, err := setup(&e.setup)
+	layers, up, err := setup(&e.setup)
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
-	e.ckpt = newCheckpoints(workspacePath, upper)
+	e.ckpt = newCheckpoints(workspacePath, up.ws)
+	if up.root >= 0 {
+		e.rootCkpt = newCheckpoints("/", up.root)
+		e.rootCkpt.deltaOnly = true
+	}
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
 	e.path = sandboxPath()
@@ -158,15 +165,26 @@ func (e *executor) start(conn io.Reader) error {
 	}
 	layers = append(layers, "capabilities:dropped-for-children")
 	var hidden []int
-	if upper >= 0 {
-		// Checkpoints read the cow workspace's upper layer, which has no
-		// path here; nothing else can reach it.
-		hidden = append(hidden, upper)
+	for _, fd := range []int{up.ws, up.root} {
+		if fd >= 0 {
+			// Checkpoints read the upper layers, which have no path
+			// here; nothing else can reach them.
+			hidden = append(hidden, fd)
+		}
+	}
+	rw := append(append([]string{}, writable...), e.setup.User.Home)
+	if e.setup.WritableRoot && (len(e.setup.Layers) > 0 || len(e.setup.LayerPaths) > 0 || e.setup.RootFD != 0 || e.setup.RootPath != nil) {
+		// The root is an overlay whose upper layer is the sandbox's own
+		// (an image build's step): writes land there, in the disk quota.
+		// Devices stay out of reach (read-write grants no MAKE_CHAR,
+		// MAKE_BLOCK or device ioctls), and /proc and /sys keep their
+		// read-only mounts and masks.
+		rw = append(rw, "/")
 	}
 	status, err := landlock.Restrict(landlock.Rules{
 		ReadOnly:    []string{"/"},
 		ReadOnlyFDs: hidden,
-		ReadWrite:   append(append([]string{}, writable...), e.setup.User.Home),
+		ReadWrite:   rw,
 		Devices:     []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
 	})
 	abi := 0

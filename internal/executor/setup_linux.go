@@ -40,41 +40,41 @@ var writable = []string{workspacePath, "/tmp", "/dev/shm"}
 // setup builds the sandbox's filesystem, network and process attributes. It
 // runs as PID 1 of fresh user, mount, PID, IPC, UTS, cgroup and network
 // namespaces, before any untrusted code exists. It returns what it enforced
-// and, for a cow workspace, an O_PATH descriptor of the workspace's upper
-// layer (else -1), which checkpoints walk.
-func setup(s *execproto.Setup) (layers []string, upper int, err error) {
-	upper = -1
+// and O_PATH descriptors of the upper layers that checkpoints walk (-1
+// where there is none).
+func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
+	up = uppers{ws: -1, root: -1}
 	if err := s.Validate(); err != nil {
-		return nil, -1, err
+		return nil, uppers{-1, -1}, err
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, -1, fmt.Errorf("make mounts private: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("make mounts private: %w", err)
 	}
 	if err := cloneHostPaths(s); err != nil {
-		return nil, -1, err
+		return nil, uppers{-1, -1}, err
 	}
 	if err := mountTmpfs(scratchDir, fmt.Sprintf("mode=0755,size=%d", s.DiskBytes)); err != nil {
-		return nil, -1, fmt.Errorf("scratch tmpfs: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("scratch tmpfs: %w", err)
 	}
 	u := s.User
 	home := filepath.Join(newRoot, u.Home)
 	for _, d := range []string{"root", "home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
 		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
-			return nil, -1, err
+			return nil, uppers{-1, -1}, err
 		}
 	}
 	if err := os.Chown(filepath.Join(scratchDir, "home"), u.UID, u.GID); err != nil {
-		return nil, -1, err
+		return nil, uppers{-1, -1}, err
 	}
 	if err := os.Chmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
-		return nil, -1, err
+		return nil, uppers{-1, -1}, err
 	}
 	switch {
 	case len(s.Layers) > 0:
 		// An image root: the overlay of its layers, no copy, under a
 		// scratch upper layer, as a template root below.
 		if err := mountLayers(s.Layers); err != nil {
-			return nil, -1, fmt.Errorf("image root: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("image root: %w", err)
 		}
 		layers = append(layers, fmt.Sprintf("rootfs:image:%d-layers", len(s.Layers)))
 	case s.RootFD != 0:
@@ -82,89 +82,103 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 		// writes to / land in the sandbox's own quota and die with it.
 		lower := scratchDir + "/root-lower"
 		if err := moveMount(s.RootFD, lower); err != nil {
-			return nil, -1, fmt.Errorf("template root: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("template root: %w", err)
 		}
 		if err := mountOverlay(newRoot, lower, scratchDir+"/root-upper", scratchDir+"/root-work"); err != nil {
-			return nil, -1, fmt.Errorf("template root overlay: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("template root overlay: %w", err)
 		}
 		if err := unix.Unmount(lower, unix.MNT_DETACH); err != nil {
-			return nil, -1, fmt.Errorf("template root: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("template root: %w", err)
 		}
 		layers = append(layers, "rootfs:template")
 	default:
 		// pivot_root needs the new root to be a mount point.
 		if err := bind(newRoot, newRoot, false); err != nil {
-			return nil, -1, err
+			return nil, uppers{-1, -1}, err
 		}
 		if err := buildHostRoot(s); err != nil {
-			return nil, -1, err
+			return nil, uppers{-1, -1}, err
 		}
 		layers = append(layers, "rootfs:host-ro")
 	}
 	if len(s.Layers) > 0 || s.RootFD != 0 {
 		if err := realTargets(s); err != nil {
-			return nil, -1, err
+			return nil, uppers{-1, -1}, err
 		}
 	}
 	if len(s.Layers) > 0 {
 		// As a container runtime does: the image's own files, if any,
 		// name another machine.
 		if err := writeEtc(filepath.Join(newRoot, "etc"), s, "hosts", "hostname", "resolv.conf"); err != nil {
-			return nil, -1, fmt.Errorf("image root: /etc: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("image root: /etc: %w", err)
 		}
 	}
 	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/")} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
-			return nil, -1, fmt.Errorf("mkdir /%s: %w", d, err)
+			return nil, uppers{-1, -1}, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
 	}
 	if err := bind(scratchDir+"/home", home, false); err != nil {
-		return nil, -1, fmt.Errorf("home: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("home: %w", err)
 	}
-	if upper, err = setupWorkspace(s.Workspace, u); err != nil {
-		return nil, -1, fmt.Errorf("workspace: %w", err)
+	if len(s.Layers) > 0 || s.RootFD != 0 {
+		// Before pivot_root takes the scratch tmpfs out of view: the root's
+		// changes, for root checkpoints (an image build's layers).
+		if up.root, err = unix.Open(scratchDir+"/root-upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
+			return nil, uppers{-1, -1}, fmt.Errorf("open the root's upper layer: %w", err)
+		}
+	}
+	if up.ws, err = setupWorkspace(s.Workspace, u); err != nil {
+		return nil, uppers{-1, -1}, fmt.Errorf("workspace: %w", err)
 	}
 	layers = append(layers, "workspace:"+s.Workspace.Mode)
 	for _, m := range s.Mounts {
 		if err := setupMount(m); err != nil {
-			return nil, -1, fmt.Errorf("mount %s: %w", m.Target, err)
+			return nil, uppers{-1, -1}, fmt.Errorf("mount %s: %w", m.Target, err)
 		}
 	}
 	if s.ProxyFD != 0 {
 		target := filepath.Join(newRoot, proxySocket)
 		if err := os.WriteFile(target, nil, 0o600); err != nil {
-			return nil, -1, fmt.Errorf("proxy socket: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("proxy socket: %w", err)
 		}
 		if err := moveMount(s.ProxyFD, target); err != nil {
-			return nil, -1, fmt.Errorf("proxy socket: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("proxy socket: %w", err)
 		}
 	}
 	if err := mountTmpfs(filepath.Join(newRoot, "tmp"), fmt.Sprintf("mode=1777,size=%d", s.DiskBytes)); err != nil {
-		return nil, -1, fmt.Errorf("/tmp: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("/tmp: %w", err)
 	}
 	if err := setupProc(); err != nil {
-		return nil, -1, fmt.Errorf("/proc: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("/proc: %w", err)
 	}
 	if err := setupDev(s.ShmBytes); err != nil {
-		return nil, -1, fmt.Errorf("/dev: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("/dev: %w", err)
 	}
 	if err := pivot(newRoot); err != nil {
-		return nil, -1, err
+		return nil, uppers{-1, -1}, err
 	}
 	if s.RootFD == 0 && len(s.Layers) == 0 {
 		// Nothing outside the listed writable mounts may change the root.
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return nil, -1, fmt.Errorf("read-only root: %w", err)
+			return nil, uppers{-1, -1}, fmt.Errorf("read-only root: %w", err)
 		}
 	}
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-		return nil, -1, fmt.Errorf("hostname: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("hostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, -1, fmt.Errorf("loopback: %w", err)
+		return nil, uppers{-1, -1}, fmt.Errorf("loopback: %w", err)
 	}
 	layers = append(layers, "namespaces:user,mnt,pid,net,ipc,uts,cgroup", "network:loopback-only")
-	return layers, upper, nil
+	return layers, up, nil
+}
+
+// uppers are O_PATH descriptors of a sandbox's overlay upper layers, each
+// -1 where there is none.
+type uppers struct {
+	ws   int // a cow workspace's
+	root int // an image or template root's
 }
 
 // mountLayers mounts the overlay of an image's layers (detached trees,

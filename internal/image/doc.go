@@ -43,5 +43,5 @@
 // and gets exactly the image the run started with (Store.Root with a
 // puller).
 //
-// Importers: internal/host (the store, and the engine's view of it).
+// Importers: internal/build, internal/host (the store, and the engine's view of it).
 package image

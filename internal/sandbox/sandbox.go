@@ -85,6 +85,12 @@ type Spec struct {
 	// layers (image.Store.GC, which takes it exclusively) never removes one
 	// in use.
 	Layers []string
+	// WritableRoot lets commands write anywhere in an image (Layers) or
+	// template root, where they otherwise write only to /workspace, /tmp
+	// and home: the writes land in the root's upper layer (in the disk
+	// quota), which a root checkpoint streams (CheckpointRequest.Root).
+	// An image build's steps run so.
+	WritableRoot bool
 	// Dir is where commands that name no directory run (an image's
 	// working directory); empty means /workspace.
 	Dir string
@@ -156,6 +162,9 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.Layers) > 0 && s.RootFS != "" {
 		errs = append(errs, errors.New("image layers and a template root exclude each other"))
+	}
+	if s.WritableRoot && len(s.Layers) == 0 && s.RootFS == "" {
+		errs = append(errs, errors.New("a writable root needs image layers or a template root (the host's root is read-only)"))
 	}
 	if len(s.Layers) > MaxLayers {
 		errs = append(errs, fmt.Errorf("%d image layers: at most %d", len(s.Layers), MaxLayers))
@@ -466,6 +475,13 @@ type CheckpointRequest struct {
 	Since string
 	// MarkOnly records a baseline and streams nothing.
 	MarkOnly bool
+	// Root asks for the root file system's changes instead of
+	// /workspace's: the upper layer of an image (Spec.Layers) or template
+	// root, as an OCI layer's tar (what an image build commits). Deltas
+	// only: mark a baseline first, then take deltas since it; a full
+	// stream is refused. /workspace, /tmp, /proc, /dev and home are
+	// mounts of their own, not in it.
+	Root bool
 }
 
 // CheckpointResult is what a checkpoint recorded and wrote.

@@ -77,6 +77,9 @@ func TestSpecLayers(t *testing.T) {
 		{"relative layer", sandbox.Spec{Layers: []string{"layers/a"}}, "clean absolute host path"},
 		{"unclean layer", sandbox.Spec{Layers: []string{"/l/../etc"}}, "clean absolute host path"},
 		{"too many layers", sandbox.Spec{Layers: slices.Repeat([]string{"/l/a"}, sandbox.MaxLayers+1)}, "at most"},
+		{"writable image root", sandbox.Spec{Layers: []string{"/l/a"}, WritableRoot: true}, ""},
+		{"writable template root", sandbox.Spec{RootFS: "/srv/root", WritableRoot: true}, ""},
+		{"writable host root", sandbox.Spec{WritableRoot: true}, "writable root needs"},
 		{"relative dir", sandbox.Spec{Dir: "app"}, "working directory"},
 		{"unclean dir", sandbox.Spec{Dir: "/app/"}, "working directory"},
 	}

@@ -159,17 +159,18 @@ func (c *Conn) Export(ctx context.Context, path string, w io.Writer) error {
 	return err
 }
 
-// Checkpoint writes the delta stream of /workspace since the baseline since
+// Checkpoint writes the delta stream of tree (execproto.TreeWorkspace or
+// TreeRoot) since the baseline since
 // to w (nothing with markOnly) and returns what the executor recorded. A
 // failing w cancels the checkpoint, and its error is returned.
-func (c *Conn) Checkpoint(ctx context.Context, since string, markOnly bool, w io.Writer) (execproto.CheckpointResult, error) {
+func (c *Conn) Checkpoint(ctx context.Context, tree, since string, markOnly bool, w io.Writer) (execproto.CheckpointResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cw := &cancelWriter{w: w, cancel: cancel}
 	if w == nil {
 		cw.w = io.Discard
 	}
-	req := execproto.Request{Op: execproto.OpCheckpoint, Since: since, MarkOnly: markOnly}
+	req := execproto.Request{Op: execproto.OpCheckpoint, Since: since, MarkOnly: markOnly, Tree: tree}
 	r, err := c.do(ctx, req, nil, cw)
 	if cw.err != nil {
 		return execproto.CheckpointResult{}, fmt.Errorf("checkpoint: write the stream: %w", cw.err)
@@ -178,6 +179,9 @@ func (c *Conn) Checkpoint(ctx context.Context, since string, markOnly bool, w io
 	if errors.As(err, &fe) {
 		// The executor's message names the file; the request names none.
 		fe.Path = "/workspace"
+		if tree == execproto.TreeRoot {
+			fe.Path = "/"
+		}
 	}
 	if err != nil {
 		return execproto.CheckpointResult{}, err

@@ -224,6 +224,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		return nil, err
 	}
 	setup := newSetup(sb.spec.Limits, b.root)
+	setup.WritableRoot = sb.spec.WritableRoot
 	host, err := sb.start(setup, tr)
 	if err != nil {
 		return nil, err

@@ -2,14 +2,17 @@ package linux_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -255,4 +258,67 @@ func newTestCAPEM(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return ca.PEM
+}
+
+// TestImageRootCheckpoint: a root checkpoint of an image root streams what
+// the commands changed in the root since its baseline, as an OCI layer
+// says it (deletions as whiteouts), and nothing the sandbox's own setup
+// wrote or its mounts hold; a sandbox on the host's root has none, and a
+// root checkpoint with no baseline is refused.
+func TestImageRootCheckpoint(t *testing.T) {
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{User: "root", WritableRoot: true}
+	root.Apply(&spec)
+	sb := attackCreate(t, b, spec)
+	cp := sb.(sandbox.Checkpointer)
+	ctx := context.Background()
+	if _, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Root: true}, io.Discard); err == nil {
+		t.Error("a full root checkpoint was streamed, want it refused")
+	}
+	mark, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Root: true, MarkOnly: true}, nil)
+	if err != nil {
+		t.Fatalf("mark the root: %v", err)
+	}
+	attackMust(t, sb, "", `
+		mkdir -p /opt/app && echo built > /opt/app/out
+		rm /IMAGE-MARKER
+		echo scratch > /tmp/not-in-root
+	`)
+	var buf bytes.Buffer
+	res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Root: true, Since: mark.Baseline}, &buf)
+	if err != nil {
+		t.Fatalf("root checkpoint: %v", err)
+	}
+	if res.Full {
+		t.Error("root checkpoint since a baseline says Full")
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(&buf)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(tr)
+		got[h.Name] = string(body)
+	}
+	want := map[string]string{"opt/": "", "opt/app/": "", "opt/app/out": "built\n", ".wh.IMAGE-MARKER": ""}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("root delta (-want +got):\n%s", diff)
+	}
+
+	host := attackSandbox(t, sandbox.Spec{})
+	if _, ok := imageRoot(t); !ok {
+		if _, err := host.(sandbox.Checkpointer).Checkpoint(ctx, sandbox.CheckpointRequest{Root: true, MarkOnly: true}, nil); err == nil {
+			t.Error("a sandbox on the host's read-only root marked a root baseline, want an error")
+		}
+	}
 }

@@ -528,13 +528,18 @@ func (s *Sandbox) MeasureDisk(ctx context.Context) (sandbox.DiskUsage, error) {
 }
 
 // Checkpoint implements sandbox.Checkpointer: the executor walks
-// /workspace (in a cow workspace, the overlay's upper layer alone) and
-// streams what changed since the baseline req.Since.
+// /workspace (in a cow workspace, the overlay's upper layer alone), or with
+// req.Root the root's upper layer, and streams what changed since the
+// baseline req.Since.
 func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
 	if err := s.alive(); err != nil {
 		return sandbox.CheckpointResult{}, err
 	}
-	r, err := s.conn.Checkpoint(ctx, req.Since, req.MarkOnly, w)
+	tree := execproto.TreeWorkspace
+	if req.Root {
+		tree = execproto.TreeRoot
+	}
+	r, err := s.conn.Checkpoint(ctx, tree, req.Since, req.MarkOnly, w)
 	if err != nil {
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
