@@ -86,7 +86,7 @@ func TestSendDataWaitsForCredit(t *testing.T) {
 	fc := newFrameChan(t)
 	w := execproto.NewWriter(fc)
 	done := make(chan error, 1)
-	go func() { done <- w.SendData(5, execproto.Stdout, credit, data) }()
+	go func() { done <- w.SendData(5, execproto.Stdout, credit, execproto.ChunkSize, data) }()
 
 	assertNothingSent(t, fc, done, "without credit")
 
@@ -122,7 +122,7 @@ func TestSendDataChunks(t *testing.T) {
 	fc := newFrameChan(t)
 	w := execproto.NewWriter(fc)
 	done := make(chan error, 1)
-	go func() { done <- w.SendData(1, execproto.Stderr, credit, data) }()
+	go func() { done <- w.SendData(1, execproto.Stderr, credit, execproto.ChunkSize, data) }()
 
 	for i, want := range []int{execproto.ChunkSize, execproto.ChunkSize, execproto.ChunkSize / 2} {
 		f := recvFrame(t, fc.frames)
@@ -133,7 +133,7 @@ func TestSendDataChunks(t *testing.T) {
 	if err := recvErr(t, done); err != nil {
 		t.Fatalf("SendData = %v", err)
 	}
-	if err := w.SendData(1, execproto.Stderr, credit, nil); err != nil {
+	if err := w.SendData(1, execproto.Stderr, credit, execproto.ChunkSize, nil); err != nil {
 		t.Errorf("SendData(nil) = %v, want nil and no frame", err)
 	}
 }
@@ -143,7 +143,7 @@ func TestSendDataCreditClosed(t *testing.T) {
 	fc := newFrameChan(t)
 	w := execproto.NewWriter(fc)
 	done := make(chan error, 1)
-	go func() { done <- w.SendData(1, execproto.Stdout, credit, []byte("x")) }()
+	go func() { done <- w.SendData(1, execproto.Stdout, credit, execproto.ChunkSize, []byte("x")) }()
 
 	credit.Close()
 	if err := recvErr(t, done); !errors.Is(err, execproto.ErrClosed) {
@@ -342,7 +342,7 @@ func TestWriterConcurrentFramesDoNotInterleave(t *testing.T) {
 }
 
 func TestInboxOrderAndDrain(t *testing.T) {
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	in := []execproto.Chunk{
 		{Channel: execproto.Stdout, Data: []byte("a")},
 		{Channel: execproto.Stderr, Data: []byte("b")},
@@ -373,7 +373,7 @@ func TestInboxOrderAndDrain(t *testing.T) {
 }
 
 func TestInboxWindow(t *testing.T) {
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	full := make([]byte, execproto.Window)
 	if err := q.Put(execproto.Stdout, full); err != nil {
 		t.Fatalf("Put(Window bytes) = %v", err)
@@ -396,7 +396,7 @@ func TestInboxWindow(t *testing.T) {
 }
 
 func TestInboxGetWaits(t *testing.T) {
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	got := make(chan execproto.Chunk)
 	go func() {
 		for {
@@ -451,7 +451,7 @@ func TestFlowControlEndToEnd(t *testing.T) {
 	credit := execproto.NewCredit(execproto.Window)
 	sender := execproto.NewWriter(exec)
 	sent := make(chan error, 1)
-	go func() { sent <- sender.SendData(1, execproto.Stdout, credit, data) }()
+	go func() { sent <- sender.SendData(1, execproto.Stdout, credit, execproto.ChunkSize, data) }()
 
 	// The executor reads Acks from its end.
 	acks := make(chan error, 1)
@@ -474,7 +474,7 @@ func TestFlowControlEndToEnd(t *testing.T) {
 	}()
 
 	// The host reads Data into an Inbox; a consumer drains it and acks.
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	ackw := execproto.NewWriter(host)
 	var got bytes.Buffer
 	consumed := make(chan error, 1)
