@@ -1,6 +1,7 @@
 package execproto
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"sync"
@@ -75,6 +76,8 @@ type Writer struct {
 	w   io.Writer // guarded by mu
 	buf []byte    // guarded by mu
 	err error     // guarded by mu: the first write error; later writes fail with it
+	// bulk holds *[]byte buffers of frames larger than buf keeps.
+	bulk sync.Pool
 }
 
 // NewWriter returns a Writer on w.
@@ -109,10 +112,57 @@ func (w *Writer) SendData(stream uint32, c byte, credit *Credit, chunk int, p []
 		if err != nil {
 			return err
 		}
-		if err := w.Write(DataFrame(stream, c, p[:n])); err != nil {
+		if err := w.writeData(stream, c, p[:n]); err != nil {
 			return err
 		}
 		p = p[n:]
+	}
+	return nil
+}
+
+// writeData writes a Data frame of p on channel c of stream with one
+// Write, as Write does, without building the frame's payload first: a
+// small frame is encoded in the Writer's buffer, a bulk one (up to
+// MaxChunkSize) in a buffer of the bulk pool, which the garbage collector
+// empties when no bulk stream runs. A frame per allocation cost the
+// executor more than sending it.
+func (w *Writer) writeData(stream uint32, c byte, p []byte) error {
+	if stream == 0 || c > Stderr || len(p) == 0 || 1+len(p) > MaxPayload {
+		// What Validate refuses; say it as it does.
+		f := DataFrame(stream, c, p)
+		return f.Validate()
+	}
+	size := HeaderSize + 1 + len(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	var b []byte
+	var pooled *[]byte
+	if size <= 2*ChunkSize {
+		b = w.buf[:0]
+	} else {
+		pooled, _ = w.bulk.Get().(*[]byte)
+		if pooled == nil {
+			pooled = new([]byte)
+		}
+		b = (*pooled)[:0]
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(size-4))
+	b = append(b, byte(TData))
+	b = binary.BigEndian.AppendUint32(b, stream)
+	b = append(b, c)
+	b = append(b, p...)
+	if pooled != nil {
+		*pooled = b
+		defer w.bulk.Put(pooled)
+	} else {
+		w.buf = b
+	}
+	if _, err := w.w.Write(b); err != nil {
+		w.err = err
+		return err
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -116,25 +117,49 @@ func TestSendDataWaitsForCredit(t *testing.T) {
 	}
 }
 
+// TestSendDataChunks: SendData cuts data into frames of the stream's chunk
+// size, each one Write of one whole frame with the bytes in order, for the
+// default size (encoded in the Writer's buffer) and a bulk one (in its
+// pool's), and the small frames after a bulk one are still whole.
 func TestSendDataChunks(t *testing.T) {
-	data := bytes.Repeat([]byte("x"), 2*execproto.ChunkSize+execproto.ChunkSize/2)
-	credit := execproto.NewCredit(execproto.Window)
-	fc := newFrameChan(t)
-	w := execproto.NewWriter(fc)
-	done := make(chan error, 1)
-	go func() { done <- w.SendData(1, execproto.Stderr, credit, execproto.ChunkSize, data) }()
-
-	for i, want := range []int{execproto.ChunkSize, execproto.ChunkSize, execproto.ChunkSize / 2} {
-		f := recvFrame(t, fc.frames)
-		if got := len(f.Payload) - 1; got != want || f.Payload[0] != execproto.Stderr {
-			t.Errorf("frame %d: channel %d, %d bytes; want channel 2, %d bytes", i, f.Payload[0], got, want)
-		}
-	}
-	if err := recvErr(t, done); err != nil {
-		t.Fatalf("SendData = %v", err)
-	}
-	if err := w.SendData(1, execproto.Stderr, credit, execproto.ChunkSize, nil); err != nil {
-		t.Errorf("SendData(nil) = %v, want nil and no frame", err)
+	for _, chunk := range []int{execproto.ChunkSize, execproto.BulkChunkSize} {
+		t.Run(fmt.Sprint(chunk), func(t *testing.T) {
+			data := make([]byte, 2*chunk+chunk/2)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			credit := execproto.NewCredit(execproto.MaxWindow)
+			fc := newFrameChan(t)
+			w := execproto.NewWriter(fc)
+			done := make(chan error, 1)
+			go func() {
+				err := w.SendData(1, execproto.Stderr, credit, chunk, data)
+				if err == nil {
+					err = w.SendData(2, execproto.Stdout, credit, chunk, []byte("tail"))
+				}
+				done <- err
+			}()
+			var got []byte
+			for i, want := range []int{chunk, chunk, chunk / 2} {
+				f := recvFrame(t, fc.frames)
+				if n := len(f.Payload) - 1; n != want || f.Payload[0] != execproto.Stderr || f.Stream != 1 {
+					t.Errorf("frame %d: stream %d channel %d, %d bytes; want stream 1 channel 2, %d bytes", i, f.Stream, f.Payload[0], n, want)
+				}
+				got = append(got, f.Payload[1:]...)
+			}
+			if !bytes.Equal(got, data) {
+				t.Error("the frames' bytes differ from the data sent")
+			}
+			if f := recvFrame(t, fc.frames); f.Stream != 2 || string(f.Payload) != "\x01tail" {
+				t.Errorf("frame after the data: stream %d payload %q, want stream 2 %q", f.Stream, f.Payload, "\x01tail")
+			}
+			if err := recvErr(t, done); err != nil {
+				t.Fatalf("SendData = %v", err)
+			}
+			if err := w.SendData(1, execproto.Stderr, credit, chunk, nil); err != nil {
+				t.Errorf("SendData(nil) = %v, want nil and no frame", err)
+			}
+		})
 	}
 }
 
