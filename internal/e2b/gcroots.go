@@ -28,8 +28,12 @@ func CheckpointRoots(ctx context.Context, stateDir string, tenantOf func(ctx con
 		return nil, fmt.Errorf("e2b: checkpoint roots: %w", err)
 	}
 	for _, e := range entries {
-		runID, ok := strings.CutPrefix(e.Name(), pausedPrefix)
-		if runID, ok = strings.CutSuffix(runID, pausedSuffix); !ok || runID == "" {
+		name := e.Name()
+		if !strings.HasPrefix(name, pausedPrefix) || !strings.HasSuffix(name, pausedSuffix) {
+			continue
+		}
+		runID := strings.TrimSuffix(strings.TrimPrefix(name, pausedPrefix), pausedSuffix)
+		if runID == "" {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(stateDir, e.Name()))
