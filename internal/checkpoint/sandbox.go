@@ -184,6 +184,7 @@ func Untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error 
 	var out bytes.Buffer
 	res, err := sandbox.Run(ctx, sb, sandbox.Command{
 		Argv: argv, Stdin: r, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
+		Bulk: true,
 	})
 	if err != nil {
 		return err

@@ -687,6 +687,7 @@ func (s *Server) restoreTar(ctx context.Context, lv *live, file string) error {
 	res, err := sandbox.Run(ctx, lv.sb, sandbox.Command{
 		Argv:  []string{"tar", "-xf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"},
 		Stdin: f, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
+		Bulk: true,
 	})
 	if err == nil && (res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0) {
 		err = fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))

@@ -10,9 +10,15 @@
 // opens its own stream with an Open frame and ends with a Result frame, so many
 // commands can run at once over one connection. Data frames carry stdin,
 // stdout, stderr and file contents on numbered channels with credit-based flow
-// control: a sender holds at most Window unacknowledged bytes per channel, and
-// the receiver returns credit with Ack frames as it consumes, so a slow reader
-// slows the writer instead of growing a buffer without bound. A watch stream
+// control: a sender holds at most its stream's window of unacknowledged bytes
+// per channel, and the receiver returns credit with Ack frames as it consumes,
+// so a slow reader slows the writer instead of growing a buffer without bound.
+// The window and the largest data frame are Window and ChunkSize unless the
+// request that opens the stream asks for its own, up to MaxWindow and
+// MaxChunkSize: bulk transfers (checkpoints, exports, an archive unpacked in
+// the sandbox) ask for BulkWindow and BulkChunkSize. Each side buffers at most
+// that window per channel of the stream, and the host, which opens every
+// stream, chooses it. A watch stream
 // stays open until the host cancels it and carries one WatchEvent per Data
 // frame; when the host reads too slowly, the executor drops events and says
 // so (WatchOverflow) rather than queue more than MaxWatchQueue of them. A

@@ -1,6 +1,7 @@
 package execproto
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"sync"
@@ -12,6 +13,8 @@ var ErrClosed = errors.New("closed")
 // Credit is the send window of one data channel. The zero value is not usable;
 // use NewCredit.
 type Credit struct {
+	limit int64 // the most credit the peer may return: 4 windows
+
 	mu sync.Mutex
 	// cond is signalled when n grows or the credit is closed.
 	cond   *sync.Cond
@@ -21,7 +24,7 @@ type Credit struct {
 
 // NewCredit returns a window of n bytes.
 func NewCredit(n int64) *Credit {
-	c := &Credit{n: n}
+	c := &Credit{n: n, limit: 4 * max(n, Window)}
 	c.cond = sync.NewCond(&c.mu)
 	return c
 }
@@ -45,12 +48,13 @@ func (c *Credit) Take(limit int) (int, error) {
 	return int(n), nil
 }
 
-// Add returns n bytes of credit. Credit beyond 4*Window is refused: a peer
-// that acknowledges bytes it never received is broken.
+// Add returns n bytes of credit. Credit beyond 4 windows (of the larger of
+// the initial credit and Window) is refused: a peer that acknowledges bytes
+// it never received is broken.
 func (c *Credit) Add(n uint32) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n+int64(n) > 4*Window {
+	if c.n+int64(n) > c.limit {
 		return errors.New("flow control: credit beyond window")
 	}
 	c.n += int64(n)
@@ -72,6 +76,8 @@ type Writer struct {
 	w   io.Writer // guarded by mu
 	buf []byte    // guarded by mu
 	err error     // guarded by mu: the first write error; later writes fail with it
+	// bulk holds *[]byte buffers of frames larger than buf keeps.
+	bulk sync.Pool
 }
 
 // NewWriter returns a Writer on w.
@@ -89,6 +95,69 @@ func (w *Writer) Write(f Frame) error {
 		return err
 	}
 	if cap(b) <= 2*ChunkSize {
+		w.buf = b // larger (bulk) frames are not kept: a connection's idle buffer stays small
+	}
+	if _, err := w.w.Write(b); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// SendData writes p on channel c of stream, in frames of at most chunk
+// bytes of data (Request.Flow), waiting for credit.
+func (w *Writer) SendData(stream uint32, c byte, credit *Credit, chunk int, p []byte) error {
+	for len(p) > 0 {
+		n, err := credit.Take(min(len(p), chunk))
+		if err != nil {
+			return err
+		}
+		if err := w.writeData(stream, c, p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+	}
+	return nil
+}
+
+// writeData writes a Data frame of p on channel c of stream with one
+// Write, as Write does, without building the frame's payload first: a
+// small frame is encoded in the Writer's buffer, a bulk one (up to
+// MaxChunkSize) in a buffer of the bulk pool, which the garbage collector
+// empties when no bulk stream runs. A frame per allocation cost the
+// executor more than sending it.
+func (w *Writer) writeData(stream uint32, c byte, p []byte) error {
+	if stream == 0 || c > Stderr || len(p) == 0 || 1+len(p) > MaxPayload {
+		// What Validate refuses; say it as it does.
+		f := DataFrame(stream, c, p)
+		return f.Validate()
+	}
+	size := HeaderSize + 1 + len(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	var b []byte
+	var pooled *[]byte
+	if size <= 2*ChunkSize {
+		b = w.buf[:0]
+	} else {
+		pooled, _ = w.bulk.Get().(*[]byte)
+		if pooled == nil {
+			pooled = new([]byte)
+		}
+		b = (*pooled)[:0]
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(size-4))
+	b = append(b, byte(TData))
+	b = binary.BigEndian.AppendUint32(b, stream)
+	b = append(b, c)
+	b = append(b, p...)
+	if pooled != nil {
+		*pooled = b
+		defer w.bulk.Put(pooled)
+	} else {
 		w.buf = b
 	}
 	if _, err := w.w.Write(b); err != nil {
@@ -98,25 +167,13 @@ func (w *Writer) Write(f Frame) error {
 	return nil
 }
 
-// SendData writes p on channel c of stream, in chunks, waiting for credit.
-func (w *Writer) SendData(stream uint32, c byte, credit *Credit, p []byte) error {
-	for len(p) > 0 {
-		n, err := credit.Take(min(len(p), ChunkSize))
-		if err != nil {
-			return err
-		}
-		if err := w.Write(DataFrame(stream, c, p[:n])); err != nil {
-			return err
-		}
-		p = p[n:]
-	}
-	return nil
-}
-
 // Inbox queues received data chunks for a consumer goroutine. It is bounded
-// by bytes, not by count: a peer that sends more than Window unacknowledged
-// bytes on one channel is refused, so a hostile sender cannot grow it.
+// by bytes, not by count: a peer that sends more than the window's
+// unacknowledged bytes on one channel is refused, so a hostile sender
+// cannot grow it.
 type Inbox struct {
+	window int64 // per channel
+
 	mu     sync.Mutex
 	chunks []Chunk  // guarded by mu
 	bytes  [3]int64 // guarded by mu: queued bytes per channel
@@ -130,8 +187,11 @@ type Chunk struct {
 	Data    []byte
 }
 
-// NewInbox returns an empty Inbox.
-func NewInbox() *Inbox { return &Inbox{ready: make(chan struct{}, 1)} }
+// NewInbox returns an empty Inbox that holds at most window bytes per
+// channel: the window the stream's sender was given (Request.Flow).
+func NewInbox(window int64) *Inbox {
+	return &Inbox{window: window, ready: make(chan struct{}, 1)}
+}
 
 // Put queues p for channel c.
 func (q *Inbox) Put(c byte, p []byte) error {
@@ -140,7 +200,7 @@ func (q *Inbox) Put(c byte, p []byte) error {
 	if q.closed {
 		return ErrClosed
 	}
-	if c > Stderr || q.bytes[c]+int64(len(p)) > Window {
+	if c > Stderr || q.bytes[c]+int64(len(p)) > q.window {
 		return errors.New("flow control: data beyond window")
 	}
 	q.bytes[c] += int64(len(p))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -86,7 +87,7 @@ func TestSendDataWaitsForCredit(t *testing.T) {
 	fc := newFrameChan(t)
 	w := execproto.NewWriter(fc)
 	done := make(chan error, 1)
-	go func() { done <- w.SendData(5, execproto.Stdout, credit, data) }()
+	go func() { done <- w.SendData(5, execproto.Stdout, credit, execproto.ChunkSize, data) }()
 
 	assertNothingSent(t, fc, done, "without credit")
 
@@ -116,25 +117,49 @@ func TestSendDataWaitsForCredit(t *testing.T) {
 	}
 }
 
+// TestSendDataChunks: SendData cuts data into frames of the stream's chunk
+// size, each one Write of one whole frame with the bytes in order, for the
+// default size (encoded in the Writer's buffer) and a bulk one (in its
+// pool's), and the small frames after a bulk one are still whole.
 func TestSendDataChunks(t *testing.T) {
-	data := bytes.Repeat([]byte("x"), 2*execproto.ChunkSize+execproto.ChunkSize/2)
-	credit := execproto.NewCredit(execproto.Window)
-	fc := newFrameChan(t)
-	w := execproto.NewWriter(fc)
-	done := make(chan error, 1)
-	go func() { done <- w.SendData(1, execproto.Stderr, credit, data) }()
-
-	for i, want := range []int{execproto.ChunkSize, execproto.ChunkSize, execproto.ChunkSize / 2} {
-		f := recvFrame(t, fc.frames)
-		if got := len(f.Payload) - 1; got != want || f.Payload[0] != execproto.Stderr {
-			t.Errorf("frame %d: channel %d, %d bytes; want channel 2, %d bytes", i, f.Payload[0], got, want)
-		}
-	}
-	if err := recvErr(t, done); err != nil {
-		t.Fatalf("SendData = %v", err)
-	}
-	if err := w.SendData(1, execproto.Stderr, credit, nil); err != nil {
-		t.Errorf("SendData(nil) = %v, want nil and no frame", err)
+	for _, chunk := range []int{execproto.ChunkSize, execproto.BulkChunkSize} {
+		t.Run(fmt.Sprint(chunk), func(t *testing.T) {
+			data := make([]byte, 2*chunk+chunk/2)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			credit := execproto.NewCredit(execproto.MaxWindow)
+			fc := newFrameChan(t)
+			w := execproto.NewWriter(fc)
+			done := make(chan error, 1)
+			go func() {
+				err := w.SendData(1, execproto.Stderr, credit, chunk, data)
+				if err == nil {
+					err = w.SendData(2, execproto.Stdout, credit, chunk, []byte("tail"))
+				}
+				done <- err
+			}()
+			var got []byte
+			for i, want := range []int{chunk, chunk, chunk / 2} {
+				f := recvFrame(t, fc.frames)
+				if n := len(f.Payload) - 1; n != want || f.Payload[0] != execproto.Stderr || f.Stream != 1 {
+					t.Errorf("frame %d: stream %d channel %d, %d bytes; want stream 1 channel 2, %d bytes", i, f.Stream, f.Payload[0], n, want)
+				}
+				got = append(got, f.Payload[1:]...)
+			}
+			if !bytes.Equal(got, data) {
+				t.Error("the frames' bytes differ from the data sent")
+			}
+			if f := recvFrame(t, fc.frames); f.Stream != 2 || string(f.Payload) != "\x01tail" {
+				t.Errorf("frame after the data: stream %d payload %q, want stream 2 %q", f.Stream, f.Payload, "\x01tail")
+			}
+			if err := recvErr(t, done); err != nil {
+				t.Fatalf("SendData = %v", err)
+			}
+			if err := w.SendData(1, execproto.Stderr, credit, chunk, nil); err != nil {
+				t.Errorf("SendData(nil) = %v, want nil and no frame", err)
+			}
+		})
 	}
 }
 
@@ -143,7 +168,7 @@ func TestSendDataCreditClosed(t *testing.T) {
 	fc := newFrameChan(t)
 	w := execproto.NewWriter(fc)
 	done := make(chan error, 1)
-	go func() { done <- w.SendData(1, execproto.Stdout, credit, []byte("x")) }()
+	go func() { done <- w.SendData(1, execproto.Stdout, credit, execproto.ChunkSize, []byte("x")) }()
 
 	credit.Close()
 	if err := recvErr(t, done); !errors.Is(err, execproto.ErrClosed) {
@@ -342,7 +367,7 @@ func TestWriterConcurrentFramesDoNotInterleave(t *testing.T) {
 }
 
 func TestInboxOrderAndDrain(t *testing.T) {
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	in := []execproto.Chunk{
 		{Channel: execproto.Stdout, Data: []byte("a")},
 		{Channel: execproto.Stderr, Data: []byte("b")},
@@ -373,7 +398,7 @@ func TestInboxOrderAndDrain(t *testing.T) {
 }
 
 func TestInboxWindow(t *testing.T) {
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	full := make([]byte, execproto.Window)
 	if err := q.Put(execproto.Stdout, full); err != nil {
 		t.Fatalf("Put(Window bytes) = %v", err)
@@ -396,7 +421,7 @@ func TestInboxWindow(t *testing.T) {
 }
 
 func TestInboxGetWaits(t *testing.T) {
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	got := make(chan execproto.Chunk)
 	go func() {
 		for {
@@ -451,7 +476,7 @@ func TestFlowControlEndToEnd(t *testing.T) {
 	credit := execproto.NewCredit(execproto.Window)
 	sender := execproto.NewWriter(exec)
 	sent := make(chan error, 1)
-	go func() { sent <- sender.SendData(1, execproto.Stdout, credit, data) }()
+	go func() { sent <- sender.SendData(1, execproto.Stdout, credit, execproto.ChunkSize, data) }()
 
 	// The executor reads Acks from its end.
 	acks := make(chan error, 1)
@@ -474,7 +499,7 @@ func TestFlowControlEndToEnd(t *testing.T) {
 	}()
 
 	// The host reads Data into an Inbox; a consumer drains it and acks.
-	q := execproto.NewInbox()
+	q := execproto.NewInbox(execproto.Window)
 	ackw := execproto.NewWriter(host)
 	var got bytes.Buffer
 	consumed := make(chan error, 1)

@@ -86,8 +86,14 @@ func FuzzDecodeRequest(f *testing.F) {
 		if !json.Valid(b) {
 			t.Fatalf("Decode accepted %q, which is not exactly one JSON value", b)
 		}
+		if w, c := req.Flow(); w < execproto.Window || w > execproto.MaxWindow || c < execproto.ChunkSize || c > execproto.MaxChunkSize || int64(c) > w {
+			t.Fatalf("Flow() = %d, %d: out of bounds", w, c)
+		}
 		if err := req.Validate(); err != nil {
 			return
+		}
+		if w, c := req.Flow(); (req.Window != 0 && w != req.Window) || (req.ChunkSize != 0 && c != req.ChunkSize) {
+			t.Fatalf("valid request's Flow() = %d, %d; it asks for %d, %d", w, c, req.Window, req.ChunkSize)
 		}
 		out, err := json.Marshal(req)
 		if err != nil {

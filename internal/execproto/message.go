@@ -304,6 +304,42 @@ type Request struct {
 	MarkOnly bool   `json:"mark_only,omitempty"` // record a baseline, stream nothing
 	// Tree is the tree checkpointed: TreeWorkspace (empty) or TreeRoot.
 	Tree string `json:"tree,omitempty"`
+
+	// Window and ChunkSize, when nonzero, replace Window and ChunkSize as
+	// the flow control of every data channel of this stream, both ways: a
+	// bulk transfer sets them (BulkWindow, BulkChunkSize). Validate bounds
+	// them by MaxWindow and MaxChunkSize; Flow resolves the defaults.
+	Window    int64 `json:"window,omitempty"`
+	ChunkSize int   `json:"chunk_size,omitempty"`
+}
+
+// Flow returns the stream's window and chunk size: the request's own, or
+// the defaults where it asks for none or for one out of bounds (Validate
+// refuses such a request; a receiver may size its buffers before it
+// validates). A chunk never exceeds the window: MaxChunkSize <= Window.
+func (r *Request) Flow() (window int64, chunk int) {
+	window, chunk = Window, ChunkSize
+	if r.validateFlow() != nil {
+		return window, chunk
+	}
+	if r.Window != 0 {
+		window = r.Window
+	}
+	if r.ChunkSize != 0 {
+		chunk = r.ChunkSize
+	}
+	return window, chunk
+}
+
+// validateFlow checks a request's own window and chunk size.
+func (r *Request) validateFlow() error {
+	if r.Window != 0 && (r.Window < Window || r.Window > MaxWindow) {
+		return fmt.Errorf("window of %d bytes, want %d to %d", r.Window, Window, MaxWindow)
+	}
+	if r.ChunkSize != 0 && (r.ChunkSize < ChunkSize || r.ChunkSize > MaxChunkSize) {
+		return fmt.Errorf("chunk size of %d bytes, want %d to %d", r.ChunkSize, ChunkSize, MaxChunkSize)
+	}
+	return nil
 }
 
 // Trees a checkpoint may walk (Request.Tree).
@@ -327,6 +363,9 @@ const (
 
 // Validate checks a request before anything acts on it.
 func (r *Request) Validate() error {
+	if err := r.validateFlow(); err != nil {
+		return fmt.Errorf("%.20s: %w", r.Op, err)
+	}
 	switch r.Op {
 	case OpExec:
 		if len(r.Argv) == 0 {

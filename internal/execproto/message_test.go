@@ -65,6 +65,18 @@ func TestRequestValidate(t *testing.T) {
 		{"checkpoint since with a space", execproto.Request{Op: execproto.OpCheckpoint, Since: "a b"}, true},
 		{"checkpoint since non-ASCII", execproto.Request{Op: execproto.OpCheckpoint, Since: "b\xc3\xa9"}, true},
 		{"checkpoint since too long", execproto.Request{Op: execproto.OpCheckpoint, Since: strings.Repeat("a", execproto.MaxBaselineLen+1)}, true},
+		{"checkpoint bulk", execproto.Request{Op: execproto.OpCheckpoint, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}, false},
+		{"export largest window and chunk", execproto.Request{Op: execproto.OpExport, Path: "/workspace", Window: execproto.MaxWindow, ChunkSize: execproto.MaxChunkSize}, false},
+		{"exec smallest window and chunk", execproto.Request{Op: execproto.OpExec, Argv: []string{"cat"}, Window: execproto.Window, ChunkSize: execproto.ChunkSize}, false},
+		{"exec window only", execproto.Request{Op: execproto.OpExec, Argv: []string{"cat"}, Window: execproto.BulkWindow}, false},
+		{"exec chunk only", execproto.Request{Op: execproto.OpExec, Argv: []string{"cat"}, ChunkSize: execproto.BulkChunkSize}, false},
+		{"window past the maximum", execproto.Request{Op: execproto.OpCheckpoint, Window: execproto.MaxWindow + 1}, true},
+		{"window below the default", execproto.Request{Op: execproto.OpCheckpoint, Window: execproto.Window - 1}, true},
+		{"negative window", execproto.Request{Op: execproto.OpCheckpoint, Window: -1}, true},
+		{"chunk past the maximum", execproto.Request{Op: execproto.OpCheckpoint, ChunkSize: execproto.MaxChunkSize + 1}, true},
+		{"chunk below the default", execproto.Request{Op: execproto.OpCheckpoint, ChunkSize: execproto.ChunkSize - 1}, true},
+		{"negative chunk", execproto.Request{Op: execproto.OpCheckpoint, ChunkSize: -1}, true},
+		{"huge window on a valid op", execproto.Request{Op: execproto.OpDiskUsage, Window: 1 << 62}, true},
 		{"unknown op", execproto.Request{Op: "chmod", Path: "/a"}, true},
 		{"empty op", execproto.Request{}, true},
 		{"op case matters", execproto.Request{Op: "EXEC", Argv: []string{"ls"}}, true},
@@ -76,6 +88,36 @@ func TestRequestValidate(t *testing.T) {
 				t.Errorf("Request{Op: %q}.Validate() = %v, want error: %t", tt.req.Op, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestRequestFlow: Flow gives a request's own window and chunk size where
+// Validate accepts them, and the defaults otherwise, so a receiver that
+// sizes its buffers before validating never takes an unbounded window.
+func TestRequestFlow(t *testing.T) {
+	tests := []struct {
+		name       string
+		req        execproto.Request
+		wantWindow int64
+		wantChunk  int
+	}{
+		{"defaults", execproto.Request{}, execproto.Window, execproto.ChunkSize},
+		{"bulk", execproto.Request{Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}, execproto.BulkWindow, execproto.BulkChunkSize},
+		{"window only", execproto.Request{Window: execproto.MaxWindow}, execproto.MaxWindow, execproto.ChunkSize},
+		{"chunk only", execproto.Request{ChunkSize: execproto.MaxChunkSize}, execproto.Window, execproto.MaxChunkSize},
+		{"huge window", execproto.Request{Window: 1 << 62, ChunkSize: execproto.BulkChunkSize}, execproto.Window, execproto.ChunkSize},
+		{"huge chunk", execproto.Request{Window: execproto.BulkWindow, ChunkSize: execproto.MaxPayload}, execproto.Window, execproto.ChunkSize},
+		{"negative", execproto.Request{Window: -1, ChunkSize: -1}, execproto.Window, execproto.ChunkSize},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if w, c := tt.req.Flow(); w != tt.wantWindow || c != tt.wantChunk {
+				t.Errorf("Request{Window: %d, ChunkSize: %d}.Flow() = %d, %d; want %d, %d", tt.req.Window, tt.req.ChunkSize, w, c, tt.wantWindow, tt.wantChunk)
+			}
+		})
+	}
+	if execproto.MaxChunkSize > execproto.Window || execproto.MaxChunkSize+1 > execproto.MaxPayload {
+		t.Errorf("MaxChunkSize %d must fit the smallest window %d and a frame's payload %d with its channel byte", execproto.MaxChunkSize, execproto.Window, execproto.MaxPayload)
 	}
 }
 
@@ -359,6 +401,13 @@ func TestMessageFieldNames(t *testing.T) {
 	}
 	if want := `{"op":"checkpoint","since":"p-1","mark_only":true}`; string(b) != want {
 		t.Errorf("json.Marshal(checkpoint Request) = %s, want %s", b, want)
+	}
+	b, err = json.Marshal(execproto.Request{Op: execproto.OpExport, Path: "/w", Window: 1 << 21, ChunkSize: 1 << 18})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"op":"export","path":"/w","window":2097152,"chunk_size":262144}`; string(b) != want {
+		t.Errorf("json.Marshal(bulk Request) = %s, want %s", b, want)
 	}
 	b, err = json.Marshal(execproto.Result{Checkpoint: &execproto.CheckpointResult{Baseline: "p-2", Full: true, Entries: 3, Bytes: 4}})
 	if err != nil {

@@ -106,7 +106,7 @@ func (s *stream) checkpoint() execproto.Result {
 	var r execproto.CheckpointResult
 	take := func() error {
 		var err error
-		r, err = c.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.stop)
+		r, err = c.take(s.req.Since, s.req.MarkOnly, &streamWriter{s: s}, s.chunk, s.stop)
 		return err
 	}
 	var err error
@@ -128,7 +128,7 @@ func (s *stream) checkpoint() execproto.Result {
 // take writes the delta of /workspace since the baseline named since (the
 // whole tree when it is unknown) to w, unless markOnly, and records a new
 // baseline. Nothing is recorded when it fails.
-func (c *checkpoints) take(since string, markOnly bool, w io.Writer, stop <-chan struct{}) (execproto.CheckpointResult, error) {
+func (c *checkpoints) take(since string, markOnly bool, w io.Writer, chunk int, stop <-chan struct{}) (execproto.CheckpointResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var base *baseline
@@ -142,7 +142,7 @@ func (c *checkpoints) take(since string, markOnly bool, w io.Writer, stop <-chan
 	}
 	var res execproto.CheckpointResult
 	res.Full = base == nil && !markOnly
-	bw := bufio.NewWriterSize(w, execproto.ChunkSize)
+	bw := bufio.NewWriterSize(w, chunk) // a frame of the stream's size
 	var tw *tarWriter
 	if !markOnly {
 		tw = &tarWriter{w: bw}

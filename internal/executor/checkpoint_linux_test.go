@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // These tests walk a directory of the test's own, as a workspace in the
@@ -72,7 +74,7 @@ func entryNames(es []streamEntry) []string {
 func checkpointOf(t *testing.T, c *checkpoints, since string) ([]streamEntry, string, bool) {
 	t.Helper()
 	var buf bytes.Buffer
-	res, err := c.take(since, false, &buf, nil)
+	res, err := c.take(since, false, &buf, execproto.ChunkSize, nil)
 	if err != nil {
 		t.Fatalf("take(since %q) = %v", since, err)
 	}
@@ -159,7 +161,7 @@ func TestCheckpointMarkOnly(t *testing.T) {
 	write(t, dir+"/f", "x")
 	c := newCheckpoints(dir, -1)
 	var buf bytes.Buffer
-	res, err := c.take("", true, &buf, nil)
+	res, err := c.take("", true, &buf, execproto.ChunkSize, nil)
 	if err != nil || res.Full || res.Entries != 0 || buf.Len() != 0 {
 		t.Fatalf("take(mark only) = %+v, %v, %d bytes; want a baseline and nothing written", res, err, buf.Len())
 	}
@@ -175,7 +177,7 @@ func TestCheckpointRefuses(t *testing.T) {
 			dir := t.TempDir()
 			write(t, dir+"/"+name, "")
 			c := newCheckpoints(dir, -1)
-			_, err := c.take("", false, io.Discard, nil)
+			_, err := c.take("", false, io.Discard, execproto.ChunkSize, nil)
 			if err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("take of a tree holding %s = %v, want an error naming it", name, err)
 			}
@@ -189,7 +191,7 @@ func TestCheckpointRefuses(t *testing.T) {
 		write(t, dir+"/f", "")
 		stop := make(chan struct{})
 		close(stop)
-		if _, err := newCheckpoints(dir, -1).take("", false, io.Discard, stop); err == nil {
+		if _, err := newCheckpoints(dir, -1).take("", false, io.Discard, execproto.ChunkSize, stop); err == nil {
 			t.Error("take with stop closed = nil error")
 		}
 	})
@@ -211,13 +213,13 @@ func TestCheckpointUnreadable(t *testing.T) {
 		if err := setfsid(65534, 65534); err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.take("", false, io.Discard, nil)
+		_, err = c.take("", false, io.Discard, execproto.ChunkSize, nil)
 		if setfsid(0, 0) == nil {
 			runtime.UnlockOSThread()
 		}
 	} else {
 		must(t, os.Chmod(dir+"/secret", 0))
-		_, err = c.take("", false, io.Discard, nil)
+		_, err = c.take("", false, io.Discard, execproto.ChunkSize, nil)
 	}
 	if !errors.Is(err, unix.EACCES) || !strings.Contains(err.Error(), "secret") {
 		t.Errorf("take of an unreadable file = %v, want EACCES naming it", err)

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -181,7 +182,7 @@ func (s *stream) copyOut(r io.Reader) (int64, error) {
 type streamWriter struct{ s *stream }
 
 func (w *streamWriter) Write(p []byte) (int, error) {
-	if err := w.s.e.w.SendData(w.s.id, execproto.Stdout, w.s.out, p); err != nil {
+	if err := w.s.e.w.SendData(w.s.id, execproto.Stdout, w.s.out, w.s.chunk, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -190,7 +191,11 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 // export writes a tar stream of the tree at root. Symlinks are stored as
 // links, never followed; sockets, devices and fifos are skipped.
 func (s *stream) export(root string) error {
-	tw := &tarWriter{w: &streamWriter{s: s}}
+	// Buffered to the stream's frame size: headers and small files share
+	// frames, and a large file goes out in frames of that size, not in
+	// io.Copy's 32 KiB.
+	bw := bufio.NewWriterSize(&streamWriter{s: s}, s.chunk)
+	tw := &tarWriter{w: bw}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -243,7 +248,10 @@ func (s *stream) export(root string) error {
 	if err != nil {
 		return err
 	}
-	return tw.Close()
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return bw.Flush()
 }
 
 var errFsid = errors.New("set file-system identity")

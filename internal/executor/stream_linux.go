@@ -22,6 +22,7 @@ type stream struct {
 	req execproto.Request
 
 	out, errc *execproto.Credit // send windows of stdout and stderr
+	chunk     int               // the largest data payload of a frame (req.Flow)
 
 	// stdin receives host data; its consumer acknowledges what it consumed.
 	stdin *execproto.Inbox
@@ -42,10 +43,13 @@ type stream struct {
 }
 
 func newStream(e *executor, id uint32, req execproto.Request) *stream {
+	// Flow is bounded (MaxWindow) before the request is validated: the
+	// stdin the host may send at once is what this stream buffers.
+	window, chunk := req.Flow()
 	return &stream{
 		e: e, id: id, req: req,
-		out: execproto.NewCredit(execproto.Window), errc: execproto.NewCredit(execproto.Window),
-		stdin: execproto.NewInbox(),
+		out: execproto.NewCredit(window), errc: execproto.NewCredit(window), chunk: chunk,
+		stdin: execproto.NewInbox(window),
 		stop:  make(chan struct{}),
 	}
 }
@@ -581,7 +585,7 @@ func (s *stream) pumpStdin(w *os.File) {
 // pumpOutput sends what o reads to the host until o ends or is closed, or
 // the request's MaxOutput (counted in written, across outputs) is reached.
 func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
-	buf := make([]byte, execproto.ChunkSize)
+	buf := make([]byte, s.chunk)
 	limit := s.req.MaxOutput
 	c, credit := o.channel, o.credit
 	for {
@@ -597,12 +601,12 @@ func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
 						keep = 0
 					}
 					p = p[:keep]
-					_ = s.e.w.SendData(s.id, c, credit, p)
+					_ = s.e.w.SendData(s.id, c, credit, s.chunk, p)
 					s.kill(execproto.OutcomeOutputLimit)
 					return
 				}
 			}
-			if err := s.e.w.SendData(s.id, c, credit, p); err != nil {
+			if err := s.e.w.SendData(s.id, c, credit, s.chunk, p); err != nil {
 				return
 			}
 		}

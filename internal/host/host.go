@@ -128,7 +128,10 @@ type runSide struct {
 	blobs *blob.Store
 	// checkpoints keeps the run sandboxes' workspaces.
 	checkpoints *checkpoint.Store
-	prices      price.Table
+	// sharedChunks says the checkpoints' chunks are in the database, which
+	// other hosts share.
+	sharedChunks bool
+	prices       price.Table
 	// meter is the one credit meter of the engine, the gateway and the
 	// E2B API: what each holds and owes counts in the others' checks.
 	meter *credit.Meter
@@ -241,6 +244,7 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	var chunks chunk.Backend
 	if pg, ok := r.store.(*postgres.Store); ok {
 		bo.Backend, chunks = pg.Blobs(), pg.Chunks()
+		r.sharedChunks = true
 	} else if chunks, err = chunk.NewDir(filepath.Join(h.cfg.Home, "chunks")); err != nil {
 		return nil, err
 	}

@@ -259,6 +259,11 @@ type Command struct {
 	// fingerprint the result carries, taken when the command has ended: a
 	// cheap way to learn whether the command changed it.
 	Fingerprint string
+	// Bulk says the command moves bulk data through its stdin or stdout
+	// (an archive unpacked or packed): the backend may give its streams a
+	// larger flow-control window and frames (execproto.BulkWindow) than an
+	// interactive command's, which cap a stream at about 200 MB/s.
+	Bulk bool
 }
 
 // Usage is what a command consumed.

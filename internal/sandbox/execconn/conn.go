@@ -221,7 +221,7 @@ func (c *Conn) open(req *execproto.Request, stdout, stderr io.Writer) (*stream, 
 	}
 	c.next++
 	id := c.next
-	s := newStream(c, id, stdout, stderr)
+	s := newStream(c, id, req, stdout, stderr)
 	c.streams[id] = s
 	c.mu.Unlock()
 	f, err := execproto.JSONFrame(execproto.TOpen, id, req)

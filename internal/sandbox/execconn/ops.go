@@ -155,7 +155,8 @@ func (c *Conn) Rename(ctx context.Context, oldPath, newPath string) error {
 
 // Export writes a tar stream of the tree at path to w.
 func (c *Conn) Export(ctx context.Context, path string, w io.Writer) error {
-	_, err := c.do(ctx, execproto.Request{Op: execproto.OpExport, Path: path}, nil, w)
+	req := execproto.Request{Op: execproto.OpExport, Path: path, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	_, err := c.do(ctx, req, nil, w)
 	return err
 }
 
@@ -170,7 +171,10 @@ func (c *Conn) Checkpoint(ctx context.Context, tree, since string, markOnly bool
 	if w == nil {
 		cw.w = io.Discard
 	}
-	req := execproto.Request{Op: execproto.OpCheckpoint, Since: since, MarkOnly: markOnly, Tree: tree}
+	req := execproto.Request{
+		Op: execproto.OpCheckpoint, Since: since, MarkOnly: markOnly, Tree: tree,
+		Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize,
+	}
 	r, err := c.do(ctx, req, nil, cw)
 	if cw.err != nil {
 		return execproto.CheckpointResult{}, fmt.Errorf("checkpoint: write the stream: %w", cw.err)

@@ -12,9 +12,10 @@ import (
 
 // stream is the host's view of one request.
 type stream struct {
-	c  *Conn
-	id uint32
-	in *execproto.Credit // send window of stdin
+	c     *Conn
+	id    uint32
+	in    *execproto.Credit // send window of stdin
+	chunk int               // the largest data payload of a frame (Request.Flow)
 
 	// out queues output for the writer goroutine.
 	out     *execproto.Inbox
@@ -26,10 +27,14 @@ type stream struct {
 	done   chan struct{} // closed once result/err are set and output is written
 }
 
-func newStream(c *Conn, id uint32, stdout, stderr io.Writer) *stream {
+// newStream starts the stream of req. Its flow control is the request's
+// (validated by the caller), which the host chose: an executor cannot make
+// the host buffer more than that window per channel.
+func newStream(c *Conn, id uint32, req *execproto.Request, stdout, stderr io.Writer) *stream {
+	window, chunk := req.Flow()
 	s := &stream{
-		c: c, id: id, in: execproto.NewCredit(execproto.Window),
-		out:  execproto.NewInbox(),
+		c: c, id: id, in: execproto.NewCredit(window), chunk: chunk,
+		out:  execproto.NewInbox(window),
 		done: make(chan struct{}),
 	}
 	s.writers.Add(1)
@@ -99,12 +104,12 @@ func (s *stream) send(f execproto.Frame) error { return s.c.w.Write(f) }
 
 // sendInput copies r to the stream's stdin channel, then closes it.
 func (s *stream) sendInput(r io.Reader) error {
-	buf := make([]byte, execproto.ChunkSize)
+	buf := make([]byte, s.chunk)
 	var err error
 	for {
 		n, rerr := r.Read(buf)
 		if n > 0 {
-			if err = s.c.w.SendData(s.id, execproto.Stdin, s.in, buf[:n]); err != nil {
+			if err = s.c.w.SendData(s.id, execproto.Stdin, s.in, s.chunk, buf[:n]); err != nil {
 				break
 			}
 		}

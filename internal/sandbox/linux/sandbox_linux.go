@@ -220,6 +220,9 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	if c.Timeout > 0 && req.TimeoutMS == 0 {
 		req.TimeoutMS = 1
 	}
+	if c.Bulk {
+		req.Window, req.ChunkSize = execproto.BulkWindow, execproto.BulkChunkSize
+	}
 	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
 	if err != nil {
 		return nil, err

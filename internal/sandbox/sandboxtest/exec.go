@@ -258,6 +258,25 @@ func (s *suite) testExec(t *testing.T) {
 		}
 	})
 
+	t.Run("BulkStdinStdout", func(t *testing.T) {
+		t.Parallel()
+		// A bulk command's streams (larger window and frames) carry the
+		// same bytes both ways, and its stderr and exit status as any.
+		in := make([]byte, 5<<20+123)
+		_, _ = rand.Read(in)
+		var out SyncBuffer
+		_, errOut, r := runCmd(t, sb, sandbox.Command{
+			Argv: []string{"sh", "-c", "cat; echo done >&2"}, Stdin: bytes.NewReader(in), Stdout: &out, Bulk: true,
+		})
+		wantExit(t, "bulk cat", r, 0, errOut)
+		if got := out.Bytes(); sha256.Sum256(got) != sha256.Sum256(in) {
+			t.Errorf("bulk cat of %d random bytes: got %d bytes with a different sha256", len(in), len(got))
+		}
+		if errOut != "done\n" {
+			t.Errorf("bulk command's stderr = %q, want %q", errOut, "done\n")
+		}
+	})
+
 	t.Run("LargeStdout", func(t *testing.T) {
 		t.Parallel()
 		const n = 20 << 20

@@ -27,9 +27,11 @@
 //     durable once a Sync that names it returns (a backend may make it
 //     durable sooner), so a writer calls Sync once, with the chunks it
 //     refers to, before it records what refers to them.
-//   - Nothing here deletes a chunk on its own: Delete is the hook of a
-//     collector (the retention work), which must not run beside a writer
-//     that may still count on a chunk it found stored.
+//   - Nothing here deletes a chunk on its own: Expire is the hook of a
+//     collector (checkpoint.Store.Collect). A chunk's last use is when it
+//     was last put or found (Has); Expire removes only chunks unused since
+//     a time, atomically with Has, so a writer that found a chunk stored
+//     keeps it for the collector's grace period.
 //
 // Importers: the checkpoint library (internal/checkpoint), PostgreSQL's
 // backend (internal/store/postgres), the conformance suite
@@ -49,6 +51,7 @@ import (
 	"iter"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -165,10 +168,20 @@ type Backend interface {
 	// ErrCorrupt for stored bytes that cannot be a chunk's (none, or more
 	// than MaxStored).
 	Get(ctx context.Context, id ID, dst []byte) ([]byte, error)
-	// Has reports whether id is stored.
+	// Has reports whether id is stored. When it is, Has records now (the
+	// backend's clock: the wall clock, as the collector's) as the chunk's
+	// last use, as Put does for a chunk it
+	// stores, in one step with finding it: a writer that counts on a
+	// chunk it found stored has it kept by Expire for a grace period.
 	Has(ctx context.Context, id ID) (bool, error)
 	// Delete removes id, or returns an error wrapping ErrNotFound.
 	Delete(ctx context.Context, id ID) error
+	// Expire removes id if its last use (Put, Has) was before the time
+	// before, and reports whether it did. It is atomic with Has: a Has
+	// that finds the chunk after the time before keeps it, and a Has
+	// that runs after Expire removed it finds nothing (its writer stores
+	// the chunk again). A chunk not stored is not an error.
+	Expire(ctx context.Context, id ID, before time.Time) (bool, error)
 	// IDs yields every stored ID once, in increasing byte order, and
 	// stops at the first error, which it yields with a zero ID. IDs put or
 	// deleted while it runs may or may not be yielded.
@@ -348,6 +361,17 @@ func (s *Store) Delete(ctx context.Context, id ID) error {
 		return fmt.Errorf("chunk: delete %s: %w", id, err)
 	}
 	return nil
+}
+
+// Expire removes the chunk named id if it was last put or found (Has)
+// before the time before (Backend.Expire), and reports whether it did:
+// what a collector calls for a chunk no live checkpoint refers to.
+func (s *Store) Expire(ctx context.Context, id ID, before time.Time) (bool, error) {
+	ok, err := s.b.Expire(ctx, id, before)
+	if err != nil {
+		return false, fmt.Errorf("chunk: expire %s: %w", id, err)
+	}
+	return ok, nil
 }
 
 // IDs yields the ID of every stored chunk, in increasing order (see

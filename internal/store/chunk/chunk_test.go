@@ -156,3 +156,44 @@ func TestTenantKey(t *testing.T) {
 		t.Error("Derive gives the same bytes for two labels")
 	}
 }
+
+// TestDirInterruptedExpire: a chunk an Expire had moved aside when its
+// process stopped (a writer may have found it just before) goes back into
+// place when the directory is opened again, however old it is.
+func TestDirInterruptedExpire(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "chunks")
+	d, err := chunk.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := chunk.NewStore(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := chunk.TenantKey("t")
+	data := []byte("moved aside")
+	id := key.Hasher().Sum(data)
+	if _, err := s.Put(ctx, id, data); err != nil {
+		t.Fatal(err)
+	}
+	h := id.String()
+	aside := filepath.Join(dir, "tmp", "expire-"+h)
+	if err := os.Rename(filepath.Join(dir, h[:2], h), aside); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(aside, past, past); err != nil {
+		t.Fatal(err)
+	}
+	d, err = chunk.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err = chunk.NewStore(d); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Get(ctx, key, id, nil); err != nil || string(got) != string(data) {
+		t.Errorf("Get after reopening = %q, %v; want %q", got, err, data)
+	}
+}

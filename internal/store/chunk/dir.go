@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -71,6 +72,19 @@ func (d *Dir) removeStaleTemps(now time.Time) error {
 		return err
 	}
 	for _, e := range entries {
+		if name, ok := strings.CutPrefix(e.Name(), "expire-"); ok {
+			// An Expire that stopped between moving a chunk aside and
+			// deciding: put it back; a later collection decides again.
+			if id, err := ParseID(name); err == nil {
+				if err := os.MkdirAll(filepath.Dir(d.path(id)), 0o700); err != nil {
+					return err
+				}
+				if err := os.Rename(filepath.Join(d.tmpDir(), e.Name()), d.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+				continue
+			}
+		}
 		info, err := e.Info()
 		if err != nil {
 			continue // removed meanwhile by its own Put
@@ -106,6 +120,11 @@ func (d *Dir) Put(ctx context.Context, id ID, data []byte) error {
 	_, err = f.Write(data)
 	if err == nil {
 		err = f.Chmod(0o400)
+	}
+	if err == nil {
+		// The chunk's last use (see Has), from the wall clock.
+		now := time.Now()
+		err = os.Chtimes(tmp, now, now)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -169,16 +188,74 @@ func (d *Dir) Get(ctx context.Context, id ID, dst []byte) ([]byte, error) {
 	return dst, nil
 }
 
-// Has implements Backend: an empty file (see Dir) is not a chunk.
+// Has implements Backend: an empty file (see Dir) is not a chunk. A
+// chunk's last use is its file's modification time, which Has sets to now
+// before it looks: the one step that both finds the file and marks it
+// (see Expire).
 func (d *Dir) Has(ctx context.Context, id ID) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("chunk dir: stat %s: %w", id, err)
 	}
-	ok, err := d.has(d.path(id))
+	p := d.path(id)
+	now := time.Now()
+	err := os.Chtimes(p, now, now)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("chunk dir: stat %s: %w", id, err)
+	}
+	ok, err := d.has(p)
 	if err != nil {
 		return false, fmt.Errorf("chunk dir: stat %s: %w", id, err)
 	}
 	return ok, nil
+}
+
+// Expire implements Backend. It renames the chunk out of its place into
+// DIR/tmp first, atomically, and reads its time there: a Has that marked
+// it before the rename shows in that time, and the chunk goes back into
+// place; one after the rename finds no file (its writer puts the chunk
+// again). Only a chunk unused since before is then removed. The time is
+// set by Has and Put from the wall clock, not the file system's coarser
+// one, so it compares with before to the nanosecond.
+func (d *Dir) Expire(ctx context.Context, id ID, before time.Time) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("chunk dir: expire %s: %w", id, err)
+	}
+	final := d.path(id)
+	info, err := os.Lstat(final)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("chunk dir: expire %s: %w", id, err)
+	}
+	if !info.ModTime().Before(before) {
+		return false, nil // used since: no need to move it
+	}
+	aside := filepath.Join(d.tmpDir(), "expire-"+id.String())
+	if err := os.Rename(final, aside); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("chunk dir: expire %s: %w", id, err)
+	}
+	info, err = os.Lstat(aside)
+	if err == nil && info.ModTime().Before(before) {
+		if err := os.Remove(aside); err != nil {
+			return false, fmt.Errorf("chunk dir: expire %s: %w", id, err)
+		}
+		return true, nil
+	}
+	// Used in the meantime: back into place (over a copy a writer may
+	// have put since, with the same bytes).
+	if rerr := os.Rename(aside, final); rerr != nil {
+		return false, fmt.Errorf("chunk dir: expire %s: put it back: %w", id, rerr)
+	}
+	if err != nil {
+		return false, fmt.Errorf("chunk dir: expire %s: %w", id, err)
+	}
+	return false, nil
 }
 
 // Delete implements Backend.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -82,15 +83,37 @@ func (c *Chunks) Has(ctx context.Context, id chunk.ID) (bool, error) {
 	if err := c.s.check("stat chunk", nil); err != nil {
 		return false, err
 	}
-	var one int
-	err := c.s.pool.QueryRow(ctx, `SELECT 1 FROM chunks WHERE id = $1`, id.String()).Scan(&one)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
-	case err != nil:
+	// Found and marked used in one statement, atomic with Expire's
+	// delete (the row's lock orders them); created_ns is the chunk's last
+	// use. Without waiting for the WAL, as Put: Sync's flush covers it
+	// before anything refers to the chunk.
+	var found bool
+	err := c.s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE chunks SET created_ns = GREATEST(created_ns, $2) WHERE id = $1`, id.String(), c.s.now().UnixNano())
+		found = tag.RowsAffected() > 0
+		return err
+	})
+	if err != nil {
 		return false, fmt.Errorf("postgres: stat chunk %s: %w", id, err)
 	}
-	return true, nil
+	return found, nil
+}
+
+// Expire implements chunk.Backend: one statement, so a Has (an update of
+// the same row) is before it, and keeps the chunk, or after it, and finds
+// nothing.
+func (c *Chunks) Expire(ctx context.Context, id chunk.ID, before time.Time) (bool, error) {
+	if err := c.s.check("expire chunk", nil); err != nil {
+		return false, err
+	}
+	tag, err := c.s.pool.Exec(ctx, `DELETE FROM chunks WHERE id = $1 AND created_ns < $2`, id.String(), before.UnixNano())
+	if err != nil {
+		return false, fmt.Errorf("postgres: expire chunk %s: %w", id, err)
+	}
+	return tag.RowsAffected() > 0, nil
 }
 
 // Delete implements chunk.Backend.

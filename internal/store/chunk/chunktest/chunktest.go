@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/store/chunk"
 )
@@ -226,6 +227,101 @@ func Run(t *testing.T, newBackend func(t *testing.T) chunk.Backend) {
 				break
 			}
 		}
+	})
+
+	t.Run("Expire", func(t *testing.T) {
+		// A collector's cut: chunks last used before it go, the ones a
+		// writer found (Has) or put after it stay, whatever their age.
+		_, s := open(t)
+		h := alice.Hasher()
+		put := func(data []byte) chunk.ID {
+			t.Helper()
+			id := h.Sum(data)
+			if _, err := s.Put(ctx, id, data); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		unused, found := put([]byte("unused since")), put([]byte("found since"))
+		before := time.Now()
+		if ok, err := s.Has(ctx, found); !ok || err != nil {
+			t.Fatalf("Has = %t, %v; want true", ok, err)
+		}
+		fresh := put([]byte("put since"))
+		missing := h.Sum([]byte("never put"))
+		for _, c := range []struct {
+			name string
+			id   chunk.ID
+			want bool
+		}{{"unused", unused, true}, {"found", found, false}, {"fresh", fresh, false}, {"missing", missing, false}, {"unused again", unused, false}} {
+			if got, err := s.Expire(ctx, c.id, before); got != c.want || err != nil {
+				t.Errorf("Expire(%s chunk) = %t, %v; want %t, nil", c.name, got, err, c.want)
+			}
+		}
+		if ok, err := s.Has(ctx, unused); ok || err != nil {
+			t.Errorf("Has(expired chunk) = %t, %v; want false", ok, err)
+		}
+		for _, id := range []chunk.ID{found, fresh} {
+			if _, err := s.Get(ctx, alice, id, nil); err != nil {
+				t.Errorf("Get(kept chunk) = %v", err)
+			}
+		}
+		if got, err := s.Expire(ctx, found, time.Now().Add(time.Hour)); !got || err != nil {
+			t.Errorf("Expire(found chunk, a cut after its use) = %t, %v; want true", got, err)
+		}
+	})
+
+	t.Run("ExpireRacesHas", func(t *testing.T) {
+		// A writer that finds a chunk stored counts on it: whenever its
+		// Has runs against a collector's Expire of the same chunk, either
+		// Has says absent (and the writer stores it again) or the chunk
+		// stays.
+		_, s := open(t)
+		h := alice.Hasher()
+		const n = 200
+		ids := make([]chunk.ID, n)
+		for i := range ids {
+			data := fmt.Appendf(nil, "chunk %d", i)
+			ids[i] = h.Sum(data)
+			if _, err := s.Put(ctx, ids[i], data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := time.Now()
+		found := make([]bool, n)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i, id := range ids {
+				ok, err := s.Has(ctx, id)
+				if err != nil {
+					t.Errorf("Has = %v", err)
+				}
+				found[i] = ok
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for i := range ids {
+				// From the other end, so the two meet in the middle.
+				if _, err := s.Expire(ctx, ids[n-1-i], before); err != nil {
+					t.Errorf("Expire = %v", err)
+				}
+			}
+		}()
+		wg.Wait()
+		kept := 0
+		for i, id := range ids {
+			if !found[i] {
+				continue
+			}
+			kept++
+			if _, err := s.Get(ctx, alice, id, nil); err != nil {
+				t.Errorf("chunk %d: Has found it during the collection, then Get = %v", i, err)
+			}
+		}
+		t.Logf("%d of %d chunks found by Has before Expire", kept, n)
 	})
 
 	t.Run("Cancelled", func(t *testing.T) {

@@ -1,0 +1,97 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/checkpoint"
+	"github.com/airlockrun/airlock/internal/e2b"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// MinCheckpointGrace is the shortest grace period CollectCheckpoints
+// takes: longer than any checkpoint takes to write (a checkpoint of
+// several GiB is minutes), since a checkpoint written meanwhile keeps its
+// chunks only if it was written within the grace period.
+const MinCheckpointGrace = 10 * time.Minute
+
+// CollectCheckpoints removes the checkpoint chunks that no live checkpoint
+// refers to and that no writer used within grace (see
+// checkpoint.Store.Collect): the live checkpoints are those every run's
+// snapshot.taken events name, and the E2B server's paused sandboxes and
+// snapshots in $AIRLOCK_HOME/e2b.
+//
+// It refuses a PostgreSQL store: there, other hosts share the chunks, and
+// their E2B records, in their own homes, are not visible from here.
+func (h *Host) CollectCheckpoints(ctx context.Context, grace time.Duration) (checkpoint.CollectStats, error) {
+	if grace < MinCheckpointGrace {
+		return checkpoint.CollectStats{}, &InputError{Err: fmt.Errorf("grace period %s: at least %s", grace, MinCheckpointGrace)}
+	}
+	rs, err := h.run()
+	if err != nil {
+		return checkpoint.CollectStats{}, err
+	}
+	if rs.sharedChunks {
+		return checkpoint.CollectStats{}, errors.New("collect checkpoints: not on a PostgreSQL store: other hosts' E2B sandboxes and snapshots, kept in their own homes, may use the chunks")
+	}
+	before := time.Now().Add(-grace)
+	stateDir := filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir)
+	return rs.checkpoints.Collect(ctx, before, func(ctx context.Context) ([]checkpoint.Root, error) {
+		roots, err := RunCheckpoints(ctx, rs.store)
+		if err != nil {
+			return nil, err
+		}
+		more, err := e2b.CheckpointRoots(ctx, stateDir, func(ctx context.Context, runID string) (string, error) {
+			r, err := rs.store.GetRun(ctx, runID)
+			return r.Tenant, err
+		})
+		return append(roots, more...), err
+	})
+}
+
+// RunCheckpoints lists the checkpoints the runs of st name in their
+// snapshot.taken events, every run and record of every tenant.
+func RunCheckpoints(ctx context.Context, st store.RunLog) ([]checkpoint.Root, error) {
+	var roots []checkpoint.Root
+	f := store.RunFilter{Kind: store.KindAny}
+	for {
+		runs, err := st.ListRuns(ctx, f)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
+		}
+		for _, r := range runs {
+			for from := int64(1); ; {
+				evs, err := st.Events(ctx, r.ID, from, 0)
+				if err != nil {
+					return nil, fmt.Errorf("events of %s: %w", r.ID, err)
+				}
+				for _, e := range evs {
+					if e.Type != event.TypeSnapshotTaken {
+						continue
+					}
+					p, err := e.Unpack()
+					if err != nil {
+						return nil, fmt.Errorf("event %d of %s: %w", e.Seq, r.ID, err)
+					}
+					if sn, ok := p.(*event.SnapshotTaken); ok && sn.Format == event.FormatCheckpoint {
+						roots = append(roots, checkpoint.Root{Tenant: r.Tenant, Digest: sn.Digest})
+					}
+				}
+				if len(evs) < store.PageLimit(0) {
+					break
+				}
+				from = evs[len(evs)-1].Seq + 1
+			}
+		}
+		if len(runs) < store.PageLimit(0) {
+			break
+		}
+		f.After = runs[len(runs)-1].ID
+	}
+	return roots, nil
+}

@@ -1,0 +1,172 @@
+package host
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/checkpoint"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// oneFileTar is a delta stream of one file of n random bytes from seed.
+func oneFileTar(t *testing.T, name string, seed uint64, n int) *bytes.Reader {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 2))
+	body := make([]byte, n)
+	for i := range body {
+		body[i] = byte(r.Uint32())
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: int64(n), Mode: 0o644, ModTime: time.Unix(1, 0), Format: tar.FormatPAX}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return bytes.NewReader(b.Bytes())
+}
+
+// TestCollectCheckpoints: the host's collection keeps the chunks of the
+// checkpoints its runs' events, its paused E2B sandboxes and its E2B
+// snapshots name, and removes those of a deleted snapshot and of a write
+// killed before its event, once older than the grace period.
+func TestCollectCheckpoints(t *testing.T) {
+	ctx := context.Background()
+	home := t.TempDir()
+	h, err := New(Config{Home: home})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	rs, err := h.run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(tenant, name string, seed uint64) checkpoint.Result {
+		t.Helper()
+		res, err := rs.checkpoints.Write(ctx, tenant, "", true, oneFileTar(t, name, seed, 3<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	inRun, paused, snapped, deleted, killed := write("acme", "run", 1), write("acme", "paused", 2), write("beta", "snap", 3), write("beta", "gone", 4), write("acme", "killed", 5)
+
+	// A run whose event names its checkpoint; a paused E2B sandbox (a
+	// record of tenant acme); two E2B snapshots, one deleted since.
+	runID := event.NewRunID(time.Now())
+	if _, err := rs.store.CreateRun(ctx, store.Run{ID: runID, Tenant: "acme", Status: event.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := event.New(event.SnapshotTaken{Step: 1, Sandbox: "main", Digest: inRun.Digest, Format: event.FormatCheckpoint, Full: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.store.Append(ctx, runID, 1, []event.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	pausedRun := event.NewRunID(time.Now())
+	if _, err := rs.store.CreateRun(ctx, store.Run{ID: pausedRun, Tenant: "acme", Status: event.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(home, sandboxcli.E2BStateDir)
+	writeJSON := func(path string, v any) {
+		t.Helper()
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeJSON(filepath.Join(state, "paused-"+pausedRun+".json"), map[string]string{"sandbox_id": "sbx1", "token": "tok", "checkpoint": paused.Digest})
+	writeJSON(filepath.Join(state, "snapshots", "snap-1.json"), map[string]string{"id": "snap-1", "tenant": "beta", "sandbox_id": "sbx2", "checkpoint": snapped.Digest})
+	gone := filepath.Join(state, "snapshots", "snap-2.json")
+	writeJSON(gone, map[string]string{"id": "snap-2", "tenant": "beta", "sandbox_id": "sbx3", "checkpoint": deleted.Digest})
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+
+	chunkFiles := func() map[string]bool {
+		t.Helper()
+		set := map[string]bool{}
+		err := filepath.WalkDir(filepath.Join(home, "chunks"), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && filepath.Base(filepath.Dir(p)) != "tmp" {
+				set[filepath.Base(p)] = true
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	chunksOf := func(tenant string, c checkpoint.Result) []string {
+		t.Helper()
+		m, err := rs.checkpoints.Manifest(ctx, tenant, c.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, id := range m.ChunkIDs() {
+			ids = append(ids, id.String())
+		}
+		return ids
+	}
+
+	// Within the grace period nothing goes, whatever refers to it.
+	if st, err := h.CollectCheckpoints(ctx, time.Hour); err != nil || st.Expired != 0 || st.Roots != 3 {
+		t.Fatalf("CollectCheckpoints within the grace period = %+v, %v; want 3 roots, nothing expired", st, err)
+	}
+	// Two hours later (the chunks made older; nothing sleeps).
+	past := time.Now().Add(-2 * time.Hour)
+	for name := range chunkFiles() {
+		if err := os.Chtimes(filepath.Join(home, "chunks", name[:2], name), past, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := h.CollectCheckpoints(ctx, time.Hour)
+	if err != nil {
+		t.Fatalf("CollectCheckpoints = %v", err)
+	}
+	have := chunkFiles()
+	for _, c := range []struct {
+		what   string
+		tenant string
+		res    checkpoint.Result
+		kept   bool
+	}{
+		{"a run's", "acme", inRun, true}, {"a paused sandbox's", "acme", paused, true}, {"a snapshot's", "beta", snapped, true},
+		{"a deleted snapshot's", "beta", deleted, false}, {"a killed write's", "acme", killed, false},
+	} {
+		for _, id := range chunksOf(c.tenant, c.res) {
+			if have[id] != c.kept {
+				t.Errorf("%s chunk %s: stored %t after the collection, want %t", c.what, id, have[id], c.kept)
+			}
+		}
+	}
+	if st.Roots != 3 || st.Expired == 0 {
+		t.Errorf("CollectCheckpoints = %+v, want 3 roots and some chunks expired", st)
+	}
+	if _, err := h.CollectCheckpoints(ctx, time.Minute); err == nil {
+		t.Error("CollectCheckpoints with a grace period of a minute = nil, want an error")
+	}
+}
