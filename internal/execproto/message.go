@@ -68,6 +68,13 @@ type Setup struct {
 	EtcFiles []string `json:"etc_files,omitempty"`
 	// Workspace describes /workspace.
 	Workspace Workspace `json:"workspace"`
+	// WorkspaceAlias, when set, is a directory of /home where the
+	// workspace is bound a second time (a user's home that is the
+	// workspace); it is as writable as /workspace.
+	WorkspaceAlias string `json:"workspace_alias,omitempty"`
+	// RootHome gives root a writable scratch home at /root (in the
+	// writable layers' quota) when root is not the default user.
+	RootHome bool `json:"root_home,omitempty"`
 	// Mounts are extra binds, in order.
 	Mounts []Mount `json:"mounts,omitempty"`
 	// DiskBytes caps each writable layer: the scratch tmpfs (workspace upper
@@ -208,6 +215,9 @@ func (s *Setup) Validate() error {
 		add(source("workspace", s.Workspace.FD, s.Workspace.Source, false))
 	default:
 		add(fmt.Errorf("workspace: unknown mode %.20q", s.Workspace.Mode))
+	}
+	if a := s.WorkspaceAlias; a != "" && (checkPath(a) != nil || path.Clean(a) != a || path.Dir(a) != "/home") {
+		add(fmt.Errorf("workspace alias %.80q: want a directory of /home", a))
 	}
 	for i, m := range s.Mounts {
 		add(source(fmt.Sprintf("mount %d", i), m.FD, m.Source, false))

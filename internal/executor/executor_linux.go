@@ -166,7 +166,7 @@ func (e *executor) start(conn io.Reader) error {
 	status, err := landlock.Restrict(landlock.Rules{
 		ReadOnly:    []string{"/"},
 		ReadOnlyFDs: hidden,
-		ReadWrite:   append(append([]string{}, writable...), e.setup.User.Home),
+		ReadWrite:   e.writablePaths(),
 		Devices:     []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
 	})
 	abi := 0

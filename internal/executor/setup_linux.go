@@ -30,12 +30,26 @@ const newRoot = scratchDir + "/root"
 
 const (
 	workspacePath = "/workspace"
+	rootHome      = "/root"
 	proxySocket   = "/run/airlock/egress.sock"
 )
 
 // writable lists the paths the sandbox may write to; Landlock allows exactly
 // these (plus the user's home).
 var writable = []string{workspacePath, "/tmp", "/dev/shm"}
+
+// writablePaths are the paths Landlock lets commands write: writable, the
+// user's home and the workspace's alias.
+func (e *executor) writablePaths() []string {
+	paths := append(append([]string{}, writable...), e.setup.User.Home)
+	if e.setup.WorkspaceAlias != "" {
+		paths = append(paths, e.setup.WorkspaceAlias)
+	}
+	if e.setup.RootHome {
+		paths = append(paths, rootHome)
+	}
+	return paths
+}
 
 // setup builds the sandbox's filesystem, network and process attributes. It
 // runs as PID 1 of fresh user, mount, PID, IPC, UTS, cgroup and network
@@ -58,7 +72,7 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 	}
 	u := s.User
 	home := filepath.Join(newRoot, u.Home)
-	for _, d := range []string{"root", "home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
+	for _, d := range []string{"root", "home", "root-home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
 		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
 			return nil, -1, err
 		}
@@ -113,16 +127,36 @@ func setup(s *execproto.Setup) (layers []string, upper int, err error) {
 			return nil, -1, fmt.Errorf("image root: /etc: %w", err)
 		}
 	}
-	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/")} {
+	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/"), strings.TrimPrefix(s.WorkspaceAlias, "/")} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
 			return nil, -1, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
 	}
-	if err := bind(scratchDir+"/home", home, false); err != nil {
-		return nil, -1, fmt.Errorf("home: %w", err)
+	if u.Home != s.WorkspaceAlias {
+		if err := bind(scratchDir+"/home", home, false); err != nil {
+			return nil, -1, fmt.Errorf("home: %w", err)
+		}
+	}
+	if s.RootHome && u.UID != 0 {
+		if err := os.MkdirAll(filepath.Join(newRoot, rootHome), 0o700); err != nil {
+			return nil, -1, fmt.Errorf("mkdir %s: %w", rootHome, err)
+		}
+		if err := os.Chmod(scratchDir+"/root-home", 0o700); err != nil {
+			return nil, -1, err
+		}
+		if err := bind(scratchDir+"/root-home", filepath.Join(newRoot, rootHome), false); err != nil {
+			return nil, -1, fmt.Errorf("root's home: %w", err)
+		}
 	}
 	if upper, err = setupWorkspace(s.Workspace, u); err != nil {
 		return nil, -1, fmt.Errorf("workspace: %w", err)
+	}
+	if a := s.WorkspaceAlias; a != "" {
+		// The same mount, so a path below either is one file: a checkpoint
+		// of /workspace keeps what was written through the alias.
+		if err := bind(filepath.Join(newRoot, workspacePath), filepath.Join(newRoot, a), false); err != nil {
+			return nil, -1, fmt.Errorf("workspace at %s: %w", a, err)
+		}
 	}
 	layers = append(layers, "workspace:"+s.Workspace.Mode)
 	for _, m := range s.Mounts {
@@ -206,6 +240,12 @@ func mountLayers(fds []int) error {
 // can plant a link between this walk and the mounts that follow it.
 func realTargets(s *execproto.Setup) error {
 	dirs := []string{workspacePath, "/tmp", "/proc", "/dev", "/run/airlock", s.User.Home}
+	if s.RootHome {
+		dirs = append(dirs, rootHome)
+	}
+	if s.WorkspaceAlias != "" {
+		dirs = append(dirs, s.WorkspaceAlias)
+	}
 	files := []string{}
 	if len(s.Layers) > 0 {
 		files = append(files, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")

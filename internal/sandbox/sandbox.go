@@ -112,6 +112,55 @@ type Spec struct {
 	// User runs commands by default: a name or uid inside the sandbox;
 	// empty means the unprivileged sandbox user.
 	User string
+	// Account renames the unprivileged sandbox user and moves its home,
+	// for clients that expect another account; the zero value is the
+	// user sandbox with the home /home/sandbox.
+	Account Account
+}
+
+// Account is the unprivileged sandbox user as a client expects to find
+// it (E2B's user in /home/user).
+type Account struct {
+	// Name is the user's name; empty means sandbox. Where the backend runs
+	// rootless, its one mapped user is root and keeps that name.
+	Name string
+	// Home is the user's home, a directory of /home; empty means
+	// /home/<Name>.
+	Home string
+	// HomeIsWorkspace makes Home the workspace itself, bound there (the
+	// same files as /workspace), so that what the user keeps at home is
+	// what checkpoints and exports of the workspace keep. Without it the
+	// home is a scratch directory that ends with the sandbox.
+	HomeIsWorkspace bool
+	// RootHome gives root a writable home at /root, a scratch directory
+	// that ends with the sandbox; without it /root is as read-only as the
+	// rest of the root file system.
+	RootHome bool
+}
+
+// HomeOf returns the account's home.
+func (a Account) HomeOf() string {
+	switch {
+	case a.Home != "":
+		return a.Home
+	case a.Name != "":
+		return "/home/" + a.Name
+	}
+	return "/home/sandbox"
+}
+
+// validAccountName matches the user names an Account may take: what
+// useradd accepts by default, lowercase and short.
+func validAccountName(n string) bool {
+	if n == "" || len(n) > 32 || n == "root" || n == "nobody" {
+		return false
+	}
+	for i, c := range n {
+		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && (c >= '0' && c <= '9' || c == '-')) {
+			return false
+		}
+	}
+	return true
 }
 
 // MaxLayers bounds Spec.Layers: Docker's own bound on an image's layers
@@ -207,6 +256,14 @@ func (s *Spec) Validate() error {
 	}
 	if s.TTL < 0 {
 		errs = append(errs, errors.New("ttl must not be negative"))
+	}
+	if a := s.Account; a.Name != "" && !validAccountName(a.Name) {
+		errs = append(errs, fmt.Errorf("account name %q: want 1 to 32 of a-z, 0-9, _ and -, starting with a letter or _, and not root or nobody", a.Name))
+	}
+	if h := s.Account.Home; h != "" && (path.Clean(h) != h || path.Dir(h) != "/home") {
+		// Why only /home/<name>: a home elsewhere could cover the
+		// sandbox's own machinery (/run/airlock, /proc, /etc).
+		errs = append(errs, fmt.Errorf("account home %q: want a directory of /home", h))
 	}
 	return errors.Join(errs...)
 }

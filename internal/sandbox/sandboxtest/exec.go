@@ -331,6 +331,37 @@ func (s *suite) testExec(t *testing.T) {
 		}
 	})
 
+	t.Run("Account", func(t *testing.T) {
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{Account: sandbox.Account{Name: "user", Home: "/home/user", HomeIsWorkspace: true, RootHome: true}, Dir: "/home/user"})
+		// Rootless sandboxes have only root, in /root; the workspace is
+		// at /home/user all the same.
+		want := "user\n/home/user\n/home/user\nhi\nd\nf\n"
+		if mustSh(t, sb, "id -u") == "0\n" {
+			want = "root\n/root\n/home/user\nhi\nd\nf\n"
+		}
+		out := mustSh(t, sb, `id -un; echo "$HOME"; pwd; echo hi > f; cat /workspace/f; mkdir d && ls /workspace`)
+		if out != want {
+			t.Errorf("an account user in /home/user that is the workspace: got %q, want %q", out, want)
+		}
+		if b, err := sb.ReadFile(opCtx(t), "/workspace/d/../f", 0); err != nil || string(b) != "hi\n" {
+			t.Errorf("ReadFile(/workspace/f) of a file written at home = %q, %v; want hi", b, err)
+		}
+		if out, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", `echo "$HOME"; cd && echo x > f && cat f`}, User: "root"}); r.ExitCode != 0 || out != "/root\nx\n" {
+			t.Errorf("root writes in its home: %q (%s), want its HOME /root, writable", out, errOut)
+		}
+		for _, spec := range []sandbox.Spec{
+			{Account: sandbox.Account{Name: "root"}},
+			{Account: sandbox.Account{Name: "Bad"}},
+			{Account: sandbox.Account{Home: "/run/airlock"}},
+			{Account: sandbox.Account{Home: "/home/../etc"}},
+		} {
+			if err := spec.Validate(); err == nil {
+				t.Errorf("Validate(%+v) = nil, want an error", spec.Account)
+			}
+		}
+	})
+
 	t.Run("CommandNotFound", func(t *testing.T) {
 		t.Parallel()
 		_, _, r := run(t, sb, "airlock-no-such-command")
