@@ -245,7 +245,7 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 	}
-	b.spec = specOf(tpl.doc)
+	b.spec = withAccount(specOf(tpl.doc))
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
 	}

@@ -18,11 +18,31 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
-// Homedir is where an E2B client's relative paths and commands land:
-// airlock's workspace, the one directory a pause keeps.
-const Homedir = "/workspace"
+// Homedir is where an E2B client's relative paths and commands land, as
+// in E2B's sandboxes: the home of the user user, which in an E2B
+// sandbox is airlock's workspace (bound at /home/user; /workspace shows
+// the same files), the one directory a pause keeps.
+const Homedir = "/home/user"
+
+// rootHome is root's home, where root's relative paths land: a scratch
+// directory that a pause does not keep.
+const rootHome = "/root"
+
+// e2bAccount is the sandbox user E2B clients expect: user, whose home
+// is the workspace, and root in /root.
+var e2bAccount = sandbox.Account{Name: "user", Home: Homedir, HomeIsWorkspace: true, RootHome: true}
+
+// withAccount makes spec an E2B sandbox's: its user is e2bAccount, and
+// commands run in its home.
+func withAccount(spec sandbox.Spec) sandbox.Spec {
+	spec.Account = e2bAccount
+	spec.Dir = Homedir
+	return spec
+}
 
 // envdCall is an authenticated data-plane request.
 type envdCall struct {
@@ -237,9 +257,18 @@ func userOf(r *http.Request) (string, error) {
 	return "", fmt.Errorf("user %q: this sandbox has the users user (the default) and root", clip(u))
 }
 
+// resolve makes a client's path absolute, as the user c acts as sees it.
+func (c envdCall) resolve(p string) (string, error) {
+	home := Homedir
+	if c.user == "root" {
+		home = rootHome
+	}
+	return resolvePath(p, home)
+}
+
 // resolvePath makes a client's path absolute: relative ones and ~ are
-// under Homedir.
-func resolvePath(p string) (string, error) {
+// under home.
+func resolvePath(p, home string) (string, error) {
 	if p == "" {
 		return "", errors.New("path: required")
 	}
@@ -248,11 +277,11 @@ func resolvePath(p string) (string, error) {
 	}
 	switch {
 	case p == "~":
-		p = Homedir
+		p = home
 	case strings.HasPrefix(p, "~/"):
-		p = path.Join(Homedir, p[2:])
+		p = path.Join(home, p[2:])
 	case !path.IsAbs(p):
-		p = path.Join(Homedir, p)
+		p = path.Join(home, p)
 	}
 	return path.Clean(p), nil
 }
@@ -282,7 +311,7 @@ func isNoSpace(err error) bool {
 }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCall) {
-	p, err := resolvePath(r.URL.Query().Get("path"))
+	p, err := c.resolve(r.URL.Query().Get("path"))
 	if err != nil {
 		writeEnvdError(w, http.StatusBadRequest, err.Error())
 		return
@@ -360,7 +389,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 		writeEnvdError(w, status, msg)
 	}
 	write := func(rawPath string, body io.Reader) bool {
-		p, err := resolvePath(rawPath)
+		p, err := c.resolve(rawPath)
 		if err != nil {
 			fail(http.StatusBadRequest, err.Error(), rawPath)
 			return false

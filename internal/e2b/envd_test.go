@@ -108,8 +108,8 @@ func TestProcessStart(t *testing.T) {
 			"cmd": "/bin/sh", "args": []string{"-c", "echo $FOO $FROM_CREATE; pwd"},
 			"envs": map[string]string{"FOO": "bar"}, "cwd": "/tmp",
 		}, "stdin": false}, "bar c1\n/tmp\n", "", 0},
-		{"default cwd is the workspace", bash("pwd"), "/workspace\n", "", 0},
-		{"root", bash("id -u"), "0\n", "", 0},
+		{"E2B's user, home and cwd", bash(`id -un; echo "$HOME"; pwd; echo x > f; cat /workspace/f`), "user\n/home/user\n/home/user\nx\n", "", 0},
+		{"root", bash(`id -u; echo "$HOME"; pwd`), "0\n/root\n/root\n", "", 0},
 		{"no network by default", bash("curl -sS --max-time 5 http://example.com >/dev/null 2>&1 || echo refused"), "refused\n", "", 0},
 	}
 	for _, tt := range tests {
@@ -277,7 +277,7 @@ func TestFiles(t *testing.T) {
 	res := h.do("POST", h.envdURL+"/files", up, &mp)
 	var infos []struct{ Name, Type, Path string }
 	_ = json.Unmarshal(res.body, &infos)
-	if res.status != 200 || len(infos) != 2 || infos[0].Path != "/workspace/dir/sub/a.txt" || infos[1].Path != "/tmp/b.bin" || infos[0].Type != "file" {
+	if res.status != 200 || len(infos) != 2 || infos[0].Path != "/home/user/dir/sub/a.txt" || infos[1].Path != "/tmp/b.bin" || infos[0].Type != "file" {
 		t.Fatalf("multipart upload = %s", res)
 	}
 	// Octet-stream, gzip-encoded.
@@ -356,11 +356,11 @@ func TestFiles(t *testing.T) {
 		{"Stat", map[string]any{"path": "dir/sub/a.txt"}, 200, `"type":"FILE_TYPE_FILE"`},
 		{"Stat", map[string]any{"path": "dir/sub/a.txt"}, 200, `"size":"6"`},
 		{"Stat", map[string]any{"path": "nope"}, 404, `"not_found"`},
-		{"ListDir", map[string]any{"path": "dir", "depth": 2}, 200, `"path":"/workspace/dir/sub/a.txt"`},
+		{"ListDir", map[string]any{"path": "dir", "depth": 2}, 200, `"path":"/home/user/dir/sub/a.txt"`},
 		{"ListDir", map[string]any{"path": "/workspace"}, 200, `"FILE_TYPE_DIRECTORY"`},
-		{"MakeDir", map[string]any{"path": "new/deep"}, 200, `"path":"/workspace/new/deep"`},
+		{"MakeDir", map[string]any{"path": "new/deep"}, 200, `"path":"/home/user/new/deep"`},
 		{"MakeDir", map[string]any{"path": "new/deep"}, 409, `"already_exists"`},
-		{"Move", map[string]any{"source": "z.txt", "destination": "moved/z.txt"}, 200, `"path":"/workspace/moved/z.txt"`},
+		{"Move", map[string]any{"source": "z.txt", "destination": "moved/z.txt"}, 200, `"path":"/home/user/moved/z.txt"`},
 		{"Stat", map[string]any{"path": "z.txt"}, 404, `"not_found"`},
 		{"Remove", map[string]any{"path": "dir"}, 200, `{}`},
 		{"Stat", map[string]any{"path": "dir"}, 404, `"not_found"`},

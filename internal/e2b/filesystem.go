@@ -115,7 +115,7 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 			if err := decodeMessage(body, &req); err != nil {
 				return nil, err
 			}
-			p, err := resolvePath(req.Path)
+			p, err := c.resolve(req.Path)
 			if err != nil {
 				return nil, rpcErrorf(codeInvalidArgument, "%s", err.Error())
 			}
@@ -181,8 +181,8 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 			if err := decodeMessage(body, &req); err != nil {
 				return nil, err
 			}
-			src, err1 := resolvePath(req.Source)
-			dst, err2 := resolvePath(req.Destination)
+			src, err1 := c.resolve(req.Source)
+			dst, err2 := c.resolve(req.Destination)
 			if err := errors.Join(err1, err2); err != nil {
 				return nil, rpcErrorf(codeInvalidArgument, "%s", err.Error())
 			}

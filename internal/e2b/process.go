@@ -445,9 +445,9 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 		return rpcErrorf(codeInvalidArgument, "process.cmd: required")
 	}
 	cfg := *req.Process
-	dir := Homedir
+	dir, _ := c.resolve("~") // envd's default: the user's home
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		d, err := resolvePath(*cfg.Cwd)
+		d, err := c.resolve(*cfg.Cwd)
 		if err != nil {
 			return rpcErrorf(codeInvalidArgument, "cwd: %s", err.Error())
 		}
