@@ -511,8 +511,9 @@ func parseListQuery(q url.Values) (listQuery, error) {
 		lq.startedAfter = t
 	}
 	switch q.Get("order") {
-	case "", "asc":
-	case "desc":
+	case "asc":
+	case "", "desc":
+		// E2B's default: newest first.
 		lq.desc = true
 	default:
 		return lq, errors.New("order: want asc or desc")
