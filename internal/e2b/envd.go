@@ -122,13 +122,25 @@ func writeEnvdError(w http.ResponseWriter, status int, msg string) {
 // serveEnvd routes and authenticates a data-plane request.
 func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	id, port, ok := s.route(r)
-	if !ok && r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+	signed := r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" && r.Header.Get("X-Access-Token") == ""
+	if signed && s.signatureExpired(r) {
+		// As envd answers; it tells nothing of any sandbox.
+		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: "expired signature"})
+		writeEnvdError(w, http.StatusUnauthorized, "signature is already expired")
+		return
+	}
+	if !ok && signed {
 		// A signed upload or download URL carries no sandbox identity
 		// when the client uses E2B_SANDBOX_URL: the signature, which only
-		// the token's holder can make, names the sandbox.
-		if b := s.bySignature(r); b != nil {
-			id, port, ok = b.id, EnvdPort, true
+		// the token's holder can make, names the sandbox. One that names
+		// none is envd's 401 (no sandbox was named, so none is told of).
+		b := s.bySignature(r)
+		if b == nil {
+			s.audit.record(Record{Op: "envd", Outcome: "refused", Detail: "invalid signature"})
+			writeEnvdError(w, http.StatusUnauthorized, "invalid signature")
+			return
 		}
+		id, port, ok = b.id, EnvdPort, true
 	}
 	if !ok {
 		s.audit.record(Record{Op: "envd", Outcome: "no_route"})
@@ -222,6 +234,17 @@ func (s *Server) signatureOK(r *http.Request, b *box) bool {
 	sum := sha256.Sum256([]byte(raw))
 	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
 	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
+}
+
+// signatureExpired reports whether r's URL signature has an expiration
+// that has passed (or is not a number).
+func (s *Server) signatureExpired(r *http.Request) bool {
+	exp := r.URL.Query().Get("signature_expiration")
+	if exp == "" {
+		return false
+	}
+	n, err := strconv.ParseInt(exp, 10, 64)
+	return err != nil || s.now().Unix() > n
 }
 
 // bySignature finds the running sandbox whose token signs r.

@@ -337,13 +337,16 @@ func TestFiles(t *testing.T) {
 	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), nil, nil); res.status != 200 || string(res.body) != "zipped\n" {
 		t.Errorf("signed download = %s", res)
 	}
+	// A bad or expired signature is envd's 401, with its message.
 	q.Set("signature", sig("z.txt", "write", ""))
-	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), nil, nil); res.status == 200 {
-		t.Errorf("download signed for write = %s, want refused", res)
+	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), nil, nil); res.status != 401 || string(res.body) != `{"message":"invalid signature","code":401}` {
+		t.Errorf("download signed for write = %s, want 401 invalid signature", res)
 	}
 	q = url.Values{"path": {"z.txt"}, "signature": {sig("z.txt", "read", "1")}, "signature_expiration": {"1"}}
-	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), map[string]string{"E2b-Sandbox-Id": s.ID}, nil); res.status != 502 {
-		t.Errorf("expired signature = %s, want 502", res)
+	for _, hd := range []map[string]string{nil, {"E2b-Sandbox-Id": s.ID}, {"E2b-Sandbox-Id": "sb-nonesuch"}} {
+		if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), hd, nil); res.status != 401 || string(res.body) != `{"message":"signature is already expired","code":401}` {
+			t.Errorf("expired signature (headers %v) = %s, want 401 signature is already expired", hd, res)
+		}
 	}
 
 	// The filesystem service.
