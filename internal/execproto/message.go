@@ -283,16 +283,18 @@ type Request struct {
 	Op string `json:"op"`
 
 	// exec
-	Argv      []string `json:"argv,omitempty"`
-	Env       []string `json:"env,omitempty"`
-	Dir       string   `json:"dir,omitempty"`
-	User      string   `json:"user,omitempty"` // name or decimal uid; empty = the default user
-	TTY       bool     `json:"tty,omitempty"`
-	Rows      uint16   `json:"rows,omitempty"`
-	Cols      uint16   `json:"cols,omitempty"`
-	Stdin     bool     `json:"stdin,omitempty"`      // the host will send stdin data; otherwise stdin is /dev/null
-	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0 = none
-	MaxOutput int64    `json:"max_output,omitempty"` // stdout+stderr bytes; 0 = none
+	Argv []string `json:"argv,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+	// User runs the command, or for a file operation is the identity it
+	// acts with: a name or decimal uid; empty = the default user.
+	User      string `json:"user,omitempty"`
+	TTY       bool   `json:"tty,omitempty"`
+	Rows      uint16 `json:"rows,omitempty"`
+	Cols      uint16 `json:"cols,omitempty"`
+	Stdin     bool   `json:"stdin,omitempty"`      // the host will send stdin data; otherwise stdin is /dev/null
+	TimeoutMS int64  `json:"timeout_ms,omitempty"` // 0 = none
+	MaxOutput int64  `json:"max_output,omitempty"` // stdout+stderr bytes; 0 = none
 	// Fingerprint, when set, names a tree whose fingerprint the result
 	// carries, taken when the command has ended (see Result.Fingerprint).
 	Fingerprint string `json:"fingerprint,omitempty"`
@@ -527,6 +529,10 @@ type Entry struct {
 	Mode    uint32 `json:"mode"` // Go fs.FileMode bits
 	ModTime int64  `json:"mtime_ns"`
 	Link    string `json:"link,omitempty"`
+	// Owner and Group name the file's owner and group as the sandbox's
+	// passwd does (a decimal id where it names none).
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
 }
 
 // Kinds of WatchEvent.

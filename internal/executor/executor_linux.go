@@ -72,6 +72,10 @@ type executor struct {
 	setup    execproto.Setup
 	pt       *procThread
 	users    map[string]execproto.User
+	// uidNames and gidNames name ids in file listings: users' names by
+	// uid, and by gid (the generated /etc/group names each user's group
+	// after it).
+	uidNames, gidNames map[int]string
 	// path is the PATH of commands that name none (sandboxPath).
 	path string
 	// uidMap and gidMap are the ids the sandbox's user namespace maps.
@@ -142,6 +146,7 @@ func (e *executor) start(conn io.Reader) error {
 	e.ckpt = newCheckpoints(workspacePath, upper)
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
+	e.uidNames, e.gidNames = idNames(e.users)
 	e.path = sandboxPath()
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.setup.ProxyFD != 0 {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -33,18 +34,22 @@ func (s *stream) file() execproto.Result {
 }
 
 // asUser runs f on a thread of its own with the file-system identity of the
-// sandbox's default user, so what f creates belongs to that user and f can
-// touch nothing that user could not. An error wrapping errFsid means the
+// request's user (the sandbox's default user unless it names one), so what
+// f creates belongs to that user and f can touch nothing that user could
+// not. An error wrapping errFsid means the
 // identity could not be set: f did not run, and the caller must not use
 // asUser again (the thread's identity may be half changed; it stays locked,
 // and ends with the goroutine rather than go back to the scheduler).
 func (s *stream) asUser(f func() error) error {
+	u, err := s.e.findUser(s.req.User)
+	if err != nil {
+		return err
+	}
 	runtime.LockOSThread()
-	u := s.e.setup.User
 	if err := setfsid(u.UID, u.GID); err != nil {
 		return err
 	}
-	err := f()
+	err = f()
 	// Restore root's fs identity and return the thread: a thread that ends
 	// must be replaced, and a new thread may be impossible once commands
 	// have used up the sandbox's pids limit.
@@ -79,7 +84,7 @@ func (s *stream) fileOp() (execproto.Result, error) {
 		if err != nil {
 			return res, err
 		}
-		res.Entries = []execproto.Entry{entry(filepath.Base(req.Path), fi)}
+		res.Entries = []execproto.Entry{s.e.entry(filepath.Base(req.Path), fi)}
 		res.Entries[0].Size = n
 	case execproto.OpWrite:
 		mode := os.FileMode(req.Mode)
@@ -123,14 +128,18 @@ func (s *stream) fileOp() (execproto.Result, error) {
 			if err != nil {
 				continue // removed while listing
 			}
-			res.Entries = append(res.Entries, entry(de.Name(), fi))
+			en := s.e.entry(de.Name(), fi)
+			if fi.Mode()&os.ModeSymlink != 0 {
+				en.Link, _ = os.Readlink(filepath.Join(req.Path, de.Name()))
+			}
+			res.Entries = append(res.Entries, en)
 		}
 	case execproto.OpStat:
 		fi, err := os.Lstat(req.Path)
 		if err != nil {
 			return res, err
 		}
-		res.Entries = []execproto.Entry{entry(filepath.Base(req.Path), fi)}
+		res.Entries = []execproto.Entry{s.e.entry(filepath.Base(req.Path), fi)}
 		if fi.Mode()&os.ModeSymlink != 0 {
 			res.Entries[0].Link, _ = os.Readlink(req.Path)
 		}
@@ -168,8 +177,20 @@ func (s *stream) discardStdin() {
 	}
 }
 
-func entry(name string, fi fs.FileInfo) execproto.Entry {
-	return execproto.Entry{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime().UnixNano()}
+func (e *executor) entry(name string, fi fs.FileInfo) execproto.Entry {
+	en := execproto.Entry{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		en.Owner, en.Group = e.idName(e.uidNames, int(st.Uid)), e.idName(e.gidNames, int(st.Gid))
+	}
+	return en
+}
+
+// idName is id's name in names, else id in decimal.
+func (e *executor) idName(names map[int]string, id int) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return strconv.Itoa(id)
 }
 
 // copyOut streams r to the host on the stdout channel.

@@ -349,7 +349,10 @@ type FileInfo struct {
 	Size    int64
 	Mode    fs.FileMode
 	ModTime time.Time
-	Link    string
+	Link    string // a symlink's target as it is written
+	// Owner and Group are the names the sandbox's passwd gives the
+	// file's owner and group (decimal ids where it has none).
+	Owner, Group string
 }
 
 // WatchOp is the kind of a WatchEvent.
@@ -611,4 +614,21 @@ func validID(id string) bool {
 		}
 	}
 	return true
+}
+
+// fileUserKey is the context key of WithFileUser.
+type fileUserKey struct{}
+
+// WithFileUser returns ctx for file operations (ReadFile, WriteFile, Stat,
+// List, Mkdir, Remove, Rename) that act as user inside the sandbox, a name
+// or uid as Command.User takes, instead of the sandbox's default user: who
+// asks is the request's, as a command's user is.
+func WithFileUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, fileUserKey{}, user)
+}
+
+// FileUser is the user WithFileUser put in ctx ("" for the default).
+func FileUser(ctx context.Context) string {
+	u, _ := ctx.Value(fileUserKey{}).(string)
+	return u
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"regexp"
 	"strconv"
 	"strings"
@@ -349,6 +351,21 @@ func (s *suite) testExec(t *testing.T) {
 		}
 		if out, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", `echo "$HOME"; cd && echo x > f && cat f`}, User: "root"}); r.ExitCode != 0 || out != "/root\nx\n" {
 			t.Errorf("root writes in its home: %q (%s), want its HOME /root, writable", out, errOut)
+		}
+		// File operations act as the user the context names.
+		if err := sb.WriteFile(sandbox.WithFileUser(opCtx(t), "root"), "/root/g", strings.NewReader("as root\n"), 0o600); err != nil {
+			t.Errorf("WriteFile(/root/g) as root: %v", err)
+		}
+		if fi, err := sb.Stat(sandbox.WithFileUser(opCtx(t), "root"), "/root/g"); err != nil || fi.Owner != "root" || fi.Group != "root" {
+			t.Errorf("Stat(/root/g) as root = %+v, %v; want it root's", fi, err)
+		}
+		if fi, err := sb.Stat(opCtx(t), "/workspace/f"); err != nil || fi.Owner+"\n" != mustSh(t, sb, "id -un") {
+			t.Errorf("Stat(/workspace/f) = %+v, %v; want the default user's name as its owner", fi, err)
+		}
+		if mustSh(t, sb, "id -u") != "0\n" {
+			if _, err := sb.Stat(opCtx(t), "/root/g"); !errors.Is(err, fs.ErrPermission) {
+				t.Errorf("Stat(/root/g) as the default user = %v, want fs.ErrPermission", err)
+			}
 		}
 		for _, spec := range []sandbox.Spec{
 			{Account: sandbox.Account{Name: "root"}},
