@@ -80,6 +80,10 @@ type live struct {
 	// baseline is guarded by the box's life: the sandbox's name of the
 	// tree of the box's last checkpoint ("" when it has none).
 	baseline string
+	// ending is closed (once, by destroy) before the sandbox is
+	// destroyed: a process that ends after it ended with the sandbox.
+	ending   chan struct{}
+	endingMu sync.Once
 }
 
 // newToken returns a fresh access token: 32 random bytes, hex.
@@ -411,12 +415,13 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 		release()
 		return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
 	}
-	return &live{sb: sb, release: release, procs: newProcTable()}, nil
+	return &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}, nil
 }
 
 // destroy ends a boot: its sandbox (every process in it), then its
 // network.
 func (s *Server) destroy(ctx context.Context, lv *live) {
+	lv.endingMu.Do(func() { close(lv.ending) })
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := lv.sb.Destroy(dctx); err != nil {

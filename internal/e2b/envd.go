@@ -174,6 +174,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := envdCall{b: b, lv: lv, user: user}
+	if user != "" {
+		// File operations act as the user asked, as envd's do.
+		r = r.WithContext(sandbox.WithFileUser(r.Context(), user))
+	}
 	switch p := r.URL.Path; {
 	case p == "/health":
 		w.WriteHeader(http.StatusNoContent)

@@ -53,9 +53,11 @@ const (
 
 // entryOf describes fi, found at p.
 func entryOf(p string, fi sandbox.FileInfo) entryInfo {
+	// As envd: mode is the permission bits alone (0o755, not Go's
+	// ModeDir with them), the owner and group are names.
 	e := entryInfo{
-		Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode),
-		Permissions: fi.Mode.String(),
+		Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode.Perm()),
+		Permissions: fi.Mode.String(), Owner: fi.Owner, Group: fi.Group,
 	}
 	if fi.Name != "" {
 		e.Name = fi.Name
@@ -63,7 +65,12 @@ func entryOf(p string, fi sandbox.FileInfo) entryInfo {
 	switch {
 	case fi.Mode&fs.ModeSymlink != 0:
 		e.Type = "FILE_TYPE_SYMLINK"
+		// envd gives the target as an absolute path: a relative one is
+		// taken from the link's directory.
 		link := fi.Link
+		if link != "" && !path.IsAbs(link) {
+			link = path.Join(path.Dir(p), link)
+		}
 		e.SymlinkTarget = &link
 	case fi.Mode.IsDir():
 		e.Type = "FILE_TYPE_DIRECTORY"
