@@ -230,6 +230,17 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err != nil {
 		return nil, err
 	}
+	var ckpt, origin string
+	if from != nil {
+		ckpt, origin = from.Checkpoint, "snapshot "+from.ID
+	}
+	return s.start(ctx, tenant, keyID, req, tpl, ckpt, origin)
+}
+
+// start makes and boots a sandbox for tenant from tpl, with the tree of
+// checkpoint ckpt (named origin in errors) in its workspace when ckpt is
+// not "": the second half of create, and each of a fork's sandboxes.
+func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequest, tpl template, ckpt, origin string) (*box, error) {
 	timeout, err := s.timeoutOf(req.Timeout, tpl)
 	if err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
@@ -260,20 +271,19 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	b.life.Lock()
 	defer b.life.Unlock()
 	t0 := s.now()
-	lv, err := s.boot(ctx, b, from != nil)
+	lv, err := s.boot(ctx, b, ckpt != "")
 	if err != nil {
 		s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the sandbox did not boot"})
 		return nil, err
 	}
-	var restored string
-	if from != nil {
-		if err := s.restoreCheckpoint(ctx, b, lv, from.Checkpoint); err != nil {
+	if ckpt != "" {
+		if err := s.restoreCheckpoint(ctx, b, lv, ckpt); err != nil {
 			s.destroy(ctx, lv)
-			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the snapshot's workspace was not restored"})
-			return nil, fmt.Errorf("e2b: create sandbox %s from snapshot %s: %w", b.id, from.ID, err)
+			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the workspace of " + origin + " was not restored"})
+			return nil, fmt.Errorf("e2b: create sandbox %s from %s: %w", b.id, origin, err)
 		}
-		restored = from.Checkpoint
 	}
+	restored := ckpt
 	now := s.now()
 	b.rec.add(event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: restored, DurationMS: now.Sub(t0).Milliseconds()}, now)
 	b.meter = meterState{at: now}

@@ -62,6 +62,10 @@ func TestSDKFidelity(t *testing.T) {
 		{"expired", `[401,{"message":"signature is already expired","code":401}]`},
 		{"valid", `[200,"hi"]`},
 		{"killedDuringRun", `[true,"[unknown] terminated: The sandbox was killed or reached its end of life while the request was in flight."]`},
+		{"forks", `[[true,"before fork","env kept\n"],[true,"before fork","env kept\n"]]`},
+		{"forkIDs", `2`},
+		{"afterFork", `"before fork"`},
+		{"forkKilled", `"SandboxNotFoundError"`},
 		{"paused", `true`},
 		{"afterResume", `"hi"`},
 	}

@@ -160,28 +160,33 @@ func (s *Server) snapshotTemplate(sn *snapshot) (template, error) {
 	return tpl, nil
 }
 
+// workspaceNow returns the digest of a checkpoint of b's workspace as it
+// is: a new one of the running sandbox, which runs on, or the paused
+// one's. Preconditions: b.life held.
+func (s *Server) workspaceNow(ctx context.Context, b *box) (string, error) {
+	b.mu.Lock()
+	state, lv, paused := b.state, b.live, b.paused
+	b.mu.Unlock()
+	switch {
+	case state == stateRunning && lv != nil:
+		return s.checkpoint(ctx, b, lv)
+	case state == statePaused && paused != "":
+		return paused, nil
+	case state == statePaused:
+		return "", &publicError{status: 409, msg: "the sandbox was paused before this server kept checkpoints: resume it, then snapshot it"}
+	}
+	return "", errNoSandbox
+}
+
 // takeSnapshot keeps b's workspace as tenant's snapshot called name (""
 // for none): a checkpoint of the running sandbox, which runs on, or the
 // paused one's checkpoint.
 func (s *Server) takeSnapshot(ctx context.Context, b *box, name string) (*snapshot, error) {
 	b.life.Lock()
 	defer b.life.Unlock()
-	b.mu.Lock()
-	state, lv, paused := b.state, b.live, b.paused
-	b.mu.Unlock()
-	var digest string
-	switch {
-	case state == stateRunning && lv != nil:
-		var err error
-		if digest, err = s.checkpoint(ctx, b, lv); err != nil {
-			return nil, err
-		}
-	case state == statePaused && paused != "":
-		digest = paused
-	case state == statePaused:
-		return nil, &publicError{status: 409, msg: "the sandbox was paused before this server kept checkpoints: resume it, then snapshot it"}
-	default:
-		return nil, errNoSandbox
+	digest, err := s.workspaceNow(ctx, b)
+	if err != nil {
+		return nil, err
 	}
 	sn := &snapshot{
 		ID: snapshotIDPrefix + randomHex(10), Tenant: b.tenant, Name: name, SandboxID: b.id, Checkpoint: digest,

@@ -7,7 +7,7 @@ const { Sandbox, TimeoutError } = require(process.argv[2])
 async function main() {
   const out = {}
   const first = await Sandbox.create()
-  const sbx = await Sandbox.create()
+  const sbx = await Sandbox.create({ envs: { FORKED: 'env kept' } })
 
   // E2B's user and paths.
   out.whoami = (await sbx.commands.run('whoami; echo "$HOME"; pwd')).stdout
@@ -50,6 +50,20 @@ async function main() {
   await first.kill()
   const err = await cmd.wait().catch((e) => e)
   out.killedDuringRun = [err instanceof TimeoutError, String(err && err.message)]
+  out.forkKilled = await first.fork().then(() => 'forked', (e) => e.name)
+
+  // Forks: copies of the workspace and environment, independent of it
+  // and of each other; a killed sandbox has none.
+  await sbx.files.write('state.txt', 'before fork')
+  const forks = await sbx.fork({ count: 2 })
+  out.forks = []
+  for (const f of forks) {
+    out.forks.push([f.sandboxId !== sbx.sandboxId, await f.files.read('state.txt'), (await f.commands.run('echo $FORKED')).stdout])
+    await f.files.write('state.txt', 'changed in ' + f.sandboxId)
+  }
+  out.forkIDs = new Set(forks.map((f) => f.sandboxId)).size
+  out.afterFork = await sbx.files.read('state.txt')
+  for (const f of forks) await f.kill()
 
   // pause() with the SDK's default (memory kept) pauses the file system;
   // connect resumes it with the home's files.
