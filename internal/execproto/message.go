@@ -306,6 +306,11 @@ type Request struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	Append    bool   `json:"append,omitempty"`
 	Limit     int64  `json:"limit,omitempty"` // read: max bytes; 0 = no limit
+	// XattrPrefix, on a write, replaces the file's user.<XattrPrefix>*
+	// extended attributes with Xattrs (names without "user.", each
+	// starting with XattrPrefix): those not named are removed.
+	XattrPrefix string            `json:"xattr_prefix,omitempty"`
+	Xattrs      map[string]string `json:"xattrs,omitempty"`
 
 	// checkpoint
 	Since    string `json:"since,omitempty"`     // a baseline name (CheckBaseline), or empty for the whole tree
@@ -360,6 +365,9 @@ func (r *Request) Validate() error {
 		return nil
 	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove, OpExport:
 		if err := checkPath(r.Path); err != nil {
+			return fmt.Errorf("%s: %w", r.Op, err)
+		}
+		if err := checkXattrs(r.XattrPrefix, r.Xattrs); err != nil {
 			return fmt.Errorf("%s: %w", r.Op, err)
 		}
 		if r.Limit < 0 {
@@ -533,7 +541,16 @@ type Entry struct {
 	// passwd does (a decimal id where it names none).
 	Owner string `json:"owner,omitempty"`
 	Group string `json:"group,omitempty"`
+	// Xattrs are the file's user.* extended attributes, names without
+	// "user." (at most MaxXattrs, of at most MaxXattrBytes together).
+	Xattrs map[string]string `json:"xattrs,omitempty"`
 }
+
+// Bounds on the extended attributes a request sets or an entry reports.
+const (
+	MaxXattrs     = 64
+	MaxXattrBytes = 4096
+)
 
 // Kinds of WatchEvent.
 const (
@@ -630,4 +647,26 @@ func JSONFrame(t Type, stream uint32, v any) (Frame, error) {
 		return Frame{}, fmt.Errorf("encode %s: %d bytes exceeds frame limit", t, len(p))
 	}
 	return Frame{Type: t, Stream: stream, Payload: p}, nil
+}
+
+// checkXattrs checks a write's extended attributes: each named with
+// prefix (which is needed when any are given), within the bounds.
+func checkXattrs(prefix string, attrs map[string]string) error {
+	if len(attrs) > 0 && prefix == "" {
+		return errors.New("xattrs without a prefix")
+	}
+	if len(attrs) > MaxXattrs {
+		return fmt.Errorf("%d xattrs, at most %d", len(attrs), MaxXattrs)
+	}
+	n := 0
+	for k, v := range attrs {
+		if !strings.HasPrefix(k, prefix) || len(k) == len(prefix) || strings.ContainsRune(k+v, 0) {
+			return fmt.Errorf("xattr %.80q: want a name after %q, without NUL", k, prefix)
+		}
+		n += len("user.") + len(k) + len(v)
+	}
+	if n > MaxXattrBytes {
+		return fmt.Errorf("xattrs of %d bytes, at most %d", n, MaxXattrBytes)
+	}
+	return nil
 }

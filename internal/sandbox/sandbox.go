@@ -353,6 +353,9 @@ type FileInfo struct {
 	// Owner and Group are the names the sandbox's passwd gives the
 	// file's owner and group (decimal ids where it has none).
 	Owner, Group string
+	// Xattrs are the file's user.* extended attributes, names without
+	// "user." (nil for none).
+	Xattrs map[string]string
 }
 
 // WatchOp is the kind of a WatchEvent.
@@ -631,4 +634,26 @@ func WithFileUser(ctx context.Context, user string) context.Context {
 func FileUser(ctx context.Context) string {
 	u, _ := ctx.Value(fileUserKey{}).(string)
 	return u
+}
+
+// writeXattrsKey is the context key of WithWriteXattrs.
+type writeXattrsKey struct{}
+
+type writeXattrs struct {
+	prefix string
+	attrs  map[string]string
+}
+
+// WithWriteXattrs returns ctx for a WriteFile that also replaces the
+// file's user.<prefix>* extended attributes with attrs (names without
+// "user.", each starting with prefix): ones it does not name are removed.
+// A client's metadata on a file travels so (E2B's user.e2b.*).
+func WithWriteXattrs(ctx context.Context, prefix string, attrs map[string]string) context.Context {
+	return context.WithValue(ctx, writeXattrsKey{}, writeXattrs{prefix, attrs})
+}
+
+// WriteXattrs is what WithWriteXattrs put in ctx ("" and nil for none).
+func WriteXattrs(ctx context.Context) (prefix string, attrs map[string]string) {
+	w, _ := ctx.Value(writeXattrsKey{}).(writeXattrs)
+	return w.prefix, w.attrs
 }
