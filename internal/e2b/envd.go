@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -398,9 +399,80 @@ func acceptsGzip(r *http.Request) bool {
 
 // writeInfo is one written file, as envd answers an upload.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// File metadata (envd 0.6.2): an upload's X-Metadata-<key> headers are
+// the file's metadata, kept as its user.e2b.<key> extended attributes;
+// each upload replaces what it had. EntryInfo.metadata reports them,
+// whoever set them.
+const (
+	metadataHeader = "X-Metadata-"
+	metadataXattr  = "e2b." // after "user."
+	// maxMetadataKey is envd's bound: the VFS's 255-byte xattr name less
+	// "user.e2b.".
+	maxMetadataKey = 246
+)
+
+// uploadMetadata reads an upload's metadata from its headers (the first
+// value of each; keys lowercased), checked as envd checks it.
+func uploadMetadata(h http.Header) (map[string]string, error) {
+	var md map[string]string
+	size := 0
+	for name, vals := range h {
+		key, ok := cutPrefixFold(name, metadataHeader)
+		if !ok {
+			continue
+		}
+		key = strings.ToLower(key)
+		v := vals[0]
+		if key == "" || len(key) > maxMetadataKey || !printableASCII(key) || !printableASCII(v) {
+			return nil, fmt.Errorf("metadata %q: keys of 1 to %d and values of printable US-ASCII", clip(key), maxMetadataKey)
+		}
+		size += len("user."+metadataXattr) + len(key) + len(v)
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = v
+	}
+	if size > execproto.MaxXattrBytes {
+		return nil, fmt.Errorf("metadata: %d bytes, at most %d", size, execproto.MaxXattrBytes)
+	}
+	return md, nil
+}
+
+// cutPrefixFold is strings.CutPrefix, ignoring ASCII case.
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// metadataOf is a file's metadata: its user.e2b.* attributes.
+func metadataOf(xattrs map[string]string) map[string]string {
+	var md map[string]string
+	for k, v := range xattrs {
+		if key, ok := strings.CutPrefix(k, metadataXattr); ok && key != "" {
+			if md == nil {
+				md = map[string]string{}
+			}
+			md[key] = v
+		}
+	}
+	return md
 }
 
 // maxUploadParts bounds the files of one multipart upload.
@@ -415,6 +487,16 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 		s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.write", Outcome: outcomeOf(status), Detail: clipDetail(p + ": " + msg)})
 		writeEnvdError(w, status, msg)
 	}
+	md, err := uploadMetadata(r.Header)
+	if err != nil {
+		fail(http.StatusBadRequest, err.Error(), "")
+		return
+	}
+	attrs := make(map[string]string, len(md))
+	for k, v := range md {
+		attrs[metadataXattr+k] = v
+	}
+	wctx := sandbox.WithWriteXattrs(ctx, metadataXattr, attrs)
 	write := func(rawPath string, body io.Reader) bool {
 		p, err := c.resolve(rawPath)
 		if err != nil {
@@ -427,7 +509,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 			fail(status, msg, p)
 			return false
 		}
-		err = c.lv.sb.WriteFile(ctx, p, lim, 0o644)
+		err = c.lv.sb.WriteFile(wctx, p, lim, 0o644)
 		if lim.over {
 			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is over %d bytes, the most an upload takes", s.cfg.MaxFile), p)
 			return false
@@ -438,7 +520,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 			return false
 		}
 		s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.write", Outcome: "ok", Detail: clipDetail(p)})
-		written = append(written, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		written = append(written, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: md})
 		return true
 	}
 	switch mt {

@@ -35,6 +35,8 @@ type entryInfo struct {
 	Group         string  `json:"group,omitempty"`
 	ModifiedTime  string  `json:"modifiedTime,omitempty"`
 	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
+	// Metadata is the file's user.e2b.* attributes (envd 0.6.2).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 type entryResponse struct {
@@ -57,7 +59,7 @@ func entryOf(p string, fi sandbox.FileInfo) entryInfo {
 	// ModeDir with them), the owner and group are names.
 	e := entryInfo{
 		Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode.Perm()),
-		Permissions: fi.Mode.String(), Owner: fi.Owner, Group: fi.Group,
+		Permissions: fi.Mode.String(), Owner: fi.Owner, Group: fi.Group, Metadata: metadataOf(fi.Xattrs),
 	}
 	if fi.Name != "" {
 		e.Name = fi.Name

@@ -27,6 +27,28 @@ async function main() {
   out.symlinkTarget = (await sbx.files.getInfo('link')).symlinkTarget
   out.listedLink = (await sbx.files.list('.')).filter((e) => e.name === 'link').map((e) => e.symlinkTarget)
 
+  // File metadata (envd 0.6.2): on write, in getInfo, list and rename,
+  // replaced by the next write, and set as user.e2b.* xattrs by anyone.
+  const md = { author: 'mish', purpose: 'upload' }
+  out.mdWrite = (await sbx.files.write('m.txt', 'x', { metadata: md })).metadata
+  out.mdInfo = (await sbx.files.getInfo('m.txt')).metadata
+  out.mdOctet = (await sbx.files.write('o.txt', 'x', { metadata: md, useOctetStream: true })).metadata
+  out.mdList = (await sbx.files.list('.')).filter((e) => e.name === 'm.txt').map((e) => e.metadata)
+  out.mdRename = (await sbx.files.rename('m.txt', 'm2.txt')).metadata
+  await sbx.files.write('m2.txt', 'y')
+  out.mdCleared = (await sbx.files.getInfo('m2.txt')).metadata === undefined
+  await sbx.commands.run(`python3 -c "import os; os.setxattr('/home/user/o.txt', 'user.e2b.author', b'other')"`)
+  out.mdXattr = (await sbx.files.getInfo('o.txt')).metadata
+  out.mdBad = await sbx.files.write('bad.txt', 'x', { metadata: { 'bad key': 'v' } }).then(() => 'written', (e) => e.name)
+  // Watch events with entry info (0.6.3) and network mounts allowed (0.6.4).
+  await sbx.files.makeDir('w')
+  let seen
+  const got = new Promise((resolve) => { seen = resolve })
+  const h = await sbx.files.watchDir('w', (ev) => { if (ev.type === 'write' && ev.entry) seen([ev.name, ev.entry.path, ev.entry.type]) }, { includeEntry: true, allowNetworkMounts: true })
+  await sbx.files.write('w/f.txt', 'x')
+  out.watchEntry = await got
+  await h.stop()
+
   // A failed command's error says its status.
   try {
     await sbx.commands.run('exit 3')
