@@ -59,9 +59,10 @@ E2B_API_URL=http://127.0.0.1:3000 E2B_SANDBOX_URL=http://127.0.0.1:49983 E2B_API
 SH
 BIN=$bin T=$t SDK=$sdk KEY=$key OUT=$out unshare --net bash "$t/inner.sh" "$@"
 node -e '
-const runs = [process.argv[1] + ".real", process.argv[1] + ".mocked"].map((f) => require(f));
+const fs = require("fs");
+const runs = [".real", ".mocked"].map((x) => JSON.parse(fs.readFileSync(process.argv[1] + x, "utf8")));
 const all = runs.flatMap((r) => r.testResults.flatMap((f) => f.assertionResults.map((a) => ({ file: f.name, ...a }))));
-require("fs").writeFileSync(process.argv[1], JSON.stringify(all, null, 1));
+fs.writeFileSync(process.argv[1], JSON.stringify(all, null, 1));
 for (const a of all.filter((a) => a.status === "failed"))
   console.log("FAIL", a.file.replace(/.*js-sdk\//, ""), "›", a.fullName, "—", (a.failureMessages[0] || "").split("\n")[0].slice(0, 200));
 const n = (s) => all.filter((a) => a.status === s).length;

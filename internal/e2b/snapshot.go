@@ -60,10 +60,18 @@ func checkSnapshotName(n string) error {
 	if n == "" || len(n) > maxSnapshotName || strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/-") != "" {
 		return fmt.Errorf("name: 1 to %d letters, digits and ._:/-", maxSnapshotName)
 	}
-	if n == DefaultTemplate || strings.HasPrefix(n, snapshotIDPrefix) {
+	if n == DefaultTemplate || isSnapshotID(n) {
 		return fmt.Errorf("name %q: taken by the default template or shaped like a snapshot id", n)
 	}
 	return nil
+}
+
+// isSnapshotID reports whether n has the shape of a snapshot's id:
+// snapshotIDPrefix and 20 lowercase hex digits. Other names that start
+// with the prefix (E2B's own tests call theirs snap-test-…) are free.
+func isSnapshotID(n string) bool {
+	h, ok := strings.CutPrefix(n, snapshotIDPrefix)
+	return ok && len(h) == 20 && strings.Trim(h, "0123456789abcdef") == ""
 }
 
 func (s *Server) snapshotDir() string { return filepath.Join(s.o.StateDir, "snapshots") }
