@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -575,6 +576,9 @@ func setupProc() error {
 			return fmt.Errorf("mask %s: %w", d, err)
 		}
 	}
+	if err := ownBootID(proc); err != nil {
+		return err
+	}
 	for _, d := range procReadOnly {
 		p := filepath.Join(proc, d)
 		if _, err := os.Lstat(p); err != nil {
@@ -583,6 +587,31 @@ func setupProc() error {
 		if err := bind(p, p, true); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ownBootID gives the sandbox a boot id of its own, a random UUID bound
+// over the kernel's: each sandbox is a boot as its programs see it (a
+// resumed sandbox, booted afresh, has a new one, as E2B's resumed
+// sandboxes do), and the host's id, which names its boot, stays out.
+func ownBootID(proc string) error {
+	p := filepath.Join(proc, "sys/kernel/random/boot_id")
+	if _, err := os.Lstat(p); err != nil {
+		return nil
+	}
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80 // version 4, RFC 4122 variant
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
+	f := scratchDir + "/boot_id"
+	if err := os.WriteFile(f, []byte(id), 0o444); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	if err := bind(f, p, true); err != nil {
+		return fmt.Errorf("boot id: %w", err)
 	}
 	return nil
 }

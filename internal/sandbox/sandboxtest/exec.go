@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -376,6 +377,17 @@ func (s *suite) testExec(t *testing.T) {
 			if err := spec.Validate(); err == nil {
 				t.Errorf("Validate(%+v) = nil, want an error", spec.Account)
 			}
+		}
+	})
+
+	t.Run("BootID", func(t *testing.T) {
+		// Each sandbox is a boot of its own; the host's id stays out.
+		t.Parallel()
+		host, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+		a := mustSh(t, sb, "cat /proc/sys/kernel/random/boot_id")
+		b := mustSh(t, s.create(t, sandbox.Spec{}), "cat /proc/sys/kernel/random/boot_id")
+		if len(a) != 37 || a == b || a == string(host) || b == string(host) {
+			t.Errorf("boot ids: %q and %q, host's %q; want two of their own", a, b, host)
 		}
 	})
 
