@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -314,6 +315,25 @@ func TestFiles(t *testing.T) {
 	h.do("POST", h.envdURL+"/files?path=empty", map[string]string{"Content-Type": "application/octet-stream", "X-Access-Token": s.Token, "E2b-Sandbox-Id": s.ID}, strings.NewReader(""))
 	if res := h.do("GET", h.envdURL+"/files?path=empty", hd, nil); res.status != 200 || res.header.Get("Content-Length") != "0" {
 		t.Errorf("empty read = %s %v, want Content-Length 0", res, res.header)
+	}
+	// Metadata envd refuses (the SDK checks it too, but not every
+	// client does): 400, and no file.
+	for _, md := range []map[string]string{
+		{"X-Metadata-Good": "café"}, // not US-ASCII
+		{"X-Metadata-" + strings.Repeat("k", 247): "v"},
+		{"X-Metadata-A": strings.Repeat("v", 4096)},
+	} {
+		up := map[string]string{"Content-Type": "application/octet-stream"}
+		for k, v := range hd {
+			up[k] = v
+		}
+		maps.Copy(up, md)
+		if res := h.do("POST", h.envdURL+"/files?path=md.txt", up, strings.NewReader("x")); res.status != 400 {
+			t.Errorf("upload with metadata %.60v = %s, want 400", md, res)
+		}
+	}
+	if res := h.do("GET", h.envdURL+"/files?path=md.txt", hd, nil); res.status != 404 {
+		t.Errorf("read of a refused upload = %s, want 404", res)
 	}
 	// Oversized upload.
 	big := strings.NewReader(strings.Repeat("x", 65<<10))
