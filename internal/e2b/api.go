@@ -84,6 +84,7 @@ func (s *Server) apiRoutes() http.Handler {
 	handle("POST /sandboxes/{id}/pause", "sandbox.pause", s.handlePause)
 	handle("GET /sandboxes/{id}/metrics", "sandbox.metrics", s.handleMetrics)
 	handle("POST /sandboxes/{id}/snapshots", "snapshot.create", s.handleCreateSnapshot)
+	handle("POST /sandboxes/{id}/fork", "sandbox.fork", s.handleFork)
 	handle("GET /snapshots", "snapshot.list", s.handleListSnapshots)
 	handle("DELETE /templates/{templateID}", "snapshot.delete", s.handleDeleteSnapshot)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
@@ -232,6 +233,9 @@ type detailJSON struct {
 	Domain              string        `json:"domain,omitempty"`
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
+	// PauseKind is set while the sandbox is paused: what the pause kept
+	// (an airlock field; E2B's SDKs ignore it).
+	PauseKind string `json:"pauseKind,omitempty"`
 }
 
 type lifecycleJSON struct {
@@ -274,10 +278,14 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	if b == nil {
 		return errNoSandbox
 	}
-	writeJSON(w, http.StatusOK, detailJSON{
+	d := detailJSON{
 		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
 		AllowInternetAccess: b.internet && needsNetwork(b.template.doc) && s.o.Network != nil, Lifecycle: lifecycleJSON{OnTimeout: "kill"},
-	})
+	}
+	if d.State == statePaused {
+		d.PauseKind = pauseKindFilesystem
+	}
+	writeJSON(w, http.StatusOK, d)
 	return nil
 }
 
@@ -391,9 +399,6 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	if err := readBody(r, &req); err != nil {
 		return err
 	}
-	if req.Memory != nil && *req.Memory {
-		return &publicError{status: 400, msg: "memory: airlock pauses keep the workspace (/workspace), not memory; pause with memory false"}
-	}
 	b := s.lookup(c.p.Tenant, r.PathValue("id"))
 	if b == nil {
 		return errNoSandbox
@@ -401,9 +406,21 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	if err := s.pause(ctx, b); err != nil {
 		return err
 	}
+	// Memory true (the SDK's default) is taken, and answered with what
+	// was kept: airlock's pause is E2B's filesystem-only pause whatever
+	// was asked (docs/e2b.md says why there is no process checkpoint).
+	w.Header().Set(pauseKindHeader, pauseKindFilesystem)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// What a pause keeps, told in the pause response's header and a paused
+// sandbox's getInfo (pauseKind): the workspace's files; running
+// processes, memory and open connections end, and a resume boots afresh.
+const (
+	pauseKindHeader     = "Airlock-Pause-Kind"
+	pauseKindFilesystem = "filesystem"
+)
 
 // List paging.
 const (
@@ -495,8 +512,9 @@ func parseListQuery(q url.Values) (listQuery, error) {
 		lq.startedAfter = t
 	}
 	switch q.Get("order") {
-	case "", "asc":
-	case "desc":
+	case "asc":
+	case "", "desc":
+		// E2B's default: newest first.
 		lq.desc = true
 	default:
 		return lq, errors.New("order: want asc or desc")

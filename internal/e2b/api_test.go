@@ -242,10 +242,18 @@ func TestListPaging(t *testing.T) {
 			t.Fatal("paging does not end")
 		}
 	}
-	slices.Sort(got)
-	slices.Sort(ids)
-	if !slices.Equal(got, ids) {
-		t.Errorf("paged list = %v, want %v", got, ids)
+	// Without an order, newest first, as E2B lists.
+	newest := slices.Clone(ids)
+	slices.Reverse(newest)
+	if !slices.Equal(got, newest) {
+		t.Errorf("paged list = %v, want %v (newest first)", got, newest)
+	}
+	var asc []struct {
+		ID string `json:"sandboxID"`
+	}
+	_ = json.Unmarshal(h.api("alpha", "GET", "/v2/sandboxes?order=asc&metadata="+url.QueryEscape("team="+url.QueryEscape("a b&c")), nil).body, &asc)
+	if len(asc) != 3 || asc[0].ID != ids[0] || asc[2].ID != ids[2] {
+		t.Errorf("list order=asc = %+v, want %v oldest first", asc, ids)
 	}
 	// A token whose time is past int64, or before 1970, was not made
 	// here.

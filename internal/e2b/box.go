@@ -80,6 +80,10 @@ type live struct {
 	// baseline is guarded by the box's life: the sandbox's name of the
 	// tree of the box's last checkpoint ("" when it has none).
 	baseline string
+	// ending is closed (once, by destroy) before the sandbox is
+	// destroyed: a process that ends after it ended with the sandbox.
+	ending   chan struct{}
+	endingMu sync.Once
 }
 
 // newToken returns a fresh access token: 32 random bytes, hex.
@@ -226,6 +230,17 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err != nil {
 		return nil, err
 	}
+	var ckpt, origin string
+	if from != nil {
+		ckpt, origin = from.Checkpoint, "snapshot "+from.ID
+	}
+	return s.start(ctx, tenant, keyID, req, tpl, ckpt, origin)
+}
+
+// start makes and boots a sandbox for tenant from tpl, with the tree of
+// checkpoint ckpt (named origin in errors) in its workspace when ckpt is
+// not "": the second half of create, and each of a fork's sandboxes.
+func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequest, tpl template, ckpt, origin string) (*box, error) {
 	timeout, err := s.timeoutOf(req.Timeout, tpl)
 	if err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
@@ -245,7 +260,7 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 	}
-	b.spec = specOf(tpl.doc)
+	b.spec = withAccount(specOf(tpl.doc))
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
 	}
@@ -256,20 +271,19 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	b.life.Lock()
 	defer b.life.Unlock()
 	t0 := s.now()
-	lv, err := s.boot(ctx, b, from != nil)
+	lv, err := s.boot(ctx, b, ckpt != "")
 	if err != nil {
 		s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the sandbox did not boot"})
 		return nil, err
 	}
-	var restored string
-	if from != nil {
-		if err := s.restoreCheckpoint(ctx, b, lv, from.Checkpoint); err != nil {
+	if ckpt != "" {
+		if err := s.restoreCheckpoint(ctx, b, lv, ckpt); err != nil {
 			s.destroy(ctx, lv)
-			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the snapshot's workspace was not restored"})
-			return nil, fmt.Errorf("e2b: create sandbox %s from snapshot %s: %w", b.id, from.ID, err)
+			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the workspace of " + origin + " was not restored"})
+			return nil, fmt.Errorf("e2b: create sandbox %s from %s: %w", b.id, origin, err)
 		}
-		restored = from.Checkpoint
 	}
+	restored := ckpt
 	now := s.now()
 	b.rec.add(event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: restored, DurationMS: now.Sub(t0).Milliseconds()}, now)
 	b.meter = meterState{at: now}
@@ -411,12 +425,13 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 		release()
 		return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
 	}
-	return &live{sb: sb, release: release, procs: newProcTable()}, nil
+	return &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}, nil
 }
 
 // destroy ends a boot: its sandbox (every process in it), then its
 // network.
 func (s *Server) destroy(ctx context.Context, lv *live) {
+	lv.endingMu.Do(func() { close(lv.ending) })
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := lv.sb.Destroy(dctx); err != nil {

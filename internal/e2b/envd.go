@@ -18,11 +18,32 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
-// Homedir is where an E2B client's relative paths and commands land:
-// airlock's workspace, the one directory a pause keeps.
-const Homedir = "/workspace"
+// Homedir is where an E2B client's relative paths and commands land, as
+// in E2B's sandboxes: the home of the user user, which in an E2B
+// sandbox is airlock's workspace (bound at /home/user; /workspace shows
+// the same files), the one directory a pause keeps.
+const Homedir = "/home/user"
+
+// rootHome is root's home, where root's relative paths land: a scratch
+// directory that a pause does not keep.
+const rootHome = "/root"
+
+// e2bAccount is the sandbox user E2B clients expect: user, whose home
+// is the workspace, and root in /root.
+var e2bAccount = sandbox.Account{Name: "user", Home: Homedir, HomeIsWorkspace: true, RootHome: true}
+
+// withAccount makes spec an E2B sandbox's: its user is e2bAccount, and
+// commands run in its home.
+func withAccount(spec sandbox.Spec) sandbox.Spec {
+	spec.Account = e2bAccount
+	spec.Dir = Homedir
+	return spec
+}
 
 // envdCall is an authenticated data-plane request.
 type envdCall struct {
@@ -102,13 +123,25 @@ func writeEnvdError(w http.ResponseWriter, status int, msg string) {
 // serveEnvd routes and authenticates a data-plane request.
 func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	id, port, ok := s.route(r)
-	if !ok && r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" {
+	signed := r.URL.Path == "/files" && r.URL.Query().Get("signature") != "" && r.Header.Get("X-Access-Token") == ""
+	if signed && s.signatureExpired(r) {
+		// As envd answers; it tells nothing of any sandbox.
+		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: "expired signature"})
+		writeEnvdError(w, http.StatusUnauthorized, "signature is already expired")
+		return
+	}
+	if !ok && signed {
 		// A signed upload or download URL carries no sandbox identity
 		// when the client uses E2B_SANDBOX_URL: the signature, which only
-		// the token's holder can make, names the sandbox.
-		if b := s.bySignature(r); b != nil {
-			id, port, ok = b.id, EnvdPort, true
+		// the token's holder can make, names the sandbox. One that names
+		// none is envd's 401 (no sandbox was named, so none is told of).
+		b := s.bySignature(r)
+		if b == nil {
+			s.audit.record(Record{Op: "envd", Outcome: "refused", Detail: "invalid signature"})
+			writeEnvdError(w, http.StatusUnauthorized, "invalid signature")
+			return
 		}
+		id, port, ok = b.id, EnvdPort, true
 	}
 	if !ok {
 		s.audit.record(Record{Op: "envd", Outcome: "no_route"})
@@ -142,6 +175,10 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := envdCall{b: b, lv: lv, user: user}
+	if user != "" {
+		// File operations act as the user asked, as envd's do.
+		r = r.WithContext(sandbox.WithFileUser(r.Context(), user))
+	}
 	switch p := r.URL.Path; {
 	case p == "/health":
 		w.WriteHeader(http.StatusNoContent)
@@ -204,6 +241,17 @@ func (s *Server) signatureOK(r *http.Request, b *box) bool {
 	return subtle.ConstantTimeCompare([]byte(sig), []byte(want)) == 1
 }
 
+// signatureExpired reports whether r's URL signature has an expiration
+// that has passed (or is not a number).
+func (s *Server) signatureExpired(r *http.Request) bool {
+	exp := r.URL.Query().Get("signature_expiration")
+	if exp == "" {
+		return false
+	}
+	n, err := strconv.ParseInt(exp, 10, 64)
+	return err != nil || s.now().Unix() > n
+}
+
 // bySignature finds the running sandbox whose token signs r.
 func (s *Server) bySignature(r *http.Request) *box {
 	s.mu.Lock()
@@ -237,9 +285,18 @@ func userOf(r *http.Request) (string, error) {
 	return "", fmt.Errorf("user %q: this sandbox has the users user (the default) and root", clip(u))
 }
 
+// resolve makes a client's path absolute, as the user c acts as sees it.
+func (c envdCall) resolve(p string) (string, error) {
+	home := Homedir
+	if c.user == "root" {
+		home = rootHome
+	}
+	return resolvePath(p, home)
+}
+
 // resolvePath makes a client's path absolute: relative ones and ~ are
-// under Homedir.
-func resolvePath(p string) (string, error) {
+// under home.
+func resolvePath(p, home string) (string, error) {
 	if p == "" {
 		return "", errors.New("path: required")
 	}
@@ -248,11 +305,11 @@ func resolvePath(p string) (string, error) {
 	}
 	switch {
 	case p == "~":
-		p = Homedir
+		p = home
 	case strings.HasPrefix(p, "~/"):
-		p = path.Join(Homedir, p[2:])
+		p = path.Join(home, p[2:])
 	case !path.IsAbs(p):
-		p = path.Join(Homedir, p)
+		p = path.Join(home, p)
 	}
 	return path.Clean(p), nil
 }
@@ -282,7 +339,7 @@ func isNoSpace(err error) bool {
 }
 
 func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCall) {
-	p, err := resolvePath(r.URL.Query().Get("path"))
+	p, err := c.resolve(r.URL.Query().Get("path"))
 	if err != nil {
 		writeEnvdError(w, http.StatusBadRequest, err.Error())
 		return
@@ -342,9 +399,80 @@ func acceptsGzip(r *http.Request) bool {
 
 // writeInfo is one written file, as envd answers an upload.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// File metadata (envd 0.6.2): an upload's X-Metadata-<key> headers are
+// the file's metadata, kept as its user.e2b.<key> extended attributes;
+// each upload replaces what it had. EntryInfo.metadata reports them,
+// whoever set them.
+const (
+	metadataHeader = "X-Metadata-"
+	metadataXattr  = "e2b." // after "user."
+	// maxMetadataKey is envd's bound: the VFS's 255-byte xattr name less
+	// "user.e2b.".
+	maxMetadataKey = 246
+)
+
+// uploadMetadata reads an upload's metadata from its headers (the first
+// value of each; keys lowercased), checked as envd checks it.
+func uploadMetadata(h http.Header) (map[string]string, error) {
+	var md map[string]string
+	size := 0
+	for name, vals := range h {
+		key, ok := cutPrefixFold(name, metadataHeader)
+		if !ok {
+			continue
+		}
+		key = strings.ToLower(key)
+		v := vals[0]
+		if key == "" || len(key) > maxMetadataKey || !printableASCII(key) || !printableASCII(v) {
+			return nil, fmt.Errorf("metadata %q: keys of 1 to %d and values of printable US-ASCII", clip(key), maxMetadataKey)
+		}
+		size += len("user."+metadataXattr) + len(key) + len(v)
+		if md == nil {
+			md = map[string]string{}
+		}
+		md[key] = v
+	}
+	if size > execproto.MaxXattrBytes {
+		return nil, fmt.Errorf("metadata: %d bytes, at most %d", size, execproto.MaxXattrBytes)
+	}
+	return md, nil
+}
+
+// cutPrefixFold is strings.CutPrefix, ignoring ASCII case.
+func cutPrefixFold(s, prefix string) (string, bool) {
+	if len(s) < len(prefix) || !strings.EqualFold(s[:len(prefix)], prefix) {
+		return s, false
+	}
+	return s[len(prefix):], true
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// metadataOf is a file's metadata: its user.e2b.* attributes.
+func metadataOf(xattrs map[string]string) map[string]string {
+	var md map[string]string
+	for k, v := range xattrs {
+		if key, ok := strings.CutPrefix(k, metadataXattr); ok && key != "" {
+			if md == nil {
+				md = map[string]string{}
+			}
+			md[key] = v
+		}
+	}
+	return md
 }
 
 // maxUploadParts bounds the files of one multipart upload.
@@ -359,8 +487,18 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 		s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.write", Outcome: outcomeOf(status), Detail: clipDetail(p + ": " + msg)})
 		writeEnvdError(w, status, msg)
 	}
+	md, err := uploadMetadata(r.Header)
+	if err != nil {
+		fail(http.StatusBadRequest, err.Error(), "")
+		return
+	}
+	attrs := make(map[string]string, len(md))
+	for k, v := range md {
+		attrs[metadataXattr+k] = v
+	}
+	wctx := sandbox.WithWriteXattrs(ctx, metadataXattr, attrs)
 	write := func(rawPath string, body io.Reader) bool {
-		p, err := resolvePath(rawPath)
+		p, err := c.resolve(rawPath)
 		if err != nil {
 			fail(http.StatusBadRequest, err.Error(), rawPath)
 			return false
@@ -371,7 +509,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 			fail(status, msg, p)
 			return false
 		}
-		err = c.lv.sb.WriteFile(ctx, p, lim, 0o644)
+		err = c.lv.sb.WriteFile(wctx, p, lim, 0o644)
 		if lim.over {
 			fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is over %d bytes, the most an upload takes", s.cfg.MaxFile), p)
 			return false
@@ -382,7 +520,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 			return false
 		}
 		s.audit.record(Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.write", Outcome: "ok", Detail: clipDetail(p)})
-		written = append(written, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		written = append(written, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: md})
 		return true
 	}
 	switch mt {

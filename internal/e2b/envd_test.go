@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -108,8 +109,8 @@ func TestProcessStart(t *testing.T) {
 			"cmd": "/bin/sh", "args": []string{"-c", "echo $FOO $FROM_CREATE; pwd"},
 			"envs": map[string]string{"FOO": "bar"}, "cwd": "/tmp",
 		}, "stdin": false}, "bar c1\n/tmp\n", "", 0},
-		{"default cwd is the workspace", bash("pwd"), "/workspace\n", "", 0},
-		{"root", bash("id -u"), "0\n", "", 0},
+		{"E2B's user, home and cwd", bash(`id -un; echo "$HOME"; pwd; echo x > f; cat /workspace/f`), "user\n/home/user\n/home/user\nx\n", "", 0},
+		{"root", bash(`id -u; echo "$HOME"; pwd`), "0\n/root\n/root\n", "", 0},
 		{"no network by default", bash("curl -sS --max-time 5 http://example.com >/dev/null 2>&1 || echo refused"), "refused\n", "", 0},
 	}
 	for _, tt := range tests {
@@ -277,7 +278,7 @@ func TestFiles(t *testing.T) {
 	res := h.do("POST", h.envdURL+"/files", up, &mp)
 	var infos []struct{ Name, Type, Path string }
 	_ = json.Unmarshal(res.body, &infos)
-	if res.status != 200 || len(infos) != 2 || infos[0].Path != "/workspace/dir/sub/a.txt" || infos[1].Path != "/tmp/b.bin" || infos[0].Type != "file" {
+	if res.status != 200 || len(infos) != 2 || infos[0].Path != "/home/user/dir/sub/a.txt" || infos[1].Path != "/tmp/b.bin" || infos[0].Type != "file" {
 		t.Fatalf("multipart upload = %s", res)
 	}
 	// Octet-stream, gzip-encoded.
@@ -315,6 +316,25 @@ func TestFiles(t *testing.T) {
 	if res := h.do("GET", h.envdURL+"/files?path=empty", hd, nil); res.status != 200 || res.header.Get("Content-Length") != "0" {
 		t.Errorf("empty read = %s %v, want Content-Length 0", res, res.header)
 	}
+	// Metadata envd refuses (the SDK checks it too, but not every
+	// client does): 400, and no file.
+	for _, md := range []map[string]string{
+		{"X-Metadata-Good": "café"}, // not US-ASCII
+		{"X-Metadata-" + strings.Repeat("k", 247): "v"},
+		{"X-Metadata-A": strings.Repeat("v", 4096)},
+	} {
+		up := map[string]string{"Content-Type": "application/octet-stream"}
+		for k, v := range hd {
+			up[k] = v
+		}
+		maps.Copy(up, md)
+		if res := h.do("POST", h.envdURL+"/files?path=md.txt", up, strings.NewReader("x")); res.status != 400 {
+			t.Errorf("upload with metadata %.60v = %s, want 400", md, res)
+		}
+	}
+	if res := h.do("GET", h.envdURL+"/files?path=md.txt", hd, nil); res.status != 404 {
+		t.Errorf("read of a refused upload = %s, want 404", res)
+	}
 	// Oversized upload.
 	big := strings.NewReader(strings.Repeat("x", 65<<10))
 	octPlain := map[string]string{"Content-Type": "application/octet-stream"}
@@ -337,13 +357,16 @@ func TestFiles(t *testing.T) {
 	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), nil, nil); res.status != 200 || string(res.body) != "zipped\n" {
 		t.Errorf("signed download = %s", res)
 	}
+	// A bad or expired signature is envd's 401, with its message.
 	q.Set("signature", sig("z.txt", "write", ""))
-	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), nil, nil); res.status == 200 {
-		t.Errorf("download signed for write = %s, want refused", res)
+	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), nil, nil); res.status != 401 || string(res.body) != `{"message":"invalid signature","code":401}` {
+		t.Errorf("download signed for write = %s, want 401 invalid signature", res)
 	}
 	q = url.Values{"path": {"z.txt"}, "signature": {sig("z.txt", "read", "1")}, "signature_expiration": {"1"}}
-	if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), map[string]string{"E2b-Sandbox-Id": s.ID}, nil); res.status != 502 {
-		t.Errorf("expired signature = %s, want 502", res)
+	for _, hd := range []map[string]string{nil, {"E2b-Sandbox-Id": s.ID}, {"E2b-Sandbox-Id": "sb-nonesuch"}} {
+		if res := h.do("GET", h.envdURL+"/files?"+q.Encode(), hd, nil); res.status != 401 || string(res.body) != `{"message":"signature is already expired","code":401}` {
+			t.Errorf("expired signature (headers %v) = %s, want 401 signature is already expired", hd, res)
+		}
 	}
 
 	// The filesystem service.
@@ -356,11 +379,11 @@ func TestFiles(t *testing.T) {
 		{"Stat", map[string]any{"path": "dir/sub/a.txt"}, 200, `"type":"FILE_TYPE_FILE"`},
 		{"Stat", map[string]any{"path": "dir/sub/a.txt"}, 200, `"size":"6"`},
 		{"Stat", map[string]any{"path": "nope"}, 404, `"not_found"`},
-		{"ListDir", map[string]any{"path": "dir", "depth": 2}, 200, `"path":"/workspace/dir/sub/a.txt"`},
+		{"ListDir", map[string]any{"path": "dir", "depth": 2}, 200, `"path":"/home/user/dir/sub/a.txt"`},
 		{"ListDir", map[string]any{"path": "/workspace"}, 200, `"FILE_TYPE_DIRECTORY"`},
-		{"MakeDir", map[string]any{"path": "new/deep"}, 200, `"path":"/workspace/new/deep"`},
+		{"MakeDir", map[string]any{"path": "new/deep"}, 200, `"path":"/home/user/new/deep"`},
 		{"MakeDir", map[string]any{"path": "new/deep"}, 409, `"already_exists"`},
-		{"Move", map[string]any{"source": "z.txt", "destination": "moved/z.txt"}, 200, `"path":"/workspace/moved/z.txt"`},
+		{"Move", map[string]any{"source": "z.txt", "destination": "moved/z.txt"}, 200, `"path":"/home/user/moved/z.txt"`},
 		{"Stat", map[string]any{"path": "z.txt"}, 404, `"not_found"`},
 		{"Remove", map[string]any{"path": "dir"}, 200, `{}`},
 		{"Stat", map[string]any{"path": "dir"}, 404, `"not_found"`},

@@ -35,6 +35,8 @@ type entryInfo struct {
 	Group         string  `json:"group,omitempty"`
 	ModifiedTime  string  `json:"modifiedTime,omitempty"`
 	SymlinkTarget *string `json:"symlinkTarget,omitempty"`
+	// Metadata is the file's user.e2b.* attributes (envd 0.6.2).
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 type entryResponse struct {
@@ -53,9 +55,11 @@ const (
 
 // entryOf describes fi, found at p.
 func entryOf(p string, fi sandbox.FileInfo) entryInfo {
+	// As envd: mode is the permission bits alone (0o755, not Go's
+	// ModeDir with them), the owner and group are names.
 	e := entryInfo{
-		Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode),
-		Permissions: fi.Mode.String(),
+		Name: path.Base(p), Path: p, Size: strconv.FormatInt(fi.Size, 10), Mode: uint32(fi.Mode.Perm()),
+		Permissions: fi.Mode.String(), Owner: fi.Owner, Group: fi.Group, Metadata: metadataOf(fi.Xattrs),
 	}
 	if fi.Name != "" {
 		e.Name = fi.Name
@@ -63,7 +67,12 @@ func entryOf(p string, fi sandbox.FileInfo) entryInfo {
 	switch {
 	case fi.Mode&fs.ModeSymlink != 0:
 		e.Type = "FILE_TYPE_SYMLINK"
+		// envd gives the target as an absolute path: a relative one is
+		// taken from the link's directory.
 		link := fi.Link
+		if link != "" && !path.IsAbs(link) {
+			link = path.Join(path.Dir(p), link)
+		}
 		e.SymlinkTarget = &link
 	case fi.Mode.IsDir():
 		e.Type = "FILE_TYPE_DIRECTORY"
@@ -115,7 +124,7 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 			if err := decodeMessage(body, &req); err != nil {
 				return nil, err
 			}
-			p, err := resolvePath(req.Path)
+			p, err := c.resolve(req.Path)
 			if err != nil {
 				return nil, rpcErrorf(codeInvalidArgument, "%s", err.Error())
 			}
@@ -181,8 +190,8 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 			if err := decodeMessage(body, &req); err != nil {
 				return nil, err
 			}
-			src, err1 := resolvePath(req.Source)
-			dst, err2 := resolvePath(req.Destination)
+			src, err1 := c.resolve(req.Source)
+			dst, err2 := c.resolve(req.Destination)
 			if err := errors.Join(err1, err2); err != nil {
 				return nil, rpcErrorf(codeInvalidArgument, "%s", err.Error())
 			}

@@ -120,7 +120,7 @@ func FuzzResolvePath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		got, err := resolvePath(p)
+		got, err := resolvePath(p, Homedir)
 		if err != nil {
 			return
 		}

@@ -18,14 +18,16 @@ func TestPauseResume(t *testing.T) {
 	if res := h.do("POST", h.envdURL+"/files?path=keep/me.txt", oct, strings.NewReader("kept\n")); res.status != 200 {
 		t.Fatalf("write: %s", res)
 	}
-	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{"memory": true}); res.status != 400 {
-		t.Errorf("pause keeping memory = %s, want 400", res)
-	}
-	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 204 {
-		t.Fatalf("pause: %s", res)
+	// The SDK's default, memory true, pauses the file system and says so.
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{"memory": true}); res.status != 204 || res.header.Get("Airlock-Pause-Kind") != "filesystem" {
+		t.Fatalf("pause keeping memory = %s (Airlock-Pause-Kind %q), want 204 and filesystem", res, res.header.Get("Airlock-Pause-Kind"))
 	}
 	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 409 || !strings.Contains(string(res.body), `"code":409`) {
 		t.Errorf("second pause = %s, want 409 with code 409", res)
+	}
+	var info struct{ State, PauseKind string }
+	if res := h.api("alpha", "GET", "/sandboxes/"+s.ID, nil); json.Unmarshal(res.body, &info) != nil || info.State != "paused" || info.PauseKind != "filesystem" {
+		t.Errorf("info of the paused sandbox = %s, want state paused and pauseKind filesystem", res)
 	}
 	if res := h.do("GET", h.envdURL+"/health", envdHeaders(s), nil); res.status != 502 {
 		t.Errorf("health while paused = %s, want 502", res)

@@ -445,9 +445,9 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 		return rpcErrorf(codeInvalidArgument, "process.cmd: required")
 	}
 	cfg := *req.Process
-	dir := Homedir
+	dir, _ := c.resolve("~") // envd's default: the user's home
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
-		d, err := resolvePath(*cfg.Cwd)
+		d, err := c.resolve(*cfg.Cwd)
 		if err != nil {
 			return rpcErrorf(codeInvalidArgument, "cwd: %s", err.Error())
 		}
@@ -610,10 +610,18 @@ func endOf(res sandbox.Result, err error, clientDeadline bool) (endEvent, *rpcEr
 		return endEvent{}, rpcErrorf(codeUnavailable, "the sandbox was lost while the command ran")
 	}
 	switch res.Outcome {
+	// As envd (Go's os/exec): a failed command's error is its status,
+	// which the SDK's CommandExitError takes as its message.
 	case sandbox.OutcomeExited:
-		return endEvent{ExitCode: int32(res.ExitCode), Exited: true, Status: "exit status " + strconv.Itoa(res.ExitCode)}, nil
+		e := endEvent{ExitCode: int32(res.ExitCode), Exited: true, Status: "exit status " + strconv.Itoa(res.ExitCode)}
+		if res.ExitCode != 0 {
+			e.Error = &e.Status
+		}
+		return e, nil
 	case sandbox.OutcomeSignaled:
-		return endEvent{ExitCode: -1, Status: "signal: " + unix.Signal(res.Signal).String()}, nil
+		e := endEvent{ExitCode: -1, Status: "signal: " + unix.Signal(res.Signal).String()}
+		e.Error = &e.Status
+		return e, nil
 	case sandbox.OutcomeTimeout:
 		if clientDeadline {
 			return endEvent{}, rpcErrorf(codeDeadlineExceeded, "the command ran past the request's timeout and was killed")
@@ -680,6 +688,9 @@ func (s *Server) pump(ctx context.Context, r *http.Request, c envdCall, p *proc,
 			err = st.send(eventMessage{Event: processEvent{Data: d}})
 			tick.Reset(every)
 		case <-p.done:
+			if isDone(c.lv.ending) {
+				return errSandboxGone // ended by the sandbox's end
+			}
 			if p.endErr != nil {
 				return p.endErr
 			}
@@ -691,14 +702,9 @@ func (s *Server) pump(ctx context.Context, r *http.Request, c envdCall, p *proc,
 		case <-tick.C:
 			err = st.send(eventMessage{Event: processEvent{Keepalive: &struct{}{}}})
 		case <-gone:
-			// The process's end follows the sandbox's; prefer it.
-			select {
-			case <-p.done:
-				gone = nil
-				continue
-			case <-time.After(5 * time.Second):
-			}
-			return rpcErrorf(codeUnavailable, "the sandbox is gone")
+			return errSandboxGone
+		case <-c.lv.ending:
+			return errSandboxGone
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return rpcErrorf(codeDeadlineExceeded, "the stream reached its timeout")
@@ -769,5 +775,16 @@ func (s *Server) streamCall(w http.ResponseWriter, r *http.Request, f func(ctx c
 		_ = st.end(requestError(err))
 		return
 	}
-	_ = st.end(f(r.Context(), msg, st))
+	rerr := f(r.Context(), msg, st)
+	if rerr == errSandboxGone {
+		// As envd's stream ends when its VM does: the connection drops
+		// mid-stream, and the SDK, finding the sandbox gone (/health is
+		// 502), says it was killed or reached its end of life.
+		panic(http.ErrAbortHandler)
+	}
+	_ = st.end(rerr)
 }
+
+// errSandboxGone ends a stream whose sandbox ended under it: streamCall
+// drops its connection rather than ending it.
+var errSandboxGone = &rpcError{Code: codeUnavailable, Message: "the sandbox is gone"}

@@ -293,7 +293,7 @@ func TestRecordBatching(t *testing.T) {
 	}
 	var want []string
 	for i := range n {
-		want = append(want, "/workspace/f"+strconv.Itoa(i))
+		want = append(want, "/home/user/f"+strconv.Itoa(i))
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("stat ops = %v\nwant %v", got, want)

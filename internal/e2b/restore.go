@@ -278,7 +278,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if ps.Snapshot != "" {
 		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
 	}
-	b.spec = specOf(tpl.doc)
+	b.spec = withAccount(specOf(tpl.doc))
 	if err := b.spec.Validate(); err != nil {
 		return err
 	}

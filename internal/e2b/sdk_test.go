@@ -154,7 +154,7 @@ func TestSDK(t *testing.T) {
 					t.Errorf("%s: %+v", what, r)
 				}
 			}
-			check("stdout", r.Stdout == "hi from /workspace\n42\n" && r.Streamed == r.Stdout)
+			check("stdout", r.Stdout == "hi from /home/user\n42\n" && r.Streamed == r.Stdout)
 			check("stderr", r.Stderr == "err\n")
 			check("exit code", r.ExitCode == 0)
 			check("non-zero exit", r.Failed.Name == "CommandExitError" && r.Failed.ExitCode == 3 && r.Failed.Stdout == "partial\n")

@@ -21,10 +21,13 @@ import (
 )
 
 // EnvdVersion is the envd version this server reports. The SDKs switch
-// features on it: 0.5.7 means the default user is chosen server-side,
-// stdin may be off, stdin can be closed, and uploads may be
-// octet-stream; file metadata (0.6.2) is not offered.
-const EnvdVersion = "0.5.7"
+// features on it, and every one up to it is served: the default user is
+// chosen server-side (0.4.0), stdin may be off (0.3.0) and closed (0.5.2),
+// uploads may be octet-stream (0.5.7), files carry metadata (0.6.2),
+// watch events may carry entry info (0.6.3), and a watch may allow
+// network mounts (0.6.4; a sandbox has none, so the flag changes
+// nothing).
+const EnvdVersion = "0.6.4"
 
 // EnvdPort is the port the SDKs address envd on.
 const EnvdPort = 49983

@@ -60,10 +60,18 @@ func checkSnapshotName(n string) error {
 	if n == "" || len(n) > maxSnapshotName || strings.Trim(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:/-") != "" {
 		return fmt.Errorf("name: 1 to %d letters, digits and ._:/-", maxSnapshotName)
 	}
-	if n == DefaultTemplate || strings.HasPrefix(n, snapshotIDPrefix) {
+	if n == DefaultTemplate || isSnapshotID(n) {
 		return fmt.Errorf("name %q: taken by the default template or shaped like a snapshot id", n)
 	}
 	return nil
+}
+
+// isSnapshotID reports whether n has the shape of a snapshot's id:
+// snapshotIDPrefix and 20 lowercase hex digits. Other names that start
+// with the prefix (E2B's own tests call theirs snap-test-…) are free.
+func isSnapshotID(n string) bool {
+	h, ok := strings.CutPrefix(n, snapshotIDPrefix)
+	return ok && len(h) == 20 && strings.Trim(h, "0123456789abcdef") == ""
 }
 
 func (s *Server) snapshotDir() string { return filepath.Join(s.o.StateDir, "snapshots") }
@@ -160,28 +168,33 @@ func (s *Server) snapshotTemplate(sn *snapshot) (template, error) {
 	return tpl, nil
 }
 
+// workspaceNow returns the digest of a checkpoint of b's workspace as it
+// is: a new one of the running sandbox, which runs on, or the paused
+// one's. Preconditions: b.life held.
+func (s *Server) workspaceNow(ctx context.Context, b *box) (string, error) {
+	b.mu.Lock()
+	state, lv, paused := b.state, b.live, b.paused
+	b.mu.Unlock()
+	switch {
+	case state == stateRunning && lv != nil:
+		return s.checkpoint(ctx, b, lv)
+	case state == statePaused && paused != "":
+		return paused, nil
+	case state == statePaused:
+		return "", &publicError{status: 409, msg: "the sandbox was paused before this server kept checkpoints: resume it, then snapshot it"}
+	}
+	return "", errNoSandbox
+}
+
 // takeSnapshot keeps b's workspace as tenant's snapshot called name (""
 // for none): a checkpoint of the running sandbox, which runs on, or the
 // paused one's checkpoint.
 func (s *Server) takeSnapshot(ctx context.Context, b *box, name string) (*snapshot, error) {
 	b.life.Lock()
 	defer b.life.Unlock()
-	b.mu.Lock()
-	state, lv, paused := b.state, b.live, b.paused
-	b.mu.Unlock()
-	var digest string
-	switch {
-	case state == stateRunning && lv != nil:
-		var err error
-		if digest, err = s.checkpoint(ctx, b, lv); err != nil {
-			return nil, err
-		}
-	case state == statePaused && paused != "":
-		digest = paused
-	case state == statePaused:
-		return nil, &publicError{status: 409, msg: "the sandbox was paused before this server kept checkpoints: resume it, then snapshot it"}
-	default:
-		return nil, errNoSandbox
+	digest, err := s.workspaceNow(ctx, b)
+	if err != nil {
+		return nil, err
 	}
 	sn := &snapshot{
 		ID: snapshotIDPrefix + randomHex(10), Tenant: b.tenant, Name: name, SandboxID: b.id, Checkpoint: digest,

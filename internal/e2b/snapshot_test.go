@@ -194,7 +194,13 @@ func TestSnapshots(t *testing.T) {
 	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/snapshots", map[string]any{"name": "team/base:v1"}); res.status != 409 {
 		t.Errorf("a second snapshot called the same = %s, want 409", res)
 	}
-	for _, bad := range []string{"base", "snap-x", "a b", strings.Repeat("x", 129)} {
+	// E2B's own tests name theirs snap-test-…: only an id's shape is taken.
+	if sn := h.snapshot("alpha", s.ID, map[string]any{"name": "snap-test-1"}); len(sn.Names) != 1 || sn.Names[0] != "snap-test-1" {
+		t.Errorf("snapshot called snap-test-1 = %+v", sn)
+	} else if res := h.api("alpha", "DELETE", "/templates/snap-test-1", nil); res.status/100 != 2 {
+		t.Errorf("delete snap-test-1 = %s", res)
+	}
+	for _, bad := range []string{"base", "snap-0123456789abcdef0123", "a b", strings.Repeat("x", 129)} {
 		if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/snapshots", map[string]any{"name": bad}); res.status != 400 {
 			t.Errorf("snapshot called %q = %s, want 400", bad, res)
 		}

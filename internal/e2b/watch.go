@@ -137,7 +137,7 @@ func (s *Server) serveWatch(w http.ResponseWriter, r *http.Request, c envdCall, 
 			if err := decodeMessage(body, &req); err != nil {
 				return nil, err
 			}
-			p, err := resolvePath(req.Path)
+			p, err := c.resolve(req.Path)
 			if err != nil {
 				return nil, rpcErrorf(codeInvalidArgument, "%s", err.Error())
 			}
@@ -186,7 +186,7 @@ func (s *Server) watchDir(ctx context.Context, r *http.Request, c envdCall, msg 
 	if err := decodeMessage(msg, &req); err != nil {
 		return err
 	}
-	p, err := resolvePath(req.Path)
+	p, err := c.resolve(req.Path)
 	if err != nil {
 		return rpcErrorf(codeInvalidArgument, "%s", err.Error())
 	}

@@ -68,6 +68,13 @@ type Setup struct {
 	EtcFiles []string `json:"etc_files,omitempty"`
 	// Workspace describes /workspace.
 	Workspace Workspace `json:"workspace"`
+	// WorkspaceAlias, when set, is a directory of /home where the
+	// workspace is bound a second time (a user's home that is the
+	// workspace); it is as writable as /workspace.
+	WorkspaceAlias string `json:"workspace_alias,omitempty"`
+	// RootHome gives root a writable scratch home at /root (in the
+	// writable layers' quota) when root is not the default user.
+	RootHome bool `json:"root_home,omitempty"`
 	// Mounts are extra binds, in order.
 	Mounts []Mount `json:"mounts,omitempty"`
 	// DiskBytes caps each writable layer: the scratch tmpfs (workspace upper
@@ -212,6 +219,9 @@ func (s *Setup) Validate() error {
 	default:
 		add(fmt.Errorf("workspace: unknown mode %.20q", s.Workspace.Mode))
 	}
+	if a := s.WorkspaceAlias; a != "" && (checkPath(a) != nil || path.Clean(a) != a || path.Dir(a) != "/home") {
+		add(fmt.Errorf("workspace alias %.80q: want a directory of /home", a))
+	}
 	for i, m := range s.Mounts {
 		add(source(fmt.Sprintf("mount %d", i), m.FD, m.Source, false))
 		if err := checkPath(m.Target); err != nil || path.Clean(m.Target) != m.Target || m.Target == "/" {
@@ -277,16 +287,18 @@ type Request struct {
 	Op string `json:"op"`
 
 	// exec
-	Argv      []string `json:"argv,omitempty"`
-	Env       []string `json:"env,omitempty"`
-	Dir       string   `json:"dir,omitempty"`
-	User      string   `json:"user,omitempty"` // name or decimal uid; empty = the default user
-	TTY       bool     `json:"tty,omitempty"`
-	Rows      uint16   `json:"rows,omitempty"`
-	Cols      uint16   `json:"cols,omitempty"`
-	Stdin     bool     `json:"stdin,omitempty"`      // the host will send stdin data; otherwise stdin is /dev/null
-	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0 = none
-	MaxOutput int64    `json:"max_output,omitempty"` // stdout+stderr bytes; 0 = none
+	Argv []string `json:"argv,omitempty"`
+	Env  []string `json:"env,omitempty"`
+	Dir  string   `json:"dir,omitempty"`
+	// User runs the command, or for a file operation is the identity it
+	// acts with: a name or decimal uid; empty = the default user.
+	User      string `json:"user,omitempty"`
+	TTY       bool   `json:"tty,omitempty"`
+	Rows      uint16 `json:"rows,omitempty"`
+	Cols      uint16 `json:"cols,omitempty"`
+	Stdin     bool   `json:"stdin,omitempty"`      // the host will send stdin data; otherwise stdin is /dev/null
+	TimeoutMS int64  `json:"timeout_ms,omitempty"` // 0 = none
+	MaxOutput int64  `json:"max_output,omitempty"` // stdout+stderr bytes; 0 = none
 	// Fingerprint, when set, names a tree whose fingerprint the result
 	// carries, taken when the command has ended (see Result.Fingerprint).
 	Fingerprint string `json:"fingerprint,omitempty"`
@@ -298,6 +310,11 @@ type Request struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	Append    bool   `json:"append,omitempty"`
 	Limit     int64  `json:"limit,omitempty"` // read: max bytes; 0 = no limit
+	// XattrPrefix, on a write, replaces the file's user.<XattrPrefix>*
+	// extended attributes with Xattrs (names without "user.", each
+	// starting with XattrPrefix): those not named are removed.
+	XattrPrefix string            `json:"xattr_prefix,omitempty"`
+	Xattrs      map[string]string `json:"xattrs,omitempty"`
 
 	// checkpoint
 	Since    string `json:"since,omitempty"`     // a baseline name (CheckBaseline), or empty for the whole tree
@@ -404,6 +421,9 @@ func (r *Request) Validate() error {
 		return nil
 	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove, OpExport:
 		if err := checkPath(r.Path); err != nil {
+			return fmt.Errorf("%s: %w", r.Op, err)
+		}
+		if err := checkXattrs(r.XattrPrefix, r.Xattrs); err != nil {
 			return fmt.Errorf("%s: %w", r.Op, err)
 		}
 		if r.Limit < 0 {
@@ -576,7 +596,20 @@ type Entry struct {
 	Mode    uint32 `json:"mode"` // Go fs.FileMode bits
 	ModTime int64  `json:"mtime_ns"`
 	Link    string `json:"link,omitempty"`
+	// Owner and Group name the file's owner and group as the sandbox's
+	// passwd does (a decimal id where it names none).
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+	// Xattrs are the file's user.* extended attributes, names without
+	// "user." (at most MaxXattrs, of at most MaxXattrBytes together).
+	Xattrs map[string]string `json:"xattrs,omitempty"`
 }
+
+// Bounds on the extended attributes a request sets or an entry reports.
+const (
+	MaxXattrs     = 64
+	MaxXattrBytes = 4096
+)
 
 // Kinds of WatchEvent.
 const (
@@ -673,4 +706,26 @@ func JSONFrame(t Type, stream uint32, v any) (Frame, error) {
 		return Frame{}, fmt.Errorf("encode %s: %d bytes exceeds frame limit", t, len(p))
 	}
 	return Frame{Type: t, Stream: stream, Payload: p}, nil
+}
+
+// checkXattrs checks a write's extended attributes: each named with
+// prefix (which is needed when any are given), within the bounds.
+func checkXattrs(prefix string, attrs map[string]string) error {
+	if len(attrs) > 0 && prefix == "" {
+		return errors.New("xattrs without a prefix")
+	}
+	if len(attrs) > MaxXattrs {
+		return fmt.Errorf("%d xattrs, at most %d", len(attrs), MaxXattrs)
+	}
+	n := 0
+	for k, v := range attrs {
+		if !strings.HasPrefix(k, prefix) || len(k) == len(prefix) || strings.ContainsRune(k+v, 0) {
+			return fmt.Errorf("xattr %.80q: want a name after %q, without NUL", k, prefix)
+		}
+		n += len("user.") + len(k) + len(v)
+	}
+	if n > MaxXattrBytes {
+		return fmt.Errorf("xattrs of %d bytes, at most %d", n, MaxXattrBytes)
+	}
+	return nil
 }

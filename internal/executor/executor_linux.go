@@ -72,6 +72,10 @@ type executor struct {
 	setup    execproto.Setup
 	pt       *procThread
 	users    map[string]execproto.User
+	// uidNames and gidNames name ids in file listings: users' names by
+	// uid, and by gid (the generated /etc/group names each user's group
+	// after it).
+	uidNames, gidNames map[int]string
 	// path is the PATH of commands that name none (sandboxPath).
 	path string
 	// uidMap and gidMap are the ids the sandbox's user namespace maps.
@@ -149,6 +153,7 @@ func (e *executor) start(conn io.Reader) error {
 	}
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
+	e.uidNames, e.gidNames = idNames(e.users)
 	e.path = sandboxPath()
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.setup.ProxyFD != 0 {
@@ -172,19 +177,10 @@ func (e *executor) start(conn io.Reader) error {
 			hidden = append(hidden, fd)
 		}
 	}
-	rw := append(append([]string{}, writable...), e.setup.User.Home)
-	if e.setup.WritableRoot && (len(e.setup.Layers) > 0 || len(e.setup.LayerPaths) > 0 || e.setup.RootFD != 0 || e.setup.RootPath != nil) {
-		// The root is an overlay whose upper layer is the sandbox's own
-		// (an image build's step): writes land there, in the disk quota.
-		// Devices stay out of reach (read-write grants no MAKE_CHAR,
-		// MAKE_BLOCK or device ioctls), and /proc and /sys keep their
-		// read-only mounts and masks.
-		rw = append(rw, "/")
-	}
 	status, err := landlock.Restrict(landlock.Rules{
 		ReadOnly:    []string{"/"},
 		ReadOnlyFDs: hidden,
-		ReadWrite:   rw,
+		ReadWrite:   e.writablePaths(),
 		Devices:     []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
 	})
 	abi := 0

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -34,18 +36,22 @@ func (s *stream) file() execproto.Result {
 }
 
 // asUser runs f on a thread of its own with the file-system identity of the
-// sandbox's default user, so what f creates belongs to that user and f can
-// touch nothing that user could not. An error wrapping errFsid means the
+// request's user (the sandbox's default user unless it names one), so what
+// f creates belongs to that user and f can touch nothing that user could
+// not. An error wrapping errFsid means the
 // identity could not be set: f did not run, and the caller must not use
 // asUser again (the thread's identity may be half changed; it stays locked,
 // and ends with the goroutine rather than go back to the scheduler).
 func (s *stream) asUser(f func() error) error {
+	u, err := s.e.findUser(s.req.User)
+	if err != nil {
+		return err
+	}
 	runtime.LockOSThread()
-	u := s.e.setup.User
 	if err := setfsid(u.UID, u.GID); err != nil {
 		return err
 	}
-	err := f()
+	err = f()
 	// Restore root's fs identity and return the thread: a thread that ends
 	// must be replaced, and a new thread may be impossible once commands
 	// have used up the sandbox's pids limit.
@@ -80,7 +86,7 @@ func (s *stream) fileOp() (execproto.Result, error) {
 		if err != nil {
 			return res, err
 		}
-		res.Entries = []execproto.Entry{entry(filepath.Base(req.Path), fi)}
+		res.Entries = []execproto.Entry{s.e.entry(req.Path, fi)}
 		res.Entries[0].Size = n
 	case execproto.OpWrite:
 		mode := os.FileMode(req.Mode)
@@ -95,6 +101,13 @@ func (s *stream) fileOp() (execproto.Result, error) {
 		if err != nil {
 			s.discardStdin()
 			return res, err
+		}
+		if req.XattrPrefix != "" {
+			if err := replaceXattrs(int(f.Fd()), req.XattrPrefix, req.Xattrs); err != nil {
+				f.Close()
+				s.discardStdin()
+				return res, err
+			}
 		}
 		var werr error
 		for {
@@ -124,14 +137,18 @@ func (s *stream) fileOp() (execproto.Result, error) {
 			if err != nil {
 				continue // removed while listing
 			}
-			res.Entries = append(res.Entries, entry(de.Name(), fi))
+			en := s.e.entry(filepath.Join(req.Path, de.Name()), fi)
+			if fi.Mode()&os.ModeSymlink != 0 {
+				en.Link, _ = os.Readlink(filepath.Join(req.Path, de.Name()))
+			}
+			res.Entries = append(res.Entries, en)
 		}
 	case execproto.OpStat:
 		fi, err := os.Lstat(req.Path)
 		if err != nil {
 			return res, err
 		}
-		res.Entries = []execproto.Entry{entry(filepath.Base(req.Path), fi)}
+		res.Entries = []execproto.Entry{s.e.entry(req.Path, fi)}
 		if fi.Mode()&os.ModeSymlink != 0 {
 			res.Entries[0].Link, _ = os.Readlink(req.Path)
 		}
@@ -169,8 +186,78 @@ func (s *stream) discardStdin() {
 	}
 }
 
-func entry(name string, fi fs.FileInfo) execproto.Entry {
-	return execproto.Entry{Name: name, Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime().UnixNano()}
+// entry describes fi, found at p.
+func (e *executor) entry(p string, fi fs.FileInfo) execproto.Entry {
+	en := execproto.Entry{Name: filepath.Base(p), Size: fi.Size(), Mode: uint32(fi.Mode()), ModTime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		en.Owner, en.Group = e.idName(e.uidNames, int(st.Uid)), e.idName(e.gidNames, int(st.Gid))
+	}
+	if fi.Mode()&os.ModeSymlink == 0 {
+		en.Xattrs = userXattrs(p)
+	}
+	return en
+}
+
+// userXattrs reads p's user.* extended attributes (names without
+// "user."), within execproto's bounds; nil when it has none or they cannot
+// be read (a file system without them says nothing).
+func userXattrs(p string) map[string]string {
+	buf := make([]byte, 8192)
+	n, err := unix.Listxattr(p, buf)
+	if err != nil || n == 0 {
+		return nil
+	}
+	var out map[string]string
+	size := 0
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:n]), "\x00"), "\x00") {
+		key, ok := strings.CutPrefix(name, "user.")
+		if !ok || key == "" || len(out) >= execproto.MaxXattrs {
+			continue
+		}
+		val := make([]byte, execproto.MaxXattrBytes)
+		m, err := unix.Getxattr(p, name, val)
+		if err != nil || size+len(name)+m > execproto.MaxXattrBytes {
+			continue
+		}
+		size += len(name) + m
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[key] = string(val[:m])
+	}
+	return out
+}
+
+// replaceXattrs makes the user.<prefix>* extended attributes of the file
+// open at fd exactly attrs (names without "user.").
+func replaceXattrs(fd int, prefix string, attrs map[string]string) error {
+	buf := make([]byte, 8192)
+	n, err := unix.Flistxattr(fd, buf)
+	if err != nil && !errors.Is(err, unix.ENOTSUP) {
+		return fmt.Errorf("list xattrs: %w", err)
+	}
+	for _, name := range strings.Split(strings.TrimRight(string(buf[:max(n, 0)]), "\x00"), "\x00") {
+		key, ok := strings.CutPrefix(name, "user.")
+		if _, keep := attrs[key]; ok && strings.HasPrefix(key, prefix) && !keep {
+			if err := unix.Fremovexattr(fd, name); err != nil && !errors.Is(err, unix.ENODATA) {
+				return fmt.Errorf("remove xattr %s: %w", name, err)
+			}
+		}
+	}
+	for k, v := range attrs {
+		if err := unix.Fsetxattr(fd, "user."+k, []byte(v), 0); err != nil {
+			return fmt.Errorf("set xattr user.%s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// idName is id's name in names, else id in decimal.
+func (e *executor) idName(names map[int]string, id int) string {
+	if n, ok := names[id]; ok {
+		return n
+	}
+	return strconv.Itoa(id)
 }
 
 // copyOut streams r to the host on the stdout channel.

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -30,12 +31,34 @@ const newRoot = scratchDir + "/root"
 
 const (
 	workspacePath = "/workspace"
+	rootHome      = "/root"
 	proxySocket   = "/run/airlock/egress.sock"
 )
 
 // writable lists the paths the sandbox may write to; Landlock allows exactly
 // these (plus the user's home).
 var writable = []string{workspacePath, "/tmp", "/dev/shm"}
+
+// writablePaths are the paths Landlock lets commands write: writable, the
+// user's home and the workspace's alias.
+func (e *executor) writablePaths() []string {
+	paths := append(append([]string{}, writable...), e.setup.User.Home)
+	if e.setup.WorkspaceAlias != "" {
+		paths = append(paths, e.setup.WorkspaceAlias)
+	}
+	if e.setup.RootHome {
+		paths = append(paths, rootHome)
+	}
+	if e.setup.WritableRoot && (len(e.setup.Layers) > 0 || len(e.setup.LayerPaths) > 0 || e.setup.RootFD != 0 || e.setup.RootPath != nil) {
+		// The root is an overlay whose upper layer is the sandbox's own
+		// (an image build's step): writes land there, in the disk quota.
+		// Devices stay out of reach (read-write grants no MAKE_CHAR,
+		// MAKE_BLOCK or device ioctls), and /proc and /sys keep their
+		// read-only mounts and masks.
+		paths = append(paths, "/")
+	}
+	return paths
+}
 
 // setup builds the sandbox's filesystem, network and process attributes. It
 // runs as PID 1 of fresh user, mount, PID, IPC, UTS, cgroup and network
@@ -58,7 +81,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	}
 	u := s.User
 	home := filepath.Join(newRoot, u.Home)
-	for _, d := range []string{"root", "home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
+	for _, d := range []string{"root", "home", "root-home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
 		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
 			return nil, uppers{-1, -1}, err
 		}
@@ -113,13 +136,26 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 			return nil, uppers{-1, -1}, fmt.Errorf("image root: /etc: %w", err)
 		}
 	}
-	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/")} {
+	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/"), strings.TrimPrefix(s.WorkspaceAlias, "/")} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
 			return nil, uppers{-1, -1}, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
 	}
-	if err := bind(scratchDir+"/home", home, false); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("home: %w", err)
+	if u.Home != s.WorkspaceAlias {
+		if err := bind(scratchDir+"/home", home, false); err != nil {
+			return nil, uppers{-1, -1}, fmt.Errorf("home: %w", err)
+		}
+	}
+	if s.RootHome && u.UID != 0 {
+		if err := os.MkdirAll(filepath.Join(newRoot, rootHome), 0o700); err != nil {
+			return nil, uppers{-1, -1}, fmt.Errorf("mkdir %s: %w", rootHome, err)
+		}
+		if err := os.Chmod(scratchDir+"/root-home", 0o700); err != nil {
+			return nil, uppers{-1, -1}, err
+		}
+		if err := bind(scratchDir+"/root-home", filepath.Join(newRoot, rootHome), false); err != nil {
+			return nil, uppers{-1, -1}, fmt.Errorf("root's home: %w", err)
+		}
 	}
 	if len(s.Layers) > 0 || s.RootFD != 0 {
 		// Before pivot_root takes the scratch tmpfs out of view: the root's
@@ -130,6 +166,13 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	}
 	if up.ws, err = setupWorkspace(s.Workspace, u); err != nil {
 		return nil, uppers{-1, -1}, fmt.Errorf("workspace: %w", err)
+	}
+	if a := s.WorkspaceAlias; a != "" {
+		// The same mount, so a path below either is one file: a checkpoint
+		// of /workspace keeps what was written through the alias.
+		if err := bind(filepath.Join(newRoot, workspacePath), filepath.Join(newRoot, a), false); err != nil {
+			return nil, uppers{-1, -1}, fmt.Errorf("workspace at %s: %w", a, err)
+		}
 	}
 	layers = append(layers, "workspace:"+s.Workspace.Mode)
 	for _, m := range s.Mounts {
@@ -220,6 +263,12 @@ func mountLayers(fds []int) error {
 // can plant a link between this walk and the mounts that follow it.
 func realTargets(s *execproto.Setup) error {
 	dirs := []string{workspacePath, "/tmp", "/proc", "/dev", "/run/airlock", s.User.Home}
+	if s.RootHome {
+		dirs = append(dirs, rootHome)
+	}
+	if s.WorkspaceAlias != "" {
+		dirs = append(dirs, s.WorkspaceAlias)
+	}
 	files := []string{}
 	if len(s.Layers) > 0 {
 		files = append(files, "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
@@ -549,6 +598,9 @@ func setupProc() error {
 			return fmt.Errorf("mask %s: %w", d, err)
 		}
 	}
+	if err := ownBootID(proc); err != nil {
+		return err
+	}
 	for _, d := range procReadOnly {
 		p := filepath.Join(proc, d)
 		if _, err := os.Lstat(p); err != nil {
@@ -557,6 +609,31 @@ func setupProc() error {
 		if err := bind(p, p, true); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// ownBootID gives the sandbox a boot id of its own, a random UUID bound
+// over the kernel's: each sandbox is a boot as its programs see it (a
+// resumed sandbox, booted afresh, has a new one, as E2B's resumed
+// sandboxes do), and the host's id, which names its boot, stays out.
+func ownBootID(proc string) error {
+	p := filepath.Join(proc, "sys/kernel/random/boot_id")
+	if _, err := os.Lstat(p); err != nil {
+		return nil
+	}
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80 // version 4, RFC 4122 variant
+	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
+	f := scratchDir + "/boot_id"
+	if err := os.WriteFile(f, []byte(id), 0o444); err != nil {
+		return fmt.Errorf("boot id: %w", err)
+	}
+	if err := bind(f, p, true); err != nil {
+		return fmt.Errorf("boot id: %w", err)
 	}
 	return nil
 }

@@ -3,9 +3,11 @@ package executor
 import (
 	"bufio"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -210,4 +212,20 @@ func (m idMap) String() string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// idNames maps the users' uids and gids to their names; where two users
+// share an id, the name first in order wins, so the answer is stable.
+func idNames(users map[string]execproto.User) (uids, gids map[int]string) {
+	uids, gids = map[int]string{}, map[int]string{}
+	for _, name := range slices.Sorted(maps.Keys(users)) {
+		u := users[name]
+		if _, ok := uids[u.UID]; !ok {
+			uids[u.UID] = name
+		}
+		if _, ok := gids[u.GID]; !ok {
+			gids[u.GID] = name
+		}
+	}
+	return uids, gids
 }

@@ -118,6 +118,55 @@ type Spec struct {
 	// User runs commands by default: a name or uid inside the sandbox;
 	// empty means the unprivileged sandbox user.
 	User string
+	// Account renames the unprivileged sandbox user and moves its home,
+	// for clients that expect another account; the zero value is the
+	// user sandbox with the home /home/sandbox.
+	Account Account
+}
+
+// Account is the unprivileged sandbox user as a client expects to find
+// it (E2B's user in /home/user).
+type Account struct {
+	// Name is the user's name; empty means sandbox. Where the backend runs
+	// rootless, its one mapped user is root and keeps that name.
+	Name string
+	// Home is the user's home, a directory of /home; empty means
+	// /home/<Name>.
+	Home string
+	// HomeIsWorkspace makes Home the workspace itself, bound there (the
+	// same files as /workspace), so that what the user keeps at home is
+	// what checkpoints and exports of the workspace keep. Without it the
+	// home is a scratch directory that ends with the sandbox.
+	HomeIsWorkspace bool
+	// RootHome gives root a writable home at /root, a scratch directory
+	// that ends with the sandbox; without it /root is as read-only as the
+	// rest of the root file system.
+	RootHome bool
+}
+
+// HomeOf returns the account's home.
+func (a Account) HomeOf() string {
+	switch {
+	case a.Home != "":
+		return a.Home
+	case a.Name != "":
+		return "/home/" + a.Name
+	}
+	return "/home/sandbox"
+}
+
+// validAccountName matches the user names an Account may take: what
+// useradd accepts by default, lowercase and short.
+func validAccountName(n string) bool {
+	if n == "" || len(n) > 32 || n == "root" || n == "nobody" {
+		return false
+	}
+	for i, c := range n {
+		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && (c >= '0' && c <= '9' || c == '-')) {
+			return false
+		}
+	}
+	return true
 }
 
 // MaxLayers bounds Spec.Layers: Docker's own bound on an image's layers
@@ -217,6 +266,14 @@ func (s *Spec) Validate() error {
 	if s.TTL < 0 {
 		errs = append(errs, errors.New("ttl must not be negative"))
 	}
+	if a := s.Account; a.Name != "" && !validAccountName(a.Name) {
+		errs = append(errs, fmt.Errorf("account name %q: want 1 to 32 of a-z, 0-9, _ and -, starting with a letter or _, and not root or nobody", a.Name))
+	}
+	if h := s.Account.Home; h != "" && (path.Clean(h) != h || path.Dir(h) != "/home") {
+		// Why only /home/<name>: a home elsewhere could cover the
+		// sandbox's own machinery (/run/airlock, /proc, /etc).
+		errs = append(errs, fmt.Errorf("account home %q: want a directory of /home", h))
+	}
 	return errors.Join(errs...)
 }
 
@@ -306,7 +363,13 @@ type FileInfo struct {
 	Size    int64
 	Mode    fs.FileMode
 	ModTime time.Time
-	Link    string
+	Link    string // a symlink's target as it is written
+	// Owner and Group are the names the sandbox's passwd gives the
+	// file's owner and group (decimal ids where it has none).
+	Owner, Group string
+	// Xattrs are the file's user.* extended attributes, names without
+	// "user." (nil for none).
+	Xattrs map[string]string
 }
 
 // WatchOp is the kind of a WatchEvent.
@@ -575,4 +638,43 @@ func validID(id string) bool {
 		}
 	}
 	return true
+}
+
+// fileUserKey is the context key of WithFileUser.
+type fileUserKey struct{}
+
+// WithFileUser returns ctx for file operations (ReadFile, WriteFile, Stat,
+// List, Mkdir, Remove, Rename) that act as user inside the sandbox, a name
+// or uid as Command.User takes, instead of the sandbox's default user: who
+// asks is the request's, as a command's user is.
+func WithFileUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, fileUserKey{}, user)
+}
+
+// FileUser is the user WithFileUser put in ctx ("" for the default).
+func FileUser(ctx context.Context) string {
+	u, _ := ctx.Value(fileUserKey{}).(string)
+	return u
+}
+
+// writeXattrsKey is the context key of WithWriteXattrs.
+type writeXattrsKey struct{}
+
+type writeXattrs struct {
+	prefix string
+	attrs  map[string]string
+}
+
+// WithWriteXattrs returns ctx for a WriteFile that also replaces the
+// file's user.<prefix>* extended attributes with attrs (names without
+// "user.", each starting with prefix): ones it does not name are removed.
+// A client's metadata on a file travels so (E2B's user.e2b.*).
+func WithWriteXattrs(ctx context.Context, prefix string, attrs map[string]string) context.Context {
+	return context.WithValue(ctx, writeXattrsKey{}, writeXattrs{prefix, attrs})
+}
+
+// WriteXattrs is what WithWriteXattrs put in ctx ("" and nil for none).
+func WriteXattrs(ctx context.Context) (prefix string, attrs map[string]string) {
+	w, _ := ctx.Value(writeXattrsKey{}).(writeXattrs)
+	return w.prefix, w.attrs
 }

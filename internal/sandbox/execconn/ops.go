@@ -71,6 +71,9 @@ func (p *Process) Wait(ctx context.Context) (execproto.Result, error) {
 // do runs a file request and returns its result; data sent by the executor
 // goes to out, and in (if not nil) is sent as the request's input.
 func (c *Conn) do(ctx context.Context, req execproto.Request, in io.Reader, out io.Writer) (execproto.Result, error) {
+	if req.User == "" {
+		req.User = sandbox.FileUser(ctx)
+	}
 	if err := req.Validate(); err != nil {
 		return execproto.Result{}, err
 	}
@@ -105,14 +108,15 @@ func (c *Conn) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.
 	if r == nil {
 		r = bytes.NewReader(nil)
 	}
-	_, err := c.do(ctx, execproto.Request{Op: execproto.OpWrite, Path: path, Mode: uint32(mode.Perm())}, r, nil)
+	prefix, attrs := sandbox.WriteXattrs(ctx)
+	_, err := c.do(ctx, execproto.Request{Op: execproto.OpWrite, Path: path, Mode: uint32(mode.Perm()), XattrPrefix: prefix, Xattrs: attrs}, r, nil)
 	return err
 }
 
 func infos(es []execproto.Entry) []sandbox.FileInfo {
 	out := make([]sandbox.FileInfo, len(es))
 	for i, e := range es {
-		out[i] = sandbox.FileInfo{Name: e.Name, Size: e.Size, Mode: fs.FileMode(e.Mode), ModTime: time.Unix(0, e.ModTime), Link: e.Link}
+		out[i] = sandbox.FileInfo{Name: e.Name, Size: e.Size, Mode: fs.FileMode(e.Mode), ModTime: time.Unix(0, e.ModTime), Link: e.Link, Owner: e.Owner, Group: e.Group, Xattrs: e.Xattrs}
 	}
 	return out
 }

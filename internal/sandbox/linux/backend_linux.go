@@ -225,6 +225,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	setup := newSetup(sb.spec.Limits, b.root)
 	setup.WritableRoot = sb.spec.WritableRoot
+	applyAccount(setup, sb.spec.Account)
 	host, err := sb.start(setup, tr)
 	if err != nil {
 		return nil, err
@@ -301,6 +302,23 @@ func newSetup(l sandbox.Limits, root bool) *execproto.Setup {
 		setup.NoSetGroups = true
 	}
 	return setup
+}
+
+// applyAccount renames setup's unprivileged user and moves its home as a
+// says. A rootless sandbox's one user is root and stays root, in /root;
+// its workspace is still bound at a's home when a asks for that.
+func applyAccount(setup *execproto.Setup, a sandbox.Account) {
+	if a.HomeIsWorkspace {
+		setup.WorkspaceAlias = a.HomeOf()
+	}
+	if setup.User.UID == 0 || a == (sandbox.Account{}) {
+		return
+	}
+	setup.RootHome = a.RootHome
+	if a.Name != "" {
+		setup.User.Name = a.Name
+	}
+	setup.User.Home = a.HomeOf()
 }
 
 // start fills in setup's sources and starts sb's executor with them (see

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -347,6 +350,63 @@ func (s *suite) testExec(t *testing.T) {
 		wantExit(t, "id -u", r, 0, errOut)
 		if out != "0\n" {
 			t.Errorf("Spec.User root: id -u = %q, want 0", out)
+		}
+	})
+
+	t.Run("Account", func(t *testing.T) {
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{Account: sandbox.Account{Name: "user", Home: "/home/user", HomeIsWorkspace: true, RootHome: true}, Dir: "/home/user"})
+		// Rootless sandboxes have only root, in /root; the workspace is
+		// at /home/user all the same.
+		want := "user\n/home/user\n/home/user\nhi\nd\nf\n"
+		if mustSh(t, sb, "id -u") == "0\n" {
+			want = "root\n/root\n/home/user\nhi\nd\nf\n"
+		}
+		out := mustSh(t, sb, `id -un; echo "$HOME"; pwd; echo hi > f; cat /workspace/f; mkdir d && ls /workspace`)
+		if out != want {
+			t.Errorf("an account user in /home/user that is the workspace: got %q, want %q", out, want)
+		}
+		if b, err := sb.ReadFile(opCtx(t), "/workspace/d/../f", 0); err != nil || string(b) != "hi\n" {
+			t.Errorf("ReadFile(/workspace/f) of a file written at home = %q, %v; want hi", b, err)
+		}
+		if out, errOut, r := runCmd(t, sb, sandbox.Command{Argv: []string{"sh", "-c", `echo "$HOME"; cd && echo x > f && cat f`}, User: "root"}); r.ExitCode != 0 || out != "/root\nx\n" {
+			t.Errorf("root writes in its home: %q (%s), want its HOME /root, writable", out, errOut)
+		}
+		// File operations act as the user the context names.
+		if err := sb.WriteFile(sandbox.WithFileUser(opCtx(t), "root"), "/root/g", strings.NewReader("as root\n"), 0o600); err != nil {
+			t.Errorf("WriteFile(/root/g) as root: %v", err)
+		}
+		if fi, err := sb.Stat(sandbox.WithFileUser(opCtx(t), "root"), "/root/g"); err != nil || fi.Owner != "root" || fi.Group != "root" {
+			t.Errorf("Stat(/root/g) as root = %+v, %v; want it root's", fi, err)
+		}
+		if fi, err := sb.Stat(opCtx(t), "/workspace/f"); err != nil || fi.Owner+"\n" != mustSh(t, sb, "id -un") {
+			t.Errorf("Stat(/workspace/f) = %+v, %v; want the default user's name as its owner", fi, err)
+		}
+		if mustSh(t, sb, "id -u") != "0\n" {
+			if _, err := sb.Stat(opCtx(t), "/root/g"); !errors.Is(err, fs.ErrPermission) {
+				t.Errorf("Stat(/root/g) as the default user = %v, want fs.ErrPermission", err)
+			}
+		}
+		for _, spec := range []sandbox.Spec{
+			{Account: sandbox.Account{Name: "root"}},
+			{Account: sandbox.Account{Name: "Bad"}},
+			{Account: sandbox.Account{Home: "/run/airlock"}},
+			{Account: sandbox.Account{Home: "/home/../etc"}},
+		} {
+			if err := spec.Validate(); err == nil {
+				t.Errorf("Validate(%+v) = nil, want an error", spec.Account)
+			}
+		}
+	})
+
+	t.Run("BootID", func(t *testing.T) {
+		// Each sandbox is a boot of its own; the host's id stays out.
+		t.Parallel()
+		host, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+		a := mustSh(t, sb, "cat /proc/sys/kernel/random/boot_id")
+		b := mustSh(t, s.create(t, sandbox.Spec{}), "cat /proc/sys/kernel/random/boot_id")
+		if len(a) != 37 || a == b || a == string(host) || b == string(host) {
+			t.Errorf("boot ids: %q and %q, host's %q; want two of their own", a, b, host)
 		}
 	})
 

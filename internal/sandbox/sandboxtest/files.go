@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -216,6 +217,34 @@ func (s *suite) testFiles(t *testing.T) {
 		}
 		if err := sb.WriteFile(opCtx(t), "/workspace/no-such-dir/f", strings.NewReader("x"), 0o644); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("WriteFile(missing parent) = %v, want fs.ErrNotExist", err)
+		}
+	})
+
+	t.Run("Xattrs", func(t *testing.T) {
+		// A write under WithWriteXattrs replaces the file's user.<prefix>*
+		// attributes and leaves the others; Stat and List report them.
+		t.Parallel()
+		p := "/workspace/xattrs.txt"
+		for _, w := range []struct {
+			prefix string
+			attrs  map[string]string
+		}{
+			{"other.", map[string]string{"other.k": "2"}},
+			{"md.", map[string]string{"md.old": "1"}},
+			{"md.", map[string]string{"md.a": "x y", "md.b": ""}},
+		} {
+			if err := sb.WriteFile(sandbox.WithWriteXattrs(opCtx(t), w.prefix, w.attrs), p, strings.NewReader("data"), 0o644); err != nil {
+				t.Fatalf("WriteFile with xattrs %v: %v", w.attrs, err)
+			}
+		}
+		want := map[string]string{"md.a": "x y", "md.b": "", "other.k": "2"}
+		if fi, err := sb.Stat(opCtx(t), p); err != nil || !maps.Equal(fi.Xattrs, want) {
+			t.Errorf("Stat(%s).Xattrs = %v, %v; want %v", p, fi.Xattrs, err, want)
+		}
+		infos, err := sb.List(opCtx(t), "/workspace")
+		i := slices.IndexFunc(infos, func(fi sandbox.FileInfo) bool { return fi.Name == "xattrs.txt" })
+		if err != nil || i < 0 || !maps.Equal(infos[i].Xattrs, want) {
+			t.Errorf("List(/workspace) = %v, %v; want xattrs.txt with %v", infos, err, want)
 		}
 	})
 
