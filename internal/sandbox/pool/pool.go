@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -176,6 +177,33 @@ func (p *Pool) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	p.mu.Unlock()
 	p.kick()
 	return p.b.Create(ctx, spec)
+}
+
+// Prime puts spec in demand as if it had been asked for twice, so that
+// the pool makes its idle sandboxes before the first create asks: what a
+// host that knows its callers' usual spec does at its start. The demand
+// lapses after Options.Idle without a create, as any other.
+func (p *Pool) Prime(spec sandbox.Spec) error {
+	if !Poolable(spec) {
+		return errors.New("prime a pool: the spec is chosen for one user (see Poolable)")
+	}
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("prime a pool: %w", err)
+	}
+	k, err := key(spec)
+	if err != nil {
+		return fmt.Errorf("prime a pool: %w", err)
+	}
+	p.mu.Lock()
+	if e := p.specs[k]; e == nil {
+		p.specs[k] = &entry{spec: spec, asked: 2, lastUsed: time.Now()}
+	} else {
+		e.asked = max(e.asked, 2)
+		e.lastUsed = time.Now()
+	}
+	p.mu.Unlock()
+	p.kick()
+	return nil
 }
 
 // Stats returns the pool's counters.

@@ -273,3 +273,31 @@ func TestPoolLifetime(t *testing.T) {
 	}
 	sb.Destroy(ctx)
 }
+
+// TestPoolPrime: a primed spec has its idle sandboxes made before any
+// create asks, so that the first create is a hit; a spec chosen for one
+// user cannot be primed.
+func TestPoolPrime(t *testing.T) {
+	ctx := ctxT(t)
+	p := pool.New(backend(t), pool.Options{PerSpec: 1, Max: 2})
+	defer p.Close(ctx)
+	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+	if err := p.Prime(spec); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p, 1)
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	echo(t, ctx, sb, "primed")
+	if st := p.Stats(); st.Hits != 1 || st.Misses != 0 {
+		t.Errorf("the first create of a primed spec: stats %+v, want one hit", st)
+	}
+	bound := spec
+	bound.ID = "bound"
+	if err := p.Prime(bound); err == nil {
+		t.Errorf("Prime of a spec with an id = nil, want an error")
+	}
+}
