@@ -18,6 +18,7 @@ var frontEndDeps = map[string]bool{
 	"github.com/airlockrun/airlock/internal/sandboxcli":           true,
 	"github.com/airlockrun/airlock/internal/sandbox":              true,
 	"github.com/airlockrun/airlock/internal/sandbox/linux":        true,
+	"github.com/airlockrun/airlock/internal/sandbox/handoff":      true,
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup": true,
 	"github.com/airlockrun/airlock/internal/sandbox/execconn":     true,
 	"github.com/airlockrun/airlock/internal/execproto":            true,
