@@ -1,15 +1,17 @@
-package cli
+package sandboxcli
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
-	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // DaemonCmd is `airlock sandbox daemon`: a long-lived sandbox host for this
@@ -20,7 +22,8 @@ type DaemonCmd struct {
 	PerSpec int `name:"per-spec" default:"2" help:"Idle sandboxes kept ready for each spec in demand."`
 }
 
-// Run serves until SIGINT or SIGTERM.
+// Run serves until SIGINT or SIGTERM (or env.Ctx's end), then destroys the
+// idle sandboxes and returns nil.
 func (c *DaemonCmd) Run(env *Env) error {
 	if err := os.MkdirAll(env.Home, 0o700); err != nil {
 		return fmt.Errorf("sandbox daemon: %w", err)
@@ -28,11 +31,11 @@ func (c *DaemonCmd) Run(env *Env) error {
 	// A long-lived host process: sandboxes start from a small spawner
 	// process rather than from this one (linux.Config.Spawner).
 	env.Spawner = true
-	b, err := env.Env.Backend()
+	b, err := env.Backend()
 	if err != nil {
 		return err
 	}
-	env.Env.GC()
+	env.GC()
 	log := slog.New(slog.NewTextHandler(env.Stderr, nil))
 	p := pool.New(b, pool.Options{PerSpec: c.PerSpec, Logger: log})
 	defer func() {
@@ -41,7 +44,7 @@ func (c *DaemonCmd) Run(env *Env) error {
 		_ = p.Close(ctx)
 	}()
 	// What a plain `airlock sandbox run` asks for.
-	spec, err := (&sandboxcli.SpecFlags{}).Spec(sandboxcli.BuiltinDefaults, false)
+	spec, err := (&SpecFlags{}).Spec(BuiltinDefaults, false)
 	if err != nil {
 		return err
 	}
@@ -54,7 +57,7 @@ func (c *DaemonCmd) Run(env *Env) error {
 		return err
 	}
 	defer os.Remove(path)
-	ctx, _, stop := signalled(env)
+	ctx, stop := signal.NotifyContext(env.Ctx, unix.SIGINT, unix.SIGTERM)
 	defer stop()
 	log.Info("sandbox host listening", "socket", path)
 	return (&handoff.Server{Backend: p, UID: os.Geteuid(), Logger: log}).Serve(ctx, ln)
