@@ -275,11 +275,12 @@ func TestPoolLifetime(t *testing.T) {
 }
 
 // TestPoolPrime: a primed spec has its idle sandboxes made before any
-// create asks, so that the first create is a hit; a spec chosen for one
-// user cannot be primed.
+// create asks, so that the first create is a hit, and its demand does not
+// lapse; a spec chosen for one user cannot be primed.
 func TestPoolPrime(t *testing.T) {
 	ctx := ctxT(t)
-	p := pool.New(backend(t), pool.Options{PerSpec: 1, Max: 2})
+	rec := &recorder{Backend: backend(t)}
+	p := pool.New(rec, pool.Options{PerSpec: 1, Max: 2, Idle: 100 * time.Millisecond})
 	defer p.Close(ctx)
 	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
 	if err := p.Prime(spec); err != nil {
@@ -290,10 +291,20 @@ func TestPoolPrime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Destroy(ctx)
 	echo(t, ctx, sb, "primed")
+	sb.Destroy(ctx)
 	if st := p.Stats(); st.Hits != 1 || st.Misses != 0 {
 		t.Errorf("the first create of a primed spec: stats %+v, want one hit", st)
+	}
+	// Refilled, and kept past Idle: the pool's expiry runs every second
+	// at the least, so after two the refill would have lapsed.
+	waitIdle(t, p, 1)
+	idle := rec.alive(t)
+	time.Sleep(2500 * time.Millisecond)
+	select {
+	case <-idle.Done():
+		t.Errorf("the idle sandbox of a primed spec was destroyed when its demand would have lapsed")
+	default:
 	}
 	bound := spec
 	bound.ID = "bound"
