@@ -44,7 +44,8 @@ func airlockMain() int {
 	env := &cli.Env{Env: sandboxcli.Env{
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Home: os.Getenv("AIRLOCK_HOME"), Executor: os.Getenv("AIRLOCK_EXEC"), Self: self,
-		Spawner: true, // as airlock-host
+		Spawner:   true, // as airlock-host
+		NoHandoff: os.Getenv("AIRLOCK_NO_HANDOFF") != "",
 	}, Getenv: os.Getenv}
 	return cli.Main(env, os.Args[1:])
 }
