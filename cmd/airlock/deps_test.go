@@ -15,9 +15,13 @@ const self = "github.com/airlockrun/airlock/cmd/airlock"
 // them would put their initialisation back on every sandbox's start.
 var frontEndDeps = map[string]bool{
 	self: true,
-	"github.com/airlockrun/airlock/internal/sandboxcli":           true,
-	"github.com/airlockrun/airlock/internal/sandbox":              true,
-	"github.com/airlockrun/airlock/internal/sandbox/linux":        true,
+	"github.com/airlockrun/airlock/internal/sandboxcli":    true,
+	"github.com/airlockrun/airlock/internal/sandbox":       true,
+	"github.com/airlockrun/airlock/internal/sandbox/linux": true,
+	// The warm path: sandbox run hands off to a sandbox daemon (the
+	// client side is run; the daemon's pool is linked, not started).
+	"github.com/airlockrun/airlock/internal/sandbox/handoff":      true,
+	"github.com/airlockrun/airlock/internal/sandbox/pool":         true,
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup": true,
 	"github.com/airlockrun/airlock/internal/sandbox/execconn":     true,
 	"github.com/airlockrun/airlock/internal/execproto":            true,

@@ -54,6 +54,7 @@ type cli struct {
 		Ls        sandboxcli.LsCmd   `cmd:"" help:"List live sandboxes."`
 		Rm        sandboxcli.RmCmd   `cmd:"" help:"Destroy live sandboxes."`
 		Gc        sandboxcli.GcCmd   `cmd:"" help:"Remove what crashed airlock processes left behind."`
+		Daemon    DaemonCmd          `cmd:"" help:"Keep sandboxes ready for this user's sandbox run, which hands its command over (AIRLOCK_NO_HANDOFF=1: never)."`
 		Supervise SuperviseCmd       `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Image     ImageCmd     `cmd:"" help:"The host's OCI images, which a sandbox's root may be made of: pull, import, ls, inspect, rm, export, push."`

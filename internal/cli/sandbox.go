@@ -20,6 +20,9 @@ type (
 	exitCode      = sandboxcli.ExitCode
 )
 
+// DaemonCmd is `airlock sandbox daemon` (sandboxcli's).
+type DaemonCmd = sandboxcli.DaemonCmd
+
 // RunCmd is `airlock sandbox run`: sandboxcli's, with a policy document
 // and egress through airlock's proxy.
 type RunCmd struct {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,7 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
@@ -231,6 +233,9 @@ type service struct {
 	ln      net.Listener
 	e2b     *e2bService
 	workers *workers
+	// handoffLn, when not nil, is where this user's sandbox run hands its
+	// commands to the pool (package handoff).
+	handoffLn *net.UnixListener
 	// closers run in reverse order when the service ends.
 	closers []func()
 }
@@ -322,6 +327,9 @@ func (s *service) assemble(ctx context.Context) error {
 			return err
 		}
 	}
+	if h.pool != nil {
+		s.listenHandoff()
+	}
 	rs, err := h.run()
 	if err != nil {
 		return err
@@ -394,6 +402,21 @@ func (s *service) startPool(o pool.Options) error {
 	return nil
 }
 
+// listenHandoff makes the pool serve this user's `airlock sandbox run`
+// too, as `airlock sandbox daemon` does, on $AIRLOCK_HOME's handoff
+// socket; where another host listens there already, sandbox run keeps
+// using that one.
+func (s *service) listenHandoff() {
+	path := handoff.SocketPath(s.h.cfg.Home)
+	ln, err := handoff.Listen(path)
+	if err != nil {
+		s.log.Info("sandbox handoff: not listening", "err", err)
+		return
+	}
+	s.handoffLn = ln
+	s.closers = append(s.closers, func() { ln.Close() })
+}
+
 // close releases what newService built, the last built first.
 func (s *service) close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
@@ -419,6 +442,16 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 	// the listener fails.
 	wctx, stopWork := context.WithCancel(ctx)
 	defer stopWork()
+	// Handed-off sandbox runs end with the work: their commands are
+	// killed when the drain begins.
+	handedOff := make(chan struct{})
+	go func() {
+		defer close(handedOff)
+		if s.handoffLn != nil {
+			hs := &handoff.Server{Backend: s.h.pool, UID: os.Geteuid(), Logger: s.log.With("component", "handoff")}
+			_ = hs.Serve(wctx, s.handoffLn)
+		}
+	}()
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -448,6 +481,7 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 	s.gate.drain()
 	stopWork()
 	<-drained
+	<-handedOff
 	return s.stop(ctx, served, begun)
 }
 

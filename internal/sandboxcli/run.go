@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 )
 
 // RunCmd is `airlock sandbox run`.
@@ -56,6 +59,13 @@ func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) e
 	argv, err := commandArgs(c.Command, "airlock sandbox run [flags] -- CMD [ARG...]")
 	if err != nil {
 		return err
+	}
+	if egress == nil && !env.NoHandoff {
+		// The proxy of an egress policy lives in this process: such a run
+		// always starts its sandbox itself.
+		if handed, err := c.handOff(env, spec, sandbox.Command{Argv: argv, Timeout: timeout, MaxOutput: maxOut}); handed {
+			return err
+		}
 	}
 	b, err := env.Backend()
 	if err != nil {
@@ -102,6 +112,65 @@ func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) e
 		return err
 	}
 	return finish(env, res, c.JSON)
+}
+
+// handOff runs cmd in a sandbox of spec made by the sandbox host of
+// env.Home (airlock sandbox daemon) when one runs, with the same streams,
+// bounds, signals, result and exit status as a sandbox of this process's
+// own. handed is false when no host took it (none, a stale socket, another
+// user's) or the streams are not files it could pass: nothing ran, and
+// the caller starts the sandbox itself.
+func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command) (handed bool, err error) {
+	stdout, ok := env.Stdout.(*os.File)
+	stderr, ok2 := env.Stderr.(*os.File)
+	if !ok || !ok2 || absPaths(&spec) != nil {
+		return false, nil
+	}
+	stdio := handoff.Stdio{Stdout: stdout, Stderr: stderr}
+	if c.Interactive && env.Stdin != nil {
+		stdio.Stdin = env.Stdin
+	}
+	req := handoff.Request{Spec: spec, Argv: cmd.Argv, Timeout: cmd.Timeout, MaxOutput: cmd.MaxOutput}
+	p, err := handoff.Start(env.Ctx, handoff.SocketPath(env.Home), req, stdio)
+	if errors.Is(err, handoff.ErrNoHost) {
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	stop := forwardSignals(p.Signal)
+	res, err := p.Wait(env.Ctx)
+	stop()
+	if err != nil {
+		return true, err
+	}
+	return true, finish(env, res, c.JSON)
+}
+
+// absPaths makes spec's host paths absolute, from this process's working
+// directory: the host that makes the sandbox has its own.
+func absPaths(spec *sandbox.Spec) error {
+	var errs []error
+	abs := func(p *string) {
+		if *p == "" {
+			return
+		}
+		a, err := filepath.Abs(*p)
+		errs = append(errs, err)
+		*p = a
+	}
+	abs(&spec.Workspace)
+	abs(&spec.RootFS)
+	abs(&spec.ProxySocket)
+	spec.Layers = slices.Clone(spec.Layers)
+	for i := range spec.Layers {
+		abs(&spec.Layers[i])
+	}
+	spec.Mounts = slices.Clone(spec.Mounts)
+	for i := range spec.Mounts {
+		abs(&spec.Mounts[i].Source)
+	}
+	return errors.Join(errs...)
 }
 
 // finish reports a result and turns it into the process exit status.

@@ -45,6 +45,10 @@ type Env struct {
 	// (linux.Config.Spawner): right for a large or long-running host
 	// process, not for the small front end.
 	Spawner bool
+	// NoHandoff makes sandbox run start its sandbox itself even when a
+	// sandbox host (airlock sandbox daemon) runs: the cold path, for
+	// benchmarks and debugging ($AIRLOCK_NO_HANDOFF).
+	NoHandoff bool
 
 	backend *linux.Backend
 }
@@ -52,7 +56,7 @@ type Env struct {
 // OSEnv is the Env of a command started from a shell: the standard
 // streams; $AIRLOCK_HOME, else DefaultHome; $AIRLOCK_EXEC, else
 // airlock-exec beside the running binary; self, the binary that holds
-// every command.
+// every command; NoHandoff when $AIRLOCK_NO_HANDOFF is set.
 func OSEnv(self string) Env {
 	home := os.Getenv("AIRLOCK_HOME")
 	if home == "" {
@@ -68,6 +72,7 @@ func OSEnv(self string) Env {
 	return Env{
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Home: home, Executor: executor, Self: self,
+		NoHandoff: os.Getenv("AIRLOCK_NO_HANDOFF") != "",
 	}
 }
 

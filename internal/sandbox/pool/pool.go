@@ -21,6 +21,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -80,6 +81,7 @@ type Pool struct {
 type entry struct {
 	spec     sandbox.Spec
 	asked    int
+	primed   bool // in demand until Close, whatever lastUsed says
 	lastUsed time.Time
 	ready    []sandbox.Sandbox // oldest first
 }
@@ -176,6 +178,34 @@ func (p *Pool) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	p.mu.Unlock()
 	p.kick()
 	return p.b.Create(ctx, spec)
+}
+
+// Prime puts spec in demand as if it had been asked for twice, so that
+// the pool makes its idle sandboxes before the first create asks, and
+// keeps it in demand until Close however long no create asks: what a host
+// that knows its callers' usual spec does at its start.
+func (p *Pool) Prime(spec sandbox.Spec) error {
+	if !Poolable(spec) {
+		return errors.New("prime a pool: the spec is chosen for one user (see Poolable)")
+	}
+	if err := spec.Validate(); err != nil {
+		return fmt.Errorf("prime a pool: %w", err)
+	}
+	k, err := key(spec)
+	if err != nil {
+		return fmt.Errorf("prime a pool: %w", err)
+	}
+	p.mu.Lock()
+	if e := p.specs[k]; e == nil {
+		p.specs[k] = &entry{spec: spec, asked: 2, primed: true, lastUsed: time.Now()}
+	} else {
+		e.asked = max(e.asked, 2)
+		e.primed = true
+		e.lastUsed = time.Now()
+	}
+	p.mu.Unlock()
+	p.kick()
+	return nil
 }
 
 // Stats returns the pool's counters.
@@ -305,13 +335,13 @@ func (p *Pool) keep(k string, sb sandbox.Sandbox) bool {
 	return true
 }
 
-// expire ends the demand of specs not asked for in Options.Idle and
-// destroys their idle sandboxes.
+// expire ends the demand of specs not asked for in Options.Idle (but for
+// primed ones) and destroys their idle sandboxes.
 func (p *Pool) expire() {
 	var gone []sandbox.Sandbox
 	p.mu.Lock()
 	for k, e := range p.specs {
-		if time.Since(e.lastUsed) > p.o.Idle {
+		if !e.primed && time.Since(e.lastUsed) > p.o.Idle {
 			gone = append(gone, e.ready...)
 			p.idle -= len(e.ready)
 			delete(p.specs, k)

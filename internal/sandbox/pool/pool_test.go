@@ -273,3 +273,42 @@ func TestPoolLifetime(t *testing.T) {
 	}
 	sb.Destroy(ctx)
 }
+
+// TestPoolPrime: a primed spec has its idle sandboxes made before any
+// create asks, so that the first create is a hit, and its demand does not
+// lapse; a spec chosen for one user cannot be primed.
+func TestPoolPrime(t *testing.T) {
+	ctx := ctxT(t)
+	rec := &recorder{Backend: backend(t)}
+	p := pool.New(rec, pool.Options{PerSpec: 1, Max: 2, Idle: 100 * time.Millisecond})
+	defer p.Close(ctx)
+	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+	if err := p.Prime(spec); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, p, 1)
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo(t, ctx, sb, "primed")
+	sb.Destroy(ctx)
+	if st := p.Stats(); st.Hits != 1 || st.Misses != 0 {
+		t.Errorf("the first create of a primed spec: stats %+v, want one hit", st)
+	}
+	// Refilled, and kept past Idle: the pool's expiry runs every second
+	// at the least, so after two the refill would have lapsed.
+	waitIdle(t, p, 1)
+	idle := rec.alive(t)
+	time.Sleep(2500 * time.Millisecond)
+	select {
+	case <-idle.Done():
+		t.Errorf("the idle sandbox of a primed spec was destroyed when its demand would have lapsed")
+	default:
+	}
+	bound := spec
+	bound.ID = "bound"
+	if err := p.Prime(bound); err == nil {
+		t.Errorf("Prime of a spec with an id = nil, want an error")
+	}
+}

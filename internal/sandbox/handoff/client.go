@@ -1,0 +1,176 @@
+package handoff
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// Stdio are the caller's streams for the command. Stdout and Stderr are
+// passed to the host as they are; Stdin, when not nil, is copied into a
+// pipe whose read end is passed (so the host never reads the caller's
+// terminal itself, and stops reading with the command).
+type Stdio struct {
+	Stdin          io.Reader
+	Stdout, Stderr *os.File
+}
+
+// Process is a command running in a host's sandbox.
+type Process struct {
+	conn *net.UnixConn
+	dec  *json.Decoder
+
+	mu sync.Mutex
+	// enc is guarded by mu: signals may come from any goroutine.
+	enc *json.Encoder
+}
+
+// Start hands req to the host listening at socket and returns once the
+// command runs. ErrNoHost (nothing ran) means: no socket, a stale one, a
+// socket or host of another uid, or a host that closed the connection
+// without an answer. Any other error is the host's failure to make the
+// sandbox or start the command, in the words the caller's own start would
+// have used.
+func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Process, error) {
+	req.Stdin = stdio.Stdin != nil
+	conn, err := dial(ctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{conn: conn, dec: json.NewDecoder(bufio.NewReader(conn)), enc: json.NewEncoder(conn)}
+	started := false
+	defer func() {
+		if !started {
+			conn.Close()
+		}
+	}()
+	fds := []int{int(stdio.Stdout.Fd()), int(stdio.Stderr.Fd())}
+	var stdinW *os.File
+	if stdio.Stdin != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
+		}
+		defer r.Close() // the host holds its own copy
+		fds = append(fds, int(r.Fd()))
+		stdinW = w
+		defer func() {
+			if !started {
+				w.Close()
+			}
+		}()
+	}
+	// The descriptors travel with the request's first byte: the host reads
+	// them with it before decoding the rest.
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
+	}
+	if _, _, err := conn.WriteMsgUnix(b[:1], unix.UnixRights(fds...), nil); err != nil {
+		return nil, ErrNoHost
+	}
+	if _, err := conn.Write(append(b[1:], '\n')); err != nil {
+		return nil, ErrNoHost
+	}
+	var rep reply
+	if err := p.dec.Decode(&rep); err != nil {
+		// Refused, or gone before it did anything.
+		return nil, ErrNoHost
+	}
+	switch {
+	case rep.Error != "":
+		return nil, errors.New(rep.Error)
+	case !rep.Started:
+		return nil, errors.New("sandbox host: unexpected answer to a command")
+	}
+	started = true
+	if stdinW != nil {
+		go func() {
+			// Ends with the caller's input or with the command (the host
+			// closes the read end); a caller that exits first ends it too.
+			_, _ = io.Copy(stdinW, stdio.Stdin)
+			stdinW.Close()
+		}()
+	}
+	return p, nil
+}
+
+// dial connects to the host at socket, after checking that the socket and
+// the process behind it are this user's.
+func dial(ctx context.Context, socket string) (*net.UnixConn, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(socket, &st); err != nil || int(st.Uid) != os.Geteuid() {
+		return nil, ErrNoHost
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, ErrNoHost
+	}
+	conn := c.(*net.UnixConn)
+	uid, err := peerUID(conn)
+	if err != nil || uid != os.Geteuid() {
+		conn.Close()
+		return nil, ErrNoHost
+	}
+	return conn, nil
+}
+
+// peerUID returns the uid of the process at the other end of conn, as the
+// kernel recorded it when the connection was made.
+func peerUID(conn *net.UnixConn) (int, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return int(cred.Uid), nil
+}
+
+// Signal forwards sig to the command.
+func (p *Process) Signal(sig unix.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.enc.Encode(control{Signal: int(sig)})
+}
+
+// Wait waits for the command's result and closes the connection;
+// cancelling ctx closes it at once, which kills the command.
+func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
+	defer p.conn.Close()
+	stop := context.AfterFunc(ctx, func() { p.conn.Close() })
+	defer stop()
+	var rep reply
+	if err := p.dec.Decode(&rep); err != nil {
+		if ctx.Err() != nil {
+			return sandbox.Result{}, ctx.Err()
+		}
+		return sandbox.Result{}, fmt.Errorf("sandbox host: the connection ended before the command's result: %w", err)
+	}
+	switch {
+	case rep.Error != "":
+		return sandbox.Result{}, errors.New(rep.Error)
+	case rep.Result == nil:
+		return sandbox.Result{}, errors.New("sandbox host: unexpected answer instead of the command's result")
+	}
+	return *rep.Result, nil
+}

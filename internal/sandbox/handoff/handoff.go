@@ -1,0 +1,76 @@
+// Package handoff lets `airlock sandbox run` hand its command to a
+// long-lived host process of the same user (`airlock sandbox daemon`), which
+// keeps sandboxes made ahead of demand, instead of making a sandbox itself:
+// the caller then pays its own start, one request and the command, not a
+// sandbox's start and teardown.
+//
+// The host listens on a unix socket in $AIRLOCK_HOME (SocketPath), mode
+// 0600. Each side checks the other's credentials (SO_PEERCRED): the host
+// serves only its own uid, and the caller talks only to a host of its own
+// uid, so neither a request nor the caller's standard streams cross users.
+//
+// One connection is one command, in a sandbox of its own: the caller sends
+// its standard output and error (and, with stdin, the read end of a pipe it
+// feeds) as descriptors with the request; the host takes a sandbox of the
+// request's spec (from its pool when it has one), starts the command with
+// those descriptors as its streams, answers "started", forwards the
+// signals the caller sends, answers the result, and destroys the sandbox
+// once the answer is out. A sandbox is never given to a second command. The
+// connection's end before the result kills the command.
+//
+// A host that refuses (wrong uid), is gone (stale socket) or absent makes
+// Start return ErrNoHost before anything ran: the caller starts the sandbox
+// itself. The package imports only the sandbox contract, so that the small
+// front end (cmd/airlock) links it.
+package handoff
+
+import (
+	"errors"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// SocketName is the host's socket under $AIRLOCK_HOME.
+const SocketName = "sandbox.sock"
+
+// SocketPath is the socket of the host serving the airlock home home.
+func SocketPath(home string) string { return filepath.Join(home, SocketName) }
+
+// ErrNoHost means no host took the request and nothing ran: the caller
+// makes the sandbox itself.
+var ErrNoHost = errors.New("no sandbox host")
+
+// Request is one command to run in a fresh sandbox.
+type Request struct {
+	// Spec is the sandbox's. Its host paths must be absolute: the host's
+	// working directory is not the caller's.
+	Spec sandbox.Spec `json:"spec"`
+	// Argv is the command.
+	Argv []string `json:"argv"`
+	// Timeout and MaxOutput are sandbox.Command's.
+	Timeout   time.Duration `json:"timeout_ns,omitempty"`
+	MaxOutput int64         `json:"max_output,omitempty"`
+	// Stdin says whether a third descriptor, the command's stdin, follows
+	// standard output and error.
+	Stdin bool `json:"stdin,omitempty"`
+}
+
+// reply is one message from the host: Started once the command runs, then
+// Result; Error instead of either says what failed (the text the caller's
+// own start would have printed).
+type reply struct {
+	Started bool            `json:"started,omitempty"`
+	Result  *sandbox.Result `json:"result,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// control is a message from the caller after the request.
+type control struct {
+	Signal int `json:"signal"`
+}
+
+// maxRequest bounds what the host reads from one connection: a spec's environment and trusted
+// CAs are its largest parts (sandbox.Spec bounds both well below this); the control messages after it are a few bytes each.
+const maxRequest = 8 << 20

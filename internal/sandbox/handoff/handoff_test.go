@@ -1,0 +1,179 @@
+package handoff_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+var executorPath string
+
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
+
+// serve runs a Server of uid over a real backend until the test ends, and
+// returns it with its socket.
+func serve(t *testing.T, uid int) (*handoff.Server, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	dir := t.TempDir()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := handoff.SocketPath(dir)
+	ln, err := handoff.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &handoff.Server{Backend: b, UID: uid}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if live, err := b.Live(); err != nil || len(live) != 0 {
+			t.Errorf("after Serve: live sandboxes %v (%v), want none", live, err)
+		}
+		_ = b.Close()
+	})
+	return s, sock
+}
+
+// stdio returns files for a command's output, read back by the returned
+// function.
+func stdio(t *testing.T) (handoff.Stdio, func() string) {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return handoff.Stdio{Stdout: f, Stderr: f}, func() string {
+		b, _ := os.ReadFile(f.Name())
+		return string(b)
+	}
+}
+
+func request(argv ...string) handoff.Request {
+	return handoff.Request{Spec: sandbox.Spec{Limits: sandbox.DefaultLimits}, Argv: argv}
+}
+
+// TestSocketMode: the socket is its owner's alone from its creation.
+func TestSocketMode(t *testing.T) {
+	_, sock := serve(t, os.Geteuid())
+	fi, err := os.Stat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := fi.Mode().Perm(); m != 0o600 {
+		t.Errorf("socket mode %v, want 0600", m)
+	}
+	if _, err := handoff.Listen(sock); err == nil {
+		t.Errorf("Listen over a live host's socket = nil, want an error")
+	}
+}
+
+// TestRefusedUID: a host serves only its uid. A caller of another uid (the
+// server's uid set to one the caller is not, which the peer credentials
+// check compares with) gets no answer, so ErrNoHost: nothing ran.
+func TestRefusedUID(t *testing.T) {
+	s, sock := serve(t, 4242)
+	io, out := stdio(t)
+	_, err := handoff.Start(context.Background(), sock, request("sh", "-c", "echo ran"), io)
+	if !errors.Is(err, handoff.ErrNoHost) {
+		t.Fatalf("Start as another uid = %v, want ErrNoHost", err)
+	}
+	if st := s.Stats(); st.Refused != 1 || st.Served != 0 {
+		t.Errorf("stats %+v, want one refused and none served", st)
+	}
+	if o := out(); o != "" {
+		t.Errorf("a refused command wrote %q", o)
+	}
+}
+
+// TestNoHost: no socket, and a stale one, are ErrNoHost at once.
+func TestNoHost(t *testing.T) {
+	dir := t.TempDir()
+	sock := handoff.SocketPath(dir)
+	io, _ := stdio(t)
+	if _, err := handoff.Start(context.Background(), sock, request("true"), io); !errors.Is(err, handoff.ErrNoHost) {
+		t.Errorf("Start without a socket = %v, want ErrNoHost", err)
+	}
+	ln, err := handoff.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.SetUnlinkOnClose(false)
+	ln.Close()
+	if _, err := handoff.Start(context.Background(), sock, request("true"), io); !errors.Is(err, handoff.ErrNoHost) {
+		t.Errorf("Start on a stale socket = %v, want ErrNoHost", err)
+	}
+	// A new host replaces the stale socket.
+	ln, err = handoff.Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	ln.Close()
+}
+
+// TestSignal: a signal the caller sends reaches the command.
+func TestSignal(t *testing.T) {
+	_, sock := serve(t, os.Geteuid())
+	io, out := stdio(t)
+	ctx := context.Background()
+	p, err := handoff.Start(ctx, sock, request("sh", "-c", "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done"), io)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out(), "ready"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command never got ready: %q", out())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := p.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitStatus() != 7 || !strings.Contains(out(), "got TERM") {
+		t.Errorf("after SIGTERM: %+v, output %q; want exit 7 from the trap", res, out())
+	}
+}
+
+// TestCallerGone: the caller's end of the connection kills the command, and
+// the sandbox is destroyed (serve's cleanup checks that none is live).
+func TestCallerGone(t *testing.T) {
+	s, sock := serve(t, os.Geteuid())
+	io, _ := stdio(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := handoff.Start(ctx, sock, request("sleep", "600"), io)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := p.Wait(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait after cancel = %v, want context.Canceled", err)
+	}
+	if s.Stats().Served != 1 {
+		t.Errorf("stats %+v, want one served", s.Stats())
+	}
+}

@@ -1,0 +1,229 @@
+package handoff
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// Server runs handed-off commands in sandboxes of Backend (a pool, for the
+// point of it). The zero value is not usable: Backend is required.
+type Server struct {
+	// Backend makes the sandboxes; each is destroyed after its one
+	// command.
+	Backend sandbox.Backend
+	// UID is the only uid served: the socket's owner, which Listen makes
+	// the process's own. Connections of any other uid are closed unanswered.
+	UID int
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+
+	served  atomic.Int64
+	refused atomic.Int64
+}
+
+// Stats count what a Server did.
+type Stats struct {
+	// Served are commands started in a sandbox; Refused connections of
+	// another uid.
+	Served, Refused int64
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	return Stats{Served: s.served.Load(), Refused: s.refused.Load()}
+}
+
+// Listen binds the socket at path, mode 0600, replacing a stale one (a
+// socket nobody listens on). A live host already there is an error.
+func Listen(path string) (*net.UnixListener, error) {
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("listen on %s: a sandbox host already listens there", path)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("listen on %s: remove the stale socket: %w", path, err)
+	}
+	// The umask makes the socket 0600 from its creation: a chmod after
+	// bind would leave a moment in which another user could connect.
+	old := unix.Umask(0o177)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Serve answers connections on ln until ctx ends, then closes ln and waits
+// for the commands in flight (which ctx's end kills).
+func (s *Server) Serve(ctx context.Context, ln *net.UnixListener) error {
+	log := s.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	for {
+		conn, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			log.Warn("handoff: accept", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		wg.Go(func() {
+			defer conn.Close()
+			if err := s.serve(ctx, conn); err != nil {
+				log.Warn("handoff: command", "err", err)
+			}
+		})
+	}
+}
+
+// serve runs one connection's command.
+func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
+	uid, err := peerUID(conn)
+	if err != nil {
+		return fmt.Errorf("read the caller's credentials: %w", err)
+	}
+	if uid != s.UID {
+		// Why: the caller's streams and sandbox would run under this
+		// host's user; only that user may use it.
+		s.refused.Add(1)
+		return fmt.Errorf("refused a caller of uid %d", uid)
+	}
+	req, files, dec, err := readRequest(conn)
+	for _, f := range files {
+		defer f.Close()
+	}
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(conn)
+	fail := func(err error) error {
+		_ = enc.Encode(reply{Error: err.Error()})
+		return nil // the caller reports it
+	}
+	want := 2
+	if req.Stdin {
+		want = 3
+	}
+	if len(files) != want || len(req.Argv) == 0 {
+		return fmt.Errorf("bad request: %d descriptors, %d words of command", len(files), len(req.Argv))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sb, err := s.Backend.Create(ctx, req.Spec)
+	if err != nil {
+		return fail(err)
+	}
+	// After the answer, off the caller's critical path; never reused.
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer dcancel()
+		_ = sb.Destroy(dctx)
+	}()
+	cmd := sandbox.Command{Argv: req.Argv, Stdout: files[0], Stderr: files[1], Timeout: req.Timeout, MaxOutput: req.MaxOutput}
+	if req.Stdin {
+		cmd.Stdin = files[2]
+	}
+	p, err := sb.Start(ctx, cmd)
+	if err != nil {
+		return fail(err)
+	}
+	s.served.Add(1)
+	if err := enc.Encode(reply{Started: true}); err != nil {
+		return nil // the caller is gone: cancel kills the command
+	}
+	// The caller's signals; its connection's end kills the command. The
+	// connection is closed once the answer is out, which ends the reader,
+	// before the sandbox is destroyed.
+	signalsDone := make(chan struct{})
+	defer func() {
+		conn.Close()
+		<-signalsDone
+	}()
+	go func() {
+		defer close(signalsDone)
+		defer cancel()
+		for {
+			var c control
+			if err := dec.Decode(&c); err != nil {
+				return
+			}
+			if c.Signal > 0 && c.Signal < 65 {
+				_ = p.Signal(unix.Signal(c.Signal))
+			}
+		}
+	}()
+	res, err := p.Wait(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	_ = enc.Encode(reply{Result: &res})
+	return nil
+}
+
+// readRequest reads the request and the descriptors that came with its
+// first byte.
+func readRequest(conn *net.UnixConn) (Request, []*os.File, *json.Decoder, error) {
+	var req Request
+	first := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(first, oob)
+	if err != nil || n != 1 {
+		return req, nil, nil, fmt.Errorf("read a request: %w", errors.Join(err, io.ErrUnexpectedEOF))
+	}
+	var files []*os.File
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return req, nil, nil, fmt.Errorf("read a request's descriptors: %w", err)
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			if len(files) == 2 {
+				// The third is stdin, a pipe the caller made for this
+				// command alone: non-blocking, so that its reads end when
+				// it is closed after the command (os.NewFile polls it).
+				_ = unix.SetNonblock(fd, true)
+			}
+			files = append(files, os.NewFile(uintptr(fd), "caller"))
+		}
+	}
+	dec := json.NewDecoder(bufio.NewReader(io.MultiReader(bytes.NewReader(first), io.LimitReader(conn, maxRequest))))
+	if err := dec.Decode(&req); err != nil {
+		return req, files, nil, fmt.Errorf("read a request: %w", err)
+	}
+	return req, files, dec, nil
+}

@@ -1,0 +1,197 @@
+package sandboxcli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+var executorPath string
+
+func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
+
+// sandboxHost runs a sandbox host for home, as airlock sandbox daemon does
+// (a pool primed with the default spec), until the test ends.
+func sandboxHost(t *testing.T, home string) *handoff.Server {
+	t.Helper()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(home, RunStateDir), Spawner: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pool.New(b, pool.Options{})
+	spec, err := (&SpecFlags{}).Spec(BuiltinDefaults, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Prime(spec); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := handoff.Listen(handoff.SocketPath(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &handoff.Server{Backend: p, UID: os.Geteuid()}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		_ = p.Close(cctx)
+		_ = b.Close()
+	})
+	return s
+}
+
+// run runs `airlock sandbox ARGS` in env with stdin's text, and returns the
+// exit status and what went to stdout and stderr (through files, as from a
+// shell).
+func run(t *testing.T, env Env, stdin string, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in")
+	if err := os.WriteFile(in, []byte(stdin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files := make([]*os.File, 3)
+	for i, name := range []string{"in", "out", "err"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	env.Stdin, env.Stdout, env.Stderr = files[0], files[1], files[2]
+	status, ok := Main(&env, append([]string{"sandbox"}, args...))
+	if !ok {
+		t.Fatalf("Main(%q) declined", args)
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "out"))
+	errOut, _ := os.ReadFile(filepath.Join(dir, "err"))
+	return status, string(out), string(errOut)
+}
+
+// anyOutput is a case's stdout that is not checked but for being the
+// same on both paths.
+const anyOutput = "\x00any"
+
+// TestHandoffSameAsCold: with a sandbox host running, sandbox run hands its
+// command over (the host counts it), and what the caller sees, its output,
+// its errors, its exit status, is what the same command gives when the
+// caller starts the sandbox itself (AIRLOCK_NO_HANDOFF).
+func TestHandoffSameAsCold(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	home := t.TempDir()
+	host := sandboxHost(t, home)
+	warm := Env{Ctx: context.Background(), Home: home, Executor: executorPath}
+	cold := warm
+	cold.NoHandoff = true
+	tests := []struct {
+		name       string
+		stdin      string
+		args       []string
+		wantStatus int
+		wantOut    string
+		wantErr    string // a part of stderr
+	}{
+		{"stdout", "", []string{"run", "--", "echo", "hello"}, 0, "hello\n", ""},
+		{"stderr", "", []string{"run", "--", "sh", "-c", "echo oops >&2"}, 0, "", "oops"},
+		{"stdin", "typed\n", []string{"run", "-i", "--", "cat"}, 0, "typed\n", ""},
+		{"no stdin without -i", "typed\n", []string{"run", "--", "cat"}, 0, "", ""},
+		{"exit 3", "", []string{"run", "--", "sh", "-c", "exit 3"}, 3, "", ""},
+		{"timeout", "", []string{"run", "--timeout", "300ms", "--", "sleep", "30"}, 124, "", "timeout"},
+		{"output cap", "", []string{"run", "--max-output", "1K", "--", "sh", "-c", "yes | head -c 100000"}, 137, anyOutput, "output limit"},
+		{"memory limit", "", []string{"run", "--memory", "64M", "--", "tail", "/dev/zero"}, 137, "", ""},
+		{"signal", "", []string{"run", "--", "sh", "-c", "kill -TERM $$"}, 143, "", ""},
+		{"not found", "", []string{"run", "--", "no-such-command"}, 127, "", "not found"},
+		{"environment", "", []string{"run", "-e", "GREETING=hi", "--", "sh", "-c", "echo $GREETING"}, 0, "hi\n", ""},
+		{"relative workspace", "", []string{"run", "--workspace", "testdata", "--workspace-mode", "ro", "--", "test", "-d", "/workspace/fuzz"}, 0, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := host.Stats().Served
+			st, out, errOut := run(t, warm, tt.stdin, tt.args...)
+			if host.Stats().Served != before+1 {
+				t.Errorf("the host served %d commands, want %d: sandbox run did not hand off", host.Stats().Served, before+1)
+			}
+			if st != tt.wantStatus || (out != tt.wantOut && tt.wantOut != anyOutput) || !strings.Contains(errOut, tt.wantErr) {
+				t.Errorf("handed off: status %d, stdout %q, stderr %q; want %d, %q, stderr with %q", st, out, errOut, tt.wantStatus, tt.wantOut, tt.wantErr)
+			}
+			cst, cout, cerrOut := run(t, cold, tt.stdin, tt.args...)
+			if host.Stats().Served != before+1 {
+				t.Errorf("AIRLOCK_NO_HANDOFF: the host served the command")
+			}
+			if cst != st || cout != out || cerrOut != errOut {
+				t.Errorf("handed off: %d %q %q; started here: %d %q %q", st, out, errOut, cst, cout, cerrOut)
+			}
+		})
+	}
+}
+
+// TestHandoffFallback: a stale socket (its host gone) and a socket of
+// another user are not a host: sandbox run starts the sandbox itself.
+func TestHandoffFallback(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	for _, tt := range []struct {
+		name  string
+		setup func(t *testing.T, sock string)
+	}{
+		{"stale socket", func(t *testing.T, sock string) {
+			ln, err := handoff.Listen(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ln.SetUnlinkOnClose(false)
+			ln.Close()
+		}},
+		{"another user's socket", func(t *testing.T, sock string) {
+			ln, err := handoff.Listen(sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			if err := os.Chown(sock, 4242, 4242); err != nil {
+				t.Fatal(err)
+			}
+			// Accepts, and would answer nothing: the caller must not even
+			// connect.
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					t.Errorf("the caller connected to another user's socket")
+					c.Close()
+				}
+			}()
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			home := t.TempDir()
+			tt.setup(t, handoff.SocketPath(home))
+			env := Env{Ctx: context.Background(), Home: home, Executor: executorPath}
+			st, out, errOut := run(t, env, "", "run", "--", "sh", "-c", "echo fine; exit 5")
+			if st != 5 || out != "fine\n" || errOut != "" {
+				t.Errorf("sandbox run = %d, %q, %q; want 5, %q, nothing on stderr", st, out, errOut, "fine\n")
+			}
+		})
+	}
+}
