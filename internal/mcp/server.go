@@ -241,7 +241,7 @@ func (s *Server) session(ss *sdk.ServerSession) *session {
 	if se == nil {
 		se = &session{id: ss.ID(), boxes: map[string]*liveBox{}}
 		if se.id == "" {
-			se.id = sandbox.NewID()
+			se.id = "mcp-" + strings.TrimPrefix(sandbox.NewID(), "sb-")
 		}
 		s.sessions[ss] = se
 		s.watch(ss)

@@ -307,7 +307,9 @@ func (s *Server) runSandboxTool(ctx context.Context, c *callCtx, t tools.Tool) (
 	stop := s.progress(ctx, c, func(n int) string {
 		return fmt.Sprintf("%s running in %s (%s)", name, b.id, time.Duration(n)*s.o.ProgressInterval)
 	})
+	start := time.Now()
 	res, err := t.Run(ctx, tools.Env{Sandbox: b.Sandbox}, input)
+	res.Details.Duration = time.Since(start)
 	stop()
 	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()

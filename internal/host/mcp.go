@@ -1,0 +1,178 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/mcp"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/telemetry"
+	"github.com/airlockrun/airlock/internal/tools"
+)
+
+// MCPOptions configure the host's MCP server (MCPServer).
+type MCPOptions struct {
+	// Default is the policy of sandboxes created without a policy name
+	// (nil: the built-in default), shown to clients as DefaultName.
+	Default     *policy.Document
+	DefaultName string
+	// TrustTenantPolicies lets tenants' stored policies name host
+	// resources (directories, a root filesystem, pinned addresses).
+	TrustTenantPolicies bool
+	// Audit receives the calls' records, as JSON lines.
+	Audit  io.Writer
+	Logger *slog.Logger
+}
+
+// MCPServer returns the MCP server of this host's sandboxes: built from
+// the tenants' stored policies (or o.Default), on the host's backend, with
+// the policy's egress through the host's proxy, refused to a tenant whose
+// credits are spent, and results scrubbed by the host's redactor.
+func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
+	b, err := h.backend(telemetry.OriginMCP)
+	if err != nil {
+		return nil, err
+	}
+	if o.Default == nil {
+		o.Default, o.DefaultName = policy.Default(), "default"
+	}
+	boxes := &mcpBoxes{h: h, b: b, o: o}
+	return mcp.New(mcp.Options{
+		Sandboxes: boxes,
+		Audit:     o.Audit,
+		Limits:    MCPLimits(o.Default),
+		Redact:    h.red.String,
+		Version:   h.cfg.Version,
+		Logger:    o.Logger,
+	}), nil
+}
+
+// MCPLimits are the sandbox tools' bounds under doc: its command timeout
+// is the longest a command may ask for.
+func MCPLimits(doc *policy.Document) tools.Limits {
+	var l tools.Limits
+	if d := time.Duration(doc.Sandbox.Limits.CommandTimeout); d > 0 {
+		l.MaxTimeout = d
+	}
+	return l
+}
+
+// mcpBoxes makes the MCP sessions' sandboxes.
+type mcpBoxes struct {
+	h *Host
+	b sandbox.Backend
+	o MCPOptions
+}
+
+var _ mcp.Sandboxes = (*mcpBoxes)(nil)
+
+// Create boots a sandbox for p under the policy req names (a stored
+// policy of p's tenant, NAME or NAME@vN) with req's image and limits.
+func (x *mcpBoxes) Create(ctx context.Context, p auth.Principal, req mcp.CreateRequest) (*mcp.Box, error) {
+	rs, err := x.h.run()
+	if err != nil {
+		return nil, err
+	}
+	a, err := rs.meter.Account(ctx, p.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	if spent := a.Spent(); spent != nil {
+		return nil, &mcp.RequestError{Msg: "the tenant's credits are spent: no sandbox can be created (airlock credits)"}
+	}
+	doc, name := x.o.Default, x.o.DefaultName
+	if req.Policy != "" {
+		v, err := x.h.Policy(ctx, p.Tenant, req.Policy)
+		var nf *PolicyNotFoundError
+		var in *InputError
+		switch {
+		case errors.As(err, &nf), errors.As(err, &in):
+			return nil, &mcp.RequestError{Msg: fmt.Sprintf("policy %q: %v", req.Policy, err)}
+		case err != nil:
+			return nil, err
+		}
+		if doc, err = policy.Parse([]byte(v.Document)); err != nil {
+			return nil, &mcp.RequestError{Msg: fmt.Sprintf("policy %s v%d does not load: %v", v.Name, v.Version, err)}
+		}
+		// Why: a tenant's policy that names host directories, a root
+		// filesystem, pinned addresses or CIDR rules would reach the
+		// host's own resources.
+		if bad := doc.HostResources(); len(bad) > 0 && !x.o.TrustTenantPolicies {
+			return nil, &mcp.RequestError{Msg: fmt.Sprintf("policy %s: %s name host resources, which this server does not let tenants use", req.Policy, strings.Join(bad, ", "))}
+		}
+		name = fmt.Sprintf("%s@v%d", v.Name, v.Version)
+	}
+	egress := len(doc.Network.Allow) > 0 || len(doc.Network.Credentials) > 0 || doc.Network.Default == policy.Ask
+	f := sandboxcli.SpecFlags{Memory: req.Memory, Disk: req.Disk, Pids: req.Pids, CPUs: req.CPUs}
+	spec, err := f.Spec(SandboxDefaults(doc), egress)
+	if err != nil {
+		return nil, &mcp.RequestError{Msg: err.Error()}
+	}
+	ref, from := req.Image, "image"
+	if ref == "" {
+		ref, from = doc.Sandbox.Image, "sandbox.image"
+	}
+	if ref != "" {
+		if spec.RootFS != "" {
+			return nil, &mcp.RequestError{Msg: from + " and the policy's sandbox.rootfs exclude each other"}
+		}
+		st, err := x.h.Images()
+		if err != nil {
+			return nil, err
+		}
+		root, err := st.Root(ctx, ref)
+		if errors.Is(err, ErrNoImage) {
+			return nil, &mcp.RequestError{Msg: fmt.Sprintf("%s %q: no such image in the host's store (airlock image ls lists them)", from, ref)}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", from, ref, err)
+		}
+		root.Apply(&spec)
+	}
+	spec.ID = sandbox.NewID()
+	stop := func() {}
+	if egress {
+		eg, err := x.h.StartEgress(ctx, EgressOptions{Sandbox: spec.ID, Tenant: p.Tenant, Network: &doc.Network})
+		if err != nil {
+			return nil, fmt.Errorf("start the egress proxy of %s: %w", spec.ID, err)
+		}
+		eg.Apply(&spec)
+		stop = func() { eg.Close() }
+	}
+	sb, err := x.b.Create(ctx, spec)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	return &mcp.Box{Sandbox: sb, Policy: doc, PolicyName: name, Destroy: func(ctx context.Context) error {
+		defer stop()
+		return sb.Destroy(ctx)
+	}}, nil
+}
+
+// SandboxDefaults is the sandbox section of doc as package sandboxcli
+// takes it: what a sandbox gets where no flag or request says otherwise.
+func SandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
+	sb := doc.Sandbox
+	d := sandboxcli.Defaults{
+		RootFS: sb.RootFS, Workspace: sb.Workspace.Source, WorkspaceMode: sb.Workspace.Mode,
+		Limits: sandbox.Limits{
+			MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
+			RequireHard: sb.RequireHardLimits,
+		},
+		CommandTimeout: time.Duration(sb.Limits.CommandTimeout),
+		Output:         int64(sb.Limits.Output),
+	}
+	for _, m := range sb.Mounts {
+		d.Mounts = append(d.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
+	}
+	return d
+}
