@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -175,4 +178,65 @@ func SandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
 		d.Mounts = append(d.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
 	}
 	return d
+}
+
+// startMCP serves /mcp beside the API on the service's listener: the MCP
+// server of the host's sandboxes for tenants' API keys (Authorization:
+// Bearer KEY or X-API-Key, as the API), each call audited to
+// $AIRLOCK_HOME/audit/mcp.jsonl. It returns the handler of both; the
+// sessions end, and their sandboxes are destroyed, when the HTTP server
+// shuts down.
+func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, error) {
+	path := filepath.Join(s.h.cfg.Home, "audit", "mcp.jsonl")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("mcp audit log: %w", err)
+	}
+	audit, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("mcp audit log: %w", err)
+	}
+	ms, err := s.h.MCPServer(MCPOptions{TrustTenantPolicies: s.cfg.API.TrustTenantPolicies, Audit: audit, Logger: s.log.With("component", "mcp")})
+	if err != nil {
+		audit.Close()
+		return nil, err
+	}
+	closeMCP := func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		ms.Close(ctx)
+	}
+	s.hs.RegisterOnShutdown(closeMCP)
+	s.closers = append(s.closers, func() { audit.Close() }, closeMCP)
+	keys := auth.NewKeys(rs.store, nil)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", ms.Handler(func(ctx context.Context, h http.Header) (auth.Principal, error) {
+		key, err := headerKey(h)
+		if err != nil {
+			return auth.Principal{}, err
+		}
+		p, err := keys.Verify(ctx, key)
+		if err != nil {
+			return auth.Principal{}, errors.New("the API key is not valid")
+		}
+		return p, nil
+	}))
+	mux.Handle("/", s.hs.Handler)
+	return mux, nil
+}
+
+// headerKey reads the API key of "Authorization: Bearer KEY" or
+// "X-API-Key: KEY".
+func headerKey(h http.Header) (string, error) {
+	key := strings.TrimSpace(h.Get("X-API-Key"))
+	if a := h.Get("Authorization"); a != "" {
+		scheme, rest, ok := strings.Cut(a, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "", errors.New("the Authorization header must be Bearer and an API key")
+		}
+		key = strings.TrimSpace(rest)
+	}
+	if key == "" || len(key) > 512 {
+		return "", errors.New("an API key is required (Authorization: Bearer KEY)")
+	}
+	return key, nil
 }

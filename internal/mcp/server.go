@@ -121,6 +121,9 @@ type Server struct {
 	sessions map[*sdk.ServerSession]*session
 	// closed is set by Close; no sandbox is created after it (guarded by mu).
 	closed bool
+	// servers are the SDK servers made by ServeStdio and Handler (guarded
+	// by mu), whose sessions Close ends.
+	servers []*sdk.Server
 	// wg counts the goroutines that end sessions.
 	wg sync.WaitGroup
 
@@ -148,13 +151,13 @@ func New(o Options) *Server {
 }
 
 // principalFunc says who makes a call.
-type principalFunc func(req *sdk.CallToolRequest) (auth.Principal, error)
+type principalFunc func(ctx context.Context, req *sdk.CallToolRequest) (auth.Principal, error)
 
 // ServeStdio serves one session over t (stdio, or in-process pipes) for
 // p, until the client leaves or ctx ends; the session's sandboxes are
 // destroyed before it returns.
 func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport, p auth.Principal) error {
-	srv := s.sdkServer(func(*sdk.CallToolRequest) (auth.Principal, error) { return p, nil })
+	srv := s.sdkServer(func(context.Context, *sdk.CallToolRequest) (auth.Principal, error) { return p, nil })
 	ss, err := srv.Connect(ctx, t, nil)
 	if err != nil {
 		return fmt.Errorf("mcp: connect: %w", err)
@@ -167,26 +170,26 @@ func (s *Server) ServeStdio(ctx context.Context, t sdk.Transport, p auth.Princip
 	return err
 }
 
-// Authenticator verifies an HTTP request's API key.
-type Authenticator func(h http.Header) (auth.Principal, error)
+// Authenticator verifies the API key of an HTTP request's headers.
+type Authenticator func(ctx context.Context, h http.Header) (auth.Principal, error)
 
 // Handler returns the Streamable HTTP handler (with its SSE streams) for
 // /mcp. Every request must carry a key authn accepts: one it refuses is
 // answered 401 before the protocol sees it; each call is authorised again
 // by the key's scopes.
 func (s *Server) Handler(authn Authenticator) http.Handler {
-	srv := s.sdkServer(func(req *sdk.CallToolRequest) (auth.Principal, error) {
+	srv := s.sdkServer(func(ctx context.Context, req *sdk.CallToolRequest) (auth.Principal, error) {
 		if req.Extra == nil || req.Extra.Header == nil {
 			return auth.Principal{}, errors.New("no API key: the call carries no HTTP headers")
 		}
-		return authn(req.Extra.Header)
+		return authn(ctx, req.Extra.Header)
 	})
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
 		Logger:              s.o.Logger,
 		MaxRequestBodyBytes: 4 << 20,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := authn(r.Header); err != nil {
+		if _, err := authn(r.Context(), r.Header); err != nil {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusUnauthorized)
 			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": codeForbidden, "message": "unauthorized: " + err.Error()}})
@@ -197,8 +200,8 @@ func (s *Server) Handler(authn Authenticator) http.Handler {
 	})
 }
 
-// Close ends every session's sandboxes and waits for the session
-// watchers. Sessions still open get no new sandbox.
+// Close ends every session (an HTTP client's streams end with it) and
+// destroys their sandboxes. Sessions still open get no new sandbox.
 func (s *Server) Close(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
@@ -206,7 +209,13 @@ func (s *Server) Close(ctx context.Context) {
 	for _, se := range s.sessions {
 		all = append(all, se)
 	}
+	servers := append([]*sdk.Server(nil), s.servers...)
 	s.mu.Unlock()
+	for _, srv := range servers {
+		for ss := range srv.Sessions() {
+			_ = ss.Close()
+		}
+	}
 	for _, se := range all {
 		se.destroyAll(ctx, s)
 	}
@@ -255,6 +264,9 @@ func (s *Server) sdkServer(who principalFunc) *sdk.Server {
 		Instructions: instructions,
 		Logger:       s.o.Logger,
 	})
+	s.mu.Lock()
+	s.servers = append(s.servers, srv)
+	s.mu.Unlock()
 	for _, t := range s.lifecycleTools() {
 		srv.AddTool(t.tool, s.handler(who, t.name, t.run))
 	}
@@ -302,7 +314,7 @@ func (s *Server) handler(who principalFunc, name string, run func(context.Contex
 			}
 			s.audit(*rec)
 		}()
-		p, err := who(req)
+		p, err := who(ctx, req)
 		if err != nil {
 			rec.Outcome = "unauthorized"
 			return nil, &jsonrpcError{Code: codeForbidden, Message: "unauthorized: " + err.Error()}

@@ -212,7 +212,7 @@ var testKeys = map[string]auth.Principal{
 	"key-narrow": {Tenant: "acme", KeyID: "key_narrow", Scopes: []string{auth.ScopeRunsRead}},
 }
 
-func testAuth(h http.Header) (auth.Principal, error) {
+func testAuth(_ context.Context, h http.Header) (auth.Principal, error) {
 	p, ok := testKeys[h.Get("X-API-Key")]
 	if !ok {
 		return auth.Principal{}, errors.New("unknown API key")
