@@ -12,8 +12,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/airlockrun/airlock/internal/auth"
-	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
 )
 
@@ -65,8 +63,7 @@ func (c *MCPCmd) Run(env *Env) error {
 	defer srv.Close(context.WithoutCancel(env.Ctx))
 	fmt.Fprintf(env.Stderr, "airlock mcp: serving this host's sandboxes on stdio; audit log %s\n", path)
 	t := &sdk.IOTransport{Reader: io.NopCloser(env.Stdin), Writer: nopWriteCloser{env.Stdout}}
-	p := auth.Principal{Tenant: event.LocalTenant, KeyID: "uid:" + strconv.Itoa(os.Getuid()), Scopes: []string{auth.ScopeAdmin}}
-	return srv.ServeStdio(env.Ctx, t, p)
+	return srv.ServeStdio(env.Ctx, t, host.LocalPrincipal("uid:"+strconv.Itoa(os.Getuid())))
 }
 
 // openMCPAudit opens the audit log at path, or a new one of the session

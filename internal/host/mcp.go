@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -56,6 +57,12 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		Version:   h.cfg.Version,
 		Logger:    o.Logger,
 	}), nil
+}
+
+// LocalPrincipal is the caller of `airlock mcp`: the local tenant, with
+// every scope, as who (the user) for the audit records.
+func LocalPrincipal(who string) auth.Principal {
+	return auth.Principal{Tenant: event.LocalTenant, KeyID: who, Scopes: []string{auth.ScopeAdmin}}
 }
 
 // MCPLimits are the sandbox tools' bounds under doc: its command timeout

@@ -28,5 +28,5 @@
 //   - A session's sandboxes are destroyed when the session ends, and every
 //     remaining one when the Server is closed.
 //
-// Importers: the command line (internal/cli) and host wiring only.
+// Importers: host wiring (internal/host) only.
 package mcp
