@@ -148,22 +148,23 @@ func (k bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // serveMCP starts airlock serve on home with keys for tenant local: one
-// with the sandboxes scope and a narrow one.
+// with the sandboxes scope and the run scopes, and a narrow one
+// (runs:read).
 func serveMCP(t *testing.T, home, exe string) (url, key, narrow string) {
 	t.Helper()
 	if code := airlockIn(t, context.Background(), home, exe, io.Discard, "tenants", "create", "local"); code != 0 {
 		t.Fatalf("tenants create local = %d", code)
 	}
 	keys := map[string]string{}
-	for _, scope := range []string{"sandboxes", "runs:read"} {
+	for _, scope := range []string{"sandboxes,runs:write,runs:read,approvals", "runs:read"} {
 		var out bytes.Buffer
-		if code := airlockIn(t, context.Background(), home, exe, &out, "keys", "create", "--tenant", "local", "--name", strings.ReplaceAll(scope, ":", "-"), "--scope", scope); code != 0 {
+		if code := airlockIn(t, context.Background(), home, exe, &out, "keys", "create", "--tenant", "local", "--name", strings.NewReplacer(":", "-", ",", "-").Replace(scope), "--scope", scope); code != 0 {
 			t.Fatalf("keys create = %d", code)
 		}
 		keys[scope] = strings.TrimSpace(out.String())
 	}
 	srv := startServe(t, home, exe)
-	return srv.url + "/mcp", keys["sandboxes"], keys["runs:read"]
+	return srv.url + "/mcp", keys["sandboxes,runs:write,runs:read,approvals"], keys["runs:read"]
 }
 
 // TestMCPServe drives /mcp on airlock serve with the Go SDK's client over
@@ -195,6 +196,68 @@ func TestMCPServe(t *testing.T) {
 	}
 	if _, err := connect("airlock_not_a_key"); err == nil {
 		t.Errorf("Connect with a wrong key succeeded")
+	}
+
+	// The run-level tools: a scripted run under "guarded" asks about its
+	// command; the approval is listed and decided over MCP, and the run
+	// completes.
+	_, err = ns.CallTool(context.Background(), &sdk.CallToolParams{Name: "start_run", Arguments: map[string]any{"task": "t", "script": "turns: []"}})
+	if err == nil || !strings.Contains(err.Error(), `"runs:write" scope`) {
+		t.Errorf("start_run with a runs:read key = %v, want refused for runs:write", err)
+	}
+	script := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"ask=1; echo approved-ran\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	res := mcpCall(t, cs, "start_run", map[string]any{"task": "ask then finish", "script": script, "policy": "guarded"})
+	run, _ := res.StructuredContent.(map[string]any)["run"].(string)
+	if res.IsError || run == "" {
+		t.Fatalf("start_run = %q", mcpText(res))
+	}
+	var approval string
+	deadline := time.Now().Add(90 * time.Second)
+	for approval == "" {
+		res = mcpCall(t, cs, "list_approvals", nil)
+		for _, a := range res.StructuredContent.(map[string]any)["approvals"].([]any) {
+			if m := a.(map[string]any); m["run_id"] == run {
+				approval, _ = m["id"].(string)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no approval of run %s listed: %q", run, mcpText(res))
+		}
+		time.Sleep(100 * time.Millisecond) // the serve's workers drive the run
+	}
+	if res = mcpCall(t, cs, "decide_approval", map[string]any{"approval": approval, "approve": true}); res.IsError {
+		t.Fatalf("decide_approval = %q", mcpText(res))
+	}
+	for {
+		res = mcpCall(t, cs, "run_status", map[string]any{"run": run})
+		if st := res.StructuredContent.(map[string]any)["status"]; st == "completed" {
+			break
+		} else if st == "failed" || st == "cancelled" || time.Now().After(deadline) {
+			t.Fatalf("run_status = %q, want completed", mcpText(res))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res = mcpCall(t, cs, "run_timeline", map[string]any{"run": run})
+	for _, want := range []string{"approval.requested", "approval.decided", "approved-ran", "run.completed"} {
+		if !strings.Contains(mcpText(res), want) {
+			t.Errorf("run_timeline lacks %s:\n%s", want, mcpText(res))
+		}
+	}
+	// Another tenant's key does not see the run.
+	if code := airlockIn(t, context.Background(), home, exe, io.Discard, "tenants", "create", "other"); code != 0 {
+		t.Fatalf("tenants create other = %d", code)
+	}
+	var otherKey bytes.Buffer
+	if code := airlockIn(t, context.Background(), home, exe, &otherKey, "keys", "create", "--tenant", "other", "--name", "o", "--scope", "runs:read"); code != 0 {
+		t.Fatalf("keys create = %d", code)
+	}
+	os2, err := connect(strings.TrimSpace(otherKey.String()))
+	if err != nil {
+		t.Fatalf("Connect(other) = %v", err)
+	}
+	defer os2.Close()
+	if res = mcpCall(t, os2, "run_status", map[string]any{"run": run}); !res.IsError || !strings.Contains(mcpText(res), "no run") {
+		t.Errorf("run_status of another tenant's run = %q, want no run", mcpText(res))
 	}
 }
 

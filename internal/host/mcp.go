@@ -12,12 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/telemetry"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -51,6 +53,7 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 	boxes := &mcpBoxes{h: h, b: b, o: o}
 	return mcp.New(mcp.Options{
 		Sandboxes: boxes,
+		Runs:      &mcpRuns{h: h, trust: o.TrustTenantPolicies},
 		Audit:     o.Audit,
 		Limits:    MCPLimits(o.Default),
 		Redact:    h.red.String,
@@ -246,4 +249,95 @@ func headerKey(h http.Header) (string, error) {
 		return "", errors.New("an API key is required (Authorization: Bearer KEY)")
 	}
 	return key, nil
+}
+
+// mcpRuns are the MCP server's run-level tools on this host's runs: a
+// caller sees only its tenant's runs and approvals, and names a run by
+// its full id (a prefix would tell one tenant about another's ids).
+type mcpRuns struct {
+	h     *Host
+	trust bool
+}
+
+var _ mcp.Runs = (*mcpRuns)(nil)
+
+// userError turns the conditions a caller can correct (KnownErrors of
+// class input or refused, a missing policy, a decider the policy does not
+// name) into an mcp.RequestError with the words a person is told.
+func userError(err error) error {
+	var nf *PolicyNotFoundError
+	var in *InputError
+	var na *NotApproverError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nf), errors.As(err, &in):
+		return &mcp.RequestError{Msg: err.Error()}
+	case errors.As(err, &na):
+		return &mcp.RequestError{Msg: "you may not decide it: " + na.Error()}
+	}
+	for _, k := range KnownErrors {
+		if errors.Is(err, k.Err) && k.Class != ClassInternal {
+			if k.Words == "" {
+				return &mcp.RequestError{Msg: err.Error()}
+			}
+			return &mcp.RequestError{Msg: k.Words}
+		}
+	}
+	return err
+}
+
+func (x *mcpRuns) Start(ctx context.Context, p auth.Principal, q mcp.StartRun) (string, error) {
+	req := RunRequest{CreateRunRequest: api.CreateRunRequest{
+		Task: q.Task, Model: q.Model, Script: q.Script, MaxSteps: q.MaxSteps, Metadata: q.Metadata,
+	}, Tenant: p.Tenant, ScriptName: "mcp"}
+	if q.Git != "" {
+		req.Workspace = &api.WorkspaceSource{Git: q.Git, Ref: q.Ref}
+	}
+	if q.Policy != "" {
+		v, err := x.h.Policy(ctx, p.Tenant, q.Policy)
+		if err != nil {
+			return "", userError(err)
+		}
+		doc, err := policy.Parse([]byte(v.Document))
+		if err != nil {
+			return "", &mcp.RequestError{Msg: fmt.Sprintf("policy %s v%d does not load: %v", v.Name, v.Version, err)}
+		}
+		if bad := doc.HostResources(); len(bad) > 0 && !x.trust {
+			return "", &mcp.RequestError{Msg: fmt.Sprintf("policy %s: %s name host resources, which this server does not let tenants use", q.Policy, strings.Join(bad, ", "))}
+		}
+		req.PolicyDocument, req.PolicySource = v.Document, fmt.Sprintf("policy %s v%d", v.Name, v.Version)
+		req.PolicyVersion = fmt.Sprintf("%s@v%d", v.Name, v.Version)
+	}
+	id, err := x.h.CreateRun(ctx, req)
+	return id, userError(err)
+}
+
+func (x *mcpRuns) Run(ctx context.Context, p auth.Principal, id string) (api.Run, error) {
+	r, _, err := x.h.Outcome(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) || err == nil && r.Tenant != p.Tenant {
+		return api.Run{}, &mcp.RequestError{Msg: fmt.Sprintf("no run %q (start_run returns runs' ids)", id)}
+	}
+	return r, userError(err)
+}
+
+func (x *mcpRuns) Events(ctx context.Context, p auth.Principal, id string, from int64) ([]event.Event, error) {
+	if _, err := x.Run(ctx, p, id); err != nil {
+		return nil, err
+	}
+	evs, err := x.h.Events(ctx, id, from)
+	return evs, userError(err)
+}
+
+func (x *mcpRuns) Approvals(ctx context.Context, p auth.Principal) ([]api.Approval, error) {
+	as, err := x.h.Approvals(ctx, p.Tenant)
+	return as, userError(err)
+}
+
+func (x *mcpRuns) Decide(ctx context.Context, p auth.Principal, id string, approve bool, reason string) error {
+	by := p.KeyID
+	if by == "" {
+		by = "mcp"
+	}
+	return userError(x.h.Decide(ctx, id, p.Tenant, by, []string{by}, approve, reason))
 }

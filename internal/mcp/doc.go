@@ -4,7 +4,9 @@
 // tools are create_sandbox, destroy_sandbox and list_sandboxes, and the
 // engine's own sandbox tools of package tools (run_command, read_file,
 // write_file, edit_file, list_dir, search) with their schemas and strict
-// argument decoding, each taking an optional `sandbox` argument.
+// argument decoding, each taking an optional `sandbox` argument; with
+// Options.Runs, the run-level tools too (start_run, run_status,
+// run_timeline, list_approvals, decide_approval).
 //
 // Invariants it keeps:
 //   - Every sandbox tool call is decided by the policy document of the
@@ -15,8 +17,10 @@
 //     denial; with no approver an ask is a denial that says so.
 //   - Malformed arguments are a JSON-RPC invalid-params error whose
 //     message says what is wrong; nothing runs.
-//   - A caller without the scope a tool needs (auth.ScopeSandboxes) is
-//     refused per call with a JSON-RPC error naming the scope. Sandboxes
+//   - A caller without the scope a tool needs (sandboxes for the sandbox
+//     tools, runs:write, runs:read or approvals for the run-level ones) is
+//     refused per call with a JSON-RPC error naming the scope. A caller
+//     sees only its tenant's runs and approvals (Runs keeps that). Sandboxes
 //     belong to the session and the tenant that created them; another
 //     tenant's key on the same session does not see them.
 //   - Every call, allowed or not, is one JSON line of the session's audit

@@ -95,6 +95,9 @@ type Options struct {
 	Approver Approver
 	// Audit receives one JSON line (a Record) per call; nil records none.
 	Audit io.Writer
+	// Runs, when not nil, adds the run-level tools (start_run,
+	// run_status, run_timeline, list_approvals, decide_approval).
+	Runs Runs
 	// Limits configure the sandbox tools (timeouts, result caps).
 	Limits tools.Limits
 	// Redact scrubs a result's text before it leaves the host (secret
@@ -267,12 +270,16 @@ func (s *Server) sdkServer(who principalFunc) *sdk.Server {
 	s.mu.Lock()
 	s.servers = append(s.servers, srv)
 	s.mu.Unlock()
-	for _, t := range s.lifecycleTools() {
-		srv.AddTool(t.tool, s.handler(who, t.name, t.run))
+	for _, t := range append(s.lifecycleTools(), s.runTools()...) {
+		scope := t.scope
+		if scope == "" {
+			scope = auth.ScopeSandboxes
+		}
+		srv.AddTool(t.tool, s.handler(who, t.name, scope, t.run))
 	}
 	for _, t := range s.tools {
 		st := t
-		srv.AddTool(sandboxToolSpec(st), s.handler(who, st.Spec().Name, func(ctx context.Context, c *callCtx) (*sdk.CallToolResult, error) {
+		srv.AddTool(sandboxToolSpec(st), s.handler(who, st.Spec().Name, auth.ScopeSandboxes, func(ctx context.Context, c *callCtx) (*sdk.CallToolResult, error) {
 			return s.runSandboxTool(ctx, c, st)
 		}))
 	}
@@ -300,7 +307,7 @@ const codeForbidden = -32001
 
 // handler wraps run with what every call gets: the caller's identity and
 // scope, argument parsing, and the audit record.
-func (s *Server) handler(who principalFunc, name string, run func(context.Context, *callCtx) (*sdk.CallToolResult, error)) sdk.ToolHandler {
+func (s *Server) handler(who principalFunc, name, scope string, run func(context.Context, *callCtx) (*sdk.CallToolResult, error)) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (res *sdk.CallToolResult, err error) {
 		rec := &Record{Tool: name, Outcome: "ok"}
 		se := s.session(req.Session)
@@ -320,9 +327,9 @@ func (s *Server) handler(who principalFunc, name string, run func(context.Contex
 			return nil, &jsonrpcError{Code: codeForbidden, Message: "unauthorized: " + err.Error()}
 		}
 		rec.Tenant, rec.KeyID = p.Tenant, p.KeyID
-		if !p.Can(auth.ScopeSandboxes) {
+		if !p.Can(scope) {
 			rec.Outcome = "forbidden"
-			return nil, &jsonrpcError{Code: codeForbidden, Message: fmt.Sprintf("forbidden: %s needs an API key with the %q scope; this key (%s) has %s", name, auth.ScopeSandboxes, p.KeyID, scopeList(p.Scopes))}
+			return nil, &jsonrpcError{Code: codeForbidden, Message: fmt.Sprintf("forbidden: %s needs an API key with the %q scope; this key (%s) has %s", name, scope, p.KeyID, scopeList(p.Scopes))}
 		}
 		args := map[string]json.RawMessage{}
 		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {

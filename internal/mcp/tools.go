@@ -63,6 +63,13 @@ var toolHints = map[string]hints{
 	"create_sandbox":  {},
 	"destroy_sandbox": {destructive: true, idempotent: true},
 	"list_sandboxes":  {readOnly: true, idempotent: true},
+	// A run calls a model provider and whatever its policy allows; an
+	// approval releases an action that may change anything its run may.
+	"start_run":       {openWorld: true},
+	"run_status":      {readOnly: true, idempotent: true},
+	"run_timeline":    {readOnly: true, idempotent: true},
+	"list_approvals":  {readOnly: true, idempotent: true},
+	"decide_approval": {destructive: true, openWorld: true},
 }
 
 func annotations(name string) *sdk.ToolAnnotations {
@@ -97,9 +104,10 @@ func sandboxToolSpec(t tools.Tool) *sdk.Tool {
 }
 
 type lifecycleTool struct {
-	name string
-	tool *sdk.Tool
-	run  func(context.Context, *callCtx) (*sdk.CallToolResult, error)
+	name  string
+	scope string // the scope a caller needs; "" is auth.ScopeSandboxes
+	tool  *sdk.Tool
+	run   func(context.Context, *callCtx) (*sdk.CallToolResult, error)
 }
 
 func (s *Server) lifecycleTools() []lifecycleTool {
