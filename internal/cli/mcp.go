@@ -16,7 +16,8 @@ import (
 )
 
 // MCPCmd is `airlock mcp`: an MCP server on stdin and stdout for a local
-// agent, whose sandboxes are this host's.
+// agent, whose sandboxes are this host's; with AIRLOCK_URL and
+// AIRLOCK_API_KEY, a relay to that server's /mcp instead.
 type MCPCmd struct {
 	Policy   string `help:"Policy of the sandboxes created without one: a policy file or a stored policy's name (default: the built-in default policy). create_sandbox may name any stored policy." placeholder:"FILE|NAME"`
 	AuditLog string `help:"Append the session's audit records (JSON lines, one per call) to this file (default $AIRLOCK_HOME/audit/mcp-TIME-PID.jsonl: one file per session)." placeholder:"FILE"`
@@ -26,8 +27,20 @@ type MCPCmd struct {
 // Run serves one MCP session over stdio until the client closes it; the
 // session's sandboxes are destroyed then.
 func (c *MCPCmd) Run(env *Env) error {
-	if env.getenv("AIRLOCK_URL") != "" || env.getenv("AIRLOCK_API_KEY") != "" {
-		return usageError{Err: errors.New("airlock mcp serves this host's sandboxes; for a server's, point the MCP client at its /mcp URL with an API key (docs/mcp.md), or unset AIRLOCK_URL and AIRLOCK_API_KEY")}
+	url, key := env.getenv("AIRLOCK_URL"), env.getenv("AIRLOCK_API_KEY")
+	switch {
+	case url != "" && key != "":
+		if c.Policy != "" || c.AuditLog != "" {
+			return usageError{Err: errors.New("--policy and --audit-log are this host's: against a server (AIRLOCK_URL), its stored policies and audit log apply")}
+		}
+		fmt.Fprintf(env.Stderr, "airlock mcp: relaying to %s/mcp\n", url)
+		t := &sdk.IOTransport{Reader: io.NopCloser(env.Stdin), Writer: nopWriteCloser{env.Stdout}}
+		if err := host.MCPRelay(env.Ctx, t, url, key); err != nil {
+			return fmt.Errorf("mcp: %w", err)
+		}
+		return nil
+	case url != "" || key != "":
+		return usageError{Err: errors.New("set both AIRLOCK_URL and AIRLOCK_API_KEY to relay to a server's /mcp, neither to serve this host's sandboxes")}
 	}
 	o := host.MCPOptions{TrustTenantPolicies: true} // the local tenant is the host's owner
 	var rp runPolicy

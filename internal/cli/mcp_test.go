@@ -259,6 +259,36 @@ func TestMCPServe(t *testing.T) {
 	if res = mcpCall(t, os2, "run_status", map[string]any{"run": run}); !res.IsError || !strings.Contains(mcpText(res), "no run") {
 		t.Errorf("run_status of another tenant's run = %q, want no run", mcpText(res))
 	}
+
+	// airlock mcp with AIRLOCK_URL and AIRLOCK_API_KEY relays to the
+	// server: the sandbox is the server's, under its policies.
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		vars := map[string]string{"AIRLOCK_URL": strings.TrimSuffix(url, "/mcp"), "AIRLOCK_API_KEY": key}
+		env := &cli.Env{Env: sandboxcli.Env{Ctx: context.Background(), Stdin: inR, Stdout: outW, Stderr: logWriter{t, "mcp relay: "}, Home: t.TempDir(), Executor: exe}, Getenv: func(k string) string { return vars[k] }}
+		done <- cli.Main(env, []string{"mcp"})
+		outW.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("Connect through the relay = %v", err)
+	}
+	res = mcpCall(t, rs, "create_sandbox", map[string]any{"policy": "guarded"})
+	if res.IsError || !strings.Contains(mcpText(res), "guarded@v1") {
+		t.Errorf("create_sandbox through the relay = %q, want the server's stored policy", mcpText(res))
+	}
+	if res = mcpCall(t, rs, "run_command", map[string]any{"command": "echo relayed"}); res.IsError || !strings.Contains(mcpText(res), "relayed") {
+		t.Errorf("run_command through the relay = %q", mcpText(res))
+	}
+	_ = rs.Close()
+	inW.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("airlock mcp (relay) = %d", code)
+	}
 }
 
 // mcpSDKVersion is the official TypeScript SDK the test installs.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	sdkmcp "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/event"
@@ -60,6 +62,12 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		Version:   h.cfg.Version,
 		Logger:    o.Logger,
 	}), nil
+}
+
+// MCPRelay carries one MCP session between local (the command's stdio)
+// and the /mcp of the airlock serve at url, with API key key.
+func MCPRelay(ctx context.Context, local sdkmcp.Transport, url, key string) error {
+	return mcp.Relay(ctx, local, url, key, nil)
 }
 
 // LocalPrincipal is the caller of `airlock mcp`: the local tenant, with
