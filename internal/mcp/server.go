@@ -190,6 +190,13 @@ func (s *Server) Handler(authn Authenticator) http.Handler {
 	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
 		Logger:              s.o.Logger,
 		MaxRequestBodyBytes: 4 << 20,
+		// Why: the SDK refuses a request that reached a loopback
+		// listener with another Host, against DNS rebinding of an
+		// unauthenticated local server. Every request here carries an
+		// API key a rebinding page does not have, and a reverse proxy on
+		// the same machine (Host: airlock.example.com to 127.0.0.1) must
+		// work.
+		DisableLocalhostProtection: true,
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := authn(r.Context(), r.Header); err != nil {

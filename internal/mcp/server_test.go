@@ -220,12 +220,16 @@ func testAuth(_ context.Context, h http.Header) (auth.Principal, error) {
 	return p, nil
 }
 
-// keyed adds an API key header to every request.
-type keyed struct{ key string }
+// keyed adds an API key header to every request, and the Host header
+// host when set.
+type keyed struct{ key, host string }
 
 func (k keyed) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("X-API-Key", k.key)
+	if k.host != "" {
+		r.Host = k.host
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 
@@ -241,7 +245,7 @@ func (h *harness) httpServer(t *testing.T) string {
 
 func (h *harness) httpClient(t *testing.T, url, key string) (*sdk.ClientSession, error) {
 	t.Helper()
-	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: keyed{key}}, MaxRetries: -1}
+	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: keyed{key: key}}, MaxRetries: -1}
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, h.clientOptions()).Connect(ctxT(t), tr, nil)
 	if err == nil {
 		t.Cleanup(func() { _ = cs.Close() })
@@ -610,6 +614,18 @@ func TestHTTP(t *testing.T) {
 	if !errors.As(err, &we) || !strings.Contains(we.Message, `"sandboxes" scope`) {
 		t.Errorf("run_command with a narrow key = %v, want a forbidden error naming the scope", err)
 	}
+
+	// Behind a reverse proxy on the same machine, the Host is the
+	// proxy's name: the key is what authenticates.
+	tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: keyed{key: "key-full", host: "airlock.example.com"}}, MaxRetries: -1}
+	proxied, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctxT(t), tr, nil)
+	if err != nil {
+		t.Fatalf("Connect with Host airlock.example.com = %v", err)
+	}
+	if res := mustCall(t, proxied, "list_sandboxes", nil); res.IsError {
+		t.Errorf("list_sandboxes behind a proxy = %q", text(res))
+	}
+	_ = proxied.Close()
 
 	// Another tenant's client does not see acme's sandbox.
 	other, err := h.httpClient(t, url, "key-other")
