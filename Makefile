@@ -24,7 +24,7 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build install demo test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b deps check clean
+.PHONY: help build install demo test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-mcp deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -85,6 +85,9 @@ bench-serve: ## airlock serve under load: 100 runs created at once, 1,000 SSE su
 
 bench-e2b: ## E2B SDK: Sandbox.create() to first command output over 100 sandboxes (root, node)
 	./bench/e2b.sh
+
+bench-mcp: ## MCP: run_command true through airlock mcp (stdio) against airlock sandbox exec, p50 (root)
+	./bench/mcp.sh
 
 deps: ## Import-boundary tests: what airlock-exec and execproto may link, deps.txt, static executor
 	$(GO) test -count=1 -run 'Deps|ExecutorStatic' $$($(FIND_GO_TESTS) | grep '/deps_test\.go$$' | xargs -n1 dirname | sort -u)

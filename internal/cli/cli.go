@@ -66,6 +66,7 @@ type cli struct {
 	Keys      KeysCmd      `cmd:"" help:"Create, list and revoke tenants' API keys for airlock serve (stored hashed, shown once)."`
 	Worker    WorkerCmd    `cmd:"" help:"Drive the store's queued and unfinished runs until stopped (several workers may share a store)."`
 	Serve     ServeCmd     `cmd:"" help:"Serve the JSON API for tenants' API keys and drive the runs it creates (see --check-config)."`
+	MCP       MCPCmd       `cmd:"" name:"mcp" help:"Serve this host's sandboxes to an MCP client (Claude Code, Cursor, VS Code...) on stdin and stdout."`
 	Approvals ApprovalsCmd `cmd:"" help:"List the actions that wait for a person's decision."`
 	Approve   ApproveCmd   `cmd:"" help:"Approve a pending action."`
 	Deny      DenyCmd      `cmd:"" help:"Deny a pending action, with a reason the model is told."`

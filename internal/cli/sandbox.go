@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -111,19 +110,4 @@ func sandboxSpec(f *sandboxcli.SpecFlags, e *EgressFlags) (sandbox.Spec, *policy
 }
 
 // sandboxDefaults is the sandbox section of doc as sandboxcli takes it.
-func sandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
-	sb := doc.Sandbox
-	d := sandboxcli.Defaults{
-		RootFS: sb.RootFS, Workspace: sb.Workspace.Source, WorkspaceMode: sb.Workspace.Mode,
-		Limits: sandbox.Limits{
-			MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
-			RequireHard: sb.RequireHardLimits,
-		},
-		CommandTimeout: time.Duration(sb.Limits.CommandTimeout),
-		Output:         int64(sb.Limits.Output),
-	}
-	for _, m := range sb.Mounts {
-		d.Mounts = append(d.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
-	}
-	return d
-}
+func sandboxDefaults(doc *policy.Document) sandboxcli.Defaults { return host.SandboxDefaults(doc) }

@@ -37,13 +37,13 @@ var layers = []struct {
 	}},
 	{"the run engine", []string{"internal/engine"}},
 	{"services: the APIs, telemetry, the sandbox commands", []string{
-		"internal/server", "internal/server/servertest", "internal/e2b", "internal/telemetry", "internal/sandboxcli",
+		"internal/server", "internal/server/servertest", "internal/e2b", "internal/mcp", "internal/telemetry", "internal/sandboxcli",
 	}},
 	{"wiring", []string{"internal/host"}},
 	{"the command line", []string{"internal/cli"}},
 	{"entry points, benchmarks and end-to-end tests", []string{
 		"cmd/airlock", "cmd/airlock-exec", "cmd/airlock-host", "internal/e2e",
-		"bench/egressbench", "bench/idle", "bench/imagereg", "bench/pagetouch", "bench/pgserver", "bench/serveload", "bench/ssefloor",
+		"bench/egressbench", "bench/idle", "bench/imagereg", "bench/mcpbench", "bench/pagetouch", "bench/pgserver", "bench/serveload", "bench/ssefloor",
 	}},
 }
 

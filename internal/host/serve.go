@@ -365,7 +365,11 @@ func (s *service) assemble(ctx context.Context) error {
 		return err
 	}
 	s.hs = s.srv.HTTPServer()
-	s.gate = &drainGate{next: s.hs.Handler}
+	api, err := s.startMCP(ctx, rs)
+	if err != nil {
+		return err
+	}
+	s.gate = &drainGate{next: api}
 	s.hs.Handler = s.tel.HTTP(s.gate)
 	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)

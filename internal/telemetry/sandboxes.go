@@ -16,13 +16,16 @@ const (
 	OriginRun = "run"
 	// OriginE2B sandboxes are the E2B API's, for its clients.
 	OriginE2B = "e2b"
+	// OriginMCP sandboxes are the MCP server's, for its clients'
+	// sessions.
+	OriginMCP = "mcp"
 	// OriginPool sandboxes are made ahead by the pool and not handed out
 	// yet (idle): once handed out, one counts under the origin it was
 	// handed to.
 	OriginPool = "pool"
 )
 
-var origins = []string{OriginRun, OriginE2B, OriginPool}
+var origins = []string{OriginRun, OriginE2B, OriginMCP, OriginPool}
 
 // Sandboxes returns b, counting every sandbox it creates in
 // airlock_sandboxes{origin=origin} until the sandbox is gone (its Done is

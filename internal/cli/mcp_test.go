@@ -1,0 +1,449 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockrun/airlock/internal/cli"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+)
+
+// guardedPolicy denies rm and asks about commands starting with "ask".
+const guardedPolicy = `tools:
+  run_command:
+    rules:
+      - when: args.command.contains("rm ")
+        action: deny
+        reason: nothing is deleted here
+      - when: args.command.startsWith("ask")
+        action: ask
+        reason: a person looks at these
+`
+
+// mcpHome is a home with the stored policy "guarded".
+func mcpHome(t *testing.T) (home, exe string) {
+	t.Helper()
+	home, exe = serveHome(t, "almcp-")
+	file := filepath.Join(t.TempDir(), "guarded.yaml")
+	if err := os.WriteFile(file, []byte(guardedPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := airlockIn(t, context.Background(), home, exe, io.Discard, "policy", "put", "guarded", file); code != 0 {
+		t.Fatalf("policy put = %d", code)
+	}
+	return home, exe
+}
+
+func mcpText(res *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func mcpCall(t *testing.T, cs *sdk.ClientSession, name string, args map[string]any) *sdk.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("CallTool(%s) = %v", name, err)
+	}
+	return res
+}
+
+// exerciseMCP runs the calls both transports must answer alike.
+func exerciseMCP(t *testing.T, cs *sdk.ClientSession) {
+	t.Helper()
+	res := mcpCall(t, cs, "run_command", map[string]any{"command": "echo in-sandbox; exit 4"})
+	if !res.IsError || !strings.Contains(mcpText(res), "in-sandbox") || !strings.Contains(mcpText(res), "exit status 4") {
+		t.Errorf("run_command = %q, want its output and exit status 4", mcpText(res))
+	}
+	res = mcpCall(t, cs, "create_sandbox", map[string]any{"policy": "guarded"})
+	id, _ := res.StructuredContent.(map[string]any)["sandbox"].(string)
+	if res.IsError || id == "" || !strings.Contains(mcpText(res), "guarded@v1") {
+		t.Fatalf("create_sandbox(guarded) = %q", mcpText(res))
+	}
+	res = mcpCall(t, cs, "run_command", map[string]any{"command": "rm -rf /workspace", "sandbox": id})
+	if !res.IsError || !strings.Contains(mcpText(res), "nothing is deleted here") {
+		t.Errorf("rm under guarded = %q, want the policy's denial", mcpText(res))
+	}
+	res = mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo ran", "sandbox": id})
+	if !res.IsError || !strings.Contains(mcpText(res), "cannot hold approvals") {
+		t.Errorf("ask under guarded = %q, want a refusal that says approvals cannot be held", mcpText(res))
+	}
+	res = mcpCall(t, cs, "create_sandbox", map[string]any{"policy": "missing"})
+	if !res.IsError || !strings.Contains(mcpText(res), `no stored policy "missing"`) {
+		t.Errorf("create_sandbox(missing) = %q, want no stored policy", mcpText(res))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "read_file", Arguments: map[string]any{"file": "x"}})
+	var we *jsonrpc.Error
+	if !errors.As(err, &we) || we.Code != jsonrpc.CodeInvalidParams || !strings.Contains(we.Message, "file") {
+		t.Errorf("read_file with a bad argument = %v, want invalid params naming it", err)
+	}
+}
+
+// TestMCPStdio drives `airlock mcp` with the Go SDK's client over its
+// stdin and stdout.
+func TestMCPStdio(t *testing.T) {
+	home, exe := mcpHome(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		env := &cli.Env{Env: sandboxcli.Env{Ctx: context.Background(), Stdin: inR, Stdout: outW, Stderr: &stderr, Home: home, Executor: exe, Spawner: true}}
+		done <- cli.Main(env, []string{"mcp"})
+		outW.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("Connect = %v", err)
+	}
+	exerciseMCP(t, cs)
+	_ = cs.Close()
+	inW.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("airlock mcp = %d; stderr %s", code, stderr.String())
+	}
+	logs, _ := filepath.Glob(filepath.Join(home, "audit", "mcp-*.jsonl"))
+	if len(logs) != 1 {
+		t.Fatalf("audit logs %v, want one for the session", logs)
+	}
+	b, _ := os.ReadFile(logs[0])
+	for _, want := range []string{`"tool":"run_command","decision":"deny"`, `"outcome":"denied"`, `"tool":"session.end"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("audit log lacks %s:\n%s", want, b)
+		}
+	}
+}
+
+// bearer adds an API key to every request.
+type bearer string
+
+func (k bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+string(k))
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// serveMCP starts airlock serve on home with keys for tenant local: one
+// with the sandboxes scope and the run scopes, and a narrow one
+// (runs:read).
+func serveMCP(t *testing.T, home, exe string) (url, key, narrow string) {
+	t.Helper()
+	if code := airlockIn(t, context.Background(), home, exe, io.Discard, "tenants", "create", "local"); code != 0 {
+		t.Fatalf("tenants create local = %d", code)
+	}
+	keys := map[string]string{}
+	for _, scope := range []string{"sandboxes,runs:write,runs:read,approvals", "runs:read"} {
+		var out bytes.Buffer
+		if code := airlockIn(t, context.Background(), home, exe, &out, "keys", "create", "--tenant", "local", "--name", strings.NewReplacer(":", "-", ",", "-").Replace(scope), "--scope", scope); code != 0 {
+			t.Fatalf("keys create = %d", code)
+		}
+		keys[scope] = strings.TrimSpace(out.String())
+	}
+	srv := startServe(t, home, exe)
+	return srv.url + "/mcp", keys["sandboxes,runs:write,runs:read,approvals"], keys["runs:read"]
+}
+
+// TestMCPServe drives /mcp on airlock serve with the Go SDK's client over
+// Streamable HTTP.
+func TestMCPServe(t *testing.T) {
+	home, exe := mcpHome(t)
+	url, key, narrow := serveMCP(t, home, exe)
+	connect := func(k string) (*sdk.ClientSession, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer(k)}, MaxRetries: -1}
+		return sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, tr, nil)
+	}
+	cs, err := connect(key)
+	if err != nil {
+		t.Fatalf("Connect = %v", err)
+	}
+	defer cs.Close()
+	exerciseMCP(t, cs)
+
+	ns, err := connect(narrow)
+	if err != nil {
+		t.Fatalf("Connect(narrow) = %v", err)
+	}
+	defer ns.Close()
+	_, err = ns.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "true"}})
+	if err == nil || !strings.Contains(err.Error(), `"sandboxes" scope`) {
+		t.Errorf("run_command with a runs:read key = %v, want refused for the scope", err)
+	}
+	if _, err := connect("airlock_not_a_key"); err == nil {
+		t.Errorf("Connect with a wrong key succeeded")
+	}
+
+	// The run-level tools: a scripted run under "guarded" asks about its
+	// command; the approval is listed and decided over MCP, and the run
+	// completes.
+	_, err = ns.CallTool(context.Background(), &sdk.CallToolParams{Name: "start_run", Arguments: map[string]any{"task": "t", "script": "turns: []"}})
+	if err == nil || !strings.Contains(err.Error(), `"runs:write" scope`) {
+		t.Errorf("start_run with a runs:read key = %v, want refused for runs:write", err)
+	}
+	script := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"ask=1; echo approved-ran\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	res := mcpCall(t, cs, "start_run", map[string]any{"task": "ask then finish", "script": script, "policy": "guarded"})
+	run, _ := res.StructuredContent.(map[string]any)["run"].(string)
+	if res.IsError || run == "" {
+		t.Fatalf("start_run = %q", mcpText(res))
+	}
+	var approval string
+	deadline := time.Now().Add(90 * time.Second)
+	for approval == "" {
+		res = mcpCall(t, cs, "list_approvals", nil)
+		for _, a := range res.StructuredContent.(map[string]any)["approvals"].([]any) {
+			if m := a.(map[string]any); m["run_id"] == run {
+				approval, _ = m["id"].(string)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no approval of run %s listed: %q", run, mcpText(res))
+		}
+		time.Sleep(100 * time.Millisecond) // the serve's workers drive the run
+	}
+	if res = mcpCall(t, cs, "decide_approval", map[string]any{"approval": approval, "approve": true}); res.IsError {
+		t.Fatalf("decide_approval = %q", mcpText(res))
+	}
+	for {
+		res = mcpCall(t, cs, "run_status", map[string]any{"run": run})
+		if st := res.StructuredContent.(map[string]any)["status"]; st == "completed" {
+			break
+		} else if st == "failed" || st == "cancelled" || time.Now().After(deadline) {
+			t.Fatalf("run_status = %q, want completed", mcpText(res))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res = mcpCall(t, cs, "run_timeline", map[string]any{"run": run})
+	for _, want := range []string{"approval.requested", "approval.decided", "approved-ran", "run.completed"} {
+		if !strings.Contains(mcpText(res), want) {
+			t.Errorf("run_timeline lacks %s:\n%s", want, mcpText(res))
+		}
+	}
+	// Another tenant's key does not see the run.
+	if code := airlockIn(t, context.Background(), home, exe, io.Discard, "tenants", "create", "other"); code != 0 {
+		t.Fatalf("tenants create other = %d", code)
+	}
+	var otherKey bytes.Buffer
+	if code := airlockIn(t, context.Background(), home, exe, &otherKey, "keys", "create", "--tenant", "other", "--name", "o", "--scope", "runs:read"); code != 0 {
+		t.Fatalf("keys create = %d", code)
+	}
+	os2, err := connect(strings.TrimSpace(otherKey.String()))
+	if err != nil {
+		t.Fatalf("Connect(other) = %v", err)
+	}
+	defer os2.Close()
+	if res = mcpCall(t, os2, "run_status", map[string]any{"run": run}); !res.IsError || !strings.Contains(mcpText(res), "no run") {
+		t.Errorf("run_status of another tenant's run = %q, want no run", mcpText(res))
+	}
+
+	// airlock mcp with AIRLOCK_URL and AIRLOCK_API_KEY relays to the
+	// server: the sandbox is the server's, under its policies.
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		vars := map[string]string{"AIRLOCK_URL": strings.TrimSuffix(url, "/mcp"), "AIRLOCK_API_KEY": key}
+		env := &cli.Env{Env: sandboxcli.Env{Ctx: context.Background(), Stdin: inR, Stdout: outW, Stderr: logWriter{t, "mcp relay: "}, Home: t.TempDir(), Executor: exe}, Getenv: func(k string) string { return vars[k] }}
+		done <- cli.Main(env, []string{"mcp"})
+		outW.Close()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("Connect through the relay = %v", err)
+	}
+	res = mcpCall(t, rs, "create_sandbox", map[string]any{"policy": "guarded"})
+	if res.IsError || !strings.Contains(mcpText(res), "guarded@v1") {
+		t.Errorf("create_sandbox through the relay = %q, want the server's stored policy", mcpText(res))
+	}
+	if res = mcpCall(t, rs, "run_command", map[string]any{"command": "echo relayed"}); res.IsError || !strings.Contains(mcpText(res), "relayed") {
+		t.Errorf("run_command through the relay = %q", mcpText(res))
+	}
+	_ = rs.Close()
+	inW.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("airlock mcp (relay) = %d", code)
+	}
+}
+
+// mcpSDKVersion is the official TypeScript SDK the test installs.
+const mcpSDKVersion = "@modelcontextprotocol/sdk@1.32.2"
+
+// installMCPSDK installs the TypeScript SDK with npm, under
+// $AIRLOCK_TEST_CACHE when set (reused across runs) or the test's temp
+// dir, and returns the directory holding node_modules.
+func installMCPSDK(t *testing.T) string {
+	t.Helper()
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("npm is not installed: the test installs @modelcontextprotocol/sdk with it")
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed")
+	}
+	dir := t.TempDir()
+	if c := os.Getenv("AIRLOCK_TEST_CACHE"); c != "" {
+		dir = filepath.Join(c, "mcp-sdk")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stamp := filepath.Join(dir, "installed")
+	if b, err := os.ReadFile(stamp); err == nil && string(b) == mcpSDKVersion {
+		return dir
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save",
+		"--no-package-lock", "--no-update-notifier", mcpSDKVersion)
+	cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(dir, ".npm"))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm install %s: %v\n%s", mcpSDKVersion, err, out)
+	}
+	if err := os.WriteFile(stamp, []byte(mcpSDKVersion), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// tsResult is what testdata/mcp/client.mjs prints.
+type tsResult struct {
+	Tools []struct {
+		Name        string `json:"name"`
+		ReadOnly    bool   `json:"readOnly"`
+		Destructive bool   `json:"destructive"`
+		OpenWorld   bool   `json:"openWorld"`
+	} `json:"tools"`
+	Run struct {
+		Text     string `json:"text"`
+		IsError  bool   `json:"isError"`
+		ExitCode int    `json:"exitCode"`
+	} `json:"run"`
+	Created string `json:"created"`
+	Denied  struct {
+		Text    string `json:"text"`
+		IsError bool   `json:"isError"`
+	} `json:"denied"`
+	BadArg struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"badArg"`
+	Asked struct {
+		Text    string `json:"text"`
+		IsError bool   `json:"isError"`
+	} `json:"asked"`
+	Narrow struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	} `json:"narrow"`
+	WrongKey string `json:"wrongKey"`
+}
+
+// TestMCPTypeScriptSDK drives `airlock mcp` (stdio) and /mcp on airlock
+// serve (Streamable HTTP) with the official TypeScript SDK.
+func TestMCPTypeScriptSDK(t *testing.T) {
+	dir := installMCPSDK(t)
+	home, exe := mcpHome(t)
+	script := filepath.Join(dir, "client.mjs") // beside node_modules, which node resolves from
+	src, err := os.ReadFile(filepath.Join("testdata", "mcp", "client.mjs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url, key, narrow := serveMCP(t, home, exe)
+	run := func(args ...string) tsResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
+		// `airlock` on PATH is this test binary (TestMain) acting as it.
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_EXEC="+exe)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("node client.mjs %s: %v\n%s", args[0], err, stderr.String())
+		}
+		var r tsResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("node client.mjs %s printed %q: %v", args[0], out, err)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"stdio", []string{"stdio"}},
+		{"http", []string{"http", url, key, narrow}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(tc.args...)
+			names := map[string]bool{}
+			for _, tl := range r.Tools {
+				names[tl.Name] = true
+				if tl.Name == "read_file" && (!tl.ReadOnly || tl.Destructive || tl.OpenWorld) {
+					t.Errorf("read_file annotations %+v, want read-only, not destructive, closed world", tl)
+				}
+				if tl.Name == "run_command" && (tl.ReadOnly || !tl.Destructive || !tl.OpenWorld) {
+					t.Errorf("run_command annotations %+v, want destructive and open world", tl)
+				}
+			}
+			for _, n := range []string{"create_sandbox", "destroy_sandbox", "list_sandboxes", "run_command", "read_file", "write_file", "edit_file", "list_dir", "search"} {
+				if !names[n] {
+					t.Errorf("tools/list lacks %s", n)
+				}
+			}
+			if !r.Run.IsError || r.Run.ExitCode != 4 || !strings.Contains(r.Run.Text, "from-ts") {
+				t.Errorf("run_command = %+v, want exit code 4 and its output", r.Run)
+			}
+			if !strings.Contains(r.Created, "guarded@v1") {
+				t.Errorf("create_sandbox = %q", r.Created)
+			}
+			if !r.Denied.IsError || !strings.Contains(r.Denied.Text, "nothing is deleted here") {
+				t.Errorf("denied call = %+v, want the policy's reason", r.Denied)
+			}
+			if r.BadArg.Code != -32602 || !strings.Contains(r.BadArg.Message, "file") {
+				t.Errorf("bad argument = %+v, want JSON-RPC -32602 naming the argument", r.BadArg)
+			}
+			if !r.Asked.IsError || !strings.Contains(r.Asked.Text, "cannot hold approvals") || strings.Contains(r.Asked.Text, "asked-ran") {
+				t.Errorf("asked call = %+v, want refused, not run", r.Asked)
+			}
+			if tc.name == "http" {
+				if r.Narrow.Code != -32001 || !strings.Contains(r.Narrow.Message, `"sandboxes" scope`) {
+					t.Errorf("narrow key = %+v, want -32001 naming the scope", r.Narrow)
+				}
+				if !strings.Contains(r.WrongKey, "401") && !strings.Contains(strings.ToLower(r.WrongKey), "unauthorized") {
+					t.Errorf("wrong key = %q, want refused", r.WrongKey)
+				}
+			}
+		})
+	}
+}
