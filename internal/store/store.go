@@ -73,6 +73,7 @@ type Store interface {
 	Artifacts
 	Ledger
 	Policies
+	Templates
 	Tenants
 	Keys
 
