@@ -69,6 +69,7 @@ type cli struct {
 	Deny      DenyCmd      `cmd:"" help:"Deny a pending action, with a reason the model is told."`
 	Secrets   SecretsCmd   `cmd:"" help:"Manage the host's encrypted secrets."`
 	Policy    PolicyCmd    `cmd:"" help:"Check a policy document, explain what it decides for a tool call, and keep named policies with every version (put, history, show, ls)."`
+	Template  TemplateCmd  `cmd:"" help:"Keep named, versioned environment templates (image, start command and readiness check, env, limits, policy, warm pool): create, ls, show, rm."`
 	Doctor    DoctorCmd    `cmd:"" help:"Show which isolation layers this machine enforces."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`
 	Help      HelpCmd      `cmd:"" help:"Print a command's help: airlock help CMD [SUBCMD]."`

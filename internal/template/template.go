@@ -149,6 +149,19 @@ type rawTemplate struct {
 // every problem it finds, joined. Unknown keys, a second YAML document,
 // an empty one and one over MaxSize are refused.
 func Parse(data []byte) (*Template, error) {
+	t, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.Validate(); err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
+	return t, nil
+}
+
+// Decode reads a template document as Parse does but does not validate
+// it: for a caller that completes it first (command-line flags).
+func Decode(data []byte) (*Template, error) {
 	if len(data) > MaxSize {
 		return nil, fmt.Errorf("template: document is %d bytes, limit is %d", len(data), MaxSize)
 	}
@@ -201,11 +214,6 @@ func Parse(data []byte) (*Template, error) {
 		duration("ready.timeout", raw.Ready.Timeout, &t.Ready.Timeout)
 		if t.Ready.Timeout == 0 && raw.Ready.Timeout == "" {
 			t.Ready.Timeout = policy.Duration(DefaultReadyTimeout)
-		}
-	}
-	if len(errs) == 0 {
-		if err := t.Validate(); err != nil {
-			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
