@@ -15,7 +15,9 @@ import (
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
+	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -367,4 +369,111 @@ func templateRef(arg string) (name string, version int64, err error) {
 		}
 	}
 	return name, version, nil
+}
+
+// TemplateFlag is --template of the sandbox commands and run.
+type TemplateFlag struct {
+	Template string `help:"Start from this stored template (airlock template ls): NAME (its latest version) or NAME@vN. Its image, environment, working directory, user, limits and policy apply (flags win), and its start command and readiness check run before the command." placeholder:"NAME"`
+}
+
+// usedTemplate is a stored template version a sandbox or run starts from.
+type usedTemplate struct {
+	v api.Template // its name, version, hash and image by digest
+	t *template.Template
+	// doc is its policy's document (the built-in default when it names
+	// none) with its limits; policyRef "NAME@vN" of that policy, or "".
+	doc       *policy.Document
+	policyRef string
+}
+
+// load reads the template f names, and its policy. --policy and --image
+// exclude it (the template names both): usage errors, as a template or
+// policy that does not exist is.
+func (f *TemplateFlag) load(env *Env, e *EgressFlags, image string) (usedTemplate, error) {
+	switch {
+	case e != nil && e.Policy != "":
+		return usedTemplate{}, usageError{Err: errors.New("--template and --policy exclude each other: the template names its policy")}
+	case image != "":
+		return usedTemplate{}, usageError{Err: errors.New("--template and --image exclude each other: the template names its image")}
+	}
+	name, version, err := templateRef(f.Template)
+	if err != nil {
+		return usedTemplate{}, fmt.Errorf("--template: %w", err)
+	}
+	b, err := openBackend(env, hostOptions{readOnly: true})
+	if err != nil {
+		return usedTemplate{}, err
+	}
+	defer b.close()
+	u := usedTemplate{doc: policy.Default()}
+	if u.v, err = b.template(env.Ctx, name, version); err != nil {
+		return u, fmt.Errorf("--template: %w", err)
+	}
+	if u.t, err = host.LoadTemplate(u.v); err != nil {
+		return u, err
+	}
+	if u.t.Policy != "" {
+		pv, err := b.policy(env.Ctx, u.t.Policy)
+		if err != nil {
+			return u, fmt.Errorf("template %s v%d: policy %s: %w", u.v.Name, u.v.Version, u.t.Policy, err)
+		}
+		if u.doc, err = policy.Parse([]byte(pv.Document)); err != nil {
+			return u, fmt.Errorf("template %s v%d: policy %s v%d does not load: %w", u.v.Name, u.v.Version, pv.Name, pv.Version, err)
+		}
+		u.policyRef = fmt.Sprintf("%s@v%d", pv.Name, pv.Version)
+	}
+	applyLimits(&u.doc.Sandbox.Limits, u.t.Limits)
+	return u, nil
+}
+
+// applyLimits sets each limit the template gives over the policy's.
+func applyLimits(l *policy.Limits, t template.Limits) {
+	if t.Memory != 0 {
+		l.Memory = t.Memory
+	}
+	if t.Pids != 0 {
+		l.Pids = t.Pids
+	}
+	if t.CPUs != 0 {
+		l.CPUs = t.CPUs
+	}
+	if t.Disk != 0 {
+		l.Disk = t.Disk
+	}
+	if t.CommandTimeout != 0 {
+		l.CommandTimeout = t.CommandTimeout
+	}
+	if t.TTL != 0 {
+		l.TTL = t.TTL
+	}
+	if t.Output != 0 {
+		l.Output = t.Output
+	}
+}
+
+// spec is the sandbox of the template, the flags over it: its image's
+// root (by the digest the version recorded), the image's environment
+// under the template's under the flags', the template's working directory
+// and user where no flag sets them, its policy's limits and egress.
+func (u usedTemplate) spec(env *Env, f *sandboxcli.SpecFlags, e *EgressFlags) (sandbox.Spec, *policy.Network, host.ImageRoot, error) {
+	spec, n, _, err := specOf(f, e, u.doc, u.policyRef != "")
+	if err != nil {
+		return spec, nil, host.ImageRoot{}, usageError{Err: err}
+	}
+	if spec.RootFS != "" {
+		return spec, nil, host.ImageRoot{}, usageError{Err: errors.New("--template and a root filesystem (--rootfs or the policy's sandbox.rootfs) exclude each other")}
+	}
+	spec.Env = image.MergeEnv(u.t.EnvList(), spec.Env)
+	if spec.Dir == "" {
+		spec.Dir = u.t.Workdir
+	}
+	if spec.User == "" {
+		spec.User = u.t.User
+	}
+	root, err := imageRoot(env, u.v.Image)
+	if err != nil {
+		return spec, nil, root, fmt.Errorf("template %s v%d: image %s: %w", u.v.Name, u.v.Version, u.v.Image, err)
+	}
+	root.Apply(&spec)
+	return spec, n, root, nil
 }
