@@ -422,33 +422,8 @@ func (f *TemplateFlag) load(env *Env, e *EgressFlags, image string) (usedTemplat
 		}
 		u.policyRef = fmt.Sprintf("%s@v%d", pv.Name, pv.Version)
 	}
-	applyLimits(&u.doc.Sandbox.Limits, u.t.Limits)
+	u.t.Limits.Apply(&u.doc.Sandbox.Limits)
 	return u, nil
-}
-
-// applyLimits sets each limit the template gives over the policy's.
-func applyLimits(l *policy.Limits, t template.Limits) {
-	if t.Memory != 0 {
-		l.Memory = t.Memory
-	}
-	if t.Pids != 0 {
-		l.Pids = t.Pids
-	}
-	if t.CPUs != 0 {
-		l.CPUs = t.CPUs
-	}
-	if t.Disk != 0 {
-		l.Disk = t.Disk
-	}
-	if t.CommandTimeout != 0 {
-		l.CommandTimeout = t.CommandTimeout
-	}
-	if t.TTL != 0 {
-		l.TTL = t.TTL
-	}
-	if t.Output != 0 {
-		l.Output = t.Output
-	}
 }
 
 // spec is the sandbox of the template, the flags over it: its image's

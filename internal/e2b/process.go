@@ -446,6 +446,9 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 	}
 	cfg := *req.Process
 	dir := Homedir
+	if t := c.b.template.env; t != nil && t.Workdir != "" {
+		dir = t.Workdir // a stored template's working directory
+	}
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		d, err := resolvePath(*cfg.Cwd)
 		if err != nil {

@@ -116,6 +116,31 @@ type Limits struct {
 	Output         policy.Size     `yaml:"output,omitempty" json:"output,omitempty"`
 }
 
+// Apply sets each limit l gives (not zero) over a policy's.
+func (l Limits) Apply(pl *policy.Limits) {
+	if l.Memory != 0 {
+		pl.Memory = l.Memory
+	}
+	if l.Pids != 0 {
+		pl.Pids = l.Pids
+	}
+	if l.CPUs != 0 {
+		pl.CPUs = l.CPUs
+	}
+	if l.Disk != 0 {
+		pl.Disk = l.Disk
+	}
+	if l.CommandTimeout != 0 {
+		pl.CommandTimeout = l.CommandTimeout
+	}
+	if l.TTL != 0 {
+		pl.TTL = l.TTL
+	}
+	if l.Output != 0 {
+		pl.Output = l.Output
+	}
+}
+
 // rawLimits is Limits as a document writes it: sizes and durations are
 // read as text, then parsed as the policy package parses them.
 type rawLimits struct {
