@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/client"
+	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/image"
@@ -451,4 +452,27 @@ func (u usedTemplate) spec(env *Env, f *sandboxcli.SpecFlags, e *EgressFlags) (s
 	}
 	root.Apply(&spec)
 	return spec, n, root, nil
+}
+
+// useTemplate makes the run start from --template: its policy (the
+// stored version it names, as --policy NAME@vN), its image by digest, its
+// environment under --env's, its limits under the flags', and its start
+// command and readiness check, with its name and version, for the engine
+// to run in each sandbox and record.
+func (c *AgentRunCmd) useTemplate(env *Env, q *host.RunRequest) error {
+	f := TemplateFlag{Template: c.Template}
+	u, err := f.load(env, &EgressFlags{Policy: c.Policy}, c.Image)
+	if err != nil {
+		return err
+	}
+	if u.t.Workdir != "" || u.t.User != "" {
+		// The agent's tools work in /workspace as the sandbox's user;
+		// saying nothing would run them elsewhere than the template says.
+		return usageError{Err: fmt.Errorf("--template %s: its workdir and user are for sandbox run and create and the E2B API; an agent run works in /workspace as the sandbox's user", c.Template)}
+	}
+	c.Policy, c.Image = u.policyRef, u.v.Image
+	c.Env = image.MergeEnv(u.t.EnvList(), c.Env)
+	c.templateLimits = &u.t.Limits
+	q.Template = &engine.RunTemplate{Name: u.v.Name, Version: u.v.Version, Hash: u.v.Hash, Start: u.t.Start, Ready: u.t.Ready}
+	return nil
 }
