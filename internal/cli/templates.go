@@ -13,10 +13,8 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/client"
-	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
-	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -439,7 +437,7 @@ func (u usedTemplate) spec(env *Env, f *sandboxcli.SpecFlags, e *EgressFlags) (s
 	if spec.RootFS != "" {
 		return spec, nil, host.ImageRoot{}, usageError{Err: errors.New("--template and a root filesystem (--rootfs or the policy's sandbox.rootfs) exclude each other")}
 	}
-	spec.Env = image.MergeEnv(u.t.EnvList(), spec.Env)
+	spec.Env = host.MergeEnv(u.t.EnvList(), spec.Env)
 	if spec.Dir == "" {
 		spec.Dir = u.t.Workdir
 	}
@@ -471,8 +469,8 @@ func (c *AgentRunCmd) useTemplate(env *Env, q *host.RunRequest) error {
 		return usageError{Err: fmt.Errorf("--template %s: its workdir and user are for sandbox run and create and the E2B API; an agent run works in /workspace as the sandbox's user", c.Template)}
 	}
 	c.Policy, c.Image = u.policyRef, u.v.Image
-	c.Env = image.MergeEnv(u.t.EnvList(), c.Env)
+	c.Env = host.MergeEnv(u.t.EnvList(), c.Env)
 	c.templateLimits = &u.t.Limits
-	q.Template = &engine.RunTemplate{Name: u.v.Name, Version: u.v.Version, Hash: u.v.Hash, Start: u.t.Start, Ready: u.t.Ready}
+	q.Template = &host.RunTemplate{Name: u.v.Name, Version: u.v.Version, Hash: u.v.Hash, Start: u.t.Start, Ready: u.t.Ready}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
@@ -14,6 +15,14 @@ import (
 
 // The tenants' environment templates on this host, as its command line
 // manages and uses them.
+
+// RunTemplate is what a run's sandboxes take of the stored template they
+// start from (engine.Config.Template).
+type RunTemplate = engine.RunTemplate
+
+// MergeEnv returns base with over applied, as an image's environment and
+// a sandbox's are merged (image.MergeEnv).
+func MergeEnv(base, over []string) []string { return image.MergeEnv(base, over) }
 
 // ValidTemplateName checks a template's name as ValidPolicyName does a
 // policy's.

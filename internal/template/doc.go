@@ -13,6 +13,8 @@
 // of it parses back to an equal Template. The package keeps no state and
 // does no I/O but through the sandbox it is given.
 //
-// Importers: the host (storing templates, making sandboxes of them), the
-// CLI, the API server and the E2B server.
+// Importers: internal/host (storing templates, making sandboxes of them),
+// internal/cli (template files and flags, sandbox run and create),
+// internal/server (/v1/templates), internal/e2b (Sandbox.create by
+// template name) and internal/engine (a run's sandboxes).
 package template
