@@ -74,6 +74,21 @@ type backend interface {
 	// policies lists the stored policies at their latest versions.
 	policies(ctx context.Context) ([]api.PolicyVersion, error)
 
+	// putTemplate stores doc (the template document the command made,
+	// from source) as the next version of template name; the version's
+	// New says whether it is new.
+	putTemplate(ctx context.Context, name, source string, doc []byte) (api.Template, error)
+	// templates lists the templates at their latest versions.
+	templates(ctx context.Context) ([]api.Template, error)
+	// templateVersions lists name's versions, newest first.
+	templateVersions(ctx context.Context, name string) ([]api.Template, error)
+	// template reads version of template name (0: the latest), with its
+	// document.
+	template(ctx context.Context, name string, version int64) (api.Template, error)
+	// deleteTemplate removes every version of template name and returns
+	// how many there were.
+	deleteTemplate(ctx context.Context, name string) (int64, error)
+
 	// credits returns tenant's balance and whole ledger, oldest first.
 	credits(ctx context.Context, tenant string) (int64, []api.LedgerEntry, error)
 	// grant adds credits to tenant's ledger; the entry and the balance.

@@ -58,7 +58,6 @@ type cli struct {
 		Supervise SuperviseCmd       `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Image     ImageCmd     `cmd:"" help:"The host's OCI images, which a sandbox's root may be made of: pull, import, ls, inspect, rm, export, push."`
-	Template  TemplateCmd  `cmd:"" help:"Named environments: build an image from a Dockerfile."`
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`
 	Runs      RunsCmd      `cmd:"" help:"Inspect and control runs: ls, show, events, verify, cancel, pause, resume, fork, replay."`
 	Credits   CreditsCmd   `cmd:"" help:"Grant credits to a tenant and show its ledger."`
@@ -73,6 +72,7 @@ type cli struct {
 	Secrets   SecretsCmd   `cmd:"" help:"Manage the host's encrypted secrets."`
 	Policy    PolicyCmd    `cmd:"" help:"Check a policy document, explain what it decides for a tool call, and keep named policies with every version (put, history, show, ls)."`
 	Gc        GcCmd        `cmd:"" help:"Remove the checkpoint chunks no run, paused E2B sandbox or E2B snapshot refers to."`
+	Template  TemplateCmd  `cmd:"" help:"Keep named, versioned environment templates (image, start command and readiness check, env, limits, policy, warm pool): create, ls, show, rm, and build an image from a Dockerfile."`
 	Doctor    DoctorCmd    `cmd:"" help:"Show which isolation layers this machine enforces."`
 	Version   VersionCmd   `cmd:"" help:"Print the version."`
 	Help      HelpCmd      `cmd:"" help:"Print a command's help: airlock help CMD [SUBCMD]."`

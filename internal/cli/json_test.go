@@ -258,6 +258,41 @@ func TestJSONLines(t *testing.T) {
 				return []string{"secrets", "ls", "--json"}
 			}},
 		},
+		"template create": {
+			{name: "one version", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				return []string{"template", "create", "t", "--image", "localhost/busybox:test", "--json"}
+			}},
+		},
+		"template ls": {
+			{name: "none", args: none("template", "ls", "--json"), lines: 0},
+			{name: "two", lines: 2, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				h.must(t, "", "template", "create", "a", "--image", "localhost/busybox:test")
+				h.must(t, "", "template", "create", "b", "--image", "localhost/busybox:test")
+				return []string{"template", "ls", "--json"}
+			}},
+		},
+		"template show": {
+			{name: "a version", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				h.must(t, "", "template", "create", "a", "--image", "localhost/busybox:test")
+				return []string{"template", "show", "a", "--json"}
+			}},
+			{name: "two versions", lines: 2, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				h.must(t, "", "template", "create", "a", "--image", "localhost/busybox:test")
+				h.must(t, "", "template", "create", "a", "--image", "localhost/busybox:test", "--pool", "1")
+				return []string{"template", "show", "a", "--versions", "--json"}
+			}},
+		},
+		"template rm": {
+			{name: "one", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				h.must(t, "", "template", "create", "a", "--image", "localhost/busybox:test")
+				return []string{"template", "rm", "a", "--json"}
+			}},
+		},
 		"tenants ls": {
 			{name: "none", args: none("tenants", "ls", "--json"), lines: 0},
 			{name: "two", lines: 2, args: func(t *testing.T, h *procHome) []string {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/template"
 )
 
 // CreateCmd is `airlock sandbox create`.
@@ -24,6 +26,7 @@ type CreateCmd struct {
 	sandboxcli.SpecFlags
 	EgressFlags
 	ImageFlag
+	TemplateFlag
 	TTL time.Duration `help:"Destroy the sandbox after this long." default:"1h"`
 }
 
@@ -33,17 +36,36 @@ type superviseArgs struct {
 	// Network is the egress policy when the supervisor runs the proxy.
 	Network *policy.Network `json:"network,omitempty"`
 	Egress  EgressFlags     `json:"egress"`
+	// Template, when set, is the template the sandbox starts from: its
+	// start command and readiness check run before the id is reported.
+	Template *template.Template `json:"template,omitempty"`
 }
 
 // Run starts a supervisor in the background and prints the sandbox id once
 // the sandbox is up.
 func (c *CreateCmd) Run(env *Env) error {
-	spec, netPolicy, doc, err := sandboxSpec(&c.SpecFlags, &c.EgressFlags)
-	if err != nil {
-		return usageError{Err: err}
-	}
-	if _, err := c.ImageFlag.apply(env, &spec, doc); err != nil {
-		return err
+	var spec sandbox.Spec
+	var netPolicy *policy.Network
+	var tmpl *template.Template
+	if c.Template != "" {
+		u, err := c.TemplateFlag.load(env, &c.EgressFlags, c.Image)
+		if err != nil {
+			return err
+		}
+		if spec, netPolicy, _, err = u.spec(env, &c.SpecFlags, &c.EgressFlags); err != nil {
+			return err
+		}
+		tmpl = u.t
+	} else {
+		var doc *policy.Document
+		var err error
+		spec, netPolicy, doc, err = sandboxSpec(&c.SpecFlags, &c.EgressFlags)
+		if err != nil {
+			return usageError{Err: err}
+		}
+		if _, err := c.ImageFlag.apply(env, &spec, doc); err != nil {
+			return err
+		}
 	}
 	if c.TTL <= 0 {
 		return usageError{Err: errors.New("--ttl must be positive")}
@@ -53,7 +75,7 @@ func (c *CreateCmd) Run(env *Env) error {
 	if netPolicy != nil {
 		spec.ID = sandbox.NewID()
 	}
-	arg, err := json.Marshal(superviseArgs{Spec: spec, Network: netPolicy, Egress: c.EgressFlags})
+	arg, err := json.Marshal(superviseArgs{Spec: spec, Network: netPolicy, Egress: c.EgressFlags, Template: tmpl})
 	if err != nil {
 		return err
 	}
@@ -128,7 +150,11 @@ func (SuperviseCmd) Run(env *Env) error {
 		defer eg.close(nil)
 		eg.Apply(&args.Spec)
 	}
-	err = sandboxcli.Supervise(ctx, &env.Env, b, args.Spec, func(id string) {
+	var prepare sandboxcli.Prepare
+	if args.Template != nil {
+		prepare = func(ctx context.Context, sb sandbox.Sandbox) error { return template.Prepare(ctx, sb, args.Template) }
+	}
+	err = sandboxcli.Supervise(ctx, &env.Env, b, args.Spec, prepare, func(id string) {
 		fmt.Fprintf(report, "ok %s\n", id)
 		report.Close()
 		reported = true

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/template"
 )
 
 // AgentRunCmd is `airlock run "TASK"`.
@@ -56,7 +57,11 @@ type AgentRunCmd struct {
 	Resolve   []string      `help:"Pin HOST:PORT to ADDR:PORT, like curl --resolve (repeatable; added to network.resolve)." placeholder:"HOST:PORT=ADDR:PORT"`
 	Metadata  []string      `help:"Label the run with KEY=VALUE (repeatable); airlock runs ls --metadata finds it by them." placeholder:"KEY=VALUE" sep:"none"`
 	Image     string        `help:"Make the run's sandboxes of this image of the host's store (airlock image ls; the policy's sandbox.image): a tag is recorded by its digest when the run starts." placeholder:"REF"`
+	Template  string        `help:"Start the run's sandboxes from this stored template (airlock template ls): NAME or NAME@vN. Its image, environment, limits and policy apply (flags win); its start command runs and its readiness check passes in each sandbox first; the run records its name and version." placeholder:"NAME"`
 	Env       []string      `short:"e" sep:"none" help:"Environment variable KEY=VALUE of every command in the run's sandboxes (repeatable). It is recorded in the run's log, so a resumed run has it too: not for secrets (bind those with a policy credential)." placeholder:"KEY=VALUE"`
+
+	// templateLimits are the --template's limits, over the policy's.
+	templateLimits *template.Limits
 }
 
 // Run creates the run and drives it in the foreground (against a server:
@@ -125,6 +130,11 @@ func (c *AgentRunCmd) request(ctx context.Context, env *Env, b backend) (host.Ru
 		errs = append(errs, c.remoteOnly()...)
 	} else if c.Policy == "" && c.PolicyAs != "" {
 		errs = append(errs, errors.New("--policy-name needs --policy FILE"))
+	}
+	if c.Template != "" && !remote {
+		if err := c.useTemplate(env, &q); err != nil {
+			return q, err
+		}
 	}
 	doc, perr := c.policy(ctx, env, b, &q)
 	if perr != nil {
@@ -213,6 +223,7 @@ func (c *AgentRunCmd) remoteOnly() []error {
 		{c.PolicyAs != "", "--policy-name", "store the policy with airlock policy put, then give --policy NAME"},
 		{c.Context != defaultContextWindow, "--context-window", "the API takes no context window"},
 		{len(c.Env) > 0, "--env", "the API takes no environment for a run's sandboxes"},
+		{c.Template != "", "--template", "the API takes no template for a run yet"},
 	} {
 		if f.set {
 			errs = append(errs, fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", f.flag, f.do))
@@ -286,6 +297,9 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 	before := string(doc.Canonical())
 	var errs []error
 	b, lim := &doc.Budgets, &doc.Sandbox.Limits
+	if c.templateLimits != nil {
+		c.templateLimits.Apply(lim) // the flags below win
+	}
 	if c.MaxSteps > 0 {
 		b.MaxSteps = int64(c.MaxSteps)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/template"
 )
 
 // The exit-status errors of package sandboxcli, under the names the
@@ -28,6 +29,7 @@ type RunCmd struct {
 	sandboxcli.RunCmd
 	EgressFlags
 	ImageFlag
+	TemplateFlag
 }
 
 // ImageFlag is --image of the sandbox commands.
@@ -59,13 +61,29 @@ func (f *ImageFlag) apply(env *Env, spec *sandbox.Spec, doc *policy.Document) (h
 
 // Run creates a sandbox, runs the command, destroys the sandbox.
 func (c *RunCmd) Run(env *Env) error {
-	spec, netPolicy, doc, err := sandboxSpec(&c.SpecFlags, &c.EgressFlags)
-	if err != nil {
-		return usageError{Err: err}
-	}
-	root, err := c.ImageFlag.apply(env, &spec, doc)
-	if err != nil {
-		return err
+	var spec sandbox.Spec
+	var netPolicy *policy.Network
+	var doc *policy.Document
+	var root host.ImageRoot
+	var prepare sandboxcli.Prepare
+	if c.Template != "" {
+		u, err := c.TemplateFlag.load(env, &c.EgressFlags, c.Image)
+		if err != nil {
+			return err
+		}
+		if spec, netPolicy, root, err = u.spec(env, &c.SpecFlags, &c.EgressFlags); err != nil {
+			return err
+		}
+		doc = u.doc
+		prepare = func(ctx context.Context, sb sandbox.Sandbox) error { return template.Prepare(ctx, sb, u.t) }
+	} else {
+		var err error
+		if spec, netPolicy, doc, err = sandboxSpec(&c.SpecFlags, &c.EgressFlags); err != nil {
+			return usageError{Err: err}
+		}
+		if root, err = c.ImageFlag.apply(env, &spec, doc); err != nil {
+			return err
+		}
 	}
 	if len(root.Layers) > 0 && (len(c.Command) == 0 || len(c.Command) == 1 && c.Command[0] == "--") {
 		// No command: the image's own.
@@ -87,7 +105,7 @@ func (c *RunCmd) Run(env *Env) error {
 			return func() { eg.close(env.Stderr) }, nil
 		}
 	}
-	return c.Start(&env.Env, spec, sandboxDefaults(doc), egress)
+	return c.StartPrepared(&env.Env, spec, sandboxDefaults(doc), egress, prepare)
 }
 
 // sandboxSpec turns sandbox and egress flags into a sandbox spec and the
@@ -103,8 +121,18 @@ func sandboxSpec(f *sandboxcli.SpecFlags, e *EgressFlags) (sandbox.Spec, *policy
 		}
 		doc = d
 	}
+	return specOf(f, e, doc, e.Policy != "")
+}
+
+// specOf is sandboxSpec of a policy document already read; stored says
+// the document is a policy given (a file or a stored one), whose network
+// section the sandbox's proxy enforces, not the built-in default.
+func specOf(f *sandboxcli.SpecFlags, e *EgressFlags, doc *policy.Document, stored bool) (sandbox.Spec, *policy.Network, *policy.Document, error) {
 	n, nerr := e.network(doc)
-	egress := n != nil || e.Policy != "" || len(e.Allow) > 0 || len(e.Resolve) > 0
+	if n == nil && nerr == nil && stored {
+		n, nerr = &doc.Network, doc.Network.Validate()
+	}
+	egress := n != nil || stored || len(e.Allow) > 0 || len(e.Resolve) > 0
 	s, serr := f.Spec(sandboxDefaults(doc), egress)
 	return s, n, doc, errors.Join(nerr, serr)
 }

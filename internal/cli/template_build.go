@@ -15,12 +15,6 @@ import (
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
-// TemplateCmd is `airlock template`: named environments. This file holds
-// its build; the template records' commands sit beside it.
-type TemplateCmd struct {
-	Build TemplateBuildCmd `cmd:"" help:"Build an image from a Dockerfile into the host's store: each RUN in a sandbox under the build policy, each step cached."`
-}
-
 // TemplateBuildCmd is `airlock template build -f Dockerfile [CONTEXT]`.
 type TemplateBuildCmd struct {
 	File     string   `short:"f" help:"The Dockerfile (default CONTEXT/Dockerfile)." placeholder:"PATH"`

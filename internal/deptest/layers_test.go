@@ -34,6 +34,7 @@ var layers = []struct {
 		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit", "internal/image", "internal/image/imagetest",
 		"internal/build",
+		"internal/template",
 	}},
 	{"the run engine", []string{"internal/engine"}},
 	{"services: the APIs, telemetry, the sandbox commands", []string{
@@ -78,12 +79,13 @@ func TestLayers(t *testing.T) {
 
 // cliImports are the packages the command line may import: the host, the
 // API's types and client, the leaves it prints and parses (events, policy
-// documents, prices), the sandbox contract whose specs its sandbox
-// commands build, and the sandbox commands it embeds. Everything else it
-// reaches through the host.
+// documents, prices), the template documents it parses and writes (and
+// the readiness its sandbox commands wait for), the sandbox contract whose
+// specs its sandbox commands build, and the sandbox commands it embeds.
+// Everything else it reaches through the host.
 var cliImports = []string{
 	"internal/host", "internal/api", "internal/client", "internal/event", "internal/policy", "internal/price",
-	"internal/sandbox", "internal/sandboxcli",
+	"internal/sandbox", "internal/sandboxcli", "internal/template",
 }
 
 // TestCLIImports: the command line reaches the layers through the host

@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
+	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 
 // Sandbox states, as E2B names them.
@@ -261,6 +262,9 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 	}
 	b.spec = withAccount(specOf(tpl.doc))
+	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
+		return nil, err
+	}
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
 	}
@@ -284,6 +288,19 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		}
 	}
 	restored := ckpt
+	if tpl.env != nil {
+		// Why before the sandbox is handed over: the client's first
+		// command expects what the template starts to be up.
+		if err := envtemplate.Prepare(ctx, lv.sb, tpl.env); err != nil {
+			s.destroy(ctx, lv)
+			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the template's start command or readiness check failed"})
+			var re *envtemplate.ReadyError
+			if errors.As(err, &re) {
+				return nil, &publicError{status: 400, msg: fmt.Sprintf("template %s v%d: %s", tpl.name, tpl.version, clipDetail(re.Error()))}
+			}
+			return nil, fmt.Errorf("e2b: sandbox %s: template %s: %w", b.id, tpl.name, err)
+		}
+	}
 	now := s.now()
 	b.rec.add(event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: restored, DurationMS: now.Sub(t0).Milliseconds()}, now)
 	b.meter = meterState{at: now}

@@ -66,6 +66,8 @@ type harnessOptions struct {
 	// noCheckpoints builds the server without a checkpoint store: it
 	// pauses into tar files, as servers did before checkpoints.
 	noCheckpoints bool
+	// images is the server's image store (templates); nil: none.
+	images e2b.Images
 }
 
 // checkpoints is a checkpoint store on dir's blobs and chunks (nil with
@@ -176,7 +178,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	h.srv, err = e2b.New(e2b.Options{
 		Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust,
-		Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit,
+		Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit, Images: o.images,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

@@ -446,6 +446,9 @@ func (s *Server) processStart(ctx context.Context, r *http.Request, c envdCall, 
 	}
 	cfg := *req.Process
 	dir, _ := c.resolve("~") // envd's default: the user's home
+	if t := c.b.template.env; t != nil && t.Workdir != "" {
+		dir = t.Workdir // a stored template's working directory
+	}
 	if cfg.Cwd != nil && *cfg.Cwd != "" {
 		d, err := c.resolve(*cfg.Cwd)
 		if err != nil {

@@ -77,6 +77,18 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Images makes a sandbox's root of its template's image (the host's
+	// image store, image.Store); nil refuses the tenants' templates
+	// (package template), all of which have images.
+	Images Images
+}
+
+// Images is the host's image store as templates' sandboxes use it.
+type Images interface {
+	// Apply makes spec's root the image ref names (by digest), its
+	// config's environment under spec's, its working directory and user
+	// where spec sets none.
+	Apply(ctx context.Context, ref string, spec *sandbox.Spec) error
 }
 
 // Server serves the E2B control plane (APIHandler) and data plane

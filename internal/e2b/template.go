@@ -10,6 +10,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
+	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 
 // DefaultTemplate is the template E2B clients ask for by default; it is
@@ -22,16 +23,26 @@ type template struct {
 	doc  *policy.Document
 	// raw is the stored document; nil for the default policy.
 	raw []byte
-	// source names the policy version, for the audit log.
+	// source names the policy version (and the template version), for
+	// the audit log and the sandbox's record.
 	source string
+	// env is the tenant's stored template (package template) the name
+	// resolved to, nil for a policy or snapshot: its image (by digest),
+	// environment, working directory, user, start command and readiness
+	// check; doc is its policy's with its limits.
+	env *envtemplate.Template
+	// version is env's version.
+	version int64
 }
 
 // errNoTemplate is a template name that is not one of the tenant's
 // policies.
 var errNoTemplate = errors.New("no such template")
 
-// resolveTemplate maps a template name to a policy document: the default
-// template to policy.Default, any other name to the latest version of the
+// resolveTemplate maps a template name to what a sandbox is made of: the
+// default template to policy.Default; any other name to the latest
+// version of the tenant's stored template of that name (its policy, or
+// the default, with its limits), else to the latest version of the
 // tenant's stored policy of that name.
 func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (template, error) {
 	if name == "" || name == DefaultTemplate {
@@ -40,7 +51,15 @@ func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (temp
 	if store.ValidatePolicyName(name) != nil {
 		return template{}, errNoTemplate
 	}
-	v, err := store.ForTenant(s.o.Store, tenant).GetPolicy(ctx, name, "")
+	view := store.ForTenant(s.o.Store, tenant)
+	tv, err := view.GetTemplate(ctx, name, 0)
+	switch {
+	case err == nil:
+		return s.storedTemplate(ctx, view, tv)
+	case !errors.Is(err, store.ErrNotFound):
+		return template{}, fmt.Errorf("e2b: template %s: %w", name, err)
+	}
+	v, err := view.GetPolicy(ctx, name, "")
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return template{}, errNoTemplate
@@ -55,6 +74,56 @@ func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (temp
 		return template{}, err
 	}
 	return template{name: name, doc: doc, raw: v.Document, source: fmt.Sprintf("policy %s v%d", name, v.Version)}, nil
+}
+
+// storedTemplate is what the tenant's stored template version tv makes a
+// sandbox of: its document, and its policy's (the default when it names
+// none) with its limits over the policy's.
+func (s *Server) storedTemplate(ctx context.Context, view *store.TenantStore, tv store.TemplateVersion) (template, error) {
+	t, err := envtemplate.Parse(tv.Document)
+	if err != nil {
+		return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: its version %d does not load", tv.Name, tv.Version)}
+	}
+	if s.o.Images == nil {
+		return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: this server keeps no images to make its sandboxes of", tv.Name)}
+	}
+	tpl := template{name: tv.Name, doc: policy.Default(), env: t, version: tv.Version}
+	pol := "the default policy"
+	if t.Policy != "" {
+		v, err := view.GetPolicy(ctx, t.Policy, "")
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: its policy %s is not stored", tv.Name, t.Policy)}
+		case err != nil:
+			return template{}, fmt.Errorf("e2b: template %s: policy %s: %w", tv.Name, t.Policy, err)
+		}
+		if tpl.doc, err = policy.Parse(v.Document); err != nil {
+			return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: its policy %s (v%d) does not load", tv.Name, t.Policy, v.Version)}
+		}
+		if err := s.hostResources(tv.Name, tpl.doc); err != nil {
+			return template{}, err
+		}
+		tpl.raw = v.Document
+		pol = fmt.Sprintf("policy %s v%d", v.Name, v.Version)
+	}
+	t.Limits.Apply(&tpl.doc.Sandbox.Limits)
+	tpl.source = fmt.Sprintf("template %s v%d, image %s, %s", tv.Name, tv.Version, tv.Image, pol)
+	return tpl, nil
+}
+
+// applyTemplate makes spec the sandbox of tpl's stored template, if it is
+// one: its image's root, its environment, working directory and user.
+func (s *Server) applyTemplate(ctx context.Context, tpl template, spec *sandbox.Spec) error {
+	t := tpl.env
+	if t == nil {
+		return nil
+	}
+	spec.Env = append(spec.Env, t.EnvList()...)
+	spec.Dir, spec.User = t.Workdir, t.User
+	if err := s.o.Images.Apply(ctx, t.Image, spec); err != nil {
+		return fmt.Errorf("e2b: template %s v%d: image %s: %w", tpl.name, tpl.version, t.Image, err)
+	}
+	return nil
 }
 
 // hostResources refuses template name's policy doc if it names host

@@ -15,7 +15,9 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/secret/scan"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	"github.com/airlockrun/airlock/internal/template"
 )
 
 // Config is what a run is asked to do beyond its task. It is recorded in the
@@ -51,6 +53,12 @@ type Config struct {
 	// resumed or recovered run, on this host or another, gets the same
 	// image.
 	Image string `json:"image,omitempty"`
+	// Template, when set, is the stored template the run's sandboxes
+	// start from (its image, environment, limits and policy are in the
+	// other fields): the run records its name, version and hash; its
+	// start command runs and its readiness check passes in each sandbox
+	// before the run uses it.
+	Template *RunTemplate `json:"template,omitempty"`
 	// Mounts are host directories shown in every sandbox.
 	Mounts []Mount `json:"mounts,omitempty"`
 	// Env is added to the environment of every command in the run's
@@ -376,6 +384,11 @@ func (c Config) Validate() error {
 	if c.RootFS != "" && c.Image != "" {
 		errs = append(errs, errors.New("rootfs and image exclude each other"))
 	}
+	if t := c.Template; t != nil {
+		if err := t.validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	var own []string // what the engine sets itself
 	for _, kv := range sandboxEnv {
 		k, _, _ := strings.Cut(kv, "=")
@@ -527,4 +540,30 @@ func PolicyConfig(doc *policy.Document) Config {
 		cfg.Mounts = append(cfg.Mounts, Mount{Source: m.Source, Target: m.Target, ReadOnly: m.Mode != policy.MountRW})
 	}
 	return cfg
+}
+
+// RunTemplate is what a run's sandboxes take of the stored template they
+// start from, beyond its image, environment, limits and policy.
+type RunTemplate struct {
+	Name    string `json:"name"`
+	Version int64  `json:"version"`
+	// Hash is the stored version's (store.TemplateVersion.Hash).
+	Hash  string           `json:"hash"`
+	Start template.Command `json:"start,omitempty"`
+	Ready *template.Ready  `json:"ready,omitempty"`
+}
+
+func (t *RunTemplate) validate() error {
+	if store.ValidateTemplateName(t.Name) != nil || t.Version < 1 {
+		return fmt.Errorf("template %q v%d: want a stored template's name and version", t.Name, t.Version)
+	}
+	if err := t.template().Validate(); err != nil {
+		return fmt.Errorf("template %s v%d: %w", t.Name, t.Version, err)
+	}
+	return nil
+}
+
+// template is t as package template brings a sandbox to readiness with.
+func (t *RunTemplate) template() *template.Template {
+	return &template.Template{Image: "-", Start: t.Start, Ready: t.Ready}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/template"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -269,6 +270,13 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	case sc.Git != nil:
 		if err := d.fetchGit(ctx, sb, name, *sc.Git); err != nil {
 			return fail(err)
+		}
+	}
+	if t := cfg.Template; t != nil {
+		// Before the first checkpoint: what the start command writes is
+		// part of the workspace the run starts from.
+		if err := template.Prepare(ctx, sb, t.template()); err != nil {
+			return fail(fmt.Errorf("template %s v%d: %w", t.Name, t.Version, err))
 		}
 	}
 	l.sb, l.release = sb, release

@@ -58,7 +58,12 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 		}
 	}()
 	log := logger.With("component", "e2b")
+	images, err := h.Images()
+	if err != nil {
+		return nil, err
+	}
 	e.srv, err = e2b.New(e2b.Options{
+		Images: images,
 		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
 		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
 		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,

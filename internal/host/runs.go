@@ -288,6 +288,10 @@ type RunRequest struct {
 	Sandboxes []NamedSandbox
 	// Env is added to every command's environment in the run's sandboxes.
 	Env []string
+	// Template, when set, is the stored template the run's sandboxes
+	// start from (engine.Config.Template); the request's image, Env and
+	// policy are already the template's.
+	Template *engine.RunTemplate
 	// PolicySource names where PolicyDocument came from; PolicyName, when
 	// not empty, the stored policy it is recorded as a version of, by
 	// PolicyBy; PolicyVersion the stored version it is ("NAME@vN").
@@ -370,7 +374,7 @@ func (h *Host) engineRequest(q RunRequest) (engine.Request, error) {
 		req.Flags, req.BasePolicy = true, q.BasePolicy
 	}
 	cfg := &req.Config
-	cfg.BaseURL, cfg.ContextTokens, cfg.Env = q.BaseURL, q.ContextTokens, q.Env
+	cfg.BaseURL, cfg.ContextTokens, cfg.Env, cfg.Template = q.BaseURL, q.ContextTokens, q.Env, q.Template
 	for _, s := range q.Sandboxes {
 		cfg.Sandboxes = append(cfg.Sandboxes, engine.SandboxConfig{Name: s.Name, Workspace: s.Dir})
 	}

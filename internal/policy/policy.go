@@ -26,8 +26,8 @@
 // Importers: the egress proxy (internal/egress), the LLM gateway
 // (internal/gateway), the run engine's policy hook (internal/engine), the
 // APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
-// document (internal/host), the command line (internal/cli), and
-// bench/egressbench.
+// document (internal/host), the command line (internal/cli), template
+// documents' limits (internal/template), and bench/egressbench.
 package policy
 
 import (

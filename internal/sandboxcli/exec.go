@@ -248,10 +248,11 @@ var stateDirs = []string{RunStateDir, E2BStateDir}
 
 // Supervise creates a sandbox of spec with b and holds it for `airlock
 // sandbox create`: its state (info.json, the socket sandbox exec talks to)
-// lives in env.StateDir(ID) while it lives. ready is told the sandbox's id
-// once it is up; Supervise then serves its socket until ctx ends (rm, the
+// lives in env.StateDir(ID) while it lives. prepare, when not nil, runs
+// on the new sandbox first (a template's start command and readiness
+// check); ready is told the sandbox's id once it is up; Supervise then serves its socket until ctx ends (rm, the
 // TTL, a signal), and destroys the sandbox.
-func Supervise(ctx context.Context, env *Env, b sandbox.Backend, spec sandbox.Spec, ready func(id string)) error {
+func Supervise(ctx context.Context, env *Env, b sandbox.Backend, spec sandbox.Spec, prepare Prepare, ready func(id string)) error {
 	sb, err := b.Create(ctx, spec)
 	if err != nil {
 		return err
@@ -262,6 +263,11 @@ func Supervise(ctx context.Context, env *Env, b sandbox.Backend, spec sandbox.Sp
 		_ = sb.Destroy(dctx)
 		_ = os.RemoveAll(env.StateDir(sb.ID()))
 	}()
+	if prepare != nil {
+		if err := prepare(ctx, sb); err != nil {
+			return err
+		}
+	}
 	dir := env.StateDir(sb.ID())
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err

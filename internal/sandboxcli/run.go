@@ -39,10 +39,21 @@ func (c *RunCmd) Run(env *Env) error {
 	return c.Start(env, spec, BuiltinDefaults, nil)
 }
 
+// Prepare brings a new sandbox to readiness before a command runs in it
+// or it is handed over (a template's start command and readiness check).
+// Its error ends the sandbox.
+type Prepare func(ctx context.Context, sb sandbox.Sandbox) error
+
 // Start creates a sandbox from spec (egress, when not nil, starts its
 // proxy first), runs the command in it with d's bounds where no flag sets
 // them, and destroys it.
 func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) error {
+	return c.StartPrepared(env, spec, d, egress, nil)
+}
+
+// StartPrepared is Start with prepare, when not nil, run on the sandbox
+// before the command.
+func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress Egress, prepare Prepare) error {
 	maxOut, timeout := d.Output, d.CommandTimeout
 	if maxOut == 0 {
 		maxOut = defaultOutput
@@ -97,6 +108,11 @@ func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) e
 		defer dcancel()
 		_ = sb.Destroy(dctx)
 	}()
+	if prepare != nil {
+		if err := prepare(ctx, sb); err != nil {
+			return err
+		}
+	}
 	cmd := sandbox.Command{Argv: argv, Stdout: env.Stdout, Stderr: env.Stderr, Timeout: timeout, MaxOutput: maxOut}
 	if c.Interactive {
 		cmd.Stdin = env.Stdin

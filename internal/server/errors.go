@@ -40,6 +40,7 @@ var (
 	errNoArtifact = publicf(api.CodeNotFound, "no such artifact")
 	errNoUpload   = publicf(api.CodeNotFound, "no such upload")
 	errNoPolicy   = publicf(api.CodeNotFound, "no such policy or version")
+	errNoTemplate = publicf(api.CodeNotFound, "no such template or version")
 	errNoApproval = publicf(api.CodeNotFound, "no such approval")
 	errNoRoute    = publicf(api.CodeNotFound, "no such endpoint")
 )

@@ -81,6 +81,8 @@ type harnessOptions struct {
 	// wrapStore, when set, wraps the store the server (not the engine)
 	// uses.
 	wrapStore func(store.Store) store.Store
+	// resolveImage is the server's (templates' images); nil: none.
+	resolveImage server.ImageResolver
 }
 
 // decideByPolicy is the engine's policy hook, as the host's: the run's
@@ -147,6 +149,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.noSecrets {
 		opts.Secrets = nil
 	}
+	opts.ResolveImage = o.resolveImage
 	if o.wrapStore != nil {
 		opts.Store = o.wrapStore(st)
 	}

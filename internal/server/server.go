@@ -74,6 +74,10 @@ type Options struct {
 	// run store scrub it from then on (as the host does with the secrets
 	// it reads itself).
 	Redactor *secret.Redactor
+	// ResolveImage resolves the image of a template created through
+	// /v1/templates to its digest (the host's image store). Nil refuses
+	// every template: there is no image to make its sandboxes of.
+	ResolveImage ImageResolver
 }
 
 // Server is the API, an http.Handler. It is safe for concurrent use.
@@ -195,6 +199,11 @@ func (s *Server) table() []route {
 		{method: "POST", pattern: "/v1/policies/{name}", scopes: scopeAdmin, body: store.MaxPolicyLen, h: s.putPolicy},
 		{method: "GET", pattern: "/v1/policies/{name}/versions", scopes: scopeRunsRead, h: s.policyVersions},
 		{method: "GET", pattern: "/v1/policies/{name}/versions/{ref}", scopes: scopeRunsRead, h: s.policyVersion},
+		{method: "GET", pattern: "/v1/templates", scopes: scopeRunsRead, h: s.listTemplates},
+		{method: "POST", pattern: "/v1/templates/{name}", scopes: scopeAdmin, body: store.MaxTemplateLen, h: s.putTemplate},
+		{method: "GET", pattern: "/v1/templates/{name}/versions", scopes: scopeRunsRead, h: s.templateVersions},
+		{method: "GET", pattern: "/v1/templates/{name}/versions/{ref}", scopes: scopeRunsRead, h: s.templateVersion},
+		{method: "DELETE", pattern: "/v1/templates/{name}", scopes: scopeAdmin, h: s.deleteTemplate},
 		{method: "GET", pattern: "/v1/credits", scopes: scopeRunsRead, h: s.credits},
 		{method: "POST", pattern: "/v1/credits/grants", scopes: scopeAdmin, h: s.grant},
 		{method: "POST", pattern: "/v1/keys/{id}/revoke", scopes: scopeAdmin, h: s.revokeKey},

@@ -53,9 +53,10 @@ const fitsJS = `(() => {
 func TestUIBrowserSmallScreen(t *testing.T) {
 	t.Parallel()
 	chrome := chromium(t)
-	h := newHarness(t, harnessOptions{drive: true})
+	h := newHarness(t, harnessOptions{drive: true, resolveImage: imageStore(t)})
 	admin := h.key("alpha", "admin")
 	h.must(http.StatusCreated, "POST", "/v1/policies/careful", admin, []byte(uiPolicy))
+	h.must(http.StatusCreated, "POST", "/v1/templates/python-with-a-long-name", admin, []byte("image: localhost/tiny:1\npolicy: careful\n"))
 	done := h.createRun(admin, map[string]any{
 		"task":   "Summarize what the repository does, in a task long enough to need more than one line on a phone",
 		"script": finishScript, "metadata": map[string]string{"ticket": "OPS-7"},
@@ -111,6 +112,7 @@ func TestUIBrowserSmallScreen(t *testing.T) {
 		{"approvals", "/ui/approvals", "article.approval"},
 		{"credits", "/ui/credits", ".panel table tbody tr"},
 		{"policies", "/ui/policies", `tr[data-policy="careful"]`},
+		{"templates", "/ui/templates", `tr[data-template="python-with-a-long-name"]`},
 		{"secrets", "/ui/secrets", "#secret-name"},
 	} {
 		do("open "+p.name, chromedp.Navigate(h.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))

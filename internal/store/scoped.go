@@ -245,3 +245,48 @@ func (t *TenantStore) ListPolicies(ctx context.Context) ([]PolicyVersion, error)
 	}
 	return t.s.ListPolicies(ctx, t.tenant)
 }
+
+// PutTemplate is Store.PutTemplate on the tenant's templates: v.Tenant
+// must be empty or the tenant.
+func (t *TenantStore) PutTemplate(ctx context.Context, v TemplateVersion) (TemplateVersion, bool, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return TemplateVersion{}, false, err
+	}
+	if v.Tenant != "" && v.Tenant != t.tenant {
+		return TemplateVersion{}, false, fmt.Errorf("%w: template %s: tenant %q is not the view's", ErrInvalid, clip(v.Name), clip(v.Tenant))
+	}
+	v.Tenant = t.tenant
+	return t.s.PutTemplate(ctx, v)
+}
+
+// TemplateVersions is Store.TemplateVersions of the tenant's template.
+func (t *TenantStore) TemplateVersions(ctx context.Context, name string) ([]TemplateVersion, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return nil, err
+	}
+	return t.s.TemplateVersions(ctx, t.tenant, name)
+}
+
+// GetTemplate is Store.GetTemplate of the tenant's template.
+func (t *TenantStore) GetTemplate(ctx context.Context, name string, version int64) (TemplateVersion, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return TemplateVersion{}, err
+	}
+	return t.s.GetTemplate(ctx, t.tenant, name, version)
+}
+
+// ListTemplates is Store.ListTemplates of the tenant.
+func (t *TenantStore) ListTemplates(ctx context.Context) ([]TemplateVersion, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return nil, err
+	}
+	return t.s.ListTemplates(ctx, t.tenant)
+}
+
+// DeleteTemplate is Store.DeleteTemplate of the tenant's template.
+func (t *TenantStore) DeleteTemplate(ctx context.Context, name string) (int64, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return 0, err
+	}
+	return t.s.DeleteTemplate(ctx, t.tenant, name)
+}

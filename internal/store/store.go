@@ -38,6 +38,9 @@
 //     Documents are kept byte for byte, like a run's Policy: they hold
 //     secret references, not values, and redacting them would change
 //     what the hash names.
+//   - A named template's versions are numbered and hashed as a policy's,
+//     each with the image digest its caller resolved; removing a template
+//     removes every version of it at once.
 //   - An API key is stored as the SHA-256 of the key string, never the
 //     key; keys belong to one existing tenant, and reads and revocations
 //     name the tenant, so one tenant never sees or revokes another's.
@@ -47,8 +50,8 @@
 // internal/store/sqlrow) and suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), API keys (internal/auth), the
-// credit meter (internal/credit), telemetry (internal/telemetry) and host
-// wiring (internal/host).
+// credit meter (internal/credit), telemetry (internal/telemetry), template
+// documents' names (internal/template) and host wiring (internal/host).
 package store
 
 import (
@@ -73,6 +76,7 @@ type Store interface {
 	Artifacts
 	Ledger
 	Policies
+	Templates
 	Tenants
 	Keys
 

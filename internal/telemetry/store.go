@@ -235,6 +235,46 @@ func (s *Store) ListPolicies(ctx context.Context, tenant string) ([]store.Policy
 	return out, err
 }
 
+// PutTemplate implements store.Store.
+func (s *Store) PutTemplate(ctx context.Context, v store.TemplateVersion) (store.TemplateVersion, bool, error) {
+	start := time.Now()
+	out, created, err := s.s.PutTemplate(ctx, v)
+	s.observe("PutTemplate", start, err)
+	return out, created, err
+}
+
+// TemplateVersions implements store.Store.
+func (s *Store) TemplateVersions(ctx context.Context, tenant, name string) ([]store.TemplateVersion, error) {
+	start := time.Now()
+	out, err := s.s.TemplateVersions(ctx, tenant, name)
+	s.observe("TemplateVersions", start, err)
+	return out, err
+}
+
+// GetTemplate implements store.Store.
+func (s *Store) GetTemplate(ctx context.Context, tenant, name string, version int64) (store.TemplateVersion, error) {
+	start := time.Now()
+	out, err := s.s.GetTemplate(ctx, tenant, name, version)
+	s.observe("GetTemplate", start, err)
+	return out, err
+}
+
+// ListTemplates implements store.Store.
+func (s *Store) ListTemplates(ctx context.Context, tenant string) ([]store.TemplateVersion, error) {
+	start := time.Now()
+	out, err := s.s.ListTemplates(ctx, tenant)
+	s.observe("ListTemplates", start, err)
+	return out, err
+}
+
+// DeleteTemplate implements store.Store.
+func (s *Store) DeleteTemplate(ctx context.Context, tenant, name string) (int64, error) {
+	start := time.Now()
+	n, err := s.s.DeleteTemplate(ctx, tenant, name)
+	s.observe("DeleteTemplate", start, err)
+	return n, err
+}
+
 // CreateTenant implements store.Store.
 func (s *Store) CreateTenant(ctx context.Context, name string) (store.Tenant, error) {
 	start := time.Now()

@@ -212,6 +212,24 @@ var migrations = []string{
 		data       BLOB NOT NULL,
 		created_ns INTEGER NOT NULL
 	);`,
+
+	// 12: named environment templates, every version kept until the
+	// template is removed (all its versions at once). Numbered and named
+	// by their documents' hashes as policies are; image is the image by
+	// digest the version was made with, which listings show. A rowid
+	// table in SQLite, as policies: a document may be 64 KiB.
+	`CREATE TABLE templates (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		version    INTEGER NOT NULL CHECK (version > 0),
+		hash       TEXT NOT NULL,
+		image      TEXT NOT NULL,
+		document   BLOB NOT NULL,
+		source     TEXT NOT NULL,
+		created_by TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name, version)
+	);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -221,7 +239,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 11
+const Version = 12
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

@@ -179,6 +179,39 @@ func scanPolicy(sc Scanner, withDoc bool) (store.PolicyVersion, error) {
 	return c.v, nil
 }
 
+// TemplateMeta are the columns of a template version but its document
+// (ScanTemplateMeta); TemplateColumns all of them (ScanTemplate).
+const (
+	TemplateMeta    = `tenant, name, version, hash, image, source, created_by, created_ns`
+	TemplateColumns = TemplateMeta + `, document`
+)
+
+// ScanTemplate reads a row of TemplateColumns.
+func ScanTemplate(sc Scanner) (store.TemplateVersion, error) { return scanTemplate(sc, true) }
+
+// ScanTemplateMeta reads a row of TemplateMeta: Document is nil.
+func ScanTemplateMeta(sc Scanner) (store.TemplateVersion, error) { return scanTemplate(sc, false) }
+
+func scanTemplate(sc Scanner, withDoc bool) (store.TemplateVersion, error) {
+	var c struct { // one allocation, as in ScanRun
+		v  store.TemplateVersion
+		ns int64
+	}
+	v := &c.v
+	dest := []any{&v.Tenant, &v.Name, &v.Version, &v.Hash, &v.Image, &v.Source, &v.By, &c.ns, &v.Document}
+	if !withDoc {
+		dest = dest[:len(dest)-1]
+	}
+	if err := sc.Scan(dest...); err != nil {
+		return c.v, err
+	}
+	if withDoc && v.Document == nil {
+		v.Document = []byte{}
+	}
+	v.CreatedAt = FromNS(c.ns)
+	return c.v, nil
+}
+
 // LedgerColumns are the columns of ledger ScanLedger reads, in its order.
 const LedgerColumns = `id, tenant, kind, amount, run_id, seq, note, created_ns`
 

@@ -97,6 +97,10 @@ func Run(t *testing.T, f Factory) {
 		{"PolicyInvalid", testPolicyInvalid},
 		{"PolicyRace", testPolicyRace},
 		{"PolicyRedaction", testPolicyRedaction},
+		{"Templates", testTemplates},
+		{"TemplateInvalid", testTemplateInvalid},
+		{"TemplateRace", testTemplateRace},
+		{"TemplateRedaction", testTemplateRedaction},
 		{"Tenants", testTenants},
 		{"TenantRace", testTenantRace},
 		{"APIKeys", testAPIKeys},
@@ -1202,14 +1206,22 @@ func testClosed(t *testing.T, f Factory) {
 		"PolicyVersions": func() error { _, err := s.PolicyVersions(ctx, "a", "p"); return err },
 		"GetPolicy":      func() error { _, err := s.GetPolicy(ctx, "a", "p", ""); return err },
 		"ListPolicies":   func() error { _, err := s.ListPolicies(ctx, "a"); return err },
-		"CreateTenant":   func() error { _, err := s.CreateTenant(ctx, "a"); return err },
-		"GetTenant":      func() error { _, err := s.GetTenant(ctx, "a"); return err },
-		"ListTenants":    func() error { _, err := s.ListTenants(ctx); return err },
-		"CreateAPIKey":   func() error { return s.CreateAPIKey(ctx, newKey("a", 1)) },
-		"APIKeyByHash":   func() error { _, err := s.APIKeyByHash(ctx, keyHash("k")); return err },
-		"ListAPIKeys":    func() error { _, err := s.ListAPIKeys(ctx, "a"); return err },
-		"RevokeAPIKey":   func() error { return s.RevokeAPIKey(ctx, "a", keyID(1)) },
-		"TouchAPIKey":    func() error { return s.TouchAPIKey(ctx, keyID(1), base) },
+		"PutTemplate": func() error {
+			_, _, err := s.PutTemplate(ctx, store.TemplateVersion{Tenant: "a", Name: "p", Image: imageA, Document: tmplA})
+			return err
+		},
+		"TemplateVersions": func() error { _, err := s.TemplateVersions(ctx, "a", "p"); return err },
+		"GetTemplate":      func() error { _, err := s.GetTemplate(ctx, "a", "p", 0); return err },
+		"ListTemplates":    func() error { _, err := s.ListTemplates(ctx, "a"); return err },
+		"DeleteTemplate":   func() error { _, err := s.DeleteTemplate(ctx, "a", "p"); return err },
+		"CreateTenant":     func() error { _, err := s.CreateTenant(ctx, "a"); return err },
+		"GetTenant":        func() error { _, err := s.GetTenant(ctx, "a"); return err },
+		"ListTenants":      func() error { _, err := s.ListTenants(ctx); return err },
+		"CreateAPIKey":     func() error { return s.CreateAPIKey(ctx, newKey("a", 1)) },
+		"APIKeyByHash":     func() error { _, err := s.APIKeyByHash(ctx, keyHash("k")); return err },
+		"ListAPIKeys":      func() error { _, err := s.ListAPIKeys(ctx, "a"); return err },
+		"RevokeAPIKey":     func() error { return s.RevokeAPIKey(ctx, "a", keyID(1)) },
+		"TouchAPIKey":      func() error { return s.TouchAPIKey(ctx, keyID(1), base) },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrClosed) {

@@ -8,6 +8,7 @@ import {runPage} from './run.js';
 import {approvalsPage} from './approvals.js';
 import {creditsPage} from './credits.js';
 import {policiesPage} from './policies.js';
+import {templatesPage} from './templates.js';
 import {secretsPage} from './secrets.js';
 
 const main = document.getElementById('main');
@@ -25,6 +26,7 @@ const routes = [
   [/^\/ui\/approvals\/?$/, 'approvals', approvalsPage],
   [/^\/ui\/credits\/?$/, 'credits', creditsPage],
   [/^\/ui\/policies\/?$/, 'policies', policiesPage],
+  [/^\/ui\/templates\/?$/, 'templates', templatesPage],
   [/^\/ui\/secrets\/?$/, 'secrets', secretsPage],
 ];
 
