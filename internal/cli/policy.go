@@ -195,7 +195,7 @@ func (c *PolicyScanCmd) Run(env *Env) error {
 		}
 		return nil
 	}
-	var r io.Reader = env.Stdin
+	r := env.Stdin
 	if c.File != "" && c.File != "-" {
 		f, err := os.Open(c.File)
 		if err != nil {

@@ -11,9 +11,12 @@ import (
 
 // Image builds (`airlock template build`), as package build does them.
 type (
+	// BuildOptions is build.Options.
 	BuildOptions = build.Options
+	// BuildRequest is build.Request.
 	BuildRequest = build.Request
-	BuildResult  = build.Result
+	// BuildResult is build.Result.
+	BuildResult = build.Result
 	// BuildRunError is a RUN step that failed: its line, exit status and
 	// the end of its output.
 	BuildRunError = build.RunError

@@ -154,8 +154,11 @@ func TestCollectCheckpoints(t *testing.T) {
 		res    checkpoint.Result
 		kept   bool
 	}{
-		{"a run's", "acme", inRun, true}, {"a paused sandbox's", "acme", paused, true}, {"a snapshot's", "beta", snapped, true},
-		{"a deleted snapshot's", "beta", deleted, false}, {"a killed write's", "acme", killed, false},
+		{"a run's", "acme", inRun, true},
+		{"a paused sandbox's", "acme", paused, true},
+		{"a snapshot's", "beta", snapped, true},
+		{"a deleted snapshot's", "beta", deleted, false},
+		{"a killed write's", "acme", killed, false},
 	} {
 		for _, id := range chunksOf(c.tenant, c.res) {
 			if have[id] != c.kept {

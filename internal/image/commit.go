@@ -135,7 +135,7 @@ func (s *Store) Commit(ctx context.Context, base string, layers []NewLayer, cfg 
 		}
 		names = append(names, n)
 	}
-	var img v1.Image = empty.Image
+	img := empty.Image
 	layerType := types.OCILayer
 	if base != "" {
 		st, err := s.read()

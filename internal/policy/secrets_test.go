@@ -25,39 +25,61 @@ func TestDecideToolSecrets(t *testing.T) {
 		req  ToolRequest
 		want ToolDecision
 	}{
-		{"clean arguments keep the tools' decision", ``,
+		{
+			"clean arguments keep the tools' decision", ``,
 			ToolRequest{Tool: "run_command", Args: cmd("go test ./...")},
-			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"}},
-		{"a token in the arguments asks by default", ``,
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
+		},
+		{
+			"a token in the arguments asks by default", ``,
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Ask, Rule: "secrets.arguments", Reason: "the arguments carry what looks like a secret (github-pat)", Secrets: []string{"github-pat"}}},
-		{"found in a nested value", ``,
+			ToolDecision{Action: Ask, Rule: "secrets.arguments", Reason: "the arguments carry what looks like a secret (github-pat)", Secrets: []string{"github-pat"}},
+		},
+		{
+			"found in a nested value", ``,
 			ToolRequest{Tool: "write_file", Args: json.RawMessage(`{"path":"a.env","files":[{"content":"AWS_ACCESS_KEY_ID=` + fakeAWSKey + `"}]}`)},
-			ToolDecision{Action: Ask, Rule: "secrets.arguments", Reason: "the arguments carry what looks like a secret (aws-access-token)", Secrets: []string{"aws-access-token"}}},
-		{"secrets.arguments deny", "secrets:\n  arguments: deny\n",
+			ToolDecision{Action: Ask, Rule: "secrets.arguments", Reason: "the arguments carry what looks like a secret (aws-access-token)", Secrets: []string{"aws-access-token"}},
+		},
+		{
+			"secrets.arguments deny", "secrets:\n  arguments: deny\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Deny, Rule: "secrets.arguments", Reason: "the arguments carry what looks like a secret (github-pat)", Secrets: []string{"github-pat"}}},
-		{"a secrets rule allows: the tools' decision stands", "secrets:\n  rules:\n    - when: tool == 'run_command' && secrets.all(s, s == 'github-pat')\n      action: allow\n      reason: the gh CLI needs it\n",
+			ToolDecision{Action: Deny, Rule: "secrets.arguments", Reason: "the arguments carry what looks like a secret (github-pat)", Secrets: []string{"github-pat"}},
+		},
+		{
+			"a secrets rule allows: the tools' decision stands", "secrets:\n  rules:\n    - when: tool == 'run_command' && secrets.all(s, s == 'github-pat')\n      action: allow\n      reason: the gh CLI needs it\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools", Secrets: []string{"github-pat"}}},
-		{"a secrets rule cannot loosen a tools ask", "tools:\n  run_command:\n    default: ask\nsecrets:\n  rules:\n    - when: 'true'\n      action: allow\n",
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools", Secrets: []string{"github-pat"}},
+		},
+		{
+			"a secrets rule cannot loosen a tools ask", "tools:\n  run_command:\n    default: ask\nsecrets:\n  rules:\n    - when: 'true'\n      action: allow\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Ask, Rule: "tools.run_command.default", Reason: "no rule matched; the tool's default", Secrets: []string{"github-pat"}}},
-		{"a tools deny stays a deny", "tools:\n  run_command:\n    default: deny\n",
+			ToolDecision{Action: Ask, Rule: "tools.run_command.default", Reason: "no rule matched; the tool's default", Secrets: []string{"github-pat"}},
+		},
+		{
+			"a tools deny stays a deny", "tools:\n  run_command:\n    default: deny\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Deny, Rule: "tools.run_command.default", Reason: "no rule matched; the tool's default"}},
-		{"tools rules see secrets", "tools:\n  rules:\n    - when: size(secrets) > 0 && tool == 'write_file'\n      action: deny\n      reason: no credentials in files\n",
+			ToolDecision{Action: Deny, Rule: "tools.run_command.default", Reason: "no rule matched; the tool's default"},
+		},
+		{
+			"tools rules see secrets", "tools:\n  rules:\n    - when: size(secrets) > 0 && tool == 'write_file'\n      action: deny\n      reason: no credentials in files\n",
 			ToolRequest{Tool: "write_file", Args: json.RawMessage(`{"path":"x","content":"` + fakeGitHubPAT + `"}`)},
-			ToolDecision{Action: Deny, Rule: "tools.rules[0]", Reason: "no credentials in files"}},
-		{"allow pattern", "secrets:\n  allow: ['^ghp_Zq7R']\n",
+			ToolDecision{Action: Deny, Rule: "tools.rules[0]", Reason: "no credentials in files"},
+		},
+		{
+			"allow pattern", "secrets:\n  allow: ['^ghp_Zq7R']\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"}},
-		{"disabled rule", "secrets:\n  disable: [github-pat, generic-api-key]\n",
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
+		},
+		{
+			"disabled rule", "secrets:\n  disable: [github-pat, generic-api-key]\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"}},
-		{"scanner off", "secrets:\n  off: true\n",
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
+		},
+		{
+			"scanner off", "secrets:\n  off: true\n",
 			ToolRequest{Tool: "run_command", Args: withPAT},
-			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"}},
+			ToolDecision{Action: Allow, Rule: "tools.default", Reason: "no rule matched; the default for tools"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,8 +42,10 @@ pool: 2
 		Start: template.Command{"/bin/sh", "-c", "python3 -m http.server 8000"},
 		Ready: &template.Ready{Command: template.Command{"wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8000/"}, Timeout: policy.Duration(time.Minute)},
 		Env:   map[string]string{"PYTHONUNBUFFERED": "1"}, Workdir: "/workspace", User: "1000",
-		Limits: template.Limits{Memory: 512 << 20, Pids: 128, CPUs: 1.5, Disk: 1 << 30, CommandTimeout: policy.Duration(10 * time.Minute),
-			TTL: policy.Duration(time.Hour), Output: 1 << 20},
+		Limits: template.Limits{
+			Memory: 512 << 20, Pids: 128, CPUs: 1.5, Disk: 1 << 30, CommandTimeout: policy.Duration(10 * time.Minute),
+			TTL: policy.Duration(time.Hour), Output: 1 << 20,
+		},
 		Policy: "python-dev", Pool: 2,
 	}
 	if d := cmp.Diff(want, got); d != "" {

@@ -58,8 +58,10 @@ func testTemplates(t *testing.T, f Factory) {
 	got, err := s.ListTemplates(ctx, "acme")
 	wantTemplateList(t, "ListTemplates(acme)", got, err, nil)
 
-	v1 := putTemplate(t, s, store.TemplateVersion{Tenant: "acme", Name: "py", Image: imageA, Document: tmplA, Source: "py.yaml", By: "alice",
-		CreatedAt: base}, true)
+	v1 := putTemplate(t, s, store.TemplateVersion{
+		Tenant: "acme", Name: "py", Image: imageA, Document: tmplA, Source: "py.yaml", By: "alice",
+		CreatedAt: base,
+	}, true)
 	if v1.Version != 1 || v1.Hash != store.DocumentHash(tmplA) || v1.Image != imageA || !v1.CreatedAt.Equal(clock.Now()) ||
 		v1.CreatedAt.Location() != time.UTC || v1.Source != "py.yaml" || v1.By != "alice" {
 		t.Fatalf("PutTemplate() = %+v, want version 1 of the document at %v", v1, clock.Now())
