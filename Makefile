@@ -24,7 +24,7 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build install demo test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-mcp deps check clean
+.PHONY: help build install demo example-wordstats test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-mcp deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,6 +39,9 @@ install: build ## Install airlock, airlock-host and airlock-exec side by side in
 
 demo: ## A real agent run: fix examples/invoice (scripted model; MODEL=anthropic:… for a real one)
 	./scripts/demo.sh
+
+example-wordstats: ## An agent fixes a pytest test in sandboxes of a Python image airlock builds (root; Debian's mirror the first time)
+	./examples/wordstats/run.sh
 
 test-deps: ## Install the Debian packages tests use (root only; idempotent, quiet)
 	@bash scripts/ci-deps.sh

@@ -394,7 +394,10 @@ func (c Config) Validate() error {
 		k, _, _ := strings.Cut(kv, "=")
 		own = append(own, k)
 	}
-	if err := sandbox.CheckEnv(c.Env, own...); err != nil {
+	// An entry the engine sets the same way (a template's env, say) is
+	// no conflict.
+	env := slices.DeleteFunc(slices.Clone(c.Env), func(kv string) bool { return slices.Contains(sandboxEnv, kv) })
+	if err := sandbox.CheckEnv(env, own...); err != nil {
 		errs = append(errs, fmt.Errorf("env: %w", err))
 	}
 	for i, m := range c.Mounts {
