@@ -85,6 +85,9 @@ type live struct {
 	// destroyed: a process that ends after it ended with the sandbox.
 	ending   chan struct{}
 	endingMu sync.Once
+	// prepared says the sandbox came from a template's warm pool: its
+	// start command ran and its readiness check passed already.
+	prepared bool
 }
 
 // newToken returns a fresh access token: 32 random bytes, hex.
@@ -288,7 +291,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		}
 	}
 	restored := ckpt
-	if tpl.env != nil {
+	if tpl.env != nil && !lv.prepared {
 		// Why before the sandbox is handed over: the client's first
 		// command expects what the template starts to be up.
 		if err := envtemplate.Prepare(ctx, lv.sb, tpl.env); err != nil {
@@ -437,12 +440,36 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 		}
 		release = rel
 	}
+	if sb, ok := s.takeWarm(b, spec, empty); ok {
+		return &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{}), prepared: true}, nil
+	}
 	sb, err := s.o.Backend.Create(ctx, spec)
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
 	}
 	return &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}, nil
+}
+
+// takeWarm returns a sandbox of spec from the warm pool of b's stored
+// template, when it has one (pool: N) and one is ready; it keeps the
+// pool in demand either way, so that the next create finds one. A
+// sandbox with a network of its own (spec.ID set) or one a checkpoint is
+// restored into (empty) is never warm.
+func (s *Server) takeWarm(b *box, spec sandbox.Spec, empty bool) (sandbox.Sandbox, bool) {
+	t := b.template.env
+	if s.o.Warm == nil || t == nil || t.Pool <= 0 || empty || spec.ID != "" {
+		return nil, false
+	}
+	// Per tenant and version: a name means another template to another
+	// tenant, and a new version may start something else.
+	name := fmt.Sprintf("e2b\x00%s\x00%s@v%d", b.tenant, b.template.name, b.template.version)
+	prepare := func(ctx context.Context, sb sandbox.Sandbox) error { return envtemplate.Prepare(ctx, sb, t) }
+	if err := s.o.Warm.Warm(name, spec, t.Pool, prepare); err != nil {
+		s.log.Warn("warm pool", "template", b.template.name, "err", err)
+		return nil, false
+	}
+	return s.o.Warm.Take(name)
 }
 
 // destroy ends a boot: its sandbox (every process in it), then its

@@ -28,6 +28,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/store"
@@ -54,6 +55,8 @@ type harness struct {
 	upstream *upstream
 	// stop ends srv's goroutines and closes its listeners.
 	stop func()
+	// pool is the server's warm pool (harnessOptions.warm), else nil.
+	pool *pool.Pool
 }
 
 type harnessOptions struct {
@@ -68,6 +71,9 @@ type harnessOptions struct {
 	noCheckpoints bool
 	// images is the server's image store (templates); nil: none.
 	images e2b.Images
+	// warm gives the server a sandbox pool over its backend for stored
+	// templates' warm pools; the pool is h.pool.
+	warm bool
 }
 
 // checkpoints is a checkpoint store on dir's blobs and chunks (nil with
@@ -176,8 +182,14 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.clock != nil {
 		now = o.clock.Now
 	}
+	var warm e2b.Warmer
+	if o.warm {
+		h.pool = pool.New(b, pool.Options{})
+		t.Cleanup(func() { _ = h.pool.Close(context.Background()) })
+		warm = h.pool
+	}
 	h.srv, err = e2b.New(e2b.Options{
-		Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust,
+		Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust, Warm: warm,
 		Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit, Images: o.images,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})

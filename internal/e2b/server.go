@@ -38,11 +38,22 @@ type Keys interface {
 }
 
 // Options are what a Server is built from.
+// Warmer keeps prepared sandboxes ready under a name (a *pool.Pool).
+type Warmer interface {
+	Warm(name string, spec sandbox.Spec, n int, prepare func(context.Context, sandbox.Sandbox) error) error
+	Take(name string) (sandbox.Sandbox, bool)
+}
+
+// Options configure a Server.
 type Options struct {
 	// Config tunes the API; zero fields take their defaults.
 	Config Config
 	// Backend creates the sandboxes (required).
 	Backend sandbox.Backend
+	// Warm, when not nil, keeps the sandboxes of stored templates with a
+	// warm pool (their pool: N) made and prepared ahead of creates
+	// (internal/sandbox/pool's Warm and Take).
+	Warm Warmer
 	// Keys verifies API keys (required).
 	Keys Keys
 	// Store holds the tenants' named policies, which templates name, the

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
@@ -116,6 +118,45 @@ policy: web
 	}
 	if res := h.api("beta", "POST", "/v2/sandboxes", map[string]any{"templateID": "web"}); res.status != 404 {
 		t.Errorf("another tenant's template = %s, want 404", res)
+	}
+}
+
+// TestStoredTemplatesWarmPool: a template with pool: N is served from
+// sandboxes made and prepared ahead (its start command ran, its readiness
+// check passed before the create asked: the pool's hits), one per create,
+// never shared.
+func TestStoredTemplatesWarmPool(t *testing.T) {
+	images := busyboxStore(t)
+	h := newHarness(t, harnessOptions{images: images, warm: true})
+	h.putTemplate(images, "alpha", "web", "image: localhost/busybox:test\nstart: cat /proc/sys/kernel/random/uuid > /tmp/started; exec sleep 600\nready:\n  command: test -e /tmp/started\npool: 2\n")
+	first := h.create("alpha", map[string]any{"templateID": "web"}) // prepared inline; the pool fills
+	if r := h.sh(first, "cat /tmp/started"); r.exit != 0 {
+		t.Fatalf("the first sandbox was not prepared: %+v", r)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for h.pool.Stats().Idle < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the warm pool holds %d sandboxes, want 2", h.pool.Stats().Idle)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hits := h.pool.Stats().Hits
+	var seen []string
+	for range 2 {
+		s := h.create("alpha", map[string]any{"templateID": "web"})
+		r := h.sh(s, "cat /tmp/started; ls /workspace | wc -l")
+		lines := strings.Fields(r.stdout)
+		if r.exit != 0 || len(lines) != 2 || lines[1] != "0" {
+			t.Fatalf("a warm sandbox: %+v", r)
+		}
+		if slices.Contains(seen, lines[0]) {
+			t.Errorf("two creates got the same prepared sandbox")
+		}
+		seen = append(seen, lines[0])
+		h.sh(s, "echo mine > /workspace/f")
+	}
+	if got := h.pool.Stats().Hits - hits; got != 2 {
+		t.Errorf("warm pool hits = %d, want 2", got)
 	}
 }
 

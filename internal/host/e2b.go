@@ -62,8 +62,12 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	if err != nil {
 		return nil, err
 	}
+	var warm e2b.Warmer
+	if h.pool != nil {
+		warm = h.pool
+	}
 	e.srv, err = e2b.New(e2b.Options{
-		Images: images,
+		Images: images, Warm: warm,
 		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
 		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
 		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,

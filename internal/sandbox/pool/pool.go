@@ -67,6 +67,8 @@ type Pool struct {
 	mu sync.Mutex
 	// specs is guarded by mu: every spec in demand, by its key.
 	specs map[string]*entry
+	// warms is guarded by mu: the prepared specs, by name (Warm).
+	warms map[string]*warm
 	// idle is guarded by mu: the number of idle sandboxes over all specs.
 	idle   int
 	stats  Stats
@@ -101,7 +103,7 @@ func New(b sandbox.Backend, o Options) *Pool {
 		o.RefillDelay = 25 * time.Millisecond
 	}
 	p := &Pool{
-		b: b, o: o, log: o.Logger, specs: map[string]*entry{}, wake: make(chan struct{}, 1),
+		b: b, o: o, log: o.Logger, specs: map[string]*entry{}, warms: map[string]*warm{}, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	if p.log == nil {
@@ -235,6 +237,10 @@ func (p *Pool) Close(ctx context.Context) error {
 		all = append(all, e.ready...)
 		delete(p.specs, k)
 	}
+	for name, w := range p.warms {
+		all = append(all, w.ready...)
+		delete(p.warms, name)
+	}
 	p.idle = 0
 	p.mu.Unlock()
 	var errs []error
@@ -297,6 +303,9 @@ func (p *Pool) fill() {
 			default:
 			}
 		}
+		if !p.fillWarm() {
+			return
+		}
 	}
 }
 
@@ -347,6 +356,7 @@ func (p *Pool) expire() {
 			delete(p.specs, k)
 		}
 	}
+	gone = append(gone, p.expireWarm()...)
 	p.mu.Unlock()
 	for _, sb := range gone {
 		p.destroy(sb)
