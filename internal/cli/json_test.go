@@ -258,6 +258,16 @@ func TestJSONLines(t *testing.T) {
 				return []string{"secrets", "ls", "--json"}
 			}},
 		},
+		"template build": {
+			{name: "a config-only build", lines: 1, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "image", "import", busyboxArchive(t))
+				dir := t.TempDir()
+				if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte("FROM localhost/busybox:test\nENV A=1\nCMD [\"sh\"]\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return []string{"template", "build", "-t", "localhost/built:1", "--json", dir}
+			}},
+		},
 		"template create": {
 			{name: "one version", lines: 1, args: func(t *testing.T, h *procHome) []string {
 				h.must(t, "", "image", "import", busyboxArchive(t))
