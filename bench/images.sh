@@ -69,7 +69,7 @@ done
 e=$(now)
 after=$(du -sxb "$home" | cut -f1)
 shm=$(awk '/^Shmem:/ { print $2 * 1024 }' /proc/meminfo)
-AIRLOCK_HOME=$home "$AL" sandbox exec "${ids%% *}" -- sh -c 'test -f /usr/share/l0/d000/f00000' || { echo "the image's files are not in the sandbox" >&2; exit 1; }
+AIRLOCK_HOME=$home "$AL" sandbox exec "${ids%% *}" -- /bin/test -f /usr/share/l0/d000/f00000 || { echo "the image's files are not in the sandbox" >&2; exit 1; }
 for id in $ids; do AIRLOCK_HOME=$home "$AL" sandbox rm "$id" >/dev/null; done
 ids=""
 shm_after=$(awk '/^Shmem:/ { print $2 * 1024 }' /proc/meminfo)

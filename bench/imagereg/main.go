@@ -82,11 +82,38 @@ func main() {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
+// addBusybox puts the host's static busybox, when it has one, at /bin/sh
+// and /bin/test, so that a sandbox of the image can run a check.
+func addBusybox(tw *tar.Writer) {
+	b, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return
+	}
+	for _, h := range []*tar.Header{
+		{Name: "bin/", Mode: 0o755, Typeflag: tar.TypeDir},
+		{Name: "bin/busybox", Mode: 0o755, Size: int64(len(b)), Typeflag: tar.TypeReg},
+		{Name: "bin/sh", Linkname: "busybox", Mode: 0o777, Typeflag: tar.TypeSymlink},
+		{Name: "bin/test", Linkname: "busybox", Mode: 0o777, Typeflag: tar.TypeSymlink},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			log.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(b); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+}
+
 // layerTar is a layer of about n bytes: half text files, half random ones.
 func layerTar(r *rand.Rand, layer int, n int64) []byte {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	words := []string{"func", "return", "import", "package", "error", "nil", "struct", "string", "value", "context", "if", "for", "range"}
+	if layer == 0 {
+		addBusybox(tw)
+	}
 	var text, bin int64
 	for f := 0; text+bin < n; f++ {
 		var data []byte

@@ -37,14 +37,13 @@ type Keys interface {
 	Verify(ctx context.Context, key string) (auth.Principal, error)
 }
 
-// Options are what a Server is built from.
 // Warmer keeps prepared sandboxes ready under a name (a *pool.Pool).
 type Warmer interface {
 	Warm(name string, spec sandbox.Spec, n int, prepare func(context.Context, sandbox.Sandbox) error) error
 	Take(name string) (sandbox.Sandbox, bool)
 }
 
-// Options configure a Server.
+// Options are what a Server is built from.
 type Options struct {
 	// Config tunes the API; zero fields take their defaults.
 	Config Config
