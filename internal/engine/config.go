@@ -177,23 +177,14 @@ type Secrets struct {
 	Disable []string `json:"disable,omitempty"`
 }
 
-// scanner is the scanner s asks for; nil when it is off.
-func (s Secrets) scanner() (*scan.Scanner, error) {
+// scanner is the scanner s asks for, nil when it is off; the default one
+// when s names rules this build does not know (a config recorded by
+// another build): a run is never left unscanned by mistake.
+func (s Secrets) scanner() *scan.Scanner {
 	if s.Off {
-		return nil, nil
+		return nil
 	}
-	return scan.New(scan.Options{Allow: s.Allow, Disable: s.Disable})
-}
-
-// scannerOrDefault is s's scanner, or the default one when s does not
-// make one (a config recorded by a build that knew other rules): a run
-// is never left unscanned by mistake.
-func (s Secrets) scannerOrDefault() *scan.Scanner {
-	sc, err := s.scanner()
-	if err != nil {
-		sc, _ = scan.New(scan.Options{})
-	}
-	return sc
+	return scan.NewOrDefault(scan.Options{Allow: s.Allow, Disable: s.Disable})
 }
 
 // checkTask applies s to a run's task: it returns the task to record and
@@ -203,11 +194,7 @@ func (s Secrets) checkTask(task string) (string, []string, error) {
 	if s.Task == string(policy.SecretKeep) {
 		return task, nil, nil
 	}
-	sc, err := s.scanner()
-	if err != nil {
-		return "", nil, fmt.Errorf("%w: config: %w", ErrInvalid, err)
-	}
-	red, fs := sc.Redact(task)
+	red, fs := s.scanner().Redact(task)
 	ids := scan.IDs(fs)
 	if len(ids) > 0 && s.Task == string(policy.SecretRefuse) {
 		return "", nil, fmt.Errorf("%w: the task carries what looks like a secret (%s): give the run a credential through the policy instead, or set secrets.task: redact", ErrInvalid, strings.Join(ids, ", "))

@@ -205,7 +205,7 @@ const requestFlushDelay = 100 * time.Millisecond
 
 func newDriver(e *Engine, r store.Run, st *state) *driver {
 	return &driver{
-		e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{}, scan: st.cfg.Secrets.scannerOrDefault(),
+		e: e, run: r, cfg: st.cfg, st: st, seq: st.lastSeq, sbs: map[string]*live{}, snaps: map[string]snapInfo{}, scan: st.cfg.Secrets.scanner(),
 		shared: shared{steps: st.steps, snapshots: maps.Clone(st.snapshots), fetched: maps.Clone(st.fetched), checkpoints: maps.Clone(st.checkpoints), net: st.net.clone()},
 	}
 }

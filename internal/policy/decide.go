@@ -267,12 +267,7 @@ func compileTools(d *Document, p *problems) *toolPolicy {
 		if off {
 			return nil
 		}
-		sc, err := scan.New(opts)
-		if err != nil {
-			// validate refused the document: this one is not in use.
-			sc, _ = scan.New(scan.Options{})
-		}
-		return sc
+		return scan.NewOrDefault(opts)
 	})
 	for name, c := range t.ByName {
 		tp.tools[name] = compiledTool{

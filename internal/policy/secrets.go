@@ -128,8 +128,7 @@ func (d *Document) Scanner() *scan.Scanner {
 	}
 	// A document whose rules do not compile decides nothing; its text
 	// is still scanned with the default rules.
-	sc, _ := scan.New(scan.Options{})
-	return sc
+	return scan.NewOrDefault(scan.Options{})
 }
 
 // argFindings returns the ids of the rules that find something in the

@@ -165,6 +165,19 @@ func New(o Options) (*Scanner, error) {
 	return s, nil
 }
 
+// NewOrDefault is New(o), or a Scanner of the default rules when o asks for
+// what New refuses (options recorded by another build, or those of a document
+// that failed validation): text is never left unscanned because its options
+// came from elsewhere. It is nil only if the built-in rules do not load, a
+// defect this package's tests catch.
+func NewOrDefault(o Options) *Scanner {
+	if s, err := New(o); err == nil {
+		return s
+	}
+	s, _ := New(Options{})
+	return s
+}
+
 // load reads gitleaks' default configuration and airlock's own rules.
 func load() ([]rule, []allowlist, error) {
 	v := viper.New()
