@@ -69,7 +69,7 @@ func (s *Store) AddLayer(ctx context.Context, r io.Reader) (LayerInfo, error) {
 		Size:      cw.n,
 	}
 	open := func() (io.ReadCloser, error) { return os.Open(tmp.Name()) }
-	if err := s.putBlob(ctx, info.Digest, info.Size, open); err != nil {
+	if err := s.putBlob(ctx, info.Digest, info.Size, open, nil); err != nil {
 		return LayerInfo{}, fmt.Errorf("add layer %s: %w", info.DiffID, err)
 	}
 	if _, err := os.Stat(s.layerPath(info.DiffID)); err == nil {

@@ -3,6 +3,7 @@ package image
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -132,10 +133,10 @@ func (s *Store) add(ctx context.Context, img v1.Image, o origin) (Image, error) 
 	if err := g.Wait(); err != nil {
 		return Image{}, err
 	}
-	if err := s.putBlob(ctx, m.Config.Digest.String(), int64(len(rawCfg)), bytesOpener(rawCfg)); err != nil {
+	if err := s.putBlob(ctx, m.Config.Digest.String(), int64(len(rawCfg)), bytesOpener(rawCfg), nil); err != nil {
 		return Image{}, fmt.Errorf("image %s: config: %w", digest, err)
 	}
-	if err := s.putBlob(ctx, digest, int64(len(raw)), bytesOpener(raw)); err != nil {
+	if err := s.putBlob(ctx, digest, int64(len(raw)), bytesOpener(raw), nil); err != nil {
 		return Image{}, fmt.Errorf("image %s: manifest: %w", digest, err)
 	}
 	var out Image
@@ -232,23 +233,57 @@ func checkSHA256(h v1.Hash) error {
 }
 
 // addLayer stores a layer's compressed blob and its unpacked directory,
-// each unless the store has it.
+// each unless the store has it. A layer new to the store is unpacked while
+// it downloads: one read of the registry's stream feeds both, so the pull
+// costs the slower of the two, not their sum.
 func (s *Store) addLayer(ctx context.Context, img v1.Image, desc v1.Descriptor, diffID v1.Hash, lim Limits) (LayerStats, error) {
-	blob := s.blobPath(desc.Digest.String())
-	if _, err := os.Stat(blob); err != nil {
-		l, err := img.LayerByDigest(desc.Digest)
-		if err != nil {
-			return LayerStats{}, err
-		}
-		if err := s.putBlob(ctx, desc.Digest.String(), desc.Size, l.Compressed); err != nil {
-			return LayerStats{}, err
-		}
-	}
-	if _, err := os.Stat(s.layerPath(diffID.String())); err == nil {
+	digest := desc.Digest.String()
+	blob := s.blobPath(digest)
+	_, err := os.Stat(blob)
+	haveBlob := err == nil
+	_, err = os.Stat(s.layerPath(diffID.String()))
+	haveLayer := err == nil
+	switch {
+	case haveBlob && haveLayer:
 		return LayerStats{}, nil
+	case haveBlob:
+		return s.unpack(ctx, blob, diffID.String(), lim)
 	}
-	return s.unpack(ctx, blob, diffID.String(), lim)
+	l, err := img.LayerByDigest(desc.Digest)
+	if err != nil {
+		return LayerStats{}, err
+	}
+	if haveLayer {
+		return LayerStats{}, s.putBlob(ctx, digest, desc.Size, l.Compressed, nil)
+	}
+	// The unpacker verifies the uncompressed stream against diffID on its
+	// own, and putBlob the compressed one against digest: a layer directory
+	// is renamed into place only when what it holds hashed to its name,
+	// whatever the other check finds.
+	pr, pw := io.Pipe()
+	var stats LayerStats
+	var uerr error
+	unpacked := make(chan struct{})
+	go func() {
+		defer close(unpacked)
+		stats, uerr = s.unpackFrom(ctx, pr, diffID.String(), lim)
+		// Whatever the unpacker left unread fails the download's next
+		// write instead of blocking it.
+		pr.CloseWithError(cmp.Or(uerr, errUnpacked))
+	}()
+	perr := s.putBlob(ctx, digest, desc.Size, l.Compressed, pw)
+	pw.CloseWithError(perr) // nil: EOF
+	<-unpacked
+	// Each side fails the other: report the one that failed first (the
+	// other's error wraps it).
+	if perr != nil && (uerr == nil || !errors.Is(perr, uerr)) {
+		return stats, perr
+	}
+	return stats, uerr
 }
+
+// errUnpacked is what a download's write into a finished unpacker gets.
+var errUnpacked = errors.New("the layer's unpacker has stopped reading")
 
 func bytesOpener(b []byte) func() (io.ReadCloser, error) {
 	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
@@ -257,7 +292,8 @@ func bytesOpener(b []byte) func() (io.ReadCloser, error) {
 // putBlob stores the blob open reads under digest, unless the store has
 // it: it hashes what it reads and keeps it only when it is size bytes (a
 // negative size: any) that hash to digest.
-func (s *Store) putBlob(ctx context.Context, digest string, size int64, open func() (io.ReadCloser, error)) error {
+// What it reads is also written to also, when not nil, as it is read.
+func (s *Store) putBlob(ctx context.Context, digest string, size int64, open func() (io.ReadCloser, error), also io.Writer) error {
 	dst := s.blobPath(digest)
 	if _, err := os.Stat(dst); err == nil {
 		return nil
@@ -278,7 +314,11 @@ func (s *Store) putBlob(ctx context.Context, digest string, size int64, open fun
 	if size >= 0 {
 		limit = size
 	}
-	n, err := io.Copy(io.MultiWriter(tmp, h), &ctxReader{ctx: ctx, r: io.LimitReader(rc, limit+1)})
+	ws := []io.Writer{tmp, h}
+	if also != nil {
+		ws = append(ws, also)
+	}
+	n, err := io.Copy(io.MultiWriter(ws...), &ctxReader{ctx: ctx, r: io.LimitReader(rc, limit+1)})
 	if err != nil {
 		return fmt.Errorf("read blob %s: %w", digest, err)
 	}
@@ -310,7 +350,13 @@ func (s *Store) unpack(ctx context.Context, blob, diffID string, lim Limits) (La
 		return LayerStats{}, err
 	}
 	defer f.Close()
-	r, err := decompress(bufio.NewReaderSize(f, 64<<10))
+	return s.unpackFrom(ctx, f, diffID, lim)
+}
+
+// unpackFrom unpacks the layer stream r (gzip, zstd or a plain tar) as
+// unpack does.
+func (s *Store) unpackFrom(ctx context.Context, f io.Reader, diffID string, lim Limits) (LayerStats, error) {
+	r, err := decompress(bufio.NewReaderSize(f, 256<<10))
 	if err != nil {
 		return LayerStats{}, err
 	}

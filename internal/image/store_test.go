@@ -196,11 +196,20 @@ func TestPullTampered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, target := range []struct{ name, digest string }{{"config", m.Config.Digest.String()}, {"layer", m.Layers[1].Digest.String()}} {
+	for _, target := range []struct {
+		name, digest string
+		set          func(func(string) bool)
+	}{
+		{"config", m.Config.Digest.String(), r.Tamper},
+		{"layer", m.Layers[1].Digest.String(), r.Tamper},
+		// A layer unpacks while it downloads: a download cut halfway
+		// stops the unpacker too, and leaves nothing behind.
+		{"cut-layer", m.Layers[1].Digest.String(), r.Cut},
+	} {
 		t.Run(target.name, func(t *testing.T) {
 			s := openStore(t, image.Options{Transport: r.Transport})
-			r.Tamper(func(d string) bool { return d == target.digest })
-			defer r.Tamper(nil)
+			target.set(func(d string) bool { return d == target.digest })
+			defer target.set(nil)
 			_, err := s.Pull(ctx(t), ref, image.Auth{Username: r.User, Password: r.Password})
 			if err == nil || !strings.Contains(err.Error(), target.digest) {
 				t.Fatalf("Pull with a tampered %s = %v, want an error naming %s", target.name, err, target.digest)

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -226,6 +227,7 @@ type Registry struct {
 	mu     sync.Mutex
 	tokens map[string]bool          // guarded by mu
 	tamper func(digest string) bool // guarded by mu
+	cut    func(digest string) bool // guarded by mu
 	blobs  atomic.Int64             // blob GETs served
 }
 
@@ -254,6 +256,14 @@ func (r *Registry) Tamper(match func(digest string) bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tamper = match
+}
+
+// Cut makes the registry drop the connection halfway through every blob
+// it serves from now on whose digest match accepts; nil stops it.
+func (r *Registry) Cut(match func(digest string) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cut = match
 }
 
 // BlobGets is how many blob downloads the registry served.
@@ -313,7 +323,7 @@ func (r *Registry) serve(w http.ResponseWriter, q *http.Request, reg http.Handle
 	}
 	tok, _ := strings.CutPrefix(q.Header.Get("Authorization"), "Bearer ")
 	r.mu.Lock()
-	ok, tamper := r.tokens[tok], r.tamper
+	ok, tamper, cut := r.tokens[tok], r.tamper, r.cut
 	r.mu.Unlock()
 	if !ok {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="`+r.realm+`",service="registry.test"`)
@@ -324,6 +334,9 @@ func (r *Registry) serve(w http.ResponseWriter, q *http.Request, reg http.Handle
 		r.blobs.Add(1)
 		if tamper != nil && tamper(digest) {
 			w = &flipWriter{ResponseWriter: w}
+		}
+		if cut != nil && cut(digest) {
+			w = &cutWriter{ResponseWriter: w}
 		}
 	}
 	reg.ServeHTTP(w, q)
@@ -343,6 +356,31 @@ func (f *flipWriter) Write(p []byte) (int, error) {
 		return f.ResponseWriter.Write(q)
 	}
 	return f.ResponseWriter.Write(p)
+}
+
+// cutWriter writes half of the Content-Length the handler set, then
+// aborts the response: the client sees the connection drop.
+type cutWriter struct {
+	http.ResponseWriter
+	left int64 // bytes still to write, set at the first write
+	init bool
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	if !c.init {
+		c.init = true
+		n, _ := strconv.ParseInt(c.Header().Get("Content-Length"), 10, 64)
+		c.left = n / 2
+	}
+	if int64(len(p)) > c.left {
+		_, _ = c.ResponseWriter.Write(p[:c.left])
+		if f, ok := c.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+		panic(http.ErrAbortHandler)
+	}
+	c.left -= int64(len(p))
+	return c.ResponseWriter.Write(p)
 }
 
 func randomHex() string {
