@@ -439,7 +439,7 @@ func (b *builder) runSandbox(ctx context.Context, in dockerfile.Instruction, arg
 	if err != nil {
 		return nil, err
 	}
-	spec := sandbox.Spec{WritableRoot: true, Limits: b.limits()}
+	spec := sandbox.Spec{WritableRoot: true, RootCaps: sandbox.BuildCaps, Limits: b.limits()}
 	image.Root{Layers: dirs, Config: b.cfg}.Apply(&spec)
 	// A step with no USER runs as root, as docker's do (not as airlock's
 	// sandbox user): the image's root-owned files are its to change. The

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -413,6 +414,48 @@ func TestBuildTrailingWorkdir(t *testing.T) {
 	again, log, err := e.build(t, df, t.TempDir(), nil)
 	if err != nil || again.Image.Digest != res.Image.Digest || e.backend.made.Load() != made {
 		t.Errorf("rebuild = %s, %v (%d sandboxes made); want %s from the cache\n%s", again.Image.Digest, err, e.backend.made.Load()-made, res.Image.Digest, log)
+	}
+}
+
+// TestBuildRunAsPackageManager: a RUN step as root does what package
+// managers do (sandbox.BuildCaps): chown to a package's user and switch
+// to it; the layer records the owner.
+func TestBuildRunAsPackageManager(t *testing.T) {
+	e := newEnv(t)
+	ctxDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ctxDir, "payload"), []byte("made\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	df := "FROM " + baseImage + `
+COPY payload /tmp/
+RUN echo 'pkg:x:42:42::/srv/pkg:/bin/sh' >> /etc/passwd && echo 'pkg:x:42:' >> /etc/group && mkdir -p /srv/pkg && chown pkg:pkg /srv/pkg && \
+    su pkg -c 'cat /tmp/payload > /srv/pkg/by-pkg' && rm /tmp/payload && chown root:root /srv/pkg/by-pkg && chmod 4755 /srv/pkg/by-pkg
+`
+	res, log, err := e.build(t, df, ctxDir, nil)
+	if err != nil {
+		t.Fatalf("Build = %v\n%s", err, log)
+	}
+	root, err := e.store.Root(context.Background(), res.Image.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := root.Layers[len(root.Layers)-1]
+	for _, c := range []struct {
+		path     string
+		uid, gid uint32
+		mode     os.FileMode
+	}{
+		{"srv/pkg", 42, 42, os.ModeDir | 0o755},
+		{"srv/pkg/by-pkg", 0, 0, os.ModeSetuid | 0o755},
+	} {
+		fi, err := os.Lstat(filepath.Join(top, c.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if st.Uid != c.uid || st.Gid != c.gid || fi.Mode() != c.mode {
+			t.Errorf("%s: %d:%d %v in the layer, want %d:%d %v", c.path, st.Uid, st.Gid, fi.Mode(), c.uid, c.gid, c.mode)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -100,7 +101,20 @@ type Setup struct {
 	// WritableRoot lets commands write anywhere in an image or template
 	// root (its upper layer), not only in the writable mounts.
 	WritableRoot bool `json:"writable_root,omitempty"`
+	// RootCaps are capabilities (names of RootCapabilities) that commands
+	// run as the sandbox's root keep, within its user namespace; every
+	// other command, and every capability not named, is dropped as
+	// always. Only with WritableRoot: an image build's steps chown and
+	// switch users as package managers do.
+	RootCaps []string `json:"root_caps,omitempty"`
 }
+
+// RootCapabilities are the capabilities Setup.RootCaps may name: docker's
+// default set less those that reach devices, the network or other
+// processes' roots (MKNOD, NET_RAW, SYS_CHROOT, AUDIT_WRITE, SETFCAP,
+// SETPCAP). Held in the sandbox's user namespace they act only on what
+// that namespace maps: its own files and processes, never the host's.
+var RootCapabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"}
 
 // MaxLayers bounds Setup.Layers (sandbox.MaxLayers says why).
 const MaxLayers = 128
@@ -236,7 +250,25 @@ func (s *Setup) Validate() error {
 	if s.DiskBytes < 0 || s.ShmBytes < 0 {
 		add(errors.New("negative size"))
 	}
+	add(CheckRootCaps(s.RootCaps, s.WritableRoot))
 	return errors.Join(errs...)
+}
+
+// CheckRootCaps reports what Setup.Validate refuses in caps: a name not in
+// RootCapabilities, a repeated one, or any without a writable root.
+func CheckRootCaps(caps []string, writableRoot bool) error {
+	if len(caps) > 0 && !writableRoot {
+		return errors.New("root capabilities need a writable root")
+	}
+	for i, c := range caps {
+		if !slices.Contains(RootCapabilities, c) {
+			return fmt.Errorf("root capability %.20q: want one of %s", c, strings.Join(RootCapabilities, ", "))
+		}
+		if slices.Contains(caps[:i], c) {
+			return fmt.Errorf("root capability %s named twice", c)
+		}
+	}
+	return nil
 }
 
 // User is a sandbox user.

@@ -218,6 +218,17 @@ func TestSetupValidate(t *testing.T) {
 		{"address without proxy", func(s *execproto.Setup) { s.ProxyAddr = "127.0.0.1:3128" }, "go together"},
 		{"relative system dir", func(s *execproto.Setup) { s.SystemDirs = []string{"usr"} }, "system path"},
 		{"negative disk", func(s *execproto.Setup) { s.DiskBytes = -1 }, "negative size"},
+		{"build capabilities", func(s *execproto.Setup) {
+			s.Layers, s.WritableRoot, s.RootCaps = []int{4}, true, execproto.RootCapabilities
+		}, ""},
+		{"capabilities without a writable root", func(s *execproto.Setup) { s.Layers, s.RootCaps = []int{4}, []string{"CHOWN"} }, "need a writable root"},
+		{"capability not allowed", func(s *execproto.Setup) {
+			s.Layers, s.WritableRoot, s.RootCaps = []int{4}, true, []string{"SYS_ADMIN"}
+		}, "want one of"},
+		{"capability lowercase", func(s *execproto.Setup) { s.Layers, s.WritableRoot, s.RootCaps = []int{4}, true, []string{"chown"} }, "want one of"},
+		{"capability twice", func(s *execproto.Setup) {
+			s.Layers, s.WritableRoot, s.RootCaps = []int{4}, true, []string{"SETUID", "SETUID"}
+		}, "twice"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -168,7 +169,11 @@ func (e *executor) start(conn io.Reader) error {
 	if err := e.dropCapabilities(); err != nil {
 		return err
 	}
-	layers = append(layers, "capabilities:dropped-for-children")
+	if len(e.setup.RootCaps) > 0 {
+		layers = append(layers, "capabilities:root-keeps:"+strings.ToLower(strings.Join(e.setup.RootCaps, ",")))
+	} else {
+		layers = append(layers, "capabilities:dropped-for-children")
+	}
 	var hidden []int
 	for _, fd := range []int{up.ws, up.root} {
 		if fd >= 0 {
@@ -209,19 +214,40 @@ func (e *executor) start(conn io.Reader) error {
 
 // dropCapabilities empties the bounding, inheritable and ambient sets of the
 // thread that forks every command (see procThread), so each command starts
-// without capabilities, even as root inside the sandbox. The sets are
+// without capabilities, even as root inside the sandbox; Setup.RootCaps stay
+// in the bounding set, which a command run as root then holds (a command
+// of any other user holds none: the kernel clears them when it switches
+// away from uid 0). The sets are
 // per-thread and a child inherits its forking thread's; doing it on every
 // thread would cost one stop-the-world per capability (AllThreadsSyscall) for
 // no gain: no other thread forks, and the executor's own effective set is
 // bounded by seccomp and Landlock, applied to all threads.
 func (e *executor) dropCapabilities() error {
 	var err error
-	e.pt.do(func() { err = dropThreadCapabilities() })
+	keep := map[int]bool{}
+	for _, name := range e.setup.RootCaps {
+		c, ok := capNumbers[name]
+		if !ok {
+			return fmt.Errorf("root capability %s: unknown here", name)
+		}
+		keep[c] = true
+	}
+	e.pt.do(func() { err = dropThreadCapabilities(keep) })
 	return err
 }
 
-func dropThreadCapabilities() error {
+// capNumbers are the numbers of execproto.RootCapabilities.
+var capNumbers = map[string]int{
+	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "FOWNER": unix.CAP_FOWNER,
+	"FSETID": unix.CAP_FSETID, "KILL": unix.CAP_KILL, "SETGID": unix.CAP_SETGID, "SETUID": unix.CAP_SETUID,
+	"NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE,
+}
+
+func dropThreadCapabilities(keep map[int]bool) error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		if keep[c] {
+			continue
+		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("drop capability %d: %w", c, err)
 		}

@@ -189,7 +189,14 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 			return nil, uppers{-1, -1}, fmt.Errorf("proxy socket: %w", err)
 		}
 	}
-	if err := mountTmpfs(filepath.Join(newRoot, "tmp"), fmt.Sprintf("mode=1777,size=%d", s.DiskBytes)); err != nil {
+	if s.WritableRoot {
+		// /tmp is the root's, as in a docker build: what an earlier step
+		// put there (COPY pkg.deb /tmp/) is there, and what a step leaves
+		// there is in its layer. It is in the same disk quota.
+		if err := ensureTmpMode(filepath.Join(newRoot, "tmp")); err != nil {
+			return nil, uppers{-1, -1}, fmt.Errorf("/tmp: %w", err)
+		}
+	} else if err := mountTmpfs(filepath.Join(newRoot, "tmp"), fmt.Sprintf("mode=1777,size=%d", s.DiskBytes)); err != nil {
 		return nil, uppers{-1, -1}, fmt.Errorf("/tmp: %w", err)
 	}
 	if err := setupProc(); err != nil {
@@ -215,6 +222,19 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	}
 	layers = append(layers, "namespaces:user,mnt,pid,net,ipc,uts,cgroup", "network:loopback-only")
 	return layers, up, nil
+}
+
+// ensureTmpMode gives a root's /tmp the mode every user may write to
+// (1777) when it lacks it, as realTargets made it when the image had none.
+func ensureTmpMode(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&0o7777 == 0o1777 {
+		return nil
+	}
+	return unix.Chmod(dir, 0o1777)
 }
 
 // uppers are O_PATH descriptors of a sandbox's overlay upper layers, each

@@ -89,8 +89,16 @@ type Spec struct {
 	// template root, where they otherwise write only to /workspace, /tmp
 	// and home: the writes land in the root's upper layer (in the disk
 	// quota), which a root checkpoint streams (CheckpointRequest.Root).
-	// An image build's steps run so.
+	// /tmp is then the root's own directory, not a scratch mount. An
+	// image build's steps run so.
 	WritableRoot bool
+	// RootCaps, with WritableRoot only, are capabilities (names of
+	// execproto.RootCapabilities: BuildCaps) that commands run as the
+	// sandbox's root keep inside its user namespace, as package managers
+	// need (chown to a package's user, apt's switch to _apt). Everything
+	// else stays as in any sandbox: no other capability, seccomp,
+	// Landlock, no_new_privs, the namespace's own ids only.
+	RootCaps []string
 	// Dir is where commands that name no directory run (an image's
 	// working directory); empty means /workspace.
 	Dir string
@@ -214,6 +222,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.WritableRoot && len(s.Layers) == 0 && s.RootFS == "" {
 		errs = append(errs, errors.New("a writable root needs image layers or a template root (the host's root is read-only)"))
+	}
+	if err := execproto.CheckRootCaps(s.RootCaps, s.WritableRoot); err != nil {
+		errs = append(errs, err)
 	}
 	if len(s.Layers) > MaxLayers {
 		errs = append(errs, fmt.Errorf("%d image layers: at most %d", len(s.Layers), MaxLayers))
@@ -547,8 +558,8 @@ type CheckpointRequest struct {
 	// /workspace's: the upper layer of an image (Spec.Layers) or template
 	// root, as an OCI layer's tar (what an image build commits). Deltas
 	// only: mark a baseline first, then take deltas since it; a full
-	// stream is refused. /workspace, /tmp, /proc, /dev and home are
-	// mounts of their own, not in it.
+	// stream is refused. /workspace, /proc, /dev and home are mounts of
+	// their own, not in it; so is /tmp without WritableRoot.
 	Root bool
 }
 
@@ -593,6 +604,10 @@ func (r Result) ExitStatus() int {
 	}
 	return 125
 }
+
+// BuildCaps are the capabilities an image build's steps keep as root
+// (Spec.RootCaps): all that execproto.RootCapabilities allows.
+var BuildCaps = execproto.RootCapabilities
 
 // maxTrustedCAs bounds Spec.TrustedCAs.
 const maxTrustedCAs = 1 << 20

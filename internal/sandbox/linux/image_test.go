@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -287,7 +288,8 @@ func TestImageRootCheckpoint(t *testing.T) {
 	attackMust(t, sb, "", `
 		mkdir -p /opt/app && echo built > /opt/app/out
 		rm /IMAGE-MARKER
-		echo scratch > /tmp/not-in-root
+		echo scratch > /workspace/not-in-root
+		echo kept > /tmp/in-root
 	`)
 	var buf bytes.Buffer
 	res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Root: true, Since: mark.Baseline}, &buf)
@@ -310,7 +312,9 @@ func TestImageRootCheckpoint(t *testing.T) {
 		body, _ := io.ReadAll(tr)
 		got[h.Name] = string(body)
 	}
-	want := map[string]string{"opt/": "", "opt/app/": "", "opt/app/out": "built\n", ".wh.IMAGE-MARKER": ""}
+	// A writable root's /tmp is its own (as in a docker build), the
+	// workspace a mount of its own.
+	want := map[string]string{"opt/": "", "opt/app/": "", "opt/app/out": "built\n", ".wh.IMAGE-MARKER": "", "tmp/": "", "tmp/in-root": "kept\n"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("root delta (-want +got):\n%s", diff)
 	}
@@ -321,4 +325,78 @@ func TestImageRootCheckpoint(t *testing.T) {
 			t.Error("a sandbox on the host's read-only root marked a root baseline, want an error")
 		}
 	}
+}
+
+// TestImageRootCaps: a build sandbox's root keeps exactly the build
+// capabilities (chown to a package's user, switch to it), in its own user
+// namespace only: a command of another user holds none, and what the other
+// capabilities and the other layers guard stays refused.
+func TestImageRootCaps(t *testing.T) {
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{User: "root", WritableRoot: true, RootCaps: sandbox.BuildCaps}
+	root.Apply(&spec)
+	sb := attackCreate(t, b, spec)
+	var want uint64
+	for _, c := range []uint{0, 1, 3, 4, 5, 6, 7, 10} { // CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID NET_BIND_SERVICE
+		want |= 1 << c
+	}
+	if got := capEff(t, sb, "root"); got != want {
+		t.Errorf("root's CapEff = %#x, want the build set %#x", got, want)
+	}
+	if got := capEff(t, sb, "1000"); got != 0 {
+		t.Errorf("uid 1000's CapEff = %#x in a build sandbox, want none", got)
+	}
+	out := attackMust(t, sb, "root", `
+		echo x > /opt-file && chown 42:42 /opt-file && stat -c %u:%g /opt-file
+		echo 'pkg:x:42:42::/:/bin/sh' >> /etc/passwd && su pkg -c 'id -u'`)
+	if out != "42:42\n42\n" {
+		t.Errorf("chown and a switch to uid 42 printed %q, want 42:42 and 42", out)
+	}
+	for _, probe := range []string{
+		"mount -t tmpfs none /mnt",            // CAP_SYS_ADMIN, and seccomp
+		"mknod /dev/x c 1 3",                  // CAP_MKNOD
+		"cat /proc/1/environ",                 // the executor: not dumpable, CAP_SYS_PTRACE
+		"chroot / true",                       // CAP_SYS_CHROOT
+		"ip link add dummy0 type dummy",       // CAP_NET_ADMIN
+		"echo 1 > /proc/sys/kernel/sysrq",     // the host's sysctl
+		// The executor's /proc entries stay its own (procfs resets their
+		// owner from the task), and its descriptors out of reach.
+		"chown 42 /proc/1/fd; test \"$(stat -c %u /proc/1/fd)\" = 42",
+		"chown 42 /proc/1/fd; su pkg -c 'ls -l /proc/1/fd/ | grep -q socket'",
+	} {
+		if r := attackRun(t, sb, "root", probe); r.ok() {
+			t.Errorf("%q succeeded as root with the build capabilities, want it refused:\n%v", probe, r)
+		}
+	}
+
+	plain := sandbox.Spec{User: "root", WritableRoot: true}
+	root.Apply(&plain)
+	if got := capEff(t, attackCreate(t, b, plain), "root"); got != 0 {
+		t.Errorf("root's CapEff = %#x without RootCaps, want none", got)
+	}
+	for _, bad := range []sandbox.Spec{
+		{RootCaps: []string{"CHOWN"}}, // no writable root
+		{WritableRoot: true, Layers: spec.Layers, RootCaps: []string{"SYS_ADMIN"}},
+		{WritableRoot: true, Layers: spec.Layers, RootCaps: []string{"CHOWN", "CHOWN"}},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(RootCaps %v, WritableRoot %v) = nil, want an error", bad.RootCaps, bad.WritableRoot)
+		}
+	}
+}
+
+// capEff is the effective capability set of a command run as user in sb.
+func capEff(t *testing.T, sb sandbox.Sandbox, user string) uint64 {
+	t.Helper()
+	out := attackMust(t, sb, user, "grep ^CapEff: /proc/self/status")
+	v, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(out, "CapEff:")), 16, 64)
+	if err != nil {
+		t.Fatalf("CapEff of %q: %v", out, err)
+	}
+	return v
 }
