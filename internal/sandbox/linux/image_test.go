@@ -358,12 +358,12 @@ func TestImageRootCaps(t *testing.T) {
 		t.Errorf("chown and a switch to uid 42 printed %q, want 42:42 and 42", out)
 	}
 	for _, probe := range []string{
-		"mount -t tmpfs none /mnt",            // CAP_SYS_ADMIN, and seccomp
-		"mknod /dev/x c 1 3",                  // CAP_MKNOD
-		"cat /proc/1/environ",                 // the executor: not dumpable, CAP_SYS_PTRACE
-		"chroot / true",                       // CAP_SYS_CHROOT
-		"ip link add dummy0 type dummy",       // CAP_NET_ADMIN
-		"echo 1 > /proc/sys/kernel/sysrq",     // the host's sysctl
+		"mount -t tmpfs none /mnt",        // CAP_SYS_ADMIN, and seccomp
+		"mknod /dev/x c 1 3",              // CAP_MKNOD
+		"cat /proc/1/environ",             // the executor: not dumpable, CAP_SYS_PTRACE
+		"chroot / true",                   // CAP_SYS_CHROOT
+		"ip link add dummy0 type dummy",   // CAP_NET_ADMIN
+		"echo 1 > /proc/sys/kernel/sysrq", // the host's sysctl
 		// The executor's /proc entries stay its own (procfs resets their
 		// owner from the task), and its descriptors out of reach.
 		"chown 42 /proc/1/fd; test \"$(stat -c %u /proc/1/fd)\" = 42",
