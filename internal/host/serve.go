@@ -61,6 +61,9 @@ import (
 //	  api_addr: 127.0.0.1:3000  # E2B_API_URL
 //	  sandbox_addr: 127.0.0.1:49983 # E2B_SANDBOX_URL
 //	  domain: ""                # Host routing <port>-<id>.<domain>, returned to clients
+//	checkpoint_gc:              # removes checkpoint chunks nothing refers to (airlock gc), SQLite stores only
+//	  every: 6h                 # 0: never
+//	  grace: 1h                 # chunks used this recently stay (at least 10m)
 //	telemetry:                  # telemetry.Config
 //	  otlp_endpoint: ""         # traces over OTLP/HTTP, e.g. http://collector:4318; empty: none
 //	  service_name: airlock
@@ -75,6 +78,7 @@ type ServeConfig struct {
 	Pool            ServePool     `yaml:"sandbox_pool"`
 	API             server.Config `yaml:"api"`
 	E2B             e2b.Config    `yaml:"e2b"`
+	CheckpointGC    ServeGC       `yaml:"checkpoint_gc"`
 	// Telemetry says where traces go. OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 	// (a full URL) or OTEL_EXPORTER_OTLP_ENDPOINT (a base URL, to which
 	// /v1/traces is added) and OTEL_SERVICE_NAME override the file.
@@ -86,6 +90,15 @@ type ServePool struct {
 	PerSpec *int          `yaml:"per_spec"`
 	Max     int           `yaml:"max"`
 	Idle    time.Duration `yaml:"idle"`
+}
+
+// ServeGC says how often Serve collects checkpoint chunks nothing refers
+// to (Host.CollectCheckpoints, what airlock gc does): Every 0 is never,
+// nil the default. It does nothing on a PostgreSQL store, whose chunks
+// other hosts share.
+type ServeGC struct {
+	Every *time.Duration `yaml:"every"`
+	Grace time.Duration  `yaml:"grace"`
 }
 
 // ServeTLS names the certificate and key the API is served with.
@@ -103,6 +116,8 @@ const (
 	defaultPoolPerSpec     = 2
 	defaultPoolMax         = 16
 	defaultPoolIdle        = 10 * time.Minute
+	defaultGCEvery         = 6 * time.Hour
+	defaultGCGrace         = time.Hour
 )
 
 // WithDefaults fills what cfg leaves unset with the defaults, and lays the
@@ -139,6 +154,13 @@ func (cfg ServeConfig) WithDefaults(getenv func(string) string) ServeConfig {
 	}
 	if cfg.Pool.Idle == 0 {
 		cfg.Pool.Idle = defaultPoolIdle
+	}
+	if cfg.CheckpointGC.Every == nil {
+		d := defaultGCEvery
+		cfg.CheckpointGC.Every = &d
+	}
+	if cfg.CheckpointGC.Grace == 0 {
+		cfg.CheckpointGC.Grace = defaultGCGrace
 	}
 	cfg.API = cfg.API.WithDefaults()
 	cfg.E2B = cfg.E2B.WithDefaults()
@@ -189,6 +211,10 @@ func (cfg ServeConfig) Validate() error {
 	if p := cfg.Pool; *p.PerSpec < 0 || *p.PerSpec > 64 || p.Max < 1 || p.Max > 1000 || p.Idle < time.Second || p.Idle > 24*time.Hour {
 		errs = append(errs, fmt.Errorf("sandbox_pool: per_spec %d, max %d, idle %s: want per_spec 0 to 64, max 1 to 1000, idle 1s to 24h",
 			*p.PerSpec, p.Max, p.Idle))
+	}
+	if g := cfg.CheckpointGC; (*g.Every != 0 && (*g.Every < time.Minute || *g.Every > 7*24*time.Hour)) || g.Grace < MinCheckpointGrace || g.Grace > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("checkpoint_gc: every %s, grace %s: want every 0 (never) or 1m to 168h, grace %s to 720h",
+			*g.Every, g.Grace, MinCheckpointGrace))
 	}
 	if _, err := LogLevel(cfg.LogLevel); err != nil {
 		errs = append(errs, err)
@@ -457,6 +483,11 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 			_ = hs.Serve(wctx, s.handoffLn)
 		}
 	}()
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		s.collectCheckpoints(wctx, *cfg.CheckpointGC.Every, cfg.CheckpointGC.Grace)
+	}()
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -487,7 +518,39 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 	stopWork()
 	<-drained
 	<-handedOff
+	<-collected
 	return s.stop(ctx, served, begun)
+}
+
+// collectCheckpoints removes the checkpoint chunks nothing refers to every
+// every (never when 0), the first time one every after the start, until
+// ctx ends; each pass is logged. On a PostgreSQL store it does nothing.
+func (s *service) collectCheckpoints(ctx context.Context, every, grace time.Duration) {
+	if every == 0 {
+		return
+	}
+	if rs, err := s.h.run(); err != nil || rs.sharedChunks {
+		s.log.Info("checkpoint gc: off (the store's chunks are shared with other hosts: run airlock gc where every host's E2B state is visible)")
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		begun := time.Now()
+		st, err := s.h.CollectCheckpoints(ctx, grace)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("checkpoint gc failed", "err", err)
+			}
+			continue
+		}
+		s.log.Info("checkpoint gc", "roots", st.Roots, "chunks_expired", st.Expired, "took", time.Since(begun).String())
+	}
 }
 
 // ended logs how a drive ended.
