@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -18,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -375,12 +376,11 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCa
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
-	if acceptsGzip(r) && len(data) > 0 {
+	h.Add("Vary", "Accept-Encoding")
+	if acceptsGzip(r) && worthGzip(p, data) {
 		h.Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusOK)
-		gz := gzip.NewWriter(w)
-		_, _ = gz.Write(data)
-		_ = gz.Close()
+		_ = writeGzip(w, data)
 		return
 	}
 	h.Set("Content-Length", strconv.Itoa(len(data)))
