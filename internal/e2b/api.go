@@ -280,7 +280,7 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	d := detailJSON{
 		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
-		AllowInternetAccess: b.internet && needsNetwork(b.template.doc) && s.o.Network != nil, Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+		AllowInternetAccess: b.internet && s.hasEgress(b.template), Lifecycle: lifecycleJSON{OnTimeout: "kill"},
 	}
 	if d.State == statePaused {
 		d.PauseKind = pauseKindFilesystem
@@ -320,7 +320,7 @@ func (s *Server) handleTimeout(ctx context.Context, w http.ResponseWriter, r *ht
 	if req.Timeout == nil {
 		return &publicError{status: 400, msg: "timeout: required, in seconds"}
 	}
-	d, err := s.timeoutOf(req.Timeout, b.template)
+	d, err := s.timeoutOf(req.Timeout, b.template, b.tenant)
 	if err != nil {
 		return &publicError{status: 400, msg: err.Error()}
 	}
@@ -342,7 +342,7 @@ func (s *Server) handleRefresh(ctx context.Context, w http.ResponseWriter, r *ht
 	if b == nil {
 		return errNoSandbox
 	}
-	d, err := s.timeoutOf(req.Duration, b.template)
+	d, err := s.timeoutOf(req.Duration, b.template, b.tenant)
 	if err != nil {
 		return &publicError{status: 400, msg: err.Error()}
 	}
@@ -367,7 +367,7 @@ func (s *Server) handleConnect(ctx context.Context, w http.ResponseWriter, r *ht
 	if b == nil {
 		return errNoSandbox
 	}
-	d, err := s.timeoutOf(req.Timeout, b.template)
+	d, err := s.timeoutOf(req.Timeout, b.template, b.tenant)
 	if err != nil {
 		return &publicError{status: 400, msg: err.Error()}
 	}

@@ -131,7 +131,7 @@ func TestCreateKillInfo(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			res := h.api("alpha", "POST", path, map[string]any{
 				"templateID": "base", "timeout": 120, "envVars": map[string]string{"FOO": "bar"},
-				"metadata": map[string]string{"k": "v"}, "allow_internet_access": true, "secure": true,
+				"metadata": map[string]string{"k": "v"}, "allow_internet_access": false, "secure": true,
 			})
 			if res.status != 201 {
 				t.Fatalf("create: %s", res)

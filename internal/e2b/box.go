@@ -183,22 +183,46 @@ func checkMap(field string, m map[string]string, env bool) error {
 	return nil
 }
 
-// timeoutOf bounds a requested timeout in seconds.
-func (s *Server) timeoutOf(secs *int64, tpl template) (time.Duration, error) {
-	d := s.cfg.DefaultTimeout
-	if secs != nil {
-		if *secs < 0 {
-			return 0, errors.New("timeout: must not be negative")
+// timeoutOf is a requested timeout in seconds (nil: the default) as a
+// lifetime for tenant's sandbox of tpl. One over the tenant's bound or
+// the template's sandbox TTL is refused, never shortened: a client that
+// asked for a day must not find its sandbox gone in an hour.
+func (s *Server) timeoutOf(secs *int64, tpl template, tenant string) (time.Duration, error) {
+	if secs == nil {
+		d := s.cfg.DefaultTimeout
+		if ttl := time.Duration(tpl.doc.Sandbox.Limits.TTL); ttl > 0 && d > ttl {
+			d = ttl // not asked for: the template's TTL is the default
 		}
-		d = time.Duration(*secs) * time.Second
-		if *secs == 0 || *secs > int64(s.cfg.MaxTimeout/time.Second) {
-			d = s.cfg.MaxTimeout
-		}
+		return d, nil
+	}
+	if *secs < 0 {
+		return 0, errors.New("timeout: must not be negative")
+	}
+	limit := s.cfg.maxTimeout(tenant)
+	if *secs > int64(limit/time.Second) {
+		// E2B's words for it, in hours when the bound is whole hours.
+		return 0, &publicError{status: 400, msg: "Timeout cannot be greater than " + spell(limit)}
+	}
+	d := time.Duration(*secs) * time.Second
+	if *secs == 0 {
+		d = limit
 	}
 	if ttl := time.Duration(tpl.doc.Sandbox.Limits.TTL); ttl > 0 && d > ttl {
-		d = ttl // the policy's sandbox TTL ends the sandbox anyway
+		return 0, fmt.Errorf("timeout: %d seconds is over template %s's sandbox TTL (%s)", *secs, tpl.name, ttl)
 	}
 	return d, nil
+}
+
+// spell says d as E2B's error does: whole hours in hours, else minutes
+// or seconds.
+func spell(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return fmt.Sprintf("%d seconds", d/time.Second)
 }
 
 // create makes and boots a sandbox for tenant.
@@ -234,6 +258,9 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkInternet(req.AllowInternetAccess, tpl); err != nil {
+		return nil, err
+	}
 	var ckpt, origin string
 	if from != nil {
 		ckpt, origin = from.Checkpoint, "snapshot "+from.ID
@@ -241,11 +268,32 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	return s.start(ctx, tenant, keyID, req, tpl, ckpt, origin)
 }
 
+// hasEgress reports whether a sandbox of tpl can reach anything outside:
+// the server gives sandboxes a network and the template's policy allows
+// some egress.
+func (s *Server) hasEgress(tpl template) bool {
+	return s.o.Network != nil && tpl.raw != nil && needsNetwork(tpl.doc)
+}
+
+// checkInternet refuses allowInternetAccess: true for a template whose
+// sandboxes have no egress: the client asked for what it cannot have,
+// and a sandbox made anyway would fail its first download in a way that
+// says nothing of why.
+func (s *Server) checkInternet(allow *bool, tpl template) error {
+	switch {
+	case allow == nil || !*allow || s.hasEgress(tpl):
+		return nil
+	case s.o.Network == nil:
+		return &publicError{status: 403, msg: "allowInternetAccess: this server gives sandboxes no network"}
+	}
+	return &publicError{status: 403, msg: fmt.Sprintf("allowInternetAccess: template %s's policy allows no egress; a sandbox's internet access is what its template's policy allows (omit allowInternetAccess, or use a template whose policy has network rules)", tpl.name)}
+}
+
 // start makes and boots a sandbox for tenant from tpl, with the tree of
 // checkpoint ckpt (named origin in errors) in its workspace when ckpt is
 // not "": the second half of create, and each of a fork's sandboxes.
 func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequest, tpl template, ckpt, origin string) (*box, error) {
-	timeout, err := s.timeoutOf(req.Timeout, tpl)
+	timeout, err := s.timeoutOf(req.Timeout, tpl, tenant)
 	if err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
 	}
@@ -407,7 +455,7 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 	}
 	spec.Env = append([]string(nil), spec.Env...)
 	release := func() {}
-	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
+	if b.internet && s.hasEgress(b.template) {
 		spec.ID = b.id
 		rel, err := s.o.Network.Attach(ctx, sandbox.Attachment{
 			RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
