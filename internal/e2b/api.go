@@ -280,7 +280,10 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	d := detailJSON{
 		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
-		AllowInternetAccess: b.internet && s.hasEgress(b.template), Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+		AllowInternetAccess: b.internet && s.hasEgress(b.template), Lifecycle: lifecycleJSON{OnTimeout: "kill", AutoResume: b.autoResume},
+	}
+	if b.autoPause {
+		d.Lifecycle.OnTimeout = "pause"
 	}
 	if d.State == statePaused {
 		d.PauseKind = pauseKindFilesystem
@@ -403,7 +406,7 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	if b == nil {
 		return errNoSandbox
 	}
-	if err := s.pause(ctx, b); err != nil {
+	if err := s.pause(ctx, b, "api"); err != nil {
 		return err
 	}
 	// Memory true (the SDK's default) is taken, and answered with what

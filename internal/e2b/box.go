@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +45,12 @@ type box struct {
 	started  time.Time
 	internet bool
 	rec      *record // its record's log
+	// autoPause pauses the sandbox when its timeout passes, instead of
+	// ending it (lifecycle onTimeout: pause); autoResume resumes it,
+	// paused so, when a data-plane request comes for it. lifetime is the
+	// timeout it was created with, an automatic resume's.
+	autoPause, autoResume bool
+	lifetime              time.Duration
 
 	// life serializes what changes the sandbox and its record: pause,
 	// resume, its end, and meter ticks. Taken before mu.
@@ -145,9 +152,30 @@ type createRequest struct {
 	Secure              *bool             `json:"secure"`
 	AutoPause           *bool             `json:"autoPause"`
 	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *autoResume       `json:"autoResume"`
 	Network             *networkRequest   `json:"network"`
 	VolumeMounts        []any             `json:"volumeMounts"`
 	MCP                 map[string]any    `json:"mcp"`
+}
+
+// autoResume is create's autoResume: {"enabled": bool} (SDK 2.5x), or a
+// bare bool.
+type autoResume struct {
+	Enabled bool `json:"enabled"`
+}
+
+func (a *autoResume) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &a.Enabled); err == nil {
+		return nil
+	}
+	var v struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errors.New(`autoResume: want {"enabled": true|false}`)
+	}
+	a.Enabled = v.Enabled
+	return nil
 }
 
 // networkRequest is create's network override, which airlock does not
@@ -239,8 +267,8 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if len(req.VolumeMounts) > 0 {
 		return nil, &publicError{status: 400, msg: "volumeMounts: volumes are not supported"}
 	}
-	if req.AutoPause != nil && *req.AutoPause {
-		return nil, &publicError{status: 400, msg: "autoPause: not supported; pause explicitly"}
+	if req.AutoResume != nil && req.AutoResume.Enabled && (req.AutoPause == nil || !*req.AutoPause) {
+		return nil, &publicError{status: 400, msg: "autoResume: only with autoPause (lifecycle onTimeout: pause)"}
 	}
 	// A snapshot's id or name is a template too: the sandbox it was
 	// taken from's policy, with the snapshot's workspace.
@@ -311,6 +339,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 	b := &box{
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
+		autoPause: req.AutoPause != nil && *req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, lifetime: timeout,
 	}
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
@@ -654,7 +683,9 @@ var errAlreadyPaused = &publicError{status: 409, msg: "the sandbox is already pa
 // environment's values) stay in StateDir, so a restarted server can
 // resume it. A server without checkpoints keeps a tar of the workspace
 // in StateDir instead.
-func (s *Server) pause(ctx context.Context, b *box) error {
+//
+// why is the record's reason: "api", or "timeout" for an automatic pause.
+func (s *Server) pause(ctx context.Context, b *box, why string) error {
 	b.life.Lock()
 	defer b.life.Unlock()
 	b.mu.Lock()
@@ -691,7 +722,7 @@ func (s *Server) pause(ctx context.Context, b *box) error {
 	}
 	lv := b.live
 	u, _ := s.usage(b, lv, b.meter, s.now(), true)
-	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: "api", Snapshots: snapshots})
+	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: why, Snapshots: snapshots})
 	if err != nil {
 		// The sandbox goes on running, as its record says.
 		s.removePaused(b.rec.runID)

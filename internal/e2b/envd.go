@@ -154,7 +154,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	var lv *live
 	if b != nil {
-		lv = b.current()
+		lv = s.wake(r, b)
 	}
 	if b == nil || lv == nil || !s.envdAuthorized(r, b) {
 		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: clip(r.URL.Path)})
@@ -196,6 +196,32 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeEnvdError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not served by airlock's envd", r.Method, clip(p)))
 	}
+}
+
+// wake returns b's running boot; a sandbox paused at its timeout with
+// autoResume is resumed first, for a request its token (or a signature)
+// authorizes: the request is served, not refused, as E2B's auto-resume
+// does. Otherwise it is current().
+func (s *Server) wake(r *http.Request, b *box) *live {
+	if lv := b.current(); lv != nil || !b.autoResume || !s.envdAuthorized(r, b) {
+		return lv
+	}
+	b.mu.Lock()
+	paused := b.state == statePaused
+	b.mu.Unlock()
+	if !paused {
+		return nil
+	}
+	lifetime := b.lifetime
+	if lifetime <= 0 {
+		lifetime = s.cfg.DefaultTimeout // paused by a server that did not keep it
+	}
+	if err := s.resume(r.Context(), b, lifetime); err != nil {
+		s.log.Warn("e2b: auto-resume", "sandbox_id", b.id, "err", err)
+		return nil
+	}
+	s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.resume", Outcome: "ok", Detail: "auto-resume on a request to " + clip(r.URL.Path)})
+	return b.current()
 }
 
 func cmpOr(a, b string) string {
