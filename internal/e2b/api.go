@@ -85,6 +85,7 @@ func (s *Server) apiRoutes() http.Handler {
 	handle("GET /sandboxes/{id}/metrics", "sandbox.metrics", s.handleMetrics)
 	handle("POST /sandboxes/{id}/snapshots", "snapshot.create", s.handleCreateSnapshot)
 	handle("POST /sandboxes/{id}/fork", "sandbox.fork", s.handleFork)
+	handle("PUT /sandboxes/{id}/network", "sandbox.network", s.handleUpdateNetwork)
 	handle("GET /snapshots", "snapshot.list", s.handleListSnapshots)
 	handle("DELETE /templates/{templateID}", "snapshot.delete", s.handleDeleteSnapshot)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })

@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -51,6 +53,9 @@ type box struct {
 	// timeout it was created with, an automatic resume's.
 	autoPause, autoResume bool
 	lifetime              time.Duration
+	// rules are the sandbox's own network rules (nil: none), which its
+	// egress proxy reads at each connection; updateNetwork swaps them.
+	rules atomic.Pointer[netRules]
 
 	// life serializes what changes the sandbox and its record: pause,
 	// resume, its end, and meter ticks. Taken before mu.
@@ -178,8 +183,8 @@ func (a *autoResume) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// networkRequest is create's network override, which airlock does not
-// take: the template's policy decides egress.
+// networkRequest is create's network: the sandbox's own rules (allowOut,
+// denyOut), within its template's policy (netrules.go).
 type networkRequest struct {
 	AllowOut           []string       `json:"allowOut"`
 	DenyOut            []string       `json:"denyOut"`
@@ -261,8 +266,8 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err := checkMap("envVars", req.EnvVars, true); err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
 	}
-	if n := req.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || len(n.Rules) > 0 || n.EgressProxy != nil || n.MaskRequestHost != nil) {
-		return nil, &publicError{status: 400, msg: "network: airlock takes no per-sandbox network rules; the template's policy decides egress"}
+	if err := req.Network.unsupported(); err != nil {
+		return nil, err
 	}
 	if len(req.VolumeMounts) > 0 {
 		return nil, &publicError{status: 400, msg: "volumeMounts: volumes are not supported"}
@@ -340,6 +345,16 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 		autoPause: req.AutoPause != nil && *req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, lifetime: timeout,
+	}
+	if n := req.Network; n != nil {
+		rules, err := parseNetRules(n.AllowOut, n.DenyOut)
+		if err != nil {
+			return nil, &publicError{status: 400, msg: err.Error()}
+		}
+		if err := rules.widens(tpl, b.internet && s.hasEgress(tpl)); err != nil {
+			return nil, err
+		}
+		b.rules.Store(rules)
 	}
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
@@ -496,6 +511,8 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 					Detail: clipDetail(fmt.Sprintf("%s %s:%d rule=%s %s", d.Method, d.Host, d.Port, d.Rule, d.Reason)),
 				})
 			},
+			// The sandbox's own rules, as they are at each connection.
+			Narrow: func(host string, a netip.Addr) bool { return b.rules.Load().refuses(host, a) },
 			// Why deny: the E2B API has no one to ask; a policy's "ask"
 			// fails closed here.
 			Ask: func(context.Context, string, int) (bool, error) { return false, nil },

@@ -107,6 +107,9 @@ type pausedState struct {
 	AutoPause  bool          `json:"auto_pause,omitempty"`
 	AutoResume bool          `json:"auto_resume,omitempty"`
 	Lifetime   time.Duration `json:"lifetime,omitempty"`
+	// AllowOut and DenyOut are the sandbox's own network rules.
+	AllowOut []string `json:"allow_out,omitempty"`
+	DenyOut  []string `json:"deny_out,omitempty"`
 }
 
 // Files in StateDir.
@@ -124,6 +127,9 @@ func (s *Server) pausedPath(runID string) string {
 func (s *Server) writePaused(b *box, ps pausedState) error {
 	ps.SandboxID, ps.Token, ps.Envs = b.id, b.token, b.envs
 	ps.AutoPause, ps.AutoResume, ps.Lifetime = b.autoPause, b.autoResume, b.lifetime
+	if r := b.rules.Load(); r != nil {
+		ps.AllowOut, ps.DenyOut = r.allowOut, r.denyOut
+	}
 	st, err := json.Marshal(ps)
 	if err == nil {
 		err = writeFileAtomic(s.pausedPath(b.rec.runID), st)
@@ -286,6 +292,11 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if ps.Snapshot != "" {
 		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
 	}
+	rules, err := parseNetRules(ps.AllowOut, ps.DenyOut)
+	if err != nil {
+		return fmt.Errorf("its network rules: %w", err)
+	}
+	b.rules.Store(rules)
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := b.spec.Validate(); err != nil {
 		return err
