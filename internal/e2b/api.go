@@ -270,6 +270,9 @@ func (s *Server) handleCreate(ctx context.Context, w http.ResponseWriter, r *htt
 		Detail: clipDetail(fmt.Sprintf("template %s (%s), env keys %s", b.template.name, b.template.source, strings.Join(slices.Sorted(maps.Keys(b.envs)), ","))),
 	})
 	w.Header().Set("Location", "/sandboxes/"+b.id)
+	if note := s.internetNote(req.AllowInternetAccess, b.template); note != "" {
+		w.Header().Set(internetHeader, note)
+	}
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
 	return nil
 }
@@ -417,6 +420,10 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// internetHeader answers a create that asked for internet access the
+// sandbox does not have: "none; " and why.
+const internetHeader = "Airlock-Internet-Access"
 
 // What a pause keeps, told in the pause response's header and a paused
 // sandbox's getInfo (pauseKind): the workspace's files; running

@@ -131,7 +131,7 @@ func TestCreateKillInfo(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			res := h.api("alpha", "POST", path, map[string]any{
 				"templateID": "base", "timeout": 120, "envVars": map[string]string{"FOO": "bar"},
-				"metadata": map[string]string{"k": "v"}, "allow_internet_access": false, "secure": true,
+				"metadata": map[string]string{"k": "v"}, "allow_internet_access": true, "secure": true,
 			})
 			if res.status != 201 {
 				t.Fatalf("create: %s", res)
@@ -166,7 +166,7 @@ func TestCreateKillInfo(t *testing.T) {
 	}{
 		{"unknown template", `{"templateID":"nope"}`, 404},
 		{"malformed JSON", `{"templateID":`, 400},
-		{"network rules", `{"network":{"denyOut":["0.0.0.0/0"]}}`, 400},
+		{"a domain in denyOut", `{"network":{"denyOut":["example.com"]}}`, 400},
 		{"env name with =", `{"envVars":{"A=B":"c"}}`, 400},
 		{"negative timeout", `{"timeout":-1}`, 400},
 		{"body too large", `{"metadata":{"k":"` + strings.Repeat("x", 5<<20) + `"}}`, 413},

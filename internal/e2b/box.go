@@ -291,9 +291,6 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkInternet(req.AllowInternetAccess, tpl); err != nil {
-		return nil, err
-	}
 	var ckpt, origin string
 	if from != nil {
 		ckpt, origin = from.Checkpoint, "snapshot "+from.ID
@@ -308,18 +305,20 @@ func (s *Server) hasEgress(tpl template) bool {
 	return s.o.Network != nil && tpl.raw != nil && needsNetwork(tpl.doc)
 }
 
-// checkInternet refuses allowInternetAccess: true for a template whose
-// sandboxes have no egress: the client asked for what it cannot have,
-// and a sandbox made anyway would fail its first download in a way that
-// says nothing of why.
-func (s *Server) checkInternet(allow *bool, tpl template) error {
+// internetNote says why a sandbox asked to have internet access has
+// none, or "". SDKs before 2.5 send allowInternetAccess: true on every
+// create, so a refusal would refuse every create of a template without
+// egress: the request is taken, and the answer says what the sandbox got
+// (the create response's Airlock-Internet-Access header, getInfo's
+// allowInternetAccess false).
+func (s *Server) internetNote(allow *bool, tpl template) string {
 	switch {
 	case allow == nil || !*allow || s.hasEgress(tpl):
-		return nil
+		return ""
 	case s.o.Network == nil:
-		return &publicError{status: 403, msg: "allowInternetAccess: this server gives sandboxes no network"}
+		return "none; this server gives sandboxes no network"
 	}
-	return &publicError{status: 403, msg: fmt.Sprintf("allowInternetAccess: template %s's policy allows no egress; a sandbox's internet access is what its template's policy allows (omit allowInternetAccess, or use a template whose policy has network rules)", tpl.name)}
+	return fmt.Sprintf("none; template %s's policy allows no egress", tpl.name)
 }
 
 // start makes and boots a sandbox for tenant from tpl, with the tree of

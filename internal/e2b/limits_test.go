@@ -10,9 +10,10 @@ import (
 )
 
 // TestTimeoutAndInternetRefused: a timeout over the tenant's bound (its
-// plan's, else the server's) or the template's TTL, and internet access
-// a template cannot give, are refused with E2B's status and a message
-// that says why; nothing is silently shortened or turned off.
+// plan's, else the server's) or the template's TTL is refused with E2B's
+// status and a message that says why, not shortened; internet access a
+// template cannot give is answered as none, in the create's header and
+// getInfo, never silently.
 func TestTimeoutAndInternetRefused(t *testing.T) {
 	h := newHarness(t, harnessOptions{trust: true, config: e2b.Config{
 		MaxTimeout: time.Hour,
@@ -32,7 +33,6 @@ func TestTimeoutAndInternetRefused(t *testing.T) {
 		{"within the tenant's plan", "beta", map[string]any{"timeout": 86400}, 201, ""},
 		{"over the tenant's plan", "beta", map[string]any{"timeout": 86401}, 400, "Timeout cannot be greater than 24 hours"},
 		{"over the template's TTL", "alpha", map[string]any{"templateID": "short", "timeout": 601}, 400, "over template short's sandbox TTL"},
-		{"internet on a template without egress", "alpha", map[string]any{"allow_internet_access": true}, 403, "template base's policy allows no egress"},
 		{"internet on a template with egress", "alpha", map[string]any{"templateID": "egress", "allow_internet_access": true}, 201, ""},
 		{"no internet on a template without egress", "alpha", map[string]any{"allow_internet_access": false}, 201, ""},
 	}
@@ -48,6 +48,30 @@ func TestTimeoutAndInternetRefused(t *testing.T) {
 				t.Errorf("create %v = %s, want %d %q", tt.body, res, tt.status, tt.msg)
 			}
 		})
+	}
+	// Internet access: what the sandbox got, said.
+	for _, tt := range []struct {
+		template string
+		allow    bool
+		header   string
+		info     bool
+	}{
+		{"base", true, "none; template base's policy allows no egress", false},
+		{"egress", true, "", true},
+		{"egress", false, "", false},
+	} {
+		res := h.api("alpha", "POST", "/v2/sandboxes", map[string]any{"templateID": tt.template, "allow_internet_access": tt.allow})
+		var s sbx
+		_ = json.Unmarshal(res.body, &s)
+		var info struct {
+			AllowInternetAccess bool `json:"allowInternetAccess"`
+		}
+		_ = json.Unmarshal(h.api("alpha", "GET", "/sandboxes/"+s.ID, nil).body, &info)
+		h.api("alpha", "DELETE", "/sandboxes/"+s.ID, nil)
+		if res.status != 201 || res.header.Get("Airlock-Internet-Access") != tt.header || info.AllowInternetAccess != tt.info {
+			t.Errorf("create from %s with allow_internet_access %v = %d, Airlock-Internet-Access %q, getInfo's allowInternetAccess %v; want 201, %q, %v",
+				tt.template, tt.allow, res.status, res.header.Get("Airlock-Internet-Access"), info.AllowInternetAccess, tt.header, tt.info)
+		}
 	}
 	// The same bound holds for setTimeout and connect.
 	s := h.create("alpha", nil)
