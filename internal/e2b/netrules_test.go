@@ -1,6 +1,7 @@
 package e2b_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -100,6 +101,29 @@ func TestNetworkRules(t *testing.T) {
 		if got := probe(live); got != u.want {
 			t.Errorf("%s: reached %v = %q, want %q", u.name, targets, got, u.want)
 		}
+	}
+	// The rules (deny all, from the last update) stay with a pause and
+	// go to forks.
+	if res := h.api("alpha", "POST", "/sandboxes/"+live.ID+"/pause", nil); res.status != 204 {
+		t.Fatalf("pause: %s", res)
+	}
+	if res := h.api("alpha", "POST", "/sandboxes/"+live.ID+"/connect", map[string]any{"timeout": 60}); res.status != 201 {
+		t.Fatalf("connect: %s", res)
+	}
+	if got := probe(live); got != "403 403 403" {
+		t.Errorf("after pause and resume: reached %v = %q, want the rules kept", targets, got)
+	}
+	res := h.api("alpha", "POST", "/sandboxes/"+live.ID+"/fork", map[string]any{"count": 1})
+	var forks []struct {
+		Sandbox *sbx `json:"sandbox"`
+	}
+	if err := json.Unmarshal(res.body, &forks); err != nil || res.status != 201 || len(forks) != 1 || forks[0].Sandbox == nil {
+		t.Fatalf("fork = %s", res)
+	}
+	fork := *forks[0].Sandbox
+	t.Cleanup(func() { h.api("alpha", "DELETE", "/sandboxes/"+fork.ID, nil) })
+	if got := probe(fork); got != "403 403 403" {
+		t.Errorf("fork: reached %v = %q, want the source's rules", targets, got)
 	}
 	refused := []struct {
 		name     string
