@@ -85,6 +85,7 @@ func (s *Server) apiRoutes() http.Handler {
 	handle("GET /sandboxes/{id}/metrics", "sandbox.metrics", s.handleMetrics)
 	handle("POST /sandboxes/{id}/snapshots", "snapshot.create", s.handleCreateSnapshot)
 	handle("POST /sandboxes/{id}/fork", "sandbox.fork", s.handleFork)
+	handle("PUT /sandboxes/{id}/network", "sandbox.network", s.handleUpdateNetwork)
 	handle("GET /snapshots", "snapshot.list", s.handleListSnapshots)
 	handle("DELETE /templates/{templateID}", "snapshot.delete", s.handleDeleteSnapshot)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
@@ -269,6 +270,9 @@ func (s *Server) handleCreate(ctx context.Context, w http.ResponseWriter, r *htt
 		Detail: clipDetail(fmt.Sprintf("template %s (%s), env keys %s", b.template.name, b.template.source, strings.Join(slices.Sorted(maps.Keys(b.envs)), ","))),
 	})
 	w.Header().Set("Location", "/sandboxes/"+b.id)
+	if note := s.internetNote(req.AllowInternetAccess, b.template); note != "" {
+		w.Header().Set(internetHeader, note)
+	}
 	writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
 	return nil
 }
@@ -280,7 +284,10 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	d := detailJSON{
 		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
-		AllowInternetAccess: b.internet && needsNetwork(b.template.doc) && s.o.Network != nil, Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+		AllowInternetAccess: b.internet && s.hasEgress(b.template), Lifecycle: lifecycleJSON{OnTimeout: "kill", AutoResume: b.autoResume},
+	}
+	if b.autoPause {
+		d.Lifecycle.OnTimeout = "pause"
 	}
 	if d.State == statePaused {
 		d.PauseKind = pauseKindFilesystem
@@ -320,7 +327,7 @@ func (s *Server) handleTimeout(ctx context.Context, w http.ResponseWriter, r *ht
 	if req.Timeout == nil {
 		return &publicError{status: 400, msg: "timeout: required, in seconds"}
 	}
-	d, err := s.timeoutOf(req.Timeout, b.template)
+	d, err := s.timeoutOf(req.Timeout, b.template, b.tenant)
 	if err != nil {
 		return &publicError{status: 400, msg: err.Error()}
 	}
@@ -342,7 +349,7 @@ func (s *Server) handleRefresh(ctx context.Context, w http.ResponseWriter, r *ht
 	if b == nil {
 		return errNoSandbox
 	}
-	d, err := s.timeoutOf(req.Duration, b.template)
+	d, err := s.timeoutOf(req.Duration, b.template, b.tenant)
 	if err != nil {
 		return &publicError{status: 400, msg: err.Error()}
 	}
@@ -367,7 +374,7 @@ func (s *Server) handleConnect(ctx context.Context, w http.ResponseWriter, r *ht
 	if b == nil {
 		return errNoSandbox
 	}
-	d, err := s.timeoutOf(req.Timeout, b.template)
+	d, err := s.timeoutOf(req.Timeout, b.template, b.tenant)
 	if err != nil {
 		return &publicError{status: 400, msg: err.Error()}
 	}
@@ -403,7 +410,7 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	if b == nil {
 		return errNoSandbox
 	}
-	if err := s.pause(ctx, b); err != nil {
+	if err := s.pause(ctx, b, "api"); err != nil {
 		return err
 	}
 	// Memory true (the SDK's default) is taken, and answered with what
@@ -413,6 +420,10 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+// internetHeader answers a create that asked for internet access the
+// sandbox does not have: "none; " and why.
+const internetHeader = "Airlock-Internet-Access"
 
 // What a pause keeps, told in the pause response's header and a paused
 // sandbox's getInfo (pauseKind): the workspace's files; running

@@ -166,7 +166,7 @@ func TestCreateKillInfo(t *testing.T) {
 	}{
 		{"unknown template", `{"templateID":"nope"}`, 404},
 		{"malformed JSON", `{"templateID":`, 400},
-		{"network rules", `{"network":{"denyOut":["0.0.0.0/0"]}}`, 400},
+		{"a domain in denyOut", `{"network":{"denyOut":["example.com"]}}`, 400},
 		{"env name with =", `{"envVars":{"A=B":"c"}}`, 400},
 		{"negative timeout", `{"timeout":-1}`, 400},
 		{"body too large", `{"metadata":{"k":"` + strings.Repeat("x", 5<<20) + `"}}`, 413},

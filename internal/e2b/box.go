@@ -6,15 +6,18 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -44,6 +47,15 @@ type box struct {
 	started  time.Time
 	internet bool
 	rec      *record // its record's log
+	// autoPause pauses the sandbox when its timeout passes, instead of
+	// ending it (lifecycle onTimeout: pause); autoResume resumes it,
+	// paused so, when a data-plane request comes for it. lifetime is the
+	// timeout it was created with, an automatic resume's.
+	autoPause, autoResume bool
+	lifetime              time.Duration
+	// rules are the sandbox's own network rules (nil: none), which its
+	// egress proxy reads at each connection; updateNetwork swaps them.
+	rules atomic.Pointer[netRules]
 
 	// life serializes what changes the sandbox and its record: pause,
 	// resume, its end, and meter ticks. Taken before mu.
@@ -145,13 +157,34 @@ type createRequest struct {
 	Secure              *bool             `json:"secure"`
 	AutoPause           *bool             `json:"autoPause"`
 	AutoPauseMemory     *bool             `json:"autoPauseMemory"`
+	AutoResume          *autoResume       `json:"autoResume"`
 	Network             *networkRequest   `json:"network"`
 	VolumeMounts        []any             `json:"volumeMounts"`
 	MCP                 map[string]any    `json:"mcp"`
 }
 
-// networkRequest is create's network override, which airlock does not
-// take: the template's policy decides egress.
+// autoResume is create's autoResume: {"enabled": bool} (SDK 2.5x), or a
+// bare bool.
+type autoResume struct {
+	Enabled bool `json:"enabled"`
+}
+
+func (a *autoResume) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &a.Enabled); err == nil {
+		return nil
+	}
+	var v struct {
+		Enabled bool `json:"enabled"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return errors.New(`autoResume: want {"enabled": true|false}`)
+	}
+	a.Enabled = v.Enabled
+	return nil
+}
+
+// networkRequest is create's network: the sandbox's own rules (allowOut,
+// denyOut), within its template's policy (netrules.go).
 type networkRequest struct {
 	AllowOut           []string       `json:"allowOut"`
 	DenyOut            []string       `json:"denyOut"`
@@ -183,22 +216,46 @@ func checkMap(field string, m map[string]string, env bool) error {
 	return nil
 }
 
-// timeoutOf bounds a requested timeout in seconds.
-func (s *Server) timeoutOf(secs *int64, tpl template) (time.Duration, error) {
-	d := s.cfg.DefaultTimeout
-	if secs != nil {
-		if *secs < 0 {
-			return 0, errors.New("timeout: must not be negative")
+// timeoutOf is a requested timeout in seconds (nil: the default) as a
+// lifetime for tenant's sandbox of tpl. One over the tenant's bound or
+// the template's sandbox TTL is refused, never shortened: a client that
+// asked for a day must not find its sandbox gone in an hour.
+func (s *Server) timeoutOf(secs *int64, tpl template, tenant string) (time.Duration, error) {
+	if secs == nil {
+		d := s.cfg.DefaultTimeout
+		if ttl := time.Duration(tpl.doc.Sandbox.Limits.TTL); ttl > 0 && d > ttl {
+			d = ttl // not asked for: the template's TTL is the default
 		}
-		d = time.Duration(*secs) * time.Second
-		if *secs == 0 || *secs > int64(s.cfg.MaxTimeout/time.Second) {
-			d = s.cfg.MaxTimeout
-		}
+		return d, nil
+	}
+	if *secs < 0 {
+		return 0, errors.New("timeout: must not be negative")
+	}
+	limit := s.cfg.maxTimeout(tenant)
+	if *secs > int64(limit/time.Second) {
+		// E2B's words for it, in hours when the bound is whole hours.
+		return 0, &publicError{status: 400, msg: "Timeout cannot be greater than " + spell(limit)}
+	}
+	d := time.Duration(*secs) * time.Second
+	if *secs == 0 {
+		d = limit
 	}
 	if ttl := time.Duration(tpl.doc.Sandbox.Limits.TTL); ttl > 0 && d > ttl {
-		d = ttl // the policy's sandbox TTL ends the sandbox anyway
+		return 0, fmt.Errorf("timeout: %d seconds is over template %s's sandbox TTL (%s)", *secs, tpl.name, ttl)
 	}
 	return d, nil
+}
+
+// spell says d as E2B's error does: whole hours in hours, else minutes
+// or seconds.
+func spell(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return fmt.Sprintf("%d seconds", d/time.Second)
 }
 
 // create makes and boots a sandbox for tenant.
@@ -209,14 +266,14 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if err := checkMap("envVars", req.EnvVars, true); err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
 	}
-	if n := req.Network; n != nil && (len(n.AllowOut) > 0 || len(n.DenyOut) > 0 || len(n.Rules) > 0 || n.EgressProxy != nil || n.MaskRequestHost != nil) {
-		return nil, &publicError{status: 400, msg: "network: airlock takes no per-sandbox network rules; the template's policy decides egress"}
+	if err := req.Network.unsupported(); err != nil {
+		return nil, err
 	}
 	if len(req.VolumeMounts) > 0 {
 		return nil, &publicError{status: 400, msg: "volumeMounts: volumes are not supported"}
 	}
-	if req.AutoPause != nil && *req.AutoPause {
-		return nil, &publicError{status: 400, msg: "autoPause: not supported; pause explicitly"}
+	if req.AutoResume != nil && req.AutoResume.Enabled && (req.AutoPause == nil || !*req.AutoPause) {
+		return nil, &publicError{status: 400, msg: "autoResume: only with autoPause (lifecycle onTimeout: pause)"}
 	}
 	// A snapshot's id or name is a template too: the sandbox it was
 	// taken from's policy, with the snapshot's workspace.
@@ -241,11 +298,34 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	return s.start(ctx, tenant, keyID, req, tpl, ckpt, origin)
 }
 
+// hasEgress reports whether a sandbox of tpl can reach anything outside:
+// the server gives sandboxes a network and the template's policy allows
+// some egress.
+func (s *Server) hasEgress(tpl template) bool {
+	return s.o.Network != nil && tpl.raw != nil && needsNetwork(tpl.doc)
+}
+
+// internetNote says why a sandbox asked to have internet access has
+// none, or "". SDKs before 2.5 send allowInternetAccess: true on every
+// create, so a refusal would refuse every create of a template without
+// egress: the request is taken, and the answer says what the sandbox got
+// (the create response's Airlock-Internet-Access header, getInfo's
+// allowInternetAccess false).
+func (s *Server) internetNote(allow *bool, tpl template) string {
+	switch {
+	case allow == nil || !*allow || s.hasEgress(tpl):
+		return ""
+	case s.o.Network == nil:
+		return "none; this server gives sandboxes no network"
+	}
+	return fmt.Sprintf("none; template %s's policy allows no egress", tpl.name)
+}
+
 // start makes and boots a sandbox for tenant from tpl, with the tree of
 // checkpoint ckpt (named origin in errors) in its workspace when ckpt is
 // not "": the second half of create, and each of a fork's sandboxes.
 func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequest, tpl template, ckpt, origin string) (*box, error) {
-	timeout, err := s.timeoutOf(req.Timeout, tpl)
+	timeout, err := s.timeoutOf(req.Timeout, tpl, tenant)
 	if err != nil {
 		return nil, &publicError{status: 400, msg: err.Error()}
 	}
@@ -263,6 +343,17 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 	b := &box{
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
+		autoPause: req.AutoPause != nil && *req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, lifetime: timeout,
+	}
+	if n := req.Network; n != nil {
+		rules, err := parseNetRules(n.AllowOut, n.DenyOut)
+		if err != nil {
+			return nil, &publicError{status: 400, msg: err.Error()}
+		}
+		if err := rules.widens(tpl, b.internet && s.hasEgress(tpl)); err != nil {
+			return nil, err
+		}
+		b.rules.Store(rules)
 	}
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
@@ -407,7 +498,7 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 	}
 	spec.Env = append([]string(nil), spec.Env...)
 	release := func() {}
-	if s.o.Network != nil && b.internet && b.template.raw != nil && needsNetwork(b.template.doc) {
+	if b.internet && s.hasEgress(b.template) {
 		spec.ID = b.id
 		rel, err := s.o.Network.Attach(ctx, sandbox.Attachment{
 			RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
@@ -419,6 +510,8 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 					Detail: clipDetail(fmt.Sprintf("%s %s:%d rule=%s %s", d.Method, d.Host, d.Port, d.Rule, d.Reason)),
 				})
 			},
+			// The sandbox's own rules, as they are at each connection.
+			Narrow: func(host string, a netip.Addr) bool { return b.rules.Load().refuses(host, a) },
 			// Why deny: the E2B API has no one to ask; a policy's "ask"
 			// fails closed here.
 			Ask: func(context.Context, string, int) (bool, error) { return false, nil },
@@ -606,7 +699,9 @@ var errAlreadyPaused = &publicError{status: 409, msg: "the sandbox is already pa
 // environment's values) stay in StateDir, so a restarted server can
 // resume it. A server without checkpoints keeps a tar of the workspace
 // in StateDir instead.
-func (s *Server) pause(ctx context.Context, b *box) error {
+//
+// why is the record's reason: "api", or "timeout" for an automatic pause.
+func (s *Server) pause(ctx context.Context, b *box, why string) error {
 	b.life.Lock()
 	defer b.life.Unlock()
 	b.mu.Lock()
@@ -643,7 +738,7 @@ func (s *Server) pause(ctx context.Context, b *box) error {
 	}
 	lv := b.live
 	u, _ := s.usage(b, lv, b.meter, s.now(), true)
-	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: "api", Snapshots: snapshots})
+	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: why, Snapshots: snapshots})
 	if err != nil {
 		// The sandbox goes on running, as its record says.
 		s.removePaused(b.rec.runID)

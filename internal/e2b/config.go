@@ -25,8 +25,13 @@ type Config struct {
 	// DefaultTimeout is a sandbox's lifetime when create gives none
 	// (default 300s, as E2B's).
 	DefaultTimeout time.Duration `yaml:"default_timeout"`
-	// MaxTimeout bounds the lifetime a client may ask for (default 1h).
+	// MaxTimeout bounds the lifetime a client may ask for (default 1h):
+	// a longer timeout is refused (400), as E2B refuses one over its
+	// plan's hours. Tenants may set it per tenant.
 	MaxTimeout time.Duration `yaml:"max_timeout"`
+	// Tenants are per-tenant settings, by tenant name: a tenant's plan.
+	// A tenant not named here has the settings above.
+	Tenants map[string]TenantConfig `yaml:"tenants"`
 	// MaxSandboxes bounds one tenant's sandboxes, running and paused
 	// (default 20).
 	MaxSandboxes int `yaml:"max_sandboxes"`
@@ -65,6 +70,21 @@ type Config struct {
 	// sandbox (defaults 500 and 1000).
 	SandboxRate  float64 `yaml:"sandbox_rate"`
 	SandboxBurst int     `yaml:"sandbox_burst"`
+}
+
+// TenantConfig is one tenant's plan: a zero field takes the section's
+// setting.
+type TenantConfig struct {
+	// MaxTimeout bounds the lifetime this tenant's clients may ask for.
+	MaxTimeout time.Duration `yaml:"max_timeout"`
+}
+
+// maxTimeout is tenant's bound on a sandbox's lifetime.
+func (c Config) maxTimeout(tenant string) time.Duration {
+	if t, ok := c.Tenants[tenant]; ok && t.MaxTimeout > 0 {
+		return t.MaxTimeout
+	}
+	return c.MaxTimeout
 }
 
 // Price is the host's price of sandbox use, in micro-credits (millionths
@@ -197,6 +217,10 @@ func (c Config) Validate() error {
 	}
 	check(c.DefaultTimeout >= time.Second && c.DefaultTimeout <= c.MaxTimeout, "e2b.default_timeout %s: want 1s to max_timeout", c.DefaultTimeout)
 	check(c.MaxTimeout >= time.Second && c.MaxTimeout <= 30*24*time.Hour, "e2b.max_timeout %s: want 1s to 720h", c.MaxTimeout)
+	for name, t := range c.Tenants {
+		check(t.MaxTimeout >= 0 && t.MaxTimeout <= 30*24*time.Hour, "e2b.tenants.%s.max_timeout %s: want 0 (max_timeout's) to 720h", name, t.MaxTimeout)
+		check(t.MaxTimeout == 0 || t.MaxTimeout >= c.DefaultTimeout, "e2b.tenants.%s.max_timeout %s: want at least default_timeout (%s)", name, t.MaxTimeout, c.DefaultTimeout)
+	}
 	check(c.MaxSandboxes >= 1 && c.MaxSandboxes <= 100000, "e2b.max_sandboxes %d: want 1 to 100000", c.MaxSandboxes)
 	check(c.MaxMessage >= 64<<10 && c.MaxMessage <= 1<<30, "e2b.max_message %d: want 64K to 1G bytes", c.MaxMessage)
 	check(c.MaxFile >= 1<<10 && c.MaxFile <= 1<<40, "e2b.max_file %d: want 1K to 1T bytes", c.MaxFile)

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -18,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -153,7 +154,7 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	var lv *live
 	if b != nil {
-		lv = b.current()
+		lv = s.wake(r, b)
 	}
 	if b == nil || lv == nil || !s.envdAuthorized(r, b) {
 		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: clip(r.URL.Path)})
@@ -195,6 +196,32 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeEnvdError(w, http.StatusNotFound, fmt.Sprintf("%s %s is not served by airlock's envd", r.Method, clip(p)))
 	}
+}
+
+// wake returns b's running boot; a sandbox paused at its timeout with
+// autoResume is resumed first, for a request its token (or a signature)
+// authorizes: the request is served, not refused, as E2B's auto-resume
+// does. Otherwise it is current().
+func (s *Server) wake(r *http.Request, b *box) *live {
+	if lv := b.current(); lv != nil || !b.autoResume || !s.envdAuthorized(r, b) {
+		return lv
+	}
+	b.mu.Lock()
+	paused := b.state == statePaused
+	b.mu.Unlock()
+	if !paused {
+		return nil
+	}
+	lifetime := b.lifetime
+	if lifetime <= 0 {
+		lifetime = s.cfg.DefaultTimeout // paused by a server that did not keep it
+	}
+	if err := s.resume(r.Context(), b, lifetime); err != nil {
+		s.log.Warn("e2b: auto-resume", "sandbox_id", b.id, "err", err)
+		return nil
+	}
+	s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.resume", Outcome: "ok", Detail: "auto-resume on a request to " + clip(r.URL.Path)})
+	return b.current()
 }
 
 func cmpOr(a, b string) string {
@@ -375,12 +402,11 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCa
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
-	if acceptsGzip(r) && len(data) > 0 {
+	h.Add("Vary", "Accept-Encoding")
+	if acceptsGzip(r) && worthGzip(p, data) {
 		h.Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusOK)
-		gz := gzip.NewWriter(w)
-		_, _ = gz.Write(data)
-		_ = gz.Close()
+		_ = writeGzip(w, data)
 		return
 	}
 	h.Set("Content-Length", strconv.Itoa(len(data)))

@@ -57,6 +57,9 @@ func (s *Server) handleFork(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	internet := b.internet
 	from := createRequest{Timeout: req.Timeout, Metadata: maps.Clone(b.metadata), EnvVars: maps.Clone(b.envs), AllowInternetAccess: &internet}
+	if r := b.rules.Load(); r != nil {
+		from.Network = &networkRequest{AllowOut: r.allowOut, DenyOut: r.denyOut}
+	}
 	out := make([]forkResult, 0, n)
 	for range n {
 		f, err := s.start(ctx, b.tenant, c.p.KeyID, from, b.template, digest, "sandbox "+b.id)

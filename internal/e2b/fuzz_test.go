@@ -143,6 +143,9 @@ func TestConfigValidate(t *testing.T) {
 		{"bad domain", Config{Domain: "-x..y"}, false},
 		{"timeouts", Config{DefaultTimeout: 2 * 3600e9, MaxTimeout: 3600e9}, false},
 		{"tiny message", Config{MaxMessage: 10}, false},
+		{"a tenant's plan", Config{Tenants: map[string]TenantConfig{"a": {MaxTimeout: 24 * 3600e9}}}, true},
+		{"a tenant's bound below the default timeout", Config{Tenants: map[string]TenantConfig{"a": {MaxTimeout: 60e9}}}, false},
+		{"a tenant's bound over 720h", Config{Tenants: map[string]TenantConfig{"a": {MaxTimeout: 1000 * 3600e9}}}, false},
 	}
 	for _, tt := range tests {
 		if err := tt.c.WithDefaults().Validate(); (err == nil) != tt.ok {

@@ -266,7 +266,7 @@ func (n *testNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(),
 		return nil, err
 	}
 	p, err := egress.New(egress.Config{
-		Identity: bridge.Identity{Tenant: a.Tenant, Run: a.RunID, Sandbox: a.Spec.ID}, Policy: &doc.Network,
+		Identity: bridge.Identity{Tenant: a.Tenant, Run: a.RunID, Sandbox: a.Spec.ID}, Policy: &doc.Network, Narrow: a.Narrow,
 		Secrets: n.secrets, Audit: auditSink(func(r egress.Record) {
 			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Method: r.Method, Host: r.Host, Port: r.Port})
 		}),

@@ -134,3 +134,96 @@ func TestEgress(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoPause: a sandbox created with autoPause is paused at its
+// timeout, not killed, keeping its files; connect resumes it. With
+// autoResume, a data-plane request resumes it and is served; without,
+// the request finds it paused (502) and it stays so.
+func TestAutoPause(t *testing.T) {
+	clk := clock.NewFake(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	h := newHarness(t, harnessOptions{clock: clk})
+	tests := []struct {
+		name       string
+		body       map[string]any
+		onTimeout  string
+		autoResume bool
+	}{
+		{"onTimeout pause", map[string]any{"timeout": 10, "autoPause": true}, "pause", false},
+		{"pause with autoResume", map[string]any{"timeout": 10, "autoPause": true, "autoResume": map[string]any{"enabled": true}}, "pause", true},
+		{"filesystem-only pause", map[string]any{"timeout": 10, "autoPause": true, "autoPauseMemory": false}, "pause", false},
+		{"kill", map[string]any{"timeout": 10, "autoPause": false}, "kill", false},
+	}
+	type info struct {
+		State     string `json:"state"`
+		Lifecycle struct {
+			OnTimeout  string `json:"onTimeout"`
+			AutoResume bool   `json:"autoResume"`
+		} `json:"lifecycle"`
+	}
+	getInfo := func(s sbx) (int, info) {
+		res := h.api("alpha", "GET", "/sandboxes/"+s.ID, nil)
+		var i info
+		_ = json.Unmarshal(res.body, &i)
+		return res.status, i
+	}
+	boxes := make([]sbx, len(tests))
+	for i, tt := range tests {
+		boxes[i] = h.create("alpha", tt.body)
+		oct := envdHeaders(boxes[i])
+		oct["Content-Type"] = "application/octet-stream"
+		if res := h.do("POST", h.envdURL+"/files?path=marker.txt", oct, strings.NewReader(tt.name)); res.status != 200 {
+			t.Fatalf("%s: write: %s", tt.name, res)
+		}
+		if _, got := getInfo(boxes[i]); got.Lifecycle.OnTimeout != tt.onTimeout || got.Lifecycle.AutoResume != tt.autoResume {
+			t.Errorf("%s: lifecycle = %+v, want onTimeout %s, autoResume %v", tt.name, got.Lifecycle, tt.onTimeout, tt.autoResume)
+		}
+	}
+	clk.Advance(15 * time.Second)
+	h.srv.Reap(t.Context())
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := boxes[i]
+			status, got := getInfo(s)
+			if tt.onTimeout == "kill" {
+				if status != 404 {
+					t.Errorf("info past the timeout = %d %+v, want 404 (killed)", status, got)
+				}
+				return
+			}
+			if status != 200 || got.State != "paused" {
+				t.Fatalf("info past the timeout = %d %+v, want paused", status, got)
+			}
+			res := h.do("GET", h.envdURL+"/files?path=marker.txt", envdHeaders(s), nil)
+			if tt.autoResume {
+				if res.status != 200 || string(res.body) != tt.name {
+					t.Errorf("read of an auto-resuming paused sandbox = %s, want the file", res)
+				}
+				if _, got := getInfo(s); got.State != "running" {
+					t.Errorf("state after the request = %q, want running", got.State)
+				}
+				return
+			}
+			if res.status != 502 {
+				t.Errorf("read of a paused sandbox without autoResume = %s, want 502", res)
+			}
+			if _, got := getInfo(s); got.State != "paused" {
+				t.Errorf("state after the request = %q, want paused", got.State)
+			}
+			if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{"timeout": 60}); res.status != 201 {
+				t.Fatalf("connect = %s, want 201 (resumed)", res)
+			}
+			if res := h.do("GET", h.envdURL+"/files?path=marker.txt", envdHeaders(s), nil); res.status != 200 || string(res.body) != tt.name {
+				t.Errorf("read after connect = %s, want the file", res)
+			}
+		})
+	}
+	// A resumed sandbox pauses again at its new timeout.
+	clk.Advance(2 * time.Minute)
+	h.srv.Reap(t.Context())
+	if _, got := getInfo(boxes[0]); got.State != "paused" {
+		t.Errorf("state of a resumed sandbox past its new timeout = %q, want paused", got.State)
+	}
+	if res := h.api("alpha", "POST", "/v2/sandboxes", map[string]any{"autoResume": map[string]any{"enabled": true}}); res.status != 400 {
+		t.Errorf("autoResume without autoPause = %s, want 400", res)
+	}
+}

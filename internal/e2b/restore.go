@@ -101,6 +101,15 @@ type pausedState struct {
 	// Snapshot is, instead, the name of the workspace's tar file in
 	// StateDir (a sandbox paused before checkpoints).
 	Snapshot string `json:"snapshot,omitempty"`
+	// AutoPause, AutoResume and Lifetime are the sandbox's lifecycle:
+	// what its timeout does, whether a request resumes it, and the
+	// lifetime an automatic resume gives it.
+	AutoPause  bool          `json:"auto_pause,omitempty"`
+	AutoResume bool          `json:"auto_resume,omitempty"`
+	Lifetime   time.Duration `json:"lifetime,omitempty"`
+	// AllowOut and DenyOut are the sandbox's own network rules.
+	AllowOut []string `json:"allow_out,omitempty"`
+	DenyOut  []string `json:"deny_out,omitempty"`
 }
 
 // Files in StateDir.
@@ -117,6 +126,10 @@ func (s *Server) pausedPath(runID string) string {
 // writePaused keeps what b's resume needs, with ps's workspace.
 func (s *Server) writePaused(b *box, ps pausedState) error {
 	ps.SandboxID, ps.Token, ps.Envs = b.id, b.token, b.envs
+	ps.AutoPause, ps.AutoResume, ps.Lifetime = b.autoPause, b.autoResume, b.lifetime
+	if r := b.rules.Load(); r != nil {
+		ps.AllowOut, ps.DenyOut = r.allowOut, r.denyOut
+	}
 	st, err := json.Marshal(ps)
 	if err == nil {
 		err = writeFileAtomic(s.pausedPath(b.rec.runID), st)
@@ -274,10 +287,16 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
 		token: ps.Token, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
 		state: statePaused, endAt: r.Updated, paused: ps.Checkpoint,
+		autoPause: ps.AutoPause, autoResume: ps.AutoResume, lifetime: ps.Lifetime,
 	}
 	if ps.Snapshot != "" {
 		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
 	}
+	rules, err := parseNetRules(ps.AllowOut, ps.DenyOut)
+	if err != nil {
+		return fmt.Errorf("its network rules: %w", err)
+	}
+	b.rules.Store(rules)
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := b.spec.Validate(); err != nil {
 		return err

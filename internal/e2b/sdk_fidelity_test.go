@@ -77,6 +77,11 @@ func TestSDKFidelity(t *testing.T) {
 		{"forkKilled", `"SandboxNotFoundError"`},
 		{"paused", `true`},
 		{"afterResume", `"hi"`},
+		// Lifecycle: paused at the timeout, resumed by connect, or by
+		// a request with autoResume.
+		{"autoPaused", `[{"onTimeout":"pause","autoResume":false},"paused",false]`},
+		{"autoPauseConnect", `["running","kept"]`},
+		{"autoResumed", `["paused","kept","running"]`},
 	}
 	for _, tt := range tests {
 		if g := string(got[tt.key]); g != tt.want {

@@ -283,12 +283,29 @@ func (s *Server) reap(ctx context.Context) {
 		dead := b.state == stateRunning && b.live != nil && isDone(b.live.sb.Done())
 		b.mu.Unlock()
 		switch {
+		case expired && b.autoPause && !dead:
+			s.autoPause(ctx, b)
 		case expired:
 			s.end(ctx, b, endTimeout, "")
 		case dead:
 			s.end(ctx, b, endLost, "")
 		}
 	}
+}
+
+// autoPause pauses b, whose timeout passed, as its lifecycle asks; a
+// sandbox that cannot be paused (its workspace over the bound a pause
+// keeps, the store down) ends as a timeout does, and the log says why.
+func (s *Server) autoPause(ctx context.Context, b *box) {
+	err := s.pause(ctx, b, "timeout")
+	if err == nil || err == errAlreadyPaused {
+		s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.pause", Outcome: "ok", Detail: "timeout (lifecycle onTimeout: pause)"})
+		return
+	}
+	if err != errNoSandbox {
+		s.log.Warn("e2b: auto-pause at timeout; ending the sandbox instead", "sandbox_id", b.id, "err", err)
+	}
+	s.end(ctx, b, endTimeout, "")
 }
 
 // shutdown destroys every running sandbox, writes what paused ones have

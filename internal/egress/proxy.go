@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -141,6 +142,14 @@ type Config struct {
 	// Local must not keep the request or the writer after it returns.
 	// nil refuses such requests with 400 "bad_request:origin_form".
 	Local http.Handler
+	// Narrow, when set, may refuse a connection Policy allows: it is asked
+	// about every address the proxy would connect to, with the host the
+	// policy judged, at each connection (so rules it reads may change
+	// while the proxy runs). True refuses: 403 "guard:sandbox_rule". It
+	// can only narrow Policy, never widen it. Must be safe for concurrent
+	// use. With it, upstream connections are not kept alive between
+	// requests, so each request meets the rules of its time.
+	Narrow func(host string, a netip.Addr) bool
 }
 
 // Stats are running totals of a Proxy.
@@ -256,6 +265,7 @@ func New(cfg Config) (*Proxy, error) {
 		Resolver: cfg.Resolver,
 		Pin:      cfg.Policy.Pinned,
 		Timeout:  dialTimeout,
+		Narrow:   cfg.Narrow,
 	}
 	p.transport = &http.Transport{
 		// Never an environment proxy: the upstream is dialled here.
@@ -273,6 +283,10 @@ func New(cfg Config) (*Proxy, error) {
 		MaxIdleConnsPerHost:    8,
 		IdleConnTimeout:        min(p.lim.IdleTimeout, 90*time.Second),
 		MaxResponseHeaderBytes: int64(p.lim.MaxHeaderBytes),
+		// Narrow is asked when a connection is dialled; an idle upstream
+		// connection reused would carry a request past rules that
+		// changed since, so with Narrow each request dials afresh.
+		DisableKeepAlives: cfg.Narrow != nil,
 	}
 	return p, nil
 }

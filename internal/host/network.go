@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +36,7 @@ func (n *runNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), 
 		return func() {}, nil
 	}
 	o := EgressOptions{
-		Sandbox: a.Spec.ID, Run: a.RunID, Tenant: a.Tenant, Network: &doc.Network,
+		Sandbox: a.Spec.ID, Run: a.RunID, Tenant: a.Tenant, Network: &doc.Network, narrow: a.Narrow,
 		extra: auditFunc(func(r egress.Record) {
 			host := r.Host
 			if r.Local {
@@ -97,9 +98,10 @@ type EgressOptions struct {
 	// What a run adds: a sink that gets every record too (the run's
 	// log), who decides the policy's asks, and the handler of local
 	// requests (the LLM gateway).
-	extra egress.AuditSink
-	ask   egress.Approver
-	local http.Handler
+	extra  egress.AuditSink
+	ask    egress.Approver
+	local  http.Handler
+	narrow func(host string, a netip.Addr) bool
 }
 
 // Egress is a running egress proxy bound to one sandbox.
@@ -182,6 +184,7 @@ func (h *Host) StartEgress(ctx context.Context, o EgressOptions) (_ *Egress, err
 		Audit:    sink,
 		Approver: o.ask,
 		Local:    o.local,
+		Narrow:   o.narrow,
 	})
 	if err != nil {
 		ln.Close()

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"net/netip"
 
 	"github.com/airlockrun/airlock/internal/event"
 )
@@ -38,4 +39,9 @@ type Attachment struct {
 	// llm.call and budget.exhausted) to the record the sandbox belongs to
 	// and returns the seq of the first.
 	Log func(ctx context.Context, ps ...event.Payload) (seq int64, err error)
+	// Narrow, when set, refuses connections the policy allows: the egress
+	// proxy asks it about every address it would connect to, with the
+	// host the policy judged, at each connection (egress.Config.Narrow).
+	// The E2B API's per-sandbox network rules. May be nil.
+	Narrow func(host string, a netip.Addr) bool
 }

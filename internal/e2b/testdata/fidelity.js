@@ -93,6 +93,27 @@ async function main() {
   const again = await Sandbox.connect(sbx.sandboxId)
   out.afterResume = await again.files.read('rel.txt')
   await again.kill()
+
+  // Lifecycle: onTimeout pause pauses at the timeout (the server looks
+  // every second); connect resumes, and with autoResume a request does.
+  const untilPaused = async (s) => {
+    for (let i = 0; i < 300; i++) {
+      const st = (await s.getInfo()).state
+      if (st !== 'running') return st
+      await new Promise((r) => setTimeout(r, 100))
+    }
+    return 'running'
+  }
+  const ap = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: false } })
+  await ap.files.write('ap.txt', 'kept')
+  out.autoPaused = [(await ap.getInfo()).lifecycle, await untilPaused(ap), await ap.isRunning()]
+  await ap.connect({ timeoutMs: 60_000 })
+  out.autoPauseConnect = [(await ap.getInfo()).state, await ap.files.read('ap.txt')]
+  await ap.kill()
+  const ar = await Sandbox.create({ timeoutMs: 3_000, lifecycle: { onTimeout: 'pause', autoResume: true } })
+  await ar.files.write('ar.txt', 'kept')
+  out.autoResumed = [await untilPaused(ar), await ar.files.read('ar.txt'), (await ar.getInfo()).state]
+  await ar.kill()
   console.log(JSON.stringify(out))
 }
 

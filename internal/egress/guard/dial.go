@@ -31,6 +31,22 @@ type Dialer struct {
 	// Timeout bounds the whole Dial, resolution included. Zero means only
 	// ctx bounds it.
 	Timeout time.Duration
+	// Narrow, when set, is asked about every address Dial would connect
+	// to (pinned ones too) once the guard passed it, with the host as the
+	// policy judged it; true refuses it (ReasonNarrowed), and, as for the
+	// guard, a name with one refused address is refused whole. It can
+	// only refuse what the guard lets through, never let through what the
+	// guard refuses. It is called on every Dial, so its answer may change
+	// while the Dialer is in use; it must be safe for concurrent use.
+	Narrow func(host string, a netip.Addr) bool
+}
+
+// narrowed returns the refusal of a by Narrow, or nil.
+func (d *Dialer) narrowed(host string, a netip.Addr) error {
+	if d.Narrow != nil && d.Narrow(host, a.WithZone("").Unmap()) {
+		return &DeniedError{Host: host, Addr: a, Reason: ReasonNarrowed}
+	}
+	return nil
 }
 
 // Dial resolves host on the host side (unless it is an IP literal or
@@ -72,6 +88,9 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (net.Conn, net
 				return nil, netip.AddrPort{}, &DeniedError{Host: host, Addr: ap.Addr(), Reason: ReasonInvalidPort}
 			}
 			ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+			if err := d.narrowed(host, ap.Addr()); err != nil {
+				return nil, netip.AddrPort{}, err
+			}
 			conn, err := d.dialChecked(ctx, host, ap, true)
 			var denied *DeniedError
 			if errors.As(err, &denied) {
@@ -106,6 +125,9 @@ func (d *Dialer) Dial(ctx context.Context, host string, port int) (net.Conn, net
 	for _, a := range addrs {
 		if err := d.Guard.Check(a); err != nil {
 			return nil, netip.AddrPort{}, asDenied(err, host)
+		}
+		if err := d.narrowed(host, a); err != nil {
+			return nil, netip.AddrPort{}, err
 		}
 	}
 

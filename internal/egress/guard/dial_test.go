@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -358,4 +359,52 @@ func TestDeniedErrorText(t *testing.T) {
 	if got, want := check.Error(), "guard: refused 10.0.0.1: private_address"; got != want {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
+}
+
+// TestDialNarrow: Narrow refuses addresses the guard lets through, before
+// any connection is made: a literal, a name with one refused address
+// (refused whole), and a pinned name; it cannot open what the guard
+// refuses.
+func TestDialNarrow(t *testing.T) {
+	two := listen(t, "127.0.0.2:0")
+	n := &policy.Network{
+		Allow:   []policy.Rule{{CIDR: "127.0.0.2/32"}, {CIDR: "127.0.0.3/32"}},
+		Resolve: []policy.Pin{{Host: fmt.Sprintf("pinned.test:%d", two.port()), To: two.addrPort().String()}},
+	}
+	if err := n.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	dns := startDNS(t, zone(map[string]dnsAnswer{
+		"two.test":   {addrs: []string{"127.0.0.2"}},
+		"mixed.test": {addrs: []string{"127.0.0.3", "127.0.0.2"}},
+	}))
+	refused := netip.MustParseAddr("127.0.0.2")
+	var asked []string
+	d := &Dialer{Guard: newGuard(t, n.AllowsAddr), Resolver: dns.resolver(), Pin: n.Pinned,
+		Narrow: func(host string, a netip.Addr) bool {
+			asked = append(asked, host+"="+a.String())
+			return a == refused && host != "exempt.test"
+		}}
+	for _, host := range []string{"127.0.0.2", "two.test", "mixed.test", "pinned.test"} {
+		_, _, err := d.Dial(context.Background(), host, two.port())
+		if den := wantDenied(t, err, ReasonNarrowed); den.Addr != refused {
+			t.Errorf("Dial(%q) refused %v, want %v", host, den.Addr, refused)
+		}
+	}
+	if got := two.count(t); got != 0 {
+		t.Errorf("the refused address got %d connections, want 0", got)
+	}
+	// Narrow is asked only about what the guard passed.
+	asked = nil
+	_, _, err := d.Dial(context.Background(), "127.0.0.4", two.port())
+	wantDenied(t, err, string(ClassLoopback))
+	if len(asked) != 0 {
+		t.Errorf("Narrow asked %v about an address the guard refused", asked)
+	}
+	refused = netip.Addr{}
+	conn, _, err := d.Dial(context.Background(), "two.test", two.port())
+	if err != nil {
+		t.Fatalf("Dial once Narrow refuses nothing = %v", err)
+	}
+	conn.Close()
 }

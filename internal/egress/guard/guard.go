@@ -35,6 +35,7 @@ const (
 	ReasonInvalidHost   = "invalid_host"      // a malformed literal or an empty host
 	ReasonInvalidPort   = "invalid_port"      // port outside 1-65535
 	ReasonAddrMismatch  = "connected_address" // the socket was about to connect elsewhere than checked
+	ReasonNarrowed      = "sandbox_rule"      // the sandbox's own rules refuse it (Dialer.Narrow)
 )
 
 // DeniedError reports a destination the guard refused. Reason is

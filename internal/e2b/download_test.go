@@ -1,0 +1,77 @@
+package e2b_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestDownloadGzipsWhatCompresses reads files of several kinds with and
+// without Accept-Encoding: gzip: only those that compress come gzipped,
+// and every body is the file.
+func TestDownloadGzipsWhatCompresses(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	s := h.create("alpha", nil)
+	random := make([]byte, 256<<10)
+	_, _ = rand.Read(random)
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte("a"), 8<<10)...)
+	tests := []struct {
+		name string
+		path string
+		data []byte
+		gzip bool
+	}{
+		{"text", "text.txt", []byte(strings.Repeat("the quick brown fox jumps over the lazy dog\n", 4096)), true},
+		{"json without extension", "data", []byte(strings.Repeat(`{"k":"value","n":12345},`, 4096)), true},
+		{"random bytes", "random.bin", random, false},
+		{"random bytes named text", "random.txt", random, false},
+		{"gzip by extension", "logs.gz", []byte(strings.Repeat("plain text in a .gz name\n", 400)), false},
+		{"png by its first bytes", "picture", png, false},
+		{"small text", "small.txt", []byte("hello\n"), false},
+	}
+	hd := envdHeaders(s)
+	up := map[string]string{"Content-Type": "application/octet-stream"}
+	for k, v := range hd {
+		up[k] = v
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if res := h.do("POST", h.envdURL+"/files?path="+url.QueryEscape(tt.path), up, bytes.NewReader(tt.data)); res.status != 200 {
+				t.Fatalf("upload: %s", res)
+			}
+			get := map[string]string{"Accept-Encoding": "gzip, deflate"}
+			for k, v := range hd {
+				get[k] = v
+			}
+			res := h.do("GET", h.envdURL+"/files?path="+url.QueryEscape(tt.path), get, nil)
+			gzipped := res.header.Get("Content-Encoding") == "gzip"
+			if res.status != 200 || gzipped != tt.gzip {
+				t.Fatalf("read with gzip accepted: %d, Content-Encoding %q; want 200, gzipped %v", res.status, res.header.Get("Content-Encoding"), tt.gzip)
+			}
+			body := res.body
+			if gzipped {
+				zr, err := gzip.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+				if len(res.body) >= len(tt.data) {
+					t.Errorf("gzipped body is %d bytes, the file %d", len(res.body), len(tt.data))
+				}
+			}
+			if !bytes.Equal(body, tt.data) {
+				t.Errorf("read with gzip accepted: %d bytes differ from the %d written", len(body), len(tt.data))
+			}
+			res = h.do("GET", h.envdURL+"/files?path="+url.QueryEscape(tt.path), map[string]string{"Accept-Encoding": "identity", "X-Access-Token": s.Token, "E2b-Sandbox-Id": s.ID}, nil)
+			if res.header.Get("Content-Encoding") != "" || !bytes.Equal(res.body, tt.data) {
+				t.Errorf("read without gzip: Content-Encoding %q, %d bytes; want the file as it is", res.header.Get("Content-Encoding"), len(res.body))
+			}
+		})
+	}
+}
