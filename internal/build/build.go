@@ -36,6 +36,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -140,6 +141,38 @@ type builder struct {
 	// would have made it: the build ends with a step that does.
 	wdPending bool
 	res       Result
+
+	// global are the ARGs declared before the first FROM: FROM lines
+	// expand them.
+	global map[string]string
+	// stages are the stages before the current one, in order.
+	stages []stage
+	name   string // the current stage's name ("" for none)
+}
+
+// stage is a finished stage of a multi-stage build: what a later FROM or
+// COPY --from takes from it.
+type stage struct {
+	name      string
+	base      string
+	baseLayer []image.LayerInfo
+	layers    []image.NewLayer
+	cfg       image.Config
+	key       string
+}
+
+// layerInfos are the stage's layers, lowest first.
+func (s stage) layerInfos() []image.LayerInfo {
+	all := slices.Clone(s.baseLayer)
+	for _, l := range s.layers {
+		all = append(all, l.Layer)
+	}
+	return all
+}
+
+// current is the stage being built, as a later stage would see it.
+func (b *builder) current() stage {
+	return stage{name: b.name, base: b.base, baseLayer: b.baseLayer, layers: slices.Clone(b.layers), cfg: b.cfg, key: b.key}
 }
 
 // Build builds req and stores the image.
@@ -165,21 +198,20 @@ func Build(ctx context.Context, o Options, req Request) (Result, error) {
 	defer release()
 	n := len(df.Instructions)
 	for i, in := range df.Instructions {
+		if in.Cmd == "FROM" && i > 0 && b.global != nil {
+			// The stage before ends here.
+			if err := b.endStage(ctx, df.Instructions[i-1]); err != nil {
+				return Result{}, err
+			}
+			b.stages = append(b.stages, b.current())
+		}
 		fmt.Fprintf(b.log, "step %d/%d: %s\n", i+1, n, in.String())
 		if err := b.step(ctx, in); err != nil {
 			return Result{}, stepError(in, err)
 		}
 	}
-	if b.wdPending && b.base != "" {
-		// As docker's WORKDIR, which makes the directory at once: a
-		// sandbox of the image starts there. (An image FROM scratch may
-		// have no mkdir: its Dockerfile makes the directory itself.)
-		last := df.Instructions[len(df.Instructions)-1]
-		in := dockerfile.Instruction{Line: last.Line, Cmd: "RUN", Exec: true, Argv: []string{"mkdir", "-p", b.cfg.WorkingDir}}
-		fmt.Fprintf(b.log, "making the working directory %s\n", b.cfg.WorkingDir)
-		if err := b.run(ctx, in); err != nil {
-			return Result{}, stepError(in, err)
-		}
+	if err := b.endStage(ctx, df.Instructions[n-1]); err != nil {
+		return Result{}, err
 	}
 	if err := b.cache.save(); err != nil {
 		fmt.Fprintf(b.log, "airlock: build cache not saved: %v\n", err)
@@ -190,6 +222,22 @@ func Build(ctx context.Context, o Options, req Request) (Result, error) {
 	}
 	b.res.Image = img
 	return b.res, nil
+}
+
+// endStage ends the current stage at instruction last: a WORKDIR after the
+// stage's last RUN is made, as docker's WORKDIR makes the directory at once
+// (a sandbox of the image starts there). An image FROM scratch may have no
+// mkdir: its Dockerfile makes the directory itself.
+func (b *builder) endStage(ctx context.Context, last dockerfile.Instruction) error {
+	if !b.wdPending || b.base == "" {
+		return nil
+	}
+	in := dockerfile.Instruction{Line: last.Line, Cmd: "RUN", Exec: true, Argv: []string{"mkdir", "-p", b.cfg.WorkingDir}}
+	fmt.Fprintf(b.log, "making the working directory %s\n", b.cfg.WorkingDir)
+	if err := b.run(ctx, in); err != nil {
+		return stepError(in, err)
+	}
+	return nil
 }
 
 // internal marks a step's error that is not the Dockerfile's or the
@@ -256,7 +304,13 @@ func (b *builder) step(ctx context.Context, in dockerfile.Instruction) error {
 		}
 		return nil
 	case "FROM":
-		return b.from(ctx, x, in)
+		if b.global == nil {
+			b.global = maps.Clone(b.args)
+		}
+		return b.from(ctx, dockerfile.Expander{Escape: b.df.Escape, Lookup: func(k string) (string, bool) {
+			v, ok := b.global[k]
+			return v, ok
+		}}, in)
 	case "ENV":
 		pairs, err := x.Pairs("ENV", in.Args)
 		if err != nil {
@@ -327,29 +381,37 @@ func (b *builder) step(ctx context.Context, in dockerfile.Instruction) error {
 	return fmt.Errorf("instruction %s is not built", in.Cmd)
 }
 
-// from starts the image from the FROM image, pulling it if the store lacks
-// it.
+// from starts a stage: from an earlier stage it names, else from an
+// image, pulled if the store lacks it.
 func (b *builder) from(ctx context.Context, x dockerfile.Expander, in dockerfile.Instruction) error {
-	ref, err := x.Word(in.Args)
+	word, name, err := in.Stage()
+	if err != nil {
+		return err
+	}
+	ref, err := x.Word(word)
 	if err != nil {
 		return err
 	}
 	if ref == "" {
 		return errors.New("FROM names no image (an empty ARG?)")
 	}
-	// ARGs before FROM are for FROM alone; those after it are declared anew.
+	// ARGs before FROM are for FROM alone; those after it are declared
+	// anew in each stage, as is everything else.
 	b.args = map[string]string{}
+	b.name, b.layers, b.cmdSet, b.wdPending = name, nil, false, false
+	if st, ok := b.stage(ref); ok {
+		b.base, b.baseLayer, b.layers, b.cfg = st.base, st.baseLayer, slices.Clone(st.layers), st.cfg
+		b.key = chain("", "FROM stage "+st.key)
+		return nil
+	}
 	if ref == "scratch" {
+		b.base, b.baseLayer, b.cfg = "", nil, image.Config{}
 		b.key = chain("", "FROM scratch")
 		return nil
 	}
-	img, err := b.o.Store.Inspect(ref)
-	if errors.Is(err, image.ErrNotFound) {
-		fmt.Fprintf(b.log, "pulling %s\n", ref)
-		img, err = b.o.Store.Pull(ctx, ref, image.Auth{})
-	}
+	img, err := b.image(ctx, "base image", ref)
 	if err != nil {
-		return internal{fmt.Errorf("base image %s: %w", ref, err)}
+		return err
 	}
 	b.base, b.baseLayer, b.cfg = img.Digest, img.Layers, img.Config
 	b.cfg.Created = time.Time{}
@@ -357,13 +419,36 @@ func (b *builder) from(ctx context.Context, x dockerfile.Expander, in dockerfile
 	return nil
 }
 
+// stage finds an earlier stage by name (any case) or index.
+func (b *builder) stage(ref string) (stage, bool) {
+	if n, err := strconv.Atoi(ref); err == nil && n >= 0 && n < len(b.stages) {
+		return b.stages[n], true
+	}
+	for _, st := range b.stages {
+		if st.name != "" && st.name == strings.ToLower(ref) {
+			return st, true
+		}
+	}
+	return stage{}, false
+}
+
+// image returns the store's image ref (what it is for the build: its
+// errors say), pulling it if the store lacks it.
+func (b *builder) image(ctx context.Context, what, ref string) (image.Image, error) {
+	img, err := b.o.Store.Inspect(ref)
+	if errors.Is(err, image.ErrNotFound) {
+		fmt.Fprintf(b.log, "pulling %s\n", ref)
+		img, err = b.o.Store.Pull(ctx, ref, image.Auth{})
+	}
+	if err != nil {
+		return image.Image{}, internal{fmt.Errorf("%s %s: %w", what, ref, err)}
+	}
+	return img, nil
+}
+
 // layerDirs are the directories of the image so far, lowest first.
 func (b *builder) layerDirs() ([]string, error) {
-	all := slices.Clone(b.baseLayer)
-	for _, l := range b.layers {
-		all = append(all, l.Layer)
-	}
-	return b.o.Store.LayerDirs(all)
+	return b.o.Store.LayerDirs(b.current().layerInfos())
 }
 
 // cached looks key up; a hit whose layer the store no longer holds is a

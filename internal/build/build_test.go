@@ -459,6 +459,60 @@ RUN echo 'pkg:x:42:42::/srv/pkg:/bin/sh' >> /etc/passwd && echo 'pkg:x:42:' >> /
 	}
 }
 
+// TestBuildStages: a multi-stage build copies a directory, a file and a
+// file of /tmp out of an earlier stage (by name and by index), a stage may
+// start FROM another, and only the last stage's layers make the image; a
+// rebuild is all cache hits and makes no sandbox.
+func TestBuildStages(t *testing.T) {
+	e := newEnv(t)
+	df := "ARG BASE=" + baseImage + `
+FROM $BASE AS build
+RUN mkdir -p /out/sub && echo bin > /out/app && chmod 750 /out/app && echo lib > /out/sub/lib && \
+    ln -s app /out/link && echo tmp > /tmp/t && echo secret > /build-only
+FROM build AS more
+RUN echo more > /out/more
+FROM ${BASE}
+COPY --from=build /out /opt/app/
+COPY --from=0 /out/app /usr/local/bin/
+COPY --from=MORE /out/more /tmp/t /extra/
+RUN cat /opt/app/sub/lib /usr/local/bin/app /extra/more /extra/t > /check && readlink /opt/app/link >> /check && \
+    stat -c %a:%u /usr/local/bin/app >> /check && test ! -e /build-only && test ! -e /out
+`
+	res, log, err := e.build(t, df, t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("Build = %v\n%s", err, log)
+	}
+	root, err := e.store.Root(context.Background(), res.Image.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root.Layers[len(root.Layers)-1], "check"))
+	if want := "lib\nbin\nmore\ntmp\napp\n750:0\n"; err != nil || string(b) != want {
+		t.Errorf("/check = %q, %v; want %q", b, err, want)
+	}
+	base, err := e.store.Root(context.Background(), baseImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(root.Layers), len(base.Layers)+4; got != want {
+		t.Errorf("the image has %d layers, want the base's %d and 4 (three COPY, one RUN)", got, len(base.Layers))
+	}
+	made := e.backend.made.Load()
+	again, log, err := e.build(t, df, t.TempDir(), nil)
+	if err != nil || again.Image.Digest != res.Image.Digest || e.backend.made.Load() != made || again.Cached != again.Steps {
+		t.Errorf("rebuild = %s, %v (%d sandboxes made, %d of %d steps cached); want %s from the cache\n%s",
+			again.Image.Digest, err, e.backend.made.Load()-made, again.Cached, again.Steps, res.Image.Digest, log)
+	}
+	for _, bad := range []struct{ df, msg string }{
+		{"FROM " + baseImage + " AS a\nFROM " + baseImage + "\nCOPY --from=a /no/such /x\n", "source /no/such: in a"},
+		{"FROM " + baseImage + " AS a\nFROM " + baseImage + "\nCOPY --from=a /bin/* /x/\n", "wildcards"},
+	} {
+		if _, log, err := e.build(t, bad.df, t.TempDir(), nil); err == nil || !strings.Contains(err.Error(), bad.msg) {
+			t.Errorf("Build(%q) = %v, want an error with %q\n%s", bad.df, err, bad.msg, log)
+		}
+	}
+}
+
 // TestBuildNetwork: a RUN step has no network unless the build gives one
 // (Options.Network: the build policy's egress proxy); then it reaches the
 // host's proxy socket and no further, and what it fetched is in its layer.

@@ -3,11 +3,14 @@ package build
 import (
 	"archive/tar"
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlockrun/airlock/internal/image"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"hash"
 	"io"
 	"io/fs"
@@ -17,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/dockerfile"
 )
@@ -77,6 +81,9 @@ func (b *builder) copy(ctx context.Context, x dockerfile.Expander, in dockerfile
 			dest += "/"
 		}
 	}
+	if from, ok := in.Flags["from"]; ok {
+		return b.copyFrom(ctx, in, from, srcs, dest, words, own)
+	}
 	if b.req.Context == "" {
 		return errors.New("no build context")
 	}
@@ -122,6 +129,163 @@ func (b *builder) copy(ctx context.Context, x dockerfile.Expander, in dockerfile
 	}
 	b.addStep(key, createdBy, &info, false)
 	return nil
+}
+
+// copyFrom carries out COPY --from: a layer of files of an earlier stage
+// or of an image, read out of a sandbox of it (its root as its layers make
+// it, whiteouts applied; nothing of it is trusted more than a RUN step's
+// output). Sources are absolute paths in it (relative ones are taken from
+// its /), without wildcards; files keep their modes, and are owned by
+// --chown's ids or root, as docker's are. The step's key is the source's
+// (a stage's key or an image's digest) and the instruction: a cached step
+// makes no sandbox.
+func (b *builder) copyFrom(ctx context.Context, in dockerfile.Instruction, from string, srcs []string, dest string, words []string, own owner) error {
+	var src stage
+	if st, ok := b.stage(from); ok {
+		src = st
+	} else {
+		img, err := b.image(ctx, "COPY --from image", from)
+		if err != nil {
+			return err
+		}
+		src = stage{name: from, base: img.Digest, baseLayer: img.Layers, cfg: img.Config, key: "image " + img.Digest}
+	}
+	for _, s := range srcs {
+		if strings.ContainsAny(s, "*?[") {
+			return fmt.Errorf("source %s: wildcards in COPY --from are not supported: name the files or their directory", s)
+		}
+	}
+	createdBy := in.Cmd + " --from=" + from + " " + strings.Join(words, " ")
+	key := chain(b.key, strings.Join(append([]string{"COPY --from", src.key, fmt.Sprint(own)}, words...), "\x00"))
+	if e, ok := b.cached(key); ok {
+		fmt.Fprintln(b.log, " cached")
+		b.addStep(key, createdBy, e.Layer, true)
+		return nil
+	}
+	layers := src.layerInfos()
+	if len(layers) == 0 {
+		return fmt.Errorf("--from=%s: an empty image (FROM scratch with no files): nothing to copy", from)
+	}
+	dirs, err := b.o.Store.LayerDirs(layers)
+	if err != nil {
+		return internal{err}
+	}
+	// A writable root, so /tmp is the image's own; no step runs in it.
+	spec := sandbox.Spec{WritableRoot: true, Limits: b.limits()}
+	image.Root{Layers: dirs, Config: src.cfg}.Apply(&spec)
+	spec.User = "root"
+	sb, err := b.o.Backend.Create(ctx, spec)
+	if err != nil {
+		return internal{fmt.Errorf("create a sandbox of %s: %w", from, err)}
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = sb.Destroy(dctx)
+	}()
+	// Read as the image's root, whatever the files' owners.
+	ctx = sandbox.WithFileUser(ctx, "root")
+	tmp, err := os.CreateTemp("", "airlock-copy-")
+	if err != nil {
+		return internal{err}
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	bw := bufio.NewWriter(tmp)
+	lw := &layerWriter{ctx: ctx, tw: tar.NewWriter(bw), h: sha256.New(), own: own}
+	destDir := strings.HasSuffix(dest, "/") || len(srcs) > 1
+	destRel := strings.TrimPrefix(path.Clean(dest), "/")
+	for _, s := range srcs {
+		p := path.Clean("/" + s)
+		fi, err := sb.Stat(ctx, p)
+		if err != nil {
+			return fmt.Errorf("source %s: in %s: %w", s, from, err)
+		}
+		name := destRel // a directory's contents go into dest
+		if !fi.Mode.IsDir() && destDir {
+			name = path.Join(destRel, path.Base(p))
+		}
+		if err := lw.fromSandbox(ctx, sb, p, name, fi.Mode.IsDir()); err != nil {
+			return fmt.Errorf("source %s: in %s: %w", s, from, err)
+		}
+	}
+	if err := lw.tw.Close(); err != nil {
+		return internal{err}
+	}
+	if err := bw.Flush(); err != nil {
+		return internal{err}
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return internal{err}
+	}
+	info, err := b.o.Store.AddLayer(ctx, tmp)
+	if err != nil {
+		return internal{err}
+	}
+	b.addStep(key, createdBy, &info, false)
+	return nil
+}
+
+// fromSandbox adds what the sandbox's export of p holds under name: a
+// directory's entries below it, a file or link as it.
+func (w *layerWriter) fromSandbox(ctx context.Context, sb sandbox.Sandbox, p, name string, dir bool) error {
+	want := ""
+	if !dir {
+		want = path.Base(p)
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := sb.Export(ctx, p, pw)
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	err := w.retar(tar.NewReader(pr), name, want)
+	pr.CloseWithError(cmp.Or(err, io.ErrClosedPipe))
+	if xerr := <-errc; err == nil && xerr != nil {
+		err = xerr
+	}
+	return err
+}
+
+// retar copies the entries of tr under name: all of them, or (a file's
+// export) the one named want as name itself.
+func (w *layerWriter) retar(tr *tar.Reader, name, want string) error {
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimSuffix(h.Name, "/")
+		if want != "" {
+			if rel != want {
+				continue
+			}
+			rel = ""
+		}
+		out := &tar.Header{Typeflag: h.Typeflag, Name: path.Join(name, rel), Mode: h.Mode, ModTime: h.ModTime, Linkname: h.Linkname}
+		if w.own.setMode {
+			out.Mode = w.own.mode
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			out.Name += "/"
+			err = w.header(out, nil)
+		case tar.TypeSymlink:
+			err = w.header(out, nil)
+		case tar.TypeReg:
+			out.Size = h.Size
+			err = w.header(out, tr)
+		default:
+			continue // what the export never holds (it skips devices, fifos, sockets)
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // isRemote reports whether an ADD source is a URL or a git repository.

@@ -4,8 +4,12 @@
 // with line continuations, comments, the escape parser directive and
 // variable substitution (Expander) in the instructions that take it.
 //
-// Everything else (HEALTHCHECK, ONBUILD, SHELL, EXPOSE, VOLUME, a second
-// FROM, COPY --from, RUN --mount, heredocs, ...) is refused by Parse with
+// Multi-stage builds are: FROM IMAGE AS NAME starts a stage, a later FROM
+// may name an earlier stage, and COPY --from=STAGE (a name or an index,
+// or else an image) copies out of one.
+//
+// Everything else (HEALTHCHECK, ONBUILD, SHELL, EXPOSE, VOLUME,
+// RUN --mount, heredocs, ...) is refused by Parse with
 // its line number and what to do instead: a build never silently does less
 // than its Dockerfile says.
 //
@@ -18,11 +22,13 @@ package dockerfile
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -79,7 +85,7 @@ const MaxSize = 1 << 20
 var flagsAllowed = map[string][]string{
 	"FROM": nil,
 	"RUN":  nil,
-	"COPY": {"chown", "chmod"},
+	"COPY": {"chown", "chmod", "from"},
 	"ADD":  {"chown", "chmod"},
 }
 
@@ -96,7 +102,7 @@ var unsupported = map[string]string{
 
 // flagRefused says why an option is refused.
 var flagRefused = map[string]string{
-	"from":     "COPY --from (multi-stage builds) is not supported",
+	"from":     "ADD --from is not supported: use COPY --from",
 	"mount":    "RUN --mount is not supported",
 	"network":  "RUN --network is not supported: the build policy decides a step's network",
 	"security": "RUN --security is not supported",
@@ -252,12 +258,9 @@ func parseLine(line int, s string) (Instruction, error) {
 			rest = ""
 		}
 		name, val, _ := strings.Cut(tok[2:], "=")
-		if why, ok := flagRefused[name]; ok {
+		ok := slices.Contains(allowed, name)
+		if why, refused := flagRefused[name]; refused && !ok {
 			return in, &Error{Line: line, Msg: why}
-		}
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == name
 		}
 		if !ok {
 			return in, &Error{Line: line, Msg: fmt.Sprintf("%s does not take the option --%s here", cmd, name)}
@@ -295,27 +298,49 @@ func parseLine(line int, s string) (Instruction, error) {
 	return in, nil
 }
 
-// check checks the instructions' order: ARGs, then one FROM, then the
-// rest.
+// check checks the instructions' order (ARGs, then stages, each a FROM
+// and the rest), the stages' names, and that a COPY --from names a stage
+// before its own (or an image).
 func check(ins []Instruction) error {
-	from := 0
+	var all []string // every stage's name
+	for _, in := range ins {
+		if _, name, err := in.Stage(); in.Cmd == "FROM" && err == nil && name != "" {
+			all = append(all, name)
+		}
+	}
+	var stages []string // names so far, "" for an unnamed stage
 	for _, in := range ins {
 		switch {
 		case in.Cmd == "FROM":
-			from++
-			if from > 1 {
-				return &Error{Line: in.Line, Msg: "a second FROM: multi-stage builds are not supported"}
+			_, name, err := in.Stage()
+			if err != nil {
+				return &Error{Line: in.Line, Msg: err.Error()}
 			}
-			if strings.ContainsFunc(strings.TrimSpace(in.Args), unicode.IsSpace) {
-				return &Error{Line: in.Line, Msg: "FROM takes one image (FROM IMAGE AS NAME names a stage: multi-stage builds are not supported)"}
+			if name != "" && slices.Contains(stages, name) {
+				return &Error{Line: in.Line, Msg: fmt.Sprintf("a second stage named %q", name)}
 			}
-		case from == 0 && in.Cmd != "ARG":
+			stages = append(stages, name)
+		case len(stages) == 0 && in.Cmd != "ARG":
 			return &Error{Line: in.Line, Msg: in.Cmd + " before FROM: only ARG may come before it"}
 		case (in.Cmd == "COPY" || in.Cmd == "ADD") && len(in.Sources()) == 0:
 			return &Error{Line: in.Line, Msg: in.Cmd + " needs a source and a destination"}
 		}
+		if from, ok := in.Flags["from"]; ok {
+			cur := len(stages) - 1
+			if n, err := strconv.Atoi(from); err == nil && (n < 0 || n >= cur) {
+				return &Error{Line: in.Line, Msg: fmt.Sprintf("COPY --from=%d: want the index of an earlier stage (0 to %d)", n, cur-1)}
+			}
+			switch i := slices.Index(stages, strings.ToLower(from)); {
+			case from == "":
+				return &Error{Line: in.Line, Msg: "COPY --from needs a stage or an image"}
+			case i == cur:
+				return &Error{Line: in.Line, Msg: fmt.Sprintf("COPY --from=%s: the stage it is in", from)}
+			case i < 0 && slices.Contains(all, strings.ToLower(from)):
+				return &Error{Line: in.Line, Msg: fmt.Sprintf("COPY --from=%s: a later stage (a stage copies from those before it)", from)}
+			}
+		}
 	}
-	if from == 0 {
+	if len(stages) == 0 {
 		line := 1
 		if len(ins) > 0 {
 			line = ins[len(ins)-1].Line
@@ -323,6 +348,26 @@ func check(ins []Instruction) error {
 		return &Error{Line: line, Msg: "no FROM"}
 	}
 	return nil
+}
+
+// stageName is a stage's name: docker's, compared lower-case.
+var stageName = regexp.MustCompile(`^[a-z][a-z0-9._-]{0,63}$`)
+
+// Stage is a FROM's image (unexpanded) and the stage's name ("" for none),
+// from FROM IMAGE [AS NAME].
+func (in Instruction) Stage() (image, name string, err error) {
+	w := strings.Fields(in.Args)
+	switch {
+	case len(w) == 1:
+		return w[0], "", nil
+	case len(w) == 3 && strings.EqualFold(w[1], "AS"):
+		name = strings.ToLower(w[2])
+		if !stageName.MatchString(name) {
+			return "", "", fmt.Errorf("stage name %q: want a letter, then letters, digits, '.', '_' or '-'", w[2])
+		}
+		return w[0], name, nil
+	}
+	return "", "", errors.New("FROM takes an image and, optionally, AS NAME")
 }
 
 // Sources are a COPY or ADD's unexpanded words but the last (in exec

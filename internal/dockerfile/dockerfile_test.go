@@ -3,6 +3,7 @@ package dockerfile_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,6 +73,33 @@ func TestParseEscapeDirective(t *testing.T) {
 	}
 }
 
+// TestParseStages: stages, their names, and COPY --from of an earlier one
+// or of an image.
+func TestParseStages(t *testing.T) {
+	src := "ARG V=1\nFROM golang:1.26 AS Build\nRUN go build\nFROM build AS test\nFROM busybox\nCOPY --from=build /out /bin/\nCOPY --from=1 /r /r\nCOPY --from=alpine:3 /etc/os-release /\n"
+	f, err := dockerfile.Parse(strings.NewReader(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, in := range f.Instructions {
+		if in.Cmd == "FROM" {
+			img, name, err := in.Stage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, img+"|"+name)
+		}
+		if v, ok := in.Flags["from"]; ok {
+			got = append(got, "from="+v)
+		}
+	}
+	want := []string{"golang:1.26|build", "build|test", "busybox|", "from=build", "from=1", "from=alpine:3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("stages and --from = %q, want %q", got, want)
+	}
+}
+
 // TestParseRefused: what the builder does not build is refused with the
 // line it is on and a message that says so.
 func TestParseRefused(t *testing.T) {
@@ -85,9 +113,16 @@ func TestParseRefused(t *testing.T) {
 		{"shell", "FROM a\nSHELL [\"bash\"]\n", 2, "SHELL is not supported"},
 		{"expose", "FROM a\nEXPOSE 80\n", 2, "EXPOSE"},
 		{"unknown", "FROM a\nFROB x\n", 2, `unknown instruction "FROB"`},
-		{"multi-stage", "FROM a AS b\n", 1, "multi-stage"},
-		{"second from", "FROM a\nRUN x\nFROM b\n", 3, "multi-stage"},
-		{"copy from", "FROM a\nCOPY --from=b /x /y\n", 2, "COPY --from"},
+		{"from three words", "FROM a b c\n", 1, "AS NAME"},
+		{"from two words", "FROM a AS\n", 1, "AS NAME"},
+		{"bad stage name", "FROM a AS 1st\n", 1, "stage name"},
+		{"stage named twice", "FROM a AS b\nFROM c AS B\n", 2, `a second stage named "b"`},
+		{"copy from own stage", "FROM a AS b\nCOPY --from=b /x /y\n", 2, "the stage it is in"},
+		{"copy from own index", "FROM a\nCOPY --from=0 /x /y\n", 2, "earlier stage"},
+		{"copy from later index", "FROM a\nFROM b\nCOPY --from=2 /x /y\n", 3, "earlier stage"},
+		{"copy from later stage", "FROM a\nCOPY --from=later /x /y\nFROM b AS later\n", 2, "a later stage"},
+		{"copy from nothing", "FROM a\nCOPY --from= /x /y\n", 2, "needs a stage or an image"},
+		{"add from", "FROM a\nADD --from=b /x /y\n", 2, "use COPY --from"},
 		{"run mount", "FROM a\nRUN --mount=type=cache,target=/c make\n", 2, "RUN --mount"},
 		{"run network", "FROM a\nRUN --network=host make\n", 2, "RUN --network"},
 		{"unknown flag", "FROM a\nCOPY --frob=1 x y\n", 2, "does not take the option --frob"},

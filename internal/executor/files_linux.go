@@ -275,8 +275,9 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// export writes a tar stream of the tree at root. Symlinks are stored as
-// links, never followed; sockets, devices and fifos are skipped.
+// export writes a tar stream of the tree at root (or of the file or link
+// root, as one entry of its base name). Symlinks are stored as links, never
+// followed; sockets, devices and fifos are skipped.
 func (s *stream) export(root string) error {
 	// Buffered to the stream's frame size: headers and small files share
 	// frames, and a large file goes out in frames of that size, not in
@@ -296,7 +297,11 @@ func (s *stream) export(root string) error {
 			return err
 		}
 		if rel == "." {
-			return nil
+			if d.IsDir() {
+				return nil
+			}
+			// A file (or link) exported alone is one entry, its name.
+			rel = filepath.Base(p)
 		}
 		h := tarHeader{Name: filepath.ToSlash(rel), Mode: int64(fi.Mode().Perm()), ModTime: fi.ModTime().Unix()}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
