@@ -91,6 +91,7 @@ const (
 type portConn struct {
 	in, out atomic.Int64 // bytes to the sandbox's server, and from it
 	dialErr atomic.Pointer[error]
+	limited atomic.Bool // a bound of ports ended it
 }
 
 // servePort proxies a data-plane request for port (never envd's) of
@@ -204,6 +205,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		},
 	}
 	proxy.ServeHTTP(w, r)
+	if pc.limited.Load() {
+		rec.Outcome = "limited"
+	}
 	d := s.now().Sub(t0)
 	rec.BytesIn, rec.BytesOut, rec.DurationMS = pc.in.Load(), pc.out.Load(), d.Milliseconds()
 	rec.Detail = fmt.Sprintf("port %d from %s: %s %s, %d bytes in, %d out, %s", port, r.RemoteAddr, r.Method, clip(r.URL.Path), rec.BytesIn, rec.BytesOut, d.Round(time.Millisecond))
@@ -229,6 +233,7 @@ func (c *meteredConn) count(dir *atomic.Int64, n int) error {
 	one := dir.Add(int64(n))
 	all := c.box.bytes.Add(int64(n))
 	if max := int64(c.limits.MaxConnectionBytes); max > 0 && one > max || c.limits.MaxBytes > 0 && all > int64(c.limits.MaxBytes) {
+		c.pc.limited.Store(true)
 		_ = c.Conn.Close()
 		return errPortBytes
 	}
