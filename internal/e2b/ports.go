@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -183,6 +184,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			},
 		},
 		FlushInterval: -1,
+		// What the proxy logs itself (a copy that failed mid-body): the
+		// server's log, not the log package's.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			switch de := pc.dialErr.Load(); {
 			case de != nil:
