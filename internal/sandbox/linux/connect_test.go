@@ -33,7 +33,8 @@ const peerRoleEnv = "AIRLOCK_TEST_PEER"
 //   - http:PORT serves HTTP on 127.0.0.1:PORT: /hello answers "hello",
 //     /bytes/N streams N bytes, /discard reads the body and answers its
 //     length;
-//   - hold:PORT accepts connections on 127.0.0.1:PORT and holds them open;
+//   - hold:PORT accepts connections on 127.0.0.1:PORT and holds each open,
+//     reading and dropping what comes, until its EOF;
 //   - client:URL:N GETs URL N times on one kept-alive connection and prints
 //     the median and mean round trip in nanoseconds.
 //
@@ -75,13 +76,15 @@ func peerRole(role string) int {
 			return 1
 		}
 		fmt.Println("ready") //nolint:forbidigo // the peer answers its parent on stdout
-		var held []net.Conn
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return 1
 			}
-			held = append(held, c)
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			}()
 		}
 	case "client":
 		i := strings.LastIndexByte(arg, ':')
