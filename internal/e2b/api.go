@@ -199,7 +199,9 @@ type sandboxJSON struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
-	Domain          string `json:"domain,omitempty"`
+	// TrafficAccessToken is set when a port of the sandbox needs it.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	Domain             string `json:"domain,omitempty"`
 }
 
 // clientID is the deprecated, required clientID field.
@@ -208,7 +210,7 @@ const clientID = "airlock"
 func (s *Server) sandboxJSON(b *box) sandboxJSON {
 	return sandboxJSON{
 		SandboxID: b.id, TemplateID: b.template.name, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: b.token, Domain: s.cfg.Domain,
+		EnvdAccessToken: b.token, TrafficAccessToken: b.trafficToken(), Domain: s.cfg.Domain,
 	}
 }
 
@@ -234,9 +236,15 @@ type detailJSON struct {
 	Domain              string        `json:"domain,omitempty"`
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
+	Network             networkJSON   `json:"network"`
 	// PauseKind is set while the sandbox is paused: what the pause kept
 	// (an airlock field; E2B's SDKs ignore it).
 	PauseKind string `json:"pauseKind,omitempty"`
+}
+
+// networkJSON is SandboxNetworkConfig as getInfo tells it.
+type networkJSON struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 type lifecycleJSON struct {
@@ -285,6 +293,7 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	d := detailJSON{
 		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
 		AllowInternetAccess: b.internet && s.hasEgress(b.template), Lifecycle: lifecycleJSON{OnTimeout: "kill", AutoResume: b.autoResume},
+		Network: networkJSON{AllowPublicTraffic: !b.private},
 	}
 	if b.autoPause {
 		d.Lifecycle.OnTimeout = "pause"

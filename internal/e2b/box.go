@@ -44,6 +44,13 @@ type box struct {
 	metadata map[string]string
 	envs     map[string]string
 	token    string
+	// traffic is the sandbox's traffic access token, which a port whose
+	// access is token needs (header e2b-traffic-access-token); private
+	// makes every port's access token (create's
+	// network.allowPublicTraffic: false).
+	traffic  string
+	private  bool
+	ports    portCounters
 	started  time.Time
 	internet bool
 	rec      *record // its record's log
@@ -114,14 +121,16 @@ func newToken() string {
 // tell little.
 const minScrubbed = 4
 
-// scrub replaces the sandbox's environment values and its access token in
+// scrub replaces the sandbox's environment values and its tokens in
 // s with [redacted].
 func (b *box) scrub(s string) string {
 	if s == "" {
 		return s
 	}
-	if b.token != "" && strings.Contains(s, b.token) {
-		s = strings.ReplaceAll(s, b.token, "[redacted]")
+	for _, t := range []string{b.token, b.traffic} {
+		if t != "" && strings.Contains(s, t) {
+			s = strings.ReplaceAll(s, t, "[redacted]")
+		}
 	}
 	for _, v := range b.envs {
 		if len(v) >= minScrubbed && strings.Contains(s, v) {
@@ -183,8 +192,10 @@ func (a *autoResume) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// networkRequest is create's network: the sandbox's own rules (allowOut,
-// denyOut), within its template's policy (netrules.go).
+// networkRequest is create's network: the sandbox's own egress rules
+// (allowOut, denyOut), within its template's policy (netrules.go), and
+// allowPublicTraffic (default true, as E2B's): false makes every exposed
+// port need the sandbox's traffic access token (ports.go).
 type networkRequest struct {
 	AllowOut           []string       `json:"allowOut"`
 	DenyOut            []string       `json:"denyOut"`
@@ -344,6 +355,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 		autoPause: req.AutoPause != nil && *req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, lifetime: timeout,
+		traffic: newToken(), private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
 	}
 	if n := req.Network; n != nil {
 		rules, err := parseNetRules(n.AllowOut, n.DenyOut)

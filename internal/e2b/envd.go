@@ -149,21 +149,21 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		writeEnvdError(w, http.StatusBadRequest, "no sandbox named: send E2b-Sandbox-Id and E2b-Sandbox-Port, or address <port>-<sandbox id>."+cmpOr(s.cfg.Domain, "<domain>"))
 		return
 	}
+	if port != EnvdPort {
+		// A preview URL: the port's own access rules, not envd's token.
+		s.servePort(w, r, id, port)
+		return
+	}
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
 	var lv *live
 	if b != nil {
-		lv = s.wake(r, b)
+		lv = s.wake(r, b, func() bool { return s.envdAuthorized(r, b) })
 	}
 	if b == nil || lv == nil || !s.envdAuthorized(r, b) {
 		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: clip(r.URL.Path)})
 		s.writeGone(w, r)
-		return
-	}
-	if port != EnvdPort {
-		s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "port", Outcome: "refused", Detail: strconv.Itoa(port)})
-		writeEnvdError(w, http.StatusBadGateway, fmt.Sprintf("port %d: airlock serves only envd (%d) of a sandbox", port, EnvdPort))
 		return
 	}
 	user, err := userOf(r)
@@ -199,11 +199,12 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 }
 
 // wake returns b's running boot; a sandbox paused at its timeout with
-// autoResume is resumed first, for a request its token (or a signature)
-// authorizes: the request is served, not refused, as E2B's auto-resume
-// does. Otherwise it is current().
-func (s *Server) wake(r *http.Request, b *box) *live {
-	if lv := b.current(); lv != nil || !b.autoResume || !s.envdAuthorized(r, b) {
+// autoResume is resumed first, for a request that authorized says may
+// reach it (envd's: its token or a signature; a port's: the port's own
+// access): the request is served, not refused, as E2B's auto-resume does.
+// Otherwise it is current().
+func (s *Server) wake(r *http.Request, b *box, authorized func() bool) *live {
+	if lv := b.current(); lv != nil || !b.autoResume || !authorized() {
 		return lv
 	}
 	b.mu.Lock()

@@ -55,10 +55,13 @@ func (s *Server) handleFork(ctx context.Context, w http.ResponseWriter, r *http.
 	if err != nil {
 		return err
 	}
-	internet := b.internet
-	from := createRequest{Timeout: req.Timeout, Metadata: maps.Clone(b.metadata), EnvVars: maps.Clone(b.envs), AllowInternetAccess: &internet}
+	internet, public := b.internet, !b.private
+	from := createRequest{
+		Timeout: req.Timeout, Metadata: maps.Clone(b.metadata), EnvVars: maps.Clone(b.envs), AllowInternetAccess: &internet,
+		Network: &networkRequest{AllowPublicTraffic: &public},
+	}
 	if r := b.rules.Load(); r != nil {
-		from.Network = &networkRequest{AllowOut: r.allowOut, DenyOut: r.denyOut}
+		from.Network.AllowOut, from.Network.DenyOut = r.allowOut, r.denyOut
 	}
 	out := make([]forkResult, 0, n)
 	for range n {

@@ -147,11 +147,13 @@ func TestAutoPause(t *testing.T) {
 		body       map[string]any
 		onTimeout  string
 		autoResume bool
+		viaPort    bool // the waking request is to a port (a preview URL), not envd
 	}{
-		{"onTimeout pause", map[string]any{"timeout": 10, "autoPause": true}, "pause", false},
-		{"pause with autoResume", map[string]any{"timeout": 10, "autoPause": true, "autoResume": map[string]any{"enabled": true}}, "pause", true},
-		{"filesystem-only pause", map[string]any{"timeout": 10, "autoPause": true, "autoPauseMemory": false}, "pause", false},
-		{"kill", map[string]any{"timeout": 10, "autoPause": false}, "kill", false},
+		{"onTimeout pause", map[string]any{"timeout": 10, "autoPause": true}, "pause", false, false},
+		{"pause with autoResume", map[string]any{"timeout": 10, "autoPause": true, "autoResume": map[string]any{"enabled": true}}, "pause", true, false},
+		{"port request resumes", map[string]any{"timeout": 10, "autoPause": true, "autoResume": map[string]any{"enabled": true}}, "pause", true, true},
+		{"filesystem-only pause", map[string]any{"timeout": 10, "autoPause": true, "autoPauseMemory": false}, "pause", false, false},
+		{"kill", map[string]any{"timeout": 10, "autoPause": false}, "kill", false, false},
 	}
 	type info struct {
 		State     string `json:"state"`
@@ -192,6 +194,18 @@ func TestAutoPause(t *testing.T) {
 			}
 			if status != 200 || got.State != "paused" {
 				t.Fatalf("info past the timeout = %d %+v, want paused", status, got)
+			}
+			if tt.viaPort {
+				// Base exposes every port publicly: a request to one
+				// resumes the sandbox, and finds nothing listening.
+				res := h.do("GET", h.envdURL+"/", map[string]string{"E2b-Sandbox-Id": s.ID, "E2b-Sandbox-Port": "8000"}, nil)
+				if res.status != 502 || !strings.Contains(string(res.body), "port is not open") {
+					t.Errorf("a port request to an auto-resuming paused sandbox = %s, want 502 port is not open (resumed)", res)
+				}
+				if _, got := getInfo(s); got.State != "running" {
+					t.Errorf("state after the port request = %q, want running", got.State)
+				}
+				return
 			}
 			res := h.do("GET", h.envdURL+"/files?path=marker.txt", envdHeaders(s), nil)
 			if tt.autoResume {
