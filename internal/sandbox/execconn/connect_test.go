@@ -68,7 +68,7 @@ func connectOpened(t *testing.T, p *peer, ch <-chan execproto.Frame, up bool) ui
 	return f.Stream
 }
 
-func connectAsync(c *execconn.Conn, ctx context.Context) <-chan connected {
+func connectAsync(ctx context.Context, c *execconn.Conn) <-chan connected {
 	ch := make(chan connected, 1)
 	go func() {
 		conn, err := c.Connect(ctx, "sb-test", 8080)
@@ -89,7 +89,7 @@ type connected struct {
 func TestConnectUnreadOutput(t *testing.T) {
 	c, p := dialPeer(t)
 	ch := p.frames()
-	res := connectAsync(c, context.Background())
+	res := connectAsync(context.Background(), c)
 	id := connectOpened(t, p, ch, true)
 	r := <-res
 	if r.err != nil {
@@ -139,7 +139,7 @@ func TestConnectUnreadOutput(t *testing.T) {
 func TestConnectBeyondWindow(t *testing.T) {
 	c, p := dialPeer(t)
 	ch := p.frames()
-	res := connectAsync(c, context.Background())
+	res := connectAsync(context.Background(), c)
 	id := connectOpened(t, p, ch, true)
 	r := <-res
 	if r.err != nil {
@@ -176,7 +176,7 @@ func TestConnectRefused(t *testing.T) {
 		t.Run(tt.errno, func(t *testing.T) {
 			c, p := dialPeer(t)
 			ch := p.frames()
-			res := connectAsync(c, context.Background())
+			res := connectAsync(context.Background(), c)
 			id := connectOpened(t, p, ch, false)
 			p.result(id, execproto.Result{ExitCode: -1, Error: "connect to port 8080: refused or not", Errno: tt.errno})
 			r := <-res
@@ -195,7 +195,7 @@ func TestConnectCancelDial(t *testing.T) {
 	c, p := dialPeer(t)
 	ch := p.frames()
 	ctx, cancel := context.WithCancel(context.Background())
-	res := connectAsync(c, ctx)
+	res := connectAsync(ctx, c)
 	id := connectOpened(t, p, ch, false)
 	cancel()
 	if f := next(t, ch); f.Type != execproto.TCancel || f.Stream != id {
@@ -214,7 +214,7 @@ func TestConnectCancelDial(t *testing.T) {
 func TestConnectWriteClose(t *testing.T) {
 	c, p := dialPeer(t)
 	ch := p.frames()
-	res := connectAsync(c, context.Background())
+	res := connectAsync(context.Background(), c)
 	id := connectOpened(t, p, ch, true)
 	r := <-res
 	if r.err != nil {

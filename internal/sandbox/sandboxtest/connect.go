@@ -497,24 +497,6 @@ func (s *suite) testConnect(t *testing.T) {
 	})
 }
 
-// ConnectLoad opens n connections at once to an echo server in sb at port
-// (started with StartEchoServer) and round-trips msg on each; backend tests
-// use it beside their own checks.
-func ConnectLoad(t testing.TB, c sandbox.Connector, port, n int, msg []byte) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range n {
-		wg.Go(func() {
-			if err := echoRoundTrip(t, c, port, msg); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
-}
-
 // StartEchoServer runs an echo server (connectServer's echo mode) on
 // 127.0.0.1:port in sb until the test ends.
 func StartEchoServer(t *testing.T, sb sandbox.Sandbox, port int) {
@@ -522,8 +504,9 @@ func StartEchoServer(t *testing.T, sb sandbox.Sandbox, port int) {
 	startServer(t, sb, "echo", port, "127.0.0.1")
 }
 
-// StartHTTPServer runs an HTTP server (connectServer's http mode, which
-// answers "hello from PATH") on 127.0.0.1:port in sb until the test ends.
+// StartHTTPServer runs an HTTP/1.1 server (connectServer's http mode,
+// which answers GET PATH with "hello from PATH") on 127.0.0.1:port in sb
+// until the test ends: for tests of what reaches a sandbox's ports.
 func StartHTTPServer(t *testing.T, sb sandbox.Sandbox, port int) {
 	t.Helper()
 	startServer(t, sb, "http", port, "127.0.0.1")
