@@ -43,6 +43,9 @@ type Config struct {
 	// short-lived command line is small, and forks itself faster than it
 	// would start a helper.
 	Spawner bool
+	// Runsc is the runsc binary of the gvisor runtime; empty means runsc
+	// from PATH.
+	Runsc string
 }
 
 // DefaultUIDSlotDir holds root mode's uid-range locks: on a tmpfs that a
@@ -220,6 +223,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			sb.teardown()
 		}
 	}()
+	if spec.Runtime == sandbox.RuntimeGVisor {
+		if err := b.createGVisor(ctx, sb, spec, tr); err != nil {
+			return nil, err
+		}
+		sb.watch()
+		b.log.Info("sandbox created", "sandbox_id", id, "runtime", "gvisor", "pid", sb.proc.pid)
+		return sb, nil
+	}
 	if err := sb.reserve(spec, tr); err != nil {
 		return nil, err
 	}
@@ -255,7 +266,7 @@ func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
 		}
 	}
 	sb.spec = spec
-	if b.root {
+	if b.root && spec.Runtime != sandbox.RuntimeGVisor {
 		var err error
 		if sb.slot, sb.base, err = b.uids.acquire(sb.id); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package linux_test
 
 import (
+	"context"
 	"os"
 	"testing"
 
@@ -35,4 +36,21 @@ func conformance(t *testing.T, spawner bool) {
 		}
 		return b
 	})
+}
+
+// TestConformanceGVisor runs the contract on the gvisor runtime: the same
+// backend, every spec with Runtime gvisor.
+func TestConformanceGVisor(t *testing.T) {
+	needGVisor(t)
+	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
+		return gvisorRuntime{newGVisorBackend(t)}
+	})
+}
+
+// gvisorRuntime creates every sandbox on the gvisor runtime.
+type gvisorRuntime struct{ *linux.Backend }
+
+func (b gvisorRuntime) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	spec.Runtime = sandbox.RuntimeGVisor
+	return b.Backend.Create(ctx, spec)
 }

@@ -1,0 +1,82 @@
+package executor
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// controlFromStdin moves the control socket from descriptor 0, where runsc
+// hands it over, to execproto.ControlFD, and puts /dev/null in its place.
+func controlFromStdin() error {
+	if err := unix.Dup3(0, execproto.ControlFD, unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	null, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	if null != 0 {
+		if err := unix.Dup3(null, 0, 0); err != nil {
+			return err
+		}
+		unix.Close(null)
+	}
+	return nil
+}
+
+// setupGVisor is setup under gVisor (execproto.Setup.GVisor): runsc built
+// the root, /workspace, the mounts, /proc, /dev and the namespaces from the
+// host's OCI bundle, and gVisor's kernel stands between the sandbox and the
+// host's. What is left is the generated /etc, which the bundle leaves to the
+// executor as an empty tmpfs. The layers it reports are those the bundle
+// and gVisor enforce.
+func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
+	none := uppers{ws: -1, root: -1}
+	if err := s.Validate(); err != nil {
+		return nil, none, err
+	}
+	if err := writeEtc("/etc", s); err != nil {
+		return nil, none, fmt.Errorf("/etc: %w", err)
+	}
+	// Nothing in the sandbox may change the generated /etc. gVisor
+	// cannot remount it read-only, so nobody owns it: commands, root
+	// included, run without capabilities and cannot write or chmod it.
+	if err := chownEtc("/etc"); err != nil {
+		return nil, none, fmt.Errorf("/etc: %w", err)
+	}
+	mode := s.Workspace.Mode
+	if mode == "" {
+		mode = execproto.WorkspaceEmpty
+	}
+	return []string{"runtime:gvisor", "rootfs:host-ro", "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
+}
+
+// proxied says whether the sandbox has the egress proxy: its socket was
+// bound in by the executor (ProxyFD) or, under gVisor, by the runtime.
+func (e *executor) proxied() bool {
+	return e.setup.ProxyFD != 0 || (e.setup.GVisor && e.setup.ProxyAddr != "")
+}
+
+// nobodyID owns the generated /etc under gVisor.
+const nobodyID = 65534
+
+// chownEtc gives the generated files of etc, and etc itself, to nobody.
+func chownEtc(etc string) error {
+	ents, err := os.ReadDir(etc)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			if err := os.Lchown(filepath.Join(etc, e.Name()), nobodyID, nobodyID); err != nil {
+				return err
+			}
+		}
+	}
+	return os.Lchown(etc, nobodyID, nobodyID)
+}
