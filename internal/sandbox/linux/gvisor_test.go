@@ -1,9 +1,12 @@
 package linux_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -71,5 +74,138 @@ func TestGVisorExec(t *testing.T) {
 	// A cow workspace: the new file never reaches the host.
 	if _, err := os.Stat(ws + "/new.txt"); err == nil {
 		t.Errorf("a cow workspace's write reached the host")
+	}
+}
+
+// gvisorProcs returns the pids of the host's processes of the gvisor
+// sandboxes of state directory state: runsc and every process it starts
+// (gofer, sentry) are given runsc's state directory below it.
+func gvisorProcs(state string) []int {
+	return attackProcs(func(dir string) bool {
+		b, err := os.ReadFile(dir + "/cmdline")
+		return err == nil && strings.Contains(string(b), state+"/gvisor/")
+	})
+}
+
+// TestGVisorHostKill9: when the process that owns a gvisor sandbox is
+// killed with SIGKILL, runsc, its gofer and the sandbox end, and the
+// sandbox's cgroup is empty.
+func TestGVisorHostKill9(t *testing.T) {
+	needGVisor(t)
+	state := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(state) })
+	t.Cleanup(func() {
+		for _, pid := range gvisorProcs(state) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	cmd, lines := attackStartHelper(t, nil, "TestGVisorHelperKill9", attackHelperEnv+"=gvkill9", attackStateEnv+"="+state)
+	waited := false
+	t.Cleanup(func() {
+		if !waited {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var id string
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatal("helper ended before it was ready")
+		}
+		for _, f := range strings.Fields(l) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("helper did not get ready within 2 minutes")
+	}
+	if got := gvisorProcs(state); len(got) < 2 {
+		t.Fatalf("control: want runsc's processes of sandbox %s on the host, found pids %v", id, got)
+	}
+	groups := sandboxtest.CgroupDirs(filepath.Join(linux.CgroupParent(state), id))
+	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
+		t.Fatalf("kill helper: %v", err)
+	}
+	_ = cmd.Wait()
+	waited = true
+	if !attackPoll(10*time.Second, func() bool { return len(gvisorProcs(state)) == 0 }) {
+		t.Errorf("runsc processes %v of sandbox %s still run 10s after their owner was killed with SIGKILL", gvisorProcs(state), id)
+	}
+	for _, g := range groups {
+		var procs []byte
+		attackPoll(5*time.Second, func() bool {
+			var err error
+			procs, err = os.ReadFile(filepath.Join(g, "cgroup.procs"))
+			return err != nil || len(bytes.TrimSpace(procs)) == 0
+		})
+		if len(bytes.TrimSpace(procs)) > 0 {
+			t.Errorf("cgroup %s still has processes after its owner was killed: %q", g, procs)
+		}
+		t.Cleanup(func() { _ = unix.Rmdir(g) })
+	}
+}
+
+// TestGVisorHelperKill9 is the helper process of TestGVisorHostKill9.
+func TestGVisorHelperKill9(t *testing.T) {
+	if os.Getenv(attackHelperEnv) != "gvkill9" {
+		t.Skip("helper process of TestGVisorHostKill9")
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	attackHelperSay("ready id=%s", sb.ID())
+	time.Sleep(50 * time.Second)
+}
+
+// TestGVisorDestroy: Destroy ends runsc's processes and removes the
+// sandbox's state directory, and a memory limit holds from the host's
+// cgroup around runsc's processes.
+func TestGVisorDestroy(t *testing.T) {
+	needGVisor(t)
+	state := t.TempDir()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.Limits{MemoryBytes: 128 << 20, Pids: 64, CPUs: 1, RequireHard: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sb.Info().Layers, "cgroup:hybrid:memory") && !slices.Contains(sb.Info().Layers, "cgroup:v2:memory") {
+		t.Errorf("Info().Layers = %v, want a memory cgroup", sb.Info().Layers)
+	}
+	// Allocate past the limit: the host's cgroup ends it.
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "head -c 300m /dev/zero | tail > /dev/null"}})
+	if err == nil && r.Outcome == sandbox.OutcomeExited && r.ExitCode == 0 {
+		t.Errorf("allocating 300 MiB under a 128 MiB limit: %+v, want it stopped", r)
+	}
+	t.Logf("over the memory limit: %+v, %v", r, err)
+	if len(gvisorProcs(state)) == 0 && err == nil && r.Outcome != sandbox.OutcomeLost {
+		t.Logf("the sandbox survived its command's OOM")
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if got := gvisorProcs(state); len(got) > 0 {
+		t.Errorf("runsc processes %v left after Destroy", got)
+	}
+	if _, err := os.Stat(filepath.Join(state, "gvisor", sb.ID())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state of sandbox %s left after Destroy (stat: %v)", sb.ID(), err)
 	}
 }
