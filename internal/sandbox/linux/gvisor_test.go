@@ -191,7 +191,9 @@ func TestGVisorDestroy(t *testing.T) {
 		t.Errorf("Info().Layers = %v, want a memory cgroup", sb.Info().Layers)
 	}
 	// Allocate past the limit: the host's cgroup ends it.
-	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "head -c 300m /dev/zero | tail > /dev/null"}})
+	// At the limit the sentry stalls rather than the kernel killing a task
+	// (docs/gvisor.md): the command's timeout ends it.
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "head -c 300m /dev/zero | tail > /dev/null"}, Timeout: 10 * time.Second})
 	if err == nil && r.Outcome == sandbox.OutcomeExited && r.ExitCode == 0 {
 		t.Errorf("allocating 300 MiB under a 128 MiB limit: %+v, want it stopped", r)
 	}
@@ -207,5 +209,27 @@ func TestGVisorDestroy(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(state, "gvisor", sb.ID())); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state of sandbox %s left after Destroy (stat: %v)", sb.ID(), err)
+	}
+}
+
+// TestDoctorGVisor: doctor's runtime:gvisor line says whether a gvisor
+// sandbox runs here, and why not: it is never required.
+func TestDoctorGVisor(t *testing.T) {
+	needGVisor(t)
+	line := func() linux.Check {
+		for _, c := range linux.Doctor(executorPath) {
+			if c.Layer == "runtime:gvisor" {
+				return c
+			}
+		}
+		t.Fatal("doctor has no runtime:gvisor line")
+		return linux.Check{}
+	}
+	if c := line(); !c.OK || c.Required {
+		t.Errorf("runtime:gvisor = %+v, want ok and not required where runsc runs", c)
+	}
+	t.Setenv("PATH", t.TempDir()) // no runsc
+	if c := line(); c.OK || !strings.Contains(c.Detail, "runsc is not installed") {
+		t.Errorf("runtime:gvisor without runsc = %+v, want not ok, saying runsc is missing", c)
 	}
 }
