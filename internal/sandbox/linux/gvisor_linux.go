@@ -311,7 +311,10 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		close(p.done)
 	}()
 	sb.proc = p
-	if sb.cg != nil && sb.cgroupFD() < 0 {
+	if sb.cg != nil {
+		// The limits' hierarchies (v1 on a hybrid host) are joined here,
+		// as the native executor's are: runsc forks its gofer and sandbox
+		// only after its own runtime has started, so they inherit them.
 		if err := sb.cg.AddProc(p.pid); err != nil {
 			host.Close()
 			return fmt.Errorf("cgroup: %w", err)
