@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,20 +41,26 @@ func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 	if err := s.Validate(); err != nil {
 		return nil, none, err
 	}
-	if err := writeEtc("/etc", s); err != nil {
-		return nil, none, fmt.Errorf("/etc: %w", err)
-	}
-	// Nothing in the sandbox may change the generated /etc. gVisor
-	// cannot remount it read-only, so nobody owns it: commands, root
-	// included, run without capabilities and cannot write or chmod it.
-	if err := chownEtc("/etc"); err != nil {
-		return nil, none, fmt.Errorf("/etc: %w", err)
+	root := "rootfs:template"
+	if _, err := os.Lstat("/etc/passwd"); errors.Is(err, os.ErrNotExist) {
+		// The host's root: the bundle left /etc an empty tmpfs (but for
+		// the host's certificates bound in). A template root keeps its own.
+		root = "rootfs:host-ro"
+		if err := writeEtc("/etc", s); err != nil {
+			return nil, none, fmt.Errorf("/etc: %w", err)
+		}
+		// Nothing in the sandbox may change the generated /etc. gVisor
+		// cannot remount it read-only, so nobody owns it: commands, root
+		// included, run without capabilities and cannot write or chmod it.
+		if err := chownEtc("/etc"); err != nil {
+			return nil, none, fmt.Errorf("/etc: %w", err)
+		}
 	}
 	mode := s.Workspace.Mode
 	if mode == "" {
 		mode = execproto.WorkspaceEmpty
 	}
-	return []string{"runtime:gvisor", "rootfs:host-ro", "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
+	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
 }
 
 // proxied says whether the sandbox has the egress proxy: its socket was

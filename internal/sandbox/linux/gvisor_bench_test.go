@@ -129,4 +129,3 @@ func BenchmarkGVisorIdleMemory(b *testing.B) {
 		})
 	}
 }
-

@@ -189,10 +189,11 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 			mounts = append(mounts, bind(d, d, true))
 		}
 	}
-	// The executor writes the generated /etc and remounts it read-only;
-	// the host's certificates and linker cache are bound over it.
-	mounts = append(mounts, ociMount{Destination: "/etc", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1048576"}})
 	if spec.RootFS == "" {
+		// The executor writes the generated /etc into this tmpfs (a
+		// template root keeps its own); the host's certificates and
+		// linker cache are bound over it.
+		mounts = append(mounts, ociMount{Destination: "/etc", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1048576"}})
 		for _, f := range existing(etcFiles) {
 			mounts = append(mounts, bind(f, f, true))
 		}
