@@ -13,3 +13,6 @@ func ExecutorPID(sb *Sandbox) int { return sb.proc.pid }
 func GVisorBundle(b *Backend, dir string, spec sandbox.Spec) ([]string, error) {
 	return b.gvisorBundle(dir, &spec)
 }
+
+// GVisorExecutor is where the executor is bound inside a gvisor sandbox.
+const GVisorExecutor = gvisorExecutor
