@@ -1,10 +1,10 @@
 package sandboxcli
 
 import (
-	"github.com/airlockrun/airlock/internal/sandbox"
-
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 func TestFast(t *testing.T) {
