@@ -107,6 +107,9 @@ type Setup struct {
 	// rlimits, the proxy forwarder on ProxyAddr, capabilities and seccomp.
 	// No source is given as a descriptor or host path.
 	GVisor bool `json:"gvisor,omitempty"`
+	// Account, under gVisor, is the unprivileged user the generated
+	// /etc/passwd lists beside User (root there), with its home made.
+	Account *User `json:"account,omitempty"`
 }
 
 // MaxLayers bounds Setup.Layers (sandbox.MaxLayers says why).

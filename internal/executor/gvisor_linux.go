@@ -46,7 +46,11 @@ func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 		// The host's root: the bundle left /etc an empty tmpfs (but for
 		// the host's certificates bound in). A template root keeps its own.
 		root = "rootfs:host-ro"
-		if err := writeEtc("/etc", s); err != nil {
+		etc := *s
+		if s.Account != nil {
+			etc.User = *s.Account // listed beside root
+		}
+		if err := writeEtc("/etc", &etc); err != nil {
 			return nil, none, fmt.Errorf("/etc: %w", err)
 		}
 		// Nothing in the sandbox may change the generated /etc. gVisor
@@ -54,6 +58,23 @@ func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 		// included, run without capabilities and cannot write or chmod it.
 		if err := chownEtc("/etc"); err != nil {
 			return nil, none, fmt.Errorf("/etc: %w", err)
+		}
+	}
+	if a := s.Account; a != nil && a.Home != s.WorkspaceAlias {
+		if err := os.MkdirAll(a.Home, 0o700); err != nil {
+			return nil, none, fmt.Errorf("home: %w", err)
+		}
+		if err := os.Chown(a.Home, a.UID, a.GID); err != nil {
+			return nil, none, fmt.Errorf("home: %w", err)
+		}
+	}
+	if a := s.WorkspaceAlias; a != "" {
+		// The same mount, as natively: a path below either is one file.
+		if err := os.MkdirAll(a, 0o755); err != nil {
+			return nil, none, fmt.Errorf("workspace at %s: %w", a, err)
+		}
+		if err := unix.Mount(workspacePath, a, "", unix.MS_BIND, ""); err != nil {
+			return nil, none, fmt.Errorf("workspace at %s: %w", a, err)
 		}
 	}
 	mode := s.Workspace.Mode

@@ -338,7 +338,19 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	if sb.spec.Network == sandbox.NetworkProxy {
 		setup.ProxyAddr = ProxyAddr
 	}
-	applyAccount(setup, sb.spec.Account)
+	// The unprivileged account (uid 1000, renamed and rehomed as the
+	// spec says) exists beside root, for commands that ask for it.
+	acct := execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"}
+	if a := sb.spec.Account; a.Name != "" || a.Home != "" {
+		if a.Name != "" {
+			acct.Name = a.Name
+		}
+		acct.Home = a.HomeOf()
+	}
+	setup.Account = &acct
+	if sb.spec.Account.HomeIsWorkspace {
+		setup.WorkspaceAlias = sb.spec.Account.HomeOf()
+	}
 	bctx, cancel := context.WithTimeout(ctx, gvisorBoot)
 	defer cancel()
 	if err := sb.handshake(bctx, host, setup); err != nil {
