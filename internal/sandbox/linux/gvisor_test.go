@@ -283,7 +283,7 @@ func TestGVisorAttacks(t *testing.T) {
 	t.Run("HostFiles", func(t *testing.T) {
 		res := attackRun(t, sb, "root", "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+" -print 2>/dev/null; cat /etc/shadow 2>&1; true")
 		// Control: find sees a file of the same name made inside.
-		ctl := attackMust(t, sb, "root", "mkdir -p /tmp/ctl && touch /tmp/ctl/"+canary+"-inside && find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+"-inside -print 2>/dev/null")
+		ctl := attackMust(t, sb, "root", "mkdir -p /tmp/ctl && touch /tmp/ctl/"+canary+"-inside && find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+"-inside -print 2>/dev/null; true")
 		if ctl != "/tmp/ctl/"+canary+"-inside\n" {
 			t.Fatalf("control: find inside does not find a file made inside: %q", ctl)
 		}
