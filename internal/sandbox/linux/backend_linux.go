@@ -535,10 +535,11 @@ func (b *Backend) Live() (map[string]bool, error) { return b.ids.live() }
 // locks, so every cgroup it sees has a lock that is either still held (the
 // group is skipped) or free for good. Lock files nobody holds are removed.
 func (b *Backend) GC() ([]string, error) {
+	gv := b.gcGVisor()
 	m, err := b.cgroups()
 	if err != nil {
 		b.ids.sweep()
-		return nil, nil // no cgroups, nothing to collect
+		return gv, nil // no cgroups, nothing more to collect
 	}
 	all, err := m.List()
 	if err != nil {
@@ -549,7 +550,7 @@ func (b *Backend) GC() ([]string, error) {
 	b.mu.Lock()
 	names := slices.DeleteFunc(all, func(n string) bool { return b.mine[n] })
 	b.mu.Unlock()
-	var cleaned []string
+	cleaned := gv
 	var errs []error
 	for _, n := range names {
 		if b.ids.isLive(n) {

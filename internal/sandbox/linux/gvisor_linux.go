@@ -393,3 +393,28 @@ func (sb *Sandbox) teardownGVisor() {
 		sb.b.log.Warn("remove gvisor state", "sandbox_id", sb.id, "err", err)
 	}
 }
+
+// gcGVisor removes the runsc state and bundles that gvisor sandboxes of
+// dead airlock processes left (their processes died with their owner; see
+// docs/gvisor.md) and returns their ids.
+func (b *Backend) gcGVisor() []string {
+	ents, err := os.ReadDir(filepath.Join(b.cfg.StateDir, "gvisor"))
+	if err != nil {
+		return nil
+	}
+	runsc, _ := b.runscPath()
+	var cleaned []string
+	for _, e := range ents {
+		id := e.Name()
+		b.mu.Lock()
+		mine := b.mine[id]
+		b.mu.Unlock()
+		if mine || b.ids.isLive(id) {
+			continue
+		}
+		sb := &Sandbox{b: b, id: id, gvisor: b.gvisorState(id), runsc: runsc}
+		sb.teardownGVisor()
+		cleaned = append(cleaned, id)
+	}
+	return cleaned
+}

@@ -137,6 +137,17 @@ func TestGVisorHostKill9(t *testing.T) {
 	if !attackPoll(10*time.Second, func() bool { return len(gvisorProcs(state)) == 0 }) {
 		t.Errorf("runsc processes %v of sandbox %s still run 10s after their owner was killed with SIGKILL", gvisorProcs(state), id)
 	}
+	// What runsc kept on disk for the sandbox is collected by GC.
+	gb, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gb.GC(); err != nil {
+		t.Errorf("GC = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "gvisor", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("GC left the runsc state of sandbox %s (stat: %v)", id, err)
+	}
 	for _, g := range groups {
 		var procs []byte
 		attackPoll(5*time.Second, func() bool {
