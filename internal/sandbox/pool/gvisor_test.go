@@ -1,10 +1,16 @@
 package pool_test
 
 import (
+	"bytes"
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 )
 
@@ -49,5 +55,53 @@ func TestPoolRuntimes(t *testing.T) {
 	defer sb.Destroy(ctx)
 	if b := sb.Info().Backend; b != "linux" {
 		t.Errorf("native create after gvisor ones: backend %q, want linux (native)", b)
+	}
+}
+
+// BenchmarkPoolFirstOutput is create to first output from a warm pool, per
+// runtime: Create (a warm sandbox handed out), one echo, its output read.
+// The refill and the destroy run outside the timer.
+//
+//	go test -run=NONE -bench=PoolFirstOutput -benchtime=5x ./internal/sandbox/pool/
+func BenchmarkPoolFirstOutput(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for real sandboxes")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		b.Skip("gvisor runtime: runsc is not installed")
+	}
+	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(b.TempDir(), "run")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	ctx := context.Background()
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		b.Run("runtime="+rt, func(b *testing.B) {
+			p := pool.New(be, pool.Options{PerSpec: 1, Max: 2})
+			defer p.Close(ctx)
+			spec := sandbox.Spec{Runtime: rt, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+			if err := p.Prime(spec); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				for p.Stats().Idle < 1 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				b.StartTimer()
+				sb, err := p.Create(ctx, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var out bytes.Buffer
+				if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"echo", "hi"}, Stdout: &out}); err != nil || r.ExitCode != 0 || out.String() != "hi\n" {
+					b.Fatalf("echo: %+v %v %q", r, err, out.String())
+				}
+				b.StopTimer()
+				_ = sb.Destroy(ctx)
+				b.StartTimer()
+			}
+		})
 	}
 }
