@@ -15,7 +15,7 @@ want=(
   util-linux:unshare      # unshare, nsenter, mount
   bubblewrap:bwrap        # bench/compare.sh baseline
   runc:runc               # OCI backend and bench baseline
-  runsc\|gvisor:runsc     # gVisor: OCI backend and bench baseline
+  runsc\|gvisor:runsc     # gVisor: the gvisor sandbox runtime (sandbox.runtime: gvisor)
   hyperfine:hyperfine     # bench/compare.sh only
   tinyproxy:tinyproxy     # bench/egress.sh baseline only
   curl:curl               # e2e and conformance: a real client in the sandbox

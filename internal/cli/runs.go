@@ -58,6 +58,7 @@ type AgentRunCmd struct {
 	Metadata  []string      `help:"Label the run with KEY=VALUE (repeatable); airlock runs ls --metadata finds it by them." placeholder:"KEY=VALUE" sep:"none"`
 	Image     string        `help:"Make the run's sandboxes of this image of the host's store (airlock image ls; the policy's sandbox.image): a tag is recorded by its digest when the run starts." placeholder:"REF"`
 	Template  string        `help:"Start the run's sandboxes from this stored template (airlock template ls): NAME or NAME@vN. Its image, environment, limits and policy apply (flags win); its start command runs and its readiness check passes in each sandbox first; the run records its name and version." placeholder:"NAME"`
+	Runtime   string        `help:"What isolates the run's sandboxes: native or gvisor (the policy's sandbox.runtime; airlock doctor says which work here)." enum:",native,gvisor" default:""`
 	Env       []string      `short:"e" sep:"none" help:"Environment variable KEY=VALUE of every command in the run's sandboxes (repeatable). It is recorded in the run's log, so a resumed run has it too: not for secrets (bind those with a policy credential)." placeholder:"KEY=VALUE"`
 
 	// templateLimits are the --template's limits, over the policy's.
@@ -349,6 +350,9 @@ func (c *AgentRunCmd) applyFlags(doc *policy.Document) (*policy.Document, bool, 
 	}
 	if c.Image != "" {
 		doc.Sandbox.Image = c.Image
+	}
+	if c.Runtime != "" {
+		doc.Sandbox.Runtime = c.Runtime
 	}
 	ef := EgressFlags{Allow: c.Allow, Resolve: c.Resolve}
 	if _, err := ef.network(doc); err != nil {

@@ -163,7 +163,7 @@ func (s *Server) hostResources(name string, doc *policy.Document) error {
 // (Options.Network attaches that).
 func specOf(doc *policy.Document) sandbox.Spec {
 	sb := doc.Sandbox
-	s := sandbox.Spec{RootFS: sb.RootFS}
+	s := sandbox.Spec{RootFS: sb.RootFS, Runtime: sb.Runtime}
 	if sb.Workspace.Source != "" {
 		s.Workspace, s.WorkspaceMode = sb.Workspace.Source, sb.Workspace.Mode
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,6 +16,30 @@ import (
 // is recorded as egress.decision events in the run's own log.
 func TestAgentRunEgress(t *testing.T) {
 	t.Parallel()
+	agentRunEgress(t)
+}
+
+// TestAgentRunEgressGVisor is TestAgentRunEgress on the gvisor runtime
+// (--runtime gvisor): the same egress through the host's proxy, and the
+// run records the runtime it got.
+func TestAgentRunEgressGVisor(t *testing.T) {
+	t.Parallel()
+	needGVisor(t)
+	agentRunEgress(t, "--runtime", "gvisor")
+}
+
+// needGVisor skips t where the gvisor runtime cannot run.
+func needGVisor(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("gvisor runtime: needs root")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("gvisor runtime: runsc is not installed (scripts/ci-deps.sh installs it)")
+	}
+}
+
+func agentRunEgress(t *testing.T, flags ...string) {
 	h := newHome(t)
 	needTool(t, "curl")
 	pol := h.writePolicy(t, up.policy(policyOptions{echoMethods: "GET"}))
@@ -33,7 +59,7 @@ turns:
 	if err := os.WriteFile(sp, []byte(script), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := h.airlock(t, "", "run", "--script", sp, "--policy", pol, "fetch a page")
+	r := h.airlock(t, "", append(append([]string{"run", "--script", sp, "--policy", pol}, flags...), "fetch a page")...)
 	if r.code != 0 {
 		t.Fatalf("airlock run failed\n%s", r)
 	}
@@ -75,6 +101,9 @@ turns:
 	}
 	if v := h.airlock(t, "", "runs", "verify", run.ID); v.code != 0 {
 		t.Errorf("the log with egress decisions does not verify\n%s", v)
+	}
+	if slices.Contains(flags, "gvisor") && !strings.Contains(evs.stdout, `"backend":"gvisor"`) {
+		t.Errorf("the run's log does not record the gvisor runtime its sandbox got\n%s", evs.stdout)
 	}
 	up.echo.saw(t, echoName, "GET", "/agent-allowed")
 	up.echo.neverSaw(t, "/agent-denied")

@@ -53,6 +53,9 @@ type Config struct {
 	// resumed or recovered run, on this host or another, gets the same
 	// image.
 	Image string `json:"image,omitempty"`
+	// Runtime isolates every sandbox of the run (sandbox.RuntimeNative,
+	// the default, or sandbox.RuntimeGVisor): the policy's sandbox.runtime.
+	Runtime string `json:"runtime,omitempty"`
 	// Template, when set, is the stored template the run's sandboxes
 	// start from (its image, environment, limits and policy are in the
 	// other fields): the run records its name, version and hash; its
@@ -368,6 +371,9 @@ func (c Config) Validate() error {
 	if c.RootFS != "" && !filepath.IsAbs(c.RootFS) {
 		errs = append(errs, fmt.Errorf("rootfs %q is not an absolute path", c.RootFS))
 	}
+	if !sandbox.ValidRuntime(c.Runtime) {
+		errs = append(errs, fmt.Errorf("runtime %q: want native or gvisor", c.Runtime))
+	}
 	if c.RootFS != "" && c.Image != "" {
 		errs = append(errs, errors.New("rootfs and image exclude each other"))
 	}
@@ -520,6 +526,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		Limits:            Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},
 		RootFS:            doc.Sandbox.RootFS,
 		Image:             doc.Sandbox.Image,
+		Runtime:           doc.Sandbox.Runtime,
 	}
 	main := SandboxConfig{Name: DefaultSandbox}
 	if ws := doc.Sandbox.Workspace; ws.Source != "" {

@@ -207,6 +207,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sc.mode()
 	}
 	spec.RootFS = cfg.RootFS
+	spec.Runtime = cfg.Runtime
 	if cfg.Image != "" {
 		if d.e.o.Images == nil {
 			return fmt.Errorf("image %s: this host has no image store", cfg.Image)

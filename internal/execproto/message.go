@@ -107,6 +107,16 @@ type Setup struct {
 	// always. Only with WritableRoot: an image build's steps chown and
 	// switch users as package managers do.
 	RootCaps []string `json:"root_caps,omitempty"`
+	// GVisor says the sandbox runs under gVisor (runsc), whose OCI bundle
+	// has built the file system (root, /workspace, mounts, the proxy
+	// socket at its path, /proc, /dev), the namespaces and the loopback.
+	// The executor adds what runs inside it: the generated /etc, users,
+	// rlimits, the proxy forwarder on ProxyAddr, capabilities and seccomp.
+	// No source is given as a descriptor or host path.
+	GVisor bool `json:"gvisor,omitempty"`
+	// Account, under gVisor, is the unprivileged user the generated
+	// /etc/passwd lists beside User (root there), with its home made.
+	Account *User `json:"account,omitempty"`
 }
 
 // RootCapabilities are the capabilities Setup.RootCaps may name: docker's
@@ -200,6 +210,9 @@ func (s *Setup) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if s.GVisor {
+		return s.validateGVisor()
+	}
 	add(source("root", s.RootFD, s.RootPath, true))
 	switch {
 	case len(s.Layers) > 0 && len(s.LayerPaths) > 0:
@@ -269,6 +282,27 @@ func CheckRootCaps(caps []string, writableRoot bool) error {
 		}
 	}
 	return nil
+}
+
+// validateGVisor checks a Setup for gVisor: the runtime mounted every
+// source, so none may be given.
+func (s *Setup) validateGVisor() error {
+	var errs []error
+	if s.RootFD != 0 || s.RootPath != nil || len(s.Layers) > 0 || len(s.LayerPaths) > 0 || s.Workspace.FD != 0 || s.Workspace.Source != nil || s.ProxyFD != 0 || s.ProxyPath != nil || len(s.Mounts) > 0 || len(s.SystemDirs) > 0 {
+		errs = append(errs, errors.New("gvisor: a source given to the executor (the runtime mounts them)"))
+	}
+	switch s.Workspace.Mode {
+	case WorkspaceEmpty, "", WorkspaceCOW, WorkspaceRO, WorkspaceRW:
+	default:
+		errs = append(errs, fmt.Errorf("workspace: unknown mode %.20q", s.Workspace.Mode))
+	}
+	if s.DiskBytes < 0 || s.ShmBytes < 0 {
+		errs = append(errs, errors.New("negative size"))
+	}
+	if len(s.RootCaps) > 0 {
+		errs = append(errs, errors.New("gvisor: root capabilities (image builds) are not run under gVisor"))
+	}
+	return errors.Join(errs...)
 }
 
 // User is a sandbox user.

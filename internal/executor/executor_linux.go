@@ -30,6 +30,14 @@ func Main(args []string) int {
 		fmt.Printf("airlock-exec protocol %d\n", execproto.Version) //nolint:forbidigo // Main is airlock-exec's main (cmd/airlock-exec only calls it): the version is the command's answer on stdout
 		return 0
 	}
+	if len(args) > 1 && args[1] == "gvisor" {
+		// runsc hands a container only its stdio: the host gives the
+		// control socket as stdin, and it moves to ControlFD.
+		if err := controlFromStdin(); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-exec: control socket:", err)
+			return 1
+		}
+	}
 	if os.Getpid() != 1 {
 		fmt.Fprintln(os.Stderr, "airlock-exec: runs only as PID 1 of a sandbox started by airlock")
 		return 2
@@ -146,7 +154,11 @@ func (e *executor) start(conn io.Reader) error {
 	// Every thread must carry the same restrictions: keep setup on one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	layers, up, err := setup(&e.setup)
+	setupFn := setup
+	if e.setup.GVisor {
+		setupFn = setupGVisor
+	}
+	layers, up, err := setupFn(&e.setup)
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
@@ -160,7 +172,7 @@ func (e *executor) start(conn io.Reader) error {
 	e.uidNames, e.gidNames = idNames(e.users)
 	e.path = sandboxPath()
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
-	if e.setup.ProxyFD != 0 {
+	if e.proxied() {
 		if err := e.startProxy(); err != nil {
 			return fmt.Errorf("proxy forwarder: %w", err)
 		}
@@ -252,10 +264,17 @@ func dropThreadCapabilities(keep map[int]bool) error {
 			continue
 		}
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) && c > unix.CAP_SETFCAP {
+				// A kernel that knows fewer capabilities than x/sys
+				// (gVisor's ends before CAP_CHECKPOINT_RESTORE):
+				// those it lacks cannot be held.
+				break
+			}
 			return fmt.Errorf("drop capability %d: %w", c, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+	// gVisor has no ambient set (EINVAL): there is nothing to clear.
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	return clearInheritable()

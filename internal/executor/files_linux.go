@@ -355,11 +355,44 @@ var errFsid = errors.New("set file-system identity")
 func setfsid(uid, gid int) error {
 	// setfsgid first: once the fsuid is not 0 the thread may lose the
 	// capability to change its fsgid.
-	if err := unix.Setfsgid(gid); err != nil {
+	if err := unix.Setfsgid(gid); errors.Is(err, unix.ENOSYS) {
+		return setEffectiveIDs(uid, gid)
+	} else if err != nil {
 		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see above)
 	}
 	if err := unix.Setfsuid(uid); err != nil {
 		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see above)
 	}
 	return nil
+}
+
+// setEffectiveIDs is setfsid where the kernel has no setfsuid (gVisor's):
+// it sets the thread's effective ids and keeps the real and saved ones (0),
+// which let it change back. The raw system calls change this thread only,
+// as setfsuid does (syscall.Setresuid would change every thread). Going
+// back to root, the uid changes first: only root may change the gid.
+func setEffectiveIDs(uid, gid int) error {
+	keep := ^uintptr(0) // -1: unchanged
+	setgid := func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+			return fmt.Errorf("%w: setresgid: %v", errFsid, e) //nolint:errorlint // the errno is not the file operation's (see setfsid)
+		}
+		return nil
+	}
+	setuid := func() error {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+			return fmt.Errorf("%w: setresuid: %v", errFsid, e) //nolint:errorlint // the errno is not the file operation's (see setfsid)
+		}
+		return nil
+	}
+	if uid == 0 {
+		if err := setuid(); err != nil {
+			return err
+		}
+		return setgid()
+	}
+	if err := setgid(); err != nil {
+		return err
+	}
+	return setuid()
 }

@@ -147,7 +147,7 @@ func (e *executor) commandEnv(env []string, u execproto.User, tty bool) []string
 	if tty {
 		add("TERM", "xterm-256color")
 	}
-	if e.setup.ProxyFD != 0 {
+	if e.proxied() {
 		proxy := "http://" + e.setup.ProxyAddr
 		for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 			add(k, proxy)

@@ -184,7 +184,7 @@ func (x *mcpBoxes) Create(ctx context.Context, p auth.Principal, req mcp.CreateR
 func SandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
 	sb := doc.Sandbox
 	d := sandboxcli.Defaults{
-		RootFS: sb.RootFS, Workspace: sb.Workspace.Source, WorkspaceMode: sb.Workspace.Mode,
+		RootFS: sb.RootFS, Workspace: sb.Workspace.Source, WorkspaceMode: sb.Workspace.Mode, Runtime: sb.Runtime,
 		Limits: sandbox.Limits{
 			MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
 			RequireHard: sb.RequireHardLimits,

@@ -29,7 +29,16 @@ type Sandbox struct {
 	// RequireHardLimits makes sandbox creation fail when the machine cannot
 	// enforce the memory, pids or CPU limit (default true).
 	RequireHardLimits bool `yaml:"require_hard_limits"`
+	// Runtime isolates the sandboxes: RuntimeNative (default, empty) or
+	// RuntimeGVisor.
+	Runtime string `yaml:"runtime,omitempty"`
 }
+
+// The sandbox runtimes.
+const (
+	RuntimeNative = "native" // namespaces, seccomp, Landlock, cgroups on the host's kernel (default)
+	RuntimeGVisor = "gvisor" // gVisor (runsc): system calls reach gVisor's kernel, not the host's
+)
 
 // The workspace modes.
 const (
@@ -230,6 +239,12 @@ func (s *Sandbox) validate(p *problems) {
 	if s.Workspace.Source != "" && !absPath(s.Workspace.Source) {
 		p.add("sandbox.workspace.source", "an absolute host directory, or empty for an empty workspace",
 			"%q is not an absolute path", shorten(s.Workspace.Source))
+	}
+	switch s.Runtime {
+	case "", RuntimeNative, RuntimeGVisor:
+	default:
+		p.add("sandbox.runtime", "native isolates with namespaces, seccomp and Landlock on the host's kernel; gvisor runs the sandbox on gVisor's kernel (runsc)",
+			"%q is not one of native, gvisor", shorten(s.Runtime))
 	}
 	switch s.Workspace.Mode {
 	case WorkspaceCOW, WorkspaceRO, WorkspaceRW:

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -211,8 +212,12 @@ func TestParseDocumentErrors(t *testing.T) {
 			"policy: budgets: merge keys (<<) are not supported here (line 2; hint: write the keys out)",
 		},
 		{
+			"unknown runtime", "sandbox:\n  runtime: kata\n",
+			`policy: sandbox.runtime: "kata" is not one of native, gvisor (line 2; hint: native isolates with namespaces, seccomp and Landlock on the host's kernel; gvisor runs the sandbox on gVisor's kernel (runsc))`,
+		},
+		{
 			"section not a mapping", "sandbox: [a]\n",
-			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits)",
+			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime)",
 		},
 		{
 			"list not a list", "artifacts: a.txt\n",
@@ -736,5 +741,25 @@ func TestSandboxImage(t *testing.T) {
 	}
 	if strings.Contains(string(Default().Canonical()), "image:") {
 		t.Errorf("the default's canonical form names an image:\n%s", Default().Canonical())
+	}
+}
+
+// TestParseRuntime: sandbox.runtime names the runtime, and a document
+// that names none keeps its canonical form (and hash) of before the field.
+func TestParseRuntime(t *testing.T) {
+	for _, r := range []string{RuntimeNative, RuntimeGVisor} {
+		doc, err := Parse([]byte("sandbox:\n  runtime: " + r + "\n"))
+		if err != nil {
+			t.Fatalf("Parse(runtime: %s) = %v", r, err)
+		}
+		if doc.Sandbox.Runtime != r {
+			t.Errorf("Parse(runtime: %s).Sandbox.Runtime = %q", r, doc.Sandbox.Runtime)
+		}
+		if !bytes.Contains(doc.Canonical(), []byte("runtime: "+r)) {
+			t.Errorf("Canonical() of runtime %s does not keep it:\n%s", r, doc.Canonical())
+		}
+	}
+	if bytes.Contains(Default().Canonical(), []byte("runtime")) {
+		t.Errorf("the default document's canonical form names a runtime:\n%s", Default().Canonical())
 	}
 }

@@ -132,6 +132,24 @@ type Spec struct {
 	// for clients that expect another account; the zero value is the
 	// user sandbox with the home /home/sandbox.
 	Account Account
+	// Runtime isolates the sandbox: RuntimeNative (the default, empty) or
+	// RuntimeGVisor. A backend refuses a runtime it cannot give.
+	Runtime string
+}
+
+// Runtimes: what isolates a sandbox.
+const (
+	// RuntimeNative is Linux namespaces, seccomp, Landlock and cgroups on
+	// the host's kernel.
+	RuntimeNative = "native"
+	// RuntimeGVisor is gVisor (runsc): the sandbox's system calls reach
+	// gVisor's user-space kernel, not the host's.
+	RuntimeGVisor = "gvisor"
+)
+
+// ValidRuntime reports whether r names a runtime ("" is the default).
+func ValidRuntime(r string) bool {
+	return r == "" || r == RuntimeNative || r == RuntimeGVisor
 }
 
 // Account is the unprivileged sandbox user as a client expects to find
@@ -248,6 +266,9 @@ func (s *Spec) Validate() error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			errs = append(errs, fmt.Errorf("environment entry %q: want KEY=VALUE", e))
 		}
+	}
+	if !ValidRuntime(s.Runtime) {
+		errs = append(errs, fmt.Errorf("runtime %q: want native or gvisor", s.Runtime))
 	}
 	switch s.Network {
 	case "", NetworkNone:

@@ -81,6 +81,8 @@ func TestParse(t *testing.T) {
 			"--soft-limits", "--timeout", "5s", "--max-output", "1M", "--json", "-i", "--", "sh", "-c", "echo --json",
 		}, true},
 		{[]string{"sandbox", "run", "--memory=1G", "--env=A=1", "--", "true"}, true},
+		{[]string{"sandbox", "run", "--runtime", "gvisor", "--", "true"}, true},
+		{[]string{"sandbox", "run", "--runtime=native", "--", "true"}, true},
 		{[]string{"sandbox", "run", "--network", "proxy", "--proxy-socket", "/p.sock", "--", "true"}, true},
 		{[]string{"sandbox", "exec", "sb-1", "--", "ls", "-la"}, true},
 		{[]string{"sandbox", "exec", "-i", "-t", "-w", "/tmp", "--user", "1000", "-e", "A=1", "--timeout", "1m", "sb-1", "--", "ls"}, true},

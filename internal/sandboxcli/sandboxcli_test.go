@@ -3,6 +3,8 @@ package sandboxcli
 import (
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 func TestFast(t *testing.T) {
@@ -72,6 +74,7 @@ func TestSpec(t *testing.T) {
 		{"missing rootfs", SpecFlags{Rootfs: "/nonexistent/root"}, false, "--rootfs /nonexistent/root: stat"},
 		{"missing mount source", SpecFlags{Mount: []string{"/nonexistent/src:/src"}}, false, "--mount /nonexistent/src:/src: stat"},
 		{"workspace and mount", SpecFlags{Workspace: "/tmp", Mount: []string{"/tmp:/src:rw"}}, false, ""},
+		{"unknown runtime", SpecFlags{Runtime: "kata"}, false, `runtime "kata": want native or gvisor`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,6 +88,19 @@ func TestSpec(t *testing.T) {
 				t.Errorf("limits = %+v, want the defaults %+v", s.Limits, BuiltinDefaults.Limits)
 			}
 		})
+	}
+	// --runtime wins over the policy's sandbox.runtime, which is the default.
+	d := BuiltinDefaults
+	d.Runtime = sandbox.RuntimeGVisor
+	for _, c := range []struct {
+		flag string
+		d    Defaults
+		want string
+	}{{"", BuiltinDefaults, ""}, {"", d, "gvisor"}, {"native", d, "native"}, {"gvisor", BuiltinDefaults, "gvisor"}} {
+		s, err := (&SpecFlags{Runtime: c.flag}).Spec(c.d, false)
+		if err != nil || s.Runtime != c.want {
+			t.Errorf("--runtime %q over policy runtime %q: Spec().Runtime = %q, %v; want %q", c.flag, c.d.Runtime, s.Runtime, err, c.want)
+		}
 	}
 	s, err := (&SpecFlags{SoftLimits: true, Pids: 7}).Spec(BuiltinDefaults, false)
 	if err != nil || s.Limits.RequireHard || s.Limits.Pids != 7 {

@@ -19,6 +19,9 @@ type Defaults struct {
 	WorkspaceMode string
 	Mounts        []sandbox.Mount
 	Limits        sandbox.Limits
+	// Runtime isolates the sandbox (sandbox.RuntimeNative or
+	// sandbox.RuntimeGVisor; empty is native).
+	Runtime string
 	// CommandTimeout and Output bound one command (Output 0: 16M).
 	CommandTimeout time.Duration
 	Output         int64
@@ -50,6 +53,7 @@ type SpecFlags struct {
 	Rootfs        string   `help:"Template root filesystem (unpacked image) instead of the host's system directories." placeholder:"DIR"`
 	User          string   `help:"User inside the sandbox, name or uid (default: the unprivileged sandbox user)." placeholder:"NAME|UID"`
 	SoftLimits    bool     `help:"Run even where memory, pids and CPU limits cannot be enforced (never the default)."`
+	Runtime       string   `help:"What isolates the sandbox: native (namespaces, seccomp, Landlock on the host's kernel) or gvisor (gVisor's kernel, runsc; airlock doctor says whether it works here). Default: the policy's sandbox.runtime, native." enum:",native,gvisor" default:""`
 }
 
 // Spec turns the flags into a sandbox spec, reporting every bad value. The
@@ -83,6 +87,10 @@ func (f *SpecFlags) Spec(d Defaults, egress bool) (sandbox.Spec, error) {
 		}
 	} else if f.WorkspaceMode != "" && f.WorkspaceMode != sandbox.WorkspaceCOW {
 		errs = append(errs, fmt.Errorf("--workspace-mode %s needs --workspace", f.WorkspaceMode))
+	}
+	s.Runtime = f.Runtime
+	if s.Runtime == "" {
+		s.Runtime = d.Runtime
 	}
 	if s.Network == "" && f.ProxySocket != "" {
 		s.Network = sandbox.NetworkProxy

@@ -43,6 +43,9 @@ type Config struct {
 	// short-lived command line is small, and forks itself faster than it
 	// would start a helper.
 	Spawner bool
+	// Runsc is the runsc binary of the gvisor runtime; empty means runsc
+	// from PATH.
+	Runsc string
 }
 
 // DefaultUIDSlotDir holds root mode's uid-range locks: on a tmpfs that a
@@ -220,6 +223,14 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 			sb.teardown()
 		}
 	}()
+	if spec.Runtime == sandbox.RuntimeGVisor {
+		if err := b.createGVisor(ctx, sb, spec, tr); err != nil {
+			return nil, err
+		}
+		sb.watch()
+		b.log.Info("sandbox created", "sandbox_id", id, "runtime", "gvisor", "pid", sb.proc.pid)
+		return sb, nil
+	}
 	if err := sb.reserve(spec, tr); err != nil {
 		return nil, err
 	}
@@ -256,7 +267,7 @@ func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
 		}
 	}
 	sb.spec = spec
-	if b.root {
+	if b.root && spec.Runtime != sandbox.RuntimeGVisor {
 		var err error
 		if sb.slot, sb.base, err = b.uids.acquire(sb.id); err != nil {
 			return err
@@ -525,10 +536,11 @@ func (b *Backend) Live() (map[string]bool, error) { return b.ids.live() }
 // locks, so every cgroup it sees has a lock that is either still held (the
 // group is skipped) or free for good. Lock files nobody holds are removed.
 func (b *Backend) GC() ([]string, error) {
+	gv := b.gcGVisor()
 	m, err := b.cgroups()
 	if err != nil {
 		b.ids.sweep()
-		return nil, nil // no cgroups, nothing to collect
+		return gv, nil // no cgroups, nothing more to collect
 	}
 	all, err := m.List()
 	if err != nil {
@@ -539,7 +551,7 @@ func (b *Backend) GC() ([]string, error) {
 	b.mu.Lock()
 	names := slices.DeleteFunc(all, func(n string) bool { return b.mine[n] })
 	b.mu.Unlock()
-	var cleaned []string
+	cleaned := gv
 	var errs []error
 	for _, n := range names {
 		if b.ids.isLive(n) {

@@ -1,7 +1,18 @@
 package linux
 
+import "github.com/airlockrun/airlock/internal/sandbox"
+
 // IdmapsMade reports how many id-map namespaces b has made.
 func IdmapsMade(b *Backend) int64 { return b.idmaps.made.Load() }
 
 // ExecutorPID returns the host pid of sb's executor.
 func ExecutorPID(sb *Sandbox) int { return sb.proc.pid }
+
+// GVisorBundle writes the OCI bundle of a gvisor sandbox of spec into dir
+// and returns the runsc flags it needs.
+func GVisorBundle(b *Backend, dir string, spec sandbox.Spec) ([]string, error) {
+	return b.gvisorBundle(dir, &spec)
+}
+
+// GVisorExecutor is where the executor is bound inside a gvisor sandbox.
+const GVisorExecutor = gvisorExecutor

@@ -37,6 +37,9 @@ type Sandbox struct {
 	// layerLocks hold the image layers' shared locks (lockLayers) until
 	// teardown.
 	layerLocks []*os.File
+	// gvisor is a gvisor sandbox's state directory (bundle, runsc's
+	// state), and runsc its runsc binary; empty for a native sandbox.
+	gvisor, runsc string
 
 	done     chan struct{} // closed when the sandbox is gone
 	doneOnce sync.Once
@@ -71,6 +74,9 @@ func (s *Sandbox) makeCgroup() error {
 	pids := l.Pids
 	if pids > 0 {
 		pids += pidsReserve
+		if s.spec.Runtime == sandbox.RuntimeGVisor {
+			pids = l.Pids + gvisorPidsReserve
+		}
 	}
 	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: pids, CPUs: l.CPUs}, want && l.RequireHard)
 	if err != nil {
@@ -134,7 +140,11 @@ func (s *Sandbox) Done() <-chan struct{} { return s.done }
 
 // Info describes the sandbox.
 func (s *Sandbox) Info() sandbox.Info {
-	return sandbox.Info{ID: s.id, Backend: "linux", Created: s.created, Workspace: s.spec.Workspace, Layers: append([]string(nil), s.layers...)}
+	backend := "linux"
+	if s.spec.Runtime == sandbox.RuntimeGVisor {
+		backend = sandbox.RuntimeGVisor
+	}
+	return sandbox.Info{ID: s.id, Backend: backend, Created: s.created, Workspace: s.spec.Workspace, Layers: append([]string(nil), s.layers...)}
 }
 
 // Destroy kills everything in the sandbox and removes what it left.
@@ -171,6 +181,7 @@ func (s *Sandbox) teardown() {
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
+	s.teardownGVisor()
 	if s.cg != nil {
 		if err := s.cg.Destroy(); err != nil {
 			s.b.log.Warn("remove sandbox cgroup", "sandbox_id", s.id, "err", err)

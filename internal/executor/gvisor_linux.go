@@ -1,0 +1,110 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// controlFromStdin moves the control socket from descriptor 0, where runsc
+// hands it over, to execproto.ControlFD, and puts /dev/null in its place.
+func controlFromStdin() error {
+	if err := unix.Dup3(0, execproto.ControlFD, unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	null, err := unix.Open("/dev/null", unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	if null != 0 {
+		if err := unix.Dup3(null, 0, 0); err != nil {
+			return err
+		}
+		unix.Close(null)
+	}
+	return nil
+}
+
+// setupGVisor is setup under gVisor (execproto.Setup.GVisor): runsc built
+// the root, /workspace, the mounts, /proc, /dev and the namespaces from the
+// host's OCI bundle, and gVisor's kernel stands between the sandbox and the
+// host's. What is left is the generated /etc, which the bundle leaves to the
+// executor as an empty tmpfs. The layers it reports are those the bundle
+// and gVisor enforce.
+func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
+	none := uppers{ws: -1, root: -1}
+	if err := s.Validate(); err != nil {
+		return nil, none, err
+	}
+	root := "rootfs:template"
+	if _, err := os.Lstat("/etc/passwd"); errors.Is(err, os.ErrNotExist) {
+		// The host's root: the bundle left /etc an empty tmpfs (but for
+		// the host's certificates bound in). A template root keeps its own.
+		root = "rootfs:host-ro"
+		etc := *s
+		if s.Account != nil {
+			etc.User = *s.Account // listed beside root
+		}
+		if err := writeEtc("/etc", &etc); err != nil {
+			return nil, none, fmt.Errorf("/etc: %w", err)
+		}
+		// Nothing in the sandbox may change the generated /etc. gVisor
+		// cannot remount it read-only, so nobody owns it: commands, root
+		// included, run without capabilities and cannot write or chmod it.
+		if err := chownEtc("/etc"); err != nil {
+			return nil, none, fmt.Errorf("/etc: %w", err)
+		}
+	}
+	if a := s.Account; a != nil && a.Home != s.WorkspaceAlias {
+		if err := os.MkdirAll(a.Home, 0o700); err != nil {
+			return nil, none, fmt.Errorf("home: %w", err)
+		}
+		if err := os.Chown(a.Home, a.UID, a.GID); err != nil {
+			return nil, none, fmt.Errorf("home: %w", err)
+		}
+	}
+	if a := s.WorkspaceAlias; a != "" {
+		// The same mount, as natively: a path below either is one file.
+		if err := os.MkdirAll(a, 0o755); err != nil {
+			return nil, none, fmt.Errorf("workspace at %s: %w", a, err)
+		}
+		if err := unix.Mount(workspacePath, a, "", unix.MS_BIND, ""); err != nil {
+			return nil, none, fmt.Errorf("workspace at %s: %w", a, err)
+		}
+	}
+	mode := s.Workspace.Mode
+	if mode == "" {
+		mode = execproto.WorkspaceEmpty
+	}
+	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
+}
+
+// proxied says whether the sandbox has the egress proxy: its socket was
+// bound in by the executor (ProxyFD) or, under gVisor, by the runtime.
+func (e *executor) proxied() bool {
+	return e.setup.ProxyFD != 0 || (e.setup.GVisor && e.setup.ProxyAddr != "")
+}
+
+// nobodyID owns the generated /etc under gVisor.
+const nobodyID = 65534
+
+// chownEtc gives the generated files of etc, and etc itself, to nobody.
+func chownEtc(etc string) error {
+	ents, err := os.ReadDir(etc)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			if err := os.Lchown(filepath.Join(etc, e.Name()), nobodyID, nobodyID); err != nil {
+				return err
+			}
+		}
+	}
+	return os.Lchown(etc, nobodyID, nobodyID)
+}

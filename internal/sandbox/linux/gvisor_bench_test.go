@@ -1,0 +1,131 @@
+package linux_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+)
+
+// The gvisor runtime's benchmarks, each beside its reference in one run
+// (bench/gvisor.sh prints the ratios):
+//
+//	go test -run=NONE -bench='GVisor' -benchtime=10x ./internal/sandbox/linux/
+
+// BenchmarkGVisorStart is a gvisor sandbox's cold start to the executor's
+// handshake (Create), beside runsc=true: `runsc run` of the same bundle with
+// /bin/true as its process, the floor gVisor sets.
+func BenchmarkGVisorStart(b *testing.B) {
+	needGVisor(b)
+	be := benchBackend(b)
+	ctx := context.Background()
+	spec := sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.DefaultLimits}
+	b.Run("runtime=gvisor", func(b *testing.B) {
+		for b.Loop() {
+			sb, err := be.Create(ctx, spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			_ = sb.Destroy(ctx)
+			b.StartTimer()
+		}
+	})
+	b.Run("runsc=true", func(b *testing.B) {
+		dir := b.TempDir()
+		bundle := filepath.Join(dir, "bundle")
+		flags, err := linux.GVisorBundle(be, bundle, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfgPath := filepath.Join(bundle, "config.json")
+		data, err := os.ReadFile(cfgPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(data, &cfg); err != nil {
+			b.Fatal(err)
+		}
+		cfg["process"].(map[string]any)["args"] = []string{"/bin/true"}
+		if data, err = json.Marshal(cfg); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		i := 0
+		for b.Loop() {
+			i++
+			args := append([]string{"--root", filepath.Join(dir, "state")}, flags...)
+			args = append(args, "run", "--bundle", bundle, "bench-"+strconv.Itoa(i))
+			if out, err := exec.Command("runsc", args...).CombinedOutput(); err != nil {
+				b.Fatalf("runsc run: %v: %s", err, out)
+			}
+		}
+	})
+}
+
+// BenchmarkGVisorExec is BenchmarkExec per runtime: one command through
+// the protocol into a running sandbox.
+func BenchmarkGVisorExec(b *testing.B) {
+	needGVisor(b)
+	be := benchBackend(b)
+	ctx := context.Background()
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		b.Run("runtime="+rt, func(b *testing.B) {
+			sb, err := be.Create(ctx, sandbox.Spec{Runtime: rt, Limits: sandbox.DefaultLimits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Destroy(ctx)
+			for b.Loop() {
+				if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
+					b.Fatalf("run: %+v %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkGVisorIdleMemory reports the host memory an idle sandbox of each
+// runtime holds: its cgroup's charge (MiB/sandbox) after it started and ran
+// one command.
+func BenchmarkGVisorIdleMemory(b *testing.B) {
+	needGVisor(b)
+	be := benchBackend(b)
+	ctx := context.Background()
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		b.Run("runtime="+rt, func(b *testing.B) {
+			var total float64
+			n := 0
+			for b.Loop() {
+				sb, err := be.Create(ctx, sandbox.Spec{Runtime: rt, Limits: sandbox.DefaultLimits})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
+					b.Fatalf("run: %+v %v", r, err)
+				}
+				m, ok := sb.(sandbox.Measurer)
+				if !ok {
+					b.Fatal("sandbox is no Measurer")
+				}
+				met, err := m.Measure()
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += float64(met.Memory) / (1 << 20)
+				n++
+				_ = sb.Destroy(ctx)
+			}
+			b.ReportMetric(total/float64(n), "MiB/sandbox")
+		})
+	}
+}

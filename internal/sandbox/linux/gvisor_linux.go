@@ -1,0 +1,420 @@
+package linux
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// The gvisor runtime (sandbox.RuntimeGVisor) runs the same executor as PID 1
+// of a gVisor sandbox: runsc runs an OCI bundle the backend writes from the
+// sandbox's Spec, and gVisor's user-space kernel stands between everything
+// in the sandbox and the host's kernel. What the native runtime builds with
+// namespaces and mounts (the read-only host root, /workspace, mounts, /tmp,
+// the proxy socket) the bundle describes, and runsc's gofer serves. The
+// backend keeps what it does for native sandboxes on the host side: the id
+// lock, the trust store, the cgroup (runsc and all its processes start in
+// it, so memory, pids and CPU are limited and the whole tree killed from
+// the host), the handshake and the lifetime. docs/gvisor.md has the
+// findings behind each choice.
+
+// gvisorExecutor is where the executor binary is bound, read-only, inside a
+// gvisor sandbox.
+const gvisorExecutor = "/.airlock/airlock-exec"
+
+// gvisorPidsReserve is how many host tasks a gvisor sandbox's cgroup allows
+// beyond Limits.Pids: runsc, its gofer and the sentry are Go programs with
+// threads of their own, and each task in the sandbox is a host task of
+// the ptrace platform. Inside, RLIMIT_NPROC stops the commands at Pids.
+const gvisorPidsReserve = 192
+
+// gvisorBoot bounds how long runsc may take to bring a sandbox up to the
+// executor's handshake.
+const gvisorBoot = 30 * time.Second
+
+// runscPath returns the runsc binary: Config.Runsc, or runsc from PATH.
+func (b *Backend) runscPath() (string, error) {
+	if b.cfg.Runsc != "" {
+		return b.cfg.Runsc, nil
+	}
+	p, err := exec.LookPath("runsc")
+	if err != nil {
+		return "", errors.New("gvisor runtime: runsc is not installed (apt-get install runsc)")
+	}
+	return p, nil
+}
+
+// gvisorState is where a gvisor sandbox's bundle and runsc's state live.
+func (b *Backend) gvisorState(id string) string {
+	return filepath.Join(b.cfg.StateDir, "gvisor", id)
+}
+
+// checkGVisorSpec refuses what the gvisor runtime cannot give: it fails
+// closed rather than run a sandbox that differs from its spec.
+func checkGVisorSpec(spec *sandbox.Spec) error {
+	var errs []error
+	if len(spec.Layers) > 0 {
+		errs = append(errs, errors.New("gvisor runtime: image roots (layers) are not supported yet; use the native runtime or a template root"))
+	}
+	cow := spec.Workspace != "" && (spec.WorkspaceMode == "" || spec.WorkspaceMode == sandbox.WorkspaceCOW)
+	if cow || spec.WritableRoot {
+		// A cow workspace or writable root is gVisor's in-memory overlay
+		// of every mount (--overlay2=all:memory), which a writable host
+		// mount cannot be part of.
+		if spec.WorkspaceMode == sandbox.WorkspaceRW {
+			errs = append(errs, errors.New("gvisor runtime: a writable root and a read-write workspace exclude each other"))
+		}
+		for _, m := range spec.Mounts {
+			if !m.ReadOnly {
+				errs = append(errs, fmt.Errorf("gvisor runtime: read-write mount %s with a copy-on-write workspace or root: not supported", m.Target))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ociSpec is the part of the OCI runtime spec (version 1.0.2) a bundle
+// needs.
+type ociSpec struct {
+	Version  string      `json:"ociVersion"`
+	Process  ociProcess  `json:"process"`
+	Root     ociRoot     `json:"root"`
+	Hostname string      `json:"hostname"`
+	Mounts   []ociMount  `json:"mounts"`
+	Linux    ociLinuxCfg `json:"linux"`
+}
+
+type ociProcess struct {
+	User         ociUser      `json:"user"`
+	Args         []string     `json:"args"`
+	Env          []string     `json:"env"`
+	Cwd          string       `json:"cwd"`
+	Capabilities ociCaps      `json:"capabilities"`
+	Rlimits      []ociRlimits `json:"rlimits,omitempty"`
+}
+
+type ociUser struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+}
+
+type ociCaps struct {
+	Bounding  []string `json:"bounding"`
+	Effective []string `json:"effective"`
+	Permitted []string `json:"permitted"`
+}
+
+type ociRlimits struct {
+	Type string `json:"type"`
+	Hard uint64 `json:"hard"`
+	Soft uint64 `json:"soft"`
+}
+
+type ociRoot struct {
+	Path     string `json:"path"`
+	Readonly bool   `json:"readonly"`
+}
+
+type ociMount struct {
+	Destination string   `json:"destination"`
+	Type        string   `json:"type"`
+	Source      string   `json:"source"`
+	Options     []string `json:"options,omitempty"`
+}
+
+type ociLinuxCfg struct {
+	Namespaces []ociNamespace `json:"namespaces"`
+}
+
+type ociNamespace struct {
+	Type string `json:"type"`
+}
+
+// executorCaps are the capabilities the executor starts with inside gVisor
+// (of gVisor's kernel, not the host's): enough to write the generated /etc,
+// change to the sandbox's users and drop every capability for its commands.
+var executorCaps = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_SYS_ADMIN",
+}
+
+// gvisorBundle writes the OCI bundle of a gvisor sandbox of spec (with the
+// trust store's mounts added) into dir and returns runsc's global flags
+// the bundle needs.
+func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error) {
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		return nil, fmt.Errorf("gvisor bundle: %w", err)
+	}
+	disk := spec.Limits.DiskBytes
+	if disk == 0 {
+		disk = sandbox.DefaultLimits.DiskBytes
+	}
+	tmpfs := func(dst, mode string) ociMount {
+		return ociMount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=" + mode, fmt.Sprintf("size=%d", disk)}}
+	}
+	bind := func(src, dst string, ro bool) ociMount {
+		o := []string{"rbind", "nosuid", "nodev"}
+		if ro {
+			o = append(o, "ro")
+		} else {
+			o = append(o, "rw")
+		}
+		return ociMount{Destination: dst, Type: "bind", Source: src, Options: o}
+	}
+	root := ociRoot{Path: rootfs, Readonly: true}
+	var mounts []ociMount
+	mounts = append(mounts, ociMount{Destination: "/proc", Type: "proc", Source: "proc"})
+	if spec.RootFS != "" {
+		root = ociRoot{Path: spec.RootFS, Readonly: !spec.WritableRoot}
+	} else {
+		for _, d := range existing(systemDirs) {
+			if target, err := os.Readlink(d); err == nil {
+				// Usr-merged links (/bin -> usr/bin) stay links.
+				if err := os.Symlink(target, filepath.Join(rootfs, strings.TrimPrefix(d, "/"))); err != nil && !errors.Is(err, os.ErrExist) {
+					return nil, fmt.Errorf("gvisor bundle: %w", err)
+				}
+				continue
+			}
+			mounts = append(mounts, bind(d, d, true))
+		}
+	}
+	if spec.RootFS == "" {
+		// The executor writes the generated /etc into this tmpfs (a
+		// template root keeps its own); the host's certificates and
+		// linker cache are bound over it.
+		mounts = append(mounts, ociMount{Destination: "/etc", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1048576"}})
+		for _, f := range existing(etcFiles) {
+			mounts = append(mounts, bind(f, f, true))
+		}
+	}
+	mounts = append(mounts,
+		tmpfs("/tmp", "1777"), tmpfs("/dev/shm", "1777"), tmpfs("/root", "700"),
+		ociMount{Destination: "/home", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", fmt.Sprintf("size=%d", disk)}},
+		bind(b.cfg.Executor, gvisorExecutor, true),
+	)
+	cow := false
+	switch {
+	case spec.Workspace == "":
+		mounts = append(mounts, tmpfs("/workspace", "1777"))
+	default:
+		mode := spec.WorkspaceMode
+		if mode == "" {
+			mode = sandbox.WorkspaceCOW
+		}
+		cow = mode == sandbox.WorkspaceCOW
+		mounts = append(mounts, bind(spec.Workspace, "/workspace", mode == sandbox.WorkspaceRO))
+	}
+	for _, m := range spec.Mounts {
+		mounts = append(mounts, bind(m.Source, m.Target, m.ReadOnly))
+	}
+	flags := []string{"--network=none", "--ignore-cgroups"}
+	if spec.Network == sandbox.NetworkProxy {
+		// The one host socket the sandbox may connect to: gVisor opens
+		// host sockets only with --host-uds, and only those bound in.
+		mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}},
+			bind(spec.ProxySocket, "/run/airlock/egress.sock", false))
+		flags = append(flags, "--host-uds=open")
+	}
+	if cow || spec.WritableRoot {
+		flags = append(flags, "--overlay2=all:memory")
+	}
+	oci := ociSpec{
+		Version: "1.0.2",
+		Process: ociProcess{
+			Args: []string{gvisorExecutor, "gvisor"}, Env: execproto.ExecutorEnv, Cwd: "/",
+			Capabilities: ociCaps{Bounding: executorCaps, Effective: executorCaps, Permitted: executorCaps},
+			Rlimits:      []ociRlimits{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root: root, Hostname: "airlock", Mounts: mounts,
+		Linux: ociLinuxCfg{Namespaces: []ociNamespace{{"pid"}, {"mount"}, {"ipc"}, {"uts"}, {"network"}}},
+	}
+	data, err := json.MarshalIndent(oci, "", "\t")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), data, 0o600); err != nil {
+		return nil, fmt.Errorf("gvisor bundle: %w", err)
+	}
+	return flags, nil
+}
+
+// createGVisor is Create's gvisor path: sb holds its id lock.
+func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Spec, tr *tracer) error {
+	if err := checkGVisorSpec(&spec); err != nil {
+		return err
+	}
+	runsc, err := b.runscPath()
+	if err != nil {
+		return err
+	}
+	if err := sb.reserve(spec, tr); err != nil {
+		return err
+	}
+	sb.gvisor = b.gvisorState(sb.id)
+	bundle := filepath.Join(sb.gvisor, "bundle")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return fmt.Errorf("gvisor state: %w", err)
+	}
+	flags, err := b.gvisorBundle(bundle, &sb.spec)
+	if err != nil {
+		return err
+	}
+	sb.runsc = runsc
+	tr.mark("bundle")
+	host, child, err := socketpair()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(sb.gvisor, "runsc.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		host.Close()
+		child.Close()
+		return fmt.Errorf("gvisor state: %w", err)
+	}
+	args := append([]string{"runsc", "--root", filepath.Join(sb.gvisor, "runsc")}, flags...)
+	args = append(args, "run", "--bundle", bundle, sb.id)
+	cmd := exec.Command(runsc)
+	cmd.Args = args
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	// runsc hands the container its stdio: stdin is the executor's end of
+	// the control socket.
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = child, logf, logf
+	sys := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setsid: true}
+	if fd := sb.cgroupFD(); fd >= 0 {
+		// runsc, its gofer and the sentry all start in the sandbox's
+		// cgroup: the host limits and kills them as one.
+		sys.UseCgroupFD = true
+		sys.CgroupFD = fd
+	}
+	cmd.SysProcAttr = sys
+	err = startOnParentThread(cmd)
+	child.Close()
+	logf.Close()
+	if err != nil {
+		host.Close()
+		return fmt.Errorf("start runsc: %w", err)
+	}
+	p := &proc{pid: cmd.Process.Pid, kill: cmd.Process.Kill, done: make(chan struct{}), close: func() {}}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+	sb.proc = p
+	if sb.cg != nil {
+		// The limits' hierarchies (v1 on a hybrid host) are joined here,
+		// as the native executor's are: runsc forks its gofer and sandbox
+		// only after its own runtime has started, so they inherit them.
+		if err := sb.cg.AddProc(p.pid); err != nil {
+			host.Close()
+			return fmt.Errorf("cgroup: %w", err)
+		}
+	}
+	tr.mark("start")
+	setup := newSetup(sb.spec.Limits, b.root)
+	// Commands run as root of gVisor's kernel by default, without
+	// capabilities, as in a rootless native sandbox: the host's files
+	// (workspace, mounts) keep their host owners inside, and root owns
+	// what the host's root made.
+	setup.User = execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"}
+	setup.GVisor = true
+	setup.Workspace.Mode = sb.spec.WorkspaceMode
+	if sb.spec.Workspace == "" {
+		setup.Workspace.Mode = execproto.WorkspaceEmpty
+	} else if setup.Workspace.Mode == "" {
+		setup.Workspace.Mode = execproto.WorkspaceCOW
+	}
+	if sb.spec.Network == sandbox.NetworkProxy {
+		setup.ProxyAddr = ProxyAddr
+	}
+	// The unprivileged account (uid 1000, renamed and rehomed as the
+	// spec says) exists beside root, for commands that ask for it.
+	acct := execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"}
+	if a := sb.spec.Account; a.Name != "" || a.Home != "" {
+		if a.Name != "" {
+			acct.Name = a.Name
+		}
+		acct.Home = a.HomeOf()
+	}
+	setup.Account = &acct
+	if sb.spec.Account.HomeIsWorkspace {
+		setup.WorkspaceAlias = sb.spec.Account.HomeOf()
+	}
+	bctx, cancel := context.WithTimeout(ctx, gvisorBoot)
+	defer cancel()
+	if err := sb.handshake(bctx, host, setup); err != nil {
+		if msg := sb.runscLog(); msg != "" {
+			return fmt.Errorf("%w (runsc: %s)", err, msg)
+		}
+		return err
+	}
+	tr.mark("handshake")
+	return nil
+}
+
+// runscLog returns the end of what runsc wrote, for an error message.
+func (sb *Sandbox) runscLog() string {
+	data, err := os.ReadFile(filepath.Join(sb.gvisor, "runsc.log"))
+	if err != nil {
+		return ""
+	}
+	s := strings.TrimSpace(string(data))
+	if len(s) > 500 {
+		s = s[len(s)-500:]
+	}
+	return s
+}
+
+// teardownGVisor removes what runsc keeps for sb once its processes are
+// killed: runsc's state of the container and the bundle.
+func (sb *Sandbox) teardownGVisor() {
+	if sb.gvisor == "" {
+		return
+	}
+	if sb.runsc != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, sb.runsc, "--root", filepath.Join(sb.gvisor, "runsc"), "delete", "--force", sb.id)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+		_ = cmd.Run() // nothing left to delete once runsc run is gone is fine
+	}
+	if err := os.RemoveAll(sb.gvisor); err != nil {
+		sb.b.log.Warn("remove gvisor state", "sandbox_id", sb.id, "err", err)
+	}
+}
+
+// gcGVisor removes the runsc state and bundles that gvisor sandboxes of
+// dead airlock processes left (their processes died with their owner; see
+// docs/gvisor.md) and returns their ids.
+func (b *Backend) gcGVisor() []string {
+	ents, err := os.ReadDir(filepath.Join(b.cfg.StateDir, "gvisor"))
+	if err != nil {
+		return nil
+	}
+	runsc, _ := b.runscPath()
+	var cleaned []string
+	for _, e := range ents {
+		id := e.Name()
+		b.mu.Lock()
+		mine := b.mine[id]
+		b.mu.Unlock()
+		if mine || b.ids.isLive(id) {
+			continue
+		}
+		sb := &Sandbox{b: b, id: id, gvisor: b.gvisorState(id), runsc: runsc}
+		sb.teardownGVisor()
+		cleaned = append(cleaned, id)
+	}
+	return cleaned
+}

@@ -1,0 +1,359 @@
+package linux_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+// needGVisor skips a test where the gvisor runtime cannot run: it needs
+// root (runsc without --rootless) and runsc.
+func needGVisor(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("gvisor runtime: needs root")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("gvisor runtime: runsc is not installed (scripts/ci-deps.sh installs it)")
+	}
+}
+
+// newGVisorBackend returns a backend for gvisor sandboxes, closed when the
+// test ends.
+func newGVisorBackend(t testing.TB) *linux.Backend {
+	t.Helper()
+	needGVisor(t)
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatalf("linux.New = %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func TestGVisorExec(t *testing.T) {
+	b := newGVisorBackend(t)
+	ws := t.TempDir()
+	if err := os.WriteFile(ws+"/in.txt", []byte("from host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandboxtest.Create(t, b, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Workspace: ws})
+	info := sb.Info()
+	if info.Backend != "gvisor" || !slices.Contains(info.Layers, "runtime:gvisor") {
+		t.Errorf("Info() = %+v, want backend gvisor with layer runtime:gvisor", info)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errb sandboxtest.SyncBuffer
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "cat /workspace/in.txt; echo new > /workspace/new.txt; cat /workspace/new.txt; hostname; uname -r"}, Stdout: &out, Stderr: &errb})
+	if err != nil || r.Outcome != sandbox.OutcomeExited || r.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v; stderr %q", r, err, errb.String())
+	}
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	hostRelease := unix.ByteSliceToString(uts.Release[:])
+	got := out.String()
+	if !strings.HasPrefix(got, "from host\nnew\nairlock\n") || strings.Contains(got, hostRelease) {
+		t.Errorf("output %q: want the workspace, its new file, hostname airlock and a kernel release other than the host's %s (gVisor's)", got, hostRelease)
+	}
+	// A cow workspace: the new file never reaches the host.
+	if _, err := os.Stat(ws + "/new.txt"); err == nil {
+		t.Errorf("a cow workspace's write reached the host")
+	}
+}
+
+// gvisorProcs returns the pids of the host's processes of the gvisor
+// sandboxes of state directory state: runsc and every process it starts
+// (gofer, sentry) are given runsc's state directory below it.
+func gvisorProcs(state string) []int {
+	return attackProcs(func(dir string) bool {
+		b, err := os.ReadFile(dir + "/cmdline")
+		return err == nil && strings.Contains(string(b), state+"/gvisor/")
+	})
+}
+
+// TestGVisorHostKill9: when the process that owns a gvisor sandbox is
+// killed with SIGKILL, runsc, its gofer and the sandbox end, and the
+// sandbox's cgroup is empty.
+func TestGVisorHostKill9(t *testing.T) {
+	needGVisor(t)
+	state := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(state) })
+	t.Cleanup(func() {
+		for _, pid := range gvisorProcs(state) {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	cmd, lines := attackStartHelper(t, nil, "TestGVisorHelperKill9", attackHelperEnv+"=gvkill9", attackStateEnv+"="+state)
+	waited := false
+	t.Cleanup(func() {
+		if !waited {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var id string
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			t.Fatal("helper ended before it was ready")
+		}
+		for _, f := range strings.Fields(l) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("helper did not get ready within 2 minutes")
+	}
+	if got := gvisorProcs(state); len(got) < 2 {
+		t.Fatalf("control: want runsc's processes of sandbox %s on the host, found pids %v", id, got)
+	}
+	groups := sandboxtest.CgroupDirs(filepath.Join(linux.CgroupParent(state), id))
+	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
+		t.Fatalf("kill helper: %v", err)
+	}
+	_ = cmd.Wait()
+	waited = true
+	if !attackPoll(10*time.Second, func() bool { return len(gvisorProcs(state)) == 0 }) {
+		t.Errorf("runsc processes %v of sandbox %s still run 10s after their owner was killed with SIGKILL", gvisorProcs(state), id)
+	}
+	// What runsc kept on disk for the sandbox is collected by GC.
+	gb, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gb.GC(); err != nil {
+		t.Errorf("GC = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(state, "gvisor", id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("GC left the runsc state of sandbox %s (stat: %v)", id, err)
+	}
+	for _, g := range groups {
+		var procs []byte
+		attackPoll(5*time.Second, func() bool {
+			var err error
+			procs, err = os.ReadFile(filepath.Join(g, "cgroup.procs"))
+			return err != nil || len(bytes.TrimSpace(procs)) == 0
+		})
+		if len(bytes.TrimSpace(procs)) > 0 {
+			t.Errorf("cgroup %s still has processes after its owner was killed: %q", g, procs)
+		}
+		t.Cleanup(func() { _ = unix.Rmdir(g) })
+	}
+}
+
+// TestGVisorHelperKill9 is the helper process of TestGVisorHostKill9.
+func TestGVisorHelperKill9(t *testing.T) {
+	if os.Getenv(attackHelperEnv) != "gvkill9" {
+		t.Skip("helper process of TestGVisorHostKill9")
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(context.Background())
+	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"sleep", "1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	attackHelperSay("ready id=%s", sb.ID())
+	time.Sleep(50 * time.Second)
+}
+
+// TestGVisorDestroy: Destroy ends runsc's processes and removes the
+// sandbox's state directory, and a memory limit holds from the host's
+// cgroup around runsc's processes.
+func TestGVisorDestroy(t *testing.T) {
+	needGVisor(t)
+	state := t.TempDir()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.Limits{MemoryBytes: 128 << 20, Pids: 64, CPUs: 1, RequireHard: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sb.Info().Layers, "cgroup:hybrid:memory") && !slices.Contains(sb.Info().Layers, "cgroup:v2:memory") {
+		t.Errorf("Info().Layers = %v, want a memory cgroup", sb.Info().Layers)
+	}
+	// Allocate past the limit: the host's cgroup ends it.
+	// At the limit the host's OOM killer ends the sentry, and with it the
+	// whole sandbox (docs/gvisor.md): the command's outcome is lost.
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"python3", "-c", "b = bytearray(300 << 20); print(len(b))"}, Timeout: 20 * time.Second})
+	if err != nil || r.Outcome != sandbox.OutcomeLost && r.Outcome != sandbox.OutcomeOOM {
+		t.Errorf("allocating 300 MiB under a 128 MiB limit: %+v, %v; want it ended by the limit (lost or oom)", r, err)
+	}
+	t.Logf("over the memory limit: %+v, %v", r, err)
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if got := gvisorProcs(state); len(got) > 0 {
+		t.Errorf("runsc processes %v left after Destroy", got)
+	}
+	if _, err := os.Stat(filepath.Join(state, "gvisor", sb.ID())); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state of sandbox %s left after Destroy (stat: %v)", sb.ID(), err)
+	}
+}
+
+// TestDoctorGVisor: doctor's runtime:gvisor line says whether a gvisor
+// sandbox runs here, and why not: it is never required.
+func TestDoctorGVisor(t *testing.T) {
+	needGVisor(t)
+	line := func() linux.Check {
+		for _, c := range linux.Doctor(executorPath) {
+			if c.Layer == "runtime:gvisor" {
+				return c
+			}
+		}
+		t.Fatal("doctor has no runtime:gvisor line")
+		return linux.Check{}
+	}
+	if c := line(); !c.OK || c.Required {
+		t.Errorf("runtime:gvisor = %+v, want ok and not required where runsc runs", c)
+	}
+	t.Setenv("PATH", t.TempDir()) // no runsc
+	if c := line(); c.OK || !strings.Contains(c.Detail, "runsc is not installed") {
+		t.Errorf("runtime:gvisor without runsc = %+v, want not ok, saying runsc is missing", c)
+	}
+}
+
+// TestGVisorAttacks runs the adversarial probes that apply to a gvisor
+// sandbox in one shared sandbox (each gvisor start takes seconds): host
+// environment, host files, writes outside the workspace, the executor's
+// binary, host processes, privileged operations and the host's loopback.
+func TestGVisorAttacks(t *testing.T) {
+	needGVisor(t)
+	name := "AIRLOCK_ATTACK_CANARY_" + strings.ToUpper(attackToken())
+	value := "canary-" + attackToken()
+	t.Setenv(name, value)
+	dir, err := os.MkdirTemp("", "airlock-attack-canary-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	canary := "airlock-canary-" + attackToken()
+	if err := os.WriteFile(filepath.Join(dir, canary), []byte("host secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var reached atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+	sb := sandboxtest.Create(t, newGVisorBackend(t), sandbox.Spec{Runtime: sandbox.RuntimeGVisor})
+	users := []string{"", "root", "1000"}
+
+	t.Run("HostEnv", func(t *testing.T) {
+		for _, u := range users {
+			res := attackRun(t, sb, u, `env; for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null; true`)
+			if strings.Contains(res.stdout+res.stderr, value) {
+				t.Errorf("user %q sees the host's environment variable %s", u, name)
+			}
+		}
+	})
+	t.Run("HostFiles", func(t *testing.T) {
+		res := attackRun(t, sb, "root", "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+" -print 2>/dev/null; cat /etc/shadow 2>&1; true")
+		// Control: find sees a file of the same name made inside.
+		ctl := attackMust(t, sb, "root", "mkdir -p /tmp/ctl && touch /tmp/ctl/"+canary+"-inside && find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+"-inside -print 2>/dev/null; true")
+		if ctl != "/tmp/ctl/"+canary+"-inside\n" {
+			t.Fatalf("control: find inside does not find a file made inside: %q", ctl)
+		}
+		if strings.Contains(res.stdout, canary) || strings.Contains(res.stdout, "root:$") {
+			t.Errorf("a host file is visible inside:\n%s", res.stdout)
+		}
+	})
+	t.Run("WriteOutsideWorkspace", func(t *testing.T) {
+		f := "airlock-attack-" + attackToken()
+		for _, p := range []string{"/usr/bin/" + f, "/bin/" + f, "/etc/" + f, "/" + f, "/opt/" + f, "/etc/passwd", "/etc/hostname", "/etc/ssl/" + f, linux.GVisorExecutor} {
+			for _, u := range users {
+				if res := attackRun(t, sb, u, "echo pwned >> "+p+" || chmod 777 "+p); res.ok() {
+					t.Errorf("user %q wrote or chmodded %s inside", u, p)
+				}
+			}
+		}
+		for _, p := range []string{"/usr/bin/" + f, "/etc/" + f, "/opt/" + f} {
+			if _, err := os.Lstat(p); err == nil {
+				t.Errorf("host %s exists after the attack", p)
+				os.Remove(p)
+			}
+		}
+	})
+	t.Run("HostProcesses", func(t *testing.T) {
+		exe := filepath.Base(os.Args[0])
+		out := attackMust(t, sb, "root", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null; kill -9 "+strconv.Itoa(os.Getpid())+" 2>&1; true")
+		if strings.Contains(out, exe) {
+			t.Errorf("the host test process is visible inside:\n%s", out)
+		}
+	})
+	t.Run("Privileged", func(t *testing.T) {
+		if res := attackRun(t, sb, "", "command -v unshare mount chroot"); !res.ok() {
+			t.Fatalf("control: unshare, mount or chroot missing inside: %v", res)
+		}
+		for _, script := range []string{"mount -t tmpfs none /tmp", "unshare -U true", "unshare -m true", "chroot / true"} {
+			for _, u := range users {
+				if res := attackRun(t, sb, u, script); res.ok() {
+					t.Errorf("user %q: %q succeeded inside", u, script)
+				}
+			}
+		}
+	})
+	t.Run("HostLoopback", func(t *testing.T) {
+		port := ln.Addr().(*net.TCPAddr).Port
+		if c, err := net.Dial("tcp4", ln.Addr().String()); err != nil {
+			t.Fatalf("control: the host cannot reach its own listener: %v", err)
+		} else {
+			c.Close()
+		}
+		if !attackPoll(5*time.Second, func() bool { return reached.Load() == 1 }) {
+			t.Fatal("control: the listener saw no connection from the host")
+		}
+		reached.Store(0)
+		if res := attackRun(t, sb, "", "command -v curl"); !res.ok() {
+			t.Skip("no curl in the sandbox")
+		}
+		res := attackRun(t, sb, "", fmt.Sprintf("curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:%d/ 2>&1; exit 0", port))
+		if reached.Load() != 0 {
+			t.Errorf("a connection from the sandbox reached the host's loopback listener: %s", res.stdout)
+		}
+	})
+}

@@ -1,0 +1,107 @@
+package pool_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
+)
+
+// TestPoolRuntimes: the runtime is part of a spec's class: a gvisor spec's
+// warm sandboxes are gvisor sandboxes, and a native create of the same
+// spec never gets one.
+func TestPoolRuntimes(t *testing.T) {
+	if _, err := exec.LookPath("runsc"); err != nil {
+		t.Skip("gvisor runtime: runsc is not installed (scripts/ci-deps.sh installs it)")
+	}
+	ctx := ctxT(t)
+	p := pool.New(backend(t), pool.Options{PerSpec: 1, Max: 2})
+	defer p.Close(ctx)
+	gv := sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+	for range 2 { // the second create puts the spec in demand
+		sb, err := p.Create(ctx, gv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.Destroy(ctx)
+	}
+	waitIdle(t, p, 1)
+	hits := p.Stats().Hits
+	warm, err := p.Create(ctx, gv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer warm.Destroy(ctx)
+	if p.Stats().Hits != hits+1 {
+		t.Errorf("the third gvisor create was not served warm: %+v", p.Stats())
+	}
+	if b := warm.Info().Backend; b != sandbox.RuntimeGVisor {
+		t.Errorf("warm sandbox of a gvisor spec: backend %q, want gvisor", b)
+	}
+	echo(t, ctx, warm, "warm")
+	native := gv
+	native.Runtime = ""
+	sb, err := p.Create(ctx, native)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Destroy(ctx)
+	if b := sb.Info().Backend; b != "linux" {
+		t.Errorf("native create after gvisor ones: backend %q, want linux (native)", b)
+	}
+}
+
+// BenchmarkPoolFirstOutput is create to first output from a warm pool, per
+// runtime: Create (a warm sandbox handed out), one echo, its output read.
+// The refill and the destroy run outside the timer.
+//
+//	go test -run=NONE -bench=PoolFirstOutput -benchtime=5x ./internal/sandbox/pool/
+func BenchmarkPoolFirstOutput(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for real sandboxes")
+	}
+	if _, err := exec.LookPath("runsc"); err != nil {
+		b.Skip("gvisor runtime: runsc is not installed")
+	}
+	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(b.TempDir(), "run")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	ctx := context.Background()
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		b.Run("runtime="+rt, func(b *testing.B) {
+			p := pool.New(be, pool.Options{PerSpec: 1, Max: 2})
+			defer p.Close(ctx)
+			spec := sandbox.Spec{Runtime: rt, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+			if err := p.Prime(spec); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				b.StopTimer()
+				for p.Stats().Idle < 1 {
+					time.Sleep(5 * time.Millisecond)
+				}
+				b.StartTimer()
+				sb, err := p.Create(ctx, spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var out bytes.Buffer
+				if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"echo", "hi"}, Stdout: &out}); err != nil || r.ExitCode != 0 || out.String() != "hi\n" {
+					b.Fatalf("echo: %+v %v %q", r, err, out.String())
+				}
+				b.StopTimer()
+				_ = sb.Destroy(ctx)
+				b.StartTimer()
+			}
+		})
+	}
+}
