@@ -280,6 +280,11 @@ const (
 	// the baseline. The executor keeps the last two baselines. Tree
 	// TreeRoot asks for the root file system's changes instead.
 	OpCheckpoint = "checkpoint"
+	// OpEvents carries what the sandbox's processes write to its event
+	// socket (EventSocket) until the host cancels the stream: one line per
+	// Data frame on Stdout, and on Stderr an EventDrops whenever the
+	// executor dropped lines (events.go).
+	OpEvents = "events"
 )
 
 // Request opens a stream.
@@ -446,7 +451,7 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("watch: %w", err)
 		}
 		return nil
-	case OpDiskUsage:
+	case OpDiskUsage, OpEvents:
 		return nil
 	case OpCheckpoint:
 		if r.Tree != TreeWorkspace && r.Tree != TreeRoot {

@@ -50,6 +50,7 @@ var (
 	_ sandbox.Measurer     = (*Sandbox)(nil)
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
 	_ sandbox.Checkpointer = (*Sandbox)(nil)
+	_ sandbox.EventSource  = (*Sandbox)(nil)
 )
 
 func (s *Sandbox) makeCgroup() error {
@@ -515,6 +516,14 @@ func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-cha
 		return nil, err
 	}
 	return s.conn.Watch(ctx, path, recursive)
+}
+
+// Events implements sandbox.EventSource: the executor's event socket.
+func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.Events(ctx)
 }
 
 // MeasureDisk implements sandbox.DiskMeasurer: the executor reads how full
