@@ -27,6 +27,8 @@ type canonicalDocument struct {
 	LLM LLM `yaml:"llm,omitempty"`
 	// Secrets is left out while it is all defaults, for the same reason.
 	Secrets *Secrets `yaml:"secrets,omitempty"`
+	// Events is left out while it is all defaults, for the same reason.
+	Events *Events `yaml:"events,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
@@ -50,6 +52,10 @@ func (d *Document) Canonical() []byte {
 		sec.Results, sec.Task, sec.Patch = sec.Results.Or(SecretRedact), sec.Task.Or(SecretRedact), sec.Patch.Or(SecretRedact)
 		sec.Allow, sec.Disable = sortedCopy(sec.Allow), sortedCopy(sec.Disable)
 		c.Secrets = &sec
+	}
+	if !d.Events.isZero() {
+		ev := d.Events.Resolved()
+		c.Events = &ev
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny

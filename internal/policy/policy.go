@@ -79,6 +79,8 @@ type Document struct {
 	// Secrets says what happens to credentials the host was never given
 	// that show up in a task, a call's arguments, a result or a patch.
 	Secrets Secrets `yaml:"secrets"`
+	// Events bounds what sandboxes report through their event channel.
+	Events Events `yaml:"events"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -121,6 +123,7 @@ type rawDocument struct {
 	Retries   yaml.Node `yaml:"retries"`
 	LLM       yaml.Node `yaml:"llm"`
 	Secrets   yaml.Node `yaml:"secrets"`
+	Events    yaml.Node `yaml:"events"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -181,6 +184,7 @@ func Parse(data []byte) (*Document, error) {
 		{"retries", &raw.Retries, &doc.Retries},
 		{"llm", &raw.LLM, &doc.LLM},
 		{"secrets", &raw.Secrets, &doc.Secrets},
+		{"events", &raw.Events, &doc.Events},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())
