@@ -210,5 +210,14 @@ func sendEventLines(r io.Reader, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "airlock-event: %v\n", err)
 		return 1
 	}
+	// The executor closes the connection once it has taken every line
+	// (queued or counted them): waiting for that means a line is with the
+	// executor when the command exits, so a host that drains the channel
+	// after the command gets it.
+	if err := unix.Shutdown(fd, unix.SHUT_WR); err != nil {
+		fmt.Fprintf(stderr, "airlock-event: %v\n", err)
+		return 1
+	}
+	_, _ = io.Copy(io.Discard, c)
 	return 0
 }

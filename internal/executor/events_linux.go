@@ -205,7 +205,8 @@ func (h *eventHub) read(c *os.File) {
 
 // events carries out an events request: it hands the host what the
 // sandbox's processes wrote to the event socket until the host cancels the
-// stream. It waits for the host's credit, never for the writers: while it
+// stream, or closes its stdin to drain it (what is queued is sent, then the
+// stream ends). It waits for the host's credit, never for the writers: while it
 // waits, lines queue in the hub and what does not fit is dropped.
 func (s *stream) events() execproto.Result {
 	h := s.e.events
@@ -228,13 +229,28 @@ func (s *stream) events() execproto.Result {
 		<-s.stop
 		s.out.Close() // a send waiting for credit gives up
 		s.errc.Close()
+		s.stdin.Close()
+	}()
+	// The host closing its stdin asks for a drain: what is queued, then
+	// the end of the stream.
+	drain := make(chan struct{})
+	go func() {
+		for {
+			if _, ok := s.stdin.Get(); !ok {
+				close(drain)
+				return
+			}
+		}
 	}()
 	var sent execproto.EventDrops
 	for {
+		last := false
 		select {
 		case <-s.stop:
 			return execproto.Result{}
 		case <-h.wake:
+		case <-drain:
+			last = true
 		}
 		lines, drops := h.take()
 		// The counts first: a host that has seen a line has seen every
@@ -255,6 +271,9 @@ func (s *stream) events() execproto.Result {
 				h.requeue(lines[i:])
 				return execproto.Result{}
 			}
+		}
+		if last {
+			return execproto.Result{}
 		}
 	}
 }

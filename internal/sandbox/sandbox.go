@@ -417,8 +417,11 @@ type EventSource interface {
 	// second is closed at once). The caller reads until the channel is
 	// closed or cancels ctx; lines that come while it does not read are
 	// queued by the executor up to a bound and then dropped and counted,
-	// and the sandbox's writers never wait.
-	Events(ctx context.Context) (<-chan EventLine, error)
+	// and the sandbox's writers never wait. drain asks for what the
+	// sandbox holds and then the end: the channel is closed after the
+	// last line (lines written by a command that has ended, through
+	// airlock-event, are among them).
+	Events(ctx context.Context) (lines <-chan EventLine, drain func(), err error)
 }
 
 // ErrLost reports that the sandbox is gone: it died, was destroyed, or

@@ -17,7 +17,10 @@ import (
 // then drops lines, and the sandbox's writers never wait.
 //
 // Lines are bytes the sandbox chose: nothing here interprets them.
-func (c *Conn) Events(ctx context.Context) (<-chan sandbox.EventLine, error) {
+//
+// drain asks the executor to send what it holds and end the stream: the
+// channel is closed after the last line.
+func (c *Conn) Events(ctx context.Context) (_ <-chan sandbox.EventLine, drain func(), _ error) {
 	req := execproto.Request{Op: execproto.OpEvents}
 	ectx, cancel := context.WithCancel(ctx)
 	out := make(chan sandbox.EventLine)
@@ -26,7 +29,7 @@ func (c *Conn) Events(ctx context.Context) (<-chan sandbox.EventLine, error) {
 	s, err := c.open(&req, lines, drops)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("events: %w", err)
+		return nil, nil, fmt.Errorf("events: %w", err)
 	}
 	c.watchers.Add(1)
 	go func() {
@@ -35,7 +38,8 @@ func (c *Conn) Events(ctx context.Context) (<-chan sandbox.EventLine, error) {
 		_, _ = s.wait(ectx)
 		close(out)
 	}()
-	return out, nil
+	drain = func() { _ = s.send(execproto.CloseFrame(s.id, execproto.Stdin)) }
+	return out, drain, nil
 }
 
 // eventWriter hands an events stream's data frames to the consumer: on

@@ -519,9 +519,9 @@ func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-cha
 }
 
 // Events implements sandbox.EventSource: the executor's event socket.
-func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, error) {
+func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, func(), error) {
 	if err := s.alive(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return s.conn.Events(ctx)
 }

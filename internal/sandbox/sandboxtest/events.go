@@ -17,6 +17,7 @@ import (
 type eventLog struct {
 	t      *testing.T
 	closed chan struct{}
+	drain  func()
 
 	mu    sync.Mutex
 	lines []string           // guarded by mu
@@ -37,12 +38,13 @@ func eventSource(t *testing.T, sb sandbox.Sandbox) sandbox.EventSource {
 func startEvents(t *testing.T, sb sandbox.Sandbox) *eventLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := eventSource(t, sb).Events(ctx)
+	ch, drain, err := eventSource(t, sb).Events(ctx)
 	if err != nil {
 		cancel()
 		t.Fatalf("Events = %v", err)
 	}
 	l := collectEvents(t, ch)
+	l.drain = drain
 	t.Cleanup(func() {
 		cancel()
 		<-l.closed
@@ -78,49 +80,18 @@ func (l *eventLog) get() ([]string, sandbox.EventDrops) {
 	return append([]string(nil), l.lines...), l.drops
 }
 
-// waitFor waits until a line containing sub has arrived.
-func (l *eventLog) waitFor(sub string) {
+// drained drains the stream and waits for its end: every line written
+// through airlock-event by a command that has ended is then received or
+// counted as dropped.
+func (l *eventLog) drained() ([]string, sandbox.EventDrops) {
 	l.t.Helper()
-	deadline := time.After(opTimeout)
-	for {
-		lines, _ := l.get()
-		for _, s := range lines {
-			if strings.Contains(s, sub) {
-				return
-			}
-		}
-		select {
-		case <-l.wake:
-		case <-l.closed:
-			l.t.Fatalf("the events stream ended without a line containing %q; got %q", sub, lines)
-		case <-deadline:
-			l.t.Fatalf("no line containing %q within %v; got %d lines", sub, opTimeout, len(lines))
-		}
+	l.drain()
+	select {
+	case <-l.closed:
+	case <-time.After(opTimeout):
+		l.t.Fatalf("the events stream did not end within %v of a drain", opTimeout)
 	}
-}
-
-// sync sends marker lines until one arrives (a marker may be dropped by
-// the rate limit) and returns how many it sent. Once it returns, every
-// line written before it was either received or counted as dropped.
-func (l *eventLog) sync(t *testing.T, sb sandbox.Sandbox, marker string) int {
-	t.Helper()
-	for n := 1; ; n++ {
-		mustSh(t, sb, fmt.Sprintf("airlock-event emit marker '{\"m\":%q}'", marker))
-		select {
-		case <-l.closed:
-			t.Fatal("the events stream ended")
-		case <-time.After(100 * time.Millisecond):
-		}
-		lines, _ := l.get()
-		for _, s := range lines {
-			if strings.Contains(s, marker) {
-				return n
-			}
-		}
-		if n > 600 {
-			t.Fatalf("marker %q never arrived", marker)
-		}
-	}
+	return l.get()
 }
 
 func (s *suite) testEvents(t *testing.T) {
@@ -134,8 +105,7 @@ func (s *suite) testEvents(t *testing.T) {
 			airlock-event log --level warn 'careful' && airlock-event metric latency 1.5 --unit s &&
 			airlock-event artifact report.html --type text/html && airlock-event test --name t1 --status pass --duration 250ms &&
 			airlock-event emit coverage '{"pct": 81}' && printf '{"kind":"log","message":"direct"}\n' | airlock-event lines`)
-		l.waitFor("direct")
-		lines, drops := l.get()
+		lines, drops := l.drained()
 		want := []map[string]any{
 			{"kind": "progress", "pct": 40.0, "message": "running tests"},
 			{"kind": "log", "level": "warn", "message": "careful"},
@@ -189,8 +159,7 @@ func (s *suite) testEvents(t *testing.T) {
 		sb := s.create(t, sandbox.Spec{})
 		l := startEvents(t, sb)
 		mustSh(t, sb, fmt.Sprintf(`{ echo before; head -c %d /dev/zero | tr '\0' x; echo; echo after; } | airlock-event lines`, execproto.MaxEventLine+1))
-		l.waitFor("after")
-		lines, drops := l.get()
+		lines, drops := l.drained()
 		if strings.Join(lines, ",") != "before,after" || drops != (sandbox.EventDrops{Oversize: 1}) {
 			t.Errorf("lines %q, drops %+v; want before and after, one oversize drop", lines, drops)
 		}
@@ -217,11 +186,10 @@ func (s *suite) testEvents(t *testing.T) {
 		if err := <-flood; err != nil {
 			t.Fatalf("flood: %v", err)
 		}
-		markers := l.sync(t, sb, "flood-done")
+		lines, drops := l.drained()
 		elapsed := time.Since(start)
-		lines, drops := l.get()
-		if got := int64(len(lines)) + drops.Total(); got != n+int64(markers) {
-			t.Errorf("received %d lines and %+v dropped, sum %d; want %d (the flood and %d markers)", len(lines), drops, got, n+markers, markers)
+		if got := int64(len(lines)) + drops.Total(); got != n {
+			t.Errorf("received %d lines and %+v dropped, sum %d; want %d", len(lines), drops, got, n)
 		}
 		if bound := execproto.EventBurst + int(elapsed.Seconds()*execproto.EventRate) + 1; len(lines) > bound {
 			t.Errorf("received %d lines in %v; the rate limit allows %d", len(lines), elapsed, bound)
@@ -239,7 +207,7 @@ func (s *suite) testEvents(t *testing.T) {
 		sb := s.create(t, sandbox.Spec{})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		ch, err := eventSource(t, sb).Events(ctx)
+		ch, drain, err := eventSource(t, sb).Events(ctx)
 		if err != nil {
 			t.Fatalf("Events = %v", err)
 		}
@@ -247,11 +215,11 @@ func (s *suite) testEvents(t *testing.T) {
 		mustSh(t, sb, fmt.Sprintf(`yes '{"kind":"log","message":"%s"}' | head -n %d | airlock-event lines`, strings.Repeat("u", 1000), n))
 		mustSh(t, sb, "echo still-working")
 		l := collectEvents(t, ch)
+		l.drain = drain
 		defer func() { cancel(); <-l.closed }()
-		markers := l.sync(t, sb, "noreader-done")
-		lines, drops := l.get()
-		if got := int64(len(lines)) + drops.Total(); got != int64(n+markers) {
-			t.Errorf("received %d lines and %+v dropped; want %d in all", len(lines), drops, n+markers)
+		lines, drops := l.drained()
+		if got := int64(len(lines)) + drops.Total(); got != n {
+			t.Errorf("received %d lines and %+v dropped; want %d in all", len(lines), drops, n)
 		}
 		if drops.Total() == 0 {
 			t.Errorf("drops = %+v, want some", drops)
