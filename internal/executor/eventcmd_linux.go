@@ -17,6 +17,10 @@ import (
 	"github.com/airlockrun/airlock/internal/execproto"
 )
 
+// eventBinDir is airlock-event's directory, the last of every command's
+// PATH.
+var eventBinDir = filepath.Dir(execproto.EventHelper)
+
 // eventUsage is airlock-event's help.
 const eventUsage = `usage: airlock-event COMMAND ...
   progress [--pct N] MESSAGE

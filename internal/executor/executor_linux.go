@@ -161,7 +161,7 @@ func (e *executor) start(conn io.Reader) error {
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
 	e.uidNames, e.gidNames = idNames(e.users)
-	e.path = sandboxPath() + ":" + path.Dir(execproto.EventHelper)
+	e.path = sandboxPath() + ":" + eventBinDir
 	if err := e.listenEvents(); err != nil {
 		return err
 	}

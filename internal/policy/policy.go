@@ -27,7 +27,8 @@
 // (internal/gateway), the run engine's policy hook (internal/engine), the
 // APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
 // document (internal/host), the command line (internal/cli), template
-// documents' limits (internal/template), and bench/egressbench.
+// documents' limits (internal/template), the check of what sandboxes report
+// (internal/report), and bench/egressbench.
 package policy
 
 import (
