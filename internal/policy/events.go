@@ -130,3 +130,14 @@ func (e *Events) validate(p *problems) {
 		}
 	}
 }
+
+// Check validates the section on its own (a run's config carries it apart
+// from its document).
+func (e *Events) Check() error {
+	p := &problems{}
+	e.validate(p)
+	if len(p.errs) == 0 {
+		return nil
+	}
+	return joinErrors(p.errs)
+}
