@@ -31,7 +31,8 @@ turns:
             airlock-event artifact /etc/passwd && airlock-event artifact /dev/zero &&
             mkdir -p big && head -c 2000000 /dev/zero > big/f && airlock-event artifact big/f &&
             echo 'not json' | airlock-event lines && airlock-event emit shell '{"cmd":"rm -rf /"}' &&
-            airlock-event test --name unit --status pass && echo done
+            airlock-event test --name unit --status pass &&
+            airlock-event log "token ` + "ghp_" + `Zq7RkW2mXb9TcV4nLp8YsJ3dHf6GaQ1uEo5i" && echo done
   - tool_calls:
       - name: finish
         args: {summary: done}
@@ -41,7 +42,7 @@ turns:
 	if o.Status != event.StatusCompleted {
 		t.Fatalf("status %s (%s), want completed", o.Status, o.Reason)
 	}
-	var progress, tests []event.SandboxEvent
+	var progress, tests, logs []event.SandboxEvent
 	artifacts := map[string]event.SandboxEvent{}
 	var dropped *event.SandboxEventsDropped
 	for _, e := range h.verifyLog(o.RunID) {
@@ -61,6 +62,8 @@ turns:
 				tests = append(tests, *p)
 			case "artifact":
 				artifacts[p.Path] = *p
+			case "log":
+				logs = append(logs, *p)
 			default:
 				t.Errorf("recorded a sandbox event of kind %q: %+v", p.Kind, p)
 			}
@@ -73,6 +76,9 @@ turns:
 	}
 	if len(tests) != 1 || tests[0].Name != "unit" || tests[0].Status != "pass" {
 		t.Errorf("test events %+v, want unit passed", tests)
+	}
+	if len(logs) != 1 || logs[0].Message != "token [redacted:github-pat]" || strings.Join(logs[0].Secrets, ",") != "github-pat" {
+		t.Errorf("log events %+v, want the token redacted", logs)
 	}
 	if a := artifacts["/workspace/report.html"]; a.Artifact != "sandbox/report.html" || a.Refused != "" {
 		t.Errorf("report.html's event = %+v, want it stored as sandbox/report.html", a)

@@ -26,6 +26,8 @@ const SourceSandbox = "sandbox"
 //   - metric: Name, Value, Unit
 //   - artifact: Path, MediaType, Name; the host sets Artifact (the name it
 //     stored the file under) or Refused (why it did not)
+//   - any kind: Secrets, set by the host when it redacted what looks
+//     like a secret
 //   - test: Name, Status (pass, fail, skip), DurationS
 //   - a custom kind the policy lists: Data
 type SandboxEvent struct {
@@ -45,6 +47,9 @@ type SandboxEvent struct {
 	Data      json.RawMessage `json:"data,omitempty"`
 	Artifact  string          `json:"artifact,omitempty"`
 	Refused   string          `json:"refused,omitempty"`
+	// Secrets are the secret scanner's rules that found something in the
+	// event's text, redacted from it (unless the policy keeps results).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // SandboxEventsDropped is the payload of TypeSandboxEventsDropped: counts
