@@ -134,17 +134,17 @@ func Decode(line []byte, cfg policy.Events) (event.SandboxEvent, error) {
 		}
 		return ev, w.fill(&ev)
 	}
-	max := int64(-1)
+	limit := int64(-1)
 	for _, k := range cfg.Kinds {
 		if k.Name == kind {
-			max = int64(k.MaxSize)
+			limit = int64(k.MaxSize)
 		}
 	}
-	if max < 0 {
+	if limit < 0 {
 		return ev, refuse(ReasonUnknownKind, "kind %.64q", kind)
 	}
-	if int64(len(line)) > max {
-		return ev, refuse(ReasonOversize, "%d bytes, kind %s allows %d", len(line), kind, max)
+	if int64(len(line)) > limit {
+		return ev, refuse(ReasonOversize, "%d bytes, kind %s allows %d", len(line), kind, limit)
 	}
 	if set := w.set(); len(set) != 1 || set[0] != "data" {
 		return ev, refuse(ReasonInvalid, "%s: a custom kind carries data and nothing else", kind)
@@ -195,13 +195,13 @@ func contains(s []string, v string) bool {
 // copies them into ev.
 func (w *wire) fill(ev *event.SandboxEvent) error {
 	var errs []string
-	text := func(field string, p *string, max int) string {
+	text := func(field string, p *string, limit int) string {
 		if p == nil {
 			return ""
 		}
 		s := clean(*p)
-		if len(s) > max {
-			errs = append(errs, fmt.Sprintf("%s is %d bytes, at most %d", field, len(s), max))
+		if len(s) > limit {
+			errs = append(errs, fmt.Sprintf("%s is %d bytes, at most %d", field, len(s), limit))
 		}
 		return s
 	}

@@ -175,9 +175,10 @@ func (s *suite) testEvents(t *testing.T) {
 		const n = 100000
 		start := time.Now()
 		flood := make(chan error, 1)
+		script := fmt.Sprintf(`yes '{"kind":"log","message":"flood"}' | head -n %d | airlock-event lines`, n)
+		ctx := opCtx(t)
 		go func() {
-			_, err := sandbox.Run(opCtx(t), sb, sandbox.Command{Argv: []string{"sh", "-c",
-				fmt.Sprintf(`yes '{"kind":"log","message":"flood"}' | head -n %d | airlock-event lines`, n)}})
+			_, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", script}})
 			flood <- err
 		}()
 		if out := mustSh(t, sb, "echo still-working"); out != "still-working\n" {
