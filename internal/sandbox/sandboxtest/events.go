@@ -200,6 +200,38 @@ func (s *suite) testEvents(t *testing.T) {
 		}
 	})
 
+	t.Run("Connections", func(t *testing.T) {
+		// Connections beyond MaxEventConns are closed at once and
+		// counted; those within keep working.
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{})
+		if _, _, r := sh(t, sb, "command -v python3"); r.ExitCode != 0 {
+			t.Skip("no python3 in the sandbox to hold connections open")
+		}
+		l := startEvents(t, sb)
+		extra := 6
+		mustSh(t, sb, fmt.Sprintf(`python3 - <<'EOF'
+import socket
+conns = []
+for i in range(%d):
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    c.connect(%q)
+    conns.append(c)
+# The executor accepts in order: the last ones are over the limit, and
+# it closes them (EOF) while the first ones stay open.
+for c in conns[%d:]:
+    assert c.recv(1) == b""
+for i, c in enumerate(conns[:%d]):
+    c.sendall(b'{"kind":"log","message":"conn %%d"}\n' %% i)
+    c.shutdown(socket.SHUT_WR)
+    assert c.recv(1) == b""
+EOF`, execproto.MaxEventConns+extra, execproto.EventSocket, execproto.MaxEventConns, execproto.MaxEventConns))
+		lines, drops := l.drained()
+		if len(lines) != execproto.MaxEventConns || drops != (sandbox.EventDrops{Conns: int64(extra)}) {
+			t.Errorf("%d lines, drops %+v; want %d lines and %d connections refused", len(lines), drops, execproto.MaxEventConns, extra)
+		}
+	})
+
 	t.Run("NoReader", func(t *testing.T) {
 		// A host that does not read for a while: writers do not wait,
 		// lines beyond the stream's window queue in the executor, and
