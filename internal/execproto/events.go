@@ -5,8 +5,8 @@ import "errors"
 // The sandbox's event channel. Processes in the sandbox connect to the unix
 // stream socket EventSocket and write newline-terminated lines (JSON, by
 // convention: the host decides what a line means, the executor only frames
-// them). The executor holds at most MaxEventQueue lines that the host has not
-// taken, accepts at most EventRate lines a second (bursts of EventBurst) from
+// them). The executor holds at most MaxEventQueue lines (MaxEventQueueBytes
+// bytes) that the host has not taken, accepts at most EventRate lines a second (bursts of EventBurst) from
 // the whole sandbox, and at most MaxEventConns connections at once; a line
 // longer than MaxEventLine bytes is dropped whole. What does not fit is
 // dropped and counted, never waited for: a writer in the sandbox is never
@@ -27,6 +27,10 @@ const (
 
 	MaxEventLine  = 16 << 10
 	MaxEventQueue = 1024
+	// MaxEventQueueBytes bounds the bytes of the queued lines: the
+	// executor's memory, charged to the sandbox, stays small whatever
+	// the lines' length.
+	MaxEventQueueBytes = 1 << 20
 	MaxEventConns = 64
 	EventRate     = 200
 	EventBurst    = 1000
@@ -38,7 +42,8 @@ type EventDrops struct {
 	Oversize int64 `json:"oversize,omitempty"`
 	// Rate lines came faster than EventRate (beyond EventBurst).
 	Rate int64 `json:"rate,omitempty"`
-	// Queue lines found MaxEventQueue lines waiting for the host.
+	// Queue lines found the queue for the host full (MaxEventQueue lines
+	// or MaxEventQueueBytes bytes).
 	Queue int64 `json:"queue,omitempty"`
 	// Conns counts connections refused because MaxEventConns were open.
 	Conns int64 `json:"conns,omitempty"`

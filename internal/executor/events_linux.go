@@ -35,6 +35,7 @@ type eventHub struct {
 
 	mu      sync.Mutex
 	queue   [][]byte             // guarded by mu: at most MaxEventQueue lines
+	bytes   int                  // guarded by mu: of the lines in queue, at most MaxEventQueueBytes
 	drops   execproto.EventDrops // guarded by mu
 	conns   int                  // guarded by mu: open connections
 	tokens  float64              // guarded by mu: the rate limiter's bucket
@@ -66,11 +67,12 @@ func (h *eventHub) put(line []byte) {
 		return
 	}
 	h.tokens--
-	if len(h.queue) >= execproto.MaxEventQueue {
+	if len(h.queue) >= execproto.MaxEventQueue || h.bytes+len(line) > execproto.MaxEventQueueBytes {
 		h.drops.Queue++
 		return
 	}
 	h.queue = append(h.queue, line)
+	h.bytes += len(line)
 }
 
 func (h *eventHub) dropOversize() {
@@ -80,13 +82,19 @@ func (h *eventHub) dropOversize() {
 	h.signal()
 }
 
-// take returns the queued lines and the drop counts.
-func (h *eventHub) take() ([][]byte, execproto.EventDrops) {
+// next takes the oldest queued line, if any, and returns it with the drop
+// counts.
+func (h *eventHub) next() (line []byte, drops execproto.EventDrops, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	q := h.queue
-	h.queue = nil
-	return q, h.drops
+	if len(h.queue) == 0 {
+		return nil, h.drops, false
+	}
+	line = h.queue[0]
+	h.queue[0] = nil
+	h.queue = h.queue[1:]
+	h.bytes -= len(line)
+	return line, h.drops, true
 }
 
 // listenEvents binds the event socket and makes its directory read-only. It
@@ -252,23 +260,30 @@ func (s *stream) events() execproto.Result {
 		case <-drain:
 			last = true
 		}
-		lines, drops := h.take()
-		// The counts first: a host that has seen a line has seen every
-		// drop counted before it was taken.
-		if drops != sent {
-			b, err := json.Marshal(drops)
-			if err != nil {
-				return errResult(err)
+		// One line at a time: what waits for the host's credit is one
+		// line, the rest stays in the bounded queue.
+		for {
+			line, drops, ok := h.next()
+			// The counts first: a host that has seen a line has
+			// seen every drop counted before it was taken.
+			if drops != sent {
+				b, err := json.Marshal(drops)
+				if err != nil {
+					return errResult(err)
+				}
+				if err := s.sendWhole(execproto.Stderr, s.errc, b); err != nil {
+					if ok {
+						h.requeue([][]byte{line})
+					}
+					return execproto.Result{}
+				}
+				sent = drops
 			}
-			if err := s.sendWhole(execproto.Stderr, s.errc, b); err != nil {
-				h.requeue(lines)
-				return execproto.Result{}
+			if !ok {
+				break
 			}
-			sent = drops
-		}
-		for i, l := range lines {
-			if err := s.sendWhole(execproto.Stdout, s.out, l); err != nil {
-				h.requeue(lines[i:])
+			if err := s.sendWhole(execproto.Stdout, s.out, line); err != nil {
+				h.requeue([][]byte{line})
 				return execproto.Result{}
 			}
 		}
@@ -283,10 +298,15 @@ func (s *stream) events() execproto.Result {
 func (h *eventHub) requeue(lines [][]byte) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.queue = append(lines, h.queue...)
-	if n := len(h.queue) - execproto.MaxEventQueue; n > 0 {
-		h.drops.Queue += int64(n)
-		h.queue = h.queue[:execproto.MaxEventQueue]
+	q := append(lines, h.queue...)
+	h.queue, h.bytes = nil, 0
+	for i, l := range q {
+		if len(h.queue) >= execproto.MaxEventQueue || h.bytes+len(l) > execproto.MaxEventQueueBytes {
+			h.drops.Queue += int64(len(q) - i)
+			break
+		}
+		h.queue = append(h.queue, l)
+		h.bytes += len(l)
 	}
 }
 

@@ -232,6 +232,32 @@ EOF`, execproto.MaxEventConns+extra, execproto.EventSocket, execproto.MaxEventCo
 		}
 	})
 
+	t.Run("QueueBytes", func(t *testing.T) {
+		// Long lines while the host does not read: the executor's queue
+		// holds MaxEventQueueBytes, not MaxEventQueue lines of any
+		// length, and counts the rest.
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch, drain, err := eventSource(t, sb).Events(ctx)
+		if err != nil {
+			t.Fatalf("Events = %v", err)
+		}
+		const n = 200 // lines of 15000 bytes: 3 MB
+		mustSh(t, sb, fmt.Sprintf(`yes "$(head -c 15000 /dev/zero | tr '\0' x)" | head -n %d | airlock-event lines`, n))
+		l := collectEvents(t, ch)
+		l.drain = drain
+		defer func() { cancel(); <-l.closed }()
+		lines, drops := l.drained()
+		if got := int64(len(lines)) + drops.Total(); got != n || drops.Queue == 0 || drops.Queue != drops.Total() {
+			t.Errorf("received %d lines, drops %+v; want %d in all, the drops the queue's", len(lines), drops, n)
+		}
+		if most := (execproto.Window+execproto.MaxEventQueueBytes)/15000 + 2; len(lines) > most {
+			t.Errorf("received %d lines of 15000 bytes; the window and the queue hold %d", len(lines), most)
+		}
+	})
+
 	t.Run("NoReader", func(t *testing.T) {
 		// A host that does not read for a while: writers do not wait,
 		// lines beyond the stream's window queue in the executor, and
