@@ -31,9 +31,9 @@ const (
 	// executor's memory, charged to the sandbox, stays small whatever
 	// the lines' length.
 	MaxEventQueueBytes = 1 << 20
-	MaxEventConns = 64
-	EventRate     = 200
-	EventBurst    = 1000
+	MaxEventConns      = 64
+	EventRate          = 200
+	EventBurst         = 1000
 )
 
 // EventDrops counts lines the executor dropped, since it started, by reason.
