@@ -44,7 +44,7 @@ func gatherReported(ctx context.Context, b interface {
 			return out, nil
 		}
 		for _, e := range page {
-			if e.Type != event.TypeSandboxEvent && e.Type != event.TypeSandboxEventsDropped {
+			if e.Type != event.TypeSandboxEvent && e.Type != event.TypeEventsDropped {
 				continue
 			}
 			p, err := e.Unpack()

@@ -8,9 +8,9 @@ const (
 	// TypeSandboxEvent is one event a sandbox reported (payload
 	// SandboxEvent).
 	TypeSandboxEvent Type = "sandbox.event"
-	// TypeSandboxEventsDropped counts what a sandbox sent that was not
+	// TypeEventsDropped counts what a sandbox sent that was not
 	// recorded (payload SandboxEventsDropped).
-	TypeSandboxEventsDropped Type = "sandbox.events_dropped"
+	TypeEventsDropped Type = "sandbox.events_dropped"
 )
 
 // SourceSandbox marks what came from inside a sandbox.
@@ -52,7 +52,7 @@ type SandboxEvent struct {
 	Secrets []string `json:"secrets,omitempty"`
 }
 
-// SandboxEventsDropped is the payload of TypeSandboxEventsDropped: counts
+// SandboxEventsDropped is the payload of TypeEventsDropped: counts
 // since the sandbox was made of what it sent that was not recorded. The
 // executor's counts (lines too long, too fast, queued too long,
 // connections over the limit) come from inside the sandbox as well; the
@@ -78,4 +78,4 @@ type SandboxEventsDropped struct {
 func (SandboxEvent) EventType() Type { return TypeSandboxEvent }
 
 // EventType implements Payload.
-func (SandboxEventsDropped) EventType() Type { return TypeSandboxEventsDropped }
+func (SandboxEventsDropped) EventType() Type { return TypeEventsDropped }
