@@ -233,11 +233,16 @@ func (s *stream) events() execproto.Result {
 		h.serving = false
 		h.mu.Unlock()
 	}()
+	done := make(chan struct{})
+	defer close(done)
 	go func() {
-		<-s.stop
+		select {
+		case <-s.stop:
+		case <-done:
+		}
 		s.out.Close() // a send waiting for credit gives up
 		s.errc.Close()
-		s.stdin.Close()
+		s.stdin.Close() // and so does the wait for a drain below
 	}()
 	// The host closing its stdin asks for a drain: what is queued, then
 	// the end of the stream.
