@@ -203,7 +203,7 @@ func (d *driver) redactReported(ev *event.SandboxEvent) {
 // sandboxArtifact fetches and stores the file an artifact event declares,
 // and sets ev.Artifact to the name it is stored under. The path must name
 // a regular file below /workspace or the sandbox user's home, reached
-// without a symbolic link at its end, of at most the policy's size; the
+// without a symbolic link on the way or at its end, of at most the policy's size; the
 // run keeps at most the policy's count. The read is the sandbox's own file
 // operation, as its default user: it resolves inside the sandbox, so no
 // path or link can name a host file; the checks keep special files (FIFOs,
@@ -214,6 +214,20 @@ func (d *driver) sandboxArtifact(ctx context.Context, name string, sb sandbox.Sa
 	p := ev.Path
 	if !under(p, "/workspace") && !under(p, "/home") && !under(p, "/root") {
 		return event.ArtifactStored{}, errors.New("the path is not below /workspace or a home directory")
+	}
+	// Every directory on the way is a real directory, not a link (a
+	// link to /etc below /workspace would lead the read there). The
+	// sandbox could swap one in after this check: the read is still its
+	// default user's, inside the sandbox, and what it gets the sandbox
+	// could have copied into /workspace itself.
+	for dir := path.Dir(p); dir != "/"; dir = path.Dir(dir) {
+		fi, err := sb.Stat(ctx, dir)
+		if err != nil {
+			return event.ArtifactStored{}, fmt.Errorf("stat %s: %w", dir, errors.Unwrap(err))
+		}
+		if !fi.Mode.IsDir() {
+			return event.ArtifactStored{}, fmt.Errorf("%s is not a directory (a symbolic link?)", dir)
+		}
 	}
 	fi, err := sb.Stat(ctx, p)
 	if err != nil {

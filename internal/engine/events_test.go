@@ -28,6 +28,7 @@ turns:
             ln -s /etc/passwd passwd-link && airlock-event artifact passwd-link &&
             ln -s /etc/shadow shadow-link && airlock-event artifact shadow-link &&
             mkfifo pipe && airlock-event artifact pipe &&
+            ln -s /etc etc-link && airlock-event artifact etc-link/passwd &&
             airlock-event artifact /etc/passwd && airlock-event artifact /dev/zero &&
             mkdir -p big && head -c 2000000 /dev/zero > big/f && airlock-event artifact big/f &&
             echo 'not json' | airlock-event lines && airlock-event emit shell '{"cmd":"rm -rf /"}' &&
@@ -83,12 +84,12 @@ turns:
 	if a := artifacts["/workspace/report.html"]; a.Artifact != "sandbox/report.html" || a.Refused != "" {
 		t.Errorf("report.html's event = %+v, want it stored as sandbox/report.html", a)
 	}
-	for _, p := range []string{"/workspace/passwd-link", "/workspace/shadow-link", "/workspace/pipe", "/etc/passwd", "/dev/zero", "/workspace/big/f"} {
+	for _, p := range []string{"/workspace/passwd-link", "/workspace/shadow-link", "/workspace/pipe", "/workspace/etc-link/passwd", "/etc/passwd", "/dev/zero", "/workspace/big/f"} {
 		if a, ok := artifacts[p]; !ok || a.Refused == "" || a.Artifact != "" {
 			t.Errorf("artifact %s: event %+v (seen %t), want it refused", p, a, ok)
 		}
 	}
-	want := event.SandboxEventsDropped{Sandbox: engine.DefaultSandbox, Malformed: 1, UnknownKind: 1, Artifacts: 6}
+	want := event.SandboxEventsDropped{Sandbox: engine.DefaultSandbox, Malformed: 1, UnknownKind: 1, Artifacts: 7}
 	if dropped == nil || *dropped != want {
 		t.Errorf("sandbox.events_dropped = %+v, want %+v", dropped, want)
 	}
