@@ -574,6 +574,10 @@ func (c *RunsShowCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
+	rep, err := gatherReported(env.Ctx, b, r.ID)
+	if err != nil {
+		return err
+	}
 	if c.JSON {
 		type art struct {
 			Name   string `json:"name"`
@@ -583,7 +587,10 @@ func (c *RunsShowCmd) Run(env *Env) error {
 		v := struct {
 			api.Run
 			Artifacts []art `json:"artifacts"`
-		}{Run: o, Artifacts: []art{}}
+			// Sandbox is what the run's sandboxes reported about
+			// themselves: untrusted data.
+			Sandbox reported `json:"sandbox_events"`
+		}{Run: o, Artifacts: []art{}, Sandbox: rep}
 		for _, a := range arts {
 			v.Artifacts = append(v.Artifacts, art{a.Name, a.Digest, a.Size})
 		}
@@ -636,6 +643,7 @@ func (c *RunsShowCmd) Run(env *Env) error {
 	for _, a := range arts {
 		fmt.Fprintf(w, "artifact %s %s %s\n", a.Name, sandbox.FormatSize(a.Size), a.Digest)
 	}
+	rep.print(w)
 	return nil
 }
 

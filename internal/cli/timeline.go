@@ -182,6 +182,11 @@ func (t *timeline) event(e event.Event) {
 			}
 			t.printf(id, "  ! it held what looks like a secret (%s): %s\n", strings.Join(p.Secrets, ", "), what)
 		}
+	case *event.SandboxEvent:
+		t.printf(id, "sandbox [%s] %s %s\n", p.Sandbox, p.Kind, describeReported(*p))
+	case *event.SandboxEventsDropped:
+		t.printf(id, "sandbox [%s] events dropped: %d refused by the host, %d in the sandbox, %d artifacts not stored\n", p.Sandbox,
+			p.Malformed+p.UnknownKind+p.Oversize+p.Rate+p.Invalid, p.ExecOversize+p.ExecRate+p.ExecQueue+p.ExecConns, p.Artifacts)
 	case *event.BudgetExhausted:
 		t.printf(id, "budget exhausted: %s (%d of %d)\n", p.Budget, p.Used, p.Limit)
 	case *event.RunCompleted:

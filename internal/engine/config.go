@@ -74,6 +74,9 @@ type Config struct {
 	// in the task, tool results and the patch (the policy's secrets
 	// section; its arguments part is the policy hook's).
 	Secrets Secrets `json:"secrets,omitzero"`
+	// Events bounds what the run's sandboxes report through their event
+	// channel (the policy's events section).
+	Events Events `json:"events,omitzero"`
 	// Artifacts are globs (relative to /workspace) of files kept as the
 	// run's artifacts after verification, besides the patch.
 	Artifacts []string `json:"artifacts,omitempty"`
@@ -279,6 +282,11 @@ func (c Config) Validate() error {
 	}
 	if err := scan.CheckOptions(scan.Options{Allow: c.Secrets.Allow, Disable: c.Secrets.Disable}); err != nil {
 		errs = append(errs, err)
+	}
+	if ev := c.Events.policy(); true {
+		if err := ev.Check(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, a := range []struct{ name, v string }{{"task", c.Secrets.Task}, {"results", c.Secrets.Results}, {"patch", c.Secrets.Patch}} {
 		switch a.v {
@@ -521,6 +529,7 @@ func PolicyConfig(doc *policy.Document) Config {
 			Off: doc.Secrets.Off, Task: string(doc.Secrets.Task), Results: string(doc.Secrets.Results), Patch: string(doc.Secrets.Patch),
 			Allow: slices.Clone(doc.Secrets.Allow), Disable: slices.Clone(doc.Secrets.Disable),
 		},
+		Events:            EventsOf(doc.Events),
 		ApprovalTimeoutMS: time.Duration(doc.Approvals.Timeout).Milliseconds(),
 		ApprovalOnTimeout: string(doc.Approvals.OnTimeout),
 		Limits:            Limits{MemoryBytes: int64(lim.Memory), Pids: lim.Pids, CPUs: lim.CPUs, DiskBytes: int64(lim.Disk)},

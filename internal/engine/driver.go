@@ -111,6 +111,9 @@ type driver struct {
 	names    []string
 
 	netAsks netAsker
+
+	// arts counts the artifacts the run's sandboxes declared (events.go).
+	arts artifactCount
 }
 
 // unfolded is an event waiting for the loop's fold, and where it is from.
@@ -185,6 +188,9 @@ type live struct {
 	mu      sync.Mutex // held while provisioning
 	sb      sandbox.Sandbox
 	release func()
+	// stopEvents drains and stops the reader of the sandbox's event
+	// channel (watchEvents); set with sb.
+	stopEvents func()
 	// baseline names the sandbox's record of its workspace as of its
 	// latest checkpoint (sandbox.Checkpointer): the next checkpoint is
 	// the change since it. "" when it has none (the next is whole).

@@ -299,8 +299,11 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 		}
 		ps = append(ps, ev)
 	}
-	_, err = d.record(ctx, ps...)
-	return err
+	if _, err = d.record(ctx, ps...); err != nil {
+		return err
+	}
+	l.stopEvents = d.watchEvents(ctx, name, sb)
+	return nil
 }
 
 // restore unpacks a gzipped tar (a snapshot of the older format, or an
@@ -488,11 +491,21 @@ func (d *driver) lost(ctx context.Context, name string, sb sandbox.Sandbox, reas
 
 func (d *driver) lostLocked(ctx context.Context, name string, l *live, reason string) error {
 	id, cpu := l.sb.ID(), measure(l.sb)
+	l.stopEventsNow()
 	destroy(ctx, l.sb)
 	l.release()
 	l.sb, l.release = nil, nil
 	_, err := d.record(ctx, event.SandboxLost{Sandbox: name, SandboxID: id, Reason: reason, CPUMS: cpu})
 	return err
+}
+
+// stopEventsNow drains and stops the reader of l's event channel, if it
+// has one. Preconditions: l.mu held.
+func (l *live) stopEventsNow() {
+	if l.stopEvents != nil {
+		l.stopEvents()
+		l.stopEvents = nil
+	}
 }
 
 // measure returns sb's CPU time in milliseconds as its host measures it,
@@ -564,6 +577,7 @@ func (d *driver) destroyAll(ctx context.Context, reason string) error {
 		l.mu.Lock()
 		if l.sb != nil {
 			id, cpu := l.sb.ID(), measure(l.sb)
+			l.stopEventsNow()
 			destroy(ctx, l.sb)
 			l.release()
 			l.sb, l.release = nil, nil

@@ -121,6 +121,9 @@ func TestPayloads(t *testing.T) {
 			SandboxID: "sb-0a1b", Start: t0, End: t0.Add(30 * time.Second), SandboxMS: 30000, CPUMS: 1200,
 			MemoryMiBMS: 1024 * 30000, CostMicroCredits: 450, Final: true,
 		},
+		event.SandboxEvent{Source: event.SourceSandbox, Sandbox: "main", Kind: "progress", Message: "running tests", Pct: ptr(40.0)},
+		event.SandboxEvent{Source: event.SourceSandbox, Sandbox: "main", Kind: "coverage", Data: json.RawMessage(`{"pct":81.5}`)},
+		event.SandboxEventsDropped{Sandbox: "main", ExecRate: 99000, Malformed: 2, Artifacts: 1},
 	}
 	seen := map[event.Type]bool{}
 	for _, p := range samples {
@@ -651,3 +654,5 @@ func TestStatusTransitions(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

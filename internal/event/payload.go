@@ -78,6 +78,8 @@ var payloads = map[Type]func() Payload{
 	TypeSandboxCreated:     func() Payload { return new(SandboxCreated) },
 	TypeSandboxOp:          func() Payload { return new(SandboxOp) },
 	TypeSandboxUsage:       func() Payload { return new(SandboxUsage) },
+	TypeSandboxEvent:       func() Payload { return new(SandboxEvent) },
+	TypeEventsDropped:      func() Payload { return new(SandboxEventsDropped) },
 }
 
 // Types returns every event type this build knows, in no particular order.

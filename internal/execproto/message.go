@@ -349,6 +349,11 @@ const (
 	// OpConnect relays a TCP connection to Port on the sandbox's loopback
 	// (see "Connect streams" in the package doc).
 	OpConnect = "connect"
+	// OpEvents carries what the sandbox's processes write to its event
+	// socket (EventSocket) until the host cancels the stream: one line per
+	// Data frame on Stdout, and on Stderr an EventDrops whenever the
+	// executor dropped lines (events.go).
+	OpEvents = "events"
 )
 
 // MaxConnects bounds the connect streams an executor relays at once; one
@@ -527,7 +532,7 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("watch: %w", err)
 		}
 		return nil
-	case OpDiskUsage:
+	case OpDiskUsage, OpEvents:
 		return nil
 	case OpConnect:
 		if r.Port < 1 || r.Port > 65535 {

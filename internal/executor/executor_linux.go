@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path"
 	"runtime"
 	"strings"
 	"sync"
@@ -20,6 +21,9 @@ import (
 
 // Main is the executor's entry point. It returns the process exit code.
 func Main(args []string) int {
+	if path.Base(args[0]) == path.Base(execproto.EventHelper) {
+		return eventCommand(args[1:], os.Stdin, os.Stderr)
+	}
 	if len(args) > 1 && args[1] == "hold" {
 		// Keeps a user namespace alive for the host while it builds
 		// id-mapped mounts; exits when the host closes stdin.
@@ -111,6 +115,9 @@ type executor struct {
 	// rootCkpt keeps the baselines of the root's upper layer (TreeRoot);
 	// nil for a root of the host's directories, which is read-only.
 	rootCkpt *checkpoints
+	// events queues what the sandbox writes to its event socket; set
+	// before any command runs.
+	events *eventHub
 }
 
 // devNull returns the executor's /dev/null.
@@ -170,7 +177,11 @@ func (e *executor) start(conn io.Reader) error {
 	<-e.absorbed
 	e.users = loadUsers(e.setup.User)
 	e.uidNames, e.gidNames = idNames(e.users)
-	e.path = sandboxPath()
+	e.path = sandboxPath() + ":" + eventBinDir
+	if err := e.listenEvents(); err != nil {
+		return err
+	}
+	layers = append(layers, "events")
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.proxied() {
 		if err := e.startProxy(); err != nil {

@@ -32,7 +32,8 @@ const newRoot = scratchDir + "/root"
 const (
 	workspacePath = "/workspace"
 	rootHome      = "/root"
-	proxySocket   = "/run/airlock/egress.sock"
+	runDir        = "/run/airlock"
+	proxySocket   = runDir + "/egress.sock"
 )
 
 // writable lists the paths the sandbox may write to; Landlock allows exactly
@@ -140,6 +141,9 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
 			return nil, uppers{-1, -1}, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
+	}
+	if err := setupRunDir(); err != nil {
+		return nil, uppers{-1, -1}, err
 	}
 	if u.Home != s.WorkspaceAlias {
 		if err := bind(scratchDir+"/home", home, false); err != nil {
@@ -693,6 +697,32 @@ func setupDev(shm int64) error {
 		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// setupRunDir mounts a small tmpfs of its own at /run/airlock, so that what
+// the executor puts there (the egress socket's and the event socket's
+// files, the airlock-event command) never lands in a root's upper layer,
+// which image builds turn into layers. The executor's binary is bound
+// read-only at execproto.EventHelper: called by that name, it is the
+// airlock-event command (package executor's helper), and it holds nothing a
+// sandboxed process could not read in airlock's source. listenEvents makes
+// the directory read-only once the event socket is bound.
+func setupRunDir() error {
+	dir := filepath.Join(newRoot, runDir)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+		return fmt.Errorf("%s: %w", runDir, err)
+	}
+	helper := filepath.Join(newRoot, execproto.EventHelper)
+	if err := os.Mkdir(filepath.Dir(helper), 0o755); err != nil {
+		return fmt.Errorf("%s: %w", runDir, err)
+	}
+	if err := os.WriteFile(helper, nil, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", runDir, err)
+	}
+	if err := bind("/proc/self/exe", helper, true); err != nil {
+		return fmt.Errorf("airlock-event: %w", err)
 	}
 	return nil
 }

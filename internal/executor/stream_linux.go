@@ -146,6 +146,8 @@ func (s *stream) run() {
 			res = s.watch()
 		case execproto.OpDiskUsage:
 			res = diskUsage(s.e.setup.User.Home)
+		case execproto.OpEvents:
+			res = s.events()
 		case execproto.OpCheckpoint:
 			res = s.checkpoint()
 		case execproto.OpConnect:

@@ -133,6 +133,14 @@ func (e *executor) commandEnv(env []string, u execproto.User, tty bool) []string
 		set[k] = true
 	}
 	out := append([]string{}, env...)
+	for i, kv := range out {
+		// A PATH of the request's (an image's) gets airlock-event's
+		// directory last, so the helper is found without shadowing
+		// anything.
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok && !slices.Contains(strings.Split(p, ":"), eventBinDir) {
+			out[i] = kv + ":" + eventBinDir
+		}
+	}
 	add := func(k, v string) {
 		if !set[k] {
 			out = append(out, k+"="+v)

@@ -30,6 +30,8 @@ type canonicalDocument struct {
 	// Ports is left out while nothing is exposed and no limit set, for
 	// the same reason.
 	Ports *Ports `yaml:"ports,omitempty"`
+	// Events is left out while it is all defaults, for the same reason.
+	Events *Events `yaml:"events,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
@@ -62,6 +64,10 @@ func (d *Document) Canonical() []byte {
 		}
 		ports.MaxConnections = ports.Connections()
 		c.Ports = &ports
+	}
+	if !d.Events.isZero() {
+		ev := d.Events.Resolved()
+		c.Events = &ev
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny

@@ -209,6 +209,7 @@ func (d *Document) validate(p *problems) {
 	d.LLM.validate(p)
 	d.Secrets.validate(p)
 	d.Ports.validate(p)
+	d.Events.validate(p)
 	for _, r := range []struct {
 		field string
 		v     int64

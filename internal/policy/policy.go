@@ -28,7 +28,8 @@
 // (internal/gateway), the run engine's policy hook (internal/engine), the
 // APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
 // document (internal/host), the command line (internal/cli), template
-// documents' limits (internal/template), and bench/egressbench.
+// documents' limits (internal/template), the check of what sandboxes report
+// (internal/report), and bench/egressbench.
 package policy
 
 import (
@@ -83,6 +84,8 @@ type Document struct {
 	// Ports says which of a sandbox's ports clients may reach, who may,
 	// and how much (nothing by default).
 	Ports Ports `yaml:"ports"`
+	// Events bounds what sandboxes report through their event channel.
+	Events Events `yaml:"events"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -126,6 +129,7 @@ type rawDocument struct {
 	LLM       yaml.Node `yaml:"llm"`
 	Secrets   yaml.Node `yaml:"secrets"`
 	Ports     yaml.Node `yaml:"ports"`
+	Events    yaml.Node `yaml:"events"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -187,6 +191,7 @@ func Parse(data []byte) (*Document, error) {
 		{"llm", &raw.LLM, &doc.LLM},
 		{"secrets", &raw.Secrets, &doc.Secrets},
 		{"ports", &raw.Ports, &doc.Ports},
+		{"events", &raw.Events, &doc.Events},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())

@@ -430,6 +430,34 @@ type WatchEvent struct {
 	Dir bool
 }
 
+// EventDrops counts what a sandbox's executor dropped of its event channel
+// (execproto says when).
+type EventDrops = execproto.EventDrops
+
+// EventLine is one line a process in the sandbox wrote to its event
+// channel (execproto.EventSocket), without its newline, or, when Drops is
+// set, the executor's counts of what it dropped so far. A line is untrusted
+// bytes: the host validates it before anything records it.
+type EventLine struct {
+	Line  []byte
+	Drops *EventDrops
+}
+
+// EventSource is implemented by sandboxes whose processes can send the host
+// events through the event channel.
+type EventSource interface {
+	// Events streams the channel's lines until ctx ends or the sandbox
+	// is gone; then the channel is closed. One stream runs at a time (a
+	// second is closed at once). The caller reads until the channel is
+	// closed or cancels ctx; lines that come while it does not read are
+	// queued by the executor up to a bound and then dropped and counted,
+	// and the sandbox's writers never wait. drain asks for what the
+	// sandbox holds and then the end: the channel is closed after the
+	// last line (lines written by a command that has ended, through
+	// airlock-event, are among them).
+	Events(ctx context.Context) (lines <-chan EventLine, drain func(), err error)
+}
+
 // ErrLost reports that the sandbox is gone: it died, was destroyed, or
 // its executor broke the protocol. Every backend wraps it, so callers can
 // tell a lost sandbox (provision another) from a command's failure.

@@ -136,7 +136,7 @@ const uiScript = `turns:
   - text: "I'll look at the greeting first."
     tool_calls:
       - name: run_command
-        args: {command: "cat src/hello.txt && ls -la src"}
+        args: {command: "cat src/hello.txt && ls -la src && airlock-event progress --pct 50 'read the greeting'"}
   - text: "There is a typo: 'helo'. Fixing it in place."
     tool_calls:
       - name: run_command
@@ -310,7 +310,7 @@ func TestUIBrowser(t *testing.T) {
 		t.Errorf("the timeline has %d entries after the approval, %d before", after, before)
 	}
 	tl = text(ctx, ".timeline")
-	for _, want := range []string{"approved", "hello, world", "Verification", "passed", "Completed", "helo -> hello"} {
+	for _, want := range []string{"approved", "hello, world", "Verification", "passed", "Completed", "helo -> hello", "reports", "50%", "read the greeting"} {
 		if !strings.Contains(tl, want) {
 			t.Errorf("the finished timeline lacks %q:\n%s", want, tl)
 		}

@@ -177,7 +177,7 @@ func TestImageView(t *testing.T) {
 	`)
 	want := strings.Join([]string{
 		"2", "group-hidden", // the top layer's opaque /etc holds its passwd alone
-		"env=from-image mine=1 path=/usr/bin:/bin",
+		"env=from-image mine=1 path=/usr/bin:/bin:/run/airlock/bin",
 		"33:33 640", "0:0 755", "0:0 4755",
 		"/run/airlock", "airlock", "1",
 	}, "\n")

@@ -55,6 +55,7 @@ var (
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
 	_ sandbox.Checkpointer = (*Sandbox)(nil)
 	_ sandbox.Connector    = (*Sandbox)(nil)
+	_ sandbox.EventSource  = (*Sandbox)(nil)
 )
 
 func (s *Sandbox) makeCgroup() error {
@@ -528,6 +529,14 @@ func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-cha
 		return nil, err
 	}
 	return s.conn.Watch(ctx, path, recursive)
+}
+
+// Events implements sandbox.EventSource: the executor's event socket.
+func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, func(), error) {
+	if err := s.alive(); err != nil {
+		return nil, nil, err
+	}
+	return s.conn.Events(ctx)
 }
 
 // MeasureDisk implements sandbox.DiskMeasurer: the executor reads how full

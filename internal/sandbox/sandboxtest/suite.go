@@ -35,6 +35,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend) {
 	t.Run("Files", s.testFiles)
 	t.Run("Export", s.testExport)
 	t.Run("Watch", s.testWatch)
+	t.Run("Events", s.testEvents)
 	t.Run("Checkpoint", s.testCheckpoint)
 	t.Run("Workspace", s.testWorkspace)
 	t.Run("Limits", s.testLimits)

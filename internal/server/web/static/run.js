@@ -20,6 +20,7 @@ export const eventTypes = [
   'model.request', 'model.response', 'tool.proposed', 'policy.decision', 'tool.started', 'tool.finished', 'tool.uncertain',
   'egress.decision', 'artifact.stored', 'snapshot.taken', 'workspace.fetched', 'retry', 'verification.result', 'budget.exhausted',
   'approval.requested', 'approval.decided', 'llm.call', 'sandbox.created', 'sandbox.op', 'sandbox.usage',
+  'sandbox.event', 'sandbox.events_dropped',
 ];
 
 // Bounds of what is drawn: the page stays fast on a long run, and the
@@ -37,6 +38,21 @@ const headerEvents = new Set(['run.started', 'run.paused', 'run.resumed', 'run.c
 // escaped).
 export function artifactURL(runID, name) {
   return '/v1/runs/' + encodeURIComponent(runID) + '/artifacts/' + name.split('/').map(encodeURIComponent).join('/');
+}
+
+// sandboxEventView is what a sandbox event says, as elements of text.
+function sandboxEventView(p) {
+  const f = (x) => String(Math.round(x * 1000) / 1000);
+  switch (p.kind) {
+    case 'progress': return [p.pct !== undefined ? h('strong', f(p.pct) + '%') : null, h('span', clip(p.message || '', 300)[0])];
+    case 'log': return [h('span.muted', p.level || 'info'), h('span', clip(p.message || '', 300)[0])];
+    case 'metric': return [h('span.mono', p.name), h('span', '= ' + f(p.value) + (p.unit || ''))];
+    case 'test': return [h('span.mono', p.name), decisionBadge(p.status === 'fail' ? 'deny' : 'allow', p.status),
+      p.duration_s !== undefined ? h('span.muted', f(p.duration_s) + ' s') : null];
+    case 'artifact': return [h('span.mono', p.path), p.artifact ? h('span.muted', '→ ' + p.artifact) : null,
+      p.refused ? h('span', '— refused: ' + p.refused) : null];
+  }
+  return [h('span.mono', clip(JSON.stringify(p.data), 300)[0])];
 }
 
 export function runPage(main, [id]) {
@@ -387,6 +403,16 @@ export function runPage(main, [id]) {
       h('span.muted', [p.detail, p.count > 1 ? '×' + num(p.count) : ''].filter(Boolean).join(' · '))),
     'sandbox.usage': (ev, p) => line('quiet', ev, 'Sandbox usage', h('span.mono', p.sandbox_id),
       h('span.muted', [duration(p.sandbox_ms) + ' up', duration(p.cpu_ms) + ' CPU', credits(p.cost_micro_credits || 0) + ' cr'].join(' · '))),
+    // What a sandbox reported about itself: its own words, shown as
+    // text, marked as the sandbox's, never as the host's.
+    'sandbox.event': (ev, p) => line(p.refused || p.level === 'error' || p.status === 'fail' ? 'warn' : 'quiet', ev,
+      h('span', 'Sandbox'), h('span.mono', p.sandbox), h('span.muted', 'reports'), h('span.mono', p.kind), ...sandboxEventView(p)),
+    'sandbox.events_dropped': (ev, p) => {
+      const host = (p.malformed || 0) + (p.unknown_kind || 0) + (p.oversize || 0) + (p.rate || 0) + (p.invalid || 0);
+      const inside = (p.exec_oversize || 0) + (p.exec_rate || 0) + (p.exec_queue || 0) + (p.exec_conns || 0);
+      line('warn', ev, 'Sandbox', h('span.mono', p.sandbox), h('span.muted', 'events not recorded:'),
+        h('span', num(host) + ' refused by the host · ' + num(inside) + ' dropped in the sandbox · ' + num(p.artifacts || 0) + ' artifacts not stored'));
+    },
     'retry': (ev, p) => line('warn', ev, 'Retrying the ' + p.what, h('span.muted', '(attempt ' + p.attempt + ', in ' + duration(p.delay_ms) + ')'), h('span', '— ' + p.reason)),
     'verification.result': (ev, p) => {
       card(p.passed ? 'ok' : 'bad', ev, [h('span.ev-title', 'Verification'), decisionBadge(p.passed ? 'allow' : 'deny', p.passed ? 'passed' : 'failed'),
