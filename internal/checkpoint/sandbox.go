@@ -175,11 +175,13 @@ func (s *Store) RestoreInto(ctx context.Context, tenant, digest string, sb sandb
 }
 
 // Untar unpacks the tar stream r (gzipped when gz) into sb's /workspace
-// with the sandbox's own tar, as the sandbox user: modes and times kept.
+// inside the sandbox, as the sandbox user, with the executor's own
+// extractor (sandbox.UntarCommand: no tar needed in the image): modes and
+// times kept, owners the user's.
 func Untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error {
-	argv := []string{"tar", "-xpf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"}
+	argv := []string{sandbox.UntarCommand, "-C", "/workspace"}
 	if gz {
-		argv[1] = "-xpzf"
+		argv = append(argv, "-z")
 	}
 	var out bytes.Buffer
 	res, err := sandbox.Run(ctx, sb, sandbox.Command{
@@ -190,7 +192,7 @@ func Untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error 
 		return err
 	}
 	if res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0 {
-		return fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
+		return fmt.Errorf("untar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

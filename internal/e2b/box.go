@@ -818,6 +818,15 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 		s.destroy(ctx, lv)
 		return fmt.Errorf("e2b: resume %s: restore: %w", b.id, err)
 	}
+	if t := b.template.env; t != nil {
+		// A pause keeps files, not processes: what the template starts
+		// (its server, say) is started again, ready before the resume
+		// returns, as on create.
+		if err := envtemplate.Prepare(ctx, lv.sb, t); err != nil {
+			s.destroy(ctx, lv)
+			return fmt.Errorf("e2b: resume %s: template %s: %w", b.id, b.template.name, err)
+		}
+	}
 	l, err := s.o.Store.AcquireLease(ctx, b.rec.runID, s.owner, s.leaseTTL())
 	if err == nil {
 		now := s.now()
@@ -851,12 +860,12 @@ func (s *Server) restoreTar(ctx context.Context, lv *live, file string) error {
 	defer f.Close()
 	var out bytes.Buffer
 	res, err := sandbox.Run(ctx, lv.sb, sandbox.Command{
-		Argv:  []string{"tar", "-xf", "-", "-C", "/workspace", "--no-same-owner", "--delay-directory-restore"},
+		Argv:  []string{sandbox.UntarCommand, "-C", "/workspace"},
 		Stdin: f, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
 		Bulk: true,
 	})
 	if err == nil && (res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0) {
-		err = fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
+		err = fmt.Errorf("untar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	envtemplate "github.com/airlockrun/airlock/internal/template"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -115,6 +116,12 @@ type pausedState struct {
 	// AllowOut and DenyOut are the sandbox's own network rules.
 	AllowOut []string `json:"allow_out,omitempty"`
 	DenyOut  []string `json:"deny_out,omitempty"`
+	// Template is the stored template the sandbox was made of (its image
+	// by digest, environment, working directory, user, start command),
+	// and TemplateVersion its version: a resume after a restart boots
+	// the same root, not the host's.
+	Template        *envtemplate.Template `json:"template,omitempty"`
+	TemplateVersion int64                 `json:"template_version,omitempty"`
 }
 
 // Files in StateDir.
@@ -132,6 +139,7 @@ func (s *Server) pausedPath(runID string) string {
 func (s *Server) writePaused(b *box, ps pausedState) error {
 	ps.SandboxID, ps.Token, ps.Envs, ps.Traffic, ps.Private = b.id, b.token, b.envs, b.traffic, b.private
 	ps.AutoPause, ps.AutoResume, ps.Lifetime = b.autoPause, b.autoResume, b.lifetime
+	ps.Template, ps.TemplateVersion = b.template.env, b.template.version
 	if r := b.rules.Load(); r != nil {
 		ps.AllowOut, ps.DenyOut = r.allowOut, r.denyOut
 	}
@@ -281,7 +289,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if c.SandboxID != ps.SandboxID {
 		return errors.New("its state names another sandbox")
 	}
-	tpl := template{name: c.Template, doc: defaultDocument(), source: c.TemplateSource}
+	tpl := template{name: c.Template, doc: defaultDocument(), source: c.TemplateSource, env: ps.Template, version: ps.TemplateVersion}
 	if len(r.Policy) > 0 {
 		if tpl.doc, err = policy.Parse(r.Policy); err != nil {
 			return fmt.Errorf("its policy: %w", err)
@@ -303,6 +311,9 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	}
 	b.rules.Store(rules)
 	b.spec = withAccount(specOf(tpl.doc))
+	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
+		return err
+	}
 	if err := b.spec.Validate(); err != nil {
 		return err
 	}

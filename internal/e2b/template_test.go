@@ -121,6 +121,31 @@ policy: web
 	}
 }
 
+// TestStoredTemplatePausedRestart: a paused sandbox of a stored template
+// resumes, after its server restarted, on the template's image with its
+// environment and start command, its files kept.
+func TestStoredTemplatePausedRestart(t *testing.T) {
+	images := busyboxStore(t)
+	o := harnessOptions{images: images}
+	h := newHarness(t, o)
+	h.putTemplate(images, "alpha", "web", "image: localhost/busybox:test\nstart: echo started > /tmp/started; exec sleep 600\nenv: {FOO: bar}\n")
+	s := h.createRaw("alpha", map[string]any{"templateID": "web", "timeout": 3600})
+	if r := h.sh(s, "echo kept > kept.txt"); r.exit != 0 {
+		t.Fatalf("write: %+v", r)
+	}
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 204 {
+		t.Fatalf("pause: %s", res)
+	}
+	h.serve(t, o, h.store)
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{"timeout": 600}); res.status != 201 {
+		t.Fatalf("resume after a restart = %s, want 201", res)
+	}
+	r := h.sh(s, "cat kept.txt /IMAGE-MARKER; echo $FOO; for i in $(seq 50); do test -e /tmp/started && break; sleep 0.1; done; cat /tmp/started")
+	if r.exit != 0 || r.stdout != "kept\nfrom-the-image\nbar\nstarted\n" {
+		t.Errorf("after a resume across a restart = %+v, want the file, the image's root, the env and the start command's file", r)
+	}
+}
+
 // TestStoredTemplatesWarmPool: a template with pool: N is served from
 // sandboxes made and prepared ahead (its start command ran, its readiness
 // check passed before the create asked: the pool's hits), one per create,
