@@ -119,7 +119,15 @@ func (e *executor) listenEvents() error {
 		unix.Close(fd)
 		return fmt.Errorf("listen on event socket: %w", err)
 	}
-	if err := unix.Mount("", runDir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if e.setup.GVisor {
+		// gVisor cannot remount it read-only: nobody owns it instead, so
+		// commands, root included, without capabilities, cannot replace
+		// the socket (as the generated /etc there).
+		if err := unix.Chown(runDir, nobodyID, nobodyID); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("%s: %w", runDir, err)
+		}
+	} else if err := unix.Mount("", runDir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("read-only %s: %w", runDir, err)
 	}

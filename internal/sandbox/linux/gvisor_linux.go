@@ -219,11 +219,12 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 		mounts = append(mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
 	flags := []string{"--network=none", "--ignore-cgroups"}
+	// The executor's directory: the event socket, and the egress socket.
+	mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}})
 	if spec.Network == sandbox.NetworkProxy {
 		// The one host socket the sandbox may connect to: gVisor opens
 		// host sockets only with --host-uds, and only those bound in.
-		mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}},
-			bind(spec.ProxySocket, "/run/airlock/egress.sock", false))
+		mounts = append(mounts, bind(spec.ProxySocket, "/run/airlock/egress.sock", false))
 		flags = append(flags, "--host-uds=open")
 	}
 	if cow || spec.WritableRoot {
