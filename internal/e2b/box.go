@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/interp"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 
@@ -229,7 +230,7 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 		tpl, err = s.resolveTemplate(ctx, tenant, req.TemplateID)
 	}
 	if errors.Is(err, errNoTemplate) {
-		return nil, &publicError{status: 404, msg: fmt.Sprintf("template %q not found: templates are %q (the default policy), the names of your stored policies, and your snapshots' ids and names", clip(req.TemplateID), DefaultTemplate)}
+		return nil, &publicError{status: 404, msg: fmt.Sprintf("template %q not found: templates are %q (the default policy), %q (the code interpreter), the names of your stored templates and policies, and your snapshots' ids and names", clip(req.TemplateID), DefaultTemplate, interp.Name)}
 	}
 	if err != nil {
 		return nil, err
