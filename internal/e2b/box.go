@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/interp"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 

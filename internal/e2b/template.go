@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/interp"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 
