@@ -24,7 +24,7 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build install demo example-wordstats test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-mcp deps check clean
+.PHONY: help build install demo example-wordstats test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-ports bench-mcp deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -88,6 +88,9 @@ bench-serve: ## airlock serve under load: 100 runs created at once, 1,000 SSE su
 
 bench-e2b: ## E2B SDK: Sandbox.create() to first command output over 100 sandboxes (root, node)
 	./bench/e2b.sh
+
+bench-ports: ## Preview URLs: p50 through the data plane vs direct loopback in the sandbox, 1,000 WebSockets held (root, node)
+	./bench/ports.sh
 
 bench-mcp: ## MCP: run_command true through airlock mcp (stdio) against airlock sandbox exec, p50 (root)
 	./bench/mcp.sh

@@ -2,8 +2,10 @@
 # E2B's own JS SDK suite (e2b-dev/E2B at b8029973a, packages/js-sdk
 # tests/sandbox and tests/api) against a fresh airlock serve, inside a
 # network namespace that has nothing but loopback: what passes is what the
-# SDK's authors expect of a sandbox, minus what needs the internet. Root;
-# needs node, npm, unshare and ip. The suite's npm dependencies are
+# SDK's authors expect of a sandbox, minus what needs the internet. Preview
+# URLs are https://<port>-<id>.e2b.test, served by a TLS stand-in for
+# E2B's edge (bench/e2bsuite). Root; needs node, npm, unshare, ip and
+# openssl. The suite's npm dependencies are
 # installed (pnpm, from the registry) before the namespace is entered.
 # Usage: bench/e2b-suite.sh CLONE [VITEST-ARGS...]   (CLONE: a checkout of
 # e2b-dev/E2B at b8029973a). Prints `N passed, M failed` last; the
@@ -37,7 +39,13 @@ workers: 0
 e2b:
   api_addr: 127.0.0.1:3000
   sandbox_addr: 127.0.0.1:49983
+  domain: e2b.test
 YAML
+# Preview URLs (getHost) are https://<port>-<id>.e2b.test: a certificate
+# for them that the suite's node trusts, served by bench/e2bsuite/edge.cjs.
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=e2b.test -addext "subjectAltName=DNS:*.e2b.test" \
+  -keyout "$t/edge.key" -out "$t/edge.pem" >/dev/null 2>&1
+cp bench/e2bsuite/edge.cjs bench/e2bsuite/dns.cjs "$t/"
 cat >"$t/inner.sh" <<'SH'
 set -eu
 ip link set lo up
@@ -45,6 +53,10 @@ ip link set lo up
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 100); do curl -fsS http://127.0.0.1:8080/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+node "$T/edge.cjs" "$T/edge.pem" "$T/edge.key" 49983 >"$T/edge.log" 2>&1 &
+edge=$!
+trap 'kill $pid $edge 2>/dev/null; wait $pid $edge 2>/dev/null' EXIT
+export NODE_EXTRA_CA_CERTS=$T/edge.pem NODE_OPTIONS="--require $T/dns.cjs" E2B_SUITE_DOMAIN=e2b.test
 cd "$SDK"
 # The files that mock the API with msw expect the SDK's default URLs
 # (https://api.e2b.app), so they run without E2B_API_URL and

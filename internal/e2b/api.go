@@ -198,7 +198,9 @@ type sandboxJSON struct {
 	ClientID        string `json:"clientID"`
 	EnvdVersion     string `json:"envdVersion"`
 	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
-	Domain          string `json:"domain,omitempty"`
+	// TrafficAccessToken is set when a port of the sandbox needs it.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	Domain             string `json:"domain,omitempty"`
 }
 
 // clientID is the deprecated, required clientID field.
@@ -207,7 +209,7 @@ const clientID = "airlock"
 func (s *Server) sandboxJSON(b *box) sandboxJSON {
 	return sandboxJSON{
 		SandboxID: b.id, TemplateID: b.template.name, ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: b.token, Domain: s.cfg.Domain,
+		EnvdAccessToken: b.token, TrafficAccessToken: b.trafficToken(), Domain: s.cfg.Domain,
 	}
 }
 
@@ -233,9 +235,15 @@ type detailJSON struct {
 	Domain              string        `json:"domain,omitempty"`
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
+	Network             networkJSON   `json:"network"`
 	// PauseKind is set while the sandbox is paused: what the pause kept
 	// (an airlock field; E2B's SDKs ignore it).
 	PauseKind string `json:"pauseKind,omitempty"`
+}
+
+// networkJSON is SandboxNetworkConfig as getInfo tells it.
+type networkJSON struct {
+	AllowPublicTraffic bool `json:"allowPublicTraffic"`
 }
 
 type lifecycleJSON struct {
@@ -281,6 +289,7 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	d := detailJSON{
 		listedJSON: s.listedJSON(b), EnvdAccessToken: b.token, Domain: s.cfg.Domain,
 		AllowInternetAccess: b.internet && needsNetwork(b.template.doc) && s.o.Network != nil, Lifecycle: lifecycleJSON{OnTimeout: "kill"},
+		Network: networkJSON{AllowPublicTraffic: !b.private},
 	}
 	if d.State == statePaused {
 		d.PauseKind = pauseKindFilesystem

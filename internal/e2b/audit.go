@@ -26,6 +26,15 @@ type Record struct {
 	// Detail says more in one line: a path, a command (clipped), a host.
 	// It never holds a token, an environment value or file contents.
 	Detail string `json:"detail,omitempty"`
+	// Port, Client, BytesIn, BytesOut and DurationMS describe a request
+	// through a preview URL (op "port"): the sandbox's port, the client's
+	// address, the bytes it sent to the sandbox's server and got back,
+	// and how long it took (an upgraded connection's whole life).
+	Port       int    `json:"port,omitempty"`
+	Client     string `json:"client,omitempty"`
+	BytesIn    int64  `json:"bytes_in,omitempty"`
+	BytesOut   int64  `json:"bytes_out,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
 }
 
 // auditLog records operations: in the log of the sandbox they are about

@@ -42,6 +42,13 @@ type box struct {
 	metadata map[string]string
 	envs     map[string]string
 	token    string
+	// traffic is the sandbox's traffic access token, which a port whose
+	// access is token needs (header e2b-traffic-access-token); private
+	// makes every port's access token (create's
+	// network.allowPublicTraffic: false).
+	traffic  string
+	private  bool
+	ports    portCounters
 	started  time.Time
 	internet bool
 	rec      *record // its record's log
@@ -103,14 +110,16 @@ func newToken() string {
 // tell little.
 const minScrubbed = 4
 
-// scrub replaces the sandbox's environment values and its access token in
+// scrub replaces the sandbox's environment values and its tokens in
 // s with [redacted].
 func (b *box) scrub(s string) string {
 	if s == "" {
 		return s
 	}
-	if b.token != "" && strings.Contains(s, b.token) {
-		s = strings.ReplaceAll(s, b.token, "[redacted]")
+	for _, t := range []string{b.token, b.traffic} {
+		if t != "" && strings.Contains(s, t) {
+			s = strings.ReplaceAll(s, t, "[redacted]")
+		}
 	}
 	for _, v := range b.envs {
 		if len(v) >= minScrubbed && strings.Contains(s, v) {
@@ -151,8 +160,10 @@ type createRequest struct {
 	MCP                 map[string]any    `json:"mcp"`
 }
 
-// networkRequest is create's network override, which airlock does not
-// take: the template's policy decides egress.
+// networkRequest is create's network override. airlock takes
+// allowPublicTraffic (default true, as E2B's): false makes every exposed
+// port need the sandbox's traffic access token. The egress fields are
+// refused: the template's policy decides egress.
 type networkRequest struct {
 	AllowOut           []string       `json:"allowOut"`
 	DenyOut            []string       `json:"denyOut"`
@@ -264,6 +275,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 	b := &box{
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
+		traffic: newToken(), private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
 	}
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {

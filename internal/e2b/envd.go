@@ -148,6 +148,11 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		writeEnvdError(w, http.StatusBadRequest, "no sandbox named: send E2b-Sandbox-Id and E2b-Sandbox-Port, or address <port>-<sandbox id>."+cmpOr(s.cfg.Domain, "<domain>"))
 		return
 	}
+	if port != EnvdPort {
+		// A preview URL: the port's own access rules, not envd's token.
+		s.servePort(w, r, id, port)
+		return
+	}
 	s.mu.Lock()
 	b := s.boxes[id]
 	s.mu.Unlock()
@@ -158,11 +163,6 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	if b == nil || lv == nil || !s.envdAuthorized(r, b) {
 		s.audit.record(Record{Sandbox: clip(id), Op: "envd", Outcome: "refused", Detail: clip(r.URL.Path)})
 		s.writeGone(w, r)
-		return
-	}
-	if port != EnvdPort {
-		s.audit.record(Record{Tenant: b.tenant, Sandbox: b.id, Op: "port", Outcome: "refused", Detail: strconv.Itoa(port)})
-		writeEnvdError(w, http.StatusBadGateway, fmt.Sprintf("port %d: airlock serves only envd (%d) of a sandbox", port, EnvdPort))
 		return
 	}
 	user, err := userOf(r)

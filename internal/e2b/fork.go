@@ -55,8 +55,11 @@ func (s *Server) handleFork(ctx context.Context, w http.ResponseWriter, r *http.
 	if err != nil {
 		return err
 	}
-	internet := b.internet
-	from := createRequest{Timeout: req.Timeout, Metadata: maps.Clone(b.metadata), EnvVars: maps.Clone(b.envs), AllowInternetAccess: &internet}
+	internet, public := b.internet, !b.private
+	from := createRequest{
+		Timeout: req.Timeout, Metadata: maps.Clone(b.metadata), EnvVars: maps.Clone(b.envs), AllowInternetAccess: &internet,
+		Network: &networkRequest{AllowPublicTraffic: &public},
+	}
 	out := make([]forkResult, 0, n)
 	for range n {
 		f, err := s.start(ctx, b.tenant, c.p.KeyID, from, b.template, digest, "sandbox "+b.id)

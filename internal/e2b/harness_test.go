@@ -398,6 +398,7 @@ type sbx struct {
 	TemplateID  string `json:"templateID"`
 	EnvdVersion string `json:"envdVersion"`
 	Token       string `json:"envdAccessToken"`
+	Traffic     string `json:"trafficAccessToken"`
 }
 
 // create makes a sandbox for tenant from body.

@@ -96,6 +96,11 @@ type pausedState struct {
 	SandboxID string            `json:"sandbox_id"`
 	Token     string            `json:"token"`
 	Envs      map[string]string `json:"envs,omitempty"`
+	// Traffic is the traffic access token, Private create's
+	// allowPublicTraffic: false (empty in states written before ports:
+	// a new token, public).
+	Traffic string `json:"traffic,omitempty"`
+	Private bool   `json:"private,omitempty"`
 	// Checkpoint is the digest of the workspace's checkpoint.
 	Checkpoint string `json:"checkpoint,omitempty"`
 	// Snapshot is, instead, the name of the workspace's tar file in
@@ -116,7 +121,7 @@ func (s *Server) pausedPath(runID string) string {
 
 // writePaused keeps what b's resume needs, with ps's workspace.
 func (s *Server) writePaused(b *box, ps pausedState) error {
-	ps.SandboxID, ps.Token, ps.Envs = b.id, b.token, b.envs
+	ps.SandboxID, ps.Token, ps.Envs, ps.Traffic, ps.Private = b.id, b.token, b.envs, b.traffic, b.private
 	st, err := json.Marshal(ps)
 	if err == nil {
 		err = writeFileAtomic(s.pausedPath(b.rec.runID), st)
@@ -164,7 +169,7 @@ func parsePaused(b []byte) (pausedState, error) {
 		return ps, err
 	}
 	switch {
-	case ps.SandboxID == "" || len(ps.SandboxID) > 64, ps.Token == "" || len(ps.Token) > 256:
+	case ps.SandboxID == "" || len(ps.SandboxID) > 64, ps.Token == "" || len(ps.Token) > 256, len(ps.Traffic) > 256:
 		return ps, errors.New("malformed sandbox id or token")
 	case ps.Checkpoint != "" && ps.Snapshot != "", ps.Checkpoint == "" && ps.Snapshot == "":
 		return ps, errors.New("want one of a checkpoint and a snapshot file")
@@ -263,7 +268,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if c.SandboxID != ps.SandboxID {
 		return errors.New("its state names another sandbox")
 	}
-	tpl := template{name: c.Template, doc: policy.Default(), source: c.TemplateSource}
+	tpl := template{name: c.Template, doc: defaultDocument(), source: c.TemplateSource}
 	if len(r.Policy) > 0 {
 		if tpl.doc, err = policy.Parse(r.Policy); err != nil {
 			return fmt.Errorf("its policy: %w", err)
@@ -272,7 +277,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	}
 	b := &box{
 		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
-		token: ps.Token, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
+		token: ps.Token, traffic: cmpOr(ps.Traffic, newToken()), private: ps.Private, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
 		state: statePaused, endAt: r.Updated, paused: ps.Checkpoint,
 	}
 	if ps.Snapshot != "" {

@@ -154,7 +154,7 @@ func (s *Server) findSnapshot(tenant, ref string) *snapshot {
 // snapshotTemplate is the template of a sandbox created from sn: the
 // policy of the sandbox sn was taken from.
 func (s *Server) snapshotTemplate(sn *snapshot) (template, error) {
-	tpl := template{name: sn.ID, doc: policy.Default(), source: fmt.Sprintf("snapshot %s of sandbox %s (template %s, %s)", sn.ID, sn.SandboxID, sn.Template, sn.TemplateSource)}
+	tpl := template{name: sn.ID, doc: defaultDocument(), source: fmt.Sprintf("snapshot %s of sandbox %s (template %s, %s)", sn.ID, sn.SandboxID, sn.Template, sn.TemplateSource)}
 	if len(sn.Policy) > 0 {
 		doc, err := policy.Parse(sn.Policy)
 		if err != nil {

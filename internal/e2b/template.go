@@ -15,8 +15,26 @@ import (
 )
 
 // DefaultTemplate is the template E2B clients ask for by default; it is
-// airlock's strict default policy (no network at all).
+// defaultDocument: airlock's strict default policy (no network at all)
+// with every port exposed, as in E2B.
 const DefaultTemplate = "base"
+
+// defaultDocument is the policy of an E2B sandbox whose template names
+// none: airlock's default (no network at all) with every port of the
+// sandbox exposed, public, as E2B exposes them, so that getHost(port)
+// works as E2B users expect. Public means what it says: a sandbox id is
+// no secret (it is in every URL and log line), so anyone who can reach
+// the data plane's address can reach the port. That is E2B's contract,
+// the data plane listens where the operator puts it (loopback unless
+// configured), and create's network.allowPublicTraffic: false makes
+// every port need the sandbox's traffic access token. A tenant's
+// stored policy says for itself which ports it exposes: none unless it
+// has a ports section.
+func defaultDocument() *policy.Document {
+	d := policy.Default()
+	d.Ports.Expose = []policy.PortRule{{Ports: policy.PortRange{First: 1, Last: 65535}, Access: policy.AccessPublic}}
+	return d
+}
 
 // template is what a template name resolves to.
 type template struct {
@@ -48,7 +66,7 @@ var errNoTemplate = errors.New("no such template")
 // policy of that name.
 func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (template, error) {
 	if name == "" || name == DefaultTemplate {
-		return template{name: DefaultTemplate, doc: policy.Default(), source: "default policy"}, nil
+		return template{name: DefaultTemplate, doc: defaultDocument(), source: "default policy"}, nil
 	}
 	if store.ValidatePolicyName(name) != nil {
 		return template{}, errNoTemplate
@@ -95,7 +113,7 @@ func (s *Server) storedTemplate(ctx context.Context, view *store.TenantStore, tv
 	if s.o.Images == nil {
 		return template{}, &publicError{status: 400, msg: fmt.Sprintf("template %s: this server keeps no images to make its sandboxes of", tv.Name)}
 	}
-	tpl := template{name: tv.Name, doc: policy.Default(), env: t, version: tv.Version}
+	tpl := template{name: tv.Name, doc: defaultDocument(), env: t, version: tv.Version}
 	pol := "the default policy"
 	if t.Policy != "" {
 		v, err := view.GetPolicy(ctx, t.Policy, "")

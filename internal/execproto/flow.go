@@ -10,6 +10,10 @@ import (
 // ErrClosed reports use of a closed Credit or Writer.
 var ErrClosed = errors.New("closed")
 
+// ErrStopped reports a wait for credit given up because its stop channel
+// was closed (TakeUntil, SendDataUntil).
+var ErrStopped = errors.New("stopped")
+
 // Credit is the send window of one data channel. The zero value is not usable;
 // use NewCredit.
 type Credit struct {
@@ -46,6 +50,49 @@ func (c *Credit) Take(limit int) (int, error) {
 	}
 	c.n -= n
 	return int(n), nil
+}
+
+// TakeUntil is Take that gives up with ErrStopped once stop is closed
+// (a nil stop never is). Only a Take that has to wait costs a goroutine,
+// which wakes it when stop is closed.
+func (c *Credit) TakeUntil(limit int, stop <-chan struct{}) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n <= 0 && !c.closed && stop != nil {
+		waiting := make(chan struct{})
+		defer close(waiting)
+		go func() {
+			select {
+			case <-stop:
+				c.mu.Lock()
+				c.cond.Broadcast()
+				c.mu.Unlock()
+			case <-waiting:
+			}
+		}()
+	}
+	for c.n <= 0 && !c.closed {
+		if stopped(stop) {
+			return 0, ErrStopped
+		}
+		c.cond.Wait()
+	}
+	if c.closed {
+		return 0, ErrClosed
+	}
+	n := min(int64(limit), c.n)
+	c.n -= n
+	return int(n), nil
+}
+
+// stopped reports whether stop is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // Add returns n bytes of credit. Credit beyond 4 windows (of the larger of
@@ -107,17 +154,26 @@ func (w *Writer) Write(f Frame) error {
 // SendData writes p on channel c of stream, in frames of at most chunk
 // bytes of data (Request.Flow), waiting for credit.
 func (w *Writer) SendData(stream uint32, c byte, credit *Credit, chunk int, p []byte) error {
+	_, err := w.SendDataUntil(stream, c, credit, chunk, p, nil)
+	return err
+}
+
+// SendDataUntil is SendData that stops waiting for credit, with
+// ErrStopped, once stop is closed. It returns how many bytes of p it sent.
+func (w *Writer) SendDataUntil(stream uint32, c byte, credit *Credit, chunk int, p []byte, stop <-chan struct{}) (int, error) {
+	sent := 0
 	for len(p) > 0 {
-		n, err := credit.Take(min(len(p), chunk))
+		n, err := credit.TakeUntil(min(len(p), chunk), stop)
 		if err != nil {
-			return err
+			return sent, err
 		}
 		if err := w.writeData(stream, c, p[:n]); err != nil {
-			return err
+			return sent, err
 		}
 		p = p[n:]
+		sent += n
 	}
-	return nil
+	return sent, nil
 }
 
 // writeData writes a Data frame of p on channel c of stream with one
@@ -177,14 +233,17 @@ type Inbox struct {
 	mu     sync.Mutex
 	chunks []Chunk  // guarded by mu
 	bytes  [3]int64 // guarded by mu: queued bytes per channel
+	ended  [3]bool  // guarded by mu: PutClose was called for the channel
 	closed bool     // guarded by mu
 	ready  chan struct{}
 }
 
-// Chunk is one queued piece of data.
+// Chunk is one queued piece of data, or the end of a channel.
 type Chunk struct {
 	Channel byte
 	Data    []byte
+	// Close marks the end of the channel's data (PutClose); Data is nil.
+	Close bool
 }
 
 // NewInbox returns an empty Inbox that holds at most window bytes per
@@ -203,8 +262,33 @@ func (q *Inbox) Put(c byte, p []byte) error {
 	if c > Stderr || q.bytes[c]+int64(len(p)) > q.window {
 		return errors.New("flow control: data beyond window")
 	}
+	if q.ended[c] {
+		return errors.New("data after the channel's close")
+	}
 	q.bytes[c] += int64(len(p))
-	q.chunks = append(q.chunks, Chunk{c, p})
+	q.chunks = append(q.chunks, Chunk{Channel: c, Data: p})
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// PutClose queues the end of channel c after the data queued for it: the
+// consumer gets a Chunk with Close set. A channel ends once; a second
+// close, or data after it, is refused, so a peer cannot grow the queue
+// with closes.
+func (q *Inbox) PutClose(c byte) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	if c > Stderr || q.ended[c] {
+		return errors.New("channel closed twice")
+	}
+	q.ended[c] = true
+	q.chunks = append(q.chunks, Chunk{Channel: c, Close: true})
 	select {
 	case q.ready <- struct{}{}:
 	default:

@@ -543,3 +543,90 @@ func TestFlowControlEndToEnd(t *testing.T) {
 		t.Errorf("received %d bytes that differ from the %d sent", got.Len(), len(data))
 	}
 }
+
+func TestCreditTakeUntil(t *testing.T) {
+	c := execproto.NewCredit(5)
+	stop := make(chan struct{})
+	if n, err := c.TakeUntil(100, stop); n != 5 || err != nil {
+		t.Fatalf("TakeUntil(100) of 5 = %d, %v; want 5, nil", n, err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.TakeUntil(1, stop)
+		got <- err
+	}()
+	close(stop)
+	if err := recvErr(t, got); !errors.Is(err, execproto.ErrStopped) {
+		t.Errorf("TakeUntil when stopped = %v, want ErrStopped", err)
+	}
+	// Credit there and stop closed: the credit is taken (as a Read with
+	// data and an expired deadline would still fail; callers check stop).
+	if err := c.Add(2); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.TakeUntil(10, stop); n != 2 || err != nil {
+		t.Errorf("TakeUntil with credit = %d, %v; want 2, nil", n, err)
+	}
+	c.Close()
+	if _, err := c.TakeUntil(1, make(chan struct{})); !errors.Is(err, execproto.ErrClosed) {
+		t.Errorf("TakeUntil after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestSendDataUntilPartial(t *testing.T) {
+	credit := execproto.NewCredit(3)
+	fc := newFrameChan(t)
+	w := execproto.NewWriter(fc)
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var sent int
+	go func() {
+		var err error
+		sent, err = w.SendDataUntil(1, execproto.Stdin, credit, execproto.ChunkSize, []byte("hello"), stop)
+		done <- err
+	}()
+	f := recvFrame(t, fc.frames)
+	if string(f.Payload[1:]) != "hel" {
+		t.Fatalf("first frame = %q, want %q", f.Payload[1:], "hel")
+	}
+	close(stop)
+	if err := recvErr(t, done); !errors.Is(err, execproto.ErrStopped) {
+		t.Fatalf("SendDataUntil = %v, want ErrStopped", err)
+	}
+	if sent != 3 {
+		t.Errorf("SendDataUntil sent %d bytes, want 3", sent)
+	}
+}
+
+func TestInboxPutClose(t *testing.T) {
+	q := execproto.NewInbox(execproto.Window)
+	if err := q.Put(execproto.Stdout, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PutClose(execproto.Stdout); err != nil {
+		t.Fatalf("PutClose = %v", err)
+	}
+	if err := q.PutClose(execproto.Stdout); err == nil {
+		t.Error("second PutClose = nil, want an error")
+	}
+	if err := q.Put(execproto.Stdout, []byte("b")); err == nil {
+		t.Error("Put after PutClose = nil, want an error")
+	}
+	if err := q.PutClose(3); err == nil {
+		t.Error("PutClose(3) = nil, want an error")
+	}
+	if err := q.Put(execproto.Stderr, []byte("c")); err != nil {
+		t.Errorf("Put on another channel after PutClose = %v", err)
+	}
+	want := []execproto.Chunk{
+		{Channel: execproto.Stdout, Data: []byte("a")},
+		{Channel: execproto.Stdout, Close: true},
+		{Channel: execproto.Stderr, Data: []byte("c")},
+	}
+	for i, w := range want {
+		got, ok := q.Get()
+		if !ok || got.Channel != w.Channel || got.Close != w.Close || !bytes.Equal(got.Data, w.Data) {
+			t.Fatalf("Get #%d = %+v %t, want %+v", i, got, ok, w)
+		}
+	}
+}

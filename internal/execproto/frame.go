@@ -10,8 +10,9 @@ import (
 // Version is the protocol version. Host and executor exchange it in Hello and
 // refuse to talk across versions. Version 2 added the watch and disk_usage
 // operations, version 3 the checkpoint operation, version 4 a stream's own
-// window and chunk size (Request.Window, Request.ChunkSize).
-const Version = 4
+// window and chunk size (Request.Window, Request.ChunkSize), version 5 the
+// connect operation (OpConnect).
+const Version = 5
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a

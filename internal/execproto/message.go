@@ -280,7 +280,18 @@ const (
 	// the baseline. The executor keeps the last two baselines. Tree
 	// TreeRoot asks for the root file system's changes instead.
 	OpCheckpoint = "checkpoint"
+	// OpConnect relays a TCP connection to Port on the sandbox's loopback
+	// (see "Connect streams" in the package doc).
+	OpConnect = "connect"
 )
+
+// MaxConnects bounds the connect streams an executor relays at once; one
+// more is refused (Result.Errno EMFILE). Each holds a socket, two
+// goroutines and at most its window of unsent bytes each way, so the bound
+// keeps a runaway host (a leak of connections, not an attack: the host is
+// trusted) from exhausting the sandbox's descriptors and memory, while
+// leaving room for a thousand held WebSocket connections.
+const MaxConnects = 1024
 
 // Request opens a stream.
 type Request struct {
@@ -321,6 +332,10 @@ type Request struct {
 	MarkOnly bool   `json:"mark_only,omitempty"` // record a baseline, stream nothing
 	// Tree is the tree checkpointed: TreeWorkspace (empty) or TreeRoot.
 	Tree string `json:"tree,omitempty"`
+
+	// Port is the TCP port a connect stream dials on the sandbox's
+	// loopback, 1 to 65535.
+	Port int `json:"port,omitempty"`
 
 	// Window and ChunkSize, when nonzero, replace Window and ChunkSize as
 	// the flow control of every data channel of this stream, both ways: a
@@ -447,6 +462,11 @@ func (r *Request) Validate() error {
 		}
 		return nil
 	case OpDiskUsage:
+		return nil
+	case OpConnect:
+		if r.Port < 1 || r.Port > 65535 {
+			return fmt.Errorf("connect: port %d, want 1 to 65535", r.Port)
+		}
 		return nil
 	case OpCheckpoint:
 		if r.Tree != TreeWorkspace && r.Tree != TreeRoot {

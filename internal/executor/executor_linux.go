@@ -90,6 +90,9 @@ type executor struct {
 	starting int
 	// watches counts running watch streams. Guarded by mu.
 	watches int
+	// connects counts running connect streams (at most
+	// execproto.MaxConnects). Guarded by mu.
+	connects int
 	// null is /dev/null, the stdin of commands given none, opened on first
 	// use and shared by them. Guarded by mu.
 	null *os.File

@@ -148,6 +148,8 @@ func (s *stream) run() {
 			res = diskUsage(s.e.setup.User.Home)
 		case execproto.OpCheckpoint:
 			res = s.checkpoint()
+		case execproto.OpConnect:
+			res = s.connect()
 		default:
 			res = s.file()
 		}

@@ -27,6 +27,9 @@ type canonicalDocument struct {
 	LLM LLM `yaml:"llm,omitempty"`
 	// Secrets is left out while it is all defaults, for the same reason.
 	Secrets *Secrets `yaml:"secrets,omitempty"`
+	// Ports is left out while nothing is exposed and no limit set, for
+	// the same reason.
+	Ports *Ports `yaml:"ports,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
@@ -50,6 +53,15 @@ func (d *Document) Canonical() []byte {
 		sec.Results, sec.Task, sec.Patch = sec.Results.Or(SecretRedact), sec.Task.Or(SecretRedact), sec.Patch.Or(SecretRedact)
 		sec.Allow, sec.Disable = sortedCopy(sec.Allow), sortedCopy(sec.Disable)
 		c.Secrets = &sec
+	}
+	if !d.Ports.isZero() {
+		ports := d.Ports
+		ports.Expose = slices.Clone(ports.Expose)
+		for i := range ports.Expose {
+			ports.Expose[i].Access = ports.Expose[i].Access.or(AccessToken)
+		}
+		ports.MaxConnections = ports.Connections()
+		c.Ports = &ports
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny

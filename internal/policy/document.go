@@ -199,6 +199,7 @@ func (d *Document) validate(p *problems) {
 	checkGlobs(p, "artifacts", d.Artifacts)
 	d.LLM.validate(p)
 	d.Secrets.validate(p)
+	d.Ports.validate(p)
 	for _, r := range []struct {
 		field string
 		v     int64

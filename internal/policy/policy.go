@@ -6,7 +6,8 @@
 // the run's budgets, who approves and for how long an approval waits, the
 // completion checks, the artifacts kept, how often a failed model call or a
 // lost sandbox is retried, and which models the sandboxes may call through
-// the LLM gateway, how often and for how much.
+// the LLM gateway, how often and for how much, and which of a sandbox's
+// ports clients may reach.
 //
 // A document is strict YAML: unknown keys, wrong types and impossible values
 // are errors that name their line and give a hint. Parse fills every value
@@ -79,6 +80,9 @@ type Document struct {
 	// Secrets says what happens to credentials the host was never given
 	// that show up in a task, a call's arguments, a result or a patch.
 	Secrets Secrets `yaml:"secrets"`
+	// Ports says which of a sandbox's ports clients may reach, who may,
+	// and how much (nothing by default).
+	Ports Ports `yaml:"ports"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -121,6 +125,7 @@ type rawDocument struct {
 	Retries   yaml.Node `yaml:"retries"`
 	LLM       yaml.Node `yaml:"llm"`
 	Secrets   yaml.Node `yaml:"secrets"`
+	Ports     yaml.Node `yaml:"ports"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -181,6 +186,7 @@ func Parse(data []byte) (*Document, error) {
 		{"retries", &raw.Retries, &doc.Retries},
 		{"llm", &raw.LLM, &doc.LLM},
 		{"secrets", &raw.Secrets, &doc.Secrets},
+		{"ports", &raw.Ports, &doc.Ports},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())

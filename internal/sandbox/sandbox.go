@@ -21,7 +21,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -400,6 +402,44 @@ type WatchEvent struct {
 // its executor broke the protocol. Every backend wraps it, so callers can
 // tell a lost sandbox (provision another) from a command's failure.
 var ErrLost = errors.New("sandbox lost")
+
+// ErrPortClosed reports a Connect to a port nothing in the sandbox listens
+// on (the dial was refused).
+var ErrPortClosed = errors.New("nothing listens on the port")
+
+// Connector is implemented by sandboxes whose TCP ports the host can reach:
+// the connection is relayed by the sandbox's executor, which dials the port
+// on the sandbox's own loopback (127.0.0.1, then ::1), never an address
+// outside the sandbox; the sandbox keeps no network interface but loopback.
+// Whether a port may be reached at all is the caller's decision.
+type Connector interface {
+	// Connect opens a connection to port (1 to 65535) inside the
+	// sandbox. ctx bounds only the dial; the returned conn lives until it
+	// is closed or the sandbox ends. Nothing listening matches
+	// ErrPortClosed. The conn supports CloseWrite() error, a half-close
+	// (the server reads EOF and may still answer), and deadlines, which
+	// unblock a waiting Read or Write with os.ErrDeadlineExceeded as
+	// net.Conn says. Once the sandbox is gone, Read and Write fail with an
+	// error that wraps ErrLost.
+	Connect(ctx context.Context, port int) (net.Conn, error)
+}
+
+// PortAddr is the remote address of a Connector's conn: a port of a
+// sandbox. The zero PortAddr, "host", is its local address.
+type PortAddr struct {
+	Sandbox string
+	Port    int
+}
+
+// Network is "sandbox".
+func (a PortAddr) Network() string { return "sandbox" }
+
+func (a PortAddr) String() string {
+	if a.Sandbox == "" {
+		return "host"
+	}
+	return a.Sandbox + ":" + strconv.Itoa(a.Port)
+}
 
 // FileError is a file operation's failure inside the sandbox.
 type FileError struct {

@@ -35,6 +35,8 @@ type Conn struct {
 	readers sync.WaitGroup
 	// watchers are the goroutines that close watch channels (Watch).
 	watchers sync.WaitGroup
+	// relays are the writer goroutines of detached (connect) streams.
+	relays sync.WaitGroup
 }
 
 // Dial performs the handshake on rw: Hello both ways, Setup, Ready. On
@@ -109,12 +111,14 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close ends the connection and waits for its reader, and for every watch
-// channel to be closed.
+// Close ends the connection and waits for its reader, for every watch
+// channel to be closed, and for every connect stream's output to be taken
+// or dropped.
 func (c *Conn) Close() error {
 	err := c.rw.Close()
 	c.readers.Wait()
 	c.watchers.Wait()
+	c.relays.Wait()
 	return err
 }
 
@@ -179,7 +183,11 @@ func (c *Conn) dispatch(f execproto.Frame) error {
 		}
 		return s.deliver(ch, f.Payload[1:])
 	case execproto.TClose:
-		return nil
+		ch := f.Payload[0]
+		if ch == execproto.Stdin {
+			return fmt.Errorf("%w: close of stdin from executor", execproto.ErrFrame)
+		}
+		return s.closeOutput(ch)
 	case execproto.TAck:
 		ch, n := execproto.AckCredit(f)
 		if ch != execproto.Stdin {
@@ -213,6 +221,11 @@ func (c *Conn) dispatch(f execproto.Frame) error {
 // open starts a stream for req. Output channels go to the given writers (nil
 // discards).
 func (c *Conn) open(req *execproto.Request, stdout, stderr io.Writer) (*stream, error) {
+	return c.openOutputs(req, &outputs{stdout: stdout, stderr: stderr})
+}
+
+// openOutputs is open with every choice of outputs.
+func (c *Conn) openOutputs(req *execproto.Request, o *outputs) (*stream, error) {
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -221,7 +234,7 @@ func (c *Conn) open(req *execproto.Request, stdout, stderr io.Writer) (*stream, 
 	}
 	c.next++
 	id := c.next
-	s := newStream(c, id, req, stdout, stderr)
+	s := newStream(c, id, req, o)
 	c.streams[id] = s
 	c.mu.Unlock()
 	f, err := execproto.JSONFrame(execproto.TOpen, id, req)

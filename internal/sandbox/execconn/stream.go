@@ -21,6 +21,16 @@ type stream struct {
 	out     *execproto.Inbox
 	writers sync.WaitGroup
 
+	// closed, if set, is called by the writer goroutine when the executor
+	// closes an output channel, in order with its data (connect streams);
+	// otherwise such closes are ignored.
+	closed func(ch byte)
+	// detached streams (connect) do not hold up the connection's reader
+	// while their consumer takes its time: finish returns at once and the
+	// writer goroutine closes done once the output is taken or dropped.
+	// Their writer must give up when the connection ends (c.ending).
+	detached bool
+
 	once   sync.Once
 	result execproto.Result
 	err    error
@@ -30,26 +40,48 @@ type stream struct {
 // newStream starts the stream of req. Its flow control is the request's
 // (validated by the caller), which the host chose: an executor cannot make
 // the host buffer more than that window per channel.
-func newStream(c *Conn, id uint32, req *execproto.Request, stdout, stderr io.Writer) *stream {
+func newStream(c *Conn, id uint32, req *execproto.Request, o *outputs) *stream {
 	window, chunk := req.Flow()
 	s := &stream{
 		c: c, id: id, in: execproto.NewCredit(window), chunk: chunk,
-		out:  execproto.NewInbox(window),
-		done: make(chan struct{}),
+		out:    execproto.NewInbox(window),
+		done:   make(chan struct{}),
+		closed: o.closed, detached: o.detached,
 	}
 	s.writers.Add(1)
-	go s.write(stdout, stderr)
+	if s.detached {
+		c.relays.Add(1)
+	}
+	go s.write(o.stdout, o.stderr)
 	return s
+}
+
+// outputs says where a stream's output goes.
+type outputs struct {
+	stdout, stderr io.Writer // nil discards
+	closed         func(ch byte)
+	detached       bool
 }
 
 // write hands output to the caller's writers and returns credit as they
 // accept it, so a slow consumer slows the command, not the host's memory.
 func (s *stream) write(stdout, stderr io.Writer) {
 	defer s.writers.Done()
+	if s.detached {
+		defer s.c.relays.Done()
+		// The Inbox is closed only by finish, after the result is set.
+		defer close(s.done)
+	}
 	for {
 		c, ok := s.out.Get()
 		if !ok {
 			return
+		}
+		if c.Close {
+			if s.closed != nil {
+				s.closed(c.Channel)
+			}
+			continue
 		}
 		w := stdout
 		if c.Channel == execproto.Stderr {
@@ -69,11 +101,22 @@ func (s *stream) deliver(ch byte, p []byte) error {
 	return nil
 }
 
+// closeOutput queues the end of output channel ch after its data.
+func (s *stream) closeOutput(ch byte) error {
+	if err := s.out.PutClose(ch); err != nil {
+		return fmt.Errorf("%w: %w", execproto.ErrFrame, err)
+	}
+	return nil
+}
+
 func (s *stream) finish(r execproto.Result, err error) {
 	s.once.Do(func() {
 		s.result, s.err = r, err
 		s.in.Close()
 		s.out.Close()
+		if s.detached {
+			return // the writer closes done
+		}
 		s.writers.Wait()
 		close(s.done)
 	})

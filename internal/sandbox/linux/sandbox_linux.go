@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -50,6 +51,7 @@ var (
 	_ sandbox.Measurer     = (*Sandbox)(nil)
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
 	_ sandbox.Checkpointer = (*Sandbox)(nil)
+	_ sandbox.Connector    = (*Sandbox)(nil)
 )
 
 func (s *Sandbox) makeCgroup() error {
@@ -547,4 +549,17 @@ func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest,
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
+}
+
+// Connect implements sandbox.Connector: the executor dials port on the
+// sandbox's loopback and relays the connection.
+func (s *Sandbox) Connect(ctx context.Context, port int) (net.Conn, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	c, err := s.conn.Connect(ctx, s.id, port)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return c, nil
 }

@@ -40,6 +40,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend) {
 	t.Run("Limits", s.testLimits)
 	t.Run("Lifetime", s.testLifetime)
 	t.Run("Network", s.testNetwork)
+	t.Run("Connect", s.testConnect)
 	t.Run("Many", s.testMany)
 }
 

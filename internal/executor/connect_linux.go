@@ -1,0 +1,286 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// connect relays a TCP connection to the request's port on the sandbox's
+// loopback (execproto.OpConnect): it dials, closes the Stderr channel to say
+// the connection is up, then copies Stdin to the socket and the socket to
+// Stdout until both directions are done, the connection breaks, or the host
+// cancels.
+//
+// The executor is PID 1 in the sandbox's network namespace, which has only
+// loopback, and it dials only 127.0.0.1 and ::1: a port number can never
+// name an address outside the sandbox. The socket is the executor's own:
+// it is made after setup, under the executor's seccomp filter, and no
+// command inherits it (close-on-exec), so the commands' Landlock and
+// seccomp rules are as they were.
+func (s *stream) connect() execproto.Result {
+	if !s.e.acquireConnect() {
+		return execproto.Result{ExitCode: -1, Error: fmt.Sprintf("connect: %d connections already open", execproto.MaxConnects), Errno: "EMFILE"}
+	}
+	defer s.e.releaseConnect()
+	sock, err := s.dialLoopback(s.req.Port)
+	if err != nil {
+		return errResult(err)
+	}
+	defer sock.Close()
+	if err := s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stderr)); err != nil {
+		return errResult(err)
+	}
+	// broken is closed when the connection broke (a read or write error
+	// other than EOF): the other direction stops too.
+	broken := make(chan struct{})
+	var breakOnce sync.Once
+	breakConn := func() { breakOnce.Do(func() { close(broken) }) }
+	var discard atomic.Bool // set once the host has closed: what the socket sends is dropped
+	readDone, writeDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(readDone)
+		if !s.socketToHost(sock, &discard) {
+			breakConn()
+		}
+	}()
+	go func() {
+		defer close(writeDone)
+		if !s.hostToSocket(sock) {
+			breakConn()
+		}
+	}()
+	both := make(chan struct{})
+	go func() { <-readDone; <-writeDone; close(both) }()
+	select {
+	case <-both:
+		return execproto.Result{}
+	case <-broken:
+	case <-s.stop:
+		if s.stdinClosed() {
+			// The host closed the connection as a TCP socket closes:
+			// what it wrote is still written, then the server reads EOF.
+			// What the server sends meanwhile is read and dropped until
+			// its EOF, since closing a socket with unread data resets
+			// the connection and may drop what was still to be sent.
+			// closeGrace bounds both, as for a server that never reads
+			// or never closes.
+			discard.Store(true)
+			s.out.Close()
+			grace := time.Now().Add(closeGrace)
+			_ = sock.SetWriteDeadline(grace)
+			_ = sock.SetReadDeadline(grace)
+			select {
+			case <-both:
+				return execproto.Result{}
+			case <-broken:
+			}
+		}
+	}
+	// Unblock both pumps: a read or write of the socket, a wait for the
+	// host's credit, a wait for the host's data.
+	sock.Close()
+	s.out.Close()
+	s.stdin.Close()
+	<-both
+	return execproto.Result{}
+}
+
+// closeGrace bounds how long a connect stream the host closed still writes
+// what the host sent before, and waits for the server's EOF.
+const closeGrace = 5 * time.Second
+
+// stdinClosed reports whether the host closed the stream's Stdin.
+func (s *stream) stdinClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stdinDone
+}
+
+// acquireConnect counts one more connect stream, unless MaxConnects are open.
+func (e *executor) acquireConnect() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.connects >= execproto.MaxConnects {
+		return false
+	}
+	e.connects++
+	return true
+}
+
+func (e *executor) releaseConnect() {
+	e.mu.Lock()
+	e.connects--
+	e.mu.Unlock()
+}
+
+// dialLoopback connects to port on 127.0.0.1, or on ::1 when nothing
+// listens on the IPv4 one (a server bound to ::1 alone). The socket is
+// non-blocking, in the runtime poller, so closing it interrupts a Read or
+// Write; a host cancel interrupts the dial.
+func (s *stream) dialLoopback(port int) (*os.File, error) {
+	f, err := s.dial(unix.AF_INET, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}})
+	if !errors.Is(err, unix.ECONNREFUSED) {
+		return f, err
+	}
+	f6, err6 := s.dial(unix.AF_INET6, &unix.SockaddrInet6{Port: port, Addr: [16]byte{15: 1}})
+	if err6 != nil {
+		return nil, err // the IPv4 refusal says it best (there may be no IPv6)
+	}
+	return f6, nil
+}
+
+// dial makes a TCP connection to sa with raw system calls (startProxy says
+// why not package net).
+func (s *stream) dial(family int, sa unix.Sockaddr) (*os.File, error) {
+	// Protocol 0 is IPPROTO_TCP, never MPTCP (startProxy).
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("connect: socket: %w", err)
+	}
+	err = unix.Connect(fd, sa)
+	if err != nil && !errors.Is(err, unix.EINPROGRESS) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("connect to port %d: %w", s.req.Port, err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	f := os.NewFile(uintptr(fd), "connect")
+	if err == nil {
+		return f, nil
+	}
+	// In progress: wait until the socket is writable, then ask how the
+	// connect ended. A cancel closes the socket, which ends the wait.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-s.stop:
+			f.Close()
+		case <-stop:
+		}
+	}()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("connect to port %d: %w", s.req.Port, err)
+	}
+	var soErr int
+	var gerr error
+	werr := rc.Write(func(fd uintptr) bool {
+		// As package net does: in progress until SO_ERROR says how it
+		// ended or the socket has a peer. The first call comes before
+		// any wait, so a connect done by now is seen.
+		soErr, gerr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+		switch {
+		case gerr != nil:
+			return true
+		case soErr == 0:
+			_, perr := unix.Getpeername(int(fd))
+			return !errors.Is(perr, unix.ENOTCONN)
+		case unix.Errno(soErr) == unix.EINPROGRESS || unix.Errno(soErr) == unix.EALREADY || unix.Errno(soErr) == unix.EINTR:
+			return false
+		}
+		return true
+	})
+	switch {
+	case werr != nil:
+		f.Close()
+		return nil, fmt.Errorf("connect to port %d: cancelled", s.req.Port)
+	case gerr != nil:
+		f.Close()
+		return nil, fmt.Errorf("connect to port %d: %w", s.req.Port, gerr)
+	case soErr != 0:
+		f.Close()
+		return nil, fmt.Errorf("connect to port %d: %w", s.req.Port, unix.Errno(soErr))
+	}
+	return f, nil
+}
+
+// relayBuffers hold what a connect stream read from its socket while it
+// sends it: a connection holds one only between a read and the host's
+// credit for it, so a thousand idle connections hold none.
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, execproto.MaxChunkSize); return &b }}
+
+// socketToHost sends what the socket reads as Stdout data, then a Close of
+// Stdout at its EOF. It reports false when the connection broke (or the
+// relay was stopped) rather than ended.
+func (s *stream) socketToHost(sock *os.File, discard *atomic.Bool) bool {
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return false
+	}
+	for {
+		var buf *[]byte
+		var n int
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			buf = relayBuffers.Get().(*[]byte)
+			n, rerr = unix.Read(int(fd), (*buf)[:s.chunk])
+			if errors.Is(rerr, unix.EAGAIN) {
+				relayBuffers.Put(buf)
+				buf = nil
+				return false
+			}
+			return true
+		})
+		if err != nil {
+			return false // closed under it
+		}
+		if rerr != nil || n <= 0 {
+			relayBuffers.Put(buf)
+			if rerr != nil && !errors.Is(rerr, io.EOF) {
+				return false
+			}
+			if discard.Load() {
+				return true
+			}
+			return s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stdout)) == nil
+		}
+		if discard.Load() {
+			relayBuffers.Put(buf)
+			continue
+		}
+		err = s.e.w.SendData(s.id, execproto.Stdout, s.out, s.chunk, (*buf)[:n])
+		relayBuffers.Put(buf)
+		if err != nil && !discard.Load() {
+			return false
+		}
+	}
+}
+
+// hostToSocket writes the host's Stdin data to the socket, acknowledging
+// each chunk once written, and shuts the socket's write side when the host
+// closes Stdin. It reports false when a write failed (the connection is
+// broken) or the relay was stopped.
+func (s *stream) hostToSocket(sock *os.File) bool {
+	for {
+		c, ok := s.stdin.Get()
+		if !ok {
+			break
+		}
+		if _, err := sock.Write(c.Data); err != nil {
+			return false
+		}
+		_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(len(c.Data))))
+	}
+	if !s.stdinClosed() {
+		return false // stopped, not closed by the host
+	}
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Shutdown(int(fd), unix.SHUT_WR) }); err != nil || serr != nil {
+		return false
+	}
+	return true
+}

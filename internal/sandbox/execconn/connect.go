@@ -1,0 +1,337 @@
+package execconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// Connect opens a connect stream to port on the sandbox's loopback and
+// returns it as a net.Conn once the executor has dialled (sandbox.Connector
+// says what the conn does). ctx bounds only the dial. sandboxID names the
+// sandbox in the conn's RemoteAddr.
+//
+// The stream uses the bulk window and chunk size: a connection carries
+// whatever the server sends, an HTTP body or a file, at memory speed.
+func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	req := execproto.Request{Op: execproto.OpConnect, Port: port, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	pc := &portConn{
+		remote: sandbox.PortAddr{Sandbox: sandboxID, Port: port},
+		data:   make(chan []byte), consumed: make(chan int),
+		eof: make(chan struct{}), up: make(chan struct{}), closing: make(chan struct{}),
+		rdl: newDeadline(), wdl: newDeadline(),
+	}
+	s, err := c.openOutputs(&req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
+	if err != nil {
+		return nil, fmt.Errorf("connect to port %d: %w", port, err)
+	}
+	pc.s = s
+	select {
+	case <-pc.up:
+		return pc, nil
+	case <-s.done:
+	case <-ctx.Done():
+		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
+		pc.Close()
+		return nil, fmt.Errorf("connect to port %d: %w", port, ctx.Err())
+	}
+	if isClosed(pc.up) {
+		return pc, nil // up, and already over: what it sent is still to be read
+	}
+	switch r := s.result; {
+	case s.err != nil:
+		return nil, fmt.Errorf("connect to port %d: %w", port, s.err)
+	case r.Errno == "ECONNREFUSED":
+		return nil, fmt.Errorf("connect to port %d: %w", port, sandbox.ErrPortClosed)
+	case r.Error != "":
+		return nil, fmt.Errorf("connect to port %d: %s", port, r.Error)
+	}
+	return nil, fmt.Errorf("connect to port %d: %w: the stream ended before the connection was up", port, execproto.ErrFrame)
+}
+
+// portConn is a connect stream as a net.Conn. What the server sends is
+// handed from the stream's writer goroutine to Read as net.Pipe does, a
+// chunk at a time, and acknowledged to the executor once Read has taken
+// it all: the host holds at most the stream's window of it. Write sends
+// on the stream's stdin, waiting for credit.
+type portConn struct {
+	s      *stream
+	remote sandbox.PortAddr
+
+	// data offers Read a chunk of output; consumed says how much of it
+	// Read took.
+	data     chan []byte
+	consumed chan int
+	eof      chan struct{} // closed at the executor's close of stdout (the server's EOF)
+	up       chan struct{} // closed at the executor's close of stderr: the dial succeeded
+	upOnce   sync.Once
+	eofOnce  sync.Once
+
+	closing   chan struct{} // closed by Close
+	closeOnce sync.Once
+
+	rdl, wdl *deadline
+
+	readMu  sync.Mutex // serialises Reads
+	writeMu sync.Mutex // serialises Writes and CloseWrite
+	// wclosed is set by CloseWrite. Guarded by writeMu.
+	wclosed bool
+}
+
+// channelClosed is called, in order with its output, when the executor
+// closes an output channel.
+func (pc *portConn) channelClosed(ch byte) {
+	switch ch {
+	case execproto.Stderr:
+		pc.upOnce.Do(func() { close(pc.up) })
+	case execproto.Stdout:
+		pc.eofOnce.Do(func() { close(pc.eof) })
+	}
+}
+
+// output is the stream's stdout: it blocks until Read took p, pc is
+// closed, or the executor's connection ends (and then drops the rest).
+func (pc *portConn) output() io.Writer { return outputFunc(pc.deliver) }
+
+type outputFunc func([]byte) (int, error)
+
+func (f outputFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (pc *portConn) deliver(p []byte) (int, error) {
+	all := len(p)
+	for len(p) > 0 {
+		select {
+		case pc.data <- p:
+			p = p[<-pc.consumed:]
+		case <-pc.closing:
+			return all, nil
+		case <-pc.s.c.ending:
+			return all, nil
+		}
+	}
+	return all, nil
+}
+
+// Read reads what the server sent. It returns io.EOF once the server
+// closed its side and everything before is read; an error wrapping
+// sandbox.ErrLost when the sandbox went away; ECONNRESET when the relay
+// broke (the server reset the connection).
+func (pc *portConn) Read(b []byte) (int, error) {
+	pc.readMu.Lock()
+	defer pc.readMu.Unlock()
+	switch {
+	case isClosed(pc.closing):
+		return 0, pc.opErr("read", net.ErrClosed)
+	case isClosed(pc.rdl.wait()):
+		return 0, pc.opErr("read", os.ErrDeadlineExceeded)
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	select {
+	case p := <-pc.data:
+		n := copy(b, p)
+		pc.consumed <- n
+		return n, nil
+	case <-pc.eof:
+		return 0, io.EOF
+	case <-pc.s.done:
+		// Output is all taken when done is closed; a close of stdout
+		// may have come last.
+		if isClosed(pc.eof) {
+			return 0, io.EOF
+		}
+		return 0, pc.opErr("read", pc.endErr())
+	case <-pc.closing:
+		return 0, pc.opErr("read", net.ErrClosed)
+	case <-pc.rdl.wait():
+		return 0, pc.opErr("read", os.ErrDeadlineExceeded)
+	}
+}
+
+// endErr says why the stream ended when it ended without the server's EOF.
+func (pc *portConn) endErr() error {
+	if pc.s.err != nil {
+		return pc.s.err
+	}
+	return syscall.ECONNRESET
+}
+
+// Write sends b to the server, waiting for the executor's credit; a write
+// deadline that passes first returns how much was sent and
+// os.ErrDeadlineExceeded.
+func (pc *portConn) Write(b []byte) (int, error) {
+	pc.writeMu.Lock()
+	defer pc.writeMu.Unlock()
+	switch {
+	case isClosed(pc.closing):
+		return 0, pc.opErr("write", net.ErrClosed)
+	case pc.wclosed:
+		return 0, pc.opErr("write", syscall.EPIPE)
+	case isClosed(pc.wdl.wait()):
+		return 0, pc.opErr("write", os.ErrDeadlineExceeded)
+	}
+	s := pc.s
+	n, err := s.c.w.SendDataUntil(s.id, execproto.Stdin, s.in, s.chunk, b, pc.wdl.wait())
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, execproto.ErrStopped):
+		return n, pc.opErr("write", os.ErrDeadlineExceeded)
+	case isClosed(pc.closing):
+		return n, pc.opErr("write", net.ErrClosed)
+	case errors.Is(err, execproto.ErrClosed):
+		// The stream ended: lost, or the connection was over.
+		if isClosed(s.done) && s.err != nil {
+			return n, pc.opErr("write", s.err)
+		}
+		return n, pc.opErr("write", syscall.EPIPE)
+	}
+	return n, pc.opErr("write", fmt.Errorf("%w: %w", sandbox.ErrLost, err))
+}
+
+// CloseWrite shuts the write side: the server reads EOF once it has read
+// everything written before, and may still answer.
+func (pc *portConn) CloseWrite() error {
+	pc.writeMu.Lock()
+	defer pc.writeMu.Unlock()
+	if isClosed(pc.closing) {
+		return pc.opErr("close", net.ErrClosed)
+	}
+	if pc.wclosed {
+		return nil
+	}
+	pc.wclosed = true
+	if err := pc.s.send(execproto.CloseFrame(pc.s.id, execproto.Stdin)); err != nil {
+		return pc.opErr("close", fmt.Errorf("%w: %w", sandbox.ErrLost, err))
+	}
+	return nil
+}
+
+// Close closes the connection as closing a TCP socket does: what was
+// written is still delivered, then the server reads EOF; what the server
+// sends from now on is dropped. Blocked Reads and Writes return
+// net.ErrClosed. The executor gives the delivery a few seconds
+// (executor.closeGrace) and then closes the socket in any case.
+func (pc *portConn) Close() error {
+	first := false
+	pc.closeOnce.Do(func() {
+		first = true
+		close(pc.closing)
+		pc.s.in.Close() // wakes a Write waiting for credit
+	})
+	if !first {
+		return pc.opErr("close", net.ErrClosed)
+	}
+	if isClosed(pc.s.done) {
+		return nil
+	}
+	// After any Write in flight, which the credit's close ends: the close
+	// of stdin must follow the data.
+	pc.writeMu.Lock()
+	if !pc.wclosed {
+		pc.wclosed = true
+		_ = pc.s.send(execproto.CloseFrame(pc.s.id, execproto.Stdin))
+	}
+	pc.writeMu.Unlock()
+	// A cancel after the close of stdin is a close, not an abort.
+	_ = pc.s.send(execproto.Frame{Type: execproto.TCancel, Stream: pc.s.id})
+	return nil
+}
+
+// LocalAddr is the host's end: no address of its own.
+func (pc *portConn) LocalAddr() net.Addr { return sandbox.PortAddr{} }
+
+// RemoteAddr names the sandbox and the port.
+func (pc *portConn) RemoteAddr() net.Addr { return pc.remote }
+
+// SetDeadline sets both deadlines.
+func (pc *portConn) SetDeadline(t time.Time) error {
+	if isClosed(pc.closing) {
+		return pc.opErr("set deadline", net.ErrClosed)
+	}
+	pc.rdl.set(t)
+	pc.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline bounds Reads (a zero t: no bound), waiting ones too.
+func (pc *portConn) SetReadDeadline(t time.Time) error {
+	if isClosed(pc.closing) {
+		return pc.opErr("set deadline", net.ErrClosed)
+	}
+	pc.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline bounds Writes (a zero t: no bound), waiting ones too.
+func (pc *portConn) SetWriteDeadline(t time.Time) error {
+	if isClosed(pc.closing) {
+		return pc.opErr("set deadline", net.ErrClosed)
+	}
+	pc.wdl.set(t)
+	return nil
+}
+
+// opErr wraps err as net.Conn errors are, so errors.Is(err,
+// os.ErrDeadlineExceeded) and net.Error's Timeout work.
+func (pc *portConn) opErr(op string, err error) error {
+	return &net.OpError{Op: op, Net: pc.remote.Network(), Source: pc.LocalAddr(), Addr: pc.remote, Err: err}
+}
+
+// deadline is net.Pipe's: a channel closed when the time set passes, which
+// a set before that moves.
+type deadline struct {
+	mu     sync.Mutex
+	timer  *time.Timer   // guarded by mu
+	cancel chan struct{} // guarded by mu: closed when the deadline passes
+}
+
+func newDeadline() *deadline { return &deadline{cancel: make(chan struct{})} }
+
+// set moves the deadline to t; a zero t removes it.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil && !d.timer.Stop() {
+		<-d.cancel // the timer's function is closing it: wait
+	}
+	d.timer = nil
+	closed := isClosed(d.cancel)
+	if t.IsZero() {
+		if closed {
+			d.cancel = make(chan struct{})
+		}
+		return
+	}
+	if dur := time.Until(t); dur > 0 {
+		if closed {
+			d.cancel = make(chan struct{})
+		}
+		c := d.cancel
+		d.timer = time.AfterFunc(dur, func() { close(c) })
+		return
+	}
+	if !closed {
+		close(d.cancel)
+	}
+}
+
+// wait returns a channel closed when the deadline passes.
+func (d *deadline) wait() chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cancel
+}
