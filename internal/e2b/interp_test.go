@@ -1,9 +1,16 @@
 package e2b_test
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/interp"
 )
@@ -48,4 +55,78 @@ sys.stdout.write(urllib.request.urlopen(req).read().decode())`
 	if len(ex.Results) != 1 || !ex.Results[0].Main || ex.Results[0].Text != "42" {
 		t.Errorf("x + 1: results %+v, want the main result 42", ex.Results)
 	}
+}
+
+// codeInterpreterSDK is the @e2b/code-interpreter release the test drives.
+const codeInterpreterSDK = "@e2b/code-interpreter@2.8.0"
+
+// TestCodeInterpreterSDK drives the official @e2b/code-interpreter SDK,
+// unchanged, against the API on loopback (testdata/interp.js): state
+// persists between runCode calls, the stdout and stderr callbacks fire, a
+// matplotlib chart comes back as a PNG result, an exception is
+// execution.error, a timeout interrupts the kernel and the context goes
+// on, contexts are made with a cwd, listed, restarted and removed, and a
+// language with no kernel is an error that says so.
+func TestCodeInterpreterSDK(t *testing.T) {
+	needRoot(t)
+	needKernel(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	dir := installNPM(t, "e2b-code-interpreter", codeInterpreterSDK)
+	h := newHarness(t, harnessOptions{})
+	script, err := filepath.Abs("testdata/interp.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script, filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys["alpha"]}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var r struct {
+		Text     string   `json:"text"`
+		Stdout   []string `json:"stdout"`
+		Stderr   []string `json:"stderr"`
+		Logs     struct{ Stdout, Stderr []string }
+		PNG      bool       `json:"png"`
+		OnResult [][]string `json:"onResult"`
+		Error    *struct {
+			Name, Value string
+			Traceback   bool
+		} `json:"error"`
+		Timeout           string `json:"timeout"`
+		AfterTimeout      string `json:"afterTimeout"`
+		Ctx               struct{ Language, Cwd string }
+		CtxCwd            string `json:"ctxCwd"`
+		Listed            bool   `json:"listed"`
+		CtxY              string `json:"ctxY"`
+		AfterRestart      string `json:"afterRestart"`
+		ListedAfterRemove bool   `json:"listedAfterRemove"`
+		JS                string `json:"js"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
+	}
+	check := func(what string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s: %+v", what, r)
+		}
+	}
+	check("state persists: x+1", r.Text == "2")
+	check("onStdout, onStderr", slices.Equal(r.Stdout, []string{"out\n"}) && slices.Equal(r.Stderr, []string{"err\n"}))
+	check("logs", slices.Equal(r.Logs.Stdout, r.Stdout) && slices.Equal(r.Logs.Stderr, r.Stderr))
+	check("chart as PNG", r.PNG && len(r.OnResult) > 0 && slices.Contains(r.OnResult[0], "png"))
+	check("exception", r.Error != nil && r.Error.Name == "ValueError" && r.Error.Value == "bad value" && r.Error.Traceback)
+	check("timeout", r.Timeout == "TimeoutError" && r.AfterTimeout == "10")
+	check("context with cwd", r.Ctx.Language == "python" && r.Ctx.Cwd == "/tmp" && r.CtxCwd == "/tmp" && r.Listed && r.CtxY == "5")
+	check("restart, remove", r.AfterRestart == "NameError" && !r.ListedAfterRemove)
+	check("javascript", strings.Contains(r.JS, "no javascript kernel"))
 }

@@ -83,7 +83,7 @@ func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (temp
 		// Built in, after the tenant's own of the name: the code
 		// interpreter's server on the host's root, in the default
 		// policy's sandbox.
-		return template{name: name, doc: policy.Default(), env: interp.Template(), source: "built-in template " + name + " (the host's root), default policy"}, nil
+		return template{name: name, doc: defaultDocument(), env: interp.Template(), source: "built-in template " + name + " (the host's root), default policy, every port public"}, nil
 	}
 	v, err := view.GetPolicy(ctx, name, "")
 	switch {
