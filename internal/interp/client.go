@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -166,8 +168,31 @@ func (w *errWriter) Write(p []byte) (int, error) {
 }
 
 // Start writes the server's program into sb and starts it, as the
-// template does, and waits until it answers /health.
+// template does, and waits until it answers /health. A sandbox whose
+// python3 lacks the kernel's packages is a *template.ReadyError saying
+// so.
 func Start(ctx context.Context, sb sandbox.Sandbox) error {
+	// Without the kernel's packages the server cannot start: say so now
+	// rather than after the readiness check's timeout.
+	var out headBuffer
+	p, err := sb.Start(ctx, sandbox.Command{Argv: []string{"python3", "-c", "import ipykernel, jupyter_client"}, Stdout: &out, Stderr: &out, Timeout: time.Minute, Dir: "/"})
+	if err != nil {
+		return fmt.Errorf("interp: probe the sandbox's python3: %w", err)
+	}
+	r, err := p.Wait(ctx)
+	if err != nil {
+		return fmt.Errorf("interp: probe the sandbox's python3: %w", err)
+	}
+	if r.NotStarted != "" || r.Outcome != sandbox.OutcomeExited || r.ExitCode != 0 {
+		why := strings.TrimSpace(out.String())
+		if r.NotStarted != "" {
+			why = r.Message
+		}
+		if i := strings.LastIndexByte(why, '\n'); i >= 0 {
+			why = why[i+1:]
+		}
+		return &template.ReadyError{Start: "the sandbox's python3 cannot run Jupyter kernels (it needs ipykernel and jupyter_client, Debian's python3-ipykernel and python3-jupyter-client): " + why}
+	}
 	if err := template.Prepare(ctx, sb, Template()); err != nil {
 		return fmt.Errorf("interp: start the server: %w", err)
 	}
@@ -191,4 +216,56 @@ func clipString(s string, n int) string {
 		return s
 	}
 	return s[:n]
+}
+
+// ExecuteConn runs req in the server of the sandbox c connects to, over
+// a connection into the sandbox (sandbox.Connector) rather than a client
+// run inside it, and decodes the answer within l, as Execute does. No
+// server listening is ErrNotRunning.
+func ExecuteConn(ctx context.Context, c sandbox.Connector, req Request, timeout time.Duration, l Limits) (Execution, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Execution{}, fmt.Errorf("interp: encode the request: %w", err)
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			conn, err := c.Connect(ctx, Port)
+			if errors.Is(err, sandbox.ErrPortClosed) {
+				return nil, fmt.Errorf("%w: %w", ErrNotRunning, err)
+			}
+			return conn, err
+		},
+		// One request per connection: when it ends (or its context does),
+		// the connection closes and the server interrupts the kernel.
+		DisableKeepAlives:  true,
+		DisableCompression: true,
+	}}
+	defer hc.CloseIdleConnections()
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://sandbox/execute", bytes.NewReader(body))
+	if err != nil {
+		return Execution{}, fmt.Errorf("interp: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		if errors.Is(err, ErrNotRunning) {
+			return Execution{}, ErrNotRunning
+		}
+		return Execution{}, fmt.Errorf("interp: POST /execute: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		return Execution{}, &StatusError{Status: resp.StatusCode, Body: string(b)}
+	}
+	ex, err := Decode(resp.Body, l)
+	if err != nil && ctx.Err() != nil {
+		return ex, fmt.Errorf("interp: POST /execute: %w", ctx.Err())
+	}
+	return ex, err
 }

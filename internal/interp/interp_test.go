@@ -166,6 +166,24 @@ func TestServer(t *testing.T) {
 		}
 	})
 
+	t.Run("over a connection into the sandbox", func(t *testing.T) {
+		c, ok := sb.(sandbox.Connector)
+		if !ok {
+			t.Skip("the sandbox has no Connect")
+		}
+		ex, err := interp.ExecuteConn(ctxT(t), c, interp.Request{Code: "x + 100"}, time.Minute, interp.Limits{})
+		if err != nil || !ex.Ended || mainText(ex) != "101" {
+			t.Fatalf("ExecuteConn(x + 100) = %+v, %v; want 101", ex, err)
+		}
+		_, err = interp.ExecuteConn(ctxT(t), c, interp.Request{Code: "import time\ntime.sleep(600)"}, 2*time.Second, interp.Limits{})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("ExecuteConn(sleep 600) = %v, want a deadline", err)
+		}
+		if ex := run(t, sb, interp.Request{Code: "x"}); mainText(ex) != "1" {
+			t.Errorf("after the timeout: x = %q, want 1", mainText(ex))
+		}
+	})
+
 	t.Run("contexts", func(t *testing.T) {
 		var c context_
 		if err := json.Unmarshal(contexts(t, sb, "POST", "/contexts", `{"cwd": "/tmp"}`), &c); err != nil || c.ID == "" || c.Language != "python" || c.Cwd != "/tmp" {
