@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/airlockrun/airlock/internal/interp"
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -40,7 +40,7 @@ type superviseArgs struct {
 	// Template, when set, is the template the sandbox starts from: its
 	// start command and readiness check run before the id is reported.
 	Template *template.Template `json:"template,omitempty"`
-	// Builtin names the built-in template (interp.Name) Template is:
+	// Builtin names the built-in template (host.BuiltinTemplate) Template is:
 	// the supervisor makes it again, with the files that JSON does not
 	// carry.
 	Builtin string `json:"builtin,omitempty"`
@@ -159,8 +159,8 @@ func (SuperviseCmd) Run(env *Env) error {
 		defer eg.close(nil)
 		eg.Apply(&args.Spec)
 	}
-	if args.Builtin == interp.Name {
-		args.Template = interp.Template()
+	if t, ok := host.BuiltinTemplate(args.Builtin); ok {
+		args.Template = t
 	}
 	var prepare sandboxcli.Prepare
 	if args.Template != nil {

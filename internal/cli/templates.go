@@ -15,7 +15,6 @@ import (
 	"github.com/airlockrun/airlock/internal/client"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/host"
-	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -408,11 +407,13 @@ func (f *TemplateFlag) load(env *Env, e *EgressFlags, image string) (usedTemplat
 	u := usedTemplate{doc: policy.Default()}
 	u.v, err = b.template(env.Ctx, name, version)
 	var nf *host.TemplateNotFoundError
-	if errors.As(err, &nf) && name == interp.Name && version == 0 {
+	if errors.As(err, &nf) && version == 0 {
 		// Built in, after a stored template of the name: the code
 		// interpreter's server on the host's root (no image).
-		u.v, u.t = api.Template{Name: name}, interp.Template()
-		return u, nil
+		if t, ok := host.BuiltinTemplate(name); ok {
+			u.v, u.t = api.Template{Name: name}, t
+			return u, nil
+		}
 	}
 	if err != nil {
 		return u, fmt.Errorf("--template: %w", err)

@@ -12,6 +12,6 @@
 // code: everything it answers is bounded and checked here on the host
 // (Decode), and nothing it says is a decision.
 //
-// Importers: internal/e2b and internal/cli (the template by name),
-// internal/tools (run_code).
+// Importers: internal/e2b and internal/host (the template by name, for
+// the E2B API and the command line), internal/tools (run_code).
 package interp

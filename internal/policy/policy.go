@@ -28,7 +28,8 @@
 // (internal/gateway), the run engine's policy hook (internal/engine), the
 // APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
 // document (internal/host), the command line (internal/cli), template
-// documents' limits (internal/template), and bench/egressbench.
+// documents' limits (internal/template), the code interpreter's built-in
+// template's readiness timeout (internal/interp), and bench/egressbench.
 package policy
 
 import (
