@@ -55,7 +55,7 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 100); do curl -fsS http://127.0.0.1:8080/readyz >/dev/null 2>&1 && break; sleep 0.1; done
 node "$T/edge.cjs" "$T/edge.pem" "$T/edge.key" 49983 >"$T/edge.log" 2>&1 &
 edge=$!
-trap 'kill $pid $edge 2>/dev/null; wait $pid $edge 2>/dev/null' EXIT
+trap 'kill $pid $edge 2>/dev/null; wait $pid $edge 2>/dev/null || true' EXIT
 export NODE_EXTRA_CA_CERTS=$T/edge.pem NODE_OPTIONS="--require $T/dns.cjs" E2B_SUITE_DOMAIN=e2b.test
 cd "$SDK"
 # The files that mock the API with msw expect the SDK's default URLs

@@ -39,7 +39,7 @@ e2b:
   api_addr: 127.0.0.1:$api
   sandbox_addr: 127.0.0.1:$sbx
 YAML
-ulimit -n 65536
+ulimit -n "$(ulimit -Hn)" # 1,000 WebSockets are 2,000 descriptors in serve
 "$bin" serve --config "$t/serve.yaml" --log-level warn >"$t/serve.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done

@@ -11,6 +11,7 @@ set -euo pipefail
 want=(
   bash:bash
   python3:python3         # examples/invoice (the demo), bench/compare.sh
+  python-is-python3:python # E2B's suite (bench/e2b-suite.sh) runs `python -m http.server` in a sandbox
   iproute2:ip             # ip netns in the network tests
   util-linux:unshare      # unshare, nsenter, mount
   bubblewrap:bwrap        # bench/compare.sh baseline

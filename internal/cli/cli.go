@@ -48,14 +48,15 @@ type cli struct {
 	VersionFlag kong.VersionFlag `name:"version" help:"Print the version (as airlock version does)."`
 
 	Sandbox struct {
-		Run       RunCmd             `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
-		Create    CreateCmd          `cmd:"" help:"Create a long-lived sandbox and print its id."`
-		Exec      sandboxcli.ExecCmd `cmd:"" help:"Run a command in a live sandbox."`
-		Ls        sandboxcli.LsCmd   `cmd:"" help:"List live sandboxes."`
-		Rm        sandboxcli.RmCmd   `cmd:"" help:"Destroy live sandboxes."`
-		Gc        sandboxcli.GcCmd   `cmd:"" help:"Remove what crashed airlock processes left behind."`
-		Daemon    DaemonCmd          `cmd:"" help:"Keep sandboxes ready for this user's sandbox run, which hands its command over (AIRLOCK_NO_HANDOFF=1: never)."`
-		Supervise SuperviseCmd       `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
+		Run         RunCmd                    `cmd:"" help:"Run a command in a fresh sandbox, then destroy it."`
+		Create      CreateCmd                 `cmd:"" help:"Create a long-lived sandbox and print its id."`
+		Exec        sandboxcli.ExecCmd        `cmd:"" help:"Run a command in a live sandbox."`
+		Ls          sandboxcli.LsCmd          `cmd:"" help:"List live sandboxes."`
+		PortForward sandboxcli.PortForwardCmd `cmd:"" name:"port-forward" help:"Forward local TCP ports to ports inside a live sandbox until interrupted: airlock sandbox port-forward ID [LOCAL:]PORT..."`
+		Rm          sandboxcli.RmCmd          `cmd:"" help:"Destroy live sandboxes."`
+		Gc          sandboxcli.GcCmd          `cmd:"" help:"Remove what crashed airlock processes left behind."`
+		Daemon      DaemonCmd                 `cmd:"" help:"Keep sandboxes ready for this user's sandbox run, which hands its command over (AIRLOCK_NO_HANDOFF=1: never)."`
+		Supervise   SuperviseCmd              `cmd:"" hidden:"" help:"Internal: hold a sandbox for create."`
 	} `cmd:"" help:"Run commands in disposable sandboxes."`
 	Image     ImageCmd     `cmd:"" help:"The host's OCI images, which a sandbox's root may be made of: pull, import, ls, inspect, rm, export, push."`
 	Run       AgentRunCmd  `cmd:"" help:"Run an agent on a task in the foreground: the model on the host, its commands in sandboxes."`

@@ -5,15 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -106,12 +109,13 @@ func TestScripts(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"apikey":    apiKey,
-			"cmpnorm":   cmpNormalized,
-			"grep-tree": grepTree,
-			"mode":      checkMode,
-			"serve":     startServer,
-			"upstream":  startUpstream,
+			"apikey":        apiKey,
+			"cmpnorm":       cmpNormalized,
+			"grep-tree":     grepTree,
+			"mode":          checkMode,
+			"serve":         startServer,
+			"upstream":      startUpstream,
+			"forwarded-get": forwardedGet,
 		},
 	})
 }
@@ -247,4 +251,42 @@ func startUpstream(ts *testscript.TestScript, neg bool, args []string) {
 	}))
 	ts.Defer(srv.Close)
 	ts.Setenv(args[0], srv.URL+"/v1")
+}
+
+// forwardedGet: forwarded-get FILE PORT PATH waits until FILE (the output
+// of airlock sandbox port-forward) says which local port forwards to PORT,
+// then GETs PATH there and prints the body; with ! the GET must fail.
+func forwardedGet(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 3 {
+		ts.Fatalf("usage: forwarded-get FILE PORT PATH")
+	}
+	re := regexp.MustCompile(`(?m)^Forwarding from (127\.0\.0\.1:[0-9]+) -> ` + regexp.QuoteMeta(args[1]) + `$`)
+	var addr string
+	for deadline := time.Now().Add(30 * time.Second); addr == ""; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(ts.MkAbs(args[0]))
+		if m := re.FindSubmatch(b); m != nil {
+			addr = string(m[1])
+		} else if time.Now().After(deadline) {
+			ts.Fatalf("%s does not say where port %s is forwarded from: %q", args[0], args[1], b)
+		}
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get("http://" + addr + args[2])
+	if err == nil {
+		var body []byte
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		if err == nil {
+			_, _ = ts.Stdout().Write(body)
+		}
+	}
+	switch {
+	case err != nil && !neg:
+		ts.Fatalf("GET %s through port-forward: %v", args[2], err)
+	case err == nil && neg:
+		ts.Fatalf("GET %s through port-forward succeeded", args[2])
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // trafficHeader carries a sandbox's traffic access token, as E2B's edge
@@ -26,11 +28,6 @@ const trafficHeader = "E2b-Traffic-Access-Token"
 // it is that sandbox's own envd token, which its code controls anyway,
 // and E2B's servers in a sandbox (the code interpreter's) read it.
 var routingHeaders = []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", trafficHeader}
-
-// connector is a sandbox that opens connections to its own TCP ports.
-type connector interface {
-	Connect(ctx context.Context, port int) (net.Conn, error)
-}
 
 // portCounters are a sandbox's connections through its preview URLs.
 type portCounters struct {
@@ -155,7 +152,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		return
 	}
 	defer b.ports.open.Add(-1)
-	cn, ok := lv.sb.(connector)
+	cn, ok := lv.sb.(sandbox.Connector)
 	if !ok {
 		refuse("unsupported", portError{Message: msgPortClosed, Port: port, Code: http.StatusBadGateway})
 		return
@@ -187,11 +184,22 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			},
 		},
 		FlushInterval: -1,
+		// What the proxy logs itself (a copy that failed mid-body): the
+		// server's log, not the log package's.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			switch {
-			case pc.dialErr.Load() != nil:
+			switch de := pc.dialErr.Load(); {
+			case de != nil:
+				// Nothing listening is E2B's 502; a sandbox that ended
+				// meanwhile is one that is not found.
 				rec.Outcome = "closed"
 				e := portError{SandboxID: id, Message: msgPortClosed, Port: port, Code: http.StatusBadGateway}
+				if !errors.Is(*de, sandbox.ErrPortClosed) {
+					rec.Outcome = "error"
+					if errors.Is(*de, sandbox.ErrLost) {
+						rec.Outcome, e = "not_found", portError{SandboxID: id, Message: msgNotFound, Code: http.StatusBadGateway}
+					}
+				}
 				writePortError(w, e)
 			case r.Context().Err() != nil:
 				rec.Outcome = "canceled" // the client went away

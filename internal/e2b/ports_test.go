@@ -80,17 +80,17 @@ func TestPortRefusals(t *testing.T) {
 		{"unknown sandbox", "sb-000000000000", listening, nil, 502, "The sandbox was not found", "not_found"},
 		{"killed sandbox", dead.ID, listening, nil, 502, "The sandbox was not found", "not_found"},
 		{"paused sandbox", paused.ID, listening, nil, 502, "The sandbox was not found", "not_found"},
-		{"public port, nothing listening", public.ID, listening, nil, 502, "The sandbox is running but port is not open", ""},
+		{"public port, nothing listening", public.ID, listening, nil, 502, "The sandbox is running but port is not open", "closed"},
 		{"private sandbox, no token", private.ID, listening, nil, 403, "Sandbox is secured with traffic access token. Token header 'e2b-traffic-access-token' is missing", "denied"},
 		{"private sandbox, wrong token", private.ID, listening, tok("nope"), 403, "Sandbox is secured with traffic access token. Provided token in header 'e2b-traffic-access-token' is invalid", "denied"},
 		{"private sandbox, another tenant's sandbox's token", private.ID, listening, tok(other.Traffic), 403, "Provided token in header 'e2b-traffic-access-token' is invalid", "denied"},
 		{"private sandbox, its envd token is not a traffic token", private.ID, listening, map[string]string{"X-Access-Token": private.Token}, 403, "Token header 'e2b-traffic-access-token' is missing", "denied"},
-		{"private sandbox, its token, nothing listening", private.ID, listening, tok(private.Traffic), 502, "The sandbox is running but port is not open", ""},
+		{"private sandbox, its token, nothing listening", private.ID, listening, tok(private.Traffic), 502, "The sandbox is running but port is not open", "closed"},
 		{"policy without ports exposes nothing", closed.ID, listening, nil, 403, "Port 3000 is not exposed by the sandbox's policy", "not_exposed"},
 		{"port outside the policy's rules", some.ID, 3001, nil, 403, "Port 3001 is not exposed by the sandbox's policy", "not_exposed"},
 		{"token rule, no token", some.ID, 8080, nil, 403, "Token header 'e2b-traffic-access-token' is missing", "denied"},
-		{"token rule, its token", some.ID, 8080, tok(some.Traffic), 502, "The sandbox is running but port is not open", ""},
-		{"public rule of a stored policy", some.ID, listening, nil, 502, "The sandbox is running but port is not open", ""},
+		{"token rule, its token", some.ID, 8080, tok(some.Traffic), 502, "The sandbox is running but port is not open", "closed"},
+		{"public rule of a stored policy", some.ID, listening, nil, 502, "The sandbox is running but port is not open", "closed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,10 @@
 // and inherited by every child. Then it serves execproto requests: commands
 // with streamed, flow-controlled output; file operations (read, write, list,
 // stat, mkdir, remove, rename, export, watch) as the sandbox user; disk
-// usage; and checkpoints. As PID 1 it reaps every orphan.
+// usage; checkpoints; and connections from the host to TCP ports of the
+// sandbox's loopback, which it dials itself (127.0.0.1, then ::1; never
+// another address) and relays, at most execproto.MaxConnects at once. As
+// PID 1 it reaps every orphan.
 //
 // # Checkpoints
 //

@@ -31,7 +31,7 @@ type Ports struct {
 	// names a port decides its access.
 	Expose []PortRule `yaml:"expose,omitempty"`
 	// MaxConnections bounds a sandbox's connections open at once (default
-	// DefaultMaxPortConnections); a connection over it is refused.
+	// and most DefaultMaxPortConnections); a connection over it is refused.
 	MaxConnections int64 `yaml:"max_connections,omitempty"`
 	// MaxConnectionBytes bounds what one connection carries each way; 0
 	// means no bound. A connection that reaches it is closed.
@@ -193,7 +193,11 @@ func (p *Ports) validate(pr *problems) {
 				"%q is not an access", shorten(string(r.Access)))
 		}
 	}
-	if p.MaxConnections < 0 || p.MaxConnections > 1<<20 {
-		pr.add("ports.max_connections", "0 takes the default, "+strconv.Itoa(DefaultMaxPortConnections), "%d out of range 0-%d", p.MaxConnections, 1<<20)
+	// Why at most the default: a sandbox's executor relays at most 1024
+	// connections at once (execproto.MaxConnects); a bound above it would
+	// promise what the sandbox refuses.
+	if p.MaxConnections < 0 || p.MaxConnections > DefaultMaxPortConnections {
+		pr.add("ports.max_connections", "0 takes the default, "+strconv.Itoa(DefaultMaxPortConnections)+", which is also the most a sandbox relays",
+			"%d out of range 0-%d", p.MaxConnections, DefaultMaxPortConnections)
 	}
 }

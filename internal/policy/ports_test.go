@@ -86,6 +86,7 @@ func TestPortsErrors(t *testing.T) {
 		{"bad access", "ports:\n  expose:\n    - ports: 80\n      access: open\n", "ports.expose[0].access", `"open" is not an access`},
 		{"unknown key", "ports:\n  exposed: []\n", "ports", "field exposed not found"},
 		{"negative connections", "ports:\n  max_connections: -1\n", "ports.max_connections", "out of range"},
+		{"more connections than a sandbox relays", "ports:\n  max_connections: 1025\n", "ports.max_connections", "out of range 0-1024"},
 		{"bad size", "ports:\n  max_bytes: lots\n", "ports.max_bytes", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,6 +6,13 @@
 // signals; the server streams stdout and stderr and ends with a JSON reply.
 // Flow control is the socket's own: a slow client blocks the server's writes,
 // which stops acknowledging the executor, which pauses the command.
+//
+// A connect request (`airlock sandbox port-forward`) is the exception to the
+// framing: the server connects to the TCP port inside the sandbox
+// (sandbox.Connector) and answers with the reply frame, and from then on the
+// unix connection carries the TCP connection's bytes raw, both ways, with
+// half-closes passed on (shutdown(SHUT_WR) on either side); a reply with an
+// error ends the connection instead.
 package supervisor
 
 import (
@@ -27,8 +34,14 @@ import (
 
 // Request is what a client asks.
 type Request struct {
-	Op   string       `json:"op"` // exec, info, destroy
-	Exec *ExecRequest `json:"exec,omitempty"`
+	Op      string          `json:"op"` // exec, info, destroy, connect
+	Exec    *ExecRequest    `json:"exec,omitempty"`
+	Connect *ConnectRequest `json:"connect,omitempty"`
+}
+
+// ConnectRequest asks for a TCP connection to a port inside the sandbox.
+type ConnectRequest struct {
+	Port int `json:"port"`
 }
 
 // ExecRequest is a command to run.
@@ -56,6 +69,9 @@ type Reply struct {
 	Result *sandbox.Result `json:"result,omitempty"`
 	Info   *Info           `json:"info,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// PortClosed is set, with Error, when a connect found nothing
+	// listening on the port (sandbox.ErrPortClosed).
+	PortClosed bool `json:"port_closed,omitempty"`
 }
 
 // UsageFunc reports a sandbox's current usage; nil reports nothing.
@@ -162,6 +178,8 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) bool {
 			return false
 		}
 		reply(w, Reply{Result: &res})
+	case "connect":
+		s.connect(ctx, c, w, req.Connect)
 	default:
 		reply(w, Reply{Error: fmt.Sprintf("unknown op %q", req.Op)})
 	}
@@ -251,6 +269,78 @@ func (s *Server) exec(ctx context.Context, c *net.UnixConn, w *execproto.Writer,
 	return p.Wait(ctx)
 }
 
+// connectTimeout bounds the dial of a connect request.
+const connectTimeout = 30 * time.Second
+
+// connect serves a connect request: it dials the port in the sandbox,
+// replies, and relays bytes between c and the sandbox's connection until
+// both directions are done or either side breaks.
+func (s *Server) connect(ctx context.Context, c *net.UnixConn, w *execproto.Writer, req *ConnectRequest) {
+	if req == nil {
+		reply(w, Reply{Error: "connect: missing port"})
+		return
+	}
+	cn, ok := s.SB.(sandbox.Connector)
+	if !ok {
+		reply(w, Reply{Error: "connect: this sandbox's backend cannot reach its ports"})
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	conn, err := cn.Connect(dctx, req.Port)
+	cancel()
+	if err != nil {
+		reply(w, Reply{Error: err.Error(), PortClosed: errors.Is(err, sandbox.ErrPortClosed)})
+		return
+	}
+	defer conn.Close()
+	reply(w, Reply{})
+	Relay(c, conn)
+}
+
+// relayBuffer is the size of Relay's copies: a sandbox connection's bulk
+// chunk (execproto.BulkChunkSize), so a write is one frame.
+const relayBuffer = execproto.BulkChunkSize
+
+// halfCloser is a connection whose write side closes alone.
+type halfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// Relay copies between a and b, both ways, until both directions have
+// ended: the EOF of one side's reads becomes a half-close of the other's
+// writes. When a copy fails (a reset, a sandbox gone), both connections are
+// closed, which ends the other copy. a and b should support CloseWrite (a
+// *net.UnixConn, a *net.TCPConn, a sandbox.Connector's conn); one that does
+// not is closed whole at its EOF.
+func Relay(a, b net.Conn) {
+	var wg sync.WaitGroup
+	var once sync.Once
+	abort := func() {
+		once.Do(func() {
+			a.Close()
+			b.Close()
+		})
+	}
+	pass := func(dst, src net.Conn) {
+		defer wg.Done()
+		if _, err := io.CopyBuffer(dst, src, make([]byte, relayBuffer)); err != nil {
+			abort()
+			return
+		}
+		if hc, ok := dst.(halfCloser); ok {
+			if hc.CloseWrite() == nil {
+				return
+			}
+		}
+		abort()
+	}
+	wg.Add(2)
+	go pass(a, b)
+	go pass(b, a)
+	wg.Wait()
+}
+
 // Client talks to a supervisor.
 type Client struct {
 	Path string
@@ -329,6 +419,43 @@ func (cl Client) Destroy() error {
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 	_, err = readReply(c, nil, nil)
 	return err
+}
+
+// ErrPortClosed reports a connect to a port nothing in the sandbox
+// listens on.
+var ErrPortClosed = errors.New("nothing listens on the port")
+
+// Connect opens a TCP connection to port inside the sandbox and returns it:
+// the unix connection to the supervisor, which relays it (it supports
+// CloseWrite and deadlines). A port nothing listens on matches
+// ErrPortClosed.
+func (cl Client) Connect(port int) (*net.UnixConn, error) {
+	c, _, err := cl.dial(Request{Op: "connect", Connect: &ConnectRequest{Port: port}})
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(connectTimeout + 5*time.Second))
+	f, err := execproto.ReadFrame(c)
+	if err == nil && f.Type != execproto.TResult {
+		err = fmt.Errorf("%w: got %s, want result", execproto.ErrFrame, f.Type)
+	}
+	var r Reply
+	if err == nil {
+		err = json.Unmarshal(f.Payload, &r)
+	}
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	if r.Error != "" {
+		c.Close()
+		if r.PortClosed {
+			return nil, fmt.Errorf("port %d: %w", port, ErrPortClosed)
+		}
+		return nil, errors.New(r.Error)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c, nil
 }
 
 // Session is an exec in progress.

@@ -44,7 +44,7 @@ function echo(host, msg) {
         resolve({ status: res.statusCode, echo: String(d.subarray(2, 2 + (d[1] & 0x7f))) })
       })
     })
-    req.on('response', (res) => resolve({ status: res.statusCode }))
+    req.on('response', (res) => { res.resume(); resolve({ status: res.statusCode }) })
     req.on('error', reject)
     req.end()
   })
@@ -95,6 +95,9 @@ async function main() {
   out.killed = await get(out.host, '/')
   await priv.kill()
   console.log(JSON.stringify(out))
+  // The background commands' streams and the agent's idle sockets would
+  // keep node up.
+  process.exit(0)
 }
 
 main().catch((e) => {

@@ -31,7 +31,8 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 		remote: sandbox.PortAddr{Sandbox: sandboxID, Port: port},
 		data:   make(chan []byte), consumed: make(chan int),
 		eof: make(chan struct{}), up: make(chan struct{}), closing: make(chan struct{}),
-		rdl: newDeadline(), wdl: newDeadline(),
+		ending: c.ending,
+		rdl:    newDeadline(), wdl: newDeadline(),
 	}
 	s, err := c.openOutputs(&req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
 	if err != nil {
@@ -43,8 +44,9 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 		return pc, nil
 	case <-s.done:
 	case <-ctx.Done():
+		// An abort: the cancel comes before any close of stdin.
+		pc.closeOnce.Do(func() { close(pc.closing) })
 		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
-		pc.Close()
 		return nil, fmt.Errorf("connect to port %d: %w", port, ctx.Err())
 	}
 	if isClosed(pc.up) {
@@ -67,8 +69,11 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 // it all: the host holds at most the stream's window of it. Write sends
 // on the stream's stdin, waiting for credit.
 type portConn struct {
-	s      *stream
+	s      *stream // set once the stream is open, before Connect returns
 	remote sandbox.PortAddr
+	// ending is the executor connection's (Conn.ending): output not taken
+	// by then is dropped.
+	ending <-chan struct{}
 
 	// data offers Read a chunk of output; consumed says how much of it
 	// Read took.
@@ -117,7 +122,7 @@ func (pc *portConn) deliver(p []byte) (int, error) {
 			p = p[<-pc.consumed:]
 		case <-pc.closing:
 			return all, nil
-		case <-pc.s.c.ending:
+		case <-pc.ending:
 			return all, nil
 		}
 	}

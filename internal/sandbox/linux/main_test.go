@@ -17,6 +17,9 @@ var executorPath string
 const prebuiltExecutorEnv = "AIRLOCK_TEST_EXECUTOR"
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(peerRoleEnv); role != "" {
+		os.Exit(peerRole(role))
+	}
 	if p := os.Getenv(prebuiltExecutorEnv); p != "" {
 		executorPath = p
 		os.Exit(m.Run())

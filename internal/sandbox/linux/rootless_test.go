@@ -195,7 +195,7 @@ func rootlessSysctlReason() string {
 }
 
 // rootlessCopySelf copies this test binary where any user may run it.
-func rootlessCopySelf(t *testing.T) string {
+func rootlessCopySelf(t testing.TB) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {

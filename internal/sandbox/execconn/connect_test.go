@@ -1,0 +1,253 @@
+package execconn_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+)
+
+// frames reads the host's frames until the connection closes.
+func (p *peer) frames() <-chan execproto.Frame {
+	ch := make(chan execproto.Frame, 64)
+	go func() {
+		defer close(ch)
+		for {
+			f, err := execproto.ReadFrame(p.conn)
+			if err != nil {
+				return
+			}
+			ch <- f
+		}
+	}()
+	return ch
+}
+
+// next returns the next frame that is not an ack.
+func next(t *testing.T, ch <-chan execproto.Frame) execproto.Frame {
+	t.Helper()
+	for {
+		select {
+		case f, ok := <-ch:
+			if !ok {
+				t.Fatal("the host closed the connection")
+			}
+			if f.Type != execproto.TAck {
+				return f
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no frame from the host")
+		}
+	}
+}
+
+// connectOpened answers the connect request the host sent on ch: it checks
+// the request and says the connection is up (a close of stderr).
+func connectOpened(t *testing.T, p *peer, ch <-chan execproto.Frame, up bool) uint32 {
+	t.Helper()
+	f := next(t, ch)
+	var req execproto.Request
+	if f.Type != execproto.TOpen || execproto.Decode(f.Payload, &req) != nil || req.Op != execproto.OpConnect || req.Port != 8080 {
+		t.Fatalf("want a connect request for port 8080, got %s %s", f.Type, f.Payload)
+	}
+	if w, c := req.Flow(); w != execproto.BulkWindow || c != execproto.BulkChunkSize {
+		t.Errorf("connect request's Flow() = %d, %d; want the bulk window", w, c)
+	}
+	if up {
+		if err := p.w.Write(execproto.CloseFrame(f.Stream, execproto.Stderr)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f.Stream
+}
+
+func connectAsync(c *execconn.Conn, ctx context.Context) <-chan connected {
+	ch := make(chan connected, 1)
+	go func() {
+		conn, err := c.Connect(ctx, "sb-test", 8080)
+		ch <- connected{conn, err}
+	}()
+	return ch
+}
+
+type connected struct {
+	conn net.Conn
+	err  error
+}
+
+// TestConnectUnreadOutput: a connection whose output nobody reads holds up
+// only itself: the executor's connection goes on serving other requests
+// after the connect stream ended with its window of output unread, and the
+// output is still there to read.
+func TestConnectUnreadOutput(t *testing.T) {
+	c, p := dialPeer(t)
+	ch := p.frames()
+	res := connectAsync(c, context.Background())
+	id := connectOpened(t, p, ch, true)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("Connect = %v", r.err)
+	}
+	defer r.conn.Close()
+	window := int(execproto.BulkWindow)
+	for sent := 0; sent < window; sent += execproto.BulkChunkSize {
+		if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, make([]byte, execproto.BulkChunkSize))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.w.Write(execproto.CloseFrame(id, execproto.Stdout)); err != nil {
+		t.Fatal(err)
+	}
+	p.result(id, execproto.Result{})
+
+	du := make(chan error, 1)
+	go func() {
+		_, err := c.DiskUsage(context.Background())
+		du <- err
+	}()
+	f := next(t, ch)
+	if f.Type != execproto.TOpen {
+		t.Fatalf("want the disk usage request, got %s", f.Type)
+	}
+	p.result(f.Stream, execproto.Result{Disk: &execproto.DiskUsage{Used: 1, Total: 2}})
+	select {
+	case err := <-du:
+		if err != nil {
+			t.Fatalf("DiskUsage = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DiskUsage waits: the unread connection holds up the executor's connection")
+	}
+	n, err := io.Copy(io.Discard, r.conn)
+	if err != nil || n != int64(window) {
+		t.Errorf("read %d bytes, %v; want %d, EOF", n, err, window)
+	}
+	p.conn.Close()
+	c.Close()
+}
+
+// TestConnectBeyondWindow: an executor that sends more than the window on a
+// connect stream breaks the protocol: the connection ends, and the conn
+// reports the sandbox lost.
+func TestConnectBeyondWindow(t *testing.T) {
+	c, p := dialPeer(t)
+	ch := p.frames()
+	res := connectAsync(c, context.Background())
+	id := connectOpened(t, p, ch, true)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("Connect = %v", r.err)
+	}
+	defer r.conn.Close()
+	// The window, a chunk the conn holds for Read, and a byte more.
+	for sent := 0; sent <= int(execproto.BulkWindow); sent += execproto.BulkChunkSize {
+		if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, make([]byte, execproto.BulkChunkSize))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, []byte{1})); err != nil {
+		t.Fatal(err)
+	}
+	<-c.Done()
+	if !errors.Is(c.Err(), execproto.ErrFrame) {
+		t.Errorf("connection ended with %v, want ErrFrame", c.Err())
+	}
+	if _, err := io.Copy(io.Discard, r.conn); !errors.Is(err, sandbox.ErrLost) {
+		t.Errorf("reading the conn = %v, want ErrLost", err)
+	}
+	p.conn.Close()
+	c.Close()
+}
+
+// TestConnectRefused: the executor's ECONNREFUSED is sandbox.ErrPortClosed;
+// another failure is not.
+func TestConnectRefused(t *testing.T) {
+	for _, tt := range []struct {
+		errno  string
+		closed bool
+	}{{"ECONNREFUSED", true}, {"EMFILE", false}, {"", false}} {
+		t.Run(tt.errno, func(t *testing.T) {
+			c, p := dialPeer(t)
+			ch := p.frames()
+			res := connectAsync(c, context.Background())
+			id := connectOpened(t, p, ch, false)
+			p.result(id, execproto.Result{ExitCode: -1, Error: "connect to port 8080: refused or not", Errno: tt.errno})
+			r := <-res
+			if r.err == nil || errors.Is(r.err, sandbox.ErrPortClosed) != tt.closed {
+				t.Errorf("Connect = %v, %v; want an error, ErrPortClosed: %t", r.conn, r.err, tt.closed)
+			}
+			p.conn.Close()
+			c.Close()
+		})
+	}
+}
+
+// TestConnectCancelDial: a context that ends during the dial aborts it (a
+// cancel with no close of stdin before it); Connect returns its error.
+func TestConnectCancelDial(t *testing.T) {
+	c, p := dialPeer(t)
+	ch := p.frames()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := connectAsync(c, ctx)
+	id := connectOpened(t, p, ch, false)
+	cancel()
+	if f := next(t, ch); f.Type != execproto.TCancel || f.Stream != id {
+		t.Errorf("after the context ended, the host sent %s on stream %d, want a cancel on %d", f.Type, f.Stream, id)
+	}
+	p.result(id, execproto.Result{ExitCode: -1, Error: "cancelled"})
+	if r := <-res; !errors.Is(r.err, context.Canceled) {
+		t.Errorf("Connect = %v, %v; want context.Canceled", r.conn, r.err)
+	}
+	p.conn.Close()
+	c.Close()
+}
+
+// TestConnectWriteClose: written bytes go out as stdin data; CloseWrite is
+// a close of stdin; Close after it is a cancel; Write after either fails.
+func TestConnectWriteClose(t *testing.T) {
+	c, p := dialPeer(t)
+	ch := p.frames()
+	res := connectAsync(c, context.Background())
+	id := connectOpened(t, p, ch, true)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("Connect = %v", r.err)
+	}
+	if _, err := r.conn.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(t, ch); f.Type != execproto.TData || string(f.Payload) != "\x00hello" {
+		t.Errorf("Write sent %s %q, want stdin data %q", f.Type, f.Payload, "hello")
+	}
+	if err := r.conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(t, ch); f.Type != execproto.TClose || f.Payload[0] != execproto.Stdin {
+		t.Errorf("CloseWrite sent %s %v, want a close of stdin", f.Type, f.Payload)
+	}
+	if _, err := r.conn.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("Write after CloseWrite = %v, want EPIPE", err)
+	}
+	if err := r.conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(t, ch); f.Type != execproto.TCancel {
+		t.Errorf("Close sent %s, want a cancel", f.Type)
+	}
+	if _, err := r.conn.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Read after Close = %v, want net.ErrClosed", err)
+	}
+	if err := r.conn.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("second Close = %v, want net.ErrClosed", err)
+	}
+	p.result(id, execproto.Result{})
+	p.conn.Close()
+	c.Close()
+}
