@@ -61,7 +61,8 @@ sys.stdout.write(urllib.request.urlopen(req).read().decode())`
 const codeInterpreterSDK = "@e2b/code-interpreter@2.8.0"
 
 // TestCodeInterpreterSDK drives the official @e2b/code-interpreter SDK,
-// unchanged, against the API on loopback (testdata/interp.js): state
+// unchanged, against the API on loopback (testdata/interp.js): create's
+// envs and runCode's (for the one call) are the kernel's environment, state
 // persists between runCode calls, the stdout and stderr callbacks fire, a
 // matplotlib chart comes back as a PNG result, an exception is
 // execution.error, a timeout interrupts the kernel and the context goes
@@ -110,6 +111,9 @@ func TestCodeInterpreterSDK(t *testing.T) {
 		AfterRestart      string `json:"afterRestart"`
 		ListedAfterRemove bool   `json:"listedAfterRemove"`
 		JS                string `json:"js"`
+		CreateEnv         string `json:"createEnv"`
+		CallEnv           string `json:"callEnv"`
+		CallEnvAfter      string `json:"callEnvAfter"`
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
 		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
@@ -120,6 +124,8 @@ func TestCodeInterpreterSDK(t *testing.T) {
 			t.Errorf("%s: %+v", what, r)
 		}
 	}
+	check("create's envs", r.CreateEnv == "from create")
+	check("runCode's envs for the one call", r.CallEnv == "for one call" && r.CallEnvAfter == "unset")
 	check("state persists: x+1", r.Text == "2")
 	check("onStdout, onStderr", slices.Equal(r.Stdout, []string{"out\n"}) && slices.Equal(r.Stderr, []string{"err\n"}))
 	check("logs", slices.Equal(r.Logs.Stdout, r.Stdout) && slices.Equal(r.Logs.Stderr, r.Stderr))

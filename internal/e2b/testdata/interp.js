@@ -7,11 +7,37 @@
 'use strict'
 const { Sandbox } = require(process.argv[2])
 
+// stage names the SDK call under way; failedAt the first that failed,
+// for a failure's message.
+let stage = 'Sandbox.create'
+let failedAt
+
+// track wraps sbx so that each method call sets stage.
+function track(sbx) {
+  return new Proxy(sbx, {
+    get(t, k) {
+      const v = t[k]
+      if (typeof v !== 'function') return v
+      return (...args) => {
+        const name = `${String(k)}(${JSON.stringify(args[0]) ?? ''})`.slice(0, 120)
+        stage = name
+        return Promise.resolve(v.apply(t, args)).catch((e) => {
+          failedAt ??= name
+          throw e
+        })
+      }
+    },
+  })
+}
+
 async function main() {
   const out = {}
-  const sbx = await Sandbox.create()
+  const sbx = track(await Sandbox.create({ envs: { AIRLOCK_CREATE_ENV: 'from create' } }))
   out.id = sbx.sandboxId
   try {
+    out.createEnv = (await sbx.runCode('import os; os.environ.get("AIRLOCK_CREATE_ENV", "unset")')).text
+    out.callEnv = (await sbx.runCode('os.environ.get("AIRLOCK_CALL_ENV", "unset")', { envs: { AIRLOCK_CALL_ENV: 'for one call' } })).text
+    out.callEnvAfter = (await sbx.runCode('os.environ.get("AIRLOCK_CALL_ENV", "unset")')).text
     await sbx.runCode('x = 1')
     out.text = (await sbx.runCode('x+1')).text
 
@@ -38,6 +64,7 @@ async function main() {
       out.timeout = 'none'
     } catch (e) {
       out.timeout = e.name
+      failedAt = undefined // expected
     }
     out.afterTimeout = (await sbx.runCode('x * 10')).text
 
@@ -58,6 +85,7 @@ async function main() {
       out.js = 'ran'
     } catch (e) {
       out.js = `${e.name}: ${e.message}`
+      failedAt = undefined // expected
     }
   } finally {
     await sbx.kill()
@@ -66,6 +94,6 @@ async function main() {
 }
 
 main().catch((e) => {
-  console.error(e)
+  console.error(`failed at ${failedAt ?? stage}:`, e)
   process.exit(1)
 })
