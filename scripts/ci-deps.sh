@@ -5,7 +5,8 @@
 # need a missing tool skip themselves with a reason.
 set -euo pipefail
 
-# package:command-that-proves-it-is-there. A package spelled a|b is the first
+# package:command-that-proves-it-is-there, or package:py:MODULE for a Python
+# module that Debian's python3 must import. A package spelled a|b is the first
 # of the names that the archive knows (gVisor is "runsc" on Debian 12).
 want=(
   bash:bash
@@ -25,11 +26,23 @@ want=(
   npm:npm                 # e2e: npm; the gateway's SDK test installs the openai and Anthropic SDKs with it
   postgresql:pg_ctlcluster  # store/postgres tests run a throwaway server (/usr/lib/postgresql/N/bin)
   chromium:chromium       # server: the web UI's end-to-end test drives headless Chromium (chromedp)
+  # The code interpreter (internal/interp, code-interpreter-v1, run_code):
+  # its server runs Jupyter kernels of the host root's Python.
+  python3-ipykernel:py:ipykernel
+  python3-jupyter-client:py:jupyter_client
+  python3-matplotlib:py:matplotlib
+  python3-pandas:py:pandas
+  python3-numpy:py:numpy
 )
 
 missing=()
 for w in "${want[@]}"; do
-  command -v "${w#*:}" >/dev/null 2>&1 || missing+=("${w%%:*}")
+  check=${w#*:}
+  if [[ $check == py:* ]]; then
+    /usr/bin/python3 -c "import ${check#py:}" >/dev/null 2>&1 || missing+=("${w%%:*}")
+  else
+    command -v "$check" >/dev/null 2>&1 || missing+=("${w%%:*}")
+  fi
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

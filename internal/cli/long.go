@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -39,6 +40,10 @@ type superviseArgs struct {
 	// Template, when set, is the template the sandbox starts from: its
 	// start command and readiness check run before the id is reported.
 	Template *template.Template `json:"template,omitempty"`
+	// Builtin names the built-in template (host.BuiltinTemplate) Template is:
+	// the supervisor makes it again, with the files that JSON does not
+	// carry.
+	Builtin string `json:"builtin,omitempty"`
 }
 
 // Run starts a supervisor in the background and prints the sandbox id once
@@ -47,6 +52,7 @@ func (c *CreateCmd) Run(env *Env) error {
 	var spec sandbox.Spec
 	var netPolicy *policy.Network
 	var tmpl *template.Template
+	var builtin string
 	if c.Template != "" {
 		u, err := c.TemplateFlag.load(env, &c.EgressFlags, c.Image)
 		if err != nil {
@@ -56,6 +62,9 @@ func (c *CreateCmd) Run(env *Env) error {
 			return err
 		}
 		tmpl = u.t
+		if u.v.Version == 0 {
+			builtin = u.v.Name
+		}
 	} else {
 		var doc *policy.Document
 		var err error
@@ -75,7 +84,7 @@ func (c *CreateCmd) Run(env *Env) error {
 	if netPolicy != nil {
 		spec.ID = sandbox.NewID()
 	}
-	arg, err := json.Marshal(superviseArgs{Spec: spec, Network: netPolicy, Egress: c.EgressFlags, Template: tmpl})
+	arg, err := json.Marshal(superviseArgs{Spec: spec, Network: netPolicy, Egress: c.EgressFlags, Template: tmpl, Builtin: builtin})
 	if err != nil {
 		return err
 	}
@@ -149,6 +158,9 @@ func (SuperviseCmd) Run(env *Env) error {
 		}
 		defer eg.close(nil)
 		eg.Apply(&args.Spec)
+	}
+	if t, ok := host.BuiltinTemplate(args.Builtin); ok {
+		args.Template = t
 	}
 	var prepare sandboxcli.Prepare
 	if args.Template != nil {

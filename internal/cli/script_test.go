@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -89,6 +90,7 @@ func TestScripts(t *testing.T) {
 			for k, v := range images {
 				e.Setenv(k, v)
 			}
+			e.Setenv("POST", interpPost)
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {
@@ -100,6 +102,9 @@ func TestScripts(t *testing.T) {
 				return os.Geteuid() == 0 && err == nil, nil
 			case "image":
 				return images != nil, nil
+			case "kernel":
+				// The sandbox's root is the host's: Debian's python3.
+				return exec.Command("/usr/bin/python3", "-c", "import ipykernel, jupyter_client").Run() == nil, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -114,6 +119,15 @@ func TestScripts(t *testing.T) {
 		},
 	})
 }
+
+// interpPost ($POST) is a Python program that sends each of its arguments
+// to the code interpreter's /execute in turn, on the sandbox's loopback,
+// and prints the NDJSON answers.
+const interpPost = `import json, sys, urllib.request
+for code in sys.argv[1:]:
+    req = urllib.request.Request("http://127.0.0.1:49999/execute", data=json.dumps({"code": code}).encode(), headers={"Content-Type": "application/json"})
+    sys.stdout.write(urllib.request.urlopen(req).read().decode())
+`
 
 // testImages makes what the image scripts use, when busybox-static is
 // installed (nil otherwise): the busybox test image as a docker archive

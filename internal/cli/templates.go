@@ -372,7 +372,7 @@ func templateRef(arg string) (name string, version int64, err error) {
 
 // TemplateFlag is --template of the sandbox commands and run.
 type TemplateFlag struct {
-	Template string `help:"Start from this stored template (airlock template ls): NAME (its latest version) or NAME@vN. Its image, environment, working directory, user, limits and policy apply (flags win), and its start command and readiness check run before the command." placeholder:"NAME"`
+	Template string `help:"Start from this stored template (airlock template ls): NAME (its latest version) or NAME@vN; code-interpreter-v1 is built in (the code interpreter's server on port 49999, on the host's root). Its image, environment, working directory, user, limits and policy apply (flags win), and its start command and readiness check run before the command." placeholder:"NAME"`
 }
 
 // usedTemplate is a stored template version a sandbox or run starts from.
@@ -405,7 +405,17 @@ func (f *TemplateFlag) load(env *Env, e *EgressFlags, image string) (usedTemplat
 	}
 	defer b.close()
 	u := usedTemplate{doc: policy.Default()}
-	if u.v, err = b.template(env.Ctx, name, version); err != nil {
+	u.v, err = b.template(env.Ctx, name, version)
+	var nf *host.TemplateNotFoundError
+	if errors.As(err, &nf) && version == 0 {
+		// Built in, after a stored template of the name: the code
+		// interpreter's server on the host's root (no image).
+		if t, ok := host.BuiltinTemplate(name); ok {
+			u.v, u.t = api.Template{Name: name}, t
+			return u, nil
+		}
+	}
+	if err != nil {
 		return u, fmt.Errorf("--template: %w", err)
 	}
 	if u.t, err = host.LoadTemplate(u.v); err != nil {
@@ -444,6 +454,9 @@ func (u usedTemplate) spec(env *Env, f *sandboxcli.SpecFlags, e *EgressFlags) (s
 	if spec.User == "" {
 		spec.User = u.t.User
 	}
+	if u.v.Image == "" {
+		return spec, n, host.ImageRoot{}, nil // a built-in template: the host's root
+	}
 	root, err := imageRoot(env, u.v.Image)
 	if err != nil {
 		return spec, nil, root, fmt.Errorf("template %s v%d: image %s: %w", u.v.Name, u.v.Version, u.v.Image, err)
@@ -462,6 +475,11 @@ func (c *AgentRunCmd) useTemplate(env *Env, q *host.RunRequest) error {
 	u, err := f.load(env, &EgressFlags{Policy: c.Policy}, c.Image)
 	if err != nil {
 		return err
+	}
+	if u.v.Version == 0 {
+		// The built-in code interpreter: an agent run has the run_code
+		// tool, which starts the same server in its sandbox.
+		return usageError{Err: fmt.Errorf("--template %s: built in for sandbox run and create and the E2B API; an agent run's run_code tool starts the code interpreter itself", c.Template)}
 	}
 	if u.t.Workdir != "" || u.t.User != "" {
 		// The agent's tools work in /workspace as the sandbox's user;

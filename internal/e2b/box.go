@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
@@ -297,7 +298,7 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 		tpl, err = s.resolveTemplate(ctx, tenant, req.TemplateID)
 	}
 	if errors.Is(err, errNoTemplate) {
-		return nil, &publicError{status: 404, msg: fmt.Sprintf("template %q not found: templates are %q (the default policy), the names of your stored policies, and your snapshots' ids and names", clip(req.TemplateID), DefaultTemplate)}
+		return nil, &publicError{status: 404, msg: fmt.Sprintf("template %q not found: templates are %q (the default policy), %q (the code interpreter), the names of your stored templates and policies, and your snapshots' ids and names", clip(req.TemplateID), DefaultTemplate, interp.Name)}
 	}
 	if err != nil {
 		return nil, err
@@ -397,7 +398,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 	if tpl.env != nil && !lv.prepared {
 		// Why before the sandbox is handed over: the client's first
 		// command expects what the template starts to be up.
-		if err := envtemplate.Prepare(ctx, lv.sb, tpl.env); err != nil {
+		if err := envtemplate.Prepare(ctx, lv.sb, withEnvs(tpl.env, b.envs)); err != nil {
 			s.destroy(ctx, lv)
 			s.closeRecord(ctx, b, endBootFailed, event.SandboxOp{Op: "sandbox.create", Outcome: "error", KeyID: keyID, Detail: "the template's start command or readiness check failed"})
 			var re *envtemplate.ReadyError
@@ -884,4 +885,23 @@ func (c *capWriter) Write(p []byte) (int, error) {
 	}
 	c.left -= int64(len(p))
 	return c.w.Write(p)
+}
+
+// withEnvs is t with its start command run under create's envVars, when
+// t is built in (the code interpreter: its kernels, as E2B's, see the
+// sandbox's envVars as every command does); a stored template's start
+// command is left as its document says.
+func withEnvs(t *envtemplate.Template, envs map[string]string) *envtemplate.Template {
+	if len(t.Files) == 0 || len(envs) == 0 || len(t.Start) == 0 {
+		return t
+	}
+	c := *t
+	// env(1) execs the command with its environment: the values are not
+	// left in the server's argv.
+	c.Start = envtemplate.Command{"env", "--"}
+	for _, k := range slices.Sorted(maps.Keys(envs)) {
+		c.Start = append(c.Start, k+"="+envs[k])
+	}
+	c.Start = append(c.Start, t.Start...)
+	return &c
 }

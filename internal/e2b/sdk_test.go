@@ -21,27 +21,34 @@ var sdks = []struct{ name, spec string }{
 	{"e2b-2.49.1", "e2b249@npm:e2b@2.49.1"},
 }
 
-// installSDKs installs the SDKs with npm, under $AIRLOCK_TEST_CACHE when
-// set (reused across runs) or the test's temp dir, and returns the
-// directory holding node_modules.
+// installSDKs installs the SDKs (installNPM) and returns the directory
+// holding node_modules.
 func installSDKs(t *testing.T) string {
+	t.Helper()
+	var specs []string
+	for _, s := range sdks {
+		specs = append(specs, s.spec)
+	}
+	return installNPM(t, "e2b-sdks", specs...)
+}
+
+// installNPM installs the npm packages specs under $AIRLOCK_TEST_CACHE/sub
+// when set (reused across runs) or the test's temp dir, and returns the
+// directory holding node_modules; it skips t without npm.
+func installNPM(t *testing.T, sub string, specs ...string) string {
 	t.Helper()
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: the SDK test installs the e2b package with it")
+		t.Skip("npm is not installed: the SDK tests install the SDKs with it")
 	}
 	var dir string
 	if c := os.Getenv("AIRLOCK_TEST_CACHE"); c != "" {
-		dir = filepath.Join(c, "e2b-sdks")
+		dir = filepath.Join(c, sub)
 	} else {
 		dir = t.TempDir()
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
-	}
-	var specs []string
-	for _, s := range sdks {
-		specs = append(specs, s.spec)
 	}
 	want := strings.Join(specs, " ")
 	stamp := filepath.Join(dir, "installed")

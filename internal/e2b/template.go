@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
@@ -60,8 +61,9 @@ var errNoTemplate = errors.New("no such template")
 // resolveTemplate maps a template name to what a sandbox is made of: the
 // default template to policy.Default; any other name to the latest
 // version of the tenant's stored template of that name (its policy, or
-// the default, with its limits), else to the latest version of the
-// tenant's stored policy of that name.
+// the default, with its limits), else, for interp.Name, to the built-in
+// code interpreter, else to the latest version of the tenant's stored
+// policy of that name.
 func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (template, error) {
 	if name == "" || name == DefaultTemplate {
 		return template{name: DefaultTemplate, doc: defaultDocument(), source: "default policy"}, nil
@@ -76,6 +78,12 @@ func (s *Server) resolveTemplate(ctx context.Context, tenant, name string) (temp
 		return s.storedTemplate(ctx, view, tv)
 	case !errors.Is(err, store.ErrNotFound):
 		return template{}, fmt.Errorf("e2b: template %s: %w", name, err)
+	}
+	if name == interp.Name {
+		// Built in, after the tenant's own of the name: the code
+		// interpreter's server on the host's root, in the default
+		// policy's sandbox.
+		return template{name: name, doc: defaultDocument(), env: interp.Template(), source: "built-in template " + name + " (the host's root), default policy, every port public"}, nil
 	}
 	v, err := view.GetPolicy(ctx, name, "")
 	switch {
@@ -138,6 +146,9 @@ func (s *Server) applyTemplate(ctx context.Context, tpl template, spec *sandbox.
 	}
 	spec.Env = append(spec.Env, t.EnvList()...)
 	spec.Dir, spec.User = t.Workdir, t.User
+	if t.Image == "" {
+		return nil // a built-in template: the host's root
+	}
 	if err := s.o.Images.Apply(ctx, t.Image, spec); err != nil {
 		return fmt.Errorf("e2b: template %s v%d: image %s: %w", tpl.name, tpl.version, t.Image, err)
 	}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -874,11 +875,57 @@ func (d *driver) call(ctx context.Context, n int, c tools.Call, left *atomic.Int
 		fin.Output, fs = d.scan.Redact(fin.Output)
 		fin.Secrets = scan.IDs(fs)
 	}
-	if left.Add(-1) == 0 && !c.External {
-		return d.later(fin)
+	ps, err := d.callFiles(ctx, n, c, res.Files)
+	if err != nil {
+		return err
 	}
-	_, err = d.record(ctx, fin)
+	ps = append(ps, fin)
+	if left.Add(-1) == 0 && !c.External {
+		return d.later(ps...)
+	}
+	_, err = d.record(ctx, ps...)
 	return err
+}
+
+// callFiles stores the files call c of step n produced (run_code's
+// images) as the run's artifacts, named calls/STEP-CALL-I.EXT, and
+// returns their events, for the batch of the call's result.
+func (d *driver) callFiles(ctx context.Context, n int, c tools.Call, files []tools.File) ([]event.Payload, error) {
+	var ps []event.Payload
+	for i, f := range files {
+		ext := "bin"
+		if f.MediaType == "image/png" {
+			ext = "png"
+		}
+		name := fmt.Sprintf("calls/%d-%s-%d.%s", n, artifactPart(c.ID), i+1, ext)
+		a, kept, err := d.storeArtifact(ctx, event.ArtifactStored{Name: name, MediaType: f.MediaType, Kind: "image"}, bytes.NewReader(f.Data))
+		if err != nil {
+			return nil, err
+		}
+		if kept {
+			ps = append(ps, a)
+		}
+	}
+	return ps, nil
+}
+
+// artifactPart is s (a model's call id) as a part of an artifact name:
+// letters, digits, - and _ only, at most 64 bytes.
+func artifactPart(s string) string {
+	b := []byte(s)
+	out := b[:0]
+	for _, c := range b {
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+			out = append(out, c)
+		}
+	}
+	if len(out) > 64 {
+		out = out[:64]
+	}
+	if len(out) == 0 {
+		return "call"
+	}
+	return string(out)
 }
 
 // progress reports a running call about once a second until stop.

@@ -815,22 +815,31 @@ func (d *driver) keep(ctx context.Context, name, kind, media string, r io.Reader
 // keepArtifact stores r as the artifact a describes (its digest and size
 // filled in) and records it.
 func (d *driver) keepArtifact(ctx context.Context, a event.ArtifactStored, r io.Reader) error {
+	a, kept, err := d.storeArtifact(ctx, a, r)
+	if err != nil || !kept {
+		return err
+	}
+	return d.append(ctx, a)
+}
+
+// storeArtifact stores r as the artifact a describes and returns a with
+// its digest and size, to be recorded; kept is false when an earlier
+// attempt (a resumed run) stored one of the name: the first one stands.
+func (d *driver) storeArtifact(ctx context.Context, a event.ArtifactStored, r io.Reader) (event.ArtifactStored, bool, error) {
 	name, media := a.Name, a.MediaType
 	digest, size, err := d.e.o.Blobs.Put(ctx, r)
 	if err != nil {
-		return fmt.Errorf("engine: artifact %s: %w", name, err)
+		return a, false, fmt.Errorf("engine: artifact %s: %w", name, err)
 	}
 	a.Digest, a.Size = digest, size
 	_, err = d.e.o.Store.PutArtifact(ctx, store.Artifact{RunID: d.run.ID, Name: name, Digest: digest, Size: size, MediaType: media})
 	if errors.Is(err, store.ErrExists) {
-		// Kept by an earlier attempt (a resumed run verifies again): the
-		// first one stands.
-		return nil
+		return a, false, nil
 	}
 	if err != nil {
-		return err
+		return a, false, err
 	}
-	return d.append(ctx, a)
+	return a, true, nil
 }
 
 // redactPatch redacts the findings of sc that start on lines a unified

@@ -8,6 +8,7 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/image"
+	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
@@ -154,4 +155,14 @@ func LoadTemplate(v api.Template) (*template.Template, error) {
 		return nil, fmt.Errorf("template %s v%d does not load: %w", v.Name, v.Version, err)
 	}
 	return t, nil
+}
+
+// BuiltinTemplate returns the template built into airlock by name, if
+// name is one: interp.Name, the code interpreter (no image: the host's
+// root). A stored template of the name is looked up first by callers.
+func BuiltinTemplate(name string) (*template.Template, bool) {
+	if name == interp.Name {
+		return interp.Template(), true
+	}
+	return nil, false
 }

@@ -29,7 +29,8 @@
 // APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
 // document (internal/host), the command line (internal/cli), template
 // documents' limits (internal/template), the check of what sandboxes report
-// (internal/report), and bench/egressbench.
+// (internal/report), the code interpreter's built-in template's readiness
+// timeout (internal/interp), and bench/egressbench.
 package policy
 
 import (

@@ -6,8 +6,9 @@
 // It parses and validates the template document (YAML, read with the
 // YAML library the policy package uses, unknown keys refused), writes it
 // in one canonical form (Marshal), whose hash names a stored version, and
-// brings a sandbox made from one to readiness (Prepare: the start command
-// in the background, then the readiness check until it passes).
+// brings a sandbox made from one to readiness (Prepare: a built-in
+// template's files written, the start command in the background, then
+// the readiness check until it passes).
 //
 // Invariants: a Template that Parse returns has passed Validate; Marshal
 // of it parses back to an equal Template. The package keeps no state and
@@ -16,5 +17,7 @@
 // Importers: internal/host (storing templates, making sandboxes of them),
 // internal/cli (template files and flags, sandbox run and create),
 // internal/server (/v1/templates), internal/e2b (Sandbox.create by
-// template name) and internal/engine (a run's sandboxes).
+// template name), internal/engine (a run's sandboxes), internal/interp
+// (the built-in code-interpreter-v1 and its server's start) and
+// internal/tools (run_code's start failures).
 package template

@@ -54,12 +54,18 @@ func (e *ReadyError) Error() string {
 	return msg
 }
 
-// Prepare brings sb, a sandbox made from t, to readiness: it starts t's
-// start command in the background (it lives as long as the sandbox, which
-// kills it when destroyed), then runs t's readiness check until it exits
+// Prepare brings sb, a sandbox made from t, to readiness: it writes t's
+// files (a built-in template's), starts t's start command in the
+// background (it lives as long as the sandbox, which kills it when
+// destroyed), then runs t's readiness check until it exits
 // 0, within its timeout. A template with neither is ready at once. The
 // error is a *ReadyError, or ctx's; the caller destroys the sandbox.
 func Prepare(ctx context.Context, sb sandbox.Sandbox, t *Template) error {
+	for _, f := range t.Files {
+		if err := sb.WriteFile(ctx, f.Path, bytes.NewReader(f.Data), f.Mode); err != nil {
+			return &ReadyError{Start: fmt.Sprintf("write %s: %v", f.Path, err)}
+		}
+	}
 	if len(t.Start) > 0 {
 		// The start command outlives this call: its context is not
 		// ctx's, and it ends with the sandbox.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"path"
 	"slices"
@@ -69,6 +70,18 @@ type Template struct {
 	// Pool is how many sandboxes of the template to keep made and ready
 	// for the tenant (E2B), 0 to MaxPool.
 	Pool int `yaml:"pool,omitempty" json:"pool,omitempty"`
+	// Files are written into the sandbox before Start runs. Only a
+	// built-in template has any (airlock's code interpreter server, the
+	// program its start command runs); a document cannot name any.
+	Files []File `yaml:"-" json:"-"`
+}
+
+// File is one file a built-in template puts into its sandboxes.
+type File struct {
+	// Path is absolute, inside the sandbox.
+	Path string
+	Data []byte
+	Mode fs.FileMode
 }
 
 // Command is a command's argv.

@@ -35,7 +35,7 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%s has no description", s.Name)
 		}
 	}
-	if got := strings.Join(names, ","); got != "run_command,read_file,write_file,edit_file,list_dir,search,finish" {
+	if got := strings.Join(names, ","); got != "run_command,read_file,write_file,edit_file,list_dir,search,run_code,finish" {
 		t.Errorf("Specs names = %s", got)
 	}
 	for name, place := range map[string]tools.Place{"run_command": tools.PlaceSandbox, "search": tools.PlaceSandbox, "finish": tools.PlaceHost} {
@@ -60,6 +60,7 @@ func TestToolEffects(t *testing.T) {
 		"edit_file":   {mutating: true},
 		"list_dir":    {},
 		"search":      {},
+		"run_code":    {mutating: true},
 		"finish":      {},
 	}
 	r := tools.Default(tools.Limits{})

@@ -1,6 +1,7 @@
 // Package tools is the registry of the tools an agent's model may call and
 // the tools themselves: the sandbox tools (run_command, read_file,
-// write_file, edit_file, list_dir, search), which act only through a
+// write_file, edit_file, list_dir, search, and run_code, Python in a
+// kernel of the code interpreter's server), which act only through a
 // sandbox.Sandbox, and the host tools (finish), which run next to the agent
 // loop. A tool decodes its arguments strictly: a malformed call becomes a
 // tool error the model can read and correct, never a panic. Every tool says
@@ -71,6 +72,9 @@ type Result struct {
 	// IsError says the call failed in a way the model should see and handle.
 	IsError bool
 	Details Details
+	// Files are kept as the run's artifacts (run_code's images); they
+	// are not part of Content.
+	Files []File
 }
 
 // Tool is one tool the model may call. Every tool says where it runs and
@@ -121,11 +125,11 @@ func NewRegistry(maxContent int) *Registry {
 	return &Registry{tools: map[string]Tool{}, maxContent: maxContent}
 }
 
-// Default returns a registry with every sandbox tool configured by l and the
-// finish host tool.
+// Default returns a registry with every sandbox tool configured by l,
+// run_code, and the finish host tool.
 func Default(l Limits) *Registry {
 	r := NewRegistry(l.withDefaults().MaxContent)
-	for _, t := range append(SandboxTools(l), Finish()) {
+	for _, t := range append(SandboxTools(l), RunCode(l), Finish()) {
 		if err := r.Register(t); err != nil {
 			panic(err) // the built-in names are distinct and valid
 		}

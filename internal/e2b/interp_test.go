@@ -1,0 +1,138 @@
+package e2b_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/interp"
+)
+
+// needKernel skips t when the host root's Python has no IPython kernel
+// (scripts/ci-deps.sh installs Debian's).
+func needKernel(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("/usr/bin/python3", "-c", "import ipykernel, jupyter_client").Run(); err != nil {
+		t.Skip("needs Debian's python3-ipykernel and python3-jupyter-client (scripts/ci-deps.sh)")
+	}
+}
+
+// TestCodeInterpreterTemplate: Sandbox.create('code-interpreter-v1'), as
+// @e2b/code-interpreter asks, makes a sandbox on the host's root whose
+// code interpreter server was up before create returned; code run
+// through it (from inside the sandbox, on its loopback) keeps its state.
+// A tenant's own template of the name would win (TestStoredTemplates
+// covers that order for stored templates before policies).
+func TestCodeInterpreterTemplate(t *testing.T) {
+	needKernel(t)
+	h := newHarness(t, harnessOptions{})
+	s := h.create("alpha", map[string]any{"templateID": interp.Name})
+	post := func(code string) interp.Execution {
+		t.Helper()
+		script := `import json, sys, urllib.request
+req = urllib.request.Request("http://127.0.0.1:49999/execute", data=json.dumps({"code": sys.argv[1]}).encode(), headers={"Content-Type": "application/json"})
+sys.stdout.write(urllib.request.urlopen(req).read().decode())`
+		r := parseRun(t, h.stream(s, "process.Process/Start",
+			map[string]any{"process": map[string]any{"cmd": "python3", "args": []string{"-c", script, code}}, "stdin": false}, nil))
+		if r.exit != 0 {
+			t.Fatalf("POST /execute %q: exit %d, stderr %s", code, r.exit, r.stderr)
+		}
+		ex, err := interp.Decode(strings.NewReader(r.stdout), interp.Limits{})
+		if err != nil || !ex.Ended {
+			t.Fatalf("Decode(%q) = %+v, %v", r.stdout, ex, err)
+		}
+		return ex
+	}
+	post("x = 41")
+	ex := post("x + 1")
+	if len(ex.Results) != 1 || !ex.Results[0].Main || ex.Results[0].Text != "42" {
+		t.Errorf("x + 1: results %+v, want the main result 42", ex.Results)
+	}
+}
+
+// codeInterpreterSDK is the @e2b/code-interpreter release the test drives.
+const codeInterpreterSDK = "@e2b/code-interpreter@2.8.0"
+
+// TestCodeInterpreterSDK drives the official @e2b/code-interpreter SDK,
+// unchanged, against the API on loopback (testdata/interp.js): create's
+// envs and runCode's (for the one call) are the kernel's environment, state
+// persists between runCode calls, the stdout and stderr callbacks fire, a
+// matplotlib chart comes back as a PNG result, an exception is
+// execution.error, a timeout interrupts the kernel and the context goes
+// on, contexts are made with a cwd, listed, restarted and removed, and a
+// language with no kernel is an error that says so.
+func TestCodeInterpreterSDK(t *testing.T) {
+	needRoot(t)
+	needKernel(t)
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	dir := installNPM(t, "e2b-code-interpreter", codeInterpreterSDK)
+	h := newHarness(t, harnessOptions{})
+	script, err := filepath.Abs("testdata/interp.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, script, filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys["alpha"]}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var r struct {
+		Text     string   `json:"text"`
+		Stdout   []string `json:"stdout"`
+		Stderr   []string `json:"stderr"`
+		Logs     struct{ Stdout, Stderr []string }
+		PNG      bool       `json:"png"`
+		OnResult [][]string `json:"onResult"`
+		Error    *struct {
+			Name, Value string
+			Traceback   bool
+		} `json:"error"`
+		Timeout           string `json:"timeout"`
+		AfterTimeout      string `json:"afterTimeout"`
+		Ctx               struct{ Language, Cwd string }
+		CtxCwd            string `json:"ctxCwd"`
+		Listed            bool   `json:"listed"`
+		CtxY              string `json:"ctxY"`
+		AfterRestart      string `json:"afterRestart"`
+		ListedAfterRemove bool   `json:"listedAfterRemove"`
+		JS                string `json:"js"`
+		CreateEnv         string `json:"createEnv"`
+		CallEnv           string `json:"callEnv"`
+		CallEnvAfter      string `json:"callEnvAfter"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
+	}
+	check := func(what string, ok bool) {
+		t.Helper()
+		if !ok {
+			t.Errorf("%s: %+v", what, r)
+		}
+	}
+	check("create's envs", r.CreateEnv == "from create")
+	check("runCode's envs for the one call", r.CallEnv == "for one call" && r.CallEnvAfter == "unset")
+	check("state persists: x+1", r.Text == "2")
+	check("onStdout, onStderr", slices.Equal(r.Stdout, []string{"out\n"}) && slices.Equal(r.Stderr, []string{"err\n"}))
+	check("logs", slices.Equal(r.Logs.Stdout, r.Stdout) && slices.Equal(r.Logs.Stderr, r.Stderr))
+	check("chart as PNG", r.PNG && len(r.OnResult) > 0 && slices.Contains(r.OnResult[0], "png"))
+	check("exception", r.Error != nil && r.Error.Name == "ValueError" && r.Error.Value == "bad value" && r.Error.Traceback)
+	check("timeout", r.Timeout == "TimeoutError" && r.AfterTimeout == "10")
+	check("context with cwd", r.Ctx.Language == "python" && r.Ctx.Cwd == "/tmp" && r.CtxCwd == "/tmp" && r.Listed && r.CtxY == "5")
+	check("restart, remove", r.AfterRestart == "NameError" && !r.ListedAfterRemove)
+	check("javascript", strings.Contains(r.JS, "no javascript kernel"))
+}
