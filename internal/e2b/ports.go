@@ -223,6 +223,13 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 			}
 		},
 	}
+	// The request's body is the sandbox server's to read, as long as it
+	// takes, and its answer may start first (a streamed /execute does):
+	// without full duplex the HTTP server would read the rest of the body
+	// away itself, and close it, once the answer's header is written,
+	// racing the proxy's copy of it (the copy then fails and cuts the
+	// answer off).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	proxy.ServeHTTP(w, r)
 	if pc.limited.Load() {
 		rec.Outcome = "limited"
