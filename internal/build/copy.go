@@ -9,8 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/airlockrun/airlock/internal/image"
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"hash"
 	"io"
 	"io/fs"
@@ -21,6 +19,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/image"
+	"github.com/airlockrun/airlock/internal/sandbox"
 
 	"github.com/airlockrun/airlock/internal/dockerfile"
 )
@@ -253,7 +254,7 @@ func (w *layerWriter) fromSandbox(ctx context.Context, sb sandbox.Sandbox, p, na
 func (w *layerWriter) retar(tr *tar.Reader, name, want string) error {
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

@@ -153,7 +153,7 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		return
 	}
 	limits := &b.template.doc.Ports
-	if max := int64(limits.MaxBytes); max > 0 && b.ports.bytes.Load() >= max {
+	if budget := int64(limits.MaxBytes); budget > 0 && b.ports.bytes.Load() >= budget {
 		refuse("limited", portError{Message: "The sandbox's traffic budget (ports.max_bytes) is spent", Port: port, Code: http.StatusTooManyRequests})
 		return
 	}
@@ -258,7 +258,7 @@ func (c *meteredConn) count(dir *atomic.Int64, n int) error {
 	}
 	one := dir.Add(int64(n))
 	all := c.box.bytes.Add(int64(n))
-	if max := int64(c.limits.MaxConnectionBytes); max > 0 && one > max || c.limits.MaxBytes > 0 && all > int64(c.limits.MaxBytes) {
+	if perConn := int64(c.limits.MaxConnectionBytes); perConn > 0 && one > perConn || c.limits.MaxBytes > 0 && all > int64(c.limits.MaxBytes) {
 		c.pc.limited.Store(true)
 		_ = c.Conn.Close()
 		return errPortBytes

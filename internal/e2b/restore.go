@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	envtemplate "github.com/airlockrun/airlock/internal/template"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	envtemplate "github.com/airlockrun/airlock/internal/template"
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"

@@ -298,11 +298,11 @@ func (s *Server) reap(ctx context.Context) {
 // keeps, the store down) ends as a timeout does, and the log says why.
 func (s *Server) autoPause(ctx context.Context, b *box) {
 	err := s.pause(ctx, b, "timeout")
-	if err == nil || err == errAlreadyPaused {
+	if err == nil || errors.Is(err, errAlreadyPaused) {
 		s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.pause", Outcome: "ok", Detail: "timeout (lifecycle onTimeout: pause)"})
 		return
 	}
-	if err != errNoSandbox {
+	if !errors.Is(err, errNoSandbox) {
 		s.log.Warn("e2b: auto-pause at timeout; ending the sandbox instead", "sandbox_id", b.id, "err", err)
 	}
 	s.end(ctx, b, endTimeout, "")

@@ -56,7 +56,10 @@ func TestUntar(t *testing.T) {
 		name string
 		mode os.FileMode
 	}{
-		{"ro", os.ModeDir | 0o555}, {"ro/f", 0o640}, {"ro-link", os.ModeSymlink | 0o777}, {"pipe", os.ModeNamedPipe | 0o600},
+		{"ro", os.ModeDir | 0o555},
+		{"ro/f", 0o640},
+		{"ro-link", os.ModeSymlink | 0o777},
+		{"pipe", os.ModeNamedPipe | 0o600},
 		{"deep/er/x", os.ModeSetuid | 0o755},
 	} {
 		fi, err := os.Lstat(filepath.Join(dir, c.name))

@@ -82,7 +82,7 @@ func mainText(ex interp.Execution) string {
 	return ""
 }
 
-type context_ struct {
+type codeContext struct {
 	ID, Language, Cwd string
 }
 
@@ -185,7 +185,7 @@ func TestServer(t *testing.T) {
 	})
 
 	t.Run("contexts", func(t *testing.T) {
-		var c context_
+		var c codeContext
 		if err := json.Unmarshal(contexts(t, sb, "POST", "/contexts", `{"cwd": "/tmp"}`), &c); err != nil || c.ID == "" || c.Language != "python" || c.Cwd != "/tmp" {
 			t.Fatalf("create context = %+v, %v", c, err)
 		}
@@ -197,7 +197,7 @@ func TestServer(t *testing.T) {
 		if ex := run(t, sb, interp.Request{Code: "y"}); ex.Error == nil || ex.Error.Name != "NameError" {
 			t.Errorf("y in the default context: error %+v, want NameError", ex.Error)
 		}
-		var list []context_
+		var list []codeContext
 		if err := json.Unmarshal(contexts(t, sb, "GET", "/contexts", ""), &list); err != nil {
 			t.Fatalf("list contexts: %v", err)
 		}

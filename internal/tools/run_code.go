@@ -140,14 +140,14 @@ func isLost(sb sandbox.Sandbox) bool {
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 
 // codeResult is the model's view of ex: labelled sections, each within
-// max bytes, and the PNG images as files.
-func codeResult(ex interp.Execution, max int) Result {
+// limit bytes, and the PNG images as files.
+func codeResult(ex interp.Execution, limit int) Result {
 	var b strings.Builder
 	section := func(label, s string) {
 		if s == "" {
 			return
 		}
-		s, _ = Truncate(s, max/2)
+		s, _ = Truncate(s, limit/2)
 		fmt.Fprintf(&b, "[%s]\n%s", label, s)
 		if !strings.HasSuffix(s, "\n") {
 			b.WriteByte('\n')

@@ -380,11 +380,13 @@ func TestDialNarrow(t *testing.T) {
 	}))
 	refused := netip.MustParseAddr("127.0.0.2")
 	var asked []string
-	d := &Dialer{Guard: newGuard(t, n.AllowsAddr), Resolver: dns.resolver(), Pin: n.Pinned,
+	d := &Dialer{
+		Guard: newGuard(t, n.AllowsAddr), Resolver: dns.resolver(), Pin: n.Pinned,
 		Narrow: func(host string, a netip.Addr) bool {
 			asked = append(asked, host+"="+a.String())
 			return a == refused && host != "exempt.test"
-		}}
+		},
+	}
 	for _, host := range []string{"127.0.0.2", "two.test", "mixed.test", "pinned.test"} {
 		_, _, err := d.Dial(context.Background(), host, two.port())
 		if den := wantDenied(t, err, ReasonNarrowed); den.Addr != refused {

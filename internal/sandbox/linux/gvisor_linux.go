@@ -204,8 +204,8 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 		bind(b.cfg.Executor, gvisorExecutor, true),
 	)
 	cow := false
-	switch {
-	case spec.Workspace == "":
+	switch spec.Workspace {
+	case "":
 		mounts = append(mounts, tmpfs("/workspace", "1777"))
 	default:
 		mode := spec.WorkspaceMode

@@ -195,17 +195,17 @@ func TestOptions(t *testing.T) {
 	if fs := s.Scan("GH_TOKEN=" + key); len(fs) != 0 {
 		t.Errorf("an allowed value was found: %+v", fs)
 	}
-	const real = "ghp_Zq7RkW2mXb9TcV4nLp8YsJ3dHf6GaQ1uEo5i"
+	const token = "ghp_Zq7RkW2mXb9TcV4nLp8YsJ3dHf6GaQ1uEo5i"
 	for _, o := range []scan.Options{{Disable: []string{"no-such-rule"}}, {Allow: []string{"("}}} {
 		if _, err := scan.New(o); err == nil {
 			t.Errorf("New(%+v) took a bad option", o)
 		}
 		// What New refuses, NewOrDefault scans with every default rule.
-		if fs := scan.NewOrDefault(o).Scan("GITHUB_TOKEN=" + real); len(fs) != 1 || fs[0].Rule != "github-pat" {
+		if fs := scan.NewOrDefault(o).Scan("GITHUB_TOKEN=" + token); len(fs) != 1 || fs[0].Rule != "github-pat" {
 			t.Errorf("NewOrDefault(%+v) found %+v, want the github-pat rule's finding", o, fs)
 		}
 	}
-	if fs := scan.NewOrDefault(scan.Options{Disable: []string{"github-pat"}}).Scan("GITHUB_TOKEN=" + real); slices.ContainsFunc(fs, func(f scan.Finding) bool { return f.Rule == "github-pat" }) {
+	if fs := scan.NewOrDefault(scan.Options{Disable: []string{"github-pat"}}).Scan("GITHUB_TOKEN=" + token); slices.ContainsFunc(fs, func(f scan.Finding) bool { return f.Rule == "github-pat" }) {
 		t.Errorf("NewOrDefault ignored options New takes: %+v", fs)
 	}
 }
