@@ -121,15 +121,7 @@ func (b *builder) copy(ctx context.Context, x dockerfile.Expander, in dockerfile
 		b.addStep(key, createdBy, e.Layer, true)
 		return nil
 	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return internal{err}
-	}
-	info, err := b.o.Store.AddLayer(ctx, tmp)
-	if err != nil {
-		return internal{err}
-	}
-	b.addStep(key, createdBy, &info, false)
-	return nil
+	return b.addLayerFile(ctx, tmp, key, createdBy)
 }
 
 // copyFrom carries out COPY --from: a layer of files of an earlier stage
@@ -216,15 +208,7 @@ func (b *builder) copyFrom(ctx context.Context, in dockerfile.Instruction, from 
 	if err := bw.Flush(); err != nil {
 		return internal{err}
 	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return internal{err}
-	}
-	info, err := b.o.Store.AddLayer(ctx, tmp)
-	if err != nil {
-		return internal{err}
-	}
-	b.addStep(key, createdBy, &info, false)
-	return nil
+	return b.addLayerFile(ctx, tmp, key, createdBy)
 }
 
 // fromSandbox adds what the sandbox's export of p holds under name: a
@@ -287,6 +271,19 @@ func (w *layerWriter) retar(tr *tar.Reader, name, want string) error {
 			return err
 		}
 	}
+}
+
+// addLayerFile stores the layer tar written to tmp as the step key's.
+func (b *builder) addLayerFile(ctx context.Context, tmp *os.File, key, createdBy string) error {
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return internal{err}
+	}
+	info, err := b.o.Store.AddLayer(ctx, tmp)
+	if err != nil {
+		return internal{err}
+	}
+	b.addStep(key, createdBy, &info, false)
+	return nil
 }
 
 // isRemote reports whether an ADD source is a URL or a git repository.
