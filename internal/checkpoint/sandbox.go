@@ -175,11 +175,17 @@ func (s *Store) RestoreInto(ctx context.Context, tenant, digest string, sb sandb
 }
 
 // Untar unpacks the tar stream r (gzipped when gz) into sb's /workspace
-// inside the sandbox, as the sandbox user, with the executor's own
-// extractor (sandbox.UntarCommand: no tar needed in the image): modes and
-// times kept, owners the user's.
+// with the sandbox's own tar, as the sandbox user: modes and times kept,
+// owners the user's. GNU tar gets --delay-directory-restore (a read-only
+// directory's entries still go in); another tar (busybox's, in small
+// images) gets the options both know, and restores modes by default.
 func Untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error {
-	argv := []string{sandbox.UntarCommand, "-C", "/workspace"}
+	var ver bytes.Buffer
+	_, _ = sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"tar", "--version"}, Stdout: &ver, Stderr: io.Discard, Timeout: time.Minute, MaxOutput: 4 << 10})
+	argv := []string{"tar", "-x", "-o", "-f", "-", "-C", "/workspace"}
+	if strings.Contains(ver.String(), "GNU tar") {
+		argv = append(argv, "-p", "--delay-directory-restore")
+	}
 	if gz {
 		argv = append(argv, "-z")
 	}
@@ -192,7 +198,7 @@ func Untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error 
 		return err
 	}
 	if res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0 {
-		return fmt.Errorf("untar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
+		return fmt.Errorf("tar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

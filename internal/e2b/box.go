@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -20,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -859,16 +859,7 @@ func (s *Server) restoreTar(ctx context.Context, lv *live, file string) error {
 		return err
 	}
 	defer f.Close()
-	var out bytes.Buffer
-	res, err := sandbox.Run(ctx, lv.sb, sandbox.Command{
-		Argv:  []string{sandbox.UntarCommand, "-C", "/workspace"},
-		Stdin: f, Stdout: &out, Stderr: &out, Timeout: 10 * time.Minute, MaxOutput: 64 << 10,
-		Bulk: true,
-	})
-	if err == nil && (res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0) {
-		err = fmt.Errorf("untar: %s %d: %s", res.Outcome, res.ExitCode, strings.TrimSpace(out.String()))
-	}
-	return err
+	return checkpoint.Untar(ctx, lv.sb, f, false)
 }
 
 // capWriter fails writes past its budget.

@@ -130,7 +130,8 @@ func (d *driver) watchEvents(ctx context.Context, name string, sb sandbox.Sandbo
 // readEvents records what lines carries until it is closed.
 func (d *driver) readEvents(ctx context.Context, name string, sb sandbox.Sandbox, lines <-chan sandbox.EventLine) {
 	f := report.NewFilter(d.cfg.Events.policy(), name)
-	var recorded event.SandboxEventsDropped
+	// Nothing dropped yet is nothing to record.
+	recorded := event.SandboxEventsDropped{Sandbox: name}
 	var last time.Time
 	flush := func(force bool) {
 		cur := f.Dropped()

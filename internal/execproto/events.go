@@ -24,11 +24,6 @@ const (
 	// helper when called by that name). Its directory is on every
 	// command's default PATH.
 	EventHelper = "/run/airlock/bin/airlock-event"
-	// UntarHelper is the path of airlock-untar inside the sandbox: a link
-	// to EventHelper by another name, which extracts a tar stream from
-	// stdin into a directory with the caller's rights (the host's
-	// restores of a workspace use it, so they need no tar in the image).
-	UntarHelper = "/run/airlock/bin/airlock-untar"
 
 	MaxEventLine  = 16 << 10
 	MaxEventQueue = 1024

@@ -21,11 +21,8 @@ import (
 
 // Main is the executor's entry point. It returns the process exit code.
 func Main(args []string) int {
-	switch path.Base(args[0]) {
-	case path.Base(execproto.EventHelper):
+	if path.Base(args[0]) == path.Base(execproto.EventHelper) {
 		return eventCommand(args[1:], os.Stdin, os.Stderr)
-	case path.Base(execproto.UntarHelper):
-		return untarCommand(args[1:], os.Stdin, os.Stderr)
 	}
 	if len(args) > 1 && args[1] == "hold" {
 		// Keeps a user namespace alive for the host while it builds

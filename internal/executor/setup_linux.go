@@ -724,9 +724,6 @@ func setupRunDir() error {
 	if err := bind("/proc/self/exe", helper, true); err != nil {
 		return fmt.Errorf("airlock-event: %w", err)
 	}
-	if err := os.Symlink(filepath.Base(helper), filepath.Join(newRoot, execproto.UntarHelper)); err != nil {
-		return fmt.Errorf("airlock-untar: %w", err)
-	}
 	return nil
 }
 

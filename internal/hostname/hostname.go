@@ -10,8 +10,8 @@
 // policy, the secret store and the proxy's address guard share it without
 // importing each other.
 //
-// Importers: internal/policy, internal/secret, internal/egress and
-// internal/egress/guard.
+// Importers: internal/policy, internal/secret, internal/egress,
+// internal/egress/guard and internal/e2b (a sandbox's own network rules).
 package hostname
 
 import (

@@ -694,13 +694,6 @@ func (r Result) ExitStatus() int {
 	return 125
 }
 
-// UntarCommand is the executor's extractor inside every sandbox (the
-// executor's own binary by another name): `UntarCommand [-z] -C DIR` reads
-// a tar stream on stdin and extracts it beneath DIR with the caller's
-// rights, following no link, keeping modes and times. Restores use it, so
-// an image needs no tar of its own.
-const UntarCommand = execproto.UntarHelper
-
 // BuildCaps are the capabilities an image build's steps keep as root
 // (Spec.RootCaps): all that execproto.RootCapabilities allows.
 var BuildCaps = execproto.RootCapabilities
