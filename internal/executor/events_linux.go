@@ -138,46 +138,28 @@ func (e *executor) listenEvents() error {
 		ln.Close()
 		return err
 	}
-	go e.acceptEvents(rc)
+	go acceptLoop(rc, e.acceptEvent)
 	return nil
 }
 
-// acceptEvents accepts connections to the event socket for the sandbox's
-// lifetime.
-func (e *executor) acceptEvents(rc syscall.RawConn) {
-	for {
-		var nfd int
-		var aerr error
-		err := rc.Read(func(fd uintptr) bool {
-			nfd, _, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-			return !errors.Is(aerr, unix.EAGAIN)
-		})
-		if err != nil {
-			return
-		}
-		if aerr != nil {
-			if errors.Is(aerr, unix.EMFILE) || errors.Is(aerr, unix.ENFILE) || errors.Is(aerr, unix.ENOBUFS) ||
-				errors.Is(aerr, unix.ENOMEM) || errors.Is(aerr, unix.ECONNABORTED) || errors.Is(aerr, unix.EINTR) {
-				continue
-			}
-			return
-		}
-		h := e.events
-		h.mu.Lock()
-		full := h.conns >= execproto.MaxEventConns
-		if full {
-			h.drops.Conns++
-		} else {
-			h.conns++
-		}
-		h.mu.Unlock()
-		if full {
-			unix.Close(nfd)
-			h.signal()
-			continue
-		}
-		go h.read(os.NewFile(uintptr(nfd), "event-conn"))
+// acceptEvent takes one connection to the event socket, or closes it
+// when the sandbox already has its most.
+func (e *executor) acceptEvent(nfd int) {
+	h := e.events
+	h.mu.Lock()
+	full := h.conns >= execproto.MaxEventConns
+	if full {
+		h.drops.Conns++
+	} else {
+		h.conns++
 	}
+	h.mu.Unlock()
+	if full {
+		unix.Close(nfd)
+		h.signal()
+		return
+	}
+	go h.read(os.NewFile(uintptr(nfd), "event-conn"))
 }
 
 // read splits one connection into lines until it ends. A line without its

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,27 +46,7 @@ func (e *executor) startProxy() error {
 		ln.Close()
 		return err
 	}
-	go func() {
-		for {
-			var nfd int
-			var aerr error
-			err := rc.Read(func(fd uintptr) bool {
-				nfd, _, aerr = unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
-				return !errors.Is(aerr, unix.EAGAIN)
-			})
-			if err != nil {
-				return
-			}
-			if aerr != nil {
-				if errors.Is(aerr, unix.EMFILE) || errors.Is(aerr, unix.ENFILE) || errors.Is(aerr, unix.ENOBUFS) ||
-					errors.Is(aerr, unix.ENOMEM) || errors.Is(aerr, unix.ECONNABORTED) || errors.Is(aerr, unix.EINTR) {
-					continue
-				}
-				return
-			}
-			go forward(os.NewFile(uintptr(nfd), "proxy-conn"))
-		}
-	}()
+	go acceptLoop(rc, func(nfd int) { go forward(os.NewFile(uintptr(nfd), "proxy-conn")) })
 	return nil
 }
 
