@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/klauspost/compress/gzip"
+
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -174,12 +176,24 @@ func (s *Store) RestoreInto(ctx context.Context, tenant, digest string, sb sandb
 	return cr.Baseline, t.Bytes(), nil
 }
 
-// Untar unpacks the tar stream r (gzipped when gz) into sb's /workspace
-// with the sandbox's own tar, as the sandbox user: modes and times kept,
-// owners the user's. GNU tar gets --delay-directory-restore (a read-only
-// directory's entries still go in); another tar (busybox's, in small
-// images) gets the options both know, and restores modes by default.
+// Untar unpacks the tar stream r (gzipped when gz) into sb's /workspace as
+// the sandbox user: modes and times kept, owners the user's. A sandbox
+// whose executor imports (sandbox.Importer) parses the stream itself, and
+// the sandbox needs no tar; otherwise the sandbox's own tar runs: GNU tar
+// with --delay-directory-restore (a read-only directory's entries still
+// go in), another (busybox's, in small images) with the options both know.
 func Untar(ctx context.Context, sb sandbox.Sandbox, r io.Reader, gz bool) error {
+	if im, ok := sb.(sandbox.Importer); ok {
+		if gz {
+			zr, err := gzip.NewReader(r)
+			if err != nil {
+				return fmt.Errorf("untar: %w", err)
+			}
+			defer zr.Close()
+			r = zr
+		}
+		return im.Import(ctx, "/workspace", r)
+	}
 	var ver bytes.Buffer
 	_, _ = sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"tar", "--version"}, Stdout: &ver, Stderr: io.Discard, Timeout: time.Minute, MaxOutput: 4 << 10})
 	argv := []string{"tar", "-x", "-o", "-f", "-", "-C", "/workspace"}

@@ -82,8 +82,9 @@ func TestSandboxAttempts(t *testing.T) {
 
 // TestRestoreFails is the run: a workspace tar that cannot be
 // unpacked (stored before uploads were checked, or failing for another
-// reason) fails the run after the tries the policy allows, with tar's
-// reason, instead of looping retry, resume, retry.
+// reason) fails the run after the tries the policy allows, with the
+// reason of the executor, which unpacks it, instead of looping retry,
+// resume, retry.
 func TestRestoreFails(t *testing.T) {
 	h := newHarness(t)
 	var buf bytes.Buffer
@@ -103,7 +104,7 @@ func TestRestoreFails(t *testing.T) {
 	}
 	const script = "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"cat ok.txt\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 	o := h.run("read", script, engine.Config{SandboxAttempts: 3, Sandboxes: []engine.SandboxConfig{{Name: "main", Tar: digest}}})
-	if o.Status != event.StatusFailed || !strings.HasPrefix(o.Reason, "sandbox: sandbox main: 3 tries failed, the last: restore snapshot "+digest+": tar: ") ||
+	if o.Status != event.StatusFailed || !strings.HasPrefix(o.Reason, "sandbox: sandbox main: 3 tries failed, the last: restore snapshot "+digest+": import /workspace: entry ") ||
 		!strings.Contains(o.Reason, "x.txt") {
 		t.Fatalf("status %s, reason %q; want failed, naming the restore and the entry", o.Status, o.Reason)
 	}

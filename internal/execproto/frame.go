@@ -11,8 +11,9 @@ import (
 // refuse to talk across versions. Version 2 added the watch and disk_usage
 // operations, version 3 the checkpoint operation, version 4 a stream's own
 // window and chunk size (Request.Window, Request.ChunkSize), version 5 the
-// connect operation (OpConnect) and the events operation (OpEvents).
-const Version = 5
+// connect operation (OpConnect) and the events operation (OpEvents), version
+// 6 the import operation (OpImport).
+const Version = 6
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a

@@ -332,6 +332,12 @@ const (
 	OpRemove = "remove"
 	OpRename = "rename"
 	OpExport = "export"
+	// OpImport unpacks the tar stream sent as the request's input into
+	// the directory at Path, as the request's user: files, directories,
+	// symlinks, hard links and FIFOs with their permission bits and
+	// times; a ".." name, a symlinked parent or a device node fails it.
+	// The sandbox needs no tar of its own.
+	OpImport = "import"
 	// OpWatch reports changes under the directory at Path (and below it
 	// if Recursive) as WatchEvents until the host cancels the stream.
 	OpWatch = "watch"
@@ -505,7 +511,7 @@ func (r *Request) Validate() error {
 			}
 		}
 		return nil
-	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove, OpExport:
+	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove, OpExport, OpImport:
 		if err := checkPath(r.Path); err != nil {
 			return fmt.Errorf("%s: %w", r.Op, err)
 		}

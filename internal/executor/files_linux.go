@@ -170,6 +170,8 @@ func (s *stream) fileOp() (execproto.Result, error) {
 		return res, os.Rename(req.Path, req.NewPath)
 	case execproto.OpExport:
 		return res, s.export(req.Path)
+	case execproto.OpImport:
+		return res, s.importTar(req.Path)
 	default:
 		return res, fmt.Errorf("unknown op %q", req.Op)
 	}

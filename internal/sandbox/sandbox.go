@@ -609,6 +609,19 @@ type DiskMeasurer interface {
 	MeasureDisk(ctx context.Context) (DiskUsage, error)
 }
 
+// Importer is implemented by sandboxes whose executor unpacks tar streams
+// itself, so the sandbox needs no tar of its own.
+type Importer interface {
+	// Import unpacks the tar stream r (ustar, PAX or GNU; not compressed)
+	// into the existing directory at path, as the sandbox's file user
+	// (FileUser): files, directories, symlinks, hard links and FIFOs with
+	// their permission bits and modification times, owned by that user.
+	// An entry named with "..", under a symlinked directory, a device
+	// node or of an unknown type fails it with an error naming the entry;
+	// what was unpacked before stays.
+	Import(ctx context.Context, path string, r io.Reader) error
+}
+
 // Checkpointer is implemented by sandboxes whose executor can say what
 // changed in /workspace.
 //

@@ -83,7 +83,7 @@ func (c *Conn) do(ctx context.Context, req execproto.Request, in io.Reader, out 
 	}
 	if in != nil {
 		go func() { _ = s.sendInput(in) }()
-	} else if req.Op == execproto.OpWrite {
+	} else if req.Op == execproto.OpWrite || req.Op == execproto.OpImport {
 		_ = s.send(execproto.CloseFrame(s.id, execproto.Stdin))
 	}
 	r, err := s.wait(ctx)
@@ -161,6 +161,14 @@ func (c *Conn) Rename(ctx context.Context, oldPath, newPath string) error {
 func (c *Conn) Export(ctx context.Context, path string, w io.Writer) error {
 	req := execproto.Request{Op: execproto.OpExport, Path: path, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
 	_, err := c.do(ctx, req, nil, w)
+	return err
+}
+
+// Import unpacks the tar stream r into the directory at path, as the
+// request's user (execproto.OpImport).
+func (c *Conn) Import(ctx context.Context, path string, r io.Reader) error {
+	req := execproto.Request{Op: execproto.OpImport, Path: path, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	_, err := c.do(ctx, req, r, nil)
 	return err
 }
 

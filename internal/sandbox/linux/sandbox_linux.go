@@ -502,6 +502,15 @@ func (s *Sandbox) Export(ctx context.Context, path string, w io.Writer) error {
 	return s.conn.Export(ctx, path, w)
 }
 
+// Import unpacks a tar stream into a directory inside the sandbox, as the
+// sandbox user.
+func (s *Sandbox) Import(ctx context.Context, path string, r io.Reader) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Import(ctx, path, r)
+}
+
 // Diff writes a unified diff of /workspace against its source.
 func (s *Sandbox) Diff(ctx context.Context, w io.Writer) error {
 	if err := s.alive(); err != nil {

@@ -34,6 +34,7 @@ func Run(t *testing.T, newBackend func(t *testing.T) sandbox.Backend) {
 	t.Run("Concurrent", s.testConcurrent)
 	t.Run("Files", s.testFiles)
 	t.Run("Export", s.testExport)
+	t.Run("Import", s.testImport)
 	t.Run("Watch", s.testWatch)
 	t.Run("Events", s.testEvents)
 	t.Run("Checkpoint", s.testCheckpoint)

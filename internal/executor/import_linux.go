@@ -1,0 +1,339 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// importTar unpacks the tar stream the host sends as input into the
+// directory root (execproto.OpImport). It runs as the request's user (see
+// asUser), so what it makes is that user's and it can write nothing the
+// user could not: the stream is the host's, but its content may be a
+// sandbox's earlier output or a user's upload, and is parsed here, inside
+// the sandbox, never on the host.
+//
+// Entries are applied as tar -x -p does for a user who is not root: files,
+// directories, symlinks, hard links and FIFOs, with their permission bits
+// and modification times; owners are the user's. Names are relative to
+// root ("./" and leading "/" dropped); a name with a ".." component, a
+// parent that is a symlink, a device node or an unknown type fails the
+// import with an error that names the entry. An existing file, link or
+// FIFO an entry names is replaced, an existing directory kept.
+// Directories get their modes and times after their entries, so a
+// read-only directory's entries still go in.
+//
+// The whole input is always consumed, so the host's stream ends cleanly
+// whatever happened.
+func (s *stream) importTar(root string) error {
+	in := &inboxReader{s: s}
+	defer s.discardStdin()
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rfd)
+	im := importer{root: rfd}
+	tr := &tarReader{r: in}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := im.apply(h, tr); err != nil {
+			return err
+		}
+	}
+	return im.finishDirs()
+}
+
+type importer struct {
+	root int       // O_PATH descriptor of the destination directory
+	dirs []dirMeta // directories whose mode and time wait for the end
+}
+
+type dirMeta struct {
+	name      string // relative to root; "" is root itself
+	mode      uint32
+	sec, nsec int64
+}
+
+// cleanName turns an entry's name into a path relative to the root: ""
+// for the root itself.
+func cleanName(name string) (string, error) {
+	if name == "" || strings.IndexByte(name, 0) >= 0 || len(name) > 4096 {
+		return "", fmt.Errorf("%w: entry name %.100q", errTarFormat, name)
+	}
+	n := strings.TrimLeft(name, "/")
+	for part := range strings.SplitSeq(n, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("entry %.200q: a name with \"..\" is refused", name)
+		}
+	}
+	n = path.Clean("/" + n)[1:]
+	return n, nil
+}
+
+// beneath is how an import resolves a path under its root: never through
+// a symlink (the archive's or one already there), never out of the root
+// or onto another mount.
+var beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+
+// parent opens the directory that holds name, beneath the root, through
+// no symlink, and returns it with name's last component. Missing
+// directories on the way are made (mode 0755), as tar -x makes them.
+func (im *importer) parent(name string) (int, string, error) {
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		fd, err := unix.Dup(im.root)
+		return fd, base, err
+	}
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: uint64(beneath)}
+	fd, err := unix.Openat2(im.root, dir, how)
+	if errors.Is(err, unix.ENOENT) {
+		fd, err = im.mkdirs(dir, how)
+	}
+	if err != nil {
+		return -1, "", fmt.Errorf("entry %.200q: its directory %.200q: %w", name, dir, err)
+	}
+	return fd, base, nil
+}
+
+// mkdirs opens dir beneath the root one component at a time, making the
+// ones that are missing.
+func (im *importer) mkdirs(dir string, how *unix.OpenHow) (int, error) {
+	fd, err := unix.Dup(im.root)
+	if err != nil {
+		return -1, err
+	}
+	for comp := range strings.SplitSeq(dir, "/") {
+		next, err := unix.Openat2(fd, comp, how)
+		if errors.Is(err, unix.ENOENT) {
+			if err = unix.Mkdirat(fd, comp, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
+				next, err = unix.Openat2(fd, comp, how)
+			}
+		}
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// replace removes what is at base in dir, unless it is a directory: the
+// entry that follows takes its place, as tar -x does.
+func replace(dir int, base string) error {
+	err := unix.Unlinkat(dir, base, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EISDIR) {
+		return nil
+	}
+	return err
+}
+
+func (im *importer) apply(h tarHeader, body io.Reader) error {
+	name, err := cleanName(h.Name)
+	if err != nil {
+		return err
+	}
+	mode := uint32(h.Mode & 0o7777)
+	if name == "" {
+		if h.Type != tarDir {
+			return fmt.Errorf("entry %.200q: only a directory may name the root", h.Name)
+		}
+		im.dirs = append(im.dirs, dirMeta{name: "", mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
+		return nil
+	}
+	dir, base, err := im.parent(name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dir)
+	fail := func(err error) error { return fmt.Errorf("entry %.200q: %w", h.Name, err) }
+	mtime := unix.Timespec{Sec: h.ModTime, Nsec: h.ModTimeNsec}
+	times := []unix.Timespec{mtime, mtime} // access time as modification time, as tar -x
+	switch h.Type {
+	case tarDir:
+		err := unix.Mkdirat(dir, base, 0o700)
+		if errors.Is(err, unix.EEXIST) {
+			var st unix.Stat_t
+			if err := unix.Fstatat(dir, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fail(err)
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if err := unix.Unlinkat(dir, base, 0); err != nil {
+					return fail(err)
+				}
+				err = unix.Mkdirat(dir, base, 0o700)
+			} else {
+				err = nil
+			}
+		}
+		if err != nil {
+			return fail(err)
+		}
+		im.dirs = append(im.dirs, dirMeta{name: name, mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
+		return nil
+	case tarReg:
+		if err := replace(dir, base); err != nil {
+			return fail(err)
+		}
+		fd, err := unix.Openat(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fail(err)
+		}
+		f := fdWriter(fd)
+		_, err = io.CopyN(f, body, h.Size)
+		if err == nil {
+			err = unix.Fchmod(fd, mode)
+		}
+		if err == nil {
+			err = futimens(fd, times)
+		}
+		if cerr := unix.Close(fd); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fail(err)
+		}
+		return nil
+	case tarSymlink:
+		if err := replace(dir, base); err != nil {
+			return fail(err)
+		}
+		if err := unix.Symlinkat(h.Linkname, dir, base); err != nil {
+			return fail(err)
+		}
+	case tarHardlink:
+		target, err := cleanName(h.Linkname)
+		if err != nil || target == "" {
+			return fmt.Errorf("hard link %.200q to %.200q: the target must name an entry beneath the root", h.Name, h.Linkname)
+		}
+		tdir, tbase, err := im.parent(target)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(tdir)
+		if err := replace(dir, base); err != nil {
+			return fail(err)
+		}
+		// Without AT_SYMLINK_FOLLOW: a link to a symlink links the symlink.
+		if err := unix.Linkat(tdir, tbase, dir, base, 0); err != nil {
+			return fail(err)
+		}
+		return nil // a hard link shares its target's mode and times
+	case tarFIFO:
+		if err := replace(dir, base); err != nil {
+			return fail(err)
+		}
+		if err := unix.Mknodat(dir, base, unix.S_IFIFO|mode, 0); err != nil {
+			return fail(err)
+		}
+	case tarChar, tarBlockD:
+		return fmt.Errorf("entry %.200q: device nodes are not made in a sandbox", h.Name)
+	default:
+		return fmt.Errorf("entry %.200q: tar entry type %q is not supported", h.Name, h.Type)
+	}
+	if err := unix.UtimesNanoAt(dir, base, times, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// finishDirs gives the directories their modes and times, deepest first,
+// so setting one's time is not undone by its entries and a read-only
+// directory took its entries before it became read-only.
+func (im *importer) finishDirs() error {
+	slices.SortStableFunc(im.dirs, func(a, b dirMeta) int {
+		return strings.Count(b.name, "/") - strings.Count(a.name, "/")
+	})
+	for _, d := range im.dirs {
+		var fd int
+		var err error
+		if d.name == "" {
+			fd, err = unix.Openat(im.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		} else {
+			fd, err = unix.Openat2(im.root, d.name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: uint64(beneath)})
+		}
+		if err != nil {
+			return fmt.Errorf("directory %.200q: %w", d.name, err)
+		}
+		t := unix.Timespec{Sec: d.sec, Nsec: d.nsec}
+		err = unix.Fchmod(fd, d.mode)
+		if err == nil {
+			err = futimens(fd, []unix.Timespec{t, t})
+		}
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("directory %.200q: %w", d.name, err)
+		}
+	}
+	return nil
+}
+
+// futimens sets the access and modification times of the file open as fd
+// (utimensat(2) with a NULL path, as the C library's futimens does).
+func futimens(fd int, ts []unix.Timespec) error {
+	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// fdWriter writes to a descriptor.
+type fdWriter int
+
+func (w fdWriter) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Write(int(w), p[n:])
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// inboxReader reads the stream's input, acknowledging each chunk as it is
+// taken, until the host closes it.
+type inboxReader struct {
+	s    *stream
+	cur  []byte
+	done bool
+}
+
+func (r *inboxReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		c, ok := r.s.stdin.Get()
+		if !ok || c.Close {
+			r.done = true
+			continue
+		}
+		_ = r.s.e.w.Write(execproto.AckFrame(r.s.id, execproto.Stdin, uint32(len(c.Data))))
+		r.cur = c.Data
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}
