@@ -85,47 +85,41 @@ func cleanName(name string) (string, error) {
 	return n, nil
 }
 
-// beneath is how an import resolves a path under its root: never through
-// a symlink (the archive's or one already there), never out of the root
-// or onto another mount.
-var beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
-
-// parent opens the directory that holds name, beneath the root, through
-// no symlink, and returns it with name's last component. Missing
+// parent opens the directory that holds name, beneath the root, and
+// returns it with name's last component. It walks one component at a
+// time with O_NOFOLLOW, so no symlink (the archive's, or one already
+// there) is followed and ".." never occurs (cleanName refused it); missing
 // directories on the way are made (mode 0755), as tar -x makes them.
+// (openat2's RESOLVE_BENEATH would do it in one call, but gVisor does not
+// implement it.)
 func (im *importer) parent(name string) (int, string, error) {
 	dir, base := path.Split(name)
-	dir = strings.TrimSuffix(dir, "/")
-	if dir == "" {
-		fd, err := unix.Dup(im.root)
-		return fd, base, err
-	}
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: uint64(beneath)}
-	fd, err := unix.Openat2(im.root, dir, how)
-	if errors.Is(err, unix.ENOENT) {
-		fd, err = im.mkdirs(dir, how)
-	}
+	fd, err := im.walk(strings.TrimSuffix(dir, "/"))
 	if err != nil {
 		return -1, "", fmt.Errorf("entry %.200q: its directory %.200q: %w", name, dir, err)
 	}
 	return fd, base, nil
 }
 
-// mkdirs opens dir beneath the root one component at a time, making the
-// ones that are missing.
-func (im *importer) mkdirs(dir string, how *unix.OpenHow) (int, error) {
+// walk opens dir, relative to the root ("" is the root), as described at
+// parent.
+func (im *importer) walk(dir string) (int, error) {
 	fd, err := unix.Dup(im.root)
-	if err != nil {
-		return -1, err
+	if err != nil || dir == "" {
+		return fd, err
 	}
+	const flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	for comp := range strings.SplitSeq(dir, "/") {
-		next, err := unix.Openat2(fd, comp, how)
+		next, err := unix.Openat(fd, comp, flags, 0)
 		if errors.Is(err, unix.ENOENT) {
 			if err = unix.Mkdirat(fd, comp, 0o755); err == nil || errors.Is(err, unix.EEXIST) {
-				next, err = unix.Openat2(fd, comp, how)
+				next, err = unix.Openat(fd, comp, flags, 0)
 			}
 		}
 		unix.Close(fd)
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+			return -1, fmt.Errorf("%.200q is not a directory (a symlink is not followed)", comp)
+		}
 		if err != nil {
 			return -1, err
 		}
@@ -257,17 +251,15 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 // so setting one's time is not undone by its entries and a read-only
 // directory took its entries before it became read-only.
 func (im *importer) finishDirs() error {
-	slices.SortStableFunc(im.dirs, func(a, b dirMeta) int {
-		return strings.Count(b.name, "/") - strings.Count(a.name, "/")
-	})
-	for _, d := range im.dirs {
-		var fd int
-		var err error
-		if d.name == "" {
-			fd, err = unix.Openat(im.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		} else {
-			fd, err = unix.Openat2(im.root, d.name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: uint64(beneath)})
+	depth := func(name string) int {
+		if name == "" {
+			return -1 // the root, last
 		}
+		return strings.Count(name, "/")
+	}
+	slices.SortStableFunc(im.dirs, func(a, b dirMeta) int { return depth(b.name) - depth(a.name) })
+	for _, d := range im.dirs {
+		fd, err := im.openDir(d.name)
 		if err != nil {
 			return fmt.Errorf("directory %.200q: %w", d.name, err)
 		}
@@ -292,6 +284,20 @@ func futimens(fd int, ts []unix.Timespec) error {
 		return errno
 	}
 	return nil
+}
+
+// openDir opens the directory name (relative to the root, "" the root)
+// for reading, as parent resolves it.
+func (im *importer) openDir(name string) (int, error) {
+	if name == "" {
+		return unix.Openat(im.root, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	}
+	dir, base, err := im.parent(name)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dir)
+	return unix.Openat(dir, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 }
 
 // fdWriter writes to a descriptor.
