@@ -2,7 +2,8 @@
 # Sandbox.create() to first command output through the official e2b npm SDK
 # against airlock serve on loopback (real sandboxes), beside the CLI's own
 # `airlock sandbox run -- echo ready`. Root; needs node and npm (the SDK is
-# installed into bench/.cache). Usage: bench/e2b.sh [N]  (default 100)
+# installed into bench/.cache). Usage: bench/e2b.sh [N]  (default 100);
+# E2B_BENCH_CLI=0 leaves the CLI's run out (alternating runs of the SDK's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-100}
@@ -43,6 +44,7 @@ echo "SDK $sdk, $n sandboxes one after another (5 warm-up ones not counted):"
 cp bench/e2bload/create.mjs "$cache/create.mjs"
 E2B_API_URL=http://127.0.0.1:$api E2B_SANDBOX_URL=http://127.0.0.1:$sbx E2B_API_KEY=$key \
   node "$cache/create.mjs" "$n" 5
+[ "${E2B_BENCH_CLI:-1}" = 0 ] && exit 0
 echo "CLI: airlock sandbox run -- echo ready ($n runs):"
 if command -v hyperfine >/dev/null; then
   AIRLOCK_HOME=$t/cli hyperfine -N -w 3 -r "$n" --export-json "$t/cli.json" "$bin sandbox run -- echo ready" >"$t/hyperfine.log" 2>&1 || { tail -20 "$t/hyperfine.log"; exit 1; }

@@ -173,6 +173,7 @@ func (p *Pool) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 		}
 		p.stats.Hits++
 		p.mu.Unlock()
+		p.foreground(sb)
 		p.kick()
 		return sb, nil
 	}
@@ -258,8 +259,9 @@ func (p *Pool) kick() {
 }
 
 // fill makes idle sandboxes, one at a time so refilling never takes more
-// than one core from the work the sandboxes are for, and ends demand that
-// lapsed.
+// than one core from the work the sandboxes are for, and in the
+// background (sandbox.Background: below the CPU priority of every sandbox
+// in use, until handed out), and ends demand that lapsed.
 func (p *Pool) fill() {
 	defer close(p.done)
 	t := time.NewTicker(max(p.o.Idle/4, time.Second))
@@ -285,7 +287,7 @@ func (p *Pool) fill() {
 			if !ok {
 				break
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(sandbox.Background(context.Background()), time.Minute)
 			sb, err := p.b.Create(ctx, spec)
 			cancel()
 			if err != nil {
@@ -360,6 +362,17 @@ func (p *Pool) expire() {
 	p.mu.Unlock()
 	for _, sb := range gone {
 		p.destroy(sb)
+	}
+}
+
+// foreground raises sb, made in the background, to the CPU priority of
+// the sandboxes in use, as it is handed out. One left low still works,
+// only slower while others want the CPU: it is handed out all the same.
+func (p *Pool) foreground(sb sandbox.Sandbox) {
+	if pr, ok := sb.(sandbox.Prioritizer); ok {
+		if err := pr.Foreground(); err != nil {
+			p.log.Warn("pool: raise a sandbox handed out to the CPU priority of those in use", "sandbox_id", sb.ID(), "err", err)
+		}
 	}
 }
 
