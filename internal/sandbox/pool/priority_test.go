@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -32,13 +33,20 @@ func (s *markSandbox) Foreground() error {
 	return nil
 }
 
-// TestRefillInBackground: the pool makes its idle sandboxes, plain and
-// warm ones, in the background (below the CPU priority of sandboxes in
-// use) and raises each as it hands it out; a sandbox a create makes
-// itself (a miss) is made in the foreground.
+// TestRefillInBackground: with Options.Background the pool makes its idle
+// sandboxes, plain and warm ones, in the background (below the CPU
+// priority of sandboxes in use) and raises each as it hands it out; a
+// sandbox a create makes itself (a miss) is made in the foreground, and
+// so is every one without the option.
 func TestRefillInBackground(t *testing.T) {
+	for _, background := range []bool{true, false} {
+		t.Run(fmt.Sprintf("background=%v", background), func(t *testing.T) { testRefill(t, background) })
+	}
+}
+
+func testRefill(t *testing.T, background bool) {
 	ctx := ctxT(t)
-	p := pool.New(markBackend{backend(t)}, pool.Options{PerSpec: 1, Max: 2, RefillDelay: 1})
+	p := pool.New(markBackend{backend(t)}, pool.Options{PerSpec: 1, Max: 2, RefillDelay: 1, Background: background})
 	defer p.Close(ctx)
 	spec := sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
 	miss, err := p.Create(ctx, spec)
@@ -67,8 +75,8 @@ func TestRefillInBackground(t *testing.T) {
 	}
 	defer warm.Destroy(ctx)
 	for name, sb := range map[string]sandbox.Sandbox{"Create's hit": hit, "Take's": warm} {
-		if m := sb.(*markSandbox); !m.background || !m.raised.Load() {
-			t.Errorf("%s sandbox: made in the background %v, raised %v; want both", name, m.background, m.raised.Load())
+		if m := sb.(*markSandbox); m.background != background || !m.raised.Load() {
+			t.Errorf("%s sandbox: made in the background %v, raised %v; want %v, true", name, m.background, m.raised.Load(), background)
 		}
 		echo(t, ctx, sb, "works")
 	}

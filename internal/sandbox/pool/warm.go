@@ -109,8 +109,8 @@ func (p *Pool) fillWarm() bool {
 		if !ok {
 			return true
 		}
-		// Made and prepared in the background, as fill's.
-		ctx, cancel := context.WithTimeout(sandbox.Background(context.Background()), PrepareTimeout)
+		// Made and prepared as fill's are.
+		ctx, cancel := context.WithTimeout(p.refillContext(), PrepareTimeout)
 		sb, err := p.b.Create(ctx, w.spec)
 		if err == nil {
 			if err = w.prepare(ctx, sb); err != nil {
