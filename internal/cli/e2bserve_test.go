@@ -116,6 +116,28 @@ func TestServeE2B(t *testing.T) {
 			t.Errorf("airlock_sandboxes{origin=%q} = %s while the E2B sandbox lives, want %s", origin, n, want)
 		}
 	}
+	// The native API lists the sandbox with its exposed ports (base's:
+	// every port, public), reached at the data plane's address.
+	st, b = call(t, "GET", base+"/v1/sandboxes", admin, nil)
+	var listed struct {
+		Sandboxes []struct {
+			ID    string `json:"id"`
+			RunID string `json:"run_id"`
+			State string `json:"state"`
+			Ports []struct {
+				Ports  string `json:"ports"`
+				Access string `json:"access"`
+				URL    string `json:"url"`
+			} `json:"ports"`
+		} `json:"sandboxes"`
+	}
+	if st != http.StatusOK || json.Unmarshal(b, &listed) != nil || len(listed.Sandboxes) != 1 {
+		t.Fatalf("GET /v1/sandboxes = %d %s, want the one sandbox", st, b)
+	}
+	if l := listed.Sandboxes[0]; l.ID != sb.ID || l.RunID == "" || l.State != "running" || len(l.Ports) != 1 ||
+		l.Ports[0].Ports != "1-65535" || l.Ports[0].Access != "public" || l.Ports[0].URL != envdURL {
+		t.Errorf("GET /v1/sandboxes = %s, want %s running, ports 1-65535 public at %s", b, sb.ID, envdURL)
+	}
 	msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo from-e2b"]},"stdin":false}`)
 	env := append([]byte{0, 0, 0, 0, 0}, msg...)
 	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
@@ -132,6 +154,9 @@ func TestServeE2B(t *testing.T) {
 	}
 	if n := sandboxes("e2b"); n != "0" {
 		t.Errorf("airlock_sandboxes{origin=\"e2b\"} = %s after the kill, want 0", n)
+	}
+	if st, b := call(t, "GET", base+"/v1/sandboxes/"+sb.ID, admin, nil); st != http.StatusNotFound {
+		t.Errorf("GET /v1/sandboxes/{id} after the kill = %d %s, want 404", st, b)
 	}
 	audit, err := os.ReadFile(filepath.Join(home, "audit", "e2b.jsonl"))
 	if err != nil {

@@ -1,10 +1,6 @@
 package e2b_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -71,26 +67,13 @@ const codeInterpreterSDK = "@e2b/code-interpreter@2.8.0"
 func TestCodeInterpreterSDK(t *testing.T) {
 	needRoot(t)
 	needKernel(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
+	node := needNode(t)
 	dir := installNPM(t, "e2b-code-interpreter", codeInterpreterSDK)
 	h := newHarness(t, harnessOptions{})
 	script, err := filepath.Abs("testdata/interp.js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script, filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys["alpha"]}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var r struct {
 		Text     string   `json:"text"`
 		Stdout   []string `json:"stdout"`
@@ -115,9 +98,7 @@ func TestCodeInterpreterSDK(t *testing.T) {
 		CallEnv           string `json:"callEnv"`
 		CallEnvAfter      string `json:"callEnvAfter"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
-	}
+	h.runNode(t, node, 5*time.Minute, "alpha", &r, script, filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
 	check := func(what string, ok bool) {
 		t.Helper()
 		if !ok {

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +35,37 @@ var routingHeaders = []string{"E2b-Sandbox-Id", "E2b-Sandbox-Port", trafficHeade
 type portCounters struct {
 	open  atomic.Int64 // requests being proxied now
 	bytes atomic.Int64 // both ways, all connections, over the box's life
+
+	mu sync.Mutex
+	// byPort is guarded by mu: open, by port (a port with none is not
+	// in it).
+	byPort map[int]int64
+}
+
+// enter counts a connection to port as open, until leave.
+func (c *portCounters) enter(port int) {
+	c.mu.Lock()
+	if c.byPort == nil {
+		c.byPort = map[int]int64{}
+	}
+	c.byPort[port]++
+	c.mu.Unlock()
+}
+
+// leave ends what enter counted.
+func (c *portCounters) leave(port int) {
+	c.mu.Lock()
+	if c.byPort[port]--; c.byPort[port] <= 0 {
+		delete(c.byPort, port)
+	}
+	c.mu.Unlock()
+}
+
+// openByPort is a copy of the connections open now, by port.
+func (c *portCounters) openByPort() map[int]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.byPort)
 }
 
 // trafficToken is the traffic access token create and connect tell: set
@@ -163,6 +196,8 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		return
 	}
 	defer b.ports.open.Add(-1)
+	b.ports.enter(port)
+	defer b.ports.leave(port)
 	cn, ok := lv.sb.(sandbox.Connector)
 	if !ok {
 		refuse("unsupported", portError{Message: msgPortClosed, Port: port, Code: http.StatusBadGateway})

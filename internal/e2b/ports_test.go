@@ -3,7 +3,6 @@ package e2b_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -227,10 +225,7 @@ func (a sdkPortAnswer) message() string {
 // answer as E2B's edge (its host.test.ts and network.test.ts read them).
 func TestSDKPorts(t *testing.T) {
 	needRoot(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
+	node := needNode(t)
 	dir := installSDKs(t)
 	h := newHarness(t, harnessOptions{config: e2b.Config{Domain: "e2b.test"}})
 	h.putPolicy("alpha", "closed", "sandbox:\n  limits:\n    memory: 256M\n")
@@ -242,21 +237,8 @@ func TestSDKPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	module := filepath.Join(dir, "node_modules", "e2b")
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script, module, server)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys["alpha"]}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var r portsResult
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
-	}
+	h.runNode(t, node, 2*time.Minute, "alpha", &r, script, filepath.Join(dir, "node_modules", "e2b"), server)
 	check := func(what string, ok bool) {
 		t.Helper()
 		if !ok {

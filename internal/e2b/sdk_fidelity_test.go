@@ -1,13 +1,8 @@
 package e2b_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -17,30 +12,15 @@ import (
 // behaviour the suite found airlock lacking.
 func TestSDKFidelity(t *testing.T) {
 	needRoot(t)
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
+	node := needNode(t)
 	dir := installSDKs(t)
 	h := newHarness(t, harnessOptions{})
 	script, err := filepath.Abs("testdata/fidelity.js")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, script, filepath.Join(dir, "node_modules", "e2b"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys["alpha"]}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	var got map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
-	}
+	h.runNode(t, node, 2*time.Minute, "alpha", &got, script, filepath.Join(dir, "node_modules", "e2b"))
 	created := string(got["created"])
 	tests := []struct{ key, want string }{
 		// E2B's user and paths: user in /home/user (the workspace), root

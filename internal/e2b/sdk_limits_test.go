@@ -1,13 +1,7 @@
 package e2b_test
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,20 +33,8 @@ func sdkRateLimits(t *testing.T, node, dir string) {
 	// A token every 1000 s: the SDK's retry would wait past its timeout,
 	// so it answers at once.
 	h := newHarness(t, harnessOptions{config: e2b.Config{APIRate: 0.001, APIBurst: 2, SandboxRate: 0.001, SandboxBurst: 2}})
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "-e", limitsScript, filepath.Join(dir, "node_modules", "e2b"))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys["alpha"]}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
-	}
 	var got map[string]string
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
-		t.Fatalf("result %q: %v\n%s", stdout.String(), err, stderr.String())
-	}
+	h.runNode(t, node, 2*time.Minute, "alpha", &got, "-e", limitsScript, filepath.Join(dir, "node_modules", "e2b"))
 	if got["list"] != "" || got["api"] != "RateLimitError" || got["data"] != "RateLimitError" {
 		t.Errorf("SDK errors = %v, want the second list call to pass and RateLimitError for the third and on the data plane", got)
 	}

@@ -117,14 +117,42 @@ type sdkResult struct {
 	Running     bool `json:"running"`
 }
 
-// TestSDK drives the real E2B SDKs against the API on loopback, with real
-// sandboxes.
-func TestSDK(t *testing.T) {
-	needRoot(t)
+// needNode returns node's path, and skips t without it.
+func needNode(t *testing.T) string {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed")
 	}
+	return node
+}
+
+// runNode runs node with args (a script and its arguments) against h's
+// API and data plane, as tenant's key, for at most timeout, and decodes
+// the last line of its stdout, a JSON document, into v. It fails t when
+// node fails or prints no JSON, with what node printed.
+func (h *harness) runNode(t *testing.T, node string, timeout time.Duration, tenant string, v any, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys[tenant]}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), v); err != nil {
+		t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
+	}
+}
+
+// TestSDK drives the real E2B SDKs against the API on loopback, with real
+// sandboxes.
+func TestSDK(t *testing.T) {
+	needRoot(t)
+	node := needNode(t)
 	needCurl(t)
 	dir := installSDKs(t)
 	h := newHarness(t, harnessOptions{trust: true})
@@ -141,20 +169,8 @@ func TestSDK(t *testing.T) {
 			tenant := []string{"alpha", "beta"}[i%2]
 			module := filepath.Join(dir, "node_modules", strings.SplitN(sdk.spec, "@", 2)[0])
 			started := time.Now()
-			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, script, module, itoa(h.upstream.port), sdk.name)
-			cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "E2B_API_URL=" + h.apiURL, "E2B_SANDBOX_URL=" + h.envdURL, "E2B_API_KEY=" + h.keys[tenant]}
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("node: %v\n--- stdout\n%s--- stderr\n%s", err, stdout.String(), stderr.String())
-			}
-			lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 			var r sdkResult
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-				t.Fatalf("result %q: %v\n%s", lines[len(lines)-1], err, stderr.String())
-			}
+			h.runNode(t, node, 2*time.Minute, tenant, &r, script, module, itoa(h.upstream.port), sdk.name)
 			check := func(what string, ok bool) {
 				t.Helper()
 				if !ok {

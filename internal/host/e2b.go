@@ -10,12 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
+	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
@@ -66,15 +69,6 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	if h.pool != nil {
 		warm = h.pool
 	}
-	e.srv, err = e2b.New(e2b.Options{
-		Images: images, Warm: warm,
-		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
-		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
-		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,
-	})
-	if err != nil {
-		return nil, err
-	}
 	lnAPI, err := net.Listen("tcp", cfg.APIAddr)
 	if err != nil {
 		return nil, fmt.Errorf("e2b.api_addr %s: %w", cfg.APIAddr, err)
@@ -83,6 +77,20 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	if err != nil {
 		lnAPI.Close()
 		return nil, fmt.Errorf("e2b.sandbox_addr %s: %w", cfg.SandboxAddr, err)
+	}
+	// The data plane's address as listened on (a port 0 chosen), which
+	// the native API tells as where a sandbox's ports are reached.
+	cfg.SandboxAddr = lnSbx.Addr().String()
+	e.srv, err = e2b.New(e2b.Options{
+		Images: images, Warm: warm,
+		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
+		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
+		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,
+	})
+	if err != nil {
+		lnAPI.Close()
+		lnSbx.Close()
+		return nil, err
 	}
 	// No WriteTimeout: streams of long commands last; the data plane sets
 	// a deadline per write instead.
@@ -127,4 +135,49 @@ func (e *e2bService) stop(ctx context.Context) {
 	}
 	e.wg.Wait()
 	_ = e.audit.Close()
+}
+
+// e2bSandboxes is the native API's view (server.Sandboxes) of the E2B
+// API's live sandboxes: nil until the service has started, and for a
+// host without the E2B API.
+type e2bSandboxes struct {
+	srv atomic.Pointer[e2b.Server]
+}
+
+var _ server.Sandboxes = (*e2bSandboxes)(nil)
+
+func (x *e2bSandboxes) Sandboxes(tenant string) []api.Sandbox {
+	srv := x.srv.Load()
+	if srv == nil {
+		return nil
+	}
+	es := srv.Exposures(tenant)
+	out := make([]api.Sandbox, 0, len(es))
+	for _, e := range es {
+		out = append(out, apiSandbox(e))
+	}
+	return out
+}
+
+func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
+	srv := x.srv.Load()
+	if srv == nil {
+		return api.Sandbox{}, false
+	}
+	e, ok := srv.Exposure(tenant, id)
+	if !ok {
+		return api.Sandbox{}, false
+	}
+	return apiSandbox(e), true
+}
+
+func apiSandbox(e e2b.Exposure) api.Sandbox {
+	s := api.Sandbox{
+		ID: e.ID, RunID: e.RunID, Template: e.Template, State: e.State, Started: e.Started, EndAt: e.EndAt,
+		Open: e.Open, Bytes: e.Bytes, Ports: make([]api.SandboxPorts, 0, len(e.Ports)),
+	}
+	for _, p := range e.Ports {
+		s.Ports = append(s.Ports, api.SandboxPorts{Ports: p.Ports.String(), Access: string(p.Access), URL: p.URL, Open: p.Open})
+	}
+	return s
 }

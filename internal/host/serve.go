@@ -249,16 +249,18 @@ type ServeOptions struct {
 // service is what Serve runs: the API, the E2B API when configured, the
 // workers when configured, and telemetry around them.
 type service struct {
-	h       *Host
-	cfg     ServeConfig
-	log     *slog.Logger
-	tel     *telemetry.Telemetry
-	srv     *server.Server
-	hs      *http.Server
-	gate    *drainGate
-	ln      net.Listener
-	e2b     *e2bService
-	workers *workers
+	h    *Host
+	cfg  ServeConfig
+	log  *slog.Logger
+	tel  *telemetry.Telemetry
+	srv  *server.Server
+	hs   *http.Server
+	gate *drainGate
+	ln   net.Listener
+	e2b  *e2bService
+	// sandboxes shows e2b's live sandboxes in the native API.
+	sandboxes e2bSandboxes
+	workers   *workers
 	// handoffLn, when not nil, is where this user's sandbox run hands its
 	// commands to the pool (package handoff).
 	handoffLn *net.UnixListener
@@ -375,7 +377,7 @@ func (s *service) assemble(ctx context.Context) error {
 	so := server.Options{
 		Store: rs.store, Blobs: rs.blobs, Engine: rs.eng, Auth: auth.NewKeys(rs.store, nil), Feed: feed,
 		Logger: s.log, Config: cfg.API, Metrics: s.tel.Registry(), Secrets: secrets, Redactor: h.red,
-		ResolveImage: h.ResolveImage,
+		ResolveImage: h.ResolveImage, Sandboxes: &s.sandboxes,
 	}
 	// A resume is queued in the store, for any server's workers: one of
 	// this process's, or of another on the same database.
@@ -406,6 +408,7 @@ func (s *service) assemble(ctx context.Context) error {
 		if s.e2b, err = h.startE2B(ctx, rs, cfg.E2B, cfg.API.TrustTenantPolicies, s.log); err != nil {
 			return err
 		}
+		s.sandboxes.srv.Store(s.e2b.srv)
 	}
 	if cfg.TLS.Cert != "" {
 		s.hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}

@@ -467,6 +467,33 @@ var ErrLost = errors.New("sandbox lost")
 // on (the dial was refused).
 var ErrPortClosed = errors.New("nothing listens on the port")
 
+// backgroundKey marks a context of a create made ahead of demand.
+type backgroundKey struct{}
+
+// Background returns ctx marking a Create made ahead of demand (a pool's
+// refill): a backend that can starts that sandbox at a CPU priority below
+// every sandbox in use, so that making it takes only the CPU they leave,
+// until Foreground raises it (Prioritizer). A backend that cannot ignores
+// the mark.
+func Background(ctx context.Context) context.Context {
+	return context.WithValue(ctx, backgroundKey{}, true)
+}
+
+// IsBackground reports whether ctx is Background's.
+func IsBackground(ctx context.Context) bool {
+	b, _ := ctx.Value(backgroundKey{}).(bool)
+	return b
+}
+
+// Prioritizer is implemented by sandboxes a backend can start in the
+// Background.
+type Prioritizer interface {
+	// Foreground raises the sandbox to the CPU priority of sandboxes in
+	// use; it is what hands a sandbox made ahead of demand out. A sandbox
+	// not made in the Background is there already.
+	Foreground() error
+}
+
 // Connector is implemented by sandboxes whose TCP ports the host can reach:
 // the connection is relayed by the sandbox's executor, which dials the port
 // on the sandbox's own loopback (127.0.0.1, then ::1), never an address

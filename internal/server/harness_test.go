@@ -83,6 +83,8 @@ type harnessOptions struct {
 	wrapStore func(store.Store) store.Store
 	// resolveImage is the server's (templates' images); nil: none.
 	resolveImage server.ImageResolver
+	// sandboxes is the server's (/v1/sandboxes); nil: none.
+	sandboxes server.Sandboxes
 }
 
 // decideByPolicy is the engine's policy hook, as the host's: the run's
@@ -150,6 +152,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 		opts.Secrets = nil
 	}
 	opts.ResolveImage = o.resolveImage
+	opts.Sandboxes = o.sandboxes
 	if o.wrapStore != nil {
 		opts.Store = o.wrapStore(st)
 	}

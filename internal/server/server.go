@@ -78,6 +78,9 @@ type Options struct {
 	// /v1/templates to its digest (the host's image store). Nil refuses
 	// every template: there is no image to make its sandboxes of.
 	ResolveImage ImageResolver
+	// Sandboxes tells the live sandboxes of the host's E2B API, which
+	// /v1/sandboxes lists with their exposed ports; nil lists none.
+	Sandboxes Sandboxes
 }
 
 // Server is the API, an http.Handler. It is safe for concurrent use.
@@ -207,6 +210,8 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/v1/credits", scopes: scopeRunsRead, h: s.credits},
 		{method: "POST", pattern: "/v1/credits/grants", scopes: scopeAdmin, h: s.grant},
 		{method: "POST", pattern: "/v1/keys/{id}/revoke", scopes: scopeAdmin, h: s.revokeKey},
+		{method: "GET", pattern: "/v1/sandboxes", scopes: scopeRunsRead, h: s.listSandboxes},
+		{method: "GET", pattern: "/v1/sandboxes/{id}", scopes: scopeRunsRead, h: s.getSandbox},
 		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
 		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, body: maxSecretBody, h: s.putSecret},
 		{method: "DELETE", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.deleteSecret},

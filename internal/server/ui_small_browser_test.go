@@ -53,7 +53,7 @@ const fitsJS = `(() => {
 func TestUIBrowserSmallScreen(t *testing.T) {
 	t.Parallel()
 	chrome := chromium(t)
-	h := newHarness(t, harnessOptions{drive: true, resolveImage: imageStore(t)})
+	h := newHarness(t, harnessOptions{drive: true, resolveImage: imageStore(t), sandboxes: exampleSandboxes()})
 	admin := h.key("alpha", "admin")
 	h.must(http.StatusCreated, "POST", "/v1/policies/careful", admin, []byte(uiPolicy))
 	h.must(http.StatusCreated, "POST", "/v1/templates/python-with-a-long-name", admin, []byte("image: localhost/tiny:1\npolicy: careful\n"))
@@ -113,6 +113,7 @@ func TestUIBrowserSmallScreen(t *testing.T) {
 		{"credits", "/ui/credits", ".panel table tbody tr"},
 		{"policies", "/ui/policies", `tr[data-policy="careful"]`},
 		{"templates", "/ui/templates", `tr[data-template="python-with-a-long-name"]`},
+		{"sandboxes", "/ui/sandboxes", `tr[data-sandbox="iabc123def456"]`},
 		{"secrets", "/ui/secrets", "#secret-name"},
 	} {
 		do("open "+p.name, chromedp.Navigate(h.url+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))

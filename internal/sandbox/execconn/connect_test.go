@@ -68,18 +68,48 @@ func connectOpened(t *testing.T, p *peer, ch <-chan execproto.Frame, up bool) ui
 	return f.Stream
 }
 
-func connectAsync(ctx context.Context, c *execconn.Conn) <-chan connected {
-	ch := make(chan connected, 1)
-	go func() {
-		conn, err := c.Connect(ctx, "sb-test", 8080)
-		ch <- connected{conn, err}
-	}()
-	return ch
-}
-
 type connected struct {
 	conn net.Conn
 	err  error
+}
+
+// scripted is a Conn and its scripted executor (peer), with the frames the
+// host sends it, and a Connect to port 8080 in flight whose request the
+// executor has read (stream id), answered as up when startConnect was
+// asked to. Both ends close when the test ends.
+type scripted struct {
+	c   *execconn.Conn
+	p   *peer
+	ch  <-chan execproto.Frame
+	id  uint32
+	res <-chan connected
+}
+
+func startConnect(t *testing.T, ctx context.Context, up bool) *scripted {
+	t.Helper()
+	c, p := dialPeer(t)
+	t.Cleanup(func() {
+		p.conn.Close()
+		c.Close()
+	})
+	ch := p.frames()
+	res := make(chan connected, 1)
+	go func() {
+		conn, err := c.Connect(ctx, "sb-test", 8080)
+		res <- connected{conn, err}
+	}()
+	return &scripted{c: c, p: p, ch: ch, id: connectOpened(t, p, ch, up), res: res}
+}
+
+// conn returns the connection Connect opened (closed when the test ends).
+func (s *scripted) conn(t *testing.T) net.Conn {
+	t.Helper()
+	r := <-s.res
+	if r.err != nil {
+		t.Fatalf("Connect = %v", r.err)
+	}
+	t.Cleanup(func() { r.conn.Close() })
+	return r.conn
 }
 
 // TestConnectUnreadOutput: a connection whose output nobody reads holds up
@@ -87,15 +117,8 @@ type connected struct {
 // after the connect stream ended with its window of output unread, and the
 // output is still there to read.
 func TestConnectUnreadOutput(t *testing.T) {
-	c, p := dialPeer(t)
-	ch := p.frames()
-	res := connectAsync(context.Background(), c)
-	id := connectOpened(t, p, ch, true)
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("Connect = %v", r.err)
-	}
-	defer r.conn.Close()
+	s := startConnect(t, context.Background(), true)
+	c, p, ch, id, conn := s.c, s.p, s.ch, s.id, s.conn(t)
 	window := int(execproto.BulkWindow)
 	for sent := 0; sent < window; sent += execproto.BulkChunkSize {
 		if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, make([]byte, execproto.BulkChunkSize))); err != nil {
@@ -125,27 +148,18 @@ func TestConnectUnreadOutput(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("DiskUsage waits: the unread connection holds up the executor's connection")
 	}
-	n, err := io.Copy(io.Discard, r.conn)
+	n, err := io.Copy(io.Discard, conn)
 	if err != nil || n != int64(window) {
 		t.Errorf("read %d bytes, %v; want %d, EOF", n, err, window)
 	}
-	p.conn.Close()
-	c.Close()
 }
 
 // TestConnectBeyondWindow: an executor that sends more than the window on a
 // connect stream breaks the protocol: the connection ends, and the conn
 // reports the sandbox lost.
 func TestConnectBeyondWindow(t *testing.T) {
-	c, p := dialPeer(t)
-	ch := p.frames()
-	res := connectAsync(context.Background(), c)
-	id := connectOpened(t, p, ch, true)
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("Connect = %v", r.err)
-	}
-	defer r.conn.Close()
+	s := startConnect(t, context.Background(), true)
+	c, p, id, conn := s.c, s.p, s.id, s.conn(t)
 	// The window, a chunk the conn holds for Read, and a byte more.
 	for sent := 0; sent <= int(execproto.BulkWindow); sent += execproto.BulkChunkSize {
 		if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, make([]byte, execproto.BulkChunkSize))); err != nil {
@@ -159,11 +173,9 @@ func TestConnectBeyondWindow(t *testing.T) {
 	if !errors.Is(c.Err(), execproto.ErrFrame) {
 		t.Errorf("connection ended with %v, want ErrFrame", c.Err())
 	}
-	if _, err := io.Copy(io.Discard, r.conn); !errors.Is(err, sandbox.ErrLost) {
+	if _, err := io.Copy(io.Discard, conn); !errors.Is(err, sandbox.ErrLost) {
 		t.Errorf("reading the conn = %v, want ErrLost", err)
 	}
-	p.conn.Close()
-	c.Close()
 }
 
 // TestConnectRefused: the executor's ECONNREFUSED is sandbox.ErrPortClosed;
@@ -174,17 +186,12 @@ func TestConnectRefused(t *testing.T) {
 		closed bool
 	}{{"ECONNREFUSED", true}, {"EMFILE", false}, {"", false}} {
 		t.Run(tt.errno, func(t *testing.T) {
-			c, p := dialPeer(t)
-			ch := p.frames()
-			res := connectAsync(context.Background(), c)
-			id := connectOpened(t, p, ch, false)
-			p.result(id, execproto.Result{ExitCode: -1, Error: "connect to port 8080: refused or not", Errno: tt.errno})
-			r := <-res
+			s := startConnect(t, context.Background(), false)
+			s.p.result(s.id, execproto.Result{ExitCode: -1, Error: "connect to port 8080: refused or not", Errno: tt.errno})
+			r := <-s.res
 			if r.err == nil || errors.Is(r.err, sandbox.ErrPortClosed) != tt.closed {
 				t.Errorf("Connect = %v, %v; want an error, ErrPortClosed: %t", r.conn, r.err, tt.closed)
 			}
-			p.conn.Close()
-			c.Close()
 		})
 	}
 }
@@ -192,62 +199,50 @@ func TestConnectRefused(t *testing.T) {
 // TestConnectCancelDial: a context that ends during the dial aborts it (a
 // cancel with no close of stdin before it); Connect returns its error.
 func TestConnectCancelDial(t *testing.T) {
-	c, p := dialPeer(t)
-	ch := p.frames()
 	ctx, cancel := context.WithCancel(context.Background())
-	res := connectAsync(ctx, c)
-	id := connectOpened(t, p, ch, false)
+	s := startConnect(t, ctx, false)
 	cancel()
-	if f := next(t, ch); f.Type != execproto.TCancel || f.Stream != id {
-		t.Errorf("after the context ended, the host sent %s on stream %d, want a cancel on %d", f.Type, f.Stream, id)
+	if f := next(t, s.ch); f.Type != execproto.TCancel || f.Stream != s.id {
+		t.Errorf("after the context ended, the host sent %s on stream %d, want a cancel on %d", f.Type, f.Stream, s.id)
 	}
-	p.result(id, execproto.Result{ExitCode: -1, Error: "cancelled"})
-	if r := <-res; !errors.Is(r.err, context.Canceled) {
+	s.p.result(s.id, execproto.Result{ExitCode: -1, Error: "cancelled"})
+	if r := <-s.res; !errors.Is(r.err, context.Canceled) {
 		t.Errorf("Connect = %v, %v; want context.Canceled", r.conn, r.err)
 	}
-	p.conn.Close()
-	c.Close()
 }
 
 // TestConnectWriteClose: written bytes go out as stdin data; CloseWrite is
 // a close of stdin; Close after it is a cancel; Write after either fails.
 func TestConnectWriteClose(t *testing.T) {
-	c, p := dialPeer(t)
-	ch := p.frames()
-	res := connectAsync(context.Background(), c)
-	id := connectOpened(t, p, ch, true)
-	r := <-res
-	if r.err != nil {
-		t.Fatalf("Connect = %v", r.err)
-	}
-	if _, err := r.conn.Write([]byte("hello")); err != nil {
+	s := startConnect(t, context.Background(), true)
+	p, ch, id := s.p, s.ch, s.id
+	conn := s.conn(t)
+	if _, err := conn.Write([]byte("hello")); err != nil {
 		t.Fatal(err)
 	}
 	if f := next(t, ch); f.Type != execproto.TData || string(f.Payload) != "\x00hello" {
 		t.Errorf("Write sent %s %q, want stdin data %q", f.Type, f.Payload, "hello")
 	}
-	if err := r.conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+	if err := conn.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
 		t.Fatal(err)
 	}
 	if f := next(t, ch); f.Type != execproto.TClose || f.Payload[0] != execproto.Stdin {
 		t.Errorf("CloseWrite sent %s %v, want a close of stdin", f.Type, f.Payload)
 	}
-	if _, err := r.conn.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+	if _, err := conn.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
 		t.Errorf("Write after CloseWrite = %v, want EPIPE", err)
 	}
-	if err := r.conn.Close(); err != nil {
+	if err := conn.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if f := next(t, ch); f.Type != execproto.TCancel {
 		t.Errorf("Close sent %s, want a cancel", f.Type)
 	}
-	if _, err := r.conn.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+	if _, err := conn.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Read after Close = %v, want net.ErrClosed", err)
 	}
-	if err := r.conn.Close(); !errors.Is(err, net.ErrClosed) {
+	if err := conn.Close(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("second Close = %v, want net.ErrClosed", err)
 	}
 	p.result(id, execproto.Result{})
-	p.conn.Close()
-	c.Close()
 }

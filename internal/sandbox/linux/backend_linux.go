@@ -207,7 +207,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	tr := newTracer("create")
 	defer tr.done()
-	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{})}
+	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{}), background: sandbox.IsBackground(ctx)}
 	// The id lock comes first, and before anything is torn down on failure:
 	// until it is held, id may be a live sandbox's, and with it what is
 	// named after it (its trust-store files, its mark in Backend.mine). It

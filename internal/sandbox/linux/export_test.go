@@ -8,6 +8,14 @@ func IdmapsMade(b *Backend) int64 { return b.idmaps.made.Load() }
 // ExecutorPID returns the host pid of sb's executor.
 func ExecutorPID(sb *Sandbox) int { return sb.proc.pid }
 
+// CPUWeight reads sb's cgroup's CPU weight back (0 without a cgroup).
+func CPUWeight(sb *Sandbox) (int, error) {
+	if sb.cg == nil {
+		return 0, nil
+	}
+	return sb.cg.CPUWeight()
+}
+
 // GVisorBundle writes the OCI bundle of a gvisor sandbox of spec into dir
 // and returns the runsc flags it needs.
 func GVisorBundle(b *Backend, dir string, spec sandbox.Spec) ([]string, error) {

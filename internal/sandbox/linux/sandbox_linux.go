@@ -30,10 +30,13 @@ type Sandbox struct {
 	base    uint32   // host uid of root inside, with slot
 	idLock  *os.File // held id lock
 	cg      *cgroup.Group
-	proc    *proc // the executor
-	conn    *execconn.Conn
-	layers  []string
-	files   string // host files shown inside (trust store), removed at teardown
+	// background is a sandbox made ahead of demand (sandbox.Background):
+	// its cgroup starts at backgroundCPUWeight.
+	background bool
+	proc       *proc // the executor
+	conn       *execconn.Conn
+	layers     []string
+	files      string // host files shown inside (trust store), removed at teardown
 	// layerLocks hold the image layers' shared locks (lockLayers) until
 	// teardown.
 	layerLocks []*os.File
@@ -55,8 +58,27 @@ var (
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
 	_ sandbox.Checkpointer = (*Sandbox)(nil)
 	_ sandbox.Connector    = (*Sandbox)(nil)
+	_ sandbox.Prioritizer  = (*Sandbox)(nil)
 	_ sandbox.EventSource  = (*Sandbox)(nil)
 )
+
+// backgroundCPUWeight is the cpu.weight of a sandbox made ahead of
+// demand: 1 against the default 100 of sandboxes in use, so that while
+// one of them wants the CPU, its executor's start and its template's
+// preparation wait.
+const backgroundCPUWeight = 1
+
+// Foreground implements sandbox.Prioritizer: the sandbox's cgroup gets the
+// default CPU weight of sandboxes in use.
+func (s *Sandbox) Foreground() error {
+	if !s.background || s.cg == nil {
+		return nil
+	}
+	if err := s.cg.SetCPUWeight(cgroup.DefaultCPUWeight); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return fmt.Errorf("sandbox %s: foreground: %w", s.id, err)
+	}
+	return nil
+}
 
 func (s *Sandbox) makeCgroup() error {
 	l := s.spec.Limits
@@ -79,7 +101,11 @@ func (s *Sandbox) makeCgroup() error {
 			pids = l.Pids + gvisorPidsReserve
 		}
 	}
-	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: pids, CPUs: l.CPUs}, want && l.RequireHard)
+	weight := 0
+	if s.background {
+		weight = backgroundCPUWeight
+	}
+	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: pids, CPUs: l.CPUs, CPUWeight: weight}, want && l.RequireHard)
 	if err != nil {
 		if want && l.RequireHard {
 			if !s.b.root {

@@ -43,6 +43,13 @@ type Options struct {
 	// makes more (default 25 ms), so that the sandbox just handed out runs
 	// its first command without the refill beside it.
 	RefillDelay time.Duration
+	// Background makes idle sandboxes (and prepares warm ones) in the
+	// background (sandbox.Background: on the native runtime a cgroup CPU
+	// weight of 1 against the 100 of sandboxes in use), raising each as it
+	// is handed out. Off by default: on a saturated 2-core machine it made
+	// the refill slower than the demand and the pool ran dry, so creates
+	// got slower and first output no faster (docs/benchmarks.md).
+	Background bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -173,6 +180,7 @@ func (p *Pool) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 		}
 		p.stats.Hits++
 		p.mu.Unlock()
+		p.foreground(sb)
 		p.kick()
 		return sb, nil
 	}
@@ -258,8 +266,9 @@ func (p *Pool) kick() {
 }
 
 // fill makes idle sandboxes, one at a time so refilling never takes more
-// than one core from the work the sandboxes are for, and ends demand that
-// lapsed.
+// than one core from the work the sandboxes are for (with
+// Options.Background, below the CPU priority of every sandbox in use,
+// until handed out), and ends demand that lapsed.
 func (p *Pool) fill() {
 	defer close(p.done)
 	t := time.NewTicker(max(p.o.Idle/4, time.Second))
@@ -285,7 +294,7 @@ func (p *Pool) fill() {
 			if !ok {
 				break
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(p.refillContext(), time.Minute)
 			sb, err := p.b.Create(ctx, spec)
 			cancel()
 			if err != nil {
@@ -360,6 +369,25 @@ func (p *Pool) expire() {
 	p.mu.Unlock()
 	for _, sb := range gone {
 		p.destroy(sb)
+	}
+}
+
+// refillContext is the context a refill makes a sandbox under.
+func (p *Pool) refillContext() context.Context {
+	if p.o.Background {
+		return sandbox.Background(context.Background())
+	}
+	return context.Background()
+}
+
+// foreground raises sb, made in the background, to the CPU priority of
+// the sandboxes in use, as it is handed out. One left low still works,
+// only slower while others want the CPU: it is handed out all the same.
+func (p *Pool) foreground(sb sandbox.Sandbox) {
+	if pr, ok := sb.(sandbox.Prioritizer); ok {
+		if err := pr.Foreground(); err != nil {
+			p.log.Warn("pool: raise a sandbox handed out to the CPU priority of those in use", "sandbox_id", sb.ID(), "err", err)
+		}
 	}
 }
 

@@ -96,6 +96,7 @@ func (p *Pool) Take(name string) (sandbox.Sandbox, bool) {
 	p.idle--
 	p.stats.Hits++
 	p.mu.Unlock()
+	p.foreground(sb)
 	p.kick()
 	return sb, true
 }
@@ -108,7 +109,8 @@ func (p *Pool) fillWarm() bool {
 		if !ok {
 			return true
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), PrepareTimeout)
+		// Made and prepared as fill's are.
+		ctx, cancel := context.WithTimeout(p.refillContext(), PrepareTimeout)
 		sb, err := p.b.Create(ctx, w.spec)
 		if err == nil {
 			if err = w.prepare(ctx, sb); err != nil {

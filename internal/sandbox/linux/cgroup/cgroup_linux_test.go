@@ -750,3 +750,44 @@ func BenchmarkNewDestroy(b *testing.B) {
 		}
 	}
 }
+
+// TestCPUWeight: Limits.CPUWeight is the new group's share of CPU against
+// its siblings (cpu.weight on v2, cpu.shares on v1), SetCPUWeight changes
+// it, and weights outside 1-10000 are refused.
+func TestCPUWeight(t *testing.T) {
+	m := newTestManager(t)
+	requireControllers(t, m, "cpu")
+	g := newGroup(t, m, "weighted", Limits{CPUWeight: 1})
+	dir, v2 := g.dirFor(ctrlCPU)
+	file, low, normal := "cpu.shares", "10", "1024"
+	if v2 {
+		file, low, normal = "cpu.weight", "1", "100"
+	}
+	if got := readTrim(t, dir+"/"+file); got != low {
+		t.Errorf("%s of a group made with CPUWeight 1 = %s, want %s", file, got, low)
+	}
+	if w, err := g.CPUWeight(); err != nil || w != 1 {
+		t.Errorf("CPUWeight() = %d, %v; want 1", w, err)
+	}
+	if err := g.SetCPUWeight(DefaultCPUWeight); err != nil {
+		t.Fatalf("SetCPUWeight(%d) = %v", DefaultCPUWeight, err)
+	}
+	if w, err := g.CPUWeight(); err != nil || w != DefaultCPUWeight {
+		t.Errorf("CPUWeight() after SetCPUWeight(%d) = %d, %v", DefaultCPUWeight, w, err)
+	}
+	if got := readTrim(t, dir+"/"+file); got != normal {
+		t.Errorf("%s after SetCPUWeight(%d) = %s, want %s", file, DefaultCPUWeight, got, normal)
+	}
+	for _, w := range []int{0, -1, 10001} {
+		if err := g.SetCPUWeight(w); err == nil {
+			t.Errorf("SetCPUWeight(%d) = nil, want an error", w)
+		}
+	}
+	if _, err := m.New("overweight", Limits{CPUWeight: 10001}, false); err == nil {
+		t.Errorf("New with CPUWeight 10001 = nil error, want one")
+	}
+	plain, _ := newGroup(t, m, "plain", Limits{}).dirFor(ctrlCPU)
+	if got := readTrim(t, plain+"/"+file); got != normal {
+		t.Errorf("%s of a group made without CPUWeight = %s, want the default %s", file, got, normal)
+	}
+}

@@ -185,7 +185,57 @@ func (g *Group) setLimits(l Limits, require bool) error {
 			}
 		}
 	}
+	if l.CPUWeight > 0 {
+		// A priority, not a limit: a kernel without the cpu controller
+		// here runs the group at its default, and nothing is required.
+		_ = g.SetCPUWeight(l.CPUWeight)
+	}
 	return err
+}
+
+// SetCPUWeight sets the group's share of CPU time against its siblings
+// (Limits.CPUWeight), in every hierarchy that has the cpu controller.
+func (g *Group) SetCPUWeight(w int) error {
+	if w < 1 || w > 10000 {
+		return fmt.Errorf("cgroup %s: cpu weight %d is out of range 1-10000", g.name, w)
+	}
+	dir, v2 := g.dirFor(ctrlCPU)
+	if dir == "" {
+		return fmt.Errorf("cgroup %s: set cpu weight: no cpu controller: %w", g.name, errors.ErrUnsupported)
+	}
+	file, val := "cpu.weight", strconv.Itoa(w)
+	if !v2 {
+		file, val = "cpu.shares", strconv.Itoa(max(2, w*1024/DefaultCPUWeight))
+	}
+	if err := writeFile(dir+"/"+file, val); err != nil {
+		return fmt.Errorf("cgroup %s: set %s: %w", g.name, file, err)
+	}
+	return nil
+}
+
+// CPUWeight reads back the group's CPU weight (SetCPUWeight's scale; on
+// v1, cpu.shares converted back, rounded up).
+func (g *Group) CPUWeight() (int, error) {
+	dir, v2 := g.dirFor(ctrlCPU)
+	if dir == "" {
+		return 0, fmt.Errorf("cgroup %s: read cpu weight: no cpu controller: %w", g.name, errors.ErrUnsupported)
+	}
+	file := "cpu.weight"
+	if !v2 {
+		file = "cpu.shares"
+	}
+	b, err := readFile(dir + "/" + file)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup %s: read %s: %w", g.name, file, err)
+	}
+	n, err := strconv.Atoi(string(bytes.TrimSpace(b)))
+	if err != nil {
+		return 0, fmt.Errorf("cgroup %s: read %s: %w", g.name, file, err)
+	}
+	if !v2 {
+		n = (n*DefaultCPUWeight + 1023) / 1024
+	}
+	return n, nil
 }
 
 // readEnforced reads back which limits are set, for Open.

@@ -28,7 +28,15 @@ type Limits struct {
 	Pids int64
 	// CPUs caps CPU time: CPUs * 100 ms per 100 ms period.
 	CPUs float64
+	// CPUWeight, when not 0, is the group's share of CPU time against its
+	// siblings when they compete, from 1 to 10000 (v2 cpu.weight; the
+	// kernel's default is 100; v1 cpu.shares of CPUWeight*1024/100). It
+	// is a priority, not a limit: never required, never in Enforced.
+	CPUWeight int
 }
+
+// DefaultCPUWeight is the kernel's cpu.weight of a new group.
+const DefaultCPUWeight = 100
 
 // validate rejects values no kernel would take.
 func (l Limits) validate() error {
@@ -41,6 +49,9 @@ func (l Limits) validate() error {
 	}
 	if l.CPUs < 0 || math.IsNaN(l.CPUs) || l.CPUs*cpuPeriodMicros >= math.MaxInt64 {
 		errs = append(errs, fmt.Errorf("cpu limit %v is out of range", l.CPUs))
+	}
+	if l.CPUWeight < 0 || l.CPUWeight > 10000 {
+		errs = append(errs, fmt.Errorf("cpu weight %d is out of range 1-10000", l.CPUWeight))
 	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import {creditsPage} from './credits.js';
 import {policiesPage} from './policies.js';
 import {templatesPage} from './templates.js';
 import {secretsPage} from './secrets.js';
+import {sandboxesPage} from './sandboxes.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -28,6 +29,7 @@ const routes = [
   [/^\/ui\/policies\/?$/, 'policies', policiesPage],
   [/^\/ui\/templates\/?$/, 'templates', templatesPage],
   [/^\/ui\/secrets\/?$/, 'secrets', secretsPage],
+  [/^\/ui\/sandboxes\/?$/, 'sandboxes', sandboxesPage],
 ];
 
 // navigate shows the page of url (a path under /ui/), adding it to the
