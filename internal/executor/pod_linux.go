@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -82,7 +81,7 @@ func podCommand(args []string) (code int, ok bool) {
 
 // podRelay is `airlock-exec pod`.
 func podRelay() (int, error) {
-	ln, err := net.Listen("unix", PodSocket)
+	ln, err := listenPodSocket()
 	if err != nil {
 		return 1, fmt.Errorf("listen: %w", err)
 	}
@@ -134,10 +133,9 @@ func podRelay() (int, error) {
 		st, _ := p.Wait()
 		exited <- st
 	}()
-	accepted := make(chan net.Conn, 1)
+	accepted := make(chan *os.File, 1)
 	go func() {
-		c, err := ln.Accept()
-		ln.Close()
+		c, err := acceptOne(ln)
 		if err == nil {
 			accepted <- c
 		}
@@ -197,10 +195,10 @@ const podConnectWait = 30 * time.Second
 // podConnect is `airlock-exec pod-connect`: stdin to the relay's socket,
 // the socket to stdout.
 func podConnect(in io.Reader, out io.Writer) error {
-	var c net.Conn
+	var c *os.File
 	var err error
 	for deadline := time.Now().Add(podConnectWait); ; {
-		c, err = net.Dial("unix", PodSocket)
+		c, err = dialPodSocket()
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
@@ -214,10 +212,64 @@ func podConnect(in io.Reader, out io.Writer) error {
 		_, _ = io.Copy(c, in)
 		// The host closed its side: the relay ends, and with it the
 		// sandbox.
-		_ = c.(*net.UnixConn).CloseWrite()
+		if rc, err := c.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
+		}
 	}()
 	_, err = io.Copy(out, c)
 	return err
+}
+
+// The socket is made with system calls, not package net: net links the
+// C resolver when cgo is enabled, and the executor must build without C.
+
+// listenPodSocket listens on PodSocket.
+func listenPodSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: PodSocket}); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// acceptOne accepts one connection on ln and closes ln.
+func acceptOne(ln int) (*os.File, error) {
+	defer unix.Close(ln)
+	for {
+		fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), "host"), nil
+	}
+}
+
+// dialPodSocket connects to PodSocket.
+func dialPodSocket() (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: PodSocket}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "executor"), nil
 }
 
 // podInstall copies this executable to dest, read-only and executable.
