@@ -24,7 +24,7 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build install demo example-wordstats test-deps test lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-ports bench-mcp deps check clean
+.PHONY: help build install demo example-wordstats test-deps test test-kube lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-ports bench-mcp deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,9 @@ test-deps: ## Install the Debian packages tests use (root only; idempotent, quie
 
 test: test-deps lint ## Everything the machine allows: lint, then go test -race on every package (about 8 min on 2 cores, warm)
 	GO=$(GO) scripts/gotest.sh -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+test-kube: ## The kubernetes backend's tests on a single-node cluster started and stopped around them (root; the first run builds kube-apiserver and kubelet, ~16 min on 2 idle cores)
+	GO=$(GO) scripts/kube-test.sh
 
 lint: ## go vet, gofmt, staticcheck, then golangci-lint with .golangci.yml (make fmt fixes its formatting findings)
 	$(GO) vet $(PKGS)

@@ -119,8 +119,9 @@ func (e *executor) listenEvents() error {
 		unix.Close(fd)
 		return fmt.Errorf("listen on event socket: %w", err)
 	}
-	if e.setup.GVisor {
-		// gVisor cannot remount it read-only: nobody owns it instead, so
+	if e.setup.GVisor && !podInner {
+		// gVisor cannot remount it read-only (a pod's executor can: its
+		// mount namespace is its own): nobody owns it instead, so
 		// commands, root included, without capabilities, cannot replace
 		// the socket (as the generated /etc there).
 		if err := unix.Chown(runDir, nobodyID, nobodyID); err != nil {

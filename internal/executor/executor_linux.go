@@ -24,6 +24,9 @@ func Main(args []string) int {
 	if path.Base(args[0]) == path.Base(execproto.EventHelper) {
 		return eventCommand(args[1:], os.Stdin, os.Stderr)
 	}
+	if code, ok := podCommand(args); ok {
+		return code
+	}
 	if len(args) > 1 && args[1] == "hold" {
 		// Keeps a user namespace alive for the host while it builds
 		// id-mapped mounts; exits when the host closes stdin.
@@ -164,6 +167,9 @@ func (e *executor) start(conn io.Reader) error {
 	setupFn := setup
 	if e.setup.GVisor {
 		setupFn = setupGVisor
+	}
+	if podInner {
+		setupFn = setupPod
 	}
 	layers, up, err := setupFn(&e.setup)
 	if err != nil {

@@ -1,0 +1,313 @@
+package executor
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// Pod mode: the executor in a Kubernetes pod (the kubernetes sandbox
+// backend, docs/kubernetes.md). The container runtime built the root (the
+// image, read-only), /workspace, /tmp, /home and /run/airlock (volumes), as
+// runsc does for the gvisor runtime; the executor adds its own namespaces
+// inside the container, so that what runs in the sandbox has no network
+// but loopback whatever the cluster's network is:
+//
+//   - `airlock-exec pod` is the container's command. It listens on an
+//     abstract unix socket of the pod's network namespace (PodSocket) and
+//     starts `airlock-exec pod-inner` in new user (its own uid mapped to
+//     0, nothing else), mount, pid, network, ipc and uts namespaces, with
+//     one end of a socket pair as the control connection. It relays the
+//     first connection to the socket to the executor and back, then exits
+//     with the executor.
+//   - `airlock-exec pod-connect` is what the host runs in the container
+//     through the API server's exec: it connects to the socket and relays
+//     its stdin and stdout, so the host's connection travels through the
+//     API server (its authentication and authorization) and never through
+//     the pod network, and nothing of it reaches the container's log.
+//   - `airlock-exec pod-install DEST` copies the executor to DEST: an init
+//     container of the executor's image puts it in a volume the sandbox's
+//     image mounts, so any image can run it.
+//
+// The socket is abstract on purpose: abstract sockets belong to a network
+// namespace, and the sandbox has its own, so nothing in it can reach the
+// socket. The relay accepts one connection and closes the socket.
+
+// PodSocket is the abstract unix socket `airlock-exec pod` relays.
+const PodSocket = "@airlock-exec-control"
+
+// podInner is set in the executor that `airlock-exec pod` started: its
+// setup is setupPod.
+var podInner bool
+
+// podCommand runs the pod mode's commands. ok is false for any other
+// command, which Main then runs; for pod-inner it sets podInner first.
+func podCommand(args []string) (code int, ok bool) {
+	if len(args) < 2 {
+		return 0, false
+	}
+	var err error
+	switch args[1] {
+	case "pod":
+		code, err = podRelay()
+	case "pod-connect":
+		err = podConnect(os.Stdin, os.Stdout)
+	case "pod-install":
+		if len(args) != 3 {
+			err = errors.New("usage: airlock-exec pod-install DEST")
+			break
+		}
+		err = podInstall(args[2])
+	case "pod-inner":
+		podInner = true
+		return 0, false
+	default:
+		return 0, false
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-exec %s: %v\n", args[1], err)
+		return 1, true
+	}
+	return code, true
+}
+
+// podRelay is `airlock-exec pod`.
+func podRelay() (int, error) {
+	ln, err := listenPodSocket()
+	if err != nil {
+		return 1, fmt.Errorf("listen: %w", err)
+	}
+	// Non-blocking, so that the relay's Close of its end interrupts its
+	// Read and the executor sees the end at once.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return 1, fmt.Errorf("control socket: %w", err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "control"), os.NewFile(uintptr(fds[1]), "control")
+	self, err := os.Executable()
+	if err != nil {
+		return 1, err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return 1, err
+	}
+	p, err := os.StartProcess(self, []string{self, "pod-inner"}, &os.ProcAttr{
+		Dir: "/",
+		Env: execproto.ExecutorEnv,
+		// fd 3 is execproto.ControlFD.
+		Files: []*os.File{null, os.Stderr, os.Stderr, theirs},
+		Sys: &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			Pdeathsig:                  syscall.SIGKILL,
+		},
+	})
+	null.Close()
+	theirs.Close()
+	if err != nil {
+		return 1, fmt.Errorf("start the executor in its namespaces: %w", err)
+	}
+	// The sandbox's root is this process's uid: nothing in the sandbox may
+	// read or trace this process (ptrace and /proc/N need it dumpable for
+	// the same uid). Not before the start: writing the child's id maps
+	// needs its /proc files, which a non-dumpable parent's child gives to
+	// root.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		_ = p.Kill()
+		return 1, fmt.Errorf("set non-dumpable: %w", err)
+	}
+	exited := make(chan *os.ProcessState, 1)
+	go func() {
+		st, _ := p.Wait()
+		exited <- st
+	}()
+	accepted := make(chan *os.File, 1)
+	go func() {
+		c, err := acceptOne(ln)
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	var st *os.ProcessState
+	select {
+	case st = <-exited:
+		return exitCode(st), errors.New("the executor exited before the host connected")
+	case c := <-accepted:
+		relayDone := make(chan struct{})
+		go func() {
+			relay(c, ours)
+			close(relayDone)
+		}()
+		select {
+		case st = <-exited:
+		case <-relayDone:
+			// The host's connection ended: the sandbox is over, there is
+			// no way back in.
+			_ = p.Kill()
+			st = <-exited
+		}
+		c.Close()
+	}
+	return exitCode(st), nil
+}
+
+func exitCode(st *os.ProcessState) int {
+	if st == nil {
+		return 1
+	}
+	if c := st.ExitCode(); c >= 0 {
+		return c
+	}
+	return 128 + int(st.Sys().(syscall.WaitStatus).Signal())
+}
+
+// relay copies a to b and b to a until either side ends, then closes both.
+func relay(a, b io.ReadWriteCloser) {
+	done := make(chan struct{}, 2)
+	cp := func(dst, src io.ReadWriteCloser) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	<-done
+	a.Close()
+	b.Close()
+	<-done
+}
+
+// podConnectWait bounds how long pod-connect waits for the relay's socket
+// (the container may have just started).
+const podConnectWait = 30 * time.Second
+
+// podConnect is `airlock-exec pod-connect`: stdin to the relay's socket,
+// the socket to stdout.
+func podConnect(in io.Reader, out io.Writer) error {
+	var c *os.File
+	var err error
+	for deadline := time.Now().Add(podConnectWait); ; {
+		c, err = dialPodSocket()
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("connect to the executor: %w", err)
+	}
+	defer c.Close()
+	go func() {
+		_, _ = io.Copy(c, in)
+		// The host closed its side: the relay ends, and with it the
+		// sandbox.
+		if rc, err := c.SyscallConn(); err == nil {
+			_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_WR) })
+		}
+	}()
+	_, err = io.Copy(out, c)
+	return err
+}
+
+// The socket is made with system calls, not package net: net links the
+// C resolver when cgo is enabled, and the executor must build without C.
+
+// listenPodSocket listens on PodSocket.
+func listenPodSocket() (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: PodSocket}); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// acceptOne accepts one connection on ln and closes ln.
+func acceptOne(ln int) (*os.File, error) {
+	defer unix.Close(ln)
+	for {
+		fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), "host"), nil
+	}
+}
+
+// dialPodSocket connects to PodSocket.
+func dialPodSocket() (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: PodSocket}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "executor"), nil
+}
+
+// podInstall copies this executable to dest, read-only and executable.
+func podInstall(dest string) error {
+	self, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return err
+	}
+	defer self.Close()
+	f, err := os.OpenFile(dest, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o555)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, self); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// setupPod is setup in a pod (podInner): the container runtime built the
+// root and the volumes, as runsc does, so setupGVisor does what is left;
+// the executor's own network namespace has only loopback, brought up here.
+func setupPod(s *execproto.Setup) ([]string, uppers, error) {
+	if err := loopbackUp(); err != nil {
+		return nil, uppers{-1, -1}, fmt.Errorf("loopback: %w", err)
+	}
+	layers, up, err := setupGVisor(s)
+	if err != nil {
+		return nil, up, err
+	}
+	for i, l := range layers {
+		switch {
+		case l == "runtime:gvisor":
+			layers[i] = "runtime:kubernetes"
+		case strings.HasPrefix(l, "namespaces:"):
+			layers[i] = "namespaces:user,mnt,pid,net,ipc,uts"
+		}
+	}
+	return layers, up, nil
+}

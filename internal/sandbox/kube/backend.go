@@ -1,0 +1,590 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+)
+
+// Config configures the backend.
+type Config struct {
+	// REST is how the backend reaches the API server (a kubeconfig's
+	// rest.Config). Required.
+	REST *rest.Config
+	// Namespace holds the sandboxes' pods; it must have a ServiceAccount
+	// named "default" (pods name none, and mount no token). Required.
+	Namespace string
+	// Image is the sandbox's root: the image its commands see. It needs
+	// no shell, only the files the commands use. Required.
+	Image string
+	// ExecutorImage holds airlock-exec at /airlock-exec: an init
+	// container copies it into a volume the sandbox's container runs it
+	// from, so Image needs nothing of airlock. Required.
+	ExecutorImage string
+	// PullPolicy is both images' (empty: the cluster's default).
+	PullPolicy corev1.PullPolicy
+	// NodeName, when set, binds every pod to that node (no scheduler
+	// needed); empty leaves the choice to the scheduler.
+	NodeName string
+	// RuntimeClasses maps a Spec.Runtime to a RuntimeClass name; a
+	// runtime missing here runs without a RuntimeClass (the node's
+	// default handler) for RuntimeNative and "", and is refused otherwise.
+	RuntimeClasses map[string]string
+	// SeccompProfile is the pods' Localhost seccomp profile, relative to
+	// the kubelet's seccomp directory; empty means RuntimeDefault. The
+	// executor creates a user namespace, which containerd's and Docker's
+	// default profiles refuse to a process without CAP_SYS_ADMIN:
+	// docs/kubernetes.md has a profile that allows it.
+	SeccompProfile string
+	// UID is the uid (and gid) the pod runs as; 0 means 65532. It is the
+	// sandbox's only id: its root inside.
+	UID int64
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Backend creates sandboxes as pods.
+type Backend struct {
+	cfg    Config
+	client kubernetes.Interface
+	log    *slog.Logger
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New returns a backend. It does not contact the API server.
+func New(cfg Config) (*Backend, error) {
+	var errs []error
+	if cfg.REST == nil {
+		errs = append(errs, errors.New("kubernetes backend: no API server configuration"))
+	}
+	if cfg.Namespace == "" {
+		errs = append(errs, errors.New("kubernetes backend: no namespace"))
+	}
+	if cfg.Image == "" {
+		errs = append(errs, errors.New("kubernetes backend: no sandbox image"))
+	}
+	if cfg.ExecutorImage == "" {
+		errs = append(errs, errors.New("kubernetes backend: no executor image"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.UID == 0 {
+		cfg.UID = 65532
+	}
+	client, err := kubernetes.NewForConfig(cfg.REST)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes backend: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{cfg: cfg, client: client, log: log}, nil
+}
+
+// checkSpec refuses what a pod cannot give yet: it fails closed rather than
+// run a sandbox that differs from its spec.
+func (b *Backend) checkSpec(spec *sandbox.Spec) error {
+	var errs []error
+	if spec.RootFS != "" || len(spec.Layers) > 0 {
+		errs = append(errs, errors.New("kubernetes backend: the root is the configured image; a host root or image layers cannot reach a pod"))
+	}
+	if spec.Workspace != "" {
+		errs = append(errs, errors.New("kubernetes backend: a host workspace directory cannot reach a pod (the workspace starts empty)"))
+	}
+	if len(spec.Mounts) > 0 {
+		errs = append(errs, errors.New("kubernetes backend: host mounts cannot reach a pod"))
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		errs = append(errs, errors.New("kubernetes backend: the egress proxy is not available to pods yet (their sandboxes have loopback only)"))
+	}
+	if spec.WritableRoot || len(spec.RootCaps) > 0 {
+		errs = append(errs, errors.New("kubernetes backend: a writable root is not supported (image builds run on the linux backend)"))
+	}
+	switch spec.User {
+	case "", "root", "0":
+	default:
+		errs = append(errs, fmt.Errorf("kubernetes backend: user %q: a pod's sandbox has one id, root (the pod's uid, without capabilities)", spec.User))
+	}
+	if spec.Runtime != "" && spec.Runtime != sandbox.RuntimeNative && b.cfg.RuntimeClasses[spec.Runtime] == "" {
+		errs = append(errs, fmt.Errorf("kubernetes backend: runtime %q has no RuntimeClass configured", spec.Runtime))
+	}
+	return errors.Join(errs...)
+}
+
+// labelSandbox labels every pod of the backend with its sandbox id.
+const labelSandbox = "airlock.run/sandbox"
+
+// Paths in the sandbox's container.
+const (
+	executorDir  = "/.airlock"
+	executorPath = executorDir + "/airlock-exec"
+)
+
+// Pod returns the pod of a sandbox of spec named id (spec checked).
+func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
+	disk := spec.Limits.DiskBytes
+	if disk == 0 {
+		disk = sandbox.DefaultLimits.DiskBytes
+	}
+	no, yes := false, true
+	uid := b.cfg.UID
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	if p := b.cfg.SeccompProfile; p != "" {
+		seccomp = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &p}
+	}
+	restricted := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: &no,
+		ReadOnlyRootFilesystem:   &yes,
+		RunAsNonRoot:             &yes,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	scratch := func(name string, size int64, medium corev1.StorageMedium) corev1.Volume {
+		q := resource.NewQuantity(size, resource.BinarySI)
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium, SizeLimit: q}}}
+	}
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	if m := spec.Limits.MemoryBytes; m > 0 {
+		res.Limits[corev1.ResourceMemory] = *resource.NewQuantity(m, resource.BinarySI)
+		res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(m, resource.BinarySI)
+	}
+	if c := spec.Limits.CPUs; c > 0 {
+		res.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(c*1000), resource.DecimalSI)
+		res.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(c*1000), resource.DecimalSI)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      id,
+			Namespace: b.cfg.Namespace,
+			Labels:    map[string]string{labelSandbox: id, "app.kubernetes.io/managed-by": "airlock"},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			NodeName:      b.cfg.NodeName,
+			// The sandbox has no business with the cluster's API.
+			AutomountServiceAccountToken: &no,
+			EnableServiceLinks:           &no,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsUser: &uid, RunAsGroup: &uid, FSGroup: &uid, RunAsNonRoot: &yes,
+				SeccompProfile: seccomp,
+			},
+			InitContainers: []corev1.Container{{
+				Name:            "executor",
+				Image:           b.cfg.ExecutorImage,
+				ImagePullPolicy: b.cfg.PullPolicy,
+				Command:         []string{"/airlock-exec", "pod-install", executorPath},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "executor", MountPath: executorDir}},
+				SecurityContext: restricted,
+				Resources:       res,
+			}},
+			Containers: []corev1.Container{{
+				Name:            "sandbox",
+				Image:           b.cfg.Image,
+				ImagePullPolicy: b.cfg.PullPolicy,
+				Command:         []string{executorPath, "pod"},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "executor", MountPath: executorDir, ReadOnly: true},
+					{Name: "workspace", MountPath: "/workspace"},
+					{Name: "tmp", MountPath: "/tmp"},
+					{Name: "home", MountPath: "/home"},
+					{Name: "root", MountPath: "/root"},
+					{Name: "run", MountPath: "/run/airlock"},
+				},
+				SecurityContext: restricted,
+				Resources:       res,
+			}},
+			Volumes: []corev1.Volume{
+				scratch("executor", 256<<20, ""),
+				scratch("workspace", disk, ""),
+				scratch("tmp", disk, ""),
+				scratch("home", disk, ""),
+				scratch("root", disk, ""),
+				scratch("run", 1<<20, corev1.StorageMediumMemory),
+			},
+		},
+	}
+	if rc := b.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
+		pod.Spec.RuntimeClassName = &rc
+	}
+	if spec.TTL > 0 {
+		// The kubelet ends the pod at its TTL even if the host is gone.
+		s := int64((spec.TTL + time.Second - 1) / time.Second)
+		pod.Spec.ActiveDeadlineSeconds = &s
+	}
+	var grace int64 = 1
+	pod.Spec.TerminationGracePeriodSeconds = &grace
+	return pod
+}
+
+// Create makes a pod for spec, waits until its container runs, connects to
+// its executor through the API server and performs the handshake.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := b.checkSpec(&spec); err != nil {
+		return nil, err
+	}
+	id := spec.ID
+	if id == "" {
+		id = sandbox.NewID()
+	}
+	pods := b.client.CoreV1().Pods(b.cfg.Namespace)
+	created := time.Now()
+	if _, err := pods.Create(ctx, b.Pod(id, &spec), metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("create sandbox %s: create pod: %w", id, err)
+	}
+	sb := &Sandbox{b: b, id: id, spec: spec, created: created, done: make(chan struct{})}
+	if err := sb.start(ctx); err != nil {
+		sb.deletePod()
+		return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Sandbox is a sandbox in a pod.
+type Sandbox struct {
+	b       *Backend
+	id      string
+	spec    sandbox.Spec
+	created time.Time
+	conn    *execconn.Conn
+	layers  []string
+
+	// stopWatch ends the pod watch.
+	stopWatch context.CancelFunc
+	watching  sync.WaitGroup
+
+	mu   sync.Mutex
+	lost error // guarded by mu: why the sandbox is gone, once done is closed
+	// done is closed once, under mu, when the sandbox is gone.
+	done chan struct{}
+}
+
+var (
+	_ sandbox.Sandbox      = (*Sandbox)(nil)
+	_ sandbox.Connector    = (*Sandbox)(nil)
+	_ sandbox.EventSource  = (*Sandbox)(nil)
+	_ sandbox.Checkpointer = (*Sandbox)(nil)
+	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
+)
+
+// start waits for the pod's container to run, connects and shakes hands,
+// and starts watching the pod.
+func (s *Sandbox) start(ctx context.Context) error {
+	if err := s.waitRunning(ctx); err != nil {
+		return err
+	}
+	rw, err := s.b.connect(ctx, s.id)
+	if err != nil {
+		return err
+	}
+	conn, err := execconn.Dial(ctx, rw, s.b.setup(&s.spec))
+	if err != nil {
+		rw.Close()
+		return fmt.Errorf("executor handshake: %w", err)
+	}
+	s.conn = conn
+	s.layers = append([]string{"kubernetes:pod"}, conn.Ready.Layers...)
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopWatch = cancel
+	s.watching.Add(1)
+	go s.watch(wctx)
+	return nil
+}
+
+// setup is the executor's Setup for spec: the container runtime mounted
+// everything (as runsc does for gvisor), the one id is root.
+func (b *Backend) setup(spec *sandbox.Spec) *execproto.Setup {
+	disk := spec.Limits.DiskBytes
+	if disk == 0 {
+		disk = sandbox.DefaultLimits.DiskBytes
+	}
+	s := &execproto.Setup{
+		Hostname:    "airlock",
+		DiskBytes:   disk,
+		ShmBytes:    min(disk, 64<<20),
+		User:        execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"},
+		Rlimits:     map[string]uint64{"core": 0},
+		NoSetGroups: true,
+		GVisor:      true,
+		Workspace:   execproto.Workspace{Mode: execproto.WorkspaceEmpty},
+	}
+	if spec.Limits.Pids > 0 {
+		s.Rlimits["nproc"] = uint64(spec.Limits.Pids)
+	}
+	if spec.Account.HomeIsWorkspace {
+		s.WorkspaceAlias = spec.Account.HomeOf()
+	}
+	return s
+}
+
+// waitRunning waits until the pod's sandbox container runs; a pod that
+// fails or a container that ends first is an error.
+func (s *Sandbox) waitRunning(ctx context.Context) error {
+	pods := s.b.client.CoreV1().Pods(s.b.cfg.Namespace)
+	sel := fields.OneTermEqualSelector("metadata.name", s.id).String()
+	for {
+		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return fmt.Errorf("wait for pod: %w", err)
+		}
+		if len(list.Items) == 1 {
+			if done, err := running(&list.Items[0]); done || err != nil {
+				return err
+			}
+		}
+		w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			return fmt.Errorf("wait for pod: %w", err)
+		}
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Deleted:
+				w.Stop()
+				return errors.New("pod deleted while starting")
+			case watch.Added, watch.Modified:
+				if p, ok := ev.Object.(*corev1.Pod); ok {
+					if done, err := running(p); done || err != nil {
+						w.Stop()
+						return err
+					}
+				}
+			}
+		}
+		w.Stop()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("wait for pod: %w", err)
+		}
+	}
+}
+
+// running reports whether p's sandbox container runs, or why it never will.
+func running(p *corev1.Pod) (bool, error) {
+	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		return false, fmt.Errorf("pod %s: %s", strings.ToLower(string(p.Status.Phase)), podReason(p))
+	}
+	for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+		if w := c.State.Waiting; w != nil && badWaiting[w.Reason] {
+			return false, fmt.Errorf("pod container %s: %s: %s", c.Name, w.Reason, w.Message)
+		}
+		if t := c.State.Terminated; t != nil && (c.Name == "sandbox" || t.ExitCode != 0) {
+			return false, fmt.Errorf("pod container %s ended: %s (exit %d) %s", c.Name, t.Reason, t.ExitCode, t.Message)
+		}
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "sandbox" && c.State.Running != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// badWaiting are the reasons of a waiting container that will not start by
+// itself.
+var badWaiting = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true,
+}
+
+// podReason says in one line why a pod ended.
+func podReason(p *corev1.Pod) string {
+	parts := []string{}
+	if p.Status.Reason != "" {
+		parts = append(parts, p.Status.Reason)
+	}
+	if p.Status.Message != "" {
+		parts = append(parts, p.Status.Message)
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if t := c.State.Terminated; t != nil {
+			parts = append(parts, fmt.Sprintf("container %s: %s (exit %d)", c.Name, t.Reason, t.ExitCode))
+		}
+	}
+	if len(parts) == 0 {
+		return "no reason given"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// connect runs `airlock-exec pod-connect` in the pod's sandbox container
+// through the API server and returns its stdin and stdout as one stream.
+func (b *Backend) connect(ctx context.Context, id string) (io.ReadWriteCloser, error) {
+	req := b.client.CoreV1().RESTClient().Post().
+		Resource("pods").Namespace(b.cfg.Namespace).Name(id).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{
+			Container: "sandbox",
+			Command:   []string{executorPath, "pod-connect"},
+			Stdin:     true, Stdout: true, Stderr: true,
+		}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(b.cfg.REST, "GET", req.URL().String())
+	if err != nil {
+		return nil, fmt.Errorf("connect to executor: %w", err)
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(b.cfg.REST, "POST", req.URL())
+	if err != nil {
+		return nil, fmt.Errorf("connect to executor: %w", err)
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to executor: %w", err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	st := &execStream{in: inW, out: outR, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		var stderr strings.Builder
+		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: inR, Stdout: outW, Stderr: &limitedWriter{w: &stderr, n: 4096}})
+		if err == nil && stderr.Len() > 0 {
+			err = errors.New(strings.TrimSpace(stderr.String()))
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		outW.CloseWithError(err)
+		inR.CloseWithError(err)
+	}()
+	return st, nil
+}
+
+// execStream is an exec's stdin and stdout as an io.ReadWriteCloser.
+type execStream struct {
+	in     *io.PipeWriter
+	out    *io.PipeReader
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func (e *execStream) Read(p []byte) (int, error)  { return e.out.Read(p) }
+func (e *execStream) Write(p []byte) (int, error) { return e.in.Write(p) }
+
+// Close closes the exec's stdin (pod-connect then ends the relay, and the
+// executor its sandbox), stops the stream and waits for it.
+func (e *execStream) Close() error {
+	e.once.Do(func() {
+		e.in.Close()
+		e.out.Close()
+		e.cancel()
+		<-e.done
+	})
+	return nil
+}
+
+// limitedWriter keeps the first n bytes written to it.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(len(p), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
+
+// watch ends the sandbox when its pod is deleted or stops running, or its
+// executor connection ends.
+func (s *Sandbox) watch(ctx context.Context) {
+	defer s.watching.Done()
+	pods := s.b.client.CoreV1().Pods(s.b.cfg.Namespace)
+	sel := fields.OneTermEqualSelector("metadata.name", s.id).String()
+	events := make(chan error, 1)
+	go func() {
+		events <- s.watchPod(ctx, pods.Watch, sel)
+	}()
+	var why error
+	select {
+	case <-s.conn.Done():
+		why = s.conn.Err()
+	case why = <-events:
+	case <-ctx.Done():
+	}
+	s.end(why)
+}
+
+// watchPod returns why the pod is gone, or nil when ctx ends first.
+func (s *Sandbox) watchPod(ctx context.Context, watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error), sel string) error {
+	for ctx.Err() == nil {
+		w, err := watchFn(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			switch ev.Type {
+			case watch.Deleted:
+				w.Stop()
+				return errors.New("its pod was deleted")
+			case watch.Added, watch.Modified:
+				if p, ok := ev.Object.(*corev1.Pod); ok && p.Status.Phase != corev1.PodRunning && p.Status.Phase != corev1.PodPending {
+					w.Stop()
+					return fmt.Errorf("its pod %s", podReason(p))
+				}
+			}
+		}
+		w.Stop()
+	}
+	return nil
+}
+
+// end marks the sandbox gone (once) for why.
+func (s *Sandbox) end(why error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	if why == nil {
+		why = errors.New("destroyed")
+	}
+	s.lost = why
+	close(s.done)
+}
+
+// deletePod deletes the sandbox's pod at once (no grace period).
+func (s *Sandbox) deletePod() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var zero int64
+	err := s.b.client.CoreV1().Pods(s.b.cfg.Namespace).Delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		s.b.log.Warn("delete sandbox pod", "sandbox_id", s.id, "err", err)
+	}
+}

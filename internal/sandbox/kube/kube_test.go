@@ -1,0 +1,371 @@
+package kube_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/kube"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+// The cluster these tests run against (scripts/kube-cluster.sh env prints
+// them for its single-node cluster):
+//
+//	AIRLOCK_KUBECONFIG          kubeconfig of a cluster admin; unset skips every test
+//	AIRLOCK_KUBE_NODE           node to bind pods to (default localhost; "" schedules)
+//	AIRLOCK_KUBE_IMAGE          the sandbox image (default docker.io/library/busybox:airlock)
+//	AIRLOCK_KUBE_EXECUTOR_IMAGE an image with /airlock-exec; unset builds one from
+//	                            this tree and imports it through AIRLOCK_KUBE_CONTAINERD
+//	AIRLOCK_KUBE_CONTAINERD     the node's containerd socket (ctr imports images there)
+//	AIRLOCK_KUBE_SECCOMP        the kubelet's seccomp directory; the tests install
+//	                            kube.SeccompProfile there
+const (
+	seccompName  = "airlock-sandbox.json"
+	defaultImage = "docker.io/library/busybox:airlock"
+)
+
+// env is what the tests learned of the cluster, once.
+type env struct {
+	rest          *rest.Config
+	client        kubernetes.Interface
+	executorImage string
+}
+
+var cluster *env
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if os.Getenv("AIRLOCK_KUBECONFIG") == "" {
+		return m.Run() // every test skips, saying why
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv("AIRLOCK_KUBECONFIG"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kube tests: kubeconfig:", err)
+		return 1
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kube tests:", err)
+		return 1
+	}
+	e := &env{rest: cfg, client: client, executorImage: os.Getenv("AIRLOCK_KUBE_EXECUTOR_IMAGE")}
+	if e.executorImage == "" {
+		path, remove, err := sandboxtest.BuildExecutor()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kube tests:", err)
+			return 1
+		}
+		e.executorImage, err = importExecutor(path)
+		remove()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kube tests: executor image:", err)
+			return 1
+		}
+	}
+	if dir := os.Getenv("AIRLOCK_KUBE_SECCOMP"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "kube tests:", err)
+			return 1
+		}
+		if err := os.WriteFile(filepath.Join(dir, seccompName), kube.SeccompProfile(), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "kube tests:", err)
+			return 1
+		}
+	}
+	cluster = e
+	return m.Run()
+}
+
+// importExecutor makes a one-layer image of the executor at /airlock-exec,
+// imports it into the node's containerd and returns its name.
+func importExecutor(path string) (string, error) {
+	sock := os.Getenv("AIRLOCK_KUBE_CONTAINERD")
+	if sock == "" {
+		return "", errors.New("set AIRLOCK_KUBE_EXECUTOR_IMAGE, or AIRLOCK_KUBE_CONTAINERD to import one built here")
+	}
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	if err := tw.WriteHeader(&tar.Header{Name: "airlock-exec", Mode: 0o555, Size: int64(len(bin)), Typeflag: tar.TypeReg}); err != nil {
+		return "", err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	diff := sha256.Sum256(layer.Bytes())
+	diffID := hex.EncodeToString(diff[:])
+	name := "airlock.local/airlock-exec:test-" + diffID[:12]
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux",
+		"config": map[string]any{"Entrypoint": []string{"/airlock-exec"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + diffID}},
+	})
+	if err != nil {
+		return "", err
+	}
+	cfgSum := sha256.Sum256(config)
+	cfgName := hex.EncodeToString(cfgSum[:]) + ".json"
+	manifest, err := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{name}, "Layers": []string{diffID + "/layer.tar"}}})
+	if err != nil {
+		return "", err
+	}
+	var archive bytes.Buffer
+	aw := tar.NewWriter(&archive)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"manifest.json", manifest}, {cfgName, config}, {diffID + "/layer.tar", layer.Bytes()}} {
+		if err := aw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
+			return "", err
+		}
+		if _, err := aw.Write(f.data); err != nil {
+			return "", err
+		}
+	}
+	if err := aw.Close(); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("ctr", "-a", sock, "-n", "k8s.io", "images", "import", "-")
+	cmd.Stdin = &archive
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("ctr images import: %w: %s", err, out)
+	}
+	return name, nil
+}
+
+// needCluster skips t without a cluster.
+func needCluster(t *testing.T) *env {
+	t.Helper()
+	if cluster == nil {
+		t.Skip("no cluster: set AIRLOCK_KUBECONFIG (scripts/kube-cluster.sh up, then eval \"$(scripts/kube-cluster.sh env)\")")
+	}
+	return cluster
+}
+
+// namespace creates a namespace for t, which PodSecurity enforces
+// "restricted" in, with the default ServiceAccount (no controller manager
+// makes it on the test cluster), and deletes it at the end.
+func namespace(t *testing.T, e *env) string {
+	t.Helper()
+	ctx := context.Background()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := "airlock-test-" + hex.EncodeToString(b[:])
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce":         "restricted",
+		"pod-security.kubernetes.io/enforce-version": "latest",
+	}}}
+	if _, err := e.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := e.client.CoreV1().ServiceAccounts(name).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create service account: %v", err)
+	}
+	t.Cleanup(func() {
+		// Without a namespace controller the namespace stays Terminating;
+		// its pods are deleted by their sandboxes.
+		_ = e.client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+func config(e *env, ns string) kube.Config {
+	node, ok := os.LookupEnv("AIRLOCK_KUBE_NODE")
+	if !ok {
+		node = "localhost"
+	}
+	image := os.Getenv("AIRLOCK_KUBE_IMAGE")
+	if image == "" {
+		image = defaultImage
+	}
+	cfg := kube.Config{
+		REST: e.rest, Namespace: ns, Image: image, ExecutorImage: e.executorImage,
+		NodeName: node, PullPolicy: corev1.PullIfNotPresent,
+	}
+	if os.Getenv("AIRLOCK_KUBE_SECCOMP") != "" {
+		cfg.SeccompProfile = seccompName
+	}
+	return cfg
+}
+
+func newBackend(t *testing.T, e *env, ns string) *kube.Backend {
+	t.Helper()
+	b, err := kube.New(config(e, ns))
+	if err != nil {
+		t.Fatalf("kube.New = %v", err)
+	}
+	return b
+}
+
+// TestPodRestricted: the API server's PodSecurity admission, enforcing
+// "restricted", admits the backend's pod, and refuses it once a field it
+// checks is weakened (so the admission is really there).
+func TestPodRestricted(t *testing.T) {
+	e := needCluster(t)
+	ns := namespace(t, e)
+	b := newBackend(t, e, ns)
+	spec := sandbox.Spec{Limits: sandbox.DefaultLimits, Runtime: sandbox.RuntimeNative}
+	ctx := context.Background()
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	pod := b.Pod("sb-restricted", &spec)
+	if _, err := e.client.CoreV1().Pods(ns).Create(ctx, pod, dry); err != nil {
+		t.Fatalf("create the backend's pod in a restricted namespace = %v", err)
+	}
+	weak := b.Pod("sb-weak", &spec)
+	weak.Spec.Containers[0].SecurityContext.Capabilities = nil
+	_, err := e.client.CoreV1().Pods(ns).Create(ctx, weak, dry)
+	if err == nil || !strings.Contains(err.Error(), "restricted") {
+		t.Fatalf("create a pod that keeps its capabilities = %v, want PodSecurity's refusal", err)
+	}
+	if auto := pod.Spec.AutomountServiceAccountToken; auto == nil || *auto {
+		t.Errorf("pod mounts a service account token")
+	}
+}
+
+// TestRun: a command's output and status come back from a pod, which runs
+// in its own network namespace with loopback only.
+func TestRun(t *testing.T) {
+	e := needCluster(t)
+	b := newBackend(t, e, namespace(t, e))
+	sb := sandboxtest.Create(t, b, sandbox.Spec{})
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{
+		Argv:   []string{"sh", "-c", "echo hello; cat /proc/net/dev | sed 1,2d | cut -d: -f1; id -u; exit 3"},
+		Stdout: &out, Stderr: &errb,
+	})
+	if err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if r.Outcome != sandbox.OutcomeExited || r.ExitCode != 3 {
+		t.Errorf("Run = %+v (stderr %q), want exit 3", r, errb.String())
+	}
+	lines := strings.Fields(out.String())
+	if want := []string{"hello", "lo", "0"}; strings.Join(lines, " ") != strings.Join(want, " ") {
+		t.Errorf("output = %q, want %q (hello, loopback as the only interface, root)", lines, want)
+	}
+	info := sb.Info()
+	if info.Backend != "kubernetes" || !contains(info.Layers, "runtime:kubernetes") || !contains(info.Layers, "seccomp") {
+		t.Errorf("Info = %+v, want backend kubernetes with runtime:kubernetes and seccomp layers", info)
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestPodDeletedIsLost: a pod the cluster deletes is a lost sandbox.
+func TestPodDeletedIsLost(t *testing.T) {
+	e := needCluster(t)
+	ns := namespace(t, e)
+	b := newBackend(t, e, ns)
+	sb := sandboxtest.Create(t, b, sandbox.Spec{})
+	var zero int64
+	if err := e.client.CoreV1().Pods(ns).Delete(context.Background(), sb.ID(), metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatalf("delete pod: %v", err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(2 * time.Minute):
+		t.Fatal("sandbox not done two minutes after its pod was deleted")
+	}
+	_, err := sb.Start(context.Background(), sandbox.Command{Argv: []string{"true"}})
+	if !errors.Is(err, sandbox.ErrLost) {
+		t.Errorf("Start after the pod's deletion = %v, want ErrLost", err)
+	}
+}
+
+// TestRefused: what a pod cannot give is refused before any pod exists.
+func TestRefused(t *testing.T) {
+	e := needCluster(t)
+	ns := namespace(t, e)
+	b := newBackend(t, e, ns)
+	for name, spec := range map[string]sandbox.Spec{
+		"proxy":     {Network: sandbox.NetworkProxy, ProxySocket: "/run/x.sock"},
+		"workspace": {Workspace: t.TempDir()},
+		"user":      {User: "sandbox"},
+		"gvisor":    {Runtime: sandbox.RuntimeGVisor},
+	} {
+		if _, err := b.Create(context.Background(), spec); err == nil || !strings.Contains(err.Error(), "kubernetes backend") {
+			t.Errorf("Create(%s) = %v, want the kubernetes backend's refusal", name, err)
+		}
+	}
+	pods, err := e.client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 {
+		t.Errorf("refused specs left %d pods", len(pods.Items))
+	}
+}
+
+// Reasons the kubernetes backend cannot pass a case yet.
+const (
+	noHostWorkspace = "a host workspace directory cannot reach a pod: the backend refuses Spec.Workspace (docs/kubernetes.md)"
+	noProxy         = "the egress proxy is not available to pods yet: the backend refuses NetworkProxy (docs/kubernetes.md)"
+)
+
+// conformanceSkips are the cases the kubernetes backend cannot pass yet,
+// each with its reason (docs/kubernetes.md lists them too). These are the
+// cases whose specs the backend refuses; the suite has not yet run on the
+// cluster in full, and what else fails there goes here, named, with its
+// reason.
+var conformanceSkips = map[string]string{
+	"Checkpoint/Cow":           noHostWorkspace,
+	"Checkpoint/CowLowerLinks": noHostWorkspace,
+	"Checkpoint/RW":            noHostWorkspace,
+	"Checkpoint/RO":            noHostWorkspace,
+	"Checkpoint/MarkOnly":      noHostWorkspace,
+	"Export/Diff":              noHostWorkspace,
+	"Workspace/COW":            noHostWorkspace,
+	"Workspace/RO":             noHostWorkspace,
+	"Workspace/RW":             noHostWorkspace,
+	"Network":                  noProxy,
+	"Connect/NetConn":          noProxy,
+}
+
+// TestConformance runs the sandbox contract against pods.
+func TestConformance(t *testing.T) {
+	e := needCluster(t)
+	ns := namespace(t, e)
+	sandboxtest.RunSkipping(t, func(t *testing.T) sandbox.Backend {
+		return newBackend(t, e, ns)
+	}, conformanceSkips)
+}

@@ -1,0 +1,268 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+)
+
+// ID names the sandbox (and its pod).
+func (s *Sandbox) ID() string { return s.id }
+
+// Done is closed when the sandbox is gone: destroyed, its pod deleted or
+// ended, or its executor connection broken.
+func (s *Sandbox) Done() <-chan struct{} { return s.done }
+
+// Info describes the sandbox.
+func (s *Sandbox) Info() sandbox.Info {
+	return sandbox.Info{ID: s.id, Backend: "kubernetes", Created: s.created, Layers: append([]string(nil), s.layers...)}
+}
+
+// Destroy ends the executor connection and deletes the pod.
+func (s *Sandbox) Destroy(ctx context.Context) error {
+	s.end(nil)
+	s.stopWatch()
+	s.watching.Wait()
+	_ = s.conn.Close()
+	s.deletePod()
+	return nil
+}
+
+// alive fails with sandbox.ErrLost once the sandbox is gone.
+func (s *Sandbox) alive() error {
+	select {
+	case <-s.done:
+		s.mu.Lock()
+		why := s.lost
+		s.mu.Unlock()
+		return fmt.Errorf("sandbox %s: %w: %w", s.id, sandbox.ErrLost, why)
+	default:
+		return nil
+	}
+}
+
+// Start runs a command.
+func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	req := execproto.Request{
+		Argv: c.Argv, Env: append(append([]string{}, s.spec.Env...), c.Env...), Dir: c.Dir,
+		User: c.User, TTY: c.TTY, Rows: c.Rows, Cols: c.Cols,
+		TimeoutMS: c.Timeout.Milliseconds(), MaxOutput: c.MaxOutput, Fingerprint: c.Fingerprint,
+	}
+	if req.User == "" {
+		req.User = s.spec.User
+	}
+	if req.Dir == "" {
+		req.Dir = s.spec.Dir
+	}
+	if c.Timeout > 0 && req.TimeoutMS == 0 {
+		req.TimeoutMS = 1
+	}
+	if c.Bulk {
+		req.Window, req.ChunkSize = execproto.BulkWindow, execproto.BulkChunkSize
+	}
+	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return &process{s: s, p: p, argv0: c.Argv[0]}, nil
+}
+
+// process is a running command.
+type process struct {
+	s     *Sandbox
+	p     *execconn.Process
+	argv0 string
+}
+
+func (p *process) Signal(sig unix.Signal) error { return p.p.Signal(sig) }
+
+func (p *process) Resize(rows, cols uint16) error { return p.p.Resize(rows, cols) }
+
+func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
+	r, err := p.p.Wait(ctx)
+	res := sandbox.Result{
+		Outcome: sandbox.Outcome(r.Outcome), ExitCode: r.ExitCode, Signal: r.Signal, Fingerprint: r.Fingerprint, NotStarted: r.NotStarted,
+		Usage: sandbox.Usage{
+			Wall:   time.Duration(r.WallMS) * time.Millisecond,
+			CPU:    time.Duration(r.UserMS+r.SystemMS) * time.Millisecond,
+			MaxRSS: r.MaxRSSKB << 10,
+		},
+	}
+	if err != nil {
+		if errors.Is(err, sandbox.ErrLost) {
+			res.Outcome, res.Message = sandbox.OutcomeLost, "sandbox lost: "+err.Error()
+			return res, nil
+		}
+		return res, err
+	}
+	if r.Outcome == "" && r.Error != "" {
+		return res, fmt.Errorf("sandbox %s: start %.40q: %s", p.s.id, p.argv0, r.Error)
+	}
+	switch {
+	case res.Outcome == sandbox.OutcomeTimeout:
+		res.Message = "killed: command timeout exceeded"
+	case res.Outcome == sandbox.OutcomeOutputLimit:
+		res.Message = "killed: output limit exceeded"
+	case res.NotStarted == sandbox.CommandNotFound:
+		res.Message = p.argv0 + ": command not found in the sandbox"
+	case res.NotStarted != "":
+		res.Message = p.argv0 + ": cannot execute in the sandbox"
+	}
+	return res, nil
+}
+
+// ReadFile reads a file inside the sandbox.
+func (s *Sandbox) ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.ReadFile(ctx, path, limit)
+}
+
+// WriteFile writes a file inside the sandbox.
+func (s *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.WriteFile(ctx, path, r, mode)
+}
+
+// List lists a directory inside the sandbox.
+func (s *Sandbox) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.List(ctx, path)
+}
+
+// Stat describes a file inside the sandbox.
+func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.FileInfo{}, err
+	}
+	return s.conn.Stat(ctx, path)
+}
+
+// Mkdir creates a directory inside the sandbox.
+func (s *Sandbox) Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Mkdir(ctx, path, mode, recursive)
+}
+
+// Remove deletes a file or tree inside the sandbox.
+func (s *Sandbox) Remove(ctx context.Context, path string, recursive bool) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Remove(ctx, path, recursive)
+}
+
+// Rename moves a file inside the sandbox.
+func (s *Sandbox) Rename(ctx context.Context, oldPath, newPath string) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Rename(ctx, oldPath, newPath)
+}
+
+// Export writes a tar stream of a tree inside the sandbox.
+func (s *Sandbox) Export(ctx context.Context, path string, w io.Writer) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	return s.conn.Export(ctx, path, w)
+}
+
+// Diff writes a unified diff of /workspace against its source: a pod's
+// workspace starts empty (no host directory reaches it), so every file is
+// new.
+func (s *Sandbox) Diff(ctx context.Context, w io.Writer) error {
+	if err := s.alive(); err != nil {
+		return err
+	}
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := s.conn.Export(ctx, "/workspace", pw)
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	derr := sandbox.WriteDiff(w, "", pr)
+	pr.CloseWithError(errors.New("diff ended"))
+	if err := <-errc; err != nil {
+		return err
+	}
+	return derr
+}
+
+// Watch reports changes under a directory inside the sandbox.
+func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-chan sandbox.WatchEvent, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	return s.conn.Watch(ctx, path, recursive)
+}
+
+// Events implements sandbox.EventSource.
+func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, func(), error) {
+	if err := s.alive(); err != nil {
+		return nil, nil, err
+	}
+	return s.conn.Events(ctx)
+}
+
+// MeasureDisk implements sandbox.DiskMeasurer.
+func (s *Sandbox) MeasureDisk(ctx context.Context) (sandbox.DiskUsage, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.DiskUsage{}, err
+	}
+	d, err := s.conn.DiskUsage(ctx)
+	if err != nil {
+		return sandbox.DiskUsage{}, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return sandbox.DiskUsage{Used: d.Used, Total: d.Total}, nil
+}
+
+// Checkpoint implements sandbox.Checkpointer (of /workspace; a pod has no
+// root checkpoint).
+func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
+	if err := s.alive(); err != nil {
+		return sandbox.CheckpointResult{}, err
+	}
+	if req.Root {
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: root checkpoints: not supported on the kubernetes backend", s.id)
+	}
+	r, err := s.conn.Checkpoint(ctx, execproto.TreeWorkspace, req.Since, req.MarkOnly, w)
+	if err != nil {
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
+}
+
+// Connect implements sandbox.Connector: the executor dials port on the
+// sandbox's loopback and relays the connection over the API server.
+func (s *Sandbox) Connect(ctx context.Context, port int) (net.Conn, error) {
+	if err := s.alive(); err != nil {
+		return nil, err
+	}
+	c, err := s.conn.Connect(ctx, s.id, port)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	return c, nil
+}

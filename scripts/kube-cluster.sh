@@ -1,0 +1,332 @@
+#!/usr/bin/env bash
+# kube-cluster.sh build|up|down|env: a real single-node Kubernetes cluster on
+# this machine for the kubernetes sandbox backend's tests (docs/kubernetes.md;
+# the recipe and its measurements are in the project's KUBERNETES.md notes).
+#
+#   build  builds kube-apiserver and kubelet (test/kube's module, the release
+#          its go.mod pins) into $AIRLOCK_KUBE_CACHE/<version>/bin, unless
+#          they are there: a second build costs nothing.
+#   up     installs what it needs from Debian (etcd, containerd, the CNI
+#          plugins), builds when needed, starts etcd, the API server,
+#          containerd and the kubelet under $AIRLOCK_KUBE_STATE, waits for
+#          the node to be Ready and writes a kubeconfig there.
+#   down   stops exactly the processes up started (by the PIDs it wrote),
+#          then removes their containers, mounts, cgroups, bridge and state.
+#   env    prints the variables the tests read (eval "$(... env)").
+#
+# Everything listens on loopback; the one exception is the pod bridge
+# (airlock-kube0, 10.244.0.0/24, no route off it), which stays inside the
+# machine. Root only.
+set -euo pipefail
+
+VERSION=v1.37.2
+CACHE=${AIRLOCK_KUBE_CACHE:-/var/cache/airlock-kube}
+BIN=$CACHE/$VERSION/bin
+STATE=${AIRLOCK_KUBE_STATE:-/tmp/airlock-kube}
+PORT=${AIRLOCK_KUBE_PORT:-6443}
+ETCD_PORT=23790
+BRIDGE=airlock-kube0
+POD_CIDR=10.244.0.0/24
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+GO=${GO:-go}
+
+log() { echo "kube-cluster: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+build() {
+  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubelet" ]; then
+    return 0
+  fi
+  log "building kube-apiserver and kubelet $VERSION into $BIN (about 16 min on 2 idle cores with a cold cache)"
+  local minor=${VERSION#v1.}
+  minor=${minor%%.*}
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  local tmp=$BIN.tmp.$$
+  mkdir -p "$tmp"
+  local start=$SECONDS
+  (cd "$REPO/test/kube" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "$ld" -o "$tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubelet)
+  mkdir -p "$(dirname "$BIN")"
+  rm -rf "$BIN"
+  mv "$tmp" "$BIN"
+  log "built in $((SECONDS - start)) s"
+}
+
+# deps installs the Debian packages the node needs, when missing.
+deps() {
+  local pkgs=()
+  command -v etcd >/dev/null 2>&1 || pkgs+=(etcd-server)
+  command -v containerd >/dev/null 2>&1 || pkgs+=(containerd)
+  [ -x /usr/lib/cni/bridge ] || pkgs+=(containernetworking-plugins)
+  command -v runc >/dev/null 2>&1 || pkgs+=(runc)
+  command -v busybox >/dev/null 2>&1 || pkgs+=(busybox-static)
+  command -v jq >/dev/null 2>&1 || pkgs+=(jq)
+  command -v openssl >/dev/null 2>&1 || pkgs+=(openssl)
+  command -v curl >/dev/null 2>&1 || pkgs+=(curl)
+  [ ${#pkgs[@]} -eq 0 ] && return 0
+  log "installing ${pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # policy-rc.d (or no init) keeps the packages' services from starting:
+  # this script runs its own etcd and containerd.
+  if ! apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1; then
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  fi
+}
+
+# start NAME CMD...: runs CMD in the background, its output in NAME.log, its
+# PID and executable in pids/NAME (stop checks both: a PID a dead cluster
+# left may name another process by now).
+start() {
+  local name=$1
+  shift
+  local exe
+  exe=$(readlink -f "$(command -v "$1")")
+  setsid "$@" >"$STATE/log/$name.log" 2>&1 </dev/null &
+  echo "$! $exe" >"$STATE/pids/$name"
+}
+
+# image NAME ENTRYPOINT...: a docker-archive tarball of busybox-static (with
+# its applets as links, /etc/passwd and /etc/group) tagged NAME, on stdout.
+image() {
+  local name=$1
+  shift
+  local d
+  d=$(mktemp -d)
+  mkdir -p "$d/root/bin" "$d/root/etc" "$d/root/tmp" "$d/root/workspace" "$d/root/home"
+  cp "$(command -v busybox)" "$d/root/bin/busybox"
+  local a
+  for a in $("$d/root/bin/busybox" --list); do
+    [ "$a" = busybox ] || ln -s busybox "$d/root/bin/$a"
+  done
+  printf 'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$d/root/etc/passwd"
+  printf 'root:x:0:\nsandbox:x:1000:\nnobody:x:65534:\n' >"$d/root/etc/group"
+  chmod 1777 "$d/root/tmp"
+  (cd "$d/root" && tar --numeric-owner --owner=0 --group=0 -cf ../layer.tar .)
+  local diff
+  diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
+  local entry
+  entry=$(printf '%s\n' "$@" | jq -R . | jq -sc .)
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$entry" "$diff" >"$d/config.json"
+  local cfg
+  cfg=$(sha256sum "$d/config.json" | cut -d' ' -f1)
+  mv "$d/config.json" "$d/$cfg.json"
+  mkdir "$d/$diff" && mv "$d/layer.tar" "$d/$diff/layer.tar"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfg" "$name" "$diff" >"$d/manifest.json"
+  (cd "$d" && tar -cf - manifest.json "$cfg.json" "$diff")
+  rm -rf "$d"
+}
+
+api() {
+  curl -sS --cacert "$STATE/pki/apiserver.crt" -H "Authorization: Bearer $(cat "$STATE/token")" "$@"
+}
+
+up() {
+  [ "$(id -u)" -eq 0 ] || die "up needs root"
+  if [ -d "$STATE/pids" ]; then
+    die "$STATE holds a cluster already (run down first)"
+  fi
+  deps
+  build
+  local t0=$SECONDS
+  mkdir -p "$STATE"/{pids,log,pki,etcd,containerd,kubelet,cni/net.d,cni/bin,seccomp}
+  # What down must remove outside the state directory: only what was not
+  # there before.
+  : >"$STATE/created"
+  local p
+  for p in /var/log/containers /var/log/pods /run/containerd /usr/libexec/kubernetes; do
+    [ -e "$p" ] || echo "$p" >>"$STATE/created"
+  done
+
+  # Credentials: one static token in system:masters, one service account key.
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$STATE/token"
+  echo "$(cat "$STATE/token"),airlock-admin,airlock-admin,system:masters" >"$STATE/pki/tokens.csv"
+  openssl genrsa -out "$STATE/pki/sa.key" 2048 2>/dev/null
+
+  start etcd etcd --name airlock-kube --data-dir "$STATE/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
+    --initial-cluster airlock-kube=http://127.0.0.1:23800
+
+  # containerd: its own root, state, socket and CNI directories; pause is a
+  # local image (no registry); restrict_oom_score_adj because this machine
+  # lacks CAP_SYS_RESOURCE (the pause container's -998 fails otherwise).
+  ln -sf /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback "$STATE/cni/bin/"
+  cat >"$STATE/cni/net.d/10-airlock.conflist" <<EOF
+{"cniVersion":"0.4.0","name":"airlock-kube","plugins":[{"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR"}]],"routes":[],"dataDir":"$STATE/cni/ipam"}}]}
+EOF
+  cat >"$STATE/containerd/config.toml" <<EOF
+version = 2
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+[grpc]
+  address = "$STATE/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$STATE/cni/bin"
+    conf_dir = "$STATE/cni/net.d"
+EOF
+  start containerd containerd --config "$STATE/containerd/config.toml"
+
+  # API server: loopback, static token, no endpoint reconciler (it refuses
+  # a loopback advertise address), kubelet reached by its hostname.
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" --bind-address=127.0.0.1 --secure-port="$PORT" \
+    --advertise-address=127.0.0.1 --endpoint-reconciler-type=none \
+    --cert-dir="$STATE/pki" --token-auth-file="$STATE/pki/tokens.csv" \
+    --service-account-key-file="$STATE/pki/sa.key" --service-account-signing-key-file="$STATE/pki/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/24 \
+    --kubelet-preferred-address-types=Hostname
+
+  local i
+  for i in $(seq 100); do
+    [ -S "$STATE/containerd/containerd.sock" ] && break
+    sleep 0.1
+  done
+  [ -S "$STATE/containerd/containerd.sock" ] || die "containerd did not start: $(tail -5 "$STATE/log/containerd.log")"
+  image registry.k8s.io/pause:3.10 /bin/sleep 2147483647 | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
+  image docker.io/library/busybox:airlock /bin/sh | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
+
+  for i in $(seq 600); do
+    [ -s "$STATE/pki/apiserver.crt" ] && [ "$(api "https://127.0.0.1:$PORT/readyz" 2>/dev/null)" = ok ] && break
+    sleep 0.1
+  done
+  [ "$(api "https://127.0.0.1:$PORT/readyz" 2>/dev/null)" = ok ] || die "API server not ready: $(tail -5 "$STATE/log/kube-apiserver.log")"
+
+  local ca
+  ca=$(base64 -w0 <"$STATE/pki/apiserver.crt")
+  cat >"$STATE/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: airlock-kube
+  cluster: {server: "https://127.0.0.1:$PORT", certificate-authority-data: "$ca"}
+users:
+- name: airlock-admin
+  user: {token: "$(cat "$STATE/token")"}
+contexts:
+- name: airlock-kube
+  context: {cluster: airlock-kube, user: airlock-admin}
+current-context: airlock-kube
+EOF
+  chmod 600 "$STATE/kubeconfig"
+
+  # kubelet: cgroupfs on this machine's cgroup v1, named localhost so the
+  # API server reaches it on loopback for exec and logs; test-only
+  # anonymous AlwaysAllow on 127.0.0.1.
+  cat >"$STATE/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://$STATE/containerd/containerd.sock
+address: 127.0.0.1
+healthzBindAddress: 127.0.0.1
+healthzPort: 0
+readOnlyPort: 0
+podLogsDir: $STATE/pod-logs
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+EOF
+  # Seccomp profiles the backend's pods may name (Localhost): the kubelet
+  # reads them from <root-dir>/seccomp.
+  mkdir -p "$STATE/kubelet/root/seccomp"
+  start kubelet "$BIN/kubelet" --config="$STATE/kubelet/config.yaml" --kubeconfig="$STATE/kubeconfig" \
+    --root-dir="$STATE/kubelet/root" --cert-dir="$STATE/kubelet/pki" --hostname-override=localhost
+
+  for i in $(seq 600); do
+    if [ "$(api "https://127.0.0.1:$PORT/api/v1/nodes/localhost" 2>/dev/null |
+      jq -r '.status.conditions[]? | select(.type=="Ready") | .status')" = True ]; then
+      log "node Ready after $((SECONDS - t0)) s; $(print_env)"
+      return 0
+    fi
+    sleep 0.1
+  done
+  die "node not Ready after 60 s: $(tail -5 "$STATE/log/kubelet.log")"
+}
+
+# stop NAME: kills the process up started as NAME and waits for it.
+stop() {
+  local f=$STATE/pids/$1
+  [ -s "$f" ] || return 0
+  local pid exe
+  read -r pid exe <"$f"
+  if [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" != "$exe" ]; then
+    rm -f "$f" # gone, or the PID is another process's now
+    return 0
+  fi
+  if kill "$pid" 2>/dev/null; then
+    local i
+    for i in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+down() {
+  [ -d "$STATE" ] || return 0
+  stop kubelet
+  stop kube-apiserver
+  local sock=$STATE/containerd/containerd.sock
+  if [ -S "$sock" ]; then
+    local c
+    for c in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+      ctr -a "$sock" -n k8s.io tasks kill -s KILL "$c" >/dev/null 2>&1 || true
+    done
+    sleep 0.5
+    for c in $(ctr -a "$sock" -n k8s.io tasks ls -q 2>/dev/null); do
+      ctr -a "$sock" -n k8s.io tasks delete -f "$c" >/dev/null 2>&1 || true
+    done
+  fi
+  stop containerd
+  stop etcd
+  # Mounts under the state directory (the kubelet binds its root onto
+  # itself; pods' volumes and the shims' rootfs), deepest first.
+  local m
+  for m in $(awk -v s="$STATE" 'index($2, s) == 1 {print $2}' /proc/self/mounts | sort -r); do
+    umount -l "$m" 2>/dev/null || true
+  done
+  # The pods' cgroups (cgroupfs driver: kubepods in each v1 hierarchy).
+  local h
+  for h in /sys/fs/cgroup/*/; do
+    [ -d "$h/kubepods" ] && find "$h/kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  if [ -f "$STATE/created" ]; then
+    while read -r p; do rm -rf "$p"; done <"$STATE/created"
+  fi
+  rm -rf "$STATE"
+}
+
+print_env() {
+  echo "export AIRLOCK_KUBECONFIG=$STATE/kubeconfig AIRLOCK_KUBE_CONTAINERD=$STATE/containerd/containerd.sock AIRLOCK_KUBE_SECCOMP=$STATE/kubelet/root/seccomp"
+}
+
+case "${1:-}" in
+build) build ;;
+up) up ;;
+down) down ;;
+env) print_env ;;
+*)
+  echo "usage: $0 build|up|down|env" >&2
+  exit 2
+  ;;
+esac
