@@ -68,8 +68,46 @@ func mcpCall(t *testing.T, cs *sdk.ClientSession, name string, args map[string]a
 	return res
 }
 
+// waitCLIApproval waits until `airlock approvals --json` on home lists a
+// pending approval of sandbox sb, and returns its id.
+func waitCLIApproval(t *testing.T, home, exe, sb string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var out bytes.Buffer
+		if code := airlockIn(t, context.Background(), home, exe, &out, "approvals", "--json"); code != 0 {
+			t.Fatalf("airlock approvals = %d", code)
+		}
+		d := json.NewDecoder(&out)
+		for {
+			var a struct{ ID, Sandbox, Action string }
+			if d.Decode(&a) != nil {
+				break
+			}
+			if a.Sandbox == sb && strings.HasPrefix(a.Action, "run_command ") {
+				return a.ID
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no approval of sandbox %s listed by airlock approvals", sb)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// progressTo is a client's options whose progress notifications' messages
+// go to ch.
+func progressTo(ch chan<- string) *sdk.ClientOptions {
+	return &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+		select {
+		case ch <- r.Params.Message:
+		default:
+		}
+	}}
+}
+
 // exerciseMCP runs the calls both transports must answer alike.
-func exerciseMCP(t *testing.T, cs *sdk.ClientSession) {
+func exerciseMCP(t *testing.T, cs *sdk.ClientSession, progress <-chan string, home, exe string) {
 	t.Helper()
 	res := mcpCall(t, cs, "run_command", map[string]any{"command": "echo in-sandbox; exit 4"})
 	if !res.IsError || !strings.Contains(mcpText(res), "in-sandbox") || !strings.Contains(mcpText(res), "exit status 4") {
@@ -84,9 +122,50 @@ func exerciseMCP(t *testing.T, cs *sdk.ClientSession) {
 	if !res.IsError || !strings.Contains(mcpText(res), "nothing is deleted here") {
 		t.Errorf("rm under guarded = %q, want the policy's denial", mcpText(res))
 	}
-	res = mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo ran", "sandbox": id})
-	if !res.IsError || !strings.Contains(mcpText(res), "cannot hold approvals") {
-		t.Errorf("ask under guarded = %q, want a refusal that says approvals cannot be held", mcpText(res))
+	// ask: held as an approval that `airlock approvals` lists and `airlock
+	// approve`/`deny` decides (another host on the same store), while the
+	// client gets progress notifications naming it.
+	for _, approve := range []bool{true, false} {
+		done := make(chan *sdk.CallToolResult, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			p := &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "ask; echo asked-ran", "sandbox": id}}
+			p.SetProgressToken("ask")
+			res, err := cs.CallTool(ctx, p)
+			if err != nil {
+				t.Errorf("CallTool(ask) = %v", err)
+			}
+			done <- res
+		}()
+		approval := waitCLIApproval(t, home, exe, id)
+	named:
+		for {
+			select {
+			case msg := <-progress:
+				if strings.Contains(msg, approval) {
+					break named
+				}
+			case <-time.After(time.Minute):
+				t.Errorf("no progress notification named approval %s while the call waited", approval)
+				break named
+			}
+		}
+		args := []string{"approve", approval}
+		if !approve {
+			args = []string{"deny", approval, "--reason", "not this one"}
+		}
+		if code := airlockIn(t, context.Background(), home, exe, io.Discard, args...); code != 0 {
+			t.Fatalf("airlock %s = %d", args[0], code)
+		}
+		res = <-done
+		switch {
+		case res == nil:
+		case approve && (res.IsError || !strings.Contains(mcpText(res), "asked-ran")):
+			t.Errorf("approved ask = %q, want it run", mcpText(res))
+		case !approve && (!res.IsError || !strings.Contains(mcpText(res), "not this one") || strings.Contains(mcpText(res), "asked-ran")):
+			t.Errorf("denied ask = %q, want the denial's reason, not run", mcpText(res))
+		}
 	}
 	res = mcpCall(t, cs, "create_sandbox", map[string]any{"policy": "missing"})
 	if !res.IsError || !strings.Contains(mcpText(res), `no stored policy "missing"`) {
@@ -116,11 +195,12 @@ func TestMCPStdio(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	progress := make(chan string, 16)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, progressTo(progress)).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
 	if err != nil {
 		t.Fatalf("Connect = %v", err)
 	}
-	exerciseMCP(t, cs)
+	exerciseMCP(t, cs, progress, home, exe)
 	_ = cs.Close()
 	inW.Close()
 	if code := <-done; code != 0 {
@@ -172,18 +252,19 @@ func serveMCP(t *testing.T, home, exe string) (url, key, narrow string) {
 func TestMCPServe(t *testing.T) {
 	home, exe := mcpHome(t)
 	url, key, narrow := serveMCP(t, home, exe)
+	progress := make(chan string, 16)
 	connect := func(k string) (*sdk.ClientSession, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer(k)}, MaxRetries: -1}
-		return sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, tr, nil)
+		return sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, progressTo(progress)).Connect(ctx, tr, nil)
 	}
 	cs, err := connect(key)
 	if err != nil {
 		t.Fatalf("Connect = %v", err)
 	}
 	defer cs.Close()
-	exerciseMCP(t, cs)
+	exerciseMCP(t, cs, progress, home, exe)
 
 	ns, err := connect(narrow)
 	if err != nil {

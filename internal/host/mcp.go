@@ -43,7 +43,8 @@ type MCPOptions struct {
 // MCPServer returns the MCP server of this host's sandboxes: built from
 // the tenants' stored policies (or o.Default), on the host's backend, with
 // the policy's egress through the host's proxy, refused to a tenant whose
-// credits are spent, and results scrubbed by the host's redactor.
+// credits are spent, results scrubbed by the host's redactor, and calls
+// the policy asks about held as approvals in the host's store.
 func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 	b, err := h.backend(telemetry.OriginMCP)
 	if err != nil {
@@ -56,6 +57,7 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 	return mcp.New(mcp.Options{
 		Sandboxes: boxes,
 		Runs:      &mcpRuns{h: h, trust: o.TrustTenantPolicies},
+		Approver:  newMCPApprover(h),
 		Audit:     o.Audit,
 		Limits:    MCPLimits(o.Default),
 		Redact:    h.red.String,

@@ -62,31 +62,6 @@ type RequestError struct{ Msg string }
 
 func (e *RequestError) Error() string { return e.Msg }
 
-// Approver holds the calls a policy answers with ask until a person decides.
-type Approver interface {
-	// Ask records q as a pending approval, calls held with its id once it
-	// is recorded, and waits for the decision (or ctx's end).
-	Ask(ctx context.Context, q Ask, held func(id string)) (Decision, error)
-}
-
-// Ask is a call waiting for a person.
-type Ask struct {
-	Session string
-	Tenant  string
-	Sandbox string
-	Tool    string
-	Args    json.RawMessage
-	// Rule and Reason are the policy's.
-	Rule, Reason string
-}
-
-// Decision is a person's answer to an Ask.
-type Decision struct {
-	Approved bool
-	By       string
-	Reason   string
-}
-
 // Options configure a Server. Sandboxes is required.
 type Options struct {
 	Sandboxes Sandboxes
@@ -412,12 +387,20 @@ type liveBox struct {
 	id      string
 	tenant  string
 	created time.Time
-	once    sync.Once
+	// end, when not nil, is called once the sandbox is destroyed (the
+	// approver's End).
+	end  func(ctx context.Context)
+	once sync.Once
 }
 
 func (b *liveBox) destroy(ctx context.Context) error {
 	var err error
-	b.once.Do(func() { err = b.Destroy(ctx) })
+	b.once.Do(func() {
+		err = b.Destroy(ctx)
+		if b.end != nil {
+			b.end(ctx)
+		}
+	})
 	return err
 }
 

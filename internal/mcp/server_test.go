@@ -69,7 +69,7 @@ func newBoxes(t *testing.T) *boxes {
 }
 
 func (x *boxes) Create(ctx context.Context, _ auth.Principal, req mcp.CreateRequest) (*mcp.Box, error) {
-	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n"}[req.Policy]
+	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n", "approvers": testPolicy + "approvals:\n  approvers: [alice]\n"}[req.Policy]
 	if src == "" {
 		return nil, &mcp.RequestError{Msg: fmt.Sprintf("no policy %q", req.Policy)}
 	}
@@ -98,10 +98,17 @@ func (x *boxes) all() []sandbox.Sandbox {
 }
 
 // approver is the test's Approver: it hands each ask to the test, which
-// decides through decide.
+// decides through dec (as a person would, or as Decide does for an
+// elicited answer).
 type approver struct {
 	asks chan mcp.Ask
 	dec  chan mcp.Decision
+
+	mu sync.Mutex
+	// elicited are the decisions Decide recorded (guarded by mu).
+	elicited []mcp.Decision
+	// ended are the sandboxes End was called for (guarded by mu).
+	ended []string
 }
 
 func newApprover() *approver {
@@ -117,6 +124,23 @@ func (a *approver) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mcp.D
 	case <-ctx.Done():
 		return mcp.Decision{}, ctx.Err()
 	}
+}
+
+func (a *approver) Decide(_ context.Context, _ mcp.Ask, id string, d mcp.Decision) error {
+	if id != "appr-1" {
+		return fmt.Errorf("no approval %q", id)
+	}
+	a.mu.Lock()
+	a.elicited = append(a.elicited, d)
+	a.mu.Unlock()
+	a.dec <- d
+	return nil
+}
+
+func (a *approver) End(_ context.Context, _, sandbox string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = append(a.ended, sandbox)
 }
 
 // lockedBuffer is an audit sink the test reads while the server writes.
@@ -162,6 +186,9 @@ type harness struct {
 	audit *lockedBuffer
 	// progress receives the messages of progress notifications.
 	progress chan string
+	// elicit, when set, is the clients' elicitation handler (they
+	// declare the capability).
+	elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)
 }
 
 func newHarness(t *testing.T, o mcp.Options) *harness {
@@ -181,7 +208,7 @@ func (h *harness) clientOptions() *sdk.ClientOptions {
 		case h.progress <- r.Params.Message:
 		default:
 		}
-	}}
+	}, ElicitationHandler: h.elicit}
 }
 
 // stdio connects a client over in-process pipes, as `airlock mcp` serves
@@ -457,6 +484,88 @@ func TestPolicyDecides(t *testing.T) {
 	want := []string{"deny/denied", "ask/ok", "ask/denied"}
 	if strings.Join(outcomes, " ") != strings.Join(want, " ") {
 		t.Errorf("audit of run_command = %v, want %v", outcomes, want)
+	}
+}
+
+// TestElicitation: a client that declares elicitation is asked about a
+// held call with a yes/no form naming the action and the rule; its answer
+// is recorded as the decision of mcp-user. Under a policy that names its
+// approvers the form is never shown, and the approval waits for them.
+func TestElicitation(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		answer       map[string]any
+		action       string
+		wantForm     bool
+		want         string
+	}{
+		{"yes", "", map[string]any{"approve": true}, "accept", true, "ran"},
+		{"no", "", map[string]any{"approve": false}, "accept", true, "denied by mcp-user: the MCP user said no"},
+		{"declined", "", nil, "decline", true, "denied by mcp-user: the MCP user declined"},
+		{"approvers named", "approvers", map[string]any{"approve": true}, "accept", false, "denied by alice: no"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, mcp.Options{})
+			forms := make(chan *sdk.ElicitParams, 1)
+			h.elicit = func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+				forms <- r.Params
+				return &sdk.ElicitResult{Action: tc.action, Content: tc.answer}, nil
+			}
+			cs := h.stdio(t)
+			id := ""
+			if tc.policy != "" {
+				res := mustCall(t, cs, "create_sandbox", map[string]any{"policy": tc.policy})
+				id = res.StructuredContent.(map[string]any)["sandbox"].(string)
+			}
+			done := make(chan *sdk.CallToolResult, 1)
+			go func() {
+				res, err := call(t, cs, "run_command", map[string]any{"command": "ask=1; echo ran", "sandbox": id}, true)
+				if err != nil {
+					t.Errorf("CallTool = %v", err)
+				}
+				done <- res
+			}()
+			<-h.appr.asks
+			if tc.wantForm {
+				f := <-forms
+				for _, want := range []string{"run_command", "echo ran", "tools.run_command.rules[1]", "a person looks at these", "appr-1"} {
+					if !strings.Contains(f.Message, want) {
+						t.Errorf("form message %q lacks %q", f.Message, want)
+					}
+				}
+			} else {
+				h.appr.dec <- mcp.Decision{By: "alice", Reason: "no"}
+			}
+			res := <-done
+			if res == nil || !strings.Contains(text(res), tc.want) {
+				t.Fatalf("held run_command = %v, want %q", res, tc.want)
+			}
+			select {
+			case f := <-forms:
+				if !tc.wantForm {
+					t.Errorf("a form was shown under a policy naming its approvers: %q", f.Message)
+				}
+			default:
+			}
+			h.appr.mu.Lock()
+			elicited := h.appr.elicited
+			h.appr.mu.Unlock()
+			if tc.wantForm && (len(elicited) != 1 || elicited[0].By != mcp.ByMCPUser) {
+				t.Errorf("decisions recorded through Decide = %+v, want one by %s", elicited, mcp.ByMCPUser)
+			}
+			if !tc.wantForm && len(elicited) != 0 {
+				t.Errorf("decisions recorded through Decide = %+v, want none", elicited)
+			}
+			if id != "" {
+				mustCall(t, cs, "destroy_sandbox", map[string]any{"sandbox": id})
+				h.appr.mu.Lock()
+				ended := h.appr.ended
+				h.appr.mu.Unlock()
+				if len(ended) != 1 || ended[0] != id {
+					t.Errorf("End was called for %v, want %s once it was destroyed", ended, id)
+				}
+			}
+		})
 	}
 }
 
