@@ -528,3 +528,50 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPElicitation: `airlock mcp` asks a client that declares
+// elicitation about a held call itself; its answer is the decision,
+// recorded in the store by mcp-user.
+func TestMCPElicitation(t *testing.T) {
+	home, exe := mcpHome(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		env := &cli.Env{Env: sandboxcli.Env{Ctx: context.Background(), Stdin: inR, Stdout: outW, Stderr: logWriter{t, "mcp: "}, Home: home, Executor: exe, Spawner: true}}
+		done <- cli.Main(env, []string{"mcp", "--policy", "guarded"})
+		outW.Close()
+	}()
+	answers := make(chan bool, 2)
+	answers <- true
+	answers <- false
+	var forms []string
+	opts := &sdk.ClientOptions{ElicitationHandler: func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+		forms = append(forms, r.Params.Message)
+		return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": <-answers}}, nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("Connect = %v", err)
+	}
+	if res := mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo elicited-ran"}); res.IsError || !strings.Contains(mcpText(res), "elicited-ran") {
+		t.Errorf("ask answered yes = %q, want it run", mcpText(res))
+	}
+	if res := mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo elicited-ran"}); !res.IsError || !strings.Contains(mcpText(res), "denied by mcp-user") {
+		t.Errorf("ask answered no = %q, want denied by mcp-user", mcpText(res))
+	}
+	if len(forms) != 2 || !strings.Contains(forms[0], "a person looks at these") || !strings.Contains(forms[0], "echo elicited-ran") {
+		t.Errorf("forms = %q, want two naming the action and the rule's reason", forms)
+	}
+	var out bytes.Buffer
+	if code := airlockIn(t, context.Background(), home, exe, &out, "approvals", "--json"); code != 0 || strings.TrimSpace(out.String()) != "" {
+		t.Errorf("airlock approvals = %d %q, want none pending", code, out.String())
+	}
+	_ = cs.Close()
+	inW.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("airlock mcp = %d", code)
+	}
+}

@@ -249,7 +249,7 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 		decision = "approved"
 	}
 	if r, err := e.o.Store.GetRun(ctx, runID); err == nil && r.Kind == store.KindMCP {
-		return e.decideMCP(ctx, id, tenant, event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason}, false)
+		return e.decideMCP(ctx, id, tenant, "", event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason}, false)
 	}
 	err := e.appendFresh(ctx, runID, func(r store.Run) (event.Status, event.Payload, error) {
 		if tenant != "" && r.Tenant != tenant {

@@ -72,12 +72,22 @@ type MCPAsk struct {
 }
 
 // HoldMCPAsk appends q to MCP record id as a pending approval, calls held
-// with its id once it is stored, and waits for its decision: a person's
-// (Decide, from this process or another on the store), or "expired" once
-// q's timeout has passed (appended here; the caller applies on_timeout).
-// When ctx ends first, the ask is recorded as withdrawn and ctx's cause
-// returned.
+// with its id once it is stored, and waits for its decision
+// (AwaitMCPAsk).
 func (e *Engine) HoldMCPAsk(ctx context.Context, id string, q MCPAsk, held func(approvalID string)) (event.ApprovalDecided, error) {
+	req, err := e.RequestMCPAsk(ctx, id, q)
+	if err != nil {
+		return event.ApprovalDecided{}, err
+	}
+	if held != nil {
+		held(req.ApprovalID)
+	}
+	return e.AwaitMCPAsk(ctx, req.ApprovalID)
+}
+
+// RequestMCPAsk appends q to MCP record id as a pending approval and
+// returns it as stored.
+func (e *Engine) RequestMCPAsk(ctx context.Context, id string, q MCPAsk) (event.ApprovalRequested, error) {
 	timeout := q.Timeout
 	if timeout <= 0 {
 		timeout = e.o.ApprovalTimeout
@@ -94,17 +104,24 @@ func (e *Engine) HoldMCPAsk(ctx context.Context, id string, q MCPAsk, held func(
 		}
 		return []event.Payload{req}, nil
 	})
-	if err != nil {
-		return event.ApprovalDecided{}, err
-	}
-	if held != nil {
-		held(req.ApprovalID)
+	return req, err
+}
+
+// AwaitMCPAsk waits for the decision on pending MCP approval approvalID:
+// a person's (Decide, from this process or another on the store), or
+// "expired" once its expiry has passed (appended here; the caller applies
+// on_timeout). When ctx ends first, the ask is recorded as withdrawn and
+// ctx's cause returned.
+func (e *Engine) AwaitMCPAsk(ctx context.Context, approvalID string) (event.ApprovalDecided, error) {
+	id, _, ok := splitApprovalID(approvalID)
+	if !ok {
+		return event.ApprovalDecided{}, fmt.Errorf("%w: %q", ErrNoApproval, approvalID)
 	}
 	withdraw := func() (event.ApprovalDecided, error) {
 		stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		w := event.ApprovalDecided{ApprovalID: req.ApprovalID, Decision: "withdrawn", By: "mcp-client", Reason: "the call ended before a decision"}
-		_ = e.decideMCP(stop, req.ApprovalID, "", w, true) // decided meanwhile: that decision stands, and the call is gone anyway
+		w := event.ApprovalDecided{ApprovalID: approvalID, Decision: "withdrawn", By: "mcp-client", Reason: "the call ended before a decision"}
+		_ = e.decideMCP(stop, approvalID, "", "", w, true) // decided meanwhile: that decision stands, and the call is gone anyway
 		return event.ApprovalDecided{}, context.Cause(ctx)
 	}
 	for {
@@ -118,12 +135,16 @@ func (e *Engine) HoldMCPAsk(ctx context.Context, id string, q MCPAsk, held func(
 		if err != nil {
 			return event.ApprovalDecided{}, err
 		}
-		if a := asks.byID[req.ApprovalID]; a != nil && a.decided != nil {
+		a := asks.byID[approvalID]
+		if a == nil {
+			return event.ApprovalDecided{}, fmt.Errorf("%w: %q", ErrNoApproval, approvalID)
+		}
+		if a.decided != nil {
 			return *a.decided, nil
 		}
-		if !e.o.Now().Before(req.Expires) {
-			expired := event.ApprovalDecided{ApprovalID: req.ApprovalID, Decision: "expired", By: "timeout", Reason: "no decision in " + timeout.String()}
-			err := e.decideMCP(ctx, req.ApprovalID, "", expired, true)
+		if !e.o.Now().Before(a.req.Expires) {
+			expired := event.ApprovalDecided{ApprovalID: approvalID, Decision: "expired", By: "timeout", Reason: "no decision by " + a.req.Expires.UTC().Format(time.RFC3339)}
+			err := e.decideMCP(ctx, approvalID, "", "", expired, true)
 			if err != nil && !errors.Is(err, ErrDecided) {
 				return event.ApprovalDecided{}, err
 			}
@@ -135,6 +156,15 @@ func (e *Engine) HoldMCPAsk(ctx context.Context, id string, q MCPAsk, held func(
 		case <-time.After(e.o.Poll):
 		}
 	}
+}
+
+// AnswerMCPAsk records d, the decision of the person at the MCP client
+// (an elicitation's answer), on pending MCP approval approvalID of tenant,
+// if it asks about action: an answer cannot be carried over to another
+// call.
+func (e *Engine) AnswerMCPAsk(ctx context.Context, approvalID, tenant, action string, d event.ApprovalDecided) error {
+	d.ApprovalID = approvalID
+	return e.decideMCP(ctx, approvalID, tenant, action, d, false)
 }
 
 // CloseMCPRecord completes MCP record id (its sandbox or session ended):
@@ -279,18 +309,22 @@ func (e *Engine) appendMCPStatus(ctx context.Context, id string, to event.Status
 }
 
 // decideMCP appends decision d to the MCP record its approval id names,
-// if the ask is pending: tenant, when not empty, must own the record.
-// internal marks the holder's own decisions (expired, withdrawn), which
-// may be made past the ask's expiry.
-func (e *Engine) decideMCP(ctx context.Context, id, tenant string, d event.ApprovalDecided, internal bool) error {
-	recID, _, _ := splitApprovalID(id)
-	return e.appendMCP(ctx, recID, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
+// if the ask is pending: tenant, when not empty, must own the record, and
+// action, when not empty, must be the ask's. internal marks the holder's
+// own decisions (expired, withdrawn), which may be made past the ask's
+// expiry.
+func (e *Engine) decideMCP(ctx context.Context, id, tenant, action string, d event.ApprovalDecided, internal bool) error {
+	recID, _, ok := splitApprovalID(id)
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoApproval, id)
+	}
+	err := e.appendMCP(ctx, recID, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
 		if tenant != "" && r.Tenant != tenant {
 			return nil, fmt.Errorf("%w: %q", ErrNoApproval, id) // another tenant's record does not exist for this one
 		}
 		a := asks.byID[id]
 		switch {
-		case a == nil:
+		case a == nil, action != "" && a.req.Action != action:
 			return nil, fmt.Errorf("%w: %q", ErrNoApproval, id)
 		case a.decided != nil:
 			return nil, fmt.Errorf("%w: %s %s by %s", ErrDecided, id, a.decided.Decision, a.decided.By)
@@ -303,6 +337,10 @@ func (e *Engine) decideMCP(ctx context.Context, id, tenant string, d event.Appro
 		}
 		return []event.Payload{d}, nil
 	})
+	if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid) {
+		return fmt.Errorf("%w: %q", ErrNoApproval, id)
+	}
+	return err
 }
 
 // mcpApprovals lists the pending asks of tenant's open MCP records (every

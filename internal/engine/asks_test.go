@@ -190,6 +190,31 @@ func testMCPAsks(t *testing.T, st store.Store) {
 		t.Errorf("Decide after the expiry = %v, want ErrDecided", err)
 	}
 
+	// Answered at the MCP client (an elicitation): only for the call it
+	// asked about, and only for a pending approval.
+	req, err := holder.RequestMCPAsk(ctx, rec, engine.MCPAsk{Action: "run_command {\"command\":\"ask 6\"}", Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("RequestMCPAsk = %v", err)
+	}
+	yes := event.ApprovalDecided{Decision: "approved", By: "mcp-user"}
+	for _, bad := range []struct{ id, tenant, action string }{
+		{req.ApprovalID, "acme", "run_command {\"command\":\"rm -rf /\"}"},
+		{req.ApprovalID, "other", req.Action},
+		{rec + ".call-99", "acme", req.Action},
+		{"run_00000000000000000000000000.call-1", "acme", req.Action},
+		{"not an id", "acme", req.Action},
+	} {
+		if err := holder.AnswerMCPAsk(ctx, bad.id, bad.tenant, bad.action, yes); !errors.Is(err, engine.ErrNoApproval) {
+			t.Errorf("AnswerMCPAsk(%s, %s, %s) = %v, want ErrNoApproval", bad.id, bad.tenant, bad.action, err)
+		}
+	}
+	if err := holder.AnswerMCPAsk(ctx, req.ApprovalID, "acme", req.Action, yes); err != nil {
+		t.Fatalf("AnswerMCPAsk = %v", err)
+	}
+	if d, err := holder.AwaitMCPAsk(ctx, req.ApprovalID); err != nil || d.Decision != "approved" || d.By != "mcp-user" {
+		t.Errorf("AwaitMCPAsk after the answer = %+v, %v, want approved by mcp-user", d, err)
+	}
+
 	// Withdrawn: the call's context ends first.
 	cctx, cancel := context.WithCancel(ctx)
 	id, done = hold(cctx, "run_command {\"command\":\"ask 4\"}")
@@ -227,7 +252,7 @@ func testMCPAsks(t *testing.T, st store.Store) {
 		types = append(types, ev.Type)
 	}
 	want := []event.Type{event.TypeSandboxCreated}
-	for range 5 {
+	for range 6 {
 		want = append(want, event.TypeApprovalRequested, event.TypeApprovalDecided)
 	}
 	want = append(want, event.TypeSandboxDestroyed)

@@ -2,12 +2,14 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
 )
@@ -52,31 +54,91 @@ func (a *mcpApprover) record(ctx context.Context, eng *engine.Engine, q mcp.Ask)
 	return id, nil
 }
 
-// Ask records q in its sandbox's record and waits for the decision; an
-// expired approval becomes the policy's on_timeout.
-func (a *mcpApprover) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mcp.Decision, error) {
-	rs, err := a.h.run()
-	if err != nil {
-		return mcp.Decision{}, err
-	}
-	rec, err := a.record(ctx, rs.eng, q)
-	if err != nil {
-		return mcp.Decision{}, err
-	}
-	doc := q.Policy
-	if doc == nil {
-		doc = policy.Default()
-	}
+// action is q as the person deciding reads it, and reason the policy's
+// reason with its rule.
+func action(q mcp.Ask) (action, reason string) {
 	args := string(q.Args)
 	if len(args) > 2000 {
 		args = args[:2000] + "…"
 	}
-	reason := q.Reason
+	reason = q.Reason
 	if q.Rule != "" {
 		reason = strings.TrimSpace(reason + " (" + q.Rule + ")")
 	}
-	timeout := time.Duration(doc.Approvals.Timeout)
-	d, err := rs.eng.HoldMCPAsk(ctx, rec, engine.MCPAsk{Action: q.Tool + " " + args, Reason: reason, Timeout: timeout}, held)
+	return q.Tool + " " + args, reason
+}
+
+func askPolicy(q mcp.Ask) *policy.Document {
+	if q.Policy == nil {
+		return policy.Default()
+	}
+	return q.Policy
+}
+
+// Request records q in its sandbox's record.
+func (a *mcpApprover) Request(ctx context.Context, q mcp.Ask) (string, error) {
+	rs, err := a.h.run()
+	if err != nil {
+		return "", err
+	}
+	rec, err := a.record(ctx, rs.eng, q)
+	if err != nil {
+		return "", err
+	}
+	act, reason := action(q)
+	req, err := rs.eng.RequestMCPAsk(ctx, rec, engine.MCPAsk{Action: act, Reason: reason, Timeout: time.Duration(askPolicy(q).Approvals.Timeout)})
+	return req.ApprovalID, err
+}
+
+// Ask records q in its sandbox's record and waits for the decision.
+func (a *mcpApprover) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mcp.Decision, error) {
+	id, err := a.Request(ctx, q)
+	if err != nil {
+		return mcp.Decision{}, err
+	}
+	held(id)
+	return a.await(ctx, q, id)
+}
+
+// Answer records the MCP user's answer on approval id, which must be one
+// of q's sandbox's record about q's call, by one the policy lets decide,
+// and waits for the decision.
+func (a *mcpApprover) Answer(ctx context.Context, q mcp.Ask, id string, d *mcp.Decision) (mcp.Decision, error) {
+	a.mu.Lock()
+	rec, ok := a.records[[2]string{q.Tenant, q.Sandbox}]
+	a.mu.Unlock()
+	if recID, ok2 := engine.ApprovalRunID(id); !ok || !ok2 || recID != rec {
+		return mcp.Decision{}, fmt.Errorf("%w: %q is not an approval of sandbox %s", engine.ErrNoApproval, id, q.Sandbox)
+	}
+	rs, err := a.h.run()
+	if err != nil {
+		return mcp.Decision{}, err
+	}
+	if d != nil {
+		if !askPolicy(q).Approvals.MayDecide(d.By) {
+			return mcp.Decision{}, &NotApproverError{Run: rec, Approvers: askPolicy(q).Approvals.Approvers}
+		}
+		decision := "denied"
+		if d.Approved {
+			decision = "approved"
+		}
+		act, _ := action(q)
+		err := rs.eng.AnswerMCPAsk(ctx, id, q.Tenant, act, event.ApprovalDecided{Decision: decision, By: d.By, Reason: d.Reason})
+		if err != nil && !errors.Is(err, engine.ErrDecided) { // decided by someone else first: that decision stands
+			return mcp.Decision{}, err
+		}
+	}
+	return a.await(ctx, q, id)
+}
+
+// await waits for approval id's decision; an expired approval becomes the
+// policy's on_timeout.
+func (a *mcpApprover) await(ctx context.Context, q mcp.Ask, id string) (mcp.Decision, error) {
+	rs, err := a.h.run()
+	if err != nil {
+		return mcp.Decision{}, err
+	}
+	d, err := rs.eng.AwaitMCPAsk(ctx, id)
 	if err != nil {
 		return mcp.Decision{}, err
 	}
@@ -84,7 +146,7 @@ func (a *mcpApprover) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mc
 	case "approved":
 		return mcp.Decision{Approved: true, By: d.By, Reason: d.Reason}, nil
 	case "expired":
-		allow := doc.Approvals.OnTimeout == policy.Allow
+		allow := askPolicy(q).Approvals.OnTimeout == policy.Allow
 		what := "deny"
 		if allow {
 			what = "allow"
@@ -95,12 +157,6 @@ func (a *mcpApprover) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mc
 	default:
 		return mcp.Decision{By: d.By, Reason: d.Reason}, nil
 	}
-}
-
-// Decide records the MCP user's answer with the checks every decider
-// meets (Host.Decide).
-func (a *mcpApprover) Decide(ctx context.Context, q mcp.Ask, id string, d mcp.Decision) error {
-	return a.h.Decide(ctx, id, q.Tenant, d.By, []string{d.By}, d.Approved, d.Reason)
 }
 
 // End completes the record of tenant's sandbox, if it asked.

@@ -14,18 +14,24 @@ import (
 // Approver holds the calls a policy answers with ask until a person decides.
 type Approver interface {
 	// Ask records q as a pending approval, calls held with its id once it
-	// is recorded, and waits for the decision: a person's, or the
-	// policy's on_timeout once the approval expires (By "timeout"). When
-	// ctx ends first the approval is withdrawn and ctx's error returned.
+	// is recorded, and waits for its decision (Await).
 	Ask(ctx context.Context, q Ask, held func(id string)) (Decision, error)
-	// Decide records d, the MCP user's own answer to pending approval id
-	// of q (an elicitation), as a person's decision; the Ask waiting on it
-	// returns it.
-	Decide(ctx context.Context, q Ask, id string, d Decision) error
-	// End closes what Ask keeps for sandbox q.Sandbox, whose sandbox or
+	// Request records q as a pending approval and returns its id.
+	Request(ctx context.Context, q Ask) (string, error)
+	// Answer records d, the MCP user's own answer (an elicitation's), on
+	// pending approval id, which must be q's: of q's tenant and sandbox,
+	// about the same call. With d nil (the user gave none) it records
+	// nothing. Then it waits for the approval's decision (Await).
+	Answer(ctx context.Context, q Ask, id string, d *Decision) (Decision, error)
+	// End closes what Ask keeps for tenant's sandbox, whose sandbox or
 	// session has ended; its pending approvals are withdrawn.
 	End(ctx context.Context, tenant, sandbox string)
 }
+
+// Await, in the Approver's contract, is waiting for an approval's
+// decision: a person's, or the policy's on_timeout once it expires (By
+// "timeout"). When ctx ends first the approval is withdrawn and ctx's
+// error returned.
 
 // Ask is a call waiting for a person.
 type Ask struct {
@@ -57,8 +63,13 @@ const ByMCPUser = "mcp-user"
 
 // hold waits for a person's decision on an asked call; a nil result means
 // approved, run it. While it waits the client gets progress notifications
-// naming the approval, and, when it declared elicitation and the policy
-// does not restrict who decides, a yes/no form.
+// naming the approval. A client that declared elicitation, under a policy
+// that does not restrict who decides, is first asked itself: the call
+// returns an input request (a yes/no form naming the action and the rule)
+// whose state is the approval's id, and the retried call carries the
+// answer, recorded as the decision of ByMCPUser (the SDK does the round
+// trip with an elicitation request for clients of older protocol
+// versions).
 func (s *Server) hold(ctx context.Context, c *callCtx, b *liveBox, name string, input json.RawMessage, d policy.ToolDecision) *sdk.CallToolResult {
 	if s.o.Approver == nil {
 		c.rec.Outcome = "denied"
@@ -68,6 +79,25 @@ func (s *Server) hold(ctx context.Context, c *callCtx, b *liveBox, name string, 
 	q := Ask{
 		Session: c.se.id, Tenant: c.p.Tenant, KeyID: c.p.KeyID, Sandbox: b.id, Tool: name, Args: input, Rule: d.Rule, Reason: d.Reason,
 		Policy: b.Policy, PolicyName: b.PolicyName,
+	}
+	elicit := canElicit(c.req.Session) && len(b.Policy.Approvals.Approvers) == 0
+	state := c.req.Params.RequestState
+	if !elicit {
+		state = "" // an answer counts only where the client may be asked
+	}
+	if elicit && state == "" {
+		id, err := s.o.Approver.Request(ctx, q)
+		if err != nil {
+			c.rec.Outcome = "error"
+			return s.textResult(fmt.Sprintf("error: %s needs a person's approval, and it could not be recorded: %v", name, err), true, nil)
+		}
+		c.rec.Approval, c.rec.Outcome = id, "input_required"
+		msg := fmt.Sprintf("airlock: %s in sandbox %s needs your approval (approval %s; `airlock approve %s` decides it too).\n\nAction: %s %s\nPolicy %s, rule %s: %s\n\nApprove it?",
+			name, b.id, id, id, name, clipLine(string(input), 1000), b.PolicyName, orDefault(d.Rule, "(none)"), d.Reason)
+		return &sdk.CallToolResult{
+			InputRequests: sdk.InputRequestMap{approveInput: &sdk.ElicitParams{Mode: "form", Message: s.o.Redact(msg), RequestedSchema: approveSchema}},
+			RequestState:  id,
+		}
 	}
 	var mu sync.Mutex
 	var approval string
@@ -82,20 +112,23 @@ func (s *Server) hold(ctx context.Context, c *callCtx, b *liveBox, name string, 
 		}
 		return waiting(approval)
 	})
-	ectx, cancelElicit := context.WithCancel(ctx)
-	var elicited sync.WaitGroup
-	dec, err := s.o.Approver.Ask(ctx, q, func(id string) {
+	held := func(id string) {
 		mu.Lock()
 		approval = id
 		mu.Unlock()
 		c.rec.Approval = id
 		s.notify(ctx, c, waiting(id))
-		if canElicit(c.req.Session) && len(b.Policy.Approvals.Approvers) == 0 {
-			elicited.Go(func() { s.elicit(ectx, c, q, id) })
-		}
-	})
-	cancelElicit()
-	elicited.Wait()
+	}
+	var dec Decision
+	var err error
+	if state != "" {
+		// A retried call: the state names the approval it asked about;
+		// the approver checks it is this call's.
+		held(state)
+		dec, err = s.o.Approver.Answer(ctx, q, state, answer(c.req.Params.InputResponses))
+	} else {
+		dec, err = s.o.Approver.Ask(ctx, q, held)
+	}
 	stop()
 	if err != nil {
 		c.rec.Outcome = "denied"
@@ -111,6 +144,9 @@ func (s *Server) hold(ctx context.Context, c *callCtx, b *liveBox, name string, 
 	}
 	return nil
 }
+
+// approveInput names the input request of an approval's form.
+const approveInput = "approve"
 
 // canElicit reports whether the client declared form elicitation.
 func canElicit(ss *sdk.ServerSession) bool {
@@ -134,33 +170,23 @@ var approveSchema = map[string]any{
 	"required": []string{"approve"},
 }
 
-// elicit asks the MCP user about approval id of q, and records a yes or a
-// no as their decision. Dismissing the form (cancel), or the client not
-// answering before someone else decides, leaves the approval to others.
-func (s *Server) elicit(ctx context.Context, c *callCtx, q Ask, id string) {
-	msg := fmt.Sprintf("airlock: %s in sandbox %s needs your approval (approval %s).\n\nAction: %s %s\nPolicy %s, rule %s: %s\n\nApprove it?",
-		q.Tool, q.Sandbox, id, q.Tool, clipLine(string(q.Args), 1000), q.PolicyName, orDefault(q.Rule, "(none)"), q.Reason)
-	res, err := c.req.Session.Elicit(ctx, &sdk.ElicitParams{Mode: "form", Message: s.o.Redact(msg), RequestedSchema: approveSchema})
-	if err != nil || res == nil {
-		if ctx.Err() == nil {
-			s.o.Logger.Debug("elicit an approval", "approval", id, "err", err)
-		}
-		return
+// answer is the MCP user's decision in a retried call's input responses:
+// nil when they gave none (dismissed the form, or the call carries no
+// answer), and the approval is left to others.
+func answer(rs sdk.InputResponseMap) *Decision {
+	res, ok := rs[approveInput].(*sdk.ElicitResult)
+	if !ok {
+		return nil
 	}
-	var d Decision
 	switch res.Action {
 	case "accept":
 		yes, _ := res.Content["approve"].(bool)
-		d = Decision{Approved: yes, By: ByMCPUser}
-		if !yes {
-			d.Reason = "the MCP user said no"
+		if yes {
+			return &Decision{Approved: true, By: ByMCPUser}
 		}
+		return &Decision{By: ByMCPUser, Reason: "the MCP user said no"}
 	case "decline":
-		d = Decision{By: ByMCPUser, Reason: "the MCP user declined"}
-	default:
-		return
+		return &Decision{By: ByMCPUser, Reason: "the MCP user declined"}
 	}
-	if err := s.o.Approver.Decide(context.WithoutCancel(ctx), q, id, d); err != nil {
-		s.o.Logger.Debug("record an elicited decision", "approval", id, "err", err) // decided by someone else first
-	}
+	return nil
 }

@@ -98,14 +98,14 @@ func (x *boxes) all() []sandbox.Sandbox {
 }
 
 // approver is the test's Approver: it hands each ask to the test, which
-// decides through dec (as a person would, or as Decide does for an
-// elicited answer).
+// decides through dec, as a person would; the MCP user's answers are
+// kept.
 type approver struct {
 	asks chan mcp.Ask
 	dec  chan mcp.Decision
 
 	mu sync.Mutex
-	// elicited are the decisions Decide recorded (guarded by mu).
+	// elicited are the answers Answer recorded (guarded by mu).
 	elicited []mcp.Decision
 	// ended are the sandboxes End was called for (guarded by mu).
 	ended []string
@@ -126,15 +126,27 @@ func (a *approver) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mcp.D
 	}
 }
 
-func (a *approver) Decide(_ context.Context, _ mcp.Ask, id string, d mcp.Decision) error {
+func (a *approver) Request(_ context.Context, q mcp.Ask) (string, error) {
+	a.asks <- q
+	return "appr-1", nil
+}
+
+func (a *approver) Answer(ctx context.Context, _ mcp.Ask, id string, d *mcp.Decision) (mcp.Decision, error) {
 	if id != "appr-1" {
-		return fmt.Errorf("no approval %q", id)
+		return mcp.Decision{}, fmt.Errorf("no approval %q", id)
 	}
-	a.mu.Lock()
-	a.elicited = append(a.elicited, d)
-	a.mu.Unlock()
-	a.dec <- d
-	return nil
+	if d != nil {
+		a.mu.Lock()
+		a.elicited = append(a.elicited, *d)
+		a.mu.Unlock()
+		return *d, nil
+	}
+	select {
+	case d := <-a.dec:
+		return d, nil
+	case <-ctx.Done():
+		return mcp.Decision{}, ctx.Err()
+	}
 }
 
 func (a *approver) End(_ context.Context, _, sandbox string) {
@@ -189,6 +201,8 @@ type harness struct {
 	// elicit, when set, is the clients' elicitation handler (they
 	// declare the capability).
 	elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)
+	// protocol, when set, is the protocol version the clients ask for.
+	protocol string
 }
 
 func newHarness(t *testing.T, o mcp.Options) *harness {
@@ -220,7 +234,7 @@ func (h *harness) stdio(t *testing.T) *sdk.ClientSession {
 	go func() {
 		done <- h.srv.ServeStdio(context.Background(), st, auth.Principal{Tenant: "local", Scopes: []string{auth.ScopeAdmin}})
 	}()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, h.clientOptions()).Connect(ctxT(t), ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, h.clientOptions()).Connect(ctxT(t), ct, &sdk.ClientSessionOptions{ProtocolVersion: h.protocol})
 	if err != nil {
 		t.Fatalf("Connect = %v", err)
 	}
@@ -498,14 +512,19 @@ func TestElicitation(t *testing.T) {
 		action       string
 		wantForm     bool
 		want         string
+		protocol     string
 	}{
-		{"yes", "", map[string]any{"approve": true}, "accept", true, "ran"},
-		{"no", "", map[string]any{"approve": false}, "accept", true, "denied by mcp-user: the MCP user said no"},
-		{"declined", "", nil, "decline", true, "denied by mcp-user: the MCP user declined"},
-		{"approvers named", "approvers", map[string]any{"approve": true}, "accept", false, "denied by alice: no"},
+		{"yes", "", map[string]any{"approve": true}, "accept", true, "ran", ""},
+		// A client of a protocol before multi round-trip requests gets
+		// an elicitation request during the call instead.
+		{"yes, 2025-11-25", "", map[string]any{"approve": true}, "accept", true, "ran", "2025-11-25"},
+		{"no", "", map[string]any{"approve": false}, "accept", true, "denied by mcp-user: the MCP user said no", ""},
+		{"declined", "", nil, "decline", true, "denied by mcp-user: the MCP user declined", ""},
+		{"approvers named", "approvers", map[string]any{"approve": true}, "accept", false, "denied by alice: no", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, mcp.Options{})
+			h.protocol = tc.protocol
 			forms := make(chan *sdk.ElicitParams, 1)
 			h.elicit = func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 				forms <- r.Params
@@ -551,10 +570,10 @@ func TestElicitation(t *testing.T) {
 			elicited := h.appr.elicited
 			h.appr.mu.Unlock()
 			if tc.wantForm && (len(elicited) != 1 || elicited[0].By != mcp.ByMCPUser) {
-				t.Errorf("decisions recorded through Decide = %+v, want one by %s", elicited, mcp.ByMCPUser)
+				t.Errorf("answers recorded = %+v, want one by %s", elicited, mcp.ByMCPUser)
 			}
 			if !tc.wantForm && len(elicited) != 0 {
-				t.Errorf("decisions recorded through Decide = %+v, want none", elicited)
+				t.Errorf("answers recorded = %+v, want none", elicited)
 			}
 			if id != "" {
 				mustCall(t, cs, "destroy_sandbox", map[string]any{"sandbox": id})
