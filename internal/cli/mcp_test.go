@@ -69,7 +69,8 @@ func mcpCall(t *testing.T, cs *sdk.ClientSession, name string, args map[string]a
 }
 
 // waitCLIApproval waits until `airlock approvals --json` on home lists a
-// pending approval of sandbox sb, and returns its id.
+// pending approval of run_command in sandbox sb (any sandbox when sb is
+// empty), and returns its id.
 func waitCLIApproval(t *testing.T, home, exe, sb string) string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
@@ -84,7 +85,7 @@ func waitCLIApproval(t *testing.T, home, exe, sb string) string {
 			if d.Decode(&a) != nil {
 				break
 			}
-			if a.Sandbox == sb && strings.HasPrefix(a.Action, "run_command ") {
+			if (sb == "" || a.Sandbox == sb) && strings.HasPrefix(a.Action, "run_command ") {
 				return a.ID
 			}
 		}
@@ -435,8 +436,9 @@ type tsResult struct {
 		Message string `json:"message"`
 	} `json:"badArg"`
 	Asked struct {
-		Text    string `json:"text"`
-		IsError bool   `json:"isError"`
+		Text     string   `json:"text"`
+		IsError  bool     `json:"isError"`
+		Progress []string `json:"progress"`
 	} `json:"asked"`
 	Narrow struct {
 		Code    int    `json:"code"`
@@ -466,12 +468,21 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 		cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
 		// `airlock` on PATH is this test binary (TestMain) acting as it.
 		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_EXEC="+exe)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("node client.mjs %s: %v", args[0], err)
+		}
+		// The client's asked call waits for a person: approve it from
+		// the command line (another process than the server holding it).
+		approval := waitCLIApproval(t, home, exe, "")
+		if code := airlockIn(t, context.Background(), home, exe, io.Discard, "approve", approval); code != 0 {
+			t.Errorf("airlock approve %s = %d", approval, code)
+		}
+		if err := cmd.Wait(); err != nil {
 			t.Fatalf("node client.mjs %s: %v\n%s", args[0], err, stderr.String())
 		}
+		out := stdout.Bytes()
 		var r tsResult
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("node client.mjs %s printed %q: %v", args[0], out, err)
@@ -514,8 +525,11 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 			if r.BadArg.Code != -32602 || !strings.Contains(r.BadArg.Message, "file") {
 				t.Errorf("bad argument = %+v, want JSON-RPC -32602 naming the argument", r.BadArg)
 			}
-			if !r.Asked.IsError || !strings.Contains(r.Asked.Text, "cannot hold approvals") || strings.Contains(r.Asked.Text, "asked-ran") {
-				t.Errorf("asked call = %+v, want refused, not run", r.Asked)
+			if r.Asked.IsError || !strings.Contains(r.Asked.Text, "asked-ran") {
+				t.Errorf("asked call = %+v, want it run once approved", r.Asked)
+			}
+			if len(r.Asked.Progress) == 0 || !strings.Contains(strings.Join(r.Asked.Progress, "\n"), "airlock approve ") {
+				t.Errorf("asked call's progress = %q, want notifications naming the approval", r.Asked.Progress)
 			}
 			if tc.name == "http" {
 				if r.Narrow.Code != -32001 || !strings.Contains(r.Narrow.Message, `"sandboxes" scope`) {
