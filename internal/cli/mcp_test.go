@@ -376,38 +376,43 @@ func TestMCPServe(t *testing.T) {
 // mcpSDKVersion is the official TypeScript SDK the test installs.
 const mcpSDKVersion = "@modelcontextprotocol/sdk@1.32.2"
 
-// installMCPSDK installs the TypeScript SDK with npm, under
-// $AIRLOCK_TEST_CACHE when set (reused across runs) or the test's temp
-// dir, and returns the directory holding node_modules.
-func installMCPSDK(t *testing.T) string {
+// installMCPSDK installs the TypeScript SDK with npm and returns the
+// directory holding node_modules.
+func installMCPSDK(t *testing.T) string { return installNPM(t, mcpSDKVersion, "mcp-sdk") }
+
+// installNPM installs npm package spec (NAME@VERSION) with npm, under
+// $AIRLOCK_TEST_CACHE/sub when set (reused across runs) or the test's
+// temp dir, and returns the directory holding node_modules. Without npm
+// or node the test is skipped, naming what is missing.
+func installNPM(t *testing.T, spec, sub string) string {
 	t.Helper()
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: the test installs @modelcontextprotocol/sdk with it")
+		t.Skipf("npm is not installed: the test installs %s with it", spec)
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed")
+		t.Skipf("node is not installed: the test runs %s with it", spec)
 	}
 	dir := t.TempDir()
 	if c := os.Getenv("AIRLOCK_TEST_CACHE"); c != "" {
-		dir = filepath.Join(c, "mcp-sdk")
+		dir = filepath.Join(c, sub)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	stamp := filepath.Join(dir, "installed")
-	if b, err := os.ReadFile(stamp); err == nil && string(b) == mcpSDKVersion {
+	if b, err := os.ReadFile(stamp); err == nil && string(b) == spec {
 		return dir
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save",
-		"--no-package-lock", "--no-update-notifier", mcpSDKVersion)
+		"--no-package-lock", "--no-update-notifier", spec)
 	cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(dir, ".npm"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", mcpSDKVersion, err, out)
+		t.Fatalf("npm install %s: %v\n%s", spec, err, out)
 	}
-	if err := os.WriteFile(stamp, []byte(mcpSDKVersion), 0o644); err != nil {
+	if err := os.WriteFile(stamp, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -587,5 +592,81 @@ func TestMCPElicitation(t *testing.T) {
 	inW.Close()
 	if code := <-done; code != 0 {
 		t.Errorf("airlock mcp = %d", code)
+	}
+}
+
+// inspectorVersion is the MCP Inspector the test installs for its CLI
+// mode.
+const inspectorVersion = "@modelcontextprotocol/inspector@0.17.2"
+
+// TestMCPInspectorCLI drives `airlock mcp` (stdio) and /mcp on airlock
+// serve (Streamable HTTP) with the MCP Inspector's CLI mode: list the
+// tools, run a command, a call refused (stdio: by the policy; HTTP: for
+// the key's scope) and a bad argument.
+func TestMCPInspectorCLI(t *testing.T) {
+	dir := installNPM(t, inspectorVersion, "mcp-inspector")
+	inspector := filepath.Join(dir, "node_modules", ".bin", "mcp-inspector")
+	home, exe := mcpHome(t)
+	url, key, narrow := serveMCP(t, home, exe)
+	// The stdio server under the stored policy "guarded": a script, so
+	// that the Inspector's flags and the server's stay apart.
+	guarded := filepath.Join(t.TempDir(), "airlock-mcp-guarded")
+	if err := os.WriteFile(guarded, []byte("#!/bin/sh\nexec airlock mcp --policy guarded\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, server []string, args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, inspector, append(append([]string{"--cli"}, server...), args...)...)
+		// `airlock` on PATH is this test binary (TestMain) acting as it.
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_EXEC="+exe)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("mcp-inspector: %v", err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	for _, tc := range []struct {
+		name           string
+		server, narrow []string
+		refused        []string // the call refused, and what its output says
+		refusedWant    string
+	}{
+		{
+			name: "stdio", server: []string{guarded},
+			refused:     []string{"--method", "tools/call", "--tool-name", "run_command", "--tool-arg", "command=rm -rf /workspace"},
+			refusedWant: "nothing is deleted here",
+		},
+		{
+			name: "http", server: []string{url, "--transport", "http", "--header", "Authorization: Bearer " + key},
+			narrow:      []string{url, "--transport", "http", "--header", "Authorization: Bearer " + narrow},
+			refused:     []string{"--method", "tools/call", "--tool-name", "run_command", "--tool-arg", "command=true"},
+			refusedWant: `"sandboxes" scope`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := run(t, tc.server, "--method", "tools/list")
+			if code != 0 || !strings.Contains(out, `"run_command"`) || !strings.Contains(out, `"create_sandbox"`) || !strings.Contains(out, `"readOnlyHint": true`) {
+				t.Errorf("tools/list = %d %s, want the tools and their annotations", code, out)
+			}
+			out, code = run(t, tc.server, "--method", "tools/call", "--tool-name", "run_command", "--tool-arg", "command=echo from-inspector")
+			if code != 0 || !strings.Contains(out, "from-inspector") || !strings.Contains(out, `"exit_code": 0`) {
+				t.Errorf("tools/call run_command = %d %s, want its output and exit code 0", code, out)
+			}
+			server := tc.server
+			if tc.narrow != nil {
+				server = tc.narrow
+			}
+			out, _ = run(t, server, tc.refused...)
+			if !strings.Contains(out, tc.refusedWant) || strings.Contains(out, `"exit_code"`) {
+				t.Errorf("refused call = %s, want %q and nothing run", out, tc.refusedWant)
+			}
+			out, code = run(t, tc.server, "--method", "tools/call", "--tool-name", "read_file", "--tool-arg", "file=x")
+			if code == 0 || !strings.Contains(out, "-32602") || !strings.Contains(out, `unknown argument(s) "file"`) {
+				t.Errorf("tools/call read_file with a bad argument = %d %s, want JSON-RPC -32602 naming it", code, out)
+			}
+		})
 	}
 }
