@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
@@ -773,5 +774,51 @@ func TestHTTP(t *testing.T) {
 	}
 	if strings.Join(keys, " ") != "key_full/ok key_narrow/forbidden" {
 		t.Errorf("audit = %v, want the full key's call ok and the narrow one's forbidden", keys)
+	}
+}
+
+// TestRateLimit: /mcp answers a key past its rate 429 with Retry-After,
+// before the protocol; another key has its own bucket; an address whose
+// authentications keep failing is limited too.
+func TestRateLimit(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now } // never moves: no bucket refills
+	h := newHarness(t, mcp.Options{RateLimit: ratelimit.New(1, 3, clock), FailLimit: ratelimit.New(1, 2, clock)})
+	url := h.httpServer(t)
+	post := func(key string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("X-API-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	for i := range 3 {
+		if res := post("key-full"); res.StatusCode == http.StatusTooManyRequests {
+			t.Fatalf("request %d of a burst of 3 = 429", i+1)
+		}
+	}
+	res := post("key-full")
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+		t.Errorf("request 4 = %d, Retry-After %q, want 429 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if res := post("key-other"); res.StatusCode == http.StatusTooManyRequests {
+		t.Errorf("another key's first request = 429, want its own bucket")
+	}
+	for i := range 2 {
+		if res := post("wrong"); res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("wrong key %d = %d, want 401", i+1, res.StatusCode)
+		}
+	}
+	if res := post("wrong"); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a third failed authentication = %d, want 429", res.StatusCode)
 	}
 }
