@@ -68,8 +68,47 @@ func mcpCall(t *testing.T, cs *sdk.ClientSession, name string, args map[string]a
 	return res
 }
 
+// waitCLIApproval waits until `airlock approvals --json` on home lists a
+// pending approval of run_command in sandbox sb (any sandbox when sb is
+// empty), and returns its id.
+func waitCLIApproval(t *testing.T, home, exe, sb string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var out bytes.Buffer
+		if code := airlockIn(t, context.Background(), home, exe, &out, "approvals", "--json"); code != 0 {
+			t.Fatalf("airlock approvals = %d", code)
+		}
+		d := json.NewDecoder(&out)
+		for {
+			var a struct{ ID, Sandbox, Action string }
+			if d.Decode(&a) != nil {
+				break
+			}
+			if (sb == "" || a.Sandbox == sb) && strings.HasPrefix(a.Action, "run_command ") {
+				return a.ID
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no approval of sandbox %s listed by airlock approvals", sb)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// progressTo is a client's options whose progress notifications' messages
+// go to ch.
+func progressTo(ch chan<- string) *sdk.ClientOptions {
+	return &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+		select {
+		case ch <- r.Params.Message:
+		default:
+		}
+	}}
+}
+
 // exerciseMCP runs the calls both transports must answer alike.
-func exerciseMCP(t *testing.T, cs *sdk.ClientSession) {
+func exerciseMCP(t *testing.T, cs *sdk.ClientSession, progress <-chan string, home, exe string) {
 	t.Helper()
 	res := mcpCall(t, cs, "run_command", map[string]any{"command": "echo in-sandbox; exit 4"})
 	if !res.IsError || !strings.Contains(mcpText(res), "in-sandbox") || !strings.Contains(mcpText(res), "exit status 4") {
@@ -84,9 +123,50 @@ func exerciseMCP(t *testing.T, cs *sdk.ClientSession) {
 	if !res.IsError || !strings.Contains(mcpText(res), "nothing is deleted here") {
 		t.Errorf("rm under guarded = %q, want the policy's denial", mcpText(res))
 	}
-	res = mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo ran", "sandbox": id})
-	if !res.IsError || !strings.Contains(mcpText(res), "cannot hold approvals") {
-		t.Errorf("ask under guarded = %q, want a refusal that says approvals cannot be held", mcpText(res))
+	// ask: held as an approval that `airlock approvals` lists and `airlock
+	// approve`/`deny` decides (another host on the same store), while the
+	// client gets progress notifications naming it.
+	for _, approve := range []bool{true, false} {
+		done := make(chan *sdk.CallToolResult, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			p := &sdk.CallToolParams{Name: "run_command", Arguments: map[string]any{"command": "ask; echo asked-ran", "sandbox": id}}
+			p.SetProgressToken("ask")
+			res, err := cs.CallTool(ctx, p)
+			if err != nil {
+				t.Errorf("CallTool(ask) = %v", err)
+			}
+			done <- res
+		}()
+		approval := waitCLIApproval(t, home, exe, id)
+	named:
+		for {
+			select {
+			case msg := <-progress:
+				if strings.Contains(msg, approval) {
+					break named
+				}
+			case <-time.After(time.Minute):
+				t.Errorf("no progress notification named approval %s while the call waited", approval)
+				break named
+			}
+		}
+		args := []string{"approve", approval}
+		if !approve {
+			args = []string{"deny", approval, "--reason", "not this one"}
+		}
+		if code := airlockIn(t, context.Background(), home, exe, io.Discard, args...); code != 0 {
+			t.Fatalf("airlock %s = %d", args[0], code)
+		}
+		res = <-done
+		switch {
+		case res == nil:
+		case approve && (res.IsError || !strings.Contains(mcpText(res), "asked-ran")):
+			t.Errorf("approved ask = %q, want it run", mcpText(res))
+		case !approve && (!res.IsError || !strings.Contains(mcpText(res), "not this one") || strings.Contains(mcpText(res), "asked-ran")):
+			t.Errorf("denied ask = %q, want the denial's reason, not run", mcpText(res))
+		}
 	}
 	res = mcpCall(t, cs, "create_sandbox", map[string]any{"policy": "missing"})
 	if !res.IsError || !strings.Contains(mcpText(res), `no stored policy "missing"`) {
@@ -116,11 +196,12 @@ func TestMCPStdio(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	progress := make(chan string, 16)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, progressTo(progress)).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
 	if err != nil {
 		t.Fatalf("Connect = %v", err)
 	}
-	exerciseMCP(t, cs)
+	exerciseMCP(t, cs, progress, home, exe)
 	_ = cs.Close()
 	inW.Close()
 	if code := <-done; code != 0 {
@@ -172,18 +253,19 @@ func serveMCP(t *testing.T, home, exe string) (url, key, narrow string) {
 func TestMCPServe(t *testing.T) {
 	home, exe := mcpHome(t)
 	url, key, narrow := serveMCP(t, home, exe)
+	progress := make(chan string, 16)
 	connect := func(k string) (*sdk.ClientSession, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		tr := &sdk.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: bearer(k)}, MaxRetries: -1}
-		return sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, nil).Connect(ctx, tr, nil)
+		return sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, progressTo(progress)).Connect(ctx, tr, nil)
 	}
 	cs, err := connect(key)
 	if err != nil {
 		t.Fatalf("Connect = %v", err)
 	}
 	defer cs.Close()
-	exerciseMCP(t, cs)
+	exerciseMCP(t, cs, progress, home, exe)
 
 	ns, err := connect(narrow)
 	if err != nil {
@@ -294,38 +376,43 @@ func TestMCPServe(t *testing.T) {
 // mcpSDKVersion is the official TypeScript SDK the test installs.
 const mcpSDKVersion = "@modelcontextprotocol/sdk@1.32.2"
 
-// installMCPSDK installs the TypeScript SDK with npm, under
-// $AIRLOCK_TEST_CACHE when set (reused across runs) or the test's temp
-// dir, and returns the directory holding node_modules.
-func installMCPSDK(t *testing.T) string {
+// installMCPSDK installs the TypeScript SDK with npm and returns the
+// directory holding node_modules.
+func installMCPSDK(t *testing.T) string { return installNPM(t, mcpSDKVersion, "mcp-sdk") }
+
+// installNPM installs npm package spec (NAME@VERSION) with npm, under
+// $AIRLOCK_TEST_CACHE/sub when set (reused across runs) or the test's
+// temp dir, and returns the directory holding node_modules. Without npm
+// or node the test is skipped, naming what is missing.
+func installNPM(t *testing.T, spec, sub string) string {
 	t.Helper()
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not installed: the test installs @modelcontextprotocol/sdk with it")
+		t.Skipf("npm is not installed: the test installs %s with it", spec)
 	}
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed")
+		t.Skipf("node is not installed: the test runs %s with it", spec)
 	}
 	dir := t.TempDir()
 	if c := os.Getenv("AIRLOCK_TEST_CACHE"); c != "" {
-		dir = filepath.Join(c, "mcp-sdk")
+		dir = filepath.Join(c, sub)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	stamp := filepath.Join(dir, "installed")
-	if b, err := os.ReadFile(stamp); err == nil && string(b) == mcpSDKVersion {
+	if b, err := os.ReadFile(stamp); err == nil && string(b) == spec {
 		return dir
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, npm, "install", "--prefix", dir, "--no-audit", "--no-fund", "--no-save",
-		"--no-package-lock", "--no-update-notifier", mcpSDKVersion)
+		"--no-package-lock", "--no-update-notifier", spec)
 	cmd.Env = append(os.Environ(), "npm_config_cache="+filepath.Join(dir, ".npm"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm install %s: %v\n%s", mcpSDKVersion, err, out)
+		t.Fatalf("npm install %s: %v\n%s", spec, err, out)
 	}
-	if err := os.WriteFile(stamp, []byte(mcpSDKVersion), 0o644); err != nil {
+	if err := os.WriteFile(stamp, []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -354,8 +441,9 @@ type tsResult struct {
 		Message string `json:"message"`
 	} `json:"badArg"`
 	Asked struct {
-		Text    string `json:"text"`
-		IsError bool   `json:"isError"`
+		Text     string   `json:"text"`
+		IsError  bool     `json:"isError"`
+		Progress []string `json:"progress"`
 	} `json:"asked"`
 	Narrow struct {
 		Code    int    `json:"code"`
@@ -385,12 +473,21 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 		cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
 		// `airlock` on PATH is this test binary (TestMain) acting as it.
 		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_EXEC="+exe)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("node client.mjs %s: %v", args[0], err)
+		}
+		// The client's asked call waits for a person: approve it from
+		// the command line (another process than the server holding it).
+		approval := waitCLIApproval(t, home, exe, "")
+		if code := airlockIn(t, context.Background(), home, exe, io.Discard, "approve", approval); code != 0 {
+			t.Errorf("airlock approve %s = %d", approval, code)
+		}
+		if err := cmd.Wait(); err != nil {
 			t.Fatalf("node client.mjs %s: %v\n%s", args[0], err, stderr.String())
 		}
+		out := stdout.Bytes()
 		var r tsResult
 		if err := json.Unmarshal(out, &r); err != nil {
 			t.Fatalf("node client.mjs %s printed %q: %v", args[0], out, err)
@@ -433,8 +530,11 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 			if r.BadArg.Code != -32602 || !strings.Contains(r.BadArg.Message, "file") {
 				t.Errorf("bad argument = %+v, want JSON-RPC -32602 naming the argument", r.BadArg)
 			}
-			if !r.Asked.IsError || !strings.Contains(r.Asked.Text, "cannot hold approvals") || strings.Contains(r.Asked.Text, "asked-ran") {
-				t.Errorf("asked call = %+v, want refused, not run", r.Asked)
+			if r.Asked.IsError || !strings.Contains(r.Asked.Text, "asked-ran") {
+				t.Errorf("asked call = %+v, want it run once approved", r.Asked)
+			}
+			if len(r.Asked.Progress) == 0 || !strings.Contains(strings.Join(r.Asked.Progress, "\n"), "airlock approve ") {
+				t.Errorf("asked call's progress = %q, want notifications naming the approval", r.Asked.Progress)
 			}
 			if tc.name == "http" {
 				if r.Narrow.Code != -32001 || !strings.Contains(r.Narrow.Message, `"sandboxes" scope`) {
@@ -443,6 +543,129 @@ func TestMCPTypeScriptSDK(t *testing.T) {
 				if !strings.Contains(r.WrongKey, "401") && !strings.Contains(strings.ToLower(r.WrongKey), "unauthorized") {
 					t.Errorf("wrong key = %q, want refused", r.WrongKey)
 				}
+			}
+		})
+	}
+}
+
+// TestMCPElicitation: `airlock mcp` asks a client that declares
+// elicitation about a held call itself; its answer is the decision,
+// recorded in the store by mcp-user.
+func TestMCPElicitation(t *testing.T) {
+	home, exe := mcpHome(t)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		env := &cli.Env{Env: sandboxcli.Env{Ctx: context.Background(), Stdin: inR, Stdout: outW, Stderr: logWriter{t, "mcp: "}, Home: home, Executor: exe, Spawner: true}}
+		done <- cli.Main(env, []string{"mcp", "--policy", "guarded"})
+		outW.Close()
+	}()
+	answers := make(chan bool, 2)
+	answers <- true
+	answers <- false
+	var forms []string
+	opts := &sdk.ClientOptions{ElicitationHandler: func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+		forms = append(forms, r.Params.Message)
+		return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": <-answers}}, nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts).Connect(ctx, &sdk.IOTransport{Reader: outR, Writer: inW}, nil)
+	if err != nil {
+		t.Fatalf("Connect = %v", err)
+	}
+	if res := mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo elicited-ran"}); res.IsError || !strings.Contains(mcpText(res), "elicited-ran") {
+		t.Errorf("ask answered yes = %q, want it run", mcpText(res))
+	}
+	if res := mcpCall(t, cs, "run_command", map[string]any{"command": "ask; echo elicited-ran"}); !res.IsError || !strings.Contains(mcpText(res), "denied by mcp-user") {
+		t.Errorf("ask answered no = %q, want denied by mcp-user", mcpText(res))
+	}
+	if len(forms) != 2 || !strings.Contains(forms[0], "a person looks at these") || !strings.Contains(forms[0], "echo elicited-ran") {
+		t.Errorf("forms = %q, want two naming the action and the rule's reason", forms)
+	}
+	var out bytes.Buffer
+	if code := airlockIn(t, context.Background(), home, exe, &out, "approvals", "--json"); code != 0 || strings.TrimSpace(out.String()) != "" {
+		t.Errorf("airlock approvals = %d %q, want none pending", code, out.String())
+	}
+	_ = cs.Close()
+	inW.Close()
+	if code := <-done; code != 0 {
+		t.Errorf("airlock mcp = %d", code)
+	}
+}
+
+// inspectorVersion is the MCP Inspector the test installs for its CLI
+// mode.
+const inspectorVersion = "@modelcontextprotocol/inspector@0.17.2"
+
+// TestMCPInspectorCLI drives `airlock mcp` (stdio) and /mcp on airlock
+// serve (Streamable HTTP) with the MCP Inspector's CLI mode: list the
+// tools, run a command, a call refused (stdio: by the policy; HTTP: for
+// the key's scope) and a bad argument.
+func TestMCPInspectorCLI(t *testing.T) {
+	dir := installNPM(t, inspectorVersion, "mcp-inspector")
+	inspector := filepath.Join(dir, "node_modules", ".bin", "mcp-inspector")
+	home, exe := mcpHome(t)
+	url, key, narrow := serveMCP(t, home, exe)
+	// The stdio server under the stored policy "guarded": a script, so
+	// that the Inspector's flags and the server's stay apart.
+	guarded := filepath.Join(t.TempDir(), "airlock-mcp-guarded")
+	if err := os.WriteFile(guarded, []byte("#!/bin/sh\nexec airlock mcp --policy guarded\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, server []string, args ...string) (string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, inspector, append(append([]string{"--cli"}, server...), args...)...)
+		// `airlock` on PATH is this test binary (TestMain) acting as it.
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home, "AIRLOCK_EXEC="+exe)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("mcp-inspector: %v", err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	for _, tc := range []struct {
+		name           string
+		server, narrow []string
+		refused        []string // the call refused, and what its output says
+		refusedWant    string
+	}{
+		{
+			name: "stdio", server: []string{guarded},
+			refused:     []string{"--method", "tools/call", "--tool-name", "run_command", "--tool-arg", "command=rm -rf /workspace"},
+			refusedWant: "nothing is deleted here",
+		},
+		{
+			name: "http", server: []string{url, "--transport", "http", "--header", "Authorization: Bearer " + key},
+			narrow:      []string{url, "--transport", "http", "--header", "Authorization: Bearer " + narrow},
+			refused:     []string{"--method", "tools/call", "--tool-name", "run_command", "--tool-arg", "command=true"},
+			refusedWant: `"sandboxes" scope`,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := run(t, tc.server, "--method", "tools/list")
+			if code != 0 || !strings.Contains(out, `"run_command"`) || !strings.Contains(out, `"create_sandbox"`) || !strings.Contains(out, `"readOnlyHint": true`) {
+				t.Errorf("tools/list = %d %s, want the tools and their annotations", code, out)
+			}
+			out, code = run(t, tc.server, "--method", "tools/call", "--tool-name", "run_command", "--tool-arg", "command=echo from-inspector")
+			if code != 0 || !strings.Contains(out, "from-inspector") || !strings.Contains(out, `"exit_code": 0`) {
+				t.Errorf("tools/call run_command = %d %s, want its output and exit code 0", code, out)
+			}
+			server := tc.server
+			if tc.narrow != nil {
+				server = tc.narrow
+			}
+			out, _ = run(t, server, tc.refused...)
+			if !strings.Contains(out, tc.refusedWant) || strings.Contains(out, `"exit_code"`) {
+				t.Errorf("refused call = %s, want %q and nothing run", out, tc.refusedWant)
+			}
+			out, code = run(t, tc.server, "--method", "tools/call", "--tool-name", "read_file", "--tool-arg", "file=x")
+			if code == 0 || !strings.Contains(out, "-32602") || !strings.Contains(out, `unknown argument(s) "file"`) {
+				t.Errorf("tools/call read_file with a bad argument = %d %s, want JSON-RPC -32602 naming it", code, out)
 			}
 		})
 	}

@@ -184,8 +184,22 @@ type Approval struct {
 }
 
 // Approvals lists the pending approvals of tenant's runs (every tenant's
-// when tenant is empty), oldest run first.
+// when tenant is empty), oldest run first, then the pending asks of its
+// MCP sessions (records of kind store.KindMCP).
 func (e *Engine) Approvals(ctx context.Context, tenant string) ([]Approval, error) {
+	out, err := e.runApprovals(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	asks, err := e.mcpApprovals(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, asks...), nil
+}
+
+// runApprovals lists the pending approvals of tenant's agent runs.
+func (e *Engine) runApprovals(ctx context.Context, tenant string) ([]Approval, error) {
 	var out []Approval
 	// A running run may hold a network ask.
 	f := store.RunFilter{Tenant: tenant, Statuses: []event.Status{event.StatusAwaitingApproval, event.StatusRunning}}
@@ -223,7 +237,8 @@ var (
 
 // Decide records a person's decision on a pending approval: approve, or deny
 // with a reason. tenant, when not empty, must own the run; by names who
-// decided. The process driving the run picks the decision up and goes on.
+// decided. The process driving the run (or holding the MCP call) picks the
+// decision up and goes on.
 func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool, reason string) error {
 	runID, _, ok := splitApprovalID(id)
 	if !ok {
@@ -232,6 +247,9 @@ func (e *Engine) Decide(ctx context.Context, id, tenant, by string, approve bool
 	decision := "denied"
 	if approve {
 		decision = "approved"
+	}
+	if r, err := e.o.Store.GetRun(ctx, runID); err == nil && r.Kind == store.KindMCP {
+		return e.decideMCP(ctx, id, tenant, "", event.ApprovalDecided{ApprovalID: id, Decision: decision, By: by, Reason: reason}, false)
 	}
 	err := e.appendFresh(ctx, runID, func(r store.Run) (event.Status, event.Payload, error) {
 		if tenant != "" && r.Tenant != tenant {

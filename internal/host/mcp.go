@@ -19,6 +19,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/store"
@@ -35,6 +36,11 @@ type MCPOptions struct {
 	// TrustTenantPolicies lets tenants' stored policies name host
 	// resources (directories, a root filesystem, pinned addresses).
 	TrustTenantPolicies bool
+	// Rate and Burst, when Rate is positive, limit each API key's requests
+	// to the HTTP handler (and each remote address's failed
+	// authentications), as the API's: tokens a second and at most at once.
+	Rate  float64
+	Burst int
 	// Audit receives the calls' records, as JSON lines.
 	Audit  io.Writer
 	Logger *slog.Logger
@@ -43,7 +49,8 @@ type MCPOptions struct {
 // MCPServer returns the MCP server of this host's sandboxes: built from
 // the tenants' stored policies (or o.Default), on the host's backend, with
 // the policy's egress through the host's proxy, refused to a tenant whose
-// credits are spent, and results scrubbed by the host's redactor.
+// credits are spent, results scrubbed by the host's redactor, and calls
+// the policy asks about held as approvals in the host's store.
 func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 	b, err := h.backend(telemetry.OriginMCP)
 	if err != nil {
@@ -53,9 +60,15 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		o.Default, o.DefaultName = policy.Default(), "default"
 	}
 	boxes := &mcpBoxes{h: h, b: b, o: o}
+	var keys, fails *ratelimit.Limiter
+	if o.Rate > 0 {
+		keys, fails = ratelimit.New(o.Rate, max(o.Burst, 1), nil), ratelimit.New(o.Rate, max(o.Burst, 1), nil)
+	}
 	return mcp.New(mcp.Options{
+		RateLimit: keys, FailLimit: fails,
 		Sandboxes: boxes,
 		Runs:      &mcpRuns{h: h, trust: o.TrustTenantPolicies},
+		Approver:  newMCPApprover(h),
 		Audit:     o.Audit,
 		Limits:    MCPLimits(o.Default),
 		Redact:    h.red.String,
@@ -213,7 +226,11 @@ func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, erro
 	if err != nil {
 		return nil, fmt.Errorf("mcp audit log: %w", err)
 	}
-	ms, err := s.h.MCPServer(MCPOptions{TrustTenantPolicies: s.cfg.API.TrustTenantPolicies, Audit: audit, Logger: s.log.With("component", "mcp")})
+	ac := s.cfg.API.WithDefaults()
+	ms, err := s.h.MCPServer(MCPOptions{
+		TrustTenantPolicies: ac.TrustTenantPolicies, Rate: ac.Rate, Burst: ac.Burst,
+		Audit: audit, Logger: s.log.With("component", "mcp"),
+	})
 	if err != nil {
 		audit.Close()
 		return nil, err

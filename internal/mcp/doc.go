@@ -14,7 +14,10 @@
 //     run's calls): a deny is a tool result with isError and the rule and
 //     reason; an ask holds the call as an approval (Options.Approver) while
 //     the client gets progress notifications, then runs it or reports the
-//     denial; with no approver an ask is a denial that says so.
+//     denial; with no approver an ask is a denial that says so. A client
+//     that declared elicitation is asked itself (a yes/no form) when the
+//     policy names no approvers; its answer counts only for the approval
+//     of that sandbox about that same call (the Approver checks).
 //   - Malformed arguments are a JSON-RPC invalid-params error whose
 //     message says what is wrong; nothing runs.
 //   - A caller without the scope a tool needs (sandboxes for the sandbox

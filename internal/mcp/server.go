@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -62,31 +65,6 @@ type RequestError struct{ Msg string }
 
 func (e *RequestError) Error() string { return e.Msg }
 
-// Approver holds the calls a policy answers with ask until a person decides.
-type Approver interface {
-	// Ask records q as a pending approval, calls held with its id once it
-	// is recorded, and waits for the decision (or ctx's end).
-	Ask(ctx context.Context, q Ask, held func(id string)) (Decision, error)
-}
-
-// Ask is a call waiting for a person.
-type Ask struct {
-	Session string
-	Tenant  string
-	Sandbox string
-	Tool    string
-	Args    json.RawMessage
-	// Rule and Reason are the policy's.
-	Rule, Reason string
-}
-
-// Decision is a person's answer to an Ask.
-type Decision struct {
-	Approved bool
-	By       string
-	Reason   string
-}
-
 // Options configure a Server. Sandboxes is required.
 type Options struct {
 	Sandboxes Sandboxes
@@ -107,6 +85,12 @@ type Options struct {
 	// command, a held approval) sends a progress notification to a
 	// client that asked for them; default 1s.
 	ProgressInterval time.Duration
+	// RateLimit, when not nil, limits each API key's requests to the
+	// HTTP handler (a request past it is answered 429 with Retry-After,
+	// before the protocol sees it); FailLimit limits the failed
+	// authentications of each remote address the same way. Nil limits
+	// nothing.
+	RateLimit, FailLimit *ratelimit.Limiter
 	// Version is airlock's version, reported to clients.
 	Version string
 	Now     func() time.Time
@@ -198,16 +182,49 @@ func (s *Server) Handler(authn Authenticator) http.Handler {
 		// work.
 		DisableLocalhostProtection: true,
 	})
+	refuse := func(w http.ResponseWriter, status int, msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": codeForbidden, "message": msg}})
+		_, _ = w.Write(b)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := authn(r.Context(), r.Header); err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": codeForbidden, "message": "unauthorized: " + err.Error()}})
-			_, _ = w.Write(b)
+		addr := "addr:" + remoteHost(r)
+		if s.o.FailLimit != nil {
+			if blocked, wait := s.o.FailLimit.Blocked(addr); blocked {
+				w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
+				refuse(w, http.StatusTooManyRequests, "rate limited: too many failed authentications; retry later")
+				return
+			}
+		}
+		p, err := authn(r.Context(), r.Header)
+		if err != nil {
+			if s.o.FailLimit != nil {
+				s.o.FailLimit.Allow(addr)
+			}
+			refuse(w, http.StatusUnauthorized, "unauthorized: "+err.Error())
 			return
+		}
+		if s.o.RateLimit != nil {
+			// The key's bucket, as the API's (a key id is unique, the
+			// tenant keeps two tenants' buckets apart regardless).
+			if ok, wait := s.o.RateLimit.Allow("key:" + p.KeyID + "\x00" + p.Tenant); !ok {
+				w.Header().Set("Retry-After", strconv.Itoa(ratelimit.RetryAfter(wait)))
+				refuse(w, http.StatusTooManyRequests, "rate limited: too many requests for this key; retry later")
+				return
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// remoteHost is the host of r's remote address.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 // Close ends every session (an HTTP client's streams end with it) and
@@ -412,12 +429,20 @@ type liveBox struct {
 	id      string
 	tenant  string
 	created time.Time
-	once    sync.Once
+	// end, when not nil, is called once the sandbox is destroyed (the
+	// approver's End).
+	end  func(ctx context.Context)
+	once sync.Once
 }
 
 func (b *liveBox) destroy(ctx context.Context) error {
 	var err error
-	b.once.Do(func() { err = b.Destroy(ctx) })
+	b.once.Do(func() {
+		err = b.Destroy(ctx)
+		if b.end != nil {
+			b.end(ctx)
+		}
+	})
 	return err
 }
 

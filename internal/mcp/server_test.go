@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
@@ -69,7 +70,7 @@ func newBoxes(t *testing.T) *boxes {
 }
 
 func (x *boxes) Create(ctx context.Context, _ auth.Principal, req mcp.CreateRequest) (*mcp.Box, error) {
-	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n"}[req.Policy]
+	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n", "approvers": testPolicy + "approvals:\n  approvers: [alice]\n"}[req.Policy]
 	if src == "" {
 		return nil, &mcp.RequestError{Msg: fmt.Sprintf("no policy %q", req.Policy)}
 	}
@@ -98,10 +99,17 @@ func (x *boxes) all() []sandbox.Sandbox {
 }
 
 // approver is the test's Approver: it hands each ask to the test, which
-// decides through decide.
+// decides through dec, as a person would; the MCP user's answers are
+// kept.
 type approver struct {
 	asks chan mcp.Ask
 	dec  chan mcp.Decision
+
+	mu sync.Mutex
+	// elicited are the answers Answer recorded (guarded by mu).
+	elicited []mcp.Decision
+	// ended are the sandboxes End was called for (guarded by mu).
+	ended []string
 }
 
 func newApprover() *approver {
@@ -117,6 +125,35 @@ func (a *approver) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mcp.D
 	case <-ctx.Done():
 		return mcp.Decision{}, ctx.Err()
 	}
+}
+
+func (a *approver) Request(_ context.Context, q mcp.Ask) (string, error) {
+	a.asks <- q
+	return "appr-1", nil
+}
+
+func (a *approver) Answer(ctx context.Context, _ mcp.Ask, id string, d *mcp.Decision) (mcp.Decision, error) {
+	if id != "appr-1" {
+		return mcp.Decision{}, fmt.Errorf("no approval %q", id)
+	}
+	if d != nil {
+		a.mu.Lock()
+		a.elicited = append(a.elicited, *d)
+		a.mu.Unlock()
+		return *d, nil
+	}
+	select {
+	case d := <-a.dec:
+		return d, nil
+	case <-ctx.Done():
+		return mcp.Decision{}, ctx.Err()
+	}
+}
+
+func (a *approver) End(_ context.Context, _, sandbox string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ended = append(a.ended, sandbox)
 }
 
 // lockedBuffer is an audit sink the test reads while the server writes.
@@ -162,6 +199,11 @@ type harness struct {
 	audit *lockedBuffer
 	// progress receives the messages of progress notifications.
 	progress chan string
+	// elicit, when set, is the clients' elicitation handler (they
+	// declare the capability).
+	elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)
+	// protocol, when set, is the protocol version the clients ask for.
+	protocol string
 }
 
 func newHarness(t *testing.T, o mcp.Options) *harness {
@@ -181,7 +223,7 @@ func (h *harness) clientOptions() *sdk.ClientOptions {
 		case h.progress <- r.Params.Message:
 		default:
 		}
-	}}
+	}, ElicitationHandler: h.elicit}
 }
 
 // stdio connects a client over in-process pipes, as `airlock mcp` serves
@@ -193,7 +235,7 @@ func (h *harness) stdio(t *testing.T) *sdk.ClientSession {
 	go func() {
 		done <- h.srv.ServeStdio(context.Background(), st, auth.Principal{Tenant: "local", Scopes: []string{auth.ScopeAdmin}})
 	}()
-	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, h.clientOptions()).Connect(ctxT(t), ct, nil)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, h.clientOptions()).Connect(ctxT(t), ct, &sdk.ClientSessionOptions{ProtocolVersion: h.protocol})
 	if err != nil {
 		t.Fatalf("Connect = %v", err)
 	}
@@ -460,6 +502,93 @@ func TestPolicyDecides(t *testing.T) {
 	}
 }
 
+// TestElicitation: a client that declares elicitation is asked about a
+// held call with a yes/no form naming the action and the rule; its answer
+// is recorded as the decision of mcp-user. Under a policy that names its
+// approvers the form is never shown, and the approval waits for them.
+func TestElicitation(t *testing.T) {
+	for _, tc := range []struct {
+		name, policy string
+		answer       map[string]any
+		action       string
+		wantForm     bool
+		want         string
+		protocol     string
+	}{
+		{"yes", "", map[string]any{"approve": true}, "accept", true, "ran", ""},
+		// A client of a protocol before multi round-trip requests gets
+		// an elicitation request during the call instead.
+		{"yes, 2025-11-25", "", map[string]any{"approve": true}, "accept", true, "ran", "2025-11-25"},
+		{"no", "", map[string]any{"approve": false}, "accept", true, "denied by mcp-user: the MCP user said no", ""},
+		{"declined", "", nil, "decline", true, "denied by mcp-user: the MCP user declined", ""},
+		{"approvers named", "approvers", map[string]any{"approve": true}, "accept", false, "denied by alice: no", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, mcp.Options{})
+			h.protocol = tc.protocol
+			forms := make(chan *sdk.ElicitParams, 1)
+			h.elicit = func(_ context.Context, r *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+				forms <- r.Params
+				return &sdk.ElicitResult{Action: tc.action, Content: tc.answer}, nil
+			}
+			cs := h.stdio(t)
+			id := ""
+			if tc.policy != "" {
+				res := mustCall(t, cs, "create_sandbox", map[string]any{"policy": tc.policy})
+				id = res.StructuredContent.(map[string]any)["sandbox"].(string)
+			}
+			done := make(chan *sdk.CallToolResult, 1)
+			go func() {
+				res, err := call(t, cs, "run_command", map[string]any{"command": "ask=1; echo ran", "sandbox": id}, true)
+				if err != nil {
+					t.Errorf("CallTool = %v", err)
+				}
+				done <- res
+			}()
+			<-h.appr.asks
+			if tc.wantForm {
+				f := <-forms
+				for _, want := range []string{"run_command", "echo ran", "tools.run_command.rules[1]", "a person looks at these", "appr-1"} {
+					if !strings.Contains(f.Message, want) {
+						t.Errorf("form message %q lacks %q", f.Message, want)
+					}
+				}
+			} else {
+				h.appr.dec <- mcp.Decision{By: "alice", Reason: "no"}
+			}
+			res := <-done
+			if res == nil || !strings.Contains(text(res), tc.want) {
+				t.Fatalf("held run_command = %v, want %q", res, tc.want)
+			}
+			select {
+			case f := <-forms:
+				if !tc.wantForm {
+					t.Errorf("a form was shown under a policy naming its approvers: %q", f.Message)
+				}
+			default:
+			}
+			h.appr.mu.Lock()
+			elicited := h.appr.elicited
+			h.appr.mu.Unlock()
+			if tc.wantForm && (len(elicited) != 1 || elicited[0].By != mcp.ByMCPUser) {
+				t.Errorf("answers recorded = %+v, want one by %s", elicited, mcp.ByMCPUser)
+			}
+			if !tc.wantForm && len(elicited) != 0 {
+				t.Errorf("answers recorded = %+v, want none", elicited)
+			}
+			if id != "" {
+				mustCall(t, cs, "destroy_sandbox", map[string]any{"sandbox": id})
+				h.appr.mu.Lock()
+				ended := h.appr.ended
+				h.appr.mu.Unlock()
+				if len(ended) != 1 || ended[0] != id {
+					t.Errorf("End was called for %v, want %s once it was destroyed", ended, id)
+				}
+			}
+		})
+	}
+}
+
 func TestAskWithoutApproverIsDenied(t *testing.T) {
 	h := newHarness(t, mcp.Options{})
 	h.srv = mcp.New(mcp.Options{Sandboxes: h.boxes})
@@ -645,5 +774,51 @@ func TestHTTP(t *testing.T) {
 	}
 	if strings.Join(keys, " ") != "key_full/ok key_narrow/forbidden" {
 		t.Errorf("audit = %v, want the full key's call ok and the narrow one's forbidden", keys)
+	}
+}
+
+// TestRateLimit: /mcp answers a key past its rate 429 with Retry-After,
+// before the protocol; another key has its own bucket; an address whose
+// authentications keep failing is limited too.
+func TestRateLimit(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now } // never moves: no bucket refills
+	h := newHarness(t, mcp.Options{RateLimit: ratelimit.New(1, 3, clock), FailLimit: ratelimit.New(1, 2, clock)})
+	url := h.httpServer(t)
+	post := func(key string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("X-API-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res
+	}
+	for i := range 3 {
+		if res := post("key-full"); res.StatusCode == http.StatusTooManyRequests {
+			t.Fatalf("request %d of a burst of 3 = 429", i+1)
+		}
+	}
+	res := post("key-full")
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" {
+		t.Errorf("request 4 = %d, Retry-After %q, want 429 with Retry-After", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	if res := post("key-other"); res.StatusCode == http.StatusTooManyRequests {
+		t.Errorf("another key's first request = 429, want its own bucket")
+	}
+	for i := range 2 {
+		if res := post("wrong"); res.StatusCode != http.StatusUnauthorized {
+			t.Errorf("wrong key %d = %d, want 401", i+1, res.StatusCode)
+		}
+	}
+	if res := post("wrong"); res.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("a third failed authentication = %d, want 429", res.StatusCode)
 	}
 }

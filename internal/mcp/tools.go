@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -196,6 +195,9 @@ func (s *Server) create(ctx context.Context, c *callCtx, req CreateRequest) (b *
 		return nil, s.textResult("error: create_sandbox: the sandbox did not start: "+err.Error(), true, nil)
 	}
 	lb := &liveBox{Box: box, id: box.Sandbox.ID(), tenant: c.p.Tenant, created: s.o.Now()}
+	if a := s.o.Approver; a != nil {
+		lb.end = func(ctx context.Context) { a.End(ctx, lb.tenant, lb.id) }
+	}
 	c.se.mu.Lock()
 	c.se.boxes[lb.id] = lb
 	c.se.order = append(c.se.order, lb.id)
@@ -356,49 +358,6 @@ func structured(id string, d tools.Details) map[string]any {
 	delete(m, "fingerprint")
 	m["sandbox"] = id
 	return m
-}
-
-// hold waits for a person's decision on an asked call; a nil result means
-// approved, run it.
-func (s *Server) hold(ctx context.Context, c *callCtx, b *liveBox, name string, input json.RawMessage, d policy.ToolDecision) *sdk.CallToolResult {
-	if s.o.Approver == nil {
-		c.rec.Outcome = "denied"
-		return s.textResult(fmt.Sprintf("error: %s needs a person's approval (%s: %s), and this server cannot hold approvals: the call was not run", name, d.Rule, d.Reason), true,
-			map[string]any{"sandbox": b.id, "decision": "ask", "rule": d.Rule, "reason": d.Reason})
-	}
-	var mu sync.Mutex
-	var approval string
-	stop := s.progress(ctx, c, func(int) string {
-		mu.Lock()
-		defer mu.Unlock()
-		if approval == "" {
-			return name + " waits for a person's approval"
-		}
-		return fmt.Sprintf("%s waits for approval %s (airlock approve %s / airlock deny %s --reason ...)", name, approval, approval, approval)
-	})
-	dec, err := s.o.Approver.Ask(ctx, Ask{
-		Session: c.se.id, Tenant: c.p.Tenant, Sandbox: b.id, Tool: name, Args: input, Rule: d.Rule, Reason: d.Reason,
-	}, func(id string) {
-		mu.Lock()
-		approval = id
-		mu.Unlock()
-		c.rec.Approval = id
-		s.notify(ctx, c, fmt.Sprintf("%s waits for approval %s (airlock approve %s / airlock deny %s --reason ...)", name, id, id, id))
-	})
-	stop()
-	if err != nil {
-		c.rec.Outcome = "denied"
-		return s.textResult(fmt.Sprintf("error: %s was held for approval and not decided: %v", name, err), true, nil)
-	}
-	if !dec.Approved {
-		c.rec.Outcome = "denied"
-		msg := fmt.Sprintf("error: %s denied by %s", name, orDefault(dec.By, "a person"))
-		if dec.Reason != "" {
-			msg += ": " + dec.Reason
-		}
-		return s.textResult(msg, true, map[string]any{"sandbox": b.id, "decision": "denied", "by": dec.By, "reason": dec.Reason})
-	}
-	return nil
 }
 
 func orDefault(s, d string) string {

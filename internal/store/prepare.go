@@ -41,10 +41,10 @@ func PrepareRun(r Run, now time.Time, red Redactor) (Run, error) {
 		return r, fmt.Errorf("%w: run %s: malformed policy hash", ErrInvalid, r.ID)
 	case r.ParentRunID == "" && r.ParentSeq != 0:
 		return r, fmt.Errorf("%w: run %s: parent seq without a parent run", ErrInvalid, r.ID)
-	case r.Kind != "" && r.Kind != KindAgent && r.Kind != KindSandbox:
-		return r, fmt.Errorf("%w: run %s: kind %q is neither %s nor %s", ErrInvalid, r.ID, clip(r.Kind), KindAgent, KindSandbox)
-	case r.Kind == KindSandbox && r.ParentRunID != "":
-		return r, fmt.Errorf("%w: run %s: a sandbox record is not a fork", ErrInvalid, r.ID)
+	case r.Kind != "" && r.Kind != KindAgent && r.Kind != KindSandbox && r.Kind != KindMCP:
+		return r, fmt.Errorf("%w: run %s: kind %q is not %s, %s or %s", ErrInvalid, r.ID, clip(r.Kind), KindAgent, KindSandbox, KindMCP)
+	case (r.Kind == KindSandbox || r.Kind == KindMCP) && r.ParentRunID != "":
+		return r, fmt.Errorf("%w: run %s: a %s record is not a fork", ErrInvalid, r.ID, r.Kind)
 	}
 	if r.Kind == KindAgent {
 		r.Kind = ""
@@ -280,9 +280,9 @@ func ValidateFilter(f RunFilter) (RunFilter, error) {
 	switch f.Kind {
 	case "", KindAgent:
 		f.Kind = KindAgent
-	case KindSandbox, KindAny:
+	case KindSandbox, KindMCP, KindAny:
 	default:
-		return f, fmt.Errorf("%w: kind %q is not %s, %s or %s", ErrInvalid, clip(f.Kind), KindAgent, KindSandbox, KindAny)
+		return f, fmt.Errorf("%w: kind %q is not %s, %s, %s or %s", ErrInvalid, clip(f.Kind), KindAgent, KindSandbox, KindMCP, KindAny)
 	}
 	if err := event.CheckMetadata(f.Metadata); err != nil {
 		return f, fmt.Errorf("%w: metadata filter: %w", ErrInvalid, err)

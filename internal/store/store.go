@@ -323,6 +323,12 @@ const (
 	// KindSandbox is the record of an E2B sandbox: its log holds what
 	// was done in it and what it used. No worker ever drives one.
 	KindSandbox = "sandbox"
+	// KindMCP is the record of a sandbox of an MCP session whose policy
+	// asked a person about a call: its log holds the asks
+	// (approval.requested) and their decisions (approval.decided). The
+	// MCP server that holds the calls is its only writer besides the
+	// deciders; no worker ever drives one.
+	KindMCP = "mcp"
 	// KindAny, in a RunFilter only, lists records of every kind.
 	KindAny = "any"
 )
@@ -350,8 +356,8 @@ type Run struct {
 	ID     string
 	Tenant string
 	// Kind is empty for an agent run (KindAgent is accepted on create and
-	// stored as empty) and KindSandbox for a sandbox record. It never
-	// changes.
+	// stored as empty), KindSandbox for a sandbox record and KindMCP for
+	// an MCP session's record of asks. It never changes.
 	Kind  string
 	Task  string
 	Model string
@@ -391,8 +397,8 @@ type RunFilter struct {
 	Tenant string
 	// Kind selects by kind: empty or KindAgent keeps agent runs only (so
 	// no listing made for agent runs, the workers' least of all, ever
-	// sees a sandbox record), KindSandbox sandbox records only, KindAny
-	// both.
+	// sees a sandbox record), KindSandbox sandbox records only, KindMCP
+	// MCP records only, KindAny every kind.
 	Kind string
 	// Statuses, when not empty, keeps only runs in one of them.
 	Statuses []event.Status

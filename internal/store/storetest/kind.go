@@ -11,12 +11,12 @@ import (
 
 // testKind: a run's kind is kept as created (KindAgent as empty), is
 // filtered on in ListRuns (agent runs only unless told otherwise), and a
-// sandbox record is never unfinished work for the workers, whatever its
-// status.
+// sandbox or MCP record is never unfinished work for the workers, whatever
+// its status.
 func testKind(t *testing.T, f Factory) {
 	s := newStore(t, f)
 	ctx := context.Background()
-	var agents, sandboxes, all []string
+	var agents, sandboxes, mcps, all []string
 	for i, c := range []struct {
 		tenant, kind string
 		status       event.Status
@@ -27,6 +27,8 @@ func testKind(t *testing.T, f Factory) {
 		{"b", store.KindSandbox, event.StatusPaused},
 		{"b", "", event.StatusAwaitingApproval},
 		{"b", store.KindSandbox, event.StatusQueued},
+		{"a", store.KindMCP, event.StatusRunning},
+		{"b", store.KindMCP, event.StatusCompleted},
 	} {
 		id := runID(i + 1)
 		r := createRun(t, s, store.Run{ID: id, Tenant: c.tenant, Kind: c.kind})
@@ -41,9 +43,12 @@ func testKind(t *testing.T, f Factory) {
 			t.Errorf("GetRun(%s).Kind = %q, %v, want %q", id, got.Kind, err, want)
 		}
 		moveTo(t, s, id, c.status)
-		if want == store.KindSandbox {
+		switch want {
+		case store.KindSandbox:
 			sandboxes = append(sandboxes, id)
-		} else {
+		case store.KindMCP:
+			mcps = append(mcps, id)
+		default:
 			agents = append(agents, id)
 		}
 		all = append(all, id)
@@ -60,6 +65,8 @@ func testKind(t *testing.T, f Factory) {
 		{"sandbox of b", store.RunFilter{Kind: store.KindSandbox, Tenant: "b"}, sandboxes[1:]},
 		{"running sandboxes", store.RunFilter{Kind: store.KindSandbox, Statuses: []event.Status{event.StatusRunning}}, sandboxes[:1]},
 		{"any, desc, after", store.RunFilter{Kind: store.KindAny, Desc: true, After: all[3]}, []string{all[2], all[1], all[0]}},
+		{"mcp", store.RunFilter{Kind: store.KindMCP}, mcps},
+		{"running mcp of a", store.RunFilter{Kind: store.KindMCP, Tenant: "a", Statuses: []event.Status{event.StatusRunning}}, mcps[:1]},
 	} {
 		got, err := s.ListRuns(ctx, tt.f)
 		if err != nil || !slices.Equal(ids(got), tt.want) {
@@ -86,6 +93,11 @@ func testKind(t *testing.T, f Factory) {
 		ParentRunID: agents[0], ParentSeq: 1,
 	})
 	wantErr(t, "CreateRun(a sandbox record forked)", err, store.ErrInvalid)
+	_, err = s.CreateRun(ctx, store.Run{
+		ID: runID(23), Tenant: "a", Kind: store.KindMCP, Status: event.StatusRunning,
+		ParentRunID: agents[0], ParentSeq: 1,
+	})
+	wantErr(t, "CreateRun(an mcp record forked)", err, store.ErrInvalid)
 	if got, err := s.ListRuns(ctx, store.RunFilter{Kind: store.KindAny}); err != nil || len(got) != len(all) {
 		t.Errorf("after refused creates, ListRuns(any) = %v, %v, want %v", ids(got), err, all)
 	}

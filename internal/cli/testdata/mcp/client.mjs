@@ -6,8 +6,9 @@
 //
 // Both modes: list the tools, run a command, a call the policy denies
 // (create_sandbox under the stored policy "guarded"), a bad argument, and
-// a call the policy asks about. HTTP adds a narrow key (no sandboxes
-// scope) and a wrong key.
+// a call the policy asks about, held until the test approves it from the
+// command line. HTTP adds a narrow key (no sandboxes scope) and a wrong
+// key.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -49,10 +50,15 @@ try {
   out.badArg = { code: e.code, message: e.message };
 }
 
-// ask: this server holds no approvals yet, so the call is refused and
-// says so; the client still gets its progress notifications' channel.
-const asked = await c.callTool({ name: "run_command", arguments: { command: "ask-me; echo asked-ran", sandbox: guarded } });
-out.asked = { text: text(asked), isError: !!asked.isError };
+// ask: held as an approval until the test approves it with `airlock
+// approve`; progress notifications name the approval meanwhile.
+const progress = [];
+const asked = await c.callTool(
+  { name: "run_command", arguments: { command: "ask-me; echo asked-ran", sandbox: guarded } },
+  undefined,
+  { onprogress: (p) => progress.push(p.message || ""), timeout: 180000, resetTimeoutOnProgress: true },
+);
+out.asked = { text: text(asked), isError: !!asked.isError, progress };
 
 if (mode === "http") {
   const n = await connect(narrowKey);
