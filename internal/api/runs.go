@@ -82,6 +82,14 @@ type CreateRunRequest struct {
 	// built-in strict default.
 	Policy         string `json:"policy,omitempty"`
 	PolicyDocument string `json:"policy_document,omitempty"`
+	// Template names a stored template of the tenant, NAME or NAME@vN
+	// (default: its latest version), that the run's sandboxes start from:
+	// its policy (which Policy and PolicyDocument must then not give),
+	// its image by digest, its environment and limits; its start command
+	// runs and its readiness check passes in each sandbox first. A
+	// template with a workdir or user is refused: a run's tools work in
+	// /workspace as the sandbox's user.
+	Template string `json:"template,omitempty"`
 	// Workspace is what /workspace starts as; none: empty.
 	Workspace *WorkspaceSource `json:"workspace,omitempty"`
 	// Verify adds completion checks to the policy's.

@@ -224,7 +224,6 @@ func (c *AgentRunCmd) remoteOnly() []error {
 		{c.PolicyAs != "", "--policy-name", "store the policy with airlock policy put, then give --policy NAME"},
 		{c.Context != defaultContextWindow, "--context-window", "the API takes no context window"},
 		{len(c.Env) > 0, "--env", "the API takes no environment for a run's sandboxes"},
-		{c.Template != "", "--template", "the API takes no template for a run yet"},
 	} {
 		if f.set {
 			errs = append(errs, fmt.Errorf("%s is not available against a server (AIRLOCK_URL is set): %s", f.flag, f.do))
@@ -239,6 +238,20 @@ func (c *AgentRunCmd) remoteOnly() []error {
 // read or names a stored policy a server reads itself.
 func (c *AgentRunCmd) policy(ctx context.Context, env *Env, b backend, q *host.RunRequest) (*policy.Document, error) {
 	_, remote := b.(*remoteBackend)
+	if remote && c.Template != "" {
+		// The server reads the template and its policy itself.
+		switch {
+		case c.Policy != "":
+			return nil, errors.New("--template and --policy exclude each other: the template names its policy")
+		case c.Image != "":
+			return nil, errors.New("--template and --image exclude each other: the template names its image")
+		case c.policyFlags():
+			return nil, fmt.Errorf("--template %s: against a server, only --max-steps, --verify*, and --artifact go with it (the template and its policy say the rest)", c.Template)
+		}
+		q.CreateRunRequest.Template = c.Template
+		c.requestFields(q)
+		return nil, nil
+	}
 	doc, base := policy.Default(), []byte(nil)
 	if c.Policy != "" {
 		nameAs := c.PolicyAs
@@ -253,13 +266,11 @@ func (c *AgentRunCmd) policy(ctx context.Context, env *Env, b backend, q *host.R
 			// The flags cannot be written into a document the server
 			// reads; the checks, artifacts and step budget have fields of
 			// their own.
-			if c.Memory != "" || c.Disk != "" || c.Pids > 0 || c.CPUs > 0 || c.Timeout > 0 || c.MaxTokens > 0 || len(c.Allow) > 0 || len(c.Resolve) > 0 {
+			if c.policyFlags() || c.Image != "" {
 				return nil, fmt.Errorf("--policy %s names a stored policy: against a server, only --max-steps, --verify*, and --artifact go with it (give the policy file to change more)", p.ref)
 			}
-			q.Policy, q.MaxSteps, q.Artifacts = p.ref, c.MaxSteps, c.Artifact
-			if len(c.Verify)+len(c.Changed)+len(c.Only) > 0 {
-				q.Verify = &api.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
-			}
+			q.Policy = p.ref
+			c.requestFields(q)
 			return nil, nil
 		case p.ref != "":
 			if p, err = p.loadStored(ctx, b); err != nil {
@@ -288,6 +299,22 @@ func (c *AgentRunCmd) policy(ctx context.Context, env *Env, b backend, q *host.R
 		q.PolicyDocument, q.Flags, q.BasePolicy = string(d.Canonical()), !remote, base
 	}
 	return d, nil
+}
+
+// policyFlags reports whether a flag that writes the policy document,
+// but has no field of its own in the API's request, is set.
+func (c *AgentRunCmd) policyFlags() bool {
+	return c.Memory != "" || c.Disk != "" || c.Pids > 0 || c.CPUs > 0 || c.Timeout > 0 || c.MaxTokens > 0 ||
+		len(c.Allow) > 0 || len(c.Resolve) > 0 || c.Runtime != ""
+}
+
+// requestFields sets the API request's own fields for the flags that
+// have them: the step budget, the checks and the artifacts.
+func (c *AgentRunCmd) requestFields(q *host.RunRequest) {
+	q.MaxSteps, q.Artifacts = c.MaxSteps, c.Artifact
+	if len(c.Verify)+len(c.Changed)+len(c.Only) > 0 {
+		q.Verify = &api.VerifySpec{Commands: c.Verify, Changed: c.Changed, OnlyChanged: c.Only}
+	}
 }
 
 // applyFlags writes the flags into doc, which it may change: they are

@@ -9,7 +9,6 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
-	"github.com/airlockrun/airlock/internal/template"
 )
 
 // The exit-status errors of package sandboxcli, under the names the
@@ -20,8 +19,15 @@ type (
 	exitCode      = sandboxcli.ExitCode
 )
 
-// DaemonCmd is `airlock sandbox daemon` (sandboxcli's).
-type DaemonCmd = sandboxcli.DaemonCmd
+// DaemonCmd is `airlock sandbox daemon`: sandboxcli's, which also prepares
+// the sandboxes of handed-off `sandbox run --template` (from the
+// template's warm pool when it has one).
+type DaemonCmd struct {
+	sandboxcli.DaemonCmd
+}
+
+// Run serves until SIGINT or SIGTERM.
+func (c *DaemonCmd) Run(env *Env) error { return c.DaemonCmd.Serve(&env.Env, host.PrepareHandoff) }
 
 // RunCmd is `airlock sandbox run`: sandboxcli's, with a policy document
 // and egress through airlock's proxy.
@@ -65,7 +71,7 @@ func (c *RunCmd) Run(env *Env) error {
 	var netPolicy *policy.Network
 	var doc *policy.Document
 	var root host.ImageRoot
-	var prepare sandboxcli.Prepare
+	var prep *sandboxcli.Preparation
 	if c.Template != "" {
 		u, err := c.TemplateFlag.load(env, &c.EgressFlags, c.Image)
 		if err != nil {
@@ -75,7 +81,9 @@ func (c *RunCmd) Run(env *Env) error {
 			return err
 		}
 		doc = u.doc
-		prepare = func(ctx context.Context, sb sandbox.Sandbox) error { return template.Prepare(ctx, sb, u.t) }
+		if prep, err = u.preparation(); err != nil {
+			return err
+		}
 	} else {
 		var err error
 		if spec, netPolicy, doc, err = sandboxSpec(&c.SpecFlags, &c.EgressFlags); err != nil {
@@ -105,7 +113,7 @@ func (c *RunCmd) Run(env *Env) error {
 			return func() { eg.close(env.Stderr) }, nil
 		}
 	}
-	return c.StartPrepared(&env.Env, spec, sandboxDefaults(doc), egress, prepare)
+	return c.StartPrepared(&env.Env, spec, sandboxDefaults(doc), egress, prep)
 }
 
 // sandboxSpec turns sandbox and egress flags into a sandbox spec and the

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -433,6 +435,26 @@ func (f *TemplateFlag) load(env *Env, e *EgressFlags, image string) (usedTemplat
 	}
 	u.t.Limits.Apply(&u.doc.Sandbox.Limits)
 	return u, nil
+}
+
+// preparation brings a sandbox of u to readiness: here, or by a sandbox
+// host (airlock sandbox daemon, airlock serve) that keeps u.t.Pool of them
+// ready, for a stored template. A built-in one (its files are not for the
+// wire) is prepared here only.
+func (u usedTemplate) preparation() (*sandboxcli.Preparation, error) {
+	t := u.t
+	p := &sandboxcli.Preparation{Run: func(ctx context.Context, sb sandbox.Sandbox) error { return template.Prepare(ctx, sb, t) }}
+	if u.v.Version == 0 || len(t.Files) > 0 {
+		return p, nil
+	}
+	how, err := json.Marshal(host.HandoffPrepare{Start: t.Start, Ready: t.Ready})
+	if err != nil {
+		return nil, fmt.Errorf("template %s v%d: %w", u.v.Name, u.v.Version, err)
+	}
+	// The pool's name: this host's tenant's template, at this version.
+	pool := fmt.Sprintf("%s/%s@v%d %s", event.LocalTenant, u.v.Name, u.v.Version, u.v.Hash)
+	p.Handoff = &handoff.Prepare{How: how, Pool: pool, Size: t.Pool}
+	return p, nil
 }
 
 // spec is the sandbox of the template, the flags over it: its image's

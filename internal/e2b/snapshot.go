@@ -15,8 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store/blob"
+	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 
 // A snapshot is a tenant's saved workspace: a checkpoint of a sandbox
@@ -45,6 +47,13 @@ type snapshot struct {
 	Template       string          `json:"template"`
 	TemplateSource string          `json:"template_source"`
 	Policy         json.RawMessage `json:"policy,omitempty"`
+	// Env is the stored template the sandbox was made of (its image by
+	// digest, environment, working directory, user, start command and
+	// readiness check; nil for a policy's sandbox), EnvVersion its
+	// version: a sandbox created from the snapshot boots that image, not
+	// the host's root, and is prepared as the template says.
+	Env        *envtemplate.Template `json:"env_template,omitempty"`
+	EnvVersion int64                 `json:"env_template_version,omitempty"`
 }
 
 // snapshotIDPrefix starts every snapshot id, so that it reads as one.
@@ -152,9 +161,21 @@ func (s *Server) findSnapshot(tenant, ref string) *snapshot {
 }
 
 // snapshotTemplate is the template of a sandbox created from sn: the
-// policy of the sandbox sn was taken from.
+// policy of the sandbox sn was taken from, and the stored template it was
+// made of, if any (its image, environment and preparation).
 func (s *Server) snapshotTemplate(sn *snapshot) (template, error) {
-	tpl := template{name: sn.ID, doc: defaultDocument(), source: fmt.Sprintf("snapshot %s of sandbox %s (template %s, %s)", sn.ID, sn.SandboxID, sn.Template, sn.TemplateSource)}
+	tpl := template{
+		name: sn.ID, doc: defaultDocument(), source: fmt.Sprintf("snapshot %s of sandbox %s (template %s, %s)", sn.ID, sn.SandboxID, sn.Template, sn.TemplateSource),
+		env: sn.Env, version: sn.EnvVersion,
+	}
+	if sn.Env != nil && sn.EnvVersion == 0 && slices.Equal(sn.Env.Start, interp.Template().Start) {
+		// The built-in code interpreter: its files are not in the
+		// record (a record read after a restart has none).
+		tpl.env = interp.Template()
+	}
+	if sn.Env != nil && sn.Env.Image != "" && s.o.Images == nil {
+		return template{}, &publicError{status: 400, msg: fmt.Sprintf("snapshot %s: this server keeps no images to make its sandboxes of", sn.ID)}
+	}
 	if len(sn.Policy) > 0 {
 		doc, err := policy.Parse(sn.Policy)
 		if err != nil {
@@ -199,6 +220,7 @@ func (s *Server) takeSnapshot(ctx context.Context, b *box, name string) (*snapsh
 	sn := &snapshot{
 		ID: snapshotIDPrefix + randomHex(10), Tenant: b.tenant, Name: name, SandboxID: b.id, Checkpoint: digest,
 		Created: s.now().UTC(), Template: b.template.name, TemplateSource: b.template.source, Policy: b.template.raw,
+		Env: b.template.env, EnvVersion: b.template.version,
 	}
 	s.mu.Lock()
 	for _, o := range s.snaps {

@@ -197,3 +197,41 @@ func TestStoredTemplatesWithoutImages(t *testing.T) {
 }
 
 var _ e2b.Images = (*image.Store)(nil)
+
+// TestStoredTemplateSnapshot: a sandbox created from a snapshot of a
+// stored template's sandbox boots on the template's image, with its
+// environment and working directory, its start command run again, and
+// the snapshot's workspace; so does one created after the server
+// restarted (the snapshot's record keeps the template).
+func TestStoredTemplateSnapshot(t *testing.T) {
+	images := busyboxStore(t)
+	o := harnessOptions{images: images}
+	h := newHarness(t, o)
+	h.putTemplate(images, "alpha", "web", `
+image: localhost/busybox:test
+start: echo started > /tmp/started; exec sleep 600
+ready:
+  command: test -e /tmp/started
+env: {FOO: bar}
+workdir: /tmp
+`)
+	s := h.createRaw("alpha", map[string]any{"templateID": "web", "timeout": 3600})
+	if r := h.sh(s, "echo kept > /workspace/kept.txt"); r.exit != 0 {
+		t.Fatalf("write: %+v", r)
+	}
+	sn := h.snapshot("alpha", s.ID, map[string]any{"name": "web-kept"})
+	const look = "cat /workspace/kept.txt /IMAGE-MARKER /tmp/started; echo $FOO $PWD"
+	const want = "kept\nfrom-the-image\nstarted\nbar /tmp\n"
+	for _, ref := range []string{sn.ID, "web-kept"} {
+		c := h.createRaw("alpha", map[string]any{"templateID": ref})
+		if r := h.sh(c, look); r.exit != 0 || r.stdout != want {
+			t.Errorf("a sandbox created from snapshot %s = %+v, want stdout %q: the workspace on the template's image, prepared", ref, r, want)
+		}
+		h.api("alpha", "DELETE", "/sandboxes/"+c.ID, nil)
+	}
+	h.serve(t, o, h.store)
+	c := h.createRaw("alpha", map[string]any{"templateID": sn.ID})
+	if r := h.sh(c, look); r.exit != 0 || r.stdout != want {
+		t.Errorf("created from the snapshot after a restart = %+v, want stdout %q", r, want)
+	}
+}

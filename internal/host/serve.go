@@ -482,7 +482,7 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 	go func() {
 		defer close(handedOff)
 		if s.handoffLn != nil {
-			hs := &handoff.Server{Backend: s.h.pool, UID: os.Geteuid(), Logger: s.log.With("component", "handoff")}
+			hs := &handoff.Server{Backend: s.h.pool, UID: os.Geteuid(), Logger: s.log.With("component", "handoff"), Prepare: PrepareHandoff}
 			_ = hs.Serve(wctx, s.handoffLn)
 		}
 	}()

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/interp"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
@@ -165,4 +167,28 @@ func BuiltinTemplate(name string) (*template.Template, bool) {
 		return interp.Template(), true
 	}
 	return nil, false
+}
+
+// HandoffPrepare is what a handed-off `airlock sandbox run --template`
+// asks its sandbox host to do before the command (handoff.Prepare.How):
+// the template's start command and readiness check.
+type HandoffPrepare struct {
+	Start template.Command `json:"start,omitempty"`
+	Ready *template.Ready  `json:"ready,omitempty"`
+}
+
+// PrepareHandoff brings sb to readiness as how (a HandoffPrepare) says:
+// handoff.Server.Prepare of airlock sandbox daemon and airlock serve. The
+// caller is this host's own user (the socket's peer check), and what it
+// runs runs in the sandbox only.
+func PrepareHandoff(ctx context.Context, sb sandbox.Sandbox, how json.RawMessage) error {
+	var p HandoffPrepare
+	if err := json.Unmarshal(how, &p); err != nil {
+		return fmt.Errorf("a template's preparation: %w", err)
+	}
+	t := &template.Template{Image: "-", Start: p.Start, Ready: p.Ready}
+	if err := t.Validate(); err != nil {
+		return fmt.Errorf("a template's preparation: %w", err)
+	}
+	return template.Prepare(ctx, sb, t)
 }

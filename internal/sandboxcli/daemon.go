@@ -2,6 +2,7 @@ package sandboxcli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 )
@@ -23,8 +25,14 @@ type DaemonCmd struct {
 }
 
 // Run serves until SIGINT or SIGTERM (or env.Ctx's end), then destroys the
-// idle sandboxes and returns nil.
-func (c *DaemonCmd) Run(env *Env) error {
+// idle sandboxes and returns nil. It prepares no sandboxes: requests that
+// ask for it are left to their callers.
+func (c *DaemonCmd) Run(env *Env) error { return c.Serve(env, nil) }
+
+// Serve is Run with prepare bringing sandboxes to readiness for requests
+// that ask for it (handoff.Server.Prepare), from warm pools of the
+// sandboxes they name.
+func (c *DaemonCmd) Serve(env *Env, prepare func(ctx context.Context, sb sandbox.Sandbox, how json.RawMessage) error) error {
 	if err := os.MkdirAll(env.Home, 0o700); err != nil {
 		return fmt.Errorf("sandbox daemon: %w", err)
 	}
@@ -60,5 +68,5 @@ func (c *DaemonCmd) Run(env *Env) error {
 	ctx, stop := signal.NotifyContext(env.Ctx, unix.SIGINT, unix.SIGTERM)
 	defer stop()
 	log.Info("sandbox host listening", "socket", path)
-	return (&handoff.Server{Backend: p, UID: os.Geteuid(), Logger: log}).Serve(ctx, ln)
+	return (&handoff.Server{Backend: p, UID: os.Geteuid(), Logger: log, Prepare: prepare}).Serve(ctx, ln)
 }

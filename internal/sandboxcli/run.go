@@ -51,9 +51,19 @@ func (c *RunCmd) Start(env *Env, spec sandbox.Spec, d Defaults, egress Egress) e
 	return c.StartPrepared(env, spec, d, egress, nil)
 }
 
-// StartPrepared is Start with prepare, when not nil, run on the sandbox
-// before the command.
-func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress Egress, prepare Prepare) error {
+// Preparation brings a new sandbox to readiness before its command (a
+// template's start command and readiness check).
+type Preparation struct {
+	// Run prepares a sandbox this process made.
+	Run Prepare
+	// Handoff says the same to a sandbox host, which may serve the command
+	// from sandboxes it prepared ahead; nil: the command is not handed off.
+	Handoff *handoff.Prepare
+}
+
+// StartPrepared is Start with prep, when not nil, bringing the sandbox to
+// readiness before the command.
+func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress Egress, prep *Preparation) error {
 	maxOut, timeout := d.Output, d.CommandTimeout
 	if maxOut == 0 {
 		maxOut = defaultOutput
@@ -71,10 +81,15 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	if err != nil {
 		return err
 	}
-	if egress == nil && !env.NoHandoff {
+	if egress == nil && !env.NoHandoff && (prep == nil || prep.Handoff != nil) {
 		// The proxy of an egress policy lives in this process: such a run
-		// always starts its sandbox itself.
-		if handed, err := c.handOff(env, spec, sandbox.Command{Argv: argv, Timeout: timeout, MaxOutput: maxOut}); handed {
+		// always starts its sandbox itself, as does one whose preparation
+		// a host cannot be told.
+		var hp *handoff.Prepare
+		if prep != nil {
+			hp = prep.Handoff
+		}
+		if handed, err := c.handOff(env, spec, sandbox.Command{Argv: argv, Timeout: timeout, MaxOutput: maxOut}, hp); handed {
 			return err
 		}
 	}
@@ -108,8 +123,8 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 		defer dcancel()
 		_ = sb.Destroy(dctx)
 	}()
-	if prepare != nil {
-		if err := prepare(ctx, sb); err != nil {
+	if prep != nil && prep.Run != nil {
+		if err := prep.Run(ctx, sb); err != nil {
 			return err
 		}
 	}
@@ -133,10 +148,11 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 // handOff runs cmd in a sandbox of spec made by the sandbox host of
 // env.Home (airlock sandbox daemon) when one runs, with the same streams,
 // bounds, signals, result and exit status as a sandbox of this process's
-// own. handed is false when no host took it (none, a stale socket, another
-// user's) or the streams are not files it could pass: nothing ran, and
-// the caller starts the sandbox itself.
-func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command) (handed bool, err error) {
+// own; prep, when not nil, is how the host prepares the sandbox. handed
+// is false when no host took it (none, a stale socket, another user's, one
+// that prepares no sandboxes) or the streams are not files it could pass:
+// nothing ran, and the caller starts the sandbox itself.
+func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepare) (handed bool, err error) {
 	stdout, ok := env.Stdout.(*os.File)
 	stderr, ok2 := env.Stderr.(*os.File)
 	if !ok || !ok2 || absPaths(&spec) != nil {
@@ -146,7 +162,7 @@ func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command) (hand
 	if c.Interactive && env.Stdin != nil {
 		stdio.Stdin = env.Stdin
 	}
-	req := handoff.Request{Spec: spec, Argv: cmd.Argv, Timeout: cmd.Timeout, MaxOutput: cmd.MaxOutput}
+	req := handoff.Request{Spec: spec, Argv: cmd.Argv, Timeout: cmd.Timeout, MaxOutput: cmd.MaxOutput, Prepare: prep}
 	p, err := handoff.Start(env.Ctx, handoff.SocketPath(env.Home), req, stdio)
 	if errors.Is(err, handoff.ErrNoHost) {
 		return false, nil

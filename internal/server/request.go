@@ -83,6 +83,14 @@ func validateCreate(q *api.CreateRunRequest) error {
 	if err := checkChoices(q.Model, q.Script, q.Policy, q.PolicyDocument, q.MaxSteps, true); err != nil {
 		return err
 	}
+	if q.Template != "" {
+		if q.Policy != "" || q.PolicyDocument != "" {
+			return badRequest("give template or a policy, not both: the template names its policy")
+		}
+		if _, _, err := splitTemplateRef(q.Template); err != nil {
+			return err
+		}
+	}
 	if ws := q.Workspace; ws != nil {
 		switch {
 		case (ws.Git == "") == (ws.Upload == ""):
@@ -195,6 +203,9 @@ type RunPolicy struct {
 	// "NAME@vN".
 	Source  string
 	Version string
+	// Template, when the run starts from a stored template, is what of
+	// it NewRun writes into the run.
+	Template *RunTemplate
 }
 
 // resolvePolicy reads the policy a request names (stored, of the caller's

@@ -51,7 +51,13 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	ctx := r.Context()
-	pol, err := s.resolvePolicy(ctx, c.view, q.Policy, q.PolicyDocument)
+	var pol RunPolicy
+	var err error
+	if q.Template != "" {
+		pol, err = s.templateRun(ctx, c.view, q.Template)
+	} else {
+		pol, err = s.resolvePolicy(ctx, c.view, q.Policy, q.PolicyDocument)
+	}
 	if err != nil {
 		return err
 	}
@@ -84,14 +90,23 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 // request's verify, artifacts and max_steps are written into the policy,
 // as airlock run's flags are, and the run then records the hash of both;
 // tar is the digest of the uploaded workspace q names, if any; script
-// names the script of a scripted model ("script:NAME").
+// names the script of a scripted model ("script:NAME"). A template
+// (pol.Template) writes its image and limits into the policy as the
+// request's fields do, and gives the run its environment.
 func NewRun(tenant string, q api.CreateRunRequest, pol RunPolicy, tar, script string) (engine.Request, error) {
 	req := engine.Request{Tenant: tenant, Task: q.Task, Policy: pol.Doc, PolicySource: pol.Source, PolicyVersion: pol.Version, Metadata: q.Metadata}
-	doc, changed, err := withRequestFields(pol.Parsed, &q)
+	doc, byTemplate := pol.Parsed, false
+	if t := pol.Template; t != nil {
+		var err error
+		if doc, byTemplate, err = t.write(doc); err != nil {
+			return req, err
+		}
+	}
+	doc, changed, err := withRequestFields(doc, &q)
 	if err != nil {
 		return req, err
 	}
-	if changed {
+	if changed || byTemplate {
 		// The run is held to (and records) the policy with them, and the
 		// hash of the one they changed, as airlock run's flags.
 		req.Flags, req.BasePolicy, req.Policy = true, pol.Doc, doc.Canonical()
@@ -107,6 +122,10 @@ func NewRun(tenant string, q api.CreateRunRequest, pol RunPolicy, tar, script st
 		cfg.Sandboxes[0].Git = &engine.GitSource{URL: ws.Git, Ref: ws.Ref}
 	default:
 		cfg.Sandboxes[0].Tar = tar
+	}
+	if t := pol.Template; t != nil {
+		tr := t.Run
+		cfg.Env, cfg.Template = t.Env, &tr
 	}
 	req.Config = cfg
 	return req, nil

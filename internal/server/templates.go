@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -196,4 +199,95 @@ func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request, c *call)
 	c.log.Info("template removed", "template", name, "versions", n)
 	writeJSON(w, http.StatusOK, api.TemplateDeleted{Name: name, Versions: n})
 	return nil
+}
+
+// RunTemplate is the stored template a new run starts from, as NewRun
+// writes it into the run.
+type RunTemplate struct {
+	// Run is what the run's configuration records of it: its name,
+	// version, hash, start command and readiness check.
+	Run engine.RunTemplate
+	// Image is its image by digest (the version's); Env its environment;
+	// Limits its limits, over its policy's.
+	Image  string
+	Env    []string
+	Limits template.Limits
+}
+
+// write writes t's image and limits into doc, which it may change, and
+// reports whether they changed it; a changed document is checked as a
+// whole.
+func (t *RunTemplate) write(doc *policy.Document) (*policy.Document, bool, error) {
+	before := doc.Canonical()
+	t.Limits.Apply(&doc.Sandbox.Limits)
+	doc.Sandbox.Image = t.Image
+	after := doc.Canonical()
+	if bytes.Equal(after, before) {
+		return doc, false, nil
+	}
+	changed, err := policy.Parse(after)
+	if err != nil {
+		return nil, false, badRequest("template %s v%d: its policy with its image and limits: %s", t.Run.Name, t.Run.Version, clientText(err))
+	}
+	return changed, true, nil
+}
+
+// splitTemplateRef reads NAME or NAME@vN (version 0: the latest).
+func splitTemplateRef(arg string) (name string, version int64, err error) {
+	name, ref, at := strings.Cut(arg, "@")
+	if store.ValidateTemplateName(name) != nil {
+		return "", 0, badRequest("template name %q: want 1 to %d of a-z, 0-9, '.', '_' and '-', starting with a letter or digit", clipText(name, 80), store.MaxPolicyNameLen)
+	}
+	if !at {
+		return name, 0, nil
+	}
+	n, ok := strings.CutPrefix(ref, "v")
+	v, perr := strconv.ParseInt(n, 10, 64)
+	if !ok || perr != nil || v < 1 || n[0] == '+' {
+		return "", 0, badRequest("template %q: after the @ give vN", clipText(arg, 100))
+	}
+	return name, v, nil
+}
+
+// templateRun resolves the stored template ref (NAME or NAME@vN) of the
+// view's tenant that a new run starts from: its version, and the policy
+// it names (the latest version of the tenant's stored policy; the
+// built-in default when it names none), checked as any policy a tenant
+// gives. A template with a working directory or user is refused, as the
+// command line refuses it: the run's tools work in /workspace as the
+// sandbox's user.
+func (s *Server) templateRun(ctx context.Context, view *store.TenantStore, ref string) (RunPolicy, error) {
+	name, version, err := splitTemplateRef(ref)
+	if err != nil {
+		return RunPolicy{}, err
+	}
+	v, err := view.GetTemplate(ctx, name, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return RunPolicy{}, errNoTemplate
+	}
+	if err != nil {
+		return RunPolicy{}, err
+	}
+	t, err := template.Parse(v.Document)
+	if err != nil {
+		return RunPolicy{}, badRequest("template %s v%d does not load: %s", v.Name, v.Version, clientText(err))
+	}
+	if t.Workdir != "" || t.User != "" {
+		return RunPolicy{}, badRequest("template %s v%d: its workdir and user are for sandboxes (E2B, airlock sandbox); a run works in /workspace as the sandbox's user", v.Name, v.Version)
+	}
+	pol := RunPolicy{Parsed: policy.Default()}
+	if t.Policy != "" {
+		pol, err = s.resolvePolicy(ctx, view, t.Policy, "")
+		if errors.Is(err, errNoPolicy) {
+			return RunPolicy{}, badRequest("template %s v%d: its policy %s is not stored", v.Name, v.Version, t.Policy)
+		}
+		if err != nil {
+			return RunPolicy{}, err
+		}
+	}
+	pol.Template = &RunTemplate{
+		Run:   engine.RunTemplate{Name: v.Name, Version: v.Version, Hash: v.Hash, Start: t.Start, Ready: t.Ready},
+		Image: v.Image, Env: t.EnvList(), Limits: t.Limits,
+	}
+	return pol, nil
 }

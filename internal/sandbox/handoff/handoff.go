@@ -12,7 +12,8 @@
 // One connection is one command, in a sandbox of its own: the caller sends
 // its standard output and error (and, with stdin, the read end of a pipe it
 // feeds) as descriptors with the request; the host takes a sandbox of the
-// request's spec (from its pool when it has one), starts the command with
+// request's spec (from its pool when it has one; prepared, from the warm
+// pool of its template when the request names one), starts the command with
 // those descriptors as its streams, answers "started", forwards the
 // signals the caller sends, answers the result, and destroys the sandbox
 // once the answer is out. A sandbox is never given to a second command. The
@@ -25,6 +26,7 @@
 package handoff
 
 import (
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"time"
@@ -55,6 +57,24 @@ type Request struct {
 	// Stdin says whether a third descriptor, the command's stdin, follows
 	// standard output and error.
 	Stdin bool `json:"stdin,omitempty"`
+	// Prepare, when set, must bring the sandbox to readiness before the
+	// command starts (a template's start command and readiness check). A
+	// host without Server.Prepare does not take such a request (the
+	// caller gets ErrNoHost and prepares a sandbox of its own).
+	Prepare *Prepare `json:"prepare,omitempty"`
+}
+
+// Prepare is how a request's sandbox is brought to readiness.
+type Prepare struct {
+	// How is what Server.Prepare reads (a template's start command and
+	// readiness check); the host does not look into it otherwise.
+	How json.RawMessage `json:"how"`
+	// Pool names the sandboxes prepared alike (a template's tenant, name,
+	// version and hash); with Size above 0 the host keeps Size of them
+	// made and prepared ahead, per name and spec, when its Backend can
+	// (a pool's Warm and Take), and hands the command one of them.
+	Pool string `json:"pool,omitempty"`
+	Size int    `json:"size,omitempty"`
 }
 
 // reply is one message from the host: Started once the command runs, then

@@ -2,7 +2,9 @@ package handoff_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
@@ -175,5 +178,146 @@ func TestCallerGone(t *testing.T) {
 	}
 	if s.Stats().Served != 1 {
 		t.Errorf("stats %+v, want one served", s.Stats())
+	}
+}
+
+// prepareHost runs a Server over a pool of a real backend, whose Prepare
+// runs the words of its request's How (a JSON list) in the sandbox, as a
+// template's start command would, until the test ends.
+func prepareHost(t *testing.T) (*handoff.Server, *pool.Pool, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	dir := t.TempDir()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pool.New(b, pool.Options{})
+	sock := handoff.SocketPath(dir)
+	ln, err := handoff.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &handoff.Server{Backend: p, UID: os.Geteuid(), Prepare: func(ctx context.Context, sb sandbox.Sandbox, how json.RawMessage) error {
+		var argv []string
+		if err := json.Unmarshal(how, &argv); err != nil {
+			return err
+		}
+		var out strings.Builder
+		proc, err := sb.Start(ctx, sandbox.Command{Argv: argv, Stdout: &out, Stderr: &out})
+		if err != nil {
+			return err
+		}
+		res, err := proc.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		if res.ExitStatus() != 0 {
+			return fmt.Errorf("not ready: exit %d: %s", res.ExitStatus(), out.String())
+		}
+		return nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		_ = p.Close(cctx)
+		if live, err := b.Live(); err != nil || len(live) != 0 {
+			t.Errorf("after Serve: live sandboxes %v (%v), want none", live, err)
+		}
+		_ = b.Close()
+	})
+	return s, p, sock
+}
+
+// TestPrepare: a request that asks for a prepared sandbox runs its command
+// after the host's Prepare, from the warm pool its Prepare names once the
+// pool made one (Pool.Warm, Take), else in one made and prepared for it;
+// either way the command sees what Prepare did. A failing Prepare is the
+// caller's error, and nothing ran; a host without Prepare takes no such
+// request (ErrNoHost: the caller prepares its own).
+func TestPrepare(t *testing.T) {
+	s, p, sock := prepareHost(t)
+	how := func(argv ...string) json.RawMessage {
+		b, err := json.Marshal(argv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ready := how("sh", "-c", "echo prepared > /tmp/ready")
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name     string
+		prep     handoff.Prepare
+		waitWarm bool // wait until the pool has a prepared sandbox
+		wantWarm bool
+		wantOut  string
+		wantErr  string
+	}{
+		{"no pool", handoff.Prepare{How: ready}, false, false, "prepared\n", ""},
+		{"pool, first", handoff.Prepare{How: ready, Pool: "local/web@v1", Size: 1}, false, false, "prepared\n", ""},
+		{"pool, warm", handoff.Prepare{How: ready, Pool: "local/web@v1", Size: 1}, true, true, "prepared\n", ""},
+		{"pool, another version", handoff.Prepare{How: ready, Pool: "local/web@v2", Size: 1}, false, false, "prepared\n", ""},
+		{"not ready", handoff.Prepare{How: how("sh", "-c", "echo no; exit 3"), Pool: "local/bad@v1", Size: 1}, false, false, "", "not ready: exit 3: no"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.waitWarm {
+				for deadline := time.Now().Add(2 * time.Minute); p.Stats().Prepared == 0; {
+					if time.Now().After(deadline) {
+						t.Fatalf("the pool made no prepared sandbox: %+v", p.Stats())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			before := s.Stats()
+			io, out := stdio(t)
+			req := request("cat", "/tmp/ready")
+			prep := tt.prep
+			req.Prepare = &prep
+			proc, err := handoff.Start(ctx, sock, req, io)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Start = %v, want an error with %q", err, tt.wantErr)
+				}
+				if st := s.Stats(); st.Served != before.Served || out() != "" {
+					t.Errorf("after a failed prepare: stats %+v, output %q; want nothing run", st, out())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := proc.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitStatus() != 0 || out() != tt.wantOut {
+				t.Errorf("the command: %+v, output %q; want exit 0, %q", res, out(), tt.wantOut)
+			}
+			if warm := s.Stats().Warm - before.Warm; warm != map[bool]int64{true: 1}[tt.wantWarm] {
+				t.Errorf("served %d from the warm pool, want warm %v", warm, tt.wantWarm)
+			}
+		})
+	}
+
+	// A host without Prepare: not taken, nothing ran.
+	_, sock2 := serve(t, os.Geteuid())
+	io, out := stdio(t)
+	req := request("echo", "ran")
+	req.Prepare = &handoff.Prepare{How: ready}
+	if _, err := handoff.Start(ctx, sock2, req, io); !errors.Is(err, handoff.ErrNoHost) {
+		t.Errorf("Start with a prepare, to a host without Prepare = %v, want ErrNoHost", err)
+	}
+	if out() != "" {
+		t.Errorf("the refused command wrote %q", out())
 	}
 }

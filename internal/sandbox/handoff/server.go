@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,21 +33,74 @@ type Server struct {
 	UID int
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Prepare brings a sandbox to readiness as a request's Prepare.How
+	// says; it runs in the sandbox only. Nil: requests with a Prepare are
+	// not taken (the caller makes its own sandbox).
+	Prepare func(ctx context.Context, sb sandbox.Sandbox, how json.RawMessage) error
 
 	served  atomic.Int64
 	refused atomic.Int64
+	warm    atomic.Int64
 }
 
 // Stats count what a Server did.
 type Stats struct {
 	// Served are commands started in a sandbox; Refused connections of
-	// another uid.
-	Served, Refused int64
+	// another uid; Warm the served commands whose sandbox was made and
+	// prepared ahead (Request.Prepare's pool).
+	Served, Refused, Warm int64
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Served: s.served.Load(), Refused: s.refused.Load()}
+	return Stats{Served: s.served.Load(), Refused: s.refused.Load(), Warm: s.warm.Load()}
+}
+
+// warmer is a Backend that keeps prepared sandboxes (pool.Pool).
+type warmer interface {
+	Warm(name string, spec sandbox.Spec, n int, prepare func(context.Context, sandbox.Sandbox) error) error
+	Take(name string) (sandbox.Sandbox, bool)
+}
+
+// prepared returns a sandbox of req's spec brought to readiness as
+// req.Prepare says: one made and prepared ahead under its pool's name
+// when the Backend keeps them (warm true), else one made and prepared now.
+func (s *Server) prepared(ctx context.Context, req Request) (sb sandbox.Sandbox, warm bool, err error) {
+	how := req.Prepare.How
+	prepare := func(ctx context.Context, sb sandbox.Sandbox) error { return s.Prepare(ctx, sb, how) }
+	if w, ok := s.Backend.(warmer); ok && req.Prepare.Size > 0 && req.Prepare.Pool != "" {
+		// Sandboxes of one template but other specs (--env, limits) are
+		// pools of their own: Warm would empty the name's on each change.
+		spec, err := json.Marshal(req.Spec)
+		if err != nil {
+			return nil, false, err
+		}
+		sum := sha256.Sum256(spec)
+		name := req.Prepare.Pool + " " + hex.EncodeToString(sum[:8])
+		if err := w.Warm(name, req.Spec, req.Prepare.Size, prepare); err != nil {
+			// A spec the pool cannot hold: made and prepared cold.
+			s.log().Debug("handoff: no warm pool", "pool", req.Prepare.Pool, "err", err)
+		} else if sb, ok := w.Take(name); ok {
+			return sb, true, nil
+		}
+	}
+	if sb, err = s.Backend.Create(ctx, req.Spec); err != nil {
+		return nil, false, err
+	}
+	if err := prepare(ctx, sb); err != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = sb.Destroy(dctx)
+		return nil, false, err
+	}
+	return sb, false, nil
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Logger
 }
 
 // Listen binds the socket at path, mode 0600, replacing a stale one (a
@@ -137,9 +192,19 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	if len(files) != want || len(req.Argv) == 0 {
 		return fmt.Errorf("bad request: %d descriptors, %d words of command", len(files), len(req.Argv))
 	}
+	if req.Prepare != nil && s.Prepare == nil {
+		// Closed unanswered: the caller prepares a sandbox of its own.
+		return errors.New("a request to prepare its sandbox: this host prepares none")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sb, err := s.Backend.Create(ctx, req.Spec)
+	var sb sandbox.Sandbox
+	warm := false
+	if req.Prepare != nil {
+		sb, warm, err = s.prepared(ctx, req)
+	} else {
+		sb, err = s.Backend.Create(ctx, req.Spec)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -158,6 +223,9 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 		return fail(err)
 	}
 	s.served.Add(1)
+	if warm {
+		s.warm.Add(1)
+	}
 	if err := enc.Encode(reply{Started: true}); err != nil {
 		return nil // the caller is gone: cancel kills the command
 	}

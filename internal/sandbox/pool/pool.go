@@ -60,8 +60,9 @@ type Stats struct {
 	// creates that found none, Bypassed creates of specs the pool cannot
 	// hold.
 	Hits, Misses, Bypassed int64
-	// Idle is the number of idle sandboxes now.
-	Idle int
+	// Idle is the number of idle sandboxes now; Prepared how many of them
+	// Warm made and prepared.
+	Idle, Prepared int
 }
 
 // Pool is a sandbox.Backend that keeps sandboxes ready. Close destroys the
@@ -224,6 +225,9 @@ func (p *Pool) Stats() Stats {
 	defer p.mu.Unlock()
 	s := p.stats
 	s.Idle = p.idle
+	for _, w := range p.warms {
+		s.Prepared += len(w.ready)
+	}
 	return s
 }
 
