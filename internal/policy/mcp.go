@@ -1,0 +1,145 @@
+package policy
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// MCP names the MCP servers whose tools a run's model may call. Each
+// server's tools are offered to the model as SERVER__TOOL; every call is
+// judged by the tools section like any other (its rules see the server as
+// `server`), and, when no rule decides, by tools.mcp_default (deny by
+// default): what a server says of its tools (read-only, harmless) is never
+// trusted.
+//
+//	mcp:
+//	  servers:
+//	    - name: fs
+//	      command: [node, /workspace/node_modules/.bin/mcp-server-filesystem, /tmp]
+//	      source: /srv/mcp/fs
+//	    - name: tracker
+//	      url: https://mcp.example.com/mcp
+type MCP struct {
+	// Servers are the run's MCP servers, at most 16.
+	Servers []MCPServer `yaml:"servers"`
+}
+
+// MCPServer is one MCP server of a run: a stdio server (Command), which
+// runs in a sandbox of its own, or a remote Streamable HTTP server (URL).
+type MCPServer struct {
+	// Name prefixes the server's tools (NAME__TOOL) and is `server` in a
+	// rule: 1 to 32 of a-z, 0-9, _ and -, starting with a letter or a
+	// digit, without "__".
+	Name string `yaml:"name"`
+	// Command is the argv of a stdio server, run in its own sandbox
+	// (with /workspace as its working directory): the host speaks MCP to
+	// it over the command's stdin and stdout.
+	Command []string `yaml:"command,omitempty"`
+	// Image is an image of the host's store the server's sandbox is made
+	// of (as sandbox.image); empty means the run's sandbox.rootfs, or the
+	// host's system directories.
+	Image string `yaml:"image,omitempty"`
+	// Source is an absolute host directory the server's sandbox sees,
+	// read-only, as its /workspace (where its code may live); empty gives
+	// an empty workspace.
+	Source string `yaml:"source,omitempty"`
+	// URL is the endpoint of a remote Streamable HTTP server, http or
+	// https.
+	URL string `yaml:"url,omitempty"`
+	// Timeout bounds one call of a tool of the server, and its start
+	// (default 1m): a server that does not answer in time is a tool error
+	// the model sees.
+	Timeout Duration `yaml:"timeout,omitempty"`
+}
+
+// Stdio reports whether s is a stdio server (run in a sandbox).
+func (s MCPServer) Stdio() bool { return len(s.Command) > 0 }
+
+// CallTimeout is s.Timeout, or its default.
+func (s MCPServer) CallTimeout() time.Duration {
+	if s.Timeout > 0 {
+		return time.Duration(s.Timeout)
+	}
+	return DefaultMCPTimeout
+}
+
+// DefaultMCPTimeout bounds one call of an MCP server's tool when the
+// server's timeout is not set.
+const DefaultMCPTimeout = time.Minute
+
+// MCPToolSep joins a server's name and its tool's: SERVER__TOOL.
+const MCPToolSep = "__"
+
+// Bounds of the mcp section.
+const (
+	maxMCPServers = 16
+	maxMCPArgs    = 64
+	maxMCPArg     = 4096
+	maxMCPTimeout = time.Hour
+)
+
+var mcpServerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+
+func (m *MCP) isZero() bool { return len(m.Servers) == 0 }
+
+func (m *MCP) validate(p *problems) {
+	if len(m.Servers) > maxMCPServers {
+		p.add("mcp.servers", "", "%d servers, at most %d", len(m.Servers), maxMCPServers)
+	}
+	names := map[string]int{}
+	for i, s := range m.Servers {
+		f := fmt.Sprintf("mcp.servers[%d]", i)
+		switch {
+		case s.Name == "":
+			p.add(f+".name", "a short name the server's tools are prefixed with, like fs", "missing")
+		case !mcpServerName.MatchString(s.Name) || strings.Contains(s.Name, MCPToolSep):
+			p.add(f+".name", `1 to 32 of a-z, 0-9, _ and -, starting with a letter or digit, without "__"`, "%q is not a server name", shorten(s.Name))
+		default:
+			if j, dup := names[s.Name]; dup {
+				p.add(f+".name", "", "%s is named already by mcp.servers[%d]", s.Name, j)
+			}
+			names[s.Name] = i
+		}
+		switch {
+		case s.Stdio() && s.URL != "":
+			p.add(f, "a server is a command (stdio, in a sandbox) or a url (remote), not both", "both command and url")
+		case !s.Stdio() && s.URL == "":
+			p.add(f, "command: [argv...] for a stdio server run in a sandbox, or url: for a remote Streamable HTTP server", "neither command nor url")
+		}
+		if len(s.Command) > maxMCPArgs {
+			p.add(f+".command", "", "%d arguments, at most %d", len(s.Command), maxMCPArgs)
+		}
+		for j, a := range s.Command {
+			if a == "" && j == 0 || len(a) > maxMCPArg || strings.ContainsRune(a, 0) {
+				p.add(fmt.Sprintf("%s.command[%d]", f, j), "a program and its arguments, like [node, server.js]", "empty, too long or contains NUL")
+			}
+		}
+		if s.Image != "" {
+			switch {
+			case !s.Stdio():
+				p.add(f+".image", "only a stdio server (command) runs in a sandbox", "given without command")
+			case !imageRef.MatchString(s.Image):
+				p.add(f+".image", "NAME[:TAG], NAME@sha256:HEX or sha256:HEX of an image in the host's store", "%q is not an image reference", shorten(s.Image))
+			}
+		}
+		if s.Source != "" {
+			switch {
+			case !s.Stdio():
+				p.add(f+".source", "only a stdio server (command) runs in a sandbox", "given without command")
+			case !absPath(s.Source):
+				p.add(f+".source", "an absolute host directory, shown read-only as the server's /workspace", "%q is not an absolute path", shorten(s.Source))
+			}
+		}
+		if s.URL != "" {
+			if u, err := url.Parse(s.URL); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || hasCTL(s.URL) {
+				p.add(f+".url", "the server's endpoint, like https://mcp.example.com/mcp (credentials belong in network.credentials)", "%q is not an http or https URL", shorten(s.URL))
+			}
+		}
+		if s.Timeout < 0 || time.Duration(s.Timeout) > maxMCPTimeout {
+			p.add(f+".timeout", "a duration up to 1h, like 30s; 0 means 1m", "%s out of range", s.Timeout)
+		}
+	}
+}
