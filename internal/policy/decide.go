@@ -104,8 +104,8 @@ const (
 type toolPolicy struct {
 	err                 error // the tools section does not compile: deny everything
 	def, extDef, mcpDef Verdict
-	global      []compiledRule
-	tools       map[string]compiledTool
+	global              []compiledRule
+	tools               map[string]compiledTool
 	// scanner finds credentials in arguments; it returns nil with
 	// secrets.off. It is made on first use: most documents are parsed
 	// and never decide a call.
