@@ -143,3 +143,15 @@ func (m *MCP) validate(p *problems) {
 		}
 	}
 }
+
+// CheckMCP checks servers as the mcp section would (a run's configuration
+// names them too): every problem, joined.
+func CheckMCP(servers []MCPServer) error {
+	p := &problems{}
+	m := MCP{Servers: servers}
+	m.validate(p)
+	if len(p.errs) == 0 {
+		return nil
+	}
+	return joinErrors(p.errs)
+}

@@ -1,0 +1,145 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/mcpclient"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// MCPServer is one MCP server of a run (the policy's mcp.servers): a
+// stdio server (Command) run in a sandbox of its own, or a remote
+// Streamable HTTP server (URL). Its tools are offered to the model as
+// NAME__TOOL; each call is decided by the run's policy and is external.
+type MCPServer struct {
+	Name    string   `json:"name"`
+	Command []string `json:"command,omitempty"`
+	// Image is the image of the host's store the server's sandbox is made
+	// of; empty means the run's root filesystem (RootFS), or the host's
+	// system directories.
+	Image string `json:"image,omitempty"`
+	// Source is a host directory the server's sandbox sees read-only as
+	// its /workspace.
+	Source string `json:"source,omitempty"`
+	URL    string `json:"url,omitempty"`
+	// TimeoutMS bounds one call (and the server's start); zero means a
+	// minute.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+func (s MCPServer) policy() policy.MCPServer {
+	return policy.MCPServer{
+		Name: s.Name, Command: s.Command, Image: s.Image, Source: s.Source, URL: s.URL,
+		Timeout: policy.Duration(time.Duration(s.TimeoutMS) * time.Millisecond),
+	}
+}
+
+// mcpServersOf is the mcp section as a run's Config says it.
+func mcpServersOf(doc *policy.Document) []MCPServer {
+	var out []MCPServer
+	for _, s := range doc.MCP.Servers {
+		out = append(out, MCPServer{
+			Name: s.Name, Command: slices.Clone(s.Command), Image: s.Image, Source: s.Source, URL: s.URL,
+			TimeoutMS: time.Duration(s.Timeout).Milliseconds(),
+		})
+	}
+	return out
+}
+
+func checkMCP(servers []MCPServer) error {
+	ps := make([]policy.MCPServer, len(servers))
+	for i, s := range servers {
+		ps[i] = s.policy()
+	}
+	if err := policy.CheckMCP(ps); err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return nil
+}
+
+// mcpServerOf returns the MCP server of the run's policy whose tool name
+// is, or "" when name is not an MCP server's tool.
+func mcpServerOf(doc *policy.Document, name string) string {
+	server, _, ok := strings.Cut(name, policy.MCPToolSep)
+	if !ok {
+		return ""
+	}
+	for _, s := range doc.MCP.Servers {
+		if s.Name == server {
+			return server
+		}
+	}
+	return ""
+}
+
+// openMCP starts or connects to the run's MCP servers and registers their
+// tools. The servers stay up for the drive (closeMCP).
+//
+// Preconditions: called by setup, before the specs are taken.
+func (d *driver) openMCP(ctx context.Context) error {
+	if len(d.cfg.MCP) == 0 {
+		return nil
+	}
+	servers := make([]policy.MCPServer, len(d.cfg.MCP))
+	for i, s := range d.cfg.MCP {
+		servers[i] = s.policy()
+	}
+	set, err := mcpclient.Open(ctx, servers, mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact})
+	if err != nil {
+		return err
+	}
+	d.mcp = set
+	for _, t := range set.Tools() {
+		if err := d.reg.Register(t); err != nil {
+			return fmt.Errorf("mcp: %w", err)
+		}
+	}
+	return nil
+}
+
+// closeMCP stops the run's MCP servers, destroying their sandboxes.
+func (d *driver) closeMCP() {
+	if d.mcp != nil {
+		d.mcp.Close()
+		d.mcp = nil
+	}
+}
+
+// launchMCP makes the sandbox of stdio server s: the run's limits and root
+// (or the server's image), the server's source read-only as /workspace,
+// and no network. It is not one of the run's sandboxes: no snapshots, no
+// checkpoints, nothing of it in the run's patch.
+func (d *driver) launchMCP(ctx context.Context, s policy.MCPServer) (sandbox.Sandbox, func(), error) {
+	cfg := d.cfg
+	spec := sandbox.Spec{Env: slices.Clone(sandboxEnv), Limits: sandbox.Limits{
+		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
+	}}
+	spec.RootFS, spec.Runtime = cfg.RootFS, cfg.Runtime
+	if s.Source != "" {
+		spec.Workspace, spec.WorkspaceMode = s.Source, sandbox.WorkspaceRO
+	}
+	if s.Image != "" {
+		if d.e.o.Images == nil {
+			return nil, nil, fmt.Errorf("image %s: this host has no image store", s.Image)
+		}
+		ref, err := d.e.o.Images.Resolve(ctx, s.Image)
+		if err != nil {
+			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
+		}
+		spec.RootFS = ""
+		if err := d.e.o.Images.Apply(ctx, ref, &spec); err != nil {
+			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
+		}
+	}
+	sb, err := d.e.o.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return sb, func() { destroy(ctx, sb) }, nil
+}
