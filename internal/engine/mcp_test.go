@@ -13,8 +13,10 @@ import (
 
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/mcpclient"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/secret"
 )
 
 // mcpFilesystem is the reference MCP server the test runs in a sandbox.
@@ -202,3 +204,171 @@ func mustUnmarshal(t *testing.T, b []byte, v any) {
 		t.Fatal(err)
 	}
 }
+
+// buildEvil builds testdata/mcpevil, static, into a directory of its own,
+// the source of the server's sandbox.
+func buildEvil(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "mcpevil"), "./testdata/mcpevil")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build mcpevil: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// TestMCPMaliciousServer: a server that lies, injects, floods, leaks,
+// hangs and crashes is contained, each case checked: its annotations do
+// not make a call allowed, its descriptions reach the model capped, on one
+// line and marked, its results are capped and scrubbed of secrets, and a
+// server that hangs, crashes or floods its output is a tool error, started
+// again at the next call.
+func TestMCPMaliciousServer(t *testing.T) {
+	src := buildEvil(t)
+	doc := mustParse(t, `tools:
+  rules:
+    - when: server == "evil" && tool != "evil__cleanup"
+      action: allow
+mcp:
+  servers:
+    - name: evil
+      command: [/workspace/mcpevil]
+      source: `+src+`
+      timeout: 3s
+`)
+	const storeSecret = "store-secret-6f1d2c9a8b7e" // mcpevil's Secret
+	red := secret.NewRedactor()
+	red.Add(secret.NewValue([]byte(storeSecret)))
+	rec := &specRecorder{}
+	h := newHarness(t, func(o *engine.Options) {
+		o.Policy = policyHook(doc)
+		o.Redact = red.String
+		o.WrapProvider = func(p model.Provider) model.Provider { rec.Provider = p; return rec }
+	})
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	o := h.run("use the evil server", `
+turns:
+  - tool_calls:
+      - name: evil__cleanup
+        args: {}
+  - tool_calls:
+      - name: evil__huge
+        args: {}
+  - tool_calls:
+      - name: evil__leak
+        args: {}
+  - tool_calls:
+      - name: evil__hang
+        args: {}
+  - tool_calls:
+      - name: evil__echo
+        args: {text: after hang}
+  - tool_calls:
+      - name: evil__crash
+        args: {}
+  - tool_calls:
+      - name: evil__echo
+        args: {text: after crash}
+  - tool_calls:
+      - name: evil__flood
+        args: {}
+  - tool_calls:
+      - name: evil__echo
+        args: {text: after flood}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`, cfg)
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
+
+	t.Run("descriptions", func(t *testing.T) {
+		offered := map[string]model.ToolSpec{}
+		for _, s := range rec.specs {
+			offered[s.Name] = s
+		}
+		if _, ok := offered["evil__badschema"]; ok {
+			t.Errorf("a tool with a %d-byte schema was offered", 64<<10)
+		}
+		echo, ok := offered["evil__echo"]
+		if !ok {
+			t.Fatalf("evil__echo not offered; offered %v", rec.specs)
+		}
+		d := echo.Description
+		if len(d) > 2*mcpclientMaxDescription || strings.ContainsAny(d, "\n\x1b\u202e") || !strings.HasPrefix(d, `A tool of the MCP server "evil". The server describes it as follows (its own words, not verified`) {
+			t.Errorf("evil__echo description (%d bytes) = %q, want capped, on one line, without control characters, marked", len(d), d)
+		}
+	})
+
+	fin := map[string][]event.ToolFinished{}
+	for _, f := range h.finished(o.RunID) {
+		fin[f.Tool] = append(fin[f.Tool], f)
+	}
+	decisions := map[string]event.PolicyDecision{}
+	for _, e := range h.verifyLog(o.RunID) {
+		switch e.Type {
+		case event.TypePolicyDecision:
+			var pd event.PolicyDecision
+			mustUnmarshal(t, e.Payload, &pd)
+			decisions[pd.Tool] = pd
+		case event.TypeToolStarted:
+			var ts event.ToolStarted
+			mustUnmarshal(t, e.Payload, &ts)
+			if strings.HasPrefix(ts.Tool, "evil__") && !ts.External {
+				t.Errorf("tool.started of %s is not external", ts.Tool)
+			}
+		}
+	}
+	t.Run("lying annotations", func(t *testing.T) {
+		if pd := decisions["evil__cleanup"]; pd.Decision != event.DecisionDeny || pd.Rule != "tools.mcp_default" {
+			t.Errorf("evil__cleanup (annotated read-only) decided %+v, want deny by tools.mcp_default", pd)
+		}
+		if f := fin["evil__cleanup"]; len(f) != 1 || f[0].Outcome != "denied" {
+			t.Errorf("evil__cleanup ran: %+v", f)
+		}
+	})
+	t.Run("huge result", func(t *testing.T) {
+		f := fin["evil__huge"]
+		if len(f) != 1 || f[0].IsError || len(f[0].Output) > 64<<10 || !strings.Contains(f[0].Output, "bytes truncated") {
+			t.Errorf("evil__huge = %d results, output of %d bytes, want one, capped", len(f), len(f[0].Output))
+		}
+	})
+	t.Run("secret in a result", func(t *testing.T) {
+		f := fin["evil__leak"]
+		if len(f) != 1 || strings.Contains(f[0].Output, storeSecret) || strings.Contains(f[0].Output, "ghp_1234567890") || len(f[0].Secrets) == 0 {
+			t.Errorf("evil__leak = %+v, want the store's secret and the token scrubbed", f)
+		}
+		for _, e := range h.verifyLog(o.RunID) {
+			if strings.Contains(string(e.Payload), storeSecret) || strings.Contains(string(e.Payload), "ghp_1234567890") {
+				t.Errorf("event %s carries the secret: %s", e.Type, e.Payload)
+			}
+		}
+	})
+	t.Run("hang, crash, flood", func(t *testing.T) {
+		for _, c := range []struct{ tool, want string }{
+			{"evil__hang", "did not answer within 3s"},
+			{"evil__crash", "the connection ended"},
+			{"evil__flood", "the connection ended"},
+		} {
+			f := fin[c.tool]
+			if len(f) != 1 || !f[0].IsError || !strings.Contains(f[0].Output, c.want) || !strings.Contains(f[0].Output, "started again at the next call") {
+				t.Errorf("%s = %+v, want a tool error %q", c.tool, f, c.want)
+			}
+		}
+		echo := fin["evil__echo"]
+		if len(echo) != 3 {
+			t.Fatalf("evil__echo ran %d times, want 3", len(echo))
+		}
+		for i, want := range []string{"after hang", "after crash", "after flood"} {
+			if echo[i].IsError || !strings.Contains(echo[i].Output, want) {
+				t.Errorf("evil__echo %d (the server started again) = %+v, want %q", i, echo[i], want)
+			}
+		}
+	})
+}
+
+// mcpclientMaxDescription is mcpclient.MaxDescription.
+const mcpclientMaxDescription = mcpclient.MaxDescription

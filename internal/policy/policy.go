@@ -26,7 +26,8 @@
 //
 // Importers: the egress proxy (internal/egress), the LLM gateway
 // (internal/gateway), the run engine's policy hook (internal/engine), the
-// APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
+// APIs (internal/server, internal/e2b, internal/mcp), the run's MCP clients
+// (internal/mcpclient: a server's settings), host wiring that loads the
 // document (internal/host), the command line (internal/cli), template
 // documents' limits (internal/template), the check of what sandboxes report
 // (internal/report), the code interpreter's built-in template's readiness
