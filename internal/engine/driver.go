@@ -115,8 +115,9 @@ type driver struct {
 	netAsks netAsker
 
 	// mcp holds the run's MCP servers (mcp.go), set by setup, closed when
-	// the drive ends.
-	mcp *mcpclient.Set
+	// the drive ends; mcpRelease ends their egress proxy.
+	mcp        *mcpclient.Set
+	mcpRelease func()
 
 	// arts counts the artifacts the run's sandboxes declared (events.go).
 	arts artifactCount

@@ -2,10 +2,18 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
 
 	"github.com/airlockrun/airlock/internal/mcpclient"
 	"github.com/airlockrun/airlock/internal/policy"
@@ -89,7 +97,15 @@ func (d *driver) openMCP(ctx context.Context) error {
 	for i, s := range d.cfg.MCP {
 		servers[i] = s.policy()
 	}
-	set, err := mcpclient.Open(ctx, servers, mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact})
+	o := mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact}
+	if slices.ContainsFunc(servers, func(s policy.MCPServer) bool { return !s.Stdio() }) {
+		client, release, err := d.mcpHTTP(ctx)
+		if err != nil {
+			return fmt.Errorf("mcp: the egress proxy of remote servers: %w", err)
+		}
+		d.mcpRelease, o.HTTPClient = release, client
+	}
+	set, err := mcpclient.Open(ctx, servers, o)
 	if err != nil {
 		return err
 	}
@@ -102,12 +118,74 @@ func (d *driver) openMCP(ctx context.Context) error {
 	return nil
 }
 
-// closeMCP stops the run's MCP servers, destroying their sandboxes.
+// closeMCP stops the run's MCP servers, destroying their sandboxes, and
+// the egress proxy of its remote servers.
 func (d *driver) closeMCP() {
 	if d.mcp != nil {
 		d.mcp.Close()
 		d.mcp = nil
 	}
+	if d.mcpRelease != nil {
+		d.mcpRelease()
+		d.mcpRelease = nil
+	}
+}
+
+// mcpSandbox names the egress proxy of the run's remote MCP servers in
+// the run's egress decisions.
+const mcpSandbox = "mcp"
+
+// mcpHTTP returns the HTTP client of the run's remote MCP servers: every
+// request goes through an egress proxy of its own under the run's network
+// policy, as a sandbox's would, so the policy decides each destination
+// and the proxy injects the credentials it binds to them (the run, and
+// this process's MCP client, never hold them). A host without a network,
+// or a policy that reaches nothing, refuses.
+func (d *driver) mcpHTTP(ctx context.Context) (*http.Client, func(), error) {
+	if d.e.o.Network == nil {
+		return nil, nil, errors.New("this host gives runs no network")
+	}
+	spec := sandbox.Spec{ID: sandbox.NewID()}
+	release, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{
+		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: mcpSandbox, Policy: d.run.Policy, Spec: &spec,
+		Audit: func(ed event.EgressDecision) {
+			ed.Sandbox = mcpSandbox
+			d.audit(ctx, ed)
+		},
+		Ask: func(ctx context.Context, host string, port int) (bool, error) {
+			return d.askNetwork(ctx, mcpSandbox, host, port)
+		},
+		Log: d.logged,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if spec.Network != sandbox.NetworkProxy || spec.ProxySocket == "" {
+		release()
+		return nil, nil, errors.New("the run's network policy reaches nothing (network.allow)")
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if len(spec.TrustedCAs) > 0 && !roots.AppendCertsFromPEM(spec.TrustedCAs) {
+		release()
+		return nil, nil, errors.New("the proxy's CA does not parse")
+	}
+	sock := spec.ProxySocket
+	tr := &http.Transport{
+		// The proxy's address is its socket: the URL only makes the
+		// transport speak to a proxy (CONNECT, absolute-form requests).
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "egress.invalid"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var nd net.Dialer
+			return nd.DialContext(ctx, "unix", sock)
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 30 * time.Second,
+		MaxIdleConnsPerHost: 4,
+	}
+	return &http.Client{Transport: tr}, func() { tr.CloseIdleConnections(); release() }, nil
 }
 
 // launchMCP makes the sandbox of stdio server s: the run's limits and root

@@ -3,19 +3,29 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlockrun/airlock/internal/bridge"
+	"github.com/airlockrun/airlock/internal/egress"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcpclient"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/secret"
 )
 
@@ -372,3 +382,141 @@ turns:
 
 // mcpclientMaxDescription is mcpclient.MaxDescription.
 const mcpclientMaxDescription = mcpclient.MaxDescription
+
+// secretNetwork gives the run a real egress proxy under pol, whose
+// credentials come from secrets.
+type secretNetwork struct {
+	t       *testing.T
+	pol     *policy.Network
+	secrets fixedSecrets
+}
+
+func (n *secretNetwork) Attach(_ context.Context, a sandbox.Attachment) (func(), error) {
+	p, err := egress.New(egress.Config{
+		Identity: bridge.Identity{Tenant: "t", Run: a.RunID, Sandbox: a.Spec.ID},
+		Policy:   n.pol,
+		Secrets:  n.secrets,
+		Audit: auditFunc(func(r egress.Record) {
+			a.Audit(event.EgressDecision{Decision: r.Decision, Reason: r.Reason, Rule: r.Rule, Host: r.Host, Port: r.Port, Status: r.Status, Credential: r.Credential})
+		}),
+	})
+	if err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(n.t.TempDir(), "p.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = p.Serve(ln) }()
+	a.Spec.Network, a.Spec.ProxySocket = sandbox.NetworkProxy, sock
+	return func() { _ = p.Close() }, nil
+}
+
+// fixedSecrets is a secret store of fixed values, for egress.Config.
+type fixedSecrets map[string]string
+
+func (s fixedSecrets) Get(_ context.Context, _, name string) (secret.Value, secret.Info, error) {
+	v, ok := s[name]
+	if !ok {
+		return secret.Value{}, secret.Info{}, fmt.Errorf("secret %s: %w", name, os.ErrNotExist)
+	}
+	return secret.NewValue([]byte(v)), secret.Info{Name: name}, nil
+}
+
+// TestMCPRemoteServer: a remote Streamable HTTP server (the go-sdk's, on
+// loopback) is reached through the run's egress proxy, which injects the
+// credential the policy binds to its host: the server's handler checks
+// that it arrived, on every request, and the run never sees it (not in a
+// result, even one that echoes it, nor anywhere in its log).
+func TestMCPRemoteServer(t *testing.T) {
+	const token = "mcp-remote-token-58e1c0a7d2"
+	srv := mcp.NewServer(&mcp.Implementation{Name: "remote", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "whoami", InputSchema: map[string]any{"type": "object"}},
+		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "you sent: " + r.Extra.Header.Get("Authorization")}}}, nil
+		})
+	// The server stands for a remote one, reached by its name (mcp.test)
+	// pinned to loopback: the SDK's guard against DNS rebinding, which
+	// refuses a loopback server any other Host, is off.
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true})
+	var good, bad atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			bad.Add(1)
+			http.Error(w, "no credential", http.StatusUnauthorized)
+			return
+		}
+		good.Add(1)
+		mcpHandler.ServeHTTP(w, r)
+	}))
+	defer hs.Close()
+	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
+	doc := mustParse(t, fmt.Sprintf(`tools:
+  rules:
+    - when: server == "remote"
+      action: allow
+network:
+  resolve:
+    - {host: "mcp.test:%[1]s", to: "127.0.0.1:%[1]s"}
+  allow:
+    - {host: mcp.test, ports: [%[1]s]}
+  credentials:
+    - {host: mcp.test, secret: mcp_token, header: Authorization, value: "Bearer {{secret}}"}
+mcp:
+  servers:
+    - name: remote
+      url: http://mcp.test:%[1]s/mcp
+`, port))
+	nw := &secretNetwork{t: t, pol: &doc.Network, secrets: fixedSecrets{"mcp_token": token}}
+	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc); o.Network = nw })
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	o := h.run("use the remote server", `
+turns:
+  - tool_calls:
+      - name: remote__whoami
+        args: {}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`, cfg)
+	if o.Status != event.StatusCompleted {
+		for _, e := range h.verifyLog(o.RunID) {
+			if e.Type == event.TypeEgressDecision {
+				t.Logf("%s", e.Payload)
+			}
+		}
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
+	if good.Load() == 0 || bad.Load() != 0 {
+		t.Errorf("the server saw the credential on %d requests and lacked it on %d, want every request with it", good.Load(), bad.Load())
+	}
+	var who []event.ToolFinished
+	for _, f := range h.finished(o.RunID) {
+		if f.Tool == "remote__whoami" {
+			who = append(who, f)
+		}
+	}
+	// The server echoes the credential: the proxy scrubbed it from the
+	// response that carried it back.
+	if len(who) != 1 || who[0].IsError || who[0].Output != "you sent: Bearer [redacted]" {
+		t.Fatalf("remote__whoami = %+v, want the server's answer, its credential scrubbed", who)
+	}
+	audited := 0
+	for _, e := range h.verifyLog(o.RunID) {
+		if strings.Contains(string(e.Payload), token) {
+			t.Errorf("event %s carries the credential: %s", e.Type, e.Payload)
+		}
+		if e.Type == event.TypeEgressDecision {
+			var ed event.EgressDecision
+			mustUnmarshal(t, e.Payload, &ed)
+			if ed.Sandbox == "mcp" && ed.Host == "mcp.test" && ed.Decision == "allowed" {
+				audited++
+			}
+		}
+	}
+	if audited == 0 {
+		t.Errorf("no egress.decision of the MCP server's requests in the run's log")
+	}
+}
