@@ -424,35 +424,45 @@ func (s fixedSecrets) Get(_ context.Context, _, name string) (secret.Value, secr
 	return secret.NewValue([]byte(v)), secret.Info{Name: name}, nil
 }
 
-// TestMCPRemoteServer: a remote Streamable HTTP server (the go-sdk's, on
-// loopback) is reached through the run's egress proxy, which injects the
-// credential the policy binds to its host: the server's handler checks
-// that it arrived, on every request, and the run never sees it (not in a
-// result, even one that echoes it, nor anywhere in its log).
-func TestMCPRemoteServer(t *testing.T) {
-	const token = "mcp-remote-token-58e1c0a7d2"
+// remoteServer is a remote MCP server for the tests: the go-sdk's
+// Streamable HTTP server on loopback, named mcp.test by the run's policy,
+// which binds it a credential. good and bad count the requests that came
+// with the credential and without; calls counts its tool's calls.
+type remoteServer struct {
+	doc              *policy.Document
+	network          *secretNetwork
+	good, bad, calls atomic.Int32
+}
+
+// mcpRemoteToken is the credential of remoteServer's host.
+const mcpRemoteToken = "mcp-remote-token-58e1c0a7d2"
+
+func newRemoteServer(t *testing.T) *remoteServer {
+	t.Helper()
+	const token = mcpRemoteToken
+	rs := &remoteServer{}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "remote", Version: "1"}, nil)
 	srv.AddTool(&mcp.Tool{Name: "whoami", InputSchema: map[string]any{"type": "object"}},
 		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			rs.calls.Add(1)
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "you sent: " + r.Extra.Header.Get("Authorization")}}}, nil
 		})
 	// The server stands for a remote one, reached by its name (mcp.test)
 	// pinned to loopback: the SDK's guard against DNS rebinding, which
 	// refuses a loopback server any other Host, is off.
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{DisableLocalhostProtection: true})
-	var good, bad atomic.Int32
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+token {
-			bad.Add(1)
+			rs.bad.Add(1)
 			http.Error(w, "no credential", http.StatusUnauthorized)
 			return
 		}
-		good.Add(1)
+		rs.good.Add(1)
 		mcpHandler.ServeHTTP(w, r)
 	}))
-	defer hs.Close()
+	t.Cleanup(hs.Close)
 	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
-	doc := mustParse(t, fmt.Sprintf(`tools:
+	rs.doc = mustParse(t, fmt.Sprintf(`tools:
   rules:
     - when: server == "remote"
       action: allow
@@ -468,8 +478,21 @@ mcp:
     - name: remote
       url: http://mcp.test:%[1]s/mcp
 `, port))
-	nw := &secretNetwork{t: t, pol: &doc.Network, secrets: fixedSecrets{"mcp_token": token}}
-	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc); o.Network = nw })
+	rs.network = &secretNetwork{t: t, pol: &rs.doc.Network, secrets: fixedSecrets{"mcp_token": token}}
+	return rs
+}
+
+// TestMCPRemoteServer: a remote Streamable HTTP server (the go-sdk's, on
+// loopback) is reached through the run's egress proxy, which injects the
+// credential the policy binds to its host: the server's handler checks
+// that it arrived, on every request, and the run never sees it (not in a
+// result, even one that echoes it, nor anywhere in its log).
+func TestMCPRemoteServer(t *testing.T) {
+	const token = mcpRemoteToken
+	rs := newRemoteServer(t)
+	doc := rs.doc
+	good, bad := &rs.good, &rs.bad
+	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc); o.Network = rs.network })
 	cfg := engine.PolicyConfig(doc)
 	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
 	o := h.run("use the remote server", `
@@ -518,5 +541,41 @@ turns:
 	}
 	if audited == 0 {
 		t.Errorf("no egress.decision of the MCP server's requests in the run's log")
+	}
+}
+
+// TestMCPUncertainCallFailsClosed: a call of an MCP server's tool that
+// started and has no recorded result (the host died mid-call) is never
+// repeated on recovery, whatever the server says of the tool: the run
+// fails with a tool.uncertain, and the server never got the call again.
+func TestMCPUncertainCallFailsClosed(t *testing.T) {
+	rs := newRemoteServer(t)
+	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(rs.doc); o.Network = rs.network })
+	cfg := engine.PolicyConfig(rs.doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	r := h.start("whoami", "turns:\n  - tool_calls:\n      - name: remote__whoami\n        args: {}\n", cfg)
+	ctx := context.Background()
+	if _, _, err := h.store.AppendStatus(ctx, r.ID, r.LastSeq+1, event.StatusQueued, event.StatusRunning, mustEvents(t,
+		event.RunStarted{Host: "dead:1"},
+		event.ModelRequest{Step: 1, Provider: "script", Attempt: 1, Messages: 1},
+		event.ModelResponse{Step: 1, Provider: "script", StopReason: "tool_use", ToolCalls: []event.ToolCall{{ID: "call_1_0", Name: "remote__whoami", Args: json.RawMessage(`{}`)}}},
+		event.ToolProposed{Step: 1, CallID: "call_1_0", Tool: "remote__whoami", Args: json.RawMessage(`{}`)},
+		event.PolicyDecision{Step: 1, CallID: "call_1_0", Tool: "remote__whoami", Decision: "allow"},
+		event.ToolStarted{Step: 1, CallID: "call_1_0", Tool: "remote__whoami", Place: "host", External: true},
+	)); err != nil {
+		t.Fatal(err)
+	}
+	o, err := h.eng.Drive(ctxT(t, time.Minute), r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "uncertain") {
+		t.Fatalf("status %s reason %q, want failed for an uncertain call", o.Status, o.Reason)
+	}
+	if n := rs.calls.Load(); n != 0 {
+		t.Errorf("the MCP call was repeated %d times", n)
+	}
+	if count(h.verifyLog(r.ID), event.TypeToolUncertain) != 1 {
+		t.Error("no tool.uncertain event")
 	}
 }
