@@ -46,6 +46,12 @@ type MCPServer struct {
 	// read-only, as its /workspace (where its code may live); empty gives
 	// an empty workspace.
 	Source string `yaml:"source,omitempty"`
+	// Network is what the server's sandbox may reach through an egress
+	// proxy of its own, written as the document's network section
+	// (destinations, pins, the credentials the proxy injects); empty
+	// means no network at all. The run's own network section does not
+	// apply to it, nor this to the run's sandboxes.
+	Network Network `yaml:"network,omitempty"`
 	// URL is the endpoint of a remote Streamable HTTP server, http or
 	// https.
 	URL string `yaml:"url,omitempty"`
@@ -84,6 +90,12 @@ const (
 var mcpServerName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 func (m *MCP) isZero() bool { return len(m.Servers) == 0 }
+
+// IsZero reports whether n allows nothing, asks about nothing and binds
+// no credential: no network at all.
+func (n *Network) IsZero() bool {
+	return n.Default != Ask && len(n.Allow) == 0 && len(n.Resolve) == 0 && len(n.Credentials) == 0 && n.UpstreamCA == ""
+}
 
 func (m *MCP) validate(p *problems) {
 	if len(m.Servers) > maxMCPServers {
@@ -131,6 +143,20 @@ func (m *MCP) validate(p *problems) {
 				p.add(f+".source", "only a stdio server (command) runs in a sandbox", "given without command")
 			case !absPath(s.Source):
 				p.add(f+".source", "an absolute host directory, shown read-only as the server's /workspace", "%q is not an absolute path", shorten(s.Source))
+			}
+		}
+		switch {
+		case !s.Stdio() && (!s.Network.IsZero() || s.Network.Default != ""):
+			p.add(f+".network", "a remote server is reached under the document's network section, which binds its credentials", "given without command")
+		case s.Stdio():
+			if !s.Network.IsZero() && s.Network.Default == "" {
+				// As the document's section: one canonical form.
+				m.Servers[i].Network.Default = Deny
+			}
+			if err := m.Servers[i].Network.Validate(); err != nil {
+				for _, e := range unjoin(err) {
+					p.add(f+".network", "as the document's network section", "%s", strings.TrimPrefix(e.Error(), "policy: "))
+				}
 			}
 		}
 		if s.URL != "" {

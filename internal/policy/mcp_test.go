@@ -133,3 +133,39 @@ mcp:
 		t.Errorf("DecideTool on a Document built by hand = %s, want deny", d.Action)
 	}
 }
+
+// TestParseMCPNetwork: a stdio server has a network of its own, checked
+// as the document's network section is.
+func TestParseMCPNetwork(t *testing.T) {
+	doc, err := Parse([]byte(`mcp:
+  servers:
+    - name: fetch
+      command: [x]
+      network:
+        allow:
+          - {host: API.Example.com, ports: [443]}
+        credentials:
+          - {host: api.example.com, secret: tok, header: Authorization, value: "Bearer {{secret}}"}
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	n := doc.MCP.Servers[0].Network
+	if n.IsZero() || n.Allow[0].Host != "api.example.com" || len(n.Credentials) != 1 || !doc.Network.IsZero() {
+		t.Fatalf("server network = %+v (run's %+v), want its own, hosts normalized", n, doc.Network)
+	}
+	again, err := Parse(doc.Canonical())
+	if err != nil || !bytes.Equal(again.Canonical(), doc.Canonical()) {
+		t.Fatalf("Canonical does not round-trip (%v):\n%s", err, doc.Canonical())
+	}
+	for _, bad := range []struct{ doc, want string }{
+		{"mcp:\n  servers:\n    - name: a\n      command: [x]\n      network:\n        default: allow\n", "policy: mcp.servers[0].network: network.default: \"allow\" is not supported"},
+		{"mcp:\n  servers:\n    - name: a\n      url: http://a.example/\n      network:\n        allow: [{host: a.example}]\n", "policy: mcp.servers[0].network: given without command"},
+		{"mcp:\n  servers:\n    - name: a\n      command: [x]\n      network:\n        alow: []\n", "policy: mcp.servers[0].network: field alow not found"},
+	} {
+		_, err := Parse([]byte(bad.doc))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Parse(%q) = %v, want %q", bad.doc, err, bad.want)
+		}
+	}
+}
