@@ -34,6 +34,9 @@ type MCPServer struct {
 	// Source is a host directory the server's sandbox sees read-only as
 	// its /workspace.
 	Source string `json:"source,omitempty"`
+	// Network is what the server's sandbox may reach, through an egress
+	// proxy of its own; nil means no network.
+	Network *policy.Network `json:"network,omitempty"`
 	URL    string `json:"url,omitempty"`
 	// TimeoutMS bounds one call (and the server's start); zero means a
 	// minute.
@@ -41,20 +44,29 @@ type MCPServer struct {
 }
 
 func (s MCPServer) policy() policy.MCPServer {
-	return policy.MCPServer{
+	p := policy.MCPServer{
 		Name: s.Name, Command: s.Command, Image: s.Image, Source: s.Source, URL: s.URL,
 		Timeout: policy.Duration(time.Duration(s.TimeoutMS) * time.Millisecond),
 	}
+	if s.Network != nil {
+		p.Network = *s.Network
+	}
+	return p
 }
 
 // mcpServersOf is the mcp section as a run's Config says it.
 func mcpServersOf(doc *policy.Document) []MCPServer {
 	var out []MCPServer
 	for _, s := range doc.MCP.Servers {
-		out = append(out, MCPServer{
+		c := MCPServer{
 			Name: s.Name, Command: slices.Clone(s.Command), Image: s.Image, Source: s.Source, URL: s.URL,
 			TimeoutMS: time.Duration(s.Timeout).Milliseconds(),
-		})
+		}
+		if !s.Network.IsZero() {
+			n := s.Network
+			c.Network = &n
+		}
+		out = append(out, c)
 	}
 	return out
 }
@@ -215,9 +227,43 @@ func (d *driver) launchMCP(ctx context.Context, s policy.MCPServer) (sandbox.San
 			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
 		}
 	}
+	release := func() {}
+	if !s.Network.IsZero() {
+		rel, err := d.attachMCP(ctx, s, &spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("network: %w", err)
+		}
+		release = rel
+	}
 	sb, err := d.e.o.Backend.Create(ctx, spec)
 	if err != nil {
+		release()
 		return nil, nil, err
 	}
-	return sb, func() { destroy(ctx, sb) }, nil
+	return sb, func() { destroy(ctx, sb); release() }, nil
+}
+
+// attachMCP gives the sandbox of stdio server s an egress proxy of its own
+// under the server's network (a document of the default policy with that
+// network section): its decisions are in the run's log, as the server's
+// (mcp:NAME).
+func (d *driver) attachMCP(ctx context.Context, s policy.MCPServer, spec *sandbox.Spec) (func(), error) {
+	if d.e.o.Network == nil {
+		return nil, errors.New("this host gives sandboxes no network")
+	}
+	doc := policy.Default()
+	doc.Network = s.Network
+	name := mcpSandbox + ":" + s.Name
+	spec.ID = sandbox.NewID()
+	return d.e.o.Network.Attach(ctx, sandbox.Attachment{
+		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: doc.Canonical(), Spec: spec,
+		Audit: func(ed event.EgressDecision) {
+			ed.Sandbox = name
+			d.audit(ctx, ed)
+		},
+		Ask: func(ctx context.Context, host string, port int) (bool, error) {
+			return d.askNetwork(ctx, name, host, port)
+		},
+		Log: d.logged,
+	})
 }

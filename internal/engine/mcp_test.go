@@ -579,3 +579,102 @@ func TestMCPUncertainCallFailsClosed(t *testing.T) {
 		t.Error("no tool.uncertain event")
 	}
 }
+
+// policyNetwork gives a sandbox a real egress proxy under the network
+// section of the policy document it is attached with (none for an empty
+// one), its credentials from secrets.
+type policyNetwork struct {
+	t       *testing.T
+	secrets fixedSecrets
+}
+
+func (n *policyNetwork) Attach(ctx context.Context, a sandbox.Attachment) (func(), error) {
+	if len(a.Policy) == 0 {
+		return func() {}, nil
+	}
+	doc, err := policy.Parse(a.Policy)
+	if err != nil {
+		return nil, err
+	}
+	if doc.Network.IsZero() {
+		return func() {}, nil
+	}
+	return (&secretNetwork{t: n.t, pol: &doc.Network, secrets: n.secrets}).Attach(ctx, a)
+}
+
+// TestMCPServerNetwork: a stdio server's sandbox reaches what its own
+// network allows, through an egress proxy of its own that injects the
+// credential bound there, and nothing else; the run's sandbox, under the
+// run's network (none), reaches nothing.
+func TestMCPServerNetwork(t *testing.T) {
+	const token = "server-net-token-93ab17"
+	var good, bad atomic.Int32
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Token") != token {
+			bad.Add(1)
+		} else {
+			good.Add(1)
+		}
+		fmt.Fprint(w, "hello from upstream")
+	}))
+	defer hs.Close()
+	_, port, _ := net.SplitHostPort(hs.Listener.Addr().String())
+	src := buildEvil(t)
+	doc := mustParse(t, fmt.Sprintf(`tools:
+  rules:
+    - when: server == "evil"
+      action: allow
+mcp:
+  servers:
+    - name: evil
+      command: [/workspace/mcpevil]
+      source: %[2]s
+      network:
+        resolve:
+          - {host: "api.test:%[1]s", to: "127.0.0.1:%[1]s"}
+          - {host: "other.test:%[1]s", to: "127.0.0.1:%[1]s"}
+        allow:
+          - {host: api.test, ports: [%[1]s]}
+        credentials:
+          - {host: api.test, secret: api_token, header: X-Token}
+`, port, src))
+	h := newHarness(t, func(o *engine.Options) {
+		o.Policy = policyHook(doc)
+		o.Network = &policyNetwork{t: t, secrets: fixedSecrets{"api_token": token}}
+	})
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	o := h.run("fetch", fmt.Sprintf(`
+turns:
+  - tool_calls:
+      - name: evil__fetch
+        args: {url: "http://api.test:%[1]s/"}
+  - tool_calls:
+      - name: evil__fetch
+        args: {url: "http://other.test:%[1]s/"}
+  - tool_calls:
+      - name: run_command
+        args: {command: "curl -sS -m 5 http://api.test:%[1]s/ || echo unreachable"}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`, port), cfg)
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
+	var out []string
+	for _, f := range h.finished(o.RunID) {
+		out = append(out, f.Output)
+	}
+	if len(out) < 3 || out[0] != "status 200: hello from upstream" || !strings.HasPrefix(out[1], "status 403") || !strings.Contains(out[2], "unreachable") {
+		t.Fatalf("results = %q, want the allowed host reached, the other refused (403), the run's sandbox without network", out)
+	}
+	if good.Load() != 1 || bad.Load() != 0 {
+		t.Errorf("upstream saw the credential on %d requests and lacked it on %d, want 1 and 0", good.Load(), bad.Load())
+	}
+	for _, e := range h.verifyLog(o.RunID) {
+		if strings.Contains(string(e.Payload), token) {
+			t.Errorf("event %s carries the credential: %s", e.Type, e.Payload)
+		}
+	}
+}

@@ -6,7 +6,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"log"
+	"net/http"
 	"os"
 	"strings"
 
@@ -69,6 +73,22 @@ func main() {
 		os.Exit(3)
 		return nil, nil
 	})
+	// fetch GETs a URL through the sandbox's proxy (HTTP_PROXY), if it
+	// has one.
+	add(&mcp.Tool{Name: "fetch", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"url": map[string]any{"type": "string"}}}},
+		func(_ context.Context, r *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct{ URL string }
+			if err := json.Unmarshal(r.Params.Arguments, &args); err != nil {
+				return nil, err
+			}
+			resp, err := http.Get(args.URL)
+			if err != nil {
+				return text("fetch: " + err.Error()), nil
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+			return text(fmt.Sprintf("status %d: %s", resp.StatusCode, b)), nil
+		})
 	// badschema's schema is not an object schema: it is not offered.
 	add(&mcp.Tool{Name: "badschema", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "string", "description": strings.Repeat("x", 64<<10)}}}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("never"), nil })
