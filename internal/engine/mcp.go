@@ -37,7 +37,7 @@ type MCPServer struct {
 	// Network is what the server's sandbox may reach, through an egress
 	// proxy of its own; nil means no network.
 	Network *policy.Network `json:"network,omitempty"`
-	URL    string `json:"url,omitempty"`
+	URL     string          `json:"url,omitempty"`
 	// TimeoutMS bounds one call (and the server's start); zero means a
 	// minute.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`

@@ -238,14 +238,17 @@ func TestMCPMaliciousServer(t *testing.T) {
 	src := buildEvil(t)
 	doc := mustParse(t, `tools:
   rules:
-    - when: server == "evil" && tool != "evil__cleanup"
+    - when: server in ["evil", "slow"] && tool != "evil__cleanup"
       action: allow
 mcp:
   servers:
     - name: evil
       command: [/workspace/mcpevil]
       source: `+src+`
-      timeout: 3s
+    - name: slow
+      command: [/workspace/mcpevil]
+      source: `+src+`
+      timeout: 5s
 `)
 	const storeSecret = "store-secret-6f1d2c9a8b7e" // mcpevil's Secret
 	red := secret.NewRedactor()
@@ -270,10 +273,10 @@ turns:
       - name: evil__leak
         args: {}
   - tool_calls:
-      - name: evil__hang
+      - name: slow__hang
         args: {}
   - tool_calls:
-      - name: evil__echo
+      - name: slow__echo
         args: {text: after hang}
   - tool_calls:
       - name: evil__crash
@@ -327,7 +330,7 @@ turns:
 		case event.TypeToolStarted:
 			var ts event.ToolStarted
 			mustUnmarshal(t, e.Payload, &ts)
-			if strings.HasPrefix(ts.Tool, "evil__") && !ts.External {
+			if (strings.HasPrefix(ts.Tool, "evil__") || strings.HasPrefix(ts.Tool, "slow__")) && !ts.External {
 				t.Errorf("tool.started of %s is not external", ts.Tool)
 			}
 		}
@@ -343,7 +346,7 @@ turns:
 	t.Run("huge result", func(t *testing.T) {
 		f := fin["evil__huge"]
 		if len(f) != 1 || f[0].IsError || len(f[0].Output) > 64<<10 || !strings.Contains(f[0].Output, "bytes truncated") {
-			t.Errorf("evil__huge = %d results, output of %d bytes, want one, capped", len(f), len(f[0].Output))
+			t.Errorf("evil__huge = %+v, want one result, capped", f)
 		}
 	})
 	t.Run("secret in a result", func(t *testing.T) {
@@ -359,7 +362,7 @@ turns:
 	})
 	t.Run("hang, crash, flood", func(t *testing.T) {
 		for _, c := range []struct{ tool, want string }{
-			{"evil__hang", "did not answer within 3s"},
+			{"slow__hang", "did not answer within 5s"},
 			{"evil__crash", "the connection ended"},
 			{"evil__flood", "the connection ended"},
 		} {
@@ -368,9 +371,9 @@ turns:
 				t.Errorf("%s = %+v, want a tool error %q", c.tool, f, c.want)
 			}
 		}
-		echo := fin["evil__echo"]
+		echo := append(fin["slow__echo"], fin["evil__echo"]...)
 		if len(echo) != 3 {
-			t.Fatalf("evil__echo ran %d times, want 3", len(echo))
+			t.Fatalf("evil__echo and slow__echo ran %d times, want 3", len(echo))
 		}
 		for i, want := range []string{"after hang", "after crash", "after flood"} {
 			if echo[i].IsError || !strings.Contains(echo[i].Output, want) {

@@ -152,7 +152,9 @@ type conn struct {
 //
 // Preconditions: s.mu is held, or s is not shared yet.
 func (s *Server) connect(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout())
+	// Making a sandbox and starting a program in it may take longer than
+	// a call: the start gets at least the default timeout.
+	ctx, cancel := context.WithTimeout(ctx, max(s.cfg.CallTimeout(), policy.DefaultMCPTimeout))
 	defer cancel()
 	var c *conn
 	var err error

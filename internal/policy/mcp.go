@@ -55,9 +55,9 @@ type MCPServer struct {
 	// URL is the endpoint of a remote Streamable HTTP server, http or
 	// https.
 	URL string `yaml:"url,omitempty"`
-	// Timeout bounds one call of a tool of the server, and its start
-	// (default 1m): a server that does not answer in time is a tool error
-	// the model sees.
+	// Timeout bounds one call of a tool of the server (default 1m): a
+	// server that does not answer in time is a tool error the model sees.
+	// Its start (and the listing of its tools) gets at least a minute.
 	Timeout Duration `yaml:"timeout,omitempty"`
 }
 
