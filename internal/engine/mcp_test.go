@@ -681,3 +681,23 @@ turns:
 		}
 	}
 }
+
+// TestConfigMCPValidate: a run's configuration names its MCP servers as a
+// policy would, checked the same way.
+func TestConfigMCPValidate(t *testing.T) {
+	ok := engine.Config{Model: "openai:x", MaxSteps: 10, TimeoutMS: 60000, MCP: []engine.MCPServer{{Name: "fs", Command: []string{"node", "s.js"}}, {Name: "r", URL: "https://mcp.example/mcp"}}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("Validate(%+v) = %v, want nil", ok.MCP, err)
+	}
+	for _, bad := range [][]engine.MCPServer{
+		{{Name: "a__b", Command: []string{"x"}}},
+		{{Name: "a"}},
+		{{Name: "a", Command: []string{"x"}}, {Name: "a", Command: []string{"y"}}},
+		{{Name: "a", URL: "file:///etc/passwd"}},
+	} {
+		c := engine.Config{Model: "openai:x", MaxSteps: 10, TimeoutMS: 60000, MCP: bad}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "mcp") {
+			t.Errorf("Validate(%+v) = %v, want an mcp error", bad, err)
+		}
+	}
+}
