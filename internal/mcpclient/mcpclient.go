@@ -143,7 +143,8 @@ type Server struct {
 // conn is one live session and what it runs on.
 type conn struct {
 	sess *mcp.ClientSession
-	// stop ends the server and waits for what it started.
+	// stop ends the server and waits for what it started; calls after
+	// the first do nothing (two calls in flight may both see it fail).
 	stop   func()
 	stderr *capped
 }
@@ -214,7 +215,7 @@ func (s *Server) startStdio(ctx context.Context) (*conn, error) {
 		stop()
 		return nil, fmt.Errorf("initialize: %w%s", err, stderr.suffix())
 	}
-	return &conn{sess: sess, stderr: stderr, stop: func() { _ = sess.Close(); stop() }}, nil
+	return &conn{sess: sess, stderr: stderr, stop: sync.OnceFunc(func() { _ = sess.Close(); stop() })}, nil
 }
 
 // dialHTTP connects to a remote Streamable HTTP server.
@@ -227,7 +228,7 @@ func (s *Server) dialHTTP(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
-	return &conn{sess: sess, stop: func() { _ = sess.Close() }}, nil
+	return &conn{sess: sess, stop: sync.OnceFunc(func() { _ = sess.Close() })}, nil
 }
 
 func (s *Server) close() {
