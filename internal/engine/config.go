@@ -501,7 +501,6 @@ func decodeConfig(raw json.RawMessage) (Config, error) {
 func DecideTool(doc *policy.Document, q PolicyQuery) event.PolicyDecision {
 	d := doc.DecideTool(policy.ToolRequest{
 		Tool: q.Call.Name, Args: q.Call.Input, External: q.Call.External, Sandbox: q.Call.Sandbox,
-		Server: mcpServerOf(doc, q.Call.Name),
 		Run: policy.RunInfo{
 			Tenant: q.Run.Tenant, Task: q.Run.Task, Step: int64(q.Step),
 			Tokens: q.Usage.InputTokens + q.Usage.OutputTokens, ElapsedSeconds: int64(q.Elapsed / time.Second),

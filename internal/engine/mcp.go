@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -80,21 +79,6 @@ func checkMCP(servers []MCPServer) error {
 		return fmt.Errorf("mcp: %w", err)
 	}
 	return nil
-}
-
-// mcpServerOf returns the MCP server of the run's policy whose tool name
-// is, or "" when name is not an MCP server's tool.
-func mcpServerOf(doc *policy.Document, name string) string {
-	server, _, ok := strings.Cut(name, policy.MCPToolSep)
-	if !ok {
-		return ""
-	}
-	for _, s := range doc.MCP.Servers {
-		if s.Name == server {
-			return server
-		}
-	}
-	return ""
 }
 
 // openMCP starts or connects to the run's MCP servers and registers their

@@ -51,8 +51,9 @@ type ToolRequest struct {
 	// Sandbox names the sandbox the call targets; empty for host tools.
 	Sandbox string
 	// Server names the MCP server (the mcp section) whose tool this is;
-	// empty for any other tool. A call with a server that no rule and no
-	// default of the tool decides is decided by tools.mcp_default.
+	// empty means the one the document's mcp section gives the tool's
+	// name (MCP.ServerOf), if any. A call of a server's tool that no rule
+	// and no default of the tool decides is decided by tools.mcp_default.
 	Server string
 }
 
@@ -147,6 +148,9 @@ func (d *Document) DecideTool(r ToolRequest) ToolDecision {
 		return ToolDecision{Action: Deny, Rule: "tools." + r.Tool + ".enabled", Reason: ReasonDisabled}
 	}
 	external := r.External || t.external
+	if r.Server == "" {
+		r.Server = d.MCP.ServerOf(r.Tool)
+	}
 	found := argFindings(tp.scanner(), r.Args)
 	var vars map[string]any
 	if len(t.rules)+len(tp.global)+len(tp.secretRules) > 0 {

@@ -181,3 +181,18 @@ func CheckMCP(servers []MCPServer) error {
 	}
 	return joinErrors(p.errs)
 }
+
+// ServerOf returns the name of the server whose tool is called tool
+// (SERVER__TOOL, the server one of m's), or "" for any other tool.
+func (m *MCP) ServerOf(tool string) string {
+	server, _, ok := strings.Cut(tool, MCPToolSep)
+	if !ok {
+		return ""
+	}
+	for _, s := range m.Servers {
+		if s.Name == server {
+			return server
+		}
+	}
+	return ""
+}

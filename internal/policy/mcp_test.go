@@ -128,6 +128,14 @@ mcp:
 	if !bytes.Contains(allow.Canonical(), []byte("mcp_default: allow")) {
 		t.Errorf("Canonical leaves out mcp_default: allow:\n%s", allow.Canonical())
 	}
+	// The server is the document's when the caller does not say (the
+	// command line's explain).
+	if d := doc.DecideTool(ToolRequest{Tool: "fs__delete", Args: []byte(`{}`)}); d.Action != Deny || d.Rule != "tools.mcp_default" {
+		t.Errorf("DecideTool(fs__delete) without a server = %s by %s, want deny by tools.mcp_default", d.Action, d.Rule)
+	}
+	if d := doc.DecideTool(ToolRequest{Tool: "nosuch__x", Args: []byte(`{}`)}); d.Rule != "tools.default" {
+		t.Errorf("DecideTool(nosuch__x) = %s by %s, want tools.default: no server is named nosuch", d.Action, d.Rule)
+	}
 	var hand Document // not parsed: an empty mcp_default denies
 	if d := hand.DecideTool(ToolRequest{Tool: "fs__x", Server: "fs"}); d.Action != Deny {
 		t.Errorf("DecideTool on a Document built by hand = %s, want deny", d.Action)
