@@ -80,6 +80,9 @@ type Config struct {
 	// Artifacts are globs (relative to /workspace) of files kept as the
 	// run's artifacts after verification, besides the patch.
 	Artifacts []string `json:"artifacts,omitempty"`
+	// MCP are the run's MCP servers (the policy's mcp section), whose
+	// tools the model may call (mcp.go).
+	MCP []MCPServer `json:"mcp,omitempty"`
 	// Budgets end the run when exhausted; zero means the default.
 	MaxSteps int `json:"max_steps"`
 	// TimeoutMS bounds the run's active wall time (paused time excluded).
@@ -282,6 +285,11 @@ func (c Config) Validate() error {
 	}
 	if err := scan.CheckOptions(scan.Options{Allow: c.Secrets.Allow, Disable: c.Secrets.Disable}); err != nil {
 		errs = append(errs, err)
+	}
+	if len(c.MCP) > 0 {
+		if err := checkMCP(c.MCP); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if ev := c.Events.policy(); true {
 		if err := ev.Check(); err != nil {
@@ -519,6 +527,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		SandboxAttempts:  int(doc.Retries.Sandbox) + 1,
 		RecoveryAttempts: int(doc.Retries.Recovery) + 1,
 		Artifacts:        slices.Clone(doc.Artifacts),
+		MCP:              mcpServersOf(doc),
 		Checks: Checks{
 			Commands:    slices.Clone(doc.Verify.Commands),
 			Changed:     slices.Clone(doc.Verify.Changed),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/mcpclient"
 	"github.com/airlockrun/airlock/internal/model"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -112,6 +113,11 @@ type driver struct {
 	names    []string
 
 	netAsks netAsker
+
+	// mcp holds the run's MCP servers (mcp.go), set by setup, closed when
+	// the drive ends; mcpRelease ends their egress proxy.
+	mcp        *mcpclient.Set
+	mcpRelease func()
 
 	// arts counts the artifacts the run's sandboxes declared (events.go).
 	arts artifactCount
@@ -456,6 +462,7 @@ func (d *driver) watch(ctx context.Context, cancel context.CancelCauseFunc) {
 func (d *driver) drive(parent context.Context) (Outcome, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
+	defer d.closeMCP()
 	d.abort = cancel
 	go d.watch(ctx, cancel)
 

@@ -98,6 +98,10 @@ type Options struct {
 	Tools []tools.Tool
 	// Policy decides each tool call; nil allows every call.
 	Policy PolicyHook
+	// Redact scrubs the host's secret values (the host's redactor) from
+	// what a run's MCP servers return, before the model or the log sees
+	// it; nil leaves it to the run's secret scanner.
+	Redact func(string) string
 	// LockDir holds one lock file per driven run, so two processes never
 	// drive one run; empty means no locking (tests of one process).
 	LockDir string

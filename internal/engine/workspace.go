@@ -85,6 +85,9 @@ func (d *driver) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := d.openMCP(ctx); err != nil {
+		return err
+	}
 	d.names = make([]string, len(cfg.Sandboxes))
 	for i, s := range cfg.Sandboxes {
 		d.names[i] = s.Name

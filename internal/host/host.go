@@ -268,7 +268,7 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	opts := engine.Options{
 		Store: r.store, Blobs: r.blobs, Checkpoints: r.checkpoints, Prices: r.prices, Meter: r.meter, LockDir: filepath.Join(h.cfg.Home, "runs", "locks"),
 		NewProvider: h.provider, Network: &runNetwork{h: h}, Policy: h.decideTool, Images: runImages{h},
-		OnProgress: h.cfg.OnProgress,
+		OnProgress: h.cfg.OnProgress, Redact: h.red.String,
 	}
 	if h.cfg.OnEvents != nil {
 		opts.OnEvents = h.cfg.OnEvents

@@ -32,6 +32,8 @@ type canonicalDocument struct {
 	Ports *Ports `yaml:"ports,omitempty"`
 	// Events is left out while it is all defaults, for the same reason.
 	Events *Events `yaml:"events,omitempty"`
+	// MCP is left out while it names no server, for the same reason.
+	MCP *MCP `yaml:"mcp,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
@@ -68,6 +70,9 @@ func (d *Document) Canonical() []byte {
 	if !d.Events.isZero() {
 		ev := d.Events.Resolved()
 		c.Events = &ev
+	}
+	if !d.MCP.isZero() {
+		c.MCP = &d.MCP
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny

@@ -50,6 +50,11 @@ type ToolRequest struct {
 	Run RunInfo
 	// Sandbox names the sandbox the call targets; empty for host tools.
 	Sandbox string
+	// Server names the MCP server (the mcp section) whose tool this is;
+	// empty means the one the document's mcp section gives the tool's
+	// name (MCP.ServerOf), if any. A call of a server's tool that no rule
+	// and no default of the tool decides is decided by tools.mcp_default.
+	Server string
 }
 
 // RunInfo is what a rule sees of the run, as `run` in CEL.
@@ -76,7 +81,7 @@ type ToolDecision struct {
 	// Rule names what decided, as a path into the document:
 	// "tools.run_command.rules[0]", "tools.rules[1]",
 	// "tools.write_file.default", "tools.write_file.enabled",
-	// "tools.external_default" or "tools.default".
+	// "tools.mcp_default", "tools.external_default" or "tools.default".
 	Rule string
 	// Reason says why: the rule's reason ("matched: " and its condition
 	// when the rule gives none), a description of the default, or why a
@@ -98,10 +103,10 @@ const (
 // toolPolicy is the tools section compiled: what DecideTool reads. It is
 // immutable once built.
 type toolPolicy struct {
-	err         error // the tools section does not compile: deny everything
-	def, extDef Verdict
-	global      []compiledRule
-	tools       map[string]compiledTool
+	err                 error // the tools section does not compile: deny everything
+	def, extDef, mcpDef Verdict
+	global              []compiledRule
+	tools               map[string]compiledTool
 	// scanner finds credentials in arguments; it returns nil with
 	// secrets.off. It is made on first use: most documents are parsed
 	// and never decide a call.
@@ -143,6 +148,9 @@ func (d *Document) DecideTool(r ToolRequest) ToolDecision {
 		return ToolDecision{Action: Deny, Rule: "tools." + r.Tool + ".enabled", Reason: ReasonDisabled}
 	}
 	external := r.External || t.external
+	if r.Server == "" {
+		r.Server = d.MCP.ServerOf(r.Tool)
+	}
 	found := argFindings(tp.scanner(), r.Args)
 	var vars map[string]any
 	if len(t.rules)+len(tp.global)+len(tp.secretRules) > 0 {
@@ -152,10 +160,11 @@ func (d *Document) DecideTool(r ToolRequest) ToolDecision {
 			"external": types.Bool(external),
 			"run":      r.Run,
 			"sandbox":  sandboxInfo{Name: r.Sandbox},
+			"server":   types.String(r.Server),
 			"secrets":  types.NewStringList(types.DefaultTypeAdapter, found),
 		}
 	}
-	d0 := tp.decideTool(r.Tool, t, external, vars)
+	d0 := tp.decideTool(r.Tool, t, r.Server != "", external, vars)
 	if len(found) == 0 || d0.Action == Deny {
 		return d0
 	}
@@ -176,7 +185,7 @@ func (d *Document) DecideTool(r ToolRequest) ToolDecision {
 
 // decideTool is the tools section's decision on a call to tool, whose
 // settings are t.
-func (tp *toolPolicy) decideTool(tool string, t compiledTool, external bool, vars map[string]any) ToolDecision {
+func (tp *toolPolicy) decideTool(tool string, t compiledTool, mcp, external bool, vars map[string]any) ToolDecision {
 	for _, rules := range [2][]compiledRule{t.rules, tp.global} {
 		for i := range rules {
 			if dec, ok := rules[i].eval(vars); ok {
@@ -187,6 +196,8 @@ func (tp *toolPolicy) decideTool(tool string, t compiledTool, external bool, var
 	switch {
 	case t.def != "":
 		return ToolDecision{Action: t.def, Rule: "tools." + tool + ".default", Reason: "no rule matched; the tool's default"}
+	case mcp:
+		return ToolDecision{Action: tp.mcpDef, Rule: "tools.mcp_default", Reason: "no rule matched; the default for MCP servers' tools"}
 	case external:
 		return ToolDecision{Action: tp.extDef, Rule: "tools.external_default", Reason: "no rule matched; the default for external tools"}
 	}
@@ -258,7 +269,7 @@ func compileTools(d *Document, p *problems) *toolPolicy {
 		p.add("tools", "", "CEL environment: %v", err) // a bug of this package, not of the document
 		return nil
 	}
-	tp := &toolPolicy{def: t.Default, extDef: t.ExternalDefault, tools: map[string]compiledTool{}}
+	tp := &toolPolicy{def: t.Default, extDef: t.ExternalDefault, mcpDef: cmp.Or(t.MCPDefault, Deny), tools: map[string]compiledTool{}}
 	tp.global = compileRules(env, p, "tools.rules", t.Rules)
 	tp.secretRules = compileRules(env, p, "secrets.rules", d.Secrets.Rules)
 	tp.secretsDef = cmp.Or(d.Secrets.Arguments, Ask)
@@ -298,7 +309,7 @@ func compileRules(env *cel.Env, p *problems, field string, rules []ToolRule) []c
 	return out
 }
 
-const celHint = "a CEL condition over tool, args, external, run and sandbox that is true or false, " +
+const celHint = "a CEL condition over tool, args, external, run, sandbox and server that is true or false, " +
 	`like args.command.matches("^git push") or !workspace_path(args.path).startsWith("src/")`
 
 func compileRule(env *cel.Env, p *problems, field, expr string) (cel.Program, bool) {
@@ -370,6 +381,7 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("external", cel.BoolType),
 		cel.Variable("run", cel.ObjectType("policy.RunInfo")),
 		cel.Variable("sandbox", cel.ObjectType("policy.sandboxInfo")),
+		cel.Variable("server", cel.StringType),
 		cel.Variable("secrets", cel.ListType(cel.StringType)),
 		cel.Function("workspace_path",
 			cel.Overload("workspace_path_string", []*cel.Type{cel.StringType}, cel.StringType,

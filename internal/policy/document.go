@@ -210,6 +210,7 @@ func (d *Document) validate(p *problems) {
 	d.Secrets.validate(p)
 	d.Ports.validate(p)
 	d.Events.validate(p)
+	d.MCP.validate(p)
 	for _, r := range []struct {
 		field string
 		v     int64

@@ -26,7 +26,8 @@
 //
 // Importers: the egress proxy (internal/egress), the LLM gateway
 // (internal/gateway), the run engine's policy hook (internal/engine), the
-// APIs (internal/server, internal/e2b, internal/mcp), host wiring that loads the
+// APIs (internal/server, internal/e2b, internal/mcp), the run's MCP clients
+// (internal/mcpclient: a server's settings), host wiring that loads the
 // document (internal/host), the command line (internal/cli), template
 // documents' limits (internal/template), the check of what sandboxes report
 // (internal/report), the code interpreter's built-in template's readiness
@@ -87,6 +88,9 @@ type Document struct {
 	Ports Ports `yaml:"ports"`
 	// Events bounds what sandboxes report through their event channel.
 	Events Events `yaml:"events"`
+	// MCP names the MCP servers whose tools the model may call (none by
+	// default).
+	MCP MCP `yaml:"mcp"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -107,7 +111,7 @@ func Default() *Document {
 			},
 			RequireHardLimits: true,
 		},
-		Tools:     Tools{Default: Allow, ExternalDefault: Deny},
+		Tools:     Tools{Default: Allow, ExternalDefault: Deny, MCPDefault: Deny},
 		Budgets:   Budgets{MaxSteps: 50, MaxWallTime: Duration(30 * time.Minute)},
 		Approvals: Approvals{Timeout: Duration(15 * time.Minute), OnTimeout: Deny},
 		Verify:    Verify{Timeout: Duration(10 * time.Minute)},
@@ -131,6 +135,7 @@ type rawDocument struct {
 	Secrets   yaml.Node `yaml:"secrets"`
 	Ports     yaml.Node `yaml:"ports"`
 	Events    yaml.Node `yaml:"events"`
+	MCP       yaml.Node `yaml:"mcp"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -193,6 +198,7 @@ func Parse(data []byte) (*Document, error) {
 		{"secrets", &raw.Secrets, &doc.Secrets},
 		{"ports", &raw.Ports, &doc.Ports},
 		{"events", &raw.Events, &doc.Events},
+		{"mcp", &raw.MCP, &doc.MCP},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())

@@ -36,6 +36,11 @@ type Tools struct {
 	// ExternalDefault decides a call to an external tool when no rule and
 	// no default of the tool decides (default deny).
 	ExternalDefault Verdict `yaml:"external_default"`
+	// MCPDefault decides a call to a tool of an MCP server (the mcp
+	// section) when no rule and no default of the tool decides (default
+	// deny, also when empty): a server's own account of its tools is
+	// never trusted.
+	MCPDefault Verdict `yaml:"mcp_default,omitempty"`
 	// Rules apply to every tool, after the tool's own rules.
 	Rules []ToolRule `yaml:"rules"`
 	// ByName holds the settings of named tools.
@@ -68,6 +73,8 @@ type ToolRule struct {
 	//	external  bool              whether the call is external
 	//	run       tenant, task (string), step, tokens, elapsed_seconds (int)
 	//	sandbox   name (string): the sandbox the call targets
+	//	server    string            the MCP server of the tool (mcp.servers),
+	//	                            empty for other tools
 	//
 	// with CEL's standard functions (matches is RE2; startsWith, endsWith,
 	// contains, size, has, all, exists...), the string extensions
@@ -85,7 +92,7 @@ type ToolRule struct {
 }
 
 // The keys of the tools section that are not tool names.
-var reservedToolKeys = []string{"default", "external_default", "rules"}
+var reservedToolKeys = []string{"default", "external_default", "mcp_default", "rules"}
 
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$`)
 
@@ -103,6 +110,8 @@ func (t *Tools) decodeNode(d *decoder, n *yaml.Node, field string) {
 			d.decode(v, f, refValue(&t.Default))
 		case "external_default":
 			d.decode(v, f, refValue(&t.ExternalDefault))
+		case "mcp_default":
+			d.decode(v, f, refValue(&t.MCPDefault))
 		case "rules":
 			d.decode(v, f, refValue(&t.Rules))
 		default:
@@ -145,6 +154,14 @@ func (t Tools) MarshalYAML() (any, error) {
 	if err := add("external_default", t.ExternalDefault); err != nil {
 		return nil, err
 	}
+	// mcp_default is written only when it is not the default (deny), so
+	// the hash of every document written before it existed stays the
+	// same.
+	if t.MCPDefault != "" && t.MCPDefault != Deny {
+		if err := add("mcp_default", t.MCPDefault); err != nil {
+			return nil, err
+		}
+	}
 	rules := t.Rules
 	if rules == nil {
 		rules = []ToolRule{}
@@ -172,6 +189,7 @@ func (t Tools) MarshalYAML() (any, error) {
 func (t *Tools) validate(p *problems) {
 	checkVerdict(p, "tools.default", t.Default, false)
 	checkVerdict(p, "tools.external_default", t.ExternalDefault, false)
+	checkVerdict(p, "tools.mcp_default", t.MCPDefault, true)
 	checkRules(p, "tools.rules", t.Rules)
 	if len(t.ByName) > maxTools {
 		p.add("tools", "", "%d tools, at most %d", len(t.ByName), maxTools)

@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+
+	"github.com/airlockrun/airlock/internal/mcpclient"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandbox"
+)
+
+// MCPServer is one MCP server of a run (the policy's mcp.servers): a
+// stdio server (Command) run in a sandbox of its own, or a remote
+// Streamable HTTP server (URL). Its tools are offered to the model as
+// NAME__TOOL; each call is decided by the run's policy and is external.
+type MCPServer struct {
+	Name    string   `json:"name"`
+	Command []string `json:"command,omitempty"`
+	// Image is the image of the host's store the server's sandbox is made
+	// of; empty means the run's root filesystem (RootFS), or the host's
+	// system directories.
+	Image string `json:"image,omitempty"`
+	// Source is a host directory the server's sandbox sees read-only as
+	// its /workspace.
+	Source string `json:"source,omitempty"`
+	// Network is what the server's sandbox may reach, through an egress
+	// proxy of its own; nil means no network.
+	Network *policy.Network `json:"network,omitempty"`
+	URL     string          `json:"url,omitempty"`
+	// TimeoutMS bounds one call (and the server's start); zero means a
+	// minute.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+func (s MCPServer) policy() policy.MCPServer {
+	p := policy.MCPServer{
+		Name: s.Name, Command: s.Command, Image: s.Image, Source: s.Source, URL: s.URL,
+		Timeout: policy.Duration(time.Duration(s.TimeoutMS) * time.Millisecond),
+	}
+	if s.Network != nil {
+		p.Network = *s.Network
+	}
+	return p
+}
+
+// mcpServersOf is the mcp section as a run's Config says it.
+func mcpServersOf(doc *policy.Document) []MCPServer {
+	var out []MCPServer
+	for _, s := range doc.MCP.Servers {
+		c := MCPServer{
+			Name: s.Name, Command: slices.Clone(s.Command), Image: s.Image, Source: s.Source, URL: s.URL,
+			TimeoutMS: time.Duration(s.Timeout).Milliseconds(),
+		}
+		if !s.Network.IsZero() {
+			n := s.Network
+			c.Network = &n
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+func checkMCP(servers []MCPServer) error {
+	ps := make([]policy.MCPServer, len(servers))
+	for i, s := range servers {
+		ps[i] = s.policy()
+	}
+	if err := policy.CheckMCP(ps); err != nil {
+		return fmt.Errorf("mcp: %w", err)
+	}
+	return nil
+}
+
+// openMCP starts or connects to the run's MCP servers and registers their
+// tools. The servers stay up for the drive (closeMCP).
+//
+// Preconditions: called by setup, before the specs are taken.
+func (d *driver) openMCP(ctx context.Context) error {
+	if len(d.cfg.MCP) == 0 {
+		return nil
+	}
+	servers := make([]policy.MCPServer, len(d.cfg.MCP))
+	for i, s := range d.cfg.MCP {
+		servers[i] = s.policy()
+	}
+	o := mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact}
+	if slices.ContainsFunc(servers, func(s policy.MCPServer) bool { return !s.Stdio() }) {
+		client, release, err := d.mcpHTTP(ctx)
+		if err != nil {
+			return fmt.Errorf("mcp: the egress proxy of remote servers: %w", err)
+		}
+		d.mcpRelease, o.HTTPClient = release, client
+	}
+	set, err := mcpclient.Open(ctx, servers, o)
+	if err != nil {
+		return err
+	}
+	d.mcp = set
+	for _, t := range set.Tools() {
+		if err := d.reg.Register(t); err != nil {
+			return fmt.Errorf("mcp: %w", err)
+		}
+	}
+	return nil
+}
+
+// closeMCP stops the run's MCP servers, destroying their sandboxes, and
+// the egress proxy of its remote servers.
+func (d *driver) closeMCP() {
+	if d.mcp != nil {
+		d.mcp.Close()
+		d.mcp = nil
+	}
+	if d.mcpRelease != nil {
+		d.mcpRelease()
+		d.mcpRelease = nil
+	}
+}
+
+// mcpSandbox names the egress proxy of the run's remote MCP servers in
+// the run's egress decisions.
+const mcpSandbox = "mcp"
+
+// mcpHTTP returns the HTTP client of the run's remote MCP servers: every
+// request goes through an egress proxy of its own under the run's network
+// policy, as a sandbox's would, so the policy decides each destination
+// and the proxy injects the credentials it binds to them (the run, and
+// this process's MCP client, never hold them). A host without a network,
+// or a policy that reaches nothing, refuses.
+func (d *driver) mcpHTTP(ctx context.Context) (*http.Client, func(), error) {
+	if d.e.o.Network == nil {
+		return nil, nil, errors.New("this host gives runs no network")
+	}
+	spec := sandbox.Spec{ID: sandbox.NewID()}
+	release, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{
+		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: mcpSandbox, Policy: d.run.Policy, Spec: &spec,
+		Audit: func(ed event.EgressDecision) {
+			ed.Sandbox = mcpSandbox
+			d.audit(ctx, ed)
+		},
+		Ask: func(ctx context.Context, host string, port int) (bool, error) {
+			return d.askNetwork(ctx, mcpSandbox, host, port)
+		},
+		Log: d.logged,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if spec.Network != sandbox.NetworkProxy || spec.ProxySocket == "" {
+		release()
+		return nil, nil, errors.New("the run's network policy reaches nothing (network.allow)")
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil {
+		roots = x509.NewCertPool()
+	}
+	if len(spec.TrustedCAs) > 0 && !roots.AppendCertsFromPEM(spec.TrustedCAs) {
+		release()
+		return nil, nil, errors.New("the proxy's CA does not parse")
+	}
+	sock := spec.ProxySocket
+	tr := &http.Transport{
+		// The proxy's address is its socket: the URL only makes the
+		// transport speak to a proxy (CONNECT, absolute-form requests).
+		Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: "egress.invalid"}),
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var nd net.Dialer
+			return nd.DialContext(ctx, "unix", sock)
+		},
+		TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 30 * time.Second,
+		MaxIdleConnsPerHost: 4,
+	}
+	return &http.Client{Transport: tr}, func() { tr.CloseIdleConnections(); release() }, nil
+}
+
+// launchMCP makes the sandbox of stdio server s: the run's limits and root
+// (or the server's image), the server's source read-only as /workspace,
+// and no network. It is not one of the run's sandboxes: no snapshots, no
+// checkpoints, nothing of it in the run's patch.
+func (d *driver) launchMCP(ctx context.Context, s policy.MCPServer) (sandbox.Sandbox, func(), error) {
+	cfg := d.cfg
+	spec := sandbox.Spec{Env: slices.Clone(sandboxEnv), Limits: sandbox.Limits{
+		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
+	}}
+	spec.RootFS, spec.Runtime = cfg.RootFS, cfg.Runtime
+	if s.Source != "" {
+		spec.Workspace, spec.WorkspaceMode = s.Source, sandbox.WorkspaceRO
+	}
+	if s.Image != "" {
+		if d.e.o.Images == nil {
+			return nil, nil, fmt.Errorf("image %s: this host has no image store", s.Image)
+		}
+		ref, err := d.e.o.Images.Resolve(ctx, s.Image)
+		if err != nil {
+			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
+		}
+		spec.RootFS = ""
+		if err := d.e.o.Images.Apply(ctx, ref, &spec); err != nil {
+			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
+		}
+	}
+	release := func() {}
+	if !s.Network.IsZero() {
+		rel, err := d.attachMCP(ctx, s, &spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("network: %w", err)
+		}
+		release = rel
+	}
+	sb, err := d.e.o.Backend.Create(ctx, spec)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return sb, func() { destroy(ctx, sb); release() }, nil
+}
+
+// attachMCP gives the sandbox of stdio server s an egress proxy of its own
+// under the server's network (a document of the default policy with that
+// network section): its decisions are in the run's log, as the server's
+// (mcp:NAME).
+func (d *driver) attachMCP(ctx context.Context, s policy.MCPServer, spec *sandbox.Spec) (func(), error) {
+	if d.e.o.Network == nil {
+		return nil, errors.New("this host gives sandboxes no network")
+	}
+	doc := policy.Default()
+	doc.Network = s.Network
+	name := mcpSandbox + ":" + s.Name
+	spec.ID = sandbox.NewID()
+	return d.e.o.Network.Attach(ctx, sandbox.Attachment{
+		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: doc.Canonical(), Spec: spec,
+		Audit: func(ed event.EgressDecision) {
+			ed.Sandbox = name
+			d.audit(ctx, ed)
+		},
+		Ask: func(ctx context.Context, host string, port int) (bool, error) {
+			return d.askNetwork(ctx, name, host, port)
+		},
+		Log: d.logged,
+	})
+}
