@@ -102,6 +102,10 @@ func TestScripts(t *testing.T) {
 				return os.Geteuid() == 0 && err == nil, nil
 			case "image":
 				return images != nil, nil
+			case "gvisor":
+				_, err := executor()
+				_, rerr := exec.LookPath("runsc")
+				return os.Geteuid() == 0 && err == nil && rerr == nil, nil
 			case "kernel":
 				// The sandbox's root is the host's: Debian's python3.
 				return exec.Command("/usr/bin/python3", "-c", "import ipykernel, jupyter_client").Run() == nil, nil

@@ -433,7 +433,7 @@ func (f *TemplateFlag) load(env *Env, e *EgressFlags, image string) (usedTemplat
 		}
 		u.policyRef = fmt.Sprintf("%s@v%d", pv.Name, pv.Version)
 	}
-	u.t.Limits.Apply(&u.doc.Sandbox.Limits)
+	u.t.ApplySandbox(&u.doc.Sandbox)
 	return u, nil
 }
 

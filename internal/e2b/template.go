@@ -132,7 +132,7 @@ func (s *Server) storedTemplate(ctx context.Context, view *store.TenantStore, tv
 		tpl.raw = v.Document
 		pol = fmt.Sprintf("policy %s v%d", v.Name, v.Version)
 	}
-	t.Limits.Apply(&tpl.doc.Sandbox.Limits)
+	t.ApplySandbox(&tpl.doc.Sandbox)
 	tpl.source = fmt.Sprintf("template %s v%d, image %s, %s", tv.Name, tv.Version, tv.Image, pol)
 	return tpl, nil
 }

@@ -37,7 +37,8 @@ func Main(args []string) int {
 		fmt.Printf("airlock-exec protocol %d\n", execproto.Version) //nolint:forbidigo // Main is airlock-exec's main (cmd/airlock-exec only calls it): the version is the command's answer on stdout
 		return 0
 	}
-	if len(args) > 1 && args[1] == "gvisor" {
+	gvisor := len(args) > 1 && args[1] == "gvisor"
+	if gvisor {
 		// runsc hands a container only its stdio: the host gives the
 		// control socket as stdin, and it moves to ControlFD.
 		if err := controlFromStdin(); err != nil {
@@ -56,7 +57,7 @@ func Main(args []string) int {
 	// can run.
 	absorbed := make(chan struct{})
 	go func() {
-		absorbSignals()
+		absorbSignals(gvisor)
 		close(absorbed)
 	}()
 	// Non-blocking, so the reader waits in the runtime poller: a thread
@@ -320,13 +321,26 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 // signal thread, so only those that need it are (TestAbsorbSignals sends
 // them all). SIG_IGN would do the same but is inherited across exec, so every
 // command would start with SIGTERM and SIGPIPE ignored; handlers are not.
-func absorbSignals() {
+//
+// gVisor's kernel (release 20221219) does not spare its init the default
+// actions: there, every signal that can be caught is asked for, or TSTP,
+// TTIN and TTOU would stop PID 1 and real-time signals end it. KILL and
+// STOP cannot be caught (docs/gvisor.md).
+func absorbSignals(gvisor bool) {
 	c := make(chan os.Signal, 16)
-	signal.Notify(c, unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
+	sigs := []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
 		unix.SIGABRT, unix.SIGPIPE, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGSYS,
 		// Sent with kill, not raised by a fault: asked for, the runtime
 		// hands them over instead of crashing (a fault still panics).
-		unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE)
+		unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE}
+	if gvisor {
+		sigs = append(sigs, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU,
+			unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGPROF, unix.SIGWINCH, unix.SIGIO, unix.SIGPWR)
+		for n := 34; n <= 64; n++ { // SIGRTMIN..SIGRTMAX, but glibc's two
+			sigs = append(sigs, unix.Signal(n))
+		}
+	}
+	signal.Notify(c, sigs...)
 	go func() {
 		for range c {
 		}

@@ -55,7 +55,7 @@ func (s *stream) asUser(f func() error) error {
 	// Restore root's fs identity and return the thread: a thread that ends
 	// must be replaced, and a new thread may be impossible once commands
 	// have used up the sandbox's pids limit.
-	if setfsid(0, 0) == nil {
+	if resetfsid() == nil {
 		runtime.UnlockOSThread()
 	}
 	return err
@@ -358,7 +358,7 @@ func setfsid(uid, gid int) error {
 	// setfsgid first: once the fsuid is not 0 the thread may lose the
 	// capability to change its fsgid.
 	if err := unix.Setfsgid(gid); errors.Is(err, unix.ENOSYS) {
-		return setEffectiveIDs(uid, gid)
+		return setEffectiveIDs(uid, gid, true)
 	} else if err != nil {
 		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see above)
 	}
@@ -368,12 +368,34 @@ func setfsid(uid, gid int) error {
 	return nil
 }
 
+// resetfsid gives the thread back root's file-system identity after a
+// file operation (setfsid), and under gVisor the capabilities it set aside.
+func resetfsid() error {
+	if err := unix.Setfsgid(0); errors.Is(err, unix.ENOSYS) {
+		return setEffectiveIDs(0, 0, false)
+	} else if err != nil {
+		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see setfsid)
+	}
+	if err := unix.Setfsuid(0); err != nil {
+		return fmt.Errorf("%w: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see setfsid)
+	}
+	return nil
+}
+
 // setEffectiveIDs is setfsid where the kernel has no setfsuid (gVisor's):
 // it sets the thread's effective ids and keeps the real and saved ones (0),
 // which let it change back. The raw system calls change this thread only,
 // as setfsuid does (syscall.Setresuid would change every thread). Going
 // back to root, the uid changes first: only root may change the gid.
-func setEffectiveIDs(uid, gid int) error {
+//
+// For a file operation (op), the thread's effective capabilities are set
+// aside too, also when it acts as root: the operation may do what a
+// command of its user may, and commands run without capabilities. With an
+// effective uid 0, the kernel would keep them (setfsuid(0) keeps them as
+// well, but natively what they could reach beyond a command's rights, the
+// generated /etc, is a read-only mount; gVisor cannot make it one).
+// Without op they are taken back.
+func setEffectiveIDs(uid, gid int, op bool) error {
 	keep := ^uintptr(0) // -1: unchanged
 	setgid := func() error {
 		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
@@ -391,10 +413,36 @@ func setEffectiveIDs(uid, gid int) error {
 		if err := setuid(); err != nil {
 			return err
 		}
-		return setgid()
+		if err := setgid(); err != nil {
+			return err
+		}
+	} else {
+		if err := setgid(); err != nil {
+			return err
+		}
+		if err := setuid(); err != nil {
+			return err
+		}
 	}
-	if err := setgid(); err != nil {
-		return err
+	return setEffectiveCaps(!op)
+}
+
+// setEffectiveCaps sets the calling thread's effective capabilities to its
+// permitted ones (on) or to none: capset with pid 0 changes this thread only.
+func setEffectiveCaps(on bool) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("%w: capget: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see setfsid)
 	}
-	return setuid()
+	for i := range data {
+		data[i].Effective = 0
+		if on {
+			data[i].Effective = data[i].Permitted
+		}
+	}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("%w: capset: %v", errFsid, err) //nolint:errorlint // the errno is not the file operation's (see setfsid)
+	}
+	return nil
 }

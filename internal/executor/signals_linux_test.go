@@ -18,7 +18,7 @@ const absorbChild = "AIRLOCK_TEST_ABSORB_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(absorbChild) != "" {
-		absorbSignals()
+		absorbSignals(false)
 		// Echo each line back: an answer proves the process lives.
 		fmt.Println("ready") //nolint:forbidigo // the child process answers its parent on stdout
 		sc := bufio.NewScanner(os.Stdin)

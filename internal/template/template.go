@@ -67,6 +67,9 @@ type Template struct {
 	// Policy names the tenant's stored policy the sandbox (its egress,
 	// its budgets...) is held to; empty means the default policy.
 	Policy string `yaml:"policy,omitempty" json:"policy,omitempty"`
+	// Runtime, when set, is what isolates the sandbox (native or gvisor),
+	// in place of its policy's sandbox.runtime; a --runtime flag wins.
+	Runtime string `yaml:"runtime,omitempty" json:"runtime,omitempty"`
 	// Pool is how many sandboxes of the template to keep made and ready
 	// for the tenant (E2B), 0 to MaxPool.
 	Pool int `yaml:"pool,omitempty" json:"pool,omitempty"`
@@ -129,6 +132,15 @@ type Limits struct {
 	Output         policy.Size     `yaml:"output,omitempty" json:"output,omitempty"`
 }
 
+// ApplySandbox sets what t says of its sandbox over its policy's: each
+// limit it gives (not zero) and its runtime, if any.
+func (t *Template) ApplySandbox(sb *policy.Sandbox) {
+	t.Limits.Apply(&sb.Limits)
+	if t.Runtime != "" {
+		sb.Runtime = t.Runtime
+	}
+}
+
 // Apply sets each limit l gives (not zero) over a policy's.
 func (l Limits) Apply(pl *policy.Limits) {
 	if l.Memory != 0 {
@@ -180,6 +192,7 @@ type rawTemplate struct {
 	User    string            `yaml:"user"`
 	Limits  rawLimits         `yaml:"limits"`
 	Policy  string            `yaml:"policy"`
+	Runtime string            `yaml:"runtime"`
 	Pool    int               `yaml:"pool"`
 }
 
@@ -218,7 +231,7 @@ func Decode(data []byte) (*Template, error) {
 	}
 	t := &Template{
 		Image: raw.Image, Start: raw.Start, Env: raw.Env, Workdir: raw.Workdir, User: raw.User,
-		Policy: raw.Policy, Pool: raw.Pool,
+		Policy: raw.Policy, Runtime: raw.Runtime, Pool: raw.Pool,
 		Limits: Limits{Pids: raw.Limits.Pids, CPUs: raw.Limits.CPUs},
 	}
 	var errs []error
@@ -276,6 +289,9 @@ func (t *Template) Validate() error {
 		bad("image: missing: name the image the sandbox's root is made of (airlock image ls)")
 	case !line(t.Image) || strings.ContainsAny(t.Image, " \t"):
 		bad("image %q: want one reference like python:3 or NAME@sha256:HEX", clip(t.Image))
+	}
+	if !sandbox.ValidRuntime(t.Runtime) {
+		bad("runtime %q: want native or gvisor", clip(t.Runtime))
 	}
 	if t.Start != nil {
 		if err := t.Start.check(); err != nil {

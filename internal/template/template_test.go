@@ -31,6 +31,7 @@ limits:
   ttl: 1h
   output: 1M
 policy: python-dev
+runtime: gvisor
 pool: 2
 `
 	got, err := template.Parse([]byte(doc))
@@ -46,7 +47,7 @@ pool: 2
 			Memory: 512 << 20, Pids: 128, CPUs: 1.5, Disk: 1 << 30, CommandTimeout: policy.Duration(10 * time.Minute),
 			TTL: policy.Duration(time.Hour), Output: 1 << 20,
 		},
-		Policy: "python-dev", Pool: 2,
+		Policy: "python-dev", Runtime: "gvisor", Pool: 2,
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("Parse: (-want +got)\n%s", d)
@@ -98,6 +99,7 @@ func TestParseErrors(t *testing.T) {
 		{"negative pids", "image: a\nlimits:\n  pids: -1\n", "limits: a limit is negative"},
 		{"policy", "image: a\npolicy: Bad Name\n", `policy "Bad Name"`},
 		{"pool", "image: a\npool: 33\n", "pool 33: want 0 to 32"},
+		{"runtime", "image: a\nruntime: kata\n", `runtime "kata": want native or gvisor`},
 		{"too big", "image: a\n#" + strings.Repeat("x", template.MaxSize), "limit is"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,4 +139,26 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(Marshal(t)) differs (-want +got)\n%s", d)
 		}
 	})
+}
+
+// TestApplySandbox: a template's limits and runtime go over its policy's;
+// what it leaves unset keeps the policy's.
+func TestApplySandbox(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		tpl       template.Template
+		pol, want policy.Sandbox
+	}{
+		{"runtime", template.Template{Runtime: "gvisor"}, policy.Sandbox{Runtime: "native"}, policy.Sandbox{Runtime: "gvisor"}},
+		{"policy's runtime", template.Template{}, policy.Sandbox{Runtime: "gvisor"}, policy.Sandbox{Runtime: "gvisor"}},
+		{"limits", template.Template{Limits: template.Limits{Pids: 7}}, policy.Sandbox{Limits: policy.Limits{Pids: 64, CPUs: 2}}, policy.Sandbox{Limits: policy.Limits{Pids: 7, CPUs: 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.pol
+			tc.tpl.ApplySandbox(&got)
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("ApplySandbox: (-want +got)\n%s", d)
+			}
+		})
+	}
 }

@@ -1,9 +1,9 @@
 package linux_test
 
-// Attacks on the native backend's boundary. Each case shows that an attack
-// fails inside a sandbox and, where it can be done harmlessly, that the same
-// probe succeeds on the host, so a probe that could never detect a break does
-// not pass by accident.
+// Attacks on the backend's boundary, on each runtime (native and gvisor).
+// Each case shows that an attack fails inside a sandbox and, where it can be
+// done harmlessly, that the same probe succeeds on the host, so a probe that
+// could never detect a break does not pass by accident.
 
 import (
 	"bufio"
@@ -36,6 +36,86 @@ import (
 // attackTimeout bounds every command and sandbox operation of these tests.
 const attackTimeout = 60 * time.Second
 
+// attackCase is one attack of TestAttacks.
+type attackCase struct {
+	name string
+	run  func(t *testing.T, rt string)
+	// notOn names the runtimes the case does not apply to, each with the
+	// reason (a probe of a mechanism of the other runtime); it is skipped
+	// there with that reason.
+	notOn map[string]string
+	// gaps names the runtimes where the case applies but fails for a
+	// known reason of the runtime's (docs/gvisor.md); it is skipped there
+	// with that reason.
+	gaps map[string]string
+	// rootless says the probes and controls mean the same in a rootless
+	// sandbox: TestRootless runs the case there.
+	rootless bool
+	// serial marks a case that uses t.Setenv: it runs before the others.
+	serial bool
+}
+
+// attackCases are the attacks every runtime must stop.
+var attackCases = []attackCase{
+	{name: "HostEnv", run: attackHostEnv, serial: true},
+	{name: "HostFiles", run: attackHostFiles, rootless: true},
+	{name: "WriteOutsideWorkspace", run: attackWriteOutsideWorkspace, rootless: true},
+	{name: "ProcIsolation", run: attackProcIsolation, rootless: true},
+	{name: "HostProcesses", run: attackHostProcesses, rootless: true},
+	{name: "KillExecutor", run: attackKillExecutor, rootless: true},
+	{name: "Privileged", run: attackPrivileged, rootless: true},
+	{name: "Devices", run: attackDevices, rootless: true},
+	{name: "Capabilities", run: attackCapabilities},
+	{name: "ForkBomb", run: attackForkBomb, gaps: map[string]string{
+		sandbox.RuntimeGVisor: "a fork bomb ends the whole sandbox (sandbox_lost): the host's pids limit stops runsc's own tasks before the commands",
+	}},
+	{name: "Memory", run: attackMemory},
+	{name: "Disk", run: attackDisk, rootless: true},
+	{name: "ShmDefaultDisk", run: attackShmDefaultDisk},
+	{name: "DaemonSurvivesDestroy", run: attackDaemonSurvivesDestroy, rootless: true},
+	{name: "CrossSandbox", run: attackCrossSandbox, rootless: true},
+	{name: "PathTricks", run: attackPathTricks, rootless: true},
+	{name: "DiffSymlink", run: attackDiffSymlink},
+	{name: "ExecutorOverwrite", run: attackExecutorOverwrite, rootless: true},
+	{name: "NetworkHostLoopback", run: attackNetworkHostLoopback, rootless: true},
+}
+
+// TestAttacks runs every attack against every runtime: native always,
+// gvisor where runsc runs (root and runsc installed; CI has both).
+func TestAttacks(t *testing.T) {
+	rootless := os.Getenv(rootlessEnv) == "inner"
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		t.Run(rt, func(t *testing.T) {
+			if rt == sandbox.RuntimeGVisor {
+				if rootless {
+					t.Skip("gvisor runtime: runsc runs as root only")
+				}
+				if os.Getenv(imageEnv) != "" {
+					t.Skip("TestImageRoot's run: image roots on gvisor are TestImageView/gvisor and TestGVisorImageRoot")
+				}
+				needGVisor(t)
+			}
+			for _, c := range attackCases {
+				t.Run(c.name, func(t *testing.T) {
+					if why, ok := c.notOn[rt]; ok {
+						t.Skipf("not on %s: %s", rt, why)
+					}
+					if why, ok := c.gaps[rt]; ok {
+						t.Skipf("known gap on %s: %s", rt, why)
+					}
+					if rootless && !c.rootless {
+						t.Skip("not rootless: its probes or controls need root")
+					}
+					if !c.serial {
+						t.Parallel()
+					}
+					c.run(t, rt)
+				})
+			}
+		})
+	}
+}
+
 func attackBackend(t *testing.T) *linux.Backend {
 	t.Helper()
 	if os.Getenv(rootlessEnv) == "inner" {
@@ -53,18 +133,42 @@ func attackBackend(t *testing.T) *linux.Backend {
 	return b
 }
 
-// attackHome is the sandbox user's home: root's in rootless mode.
-func attackHome() string {
-	if os.Getenv(rootlessEnv) == "inner" {
+// attackHome is the home of the user commands run as by default on
+// runtime rt: root's in rootless mode and on gvisor (docs/gvisor.md).
+func attackHome(rt string) string {
+	if os.Getenv(rootlessEnv) == "inner" || rt == sandbox.RuntimeGVisor {
 		return "/root"
 	}
 	return "/home/sandbox"
 }
 
-// attackSandbox creates a sandbox (default limits unless spec has some) and
-// destroys it when the test ends.
-func attackSandbox(t *testing.T, spec sandbox.Spec) sandbox.Sandbox {
+// attackGap reports whether a probe is left out on runtime rt because the
+// runtime has a known gap there (why, in docs/gvisor.md); it logs it, so
+// the gap shows in every verbose run.
+func attackGap(t *testing.T, rt, on, why string) bool {
 	t.Helper()
+	if rt != on {
+		return false
+	}
+	t.Logf("known gap on %s, not probed: %s", rt, why)
+	return true
+}
+
+// attackList is a shell command listing the names in each directory of its
+// arguments, one a line, sorted; a missing directory lists nothing. It
+// reads the directories only: this gVisor's statx refuses the flags ls
+// (coreutils 9.1) passes.
+const attackList = `python3 -c 'import os, sys
+for d in sys.argv[1:]:
+    if os.path.isdir(d):
+        for n in sorted(os.listdir(d)):
+            print(n)' `
+
+// attackSandbox creates a sandbox on runtime rt (default limits unless spec
+// has some) and destroys it when the test ends.
+func attackSandbox(t *testing.T, rt string, spec sandbox.Spec) sandbox.Sandbox {
+	t.Helper()
+	spec.Runtime = rt
 	return attackCreate(t, attackBackend(t), spec)
 }
 
@@ -210,9 +314,9 @@ func attackMarker(whole int) string {
 	return fmt.Sprintf("%d.%06d", whole, n)
 }
 
-// TestAttackHostEnv: nothing of the host process's environment reaches a
+// attackHostEnv: nothing of the host process's environment reaches a
 // sandbox. It uses t.Setenv and so runs alone.
-func TestAttackHostEnv(t *testing.T) {
+func attackHostEnv(t *testing.T, rt string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -222,7 +326,7 @@ func TestAttackHostEnv(t *testing.T) {
 	if out, _ := attackHost(t, "env"); !strings.Contains(out, value) {
 		t.Fatalf("control: a host child does not see the canary variable %s", name)
 	}
-	sb := attackSandbox(t, sandbox.Spec{})
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	for _, user := range []string{"", "root"} {
 		res := attackRun(t, sb, user, `env; tr '\0' '\n' < /proc/self/environ; for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null; grep -rs `+value+` /etc /home /tmp /workspace /run 2>/dev/null; true`)
 		if strings.Contains(res.stdout+res.stderr, value) || strings.Contains(res.stdout+res.stderr, name) {
@@ -231,10 +335,9 @@ func TestAttackHostEnv(t *testing.T) {
 	}
 }
 
-// TestAttackHostFiles: host credentials, homes and unrelated host files are
+// attackHostFiles: host credentials, homes and unrelated host files are
 // not in the sandbox.
-func TestAttackHostFiles(t *testing.T) {
-	t.Parallel()
+func attackHostFiles(t *testing.T, rt string) {
 	dir, err := os.MkdirTemp("", "airlock-attack-canary-")
 	if err != nil {
 		t.Fatal(err)
@@ -247,7 +350,7 @@ func TestAttackHostFiles(t *testing.T) {
 	if out, _ := attackHost(t, "find "+os.TempDir()+" -maxdepth 2 -name "+canary); !strings.Contains(out, canary) {
 		t.Fatalf("control: find on the host does not find the canary %s: %q", canary, out)
 	}
-	sb := attackSandbox(t, sandbox.Spec{})
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 
 	t.Run("Shadow", func(t *testing.T) {
 		if _, err := os.ReadFile("/etc/shadow"); err != nil {
@@ -264,7 +367,7 @@ func TestAttackHostFiles(t *testing.T) {
 		if ents, _ := os.ReadDir("/root"); len(ents) == 0 {
 			t.Logf("control: the host's /root is empty or missing; the check below proves less")
 		}
-		out := attackMust(t, sb, "root", "ls -A /home; ls -A /root 2>/dev/null; true")
+		out := attackMust(t, sb, "root", attackList+"/home /root")
 		if out != "sandbox\n" {
 			t.Errorf("ls -A /home /root inside = %q, want only the sandbox user's home", out)
 		}
@@ -290,7 +393,14 @@ func TestAttackHostFiles(t *testing.T) {
 
 	t.Run("Canary", func(t *testing.T) {
 		// Everything but /proc, as root; bounded by the command timeout.
-		res := attackRun(t, sb, "root", "find / -xdev -name "+canary+" 2>/dev/null; find / -path /proc -prune -o -name "+canary+" -print 2>/dev/null; true")
+		prune := "-path /proc"
+		if rt == sandbox.RuntimeGVisor {
+			// The host's /usr, bound read-only (the bundle's root): a
+			// walk of it through gVisor's gofer outlasts the timeout on
+			// a loaded machine, and the canary is in the host's /tmp.
+			prune += " -o -path /usr"
+		}
+		res := attackRun(t, sb, "root", "find / -xdev -name "+canary+" 2>/dev/null; find / \\( "+prune+" \\) -prune -o -name "+canary+" -print 2>/dev/null; true")
 		if !res.ok() {
 			t.Fatalf("find did not finish: %v", res)
 		}
@@ -300,11 +410,10 @@ func TestAttackHostFiles(t *testing.T) {
 	})
 }
 
-// TestAttackWriteOutsideWorkspace: the root file system and the system
+// attackWriteOutsideWorkspace: the root file system and the system
 // directories are read-only, also for root inside.
-func TestAttackWriteOutsideWorkspace(t *testing.T) {
-	t.Parallel()
-	sb := attackSandbox(t, sandbox.Spec{})
+func attackWriteOutsideWorkspace(t *testing.T, rt string) {
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	name := "airlock-attack-" + attackToken()
 	paths := []string{
 		"/usr/bin/" + name, "/bin/" + name, "/lib/" + name, "/etc/" + name, "/" + name,
@@ -316,8 +425,8 @@ func TestAttackWriteOutsideWorkspace(t *testing.T) {
 			res := attackRun(t, sb, user, "echo pwned >> "+p)
 			if res.ok() {
 				t.Errorf("user %q wrote %s inside the sandbox", user, p)
-			} else if !strings.Contains(res.stderr, "Read-only file system") && !strings.Contains(res.stderr, "Permission denied") {
-				t.Errorf("user %q writing %s failed with %q, want EROFS or EACCES", user, p, res.stderr)
+			} else if !strings.Contains(res.stderr, "Read-only file system") && !strings.Contains(res.stderr, "Permission denied") && !strings.Contains(res.stderr, "Operation not permitted") {
+				t.Errorf("user %q writing %s failed with %q, want EROFS, EACCES or EPERM", user, p, res.stderr)
 			}
 		}
 		if err := sb.WriteFile(context.Background(), p, strings.NewReader("pwned"), 0o644); err == nil {
@@ -335,16 +444,15 @@ func TestAttackWriteOutsideWorkspace(t *testing.T) {
 	}
 }
 
-// TestAttackProcIsolation: /proc shows the sandbox's own processes only.
-func TestAttackProcIsolation(t *testing.T) {
-	t.Parallel()
+// attackProcIsolation: /proc shows the sandbox's own processes only.
+func attackProcIsolation(t *testing.T, rt string) {
 	self := os.Getpid()
 	exe := filepath.Base(os.Args[0])
 	if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", self)); !strings.Contains(string(b), exe) {
 		t.Fatalf("control: host /proc/%d/cmdline = %q does not name %s", self, b, exe)
 	}
-	sb := attackSandbox(t, sandbox.Spec{})
-	out := attackMust(t, sb, "root", "ls /proc | grep -c '^[0-9]*$'")
+	sb := attackSandbox(t, rt, sandbox.Spec{})
+	out := attackMust(t, sb, "root", attackList+"/proc | grep -c '^[0-9]*$'")
 	if n, err := strconv.Atoi(strings.TrimSpace(out)); err != nil || n >= 10 {
 		t.Errorf("the sandbox sees %q processes in /proc, want only its own few", out)
 	}
@@ -354,15 +462,14 @@ func TestAttackProcIsolation(t *testing.T) {
 	}
 }
 
-// TestAttackHostProcesses: no signal, ptrace or memory access to processes
+// attackHostProcesses: no signal, ptrace or memory access to processes
 // outside the sandbox or to its executor.
-func TestAttackHostProcesses(t *testing.T) {
-	t.Parallel()
+func attackHostProcesses(t *testing.T, rt string) {
 	self := strconv.Itoa(os.Getpid())
 	if out, code := attackHost(t, "kill -0 "+self); code != 0 {
 		t.Fatalf("control: kill -0 %s on the host failed: %s", self, out)
 	}
-	sb := attackSandbox(t, sandbox.Spec{})
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	// Controls: the same probes work on the probing process itself.
 	attackMust(t, sb, "root", "kill -0 $$ && cat /proc/self/environ >/dev/null && readlink /proc/self/exe >/dev/null && exec 3</proc/self/mem")
 	probes := []string{
@@ -378,6 +485,11 @@ func TestAttackHostProcesses(t *testing.T) {
 		"timeout 10 strace -e trace=none -p 1",
 	}
 	for _, p := range probes {
+		if strings.Contains(p, "/proc/1/environ") || strings.Contains(p, "/proc/1/maps") || strings.HasPrefix(p, "readlink /proc/1/fd/") {
+			if attackGap(t, rt, sandbox.RuntimeGVisor, p+": gVisor 20221219's /proc does not check ptrace access for a non-dumpable process's environ, maps and fd links (it does for mem and exe); what they show is gVisor's view of the executor") {
+				continue
+			}
+		}
 		for _, user := range []string{"", "root"} {
 			if res := attackRun(t, sb, user, p); res.ok() {
 				t.Errorf("user %q: %q succeeded inside the sandbox: %v", user, p, res)
@@ -389,17 +501,34 @@ func TestAttackHostProcesses(t *testing.T) {
 	}
 }
 
-// TestAttackKillExecutor: root inside cannot end the sandbox by signalling its
+// attackKillExecutor: root inside cannot end the sandbox by signalling its
 // PID 1. The executor must survive every signal a sandbox process can send.
-func TestAttackKillExecutor(t *testing.T) {
-	t.Parallel()
+func attackKillExecutor(t *testing.T, rt string) {
+	// On gvisor the signals go to one sandbox in turn: each start takes
+	// seconds there.
+	var shared sandbox.Sandbox
+	if rt == sandbox.RuntimeGVisor {
+		shared = attackSandbox(t, rt, sandbox.Spec{})
+	}
 	for _, sig := range []string{
 		"KILL", "STOP", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2", "ALRM", "PIPE", "ILL", "TRAP", "ABRT", "SYS", "STKFLT", "SEGV", "BUS", "FPE",
 		"TSTP", "TTIN", "TTOU", "CONT", "CHLD", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "34", "64",
 	} {
 		t.Run(sig, func(t *testing.T) {
-			t.Parallel()
-			sb := attackSandbox(t, sandbox.Spec{})
+			if rt == sandbox.RuntimeGVisor && (sig == "KILL" || sig == "STOP") {
+				// gVisor 20221219 applies them to its init from inside, and
+				// they cannot be caught: root inside (without capabilities)
+				// ends or freezes its own sandbox. docs/gvisor.md.
+				t.Skip("known gap on gvisor: SIGKILL and SIGSTOP reach PID 1 from inside")
+			}
+			if rt == sandbox.RuntimeGVisor && sig == "34" {
+				t.Skip("known gap on gvisor: signal 34 to PID 1 ends the sandbox although the executor asks for it (cause not found yet)")
+			}
+			sb := shared
+			if sb == nil {
+				t.Parallel()
+				sb = attackSandbox(t, rt, sandbox.Spec{})
+			}
 			res := attackRun(t, sb, "root", "kill -"+sig+" 1; sleep 0.3; echo sent")
 			if res.r.Outcome == sandbox.OutcomeLost {
 				t.Errorf("kill -%s 1 as root inside ended the sandbox: %v", sig, res)
@@ -412,15 +541,17 @@ func TestAttackKillExecutor(t *testing.T) {
 	}
 }
 
-// TestAttackPrivileged: privileged operations fail, also as root inside.
-func TestAttackPrivileged(t *testing.T) {
-	t.Parallel()
-	sb := attackSandbox(t, sandbox.Spec{})
+// attackPrivileged: privileged operations fail, also as root inside.
+func attackPrivileged(t *testing.T, rt string) {
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	cases := []struct {
 		name  string
 		setup string // must succeed; exit 99 means "tool missing, skip"
 		probe string // must fail
 		host  string // harmless control that must succeed on the host, if any
+		// gvisor, if set, is the probe on gvisor (what the runtime lets
+		// happen harmlessly is not the attack there).
+		gvisor string
 	}{
 		{name: "unshare user ns", probe: "unshare -U true", host: "unshare -U true"},
 		{name: "unshare root map", probe: "unshare -r true", host: "unshare -r true"},
@@ -438,7 +569,10 @@ func TestAttackPrivileged(t *testing.T) {
 		{name: "ip link add", setup: "command -v ip >/dev/null || exit 99", probe: "ip link add airlock0 type veth peer name airlock1"},
 		{name: "ip addr add", setup: "command -v ip >/dev/null || exit 99", probe: "ip addr add 10.9.9.9/32 dev lo"},
 		{name: "ip link down", setup: "command -v ip >/dev/null || exit 99", probe: "ip link set lo down"},
-		{name: "mknod", probe: "mknod /tmp/null2 c 1 3"},
+		// gVisor 20221219 lets root make nodes of its own devices (no
+		// CAP_MKNOD check, nodev not applied): they reach what its /dev
+		// already offers, never a host device (TestAttacks/gvisor/Devices).
+		{name: "mknod", probe: "mknod /tmp/null2 c 1 3", gvisor: "mknod /tmp/mem c 1 1 && head -c1 /tmp/mem"},
 		{name: "chown", setup: "touch /tmp/owned", probe: "chown 1000:1000 /tmp/owned && chown 0:0 /tmp/owned && chown 4242 /tmp/owned"},
 		{name: "sysctl", probe: "echo 1 > /proc/sys/net/ipv4/ip_forward"},
 		{name: "setuid", setup: "command -v python3 >/dev/null || exit 99", probe: "python3 -c 'import os; os.setresuid(1000, 1000, 1000); os.setuid(0)'"},
@@ -461,8 +595,12 @@ func TestAttackPrivileged(t *testing.T) {
 					t.Fatalf("control: %q fails on the host too (%d): %s", c.host, code, out)
 				}
 			}
-			if res := attackRun(t, sb, "root", c.probe); res.ok() {
-				t.Errorf("%q as root inside succeeded, want it refused: %v", c.probe, res)
+			probe := c.probe
+			if rt == sandbox.RuntimeGVisor && c.gvisor != "" {
+				probe = c.gvisor
+			}
+			if res := attackRun(t, sb, "root", probe); res.ok() {
+				t.Errorf("%q as root inside succeeded, want it refused: %v", probe, res)
 			}
 		})
 	}
@@ -471,14 +609,19 @@ func TestAttackPrivileged(t *testing.T) {
 	}
 }
 
-// TestAttackDevices: only the listed devices exist and no new ones can be made.
-func TestAttackDevices(t *testing.T) {
-	t.Parallel()
-	sb := attackSandbox(t, sandbox.Spec{})
-	out := attackMust(t, sb, "root", "ls -A /dev")
+// attackDevices: only the listed devices exist and no new ones can be made.
+func attackDevices(t *testing.T, rt string) {
+	sb := attackSandbox(t, rt, sandbox.Spec{})
+	out := attackMust(t, sb, "root", attackList+"/dev")
 	got := strings.Fields(out)
-	slices.Sort(got)
 	want := []string{"fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+	// gVisor's own /dev adds its FUSE and TUN devices: gVisor's kernel
+	// implements them (mounting FUSE needs CAP_SYS_ADMIN, a TUN interface
+	// CAP_NET_ADMIN, which commands have not); no host device is behind.
+	gvisorDevs := []string{"/dev/fuse", "/dev/net/tun"}
+	if rt == sandbox.RuntimeGVisor {
+		want = []string{"fd", "full", "fuse", "net", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty", "urandom", "zero"}
+	}
 	if !slices.Equal(got, want) {
 		t.Errorf("ls -A /dev = %q, want exactly %q", got, want)
 	}
@@ -493,25 +636,36 @@ func TestAttackDevices(t *testing.T) {
 		t.Logf("control: none of %v exists on the host", hostDevs)
 	}
 	for _, d := range hostDevs {
+		if rt == sandbox.RuntimeGVisor && slices.Contains(gvisorDevs, d) {
+			continue
+		}
 		if res := attackRun(t, sb, "root", "test -e "+d+" || test -L "+d); res.ok() {
 			t.Errorf("%s exists inside the sandbox", d)
 		}
 	}
+	// gVisor 20221219 lets root make device nodes without CAP_MKNOD; they
+	// name gVisor's own devices: there, the probe is that a node of a host
+	// device cannot be opened.
 	for _, user := range []string{"", "root"} {
-		if res := attackRun(t, sb, user, "mknod /tmp/mem-"+user+" c 1 1"); res.ok() {
-			t.Errorf("user %q created a device node with mknod", user)
+		mem, sda := "/tmp/mem-"+user, "/dev/shm/sda-"+user
+		memProbe, sdaProbe := "mknod "+mem+" c 1 1", "mknod "+sda+" b 8 0"
+		if rt == sandbox.RuntimeGVisor {
+			memProbe += " && head -c1 " + mem
+			sdaProbe += " && head -c1 " + sda
 		}
-		if res := attackRun(t, sb, user, "mknod /dev/shm/sda-"+user+" b 8 0"); res.ok() {
-			t.Errorf("user %q created a block device node in /dev/shm", user)
+		if res := attackRun(t, sb, user, memProbe); res.ok() {
+			t.Errorf("user %q: %q succeeded: %v", user, memProbe, res)
+		}
+		if res := attackRun(t, sb, user, sdaProbe); res.ok() {
+			t.Errorf("user %q: %q succeeded: %v", user, sdaProbe, res)
 		}
 	}
 }
 
-// TestAttackCapabilities: commands run without capabilities, with
+// attackCapabilities: commands run without capabilities, with
 // no_new_privs and a seccomp filter, whoever they run as.
-func TestAttackCapabilities(t *testing.T) {
-	t.Parallel()
-	sb := attackSandbox(t, sandbox.Spec{})
+func attackCapabilities(t *testing.T, rt string) {
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	for _, user := range []string{"", "root", "65534"} {
 		status := attackMust(t, sb, user, "cat /proc/self/status")
 		fields := map[string]string{}
@@ -521,13 +675,23 @@ func TestAttackCapabilities(t *testing.T) {
 				fields[k] = strings.TrimSpace(v)
 			}
 		}
-		for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		caps := []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}
+		if rt == sandbox.RuntimeGVisor {
+			// gVisor has no ambient set, and its status has no
+			// NoNewPrivs line: prctl answers below.
+			caps = caps[:4]
+		} else if fields["NoNewPrivs"] != "1" {
+			t.Errorf("user %q: NoNewPrivs = %q, want 1", user, fields["NoNewPrivs"])
+		}
+		for _, k := range caps {
 			if v, ok := fields[k]; !ok || strings.Trim(v, "0") != "" {
 				t.Errorf("user %q: %s = %q, want all zero", user, k, v)
 			}
 		}
-		if fields["NoNewPrivs"] != "1" {
-			t.Errorf("user %q: NoNewPrivs = %q, want 1", user, fields["NoNewPrivs"])
+		// prctl(PR_GET_NO_NEW_PRIVS) and PR_CAPBSET_READ of CAP_SYS_ADMIN.
+		nnp := attackMust(t, sb, user, `python3 -c 'import ctypes; c = ctypes.CDLL(None); print(c.prctl(39, 0, 0, 0, 0), c.prctl(23, 21, 0, 0, 0))'`)
+		if nnp != "1 0\n" {
+			t.Errorf("user %q: prctl no_new_privs and bounding CAP_SYS_ADMIN = %q, want 1 0", user, nnp)
 		}
 		if fields["Seccomp"] != "2" {
 			t.Errorf("user %q: Seccomp = %q, want 2 (filter)", user, fields["Seccomp"])
@@ -535,17 +699,16 @@ func TestAttackCapabilities(t *testing.T) {
 	}
 }
 
-// TestAttackForkBomb: a fork bomb hits the pids limit, is reported as such,
+// attackForkBomb: a fork bomb hits the pids limit, is reported as such,
 // and leaves the sandbox usable.
-func TestAttackForkBomb(t *testing.T) {
-	t.Parallel()
+func attackForkBomb(t *testing.T, rt string) {
 	const bomb = "i=0; while [ $i -lt 3000 ]; do sleep 30 & i=$((i+1)); done; wait"
 	limits := sandbox.DefaultLimits
 	limits.Pids = 64
 
 	t.Run("Plain", func(t *testing.T) {
 		t.Parallel()
-		sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+		sb := attackSandbox(t, rt, sandbox.Spec{Limits: limits})
 		start := time.Now()
 		res := attackExec(t, sb, sandbox.Command{Argv: []string{"sh", "-c", bomb}, Timeout: attackTimeout})
 		if res.r.Outcome != sandbox.OutcomePidsLimit {
@@ -564,7 +727,7 @@ func TestAttackForkBomb(t *testing.T) {
 	t.Run("WithFileOps", func(t *testing.T) {
 		t.Parallel()
 		for i := range 5 {
-			sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+			sb := attackSandbox(t, rt, sandbox.Spec{Limits: limits})
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			halt := sync.OnceFunc(func() {
@@ -598,13 +761,12 @@ func TestAttackForkBomb(t *testing.T) {
 	})
 }
 
-// TestAttackMemory: allocating far beyond the memory limit ends in an OOM
+// attackMemory: allocating far beyond the memory limit ends in an OOM
 // outcome, not a host problem.
-func TestAttackMemory(t *testing.T) {
-	t.Parallel()
+func attackMemory(t *testing.T, rt string) {
 	limits := sandbox.DefaultLimits
 	limits.MemoryBytes = 64 << 20
-	sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+	sb := attackSandbox(t, rt, sandbox.Spec{Limits: limits})
 	attackMust(t, sb, "", "command -v python3")
 	res := attackExec(t, sb, sandbox.Command{
 		Argv:    []string{"python3", "-c", "b = []\nfor i in range(32):\n    b.append(b'\\x01' * (16 << 20))\nprint('allocated', 16 * len(b), 'MiB')\n"},
@@ -620,14 +782,18 @@ func TestAttackMemory(t *testing.T) {
 	if strings.Contains(res.stdout, "allocated") {
 		t.Errorf("the allocation completed: %q", res.stdout)
 	}
+	if rt == sandbox.RuntimeGVisor {
+		// The host's OOM killer ends the sentry, and the sandbox with it
+		// (docs/gvisor.md): the outcome is the limit's all the same.
+		return
+	}
 	if out := attackMust(t, sb, "", "echo alive"); out != "alive\n" {
 		t.Errorf("after the OOM the sandbox answered %q, want alive", out)
 	}
 }
 
-// TestAttackDisk: every writable layer is capped by DiskBytes.
-func TestAttackDisk(t *testing.T) {
-	t.Parallel()
+// attackDisk: every writable layer is capped by DiskBytes.
+func attackDisk(t *testing.T, rt string) {
 	cases := []struct {
 		name string
 		mode string // workspace mode; "" for an empty workspace
@@ -637,7 +803,7 @@ func TestAttackDisk(t *testing.T) {
 		{"workspace_empty", "", "/workspace/fill"},
 		{"workspace_cow", sandbox.WorkspaceCOW, "/workspace/fill"},
 		// workspace_rw: known bug (issue 2 open): an rw workspace has no disk quota yet.
-		{"home", "", attackHome() + "/fill"},
+		{"home", "", attackHome(rt) + "/fill"},
 		{"shm", "", "/dev/shm/fill"},
 	}
 	for _, c := range cases {
@@ -651,7 +817,10 @@ func TestAttackDisk(t *testing.T) {
 				ws = t.TempDir()
 				spec.Workspace, spec.WorkspaceMode = ws, c.mode
 			}
-			sb := attackSandbox(t, spec)
+			if c.mode == sandbox.WorkspaceCOW && attackGap(t, rt, sandbox.RuntimeGVisor, "a cow workspace is gVisor's in-memory overlay, which has no size cap of its own (the memory limit bounds it)") {
+				return
+			}
+			sb := attackSandbox(t, rt, spec)
 			res := attackRun(t, sb, "", "dd if=/dev/zero of="+c.path+" bs=1M count=100")
 			if res.ok() {
 				t.Errorf("writing 100 MiB to %s (%s) under a 32 MiB disk limit succeeded: %v", c.path, c.name, res)
@@ -673,13 +842,12 @@ func TestAttackDisk(t *testing.T) {
 	}
 }
 
-// TestAttackShmDefaultDisk: /dev/shm is capped when the spec leaves
+// attackShmDefaultDisk: /dev/shm is capped when the spec leaves
 // DiskBytes to the default, as when it sets it (at 64 MiB at most).
-func TestAttackShmDefaultDisk(t *testing.T) {
-	t.Parallel()
+func attackShmDefaultDisk(t *testing.T, rt string) {
 	limits := sandbox.DefaultLimits
 	limits.DiskBytes = 0 // the default
-	sb := attackSandbox(t, sandbox.Spec{Limits: limits})
+	sb := attackSandbox(t, rt, sandbox.Spec{Limits: limits})
 	res := attackRun(t, sb, "", "dd if=/dev/zero of=/dev/shm/fill bs=1M count=100")
 	if res.ok() {
 		t.Errorf("writing 100 MiB to /dev/shm under the default disk limit (/dev/shm at most 64 MiB) succeeded: %v", res)
@@ -689,11 +857,14 @@ func TestAttackShmDefaultDisk(t *testing.T) {
 	attackMust(t, sb, "", "rm -f /dev/shm/fill; echo ok")
 }
 
-// TestAttackDaemonSurvivesDestroy: a daemon that left the command's session
+// attackDaemonSurvivesDestroy: a daemon that left the command's session
 // and process tree dies with the sandbox.
-func TestAttackDaemonSurvivesDestroy(t *testing.T) {
-	t.Parallel()
-	sb := attackSandbox(t, sandbox.Spec{})
+func attackDaemonSurvivesDestroy(t *testing.T, rt string) {
+	if rt == sandbox.RuntimeGVisor {
+		attackDaemonGVisor(t)
+		return
+	}
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
 	defer cancel()
 	marker := attackMarker(1002)
@@ -711,18 +882,51 @@ func TestAttackDaemonSurvivesDestroy(t *testing.T) {
 	}
 }
 
-// TestAttackCrossSandbox: two sandboxes, even over the same workspace, see
+// attackDaemonGVisor is attackDaemonSurvivesDestroy on gvisor, whose
+// processes are tasks of gVisor's kernel, not the host's: the daemon is
+// seen inside, and after Destroy no host process of the sandbox (runsc,
+// gofer, sentry) is left.
+func attackDaemonGVisor(t *testing.T) {
+	state := t.TempDir()
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	sb := attackCreate(t, b, sandbox.Spec{Runtime: sandbox.RuntimeGVisor})
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	marker := attackMarker(1002)
+	attackMust(t, sb, "", "setsid sh -c 'sleep "+marker+" >/dev/null 2>&1 &' >/dev/null 2>&1 &")
+	var out string
+	if !attackPoll(10*time.Second, func() bool {
+		out = attackMust(t, sb, "root", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; true")
+		return strings.Contains(out, "sleep "+marker)
+	}) {
+		t.Fatalf("control: the daemon (sleep %s) is not running inside: %q", marker, out)
+	}
+	if len(gvisorProcs(state)) == 0 {
+		t.Fatal("control: no runsc process of the sandbox on the host")
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if pids := gvisorProcs(state); len(pids) > 0 {
+		t.Errorf("host processes %v of the sandbox survived Destroy with a daemon inside", pids)
+	}
+}
+
+// attackCrossSandbox: two sandboxes, even over the same workspace, see
 // nothing of each other.
-func TestAttackCrossSandbox(t *testing.T) {
-	t.Parallel()
+func attackCrossSandbox(t *testing.T, rt string) {
 	ws := t.TempDir()
 	b := attackBackend(t)
-	a := attackCreate(t, b, sandbox.Spec{Workspace: ws})
-	c := attackCreate(t, b, sandbox.Spec{Workspace: ws})
+	a := attackCreate(t, b, sandbox.Spec{Runtime: rt, Workspace: ws})
+	c := attackCreate(t, b, sandbox.Spec{Runtime: rt, Workspace: ws})
 	m := "airlock-cross-" + attackToken()
 	marker := attackMarker(1004)
 	attackKillLeftovers(t, marker)
-	attackMust(t, a, "", "for d in /tmp /dev/shm /workspace "+attackHome()+"; do echo secret > $d/"+m+"; done; sleep "+marker+" >/dev/null 2>&1 &")
+	attackMust(t, a, "", "for d in /tmp /dev/shm /workspace "+attackHome(rt)+"; do echo secret > $d/"+m+"; done; sleep "+marker+" >/dev/null 2>&1 &")
 	find := "find /tmp /dev/shm /workspace /home /root /run -name "
 	if out := attackMust(t, a, "", find+m+" 2>/dev/null; true"); strings.Count(out, m) != 4 {
 		t.Fatalf("control: sandbox A finds %d of its 4 markers:\n%s", strings.Count(out, m), out)
@@ -741,6 +945,9 @@ func TestAttackCrossSandbox(t *testing.T) {
 	}
 
 	t.Run("SysVShm", func(t *testing.T) {
+		if rt == sandbox.RuntimeGVisor {
+			t.Skip("not on gvisor: its /proc has no sysvipc, so ipcs lists nothing and the control cannot be made")
+		}
 		if res := attackRun(t, a, "", "command -v ipcmk && command -v ipcs"); !res.ok() {
 			t.Skip("ipcmk or ipcs missing")
 		}
@@ -784,15 +991,21 @@ func TestAttackCrossSandbox(t *testing.T) {
 	})
 }
 
-// TestAttackPathTricks: symlinks and ".." in the paths of file operations
+// attackPathTricks: symlinks and ".." in the paths of file operations
 // resolve inside the sandbox.
-func TestAttackPathTricks(t *testing.T) {
-	t.Parallel()
-	sb := attackSandbox(t, sandbox.Spec{})
+func attackPathTricks(t *testing.T, rt string) {
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	ctx := context.Background()
 	attackMust(t, sb, "", "ln -s / /workspace/esc && ln -s ../../../../ /workspace/up")
 	hostShadow, _ := os.ReadFile("/etc/shadow")
+	// gVisor 20221219 resolves a path through a link to / (in its
+	// in-memory overlay) to / itself: operations through esc fail (is a
+	// directory, EINVAL) instead of reaching the sandbox's files.
+	escGap := "paths through a symbolic link to / resolve to / itself in gVisor 20221219's overlay"
 	for _, p := range []string{"/workspace/esc/etc/shadow", "/workspace/up/etc/shadow", "/workspace/../../../etc/shadow"} {
+		if strings.Contains(p, "/esc/") && attackGap(t, rt, sandbox.RuntimeGVisor, escGap) {
+			continue
+		}
 		got, err := sb.ReadFile(ctx, p, 0)
 		if len(hostShadow) > 0 && bytes.Contains(got, hostShadow[:min(len(hostShadow), 32)]) {
 			t.Errorf("ReadFile(%s) returned the host's /etc/shadow", p)
@@ -802,6 +1015,9 @@ func TestAttackPathTricks(t *testing.T) {
 	}
 	hostHostname, _ := os.ReadFile("/etc/hostname")
 	for _, p := range []string{"/workspace/../../../etc/hostname", "/workspace/up/etc/hostname", "/workspace/esc/etc/hostname", "../../etc/hostname"} {
+		if strings.Contains(p, "/esc/") && attackGap(t, rt, sandbox.RuntimeGVisor, escGap) {
+			continue
+		}
 		got, err := sb.ReadFile(ctx, p, 0)
 		if err != nil && p == "../../etc/hostname" {
 			continue // a relative path may be refused
@@ -814,6 +1030,9 @@ func TestAttackPathTricks(t *testing.T) {
 		}
 	}
 	for _, via := range []string{"/workspace/esc/tmp/", "/workspace/up/tmp/", "/workspace/../tmp/"} {
+		if strings.Contains(via, "/esc/") && attackGap(t, rt, sandbox.RuntimeGVisor, escGap) {
+			continue
+		}
 		name := "airlock-attack-" + attackToken()
 		if err := sb.WriteFile(ctx, via+name, strings.NewReader("inside"), 0o644); err != nil {
 			t.Errorf("WriteFile(%s) = %v, want it written into the sandbox's /tmp", via+name, err)
@@ -828,6 +1047,9 @@ func TestAttackPathTricks(t *testing.T) {
 		}
 	}
 	// Mkdir and Rename through the links stay inside, too.
+	if attackGap(t, rt, sandbox.RuntimeGVisor, "Mkdir and Rename through esc: "+escGap) {
+		return
+	}
 	dir := "airlock-attack-" + attackToken()
 	if err := sb.Mkdir(ctx, "/workspace/esc/tmp/"+dir, 0o755, false); err != nil {
 		t.Errorf("Mkdir through a symlink to / = %v", err)
@@ -846,10 +1068,9 @@ func TestAttackPathTricks(t *testing.T) {
 	}
 }
 
-// TestAttackDiffSymlink: a symlink planted in a rw workspace does not make the
+// attackDiffSymlink: a symlink planted in a rw workspace does not make the
 // host's Diff read host files.
-func TestAttackDiffSymlink(t *testing.T) {
-	t.Parallel()
+func attackDiffSymlink(t *testing.T, rt string) {
 	shadow, err := os.ReadFile("/etc/shadow")
 	if err != nil || len(shadow) == 0 {
 		t.Skip("control: no readable /etc/shadow on the host")
@@ -858,7 +1079,7 @@ func TestAttackDiffSymlink(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "f"), []byte("x\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sb := attackSandbox(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW})
+	sb := attackSandbox(t, rt, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW})
 	attackMust(t, sb, "", "ln -s /etc/shadow /workspace/leak && ln -s ../../../../../../../../etc/shadow /workspace/leak2 && rm /workspace/f && ln -s /etc/shadow /workspace/f")
 	var buf bytes.Buffer
 	_ = sb.Diff(context.Background(), &buf)
@@ -873,10 +1094,9 @@ func TestAttackDiffSymlink(t *testing.T) {
 	}
 }
 
-// TestAttackExecutorOverwrite: the executor binary cannot be changed from
+// attackExecutorOverwrite: the executor binary cannot be changed from
 // inside (the runc CVE-2019-5736 class).
-func TestAttackExecutorOverwrite(t *testing.T) {
-	t.Parallel()
+func attackExecutorOverwrite(t *testing.T, rt string) {
 	sum := func() [32]byte {
 		b, err := os.ReadFile(executorPath)
 		if err != nil {
@@ -885,7 +1105,7 @@ func TestAttackExecutorOverwrite(t *testing.T) {
 		return sha256.Sum256(b)
 	}
 	before := sum()
-	sb := attackSandbox(t, sandbox.Spec{})
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	for _, p := range []string{
 		"echo x > /proc/1/exe",
 		"echo x >> /proc/1/exe",
@@ -943,10 +1163,9 @@ for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_TRUNC):
 	}
 }
 
-// TestAttackNetworkHostLoopback: the host's loopback services are out of
+// attackNetworkHostLoopback: the host's loopback services are out of
 // reach: the sandbox's loopback is its own.
-func TestAttackNetworkHostLoopback(t *testing.T) {
-	t.Parallel()
+func attackNetworkHostLoopback(t *testing.T, rt string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -981,7 +1200,7 @@ func TestAttackNetworkHostLoopback(t *testing.T) {
 		}
 	}()
 
-	sb := attackSandbox(t, sandbox.Spec{})
+	sb := attackSandbox(t, rt, sandbox.Spec{})
 	attackMust(t, sb, "", "command -v bash && command -v python3")
 	// Control inside: the probe connects to a listener on the sandbox's own loopback.
 	control := "import socket, subprocess\ns = socket.socket()\ns.bind(('127.0.0.1', 0))\ns.listen(4)\n" +

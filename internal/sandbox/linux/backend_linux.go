@@ -305,8 +305,7 @@ func newSetup(l sandbox.Limits, root bool) *execproto.Setup {
 	if setup.DiskBytes == 0 {
 		setup.DiskBytes = sandbox.DefaultLimits.DiskBytes
 	}
-	// From the limit in force: a size of 0 would leave the tmpfs unbounded.
-	setup.ShmBytes = min(setup.DiskBytes, 64<<20)
+	setup.ShmBytes = shmBytes(setup.DiskBytes)
 	if !root {
 		// Rootless: one id is mapped, so the sandbox user is root of the
 		// user namespace (without capabilities for its commands).
@@ -577,4 +576,10 @@ func (b *Backend) GC() ([]string, error) {
 		_ = g.Close()
 	}
 	return cleaned, errors.Join(errs...)
+}
+
+// shmBytes is the size of a sandbox's /dev/shm for the disk limit in force
+// (never 0, which would leave the tmpfs unbounded).
+func shmBytes(disk int64) int64 {
+	return min(disk, 64<<20)
 }

@@ -3,6 +3,8 @@ package linux_test
 import (
 	"context"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -38,21 +40,71 @@ func conformance(t *testing.T, spawner bool) {
 	})
 }
 
+// gvisorConformanceEnv marks the process TestConformanceGVisor starts to
+// run the suite with the skips below.
+const gvisorConformanceEnv = "AIRLOCK_TEST_GVISOR_CONFORMANCE"
+
+// gvisorConformanceSkips are the conformance cases the gvisor runtime fails
+// on Debian 12's runsc (release 20221219), each for a reason of gVisor's
+// (docs/gvisor.md).
+var gvisorConformanceSkips = []string{
+	// Commands run as root of gVisor's kernel by default (the host's
+	// files keep their host owners inside): the cases expect uid 1000.
+	"TestConformanceGVisor/Exec/User",
+	"TestConformanceGVisor/Exec/Account",
+	"TestConformanceGVisor/Files/Owner",
+	"TestConformanceGVisor/Files/RoundTrip",
+	// gVisor's /proc has no sys/kernel/random/boot_id.
+	"TestConformanceGVisor/Exec/BootID",
+	// gVisor reports the dispositions its way in /proc/PID/status.
+	"TestConformanceGVisor/Exec/DefaultSignalDispositions",
+	// ls of a directory is EINVAL: coreutils 9.1's statx flags are newer
+	// than this gVisor.
+	"TestConformanceGVisor/Workspace/Empty",
+	"TestConformanceGVisor/Workspace/COW",
+	"TestConformanceGVisor/Workspace/RW",
+	// Checkpoints walk with openat2, which this gVisor does not implement
+	// (ENOSYS), and a cow workspace's upper layer is gVisor's memory.
+	"TestConformanceGVisor/Checkpoint",
+	// A watched tree with links to / times out (the attacks' PathTricks:
+	// paths through a link to / resolve to / in this gVisor's overlay).
+	"TestConformanceGVisor/Watch/PathTricks",
+	// 20 concurrent curls through the proxy end the sandbox
+	// (sandbox_lost); cause not found yet.
+	"TestConformanceGVisor/Network/ManyConnections",
+	// 50 sandboxes, 8 starting at once: on a loaded 2-core machine one
+	// start failed before the executor's hello ("read executor: file
+	// already closed", runsc's log empty) in 2 of 3 runs; likely the 30 s
+	// boot bound (gvisorBoot) under load, not confirmed.
+	"TestConformanceGVisor/Many",
+}
+
 // TestConformanceGVisor runs the contract on the gvisor runtime: the same
-// backend, every spec with Runtime gvisor.
-//
-// It runs only with AIRLOCK_GVISOR_CONFORMANCE=1: on Debian 12's runsc
-// (release 20221219) cases fail for gVisor's own reasons, listed in
-// docs/gvisor.md (statx flags coreutils 9 passes, no checkpoints of the
-// in-memory overlay, the default user), and the suite takes minutes there.
+// backend, every spec with Runtime gvisor. It runs the suite in a process
+// of its own, which skips gvisorConformanceSkips.
 func TestConformanceGVisor(t *testing.T) {
-	if os.Getenv("AIRLOCK_GVISOR_CONFORMANCE") != "1" {
-		t.Skip("set AIRLOCK_GVISOR_CONFORMANCE=1: this runsc fails known cases (docs/gvisor.md)")
-	}
 	needGVisor(t)
-	sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
-		return gvisorRuntime{newGVisorBackend(t)}
-	})
+	if os.Getenv(gvisorConformanceEnv) != "" {
+		sandboxtest.Run(t, func(t *testing.T) sandbox.Backend {
+			return gvisorRuntime{newGVisorBackend(t)}
+		})
+		return
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-test.run=^TestConformanceGVisor$", "-test.skip=^" + strings.Join(gvisorConformanceSkips, "$|^") + "$", "-test.timeout=20m"}
+	if testing.Verbose() {
+		args = append(args, "-test.v")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), gvisorConformanceEnv+"=1", prebuiltExecutorEnv+"="+executorPath)
+	out, err := cmd.CombinedOutput()
+	t.Logf("the conformance suite on gvisor:\n%s", out)
+	if err != nil {
+		t.Fatalf("the conformance suite failed on gvisor: %v", err)
+	}
 }
 
 // gvisorRuntime creates every sandbox on the gvisor runtime.

@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -63,9 +66,6 @@ func (b *Backend) gvisorState(id string) string {
 // closed rather than run a sandbox that differs from its spec.
 func checkGVisorSpec(spec *sandbox.Spec) error {
 	var errs []error
-	if len(spec.Layers) > 0 {
-		errs = append(errs, errors.New("gvisor runtime: image roots (layers) are not supported yet; use the native runtime or a template root"))
-	}
 	cow := spec.Workspace != "" && (spec.WorkspaceMode == "" || spec.WorkspaceMode == sandbox.WorkspaceCOW)
 	if cow || spec.WritableRoot {
 		// A cow workspace or writable root is gVisor's in-memory overlay
@@ -160,8 +160,8 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 	if disk == 0 {
 		disk = sandbox.DefaultLimits.DiskBytes
 	}
-	tmpfs := func(dst, mode string) ociMount {
-		return ociMount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=" + mode, fmt.Sprintf("size=%d", disk)}}
+	tmpfs := func(dst, mode string, size int64) ociMount {
+		return ociMount{Destination: dst, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=" + mode, fmt.Sprintf("size=%d", size)}}
 	}
 	bind := func(src, dst string, ro bool) ociMount {
 		o := []string{"rbind", "nosuid", "nodev"}
@@ -175,9 +175,40 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 	root := ociRoot{Path: rootfs, Readonly: true}
 	var mounts []ociMount
 	mounts = append(mounts, ociMount{Destination: "/proc", Type: "proc", Source: "proc"})
-	if spec.RootFS != "" {
+	switch {
+	case len(spec.Layers) > 0:
+		// An image root: the kernel's overlay of the layers is the
+		// bundle's root, read-only to the sandbox; writes (with
+		// WritableRoot) land in gVisor's in-memory overlay above it.
+		if err := mountImageRoot(dir, rootfs, spec.Layers); err != nil {
+			return nil, err
+		}
+		root.Readonly = !spec.WritableRoot
+		dirs := []string{"proc", "tmp", "root", "home", "workspace", "run/airlock", ".airlock"}
+		for _, m := range spec.Mounts {
+			dirs = append(dirs, strings.TrimPrefix(filepath.Clean(m.Target), "/"))
+		}
+		files := []string{".airlock/airlock-exec"}
+		for _, f := range imageEtc {
+			files = append(files, "etc/"+f.name)
+		}
+		if err := realTargets(rootfs, dirs, files); err != nil {
+			return nil, err
+		}
+		// As natively, the image's own hosts, hostname and resolv.conf,
+		// if any, name another machine: these are bound over them (gVisor
+		// resolves the targets inside the root, links included, and
+		// makes those that are missing).
+		for _, f := range imageEtc {
+			src := filepath.Join(dir, "etc-"+f.name)
+			if err := os.WriteFile(src, []byte(f.data), 0o644); err != nil {
+				return nil, fmt.Errorf("gvisor bundle: %w", err)
+			}
+			mounts = append(mounts, bind(src, "/etc/"+f.name, true))
+		}
+	case spec.RootFS != "":
 		root = ociRoot{Path: spec.RootFS, Readonly: !spec.WritableRoot}
-	} else {
+	default:
 		for _, d := range existing(systemDirs) {
 			if target, err := os.Readlink(d); err == nil {
 				// Usr-merged links (/bin -> usr/bin) stay links.
@@ -189,24 +220,24 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 			mounts = append(mounts, bind(d, d, true))
 		}
 	}
-	if spec.RootFS == "" {
+	if spec.RootFS == "" && len(spec.Layers) == 0 {
 		// The executor writes the generated /etc into this tmpfs (a
-		// template root keeps its own); the host's certificates and
-		// linker cache are bound over it.
+		// template or image root keeps its own); the host's certificates
+		// and linker cache are bound over it.
 		mounts = append(mounts, ociMount{Destination: "/etc", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=1048576"}})
 		for _, f := range existing(etcFiles) {
 			mounts = append(mounts, bind(f, f, true))
 		}
 	}
 	mounts = append(mounts,
-		tmpfs("/tmp", "1777"), tmpfs("/dev/shm", "1777"), tmpfs("/root", "700"),
+		tmpfs("/tmp", "1777", disk), tmpfs("/dev/shm", "1777", shmBytes(disk)), tmpfs("/root", "700", disk),
 		ociMount{Destination: "/home", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", fmt.Sprintf("size=%d", disk)}},
 		bind(b.cfg.Executor, gvisorExecutor, true),
 	)
 	cow := false
 	switch spec.Workspace {
 	case "":
-		mounts = append(mounts, tmpfs("/workspace", "1777"))
+		mounts = append(mounts, tmpfs("/workspace", "1777", disk))
 	default:
 		mode := spec.WorkspaceMode
 		if mode == "" {
@@ -220,7 +251,9 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 	}
 	flags := []string{"--network=none", "--ignore-cgroups"}
 	// The executor's directory: the event socket, and the egress socket.
-	mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}})
+	mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}},
+		// airlock-event is the executor called by that name.
+		bind(b.cfg.Executor, execproto.EventHelper, true))
 	if spec.Network == sandbox.NetworkProxy {
 		// The one host socket the sandbox may connect to: gVisor opens
 		// host sockets only with --host-uds, and only those bound in.
@@ -250,6 +283,134 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 	return flags, nil
 }
 
+// imageEtc are the files of /etc a gvisor sandbox of an image root gets
+// instead of the image's: what the executor writes into an image root's
+// /etc natively (writeEtc), for the hostname a gvisor bundle sets.
+var imageEtc = []struct{ name, data string }{
+	{"hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tairlock\n"},
+	{"hostname", "airlock\n"},
+	{"resolv.conf", "# airlock: no DNS inside the sandbox; names are resolved by the host's egress proxy.\noptions attempts:1 timeout:1\n"},
+}
+
+// mountImageRoot mounts at rootfs the overlay of an image's layers (lowest
+// first), nosuid and nodev, with the layers' opaque directories marked as
+// package image writes them (user.overlay.*: userxattr). Its upper layer,
+// in dir, takes only the mount points runsc's gofer makes for the bundle's
+// mounts (/etc/hosts...; the gofer walks the root confined to it): the
+// bundle's root is read-only to the sandbox, and WritableRoot's writes go
+// to gVisor's in-memory overlay. The mount is on the host, in the bundle;
+// teardownGVisor (or GC after a crash) removes it. Layers are added one by
+// one (lowerdir+, Linux 6.8): their paths together may exceed what one
+// mount option can carry.
+func mountImageRoot(dir, rootfs string, layers []string) error {
+	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fmt.Errorf("image root: %w", err)
+		}
+	}
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("image root: open overlay: %w", err)
+	}
+	defer unix.Close(fsfd)
+	lowers := slices.Clone(layers)
+	slices.Reverse(lowers) // overlayfs names the top layer first
+	for _, l := range lowers {
+		if err := unix.FsconfigSetString(fsfd, "lowerdir+", l); err != nil {
+			return fmt.Errorf("image root: layer %s: %w", l, err)
+		}
+	}
+	if err := unix.FsconfigSetString(fsfd, "upperdir", upper); err != nil {
+		return fmt.Errorf("image root: %w", err)
+	}
+	if err := unix.FsconfigSetString(fsfd, "workdir", work); err != nil {
+		return fmt.Errorf("image root: %w", err)
+	}
+	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
+		return fmt.Errorf("image root: userxattr: %w", err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("image root: overlay of %d layers: %w", len(layers), err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return fmt.Errorf("image root: mount overlay: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, rootfs, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("image root: attach overlay: %w", err)
+	}
+	return nil
+}
+
+// realTargets makes each of dirs (and its parents) a directory and each of
+// files a regular file below an image root, where the bundle mounts on
+// them: a link the image planted there (run -> /var/tmp, etc/hosts ->
+// /etc/shadow) is replaced, as natively (the executor's realTargets), so
+// that the mounts land where they are named. The changes go to the
+// overlay's upper layer, in the bundle. os.Root keeps every step inside
+// rootfs, and nothing of the sandbox runs yet to race it.
+func realTargets(rootfs string, dirs, files []string) error {
+	r, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return fmt.Errorf("image root: %w", err)
+	}
+	defer r.Close()
+	real := func(name string, dir bool) error {
+		fi, err := r.Lstat(name)
+		switch {
+		case err == nil && dir && fi.IsDir(), err == nil && !dir && fi.Mode().IsRegular():
+			return nil
+		case err == nil:
+			if err := r.RemoveAll(name); err != nil {
+				return err
+			}
+		case !errors.Is(err, os.ErrNotExist):
+			return err
+		}
+		if dir {
+			return r.Mkdir(name, 0o755)
+		}
+		f, err := r.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	walk := func(name string, dir bool) error {
+		parts := strings.Split(name, "/")
+		for i := range parts {
+			last := i == len(parts)-1
+			if err := real(strings.Join(parts[:i+1], "/"), dir || !last); err != nil {
+				return fmt.Errorf("image root: /%s: %w", name, err)
+			}
+		}
+		return nil
+	}
+	for _, d := range dirs {
+		if err := walk(d, true); err != nil {
+			return err
+		}
+	}
+	for _, f := range files {
+		if err := walk(f, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmountImageRoot detaches the image root of a gvisor bundle in dir, if
+// one is mounted there.
+func unmountImageRoot(dir string) error {
+	err := unix.Unmount(filepath.Join(dir, "rootfs"), unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil // not a mount point (no image root), or no bundle
+	}
+	return err
+}
+
 // createGVisor is Create's gvisor path: sb holds its id lock.
 func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Spec, tr *tracer) error {
 	if err := checkGVisorSpec(&spec); err != nil {
@@ -263,6 +424,12 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		return err
 	}
 	sb.gvisor = b.gvisorState(sb.id)
+	if len(sb.spec.Layers) > 0 {
+		// Held until teardown: image.Store.GC never removes a layer in use.
+		if sb.layerLocks, err = lockLayers(sb.spec.Layers); err != nil {
+			return err
+		}
+	}
 	bundle := filepath.Join(sb.gvisor, "bundle")
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return fmt.Errorf("gvisor state: %w", err)
@@ -360,6 +527,15 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		}
 		return err
 	}
+	if n := len(sb.spec.Layers); n > 0 {
+		// The executor sees a root with an /etc of its own, as a
+		// template's: say what it is.
+		for i, l := range sb.layers {
+			if l == "rootfs:template" {
+				sb.layers[i] = fmt.Sprintf("rootfs:image:%d-layers", n)
+			}
+		}
+	}
 	tr.mark("handshake")
 	return nil
 }
@@ -389,6 +565,12 @@ func (sb *Sandbox) teardownGVisor() {
 		cmd := exec.CommandContext(ctx, sb.runsc, "--root", filepath.Join(sb.gvisor, "runsc"), "delete", "--force", sb.id)
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		_ = cmd.Run() // nothing left to delete once runsc run is gone is fine
+	}
+	// Before the state goes: RemoveAll must not walk into the image's
+	// layers.
+	if err := unmountImageRoot(filepath.Join(sb.gvisor, "bundle")); err != nil {
+		sb.b.log.Warn("unmount gvisor image root", "sandbox_id", sb.id, "err", err)
+		return
 	}
 	if err := os.RemoveAll(sb.gvisor); err != nil {
 		sb.b.log.Warn("remove gvisor state", "sandbox_id", sb.id, "err", err)

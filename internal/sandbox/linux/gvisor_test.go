@@ -4,15 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -207,10 +203,10 @@ func TestGVisorDestroy(t *testing.T) {
 	}
 	// Allocate past the limit: the host's cgroup ends it.
 	// At the limit the host's OOM killer ends the sentry, and with it the
-	// whole sandbox (docs/gvisor.md): the command's outcome is lost.
+	// whole sandbox (docs/gvisor.md): the command's outcome is oom.
 	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"python3", "-c", "b = bytearray(300 << 20); print(len(b))"}, Timeout: 20 * time.Second})
-	if err != nil || r.Outcome != sandbox.OutcomeLost && r.Outcome != sandbox.OutcomeOOM {
-		t.Errorf("allocating 300 MiB under a 128 MiB limit: %+v, %v; want it ended by the limit (lost or oom)", r, err)
+	if err != nil || r.Outcome != sandbox.OutcomeOOM || r.ExitStatus() != 137 {
+		t.Errorf("allocating 300 MiB under a 128 MiB limit: %+v, %v; want outcome oom, exit status 137", r, err)
 	}
 	t.Logf("over the memory limit: %+v, %v", r, err)
 	if err := sb.Destroy(ctx); err != nil {
@@ -244,116 +240,4 @@ func TestDoctorGVisor(t *testing.T) {
 	if c := line(); c.OK || !strings.Contains(c.Detail, "runsc is not installed") {
 		t.Errorf("runtime:gvisor without runsc = %+v, want not ok, saying runsc is missing", c)
 	}
-}
-
-// TestGVisorAttacks runs the adversarial probes that apply to a gvisor
-// sandbox in one shared sandbox (each gvisor start takes seconds): host
-// environment, host files, writes outside the workspace, the executor's
-// binary, host processes, privileged operations and the host's loopback.
-func TestGVisorAttacks(t *testing.T) {
-	needGVisor(t)
-	name := "AIRLOCK_ATTACK_CANARY_" + strings.ToUpper(attackToken())
-	value := "canary-" + attackToken()
-	t.Setenv(name, value)
-	dir, err := os.MkdirTemp("", "airlock-attack-canary-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	canary := "airlock-canary-" + attackToken()
-	if err := os.WriteFile(filepath.Join(dir, canary), []byte("host secret"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var reached atomic.Int32
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			reached.Add(1)
-			c.Close()
-		}
-	}()
-	sb := sandboxtest.Create(t, newGVisorBackend(t), sandbox.Spec{Runtime: sandbox.RuntimeGVisor})
-	users := []string{"", "root", "1000"}
-
-	t.Run("HostEnv", func(t *testing.T) {
-		for _, u := range users {
-			res := attackRun(t, sb, u, `env; for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f"; done 2>/dev/null; true`)
-			if strings.Contains(res.stdout+res.stderr, value) {
-				t.Errorf("user %q sees the host's environment variable %s", u, name)
-			}
-		}
-	})
-	t.Run("HostFiles", func(t *testing.T) {
-		res := attackRun(t, sb, "root", "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+" -print 2>/dev/null; cat /etc/shadow 2>&1; true")
-		// Control: find sees a file of the same name made inside.
-		ctl := attackMust(t, sb, "root", "mkdir -p /tmp/ctl && touch /tmp/ctl/"+canary+"-inside && find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name "+canary+"-inside -print 2>/dev/null; true")
-		if ctl != "/tmp/ctl/"+canary+"-inside\n" {
-			t.Fatalf("control: find inside does not find a file made inside: %q", ctl)
-		}
-		if strings.Contains(res.stdout, canary) || strings.Contains(res.stdout, "root:$") {
-			t.Errorf("a host file is visible inside:\n%s", res.stdout)
-		}
-	})
-	t.Run("WriteOutsideWorkspace", func(t *testing.T) {
-		f := "airlock-attack-" + attackToken()
-		for _, p := range []string{"/usr/bin/" + f, "/bin/" + f, "/etc/" + f, "/" + f, "/opt/" + f, "/etc/passwd", "/etc/hostname", "/etc/ssl/" + f, linux.GVisorExecutor} {
-			for _, u := range users {
-				if res := attackRun(t, sb, u, "echo pwned >> "+p+" || chmod 777 "+p); res.ok() {
-					t.Errorf("user %q wrote or chmodded %s inside", u, p)
-				}
-			}
-		}
-		for _, p := range []string{"/usr/bin/" + f, "/etc/" + f, "/opt/" + f} {
-			if _, err := os.Lstat(p); err == nil {
-				t.Errorf("host %s exists after the attack", p)
-				os.Remove(p)
-			}
-		}
-	})
-	t.Run("HostProcesses", func(t *testing.T) {
-		exe := filepath.Base(os.Args[0])
-		out := attackMust(t, sb, "root", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done 2>/dev/null; kill -9 "+strconv.Itoa(os.Getpid())+" 2>&1; true")
-		if strings.Contains(out, exe) {
-			t.Errorf("the host test process is visible inside:\n%s", out)
-		}
-	})
-	t.Run("Privileged", func(t *testing.T) {
-		if res := attackRun(t, sb, "", "command -v unshare mount chroot"); !res.ok() {
-			t.Fatalf("control: unshare, mount or chroot missing inside: %v", res)
-		}
-		for _, script := range []string{"mount -t tmpfs none /tmp", "unshare -U true", "unshare -m true", "chroot / true"} {
-			for _, u := range users {
-				if res := attackRun(t, sb, u, script); res.ok() {
-					t.Errorf("user %q: %q succeeded inside", u, script)
-				}
-			}
-		}
-	})
-	t.Run("HostLoopback", func(t *testing.T) {
-		port := ln.Addr().(*net.TCPAddr).Port
-		if c, err := net.Dial("tcp4", ln.Addr().String()); err != nil {
-			t.Fatalf("control: the host cannot reach its own listener: %v", err)
-		} else {
-			c.Close()
-		}
-		if !attackPoll(5*time.Second, func() bool { return reached.Load() == 1 }) {
-			t.Fatal("control: the listener saw no connection from the host")
-		}
-		reached.Store(0)
-		if res := attackRun(t, sb, "", "command -v curl"); !res.ok() {
-			t.Skip("no curl in the sandbox")
-		}
-		res := attackRun(t, sb, "", fmt.Sprintf("curl -sS --noproxy '*' --max-time 5 http://127.0.0.1:%d/ 2>&1; exit 0", port))
-		if reached.Load() != 0 {
-			t.Errorf("a connection from the sandbox reached the host's loopback listener: %s", res.stdout)
-		}
-	})
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/testpki"
 )
 
@@ -138,8 +140,19 @@ func TestImageRoot(t *testing.T) {
 // TestImageView shows an image root from inside: the image's files and
 // environment, not the host's; its layers stacked with their whiteouts;
 // its owners as it recorded them; and the executor's own files where a
-// container runtime puts them.
+// container runtime puts them. It runs on each runtime.
 func TestImageView(t *testing.T) {
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		t.Run(rt, func(t *testing.T) {
+			if rt == sandbox.RuntimeGVisor {
+				needGVisor(t)
+			}
+			imageView(t, rt)
+		})
+	}
+}
+
+func imageView(t *testing.T, rt string) {
 	b := attackBackend(t)
 	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, map[string][]imagetest.File{
 		"localhost/top:test": {
@@ -160,10 +173,10 @@ func TestImageView(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := sandbox.Spec{Env: []string{"MINE=1"}}
+	spec := sandbox.Spec{Runtime: rt, Env: []string{"MINE=1"}}
 	root.Apply(&spec)
 	sb := attackCreate(t, b, spec)
-	out := attackMust(t, sb, "", `
+	out := attackMust(t, sb, "1000", `
 		test -e /IMAGE-MARKER && echo marker-visible
 		test -e /usr/bin/python3 && echo host-usr-visible
 		cat /etc/passwd | wc -l
@@ -171,7 +184,7 @@ func TestImageView(t *testing.T) {
 		echo "env=$IMAGE_ENV mine=$MINE path=$PATH"
 		stat -c '%u:%g %a' /srv/owned /bin/busybox /usr/local/bin/su-demo
 		readlink /run
-		ls -d /run/airlock
+		test -d /run/airlock && echo /run/airlock
 		cat /etc/hostname
 		grep -c airlock /etc/hosts
 	`)
@@ -188,8 +201,73 @@ func TestImageView(t *testing.T) {
 		t.Errorf("the image's /run link led the setup to the host's /tmp/%s", escapeMark)
 	}
 	// The image's set-uid bit grants nothing (nosuid, no_new_privs).
-	if got := strings.TrimSpace(attackMust(t, sb, "", "/usr/local/bin/su-demo")); got != "1000" {
+	if got := strings.TrimSpace(attackMust(t, sb, "1000", "/usr/local/bin/su-demo")); got != "1000" {
 		t.Errorf("a set-uid root file of the image ran as uid %s, want the caller's 1000", got)
+	}
+	// The root is read-only without WritableRoot, for root too.
+	for _, u := range []string{"", "root"} {
+		if res := attackRun(t, sb, u, "echo x > /srv/new || echo x > /IMAGE-NEW"); res.ok() {
+			t.Errorf("user %q wrote into the image's root: %v", u, res)
+		}
+	}
+}
+
+// TestGVisorImageRoot: a gvisor sandbox of an image with WritableRoot
+// writes anywhere in its root, and none of it reaches the image's layers;
+// Destroy leaves no mount of the layers on the host.
+func TestGVisorImageRoot(t *testing.T) {
+	b := newGVisorBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := sandbox.Spec{Runtime: sandbox.RuntimeGVisor, WritableRoot: true}
+	root.Apply(&spec)
+	sb := sandboxtest.Create(t, b, spec)
+	if l := sb.Info().Layers; !slices.Contains(l, fmt.Sprintf("rootfs:image:%d-layers", len(spec.Layers))) {
+		t.Errorf("Info().Layers = %v, want rootfs:image:%d-layers", l, len(spec.Layers))
+	}
+	if out := attackMust(t, sb, "root", "echo new > /bin/new-tool && cat /bin/new-tool && rm /bin/busybox-missing 2>/dev/null; echo x > /etc/passwd && cat /etc/passwd"); out != "new\nx\n" {
+		t.Errorf("writes into a writable image root: %q, want new and x", out)
+	}
+	for _, l := range spec.Layers {
+		if _, err := os.Stat(filepath.Join(l, "bin", "new-tool")); err == nil {
+			t.Errorf("a write into the sandbox's root reached layer %s", l)
+		}
+		if data, err := os.ReadFile(filepath.Join(l, "etc", "passwd")); err == nil && string(data) == "x\n" {
+			t.Errorf("a write into the sandbox's /etc/passwd reached layer %s", l)
+		}
+	}
+	// The host's overlay, and its upper layer (which takes only the
+	// bundle's mount points).
+	mount := func() string {
+		data, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "/gvisor/"+sb.ID()+"/bundle/rootfs") {
+				return l
+			}
+		}
+		return ""
+	}
+	line := mount()
+	_, upper, ok := strings.Cut(line, "upperdir=")
+	if !ok {
+		t.Fatalf("control: no overlay with an upper layer for the image root of sandbox %s in the host's mountinfo: %q", sb.ID(), line)
+	}
+	upper, _, _ = strings.Cut(upper, ",")
+	if _, err := os.Stat(filepath.Join(upper, "bin", "new-tool")); err == nil {
+		t.Errorf("a write into the sandbox's root reached the host overlay's upper layer %s", upper)
+	}
+	mounted := func() bool { return mount() != "" }
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatalf("Destroy = %v", err)
+	}
+	if mounted() {
+		t.Errorf("the image root of sandbox %s is still mounted on the host after Destroy", sb.ID())
 	}
 }
 
@@ -319,7 +397,7 @@ func TestImageRootCheckpoint(t *testing.T) {
 		t.Errorf("root delta (-want +got):\n%s", diff)
 	}
 
-	host := attackSandbox(t, sandbox.Spec{})
+	host := attackSandbox(t, sandbox.RuntimeNative, sandbox.Spec{})
 	if _, ok := imageRoot(t); !ok {
 		if _, err := host.(sandbox.Checkpointer).Checkpoint(ctx, sandbox.CheckpointRequest{Root: true, MarkOnly: true}, nil); err == nil {
 			t.Error("a sandbox on the host's read-only root marked a root baseline, want an error")

@@ -31,7 +31,7 @@ func TestToolchainPath(t *testing.T) {
 	if dir == "" {
 		t.Skip("no toolchain under /usr/local/*/bin on this host")
 	}
-	sb := attackSandbox(t, sandbox.Spec{})
+	sb := attackSandbox(t, sandbox.RuntimeNative, sandbox.Spec{})
 	got := strings.TrimSpace(attackMust(t, sb, "", "command -v "+name))
 	if want := filepath.Join(dir, name); got != want {
 		t.Errorf("command -v %s in the sandbox = %q, want %q", name, got, want)

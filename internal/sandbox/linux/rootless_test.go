@@ -45,11 +45,9 @@ const rootlessUnavailableLine = "ROOTLESS-UNAVAILABLE: "
 // rootlessTests are the tests the inner process runs.
 var rootlessTests = []string{
 	"TestRootlessConformance", "TestRootlessView", "TestRootlessKill9", "TestRootlessImage",
-	// Attacks whose probes and controls mean the same without root.
-	"TestAttackHostFiles", "TestAttackWriteOutsideWorkspace", "TestAttackProcIsolation",
-	"TestAttackHostProcesses", "TestAttackKillExecutor", "TestAttackPrivileged", "TestAttackDevices",
-	"TestAttackDisk", "TestAttackDaemonSurvivesDestroy", "TestAttackCrossSandbox", "TestAttackPathTricks",
-	"TestAttackExecutorOverwrite", "TestAttackNetworkHostLoopback",
+	// The attacks whose probes and controls mean the same without root
+	// (attackCase.rootless; the others skip).
+	"TestAttacks",
 }
 
 // rootlessSkips are cases of those tests that assume root mode. Each is
@@ -62,14 +60,14 @@ var rootlessSkips = []string{
 	"TestRootlessConformance/Files/RoundTrip",
 	"TestRootlessConformance/Workspace/RW",
 	"TestRootlessConformance/Workspace/Empty",
-	"TestAttackHostFiles/Homes",
-	"TestAttackCrossSandbox/SysVShm",
+	"TestAttacks/native/HostFiles/Homes",
+	"TestAttacks/native/CrossSandbox/SysVShm",
 	// Their host controls need root (unshare -n/-m/-p, chroot); the probes
 	// run with unprivileged controls in TestRootlessView/Privileged.
-	"TestAttackPrivileged/unshare_net_ns",
-	"TestAttackPrivileged/unshare_mount_ns",
-	"TestAttackPrivileged/unshare_pid_ns",
-	"TestAttackPrivileged/chroot",
+	"TestAttacks/native/Privileged/unshare_net_ns",
+	"TestAttacks/native/Privileged/unshare_mount_ns",
+	"TestAttacks/native/Privileged/unshare_pid_ns",
+	"TestAttacks/native/Privileged/chroot",
 }
 
 // TestRootless runs the rootless tests as an unprivileged user: as nobody

@@ -50,6 +50,9 @@ type Sandbox struct {
 
 	mu        sync.Mutex
 	destroyed bool // guarded by mu
+	// oomKills is the cgroup's OOM kill count read by teardown before it
+	// removed the cgroup (0 if unread); guarded by mu.
+	oomKills int64
 }
 
 var (
@@ -210,6 +213,11 @@ func (s *Sandbox) teardown() {
 	}
 	s.teardownGVisor()
 	if s.cg != nil {
+		if st, err := s.cg.Counters(); err == nil {
+			s.mu.Lock()
+			s.oomKills = int64(st.OOMKills)
+			s.mu.Unlock()
+		}
 		if err := s.cg.Destroy(); err != nil {
 			s.b.log.Warn("remove sandbox cgroup", "sandbox_id", s.id, "err", err)
 		}
@@ -363,6 +371,13 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 	if err != nil {
 		if errors.Is(err, sandbox.ErrLost) {
 			res.Outcome, res.Message = sandbox.OutcomeLost, "sandbox lost: "+err.Error()
+			if p.s.gvisor != "" && p.s.oomEnded(p.before) {
+				// gVisor: the host's OOM killer ended the sentry at the
+				// memory limit, and the sandbox with it. The command met
+				// the limit, as natively; the sandbox is gone all the same.
+				res.Outcome = sandbox.OutcomeOOM
+				res.Message = p.s.explain(res) + "; the gvisor sandbox ended with it"
+			}
 			return res, nil
 		}
 		return res, err
@@ -397,6 +412,23 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 		res.Message = notStarted(p.argv0, res.NotStarted, r.Errno)
 	}
 	return res, nil
+}
+
+// oomEnded reports whether the sandbox's cgroup counted an OOM kill since
+// before, once the sandbox is gone (teardown reads the count before it
+// removes the cgroup); it waits for the teardown a bounded time.
+func (s *Sandbox) oomEnded(before cgroup.Stats) bool {
+	if s.cg == nil {
+		return false
+	}
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.oomKills > int64(before.OOMKills)
 }
 
 // atPidsLimit reports whether the sandbox holds Limits.Pids tasks (every
