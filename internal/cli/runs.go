@@ -509,6 +509,7 @@ type RunsCmd struct {
 	Resume RunsResumeCmd `cmd:"" help:"Resume a paused run, or with no id every unfinished run, in the foreground."`
 	Fork   RunsForkCmd   `cmd:"" help:"Start a new run from a run's conversation and workspace after a step."`
 	Replay RunsReplayCmd `cmd:"" help:"Re-drive a run from its recorded model turns in a fresh sandbox and report differences."`
+	Purge  RunsPurgeCmd  `cmd:"" help:"Delete a run for good: its forks, events, artifacts and files (asks first; an audit record stays)."`
 }
 
 // RunsLsCmd is `airlock runs ls`.

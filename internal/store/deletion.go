@@ -46,8 +46,11 @@ type Deletions interface {
 	// still verifies, and clears the run's task. Events already
 	// tombstoned are left as they are; events sealed before payload
 	// digests (event.ErrV1Payload) keep their payloads and are counted in
-	// kept. It returns how many payloads it replaced.
-	TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, err error)
+	// kept. It returns how many payloads it replaced, and the blobs the
+	// replaced payloads named that nothing names any more (a script, a
+	// workspace tar; never a checkpoint manifest), whose blobs the caller
+	// deletes.
+	TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error)
 
 	// PurgeRun deletes run runID and every run forked from it (their
 	// forks' logs start with a copy of the parent's), with their events,

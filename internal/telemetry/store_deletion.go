@@ -8,11 +8,11 @@ import (
 )
 
 // TombstonePayloads implements store.Store.
-func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (int64, int64, error) {
+func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (int64, int64, []string, error) {
 	start := time.Now()
-	n, kept, err := s.s.TombstonePayloads(ctx, runID, at, reason)
+	n, kept, free, err := s.s.TombstonePayloads(ctx, runID, at, reason)
 	s.observe("TombstonePayloads", start, err)
-	return n, kept, err
+	return n, kept, free, err
 }
 
 // PurgeRun implements store.Store.

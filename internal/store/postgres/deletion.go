@@ -12,9 +12,9 @@ import (
 )
 
 // TombstonePayloads implements store.Store.
-func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, err error) {
+func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error) {
 	if err := s.check("tombstone payloads", store.CheckRunID(runID)); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	err = s.write(ctx, func(tx pgx.Tx) error {
 		// Lock the run's row: an append in flight waits, so no event is
@@ -23,13 +23,13 @@ func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Tim
 			return fmt.Errorf("lock run: %w", err)
 		}
 		var err error
-		replaced, kept, err = schema.Postgres.TombstonePayloads(ctx, schemaTx{tx}, runID, at, reason)
+		replaced, kept, free, err = schema.Postgres.TombstonePayloads(ctx, schemaTx{tx}, runID, at, reason)
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("postgres: run %s: tombstone payloads: %w", clip(runID), err)
+		return 0, 0, nil, fmt.Errorf("postgres: run %s: tombstone payloads: %w", clip(runID), err)
 	}
-	return replaced, kept, nil
+	return replaced, kept, free, nil
 }
 
 // PurgeRun implements store.Store.

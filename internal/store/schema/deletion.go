@@ -1,10 +1,12 @@
 package schema
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -17,14 +19,19 @@ import (
 // deletion removes cannot differ between the stores. Each runs in the one
 // transaction its store gives it; the store commits it.
 
+// blobDigest matches a blob's name (package blob) in a payload.
+var blobDigest = regexp.MustCompile(`sha256:[0-9a-f]{64}`)
+
 // tombstonePage is how many events TombstonePayloads reads at once.
 const tombstonePage = 256
 
 // TombstonePayloads implements store.Deletions.TombstonePayloads in tx.
-func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at time.Time, reason string) (replaced, kept int64, err error) {
+func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error) {
 	if err := d.runExists(ctx, tx, runID); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
+	seen := map[string]bool{}
+	var digests []string
 	sel := `SELECT seq, type, time_ns, payload, prev_hash, hash FROM events WHERE run_id = ` + d.Param(1) +
 		` AND seq >= ` + d.Param(2) + ` ORDER BY seq LIMIT ` + d.Param(3)
 	upd := `UPDATE events SET payload = ` + d.Param(1) + ` WHERE run_id = ` + d.Param(2) + ` AND seq = ` + d.Param(3)
@@ -45,7 +52,7 @@ func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at 
 			return nil
 		})
 		if err != nil {
-			return replaced, kept, fmt.Errorf("read events: %w", err)
+			return replaced, kept, nil, fmt.Errorf("read events: %w", err)
 		}
 		for _, e := range page {
 			t, err := event.Tombstone(e, at, reason)
@@ -54,12 +61,13 @@ func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at 
 				kept++
 				continue
 			case err != nil:
-				return replaced, kept, err
+				return replaced, kept, nil, err
 			case string(t.Payload) == string(e.Payload):
 				continue // already a tombstone
 			}
+			digests = namedBlobs(string(e.Type), e.Payload, seen, digests)
 			if err := tx.Exec(ctx, upd, []byte(t.Payload), runID, e.Seq); err != nil {
-				return replaced, kept, fmt.Errorf("replace payload %d: %w", e.Seq, err)
+				return replaced, kept, nil, fmt.Errorf("replace payload %d: %w", e.Seq, err)
 			}
 			replaced++
 		}
@@ -69,9 +77,10 @@ func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at 
 		from = page[len(page)-1].Seq + 1
 	}
 	if err := tx.Exec(ctx, `UPDATE runs SET task = '' WHERE id = `+d.Param(1), runID); err != nil {
-		return replaced, kept, fmt.Errorf("clear task: %w", err)
+		return replaced, kept, nil, fmt.Errorf("clear task: %w", err)
 	}
-	return replaced, kept, nil
+	free, err = d.unreferenced(ctx, tx, digests)
+	return replaced, kept, free, err
 }
 
 // PurgeRun implements store.Deletions.PurgeRun in tx, recording rec at
@@ -174,6 +183,21 @@ func (d Dialect) deleteRuns(ctx context.Context, tx Tx, cond string, args []stri
 			return nil, fmt.Errorf("read artifact digests: %w", err)
 		}
 		in := `run_id IN (SELECT id FROM runs WHERE ` + cond + `)`
+		// Blobs the events name: a scripted run's script, a workspace
+		// tar, a fetched tree...
+		err = tx.Query(ctx, `SELECT type, payload FROM events WHERE `+in, []any{arg},
+			func(scan func(...any) error) error {
+				var typ string
+				var payload []byte
+				if err := scan(&typ, &payload); err != nil {
+					return err
+				}
+				digests = namedBlobs(typ, payload, seen, digests)
+				return nil
+			})
+		if err != nil {
+			return nil, fmt.Errorf("read the digests events name: %w", err)
+		}
 		for _, t := range []struct{ table, count string }{
 			{"events", "events"},
 			{"artifacts", "artifacts"},
@@ -191,17 +215,50 @@ func (d Dialect) deleteRuns(ctx context.Context, tx Tx, cond string, args []stri
 		}
 		counts["runs"] += n
 	}
+	return d.unreferenced(ctx, tx, digests)
+}
+
+// unreferenced returns those of digests that no artifact and no event
+// payload names any more.
+func (d Dialect) unreferenced(ctx context.Context, tx Tx, digests []string) ([]string, error) {
 	var free []string
 	for _, dg := range digests {
-		var n int64
+		var n, m int64
 		if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM artifacts WHERE digest = `+d.Param(1), []any{dg}, &n); err != nil {
 			return nil, fmt.Errorf("count references to %s: %w", dg, err)
 		}
-		if n == 0 {
+		// A digest has no LIKE wildcard in it (blobDigest), so this
+		// finds exactly the payloads that name it.
+		q := `SELECT COUNT(*) FROM events WHERE instr(CAST(payload AS TEXT), ` + d.Param(1) + `) > 0`
+		var arg any = dg
+		if d == Postgres {
+			q = `SELECT COUNT(*) FROM events WHERE position(` + d.Param(1) + ` in payload) > 0`
+			arg = []byte(dg)
+		}
+		if err := d.queryOne(ctx, tx, q, []any{arg}, &m); err != nil {
+			return nil, fmt.Errorf("count events naming %s: %w", dg, err)
+		}
+		if n == 0 && m == 0 {
 			free = append(free, dg)
 		}
 	}
 	return free, nil
+}
+
+// namedBlobs adds to digests (and seen) the blobs payload names, but not
+// checkpoint manifests: an E2B sandbox or snapshot may share them, and
+// the checkpoint collection (airlock gc) owns them.
+func namedBlobs(typ string, payload []byte, seen map[string]bool, digests []string) []string {
+	if typ == string(event.TypeSnapshotTaken) && bytes.Contains(payload, []byte(`"format":"`+event.FormatCheckpoint+`"`)) {
+		return digests
+	}
+	for _, m := range blobDigest.FindAll(payload, -1) {
+		if dg := string(m); !seen[dg] {
+			seen[dg] = true
+			digests = append(digests, dg)
+		}
+	}
+	return digests
 }
 
 // deleteCount deletes the rows of table where cond holds (one parameter,

@@ -21,20 +21,20 @@ func (s *Store) forget(ctx context.Context) {
 }
 
 // TombstonePayloads implements store.Store.
-func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, err error) {
+func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error) {
 	if err := s.check("tombstone payloads", store.CheckRunID(runID)); err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		replaced, kept, err = schema.SQLite.TombstonePayloads(ctx, schemaTx{tx}, runID, at, reason)
+		replaced, kept, free, err = schema.SQLite.TombstonePayloads(ctx, schemaTx{tx}, runID, at, reason)
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("sqlite: run %s: tombstone payloads: %w", clip(runID), err)
+		return 0, 0, nil, fmt.Errorf("sqlite: run %s: tombstone payloads: %w", clip(runID), err)
 	}
 	s.forget(ctx)
-	return replaced, kept, nil
+	return replaced, kept, free, nil
 }
 
 // PurgeRun implements store.Store.

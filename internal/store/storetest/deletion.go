@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,12 +55,21 @@ func markerRun(t *testing.T, s store.Store, n int, tenant, parent, marker string
 func testTombstonePayloads(t *testing.T, f Factory) {
 	s := newStore(t, f)
 	ctx := context.Background()
-	r, _ := markerRun(t, s, 1, "acme", "", "TOMBSTONE-MARKER")
-	before := allEvents(t, s, r.ID)
+	r, digest := markerRun(t, s, 1, "acme", "", "TOMBSTONE-MARKER")
 	at := base.Add(48 * time.Hour)
-	n, kept, err := s.TombstonePayloads(ctx, r.ID, at, event.ReasonRetention)
-	if err != nil || n != 2 || kept != 0 {
-		t.Fatalf("TombstonePayloads() = %d, %d, %v; want 2, 0", n, kept, err)
+	script := fmt.Sprintf("sha256:%064x", 100)
+	if _, err := s.Append(ctx, r.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"script":"` + script + `","artifact":"` + digest + `"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	before := allEvents(t, s, r.ID)
+	n, kept, free, err := s.TombstonePayloads(ctx, r.ID, at, event.ReasonRetention)
+	if err != nil || n != 3 || kept != 0 {
+		t.Fatalf("TombstonePayloads() = %d, %d, %v; want 3, 0", n, kept, err)
+	}
+	// The script no payload names any more goes; the artifact's blob stays
+	// with the artifact.
+	if len(free) != 1 || free[0] != script {
+		t.Errorf("TombstonePayloads() free = %v, want [%s]", free, script)
 	}
 	after := allEvents(t, s, r.ID)
 	for i, e := range after {
@@ -74,17 +84,17 @@ func testTombstonePayloads(t *testing.T, f Factory) {
 	if err != nil {
 		t.Fatalf("VerifyRunChain() = %v", err)
 	}
-	if d, last := c.Deleted(); d != 2 || !last.Equal(at) {
-		t.Errorf("Deleted() = %d, %v; want 2, %v", d, last, at)
+	if d, last := c.Deleted(); d != 3 || !last.Equal(at) {
+		t.Errorf("Deleted() = %d, %v; want 3, %v", d, last, at)
 	}
 	got, err := s.GetRun(ctx, r.ID)
 	if err != nil || got.Task != "" {
 		t.Errorf("GetRun() task = %q, %v; want it cleared", got.Task, err)
 	}
-	if n, _, err := s.TombstonePayloads(ctx, r.ID, at.Add(time.Hour), event.ReasonRetention); err != nil || n != 0 {
+	if n, _, _, err := s.TombstonePayloads(ctx, r.ID, at.Add(time.Hour), event.ReasonRetention); err != nil || n != 0 {
 		t.Errorf("TombstonePayloads(again) = %d, %v; want 0", n, err)
 	}
-	_, _, err = s.TombstonePayloads(ctx, runID(99), at, event.ReasonRetention)
+	_, _, _, err = s.TombstonePayloads(ctx, runID(99), at, event.ReasonRetention)
 	wantErr(t, "TombstonePayloads(no such run)", err, store.ErrNotFound)
 }
 
@@ -106,22 +116,32 @@ func testPurgeRun(t *testing.T, f Factory) {
 	if _, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerDebit, Amount: 300, RunID: parent.ID, Seq: 2}); err != nil {
 		t.Fatal(err)
 	}
+	// Blobs the events name: the parent's script (only it), and a tar
+	// the other run names too.
+	script, tar := fmt.Sprintf("sha256:%064x", 100), fmt.Sprintf("sha256:%064x", 101)
+	if _, err := s.Append(ctx, parent.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"script":"` + script + `","tar":"` + tar + `"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, other.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"tar":"` + tar + `"}`)}}); err != nil {
+		t.Fatal(err)
+	}
 	rec, free, err := s.PurgeRun(ctx, parent.ID, store.Deletion{Actor: "alice"})
 	if err != nil {
 		t.Fatalf("PurgeRun() = %v", err)
 	}
 	if rec.ID < 1 || rec.Tenant != "acme" || rec.Kind != store.DeletionRun || rec.Target != parent.ID || rec.Actor != "alice" ||
-		rec.Counts["runs"] != 2 || rec.Counts["events"] != 4 || rec.Counts["artifacts"] != 2 || rec.Counts["metadata"] != 1 {
+		rec.Counts["runs"] != 2 || rec.Counts["events"] != 5 || rec.Counts["artifacts"] != 2 || rec.Counts["metadata"] != 1 {
 		t.Errorf("PurgeRun() record = %+v", rec)
 	}
-	if len(free) != 1 || free[0] != d2 {
-		t.Errorf("PurgeRun() free digests = %v, want [%s] (%s is still used)", free, d2, d1)
+	slices.Sort(free)
+	if want := []string{d2, script}; !slices.Equal(free, want) {
+		t.Errorf("PurgeRun() free digests = %v, want %v (%s and %s are still used)", free, want, d1, tar)
 	}
 	for _, id := range []string{parent.ID, fork.ID} {
 		_, err := s.GetRun(ctx, id)
 		wantErr(t, "GetRun(purged)", err, store.ErrNotFound)
 	}
-	verify(t, s, other.ID, 2)
+	verify(t, s, other.ID, 3)
 	if bal, err := s.Balance(ctx, "acme"); err != nil || bal != 700 {
 		t.Errorf("Balance() = %d, %v; want 700 (a purge is not a refund)", bal, err)
 	}
@@ -203,7 +223,7 @@ func testDeletionMarkers(t *testing.T, f Factory) {
 		{"retention tombstones", func(t *testing.T, s store.Store, m string) {
 			markerRun(t, s, 1, "acme", "", m)
 		}, func(t *testing.T, s store.Store) error {
-			_, _, err := s.TombstonePayloads(ctx, runID(1), base, event.ReasonRetention)
+			_, _, _, err := s.TombstonePayloads(ctx, runID(1), base, event.ReasonRetention)
 			if err == nil {
 				// Metadata labels and artifact names are the run's index,
 				// not its content: retention keeps them; a purge does not.
