@@ -31,7 +31,7 @@ func (h *Host) PurgeRun(ctx context.Context, id, actor string) (store.Deletion, 
 	if err != nil {
 		return store.Deletion{}, err
 	}
-	if !r.Status.Final() && r.Kind != store.KindSandbox {
+	if !r.Status.Final() {
 		return store.Deletion{}, fmt.Errorf("purge run %s (%s): %w", r.ID, r.Status, ErrLive)
 	}
 	rec, free, err := rs.store.PurgeRun(ctx, r.ID, store.Deletion{Actor: actor})
