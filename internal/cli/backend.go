@@ -36,7 +36,7 @@ type backend interface {
 	// verify checks run r's hash chain and returns how many events it
 	// checked and the last one's hash, or why the chain does not verify
 	// (broken); err is a failure to check it at all.
-	verify(ctx context.Context, r api.Run) (n int64, last string, broken, err error)
+	verify(ctx context.Context, r api.Run) (host.Verification, error)
 	// stop cancels or pauses run id.
 	stop(ctx context.Context, id string, pause bool, reason string) error
 
@@ -196,13 +196,13 @@ func (b *localBackend) events(ctx context.Context, id string, from int64) ([]eve
 }
 
 // verify counts any error of reading the log as the chain not verifying.
-func (b *localBackend) verify(ctx context.Context, r api.Run) (int64, string, error, error) {
+func (b *localBackend) verify(ctx context.Context, r api.Run) (host.Verification, error) {
 	h, err := b.host()
 	if err != nil {
-		return 0, "", nil, err
+		return host.Verification{}, err
 	}
-	n, last, broken, err := h.h.Verify(ctx, r.ID)
-	return n, last, broken, hostError(err)
+	v, err := h.h.Verify(ctx, r.ID)
+	return v, hostError(err)
 }
 
 // stop cancels or pauses, then waits (up to a minute) for a driving

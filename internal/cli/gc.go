@@ -10,9 +10,11 @@ import (
 // GcCmd is `airlock gc`.
 type GcCmd struct {
 	Grace time.Duration `name:"grace" default:"1h" help:"Keep chunks a checkpoint stored or found within this long (a checkpoint being written is safe if it takes less; at least 10m)." placeholder:"DURATION"`
+	retentionFlags
 }
 
-// Run removes the checkpoint chunks nothing refers to.
+// Run applies the retention flags, then removes the checkpoint chunks
+// nothing refers to.
 func (c *GcCmd) Run(env *Env) error {
 	if c.Grace < host.MinCheckpointGrace {
 		return usageError{Err: fmt.Errorf("--grace %s: at least %s", c.Grace, host.MinCheckpointGrace)}
@@ -25,6 +27,19 @@ func (c *GcCmd) Run(env *Env) error {
 	h, err := b.localHost("airlock gc")
 	if err != nil {
 		return err
+	}
+	if c.Events < 0 || c.Runs < 0 {
+		return usageError{Err: fmt.Errorf("--events-older-than %s, --runs-older-than %s: must not be negative", c.Events, c.Runs)}
+	}
+	if c.Events > 0 || c.Runs > 0 {
+		// First, so the checkpoints only the expired runs used go in the
+		// collection below.
+		sw, err := h.h.Sweep(env.Ctx, c.rules(), time.Now())
+		if err != nil {
+			return hostError(err)
+		}
+		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged\n",
+			sw.Payloads, sw.Runs, sw.Kept, sw.Purged)
 	}
 	st, err := h.h.CollectCheckpoints(env.Ctx, c.Grace)
 	if err != nil {

@@ -275,7 +275,7 @@ func (b *remoteBackend) events(ctx context.Context, id string, from int64) ([]ev
 // verify checks the chain of the events the server sends, up to the last
 // one the run records, and that it ends at the hash the run records, as
 // store.VerifyRun does locally.
-func (b *remoteBackend) verify(ctx context.Context, r api.Run) (int64, string, error, error) {
+func (b *remoteBackend) verify(ctx context.Context, r api.Run) (host.Verification, error) {
 	last, err := event.ParseHash(r.LastHash)
 	if err != nil {
 		last = event.Hash{} // none recorded: the chain is checked without it
@@ -284,7 +284,7 @@ func (b *remoteBackend) verify(ctx context.Context, r api.Run) (int64, string, e
 	for c.Seq() < r.Events {
 		page, err := b.c.Events(ctx, r.ID, c.Seq(), 0)
 		if err != nil {
-			return c.Seq(), "", nil, b.fail(err)
+			return host.Verification{Events: c.Seq()}, b.fail(err)
 		}
 		if len(page.Events) == 0 {
 			break
@@ -294,23 +294,24 @@ func (b *remoteBackend) verify(ctx context.Context, r api.Run) (int64, string, e
 				break
 			}
 			if err := c.Next(e); err != nil {
-				return c.Seq(), "", err, nil
+				return host.Verification{Events: c.Seq(), Broken: err}, nil
 			}
 		}
 	}
 	if c.Seq() != r.Events {
-		return c.Seq(), "", &event.VerifyError{
+		return host.Verification{Events: c.Seq(), Broken: &event.VerifyError{
 			RunID: r.ID, Seq: c.Seq() + 1, Got: r.Events,
 			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.Events),
-		}, nil
+		}}, nil
 	}
 	if c.Seq() > 0 && !last.IsZero() && c.Last() != last {
-		return c.Seq(), "", &event.VerifyError{
+		return host.Verification{Events: c.Seq(), Broken: &event.VerifyError{
 			RunID: r.ID, Seq: c.Seq(),
 			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch),
-		}, nil
+		}}, nil
 	}
-	return c.Seq(), c.Last().String(), nil, nil
+	n, at := c.Deleted()
+	return host.Verification{Events: c.Seq(), Last: c.Last().String(), Deleted: n, DeletedAt: at}, nil
 }
 
 // ended is the error of acting on run id that the server says conflicts:

@@ -536,6 +536,7 @@ type RunsCmd struct {
 	Resume RunsResumeCmd `cmd:"" help:"Resume a paused run, or with no id every unfinished run, in the foreground."`
 	Fork   RunsForkCmd   `cmd:"" help:"Start a new run from a run's conversation and workspace after a step."`
 	Replay RunsReplayCmd `cmd:"" help:"Re-drive a run from its recorded model turns in a fresh sandbox and report differences."`
+	Purge  RunsPurgeCmd  `cmd:"" help:"Delete a run for good: its forks, events, artifacts and files (asks first; an audit record stays)."`
 }
 
 // RunsLsCmd is `airlock runs ls`.
@@ -722,15 +723,21 @@ func (c *RunsVerifyCmd) Run(env *Env) error {
 		return err
 	}
 	defer b.close()
-	n, last, broken, err := b.verify(env.Ctx, r)
+	v, err := b.verify(env.Ctx, r)
 	if err != nil {
 		return err
 	}
-	if broken != nil {
-		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %s\n", r.ID, n, userText(broken))
+	if v.Broken != nil {
+		fmt.Fprintf(env.Stderr, "airlock: run %s: the log does not verify after %d events: %s\n", r.ID, v.Events, userText(v.Broken))
 		return exitCode(1)
 	}
-	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified (last %s)\n", r.ID, n, shortHash(last))
+	deleted := ""
+	if v.Deleted > 0 {
+		// The chain covers each deleted payload's digest, so it still
+		// verifies; say so, and when, rather than let the gap pass unsaid.
+		deleted = fmt.Sprintf(", %d payloads deleted by retention on %s", v.Deleted, v.DeletedAt.UTC().Format(time.DateOnly))
+	}
+	fmt.Fprintf(env.Stdout, "run %s: %d events, hash chain verified%s (last %s)\n", r.ID, v.Events, deleted, shortHash(v.Last))
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 type TenantsCmd struct {
 	Create TenantsCreateCmd `cmd:"" help:"Create a tenant: the owner of runs, secrets, credits, policies and API keys."`
 	Ls     TenantsLsCmd     `cmd:"" help:"List the tenants."`
+	Delete TenantsDeleteCmd `cmd:"" help:"Delete a tenant and everything of it for good (asks first; an audit record stays)."`
 }
 
 // openTenants opens the host of the tenant and key commands: no sandbox,

@@ -248,12 +248,23 @@ func TestHashGolden(t *testing.T) {
 	}
 	e.PrevHash = event.Genesis(e.RunID)
 	const wantGenesis = "eda5e7ac69bcaaf9ec1489d125c447e8fb924342d508634421c76bc684952011"
-	const wantHash = "7727e6b69abf37c4889c2aba9f687b4a05b20badd51bde8b94183cb6670b846a"
+	const wantHash = "bdc3d5c4dd0026e23fb731ddbc8c3c8d45d5387ed11c37021ef19ce6f66250fd"
+	// The same event sealed under v1 (payload bytes, not their digest),
+	// which logs written before v2 hold and Verify must still accept.
+	const wantV1 = "7727e6b69abf37c4889c2aba9f687b4a05b20badd51bde8b94183cb6670b846a"
 	if got := e.PrevHash.String(); got != wantGenesis {
 		t.Errorf("Genesis(%q) = %s, want %s", e.RunID, got, wantGenesis)
 	}
 	if got := e.ComputeHash().String(); got != wantHash {
 		t.Errorf("ComputeHash() = %s, want %s", got, wantHash)
+	}
+	v1 := e
+	v1.Hash, _ = event.ParseHash(wantV1)
+	if err := event.Verify([]event.Event{v1}); err != nil {
+		t.Errorf("Verify(v1 event) = %v, want nil", err)
+	}
+	if _, err := event.Tombstone(v1, t0, event.ReasonRetention); !errors.Is(err, event.ErrV1Payload) {
+		t.Errorf("Tombstone(v1 event) = %v, want ErrV1Payload", err)
 	}
 	// The location of the time does not matter, only its instant.
 	e2 := e

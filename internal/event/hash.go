@@ -9,10 +9,18 @@ import (
 	"time"
 )
 
-// hashVersion tags the canonical encoding. Changing any detail of
-// appendCanonical or Genesis needs a new tag, and Verify must then accept
-// both: a log is kept for years.
-const hashVersion = "airlock.event.v1"
+// hashVersion tags the canonical encoding events are sealed with. Changing
+// any detail of appendCanonical or Genesis needs a new tag, and Verify must
+// then accept every earlier one: a log is kept for years.
+//
+// v2 hashes the SHA-256 of the payload where v1 hashed the payload itself,
+// so that a payload can be deleted (replaced by a Tombstone naming its
+// digest) while the chain still verifies; logs sealed under v1 still
+// verify, but their payloads cannot be tombstoned.
+const hashVersion = "airlock.event.v2"
+
+// hashVersionV1 tagged the encoding before payload digests.
+const hashVersionV1 = "airlock.event.v1"
 
 // genesisVersion tags the input of Genesis.
 const genesisVersion = "airlock.genesis.v1"
@@ -33,31 +41,52 @@ func Genesis(runID string) Hash {
 // in order, with every length a 4-byte big-endian unsigned integer and every
 // integer big-endian:
 //
-//	len | "airlock.event.v1"         version tag
+//	len | "airlock.event.v2"         version tag
 //	len | run id                     UTF-8 bytes
 //	8-byte seq                       two's complement
 //	len | type
 //	8-byte time                      UTC nanoseconds since 1970, two's complement
-//	len | payload                    the stored bytes, exactly
+//	32-byte payload digest           SHA-256 of the stored payload bytes
 //	32-byte prev hash
 //
 // Variable fields are length-prefixed and the others have fixed widths, so
 // two different events never share an encoding. e.Hash itself is ignored.
+// Hashing the payload's digest rather than the payload lets a payload be
+// deleted while the chain verifies (see Tombstone).
 func (e Event) ComputeHash() Hash {
-	return sha256.Sum256(appendCanonical(make([]byte, 0, canonicalSize(e)), e))
+	return e.hashWithDigest(sha256.Sum256(e.Payload))
 }
 
-func canonicalSize(e Event) int {
-	return 4*4 + len(hashVersion) + len(e.RunID) + 8 + len(e.Type) + 8 + len(e.Payload) + len(e.PrevHash)
+// hashWithDigest is ComputeHash for a payload whose SHA-256 is digest.
+func (e Event) hashWithDigest(digest Hash) Hash {
+	return sha256.Sum256(appendCanonical(make([]byte, 0, canonicalSize(e)), e, digest))
 }
 
-func appendCanonical(b []byte, e Event) []byte {
-	b = appendBytes(b, []byte(hashVersion))
+// computeHashV1 is the hash of the v1 encoding, which had the payload bytes
+// (length-prefixed) where v2 has their digest. Only Verify uses it, for
+// logs sealed before v2.
+func (e Event) computeHashV1() Hash {
+	b := make([]byte, 0, canonicalSize(e)+len(e.Payload))
+	b = appendBytes(b, []byte(hashVersionV1))
 	b = appendBytes(b, []byte(e.RunID))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.Seq))
 	b = appendBytes(b, []byte(e.Type))
 	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
 	b = appendBytes(b, e.Payload)
+	return sha256.Sum256(append(b, e.PrevHash[:]...))
+}
+
+func canonicalSize(e Event) int {
+	return 3*4 + len(hashVersion) + len(e.RunID) + 8 + len(e.Type) + 8 + 32 + len(e.PrevHash)
+}
+
+func appendCanonical(b []byte, e Event, digest Hash) []byte {
+	b = appendBytes(b, []byte(hashVersion))
+	b = appendBytes(b, []byte(e.RunID))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Seq))
+	b = appendBytes(b, []byte(e.Type))
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Time.UnixNano()))
+	b = append(b, digest[:]...)
 	return append(b, e.PrevHash[:]...)
 }
 
@@ -73,48 +102,46 @@ func appendBytes(b, field []byte) []byte {
 
 // parseCanonical is the inverse of appendCanonical. It exists to prove the
 // encoding unambiguous (FuzzCanonical): every byte string parses to at most
-// one event, and that event encodes back to the same bytes.
-func parseCanonical(b []byte) (Event, error) {
+// one (event, payload digest), which encodes back to the same bytes. The
+// event it returns has no payload.
+func parseCanonical(b []byte) (Event, Hash, error) {
 	var e Event
+	var digest Hash
 	version, b, err := cutBytes(b)
 	if err != nil {
-		return e, err
+		return e, digest, err
 	}
 	if string(version) != hashVersion {
-		return e, errors.New("unknown version tag")
+		return e, digest, errors.New("unknown version tag")
 	}
 	runID, b, err := cutBytes(b)
 	if err != nil {
-		return e, err
+		return e, digest, err
 	}
 	if len(b) < 8 {
-		return e, errors.New("short seq")
+		return e, digest, errors.New("short seq")
 	}
 	seq := int64(binary.BigEndian.Uint64(b))
 	b = b[8:]
 	typ, b, err := cutBytes(b)
 	if err != nil {
-		return e, err
+		return e, digest, err
 	}
 	if len(b) < 8 {
-		return e, errors.New("short time")
+		return e, digest, errors.New("short time")
 	}
 	ns := int64(binary.BigEndian.Uint64(b))
 	b = b[8:]
-	payload, b, err := cutBytes(b)
-	if err != nil {
-		return e, err
-	}
-	if len(b) != len(e.PrevHash) {
-		return e, errors.New("prev hash has the wrong length")
+	if len(b) != len(digest)+len(e.PrevHash) {
+		return e, digest, errors.New("digest and prev hash have the wrong length")
 	}
 	e.RunID = string(runID)
 	e.Seq = seq
 	e.Type = Type(typ)
 	e.Time = time.Unix(0, ns).UTC()
-	e.Payload = payload
-	copy(e.PrevHash[:], b)
-	return e, nil
+	copy(digest[:], b)
+	copy(e.PrevHash[:], b[len(digest):])
+	return e, digest, nil
 }
 
 func cutBytes(b []byte) (field, rest []byte, err error) {
@@ -204,6 +231,10 @@ type Chain struct {
 	runID string
 	seq   int64
 	last  Hash
+	// deleted counts the tombstones accepted; deletedAt is the latest
+	// DeletedAt among them.
+	deleted   int
+	deletedAt time.Time
 }
 
 // NewChain returns a Chain that expects run runID's first event.
@@ -248,12 +279,46 @@ func (c *Chain) Next(e Event) error {
 	if e.PrevHash != c.last {
 		return fail(want, ErrBrokenLink)
 	}
-	if e.ComputeHash() != e.Hash {
-		return fail(want, ErrHashMismatch)
+	tomb, err := matchHash(e)
+	if err != nil {
+		return fail(want, err)
 	}
 	c.seq = want
 	c.last = e.Hash
+	if tomb != nil {
+		c.deleted++
+		if tomb.DeletedAt.After(c.deletedAt) {
+			c.deletedAt = tomb.DeletedAt
+		}
+	}
 	return nil
+}
+
+// Deleted returns how many of the events accepted so far had their payload
+// deleted (a Tombstone in its place), and the latest time one was deleted.
+func (c *Chain) Deleted() (n int, last time.Time) { return c.deleted, c.deletedAt }
+
+// matchHash checks e's content against e.Hash under each encoding a log may
+// have been sealed with: v2 over the payload's digest; v2 over the digest a
+// tombstone names, when the payload is a tombstone (the tombstone is then
+// returned); v1 over the payload bytes. A payload that looks like a
+// tombstone but is the event's own payload verifies by the first case, so
+// no payload can pose as a deletion: a tombstone verifies only where its
+// digest is what the event was sealed with.
+func matchHash(e Event) (*TombstonePayload, error) {
+	if e.ComputeHash() == e.Hash {
+		return nil, nil
+	}
+	if t, ok := ParseTombstone(e.Payload); ok {
+		if e.hashWithDigest(t.digest) == e.Hash {
+			return &t, nil
+		}
+		return nil, fmt.Errorf("%w: the deleted payload's digest does not match", ErrHashMismatch)
+	}
+	if e.computeHashV1() == e.Hash {
+		return nil, nil
+	}
+	return nil, ErrHashMismatch
 }
 
 // Verify checks a whole log: events must be one run's, starting at seq 1,

@@ -74,6 +74,9 @@ func RunCheckpoints(ctx context.Context, st store.RunLog) ([]checkpoint.Root, er
 					if e.Type != event.TypeSnapshotTaken {
 						continue
 					}
+					if _, deleted := event.ParseTombstone(e.Payload); deleted {
+						continue // retention deleted it: its checkpoint may go
+					}
 					p, err := e.Unpack()
 					if err != nil {
 						return nil, fmt.Errorf("event %d of %s: %w", e.Seq, r.ID, err)

@@ -38,6 +38,7 @@ type Known struct {
 // reported them, as the API's classify maps them for its clients.
 var KnownErrors = []Known{
 	{engine.ErrNoApproval, "no such approval", ClassInput},
+	{ErrLive, "", ClassRefused},
 	{engine.ErrDecided, "approval already decided", ClassRefused},
 	{engine.ErrFinal, "run already ended", ClassRefused},
 	{engine.ErrBusy, "the run is driven by another process", ClassRefused},

@@ -95,20 +95,31 @@ func (h *Host) Events(ctx context.Context, id string, from int64) ([]event.Event
 	return rs.store.Events(ctx, id, from, store.MaxPage)
 }
 
-// Verify checks run id's hash chain and returns how many events it checked
-// and the last one's hash, or why the chain does not verify (broken); err
-// is a failure to check it at all.
-func (h *Host) Verify(ctx context.Context, id string) (n int64, last string, broken, err error) {
+// Verification is what Verify found: how many events it checked and the
+// last one's hash, how many of their payloads were deleted (a data
+// policy's tombstones) and the latest deletion, or why the chain does not
+// verify (Broken).
+type Verification struct {
+	Events    int64
+	Last      string
+	Deleted   int
+	DeletedAt time.Time
+	Broken    error
+}
+
+// Verify checks run id's hash chain; err is a failure to check it at all.
+func (h *Host) Verify(ctx context.Context, id string) (Verification, error) {
 	rs, err := h.run()
 	if err != nil {
-		return 0, "", nil, err
+		return Verification{}, err
 	}
 	r, err := rs.store.GetRun(ctx, id)
 	if err != nil {
-		return 0, "", nil, err
+		return Verification{}, err
 	}
-	n, broken = store.VerifyRun(ctx, rs.store, r.ID)
-	return n, r.LastHash.String(), broken, nil
+	c, broken := store.VerifyRunChain(ctx, rs.store, r.ID)
+	n, at := c.Deleted()
+	return Verification{Events: c.Seq(), Last: r.LastHash.String(), Deleted: n, DeletedAt: at, Broken: broken}, nil
 }
 
 // Stop cancels (by by) or pauses run id, then waits (up to a minute) for a

@@ -64,6 +64,13 @@ import (
 //	checkpoint_gc:              # removes checkpoint chunks nothing refers to (airlock gc), SQLite stores only
 //	  every: 6h                 # 0: never
 //	  grace: 1h                 # chunks used this recently stay (at least 10m)
+//	retention:                  # RetentionRules: how long finished runs' content is kept (docs/retention.md)
+//	  every: 0                  # how often to sweep; 0: never
+//	  default:
+//	    events: 0               # then payloads become tombstones (the chain still verifies); 0: kept
+//	    runs: 0                 # then the run is purged with its artifacts; 0: kept
+//	  tenants:                  # per tenant, in place of default
+//	    acme: {events: 720h, runs: 2160h}
 //	telemetry:                  # telemetry.Config
 //	  otlp_endpoint: ""         # traces over OTLP/HTTP, e.g. http://collector:4318; empty: none
 //	  service_name: airlock
@@ -79,6 +86,9 @@ type ServeConfig struct {
 	API             server.Config `yaml:"api"`
 	E2B             e2b.Config    `yaml:"e2b"`
 	CheckpointGC    ServeGC       `yaml:"checkpoint_gc"`
+	// Retention is how long finished runs' content is kept, per tenant
+	// (RetentionRules); none is deleted unless it says so.
+	Retention RetentionRules `yaml:"retention"`
 	// Telemetry says where traces go. OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 	// (a full URL) or OTEL_EXPORTER_OTLP_ENDPOINT (a base URL, to which
 	// /v1/traces is added) and OTEL_SERVICE_NAME override the file.
@@ -215,6 +225,9 @@ func (cfg ServeConfig) Validate() error {
 	if g := cfg.CheckpointGC; (*g.Every != 0 && (*g.Every < time.Minute || *g.Every > 7*24*time.Hour)) || g.Grace < MinCheckpointGrace || g.Grace > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("checkpoint_gc: every %s, grace %s: want every 0 (never) or 1m to 168h, grace %s to 720h",
 			*g.Every, g.Grace, MinCheckpointGrace))
+	}
+	if err := cfg.Retention.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := LogLevel(cfg.LogLevel); err != nil {
 		errs = append(errs, err)
@@ -491,6 +504,11 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 		defer close(collected)
 		s.collectCheckpoints(wctx, *cfg.CheckpointGC.Every, cfg.CheckpointGC.Grace)
 	}()
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		s.sweep(wctx, cfg.Retention)
+	}()
 	drained := make(chan struct{})
 	go func() {
 		defer close(drained)
@@ -522,6 +540,7 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 	<-drained
 	<-handedOff
 	<-collected
+	<-swept
 	return s.stop(ctx, served, begun)
 }
 
@@ -553,6 +572,32 @@ func (s *service) collectCheckpoints(ctx context.Context, every, grace time.Dura
 			continue
 		}
 		s.log.Info("checkpoint gc", "roots", st.Roots, "chunks_expired", st.Expired, "took", time.Since(begun).String())
+	}
+}
+
+// sweep applies the retention rules every rules.Every (never when 0), the
+// first time one period after the start, until ctx ends; each pass is
+// logged.
+func (s *service) sweep(ctx context.Context, rules RetentionRules) {
+	if rules.Every == 0 {
+		return
+	}
+	t := time.NewTicker(rules.Every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := s.h.Sweep(ctx, rules, time.Now())
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("retention sweep failed", "err", err)
+			}
+			continue
+		}
+		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged)
 	}
 }
 

@@ -35,15 +35,23 @@ func Unfinished(ctx context.Context, s Runs) ([]Run, error) {
 // the number of events verified; a broken log gives an *event.VerifyError
 // with the seq.
 func VerifyRun(ctx context.Context, s RunLog, id string) (int64, error) {
+	c, err := VerifyRunChain(ctx, s, id)
+	return c.Seq(), err
+}
+
+// VerifyRunChain is VerifyRun returning the chain it checked, which says
+// how many of the events verified (Seq) and how many of their payloads
+// were deleted, and when (Deleted).
+func VerifyRunChain(ctx context.Context, s RunLog, id string) (*event.Chain, error) {
+	c := event.NewChain(id)
 	r, err := s.GetRun(ctx, id)
 	if err != nil {
-		return 0, err
+		return c, err
 	}
-	c := event.NewChain(id)
 	for c.Seq() < r.LastSeq {
 		page, err := s.Events(ctx, id, c.Seq()+1, int(min(MaxPage, r.LastSeq-c.Seq())))
 		if err != nil {
-			return c.Seq(), err
+			return c, err
 		}
 		if len(page) == 0 {
 			break
@@ -53,21 +61,21 @@ func VerifyRun(ctx context.Context, s RunLog, id string) (int64, error) {
 				break // appended after the run was read
 			}
 			if err := c.Next(e); err != nil {
-				return c.Seq(), err
+				return c, err
 			}
 		}
 	}
 	switch {
 	case c.Seq() != r.LastSeq:
-		return c.Seq(), &event.VerifyError{
+		return c, &event.VerifyError{
 			RunID: id, Seq: c.Seq() + 1, Got: r.LastSeq,
 			Err: fmt.Errorf("%w: last event is seq %d, the run records %d", event.ErrTruncated, c.Seq(), r.LastSeq),
 		}
 	case c.Seq() > 0 && c.Last() != r.LastHash:
-		return c.Seq(), &event.VerifyError{
+		return c, &event.VerifyError{
 			RunID: id, Seq: c.Seq(),
 			Err: fmt.Errorf("%w: last event differs from the one the run records", event.ErrHashMismatch),
 		}
 	}
-	return c.Seq(), nil
+	return c, nil
 }

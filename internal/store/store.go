@@ -44,6 +44,14 @@
 //   - An API key is stored as the SHA-256 of the key string, never the
 //     key; keys belong to one existing tenant, and reads and revocations
 //     name the tenant, so one tenant never sees or revokes another's.
+//   - Data is deleted only through Deletions, and each deletion leaves an
+//     audit record (who, when, what, counts; never the content) that
+//     outlives it. A payload deleted by retention is replaced by its
+//     event.Tombstone, so the run's chain still verifies; a purge or a
+//     tenant deletion removes rows, and the SQLite store zeroes them in
+//     the file (secure_delete) and checkpoints its WAL, so no copy of the
+//     deleted bytes stays readable in the database. A purge keeps the
+//     run's ledger entries: deleting a run does not refund it.
 //
 // Importers: its implementations (internal/store/sqlite,
 // internal/store/postgres), their schema and rows (internal/store/schema,
@@ -79,6 +87,7 @@ type Store interface {
 	Templates
 	Tenants
 	Keys
+	Deletions
 
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.

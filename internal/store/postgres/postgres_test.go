@@ -41,6 +41,9 @@ var factory = storetest.Factory{
 			t.Fatalf("tamper: %v (%d rows)", err, tag.RowsAffected())
 		}
 	},
+	Dump: func(t *testing.T, s store.Store) []byte {
+		return dumpText(t, rawConn(t, s.(*Store)))
+	},
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, factory) }

@@ -230,6 +230,42 @@ var migrations = []string{
 		created_ns INTEGER NOT NULL,
 		PRIMARY KEY (tenant, name, version)
 	);`,
+
+	// 13: a data policy's deletions. deletions is the audit record of
+	// each (a purged run, a deleted tenant, a retention pass): who, when,
+	// what, and counts as JSON, never the deleted content, kept after the
+	// data is gone (no foreign keys, so nothing it names has to exist).
+	// The ledger is rebuilt without its foreign key to runs: a purged
+	// run's debits stay (a tenant's balance must not rise because it
+	// deleted a run), naming a run id no longer stored. The rebuild copies
+	// every row with its id; the indexes are made again under their names.
+	`CREATE TABLE ledger_v13 (
+		id         INTEGER PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		kind       TEXT NOT NULL CHECK (kind IN ('grant', 'debit')),
+		amount     INTEGER NOT NULL CHECK (amount > 0),
+		run_id     TEXT,
+		seq        INTEGER,
+		note       TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		CHECK (kind = 'grant' AND seq IS NULL OR kind = 'debit' AND run_id IS NOT NULL AND seq > 0)
+	);
+	INSERT INTO ledger_v13 (id, tenant, kind, amount, run_id, seq, note, created_ns)
+		SELECT id, tenant, kind, amount, run_id, seq, note, created_ns FROM ledger;
+	DROP TABLE ledger;
+	ALTER TABLE ledger_v13 RENAME TO ledger;
+	CREATE INDEX ledger_tenant_id ON ledger (tenant, id);
+	CREATE UNIQUE INDEX ledger_run_seq ON ledger (run_id, seq);
+	CREATE TABLE deletions (
+		id         INTEGER PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		kind       TEXT NOT NULL,
+		target     TEXT NOT NULL,
+		actor      TEXT NOT NULL,
+		counts     TEXT NOT NULL,
+		created_ns INTEGER NOT NULL
+	);
+	CREATE INDEX deletions_tenant_id ON deletions (tenant, id);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -239,7 +275,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 12
+const Version = 13
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

@@ -144,7 +144,11 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 
 	base := "file:" + (&url.URL{Path: abs}).EscapedPath() +
 		"?_busy_timeout=" + strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10) +
-		"&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1"
+		"&_journal_mode=WAL&_synchronous=FULL&_foreign_keys=1" +
+		// Deleted rows are overwritten with zeros, not left in free pages:
+		// a purge or a retention pass must leave nothing of the data in
+		// the file (package store's Deletions).
+		"&_pragma=secure_delete(1)"
 	if s.w, err = sql.Open("sqlite", base+"&_txlock=immediate"); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
@@ -263,8 +267,12 @@ func checkPragmas(ctx context.Context, db *sql.DB) error {
 	if err := db.QueryRowContext(ctx, `PRAGMA foreign_keys`).Scan(&fk); err != nil {
 		return fmt.Errorf("read foreign_keys: %w", err)
 	}
-	if !strings.EqualFold(mode, "wal") || sync != 2 || fk != 1 {
-		return fmt.Errorf("journal_mode=%s synchronous=%d foreign_keys=%d, want wal, 2 (full), 1", mode, sync, fk)
+	var secure int
+	if err := db.QueryRowContext(ctx, `PRAGMA secure_delete`).Scan(&secure); err != nil {
+		return fmt.Errorf("read secure_delete: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") || sync != 2 || fk != 1 || secure != 1 {
+		return fmt.Errorf("journal_mode=%s synchronous=%d foreign_keys=%d secure_delete=%d, want wal, 2 (full), 1, 1", mode, sync, fk, secure)
 	}
 	return nil
 }

@@ -73,6 +73,21 @@ var factory = storetest.Factory{
 			t.Fatalf("tamper: %v (%d rows)", err, n)
 		}
 	},
+	Dump: func(t *testing.T, s store.Store) []byte {
+		// The bytes of the file and its WAL, as the store left them (no
+		// checkpoint or VACUUM here: the store's deletions must do what
+		// it takes).
+		path := s.(*sqlite.Store).Path()
+		var all []byte
+		for _, p := range []string{path, path + "-wal", path + "-shm"} {
+			b, err := os.ReadFile(p)
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			all = append(all, b...)
+		}
+		return all
+	},
 }
 
 func TestConformance(t *testing.T) { storetest.Run(t, factory) }

@@ -45,6 +45,12 @@ type Factory struct {
 	// sleeping. The suite closes it. Optional: the tests that need it are
 	// skipped when nil.
 	NewAt func(t *testing.T, now func() time.Time) store.Store
+	// Dump returns every byte the database behind s keeps (after making
+	// the store's deletions final: a SQLite checkpoint; every text and
+	// bytea column of PostgreSQL), so a test can search it for content
+	// that was deleted. Optional: the tests that need it are skipped when
+	// nil.
+	Dump func(t *testing.T, s store.Store) []byte
 }
 
 // Run runs the conformance suite.
@@ -107,6 +113,10 @@ func Run(t *testing.T, f Factory) {
 		{"APIKeyInvalid", testAPIKeyInvalid},
 		{"APIKeyHandles", testAPIKeyHandles},
 		{"APIKeyRedaction", testAPIKeyRedaction},
+		{"TombstonePayloads", testTombstonePayloads},
+		{"PurgeRun", testPurgeRun},
+		{"DeleteTenant", testDeleteTenant},
+		{"DeletionMarkers", testDeletionMarkers},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })

@@ -1,0 +1,258 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/blob"
+)
+
+// ErrLive: a run that has not ended cannot be purged (its driver would
+// write again); cancel it first.
+var ErrLive = errors.New("the run has not ended: cancel it first")
+
+// PurgeRun deletes run id and every run forked from it, with their events,
+// artifacts and the blobs nothing else refers to, and keeps an audit record
+// of it naming actor (store.Deletions.PurgeRun). Runs that have not ended
+// are refused (ErrLive). Checkpoint chunks that only the purged runs used
+// go with the next checkpoint collection (airlock gc), after its grace.
+func (h *Host) PurgeRun(ctx context.Context, id, actor string) (store.Deletion, error) {
+	rs, err := h.run()
+	if err != nil {
+		return store.Deletion{}, err
+	}
+	r, err := rs.store.GetRun(ctx, id)
+	if err != nil {
+		return store.Deletion{}, err
+	}
+	if !r.Status.Final() {
+		return store.Deletion{}, fmt.Errorf("purge run %s (%s): %w", r.ID, r.Status, ErrLive)
+	}
+	rec, free, err := rs.store.PurgeRun(ctx, r.ID, store.Deletion{Actor: actor})
+	if err != nil {
+		return rec, err
+	}
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store))
+}
+
+// forgetRunDirs removes the directories $AIRLOCK_HOME/runs/RUN (what the
+// command line wrote for a run: its patch, its files) of the runs the
+// store no longer has, so a purge leaves none of their content in the
+// home whichever way it was deleted.
+func (h *Host) forgetRunDirs(ctx context.Context, st store.Runs) error {
+	dir := filepath.Join(h.cfg.Home, "runs")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("forget run directories: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || event.ValidRunID(e.Name()) != nil {
+			continue
+		}
+		if _, err := st.GetRun(ctx, e.Name()); !errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DeleteTenant deletes tenant and everything the store keeps of it (runs
+// of every kind, ledger, policies, templates, API keys) with the blobs
+// nothing else refers to, and keeps an audit record naming actor. A
+// tenant with a run that has not ended is refused (ErrLive): cancel its
+// runs and destroy its sandboxes first.
+func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.Deletion, error) {
+	rs, err := h.run()
+	if err != nil {
+		return store.Deletion{}, err
+	}
+	if _, err := rs.store.GetTenant(ctx, tenant); err != nil {
+		return store.Deletion{}, err
+	}
+	f := store.RunFilter{Tenant: tenant, Kind: store.KindAny}
+	for {
+		runs, err := rs.store.ListRuns(ctx, f)
+		if err != nil {
+			return store.Deletion{}, err
+		}
+		for _, r := range runs {
+			if !r.Status.Final() {
+				return store.Deletion{}, fmt.Errorf("delete tenant %s: run %s (%s): %w", tenant, r.ID, r.Status, ErrLive)
+			}
+		}
+		if len(runs) < store.PageLimit(0) {
+			break
+		}
+		f.After = runs[len(runs)-1].ID
+	}
+	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor})
+	if err != nil {
+		return rec, err
+	}
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store))
+}
+
+// deleteBlobs deletes the blobs a deletion freed; one already gone is fine.
+func deleteBlobs(ctx context.Context, bl *blob.Store, digests []string, rec store.Deletion) error {
+	var errs []error
+	for _, d := range digests {
+		if err := bl.Delete(ctx, d); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("deleted, but %d of the blobs it freed remain: %w", len(errs), errors.Join(errs...))
+	}
+	return nil
+}
+
+// Retention says how long a finished run's content is kept.
+type Retention struct {
+	// Events is how long after a run ended its events' payloads (tool
+	// outputs, model messages, the task) are kept; then they are replaced
+	// by tombstones and the chain still verifies. 0 keeps them.
+	Events time.Duration `yaml:"events"`
+	// Runs is how long after a run ended the run is kept at all
+	// (its artifacts, uploads and checkpoints with it): then it is purged.
+	// 0 keeps it.
+	Runs time.Duration `yaml:"runs"`
+}
+
+// RetentionRules are the retention of every tenant: Tenants' own where
+// they name one, else Default. (serve's config: retention.)
+type RetentionRules struct {
+	Default Retention            `yaml:"default"`
+	Tenants map[string]Retention `yaml:"tenants"`
+	// Every is how often airlock serve sweeps: 0 never (the default).
+	Every time.Duration `yaml:"every"`
+}
+
+// For returns tenant's retention.
+func (rr RetentionRules) For(tenant string) Retention {
+	if r, ok := rr.Tenants[tenant]; ok {
+		return r
+	}
+	return rr.Default
+}
+
+// Validate reports every problem of rr.
+func (rr RetentionRules) Validate() error {
+	var errs []error
+	check := func(who string, r Retention) {
+		if r.Events < 0 || r.Runs < 0 {
+			errs = append(errs, fmt.Errorf("retention: %s: durations must not be negative", who))
+		}
+		if r.Events > 0 && r.Runs > 0 && r.Runs < r.Events {
+			errs = append(errs, fmt.Errorf("retention: %s: runs %s is shorter than events %s", who, r.Runs, r.Events))
+		}
+	}
+	check("default", rr.Default)
+	for name, r := range rr.Tenants {
+		check("tenant "+name, r)
+	}
+	if rr.Every != 0 && (rr.Every < time.Minute || rr.Every > 7*24*time.Hour) {
+		errs = append(errs, fmt.Errorf("retention: every %s: want 0 (never) or 1m to 168h", rr.Every))
+	}
+	return errors.Join(errs...)
+}
+
+// SweepStats counts what a retention pass did.
+type SweepStats struct {
+	Runs     int   // runs whose payloads were tombstoned
+	Payloads int64 // payloads tombstoned
+	Kept     int64 // payloads sealed before digests, kept (event.ErrV1Payload)
+	Purged   int   // runs purged
+}
+
+// Sweep applies each tenant's retention (rules.For) to its finished runs
+// as of now: payloads of runs ended more than Events ago become
+// tombstones, runs ended more than Runs ago are purged with their forks;
+// a pass that tombstoned anything leaves one audit record with its
+// counts, and each purge its own.
+func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (SweepStats, error) {
+	var st SweepStats
+	rs, err := h.run()
+	if err != nil {
+		return st, err
+	}
+	f := store.RunFilter{Kind: store.KindAny}
+	var purge []string
+	for {
+		runs, err := rs.store.ListRuns(ctx, f)
+		if err != nil {
+			return st, fmt.Errorf("sweep: %w", err)
+		}
+		for _, r := range runs {
+			if !r.Status.Final() || r.Finished.IsZero() {
+				continue
+			}
+			ret := rules.For(r.Tenant)
+			age := now.Sub(r.Finished)
+			switch {
+			case ret.Runs > 0 && age > ret.Runs:
+				purge = append(purge, r.ID)
+			case ret.Events > 0 && age > ret.Events:
+				n, kept, free, err := rs.store.TombstonePayloads(ctx, r.ID, now, event.ReasonRetention)
+				if err != nil {
+					return st, fmt.Errorf("sweep: %w", err)
+				}
+				if err := deleteBlobs(ctx, rs.blobs, free, store.Deletion{}); err != nil {
+					return st, fmt.Errorf("sweep: run %s: %w", r.ID, err)
+				}
+				if n > 0 {
+					st.Runs++
+				}
+				st.Payloads += n
+				st.Kept += kept
+			}
+		}
+		if len(runs) < store.PageLimit(0) {
+			break
+		}
+		f.After = runs[len(runs)-1].ID
+	}
+	for _, id := range purge {
+		// A fork of an expired run goes with it, whatever its own age
+		// (its log starts with a copy of the parent's), so it may be gone
+		// by its own turn.
+		rec, free, err := rs.store.PurgeRun(ctx, id, store.Deletion{Actor: "retention"})
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return st, fmt.Errorf("sweep: %w", err)
+		}
+		if err := deleteBlobs(ctx, rs.blobs, free, rec); err != nil {
+			return st, fmt.Errorf("sweep: %w", err)
+		}
+		st.Purged += int(rec.Counts["runs"])
+	}
+	if st.Purged > 0 {
+		if err := h.forgetRunDirs(ctx, rs.store); err != nil {
+			return st, fmt.Errorf("sweep: %w", err)
+		}
+	}
+	if st.Payloads > 0 {
+		_, err := rs.store.RecordDeletion(ctx, store.Deletion{
+			Kind: store.DeletionRetention, Target: "events", Actor: "retention",
+			Counts: map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads},
+		})
+		if err != nil {
+			return st, fmt.Errorf("sweep: %w", err)
+		}
+	}
+	return st, nil
+}

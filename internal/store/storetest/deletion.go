@@ -1,0 +1,280 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// markerRun creates run n of tenant with marker in its task, metadata,
+// event payloads and an artifact name, and returns it with its artifact's
+// digest.
+func markerRun(t *testing.T, s store.Store, n int, tenant, parent, marker string) (store.Run, string) {
+	t.Helper()
+	ctx := context.Background()
+	created, err := event.New(event.RunCreated{Tenant: tenant, Task: "task " + marker, Metadata: map[string]string{"label": marker}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := store.Run{ID: runID(n), Tenant: tenant, Status: event.StatusQueued, Task: "task " + marker}
+	var first []event.Event
+	if parent == "" {
+		first = []event.Event{created}
+	} else {
+		r.ParentRunID, r.ParentSeq = parent, 1
+		first = []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"copied":"` + marker + `"}`)}}
+	}
+	r, _, err = s.CreateRunWith(ctx, r, first)
+	if err != nil {
+		t.Fatalf("CreateRunWith(%d) = %v", n, err)
+	}
+	if _, err := s.Append(ctx, r.ID, 2, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"out":"` + marker + `"}`)}}); err != nil {
+		t.Fatalf("Append(%s) = %v", r.ID, err)
+	}
+	digest := fmt.Sprintf("sha256:%064x", n)
+	if _, err := s.PutArtifact(ctx, store.Artifact{RunID: r.ID, Name: "report-" + marker + ".txt", Digest: digest, Size: 1, MediaType: "text/plain"}); err != nil {
+		t.Fatalf("PutArtifact(%s) = %v", r.ID, err)
+	}
+	r, err = s.GetRun(ctx, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, digest
+}
+
+// testTombstonePayloads: payloads go, hashes stay, the chain verifies and
+// counts the deletions; a second pass changes nothing.
+func testTombstonePayloads(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	r, digest := markerRun(t, s, 1, "acme", "", "TOMBSTONE-MARKER")
+	at := base.Add(48 * time.Hour)
+	script := fmt.Sprintf("sha256:%064x", 100)
+	if _, err := s.Append(ctx, r.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"script":"` + script + `","artifact":"` + digest + `"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	before := allEvents(t, s, r.ID)
+	n, kept, free, err := s.TombstonePayloads(ctx, r.ID, at, event.ReasonRetention)
+	if err != nil || n != 3 || kept != 0 {
+		t.Fatalf("TombstonePayloads() = %d, %d, %v; want 3, 0", n, kept, err)
+	}
+	// The script no payload names any more goes; the artifact's blob stays
+	// with the artifact.
+	if len(free) != 1 || free[0] != script {
+		t.Errorf("TombstonePayloads() free = %v, want [%s]", free, script)
+	}
+	after := allEvents(t, s, r.ID)
+	for i, e := range after {
+		if e.Hash != before[i].Hash || e.PrevHash != before[i].PrevHash {
+			t.Errorf("seq %d: hash changed", e.Seq)
+		}
+		if bytes.Contains(e.Payload, []byte("TOMBSTONE-MARKER")) {
+			t.Errorf("seq %d: payload kept: %s", e.Seq, e.Payload)
+		}
+	}
+	c, err := store.VerifyRunChain(ctx, s, r.ID)
+	if err != nil {
+		t.Fatalf("VerifyRunChain() = %v", err)
+	}
+	if d, last := c.Deleted(); d != 3 || !last.Equal(at) {
+		t.Errorf("Deleted() = %d, %v; want 3, %v", d, last, at)
+	}
+	got, err := s.GetRun(ctx, r.ID)
+	if err != nil || got.Task != "" {
+		t.Errorf("GetRun() task = %q, %v; want it cleared", got.Task, err)
+	}
+	if n, _, _, err := s.TombstonePayloads(ctx, r.ID, at.Add(time.Hour), event.ReasonRetention); err != nil || n != 0 {
+		t.Errorf("TombstonePayloads(again) = %d, %v; want 0", n, err)
+	}
+	_, _, _, err = s.TombstonePayloads(ctx, runID(99), at, event.ReasonRetention)
+	wantErr(t, "TombstonePayloads(no such run)", err, store.ErrNotFound)
+}
+
+// testPurgeRun: the run and its forks go with everything of theirs, the
+// ledger stays, other runs stay, and the record says what went.
+func testPurgeRun(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	parent, d1 := markerRun(t, s, 1, "acme", "", "P")
+	fork, d2 := markerRun(t, s, 2, "acme", parent.ID, "F")
+	other, _ := markerRun(t, s, 3, "acme", "", "O")
+	// The other run shares the parent's blob: that one is still used.
+	if _, err := s.PutArtifact(ctx, store.Artifact{RunID: other.ID, Name: "shared", Digest: d1, Size: 1, MediaType: "text/plain"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 1000, Note: "grant"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerDebit, Amount: 300, RunID: parent.ID, Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// Blobs the events name: the parent's script (only it), and a tar
+	// the other run names too.
+	script, tar := fmt.Sprintf("sha256:%064x", 100), fmt.Sprintf("sha256:%064x", 101)
+	if _, err := s.Append(ctx, parent.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"script":"` + script + `","tar":"` + tar + `"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, other.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"tar":"` + tar + `"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	rec, free, err := s.PurgeRun(ctx, parent.ID, store.Deletion{Actor: "alice"})
+	if err != nil {
+		t.Fatalf("PurgeRun() = %v", err)
+	}
+	if rec.ID < 1 || rec.Tenant != "acme" || rec.Kind != store.DeletionRun || rec.Target != parent.ID || rec.Actor != "alice" ||
+		rec.Counts["runs"] != 2 || rec.Counts["events"] != 5 || rec.Counts["artifacts"] != 2 || rec.Counts["metadata"] != 1 {
+		t.Errorf("PurgeRun() record = %+v", rec)
+	}
+	slices.Sort(free)
+	if want := []string{d2, script}; !slices.Equal(free, want) {
+		t.Errorf("PurgeRun() free digests = %v, want %v (%s and %s are still used)", free, want, d1, tar)
+	}
+	for _, id := range []string{parent.ID, fork.ID} {
+		_, err := s.GetRun(ctx, id)
+		wantErr(t, "GetRun(purged)", err, store.ErrNotFound)
+	}
+	verify(t, s, other.ID, 3)
+	if bal, err := s.Balance(ctx, "acme"); err != nil || bal != 700 {
+		t.Errorf("Balance() = %d, %v; want 700 (a purge is not a refund)", bal, err)
+	}
+	if runs, err := s.ListRuns(ctx, store.RunFilter{Metadata: map[string]string{"label": "P"}}); err != nil || len(runs) != 0 {
+		t.Errorf("ListRuns(purged label) = %v, %v", ids(runs), err)
+	}
+	list, err := s.ListDeletions(ctx, "acme", 0)
+	if err != nil || len(list) != 1 || list[0].ID != rec.ID || list[0].Counts["runs"] != 2 || !list[0].Created.Equal(rec.Created) {
+		t.Errorf("ListDeletions() = %+v, %v; want [%+v]", list, err, rec)
+	}
+	_, _, err = s.PurgeRun(ctx, parent.ID, store.Deletion{Actor: "alice"})
+	wantErr(t, "PurgeRun(again)", err, store.ErrNotFound)
+}
+
+// testDeleteTenant: everything of the tenant goes, the other tenant's
+// stays, and the record survives.
+func testDeleteTenant(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	for _, tn := range []string{"acme", "other"} {
+		createTenant(t, s, tn)
+	}
+	createKey(t, s, newKey("acme", 1))
+	createKey(t, s, newKey("other", 2))
+	a, _ := markerRun(t, s, 1, "acme", "", "A")
+	markerRun(t, s, 2, "acme", a.ID, "A2")
+	o, _ := markerRun(t, s, 3, "other", "", "O")
+	putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: docA, Source: "p.yaml", By: "x"}, true)
+	putTemplate(t, s, store.TemplateVersion{Tenant: "acme", Name: "py", Image: imageA, Document: tmplA, Source: "t.yaml", By: "x"}, true)
+	if _, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 5, Note: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, free, err := s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"})
+	if err != nil {
+		t.Fatalf("DeleteTenant() = %v", err)
+	}
+	want := map[string]int64{"runs": 2, "events": 4, "artifacts": 2, "metadata": 1, "ledger_entries": 1, "policy_versions": 1, "template_versions": 1, "api_keys": 1, "tenants": 1}
+	for k, v := range want {
+		if rec.Counts[k] != v {
+			t.Errorf("DeleteTenant() counts[%s] = %d, want %d (%v)", k, rec.Counts[k], v, rec.Counts)
+		}
+	}
+	if len(free) != 2 {
+		t.Errorf("DeleteTenant() free = %v, want 2 digests", free)
+	}
+	_, err = s.GetTenant(ctx, "acme")
+	wantErr(t, "GetTenant(deleted)", err, store.ErrNotFound)
+	if runs, err := s.ListRuns(ctx, store.RunFilter{Tenant: "acme", Kind: store.KindAny}); err != nil || len(runs) != 0 {
+		t.Errorf("ListRuns(deleted tenant) = %v, %v", ids(runs), err)
+	}
+	if ps, err := s.ListPolicies(ctx, "acme"); err != nil || len(ps) != 0 {
+		t.Errorf("ListPolicies(deleted tenant) = %d, %v", len(ps), err)
+	}
+	verify(t, s, o.ID, 2)
+	if _, err := s.GetTenant(ctx, "other"); err != nil {
+		t.Errorf("GetTenant(other) = %v", err)
+	}
+	if list, err := s.ListDeletions(ctx, "", 0); err != nil || len(list) != 1 || list[0].Target != "acme" {
+		t.Errorf("ListDeletions() = %+v, %v", list, err)
+	}
+	_, _, err = s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"})
+	wantErr(t, "DeleteTenant(again)", err, store.ErrNotFound)
+}
+
+// testDeletionMarkers writes a unique marker into each kind of data, deletes
+// it the way its kind is deleted, and searches every byte the database
+// keeps for the marker.
+func testDeletionMarkers(t *testing.T, f Factory) {
+	if f.Dump == nil {
+		t.Skip("the factory has no Dump")
+	}
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		// write stores data holding marker; del deletes it.
+		write func(t *testing.T, s store.Store, marker string)
+		del   func(t *testing.T, s store.Store) error
+	}{
+		{"retention tombstones", func(t *testing.T, s store.Store, m string) {
+			markerRun(t, s, 1, "acme", "", m)
+		}, func(t *testing.T, s store.Store) error {
+			_, _, _, err := s.TombstonePayloads(ctx, runID(1), base, event.ReasonRetention)
+			if err == nil {
+				// Metadata labels and artifact names are the run's index,
+				// not its content: retention keeps them; a purge does not.
+				_, _, err = s.PurgeRun(ctx, runID(1), store.Deletion{Actor: "t"})
+			}
+			return err
+		}},
+		{"run purge with fork", func(t *testing.T, s store.Store, m string) {
+			p, _ := markerRun(t, s, 1, "acme", "", m)
+			markerRun(t, s, 2, "acme", p.ID, m)
+		}, func(t *testing.T, s store.Store) error {
+			_, _, err := s.PurgeRun(ctx, runID(1), store.Deletion{Actor: "t"})
+			return err
+		}},
+		{"tenant", func(t *testing.T, s store.Store, m string) {
+			createTenant(t, s, "acme")
+			k := newKey("acme", 1)
+			k.Name = "key " + m
+			createKey(t, s, k)
+			markerRun(t, s, 1, "acme", "", m)
+			putPolicy(t, s, store.PolicyVersion{Tenant: "acme", Name: "prod", Document: []byte("# " + m + "\n"), Source: m, By: m}, true)
+			putTemplate(t, s, store.TemplateVersion{Tenant: "acme", Name: "py", Image: imageA, Document: []byte("# " + m + "\n"), Source: m, By: m}, true)
+			if _, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 5, Note: m}); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T, s store.Store) error {
+			_, _, err := s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "t"})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t, f)
+			marker := "MARKER-" + strings.ReplaceAll(tt.name, " ", "-") + "-7f3a9c"
+			// Another tenant's data stays, so the search is not trivially
+			// empty.
+			markerRun(t, s, 50, "keep", "", "KEEP-7f3a9c")
+			tt.write(t, s, marker)
+			if dump := f.Dump(t, s); !bytes.Contains(dump, []byte(marker)) {
+				t.Fatal("the dump does not hold the marker before the deletion: the search proves nothing")
+			}
+			if err := tt.del(t, s); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			dump := f.Dump(t, s)
+			if i := bytes.Index(dump, []byte(marker)); i >= 0 {
+				t.Errorf("the marker is still in the database after the deletion: %q", dump[max(0, i-60):min(len(dump), i+len(marker)+20)])
+			}
+			if !bytes.Contains(dump, []byte("KEEP-7f3a9c")) {
+				t.Error("the deletion took another tenant's data")
+			}
+		})
+	}
+}
