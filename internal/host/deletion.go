@@ -228,8 +228,9 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 		// A fork of an expired run goes with it, whatever its own age
 		// (its log starts with a copy of the parent's), so it may be gone
 		// by its own turn.
+		// A run with a fork still going waits for a later sweep.
 		rec, free, err := rs.store.PurgeRun(ctx, id, store.Deletion{Actor: "retention"})
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict) {
 			continue
 		}
 		if err != nil {

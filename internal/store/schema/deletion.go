@@ -86,23 +86,33 @@ func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at 
 // PurgeRun implements store.Deletions.PurgeRun in tx, recording rec at
 // nowNS.
 func (d Dialect) PurgeRun(ctx context.Context, tx Tx, runID string, rec store.Deletion, nowNS int64) (store.Deletion, []string, error) {
-	var tenant string
-	err := d.queryOne(ctx, tx, `SELECT tenant FROM runs WHERE id = `+d.Param(1), []any{runID}, &tenant)
+	var tenant, status string
+	err := d.queryOne(ctx, tx, `SELECT tenant, status FROM runs WHERE id = `+d.Param(1), []any{runID}, &tenant, &status)
 	if err != nil {
 		return rec, nil, err
 	}
 	// The run and its forks, parents before children; deleted children
-	// first (a fork names its parent).
+	// first (a fork names its parent). None may still be going: the
+	// process driving it would write into a run that is gone.
 	ids := []string{runID}
+	live := func(id, status string) error {
+		if event.Status(status).Final() {
+			return nil
+		}
+		return fmt.Errorf("%w: run %s is %s: a run is purged once it and its forks have ended", store.ErrConflict, id, status)
+	}
+	if err := live(runID, status); err != nil {
+		return rec, nil, err
+	}
 	for i := 0; i < len(ids); i++ {
-		err := tx.Query(ctx, `SELECT id FROM runs WHERE parent_run_id = `+d.Param(1)+` ORDER BY id`, []any{ids[i]},
+		err := tx.Query(ctx, `SELECT id, status FROM runs WHERE parent_run_id = `+d.Param(1)+` ORDER BY id`, []any{ids[i]},
 			func(scan func(...any) error) error {
-				var id string
-				if err := scan(&id); err != nil {
+				var id, status string
+				if err := scan(&id, &status); err != nil {
 					return err
 				}
 				ids = append(ids, id)
-				return nil
+				return live(id, status)
 			})
 		if err != nil {
 			return rec, nil, fmt.Errorf("find forks of %s: %w", ids[i], err)

@@ -43,6 +43,10 @@ func markerRun(t *testing.T, s store.Store, n int, tenant, parent, marker string
 	if _, err := s.PutArtifact(ctx, store.Artifact{RunID: r.ID, Name: "report-" + marker + ".txt", Digest: digest, Size: 1, MediaType: "text/plain"}); err != nil {
 		t.Fatalf("PutArtifact(%s) = %v", r.ID, err)
 	}
+	// Ended: only ended runs are purged.
+	if _, err := s.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+		t.Fatalf("UpdateRunStatus(%s) = %v", r.ID, err)
+	}
 	r, err = s.GetRun(ctx, r.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -125,19 +129,33 @@ func testPurgeRun(t *testing.T, f Factory) {
 	if _, err := s.Append(ctx, other.ID, 3, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"tar":"` + tar + `"}`)}}); err != nil {
 		t.Fatal(err)
 	}
+	// A fork of the fork still going keeps them all: its driver would
+	// write into a run that is gone. Once it has ended, it goes too.
+	live, _, err := s.CreateRunWith(ctx, store.Run{ID: runID(4), Tenant: "acme", Status: event.StatusQueued, ParentRunID: fork.ID, ParentSeq: 1},
+		[]event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"copied":"L"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.PurgeRun(ctx, parent.ID, store.Deletion{Actor: "alice"})
+	wantErr(t, "PurgeRun(a fork's fork queued)", err, store.ErrConflict)
+	verify(t, s, parent.ID, 3)
+	verify(t, s, fork.ID, 2)
+	if _, err := s.UpdateRunStatus(ctx, live.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+		t.Fatal(err)
+	}
 	rec, free, err := s.PurgeRun(ctx, parent.ID, store.Deletion{Actor: "alice"})
 	if err != nil {
 		t.Fatalf("PurgeRun() = %v", err)
 	}
 	if rec.ID < 1 || rec.Tenant != "acme" || rec.Kind != store.DeletionRun || rec.Target != parent.ID || rec.Actor != "alice" ||
-		rec.Counts["runs"] != 2 || rec.Counts["events"] != 5 || rec.Counts["artifacts"] != 2 || rec.Counts["metadata"] != 1 {
+		rec.Counts["runs"] != 3 || rec.Counts["events"] != 6 || rec.Counts["artifacts"] != 2 || rec.Counts["metadata"] != 1 {
 		t.Errorf("PurgeRun() record = %+v", rec)
 	}
 	slices.Sort(free)
 	if want := []string{d2, script}; !slices.Equal(free, want) {
 		t.Errorf("PurgeRun() free digests = %v, want %v (%s and %s are still used)", free, want, d1, tar)
 	}
-	for _, id := range []string{parent.ID, fork.ID} {
+	for _, id := range []string{parent.ID, fork.ID, live.ID} {
 		_, err := s.GetRun(ctx, id)
 		wantErr(t, "GetRun(purged)", err, store.ErrNotFound)
 	}
@@ -149,7 +167,7 @@ func testPurgeRun(t *testing.T, f Factory) {
 		t.Errorf("ListRuns(purged label) = %v, %v", ids(runs), err)
 	}
 	list, err := s.ListDeletions(ctx, "acme", 0)
-	if err != nil || len(list) != 1 || list[0].ID != rec.ID || list[0].Counts["runs"] != 2 || !list[0].Created.Equal(rec.Created) {
+	if err != nil || len(list) != 1 || list[0].ID != rec.ID || list[0].Counts["runs"] != 3 || !list[0].Created.Equal(rec.Created) {
 		t.Errorf("ListDeletions() = %+v, %v; want [%+v]", list, err, rec)
 	}
 	_, _, err = s.PurgeRun(ctx, parent.ID, store.Deletion{Actor: "alice"})
