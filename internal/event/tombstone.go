@@ -34,7 +34,7 @@ type tombstoneEnvelope struct {
 // ReasonRetention is the Reason of payloads the retention sweeper deleted.
 const ReasonRetention = "retention"
 
-// ErrV1Payload: the event was sealed under the v1 encoding, whose hash
+// ErrV1Payload means the event was sealed under the v1 encoding, whose hash
 // covers the payload bytes, so deleting its payload would break the chain.
 var ErrV1Payload = errors.New("event sealed before payload digests (v1): its payload cannot be deleted verifiably")
 

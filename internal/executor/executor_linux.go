@@ -328,11 +328,13 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 // STOP cannot be caught (docs/gvisor.md).
 func absorbSignals(gvisor bool) {
 	c := make(chan os.Signal, 16)
-	sigs := []os.Signal{unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
+	sigs := []os.Signal{
+		unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
 		unix.SIGABRT, unix.SIGPIPE, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGSYS,
 		// Sent with kill, not raised by a fault: asked for, the runtime
 		// hands them over instead of crashing (a fault still panics).
-		unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE}
+		unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE,
+	}
 	if gvisor {
 		sigs = append(sigs, unix.SIGUSR1, unix.SIGUSR2, unix.SIGALRM, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU,
 			unix.SIGXCPU, unix.SIGXFSZ, unix.SIGVTALRM, unix.SIGPROF, unix.SIGWINCH, unix.SIGIO, unix.SIGPWR)

@@ -13,7 +13,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
-// ErrLive: a run that has not ended cannot be purged (its driver would
+// ErrLive means a run that has not ended cannot be purged (its driver would
 // write again); cancel it first.
 var ErrLive = errors.New("the run has not ended: cancel it first")
 

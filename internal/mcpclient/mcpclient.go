@@ -355,7 +355,7 @@ func (s *Server) session(ctx context.Context) (*conn, error) {
 	if err := s.connect(ctx); err != nil {
 		s.dead = true
 		s.failed += "; starting it again: " + oneLine(err.Error())
-		return nil, fmt.Errorf("the server stopped (%s), and starting it again failed: %v", s.failed, err)
+		return nil, fmt.Errorf("the server stopped (%s), and starting it again failed: %w", s.failed, err)
 	}
 	return s.conn, nil
 }

@@ -152,8 +152,10 @@ func TestUISandboxes(t *testing.T) {
 		return s
 	}
 	got := text(row)
-	for _, want := range []string{"running", "iabc123def456", "web-app", "3000", "public", "https://3000-iabc123def456.sbx.example.test",
-		"8000-8999", "token", "https://{port}-iabc123def456.sbx.example.test", "0 open"} {
+	for _, want := range []string{
+		"running", "iabc123def456", "web-app", "3000", "public", "https://3000-iabc123def456.sbx.example.test",
+		"8000-8999", "token", "https://{port}-iabc123def456.sbx.example.test", "0 open",
+	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the sandbox's row lacks %q:\n%s", want, got)
 		}

@@ -357,7 +357,7 @@ func realTargets(rootfs string, dirs, files []string) error {
 		return fmt.Errorf("image root: %w", err)
 	}
 	defer r.Close()
-	real := func(name string, dir bool) error {
+	makeReal := func(name string, dir bool) error {
 		fi, err := r.Lstat(name)
 		switch {
 		case err == nil && dir && fi.IsDir(), err == nil && !dir && fi.Mode().IsRegular():
@@ -382,7 +382,7 @@ func realTargets(rootfs string, dirs, files []string) error {
 		parts := strings.Split(name, "/")
 		for i := range parts {
 			last := i == len(parts)-1
-			if err := real(strings.Join(parts[:i+1], "/"), dir || !last); err != nil {
+			if err := makeReal(strings.Join(parts[:i+1], "/"), dir || !last); err != nil {
 				return fmt.Errorf("image root: /%s: %w", name, err)
 			}
 		}
