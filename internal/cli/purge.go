@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/host"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // RunsPurgeCmd is `airlock runs purge RUN`.
@@ -89,7 +88,7 @@ func confirm(env *Env, yes bool, what, want string) error {
 }
 
 // deletionCounts says a deletion record's counts, "2 runs, 9 events...".
-func deletionCounts(d store.Deletion) string {
+func deletionCounts(d host.Deletion) string {
 	keys := make([]string, 0, len(d.Counts))
 	for k, n := range d.Counts {
 		if n > 0 {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,7 +17,6 @@ import (
 	"github.com/airlockrun/airlock/internal/host"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/template"
 )
@@ -447,13 +445,11 @@ func (u usedTemplate) preparation() (*sandboxcli.Preparation, error) {
 	if u.v.Version == 0 || len(t.Files) > 0 {
 		return p, nil
 	}
-	how, err := json.Marshal(host.HandoffPrepare{Start: t.Start, Ready: t.Ready})
+	h, err := host.TemplateHandoff(t, u.v)
 	if err != nil {
-		return nil, fmt.Errorf("template %s v%d: %w", u.v.Name, u.v.Version, err)
+		return nil, err
 	}
-	// The pool's name: this host's tenant's template, at this version.
-	pool := fmt.Sprintf("%s/%s@v%d %s", event.LocalTenant, u.v.Name, u.v.Version, u.v.Hash)
-	p.Handoff = &handoff.Prepare{How: how, Pool: pool, Size: t.Pool}
+	p.Handoff = h
 	return p, nil
 }
 

@@ -34,7 +34,7 @@ var layers = []struct {
 		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit", "internal/image", "internal/image/imagetest",
 		"internal/build",
-		"internal/template", "internal/interp", "internal/mcpclient",
+		"internal/template", "internal/interp", "internal/mcpclient", "internal/sandbox/kube",
 	}},
 	{"the run engine", []string{"internal/engine"}},
 	{"services: the APIs, telemetry, the sandbox commands", []string{
@@ -44,7 +44,8 @@ var layers = []struct {
 	{"the command line", []string{"internal/cli"}},
 	{"entry points, benchmarks and end-to-end tests", []string{
 		"cmd/airlock", "cmd/airlock-exec", "cmd/airlock-host", "internal/e2e",
-		"bench/egressbench", "bench/idle", "bench/imagereg", "bench/mcpbench", "bench/pagetouch", "bench/pgserver", "bench/serveload", "bench/ssefloor",
+		"bench/egressbench", "bench/idle", "bench/imagereg", "bench/mcpbench", "bench/pagetouch", "bench/pgserver", "bench/pullprof",
+		"bench/serveload", "bench/ssefloor",
 	}},
 }
 

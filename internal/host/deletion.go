@@ -13,6 +13,10 @@ import (
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
+// Deletion is the audit record of a deletion (store.Deletion): what went,
+// by whom, when, and how much of each kind.
+type Deletion = store.Deletion
+
 // ErrLive means a run that has not ended cannot be purged (its driver would
 // write again); cancel it first.
 var ErrLive = errors.New("the run has not ended: cancel it first")

@@ -8,9 +8,11 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/template"
@@ -175,6 +177,19 @@ func BuiltinTemplate(name string) (*template.Template, bool) {
 type HandoffPrepare struct {
 	Start template.Command `json:"start,omitempty"`
 	Ready *template.Ready  `json:"ready,omitempty"`
+}
+
+// TemplateHandoff is the preparation a handed-off run of version v of
+// this host's stored template t asks of its sandbox host: t's start
+// command and readiness check, and the pool of t's prepared sandboxes
+// (this host's tenant's template at this version) with t.Pool of them.
+func TemplateHandoff(t *template.Template, v api.Template) (*handoff.Prepare, error) {
+	how, err := json.Marshal(HandoffPrepare{Start: t.Start, Ready: t.Ready})
+	if err != nil {
+		return nil, fmt.Errorf("template %s v%d: %w", v.Name, v.Version, err)
+	}
+	pool := fmt.Sprintf("%s/%s@v%d %s", event.LocalTenant, v.Name, v.Version, v.Hash)
+	return &handoff.Prepare{How: how, Pool: pool, Size: t.Pool}, nil
 }
 
 // PrepareHandoff brings sb to readiness as how (a HandoffPrepare) says:

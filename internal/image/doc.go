@@ -43,5 +43,6 @@
 // and gets exactly the image the run started with (Store.Root with a
 // puller).
 //
-// Importers: internal/build, internal/host (the store, and the engine's view of it).
+// Importers: internal/build, internal/host (the store, and the engine's view of it),
+// bench/pullprof (a pull under the profiler).
 package image
