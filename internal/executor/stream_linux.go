@@ -3,6 +3,7 @@ package executor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -410,6 +411,13 @@ type output struct {
 	channel byte
 	credit  *execproto.Credit
 
+	// mu makes a read from r and its count in read one step, against
+	// exited's look at read and at what r holds: were they two, bytes a
+	// read had taken from the pipe but not yet counted would be in
+	// neither, atExit would fall short by them, and the pump would be
+	// caught up (and its pipe closed after outputGrace) with the
+	// command's last bytes still unread.
+	mu   sync.Mutex
 	read atomic.Int64 // bytes read from r
 	// atExit is what read is once everything the command wrote before it
 	// exited is read; -1 until it exited.
@@ -426,11 +434,46 @@ func newOutput(r *os.File, channel byte, credit *execproto.Credit) *output {
 	return o
 }
 
-// readN counts n more bytes read.
-func (o *output) readN(n int) {
-	if read, at := o.read.Add(int64(n)), o.atExit.Load(); at >= 0 && read >= at {
-		o.markCaughtUp()
+// readSome reads from r into p, as r.Read does, and counts what it read in
+// the same step (see mu). It waits in the runtime's poller, so closing r
+// interrupts it.
+func (o *output) readSome(p []byte) (int, error) {
+	rc, err := o.r.SyscallConn()
+	if err != nil {
+		return 0, err
 	}
+	var n int
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		for {
+			n, rerr = unix.Read(int(fd), p)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			return false
+		}
+		if rerr != nil {
+			n = 0
+			return true
+		}
+		if read, at := o.read.Add(int64(n)), o.atExit.Load(); at >= 0 && read >= at {
+			o.markCaughtUp()
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case rerr != nil:
+		return 0, rerr
+	case n == 0 && len(p) > 0:
+		return 0, io.EOF
+	}
+	return n, nil
 }
 
 // exited notes that the command exited: what r holds now is the last of
@@ -438,6 +481,8 @@ func (o *output) readN(n int) {
 // that cannot be told, the pump counts as caught up (outputGrace alone
 // bounds the wait).
 func (o *output) exited() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	n, err := pending(o.r)
 	if err != nil {
 		o.markCaughtUp()
@@ -445,7 +490,6 @@ func (o *output) exited() {
 	}
 	at := o.read.Load() + int64(n)
 	o.atExit.Store(at)
-	// The pump may have read past at before the store: readN did not see it.
 	if o.read.Load() >= at {
 		o.markCaughtUp()
 	}
@@ -593,9 +637,8 @@ func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
 	limit := s.req.MaxOutput
 	c, credit := o.channel, o.credit
 	for {
-		n, err := o.r.Read(buf)
+		n, err := o.readSome(buf)
 		if n > 0 {
-			o.readN(n)
 			p := buf[:n]
 			if limit > 0 {
 				total := written.Add(int64(n))
