@@ -3,9 +3,12 @@
 #   - pull of a multi-layer image (default 500 MiB in 5 layers, half of the
 #     bytes compressible) from a registry on loopback: `airlock image pull`
 #     (fetch, verify, unpack every layer) against Debian's `skopeo copy` of
-#     the same image into an OCI directory (fetch and verify only), each
-#     into an empty store, alternating; medians and the ratio (target:
-#     airlock at most 1.2x);
+#     the same image into an OCI directory (fetch and verify only), and
+#     `airlock image pull --lazy` (fetch and verify only, as skopeo: each
+#     layer unpacked at its first use), each into an empty store,
+#     alternating; medians and the ratios (target: airlock at most 1.2x);
+#     and what the first sandbox of the image costs after each pull (after
+#     --lazy it unpacks the layers);
 #   - disk: N sandboxes (default 100) made of that image and alive at once:
 #     what they add to $AIRLOCK_HOME beyond the image (target: at most
 #     100 MB), and the memory their writable layers hold.
@@ -43,20 +46,33 @@ echo "image $ref: ${mib} MiB in 5 layers, $((size / 1048576)) MiB compressed; $(
 
 now() { date +%s%N; }
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-: >"$t/al"; : >"$t/sk"
+: >"$t/al"; : >"$t/sk"; : >"$t/lz"; : >"$t/alrun"; : >"$t/lzrun"
+ms() { echo $((($2 - $1) / 1000000)); }
 for i in $(seq "$runs"); do
   sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
   h=$t/home$i; mkdir -p "$h"
   s=$(now); AIRLOCK_HOME=$h "$AL" image pull "$ref" >/dev/null; e=$(now)
-  echo $(((e - s) / 1000000)) >>"$t/al"
+  ms "$s" "$e" >>"$t/al"
+  s=$(now); AIRLOCK_HOME=$h "$AL" sandbox run --image "$ref" -- /bin/true; e=$(now)
+  ms "$s" "$e" >>"$t/alrun"
   sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
   s=$(now); skopeo copy -q --src-tls-verify=false "docker://$ref" "oci:$t/sk$i:bench" >/dev/null; e=$(now)
-  echo $(((e - s) / 1000000)) >>"$t/sk"
-  echo "pull $i: airlock $(tail -1 "$t/al") ms, skopeo $(tail -1 "$t/sk") ms"
+  ms "$s" "$e" >>"$t/sk"
+  sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
+  lh=$t/lazy$i; mkdir -p "$lh"
+  s=$(now); AIRLOCK_HOME=$lh "$AL" image pull --lazy "$ref" >/dev/null; e=$(now)
+  ms "$s" "$e" >>"$t/lz"
+  s=$(now); AIRLOCK_HOME=$lh "$AL" sandbox run --image "$ref" -- /bin/true; e=$(now)
+  ms "$s" "$e" >>"$t/lzrun"
+  AIRLOCK_HOME=$lh "$AL" sandbox gc --forget >/dev/null 2>&1 || true
+  echo "pull $i: airlock $(tail -1 "$t/al") ms (first sandbox $(tail -1 "$t/alrun") ms), skopeo $(tail -1 "$t/sk") ms, airlock --lazy $(tail -1 "$t/lz") ms (first sandbox, unpacking, $(tail -1 "$t/lzrun") ms)"
+  rm -rf "$lh"
   [ "$i" -lt "$runs" ] && rm -rf "$h" "$t/sk$i"
 done
-al=$(median <"$t/al"); sk=$(median <"$t/sk")
+al=$(median <"$t/al"); sk=$(median <"$t/sk"); lz=$(median <"$t/lz")
 printf 'pull median: airlock %s ms, skopeo copy %s ms: %.2fx (target <= 1.2)\n' "$al" "$sk" "$(echo "$al / $sk" | bc -l)"
+printf 'pull --lazy median: %s ms: %.2fx skopeo copy (target <= 1.2)\n' "$lz" "$(echo "$lz / $sk" | bc -l)"
+printf 'first sandbox of the image: %s ms after a pull, %s ms after a lazy pull (it unpacks)\n' "$(median <"$t/alrun")" "$(median <"$t/lzrun")"
 
 home=$t/home$runs
 before=$(du -sxb "$home" | cut -f1)

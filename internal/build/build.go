@@ -447,8 +447,8 @@ func (b *builder) image(ctx context.Context, what, ref string) (image.Image, err
 }
 
 // layerDirs are the directories of the image so far, lowest first.
-func (b *builder) layerDirs() ([]string, error) {
-	return b.o.Store.LayerDirs(b.current().layerInfos())
+func (b *builder) layerDirs(ctx context.Context) ([]string, error) {
+	return b.o.Store.LayerDirs(ctx, b.current().layerInfos())
 }
 
 // cached looks key up; a hit whose layer the store no longer holds is a
@@ -520,7 +520,7 @@ func (b *builder) argEnv() []string {
 }
 
 func (b *builder) runSandbox(ctx context.Context, in dockerfile.Instruction, argv []string) (*image.LayerInfo, error) {
-	dirs, err := b.layerDirs()
+	dirs, err := b.layerDirs(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -159,7 +159,7 @@ func (b *builder) copyFrom(ctx context.Context, in dockerfile.Instruction, from 
 	if len(layers) == 0 {
 		return fmt.Errorf("--from=%s: an empty image (FROM scratch with no files): nothing to copy", from)
 	}
-	dirs, err := b.o.Store.LayerDirs(layers)
+	dirs, err := b.o.Store.LayerDirs(ctx, layers)
 	if err != nil {
 		return internal{err}
 	}

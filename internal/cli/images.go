@@ -69,6 +69,7 @@ func imageError(err error) error {
 type ImagePullCmd struct {
 	RegistryFlags
 	Ref  string `arg:"" help:"NAME[:TAG] or NAME@sha256:HEX; a short name is Docker Hub's (busybox: index.docker.io/library/busybox:latest)." placeholder:"REF"`
+	Lazy bool   `help:"Fetch and verify only, as skopeo copy does: each layer is unpacked (and checked against the image's diff ids) at its first use, where a layer the unpacker refuses is then reported."`
 	JSON bool   `name:"json" help:"Print the image as one JSON object."`
 }
 
@@ -87,14 +88,18 @@ func (c *ImagePullCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	img, err := s.Pull(env.Ctx, c.Ref, auth)
+	pull, what := s.Pull, "pulled"
+	if c.Lazy {
+		pull, what = s.Fetch, "fetched"
+	}
+	img, err := pull(env.Ctx, c.Ref, auth)
 	if err != nil {
 		return imageError(err)
 	}
 	if c.JSON {
 		return sandboxcli.WriteJSON(env.Stdout, img)
 	}
-	fmt.Fprintf(env.Stdout, "pulled %s %s (%d layers, %s)\n", c.Ref, img.Digest, len(img.Layers), approxSize(img.Size))
+	fmt.Fprintf(env.Stdout, "%s %s %s (%d layers, %s)\n", what, c.Ref, img.Digest, len(img.Layers), approxSize(img.Size))
 	return nil
 }
 

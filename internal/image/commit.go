@@ -97,19 +97,63 @@ func (s *Store) HasLayer(l LayerInfo) bool {
 }
 
 // LayerDirs are the unpacked directories of layers (sandbox.Spec.Layers),
-// lowest first.
-func (s *Store) LayerDirs(layers []LayerInfo) ([]string, error) {
+// lowest first; a layer fetched but not yet unpacked (Fetch) is unpacked
+// now.
+func (s *Store) LayerDirs(ctx context.Context, layers []LayerInfo) ([]string, error) {
 	dirs := make([]string, len(layers))
 	for i, l := range layers {
 		if err := checkDigestString(l.DiffID); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		dirs[i] = s.layerPath(l.DiffID)
-		if _, err := os.Stat(dirs[i]); err != nil {
-			return nil, fmt.Errorf("layer %s is missing from the store: %w", l.DiffID, err)
+		dir, err := s.layerDir(ctx, l)
+		if err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
+		dirs[i] = dir
 	}
 	return dirs, nil
+}
+
+// layerDir returns layer l's unpacked directory, unpacking it from its
+// stored blob first if a Fetch left it packed (verified against its diff
+// id as a pull's unpack is; another process unpacking it meanwhile is
+// fine: the first rename wins and both are the same content).
+func (s *Store) layerDir(ctx context.Context, l LayerInfo) (string, error) {
+	dir := s.layerPath(l.DiffID)
+	if _, err := os.Stat(dir); err == nil {
+		return dir, nil
+	}
+	if err := checkDigestString(l.Digest); err != nil {
+		return "", err
+	}
+	blob := s.blobPath(l.Digest)
+	if _, err := os.Stat(blob); err != nil {
+		return "", fmt.Errorf("layer %s is missing from the store (remove the image and pull it again): %w", l.DiffID, err)
+	}
+	// The unpack writes tmp/, which GC clears only while it holds
+	// gc.lock exclusively.
+	unlock, err := s.lock("gc.lock", unix.LOCK_SH)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	stats, err := s.unpack(ctx, blob, l.DiffID, s.o.Limits.withDefaults())
+	if err != nil {
+		return "", fmt.Errorf("unpack layer %s at its first use: %w", l.Digest, err)
+	}
+	// What the unpack did, for `image inspect`; the layer is there whether
+	// or not this is recorded.
+	_ = s.update(func(st *state) error {
+		for _, img := range st.Images {
+			for i := range img.Layers {
+				if img.Layers[i].DiffID == l.DiffID && img.Layers[i].Unpacked.Entries == 0 {
+					img.Layers[i].Unpacked = stats
+				}
+			}
+		}
+		return nil
+	})
+	return dir, nil
 }
 
 // NewLayer is a layer a Commit adds: one AddLayer stored, and the

@@ -38,13 +38,16 @@ type origin struct {
 	names  []string // canonical tags to give it
 	repo   string   // the repository it was pulled from, if any
 	index  string   // the index digest it was chosen from, if any
+	// lazy leaves each layer new to the store packed: its blob is fetched
+	// and verified, and it is unpacked at its first use (Store.Fetch).
+	lazy bool
 	source string   // for Image.Source
 }
 
 // add stores img, whose manifest, config and layers come from wherever it
 // was read (a registry, an archive), and records it under o's names. Every
 // blob is verified on its way in; every layer is unpacked unless the store
-// has it already.
+// has it already, or o.lazy leaves it to its first use.
 //
 // Preconditions: the caller holds gc.lock shared (blobs and layers added
 // here are unreferenced until the index is updated at the end).
@@ -122,7 +125,7 @@ func (s *Store) add(ctx context.Context, img v1.Image, o origin) (Image, error) 
 			return Image{}, fmt.Errorf("image %s: layer %d: %w", digest, i, err)
 		}
 		g.Go(func() error {
-			stats, err := s.addLayer(gctx, img, desc, diffID, lim)
+			stats, err := s.addLayer(gctx, img, desc, diffID, lim, o.lazy)
 			if err != nil {
 				return fmt.Errorf("image %s: layer %d (%s): %w", digest, i, desc.Digest, err)
 			}
@@ -233,10 +236,11 @@ func checkSHA256(h v1.Hash) error {
 }
 
 // addLayer stores a layer's compressed blob and its unpacked directory,
-// each unless the store has it. A layer new to the store is unpacked while
-// it downloads: one read of the registry's stream feeds both, so the pull
+// each unless the store has it (or lazy leaves the directory to the
+// layer's first use). A layer new to the store is unpacked while it
+// downloads: one read of the registry's stream feeds both, so the pull
 // costs the slower of the two, not their sum.
-func (s *Store) addLayer(ctx context.Context, img v1.Image, desc v1.Descriptor, diffID v1.Hash, lim Limits) (LayerStats, error) {
+func (s *Store) addLayer(ctx context.Context, img v1.Image, desc v1.Descriptor, diffID v1.Hash, lim Limits, lazy bool) (LayerStats, error) {
 	digest := desc.Digest.String()
 	blob := s.blobPath(digest)
 	_, err := os.Stat(blob)
@@ -244,7 +248,7 @@ func (s *Store) addLayer(ctx context.Context, img v1.Image, desc v1.Descriptor, 
 	_, err = os.Stat(s.layerPath(diffID.String()))
 	haveLayer := err == nil
 	switch {
-	case haveBlob && haveLayer:
+	case haveBlob && (haveLayer || lazy):
 		return LayerStats{}, nil
 	case haveBlob:
 		return s.unpack(ctx, blob, diffID.String(), lim)
@@ -253,7 +257,7 @@ func (s *Store) addLayer(ctx context.Context, img v1.Image, desc v1.Descriptor, 
 	if err != nil {
 		return LayerStats{}, err
 	}
-	if haveLayer {
+	if haveLayer || lazy {
 		return LayerStats{}, s.putBlob(ctx, digest, desc.Size, l.Compressed, nil)
 	}
 	// The unpacker verifies the uncompressed stream against diffID on its

@@ -70,6 +70,21 @@ func (s *Store) remoteOptions(ctx context.Context, reg name.Registry, auth Auth)
 // to this machine's platform, and stores it under its tag. Layers the store
 // has are neither fetched nor unpacked again.
 func (s *Store) Pull(ctx context.Context, ref string, auth Auth) (Image, error) {
+	return s.pull(ctx, ref, auth, false)
+}
+
+// Fetch fetches ref as Pull does, every blob verified against its digest,
+// but unpacks no layer: each is unpacked from its stored blob at its first
+// use (Root, LayerDirs), and checked against its diff id there. A layer the
+// unpacker refuses (an entry out of the layer, a diff id that does not
+// match) is then reported by that use, not by the fetch. It does what
+// `skopeo copy` does: for a node that fetches ahead images of which few
+// will run.
+func (s *Store) Fetch(ctx context.Context, ref string, auth Auth) (Image, error) {
+	return s.pull(ctx, ref, auth, true)
+}
+
+func (s *Store) pull(ctx context.Context, ref string, auth Auth, lazy bool) (Image, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return Image{}, fmt.Errorf("image reference %q: %w", ref, err)
@@ -87,7 +102,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth Auth) (Image, error) 
 	if err != nil {
 		return Image{}, fmt.Errorf("pull %s: %w", r, err)
 	}
-	o := origin{repo: r.Context().Name(), source: "pull " + r.String()}
+	o := origin{repo: r.Context().Name(), source: "pull " + r.String(), lazy: lazy}
 	if desc.MediaType.IsIndex() {
 		o.index = desc.Digest.String()
 	}

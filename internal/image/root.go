@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"slices"
 	"strings"
@@ -46,10 +45,10 @@ func (s *Store) Root(ctx context.Context, ref string) (Root, error) {
 		return Root{}, err
 	}
 	root := Root{Ref: refOf(img), Digest: img.Digest, Config: img.Config}
-	for _, l := range img.Layers {
-		dir := s.layerPath(l.DiffID)
-		if _, err := os.Stat(dir); err != nil {
-			return Root{}, fmt.Errorf("image %s: layer %s is missing from the store (remove the image and pull it again): %w", ref, l.DiffID, err)
+	for i, l := range img.Layers {
+		dir, err := s.layerDir(ctx, l)
+		if err != nil {
+			return Root{}, fmt.Errorf("image %s: layer %d: %w", ref, i, err)
 		}
 		root.Layers = append(root.Layers, dir)
 	}

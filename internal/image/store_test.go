@@ -576,3 +576,118 @@ func TestApply(t *testing.T) {
 		t.Error("Command of an image without one succeeded")
 	}
 }
+
+// TestFetch: a fetch stores and verifies the blobs but unpacks nothing;
+// the first use (Root) unpacks each layer to the same tree a pull makes,
+// and records what it unpacked. A layer the unpacker refuses is fetched
+// (its blob matches its digest) and refused at its first use, naming why,
+// with nothing of it under layers/ and nothing written outside the store.
+func TestFetch(t *testing.T) {
+	r := imagetest.NewRegistry(t)
+	auth := image.Auth{Username: r.User, Password: r.Password}
+	img := twoLayers(t, runtime.GOARCH)
+	ref := r.Host + "/team/lazy:1"
+	push(t, r, ref, img)
+
+	pulled := openStore(t, image.Options{Transport: r.Transport})
+	if _, err := pulled.Pull(ctx(t), ref, auth); err != nil {
+		t.Fatal(err)
+	}
+	want, err := pulled.Root(ctx(t), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s := openStore(t, image.Options{Transport: r.Transport})
+	got, err := s.Fetch(ctx(t), ref, auth)
+	if err != nil {
+		t.Fatalf("Fetch(%s) = %v", ref, err)
+	}
+	if got.Digest != digestOf(t, img) {
+		t.Errorf("Fetch digest = %s, want %s", got.Digest, digestOf(t, img))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(s.Dir(), "layers")); len(ents) != 0 {
+		t.Fatalf("layers holds %d entries after a fetch, want none", len(ents))
+	}
+	root, err := s.Root(ctx(t), ref)
+	if err != nil {
+		t.Fatalf("Root after Fetch = %v", err)
+	}
+	if len(root.Layers) != len(want.Layers) {
+		t.Fatalf("Root layers = %v, want %d", root.Layers, len(want.Layers))
+	}
+	for i := range root.Layers {
+		if a, b := treeOf(t, root.Layers[i]), treeOf(t, want.Layers[i]); !slices.Equal(a, b) {
+			t.Errorf("layer %d unpacked at first use:\n%v\nwant, as pulled:\n%v", i, a, b)
+		}
+	}
+	inspected, err := s.Inspect(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range inspected.Layers {
+		if l.Unpacked.Entries == 0 {
+			t.Errorf("layer %d: no unpack recorded after its first use", i)
+		}
+	}
+
+	okTar := imagetest.Tar(t, imagetest.File{Name: "f", Body: []byte("x")})
+	escaping := imagetest.Tar(t, imagetest.File{Name: "../../../../tmp/escaped-fetch", Body: []byte("x")})
+	for _, tt := range []struct {
+		name string
+		img  v1.Image
+		want string
+	}{
+		{"escaping entry", oneLayerImage(t, gz(t, escaping), sha(escaping), runtime.GOARCH), ".. component"},
+		{"diff id mismatch", oneLayerImage(t, gz(t, okTar), sha([]byte("something else")), runtime.GOARCH), "hashes to"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ref := r.Host + "/hostile:" + strings.ReplaceAll(tt.name, " ", "-")
+			push(t, r, ref, tt.img)
+			s := openStore(t, image.Options{Transport: r.Transport})
+			if _, err := s.Fetch(ctx(t), ref, auth); err != nil {
+				t.Fatalf("Fetch = %v: a blob that matches its digest is fetched", err)
+			}
+			_, err := s.Root(ctx(t), ref)
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "first use") {
+				t.Fatalf("Root = %v, want an error at first use with %q", err, tt.want)
+			}
+			if ents, _ := os.ReadDir(filepath.Join(s.Dir(), "layers")); len(ents) != 0 {
+				t.Errorf("layers holds %v after a refused unpack", ents)
+			}
+			if _, err := os.Lstat("/tmp/escaped-fetch"); err == nil {
+				t.Errorf("/tmp/escaped-fetch exists: the layer wrote outside the store")
+			}
+		})
+	}
+}
+
+// treeOf lists dir's entries: path, mode and, for files, content.
+func treeOf(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		line := rel + " " + fi.Mode().String()
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			line += " " + string(b)
+		}
+		out = append(out, line)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
