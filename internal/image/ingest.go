@@ -38,10 +38,10 @@ type origin struct {
 	names  []string // canonical tags to give it
 	repo   string   // the repository it was pulled from, if any
 	index  string   // the index digest it was chosen from, if any
+	source string   // for Image.Source
 	// lazy leaves each layer new to the store packed: its blob is fetched
 	// and verified, and it is unpacked at its first use (Store.Fetch).
 	lazy bool
-	source string   // for Image.Source
 }
 
 // add stores img, whose manifest, config and layers come from wherever it
