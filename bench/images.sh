@@ -53,7 +53,7 @@ for i in $(seq "$runs"); do
   h=$t/home$i; mkdir -p "$h"
   s=$(now); AIRLOCK_HOME=$h "$AL" image pull "$ref" >/dev/null; e=$(now)
   ms "$s" "$e" >>"$t/al"
-  s=$(now); AIRLOCK_HOME=$h "$AL" sandbox run --image "$ref" -- /bin/true; e=$(now)
+  s=$(now); AIRLOCK_HOME=$h "$AL" sandbox run --image "$ref" -- /bin/sh -c :; e=$(now)
   ms "$s" "$e" >>"$t/alrun"
   sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
   s=$(now); skopeo copy -q --src-tls-verify=false "docker://$ref" "oci:$t/sk$i:bench" >/dev/null; e=$(now)
@@ -62,7 +62,7 @@ for i in $(seq "$runs"); do
   lh=$t/lazy$i; mkdir -p "$lh"
   s=$(now); AIRLOCK_HOME=$lh "$AL" image pull --lazy "$ref" >/dev/null; e=$(now)
   ms "$s" "$e" >>"$t/lz"
-  s=$(now); AIRLOCK_HOME=$lh "$AL" sandbox run --image "$ref" -- /bin/true; e=$(now)
+  s=$(now); AIRLOCK_HOME=$lh "$AL" sandbox run --image "$ref" -- /bin/sh -c :; e=$(now)
   ms "$s" "$e" >>"$t/lzrun"
   AIRLOCK_HOME=$lh "$AL" sandbox gc --forget >/dev/null 2>&1 || true
   echo "pull $i: airlock $(tail -1 "$t/al") ms (first sandbox $(tail -1 "$t/alrun") ms), skopeo $(tail -1 "$t/sk") ms, airlock --lazy $(tail -1 "$t/lz") ms (first sandbox, unpacking, $(tail -1 "$t/lzrun") ms)"
