@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -97,19 +98,27 @@ func (s *Store) HasLayer(l LayerInfo) bool {
 }
 
 // LayerDirs are the unpacked directories of layers (sandbox.Spec.Layers),
-// lowest first; a layer fetched but not yet unpacked (Fetch) is unpacked
-// now.
+// lowest first; layers fetched but not yet unpacked (Fetch) are unpacked
+// now, as many at once as a pull does.
 func (s *Store) LayerDirs(ctx context.Context, layers []LayerInfo) ([]string, error) {
 	dirs := make([]string, len(layers))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(layerJobs)
 	for i, l := range layers {
 		if err := checkDigestString(l.DiffID); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
-		dir, err := s.layerDir(ctx, l)
-		if err != nil {
-			return nil, fmt.Errorf("layer %d: %w", i, err)
-		}
-		dirs[i] = dir
+		g.Go(func() error {
+			dir, err := s.layerDir(gctx, l)
+			if err != nil {
+				return fmt.Errorf("layer %d: %w", i, err)
+			}
+			dirs[i] = dir
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	return dirs, nil
 }

@@ -44,15 +44,11 @@ func (s *Store) Root(ctx context.Context, ref string) (Root, error) {
 	if err != nil {
 		return Root{}, err
 	}
-	root := Root{Ref: refOf(img), Digest: img.Digest, Config: img.Config}
-	for i, l := range img.Layers {
-		dir, err := s.layerDir(ctx, l)
-		if err != nil {
-			return Root{}, fmt.Errorf("image %s: layer %d: %w", ref, i, err)
-		}
-		root.Layers = append(root.Layers, dir)
+	dirs, err := s.LayerDirs(ctx, img.Layers)
+	if err != nil {
+		return Root{}, fmt.Errorf("image %s: %w", ref, err)
 	}
-	return root, nil
+	return Root{Ref: refOf(img), Digest: img.Digest, Config: img.Config, Layers: dirs}, nil
 }
 
 // refOf is img by digest: NAME@sha256:HEX of the first repository it came
