@@ -605,10 +605,18 @@ class ProcessContext:
                 line = self.read_reply(KEEPALIVE)
                 if line is not None:
                     break
+                # A process that ended while what it started in the
+                # background holds the reply pipe open sends no EOF.
+                if self.proc.poll() is not None:
+                    raise EOFError
                 if not interrupted:
                     self.emit({"type": "keepalive"})
         except (EOFError, OSError):
-            status = self.proc.wait() if self.proc is not None else None
+            try:
+                status = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # it closed its reply pipe and lives on
+                self.kill()
+                status = "killed"
             with self.cond:
                 self.cond.wait_for(lambda: all(self.seen.values()) or self.proc is None, timeout=0.2)
             self.emit({"type": "error", "name": "KernelDied",
