@@ -5,8 +5,9 @@
 # need a missing tool skip themselves with a reason.
 set -euo pipefail
 
-# package:command-that-proves-it-is-there, or package:py:MODULE for a Python
-# module that Debian's python3 must import. A package spelled a|b is the first
+# package:command-that-proves-it-is-there, package:py:MODULE for a Python
+# module that Debian's python3 must import, or package:file:PATH for a file
+# the package installs. A package spelled a|b is the first
 # of the names that the archive knows (gVisor is "runsc" on Debian 12).
 want=(
   bash:bash
@@ -33,6 +34,8 @@ want=(
   python3-matplotlib:py:matplotlib
   python3-pandas:py:pandas
   python3-numpy:py:numpy
+  # Its TypeScript contexts transpile with node's typescript module.
+  node-typescript:file:/usr/share/nodejs/typescript/package.json
 )
 
 missing=()
@@ -40,6 +43,8 @@ for w in "${want[@]}"; do
   check=${w#*:}
   if [[ $check == py:* ]]; then
     /usr/bin/python3 -c "import ${check#py:}" >/dev/null 2>&1 || missing+=("${w%%:*}")
+  elif [[ $check == file:* ]]; then
+    [ -e "${check#file:}" ] || missing+=("${w%%:*}")
   else
     command -v "$check" >/dev/null 2>&1 || missing+=("${w%%:*}")
   fi

@@ -29,7 +29,7 @@ def request(addr, headers):
         data += b
     s.close()
     if not data.startswith(b"HTTP/1.1 200"):
-        raise SystemExit("unexpected answer: %r" % data[:200])
+        raise SystemExit("unexpected answer: %r" % data[:600])
 
 
 def http(addr, n, headers):

@@ -62,8 +62,10 @@ const codeInterpreterSDK = "@e2b/code-interpreter@2.8.0"
 // persists between runCode calls, the stdout and stderr callbacks fire, a
 // matplotlib chart comes back as a PNG result, an exception is
 // execution.error, a timeout interrupts the kernel and the context goes
-// on, contexts are made with a cwd, listed, restarted and removed, and a
-// language with no kernel is an error that says so.
+// on, contexts are made with a cwd, listed, restarted and removed, bash,
+// JavaScript and TypeScript run in contexts of their own (state kept, the
+// streams, a failing command's status as the error), and a language with
+// no kernel is an error that says so.
 func TestCodeInterpreterSDK(t *testing.T) {
 	needRoot(t)
 	needKernel(t)
@@ -93,10 +95,19 @@ func TestCodeInterpreterSDK(t *testing.T) {
 		CtxY              string `json:"ctxY"`
 		AfterRestart      string `json:"afterRestart"`
 		ListedAfterRemove bool   `json:"listedAfterRemove"`
-		JS                string `json:"js"`
-		CreateEnv         string `json:"createEnv"`
-		CallEnv           string `json:"callEnv"`
-		CallEnvAfter      string `json:"callEnvAfter"`
+		Bash              struct{ Stdout, Logs []string }
+		BashError         *struct{ Name, Value, Stderr string }
+		JS                struct {
+			Text   string
+			Stdout []string
+		}
+		JSError      string `json:"jsError"`
+		TSCtx        string `json:"tsCtx"`
+		TS           string `json:"ts"`
+		R            string `json:"r"`
+		CreateEnv    string `json:"createEnv"`
+		CallEnv      string `json:"callEnv"`
+		CallEnvAfter string `json:"callEnvAfter"`
 	}
 	h.runNode(t, node, 5*time.Minute, "alpha", &r, script, filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
 	check := func(what string, ok bool) {
@@ -115,5 +126,9 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	check("timeout", r.Timeout == "TimeoutError" && r.AfterTimeout == "10")
 	check("context with cwd", r.Ctx.Language == "python" && r.Ctx.Cwd == "/tmp" && r.CtxCwd == "/tmp" && r.Listed && r.CtxY == "5")
 	check("restart, remove", r.AfterRestart == "NameError" && !r.ListedAfterRemove)
-	check("javascript", strings.Contains(r.JS, "no javascript kernel"))
+	check("bash: state, onStdout", slices.Equal(r.Bash.Stdout, []string{"42 /tmp\n"}) && slices.Equal(r.Bash.Logs, r.Bash.Stdout))
+	check("bash: a failing command", r.BashError != nil && r.BashError.Name == "ExitError" && r.BashError.Value == "exit status 2" && strings.Contains(r.BashError.Stderr, "nonexistent"))
+	check("javascript", r.JS.Text == "21" && slices.Equal(r.JS.Stdout, []string{"from js\n"}) && r.JSError == "TypeError")
+	check("typescript", r.TSCtx == "typescript" && r.TS == "42")
+	check("a language with no kernel", strings.Contains(r.R, "no r kernel"))
 }

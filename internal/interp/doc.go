@@ -1,8 +1,9 @@
 // Package interp is airlock's code interpreter: a small server that runs
 // inside a sandbox on port 49999 and speaks the wire of E2B's code
 // interpreter (what @e2b/code-interpreter talks to) over Jupyter kernels
-// (Debian's python3-ipykernel and python3-jupyter-client), and the host's
-// side of it.
+// (Debian's python3-ipykernel and python3-jupyter-client) and, for bash,
+// JavaScript and TypeScript, long-lived bash and node processes of its
+// own, and the host's side of it.
 //
 // The server is server.py, embedded in the airlock binary and written
 // into the sandbox by the built-in template code-interpreter-v1

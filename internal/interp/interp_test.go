@@ -221,12 +221,142 @@ func TestServer(t *testing.T) {
 	})
 
 	t.Run("unsupported language", func(t *testing.T) {
-		_, err := interp.Execute(ctxT(t), sb, interp.Request{Code: "1", Language: "javascript"}, time.Minute, interp.Limits{})
+		_, err := interp.Execute(ctxT(t), sb, interp.Request{Code: "1", Language: "r"}, time.Minute, interp.Limits{})
 		var se *interp.StatusError
-		if !errors.As(err, &se) || se.Status != 404 || !strings.Contains(se.Body, "no javascript kernel") {
-			t.Errorf("javascript = %v, want 404 saying there is no kernel", err)
+		if !errors.As(err, &se) || se.Status != 404 || !strings.Contains(se.Body, "no r kernel") || !strings.Contains(se.Body, "bash") {
+			t.Errorf("r = %v, want 404 saying there is no kernel, and which languages there are", err)
 		}
 	})
+}
+
+// TestBashContext drives a bash context (airlock's own: one bash process)
+// in a real sandbox: the shell's state (variables, functions, the working
+// directory) persists between calls, stdout and stderr stream apart, a
+// status other than 0 is the error "exit status N", env_vars hold for one
+// call, a timeout interrupts the command and keeps the shell, and a cell
+// that ends the shell is an error after which a fresh one answers.
+func TestBashContext(t *testing.T) {
+	sb := newServer(t)
+	bash := func(code string, env map[string]string) interp.Execution {
+		t.Helper()
+		return run(t, sb, interp.Request{Code: code, Language: "bash", EnvVars: env})
+	}
+
+	ex := bash("x=41; f() { echo \"f:$1\"; }; cd /tmp; echo out; echo err >&2", nil)
+	if ex.Stdout != "out\n" || ex.Stderr != "err\n" || ex.Error != nil || ex.Count != 1 {
+		t.Errorf("first cell: stdout %q, stderr %q, error %+v, count %d; want out, err, none, 1", ex.Stdout, ex.Stderr, ex.Error, ex.Count)
+	}
+	if ex := bash("echo $((x+1)) $PWD; f a", nil); ex.Stdout != "42 /tmp\nf:a\n" || ex.Count != 2 {
+		t.Errorf("state: stdout %q (count %d), want 42 /tmp and f:a", ex.Stdout, ex.Count)
+	}
+	if ex := bash("echo before; ls /nonexistent", nil); ex.Error == nil || ex.Error.Name != "ExitError" || ex.Error.Value != "exit status 2" || ex.Stdout != "before\n" {
+		t.Errorf("failing command: stdout %q, error %+v; want before and exit status 2", ex.Stdout, ex.Error)
+	}
+	if ex := bash("echo \"[$AIRLOCK_T]\"", map[string]string{"AIRLOCK_T": "it's $set"}); ex.Stdout != "[it's $set]\n" {
+		t.Errorf("with env_vars: %q, want [it's $set]", ex.Stdout)
+	}
+	if ex := bash("echo \"[${AIRLOCK_T-unset}]\"", nil); ex.Stdout != "[unset]\n" {
+		t.Errorf("after env_vars: %q, want [unset]", ex.Stdout)
+	}
+	_, err := interp.Execute(ctxT(t), sb, interp.Request{Code: "echo start; sleep 600; echo after", Language: "bash"}, 3*time.Second, interp.Limits{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Execute(sleep 600) = %v, want a deadline", err)
+	}
+	// Were the sleep not interrupted, this call would wait for it.
+	if ex := bash("echo $x", nil); ex.Stdout != "41\n" {
+		t.Errorf("after the timeout: %q, want 41 (the state kept)", ex.Stdout)
+	}
+	// What the shell started in the background keeps its pipes open:
+	// the shell's end is seen all the same.
+	if ex := bash("sleep 600 & exit 3", nil); ex.Error == nil || ex.Error.Name != "KernelDied" || !strings.Contains(ex.Error.Value, "status 3") {
+		t.Errorf("exit 3: error %+v, want KernelDied with status 3", ex.Error)
+	}
+	if ex := bash("echo \"[$x]\"; pgrep -x sleep || true", nil); ex.Stdout != "[]\n" || ex.Error != nil {
+		t.Errorf("after the shell's exit: stdout %q, error %+v; want a fresh shell, and the old one's sleep gone", ex.Stdout, ex.Error)
+	}
+	_, err = interp.Execute(ctxT(t), sb, interp.Request{Code: "true", Language: "bash", EnvVars: map[string]string{"not a name": "v"}}, time.Minute, interp.Limits{})
+	var se *interp.StatusError
+	if !errors.As(err, &se) || se.Status != 400 {
+		t.Errorf("env var with a bad name = %v, want 400", err)
+	}
+}
+
+// TestNodeContexts drives JavaScript and TypeScript contexts (airlock's
+// own: one node process each) in a real sandbox: top-level declarations
+// persist, console output streams, the last expression is the result
+// (awaited when a promise), a thrown error is the execution's error with
+// the cell's frames, top-level await works, env_vars hold for one call,
+// a timeout interrupts a busy loop and keeps the state, TypeScript's
+// types are dropped, and contexts of the language are made and removed.
+func TestNodeContexts(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("needs node (scripts/ci-deps.sh)")
+	}
+	sb := newServer(t)
+	js := func(code string, env map[string]string) interp.Execution {
+		t.Helper()
+		return run(t, sb, interp.Request{Code: code, Language: "js", EnvVars: env})
+	}
+	ex := js("let a = 20; console.log('out'); console.error('err'); a + 1", nil)
+	if ex.Stdout != "out\n" || ex.Stderr != "err\n" || mainText(ex) != "21" || ex.Error != nil {
+		t.Errorf("first cell: stdout %q, stderr %q, result %q, error %+v", ex.Stdout, ex.Stderr, mainText(ex), ex.Error)
+	}
+	if ex := js("a * 2", nil); mainText(ex) != "40" {
+		t.Errorf("a * 2 = %q, want 40 (a kept)", mainText(ex))
+	}
+	if ex := js("Promise.resolve('resolved')", nil); mainText(ex) != "resolved" {
+		t.Errorf("a promise's result = %q, want resolved", mainText(ex))
+	}
+	if ex := js("await new Promise((r) => setTimeout(r, 10)); return a", nil); mainText(ex) != "20" {
+		t.Errorf("top-level await: %q, want 20", mainText(ex))
+	}
+	ex = js("function g() { throw new TypeError('bad value') }\ng()", nil)
+	if ex.Error == nil || ex.Error.Name != "TypeError" || ex.Error.Value != "bad value" || !strings.Contains(ex.Error.Traceback, "at g (cell:1") || strings.Contains(ex.Error.Traceback, "node-driver") {
+		t.Errorf("error = %+v, want TypeError bad value with the cell's frames only", ex.Error)
+	}
+	if ex := js("process.env.AIRLOCK_T", map[string]string{"AIRLOCK_T": "set"}); mainText(ex) != "set" {
+		t.Errorf("with env_vars: %q, want set", mainText(ex))
+	}
+	if ex := js("process.env.AIRLOCK_T ?? 'unset'", nil); mainText(ex) != "unset" {
+		t.Errorf("after env_vars: %q, want unset", mainText(ex))
+	}
+	_, err := interp.Execute(ctxT(t), sb, interp.Request{Code: "while (true) {}", Language: "javascript"}, 3*time.Second, interp.Limits{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Execute(while (true)) = %v, want a deadline", err)
+	}
+	if ex := js("a", nil); mainText(ex) != "20" {
+		t.Errorf("after the timeout: a = %q, want 20", mainText(ex))
+	}
+
+	t.Run("typescript", func(t *testing.T) { typescriptContext(t, sb) })
+}
+
+func typescriptContext(t *testing.T, sb sandbox.Sandbox) {
+	if _, err := os.Stat("/usr/share/nodejs/typescript/package.json"); err != nil {
+		t.Skip("needs Debian's node-typescript (scripts/ci-deps.sh)")
+	}
+	var c codeContext
+	if err := json.Unmarshal(contexts(t, sb, "POST", "/contexts", `{"language": "ts", "cwd": "/tmp"}`), &c); err != nil || c.Language != "typescript" || c.Cwd != "/tmp" {
+		t.Fatalf("create a typescript context = %+v, %v", c, err)
+	}
+	run(t, sb, interp.Request{Code: "const n: number = 2\ninterface P { x: number }\nconst p: P = { x: 3 }", ContextID: c.ID})
+	if ex := run(t, sb, interp.Request{Code: "n * p.x + ':' + process.cwd()", ContextID: c.ID}); mainText(ex) != "6:/tmp" {
+		t.Errorf("typescript: %q (error %+v), want 6:/tmp", mainText(ex), ex.Error)
+	}
+	// A context of its own: the default JavaScript one's a is not here.
+	if ex := run(t, sb, interp.Request{Code: "typeof a", ContextID: c.ID}); mainText(ex) != "undefined" {
+		t.Errorf("typeof a in the new context = %q, want undefined", mainText(ex))
+	}
+	contexts(t, sb, "POST", "/contexts/"+c.ID+"/restart", "")
+	if ex := run(t, sb, interp.Request{Code: "typeof n", ContextID: c.ID}); mainText(ex) != "undefined" {
+		t.Errorf("typeof n after restart = %q, want undefined", mainText(ex))
+	}
+	contexts(t, sb, "DELETE", "/contexts/"+c.ID, "")
+	_, err := interp.Execute(ctxT(t), sb, interp.Request{Code: "1", ContextID: c.ID}, time.Minute, interp.Limits{})
+	var se *interp.StatusError
+	if !errors.As(err, &se) || se.Status != 404 {
+		t.Errorf("execute in a removed context = %v, want 404", err)
+	}
 }
 
 // TestCallNotRunning: with no server in the sandbox, Call says so.

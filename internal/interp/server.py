@@ -13,15 +13,29 @@ talks to on port 49999) over Jupyter kernels that jupyter_client starts:
   POST   /contexts/ID/restart
   DELETE /contexts/ID
 
+Python contexts run on Jupyter kernels; so does any language a Jupyter
+kernel is installed for. Bash, JavaScript and TypeScript contexts without
+a Jupyter kernel are airlock's own (ProcessContext): one long-lived bash,
+or node, process per context, driven over two pipes of its own.
+
 Only the Python standard library, jupyter_client and ipykernel (Debian's
-python3-jupyter-client and python3-ipykernel); nothing is installed.
+python3-jupyter-client and python3-ipykernel), bash, and node (with
+Debian's node-typescript for TypeScript); nothing is installed.
 Everything it answers is untrusted on the host, which bounds and checks
 it; this file keeps no secret.
 """
 
+import codecs
+import datetime
+import hashlib
 import json
 import os
 import queue
+import re
+import select
+import shutil
+import signal
+import subprocess
 import sys
 import threading
 import uuid
@@ -96,7 +110,7 @@ class HTTPError(Exception):
 
 
 class Context:
-    """One kernel: its manager, its client, and a lock that serializes
+    """One Jupyter kernel: its manager, its client, and a lock that serializes
     executions (a kernel runs one cell at a time; the client is not safe
     for concurrent use)."""
 
@@ -122,6 +136,9 @@ class Context:
 
     def info(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def check_env(self, env_vars):
+        """Any names do: the kernel sets them in os.environ."""
 
     def interrupt(self):
         try:
@@ -224,6 +241,502 @@ def env_reset_code(env_vars):
     return "\n".join(lines)
 
 
+# BASH_DRIVER is the loop a bash context's process runs. Each request is
+# one line on the command pipe: marker, cell file, and the files that set
+# and put back the call's env vars ("-" for none), tab-separated. The cell
+# is sourced into the shell itself, so what it defines (variables,
+# functions, the working directory) stays for the next one. After it, the
+# marker goes to stdout and stderr (so the server knows it has all of the
+# cell's output) and the status to the reply pipe. The cell's stdin is
+# /dev/null: the commands come on a pipe of their own.
+#
+# The interrupt is SIGINT to the process group: the foreground command
+# dies of it, and the trap returns from the sourced cell (from the
+# innermost function, when one runs) with status 130, so the shell and its
+# state go on. A SIGINT that lands while the loop waits interrupts read,
+# which is not an end.
+BASH_DRIVER = r"""exec </dev/null
+shopt -s expand_aliases
+trap 'return 130 2>/dev/null' INT
+__airlock_cmd=$AIRLOCK_CMD_FD __airlock_reply=$AIRLOCK_REPLY_FD
+unset AIRLOCK_CMD_FD AIRLOCK_REPLY_FD
+while :; do
+  IFS=$'\t' read -r -u "$__airlock_cmd" __airlock_marker __airlock_cell __airlock_pre __airlock_post
+  __airlock_rc=$?
+  if [ "$__airlock_rc" -ne 0 ]; then
+    [ "$__airlock_rc" -gt 128 ] && continue
+    exit 0
+  fi
+  [ "$__airlock_pre" = - ] || . "$__airlock_pre"
+  . "$__airlock_cell"
+  __airlock_rc=$?
+  [ "$__airlock_post" = - ] || . "$__airlock_post"
+  printf '%s' "$__airlock_marker"
+  printf '%s' "$__airlock_marker" >&2
+  printf '%d\n' "$__airlock_rc" >&"$__airlock_reply"
+done
+"""
+
+# NODE_DRIVER is the program a JavaScript or TypeScript context's node
+# process runs (a file: a module's own variables are not the cells'
+# globals). Each request is a JSON line on the command pipe {marker, code,
+# typescript, env}; each cell runs with vm.runInThisContext, so its
+# top-level declarations are the next cell's globals, and the value of its
+# last expression (awaited, when it is a promise) is the result. A cell
+# with a top-level await runs as the body of an async function: its
+# declarations are its own, and its value is what it returns. TypeScript
+# is transpiled (types dropped) with Debian's node-typescript first. The
+# reply is a JSON line {result?, error?} after the marker went to stdout
+# and stderr. SIGINT interrupts a cell (breakOnSigint, or the wait for its
+# promise); it never ends the process, nor does an error a callback throws
+# after its cell ended (it goes to stderr).
+NODE_DRIVER = r"""'use strict'
+const fs = require('fs')
+const net = require('net')
+const path = require('path')
+const readline = require('readline')
+const util = require('util')
+const vm = require('vm')
+const { createRequire } = require('module')
+
+const cmdFd = Number(process.env.AIRLOCK_CMD_FD)
+const replyFd = Number(process.env.AIRLOCK_REPLY_FD)
+const tsPath = process.env.AIRLOCK_TYPESCRIPT
+delete process.env.AIRLOCK_CMD_FD
+delete process.env.AIRLOCK_REPLY_FD
+delete process.env.AIRLOCK_TYPESCRIPT
+globalThis.require = createRequire(path.join(process.cwd(), '[cell]'))
+
+let ts = null
+let interrupt = null
+process.on('SIGINT', () => { if (interrupt) interrupt() })
+process.on('uncaughtException', (e) => { process.stderr.write(`${(e && e.stack) || e}\n`) })
+process.on('unhandledRejection', (e) => { process.stderr.write(`Unhandled rejection: ${(e && e.stack) || e}\n`) })
+
+function compile(code, typescript) {
+  if (!typescript) return code
+  if (ts === null) ts = require(tsPath)
+  return ts.transpile(code, { target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.CommonJS, esModuleInterop: true })
+}
+
+async function evaluate(code) {
+  const opts = { filename: 'cell', breakOnSigint: true }
+  let value
+  try {
+    value = vm.runInThisContext(code, opts)
+  } catch (e) {
+    if (!(e instanceof SyntaxError) || !/await is only valid/.test(e.message)) throw e
+    value = vm.runInThisContext(`(async () => {\n${code}\n})()`, { ...opts, lineOffset: -1 })
+  }
+  if (value !== null && (typeof value === 'object' || typeof value === 'function') && typeof value.then === 'function') {
+    value = await new Promise((resolve, reject) => {
+      interrupt = () => reject(new Error('Script execution was interrupted by `SIGINT`'))
+      value.then(resolve, reject)
+    })
+  }
+  return value
+}
+
+function errorOf(e) {
+  if (e instanceof Error || (e && typeof e === 'object' && 'stack' in e)) {
+    // The frames under the cell's are the driver's.
+    const stack = String(e.stack || '').split('\n')
+    const end = stack.findIndex((l) => /^\s+at (sigintHandlersWrap|Script\.runInThisContext) /.test(l))
+    return { name: String(e.name || 'Error'), value: String(e.message ?? ''), traceback: (end < 0 ? stack : stack.slice(0, end)).join('\n') }
+  }
+  return { name: 'Error', value: util.inspect(e), traceback: '' }
+}
+
+async function run(req) {
+  const saved = {}
+  for (const [k, v] of Object.entries(req.env || {})) {
+    saved[k] = process.env[k]
+    process.env[k] = v
+  }
+  const reply = {}
+  try {
+    const value = await evaluate(compile(req.code, req.typescript))
+    if (value !== undefined) reply.result = { 'text/plain': util.inspect(value) }
+  } catch (e) {
+    reply.error = errorOf(e)
+  } finally {
+    interrupt = null
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k]
+      else process.env[k] = v
+    }
+  }
+  // Writes to a pipe are synchronous on Linux: the marker follows all of
+  // the cell's output, and the reply follows the marker.
+  process.stdout.write(req.marker)
+  process.stderr.write(req.marker)
+  fs.writeSync(replyFd, JSON.stringify(reply) + '\n')
+}
+
+let chain = Promise.resolve()
+const lines = readline.createInterface({ input: new net.Socket({ fd: cmdFd, readable: true, writable: false }), crlfDelay: Infinity })
+lines.on('line', (line) => { chain = chain.then(() => run(JSON.parse(line))) })
+lines.on('close', () => process.exit(0))
+"""
+
+# ENV_NAME is what a bash context takes as an env var's name.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# MARKER_WAIT bounds, in seconds, the wait for a cell's output to come
+# through after its end was reported (it was written before the report).
+MARKER_WAIT = 10.0
+
+
+def typescript_module():
+    """The path of node's typescript module (Debian's node-typescript), or
+    None."""
+    dirs = [d for d in os.environ.get("NODE_PATH", "").split(":") if d]
+    dirs += ["/usr/share/nodejs", "/usr/lib/nodejs", "/usr/lib/node_modules", "/usr/local/lib/node_modules"]
+    for d in dirs:
+        p = os.path.join(d, "typescript")
+        if os.path.isfile(os.path.join(p, "package.json")):
+            return p
+    return None
+
+
+def builtin_languages():
+    """language -> the ProcessContext class for it, for the languages
+    whose programs are here."""
+    out = {}
+    if shutil.which("bash"):
+        out["bash"] = BashContext
+    if shutil.which("node"):
+        out["javascript"] = NodeContext
+        if typescript_module():
+            out["typescript"] = NodeContext
+    return out
+
+
+def partial_suffix(text, marker):
+    """The length of the longest end of text that begins marker."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:k]):
+            return k
+    return 0
+
+
+class ProcessContext:
+    """A context that is one long-lived process of airlock's own (a
+    driver: BASH_DRIVER, NODE_DRIVER), for a language with no Jupyter
+    kernel here. The process gets its requests on a command pipe and
+    answers each on a reply pipe; its stdout and stderr are read all
+    along, and what comes while a cell runs is that cell's output, up to
+    the cell's marker. The process runs in a session of its own, so an
+    interrupt (SIGINT) reaches what the cell started too. A process that
+    dies (a cell's exit) is reported as the cell's error, and the next
+    call starts a fresh one."""
+
+    def __init__(self, language, cwd):
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self.lock = threading.Lock()  # serializes executions, as a kernel's
+        # cond's lock guards sink, marker and seen, and is held for every
+        # write to the client (the reader threads and the executing one
+        # write).
+        self.cond = threading.Condition()
+        self.sink = None
+        self.marker = None
+        self.seen = {}
+        self.proc = None
+        self.count = 0
+        self.start()
+
+    def argv(self):
+        raise NotImplementedError
+
+    def extra_env(self):
+        return {}
+
+    def info(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def start(self):
+        """Starts the process. Preconditions: self.lock is held, or the
+        context is not yet shared."""
+        cmd_r, cmd_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        env = dict(os.environ)
+        env.update(self.extra_env())
+        env["AIRLOCK_CMD_FD"], env["AIRLOCK_REPLY_FD"] = str(cmd_r), str(rep_w)
+        try:
+            proc = subprocess.Popen(self.argv(), cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    pass_fds=(cmd_r, rep_w), start_new_session=True)
+        except OSError:
+            for fd in (cmd_r, cmd_w, rep_r, rep_w):
+                os.close(fd)
+            raise
+        os.close(cmd_r)
+        os.close(rep_w)
+        self.proc, self.cmd_fd, self.reply_fd, self.reply_buf = proc, cmd_w, rep_r, b""
+        self.count = 0
+        for name, f in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            threading.Thread(target=self.pump, args=(proc, name, f), daemon=True).start()
+
+    def pump(self, proc, name, f):
+        """Reads one of proc's output streams to its end, giving what
+        comes to the running cell (if any) up to the cell's marker."""
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        pending = ""
+        fd = f.fileno()
+        while True:
+            try:
+                b = os.read(fd, 65536)
+            except OSError:
+                b = b""
+            text = pending + (dec.decode(b) if b else dec.decode(b"", final=True))
+            pending = ""
+            with self.cond:
+                if self.proc is not proc:
+                    break
+                marker = self.marker
+                if marker and not self.seen.get(name):
+                    i = text.find(marker)
+                    if i >= 0:
+                        self.forward(name, text[:i])
+                        text = text[i + len(marker):]
+                        self.seen[name] = True
+                        self.cond.notify_all()
+                    elif b:
+                        k = partial_suffix(text, marker)
+                        if k:
+                            text, pending = text[:-k], text[-k:]
+                self.forward(name, text)
+            if not b:
+                break
+        f.close()
+
+    def forward(self, name, text):
+        """Preconditions: self.cond is held."""
+        if text and self.sink is not None:
+            self.sink({"type": name, "text": text, "timestamp": now()})
+
+    def emit(self, obj):
+        with self.cond:
+            if self.sink is not None:
+                self.sink(obj)
+
+    def interrupt(self):
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+        except OSError as e:  # it ended meanwhile
+            log("interrupt %s: %s" % (self.id, e))
+
+    def kill(self):
+        """Ends the process and what it started. Preconditions: self.lock
+        is held, or no execution can start."""
+        proc = self.proc
+        if proc is None:
+            return
+        with self.cond:
+            self.proc = None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.wait()
+        for fd in (self.cmd_fd, self.reply_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def restart(self):
+        self.interrupt()
+        with self.lock:
+            self.kill()
+            self.start()
+
+    def shutdown(self):
+        self.interrupt()
+        with self.lock:
+            self.kill()
+
+    def read_reply(self, timeout):
+        """The next reply line, None when none came within timeout.
+        Raises EOFError when the process closed its end (it died)."""
+        while b"\n" not in self.reply_buf:
+            r, _, _ = select.select([self.reply_fd], [], [], timeout)
+            if not r:
+                return None
+            b = os.read(self.reply_fd, 65536)
+            if not b:
+                raise EOFError
+            self.reply_buf += b
+        line, self.reply_buf = self.reply_buf.split(b"\n", 1)
+        return line.decode("utf-8", "replace")
+
+    def execute(self, code, env_vars, emit, gone):
+        """Runs code as execute of a Jupyter context does.
+        Preconditions: self.lock is held."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill()
+            self.start()
+        marker = "\x02airlock-%s\x03" % uuid.uuid4().hex
+        request = self.request(code, env_vars, marker)
+        with self.cond:
+            self.sink, self.marker, self.seen = emit, marker, {"stdout": False, "stderr": False}
+        try:
+            self.count += 1
+            self.emit({"type": "number_of_executions", "execution_count": self.count})
+            self._execute(request, gone)
+        finally:
+            with self.cond:
+                self.sink, self.marker = None, None
+            self.cleanup()
+
+    def _execute(self, request, gone):
+        try:
+            os.write(self.cmd_fd, request.encode())
+            interrupted = False
+            while True:
+                if not interrupted and gone():
+                    interrupted = True
+                    self.interrupt()
+                line = self.read_reply(KEEPALIVE)
+                if line is not None:
+                    break
+                # A process that ended while what it started in the
+                # background holds the reply pipe open sends no EOF.
+                if self.proc.poll() is not None:
+                    raise EOFError
+                if not interrupted:
+                    self.emit({"type": "keepalive"})
+        except (EOFError, OSError):
+            try:
+                status = self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # it closed its reply pipe and lives on
+                self.kill()
+                status = "killed"
+            with self.cond:
+                self.cond.wait_for(lambda: all(self.seen.values()) or self.proc is None, timeout=0.2)
+            self.emit({"type": "error", "name": "KernelDied",
+                       "value": "the %s process exited (status %s); the context starts afresh at its next call" % (self.language, status),
+                       "traceback": ""})
+            return
+        with self.cond:
+            self.cond.wait_for(lambda: all(self.seen.values()), timeout=MARKER_WAIT)
+        self.finish(line)
+
+    def check_env(self, env_vars):
+        """Raises HTTPError when env_vars cannot be set in this context."""
+
+    def request(self, code, env_vars, marker):
+        raise NotImplementedError
+
+    def finish(self, line):
+        raise NotImplementedError
+
+    def cleanup(self):
+        pass
+
+
+class BashContext(ProcessContext):
+    """A bash context: one bash process running BASH_DRIVER. A cell that
+    ends with a status other than 0 is an error ExitError, "exit status
+    N", the way envd reports a command's."""
+
+    def argv(self):
+        return ["bash", "--noprofile", "--norc", "-c", BASH_DRIVER]
+
+    def path(self, what):
+        return os.path.join(state_dir(), "bash-%s-%s.sh" % (self.id, what))
+
+    def check_env(self, env_vars):
+        for k in env_vars:
+            if not ENV_NAME.match(k):
+                raise HTTPError(400, "env_vars: %r is not a shell variable's name" % k)
+
+    def request(self, code, env_vars, marker):
+        files = {"cell": code, "pre": None, "post": None}
+        if env_vars:
+            pre, post = [], []
+            for i, (k, v) in enumerate(env_vars.items()):
+                saved = "__airlock_saved_%d" % i
+                pre.append("%s=$(declare -p %s 2>/dev/null); export %s=%s" % (saved, k, k, shell_quote(v)))
+                post.append('export -n %s; if [ -n "$%s" ]; then eval "$%s"; else unset %s; fi; unset %s' % (k, saved, saved, k, saved))
+            files["pre"], files["post"] = "\n".join(pre) + "\n", "\n".join(post) + "\n"
+        names = []
+        for what, text in files.items():
+            if text is None:
+                names.append("-")
+                continue
+            p = self.path(what)
+            with open(p, "w") as f:
+                f.write(text)
+            names.append(p)
+        return "%s\t%s\t%s\t%s\n" % (marker, names[0], names[1], names[2])
+
+    def finish(self, line):
+        try:
+            status = int(line)
+        except ValueError:
+            status = -1
+        if status != 0:
+            self.emit({"type": "error", "name": "ExitError", "value": "exit status %d" % status, "traceback": ""})
+
+    def cleanup(self):
+        for what in ("cell", "pre", "post"):
+            try:
+                os.remove(self.path(what))
+            except OSError:
+                pass
+
+
+class NodeContext(ProcessContext):
+    """A JavaScript or TypeScript context: one node process running
+    NODE_DRIVER."""
+
+    def argv(self):
+        # Named by its content: a state directory kept from another
+        # version of this server holds another driver.
+        digest = hashlib.sha256(NODE_DRIVER.encode()).hexdigest()[:16]
+        p = os.path.join(state_dir(), "node-driver-%s.js" % digest)
+        if not os.path.exists(p):
+            tmp = "%s.%s" % (p, uuid.uuid4().hex)
+            with open(tmp, "w") as f:
+                f.write(NODE_DRIVER)
+            os.replace(tmp, p)
+        return ["node", p]
+
+    def extra_env(self):
+        ts = typescript_module() if self.language == "typescript" else None
+        return {"AIRLOCK_TYPESCRIPT": ts} if ts else {}
+
+    def request(self, code, env_vars, marker):
+        return json.dumps({"marker": marker, "code": code, "typescript": self.language == "typescript",
+                           "env": env_vars}) + "\n"
+
+    def finish(self, line):
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = {"error": {"name": "KernelError", "value": "the node process answered %r" % line[:200], "traceback": ""}}
+        if reply.get("result") is not None:
+            self.emit(result(reply["result"], True))
+        err = reply.get("error")
+        if err:
+            self.emit({"type": "error", "name": str(err.get("name", "")), "value": str(err.get("value", "")),
+                       "traceback": str(err.get("traceback", ""))})
+
+
+def shell_quote(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
 # Jupyter MIME types -> the wire's result fields.
 FORMATS = {
     "text/plain": "text", "text/html": "html", "text/markdown": "markdown", "image/svg+xml": "svg",
@@ -263,14 +776,15 @@ class Server:
         self.contexts = {}  # guarded by mu
         self.defaults = {}  # language -> context id; guarded by mu
         self.kernels = kernel_names()
+        self.builtins = builtin_languages()
         self.ready = threading.Event()
         self.cwd = os.getcwd()
 
     def create(self, language, cwd):
         language = normalize(language)
         kernel = self.kernels.get(language)
-        if kernel is None:
-            have = ", ".join(sorted(self.kernels)) or "none"
+        if kernel is None and language not in self.builtins:
+            have = ", ".join(sorted(set(self.kernels) | set(self.builtins))) or "none"
             # 404 and not E2B's 500: the SDK shows a 404's body to the
             # caller, and any other status's only as its code.
             raise HTTPError(404, "no %s kernel in this sandbox (languages here: %s)" % (language, have))
@@ -280,7 +794,10 @@ class Server:
         with self.mu:
             if len(self.contexts) >= MAX_CONTEXTS:
                 raise HTTPError(429, "at most %d contexts; remove one first" % MAX_CONTEXTS)
-        ctx = Context(language, kernel, cwd)
+        if kernel is not None:
+            ctx = Context(language, kernel, cwd)
+        else:
+            ctx = self.builtins[language](language, cwd)
         with self.mu:
             self.contexts[ctx.id] = ctx
         return ctx
@@ -429,6 +946,7 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()):
             raise HTTPError(400, "env_vars: want an object of strings")
         ctx = app.get(cid) if cid else app.default(language or "python")
+        ctx.check_env(env_vars)
 
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
@@ -476,6 +994,11 @@ def str_field(req, key):
 
 def main():
     setup_env()
+    # A handled signal is reset to its default in a child, an ignored one
+    # stays ignored: a server started with SIGINT ignored (a background
+    # job of a shell) would give its contexts' processes an interrupt
+    # they cannot take.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     app = Server()
     httpd = ThreadingHTTPServer((HOST, PORT), Handler)
     httpd.daemon_threads = True

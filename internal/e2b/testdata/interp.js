@@ -80,11 +80,33 @@ async function main() {
     await sbx.removeCodeContext(ctx)
     out.listedAfterRemove = (await sbx.listCodeContexts()).some((c) => c.id === ctx.id)
 
+    // bash: airlock's own context, one shell whose state persists.
+    const bashOut = []
+    await sbx.runCode('b=41; cd /tmp', { language: 'bash' })
+    const bash = await sbx.runCode('echo $((b+1)) $PWD', { language: 'bash', onStdout: (m) => bashOut.push(m.line) })
+    out.bash = { stdout: bashOut, logs: bash.logs.stdout }
+    const bashFail = await sbx.runCode('ls /nonexistent', { language: 'bash' })
+    out.bashError = bashFail.error && { name: bashFail.error.name, value: bashFail.error.value, stderr: bashFail.logs.stderr.join('') }
+
+    // JavaScript (node): state, console, the last expression's value.
+    await sbx.runCode('let j = 20', { language: 'js' })
+    const js = await sbx.runCode('console.log("from js"); j + 1', { language: 'js' })
+    out.js = { text: js.text, stdout: js.logs.stdout }
+    const jsFail = await sbx.runCode('null.x', { language: 'javascript' })
+    out.jsError = jsFail.error && jsFail.error.name
+
+    // TypeScript in a context of its own.
+    const tsCtx = await sbx.createCodeContext({ language: 'ts' })
+    out.tsCtx = tsCtx.language
+    await sbx.runCode('const t: number = 6', { context: tsCtx })
+    out.ts = (await sbx.runCode('t * 7', { context: tsCtx })).text
+    await sbx.removeCodeContext(tsCtx)
+
     try {
-      await sbx.runCode('1', { language: 'javascript' })
-      out.js = 'ran'
+      await sbx.runCode('1', { language: 'r' })
+      out.r = 'ran'
     } catch (e) {
-      out.js = `${e.name}: ${e.message}`
+      out.r = `${e.name}: ${e.message}`
       failedAt = undefined // expected
     }
   } finally {
