@@ -96,11 +96,17 @@ func openComponent(dirfd int, name string, flags int) (int, error) {
 	return fd, nil
 }
 
-// normalTime is t as seconds and nanoseconds in [0, 1e9): gVisor reports a
-// time before 1970 with negative nanoseconds (truncated toward zero), which
-// a tar header cannot hold.
+// normalTime is t as seconds and nanoseconds in [0, 1e9), which a tar
+// header holds. gVisor (20221219) reports a time before 1970 as seconds
+// truncated toward zero and negative nanoseconds wrapped to 32 bits
+// unsigned (1960-01-01 00:00:00.5 is -315619199 s and 3794967296 ns):
+// nanoseconds of 2^31 or more are read as that negative int32.
 func normalTime(t unix.Timespec) (sec, nsec int64) {
-	sec, nsec = t.Sec+t.Nsec/1e9, t.Nsec%1e9
+	sec, nsec = t.Sec, t.Nsec
+	if nsec >= 1<<31 && nsec < 1<<32 {
+		nsec = int64(int32(uint32(nsec)))
+	}
+	sec, nsec = sec+nsec/1e9, nsec%1e9
 	if nsec < 0 {
 		sec, nsec = sec-1, nsec+1e9
 	}
