@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10}
-out=$(go test -run=NONE -bench='GVisor' -benchtime="${n}x" ./internal/sandbox/linux/ 2>&1) || { echo "$out"; exit 1; }
+out=$(go test -run=NONE -bench='^BenchmarkGVisor' -benchtime="${n}x" ./internal/sandbox/linux/ 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | grep -E '^Benchmark'
 ns() { echo "$out" | awk -v b="$1" '$1 ~ b {print $3; exit}'; }
 mib() { echo "$out" | awk -v b="$1" '$1 ~ b {print $5; exit}'; }

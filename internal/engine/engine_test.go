@@ -94,11 +94,18 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// testRuntimeEnv names the runtime the harness's runs ask for when a
+// config names none; TestLifecycleGVisor runs tests again with gvisor.
+const testRuntimeEnv = "AIRLOCK_TEST_RUNTIME"
+
 // start creates a scripted run.
 func (h *harness) start(task, script string, cfg engine.Config) store.Run {
 	h.t.Helper()
 	if cfg.Model == "" {
 		cfg.Model = "script:test.yaml"
+	}
+	if cfg.Runtime == "" {
+		cfg.Runtime = os.Getenv(testRuntimeEnv)
 	}
 	r, err := h.eng.Create(ctxT(h.t, time.Minute), engine.Request{Task: task, Config: cfg, Script: []byte(script)})
 	if err != nil {
@@ -129,7 +136,30 @@ func (h *harness) verifyLog(id string) []event.Event {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	wantRuntime(h.t, evs)
 	return evs
+}
+
+// wantRuntime checks that every sandbox of evs had the runtime
+// testRuntimeEnv names, if it names one.
+func wantRuntime(t *testing.T, evs []event.Event) {
+	t.Helper()
+	rt := os.Getenv(testRuntimeEnv)
+	if rt == "" {
+		return
+	}
+	for _, e := range evs {
+		if e.Type != event.TypeSandboxProvisioned {
+			continue
+		}
+		var p event.SandboxProvisioned
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p.Backend != rt {
+			t.Errorf("sandbox %s provisioned on %q, want %q", p.SandboxID, p.Backend, rt)
+		}
+	}
 }
 
 // finished returns the tool.finished payloads of run id, in order.

@@ -291,7 +291,7 @@ func TestRecoveryAfterKill9(t *testing.T) {
 			eng, st, _ := engineOn(t, dir)
 			r, err := eng.Create(context.Background(), engine.Request{
 				Task:   "two files",
-				Config: engine.Config{Model: "script:r.yaml", Checks: engine.Checks{Commands: []string{"test \"$(cat one.txt)\" = \"$(printf 'one\\ntwo')\" && test -f two.txt"}}},
+				Config: engine.Config{Model: "script:r.yaml", Runtime: os.Getenv(testRuntimeEnv), Checks: engine.Checks{Commands: []string{"test \"$(cat one.txt)\" = \"$(printf 'one\\ntwo')\" && test -f two.txt"}}},
 				Script: []byte(fmt.Sprintf(recoveryScript, marker)),
 			})
 			if err != nil {
@@ -325,6 +325,7 @@ func TestRecoveryAfterKill9(t *testing.T) {
 				t.Fatalf("chain: %v", err)
 			}
 			evs, _ := eng.Events(context.Background(), r.ID)
+			wantRuntime(t, evs)
 			// Each step's model turn is recorded once; a turn recorded
 			// before the crash was not requested again.
 			steps := map[int]int{}

@@ -64,9 +64,13 @@ type keyed struct {
 
 // fileKey is what says that an entry changed. A change to a file's content
 // or metadata changes its ctime, which user space cannot set, so a change
-// cannot hide behind a restored mtime.
+// cannot hide behind a restored mtime. The link count is in it as well:
+// Linux changes the ctime of a file given another name, gVisor does not,
+// and the first name of a file newly linked must come again in the delta
+// for the new names to link to it.
 type fileKey struct {
 	ino          uint64
+	nlink        uint64
 	mode         uint32 // type and permission bits (st_mode)
 	uid, gid     uint32
 	size         int64
@@ -229,29 +233,6 @@ func (c *checkpoints) plain(base *baseline, tw *tarWriter, stop <-chan struct{},
 	}
 	res.Entries, res.Bytes = wk.entries, wk.bytes
 	return wk.keys, nil
-}
-
-// resolveBeneath confines every open of a walk to the directory it is
-// relative to: no symlink, no "..", no magic link, no mount crossed. With
-// O_NOFOLLOW, a name swapped for a symlink mid-walk fails to open instead
-// of leading the walk out of the workspace.
-const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
-
-// openBeneath opens name, one component, relative to the directory dirfd.
-func openBeneath(dirfd int, name string, flags int) (int, error) {
-	flags |= unix.O_NOFOLLOW | unix.O_CLOEXEC
-	if flags&unix.O_PATH == 0 {
-		flags |= unix.O_NOCTTY // openat2 refuses it with O_PATH
-	}
-	how := unix.OpenHow{Flags: uint64(flags), Resolve: resolveBeneath}
-	for range 16 {
-		fd, err := unix.Openat2(dirfd, name, &how)
-		// EAGAIN: a rename or mount raced the resolution.
-		if !errors.Is(err, unix.EINTR) && !errors.Is(err, unix.EAGAIN) {
-			return fd, err
-		}
-	}
-	return -1, unix.EAGAIN
 }
 
 // walker walks one tree depth first, a directory before its children and
@@ -599,7 +580,7 @@ func (w *walker) header(h tarHeader, st *unix.Stat_t) error {
 	if st != nil {
 		h.Mode = int64(st.Mode & 0o7777)
 		h.UID, h.GID = int(st.Uid), int(st.Gid)
-		h.ModTime, h.ModTimeNsec = st.Mtim.Sec, st.Mtim.Nsec
+		h.ModTime, h.ModTimeNsec = normalTime(st.Mtim)
 	}
 	w.entries++
 	return w.tw.WriteHeader(h)
@@ -619,7 +600,7 @@ func quote(p string) string {
 
 func keyOf(st *unix.Stat_t) fileKey {
 	return fileKey{
-		ino: st.Ino, mode: st.Mode, uid: st.Uid, gid: st.Gid, size: st.Size,
+		ino: st.Ino, nlink: uint64(st.Nlink), mode: st.Mode, uid: st.Uid, gid: st.Gid, size: st.Size,
 		mtime: st.Mtim, ctime: st.Ctim,
 	}
 }

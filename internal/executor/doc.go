@@ -62,7 +62,9 @@
 //     changed is read. Memory is the keys of what is walked.
 //   - Every open of the walk is openat2 of one name beneath a directory
 //     descriptor (RESOLVE_BENEATH, NO_SYMLINKS, NO_MAGICLINKS, NO_XDEV,
-//     O_NOFOLLOW), with the sandbox user's file-system identity as file
+//     O_NOFOLLOW; where openat2 is ENOSYS, gVisor's case, openat of the one
+//     name with O_NOFOLLOW, a directory on another device refused as a
+//     mount point), with the sandbox user's file-system identity as file
 //     operations have: a symlink swapped in mid-walk fails to open or is
 //     written as a symlink; it can never lead the walk out of /workspace. A
 //     directory or file is checked, by descriptor, to be what stat saw. A

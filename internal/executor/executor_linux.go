@@ -325,7 +325,8 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 // gVisor's kernel (release 20221219) does not spare its init the default
 // actions: there, every signal that can be caught is asked for, or TSTP,
 // TTIN and TTOU would stop PID 1 and real-time signals end it. KILL and
-// STOP cannot be caught (docs/gvisor.md).
+// STOP cannot be caught: there the executor is out of kill's reach instead
+// (outOfKillReach, docs/gvisor.md).
 func absorbSignals(gvisor bool) {
 	c := make(chan os.Signal, 16)
 	sigs := []os.Signal{

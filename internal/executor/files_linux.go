@@ -383,8 +383,9 @@ func resetfsid() error {
 }
 
 // setEffectiveIDs is setfsid where the kernel has no setfsuid (gVisor's):
-// it sets the thread's effective ids and keeps the real and saved ones (0),
-// which let it change back. The raw system calls change this thread only,
+// it sets the thread's effective ids and keeps the real and saved ones
+// (executorUID, outOfKillReach); CAP_SETUID, kept in the permitted set,
+// lets it change back. The raw system calls change this thread only,
 // as setfsuid does (syscall.Setresuid would change every thread). Going
 // back to root, the uid changes first: only root may change the gid.
 //
@@ -410,6 +411,11 @@ func setEffectiveIDs(uid, gid int, op bool) error {
 		return nil
 	}
 	if uid == 0 {
+		// Under gVisor the saved uid is not 0 (outOfKillReach): going
+		// back needs CAP_SETUID, from the permitted set.
+		if err := setEffectiveCaps(true); err != nil {
+			return err
+		}
 		if err := setuid(); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -81,7 +82,38 @@ func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 	if mode == "" {
 		mode = execproto.WorkspaceEmpty
 	}
-	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
+	if err := outOfKillReach(); err != nil {
+		return nil, none, fmt.Errorf("executor ids: %w", err)
+	}
+	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only", "pid1:out-of-kill-reach"}, none, nil
+}
+
+// executorUID is the executor's real and saved uid under gVisor: no
+// command's (they run as root, 1000 or the account's; lookupUser refuses it).
+const executorUID = 65533
+
+// outOfKillReach puts the executor out of reach of kill(2) from inside.
+// gVisor does not spare its PID 1 SIGKILL and SIGSTOP, as Linux spares its
+// init: root inside could end or freeze the sandbox. kill needs CAP_KILL
+// (no command has it) or the sender's real or effective uid to be the
+// target's real or saved uid, so the executor takes executorUID as both,
+// keeping effective uid 0 and, with that, its capabilities (the kernel
+// clears them only when no id stays 0).
+//
+// Every thread keeps its capabilities across uid changes (PR_SET_KEEPCAPS),
+// for the file operations' switch of a thread's effective ids
+// (setEffectiveIDs): going back to root they raise CAP_SETUID from the
+// permitted set, as the saved uid is no longer 0. Both are set on every
+// thread at once (the Go runtime's all-threads system call), and threads
+// made later inherit them; exec clears keep-caps, so commands do not.
+func outOfKillReach() error {
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0); e != 0 {
+		return fmt.Errorf("keep capabilities: %w", e)
+	}
+	if err := syscall.Setresuid(executorUID, 0, executorUID); err != nil {
+		return fmt.Errorf("setresuid: %w", err)
+	}
+	return nil
 }
 
 // proxied says whether the sandbox has the egress proxy: its socket was

@@ -53,6 +53,10 @@ func (e *executor) lookupUser(name string) (execproto.User, error) {
 	if err != nil {
 		return u, err
 	}
+	if e.setup.GVisor && u.UID == executorUID {
+		// It could signal the executor (outOfKillReach).
+		return execproto.User{}, fmt.Errorf("user %q: uid %d is the executor's own under gvisor", name, u.UID)
+	}
 	if !e.uidMap.has(u.UID) || !e.gidMap.has(u.GID) {
 		return execproto.User{}, fmt.Errorf("user %q (uid %d, gid %d) does not exist in this sandbox: its user namespace maps uids %s and gids %s",
 			name, u.UID, u.GID, e.uidMap, e.gidMap)

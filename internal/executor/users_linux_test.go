@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"strconv"
 	"testing"
 )
 
@@ -55,4 +56,20 @@ func FuzzParseIDMap(f *testing.F) {
 		}
 		_ = m.String()
 	})
+}
+
+// TestLookupUserExecutorUID: under gVisor no command may run as the
+// executor's own uid (it could signal PID 1); elsewhere it is a uid as any.
+func TestLookupUserExecutorUID(t *testing.T) {
+	for _, gvisor := range []bool{false, true} {
+		e := &executor{}
+		e.setup.GVisor = gvisor
+		_, err := e.lookupUser(strconv.Itoa(executorUID))
+		if (err != nil) != gvisor {
+			t.Errorf("lookupUser(%d) with gvisor %v = %v, want an error only under gvisor", executorUID, gvisor, err)
+		}
+		if _, err := e.lookupUser("1000"); err != nil {
+			t.Errorf("lookupUser(1000) with gvisor %v = %v", gvisor, err)
+		}
+	}
 }

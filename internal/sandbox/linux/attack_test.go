@@ -515,15 +515,6 @@ func attackKillExecutor(t *testing.T, rt string) {
 		"TSTP", "TTIN", "TTOU", "CONT", "CHLD", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "34", "64",
 	} {
 		t.Run(sig, func(t *testing.T) {
-			if rt == sandbox.RuntimeGVisor && (sig == "KILL" || sig == "STOP") {
-				// gVisor 20221219 applies them to its init from inside, and
-				// they cannot be caught: root inside (without capabilities)
-				// ends or freezes its own sandbox. docs/gvisor.md.
-				t.Skip("known gap on gvisor: SIGKILL and SIGSTOP reach PID 1 from inside")
-			}
-			if rt == sandbox.RuntimeGVisor && sig == "34" {
-				t.Skip("known gap on gvisor: signal 34 to PID 1 ends the sandbox although the executor asks for it (cause not found yet)")
-			}
 			sb := shared
 			if sb == nil {
 				t.Parallel()

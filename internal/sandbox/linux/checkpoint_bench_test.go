@@ -164,41 +164,46 @@ func BenchmarkCheckpointDelta(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			ws, changed := bc.ws(b)
 			sb, cp := benchCheckpointer(b, ws, bc.mode)
-			ctx := context.Background()
-			step := sandbox.Command{Argv: []string{"sh", "-c", "echo x >> /workspace/" + changed}}
-			mark, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{MarkOnly: true}, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			since := mark.Baseline
-			// A first step copies the file's directories up to a cow
-			// workspace's upper layer; the next ones change the file
-			// alone.
-			if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
-				b.Fatalf("run: %+v %v", r, err)
-			}
-			res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, io.Discard)
-			if err != nil {
-				b.Fatal(err)
-			}
-			since = res.Baseline
-			var w countingWriter
-			for b.Loop() {
-				b.StopTimer()
-				if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
-					b.Fatalf("run: %+v %v", r, err)
-				}
-				w.n = 0
-				b.StartTimer()
-				res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, &w)
-				if err != nil || res.Full || res.Entries != 1 {
-					b.Fatalf("Checkpoint = %+v, %v; want a delta of the changed file alone", res, err)
-				}
-				since = res.Baseline
-			}
-			b.ReportMetric(float64(w.n), "stream-B/op")
+			benchDelta(b, sb, cp, changed)
 		})
 	}
+}
+
+// benchDelta times the checkpoints of steps that each append to the file
+// changed of sb's workspace.
+func benchDelta(b *testing.B, sb sandbox.Sandbox, cp sandbox.Checkpointer, changed string) {
+	ctx := context.Background()
+	step := sandbox.Command{Argv: []string{"sh", "-c", "echo x >> /workspace/" + changed}}
+	mark, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{MarkOnly: true}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	since := mark.Baseline
+	// A first step copies the file's directories up to a cow workspace's
+	// upper layer; the next ones change the file alone.
+	if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
+		b.Fatalf("run: %+v %v", r, err)
+	}
+	res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, io.Discard)
+	if err != nil {
+		b.Fatal(err)
+	}
+	since = res.Baseline
+	var w countingWriter
+	for b.Loop() {
+		b.StopTimer()
+		if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
+			b.Fatalf("run: %+v %v", r, err)
+		}
+		w.n = 0
+		b.StartTimer()
+		res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, &w)
+		if err != nil || res.Full || res.Entries != 1 {
+			b.Fatalf("Checkpoint = %+v, %v; want a delta of the changed file alone", res, err)
+		}
+		since = res.Baseline
+	}
+	b.ReportMetric(float64(w.n), "stream-B/op")
 }
 
 // BenchmarkCheckpointFull is the first checkpoint of the 1 GiB cow

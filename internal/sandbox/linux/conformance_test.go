@@ -63,9 +63,6 @@ var gvisorConformanceSkips = []string{
 	"TestConformanceGVisor/Workspace/Empty",
 	"TestConformanceGVisor/Workspace/COW",
 	"TestConformanceGVisor/Workspace/RW",
-	// Checkpoints walk with openat2, which this gVisor does not implement
-	// (ENOSYS), and a cow workspace's upper layer is gVisor's memory.
-	"TestConformanceGVisor/Checkpoint",
 	// A watched tree with links to / times out (the attacks' PathTricks:
 	// paths through a link to / resolve to / in this gVisor's overlay).
 	"TestConformanceGVisor/Watch/PathTricks",

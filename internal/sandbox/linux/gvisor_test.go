@@ -241,3 +241,38 @@ func TestDoctorGVisor(t *testing.T) {
 		t.Errorf("runtime:gvisor without runsc = %+v, want not ok, saying runsc is missing", c)
 	}
 }
+
+// TestGVisorCheckpointTimes checks that a checkpoint carries a time
+// before 1970 as it was set, though gVisor reports its nanoseconds
+// wrapped (the executor reads them back).
+func TestGVisorCheckpointTimes(t *testing.T) {
+	b := newGVisorBackend(t)
+	sb := sandboxtest.Create(t, b, sandbox.Spec{Runtime: sandbox.RuntimeGVisor})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errb sandboxtest.SyncBuffer
+	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", "touch -d @-315619199.5 /workspace/old && ln -s old /workspace/link && touch -h -d @-1.25 /workspace/link"}, Stderr: &errb})
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("Run = %+v, %v; stderr %q", r, err, errb.String())
+	}
+	cp, ok := sb.(sandbox.Checkpointer)
+	if !ok {
+		t.Fatal("a gvisor sandbox is no sandbox.Checkpointer")
+	}
+	var buf bytes.Buffer
+	if _, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{}, &buf); err != nil {
+		t.Fatalf("Checkpoint = %v", err)
+	}
+	want := map[string]time.Time{"old": time.Unix(-315619200, 500_000_000), "link": time.Unix(-2, 750_000_000)}
+	for _, e := range sandboxtest.ReadDelta(t, buf.Bytes(), true) {
+		if w, ok := want[e.Name]; ok {
+			if !e.ModTime.Equal(w) {
+				t.Errorf("%s: mtime %v in the checkpoint, want %v", e.Name, e.ModTime.UTC(), w.UTC())
+			}
+			delete(want, e.Name)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("the checkpoint lacks %v", want)
+	}
+}

@@ -242,9 +242,20 @@ func (s *suite) checkpointSteps(t *testing.T, sb sandbox.Sandbox, mode string) {
 	ApplyDelta(t, dir, es)
 	CompareTrees(t, "full", sb, dir)
 	last := full.Baseline
+	gvisor := sb.Info().Backend == sandbox.RuntimeGVisor
 	for _, st := range checkpointSteps {
 		t.Run(st.name, func(t *testing.T) {
-			mustSh(t, sb, st.script)
+			script := st.script
+			if gvisor && strings.Contains(script, preEpoch) {
+				// gVisor 20221219 reports a time before 1970 with its
+				// nanoseconds wrapped to 32 bits unsigned (-315619199 s
+				// and 3794967296 ns for 1960-01-01 00:00:00.5): the
+				// executor reads that back, but find in the sandbox,
+				// which SandboxTree asks, prints it as it comes.
+				t.Logf("gvisor: %s instead of %s (gVisor reports times before 1970 wrapped)", postEpoch, preEpoch)
+				script = strings.ReplaceAll(script, preEpoch, postEpoch)
+			}
+			mustSh(t, sb, script)
 			res, es := take(t, cp, sandbox.CheckpointRequest{Since: last})
 			if res.Full {
 				t.Fatalf("Checkpoint(since %q) = %+v: full, want a delta", last, res)
@@ -268,6 +279,13 @@ func (s *suite) checkpointSteps(t *testing.T, sb sandbox.Sandbox, mode string) {
 	CompareTrees(t, "full at the end", sb, again)
 	wantHardLinks("d08/f001", "hard2")(t, mode, es)
 }
+
+// preEpoch is a time before 1970 a checkpoint step gives a symlink;
+// postEpoch replaces it on gvisor.
+const (
+	preEpoch  = "1960-01-01 00:00:00.5"
+	postEpoch = "1970-01-02 00:00:00.5"
+)
 
 var checkpointSteps = []checkpointStep{
 	{
@@ -309,11 +327,17 @@ var checkpointSteps = []checkpointStep{
 		name: "remove a directory and make it again", script: "rm -rf /workspace/d06 && mkdir /workspace/d06 && echo fresh > /workspace/d06/new",
 		must: []string{"d06/", "d06/new"},
 		check: func(t *testing.T, mode string, es []DeltaEntry) {
-			want := "d06/.wh.f001" // whiteouts for the old children, or one marker
-			if mode == sandbox.WorkspaceCOW {
-				want = "d06/.wh..wh..opq"
+			// Whiteouts for the old children, or one marker: a cow
+			// workspace's upper layer, where the host can read it, has
+			// the opaque directory (gVisor's in-memory overlay has no
+			// layer to read: it is walked as the other modes are).
+			got := names(es)
+			if !slices.Contains(got, "d06/.wh..wh..opq") && !slices.Contains(got, "d06/.wh.f001") {
+				t.Errorf("remade directory: delta %q has neither d06/.wh..wh..opq nor d06/.wh.f001", got)
 			}
-			wantNames(t, "remade directory", es, nil, []string{want})
+			if mode != sandbox.WorkspaceCOW && slices.Contains(got, "d06/.wh..wh..opq") {
+				t.Errorf("remade directory: delta %q of a %s workspace has an opaque marker", got, mode)
+			}
 		},
 	},
 	{
@@ -360,7 +384,7 @@ var checkpointSteps = []checkpointStep{
 	{
 		name: "modes and times",
 		script: "chmod 0750 /workspace/d10 && chmod 4755 /workspace/d10/f003 && chmod 1777 /workspace/d07 && chmod 0444 /workspace/d07/f002 && " +
-			"touch -d '2001-02-03 04:05:06.123456789' /workspace/d10/f002 && touch -h -d '1960-01-01 00:00:00.5' /workspace/abs",
+			"touch -d '2001-02-03 04:05:06.123456789' /workspace/d10/f002 && touch -h -d '" + preEpoch + "' /workspace/abs",
 		must: []string{"d10/", "d10/f002", "d10/f003", "d07/", "d07/f002", "abs"},
 	},
 	{
