@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -40,12 +41,18 @@ type MCPServer struct {
 	// TimeoutMS bounds one call (and the server's start); zero means a
 	// minute.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Calls, Concurrent and ResultBytes are the server's limits
+	// (policy.MCPLimits); zero takes the default.
+	Calls       int64 `json:"calls,omitempty"`
+	Concurrent  int64 `json:"concurrent,omitempty"`
+	ResultBytes int64 `json:"result_bytes,omitempty"`
 }
 
 func (s MCPServer) policy() policy.MCPServer {
 	p := policy.MCPServer{
 		Name: s.Name, Command: s.Command, Image: s.Image, Source: s.Source, URL: s.URL,
 		Timeout: policy.Duration(time.Duration(s.TimeoutMS) * time.Millisecond),
+		Limits:  policy.MCPLimits{Calls: s.Calls, Concurrent: s.Concurrent, ResultBytes: policy.Size(s.ResultBytes)},
 	}
 	if s.Network != nil {
 		p.Network = *s.Network
@@ -60,6 +67,7 @@ func mcpServersOf(doc *policy.Document) []MCPServer {
 		c := MCPServer{
 			Name: s.Name, Command: slices.Clone(s.Command), Image: s.Image, Source: s.Source, URL: s.URL,
 			TimeoutMS: time.Duration(s.Timeout).Milliseconds(),
+			Calls:     s.Limits.Calls, Concurrent: s.Limits.Concurrent, ResultBytes: int64(s.Limits.ResultBytes),
 		}
 		if !s.Network.IsZero() {
 			n := s.Network
@@ -93,7 +101,11 @@ func (d *driver) openMCP(ctx context.Context) error {
 	for i, s := range d.cfg.MCP {
 		servers[i] = s.policy()
 	}
-	o := mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact}
+	used, err := d.mcpCallsMade(ctx)
+	if err != nil {
+		return err
+	}
+	o := mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact, Used: used}
 	if slices.ContainsFunc(servers, func(s policy.MCPServer) bool { return !s.Stdio() }) {
 		client, release, err := d.mcpHTTP(ctx)
 		if err != nil {
@@ -112,6 +124,32 @@ func (d *driver) openMCP(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// mcpCallsMade counts the calls of each MCP server's tools the run's log
+// holds (tool.started of SERVER__TOOL), so that limits.calls bounds the
+// run, not one drive of it.
+func (d *driver) mcpCallsMade(ctx context.Context) (map[string]int64, error) {
+	evs, err := d.e.events(ctx, d.run.ID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: count the run's calls: %w", err)
+	}
+	used := map[string]int64{}
+	for _, ev := range evs {
+		if ev.Type != event.TypeToolStarted {
+			continue
+		}
+		p, err := ev.Unpack()
+		if err != nil {
+			return nil, fmt.Errorf("mcp: count the run's calls: seq %d: %w", ev.Seq, err)
+		}
+		if ts, ok := p.(*event.ToolStarted); ok {
+			if server, _, ok := strings.Cut(ts.Tool, policy.MCPToolSep); ok {
+				used[server]++
+			}
+		}
+	}
+	return used, nil
 }
 
 // closeMCP stops the run's MCP servers, destroying their sandboxes, and

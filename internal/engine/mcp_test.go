@@ -701,3 +701,70 @@ func TestConfigMCPValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestMCPServerLimits: a stdio server's limits (calls per run, calls at
+// once, result bytes) bound what the run makes of it, each refusal a
+// tool error naming the bound.
+func TestMCPServerLimits(t *testing.T) {
+	src := buildEvil(t)
+	doc := mustParse(t, `tools:
+  rules:
+    - when: server == "lim"
+      action: allow
+mcp:
+  servers:
+    - name: lim
+      command: [/workspace/mcpevil]
+      source: `+src+`
+      timeout: 30s
+      limits:
+        calls: 4
+        concurrent: 1
+        result_bytes: 1K
+`)
+	if l := doc.MCP.Servers[0].Limits; l.CallLimit() != 4 || l.ConcurrentLimit() != 1 || l.ResultLimit() != 1024 {
+		t.Fatalf("limits = %+v", l)
+	}
+	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc) })
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	o := h.run("use the limited server", `
+turns:
+  - tool_calls:
+      - name: lim__huge
+        args: {}
+  - tool_calls:
+      - name: lim__inflight
+        args: {}
+      - name: lim__inflight
+        args: {}
+  - tool_calls:
+      - name: lim__echo
+        args: {text: four}
+  - tool_calls:
+      - name: lim__echo
+        args: {text: five}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`, cfg)
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
+	fin := map[string][]event.ToolFinished{}
+	for _, f := range h.finished(o.RunID) {
+		fin[f.Tool] = append(fin[f.Tool], f)
+	}
+	if f := fin["lim__huge"]; len(f) != 1 || f[0].IsError || len(f[0].Output) > 2<<10 || !strings.Contains(f[0].Output, "bytes truncated") {
+		t.Errorf("lim__huge under result_bytes 1K = %+v, want one result cut near 1K", f)
+	}
+	for i, f := range fin["lim__inflight"] {
+		if f.IsError || !strings.Contains(f.Output, "most in flight: 1") {
+			t.Errorf("lim__inflight %d under concurrent 1 = %+v, want one call at a time", i, f)
+		}
+	}
+	if f := fin["lim__echo"]; len(f) != 2 || f[0].IsError || !strings.Contains(f[0].Output, "four") ||
+		!f[1].IsError || !strings.Contains(f[1].Output, "the run's calls of this server are spent (limits.calls: 4)") {
+		t.Errorf("lim__echo = %+v, want the fourth call answered and the fifth refused by limits.calls", f)
+	}
+}

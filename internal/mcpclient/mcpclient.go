@@ -30,6 +30,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -53,8 +54,9 @@ const (
 	// MaxDescription bounds one tool's description, in bytes.
 	MaxDescription = 1024
 	// MaxResult bounds one call's result before the registry's cap: the
-	// server's content beyond it is cut here.
-	MaxResult = 1 << 20
+	// server's content beyond it is cut here (limits.result_bytes may cut
+	// sooner).
+	MaxResult = policy.DefaultMCPResultBytes
 	// maxLine bounds one message from a stdio server: a longer one
 	// breaks the connection (a tool error) instead of filling the host's
 	// memory.
@@ -79,6 +81,9 @@ type Options struct {
 	// redactor) before it leaves the package; nil leaves results as they
 	// are (the engine's scanner still runs).
 	Redact func(string) string
+	// Used counts the calls each server (by name) has had in the run
+	// before this Open (its earlier drives), toward limits.calls.
+	Used map[string]int64
 }
 
 // Set is the connected servers of one run and their tools.
@@ -93,7 +98,8 @@ type Set struct {
 func Open(ctx context.Context, servers []policy.MCPServer, o Options) (*Set, error) {
 	set := &Set{}
 	for _, cfg := range servers {
-		s := &Server{cfg: cfg, o: o}
+		s := &Server{cfg: cfg, o: o, slots: make(chan struct{}, cfg.Limits.ConcurrentLimit())}
+		s.calls.Store(o.Used[cfg.Name])
 		if err := s.connect(ctx); err != nil {
 			set.Close()
 			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
@@ -126,6 +132,10 @@ func (s *Set) Close() {
 type Server struct {
 	cfg policy.MCPServer
 	o   Options
+	// calls counts the calls made in the run (limits.calls).
+	calls atomic.Int64
+	// slots holds one token per call in flight (limits.concurrent).
+	slots chan struct{}
 
 	// mu guards the fields below; a call holds it only to get or replace
 	// the session, never while the call runs.
@@ -412,6 +422,20 @@ func (t *Tool) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (tool
 	timeout := s.cfg.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	lim := s.cfg.Limits
+	if n := s.calls.Add(1); n > lim.CallLimit() {
+		return errResult(s.cfg.Name, "the run's calls of this server are spent (limits.calls: %d); the call was not made", lim.CallLimit()), nil
+	}
+	// A call past limits.concurrent waits for a slot, within its timeout.
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-cctx.Done():
+		if ctx.Err() != nil {
+			return tools.Result{}, ctx.Err()
+		}
+		return errResult(s.cfg.Name, "%d calls of this server were running (limits.concurrent) for all of the call's %s; the call was not made", lim.ConcurrentLimit(), timeout), nil
+	}
 	start := time.Now()
 	res, err := c.sess.CallTool(cctx, &mcp.CallToolParams{Name: t.remote, Arguments: args})
 	if err != nil {
@@ -432,7 +456,7 @@ func (t *Tool) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (tool
 		s.fail(c, why)
 		return errResult(s.cfg.Name, "%s; it is started again at the next call", s.redact(why)), nil
 	}
-	content := s.redact(render(res))
+	content := s.redact(render(res, int(lim.ResultLimit())))
 	out := tools.Result{Content: content, IsError: res.IsError}
 	out.Details.Bytes = int64(len(content))
 	out.Details.Wall = time.Since(start)
@@ -458,8 +482,9 @@ func errResult(server, format string, a ...any) tools.Result {
 
 // render is a result's content as text for the model: text parts as they
 // are, resources' text, other parts by a short note; structured content as
-// JSON when there is no text. It stops at MaxResult bytes.
-func render(res *mcp.CallToolResult) string {
+// JSON when there is no text. It stops at limit bytes (head and tail kept,
+// with a note of what was cut).
+func render(res *mcp.CallToolResult, limit int) string {
 	var b strings.Builder
 	add := func(s string) {
 		if b.Len() > 0 {
@@ -468,7 +493,7 @@ func render(res *mcp.CallToolResult) string {
 		b.WriteString(s)
 	}
 	for _, c := range res.Content {
-		if b.Len() > MaxResult {
+		if b.Len() > limit {
 			break
 		}
 		switch c := c.(type) {
@@ -496,8 +521,8 @@ func render(res *mcp.CallToolResult) string {
 		}
 	}
 	s := b.String()
-	if len(s) > MaxResult {
-		s, _ = tools.Truncate(s, MaxResult)
+	if len(s) > limit {
+		s, _ = tools.Truncate(s, limit)
 	}
 	return s
 }
