@@ -126,6 +126,38 @@ func (d *driver) openMCP(ctx context.Context) error {
 	return nil
 }
 
+// refreshMCP follows the servers' tools/list_changed notifications, at
+// the start of a step: the servers that sent one are listed again, their
+// new tools registered (the run's policy decides their calls as any
+// other's) and the model offered the tools as they are now, without the
+// ones a server no longer offers (a call of one is refused, saying so). A
+// server that cannot be listed now keeps its tools until the next step.
+//
+// Preconditions: called by the loop, between steps (no call in flight).
+func (d *driver) refreshMCP(ctx context.Context) error {
+	if d.mcp == nil || !d.mcp.Changed() {
+		return nil
+	}
+	added, _ := d.mcp.Refresh(ctx) // a server not listed now is tried again at the next step
+	for _, t := range added {
+		if err := d.reg.Register(t); err != nil {
+			return fmt.Errorf("mcp: %w", err)
+		}
+	}
+	specs := d.reg.Specs(d.names...)
+	offered := specs[:0]
+	for _, sp := range specs {
+		if t, ok := d.reg.Get(sp.Name); ok {
+			if mt, ok := t.(*mcpclient.Tool); ok && mt.Gone() {
+				continue
+			}
+		}
+		offered = append(offered, sp)
+	}
+	d.specs = offered
+	return nil
+}
+
 // mcpCallsMade counts the calls of each MCP server's tools the run's log
 // holds (tool.started of SERVER__TOOL), so that limits.calls bounds the
 // run, not one drive of it.

@@ -15,7 +15,10 @@
 // arguments. Results are capped and passed through the caller's redactor;
 // the engine scans them for secrets as it does every tool result. A server
 // that crashes, hangs past its timeout or disappears is a tool error the
-// model sees; the next call starts it again, once.
+// model sees; the next call starts it again, once. Each server's limits
+// (policy.MCPLimits: calls per run, calls at once, result bytes) bound
+// its calls, and a server that says its tools changed
+// (tools/list_changed) is listed again by Refresh, between steps.
 //
 // Importers: the run engine (internal/engine).
 package mcpclient
@@ -110,7 +113,9 @@ func Open(ctx context.Context, servers []policy.MCPServer, o Options) (*Set, err
 			set.Close()
 			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, err)
 		}
+		s.tools = map[string]*Tool{}
 		for _, t := range ts {
+			s.tools[t.remote] = t
 			set.tools = append(set.tools, t)
 		}
 	}
@@ -118,8 +123,86 @@ func Open(ctx context.Context, servers []policy.MCPServer, o Options) (*Set, err
 }
 
 // Tools returns the servers' tools, in the servers' order and each
-// server's.
+// server's, and after them those Refresh added; a tool a server no longer
+// offers is among them (Gone says so).
 func (s *Set) Tools() []tools.Tool { return s.tools }
+
+// Changed reports whether a server has said its tools changed since they
+// were last listed.
+func (s *Set) Changed() bool {
+	for _, srv := range s.servers {
+		if srv.changed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// maxKnownTools bounds the tools one server may have had over a run,
+// offered or gone: a server that keeps renaming its tools cannot grow the
+// run's registry without end.
+const maxKnownTools = 2 * MaxTools
+
+// Refresh lists again the tools of each server that said they changed:
+// a tool still offered takes its new description and schema, one no
+// longer offered is gone (a call of it is refused, naming why), and a new
+// one is returned, for the caller to register. Like Open's, the new tools
+// are checked; the run's policy decides their calls as any other's. A
+// server that cannot be listed now keeps its tools and is listed at the
+// next Refresh.
+func (s *Set) Refresh(ctx context.Context) ([]tools.Tool, error) {
+	var added []tools.Tool
+	var errs []error
+	for _, srv := range s.servers {
+		if !srv.changed.Swap(false) {
+			continue
+		}
+		c, err := srv.session(ctx)
+		if err == nil {
+			var ts []*Tool
+			ts, err = srv.listOn(ctx, c)
+			if err == nil {
+				added = append(added, srv.merge(ts)...)
+				continue
+			}
+		}
+		srv.changed.Store(true)
+		errs = append(errs, fmt.Errorf("mcp server %s: list tools again: %w", srv.cfg.Name, err))
+	}
+	for _, t := range added {
+		s.tools = append(s.tools, t)
+	}
+	return added, errors.Join(errs...)
+}
+
+// merge takes ts, the server's tools as listed now, and returns the new
+// ones.
+func (s *Server) merge(ts []*Tool) []tools.Tool {
+	now := map[string]bool{}
+	var added []tools.Tool
+	for _, t := range ts {
+		now[t.remote] = true
+		if old := s.tools[t.remote]; old != nil {
+			old.mu.Lock()
+			old.spec, old.gone = t.spec, false
+			old.mu.Unlock()
+			continue
+		}
+		if len(s.tools) >= maxKnownTools {
+			continue
+		}
+		s.tools[t.remote] = t
+		added = append(added, t)
+	}
+	for name, t := range s.tools {
+		if !now[name] {
+			t.mu.Lock()
+			t.gone = true
+			t.mu.Unlock()
+		}
+	}
+	return added
+}
 
 // Close stops every server (and destroys the sandboxes of stdio servers).
 func (s *Set) Close() {
@@ -136,6 +219,13 @@ type Server struct {
 	calls atomic.Int64
 	// slots holds one token per call in flight (limits.concurrent).
 	slots chan struct{}
+	// changed is set by the server's tools/list_changed notification,
+	// until Refresh lists its tools again.
+	changed atomic.Bool
+	// tools are the server's tools the run has known, by the server's
+	// name of each (owned by Open and Refresh, which the run calls
+	// between steps).
+	tools map[string]*Tool
 
 	// mu guards the fields below; a call holds it only to get or replace
 	// the session, never while the call runs.
@@ -181,8 +271,12 @@ func (s *Server) connect(ctx context.Context) error {
 	return nil
 }
 
-func newClient() *mcp.Client {
-	return mcp.NewClient(&mcp.Implementation{Name: "airlock", Version: "1"}, nil)
+// newClient is the MCP client of s: a server's tools/list_changed
+// notification marks it for Refresh.
+func (s *Server) newClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "airlock", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { s.changed.Store(true) },
+	})
 }
 
 // startStdio launches the server's sandbox, starts its command there and
@@ -220,7 +314,7 @@ func (s *Server) startStdio(ctx context.Context) (*conn, error) {
 		<-waited
 		release()
 	}
-	sess, err := newClient().Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: maxLine}, nil)
+	sess, err := s.newClient().Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: maxLine}, nil)
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("initialize: %w%s", err, stderr.suffix())
@@ -234,7 +328,7 @@ func (s *Server) dialHTTP(ctx context.Context) (*conn, error) {
 		return nil, errors.New("this host cannot reach remote servers (no egress proxy)")
 	}
 	t := &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.o.HTTPClient, MaxRetries: -1, DisableStandaloneSSE: true}
-	sess, err := newClient().Connect(ctx, t, nil)
+	sess, err := s.newClient().Connect(ctx, t, nil)
 	if err != nil {
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
@@ -252,14 +346,19 @@ func (s *Server) close() {
 }
 
 // list returns the server's tools as tools of the run, after the checks.
-func (s *Server) list(ctx context.Context) ([]*Tool, error) {
+//
+// Preconditions: s.conn is set, and s is not shared yet.
+func (s *Server) list(ctx context.Context) ([]*Tool, error) { return s.listOn(ctx, s.conn) }
+
+// listOn lists the server's tools on connection c.
+func (s *Server) listOn(ctx context.Context, c *conn) ([]*Tool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout())
 	defer cancel()
 	var out []*Tool
 	seen := map[string]bool{}
 	cursor := ""
 	for range 64 { // pages
-		res, err := s.conn.sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		res, err := c.sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			return nil, err
 		}
@@ -384,13 +483,30 @@ func (s *Server) fail(c *conn, why string) {
 type Tool struct {
 	srv    *Server
 	remote string
-	spec   model.ToolSpec
+
+	mu sync.Mutex
+	// spec is the tool as last listed (guarded by mu).
+	spec model.ToolSpec
+	// gone is set when the server's last listing did not offer the tool
+	// (guarded by mu).
+	gone bool
 }
 
 var _ tools.Tool = (*Tool)(nil)
 
 // Spec is the tool as the model sees it.
-func (t *Tool) Spec() model.ToolSpec { return t.spec }
+func (t *Tool) Spec() model.ToolSpec {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.spec
+}
+
+// Gone reports whether the server no longer offers the tool.
+func (t *Tool) Gone() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gone
+}
 
 // Place is the host: the call runs next to the agent loop, which speaks to
 // the server.
@@ -412,6 +528,9 @@ func (t *Tool) Server() string { return t.srv.cfg.Name }
 // again at the next call (once).
 func (t *Tool) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (tools.Result, error) {
 	s := t.srv
+	if t.Gone() {
+		return errResult(s.cfg.Name, "it no longer offers the tool %s (its tool list changed); the call was not made. The tools offered now are in your tool list", t.remote), nil
+	}
 	c, err := s.session(ctx)
 	if err != nil {
 		return errResult(s.cfg.Name, "%v", err), nil
