@@ -384,41 +384,17 @@ func (e *Engine) appendMCP(ctx context.Context, id string, build func(store.Run,
 // appendMCPStatus is appendMCP that also moves the record from running to
 // status to, when not empty; a record already final gives ErrFinal.
 func (e *Engine) appendMCPStatus(ctx context.Context, id string, to event.Status, build func(store.Run, *mcpAsks) ([]event.Payload, error)) error {
-	for attempt := 0; ; attempt++ {
-		r, err := e.mcpRecord(ctx, id)
-		if err != nil {
-			return err
-		}
+	return e.appendRetry(ctx, "mcp record", id, e.mcpRecord, func(r store.Run) (event.Status, []event.Payload, error) {
 		if to != "" && r.Status.Final() {
-			return fmt.Errorf("%w: mcp record %s is %s", ErrFinal, id, r.Status)
+			return "", nil, fmt.Errorf("%w: mcp record %s is %s", ErrFinal, id, r.Status)
 		}
 		asks, err := e.loadMCP(ctx, id)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		ps, err := build(r, asks)
-		if err != nil {
-			return err
-		}
-		evs, err := drafts(ps...)
-		if err != nil {
-			return err
-		}
-		var stored []event.Event
-		if to != "" {
-			_, stored, err = e.o.Store.AppendStatus(ctx, id, r.LastSeq+1, r.Status, to, evs)
-		} else {
-			stored, err = e.o.Store.Append(ctx, id, r.LastSeq+1, evs)
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 50 {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("engine: mcp record %s: %w", id, err)
-		}
-		e.emit(stored)
-		return nil
-	}
+		return to, ps, err
+	})
 }
 
 // decideMCP appends decision d to the MCP record its approval id names,

@@ -212,17 +212,7 @@ func (d *driver) mcpHTTP(ctx context.Context) (*http.Client, func(), error) {
 		return nil, nil, errors.New("this host gives runs no network")
 	}
 	spec := sandbox.Spec{ID: sandbox.NewID()}
-	release, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{
-		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: mcpSandbox, Policy: d.run.Policy, Spec: &spec,
-		Audit: func(ed event.EgressDecision) {
-			ed.Sandbox = mcpSandbox
-			d.audit(ctx, ed)
-		},
-		Ask: func(ctx context.Context, host string, port int) (bool, error) {
-			return d.askNetwork(ctx, mcpSandbox, host, port)
-		},
-		Log: d.logged,
-	})
+	release, err := d.attach(ctx, mcpSandbox, d.run.Policy, &spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -259,27 +249,12 @@ func (d *driver) mcpHTTP(ctx context.Context) (*http.Client, func(), error) {
 // and no network. It is not one of the run's sandboxes: no snapshots, no
 // checkpoints, nothing of it in the run's patch.
 func (d *driver) launchMCP(ctx context.Context, s policy.MCPServer) (sandbox.Sandbox, func(), error) {
-	cfg := d.cfg
-	spec := sandbox.Spec{Env: slices.Clone(sandboxEnv), Limits: sandbox.Limits{
-		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
-		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
-	}}
-	spec.RootFS, spec.Runtime = cfg.RootFS, cfg.Runtime
+	spec, err := d.baseSpec(ctx, nil, s.Image, true)
+	if err != nil {
+		return nil, nil, err
+	}
 	if s.Source != "" {
 		spec.Workspace, spec.WorkspaceMode = s.Source, sandbox.WorkspaceRO
-	}
-	if s.Image != "" {
-		if d.e.o.Images == nil {
-			return nil, nil, fmt.Errorf("image %s: this host has no image store", s.Image)
-		}
-		ref, err := d.e.o.Images.Resolve(ctx, s.Image)
-		if err != nil {
-			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
-		}
-		spec.RootFS = ""
-		if err := d.e.o.Images.Apply(ctx, ref, &spec); err != nil {
-			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
-		}
 	}
 	release := func() {}
 	if !s.Network.IsZero() {
@@ -307,17 +282,6 @@ func (d *driver) attachMCP(ctx context.Context, s policy.MCPServer, spec *sandbo
 	}
 	doc := policy.Default()
 	doc.Network = s.Network
-	name := mcpSandbox + ":" + s.Name
 	spec.ID = sandbox.NewID()
-	return d.e.o.Network.Attach(ctx, sandbox.Attachment{
-		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: doc.Canonical(), Spec: spec,
-		Audit: func(ed event.EgressDecision) {
-			ed.Sandbox = name
-			d.audit(ctx, ed)
-		},
-		Ask: func(ctx context.Context, host string, port int) (bool, error) {
-			return d.askNetwork(ctx, name, host, port)
-		},
-		Log: d.logged,
-	})
+	return d.attach(ctx, mcpSandbox+":"+s.Name, doc.Canonical(), spec)
 }
