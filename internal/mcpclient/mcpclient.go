@@ -169,9 +169,7 @@ func (s *Set) Refresh(ctx context.Context) ([]tools.Tool, error) {
 		srv.changed.Store(true)
 		errs = append(errs, fmt.Errorf("mcp server %s: list tools again: %w", srv.cfg.Name, err))
 	}
-	for _, t := range added {
-		s.tools = append(s.tools, t)
-	}
+	s.tools = append(s.tools, added...)
 	return added, errors.Join(errs...)
 }
 
