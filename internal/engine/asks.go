@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -21,8 +22,12 @@ import (
 // withdrawn when the call ended first), and it is completed with
 // sandbox.destroyed when the sandbox or its session ends. Approvals and
 // Decide list and decide these asks beside the runs' own, from any
-// process on the store; the process holding the call (HoldMCPAsk) reads
-// the decision from the record's log.
+// process on the store; the process holding the call (MCPHold) reads
+// the decision from the record's log. The holder keeps the record's lease
+// (renewed every third of Options.LeaseTTL); once it lapses, any engine
+// listing approvals closes the record as failed (sandbox.lost) and
+// withdraws its asks, so a crashed session's asks do not wait for a
+// decision no one can act on.
 
 // MCPRecord is what an MCP record is opened for.
 type MCPRecord struct {
@@ -38,8 +43,12 @@ type MCPRecord struct {
 }
 
 // OpenMCPRecord creates the running record of kind store.KindMCP in which
-// the asks of m's sandbox wait, and returns its id.
-func (e *Engine) OpenMCPRecord(ctx context.Context, m MCPRecord) (string, error) {
+// the asks of m's sandbox wait, and takes its lease for this engine
+// (Options.Owner, Options.LeaseTTL): the returned MCPHold renews it until
+// Close. A record whose lease has expired (its process died, or stalled
+// past it) is closed by any engine on the store that lists approvals
+// (Approvals), its pending asks withdrawn.
+func (e *Engine) OpenMCPRecord(ctx context.Context, m MCPRecord) (*MCPHold, error) {
 	doc := m.Policy
 	if doc == nil {
 		doc = policy.Default()
@@ -51,14 +60,22 @@ func (e *Engine) OpenMCPRecord(ctx context.Context, m MCPRecord) (string, error)
 	}
 	first, err := drafts(event.SandboxCreated{SandboxID: m.Sandbox, Template: m.PolicyName, KeyID: m.KeyID})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	_, stored, err := e.o.Store.CreateRunWith(ctx, r, first)
 	if err != nil {
-		return "", fmt.Errorf("engine: open the mcp record of sandbox %s: %w", m.Sandbox, err)
+		return nil, fmt.Errorf("engine: open the mcp record of sandbox %s: %w", m.Sandbox, err)
 	}
 	e.emit(stored)
-	return r.ID, nil
+	l, err := e.o.Store.AcquireLease(ctx, r.ID, e.o.Owner, e.o.LeaseTTL)
+	if err != nil {
+		// Nothing holds it: close it now rather than leave it to a reaper.
+		_ = e.closeMCP(context.WithoutCancel(ctx), r.ID, event.StatusFailed, "airlock", "its lease could not be taken")
+		return nil, fmt.Errorf("engine: lease the mcp record of sandbox %s: %w", m.Sandbox, err)
+	}
+	h := &MCPHold{e: e, id: r.ID, lease: l, stop: make(chan struct{}), done: make(chan struct{})}
+	go h.renew(context.WithoutCancel(ctx))
+	return h, nil
 }
 
 // MCPAsk is a call of an MCP session that waits for a person.
@@ -71,29 +88,73 @@ type MCPAsk struct {
 	Timeout time.Duration
 }
 
-// HoldMCPAsk appends q to MCP record id as a pending approval, calls held
-// with its id once it is stored, and waits for its decision
-// (AwaitMCPAsk).
-func (e *Engine) HoldMCPAsk(ctx context.Context, id string, q MCPAsk, held func(approvalID string)) (event.ApprovalDecided, error) {
-	req, err := e.RequestMCPAsk(ctx, id, q)
+// MCPHold is an open MCP record this engine holds the lease of: its
+// asks are appended under the lease's fence, so that once another engine
+// has taken the record over (the lease expired) nothing more is written
+// into it from here.
+type MCPHold struct {
+	e     *Engine
+	id    string
+	lease store.Lease
+	stop  chan struct{} // closed by Close
+	done  chan struct{} // closed when renew returns
+	once  sync.Once
+}
+
+// ID is the record's id.
+func (h *MCPHold) ID() string { return h.id }
+
+// renew renews the lease every third of its time to live, until Close or
+// until the lease is lost (taken over, or the record closed).
+func (h *MCPHold) renew(ctx context.Context) {
+	defer close(h.done)
+	t := time.NewTicker(h.e.o.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, h.e.o.LeaseTTL)
+		_, err := h.e.o.Store.RenewLease(rctx, h.id, h.lease.Owner, h.lease.Token, h.e.o.LeaseTTL)
+		cancel()
+		if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrFinal) {
+			return
+		}
+	}
+}
+
+// fenced is ctx carrying the hold's fencing token.
+func (h *MCPHold) fenced(ctx context.Context) context.Context {
+	return store.WithFence(ctx, h.lease.Token)
+}
+
+// Hold appends q as a pending approval, calls held with its id once it
+// is stored, and waits for its decision (AwaitMCPAsk).
+func (h *MCPHold) Hold(ctx context.Context, q MCPAsk, held func(approvalID string)) (event.ApprovalDecided, error) {
+	req, err := h.Request(ctx, q)
 	if err != nil {
 		return event.ApprovalDecided{}, err
 	}
 	if held != nil {
 		held(req.ApprovalID)
 	}
-	return e.AwaitMCPAsk(ctx, req.ApprovalID)
+	return h.e.AwaitMCPAsk(ctx, req.ApprovalID)
 }
 
-// RequestMCPAsk appends q to MCP record id as a pending approval and
-// returns it as stored.
-func (e *Engine) RequestMCPAsk(ctx context.Context, id string, q MCPAsk) (event.ApprovalRequested, error) {
+// Request appends q to the record as a pending approval and returns it
+// as stored. A record taken over by another engine (its lease lost) or
+// closed gives an error wrapping ErrFinal or store.ErrLeaseLost: the
+// caller opens a new record.
+func (h *MCPHold) Request(ctx context.Context, q MCPAsk) (event.ApprovalRequested, error) {
+	e := h.e
 	timeout := q.Timeout
 	if timeout <= 0 {
 		timeout = e.o.ApprovalTimeout
 	}
 	var req event.ApprovalRequested
-	err := e.appendMCP(ctx, id, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
+	err := e.appendMCP(h.fenced(ctx), h.id, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
 		if r.Status.Final() {
 			return nil, fmt.Errorf("%w: mcp record %s is %s", ErrFinal, r.ID, r.Status)
 		}
@@ -105,6 +166,23 @@ func (e *Engine) RequestMCPAsk(ctx context.Context, id string, q MCPAsk) (event.
 		return []event.Payload{req}, nil
 	})
 	return req, err
+}
+
+// Close completes the record (its sandbox or session ended): every ask
+// still pending is withdrawn, sandbox.destroyed with reason ends the log,
+// and the lease is released. A record already closed (or taken over) is
+// left as it is. Close may be called more than once.
+func (h *MCPHold) Close(ctx context.Context, reason string) error {
+	err := h.e.closeMCP(h.fenced(ctx), h.id, event.StatusCompleted, "mcp-client", reason)
+	if errors.Is(err, ErrFinal) || errors.Is(err, store.ErrLeaseLost) {
+		err = nil
+	}
+	h.once.Do(func() {
+		close(h.stop)
+		<-h.done
+		_ = h.e.o.Store.ReleaseLease(context.WithoutCancel(ctx), h.id, h.lease.Owner, h.lease.Token)
+	})
+	return err
 }
 
 // AwaitMCPAsk waits for the decision on pending MCP approval approvalID:
@@ -167,25 +245,60 @@ func (e *Engine) AnswerMCPAsk(ctx context.Context, approvalID, tenant, action st
 	return e.decideMCP(ctx, approvalID, tenant, action, d, false)
 }
 
-// CloseMCPRecord completes MCP record id (its sandbox or session ended):
-// every ask still pending is withdrawn, and sandbox.destroyed with reason
-// ends the log. A record already closed is left as it is.
-func (e *Engine) CloseMCPRecord(ctx context.Context, id, reason string) error {
-	err := e.appendMCPStatus(ctx, id, event.StatusCompleted, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
+// closeMCP moves MCP record id from running to status to: every ask
+// still pending is withdrawn by by, and the log ends with
+// sandbox.destroyed (completed: the sandbox or its session ended) or
+// sandbox.lost (failed: the process holding it is gone), with reason. A
+// record already final gives ErrFinal.
+func (e *Engine) closeMCP(ctx context.Context, id string, to event.Status, by, reason string) error {
+	return e.appendMCPStatus(ctx, id, to, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
 		var ps []event.Payload
 		for _, a := range asks.open() {
-			ps = append(ps, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "withdrawn", By: "mcp-client", Reason: reason})
+			ps = append(ps, event.ApprovalDecided{ApprovalID: a.req.ApprovalID, Decision: "withdrawn", By: by, Reason: reason})
 		}
 		sb := ""
 		if asks.created != nil {
 			sb = asks.created.SandboxID
 		}
-		return append(ps, event.SandboxDestroyed{Sandbox: sb, SandboxID: sb, Reason: reason}), nil
+		if to == event.StatusCompleted {
+			return append(ps, event.SandboxDestroyed{Sandbox: sb, SandboxID: sb, Reason: reason}), nil
+		}
+		return append(ps, event.SandboxLost{Sandbox: sb, SandboxID: sb, Reason: reason}), nil
 	})
-	if errors.Is(err, ErrFinal) {
-		return nil
+}
+
+// reapMCP closes running MCP record r if its lease has expired: the
+// process that held it died, or stalled past its lease (its later writes
+// are fenced off). It reports whether the record is closed now; one whose
+// holder renewed meanwhile is left as it is.
+func (e *Engine) reapMCP(ctx context.Context, r store.Run) (bool, error) {
+	l, err := e.o.Store.AcquireLease(ctx, r.ID, e.o.Owner, e.o.LeaseTTL)
+	switch {
+	case errors.Is(err, store.ErrLeased):
+		return false, nil
+	case errors.Is(err, store.ErrFinal):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("engine: take over mcp record %s: %w", r.ID, err)
 	}
-	return err
+	defer func() { _ = e.o.Store.ReleaseLease(context.WithoutCancel(ctx), r.ID, l.Owner, l.Token) }()
+	err = e.closeMCP(store.WithFence(ctx, l.Token), r.ID, event.StatusFailed, "airlock", mcpGone)
+	if err != nil && !errors.Is(err, ErrFinal) {
+		return false, err
+	}
+	return true, nil
+}
+
+// mcpGone is why a reaped record's asks are withdrawn.
+const mcpGone = "the MCP session holding it is gone (its lease expired: the process died or stalled)"
+
+// mcpLeaseExpired reports whether r's lease ran out by now: its holder
+// has not renewed it. A record never leased counts from its creation.
+func (e *Engine) mcpLeaseExpired(r store.Run) bool {
+	if r.LeaseOwner == "" {
+		return r.Created.Add(e.o.LeaseTTL).Before(e.o.Now())
+	}
+	return r.LeaseExpires.Before(e.o.Now())
 }
 
 // mcpAsk is one ask of an MCP record.
@@ -271,41 +384,17 @@ func (e *Engine) appendMCP(ctx context.Context, id string, build func(store.Run,
 // appendMCPStatus is appendMCP that also moves the record from running to
 // status to, when not empty; a record already final gives ErrFinal.
 func (e *Engine) appendMCPStatus(ctx context.Context, id string, to event.Status, build func(store.Run, *mcpAsks) ([]event.Payload, error)) error {
-	for attempt := 0; ; attempt++ {
-		r, err := e.mcpRecord(ctx, id)
-		if err != nil {
-			return err
-		}
+	return e.appendRetry(ctx, "mcp record", id, e.mcpRecord, func(r store.Run) (event.Status, []event.Payload, error) {
 		if to != "" && r.Status.Final() {
-			return fmt.Errorf("%w: mcp record %s is %s", ErrFinal, id, r.Status)
+			return "", nil, fmt.Errorf("%w: mcp record %s is %s", ErrFinal, id, r.Status)
 		}
 		asks, err := e.loadMCP(ctx, id)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		ps, err := build(r, asks)
-		if err != nil {
-			return err
-		}
-		evs, err := drafts(ps...)
-		if err != nil {
-			return err
-		}
-		var stored []event.Event
-		if to != "" {
-			_, stored, err = e.o.Store.AppendStatus(ctx, id, r.LastSeq+1, r.Status, to, evs)
-		} else {
-			stored, err = e.o.Store.Append(ctx, id, r.LastSeq+1, evs)
-		}
-		if errors.Is(err, store.ErrConflict) && attempt < 50 {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("engine: mcp record %s: %w", id, err)
-		}
-		e.emit(stored)
-		return nil
-	}
+		return to, ps, err
+	})
 }
 
 // decideMCP appends decision d to the MCP record its approval id names,
@@ -317,6 +406,13 @@ func (e *Engine) decideMCP(ctx context.Context, id, tenant, action string, d eve
 	recID, _, ok := splitApprovalID(id)
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrNoApproval, id)
+	}
+	if r, err := e.mcpRecord(ctx, recID); err == nil && !internal && r.Status == event.StatusRunning && e.mcpLeaseExpired(r) {
+		// No one would act on a decision: close it first, and the
+		// decision below finds it ended.
+		if _, err := e.reapMCP(ctx, r); err != nil {
+			return err
+		}
 	}
 	err := e.appendMCP(ctx, recID, func(r store.Run, asks *mcpAsks) ([]event.Payload, error) {
 		if tenant != "" && r.Tenant != tenant {
@@ -356,6 +452,15 @@ func (e *Engine) mcpApprovals(ctx context.Context, tenant string) ([]Approval, e
 			return nil, err
 		}
 		for _, r := range recs {
+			if e.mcpLeaseExpired(r) {
+				closed, err := e.reapMCP(ctx, r)
+				if err != nil {
+					return nil, err
+				}
+				if closed {
+					continue
+				}
+			}
 			asks, err := e.loadMCP(ctx, r.ID)
 			if err != nil {
 				return nil, err

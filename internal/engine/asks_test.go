@@ -105,10 +105,11 @@ func testMCPAsks(t *testing.T, st store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := holder.OpenMCPRecord(ctx, engine.MCPRecord{Tenant: "acme", Session: "s1", Sandbox: "sb-1", PolicyName: "guarded@v1", Policy: doc, KeyID: "key_1"})
+	hd, err := holder.OpenMCPRecord(ctx, engine.MCPRecord{Tenant: "acme", Session: "s1", Sandbox: "sb-1", PolicyName: "guarded@v1", Policy: doc, KeyID: "key_1"})
 	if err != nil {
 		t.Fatalf("OpenMCPRecord = %v", err)
 	}
+	rec := hd.ID()
 	r, err := st.GetRun(ctx, rec)
 	if err != nil || r.Kind != store.KindMCP || r.Tenant != "acme" || r.Status != event.StatusRunning || r.PolicyHash != doc.Hash() {
 		t.Fatalf("GetRun(%s) = %+v, %v, want a running mcp record of acme with the sandbox's policy", rec, r, err)
@@ -127,14 +128,14 @@ func testMCPAsks(t *testing.T, st store.Store) {
 		ids := make(chan string, 1)
 		done := make(chan outcome, 1)
 		go func() {
-			d, err := holder.HoldMCPAsk(ctx, rec, engine.MCPAsk{Action: action, Reason: "a person looks (tools.run_command.rules[0])", Timeout: time.Minute}, func(id string) { ids <- id })
+			d, err := hd.Hold(ctx, engine.MCPAsk{Action: action, Reason: "a person looks (tools.run_command.rules[0])", Timeout: time.Minute}, func(id string) { ids <- id })
 			done <- outcome{d, err}
 		}()
 		select {
 		case id := <-ids:
 			return id, done
 		case o := <-done:
-			t.Fatalf("HoldMCPAsk(%s) = %+v, %v before it was held", action, o.d, o.err)
+			t.Fatalf("Hold(%s) = %+v, %v before it was held", action, o.d, o.err)
 		}
 		return "", nil
 	}
@@ -162,7 +163,7 @@ func testMCPAsks(t *testing.T, st store.Store) {
 		t.Fatalf("Decide(approve) = %v", err)
 	}
 	if o := <-done; o.err != nil || o.d.Decision != "approved" || o.d.By != "alice" {
-		t.Errorf("HoldMCPAsk = %+v, %v, want approved by alice", o.d, o.err)
+		t.Errorf("Hold = %+v, %v, want approved by alice", o.d, o.err)
 	}
 	if err := decider.Decide(ctx, id, "acme", "alice", false, "changed my mind"); !errors.Is(err, engine.ErrDecided) {
 		t.Errorf("Decide twice = %v, want ErrDecided", err)
@@ -177,14 +178,14 @@ func testMCPAsks(t *testing.T, st store.Store) {
 		t.Fatalf("Decide(deny) = %v", err)
 	}
 	if o := <-done; o.err != nil || o.d.Decision != "denied" || o.d.Reason != "not now" {
-		t.Errorf("HoldMCPAsk = %+v, %v, want denied: not now", o.d, o.err)
+		t.Errorf("Hold = %+v, %v, want denied: not now", o.d, o.err)
 	}
 
 	// Expired: the holder records it once its timeout has passed.
 	id, done = hold(ctx, "run_command {\"command\":\"ask 3\"}")
 	clock.add(time.Minute)
 	if o := <-done; o.err != nil || o.d.Decision != "expired" || o.d.By != "timeout" {
-		t.Errorf("HoldMCPAsk past its timeout = %+v, %v, want expired", o.d, o.err)
+		t.Errorf("Hold past its timeout = %+v, %v, want expired", o.d, o.err)
 	}
 	if err := decider.Decide(ctx, id, "acme", "alice", true, ""); !errors.Is(err, engine.ErrDecided) {
 		t.Errorf("Decide after the expiry = %v, want ErrDecided", err)
@@ -192,9 +193,9 @@ func testMCPAsks(t *testing.T, st store.Store) {
 
 	// Answered at the MCP client (an elicitation): only for the call it
 	// asked about, and only for a pending approval.
-	req, err := holder.RequestMCPAsk(ctx, rec, engine.MCPAsk{Action: "run_command {\"command\":\"ask 6\"}", Timeout: time.Minute})
+	req, err := hd.Request(ctx, engine.MCPAsk{Action: "run_command {\"command\":\"ask 6\"}", Timeout: time.Minute})
 	if err != nil {
-		t.Fatalf("RequestMCPAsk = %v", err)
+		t.Fatalf("Request = %v", err)
 	}
 	yes := event.ApprovalDecided{Decision: "approved", By: "mcp-user"}
 	for _, bad := range []struct{ id, tenant, action string }{
@@ -220,7 +221,7 @@ func testMCPAsks(t *testing.T, st store.Store) {
 	id, done = hold(cctx, "run_command {\"command\":\"ask 4\"}")
 	cancel()
 	if o := <-done; !errors.Is(o.err, context.Canceled) {
-		t.Errorf("HoldMCPAsk cancelled = %+v, %v, want context.Canceled", o.d, o.err)
+		t.Errorf("Hold cancelled = %+v, %v, want context.Canceled", o.d, o.err)
 	}
 	if err := decider.Decide(ctx, id, "acme", "alice", true, ""); !errors.Is(err, engine.ErrDecided) {
 		t.Errorf("Decide of a withdrawn ask = %v, want ErrDecided", err)
@@ -228,20 +229,20 @@ func testMCPAsks(t *testing.T, st store.Store) {
 
 	// The session ends while an ask waits: withdrawn, the record completed.
 	id, done = hold(ctx, "run_command {\"command\":\"ask 5\"}")
-	if err := holder.CloseMCPRecord(ctx, rec, "the session ended"); err != nil {
-		t.Fatalf("CloseMCPRecord = %v", err)
+	if err := hd.Close(ctx, "the session ended"); err != nil {
+		t.Fatalf("Close = %v", err)
 	}
 	if o := <-done; o.err != nil || o.d.Decision != "withdrawn" {
-		t.Errorf("HoldMCPAsk when the session ends = %+v, %v, want withdrawn", o.d, o.err)
+		t.Errorf("Hold when the session ends = %+v, %v, want withdrawn", o.d, o.err)
 	}
-	if err := holder.CloseMCPRecord(ctx, rec, "again"); err != nil {
-		t.Errorf("CloseMCPRecord twice = %v, want nil", err)
+	if err := hd.Close(ctx, "again"); err != nil {
+		t.Errorf("Close twice = %v, want nil", err)
 	}
 	if err := decider.Decide(ctx, id, "acme", "alice", true, ""); !errors.Is(err, engine.ErrDecided) {
 		t.Errorf("Decide after the session's end = %v, want ErrDecided", err)
 	}
 	if r, err := st.GetRun(ctx, rec); err != nil || r.Status != event.StatusCompleted {
-		t.Errorf("the record after CloseMCPRecord = %s, %v, want completed", r.Status, err)
+		t.Errorf("the record after Close = %s, %v, want completed", r.Status, err)
 	}
 	evs, err := st.Events(ctx, rec, 1, 0)
 	if err != nil {

@@ -971,6 +971,9 @@ func (d *driver) callModel(ctx context.Context) (event.ModelResponse, []model.To
 	if err != nil {
 		return event.ModelResponse{}, nil, err
 	}
+	if err := d.refreshMCP(ctx); err != nil {
+		return event.ModelResponse{}, nil, err
+	}
 	n := d.st.steps + 1
 	req := model.Request{System: systemPrompt(d.cfg), Messages: d.st.conversation(), Tools: d.specs}
 	budget := d.cfg.ContextTokens - 8192 - 1024

@@ -591,19 +591,35 @@ func (e *Engine) stopFrom(ctx context.Context, id string, to event.Status, p eve
 // none). While the driver appends first, it is asked again on the new
 // state (up to 50 times).
 func (e *Engine) appendFresh(ctx context.Context, id string, build func(store.Run) (event.Status, event.Payload, error)) error {
-	for attempt := 0; ; attempt++ {
+	get := func(ctx context.Context, id string) (store.Run, error) {
 		r, err := e.o.Store.GetRun(ctx, id)
 		if err == nil {
 			err = agentRun(r)
 		}
-		if err != nil {
-			return err
-		}
+		return r, err
+	}
+	return e.appendRetry(ctx, "run", id, get, func(r store.Run) (event.Status, []event.Payload, error) {
 		to, p, err := build(r)
+		return to, []event.Payload{p}, err
+	})
+}
+
+// appendRetry appends what build returns to record id (a run's, or an MCP
+// record's: what names it in errors), built on the record as get reads it
+// now, and moves the record to the status build returns ("" for none).
+// While another writer appends first, build is asked again on the new
+// state (up to 50 times).
+func (e *Engine) appendRetry(ctx context.Context, what, id string, get func(context.Context, string) (store.Run, error), build func(store.Run) (event.Status, []event.Payload, error)) error {
+	for attempt := 0; ; attempt++ {
+		r, err := get(ctx, id)
 		if err != nil {
 			return err
 		}
-		evs, err := drafts(p)
+		to, ps, err := build(r)
+		if err != nil {
+			return err
+		}
+		evs, err := drafts(ps...)
 		if err != nil {
 			return err
 		}
@@ -617,7 +633,7 @@ func (e *Engine) appendFresh(ctx context.Context, id string, build func(store.Ru
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("engine: run %s: %w", id, err)
+			return fmt.Errorf("engine: %s %s: %w", what, id, err)
 		}
 		e.emit(stored)
 		return nil

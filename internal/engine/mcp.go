@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -40,12 +41,18 @@ type MCPServer struct {
 	// TimeoutMS bounds one call (and the server's start); zero means a
 	// minute.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Calls, Concurrent and ResultBytes are the server's limits
+	// (policy.MCPLimits); zero takes the default.
+	Calls       int64 `json:"calls,omitempty"`
+	Concurrent  int64 `json:"concurrent,omitempty"`
+	ResultBytes int64 `json:"result_bytes,omitempty"`
 }
 
 func (s MCPServer) policy() policy.MCPServer {
 	p := policy.MCPServer{
 		Name: s.Name, Command: s.Command, Image: s.Image, Source: s.Source, URL: s.URL,
 		Timeout: policy.Duration(time.Duration(s.TimeoutMS) * time.Millisecond),
+		Limits:  policy.MCPLimits{Calls: s.Calls, Concurrent: s.Concurrent, ResultBytes: policy.Size(s.ResultBytes)},
 	}
 	if s.Network != nil {
 		p.Network = *s.Network
@@ -60,6 +67,7 @@ func mcpServersOf(doc *policy.Document) []MCPServer {
 		c := MCPServer{
 			Name: s.Name, Command: slices.Clone(s.Command), Image: s.Image, Source: s.Source, URL: s.URL,
 			TimeoutMS: time.Duration(s.Timeout).Milliseconds(),
+			Calls:     s.Limits.Calls, Concurrent: s.Limits.Concurrent, ResultBytes: int64(s.Limits.ResultBytes),
 		}
 		if !s.Network.IsZero() {
 			n := s.Network
@@ -93,7 +101,11 @@ func (d *driver) openMCP(ctx context.Context) error {
 	for i, s := range d.cfg.MCP {
 		servers[i] = s.policy()
 	}
-	o := mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact}
+	used, err := d.mcpCallsMade(ctx)
+	if err != nil {
+		return err
+	}
+	o := mcpclient.Options{Launch: d.launchMCP, Redact: d.e.o.Redact, Used: used}
 	if slices.ContainsFunc(servers, func(s policy.MCPServer) bool { return !s.Stdio() }) {
 		client, release, err := d.mcpHTTP(ctx)
 		if err != nil {
@@ -112,6 +124,64 @@ func (d *driver) openMCP(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// refreshMCP follows the servers' tools/list_changed notifications, at
+// the start of a step: the servers that sent one are listed again, their
+// new tools registered (the run's policy decides their calls as any
+// other's) and the model offered the tools as they are now, without the
+// ones a server no longer offers (a call of one is refused, saying so). A
+// server that cannot be listed now keeps its tools until the next step.
+//
+// Preconditions: called by the loop, between steps (no call in flight).
+func (d *driver) refreshMCP(ctx context.Context) error {
+	if d.mcp == nil || !d.mcp.Changed() {
+		return nil
+	}
+	added, _ := d.mcp.Refresh(ctx) // a server not listed now is tried again at the next step
+	for _, t := range added {
+		if err := d.reg.Register(t); err != nil {
+			return fmt.Errorf("mcp: %w", err)
+		}
+	}
+	specs := d.reg.Specs(d.names...)
+	offered := specs[:0]
+	for _, sp := range specs {
+		if t, ok := d.reg.Get(sp.Name); ok {
+			if mt, ok := t.(*mcpclient.Tool); ok && mt.Gone() {
+				continue
+			}
+		}
+		offered = append(offered, sp)
+	}
+	d.specs = offered
+	return nil
+}
+
+// mcpCallsMade counts the calls of each MCP server's tools the run's log
+// holds (tool.started of SERVER__TOOL), so that limits.calls bounds the
+// run, not one drive of it.
+func (d *driver) mcpCallsMade(ctx context.Context) (map[string]int64, error) {
+	evs, err := d.e.events(ctx, d.run.ID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mcp: count the run's calls: %w", err)
+	}
+	used := map[string]int64{}
+	for _, ev := range evs {
+		if ev.Type != event.TypeToolStarted {
+			continue
+		}
+		p, err := ev.Unpack()
+		if err != nil {
+			return nil, fmt.Errorf("mcp: count the run's calls: seq %d: %w", ev.Seq, err)
+		}
+		if ts, ok := p.(*event.ToolStarted); ok {
+			if server, _, ok := strings.Cut(ts.Tool, policy.MCPToolSep); ok {
+				used[server]++
+			}
+		}
+	}
+	return used, nil
 }
 
 // closeMCP stops the run's MCP servers, destroying their sandboxes, and
@@ -142,17 +212,7 @@ func (d *driver) mcpHTTP(ctx context.Context) (*http.Client, func(), error) {
 		return nil, nil, errors.New("this host gives runs no network")
 	}
 	spec := sandbox.Spec{ID: sandbox.NewID()}
-	release, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{
-		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: mcpSandbox, Policy: d.run.Policy, Spec: &spec,
-		Audit: func(ed event.EgressDecision) {
-			ed.Sandbox = mcpSandbox
-			d.audit(ctx, ed)
-		},
-		Ask: func(ctx context.Context, host string, port int) (bool, error) {
-			return d.askNetwork(ctx, mcpSandbox, host, port)
-		},
-		Log: d.logged,
-	})
+	release, err := d.attach(ctx, mcpSandbox, d.run.Policy, &spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -189,27 +249,12 @@ func (d *driver) mcpHTTP(ctx context.Context) (*http.Client, func(), error) {
 // and no network. It is not one of the run's sandboxes: no snapshots, no
 // checkpoints, nothing of it in the run's patch.
 func (d *driver) launchMCP(ctx context.Context, s policy.MCPServer) (sandbox.Sandbox, func(), error) {
-	cfg := d.cfg
-	spec := sandbox.Spec{Env: slices.Clone(sandboxEnv), Limits: sandbox.Limits{
-		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
-		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
-	}}
-	spec.RootFS, spec.Runtime = cfg.RootFS, cfg.Runtime
+	spec, err := d.baseSpec(ctx, nil, s.Image, true)
+	if err != nil {
+		return nil, nil, err
+	}
 	if s.Source != "" {
 		spec.Workspace, spec.WorkspaceMode = s.Source, sandbox.WorkspaceRO
-	}
-	if s.Image != "" {
-		if d.e.o.Images == nil {
-			return nil, nil, fmt.Errorf("image %s: this host has no image store", s.Image)
-		}
-		ref, err := d.e.o.Images.Resolve(ctx, s.Image)
-		if err != nil {
-			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
-		}
-		spec.RootFS = ""
-		if err := d.e.o.Images.Apply(ctx, ref, &spec); err != nil {
-			return nil, nil, fmt.Errorf("image %s: %w", s.Image, err)
-		}
 	}
 	release := func() {}
 	if !s.Network.IsZero() {
@@ -237,17 +282,6 @@ func (d *driver) attachMCP(ctx context.Context, s policy.MCPServer, spec *sandbo
 	}
 	doc := policy.Default()
 	doc.Network = s.Network
-	name := mcpSandbox + ":" + s.Name
 	spec.ID = sandbox.NewID()
-	return d.e.o.Network.Attach(ctx, sandbox.Attachment{
-		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: doc.Canonical(), Spec: spec,
-		Audit: func(ed event.EgressDecision) {
-			ed.Sandbox = name
-			d.audit(ctx, ed)
-		},
-		Ask: func(ctx context.Context, host string, port int) (bool, error) {
-			return d.askNetwork(ctx, name, host, port)
-		},
-		Log: d.logged,
-	})
+	return d.attach(ctx, mcpSandbox+":"+s.Name, doc.Canonical(), spec)
 }

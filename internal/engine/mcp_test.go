@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -699,5 +700,174 @@ func TestConfigMCPValidate(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "mcp") {
 			t.Errorf("Validate(%+v) = %v, want an mcp error", bad, err)
 		}
+	}
+}
+
+// TestMCPServerLimits: a stdio server's limits (calls per run, calls at
+// once, result bytes) bound what the run makes of it, each refusal a
+// tool error naming the bound.
+func TestMCPServerLimits(t *testing.T) {
+	src := buildEvil(t)
+	doc := mustParse(t, `tools:
+  rules:
+    - when: server == "lim"
+      action: allow
+mcp:
+  servers:
+    - name: lim
+      command: [/workspace/mcpevil]
+      source: `+src+`
+      timeout: 30s
+      limits:
+        calls: 4
+        concurrent: 1
+        result_bytes: 1K
+`)
+	if l := doc.MCP.Servers[0].Limits; l.CallLimit() != 4 || l.ConcurrentLimit() != 1 || l.ResultLimit() != 1024 {
+		t.Fatalf("limits = %+v", l)
+	}
+	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc) })
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	o := h.run("use the limited server", `
+turns:
+  - tool_calls:
+      - name: lim__huge
+        args: {}
+  - tool_calls:
+      - name: lim__inflight
+        args: {}
+      - name: lim__inflight
+        args: {}
+  - tool_calls:
+      - name: lim__echo
+        args: {text: four}
+  - tool_calls:
+      - name: lim__echo
+        args: {text: five}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`, cfg)
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
+	fin := map[string][]event.ToolFinished{}
+	for _, f := range h.finished(o.RunID) {
+		fin[f.Tool] = append(fin[f.Tool], f)
+	}
+	if f := fin["lim__huge"]; len(f) != 1 || f[0].IsError || len(f[0].Output) > 2<<10 || !strings.Contains(f[0].Output, "bytes truncated") {
+		t.Errorf("lim__huge under result_bytes 1K = %+v, want one result cut near 1K", f)
+	}
+	for i, f := range fin["lim__inflight"] {
+		if f.IsError || !strings.Contains(f.Output, "most in flight: 1") {
+			t.Errorf("lim__inflight %d under concurrent 1 = %+v, want one call at a time", i, f)
+		}
+	}
+	if f := fin["lim__echo"]; len(f) != 2 || f[0].IsError || !strings.Contains(f[0].Output, "four") ||
+		!f[1].IsError || !strings.Contains(f[1].Output, "the run's calls of this server are spent (limits.calls: 4)") {
+		t.Errorf("lim__echo = %+v, want the fourth call answered and the fifth refused by limits.calls", f)
+	}
+}
+
+// everySpec keeps the tools offered to the model at each turn.
+type everySpec struct {
+	model.Provider
+	mu    sync.Mutex
+	turns [][]string
+}
+
+func (r *everySpec) Complete(ctx context.Context, req model.Request, stream func(model.Delta)) (model.Response, error) {
+	var names []string
+	for _, s := range req.Tools {
+		names = append(names, s.Name)
+	}
+	r.mu.Lock()
+	r.turns = append(r.turns, names)
+	r.mu.Unlock()
+	return r.Provider.Complete(ctx, req, stream)
+}
+
+// TestMCPToolsListChanged: a server that changes its tools mid-run
+// (notifications/tools/list_changed) has them listed again at the next
+// step: its new tool is offered and decided by the run's policy, and a
+// call of the tool it withdrew is refused, saying so.
+func TestMCPToolsListChanged(t *testing.T) {
+	src := buildEvil(t)
+	doc := mustParse(t, `tools:
+  rules:
+    - when: server == "g" && tool != "g__cleanup"
+      action: allow
+mcp:
+  servers:
+    - name: g
+      command: [/workspace/mcpevil]
+      source: `+src+`
+`)
+	rec := &everySpec{}
+	h := newHarness(t, func(o *engine.Options) {
+		o.Policy = policyHook(doc)
+		o.WrapProvider = func(p model.Provider) model.Provider { rec.Provider = p; return rec }
+	})
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	o := h.run("use a server that changes", `
+turns:
+  - tool_calls:
+      - name: g__echo
+        args: {text: one}
+  - tool_calls:
+      - name: g__grow
+        args: {}
+  - tool_calls:
+      - name: g__echo
+        args: {text: two}
+  - tool_calls:
+      - name: g__grown
+        args: {}
+  - tool_calls:
+      - name: finish
+        args: {summary: done}
+`, cfg)
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
+	rec.mu.Lock()
+	turns := rec.turns
+	rec.mu.Unlock()
+	if len(turns) != 5 {
+		t.Fatalf("%d model turns, want 5", len(turns))
+	}
+	has := func(turn int, name string) bool { return slices.Contains(turns[turn], name) }
+	if !has(0, "g__echo") || has(0, "g__grown") || !has(1, "g__echo") {
+		t.Errorf("tools before the change = %v, want g__echo and no g__grown", turns[0])
+	}
+	for i := 2; i < 5; i++ {
+		if has(i, "g__echo") || !has(i, "g__grown") || !has(i, "g__grow") {
+			t.Errorf("tools at turn %d after the change = %v, want g__grown and no g__echo", i+1, turns[i])
+		}
+	}
+	fin := map[string][]event.ToolFinished{}
+	for _, f := range h.finished(o.RunID) {
+		fin[f.Tool] = append(fin[f.Tool], f)
+	}
+	if f := fin["g__echo"]; len(f) != 2 || f[0].IsError || !f[1].IsError || !strings.Contains(f[1].Output, "it no longer offers the tool echo (its tool list changed); the call was not made") {
+		t.Errorf("g__echo = %+v, want the first answered and the second refused as withdrawn", f)
+	}
+	if f := fin["g__grown"]; len(f) != 1 || f[0].IsError || !strings.Contains(f[0].Output, "grown answers") {
+		t.Errorf("g__grown = %+v, want its answer", f)
+	}
+	decided := false
+	for _, e := range h.verifyLog(o.RunID) {
+		if e.Type == event.TypePolicyDecision {
+			var pd event.PolicyDecision
+			mustUnmarshal(t, e.Payload, &pd)
+			if pd.Tool == "g__grown" && pd.Decision == event.DecisionAllow && pd.Rule == "tools.rules[0]" {
+				decided = true
+			}
+		}
+	}
+	if !decided {
+		t.Errorf("no policy decision of g__grown by tools.rules[0] in the log")
 	}
 }

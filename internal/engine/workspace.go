@@ -188,16 +188,66 @@ func (d *driver) curStep() int {
 	return d.shared.steps
 }
 
+// baseSpec is the spec every sandbox of the run starts from, its run
+// sandboxes' and its stdio MCP servers': the run's limits (hard), root
+// filesystem and runtime, the sandbox environment and env, and image (an
+// image of the host's store, "" for none) as its root. resolve says image
+// is a reference still to be resolved, and replaces the run's root
+// filesystem (a server's own image); else it is the run's resolved image.
+func (d *driver) baseSpec(ctx context.Context, env []string, image string, resolve bool) (sandbox.Spec, error) {
+	cfg := d.cfg
+	spec := sandbox.Spec{Env: append(slices.Clone(sandboxEnv), env...), Limits: sandbox.Limits{
+		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
+		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
+	}}
+	spec.RootFS, spec.Runtime = cfg.RootFS, cfg.Runtime
+	if image == "" {
+		return spec, nil
+	}
+	if d.e.o.Images == nil {
+		return spec, fmt.Errorf("image %s: this host has no image store", image)
+	}
+	ref := image
+	if resolve {
+		var err error
+		if ref, err = d.e.o.Images.Resolve(ctx, image); err != nil {
+			return spec, fmt.Errorf("image %s: %w", image, err)
+		}
+		spec.RootFS = ""
+	}
+	if err := d.e.o.Images.Apply(ctx, ref, &spec); err != nil {
+		return spec, fmt.Errorf("image %s: %w", image, err)
+	}
+	return spec, nil
+}
+
+// attach puts spec behind an egress proxy under pol (a policy document),
+// whose decisions are recorded in the run's log as those of sandbox name
+// and whose asks the run's approvals decide.
+func (d *driver) attach(ctx context.Context, name string, pol []byte, spec *sandbox.Spec) (func(), error) {
+	return d.e.o.Network.Attach(ctx, sandbox.Attachment{
+		RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: pol, Spec: spec,
+		Audit: func(ed event.EgressDecision) {
+			ed.Sandbox = name
+			d.audit(ctx, ed)
+		},
+		Ask: func(ctx context.Context, host string, port int) (bool, error) {
+			return d.askNetwork(ctx, name, host, port)
+		},
+		Log: d.logged,
+	})
+}
+
 // provision creates sandbox name into l (whose lock the caller holds).
 func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	start := time.Now()
 	cfg := d.cfg
 	sc, _ := cfg.sandbox(name)
 	snap := d.snapshotOf(name)
-	spec := sandbox.Spec{Env: append(slices.Clone(sandboxEnv), cfg.Env...), Limits: sandbox.Limits{
-		MemoryBytes: cfg.Limits.MemoryBytes, Pids: cfg.Limits.Pids, CPUs: cfg.Limits.CPUs,
-		DiskBytes: cfg.Limits.DiskBytes, RequireHard: true,
-	}}
+	spec, err := d.baseSpec(ctx, cfg.Env, cfg.Image, false)
+	if err != nil {
+		return err
+	}
 	if snap == "" {
 		snap = d.sourceTar(name)
 	}
@@ -209,33 +259,13 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	if snap == "" && sc.Workspace != "" {
 		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sc.mode()
 	}
-	spec.RootFS = cfg.RootFS
-	spec.Runtime = cfg.Runtime
-	if cfg.Image != "" {
-		if d.e.o.Images == nil {
-			return fmt.Errorf("image %s: this host has no image store", cfg.Image)
-		}
-		if err := d.e.o.Images.Apply(ctx, cfg.Image, &spec); err != nil {
-			return fmt.Errorf("image %s: %w", cfg.Image, err)
-		}
-	}
 	for _, m := range cfg.Mounts {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}
 	release := func() {}
 	if d.e.o.Network != nil {
 		spec.ID = sandbox.NewID()
-		rel, err := d.e.o.Network.Attach(ctx, sandbox.Attachment{
-			RunID: d.run.ID, Tenant: d.run.Tenant, Sandbox: name, Policy: d.run.Policy, Spec: &spec,
-			Audit: func(ed event.EgressDecision) {
-				ed.Sandbox = name
-				d.audit(ctx, ed)
-			},
-			Ask: func(ctx context.Context, host string, port int) (bool, error) {
-				return d.askNetwork(ctx, name, host, port)
-			},
-			Log: d.logged,
-		})
+		rel, err := d.attach(ctx, name, d.run.Policy, &spec)
 		if err != nil {
 			return fmt.Errorf("network: %w", err)
 		}

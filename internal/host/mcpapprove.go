@@ -12,10 +12,11 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // mcpApprover holds the MCP sessions' asked calls as approvals of the
-// host's store (engine.HoldMCPAsk): one record of kind mcp per sandbox
+// host's store (engine.MCPHold): one record of kind mcp per sandbox
 // that asks, opened at its first ask with the sandbox's policy and
 // completed when the sandbox or its session ends. `airlock approvals`,
 // `airlock approve`/`deny`, /v1/approvals and decide_approval see and
@@ -26,32 +27,35 @@ type mcpApprover struct {
 	// mu is held while a record is looked up or opened, so that two
 	// first asks of one sandbox open one record.
 	mu sync.Mutex
-	// records maps a sandbox's tenant and id to its record (guarded by mu).
-	records map[[2]string]string
+	// records maps a sandbox's tenant and id to its record, held by
+	// this process (guarded by mu).
+	records map[[2]string]*engine.MCPHold
 }
 
 var _ mcp.Approver = (*mcpApprover)(nil)
 
 func newMCPApprover(h *Host) *mcpApprover {
-	return &mcpApprover{h: h, records: map[[2]string]string{}}
+	return &mcpApprover{h: h, records: map[[2]string]*engine.MCPHold{}}
 }
 
-// record returns the record of q's sandbox, opening it on first use.
-func (a *mcpApprover) record(ctx context.Context, eng *engine.Engine, q mcp.Ask) (string, error) {
+// record returns the record of q's sandbox, opening it on first use, or
+// anew when stale: the one held before was taken over by another process
+// (this one stalled past its lease) or closed.
+func (a *mcpApprover) record(ctx context.Context, eng *engine.Engine, q mcp.Ask, stale *engine.MCPHold) (*engine.MCPHold, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	key := [2]string{q.Tenant, q.Sandbox}
-	if id, ok := a.records[key]; ok {
-		return id, nil
+	if h, ok := a.records[key]; ok && h != stale {
+		return h, nil
 	}
-	id, err := eng.OpenMCPRecord(ctx, engine.MCPRecord{
+	h, err := eng.OpenMCPRecord(ctx, engine.MCPRecord{
 		Tenant: q.Tenant, Session: q.Session, Sandbox: q.Sandbox, PolicyName: q.PolicyName, Policy: q.Policy, KeyID: q.KeyID,
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	a.records[key] = id
-	return id, nil
+	a.records[key] = h
+	return h, nil
 }
 
 // action is q as the person deciding reads it, and reason the policy's
@@ -81,13 +85,22 @@ func (a *mcpApprover) Request(ctx context.Context, q mcp.Ask) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rec, err := a.record(ctx, rs.eng, q)
-	if err != nil {
-		return "", err
-	}
 	act, reason := action(q)
-	req, err := rs.eng.RequestMCPAsk(ctx, rec, engine.MCPAsk{Action: act, Reason: reason, Timeout: time.Duration(askPolicy(q).Approvals.Timeout)})
-	return req.ApprovalID, err
+	ask := engine.MCPAsk{Action: act, Reason: reason, Timeout: time.Duration(askPolicy(q).Approvals.Timeout)}
+	var stale *engine.MCPHold
+	for {
+		rec, err := a.record(ctx, rs.eng, q, stale)
+		if err != nil {
+			return "", err
+		}
+		req, err := rec.Request(ctx, ask)
+		if stale == nil && (errors.Is(err, engine.ErrFinal) || errors.Is(err, store.ErrLeaseLost)) {
+			stale = rec // taken over while this process stalled: a new record, once
+			_ = rec.Close(ctx, "taken over")
+			continue
+		}
+		return req.ApprovalID, err
+	}
 }
 
 // Ask records q in its sandbox's record and waits for the decision.
@@ -105,8 +118,12 @@ func (a *mcpApprover) Ask(ctx context.Context, q mcp.Ask, held func(string)) (mc
 // and waits for the decision.
 func (a *mcpApprover) Answer(ctx context.Context, q mcp.Ask, id string, d *mcp.Decision) (mcp.Decision, error) {
 	a.mu.Lock()
-	rec, ok := a.records[[2]string{q.Tenant, q.Sandbox}]
+	h, ok := a.records[[2]string{q.Tenant, q.Sandbox}]
 	a.mu.Unlock()
+	rec := ""
+	if ok {
+		rec = h.ID()
+	}
 	if recID, ok2 := engine.ApprovalRunID(id); !ok || !ok2 || recID != rec {
 		return mcp.Decision{}, fmt.Errorf("%w: %q is not an approval of sandbox %s", engine.ErrNoApproval, id, q.Sandbox)
 	}
@@ -163,17 +180,13 @@ func (a *mcpApprover) await(ctx context.Context, q mcp.Ask, id string) (mcp.Deci
 func (a *mcpApprover) End(ctx context.Context, tenant, sandbox string) {
 	a.mu.Lock()
 	key := [2]string{tenant, sandbox}
-	id, ok := a.records[key]
+	h, ok := a.records[key]
 	delete(a.records, key)
 	a.mu.Unlock()
 	if !ok {
 		return
 	}
-	rs, err := a.h.run()
-	if err != nil {
-		return
-	}
-	if err := rs.eng.CloseMCPRecord(ctx, id, "the sandbox ended with its MCP session or was destroyed"); err != nil {
-		a.h.log.Warn("close an mcp record", "run_id", id, "sandbox_id", sandbox, "err", err)
+	if err := h.Close(ctx, "the sandbox ended with its MCP session or was destroyed"); err != nil {
+		a.h.log.Warn("close an mcp record", "run_id", h.ID(), "sandbox_id", sandbox, "err", err)
 	}
 }

@@ -1,7 +1,9 @@
 // Package mcp serves airlock's sandboxes to any agent that speaks the Model
 // Context Protocol, on the official Go SDK: over stdio (`airlock mcp`, for
 // a local agent) and over Streamable HTTP (`/mcp` on `airlock serve`). Its
-// tools are create_sandbox, destroy_sandbox and list_sandboxes, and the
+// tools are create_sandbox, destroy_sandbox, list_sandboxes and
+// expose_port (a port the sandbox's policy exposes, on a listener of the
+// host, proxied into the sandbox), and the
 // engine's own sandbox tools of package tools (run_command, read_file,
 // write_file, edit_file, list_dir, search) with their schemas and strict
 // argument decoding, each taking an optional `sandbox` argument; with
@@ -32,6 +34,10 @@
 //   - Results are capped (tools.Limits.MaxContent, head and tail kept, with
 //     a truncation note) and passed through Options.Redact before they
 //     leave the host.
+//   - expose_port serves only ports the sandbox's policy names
+//     (ports.expose), a token port only to requests with the sandbox's
+//     traffic token, which is returned to the session that holds the
+//     sandbox and written to no audit record.
 //   - A session's sandboxes are destroyed when the session ends, and every
 //     remaining one when the Server is closed.
 //

@@ -91,6 +91,9 @@ type Options struct {
 	// authentications of each remote address the same way. Nil limits
 	// nothing.
 	RateLimit, FailLimit *ratelimit.Limiter
+	// PortHost is the address expose_port's listeners are opened on
+	// (each on a port of its own) and its URLs name; default 127.0.0.1.
+	PortHost string
 	// Version is airlock's version, reported to clients.
 	Version string
 	Now     func() time.Time
@@ -130,6 +133,9 @@ func New(o Options) *Server {
 	}
 	if o.Redact == nil {
 		o.Redact = func(s string) string { return s }
+	}
+	if o.PortHost == "" {
+		o.PortHost = "127.0.0.1"
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -433,11 +439,14 @@ type liveBox struct {
 	// approver's End).
 	end  func(ctx context.Context)
 	once sync.Once
+	// ports are the sandbox's exposed ports, closed before it is destroyed.
+	ports boxPorts
 }
 
 func (b *liveBox) destroy(ctx context.Context) error {
 	var err error
 	b.once.Do(func() {
+		b.ports.close()
 		err = b.Destroy(ctx)
 		if b.end != nil {
 			b.end(ctx)

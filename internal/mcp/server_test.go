@@ -70,7 +70,7 @@ func newBoxes(t *testing.T) *boxes {
 }
 
 func (x *boxes) Create(ctx context.Context, _ auth.Principal, req mcp.CreateRequest) (*mcp.Box, error) {
-	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n", "approvers": testPolicy + "approvals:\n  approvers: [alice]\n"}[req.Policy]
+	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n", "approvers": testPolicy + "approvals:\n  approvers: [alice]\n", "ports": testPolicy + portsPolicy}[req.Policy]
 	if src == "" {
 		return nil, &mcp.RequestError{Msg: fmt.Sprintf("no policy %q", req.Policy)}
 	}

@@ -62,6 +62,10 @@ var toolHints = map[string]hints{
 	"create_sandbox":  {},
 	"destroy_sandbox": {destructive: true, idempotent: true},
 	"list_sandboxes":  {readOnly: true, idempotent: true},
+	// Exposing a port lets clients outside the sandbox reach a server in
+	// it (open world); it changes nothing in the sandbox, and exposing
+	// the same port again returns the same URL.
+	"expose_port": {idempotent: true, openWorld: true},
 	// A run calls a model provider and whatever its policy allows; an
 	// approval releases an action that may change anything its run may.
 	"start_run":       {openWorld: true},
@@ -134,6 +138,11 @@ func (s *Server) lifecycleTools() []lifecycleTool {
 			obj(map[string]any{SandboxArg: str("The sandbox's id.")}, SandboxArg), s.destroySandbox),
 		mk("list_sandboxes", "List this session's sandboxes: id, policy and age.",
 			obj(map[string]any{}), s.listSandboxes),
+		mk("expose_port", "Make a TCP port of a sandbox reachable from outside it, if the sandbox's policy exposes that port (ports.expose): returns the URL where an HTTP client reaches the server listening on that port inside the sandbox, and, for a port the policy exposes with access token, the header and token a client must send. Start the server in the sandbox first (run_command), e.g. `nohup python3 -m http.server 8000 >/dev/null 2>&1 &`.",
+			obj(map[string]any{
+				SandboxArg: str("The sandbox, as create_sandbox returned it. Default: the session's first sandbox."),
+				"port":     map[string]any{"type": "integer", "minimum": 1, "maximum": 65535, "description": "The TCP port inside the sandbox."},
+			}, "port"), s.exposePort),
 	}
 }
 

@@ -15,7 +15,10 @@
 // arguments. Results are capped and passed through the caller's redactor;
 // the engine scans them for secrets as it does every tool result. A server
 // that crashes, hangs past its timeout or disappears is a tool error the
-// model sees; the next call starts it again, once.
+// model sees; the next call starts it again, once. Each server's limits
+// (policy.MCPLimits: calls per run, calls at once, result bytes) bound
+// its calls, and a server that says its tools changed
+// (tools/list_changed) is listed again by Refresh, between steps.
 //
 // Importers: the run engine (internal/engine).
 package mcpclient
@@ -30,6 +33,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -53,8 +57,9 @@ const (
 	// MaxDescription bounds one tool's description, in bytes.
 	MaxDescription = 1024
 	// MaxResult bounds one call's result before the registry's cap: the
-	// server's content beyond it is cut here.
-	MaxResult = 1 << 20
+	// server's content beyond it is cut here (limits.result_bytes may cut
+	// sooner).
+	MaxResult = policy.DefaultMCPResultBytes
 	// maxLine bounds one message from a stdio server: a longer one
 	// breaks the connection (a tool error) instead of filling the host's
 	// memory.
@@ -79,6 +84,9 @@ type Options struct {
 	// redactor) before it leaves the package; nil leaves results as they
 	// are (the engine's scanner still runs).
 	Redact func(string) string
+	// Used counts the calls each server (by name) has had in the run
+	// before this Open (its earlier drives), toward limits.calls.
+	Used map[string]int64
 }
 
 // Set is the connected servers of one run and their tools.
@@ -93,7 +101,8 @@ type Set struct {
 func Open(ctx context.Context, servers []policy.MCPServer, o Options) (*Set, error) {
 	set := &Set{}
 	for _, cfg := range servers {
-		s := &Server{cfg: cfg, o: o}
+		s := &Server{cfg: cfg, o: o, slots: make(chan struct{}, cfg.Limits.ConcurrentLimit())}
+		s.calls.Store(o.Used[cfg.Name])
 		if err := s.connect(ctx); err != nil {
 			set.Close()
 			return nil, fmt.Errorf("mcp server %s: %w", cfg.Name, err)
@@ -104,7 +113,9 @@ func Open(ctx context.Context, servers []policy.MCPServer, o Options) (*Set, err
 			set.Close()
 			return nil, fmt.Errorf("mcp server %s: list tools: %w", cfg.Name, err)
 		}
+		s.tools = map[string]*Tool{}
 		for _, t := range ts {
+			s.tools[t.remote] = t
 			set.tools = append(set.tools, t)
 		}
 	}
@@ -112,8 +123,84 @@ func Open(ctx context.Context, servers []policy.MCPServer, o Options) (*Set, err
 }
 
 // Tools returns the servers' tools, in the servers' order and each
-// server's.
+// server's, and after them those Refresh added; a tool a server no longer
+// offers is among them (Gone says so).
 func (s *Set) Tools() []tools.Tool { return s.tools }
+
+// Changed reports whether a server has said its tools changed since they
+// were last listed.
+func (s *Set) Changed() bool {
+	for _, srv := range s.servers {
+		if srv.changed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// maxKnownTools bounds the tools one server may have had over a run,
+// offered or gone: a server that keeps renaming its tools cannot grow the
+// run's registry without end.
+const maxKnownTools = 2 * MaxTools
+
+// Refresh lists again the tools of each server that said they changed:
+// a tool still offered takes its new description and schema, one no
+// longer offered is gone (a call of it is refused, naming why), and a new
+// one is returned, for the caller to register. Like Open's, the new tools
+// are checked; the run's policy decides their calls as any other's. A
+// server that cannot be listed now keeps its tools and is listed at the
+// next Refresh.
+func (s *Set) Refresh(ctx context.Context) ([]tools.Tool, error) {
+	var added []tools.Tool
+	var errs []error
+	for _, srv := range s.servers {
+		if !srv.changed.Swap(false) {
+			continue
+		}
+		c, err := srv.session(ctx)
+		if err == nil {
+			var ts []*Tool
+			ts, err = srv.listOn(ctx, c)
+			if err == nil {
+				added = append(added, srv.merge(ts)...)
+				continue
+			}
+		}
+		srv.changed.Store(true)
+		errs = append(errs, fmt.Errorf("mcp server %s: list tools again: %w", srv.cfg.Name, err))
+	}
+	s.tools = append(s.tools, added...)
+	return added, errors.Join(errs...)
+}
+
+// merge takes ts, the server's tools as listed now, and returns the new
+// ones.
+func (s *Server) merge(ts []*Tool) []tools.Tool {
+	now := map[string]bool{}
+	var added []tools.Tool
+	for _, t := range ts {
+		now[t.remote] = true
+		if old := s.tools[t.remote]; old != nil {
+			old.mu.Lock()
+			old.spec, old.gone = t.spec, false
+			old.mu.Unlock()
+			continue
+		}
+		if len(s.tools) >= maxKnownTools {
+			continue
+		}
+		s.tools[t.remote] = t
+		added = append(added, t)
+	}
+	for name, t := range s.tools {
+		if !now[name] {
+			t.mu.Lock()
+			t.gone = true
+			t.mu.Unlock()
+		}
+	}
+	return added
+}
 
 // Close stops every server (and destroys the sandboxes of stdio servers).
 func (s *Set) Close() {
@@ -126,6 +213,17 @@ func (s *Set) Close() {
 type Server struct {
 	cfg policy.MCPServer
 	o   Options
+	// calls counts the calls made in the run (limits.calls).
+	calls atomic.Int64
+	// slots holds one token per call in flight (limits.concurrent).
+	slots chan struct{}
+	// changed is set by the server's tools/list_changed notification,
+	// until Refresh lists its tools again.
+	changed atomic.Bool
+	// tools are the server's tools the run has known, by the server's
+	// name of each (owned by Open and Refresh, which the run calls
+	// between steps).
+	tools map[string]*Tool
 
 	// mu guards the fields below; a call holds it only to get or replace
 	// the session, never while the call runs.
@@ -171,8 +269,12 @@ func (s *Server) connect(ctx context.Context) error {
 	return nil
 }
 
-func newClient() *mcp.Client {
-	return mcp.NewClient(&mcp.Implementation{Name: "airlock", Version: "1"}, nil)
+// newClient is the MCP client of s: a server's tools/list_changed
+// notification marks it for Refresh.
+func (s *Server) newClient() *mcp.Client {
+	return mcp.NewClient(&mcp.Implementation{Name: "airlock", Version: "1"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { s.changed.Store(true) },
+	})
 }
 
 // startStdio launches the server's sandbox, starts its command there and
@@ -210,7 +312,7 @@ func (s *Server) startStdio(ctx context.Context) (*conn, error) {
 		<-waited
 		release()
 	}
-	sess, err := newClient().Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: maxLine}, nil)
+	sess, err := s.newClient().Connect(ctx, &mcp.IOTransport{Reader: outR, Writer: inW, MaxLineLength: maxLine}, nil)
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("initialize: %w%s", err, stderr.suffix())
@@ -224,7 +326,7 @@ func (s *Server) dialHTTP(ctx context.Context) (*conn, error) {
 		return nil, errors.New("this host cannot reach remote servers (no egress proxy)")
 	}
 	t := &mcp.StreamableClientTransport{Endpoint: s.cfg.URL, HTTPClient: s.o.HTTPClient, MaxRetries: -1, DisableStandaloneSSE: true}
-	sess, err := newClient().Connect(ctx, t, nil)
+	sess, err := s.newClient().Connect(ctx, t, nil)
 	if err != nil {
 		return nil, fmt.Errorf("initialize: %w", err)
 	}
@@ -242,14 +344,19 @@ func (s *Server) close() {
 }
 
 // list returns the server's tools as tools of the run, after the checks.
-func (s *Server) list(ctx context.Context) ([]*Tool, error) {
+//
+// Preconditions: s.conn is set, and s is not shared yet.
+func (s *Server) list(ctx context.Context) ([]*Tool, error) { return s.listOn(ctx, s.conn) }
+
+// listOn lists the server's tools on connection c.
+func (s *Server) listOn(ctx context.Context, c *conn) ([]*Tool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout())
 	defer cancel()
 	var out []*Tool
 	seen := map[string]bool{}
 	cursor := ""
 	for range 64 { // pages
-		res, err := s.conn.sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		res, err := c.sess.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			return nil, err
 		}
@@ -374,13 +481,30 @@ func (s *Server) fail(c *conn, why string) {
 type Tool struct {
 	srv    *Server
 	remote string
-	spec   model.ToolSpec
+
+	mu sync.Mutex
+	// spec is the tool as last listed (guarded by mu).
+	spec model.ToolSpec
+	// gone is set when the server's last listing did not offer the tool
+	// (guarded by mu).
+	gone bool
 }
 
 var _ tools.Tool = (*Tool)(nil)
 
 // Spec is the tool as the model sees it.
-func (t *Tool) Spec() model.ToolSpec { return t.spec }
+func (t *Tool) Spec() model.ToolSpec {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.spec
+}
+
+// Gone reports whether the server no longer offers the tool.
+func (t *Tool) Gone() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gone
+}
 
 // Place is the host: the call runs next to the agent loop, which speaks to
 // the server.
@@ -402,6 +526,9 @@ func (t *Tool) Server() string { return t.srv.cfg.Name }
 // again at the next call (once).
 func (t *Tool) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (tools.Result, error) {
 	s := t.srv
+	if t.Gone() {
+		return errResult(s.cfg.Name, "it no longer offers the tool %s (its tool list changed); the call was not made. The tools offered now are in your tool list", t.remote), nil
+	}
 	c, err := s.session(ctx)
 	if err != nil {
 		return errResult(s.cfg.Name, "%v", err), nil
@@ -412,6 +539,20 @@ func (t *Tool) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (tool
 	timeout := s.cfg.CallTimeout()
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	lim := s.cfg.Limits
+	if n := s.calls.Add(1); n > lim.CallLimit() {
+		return errResult(s.cfg.Name, "the run's calls of this server are spent (limits.calls: %d); the call was not made", lim.CallLimit()), nil
+	}
+	// A call past limits.concurrent waits for a slot, within its timeout.
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	case <-cctx.Done():
+		if ctx.Err() != nil {
+			return tools.Result{}, ctx.Err()
+		}
+		return errResult(s.cfg.Name, "%d calls of this server were running (limits.concurrent) for all of the call's %s; the call was not made", lim.ConcurrentLimit(), timeout), nil
+	}
 	start := time.Now()
 	res, err := c.sess.CallTool(cctx, &mcp.CallToolParams{Name: t.remote, Arguments: args})
 	if err != nil {
@@ -432,7 +573,7 @@ func (t *Tool) Run(ctx context.Context, _ tools.Env, args json.RawMessage) (tool
 		s.fail(c, why)
 		return errResult(s.cfg.Name, "%s; it is started again at the next call", s.redact(why)), nil
 	}
-	content := s.redact(render(res))
+	content := s.redact(render(res, int(lim.ResultLimit())))
 	out := tools.Result{Content: content, IsError: res.IsError}
 	out.Details.Bytes = int64(len(content))
 	out.Details.Wall = time.Since(start)
@@ -458,8 +599,9 @@ func errResult(server, format string, a ...any) tools.Result {
 
 // render is a result's content as text for the model: text parts as they
 // are, resources' text, other parts by a short note; structured content as
-// JSON when there is no text. It stops at MaxResult bytes.
-func render(res *mcp.CallToolResult) string {
+// JSON when there is no text. It stops at limit bytes (head and tail kept,
+// with a note of what was cut).
+func render(res *mcp.CallToolResult, limit int) string {
 	var b strings.Builder
 	add := func(s string) {
 		if b.Len() > 0 {
@@ -468,7 +610,7 @@ func render(res *mcp.CallToolResult) string {
 		b.WriteString(s)
 	}
 	for _, c := range res.Content {
-		if b.Len() > MaxResult {
+		if b.Len() > limit {
 			break
 		}
 		switch c := c.(type) {
@@ -496,8 +638,8 @@ func render(res *mcp.CallToolResult) string {
 		}
 	}
 	s := b.String()
-	if len(s) > MaxResult {
-		s, _ = tools.Truncate(s, MaxResult)
+	if len(s) > limit {
+		s, _ = tools.Truncate(s, limit)
 	}
 	return s
 }

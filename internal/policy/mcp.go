@@ -59,6 +59,54 @@ type MCPServer struct {
 	// server that does not answer in time is a tool error the model sees.
 	// Its start (and the listing of its tools) gets at least a minute.
 	Timeout Duration `yaml:"timeout,omitempty"`
+	// Limits bound the server's use in a run; zero fields take the
+	// defaults.
+	Limits MCPLimits `yaml:"limits,omitempty"`
+}
+
+// MCPLimits bound what a run makes of one MCP server. A call past a bound
+// is a tool error the model reads, naming the bound; the server is kept.
+//
+//	limits:
+//	  calls: 200           # calls per run (default 1000)
+//	  concurrent: 2        # calls at once (default 4); more wait their turn within the timeout
+//	  result_bytes: 64K    # a result is cut here (default and most 1M)
+type MCPLimits struct {
+	// Calls bounds the calls of the server's tools over a run (all its
+	// drives): every call the run started counts, one a bound refused
+	// included; calls the policy denied do not.
+	Calls int64 `yaml:"calls,omitempty"`
+	// Concurrent bounds the calls in flight at once; a call past it waits
+	// for one to end, within its timeout.
+	Concurrent int64 `yaml:"concurrent,omitempty"`
+	// ResultBytes bounds one result as the server returns it (text, before
+	// the run's own cap on every tool result).
+	ResultBytes Size `yaml:"result_bytes,omitempty"`
+}
+
+// The defaults and bounds of an MCP server's limits.
+const (
+	DefaultMCPCalls       = 1000
+	DefaultMCPConcurrent  = 4
+	DefaultMCPResultBytes = 1 << 20
+	maxMCPCalls           = 1_000_000
+	maxMCPConcurrent      = 64
+)
+
+// CallLimit is l.Calls, or its default.
+func (l MCPLimits) CallLimit() int64 { return cmpOr(l.Calls, DefaultMCPCalls) }
+
+// ConcurrentLimit is l.Concurrent, or its default.
+func (l MCPLimits) ConcurrentLimit() int64 { return cmpOr(l.Concurrent, DefaultMCPConcurrent) }
+
+// ResultLimit is l.ResultBytes, or its default.
+func (l MCPLimits) ResultLimit() int64 { return cmpOr(int64(l.ResultBytes), DefaultMCPResultBytes) }
+
+func cmpOr(v, def int64) int64 {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // Stdio reports whether s is a stdio server (run in a sandbox).
@@ -166,6 +214,15 @@ func (m *MCP) validate(p *problems) {
 		}
 		if s.Timeout < 0 || time.Duration(s.Timeout) > maxMCPTimeout {
 			p.add(f+".timeout", "a duration up to 1h, like 30s; 0 means 1m", "%s out of range", s.Timeout)
+		}
+		if l := s.Limits; l.Calls < 0 || l.Calls > maxMCPCalls {
+			p.add(f+".limits.calls", fmt.Sprintf("calls per run, up to %d; 0 means %d", maxMCPCalls, DefaultMCPCalls), "%d out of range", l.Calls)
+		}
+		if l := s.Limits; l.Concurrent < 0 || l.Concurrent > maxMCPConcurrent {
+			p.add(f+".limits.concurrent", fmt.Sprintf("calls at once, up to %d; 0 means %d", maxMCPConcurrent, DefaultMCPConcurrent), "%d out of range", l.Concurrent)
+		}
+		if l := s.Limits; l.ResultBytes < 0 || l.ResultBytes > DefaultMCPResultBytes {
+			p.add(f+".limits.result_bytes", "a size up to 1M, like 64K; 0 means 1M", "%s out of range", l.ResultBytes)
 		}
 	}
 }

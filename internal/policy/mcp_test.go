@@ -14,6 +14,7 @@ func TestParseMCP(t *testing.T) {
       command: [node, /workspace/server.js, /tmp]
       source: /srv/mcp
       timeout: 30s
+      limits: {calls: 5, concurrent: 2, result_bytes: 64K}
     - name: tracker
       url: https://mcp.example.com/mcp
 `))
@@ -23,6 +24,9 @@ func TestParseMCP(t *testing.T) {
 	s := doc.MCP.Servers
 	if len(s) != 2 || !s[0].Stdio() || s[1].Stdio() || s[0].CallTimeout() != 30*time.Second || s[1].CallTimeout() != DefaultMCPTimeout {
 		t.Fatalf("Parse: mcp.servers = %+v", s)
+	}
+	if l := s[0].Limits; l.CallLimit() != 5 || l.ConcurrentLimit() != 2 || l.ResultLimit() != 64<<10 || s[1].Limits.CallLimit() != DefaultMCPCalls {
+		t.Fatalf("Parse: limits = %+v, %+v", s[0].Limits, s[1].Limits)
 	}
 	c := doc.Canonical()
 	if !bytes.Contains(c, []byte("\nmcp:\n")) || !bytes.Contains(c, []byte("name: tracker")) {
@@ -56,6 +60,10 @@ func TestParseMCPErrors(t *testing.T) {
 		{"image without command", "mcp:\n  servers:\n    - name: a\n      url: https://a.example/\n      image: x\n", "policy: mcp.servers[0].image: given without command"},
 		{"relative source", "mcp:\n  servers:\n    - name: a\n      command: [x]\n      source: srv\n", `policy: mcp.servers[0].source: "srv" is not an absolute path`},
 		{"timeout", "mcp:\n  servers:\n    - name: a\n      command: [x]\n      timeout: 2h\n", "policy: mcp.servers[0].timeout: 2h out of range"},
+		{"calls", "mcp:\n  servers:\n    - name: a\n      command: [x]\n      limits: {calls: -1}\n", "policy: mcp.servers[0].limits.calls: -1 out of range"},
+		{"concurrent", "mcp:\n  servers:\n    - name: a\n      command: [x]\n      limits: {concurrent: 65}\n", "policy: mcp.servers[0].limits.concurrent: 65 out of range"},
+		{"result_bytes", "mcp:\n  servers:\n    - name: a\n      command: [x]\n      limits: {result_bytes: 2M}\n", "policy: mcp.servers[0].limits.result_bytes: 2M out of range"},
+		{"unknown limit", "mcp:\n  servers:\n    - name: a\n      command: [x]\n      limits: {bytes: 1}\n", "policy: mcp.servers[0].limits: field bytes not found"},
 		{"unknown key", "mcp:\n  servers:\n    - name: a\n      cmd: [x]\n", "policy: mcp.servers[0]: field cmd not found"},
 		{"mcp_default", "tools:\n  mcp_default: maybe\n", `policy: tools.mcp_default: "maybe" is not one of allow, deny, ask`},
 	}

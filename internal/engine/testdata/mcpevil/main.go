@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -89,6 +91,28 @@ func main() {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 			return text(fmt.Sprintf("status %d: %s", resp.StatusCode, b)), nil
 		})
+	// inflight answers after half a second with the most calls of it
+	// that were in flight at once.
+	var cur, most atomic.Int64
+	add(&mcp.Tool{Name: "inflight"}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(500 * time.Millisecond)
+		return text(fmt.Sprintf("most in flight: %d", most.Load())), nil
+	})
+	// grow offers a new tool, grown, and withdraws echo: the SDK tells
+	// the client (notifications/tools/list_changed, after 10ms). It
+	// answers two seconds later, so that the notification comes first.
+	add(&mcp.Tool{Name: "grow"}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		add(&mcp.Tool{Name: "grown", Description: "Arrived later."}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return text("grown answers"), nil
+		})
+		s.RemoveTools("echo")
+		time.Sleep(2 * time.Second)
+		return text("grew"), nil
+	})
 	// badschema's schema is not an object schema: it is not offered.
 	add(&mcp.Tool{Name: "badschema", InputSchema: map[string]any{"type": "object", "properties": map[string]any{"x": map[string]any{"type": "string", "description": strings.Repeat("x", 64<<10)}}}},
 		func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("never"), nil })
