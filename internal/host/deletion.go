@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
@@ -18,8 +19,18 @@ import (
 type Deletion = store.Deletion
 
 // ErrLive means a run that has not ended cannot be purged (its driver would
-// write again); cancel it first.
-var ErrLive = errors.New("the run has not ended: cancel it first")
+// write again); cancel it first. It matches store.ErrConflict too, as the
+// store's own refusal does (the API answers both 409).
+var ErrLive error = liveError{}
+
+type liveError struct{}
+
+func (liveError) Error() string { return "the run has not ended: cancel it first" }
+
+func (liveError) Is(target error) bool { return target == store.ErrConflict }
+
+// The API deletes through the host: what it keeps outside the store goes too.
+var _ server.Deleter = (*Host)(nil)
 
 // PurgeRun deletes run id and every run forked from it, with their events,
 // artifacts and the blobs nothing else refers to, and keeps an audit record

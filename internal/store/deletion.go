@@ -66,7 +66,8 @@ type Deletions interface {
 	// metadata; ledger entries; policies; templates; API keys; and the
 	// tenant itself. It records d with the counts filled and returns it
 	// and the digests whose blobs are no longer referenced, as PurgeRun.
-	// A tenant that does not exist gives ErrNotFound.
+	// A tenant that does not exist gives ErrNotFound; one with a run
+	// that has not ended, ErrConflict (and nothing is deleted).
 	DeleteTenant(ctx context.Context, tenant string, d Deletion) (Deletion, []string, error)
 
 	// RecordDeletion stores d (a retention pass's summary) and returns it

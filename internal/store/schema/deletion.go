@@ -139,6 +139,22 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 	}
 	rec.Tenant, rec.Kind, rec.Target = tenant, store.DeletionTenant, tenant
 	rec.Counts = map[string]int64{}
+	// None of its runs may still be going (as PurgeRun): checked here, in
+	// the deletion's transaction, so a run created meanwhile is seen too.
+	err = tx.Query(ctx, `SELECT id, status FROM runs WHERE tenant = `+d.Param(1)+` ORDER BY id`, []any{tenant},
+		func(scan func(...any) error) error {
+			var id, status string
+			if err := scan(&id, &status); err != nil {
+				return err
+			}
+			if event.Status(status).Final() {
+				return nil
+			}
+			return fmt.Errorf("%w: run %s is %s: a tenant is deleted once all its runs have ended", store.ErrConflict, id, status)
+		})
+	if err != nil {
+		return rec, nil, err
+	}
 	// Forks never cross tenants; unlink them within the tenant so its
 	// runs can go in any order.
 	if err := tx.Exec(ctx, `UPDATE runs SET parent_run_id = NULL WHERE tenant = `+d.Param(1), tenant); err != nil {
