@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
@@ -85,10 +86,11 @@ func (h *Host) forgetRunDirs(ctx context.Context, st store.Runs) error {
 }
 
 // DeleteTenant deletes tenant and everything the store keeps of it (runs
-// of every kind, ledger, policies, templates, API keys) with the blobs
-// nothing else refers to, and keeps an audit record naming actor. A
-// tenant with a run that has not ended is refused (ErrLive): cancel its
-// runs and destroy its sandboxes first.
+// of every kind, ledger, policies, templates, API keys), its secrets in
+// the host's secret store, and the blobs nothing else refers to, and
+// keeps an audit record naming actor. A tenant with a run that has not
+// ended is refused (ErrLive): cancel its runs and destroy its sandboxes
+// first.
 func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.Deletion, error) {
 	rs, err := h.run()
 	if err != nil {
@@ -113,11 +115,39 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 		}
 		f.After = runs[len(runs)-1].ID
 	}
-	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor})
+	// The secrets go first, so that the record counts them; a run
+	// created between the check above and the store's deletion makes the
+	// store refuse, and the tenant stays without its secrets.
+	n, err := h.deleteSecrets(ctx, tenant)
+	if err != nil {
+		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
+	}
+	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor, Counts: map[string]int64{"secrets": n}})
 	if err != nil {
 		return rec, err
 	}
 	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store))
+}
+
+// deleteSecrets deletes every secret of tenant from the host's secret
+// store and returns how many.
+func (h *Host) deleteSecrets(ctx context.Context, tenant string) (int64, error) {
+	st, err := h.Secrets()
+	if err != nil {
+		return 0, err
+	}
+	infos, err := st.List(ctx, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("list secrets: %w", err)
+	}
+	var n int64
+	for _, i := range infos {
+		if err := st.Delete(ctx, tenant, i.Name); err != nil && !errors.Is(err, secret.ErrNotFound) {
+			return n, fmt.Errorf("delete secret %s: %w", i.Name, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // deleteBlobs deletes the blobs a deletion freed; one already gone is fine.

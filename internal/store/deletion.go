@@ -52,6 +52,9 @@ type Deletions interface {
 	// deletes.
 	TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error)
 
+	// PurgeRun and DeleteTenant keep the counts d holds already (of what
+	// the caller deleted outside the store) and add the store's.
+
 	// PurgeRun deletes run runID and every run forked from it (their
 	// forks' logs start with a copy of the parent's), with their events,
 	// artifacts' metadata and metadata, and records d with the counts
