@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
@@ -214,6 +215,30 @@ func (rr RetentionRules) Validate() error {
 	return errors.Join(errs...)
 }
 
+// runRetention is run r's retention: its tenant's rule (rules.For) and
+// its policy's retention section, each field the shorter of the two that
+// are set (policy.Stricter). The stricter wins because both are limits on
+// keeping data, set by different people for different reasons (the
+// operator per tenant, the policy's author for its runs): a policy may
+// shorten what its runs keep, and no policy can make a run outlive its
+// tenant's rule. docs caches the sections by policy hash. A stored policy
+// that no longer parses adds nothing: the tenant's rule applies.
+func runRetention(r store.Run, rules RetentionRules, docs map[string]policy.Retention) Retention {
+	t := rules.For(r.Tenant)
+	if len(r.Policy) == 0 {
+		return t
+	}
+	pr, ok := docs[r.PolicyHash]
+	if !ok || r.PolicyHash == "" {
+		if doc, err := policy.Parse(r.Policy); err == nil {
+			pr = doc.Retention
+		}
+		docs[r.PolicyHash] = pr
+	}
+	s := policy.Stricter(policy.Retention{Events: policy.Duration(t.Events), Runs: policy.Duration(t.Runs)}, pr)
+	return Retention{Events: time.Duration(s.Events), Runs: time.Duration(s.Runs)}
+}
+
 // SweepStats counts what a retention pass did.
 type SweepStats struct {
 	Runs     int   // runs whose payloads were tombstoned
@@ -222,9 +247,10 @@ type SweepStats struct {
 	Purged   int   // runs purged
 }
 
-// Sweep applies each tenant's retention (rules.For) to its finished runs
-// as of now: payloads of runs ended more than Events ago become
-// tombstones, runs ended more than Runs ago are purged with their forks;
+// Sweep applies each finished run's retention (its tenant's rule and its
+// policy's retention section, the stricter: runRetention) as of now:
+// payloads of runs ended more than Events ago become tombstones, runs
+// ended more than Runs ago are purged with their forks;
 // a pass that tombstoned anything leaves one audit record with its
 // counts, and each purge its own.
 func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (SweepStats, error) {
@@ -235,6 +261,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	}
 	f := store.RunFilter{Kind: store.KindAny}
 	var purge []string
+	docs := map[string]policy.Retention{}
 	for {
 		runs, err := rs.store.ListRuns(ctx, f)
 		if err != nil {
@@ -244,7 +271,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 			if !r.Status.Final() || r.Finished.IsZero() {
 				continue
 			}
-			ret := rules.For(r.Tenant)
+			ret := runRetention(r, rules, docs)
 			age := now.Sub(r.Finished)
 			switch {
 			case ret.Runs > 0 && age > ret.Runs:
