@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/secret"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
@@ -88,7 +90,8 @@ func (h *Host) forgetRunDirs(ctx context.Context, st store.Runs) error {
 
 // DeleteTenant deletes tenant and everything the store keeps of it (runs
 // of every kind, ledger, policies, templates, API keys), its secrets in
-// the host's secret store, and the blobs nothing else refers to, and
+// the host's secret store, its E2B snapshots' records (e2b.ForgetTenant),
+// and the blobs nothing else refers to, and
 // keeps an audit record naming actor. A tenant with a run that has not
 // ended is refused (ErrLive): cancel its runs and destroy its sandboxes
 // first.
@@ -123,7 +126,23 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 	if err != nil {
 		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
 	}
-	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor, Counts: map[string]int64{"secrets": n}})
+	// So do its E2B snapshots' records (their checkpoints' chunks go with
+	// the next checkpoint collection), from a running E2B server's memory
+	// too.
+	forget := func(tenant string) (int, error) {
+		return e2b.ForgetTenant(filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), tenant)
+	}
+	h.mu.Lock()
+	if h.e2b != nil {
+		forget = h.e2b.ForgetTenant
+	}
+	h.mu.Unlock()
+	snaps, err := forget(tenant)
+	if err != nil {
+		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
+	}
+	counts := map[string]int64{"secrets": n, "e2b_snapshots": int64(snaps)}
+	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor, Counts: counts})
 	if err != nil {
 		return rec, err
 	}
