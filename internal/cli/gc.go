@@ -13,7 +13,8 @@ type GcCmd struct {
 	retentionFlags
 }
 
-// Run applies the retention flags, then removes the checkpoint chunks
+// Run applies the retention flags and the runs' policies' retention,
+// then removes the checkpoint chunks
 // nothing refers to.
 func (c *GcCmd) Run(env *Env) error {
 	if c.Grace < host.MinCheckpointGrace {
@@ -31,13 +32,14 @@ func (c *GcCmd) Run(env *Env) error {
 	if c.Events < 0 || c.Runs < 0 {
 		return usageError{Err: fmt.Errorf("--events-older-than %s, --runs-older-than %s: must not be negative", c.Events, c.Runs)}
 	}
-	if c.Events > 0 || c.Runs > 0 {
-		// First, so the checkpoints only the expired runs used go in the
-		// collection below.
-		sw, err := h.h.Sweep(env.Ctx, c.rules(), time.Now())
-		if err != nil {
-			return hostError(err)
-		}
+	// First, so the checkpoints only the expired runs used go in the
+	// collection below. Without flags it applies the runs' policies'
+	// retention sections only.
+	sw, err := h.h.Sweep(env.Ctx, c.rules(), time.Now())
+	if err != nil {
+		return hostError(err)
+	}
+	if c.Events > 0 || c.Runs > 0 || sw != (host.SweepStats{}) {
 		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged\n",
 			sw.Payloads, sw.Runs, sw.Kept, sw.Purged)
 	}

@@ -8,7 +8,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+	"github.com/airlockrun/airlock/internal/secret"
+	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
@@ -18,8 +23,18 @@ import (
 type Deletion = store.Deletion
 
 // ErrLive means a run that has not ended cannot be purged (its driver would
-// write again); cancel it first.
-var ErrLive = errors.New("the run has not ended: cancel it first")
+// write again); cancel it first. It matches store.ErrConflict too, as the
+// store's own refusal does (the API answers both 409).
+var ErrLive error = liveError{}
+
+type liveError struct{}
+
+func (liveError) Error() string { return "the run has not ended: cancel it first" }
+
+func (liveError) Is(target error) bool { return target == store.ErrConflict }
+
+// The API deletes through the host: what it keeps outside the store goes too.
+var _ server.Deleter = (*Host)(nil)
 
 // PurgeRun deletes run id and every run forked from it, with their events,
 // artifacts and the blobs nothing else refers to, and keeps an audit record
@@ -74,10 +89,12 @@ func (h *Host) forgetRunDirs(ctx context.Context, st store.Runs) error {
 }
 
 // DeleteTenant deletes tenant and everything the store keeps of it (runs
-// of every kind, ledger, policies, templates, API keys) with the blobs
-// nothing else refers to, and keeps an audit record naming actor. A
-// tenant with a run that has not ended is refused (ErrLive): cancel its
-// runs and destroy its sandboxes first.
+// of every kind, ledger, policies, templates, API keys), its secrets in
+// the host's secret store, its E2B snapshots' records (e2b.ForgetTenant),
+// and the blobs nothing else refers to, and
+// keeps an audit record naming actor. A tenant with a run that has not
+// ended is refused (ErrLive): cancel its runs and destroy its sandboxes
+// first.
 func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.Deletion, error) {
 	rs, err := h.run()
 	if err != nil {
@@ -102,11 +119,55 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 		}
 		f.After = runs[len(runs)-1].ID
 	}
-	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor})
+	// The secrets go first, so that the record counts them; a run
+	// created between the check above and the store's deletion makes the
+	// store refuse, and the tenant stays without its secrets.
+	n, err := h.deleteSecrets(ctx, tenant)
+	if err != nil {
+		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
+	}
+	// So do its E2B snapshots' records (their checkpoints' chunks go with
+	// the next checkpoint collection), from a running E2B server's memory
+	// too.
+	forget := func(tenant string) (int, error) {
+		return e2b.ForgetTenant(filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), tenant)
+	}
+	h.mu.Lock()
+	if h.e2b != nil {
+		forget = h.e2b.ForgetTenant
+	}
+	h.mu.Unlock()
+	snaps, err := forget(tenant)
+	if err != nil {
+		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
+	}
+	counts := map[string]int64{"secrets": n, "e2b_snapshots": int64(snaps)}
+	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor, Counts: counts})
 	if err != nil {
 		return rec, err
 	}
 	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store))
+}
+
+// deleteSecrets deletes every secret of tenant from the host's secret
+// store and returns how many.
+func (h *Host) deleteSecrets(ctx context.Context, tenant string) (int64, error) {
+	st, err := h.Secrets()
+	if err != nil {
+		return 0, err
+	}
+	infos, err := st.List(ctx, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("list secrets: %w", err)
+	}
+	var n int64
+	for _, i := range infos {
+		if err := st.Delete(ctx, tenant, i.Name); err != nil && !errors.Is(err, secret.ErrNotFound) {
+			return n, fmt.Errorf("delete secret %s: %w", i.Name, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 // deleteBlobs deletes the blobs a deletion freed; one already gone is fine.
@@ -173,6 +234,30 @@ func (rr RetentionRules) Validate() error {
 	return errors.Join(errs...)
 }
 
+// runRetention is run r's retention: its tenant's rule (rules.For) and
+// its policy's retention section, each field the shorter of the two that
+// are set (policy.Stricter). The stricter wins because both are limits on
+// keeping data, set by different people for different reasons (the
+// operator per tenant, the policy's author for its runs): a policy may
+// shorten what its runs keep, and no policy can make a run outlive its
+// tenant's rule. docs caches the sections by policy hash. A stored policy
+// that no longer parses adds nothing: the tenant's rule applies.
+func runRetention(r store.Run, rules RetentionRules, docs map[string]policy.Retention) Retention {
+	t := rules.For(r.Tenant)
+	if len(r.Policy) == 0 {
+		return t
+	}
+	pr, ok := docs[r.PolicyHash]
+	if !ok || r.PolicyHash == "" {
+		if doc, err := policy.Parse(r.Policy); err == nil {
+			pr = doc.Retention
+		}
+		docs[r.PolicyHash] = pr
+	}
+	s := policy.Stricter(policy.Retention{Events: policy.Duration(t.Events), Runs: policy.Duration(t.Runs)}, pr)
+	return Retention{Events: time.Duration(s.Events), Runs: time.Duration(s.Runs)}
+}
+
 // SweepStats counts what a retention pass did.
 type SweepStats struct {
 	Runs     int   // runs whose payloads were tombstoned
@@ -181,9 +266,10 @@ type SweepStats struct {
 	Purged   int   // runs purged
 }
 
-// Sweep applies each tenant's retention (rules.For) to its finished runs
-// as of now: payloads of runs ended more than Events ago become
-// tombstones, runs ended more than Runs ago are purged with their forks;
+// Sweep applies each finished run's retention (its tenant's rule and its
+// policy's retention section, the stricter: runRetention) as of now:
+// payloads of runs ended more than Events ago become tombstones, runs
+// ended more than Runs ago are purged with their forks;
 // a pass that tombstoned anything leaves one audit record with its
 // counts, and each purge its own.
 func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (SweepStats, error) {
@@ -194,6 +280,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	}
 	f := store.RunFilter{Kind: store.KindAny}
 	var purge []string
+	docs := map[string]policy.Retention{}
 	for {
 		runs, err := rs.store.ListRuns(ctx, f)
 		if err != nil {
@@ -203,7 +290,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 			if !r.Status.Final() || r.Finished.IsZero() {
 				continue
 			}
-			ret := rules.For(r.Tenant)
+			ret := runRetention(r, rules, docs)
 			age := now.Sub(r.Finished)
 			switch {
 			case ret.Runs > 0 && age > ret.Runs:

@@ -92,6 +92,9 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 		lnSbx.Close()
 		return nil, err
 	}
+	h.mu.Lock()
+	h.e2b = e.srv
+	h.mu.Unlock()
 	// No WriteTimeout: streams of long commands last; the data plane sets
 	// a deadline per write instead.
 	e.api = &http.Server{Handler: e.srv.APIHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}

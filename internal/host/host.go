@@ -34,6 +34,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/credit"
+	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/engine"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/image"
@@ -117,6 +118,9 @@ type Host struct {
 	policies map[string]*policy.Document
 	// images is the image store once opened (guarded by mu).
 	images *image.Store
+	// e2b is Serve's E2B server while it runs (guarded by mu): a tenant's
+	// deletion drops its snapshots from its memory too.
+	e2b *e2b.Server
 
 	llm *llmHub
 }

@@ -390,7 +390,7 @@ func (s *service) assemble(ctx context.Context) error {
 	so := server.Options{
 		Store: rs.store, Blobs: rs.blobs, Engine: rs.eng, Auth: auth.NewKeys(rs.store, nil), Feed: feed,
 		Logger: s.log, Config: cfg.API, Metrics: s.tel.Registry(), Secrets: secrets, Redactor: h.red,
-		ResolveImage: h.ResolveImage, Sandboxes: &s.sandboxes,
+		ResolveImage: h.ResolveImage, Sandboxes: &s.sandboxes, Deleter: h,
 	}
 	// A resume is queued in the store, for any server's workers: one of
 	// this process's, or of another on the same database.

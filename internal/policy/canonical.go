@@ -34,6 +34,9 @@ type canonicalDocument struct {
 	Events *Events `yaml:"events,omitempty"`
 	// MCP is left out while it names no server, for the same reason.
 	MCP *MCP `yaml:"mcp,omitempty"`
+	// Retention is left out while it keeps everything, for the same
+	// reason.
+	Retention *Retention `yaml:"retention,omitempty"`
 }
 
 // Canonical returns the resolved document as YAML in one stable form:
@@ -73,6 +76,10 @@ func (d *Document) Canonical() []byte {
 	}
 	if !d.MCP.isZero() {
 		c.MCP = &d.MCP
+	}
+	if !d.Retention.isZero() {
+		ret := d.Retention
+		c.Retention = &ret
 	}
 	if c.Network.Default == "" {
 		c.Network.Default = Deny

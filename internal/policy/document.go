@@ -211,6 +211,7 @@ func (d *Document) validate(p *problems) {
 	d.Ports.validate(p)
 	d.Events.validate(p)
 	d.MCP.validate(p)
+	d.Retention.validate(p)
 	for _, r := range []struct {
 		field string
 		v     int64

@@ -181,7 +181,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		// Structure.
 		{
 			"unknown section", "sandbx: {}\n",
-			"policy: field sandbx not found (line 1; hint: did you mean sandbox? known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm, secrets, ports, events, mcp)",
+			"policy: field sandbx not found (line 1; hint: did you mean sandbox? known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm, secrets, ports, events, mcp, retention)",
 		},
 		{
 			"unknown key", "sandbox:\n  limits:\n    memroy: 1G\n",
@@ -205,7 +205,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 		{
 			"merge key", "x: &x {max_steps: 3}\n",
-			"policy: field x not found (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm, secrets, ports, events, mcp)",
+			"policy: field x not found (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm, secrets, ports, events, mcp, retention)",
 		},
 		{
 			"merge key in section", "budgets:\n  <<: {max_steps: 3}\n",
@@ -499,7 +499,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 		{
 			"not a mapping", "- a\n- b\n",
-			"policy: the document must be a mapping of sections (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm, secrets, ports, events, mcp)",
+			"policy: the document must be a mapping of sections (line 1; hint: known keys: sandbox, network, tools, budgets, approvals, verify, artifacts, retries, llm, secrets, ports, events, mcp, retention)",
 		},
 		{
 			"syntax", "sandbox:\n  rootfs: /x\n   mounts: []\n",

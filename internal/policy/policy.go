@@ -91,6 +91,9 @@ type Document struct {
 	// MCP names the MCP servers whose tools the model may call (none by
 	// default).
 	MCP MCP `yaml:"mcp"`
+	// Retention says how long the run's content is kept after it ended
+	// (forever by default; a tenant's rule may be shorter).
+	Retention Retention `yaml:"retention"`
 
 	compiled atomic.Pointer[toolPolicy]
 }
@@ -136,6 +139,7 @@ type rawDocument struct {
 	Ports     yaml.Node `yaml:"ports"`
 	Events    yaml.Node `yaml:"events"`
 	MCP       yaml.Node `yaml:"mcp"`
+	Retention yaml.Node `yaml:"retention"`
 }
 
 // Parse decodes a YAML policy document strictly and validates it. Unknown
@@ -199,6 +203,7 @@ func Parse(data []byte) (*Document, error) {
 		{"ports", &raw.Ports, &doc.Ports},
 		{"events", &raw.Events, &doc.Events},
 		{"mcp", &raw.MCP, &doc.MCP},
+		{"retention", &raw.Retention, &doc.Retention},
 	} {
 		if s.node.Kind != 0 {
 			d.decode(s.node, s.name, reflect.ValueOf(s.dst).Elem())

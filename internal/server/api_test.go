@@ -318,6 +318,10 @@ func TestScopes(t *testing.T) {
 		{"POST", "/v1/runs/" + id + "/pause", []string{"runs:write"}},
 		{"POST", "/v1/runs/" + id + "/resume", []string{"runs:write"}},
 		{"POST", "/v1/runs/" + id + "/fork", []string{"runs:write"}},
+		{"DELETE", "/v1/runs/" + id, []string{"runs:write"}},
+		{"GET", "/v1/deletions", []string{"runs:read"}},
+		// Another tenant's name: nothing is deleted, whoever asks.
+		{"DELETE", "/v1/tenants/beta", nil},
 		{"GET", "/v1/approvals", []string{"approvals", "runs:read"}},
 		{"POST", "/v1/approvals/" + id + ".call_1_0/approve", []string{"approvals"}},
 		{"POST", "/v1/approvals/" + id + ".call_1_0/deny", []string{"approvals"}},

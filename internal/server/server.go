@@ -81,6 +81,11 @@ type Options struct {
 	// Sandboxes tells the live sandboxes of the host's E2B API, which
 	// /v1/sandboxes lists with their exposed ports; nil lists none.
 	Sandboxes Sandboxes
+	// Deleter purges runs and deletes tenants for DELETE /v1/runs/{id}
+	// and DELETE /v1/tenants/{name}; host.Host is the one that also
+	// removes what the host keeps outside the store. Nil means the
+	// store's deletions and the blobs they free.
+	Deleter Deleter
 }
 
 // Server is the API, an http.Handler. It is safe for concurrent use.
@@ -186,6 +191,7 @@ func (s *Server) table() []route {
 		{method: "POST", pattern: "/v1/runs", scopes: scopeRunsWrite, h: s.createRun},
 		{method: "GET", pattern: "/v1/runs", scopes: scopeRunsRead, h: s.listRuns},
 		{method: "GET", pattern: "/v1/runs/{id}", scopes: scopeRunsRead, h: s.getRun},
+		{method: "DELETE", pattern: "/v1/runs/{id}", scopes: scopeRunsWrite, h: s.purgeRun},
 		{method: "POST", pattern: "/v1/runs/{id}/cancel", scopes: scopeRunsWrite, h: s.cancelRun},
 		{method: "POST", pattern: "/v1/runs/{id}/pause", scopes: scopeRunsWrite, h: s.pauseRun},
 		{method: "POST", pattern: "/v1/runs/{id}/resume", scopes: scopeRunsWrite, h: s.resumeRun},
@@ -215,6 +221,8 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
 		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, body: maxSecretBody, h: s.putSecret},
 		{method: "DELETE", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.deleteSecret},
+		{method: "GET", pattern: "/v1/deletions", scopes: scopeRunsRead, h: s.listDeletions},
+		{method: "DELETE", pattern: "/v1/tenants/{name}", scopes: scopeAdmin, h: s.deleteTenant},
 	}
 }
 

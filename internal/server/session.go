@@ -206,6 +206,17 @@ func (ss *sessions) dropKey(tenant, keyID string) {
 	}
 }
 
+// dropTenant ends every session of tenant's keys (the tenant is gone).
+func (ss *sessions) dropTenant(tenant string) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for h, s := range ss.byHash {
+		if s.p.Tenant == tenant {
+			delete(ss.byHash, h)
+		}
+	}
+}
+
 // tokenLen is the length of a session id or CSRF token: 32 random bytes,
 // unpadded base64url.
 var tokenLen = base64.RawURLEncoding.EncodedLen(32)

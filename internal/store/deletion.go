@@ -52,6 +52,9 @@ type Deletions interface {
 	// deletes.
 	TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error)
 
+	// PurgeRun and DeleteTenant keep the counts d holds already (of what
+	// the caller deleted outside the store) and add the store's.
+
 	// PurgeRun deletes run runID and every run forked from it (their
 	// forks' logs start with a copy of the parent's), with their events,
 	// artifacts' metadata and metadata, and records d with the counts
@@ -66,7 +69,8 @@ type Deletions interface {
 	// metadata; ledger entries; policies; templates; API keys; and the
 	// tenant itself. It records d with the counts filled and returns it
 	// and the digests whose blobs are no longer referenced, as PurgeRun.
-	// A tenant that does not exist gives ErrNotFound.
+	// A tenant that does not exist gives ErrNotFound; one with a run
+	// that has not ended, ErrConflict (and nothing is deleted).
 	DeleteTenant(ctx context.Context, tenant string, d Deletion) (Deletion, []string, error)
 
 	// RecordDeletion stores d (a retention pass's summary) and returns it

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"time"
@@ -120,7 +121,10 @@ func (d Dialect) PurgeRun(ctx context.Context, tx Tx, runID string, rec store.De
 	}
 	slices.Reverse(ids)
 	rec.Tenant, rec.Kind, rec.Target = tenant, store.DeletionRun, runID
-	rec.Counts = map[string]int64{}
+	rec.Counts = maps.Clone(rec.Counts)
+	if rec.Counts == nil {
+		rec.Counts = map[string]int64{}
+	}
 	digests, err := d.deleteRuns(ctx, tx, `id = `+d.Param(1), ids, rec.Counts)
 	if err != nil {
 		return rec, nil, err
@@ -138,7 +142,26 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 		return rec, nil, fmt.Errorf("tenant %s: %w", store.Clip(tenant), err)
 	}
 	rec.Tenant, rec.Kind, rec.Target = tenant, store.DeletionTenant, tenant
-	rec.Counts = map[string]int64{}
+	rec.Counts = maps.Clone(rec.Counts)
+	if rec.Counts == nil {
+		rec.Counts = map[string]int64{}
+	}
+	// None of its runs may still be going (as PurgeRun): checked here, in
+	// the deletion's transaction, so a run created meanwhile is seen too.
+	err = tx.Query(ctx, `SELECT id, status FROM runs WHERE tenant = `+d.Param(1)+` ORDER BY id`, []any{tenant},
+		func(scan func(...any) error) error {
+			var id, status string
+			if err := scan(&id, &status); err != nil {
+				return err
+			}
+			if event.Status(status).Final() {
+				return nil
+			}
+			return fmt.Errorf("%w: run %s is %s: a tenant is deleted once all its runs have ended", store.ErrConflict, id, status)
+		})
+	if err != nil {
+		return rec, nil, err
+	}
 	// Forks never cross tenants; unlink them within the tenant so its
 	// runs can go in any order.
 	if err := tx.Exec(ctx, `UPDATE runs SET parent_run_id = NULL WHERE tenant = `+d.Param(1), tenant); err != nil {

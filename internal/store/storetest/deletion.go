@@ -192,11 +192,27 @@ func testDeleteTenant(t *testing.T, f Factory) {
 	if _, err := s.AddLedgerEntry(ctx, store.LedgerEntry{Tenant: "acme", Kind: store.LedgerGrant, Amount: 5, Note: "g"}); err != nil {
 		t.Fatal(err)
 	}
+	// A run still going keeps everything: its driver would write into a
+	// tenant that is gone. Once it has ended, the tenant goes.
+	live, _, err := s.CreateRunWith(ctx, store.Run{ID: runID(4), Tenant: "acme", Status: event.StatusQueued},
+		[]event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{"live":"L"}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"})
+	wantErr(t, "DeleteTenant(a run queued)", err, store.ErrConflict)
+	verify(t, s, a.ID, 2)
+	if _, err := s.GetTenant(ctx, "acme"); err != nil {
+		t.Errorf("GetTenant() after a refused deletion = %v", err)
+	}
+	if _, err := s.UpdateRunStatus(ctx, live.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+		t.Fatal(err)
+	}
 	rec, free, err := s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"})
 	if err != nil {
 		t.Fatalf("DeleteTenant() = %v", err)
 	}
-	want := map[string]int64{"runs": 2, "events": 4, "artifacts": 2, "metadata": 1, "ledger_entries": 1, "policy_versions": 1, "template_versions": 1, "api_keys": 1, "tenants": 1}
+	want := map[string]int64{"runs": 3, "events": 5, "artifacts": 2, "metadata": 1, "ledger_entries": 1, "policy_versions": 1, "template_versions": 1, "api_keys": 1, "tenants": 1}
 	for k, v := range want {
 		if rec.Counts[k] != v {
 			t.Errorf("DeleteTenant() counts[%s] = %d, want %d (%v)", k, rec.Counts[k], v, rec.Counts)

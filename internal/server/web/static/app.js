@@ -11,6 +11,7 @@ import {policiesPage} from './policies.js';
 import {templatesPage} from './templates.js';
 import {secretsPage} from './secrets.js';
 import {sandboxesPage} from './sandboxes.js';
+import {deletionsPage} from './deletions.js';
 
 const main = document.getElementById('main');
 const top = document.getElementById('top');
@@ -30,6 +31,7 @@ const routes = [
   [/^\/ui\/templates\/?$/, 'templates', templatesPage],
   [/^\/ui\/secrets\/?$/, 'secrets', secretsPage],
   [/^\/ui\/sandboxes\/?$/, 'sandboxes', sandboxesPage],
+  [/^\/ui\/deletions\/?$/, 'deletions', deletionsPage],
 ];
 
 // navigate shows the page of url (a path under /ui/), adding it to the

@@ -11,6 +11,7 @@ import {toast, errorText, refreshBadge} from './app.js';
 import {renderDiff} from './diff.js';
 import {decisionControls} from './approvals.js';
 import {argsView, prose, actionView} from './tools.js';
+import {recordView, typedConfirm} from './deletions.js';
 
 // eventTypes are the event names of the stream (a Go test checks this
 // list against the event package's).
@@ -82,11 +83,14 @@ export function runPage(main, [id]) {
   const artifactList = h('ul.artifacts');
   const artifacts = h('section.card', h('h2', 'Artifacts'), artifactList);
   const patch = h('section.patch', {hidden: true, 'aria-labelledby': 'patch-title'});
+  const purgeBox = h('section.card.danger-zone', {hidden: true, 'aria-label': 'Purge the run'});
+  const purged = h('div.panel.deleted', {hidden: true}, h('h1', 'Run purged'));
   const missing = h('div.empty.panel', {hidden: true}, h('strong', 'No such run'),
     'It does not exist, or belongs to another tenant. ', h('a', {href: '/ui/'}, 'Back to the runs'));
   const page = h('div',
     h('a.back', {href: '/ui/'}, '← Runs'),
     h('div.run-title', title, badge, actions),
+    purgeBox,
     meta,
     h('div.run-body',
       h('section', {'aria-label': 'Timeline'},
@@ -94,7 +98,7 @@ export function runPage(main, [id]) {
         tl, foot),
       h('aside.side', outcome, verification, artifacts)),
     patch);
-  main.append(page, missing);
+  main.append(page, missing, purged);
   artifactList.append(h('li.muted.small', 'None yet.'));
 
   // --- header ---
@@ -132,7 +136,12 @@ export function runPage(main, [id]) {
 
   function drawActions() {
     clear(actions);
-    if (!run || finalStatuses.includes(run.status) || !can('runs:write')) return;
+    if (!run || !can('runs:write')) return;
+    if (finalStatuses.includes(run.status)) {
+      if (!purgeBox.hidden) return;
+      actions.append(h('button.btn.small.danger', {type: 'button', id: 'purge', onclick: askPurge}, 'Purge…'));
+      return;
+    }
     const act = (label, verb, cls, ask) => h('button.btn.small', {type: 'button', class: cls, onclick: async (e) => {
       if (ask && !window.confirm(ask)) return;
       e.target.disabled = true;
@@ -149,6 +158,30 @@ export function runPage(main, [id]) {
     if (run.status === 'paused') actions.append(act('Resume', 'resume', ''));
     else actions.append(act('Pause', 'pause', ''));
     actions.append(act('Cancel', 'cancel', 'danger', 'Cancel this run? Nothing more of it runs.'));
+  }
+
+  // askPurge shows the purge's confirm step: the run's id, typed. A
+  // purged run's page shows the record of its deletion instead.
+  function askPurge() {
+    clear(actions);
+    const {form, input} = typedConfirm('Purge', run.id,
+      'Purging deletes this run and every run forked from it: the event log, artifacts, labels and the blobs nothing else uses. ' +
+      'The credits it spent stay spent. Only the record of the deletion stays.',
+      async () => {
+        const d = await api('DELETE', runURL);
+        stop();
+        page.hidden = true;
+        purged.append(recordView(d), h('p', h('a', {href: '/ui/deletions'}, 'All deletions'), ' · ', h('a', {href: '/ui/'}, 'Back to the runs')));
+        purged.hidden = false;
+        toast('Purged ' + run.id + '.');
+      });
+    form.append(h('button.btn.small', {type: 'button', onclick: () => {
+      purgeBox.hidden = true;
+      drawActions();
+    }}, 'Keep it'));
+    clear(purgeBox).append(form);
+    purgeBox.hidden = false;
+    input.focus();
   }
 
   function drawOutcome() {
