@@ -46,7 +46,7 @@ func chunkSet(t *testing.T, s *testStore, tenant, digest string) map[chunk.ID]bo
 func storedChunks(t *testing.T, s *testStore) map[chunk.ID]bool {
 	t.Helper()
 	set := map[chunk.ID]bool{}
-	for id, err := range s.chunks.IDs(context.Background()) {
+	for id, err := range s.Store.chunks.IDs(context.Background()) {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,12 +59,33 @@ func rootsOf(rs ...Root) func(context.Context) ([]Root, error) {
 	return func(context.Context) ([]Root, error) { return rs, nil }
 }
 
-// TestCollect: the chunks of a checkpoint no root names (a deleted run's)
+// TestCollect runs the collection cases on each chunk backend (the
+// directory and PostgreSQL's table): Collect relies on the backends' IDs,
+// Has and Expire, which chunktest checks one by one; here the whole mark
+// and sweep does.
+func TestCollect(t *testing.T) {
+	cases := []struct {
+		name string
+		run  func(*testing.T, func(*testing.T) *testStore)
+	}{
+		{"Collect", testCollect},
+		{"Grace", testCollectGrace},
+		{"KilledWrite", testCollectKilledWrite},
+		{"BrokenRoot", testCollectBrokenRoot},
+	}
+	for _, b := range backends {
+		for _, c := range cases {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) { c.run(t, b.open) })
+		}
+	}
+}
+
+// testCollect: the chunks of a checkpoint no root names (a deleted run's)
 // go; those a live chain refers to stay, shared ones too, and the live
 // checkpoints restore as they did.
-func TestCollect(t *testing.T) {
+func testCollect(t *testing.T, open func(*testing.T) *testStore) {
 	ctx := context.Background()
-	s := newTestStore(t)
+	s := open(t)
 	shared := randomBody(1, 6<<20)
 	// Run A: a full checkpoint and a step; run B, of the same tenant,
 	// shares a large file with it.
@@ -120,14 +141,14 @@ func TestCollect(t *testing.T) {
 	}
 }
 
-// TestCollectGrace: a checkpoint written after the cut, whose event is
+// testCollectGrace: a checkpoint written after the cut, whose event is
 // not appended yet (so no root names it), keeps its chunks: those it
 // stored new and those it found stored already, which belonged to a
 // checkpoint that is gone. The write here runs while the collection lists
 // its roots, where a real one races it.
-func TestCollectGrace(t *testing.T) {
+func testCollectGrace(t *testing.T, open func(*testing.T) *testStore) {
 	ctx := context.Background()
-	s := newTestStore(t)
+	s := open(t)
 	tree := []tent{reg("old", randomBody(5, 3<<20)), reg("x", randomBody(6, 2<<20))}
 	gone := write(t, s, "acme", "", true, tarStream(t, tree...))
 	before := time.Now()
@@ -171,11 +192,11 @@ func TestCollectGrace(t *testing.T) {
 	restoreTar(t, s, "acme", racing.Digest)
 }
 
-// TestCollectKilledWrite: the chunks of a write killed before its event
+// testCollectKilledWrite: the chunks of a write killed before its event
 // (no root names it) go once they are older than the cut.
-func TestCollectKilledWrite(t *testing.T) {
+func testCollectKilledWrite(t *testing.T, open func(*testing.T) *testStore) {
 	ctx := context.Background()
-	s := newTestStore(t)
+	s := open(t)
 	live := write(t, s, "acme", "", true, tarStream(t, reg("kept", randomBody(8, 2<<20))))
 	killed := write(t, s, "acme", "", true, tarStream(t, reg("orphan", randomBody(9, 3<<20))))
 	orphans := chunkSet(t, s, "acme", killed.Digest)
@@ -193,9 +214,9 @@ func TestCollectKilledWrite(t *testing.T) {
 	restoreTar(t, s, "acme", live.Digest)
 }
 
-// TestCollectBrokenRoot: a root that does not load (missing, another
+// testCollectBrokenRoot: a root that does not load (missing, another
 // tenant's) fails the collection, and nothing is removed.
-func TestCollectBrokenRoot(t *testing.T) {
+func testCollectBrokenRoot(t *testing.T, open func(*testing.T) *testStore) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name string
@@ -206,7 +227,7 @@ func TestCollectBrokenRoot(t *testing.T) {
 		{"another tenant's", func(d string) Root { return Root{"other", d} }, ErrTenant},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newTestStore(t)
+			s := open(t)
 			c := write(t, s, "acme", "", true, tarStream(t, reg("f", randomBody(10, 2<<20))))
 			stored := storedChunks(t, s)
 			_, err := s.Collect(ctx, time.Now(), rootsOf(tt.root(c.Digest)))

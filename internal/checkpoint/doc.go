@@ -3,7 +3,9 @@
 // The executor streams what changed in /workspace as a delta stream (a tar
 // stream, "airlock delta v1", docs/checkpoints.md); Write checks it entry
 // by entry, cuts the content of its files into content-defined chunks
-// (github.com/restic/chunker), stores the chunks the tenant does not have
+// (FastCDC with a gear table of the tenant's, cdc.go; a manifest records
+// slices of chunks, so checkpoints cut by the Rabin chunker before it
+// restore as ever), stores the chunks the tenant does not have
 // yet (package chunk: zstd, named by a per-tenant HMAC), and stores a
 // manifest (Manifest) chained to the parent checkpoint as a blob whose
 // digest names the checkpoint. Resolve applies a chain back into a tree,

@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/restic/chunker"
 
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/chunk"
@@ -42,11 +41,12 @@ type Store struct {
 	workers int
 	menc    *zstd.Encoder
 	mdec    *zstd.Decoder
-	pols    sync.Map // chunk.Key -> chunker.Pol
-	// bufs and chunkers keep the chunk buffers (*[]byte) and chunkers
-	// of writes for the next.
-	bufs, chunkers sync.Pool
-	trees          treeCache
+	gears   sync.Map // chunk.Key -> *gearTable
+	// bufs keeps the chunk buffers (*[]byte) of writes for the next.
+	bufs  sync.Pool
+	trees treeCache
+	// newCutter, when a test sets it, replaces the chunker.
+	newCutter func(io.Reader, chunk.Key) cutter
 }
 
 // New returns a Store that keeps manifests in blobs and chunks in chunks.
@@ -136,22 +136,6 @@ func (s *Store) resolve(ctx context.Context, key chunk.Key, digest string) (*tre
 		}
 	}
 	return t, chain[0], nil
-}
-
-// polynomial returns the chunker's polynomial for the tenant whose key is
-// key: derived from the key, so that a tenant's trees are cut the same way
-// on every host and in every run (and dedupe), and another tenant's cuts
-// say nothing of them.
-func (s *Store) polynomial(key chunk.Key) (chunker.Pol, error) {
-	if p, ok := s.pols.Load(key); ok {
-		return p.(chunker.Pol), nil
-	}
-	p, err := chunker.DerivePolynomial(&keyStream{seed: key.Derive("chunker polynomial")})
-	if err != nil {
-		return 0, fmt.Errorf("checkpoint: chunker polynomial: %w", err)
-	}
-	s.pols.Store(key, p)
-	return p, nil
 }
 
 // keyStream is an endless stream of bytes derived from a seed: SHA-256 of

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/restic/chunker"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/airlockrun/airlock/internal/store/chunk"
@@ -55,7 +54,7 @@ type Result struct {
 // Every entry is checked against the contract and the tree it applies to;
 // the first that breaks it fails Write with an error wrapping ErrStream
 // that names it. File content goes through the chunker as one stream
-// across files, with the tenant's polynomial, so the same tree is cut
+// across files, with the tenant's gear table, so the same tree is cut
 // into the same chunks every time; chunks the store holds already are
 // neither compressed nor written again. Every chunk the checkpoint
 // refers to is synced before the manifest is stored (also those it found
@@ -69,13 +68,10 @@ type Result struct {
 // written stay for the next checkpoint to share, or a collector to delete.
 func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, delta io.Reader) (Result, error) {
 	key := chunk.TenantKey(tenant)
-	pol, err := s.polynomial(key)
-	if err != nil {
-		return Result{}, err
-	}
 	fp := key.Fingerprint()
 	t := newTree()
 	var pm *Manifest
+	var err error
 	if !full {
 		if parent == "" {
 			return Result{}, errors.New("checkpoint: write: a delta with no parent checkpoint")
@@ -87,7 +83,7 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 		}
 	}
 	dr := newDeltaReader(&ctxReader{ctx: ctx, r: delta}, t, full)
-	refs, stats, err := s.storeContent(ctx, key, pol, dr)
+	refs, stats, err := s.storeContent(ctx, key, s.cutter(dr, key))
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
@@ -154,7 +150,7 @@ type chunkRef struct {
 // check, compression and the write run in one worker per CPU, fed through
 // a channel, so reading goes on while they work. Buffers circulate among
 // a fixed few: memory stays at most 2 per worker plus 2 chunks.
-func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol, r io.Reader) ([]*chunkRef, Stats, error) {
+func (s *Store) storeContent(ctx context.Context, key chunk.Key, c cutter) ([]*chunkRef, Stats, error) {
 	type job struct {
 		ref  *chunkRef
 		data []byte
@@ -209,8 +205,6 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 	var refs []*chunkRef
 	err := func() error {
 		defer close(jobs)
-		c := s.chunker(r, pol)
-		defer s.chunkers.Put(c)
 		made := 0
 		var off int64
 		for {
@@ -229,18 +223,18 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 					}
 				}
 			}
-			ch, err := c.Next(buf)
+			data, err := c.Next(buf)
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			if err != nil {
 				return err
 			}
-			ref := &chunkRef{start: off, length: uint32(ch.Length)}
-			off += int64(ch.Length)
+			ref := &chunkRef{start: off, length: uint32(len(data))}
+			off += int64(len(data))
 			refs = append(refs, ref)
 			select {
-			case jobs <- job{ref: ref, data: ch.Data}:
+			case jobs <- job{ref: ref, data: data}:
 			case <-gctx.Done():
 				return nil
 			}
@@ -267,27 +261,23 @@ func (s *Store) storeContent(ctx context.Context, key chunk.Key, pol chunker.Pol
 	}, nil
 }
 
-// The chunker's parameters: chunks of 512 KiB to chunk.MaxSize (8 MiB),
-// cut where the Rabin fingerprint of the last 64 bytes has its low
-// averageBits bits zero, which a byte past the least has a chance of
-// 2^-19 to be: 1 MiB on average. (The library's default, 20 bits, makes
-// 1.5 MiB: the bytes before the least are not fingerprinted, so 19 bits
-// also fingerprint a third fewer bytes per chunk.)
-const (
-	minChunk    = 512 << 10
-	averageBits = 19
-)
+// cutter cuts a content stream into chunks: Next returns the next one in
+// buf (reusing its room), or io.EOF after the last. Chunks are 1 to
+// chunk.MaxSize bytes.
+type cutter interface {
+	Next(buf []byte) ([]byte, error)
+}
 
-// chunker returns a chunker of r with pol, reusing its buffer.
-func (s *Store) chunker(r io.Reader, pol chunker.Pol) *chunker.Chunker {
-	c, ok := s.chunkers.Get().(*chunker.Chunker)
-	if ok {
-		c.ResetWithBoundaries(r, pol, minChunk, chunk.MaxSize)
-	} else {
-		c = chunker.NewWithBoundaries(r, pol, minChunk, chunk.MaxSize)
+// cutter returns the chunker of r for the tenant whose key is key:
+// FastCDC with the tenant's gear table (cdc.go), or what a test put in
+// s.newCutter. Nothing but dedup depends on where chunks are cut: a
+// manifest records each file's slices of chunks, so a restore reads what
+// a checkpoint refers to, whichever chunker cut it.
+func (s *Store) cutter(r io.Reader, key chunk.Key) cutter {
+	if s.newCutter != nil {
+		return s.newCutter(r, key)
 	}
-	c.SetAverageBits(averageBits)
-	return c
+	return newCDC(r, s.gearTable(key))
 }
 
 // chunkBuf returns a buffer for the chunker to cut a chunk into: one a
@@ -298,7 +288,7 @@ func (s *Store) chunkBuf() []byte {
 	if b, ok := s.bufs.Get().(*[]byte); ok {
 		return (*b)[:0]
 	}
-	return make([]byte, 0, 1<<20)
+	return make([]byte, 0, 2*normalChunk)
 }
 
 // chunkIDs returns the IDs of refs, each once.

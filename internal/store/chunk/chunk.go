@@ -57,7 +57,7 @@ import (
 )
 
 // MaxSize is the most bytes of content one chunk holds: the chunker's
-// largest chunk (github.com/restic/chunker's MaxSize, 8 MiB).
+// largest chunk (8 MiB).
 const MaxSize = 8 << 20
 
 // MaxStored is the most bytes a Backend may hold for one chunk: MaxSize
@@ -123,7 +123,7 @@ func (k Key) Fingerprint() string {
 }
 
 // Derive returns 32 bytes derived from the key for one purpose, named by
-// label (the checkpoint library seeds its chunker's polynomial with it, so
+// label (the checkpoint library derives its chunker's gear table from it, so
 // that a tenant's trees are cut into chunks the same way every time).
 func (k Key) Derive(label string) [sha256.Size]byte {
 	m := hmac.New(sha256.New, k.k[:])
