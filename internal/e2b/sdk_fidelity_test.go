@@ -36,6 +36,7 @@ func TestSDKFidelity(t *testing.T) {
 		{"writeAnywhere", `["/0/multi.txt","/home/user/multi.txt"]`},
 		{"writtenAnywhere", `"zerouser\n"`},
 		{"rootUsr", `"usr\n"`},
+		{"sudo", `[0,"[]\nroot\nuser\n"]`},
 		// EntryInfo: permission bits alone, owner and group names, an
 		// absolute symlink target.
 		{"file", `[420,"-rw-r--r--","user","user"]`},

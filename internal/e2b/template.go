@@ -174,9 +174,9 @@ func (s *Server) hostResources(name string, doc *policy.Document) error {
 // (Options.Network attaches that).
 func specOf(doc *policy.Document) sandbox.Spec {
 	sb := doc.Sandbox
-	// E2B's sandbox is a whole writable machine: its root is writable
-	// unless the template's policy says read-only.
-	s := sandbox.Spec{RootFS: sb.RootFS, Runtime: sb.Runtime, WritableRoot: sb.Root != policy.RootReadOnly}
+	// E2B's sandbox is a whole writable machine whose user has sudo:
+	// both unless the template's policy says otherwise.
+	s := sandbox.Spec{RootFS: sb.RootFS, Runtime: sb.Runtime, WritableRoot: sb.Root != policy.RootReadOnly, Sudo: sb.Sudo == nil || *sb.Sudo}
 	if sb.Workspace.Source != "" {
 		s.Workspace, s.WorkspaceMode = sb.Workspace.Source, sb.Workspace.Mode
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	// the sandbox's own layer (sandbox.Spec.WritableRoot): the policy's
 	// sandbox.root: writable.
 	WritableRoot bool `json:"writable_root,omitempty"`
+	// Sudo gives every sandbox a sudo command (sandbox.Spec.Sudo): the
+	// policy's sandbox.sudo: true.
+	Sudo bool `json:"sudo,omitempty"`
 	// Template, when set, is the stored template the run's sandboxes
 	// start from (its image, environment, limits and policy are in the
 	// other fields): the run records its name, version and hash; its
@@ -550,6 +553,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		Image:             doc.Sandbox.Image,
 		Runtime:           doc.Sandbox.Runtime,
 		WritableRoot:      doc.Sandbox.Root == policy.RootWritable,
+		Sudo:              doc.Sandbox.Sudo != nil && *doc.Sandbox.Sudo,
 	}
 	main := SandboxConfig{Name: DefaultSandbox}
 	if ws := doc.Sandbox.Workspace; ws.Source != "" {

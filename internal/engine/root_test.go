@@ -7,23 +7,25 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 )
 
-// TestPolicyConfigRoot: a run's sandboxes keep a read-only root unless
-// the policy's sandbox.root says writable.
+// TestPolicyConfigRoot: a run's sandboxes keep a read-only root and have
+// no sudo unless the policy's sandbox.root and sandbox.sudo say so.
 func TestPolicyConfigRoot(t *testing.T) {
 	for _, tt := range []struct {
-		doc  string
-		want bool
+		doc            string
+		writable, sudo bool
 	}{
-		{"sandbox: {}\n", false},
-		{"sandbox:\n  root: read-only\n", false},
-		{"sandbox:\n  root: writable\n", true},
+		{"sandbox: {}\n", false, false},
+		{"sandbox:\n  root: read-only\n  sudo: false\n", false, false},
+		{"sandbox:\n  root: writable\n", true, false},
+		{"sandbox:\n  sudo: true\n", false, true},
 	} {
 		doc, err := policy.Parse([]byte(tt.doc))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := engine.PolicyConfig(doc).WritableRoot; got != tt.want {
-			t.Errorf("%q: WritableRoot = %v, want %v", tt.doc, got, tt.want)
+		cfg := engine.PolicyConfig(doc)
+		if cfg.WritableRoot != tt.writable || cfg.Sudo != tt.sudo {
+			t.Errorf("%q: WritableRoot, Sudo = %v, %v, want %v, %v", tt.doc, cfg.WritableRoot, cfg.Sudo, tt.writable, tt.sudo)
 		}
 	}
 }

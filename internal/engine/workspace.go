@@ -212,6 +212,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	spec.RootFS = cfg.RootFS
 	spec.Runtime = cfg.Runtime
 	spec.WritableRoot = cfg.WritableRoot
+	spec.Sudo = cfg.Sudo
 	if cfg.Image != "" {
 		if d.e.o.Images == nil {
 			return fmt.Errorf("image %s: this host has no image store", cfg.Image)

@@ -13,7 +13,8 @@ import (
 // window and chunk size (Request.Window, Request.ChunkSize), version 5 the
 // connect operation (OpConnect) and the events operation (OpEvents), version
 // 6 the import operation (OpImport), version 7 a host root's id-mapped
-// system trees (Setup.SystemTrees) and a mkdir as root (Request.MkdirAsRoot).
+// system trees (Setup.SystemTrees), a mkdir as root (Request.MkdirAsRoot)
+// and sudo (Setup.Sudo).
 const Version = 7
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of

@@ -114,6 +114,10 @@ type Setup struct {
 	// always. Only with WritableRoot: an image build's steps chown and
 	// switch users as package managers do.
 	RootCaps []string `json:"root_caps,omitempty"`
+	// Sudo installs the sudo command (SudoHelper): any command may run
+	// another as the sandbox's root (or another of its users), inside the
+	// sandbox's confinement.
+	Sudo bool `json:"sudo,omitempty"`
 	// GVisor says the sandbox runs under gVisor (runsc), whose OCI bundle
 	// has built the file system (root, /workspace, mounts, the proxy
 	// socket at its path, /proc, /dev), the namespaces and the loopback.

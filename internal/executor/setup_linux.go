@@ -755,6 +755,15 @@ func setupRunDir() error {
 	if err := bind("/proc/self/exe", helper, true); err != nil {
 		return fmt.Errorf("airlock-event: %w", err)
 	}
+	// The same binary again: called sudo, it is the sudo command, which
+	// says so when the sandbox has no sudo (Setup.Sudo: no socket).
+	sudo := filepath.Join(newRoot, execproto.SudoHelper)
+	if err := os.WriteFile(sudo, nil, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", runDir, err)
+	}
+	if err := bind("/proc/self/exe", sudo, true); err != nil {
+		return fmt.Errorf("sudo: %w", err)
+	}
 	return nil
 }
 

@@ -36,6 +36,10 @@ type Sandbox struct {
 	// default: read-only for runs, writable for E2B sandboxes (E2B's is a
 	// whole writable machine).
 	Root string `yaml:"root,omitempty"`
+	// Sudo gives the sandboxes a sudo command (to their own root, never
+	// the host's); unset is the consumer's default: off for runs, on for
+	// E2B sandboxes (E2B's user has a passwordless sudo).
+	Sudo *bool `yaml:"sudo,omitempty"`
 }
 
 // The sandbox roots (Sandbox.Root).

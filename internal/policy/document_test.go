@@ -217,7 +217,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 		{
 			"section not a mapping", "sandbox: [a]\n",
-			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime, root)",
+			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime, root, sudo)",
 		},
 		{
 			"unknown root", "sandbox:\n  root: rw\n",

@@ -101,6 +101,12 @@ type Spec struct {
 	// layers are not one tree); the gVisor runtime keeps them in its
 	// in-memory root overlay.
 	WritableRoot bool
+	// Sudo gives commands a sudo command that runs a command as the
+	// sandbox's root (or another of its users): in its user namespace,
+	// without capabilities (unless RootCaps), under the same seccomp,
+	// Landlock and no_new_privs as every command; never a privilege of
+	// the host's. Native runtime only: elsewhere there is no sudo.
+	Sudo bool
 	// RootCaps, with WritableRoot only, are capabilities (names of
 	// execproto.RootCapabilities: BuildCaps) that commands run as the
 	// sandbox's root keep inside its user namespace, as package managers

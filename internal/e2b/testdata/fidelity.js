@@ -25,6 +25,11 @@ async function main() {
   out.writtenAnywhere = (await sbx.commands.run('cat /0/multi.txt; stat -c %U /0')).stdout
   out.rootUsr = (await sbx.commands.run('echo usr > /usr/bin/airlock-e2b-probe && cat /usr/bin/airlock-e2b-probe', { user: 'root' })).stdout
 
+  // sudo, as E2B's user has it (commands/envVars › bash command scoped
+  // env vars): root of the sandbox, not of the host.
+  const su = await sbx.commands.run('sudo echo "[$FOO]"; sudo id -un; sudo -u user id -un')
+  out.sudo = [su.exitCode, su.stdout]
+
   // EntryInfo as envd gives it.
   const f = await sbx.files.getInfo('rel.txt')
   out.file = [f.mode, f.permissions, f.owner, f.group]
