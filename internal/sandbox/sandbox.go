@@ -98,8 +98,8 @@ type Spec struct {
 	// overlay of the host's, id-mapped so that the sandbox's root may
 	// change it, under an upper layer in the same quota: nothing reaches
 	// the host. Those writes are not in checkpoints (the root's upper
-	// layers are not one tree); the gVisor runtime keeps them in its
-	// in-memory root overlay.
+	// layers are not one tree). The gVisor runtime's writable root is
+	// its in-memory overlay of every mount.
 	WritableRoot bool
 	// Sudo gives commands a sudo command that runs a command as the
 	// sandbox's root (or another of its users): in its user namespace,

@@ -209,10 +209,6 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 	case spec.RootFS != "":
 		root = ociRoot{Path: spec.RootFS, Readonly: !spec.WritableRoot}
 	default:
-		// A writable host root (WritableRoot): writes to / land in
-		// gVisor's in-memory overlay; the system directories stay
-		// read-only binds.
-		root.Readonly = !spec.WritableRoot
 		for _, d := range existing(systemDirs) {
 			if target, err := os.Readlink(d); err == nil {
 				// Usr-merged links (/bin -> usr/bin) stay links.
