@@ -49,8 +49,12 @@ type box struct {
 	// access is token needs (header e2b-traffic-access-token); private
 	// makes every port's access token (create's
 	// network.allowPublicTraffic: false).
-	traffic  string
-	private  bool
+	traffic string
+	private bool
+	// maskHost is create's network.maskRequestHost: the Host header of
+	// requests relayed to the sandbox's ports, ${PORT} replaced by the
+	// port (empty: the host the client asked for).
+	maskHost string
 	ports    portCounters
 	started  time.Time
 	internet bool
@@ -367,6 +371,12 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 			return nil, err
 		}
 		b.rules.Store(rules)
+		if n.MaskRequestHost != nil {
+			if err := checkMaskHost(*n.MaskRequestHost); err != nil {
+				return nil, &publicError{status: 400, msg: err.Error()}
+			}
+			b.maskHost = *n.MaskRequestHost
+		}
 	}
 	b.spec = withAccount(specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {

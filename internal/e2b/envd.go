@@ -531,7 +531,7 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, c envdCall
 			return false
 		}
 		lim := &limitReader{r: body, left: s.cfg.MaxFile}
-		if err := c.lv.sb.Mkdir(ctx, path.Dir(p), 0o755, true); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err := c.lv.sb.Mkdir(sandbox.WithMkdirAsRoot(ctx), path.Dir(p), 0o755, true); err != nil && !errors.Is(err, fs.ErrExist) {
 			status, msg := fileStatus(err)
 			fail(status, msg, p)
 			return false

@@ -167,7 +167,7 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 			if _, err := sb.Stat(ctx, p); err == nil {
 				return nil, rpcErrorf(codeAlreadyExists, "%s: already exists", clip(p))
 			}
-			if err := sb.Mkdir(ctx, p, 0o755, true); err != nil {
+			if err := sb.Mkdir(sandbox.WithMkdirAsRoot(ctx), p, 0o755, true); err != nil {
 				return nil, fsError(err, p)
 			}
 			fi, err := sb.Stat(ctx, p)
@@ -196,7 +196,7 @@ func (s *Server) serveFilesystem(w http.ResponseWriter, r *http.Request, c envdC
 				return nil, rpcErrorf(codeInvalidArgument, "%s", err.Error())
 			}
 			rerr := func() *rpcError {
-				if err := sb.Mkdir(ctx, path.Dir(dst), 0o755, true); err != nil && !errors.Is(err, fs.ErrExist) {
+				if err := sb.Mkdir(sandbox.WithMkdirAsRoot(ctx), path.Dir(dst), 0o755, true); err != nil && !errors.Is(err, fs.ErrExist) {
 					return fsError(err, dst)
 				}
 				if err := sb.Rename(ctx, src, dst); err != nil {

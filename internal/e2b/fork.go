@@ -60,6 +60,9 @@ func (s *Server) handleFork(ctx context.Context, w http.ResponseWriter, r *http.
 		Timeout: req.Timeout, Metadata: maps.Clone(b.metadata), EnvVars: maps.Clone(b.envs), AllowInternetAccess: &internet,
 		Network: &networkRequest{AllowPublicTraffic: &public},
 	}
+	if b.maskHost != "" {
+		from.Network.MaskRequestHost = &b.maskHost
+	}
 	if r := b.rules.Load(); r != nil {
 		from.Network.AllowOut, from.Network.DenyOut = r.allowOut, r.denyOut
 	}

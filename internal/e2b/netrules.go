@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/hostname"
@@ -29,8 +30,7 @@ import (
 // entry the address the proxy connects to (each address of a name).
 
 // unsupported refuses what of a network request airlock does not serve:
-// transform rules, an egress proxy of the client's, and maskRequestHost
-// (the Host of requests to the sandbox's ports).
+// transform rules and an egress proxy of the client's.
 func (n *networkRequest) unsupported() error {
 	switch {
 	case n == nil:
@@ -39,10 +39,31 @@ func (n *networkRequest) unsupported() error {
 		return &publicError{status: 400, msg: "network.rules: transform rules are not supported; a template's policy binds credentials to hosts"}
 	case n.EgressProxy != nil:
 		return &publicError{status: 400, msg: "network.egressProxy: not supported; the sandbox's egress goes through airlock's proxy"}
-	case n.MaskRequestHost != nil:
-		return &publicError{status: 400, msg: "network.maskRequestHost: not supported"}
 	}
 	return nil
+}
+
+// checkMaskHost checks create's network.maskRequestHost: a host, with an
+// optional port, where ${PORT} stands for the port a request goes to
+// (E2B's 'localhost:${PORT}').
+func checkMaskHost(h string) error {
+	probe := strings.ReplaceAll(h, maskPort, "8080")
+	if h == "" || len(h) > 260 || strings.ContainsAny(probe, " \t\r\n/?#@\\") || strings.ContainsFunc(probe, func(r rune) bool { return r < 0x21 || r > 0x7e }) {
+		return fmt.Errorf("network.maskRequestHost %.80q: want a host, with an optional port (${PORT} is the port requested)", h)
+	}
+	return nil
+}
+
+// maskPort stands for the port in a maskRequestHost.
+const maskPort = "${PORT}"
+
+// requestHost is the Host header of a request relayed to port: the mask's,
+// else in's.
+func (b *box) requestHost(in string, port int) string {
+	if b.maskHost == "" {
+		return in
+	}
+	return strings.ReplaceAll(b.maskHost, maskPort, strconv.Itoa(port))
 }
 
 // allTraffic is E2B's ALL_TRAFFIC.

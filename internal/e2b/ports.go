@@ -209,8 +209,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-			// The server sees the host its client asked for, as in E2B.
-			pr.Out.Host = pr.In.Host
+			// The server sees the host its client asked for, as in E2B,
+			// or the sandbox's maskRequestHost.
+			pr.Out.Host = b.requestHost(pr.In.Host, port)
 			for _, h := range routingHeaders {
 				pr.Out.Header.Del(h)
 			}

@@ -194,7 +194,12 @@ type portsResult struct {
 		Status int    `json:"status"`
 		Echo   string `json:"echo"`
 	} `json:"ws"`
-	ClosedPort         sdkPortAnswer `json:"closedPort"`
+	ClosedPort sdkPortAnswer `json:"closedPort"`
+	Masked     struct {
+		Status int    `json:"status"`
+		Body   string `json:"body"`
+	} `json:"masked"`
+	BadMask            string        `json:"badMask"`
 	TrafficAccessToken bool          `json:"trafficAccessToken"`
 	PrivateWithToken   int           `json:"privateWithToken"`
 	PrivateNoToken     sdkPortAnswer `json:"privateNoToken"`
@@ -257,6 +262,8 @@ func TestSDKPorts(t *testing.T) {
 	check("private port with a wrong token", r.PrivateWrongToken.Status == 403 && strings.Contains(r.PrivateWrongToken.message(), "is invalid"))
 	check("private websocket without a token", r.PrivateWS.Status == 403)
 	check("not exposed", r.NotExposed.Status == 403 && strings.Contains(r.NotExposed.message(), "is not exposed"))
+	check("maskRequestHost", r.Masked.Status == 200 && r.Masked.Body == "hello from the sandbox host=custom-host.example.com:8080")
+	check("bad maskRequestHost", strings.Contains(r.BadMask, "400") && strings.Contains(r.BadMask, "network.maskRequestHost"))
 	check("killed sandbox", r.Killed.Status == 502 && r.Killed.message() == "The sandbox was not found")
 
 	var ok, in, outBytes int64

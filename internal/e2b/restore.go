@@ -103,6 +103,8 @@ type pausedState struct {
 	// a new token, public).
 	Traffic string `json:"traffic,omitempty"`
 	Private bool   `json:"private,omitempty"`
+	// MaskHost is create's network.maskRequestHost.
+	MaskHost string `json:"mask_host,omitempty"`
 	// Checkpoint is the digest of the workspace's checkpoint.
 	Checkpoint string `json:"checkpoint,omitempty"`
 	// Snapshot is, instead, the name of the workspace's tar file in
@@ -138,7 +140,7 @@ func (s *Server) pausedPath(runID string) string {
 
 // writePaused keeps what b's resume needs, with ps's workspace.
 func (s *Server) writePaused(b *box, ps pausedState) error {
-	ps.SandboxID, ps.Token, ps.Envs, ps.Traffic, ps.Private = b.id, b.token, b.envs, b.traffic, b.private
+	ps.SandboxID, ps.Token, ps.Envs, ps.Traffic, ps.Private, ps.MaskHost = b.id, b.token, b.envs, b.traffic, b.private, b.maskHost
 	ps.AutoPause, ps.AutoResume, ps.Lifetime = b.autoPause, b.autoResume, b.lifetime
 	ps.Template, ps.TemplateVersion = b.template.env, b.template.version
 	if r := b.rules.Load(); r != nil {
@@ -299,7 +301,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	}
 	b := &box{
 		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
-		token: ps.Token, traffic: cmpOr(ps.Traffic, newToken()), private: ps.Private, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
+		token: ps.Token, traffic: cmpOr(ps.Traffic, newToken()), private: ps.Private, maskHost: ps.MaskHost, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
 		state: statePaused, endAt: r.Updated, paused: ps.Checkpoint,
 		autoPause: ps.AutoPause, autoResume: ps.AutoResume, lifetime: ps.Lifetime,
 	}

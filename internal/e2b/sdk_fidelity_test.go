@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -31,6 +32,11 @@ func TestSDKFidelity(t *testing.T) {
 		{"rootWrite", `["/root/rel.txt","root"]`},
 		{"rootOwned", `"root\n"`},
 		{"inWorkspace", `"hi"`},
+		// A writable root.
+		{"writeAnywhere", `["/0/multi.txt","/home/user/multi.txt"]`},
+		{"writtenAnywhere", `"zerouser\n"`},
+		{"rootUsr", `"usr\n"`},
+		{"sudo", `[0,"[]\nroot\nuser\n"]`},
 		// EntryInfo: permission bits alone, owner and group names, an
 		// absolute symlink target.
 		{"file", `[420,"-rw-r--r--","user","user"]`},
@@ -67,5 +73,9 @@ func TestSDKFidelity(t *testing.T) {
 		if g := string(got[tt.key]); g != tt.want {
 			t.Errorf("%s = %s, want %s", tt.key, g, tt.want)
 		}
+	}
+	if _, err := os.Lstat("/usr/bin/airlock-e2b-probe"); err == nil {
+		t.Errorf("the sandbox's write to /usr/bin reached the host")
+		os.Remove("/usr/bin/airlock-e2b-probe")
 	}
 }

@@ -174,7 +174,13 @@ func (s *Server) hostResources(name string, doc *policy.Document) error {
 // (Options.Network attaches that).
 func specOf(doc *policy.Document) sandbox.Spec {
 	sb := doc.Sandbox
-	s := sandbox.Spec{RootFS: sb.RootFS, Runtime: sb.Runtime}
+	// E2B's sandbox is a whole writable machine whose user has sudo:
+	// both unless the template's policy says otherwise. On gVisor a
+	// writable root is its in-memory overlay of every mount, which the
+	// egress socket's cannot be part of: the root stays read-only there
+	// unless the policy asks for it.
+	writable := sb.Root == policy.RootWritable || sb.Root == "" && sb.Runtime != policy.RuntimeGVisor
+	s := sandbox.Spec{RootFS: sb.RootFS, Runtime: sb.Runtime, WritableRoot: writable, Sudo: sb.Sudo == nil || *sb.Sudo}
 	if sb.Workspace.Source != "" {
 		s.Workspace, s.WorkspaceMode = sb.Workspace.Source, sb.Workspace.Mode
 	}

@@ -56,6 +56,13 @@ type Config struct {
 	// Runtime isolates every sandbox of the run (sandbox.RuntimeNative,
 	// the default, or sandbox.RuntimeGVisor): the policy's sandbox.runtime.
 	Runtime string `json:"runtime,omitempty"`
+	// WritableRoot lets every sandbox's commands write anywhere, into
+	// the sandbox's own layer (sandbox.Spec.WritableRoot): the policy's
+	// sandbox.root: writable.
+	WritableRoot bool `json:"writable_root,omitempty"`
+	// Sudo gives every sandbox a sudo command (sandbox.Spec.Sudo): the
+	// policy's sandbox.sudo: true.
+	Sudo bool `json:"sudo,omitempty"`
 	// Template, when set, is the stored template the run's sandboxes
 	// start from (its image, environment, limits and policy are in the
 	// other fields): the run records its name, version and hash; its
@@ -545,6 +552,8 @@ func PolicyConfig(doc *policy.Document) Config {
 		RootFS:            doc.Sandbox.RootFS,
 		Image:             doc.Sandbox.Image,
 		Runtime:           doc.Sandbox.Runtime,
+		WritableRoot:      doc.Sandbox.Root == policy.RootWritable,
+		Sudo:              doc.Sandbox.Sudo != nil && *doc.Sandbox.Sudo,
 	}
 	main := SandboxConfig{Name: DefaultSandbox}
 	if ws := doc.Sandbox.Workspace; ws.Source != "" {

@@ -259,6 +259,9 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	if snap == "" && sc.Workspace != "" {
 		spec.Workspace, spec.WorkspaceMode = sc.Workspace, sc.mode()
 	}
+	// The run's own sandboxes only: an MCP server's (baseSpec too) gets
+	// neither.
+	spec.WritableRoot, spec.Sudo = cfg.WritableRoot, cfg.Sudo
 	for _, m := range cfg.Mounts {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}

@@ -12,8 +12,10 @@ import (
 // operations, version 3 the checkpoint operation, version 4 a stream's own
 // window and chunk size (Request.Window, Request.ChunkSize), version 5 the
 // connect operation (OpConnect) and the events operation (OpEvents), version
-// 6 the import operation (OpImport).
-const Version = 6
+// 6 the import operation (OpImport), version 7 a host root's id-mapped
+// system trees (Setup.SystemTrees), a mkdir as root (Request.MkdirAsRoot)
+// and sudo (Setup.Sudo).
+const Version = 7
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a

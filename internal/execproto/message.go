@@ -64,6 +64,13 @@ type Setup struct {
 	// there is no template root or image layer (the executor binds them
 	// itself: they are world-readable).
 	SystemDirs []string `json:"system_dirs,omitempty"`
+	// SystemTrees, with WritableRoot only, are some of SystemDirs as
+	// detached trees, read-only and id-mapped so that the host's ids show
+	// as the same ids inside (host root's files are the sandbox root's):
+	// each is shown through an overlay whose upper layer is in the scratch
+	// tmpfs, so the sandbox's root may change them there and the host's
+	// never change. A system directory without a tree is bound read-only.
+	SystemTrees []Mount `json:"system_trees,omitempty"`
 	// EtcFiles are host files or directories under /etc bound read-only when
 	// SystemDirs are (certificates, dynamic linker cache, alternatives).
 	EtcFiles []string `json:"etc_files,omitempty"`
@@ -107,6 +114,10 @@ type Setup struct {
 	// always. Only with WritableRoot: an image build's steps chown and
 	// switch users as package managers do.
 	RootCaps []string `json:"root_caps,omitempty"`
+	// Sudo installs the sudo command (SudoHelper): any command may run
+	// another as the sandbox's root (or another of its users), inside the
+	// sandbox's confinement.
+	Sudo bool `json:"sudo,omitempty"`
 	// GVisor says the sandbox runs under gVisor (runsc), whose OCI bundle
 	// has built the file system (root, /workspace, mounts, the proxy
 	// socket at its path, /proc, /dev), the namespaces and the loopback.
@@ -255,6 +266,15 @@ func (s *Setup) Validate() error {
 			add(fmt.Errorf("mount %d: target %.80q: want a clean absolute path below /", i, m.Target))
 		}
 	}
+	if len(s.SystemTrees) > 0 && !s.WritableRoot {
+		add(errors.New("system trees need a writable root"))
+	}
+	for i, m := range s.SystemTrees {
+		add(source(fmt.Sprintf("system tree %d", i), m.FD, nil, false))
+		if !slices.Contains(s.SystemDirs, m.Target) {
+			add(fmt.Errorf("system tree %d: target %.80q is not a system directory", i, m.Target))
+		}
+	}
 	for _, d := range append(append([]string{}, s.SystemDirs...), s.EtcFiles...) {
 		if err := checkPath(d); err != nil || path.Clean(d) != d {
 			add(fmt.Errorf("system path %.80q: want a clean absolute path", d))
@@ -288,7 +308,7 @@ func CheckRootCaps(caps []string, writableRoot bool) error {
 // source, so none may be given.
 func (s *Setup) validateGVisor() error {
 	var errs []error
-	if s.RootFD != 0 || s.RootPath != nil || len(s.Layers) > 0 || len(s.LayerPaths) > 0 || s.Workspace.FD != 0 || s.Workspace.Source != nil || s.ProxyFD != 0 || s.ProxyPath != nil || len(s.Mounts) > 0 || len(s.SystemDirs) > 0 {
+	if s.RootFD != 0 || s.RootPath != nil || len(s.Layers) > 0 || len(s.LayerPaths) > 0 || s.Workspace.FD != 0 || s.Workspace.Source != nil || s.ProxyFD != 0 || s.ProxyPath != nil || len(s.Mounts) > 0 || len(s.SystemDirs) > 0 || len(s.SystemTrees) > 0 {
 		errs = append(errs, errors.New("gvisor: a source given to the executor (the runtime mounts them)"))
 	}
 	switch s.Workspace.Mode {
@@ -403,6 +423,10 @@ type Request struct {
 	// starting with XattrPrefix): those not named are removed.
 	XattrPrefix string            `json:"xattr_prefix,omitempty"`
 	Xattrs      map[string]string `json:"xattrs,omitempty"`
+	// MkdirAsRoot, on a recursive mkdir, makes the directories as the
+	// sandbox's root and gives each it makes to the request's user, as
+	// E2B's envd makes a file's missing parents.
+	MkdirAsRoot bool `json:"mkdir_as_root,omitempty"`
 
 	// checkpoint
 	Since    string `json:"since,omitempty"`     // a baseline name (CheckBaseline), or empty for the whole tree
@@ -523,6 +547,9 @@ func (r *Request) Validate() error {
 		}
 		if r.Mode&^0o7777 != 0 {
 			return fmt.Errorf("%s: mode %o out of range", r.Op, r.Mode)
+		}
+		if r.MkdirAsRoot && (r.Op != OpMkdir || !r.Recursive) {
+			return fmt.Errorf("%s: mkdir as root is for a recursive mkdir only", r.Op)
 		}
 		return nil
 	case OpRename:

@@ -24,6 +24,9 @@ func Main(args []string) int {
 	if path.Base(args[0]) == path.Base(execproto.EventHelper) {
 		return eventCommand(args[1:], os.Stdin, os.Stderr)
 	}
+	if path.Base(args[0]) == path.Base(execproto.SudoHelper) {
+		return sudoCommand(args[1:], os.Stderr)
+	}
 	if code, ok := podCommand(args); ok {
 		return code
 	}
@@ -185,6 +188,12 @@ func (e *executor) start(conn io.Reader) error {
 	e.users = loadUsers(e.setup.User)
 	e.uidNames, e.gidNames = idNames(e.users)
 	e.path = sandboxPath() + ":" + eventBinDir
+	if e.setup.Sudo {
+		if err := e.listenSudo(); err != nil {
+			return err
+		}
+		layers = append(layers, "sudo")
+	}
 	if err := e.listenEvents(); err != nil {
 		return err
 	}

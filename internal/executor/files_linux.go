@@ -24,6 +24,12 @@ import (
 // resolve inside the sandbox's root: symlinks and ".." cannot leave it,
 // because the host's files are not in this mount namespace at all.
 func (s *stream) file() execproto.Result {
+	if s.req.Op == execproto.OpMkdir && s.req.MkdirAsRoot {
+		if err := s.mkdirAsRoot(); err != nil {
+			return errResult(err)
+		}
+		return execproto.Result{}
+	}
 	var res execproto.Result
 	err := s.asUser(func() (err error) {
 		res, err = s.fileOp()
@@ -33,6 +39,47 @@ func (s *stream) file() execproto.Result {
 		return errResult(err)
 	}
 	return res
+}
+
+// mkdirAsRoot makes the directory at the request's path and its missing
+// parents as the sandbox's root (the executor's own identity), and gives
+// each it makes to the request's user (Request.MkdirAsRoot). A component
+// that exists must be a directory; a symlink to one is followed, as
+// MkdirAll does, and is not the user's to be given.
+func (s *stream) mkdirAsRoot() error {
+	u, err := s.e.findUser(s.req.User)
+	if err != nil {
+		return err
+	}
+	mode := uint32(s.req.Mode)
+	if mode == 0 {
+		mode = 0o755
+	}
+	p := "/"
+	for _, name := range strings.Split(strings.Trim(filepath.Clean(s.req.Path), "/"), "/") {
+		if name == "" {
+			continue
+		}
+		p = filepath.Join(p, name)
+		err := unix.Mkdir(p, mode)
+		if errors.Is(err, unix.EEXIST) {
+			var st unix.Stat_t
+			if err := unix.Stat(p, &st); err != nil {
+				return &fs.PathError{Op: "mkdir", Path: p, Err: err}
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return &fs.PathError{Op: "mkdir", Path: p, Err: unix.ENOTDIR}
+			}
+			continue
+		}
+		if err != nil {
+			return &fs.PathError{Op: "mkdir", Path: p, Err: err}
+		}
+		if err := unix.Lchown(p, u.UID, u.GID); err != nil {
+			return &fs.PathError{Op: "chown", Path: p, Err: err}
+		}
+	}
+	return nil
 }
 
 // asUser runs f on a thread of its own with the file-system identity of the

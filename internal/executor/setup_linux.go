@@ -50,9 +50,11 @@ func (e *executor) writablePaths() []string {
 	if e.setup.RootHome {
 		paths = append(paths, rootHome)
 	}
-	if e.setup.WritableRoot && (len(e.setup.Layers) > 0 || len(e.setup.LayerPaths) > 0 || e.setup.RootFD != 0 || e.setup.RootPath != nil) {
+	if e.setup.WritableRoot {
 		// The root is an overlay whose upper layer is the sandbox's own
-		// (an image build's step): writes land there, in the disk quota.
+		// (an image build's step), or a host root's scratch directory
+		// with overlays of the system directories (SystemTrees): writes
+		// land there, in the disk quota.
 		// Devices stay out of reach (read-write grants no MAKE_CHAR,
 		// MAKE_BLOCK or device ioctls), and /proc and /sys keep their
 		// read-only mounts and masks.
@@ -212,7 +214,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	if err := pivot(newRoot); err != nil {
 		return nil, uppers{-1, -1}, err
 	}
-	if s.RootFD == 0 && len(s.Layers) == 0 {
+	if s.RootFD == 0 && len(s.Layers) == 0 && !s.WritableRoot {
 		// Nothing outside the listed writable mounts may change the root.
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return nil, uppers{-1, -1}, fmt.Errorf("read-only root: %w", err)
@@ -430,6 +432,12 @@ func bind(src, dst string, ro bool) error {
 func buildHostRoot(s *execproto.Setup) error {
 	for _, d := range s.SystemDirs {
 		dst := filepath.Join(newRoot, d)
+		if i := slices.IndexFunc(s.SystemTrees, func(m execproto.Mount) bool { return m.Target == d }); i >= 0 {
+			if err := systemOverlay(i, s.SystemTrees[i].FD, dst); err != nil {
+				return fmt.Errorf("system directory %s: %w", d, err)
+			}
+			continue
+		}
 		if target, err := os.Readlink(d); err == nil {
 			if err := os.Symlink(target, dst); err != nil {
 				return err
@@ -479,6 +487,29 @@ func buildHostRoot(s *execproto.Setup) error {
 		}
 	}
 	return nil
+}
+
+// systemOverlay mounts at dst the overlay of a writable host root's i-th
+// system tree (fd, read-only and id-mapped by the host) under an upper
+// layer in the scratch tmpfs: the sandbox's root may change what it shows,
+// in its own disk quota, and the host's directory never changes.
+func systemOverlay(i, fd int, dst string) error {
+	lower := fmt.Sprintf("%s/sys-lower-%d", scratchDir, i)
+	upper := fmt.Sprintf("%s/sys-upper-%d", scratchDir, i)
+	work := fmt.Sprintf("%s/sys-work-%d", scratchDir, i)
+	for _, d := range []string{lower, upper, work, dst} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := moveMount(fd, lower); err != nil {
+		return err
+	}
+	if err := mountOverlay(dst, lower, upper, work); err != nil {
+		return fmt.Errorf("overlay: %w", err)
+	}
+	// The overlay holds its own reference to the tree.
+	return unix.Unmount(lower, unix.MNT_DETACH)
 }
 
 // writeEtc writes the generated /etc files into etc: the names given, or
@@ -723,6 +754,15 @@ func setupRunDir() error {
 	}
 	if err := bind("/proc/self/exe", helper, true); err != nil {
 		return fmt.Errorf("airlock-event: %w", err)
+	}
+	// The same binary again: called sudo, it is the sudo command, which
+	// says so when the sandbox has no sudo (Setup.Sudo: no socket).
+	sudo := filepath.Join(newRoot, execproto.SudoHelper)
+	if err := os.WriteFile(sudo, nil, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", runDir, err)
+	}
+	if err := bind("/proc/self/exe", sudo, true); err != nil {
+		return fmt.Errorf("sudo: %w", err)
 	}
 	return nil
 }

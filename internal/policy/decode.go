@@ -366,6 +366,12 @@ func (d *decoder) decode(n *yaml.Node, field string, v reflect.Value) {
 			return
 		}
 		v.SetBool(b)
+	case reflect.Pointer:
+		// An optional value (nil: not written): a pointer to what the
+		// node decodes to.
+		e := reflect.New(v.Type().Elem())
+		d.decode(n, field, e.Elem())
+		v.Set(e)
 	case reflect.Int, reflect.Int64:
 		var i int64
 		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" || n.Decode(&i) != nil {

@@ -32,7 +32,25 @@ type Sandbox struct {
 	// Runtime isolates the sandboxes: RuntimeNative (default, empty) or
 	// RuntimeGVisor.
 	Runtime string `yaml:"runtime,omitempty"`
+	// Root is RootReadOnly or RootWritable; empty is the consumer's
+	// default: read-only for runs, writable for E2B sandboxes (E2B's is a
+	// whole writable machine).
+	Root string `yaml:"root,omitempty"`
+	// Sudo gives the sandboxes a sudo command (to their own root, never
+	// the host's); unset is the consumer's default: off for runs, on for
+	// E2B sandboxes (E2B's user has a passwordless sudo).
+	Sudo *bool `yaml:"sudo,omitempty"`
 }
+
+// The sandbox roots (Sandbox.Root).
+const (
+	// RootReadOnly: commands write only to /workspace, home and /tmp.
+	RootReadOnly = "read-only"
+	// RootWritable: commands write anywhere their user may, into the
+	// sandbox's own upper layer (in its disk limit, removed with it); the
+	// host's or the image's files never change.
+	RootWritable = "writable"
+)
 
 // The sandbox runtimes.
 const (
@@ -248,6 +266,12 @@ func (s *Sandbox) validate(p *problems) {
 	default:
 		p.add("sandbox.runtime", "native isolates with namespaces, seccomp and Landlock on the host's kernel; gvisor runs the sandbox on gVisor's kernel (runsc)",
 			"%q is not one of native, gvisor", shorten(s.Runtime))
+	}
+	switch s.Root {
+	case "", RootReadOnly, RootWritable:
+	default:
+		p.add("sandbox.root", "read-only lets commands write only to /workspace, home and /tmp; writable lets them write anywhere, into the sandbox's own layer",
+			"%q is not one of read-only, writable", shorten(s.Root))
 	}
 	switch s.Workspace.Mode {
 	case WorkspaceCOW, WorkspaceRO, WorkspaceRW:

@@ -217,7 +217,11 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 		{
 			"section not a mapping", "sandbox: [a]\n",
-			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime)",
+			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime, root, sudo)",
+		},
+		{
+			"unknown root", "sandbox:\n  root: rw\n",
+			`policy: sandbox.root: "rw" is not one of read-only, writable (line 2; hint: read-only lets commands write only to /workspace, home and /tmp; writable lets them write anywhere, into the sandbox's own layer)`,
 		},
 		{
 			"list not a list", "artifacts: a.txt\n",

@@ -92,8 +92,21 @@ type Spec struct {
 	// and home: the writes land in the root's upper layer (in the disk
 	// quota), which a root checkpoint streams (CheckpointRequest.Root).
 	// /tmp is then the root's own directory, not a scratch mount. An
-	// image build's steps run so.
+	// image build's steps run so, and E2B's sandboxes (a whole writable
+	// machine there). With the host's root, the root directory is the
+	// sandbox's scratch and each system directory (/usr, /opt...) an
+	// overlay of the host's, id-mapped so that the sandbox's root may
+	// change it, under an upper layer in the same quota: nothing reaches
+	// the host. Those writes are not in checkpoints (the root's upper
+	// layers are not one tree). The gVisor runtime's writable root is
+	// its in-memory overlay of every mount.
 	WritableRoot bool
+	// Sudo gives commands a sudo command that runs a command as the
+	// sandbox's root (or another of its users): in its user namespace,
+	// without capabilities (unless RootCaps), under the same seccomp,
+	// Landlock and no_new_privs as every command; never a privilege of
+	// the host's. Native runtime only: elsewhere there is no sudo.
+	Sudo bool
 	// RootCaps, with WritableRoot only, are capabilities (names of
 	// execproto.RootCapabilities: BuildCaps) that commands run as the
 	// sandbox's root keep inside its user namespace, as package managers
@@ -239,9 +252,6 @@ func (s *Spec) Validate() error {
 	}
 	if len(s.Layers) > 0 && s.RootFS != "" {
 		errs = append(errs, errors.New("image layers and a template root exclude each other"))
-	}
-	if s.WritableRoot && len(s.Layers) == 0 && s.RootFS == "" {
-		errs = append(errs, errors.New("a writable root needs image layers or a template root (the host's root is read-only)"))
 	}
 	if err := execproto.CheckRootCaps(s.RootCaps, s.WritableRoot); err != nil {
 		errs = append(errs, err)
@@ -799,6 +809,24 @@ func WithFileUser(ctx context.Context, user string) context.Context {
 func FileUser(ctx context.Context) string {
 	u, _ := ctx.Value(fileUserKey{}).(string)
 	return u
+}
+
+// mkdirAsRootKey is the context key of WithMkdirAsRoot.
+type mkdirAsRootKey struct{}
+
+// WithMkdirAsRoot returns ctx for a recursive Mkdir that makes the
+// directories as the sandbox's root and gives each it makes to the acting
+// user (WithFileUser's, or the default): E2B's envd makes a file's missing
+// parents so, and a user may then write /new/dir/file where only root may
+// create /new.
+func WithMkdirAsRoot(ctx context.Context) context.Context {
+	return context.WithValue(ctx, mkdirAsRootKey{}, true)
+}
+
+// MkdirAsRoot reports whether ctx is WithMkdirAsRoot's.
+func MkdirAsRoot(ctx context.Context) bool {
+	b, _ := ctx.Value(mkdirAsRootKey{}).(bool)
+	return b
 }
 
 // writeXattrsKey is the context key of WithWriteXattrs.

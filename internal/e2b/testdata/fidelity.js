@@ -17,6 +17,19 @@ async function main() {
   out.rootOwned = (await sbx.commands.run('stat -c %U /root/rel.txt', { user: 'root' })).stdout
   out.inWorkspace = (await sbx.commands.run('cat /workspace/rel.txt')).stdout
 
+  // A writable root: the user writes a file anywhere, its missing
+  // parents made as root and given to the user (files/write › write
+  // multiple files); root writes into a system directory, in the
+  // sandbox's own layer.
+  out.writeAnywhere = (await sbx.files.write([{ path: '/0/multi.txt', data: 'zero' }, { path: '/home/user/multi.txt', data: 'one' }])).map((i) => i.path)
+  out.writtenAnywhere = (await sbx.commands.run('cat /0/multi.txt; stat -c %U /0')).stdout
+  out.rootUsr = (await sbx.commands.run('echo usr > /usr/bin/airlock-e2b-probe && cat /usr/bin/airlock-e2b-probe', { user: 'root' })).stdout
+
+  // sudo, as E2B's user has it (commands/envVars › bash command scoped
+  // env vars): root of the sandbox, not of the host.
+  const su = await sbx.commands.run('sudo echo "[$FOO]"; sudo id -un; sudo -u user id -un')
+  out.sudo = [su.exitCode, su.stdout]
+
   // EntryInfo as envd gives it.
   const f = await sbx.files.getInfo('rel.txt')
   out.file = [f.mode, f.permissions, f.owner, f.group]

@@ -90,6 +90,20 @@ async function main() {
   out.notExposed = await get(closed.getHost(8000), '/')
   await closed.kill()
 
+  // maskRequestHost, as E2B's network.test.ts sets it: the server sees
+  // the masked Host, ${PORT} its port; a bad mask is refused.
+  const masked = await Sandbox.create({ network: { maskRequestHost: 'custom-host.example.com:${PORT}' } })
+  await masked.files.write('wsecho.py', server)
+  await masked.commands.run('python3 wsecho.py 8080', { background: true })
+  for (let i = 0; i < 200; i++) {
+    res = await get(masked.getHost(8080), '/hello')
+    if (res.status === 200) break
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  out.masked = res
+  await masked.kill()
+  out.badMask = await Sandbox.create({ network: { maskRequestHost: 'a b/c' } }).then((s) => s.kill().then(() => 'created'), (e) => String(e.message))
+
   // E2B's host.test.ts: a killed sandbox's port.
   await sbx.kill()
   out.killed = await get(out.host, '/')

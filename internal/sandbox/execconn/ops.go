@@ -141,7 +141,9 @@ func (c *Conn) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) 
 
 // Mkdir creates a directory (and its parents if recursive).
 func (c *Conn) Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error {
-	_, err := c.do(ctx, execproto.Request{Op: execproto.OpMkdir, Path: path, Mode: uint32(mode.Perm()), Recursive: recursive}, nil, nil)
+	req := execproto.Request{Op: execproto.OpMkdir, Path: path, Mode: uint32(mode.Perm()), Recursive: recursive}
+	req.MkdirAsRoot = recursive && sandbox.MkdirAsRoot(ctx)
+	_, err := c.do(ctx, req, nil, nil)
 	return err
 }
 

@@ -236,6 +236,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	setup := newSetup(sb.spec.Limits, b.root)
 	setup.WritableRoot = sb.spec.WritableRoot
+	setup.Sudo = sb.spec.Sudo
 	setup.RootCaps = sb.spec.RootCaps
 	applyAccount(setup, sb.spec.Account)
 	host, err := sb.start(setup, tr)

@@ -267,6 +267,11 @@ func (t *treeFiles) sources(spec *sandbox.Spec, locks []*os.File, setup *execpro
 	default:
 		setup.SystemDirs = existing(systemDirs)
 		setup.EtcFiles = etcFiles
+		if spec.WritableRoot {
+			if err := t.systemTrees(setup); err != nil {
+				return err
+			}
+		}
 	}
 	switch spec.Workspace {
 	case "":
@@ -297,6 +302,31 @@ func (t *treeFiles) sources(spec *sandbox.Spec, locks []*os.File, setup *execpro
 			return fmt.Errorf("proxy socket: %w", err)
 		}
 		setup.ProxyAddr = ProxyAddr
+	}
+	return nil
+}
+
+// systemTrees gives a writable host root its system directories as
+// read-only trees id-mapped with the sandbox's whole range (the host's
+// root shows as the sandbox's root), which the executor shows through
+// overlays (Setup.SystemTrees). A file system that cannot be id-mapped
+// keeps its directory bound read-only: commands then cannot change it,
+// as without a writable root.
+func (t *treeFiles) systemTrees(setup *execproto.Setup) error {
+	idfd, err := t.idm.rangeFD()
+	if err != nil {
+		return fmt.Errorf("system directories: %w", err)
+	}
+	for _, d := range setup.SystemDirs {
+		if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+			continue // a usr-merged link (/bin -> usr/bin) stays a link
+		}
+		fd, err := detachedTree(d, true, idfd)
+		if err != nil {
+			continue
+		}
+		t.files = append(t.files, os.NewFile(uintptr(fd), d))
+		setup.SystemTrees = append(setup.SystemTrees, execproto.Mount{FD: execproto.ControlFD + len(t.files), Target: d, ReadOnly: true})
 	}
 	return nil
 }
