@@ -267,6 +267,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 // Sandbox is a sandbox in a pod.
 type Sandbox struct {
+	// Files forwards the file operations, watches, events, disk use and
+	// connections to the executor, as every backend's sandbox does. A
+	// pod's workspace starts empty (no host directory reaches it), so
+	// Diff shows every file as new.
+	execconn.Files
+
 	b       *Backend
 	id      string
 	spec    sandbox.Spec
@@ -290,6 +296,7 @@ var (
 	_ sandbox.EventSource  = (*Sandbox)(nil)
 	_ sandbox.Checkpointer = (*Sandbox)(nil)
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
+	_ sandbox.Importer     = (*Sandbox)(nil)
 )
 
 // start waits for the pod's container to run, connects and shakes hands,
@@ -308,6 +315,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 		return fmt.Errorf("executor handshake: %w", err)
 	}
 	s.conn = conn
+	s.Files = execconn.Files{Conn: conn, Alive: s.alive, ID: s.id}
 	s.layers = append([]string{"kubernetes:pod"}, conn.Ready.Layers...)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopWatch = cancel
