@@ -306,7 +306,11 @@ func setupPod(s *execproto.Setup) ([]string, uppers, error) {
 	if err := setupRunDirIn("/", false); err != nil {
 		return nil, uppers{-1, -1}, err
 	}
-	if err := ownBootIDIn("/proc", runDir); err != nil {
+	// Not read-only: the container's /proc has locked mount flags, and a
+	// read-only remount of a bind on it is refused. The id is the
+	// sandbox's own, so a command that rewrites it (its root owns the
+	// file) changes nothing but what it reads back.
+	if err := ownBootIDIn("/proc", runDir, false); err != nil {
 		return nil, uppers{-1, -1}, err
 	}
 	layers, up, err := setupGVisor(s)

@@ -641,11 +641,11 @@ func setupProc() error {
 // over the kernel's: each sandbox is a boot as its programs see it (a
 // resumed sandbox, booted afresh, has a new one, as E2B's resumed
 // sandboxes do), and the host's id, which names its boot, stays out.
-func ownBootID(proc string) error { return ownBootIDIn(proc, scratchDir) }
+func ownBootID(proc string) error { return ownBootIDIn(proc, scratchDir, true) }
 
 // ownBootIDIn is ownBootID with the id's file in dir, which the sandbox
-// must not be able to write.
-func ownBootIDIn(proc, dir string) error {
+// must not be able to write; ro makes the bind read-only.
+func ownBootIDIn(proc, dir string, ro bool) error {
 	p := filepath.Join(proc, "sys/kernel/random/boot_id")
 	if _, err := os.Lstat(p); err != nil {
 		return nil
@@ -660,7 +660,7 @@ func ownBootIDIn(proc, dir string) error {
 	if err := os.WriteFile(f, []byte(id), 0o444); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
-	if err := bind(f, p, true); err != nil {
+	if err := bind(f, p, ro); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
 	return nil

@@ -58,7 +58,7 @@ type Config struct {
 	// docs/kubernetes.md has a profile that allows it.
 	SeccompProfile string
 	// CPURequest (millicores) and MemoryRequest (bytes) are what each
-	// sandbox's containers request of a node; 0 means 50m and 64 MiB.
+	// sandbox's containers request of a node; 0 means 10m and 64 MiB.
 	// The spec's CPUs and memory are the limits. A request above the
 	// limit is lowered to it.
 	CPURequest    int64
@@ -235,7 +235,7 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 // Default requests of a sandbox's containers (Config.CPURequest,
 // Config.MemoryRequest).
 const (
-	defaultCPURequestMilli = 50
+	defaultCPURequestMilli = 10
 	defaultMemoryRequest   = 64 << 20
 )
 

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,7 +59,20 @@ func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
 
+// sharedSkips are skipped cases (conformanceSkips has their reason) that
+// run in their group's sandbox, made before the case: RunSkipping's hook,
+// at a backend's creation, does not reach them, so TestMain adds them to
+// -test.skip. Each level's pattern matches only these three cases.
+const sharedSkips = "^TestConformance$/^(Exec|Files)$/^(User|Owner|RoundTrip)$"
+
 func testMain(m *testing.M) int {
+	flag.Parse()
+	if f := flag.Lookup("test.skip"); f != nil && f.Value.String() == "" {
+		if err := flag.Set("test.skip", sharedSkips); err != nil {
+			fmt.Fprintln(os.Stderr, "kube tests:", err)
+			return 1
+		}
+	}
 	if os.Getenv("AIRLOCK_KUBECONFIG") == "" {
 		return m.Run() // every test skips, saying why
 	}

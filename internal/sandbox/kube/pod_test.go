@@ -63,16 +63,16 @@ func TestPodShape(t *testing.T) {
 	}
 	// Requests are small, so that a node holds more sandboxes than it has
 	// cores; the limits stay the spec's.
-	if cpu := c.Resources.Requests[corev1.ResourceCPU]; cpu.MilliValue() != 50 {
-		t.Errorf("cpu request = %s, want 50m", cpu.String())
+	if cpu := c.Resources.Requests[corev1.ResourceCPU]; cpu.MilliValue() != 10 {
+		t.Errorf("cpu request = %s, want 10m", cpu.String())
 	}
 	if m := c.Resources.Requests[corev1.ResourceMemory]; m.Value() != 64<<20 {
 		t.Errorf("memory request = %s, want 64Mi", m.String())
 	}
-	small := b.Pod("sb-y", &sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 32 << 20, CPUs: 0.02}})
+	small := b.Pod("sb-y", &sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 32 << 20, CPUs: 0.005}})
 	sc0 := small.Spec.Containers[0].Resources
-	if cpu, m := sc0.Requests[corev1.ResourceCPU], sc0.Requests[corev1.ResourceMemory]; cpu.MilliValue() != 20 || m.Value() != 32<<20 {
-		t.Errorf("requests under limits of 20m and 32Mi = %s and %s, want the limits", cpu.String(), m.String())
+	if cpu, m := sc0.Requests[corev1.ResourceCPU], sc0.Requests[corev1.ResourceMemory]; cpu.MilliValue() != 5 || m.Value() != 32<<20 {
+		t.Errorf("requests under limits of 5m and 32Mi = %s and %s, want the limits", cpu.String(), m.String())
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.Name == "workspace" && (v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Value() != 64<<20) {
