@@ -24,7 +24,7 @@ PRUNE := \( -name testdata -o -name bin -o -name .git -o -name vendor \) -prune
 FIND_GO := find . $(PRUNE) -o -name '*.go' -print
 FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 
-.PHONY: help build install demo example-wordstats test-deps test test-kube lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-ports bench-mcp deps check clean
+.PHONY: help build install demo example-wordstats test-deps test test-go test-kube lint fmt fuzz bench bench-compare bench-idle bench-egress bench-workers bench-serve bench-e2b bench-ports bench-mcp deps check clean
 
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,10 +46,13 @@ example-wordstats: ## An agent fixes a pytest test in sandboxes of a Python imag
 test-deps: ## Install the Debian packages tests use (root only; idempotent, quiet)
 	@bash scripts/ci-deps.sh
 
-test: test-deps lint ## Everything the machine allows: lint, then go test -race on every package (about 8 min on 2 cores, warm)
+test: test-deps ## Everything the machine allows: test-go, then (root) the kubernetes backend's tests on a real single-node cluster, whose binaries build beside test-go when not cached
+	GO=$(GO) scripts/kube-test.sh --beside '$(MAKE) --no-print-directory test-go'
+
+test-go: lint ## lint, then go test -race on every package (about 8 min on 2 cores, warm)
 	GO=$(GO) scripts/gotest.sh -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
-test-kube: ## The kubernetes backend's tests on a single-node cluster started and stopped around them (root; the first run builds kube-apiserver and kubelet, ~16 min on 2 idle cores)
+test-kube: ## The kubernetes backend's tests on a single-node cluster started and stopped around them (root; the first run builds kube-apiserver and kubelet, ~16 min on 2 idle cores; AIRLOCK_KUBE_CACHE holds them)
 	GO=$(GO) scripts/kube-test.sh
 
 lint: ## go vet, gofmt, staticcheck, then golangci-lint with .golangci.yml (make fmt fixes its formatting findings)

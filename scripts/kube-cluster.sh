@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# kube-cluster.sh build|up|down|env: a real single-node Kubernetes cluster on
+# kube-cluster.sh build|built|up|down|env: a real single-node Kubernetes cluster on
 # this machine for the kubernetes sandbox backend's tests (docs/kubernetes.md;
 # the recipe and its measurements are in the project's KUBERNETES.md notes).
 #
 #   build  builds kube-apiserver and kubelet (test/kube's module, the release
 #          its go.mod pins) into $AIRLOCK_KUBE_CACHE/<version>/bin, unless
 #          they are there: a second build costs nothing.
+#   built  succeeds when both binaries are there.
 #   up     installs what it needs from Debian (etcd, containerd, the CNI
 #          plugins), builds when needed, starts etcd, the API server,
 #          containerd and the kubelet under $AIRLOCK_KUBE_STATE, waits for
@@ -33,8 +34,12 @@ GO=${GO:-go}
 log() { echo "kube-cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+built() {
+  [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubelet" ]
+}
+
 build() {
-  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kubelet" ]; then
+  if built; then
     return 0
   fi
   log "building kube-apiserver and kubelet $VERSION into $BIN (about 16 min on 2 idle cores with a cold cache)"
@@ -86,18 +91,69 @@ start() {
   echo "$! $exe" >"$STATE/pids/$name"
 }
 
-# image NAME ENTRYPOINT...: a docker-archive tarball of busybox-static (with
-# its applets as links, /etc/passwd and /etc/group) tagged NAME, on stdout.
+# SANDBOX_PACKAGES are the Debian packages whose files (with the libraries
+# their programs load) make the sandbox test image's tools: the conformance
+# suite runs the same commands on every backend, and the linux backend's
+# root is this machine's, so busybox alone differs (its find has no -printf,
+# its sh -c leaves SIGQUIT ignored in the command it execs).
+SANDBOX_PACKAGES="libc6 dash bash coreutils findutils grep sed mawk tar gzip diffutils procps"
+
+# debian_files DIR: copies the files of SANDBOX_PACKAGES and the libraries
+# their programs need from this machine into DIR (merged /usr: /bin, /lib,
+# /lib64 and /sbin are links into usr).
+debian_files() {
+  local d=$1 list
+  list=$(mktemp)
+  # shellcheck disable=SC2086
+  dpkg -L $SANDBOX_PACKAGES 2>/dev/null | grep -vE '^/usr/share/(doc|man|info|locale|lintian|bug)/|/gconv/' |
+    while read -r f; do
+      [ -f "$f" ] || [ -L "$f" ] || continue
+      echo "$(readlink -f "$(dirname "$f")")/$(basename "$f")"
+    done >"$list"
+  local elf
+  # ldd lists a program's libraries and theirs; the packages' own
+  # libraries are among them when a program uses them.
+  for elf in $(grep -E '^/usr/s?bin/' "$list"); do
+    [ -f "$elf" ] && [ ! -L "$elf" ] || continue
+    ldd "$elf" 2>/dev/null | grep -oE '/[^ ]+' | while read -r l; do
+      echo "$l"
+      readlink -f "$l"
+    done
+  done >>"$list"
+  sort -u "$list" | while read -r f; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    echo "$(readlink -f "$(dirname "$f")")/$(basename "$f")"
+  done | sort -u | sed 's,^/,,' >"$list.rel"
+  mkdir -p "$d/usr/bin" "$d/usr/lib" "$d/usr/lib64" "$d/usr/sbin"
+  tar -C / --no-recursion -cf - -T "$list.rel" | tar -C "$d" -xf -
+  ln -s usr/bin "$d/bin"
+  ln -s usr/lib "$d/lib"
+  ln -s usr/lib64 "$d/lib64"
+  ln -s usr/sbin "$d/sbin"
+  ln -sf dash "$d/usr/bin/sh"
+  rm -f "$list" "$list.rel"
+}
+
+# image NAME ENTRYPOINT...: a docker-archive tarball tagged NAME, on
+# stdout: busybox-static with its applets as links, or with DEBIAN=1 the
+# Debian tools of SANDBOX_PACKAGES with busybox's applets for the commands
+# they lack; /etc/passwd and /etc/group.
 image() {
   local name=$1
   shift
   local d
   d=$(mktemp -d)
-  mkdir -p "$d/root/bin" "$d/root/etc" "$d/root/tmp" "$d/root/workspace" "$d/root/home"
-  cp "$(command -v busybox)" "$d/root/bin/busybox"
+  mkdir -p "$d/root/etc" "$d/root/tmp" "$d/root/workspace" "$d/root/home"
+  local bin=$d/root/bin
+  if [ "${DEBIAN:-}" = 1 ]; then
+    debian_files "$d/root"
+    bin=$d/root/usr/bin
+  fi
+  mkdir -p "$bin"
+  cp "$(command -v busybox)" "$bin/busybox"
   local a
-  for a in $("$d/root/bin/busybox" --list); do
-    [ "$a" = busybox ] || ln -s busybox "$d/root/bin/$a"
+  for a in $("$bin/busybox" --list); do
+    [ "$a" = busybox ] || [ -e "$bin/$a" ] || [ -L "$bin/$a" ] || ln -s busybox "$bin/$a"
   done
   printf 'root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$d/root/etc/passwd"
   printf 'root:x:0:\nsandbox:x:1000:\nnobody:x:65534:\n' >"$d/root/etc/group"
@@ -107,7 +163,7 @@ image() {
   diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
   local entry
   entry=$(printf '%s\n' "$@" | jq -R . | jq -sc .)
-  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$entry" "$diff" >"$d/config.json"
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s,"Env":["PATH=/usr/bin:/bin"]},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$entry" "$diff" >"$d/config.json"
   local cfg
   cfg=$(sha256sum "$d/config.json" | cut -d' ' -f1)
   mv "$d/config.json" "$d/$cfg.json"
@@ -197,6 +253,7 @@ EOF
   [ -S "$STATE/containerd/containerd.sock" ] || die "containerd did not start: $(tail -5 "$STATE/log/containerd.log")"
   image registry.k8s.io/pause:3.10 /bin/sleep 2147483647 | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
   image docker.io/library/busybox:airlock /bin/sh | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
+  DEBIAN=1 image airlock.local/sandbox:test /bin/sh | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
 
   for i in $(seq 600); do
     [ -s "$STATE/pki/apiserver.crt" ] && [ "$(api "https://127.0.0.1:$PORT/readyz" 2>/dev/null)" = ok ] && break
@@ -322,11 +379,12 @@ print_env() {
 
 case "${1:-}" in
 build) build ;;
+built) built ;;
 up) up ;;
 down) down ;;
 env) print_env ;;
 *)
-  echo "usage: $0 build|up|down|env" >&2
+  echo "usage: $0 build|built|up|down|env" >&2
   exit 2
   ;;
 esac

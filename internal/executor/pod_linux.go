@@ -293,9 +293,25 @@ func podInstall(dest string) error {
 // setupPod is setup in a pod (podInner): the container runtime built the
 // root and the volumes, as runsc does, so setupGVisor does what is left;
 // the executor's own network namespace has only loopback, brought up here.
+// As in the native runtime, /run/airlock is a tmpfs of the executor's
+// with the airlock-event command (listenEvents makes it read-only), and
+// the sandbox has a boot id of its own, kept there.
 func setupPod(s *execproto.Setup) ([]string, uppers, error) {
 	if err := loopbackUp(); err != nil {
 		return nil, uppers{-1, -1}, fmt.Errorf("loopback: %w", err)
+	}
+	// The executor's volume is mounted read-only in the container (and
+	// its mount's flags are locked here: a read-only remount of the bind
+	// is refused), so the helper's bind is read-only as it is.
+	if err := setupRunDirIn("/", false); err != nil {
+		return nil, uppers{-1, -1}, err
+	}
+	// Not read-only: the container's /proc has locked mount flags, and a
+	// read-only remount of a bind on it is refused. The id is the
+	// sandbox's own, so a command that rewrites it (its root owns the
+	// file) changes nothing but what it reads back.
+	if err := ownBootIDIn("/proc", runDir, false); err != nil {
+		return nil, uppers{-1, -1}, err
 	}
 	layers, up, err := setupGVisor(s)
 	if err != nil {

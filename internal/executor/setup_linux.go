@@ -672,7 +672,11 @@ func setupProc() error {
 // over the kernel's: each sandbox is a boot as its programs see it (a
 // resumed sandbox, booted afresh, has a new one, as E2B's resumed
 // sandboxes do), and the host's id, which names its boot, stays out.
-func ownBootID(proc string) error {
+func ownBootID(proc string) error { return ownBootIDIn(proc, scratchDir, true) }
+
+// ownBootIDIn is ownBootID with the id's file in dir, which the sandbox
+// must not be able to write; ro makes the bind read-only.
+func ownBootIDIn(proc, dir string, ro bool) error {
 	p := filepath.Join(proc, "sys/kernel/random/boot_id")
 	if _, err := os.Lstat(p); err != nil {
 		return nil
@@ -683,11 +687,11 @@ func ownBootID(proc string) error {
 	}
 	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80 // version 4, RFC 4122 variant
 	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
-	f := scratchDir + "/boot_id"
+	f := dir + "/boot_id"
 	if err := os.WriteFile(f, []byte(id), 0o444); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
-	if err := bind(f, p, true); err != nil {
+	if err := bind(f, p, ro); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
 	return nil
@@ -740,19 +744,23 @@ func setupDev(shm int64) error {
 // airlock-event command (package executor's helper), and it holds nothing a
 // sandboxed process could not read in airlock's source. listenEvents makes
 // the directory read-only once the event socket is bound.
-func setupRunDir() error {
-	dir := filepath.Join(newRoot, runDir)
+func setupRunDir() error { return setupRunDirIn(newRoot, true) }
+
+// setupRunDirIn is setupRunDir in the root at root; roHelper makes the
+// helper's bind read-only (false: its source mount is read-only already).
+func setupRunDirIn(root string, roHelper bool) error {
+	dir := filepath.Join(root, runDir)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
-	helper := filepath.Join(newRoot, execproto.EventHelper)
+	helper := filepath.Join(root, execproto.EventHelper)
 	if err := os.Mkdir(filepath.Dir(helper), 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	if err := os.WriteFile(helper, nil, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
-	if err := bind("/proc/self/exe", helper, true); err != nil {
+	if err := bind("/proc/self/exe", helper, roHelper); err != nil {
 		return fmt.Errorf("airlock-event: %w", err)
 	}
 	// The same binary again: called sudo, it is the sudo command, which

@@ -57,6 +57,12 @@ type Config struct {
 	// default profiles refuse to a process without CAP_SYS_ADMIN:
 	// docs/kubernetes.md has a profile that allows it.
 	SeccompProfile string
+	// CPURequest (millicores) and MemoryRequest (bytes) are what each
+	// sandbox's containers request of a node; 0 means 10m and 64 MiB.
+	// The spec's CPUs and memory are the limits. A request above the
+	// limit is lowered to it.
+	CPURequest    int64
+	MemoryRequest int64
 	// UID is the uid (and gid) the pod runs as; 0 means 65532. It is the
 	// sandbox's only id: its root inside.
 	UID int64
@@ -166,15 +172,7 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 		q := resource.NewQuantity(size, resource.BinarySI)
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium, SizeLimit: q}}}
 	}
-	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
-	if m := spec.Limits.MemoryBytes; m > 0 {
-		res.Limits[corev1.ResourceMemory] = *resource.NewQuantity(m, resource.BinarySI)
-		res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(m, resource.BinarySI)
-	}
-	if c := spec.Limits.CPUs; c > 0 {
-		res.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(c*1000), resource.DecimalSI)
-		res.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(c*1000), resource.DecimalSI)
-	}
+	res := b.resources(spec)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      id,
@@ -229,14 +227,45 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 	if rc := b.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
 		pod.Spec.RuntimeClassName = &rc
 	}
-	if spec.TTL > 0 {
-		// The kubelet ends the pod at its TTL even if the host is gone.
-		s := int64((spec.TTL + time.Second - 1) / time.Second)
-		pod.Spec.ActiveDeadlineSeconds = &s
-	}
 	var grace int64 = 1
 	pod.Spec.TerminationGracePeriodSeconds = &grace
 	return pod
+}
+
+// Default requests of a sandbox's containers (Config.CPURequest,
+// Config.MemoryRequest).
+const (
+	defaultCPURequestMilli = 10
+	defaultMemoryRequest   = 64 << 20
+)
+
+// resources are the requests and limits of a pod's containers for spec.
+// The limits are the spec's. The requests are what the scheduler reserves
+// on a node: a sandbox idles most of its life, so they are the configured
+// small amounts (never above the limits), not the limits, or a node would
+// hold only as many sandboxes as it has cores (a 2-core node: two, the
+// third OutOfcpu).
+func (b *Backend) resources(spec *sandbox.Spec) corev1.ResourceRequirements {
+	res := corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}}
+	cpuReq, memReq := b.cfg.CPURequest, b.cfg.MemoryRequest
+	if cpuReq == 0 {
+		cpuReq = defaultCPURequestMilli
+	}
+	if memReq == 0 {
+		memReq = defaultMemoryRequest
+	}
+	if m := spec.Limits.MemoryBytes; m > 0 {
+		res.Limits[corev1.ResourceMemory] = *resource.NewQuantity(m, resource.BinarySI)
+		memReq = min(memReq, m)
+	}
+	res.Requests[corev1.ResourceMemory] = *resource.NewQuantity(memReq, resource.BinarySI)
+	if c := spec.Limits.CPUs; c > 0 {
+		milli := int64(c * 1000)
+		res.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+		cpuReq = min(cpuReq, milli)
+	}
+	res.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpuReq, resource.DecimalSI)
+	return res
 }
 
 // Create makes a pod for spec, waits until its container runs, connects to
@@ -267,6 +296,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 
 // Sandbox is a sandbox in a pod.
 type Sandbox struct {
+	// Files forwards the file operations, watches, events, disk use and
+	// connections to the executor, as every backend's sandbox does. A
+	// pod's workspace starts empty (no host directory reaches it), so
+	// Diff shows every file as new.
+	execconn.Files
+
 	b       *Backend
 	id      string
 	spec    sandbox.Spec
@@ -290,6 +325,7 @@ var (
 	_ sandbox.EventSource  = (*Sandbox)(nil)
 	_ sandbox.Checkpointer = (*Sandbox)(nil)
 	_ sandbox.DiskMeasurer = (*Sandbox)(nil)
+	_ sandbox.Importer     = (*Sandbox)(nil)
 )
 
 // start waits for the pod's container to run, connects and shakes hands,
@@ -308,6 +344,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 		return fmt.Errorf("executor handshake: %w", err)
 	}
 	s.conn = conn
+	s.Files = execconn.Files{Conn: conn, Alive: s.alive, ID: s.id}
 	s.layers = append([]string{"kubernetes:pod"}, conn.Ready.Layers...)
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopWatch = cancel
@@ -523,14 +560,33 @@ func (s *Sandbox) watch(ctx context.Context) {
 	go func() {
 		events <- s.watchPod(ctx, pods.Watch, sel)
 	}()
+	var ttl <-chan time.Time
+	if s.spec.TTL > 0 {
+		// The host ends the sandbox at its TTL, as the linux backend
+		// does, not the kubelet (activeDeadlineSeconds): the sandbox is
+		// gone when its owner says so, and its Done is closed then.
+		t := time.NewTimer(s.spec.TTL)
+		defer t.Stop()
+		ttl = t.C
+	}
 	var why error
+	expired := false
 	select {
 	case <-s.conn.Done():
 		why = s.conn.Err()
 	case why = <-events:
+	case <-ttl:
+		s.b.log.Info("sandbox ttl reached", "sandbox_id", s.id)
+		why, expired = errors.New("its ttl passed"), true
 	case <-ctx.Done():
 	}
 	s.end(why)
+	if expired {
+		// The connection's end ends the relay, the executor and every
+		// command; the pod goes with them.
+		_ = s.conn.Close()
+		s.deletePod()
+	}
 }
 
 // watchPod returns why the pod is gone, or nil when ctx ends first.

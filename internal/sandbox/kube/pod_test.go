@@ -34,8 +34,10 @@ func TestPodShape(t *testing.T) {
 	if rc := p.Spec.RuntimeClassName; rc == nil || *rc != "gvisor" {
 		t.Errorf("runtimeClassName = %v, want gvisor", rc)
 	}
-	if d := p.Spec.ActiveDeadlineSeconds; d == nil || *d != 90 {
-		t.Errorf("activeDeadlineSeconds = %v, want 90", d)
+	// The host ends a sandbox at its TTL, as on linux: a deadline of the
+	// kubelet's would end the pod before the host sees the TTL pass.
+	if d := p.Spec.ActiveDeadlineSeconds; d != nil {
+		t.Errorf("activeDeadlineSeconds = %d, want none", *d)
 	}
 	sc := p.Spec.SecurityContext.SeccompProfile
 	if sc == nil || sc.Type != corev1.SeccompProfileTypeLocalhost || sc.LocalhostProfile == nil || *sc.LocalhostProfile != "airlock.json" {
@@ -58,6 +60,19 @@ func TestPodShape(t *testing.T) {
 	}
 	if cpu := c.Resources.Limits[corev1.ResourceCPU]; cpu.MilliValue() != 500 {
 		t.Errorf("cpu limit = %s, want 500m", cpu.String())
+	}
+	// Requests are small, so that a node holds more sandboxes than it has
+	// cores; the limits stay the spec's.
+	if cpu := c.Resources.Requests[corev1.ResourceCPU]; cpu.MilliValue() != 10 {
+		t.Errorf("cpu request = %s, want 10m", cpu.String())
+	}
+	if m := c.Resources.Requests[corev1.ResourceMemory]; m.Value() != 64<<20 {
+		t.Errorf("memory request = %s, want 64Mi", m.String())
+	}
+	small := b.Pod("sb-y", &sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 32 << 20, CPUs: 0.005}})
+	sc0 := small.Spec.Containers[0].Resources
+	if cpu, m := sc0.Requests[corev1.ResourceCPU], sc0.Requests[corev1.ResourceMemory]; cpu.MilliValue() != 5 || m.Value() != 32<<20 {
+		t.Errorf("requests under limits of 5m and 32Mi = %s and %s, want the limits", cpu.String(), m.String())
 	}
 	for _, v := range p.Spec.Volumes {
 		if v.Name == "workspace" && (v.EmptyDir == nil || v.EmptyDir.SizeLimit == nil || v.EmptyDir.SizeLimit.Value() != 64<<20) {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"net"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -116,126 +114,10 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 		res.Message = "killed: command timeout exceeded"
 	case res.Outcome == sandbox.OutcomeOutputLimit:
 		res.Message = "killed: output limit exceeded"
-	case res.NotStarted == sandbox.CommandNotFound:
-		res.Message = p.argv0 + ": command not found in the sandbox"
 	case res.NotStarted != "":
-		res.Message = p.argv0 + ": cannot execute in the sandbox"
+		res.Message = execconn.NotStartedMessage(p.argv0, res.NotStarted, r.Errno)
 	}
 	return res, nil
-}
-
-// ReadFile reads a file inside the sandbox.
-func (s *Sandbox) ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	return s.conn.ReadFile(ctx, path, limit)
-}
-
-// WriteFile writes a file inside the sandbox.
-func (s *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.WriteFile(ctx, path, r, mode)
-}
-
-// List lists a directory inside the sandbox.
-func (s *Sandbox) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	return s.conn.List(ctx, path)
-}
-
-// Stat describes a file inside the sandbox.
-func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	if err := s.alive(); err != nil {
-		return sandbox.FileInfo{}, err
-	}
-	return s.conn.Stat(ctx, path)
-}
-
-// Mkdir creates a directory inside the sandbox.
-func (s *Sandbox) Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Mkdir(ctx, path, mode, recursive)
-}
-
-// Remove deletes a file or tree inside the sandbox.
-func (s *Sandbox) Remove(ctx context.Context, path string, recursive bool) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Remove(ctx, path, recursive)
-}
-
-// Rename moves a file inside the sandbox.
-func (s *Sandbox) Rename(ctx context.Context, oldPath, newPath string) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Rename(ctx, oldPath, newPath)
-}
-
-// Export writes a tar stream of a tree inside the sandbox.
-func (s *Sandbox) Export(ctx context.Context, path string, w io.Writer) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Export(ctx, path, w)
-}
-
-// Diff writes a unified diff of /workspace against its source: a pod's
-// workspace starts empty (no host directory reaches it), so every file is
-// new.
-func (s *Sandbox) Diff(ctx context.Context, w io.Writer) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		err := s.conn.Export(ctx, "/workspace", pw)
-		pw.CloseWithError(err)
-		errc <- err
-	}()
-	derr := sandbox.WriteDiff(w, "", pr)
-	pr.CloseWithError(errors.New("diff ended"))
-	if err := <-errc; err != nil {
-		return err
-	}
-	return derr
-}
-
-// Watch reports changes under a directory inside the sandbox.
-func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-chan sandbox.WatchEvent, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	return s.conn.Watch(ctx, path, recursive)
-}
-
-// Events implements sandbox.EventSource.
-func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, func(), error) {
-	if err := s.alive(); err != nil {
-		return nil, nil, err
-	}
-	return s.conn.Events(ctx)
-}
-
-// MeasureDisk implements sandbox.DiskMeasurer.
-func (s *Sandbox) MeasureDisk(ctx context.Context) (sandbox.DiskUsage, error) {
-	if err := s.alive(); err != nil {
-		return sandbox.DiskUsage{}, err
-	}
-	d, err := s.conn.DiskUsage(ctx)
-	if err != nil {
-		return sandbox.DiskUsage{}, fmt.Errorf("sandbox %s: %w", s.id, err)
-	}
-	return sandbox.DiskUsage{Used: d.Used, Total: d.Total}, nil
 }
 
 // Checkpoint implements sandbox.Checkpointer (of /workspace; a pod has no
@@ -252,17 +134,4 @@ func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest,
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
-}
-
-// Connect implements sandbox.Connector: the executor dials port on the
-// sandbox's loopback and relays the connection over the API server.
-func (s *Sandbox) Connect(ctx context.Context, port int) (net.Conn, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	c, err := s.conn.Connect(ctx, s.id, port)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
-	}
-	return c, nil
 }

@@ -452,6 +452,7 @@ func (sb *Sandbox) handshake(ctx context.Context, host *os.File, setup *execprot
 		return fmt.Errorf("start sandbox: %w", err)
 	}
 	sb.conn = conn
+	sb.Files = execconn.Files{Conn: conn, Alive: sb.alive, ID: sb.id, Workspace: sb.spec.Workspace}
 	sb.layers = append(sb.layers, conn.Ready.Layers...)
 	return nil
 }

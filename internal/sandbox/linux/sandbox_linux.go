@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +19,10 @@ import (
 
 // Sandbox is a live native sandbox.
 type Sandbox struct {
+	// Files forwards the file operations, watches, events, disk use and
+	// connections to the executor.
+	execconn.Files
+
 	b       *Backend
 	id      string
 	spec    sandbox.Spec
@@ -409,7 +410,7 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 	}
 	res.Message = p.s.explain(res)
 	if res.Message == "" && res.NotStarted != "" {
-		res.Message = notStarted(p.argv0, res.NotStarted, r.Errno)
+		res.Message = execconn.NotStartedMessage(p.argv0, res.NotStarted, r.Errno)
 	}
 	return res, nil
 }
@@ -477,148 +478,6 @@ func (s *Sandbox) explain(r sandbox.Result) string {
 	return ""
 }
 
-// notStarted says why command argv0 did not start, from the executor's
-// reason and errno name; it quotes nothing else the executor sent.
-func notStarted(argv0, reason, errno string) string {
-	switch {
-	case reason == sandbox.CommandNotFound && strings.Contains(argv0, "/"):
-		return argv0 + ": no such file in the sandbox"
-	case reason == sandbox.CommandNotFound:
-		return argv0 + ": command not found in the sandbox"
-	case errno == "EACCES" || errno == "EPERM":
-		return argv0 + ": permission denied in the sandbox"
-	}
-	for e := unix.Errno(1); e < 256; e++ {
-		if errno != "" && unix.ErrnoName(e) == errno {
-			return argv0 + ": cannot execute in the sandbox: " + e.Error()
-		}
-	}
-	return argv0 + ": cannot execute in the sandbox"
-}
-
-// ReadFile reads a file inside the sandbox.
-func (s *Sandbox) ReadFile(ctx context.Context, path string, limit int64) ([]byte, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	return s.conn.ReadFile(ctx, path, limit)
-}
-
-// WriteFile writes a file inside the sandbox as the sandbox user.
-func (s *Sandbox) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.WriteFile(ctx, path, r, mode)
-}
-
-// List lists a directory inside the sandbox.
-func (s *Sandbox) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	return s.conn.List(ctx, path)
-}
-
-// Stat describes a file inside the sandbox.
-func (s *Sandbox) Stat(ctx context.Context, path string) (sandbox.FileInfo, error) {
-	if err := s.alive(); err != nil {
-		return sandbox.FileInfo{}, err
-	}
-	return s.conn.Stat(ctx, path)
-}
-
-// Mkdir creates a directory inside the sandbox.
-func (s *Sandbox) Mkdir(ctx context.Context, path string, mode fs.FileMode, recursive bool) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Mkdir(ctx, path, mode, recursive)
-}
-
-// Remove deletes a file or tree inside the sandbox.
-func (s *Sandbox) Remove(ctx context.Context, path string, recursive bool) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Remove(ctx, path, recursive)
-}
-
-// Rename moves a file inside the sandbox.
-func (s *Sandbox) Rename(ctx context.Context, oldPath, newPath string) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Rename(ctx, oldPath, newPath)
-}
-
-// Export writes a tar stream of a tree inside the sandbox.
-func (s *Sandbox) Export(ctx context.Context, path string, w io.Writer) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Export(ctx, path, w)
-}
-
-// Import unpacks a tar stream into a directory inside the sandbox, as the
-// sandbox user.
-func (s *Sandbox) Import(ctx context.Context, path string, r io.Reader) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	return s.conn.Import(ctx, path, r)
-}
-
-// Diff writes a unified diff of /workspace against its source.
-func (s *Sandbox) Diff(ctx context.Context, w io.Writer) error {
-	if err := s.alive(); err != nil {
-		return err
-	}
-	pr, pw := io.Pipe()
-	errc := make(chan error, 1)
-	go func() {
-		err := s.conn.Export(ctx, "/workspace", pw)
-		pw.CloseWithError(err)
-		errc <- err
-	}()
-	derr := sandbox.WriteDiff(w, s.spec.Workspace, pr)
-	pr.CloseWithError(errors.New("diff ended"))
-	if err := <-errc; err != nil {
-		return err
-	}
-	return derr
-}
-
-// Watch reports changes under a directory inside the sandbox; see
-// sandbox.Sandbox. Destroy closes every watch's channel before it returns.
-func (s *Sandbox) Watch(ctx context.Context, path string, recursive bool) (<-chan sandbox.WatchEvent, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	return s.conn.Watch(ctx, path, recursive)
-}
-
-// Events implements sandbox.EventSource: the executor's event socket.
-func (s *Sandbox) Events(ctx context.Context) (<-chan sandbox.EventLine, func(), error) {
-	if err := s.alive(); err != nil {
-		return nil, nil, err
-	}
-	return s.conn.Events(ctx)
-}
-
-// MeasureDisk implements sandbox.DiskMeasurer: the executor reads how full
-// the scratch layer and /tmp are.
-func (s *Sandbox) MeasureDisk(ctx context.Context) (sandbox.DiskUsage, error) {
-	if err := s.alive(); err != nil {
-		return sandbox.DiskUsage{}, err
-	}
-	d, err := s.conn.DiskUsage(ctx)
-	if err != nil {
-		return sandbox.DiskUsage{}, fmt.Errorf("sandbox %s: %w", s.id, err)
-	}
-	return sandbox.DiskUsage{Used: d.Used, Total: d.Total}, nil
-}
-
 // Checkpoint implements sandbox.Checkpointer: the executor walks
 // /workspace (in a cow workspace, the overlay's upper layer alone), or with
 // req.Root the root's upper layer, and streams what changed since the
@@ -636,17 +495,4 @@ func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest,
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
 	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
-}
-
-// Connect implements sandbox.Connector: the executor dials port on the
-// sandbox's loopback and relays the connection.
-func (s *Sandbox) Connect(ctx context.Context, port int) (net.Conn, error) {
-	if err := s.alive(); err != nil {
-		return nil, err
-	}
-	c, err := s.conn.Connect(ctx, s.id, port)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox %s: %w", s.id, err)
-	}
-	return c, nil
 }
