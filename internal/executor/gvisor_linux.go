@@ -36,8 +36,23 @@ func controlFromStdin() error {
 // host's OCI bundle, and gVisor's kernel stands between the sandbox and the
 // host's. What is left is the generated /etc, which the bundle leaves to the
 // executor as an empty tmpfs. The layers it reports are those the bundle
-// and gVisor enforce.
+// and gVisor enforce, the executor out of its commands' kill(2) reach
+// among them.
 func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
+	layers, up, err := setupBuiltRoot(s)
+	if err != nil {
+		return nil, up, err
+	}
+	if err := outOfKillReach(); err != nil {
+		return nil, up, fmt.Errorf("executor ids: %w", err)
+	}
+	return append(layers, "pid1:out-of-kill-reach"), up, nil
+}
+
+// setupBuiltRoot is what setup does in a root a runtime built (runsc, a
+// container runtime in a pod): the generated /etc, home and the
+// workspace's alias.
+func setupBuiltRoot(s *execproto.Setup) ([]string, uppers, error) {
 	none := uppers{ws: -1, root: -1}
 	if err := s.Validate(); err != nil {
 		return nil, none, err
@@ -82,10 +97,7 @@ func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 	if mode == "" {
 		mode = execproto.WorkspaceEmpty
 	}
-	if err := outOfKillReach(); err != nil {
-		return nil, none, fmt.Errorf("executor ids: %w", err)
-	}
-	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only", "pid1:out-of-kill-reach"}, none, nil
+	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
 }
 
 // executorUID is the executor's real and saved uid under gVisor: no

@@ -291,7 +291,9 @@ func podInstall(dest string) error {
 }
 
 // setupPod is setup in a pod (podInner): the container runtime built the
-// root and the volumes, as runsc does, so setupGVisor does what is left;
+// root and the volumes, as runsc does, so setupBuiltRoot does what is left
+// (PID 1 of the pod mode's own PID namespace is out of its commands' kill
+// reach as natively);
 // the executor's own network namespace has only loopback, brought up here.
 // As in the native runtime, /run/airlock is a tmpfs of the executor's
 // with the airlock-event command (listenEvents makes it read-only), and
@@ -313,7 +315,7 @@ func setupPod(s *execproto.Setup) ([]string, uppers, error) {
 	if err := ownBootIDIn("/proc", runDir, false); err != nil {
 		return nil, uppers{-1, -1}, err
 	}
-	layers, up, err := setupGVisor(s)
+	layers, up, err := setupBuiltRoot(s)
 	if err != nil {
 		return nil, up, err
 	}

@@ -765,11 +765,11 @@ func setupRunDirIn(root string, roHelper bool) error {
 	}
 	// The same binary again: called sudo, it is the sudo command, which
 	// says so when the sandbox has no sudo (Setup.Sudo: no socket).
-	sudo := filepath.Join(newRoot, execproto.SudoHelper)
+	sudo := filepath.Join(root, execproto.SudoHelper)
 	if err := os.WriteFile(sudo, nil, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
-	if err := bind("/proc/self/exe", sudo, true); err != nil {
+	if err := bind("/proc/self/exe", sudo, roHelper); err != nil {
 		return fmt.Errorf("sudo: %w", err)
 	}
 	return nil
