@@ -57,7 +57,10 @@ func mcpHolder(dir string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Println(req.ApprovalID)
+		// The parent test reads the ids from this process's stdout.
+		if _, err := os.Stdout.WriteString(req.ApprovalID + "\n"); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -264,8 +264,11 @@ func readSudo(conn *os.File) ([]int, execproto.SudoRequest, error) {
 	buf := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := unix.Recvmsg(nfd, buf, oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil || n != 1 {
-		return nil, req, fmt.Errorf("read the request: %v", err)
+	if err != nil {
+		return nil, req, fmt.Errorf("read the request: %w", err)
+	}
+	if n != 1 {
+		return nil, req, errors.New("read the request: the connection ended before it")
 	}
 	var fds []int
 	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
