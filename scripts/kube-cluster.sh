@@ -115,7 +115,9 @@ debian_files() {
   # libraries are among them when a program uses them.
   for elf in $(grep -E '^/usr/s?bin/' "$list"); do
     [ -f "$elf" ] && [ ! -L "$elf" ] || continue
-    ldd "$elf" 2>/dev/null | grep -oE '/[^ ]+' | while read -r l; do
+    # Not every file there is a program (bashbug is a script): ldd and
+    # grep then fail, which pipefail would make the script's end.
+    { ldd "$elf" 2>/dev/null || true; } | { grep -oE '/[^ ]+' || true; } | while read -r l; do
       echo "$l"
       readlink -f "$l"
     done
@@ -308,7 +310,7 @@ EOF
 
   for i in $(seq 600); do
     if [ "$(api "https://127.0.0.1:$PORT/api/v1/nodes/localhost" 2>/dev/null |
-      jq -r '.status.conditions[]? | select(.type=="Ready") | .status')" = True ]; then
+      jq -r '.status | objects | .conditions[]? | select(.type=="Ready") | .status' 2>/dev/null)" = True ]; then
       log "node Ready after $((SECONDS - t0)) s; $(print_env)"
       return 0
     fi
