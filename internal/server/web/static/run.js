@@ -135,9 +135,14 @@ export function runPage(main, [id]) {
   }
 
   function drawActions() {
+    const ended = run && can('runs:write') && finalStatuses.includes(run.status);
+    // An ended run's page redraws as its artifacts and events arrive: the
+    // Purge button stays the same node, so a click on it is never lost to
+    // a redraw.
+    if (ended && purgeBox.hidden && actions.querySelector('#purge')) return;
     clear(actions);
     if (!run || !can('runs:write')) return;
-    if (finalStatuses.includes(run.status)) {
+    if (ended) {
       if (!purgeBox.hidden) return;
       actions.append(h('button.btn.small.danger', {type: 'button', id: 'purge', onclick: askPurge}, 'Purge…'));
       return;
