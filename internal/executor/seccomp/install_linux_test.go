@@ -350,6 +350,10 @@ func copyFile(dst, src string) error {
 		return err
 	}
 	defer in.Close()
+	// No fork while the copy is open for writing (a child of a parallel
+	// test would hold it until its exec: ETXTBSY when we run it).
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
 	if err != nil {
 		return err

@@ -213,21 +213,32 @@ func rootlessCopySelf(t testing.TB) string {
 	}
 	defer src.Close()
 	bin := filepath.Join(dir, "linux.test")
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	// No fork while the copy is open for writing: a child forked by a
+	// parallel test would hold the descriptor until its exec, and running
+	// the copy in that window fails with ETXTBSY ("text file busy").
+	syscall.ForkLock.RLock()
+	err = copyExecutable(bin, src)
+	syscall.ForkLock.RUnlock()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if fi, err := os.Stat(executorPath); err != nil || fi.Mode().Perm()&0o005 != 0o005 {
 		t.Fatalf("the executor %s must be world-readable and -executable for the rootless tests (%v)", executorPath, err)
 	}
 	return bin
+}
+
+// copyExecutable writes src to a new file at path, mode 0755.
+func copyExecutable(path string, src io.Reader) error {
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	return dst.Close()
 }
 
 // rootlessDelegate makes a cgroup2 directory under this process's own

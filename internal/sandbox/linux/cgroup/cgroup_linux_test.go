@@ -597,14 +597,18 @@ func TestRootless(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer src.Close()
+	// No fork while the copy is open for writing (a child of a parallel
+	// test would hold it until its exec: ETXTBSY when we run it).
+	syscall.ForkLock.RLock()
 	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err == nil {
+		_, err = io.Copy(dst, src)
+		if cerr := dst.Close(); err == nil {
+			err = cerr
+		}
+	}
+	syscall.ForkLock.RUnlock()
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
 		t.Fatal(err)
 	}
 
