@@ -51,9 +51,20 @@ func (f *RegistryFlags) auth(env *Env) (host.ImageAuth, error) {
 	return host.ImageAuth{Username: f.Username, Password: string(b)}, nil
 }
 
-// openImages opens the host's image store.
-func openImages(env *Env, keyFile string) (*host.Host, error) {
-	return host.New(hostConfig(env, hostOptions{readOnly: true, keyFile: keyFile}))
+// withImages runs f with the image store of a host opened read-only for
+// it (keyFile: the registry key file, or "" for none), and closes the host
+// after.
+func withImages(env *Env, keyFile string, f func(*host.ImageStore) error) error {
+	h, err := host.New(hostConfig(env, hostOptions{readOnly: true, keyFile: keyFile}))
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	s, err := h.Images()
+	if err != nil {
+		return err
+	}
+	return f(s)
 }
 
 // imageError gives the store's errors the command line's statuses: an
@@ -79,28 +90,21 @@ func (c *ImagePullCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	h, err := openImages(env, c.KeyFile)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	pull, what := s.Pull, "pulled"
-	if c.Lazy {
-		pull, what = s.Fetch, "fetched"
-	}
-	img, err := pull(env.Ctx, c.Ref, auth)
-	if err != nil {
-		return imageError(err)
-	}
-	if c.JSON {
-		return sandboxcli.WriteJSON(env.Stdout, img)
-	}
-	fmt.Fprintf(env.Stdout, "%s %s %s (%d layers, %s)\n", what, c.Ref, img.Digest, len(img.Layers), approxSize(img.Size))
-	return nil
+	return withImages(env, c.KeyFile, func(s *host.ImageStore) error {
+		pull, what := s.Pull, "pulled"
+		if c.Lazy {
+			pull, what = s.Fetch, "fetched"
+		}
+		img, err := pull(env.Ctx, c.Ref, auth)
+		if err != nil {
+			return imageError(err)
+		}
+		if c.JSON {
+			return sandboxcli.WriteJSON(env.Stdout, img)
+		}
+		fmt.Fprintf(env.Stdout, "%s %s %s (%d layers, %s)\n", what, c.Ref, img.Digest, len(img.Layers), approxSize(img.Size))
+		return nil
+	})
 }
 
 // ImageImportCmd is `airlock image import FILE`.
@@ -115,20 +119,13 @@ func (c *ImageImportCmd) Run(env *Env) error {
 	if _, err := os.Stat(c.File); err != nil {
 		return usageError{Err: err}
 	}
-	h, err := openImages(env, "")
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	imgs, err := s.Import(env.Ctx, c.File, c.Tag)
-	if err != nil {
-		return imageError(err)
-	}
-	return printImages(env, c.JSON, "imported", imgs...)
+	return withImages(env, "", func(s *host.ImageStore) error {
+		imgs, err := s.Import(env.Ctx, c.File, c.Tag)
+		if err != nil {
+			return imageError(err)
+		}
+		return printImages(env, c.JSON, "imported", imgs...)
+	})
 }
 
 // printImages says what happened to each image: a line, or a JSON object.
@@ -153,35 +150,28 @@ type ImageLsCmd struct {
 
 // Run lists the images, newest first: a line per name.
 func (c *ImageLsCmd) Run(env *Env) error {
-	h, err := openImages(env, "")
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	imgs, err := s.List()
-	if err != nil {
-		return err
-	}
-	if c.JSON {
-		return sandboxcli.WriteJSON(env.Stdout, imgs...)
-	}
-	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tDIGEST\tPLATFORM\tLAYERS\tSIZE\tADDED")
-	for _, img := range imgs {
-		names := img.Names
-		if len(names) == 0 {
-			names = []string{"<none>"}
+	return withImages(env, "", func(s *host.ImageStore) error {
+		imgs, err := s.List()
+		if err != nil {
+			return err
 		}
-		for _, n := range names {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", n, shortDigest(img.Digest), img.Platform, len(img.Layers),
-				approxSize(img.Size), img.Added.Local().Format("2006-01-02 15:04"))
+		if c.JSON {
+			return sandboxcli.WriteJSON(env.Stdout, imgs...)
 		}
-	}
-	return tw.Flush()
+		tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tDIGEST\tPLATFORM\tLAYERS\tSIZE\tADDED")
+		for _, img := range imgs {
+			names := img.Names
+			if len(names) == 0 {
+				names = []string{"<none>"}
+			}
+			for _, n := range names {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", n, shortDigest(img.Digest), img.Platform, len(img.Layers),
+					approxSize(img.Size), img.Added.Local().Format("2006-01-02 15:04"))
+			}
+		}
+		return tw.Flush()
+	})
 }
 
 // approxSize is n bytes in the largest unit that keeps it at least 1, to
@@ -215,23 +205,16 @@ type ImageInspectCmd struct {
 
 // Run prints the image as indented JSON.
 func (c *ImageInspectCmd) Run(env *Env) error {
-	h, err := openImages(env, "")
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	img, err := s.Inspect(c.Ref)
-	if err != nil {
-		return imageError(err)
-	}
-	enc := json.NewEncoder(env.Stdout)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	return enc.Encode(img)
+	return withImages(env, "", func(s *host.ImageStore) error {
+		img, err := s.Inspect(c.Ref)
+		if err != nil {
+			return imageError(err)
+		}
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(img)
+	})
 }
 
 // ImageRmCmd is `airlock image rm REF...`.
@@ -241,30 +224,23 @@ type ImageRmCmd struct {
 
 // Run removes each image, then the layers and blobs no image uses.
 func (c *ImageRmCmd) Run(env *Env) error {
-	h, err := openImages(env, "")
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, ref := range c.Refs {
-		removed, err := s.Remove(ref)
-		if err != nil {
-			errs = append(errs, imageError(err))
-			continue
+	return withImages(env, "", func(s *host.ImageStore) error {
+		var errs []error
+		for _, ref := range c.Refs {
+			removed, err := s.Remove(ref)
+			if err != nil {
+				errs = append(errs, imageError(err))
+				continue
+			}
+			if len(removed) == 0 {
+				fmt.Fprintf(env.Stdout, "untagged %s\n", ref)
+			}
+			for _, d := range removed {
+				fmt.Fprintf(env.Stdout, "removed %s\n", d)
+			}
 		}
-		if len(removed) == 0 {
-			fmt.Fprintf(env.Stdout, "untagged %s\n", ref)
-		}
-		for _, d := range removed {
-			fmt.Fprintf(env.Stdout, "removed %s\n", d)
-		}
-	}
-	return errors.Join(errs...)
+		return errors.Join(errs...)
+	})
 }
 
 // ImageExportCmd is `airlock image export REF... -o FILE`.
@@ -276,31 +252,24 @@ type ImageExportCmd struct {
 
 // Run writes the archive; a failed export leaves no file.
 func (c *ImageExportCmd) Run(env *Env) error {
-	h, err := openImages(env, "")
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	if c.Output == "-" {
-		return imageError(s.Export(env.Ctx, c.Refs, c.Format, env.Stdout))
-	}
-	f, err := os.Create(c.Output)
-	if err != nil {
-		return usageError{Err: err}
-	}
-	err = s.Export(env.Ctx, c.Refs, c.Format, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(c.Output)
-		return imageError(err)
-	}
-	return nil
+	return withImages(env, "", func(s *host.ImageStore) error {
+		if c.Output == "-" {
+			return imageError(s.Export(env.Ctx, c.Refs, c.Format, env.Stdout))
+		}
+		f, err := os.Create(c.Output)
+		if err != nil {
+			return usageError{Err: err}
+		}
+		err = s.Export(env.Ctx, c.Refs, c.Format, f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(c.Output)
+			return imageError(err)
+		}
+		return nil
+	})
 }
 
 // ImagePushCmd is `airlock image push REF DEST`.
@@ -316,34 +285,23 @@ func (c *ImagePushCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	h, err := openImages(env, c.KeyFile)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return err
-	}
-	d, err := s.Push(env.Ctx, c.Ref, c.Dest, auth)
-	if err != nil {
-		return imageError(err)
-	}
-	fmt.Fprintf(env.Stdout, "pushed %s %s\n", c.Dest, d)
-	return nil
+	return withImages(env, c.KeyFile, func(s *host.ImageStore) error {
+		d, err := s.Push(env.Ctx, c.Ref, c.Dest, auth)
+		if err != nil {
+			return imageError(err)
+		}
+		fmt.Fprintf(env.Stdout, "pushed %s %s\n", c.Dest, d)
+		return nil
+	})
 }
 
 // imageRoot returns the root of the stored image ref for a sandbox.
 func imageRoot(env *Env, ref string) (host.ImageRoot, error) {
-	h, err := openImages(env, "")
-	if err != nil {
-		return host.ImageRoot{}, err
-	}
-	defer h.Close()
-	s, err := h.Images()
-	if err != nil {
-		return host.ImageRoot{}, err
-	}
-	root, err := s.Root(env.Ctx, ref)
-	return root, imageError(err)
+	var root host.ImageRoot
+	err := withImages(env, "", func(s *host.ImageStore) error {
+		var err error
+		root, err = s.Root(env.Ctx, ref)
+		return imageError(err)
+	})
+	return root, err
 }

@@ -28,6 +28,9 @@ type ImageAuth = image.Auth
 // ImageRoot is what a sandbox needs of an image.
 type ImageRoot = image.Root
 
+// ImageStore is the host's store of images (Host.Images).
+type ImageStore = image.Store
+
 // Image archive formats.
 const (
 	ImageFormatDocker = image.FormatDocker
