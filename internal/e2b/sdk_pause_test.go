@@ -33,7 +33,7 @@ func TestSDKMemoryPause(t *testing.T) {
 		{"fsPaused", `"filesystem"`},
 		{"fsResumed", `"filesystem"`},
 		{"fsPidGone", `true`},
-		{"fsFileKept", `true`},
+		{"fsFileKept", `["kept",false]`},
 		{"autoPaused", `["paused","memory"]`},
 		{"autoResumed", `true`},
 		{"autoState", `"running"`},

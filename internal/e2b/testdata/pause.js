@@ -46,13 +46,14 @@ async function main() {
   await again.disconnect()
   await bg.disconnect()
 
-  // keepMemory false: files only, a fresh boot.
+  // keepMemory false: files only (the user's home), a fresh boot.
+  await sbx.files.write('kept.txt', 'kept')
   await sbx.pause({ keepMemory: false })
   out.fsPaused = (await info(sbx.sandboxId)).pauseKind
   await sbx.connect()
   out.fsResumed = (await info(sbx.sandboxId)).resumeKind
   out.fsPidGone = !(await sbx.commands.list()).some((p) => p.pid === bg.pid)
-  out.fsFileKept = (await counter(sbx)) >= after
+  out.fsFileKept = [await sbx.files.read('kept.txt'), await sbx.files.exists('/tmp/counter')]
 
   // onTimeout pause with autoResume: the timeout freezes it, a request
   // thaws it, the same process still counting.
