@@ -269,9 +269,14 @@ func (s *Sandbox) alive() error {
 }
 
 // FreezeKind implements sandbox.Freezer: the sandbox's cgroup's freezer.
-// A gVisor sandbox's cgroup holds its runsc processes (sentry and gofer),
-// which freeze as any process does.
+// A gVisor sandbox is not frozen: its cgroup holds runsc's sentry and
+// gofer, and freezing them from outside (or runsc pause) has not been
+// verified to keep the sandbox's connections and clocks sound; its pause
+// keeps files only, and says why.
 func (s *Sandbox) FreezeKind() (string, error) {
+	if s.gvisor != "" {
+		return "", fmt.Errorf("sandbox %s: a gvisor sandbox is not frozen (its sentry's freeze is not verified): %w", s.id, errors.ErrUnsupported)
+	}
 	if s.cg == nil {
 		return "", fmt.Errorf("sandbox %s: cannot freeze: it has no cgroup (%s): %w", s.id, strings.Join(s.layers, ","), errors.ErrUnsupported)
 	}
