@@ -237,9 +237,15 @@ type detailJSON struct {
 	AllowInternetAccess bool          `json:"allowInternetAccess"`
 	Lifecycle           lifecycleJSON `json:"lifecycle"`
 	Network             networkJSON   `json:"network"`
-	// PauseKind is set while the sandbox is paused: what the pause kept
-	// (an airlock field; E2B's SDKs ignore it).
-	PauseKind string `json:"pauseKind,omitempty"`
+	// PauseKind is set while the sandbox is paused: what the pause kept,
+	// "memory" (its processes, frozen) or "filesystem"; PauseNote says
+	// why a pause that asked for memory kept files only, or lost its
+	// memory since. ResumeKind and ResumeNote say the same of a running
+	// sandbox's last resume. Airlock fields; E2B's SDKs ignore them.
+	PauseKind  string `json:"pauseKind,omitempty"`
+	PauseNote  string `json:"pauseNote,omitempty"`
+	ResumeKind string `json:"resumeKind,omitempty"`
+	ResumeNote string `json:"resumeNote,omitempty"`
 }
 
 // networkJSON is SandboxNetworkConfig as getInfo tells it.
@@ -298,9 +304,13 @@ func (s *Server) handleInfo(ctx context.Context, w http.ResponseWriter, r *http.
 	if b.autoPause {
 		d.Lifecycle.OnTimeout = "pause"
 	}
+	b.mu.Lock()
 	if d.State == statePaused {
-		d.PauseKind = pauseKindFilesystem
+		d.PauseKind, d.PauseNote = cmpOr(b.pauseKind, pauseKindFilesystem), b.pauseNote
+	} else {
+		d.ResumeKind, d.ResumeNote = b.resumeKind, b.resumeNote
 	}
+	b.mu.Unlock()
 	writeJSON(w, http.StatusOK, d)
 	return nil
 }
@@ -403,7 +413,18 @@ func (s *Server) handleConnect(ctx context.Context, w http.ResponseWriter, r *ht
 		if err := s.resume(ctx, b, d); err != nil {
 			return err
 		}
-		s.audit.record(Record{Tenant: b.tenant, KeyID: c.p.KeyID, Sandbox: b.id, Op: "sandbox.resume", Outcome: "ok", Detail: "fresh sandbox from the workspace snapshot; memory not kept"})
+		b.mu.Lock()
+		kind, note := b.resumeKind, b.resumeNote
+		b.mu.Unlock()
+		detail := "thawed in place: processes and memory kept"
+		if kind != pauseKindMemory {
+			detail = "fresh sandbox from the workspace snapshot; memory not kept"
+			if note != "" {
+				detail += ": " + note
+			}
+		}
+		s.audit.record(Record{Tenant: b.tenant, KeyID: c.p.KeyID, Sandbox: b.id, Op: "sandbox.resume", Outcome: "ok", Detail: clipDetail(detail)})
+		w.Header().Set(resumeKindHeader, kind)
 		writeJSON(w, http.StatusCreated, s.sandboxJSON(b))
 		return nil
 	}
@@ -419,13 +440,18 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 	if b == nil {
 		return errNoSandbox
 	}
-	if err := s.pause(ctx, b, "api"); err != nil {
+	// Memory is kept unless asked not to (the SDK sends memory: true by
+	// default, false for keepMemory: false).
+	if err := s.pause(ctx, b, "api", req.Memory == nil || *req.Memory); err != nil {
 		return err
 	}
-	// Memory true (the SDK's default) is taken, and answered with what
-	// was kept: airlock's pause is E2B's filesystem-only pause whatever
-	// was asked (docs/e2b.md says why there is no process checkpoint).
-	w.Header().Set(pauseKindHeader, pauseKindFilesystem)
+	b.mu.Lock()
+	kind, note := b.pauseKind, b.pauseNote
+	b.mu.Unlock()
+	w.Header().Set(pauseKindHeader, kind)
+	if note != "" {
+		w.Header().Set(pauseNoteHeader, note)
+	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
@@ -434,11 +460,15 @@ func (s *Server) handlePause(ctx context.Context, w http.ResponseWriter, r *http
 // sandbox does not have: "none; " and why.
 const internetHeader = "Airlock-Internet-Access"
 
-// What a pause keeps, told in the pause response's header and a paused
-// sandbox's getInfo (pauseKind): the workspace's files; running
-// processes, memory and open connections end, and a resume boots afresh.
+// What a pause kept, told in the pause response's header and a paused
+// sandbox's getInfo (pauseKind): pauseKindMemory (freeze.go), or
+// pauseKindFilesystem, the workspace's files only: running processes,
+// memory and open connections end, and a resume boots afresh. The resume
+// (connect) response's header says what the resume restored.
 const (
 	pauseKindHeader     = "Airlock-Pause-Kind"
+	pauseNoteHeader     = "Airlock-Pause-Note"
+	resumeKindHeader    = "Airlock-Resume-Kind"
 	pauseKindFilesystem = "filesystem"
 )
 

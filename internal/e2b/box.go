@@ -65,6 +65,9 @@ type box struct {
 	// timeout it was created with, an automatic resume's.
 	autoPause, autoResume bool
 	lifetime              time.Duration
+	// autoPauseFiles makes the automatic pause filesystem-only (create's
+	// autoPauseMemory: false; lifecycle onTimeout keepMemory: false).
+	autoPauseFiles bool
 	// rules are the sandbox's own network rules (nil: none), which its
 	// egress proxy reads at each connection; updateNetwork swaps them.
 	rules atomic.Pointer[netRules]
@@ -95,6 +98,16 @@ type box struct {
 	// for a sandbox paused before checkpoints (or by a server without
 	// them).
 	snapshot string
+	// frozen is the boot a pause that kept memory holds frozen (nil
+	// otherwise), frozenAt when it froze it; pauseKind is what the pause
+	// kept while paused (pauseKindMemory or pauseKindFilesystem), and
+	// pauseNote why a pause that asked for memory kept only files (or
+	// lost its memory since). resumeKind and resumeNote say the same of
+	// the last resume.
+	frozen                 *live
+	frozenAt               time.Time
+	pauseKind, pauseNote   string
+	resumeKind, resumeNote string
 }
 
 // live is one boot of a box: the sandbox and what runs in it.
@@ -291,6 +304,9 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	if req.AutoResume != nil && req.AutoResume.Enabled && (req.AutoPause == nil || !*req.AutoPause) {
 		return nil, &publicError{status: 400, msg: "autoResume: only with autoPause (lifecycle onTimeout: pause)"}
 	}
+	if req.AutoResume != nil && req.AutoResume.Enabled && req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+		return nil, &publicError{status: 400, msg: "autoResume: not with autoPauseMemory false: a filesystem-only pause is resumed by connect, not by traffic"}
+	}
 	// A snapshot's id or name is a template too: the sandbox it was
 	// taken from's policy, with the snapshot's workspace.
 	var tpl template
@@ -360,6 +376,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		id: sandbox.NewID(), tenant: tenant, keyID: keyID, template: tpl, metadata: req.Metadata, envs: req.EnvVars,
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 		autoPause: req.AutoPause != nil && *req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, lifetime: timeout,
+		autoPauseFiles: req.AutoPauseMemory != nil && !*req.AutoPauseMemory,
 		traffic: newToken(), private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
 	}
 	if n := req.Network; n != nil {
@@ -652,9 +669,12 @@ func (s *Server) endLocked(ctx context.Context, b *box, why endReason, keyID str
 		b.mu.Unlock()
 		return
 	}
-	lv, snap := b.live, b.snapshot
-	b.state, b.live, b.paused, b.snapshot = stateKilled, nil, "", ""
+	lv, snap, frozen := b.live, b.snapshot, b.frozen
+	b.state, b.live, b.paused, b.snapshot, b.frozen = stateKilled, nil, "", "", nil
 	b.mu.Unlock()
+	if frozen != nil {
+		s.destroy(ctx, frozen)
+	}
 	s.mu.Lock()
 	if s.boxes[b.id] == b {
 		delete(s.boxes, b.id)
@@ -716,15 +736,20 @@ func (s *Server) closeRecord(ctx context.Context, b *box, why endReason, ps ...e
 var errAlreadyPaused = &publicError{status: 409, msg: "the sandbox is already paused"}
 
 // pause keeps b's workspace as a checkpoint (the change since its last
-// one), then destroys its sandbox. Memory is not kept: resuming boots a
-// fresh sandbox with the checkpoint's tree. The checkpoint's digest and
-// what a resume needs besides the record (the access token, the
-// environment's values) stay in StateDir, so a restarted server can
-// resume it. A server without checkpoints keeps a tar of the workspace
-// in StateDir instead.
+// one). With memory (the SDKs' default) it then freezes the sandbox in
+// place (freeze.go): its processes stop where they are, holding their
+// memory, and a resume thaws them; the checkpoint is what a resume falls
+// back to when the frozen sandbox is gone (killed, the server restarted,
+// or degraded by the memory policy). Without memory, or when the sandbox
+// cannot be frozen (the reason is the pause's note), the sandbox is
+// destroyed and a resume boots a fresh one with the checkpoint's tree.
+// The checkpoint's digest and what a resume needs besides the record (the
+// access token, the environment's values) stay in StateDir, so a
+// restarted server can resume it. A server without checkpoints keeps a
+// tar of the workspace in StateDir instead.
 //
 // why is the record's reason: "api", or "timeout" for an automatic pause.
-func (s *Server) pause(ctx context.Context, b *box, why string) error {
+func (s *Server) pause(ctx context.Context, b *box, why string, memory bool) error {
 	b.life.Lock()
 	defer b.life.Unlock()
 	b.mu.Lock()
@@ -755,25 +780,44 @@ func (s *Server) pause(ctx context.Context, b *box, why string) error {
 			os.Remove(filepath.Join(s.o.StateDir, ps.Snapshot))
 		}
 	}
+	lv := b.live
+	kind, note := pauseKindFilesystem, ""
+	if memory {
+		if note = s.freeze(ctx, b, lv); note == "" {
+			kind = pauseKindMemory
+		}
+	}
+	thaw := func() {
+		if kind == pauseKindMemory {
+			_ = lv.sb.(sandbox.Freezer).Thaw(context.WithoutCancel(ctx))
+		}
+	}
+	ps.Kind = kind
 	if err := s.writePaused(b, ps); err != nil {
+		thaw()
 		removeTar()
 		return err
 	}
-	lv := b.live
 	u, _ := s.usage(b, lv, b.meter, s.now(), true)
-	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: why, Snapshots: snapshots})
+	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: why, Snapshots: snapshots, Kind: kind, Note: note})
 	if err != nil {
 		// The sandbox goes on running, as its record says.
+		thaw()
 		s.removePaused(b.rec.runID)
 		removeTar()
 		return fmt.Errorf("e2b: pause %s: %w", b.id, err)
 	}
 	b.status = event.StatusPaused
 	b.state, b.live, b.paused, b.snapshot, b.endAt = statePaused, nil, ps.Checkpoint, "", s.now()
+	b.pauseKind, b.pauseNote = kind, note
 	if ps.Snapshot != "" {
 		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
 	}
-	s.destroy(ctx, lv)
+	if kind == pauseKindMemory {
+		b.frozen, b.frozenAt = lv, s.now()
+	} else {
+		s.destroy(ctx, lv)
+	}
 	s.debit(ctx, b, stored[0].Seq, u.CostMicroCredits)
 	if err := s.o.Store.ReleaseLease(context.WithoutCancel(ctx), b.rec.runID, s.owner, b.lease); err != nil {
 		s.log.Warn("e2b: release the lease of a paused sandbox's record", "sandbox_id", b.id, "err", err)
@@ -803,8 +847,10 @@ func (s *Server) exportTar(ctx context.Context, b *box) (string, error) {
 	return f.Name(), nil
 }
 
-// resume boots a fresh sandbox with b's paused workspace; timeout is its
-// new lifetime.
+// resume thaws b's frozen sandbox in place when its pause kept memory and
+// the sandbox is still there; otherwise (a filesystem pause, or one whose
+// frozen sandbox is gone) it boots a fresh sandbox with b's paused
+// workspace. timeout is its new lifetime.
 func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) error {
 	b.life.Lock()
 	defer b.life.Unlock()
@@ -814,6 +860,12 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 		return nil
 	}
 	t0 := s.now()
+	if b.frozen != nil {
+		ok, err := s.resumeFrozen(ctx, b, timeout, t0)
+		if ok || err != nil {
+			return err
+		}
+	}
 	lv, err := s.boot(ctx, b, b.paused != "")
 	if err != nil {
 		return err
@@ -830,19 +882,23 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 		return fmt.Errorf("e2b: resume %s: restore: %w", b.id, err)
 	}
 	if t := b.template.env; t != nil {
-		// A pause keeps files, not processes: what the template starts
-		// (its server, say) is started again, ready before the resume
-		// returns, as on create.
+		// A filesystem pause keeps files, not processes: what the
+		// template starts (its server, say) is started again, ready
+		// before the resume returns, as on create.
 		if err := envtemplate.Prepare(ctx, lv.sb, t); err != nil {
 			s.destroy(ctx, lv)
 			return fmt.Errorf("e2b: resume %s: template %s: %w", b.id, b.template.name, err)
 		}
 	}
+	note := b.pauseNote
+	if b.pauseKind != pauseKindFilesystem && note == "" {
+		note = "the pause's memory was not kept"
+	}
 	l, err := s.o.Store.AcquireLease(ctx, b.rec.runID, s.owner, s.leaseTTL())
 	if err == nil {
 		now := s.now()
 		_, err = b.rec.commit(ctx, event.StatusPaused, event.StatusRunning,
-			event.RunResumed{Reason: "resume", FromSeq: b.rec.last(), Host: s.owner},
+			event.RunResumed{Reason: "resume", FromSeq: b.rec.last(), Host: s.owner, Kind: pauseKindFilesystem, Note: note},
 			event.SandboxProvisioned{Sandbox: b.id, SandboxID: lv.sb.ID(), Backend: lv.sb.Info().Backend, Snapshot: restored, DurationMS: now.Sub(t0).Milliseconds()})
 	}
 	if err != nil {
@@ -857,6 +913,7 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 	now := s.now()
 	b.meter = meterState{at: now}
 	b.state, b.live, b.paused, b.snapshot, b.endAt = stateRunning, lv, "", "", now.Add(timeout)
+	b.resumeKind, b.resumeNote, b.pauseKind, b.pauseNote = pauseKindFilesystem, note, "", ""
 	return nil
 }
 

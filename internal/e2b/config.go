@@ -70,6 +70,17 @@ type Config struct {
 	// sandbox (defaults 500 and 1000).
 	SandboxRate  float64 `yaml:"sandbox_rate"`
 	SandboxBurst int     `yaml:"sandbox_burst"`
+	// MemoryPauseMax is how long a pause that keeps memory (the SDKs'
+	// default) may hold the sandbox's processes frozen in the host's RAM
+	// (default 15m); then it degrades to the filesystem pause it also
+	// took: the processes end, the workspace stays. Negative makes every
+	// pause filesystem-only.
+	MemoryPauseMax time.Duration `yaml:"memory_pause_max"`
+	// MemoryPauseMinAvailable is the host's memory pressure policy, a
+	// fraction of its memory (default 0.1): while MemAvailable is under
+	// it, no pause keeps memory and the oldest frozen sandbox degrades to
+	// its filesystem pause, one a second.
+	MemoryPauseMinAvailable float64 `yaml:"memory_pause_min_available"`
 }
 
 // TenantConfig is one tenant's plan: a zero field takes the section's
@@ -122,6 +133,10 @@ const (
 	DefaultAPIBurst             = 100
 	DefaultSandboxRate          = 500
 	DefaultSandboxBurst         = 1000
+	// DefaultMemoryPauseMax is MemoryPauseMax's default.
+	DefaultMemoryPauseMax = 15 * time.Minute
+	// DefaultMemoryPauseMinAvailable is MemoryPauseMinAvailable's default.
+	DefaultMemoryPauseMinAvailable = 0.1
 )
 
 // maxPrice bounds each price, in micro-credits (a thousand credits a
@@ -173,6 +188,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SandboxBurst == 0 {
 		c.SandboxBurst = DefaultSandboxBurst
+	}
+	if c.MemoryPauseMax == 0 {
+		c.MemoryPauseMax = DefaultMemoryPauseMax
+	}
+	if c.MemoryPauseMinAvailable == 0 {
+		c.MemoryPauseMinAvailable = DefaultMemoryPauseMinAvailable
 	}
 	return c
 }
@@ -238,6 +259,8 @@ func (c Config) Validate() error {
 	check(c.APIBurst >= 1 && c.APIBurst <= 1e6, "e2b.api_burst %d: want 1 to 1000000", c.APIBurst)
 	check(c.SandboxRate > 0 && c.SandboxRate <= 1e6, "e2b.sandbox_rate %v: want above 0, at most 1000000 a second", c.SandboxRate)
 	check(c.SandboxBurst >= 1 && c.SandboxBurst <= 1e6, "e2b.sandbox_burst %d: want 1 to 1000000", c.SandboxBurst)
+	check(c.MemoryPauseMax <= 30*24*time.Hour, "e2b.memory_pause_max %s: want at most 720h (negative: no memory pauses)", c.MemoryPauseMax)
+	check(c.MemoryPauseMinAvailable >= 0 && c.MemoryPauseMinAvailable < 1, "e2b.memory_pause_min_available %v: want 0 to below 1", c.MemoryPauseMinAvailable)
 	return errors.Join(errs...)
 }
 

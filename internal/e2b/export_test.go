@@ -19,13 +19,19 @@ func (s *Server) Crash() {
 	s.mu.Unlock()
 	for _, b := range boxes {
 		b.mu.Lock()
-		lv := b.live
-		b.state, b.live = stateKilled, nil
+		lv, frozen := b.live, b.frozen
+		b.state, b.live, b.frozen = stateKilled, nil, nil
 		b.mu.Unlock()
-		if lv != nil {
-			_ = lv.sb.Destroy(context.Background())
-			lv.procs.closeAll()
-			lv.release()
+		for _, lv := range []*live{lv, frozen} {
+			if lv != nil {
+				_ = lv.sb.Destroy(context.Background())
+				lv.procs.closeAll()
+				lv.release()
+			}
 		}
 	}
 }
+
+// SetMemInfo replaces how s reads the host's available and total memory
+// (the memory pause's pressure policy).
+func (s *Server) SetMemInfo(f func() (avail, total int64, err error)) { s.memInfo = f }

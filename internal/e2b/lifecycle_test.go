@@ -18,9 +18,10 @@ func TestPauseResume(t *testing.T) {
 	if res := h.do("POST", h.envdURL+"/files?path=keep/me.txt", oct, strings.NewReader("kept\n")); res.status != 200 {
 		t.Fatalf("write: %s", res)
 	}
-	// The SDK's default, memory true, pauses the file system and says so.
-	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{"memory": true}); res.status != 204 || res.header.Get("Airlock-Pause-Kind") != "filesystem" {
-		t.Fatalf("pause keeping memory = %s (Airlock-Pause-Kind %q), want 204 and filesystem", res, res.header.Get("Airlock-Pause-Kind"))
+	// keepMemory false pauses the file system and says so (memory true,
+	// the SDK's default: TestMemoryPause).
+	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{"memory": false}); res.status != 204 || res.header.Get("Airlock-Pause-Kind") != "filesystem" {
+		t.Fatalf("pause without memory = %s (Airlock-Pause-Kind %q), want 204 and filesystem", res, res.header.Get("Airlock-Pause-Kind"))
 	}
 	if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 409 || !strings.Contains(string(res.body), `"code":409`) {
 		t.Errorf("second pause = %s, want 409 with code 409", res)
@@ -157,6 +158,7 @@ func TestAutoPause(t *testing.T) {
 	}
 	type info struct {
 		State     string `json:"state"`
+		PauseKind string `json:"pauseKind"`
 		Lifecycle struct {
 			OnTimeout  string `json:"onTimeout"`
 			AutoResume bool   `json:"autoResume"`
@@ -179,6 +181,15 @@ func TestAutoPause(t *testing.T) {
 		if _, got := getInfo(boxes[i]); got.Lifecycle.OnTimeout != tt.onTimeout || got.Lifecycle.AutoResume != tt.autoResume {
 			t.Errorf("%s: lifecycle = %+v, want onTimeout %s, autoResume %v", tt.name, got.Lifecycle, tt.onTimeout, tt.autoResume)
 		}
+		if tt.viaPort {
+			// A server the auto-pause freezes and the port request
+			// thaws: the same one answers.
+			h.streamStarted(boxes[i], "process.Process/Start", bash("exec python3 -m http.server 8000"))
+			waitFor(t, "the server to listen", func() bool {
+				res := h.do("GET", h.envdURL+"/", map[string]string{"E2b-Sandbox-Id": boxes[i].ID, "E2b-Sandbox-Port": "8000"}, nil)
+				return res.status == 200
+			})
+		}
 	}
 	clk.Advance(15 * time.Second)
 	h.srv.Reap(t.Context())
@@ -192,15 +203,19 @@ func TestAutoPause(t *testing.T) {
 				}
 				return
 			}
-			if status != 200 || got.State != "paused" {
-				t.Fatalf("info past the timeout = %d %+v, want paused", status, got)
+			wantKind := "memory"
+			if tt.body["autoPauseMemory"] == false {
+				wantKind = "filesystem"
+			}
+			if status != 200 || got.State != "paused" || got.PauseKind != wantKind {
+				t.Fatalf("info past the timeout = %d %+v, want paused, pauseKind %s", status, got, wantKind)
 			}
 			if tt.viaPort {
 				// Base exposes every port publicly: a request to one
-				// resumes the sandbox, and finds nothing listening.
+				// resumes the sandbox, thawing the server that listens.
 				res := h.do("GET", h.envdURL+"/", map[string]string{"E2b-Sandbox-Id": s.ID, "E2b-Sandbox-Port": "8000"}, nil)
-				if res.status != 502 || !strings.Contains(string(res.body), "port is not open") {
-					t.Errorf("a port request to an auto-resuming paused sandbox = %s, want 502 port is not open (resumed)", res)
+				if res.status != 200 || !strings.Contains(string(res.body), "Directory listing") {
+					t.Errorf("a port request to an auto-resuming paused sandbox = %s, want the thawed server's answer", res)
 				}
 				if _, got := getInfo(s); got.State != "running" {
 					t.Errorf("state after the port request = %q, want running", got.State)
@@ -239,5 +254,8 @@ func TestAutoPause(t *testing.T) {
 	}
 	if res := h.api("alpha", "POST", "/v2/sandboxes", map[string]any{"autoResume": map[string]any{"enabled": true}}); res.status != 400 {
 		t.Errorf("autoResume without autoPause = %s, want 400", res)
+	}
+	if res := h.api("alpha", "POST", "/v2/sandboxes", map[string]any{"autoPause": true, "autoPauseMemory": false, "autoResume": map[string]any{"enabled": true}}); res.status != 400 {
+		t.Errorf("autoResume with a filesystem-only autoPause = %s, want 400", res)
 	}
 }

@@ -115,6 +115,12 @@ type pausedState struct {
 	// lifetime an automatic resume gives it.
 	AutoPause  bool          `json:"auto_pause,omitempty"`
 	AutoResume bool          `json:"auto_resume,omitempty"`
+	// AutoPauseFiles makes the automatic pause filesystem-only.
+	AutoPauseFiles bool `json:"auto_pause_files,omitempty"`
+	// Kind is what the pause kept: pauseKindMemory (a frozen sandbox
+	// besides the checkpoint, lost with the server that held it) or
+	// pauseKindFilesystem ("" in files of servers before memory pauses).
+	Kind string `json:"kind,omitempty"`
 	Lifetime   time.Duration `json:"lifetime,omitempty"`
 	// AllowOut and DenyOut are the sandbox's own network rules.
 	AllowOut []string `json:"allow_out,omitempty"`
@@ -141,7 +147,7 @@ func (s *Server) pausedPath(runID string) string {
 // writePaused keeps what b's resume needs, with ps's workspace.
 func (s *Server) writePaused(b *box, ps pausedState) error {
 	ps.SandboxID, ps.Token, ps.Envs, ps.Traffic, ps.Private, ps.MaskHost = b.id, b.token, b.envs, b.traffic, b.private, b.maskHost
-	ps.AutoPause, ps.AutoResume, ps.Lifetime = b.autoPause, b.autoResume, b.lifetime
+	ps.AutoPause, ps.AutoResume, ps.Lifetime, ps.AutoPauseFiles = b.autoPause, b.autoResume, b.lifetime, b.autoPauseFiles
 	ps.Template, ps.TemplateVersion = b.template.env, b.template.version
 	if r := b.rules.Load(); r != nil {
 		ps.AllowOut, ps.DenyOut = r.allowOut, r.denyOut
@@ -303,7 +309,12 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
 		token: ps.Token, traffic: cmpOr(ps.Traffic, newToken()), private: ps.Private, maskHost: ps.MaskHost, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
 		state: statePaused, endAt: r.Updated, paused: ps.Checkpoint,
-		autoPause: ps.AutoPause, autoResume: ps.AutoResume, lifetime: ps.Lifetime,
+		autoPause: ps.AutoPause, autoResume: ps.AutoResume, lifetime: ps.Lifetime, autoPauseFiles: ps.AutoPauseFiles,
+		pauseKind: pauseKindFilesystem,
+	}
+	if ps.Kind == pauseKindMemory {
+		// The server that froze it is gone, and its processes with it.
+		b.pauseNote = "the server that held the frozen sandbox stopped; its checkpoint is kept"
 	}
 	if ps.Snapshot != "" {
 		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)

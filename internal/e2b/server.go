@@ -112,6 +112,9 @@ type Server struct {
 	cfg   Config
 	log   *slog.Logger
 	now   func() time.Time
+	// memInfo reads the host's available and total memory (nil:
+	// /proc/meminfo), for the memory pause's pressure policy.
+	memInfo func() (avail, total int64, err error)
 	audit *auditLog
 	api   http.Handler
 	envd  http.Handler
@@ -277,7 +280,9 @@ func (s *Server) Run(ctx context.Context) error {
 // reap ends sandboxes past their end and those that died.
 func (s *Server) reap(ctx context.Context) {
 	now := s.now()
-	for _, b := range s.all() {
+	all := s.all()
+	s.reapFrozen(ctx, all)
+	for _, b := range all {
 		b.mu.Lock()
 		expired := b.state == stateRunning && !now.Before(b.endAt)
 		dead := b.state == stateRunning && b.live != nil && isDone(b.live.sb.Done())
@@ -297,7 +302,7 @@ func (s *Server) reap(ctx context.Context) {
 // sandbox that cannot be paused (its workspace over the bound a pause
 // keeps, the store down) ends as a timeout does, and the log says why.
 func (s *Server) autoPause(ctx context.Context, b *box) {
-	err := s.pause(ctx, b, "timeout")
+	err := s.pause(ctx, b, "timeout", !b.autoPauseFiles)
 	if err == nil || errors.Is(err, errAlreadyPaused) {
 		s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.pause", Outcome: "ok", Detail: "timeout (lifecycle onTimeout: pause)"})
 		return
@@ -316,10 +321,15 @@ func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Unlock()
 	for _, b := range s.all() {
 		b.mu.Lock()
-		paused := b.state == statePaused
+		paused, frozen := b.state == statePaused, b.frozen != nil
 		b.mu.Unlock()
-		if !paused {
+		switch {
+		case !paused:
 			s.end(ctx, b, endShutdown, "")
+		case frozen:
+			// Its processes end with the server; its checkpoint stays
+			// for the next one to resume from.
+			s.degrade(ctx, b, "the server shut down")
 		}
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -136,6 +136,12 @@ type RunPaused struct {
 	Reason string `json:"reason,omitempty"`
 	// Snapshots are the digests of the workspace snapshots a resume restores.
 	Snapshots []string `json:"snapshots,omitempty"`
+	// Kind is what an E2B sandbox's pause kept: "memory" (its processes,
+	// frozen in place, besides the snapshot) or "filesystem"; empty for a
+	// run's pause.
+	Kind string `json:"kind,omitempty"`
+	// Note says why a pause asked to keep memory kept only files.
+	Note string `json:"note,omitempty"`
 }
 
 // RunResumed is the payload of TypeRunResumed.
@@ -145,6 +151,11 @@ type RunResumed struct {
 	// FromSeq is the last event the resumed state was rebuilt from.
 	FromSeq int64  `json:"from_seq"`
 	Host    string `json:"host,omitempty"`
+	// Kind is what an E2B sandbox's resume restored: "memory" (its frozen
+	// processes thawed in place) or "filesystem" (a fresh boot from the
+	// pause's snapshot); Note says why a memory pause resumed from files.
+	Kind string `json:"kind,omitempty"`
+	Note string `json:"note,omitempty"`
 }
 
 // RunCancelled is the payload of TypeRunCancelled.

@@ -710,6 +710,33 @@ type CheckpointResult struct {
 	Bytes    int64
 }
 
+// ErrFrozen reports an operation on a frozen sandbox (Freezer): nothing in
+// it runs until it is thawed. It does not wrap ErrLost: the sandbox lives.
+var ErrFrozen = errors.New("sandbox frozen")
+
+// Freezer is implemented by sandboxes the host can stop and resume in
+// place, every process of them, the executor's included: a pause that
+// keeps memory. The processes keep their PIDs, memory, open files and
+// connections; their clocks go on (a sleep that ends while frozen returns
+// at the thaw, a command's timeout counts the frozen time), and a peer of
+// an open connection sees no answer meanwhile. Only the host can thaw: the
+// freeze is written in the sandbox's cgroup, which nothing inside can
+// write to.
+type Freezer interface {
+	// FreezeKind says how Freeze freezes ("cgroup-v2", "cgroup-v1"), or
+	// returns an error saying why this sandbox cannot be frozen.
+	FreezeKind() (string, error)
+	// Freeze stops every process of the sandbox and returns once the
+	// kernel reports all of them stopped (a process stuck in an
+	// uninterruptible sleep can hold it back until ctx ends: then the
+	// sandbox is thawed and the error returned). Until Thaw, operations
+	// that need the executor fail with ErrFrozen, and Destroy still works.
+	Freeze(ctx context.Context) error
+	// Thaw lets the sandbox's processes run again. Thawing a sandbox that
+	// is not frozen does nothing; one that is gone gives ErrLost.
+	Thaw(ctx context.Context) error
+}
+
 // Backend creates sandboxes.
 type Backend interface {
 	Create(ctx context.Context, spec Spec) (Sandbox, error)

@@ -46,6 +46,10 @@ type Config struct {
 	// Runsc is the runsc binary of the gvisor runtime; empty means runsc
 	// from PATH.
 	Runsc string
+	// Freezer forces the cgroup freezer a sandbox's Freeze uses:
+	// cgroup.FreezerV2 (cgroup.freeze) or cgroup.FreezerV1 (the v1 freezer
+	// controller); "" uses cgroup2's where it has one, else v1's.
+	Freezer string
 }
 
 // DefaultUIDSlotDir holds root mode's uid-range locks: on a tmpfs that a
@@ -177,7 +181,7 @@ func (b *Backend) cgroups() (*cgroup.Manager, error) {
 	defer b.mu.Unlock()
 	if !b.cgOnce {
 		b.cgOnce = true
-		b.cg, b.cgErr = cgroup.NewManager(CgroupParent(b.cfg.StateDir))
+		b.cg, b.cgErr = cgroup.NewManagerWith(CgroupParent(b.cfg.StateDir), cgroup.ManagerOptions{Freezer: b.cfg.Freezer})
 	}
 	return b.cg, b.cgErr
 }
@@ -565,10 +569,16 @@ func (b *Backend) GC() ([]string, error) {
 		}
 		// Only empty groups are leftovers: a group with processes belongs
 		// to a sandbox of another airlock process (another AIRLOCK_HOME)
-		// whose liveness this one cannot see.
+		// whose liveness this one cannot see. A frozen one is the
+		// exception: its id lock is free, so its host is gone, and the
+		// v1 freezer keeps its processes from dying with it (the death
+		// signal waits for a thaw).
 		if st, err := g.Stats(); err != nil || st.Pids > 0 {
-			_ = g.Close()
-			continue
+			if frozen, ferr := g.Frozen(); err != nil || ferr != nil || !frozen {
+				_ = g.Close()
+				continue
+			}
+			b.log.Info("gc: a frozen sandbox of a host that is gone", "sandbox_id", n)
 		}
 		if err := g.Destroy(); err != nil {
 			errs = append(errs, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +52,9 @@ type Sandbox struct {
 
 	mu        sync.Mutex
 	destroyed bool // guarded by mu
+	// frozen is guarded by mu: Freeze stopped the sandbox's processes and
+	// no Thaw came since.
+	frozen bool
 	// oomKills is the cgroup's OOM kill count read by teardown before it
 	// removed the cgroup (0 if unread); guarded by mu.
 	oomKills int64
@@ -64,6 +68,7 @@ var (
 	_ sandbox.Connector    = (*Sandbox)(nil)
 	_ sandbox.Prioritizer  = (*Sandbox)(nil)
 	_ sandbox.EventSource  = (*Sandbox)(nil)
+	_ sandbox.Freezer      = (*Sandbox)(nil)
 )
 
 // backgroundCPUWeight is the cpu.weight of a sandbox made ahead of
@@ -203,6 +208,14 @@ func (s *Sandbox) teardown() {
 	if s.proc != nil {
 		_ = s.proc.kill()
 	}
+	s.mu.Lock()
+	frozen := s.frozen
+	s.mu.Unlock()
+	if frozen && s.cg != nil {
+		// A task the v1 freezer holds dies only once thawed; the
+		// executor's SIGKILL is pending, and its end kills the rest.
+		_ = s.cg.Thaw()
+	}
 	tr.mark("kill")
 	if s.proc != nil {
 		<-s.proc.done
@@ -246,8 +259,73 @@ func (s *Sandbox) alive() error {
 	case <-s.done:
 		return fmt.Errorf("sandbox %s: %w", s.id, sandbox.ErrLost)
 	default:
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.frozen {
+		return fmt.Errorf("sandbox %s: %w: thaw it first", s.id, sandbox.ErrFrozen)
+	}
+	return nil
+}
+
+// FreezeKind implements sandbox.Freezer: the sandbox's cgroup's freezer.
+// A gVisor sandbox is not frozen: its cgroup holds runsc's sentry and
+// gofer, and freezing them from outside (or runsc pause) has not been
+// verified to keep the sandbox's connections and clocks sound; its pause
+// keeps files only, and says why.
+func (s *Sandbox) FreezeKind() (string, error) {
+	if s.gvisor != "" {
+		return "", fmt.Errorf("sandbox %s: a gvisor sandbox is not frozen (its sentry's freeze is not verified): %w", s.id, errors.ErrUnsupported)
+	}
+	if s.cg == nil {
+		return "", fmt.Errorf("sandbox %s: cannot freeze: it has no cgroup (%s): %w", s.id, strings.Join(s.layers, ","), errors.ErrUnsupported)
+	}
+	k := s.cg.Freezer()
+	if k == "" {
+		return "", fmt.Errorf("sandbox %s: %w: %w", s.id, cgroup.ErrNoFreezer, errors.ErrUnsupported)
+	}
+	return "cgroup-" + k, nil
+}
+
+// Freeze implements sandbox.Freezer with the sandbox's cgroup's freezer:
+// every process of the sandbox stops, its executor's too, so the host
+// neither asks it anything nor waits for it until Thaw.
+func (s *Sandbox) Freeze(ctx context.Context) error {
+	if _, err := s.FreezeKind(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return fmt.Errorf("sandbox %s: %w", s.id, sandbox.ErrLost)
+	default:
+	}
+	if s.destroyed {
+		return fmt.Errorf("sandbox %s: %w", s.id, sandbox.ErrLost)
+	}
+	if err := s.cg.Freeze(ctx); err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	s.frozen = true
+	return nil
+}
+
+// Thaw implements sandbox.Freezer.
+func (s *Sandbox) Thaw(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.destroyed {
+		return fmt.Errorf("sandbox %s: %w", s.id, sandbox.ErrLost)
+	}
+	if s.cg == nil {
 		return nil
 	}
+	if err := s.cg.Thaw(); err != nil {
+		return fmt.Errorf("sandbox %s: %w", s.id, err)
+	}
+	s.frozen = false
+	return nil
 }
 
 // Start runs a command.

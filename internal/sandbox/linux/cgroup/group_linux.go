@@ -27,6 +27,9 @@ type Group struct {
 	v2       string  // cgroup2 directory, "" if none
 	v2Ctrls  ctrlSet // limit controllers set in v2
 	enforced []string
+	// freezer is the freezer Freeze uses when the Manager was told one
+	// (ManagerOptions.Freezer); "" picks cgroup2's where there is one.
+	freezer string
 
 	mu sync.Mutex
 	fd int // guarded by mu; O_PATH descriptor of v2, -1 if none or closed
@@ -438,6 +441,11 @@ func (g *Group) Kill() error {
 		err := writeFile(g.v2+"/cgroup.kill", "1")
 		switch {
 		case err == nil:
+			// A task the v1 freezer holds dies only once thawed: the
+			// signal is pending now, so it runs no more of its code.
+			if dir, _ := g.dirFor(ctrlFreezer); dir != "" {
+				_ = writeFile(dir+"/freezer.state", "THAWED")
+			}
 			ok, err := poll(deadline, func() (bool, error) {
 				p, err := g.v2Populated()
 				return !p, err

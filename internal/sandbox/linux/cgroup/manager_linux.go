@@ -87,6 +87,7 @@ func (e *LimitError) Unwrap() error { return e.Err }
 type Manager struct {
 	parent string
 	lay    layout
+	opts   ManagerOptions
 
 	mu sync.Mutex
 	// plan is what New creates groups with, set on first use; guarded by mu.
@@ -109,11 +110,30 @@ type v1Parent struct {
 	dir   string
 }
 
+// ManagerOptions tune a Manager.
+type ManagerOptions struct {
+	// Freezer forces the freezer its groups' Freeze uses: FreezerV2
+	// (cgroup.freeze) or FreezerV1 (the v1 freezer controller, whose
+	// directory every group then gets). "" uses cgroup2's where the
+	// cgroup2 tree has cgroup.freeze, else v1's.
+	Freezer string
+}
+
 // NewManager returns a Manager for groups under parentName (for example
 // "airlock"). It reads the caller's cgroups but creates nothing: the parent
 // directories are created on first use by New or Mode, and existing ones are
 // reused.
 func NewManager(parentName string) (*Manager, error) {
+	return NewManagerWith(parentName, ManagerOptions{})
+}
+
+// NewManagerWith is NewManager with options.
+func NewManagerWith(parentName string, opts ManagerOptions) (*Manager, error) {
+	switch opts.Freezer {
+	case "", FreezerV1, FreezerV2:
+	default:
+		return nil, fmt.Errorf("cgroup freezer %q: want %q, %q or empty", opts.Freezer, FreezerV1, FreezerV2)
+	}
 	if err := validName(parentName); err != nil {
 		return nil, fmt.Errorf("cgroup parent: %w", err)
 	}
@@ -126,7 +146,7 @@ func NewManager(parentName string) (*Manager, error) {
 		// started, keeps finding the groups under <own>/<parent>.
 		loc.v2Dir = hostLeafParent(loc.v2Dir, parentName)
 	}
-	return &Manager{parent: parentName, lay: probe(loc)}, nil
+	return &Manager{parent: parentName, lay: probe(loc), opts: opts}, nil
 }
 
 // Mode reports what groups of this Manager get: the controllers limits can be
@@ -150,7 +170,7 @@ func (m *Manager) prepare() *plan {
 	}
 	p := &plan{reasons: slices.Clone(m.lay.reasons), pureV2: m.lay.version == "v2"}
 	// cgroup2 first: what it offers decides which v1 hierarchies are needed.
-	v2Kill, v2CPUStat := false, false
+	v2Kill, v2CPUStat, v2Freeze := false, false, false
 	if t := m.lay.v2; t.mount != "" {
 		dir := t.own + "/" + m.parent
 		if _, err := mkdir(dir); err != nil {
@@ -159,6 +179,7 @@ func (m *Manager) prepare() *plan {
 			p.v2 = dir
 			v2Kill = exists(dir + "/cgroup.kill")
 			v2CPUStat = exists(dir + "/cpu.stat")
+			v2Freeze = exists(dir + "/cgroup.freeze")
 			if t.ctrls != 0 {
 				if err := m.enableV2(t.own, dir, t.ctrls.names()); err != nil {
 					p.reasons = append(p.reasons, err.Error())
@@ -172,8 +193,10 @@ func (m *Manager) prepare() *plan {
 	if !v2CPUStat {
 		want |= ctrlCPUAcct // CPU time comes from cpuacct.usage instead
 	}
-	if !v2Kill {
-		want |= ctrlFreezer // Kill freezes before signalling instead
+	if !v2Kill || !v2Freeze && m.opts.Freezer != FreezerV2 || m.opts.Freezer == FreezerV1 {
+		// Kill freezes before signalling instead, or Freeze freezes
+		// with v1's.
+		want |= ctrlFreezer
 	}
 	for _, h := range m.lay.v1 {
 		use := h.ctrls & want
@@ -320,7 +343,7 @@ func (m *Manager) New(name string, l Limits, requireLimits bool) (*Group, error)
 		}
 	}
 
-	g := &Group{name: name, fd: -1, v2Ctrls: p.v2Ctrls}
+	g := &Group{name: name, fd: -1, v2Ctrls: p.v2Ctrls, freezer: m.opts.Freezer}
 	ok := false
 	defer func() {
 		if !ok {
@@ -377,7 +400,7 @@ func (m *Manager) Open(name string) (*Group, error) {
 	if err := validName(name); err != nil {
 		return nil, fmt.Errorf("cgroup %q: %w", name, err)
 	}
-	g := &Group{name: name, fd: -1}
+	g := &Group{name: name, fd: -1, freezer: m.opts.Freezer}
 	for _, h := range m.lay.v1 {
 		dir := h.own + "/" + m.parent + "/" + name
 		if exists(dir) {
