@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # files.read() of 20 MiB through the official e2b npm SDK against curl of
 # the same file from the same airlock serve (loopback, real sandbox): a
-# random file and a text one. Root; needs node, npm and curl (the SDK is
-# installed into bench/.cache). Usage: bench/e2b-download.sh [ROUNDS]
-# (default 10)
+# random file and a text one, beside the floor: node's own fetch and curl
+# of the same bytes from a bare Go http.FileServer on loopback
+# (bench/filefloor), which tells node's cost from airlock's. Root; needs
+# node, npm and curl (the SDK is installed into bench/.cache). Usage:
+# bench/e2b-download.sh [ROUNDS] (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-10}
 . bench/lib.sh
 e2b_serve
+mkdir -p "$t/floor"
+go build -o "$t/filefloor" ./bench/filefloor
+"$t/filefloor" -dir "$t/floor" >"$t/floor.addr" &
+floor_pid=$!
+trap 'kill $floor_pid 2>/dev/null || true; e2b_cleanup' EXIT
+for _ in $(seq 100); do [ -s "$t/floor.addr" ] && break; sleep 0.05; done
 echo "SDK $sdk files.read of 20 MiB vs curl, $rounds rounds each, medians:"
 cp bench/e2bload/download.mjs "$cache/download.mjs"
-e2b_env node "$cache/download.mjs" "$rounds"
+FLOOR_ADDR=$(cat "$t/floor.addr") FLOOR_DIR=$t/floor e2b_env node "$cache/download.mjs" "$rounds"

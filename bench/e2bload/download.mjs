@@ -2,9 +2,16 @@
 // curl of the same file from the same server: for a random file and a
 // text one, R rounds each (after a warm-up), the two alternating. Prints
 // one JSON object: median milliseconds and the ratio SDK / curl.
-// bench/e2b-download.sh runs it.
+// bench/e2b-download.sh runs it. With FLOOR_ADDR and FLOOR_DIR (a bare
+// Go http.FileServer, bench/filefloor, serving FLOOR_DIR on FLOOR_ADDR)
+// it also times node's own fetch and curl of the same bytes from that
+// server, the floor: what this node's fetch costs with no airlock at all
+// (the SDK's files.read is that fetch, then res.arrayBuffer()), and
+// prints how each server's response is shaped (HTTP version, length,
+// encoding, how many chunks node's reader gets).
 import { Sandbox } from 'e2b'
 import { execFileSync } from 'node:child_process'
+import { writeFileSync } from 'node:fs'
 
 const rounds = Number(process.argv[2] ?? 10)
 const size = 20 << 20
@@ -19,12 +26,45 @@ for (const k of Object.keys(gen)) {
   if (r.exitCode !== 0) throw new Error(`${k}: ${r.stderr}`)
 }
 const url = (p) => `${process.env.E2B_SANDBOX_URL}/files?path=${encodeURIComponent(p)}&username=user`
-const curl = (p) => {
+const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken ?? '' }
+const floorAddr = process.env.FLOOR_ADDR
+const floorURL = (p) => `http://${floorAddr}/${p.split('/').pop()}`
+const curlURL = (u, hs = headers) => {
   const out = execFileSync('curl', ['-sS', '-f', '-o', '/dev/null', '-w', '%{time_total} %{size_download}',
-    '-H', `E2b-Sandbox-Id: ${sbx.sandboxId}`, '-H', `X-Access-Token: ${sbx.envdAccessToken ?? ''}`, url(p)]).toString()
+    ...Object.entries(hs).flatMap(([k, v]) => ['-H', `${k}: ${v}`]), u]).toString()
   const [t, n] = out.split(' ').map(Number)
-  if (n !== size) throw new Error(`curl ${p}: ${n} bytes`)
+  if (n !== size) throw new Error(`curl ${u}: ${n} bytes`)
   return t * 1000
+}
+const curl = (p) => curlURL(url(p))
+const fetchTime = async (u, hs) => {
+  const t0 = performance.now()
+  const res = await fetch(u, { headers: hs })
+  const b = new Uint8Array(await res.arrayBuffer())
+  const t = performance.now() - t0
+  if (b.length !== size) throw new Error(`fetch ${u}: ${b.length} bytes`)
+  return t
+}
+// shape says how a server's response to u comes: curl's view of the
+// protocol and headers, and the chunks node's fetch reader is handed.
+const shape = async (u, hs) => {
+  const h = execFileSync('curl', ['-sS', '-f', '-o', '/dev/null', '-D', '-', '-w', 'http_version=%{http_version}',
+    ...Object.entries(hs).flatMap(([k, v]) => ['-H', `${k}: ${v}`]), u]).toString()
+  const pick = (name) => (h.match(new RegExp(`^${name}: *(.*?)\\r?$`, 'im')) ?? [])[1] ?? ''
+  const res = await fetch(u, { headers: hs })
+  const rd = res.body.getReader()
+  let chunks = 0, n = 0
+  for (;;) {
+    const { done, value } = await rd.read()
+    if (done) break
+    chunks++
+    n += value.length
+  }
+  return {
+    http: (h.match(/http_version=(\S+)/) ?? [])[1], content_length: pick('content-length'), transfer_encoding: pick('transfer-encoding'),
+    content_encoding_curl: pick('content-encoding'), content_encoding_node: res.headers.get('content-encoding') ?? '',
+    node_chunks: chunks, node_chunk_avg: Math.round(n / chunks),
+  }
 }
 const sdk = async (p) => {
   const t0 = performance.now()
@@ -47,9 +87,10 @@ const median = (xs) => {
 }
 const out = { rounds, size }
 for (const k of Object.keys(files)) {
-  await sdk(files[k])
+  await sdk(files[k]) // warm-up
+  if (floorAddr) writeFileSync(`${process.env.FLOOR_DIR}/${files[k].split('/').pop()}`, await sbx.files.read(files[k], { format: 'bytes' }))
   curl(files[k])
-  const a = [], b = [], c = []
+  const a = [], b = [], c = [], fl = [], fc = []
   let enc = ''
   for (let i = 0; i < rounds; i++) {
     a.push(await sdk(files[k]))
@@ -57,8 +98,20 @@ for (const k of Object.keys(files)) {
     const f = await plain(files[k])
     c.push(f.t)
     enc = f.enc
+    if (floorAddr) {
+      fl.push(await fetchTime(floorURL(files[k]), {}))
+      fc.push(curlURL(floorURL(files[k]), {}))
+    }
   }
   out[k] = { sdk_ms: median(a), curl_ms: median(b), node_fetch_ms: median(c), encoding: enc, ratio: Number((median(a) / median(b)).toFixed(2)) }
+  if (floorAddr) {
+    Object.assign(out[k], {
+      floor_node_fetch_ms: median(fl), floor_curl_ms: median(fc),
+      ratio_to_floor: Number((median(a) / median(fl)).toFixed(2)),
+      floor_ratio_to_curl: Number((median(fl) / median(b)).toFixed(2)),
+      shape_airlock: await shape(url(files[k]), headers), shape_floor: await shape(floorURL(files[k]), {}),
+    })
+  }
 }
 await sbx.kill()
 console.log(JSON.stringify(out))

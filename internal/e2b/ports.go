@@ -222,7 +222,10 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := cn.Connect(ctx, port)
+				// Early: the request follows the stream's opening at
+				// once, without a round trip to the executor's dial;
+				// a failed dial comes back as the request's error.
+				c, err := sandbox.ConnectEarly(ctx, cn, port)
 				if err != nil {
 					pc.dialErr.Store(&err)
 					return nil, err
@@ -235,6 +238,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		// server's log, not the log package's.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if de := sandbox.DialError(err); de != nil && pc.dialErr.Load() == nil {
+				pc.dialErr.Store(&de) // an early connection's dial failed
+			}
 			switch de := pc.dialErr.Load(); {
 			case de != nil:
 				// Nothing listening is E2B's 502; a sandbox that ended

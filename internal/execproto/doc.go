@@ -26,23 +26,26 @@
 // in /workspace since a baseline the executor recorded (package executor
 // documents the format); its result names the new baseline.
 //
-// Connect streams. A connect stream (OpConnect) relays one TCP connection
-// to Port on the sandbox's own loopback: the executor dials 127.0.0.1, then
-// ::1 if that is refused, and never any other address, so the relay reaches
-// only what listens inside the sandbox. When the dial succeeds it closes the
-// Stderr channel, which a connect stream never uses: that Close tells the
-// host the connection is up. Then Stdin data goes to the socket and what the
-// socket sends comes as Stdout data, each with the stream's flow control; a
-// Close of Stdin from the host shuts the socket's write side (a TCP
-// half-close), and the socket's EOF comes as a Close of Stdout. The Result
-// ends the stream once both directions are done, or the connection broke,
-// or the host cancelled; a failed dial ends it at once with Error and Errno
-// (ECONNREFUSED when nothing listens). A Cancel closes the socket at once,
-// unless the host closed Stdin before it: then it is a socket's close, not
-// an abort, and the executor still writes the Stdin data it has, waits for
-// the server's EOF while dropping what the server sends, and closes the
-// socket after a few seconds in any case. The executor relays at most
-// MaxConnects connections at once.
+// Connect streams. A connect stream (OpConnect) relays one TCP connection to
+// Port on the sandbox's own loopback: the executor dials 127.0.0.1, then ::1
+// if that is refused, and never any other address, so the relay reaches only
+// what listens inside the sandbox. When the dial succeeds it closes the Stderr
+// channel, which a connect stream never uses: that Close tells the host the
+// connection is up. The host need not wait for it: Stdin data it sends right
+// behind the Open (a request's first bytes, as TCP Fast Open carries them in
+// the SYN) waits in the stream's window until the dial is done, and is dropped
+// if the dial fails. Then Stdin data goes to the socket and what the socket
+// sends comes as Stdout data, each with the stream's flow control; a Close of
+// Stdin from the host shuts the socket's write side (a TCP half-close), and
+// the socket's EOF comes as a Close of Stdout. The Result ends the stream once
+// both directions are done, or the connection broke, or the host cancelled; a
+// failed dial ends it at once with Error and Errno (ECONNREFUSED when nothing
+// listens). A Cancel closes the socket at once, unless the host closed Stdin
+// before it: then it is a socket's close, not an abort (a dial still under way
+// is finished), and the executor still writes the Stdin data it has, waits for
+// the server's EOF while dropping what the server sends, and closes the socket
+// after a few seconds in any case. The executor relays at most MaxConnects
+// connections at once.
 //
 // Everything decoded here is untrusted input on the host side: ReadFrame and
 // Decode reject malformed frames with ErrFrame and never allocate more than

@@ -157,12 +157,24 @@ func (s *stream) dial(family int, sa unix.Sockaddr) (*os.File, error) {
 		return f, nil
 	}
 	// In progress: wait until the socket is writable, then ask how the
-	// connect ended. A cancel closes the socket, which ends the wait.
+	// connect ended. A cancel closes the socket, which ends the wait;
+	// but a cancel after the host closed Stdin is a close, and what the
+	// host sent with the opening (an early connect) is still to be
+	// written: the dial gets closeGrace to end first.
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
 		select {
 		case <-s.stop:
+			if s.stdinClosed() {
+				t := time.NewTimer(closeGrace)
+				defer t.Stop()
+				select {
+				case <-t.C:
+				case <-stop:
+					return
+				}
+			}
 			f.Close()
 		case <-stop:
 		}

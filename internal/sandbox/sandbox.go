@@ -521,6 +521,42 @@ type Connector interface {
 	Connect(ctx context.Context, port int) (net.Conn, error)
 }
 
+// EarlyConnector is implemented by Connectors that can also connect as
+// TCP Fast Open does, with the first bytes in the opening: ConnectEarly
+// returns without waiting for the dial inside the sandbox, and what is
+// written to the conn at once travels right behind the opening, so a
+// request's first bytes save the round trip to the executor and back
+// that Connect waits for. The conn is Connect's in every other way, but
+// a failed dial shows only at its first Read or Write: a *net.OpError
+// whose Op is "dial" (DialError finds it), wrapping ErrPortClosed when
+// nothing listens, ErrLost when the sandbox is gone.
+type EarlyConnector interface {
+	Connector
+	ConnectEarly(port int) (net.Conn, error)
+}
+
+// ConnectEarly connects to port with c's ConnectEarly when it has one,
+// or else with its Connect.
+func ConnectEarly(ctx context.Context, c Connector, port int) (net.Conn, error) {
+	if ec, ok := c.(EarlyConnector); ok {
+		return ec.ConnectEarly(port)
+	}
+	return c.Connect(ctx, port)
+}
+
+// DialError returns the failed dial inside err, an error of a Read or
+// Write of an EarlyConnector's conn (or of whatever wraps it, an HTTP
+// transport's error), or nil when err is no failed dial.
+func DialError(err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		if _, ok := oe.Addr.(PortAddr); ok {
+			return oe.Err
+		}
+	}
+	return nil
+}
+
 // PortAddr is the remote address of a Connector's conn: a port of a
 // sandbox. The zero PortAddr, "host", is its local address.
 type PortAddr struct {

@@ -23,6 +23,46 @@ import (
 // The stream uses the bulk window and chunk size: a connection carries
 // whatever the server sends, an HTTP body or a file, at memory speed.
 func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
+	pc, err := c.openConnect(sandboxID, port)
+	if err != nil {
+		return nil, err
+	}
+	s := pc.s
+	select {
+	case <-pc.up:
+		return pc, nil
+	case <-s.done:
+	case <-ctx.Done():
+		// An abort: the cancel comes before any close of stdin.
+		pc.closeOnce.Do(func() { close(pc.closing) })
+		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
+		return nil, fmt.Errorf("connect to port %d: %w", port, ctx.Err())
+	}
+	if isClosed(pc.up) {
+		return pc, nil // up, and already over: what it sent is still to be read
+	}
+	return nil, pc.dialErr()
+}
+
+// ConnectEarly is Connect without the wait for the executor's dial
+// (sandbox.EarlyConnector): it returns once the stream's opening is sent,
+// and what is written to the conn from then on follows the opening at
+// once, in the same stream's flow control, so that a request's first
+// bytes cost no round trip through the executor before they leave the
+// host. The executor holds them until its dial is done and then writes
+// them to the socket. A failed dial is the error of the conn's Read or
+// Write: a *net.OpError whose Op is "dial", wrapping what Connect would
+// have returned (sandbox.ErrPortClosed when nothing listens).
+func (c *Conn) ConnectEarly(sandboxID string, port int) (net.Conn, error) {
+	pc, err := c.openConnect(sandboxID, port)
+	if err != nil {
+		return nil, err
+	}
+	return pc, nil
+}
+
+// openConnect sends the opening of a connect stream to port.
+func (c *Conn) openConnect(sandboxID string, port int) (*portConn, error) {
 	req := execproto.Request{Op: execproto.OpConnect, Port: port, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -39,28 +79,32 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 		return nil, fmt.Errorf("connect to port %d: %w", port, err)
 	}
 	pc.s = s
-	select {
-	case <-pc.up:
-		return pc, nil
-	case <-s.done:
-	case <-ctx.Done():
-		// An abort: the cancel comes before any close of stdin.
-		pc.closeOnce.Do(func() { close(pc.closing) })
-		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
-		return nil, fmt.Errorf("connect to port %d: %w", port, ctx.Err())
-	}
-	if isClosed(pc.up) {
-		return pc, nil // up, and already over: what it sent is still to be read
-	}
-	switch r := s.result; {
-	case s.err != nil:
-		return nil, fmt.Errorf("connect to port %d: %w", port, s.err)
+	return pc, nil
+}
+
+// dialErr says why a stream that ended before the executor's dial
+// succeeded failed: the error Connect returns.
+func (pc *portConn) dialErr() error {
+	port := pc.remote.Port
+	switch r := pc.s.result; {
+	case pc.s.err != nil:
+		return fmt.Errorf("connect to port %d: %w", port, pc.s.err)
 	case r.Errno == "ECONNREFUSED":
-		return nil, fmt.Errorf("connect to port %d: %w", port, sandbox.ErrPortClosed)
+		return fmt.Errorf("connect to port %d: %w", port, sandbox.ErrPortClosed)
 	case r.Error != "":
-		return nil, fmt.Errorf("connect to port %d: %s", port, r.Error)
+		return fmt.Errorf("connect to port %d: %s", port, r.Error)
 	}
-	return nil, fmt.Errorf("connect to port %d: %w: the stream ended before the connection was up", port, execproto.ErrFrame)
+	return fmt.Errorf("connect to port %d: %w: the stream ended before the connection was up", port, execproto.ErrFrame)
+}
+
+// failedDial reports whether the stream ended without the executor's
+// dial succeeding (only a ConnectEarly conn sees it: Connect returns no
+// such conn).
+func (pc *portConn) failedDial() bool { return isClosed(pc.s.done) && !isClosed(pc.up) }
+
+// dialOpErr is dialErr as a conn's Read or Write returns it.
+func (pc *portConn) dialOpErr() error {
+	return &net.OpError{Op: "dial", Net: pc.remote.Network(), Source: pc.LocalAddr(), Addr: pc.remote, Err: pc.dialErr()}
 }
 
 // portConn is a connect stream as a net.Conn. What the server sends is
@@ -158,6 +202,9 @@ func (pc *portConn) Read(b []byte) (int, error) {
 		if isClosed(pc.eof) {
 			return 0, io.EOF
 		}
+		if pc.failedDial() {
+			return 0, pc.dialOpErr()
+		}
 		return 0, pc.opErr("read", pc.endErr())
 	case <-pc.closing:
 		return 0, pc.opErr("read", net.ErrClosed)
@@ -198,7 +245,11 @@ func (pc *portConn) Write(b []byte) (int, error) {
 	case isClosed(pc.closing):
 		return n, pc.opErr("write", net.ErrClosed)
 	case errors.Is(err, execproto.ErrClosed):
-		// The stream ended: lost, or the connection was over.
+		// The stream ended: lost, or the connection was over, or (an
+		// early conn's) it never was up.
+		if pc.failedDial() {
+			return n, pc.dialOpErr()
+		}
 		if isClosed(s.done) && s.err != nil {
 			return n, pc.opErr("write", s.err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -245,4 +246,89 @@ func TestConnectWriteClose(t *testing.T) {
 		t.Errorf("second Close = %v, want net.ErrClosed", err)
 	}
 	p.result(id, execproto.Result{})
+}
+
+// TestConnectEarly: ConnectEarly returns before the executor answers, and
+// what is written goes out right behind the opening; how the executor
+// then answers (up, a refusal, another failure, a stream that ends
+// without either, the connection lost) is what the conn's Read says, a
+// failed dial as a DialError.
+func TestConnectEarly(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// answer is the executor's answer to the stream's opening.
+		answer func(p *peer, id uint32)
+		// want checks the error of the first Read; data is what it read.
+		want func(data []byte, err error) string
+	}{
+		{"up", func(p *peer, id uint32) {
+			_ = p.w.Write(execproto.CloseFrame(id, execproto.Stderr))
+			_ = p.w.Write(execproto.DataFrame(id, execproto.Stdout, []byte("HTTP/1.1 200 OK\r\n")))
+		}, func(data []byte, err error) string {
+			if err != nil || string(data) != "HTTP/1.1 200 OK\r\n" {
+				return "want the server's answer"
+			}
+			return ""
+		}},
+		{"refused", func(p *peer, id uint32) {
+			p.result(id, execproto.Result{ExitCode: -1, Error: "connect to port 8080: connection refused", Errno: "ECONNREFUSED"})
+		}, func(_ []byte, err error) string {
+			if !errors.Is(sandbox.DialError(err), sandbox.ErrPortClosed) {
+				return "want a DialError wrapping ErrPortClosed"
+			}
+			return ""
+		}},
+		{"other failure", func(p *peer, id uint32) {
+			p.result(id, execproto.Result{ExitCode: -1, Error: "connect: 1024 connections already open", Errno: "EMFILE"})
+		}, func(_ []byte, err error) string {
+			if de := sandbox.DialError(err); de == nil || errors.Is(de, sandbox.ErrPortClosed) || !strings.Contains(de.Error(), "1024 connections") {
+				return "want a DialError with the executor's reason, not ErrPortClosed"
+			}
+			return ""
+		}},
+		{"ended without either", func(p *peer, id uint32) {
+			p.result(id, execproto.Result{})
+		}, func(_ []byte, err error) string {
+			if !errors.Is(sandbox.DialError(err), execproto.ErrFrame) {
+				return "want a DialError wrapping ErrFrame"
+			}
+			return ""
+		}},
+		{"lost", func(p *peer, _ uint32) {
+			p.conn.Close()
+		}, func(_ []byte, err error) string {
+			if !errors.Is(err, sandbox.ErrLost) {
+				return "want ErrLost"
+			}
+			return ""
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, p := dialPeer(t)
+			t.Cleanup(func() {
+				p.conn.Close()
+				c.Close()
+			})
+			ch := p.frames()
+			conn, err := c.ConnectEarly("sb-test", 8080)
+			if err != nil {
+				t.Fatalf("ConnectEarly = %v", err)
+			}
+			defer conn.Close()
+			if _, err := conn.Write([]byte("GET / HTTP/1.1\r\n\r\n")); err != nil {
+				t.Fatalf("Write before the executor answered = %v", err)
+			}
+			id := connectOpened(t, p, ch, false)
+			if f := next(t, ch); f.Type != execproto.TData || f.Stream != id || string(f.Payload) != "\x00GET / HTTP/1.1\r\n\r\n" {
+				t.Fatalf("after the opening the host sent %s %q on stream %d, want the written bytes on %d", f.Type, f.Payload, f.Stream, id)
+			}
+			tt.answer(p, id)
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			buf := make([]byte, 100)
+			n, err := conn.Read(buf)
+			if msg := tt.want(buf[:n], err); msg != "" {
+				t.Errorf("Read = %q, %v: %s", buf[:n], err, msg)
+			}
+		})
+	}
 }

@@ -170,6 +170,19 @@ func (f *Files) Connect(ctx context.Context, port int) (net.Conn, error) {
 	return c, nil
 }
 
+// ConnectEarly implements sandbox.EarlyConnector: Connect without the
+// wait for the executor's dial (Conn.ConnectEarly).
+func (f *Files) ConnectEarly(port int) (net.Conn, error) {
+	if err := f.Alive(); err != nil {
+		return nil, err
+	}
+	c, err := f.Conn.ConnectEarly(f.ID, port)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox %s: %w", f.ID, err)
+	}
+	return c, nil
+}
+
 // NotStartedMessage says why command argv0 did not start, from the
 // executor's reason and errno name (execproto.Result's NotStarted and
 // Errno); it quotes nothing else the executor sent.

@@ -328,6 +328,52 @@ func BenchmarkConnectHTTP(b *testing.B) {
 	b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
 }
 
+// BenchmarkConnectHTTPFresh is one HTTP round trip through a connection
+// of its own, as the data plane makes one a request: with Connect, which
+// waits for the executor's dial before the request leaves ("connect"),
+// and with ConnectEarly, whose request follows the stream's opening at
+// once ("early"), alternating in blocks of 50 so that a change of the
+// machine's load falls on both. An op is one request of each.
+func BenchmarkConnectHTTPFresh(b *testing.B) {
+	sb := peerSandbox(b, benchBackend(b))
+	startPeer(b, sb, "http:8000")
+	ec := sb.(sandbox.EarlyConnector)
+	client := func(dial func(ctx context.Context) (net.Conn, error)) *http.Client {
+		return &http.Client{Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext:       func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		}}
+	}
+	clients := []*http.Client{
+		client(func(ctx context.Context) (net.Conn, error) { return ec.Connect(ctx, 8000) }),
+		client(func(context.Context) (net.Conn, error) { return ec.ConnectEarly(8000) }),
+	}
+	times := [2][]time.Duration{}
+	for _, c := range clients { // warm up
+		if _, _, err := roundTrips(c, "http://sandbox/hello", 20); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		k := min(50, b.N-done)
+		for i, c := range clients {
+			for range k {
+				start := time.Now()
+				if _, _, err := roundTrips(c, "http://sandbox/hello", 1); err != nil {
+					b.Fatal(err)
+				}
+				times[i] = append(times[i], time.Since(start))
+			}
+		}
+		done += k
+	}
+	for i, name := range []string{"connect", "early"} {
+		slices.Sort(times[i])
+		b.ReportMetric(float64(times[i][len(times[i])/2].Microseconds()), name+"-p50-µs")
+	}
+}
+
 // BenchmarkConnectHTTPInside is BenchmarkConnectHTTP's request made
 // inside the sandbox, by the same Go client on the sandbox's loopback.
 // ns/op includes the client's start, spread over b.N; p50-µs does not.

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,8 @@ import (
 //   - count reads to EOF, then answers "BYTES SHA256\n" (an answer after the
 //     client's half-close);
 //   - hold reads and discards until EOF;
+//   - record reads to EOF, then appends "BYTES SHA256\n" to /tmp/record
+//     (what the server got, seen after the client is gone);
 //   - http is an HTTP/1.1 server answering "hello from PATH".
 const connectServer = `
 import hashlib, socket, sys, threading
@@ -79,6 +82,17 @@ def count(c):
 def hold(c):
     while c.recv(262144):
         pass
+
+def record(c):
+    h, n = hashlib.sha256(), 0
+    while True:
+        b = c.recv(262144)
+        if not b:
+            break
+        h.update(b)
+        n += len(b)
+    with open("/tmp/record", "a") as f:
+        f.write("%d %s\n" % (n, h.hexdigest()))
 
 def serve(c):
     try:
@@ -329,6 +343,8 @@ func (s *suite) testConnect(t *testing.T) {
 		}
 	})
 
+	t.Run("Early", s.testConnectEarly)
+
 	t.Run("PortClosed", func(t *testing.T) {
 		t.Parallel()
 		sb := s.create(t, sandbox.Spec{})
@@ -510,4 +526,154 @@ func StartEchoServer(t *testing.T, sb sandbox.Sandbox, port int) {
 func StartHTTPServer(t *testing.T, sb sandbox.Sandbox, port int) {
 	t.Helper()
 	startServer(t, sb, "http", port, "127.0.0.1")
+}
+
+// testConnectEarly checks sandbox.EarlyConnector, where a backend has it:
+// what is written before the executor's dial reaches the server, a
+// failed dial is the first Read's or Write's error (DialError), and a
+// Close right after the writes still delivers them.
+func (s *suite) testConnectEarly(t *testing.T) {
+	t.Parallel()
+	sb := s.create(t, sandbox.Spec{})
+	ec, ok := sb.(sandbox.EarlyConnector)
+	if !ok {
+		t.Skipf("%T has no ConnectEarly", sb)
+	}
+	startServer(t, sb, "http", 8080, "127.0.0.1")
+	startServer(t, sb, "echo", 8000, "127.0.0.1")
+	startServer(t, sb, "record", 8001, "127.0.0.1")
+	early := func(t *testing.T, port int) net.Conn {
+		t.Helper()
+		conn, err := ec.ConnectEarly(port)
+		if err != nil {
+			t.Fatalf("ConnectEarly(%d) = %v", port, err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(opTimeout))
+		return conn
+	}
+	sum := func(b []byte) string {
+		h := sha256.Sum256(b)
+		return fmt.Sprintf("%d %s", len(b), hex.EncodeToString(h[:]))
+	}
+	tests := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"HTTP", func(t *testing.T) {
+			// As the data plane uses it: a connection a request, the
+			// request written before the dial is known to be done.
+			var dials atomic.Int32
+			client := &http.Client{Timeout: opTimeout, Transport: &http.Transport{
+				DisableKeepAlives: true,
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					dials.Add(1)
+					return sandbox.ConnectEarly(ctx, ec, 8080)
+				},
+			}}
+			for _, p := range []string{"/one", "/two", "/three"} {
+				resp, err := client.Get("http://sandbox" + p)
+				if err != nil {
+					t.Fatalf("GET %s through ConnectEarly: %v", p, err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 || string(body) != "hello from "+p {
+					t.Errorf("GET %s = %d %q, %v; want 200 %q", p, resp.StatusCode, body, err, "hello from "+p)
+				}
+			}
+			if n := dials.Load(); n != 3 {
+				t.Errorf("three requests took %d connections, want 3", n)
+			}
+		}},
+		{"MoreThanTheWindow", func(t *testing.T) {
+			// Twice the stream's window written at once: the first
+			// window waits in the executor for its dial, the rest for
+			// its credit, and all of it comes back in order.
+			msg := make([]byte, 2*(2<<20)+12345) // execproto.BulkWindow is 2 MiB
+			_, _ = rand.NewChaCha8([32]byte{7}).Read(msg)
+			conn := early(t, 8000)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := conn.Write(msg)
+				if err == nil {
+					err = conn.(interface{ CloseWrite() error }).CloseWrite()
+				}
+				errc <- err
+			}()
+			got, err := io.ReadAll(conn)
+			if werr := <-errc; werr != nil {
+				t.Fatalf("Write = %v", werr)
+			}
+			if err != nil || sum(got) != sum(msg) {
+				t.Errorf("echo = %s, %v; want %s", sum(got), err, sum(msg))
+			}
+		}},
+		{"CloseRightAfter", func(t *testing.T) {
+			// Write, then Close at once, likely before the dial is
+			// done: a close, not an abort, so the server still gets
+			// every byte and EOF (it records what it got).
+			var want []string
+			for i := range 5 {
+				msg := bytes.Repeat([]byte{byte('a' + i)}, 1000*(i+1))
+				conn, err := ec.ConnectEarly(8001)
+				if err != nil {
+					t.Fatalf("ConnectEarly = %v", err)
+				}
+				if _, err := conn.Write(msg); err != nil {
+					t.Fatalf("Write = %v", err)
+				}
+				if err := conn.Close(); err != nil {
+					t.Fatalf("Close = %v", err)
+				}
+				want = append(want, sum(msg))
+			}
+			slices.Sort(want)
+			var got []string
+			for deadline := time.Now().Add(opTimeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				out, _, _ := sh(t, sb, "cat /tmp/record 2>/dev/null")
+				got = strings.FieldsFunc(out, func(r rune) bool { return r == '\n' })
+				if len(got) >= len(want) {
+					break
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("the server recorded %q, want %q", got, want)
+			}
+		}},
+		{"PortClosed", func(t *testing.T) {
+			conn := early(t, 8002)
+			// The write may be taken before the refusal is known.
+			_, werr := conn.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+			n, rerr := conn.Read(make([]byte, 10))
+			for _, err := range []error{werr, rerr} {
+				if err != nil && !errors.Is(sandbox.DialError(err), sandbox.ErrPortClosed) {
+					t.Errorf("an error of a conn whose dial was refused = %v; want a DialError wrapping ErrPortClosed", err)
+				}
+			}
+			if rerr == nil {
+				t.Errorf("Read with nothing listening = %d bytes, nil; want an error", n)
+			}
+		}},
+		{"PortClosedHTTP", func(t *testing.T) {
+			// What the data plane sees: the transport's error still
+			// says the dial was refused.
+			tr := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return sandbox.ConnectEarly(ctx, ec, 8002)
+			}}
+			req, _ := http.NewRequestWithContext(opCtx(t), "GET", "http://sandbox/", nil)
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				resp.Body.Close()
+				t.Fatalf("RoundTrip with nothing listening = %d, nil; want an error", resp.StatusCode)
+			}
+			if de := sandbox.DialError(err); !errors.Is(de, sandbox.ErrPortClosed) {
+				t.Errorf("RoundTrip = %v, DialError %v; want one wrapping ErrPortClosed", err, de)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, tc.run)
+	}
 }
