@@ -377,7 +377,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 		token: newToken(), started: s.now().UTC(), internet: req.AllowInternetAccess == nil || *req.AllowInternetAccess,
 		autoPause: req.AutoPause != nil && *req.AutoPause, autoResume: req.AutoResume != nil && req.AutoResume.Enabled, lifetime: timeout,
 		autoPauseFiles: req.AutoPauseMemory != nil && !*req.AutoPauseMemory,
-		traffic: newToken(), private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
+		traffic:        newToken(), private: req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic,
 	}
 	if n := req.Network; n != nil {
 		rules, err := parseNetRules(n.AllowOut, n.DenyOut)

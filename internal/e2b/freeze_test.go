@@ -142,6 +142,18 @@ func TestMemoryPause(t *testing.T) {
 	if c := h.readCounter(s); c != 0 {
 		t.Errorf("counter file in /tmp after a filesystem pause = %d, want none (a fresh boot)", c)
 	}
+	// A frozen sandbox is killed as a running one is.
+	h.streamStarted(s, "process.Process/Start", bash(counter))
+	h.onlyProcess(s, "the counter")
+	if kind, _ := h.pause(s, nil); kind != "memory" {
+		t.Fatalf("pause = %q, want memory", kind)
+	}
+	if res := h.api("alpha", "DELETE", "/sandboxes/"+s.ID, nil); res.status != 204 {
+		t.Fatalf("kill of a frozen sandbox = %s, want 204", res)
+	}
+	if res := h.api("alpha", "GET", "/sandboxes/"+s.ID, nil); res.status != 404 {
+		t.Errorf("info of a killed frozen sandbox = %s, want 404", res)
+	}
 }
 
 func containsInt(s []int, n int) bool {

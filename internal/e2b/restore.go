@@ -113,15 +113,15 @@ type pausedState struct {
 	// AutoPause, AutoResume and Lifetime are the sandbox's lifecycle:
 	// what its timeout does, whether a request resumes it, and the
 	// lifetime an automatic resume gives it.
-	AutoPause  bool          `json:"auto_pause,omitempty"`
-	AutoResume bool          `json:"auto_resume,omitempty"`
+	AutoPause  bool `json:"auto_pause,omitempty"`
+	AutoResume bool `json:"auto_resume,omitempty"`
 	// AutoPauseFiles makes the automatic pause filesystem-only.
 	AutoPauseFiles bool `json:"auto_pause_files,omitempty"`
 	// Kind is what the pause kept: pauseKindMemory (a frozen sandbox
 	// besides the checkpoint, lost with the server that held it) or
 	// pauseKindFilesystem ("" in files of servers before memory pauses).
-	Kind string `json:"kind,omitempty"`
-	Lifetime   time.Duration `json:"lifetime,omitempty"`
+	Kind     string        `json:"kind,omitempty"`
+	Lifetime time.Duration `json:"lifetime,omitempty"`
 	// AllowOut and DenyOut are the sandbox's own network rules.
 	AllowOut []string `json:"allow_out,omitempty"`
 	DenyOut  []string `json:"deny_out,omitempty"`

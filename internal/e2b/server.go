@@ -108,16 +108,16 @@ type Images interface {
 // sandbox (paused ones stay, resumable by the next Server on the same
 // StateDir).
 type Server struct {
-	o     Options
-	cfg   Config
-	log   *slog.Logger
-	now   func() time.Time
+	o   Options
+	cfg Config
+	log *slog.Logger
+	now func() time.Time
 	// memInfo reads the host's available and total memory (nil:
 	// /proc/meminfo), for the memory pause's pressure policy.
 	memInfo func() (avail, total int64, err error)
-	audit *auditLog
-	api   http.Handler
-	envd  http.Handler
+	audit   *auditLog
+	api     http.Handler
+	envd    http.Handler
 
 	// credits counts the tenants' credits (Store's ledger).
 	credits *credit.Meter

@@ -1293,14 +1293,20 @@ func attackHelperSay(format string, args ...any) {
 
 // TestAttackHostKill9: when the process that owns a sandbox is killed with
 // SIGKILL, nothing of the sandbox keeps running, whether the sandbox was
-// forked from it or started by its spawner.
+// forked from it or started by its spawner, and whether it was frozen (a
+// pause that keeps memory) or not. cgroup2's freezer lets the death signal
+// through; the v1 freezer's tasks wait for a thaw, which the next GC of
+// the state directory gives them (its id lock is free: its host is gone).
 func TestAttackHostKill9(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
 	t.Parallel()
-	for mode, marker := range map[string]int{"direct": 1003, "spawner": 1006} {
+	for mode, marker := range map[string]int{"direct": 1003, "spawner": 1006, "frozen-v2": 1011, "frozen-v1": 1012} {
 		t.Run(mode, func(t *testing.T) {
+			if mode == "frozen-v1" && !hasV1Freezer() {
+				t.Skip("no v1 freezer hierarchy here")
+			}
 			t.Parallel()
 			attackHostKill9(t, attackMarker(marker), mode)
 		})
@@ -1354,6 +1360,18 @@ func attackHostKill9(t *testing.T, marker, mode string) {
 	}
 	_ = cmd.Wait()
 	waited = true
+	if mode == "frozen-v1" {
+		if !attackPoll(2*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
+			t.Logf("sleep %s stays, frozen, after its owner was killed: the next GC kills it", marker)
+		}
+		b, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.GC(); err != nil {
+			t.Errorf("GC() = %v", err)
+		}
+	}
 	if !attackPoll(5*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
 		t.Errorf("sleep %s (pids %v) still runs 5s after its owner was killed with SIGKILL", marker, attackHostProcs(marker))
 	}
@@ -1385,7 +1403,12 @@ func TestAttackHelperKill9(t *testing.T) {
 	if os.Getenv(attackHelperEnv) != "kill9" {
 		t.Skip("helper process of TestAttackHostKill9")
 	}
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv), Spawner: os.Getenv(attackModeEnv) == "spawner"})
+	mode := os.Getenv(attackModeEnv)
+	freezer, frozen := strings.CutPrefix(mode, "frozen-")
+	if !frozen {
+		freezer = ""
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: os.Getenv(attackStateEnv), Spawner: mode == "spawner" || frozen, Freezer: freezer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1400,7 +1423,7 @@ func TestAttackHelperKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := 1 // the executor
-	if os.Getenv(attackModeEnv) == "spawner" {
+	if mode == "spawner" || frozen {
 		want++
 	}
 	// The command's process shows the executor binary until its exec, so
@@ -1408,6 +1431,11 @@ func TestAttackHelperKill9(t *testing.T) {
 	var got []int
 	if !attackPoll(5*time.Second, func() bool { got = attackExeProcs(executorPath); return len(got) == want }) {
 		t.Fatalf("control: want %d processes of %s (the executor, and the spawner in spawner mode), found pids %v", want, executorPath, got)
+	}
+	if frozen {
+		if err := sb.(sandbox.Freezer).Freeze(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	attackHelperSay("ready id=%s exec=%s", sb.ID(), executorPath)
 	// The parent kills this process; end on our own only if it does not.
