@@ -226,3 +226,63 @@ func (s *Store) isManifest(ctx context.Context, digest string) (bool, error) {
 
 // zstdMagic starts every zstd frame (RFC 8878).
 var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
+
+// Forget removes the manifests of the chains of gone (checkpoints that a
+// deletion left without a reference: a purged run's, a deleted tenant's)
+// that no chain of the roots live returns holds, if they were last used
+// before the time before, and returns how many it removed. A deletion
+// calls it at once, so the file names its manifests hold go with it; their
+// chunks go with the next collection (Collect), after its grace period.
+//
+// The caller lists gone before its deletion and calls Forget after it, with
+// before when the deletion began: a manifest that a writer wrote or found
+// since (the same tree checkpointed again, by another run of the tenant)
+// stays for Collect to decide. A live root that does not load fails Forget
+// before anything is removed, unless a manifest of its chain is missing
+// (the chain is broken already; what is marked stays); a gone chain that
+// does not load ends there.
+func (s *Store) Forget(ctx context.Context, gone []Root, before time.Time, live func(context.Context) ([]Root, error)) (int, error) {
+	rs, err := live(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: forget: list the live checkpoints: %w", err)
+	}
+	keep := map[chunk.ID]bool{}
+	marked := map[string]bool{}
+	var st CollectStats
+	for _, r := range rs {
+		// A chain with a manifest missing is broken already: what is
+		// below the gap restores nothing, so it keeps nothing (a record
+		// naming a checkpoint collected long ago must not stop every
+		// deletion). Any other failure does.
+		if err := s.mark(ctx, r, keep, marked, &st); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			return 0, fmt.Errorf("checkpoint: forget: %w", err)
+		}
+	}
+	n := 0
+	seen := map[string]bool{}
+	for _, r := range gone {
+		key := chunk.TenantKey(r.Tenant)
+		for i, d := 0, r.Digest; d != "" && !seen[d] && i < MaxChain; i++ {
+			seen[d] = true
+			if marked[d] {
+				break // a live chain holds it, and what is below it
+			}
+			m, err := s.load(ctx, key, d)
+			if err != nil {
+				break
+			}
+			ok, err := s.blobs.Expire(ctx, d, before)
+			if err != nil {
+				return n, fmt.Errorf("checkpoint: forget: %w", err)
+			}
+			if ok {
+				n++
+			}
+			if m.Full {
+				break
+			}
+			d = m.Parent
+		}
+	}
+	return n, nil
+}

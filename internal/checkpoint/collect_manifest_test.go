@@ -53,6 +53,7 @@ func TestCollectManifests(t *testing.T) {
 		{"Orphans", testCollectManifests},
 		{"ConcurrentDelta", testCollectConcurrentDelta},
 		{"Killed", testCollectKilled},
+		{"Forget", testForget},
 	}
 	for _, b := range backends {
 		for _, c := range cases {
@@ -327,4 +328,46 @@ func collectChild() {
 	_, err = s.Collect(context.Background(), time.Now(), rootsOf(roots...))
 	fmt.Fprintf(os.Stderr, "collect ended before the stop: %v\n", err)
 	os.Exit(1)
+}
+
+// testForget: a deletion's Forget removes the manifests of the deleted
+// checkpoints' chains at once, except what a live chain holds (a fork's
+// parent) and what was written or found after the deletion began.
+func testForget(t *testing.T, open func(*testing.T) *testStore) {
+	ctx := context.Background()
+	s := open(t)
+	a0 := write(t, s, "acme", "", true, tarStream(t, files("base", "a", 8)...))
+	a1 := write(t, s, "acme", a0.Digest, false, tarStream(t, reg("deleted-name", "b")))
+	fork := write(t, s, "acme", a0.Digest, false, tarStream(t, reg("fork-step", "c")))
+	write(t, s, "acme", "", true, tarStream(t, files("other", "d", 8)...))
+	// Written again, it stores nothing new: the same manifest each time.
+	other := write(t, s, "acme", "", true, tarStream(t, files("other", "d", 8)...))
+	if a1.Full || fork.Full {
+		t.Fatal("a step is a full checkpoint: the case tests less")
+	}
+	since := time.Now()
+	again := write(t, s, "acme", "", true, tarStream(t, files("other", "d", 8)...)) // found after since
+	if again.Digest != other.Digest {
+		t.Fatalf("the same tree twice: %s, then %s", other.Digest, again.Digest)
+	}
+	// A live root whose manifest is gone (a record naming a checkpoint
+	// collected long ago) keeps nothing and stops nothing.
+	missing := Root{"acme", "sha256:" + strings.Repeat("0", 64)}
+	n, err := s.Forget(ctx, []Root{{"acme", a1.Digest}, {"acme", other.Digest}}, since, rootsOf(missing, Root{"acme", fork.Digest}))
+	if err != nil || n != 1 {
+		t.Fatalf("Forget = %d, %v; want 1 removed", n, err)
+	}
+	stored := storedBlobs(t, s)
+	if stored[a1.Digest] || !stored[a0.Digest] || !stored[fork.Digest] || !stored[other.Digest] {
+		t.Errorf("after Forget: deleted step %v, fork's parent %v, fork %v, found again %v; want false, true, true, true",
+			stored[a1.Digest], stored[a0.Digest], stored[fork.Digest], stored[other.Digest])
+	}
+	restoreTar(t, s, "acme", fork.Digest)
+	// A live root that does not load: nothing removed.
+	if _, err := s.Forget(ctx, []Root{{"acme", fork.Digest}}, time.Now(), rootsOf(Root{"other", a0.Digest})); err == nil {
+		t.Error("Forget with a broken live root succeeded")
+	}
+	if !storedBlobs(t, s)[fork.Digest] {
+		t.Error("a failed Forget removed a manifest")
+	}
 }
