@@ -28,6 +28,9 @@ type cachedTree struct {
 	key  string // tenant key fingerprint and digest
 	t    *tree
 	head *Manifest // the checkpoint's manifest, without its entries
+	// chain is the digests of the checkpoint's chain, its own first and
+	// its full checkpoint's last.
+	chain []string
 }
 
 // take removes and returns the tree of the checkpoint digest of the
@@ -45,9 +48,10 @@ func (c *treeCache) take(fp, digest string) *cachedTree {
 	return nil
 }
 
-// put keeps t, the tree of the checkpoint digest whose manifest is m, and
-// evicts the oldest trees past the bounds.
-func (c *treeCache) put(fp, digest string, t *tree, m *Manifest) {
+// put keeps t, the tree of the checkpoint whose manifest is m and whose
+// chain is chain (chain[0] its digest), and evicts the oldest trees past
+// the bounds.
+func (c *treeCache) put(fp string, chain []string, t *tree, m *Manifest) {
 	if t.n > treeCacheEntries {
 		return
 	}
@@ -55,7 +59,7 @@ func (c *treeCache) put(fp, digest string, t *tree, m *Manifest) {
 	head.Entries = nil
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.trees = append(c.trees, &cachedTree{key: fp + digest, t: t, head: &head})
+	c.trees = append(c.trees, &cachedTree{key: fp + chain[0], t: t, head: &head, chain: chain})
 	c.entries += t.n
 	for len(c.trees) > treeCacheTrees || c.entries > treeCacheEntries {
 		c.entries -= c.trees[0].t.n

@@ -28,6 +28,9 @@ type testStore struct {
 	*Store
 	blobs  *blob.Store
 	chunks *chunk.Dir
+	// reopen is the environment that makes a child process of the test
+	// binary open the same store (collectChild).
+	reopen []string
 }
 
 func newTestStore(t testing.TB) *testStore {
@@ -41,7 +44,9 @@ func newTestStore(t testing.TB) *testStore {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newTestStoreOn(t, bl, cd)
+	ts := newTestStoreOn(t, bl, cd)
+	ts.reopen = []string{"CKPT_CHILD_BLOBS=" + filepath.Join(dir, "blobs"), "CKPT_CHILD_CHUNKS=" + filepath.Join(dir, "chunks")}
+	return ts
 }
 
 func newTestStoreOn(t testing.TB, bl *blob.Store, b chunk.Backend) *testStore {

@@ -36,6 +36,10 @@ func pgServer(t *testing.T) *pgtest.Server {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv("CKPT_CHILD_ROOTS") != "" {
+		collectChild()
+		return
+	}
 	code := m.Run()
 	if pg.srv != nil {
 		if err := pg.srv.Stop(); err != nil && code == 0 {
@@ -57,7 +61,8 @@ var backends = []struct {
 }{
 	{"dir", func(t *testing.T) *testStore { return newTestStore(t) }},
 	{"postgres", func(t *testing.T) *testStore {
-		st, err := postgres.Open(context.Background(), pgServer(t).NewDatabase(t), postgres.Options{Redactor: store.NoRedaction})
+		url := pgServer(t).NewDatabase(t)
+		st, err := postgres.Open(context.Background(), url, postgres.Options{Redactor: store.NoRedaction})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +71,8 @@ var backends = []struct {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return newTestStoreOn(t, bl, st.Chunks())
+		ts := newTestStoreOn(t, bl, st.Chunks())
+		ts.reopen = []string{"CKPT_CHILD_PG=" + url}
+		return ts
 	}},
 }

@@ -47,6 +47,9 @@ type Store struct {
 	trees treeCache
 	// newCutter, when a test sets it, replaces the chunker.
 	newCutter func(io.Reader, chunk.Key) cutter
+	// removed, when a test sets it, runs after Collect removes a manifest
+	// or a chunk.
+	removed func()
 }
 
 // New returns a Store that keeps manifests in blobs and chunks in chunks.
@@ -93,6 +96,9 @@ func (s *Store) load(ctx context.Context, key chunk.Key, digest string) (*Manife
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: load %s: %w", digest, err)
 	}
+	if key == (chunk.Key{}) {
+		return m, nil // anyKey: a collector's, which only reads chunk IDs
+	}
 	if m.Key != key.Fingerprint() {
 		return nil, fmt.Errorf("checkpoint: load %s: %w (its key is %s, the tenant's %s)", digest, ErrTenant, m.Key, key.Fingerprint())
 	}
@@ -102,23 +108,30 @@ func (s *Store) load(ctx context.Context, key chunk.Key, digest string) (*Manife
 // resolve loads the chain of checkpoints that ends in digest, back to its
 // full one, and applies it. It returns the tree and digest's manifest.
 func (s *Store) resolve(ctx context.Context, key chunk.Key, digest string) (*tree, *Manifest, error) {
+	t, m, _, err := s.resolveChain(ctx, key, digest)
+	return t, m, err
+}
+
+// resolveChain is resolve that also returns the chain's digests, digest's
+// first and the full checkpoint's last.
+func (s *Store) resolveChain(ctx context.Context, key chunk.Key, digest string) (*tree, *Manifest, []string, error) {
 	var chain []*Manifest
 	var digests []string
 	seen := map[string]bool{}
 	for d := digest; ; {
 		if seen[d] {
-			return nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: a cycle at %s", digest, ErrCorrupt, d)
+			return nil, nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: a cycle at %s", digest, ErrCorrupt, d)
 		}
 		if len(chain) == MaxChain {
-			return nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: no full checkpoint in %d", digest, ErrCorrupt, MaxChain)
+			return nil, nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: no full checkpoint in %d", digest, ErrCorrupt, MaxChain)
 		}
 		seen[d] = true
 		m, err := s.load(ctx, key, d)
 		if err != nil {
-			return nil, nil, fmt.Errorf("checkpoint: resolve %s: %w", digest, err)
+			return nil, nil, nil, fmt.Errorf("checkpoint: resolve %s: %w", digest, err)
 		}
 		if len(chain) > 0 && chain[len(chain)-1].Depth != m.Depth+1 {
-			return nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: %s has depth %d, its parent %s %d", digest, ErrCorrupt, digests[len(digests)-1], chain[len(chain)-1].Depth, d, m.Depth)
+			return nil, nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: %s has depth %d, its parent %s %d", digest, ErrCorrupt, digests[len(digests)-1], chain[len(chain)-1].Depth, d, m.Depth)
 		}
 		chain, digests = append(chain, m), append(digests, d)
 		if m.Full {
@@ -131,11 +144,11 @@ func (s *Store) resolve(ctx context.Context, key chunk.Key, digest string) (*tre
 		for j := range chain[i].Entries {
 			e := &chain[i].Entries[j]
 			if err := t.apply(e); err != nil {
-				return nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: %s: entry %q: %w", digest, ErrCorrupt, digests[i], clip(e.Name), err)
+				return nil, nil, nil, fmt.Errorf("checkpoint: resolve %s: %w: %s: entry %q: %w", digest, ErrCorrupt, digests[i], clip(e.Name), err)
 			}
 		}
 	}
-	return t, chain[0], nil
+	return t, chain[0], digests, nil
 }
 
 // keyStream is an endless stream of bytes derived from a seed: SHA-256 of

@@ -629,16 +629,16 @@ func TestTreeCacheBounds(t *testing.T) {
 	mk := func(n int64) *tree { t := newTree(); t.n = n; return t }
 	m := &Manifest{}
 	for i := range treeCacheTrees + 3 {
-		c.put("k", fmt.Sprint(i), mk(1), m)
+		c.put("k", []string{fmt.Sprint(i)}, mk(1), m)
 	}
 	if len(c.trees) != treeCacheTrees || c.take("k", "0") != nil || c.take("k", fmt.Sprint(treeCacheTrees+2)) == nil {
 		t.Errorf("after %d puts: %d trees kept, want the last %d", treeCacheTrees+3, len(c.trees), treeCacheTrees)
 	}
-	c.put("k", "big", mk(treeCacheEntries-5), m)
+	c.put("k", []string{"big"}, mk(treeCacheEntries-5), m)
 	if c.entries > treeCacheEntries {
 		t.Errorf("cache holds %d entries, the most is %d", c.entries, treeCacheEntries)
 	}
-	c.put("k", "huge", mk(treeCacheEntries+1), m)
+	c.put("k", []string{"huge"}, mk(treeCacheEntries+1), m)
 	if c.take("k", "huge") != nil {
 		t.Error("a tree past the bound was kept")
 	}

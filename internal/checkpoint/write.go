@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/chunk"
 )
 
@@ -71,15 +72,29 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 	fp := key.Fingerprint()
 	t := newTree()
 	var pm *Manifest
+	var chain []string // the parent's chain, parent first
 	var err error
 	if !full {
 		if parent == "" {
 			return Result{}, errors.New("checkpoint: write: a delta with no parent checkpoint")
 		}
 		if c := s.trees.take(fp, parent); c != nil {
-			t, pm = c.t, c.head
-		} else if t, pm, err = s.resolve(ctx, key, parent); err != nil {
+			t, pm, chain = c.t, c.head, c.chain
+		} else if t, pm, chain, err = s.resolveChain(ctx, key, parent); err != nil {
 			return Result{}, fmt.Errorf("checkpoint: write: parent: %w", err)
+		}
+		// The chain's manifests are used now: a collection whose cut is
+		// before this keeps them (see Collect), though no root names
+		// this checkpoint yet. One already collected makes the delta
+		// unreadable: refused, as a parent that does not load is.
+		for _, d := range chain {
+			ok, err := s.blobs.Has(ctx, d)
+			if err != nil {
+				return Result{}, fmt.Errorf("checkpoint: write: parent: %w", err)
+			}
+			if !ok {
+				return Result{}, fmt.Errorf("checkpoint: write: parent %s: %w: its chain's manifest %s was collected", parent, blob.ErrNotFound, d)
+			}
 		}
 	}
 	dr := newDeltaReader(&ctxReader{ctx: ctx, r: delta}, t, full)
@@ -130,7 +145,10 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
-	s.trees.put(fp, digest, t, m)
+	if m.Full {
+		chain = nil
+	}
+	s.trees.put(fp, append([]string{digest}, chain...), t, m)
 	return Result{
 		Digest: digest, Parent: m.Parent, Full: m.Full, Compacted: compacted, Depth: m.Depth,
 		Stats: m.Stats, ManifestBytes: n,

@@ -40,8 +40,15 @@ func (h *Host) CollectCheckpoints(ctx context.Context, grace time.Duration) (che
 		return checkpoint.CollectStats{}, errors.New("collect checkpoints: not on a PostgreSQL store: other hosts' E2B sandboxes and snapshots, kept in their own homes, may use the chunks")
 	}
 	before := time.Now().Add(-grace)
+	return rs.checkpoints.Collect(ctx, before, h.liveCheckpoints(rs))
+}
+
+// liveCheckpoints lists the checkpoints that every run's snapshot.taken
+// events name, and the E2B server's paused sandboxes and snapshots in
+// $AIRLOCK_HOME/e2b.
+func (h *Host) liveCheckpoints(rs *runSide) func(context.Context) ([]checkpoint.Root, error) {
 	stateDir := filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir)
-	return rs.checkpoints.Collect(ctx, before, func(ctx context.Context) ([]checkpoint.Root, error) {
+	return func(ctx context.Context) ([]checkpoint.Root, error) {
 		roots, err := RunCheckpoints(ctx, rs.store)
 		if err != nil {
 			return nil, err
@@ -51,7 +58,39 @@ func (h *Host) CollectCheckpoints(ctx context.Context, grace time.Duration) (che
 			return r.Tenant, err
 		})
 		return append(roots, more...), err
-	})
+	}
+}
+
+// deletionRoots is what a deletion lists before it deletes, so that
+// forgetManifests can remove the manifests it leaves without a reference:
+// the live checkpoints and when the listing began. On a PostgreSQL store
+// it lists nothing (other hosts' E2B records, in their own homes, may name
+// the checkpoints), and the manifests wait for a collection.
+func (h *Host) deletionRoots(ctx context.Context, rs *runSide) ([]checkpoint.Root, time.Time, error) {
+	since := time.Now()
+	if rs.sharedChunks || rs.checkpoints == nil {
+		return nil, since, nil
+	}
+	roots, err := h.liveCheckpoints(rs)(ctx)
+	if err != nil {
+		return nil, since, fmt.Errorf("list the checkpoints: %w", err)
+	}
+	return roots, since, nil
+}
+
+// forgetManifests removes, after a deletion, the manifests of the
+// checkpoints that were live before it (gone, listed by deletionRoots at
+// since) and that no live checkpoint's chain holds now
+// (checkpoint.Store.Forget): the file names they hold go with the
+// deletion, not with the next collection.
+func (h *Host) forgetManifests(ctx context.Context, rs *runSide, gone []checkpoint.Root, since time.Time) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	if _, err := rs.checkpoints.Forget(ctx, gone, since, h.liveCheckpoints(rs)); err != nil {
+		return fmt.Errorf("remove the deleted checkpoints' manifests: %w", err)
+	}
+	return nil
 }
 
 // RunCheckpoints lists the checkpoints the runs of st name in their

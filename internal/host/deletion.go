@@ -53,11 +53,15 @@ func (h *Host) PurgeRun(ctx context.Context, id, actor string) (store.Deletion, 
 	if !r.Status.Final() {
 		return store.Deletion{}, fmt.Errorf("purge run %s (%s): %w", r.ID, r.Status, ErrLive)
 	}
+	gone, since, err := h.deletionRoots(ctx, rs)
+	if err != nil {
+		return store.Deletion{}, fmt.Errorf("purge run %s: %w", r.ID, err)
+	}
 	rec, free, err := rs.store.PurgeRun(ctx, r.ID, store.Deletion{Actor: actor})
 	if err != nil {
 		return rec, err
 	}
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store))
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since))
 }
 
 // forgetRunDirs removes the directories $AIRLOCK_HOME/runs/RUN (what the
@@ -119,6 +123,11 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 		}
 		f.After = runs[len(runs)-1].ID
 	}
+	// Listed before anything goes: the E2B snapshots' checkpoints too.
+	gone, since, err := h.deletionRoots(ctx, rs)
+	if err != nil {
+		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
+	}
 	// The secrets go first, so that the record counts them; a run
 	// created between the check above and the store's deletion makes the
 	// store refuse, and the tenant stays without its secrets.
@@ -146,7 +155,7 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 	if err != nil {
 		return rec, err
 	}
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store))
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since))
 }
 
 // deleteSecrets deletes every secret of tenant from the host's secret
@@ -278,6 +287,10 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	if err != nil {
 		return st, err
 	}
+	gone, since, err := h.deletionRoots(ctx, rs)
+	if err != nil {
+		return st, fmt.Errorf("sweep: %w", err)
+	}
 	f := store.RunFilter{Kind: store.KindAny}
 	var purge []string
 	docs := map[string]policy.Retention{}
@@ -334,6 +347,11 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	}
 	if st.Purged > 0 {
 		if err := h.forgetRunDirs(ctx, rs.store); err != nil {
+			return st, fmt.Errorf("sweep: %w", err)
+		}
+	}
+	if st.Purged > 0 || st.Payloads > 0 {
+		if err := h.forgetManifests(ctx, rs, gone, since); err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}

@@ -7,11 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
@@ -21,6 +25,7 @@ import (
 type memBackend struct {
 	mu     sync.Mutex
 	blobs  map[string][]byte
+	used   map[string]time.Time // last use: Write, Has
 	writes int
 	has    int // calls of Has
 	fail   error
@@ -29,7 +34,9 @@ type memBackend struct {
 	beforeWrite func()
 }
 
-func newMem() *memBackend { return &memBackend{blobs: map[string][]byte{}} }
+func newMem() *memBackend {
+	return &memBackend{blobs: map[string][]byte{}, used: map[string]time.Time{}}
+}
 
 func (m *memBackend) Write(_ context.Context, digest string, size int64, r io.Reader) error {
 	if m.beforeWrite != nil {
@@ -49,6 +56,7 @@ func (m *memBackend) Write(_ context.Context, digest string, size int64, r io.Re
 	}
 	m.writes++
 	m.blobs[digest] = b
+	m.used[digest] = time.Now()
 	return nil
 }
 
@@ -71,7 +79,33 @@ func (m *memBackend) Has(_ context.Context, digest string) (bool, error) {
 	defer m.mu.Unlock()
 	m.has++
 	_, ok := m.blobs[digest]
+	if ok {
+		m.used[digest] = time.Now()
+	}
 	return ok, nil
+}
+
+func (m *memBackend) Expire(_ context.Context, digest string, before time.Time) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.blobs[digest]; !ok || !m.used[digest].Before(before) {
+		return false, nil
+	}
+	delete(m.blobs, digest)
+	return true, nil
+}
+
+func (m *memBackend) Digests(context.Context) iter.Seq2[string, error] {
+	m.mu.Lock()
+	ds := slices.Sorted(maps.Keys(m.blobs))
+	m.mu.Unlock()
+	return func(yield func(string, error) bool) {
+		for _, d := range ds {
+			if !yield(d, nil) {
+				return
+			}
+		}
+	}
 }
 
 func (m *memBackend) Delete(_ context.Context, digest string) error {

@@ -24,7 +24,13 @@
 //     can never name a path outside DIR.
 //
 // Garbage collection (deleting blobs no artifact references) is the
-// caller's: Delete removes one blob.
+// caller's: Delete removes one blob. A collector that cannot know every
+// reference a writer is about to make (the checkpoint library's, of its
+// manifests) uses Digests and Expire instead: a blob's last use is when it
+// was last written or found (Has, and Put of bytes stored already), and
+// Expire removes a blob only if that was before a time, atomically with
+// Has, so a writer that found a blob stored keeps it for the collector's
+// grace period.
 //
 // Importers: the run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), PostgreSQL's blob backend
@@ -41,8 +47,11 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -96,10 +105,22 @@ type Backend interface {
 	// size as stored, or an error wrapping ErrNotFound. ctx bounds only
 	// the opening: the reader goes on after ctx ends, until closed.
 	Read(ctx context.Context, digest string) (io.ReadCloser, int64, error)
-	// Has reports whether digest is stored.
+	// Has reports whether digest is stored. When it is, Has records now
+	// (the wall clock, as the collector's) as the blob's last use, as
+	// Write does for a blob it stores, in one step with finding it.
 	Has(ctx context.Context, digest string) (bool, error)
 	// Delete removes digest, or returns an error wrapping ErrNotFound.
 	Delete(ctx context.Context, digest string) error
+	// Expire removes digest if its last use (Write, Has) was before the
+	// time before, and reports whether it did. It is atomic with Has: a
+	// Has that finds the blob after the time before keeps it, and one
+	// that runs after Expire removed it finds nothing (its writer stores
+	// the blob again). A blob not stored is not an error.
+	Expire(ctx context.Context, digest string, before time.Time) (bool, error)
+	// Digests yields every stored digest once, in increasing order, and
+	// stops at the first error, which it yields with "". Digests written
+	// or removed while it runs may or may not be yielded.
+	Digests(ctx context.Context) iter.Seq2[string, error]
 }
 
 // Store is a content-addressed blob store. It is safe for concurrent use,
@@ -153,6 +174,18 @@ func (s *Store) removeStaleTemps(now time.Time) error {
 		return err
 	}
 	for _, e := range entries {
+		if d, ok := strings.CutPrefix(e.Name(), expirePrefix); ok && ValidDigest("sha256:"+d) == nil {
+			// An Expire that stopped between moving a blob aside and
+			// deciding: put it back; a later collection decides again.
+			final := s.path("sha256:" + d)
+			if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
+				return err
+			}
+			if err := os.Rename(filepath.Join(s.tmpDir(), e.Name()), final); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+			continue
+		}
 		info, err := e.Info()
 		if err != nil {
 			continue // removed meanwhile by its own Put
@@ -288,10 +321,17 @@ func (s *Store) put(ctx context.Context, r io.Reader) (digest string, size int64
 		return digest, n, nil
 	}
 	final := s.path(digest)
-	if _, err := os.Lstat(final); err == nil {
+	if ok, err := touch(final); err != nil {
+		return "", 0, fmt.Errorf("blob: put %s: %w", digest, err)
+	} else if ok {
 		return digest, n, nil // already stored: content addressing
 	}
 	if err := f.Chmod(0o400); err != nil {
+		return "", 0, fmt.Errorf("blob: put %s: %w", digest, err)
+	}
+	// The blob's last use (see Expire), from the wall clock.
+	now := time.Now()
+	if err := os.Chtimes(tmp, now, now); err != nil {
 		return "", 0, fmt.Errorf("blob: put %s: %w", digest, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -459,14 +499,146 @@ func (s *Store) Has(ctx context.Context, digest string) (bool, error) {
 			return true, nil
 		}
 	}
-	_, err := os.Lstat(s.path(digest))
+	ok, err := touch(s.path(digest))
+	if err != nil {
+		return false, fmt.Errorf("blob: stat %s: %w", digest, err)
+	}
+	return ok, nil
+}
+
+// touch marks the blob file at path used now (its modification time, from
+// the wall clock) and reports whether it is there: the one step that both
+// finds the file and marks it (see Expire).
+func touch(path string) (bool, error) {
+	now := time.Now()
+	err := os.Chtimes(path, now, now)
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, os.ErrNotExist):
 		return false, nil
 	default:
-		return false, fmt.Errorf("blob: stat %s: %w", digest, err)
+		return false, err
+	}
+}
+
+// expirePrefix names, in DIR/tmp, a blob Expire moved aside to decide.
+const expirePrefix = "expire-"
+
+// Expire removes the blob with the given digest if it was last written
+// or found (Has, or a Put of bytes stored already) before the time before,
+// and reports whether it did: what a collector calls for a blob no live
+// reference names (checkpoint.Store.Collect, of unreferenced manifests).
+// It is atomic with Has (Backend.Expire): a writer that finds the blob
+// after before keeps it, and one that looks after it went stores it again.
+//
+// In the directory the blob is renamed into DIR/tmp first, atomically,
+// and its time read there: a Has that marked it before the rename shows in
+// that time, and the blob goes back into place; one after the rename finds
+// no file. Only a blob unused since before is then removed. A process
+// killed between the two steps leaves the blob aside, and New puts it back.
+func (s *Store) Expire(ctx context.Context, digest string, before time.Time) (bool, error) {
+	if err := ValidDigest(digest); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("blob: expire %s: %w", digest, err)
+	}
+	gone := false
+	if s.backend != nil {
+		ok, err := s.backend.Expire(ctx, digest, before)
+		if err != nil {
+			return false, fmt.Errorf("blob: expire %s: %w", digest, err)
+		}
+		gone = ok
+	}
+	ok, err := s.expireFile(digest, before)
+	if err != nil {
+		return gone, fmt.Errorf("blob: expire %s: %w", digest, err)
+	}
+	return gone || ok, nil
+}
+
+func (s *Store) expireFile(digest string, before time.Time) (bool, error) {
+	final := s.path(digest)
+	info, err := os.Lstat(final)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if !info.ModTime().Before(before) {
+		return false, nil // used since: no need to move it
+	}
+	aside := filepath.Join(s.tmpDir(), expirePrefix+digest[len("sha256:"):])
+	if err := os.Rename(final, aside); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	info, err = os.Lstat(aside)
+	if err == nil && info.ModTime().Before(before) {
+		if err := os.Remove(aside); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	// Used in the meantime: back into place (over a copy a writer may
+	// have put since, with the same bytes).
+	if rerr := os.Rename(aside, final); rerr != nil {
+		return false, fmt.Errorf("put it back: %w", rerr)
+	}
+	return false, err
+}
+
+// Digests yields the digest of every stored blob: the backend's, in
+// increasing order, then those of the directory (blobs kept before there
+// was a backend), in increasing order; a blob in both is yielded twice.
+// It stops at the first error, which it yields with "". Blobs written or
+// removed meanwhile may or may not be yielded.
+func (s *Store) Digests(ctx context.Context) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		if s.backend != nil {
+			for d, err := range s.backend.Digests(ctx) {
+				if err != nil {
+					yield("", fmt.Errorf("blob: list: %w", err))
+					return
+				}
+				if !yield(d, nil) {
+					return
+				}
+			}
+		}
+		for i := range 256 {
+			if err := ctx.Err(); err != nil {
+				yield("", fmt.Errorf("blob: list: %w", err))
+				return
+			}
+			fan := fmt.Sprintf("%02x", i)
+			ents, err := os.ReadDir(filepath.Join(s.dir, "sha256", fan))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				yield("", fmt.Errorf("blob: list: %w", err))
+				return
+			}
+			names := make([]string, 0, len(ents))
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			slices.Sort(names)
+			for _, name := range names {
+				d := "sha256:" + name
+				if ValidDigest(d) != nil || name[:2] != fan {
+					continue // not a blob's: a file someone left there
+				}
+				if !yield(d, nil) {
+					return
+				}
+			}
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -170,7 +171,11 @@ func (c *chunkReader) Close() error {
 	return nil
 }
 
-// Has implements blob.Backend.
+// Has implements blob.Backend: found and marked used in one statement,
+// atomic with Expire's (the row's lock orders them); created_ns is the
+// blob's last use. Without waiting for the WAL: a lost mark after a crash
+// only makes the blob look older to a collector, which keeps whatever a
+// recorded reference names.
 func (b *Blobs) Has(ctx context.Context, digest string) (bool, error) {
 	if err := b.s.check("stat blob", nil); err != nil {
 		return false, err
@@ -178,15 +183,96 @@ func (b *Blobs) Has(ctx context.Context, digest string) (bool, error) {
 	if err := blob.ValidDigest(digest); err != nil {
 		return false, err
 	}
-	var one int
-	err := b.s.pool.QueryRow(ctx, `SELECT 1 FROM blobs WHERE digest = $1`, digest).Scan(&one)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return false, nil
-	case err != nil:
+	var found bool
+	err := b.s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit = off`); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE blobs SET created_ns = GREATEST(created_ns, $2) WHERE digest = $1`, digest, b.s.now().UnixNano())
+		found = tag.RowsAffected() > 0
+		return err
+	})
+	if err != nil {
 		return false, fmt.Errorf("postgres: stat blob %s: %w", digest, err)
 	}
-	return true, nil
+	return found, nil
+}
+
+// Expire implements blob.Backend: one transaction locks the blob's row if
+// it was last used before the time before (a Has, an update of the row,
+// is then either before it and keeps the blob, or after it and finds
+// nothing), and deletes its chunks and the row.
+func (b *Blobs) Expire(ctx context.Context, digest string, before time.Time) (bool, error) {
+	if err := b.s.check("expire blob", nil); err != nil {
+		return false, err
+	}
+	if err := blob.ValidDigest(digest); err != nil {
+		return false, err
+	}
+	gone := false
+	err := b.s.write(ctx, func(tx pgx.Tx) error {
+		gone = false
+		var one int
+		err := tx.QueryRow(ctx, `SELECT 1 FROM blobs WHERE digest = $1 AND created_ns < $2 FOR UPDATE`, digest, before.UnixNano()).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // used since, or not stored
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM blob_chunks WHERE digest = $1`, digest); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM blobs WHERE digest = $1`, digest); err != nil {
+			return err
+		}
+		gone = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("postgres: expire blob %s: %w", digest, err)
+	}
+	return gone, nil
+}
+
+// blobsPage is how many digests one statement of Digests reads: the
+// listing holds no statement open between pages.
+const blobsPage = 256
+
+// Digests implements blob.Backend: blobsPage digests a statement, after
+// the last one yielded. A malformed digest in the table is an error.
+func (b *Blobs) Digests(ctx context.Context) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		after := ""
+		for {
+			if err := b.s.check("list blobs", nil); err != nil {
+				yield("", err)
+				return
+			}
+			rows, err := b.s.pool.Query(ctx, `SELECT digest FROM blobs WHERE digest > $1 ORDER BY digest LIMIT $2`, after, blobsPage)
+			var page []string
+			if err == nil {
+				page, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			}
+			if err != nil {
+				yield("", fmt.Errorf("postgres: list blobs: %w", err))
+				return
+			}
+			for _, d := range page {
+				if err := blob.ValidDigest(d); err != nil {
+					yield("", fmt.Errorf("postgres: list blobs: %w", err))
+					return
+				}
+				if !yield(d, nil) {
+					return
+				}
+			}
+			if len(page) < blobsPage {
+				return
+			}
+			after = page[len(page)-1]
+		}
+	}
 }
 
 // Delete implements blob.Backend: the blob's row and chunks go in one
