@@ -1,6 +1,9 @@
 package checkpoint
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // The tree cache's bounds: the trees it keeps hold at most
 // treeCacheEntries entries in all (a few hundred bytes each), and it keeps
@@ -66,4 +69,22 @@ func (c *treeCache) put(fp string, chain []string, t *tree, m *Manifest) {
 		c.trees[0] = nil
 		c.trees = c.trees[1:]
 	}
+}
+
+// forget drops the trees whose chain holds digest, a manifest a deletion
+// removed: a tree holds the file names of its chain, which must not
+// outlive the deletion in memory either.
+func (c *treeCache) forget(digest string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.trees[:0]
+	for _, ct := range c.trees {
+		if slices.Contains(ct.chain, digest) {
+			c.entries -= ct.t.n
+			continue
+		}
+		kept = append(kept, ct)
+	}
+	clear(c.trees[len(kept):])
+	c.trees = kept
 }

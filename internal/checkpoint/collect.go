@@ -277,6 +277,7 @@ func (s *Store) Forget(ctx context.Context, gone []Root, before time.Time, live 
 			}
 			if ok {
 				n++
+				s.trees.forget(d)
 			}
 			if m.Full {
 				break

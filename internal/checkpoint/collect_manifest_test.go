@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -350,12 +351,28 @@ func testForget(t *testing.T, open func(*testing.T) *testStore) {
 	if again.Digest != other.Digest {
 		t.Fatalf("the same tree twice: %s, then %s", other.Digest, again.Digest)
 	}
+	cachedA1 := func() bool {
+		s.trees.mu.Lock()
+		defer s.trees.mu.Unlock()
+		for _, ct := range s.trees.trees {
+			if slices.Contains(ct.chain, a1.Digest) {
+				return true
+			}
+		}
+		return false
+	}
+	if !cachedA1() {
+		t.Fatal("the tree cache does not hold the step's tree: the case tests less")
+	}
 	// A live root whose manifest is gone (a record naming a checkpoint
 	// collected long ago) keeps nothing and stops nothing.
 	missing := Root{"acme", "sha256:" + strings.Repeat("0", 64)}
 	n, err := s.Forget(ctx, []Root{{"acme", a1.Digest}, {"acme", other.Digest}}, since, rootsOf(missing, Root{"acme", fork.Digest}))
 	if err != nil || n != 1 {
 		t.Fatalf("Forget = %d, %v; want 1 removed", n, err)
+	}
+	if cachedA1() {
+		t.Error("the tree cache still holds the deleted checkpoint's tree")
 	}
 	stored := storedBlobs(t, s)
 	if stored[a1.Digest] || !stored[a0.Digest] || !stored[fork.Digest] || !stored[other.Digest] {

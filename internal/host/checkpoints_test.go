@@ -136,34 +136,45 @@ func TestCollectCheckpoints(t *testing.T) {
 	if st, err := h.CollectCheckpoints(ctx, time.Hour); err != nil || st.Expired != 0 || st.Roots != 3 {
 		t.Fatalf("CollectCheckpoints within the grace period = %+v, %v; want 3 roots, nothing expired", st, err)
 	}
-	// Two hours later (the chunks made older; nothing sleeps).
+	// What each checkpoint refers to, read before its manifest may go.
+	cases := []struct {
+		what   string
+		tenant string
+		res    checkpoint.Result
+		kept   bool
+		chunks []string
+	}{
+		{"a run's", "acme", inRun, true, nil},
+		{"a paused sandbox's", "acme", paused, true, nil},
+		{"a snapshot's", "beta", snapped, true, nil},
+		{"a deleted snapshot's", "beta", deleted, false, nil},
+		{"a killed write's", "acme", killed, false, nil},
+	}
+	for i := range cases {
+		cases[i].chunks = chunksOf(cases[i].tenant, cases[i].res)
+	}
+	// Two hours later (the chunks and the manifests made older; nothing
+	// sleeps).
 	past := time.Now().Add(-2 * time.Hour)
 	for name := range chunkFiles() {
 		if err := os.Chtimes(filepath.Join(home, "chunks", name[:2], name), past, past); err != nil {
 			t.Fatal(err)
 		}
 	}
+	ageFiles(t, filepath.Join(home, "blobs", "sha256"), past)
 	st, err := h.CollectCheckpoints(ctx, time.Hour)
 	if err != nil {
 		t.Fatalf("CollectCheckpoints = %v", err)
 	}
 	have := chunkFiles()
-	for _, c := range []struct {
-		what   string
-		tenant string
-		res    checkpoint.Result
-		kept   bool
-	}{
-		{"a run's", "acme", inRun, true},
-		{"a paused sandbox's", "acme", paused, true},
-		{"a snapshot's", "beta", snapped, true},
-		{"a deleted snapshot's", "beta", deleted, false},
-		{"a killed write's", "acme", killed, false},
-	} {
-		for _, id := range chunksOf(c.tenant, c.res) {
+	for _, c := range cases {
+		for _, id := range c.chunks {
 			if have[id] != c.kept {
 				t.Errorf("%s chunk %s: stored %t after the collection, want %t", c.what, id, have[id], c.kept)
 			}
+		}
+		if ok, err := rs.blobs.Has(ctx, c.res.Digest); err != nil || ok != c.kept {
+			t.Errorf("%s manifest: stored %t (%v) after the collection, want %t", c.what, ok, err, c.kept)
 		}
 	}
 	if st.Roots != 3 || st.Expired == 0 {
@@ -171,5 +182,19 @@ func TestCollectCheckpoints(t *testing.T) {
 	}
 	if _, err := h.CollectCheckpoints(ctx, time.Minute); err == nil {
 		t.Error("CollectCheckpoints with a grace period of a minute = nil, want an error")
+	}
+}
+
+// ageFiles sets the times of every file under dir to at.
+func ageFiles(t *testing.T, dir string, at time.Time) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		return os.Chtimes(p, at, at)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

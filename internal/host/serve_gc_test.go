@@ -48,6 +48,7 @@ func TestServeCollectsCheckpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	ageFiles(t, filepath.Join(home, "blobs", "sha256"), past)
 	if len(chunks()) == 0 {
 		t.Fatal("the checkpoint stored no chunk")
 	}

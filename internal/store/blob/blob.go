@@ -517,6 +517,13 @@ func touch(path string) (bool, error) {
 		return true, nil
 	case errors.Is(err, os.ErrNotExist):
 		return false, nil
+	case errors.Is(err, os.ErrPermission):
+		// Another user's file (a home shared read-only): found, not
+		// marked; a collection run by its owner decides.
+		if _, err := os.Lstat(path); err != nil {
+			return false, err
+		}
+		return true, nil
 	default:
 		return false, err
 	}
