@@ -42,6 +42,10 @@ func Main(args []string) int {
 	}
 	gvisor := len(args) > 1 && args[1] == "gvisor"
 	if gvisor {
+		if err := emptyEnviron(args); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-exec: environment:", err)
+			return 1
+		}
 		// runsc hands a container only its stdio: the host gives the
 		// control socket as stdin, and it moves to ControlFD.
 		if err := controlFromStdin(); err != nil {

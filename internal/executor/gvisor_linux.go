@@ -5,12 +5,30 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 )
+
+// emptyEnviron gives the executor an empty environment under gVisor: it
+// executes itself again with none, unless it has none already. What the
+// process started with stays readable in /proc/1/environ, and gVisor's
+// /proc lets root inside read it (it checks no ptrace access there;
+// natively the kernel does), so nothing is left there to read: the bundle's
+// ExecutorEnv and what runsc adds (HOME). The executor needs no variable:
+// GOMAXPROCS is set here instead. Descriptor 0, the control socket, is
+// inherited across the exec.
+func emptyEnviron(args []string) error {
+	if len(os.Environ()) == 0 {
+		runtime.GOMAXPROCS(1) // ExecutorEnv's GOMAXPROCS=1
+		return nil
+	}
+	// The executor binary, by its open file rather than its path.
+	return unix.Exec("/proc/self/exe", args, []string{})
+}
 
 // controlFromStdin moves the control socket from descriptor 0, where runsc
 // hands it over, to execproto.ControlFD, and puts /dev/null in its place.
