@@ -24,19 +24,36 @@ import (
 // whatever the server sends, an HTTP body or a file, at memory speed.
 func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
 	req := execproto.Request{Op: execproto.OpConnect, Port: port, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	return c.relayStream(ctx, &req, sandbox.PortAddr{Sandbox: sandboxID, Port: port}, fmt.Sprintf("connect to port %d", port))
+}
+
+// Egress opens an egress stream (execproto.OpEgress) and returns it as a
+// net.Conn once a command in the sandbox has connected to its proxy
+// address: the conn is that command's connection, to be relayed to the
+// host's egress proxy. ctx bounds the wait, which lasts until a command
+// connects; its end cancels the stream. The conn's RemoteAddr names the
+// sandbox (port 0).
+func (c *Conn) Egress(ctx context.Context, sandboxID string) (net.Conn, error) {
+	req := execproto.Request{Op: execproto.OpEgress, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	return c.relayStream(ctx, &req, sandbox.PortAddr{Sandbox: sandboxID}, "egress")
+}
+
+// relayStream opens a stream that relays one connection (connect or
+// egress) and returns it once the executor says it is up.
+func (c *Conn) relayStream(ctx context.Context, req *execproto.Request, remote sandbox.PortAddr, what string) (net.Conn, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	pc := &portConn{
-		remote: sandbox.PortAddr{Sandbox: sandboxID, Port: port},
+		remote: remote,
 		data:   make(chan []byte), consumed: make(chan int),
 		eof: make(chan struct{}), up: make(chan struct{}), closing: make(chan struct{}),
 		ending: c.ending,
 		rdl:    newDeadline(), wdl: newDeadline(),
 	}
-	s, err := c.openOutputs(&req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
+	s, err := c.openOutputs(req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
 	if err != nil {
-		return nil, fmt.Errorf("connect to port %d: %w", port, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pc.s = s
 	select {
@@ -47,20 +64,20 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 		// An abort: the cancel comes before any close of stdin.
 		pc.closeOnce.Do(func() { close(pc.closing) })
 		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
-		return nil, fmt.Errorf("connect to port %d: %w", port, ctx.Err())
+		return nil, fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 	if isClosed(pc.up) {
 		return pc, nil // up, and already over: what it sent is still to be read
 	}
 	switch r := s.result; {
 	case s.err != nil:
-		return nil, fmt.Errorf("connect to port %d: %w", port, s.err)
+		return nil, fmt.Errorf("%s: %w", what, s.err)
 	case r.Errno == "ECONNREFUSED":
-		return nil, fmt.Errorf("connect to port %d: %w", port, sandbox.ErrPortClosed)
+		return nil, fmt.Errorf("%s: %w", what, sandbox.ErrPortClosed)
 	case r.Error != "":
-		return nil, fmt.Errorf("connect to port %d: %s", port, r.Error)
+		return nil, fmt.Errorf("%s: %s", what, r.Error)
 	}
-	return nil, fmt.Errorf("connect to port %d: %w: the stream ended before the connection was up", port, execproto.ErrFrame)
+	return nil, fmt.Errorf("%s: %w: the stream ended before the connection was up", what, execproto.ErrFrame)
 }
 
 // portConn is a connect stream as a net.Conn. What the server sends is
