@@ -96,7 +96,7 @@ start() {
 # suite runs the same commands on every backend, and the linux backend's
 # root is this machine's, so busybox alone differs (its find has no -printf,
 # its sh -c leaves SIGQUIT ignored in the command it execs).
-SANDBOX_PACKAGES="libc6 dash bash coreutils findutils grep sed mawk tar gzip diffutils procps"
+SANDBOX_PACKAGES="libc6 dash bash coreutils findutils grep sed mawk tar gzip diffutils procps curl"
 
 # debian_files DIR: copies the files of SANDBOX_PACKAGES and the libraries
 # their programs need from this machine into DIR (merged /usr: /bin, /lib,

@@ -47,6 +47,20 @@
 // after a few seconds in any case. The executor relays at most MaxConnects
 // connections at once.
 //
+// Egress streams. When Setup.ProxyStreams is set, the proxy forwarder's
+// connections leave the sandbox on streams of this connection rather than
+// through a socket bound inside: the host opens egress streams (OpEgress)
+// ahead of need, and each waits in the executor until a command connects
+// to ProxyAddr. The executor then closes the stream's Stderr, as a connect
+// stream does once its dial succeeded, and relays that connection exactly
+// as a connect stream relays its socket; the host relays the stream to its
+// egress proxy's socket for the sandbox, and opens another egress stream
+// to wait in its place. Only the host opens streams, as always: a sandbox
+// can make the executor use a stream the host gave it, never open one. The
+// executor holds the accepted connections that no stream has taken yet in
+// the listener's backlog, and an egress stream counts as a connect stream
+// against MaxConnects once it relays.
+//
 // Everything decoded here is untrusted input on the host side: ReadFrame and
 // Decode reject malformed frames with ErrFrame and never allocate more than
 // one frame's bound. The package is a leaf: it imports only the standard

@@ -14,8 +14,9 @@ import (
 // connect operation (OpConnect) and the events operation (OpEvents), version
 // 6 the import operation (OpImport), version 7 a host root's id-mapped
 // system trees (Setup.SystemTrees), a mkdir as root (Request.MkdirAsRoot)
-// and sudo (Setup.Sudo).
-const Version = 7
+// and sudo (Setup.Sudo), version 8 egress streams (OpEgress,
+// Setup.ProxyStreams).
+const Version = 8
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a

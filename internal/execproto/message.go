@@ -96,6 +96,12 @@ type Setup struct {
 	ProxyAddr string `json:"proxy_addr,omitempty"`
 	// ProxyPath is ProxyFD's rootless form.
 	ProxyPath *HostPath `json:"proxy_path,omitempty"`
+	// ProxyStreams, with ProxyAddr and no socket, sends each connection
+	// accepted on ProxyAddr to the host over this connection, on an
+	// egress stream the host opened (OpEgress), rather than to a socket
+	// bound inside: a pod's sandbox, whose host is across the API server,
+	// has no socket of the host's to reach.
+	ProxyStreams bool `json:"proxy_streams,omitempty"`
 	// User is the default user of commands.
 	User User `json:"user"`
 	// Rlimits applied to every command (name -> value; soft = hard).
@@ -244,8 +250,11 @@ func (s *Setup) Validate() error {
 		add(source(fmt.Sprintf("image layer %d", i), 0, p, false))
 	}
 	add(source("proxy socket", s.ProxyFD, s.ProxyPath, true))
-	if (s.ProxyFD != 0 || s.ProxyPath != nil) != (s.ProxyAddr != "") {
+	if (s.ProxyFD != 0 || s.ProxyPath != nil || s.ProxyStreams) != (s.ProxyAddr != "") {
 		add(errors.New("proxy socket and proxy address go together"))
+	}
+	if s.ProxyStreams && (s.ProxyFD != 0 || s.ProxyPath != nil) {
+		add(errors.New("proxy streams and a proxy socket: one or the other"))
 	}
 	switch s.Workspace.Mode {
 	case WorkspaceEmpty, "":
@@ -322,6 +331,9 @@ func (s *Setup) validateGVisor() error {
 	if len(s.RootCaps) > 0 {
 		errs = append(errs, errors.New("gvisor: root capabilities (image builds) are not run under gVisor"))
 	}
+	if s.ProxyStreams && s.ProxyAddr == "" {
+		errs = append(errs, errors.New("proxy streams without a proxy address"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -380,6 +392,12 @@ const (
 	// Data frame on Stdout, and on Stderr an EventDrops whenever the
 	// executor dropped lines (events.go).
 	OpEvents = "events"
+	// OpEgress, when Setup.ProxyStreams is set, waits for the next
+	// connection accepted on the sandbox's proxy address and relays it as
+	// a connect stream relays its socket (see "Egress streams" in the
+	// package doc): the host keeps a few open so that a connection out of
+	// the sandbox finds one waiting.
+	OpEgress = "egress"
 )
 
 // MaxConnects bounds the connect streams an executor relays at once; one
@@ -565,7 +583,7 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("watch: %w", err)
 		}
 		return nil
-	case OpDiskUsage, OpEvents:
+	case OpDiskUsage, OpEvents, OpEgress:
 		return nil
 	case OpConnect:
 		if r.Port < 1 || r.Port > 65535 {

@@ -81,6 +81,8 @@ func TestRequestValidate(t *testing.T) {
 		{"connect lowest port", execproto.Request{Op: execproto.OpConnect, Port: 1}, false},
 		{"connect highest port", execproto.Request{Op: execproto.OpConnect, Port: 65535}, false},
 		{"connect bulk", execproto.Request{Op: execproto.OpConnect, Port: 80, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}, false},
+		{"egress", execproto.Request{Op: execproto.OpEgress, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}, false},
+		{"egress window too big", execproto.Request{Op: execproto.OpEgress, Window: execproto.MaxWindow + 1}, true},
 		{"connect port 0", execproto.Request{Op: execproto.OpConnect}, true},
 		{"connect port 65536", execproto.Request{Op: execproto.OpConnect, Port: 65536}, true},
 		{"connect negative port", execproto.Request{Op: execproto.OpConnect, Port: -1}, true},
@@ -223,6 +225,15 @@ func TestSetupValidate(t *testing.T) {
 		{"mount on root", func(s *execproto.Setup) { s.Mounts = []execproto.Mount{{FD: 5, Target: "/"}} }, "target"},
 		{"proxy without address", func(s *execproto.Setup) { s.ProxyPath = hp("/s.sock") }, "go together"},
 		{"address without proxy", func(s *execproto.Setup) { s.ProxyAddr = "127.0.0.1:3128" }, "go together"},
+		{"proxy streams", func(s *execproto.Setup) { s.ProxyStreams, s.ProxyAddr = true, "127.0.0.1:3128" }, ""},
+		{"proxy streams without address", func(s *execproto.Setup) { s.ProxyStreams = true }, "go together"},
+		{"proxy streams and socket", func(s *execproto.Setup) {
+			s.ProxyStreams, s.ProxyFD, s.ProxyAddr = true, 5, "127.0.0.1:3128"
+		}, "one or the other"},
+		{"gvisor proxy streams", func(s *execproto.Setup) {
+			s.SystemDirs, s.GVisor, s.ProxyStreams, s.ProxyAddr = nil, true, true, "127.0.0.1:3128"
+		}, ""},
+		{"gvisor proxy streams without address", func(s *execproto.Setup) { s.SystemDirs, s.GVisor, s.ProxyStreams = nil, true, true }, "without a proxy address"},
 		{"relative system dir", func(s *execproto.Setup) { s.SystemDirs = []string{"usr"} }, "system path"},
 		{"negative disk", func(s *execproto.Setup) { s.DiskBytes = -1 }, "negative size"},
 		{"build capabilities", func(s *execproto.Setup) {

@@ -36,6 +36,13 @@ func (s *stream) connect() execproto.Result {
 		return errResult(err)
 	}
 	defer sock.Close()
+	return s.relay(sock)
+}
+
+// relay says the connection is up (a Close of Stderr) and relays sock to
+// the host: Stdin to the socket, the socket to Stdout, until both
+// directions are done, the connection breaks, or the host cancels.
+func (s *stream) relay(sock *os.File) execproto.Result {
 	if err := s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stderr)); err != nil {
 		return errResult(err)
 	}

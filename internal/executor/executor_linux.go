@@ -129,6 +129,9 @@ type executor struct {
 	// events queues what the sandbox writes to its event socket; set
 	// before any command runs.
 	events *eventHub
+	// egress hands the connections accepted on the proxy address to the
+	// host's egress streams (Setup.ProxyStreams); nil otherwise.
+	egress chan *os.File
 }
 
 // devNull returns the executor's /dev/null.

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 )
 
 // startProxy listens on the sandbox's loopback and forwards every connection
@@ -46,8 +49,38 @@ func (e *executor) startProxy() error {
 		ln.Close()
 		return err
 	}
+	if e.setup.ProxyStreams {
+		// Each connection waits, accepted, for an egress stream of the
+		// host's to take it; while none does, the accept loop waits and
+		// the next ones wait in the listener's backlog.
+		e.egress = make(chan *os.File)
+		go acceptLoop(rc, func(nfd int) { e.egress <- os.NewFile(uintptr(nfd), "proxy-conn") })
+		return nil
+	}
 	go acceptLoop(rc, func(nfd int) { go forward(os.NewFile(uintptr(nfd), "proxy-conn")) })
 	return nil
+}
+
+// egressStream relays the next connection accepted on the proxy address
+// to the host (execproto.OpEgress): it waits for one, says it is up and
+// relays it as a connect stream relays its socket. A cancel while it waits
+// ends it with no connection taken.
+func (s *stream) egressStream() execproto.Result {
+	if s.e.egress == nil {
+		return errResult(errors.New("egress: the sandbox's proxy has no egress streams"))
+	}
+	var sock *os.File
+	select {
+	case sock = <-s.e.egress:
+	case <-s.stop:
+		return execproto.Result{ExitCode: -1, Error: "egress: cancelled before a connection came"}
+	}
+	defer sock.Close()
+	if !s.e.acquireConnect() {
+		return execproto.Result{ExitCode: -1, Error: fmt.Sprintf("egress: %d connections already open", execproto.MaxConnects), Errno: "EMFILE"}
+	}
+	defer s.e.releaseConnect()
+	return s.relay(sock)
 }
 
 // dialHost connects to the host's egress socket.

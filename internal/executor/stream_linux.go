@@ -153,6 +153,8 @@ func (s *stream) run() {
 			res = s.checkpoint()
 		case execproto.OpConnect:
 			res = s.connect()
+		case execproto.OpEgress:
+			res = s.egressStream()
 		default:
 			res = s.file()
 		}

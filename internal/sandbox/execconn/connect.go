@@ -27,21 +27,7 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 	if err != nil {
 		return nil, err
 	}
-	s := pc.s
-	select {
-	case <-pc.up:
-		return pc, nil
-	case <-s.done:
-	case <-ctx.Done():
-		// An abort: the cancel comes before any close of stdin.
-		pc.closeOnce.Do(func() { close(pc.closing) })
-		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
-		return nil, fmt.Errorf("connect to port %d: %w", port, ctx.Err())
-	}
-	if isClosed(pc.up) {
-		return pc, nil // up, and already over: what it sent is still to be read
-	}
-	return nil, pc.dialErr()
+	return pc.waitUp(ctx)
 }
 
 // ConnectEarly is Connect without the wait for the executor's dial
@@ -64,37 +50,77 @@ func (c *Conn) ConnectEarly(sandboxID string, port int) (net.Conn, error) {
 // openConnect sends the opening of a connect stream to port.
 func (c *Conn) openConnect(sandboxID string, port int) (*portConn, error) {
 	req := execproto.Request{Op: execproto.OpConnect, Port: port, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	return c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID, Port: port}, fmt.Sprintf("connect to port %d", port))
+}
+
+// Egress opens an egress stream (execproto.OpEgress) and returns it as a
+// net.Conn once a command in the sandbox has connected to its proxy
+// address: the conn is that command's connection, to be relayed to the
+// host's egress proxy. ctx bounds the wait, which lasts until a command
+// connects; its end cancels the stream. The conn's RemoteAddr names the
+// sandbox (port 0).
+func (c *Conn) Egress(ctx context.Context, sandboxID string) (net.Conn, error) {
+	req := execproto.Request{Op: execproto.OpEgress, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
+	pc, err := c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID}, "egress")
+	if err != nil {
+		return nil, err
+	}
+	return pc.waitUp(ctx)
+}
+
+// openRelay sends the opening of a stream that relays one connection
+// (connect or egress); what names it in errors.
+func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what string) (*portConn, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	pc := &portConn{
-		remote: sandbox.PortAddr{Sandbox: sandboxID, Port: port},
-		data:   make(chan []byte), consumed: make(chan int),
+		remote: remote, what: what,
+		data: make(chan []byte), consumed: make(chan int),
 		eof: make(chan struct{}), up: make(chan struct{}), closing: make(chan struct{}),
 		ending: c.ending,
 		rdl:    newDeadline(), wdl: newDeadline(),
 	}
-	s, err := c.openOutputs(&req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
+	s, err := c.openOutputs(req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
 	if err != nil {
-		return nil, fmt.Errorf("connect to port %d: %w", port, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pc.s = s
 	return pc, nil
 }
 
+// waitUp returns pc once the executor says its connection is up, or why
+// it is not; ctx bounds the wait, and its end cancels the stream.
+func (pc *portConn) waitUp(ctx context.Context) (net.Conn, error) {
+	s := pc.s
+	select {
+	case <-pc.up:
+		return pc, nil
+	case <-s.done:
+	case <-ctx.Done():
+		// An abort: the cancel comes before any close of stdin.
+		pc.closeOnce.Do(func() { close(pc.closing) })
+		_ = s.send(execproto.Frame{Type: execproto.TCancel, Stream: s.id})
+		return nil, fmt.Errorf("%s: %w", pc.what, ctx.Err())
+	}
+	if isClosed(pc.up) {
+		return pc, nil // up, and already over: what it sent is still to be read
+	}
+	return nil, pc.dialErr()
+}
+
 // dialErr says why a stream that ended before the executor's dial
 // succeeded failed: the error Connect returns.
 func (pc *portConn) dialErr() error {
-	port := pc.remote.Port
 	switch r := pc.s.result; {
 	case pc.s.err != nil:
-		return fmt.Errorf("connect to port %d: %w", port, pc.s.err)
+		return fmt.Errorf("%s: %w", pc.what, pc.s.err)
 	case r.Errno == "ECONNREFUSED":
-		return fmt.Errorf("connect to port %d: %w", port, sandbox.ErrPortClosed)
+		return fmt.Errorf("%s: %w", pc.what, sandbox.ErrPortClosed)
 	case r.Error != "":
-		return fmt.Errorf("connect to port %d: %s", port, r.Error)
+		return fmt.Errorf("%s: %s", pc.what, r.Error)
 	}
-	return fmt.Errorf("connect to port %d: %w: the stream ended before the connection was up", port, execproto.ErrFrame)
+	return fmt.Errorf("%s: %w: the stream ended before the connection was up", pc.what, execproto.ErrFrame)
 }
 
 // failedDial reports whether the stream ended without the executor's
@@ -115,6 +141,7 @@ func (pc *portConn) dialOpErr() error {
 type portConn struct {
 	s      *stream // set once the stream is open, before Connect returns
 	remote sandbox.PortAddr
+	what   string // names the stream in errors: "connect to port N", "egress"
 	// ending is the executor connection's (Conn.ending): output not taken
 	// by then is dropped.
 	ending <-chan struct{}

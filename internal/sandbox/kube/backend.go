@@ -66,6 +66,14 @@ type Config struct {
 	// UID is the uid (and gid) the pod runs as; 0 means 65532. It is the
 	// sandbox's only id: its root inside.
 	UID int64
+	// NoNetworkPolicy stops the backend from emitting a NetworkPolicy per
+	// sandbox (no ingress, no egress: nothing of the sandbox's goes over
+	// the pod network). The sandbox's isolation does not rest on it (the
+	// executor's own network namespace has loopback alone, and egress
+	// leaves over the executor's connection to the host); it is defence in
+	// depth on clusters whose CNI enforces NetworkPolicy, and costs one
+	// API call per create and the RBAC to make and delete policies.
+	NoNetworkPolicy bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -124,9 +132,6 @@ func (b *Backend) checkSpec(spec *sandbox.Spec) error {
 	if len(spec.Mounts) > 0 {
 		errs = append(errs, errors.New("kubernetes backend: host mounts cannot reach a pod"))
 	}
-	if spec.Network == sandbox.NetworkProxy {
-		errs = append(errs, errors.New("kubernetes backend: the egress proxy is not available to pods yet (their sandboxes have loopback only)"))
-	}
 	if spec.WritableRoot || len(spec.RootCaps) > 0 {
 		errs = append(errs, errors.New("kubernetes backend: a writable root is not supported (image builds run on the linux backend)"))
 	}
@@ -173,6 +178,28 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: medium, SizeLimit: q}}}
 	}
 	res := b.resources(spec)
+	mounts := []corev1.VolumeMount{
+		{Name: "executor", MountPath: executorDir, ReadOnly: true},
+		{Name: "workspace", MountPath: "/workspace"},
+		{Name: "tmp", MountPath: "/tmp"},
+		{Name: "home", MountPath: "/home"},
+		{Name: "root", MountPath: "/root"},
+		{Name: "run", MountPath: "/run/airlock"},
+	}
+	volumes := []corev1.Volume{
+		scratch("executor", 256<<20, ""),
+		scratch("workspace", disk, ""),
+		scratch("tmp", disk, ""),
+		scratch("home", disk, ""),
+		scratch("root", disk, ""),
+		scratch("run", 1<<20, corev1.StorageMediumMemory),
+	}
+	if len(spec.TrustedCAs) > 0 {
+		// The trust store the host writes once the executor is up
+		// (writeTrustStore): the image's root is read-only.
+		mounts = append(mounts, corev1.VolumeMount{Name: "trust", MountPath: trustDir})
+		volumes = append(volumes, scratch("trust", 4<<20, corev1.StorageMediumMemory))
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      id,
@@ -203,25 +230,11 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 				Image:           b.cfg.Image,
 				ImagePullPolicy: b.cfg.PullPolicy,
 				Command:         []string{executorPath, "pod"},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "executor", MountPath: executorDir, ReadOnly: true},
-					{Name: "workspace", MountPath: "/workspace"},
-					{Name: "tmp", MountPath: "/tmp"},
-					{Name: "home", MountPath: "/home"},
-					{Name: "root", MountPath: "/root"},
-					{Name: "run", MountPath: "/run/airlock"},
-				},
+				VolumeMounts:    mounts,
 				SecurityContext: restricted,
 				Resources:       res,
 			}},
-			Volumes: []corev1.Volume{
-				scratch("executor", 256<<20, ""),
-				scratch("workspace", disk, ""),
-				scratch("tmp", disk, ""),
-				scratch("home", disk, ""),
-				scratch("root", disk, ""),
-				scratch("run", 1<<20, corev1.StorageMediumMemory),
-			},
+			Volumes: volumes,
 		},
 	}
 	if rc := b.cfg.RuntimeClasses[spec.Runtime]; rc != "" {
@@ -281,12 +294,22 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	if id == "" {
 		id = sandbox.NewID()
 	}
+	if len(spec.TrustedCAs) > 0 {
+		spec.Env = trustEnv(spec.Env)
+	}
 	pods := b.client.CoreV1().Pods(b.cfg.Namespace)
 	created := time.Now()
-	if _, err := pods.Create(ctx, b.Pod(id, &spec), metav1.CreateOptions{}); err != nil {
+	pod, err := pods.Create(ctx, b.Pod(id, &spec), metav1.CreateOptions{})
+	if err != nil {
 		return nil, fmt.Errorf("create sandbox %s: create pod: %w", id, err)
 	}
 	sb := &Sandbox{b: b, id: id, spec: spec, created: created, done: make(chan struct{})}
+	if !b.cfg.NoNetworkPolicy {
+		if err := b.createPolicy(ctx, pod); err != nil {
+			sb.deletePod()
+			return nil, fmt.Errorf("create sandbox %s: %w", id, err)
+		}
+	}
 	if err := sb.start(ctx); err != nil {
 		sb.deletePod()
 		return nil, fmt.Errorf("create sandbox %s: %w", id, err)
@@ -346,8 +369,24 @@ func (s *Sandbox) start(ctx context.Context) error {
 	s.conn = conn
 	s.Files = execconn.Files{Conn: conn, Alive: s.alive, ID: s.id}
 	s.layers = append([]string{"kubernetes:pod"}, conn.Ready.Layers...)
+	if len(s.spec.TrustedCAs) > 0 {
+		if err := s.writeTrustStore(ctx); err != nil {
+			conn.Close()
+			return err
+		}
+	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.stopWatch = cancel
+	if s.spec.Network == sandbox.NetworkProxy {
+		// The sandbox's connections to its proxy address come over the
+		// executor's connection (egress streams) and go to the host's
+		// egress socket for it: docs/kubernetes.md, "Egress".
+		s.watching.Add(1)
+		go func() {
+			defer s.watching.Done()
+			conn.ServeEgress(wctx, s.id, s.spec.ProxySocket)
+		}()
+	}
 	s.watching.Add(1)
 	go s.watch(wctx)
 	return nil
@@ -376,8 +415,15 @@ func (b *Backend) setup(spec *sandbox.Spec) *execproto.Setup {
 	if spec.Account.HomeIsWorkspace {
 		s.WorkspaceAlias = spec.Account.HomeOf()
 	}
+	if spec.Network == sandbox.NetworkProxy {
+		s.ProxyAddr, s.ProxyStreams = proxyAddr, true
+	}
 	return s
 }
+
+// proxyAddr is where the sandbox's commands reach the egress proxy, as on
+// the linux backend (linux.ProxyAddr).
+const proxyAddr = "127.0.0.1:3128"
 
 // waitRunning waits until the pod's sandbox container runs; a pod that
 // fails or a container that ends first is an error.
@@ -642,5 +688,14 @@ func (s *Sandbox) deletePod() {
 	err := s.b.client.CoreV1().Pods(s.b.cfg.Namespace).Delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.b.log.Warn("delete sandbox pod", "sandbox_id", s.id, "err", err)
+	}
+	if !s.b.cfg.NoNetworkPolicy {
+		// The policy is the pod's (an owner reference): the cluster's
+		// garbage collector deletes it with the pod, and so does this,
+		// for clusters (like the tests') that run none.
+		err := s.b.client.NetworkingV1().NetworkPolicies(s.b.cfg.Namespace).Delete(ctx, s.id, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			s.b.log.Warn("delete sandbox network policy", "sandbox_id", s.id, "err", err)
+		}
 	}
 }

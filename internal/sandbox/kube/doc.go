@@ -10,8 +10,12 @@
 //     seccomp profile: PodSecurity "restricted" admits it.
 //   - What runs in the sandbox has no network but loopback, whatever the
 //     cluster's network does: the executor makes its own network namespace
-//     inside the container. A spec that asks for the egress proxy is
-//     refused (the proxy path over the API server is not built yet).
+//     inside the container. With the egress proxy, the executor's
+//     forwarder on 127.0.0.1:3128 sends each connection to the host on an
+//     egress stream of the executor's connection (through the API server),
+//     and the host relays it to its egress proxy's socket for the sandbox.
+//     Each sandbox also gets a deny-all NetworkPolicy, for clusters that
+//     enforce them.
 //   - A pod the cluster deletes, evicts or fails is a lost sandbox: its
 //     Done closes and operations fail with sandbox.ErrLost.
 //

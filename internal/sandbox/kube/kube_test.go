@@ -332,7 +332,6 @@ func TestRefused(t *testing.T) {
 	ns := namespace(t, e)
 	b := newBackend(t, e, ns)
 	for name, spec := range map[string]sandbox.Spec{
-		"proxy":     {Network: sandbox.NetworkProxy, ProxySocket: "/run/x.sock"},
 		"workspace": {Workspace: t.TempDir()},
 		"user":      {User: "sandbox"},
 		"gvisor":    {Runtime: sandbox.RuntimeGVisor},
@@ -353,7 +352,6 @@ func TestRefused(t *testing.T) {
 // Reasons the kubernetes backend cannot pass a case yet.
 const (
 	noHostWorkspace = "a host workspace directory cannot reach a pod: the backend refuses Spec.Workspace (docs/kubernetes.md)"
-	noProxy         = "the egress proxy is not available to pods yet: the backend refuses NetworkProxy (docs/kubernetes.md)"
 	// A restricted pod runs as one non-root uid without CAP_SETUID, so
 	// the executor's user namespace can map that one id only (the kernel
 	// allows an unprivileged writer of uid_map its own id alone), as in
@@ -377,8 +375,6 @@ var conformanceSkips = map[string]string{
 	"Workspace/COW":            noHostWorkspace,
 	"Workspace/RO":             noHostWorkspace,
 	"Workspace/RW":             noHostWorkspace,
-	"Network":                  noProxy,
-	"Connect/NetConn":          noProxy,
 	"Exec/User":                oneID,
 	"Files/Owner":              oneID,
 	"Files/RoundTrip":          oneID,
@@ -392,4 +388,66 @@ func TestConformance(t *testing.T) {
 	sandboxtest.RunSkipping(t, func(t *testing.T) sandbox.Backend {
 		return newBackend(t, e, ns)
 	}, conformanceSkips)
+}
+
+// TestPolicy: each sandbox has a NetworkPolicy of its own that selects its
+// pod alone and allows nothing in or out, owned by the pod, and gone with
+// the sandbox; and a sandbox's direct connection to the node's bridge or
+// to another sandbox's pod address fails whatever the cluster's network
+// does (its network namespace has loopback alone), which the test
+// cluster's CNI, enforcing no NetworkPolicy, would otherwise carry.
+func TestPolicy(t *testing.T) {
+	e := needCluster(t)
+	ns := namespace(t, e)
+	b := newBackend(t, e, ns)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	other := sandboxtest.Create(t, b, sandbox.Spec{})
+	sb, err := b.Create(ctx, sandbox.Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := e.client.NetworkingV1().NetworkPolicies(ns).Get(ctx, sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the sandbox's network policy: %v", err)
+	}
+	pod, err := e.client.CoreV1().Pods(ns).Get(ctx, sb.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sel := pol.Spec.PodSelector.MatchLabels; len(sel) != 1 || sel["airlock.run/sandbox"] != sb.ID() {
+		t.Errorf("policy selects %v, want its sandbox's pod alone", sel)
+	}
+	if len(pol.Spec.Ingress) != 0 || len(pol.Spec.Egress) != 0 || len(pol.Spec.PolicyTypes) != 2 {
+		t.Errorf("policy %+v, want Ingress and Egress with no rule", pol.Spec)
+	}
+	if o := pol.OwnerReferences; len(o) != 1 || o[0].Kind != "Pod" || o[0].UID != pod.UID {
+		t.Errorf("policy owners %+v, want the pod %s", o, pod.UID)
+	}
+	otherPod, err := e.client.CoreV1().Pods(ns).Get(ctx, other.ID(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{otherPod.Status.PodIP, "10.244.0.1", pod.Status.HostIP} {
+		if addr == "" {
+			continue
+		}
+		var out bytes.Buffer
+		r, err := sandbox.Run(ctx, sb, sandbox.Command{
+			Argv:   []string{"bash", "-c", "exec 3<>/dev/tcp/" + addr + "/80 && echo connected"},
+			Stdout: &out, Stderr: &out,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.ExitCode == 0 || !strings.Contains(out.String(), "unreachable") {
+			t.Errorf("direct connect to %s: %+v %q, want Network is unreachable", addr, r, out.String())
+		}
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.NetworkingV1().NetworkPolicies(ns).Get(ctx, sb.ID(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the policy after Destroy: %v, want not found", err)
+	}
 }

@@ -25,6 +25,71 @@ import (
 // (its Setup); the command sees loopback only and runs as root of its own
 // user namespace. Closing the connection ends the executor and the relay.
 func TestPodModeLocal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pm := startPodMode(t, ctx, podSetup())
+	c := pm.c
+	for _, l := range []string{"runtime:kubernetes", "namespaces:user,mnt,pid,net,ipc,uts", "network:loopback-only", "seccomp"} {
+		if !strings.Contains(strings.Join(c.Ready.Layers, " "), l) {
+			t.Errorf("Ready.Layers = %q, want %s", c.Ready.Layers, l)
+		}
+	}
+	var o, e bytes.Buffer
+	p, err := c.Start(execproto.Request{Argv: []string{"/bin/sh", "-c", "sed 1,2d /proc/net/dev | cut -d: -f1; id -u; cat /proc/self/uid_map"}, Dir: "/"}, nil, &o, &e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Wait(ctx)
+	if err != nil || r.ExitCode != 0 {
+		t.Fatalf("Wait = %+v, %v (stderr %q)", r, err, e.String())
+	}
+	f := strings.Fields(o.String())
+	// Interfaces, then uid, then the one line of the map: 0 65534 1.
+	if want := "lo 0 0 65534 1"; strings.Join(f, " ") != want {
+		t.Errorf("output = %q, want %q (loopback only, root mapped to the pod's uid alone)", strings.Join(f, " "), want)
+	}
+	pm.end(t)
+}
+
+// podMode is the executor's pod mode as TestPodModeLocal runs it.
+type podMode struct {
+	c      *execconn.Conn
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	// exited is closed once the relay's process ended, with waitErr.
+	exited  chan struct{}
+	waitErr error
+}
+
+// podSetup is the backend's Setup for a default spec.
+func podSetup() *execproto.Setup {
+	return &execproto.Setup{
+		Hostname: "airlock", DiskBytes: 1 << 30, ShmBytes: 64 << 20,
+		User:    execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"},
+		Rlimits: map[string]uint64{"core": 0}, NoSetGroups: true, GVisor: true,
+		Workspace: execproto.Workspace{Mode: execproto.WorkspaceEmpty},
+	}
+}
+
+// end closes the host's connection and checks that the relay ends.
+func (pm *podMode) end(t *testing.T) {
+	t.Helper()
+	pm.c.Close()
+	select {
+	case <-pm.exited:
+		if pm.waitErr != nil {
+			t.Errorf("pod-connect = %v (stderr %s)", pm.waitErr, pm.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = pm.cmd.Process.Kill()
+		t.Fatal("pod-connect did not end after the host closed its connection")
+	}
+}
+
+// startPodMode starts the executor's pod mode as a pod runs it (see
+// TestPodModeLocal) and shakes hands with setup. It skips without root.
+func startPodMode(t *testing.T, ctx context.Context, setup *execproto.Setup) *podMode {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces and mounts stand in for the pod)")
 	}
@@ -78,16 +143,15 @@ exec "$1" pod-connect`
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	setup := &execproto.Setup{
-		Hostname: "airlock", DiskBytes: 1 << 30, ShmBytes: 64 << 20,
-		User:    execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"},
-		Rlimits: map[string]uint64{"core": 0}, NoSetGroups: true, GVisor: true,
-		Workspace: execproto.Workspace{Mode: execproto.WorkspaceEmpty},
-	}
+	pm := &podMode{cmd: cmd, exited: make(chan struct{}), stderr: &stderr}
+	go func() {
+		pm.waitErr = cmd.Wait()
+		close(pm.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-pm.exited
+	})
 	c, err := execconn.Dial(ctx, struct {
 		io.Reader
 		io.WriteCloser
@@ -95,33 +159,7 @@ exec "$1" pod-connect`
 	if err != nil {
 		t.Fatalf("Dial = %v (stderr %s)", err, stderr.String())
 	}
-	for _, l := range []string{"runtime:kubernetes", "namespaces:user,mnt,pid,net,ipc,uts", "network:loopback-only", "seccomp"} {
-		if !strings.Contains(strings.Join(c.Ready.Layers, " "), l) {
-			t.Errorf("Ready.Layers = %q, want %s", c.Ready.Layers, l)
-		}
-	}
-	var o, e bytes.Buffer
-	p, err := c.Start(execproto.Request{Argv: []string{"/bin/sh", "-c", "sed 1,2d /proc/net/dev | cut -d: -f1; id -u; cat /proc/self/uid_map"}, Dir: "/"}, nil, &o, &e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.Wait(ctx)
-	if err != nil || r.ExitCode != 0 {
-		t.Fatalf("Wait = %+v, %v (stderr %q)", r, err, e.String())
-	}
-	f := strings.Fields(o.String())
-	// Interfaces, then uid, then the one line of the map: 0 65534 1.
-	if want := "lo 0 0 65534 1"; strings.Join(f, " ") != want {
-		t.Errorf("output = %q, want %q (loopback only, root mapped to the pod's uid alone)", strings.Join(f, " "), want)
-	}
-	c.Close()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Errorf("pod-connect = %v (stderr %s)", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatal("pod-connect did not end after the host closed its connection")
-	}
+	t.Cleanup(func() { c.Close() })
+	pm.c = c
+	return pm
 }

@@ -1,0 +1,225 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/kube"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+)
+
+// rbacManifest is airlock's least-privilege RBAC (deploy/kubernetes).
+const rbacManifest = "../../../deploy/kubernetes/rbac.yaml"
+
+// applyRBAC creates the manifest's objects with its two namespaces renamed
+// to system and sandboxes.
+func applyRBAC(t *testing.T, e *env, system, sandboxes string) {
+	t.Helper()
+	data, err := os.ReadFile(rbacManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rename := func(ns string) string {
+		switch ns {
+		case "airlock-system":
+			return system
+		case "airlock-sandboxes":
+			return sandboxes
+		}
+		t.Fatalf("the manifest names namespace %q", ns)
+		return ""
+	}
+	n := 0
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("decode %q: %v", doc, err)
+		}
+		n++
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			o.Namespace = rename(o.Namespace)
+			_, err = e.client.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			o.Namespace = rename(o.Namespace)
+			_, err = e.client.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			o.Namespace = rename(o.Namespace)
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = rename(o.Subjects[i].Namespace)
+			}
+			_, err = e.client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("the manifest has a %T, which the test does not apply", obj)
+		}
+		if err != nil {
+			t.Fatalf("apply %s: %v", runtime.Object(obj).GetObjectKind().GroupVersionKind().Kind, err)
+		}
+	}
+	if n != 3 {
+		t.Fatalf("the manifest has %d objects, want 3", n)
+	}
+}
+
+// TestRBAC: airlock's least-privilege RBAC (deploy/kubernetes/rbac.yaml),
+// applied to the test cluster, allows everything the backend does (a
+// sandbox made, run, with its NetworkPolicy, destroyed) as its service
+// account, impersonated against the real API server, and denies what it
+// does not need: secrets, nodes, other namespaces' pods, pods it could not
+// make, changing its own role.
+func TestRBAC(t *testing.T) {
+	e := needCluster(t)
+	system, sandboxes := namespace(t, e), namespace(t, e)
+	other := namespace(t, e)
+	applyRBAC(t, e, system, sandboxes)
+	as := rest.CopyConfig(e.rest)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + system + ":airlock"}
+	client, err := kubernetes.NewForConfig(as)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config(e, sandboxes)
+	cfg.REST = as
+	b, err := kube.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	// Allowed: what the backend does.
+	sb := sandboxtest.Create(t, b, sandbox.Spec{})
+	var out bytes.Buffer
+	if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"echo", "as airlock"}, Stdout: &out}); err != nil || r.ExitCode != 0 || out.String() != "as airlock\n" {
+		t.Fatalf("a command as airlock's account: %+v %v %q", r, err, out.String())
+	}
+	if _, err := e.client.NetworkingV1().NetworkPolicies(sandboxes).Get(ctx, sb.ID(), metav1.GetOptions{}); err != nil {
+		t.Errorf("the sandbox's network policy, made as airlock's account: %v", err)
+	}
+	if err := sb.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Denied: each must be Forbidden, not merely fail.
+	for _, tc := range []struct {
+		name string
+		do   func() error
+	}{
+		{"list secrets in its namespace", func() error {
+			_, err := client.CoreV1().Secrets(sandboxes).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"get a secret in its namespace", func() error {
+			_, err := client.CoreV1().Secrets(sandboxes).Get(ctx, "any", metav1.GetOptions{})
+			return err
+		}},
+		{"list nodes", func() error {
+			_, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"list namespaces", func() error {
+			_, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"list pods in another namespace", func() error {
+			_, err := client.CoreV1().Pods(other).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"list pods in its own namespace (airlock-system)", func() error {
+			_, err := client.CoreV1().Pods(system).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"create a pod in another namespace", func() error {
+			spec := sandbox.Spec{Limits: sandbox.DefaultLimits}
+			p := b.Pod("sb-elsewhere", &spec)
+			p.Namespace = other
+			_, err := client.CoreV1().Pods(other).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"update a pod", func() error {
+			spec := sandbox.Spec{Limits: sandbox.DefaultLimits}
+			_, err := client.CoreV1().Pods(sandboxes).Update(ctx, b.Pod("sb-x", &spec), metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{"attach to a pod", func() error {
+			return client.CoreV1().RESTClient().Post().Resource("pods").Namespace(sandboxes).Name("sb-x").SubResource("attach").Do(ctx).Error()
+		}},
+		{"port-forward to a pod", func() error {
+			return client.CoreV1().RESTClient().Post().Resource("pods").Namespace(sandboxes).Name("sb-x").SubResource("portforward").Do(ctx).Error()
+		}},
+		{"list network policies", func() error {
+			_, err := client.NetworkingV1().NetworkPolicies(sandboxes).List(ctx, metav1.ListOptions{})
+			return err
+		}},
+		{"read its service account", func() error {
+			_, err := client.CoreV1().ServiceAccounts(system).Get(ctx, "airlock", metav1.GetOptions{})
+			return err
+		}},
+		{"change its own role", func() error {
+			_, err := client.RbacV1().Roles(sandboxes).Get(ctx, "airlock-sandboxes", metav1.GetOptions{})
+			return err
+		}},
+		{"make a role binding", func() error {
+			rb := &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: "escalate"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "airlock", Namespace: system}},
+			}
+			_, err := client.RbacV1().RoleBindings(sandboxes).Create(ctx, rb, metav1.CreateOptions{})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.do(); !apierrors.IsForbidden(err) {
+				t.Errorf("= %v, want Forbidden", err)
+			}
+		})
+	}
+}
+
+// TestRBACManifest: the manifest, without a cluster, holds a
+// ServiceAccount, a namespaced Role and its binding, and no wildcard, no
+// cluster-wide kind, no secrets.
+func TestRBACManifest(t *testing.T) {
+	data, err := os.ReadFile(rbacManifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
+		obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		kinds = append(kinds, gvk.Kind)
+		role, ok := obj.(*rbacv1.Role)
+		if !ok {
+			continue
+		}
+		for _, r := range role.Rules {
+			for _, v := range append(append(append([]string{}, r.Verbs...), r.Resources...), r.APIGroups...) {
+				if v == "*" || v == "secrets" || v == "escalate" || v == "bind" || v == "impersonate" {
+					t.Errorf("rule %+v grants %q", r, v)
+				}
+			}
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "ServiceAccount Role RoleBinding" {
+		t.Errorf("kinds %q, want ServiceAccount Role RoleBinding", got)
+	}
+}
