@@ -239,7 +239,10 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, id string, po
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if de := sandbox.DialError(err); de != nil && pc.dialErr.Load() == nil {
-				pc.dialErr.Store(&de) // an early connection's dial failed
+				// An early connection's dial failed: the request it
+				// took never reached the sandbox, and is not counted.
+				pc.dialErr.Store(&de)
+				b.ports.bytes.Add(-pc.in.Swap(0))
 			}
 			switch de := pc.dialErr.Load(); {
 			case de != nil:

@@ -105,7 +105,10 @@ func TestPortRefusals(t *testing.T) {
 			}
 			found := false
 			for _, r := range h.audit.records(t) {
-				found = found || r.Op == "port" && r.Sandbox == tc.id && r.Port == tc.port && r.Outcome == tc.outcome && r.Client != ""
+				// Nothing reached a server that is not there: a request
+				// sent behind an early connect's opening is not counted.
+				found = found || r.Op == "port" && r.Sandbox == tc.id && r.Port == tc.port && r.Outcome == tc.outcome && r.Client != "" &&
+					(r.Outcome != "closed" || r.BytesIn == 0 && r.BytesOut == 0)
 			}
 			if !found {
 				t.Errorf("no audit record of op port, sandbox %s, port %d, outcome %s:\n%s", tc.id, tc.port, tc.outcome, h.audit)
