@@ -188,7 +188,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	}
 	if s.ProxyFD != 0 {
 		target := filepath.Join(newRoot, proxySocket)
-		if err := os.WriteFile(target, nil, 0o600); err != nil {
+		if err := writeFile(target, nil, 0o600); err != nil {
 			return nil, uppers{-1, -1}, fmt.Errorf("proxy socket: %w", err)
 		}
 		if err := moveMount(s.ProxyFD, target); err != nil {
@@ -477,7 +477,7 @@ func buildHostRoot(s *execproto.Setup) error {
 		case fi.IsDir():
 			err = os.MkdirAll(dst, 0o755)
 		default:
-			err = os.WriteFile(dst, nil, 0o644)
+			err = writeFile(dst, nil, 0o644)
 		}
 		if err != nil {
 			return err
@@ -540,7 +540,7 @@ func writeEtc(etc string, s *execproto.Setup, names ...string) error {
 		}
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+		if err := writeFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
@@ -600,11 +600,7 @@ func setupMount(m execproto.Mount) error {
 	var err error
 	if m.File {
 		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
-			var f *os.File
-			f, err = os.OpenFile(dst, os.O_CREATE|os.O_RDONLY, 0o644)
-			if err == nil {
-				f.Close()
-			}
+			err = createFile(dst, 0o644)
 		}
 	} else {
 		err = os.MkdirAll(dst, 0o755)
@@ -632,9 +628,9 @@ func setupProc() error {
 	// Block nested namespaces in the sandbox's user namespace as a second
 	// layer under seccomp: a limit of 0 applies to every descendant.
 	for _, n := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"} {
-		_ = os.WriteFile(filepath.Join(proc, "sys/user/max_"+n+"_namespaces"), []byte("0"), 0)
+		_ = writeFile(filepath.Join(proc, "sys/user/max_"+n+"_namespaces"), []byte("0"), 0)
 	}
-	_ = os.WriteFile(filepath.Join(proc, "sys/net/mptcp/enabled"), []byte("0"), 0)
+	_ = writeFile(filepath.Join(proc, "sys/net/mptcp/enabled"), []byte("0"), 0)
 	for _, f := range procMaskedFiles {
 		p := filepath.Join(proc, f)
 		if _, err := os.Lstat(p); err != nil {
@@ -688,7 +684,7 @@ func ownBootIDIn(proc, dir string, ro bool) error {
 	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80 // version 4, RFC 4122 variant
 	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 	f := dir + "/boot_id"
-	if err := os.WriteFile(f, []byte(id), 0o444); err != nil {
+	if err := writeFile(f, []byte(id), 0o444); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
 	if err := bind(f, p, ro); err != nil {
@@ -708,7 +704,7 @@ func setupDev(shm int64) error {
 	}
 	for _, d := range devices {
 		dst := filepath.Join(dev, d)
-		if err := os.WriteFile(dst, nil, 0o666); err != nil {
+		if err := writeFile(dst, nil, 0o666); err != nil {
 			return err
 		}
 		if err := unix.Mount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
@@ -757,7 +753,7 @@ func setupRunDirIn(root string, roHelper bool) error {
 	if err := os.Mkdir(filepath.Dir(helper), 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
-	if err := os.WriteFile(helper, nil, 0o755); err != nil {
+	if err := writeFile(helper, nil, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	if err := bind("/proc/self/exe", helper, roHelper); err != nil {
@@ -766,7 +762,7 @@ func setupRunDirIn(root string, roHelper bool) error {
 	// The same binary again: called sudo, it is the sudo command, which
 	// says so when the sandbox has no sudo (Setup.Sudo: no socket).
 	sudo := filepath.Join(root, execproto.SudoHelper)
-	if err := os.WriteFile(sudo, nil, 0o755); err != nil {
+	if err := writeFile(sudo, nil, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	if err := bind("/proc/self/exe", sudo, roHelper); err != nil {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,7 +90,9 @@ var standardPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/
 // their commands, inside the read-only system directories a sandbox shows
 // (the host's /usr and /opt, or a template's): /usr/local/go/bin (Go's
 // release tarball), /usr/local/cargo/bin (the Rust images), /opt/NAME/bin.
-var toolchainBins = []string{"/usr/local/*/bin", "/opt/*/bin"}
+// Each is a parent and the directory under each of its entries:
+// /usr/local/*/bin and /opt/*/bin.
+var toolchainBins = [][2]string{{"/usr/local", "bin"}, {"/opt", "bin"}}
 
 // sandboxPath is the PATH a command gets when it names none: the
 // directories of standardPath, then those of toolchainBins in name order,
@@ -117,12 +118,7 @@ func sandboxPath() string {
 		path = standardPath
 	}
 	for _, g := range toolchainBins {
-		dirs, _ := filepath.Glob(g) // the patterns are well-formed
-		for _, d := range dirs {
-			if isDir(d) {
-				path = append(path, d)
-			}
-		}
+		path = append(path, subdirs(g[0], g[1])...)
 	}
 	return strings.Join(path, ":")
 }
