@@ -34,7 +34,7 @@ var layers = []struct {
 		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
 		"internal/tools", "internal/auth", "internal/client", "internal/credit", "internal/image", "internal/image/imagetest",
 		"internal/build",
-		"internal/template", "internal/interp", "internal/mcpclient", "internal/sandbox/kube",
+		"internal/template", "internal/interp", "internal/mcpclient", "internal/sandbox/kube", "internal/portproxy",
 	}},
 	{"the run engine", []string{"internal/engine"}},
 	{"services: the APIs, telemetry, the sandbox commands", []string{

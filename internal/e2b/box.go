@@ -22,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/interp"
+	"github.com/airlockrun/airlock/internal/portproxy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
@@ -55,7 +56,7 @@ type box struct {
 	// requests relayed to the sandbox's ports, ${PORT} replaced by the
 	// port (empty: the host the client asked for).
 	maskHost string
-	ports    portCounters
+	ports    portproxy.Counters
 	started  time.Time
 	internet bool
 	rec      *record // its record's log

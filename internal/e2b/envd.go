@@ -149,6 +149,18 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		writeEnvdError(w, http.StatusBadRequest, "no sandbox named: send E2b-Sandbox-Id and E2b-Sandbox-Port, or address <port>-<sandbox id>."+cmpOr(s.cfg.Domain, "<domain>"))
 		return
 	}
+	if s.o.Ports != nil && !s.holds(id) {
+		// Another service's sandbox (an MCP session's): its ports are
+		// its to serve, with its own access rules; the data plane's
+		// routing headers are the data plane's, not the sandbox's.
+		rr := r.Clone(r.Context())
+		for _, h := range routingHeaders {
+			rr.Header.Del(h)
+		}
+		if s.o.Ports.ServePort(w, rr, id, port) {
+			return
+		}
+	}
 	if port != EnvdPort {
 		// A preview URL: the port's own access rules, not envd's token.
 		s.servePort(w, r, id, port)

@@ -78,9 +78,9 @@ func (s *Server) exposure(b *box) Exposure {
 	b.mu.Unlock()
 	e := Exposure{
 		ID: b.id, RunID: b.rec.runID, Template: b.template.name, State: state, Started: b.started.UTC(), EndAt: end.UTC(),
-		Open: b.ports.open.Load(), Bytes: b.ports.bytes.Load(),
+		Open: b.ports.Open(), Bytes: b.ports.Bytes(),
 	}
-	open := b.ports.openByPort()
+	open := b.ports.OpenByPort()
 	rules := b.template.doc.Ports.Expose
 	for i, r := range rules {
 		p := ExposedPorts{Ports: r.Ports, Access: r.Access, URL: s.previewURL(b.id, r.Ports)}
@@ -107,4 +107,23 @@ func (s *Server) previewURL(id string, ports policy.PortRange) string {
 		port = strconv.Itoa(ports.First)
 	}
 	return "https://" + port + "-" + id + "." + s.cfg.Domain
+}
+
+// PreviewURL is where port of sandbox id is reached on the data plane,
+// for a sandbox another service serves there (Options.Ports): with
+// e2b.domain set, https://PORT-ID.DOMAIN, which names both; else the
+// data plane's address and the headers that name them.
+func (s *Server) PreviewURL(id string, port int) (url string, headers map[string]string) {
+	if s.cfg.Domain == "" {
+		return "http://" + s.cfg.SandboxAddr, map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": strconv.Itoa(port)}
+	}
+	return s.previewURL(id, policy.PortRange{First: port, Last: port}), nil
+}
+
+// holds reports whether id is one of the Server's sandboxes, running or
+// paused.
+func (s *Server) holds(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.boxes[id] != nil
 }

@@ -91,6 +91,20 @@ type Options struct {
 	// image store, image.Store); nil refuses the tenants' templates
 	// (package template), all of which have images.
 	Images Images
+	// Ports, when not nil, serves the data plane's requests for the
+	// ports of sandboxes this server does not hold (those of airlock
+	// serve's MCP sessions, internal/mcp): each such request is handed
+	// to it, without the data plane's routing headers; it returns false
+	// for an id it does not hold either.
+	Ports PortServer
+}
+
+// PortServer serves the ports of other services' sandboxes on the data
+// plane (Options.Ports).
+type PortServer interface {
+	// ServePort serves r for port of sandbox id and returns true, or
+	// returns false having written nothing when id is not its sandbox.
+	ServePort(w http.ResponseWriter, r *http.Request, id string, port int) bool
 }
 
 // Images is the host's image store as templates' sandboxes use it.

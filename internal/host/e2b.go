@@ -41,8 +41,10 @@ type e2bService struct {
 }
 
 // startE2B starts the E2B API of cfg (enabled) on the run side's store;
-// trust says whether tenants' policies may name host resources.
-func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust bool, logger *slog.Logger) (_ *e2bService, err error) {
+// trust says whether tenants' policies may name host resources; ports,
+// when not nil, serves the data plane's requests for sandboxes E2B does
+// not hold (the MCP sessions').
+func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust bool, ports e2b.PortServer, logger *slog.Logger) (_ *e2bService, err error) {
 	b, err := h.backend(telemetry.OriginE2B)
 	if err != nil {
 		return nil, err
@@ -84,7 +86,7 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	e.srv, err = e2b.New(e2b.Options{
 		Images: images, Warm: warm,
 		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
-		Network: &runNetwork{h: h}, TrustTenantPolicies: trust,
+		Network: &runNetwork{h: h}, TrustTenantPolicies: trust, Ports: ports,
 		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,
 	})
 	if err != nil {
@@ -172,6 +174,18 @@ func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
 		return api.Sandbox{}, false
 	}
 	return apiSandbox(e), true
+}
+
+// PreviewURL is where port of sandbox id is reached on the E2B API's data
+// plane (mcp.Preview); false before it has started, and on a host
+// without the E2B API.
+func (x *e2bSandboxes) PreviewURL(id string, port int) (string, map[string]string, bool) {
+	srv := x.srv.Load()
+	if srv == nil {
+		return "", nil, false
+	}
+	url, headers := srv.PreviewURL(id, port)
+	return url, headers, true
 }
 
 func apiSandbox(e e2b.Exposure) api.Sandbox {

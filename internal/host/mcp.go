@@ -41,6 +41,10 @@ type MCPOptions struct {
 	// authentications), as the API's: tokens a second and at most at once.
 	Rate  float64
 	Burst int
+	// Preview, when not nil, is the data plane expose_port's URLs are
+	// on (airlock serve's); nil opens a loopback listener per exposed
+	// port (airlock mcp).
+	Preview mcp.Preview
 	// Audit receives the calls' records, as JSON lines.
 	Audit  io.Writer
 	Logger *slog.Logger
@@ -69,6 +73,7 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		Sandboxes: boxes,
 		Runs:      &mcpRuns{h: h, trust: o.TrustTenantPolicies},
 		Approver:  newMCPApprover(h),
+		Preview:   o.Preview,
 		Audit:     o.Audit,
 		Limits:    MCPLimits(o.Default),
 		Redact:    h.red.String,
@@ -214,7 +219,8 @@ func SandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
 // startMCP serves /mcp beside the API on the service's listener: the MCP
 // server of the host's sandboxes for tenants' API keys (Authorization:
 // Bearer KEY or X-API-Key, as the API), each call audited to
-// $AIRLOCK_HOME/audit/mcp.jsonl. It returns the handler of both; the
+// $AIRLOCK_HOME/audit/mcp.jsonl, its sandboxes' exposed ports on the E2B
+// API's data plane (startE2B hands it their requests). It returns the handler of both; the
 // sessions end, and their sandboxes are destroyed, when the HTTP server
 // shuts down.
 func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, error) {
@@ -229,7 +235,11 @@ func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, erro
 	ac := s.cfg.API.WithDefaults()
 	ms, err := s.h.MCPServer(MCPOptions{
 		TrustTenantPolicies: ac.TrustTenantPolicies, Rate: ac.Rate, Burst: ac.Burst,
-		Audit: audit, Logger: s.log.With("component", "mcp"),
+		// expose_port's URLs are the data plane's, where a remote client
+		// reaches them: the E2B API's, once it has started (none without
+		// it, and expose_port says so).
+		Preview: &s.sandboxes,
+		Audit:   audit, Logger: s.log.With("component", "mcp"),
 	})
 	if err != nil {
 		audit.Close()
@@ -240,6 +250,7 @@ func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, erro
 		defer cancel()
 		ms.Close(ctx)
 	}
+	s.mcp = ms
 	s.hs.RegisterOnShutdown(closeMCP)
 	s.closers = append(s.closers, func() { audit.Close() }, closeMCP)
 	keys := auth.NewKeys(rs.store, nil)

@@ -24,6 +24,7 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
@@ -271,9 +272,12 @@ type service struct {
 	gate *drainGate
 	ln   net.Listener
 	e2b  *e2bService
-	// sandboxes shows e2b's live sandboxes in the native API.
+	// sandboxes shows e2b's live sandboxes in the native API, and is the
+	// data plane MCP's exposed ports are on.
 	sandboxes e2bSandboxes
-	workers   *workers
+	// mcp serves /mcp; the data plane hands it its sandboxes' ports.
+	mcp     *mcp.Server
+	workers *workers
 	// handoffLn, when not nil, is where this user's sandbox run hands its
 	// commands to the pool (package handoff).
 	handoffLn *net.UnixListener
@@ -418,7 +422,7 @@ func (s *service) assemble(ctx context.Context) error {
 	}
 	s.closers = append(s.closers, func() { s.ln.Close() })
 	if cfg.E2B.Enabled() {
-		if s.e2b, err = h.startE2B(ctx, rs, cfg.E2B, cfg.API.TrustTenantPolicies, s.log); err != nil {
+		if s.e2b, err = h.startE2B(ctx, rs, cfg.E2B, cfg.API.TrustTenantPolicies, s.mcp, s.log); err != nil {
 			return err
 		}
 		s.sandboxes.srv.Store(s.e2b.srv)

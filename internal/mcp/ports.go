@@ -3,22 +3,22 @@ package mcp
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
-	"net/http/httputil"
+	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/portproxy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -26,11 +26,21 @@ import (
 // access token.
 const TrafficHeader = "Airlock-Traffic-Token"
 
-// boxPorts are the exposed ports of a session's sandbox: one listener of
-// the host each, proxied to the port inside the sandbox.
+// Preview is a data plane on which sandboxes' ports are reached (airlock
+// serve's: the one E2B sandboxes' preview URLs are on). It hands the
+// requests for this server's sandboxes to Server.ServePort.
+type Preview interface {
+	// PreviewURL is where port of sandbox id is reached, and the request
+	// headers a client sends there to name the sandbox and the port (none
+	// when the URL's host names them: PORT-ID.DOMAIN); ok is false when
+	// the server has no data plane.
+	PreviewURL(id string, port int) (url string, headers map[string]string, ok bool)
+}
+
+// boxPorts are the exposed ports of a session's sandbox.
 type boxPorts struct {
-	open  atomic.Int64 // requests being proxied now, all ports
-	bytes atomic.Int64 // both ways, all requests, over the sandbox's life
+	// ctr counts the sandbox's connections and bytes, all ports.
+	ctr portproxy.Counters
 
 	mu sync.Mutex
 	// byPort holds the exposed ports (guarded by mu).
@@ -41,28 +51,47 @@ type boxPorts struct {
 	// closed is set once the sandbox is destroyed; nothing is exposed
 	// after it (guarded by mu).
 	closed bool
+	// release, when not nil, takes the sandbox off the data plane
+	// (guarded by mu).
+	release func()
 }
 
-// exposedPort is one port served on a listener of the host.
+// exposedPort is one exposed port: on the data plane (srv nil), or on a
+// listener of the host of its own.
 type exposedPort struct {
-	port   int
-	access policy.PortAccess
-	url    string
-	srv    *http.Server
-	done   chan struct{} // closed when srv.Serve has returned
+	port    int
+	access  policy.PortAccess
+	url     string
+	headers map[string]string // what a client sends to name it on the data plane
+	srv     *http.Server
+	done    chan struct{} // closed when srv.Serve has returned
 }
 
-// close ends every exposed port's listener and its open connections.
+// close ends every exposed port's listener and its open connections, and
+// takes the sandbox off the data plane.
 func (p *boxPorts) close() {
 	p.mu.Lock()
 	p.closed = true
-	all := p.byPort
-	p.byPort = nil
+	all, release := p.byPort, p.release
+	p.byPort, p.release = nil, nil
 	p.mu.Unlock()
-	for _, e := range all {
-		_ = e.srv.Close()
-		<-e.done
+	if release != nil {
+		release()
 	}
+	for _, e := range all {
+		if e.srv != nil {
+			_ = e.srv.Close()
+			<-e.done
+		}
+	}
+}
+
+// exposed returns port's exposure and the sandbox's token, nil when port
+// is not exposed (or the sandbox is gone).
+func (p *boxPorts) exposed(port int) (*exposedPort, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.byPort[port], p.token
 }
 
 // exposePort is the expose_port tool.
@@ -109,16 +138,33 @@ func (s *Server) exposePort(ctx context.Context, c *callCtx) (*sdk.CallToolResul
 		return s.textResult("error: expose_port: "+err.Error(), true, nil), nil
 	}
 	st := map[string]any{"sandbox": b.id, "port": a.Port, "exposed": true, "url": e.url, "access": string(access), "needs_token": access == policy.AccessToken}
-	msg := fmt.Sprintf("port %d of sandbox %s is reachable at %s (access %s: anyone who can reach that address)", a.Port, b.id, e.url, access)
+	where := e.url
+	if len(e.headers) > 0 {
+		st["headers"] = e.headers
+		where += " with the headers " + headerList(e.headers)
+	}
+	msg := fmt.Sprintf("port %d of sandbox %s is reachable at %s (access %s: anyone who can reach that address)", a.Port, b.id, where, access)
 	if access == policy.AccessToken {
 		// Why the token is returned: the caller commands this sandbox
 		// already (it created it, and may run anything in it), the token
 		// opens this sandbox's exposed ports and nothing else, and a
 		// client of the port needs it. It is in no audit record.
 		st["token_header"], st["token"] = TrafficHeader, token
-		msg = fmt.Sprintf("port %d of sandbox %s is reachable at %s (access token: send the header %s: %s)", a.Port, b.id, e.url, TrafficHeader, token)
+		msg = fmt.Sprintf("port %d of sandbox %s is reachable at %s (access token: send the header %s: %s)", a.Port, b.id, where, TrafficHeader, token)
 	}
 	return s.textResult(msg, false, st), nil
+}
+
+// headerList spells headers as a client sends them.
+func headerList(h map[string]string) string {
+	var out string
+	for i, k := range slices.Sorted(maps.Keys(h)) {
+		if i > 0 {
+			out += ", "
+		}
+		out += k + ": " + h[k]
+	}
+	return out
 }
 
 // exposedList names the ports rules expose, for a refusal.
@@ -136,9 +182,13 @@ func exposedList(p policy.Ports) string {
 	return out
 }
 
-// expose serves port of b on a new listener of the host (Options.PortAddr),
-// or returns the one already serving it, with the sandbox's traffic token
-// when access needs one.
+// errNoDataPlane refuses expose_port on a server without a data plane.
+var errNoDataPlane = errors.New("this server has no data plane for sandboxes' ports: its operator sets e2b.sandbox_addr (and e2b.domain for PORT-ID.DOMAIN URLs) in airlock serve's configuration")
+
+// expose makes port of b reachable, or returns its exposure when it is
+// already, with the sandbox's traffic token when access needs one: on the
+// data plane (Options.Preview), else on a new listener of the host
+// (Options.PortHost).
 func (s *Server) expose(c *callCtx, b *liveBox, port int, access policy.PortAccess) (*exposedPort, string, error) {
 	bp := &b.ports
 	bp.mu.Lock()
@@ -154,20 +204,35 @@ func (s *Server) expose(c *callCtx, b *liveBox, port int, access policy.PortAcce
 	if e := bp.byPort[port]; e != nil {
 		return e, bp.token, nil
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(s.o.PortHost, "0"))
-	if err != nil {
-		return nil, "", fmt.Errorf("listen for port %d: %w", port, err)
+	e := &exposedPort{port: port, access: access}
+	if s.o.Preview != nil {
+		url, headers, ok := s.o.Preview.PreviewURL(b.id, port)
+		if !ok {
+			return nil, "", errNoDataPlane
+		}
+		e.url, e.headers = url, headers
+		if bp.release == nil {
+			bp.release = s.onDataPlane(c.se.id, b)
+		}
+	} else {
+		ln, err := net.Listen("tcp", net.JoinHostPort(s.o.PortHost, "0"))
+		if err != nil {
+			return nil, "", fmt.Errorf("listen for port %d: %w", port, err)
+		}
+		e.url, e.done = "http://"+ln.Addr().String(), make(chan struct{})
+		session := c.se.id
+		e.srv = &http.Server{
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s.servePort(w, r, session, b, port)
+			}),
+			ReadHeaderTimeout: 30 * time.Second,
+			ErrorLog:          slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelDebug),
+		}
+		go func() {
+			defer close(e.done)
+			_ = e.srv.Serve(ln) // returns once close closes it
+		}()
 	}
-	e := &exposedPort{port: port, access: access, url: "http://" + ln.Addr().String(), done: make(chan struct{})}
-	e.srv = &http.Server{
-		Handler:           s.portHandler(c.se.id, b, port, access),
-		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelDebug),
-	}
-	go func() {
-		defer close(e.done)
-		_ = e.srv.Serve(ln) // returns once close closes it
-	}()
 	if bp.byPort == nil {
 		bp.byPort = map[int]*exposedPort{}
 	}
@@ -176,137 +241,76 @@ func (s *Server) expose(c *callCtx, b *liveBox, port int, access policy.PortAcce
 	return e, bp.token, nil
 }
 
-// portHandler proxies requests to port inside b: HTTP/1.1 streamed both
-// ways and upgrades (WebSocket), each one audited, under the policy's
-// ports bounds (max_connections, max_connection_bytes, max_bytes).
-func (s *Server) portHandler(session string, b *liveBox, port int, access policy.PortAccess) http.Handler {
-	cn := b.Sandbox.(sandbox.Connector)
-	limits := &b.Policy.Ports
-	bp := &b.ports
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t0 := time.Now()
-		rec := Record{Session: session, Tenant: b.tenant, Sandbox: b.id, Tool: "port", Outcome: "ok"}
-		refuse := func(outcome string, status int, msg string) {
-			rec.Outcome, rec.Detail = outcome, fmt.Sprintf("port %d from %s: %s", port, r.RemoteAddr, msg)
-			s.audit(rec)
-			http.Error(w, msg, status)
-		}
-		if access == policy.AccessToken {
-			bp.mu.Lock()
-			want := bp.token
-			bp.mu.Unlock()
-			got := r.Header.Get(TrafficHeader)
-			if got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-				refuse("denied", http.StatusForbidden, "this port needs the sandbox's traffic token in the "+TrafficHeader+" header")
-				return
-			}
-		}
-		if budget := int64(limits.MaxBytes); budget > 0 && bp.bytes.Load() >= budget {
-			refuse("limited", http.StatusTooManyRequests, "the sandbox's traffic budget (ports.max_bytes) is spent")
-			return
-		}
-		if n := bp.open.Add(1); n > limits.Connections() {
-			bp.open.Add(-1)
-			refuse("limited", http.StatusTooManyRequests, fmt.Sprintf("the sandbox has too many open connections (ports.max_connections: %d)", limits.Connections()))
-			return
-		}
-		defer bp.open.Add(-1)
-		var mc meter
-		proxy := &httputil.ReverseProxy{
-			Rewrite: func(pr *httputil.ProxyRequest) {
-				pr.Out.URL.Scheme, pr.Out.URL.Host = "http", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-				pr.Out.Host = pr.In.Host
-				// Why: the server in the sandbox is untrusted code; the
-				// token is the host's credential for it.
-				pr.Out.Header.Del(TrafficHeader)
-				pr.SetXForwarded()
-			},
-			Transport: &http.Transport{
-				DisableKeepAlives: true,
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					conn, err := cn.Connect(ctx, port)
-					if err != nil {
-						mc.dialErr.Store(&err)
-						return nil, err
-					}
-					return &meteredConn{Conn: conn, m: &mc, all: &bp.bytes, limits: limits}, nil
-				},
-			},
-			FlushInterval: -1,
-			ErrorLog:      slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelDebug),
-			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-				de := mc.dialErr.Load()
-				switch {
-				case de != nil && errors.Is(*de, sandbox.ErrPortClosed):
-					rec.Outcome = "closed"
-					http.Error(w, fmt.Sprintf("nothing in the sandbox listens on port %d", port), http.StatusBadGateway)
-				case r.Context().Err() != nil:
-					rec.Outcome = "canceled"
-				case mc.limited.Load():
-					rec.Outcome = "limited"
-					http.Error(w, errPortBytes.Error(), http.StatusBadGateway)
-				default:
-					rec.Outcome = "error"
-					http.Error(w, "the sandbox's server did not answer", http.StatusBadGateway)
-				}
-			},
-		}
-		_ = http.NewResponseController(w).EnableFullDuplex()
-		proxy.ServeHTTP(w, r)
-		if mc.limited.Load() {
-			rec.Outcome = "limited"
-		}
-		rec.Detail = fmt.Sprintf("port %d from %s: %s %s, %d bytes in, %d out, %s", port, r.RemoteAddr, r.Method, clip(r.URL.Path), mc.in.Load(), mc.out.Load(), time.Since(t0).Round(time.Millisecond))
+// onDataPlane puts b, of session, where ServePort finds it, and returns
+// what takes it off.
+func (s *Server) onDataPlane(session string, b *liveBox) func() {
+	s.mu.Lock()
+	if s.preview == nil {
+		s.preview = map[string]previewBox{}
+	}
+	s.preview[b.id] = previewBox{session: session, box: b}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.preview, b.id)
+		s.mu.Unlock()
+	}
+}
+
+// previewBox is a sandbox with a port on the data plane.
+type previewBox struct {
+	session string
+	box     *liveBox
+}
+
+// ServePort serves a data-plane request for port of sandbox id, when id
+// is a sandbox of this server with a port on the data plane; it returns
+// false, having written nothing, for any other id (the data plane answers
+// for those). A port expose_port has not exposed is refused; one exposed
+// with access token needs the sandbox's token in TrafficHeader. The data
+// plane removes its own routing headers before it calls.
+func (s *Server) ServePort(w http.ResponseWriter, r *http.Request, id string, port int) bool {
+	s.mu.Lock()
+	pb, ok := s.preview[id]
+	s.mu.Unlock()
+	if !ok {
+		return false
+	}
+	s.servePort(w, r, pb.session, pb.box, port)
+	return true
+}
+
+// servePort relays r to port inside b, as its exposure allows, and audits
+// it: the one handler of both the data plane and the host's listeners.
+func (s *Server) servePort(w http.ResponseWriter, r *http.Request, session string, b *liveBox, port int) {
+	rec := Record{Session: session, Tenant: b.tenant, Sandbox: b.id, Tool: "port"}
+	refuse := func(outcome string, status int, msg string) {
+		rec.Outcome, rec.Detail = outcome, fmt.Sprintf("port %d from %s: %s", port, r.RemoteAddr, msg)
 		s.audit(rec)
-	})
-}
-
-// errPortBytes ends a connection that reached a bound of ports.
-var errPortBytes = errors.New("the connection reached the sandbox's traffic limit (ports.max_connection_bytes or ports.max_bytes)")
-
-// meter is one proxied request's account.
-type meter struct {
-	in, out atomic.Int64 // bytes to the sandbox's server, and from it
-	limited atomic.Bool  // a bound of ports ended it
-	dialErr atomic.Pointer[error]
-}
-
-// meteredConn counts a proxied connection's bytes, into its request's
-// account and its sandbox's, and ends it at the policy's bounds.
-type meteredConn struct {
-	net.Conn
-	m      *meter
-	all    *atomic.Int64
-	limits *policy.Ports
-}
-
-func (c *meteredConn) count(dir *atomic.Int64, n int) error {
-	if n == 0 {
-		return nil
+		http.Error(w, msg, status)
 	}
-	one, all := dir.Add(int64(n)), c.all.Add(int64(n))
-	if per := int64(c.limits.MaxConnectionBytes); per > 0 && one > per || c.limits.MaxBytes > 0 && all > int64(c.limits.MaxBytes) {
-		c.m.limited.Store(true)
-		_ = c.Conn.Close()
-		return errPortBytes
+	e, token := b.ports.exposed(port)
+	if e == nil {
+		refuse("not_exposed", http.StatusForbidden, fmt.Sprintf("port %d of sandbox %s is not exposed: expose_port exposes it", port, b.id))
+		return
 	}
-	return nil
-}
-
-// Read reads what the sandbox's server sends.
-func (c *meteredConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if cerr := c.count(&c.m.out, n); cerr != nil && err == nil {
-		err = cerr
+	if e.access == policy.AccessToken && !portproxy.TokenOK(r.Header.Get(TrafficHeader), token) {
+		refuse("denied", http.StatusForbidden, "this port needs the sandbox's traffic token in the "+TrafficHeader+" header")
+		return
 	}
-	return n, err
-}
-
-// Write writes what the client sends.
-func (c *meteredConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	if cerr := c.count(&c.m.in, n); cerr != nil && err == nil {
-		err = cerr
+	rl := &portproxy.Relay{
+		Sandbox: b.Sandbox.(sandbox.Connector), Port: port, Limits: &b.Policy.Ports, Counters: &b.ports.ctr,
+		// Why: the server in the sandbox is untrusted code; the token is
+		// the host's credential for it.
+		Strip: []string{TrafficHeader},
+		Refuse: func(w http.ResponseWriter, f portproxy.Refusal) {
+			http.Error(w, f.Message, f.Status)
+		},
+		ErrorLog: slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelDebug),
+		Done: func(res portproxy.Result) {
+			rec.Outcome, rec.Detail = res.Outcome, res.Detail
+			s.audit(rec)
+		},
 	}
-	return n, err
+	rl.ServeHTTP(w, r)
 }

@@ -91,8 +91,14 @@ type Options struct {
 	// authentications of each remote address the same way. Nil limits
 	// nothing.
 	RateLimit, FailLimit *ratelimit.Limiter
+	// Preview, when not nil, is the data plane expose_port's URLs are
+	// on (airlock serve's), which hands their requests to ServePort. Nil
+	// opens a listener of the host for each exposed port instead (airlock
+	// mcp, whose client is on this machine).
+	Preview Preview
 	// PortHost is the address expose_port's listeners are opened on
-	// (each on a port of its own) and its URLs name; default 127.0.0.1.
+	// (each on a port of its own) and its URLs name, without Preview;
+	// default 127.0.0.1.
 	PortHost string
 	// Version is airlock's version, reported to clients.
 	Version string
@@ -114,6 +120,9 @@ type Server struct {
 	// servers are the SDK servers made by ServeStdio and Handler (guarded
 	// by mu), whose sessions Close ends.
 	servers []*sdk.Server
+	// preview holds the sandboxes with a port on the data plane, by id
+	// (guarded by mu).
+	preview map[string]previewBox
 	// wg counts the goroutines that end sessions.
 	wg sync.WaitGroup
 

@@ -31,7 +31,8 @@
 // document (internal/host), the command line (internal/cli), template
 // documents' limits (internal/template), the check of what sandboxes report
 // (internal/report), the code interpreter's built-in template's readiness
-// timeout (internal/interp), and bench/egressbench.
+// timeout (internal/interp), the port relay's bounds (internal/portproxy),
+// and bench/egressbench.
 package policy
 
 import (
