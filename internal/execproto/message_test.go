@@ -225,6 +225,9 @@ func TestSetupValidate(t *testing.T) {
 		{"address without proxy", func(s *execproto.Setup) { s.ProxyAddr = "127.0.0.1:3128" }, "go together"},
 		{"relative system dir", func(s *execproto.Setup) { s.SystemDirs = []string{"usr"} }, "system path"},
 		{"negative disk", func(s *execproto.Setup) { s.DiskBytes = -1 }, "negative size"},
+		{"pids limit natively", func(s *execproto.Setup) { s.Pids = 64 }, "only under gvisor"},
+		{"pids limit under gvisor", func(s *execproto.Setup) { *s = execproto.Setup{GVisor: true, Pids: 64} }, ""},
+		{"negative pids limit under gvisor", func(s *execproto.Setup) { *s = execproto.Setup{GVisor: true, Pids: -1} }, "negative pids"},
 		{"build capabilities", func(s *execproto.Setup) {
 			s.Layers, s.WritableRoot, s.RootCaps = []int{4}, true, execproto.RootCapabilities
 		}, ""},
