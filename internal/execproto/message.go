@@ -134,6 +134,12 @@ type Setup struct {
 	// Account, under gVisor, is the unprivileged user the generated
 	// /etc/passwd lists beside User (root there), with its home made.
 	Account *User `json:"account,omitempty"`
+	// Pids, under gVisor, is how many tasks the commands may have
+	// together (sandbox.Limits.Pids; 0: no limit): the executor holds
+	// them to it with a pids cgroup of gVisor's kernel, as the host's
+	// cgroup counts runsc's own tasks as well. The outcome at the limit is
+	// OutcomePidsLimit, which the executor reports.
+	Pids int64 `json:"pids,omitempty"`
 }
 
 // RootCapabilities are the capabilities Setup.RootCaps may name: docker's
@@ -229,6 +235,10 @@ func (s *Setup) Validate() error {
 	}
 	if s.GVisor {
 		return s.validateGVisor()
+	}
+	if s.Pids != 0 {
+		// Natively the host's cgroup and RLIMIT_NPROC hold the limit.
+		add(errors.New("pids: a limit the executor holds only under gvisor"))
 	}
 	add(source("root", s.RootFD, s.RootPath, true))
 	switch {
@@ -327,6 +337,9 @@ func (s *Setup) validateGVisor() error {
 	}
 	if s.DiskBytes < 0 || s.ShmBytes < 0 {
 		errs = append(errs, errors.New("negative size"))
+	}
+	if s.Pids < 0 {
+		errs = append(errs, errors.New("negative pids limit"))
 	}
 	if len(s.RootCaps) > 0 {
 		errs = append(errs, errors.New("gvisor: root capabilities (image builds) are not run under gVisor"))

@@ -236,6 +236,9 @@ func TestSetupValidate(t *testing.T) {
 		{"gvisor proxy streams without address", func(s *execproto.Setup) { s.SystemDirs, s.GVisor, s.ProxyStreams = nil, true, true }, "without a proxy address"},
 		{"relative system dir", func(s *execproto.Setup) { s.SystemDirs = []string{"usr"} }, "system path"},
 		{"negative disk", func(s *execproto.Setup) { s.DiskBytes = -1 }, "negative size"},
+		{"pids limit natively", func(s *execproto.Setup) { s.Pids = 64 }, "only under gvisor"},
+		{"pids limit under gvisor", func(s *execproto.Setup) { *s = execproto.Setup{GVisor: true, Pids: 64} }, ""},
+		{"negative pids limit under gvisor", func(s *execproto.Setup) { *s = execproto.Setup{GVisor: true, Pids: -1} }, "negative pids"},
 		{"build capabilities", func(s *execproto.Setup) {
 			s.Layers, s.WritableRoot, s.RootCaps = []int{4}, true, execproto.RootCapabilities
 		}, ""},

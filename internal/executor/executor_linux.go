@@ -132,6 +132,9 @@ type executor struct {
 	// egress hands the connections accepted on the proxy address to the
 	// host's egress streams (Setup.ProxyStreams); nil otherwise.
 	egress chan *os.File
+	// pids, under gVisor with a pids limit, is the group every command
+	// starts in (pidsGroup); nil otherwise.
+	pids *pidsGroup
 }
 
 // devNull returns the executor's /dev/null.
@@ -185,6 +188,14 @@ func (e *executor) start(conn io.Reader) error {
 	layers, up, err := setupFn(&e.setup)
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
+	}
+	if e.setup.GVisor && e.setup.Pids > 0 {
+		// Fails closed: the host's cgroup alone would let a fork bomb
+		// starve gVisor's own tasks.
+		if e.pids, err = newPidsGroup(e.pt, pidsGroupMount, e.setup.Pids); err != nil {
+			return fmt.Errorf("pids limit: %w", err)
+		}
+		layers = append(layers, "pids:gvisor-cgroup")
 	}
 	e.ckpt = newCheckpoints(workspacePath, up.ws)
 	if up.root >= 0 {

@@ -516,7 +516,9 @@ func pending(f *os.File) (int, error) {
 }
 
 // waitExit waits for process p to exit, killing it (outcome timeout) once
-// the request's timeout has passed.
+// the request's timeout has passed, and under gVisor (outcome pids_limit)
+// once the commands hold every task of their pids group, if they did not
+// when it started: a fork bomb stuck at the limit never exits by itself.
 func (s *stream) waitExit(p *proc) exitInfo {
 	var timeout <-chan time.Time
 	if s.req.TimeoutMS > 0 {
@@ -524,13 +526,43 @@ func (s *stream) waitExit(p *proc) exitInfo {
 		defer t.Stop()
 		timeout = t.C
 	}
-	select {
-	case info := <-p.done:
-		return info
-	case <-timeout:
-		s.kill(execproto.OutcomeTimeout)
-		return <-p.done
+	var poll <-chan time.Time
+	if g := s.e.pids; g != nil && !g.full() {
+		t := time.NewTicker(pidsPoll)
+		defer t.Stop()
+		poll = t.C
 	}
+	for {
+		select {
+		case info := <-p.done:
+			if poll != nil && failed(info.status) && s.e.pids.fullBut(1) {
+				// Its forks failed at the limit and it gave up (a
+				// shell does) between two looks: what it started
+				// holds the group but for the slot its own exit
+				// freed, and goes with it.
+				s.kill(execproto.OutcomePidsLimit)
+				s.e.pids.drain()
+			}
+			return info
+		case <-timeout:
+			s.kill(execproto.OutcomeTimeout)
+			return <-p.done
+		case <-poll:
+			if !s.e.pids.full() {
+				continue
+			}
+			s.kill(execproto.OutcomePidsLimit)
+			info := <-p.done
+			s.e.pids.drain()
+			return info
+		}
+	}
+}
+
+// failed reports whether a command that ended with ws failed: a non-zero
+// exit status or a signal.
+func failed(ws unix.WaitStatus) bool {
+	return ws.Exited() && ws.ExitStatus() != 0 || ws.Signaled()
 }
 
 // drain collects the rest of the output once the command has exited, but

@@ -35,11 +35,19 @@ import (
 // gvisor sandbox.
 const gvisorExecutor = "/.airlock/airlock-exec"
 
-// gvisorPidsReserve is how many host tasks a gvisor sandbox's cgroup allows
-// beyond Limits.Pids: runsc, its gofer and the sentry are Go programs with
-// threads of their own, and each task in the sandbox is a host task of
-// the ptrace platform. Inside, RLIMIT_NPROC stops the commands at Pids.
-const gvisorPidsReserve = 192
+// gvisorPidsReserve and gvisorPidsPerTask size a gvisor sandbox's host
+// cgroup: Limits.Pids × gvisorPidsPerTask + gvisorPidsReserve host tasks.
+// runsc, its gofer and the sentry are Go programs with threads of their own
+// (about 110 for an idle sandbox here), and on the ptrace platform every
+// process inside is a host stub process that gains a stub thread for each
+// sentry thread that runs it: a fork bomb held at 64 processes inside took
+// the host's count to about 1960, growing still after it was killed (docs/gvisor.md). The commands' limit is
+// the executor's pids cgroup of gVisor's kernel (execproto.Setup.Pids); the
+// host's is the backstop, and the memory limit bounds the stubs too.
+const (
+	gvisorPidsReserve = 192
+	gvisorPidsPerTask = 64
+)
 
 // gvisorBoot bounds how long runsc may take to bring a sandbox up to the
 // executor's handshake.
@@ -497,6 +505,13 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	// what the host's root made.
 	setup.User = execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"}
 	setup.GVisor = true
+	// The commands' limit is gVisor's own pids cgroup, which the executor
+	// makes: the host's counts runsc's tasks too (gvisorPidsReserve).
+	setup.Pids = sb.spec.Limits.Pids
+	// And it alone: RLIMIT_NPROC would count root's tasks in gVisor's
+	// kernel, and a fork it failed would not be the group's, whose limit
+	// the executor reports.
+	delete(setup.Rlimits, "nproc")
 	setup.Workspace.Mode = sb.spec.WorkspaceMode
 	if sb.spec.Workspace == "" {
 		setup.Workspace.Mode = execproto.WorkspaceEmpty

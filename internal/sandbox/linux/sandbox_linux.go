@@ -107,7 +107,7 @@ func (s *Sandbox) makeCgroup() error {
 	if pids > 0 {
 		pids += pidsReserve
 		if s.spec.Runtime == sandbox.RuntimeGVisor {
-			pids = l.Pids + gvisorPidsReserve
+			pids = l.Pids*gvisorPidsPerTask + gvisorPidsReserve
 		}
 	}
 	weight := 0
@@ -515,6 +515,11 @@ func (s *Sandbox) oomEnded(before cgroup.Stats) bool {
 // has; RLIMIT_NPROC makes the commands' forks fail there) and did not when
 // this command started.
 func (p *process) atPidsLimit(st cgroup.Stats) bool {
+	if p.s.gvisor != "" {
+		// The host's count is runsc's tasks too; the executor reports
+		// the commands' limit itself (execproto.Setup.Pids).
+		return false
+	}
 	l := p.s.spec.Limits.Pids
 	return l > 0 && st.Pids >= l && p.before.Pids < l
 }
@@ -523,7 +528,7 @@ func (p *process) atPidsLimit(st cgroup.Stats) bool {
 // limit are gone, so that the next command starts below the limit.
 func (p *process) drainPids() {
 	l := p.s.spec.Limits.Pids
-	if p.s.cg == nil || l <= 0 {
+	if p.s.cg == nil || l <= 0 || p.s.gvisor != "" { // gVisor: the executor drained its group
 		return
 	}
 	deadline := time.Now().Add(5 * time.Second)
