@@ -391,7 +391,8 @@ func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 			child.Close()
 		}
 	}()
-	p, err := sb.b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sb.executorAttr()})
+	sys := sb.executorAttr()
+	p, err := sb.b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys})
 	if err != nil {
 		host.Close()
 		return nil, fmt.Errorf("start executor: %w", err)
@@ -402,7 +403,11 @@ func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 	childOpen = false
 	sb.proc = p
 	if sb.cg != nil {
-		if err := sb.cg.AddProc(p.pid); err != nil {
+		add := sb.cg.AddProc
+		if sys.UseCgroupFD {
+			add = sb.cg.AddClonedProc // in the cgroup2 group from its start
+		}
+		if err := add(p.pid); err != nil {
 			host.Close()
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}

@@ -38,30 +38,47 @@ type proc struct {
 
 // startProc starts ps: through the spawner when Config.Spawner says so,
 // else by forking this process.
+//
+// It forks with syscall.ForkExec rather than os/exec: the first
+// exec.Cmd.Start of a process checks that pidfds work by starting a child
+// that exits at once (os.checkPidfd), one more process in every
+// `sandbox run`; os/exec also opens /dev/null once for each standard
+// stream, and parks a thread in wait4 until the child exits, where the
+// runtime's poller watches the child's pidfd here (watchPidfd).
 func (b *Backend) startProc(ps procSpec) (*proc, error) {
 	if b.cfg.Spawner {
 		return b.spawnProc(ps)
 	}
-	cmd := exec.Command(b.cfg.Executor)
-	cmd.Args = ps.args
-	cmd.Env = execproto.ExecutorEnv
-	cmd.Dir = "/"
-	if ps.stdin != nil {
-		cmd.Stdin = ps.stdin
+	null, err := unix.Open(os.DevNull, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", b.cfg.Executor, err)
 	}
-	cmd.ExtraFiles = ps.extra
+	defer unix.Close(null)
+	stdin := uintptr(null)
+	if ps.stdin != nil {
+		stdin = ps.stdin.Fd()
+	}
+	files := []uintptr{stdin, uintptr(null), uintptr(null)}
+	for _, f := range ps.extra {
+		files = append(files, f.Fd())
+	}
 	sys := *ps.sys
 	sys.Pdeathsig = syscall.SIGKILL
-	cmd.SysProcAttr = &sys
-	if err := startOnParentThread(cmd); err != nil {
-		return nil, err
+	pidfd := -1
+	sys.PidFD = &pidfd
+	attr := &syscall.ProcAttr{Dir: "/", Env: execproto.ExecutorEnv, Files: files, Sys: &sys}
+	var pid int
+	err = onParentThread(func() error {
+		var err error
+		pid, err = syscall.ForkExec(b.cfg.Executor, ps.args, attr)
+		return err
+	})
+	runtime.KeepAlive(ps.stdin)
+	runtime.KeepAlive(ps.extra)
+	if err != nil {
+		return nil, &os.PathError{Op: "fork/exec", Path: b.cfg.Executor, Err: err}
 	}
-	p := &proc{pid: cmd.Process.Pid, kill: cmd.Process.Kill, done: make(chan struct{}), close: func() {}}
-	go func() {
-		_ = cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
+	return watchPidfd(pid, pidfd, true)
 }
 
 // parentThread is the OS thread that starts every process the backend
@@ -74,7 +91,10 @@ var parentThread struct {
 }
 
 // startOnParentThread starts cmd on parentThread.
-func startOnParentThread(cmd *exec.Cmd) error {
+func startOnParentThread(cmd *exec.Cmd) error { return onParentThread(cmd.Start) }
+
+// onParentThread runs start, which starts a process, on parentThread.
+func onParentThread(start func() error) error {
 	parentThread.once.Do(func() {
 		parentThread.run = make(chan func())
 		go func() {
@@ -85,7 +105,7 @@ func startOnParentThread(cmd *exec.Cmd) error {
 		}()
 	})
 	errc := make(chan error, 1)
-	parentThread.run <- func() { errc <- cmd.Start() }
+	parentThread.run <- func() { errc <- start() }
 	return <-errc
 }
 
@@ -141,7 +161,7 @@ func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return watchPidfd(pid, pidfd)
+	return watchPidfd(pid, pidfd, false)
 }
 
 // errSpawnerGone: the spawner exited; a new one may serve the request.
@@ -238,10 +258,12 @@ func (sp *spawner) stop() {
 	sp.fd, sp.cmd = -1, nil
 }
 
-// watchPidfd returns the proc of a child of the spawner, which this process
-// cannot wait for: its exit makes pidfd readable, which the runtime's
-// poller reports without holding a thread per process.
-func watchPidfd(pid, pidfd int) (*proc, error) {
+// watchPidfd returns the proc of the process of pid and pidfd: its exit
+// makes pidfd readable, which the runtime's poller reports without holding
+// a thread per process. reap says the process is this one's child, to be
+// waited for (collected) once it has exited; a child of the spawner is the
+// spawner's to collect.
+func watchPidfd(pid, pidfd int, reap bool) (*proc, error) {
 	if err := unix.SetNonblock(pidfd, true); err != nil {
 		unix.Close(pidfd)
 		return nil, fmt.Errorf("pidfd: %w", err)
@@ -269,6 +291,18 @@ func watchPidfd(pid, pidfd int) (*proc, error) {
 	p.close = func() { once.Do(func() { f.Close() }) }
 	go func() {
 		defer close(p.done)
+		if reap {
+			// After the wait below: the zombie holds its pid until then.
+			defer func() {
+				_ = rc.Control(func(fd uintptr) {
+					var info unix.Siginfo
+					var err error = unix.EINTR
+					for errors.Is(err, unix.EINTR) {
+						err = unix.Waitid(unix.P_PIDFD, int(fd), &info, unix.WEXITED, nil)
+					}
+				})
+			}()
+		}
 		if err := rc.Read(exited); err == nil {
 			return
 		}

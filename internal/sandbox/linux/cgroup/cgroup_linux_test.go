@@ -439,6 +439,41 @@ func TestCloneIntoCgroupKillsDetachedGrandchild(t *testing.T) {
 	}
 }
 
+// TestAddClonedProc: a process started into the group's cgroup2 directory
+// (CLONE_INTO_CGROUP) and then given to AddClonedProc is in the group in
+// every hierarchy, the v1 limits' included, as after AddProc.
+func TestAddClonedProc(t *testing.T) {
+	m := newTestManager(t)
+	g := newGroup(t, m, "cloned", Limits{MemoryBytes: 64 << 20, Pids: 32})
+	if g.CgroupFD() < 0 {
+		t.Skip("no cgroup2 tree")
+	}
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.CgroupFD()}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start with CLONE_INTO_CGROUP: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	if err := g.AddClonedProc(cmd.Process.Pid); err != nil {
+		t.Fatalf("AddClonedProc: %v", err)
+	}
+	dirs := []string{g.v2}
+	for _, d := range g.v1 {
+		dirs = append(dirs, d.dir)
+	}
+	for _, d := range dirs {
+		if procs := parsePids([]byte(readTrim(t, d+"/cgroup.procs"))); !slices.Contains(procs, cmd.Process.Pid) {
+			t.Errorf("pid %d not in %s/cgroup.procs %v", cmd.Process.Pid, d, procs)
+		}
+	}
+	if len(g.v1) == 0 {
+		t.Log("no v1 hierarchies here: only the cgroup2 directory checked")
+	}
+}
+
 // TestV1OnlyKill runs a group the way a machine without cgroup2 gets it:
 // v1 directories only, cpuacct for CPU time, and the freezer for Kill.
 func TestV1OnlyKill(t *testing.T) {

@@ -98,6 +98,22 @@ func (g *Group) AddProc(pid int) error {
 			return fmt.Errorf("cgroup %s: add pid %d to cgroup2 cgroup.procs: %w", g.name, pid, err)
 		}
 	}
+	return g.addV1(pid, s)
+}
+
+// AddClonedProc is AddProc for a process started with CgroupFD
+// (CLONE_INTO_CGROUP): the kernel put it in the group's cgroup2 directory
+// as it was made, so only the v1 hierarchies are joined, and the cgroup2
+// cgroup.procs is not written again (an open, a write of a migration to
+// the same directory, a close).
+func (g *Group) AddClonedProc(pid int) error {
+	if g.v2 == "" {
+		return g.AddProc(pid)
+	}
+	return g.addV1(pid, strconv.Itoa(pid))
+}
+
+func (g *Group) addV1(pid int, s string) error {
 	for _, d := range g.v1 {
 		if err := writeFile(d.dir+"/cgroup.procs", s); err != nil {
 			return fmt.Errorf("cgroup %s: add pid %d to %s cgroup.procs: %w", g.name, pid, d.ctrls, err)
