@@ -21,6 +21,6 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(ln.Addr()) //nolint:forbidigo // the address, for the benchmark's driver
+	fmt.Println(ln.Addr())
 	log.Fatal(http.Serve(ln, http.FileServer(http.Dir(*dir))))
 }

@@ -56,8 +56,8 @@ func newPidsGroup(pt *procThread, dir string, limit int64) (*pidsGroup, error) {
 		return nil, err
 	}
 	// The thread counts as one task of the group.
-	max := limit + 1
-	if err := os.WriteFile(filepath.Join(group, "pids.max"), []byte(strconv.FormatInt(max, 10)), 0); err != nil {
+	most := limit + 1
+	if err := os.WriteFile(filepath.Join(group, "pids.max"), []byte(strconv.FormatInt(most, 10)), 0); err != nil {
 		return nil, err
 	}
 	current, err := os.Open(filepath.Join(group, "pids.current"))
@@ -77,10 +77,10 @@ func newPidsGroup(pt *procThread, dir string, limit int64) (*pidsGroup, error) {
 		current.Close()
 		return nil, fmt.Errorf("join: %w", err)
 	}
-	g := &pidsGroup{current: current, max: max}
+	g := &pidsGroup{current: current, max: most}
 	if n, err := g.count(); err != nil || n != 1 {
 		current.Close()
-		return nil, fmt.Errorf("the group holds %d tasks after the thread joined, want 1 (%v)", n, err)
+		return nil, fmt.Errorf("the group holds %d tasks after the thread joined, want 1 (%w)", n, err)
 	}
 	return g, nil
 }

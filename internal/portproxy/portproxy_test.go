@@ -120,16 +120,26 @@ func TestRelay(t *testing.T) {
 		contains string
 		absent   string
 	}{
-		{name: "answered, routing stripped, host kept", conn: &loopback{ports: map[int]string{80: addr}}, path: "/echo",
-			status: 200, outcome: portproxy.OK, contains: "host=client.example", absent: "Secret-Route"},
-		{name: "nothing listens", conn: &loopback{ports: map[int]string{}}, path: "/echo",
-			status: 502, outcome: portproxy.Closed, contains: "nothing in the sandbox listens on port 80"},
-		{name: "sandbox gone", conn: &loopback{err: fmt.Errorf("connect: %w", sandbox.ErrLost)}, path: "/echo",
-			status: 502, outcome: portproxy.Lost, contains: "the sandbox has ended"},
-		{name: "connection bound cuts a large answer", conn: &loopback{ports: map[int]string{80: addr}}, limits: policy.Ports{MaxConnectionBytes: 300 << 10}, path: "/big",
-			status: 200, outcome: portproxy.Limited},
-		{name: "budget spent at once", conn: &loopback{ports: map[int]string{80: addr}}, limits: policy.Ports{MaxBytes: 1}, path: "/echo",
-			status: 502, outcome: portproxy.Limited, contains: "traffic limit"},
+		{
+			name: "answered, routing stripped, host kept", conn: &loopback{ports: map[int]string{80: addr}}, path: "/echo",
+			status: 200, outcome: portproxy.OK, contains: "host=client.example", absent: "Secret-Route",
+		},
+		{
+			name: "nothing listens", conn: &loopback{ports: map[int]string{}}, path: "/echo",
+			status: 502, outcome: portproxy.Closed, contains: "nothing in the sandbox listens on port 80",
+		},
+		{
+			name: "sandbox gone", conn: &loopback{err: fmt.Errorf("connect: %w", sandbox.ErrLost)}, path: "/echo",
+			status: 502, outcome: portproxy.Lost, contains: "the sandbox has ended",
+		},
+		{
+			name: "connection bound cuts a large answer", conn: &loopback{ports: map[int]string{80: addr}}, limits: policy.Ports{MaxConnectionBytes: 300 << 10}, path: "/big",
+			status: 200, outcome: portproxy.Limited,
+		},
+		{
+			name: "budget spent at once", conn: &loopback{ports: map[int]string{80: addr}}, limits: policy.Ports{MaxBytes: 1}, path: "/echo",
+			status: 502, outcome: portproxy.Limited, contains: "traffic limit",
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,8 +84,12 @@ func TestExpire(t *testing.T) {
 				digest     string
 				gone, kept bool
 			}{
-				{old, true, false}, {big, true, false}, {legacy, true, false},
-				{touched, false, true}, {reput, false, true}, {young, false, true},
+				{old, true, false},
+				{big, true, false},
+				{legacy, true, false},
+				{touched, false, true},
+				{reput, false, true},
+				{young, false, true},
 				{"sha256:" + strings.Repeat("0", 64), false, false}, // not stored
 			} {
 				if tt.digest == "" {

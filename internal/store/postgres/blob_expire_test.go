@@ -59,8 +59,10 @@ func TestBlobsExpire(t *testing.T) {
 		digest     string
 		gone, kept bool
 	}{
-		{old, true, false}, {bigD, true, false},
-		{touched, false, true}, {reput, false, true},
+		{old, true, false},
+		{bigD, true, false},
+		{touched, false, true},
+		{reput, false, true},
 		{all[0], false, true}, // written after the cut
 	} {
 		gone, err := b.Expire(ctx, tt.digest, cut)
