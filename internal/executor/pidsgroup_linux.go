@@ -80,7 +80,10 @@ func newPidsGroup(pt *procThread, dir string, limit int64) (*pidsGroup, error) {
 	g := &pidsGroup{current: current, max: most}
 	if n, err := g.count(); err != nil || n != 1 {
 		current.Close()
-		return nil, fmt.Errorf("the group holds %d tasks after the thread joined, want 1 (%w)", n, err)
+		if err != nil {
+			return nil, fmt.Errorf("count the group's tasks after the thread joined: %w", err)
+		}
+		return nil, fmt.Errorf("the group holds %d tasks after the thread joined, want 1", n)
 	}
 	return g, nil
 }
