@@ -402,8 +402,22 @@ func TestPollingWatcher(t *testing.T) {
 		}
 	})
 
-	t.Run("dies with its sandbox", func(t *testing.T) {
+	t.Run("lives through a memory pause", func(t *testing.T) {
+		// The boot is frozen and thawed, not replaced: its watchers go on.
 		if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{}); res.status != 204 {
+			t.Fatalf("pause: %s", res)
+		}
+		if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{}); res.status != 201 {
+			t.Fatalf("resume: %s", res)
+		}
+		if _, res := poll(s, id); res.status != 200 {
+			t.Errorf("GetWatcherEvents after a memory pause and resume = %s, want 200: the boot is the same", res)
+		}
+	})
+
+	t.Run("dies with its sandbox", func(t *testing.T) {
+		// A filesystem pause ends the boot; the resume is a new one.
+		if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/pause", map[string]any{"memory": false}); res.status != 204 {
 			t.Fatalf("pause: %s", res)
 		}
 		if res := h.api("alpha", "POST", "/sandboxes/"+s.ID+"/connect", map[string]any{}); res.status != 201 {

@@ -222,15 +222,30 @@ func (pc *portConn) Read(b []byte) (int, error) {
 		pc.consumed <- n
 		return n, nil
 	case <-pc.eof:
+		if !isClosed(pc.up) {
+			// An early conn's stream closed before its dial was up:
+			// the dial failed, and the stream's end, just behind,
+			// says why.
+			select {
+			case <-pc.s.done:
+			case <-pc.closing:
+				return 0, pc.opErr("read", net.ErrClosed)
+			case <-pc.rdl.wait():
+				return 0, pc.opErr("read", os.ErrDeadlineExceeded)
+			}
+			if pc.failedDial() {
+				return 0, pc.dialOpErr()
+			}
+		}
 		return 0, io.EOF
 	case <-pc.s.done:
 		// Output is all taken when done is closed; a close of stdout
 		// may have come last.
-		if isClosed(pc.eof) {
-			return 0, io.EOF
-		}
 		if pc.failedDial() {
 			return 0, pc.dialOpErr()
+		}
+		if isClosed(pc.eof) {
+			return 0, io.EOF
 		}
 		return 0, pc.opErr("read", pc.endErr())
 	case <-pc.closing:
