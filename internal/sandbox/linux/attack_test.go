@@ -1434,6 +1434,12 @@ func TestAttackHelperKill9(t *testing.T) {
 		t.Fatalf("control: want %d processes of %s (the executor, and the spawner in spawner mode), found pids %v", want, executorPath, got)
 	}
 	if frozen {
+		// The count above is also right before the command's fork: freeze
+		// only once the sleep runs, or it would stay frozen mid-fork.
+		marker := os.Getenv(attackMarkerEnv)
+		if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
+			t.Fatalf("control: the sandboxed sleep %s did not start", marker)
+		}
 		if err := sb.(sandbox.Freezer).Freeze(ctx); err != nil {
 			t.Fatal(err)
 		}
