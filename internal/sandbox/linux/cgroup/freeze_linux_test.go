@@ -19,7 +19,7 @@ func newFreezerManager(t *testing.T, kind string) *Manager {
 	requireRoot(t)
 	loc, err := located()
 	if err != nil {
-		t.Skip(err)
+		t.Skipf("no cgroup hierarchy of this process to freeze in: %v", err)
 	}
 	switch kind {
 	case FreezerV1:
