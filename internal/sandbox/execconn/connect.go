@@ -226,12 +226,8 @@ func (pc *portConn) Read(b []byte) (int, error) {
 			// An early conn's stream closed before its dial was up:
 			// the dial failed, and the stream's end, just behind,
 			// says why.
-			select {
-			case <-pc.s.done:
-			case <-pc.closing:
-				return 0, pc.opErr("read", net.ErrClosed)
-			case <-pc.rdl.wait():
-				return 0, pc.opErr("read", os.ErrDeadlineExceeded)
+			if err := pc.awaitEnd("read", pc.rdl); err != nil {
+				return 0, err
 			}
 			if pc.failedDial() {
 				return 0, pc.dialOpErr()
@@ -252,6 +248,20 @@ func (pc *portConn) Read(b []byte) (int, error) {
 		return 0, pc.opErr("read", net.ErrClosed)
 	case <-pc.rdl.wait():
 		return 0, pc.opErr("read", os.ErrDeadlineExceeded)
+	}
+}
+
+// awaitEnd waits for the stream's end, which follows the close of one of
+// its channels; it returns an error as op's only when the conn is closed
+// or dl passes first.
+func (pc *portConn) awaitEnd(op string, dl *deadline) error {
+	select {
+	case <-pc.s.done:
+		return nil
+	case <-pc.closing:
+		return pc.opErr(op, net.ErrClosed)
+	case <-dl.wait():
+		return pc.opErr(op, os.ErrDeadlineExceeded)
 	}
 }
 
@@ -288,7 +298,13 @@ func (pc *portConn) Write(b []byte) (int, error) {
 		return n, pc.opErr("write", net.ErrClosed)
 	case errors.Is(err, execproto.ErrClosed):
 		// The stream ended: lost, or the connection was over, or (an
-		// early conn's) it never was up.
+		// early conn's) it never was up. The executor closes stdin
+		// before the stream's end says why: wait for that.
+		if !isClosed(pc.up) {
+			if err := pc.awaitEnd("write", pc.wdl); err != nil {
+				return n, err
+			}
+		}
 		if pc.failedDial() {
 			return n, pc.dialOpErr()
 		}

@@ -332,3 +332,39 @@ func TestConnectEarly(t *testing.T) {
 		})
 	}
 }
+
+// TestConnectEarlyRefusedWriting: a Write waiting for credit when the
+// executor refuses the dial returns the DialError, not EPIPE. The
+// result closes the stream's credit before its writer ends the stream:
+// a Write woken in between must wait for the end that says why (the
+// closed-port 502 lost that race in CI).
+func TestConnectEarlyRefusedWriting(t *testing.T) {
+	for range 200 {
+		c, p := dialPeer(t)
+		ch := p.frames()
+		conn, err := c.ConnectEarly("sb-test", 8080)
+		if err != nil {
+			t.Fatalf("ConnectEarly = %v", err)
+		}
+		werr := make(chan error, 1)
+		go func() {
+			// More than the window: the Write waits for credit.
+			_, err := conn.Write(make([]byte, execproto.BulkWindow+1))
+			werr <- err
+		}()
+		id := connectOpened(t, p, ch, false)
+		for sent := 0; sent < execproto.BulkWindow; {
+			f := next(t, ch)
+			if f.Type == execproto.TData && f.Stream == id {
+				sent += len(f.Payload) - 1
+			}
+		}
+		p.result(id, execproto.Result{ExitCode: -1, Error: "connect to port 8080: connection refused", Errno: "ECONNREFUSED"})
+		if err := <-werr; !errors.Is(sandbox.DialError(err), sandbox.ErrPortClosed) {
+			t.Fatalf("Write waiting for credit at the refusal = %v, want a DialError wrapping ErrPortClosed", err)
+		}
+		conn.Close()
+		p.conn.Close()
+		c.Close()
+	}
+}
