@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/airlockrun/airlock/internal/mcp"
+	"github.com/airlockrun/airlock/internal/portproxy/portproxytest"
 )
 
 // mcpPortsPolicy exposes 8000 to anyone and 8001 with the sandbox's
@@ -31,27 +32,6 @@ const mcpPortsPolicy = `ports:
       access: token
   max_connections: 2
   max_connection_bytes: 300K
-`
-
-// echoServer answers every request with the headers it got, and reads a
-// POST's whole body first (so a POST whose body does not come holds its
-// connection open).
-const echoServer = `import http.server, sys
-class H(http.server.BaseHTTPRequestHandler):
-    def answer(self):
-        b = ("host=%s\n" % self.headers.get("Host") + str(self.headers)).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(b)))
-        self.end_headers()
-        self.wfile.write(b)
-    def do_GET(self):
-        self.answer()
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.answer()
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 `
 
 // TestMCPServePorts: on airlock serve, expose_port answers the data
@@ -135,7 +115,7 @@ func TestMCPServePorts(t *testing.T) {
 	}
 	start := fmt.Sprintf(`mkdir -p /tmp/www && cd /tmp/www && echo "hello from 8000" > hello.txt && head -c 409600 /dev/zero > big.bin && (setsid nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &) && cat > /tmp/echo.py <<'PY'
 %sPY
-(setsid nohup python3 /tmp/echo.py 8001 >/dev/null 2>&1 &); echo started`, echoServer)
+(setsid nohup python3 /tmp/echo.py 8001 >/dev/null 2>&1 &); echo started`, portproxytest.EchoServer)
 	if res = mcpCall(t, cs, "run_command", map[string]any{"sandbox": id, "command": start}); res.IsError {
 		t.Fatalf("run_command = %q", mcpText(res))
 	}

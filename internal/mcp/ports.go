@@ -54,6 +54,9 @@ type boxPorts struct {
 	// release, when not nil, takes the sandbox off the data plane
 	// (guarded by mu).
 	release func()
+	// seq numbers the requests relayed, for exposedPort.conns (guarded
+	// by mu).
+	seq uint64
 }
 
 // exposedPort is one exposed port: on the data plane (srv nil), or on a
@@ -65,6 +68,13 @@ type exposedPort struct {
 	headers map[string]string // what a client sends to name it on the data plane
 	srv     *http.Server
 	done    chan struct{} // closed when srv.Serve has returned
+	// by is the API key (its id) that exposed it; at when.
+	by string
+	at time.Time
+	// conns cancels the requests relayed to it now, by number; revoked
+	// is set once Revoke has taken it off (both guarded by boxPorts.mu).
+	conns   map[uint64]context.CancelFunc
+	revoked bool
 }
 
 // close ends every exposed port's listener and its open connections, and
@@ -204,7 +214,7 @@ func (s *Server) expose(c *callCtx, b *liveBox, port int, access policy.PortAcce
 	if e := bp.byPort[port]; e != nil {
 		return e, bp.token, nil
 	}
-	e := &exposedPort{port: port, access: access}
+	e := &exposedPort{port: port, access: access, by: c.p.KeyID, at: s.o.Now()}
 	if s.o.Preview != nil {
 		url, headers, ok := s.o.Preview.PreviewURL(b.id, port)
 		if !ok {
@@ -298,6 +308,18 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, session strin
 		refuse("denied", http.StatusForbidden, "this port needs the sandbox's traffic token in the "+TrafficHeader+" header")
 		return
 	}
+	// Why a context of its own: Revoke ends the request, and the
+	// connection it has upgraded to, however long it would last.
+	client := r.Context()
+	ctx, cancel := context.WithCancel(client)
+	defer cancel()
+	untrack, ok := b.ports.track(e, cancel)
+	if !ok {
+		refuse("not_exposed", http.StatusForbidden, fmt.Sprintf("port %d of sandbox %s is not exposed: expose_port exposes it", port, b.id))
+		return
+	}
+	defer untrack()
+	r = r.WithContext(ctx)
 	rl := &portproxy.Relay{
 		Sandbox: b.Sandbox.(sandbox.Connector), Port: port, Limits: &b.Policy.Ports, Counters: &b.ports.ctr,
 		// Why: the server in the sandbox is untrusted code; the token is
@@ -309,6 +331,9 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request, session strin
 		ErrorLog: slog.NewLogLogger(s.o.Logger.Handler(), slog.LevelDebug),
 		Done: func(res portproxy.Result) {
 			rec.Outcome, rec.Detail = res.Outcome, res.Detail
+			if ctx.Err() != nil && client.Err() == nil {
+				rec.Outcome = "revoked"
+			}
 			s.audit(rec)
 		},
 	}

@@ -1,13 +1,19 @@
 package mcp_test
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/mcp"
+	"github.com/airlockrun/airlock/internal/portproxy/portproxytest"
 )
 
 // portsPolicy exposes port 8000 to anyone and 8001-8002 with the
@@ -152,5 +158,142 @@ func TestExposePort(t *testing.T) {
 	}
 	if ports < 4 || denied != 2 {
 		t.Errorf("audit: %d port records, %d denied; want at least 4, 2 denied", ports, denied)
+	}
+}
+
+// upgrade opens a connection to url (http://HOST:PORT) that the
+// sandbox's echo server upgrades, and checks that it echoes.
+func upgrade(t *testing.T, url string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade at %s = %v, %v; want 101", url, res, err)
+	}
+	fmt.Fprintf(c, "ping\n")
+	if line, err := br.ReadString('\n'); line != "ping\n" {
+		t.Fatalf("the upgraded connection echoed %q, %v", line, err)
+	}
+	_ = c.SetDeadline(time.Time{})
+	return c
+}
+
+// TestRevokeExposure: the host lists each sandbox's exposed ports (who
+// exposed them, when, the connections open) to the sandbox's tenant only,
+// and Revoke takes one off: its open upgraded connection ends, its URL
+// reaches nothing, the other port is untouched, a second revoke finds
+// nothing, expose_port may expose it again, and both are audited.
+func TestRevokeExposure(t *testing.T) {
+	h := newHarness(t, mcp.Options{})
+	cs := h.stdio(t)
+	res := mustCall(t, cs, "create_sandbox", map[string]any{"policy": "ports"})
+	id, _ := res.StructuredContent.(map[string]any)["sandbox"].(string)
+	if res.IsError || id == "" {
+		t.Fatalf("create_sandbox = %q", text(res))
+	}
+	start := fmt.Sprintf("cat > /tmp/echo.py <<'PY'\n%sPY\nfor p in 8000 8001; do (setsid nohup python3 /tmp/echo.py $p >/dev/null 2>&1 &); done; echo started", portproxytest.EchoServer)
+	if res = mustCall(t, cs, "run_command", map[string]any{"sandbox": id, "command": start}); res.IsError {
+		t.Fatalf("run_command = %q", text(res))
+	}
+	expose := func(port int) (url, token string) {
+		t.Helper()
+		res := mustCall(t, cs, "expose_port", map[string]any{"sandbox": id, "port": port})
+		st, _ := res.StructuredContent.(map[string]any)
+		url, _ = st["url"].(string)
+		token, _ = st["token"].(string)
+		if res.IsError || url == "" {
+			t.Fatalf("expose_port(%d) = %q", port, text(res))
+		}
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if status, _ := get(t, url+"/", mcp.TrafficHeader, token); status != http.StatusBadGateway {
+				break // the server has started
+			}
+		}
+		return url, token
+	}
+	before := time.Now()
+	pubURL, _ := expose(8000)
+	tokURL, token := expose(8001)
+	ws := upgrade(t, pubURL)
+
+	// Listed to the sandbox's tenant, with what each exposure is.
+	list := h.srv.Sandboxes("local")
+	if len(list) != 1 || list[0].ID != id || list[0].Policy != "ports" || len(list[0].Exposures) != 2 {
+		t.Fatalf("Sandboxes(local) = %+v, want %s with two exposures", list, id)
+	}
+	pub, tok := list[0].Exposures[0], list[0].Exposures[1]
+	if pub.Port != 8000 || pub.URL != pubURL || pub.Access != "public" || pub.Open != 1 || pub.At.Before(before.Add(-time.Second)) || pub.By != "local-user" {
+		t.Errorf("exposure of 8000 = %+v, want public at %s, one open connection, by local-user, at its exposure", pub, pubURL)
+	}
+	if tok.Port != 8001 || tok.URL != tokURL || tok.Access != "token" || tok.Open != 0 {
+		t.Errorf("exposure of 8001 = %+v, want token at %s", tok, tokURL)
+	}
+	if got := h.srv.Sandboxes("acme"); len(got) != 0 {
+		t.Errorf("Sandboxes(acme) = %+v, want none of another tenant's", got)
+	}
+	if one, ok := h.srv.Sandbox("local", id); !ok || len(one.Exposures) != 2 {
+		t.Errorf("Sandbox(local, %s) = %+v, %v", id, one, ok)
+	}
+	if _, ok := h.srv.Sandbox("acme", id); ok {
+		t.Errorf("Sandbox(acme, %s) found another tenant's sandbox", id)
+	}
+
+	for _, tc := range []struct {
+		name, tenant, id string
+		port             int
+		want             error
+	}{
+		{"another tenant's sandbox", "acme", id, 8000, mcp.ErrNoSandbox},
+		{"no sandbox named", "local", "", 8000, mcp.ErrNoSandbox},
+		{"an unknown sandbox", "local", "nope", 8000, mcp.ErrNoSandbox},
+		{"a port never exposed", "local", id, 8002, mcp.ErrNotExposed},
+	} {
+		if _, err := h.srv.Revoke(tc.tenant, tc.id, tc.port, "key_admin"); !errors.Is(err, tc.want) {
+			t.Errorf("Revoke of %s = %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	e, err := h.srv.Revoke("local", id, 8000, "key_admin")
+	if err != nil || e.Port != 8000 || e.URL != pubURL {
+		t.Fatalf("Revoke(8000) = %+v, %v", e, err)
+	}
+	// The upgraded connection ends, and the URL reaches nothing.
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if n, err := ws.Read(make([]byte, 16)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read of the revoked port's upgraded connection = %d, %v; want it ended", n, err)
+	}
+	if status, body := get(t, pubURL+"/"); status != 0 {
+		t.Errorf("GET of the revoked port = %d %q, want the connection refused", status, body)
+	}
+	if _, err := h.srv.Revoke("local", id, 8000, "key_admin"); !errors.Is(err, mcp.ErrNotExposed) {
+		t.Errorf("Revoke(8000) again = %v, want ErrNotExposed", err)
+	}
+	if status, body := get(t, tokURL+"/", mcp.TrafficHeader, token); status != 200 || !strings.Contains(body, "host=") {
+		t.Errorf("GET of the port left exposed = %d %q, want its echo", status, body)
+	}
+	if list = h.srv.Sandboxes("local"); len(list) != 1 || len(list[0].Exposures) != 1 || list[0].Exposures[0].Port != 8001 {
+		t.Errorf("Sandboxes(local) after the revoke = %+v, want 8001 alone", list)
+	}
+	// Exposed again, it is reached again.
+	again, _ := expose(8000)
+	upgrade(t, again)
+
+	var revokes, revoked int
+	for _, r := range h.audit.records(t) {
+		switch {
+		case r.Tool == "port.revoke" && r.Sandbox == id && r.KeyID == "key_admin" && strings.Contains(r.Detail, "port 8000") && strings.Contains(r.Detail, "1 connections ended"):
+			revokes++
+		case r.Tool == "port" && r.Outcome == "revoked":
+			revoked++
+		}
+	}
+	if revokes != 1 || revoked != 1 {
+		t.Errorf("audit: %d port.revoke records, %d requests revoked; want 1 and 1", revokes, revoked)
 	}
 }

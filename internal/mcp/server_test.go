@@ -233,7 +233,7 @@ func (h *harness) stdio(t *testing.T) *sdk.ClientSession {
 	ct, st := sdk.NewInMemoryTransports()
 	done := make(chan error, 1)
 	go func() {
-		done <- h.srv.ServeStdio(context.Background(), st, auth.Principal{Tenant: "local", Scopes: []string{auth.ScopeAdmin}})
+		done <- h.srv.ServeStdio(context.Background(), st, auth.Principal{Tenant: "local", KeyID: "local-user", Scopes: []string{auth.ScopeAdmin}})
 	}()
 	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, h.clientOptions()).Connect(ctxT(t), ct, &sdk.ClientSessionOptions{ProtocolVersion: h.protocol})
 	if err != nil {

@@ -1,7 +1,6 @@
 package portproxy_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/portproxy"
+	"github.com/airlockrun/airlock/internal/portproxy/portproxytest"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -36,25 +36,6 @@ func (l *loopback) Connect(ctx context.Context, port int) (net.Conn, error) {
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
-}
-
-// sandboxServer answers /echo with the request's headers and Host, /big
-// with 400K, and /hold once its body is read whole.
-func sandboxServer(t *testing.T) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/big":
-			_, _ = w.Write(bytes.Repeat([]byte("x"), 400<<10))
-		case "/hold":
-			_, _ = io.Copy(io.Discard, r.Body)
-		default:
-			fmt.Fprintf(w, "host=%s\n", r.Host)
-			_ = r.Header.Write(w)
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
 }
 
 // front serves rl on a listener of its own, recording each Result.
@@ -108,8 +89,7 @@ func get(t *testing.T, url string, hd ...string) (int, string) {
 // TestRelay: what reaches the sandbox's server, and what the caller is
 // told, request by request.
 func TestRelay(t *testing.T) {
-	srv := sandboxServer(t)
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	addr := portproxytest.Start(t)
 	tests := []struct {
 		name     string
 		conn     *loopback
@@ -180,8 +160,7 @@ func TestRelay(t *testing.T) {
 // all its ports, and a spent max_bytes refuses new ones; the counters
 // say what is open and what was carried.
 func TestRelayBounds(t *testing.T) {
-	srv := sandboxServer(t)
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	addr := portproxytest.Start(t)
 	conn := &loopback{ports: map[int]string{80: addr, 81: addr}}
 	limits := policy.Ports{MaxConnections: 2, MaxBytes: 64 << 10}
 	ctr := &portproxy.Counters{}
