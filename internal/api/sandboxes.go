@@ -2,14 +2,20 @@ package api
 
 import "time"
 
-// Sandbox is a live sandbox of the E2B API (running or paused) as the
-// native API shows it (GET /v1/sandboxes/{id}, the items of SandboxList):
-// where its exposed ports are reached and what goes through them.
+// Sandbox is a live sandbox of the E2B API (running or paused) or of an
+// MCP session as the native API shows it (GET /v1/sandboxes/{id}, the
+// items of SandboxList): where its exposed ports are reached and what goes
+// through them.
 type Sandbox struct {
 	ID string `json:"id"`
+	// Origin is "e2b" (the E2B API's) or "mcp" (an MCP session's).
+	Origin string `json:"origin"`
 	// RunID is the sandbox's record: GET /v1/runs/{run_id}/events reads
-	// what was done in it.
-	RunID    string    `json:"run_id"`
+	// what was done in it ("" for an MCP session's, whose record is the
+	// server's MCP audit log).
+	RunID string `json:"run_id"`
+	// Template is an E2B sandbox's template, or the name of an MCP
+	// sandbox's policy.
 	Template string    `json:"template"`
 	State    string    `json:"state"`
 	Started  time.Time `json:"started"`
@@ -18,9 +24,39 @@ type Sandbox struct {
 	// what they carried, both ways, over its life.
 	Open  int64 `json:"open"`
 	Bytes int64 `json:"bytes"`
-	// Ports are the rules of its policy's ports.expose, in order; empty
-	// when it exposes nothing.
+	// Ports are the rules of an E2B sandbox's ports.expose, in order;
+	// empty when it exposes nothing, and for an MCP sandbox.
 	Ports []SandboxPorts `json:"ports"`
+	// Exposures are the ports of an MCP sandbox its client exposed with
+	// expose_port, by port; empty for an E2B sandbox, whose ports are its
+	// policy's (Ports).
+	Exposures []SandboxExposure `json:"exposures"`
+}
+
+// SandboxExposure is a port of an MCP sandbox that its client exposed
+// with expose_port, until it is revoked (DELETE
+// /v1/sandboxes/{id}/exposures/{port}) or the sandbox ends.
+type SandboxExposure struct {
+	Port int `json:"port"`
+	// URL is where the port is reached; Headers, when there are any, what
+	// a client sends there to name the sandbox and the port.
+	URL     string            `json:"url"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Access is "public" or "token"; TokenRequired is true for token:
+	// a client sends the sandbox's traffic token, which only the MCP
+	// client was given, in the header Airlock-Traffic-Token.
+	Access        string `json:"access"`
+	TokenRequired bool   `json:"token_required"`
+	// By is the API key (its id) whose MCP session exposed it; At when.
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+	// Open is the connections open to the port now.
+	Open int64 `json:"open"`
+}
+
+// ExposureList is the body of GET /v1/sandboxes/{id}/exposures.
+type ExposureList struct {
+	Exposures []SandboxExposure `json:"exposures"`
 }
 
 // SandboxPorts is one rule of a sandbox's ports.expose.

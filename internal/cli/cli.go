@@ -52,6 +52,7 @@ type cli struct {
 		Create      CreateCmd                 `cmd:"" help:"Create a long-lived sandbox and print its id."`
 		Exec        sandboxcli.ExecCmd        `cmd:"" help:"Run a command in a live sandbox."`
 		Ls          sandboxcli.LsCmd          `cmd:"" help:"List live sandboxes."`
+		Ports       SandboxPortsCmd           `cmd:"" help:"A server's sandboxes' exposed ports (AIRLOCK_URL, AIRLOCK_API_KEY): ls [ID], revoke ID PORT."`
 		PortForward sandboxcli.PortForwardCmd `cmd:"" name:"port-forward" help:"Forward local TCP ports to ports inside a live sandbox until interrupted: airlock sandbox port-forward ID [LOCAL:]PORT..."`
 		Rm          sandboxcli.RmCmd          `cmd:"" help:"Destroy live sandboxes."`
 		Gc          sandboxcli.GcCmd          `cmd:"" help:"Remove what crashed airlock processes left behind."`

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,8 +20,11 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/cli"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/portproxy/portproxytest"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
 
 // mcpPortsPolicy exposes 8000 to anyone and 8001 with the sandbox's
@@ -272,6 +277,92 @@ func TestMCPServePorts(t *testing.T) {
 		t.Errorf("GET after the held connections ended = %d %q", status, body)
 	}
 
+	// The native API lists the exposures, to the sandbox's tenant, and
+	// revokes one: its open upgraded connection ends, its URL is refused,
+	// the other port goes on.
+	for _, tenant := range []string{"local", "other"} {
+		var out bytes.Buffer
+		if code := airlockIn(t, ctx, home, exe, &out, "keys", "create", "--tenant", tenant, "--name", "ops", "--scope", "runs:read,runs:write"); code != 0 {
+			t.Fatalf("keys create ops = %d", code)
+		}
+		keys["ops-"+tenant] = strings.TrimSpace(out.String())
+	}
+	ports := func(tenant string, args ...string) (int, string) {
+		t.Helper()
+		var out bytes.Buffer
+		vars := map[string]string{"AIRLOCK_URL": base, "AIRLOCK_API_KEY": keys["ops-"+tenant]}
+		env := &cli.Env{
+			Env:    sandboxcli.Env{Ctx: ctx, Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Home: home, Executor: exe},
+			Getenv: func(k string) string { return vars[k] },
+		}
+		code := cli.Main(env, append([]string{"sandbox", "ports"}, args...))
+		return code, out.String()
+	}
+	code, out := ports("local", "ls", id, "--json")
+	var listed api.Sandbox
+	if err := json.Unmarshal([]byte(out), &listed); code != 0 || err != nil {
+		t.Fatalf("airlock sandbox ports ls %s --json = %d %q, %v", id, code, out, err)
+	}
+	if len(listed.Exposures) != 2 || listed.Origin != "mcp" || !strings.HasPrefix(listed.Template, "ports") {
+		t.Fatalf("airlock sandbox ports ls %s = %+v, want the MCP sandbox's two exposures", id, listed)
+	}
+	for i, want := range []api.SandboxExposure{{Port: 8000, URL: pubURL, Access: "public"}, {Port: 8001, URL: tokURL, Access: "token", TokenRequired: true}} {
+		e := listed.Exposures[i]
+		if e.Port != want.Port || e.URL != want.URL || e.Access != want.Access || e.TokenRequired != want.TokenRequired || !strings.HasPrefix(e.By, "key_") || e.At.IsZero() {
+			t.Errorf("exposure %d = %+v, want %+v by the MCP key's id, with its time", i, e, want)
+		}
+	}
+	if code, out = ports("local"); code != 0 || !strings.Contains(out, id) || !strings.Contains(out, pubURL) || !strings.Contains(out, tokURL) {
+		t.Errorf("airlock sandbox ports = %d %q, want the sandbox's URLs", code, out)
+	}
+	if code, out = ports("other"); code != 0 || strings.Contains(out, id) {
+		t.Errorf("airlock sandbox ports as another tenant = %d %q, want the sandbox not listed", code, out)
+	}
+	if code, out = ports("other", "revoke", id, "8001"); code != 2 || !strings.Contains(out, "no such sandbox") {
+		t.Errorf("airlock sandbox ports revoke as another tenant = %d %q, want 2, no such sandbox", code, out)
+	}
+	ws, err := net.Dial("tcp", plane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	_ = ws.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(ws, "GET /ws HTTP/1.1\r\nHost: 8001-%s.%s\r\n%s: %s\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n", id, domain, mcp.TrafficHeader, token)
+	wr := bufio.NewReader(ws)
+	if res, err := http.ReadResponse(wr, nil); err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade through the token port = %v, %v; want 101", res, err)
+	}
+	fmt.Fprintf(ws, "ping\n")
+	if line, err := wr.ReadString('\n'); line != "ping\n" {
+		t.Fatalf("the upgraded connection echoed %q, %v", line, err)
+	}
+	if code, out = ports("local", "revoke", id, "8001"); code != 0 || !strings.Contains(out, "revoked port 8001") {
+		t.Fatalf("airlock sandbox ports revoke %s 8001 = %d %q", id, code, out)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if n, err := wr.Read(make([]byte, 16)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("read of the revoked port's upgraded connection = %d, %v; want it ended", n, err)
+	}
+	if status, body := fetch("GET", tokURL, "/", mcp.TrafficHeader, token); status != http.StatusForbidden || !strings.Contains(body, "not exposed") {
+		t.Errorf("GET of the revoked port = %d %q, want 403 not exposed", status, body)
+	}
+	if status, body := fetch("GET", pubURL, "/hello.txt"); status != 200 {
+		t.Errorf("GET of the port left exposed = %d %q", status, body)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"revoke", id, "8001"}, 2, "not exposed"},
+		{[]string{"revoke", id, "0"}, 2, "not a TCP port"},
+		{[]string{"ls", "inope"}, 2, "no such sandbox"},
+	} {
+		if code, out = ports("local", tc.args...); code != tc.code || !strings.Contains(out, tc.says) {
+			t.Errorf("airlock sandbox ports %v = %d %q, want %d saying %q", tc.args, code, out, tc.code, tc.says)
+		}
+	}
+
 	// Destroyed, the sandbox's URLs reach nothing.
 	if res = mcpCall(t, cs, "destroy_sandbox", map[string]any{"sandbox": id}); res.IsError {
 		t.Fatalf("destroy_sandbox = %q", mcpText(res))
@@ -291,6 +382,9 @@ func TestMCPServePorts(t *testing.T) {
 	}
 	outcomes := map[string]int{}
 	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, `"tool":"port.revoke"`) && strings.Contains(line, id) && !strings.Contains(line, "port 8001 (token)") {
+			t.Errorf("the revoke's audit record = %s, want port 8001's", line)
+		}
 		if strings.Contains(line, `"tool":"port"`) && strings.Contains(line, id) {
 			m := regexp.MustCompile(`"outcome":"([a-z_]+)"`).FindStringSubmatch(line)
 			if m != nil {
@@ -298,7 +392,7 @@ func TestMCPServePorts(t *testing.T) {
 			}
 		}
 	}
-	if outcomes["ok"] < 2 || outcomes["denied"] < len(refused) || outcomes["limited"] < 2 {
-		t.Errorf("audit outcomes of the port requests = %v, want ok ones, a denial per refused request, limited ones (the cut file, the third connection)", outcomes)
+	if outcomes["ok"] < 2 || outcomes["denied"] < len(refused) || outcomes["limited"] < 2 || outcomes["revoked"] != 1 {
+		t.Errorf("audit outcomes of the port requests = %v, want ok ones, a denial per refused request, limited ones (the cut file, the third connection), the revoked connection", outcomes)
 	}
 }

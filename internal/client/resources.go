@@ -132,3 +132,28 @@ func (c *Client) PutSecret(ctx context.Context, name string, value []byte, hosts
 func (c *Client) DeleteSecret(ctx context.Context, name string) error {
 	return c.call(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + seg(name)}, nil, 0)
 }
+
+// Sandboxes lists the tenant's live sandboxes of the server's E2B API
+// and MCP sessions, with their exposed ports. It needs runs:read.
+func (c *Client) Sandboxes(ctx context.Context) ([]api.Sandbox, error) {
+	var out api.SandboxList
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/sandboxes"}, &out, 0)
+	return out.Sandboxes, err
+}
+
+// Sandbox returns the tenant's live sandbox id. It needs runs:read.
+func (c *Client) Sandbox(ctx context.Context, id string) (api.Sandbox, error) {
+	var out api.Sandbox
+	err := c.call(ctx, request{method: http.MethodGet, path: "/v1/sandboxes/" + seg(id)}, &out, 0)
+	return out, err
+}
+
+// RevokeExposure ends the exposure of port of the MCP sandbox id, with
+// its open connections, and returns what it was; a port not exposed is
+// api.CodeNotFound, an E2B sandbox's api.CodeConflict. It needs
+// runs:write.
+func (c *Client) RevokeExposure(ctx context.Context, id string, port int) (api.SandboxExposure, error) {
+	var out api.SandboxExposure
+	err := c.call(ctx, request{method: http.MethodDelete, path: "/v1/sandboxes/" + seg(id) + "/exposures/" + strconv.Itoa(port)}, &out, 0)
+	return out, err
+}

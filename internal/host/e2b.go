@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
+	"github.com/airlockrun/airlock/internal/mcp"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
@@ -142,38 +146,66 @@ func (e *e2bService) stop(ctx context.Context) {
 	_ = e.audit.Close()
 }
 
-// e2bSandboxes is the native API's view (server.Sandboxes) of the E2B
-// API's live sandboxes: nil until the service has started, and for a
-// host without the E2B API.
+// e2bSandboxes is the native API's view (server.Sandboxes) of the live
+// sandboxes of the E2B API and of the MCP sessions of /mcp: each nil
+// until its service has started, and for a host without it.
 type e2bSandboxes struct {
 	srv atomic.Pointer[e2b.Server]
+	mcp atomic.Pointer[mcp.Server]
 }
 
 var _ server.Sandboxes = (*e2bSandboxes)(nil)
 
 func (x *e2bSandboxes) Sandboxes(tenant string) []api.Sandbox {
-	srv := x.srv.Load()
-	if srv == nil {
-		return nil
+	var out []api.Sandbox
+	if srv := x.srv.Load(); srv != nil {
+		for _, e := range srv.Exposures(tenant) {
+			out = append(out, apiSandbox(e))
+		}
 	}
-	es := srv.Exposures(tenant)
-	out := make([]api.Sandbox, 0, len(es))
-	for _, e := range es {
-		out = append(out, apiSandbox(e))
+	if ms := x.mcp.Load(); ms != nil {
+		for _, b := range ms.Sandboxes(tenant) {
+			out = append(out, mcpSandbox(b))
+		}
 	}
+	slices.SortFunc(out, func(a, b api.Sandbox) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
 
 func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
-	srv := x.srv.Load()
-	if srv == nil {
-		return api.Sandbox{}, false
+	if srv := x.srv.Load(); srv != nil {
+		if e, ok := srv.Exposure(tenant, id); ok {
+			return apiSandbox(e), true
+		}
 	}
-	e, ok := srv.Exposure(tenant, id)
-	if !ok {
-		return api.Sandbox{}, false
+	if ms := x.mcp.Load(); ms != nil {
+		if b, ok := ms.Sandbox(tenant, id); ok {
+			return mcpSandbox(b), true
+		}
 	}
-	return apiSandbox(e), true
+	return api.Sandbox{}, false
+}
+
+func (x *e2bSandboxes) Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error) {
+	if srv := x.srv.Load(); srv != nil {
+		if _, ok := srv.Exposure(tenant, id); ok {
+			return api.SandboxExposure{}, server.ErrPolicyPorts
+		}
+	}
+	ms := x.mcp.Load()
+	if ms == nil {
+		return api.SandboxExposure{}, server.ErrNoSandbox
+	}
+	e, err := ms.Revoke(tenant, id, port, by)
+	switch {
+	case errors.Is(err, mcp.ErrNoSandbox):
+		return api.SandboxExposure{}, server.ErrNoSandbox
+	case errors.Is(err, mcp.ErrNotExposed):
+		return api.SandboxExposure{}, server.ErrNotExposed
+	case err != nil:
+		return api.SandboxExposure{}, err
+	}
+	return apiExposure(e), nil
 }
 
 // PreviewURL is where port of sandbox id is reached on the E2B API's data
@@ -190,11 +222,30 @@ func (x *e2bSandboxes) PreviewURL(id string, port int) (string, map[string]strin
 
 func apiSandbox(e e2b.Exposure) api.Sandbox {
 	s := api.Sandbox{
-		ID: e.ID, RunID: e.RunID, Template: e.Template, State: e.State, Started: e.Started, EndAt: e.EndAt,
-		Open: e.Open, Bytes: e.Bytes, Ports: make([]api.SandboxPorts, 0, len(e.Ports)),
+		ID: e.ID, Origin: "e2b", RunID: e.RunID, Template: e.Template, State: e.State, Started: e.Started, EndAt: e.EndAt,
+		Open: e.Open, Bytes: e.Bytes, Ports: make([]api.SandboxPorts, 0, len(e.Ports)), Exposures: []api.SandboxExposure{},
 	}
 	for _, p := range e.Ports {
 		s.Ports = append(s.Ports, api.SandboxPorts{Ports: p.Ports.String(), Access: string(p.Access), URL: p.URL, Open: p.Open})
 	}
 	return s
+}
+
+// mcpSandbox is an MCP session's sandbox as the native API shows it.
+func mcpSandbox(b mcp.LiveSandbox) api.Sandbox {
+	s := api.Sandbox{
+		ID: b.ID, Origin: "mcp", Template: b.Policy, State: "running", Started: b.Created,
+		Open: b.Open, Bytes: b.Bytes, Ports: []api.SandboxPorts{}, Exposures: make([]api.SandboxExposure, 0, len(b.Exposures)),
+	}
+	for _, e := range b.Exposures {
+		s.Exposures = append(s.Exposures, apiExposure(e))
+	}
+	return s
+}
+
+func apiExposure(e mcp.Exposure) api.SandboxExposure {
+	return api.SandboxExposure{
+		Port: e.Port, URL: e.URL, Headers: e.Headers, Access: string(e.Access), TokenRequired: e.Access == policy.AccessToken,
+		By: e.By, At: e.At, Open: e.Open,
+	}
 }

@@ -251,6 +251,7 @@ func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, erro
 		ms.Close(ctx)
 	}
 	s.mcp = ms
+	s.sandboxes.mcp.Store(ms)
 	s.hs.RegisterOnShutdown(closeMCP)
 	s.closers = append(s.closers, func() { audit.Close() }, closeMCP)
 	keys := auth.NewKeys(rs.store, nil)

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"slices"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/server"
 )
 
 // sandboxTable is a hand-written server.Sandboxes: each tenant's live
@@ -19,8 +21,10 @@ import (
 // of the real one is tested through airlock serve, internal/cli).
 type sandboxTable struct {
 	mu sync.Mutex
-	// byTenant is guarded by mu.
-	byTenant map[string][]api.Sandbox
+	// byTenant and revokedBy (the keys of Revoke's calls) are guarded by
+	// mu.
+	byTenant  map[string][]api.Sandbox
+	revokedBy []string
 }
 
 func (x *sandboxTable) Sandboxes(tenant string) []api.Sandbox {
@@ -38,6 +42,30 @@ func (x *sandboxTable) Sandbox(tenant, id string) (api.Sandbox, bool) {
 	return api.Sandbox{}, false
 }
 
+// Revoke removes an MCP sandbox's exposure, as the host's adapter of
+// mcp.Server does; an E2B sandbox's ports are its policy's.
+func (x *sandboxTable) Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for i, s := range x.byTenant[tenant] {
+		if s.ID != id {
+			continue
+		}
+		if s.Origin == "e2b" {
+			return api.SandboxExposure{}, server.ErrPolicyPorts
+		}
+		for j, e := range s.Exposures {
+			if e.Port == port {
+				x.byTenant[tenant][i].Exposures = slices.Delete(slices.Clone(s.Exposures), j, j+1)
+				x.revokedBy = append(x.revokedBy, by)
+				return e, nil
+			}
+		}
+		return api.SandboxExposure{}, server.ErrNotExposed
+	}
+	return api.SandboxExposure{}, server.ErrNoSandbox
+}
+
 func (x *sandboxTable) setOpen(tenant string, i, rule int, open int64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -50,17 +78,25 @@ var started = time.Date(2026, 12, 5, 20, 0, 0, 0, time.UTC)
 func exampleSandboxes() *sandboxTable {
 	return &sandboxTable{byTenant: map[string][]api.Sandbox{
 		"alpha": {{
-			ID: "iabc123def456", RunID: "run_01sandboxrecord", Template: "web-app", State: "running",
+			ID: "iabc123def456", Origin: "e2b", RunID: "run_01sandboxrecord", Template: "web-app", State: "running",
 			Started: started, EndAt: started.Add(5 * time.Minute), Open: 0, Bytes: 52_000,
 			Ports: []api.SandboxPorts{
 				{Ports: "3000", Access: "public", URL: "https://3000-iabc123def456.sbx.example.test"},
 				{Ports: "8000-8999", Access: "token", URL: "https://{port}-iabc123def456.sbx.example.test"},
 			},
+			Exposures: []api.SandboxExposure{},
 		}, {
-			ID: "iquiet000000", RunID: "run_01quietrecord", Template: "base", State: "paused",
-			Started: started, EndAt: started, Ports: []api.SandboxPorts{},
+			ID: "imcp00000001", Origin: "mcp", Template: "ports", State: "running", Started: started, Open: 1, Bytes: 4096,
+			Ports: []api.SandboxPorts{},
+			Exposures: []api.SandboxExposure{
+				{Port: 8000, URL: "https://8000-imcp00000001.sbx.example.test", Access: "public", By: "key_alpha1", At: started.Add(time.Minute), Open: 1},
+				{Port: 8001, URL: "https://8001-imcp00000001.sbx.example.test", Access: "token", TokenRequired: true, By: "key_alpha1", At: started.Add(2 * time.Minute)},
+			},
+		}, {
+			ID: "iquiet000000", Origin: "e2b", RunID: "run_01quietrecord", Template: "base", State: "paused",
+			Started: started, EndAt: started, Ports: []api.SandboxPorts{}, Exposures: []api.SandboxExposure{},
 		}},
-		"beta": {{ID: "ibeta0000000", RunID: "run_01betarecord", Template: "base", State: "running", Ports: []api.SandboxPorts{}}},
+		"beta": {{ID: "ibeta0000000", Origin: "e2b", RunID: "run_01betarecord", Template: "base", State: "running", Ports: []api.SandboxPorts{}, Exposures: []api.SandboxExposure{}}},
 	}}
 }
 
@@ -111,6 +147,68 @@ func TestSandboxesAPI(t *testing.T) {
 	}
 }
 
+// TestSandboxExposuresAPI: /v1/sandboxes/{id}/exposures lists an MCP
+// sandbox's exposed ports, and DELETE .../exposures/{port} revokes one
+// for a key with runs:write, as the key's id; another tenant's sandbox,
+// a port not exposed, an E2B sandbox's policy ports and a bad port are
+// refused, each with its status.
+func TestSandboxExposuresAPI(t *testing.T) {
+	t.Parallel()
+	table := exampleSandboxes()
+	h := newHarness(t, harnessOptions{sandboxes: table})
+	read, write, beta := h.key("alpha", "runs:read"), h.key("alpha", "runs:write"), h.key("beta", "runs:read", "runs:write")
+	mcpBox := table.byTenant["alpha"][1]
+
+	var list api.ExposureList
+	h.must(http.StatusOK, "GET", "/v1/sandboxes/imcp00000001/exposures", read, nil).json(t, &list)
+	if diff := cmp.Diff(mcpBox.Exposures, list.Exposures); diff != "" {
+		t.Errorf("GET exposures (-want +got):\n%s", diff)
+	}
+	h.must(http.StatusOK, "GET", "/v1/sandboxes/iabc123def456/exposures", read, nil).json(t, &list)
+	if list.Exposures == nil || len(list.Exposures) != 0 {
+		t.Errorf("GET exposures of an E2B sandbox = %+v, want an empty list", list)
+	}
+	for _, tc := range []struct {
+		name, method, path, key string
+		status                  int
+		code                    string
+	}{
+		{"another tenant's sandbox", "DELETE", "/v1/sandboxes/imcp00000001/exposures/8000", beta, http.StatusNotFound, api.CodeNotFound},
+		{"another tenant's list", "GET", "/v1/sandboxes/imcp00000001/exposures", beta, http.StatusNotFound, api.CodeNotFound},
+		{"a key without runs:write", "DELETE", "/v1/sandboxes/imcp00000001/exposures/8000", read, http.StatusForbidden, api.CodeForbidden},
+		{"a port not exposed", "DELETE", "/v1/sandboxes/imcp00000001/exposures/9000", write, http.StatusNotFound, api.CodeNotFound},
+		{"not a port", "DELETE", "/v1/sandboxes/imcp00000001/exposures/http", write, http.StatusBadRequest, api.CodeBadRequest},
+		{"port 0", "DELETE", "/v1/sandboxes/imcp00000001/exposures/0", write, http.StatusBadRequest, api.CodeBadRequest},
+		{"port 65536", "DELETE", "/v1/sandboxes/imcp00000001/exposures/65536", write, http.StatusBadRequest, api.CodeBadRequest},
+		{"an E2B sandbox's policy port", "DELETE", "/v1/sandboxes/iabc123def456/exposures/3000", write, http.StatusConflict, api.CodeConflict},
+		{"an unknown sandbox", "DELETE", "/v1/sandboxes/inope/exposures/8000", write, http.StatusNotFound, api.CodeNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := h.do(tc.method, tc.path, tc.key, nil)
+			if r.status != tc.status || !strings.Contains(string(r.body), `"code":"`+tc.code+`"`) {
+				t.Errorf("%s %s = %d %s, want %d %s", tc.method, tc.path, r.status, r.body, tc.status, tc.code)
+			}
+		})
+	}
+	var gone api.SandboxExposure
+	h.must(http.StatusOK, "DELETE", "/v1/sandboxes/imcp00000001/exposures/8000", write, nil).json(t, &gone)
+	if diff := cmp.Diff(mcpBox.Exposures[0], gone); diff != "" {
+		t.Errorf("DELETE exposures/8000 answered (-want +got):\n%s", diff)
+	}
+	h.must(http.StatusOK, "GET", "/v1/sandboxes/imcp00000001/exposures", read, nil).json(t, &list)
+	if len(list.Exposures) != 1 || list.Exposures[0].Port != 8001 {
+		t.Errorf("exposures after the revoke = %+v, want 8001 alone", list.Exposures)
+	}
+	if r := h.do("DELETE", "/v1/sandboxes/imcp00000001/exposures/8000", write, nil); r.status != http.StatusNotFound {
+		t.Errorf("DELETE exposures/8000 again = %d %s, want 404", r.status, r.body)
+	}
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	if len(table.revokedBy) != 1 || !strings.HasPrefix(table.revokedBy[0], "key_") {
+		t.Errorf("Revoke was called by %q, want the API key's id once", table.revokedBy)
+	}
+}
+
 // TestUISandboxes: the Sandboxes page lists the tenant's live sandboxes,
 // each with its exposed ports (the rule, public or token, the URL, a
 // single port's as a link) and the connections open to them, which it
@@ -120,7 +218,7 @@ func TestUISandboxes(t *testing.T) {
 	chrome := chromium(t)
 	table := exampleSandboxes()
 	h := newHarness(t, harnessOptions{sandboxes: table})
-	key := h.key("alpha", "runs:read")
+	key := h.key("alpha", "runs:read", "runs:write")
 	ctx := newChrome(t, chrome)
 	do := func(what string, actions ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
@@ -176,4 +274,30 @@ func TestUISandboxes(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(row+` li[data-ports="3000"] .open`)),
 		chromedp.Poll[chromedp.Void](`document.querySelector(`+jsString(row+` li[data-ports="3000"] .open`)+`).innerText === '3 open'`,
 			chromedp.WithPollingTimeout(20*time.Second)))
+
+	// The MCP sandbox: its exposures, who exposed each and when, and
+	// their revocation, confirmed first.
+	mrow := `table.sandboxes tr[data-sandbox="imcp00000001"]`
+	got = text(mrow)
+	for _, want := range []string{"imcp00000001", "MCP", "ports", "8000", "public", "https://8000-imcp00000001.sbx.example.test", "8001", "token", "key_alpha1", "1 open", "Revoke"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the MCP sandbox's row lacks %q:\n%s", want, got)
+		}
+	}
+	if text(row+` [data-act="revoke"]`) != "" {
+		t.Errorf("the E2B sandbox's row has a revoke button: its ports are its policy's")
+	}
+	do("revoke port 8000",
+		chromedp.Click(chromedp.CSS(mrow+` li[data-port="8000"] [data-act="revoke"]`)),
+		chromedp.WaitVisible(chromedp.CSS(mrow+` li[data-port="8000"] [data-act="confirm"]`)))
+	shot(t, ctx, "sandboxes-revoke", false)
+	do("confirm the revoke",
+		chromedp.Click(chromedp.CSS(mrow+` li[data-port="8000"] [data-act="confirm"]`)),
+		chromedp.Poll[chromedp.Void](`!document.querySelector(`+jsString(mrow+` li[data-port="8000"]`)+`) && !!document.querySelector(`+jsString(mrow+` li[data-port="8001"]`)+`)`,
+			chromedp.WithPollingTimeout(20*time.Second)))
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	if len(table.revokedBy) != 1 {
+		t.Errorf("the page revoked %d times, want once", len(table.revokedBy))
+	}
 }

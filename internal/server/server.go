@@ -78,8 +78,9 @@ type Options struct {
 	// /v1/templates to its digest (the host's image store). Nil refuses
 	// every template: there is no image to make its sandboxes of.
 	ResolveImage ImageResolver
-	// Sandboxes tells the live sandboxes of the host's E2B API, which
-	// /v1/sandboxes lists with their exposed ports; nil lists none.
+	// Sandboxes tells the live sandboxes of the host's E2B API and MCP
+	// sessions, which /v1/sandboxes lists with their exposed ports and
+	// whose exposures it revokes; nil lists none.
 	Sandboxes Sandboxes
 	// Deleter purges runs and deletes tenants for DELETE /v1/runs/{id}
 	// and DELETE /v1/tenants/{name}; host.Host is the one that also
@@ -218,6 +219,8 @@ func (s *Server) table() []route {
 		{method: "POST", pattern: "/v1/keys/{id}/revoke", scopes: scopeAdmin, h: s.revokeKey},
 		{method: "GET", pattern: "/v1/sandboxes", scopes: scopeRunsRead, h: s.listSandboxes},
 		{method: "GET", pattern: "/v1/sandboxes/{id}", scopes: scopeRunsRead, h: s.getSandbox},
+		{method: "GET", pattern: "/v1/sandboxes/{id}/exposures", scopes: scopeRunsRead, h: s.listExposures},
+		{method: "DELETE", pattern: "/v1/sandboxes/{id}/exposures/{port}", scopes: scopeRunsWrite, h: s.revokeExposure},
 		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
 		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, body: maxSecretBody, h: s.putSecret},
 		{method: "DELETE", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, h: s.deleteSecret},
