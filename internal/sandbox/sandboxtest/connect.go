@@ -169,6 +169,33 @@ func startServer(t *testing.T, sb sandbox.Sandbox, mode string, port int, addr s
 	}
 }
 
+// getPaths GETs each path from connectServer's http mode through tr,
+// whose DialContext reaches it (by way, for messages), checks each
+// answer ("hello from PATH"), and returns how many connections tr dialed.
+func getPaths(t *testing.T, way string, tr *http.Transport, paths ...string) int32 {
+	t.Helper()
+	var dials atomic.Int32
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dial(ctx, network, addr)
+	}
+	client := &http.Client{Timeout: opTimeout, Transport: tr}
+	defer client.CloseIdleConnections()
+	for _, p := range paths {
+		resp, err := client.Get("http://sandbox" + p)
+		if err != nil {
+			t.Fatalf("GET %s through %s: %v", p, way, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(body) != "hello from "+p {
+			t.Errorf("GET %s = %d %q, %v; want 200 %q", p, resp.StatusCode, body, err, "hello from "+p)
+		}
+	}
+	return dials.Load()
+}
+
 // connector returns sb as a sandbox.Connector, or fails the test.
 func connector(t *testing.T, sb sandbox.Sandbox) sandbox.Connector {
 	t.Helper()
@@ -245,26 +272,10 @@ func (s *suite) testConnect(t *testing.T) {
 		sb := s.create(t, sandbox.Spec{})
 		startServer(t, sb, "http", 8080, "127.0.0.1")
 		c := connector(t, sb)
-		var dials atomic.Int32
-		client := &http.Client{Timeout: opTimeout, Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				dials.Add(1)
-				return c.Connect(ctx, 8080)
-			},
-		}}
-		defer client.CloseIdleConnections()
-		for _, p := range []string{"/one", "/two"} {
-			resp, err := client.Get("http://sandbox" + p)
-			if err != nil {
-				t.Fatalf("GET %s through Connect: %v", p, err)
-			}
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != 200 || string(body) != "hello from "+p {
-				t.Errorf("GET %s = %d %q, %v; want 200 %q", p, resp.StatusCode, body, err, "hello from "+p)
-			}
-		}
-		if n := dials.Load(); n != 1 {
+		n := getPaths(t, "Connect", &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return c.Connect(ctx, 8080) },
+		}, "/one", "/two")
+		if n != 1 {
 			t.Errorf("two requests took %d connections, want 1 (kept alive)", n)
 		}
 	})
@@ -563,26 +574,13 @@ func (s *suite) testConnectEarly(t *testing.T) {
 		{"HTTP", func(t *testing.T) {
 			// As the data plane uses it: a connection a request, the
 			// request written before the dial is known to be done.
-			var dials atomic.Int32
-			client := &http.Client{Timeout: opTimeout, Transport: &http.Transport{
+			n := getPaths(t, "ConnectEarly", &http.Transport{
 				DisableKeepAlives: true,
 				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					dials.Add(1)
 					return sandbox.ConnectEarly(ctx, ec, 8080)
 				},
-			}}
-			for _, p := range []string{"/one", "/two", "/three"} {
-				resp, err := client.Get("http://sandbox" + p)
-				if err != nil {
-					t.Fatalf("GET %s through ConnectEarly: %v", p, err)
-				}
-				body, err := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != 200 || string(body) != "hello from "+p {
-					t.Errorf("GET %s = %d %q, %v; want 200 %q", p, resp.StatusCode, body, err, "hello from "+p)
-				}
-			}
-			if n := dials.Load(); n != 3 {
+			}, "/one", "/two", "/three")
+			if n != 3 {
 				t.Errorf("three requests took %d connections, want 3", n)
 			}
 		}},
