@@ -162,6 +162,39 @@ func wantRuntime(t *testing.T, evs []event.Event) {
 	}
 }
 
+// byTool is the tool.finished events of run id by tool, in order.
+func (h *harness) byTool(id string) map[string][]event.ToolFinished {
+	h.t.Helper()
+	out := map[string][]event.ToolFinished{}
+	for _, f := range h.finished(id) {
+		out[f.Tool] = append(out[f.Tool], f)
+	}
+	return out
+}
+
+// diedMidCall appends to r's log what a host that died during its first
+// step's call of tool (started, external, without a result) left, then
+// drives r again and returns how it ended.
+func (h *harness) diedMidCall(r store.Run, tool string) engine.Outcome {
+	h.t.Helper()
+	args := json.RawMessage(`{}`)
+	if _, _, err := h.store.AppendStatus(context.Background(), r.ID, r.LastSeq+1, event.StatusQueued, event.StatusRunning, mustEvents(h.t,
+		event.RunStarted{Host: "dead:1"},
+		event.ModelRequest{Step: 1, Provider: "script", Attempt: 1, Messages: 1},
+		event.ModelResponse{Step: 1, Provider: "script", StopReason: "tool_use", ToolCalls: []event.ToolCall{{ID: "call_1_0", Name: tool, Args: args}}},
+		event.ToolProposed{Step: 1, CallID: "call_1_0", Tool: tool, Args: args},
+		event.PolicyDecision{Step: 1, CallID: "call_1_0", Tool: tool, Decision: "allow"},
+		event.ToolStarted{Step: 1, CallID: "call_1_0", Tool: tool, Place: "host", External: true},
+	)); err != nil {
+		h.t.Fatal(err)
+	}
+	o, err := h.eng.Drive(ctxT(h.t, time.Minute), r.ID)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return o
+}
+
 // finished returns the tool.finished payloads of run id, in order.
 func (h *harness) finished(id string) []event.ToolFinished {
 	h.t.Helper()

@@ -296,22 +296,7 @@ func TestUncertainExternalCallFailsClosed(t *testing.T) {
 	var calls atomic.Int32
 	h := newHarness(t, func(o *engine.Options) { o.Tools = []tools.Tool{notifyTool{&calls}} })
 	r := h.start("notify", "turns:\n  - tool_calls:\n      - name: notify\n        args: {}\n", engine.Config{})
-	// The log as a host that died mid-call left it.
-	ctx := context.Background()
-	if _, _, err := h.store.AppendStatus(ctx, r.ID, r.LastSeq+1, event.StatusQueued, event.StatusRunning, mustEvents(t,
-		event.RunStarted{Host: "dead:1"},
-		event.ModelRequest{Step: 1, Provider: "script", Attempt: 1, Messages: 1},
-		event.ModelResponse{Step: 1, Provider: "script", StopReason: "tool_use", ToolCalls: []event.ToolCall{{ID: "call_1_0", Name: "notify", Args: json.RawMessage(`{}`)}}},
-		event.ToolProposed{Step: 1, CallID: "call_1_0", Tool: "notify", Args: json.RawMessage(`{}`)},
-		event.PolicyDecision{Step: 1, CallID: "call_1_0", Tool: "notify", Decision: "allow"},
-		event.ToolStarted{Step: 1, CallID: "call_1_0", Tool: "notify", Place: "host", External: true},
-	)); err != nil {
-		t.Fatal(err)
-	}
-	o, err := h.eng.Drive(ctxT(t, time.Minute), r.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := h.diedMidCall(r, "notify")
 	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "uncertain") {
 		t.Fatalf("status %s reason %q", o.Status, o.Reason)
 	}

@@ -120,12 +120,9 @@ mcp:
       timeout: 2m
 `)
 	rec := &specRecorder{}
-	h := newHarness(t, func(o *engine.Options) {
-		o.Policy = policyHook(doc)
+	h, cfg := mcpHarness(t, doc, func(o *engine.Options) {
 		o.WrapProvider = func(p model.Provider) model.Provider { rec.Provider = p; return rec }
 	})
-	cfg := engine.PolicyConfig(doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
 	o := h.run("use the filesystem server", `
 turns:
   - tool_calls:
@@ -145,9 +142,7 @@ turns:
       - name: finish
         args: {summary: done}
 `, cfg)
-	if o.Status != event.StatusCompleted {
-		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
-	}
+	completed(t, o)
 
 	var write *model.ToolSpec
 	for i, s := range rec.specs {
@@ -255,13 +250,10 @@ mcp:
 	red := secret.NewRedactor()
 	red.Add(secret.NewValue([]byte(storeSecret)))
 	rec := &specRecorder{}
-	h := newHarness(t, func(o *engine.Options) {
-		o.Policy = policyHook(doc)
+	h, cfg := mcpHarness(t, doc, func(o *engine.Options) {
 		o.Redact = red.String
 		o.WrapProvider = func(p model.Provider) model.Provider { rec.Provider = p; return rec }
 	})
-	cfg := engine.PolicyConfig(doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
 	o := h.run("use the evil server", `
 turns:
   - tool_calls:
@@ -295,9 +287,7 @@ turns:
       - name: finish
         args: {summary: done}
 `, cfg)
-	if o.Status != event.StatusCompleted {
-		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
-	}
+	completed(t, o)
 
 	t.Run("descriptions", func(t *testing.T) {
 		offered := map[string]model.ToolSpec{}
@@ -317,10 +307,7 @@ turns:
 		}
 	})
 
-	fin := map[string][]event.ToolFinished{}
-	for _, f := range h.finished(o.RunID) {
-		fin[f.Tool] = append(fin[f.Tool], f)
-	}
+	fin := h.byTool(o.RunID)
 	decisions := map[string]event.PolicyDecision{}
 	for _, e := range h.verifyLog(o.RunID) {
 		switch e.Type {
@@ -382,6 +369,25 @@ turns:
 			}
 		}
 	})
+}
+
+// mcpHarness is a harness whose runs are under doc (its policy hook, and
+// mod's changes to the engine's options), and the configuration of a run
+// with doc's MCP servers and one sandbox, main.
+func mcpHarness(t *testing.T, doc *policy.Document, mod ...func(*engine.Options)) (*harness, engine.Config) {
+	t.Helper()
+	h := newHarness(t, append([]func(*engine.Options){func(o *engine.Options) { o.Policy = policyHook(doc) }}, mod...)...)
+	cfg := engine.PolicyConfig(doc)
+	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	return h, cfg
+}
+
+// completed fails the test unless the run completed.
+func completed(t *testing.T, o engine.Outcome) {
+	t.Helper()
+	if o.Status != event.StatusCompleted {
+		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
+	}
 }
 
 // mcpclientMaxDescription is mcpclient.MaxDescription.
@@ -496,9 +502,7 @@ func TestMCPRemoteServer(t *testing.T) {
 	rs := newRemoteServer(t)
 	doc := rs.doc
 	good, bad := &rs.good, &rs.bad
-	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc); o.Network = rs.network })
-	cfg := engine.PolicyConfig(doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	h, cfg := mcpHarness(t, doc, func(o *engine.Options) { o.Network = rs.network })
 	o := h.run("use the remote server", `
 turns:
   - tool_calls:
@@ -554,25 +558,9 @@ turns:
 // fails with a tool.uncertain, and the server never got the call again.
 func TestMCPUncertainCallFailsClosed(t *testing.T) {
 	rs := newRemoteServer(t)
-	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(rs.doc); o.Network = rs.network })
-	cfg := engine.PolicyConfig(rs.doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	h, cfg := mcpHarness(t, rs.doc, func(o *engine.Options) { o.Network = rs.network })
 	r := h.start("whoami", "turns:\n  - tool_calls:\n      - name: remote__whoami\n        args: {}\n", cfg)
-	ctx := context.Background()
-	if _, _, err := h.store.AppendStatus(ctx, r.ID, r.LastSeq+1, event.StatusQueued, event.StatusRunning, mustEvents(t,
-		event.RunStarted{Host: "dead:1"},
-		event.ModelRequest{Step: 1, Provider: "script", Attempt: 1, Messages: 1},
-		event.ModelResponse{Step: 1, Provider: "script", StopReason: "tool_use", ToolCalls: []event.ToolCall{{ID: "call_1_0", Name: "remote__whoami", Args: json.RawMessage(`{}`)}}},
-		event.ToolProposed{Step: 1, CallID: "call_1_0", Tool: "remote__whoami", Args: json.RawMessage(`{}`)},
-		event.PolicyDecision{Step: 1, CallID: "call_1_0", Tool: "remote__whoami", Decision: "allow"},
-		event.ToolStarted{Step: 1, CallID: "call_1_0", Tool: "remote__whoami", Place: "host", External: true},
-	)); err != nil {
-		t.Fatal(err)
-	}
-	o, err := h.eng.Drive(ctxT(t, time.Minute), r.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := h.diedMidCall(r, "remote__whoami")
 	if o.Status != event.StatusFailed || !strings.Contains(o.Reason, "uncertain") {
 		t.Fatalf("status %s reason %q, want failed for an uncertain call", o.Status, o.Reason)
 	}
@@ -642,12 +630,9 @@ mcp:
         credentials:
           - {host: api.test, secret: api_token, header: X-Token}
 `, port, src))
-	h := newHarness(t, func(o *engine.Options) {
-		o.Policy = policyHook(doc)
+	h, cfg := mcpHarness(t, doc, func(o *engine.Options) {
 		o.Network = &policyNetwork{t: t, secrets: fixedSecrets{"api_token": token}}
 	})
-	cfg := engine.PolicyConfig(doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
 	o := h.run("fetch", fmt.Sprintf(`
 turns:
   - tool_calls:
@@ -663,9 +648,7 @@ turns:
       - name: finish
         args: {summary: done}
 `, port), cfg)
-	if o.Status != event.StatusCompleted {
-		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
-	}
+	completed(t, o)
 	var out []string
 	for _, f := range h.finished(o.RunID) {
 		out = append(out, f.Output)
@@ -726,9 +709,7 @@ mcp:
 	if l := doc.MCP.Servers[0].Limits; l.CallLimit() != 4 || l.ConcurrentLimit() != 1 || l.ResultLimit() != 1024 {
 		t.Fatalf("limits = %+v", l)
 	}
-	h := newHarness(t, func(o *engine.Options) { o.Policy = policyHook(doc) })
-	cfg := engine.PolicyConfig(doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
+	h, cfg := mcpHarness(t, doc)
 	o := h.run("use the limited server", `
 turns:
   - tool_calls:
@@ -749,13 +730,8 @@ turns:
       - name: finish
         args: {summary: done}
 `, cfg)
-	if o.Status != event.StatusCompleted {
-		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
-	}
-	fin := map[string][]event.ToolFinished{}
-	for _, f := range h.finished(o.RunID) {
-		fin[f.Tool] = append(fin[f.Tool], f)
-	}
+	completed(t, o)
+	fin := h.byTool(o.RunID)
 	if f := fin["lim__huge"]; len(f) != 1 || f[0].IsError || len(f[0].Output) > 2<<10 || !strings.Contains(f[0].Output, "bytes truncated") {
 		t.Errorf("lim__huge under result_bytes 1K = %+v, want one result cut near 1K", f)
 	}
@@ -805,12 +781,9 @@ mcp:
       source: `+src+`
 `)
 	rec := &everySpec{}
-	h := newHarness(t, func(o *engine.Options) {
-		o.Policy = policyHook(doc)
+	h, cfg := mcpHarness(t, doc, func(o *engine.Options) {
 		o.WrapProvider = func(p model.Provider) model.Provider { rec.Provider = p; return rec }
 	})
-	cfg := engine.PolicyConfig(doc)
-	cfg.Sandboxes = []engine.SandboxConfig{{Name: "main"}}
 	o := h.run("use a server that changes", `
 turns:
   - tool_calls:
@@ -829,9 +802,7 @@ turns:
       - name: finish
         args: {summary: done}
 `, cfg)
-	if o.Status != event.StatusCompleted {
-		t.Fatalf("status = %s (%s), want completed", o.Status, o.Reason)
-	}
+	completed(t, o)
 	rec.mu.Lock()
 	turns := rec.turns
 	rec.mu.Unlock()
@@ -847,10 +818,7 @@ turns:
 			t.Errorf("tools at turn %d after the change = %v, want g__grown and no g__echo", i+1, turns[i])
 		}
 	}
-	fin := map[string][]event.ToolFinished{}
-	for _, f := range h.finished(o.RunID) {
-		fin[f.Tool] = append(fin[f.Tool], f)
-	}
+	fin := h.byTool(o.RunID)
 	if f := fin["g__echo"]; len(f) != 2 || f[0].IsError || !f[1].IsError || !strings.Contains(f[1].Output, "it no longer offers the tool echo (its tool list changed); the call was not made") {
 		t.Errorf("g__echo = %+v, want the first answered and the second refused as withdrawn", f)
 	}
