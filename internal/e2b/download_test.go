@@ -11,8 +11,9 @@ import (
 )
 
 // TestDownloadGzipsWhatCompresses reads files of several kinds with and
-// without Accept-Encoding: gzip: only those that compress come gzipped,
-// and every body is the file.
+// without Accept-Encoding: gzip, as a client behind a proxy (a loopback
+// one is not gzipped for: TestDownloadNoGzipNearby): only those that
+// compress come gzipped, and every body is the file.
 func TestDownloadGzipsWhatCompresses(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	s := h.create("alpha", nil)
@@ -43,7 +44,7 @@ func TestDownloadGzipsWhatCompresses(t *testing.T) {
 			if res := h.do("POST", h.envdURL+"/files?path="+url.QueryEscape(tt.path), up, bytes.NewReader(tt.data)); res.status != 200 {
 				t.Fatalf("upload: %s", res)
 			}
-			get := map[string]string{"Accept-Encoding": "gzip, deflate"}
+			get := map[string]string{"Accept-Encoding": "gzip, deflate", "X-Forwarded-For": "203.0.113.7"}
 			for k, v := range hd {
 				get[k] = v
 			}
@@ -71,6 +72,51 @@ func TestDownloadGzipsWhatCompresses(t *testing.T) {
 			res = h.do("GET", h.envdURL+"/files?path="+url.QueryEscape(tt.path), map[string]string{"Accept-Encoding": "identity", "X-Access-Token": s.Token, "E2b-Sandbox-Id": s.ID}, nil)
 			if res.header.Get("Content-Encoding") != "" || !bytes.Equal(res.body, tt.data) {
 				t.Errorf("read without gzip: Content-Encoding %q, %d bytes; want the file as it is", res.header.Get("Content-Encoding"), len(res.body))
+			}
+		})
+	}
+}
+
+// TestDownloadNoGzipNearby: a text file is not gzipped for a client on
+// this machine (the harness's requests come from loopback) that accepts
+// gzip, and is for one a proxy says it forwarded, whichever header says
+// so.
+func TestDownloadNoGzipNearby(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	s := h.create("alpha", nil)
+	data := []byte(strings.Repeat("the quick brown fox jumps over the lazy dog\n", 4096))
+	hd := envdHeaders(s)
+	up := map[string]string{"Content-Type": "application/octet-stream"}
+	for k, v := range hd {
+		up[k] = v
+	}
+	if res := h.do("POST", h.envdURL+"/files?path=text.txt", up, bytes.NewReader(data)); res.status != 200 {
+		t.Fatalf("upload: %s", res)
+	}
+	tests := []struct {
+		name, header, value string
+		gzip                bool
+	}{
+		{"a loopback client", "", "", false},
+		{"forwarded, X-Forwarded-For", "X-Forwarded-For", "203.0.113.7", true},
+		{"forwarded, Forwarded", "Forwarded", "for=203.0.113.7;proto=https", true},
+		{"forwarded, X-Real-Ip", "X-Real-Ip", "203.0.113.7", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			get := map[string]string{"Accept-Encoding": "gzip"}
+			for k, v := range hd {
+				get[k] = v
+			}
+			if tt.header != "" {
+				get[tt.header] = tt.value
+			}
+			res := h.do("GET", h.envdURL+"/files?path=text.txt", get, nil)
+			if gz := res.header.Get("Content-Encoding") == "gzip"; res.status != 200 || gz != tt.gzip {
+				t.Errorf("read = %d, Content-Encoding %q; want gzipped %v", res.status, res.header.Get("Content-Encoding"), tt.gzip)
+			}
+			if !tt.gzip && !bytes.Equal(res.body, data) {
+				t.Errorf("read = %d bytes, want the file's %d as they are", len(res.body), len(data))
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"mime/multipart"
 	"net"
 	"net/http"
+	"net/netip"
 	"path"
 	"strconv"
 	"strings"
@@ -416,7 +417,7 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCa
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
 	h.Add("Vary", "Accept-Encoding")
-	if acceptsGzip(r) && worthGzip(p, data) {
+	if acceptsGzip(r) && !nearby(r) && worthGzip(p, data) {
 		h.Set("Content-Encoding", "gzip")
 		w.WriteHeader(http.StatusOK)
 		_ = writeGzip(w, data)
@@ -425,6 +426,29 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCa
 	h.Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(data)
+}
+
+// nearby reports whether r's client is on this machine: its peer is a
+// loopback address and no proxy says it forwarded the request (Forwarded,
+// X-Forwarded-For, X-Real-Ip). Such a client is not gzipped for: over
+// loopback the bytes cost next to nothing and inflating them costs the
+// client more than they save (node's fetch, which the SDK uses, read
+// 20 MiB of text gzipped several times slower than as it is, in one run
+// of bench/e2b-download.sh; docs/benchmarks.md). A TLS terminator or
+// proxy on this machine that says it forwarded still gets gzip for its
+// remote client.
+func nearby(r *http.Request) bool {
+	for _, h := range []string{"Forwarded", "X-Forwarded-For", "X-Real-Ip"} {
+		if r.Header.Get(h) != "" {
+			return false
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 func acceptsGzip(r *http.Request) bool {
