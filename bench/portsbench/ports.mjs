@@ -29,14 +29,32 @@ try {
       await new Promise((r) => setTimeout(r, 100))
     }
   }
-  // Alternate the two, three rounds each, so that a change of the
-  // machine's load falls on both.
-  for (let round = 0; round < 3; round++) {
-    const direct = await sbx.commands.run(`python3 /home/user/client.py http 127.0.0.1:8000 ${n}`)
-    console.log(JSON.stringify({ round, path: 'direct (inside the sandbox, loopback)', ...JSON.parse(direct.stdout) }))
-    const preview = execFileSync('python3', [`${dir}/client.py`, 'http', dataPlane, n, ...route], { encoding: 'utf8' })
-    console.log(JSON.stringify({ round, path: 'preview URL (host -> data plane -> executor -> port)', ...JSON.parse(preview) }))
+  // Alternate the two, ROUNDS rounds each, so that a change of the
+  // machine's load falls on both; each round's preview p50 is judged
+  // against the direct p50 of the rounds on either side of it (its own
+  // floor, interleaved), as a difference (the target: at most +1 ms) and
+  // as a ratio (what a loaded run can compare with a quiet one).
+  const rounds = Number(process.env.ROUNDS ?? 6)
+  const direct = [], preview = []
+  for (let round = 0; round < rounds; round++) {
+    const d = JSON.parse((await sbx.commands.run(`python3 /home/user/client.py http 127.0.0.1:8000 ${n}`)).stdout)
+    direct.push(d)
+    console.log(JSON.stringify({ round, path: 'direct (inside the sandbox, loopback)', ...d }))
+    const p = JSON.parse(execFileSync('python3', [`${dir}/client.py`, 'http', dataPlane, n, ...route], { encoding: 'utf8' }))
+    preview.push(p)
+    console.log(JSON.stringify({ round, path: 'preview URL (host -> data plane -> executor -> port)', ...p }))
   }
+  direct.push(JSON.parse((await sbx.commands.run(`python3 /home/user/client.py http 127.0.0.1:8000 ${n}`)).stdout))
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+  const diffs = [], ratios = []
+  for (let i = 0; i < rounds; i++) {
+    const floor = (direct[i].p50_ms + direct[i + 1].p50_ms) / 2
+    diffs.push(preview[i].p50_ms - floor)
+    ratios.push(preview[i].p50_ms / floor)
+  }
+  const d50 = median(diffs), r50 = median(ratios)
+  console.log(JSON.stringify({ rounds, preview_minus_direct_p50_ms: diffs.map((x) => Number(x.toFixed(3))), preview_over_direct_p50: ratios.map((x) => Number(x.toFixed(2))), median_difference_ms: Number(d50.toFixed(3)), median_ratio: Number(r50.toFixed(2)), load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ') }))
+  console.log(`preview URL p50 over direct, median of ${rounds} interleaved rounds: ${d50 >= 0 ? '+' : ''}${d50.toFixed(3)} ms (${r50.toFixed(2)}x direct): target +1 ms ${d50 <= 1 ? 'met' : 'not met'} in this run`)
   const before = rss()
   const holder = spawn('python3', [`${dir}/client.py`, 'ws', dataPlane, ws, ...route], { stdio: ['pipe', 'pipe', 'inherit'] })
   const t0 = performance.now()
