@@ -108,8 +108,10 @@ func (s *Server) Revoke(tenant, id string, port int, by string) (Exposure, error
 	for _, cancel := range conns {
 		cancel()
 	}
-	s.audit(Record{Session: se.id, Tenant: b.tenant, KeyID: by, Sandbox: b.id, Tool: "port.revoke", Outcome: "ok",
-		Detail: fmt.Sprintf("port %d (%s) at %s, %d connections ended", port, e.access, e.url, len(conns))})
+	s.audit(Record{
+		Session: se.id, Tenant: b.tenant, KeyID: by, Sandbox: b.id, Tool: "port.revoke", Outcome: "ok",
+		Detail: fmt.Sprintf("port %d (%s) at %s, %d connections ended", port, e.access, e.url, len(conns)),
+	})
 	return out, nil
 }
 

@@ -2,8 +2,8 @@ package server_test
 
 import (
 	"context"
-	"slices"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
