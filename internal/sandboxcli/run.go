@@ -104,14 +104,19 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	// run's sweep is gcInterval old: a run that ended normally leaves
 	// nothing, and the sweep was a tenth of the front end's CPU and page
 	// faults in every run.
-	if env.gcDue(time.Now()) {
-		gcDone := make(chan struct{})
-		go func() {
-			defer close(gcDone)
+	// Without a sweep, the backend's one-time setup (the sweep's first
+	// step) still runs beside Create's id lock and uid range.
+	sweep := env.gcDue(time.Now())
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		if sweep {
 			env.GC()
-		}()
-		defer func() { <-gcDone }()
-	}
+		} else {
+			b.Prepare()
+		}
+	}()
+	defer func() { <-gcDone }()
 	if egress != nil {
 		stop, err := egress(ctx, &spec)
 		if err != nil {
