@@ -2,6 +2,7 @@ package sandboxcli
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,6 +192,77 @@ func TestHandoffFallback(t *testing.T) {
 			st, out, errOut := run(t, env, "", "run", "--", "sh", "-c", "echo fine; exit 5")
 			if st != 5 || out != "fine\n" || errOut != "" {
 				t.Errorf("sandbox run = %d, %q, %q; want 5, %q, nothing on stderr", st, out, errOut, "fine\n")
+			}
+		})
+	}
+}
+
+// TestRunGCInterval: sandbox run sweeps what crashed airlock processes left
+// (a supervisor's state directory, an id lock nobody holds) when no run
+// swept in the last gcInterval, and leaves the sweep out otherwise.
+func TestRunGCInterval(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	now := time.Now()
+	tests := []struct {
+		name      string
+		stamp     time.Time // zero: no stamp
+		wantSwept bool
+	}{
+		{"first run", time.Time{}, true},
+		{"swept just now", now.Add(-time.Second), false},
+		{"swept within the interval", now.Add(-gcInterval + 5*time.Second), false},
+		{"swept before the interval", now.Add(-gcInterval - time.Second), true},
+		{"stamp in the future (the clock went back)", now.Add(time.Hour), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			home := t.TempDir()
+			env := Env{Ctx: context.Background(), Home: home, Executor: executorPath, NoHandoff: true}
+			// A first run makes the state directories; its sweep is not
+			// the one tested.
+			if st, _, errOut := run(t, env, "", "run", "--", "true"); st != 0 {
+				t.Fatalf("first sandbox run = %d, %q", st, errOut)
+			}
+			stamp := filepath.Join(home, gcStamp)
+			if _, err := os.Stat(stamp); err != nil {
+				t.Fatalf("a run left no sweep stamp: %v", err)
+			}
+			if tt.stamp.IsZero() {
+				if err := os.Remove(stamp); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Chtimes(stamp, tt.stamp, tt.stamp); err != nil {
+				t.Fatal(err)
+			}
+			// What a killed supervisor and a killed run leave.
+			stateDir := env.StateDir("sb-deadbeef")
+			lock := filepath.Join(home, RunStateDir, "ids", "sb-deadbeef")
+			for _, p := range []string{stateDir, filepath.Dir(lock)} {
+				if err := os.MkdirAll(p, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(lock, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			if st, _, errOut := run(t, env, "", "run", "--", "true"); st != 0 {
+				t.Fatalf("sandbox run = %d, %q", st, errOut)
+			}
+			for _, p := range []string{stateDir, lock} {
+				_, err := os.Stat(p)
+				if swept := errors.Is(err, os.ErrNotExist); swept != tt.wantSwept {
+					t.Errorf("%s removed: %v, want %v (stat: %v)", p, swept, tt.wantSwept, err)
+				}
+			}
+			st, err := os.Stat(stamp)
+			if err != nil {
+				t.Fatalf("no sweep stamp after the run: %v", err)
+			}
+			if moved := !st.ModTime().Before(start.Truncate(time.Second)); moved != tt.wantSwept {
+				t.Errorf("stamp moved to %v (run began %v): %v, want %v", st.ModTime(), start, moved, tt.wantSwept)
 			}
 		})
 	}

@@ -99,12 +99,22 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	}
 	ctx, cancel := context.WithCancel(env.Ctx)
 	defer cancel()
-	// Collect what crashed runs left while this one starts, not after it:
-	// GC is safe beside Create (see Backend.GC).
+	// Collect what crashed runs left while this one starts, not after it
+	// (GC is safe beside Create, see Backend.GC), and only when the last
+	// run's sweep is gcInterval old: a run that ended normally leaves
+	// nothing, and the sweep was a tenth of the front end's CPU and page
+	// faults in every run.
+	// Without a sweep, the backend's one-time setup (the sweep's first
+	// step) still runs beside Create's id lock and uid range.
+	sweep := env.gcDue(time.Now())
 	gcDone := make(chan struct{})
 	go func() {
 		defer close(gcDone)
-		env.GC()
+		if sweep {
+			env.GC()
+		} else {
+			b.Prepare()
+		}
 	}()
 	defer func() { <-gcDone }()
 	if egress != nil {

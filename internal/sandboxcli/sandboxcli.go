@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -107,6 +108,38 @@ func (e *Env) GC() {
 		_, _ = b.GC()
 	}
 	e.cleanStateDirs()
+}
+
+// gcInterval is how long after one `sandbox run` swept what crashed
+// airlock processes left the next run sweeps again. `sandbox gc` sweeps at
+// once, and `sandbox daemon` when it starts.
+const gcInterval = 30 * time.Second
+
+// gcStamp is the file below Home whose modification time is the last
+// sweep's start.
+var gcStamp = filepath.Join(RunStateDir, "gc-stamp")
+
+// gcDue reports whether a sweep is due at now (none began in the
+// gcInterval before it, or the clock went back) and, if so, marks one
+// begun. Runs that start together may both sweep: sweeps are safe beside
+// each other and beside Create.
+func (e *Env) gcDue(now time.Time) bool {
+	path := filepath.Join(e.Home, gcStamp)
+	if st, err := os.Stat(path); err == nil {
+		if age := now.Sub(st.ModTime()); age >= 0 && age < gcInterval {
+			return false
+		}
+	}
+	if err := os.Chtimes(path, now, now); err != nil {
+		// None yet (or unreadable): make it; a home that cannot keep
+		// it sweeps every run, as before.
+		_ = os.MkdirAll(filepath.Dir(path), 0o700)
+		if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600); err == nil {
+			_ = f.Close()
+			_ = os.Chtimes(path, now, now)
+		}
+	}
+	return true
 }
 
 // StateDir is where the supervisor of long-lived sandbox id keeps its

@@ -176,6 +176,14 @@ func (b *Backend) own(id string, yes bool) {
 	}
 }
 
+// Prepare does the backend's setup for its first sandbox now (it finds
+// the cgroup hierarchies, this state directory's parent groups made), so
+// that a Create that runs beside it, on another goroutine, finds it done:
+// a command line that makes one sandbox overlaps it with Create's own
+// first steps (the id lock and uid range). It is optional: Create does it
+// when it was not done.
+func (b *Backend) Prepare() { _, _ = b.cgroups() }
+
 func (b *Backend) cgroups() (*cgroup.Manager, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
