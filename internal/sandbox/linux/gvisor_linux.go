@@ -375,17 +375,39 @@ func mountCOWWorkspace(dir, lower string, size int64) (string, error) {
 			return "", fmt.Errorf("cow workspace: %w", err)
 		}
 	}
-	if err := os.Chmod(upper, os.FileMode(st.Mode&0o7777)); err != nil {
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
 		return "", fmt.Errorf("cow workspace: %w", err)
 	}
 	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
 		return "", fmt.Errorf("cow workspace: %w", err)
 	}
-	// userxattr: the opaque and redirect marks are user.overlay.*, as
-	// the native executor's overlay writes them.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
-	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+	// One option at a time (fsconfig): the workspace's path is the
+	// caller's, and a comma or colon in it must not read as another
+	// option or layer. userxattr: the opaque and redirect marks are
+	// user.overlay.*, as the native executor's overlay writes them.
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return "", fmt.Errorf("cow workspace: open overlay: %w", err)
+	}
+	defer unix.Close(fsfd)
+	for _, o := range [][2]string{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return "", fmt.Errorf("cow workspace: overlay %s: %w", o[0], err)
+		}
+	}
+	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
+		return "", fmt.Errorf("cow workspace: overlay userxattr: %w", err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
 		return "", fmt.Errorf("cow workspace: overlay: %w", err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return "", fmt.Errorf("cow workspace: mount overlay: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, merged, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return "", fmt.Errorf("cow workspace: attach overlay: %w", err)
 	}
 	return merged, nil
 }

@@ -408,3 +408,29 @@ func TestGVisorPlatform(t *testing.T) {
 		})
 	}
 }
+
+// TestGVisorCOWWorkspacePath: a cow workspace whose path holds a comma and
+// a colon (which a mount option string would read as another option or
+// layer) is the overlay of that directory, and its root shows the
+// directory's mode, sticky bit included.
+func TestGVisorCOWWorkspacePath(t *testing.T) {
+	b := newGVisorBackend(t)
+	ws := filepath.Join(t.TempDir(), "a,upperdir=x:b")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ws, 0o1777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ws+"/seed", []byte("seed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandboxtest.Create(t, b, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW})
+	out := attackMust(t, sb, "", `python3 -c 'import os, stat; print(oct(stat.S_IMODE(os.stat("/workspace").st_mode)))' && cat /workspace/seed && echo new > /workspace/new && cat /workspace/new`)
+	if out != "0o1777\nseed\nnew\n" {
+		t.Errorf("cow workspace %q: %q, want mode 0o1777, its seed and the new file", ws, out)
+	}
+	if _, err := os.Stat(ws + "/new"); err == nil {
+		t.Errorf("the cow workspace's write reached the host")
+	}
+}
