@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -439,8 +440,13 @@ func unmountCOWWorkspace(dir string) error {
 // gVisor's page cache until the command syncs or unmaps them, as natively
 // they may sit in a process's own memory.
 type gvisorCOW struct {
-	upper int // O_PATH descriptor of the upper layer
-	ckpt  *executor.COWCheckpoints
+	// mu is held by a checkpoint for its whole walk, and by close: the
+	// descriptor is never closed under a walk (its number could name
+	// another file once reused).
+	mu     sync.Mutex
+	closed bool // guarded by mu
+	upper  int  // O_PATH descriptor of the upper layer
+	ckpt   *executor.COWCheckpoints
 }
 
 // openGVisorCOW opens the upper layer of the cow workspace mounted in the
@@ -453,7 +459,14 @@ func openGVisorCOW(dir string) (*gvisorCOW, error) {
 	return &gvisorCOW{upper: fd, ckpt: executor.NewCOWCheckpoints(filepath.Join(dir, "workspace"), fd)}, nil
 }
 
-func (g *gvisorCOW) close() { unix.Close(g.upper) }
+func (g *gvisorCOW) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		unix.Close(g.upper)
+	}
+}
 
 // checkpoint is Sandbox.Checkpoint of the workspace. Its errors are the
 // executor's as the connection reports them: a FileError of /workspace
@@ -461,6 +474,11 @@ func (g *gvisorCOW) close() { unix.Close(g.upper) }
 func (g *gvisorCOW) checkpoint(ctx context.Context, id string, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
 	if w == nil {
 		w = io.Discard
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrLost)
 	}
 	r, err := g.ckpt.Take(req.Since, req.MarkOnly, w, execproto.BulkChunkSize, ctx.Done())
 	if err != nil {
