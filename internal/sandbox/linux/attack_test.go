@@ -62,6 +62,7 @@ var attackCases = []attackCase{
 	{name: "WriteOutsideWorkspace", run: attackWriteOutsideWorkspace, rootless: true},
 	{name: "ProcIsolation", run: attackProcIsolation, rootless: true},
 	{name: "HostProcesses", run: attackHostProcesses, rootless: true},
+	{name: "HostPaths", run: attackHostPaths},
 	{name: "KillExecutor", run: attackKillExecutor, rootless: true},
 	{name: "Privileged", run: attackPrivileged, rootless: true},
 	{name: "Devices", run: attackDevices, rootless: true},
@@ -487,7 +488,7 @@ func attackHostProcesses(t *testing.T, rt string) {
 	}
 	for _, p := range probes {
 		if strings.Contains(p, "/proc/1/maps") || strings.HasPrefix(p, "readlink /proc/1/fd/") {
-			if attackGap(t, rt, sandbox.RuntimeGVisor, p+": gVisor 20221219's /proc does not check ptrace access for a non-dumpable process's maps and fd links (it does for mem and exe); what they show is gVisor's view of the executor") {
+			if attackGap(t, rt, sandbox.RuntimeGVisor, p+": gVisor 20221219's /proc does not check ptrace access for a non-dumpable process's maps and fd links (it does for mem and exe); what they show is gVisor's view of the executor, which HostPaths checks names no host path") {
 				continue
 			}
 		}
@@ -499,6 +500,101 @@ func attackHostProcesses(t *testing.T, rt string) {
 	}
 	if out, code := attackHost(t, "kill -0 "+self); code != 0 {
 		t.Errorf("the host test process is gone after the probes: %s", out)
+	}
+}
+
+// hostPathProbe dumps, as root inside, what /proc says of every process
+// in the sandbox (maps, descriptors' and tasks' descriptors' links, cwd,
+// root, exe, mount tables, unix sockets) while a command holds open a file
+// of the workspace, a directory of a mount and a connection through the
+// egress forwarder. On gvisor the executor's maps and descriptor links are
+// readable (gVisor's /proc checks no ptrace access there): what they show
+// must be the sandbox's own names.
+const hostPathProbe = `exec 5</workspace/f 6</data 7</data/g
+python3 -c 'import socket, time
+s = socket.create_connection(("127.0.0.1", 3128))
+open("/tmp/connected", "w").close()
+time.sleep(60)' &
+i=0; while [ ! -e /tmp/connected ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+[ -e /tmp/connected ] && echo through the forwarder
+for p in /proc/[0-9]*; do
+  cat $p/maps $p/mountinfo $p/mounts $p/net/unix
+  for f in $p/fd/* $p/task/*/fd/* $p/cwd $p/root $p/exe; do echo "$f -> $(readlink $f)"; done
+  tr '\0' ' ' < $p/cmdline; echo
+done 2>/dev/null
+kill %1
+true`
+
+// attackHostPaths: nothing the sandbox can read in /proc names a host path:
+// not the workspace's, a mount's source, the egress socket's, the
+// executor's binary or the backend's state (a gvisor sandbox's bundle).
+func attackHostPaths(t *testing.T, rt string) {
+	ws, mnt := t.TempDir(), t.TempDir()
+	for _, f := range []string{ws + "/f", mnt + "/g"} {
+		if err := os.WriteFile(f, []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	sb := attackSandbox(t, rt, sandbox.Spec{Workspace: ws, Mounts: []sandbox.Mount{{Source: mnt, Target: "/data"}}, Network: sandbox.NetworkProxy, ProxySocket: sock})
+	out := attackMust(t, sb, "root", hostPathProbe)
+	// Controls: the probe read descriptor links and memory maps.
+	for _, want := range []string{"/workspace/f", "/data/g", "libc.so.6", "through the forwarder"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("control: the probe's output does not name %s:\n%s", want, out)
+		}
+	}
+	if rt == sandbox.RuntimeGVisor && !strings.Contains(out, linux.GVisorExecutor) {
+		t.Fatalf("control: the executor's maps and links (readable on gvisor) do not name %s:\n%s", linux.GVisorExecutor, out)
+	}
+	// Every directory t.TempDir made (the backend's state among them)
+	// is below this one.
+	host := map[string]string{
+		"the test's temporary directories (state, workspace, mount, socket)": filepath.Dir(ws),
+		"the workspace": ws, "the mount's source": mnt, "the egress socket": sock,
+		"the executor's binary": executorPath, "the executor's directory": filepath.Dir(executorPath),
+	}
+	gaps := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		for what, p := range host {
+			if !strings.Contains(line, p) {
+				continue
+			}
+			if rt == sandbox.RuntimeNative {
+				// Two places natively, where the kernel names host paths
+				// (docs/gvisor.md): a bind mount's root in mountinfo is its
+				// source's path in its file system, and /proc/net/unix
+				// names the bound path of a socket connected to the egress
+				// socket.
+				f := strings.Fields(line)
+				switch {
+				case len(f) > 4 && slices.Contains(f, "-") && strings.Count(line, p) == strings.Count(f[3], p):
+					gaps["mountinfo names a bind mount's root by its path on the host"] = true
+					continue
+				case len(f) == 8 && strings.HasSuffix(f[0], ":") && f[7] == sock:
+					gaps["/proc/net/unix names the egress socket's host path"] = true
+					continue
+				}
+			}
+			t.Errorf("%s, a host path (%s), shows inside: %q", what, p, line)
+		}
+	}
+	for g := range gaps {
+		attackGap(t, rt, sandbox.RuntimeNative, g)
 	}
 }
 
@@ -808,9 +904,6 @@ func attackDisk(t *testing.T, rt string) {
 			if c.mode != "" {
 				ws = t.TempDir()
 				spec.Workspace, spec.WorkspaceMode = ws, c.mode
-			}
-			if c.mode == sandbox.WorkspaceCOW && attackGap(t, rt, sandbox.RuntimeGVisor, "a cow workspace is gVisor's in-memory overlay, which has no size cap of its own (the memory limit bounds it)") {
-				return
 			}
 			sb := attackSandbox(t, rt, spec)
 			res := attackRun(t, sb, "", "dd if=/dev/zero of="+c.path+" bs=1M count=100")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -46,6 +47,11 @@ type Config struct {
 	// Runsc is the runsc binary of the gvisor runtime; empty means runsc
 	// from PATH.
 	Runsc string
+	// RunscPlatform is the gVisor platform runsc runs sandboxes on
+	// (--platform): "" is runsc's default. Debian 12's runsc (20221219)
+	// has ptrace, its default, and kvm (which needs /dev/kvm); newer ones
+	// have systrap, their default (docs/gvisor.md).
+	RunscPlatform string
 	// Freezer forces the cgroup freezer a sandbox's Freeze uses:
 	// cgroup.FreezerV2 (cgroup.freeze) or cgroup.FreezerV1 (the v1 freezer
 	// controller); "" uses cgroup2's where it has one, else v1's.
@@ -92,6 +98,9 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("linux backend: executor: %w", err)
 	}
 	cfg.Executor = exe
+	if p := cfg.RunscPlatform; p != "" && strings.Trim(p, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return nil, fmt.Errorf("linux backend: runsc platform %.40q: want a platform's name (ptrace, systrap, kvm)", p)
+	}
 	if cfg.StateDir == "" {
 		return nil, errors.New("linux backend: no state directory configured")
 	}

@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/executor"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -68,27 +71,6 @@ func (b *Backend) runscPath() (string, error) {
 // gvisorState is where a gvisor sandbox's bundle and runsc's state live.
 func (b *Backend) gvisorState(id string) string {
 	return filepath.Join(b.cfg.StateDir, "gvisor", id)
-}
-
-// checkGVisorSpec refuses what the gvisor runtime cannot give: it fails
-// closed rather than run a sandbox that differs from its spec.
-func checkGVisorSpec(spec *sandbox.Spec) error {
-	var errs []error
-	cow := spec.Workspace != "" && (spec.WorkspaceMode == "" || spec.WorkspaceMode == sandbox.WorkspaceCOW)
-	if cow || spec.WritableRoot {
-		// A cow workspace or writable root is gVisor's in-memory overlay
-		// of every mount (--overlay2=all:memory), which a writable host
-		// mount cannot be part of.
-		if spec.WorkspaceMode == sandbox.WorkspaceRW {
-			errs = append(errs, errors.New("gvisor runtime: a writable root and a read-write workspace exclude each other"))
-		}
-		for _, m := range spec.Mounts {
-			if !m.ReadOnly {
-				errs = append(errs, fmt.Errorf("gvisor runtime: read-write mount %s with a copy-on-write workspace or root: not supported", m.Target))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // ociSpec is the part of the OCI runtime spec (version 1.0.2) a bundle
@@ -242,7 +224,6 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 		ociMount{Destination: "/home", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", fmt.Sprintf("size=%d", disk)}},
 		bind(b.cfg.Executor, gvisorExecutor, true),
 	)
-	cow := false
 	switch spec.Workspace {
 	case "":
 		mounts = append(mounts, tmpfs("/workspace", "1777", disk))
@@ -251,13 +232,26 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 		if mode == "" {
 			mode = sandbox.WorkspaceCOW
 		}
-		cow = mode == sandbox.WorkspaceCOW
-		mounts = append(mounts, bind(spec.Workspace, "/workspace", mode == sandbox.WorkspaceRO))
+		src := spec.Workspace
+		if mode == sandbox.WorkspaceCOW {
+			// The host's overlay of the workspace, its upper layer on a
+			// tmpfs of the disk limit: a bind of it is the sandbox's
+			// /workspace, read-write, and nothing written reaches the
+			// host's directory.
+			var err error
+			if src, err = mountCOWWorkspace(dir, spec.Workspace, disk); err != nil {
+				return nil, err
+			}
+		}
+		mounts = append(mounts, bind(src, "/workspace", mode == sandbox.WorkspaceRO))
 	}
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
 	flags := []string{"--network=none", "--ignore-cgroups"}
+	if p := b.cfg.RunscPlatform; p != "" {
+		flags = append(flags, "--platform="+p)
+	}
 	// The executor's directory: the event socket, and the egress socket.
 	mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}},
 		// airlock-event is the executor called by that name.
@@ -268,8 +262,10 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 		mounts = append(mounts, bind(spec.ProxySocket, "/run/airlock/egress.sock", false))
 		flags = append(flags, "--host-uds=open")
 	}
-	if cow || spec.WritableRoot {
-		flags = append(flags, "--overlay2=all:memory")
+	if spec.WritableRoot {
+		// The root's writes go to gVisor's in-memory overlay of the root
+		// alone: the workspace and mounts stay the host's.
+		flags = append(flags, "--overlay2=root:memory")
 	}
 	oci := ociSpec{
 		Version: "1.0.2",
@@ -352,6 +348,150 @@ func mountImageRoot(dir, rootfs string, layers []string) error {
 	return nil
 }
 
+// mountCOWWorkspace mounts in dir the host's overlay of a cow workspace
+// and returns where: the workspace is its lower layer, and its upper and
+// work directories are on a tmpfs of size bytes (the disk limit), so the
+// sandbox's writes stop there with ENOSPC (natively, the executor's scratch
+// tmpfs caps the upper layer the same way). The tmpfs's pages are charged
+// to the memory cgroup of whoever writes them: runsc's gofer, in the
+// sandbox's cgroup. The upper layer's root takes the workspace's owner and
+// mode, which the overlay's root shows. unmountCOWWorkspace undoes it.
+func mountCOWWorkspace(dir, lower string, size int64) (string, error) {
+	cow, merged := filepath.Join(dir, "cow"), filepath.Join(dir, "workspace")
+	for _, d := range []string{cow, merged} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", fmt.Errorf("cow workspace: %w", err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(lower, &st); err != nil {
+		return "", fmt.Errorf("cow workspace: %w", err)
+	}
+	if err := unix.Mount("tmpfs", cow, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=700", size)); err != nil {
+		return "", fmt.Errorf("cow workspace: tmpfs: %w", err)
+	}
+	upper, work := filepath.Join(cow, "upper"), filepath.Join(cow, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			return "", fmt.Errorf("cow workspace: %w", err)
+		}
+	}
+	if err := unix.Chmod(upper, st.Mode&0o7777); err != nil {
+		return "", fmt.Errorf("cow workspace: %w", err)
+	}
+	if err := os.Lchown(upper, int(st.Uid), int(st.Gid)); err != nil {
+		return "", fmt.Errorf("cow workspace: %w", err)
+	}
+	// One option at a time (fsconfig): the workspace's path is the
+	// caller's, and a comma or colon in it must not read as another
+	// option or layer. userxattr: the opaque and redirect marks are
+	// user.overlay.*, as the native executor's overlay writes them.
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return "", fmt.Errorf("cow workspace: open overlay: %w", err)
+	}
+	defer unix.Close(fsfd)
+	for _, o := range [][2]string{{"lowerdir+", lower}, {"upperdir", upper}, {"workdir", work}} {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return "", fmt.Errorf("cow workspace: overlay %s: %w", o[0], err)
+		}
+	}
+	if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
+		return "", fmt.Errorf("cow workspace: overlay userxattr: %w", err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return "", fmt.Errorf("cow workspace: overlay: %w", err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return "", fmt.Errorf("cow workspace: mount overlay: %w", err)
+	}
+	defer unix.Close(mfd)
+	if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, merged, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return "", fmt.Errorf("cow workspace: attach overlay: %w", err)
+	}
+	return merged, nil
+}
+
+// unmountCOWWorkspace detaches a cow workspace's overlay and tmpfs from a
+// gvisor bundle in dir, if they are mounted there.
+func unmountCOWWorkspace(dir string) error {
+	for _, d := range []string{"workspace", "cow"} {
+		err := unix.Unmount(filepath.Join(dir, d), unix.MNT_DETACH)
+		if err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return err
+		}
+	}
+	return nil
+}
+
+// gvisorCOW takes the checkpoints of a gvisor sandbox's cow workspace on
+// the host, with the executor's own walk (executor.COWCheckpoints) over the
+// host's overlay (mountCOWWorkspace) and its upper layer: as natively, a
+// delta walks what the sandbox changed, not the whole tree. Inside, the
+// executor could key only the merged tree: gVisor's gofer shows it no
+// extended attributes (the upper layer's opaque marks) and, for the names
+// of a hard link, the overlay's inode of each name rather than one.
+//
+// The walk reads a tree the sandbox writes, as root on the host: it is the
+// executor's, every open confined beneath the tree (openat2
+// RESOLVE_BENEATH, no symlink followed, no mount crossed), and it only
+// reads. Writes a command has made through a shared memory map may sit in
+// gVisor's page cache until the command syncs or unmaps them, as natively
+// they may sit in a process's own memory.
+type gvisorCOW struct {
+	// mu is held by a checkpoint for its whole walk, and by close: the
+	// descriptor is never closed under a walk (its number could name
+	// another file once reused).
+	mu     sync.Mutex
+	closed bool // guarded by mu
+	upper  int  // O_PATH descriptor of the upper layer
+	ckpt   *executor.COWCheckpoints
+}
+
+// openGVisorCOW opens the upper layer of the cow workspace mounted in the
+// bundle dir.
+func openGVisorCOW(dir string) (*gvisorCOW, error) {
+	fd, err := unix.Open(filepath.Join(dir, "cow", "upper"), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cow workspace: %w", err)
+	}
+	return &gvisorCOW{upper: fd, ckpt: executor.NewCOWCheckpoints(filepath.Join(dir, "workspace"), fd)}, nil
+}
+
+func (g *gvisorCOW) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		unix.Close(g.upper)
+	}
+}
+
+// checkpoint is Sandbox.Checkpoint of the workspace. Its errors are the
+// executor's as the connection reports them: a FileError of /workspace
+// with the errno (EAGAIN: a file changed while it was read; try again).
+func (g *gvisorCOW) checkpoint(ctx context.Context, id string, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
+	if w == nil {
+		w = io.Discard
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrLost)
+	}
+	r, err := g.ckpt.Take(req.Since, req.MarkOnly, w, execproto.BulkChunkSize, ctx.Done())
+	if err != nil {
+		fe := &sandbox.FileError{Op: execproto.OpCheckpoint, Path: "/workspace", Msg: err.Error()}
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			fe.Errno = unix.ErrnoName(errno)
+		}
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", id, fe)
+	}
+	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
+}
+
 // realTargets makes each of dirs (and its parents) a directory and each of
 // files a regular file below an image root, where the bundle mounts on
 // them: a link the image planted there (run -> /var/tmp, etc/hosts ->
@@ -421,9 +561,6 @@ func unmountImageRoot(dir string) error {
 
 // createGVisor is Create's gvisor path: sb holds its id lock.
 func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Spec, tr *tracer) error {
-	if err := checkGVisorSpec(&spec); err != nil {
-		return err
-	}
 	runsc, err := b.runscPath()
 	if err != nil {
 		return err
@@ -447,6 +584,11 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		return err
 	}
 	sb.runsc = runsc
+	if sb.spec.Workspace != "" && (sb.spec.WorkspaceMode == "" || sb.spec.WorkspaceMode == sandbox.WorkspaceCOW) {
+		if sb.cow, err = openGVisorCOW(bundle); err != nil {
+			return err
+		}
+	}
 	tr.mark("bundle")
 	host, child, err := socketpair()
 	if err != nil {
@@ -574,6 +716,9 @@ func (sb *Sandbox) teardownGVisor() {
 	if sb.gvisor == "" {
 		return
 	}
+	if sb.cow != nil {
+		sb.cow.close()
+	}
 	if sb.runsc != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -585,6 +730,11 @@ func (sb *Sandbox) teardownGVisor() {
 	// layers.
 	if err := unmountImageRoot(filepath.Join(sb.gvisor, "bundle")); err != nil {
 		sb.b.log.Warn("unmount gvisor image root", "sandbox_id", sb.id, "err", err)
+		return
+	}
+	// Nor into the host's workspace, the cow overlay's lower layer.
+	if err := unmountCOWWorkspace(filepath.Join(sb.gvisor, "bundle")); err != nil {
+		sb.b.log.Warn("unmount gvisor cow workspace", "sandbox_id", sb.id, "err", err)
 		return
 	}
 	if err := os.RemoveAll(sb.gvisor); err != nil {

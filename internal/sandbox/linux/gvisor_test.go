@@ -276,3 +276,161 @@ func TestGVisorCheckpointTimes(t *testing.T) {
 		t.Errorf("the checkpoint lacks %v", want)
 	}
 }
+
+// TestCOWDiskBomb: a disk bomb in a cow workspace stops at the disk limit
+// on each runtime, with disk_full and a message that names the limit, the
+// host's workspace untouched; the space comes back when the file goes. The
+// probe stops itself at 1.5 GiB. On gvisor the upper layer is the host's
+// tmpfs in the bundle (docs/gvisor.md): its use is read from the host, and
+// must not pass the limit.
+func TestCOWDiskBomb(t *testing.T) {
+	const disk = 256 << 20
+	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
+		t.Run(rt, func(t *testing.T) {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root")
+			}
+			if rt == sandbox.RuntimeGVisor {
+				needGVisor(t)
+			}
+			state := t.TempDir()
+			b, err := linux.New(linux.Config{Executor: executorPath, StateDir: state})
+			if err != nil {
+				t.Fatalf("linux.New = %v", err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			ws := t.TempDir()
+			if err := os.WriteFile(ws+"/seed", []byte("seed\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			limits := sandbox.DefaultLimits
+			limits.DiskBytes = disk
+			sb := sandboxtest.Create(t, b, sandbox.Spec{Runtime: rt, Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW, Limits: limits})
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			run := func(cmd string) (sandbox.Result, string, string) {
+				t.Helper()
+				var out, errb sandboxtest.SyncBuffer
+				r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"sh", "-c", cmd}, Stdout: &out, Stderr: &errb})
+				if err != nil {
+					t.Fatalf("%s: %v", cmd, err)
+				}
+				return r, out.String(), errb.String()
+			}
+			r, _, stderr := run("dd if=/dev/zero of=/workspace/bomb bs=1M count=1536")
+			if r.Outcome != sandbox.OutcomeDiskFull {
+				t.Errorf("1.5 GiB into a cow workspace under a 256 MiB disk limit: outcome %q (exit %d), want %q; stderr %q", r.Outcome, r.ExitCode, sandbox.OutcomeDiskFull, stderr)
+			}
+			if !strings.Contains(r.Message, "disk limit 256M reached") || !strings.Contains(stderr, "No space left on device") {
+				t.Errorf("message %q, stderr %q: want the disk limit named and ENOSPC's", r.Message, stderr)
+			}
+			if rt == sandbox.RuntimeGVisor {
+				var st unix.Statfs_t
+				if err := unix.Statfs(filepath.Join(state, "gvisor", sb.ID(), "bundle", "cow"), &st); err != nil {
+					t.Fatalf("the host's upper layer: %v", err)
+				}
+				if size, used := st.Blocks*uint64(st.Bsize), (st.Blocks-st.Bfree)*uint64(st.Bsize); size != disk || used > disk {
+					t.Errorf("the host's upper layer: %d bytes of %d used, want a tmpfs of %d", used, size, disk)
+				}
+			}
+			if _, err := os.Stat(ws + "/bomb"); err == nil {
+				t.Errorf("the bomb reached the host's workspace")
+			}
+			// The space comes back.
+			if r, out, stderr := run("rm /workspace/bomb && dd if=/dev/zero of=/workspace/after bs=1M count=64 2>/dev/null && cat /workspace/seed"); r.Outcome != sandbox.OutcomeExited || r.ExitCode != 0 || out != "seed\n" {
+				t.Errorf("after removing the bomb: %+v, %q, %q", r, out, stderr)
+			}
+			if err := sb.Destroy(context.Background()); err != nil {
+				t.Fatalf("Destroy = %v", err)
+			}
+			if data, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(data), state+"/") {
+				t.Errorf("after Destroy, the host still mounts below the state directory %s (%v)", state, err)
+			}
+		})
+	}
+}
+
+// TestGVisorPlatform: Config.RunscPlatform picks runsc's platform. ptrace
+// (this runsc's default) runs; kvm, without /dev/kvm, fails the Create
+// with runsc's reason rather than fall back; a name that is no platform's
+// is refused by New.
+func TestGVisorPlatform(t *testing.T) {
+	needGVisor(t)
+	cases := []struct {
+		platform string
+		newErr   bool
+		runs     bool
+	}{
+		{"ptrace", false, true},
+		{"kvm", false, false},
+		{"ptrace --debug", true, false},
+		{"--overlay2=none", true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.platform, func(t *testing.T) {
+			b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), RunscPlatform: c.platform})
+			if c.newErr {
+				if err == nil {
+					b.Close()
+					t.Fatalf("New with platform %q succeeded, want it refused", c.platform)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New = %v", err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			if c.platform == "kvm" {
+				if _, err := os.Stat("/dev/kvm"); err == nil {
+					t.Skip("this machine has /dev/kvm: the failing case needs none")
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			sb, err := b.Create(ctx, sandbox.Spec{Runtime: sandbox.RuntimeGVisor})
+			if !c.runs {
+				if err == nil {
+					_ = sb.Destroy(ctx)
+					t.Fatalf("Create on platform %s without /dev/kvm succeeded", c.platform)
+				}
+				if !strings.Contains(err.Error(), "kvm") {
+					t.Errorf("Create on platform %s: %v, want runsc's reason naming kvm", c.platform, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Create = %v", err)
+			}
+			defer sb.Destroy(ctx)
+			if out := attackMust(t, sb, "", "echo ok"); out != "ok\n" {
+				t.Errorf("echo ok = %q", out)
+			}
+		})
+	}
+}
+
+// TestGVisorCOWWorkspacePath: a cow workspace whose path holds a comma and
+// a colon (which a mount option string would read as another option or
+// layer) is the overlay of that directory, and its root shows the
+// directory's mode, sticky bit included.
+func TestGVisorCOWWorkspacePath(t *testing.T) {
+	b := newGVisorBackend(t)
+	ws := filepath.Join(t.TempDir(), "a,upperdir=x:b")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ws, 0o1777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ws+"/seed", []byte("seed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := sandboxtest.Create(t, b, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Workspace: ws, WorkspaceMode: sandbox.WorkspaceCOW})
+	out := attackMust(t, sb, "", `python3 -c 'import os, stat; print(oct(stat.S_IMODE(os.stat("/workspace").st_mode)))' && cat /workspace/seed && echo new > /workspace/new && cat /workspace/new`)
+	if out != "0o1777\nseed\nnew\n" {
+		t.Errorf("cow workspace %q: %q, want mode 0o1777, its seed and the new file", ws, out)
+	}
+	if _, err := os.Stat(ws + "/new"); err == nil {
+		t.Errorf("the cow workspace's write reached the host")
+	}
+}

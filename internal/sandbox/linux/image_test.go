@@ -478,3 +478,48 @@ func capEff(t *testing.T, sb sandbox.Sandbox, user string) uint64 {
 	}
 	return v
 }
+
+// TestGVisorWritableRootRW: a writable root on gvisor is gVisor's
+// in-memory overlay of the root alone, so it goes with a read-write
+// workspace and read-write mounts, whose writes reach the host, while the
+// root's stay out of the image's layers. And a cow workspace goes with a
+// read-write mount.
+func TestGVisorWritableRootRW(t *testing.T) {
+	b := newGVisorBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{sandbox.WorkspaceRW, sandbox.WorkspaceCOW} {
+		t.Run(mode, func(t *testing.T) {
+			ws, mnt := t.TempDir(), t.TempDir()
+			spec := sandbox.Spec{
+				Runtime: sandbox.RuntimeGVisor, WritableRoot: mode == sandbox.WorkspaceRW, Workspace: ws, WorkspaceMode: mode,
+				Mounts: []sandbox.Mount{{Source: mnt, Target: "/data"}},
+			}
+			root.Apply(&spec)
+			sb := sandboxtest.Create(t, b, spec)
+			cmd := "echo ws > /workspace/a && echo data > /data/b && cat /workspace/a /data/b"
+			if spec.WritableRoot {
+				cmd += " && echo root > /bin/c && cat /bin/c"
+			}
+			want := map[bool]string{true: "ws\ndata\nroot\n", false: "ws\ndata\n"}[spec.WritableRoot]
+			if out := attackMust(t, sb, "root", cmd); out != want {
+				t.Errorf("writes: %q, want %q", out, want)
+			}
+			if data, err := os.ReadFile(filepath.Join(mnt, "b")); err != nil || string(data) != "data\n" {
+				t.Errorf("the read-write mount's file on the host: %q, %v", data, err)
+			}
+			_, err := os.Stat(filepath.Join(ws, "a"))
+			if reached := err == nil; reached != (mode == sandbox.WorkspaceRW) {
+				t.Errorf("%s workspace: the write reached the host = %v", mode, reached)
+			}
+			for _, l := range spec.Layers {
+				if _, err := os.Stat(filepath.Join(l, "bin", "c")); err == nil {
+					t.Errorf("a write into the sandbox's root reached layer %s", l)
+				}
+			}
+		})
+	}
+}

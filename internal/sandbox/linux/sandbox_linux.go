@@ -45,6 +45,10 @@ type Sandbox struct {
 	// gvisor is a gvisor sandbox's state directory (bundle, runsc's
 	// state), and runsc its runsc binary; empty for a native sandbox.
 	gvisor, runsc string
+	// cow takes a gvisor sandbox's cow workspace checkpoints on the host,
+	// from the host's overlay and its upper layer (gvisorCOW); nil
+	// otherwise.
+	cow *gvisorCOW
 
 	done     chan struct{} // closed when the sandbox is gone
 	doneOnce sync.Once
@@ -572,6 +576,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest,
 	tree := execproto.TreeWorkspace
 	if req.Root {
 		tree = execproto.TreeRoot
+	}
+	if s.cow != nil && !req.Root {
+		return s.cow.checkpoint(ctx, s.id, req, w)
 	}
 	r, err := s.conn.Checkpoint(ctx, tree, req.Since, req.MarkOnly, w)
 	if err != nil {

@@ -1,0 +1,31 @@
+package executor
+
+import (
+	"io"
+
+	"github.com/airlockrun/airlock/internal/execproto"
+)
+
+// COWCheckpoints takes the checkpoints of a cow workspace from outside the
+// sandbox, where its overlay and upper layer are mounted: the host does it
+// for a gvisor sandbox, whose cow workspace is the host's overlay (gVisor's
+// gofer shows the executor neither the upper layer's opaque marks, which
+// are extended attributes, nor one inode for the names of a hard link). The
+// walk, the baselines and the stream are the executor's own (checkpoints),
+// with the merged tree at a path and the upper layer by descriptor.
+type COWCheckpoints struct{ c *checkpoints }
+
+// NewCOWCheckpoints keys the cow workspace whose overlay is mounted at
+// merged, with upper an O_PATH descriptor of its upper layer (kept open by
+// the caller while the checkpoints are in use).
+func NewCOWCheckpoints(merged string, upper int) *COWCheckpoints {
+	return &COWCheckpoints{c: newCheckpoints(merged, upper)}
+}
+
+// Take writes the delta since the baseline named since (the whole tree
+// when it is unknown) to w, unless markOnly, in frames of chunk bytes, and
+// records a new baseline; a close of stop abandons it. It is what a
+// checkpoint request to the executor does.
+func (h *COWCheckpoints) Take(since string, markOnly bool, w io.Writer, chunk int, stop <-chan struct{}) (execproto.CheckpointResult, error) {
+	return h.c.take(since, markOnly, w, chunk, stop)
+}
