@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,11 +13,6 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/airlockrun/airlock/internal/store/chunk"
-	"github.com/airlockrun/airlock/internal/store/postgres"
 )
 
 // storedBlobs lists the blob store's digests.
@@ -47,20 +41,12 @@ func files(name, body string, n int) []tent {
 // TestCollectManifests runs the manifest cases on each backend (the blob
 // directory, PostgreSQL's blob table).
 func TestCollectManifests(t *testing.T) {
-	cases := []struct {
-		name string
-		run  func(*testing.T, func(*testing.T) *testStore)
-	}{
+	runOnBackends(t, []storeCase{
 		{"Orphans", testCollectManifests},
 		{"ConcurrentDelta", testCollectConcurrentDelta},
 		{"Killed", testCollectKilled},
 		{"Forget", testForget},
-	}
-	for _, b := range backends {
-		for _, c := range cases {
-			t.Run(b.name+"/"+c.name, func(t *testing.T) { c.run(t, b.open) })
-		}
-	}
+	})
 }
 
 // testCollectManifests: the manifests of a deleted run's chain go (and
@@ -139,7 +125,7 @@ func testCollectConcurrentDelta(t *testing.T, open func(*testing.T) *testStore) 
 			p1 := write(t, s, "acme", p0.Digest, false, tarStream(t, reg("step", "1")))
 			w := s
 			if !cached {
-				w = &testStore{Store: mustNew(t, s.blobs, s.Store.chunks)}
+				w = newTestStoreOn(t, s.blobs, s.Store.chunks.Backend())
 			}
 			cut := time.Now()
 			var racing Result
@@ -163,15 +149,6 @@ func testCollectConcurrentDelta(t *testing.T, open func(*testing.T) *testStore) 
 			restoreTar(t, s, "acme", racing.Digest)
 		})
 	}
-}
-
-func mustNew(t *testing.T, bl *blob.Store, cs *chunk.Store) *Store {
-	t.Helper()
-	s, err := New(bl, cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
 }
 
 // testCollectKilled: a collection killed (SIGKILL) in the middle of its
@@ -253,49 +230,7 @@ func testCollectKilled(t *testing.T, open func(*testing.T) *testStore) {
 // reopenStore opens the store s's child would (a restarted process).
 func reopenStore(t *testing.T, s *testStore) *testStore {
 	t.Helper()
-	env := map[string]string{}
-	for _, kv := range s.reopen {
-		k, v, _ := strings.Cut(kv, "=")
-		env[k] = v
-	}
-	st, err := openChild(func(k string) string { return env[k] }, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
-// openChild opens the store the CKPT_CHILD_ variables name.
-func openChild(getenv func(string) string, spool string) (*testStore, error) {
-	var bl *blob.Store
-	var b chunk.Backend
-	if url := getenv("CKPT_CHILD_PG"); url != "" {
-		st, err := postgres.Open(context.Background(), url, postgres.Options{Redactor: store.NoRedaction})
-		if err != nil {
-			return nil, err
-		}
-		if bl, err = blob.New(filepath.Join(spool, "spool"), blob.Options{Backend: st.Blobs()}); err != nil {
-			return nil, err
-		}
-		b = st.Chunks()
-	} else {
-		var err error
-		if bl, err = blob.New(getenv("CKPT_CHILD_BLOBS"), blob.Options{}); err != nil {
-			return nil, err
-		}
-		if b, err = chunk.NewDir(getenv("CKPT_CHILD_CHUNKS")); err != nil {
-			return nil, err
-		}
-	}
-	cs, err := chunk.NewStore(b)
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(bl, cs)
-	if err != nil {
-		return nil, err
-	}
-	return &testStore{Store: s, blobs: bl}, nil
+	return openTestStore(t, s.reopen)
 }
 
 // collectChild is the test binary as testCollectKilled's child: it
@@ -308,7 +243,7 @@ func collectChild() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	s, err := openChild(os.Getenv, dir)
+	s, _, err := openStore(os.Getenv, dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

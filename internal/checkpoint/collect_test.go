@@ -64,20 +64,12 @@ func rootsOf(rs ...Root) func(context.Context) ([]Root, error) {
 // Has and Expire, which chunktest checks one by one; here the whole mark
 // and sweep does.
 func TestCollect(t *testing.T) {
-	cases := []struct {
-		name string
-		run  func(*testing.T, func(*testing.T) *testStore)
-	}{
+	runOnBackends(t, []storeCase{
 		{"Collect", testCollect},
 		{"Grace", testCollectGrace},
 		{"KilledWrite", testCollectKilledWrite},
 		{"BrokenRoot", testCollectBrokenRoot},
-	}
-	for _, b := range backends {
-		for _, c := range cases {
-			t.Run(b.name+"/"+c.name, func(t *testing.T) { c.run(t, b.open) })
-		}
-	}
+	})
 }
 
 // testCollect: the chunks of a checkpoint no root names (a deleted run's)

@@ -76,7 +76,8 @@ func FuzzDeltaStream(f *testing.F) {
 		for _, l := range dr.links {
 			l.e.Slices = l.target.Slices
 		}
-		list, _ := tr.normalize()
+		list, size := tr.normalize()
+		checkCounts(t, tr, list, size)
 		fm := &Manifest{Key: testKey, Full: true}
 		for _, e := range list {
 			fm.Entries = append(fm.Entries, *e)
@@ -102,11 +103,34 @@ func FuzzDeltaStream(f *testing.F) {
 				t.Fatalf("the delta manifest does not apply: %s: %v", got.Entries[i].Name, err)
 			}
 		}
-		list2, _ := again.normalize()
+		list2, size2 := again.normalize()
+		checkCounts(t, again, list2, size2)
 		if !reflect.DeepEqual(values(list2), values(list)) {
 			t.Fatalf("the delta manifest applied gives another tree:\n%v\nwant\n%v", values(list2), values(list))
 		}
 	})
+}
+
+// checkCounts fails t unless what tr keeps count of (entries, content
+// bytes, hard links) is what a walk of it finds: list and size, its
+// normal form.
+func checkCounts(t *testing.T, tr *tree, list []*Entry, size int64) {
+	t.Helper()
+	var files, links int64
+	for e := range tr.walk() {
+		switch e.Kind {
+		case File:
+			files += e.Size
+		case Hardlink:
+			links++
+		}
+	}
+	if tr.n != int64(len(list)) || tr.fileBytes != files || tr.links != links {
+		t.Fatalf("the tree counts %d entries, %d bytes of files, %d hard links; a walk finds %d, %d, %d", tr.n, tr.fileBytes, tr.links, len(list), files, links)
+	}
+	if got := tr.contentBytes(); got != size {
+		t.Fatalf("contentBytes() = %d, the normal form holds %d", got, size)
+	}
 }
 
 func values(es []*Entry) []Entry {

@@ -18,8 +18,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 	"github.com/airlockrun/airlock/internal/store/chunk"
+	"github.com/airlockrun/airlock/internal/store/postgres"
 )
 
 // testStore is a Store on disk, with its parts at hand for tests that
@@ -36,31 +38,86 @@ type testStore struct {
 func newTestStore(t testing.TB) *testStore {
 	t.Helper()
 	dir := t.TempDir()
-	bl, err := blob.New(filepath.Join(dir, "blobs"), blob.Options{})
+	return openTestStore(t, []string{"CKPT_CHILD_BLOBS=" + filepath.Join(dir, "blobs"), "CKPT_CHILD_CHUNKS=" + filepath.Join(dir, "chunks")})
+}
+
+// openTestStore opens the store that env names (see openStore), closed
+// at t's end; a reopen of it (reopenStore, a child) opens the same.
+func openTestStore(t testing.TB, env []string) *testStore {
+	t.Helper()
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	ts, closeStore, err := openStore(func(k string) string { return vars[k] }, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cd, err := chunk.NewDir(filepath.Join(dir, "chunks"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := newTestStoreOn(t, bl, cd)
-	ts.reopen = []string{"CKPT_CHILD_BLOBS=" + filepath.Join(dir, "blobs"), "CKPT_CHILD_CHUNKS=" + filepath.Join(dir, "chunks")}
+	t.Cleanup(closeStore)
+	ts.reopen = env
 	return ts
+}
+
+// openStore opens the store the CKPT_CHILD_ variables getenv reads name:
+// CKPT_CHILD_PG, a PostgreSQL database's URL (its blob and chunk tables,
+// blobs spooled under spool), or else the blob directory CKPT_CHILD_BLOBS
+// and the chunk directory CKPT_CHILD_CHUNKS. The tests' stores, their
+// reopenings and the children they start all open theirs here. The
+// function returned closes what it opened.
+func openStore(getenv func(string) string, spool string) (*testStore, func(), error) {
+	var bl *blob.Store
+	var b chunk.Backend
+	closeStore := func() {}
+	if url := getenv("CKPT_CHILD_PG"); url != "" {
+		st, err := postgres.Open(context.Background(), url, postgres.Options{Redactor: store.NoRedaction})
+		if err != nil {
+			return nil, nil, err
+		}
+		closeStore = func() { st.Close() }
+		if bl, err = blob.New(filepath.Join(spool, "spool"), blob.Options{Backend: st.Blobs()}); err != nil {
+			st.Close()
+			return nil, nil, err
+		}
+		b = st.Chunks()
+	} else {
+		var err error
+		if bl, err = blob.New(getenv("CKPT_CHILD_BLOBS"), blob.Options{}); err != nil {
+			return nil, nil, err
+		}
+		if b, err = chunk.NewDir(getenv("CKPT_CHILD_CHUNKS")); err != nil {
+			return nil, nil, err
+		}
+	}
+	ts, err := storeOn(bl, b)
+	if err != nil {
+		closeStore()
+		return nil, nil, err
+	}
+	return ts, closeStore, nil
+}
+
+// storeOn returns a testStore of the blobs bl and the chunk backend b.
+func storeOn(bl *blob.Store, b chunk.Backend) (*testStore, error) {
+	cs, err := chunk.NewStore(b)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(bl, cs)
+	if err != nil {
+		return nil, err
+	}
+	cd, _ := b.(*chunk.Dir)
+	return &testStore{Store: s, blobs: bl, chunks: cd}, nil
 }
 
 func newTestStoreOn(t testing.TB, bl *blob.Store, b chunk.Backend) *testStore {
 	t.Helper()
-	cs, err := chunk.NewStore(b)
+	ts, err := storeOn(bl, b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(bl, cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cd, _ := b.(*chunk.Dir)
-	return &testStore{Store: s, blobs: bl, chunks: cd}
+	return ts
 }
 
 // tent is an entry of a tar stream a test writes.

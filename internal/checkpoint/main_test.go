@@ -8,9 +8,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/airlockrun/airlock/internal/store"
-	"github.com/airlockrun/airlock/internal/store/blob"
-	"github.com/airlockrun/airlock/internal/store/postgres"
 	"github.com/airlockrun/airlock/internal/store/postgres/pgtest"
 )
 
@@ -52,6 +49,23 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// storeCase is a test that runs on each of the backends: run gets the
+// function that opens a new store of the backend.
+type storeCase struct {
+	name string
+	run  func(*testing.T, func(*testing.T) *testStore)
+}
+
+// runOnBackends runs each case on each backend, as subtests named
+// BACKEND/CASE.
+func runOnBackends(t *testing.T, cases []storeCase) {
+	for _, b := range backends {
+		for _, c := range cases {
+			t.Run(b.name+"/"+c.name, func(t *testing.T) { c.run(t, b.open) })
+		}
+	}
+}
+
 // backends are the stores a test runs on: on disk (blob and chunk
 // directories, one host), and on PostgreSQL (the blob and chunk tables a
 // replica shares; the directory only spools).
@@ -61,18 +75,6 @@ var backends = []struct {
 }{
 	{"dir", func(t *testing.T) *testStore { return newTestStore(t) }},
 	{"postgres", func(t *testing.T) *testStore {
-		url := pgServer(t).NewDatabase(t)
-		st, err := postgres.Open(context.Background(), url, postgres.Options{Redactor: store.NoRedaction})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.Close() })
-		bl, err := blob.New(filepath.Join(t.TempDir(), "spool"), blob.Options{Backend: st.Blobs()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts := newTestStoreOn(t, bl, st.Chunks())
-		ts.reopen = []string{"CKPT_CHILD_PG=" + url}
-		return ts
+		return openTestStore(t, []string{"CKPT_CHILD_PG=" + pgServer(t).NewDatabase(t)})
 	}},
 }

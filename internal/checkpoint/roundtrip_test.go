@@ -151,8 +151,25 @@ func roundTripFS(t *testing.T, s *testStore, steps []fsStep) {
 		if res.Stats.TreeEntries != int64(len(cur)) {
 			t.Errorf("step %q: TreeEntries = %d, want %d", st.name, res.Stats.TreeEntries, len(cur))
 		}
+		if want := fsBytes(cur); res.Stats.TreeBytes != want {
+			t.Errorf("step %q: TreeBytes = %d, want %d", st.name, res.Stats.TreeBytes, want)
+		}
 		prev, parent = cur, res.Digest
 	}
+}
+
+// fsBytes returns the bytes of the regular files of es, a file with
+// several names once.
+func fsBytes(es []fsent) int64 {
+	seen := map[uint64]bool{}
+	var n int64
+	for _, e := range es {
+		if e.mode.IsRegular() && !seen[e.ino] {
+			seen[e.ino] = true
+			n += e.size
+		}
+	}
+	return n
 }
 
 func mkdir(t *testing.T, root, name string, mode uint32) {

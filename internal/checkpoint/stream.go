@@ -320,8 +320,7 @@ func (d *deltaReader) whiteout(hdr *tar.Header, kind Kind, dir, base string, pre
 		}
 		prevDir.Kind = OpaqueDir
 		if n := d.tree.lookup(dir); n != nil && n.children != nil {
-			d.tree.n -= count(n) - 1
-			clear(n.children)
+			d.tree.dropChildren(n)
 			n.e = withKind(prevDir, Dir)
 		}
 		return nil, nil

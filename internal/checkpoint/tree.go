@@ -13,6 +13,12 @@ import (
 type tree struct {
 	root node
 	n    int64 // entries, the root not counted
+	// fileBytes is the content of the tree's File entries and links the
+	// number of its Hardlink entries, kept as entries come and go: with
+	// no hard links, fileBytes is the tree's content (contentBytes), which
+	// a step then learns without a walk of the whole tree.
+	fileBytes int64
+	links     int64
 }
 
 type node struct {
@@ -52,13 +58,36 @@ func (t *tree) dirOf(name string) (*node, string) {
 	return d, base
 }
 
-// count returns the entries of n's subtree, n included.
-func count(n *node) int64 {
-	c := int64(1)
-	for _, ch := range n.children {
-		c += count(ch)
+// add counts e, an entry put in the tree.
+func (t *tree) add(e *Entry) {
+	t.n++
+	switch e.Kind {
+	case File:
+		t.fileBytes += e.Size
+	case Hardlink:
+		t.links++
 	}
-	return c
+}
+
+// drop uncounts n's subtree, n included, which the caller takes out of
+// the tree.
+func (t *tree) drop(n *node) {
+	t.dropChildren(n)
+	t.n--
+	switch n.e.Kind {
+	case File:
+		t.fileBytes -= n.e.Size
+	case Hardlink:
+		t.links--
+	}
+}
+
+// dropChildren empties the directory n, uncounting what was below it.
+func (t *tree) dropChildren(n *node) {
+	for _, ch := range n.children {
+		t.drop(ch)
+	}
+	clear(n.children)
 }
 
 // errNoDir: an entry's directory is not a directory of the tree.
@@ -79,7 +108,7 @@ func (t *tree) apply(e *Entry) error {
 	if e.Kind == Whiteout {
 		if d != nil {
 			if old := d.children[base]; old != nil {
-				t.n -= count(old)
+				t.drop(old)
 				delete(d.children, base)
 			}
 		}
@@ -91,15 +120,14 @@ func (t *tree) apply(e *Entry) error {
 	old := d.children[base]
 	if (e.Kind == Dir || e.Kind == OpaqueDir) && old != nil && old.children != nil {
 		if e.Kind == OpaqueDir {
-			t.n -= count(old) - 1
-			clear(old.children)
+			t.dropChildren(old)
 			e = withKind(e, Dir)
 		}
 		old.e = e
 		return nil
 	}
 	if old != nil {
-		t.n -= count(old)
+		t.drop(old)
 	}
 	n := &node{e: e}
 	switch e.Kind {
@@ -110,7 +138,7 @@ func (t *tree) apply(e *Entry) error {
 		n.e = withKind(e, Dir)
 	}
 	d.children[base] = n
-	t.n++
+	t.add(n.e)
 	if t.n > MaxEntries {
 		return fmt.Errorf("the tree holds more than %d entries", MaxEntries)
 	}
@@ -215,8 +243,17 @@ func (t *tree) linkGroups() func(name string) string {
 }
 
 // contentBytes returns the bytes of file content in the tree, each hard
-// link group's once.
+// link group's once: the count kept when the tree has no hard links, a
+// walk of it when it has.
 func (t *tree) contentBytes() int64 {
+	if t.links == 0 {
+		return t.fileBytes
+	}
+	return t.walkBytes()
+}
+
+// walkBytes is contentBytes by a walk of the whole tree.
+func (t *tree) walkBytes() int64 {
 	find := t.linkGroups()
 	seen := map[string]bool{}
 	var n int64
