@@ -47,6 +47,13 @@ import (
 // container (pods/exec), which is the authorization for attaching; so the
 // relay listens for the sandbox's whole life.
 
+// podTrustDir is where a pod's sandbox keeps the CAs of its spec (the
+// kubernetes backend's trust volume, a memory emptyDir of the pod's): the
+// host writes them through the executor once it is up, so commands may
+// write there too. It is the sandbox's own trust store, which its root
+// could replace by pointing its tools elsewhere anyway.
+const podTrustDir = "/etc/airlock"
+
 // PodSocket is the abstract unix socket `airlock-exec pod` relays.
 const PodSocket = "@airlock-exec-control"
 
