@@ -120,10 +120,7 @@ func TestAttachAfterKill(t *testing.T) {
 	_ = cmd.Wait()
 	// A's exec stream ends when the API server sees its client gone; its
 	// command is killed then.
-	for {
-		if runB(`kill -0 "$(cat /workspace/a.pid)" 2>/dev/null && echo running || echo gone`) == "gone\n" {
-			break
-		}
+	for runB(`kill -0 "$(cat /workspace/a.pid)" 2>/dev/null && echo running || echo gone`) != "gone\n" {
 		select {
 		case <-ctx.Done():
 			t.Fatal("A's command still runs after A was killed")

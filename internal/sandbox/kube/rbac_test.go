@@ -221,9 +221,10 @@ func wsExec(ctx context.Context, cfg *rest.Config, ns, pod string) (string, erro
 	if err != nil {
 		return "", err
 	}
-	var out bytes.Buffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
-	return out.String(), err
+	// Two buffers: the streams are copied by two goroutines.
+	var out, errb bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
+	return out.String() + errb.String(), err
 }
 
 // grantOnly makes a ServiceAccount name in system granted rule alone in
