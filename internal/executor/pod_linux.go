@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -25,9 +26,11 @@ import (
 //     abstract unix socket of the pod's network namespace (PodSocket) and
 //     starts `airlock-exec pod-inner` in new user (its own uid mapped to
 //     0, nothing else), mount, pid, network, ipc and uts namespaces, with
-//     one end of a socket pair as the control connection. It relays the
-//     first connection to the socket to the executor and back, then exits
-//     with the executor.
+//     one end of a socket pair as the control connection. It relays every
+//     host connection to the socket to the executor and back (podMux: the
+//     first one sets the sandbox up, later ones attach to it, several at
+//     once), and exits with the executor, which it ends once the last host
+//     has been gone for --detached-grace (at once without it).
 //   - `airlock-exec pod-connect` is what the host runs in the container
 //     through the API server's exec: it connects to the socket and relays
 //     its stdin and stdout, so the host's connection travels through the
@@ -39,7 +42,17 @@ import (
 //
 // The socket is abstract on purpose: abstract sockets belong to a network
 // namespace, and the sandbox has its own, so nothing in it can reach the
-// socket. The relay accepts one connection and closes the socket.
+// socket. What can reach it is what runs in the pod's network namespace:
+// the relay, and the commands the API server lets a client exec in the
+// container (pods/exec), which is the authorization for attaching; so the
+// relay listens for the sandbox's whole life.
+
+// podTrustDir is where a pod's sandbox keeps the CAs of its spec (the
+// kubernetes backend's trust volume, a memory emptyDir of the pod's): the
+// host writes them through the executor once it is up, so commands may
+// write there too. It is the sandbox's own trust store, which its root
+// could replace by pointing its tools elsewhere anyway.
+const podTrustDir = "/etc/airlock"
 
 // PodSocket is the abstract unix socket `airlock-exec pod` relays.
 const PodSocket = "@airlock-exec-control"
@@ -57,7 +70,10 @@ func podCommand(args []string) (code int, ok bool) {
 	var err error
 	switch args[1] {
 	case "pod":
-		code, err = podRelay()
+		var grace time.Duration
+		if grace, err = podRelayArgs(args[2:]); err == nil {
+			code, err = podRelay(grace)
+		}
 	case "pod-connect":
 		err = podConnect(os.Stdin, os.Stdout)
 	case "pod-install":
@@ -79,8 +95,9 @@ func podCommand(args []string) (code int, ok bool) {
 	return code, true
 }
 
-// podRelay is `airlock-exec pod`.
-func podRelay() (int, error) {
+// podRelay is `airlock-exec pod [--detached-grace=DURATION]`: grace is
+// how long the sandbox outlives its last host (0: it ends with it).
+func podRelay(grace time.Duration) (int, error) {
 	ln, err := listenPodSocket()
 	if err != nil {
 		return 1, fmt.Errorf("listen: %w", err)
@@ -133,34 +150,87 @@ func podRelay() (int, error) {
 		st, _ := p.Wait()
 		exited <- st
 	}()
-	accepted := make(chan *os.File, 1)
-	go func() {
-		c, err := acceptOne(ln)
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	var st *os.ProcessState
+	accepted := make(chan *os.File)
+	go acceptAll(ln, accepted)
+	defer unix.Close(ln)
+	m := newPodMux(ours)
+	er := bufio.NewReaderSize(ours, execproto.ChunkSize+execproto.HeaderSize)
+	var first *os.File
 	select {
-	case st = <-exited:
+	case st := <-exited:
 		return exitCode(st), errors.New("the executor exited before the host connected")
-	case c := <-accepted:
-		relayDone := make(chan struct{})
-		go func() {
-			relay(c, ours)
-			close(relayDone)
-		}()
-		select {
-		case st = <-exited:
-		case <-relayDone:
-			// The host's connection ended: the sandbox is over, there is
-			// no way back in.
-			_ = p.Kill()
-			st = <-exited
-		}
-		c.Close()
+	case first = <-accepted:
 	}
-	return exitCode(st), nil
+	fr := bufio.NewReaderSize(first, execproto.ChunkSize+execproto.HeaderSize)
+	if err := m.handshake(first, fr, er); err != nil {
+		first.Close()
+		_ = p.Kill()
+		st := <-exited
+		return exitCode(st), fmt.Errorf("handshake: %w", err)
+	}
+	go m.readExecutor(er)
+	go m.serveSession(m.addSession(first), fr)
+	// The sandbox lives while a host is attached, and for grace after the
+	// last one left (another may attach meanwhile); with no grace, the
+	// last host's leaving ends it, as it always did before hosts could
+	// attach.
+	var idle <-chan time.Time
+	var timer *time.Timer
+	for {
+		select {
+		case st := <-exited:
+			return exitCode(st), nil
+		case c := <-accepted:
+			go func() {
+				cr := bufio.NewReaderSize(c, execproto.ChunkSize+execproto.HeaderSize)
+				_ = c.SetDeadline(time.Now().Add(sessionWriteTimeout))
+				if err := m.attach(c, cr); err != nil {
+					fmt.Fprintf(os.Stderr, "airlock-exec pod: a host's attach: %v\n", err)
+					c.Close()
+					return
+				}
+				_ = c.SetDeadline(time.Time{})
+				go m.serveSession(m.addSession(c), cr)
+			}()
+		case <-m.changed:
+			if timer != nil {
+				timer.Stop()
+				timer, idle = nil, nil
+			}
+			if m.live() == 0 {
+				if grace <= 0 {
+					_ = p.Kill()
+					return exitCode(<-exited), nil
+				}
+				timer = time.NewTimer(grace)
+				idle = timer.C
+			}
+		case <-idle:
+			if m.live() == 0 {
+				// No host came back: the sandbox is over.
+				_ = p.Kill()
+				return exitCode(<-exited), nil
+			}
+			timer, idle = nil, nil
+		}
+	}
+}
+
+// podRelayArgs parses pod's arguments.
+func podRelayArgs(args []string) (time.Duration, error) {
+	var grace time.Duration
+	for _, a := range args {
+		v, ok := strings.CutPrefix(a, "--detached-grace=")
+		if !ok {
+			return 0, fmt.Errorf("usage: airlock-exec pod [--detached-grace=DURATION]: unknown %q", a)
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return 0, fmt.Errorf("--detached-grace=%s: not a duration of zero or more", v)
+		}
+		grace = d
+	}
+	return grace, nil
 }
 
 func exitCode(st *os.ProcessState) int {
@@ -171,21 +241,6 @@ func exitCode(st *os.ProcessState) int {
 		return c
 	}
 	return 128 + int(st.Sys().(syscall.WaitStatus).Signal())
-}
-
-// relay copies a to b and b to a until either side ends, then closes both.
-func relay(a, b io.ReadWriteCloser) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src io.ReadWriteCloser) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	a.Close()
-	b.Close()
-	<-done
 }
 
 // podConnectWait bounds how long pod-connect waits for the relay's socket
@@ -233,25 +288,25 @@ func listenPodSocket() (int, error) {
 		unix.Close(fd)
 		return -1, err
 	}
-	if err := unix.Listen(fd, 1); err != nil {
+	if err := unix.Listen(fd, 16); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}
 	return fd, nil
 }
 
-// acceptOne accepts one connection on ln and closes ln.
-func acceptOne(ln int) (*os.File, error) {
-	defer unix.Close(ln)
+// acceptAll sends each connection accepted on ln to out, until ln fails
+// (it is closed when the relay ends).
+func acceptAll(ln int, out chan<- *os.File) {
 	for {
 		fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
-		if errors.Is(err, unix.EINTR) {
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.ECONNABORTED) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return
 		}
-		return os.NewFile(uintptr(fd), "host"), nil
+		out <- os.NewFile(uintptr(fd), "host")
 	}
 }
 

@@ -50,6 +50,11 @@ func (e *executor) writablePaths() []string {
 	if e.setup.RootHome {
 		paths = append(paths, rootHome)
 	}
+	if podInner {
+		if fi, err := os.Stat(podTrustDir); err == nil && fi.IsDir() {
+			paths = append(paths, podTrustDir)
+		}
+	}
 	if e.setup.WritableRoot {
 		// The root is an overlay whose upper layer is the sandbox's own
 		// (an image build's step), or a host root's scratch directory

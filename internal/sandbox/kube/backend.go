@@ -74,6 +74,13 @@ type Config struct {
 	// depth on clusters whose CNI enforces NetworkPolicy, and costs one
 	// API call per create and the RBAC to make and delete policies.
 	NoNetworkPolicy bool
+	// DetachedGrace is how long a sandbox outlives the last host
+	// connected to it (the executor's relay ends it then): 0 ends it with
+	// its creator's connection. With several airlock replicas, any of
+	// which may attach to a sandbox another made (Attach), it is how long
+	// a sandbox whose replica died waits for another: docs/kubernetes.md,
+	// "Many replicas".
+	DetachedGrace time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -229,7 +236,7 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 				Name:            "sandbox",
 				Image:           b.cfg.Image,
 				ImagePullPolicy: b.cfg.PullPolicy,
-				Command:         []string{executorPath, "pod"},
+				Command:         b.podCommand(),
 				VolumeMounts:    mounts,
 				SecurityContext: restricted,
 				Resources:       res,
@@ -243,6 +250,15 @@ func (b *Backend) Pod(id string, spec *sandbox.Spec) *corev1.Pod {
 	var grace int64 = 1
 	pod.Spec.TerminationGracePeriodSeconds = &grace
 	return pod
+}
+
+// podCommand is the sandbox container's command: the executor's relay.
+func (b *Backend) podCommand() []string {
+	cmd := []string{executorPath, "pod"}
+	if g := b.cfg.DetachedGrace; g > 0 {
+		cmd = append(cmd, "--detached-grace="+g.String())
+	}
+	return cmd
 }
 
 // Default requests of a sandbox's containers (Config.CPURequest,
@@ -317,6 +333,61 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbo
 	return sb, nil
 }
 
+// Attach connects to the running sandbox id, which this backend's
+// configuration (another replica's, or this process's before a restart)
+// made from spec: its pod must run, be airlock's and hold that sandbox.
+// The sandbox is as its creator set it up (the executor keeps its setup;
+// spec gives the environment, user and directory of its commands, its TTL
+// from the pod's creation, and, for a proxied sandbox, this host's egress
+// socket for it). Commands other hosts started go on; Destroy ends the
+// sandbox for every host, Detach only this host's connection.
+func (b *Backend) Attach(ctx context.Context, id string, spec sandbox.Spec) (*Sandbox, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := b.checkSpec(&spec); err != nil {
+		return nil, err
+	}
+	pod, err := b.client.CoreV1().Pods(b.cfg.Namespace).Get(ctx, id, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("attach to sandbox %s: %w", id, err)
+	}
+	if pod.Labels[labelSandbox] != id || pod.Labels["app.kubernetes.io/managed-by"] != "airlock" {
+		return nil, fmt.Errorf("attach to sandbox %s: pod %s is not that sandbox's", id, pod.Name)
+	}
+	if len(spec.TrustedCAs) > 0 {
+		spec.Env = trustEnv(spec.Env)
+	}
+	sb := &Sandbox{b: b, id: id, spec: spec, created: pod.CreationTimestamp.Time, done: make(chan struct{}), attached: true}
+	if err := sb.start(ctx); err != nil {
+		return nil, fmt.Errorf("attach to sandbox %s: %w", id, err)
+	}
+	return sb, nil
+}
+
+// Sweep deletes the pods (and network policies) of sandboxes that ended
+// with no host to delete them: those whose relay ended them after
+// Config.DetachedGrace, and those whose host died without a grace. It
+// returns how many it deleted. Any replica may run it; a pod still running
+// is never touched.
+func (b *Backend) Sweep(ctx context.Context) (int, error) {
+	pods := b.client.CoreV1().Pods(b.cfg.Namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=airlock," + labelSandbox})
+	if err != nil {
+		return 0, fmt.Errorf("sweep sandbox pods: %w", err)
+	}
+	n := 0
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			continue
+		}
+		(&Sandbox{b: b, id: p.Name}).deletePod()
+		n++
+	}
+	return n, nil
+}
+
 // Sandbox is a sandbox in a pod.
 type Sandbox struct {
 	// Files forwards the file operations, watches, events, disk use and
@@ -331,6 +402,9 @@ type Sandbox struct {
 	created time.Time
 	conn    *execconn.Conn
 	layers  []string
+	// attached is set for a sandbox this host attached to (Attach), not
+	// made: its trust store is written already.
+	attached bool
 
 	// stopWatch ends the pod watch.
 	stopWatch context.CancelFunc
@@ -369,7 +443,7 @@ func (s *Sandbox) start(ctx context.Context) error {
 	s.conn = conn
 	s.Files = execconn.Files{Conn: conn, Alive: s.alive, ID: s.id}
 	s.layers = append([]string{"kubernetes:pod"}, conn.Ready.Layers...)
-	if len(s.spec.TrustedCAs) > 0 {
+	if len(s.spec.TrustedCAs) > 0 && !s.attached {
 		if err := s.writeTrustStore(ctx); err != nil {
 			conn.Close()
 			return err
@@ -611,7 +685,9 @@ func (s *Sandbox) watch(ctx context.Context) {
 		// The host ends the sandbox at its TTL, as the linux backend
 		// does, not the kubelet (activeDeadlineSeconds): the sandbox is
 		// gone when its owner says so, and its Done is closed then.
-		t := time.NewTimer(s.spec.TTL)
+		// From the sandbox's creation: an attaching host's timer ends
+		// it when its creator's would have.
+		t := time.NewTimer(s.spec.TTL - time.Since(s.created))
 		defer t.Stop()
 		ttl = t.C
 	}

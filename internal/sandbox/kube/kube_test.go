@@ -111,6 +111,9 @@ func testMain(m *testing.M) int {
 		}
 	}
 	cluster = e
+	if ns := os.Getenv(creatorEnv); ns != "" {
+		return creator(e, ns)
+	}
 	return m.Run()
 }
 
@@ -189,7 +192,7 @@ func needCluster(t *testing.T) *env {
 // namespace creates a namespace for t, which PodSecurity enforces
 // "restricted" in, with the default ServiceAccount (no controller manager
 // makes it on the test cluster), and deletes it at the end.
-func namespace(t *testing.T, e *env) string {
+func namespace(t testing.TB, e *env) string {
 	t.Helper()
 	ctx := context.Background()
 	var b [4]byte
@@ -233,7 +236,7 @@ func config(e *env, ns string) kube.Config {
 	return cfg
 }
 
-func newBackend(t *testing.T, e *env, ns string) *kube.Backend {
+func newBackend(t testing.TB, e *env, ns string) *kube.Backend {
 	t.Helper()
 	b, err := kube.New(config(e, ns))
 	if err != nil {

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -56,6 +57,11 @@ type podMode struct {
 	c      *execconn.Conn
 	cmd    *exec.Cmd
 	stderr *bytes.Buffer
+	// exe is the executor; relayPID the relay's process (the pod's PID 1).
+	exe      string
+	relayPID int
+	// relayErr is the file of the relay's stderr.
+	relayErr string
 	// exited is closed once the relay's process ended, with waitErr.
 	exited  chan struct{}
 	waitErr error
@@ -88,12 +94,12 @@ func (pm *podMode) end(t *testing.T) {
 
 // startPodMode starts the executor's pod mode as a pod runs it (see
 // TestPodModeLocal) and shakes hands with setup. It skips without root.
-func startPodMode(t *testing.T, ctx context.Context, setup *execproto.Setup) *podMode {
+func startPodMode(t *testing.T, ctx context.Context, setup *execproto.Setup, relayArgs ...string) *podMode {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces and mounts stand in for the pod)")
 	}
-	for _, tool := range []string{"unshare", "setpriv", "ip"} {
+	for _, tool := range []string{"unshare", "setpriv", "ip", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed", tool)
 		}
@@ -127,9 +133,11 @@ func startPodMode(t *testing.T, ctx context.Context, setup *execproto.Setup) *po
 mount --make-rprivate /
 ip link set lo up
 for d in /run/airlock /tmp /home /root; do mount -t tmpfs -o mode=1777 tmpfs $d; done
-setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all --bounding-set=-all "$1" pod &
+setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all --bounding-set=-all "$1" pod $3 </dev/null >/dev/null 2>"$2.err" &
+echo $! >"$2"
 exec "$1" pod-connect`
-	cmd := exec.Command("unshare", "--net", "--mount", "sh", "-c", pod, "sh", exe)
+	pidFile := filepath.Join(dir, "relay.pid")
+	cmd := exec.Command("unshare", "--net", "--mount", "sh", "-c", pod, "sh", exe, pidFile, strings.Join(relayArgs, " "))
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +151,7 @@ exec "$1" pod-connect`
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pm := &podMode{cmd: cmd, exited: make(chan struct{}), stderr: &stderr}
+	pm := &podMode{cmd: cmd, exited: make(chan struct{}), stderr: &stderr, exe: exe, relayErr: pidFile + ".err"}
 	go func() {
 		pm.waitErr = cmd.Wait()
 		close(pm.exited)
@@ -161,5 +169,12 @@ exec "$1" pod-connect`
 	}
 	t.Cleanup(func() { c.Close() })
 	pm.c = c
+	pid, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Sscan(string(pid), &pm.relayPID); err != nil {
+		t.Fatalf("relay pid %q: %v", pid, err)
+	}
 	return pm
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/kube"
@@ -111,6 +112,21 @@ func TestRBAC(t *testing.T) {
 	if _, err := e.client.NetworkingV1().NetworkPolicies(sandboxes).Get(ctx, sb.ID(), metav1.GetOptions{}); err != nil {
 		t.Errorf("the sandbox's network policy, made as airlock's account: %v", err)
 	}
+	// The WebSocket exec alone (no SPDY fallback, which would hide a
+	// refusal: the backend falls back on a failed upgrade): the manifest's
+	// get and create on pods/exec let it through; v1.37 refuses it to an
+	// account granted either verb alone.
+	if out, err := wsExec(ctx, as, sandboxes, sb.ID()); err != nil || !strings.Contains(out, "airlock-exec protocol") {
+		t.Errorf("a WebSocket exec as airlock's account (pods/exec get, create) = %q, %v", out, err)
+	}
+	for _, verb := range []string{"get", "create"} {
+		only := grantOnly(t, e, system, sandboxes, "exec-"+verb, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{verb}})
+		if out, err := wsExec(ctx, only, sandboxes, sb.ID()); err == nil || strings.Contains(out, "airlock-exec") {
+			t.Errorf("a WebSocket exec as an account with pods/exec %s alone = %q, %v; want it refused", verb, out, err)
+		} else {
+			t.Logf("pods/exec %s alone, WebSocket exec: %v", verb, err)
+		}
+	}
 	if err := sb.Destroy(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +206,50 @@ func TestRBAC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wsExec runs `airlock-exec version` in pod's sandbox container as cfg's
+// user, over the WebSocket exec alone, and returns its output.
+func wsExec(ctx context.Context, cfg *rest.Config, ns, pod string) (string, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return "", err
+	}
+	req := client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: "sandbox", Command: []string{"/.airlock/airlock-exec", "version"}, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(cfg, "GET", req.URL().String())
+	if err != nil {
+		return "", err
+	}
+	// Two buffers: the streams are copied by two goroutines.
+	var out, errb bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb})
+	return out.String() + errb.String(), err
+}
+
+// grantOnly makes a ServiceAccount name in system granted rule alone in
+// sandboxes, and returns a configuration impersonating it.
+func grantOnly(t *testing.T, e *env, system, sandboxes, name string, rule rbacv1.PolicyRule) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.client.CoreV1().ServiceAccounts(system).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule}}
+	if _, err := e.client.RbacV1().Roles(sandboxes).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: system}},
+	}
+	if _, err := e.client.RbacV1().RoleBindings(sandboxes).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	as := rest.CopyConfig(e.rest)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + system + ":" + name}
+	return as
 }
 
 // TestRBACManifest: the manifest, without a cluster, holds a

@@ -36,6 +36,18 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
+// Detach ends this host's connection to the sandbox and leaves the sandbox
+// running: its commands started here end, others' go on, and the sandbox
+// lives while another host is attached, or for Config.DetachedGrace (none:
+// it ends now, unless another host is attached). The Sandbox is unusable
+// afterwards (ErrLost), as after Destroy.
+func (s *Sandbox) Detach() {
+	s.end(errors.New("detached"))
+	s.stopWatch()
+	s.watching.Wait()
+	_ = s.conn.Close()
+}
+
 // alive fails with sandbox.ErrLost once the sandbox is gone.
 func (s *Sandbox) alive() error {
 	select {
