@@ -261,6 +261,9 @@ func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, erro
 			return auth.Principal{}, err
 		}
 		p, err := keys.Verify(ctx, key)
+		if auth.TenantDeleted(err) {
+			return auth.Principal{}, errors.New("the API key is not valid: its tenant is being deleted")
+		}
 		if err != nil {
 			return auth.Principal{}, errors.New("the API key is not valid")
 		}
