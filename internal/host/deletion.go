@@ -61,7 +61,8 @@ func (h *Host) PurgeRun(ctx context.Context, id, actor string) (store.Deletion, 
 	if err != nil {
 		return rec, err
 	}
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since))
+	_, auditErr := h.forgetAudit(ctx, rs.store, "", nil, time.Time{})
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
 }
 
 // forgetRunDirs removes the directories $AIRLOCK_HOME/runs/RUN (what the
@@ -155,7 +156,8 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string, force boo
 	if err != nil {
 		return rec, err
 	}
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since))
+	_, auditErr := h.forgetAudit(ctx, rs.store, tenant, nil, time.Time{})
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
 }
 
 // liveRuns returns ErrLive, naming a run, when a run of tenant (of any
@@ -286,6 +288,7 @@ type SweepStats struct {
 	Payloads int64 // payloads tombstoned
 	Kept     int64 // payloads sealed before digests, kept (event.ErrV1Payload)
 	Purged   int   // runs purged
+	Audit    int64 // audit log lines removed (expired, or of purged runs)
 }
 
 // Sweep applies each finished run's retention (its tenant's rule and its
@@ -362,6 +365,11 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 		if err := h.forgetRunDirs(ctx, rs.store); err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
+	}
+	n, err := h.forgetAudit(ctx, rs.store, "", &rules, now)
+	st.Audit = n
+	if err != nil {
+		return st, fmt.Errorf("sweep: %w", err)
 	}
 	if st.Purged > 0 || st.Payloads > 0 {
 		if err := h.forgetManifests(ctx, rs, gone, since); err != nil {
