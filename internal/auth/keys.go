@@ -66,7 +66,7 @@ var ErrUnauthenticated = errors.New("auth: invalid API key")
 // Callers answer the presenter with ErrUnauthenticated only: the reason
 // tells whether a key exists. It never holds the key.
 type InvalidKeyError struct {
-	// Reason is "malformed", "unknown" or "revoked".
+	// Reason is "malformed", "unknown", "revoked" or ReasonTenantDeleted.
 	Reason string
 	// KeyID is the public id of a revoked key; "" otherwise.
 	KeyID string
@@ -77,6 +77,20 @@ func (e *InvalidKeyError) Error() string {
 		return "auth: invalid API key (" + e.Reason + ", " + e.KeyID + ")"
 	}
 	return "auth: invalid API key (" + e.Reason + ")"
+}
+
+// ReasonTenantDeleted is the InvalidKeyError reason of a key whose
+// tenant is being deleted: the key is refused from the moment the
+// deletion begins, on every process sharing the store.
+const ReasonTenantDeleted = "tenant deleted"
+
+// TenantDeleted reports whether err refuses a key because its tenant is
+// being deleted. Only a presenter of the real key gets this reason (the
+// hash matched), so answering it tells no one anything new; it tells a
+// client why its key stopped working.
+func TenantDeleted(err error) bool {
+	var ik *InvalidKeyError
+	return errors.As(err, &ik) && ik.Reason == ReasonTenantDeleted
 }
 
 // Unwrap makes errors.Is(err, ErrUnauthenticated) hold.
@@ -188,7 +202,7 @@ func (k *Keys) Create(ctx context.Context, tenant, name string, scopes []string,
 }
 
 // Verify returns the principal key stands for. A malformed, unknown or
-// revoked key gives an *InvalidKeyError, which matches ErrUnauthenticated;
+// revoked key, or one whose tenant is being deleted, gives an *InvalidKeyError, which matches ErrUnauthenticated;
 // a store that fails gives an error that does not (the caller answers
 // "unavailable", not "unauthenticated"). It records the key's use at most
 // once a minute per key (per Keys), best effort: a failed record does not
@@ -215,6 +229,9 @@ func (k *Keys) Verify(ctx context.Context, key string) (Principal, error) {
 	}
 	if meta.Revoked() {
 		return Principal{}, &InvalidKeyError{Reason: "revoked", KeyID: meta.ID}
+	}
+	if !meta.TenantDeleting.IsZero() {
+		return Principal{}, &InvalidKeyError{Reason: ReasonTenantDeleted, KeyID: meta.ID}
 	}
 	k.touch(ctx, meta.ID)
 	return Principal{Tenant: meta.Tenant, KeyID: meta.ID, Scopes: slices.Clone(meta.Scopes)}, nil

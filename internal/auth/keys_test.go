@@ -139,6 +139,17 @@ func TestVerifyRefused(t *testing.T) {
 	if err := st.RevokeAPIKey(ctx, "acme", rmeta.ID); err != nil {
 		t.Fatal(err)
 	}
+	// A key of a tenant whose deletion began (tenants delete --force).
+	if _, err := st.CreateTenant(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	doomed, dmeta := create(t, k, "doomed", []string{auth.ScopeRunsRead}, auth.FormatE2B)
+	if _, err := k.Verify(ctx, doomed); err != nil {
+		t.Fatalf("Verify(doomed, before) = %v", err)
+	}
+	if _, err := st.MarkTenantDeleting(ctx, "doomed"); err != nil {
+		t.Fatal(err)
+	}
 	liveHex := strings.TrimPrefix(live, "airlock_")
 	e2bHex := strings.TrimPrefix(e2b, "e2b_")
 	flip := func(s string) string { // the last hex digit changed
@@ -156,6 +167,7 @@ func TestVerifyRefused(t *testing.T) {
 		{"airlock body under the e2b prefix", "e2b_" + liveHex, "unknown"},
 		{"e2b body under the airlock prefix", "airlock_" + e2bHex, "unknown"},
 		{"revoked", revoked, "revoked"},
+		{"tenant being deleted", doomed, auth.ReasonTenantDeleted},
 		{"empty", "", "malformed"},
 		{"prefix only", "airlock_", "malformed"},
 		{"upper-case hex", "airlock_" + strings.ToUpper(liveHex), "malformed"},
@@ -179,6 +191,12 @@ func TestVerifyRefused(t *testing.T) {
 			}
 			if tt.reason == "revoked" && ie.KeyID != rmeta.ID {
 				t.Fatalf("Verify(revoked) KeyID = %q, want %s", ie.KeyID, rmeta.ID)
+			}
+			if tt.reason == auth.ReasonTenantDeleted && ie.KeyID != dmeta.ID {
+				t.Fatalf("Verify(tenant being deleted) KeyID = %q, want %s", ie.KeyID, dmeta.ID)
+			}
+			if got := auth.TenantDeleted(err); got != (tt.reason == auth.ReasonTenantDeleted) {
+				t.Fatalf("TenantDeleted(Verify(%s)) = %v", tt.name, got)
 			}
 			if len(tt.key) >= 8 && strings.Contains(err.Error(), strings.TrimSpace(tt.key)) {
 				t.Fatalf("Verify(%s) error %q holds the key", tt.name, err)

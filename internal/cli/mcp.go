@@ -81,16 +81,13 @@ func (c *MCPCmd) Run(env *Env) error {
 
 // openMCPAudit opens the audit log at path, or a new one of the session
 // under $AIRLOCK_HOME/audit.
-func openMCPAudit(env *Env, path string) (*os.File, string, error) {
+func openMCPAudit(env *Env, path string) (*host.AuditLog, string, error) {
 	if path == "" {
 		path = filepath.Join(env.Home, "audit", fmt.Sprintf("mcp-%s-%d.jsonl", time.Now().UTC().Format("20060102T150405"), os.Getpid()))
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, "", fmt.Errorf("audit log: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := host.OpenAuditLog(path)
 	if err != nil {
-		return nil, "", fmt.Errorf("audit log: %w", err)
+		return nil, "", err
 	}
 	return f, path, nil
 }

@@ -42,8 +42,9 @@ func (c *RunsPurgeCmd) Run(env *Env) error {
 
 // TenantsDeleteCmd is `airlock tenants delete TENANT`.
 type TenantsDeleteCmd struct {
-	Name string `arg:"" help:"Tenant name." placeholder:"TENANT"`
-	Yes  bool   `name:"yes" short:"y" help:"Do not ask: delete at once."`
+	Name  string `arg:"" help:"Tenant name." placeholder:"TENANT"`
+	Yes   bool   `name:"yes" short:"y" help:"Do not ask: delete at once."`
+	Force bool   `name:"force" help:"Delete even while runs or sandboxes of the tenant are going: refuse its API keys at once, cancel its runs (wherever they are driven), destroy its sandboxes (paused ones too), then delete."`
 }
 
 // Run deletes the tenant and everything of it after confirmation.
@@ -56,10 +57,14 @@ func (c *TenantsDeleteCmd) Run(env *Env) error {
 		return err
 	}
 	defer l.close()
-	if err := confirm(env, c.Yes, fmt.Sprintf("This deletes tenant %s and everything of it (runs, artifacts, ledger, policies, templates, API keys) for good.", c.Name), c.Name); err != nil {
+	what := fmt.Sprintf("This deletes tenant %s and everything of it (runs, artifacts, ledger, policies, templates, API keys) for good.", c.Name)
+	if c.Force {
+		what += " Its API keys stop working at once; its runs still going are cancelled and its sandboxes destroyed."
+	}
+	if err := confirm(env, c.Yes, what, c.Name); err != nil {
 		return err
 	}
-	rec, err := l.h.DeleteTenant(env.Ctx, c.Name, "cli")
+	rec, err := l.h.DeleteTenant(env.Ctx, c.Name, "cli", c.Force)
 	if err != nil {
 		return hostError(err)
 	}

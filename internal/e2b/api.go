@@ -103,6 +103,10 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 		key := r.Header.Get("X-API-KEY")
 		p, err := s.o.Keys.Verify(ctx, key)
 		switch {
+		case auth.TenantDeleted(err):
+			s.audit.record(Record{Op: op, Outcome: "unauthenticated", Sandbox: clip(r.PathValue("id"))})
+			writeAPIError(w, http.StatusUnauthorized, "invalid API key: its tenant is being deleted")
+			return
 		case errors.Is(err, auth.ErrUnauthenticated):
 			s.audit.record(Record{Op: op, Outcome: "unauthenticated", Sandbox: clip(r.PathValue("id"))})
 			writeAPIError(w, http.StatusUnauthorized, "invalid API key")

@@ -17,6 +17,10 @@ type Record struct {
 	// KeyID is the control-plane API key's public id.
 	KeyID   string `json:"key_id,omitempty"`
 	Sandbox string `json:"sandbox,omitempty"`
+	// Run is the sandbox's record (a run of kind sandbox), when the
+	// record names one of the caller's sandboxes: a purge of the run
+	// removes the line.
+	Run string `json:"run,omitempty"`
 	// Op names the operation: sandbox.create, process.start, files.write,
 	// egress...
 	Op string `json:"op"`

@@ -652,6 +652,9 @@ var (
 	endShutdown = endReason{name: "shutdown", status: event.StatusCancelled}
 	// endBootFailed: it never booted.
 	endBootFailed = endReason{name: "boot_failed", status: event.StatusFailed}
+	// endTenantDeleted: its tenant is being deleted (tenants delete
+	// --force).
+	endTenantDeleted = endReason{name: "tenant_deleted", status: event.StatusCancelled}
 )
 
 // end destroys b, forgets it and closes its record with why; keyID names

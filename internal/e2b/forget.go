@@ -1,12 +1,16 @@
 package e2b
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // ForgetTenant deletes the records of tenant's snapshots in stateDir (the
@@ -18,7 +22,8 @@ import (
 // this can check and stays; a missing directory holds none.
 //
 // Paused sandboxes are not touched: their record is a run of the tenant
-// that has not ended, and the tenant's deletion refuses while it exists.
+// that has not ended, and the tenant's deletion refuses while it exists
+// (EndTenant ends them first, for a forced deletion).
 func ForgetTenant(stateDir, tenant string) (int, error) {
 	dir := filepath.Join(stateDir, "snapshots")
 	entries, err := os.ReadDir(dir)
@@ -60,4 +65,51 @@ func (s *Server) ForgetTenant(tenant string) (int, error) {
 	}
 	s.mu.Unlock()
 	return ForgetTenant(s.o.StateDir, tenant)
+}
+
+// EndTenant destroys every sandbox of tenant this Server holds, running,
+// paused or frozen, removes their paused state and closes their records
+// (cancelled, reason tenant_deleted), for a forced deletion of the
+// tenant, and returns how many it ended. Another server's sandboxes of the
+// tenant end on that server, once the deletion has closed their records
+// (reapClosed).
+func (s *Server) EndTenant(ctx context.Context, tenant string) int {
+	n := 0
+	for _, b := range s.all() {
+		if b.tenant != tenant {
+			continue
+		}
+		s.end(ctx, b, endTenantDeleted, "")
+		n++
+	}
+	return n
+}
+
+// reapClosed ends the paused sandboxes whose records another process
+// closed or deleted (a forced deletion of their tenant, run from another
+// host): a paused sandbox renews no lease that would tell it, and a
+// frozen one holds its processes and memory until it is ended.
+func (s *Server) reapClosed(ctx context.Context) {
+	for _, b := range s.all() {
+		b.mu.Lock()
+		paused := b.state == statePaused
+		b.mu.Unlock()
+		if !paused {
+			continue
+		}
+		r, err := s.o.Store.GetRun(ctx, b.rec.runID)
+		switch {
+		case errors.Is(err, store.ErrNotFound), err == nil && r.Status.Final():
+		case err != nil:
+			s.log.Warn("e2b: read a paused sandbox's record", "sandbox_id", b.id, "err", err)
+			continue
+		default:
+			continue
+		}
+		s.log.Info("e2b: a paused sandbox's record was closed elsewhere; destroying it", "sandbox_id", b.id)
+		b.life.Lock()
+		b.status = event.StatusFailed // closed by another: nothing to append
+		s.endLocked(ctx, b, endLost, "")
+		b.life.Unlock()
+	}
 }

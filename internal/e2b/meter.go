@@ -161,6 +161,7 @@ func (s *Server) meter(ctx context.Context) {
 			s.end(ctx, b, endCredits, "", *ex)
 		}
 	}
+	s.reapClosed(ctx)
 	s.sweep(ctx)
 }
 

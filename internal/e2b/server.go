@@ -406,6 +406,9 @@ func (s *Server) journal(r Record) Record {
 	}
 	if b := s.lookup(r.Tenant, r.Sandbox); b != nil {
 		r.Detail = b.scrub(r.Detail)
+		if r.Run == "" {
+			r.Run = b.rec.runID
+		}
 		b.rec.add(event.SandboxOp{Op: r.Op, Outcome: r.Outcome, KeyID: r.KeyID, Detail: r.Detail}, r.Time)
 	}
 	return r

@@ -61,7 +61,8 @@ func (h *Host) PurgeRun(ctx context.Context, id, actor string) (store.Deletion, 
 	if err != nil {
 		return rec, err
 	}
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since))
+	_, auditErr := h.forgetAudit(ctx, rs.store, "", nil, time.Time{})
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
 }
 
 // forgetRunDirs removes the directories $AIRLOCK_HOME/runs/RUN (what the
@@ -97,9 +98,13 @@ func (h *Host) forgetRunDirs(ctx context.Context, st store.Runs) error {
 // the host's secret store, its E2B snapshots' records (e2b.ForgetTenant),
 // and the blobs nothing else refers to, and
 // keeps an audit record naming actor. A tenant with a run that has not
-// ended is refused (ErrLive): cancel its runs and destroy its sandboxes
-// first.
-func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.Deletion, error) {
+// ended is refused (ErrLive), unless force: then the tenant is marked
+// first (store.MarkTenantDeleting: every process on the store refuses its
+// API keys and new runs from then on), its live runs are cancelled, its
+// sandboxes destroyed and its other records closed (stopTenant), and the
+// deletion proceeds. A forced deletion that fails half-way leaves the
+// tenant marked, its keys refused: run it again.
+func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string, force bool) (store.Deletion, error) {
 	rs, err := h.run()
 	if err != nil {
 		return store.Deletion{}, err
@@ -107,21 +112,17 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 	if _, err := rs.store.GetTenant(ctx, tenant); err != nil {
 		return store.Deletion{}, err
 	}
-	f := store.RunFilter{Tenant: tenant, Kind: store.KindAny}
-	for {
-		runs, err := rs.store.ListRuns(ctx, f)
-		if err != nil {
-			return store.Deletion{}, err
+	counts := map[string]int64{}
+	if force {
+		if _, err := rs.store.MarkTenantDeleting(ctx, tenant); err != nil {
+			return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
 		}
-		for _, r := range runs {
-			if !r.Status.Final() {
-				return store.Deletion{}, fmt.Errorf("delete tenant %s: run %s (%s): %w", tenant, r.ID, r.Status, ErrLive)
-			}
+		if err := h.stopTenant(ctx, rs, tenant, counts); err != nil {
+			return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
 		}
-		if len(runs) < store.PageLimit(0) {
-			break
-		}
-		f.After = runs[len(runs)-1].ID
+	}
+	if err := liveRuns(ctx, rs.store, tenant); err != nil {
+		return store.Deletion{}, err
 	}
 	// Listed before anything goes: the E2B snapshots' checkpoints too.
 	gone, since, err := h.deletionRoots(ctx, rs)
@@ -150,12 +151,26 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string) (store.De
 	if err != nil {
 		return store.Deletion{}, fmt.Errorf("delete tenant %s: %w", tenant, err)
 	}
-	counts := map[string]int64{"secrets": n, "e2b_snapshots": int64(snaps)}
+	counts["secrets"], counts["e2b_snapshots"] = n, int64(snaps)
 	rec, free, err := rs.store.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor, Counts: counts})
 	if err != nil {
 		return rec, err
 	}
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since))
+	_, auditErr := h.forgetAudit(ctx, rs.store, tenant, nil, time.Time{})
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
+}
+
+// liveRuns returns ErrLive, naming a run, when a run of tenant (of any
+// kind) has not ended.
+func liveRuns(ctx context.Context, st store.Runs, tenant string) error {
+	live, err := unended(ctx, st, tenant)
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("delete tenant %s (or delete it with force): run %s (%s): %w", tenant, live[0].ID, live[0].Status, ErrLive)
+	}
+	return nil
 }
 
 // deleteSecrets deletes every secret of tenant from the host's secret
@@ -273,6 +288,7 @@ type SweepStats struct {
 	Payloads int64 // payloads tombstoned
 	Kept     int64 // payloads sealed before digests, kept (event.ErrV1Payload)
 	Purged   int   // runs purged
+	Audit    int64 // audit log lines removed (expired, or of purged runs)
 }
 
 // Sweep applies each finished run's retention (its tenant's rule and its
@@ -349,6 +365,11 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 		if err := h.forgetRunDirs(ctx, rs.store); err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
+	}
+	n, err := h.forgetAudit(ctx, rs.store, "", &rules, now)
+	st.Audit = n
+	if err != nil {
+		return st, fmt.Errorf("sweep: %w", err)
 	}
 	if st.Purged > 0 || st.Payloads > 0 {
 		if err := h.forgetManifests(ctx, rs, gone, since); err != nil {

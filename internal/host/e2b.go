@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -39,7 +38,7 @@ import (
 type e2bService struct {
 	srv      *e2b.Server
 	api, sbx *http.Server
-	audit    *os.File
+	audit    *AuditLog
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -53,13 +52,9 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(h.cfg.Home, "audit", "e2b.jsonl")
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("e2b audit log: %w", err)
-	}
 	e := &e2bService{}
-	if e.audit, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
-		return nil, fmt.Errorf("e2b audit log: %w", err)
+	if e.audit, err = OpenAuditLog(filepath.Join(h.cfg.Home, "audit", "e2b.jsonl")); err != nil {
+		return nil, fmt.Errorf("e2b: %w", err)
 	}
 	defer func() {
 		if err != nil {

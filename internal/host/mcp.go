@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -224,13 +223,9 @@ func SandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
 // sessions end, and their sandboxes are destroyed, when the HTTP server
 // shuts down.
 func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, error) {
-	path := filepath.Join(s.h.cfg.Home, "audit", "mcp.jsonl")
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("mcp audit log: %w", err)
-	}
-	audit, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	audit, err := OpenAuditLog(filepath.Join(s.h.cfg.Home, "audit", "mcp.jsonl"))
 	if err != nil {
-		return nil, fmt.Errorf("mcp audit log: %w", err)
+		return nil, fmt.Errorf("mcp: %w", err)
 	}
 	ac := s.cfg.API.WithDefaults()
 	ms, err := s.h.MCPServer(MCPOptions{
@@ -262,6 +257,9 @@ func (s *service) startMCP(ctx context.Context, rs *runSide) (http.Handler, erro
 			return auth.Principal{}, err
 		}
 		p, err := keys.Verify(ctx, key)
+		if auth.TenantDeleted(err) {
+			return auth.Principal{}, errors.New("the API key is not valid: its tenant is being deleted")
+		}
 		if err != nil {
 			return auth.Principal{}, errors.New("the API key is not valid")
 		}

@@ -108,7 +108,7 @@ type EgressOptions struct {
 type Egress struct {
 	socket string
 	proxy  *egress.Proxy
-	audit  *os.File
+	audit  *AuditLog
 	path   string // of the audit log
 	served chan struct{}
 }
@@ -148,11 +148,8 @@ func (h *Host) StartEgress(ctx context.Context, o EgressOptions) (_ *Egress, err
 	if e.path == "" {
 		e.path = filepath.Join(h.cfg.Home, "audit", "egress.jsonl")
 	}
-	if err := os.MkdirAll(filepath.Dir(e.path), 0o700); err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	if e.audit, err = os.OpenFile(e.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
+	if e.audit, err = OpenAuditLog(e.path); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {

@@ -14,12 +14,14 @@ import (
 // Deleter purges runs and deletes tenants with everything of theirs the
 // host keeps, and records who did it (store.Deletion); host.Host is one.
 // A run, a fork of it, or a tenant's run that has not ended gives an
-// error matching store.ErrConflict, and nothing is deleted. An error with
+// error matching store.ErrConflict, and nothing is deleted; DeleteTenant
+// with force first refuses the tenant's keys and ends its runs and
+// sandboxes (host.Host.DeleteTenant). An error with
 // a record (ID > 0) means the deletion is done and recorded but some of
 // what it freed (blobs, files) remains.
 type Deleter interface {
 	PurgeRun(ctx context.Context, id, actor string) (store.Deletion, error)
-	DeleteTenant(ctx context.Context, tenant, actor string) (store.Deletion, error)
+	DeleteTenant(ctx context.Context, tenant, actor string, force bool) (store.Deletion, error)
 }
 
 // storeDeleter is the deleter of a server whose Options name none: the
@@ -37,7 +39,15 @@ func (d storeDeleter) PurgeRun(ctx context.Context, id, actor string) (store.Del
 	return rec, d.deleteBlobs(ctx, free)
 }
 
-func (d storeDeleter) DeleteTenant(ctx context.Context, tenant, actor string) (store.Deletion, error) {
+// DeleteTenant with force only marks the tenant first (its keys are
+// refused): with no engine to cancel its runs, one still going makes the
+// store refuse.
+func (d storeDeleter) DeleteTenant(ctx context.Context, tenant, actor string, force bool) (store.Deletion, error) {
+	if force {
+		if _, err := d.st.MarkTenantDeleting(ctx, tenant); err != nil {
+			return store.Deletion{}, err
+		}
+	}
 	rec, free, err := d.st.DeleteTenant(ctx, tenant, store.Deletion{Actor: actor})
 	if err != nil {
 		return rec, err
@@ -125,19 +135,33 @@ func (s *Server) purgeRun(w http.ResponseWriter, r *http.Request, c *call) error
 // on the Deleter) and answers the audit record that stays. Any other
 // name is not found: a key sees no tenant but its own. The caller's key
 // goes with the tenant, and with it every UI session of the tenant.
+// ?force=true cancels the tenant's runs and destroys its sandboxes
+// first, its keys (the caller's too) refused from the start; without it a
+// run that has not ended is a conflict.
 func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, c *call) error {
 	name := r.PathValue("name")
 	if name != c.p.Tenant {
 		return errNoTenant
 	}
-	rec, err := s.deleter().DeleteTenant(r.Context(), name, s.actor(r.Context(), c))
+	var force bool
+	switch v := r.URL.Query().Get("force"); v {
+	case "", "false":
+	case "true":
+		force = true
+	default:
+		return publicf(api.CodeBadRequest, "force=%s: want true or false", clipText(v, 16))
+	}
+	// The deletion outlives the request: a client that goes away half-way
+	// must not leave the tenant marked and half stopped.
+	ctx := context.WithoutCancel(r.Context())
+	rec, err := s.deleter().DeleteTenant(ctx, name, s.actor(ctx, c), force)
 	if errors.Is(err, store.ErrNotFound) {
 		return errNoTenant
 	}
-	if rec.ID > 0 {
+	if rec.ID > 0 || force {
 		s.sessions.dropTenant(name)
 	}
-	return deleted(w, c, rec, err, "a run of the tenant has not ended: cancel its runs first")
+	return deleted(w, c, rec, err, "a run of the tenant has not ended: cancel its runs first, or delete with force=true")
 }
 
 // listDeletions lists the audit records of the caller's tenant's

@@ -118,6 +118,14 @@ func TestDeleteTenantAPI(t *testing.T) {
 	if e := r.errBody(t); r.status != http.StatusConflict || !strings.Contains(e.Message, "cancel") {
 		t.Errorf("delete with a queued run = %d %+v, want 409", r.status, e)
 	}
+	for _, q := range []string{"?force=yes", "?force=1", "?force=TRUE"} {
+		if r := h.do("DELETE", "/v1/tenants/alpha"+q, admin, nil); r.status != http.StatusBadRequest {
+			t.Errorf("delete %s = %d %s, want 400", q, r.status, r.body)
+		}
+	}
+	if r := h.do("DELETE", "/v1/tenants/alpha?force=false", admin, nil); r.status != http.StatusConflict {
+		t.Errorf("delete ?force=false with a queued run = %d %s, want 409", r.status, r.body)
+	}
 	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID, admin, nil)
 	h.must(http.StatusAccepted, "POST", "/v1/runs/"+run.ID+"/cancel", admin, map[string]any{})
 

@@ -368,6 +368,9 @@ func (s *Server) authenticate(r *http.Request, c *call) error {
 	case err == nil && store.ValidateTenant(p.Tenant) != nil:
 		c.log.Error("authentication: a key's principal has no valid tenant", "key_id", p.KeyID)
 		return publicf(api.CodeUnauthenticated, "the API key is not valid")
+	case auth.TenantDeleted(err):
+		c.log.Info("authentication failed", "err", err)
+		return publicf(api.CodeUnauthenticated, "the API key is not valid: its tenant is being deleted")
 	case errors.Is(err, auth.ErrUnauthenticated):
 		s.fails.Allow(addr)
 		c.log.Info("authentication failed", "err", err)

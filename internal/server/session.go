@@ -336,14 +336,18 @@ func (s *Server) authenticateSession(r *http.Request, c *call) error {
 	return nil
 }
 
-// keyLive reports whether p's key still exists unrevoked.
+// keyLive reports whether p's key still exists unrevoked, its tenant not
+// being deleted (a tenant deleted, by another process too, has no keys).
 func (s *Server) keyLive(r *http.Request, p auth.Principal) (bool, error) {
 	keys, err := s.o.Store.ListAPIKeys(r.Context(), p.Tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
 	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == p.KeyID })
-	return i >= 0 && !keys[i].Revoked(), nil
+	return i >= 0 && !keys[i].Revoked() && keys[i].TenantDeleting.IsZero(), nil
 }
 
 // secureBrowser reports whether the browser talks TLS to this server: the

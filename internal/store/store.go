@@ -278,7 +278,8 @@ type Policies interface {
 	ListPolicies(ctx context.Context, tenant string) ([]PolicyVersion, error)
 }
 
-// Tenants creates and reads the tenants. They are never deleted.
+// Tenants creates and reads the tenants, and marks one whose deletion
+// began (Deletions.DeleteTenant deletes it).
 type Tenants interface {
 	// CreateTenant creates tenant name (ValidateTenantName, else
 	// ErrInvalid) and returns it as stored, CreatedAt set. A name already
@@ -291,6 +292,16 @@ type Tenants interface {
 
 	// ListTenants returns every tenant, ordered by name.
 	ListTenants(ctx context.Context) ([]Tenant, error)
+
+	// MarkTenantDeleting records that tenant name's deletion began, at the
+	// store's now unless it was marked before (the first time is kept),
+	// and returns the tenant as stored. Durable on return, and seen at
+	// once by every process on the database: APIKeyByHash fills the
+	// tenant's keys' TenantDeleting, and CreateRun, CreateRunWith and
+	// CreateAPIKey of the tenant fail with an error wrapping ErrConflict
+	// (TenantDeletingError), so no run starts that the deletion would
+	// find still going. A tenant that does not exist gives ErrNotFound.
+	MarkTenantDeleting(ctx context.Context, name string) (Tenant, error)
 }
 
 // Keys is the tenants' API keys, stored by the hash of the key string.
@@ -302,8 +313,9 @@ type Keys interface {
 	CreateAPIKey(ctx context.Context, k APIKey) error
 
 	// APIKeyByHash returns the key whose Hash is hash (sha256.Size bytes,
-	// else ErrInvalid), revoked or not: the caller decides what a revoked
-	// key means. No such key gives ErrNotFound. Errors never quote hash.
+	// else ErrInvalid), revoked or not, with TenantDeleting filled: the
+	// caller decides what a revoked key, or one of a tenant being
+	// deleted, means. No such key gives ErrNotFound. Errors never quote hash.
 	APIKeyByHash(ctx context.Context, hash []byte) (APIKey, error)
 
 	// ListAPIKeys returns every key of tenant, revoked ones too, oldest

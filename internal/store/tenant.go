@@ -37,6 +37,10 @@ type Tenant struct {
 	Name string
 	// CreatedAt is set by the store.
 	CreatedAt time.Time
+	// Deleting is when the tenant's deletion began (MarkTenantDeleting);
+	// zero while it is not being deleted. From then on its API keys are
+	// refused and no run of it is created.
+	Deleting time.Time
 }
 
 // APIKey is the stored record of one API key of a tenant. The key itself
@@ -63,6 +67,10 @@ type APIKey struct {
 	// zero until the key is first used (TouchAPIKey), RevokedAt while the
 	// key is live (RevokeAPIKey); both must be zero when it is created.
 	CreatedAt, LastUsedAt, RevokedAt time.Time
+	// TenantDeleting is, in a key read from the store, its tenant's
+	// Deleting: non-zero once the tenant's deletion began, when the key
+	// must be refused whatever it is. Never stored with the key.
+	TenantDeleting time.Time
 }
 
 // Revoked reports whether the key has been revoked.
@@ -211,6 +219,13 @@ func SplitScopes(col string) []string { return strings.Fields(col) }
 // that does not exist. It wraps ErrNotFound.
 func TenantNotFound(name string) error {
 	return fmt.Errorf("no tenant %s: %w", name, ErrNotFound)
+}
+
+// TenantDeletingError is for implementations of Store: the error of a
+// write for a tenant whose deletion began (a run, an API key). It wraps
+// ErrConflict.
+func TenantDeletingError(name string) error {
+	return fmt.Errorf("%w: tenant %s is being deleted", ErrConflict, name)
 }
 
 // APIKeyNotFound is for implementations of Store: the error of a key id

@@ -299,6 +299,14 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	return out, err
 }
 
+// MarkTenantDeleting implements store.Store.
+func (s *Store) MarkTenantDeleting(ctx context.Context, name string) (store.Tenant, error) {
+	start := time.Now()
+	out, err := s.s.MarkTenantDeleting(ctx, name)
+	s.observe("MarkTenantDeleting", start, err)
+	return out, err
+}
+
 // CreateAPIKey implements store.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	start := time.Now()

@@ -199,6 +199,9 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 // first, its first events, sealed (none: an empty log); ErrExists when its
 // id is taken. The events themselves are the caller's to insert.
 func (s *Store) insertRun(ctx context.Context, tx pgx.Tx, r store.Run, first []event.Event) error {
+	if _, err := tenantDeleting(ctx, tx, r.Tenant); err != nil {
+		return err
+	}
 	var parent, pseq any // NULL unless a fork
 	var kind any         // NULL for an agent run
 	if r.Kind != "" {

@@ -71,6 +71,42 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	return out, nil
 }
 
+// MarkTenantDeleting implements store.Store. The UPDATE takes the
+// tenant's row lock, which insertRun and CreateAPIKey share (FOR SHARE)
+// while they check the mark: a run created at the same moment either
+// commits before the mark (and the deletion sees it) or sees the mark.
+func (s *Store) MarkTenantDeleting(ctx context.Context, name string) (store.Tenant, error) {
+	if err := s.check("mark tenant deleting", store.ValidateTenantName(name)); err != nil {
+		return store.Tenant{}, err
+	}
+	tn, err := sqlrow.ScanTenant(s.pool.QueryRow(ctx, `UPDATE tenants SET deleting_ns = COALESCE(deleting_ns, $1) WHERE name = $2
+		RETURNING `+sqlrow.TenantColumns, s.now().UTC().UnixNano(), name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = store.TenantNotFound(name)
+	}
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("postgres: mark tenant %s deleting: %w", name, err)
+	}
+	return tn, nil
+}
+
+// tenantDeleting returns store.TenantDeletingError when tenant's deletion
+// began, read in tx under a share lock of the tenant's row (see
+// MarkTenantDeleting). found says whether the tenant exists.
+func tenantDeleting(ctx context.Context, tx pgx.Tx, tenant string) (found bool, err error) {
+	var deleting *int64
+	err = tx.QueryRow(ctx, `SELECT deleting_ns FROM tenants WHERE name = $1 FOR SHARE`, tenant).Scan(&deleting)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, err
+	case deleting != nil:
+		return true, store.TenantDeletingError(tenant)
+	}
+	return true, nil
+}
+
 // CreateAPIKey implements store.Store. Tenants are never deleted, so one
 // found in the transaction is still there at its commit (the foreign key
 // would refuse the key otherwise); ON CONFLICT turns a taken id or hash
@@ -84,12 +120,11 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 		return fmt.Errorf("postgres: create API key: %w", err)
 	}
 	err = s.write(ctx, func(tx pgx.Tx) error {
-		var one int
-		switch err := tx.QueryRow(ctx, `SELECT 1 FROM tenants WHERE name = $1`, k.Tenant).Scan(&one); {
-		case errors.Is(err, pgx.ErrNoRows):
-			return store.TenantNotFound(k.Tenant)
+		switch found, err := tenantDeleting(ctx, tx, k.Tenant); {
 		case err != nil:
 			return err
+		case !found:
+			return store.TenantNotFound(k.Tenant)
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO api_keys (`+sqlrow.APIKeyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, NULL, NULL)
 			ON CONFLICT DO NOTHING`,
@@ -110,7 +145,7 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash []byte) (store.APIKey, er
 	if err := s.check("find API key", store.ValidateAPIKeyHash(hash)); err != nil {
 		return store.APIKey{}, err
 	}
-	k, err := sqlrow.ScanAPIKey(s.pool.QueryRow(ctx, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE hash = $1`, hash))
+	k, err := sqlrow.ScanAPIKey(s.pool.QueryRow(ctx, `SELECT `+sqlrow.APIKeyRead+` FROM api_keys WHERE hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = fmt.Errorf("no API key with that hash: %w", store.ErrNotFound)
 	}
@@ -125,7 +160,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 	if err := s.check("list API keys", store.ValidateTenantName(tenant)); err != nil {
 		return nil, err
 	}
-	out, err := query(ctx, s.pool, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
+	out, err := query(ctx, s.pool, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyRead+` FROM api_keys WHERE tenant = $1 ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
 		// Tenants are never deleted: one that exists now existed when
 		// the keys were read.

@@ -266,6 +266,13 @@ var migrations = []string{
 		created_ns INTEGER NOT NULL
 	);
 	CREATE INDEX deletions_tenant_id ON deletions (tenant, id);`,
+
+	// 14: a tenant's deletion under way (tenants delete --force): set
+	// first, in a transaction of its own, so that every process sharing
+	// the database refuses the tenant's API keys and new runs at once,
+	// while its live runs are cancelled and its sandboxes destroyed; the
+	// row goes with the rest of the tenant. NULL: not being deleted.
+	`ALTER TABLE tenants ADD COLUMN deleting_ns INTEGER;`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -275,7 +282,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 13
+const Version = 14
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

@@ -195,7 +195,7 @@ func open(ctx context.Context, path string, opts Options, steps []string) (_ *St
 		sql  string
 	}{
 		{&s.stmtGetRun, `SELECT ` + sqlrow.RunColumns + ` FROM runs WHERE id = ?`},
-		{&s.stmtAPIKey, `SELECT ` + sqlrow.APIKeyColumns + ` FROM api_keys WHERE hash = ?`},
+		{&s.stmtAPIKey, `SELECT ` + sqlrow.APIKeyRead + ` FROM api_keys WHERE hash = ?`},
 	} {
 		if *p.stmt, err = s.r.PrepareContext(ctx, p.sql); err != nil {
 			return nil, fmt.Errorf("sqlite: open %s: prepare: %w", abs, err)
@@ -506,6 +506,9 @@ func (s *Store) CreateRun(ctx context.Context, r store.Run) (store.Run, error) {
 // first, its first events, sealed (none: an empty log); ErrExists when its
 // id is taken. The events themselves are the caller's to insert.
 func (s *Store) insertRun(ctx context.Context, tx *sql.Tx, r store.Run, first []event.Event) error {
+	if err := tenantDeleting(ctx, tx, r.Tenant); err != nil {
+		return err
+	}
 	if r.ParentRunID != "" {
 		var last int64
 		err := tx.QueryRowContext(ctx, `SELECT last_seq FROM runs WHERE id = ?`, r.ParentRunID).Scan(&last)

@@ -75,6 +75,46 @@ func (s *Store) ListTenants(ctx context.Context) ([]store.Tenant, error) {
 	return out, nil
 }
 
+// MarkTenantDeleting implements store.Store.
+func (s *Store) MarkTenantDeleting(ctx context.Context, name string) (store.Tenant, error) {
+	if err := s.check("mark tenant deleting", store.ValidateTenantName(name)); err != nil {
+		return store.Tenant{}, err
+	}
+	var tn store.Tenant
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tenants SET deleting_ns = COALESCE(deleting_ns, ?) WHERE name = ?`, s.now().UTC().UnixNano(), name)
+		if err != nil {
+			return err
+		}
+		if err := oneRow(res, store.TenantNotFound(name)); err != nil {
+			return err
+		}
+		tn, err = sqlrow.ScanTenant(tx.QueryRowContext(ctx, `SELECT `+sqlrow.TenantColumns+` FROM tenants WHERE name = ?`, name))
+		return err
+	})
+	if err != nil {
+		return store.Tenant{}, fmt.Errorf("sqlite: mark tenant %s deleting: %w", name, err)
+	}
+	return tn, nil
+}
+
+// tenantDeleting returns store.TenantDeletingError when tenant's
+// deletion began, read in tx (a write transaction: SQLite has one writer,
+// so no mark can land between this read and the caller's insert).
+func tenantDeleting(ctx context.Context, tx *sql.Tx, tenant string) error {
+	var deleting sql.NullInt64
+	err := tx.QueryRowContext(ctx, `SELECT deleting_ns FROM tenants WHERE name = ?`, tenant).Scan(&deleting)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil // a run's tenant need not be one of the API's (the CLI's own)
+	case err != nil:
+		return err
+	case deleting.Valid:
+		return store.TenantDeletingError(tenant)
+	}
+	return nil
+}
+
 // CreateAPIKey implements store.Store.
 func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 	if err := s.check("create API key", nil); err != nil {
@@ -85,12 +125,14 @@ func (s *Store) CreateAPIKey(ctx context.Context, k store.APIKey) error {
 		return fmt.Errorf("sqlite: create API key: %w", err)
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		var one int
-		switch err := tx.QueryRowContext(ctx, `SELECT 1 FROM tenants WHERE name = ?`, k.Tenant).Scan(&one); {
+		var deleting sql.NullInt64
+		switch err := tx.QueryRowContext(ctx, `SELECT deleting_ns FROM tenants WHERE name = ?`, k.Tenant).Scan(&deleting); {
 		case errors.Is(err, sql.ErrNoRows):
 			return store.TenantNotFound(k.Tenant)
 		case err != nil:
 			return err
+		case deleting.Valid:
+			return store.TenantDeletingError(k.Tenant)
 		}
 		// DO NOTHING on either unique key: the id, or the hash.
 		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (`+sqlrow.APIKeyColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
@@ -132,7 +174,7 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]store.APIKey,
 	if err := s.check("list API keys", store.ValidateTenantName(tenant)); err != nil {
 		return nil, err
 	}
-	out, err := query(ctx, s.r, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyColumns+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
+	out, err := query(ctx, s.r, sqlrow.ScanAPIKey, `SELECT `+sqlrow.APIKeyRead+` FROM api_keys WHERE tenant = ? ORDER BY created_ns, id`, tenant)
 	if err == nil && len(out) == 0 {
 		// Tenants are never deleted: one that exists now existed when
 		// the keys were read.

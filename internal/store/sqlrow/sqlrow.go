@@ -232,18 +232,22 @@ func ScanLedger(sc Scanner) (store.LedgerEntry, error) {
 }
 
 // TenantColumns are the columns of tenants ScanTenant reads, in its order.
-const TenantColumns = `name, created_ns`
+const TenantColumns = `name, created_ns, deleting_ns`
 
 // ScanTenant reads a row of TenantColumns.
 func ScanTenant(sc Scanner) (store.Tenant, error) {
 	var c struct { // one allocation, as in ScanRun
-		tn store.Tenant
-		ns int64
+		tn       store.Tenant
+		ns       int64
+		deleting sql.NullInt64
 	}
-	if err := sc.Scan(&c.tn.Name, &c.ns); err != nil {
+	if err := sc.Scan(&c.tn.Name, &c.ns, &c.deleting); err != nil {
 		return c.tn, err
 	}
 	c.tn.CreatedAt = FromNS(c.ns)
+	if c.deleting.Valid {
+		c.tn.Deleting = FromNS(c.deleting.Int64)
+	}
 	return c.tn, nil
 }
 
@@ -251,17 +255,25 @@ func ScanTenant(sc Scanner) (store.Tenant, error) {
 // order.
 const APIKeyColumns = `id, tenant, name, scopes, hash, created_ns, last_used_ns, revoked_ns`
 
-// ScanAPIKey reads a row of APIKeyColumns.
+// APIKeyRead is what reads of api_keys select for ScanAPIKey:
+// APIKeyColumns and, from the key's tenant, when its deletion began
+// (NULL while it is not being deleted).
+const APIKeyRead = APIKeyColumns + `, (SELECT t.deleting_ns FROM tenants t WHERE t.name = api_keys.tenant)`
+
+// ScanAPIKey reads a row of APIKeyRead.
 func ScanAPIKey(sc Scanner) (store.APIKey, error) {
 	var c struct { // one allocation, as in ScanRun
-		k                 store.APIKey
-		scopes            string
-		created           int64
-		lastUsed, revoked sql.NullInt64
+		k                           store.APIKey
+		scopes                      string
+		created                     int64
+		lastUsed, revoked, deleting sql.NullInt64
 	}
 	k := &c.k
-	if err := sc.Scan(&k.ID, &k.Tenant, &k.Name, &c.scopes, &k.Hash, &c.created, &c.lastUsed, &c.revoked); err != nil {
+	if err := sc.Scan(&k.ID, &k.Tenant, &k.Name, &c.scopes, &k.Hash, &c.created, &c.lastUsed, &c.revoked, &c.deleting); err != nil {
 		return c.k, err
+	}
+	if c.deleting.Valid {
+		k.TenantDeleting = FromNS(c.deleting.Int64)
 	}
 	k.Scopes = store.SplitScopes(c.scopes)
 	k.CreatedAt = FromNS(c.created)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -238,6 +239,109 @@ func testDeleteTenant(t *testing.T, f Factory) {
 	}
 	_, _, err = s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"})
 	wantErr(t, "DeleteTenant(again)", err, store.ErrNotFound)
+}
+
+// testMarkTenantDeleting: once a tenant's deletion began, its keys read
+// as such, and no run or key of it is created; the other tenant is not
+// touched, the mark keeps its first time, and the deletion still works.
+func testMarkTenantDeleting(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	for _, tn := range []string{"acme", "other"} {
+		createTenant(t, s, tn)
+	}
+	createKey(t, s, newKey("acme", 1))
+	createKey(t, s, newKey("other", 2))
+	k, err := s.APIKeyByHash(ctx, newKey("acme", 1).Hash)
+	if err != nil || !k.TenantDeleting.IsZero() {
+		t.Fatalf("APIKeyByHash() before the mark = %+v, %v; want no TenantDeleting", k, err)
+	}
+	live, _, err := s.CreateRunWith(ctx, store.Run{ID: runID(1), Tenant: "acme", Status: event.StatusRunning},
+		[]event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.MarkTenantDeleting(ctx, "nobody")
+	wantErr(t, "MarkTenantDeleting(nobody)", err, store.ErrNotFound)
+	tn, err := s.MarkTenantDeleting(ctx, "acme")
+	if err != nil || tn.Deleting.IsZero() || tn.Name != "acme" {
+		t.Fatalf("MarkTenantDeleting(acme) = %+v, %v", tn, err)
+	}
+	again, err := s.MarkTenantDeleting(ctx, "acme")
+	if err != nil || !again.Deleting.Equal(tn.Deleting) {
+		t.Errorf("MarkTenantDeleting(again) = %+v, %v; want the first time %v kept", again, err, tn.Deleting)
+	}
+	if got, err := s.GetTenant(ctx, "acme"); err != nil || !got.Deleting.Equal(tn.Deleting) {
+		t.Errorf("GetTenant(acme) = %+v, %v; want Deleting %v", got, err, tn.Deleting)
+	}
+	list, err := s.ListTenants(ctx)
+	if err != nil || len(list) != 2 || list[0].Deleting.IsZero() || !list[1].Deleting.IsZero() {
+		t.Errorf("ListTenants() = %+v, %v; want acme deleting, other not", list, err)
+	}
+	k, err = s.APIKeyByHash(ctx, newKey("acme", 1).Hash)
+	if err != nil || !k.TenantDeleting.Equal(tn.Deleting) {
+		t.Errorf("APIKeyByHash(acme's key) = %+v, %v; want TenantDeleting %v", k, err, tn.Deleting)
+	}
+	if keys, err := s.ListAPIKeys(ctx, "acme"); err != nil || len(keys) != 1 || keys[0].TenantDeleting.IsZero() {
+		t.Errorf("ListAPIKeys(acme) = %+v, %v; want its key, TenantDeleting set", keys, err)
+	}
+	if k, err := s.APIKeyByHash(ctx, newKey("other", 2).Hash); err != nil || !k.TenantDeleting.IsZero() {
+		t.Errorf("APIKeyByHash(other's key) = %+v, %v; want no TenantDeleting", k, err)
+	}
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"CreateRun", func() error {
+			_, err := s.CreateRun(ctx, store.Run{ID: runID(2), Tenant: "acme", Status: event.StatusQueued})
+			return err
+		}},
+		{"CreateRunWith", func() error {
+			_, _, err := s.CreateRunWith(ctx, store.Run{ID: runID(3), Tenant: "acme", Status: event.StatusQueued},
+				[]event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{}`)}})
+			return err
+		}},
+		{"Fork", func() error {
+			_, err := s.CreateRun(ctx, store.Run{ID: runID(4), Tenant: "acme", Status: event.StatusQueued, ParentRunID: live.ID, ParentSeq: 1})
+			return err
+		}},
+		{"CreateAPIKey", func() error { return s.CreateAPIKey(ctx, newKey("acme", 3)) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			wantErr(t, tt.name+"(a tenant being deleted)", err, store.ErrConflict)
+			wantNames(t, tt.name, err, "acme", "being deleted")
+		})
+	}
+	if _, err := s.GetRun(ctx, runID(2)); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetRun(refused run) = %v, want ErrNotFound", err)
+	}
+	if _, err := s.CreateRun(ctx, store.Run{ID: runID(5), Tenant: "other", Status: event.StatusQueued}); err != nil {
+		t.Errorf("CreateRun(other) = %v", err)
+	}
+	// A run of a tenant that is not one of the API's (the CLI's own) is
+	// not concerned.
+	if _, err := s.CreateRun(ctx, store.Run{ID: runID(6), Tenant: "cli-local", Status: event.StatusQueued}); err != nil {
+		t.Errorf("CreateRun(no such tenant) = %v", err)
+	}
+	// The run that was going still moves, and the deletion waits for it.
+	_, _, err = s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"})
+	wantErr(t, "DeleteTenant(a run running)", err, store.ErrConflict)
+	if _, err := s.UpdateRunStatus(ctx, live.ID, event.StatusRunning, event.StatusCancelled); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.DeleteTenant(ctx, "acme", store.Deletion{Actor: "admin"}); err != nil {
+		t.Fatalf("DeleteTenant() = %v", err)
+	}
+	if _, err := s.APIKeyByHash(ctx, newKey("acme", 1).Hash); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("APIKeyByHash(deleted tenant's key) = %v, want ErrNotFound", err)
+	}
+	// A tenant made again under the name starts clean.
+	createTenant(t, s, "acme")
+	if tn, err := s.GetTenant(ctx, "acme"); err != nil || !tn.Deleting.IsZero() {
+		t.Errorf("GetTenant(acme made again) = %+v, %v", tn, err)
+	}
 }
 
 // testDeletionMarkers writes a unique marker into each kind of data, deletes

@@ -116,6 +116,7 @@ func Run(t *testing.T, f Factory) {
 		{"TombstonePayloads", testTombstonePayloads},
 		{"PurgeRun", testPurgeRun},
 		{"DeleteTenant", testDeleteTenant},
+		{"MarkTenantDeleting", testMarkTenantDeleting},
 		{"DeletionMarkers", testDeletionMarkers},
 	}
 	for _, tt := range tests {

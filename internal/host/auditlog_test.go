@@ -1,0 +1,257 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// TestAuditLogConcurrentRewrite: writers (each its own AuditLog, as each
+// process and each egress proxy has) append while rewrites remove one
+// tenant's lines: every other line is there once, whole, in order of its
+// writer, none of the removed tenant's.
+func TestAuditLogConcurrentRewrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit", "e2b.jsonl")
+	const writers, lines = 4, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := OpenAuditLog(path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer a.Close()
+			for i := range lines {
+				tenant := []string{"keep", "gone"}[i%2]
+				// A long detail: a line larger than one small write.
+				b := fmt.Sprintf(`{"time":"2026-12-01T00:00:00Z","tenant":%q,"detail":"w%d-%d %s"}`+"\n", tenant, w, i, strings.Repeat("x", 5000))
+				if _, err := a.Write([]byte(b)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	stop := make(chan struct{})
+	rewrites := 0
+	var rw sync.WaitGroup
+	rw.Add(1)
+	go func() {
+		defer rw.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := rewriteAudit(path, func(e auditEntry) bool { return e.Tenant == "gone" }); err != nil {
+				t.Error(err)
+				return
+			}
+			rewrites++
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	rw.Wait()
+	if _, err := rewriteAudit(path, func(e auditEntry) bool { return e.Tenant == "gone" }); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	next := make([]int, writers) // each writer's next kept line
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		var e struct{ Tenant, Detail string }
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("line %d is not whole: %v", n+1, err)
+		}
+		var w, i int
+		if _, err := fmt.Sscanf(e.Detail, "w%d-%d", &w, &i); err != nil {
+			t.Fatal(err)
+		}
+		if e.Tenant != "keep" || i != next[w] {
+			t.Fatalf("line %d: tenant %s, writer %d line %d; want tenant keep, line %d", n+1, e.Tenant, w, i, next[w])
+		}
+		next[w] += 2
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != writers*lines/2 {
+		t.Errorf("%d lines kept, want %d", n, writers*lines/2)
+	}
+	t.Logf("%d rewrites during the appends", rewrites)
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, %v; want 0600", fi.Mode(), err)
+	}
+}
+
+// TestAuditLogDeletion: deleting a tenant, purging a run and a retention
+// pass remove their lines from every audit log of the home (E2B, MCP,
+// egress, an MCP session's own), and a marker in the removed lines is
+// found nowhere in the home afterwards; other lines stay. On SQLite and
+// PostgreSQL.
+func TestAuditLogDeletion(t *testing.T) {
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			cfg := Config{Home: t.TempDir()}
+			if backend == "postgres" {
+				cfg.Store = postgresURL(t)
+			}
+			h, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { h.Close() })
+			st, err := h.Store()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for _, tn := range []string{"acme", "gone", "short"} {
+				if _, err := st.CreateTenant(ctx, tn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			now := time.Now().UTC()
+			run := func(tenant, doc string) string {
+				t.Helper()
+				r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
+				if doc != "" {
+					d, err := policy.Parse([]byte(doc))
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
+				}
+				if _, _, err := st.CreateRunWith(ctx, r, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{}`)}}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+					t.Fatal(err)
+				}
+				return r.ID
+			}
+			purged, kept, goneRun := run("acme", ""), run("acme", ""), run("gone", "")
+			policyShort := run("acme", "retention: {events: 1h}\n")
+			logs := map[string]*AuditLog{}
+			for _, name := range []string{"e2b.jsonl", "mcp.jsonl", "egress.jsonl", "mcp-20261201T000000-1.jsonl"} {
+				a, err := OpenAuditLog(filepath.Join(cfg.Home, "audit", name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { a.Close() })
+				logs[name] = a
+			}
+			type line struct {
+				log, tenant, run, marker string
+				age                      time.Duration
+			}
+			lines := []line{
+				{"e2b.jsonl", "gone", goneRun, "MARK-tenant-e2b", 0},
+				{"mcp.jsonl", "gone", "", "MARK-tenant-mcp", 0},
+				{"mcp-20261201T000000-1.jsonl", "gone", "", "MARK-tenant-mcpsession", 0},
+				{"egress.jsonl", "gone", goneRun, "MARK-tenant-egress", 0},
+				{"e2b.jsonl", "acme", purged, "MARK-run-e2b", 0},
+				{"egress.jsonl", "acme", purged, "MARK-run-egress", 0},
+				{"e2b.jsonl", "short", "", "MARK-old-short", 3 * time.Hour},
+				{"egress.jsonl", "acme", policyShort, "MARK-old-policy", 3 * time.Hour},
+				// Kept: another tenant, another run, young enough, a
+				// sandbox of no run (its own run name).
+				{"e2b.jsonl", "acme", kept, "KEEP-run", 0},
+				{"egress.jsonl", "acme", "run-0123abcd", "KEEP-norun", 3 * time.Hour},
+				{"mcp.jsonl", "acme", "", "KEEP-acme", 3 * time.Hour},
+				{"e2b.jsonl", "short", "", "KEEP-young", 30 * time.Minute},
+				{"egress.jsonl", "acme", kept, "KEEP-old-run", 3 * time.Hour},
+			}
+			for _, l := range lines {
+				b, _ := json.Marshal(map[string]any{"time": now.Add(-l.age), "tenant": l.tenant, "run": l.run, "op": "process.start", "detail": "sh -c " + l.marker})
+				if _, err := logs[l.log].Write(append(b, '\n')); err != nil {
+					t.Fatal(err)
+				}
+			}
+			found := func(marker string) []string {
+				t.Helper()
+				var in []string
+				err := filepath.WalkDir(cfg.Home, func(p string, d fs.DirEntry, err error) error {
+					if err != nil || !d.Type().IsRegular() {
+						return err
+					}
+					b, err := os.ReadFile(p)
+					if err != nil {
+						return err
+					}
+					if bytes.Contains(b, []byte(marker)) {
+						in = append(in, p)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return in
+			}
+			check := func(step string, goneNow []string) {
+				t.Helper()
+				for _, l := range lines {
+					in := found(l.marker)
+					switch {
+					case strings.HasPrefix(l.marker, "KEEP") && len(in) != 1:
+						t.Errorf("after %s: %s in %v, want in %s", step, l.marker, in, l.log)
+					case slices.Contains(goneNow, l.marker) && len(in) != 0:
+						t.Errorf("after %s: %s still in %v", step, l.marker, in)
+					}
+				}
+			}
+			if _, err := h.DeleteTenant(ctx, "gone", "test", false); err != nil {
+				t.Fatal(err)
+			}
+			check("deleting tenant gone", []string{"MARK-tenant-e2b", "MARK-tenant-mcp", "MARK-tenant-mcpsession", "MARK-tenant-egress"})
+			if _, err := h.PurgeRun(ctx, purged, "test"); err != nil {
+				t.Fatal(err)
+			}
+			check("purging a run", []string{"MARK-tenant-e2b", "MARK-run-e2b", "MARK-run-egress"})
+			// The tenant short keeps 2h; acme forever, but a run's policy
+			// keeps its events 1h.
+			sw, err := h.Sweep(ctx, RetentionRules{Tenants: map[string]Retention{"short": {Events: 2 * time.Hour, Runs: 4 * time.Hour}}}, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("a retention pass", []string{"MARK-old-short", "MARK-old-policy"})
+			if sw.Audit != 2 {
+				t.Errorf("Sweep() = %+v, want 2 audit lines removed", sw)
+			}
+			// The writers append to the rewritten files.
+			if _, err := logs["e2b.jsonl"].Write([]byte(`{"tenant":"acme","detail":"KEEP-after"}` + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			if in := found("KEEP-after"); len(in) != 1 || filepath.Base(in[0]) != "e2b.jsonl" {
+				t.Errorf("a line written after the rewrite is in %v, want e2b.jsonl", in)
+			}
+		})
+	}
+}
