@@ -20,6 +20,8 @@ import (
 // processes: the test binary as the airlock on $PATH (TestMain).
 type procHome struct {
 	dir, executor string
+	// env is more of the commands' environment (a server's AIRLOCK_URL).
+	env []string
 }
 
 func newProcHome(t *testing.T, executor string) *procHome {
@@ -46,6 +48,7 @@ func (h *procHome) command(stdin string, args ...string) *exec.Cmd {
 		}
 	}
 	cmd.Env = append(cmd.Env, "AIRLOCK_HOME="+h.dir, "AIRLOCK_EXEC="+h.executor, "GORACE=atexit_sleep_ms=10")
+	cmd.Env = append(cmd.Env, h.env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	return cmd
 }
@@ -245,6 +248,17 @@ func TestJSONLines(t *testing.T) {
 				id := h.must(t, "", "sandbox", "create", "--ttl", "5m")
 				t.Cleanup(func() { h.run(t, "", "sandbox", "rm", id) })
 				return []string{"sandbox", "ls", "--json"}
+			}},
+		},
+		"sandbox ports ls": {
+			// A server's sandboxes; what a listed one holds is
+			// TestMCPServePorts'.
+			{name: "none", lines: 0, args: func(t *testing.T, h *procHome) []string {
+				h.must(t, "", "tenants", "create", "local")
+				key := h.must(t, "", "keys", "create", "--tenant", "local", "--name", "ops", "--scope", "runs:read")
+				srv := startServe(t, h.dir, h.executor)
+				h.env = []string{"AIRLOCK_URL=" + srv.url, "AIRLOCK_API_KEY=" + key}
+				return []string{"sandbox", "ports", "ls", "--json"}
 			}},
 		},
 		"sandbox run": {

@@ -286,7 +286,7 @@ func (e *executor) dropCapabilities() error {
 	var err error
 	keep := map[int]bool{}
 	for _, name := range e.setup.RootCaps {
-		c, ok := capNumbers[name]
+		c, ok := capNumber(name)
 		if !ok {
 			return fmt.Errorf("root capability %s: unknown here", name)
 		}
@@ -296,11 +296,29 @@ func (e *executor) dropCapabilities() error {
 	return err
 }
 
-// capNumbers are the numbers of execproto.RootCapabilities.
-var capNumbers = map[string]int{
-	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "FOWNER": unix.CAP_FOWNER,
-	"FSETID": unix.CAP_FSETID, "KILL": unix.CAP_KILL, "SETGID": unix.CAP_SETGID, "SETUID": unix.CAP_SETUID,
-	"NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE,
+// capNumber is the number of a capability execproto.RootCapabilities
+// names. A switch, not a map: no work at the package's init, which the
+// front end runs too (it links the executor's checkpoint walk for gVisor).
+func capNumber(name string) (int, bool) {
+	switch name {
+	case "CHOWN":
+		return unix.CAP_CHOWN, true
+	case "DAC_OVERRIDE":
+		return unix.CAP_DAC_OVERRIDE, true
+	case "FOWNER":
+		return unix.CAP_FOWNER, true
+	case "FSETID":
+		return unix.CAP_FSETID, true
+	case "KILL":
+		return unix.CAP_KILL, true
+	case "SETGID":
+		return unix.CAP_SETGID, true
+	case "SETUID":
+		return unix.CAP_SETUID, true
+	case "NET_BIND_SERVICE":
+		return unix.CAP_NET_BIND_SERVICE, true
+	}
+	return 0, false
 }
 
 func dropThreadCapabilities(keep map[int]bool) error {
