@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -165,7 +164,7 @@ func (h *Host) StartEgress(ctx context.Context, o EgressOptions) (_ *Egress, err
 		return nil, fmt.Errorf("egress socket path %s is too long for a unix socket: use a shorter AIRLOCK_HOME", e.socket)
 	}
 	_ = os.Remove(e.socket) // a leftover of a crashed run with this id
-	ln, err := net.Listen("unix", e.socket)
+	ln, err := sandbox.ListenProxySocket(e.socket)
 	if err != nil {
 		return nil, fmt.Errorf("egress socket: %w", err)
 	}

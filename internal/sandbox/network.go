@@ -2,7 +2,11 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	"github.com/airlockrun/airlock/internal/event"
 )
@@ -44,4 +48,27 @@ type Attachment struct {
 	// host the policy judged, at each connection (egress.Config.Narrow).
 	// The E2B API's per-sandbox network rules. May be nil.
 	Narrow func(host string, a netip.Addr) bool
+}
+
+// ListenProxySocket listens on the unix socket at path that a Spec's
+// ProxySocket names. A socket's bound name is what the kernel shows of
+// every connection to it in /proc/net/unix, the sandbox's included (the
+// accepted end lives in the connecting side's network namespace): it is
+// bound through a descriptor of its directory, /proc/self/fd/N/NAME, so
+// that no host path shows inside. The listener does not remove the socket
+// when closed (the name it knows is that descriptor's): the caller removes
+// path.
+func ListenProxySocket(path string) (*net.UnixListener, error) {
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	name := fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(false)
+	return ln, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -115,7 +114,7 @@ func (h *hostProxy) requests() []string {
 func startHostProxy(t *testing.T, tlsConf *tls.Config) *hostProxy {
 	t.Helper()
 	h := &hostProxy{socket: filepath.Join(shortTempDir(t), "egress.sock")}
-	ln, err := net.Listen("unix", h.socket)
+	ln, err := sandbox.ListenProxySocket(h.socket)
 	if err != nil {
 		t.Fatal(err)
 	}
