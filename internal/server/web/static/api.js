@@ -33,6 +33,32 @@ export function can(scope) {
 // whenLoggedOut sets what happens when the API says the session ended.
 export function whenLoggedOut(fn) { onLoggedOut = fn; }
 
+// leaving is set while the user's own act ends the session (deleting the
+// tenant its key belongs to): a request in flight beside it (the badge's
+// poll) that is answered 401 then ends the session without taking the
+// page, which shows what the act did, away.
+let leaving = false;
+
+// endingSession runs act, which ends the session when it succeeds: the
+// session is forgotten then, and no later 401 logs the page out.
+export async function endingSession(act) {
+  leaving = true;
+  try {
+    const v = await act();
+    session = null;
+    return v;
+  } catch (e) {
+    leaving = false;
+    throw e;
+  }
+}
+
+// loggedOut forgets the session the server says has ended.
+function loggedOut() {
+  session = null;
+  if (!leaving) onLoggedOut();
+}
+
 // loadSession asks the server for the browser's session; null when none.
 export async function loadSession() {
   const r = await fetch('/ui/session', {headers: {Accept: 'application/json'}, cache: 'no-store', credentials: 'same-origin'});
@@ -56,6 +82,7 @@ export async function login(key) {
   });
   if (!r.ok) throw await errorOf(r);
   session = await r.json();
+  leaving = false;
   return session;
 }
 
@@ -77,8 +104,7 @@ export async function api(method, path, body) {
   }
   const r = await fetch(path, init);
   if (r.status === 401) {
-    session = null;
-    onLoggedOut();
+    loggedOut();
     throw await errorOf(r);
   }
   if (!r.ok) throw await errorOf(r);
@@ -90,10 +116,7 @@ export async function api(method, path, body) {
 // kept; it returns {text, size, cut}.
 export async function text(path, limit) {
   const r = await fetch(path, {credentials: 'same-origin', cache: 'no-store'});
-  if (r.status === 401) {
-    session = null;
-    onLoggedOut();
-  }
+  if (r.status === 401) loggedOut();
   if (!r.ok) throw await errorOf(r);
   const size = Number(r.headers.get('Content-Length') || 0);
   const reader = r.body.getReader();

@@ -3,7 +3,7 @@
 // deleting the whole tenant after typing its name.
 
 import {h, clear, timeEl, num} from './dom.js';
-import {api, can, currentSession, path} from './api.js';
+import {api, can, currentSession, endingSession, path} from './api.js';
 import {errorText} from './app.js';
 
 // countsText says how much of each kind of data a deletion took.
@@ -65,7 +65,7 @@ export function deletionsPage(main) {
         'This deletes the tenant ' + tenant + ' and everything airlock keeps of it: runs, sandbox records, API keys (this one too: you are logged out), ' +
         'policies, templates, secrets, credits and their blobs. Only the record of the deletion stays. Runs still going must be cancelled first.',
         async () => {
-          const d = await api('DELETE', path`/v1/tenants/${tenant}`);
+          const d = await endingSession(() => api('DELETE', path`/v1/tenants/${tenant}`));
           clear(main).append(h('div.panel.deleted', h('h1', 'Tenant deleted'), recordView(d)));
         });
       zone.append(form);
