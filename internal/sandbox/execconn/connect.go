@@ -298,8 +298,9 @@ func (pc *portConn) Write(b []byte) (int, error) {
 		return n, pc.opErr("write", net.ErrClosed)
 	case errors.Is(err, execproto.ErrClosed):
 		// The stream ended: lost, or the connection was over, or (an
-		// early conn's) it never was up. The executor closes stdin
-		// before the stream's end says why: wait for that.
+		// early conn's) it never was up. The executor's result closes
+		// the stream's credit before the stream's writer ends it with
+		// that result: wait for the end, which says why.
 		if !isClosed(pc.up) {
 			if err := pc.awaitEnd("write", pc.wdl); err != nil {
 				return n, err
