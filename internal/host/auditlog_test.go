@@ -116,142 +116,122 @@ func TestAuditLogConcurrentRewrite(t *testing.T) {
 // found nowhere in the home afterwards; other lines stay. On SQLite and
 // PostgreSQL.
 func TestAuditLogDeletion(t *testing.T) {
-	for _, backend := range []string{"sqlite", "postgres"} {
-		t.Run(backend, func(t *testing.T) {
-			cfg := Config{Home: t.TempDir()}
-			if backend == "postgres" {
-				cfg.Store = postgresURL(t)
-			}
-			h, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { h.Close() })
-			st, err := h.Store()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			for _, tn := range []string{"acme", "gone", "short"} {
-				if _, err := st.CreateTenant(ctx, tn); err != nil {
-					t.Fatal(err)
-				}
-			}
-			now := time.Now().UTC()
-			run := func(tenant, doc string) string {
-				t.Helper()
-				r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
-				if doc != "" {
-					d, err := policy.Parse([]byte(doc))
-					if err != nil {
-						t.Fatal(err)
-					}
-					r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
-				}
-				if _, _, err := st.CreateRunWith(ctx, r, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{}`)}}); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
-					t.Fatal(err)
-				}
-				return r.ID
-			}
-			purged, kept, goneRun := run("acme", ""), run("acme", ""), run("gone", "")
-			policyShort := run("acme", "retention: {events: 1h}\n")
-			logs := map[string]*AuditLog{}
-			for _, name := range []string{"e2b.jsonl", "mcp.jsonl", "egress.jsonl", "mcp-20261201T000000-1.jsonl"} {
-				a, err := OpenAuditLog(filepath.Join(cfg.Home, "audit", name))
+	onBothStores(t, []string{"acme", "gone", "short"}, func(t *testing.T, h *Host, st store.Store) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		run := func(tenant, doc string) string {
+			t.Helper()
+			r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
+			if doc != "" {
+				d, err := policy.Parse([]byte(doc))
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { a.Close() })
-				logs[name] = a
+				r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
 			}
-			type line struct {
-				log, tenant, run, marker string
-				age                      time.Duration
+			if _, _, err := st.CreateRunWith(ctx, r, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{}`)}}); err != nil {
+				t.Fatal(err)
 			}
-			lines := []line{
-				{"e2b.jsonl", "gone", goneRun, "MARK-tenant-e2b", 0},
-				{"mcp.jsonl", "gone", "", "MARK-tenant-mcp", 0},
-				{"mcp-20261201T000000-1.jsonl", "gone", "", "MARK-tenant-mcpsession", 0},
-				{"egress.jsonl", "gone", goneRun, "MARK-tenant-egress", 0},
-				{"e2b.jsonl", "acme", purged, "MARK-run-e2b", 0},
-				{"egress.jsonl", "acme", purged, "MARK-run-egress", 0},
-				{"e2b.jsonl", "short", "", "MARK-old-short", 3 * time.Hour},
-				{"egress.jsonl", "acme", policyShort, "MARK-old-policy", 3 * time.Hour},
-				// Kept: another tenant, another run, young enough, a
-				// sandbox of no run (its own run name).
-				{"e2b.jsonl", "acme", kept, "KEEP-run", 0},
-				{"egress.jsonl", "acme", "run-0123abcd", "KEEP-norun", 3 * time.Hour},
-				{"mcp.jsonl", "acme", "", "KEEP-acme", 3 * time.Hour},
-				{"e2b.jsonl", "short", "", "KEEP-young", 30 * time.Minute},
-				{"egress.jsonl", "acme", kept, "KEEP-old-run", 3 * time.Hour},
+			if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+				t.Fatal(err)
 			}
+			return r.ID
+		}
+		purged, kept, goneRun := run("acme", ""), run("acme", ""), run("gone", "")
+		policyShort := run("acme", "retention: {events: 1h}\n")
+		logs := map[string]*AuditLog{}
+		for _, name := range []string{"e2b.jsonl", "mcp.jsonl", "egress.jsonl", "mcp-20261201T000000-1.jsonl"} {
+			a, err := OpenAuditLog(filepath.Join(h.cfg.Home, "audit", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { a.Close() })
+			logs[name] = a
+		}
+		type line struct {
+			log, tenant, run, marker string
+			age                      time.Duration
+		}
+		lines := []line{
+			{"e2b.jsonl", "gone", goneRun, "MARK-tenant-e2b", 0},
+			{"mcp.jsonl", "gone", "", "MARK-tenant-mcp", 0},
+			{"mcp-20261201T000000-1.jsonl", "gone", "", "MARK-tenant-mcpsession", 0},
+			{"egress.jsonl", "gone", goneRun, "MARK-tenant-egress", 0},
+			{"e2b.jsonl", "acme", purged, "MARK-run-e2b", 0},
+			{"egress.jsonl", "acme", purged, "MARK-run-egress", 0},
+			{"e2b.jsonl", "short", "", "MARK-old-short", 3 * time.Hour},
+			{"egress.jsonl", "acme", policyShort, "MARK-old-policy", 3 * time.Hour},
+			// Kept: another tenant, another run, young enough, a
+			// sandbox of no run (its own run name).
+			{"e2b.jsonl", "acme", kept, "KEEP-run", 0},
+			{"egress.jsonl", "acme", "run-0123abcd", "KEEP-norun", 3 * time.Hour},
+			{"mcp.jsonl", "acme", "", "KEEP-acme", 3 * time.Hour},
+			{"e2b.jsonl", "short", "", "KEEP-young", 30 * time.Minute},
+			{"egress.jsonl", "acme", kept, "KEEP-old-run", 3 * time.Hour},
+		}
+		for _, l := range lines {
+			b, _ := json.Marshal(map[string]any{"time": now.Add(-l.age), "tenant": l.tenant, "run": l.run, "op": "process.start", "detail": "sh -c " + l.marker})
+			if _, err := logs[l.log].Write(append(b, '\n')); err != nil {
+				t.Fatal(err)
+			}
+		}
+		found := func(marker string) []string {
+			t.Helper()
+			var in []string
+			err := filepath.WalkDir(h.cfg.Home, func(p string, d fs.DirEntry, err error) error {
+				if err != nil || !d.Type().IsRegular() {
+					return err
+				}
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				if bytes.Contains(b, []byte(marker)) {
+					in = append(in, p)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return in
+		}
+		check := func(step string, goneNow []string) {
+			t.Helper()
 			for _, l := range lines {
-				b, _ := json.Marshal(map[string]any{"time": now.Add(-l.age), "tenant": l.tenant, "run": l.run, "op": "process.start", "detail": "sh -c " + l.marker})
-				if _, err := logs[l.log].Write(append(b, '\n')); err != nil {
-					t.Fatal(err)
+				in := found(l.marker)
+				switch {
+				case strings.HasPrefix(l.marker, "KEEP") && len(in) != 1:
+					t.Errorf("after %s: %s in %v, want in %s", step, l.marker, in, l.log)
+				case slices.Contains(goneNow, l.marker) && len(in) != 0:
+					t.Errorf("after %s: %s still in %v", step, l.marker, in)
 				}
 			}
-			found := func(marker string) []string {
-				t.Helper()
-				var in []string
-				err := filepath.WalkDir(cfg.Home, func(p string, d fs.DirEntry, err error) error {
-					if err != nil || !d.Type().IsRegular() {
-						return err
-					}
-					b, err := os.ReadFile(p)
-					if err != nil {
-						return err
-					}
-					if bytes.Contains(b, []byte(marker)) {
-						in = append(in, p)
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return in
-			}
-			check := func(step string, goneNow []string) {
-				t.Helper()
-				for _, l := range lines {
-					in := found(l.marker)
-					switch {
-					case strings.HasPrefix(l.marker, "KEEP") && len(in) != 1:
-						t.Errorf("after %s: %s in %v, want in %s", step, l.marker, in, l.log)
-					case slices.Contains(goneNow, l.marker) && len(in) != 0:
-						t.Errorf("after %s: %s still in %v", step, l.marker, in)
-					}
-				}
-			}
-			if _, err := h.DeleteTenant(ctx, "gone", "test", false); err != nil {
-				t.Fatal(err)
-			}
-			check("deleting tenant gone", []string{"MARK-tenant-e2b", "MARK-tenant-mcp", "MARK-tenant-mcpsession", "MARK-tenant-egress"})
-			if _, err := h.PurgeRun(ctx, purged, "test"); err != nil {
-				t.Fatal(err)
-			}
-			check("purging a run", []string{"MARK-tenant-e2b", "MARK-run-e2b", "MARK-run-egress"})
-			// The tenant short keeps 2h; acme forever, but a run's policy
-			// keeps its events 1h.
-			sw, err := h.Sweep(ctx, RetentionRules{Tenants: map[string]Retention{"short": {Events: 2 * time.Hour, Runs: 4 * time.Hour}}}, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			check("a retention pass", []string{"MARK-old-short", "MARK-old-policy"})
-			if sw.Audit != 2 {
-				t.Errorf("Sweep() = %+v, want 2 audit lines removed", sw)
-			}
-			// The writers append to the rewritten files.
-			if _, err := logs["e2b.jsonl"].Write([]byte(`{"tenant":"acme","detail":"KEEP-after"}` + "\n")); err != nil {
-				t.Fatal(err)
-			}
-			if in := found("KEEP-after"); len(in) != 1 || filepath.Base(in[0]) != "e2b.jsonl" {
-				t.Errorf("a line written after the rewrite is in %v, want e2b.jsonl", in)
-			}
-		})
-	}
+		}
+		if _, err := h.DeleteTenant(ctx, "gone", "test", false); err != nil {
+			t.Fatal(err)
+		}
+		check("deleting tenant gone", []string{"MARK-tenant-e2b", "MARK-tenant-mcp", "MARK-tenant-mcpsession", "MARK-tenant-egress"})
+		if _, err := h.PurgeRun(ctx, purged, "test"); err != nil {
+			t.Fatal(err)
+		}
+		check("purging a run", []string{"MARK-tenant-e2b", "MARK-run-e2b", "MARK-run-egress"})
+		// The tenant short keeps 2h; acme forever, but a run's policy
+		// keeps its events 1h.
+		sw, err := h.Sweep(ctx, RetentionRules{Tenants: map[string]Retention{"short": {Events: 2 * time.Hour, Runs: 4 * time.Hour}}}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("a retention pass", []string{"MARK-old-short", "MARK-old-policy"})
+		if sw.Audit != 2 {
+			t.Errorf("Sweep() = %+v, want 2 audit lines removed", sw)
+		}
+		// The writers append to the rewritten files.
+		if _, err := logs["e2b.jsonl"].Write([]byte(`{"tenant":"acme","detail":"KEEP-after"}` + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if in := found("KEEP-after"); len(in) != 1 || filepath.Base(in[0]) != "e2b.jsonl" {
+			t.Errorf("a line written after the rewrite is in %v, want e2b.jsonl", in)
+		}
+	})
 }

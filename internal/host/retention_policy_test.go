@@ -19,6 +19,74 @@ import (
 // the run purged) where the tenant's rule keeps them longer or forever,
 // and cannot lengthen a tenant's shorter rule. On SQLite and PostgreSQL.
 func TestSweepPolicyRetention(t *testing.T) {
+	onBothStores(t, []string{"acme", "strict"}, func(t *testing.T, h *Host, st store.Store) {
+		ctx := context.Background()
+		// Each run ended now; the pass looks 3h ahead.
+		run := func(n int, tenant, doc string) string {
+			t.Helper()
+			r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
+			if doc != "" {
+				d, err := policy.Parse([]byte(doc))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
+			}
+			if _, _, err := st.CreateRunWith(ctx, r, []event.Event{
+				{Type: event.TypeRetry, Payload: json.RawMessage(`{"marker":"run ` + string(rune('0'+n)) + `"}`)},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+				t.Fatal(err)
+			}
+			return r.ID
+		}
+		shortEvents := run(1, "acme", "retention: {events: 1h}\n")
+		shortRuns := run(2, "acme", "retention: {events: 1h, runs: 2h}\n")
+		none := run(3, "acme", "budgets: {max_steps: 3}\n")
+		longer := run(4, "strict", "retention: {events: 1000h}\n")
+		noPolicy := run(5, "acme", "")
+		rules := RetentionRules{
+			Default: Retention{},
+			Tenants: map[string]Retention{"strict": {Events: time.Hour}},
+		}
+		sw, err := h.Sweep(ctx, rules, time.Now().Add(3*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sw.Runs != 2 || sw.Purged != 1 {
+			t.Errorf("Sweep() = %+v, want 2 runs tombstoned (policy 1h; tenant 1h over policy 1000h), 1 purged", sw)
+		}
+		tombstoned := func(id string) bool {
+			t.Helper()
+			evs, err := st.Events(ctx, id, 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs {
+				if e.Type == event.TypeRetry {
+					_, ok := event.ParseTombstone(e.Payload)
+					return ok
+				}
+			}
+			t.Fatalf("run %s has no retry event", id)
+			return false
+		}
+		for id, want := range map[string]bool{shortEvents: true, longer: true, none: false, noPolicy: false} {
+			if got := tombstoned(id); got != want {
+				t.Errorf("run %s tombstoned = %v, want %v", id, got, want)
+			}
+		}
+		if _, err := st.GetRun(ctx, shortRuns); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetRun(policy runs: 2h, 3h after) = %v, want not found", err)
+		}
+	})
+}
+
+// onBothStores runs f on a host of a fresh home, with tenants made, on
+// SQLite and on PostgreSQL (a subtest each).
+func onBothStores(t *testing.T, tenants []string, f func(t *testing.T, h *Host, st store.Store)) {
 	for _, backend := range []string{"sqlite", "postgres"} {
 		t.Run(backend, func(t *testing.T) {
 			cfg := Config{Home: t.TempDir()}
@@ -34,72 +102,12 @@ func TestSweepPolicyRetention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx := context.Background()
-			for _, tn := range []string{"acme", "strict"} {
-				if _, err := st.CreateTenant(ctx, tn); err != nil {
+			for _, tn := range tenants {
+				if _, err := st.CreateTenant(context.Background(), tn); err != nil {
 					t.Fatal(err)
 				}
 			}
-			// Each run ended now; the pass looks 3h ahead.
-			run := func(n int, tenant, doc string) string {
-				t.Helper()
-				r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
-				if doc != "" {
-					d, err := policy.Parse([]byte(doc))
-					if err != nil {
-						t.Fatal(err)
-					}
-					r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
-				}
-				if _, _, err := st.CreateRunWith(ctx, r, []event.Event{
-					{Type: event.TypeRetry, Payload: json.RawMessage(`{"marker":"run ` + string(rune('0'+n)) + `"}`)},
-				}); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
-					t.Fatal(err)
-				}
-				return r.ID
-			}
-			shortEvents := run(1, "acme", "retention: {events: 1h}\n")
-			shortRuns := run(2, "acme", "retention: {events: 1h, runs: 2h}\n")
-			none := run(3, "acme", "budgets: {max_steps: 3}\n")
-			longer := run(4, "strict", "retention: {events: 1000h}\n")
-			noPolicy := run(5, "acme", "")
-			rules := RetentionRules{
-				Default: Retention{},
-				Tenants: map[string]Retention{"strict": {Events: time.Hour}},
-			}
-			sw, err := h.Sweep(ctx, rules, time.Now().Add(3*time.Hour))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if sw.Runs != 2 || sw.Purged != 1 {
-				t.Errorf("Sweep() = %+v, want 2 runs tombstoned (policy 1h; tenant 1h over policy 1000h), 1 purged", sw)
-			}
-			tombstoned := func(id string) bool {
-				t.Helper()
-				evs, err := st.Events(ctx, id, 0, 10)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, e := range evs {
-					if e.Type == event.TypeRetry {
-						_, ok := event.ParseTombstone(e.Payload)
-						return ok
-					}
-				}
-				t.Fatalf("run %s has no retry event", id)
-				return false
-			}
-			for id, want := range map[string]bool{shortEvents: true, longer: true, none: false, noPolicy: false} {
-				if got := tombstoned(id); got != want {
-					t.Errorf("run %s tombstoned = %v, want %v", id, got, want)
-				}
-			}
-			if _, err := st.GetRun(ctx, shortRuns); !errors.Is(err, store.ErrNotFound) {
-				t.Errorf("GetRun(policy runs: 2h, 3h after) = %v, want not found", err)
-			}
+			f(t, h, st)
 		})
 	}
 }
