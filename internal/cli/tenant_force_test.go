@@ -8,8 +8,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -191,7 +190,7 @@ func waitProc(t *testing.T, cmdline string, want bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
-		if found := procRunning(cmdline); found == want {
+		if found := sandboxtest.HostRuns(cmdline); found == want {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -199,19 +198,6 @@ func waitProc(t *testing.T, cmdline string, want bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// procRunning reports whether a process's command line is cmdline.
-func procRunning(cmdline string) bool {
-	ents, _ := os.ReadDir("/proc")
-	want := strings.ReplaceAll(cmdline, " ", "\x00") + "\x00"
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && string(b) == want {
-			return true
-		}
-	}
-	return false
 }
 
 // searchDatabase returns the tables of the database at url that hold s in

@@ -4,30 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/store"
 )
-
-// hostProc reports whether a process of this host runs exactly cmdline
-// (a sandbox's processes are the host's too; a frozen one still is).
-func hostProc(cmdline string) bool {
-	ents, _ := os.ReadDir("/proc")
-	want := strings.ReplaceAll(cmdline, " ", "\x00") + "\x00"
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && string(b) == want {
-			return true
-		}
-	}
-	return false
-}
 
 // records returns tenant's sandbox records by status.
 func sandboxRecords(t *testing.T, st store.Store, tenant string) map[event.Status]int {
@@ -59,12 +43,12 @@ func TestEndTenant(t *testing.T) {
 	h.streamStarted(frozen, "process.Process/Start", bash("exec sleep 4702"))
 	h.streamStarted(other, "process.Process/Start", bash("exec sleep 4703"))
 	for _, c := range []string{"sleep 4701", "sleep 4702", "sleep 4703"} {
-		waitFor(t, c+" to run", func() bool { return hostProc(c) })
+		waitFor(t, c+" to run", func() bool { return sandboxtest.HostRuns(c) })
 	}
 	if kind, _ := h.pause(frozen, nil); kind != "memory" {
 		t.Fatalf("pause = %q, want memory", kind)
 	}
-	if !hostProc("sleep 4702") {
+	if !sandboxtest.HostRuns("sleep 4702") {
 		t.Fatal("the frozen sandbox's process is gone before the deletion")
 	}
 
@@ -77,12 +61,12 @@ func TestEndTenant(t *testing.T) {
 		}
 	}
 	for _, c := range []string{"sleep 4701", "sleep 4702"} {
-		waitFor(t, c+" to end", func() bool { return !hostProc(c) })
+		waitFor(t, c+" to end", func() bool { return !sandboxtest.HostRuns(c) })
 	}
 	if got := sandboxRecords(t, h.store, "alpha"); got[event.StatusCancelled] != 2 || len(got) != 1 {
 		t.Errorf("alpha's records = %v, want 2 cancelled", got)
 	}
-	if res := h.api("beta", "GET", "/sandboxes/"+other.ID, nil); res.status != 200 || !hostProc("sleep 4703") {
+	if res := h.api("beta", "GET", "/sandboxes/"+other.ID, nil); res.status != 200 || !sandboxtest.HostRuns("sleep 4703") {
 		t.Errorf("beta's sandbox after alpha's end = %s, want it running", res)
 	}
 
@@ -90,7 +74,7 @@ func TestEndTenant(t *testing.T) {
 	// behind the server's back, as another host's deletion does.
 	late := h.create("alpha", nil)
 	h.streamStarted(late, "process.Process/Start", bash("exec sleep 4704"))
-	waitFor(t, "sleep 4704 to run", func() bool { return hostProc("sleep 4704") })
+	waitFor(t, "sleep 4704 to run", func() bool { return sandboxtest.HostRuns("sleep 4704") })
 	if kind, _ := h.pause(late, nil); kind != "memory" {
 		t.Fatalf("pause = %q, want memory", kind)
 	}
@@ -116,7 +100,7 @@ func TestEndTenant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the frozen sandbox to go", func() bool { return !hostProc("sleep 4704") })
+	waitFor(t, "the frozen sandbox to go", func() bool { return !sandboxtest.HostRuns("sleep 4704") })
 	if res := h.api("alpha", "GET", "/sandboxes/"+late.ID, nil); res.status != 404 {
 		t.Errorf("info of a sandbox whose record was closed = %s, want 404", res)
 	}

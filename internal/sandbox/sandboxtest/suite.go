@@ -277,6 +277,21 @@ func hostProcesses(arg string) []int {
 	return pids
 }
 
+// HostRuns reports whether a process of this host has exactly cmdline
+// as its command line (its arguments joined by single spaces): a
+// sandbox's processes are the host's too, a frozen one still is.
+func HostRuns(cmdline string) bool {
+	ents, _ := os.ReadDir("/proc")
+	want := strings.ReplaceAll(cmdline, " ", "\x00") + "\x00"
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && string(b) == want {
+			return true
+		}
+	}
+	return false
+}
+
 // waitFor polls cond every 50ms until it holds or d passes.
 func waitFor(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
