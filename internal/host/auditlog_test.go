@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -121,21 +119,7 @@ func TestAuditLogDeletion(t *testing.T) {
 		now := time.Now().UTC()
 		run := func(tenant, doc string) string {
 			t.Helper()
-			r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
-			if doc != "" {
-				d, err := policy.Parse([]byte(doc))
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
-			}
-			if _, _, err := st.CreateRunWith(ctx, r, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(`{}`)}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
-				t.Fatal(err)
-			}
-			return r.ID
+			return endedRun(t, st, tenant, doc, `{}`)
 		}
 		purged, kept, goneRun := run("acme", ""), run("acme", ""), run("gone", "")
 		policyShort := run("acme", "retention: {events: 1h}\n")

@@ -24,23 +24,7 @@ func TestSweepPolicyRetention(t *testing.T) {
 		// Each run ended now; the pass looks 3h ahead.
 		run := func(n int, tenant, doc string) string {
 			t.Helper()
-			r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
-			if doc != "" {
-				d, err := policy.Parse([]byte(doc))
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
-			}
-			if _, _, err := st.CreateRunWith(ctx, r, []event.Event{
-				{Type: event.TypeRetry, Payload: json.RawMessage(`{"marker":"run ` + string(rune('0'+n)) + `"}`)},
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
-				t.Fatal(err)
-			}
-			return r.ID
+			return endedRun(t, st, tenant, doc, `{"marker":"run `+string(rune('0'+n))+`"}`)
 		}
 		shortEvents := run(1, "acme", "retention: {events: 1h}\n")
 		shortRuns := run(2, "acme", "retention: {events: 1h, runs: 2h}\n")
@@ -82,6 +66,28 @@ func TestSweepPolicyRetention(t *testing.T) {
 			t.Errorf("GetRun(policy runs: 2h, 3h after) = %v, want not found", err)
 		}
 	})
+}
+
+// endedRun stores a cancelled run of tenant under the policy doc (none
+// when empty), with one event whose payload is payload; it returns its id.
+func endedRun(t *testing.T, st store.Store, tenant, doc, payload string) string {
+	t.Helper()
+	ctx := context.Background()
+	r := store.Run{ID: event.NewRunID(time.Now()), Tenant: tenant, Task: "task", Model: "script:x", Status: event.StatusQueued}
+	if doc != "" {
+		d, err := policy.Parse([]byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Policy, r.PolicyHash = d.Canonical(), d.Hash()
+	}
+	if _, _, err := st.CreateRunWith(ctx, r, []event.Event{{Type: event.TypeRetry, Payload: json.RawMessage(payload)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UpdateRunStatus(ctx, r.ID, event.StatusQueued, event.StatusCancelled); err != nil {
+		t.Fatal(err)
+	}
+	return r.ID
 }
 
 // onBothStores runs f on a host of a fresh home, with tenants made, on
