@@ -46,25 +46,31 @@ func (s *Server) listSandboxes(w http.ResponseWriter, _ *http.Request, c *call) 
 	return nil
 }
 
-func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+// sandboxOf is the caller's tenant's live sandbox the path's id names.
+func (s *Server) sandboxOf(r *http.Request, c *call) (api.Sandbox, error) {
 	if s.o.Sandboxes == nil {
-		return errNoSandbox
+		return api.Sandbox{}, errNoSandbox
 	}
 	sb, ok := s.o.Sandboxes.Sandbox(c.p.Tenant, r.PathValue("id"))
 	if !ok {
-		return errNoSandbox
+		return api.Sandbox{}, errNoSandbox
+	}
+	return sb, nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request, c *call) error {
+	sb, err := s.sandboxOf(r, c)
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, sb)
 	return nil
 }
 
 func (s *Server) listExposures(w http.ResponseWriter, r *http.Request, c *call) error {
-	if s.o.Sandboxes == nil {
-		return errNoSandbox
-	}
-	sb, ok := s.o.Sandboxes.Sandbox(c.p.Tenant, r.PathValue("id"))
-	if !ok {
-		return errNoSandbox
+	sb, err := s.sandboxOf(r, c)
+	if err != nil {
+		return err
 	}
 	out := api.ExposureList{Exposures: sb.Exposures}
 	if out.Exposures == nil {
