@@ -115,7 +115,10 @@ func (e *executor) listenEvents() error {
 		unix.Close(fd)
 		return fmt.Errorf("event socket: %w", err)
 	}
-	if err := unix.Listen(fd, 64); err != nil {
+	// The backlog is well above the connection limit: the executor accepts
+	// the ones over it only to close them, and gVisor refuses a blocking
+	// connect with EAGAIN while the backlog is full (Linux makes it wait).
+	if err := unix.Listen(fd, 4*execproto.MaxEventConns); err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("listen on event socket: %w", err)
 	}

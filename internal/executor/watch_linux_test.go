@@ -171,13 +171,24 @@ func TestWatchEvents(t *testing.T) {
 	// Not recursive: what happens below the first level is not reported.
 	x := startWatch(t, root, false, 16, 64)
 	for _, tt := range tests {
+		// Every event of the case before has arrived (os.WriteFile may
+		// report two writes: the truncation and the data).
+		x.mark(root)
 		before := len(x.events())
 		tt.do(t)
 		for _, want := range tt.want {
 			x.waitFor(want)
 		}
-		if got := x.events()[before]; got != tt.want[0] {
-			t.Errorf("%s: first event %+v, want %+v", tt.name, got, tt.want[0])
+		// The mark's own events may still trail in: the first event of
+		// the case is the first one that is not about a mark.
+		for _, got := range x.events()[before:] {
+			if strings.HasPrefix(filepath.Base(got.Path), "mark-") {
+				continue
+			}
+			if got != tt.want[0] {
+				t.Errorf("%s: first event %+v, want %+v", tt.name, got, tt.want[0])
+			}
+			break
 		}
 	}
 	before := len(x.events())
