@@ -18,7 +18,7 @@ try {
   for (const f of ['wsecho.py', 'client.py']) {
     await sbx.files.write(`/home/user/${f}`, readFileSync(`${dir}/${f}`, 'utf8'))
   }
-  await sbx.commands.run('python3 /home/user/wsecho.py 8000', { background: true })
+  await sbx.commands.run('python3 /home/user/wsecho.py 8000', { background: true, timeoutMs: 0 })
   const route = [`E2b-Sandbox-Id=${sbx.sandboxId}`, 'E2b-Sandbox-Port=8000']
   for (let i = 0; ; i++) {
     try {
