@@ -13,6 +13,13 @@
 // before Serve; the caller names the headers (routing, credentials) that
 // must never reach the sandbox's server, which is untrusted code.
 //
+// A request takes one of two paths, under the same rules (outbound for
+// the request, one meter, one set of refusals): one without a body or an
+// upgrade is written on the connection and its answer read back in the
+// handler's goroutine (serveFast: no transport, none of its goroutines
+// to wait for a CPU); one with a body or an upgrade goes through
+// httputil.ReverseProxy, streamed both ways.
+//
 // It imports only the sandbox contract and the policy leaf.
 //
 // Importers: the services that reach sandboxes' ports (internal/e2b,
@@ -24,14 +31,16 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
@@ -135,6 +144,8 @@ type Relay struct {
 	// ErrorLog receives what the proxy logs itself (a copy that failed
 	// mid-body); nil is the log package's default logger.
 	ErrorLog *log.Logger
+
+	proxyOnly bool // the tests' switch: no fast path
 }
 
 // Result is one request's account, for its audit record.
@@ -188,85 +199,26 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctr.enter(rl.Port)
 	defer ctr.leave(rl.Port)
 
-	var m meter
-	var failed *Refusal
-	proxy := &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", net.JoinHostPort("127.0.0.1", strconv.Itoa(rl.Port))
-			pr.Out.Host = pr.In.Host
-			if rl.Host != nil {
-				pr.Out.Host = rl.Host(pr.In.Host)
-			}
-			for _, h := range rl.Strip {
-				pr.Out.Header.Del(h)
-			}
-			pr.SetXForwarded()
-		},
-		// One connection per request, so that each is accounted to its
-		// request; the executor's channel makes a connection cheap.
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				// Early: the request follows the stream's opening at
-				// once, without a round trip to the executor's dial;
-				// a failed dial comes back as the request's error.
-				c, err := sandbox.ConnectEarly(ctx, rl.Sandbox, rl.Port)
-				if err != nil {
-					m.dialErr.Store(&err)
-					return nil, err
-				}
-				return &meteredConn{Conn: c, m: &m, ctr: ctr, limits: lim}, nil
-			},
-		},
-		FlushInterval: -1,
-		ErrorLog:      rl.ErrorLog,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if de := sandbox.DialError(err); de != nil && m.dialErr.Load() == nil {
-				// An early connection's dial failed: the request it
-				// took never reached the sandbox, and is not counted.
-				m.dialErr.Store(&de)
-				ctr.bytes.Add(-m.in.Swap(0))
-			}
-			var f Refusal
-			switch de := m.dialErr.Load(); {
-			case de != nil && errors.Is(*de, sandbox.ErrPortClosed):
-				f = Refusal{Closed, http.StatusBadGateway, fmt.Sprintf("nothing in the sandbox listens on port %d", rl.Port)}
-			case de != nil && errors.Is(*de, sandbox.ErrLost):
-				f = Refusal{Lost, http.StatusBadGateway, "the sandbox has ended"}
-			case r.Context().Err() != nil:
-				res.Outcome = Canceled // the client went away: no one to answer
-				return
-			case m.limited.Load() || errors.Is(err, ErrBytes):
-				f = Refusal{Limited, http.StatusBadGateway, ErrBytes.Error()}
-			default:
-				f = Refusal{Failed, http.StatusBadGateway, "the sandbox's server did not answer"}
-			}
-			failed = &f
-			res.Outcome = f.Outcome
-			rl.Refuse(w, f)
-		},
-	}
-	// The request's body is the sandbox server's to read, as long as it
-	// takes, and its answer may start first (a streamed /execute does):
-	// without full duplex the HTTP server would read the rest of the body
-	// away itself, and close it, once the answer's header is written,
-	// racing the proxy's copy of it (the copy then fails and cuts the
-	// answer off).
-	_ = http.NewResponseController(w).EnableFullDuplex()
+	x := &exchange{rl: rl}
 	// The account is given however the exchange ends: the proxy panics
 	// with http.ErrAbortHandler when a copy fails after the answer has
-	// begun (a byte bound reached mid-answer, the sandbox gone).
+	// begun (a byte bound reached mid-answer, the sandbox gone), and so
+	// does the fast path.
 	defer func() {
 		p := recover()
-		if m.limited.Load() {
+		if x.m.limited.Load() {
 			res.Outcome = Limited
-		} else if p != nil && res.Outcome == OK {
+		} else if x.outcome != "" {
+			res.Outcome = x.outcome
+		} else if p != nil && r.Context().Err() != nil {
+			res.Outcome = Canceled // the client went away mid-answer
+		} else if p != nil {
 			res.Outcome = Failed
 		}
-		res.In, res.Out, res.Duration = m.in.Load(), m.out.Load(), time.Since(t0)
+		res.In, res.Out, res.Duration = x.m.in.Load(), x.m.out.Load(), time.Since(t0)
 		res.Detail = fmt.Sprintf("port %d from %s: %s %s, %d bytes in, %d out, %s", rl.Port, r.RemoteAddr, r.Method, clip(r.URL.Path), res.In, res.Out, res.Duration.Round(time.Millisecond))
-		if failed != nil {
-			res.Detail += ": " + failed.Message
+		if x.failed != nil {
+			res.Detail += ": " + x.failed.Message
 		} else if res.Outcome == Limited {
 			res.Detail += ": " + ErrBytes.Error()
 		}
@@ -275,7 +227,125 @@ func (rl *Relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
+	if fast(r) && !rl.proxyOnly {
+		x.serveFast(w, r)
+		return
+	}
+	x.serveProxy(w, r)
+}
+
+// exchange is one request's relay, by either path: its meter and how it
+// failed, when it did.
+type exchange struct {
+	rl *Relay
+	m  meter
+	// outcome, when set, is the request's outcome other than OK.
+	outcome string
+	// failed is the refusal answered, when the exchange failed before
+	// the sandbox's server answered.
+	failed *Refusal
+}
+
+// dial opens the request's connection to the port, metered. Early: the
+// request follows the stream's opening at once, without a round trip to
+// the executor's dial; a failed dial comes back as the request's error.
+func (x *exchange) dial(ctx context.Context) (net.Conn, error) {
+	rl := x.rl
+	c, err := sandbox.ConnectEarly(ctx, rl.Sandbox, rl.Port)
+	if err != nil {
+		x.m.dialErr.Store(&err)
+		return nil, err
+	}
+	return &meteredConn{Conn: c, m: &x.m, ctr: rl.Counters, limits: rl.Limits}, nil
+}
+
+// serveProxy relays r with httputil.ReverseProxy: a request with a body
+// (streamed both ways, full duplex) or an upgrade.
+func (x *exchange) serveProxy(w http.ResponseWriter, r *http.Request) {
+	rl := x.rl
+	proxy := &httputil.ReverseProxy{
+		// The outbound request is the relay's own (outbound), the one
+		// the fast path sends too; the proxy's is dropped.
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.Out = rl.outbound(limit1xx(pr.Out.Context()), pr.In) },
+		// One connection per request, so that each is accounted to its
+		// request; the executor's channel makes a connection cheap.
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			// What the server sends reaches the client as it is, as on
+			// the fast path: no gzip asked for on the client's behalf.
+			DisableCompression:     true,
+			MaxResponseHeaderBytes: maxResponseHeader,
+			DialContext:            func(ctx context.Context, _, _ string) (net.Conn, error) { return x.dial(ctx) },
+		},
+		// A switch of protocols nobody asked for is refused here, where
+		// the proxy closes the connection it came on (its own refusal of
+		// it leaves that connection open).
+		ModifyResponse: func(res *http.Response) error {
+			if res.StatusCode == http.StatusSwitchingProtocols {
+				return checkSwitch(res.Request.Header, res.Header)
+			}
+			return nil
+		},
+		FlushInterval: -1,
+		ErrorLog:      rl.ErrorLog,
+		ErrorHandler:  func(w http.ResponseWriter, r *http.Request, err error) { x.fail(w, r, err) },
+	}
+	// The request's body is the sandbox server's to read, as long as it
+	// takes, and its answer may start first (a streamed /execute does):
+	// without full duplex the HTTP server would read the rest of the body
+	// away itself, and close it, once the answer's header is written,
+	// racing the proxy's copy of it (the copy then fails and cuts the
+	// answer off).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	proxy.ServeHTTP(w, r)
+}
+
+// fail answers a request whose exchange failed before the sandbox's
+// server answered, with the refusal that says why (none when the client
+// went away).
+func (x *exchange) fail(w http.ResponseWriter, r *http.Request, err error) {
+	rl, m := x.rl, &x.m
+	if de := sandbox.DialError(err); de != nil && m.dialErr.Load() == nil {
+		// An early connection's dial failed: the request it took never
+		// reached the sandbox, and is not counted.
+		m.dialErr.Store(&de)
+		rl.Counters.bytes.Add(-m.in.Swap(0))
+	}
+	var f Refusal
+	switch de := m.dialErr.Load(); {
+	case de != nil && errors.Is(*de, sandbox.ErrPortClosed):
+		f = Refusal{Closed, http.StatusBadGateway, fmt.Sprintf("nothing in the sandbox listens on port %d", rl.Port)}
+	case de != nil && errors.Is(*de, sandbox.ErrLost):
+		f = Refusal{Lost, http.StatusBadGateway, "the sandbox has ended"}
+	case r.Context().Err() != nil:
+		x.outcome = Canceled // the client went away: no one to answer
+		return
+	case m.limited.Load() || errors.Is(err, ErrBytes):
+		f = Refusal{Limited, http.StatusBadGateway, ErrBytes.Error()}
+	default:
+		f = Refusal{Failed, http.StatusBadGateway, "the sandbox's server " + failure(err)}
+	}
+	x.failed, x.outcome = &f, f.Outcome
+	rl.Refuse(w, f)
+}
+
+// failure says, after "the sandbox's server", how an exchange that
+// reached the server failed: what a client can act on (a server that
+// died mid-request resets or closes; one that is not HTTP answers
+// garbage), where "did not answer" would hide it.
+func failure(err error) string {
+	var pe *protocolError
+	switch {
+	case errors.As(err, &pe):
+		return pe.what
+	case errors.Is(err, syscall.ECONNRESET):
+		return "reset the connection before it answered"
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "server closed") || strings.HasSuffix(err.Error(), "EOF"):
+		return "closed the connection before it answered"
+	case strings.Contains(err.Error(), "malformed") || strings.Contains(err.Error(), "too many 1xx") || strings.Contains(err.Error(), "response headers exceeded"):
+		return "sent an answer that is not HTTP/1.1: " + clip(err.Error())
+	}
+	return "did not answer: " + clip(err.Error())
 }
 
 // clip bounds a client's path in a record.

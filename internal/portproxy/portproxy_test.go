@@ -87,7 +87,8 @@ func get(t *testing.T, url string, hd ...string) (int, string) {
 }
 
 // TestRelay: what reaches the sandbox's server, and what the caller is
-// told, request by request.
+// told, request by request, on both paths (the fast one for requests
+// without a body or upgrade, httputil.ReverseProxy's).
 func TestRelay(t *testing.T) {
 	addr := portproxytest.Start(t)
 	tests := []struct {
@@ -97,20 +98,28 @@ func TestRelay(t *testing.T) {
 		path     string
 		status   int
 		outcome  string
-		contains string
-		absent   string
+		contains []string
+		absent   []string
 	}{
 		{
 			name: "answered, routing stripped, host kept", conn: &loopback{ports: map[int]string{80: addr}}, path: "/echo",
-			status: 200, outcome: portproxy.OK, contains: "host=client.example", absent: "Secret-Route",
+			status: 200, outcome: portproxy.OK, contains: []string{"host=client.example"}, absent: []string{"Secret-Route"},
+		},
+		{
+			// The client's hop-by-hop and forwarding headers stop here;
+			// the server sees this hop's.
+			name: "hop-by-hop and forwarding headers", conn: &loopback{ports: map[int]string{80: addr}}, path: "/echo?a=1;b=2",
+			status: 200, outcome: portproxy.OK,
+			contains: []string{"X-Forwarded-For: 127.0.0.1\n", "X-Forwarded-Host: client.example", "X-Forwarded-Proto: http", "Te: trailers", "Connection: close", "Kept: yes"},
+			absent:   []string{"X-Hop", "Proxy-Authorization", "Forwarded: for=6.6.6.6", "6.6.6.6", "evil.example", "User-Agent", "Keep-Alive", "a=1;b=2"},
 		},
 		{
 			name: "nothing listens", conn: &loopback{ports: map[int]string{}}, path: "/echo",
-			status: 502, outcome: portproxy.Closed, contains: "nothing in the sandbox listens on port 80",
+			status: 502, outcome: portproxy.Closed, contains: []string{"nothing in the sandbox listens on port 80"},
 		},
 		{
 			name: "sandbox gone", conn: &loopback{err: fmt.Errorf("connect: %w", sandbox.ErrLost)}, path: "/echo",
-			status: 502, outcome: portproxy.Lost, contains: "the sandbox has ended",
+			status: 502, outcome: portproxy.Lost, contains: []string{"the sandbox has ended"},
 		},
 		{
 			name: "connection bound cuts a large answer", conn: &loopback{ports: map[int]string{80: addr}}, limits: policy.Ports{MaxConnectionBytes: 300 << 10}, path: "/big",
@@ -118,41 +127,71 @@ func TestRelay(t *testing.T) {
 		},
 		{
 			name: "budget spent at once", conn: &loopback{ports: map[int]string{80: addr}}, limits: policy.Ports{MaxBytes: 1}, path: "/echo",
-			status: 502, outcome: portproxy.Limited, contains: "traffic limit",
+			status: 502, outcome: portproxy.Limited, contains: []string{"traffic limit"},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := serve(t, &portproxy.Relay{
-				Sandbox: tc.conn, Port: 80, Limits: &tc.limits, Counters: &portproxy.Counters{},
-				Strip: []string{"Secret-Route"},
+	for _, relayPath := range []string{"fast", "proxy"} {
+		for _, tc := range tests {
+			t.Run(relayPath+"/"+tc.name, func(t *testing.T) {
+				rl := &portproxy.Relay{
+					Sandbox: tc.conn, Port: 80, Limits: &tc.limits, Counters: &portproxy.Counters{},
+					Strip: []string{"Secret-Route"},
+				}
+				if relayPath == "proxy" {
+					portproxy.ProxyOnly(rl)
+				}
+				f := serve(t, rl)
+				req, _ := http.NewRequest("GET", f.url+tc.path, nil)
+				req.Host = "client.example"
+				req.Header.Set("Secret-Route", "sb-1")
+				req.Header.Set("Connection", "X-Hop")
+				req.Header.Set("X-Hop", "1")
+				req.Header.Set("Keep-Alive", "timeout=5")
+				req.Header.Set("Proxy-Authorization", "Basic c2VjcmV0")
+				req.Header.Set("Forwarded", "for=6.6.6.6")
+				req.Header.Set("X-Forwarded-For", "6.6.6.6")
+				req.Header.Set("X-Forwarded-Host", "evil.example")
+				req.Header.Set("Te", "trailers")
+				req.Header.Set("Kept", "yes")
+				req.Header.Set("User-Agent", "")
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.StatusCode != tc.status {
+					t.Errorf("GET %s = %d %.300q, want %d", tc.path, res.StatusCode, b, tc.status)
+				}
+				for _, want := range tc.contains {
+					if !strings.Contains(string(b), want) {
+						t.Errorf("GET %s = %.400q, want %q in it", tc.path, b, want)
+					}
+				}
+				for _, not := range tc.absent {
+					if strings.Contains(string(b), not) {
+						t.Errorf("GET %s = %.400q, want no %q in it", tc.path, b, not)
+					}
+				}
+				if tc.path == "/big" && len(b) >= 400<<10 {
+					t.Errorf("GET /big = %d bytes through a 300K bound", len(b))
+				}
+				got := f.results()
+				for len(got) == 0 {
+					// The handler records its result once the exchange ends,
+					// which the client may see first.
+					time.Sleep(time.Millisecond)
+					got = f.results()
+				}
+				if len(got) != 1 || got[0].Outcome != tc.outcome || !strings.Contains(got[0].Detail, "port 80 from ") {
+					t.Fatalf("results = %+v, want one %s", got, tc.outcome)
+				}
+				// The meter: what the server got and sent, both counted.
+				if r := got[0]; tc.outcome == portproxy.OK && (r.In < 100 || r.Out < int64(len(b)) || rl.Counters.Bytes() != r.In+r.Out) {
+					t.Errorf("account %d in, %d out, sandbox's counter %d, for an answer of %d bytes", r.In, r.Out, rl.Counters.Bytes(), len(b))
+				}
 			})
-			req, _ := http.NewRequest("GET", f.url+tc.path, nil)
-			req.Host = "client.example"
-			req.Header.Set("Secret-Route", "sb-1")
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			if res.StatusCode != tc.status || !strings.Contains(string(b), tc.contains) || tc.absent != "" && strings.Contains(string(b), tc.absent) {
-				t.Errorf("GET %s = %d %.200q, want %d with %q and without %q", tc.path, res.StatusCode, b, tc.status, tc.contains, tc.absent)
-			}
-			if tc.path == "/big" && len(b) >= 400<<10 {
-				t.Errorf("GET /big = %d bytes through a 300K bound", len(b))
-			}
-			got := f.results()
-			for len(got) == 0 {
-				// The handler records its result once the exchange ends,
-				// which the client may see first.
-				time.Sleep(time.Millisecond)
-				got = f.results()
-			}
-			if len(got) != 1 || got[0].Outcome != tc.outcome || !strings.Contains(got[0].Detail, "port 80 from ") {
-				t.Errorf("results = %+v, want one %s", got, tc.outcome)
-			}
-		})
+		}
 	}
 }
 
