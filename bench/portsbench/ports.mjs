@@ -18,6 +18,8 @@ try {
   for (const f of ['wsecho.py', 'client.py']) {
     await sbx.files.write(`/home/user/${f}`, readFileSync(`${dir}/${f}`, 'utf8'))
   }
+  // timeoutMs: 0, or the server is killed at the SDK's default 60 s (as E2B does), and a
+  // run that lasts longer (a loaded machine) gets 502s from then on.
   await sbx.commands.run('python3 /home/user/wsecho.py 8000', { background: true, timeoutMs: 0 })
   const route = [`E2b-Sandbox-Id=${sbx.sandboxId}`, 'E2b-Sandbox-Port=8000']
   for (let i = 0; ; i++) {
