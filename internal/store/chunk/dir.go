@@ -29,7 +29,9 @@ const staleTemp = time.Hour
 // chunk is complete or absent, and concurrent Puts of one chunk (in one
 // process or several) are safe; but it syncs nothing: a checkpoint puts a
 // thousand chunks a gigabyte, and one fsync each would cost more than all
-// the rest. Sync then makes them durable at once (syncfs(2) of the
+// the rest. It only starts each file's writeback (sync_file_range), so
+// that the disk writes while the next chunks are compressed. Sync then
+// makes them durable at once (syncfs(2) of the
 // directory's file system). Should the machine stop before that, a file
 // system that does not order a file's data before its rename may leave a
 // chunk empty: Has reports an empty file as absent, so the next Put writes
