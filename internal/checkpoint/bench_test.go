@@ -356,8 +356,8 @@ func BenchmarkWriteDelta(b *testing.B) {
 				b.Fatal(err)
 			}
 			var stored int64
-			var took, cpu time.Duration
-			steps := 0
+			var took, cpu, compactTook, compactCPU time.Duration
+			steps, compactions := 0, 0
 			parent := base.Digest
 			for b.Loop() {
 				// One op is a cycle of CompactDepth deltas and the
@@ -370,7 +370,12 @@ func BenchmarkWriteDelta(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					took, cpu = took+time.Since(t0), cpu+cpuTime()-c0
+					d, c := time.Since(t0), cpuTime()-c0
+					took, cpu = took+d, cpu+c
+					if res.Compacted {
+						compactions++
+						compactTook, compactCPU = compactTook+d, compactCPU+c
+					}
 					stored += res.Stats.NewBytes + res.ManifestBytes
 					parent = res.Digest
 				}
@@ -378,6 +383,12 @@ func BenchmarkWriteDelta(b *testing.B) {
 			b.ReportMetric(float64(took.Nanoseconds())/float64(steps), "ns/step")
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(steps), "cpu-ns/step")
 			b.ReportMetric(float64(stored)/float64(steps), "stored-B/step")
+			if deltas := steps - compactions; deltas > 0 && compactions > 0 {
+				b.ReportMetric(float64((took-compactTook).Nanoseconds())/float64(deltas), "delta-ns/step")
+				b.ReportMetric(float64((cpu-compactCPU).Nanoseconds())/float64(deltas), "delta-cpu-ns/step")
+				b.ReportMetric(float64(compactTook.Nanoseconds())/float64(compactions), "compact-ns")
+				b.ReportMetric(float64(compactCPU.Nanoseconds())/float64(compactions), "compact-cpu-ns")
+			}
 		})
 	}
 }

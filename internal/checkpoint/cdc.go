@@ -59,7 +59,7 @@ type cdc struct {
 }
 
 func newCDC(r io.Reader, gear *gearTable) *cdc {
-	return &cdc{r: r, gear: gear, carry: make([]byte, 0, cdcRead)}
+	return &cdc{r: r, gear: gear} // carry: made by the first cut, if any
 }
 
 // Next reads the next chunk into buf (its room reused, grown to

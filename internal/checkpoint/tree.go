@@ -276,6 +276,24 @@ func (t *tree) walkBytes() int64 {
 // are not modified.
 func (t *tree) normalize() ([]*Entry, int64) {
 	list := make([]*Entry, 0, t.n)
+	if t.links == 0 {
+		// No hard links: every file is a group of its own, and the walk
+		// alone is the normal form (a compaction of a big tree then costs
+		// no union-find and no map of every file's name).
+		var bytes int64
+		for e := range t.walk() {
+			if e.hasContent() {
+				bytes += e.Size
+				if e.Kind != File || e.Link != "" {
+					c := *e
+					c.Kind, c.Link = File, ""
+					e = &c
+				}
+			}
+			list = append(list, e)
+		}
+		return list, bytes
+	}
 	for e := range t.walk() {
 		list = append(list, e)
 	}

@@ -236,11 +236,15 @@ func NewStore(b Backend) (*Store, error) {
 // Backend returns the store's backend.
 func (s *Store) Backend() Backend { return s.b }
 
-func (s *Store) buf() *[]byte {
+// buf returns a buffer for about n compressed bytes: one a call before
+// used (grown by its user as it needs), or a new one of n bytes' room, not
+// more: most chunks a step stores are a few small files, for which a
+// chunk's full room (zeroed, first touched) would cost more than the rest.
+func (s *Store) buf(n int) *[]byte {
 	if b, ok := s.bufs.Get().(*[]byte); ok {
 		return b
 	}
-	b := make([]byte, 0, 1<<20)
+	b := make([]byte, 0, max(n, 4<<10))
 	return &b
 }
 
@@ -253,7 +257,7 @@ func (s *Store) Put(ctx context.Context, id ID, data []byte) (stored int64, err 
 	if len(data) == 0 || len(data) > MaxSize {
 		return 0, fmt.Errorf("chunk: put %s: %d bytes, want 1 to %d", id, len(data), MaxSize)
 	}
-	bp := s.buf()
+	bp := s.buf(len(data) + len(data)/64 + 64)
 	defer s.bufs.Put(bp)
 	z := s.compress(data, (*bp)[:0])
 	*bp = z
@@ -325,7 +329,7 @@ func (s *Store) GetWith(ctx context.Context, h *Hasher, id ID, dst []byte) ([]by
 }
 
 func (s *Store) get(ctx context.Context, h *Hasher, id ID, dst []byte) ([]byte, error) {
-	bp := s.buf()
+	bp := s.buf(cap(dst))
 	defer s.bufs.Put(bp)
 	z, err := s.b.Get(ctx, id, (*bp)[:0])
 	if err != nil {
