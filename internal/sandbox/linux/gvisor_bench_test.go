@@ -60,12 +60,16 @@ func BenchmarkGVisorStart(b *testing.B) {
 		if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
 			b.Fatal(err)
 		}
+		r, err := be.Runsc()
+		if err != nil {
+			b.Fatal(err)
+		}
 		i := 0
 		for b.Loop() {
 			i++
 			args := append([]string{"--root", filepath.Join(dir, "state")}, flags...)
 			args = append(args, "run", "--bundle", bundle, "bench-"+strconv.Itoa(i))
-			if out, err := exec.Command("runsc", args...).CombinedOutput(); err != nil {
+			if out, err := exec.Command(r.Path, args...).CombinedOutput(); err != nil {
 				b.Fatalf("runsc run: %v: %s", err, out)
 			}
 		}
