@@ -30,12 +30,12 @@ build() {
     echo "$BIN"
     return 0
   fi
-  log "building runsc $VERSION into $BIN (about 6 min on 2 idle cores with a cold cache)"
+  log "building runsc $VERSION into $BIN (280 s of CPU with a cold build cache: about 3 min on 2 idle cores, 14 at load 15-20)"
   local dir tmp start=$SECONDS
   dir=$(dirname "$BIN")
   mkdir -p "$dir"
   tmp=$(mktemp "$dir/runsc.tmp.XXXXXX")
-  (cd "$REPO/test/runsc" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w" -o "$tmp" gvisor.dev/gvisor/runsc)
+  (cd "$REPO/test/runsc" && CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$VERSION" -o "$tmp" gvisor.dev/gvisor/runsc)
   chmod 0755 "$tmp"
   mv "$tmp" "$BIN"
   log "built in $((SECONDS - start)) s"

@@ -509,8 +509,8 @@ func unmountCOWWorkspace(dir string) error {
 	return nil
 }
 
-// gvisorCOW takes the checkpoints of a gvisor sandbox's cow workspace on
-// the host, with the executor's own walk (executor.COWCheckpoints) over the
+// gvisorCOW takes the checkpoints of a gvisor sandbox's cow workspace (and
+// of an rw one: openGVisorRW) on the host, with the executor's own walk (executor.COWCheckpoints) over the
 // host's overlay (mountCOWWorkspace) and its upper layer: as natively, a
 // delta walks what the sandbox changed, not the whole tree. Inside, the
 // executor could key only the merged tree: gVisor's gofer shows it no
@@ -529,7 +529,7 @@ type gvisorCOW struct {
 	// another file once reused).
 	mu     sync.Mutex
 	closed bool // guarded by mu
-	upper  int  // O_PATH descriptor of the upper layer
+	upper  int  // O_PATH descriptor of the upper layer; -1 for an rw workspace
 	ckpt   *executor.COWCheckpoints
 }
 
@@ -543,12 +543,22 @@ func openGVisorCOW(dir string) (*gvisorCOW, error) {
 	return &gvisorCOW{upper: fd, ckpt: executor.NewCOWCheckpoints(filepath.Join(dir, "workspace"), fd)}, nil
 }
 
+// openGVisorRW keys an rw workspace, the host's directory ws bound in, on
+// the host: the executor's walk of the whole tree, as natively, at the
+// host's cost of a stat rather than gVisor's (each of the walk's system
+// calls would cross gVisor's kernel inside: 18x native's, docs/gvisor.md).
+func openGVisorRW(ws string) *gvisorCOW {
+	return &gvisorCOW{upper: -1, ckpt: executor.NewCOWCheckpoints(ws, -1)}
+}
+
 func (g *gvisorCOW) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closed {
 		g.closed = true
-		unix.Close(g.upper)
+		if g.upper >= 0 {
+			unix.Close(g.upper)
+		}
 	}
 }
 
@@ -668,10 +678,14 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		return err
 	}
 	sb.runsc = runsc.Path
-	if sb.spec.Workspace != "" && (sb.spec.WorkspaceMode == "" || sb.spec.WorkspaceMode == sandbox.WorkspaceCOW) {
+	switch {
+	case sb.spec.Workspace == "":
+	case sb.spec.WorkspaceMode == "" || sb.spec.WorkspaceMode == sandbox.WorkspaceCOW:
 		if sb.cow, err = openGVisorCOW(bundle); err != nil {
 			return err
 		}
+	case sb.spec.WorkspaceMode == sandbox.WorkspaceRW:
+		sb.cow = openGVisorRW(sb.spec.Workspace)
 	}
 	tr.mark("bundle")
 	host, child, err := socketpair()
@@ -822,6 +836,11 @@ func (sb *Sandbox) teardownGVisor() {
 	if err := unmountCOWWorkspace(filepath.Join(sb.gvisor, "bundle")); err != nil {
 		sb.b.log.Warn("unmount gvisor cow workspace", "sandbox_id", sb.id, "err", err)
 		return
+	}
+	// Nor into the empty network namespace runsc since 2025 pins for its
+	// gofer with --network=none: a bind mount in its root, which runsc
+	// leaves (concurrent runs may stack several).
+	for unix.Unmount(filepath.Join(sb.gvisor, "runsc", "null-netns"), unix.MNT_DETACH) == nil {
 	}
 	if err := os.RemoveAll(sb.gvisor); err != nil {
 		sb.b.log.Warn("remove gvisor state", "sandbox_id", sb.id, "err", err)
