@@ -94,6 +94,11 @@ func (c *CreateCmd) Run(env *Env) error {
 	}
 	cmd := exec.Command(env.Self, "sandbox", "supervise")
 	cmd.Env = []string{"AIRLOCK_HOME=" + env.Home, "AIRLOCK_EXEC=" + env.Executor}
+	if r := env.getenv("AIRLOCK_RUNSC"); r != "" {
+		// The gvisor runtime's runsc (docs/gvisor.md): the supervisor's
+		// sandbox runs on the runsc this command would have used.
+		cmd.Env = append(cmd.Env, "AIRLOCK_RUNSC="+r)
+	}
 	cmd.Stdin = strings.NewReader(string(arg))
 	cmd.ExtraFiles = []*os.File{w}
 	// Its own session: the supervisor outlives this command and the

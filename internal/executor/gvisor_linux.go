@@ -163,7 +163,10 @@ func chownEtc(etc string) error {
 	}
 	for _, e := range ents {
 		if e.Type().IsRegular() {
-			if err := os.Lchown(filepath.Join(etc, e.Name()), nobodyID, nobodyID); err != nil {
+			// A file bound in read-only (the host's certificates and
+			// linker cache) cannot be changed anyway: gVisor since 2023
+			// refuses its chown with EROFS, as Linux does.
+			if err := os.Lchown(filepath.Join(etc, e.Name()), nobodyID, nobodyID); err != nil && !errors.Is(err, unix.EROFS) {
 				return err
 			}
 		}

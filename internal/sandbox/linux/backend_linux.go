@@ -44,13 +44,14 @@ type Config struct {
 	// short-lived command line is small, and forks itself faster than it
 	// would start a helper.
 	Spawner bool
-	// Runsc is the runsc binary of the gvisor runtime; empty means runsc
-	// from PATH.
+	// Runsc is the runsc binary of the gvisor runtime; empty means
+	// $AIRLOCK_RUNSC, else runsc from PATH.
 	Runsc string
 	// RunscPlatform is the gVisor platform runsc runs sandboxes on
-	// (--platform): "" is runsc's default. Debian 12's runsc (20221219)
-	// has ptrace, its default, and kvm (which needs /dev/kvm); newer ones
-	// have systrap, their default (docs/gvisor.md).
+	// (--platform): "" chooses systrap where the runsc offers it, else kvm
+	// where /dev/kvm opens, else ptrace (Backend.Runsc). Debian 12's runsc
+	// (20221219) has ptrace and kvm; newer ones have systrap
+	// (scripts/runsc.sh builds one; docs/gvisor.md).
 	RunscPlatform string
 	// Freezer forces the cgroup freezer a sandbox's Freeze uses:
 	// cgroup.FreezerV2 (cgroup.freeze) or cgroup.FreezerV1 (the v1 freezer
@@ -65,17 +66,20 @@ const DefaultUIDSlotDir = "/run/airlock/uid-slots"
 // Backend creates sandboxes with Linux namespaces, cgroups, seccomp and
 // Landlock.
 type Backend struct {
-	cfg     Config
-	log     *slog.Logger
-	root    bool
-	uids    *uidAllocator // root mode: machine-wide uid ranges
-	ids     *idLocks      // this home's live sandboxes
-	spawner spawner
-	mu      sync.Mutex
-	cg      *cgroup.Manager // guarded by mu: created on first use
-	cgErr   error           // guarded by mu
-	cgOnce  bool            // guarded by mu
-	idmaps  idmapCache
+	cfg       Config
+	log       *slog.Logger
+	root      bool
+	uids      *uidAllocator // root mode: machine-wide uid ranges
+	ids       *idLocks      // this home's live sandboxes
+	spawner   spawner
+	mu        sync.Mutex
+	cg        *cgroup.Manager // guarded by mu: created on first use
+	cgErr     error           // guarded by mu
+	cgOnce    bool            // guarded by mu
+	idmaps    idmapCache
+	runscOnce sync.Once // Runsc: the runsc binary and its platform
+	runsc     Runsc
+	runscErr  error
 	// mine holds the ids of this backend's sandboxes from when Create
 	// holds the id lock to the end of teardown; GC need not ask the slot
 	// locks about them. Guarded by mu.

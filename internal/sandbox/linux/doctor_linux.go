@@ -90,45 +90,53 @@ func Doctor(executor string) []Check {
 		add("rootless", err == nil, true, errOr(err, "a rootless sandbox was created and ran a command (user namespace, cow overlay, pivot_root, seccomp)"))
 	}
 	add("runtime:native", true, true, "namespaces, seccomp, Landlock and cgroups on the host's kernel (the lines above)")
-	gerr := probeGVisor(executor)
-	add("runtime:gvisor", gerr == nil, false, errOr(gerr, "a gvisor sandbox (runsc) was created and ran a command: sandbox.runtime: gvisor works here"))
+	detail, gerr := probeGVisor(executor)
+	if gerr != nil {
+		detail = gerr.Error() + detail
+	} else {
+		detail = "a gvisor sandbox was created and ran a command: sandbox.runtime: gvisor works here" + detail
+	}
+	add("runtime:gvisor", gerr == nil, false, detail)
 	return out
 }
 
 // probeGVisor creates a real gvisor sandbox, runs one command in it and
-// destroys it.
-func probeGVisor(executor string) error {
+// destroys it. Its detail names the runsc, its version and the platform
+// chosen, and why ("" when no runsc was found).
+func probeGVisor(executor string) (detail string, err error) {
 	if os.Geteuid() != 0 {
-		return errors.New("the gvisor runtime needs root (runsc is run without --rootless)")
+		return "", errors.New("the gvisor runtime needs root (runsc is run without --rootless)")
 	}
 	state, err := os.MkdirTemp("", "airlock-doctor-")
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer os.RemoveAll(state)
 	b, err := New(Config{Executor: executor, StateDir: state})
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer func() { _ = Forget(state) }()
-	if _, err := b.runscPath(); err != nil {
-		return err
+	r, err := b.Runsc()
+	if err != nil {
+		return "", err
 	}
+	detail = fmt.Sprintf("; runsc %s (%s), platform %s: %s", r.Path, r.Version, r.Platform, r.Why)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	sb, err := b.Create(ctx, sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64, DiskBytes: 16 << 20}})
 	if err != nil {
-		return err
+		return detail, err
 	}
 	defer sb.Destroy(context.WithoutCancel(ctx))
-	r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"true"}})
+	res, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"true"}})
 	if err != nil {
-		return err
+		return detail, err
 	}
-	if r.Outcome != sandbox.OutcomeExited || r.ExitCode != 0 {
-		return fmt.Errorf("a command in a gvisor sandbox failed: %s (exit %d)", r.Outcome, r.ExitCode)
+	if res.Outcome != sandbox.OutcomeExited || res.ExitCode != 0 {
+		return detail, fmt.Errorf("a command in a gvisor sandbox failed: %s (exit %d)", res.Outcome, res.ExitCode)
 	}
-	return nil
+	return detail, nil
 }
 
 // landlockDetail is the doctor's landlock line: the kernel's ABI and, for

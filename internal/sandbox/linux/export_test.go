@@ -19,8 +19,18 @@ func CPUWeight(sb *Sandbox) (int, error) {
 // GVisorBundle writes the OCI bundle of a gvisor sandbox of spec into dir
 // and returns the runsc flags it needs.
 func GVisorBundle(b *Backend, dir string, spec sandbox.Spec) ([]string, error) {
-	return b.gvisorBundle(dir, &spec)
+	r, err := b.Runsc()
+	if err != nil {
+		return nil, err
+	}
+	return b.gvisorBundle(dir, &spec, r.Platform)
 }
 
 // GVisorExecutor is where the executor is bound inside a gvisor sandbox.
 const GVisorExecutor = gvisorExecutor
+
+// ChoosePlatform is choosePlatform, for its table.
+var ChoosePlatform = choosePlatform
+
+// RunscVersion is runscVersion, for its table.
+var RunscVersion = runscVersion

@@ -1,13 +1,17 @@
 package linux_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
@@ -39,6 +43,11 @@ func BenchmarkGVisorStart(b *testing.B) {
 	})
 	b.Run("runsc=true", func(b *testing.B) {
 		dir := b.TempDir()
+		b.Cleanup(func() {
+			// The empty network namespace a current runsc pins in its root.
+			for unix.Unmount(filepath.Join(dir, "state", "null-netns"), unix.MNT_DETACH) == nil {
+			}
+		})
 		bundle := filepath.Join(dir, "bundle")
 		flags, err := linux.GVisorBundle(be, bundle, spec)
 		if err != nil {
@@ -60,12 +69,16 @@ func BenchmarkGVisorStart(b *testing.B) {
 		if err := os.WriteFile(cfgPath, data, 0o600); err != nil {
 			b.Fatal(err)
 		}
+		r, err := be.Runsc()
+		if err != nil {
+			b.Fatal(err)
+		}
 		i := 0
 		for b.Loop() {
 			i++
 			args := append([]string{"--root", filepath.Join(dir, "state")}, flags...)
 			args = append(args, "run", "--bundle", bundle, "bench-"+strconv.Itoa(i))
-			if out, err := exec.Command("runsc", args...).CombinedOutput(); err != nil {
+			if out, err := exec.Command(r.Path, args...).CombinedOutput(); err != nil {
 				b.Fatalf("runsc run: %v: %s", err, out)
 			}
 		}
@@ -76,11 +89,10 @@ func BenchmarkGVisorStart(b *testing.B) {
 // the protocol into a running sandbox.
 func BenchmarkGVisorExec(b *testing.B) {
 	needGVisor(b)
-	be := benchBackend(b)
 	ctx := context.Background()
-	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
-		b.Run("runtime="+rt, func(b *testing.B) {
-			sb, err := be.Create(ctx, sandbox.Spec{Runtime: rt, Limits: sandbox.DefaultLimits})
+	for _, rt := range benchRuntimes(b) {
+		b.Run("runtime="+rt.name, func(b *testing.B) {
+			sb, err := rt.be.Create(ctx, sandbox.Spec{Runtime: rt.runtime, Limits: sandbox.DefaultLimits})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -92,6 +104,76 @@ func BenchmarkGVisorExec(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkGVisorSyscall is the cost of one system call inside a sandbox of
+// each runtime (and platform): Python's loop of getppid, timed by Python
+// inside, reported as ns/syscall (the loop's own cost included; the same
+// in every runtime).
+func BenchmarkGVisorSyscall(b *testing.B) {
+	needGVisor(b)
+	ctx := context.Background()
+	const probe = `import os, time
+n = 100000
+t = time.perf_counter_ns()
+for _ in range(n):
+    os.getppid()
+print((time.perf_counter_ns() - t) / n)`
+	for _, rt := range benchRuntimes(b) {
+		b.Run("runtime="+rt.name, func(b *testing.B) {
+			sb, err := rt.be.Create(ctx, sandbox.Spec{Runtime: rt.runtime, Limits: sandbox.DefaultLimits})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer sb.Destroy(ctx)
+			var total float64
+			n := 0
+			for b.Loop() {
+				var out bytes.Buffer
+				if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"python3", "-c", probe}, Stdout: &out}); err != nil || r.ExitCode != 0 {
+					b.Fatalf("run: %+v %v", r, err)
+				}
+				v, err := strconv.ParseFloat(strings.TrimSpace(out.String()), 64)
+				if err != nil {
+					b.Fatalf("probe printed %q: %v", out.String(), err)
+				}
+				total += v
+				n++
+			}
+			b.ReportMetric(total/float64(n), "ns/syscall")
+		})
+	}
+}
+
+// benchRuntime is one runtime the gvisor benchmarks compare, on its own
+// backend.
+type benchRuntime struct {
+	name, runtime string
+	be            *linux.Backend
+}
+
+// benchRuntimes are native, gvisor on the runsc a backend finds
+// ($AIRLOCK_RUNSC, else PATH's) and, when $AIRLOCK_BENCH_RUNSC_REF names
+// another runsc, "gvisor,ref" on that one: bench/gvisor.sh compares a
+// current runsc (systrap) with Debian's (ptrace) in one run.
+func benchRuntimes(b *testing.B) []benchRuntime {
+	rts := []benchRuntime{{"native", sandbox.RuntimeNative, benchBackend(b)}, {"gvisor", sandbox.RuntimeGVisor, benchBackend(b)}}
+	if ref := os.Getenv("AIRLOCK_BENCH_RUNSC_REF"); ref != "" {
+		be, err := linux.New(linux.Config{Executor: executorPath, StateDir: b.TempDir(), Runsc: ref})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = be.Close() })
+		rts = append(rts, benchRuntime{"gvisor,ref", sandbox.RuntimeGVisor, be})
+	}
+	for _, rt := range rts[1:] {
+		r, err := rt.be.Runsc()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("runtime=%s: runsc %s (%s), platform %s", rt.name, r.Path, r.Version, r.Platform)
+	}
+	return rts
 }
 
 // BenchmarkGVisorIdleMemory reports the host memory an idle sandbox of each

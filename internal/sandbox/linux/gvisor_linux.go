@@ -56,16 +56,103 @@ const (
 // executor's handshake.
 const gvisorBoot = 30 * time.Second
 
-// runscPath returns the runsc binary: Config.Runsc, or runsc from PATH.
+// RunscEnv names the environment variable that points the gvisor runtime at
+// a runsc binary when Config.Runsc is empty (scripts/runsc.sh builds a
+// current one: AIRLOCK_RUNSC=$(scripts/runsc.sh build)).
+const RunscEnv = "AIRLOCK_RUNSC"
+
+// runscPath returns the runsc binary: Config.Runsc, else $AIRLOCK_RUNSC,
+// else runsc from PATH.
 func (b *Backend) runscPath() (string, error) {
 	if b.cfg.Runsc != "" {
 		return b.cfg.Runsc, nil
 	}
+	if p := os.Getenv(RunscEnv); p != "" {
+		return p, nil
+	}
 	p, err := exec.LookPath("runsc")
 	if err != nil {
-		return "", errors.New("gvisor runtime: runsc is not installed (apt-get install runsc)")
+		return "", errors.New("gvisor runtime: runsc is not installed (apt-get install runsc, or scripts/runsc.sh build and AIRLOCK_RUNSC)")
 	}
 	return p, nil
+}
+
+// Runsc is the runsc a backend's gvisor sandboxes run on: the binary, what
+// it says its version is, the platforms it offers, and the platform the
+// sandboxes get with the reason for it.
+type Runsc struct {
+	Path      string
+	Version   string
+	Platforms []string
+	Platform  string
+	Why       string
+}
+
+// Runsc finds the runsc binary and chooses its platform (once per
+// backend): Config.RunscPlatform when set; else systrap when the runsc
+// offers it (a seccomp trap served in the stub's own address space: no
+// ptrace stop for every system call); else kvm when it offers it and
+// /dev/kvm opens; else ptrace. docs/gvisor.md, "Platforms".
+func (b *Backend) Runsc() (Runsc, error) {
+	b.runscOnce.Do(func() { b.runsc, b.runscErr = b.findRunsc() })
+	return b.runsc, b.runscErr
+}
+
+func (b *Backend) findRunsc() (Runsc, error) {
+	path, err := b.runscPath()
+	if err != nil {
+		return Runsc{}, err
+	}
+	r := Runsc{Path: path}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return r, fmt.Errorf("gvisor runtime: %s --version: %w", path, err)
+	}
+	r.Version = runscVersion(string(out))
+	out, err = exec.CommandContext(ctx, path, "help", "platforms").Output()
+	if err != nil {
+		return r, fmt.Errorf("gvisor runtime: %s help platforms: %w", path, err)
+	}
+	r.Platforms = strings.Fields(string(out))
+	r.Platform, r.Why = choosePlatform(b.cfg.RunscPlatform, r.Platforms, kvmOpens())
+	return r, nil
+}
+
+// runscVersion is the version in `runsc --version`'s first line ("runsc
+// version 0.0~20221219.0"), or the line itself.
+func runscVersion(out string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(out), "\n")
+	if v, ok := strings.CutPrefix(line, "runsc version "); ok {
+		return v
+	}
+	return line
+}
+
+// kvmOpens tells whether /dev/kvm can be opened for the kvm platform.
+func kvmOpens() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// choosePlatform picks the platform of a runsc offering platforms: the
+// configured one, else the fastest that works here, with the reason.
+func choosePlatform(configured string, platforms []string, kvm bool) (platform, why string) {
+	switch {
+	case configured != "":
+		return configured, "configured"
+	case slices.Contains(platforms, "systrap"):
+		return "systrap", "this runsc offers systrap (system calls trapped by seccomp and served in the stub's own address space)"
+	case kvm && slices.Contains(platforms, "kvm"):
+		return "kvm", "this runsc has no systrap; /dev/kvm opens"
+	default:
+		return "ptrace", fmt.Sprintf("this runsc offers only %s and no /dev/kvm here: a ptrace stop for every system call (scripts/runsc.sh builds a runsc with systrap)", strings.Join(platforms, ", "))
+	}
 }
 
 // gvisorState is where a gvisor sandbox's bundle and runsc's state live.
@@ -141,7 +228,7 @@ var executorCaps = []string{
 // gvisorBundle writes the OCI bundle of a gvisor sandbox of spec (with the
 // trust store's mounts added) into dir and returns runsc's global flags
 // the bundle needs.
-func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error) {
+func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec, platform string) ([]string, error) {
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		return nil, fmt.Errorf("gvisor bundle: %w", err)
@@ -248,10 +335,7 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec) ([]string, error)
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
-	flags := []string{"--network=none", "--ignore-cgroups"}
-	if p := b.cfg.RunscPlatform; p != "" {
-		flags = append(flags, "--platform="+p)
-	}
+	flags := []string{"--network=none", "--ignore-cgroups", "--platform=" + platform}
 	// The executor's directory: the event socket, and the egress socket.
 	mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}},
 		// airlock-event is the executor called by that name.
@@ -425,8 +509,8 @@ func unmountCOWWorkspace(dir string) error {
 	return nil
 }
 
-// gvisorCOW takes the checkpoints of a gvisor sandbox's cow workspace on
-// the host, with the executor's own walk (executor.COWCheckpoints) over the
+// gvisorCOW takes the checkpoints of a gvisor sandbox's cow workspace (and
+// of an rw one: openGVisorRW) on the host, with the executor's own walk (executor.COWCheckpoints) over the
 // host's overlay (mountCOWWorkspace) and its upper layer: as natively, a
 // delta walks what the sandbox changed, not the whole tree. Inside, the
 // executor could key only the merged tree: gVisor's gofer shows it no
@@ -445,7 +529,7 @@ type gvisorCOW struct {
 	// another file once reused).
 	mu     sync.Mutex
 	closed bool // guarded by mu
-	upper  int  // O_PATH descriptor of the upper layer
+	upper  int  // O_PATH descriptor of the upper layer; -1 for an rw workspace
 	ckpt   *executor.COWCheckpoints
 }
 
@@ -459,12 +543,22 @@ func openGVisorCOW(dir string) (*gvisorCOW, error) {
 	return &gvisorCOW{upper: fd, ckpt: executor.NewCOWCheckpoints(filepath.Join(dir, "workspace"), fd)}, nil
 }
 
+// openGVisorRW keys an rw workspace, the host's directory ws bound in, on
+// the host: the executor's walk of the whole tree, as natively, at the
+// host's cost of a stat rather than gVisor's (each of the walk's system
+// calls would cross gVisor's kernel inside: 18x native's, docs/gvisor.md).
+func openGVisorRW(ws string) *gvisorCOW {
+	return &gvisorCOW{upper: -1, ckpt: executor.NewCOWCheckpoints(ws, -1)}
+}
+
 func (g *gvisorCOW) close() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closed {
 		g.closed = true
-		unix.Close(g.upper)
+		if g.upper >= 0 {
+			unix.Close(g.upper)
+		}
 	}
 }
 
@@ -561,7 +655,7 @@ func unmountImageRoot(dir string) error {
 
 // createGVisor is Create's gvisor path: sb holds its id lock.
 func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Spec, tr *tracer) error {
-	runsc, err := b.runscPath()
+	runsc, err := b.Runsc()
 	if err != nil {
 		return err
 	}
@@ -579,15 +673,19 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return fmt.Errorf("gvisor state: %w", err)
 	}
-	flags, err := b.gvisorBundle(bundle, &sb.spec)
+	flags, err := b.gvisorBundle(bundle, &sb.spec, runsc.Platform)
 	if err != nil {
 		return err
 	}
-	sb.runsc = runsc
-	if sb.spec.Workspace != "" && (sb.spec.WorkspaceMode == "" || sb.spec.WorkspaceMode == sandbox.WorkspaceCOW) {
+	sb.runsc = runsc.Path
+	switch {
+	case sb.spec.Workspace == "":
+	case sb.spec.WorkspaceMode == "" || sb.spec.WorkspaceMode == sandbox.WorkspaceCOW:
 		if sb.cow, err = openGVisorCOW(bundle); err != nil {
 			return err
 		}
+	case sb.spec.WorkspaceMode == sandbox.WorkspaceRW:
+		sb.cow = openGVisorRW(sb.spec.Workspace)
 	}
 	tr.mark("bundle")
 	host, child, err := socketpair()
@@ -602,7 +700,7 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	}
 	args := append([]string{"runsc", "--root", filepath.Join(sb.gvisor, "runsc")}, flags...)
 	args = append(args, "run", "--bundle", bundle, sb.id)
-	cmd := exec.Command(runsc)
+	cmd := exec.Command(runsc.Path)
 	cmd.Args = args
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
@@ -693,6 +791,8 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 			}
 		}
 	}
+	// The platform gVisor's kernel runs on: what a system call costs.
+	sb.layers = append(sb.layers, "gvisor-platform:"+runsc.Platform)
 	tr.mark("handshake")
 	return nil
 }
@@ -736,6 +836,11 @@ func (sb *Sandbox) teardownGVisor() {
 	if err := unmountCOWWorkspace(filepath.Join(sb.gvisor, "bundle")); err != nil {
 		sb.b.log.Warn("unmount gvisor cow workspace", "sandbox_id", sb.id, "err", err)
 		return
+	}
+	// Nor into the empty network namespace runsc since 2025 pins for its
+	// gofer with --network=none: a bind mount in its root, which runsc
+	// leaves (concurrent runs may stack several).
+	for unix.Unmount(filepath.Join(sb.gvisor, "runsc", "null-netns"), unix.MNT_DETACH) == nil {
 	}
 	if err := os.RemoveAll(sb.gvisor); err != nil {
 		sb.b.log.Warn("remove gvisor state", "sandbox_id", sb.id, "err", err)

@@ -26,6 +26,9 @@ func needGVisor(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("gvisor runtime: needs root")
 	}
+	if os.Getenv(linux.RunscEnv) != "" {
+		return
+	}
 	if _, err := exec.LookPath("runsc"); err != nil {
 		t.Skip("gvisor runtime: runsc is not installed (scripts/ci-deps.sh installs it)")
 	}
@@ -233,9 +236,19 @@ func TestDoctorGVisor(t *testing.T) {
 		t.Fatal("doctor has no runtime:gvisor line")
 		return linux.Check{}
 	}
-	if c := line(); !c.OK || c.Required {
+	b := newGVisorBackend(t)
+	r, err := b.Runsc()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := line()
+	if !c.OK || c.Required {
 		t.Errorf("runtime:gvisor = %+v, want ok and not required where runsc runs", c)
 	}
+	if want := "runsc " + r.Path + " (" + r.Version + "), platform " + r.Platform + ": "; !strings.Contains(c.Detail, want) {
+		t.Errorf("runtime:gvisor's detail %q does not say %q", c.Detail, want)
+	}
+	t.Setenv(linux.RunscEnv, "")
 	t.Setenv("PATH", t.TempDir()) // no runsc
 	if c := line(); c.OK || !strings.Contains(c.Detail, "runsc is not installed") {
 		t.Errorf("runtime:gvisor without runsc = %+v, want not ok, saying runsc is missing", c)
@@ -362,6 +375,7 @@ func TestGVisorPlatform(t *testing.T) {
 		runs     bool
 	}{
 		{"ptrace", false, true},
+		{"systrap", false, true},
 		{"kvm", false, false},
 		{"ptrace --debug", true, false},
 		{"--overlay2=none", true, false},
@@ -380,10 +394,20 @@ func TestGVisorPlatform(t *testing.T) {
 				t.Fatalf("New = %v", err)
 			}
 			t.Cleanup(func() { _ = b.Close() })
+			r, err := b.Runsc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Platform != c.platform || r.Why != "configured" {
+				t.Errorf("Runsc() = %+v, want the configured platform %s", r, c.platform)
+			}
 			if c.platform == "kvm" {
 				if _, err := os.Stat("/dev/kvm"); err == nil {
 					t.Skip("this machine has /dev/kvm: the failing case needs none")
 				}
+			}
+			if c.runs && !slices.Contains(r.Platforms, c.platform) {
+				t.Skipf("runsc %s (%s) offers %v, not %s (scripts/runsc.sh builds one with systrap)", r.Path, r.Version, r.Platforms, c.platform)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -405,7 +429,46 @@ func TestGVisorPlatform(t *testing.T) {
 			if out := attackMust(t, sb, "", "echo ok"); out != "ok\n" {
 				t.Errorf("echo ok = %q", out)
 			}
+			if l := sb.Info().Layers; !slices.Contains(l, "gvisor-platform:"+c.platform) {
+				t.Errorf("Info().Layers = %v, want gvisor-platform:%s", l, c.platform)
+			}
 		})
+	}
+}
+
+// TestChoosePlatform: with no platform configured, a gvisor sandbox runs on
+// systrap where the runsc offers it, on kvm where it has no systrap and
+// /dev/kvm opens, else on ptrace, saying why.
+func TestChoosePlatform(t *testing.T) {
+	cases := []struct {
+		configured string
+		platforms  []string
+		kvm        bool
+		want, why  string
+	}{
+		{"", []string{"kvm", "ptrace"}, false, "ptrace", "offers only kvm, ptrace and no /dev/kvm"},
+		{"", []string{"kvm", "ptrace"}, true, "kvm", "/dev/kvm opens"},
+		{"", []string{"kvm", "ptrace", "systrap"}, false, "systrap", "offers systrap"},
+		{"", []string{"kvm", "ptrace", "systrap"}, true, "systrap", "offers systrap"},
+		{"", nil, false, "ptrace", "no /dev/kvm"},
+		{"ptrace", []string{"kvm", "ptrace", "systrap"}, true, "ptrace", "configured"},
+		{"kvm", []string{"ptrace"}, false, "kvm", "configured"},
+	}
+	for _, c := range cases {
+		got, why := linux.ChoosePlatform(c.configured, c.platforms, c.kvm)
+		if got != c.want || !strings.Contains(why, c.why) {
+			t.Errorf("choosePlatform(%q, %v, kvm %v) = %s (%s), want %s (%s)", c.configured, c.platforms, c.kvm, got, why, c.want, c.why)
+		}
+	}
+	for out, want := range map[string]string{
+		"runsc version 0.0~20221219.0\nspec: 1.0.2-dev\n": "0.0~20221219.0",
+		"runsc version release-20260901.0\nspec: 1.1.0\n": "release-20260901.0",
+		"something else\n": "something else",
+		"":                 "",
+	} {
+		if got := linux.RunscVersion(out); got != want {
+			t.Errorf("runscVersion(%q) = %q, want %q", out, got, want)
+		}
 	}
 }
 

@@ -67,7 +67,7 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root for real sandboxes")
 	}
-	if _, err := exec.LookPath("runsc"); err != nil {
+	if _, err := exec.LookPath("runsc"); err != nil && os.Getenv(linux.RunscEnv) == "" {
 		b.Skip("gvisor runtime: runsc is not installed")
 	}
 	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(b.TempDir(), "run")})
@@ -76,11 +76,25 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = be.Close() })
 	ctx := context.Background()
-	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
-		b.Run("runtime="+rt, func(b *testing.B) {
-			p := pool.New(be, pool.Options{PerSpec: 1, Max: 2})
+	type runtime struct {
+		name, runtime string
+		be            *linux.Backend
+	}
+	rts := []runtime{{"native", sandbox.RuntimeNative, be}, {"gvisor", sandbox.RuntimeGVisor, be}}
+	if ref := os.Getenv("AIRLOCK_BENCH_RUNSC_REF"); ref != "" {
+		// Another runsc beside the one be finds (bench/gvisor.sh).
+		rb, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(b.TempDir(), "run"), Runsc: ref})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = rb.Close() })
+		rts = append(rts, runtime{"gvisor,ref", sandbox.RuntimeGVisor, rb})
+	}
+	for _, rt := range rts {
+		b.Run("runtime="+rt.name, func(b *testing.B) {
+			p := pool.New(rt.be, pool.Options{PerSpec: 1, Max: 2})
 			defer p.Close(ctx)
-			spec := sandbox.Spec{Runtime: rt, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
+			spec := sandbox.Spec{Runtime: rt.runtime, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
 			if err := p.Prime(spec); err != nil {
 				b.Fatal(err)
 			}
