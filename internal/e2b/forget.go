@@ -57,13 +57,20 @@ func ForgetTenant(stateDir, tenant string) (int, error) {
 // that no one (a tenant made later under the same name) can start a
 // sandbox from one.
 func (s *Server) ForgetTenant(tenant string) (int, error) {
+	var gone []string
 	s.mu.Lock()
 	for id, sn := range s.snaps {
 		if sn.Tenant == tenant {
 			delete(s.snaps, id)
+			gone = append(gone, id)
 		}
 	}
 	s.mu.Unlock()
+	// The tenant's deletion deletes its holds in the store too; these
+	// are released here so that an interrupted deletion leaves none.
+	for _, id := range gone {
+		s.release(context.Background(), s.snapshotHolder(id))
+	}
 	return ForgetTenant(s.o.StateDir, tenant)
 }
 

@@ -74,6 +74,9 @@ type harnessOptions struct {
 	// warm gives the server a sandbox pool over its backend for stored
 	// templates' warm pools; the pool is h.pool.
 	warm bool
+	// holds is the server's Options.Holds (a PostgreSQL store's); nil:
+	// none, as on SQLite.
+	holds store.CheckpointHolds
 }
 
 // checkpoints is a checkpoint store on dir's blobs and chunks (nil with
@@ -190,7 +193,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	h.srv, err = e2b.New(e2b.Options{
 		Now: now, Config: o.config, Backend: b, Keys: keys, Store: st, Network: net, TrustTenantPolicies: o.trust, Warm: warm,
-		Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit, Images: o.images,
+		Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit, Images: o.images, Holds: o.holds,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

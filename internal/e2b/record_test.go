@@ -499,7 +499,7 @@ func (h *harness) serve(t *testing.T, o harnessOptions, st store.Store) {
 	}
 	h.srv, err = e2b.New(e2b.Options{
 		Now: now, Config: o.config, Backend: b, Keys: auth.NewKeys(st, nil), Store: st,
-		Network: &testNetwork{dir: dir, secrets: testSecrets{"api-token": canary}}, Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit, Images: o.images,
+		Network: &testNetwork{dir: dir, secrets: testSecrets{"api-token": canary}}, Checkpoints: checkpoints(t, dir, o), StateDir: filepath.Join(dir, "e2b"), Audit: h.audit, Images: o.images, Holds: o.holds,
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

@@ -159,14 +159,87 @@ func (s *Server) writePaused(b *box, ps pausedState) error {
 	if err != nil {
 		return fmt.Errorf("e2b: pause %s: keep its state: %w", b.id, err)
 	}
+	if ps.Checkpoint != "" {
+		if err := s.hold(context.Background(), s.pausedHolder(b.rec.runID), b.tenant, ps.Checkpoint); err != nil {
+			s.removePaused(b.rec.runID)
+			return fmt.Errorf("e2b: pause %s: %w", b.id, err)
+		}
+	}
 	return nil
 }
 
-// removePaused removes the paused state of record runID, if any.
+// removePaused removes the paused state of record runID, if any, and its
+// checkpoint's hold.
 func (s *Server) removePaused(runID string) {
 	if err := os.Remove(s.pausedPath(runID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Warn("e2b: remove a paused sandbox's state", "run_id", runID, "err", err)
 	}
+	s.release(context.Background(), s.pausedHolder(runID))
+}
+
+// Holders of this server's checkpoint holds (Options.Holds).
+func (s *Server) holdPrefix() string { return "e2b/" + s.serverID + "/" }
+
+func (s *Server) pausedHolder(runID string) string { return s.holdPrefix() + "paused/" + runID }
+
+func (s *Server) snapshotHolder(id string) string { return s.holdPrefix() + "snapshot/" + id }
+
+// holdTimeout bounds a hold's statement, which runs on after the request
+// that made it ended (a pause's state is written either way).
+const holdTimeout = time.Minute
+
+// hold records a hold of tenant's checkpoint digest for holder
+// (Options.Holds), if the store is shared.
+func (s *Server) hold(ctx context.Context, holder, tenant, digest string) error {
+	if s.o.Holds == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdTimeout)
+	defer cancel()
+	if err := s.o.Holds.HoldCheckpoint(ctx, store.CheckpointHold{Holder: holder, Tenant: tenant, Digest: digest}); err != nil {
+		return fmt.Errorf("hold its checkpoint: %w", err)
+	}
+	return nil
+}
+
+// release deletes holder's hold, if the store is shared. A failure is
+// logged: the hold keeps the checkpoint until the server's next start
+// syncs its holds (syncHolds).
+func (s *Server) release(ctx context.Context, holder string) {
+	if s.o.Holds == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), holdTimeout)
+	defer cancel()
+	if err := s.o.Holds.ReleaseCheckpoint(ctx, holder); err != nil {
+		s.log.Warn("e2b: release a checkpoint's hold", "holder", holder, "err", err)
+	}
+}
+
+// syncHolds makes this server's holds in the store (Options.Holds) those
+// of its paused sandboxes' and snapshots' records, tenants is the tenant
+// of each paused record by run id.
+func (s *Server) syncHolds(ctx context.Context, tenants map[string]string) error {
+	if s.o.Holds == nil {
+		return nil
+	}
+	var hs []store.CheckpointHold
+	for runID, tenant := range tenants {
+		ps, err := s.readPaused(runID)
+		if err != nil || ps.Checkpoint == "" {
+			continue
+		}
+		hs = append(hs, store.CheckpointHold{Holder: s.pausedHolder(runID), Tenant: tenant, Digest: ps.Checkpoint})
+	}
+	s.mu.Lock()
+	for _, sn := range s.snaps {
+		hs = append(hs, store.CheckpointHold{Holder: s.snapshotHolder(sn.ID), Tenant: sn.Tenant, Digest: sn.Checkpoint})
+	}
+	s.mu.Unlock()
+	if err := s.o.Holds.SyncCheckpointHolds(ctx, s.holdPrefix(), hs); err != nil {
+		return fmt.Errorf("e2b: restore: the checkpoints' holds: %w", err)
+	}
+	return nil
 }
 
 // readPaused reads the paused state of record runID; fs.ErrNotExist when
@@ -241,6 +314,7 @@ func (s *Server) restore(ctx context.Context) error {
 		return err
 	}
 	keep := map[string]bool{serverIDFile: true}
+	pausedHere := map[string]string{} // run id: tenant
 	for _, r := range recs {
 		switch {
 		case r.Status == event.StatusRunning && s.ours(r.LeaseOwner):
@@ -260,6 +334,7 @@ func (s *Server) restore(ctx context.Context) error {
 				continue
 			}
 			keep[pausedPrefix+r.ID+pausedSuffix] = true
+			pausedHere[r.ID] = r.Tenant
 			if ps.Snapshot != "" {
 				keep[ps.Snapshot] = true
 			}
@@ -278,7 +353,7 @@ func (s *Server) restore(ctx context.Context) error {
 			_ = os.Remove(filepath.Join(s.o.StateDir, n))
 		}
 	}
-	return nil
+	return s.syncHolds(ctx, pausedHere)
 }
 
 // restoreBox takes paused record r back as a sandbox of this Server.

@@ -75,6 +75,12 @@ type Options struct {
 	// or snapshotted (package checkpoint); nil keeps a paused one as a
 	// tar file in StateDir and takes no snapshots (501).
 	Checkpoints *checkpoint.Store
+	// Holds, on a store several hosts share, keeps a hold of each
+	// checkpoint a paused sandbox or a snapshot of this server refers to
+	// (store.CheckpointHolds), so that a collection run from any host
+	// keeps them; nil on a store only this host uses (the collection
+	// reads StateDir).
+	Holds store.CheckpointHolds
 	// StateDir holds what paused sandboxes' resume needs, the index of
 	// the tenants' snapshots, and this server's id (required). Keep it
 	// across restarts: paused sandboxes are resumable from it and

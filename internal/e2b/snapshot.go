@@ -235,6 +235,12 @@ func (s *Server) takeSnapshot(ctx context.Context, b *box, name string) (*snapsh
 	if err == nil {
 		err = writeFileAtomic(filepath.Join(s.snapshotDir(), sn.ID+".json"), raw)
 	}
+	if err == nil {
+		err = s.hold(ctx, s.snapshotHolder(sn.ID), sn.Tenant, sn.Checkpoint)
+		if err != nil {
+			_ = os.Remove(filepath.Join(s.snapshotDir(), sn.ID+".json"))
+		}
+	}
 	if err != nil {
 		s.mu.Lock()
 		delete(s.snaps, sn.ID)
@@ -357,6 +363,7 @@ func (s *Server) handleDeleteSnapshot(ctx context.Context, w http.ResponseWriter
 	s.mu.Lock()
 	delete(s.snaps, sn.ID)
 	s.mu.Unlock()
+	s.release(ctx, s.snapshotHolder(sn.ID))
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

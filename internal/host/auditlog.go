@@ -110,9 +110,18 @@ type auditEntry struct {
 }
 
 // rewriteAudit removes the lines of the audit log at path that drop
-// selects (a line that does not parse is kept), under the log's lock, by
-// writing the rest to a new file renamed into place; it returns how many
-// went. A missing log has none.
+// selects (a line that does not parse is kept), by writing the rest to a
+// new file renamed into place; it returns how many went. A missing log has
+// none.
+//
+// drop may be slow (a deletion asks the store whether a line's run still
+// exists), so the log is read and filtered without its lock, up to its
+// last whole line, and the lock is taken only to finish: the lines
+// appended since (by writers, which take the lock) are read from that
+// offset and filtered under it, and the result renamed into place. If
+// another rewrite replaced the file meanwhile, the offset means nothing:
+// the read starts again on the new file (after maxRewriteTries, the whole
+// read is done under the lock).
 func rewriteAudit(path string, drop func(auditEntry) bool) (int, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -122,61 +131,129 @@ func rewriteAudit(path string, drop func(auditEntry) bool) (int, error) {
 		return 0, fmt.Errorf("audit log: %w", err)
 	}
 	defer lock.Close()
-	if err := flock(lock, syscall.LOCK_EX); err != nil {
-		return 0, fmt.Errorf("audit log: %w", err)
+	for try := 1; ; try++ {
+		locked := try > maxRewriteTries
+		if locked {
+			if err := flock(lock, syscall.LOCK_EX); err != nil {
+				return 0, fmt.Errorf("audit log: %w", err)
+			}
+		}
+		n, done, err := rewriteOnce(path, lock, locked, drop)
+		if locked {
+			_ = flock(lock, syscall.LOCK_UN)
+		}
+		if err != nil || done {
+			return n, err
+		}
 	}
-	defer func() { _ = flock(lock, syscall.LOCK_UN) }()
+}
+
+// maxRewriteTries is how many times rewriteAudit reads a log without its
+// lock before it reads it under the lock: each try lost to another
+// rewrite of the same log, which is rare.
+const maxRewriteTries = 3
+
+// rewriteOnce is one try of rewriteAudit: with locked, the caller holds
+// the log's lock throughout; without, it reads and filters first and
+// takes the lock to finish. done is false when another rewrite replaced
+// the file between the two steps.
+func rewriteOnce(path string, lock *os.File, locked bool, drop func(auditEntry) bool) (n int, done bool, err error) {
 	in, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return 0, true, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("audit log: %w", err)
+		return 0, false, fmt.Errorf("audit log: %w", err)
 	}
 	defer in.Close()
 	var out bytes.Buffer
-	n := 0
-	r := bufio.NewReader(in)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			var e auditEntry
-			if json.Unmarshal(line, &e) == nil && drop(e) {
-				n++
-			} else {
-				out.Write(line)
+	// filter reads whole lines from r, keeping those drop does not
+	// select in out, and returns how many bytes of whole lines it read.
+	filter := func(r io.Reader) (int64, error) {
+		var read int64
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadBytes('\n')
+			if len(line) > 0 && line[len(line)-1] == '\n' {
+				read += int64(len(line))
+				var e auditEntry
+				if json.Unmarshal(line, &e) == nil && drop(e) {
+					n++
+				} else {
+					out.Write(line)
+				}
+			}
+			if errors.Is(err, io.EOF) {
+				// A line without its newline: a write under way
+				// (without the lock) or a torn one; read it with the
+				// rest under the lock.
+				return read, nil
+			}
+			if err != nil {
+				return read, fmt.Errorf("audit log %s: %w", path, err)
 			}
 		}
-		if errors.Is(err, io.EOF) {
-			break
+	}
+	off, err := filter(in)
+	if err != nil {
+		return 0, false, err
+	}
+	if !locked {
+		if n == 0 {
+			// Nothing of what was there goes; lines appended since are
+			// the next rewrite's.
+			return 0, true, nil
 		}
+		if err := flock(lock, syscall.LOCK_EX); err != nil {
+			return 0, false, fmt.Errorf("audit log: %w", err)
+		}
+		defer func() { _ = flock(lock, syscall.LOCK_UN) }()
+		cur, err := in.Stat()
 		if err != nil {
-			return 0, fmt.Errorf("audit log %s: %w", path, err)
+			return 0, false, fmt.Errorf("audit log: %w", err)
+		}
+		if fi, err := os.Stat(path); err != nil || !os.SameFile(fi, cur) {
+			return 0, false, nil // another rewrite replaced it: again
+		}
+		// What writers appended since the read (and a line it found
+		// unfinished), under the lock: whole.
+		if _, err := in.Seek(off, io.SeekStart); err != nil {
+			return 0, false, fmt.Errorf("audit log: %w", err)
+		}
+		if _, err := filter(in); err != nil {
+			return 0, false, err
 		}
 	}
+	// A last line without a newline (a torn write of a crashed writer)
+	// is kept as it is.
+	rest, err := io.ReadAll(in)
+	if err != nil {
+		return 0, false, fmt.Errorf("audit log: %w", err)
+	}
+	out.Write(rest)
 	if n == 0 {
-		return 0, nil
+		return 0, true, nil
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return 0, fmt.Errorf("audit log: %w", err)
+		return 0, false, fmt.Errorf("audit log: %w", err)
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename, there is none
 	if _, err := tmp.Write(out.Bytes()); err != nil {
 		tmp.Close()
-		return 0, fmt.Errorf("audit log: %w", err)
+		return 0, false, fmt.Errorf("audit log: %w", err)
 	}
 	if err := errors.Join(tmp.Chmod(0o600), tmp.Sync(), tmp.Close()); err != nil {
-		return 0, fmt.Errorf("audit log: %w", err)
+		return 0, false, fmt.Errorf("audit log: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return 0, fmt.Errorf("audit log: %w", err)
+		return 0, false, fmt.Errorf("audit log: %w", err)
 	}
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return n, nil
+	return n, true, nil
 }
 
 // scrubAudit rewrites every audit log under $AIRLOCK_HOME/audit (*.jsonl),

@@ -219,3 +219,59 @@ func TestAuditLogDeletion(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditLogRewriteUnlocked: a rewrite decides what goes without the
+// log's lock (its drop may ask the store), so a writer appends while drop
+// is held; the line it wrote then is kept, and one of a dropped tenant
+// appended meanwhile goes too.
+func TestAuditLogRewriteUnlocked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit", "e2b.jsonl")
+	a, err := OpenAuditLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	line := func(tenant, detail string) []byte {
+		return []byte(fmt.Sprintf(`{"time":"2026-12-01T00:00:00Z","tenant":%q,"detail":%q}`+"\n", tenant, detail))
+	}
+	for _, l := range [][]byte{line("gone", "first"), line("keep", "second")} {
+		if _, err := a.Write(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	done := make(chan error, 1)
+	var removed int
+	go func() {
+		n, err := rewriteAudit(path, func(e auditEntry) bool {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+			return e.Tenant == "gone"
+		})
+		removed = n
+		done <- err
+	}()
+	<-held
+	// With the rewrite's drop held, a writer is not: these return (a
+	// lock held through drop would hang here).
+	for _, l := range [][]byte{line("keep", "during"), line("gone", "during")} {
+		if _, err := a.Write(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(line("keep", "second")) + string(line("keep", "during"))
+	if string(b) != want || removed != 2 {
+		t.Errorf("after the rewrite (%d removed):\n%s\nwant (2 removed):\n%s", removed, b, want)
+	}
+}

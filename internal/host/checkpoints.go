@@ -2,7 +2,6 @@ package host
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -24,10 +23,9 @@ const MinCheckpointGrace = 10 * time.Minute
 // refers to and that no writer used within grace (see
 // checkpoint.Store.Collect): the live checkpoints are those every run's
 // snapshot.taken events name, and the E2B server's paused sandboxes and
-// snapshots in $AIRLOCK_HOME/e2b.
-//
-// It refuses a PostgreSQL store: there, other hosts share the chunks, and
-// their E2B records, in their own homes, are not visible from here.
+// snapshots in $AIRLOCK_HOME/e2b, and, on a PostgreSQL store, the holds
+// every host's E2B server keeps there of its own (store.CheckpointHolds):
+// any host sharing the store may collect, and several at once.
 func (h *Host) CollectCheckpoints(ctx context.Context, grace time.Duration) (checkpoint.CollectStats, error) {
 	if grace < MinCheckpointGrace {
 		return checkpoint.CollectStats{}, &InputError{Err: fmt.Errorf("grace period %s: at least %s", grace, MinCheckpointGrace)}
@@ -36,22 +34,28 @@ func (h *Host) CollectCheckpoints(ctx context.Context, grace time.Duration) (che
 	if err != nil {
 		return checkpoint.CollectStats{}, err
 	}
-	if rs.sharedChunks {
-		return checkpoint.CollectStats{}, errors.New("collect checkpoints: not on a PostgreSQL store: other hosts' E2B sandboxes and snapshots, kept in their own homes, may use the chunks")
-	}
 	before := time.Now().Add(-grace)
 	return rs.checkpoints.Collect(ctx, before, h.liveCheckpoints(rs))
 }
 
 // liveCheckpoints lists the checkpoints that every run's snapshot.taken
 // events name, and the E2B server's paused sandboxes and snapshots in
-// $AIRLOCK_HOME/e2b.
+// $AIRLOCK_HOME/e2b, and on a shared store every host's holds.
 func (h *Host) liveCheckpoints(rs *runSide) func(context.Context) ([]checkpoint.Root, error) {
 	stateDir := filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir)
 	return func(ctx context.Context) ([]checkpoint.Root, error) {
 		roots, err := RunCheckpoints(ctx, rs.store)
 		if err != nil {
 			return nil, err
+		}
+		if rs.holds != nil {
+			hs, err := rs.holds.ListCheckpointHolds(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, x := range hs {
+				roots = append(roots, checkpoint.Root{Tenant: x.Tenant, Digest: x.Digest})
+			}
 		}
 		more, err := e2b.CheckpointRoots(ctx, stateDir, func(ctx context.Context, runID string) (string, error) {
 			r, err := rs.store.GetRun(ctx, runID)
@@ -63,12 +67,11 @@ func (h *Host) liveCheckpoints(rs *runSide) func(context.Context) ([]checkpoint.
 
 // deletionRoots is what a deletion lists before it deletes, so that
 // forgetManifests can remove the manifests it leaves without a reference:
-// the live checkpoints and when the listing began. On a PostgreSQL store
-// it lists nothing (other hosts' E2B records, in their own homes, may name
-// the checkpoints), and the manifests wait for a collection.
+// the live checkpoints and when the listing began (on a PostgreSQL store,
+// with every host's holds).
 func (h *Host) deletionRoots(ctx context.Context, rs *runSide) ([]checkpoint.Root, time.Time, error) {
 	since := time.Now()
-	if rs.sharedChunks || rs.checkpoints == nil {
+	if rs.checkpoints == nil {
 		return nil, since, nil
 	}
 	roots, err := h.liveCheckpoints(rs)(ctx)

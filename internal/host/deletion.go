@@ -62,7 +62,7 @@ func (h *Host) PurgeRun(ctx context.Context, id, actor string) (store.Deletion, 
 		return rec, err
 	}
 	_, auditErr := h.forgetAudit(ctx, rs.store, "", nil, time.Time{})
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, since), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
 }
 
 // forgetRunDirs removes the directories $AIRLOCK_HOME/runs/RUN (what the
@@ -157,7 +157,7 @@ func (h *Host) DeleteTenant(ctx context.Context, tenant, actor string, force boo
 		return rec, err
 	}
 	_, auditErr := h.forgetAudit(ctx, rs.store, tenant, nil, time.Time{})
-	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, rec), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
+	return rec, errors.Join(deleteBlobs(ctx, rs.blobs, free, since), h.forgetRunDirs(ctx, rs.store), h.forgetManifests(ctx, rs, gone, since), auditErr)
 }
 
 // liveRuns returns ErrLive, naming a run, when a run of tenant (of any
@@ -194,11 +194,16 @@ func (h *Host) deleteSecrets(ctx context.Context, tenant string) (int64, error) 
 	return n, nil
 }
 
-// deleteBlobs deletes the blobs a deletion freed; one already gone is fine.
-func deleteBlobs(ctx context.Context, bl *blob.Store, digests []string, rec store.Deletion) error {
+// deleteBlobs deletes the blobs a deletion that began at since freed,
+// unless a writer stored or found one since (blob.Store.Expire, atomic
+// with the writer's Has): another host on the store, or another run of
+// this one, putting the same bytes for a reference it is about to record
+// keeps the blob, and a collection (airlock gc) removes it if the
+// reference never comes. One already gone is fine.
+func deleteBlobs(ctx context.Context, bl *blob.Store, digests []string, since time.Time) error {
 	var errs []error
 	for _, d := range digests {
-		if err := bl.Delete(ctx, d); err != nil && !errors.Is(err, blob.ErrNotFound) {
+		if _, err := bl.Expire(ctx, d, since); err != nil && !errors.Is(err, blob.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}
@@ -329,7 +334,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 				if err != nil {
 					return st, fmt.Errorf("sweep: %w", err)
 				}
-				if err := deleteBlobs(ctx, rs.blobs, free, store.Deletion{}); err != nil {
+				if err := deleteBlobs(ctx, rs.blobs, free, since); err != nil {
 					return st, fmt.Errorf("sweep: run %s: %w", r.ID, err)
 				}
 				if n > 0 {
@@ -356,7 +361,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 		if err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
-		if err := deleteBlobs(ctx, rs.blobs, free, rec); err != nil {
+		if err := deleteBlobs(ctx, rs.blobs, free, since); err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 		st.Purged += int(rec.Counts["runs"])

@@ -550,13 +550,10 @@ func (s *service) run(ctx context.Context, out io.Writer, cut <-chan struct{}) e
 
 // collectCheckpoints removes the checkpoint chunks nothing refers to every
 // every (never when 0), the first time one every after the start, until
-// ctx ends; each pass is logged. On a PostgreSQL store it does nothing.
+// ctx ends; each pass is logged. On a PostgreSQL store every replica may
+// collect: the roots are in the database (CollectCheckpoints).
 func (s *service) collectCheckpoints(ctx context.Context, every, grace time.Duration) {
 	if every == 0 {
-		return
-	}
-	if rs, err := s.h.run(); err != nil || rs.sharedChunks {
-		s.log.Info("checkpoint gc: off (the store's chunks are shared with other hosts: run airlock gc where every host's E2B state is visible)")
 		return
 	}
 	t := time.NewTicker(every)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 // Chromium: a run that has ended is purged from its page after its id is
 // typed (a wrong text leaves the button off), the page then shows the
 // audit record naming the key, and the Deletions page lists it; an admin
-// deletes the tenant after typing its name, and the record is shown.
+// deletes the tenant, forced, after typing its name, and the record is
+// shown.
 func TestUIBrowserDeletion(t *testing.T) {
 	t.Parallel()
 	chrome := chromium(t)
@@ -104,11 +106,22 @@ func TestUIBrowserDeletion(t *testing.T) {
 	if !disabled(submit) {
 		t.Error("the delete button is on with another name typed")
 	}
+	// Forced: the request the page sends says so (the fetches recorded
+	// in the page).
 	do("delete the tenant",
+		chromedp.Evaluate[chromedp.Void](`window.sent = []; const f = window.fetch; window.fetch = (u, o) => { window.sent.push(((o && o.method) || 'GET') + ' ' + u); return f(u, o); }`),
+		chromedp.Click(chromedp.CSS("#tenant-delete-force")),
 		chromedp.Evaluate[chromedp.Void](`document.querySelector('#confirm-delete').value = ''`),
 		chromedp.SendKeys(chromedp.CSS("#confirm-delete"), "alpha"),
 		chromedp.Click(chromedp.CSS(submit)),
 		chromedp.WaitVisible(chromedp.CSS(".deleted .counts")))
+	sent, err := within(ctx, chromedp.Evaluate[[]string](`window.sent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(sent, "DELETE /v1/tenants/alpha?force=true") {
+		t.Errorf("the page sent %q, want a DELETE of /v1/tenants/alpha?force=true", sent)
+	}
 	if got := text(".deleted"); !strings.Contains(got, "Tenant deleted") || !strings.Contains(got, "tenant alpha") || !strings.Contains(got, "1 api keys") {
 		t.Errorf("the deleted tenant's page reads %q", got)
 	}

@@ -188,6 +188,15 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 		}
 		rec.Counts[t.count] = n
 	}
+	// Its checkpoints' holds (store.CheckpointHolds): their chunks go
+	// with the next collection.
+	n, err := d.deleteCount(ctx, tx, "checkpoint_holds", `tenant = `+d.Param(1), tenant)
+	if err != nil {
+		return rec, nil, err
+	}
+	if n > 0 {
+		rec.Counts["checkpoint_holds"] = n
+	}
 	rec, err = d.RecordDeletion(ctx, tx, rec, nowNS)
 	return rec, digests, err
 }

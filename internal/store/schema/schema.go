@@ -273,6 +273,21 @@ var migrations = []string{
 	// while its live runs are cancelled and its sandboxes destroyed; the
 	// row goes with the rest of the tenant. NULL: not being deleted.
 	`ALTER TABLE tenants ADD COLUMN deleting_ns INTEGER;`,
+
+	// 15: references to checkpoints that no run's event makes (an E2B
+	// sandbox paused as a checkpoint, an E2B snapshot), whose records
+	// live in the home of the server that made them: on a database
+	// several hosts share, each server keeps one row per record here, so
+	// that a checkpoint collection run from any host sees every live
+	// checkpoint (store.CheckpointHolds). The SQLite store's host reads
+	// its own records and leaves this empty. A tenant's rows go with it.
+	`CREATE TABLE checkpoint_holds (
+		holder     TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		digest     TEXT NOT NULL,
+		created_ns INTEGER NOT NULL
+	);
+	CREATE INDEX checkpoint_holds_tenant ON checkpoint_holds (tenant);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -282,7 +297,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 14
+const Version = 15
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

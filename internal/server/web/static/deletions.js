@@ -61,13 +61,20 @@ export function deletionsPage(main) {
     const zone = h('section.card.danger-zone', h('h2', 'Delete this tenant'));
     const start = h('button.btn.danger', {type: 'button', id: 'tenant-delete', onclick: () => {
       start.hidden = true;
+      const force = h('input', {type: 'checkbox', id: 'tenant-delete-force'});
       const {form, input} = typedConfirm('Delete', tenant,
         'This deletes the tenant ' + tenant + ' and everything airlock keeps of it: runs, sandbox records, API keys (this one too: you are logged out), ' +
-        'policies, templates, secrets, credits and their blobs. Only the record of the deletion stays. Runs still going must be cancelled first.',
+        'policies, templates, secrets, credits and their blobs. Only the record of the deletion stays. Runs still going must be cancelled first, ' +
+        'unless you force it.',
         async () => {
-          const d = await endingSession(() => api('DELETE', path`/v1/tenants/${tenant}`));
+          const url = path`/v1/tenants/${tenant}` + (force.checked ? '?force=true' : '');
+          const d = await endingSession(() => api('DELETE', url));
           clear(main).append(h('div.panel.deleted', h('h1', 'Tenant deleted'), recordView(d)));
         });
+      // Force: the tenant's keys are refused at once, its runs cancelled
+      // and its sandboxes destroyed, then it is deleted.
+      form.insertBefore(h('label.force', {for: force.id}, force,
+        ' Force: cancel its runs and destroy its sandboxes first (its keys stop working at once)'), form.querySelector('.row'));
       zone.append(form);
       input.focus();
     }}, 'Delete tenant…');
