@@ -162,9 +162,9 @@ func (s *stream) run() {
 	s.out.Close()
 	s.errc.Close()
 	s.stdin.Close()
-	f, err := execproto.JSONFrame(execproto.TResult, s.id, res)
+	f, err := execproto.MessageFrame(execproto.TResult, s.id, res)
 	if err != nil {
-		f, _ = execproto.JSONFrame(execproto.TResult, s.id, errResult(err))
+		f, _ = execproto.MessageFrame(execproto.TResult, s.id, errResult(err))
 	}
 	_ = s.e.w.Write(f)
 }
