@@ -3,7 +3,11 @@
 //
 // It is the only contract across the trust boundary, so it is small, framed,
 // versioned and bounded. A frame is a 4-byte big-endian length, a type byte, a
-// 4-byte stream ID and at most MaxPayload bytes of payload. Stream 0 carries
+// 4-byte stream ID and at most MaxPayload bytes of payload. The control
+// messages (Hello, Setup, Ready, Request, Result, Error) are in a binary
+// form with one encoding per message (codec.go, MessageFrame and
+// DecodeMessage); the payloads of data frames that carry messages (watch
+// events, event drops) are strict JSON (Decode). Stream 0 carries
 // the handshake: the host sends Hello and Setup at once, the executor answers
 // Hello, reads the Setup only if the versions match, and sends Ready once the
 // sandbox is built. Every request (run a command, read a file, export the workspace)

@@ -15,8 +15,9 @@ import (
 // 6 the import operation (OpImport), version 7 a host root's id-mapped
 // system trees (Setup.SystemTrees), a mkdir as root (Request.MkdirAsRoot)
 // and sudo (Setup.Sudo), version 8 egress streams (OpEgress,
-// Setup.ProxyStreams).
-const Version = 8
+// Setup.ProxyStreams), version 9 the binary form of Hello, Setup, Ready,
+// Request, Result and Error (codec.go) instead of JSON.
+const Version = 9
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a
@@ -63,13 +64,13 @@ type Type uint8
 // Frame types. Stream 0 is the connection itself; every request opens its own
 // stream ID chosen by the host.
 const (
-	// THello carries a JSON Hello. First frame in each direction, on stream 0.
+	// THello carries a Hello (MessageFrame). First frame in each direction, on stream 0.
 	THello Type = 1 + iota
-	// TSetup carries a JSON Setup from the host, on stream 0, once.
+	// TSetup carries a Setup from the host, on stream 0, once.
 	TSetup
-	// TReady carries a JSON Ready from the executor, on stream 0, once.
+	// TReady carries a Ready from the executor, on stream 0, once.
 	TReady
-	// TOpen carries a JSON Request that opens a new stream.
+	// TOpen carries a Request that opens a new stream.
 	TOpen
 	// TData carries one channel byte followed by raw bytes.
 	TData
@@ -81,9 +82,9 @@ const (
 	TSignal
 	// TResize carries two big-endian uint16: rows and columns of the stream's terminal.
 	TResize
-	// TResult carries a JSON Result and ends the stream.
+	// TResult carries a Result and ends the stream.
 	TResult
-	// TError carries a JSON Error; on stream 0 it ends the connection.
+	// TError carries an Error; on stream 0 it ends the connection.
 	TError
 	// TCancel asks the executor to end the stream's work (kill the process tree).
 	TCancel

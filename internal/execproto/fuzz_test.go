@@ -86,6 +86,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		if !json.Valid(b) {
 			t.Fatalf("Decode accepted %q, which is not exactly one JSON value", b)
 		}
+		sameInBinary(t, req)
 		if w, c := req.Flow(); w < execproto.Window || w > execproto.MaxWindow || c < execproto.ChunkSize || c > execproto.MaxChunkSize || int64(c) > w {
 			t.Fatalf("Flow() = %d, %d: out of bounds", w, c)
 		}
@@ -217,6 +218,7 @@ func roundTrip[T any](t *testing.T, b []byte) {
 	if !bytes.Equal(out, out2) {
 		t.Fatalf("%T changed across a round trip:\n got %s\nwant %s", v, out2, out)
 	}
+	sameInBinary(t, v)
 }
 
 // FuzzSpawn decodes a spawner request and validates it against a number of

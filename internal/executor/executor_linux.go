@@ -152,7 +152,7 @@ func (e *executor) devNull() (*os.File, error) {
 }
 
 func (e *executor) fatal(err error) error {
-	f, ferr := execproto.JSONFrame(execproto.TError, 0, execproto.Error{Message: err.Error()})
+	f, ferr := execproto.MessageFrame(execproto.TError, 0, execproto.Error{Message: err.Error()})
 	if ferr != nil {
 		return ferr
 	}
@@ -168,7 +168,7 @@ func (e *executor) start(conn io.Reader) error {
 	if h.Version != execproto.Version {
 		return fmt.Errorf("protocol version %d, executor speaks %d", h.Version, execproto.Version)
 	}
-	hello, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+	hello, _ := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
 	if err := e.w.Write(hello); err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func (e *executor) start(conn io.Reader) error {
 		return fmt.Errorf("seccomp: %w", err)
 	}
 	layers = append(layers, "seccomp", "no_new_privs")
-	ready, err := execproto.JSONFrame(execproto.TReady, 0, execproto.Ready{PID: 1, LandlockABI: abi, Seccomp: true, Layers: layers})
+	ready, err := execproto.MessageFrame(execproto.TReady, 0, execproto.Ready{PID: 1, LandlockABI: abi, Seccomp: true, Layers: layers})
 	if err != nil {
 		return err
 	}
@@ -343,7 +343,7 @@ func dropThreadCapabilities(keep map[int]bool) error {
 	return clearInheritable()
 }
 
-func expect(r io.Reader, t execproto.Type, v any) error {
+func expect(r io.Reader, t execproto.Type, v execproto.Decodable) error {
 	f, err := execproto.ReadFrame(r)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", t, err)
@@ -351,7 +351,7 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 	if f.Type != t {
 		return fmt.Errorf("got %s frame, want %s", f.Type, t)
 	}
-	return execproto.Decode(f.Payload, v)
+	return execproto.DecodeMessage(f.Payload, v)
 }
 
 // absorbSignals makes the executor immune to signals sent from inside the
@@ -418,7 +418,7 @@ func (e *executor) serve(conn io.Reader) error {
 func (e *executor) dispatch(f execproto.Frame) error {
 	if f.Type == execproto.TOpen {
 		var req execproto.Request
-		if err := execproto.Decode(f.Payload, &req); err != nil {
+		if err := execproto.DecodeMessage(f.Payload, &req); err != nil {
 			return err
 		}
 		e.mu.Lock()

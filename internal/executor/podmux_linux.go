@@ -135,12 +135,12 @@ func (m *podMux) attach(c *os.File, cr *bufio.Reader) error {
 	if f.Type != execproto.THello || f.Stream != 0 {
 		return fmt.Errorf("host sent %s on stream %d, want hello", f.Type, f.Stream)
 	}
-	if err := execproto.Decode(f.Payload, &h); err != nil {
+	if err := execproto.DecodeMessage(f.Payload, &h); err != nil {
 		return fmt.Errorf("host's hello: %w", err)
 	}
 	if h.Version != execproto.Version {
 		msg := fmt.Sprintf("protocol version %d, executor speaks %d", h.Version, execproto.Version)
-		if ef, err := execproto.JSONFrame(execproto.TError, 0, execproto.Error{Message: msg}); err == nil {
+		if ef, err := execproto.MessageFrame(execproto.TError, 0, execproto.Error{Message: msg}); err == nil {
 			_ = execproto.WriteFrame(c, ef)
 		}
 		return errors.New(msg)

@@ -68,6 +68,12 @@ func (s *stream) handle(f execproto.Frame) error {
 			return fmt.Errorf("%w: stdin data after close", execproto.ErrFrame)
 		}
 		if err := s.stdin.Put(execproto.Stdin, f.Payload[1:]); err != nil {
+			if errors.Is(err, execproto.ErrClosed) {
+				// The stream is ending: it closed its inbox before it
+				// leaves e.streams, and the host's stdin raced its
+				// result, as for a stream already gone (dispatch).
+				return nil
+			}
 			return fmt.Errorf("%w: stdin: %w", execproto.ErrFrame, err)
 		}
 	case execproto.TClose:
@@ -162,9 +168,9 @@ func (s *stream) run() {
 	s.out.Close()
 	s.errc.Close()
 	s.stdin.Close()
-	f, err := execproto.JSONFrame(execproto.TResult, s.id, res)
+	f, err := execproto.MessageFrame(execproto.TResult, s.id, res)
 	if err != nil {
-		f, _ = execproto.JSONFrame(execproto.TResult, s.id, errResult(err))
+		f, _ = execproto.MessageFrame(execproto.TResult, s.id, errResult(err))
 	}
 	_ = s.e.w.Write(f)
 }

@@ -48,11 +48,11 @@ func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*
 	// Hello and setup go out together: an executor of another version
 	// refuses at the hello and never reads the setup, and the round trip
 	// a reply to the hello would cost is off every sandbox's start.
-	hello, err := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+	hello, err := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
 	if err != nil {
 		return nil, err
 	}
-	sf, err := execproto.JSONFrame(execproto.TSetup, 0, setup)
+	sf, err := execproto.MessageFrame(execproto.TSetup, 0, setup)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*
 	return c, nil
 }
 
-func expect(r io.Reader, t execproto.Type, v any) error {
+func expect(r io.Reader, t execproto.Type, v execproto.Decodable) error {
 	f, err := execproto.ReadFrame(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -90,7 +90,7 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 	}
 	if f.Type == execproto.TError {
 		var e execproto.Error
-		if err := execproto.Decode(f.Payload, &e); err != nil {
+		if err := execproto.DecodeMessage(f.Payload, &e); err != nil {
 			return err
 		}
 		return fmt.Errorf("executor: %s", e.Message)
@@ -98,7 +98,7 @@ func expect(r io.Reader, t execproto.Type, v any) error {
 	if f.Type != t {
 		return fmt.Errorf("%w: got %s, want %s", execproto.ErrFrame, f.Type, t)
 	}
-	return execproto.Decode(f.Payload, v)
+	return execproto.DecodeMessage(f.Payload, v)
 }
 
 // Done is closed when the connection has ended.
@@ -162,7 +162,7 @@ func (c *Conn) dispatch(f execproto.Frame) error {
 	if f.Stream == 0 {
 		if f.Type == execproto.TError {
 			var e execproto.Error
-			if err := execproto.Decode(f.Payload, &e); err != nil {
+			if err := execproto.DecodeMessage(f.Payload, &e); err != nil {
 				return err
 			}
 			return fmt.Errorf("executor: %s", e.Message)
@@ -196,7 +196,7 @@ func (c *Conn) dispatch(f execproto.Frame) error {
 		return s.in.Add(n)
 	case execproto.TResult:
 		var r execproto.Result
-		if err := execproto.Decode(f.Payload, &r); err != nil {
+		if err := execproto.DecodeMessage(f.Payload, &r); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -206,7 +206,7 @@ func (c *Conn) dispatch(f execproto.Frame) error {
 		return nil
 	case execproto.TError:
 		var e execproto.Error
-		if err := execproto.Decode(f.Payload, &e); err != nil {
+		if err := execproto.DecodeMessage(f.Payload, &e); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -237,7 +237,7 @@ func (c *Conn) openOutputs(req *execproto.Request, o *outputs) (*stream, error) 
 	s := newStream(c, id, req, o)
 	c.streams[id] = s
 	c.mu.Unlock()
-	f, err := execproto.JSONFrame(execproto.TOpen, id, req)
+	f, err := execproto.MessageFrame(execproto.TOpen, id, req)
 	if err == nil {
 		err = c.w.Write(f)
 	}

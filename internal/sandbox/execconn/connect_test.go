@@ -55,7 +55,7 @@ func connectOpened(t *testing.T, p *peer, ch <-chan execproto.Frame, up bool) ui
 	t.Helper()
 	f := next(t, ch)
 	var req execproto.Request
-	if f.Type != execproto.TOpen || execproto.Decode(f.Payload, &req) != nil || req.Op != execproto.OpConnect || req.Port != 8080 {
+	if f.Type != execproto.TOpen || execproto.DecodeMessage(f.Payload, &req) != nil || req.Op != execproto.OpConnect || req.Port != 8080 {
 		t.Fatalf("want a connect request for port 8080, got %s %s", f.Type, f.Payload)
 	}
 	if w, c := req.Flow(); w != execproto.BulkWindow || c != execproto.BulkChunkSize {

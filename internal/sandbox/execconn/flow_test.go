@@ -96,7 +96,7 @@ func TestStreamWindow(t *testing.T) {
 					t.Fatalf("want an open frame, got %v %v", f.Type, err)
 				}
 				var req execproto.Request
-				if err := execproto.Decode(f.Payload, &req); err != nil {
+				if err := execproto.DecodeMessage(f.Payload, &req); err != nil {
 					t.Fatal(err)
 				}
 				if window, chunk := req.Flow(); window != op.window || chunk != op.chunk {
@@ -225,29 +225,46 @@ func TestStdinFrames(t *testing.T) {
 }
 
 // TestDialVersionMismatch: an executor of another protocol version (one
-// that knows no stream windows, say) is refused at the handshake with an
-// error naming both versions, before any request could be misread.
+// that knows no stream windows, say, or one from before the binary
+// messages, whose hello is JSON) is refused at the handshake with an error
+// naming both versions, before any request could be misread.
 func TestDialVersionMismatch(t *testing.T) {
-	noLeak(t)
-	host, exec := socketpair(t)
-	defer exec.Close()
-	go func() {
-		if _, err := execproto.ReadFrame(exec); err != nil {
-			return
-		}
-		reply, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version - 1})
-		_ = execproto.WriteFrame(exec, reply)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := execconn.Dial(ctx, host, &execproto.Setup{})
-	if err == nil {
-		c.Close()
-		t.Fatal("Dial with an executor of the previous version = nil, want an error")
+	tests := []struct {
+		name  string
+		hello func() execproto.Frame
+	}{
+		{"binary", func() execproto.Frame {
+			f, _ := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version - 1})
+			return f
+		}},
+		{"JSON", func() execproto.Frame {
+			f, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version - 1})
+			return f
+		}},
 	}
-	host.Close()
-	want := fmt.Sprintf("executor speaks protocol %d, host %d", execproto.Version-1, execproto.Version)
-	if err.Error() != want {
-		t.Errorf("Dial = %q, want %q", err, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			noLeak(t)
+			host, exec := socketpair(t)
+			defer exec.Close()
+			go func() {
+				if _, err := execproto.ReadFrame(exec); err != nil {
+					return
+				}
+				_ = execproto.WriteFrame(exec, tt.hello())
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := execconn.Dial(ctx, host, &execproto.Setup{})
+			if err == nil {
+				c.Close()
+				t.Fatal("Dial with an executor of the previous version = nil, want an error")
+			}
+			host.Close()
+			want := fmt.Sprintf("executor speaks protocol %d, host %d", execproto.Version-1, execproto.Version)
+			if err.Error() != want {
+				t.Errorf("Dial = %q, want %q", err, want)
+			}
+		})
 	}
 }

@@ -76,9 +76,9 @@ func dialPeer(t *testing.T) (*execconn.Conn, *peer) {
 			}
 			var reply execproto.Frame
 			if want == execproto.THello {
-				reply, _ = execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+				reply, _ = execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
 			} else {
-				reply, _ = execproto.JSONFrame(execproto.TReady, 0, execproto.Ready{PID: 1})
+				reply, _ = execproto.MessageFrame(execproto.TReady, 0, execproto.Ready{PID: 1})
 			}
 			if err := p.w.Write(reply); err != nil {
 				t.Errorf("handshake: %v", err)
@@ -107,7 +107,7 @@ func (p *peer) open() uint32 {
 		p.t.Fatalf("want an open frame, got %v %v", f.Type, err)
 	}
 	var req execproto.Request
-	if err := execproto.Decode(f.Payload, &req); err != nil || req.Op != execproto.OpWatch {
+	if err := execproto.DecodeMessage(f.Payload, &req); err != nil || req.Op != execproto.OpWatch {
 		p.t.Fatalf("want a watch request, got %+v %v", req, err)
 	}
 	return f.Stream
@@ -122,7 +122,7 @@ func (p *peer) data(stream uint32, payload string) {
 
 func (p *peer) result(stream uint32, r execproto.Result) {
 	p.t.Helper()
-	f, _ := execproto.JSONFrame(execproto.TResult, stream, r)
+	f, _ := execproto.MessageFrame(execproto.TResult, stream, r)
 	if err := p.w.Write(f); err != nil {
 		p.t.Fatal(err)
 	}

@@ -235,8 +235,8 @@ func TestPodModeSessionsIsolated(t *testing.T) {
 
 	s := pm.exec(t)
 	w := execproto.NewWriter(s.in)
-	hello, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
-	setup, _ := execproto.JSONFrame(execproto.TSetup, 0, podSetup())
+	hello, _ := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
+	setup, _ := execproto.MessageFrame(execproto.TSetup, 0, podSetup())
 	for _, f := range []execproto.Frame{hello, setup} {
 		if err := w.Write(f); err != nil {
 			t.Fatal(err)
@@ -262,7 +262,7 @@ func TestPodModeSessionsIsolated(t *testing.T) {
 		}
 	}
 	// A round trip on the raw session: everything before it was read.
-	open, _ := execproto.JSONFrame(execproto.TOpen, 7, execproto.Request{Argv: []string{"/bin/true"}, Dir: "/"})
+	open, _ := execproto.MessageFrame(execproto.TOpen, 7, execproto.Request{Argv: []string{"/bin/true"}, Dir: "/"})
 	if err := w.Write(open); err != nil {
 		t.Fatal(err)
 	}
