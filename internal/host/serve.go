@@ -25,6 +25,7 @@ import (
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
@@ -84,6 +85,9 @@ type ServeConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
 	Pool            ServePool     `yaml:"sandbox_pool"`
+	// Sandboxes says what makes the sandboxes: this machine's native
+	// backend, or a Kubernetes cluster's pods.
+	Sandboxes ServeSandboxes `yaml:"sandboxes"`
 	API             server.Config `yaml:"api"`
 	E2B             e2b.Config    `yaml:"e2b"`
 	CheckpointGC    ServeGC       `yaml:"checkpoint_gc"`
@@ -173,6 +177,7 @@ func (cfg ServeConfig) WithDefaults(getenv func(string) string) ServeConfig {
 	if cfg.CheckpointGC.Grace == 0 {
 		cfg.CheckpointGC.Grace = defaultGCGrace
 	}
+	cfg.Sandboxes = cfg.Sandboxes.WithDefaults()
 	cfg.API = cfg.API.WithDefaults()
 	cfg.E2B = cfg.E2B.WithDefaults()
 	if v := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
@@ -226,6 +231,9 @@ func (cfg ServeConfig) Validate() error {
 	if g := cfg.CheckpointGC; (*g.Every != 0 && (*g.Every < time.Minute || *g.Every > 7*24*time.Hour)) || g.Grace < MinCheckpointGrace || g.Grace > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("checkpoint_gc: every %s, grace %s: want every 0 (never) or 1m to 168h, grace %s to 720h",
 			*g.Every, g.Grace, MinCheckpointGrace))
+	}
+	if err := cfg.Sandboxes.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := cfg.Retention.Validate(); err != nil {
 		errs = append(errs, err)
@@ -367,6 +375,11 @@ func (s *service) assemble(ctx context.Context) error {
 	// With no workers this process drives no run: its engine gets no
 	// sandbox backend (the E2B API still does).
 	h.noRunSandboxes = nWorkers == 0
+	if cfg.Sandboxes.Backend == BackendKubernetes && h.cfg.Sandboxes != nil {
+		if err := s.startKube(ctx); err != nil {
+			return err
+		}
+	}
 	if n := *cfg.Pool.PerSpec; n > 0 && h.cfg.Sandboxes != nil {
 		if err := s.startPool(pool.Options{PerSpec: n, Max: cfg.Pool.Max, Idle: cfg.Pool.Idle, Logger: s.log.With("component", "pool")}); err != nil {
 			return err
@@ -439,9 +452,13 @@ func (s *service) assemble(ctx context.Context) error {
 // the native backend for the engine and the E2B API alike; the service's
 // end destroys the idle ones.
 func (s *service) startPool(o pool.Options) error {
-	nb, err := s.h.cfg.Sandboxes.Backend()
-	if err != nil {
-		return err
+	var nb sandbox.Backend = s.h.cluster
+	if nb == nil {
+		b, err := s.h.cfg.Sandboxes.Backend()
+		if err != nil {
+			return err
+		}
+		nb = b
 	}
 	p := pool.New(s.h.count(telemetry.OriginPool, nb), o)
 	s.h.pool = p
