@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // TestServeSandboxesConfig: the sandboxes section's defaults, and every
@@ -83,5 +85,53 @@ func TestServeSandboxesConfig(t *testing.T) {
 	rep := DoctorKube(context.Background(), k)
 	if len(rep) != 2 || !rep[0].OK || rep[1].OK || !rep[1].Required || !strings.Contains(rep[1].Detail, "127.0.0.1:1") {
 		t.Errorf("doctor without a cluster: %+v", rep)
+	}
+}
+
+// TestDeployConfig: the serve configuration deploy/kubernetes/airlock.yaml
+// ships is valid as it is (known fields only), names the kubernetes
+// backend in-cluster, and its sandboxes' namespace is the one rbac.yaml
+// grants.
+func TestDeployConfig(t *testing.T) {
+	data, err := os.ReadFile("../../deploy/kubernetes/airlock.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serveYAML string
+	for doc := range strings.SplitSeq(string(data), "\n---\n") {
+		var obj struct {
+			Kind string            `yaml:"kind"`
+			Data map[string]string `yaml:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind == "ConfigMap" {
+			serveYAML = obj.Data["serve.yaml"]
+		}
+	}
+	if serveYAML == "" {
+		t.Fatal("no ConfigMap with serve.yaml")
+	}
+	var cfg ServeConfig
+	dec := yaml.NewDecoder(strings.NewReader(serveYAML))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithDefaults(nil)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	k := cfg.Sandboxes.Kubernetes
+	if cfg.Sandboxes.Backend != BackendKubernetes || !k.InCluster || k.Namespace != "airlock-sandboxes" || k.SeccompProfile == "" {
+		t.Errorf("sandboxes %+v", cfg.Sandboxes)
+	}
+	rbac, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rbac), "namespace: "+k.Namespace) {
+		t.Errorf("rbac.yaml grants nothing in %s", k.Namespace)
 	}
 }

@@ -125,7 +125,7 @@ func importExecutor(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name, archive, err := kube.ExecutorArchive(bin, "airlock.local/airlock-exec:test")
+	name, archive, err := kube.ExecutorArchive(bin, "airlock.local/airlock-exec")
 	if err != nil {
 		return "", err
 	}
