@@ -25,7 +25,6 @@ import (
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/mcp"
-	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
@@ -87,10 +86,10 @@ type ServeConfig struct {
 	Pool            ServePool     `yaml:"sandbox_pool"`
 	// Sandboxes says what makes the sandboxes: this machine's native
 	// backend, or a Kubernetes cluster's pods.
-	Sandboxes ServeSandboxes `yaml:"sandboxes"`
-	API             server.Config `yaml:"api"`
-	E2B             e2b.Config    `yaml:"e2b"`
-	CheckpointGC    ServeGC       `yaml:"checkpoint_gc"`
+	Sandboxes    ServeSandboxes `yaml:"sandboxes"`
+	API          server.Config  `yaml:"api"`
+	E2B          e2b.Config     `yaml:"e2b"`
+	CheckpointGC ServeGC        `yaml:"checkpoint_gc"`
 	// Retention is how long finished runs' content is kept, per tenant
 	// (RetentionRules); none is deleted unless it says so.
 	Retention RetentionRules `yaml:"retention"`
@@ -449,10 +448,11 @@ func (s *service) assemble(ctx context.Context) error {
 }
 
 // startPool puts a pool of ready sandboxes (see package pool) in front of
-// the native backend for the engine and the E2B API alike; the service's
+// the sandbox backend (the cluster's when serving with the kubernetes one,
+// else the native) for the engine and the E2B API alike; the service's
 // end destroys the idle ones.
 func (s *service) startPool(o pool.Options) error {
-	var nb sandbox.Backend = s.h.cluster
+	nb := s.h.cluster
 	if nb == nil {
 		b, err := s.h.cfg.Sandboxes.Backend()
 		if err != nil {

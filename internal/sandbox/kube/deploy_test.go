@@ -77,12 +77,14 @@ func TestDeployManifests(t *testing.T) {
 		if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
 			t.Errorf("namespace %s does not enforce PodSecurity restricted", ns.Name)
 		}
-		real := ns.DeepCopy()
-		real.Name = rename(ns.Name)
-		if _, err := e.client.CoreV1().Namespaces().Create(ctx, real, metav1.CreateOptions{}); err != nil {
+		made := ns.DeepCopy()
+		made.Name = rename(ns.Name)
+		if _, err := e.client.CoreV1().Namespaces().Create(ctx, made, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = e.client.CoreV1().Namespaces().Delete(context.Background(), real.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = e.client.CoreV1().Namespaces().Delete(context.Background(), made.Name, metav1.DeleteOptions{})
+		})
 	}
 	kinds := map[string]int{}
 	var deploy *appsv1.Deployment
@@ -156,4 +158,3 @@ func TestDeployManifests(t *testing.T) {
 		t.Errorf("a weakened replica pod = %v, want PodSecurity's refusal", err)
 	}
 }
-

@@ -30,11 +30,17 @@ type access struct {
 // must not.
 func (b *Backend) accesses() []access {
 	as := []access{
-		{"", "pods", "", "create", true}, {"", "pods", "", "get", true}, {"", "pods", "", "list", true},
-		{"", "pods", "", "watch", true}, {"", "pods", "", "delete", true},
-		{"", "pods", "exec", "get", true}, {"", "pods", "exec", "create", true},
+		{"", "pods", "", "create", true},
+		{"", "pods", "", "get", true},
+		{"", "pods", "", "list", true},
+		{"", "pods", "", "watch", true},
+		{"", "pods", "", "delete", true},
+		{"", "pods", "exec", "get", true},
+		{"", "pods", "exec", "create", true},
 		// Least privilege: nothing the backend does needs these.
-		{"", "secrets", "", "get", false}, {"", "pods", "", "update", false}, {"", "pods", "attach", "create", false},
+		{"", "secrets", "", "get", false},
+		{"", "pods", "", "update", false},
+		{"", "pods", "attach", "create", false},
 		{"", "pods", "portforward", "create", false},
 	}
 	if !b.cfg.NoNetworkPolicy {
