@@ -5,7 +5,9 @@
 #
 #   build  builds kube-apiserver and kubelet (test/kube's module, the release
 #          its go.mod pins) into $AIRLOCK_KUBE_CACHE/<version>/bin, unless
-#          they are there: a second build costs nothing.
+#          they are there: a second build costs nothing. The node's images
+#          (pause, busybox, the tests' Debian sandbox image) are kept in
+#          $AIRLOCK_KUBE_CACHE/images, keyed by what they are made of.
 #   built  succeeds when both binaries are there.
 #   up     installs what it needs from Debian (etcd, containerd, the CNI
 #          plugins), builds when needed, starts etcd, the API server,
@@ -175,6 +177,48 @@ image() {
   rm -rf "$d"
 }
 
+# image_key NAME ENTRYPOINT...: what image NAME ENTRYPOINT... is made of,
+# hashed: the image function's own text, its arguments, busybox's
+# version and, with DEBIAN=1, the installed versions of SANDBOX_PACKAGES
+# and of the packages their libraries come from. Two images of one key
+# have the same files.
+image_key() {
+  {
+    declare -f image debian_files
+    printf '%s\n' "$@" "DEBIAN=${DEBIAN:-}"
+    sha256sum "$(command -v busybox)"
+    if [ "${DEBIAN:-}" = 1 ]; then
+      # shellcheck disable=SC2086
+      dpkg-query -W $SANDBOX_PACKAGES
+      # The libraries' packages: what ldd finds outside SANDBOX_PACKAGES.
+      dpkg-query -W 2>/dev/null | grep -E '^lib' || true
+    fi
+  } | sha256sum | cut -c1-16
+}
+
+# cached_image NAME ENTRYPOINT...: imports image NAME ENTRYPOINT... into
+# the node's containerd from $CACHE/images, keyed by image_key; builds
+# and keeps it there first when it is not (the Debian sandbox image takes
+# minutes to build and seconds to import).
+cached_image() {
+  local dir=$CACHE/images
+  local f
+  f=$dir/$(echo "$1" | tr '/:' '__')-$(image_key "$@").tar
+  if [ ! -s "$f" ]; then
+    mkdir -p "$dir"
+    local t0=$SECONDS
+    image "$@" >"$f.tmp.$$"
+    mv "$f.tmp.$$" "$f"
+    log "image $1 built in $((SECONDS - t0)) s, kept as $f"
+    # Older keys of this image are stale.
+    local old
+    for old in "$dir/$(echo "$1" | tr '/:' '__')"-*.tar; do
+      [ "$old" = "$f" ] || rm -f "$old"
+    done
+  fi
+  ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - <"$f" >/dev/null
+}
+
 api() {
   curl -sS --cacert "$STATE/pki/apiserver.crt" -H "Authorization: Bearer $(cat "$STATE/token")" "$@"
 }
@@ -253,9 +297,9 @@ EOF
     sleep 0.1
   done
   [ -S "$STATE/containerd/containerd.sock" ] || die "containerd did not start: $(tail -5 "$STATE/log/containerd.log")"
-  image registry.k8s.io/pause:3.10 /bin/sleep 2147483647 | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
-  image docker.io/library/busybox:airlock /bin/sh | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
-  DEBIAN=1 image airlock.local/sandbox:test /bin/sh | ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - >/dev/null
+  cached_image registry.k8s.io/pause:3.10 /bin/sleep 2147483647
+  cached_image docker.io/library/busybox:airlock /bin/sh
+  DEBIAN=1 cached_image airlock.local/sandbox:test /bin/sh
 
   for i in $(seq 600); do
     [ -s "$STATE/pki/apiserver.crt" ] && [ "$(api "https://127.0.0.1:$PORT/readyz" 2>/dev/null)" = ok ] && break

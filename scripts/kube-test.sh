@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kube-test.sh [--beside CMD]: the kubernetes sandbox backend's tests
-# (internal/sandbox/kube) on a real single-node cluster, which it starts
+# (internal/sandbox/kube, and internal/cli's serve replicas on it) on a
+# real single-node cluster, which it starts
 # before them and stops after, whatever happens (scripts/kube-cluster.sh).
 # The first run builds kube-apiserver and kubelet (about 16 minutes on 2
 # idle cores with a cold Go build cache), cached by version in
@@ -69,4 +70,8 @@ $cluster down # what a killed run left, if anything
 trap 'stop_build; $cluster down' EXIT
 $cluster up
 eval "$($cluster env)"
-GO=${GO:-go} scripts/gotest.sh -race -count=1 -timeout 20m ./internal/sandbox/kube/
+status=0
+GO=${GO:-go} scripts/gotest.sh -race -count=1 -timeout 20m ./internal/sandbox/kube/ || status=1
+# airlock serve with the kubernetes backend: replicas on one PostgreSQL.
+GO=${GO:-go} scripts/gotest.sh -count=1 -timeout 20m -run '^TestServe.*Kubernetes$' ./internal/cli/ || status=1
+exit $status

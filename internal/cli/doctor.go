@@ -7,12 +7,31 @@ import (
 )
 
 // DoctorCmd is `airlock doctor`.
-type DoctorCmd struct{}
+type DoctorCmd struct {
+	Config string `name:"config" env:"AIRLOCK_SERVE_CONFIG" help:"airlock serve's configuration file: with sandboxes.backend kubernetes, the cluster is checked too." placeholder:"FILE"`
+	SandboxFlags
+}
 
 // Run prints which isolation layers this machine enforces and fails when a
-// required one is missing.
-func (DoctorCmd) Run(env *Env) error {
-	rep := host.Doctor(env.Executor)
+// required one is missing. With the kubernetes backend configured (serve's
+// file or the flags) it checks the cluster instead of this machine's
+// sandboxes: the API server, and each permission the backend needs and a
+// few it must not have, as the API server answers for these credentials.
+func (c DoctorCmd) Run(env *Env) error {
+	var rep []host.Check
+	serve := ServeCmd{Config: c.Config, Workers: -1, SandboxFlags: c.SandboxFlags}
+	cfg, err := serve.resolve(env)
+	switch {
+	case cfg.Sandboxes.Backend == host.BackendKubernetes:
+		if err != nil {
+			return usageError{Err: err}
+		}
+		rep = host.DoctorKube(env.Ctx, cfg.Sandboxes.Kubernetes)
+	case c.Config != "" && err != nil:
+		return usageError{Err: err}
+	default:
+		rep = host.Doctor(env.Executor)
+	}
 	missing := 0
 	for _, c := range rep {
 		mark := "ok  "

@@ -29,6 +29,29 @@ type ServeCmd struct {
 	LogLevel    string `name:"log-level" env:"AIRLOCK_LOG_LEVEL" help:"debug, info, warn or error (default info)." placeholder:"LEVEL"`
 	CheckConfig bool   `name:"check-config" help:"Validate the configuration, print it resolved (YAML), and exit: 0 when valid, 2 when not."`
 	KeyFile     string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
+	SandboxFlags
+}
+
+// SandboxFlags override the configuration file's sandboxes section
+// (airlock serve's and airlock doctor's).
+type SandboxFlags struct {
+	SandboxBackend string `name:"sandbox-backend" env:"AIRLOCK_SANDBOX_BACKEND" help:"What makes the sandboxes: native (this machine) or kubernetes (pods; the file's sandboxes.kubernetes section, docs/kubernetes.md)." placeholder:"NAME"`
+	Kubeconfig     string `name:"kubeconfig" env:"AIRLOCK_KUBECONFIG" help:"Kubeconfig of the kubernetes backend's cluster (default: in-cluster, the pod's service account)." placeholder:"FILE"`
+	KubeNamespace  string `name:"kube-namespace" env:"AIRLOCK_KUBE_NAMESPACE" help:"Namespace of the kubernetes backend's sandbox pods (default airlock-sandboxes)." placeholder:"NAME"`
+}
+
+// apply lays f over cfg's sandboxes section.
+func (f SandboxFlags) apply(cfg *host.ServeConfig) {
+	if f.SandboxBackend != "" {
+		cfg.Sandboxes.Backend = f.SandboxBackend
+	}
+	if f.Kubeconfig != "" {
+		cfg.Sandboxes.Kubernetes.Kubeconfig = f.Kubeconfig
+		cfg.Sandboxes.Kubernetes.InCluster = false
+	}
+	if f.KubeNamespace != "" {
+		cfg.Sandboxes.Kubernetes.Namespace = f.KubeNamespace
+	}
 }
 
 // resolve reads the file, then lays the environment and flags (already
@@ -65,6 +88,7 @@ func (c *ServeCmd) resolve(env *Env) (host.ServeConfig, error) {
 	if env.Store != "" {
 		cfg.Store = env.Store
 	}
+	c.SandboxFlags.apply(&cfg)
 	cfg = cfg.WithDefaults(env.getenv)
 	return cfg, cfg.Validate()
 }

@@ -110,8 +110,15 @@ type serveProc struct {
 // storeURL, in home, and returns once it listens.
 func startServeProc(t *testing.T, home, exe, storeURL string, workers int) *serveProc {
 	t.Helper()
+	return startServeConf(t, home, exe, storeURL, workers, "")
+}
+
+// startServeConf is startServeProc with more of serve's configuration
+// file (YAML, top-level keys the default file does not set).
+func startServeConf(t *testing.T, home, exe, storeURL string, workers int, more string) *serveProc {
+	t.Helper()
 	cfg := filepath.Join(home, "serve.yaml")
-	conf := "worker_poll: 100ms\nshutdown_timeout: 30s\napi:\n  rate: 1000\n  burst: 1000\n  stream_poll: 100ms\n"
+	conf := "worker_poll: 100ms\nshutdown_timeout: 30s\napi:\n  rate: 1000\n  burst: 1000\n  stream_poll: 100ms\n" + more
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -104,6 +104,9 @@ type Host struct {
 	wrapStore func(store.Store) store.Store
 	pool      *pool.Pool
 	count     func(origin string, b sandbox.Backend) sandbox.Backend
+	// cluster, set by Serve when its configuration names the kubernetes
+	// backend, makes the sandboxes instead of the native backend.
+	cluster sandbox.Backend
 	// noRunSandboxes gives the engine no sandbox backend (a server with no
 	// workers drives no run); out gets Serve's status lines.
 	noRunSandboxes bool
@@ -295,13 +298,16 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 }
 
 // backend returns what creates the host's sandboxes for origin (one of
-// telemetry's origins): the pool when serving with one, else the native
-// backend, counted when serving; a host with no Sandboxes refuses.
+// telemetry's origins): the pool when serving with one, else the
+// kubernetes backend when serving with it, else the native backend,
+// counted when serving; a host with no Sandboxes refuses.
 func (h *Host) backend(origin string) (sandbox.Backend, error) {
 	var b sandbox.Backend = noBackend{}
 	switch {
 	case h.pool != nil:
 		b = h.pool
+	case h.cluster != nil:
+		b = h.cluster
 	case h.cfg.Sandboxes != nil:
 		nb, err := h.cfg.Sandboxes.Backend()
 		if err != nil {

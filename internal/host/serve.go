@@ -84,9 +84,12 @@ type ServeConfig struct {
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
 	Pool            ServePool     `yaml:"sandbox_pool"`
-	API             server.Config `yaml:"api"`
-	E2B             e2b.Config    `yaml:"e2b"`
-	CheckpointGC    ServeGC       `yaml:"checkpoint_gc"`
+	// Sandboxes says what makes the sandboxes: this machine's native
+	// backend, or a Kubernetes cluster's pods.
+	Sandboxes    ServeSandboxes `yaml:"sandboxes"`
+	API          server.Config  `yaml:"api"`
+	E2B          e2b.Config     `yaml:"e2b"`
+	CheckpointGC ServeGC        `yaml:"checkpoint_gc"`
 	// Retention is how long finished runs' content is kept, per tenant
 	// (RetentionRules); none is deleted unless it says so.
 	Retention RetentionRules `yaml:"retention"`
@@ -173,6 +176,7 @@ func (cfg ServeConfig) WithDefaults(getenv func(string) string) ServeConfig {
 	if cfg.CheckpointGC.Grace == 0 {
 		cfg.CheckpointGC.Grace = defaultGCGrace
 	}
+	cfg.Sandboxes = cfg.Sandboxes.WithDefaults()
 	cfg.API = cfg.API.WithDefaults()
 	cfg.E2B = cfg.E2B.WithDefaults()
 	if v := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
@@ -226,6 +230,9 @@ func (cfg ServeConfig) Validate() error {
 	if g := cfg.CheckpointGC; (*g.Every != 0 && (*g.Every < time.Minute || *g.Every > 7*24*time.Hour)) || g.Grace < MinCheckpointGrace || g.Grace > 30*24*time.Hour {
 		errs = append(errs, fmt.Errorf("checkpoint_gc: every %s, grace %s: want every 0 (never) or 1m to 168h, grace %s to 720h",
 			*g.Every, g.Grace, MinCheckpointGrace))
+	}
+	if err := cfg.Sandboxes.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := cfg.Retention.Validate(); err != nil {
 		errs = append(errs, err)
@@ -367,6 +374,11 @@ func (s *service) assemble(ctx context.Context) error {
 	// With no workers this process drives no run: its engine gets no
 	// sandbox backend (the E2B API still does).
 	h.noRunSandboxes = nWorkers == 0
+	if cfg.Sandboxes.Backend == BackendKubernetes && h.cfg.Sandboxes != nil {
+		if err := s.startKube(ctx); err != nil {
+			return err
+		}
+	}
 	if n := *cfg.Pool.PerSpec; n > 0 && h.cfg.Sandboxes != nil {
 		if err := s.startPool(pool.Options{PerSpec: n, Max: cfg.Pool.Max, Idle: cfg.Pool.Idle, Logger: s.log.With("component", "pool")}); err != nil {
 			return err
@@ -436,12 +448,17 @@ func (s *service) assemble(ctx context.Context) error {
 }
 
 // startPool puts a pool of ready sandboxes (see package pool) in front of
-// the native backend for the engine and the E2B API alike; the service's
+// the sandbox backend (the cluster's when serving with the kubernetes one,
+// else the native) for the engine and the E2B API alike; the service's
 // end destroys the idle ones.
 func (s *service) startPool(o pool.Options) error {
-	nb, err := s.h.cfg.Sandboxes.Backend()
-	if err != nil {
-		return err
+	nb := s.h.cluster
+	if nb == nil {
+		b, err := s.h.cfg.Sandboxes.Backend()
+		if err != nil {
+			return err
+		}
+		nb = b
 	}
 	p := pool.New(s.h.count(telemetry.OriginPool, nb), o)
 	s.h.pool = p

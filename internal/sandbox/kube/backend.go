@@ -756,12 +756,16 @@ func (s *Sandbox) end(why error) {
 	close(s.done)
 }
 
-// deletePod deletes the sandbox's pod at once (no grace period).
+// deletePod deletes the sandbox's pod with a grace period of one second
+// (the relay ends at once anyway when its host's connection is gone). Not
+// zero: a pod deleted with no grace is a forced deletion, whose object the
+// API server removes before the kubelet has stopped its containers, so
+// nothing would tell when the sandbox's processes are gone (waitGone).
 func (s *Sandbox) deletePod() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var zero int64
-	err := s.b.client.CoreV1().Pods(s.b.cfg.Namespace).Delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	var grace int64 = 1
+	err := s.b.client.CoreV1().Pods(s.b.cfg.Namespace).Delete(ctx, s.id, metav1.DeleteOptions{GracePeriodSeconds: &grace})
 	if err != nil && !apierrors.IsNotFound(err) {
 		s.b.log.Warn("delete sandbox pod", "sandbox_id", s.id, "err", err)
 	}
@@ -772,6 +776,28 @@ func (s *Sandbox) deletePod() {
 		err := s.b.client.NetworkingV1().NetworkPolicies(s.b.cfg.Namespace).Delete(ctx, s.id, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			s.b.log.Warn("delete sandbox network policy", "sandbox_id", s.id, "err", err)
+		}
+	}
+}
+
+// waitGone waits until the sandbox's pod no longer exists: the kubelet
+// removes a gracefully deleted pod's object only once its containers
+// have stopped. It gives up at ctx's end or after 30 s, saying so in the
+// log.
+func (s *Sandbox) waitGone(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pods := s.b.client.CoreV1().Pods(s.b.cfg.Namespace)
+	for {
+		_, err := pods.Get(ctx, s.id, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			s.b.log.Warn("sandbox pod still there after its deletion", "sandbox_id", s.id, "err", ctx.Err())
+			return
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -1,13 +1,10 @@
 package kube_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -128,52 +125,12 @@ func importExecutor(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
-	if err := tw.WriteHeader(&tar.Header{Name: "airlock-exec", Mode: 0o555, Size: int64(len(bin)), Typeflag: tar.TypeReg}); err != nil {
-		return "", err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return "", err
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	diff := sha256.Sum256(layer.Bytes())
-	diffID := hex.EncodeToString(diff[:])
-	name := "airlock.local/airlock-exec:test-" + diffID[:12]
-	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux",
-		"config": map[string]any{"Entrypoint": []string{"/airlock-exec"}},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + diffID}},
-	})
+	name, archive, err := kube.ExecutorArchive(bin, "airlock.local/airlock-exec")
 	if err != nil {
-		return "", err
-	}
-	cfgSum := sha256.Sum256(config)
-	cfgName := hex.EncodeToString(cfgSum[:]) + ".json"
-	manifest, err := json.Marshal([]map[string]any{{"Config": cfgName, "RepoTags": []string{name}, "Layers": []string{diffID + "/layer.tar"}}})
-	if err != nil {
-		return "", err
-	}
-	var archive bytes.Buffer
-	aw := tar.NewWriter(&archive)
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{{"manifest.json", manifest}, {cfgName, config}, {diffID + "/layer.tar", layer.Bytes()}} {
-		if err := aw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.data)), Typeflag: tar.TypeReg}); err != nil {
-			return "", err
-		}
-		if _, err := aw.Write(f.data); err != nil {
-			return "", err
-		}
-	}
-	if err := aw.Close(); err != nil {
 		return "", err
 	}
 	cmd := exec.Command("ctr", "-a", sock, "-n", "k8s.io", "images", "import", "-")
-	cmd.Stdin = &archive
+	cmd.Stdin = bytes.NewReader(archive)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("ctr images import: %w: %s", err, out)
 	}

@@ -26,13 +26,16 @@ func (s *Sandbox) Info() sandbox.Info {
 	return sandbox.Info{ID: s.id, Backend: "kubernetes", Created: s.created, Layers: append([]string(nil), s.layers...)}
 }
 
-// Destroy ends the executor connection and deletes the pod.
+// Destroy ends the executor connection and deletes the pod, and returns
+// once the pod is gone: its containers, and so every process of the
+// sandbox, stopped (or ctx's end, or 30 s).
 func (s *Sandbox) Destroy(ctx context.Context) error {
 	s.end(nil)
 	s.stopWatch()
 	s.watching.Wait()
 	_ = s.conn.Close()
 	s.deletePod()
+	s.waitGone(ctx)
 	return nil
 }
 
