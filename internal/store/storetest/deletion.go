@@ -175,16 +175,23 @@ func testPurgeRun(t *testing.T, f Factory) {
 	wantErr(t, "PurgeRun(again)", err, store.ErrNotFound)
 }
 
-// testDeleteTenant: everything of the tenant goes, the other tenant's
-// stays, and the record survives.
-func testDeleteTenant(t *testing.T, f Factory) {
+// twoTenants is a store with the tenants acme and other, a key each.
+func twoTenants(t *testing.T, f Factory) store.Store {
+	t.Helper()
 	s := newStore(t, f)
-	ctx := context.Background()
 	for _, tn := range []string{"acme", "other"} {
 		createTenant(t, s, tn)
 	}
 	createKey(t, s, newKey("acme", 1))
 	createKey(t, s, newKey("other", 2))
+	return s
+}
+
+// testDeleteTenant: everything of the tenant goes, the other tenant's
+// stays, and the record survives.
+func testDeleteTenant(t *testing.T, f Factory) {
+	s := twoTenants(t, f)
+	ctx := context.Background()
 	a, _ := markerRun(t, s, 1, "acme", "", "A")
 	markerRun(t, s, 2, "acme", a.ID, "A2")
 	o, _ := markerRun(t, s, 3, "other", "", "O")
@@ -245,13 +252,8 @@ func testDeleteTenant(t *testing.T, f Factory) {
 // as such, and no run or key of it is created; the other tenant is not
 // touched, the mark keeps its first time, and the deletion still works.
 func testMarkTenantDeleting(t *testing.T, f Factory) {
-	s := newStore(t, f)
+	s := twoTenants(t, f)
 	ctx := context.Background()
-	for _, tn := range []string{"acme", "other"} {
-		createTenant(t, s, tn)
-	}
-	createKey(t, s, newKey("acme", 1))
-	createKey(t, s, newKey("other", 2))
 	k, err := s.APIKeyByHash(ctx, newKey("acme", 1).Hash)
 	if err != nil || !k.TenantDeleting.IsZero() {
 		t.Fatalf("APIKeyByHash() before the mark = %+v, %v; want no TenantDeleting", k, err)
