@@ -254,15 +254,10 @@ func TestCollectAfterDeletions(t *testing.T) {
 	})
 }
 
-// TestCollectSharedRace: two hosts on one PostgreSQL; while host A's
-// collection marks (its roots listed, nothing swept yet), host B writes
-// a checkpoint of new content and one of the content of an old
-// unreferenced checkpoint, neither recorded yet (their runs' events come
-// after the write). Everything B stored or found after A's cut survives
-// A's sweep, the old checkpoint's chunks with it; a collection after B's
-// writes, with B's checkpoint recorded, removes only what nothing names.
-func TestCollectSharedRace(t *testing.T) {
-	ctx := context.Background()
+// twoHostsShared is two hosts on one PostgreSQL with the tenant acme: the
+// first and its run side, the second's run side, and the database's URL.
+func twoHostsShared(t *testing.T) (*Host, *runSide, *runSide, string) {
+	t.Helper()
 	url := postgresURL(t)
 	open := func() (*Host, *runSide) {
 		t.Helper()
@@ -279,9 +274,22 @@ func TestCollectSharedRace(t *testing.T) {
 	}
 	a, ra := open()
 	_, rb := open()
-	if _, err := ra.store.CreateTenant(ctx, "acme"); err != nil {
+	if _, err := ra.store.CreateTenant(context.Background(), "acme"); err != nil {
 		t.Fatal(err)
 	}
+	return a, ra, rb, url
+}
+
+// TestCollectSharedRace: two hosts on one PostgreSQL; while host A's
+// collection marks (its roots listed, nothing swept yet), host B writes
+// a checkpoint of new content and one of the content of an old
+// unreferenced checkpoint, neither recorded yet (their runs' events come
+// after the write). Everything B stored or found after A's cut survives
+// A's sweep, the old checkpoint's chunks with it; a collection after B's
+// writes, with B's checkpoint recorded, removes only what nothing names.
+func TestCollectSharedRace(t *testing.T) {
+	ctx := context.Background()
+	a, ra, rb, _ := twoHostsShared(t)
 	write := func(rs *runSide, files map[string]uint64) checkpoint.Result {
 		t.Helper()
 		res, err := rs.checkpoints.Write(ctx, "acme", "", true, filesTar(t, 2<<20, files))
@@ -356,25 +364,7 @@ func TestCollectSharedRace(t *testing.T) {
 // write: every chunk B found survives, so B's checkpoint restores whole.
 func TestCollectSharedRaceChunks(t *testing.T) {
 	ctx := context.Background()
-	url := postgresURL(t)
-	open := func() (*Host, *runSide) {
-		t.Helper()
-		h, err := New(Config{Home: t.TempDir(), Store: url})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		rs, err := h.run()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h, rs
-	}
-	a, ra := open()
-	_, rb := open()
-	if _, err := ra.store.CreateTenant(ctx, "acme"); err != nil {
-		t.Fatal(err)
-	}
+	a, ra, rb, url := twoHostsShared(t)
 	const size = 4 << 20
 	old, err := ra.checkpoints.Write(ctx, "acme", "", true, filesTar(t, size, map[string]uint64{"old": 1}))
 	if err != nil {
