@@ -1,12 +1,10 @@
 package host
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io/fs"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,23 +19,7 @@ import (
 // oneFileTar is a delta stream of one file of n random bytes from seed.
 func oneFileTar(t *testing.T, name string, seed uint64, n int) *bytes.Reader {
 	t.Helper()
-	r := rand.New(rand.NewPCG(seed, 2))
-	body := make([]byte, n)
-	for i := range body {
-		body[i] = byte(r.Uint32())
-	}
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Size: int64(n), Mode: 0o644, ModTime: time.Unix(1, 0), Format: tar.FormatPAX}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write(body); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return bytes.NewReader(b.Bytes())
+	return filesTar(t, n, map[string]uint64{name: seed})
 }
 
 // TestCollectCheckpoints: the host's collection keeps the chunks of the
