@@ -20,8 +20,8 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/mcp"
-	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
