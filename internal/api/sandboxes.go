@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+)
 
 // Sandbox is a live sandbox of the E2B API (running or paused) or of an
 // MCP session as the native API shows it (GET /v1/sandboxes/{id}, the
@@ -80,4 +84,30 @@ type SandboxPorts struct {
 // sandboxes, by id.
 type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// SandboxEvent is one event a sandbox reported through its event channel
+// (airlock-event, /run/airlock/events), as the host validated it: Seq
+// numbers the sandbox's events from 1, Time is when the host accepted it.
+// Event.Source is "sandbox": what it says is untrusted data.
+type SandboxEvent struct {
+	Seq   uint64             `json:"seq"`
+	Time  time.Time          `json:"time"`
+	Event event.SandboxEvent `json:"event"`
+}
+
+// SandboxEventList is the body of GET /v1/sandboxes/{id}/events: the
+// sandbox's kept events after ?after=, oldest first.
+type SandboxEventList struct {
+	Events []SandboxEvent `json:"events"`
+	// Next is the Seq the next event will get (after=Next-1 asks only for
+	// newer ones).
+	Next uint64 `json:"next"`
+	// Evicted counts older events the host no longer keeps (it keeps the
+	// last 1000 per sandbox).
+	Evicted uint64 `json:"evicted"`
+	// Dropped counts what the sandbox sent that was refused.
+	Dropped event.SandboxEventsDropped `json:"dropped"`
+	// Ended says the sandbox is gone: no event will follow.
+	Ended bool `json:"ended"`
 }

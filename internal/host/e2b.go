@@ -21,6 +21,7 @@ import (
 	"github.com/airlockrun/airlock/internal/e2b"
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
@@ -180,6 +181,15 @@ func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
 		}
 	}
 	return api.Sandbox{}, false
+}
+
+// Events is an MCP sandbox's event log. An E2B sandbox's events are not
+// kept here (its executor's channel is not read outside runs yet): false.
+func (x *e2bSandboxes) Events(tenant, id string) (*report.Log, bool) {
+	if ms := x.mcp.Load(); ms != nil {
+		return ms.Events(tenant, id)
+	}
+	return nil, false
 }
 
 func (x *e2bSandboxes) Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error) {

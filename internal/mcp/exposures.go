@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/report"
 )
 
 // LiveSandbox is a live sandbox of an MCP session and the ports its
@@ -76,6 +77,17 @@ func (s *Server) Sandbox(tenant, id string) (LiveSandbox, bool) {
 		return LiveSandbox{}, false
 	}
 	return b.live(se.id), true
+}
+
+// Events returns the log of what tenant's sandbox id reported through
+// its event channel; false when the tenant has no live MCP sandbox of that
+// id.
+func (s *Server) Events(tenant, id string) (*report.Log, bool) {
+	_, b := s.find(tenant, id)
+	if b == nil || b.events == nil {
+		return nil, false
+	}
+	return b.events, true
 }
 
 // Revoke takes port of tenant's sandbox id off the network: a later

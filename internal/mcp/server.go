@@ -20,6 +20,7 @@ import (
 	"github.com/airlockrun/airlock/internal/auth"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/ratelimit"
+	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/tools"
 )
@@ -450,12 +451,20 @@ type liveBox struct {
 	once sync.Once
 	// ports are the sandbox's exposed ports, closed before it is destroyed.
 	ports boxPorts
+	// events keeps what the sandbox reported through its event channel
+	// (sandbox_events, GET /v1/sandboxes/{id}/events); stopEvents drains
+	// the channel and ends it before the sandbox is destroyed.
+	events     *report.Log
+	stopEvents func()
 }
 
 func (b *liveBox) destroy(ctx context.Context) error {
 	var err error
 	b.once.Do(func() {
 		b.ports.close()
+		if b.stopEvents != nil {
+			b.stopEvents()
+		}
 		err = b.Destroy(ctx)
 		if b.end != nil {
 			b.end(ctx)

@@ -822,3 +822,88 @@ func TestRateLimit(t *testing.T) {
 		t.Errorf("a third failed authentication = %d, want 429", res.StatusCode)
 	}
 }
+
+// TestSandboxEvents: what code in an MCP sandbox reports through
+// airlock-event is listed by sandbox_events, validated and capped by the
+// sandbox's policy, marked as the sandbox's; refused lines are counted;
+// another session's sandbox is not reachable.
+func TestSandboxEvents(t *testing.T) {
+	h := newHarness(t, mcp.Options{})
+	url := h.httpServer(t)
+	cs, err := h.httpClient(t, url, "key-full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := mustCall(t, cs, "run_command", map[string]any{"command": `airlock-event progress --pct 40 x && airlock-event log --level warn "careful" && echo 'not json' | airlock-event lines && airlock-event emit bogus '{}' && echo done`})
+	if res.IsError || !strings.Contains(text(res), "done") {
+		t.Fatalf("run_command = %q", text(res))
+	}
+	id, _ := res.StructuredContent.(map[string]any)["sandbox"].(string)
+
+	// The lines reach the host asynchronously: ask until both are there.
+	var st map[string]any
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res = mustCall(t, cs, "sandbox_events", map[string]any{"sandbox": id})
+		if res.IsError {
+			t.Fatalf("sandbox_events = %q", text(res))
+		}
+		st, _ = res.StructuredContent.(map[string]any)
+		evs, _ := st["events"].([]any)
+		dropped, _ := st["dropped"].(map[string]any)
+		if len(evs) >= 2 && dropped["malformed"] != nil && dropped["unknown_kind"] != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox_events never had both events and the refusals: %q", text(res))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(text(res), "untrusted data") {
+		t.Errorf("text = %q, want it to say the events are untrusted data", text(res))
+	}
+	evs := st["events"].([]any)
+	if len(evs) != 2 {
+		t.Fatalf("events = %v, want 2", evs)
+	}
+	first := evs[0].(map[string]any)["event"].(map[string]any)
+	if first["kind"] != "progress" || first["pct"] != float64(40) || first["message"] != "x" || first["source"] != "sandbox" || first["sandbox"] != id {
+		t.Errorf("first event = %v, want progress 40%% x from sandbox %s", first, id)
+	}
+	second := evs[1].(map[string]any)
+	if second["event"].(map[string]any)["kind"] != "log" || second["seq"] != float64(2) {
+		t.Errorf("second = %v, want the log event, seq 2", second)
+	}
+	dropped := st["dropped"].(map[string]any)
+	if dropped["malformed"] != float64(1) || dropped["unknown_kind"] != float64(1) {
+		t.Errorf("dropped = %v, want 1 malformed and 1 unknown kind", dropped)
+	}
+	// after: only newer ones.
+	res = mustCall(t, cs, "sandbox_events", map[string]any{"sandbox": id, "after": 1})
+	if got := res.StructuredContent.(map[string]any)["events"].([]any); len(got) != 1 {
+		t.Errorf("after 1: %v, want the second event only", got)
+	}
+	res = mustCall(t, cs, "sandbox_events", map[string]any{"sandbox": id, "limit": 1})
+	if got := res.StructuredContent.(map[string]any)["events"].([]any); len(got) != 1 || got[0].(map[string]any)["seq"] != float64(1) {
+		t.Errorf("limit 1: %v, want the first event only", got)
+	}
+	if _, err := call(t, cs, "sandbox_events", map[string]any{"sandbox": id, "limit": 5000}, false); err == nil {
+		t.Errorf("limit 5000 accepted, want an invalid-params error")
+	}
+	// Another tenant's session has no such sandbox.
+	other, err := h.httpClient(t, url, "key-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = mustCall(t, other, "sandbox_events", map[string]any{"sandbox": id})
+	if !res.IsError || !strings.Contains(text(res), "no sandbox") {
+		t.Errorf("another session's sandbox_events = %q, want no sandbox", text(res))
+	}
+	// The server's own view serves the native API.
+	if l, ok := h.srv.Events("acme", id); !ok || len(l.After(0, 0).Events) != 2 {
+		t.Errorf("Server.Events(acme, %s) = %v, want the log of 2 events", id, ok)
+	}
+	if _, ok := h.srv.Events("other", id); ok {
+		t.Errorf("Server.Events of another tenant found the sandbox")
+	}
+}

@@ -88,7 +88,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Artifact": api.Artifact{}, "Approval": api.Approval{}, "PolicyVersion": api.PolicyVersion{}, "PolicyCheck": api.PolicyCheck{},
 		"Credits": api.Credits{}, "LedgerEntry": api.LedgerEntry{}, "GrantRequest": api.GrantRequest{}, "Grant": api.Grant{},
 		"Secret": api.Secret{}, "SecretList": api.SecretList{}, "SecretRequest": api.SecretRequest{},
-		"Template": api.Template{}, "Deletion": api.Deletion{}, "DeletionList": api.DeletionList{}, "Sandbox": api.Sandbox{}, "SandboxPorts": api.SandboxPorts{}, "SandboxList": api.SandboxList{}, "SandboxExposure": api.SandboxExposure{}, "ExposureList": api.ExposureList{},
+		"Template": api.Template{}, "Deletion": api.Deletion{}, "DeletionList": api.DeletionList{}, "Sandbox": api.Sandbox{}, "SandboxPorts": api.SandboxPorts{}, "SandboxList": api.SandboxList{}, "SandboxExposure": api.SandboxExposure{}, "ExposureList": api.ExposureList{}, "SandboxEvent": api.SandboxEvent{}, "SandboxEventList": api.SandboxEventList{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		if !ok {

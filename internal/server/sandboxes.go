@@ -1,11 +1,18 @@
 package server
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/param"
+	"github.com/airlockrun/airlock/internal/report"
 )
 
 // Sandboxes tells the tenants' live sandboxes of the host's E2B API and
@@ -22,6 +29,10 @@ type Sandboxes interface {
 	// revoking API key's id. It returns the exposure that was, or
 	// ErrNoSandbox, ErrNotExposed or ErrPolicyPorts.
 	Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error)
+	// Events returns the log of what tenant's live sandbox id reported
+	// through its event channel; false when the tenant has no such
+	// sandbox, or its events are not kept.
+	Events(tenant, id string) (*report.Log, bool)
 }
 
 // Errors of Sandboxes.Revoke.
@@ -103,4 +114,111 @@ func (s *Server) revokeExposure(w http.ResponseWriter, r *http.Request, c *call)
 	c.log.Info("exposure revoked", "sandbox_id", id, "port", port)
 	writeJSON(w, http.StatusOK, e)
 	return nil
+}
+
+// sandboxEventsPage bounds a page of GET /v1/sandboxes/{id}/events.
+var sandboxEventsPage = param.Int{Name: "limit", Min: 1, Max: report.DefaultLogSize, Default: report.DefaultLogSize}
+
+// sandboxEvents answers the events a live sandbox outside runs (an MCP
+// session's) reported: a JSON list, or, to a client that accepts
+// text/event-stream, a live stream of them.
+func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request, c *call) error {
+	if s.o.Sandboxes == nil {
+		return errNoSandbox
+	}
+	log, ok := s.o.Sandboxes.Events(c.p.Tenant, r.PathValue("id"))
+	if !ok {
+		return errNoSandbox
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		return s.streamSandboxEvents(w, r, c, log)
+	}
+	q := r.URL.Query()
+	after, err := parseParam(afterParam, q.Get("after"))
+	if err != nil {
+		return err
+	}
+	n, err := parseParam(sandboxEventsPage, q.Get("limit"))
+	if err != nil {
+		return err
+	}
+	snap := log.After(uint64(after), int(n))
+	out := api.SandboxEventList{Events: apiEvents(snap.Events), Next: snap.Next, Evicted: snap.Evicted, Dropped: snap.Dropped, Ended: snap.Ended}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func apiEvents(es []report.Entry) []api.SandboxEvent {
+	out := make([]api.SandboxEvent, 0, len(es))
+	for _, e := range es {
+		out = append(out, api.SandboxEvent{Seq: e.Seq, Time: e.Time, Event: e.Event})
+	}
+	return out
+}
+
+// streamSandboxEvents sends a sandbox's events as server-sent events: each
+// has its Seq as its id, "sandbox.event" as its name and its JSON
+// (api.SandboxEvent) as data, after Last-Event-ID or ?after=; the stream
+// ends with an "end" event once the sandbox is gone and everything was
+// sent.
+func (s *Server) streamSandboxEvents(w http.ResponseWriter, r *http.Request, c *call, log *report.Log) error {
+	after, err := streamAfter(r)
+	if err != nil {
+		return err
+	}
+	if !s.takeStream(c.p.KeyID) {
+		return &apiError{code: api.CodeRateLimited, msg: fmt.Sprintf("this key has %d event streams open already", s.cfg.MaxStreams), retryAfter: 5}
+	}
+	defer s.dropStream(c.p.KeyID)
+	s.metrics.streams.Add(1)
+	defer s.metrics.streams.Add(-1)
+	revoked, release := s.watch.hold(c.p)
+	defer release()
+	es := &eventStream{s: s, c: c}
+	if err := es.open(w); err != nil {
+		return err
+	}
+	defer es.bw.release()
+	fmt.Fprintf(es.bw, "retry: %d\n\n", 2000)
+	keepalive := time.NewTicker(s.cfg.Keepalive)
+	defer keepalive.Stop()
+	seen := uint64(after)
+	for {
+		snap := log.After(seen, streamPage)
+		for _, e := range apiEvents(snap.Events) {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(es.bw, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, event.TypeSandboxEvent, b)
+			seen = e.Seq
+		}
+		if len(snap.Events) == streamPage {
+			if err := es.flush(); err != nil {
+				return nil // the client went away
+			}
+			continue
+		}
+		if snap.Ended {
+			b, _ := json.Marshal(snap.Dropped)
+			fmt.Fprintf(es.bw, "event: end\ndata: %s\n\n", b)
+			_ = es.flush()
+			return nil
+		}
+		if err := es.flush(); err != nil {
+			return nil
+		}
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-s.closing:
+			return nil
+		case <-revoked:
+			c.log.Info("sandbox event stream ended: its key was revoked")
+			return nil
+		case <-snap.Changed:
+		case <-keepalive.C:
+			fmt.Fprint(es.bw, ": keepalive\n\n")
+		}
+	}
 }

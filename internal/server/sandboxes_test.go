@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +17,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlockrun/airlock/internal/api"
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/report"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/server"
+	ssereader "github.com/airlockrun/airlock/internal/sse"
 )
 
 // sandboxTable is a hand-written server.Sandboxes: each tenant's live
@@ -25,6 +34,15 @@ type sandboxTable struct {
 	// mu.
 	byTenant  map[string][]api.Sandbox
 	revokedBy []string
+	// logs are the sandboxes' event logs, by tenant/id.
+	logs map[string]*report.Log
+}
+
+func (x *sandboxTable) Events(tenant, id string) (*report.Log, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	l, ok := x.logs[tenant+"/"+id]
+	return l, ok
 }
 
 func (x *sandboxTable) Sandboxes(tenant string) []api.Sandbox {
@@ -299,5 +317,139 @@ func TestUISandboxes(t *testing.T) {
 	defer table.mu.Unlock()
 	if len(table.revokedBy) != 1 {
 		t.Errorf("the page revoked %d times, want once", len(table.revokedBy))
+	}
+}
+
+// TestSandboxEventsAPI: what a real sandbox's command reports through
+// airlock-event is served by GET /v1/sandboxes/{id}/events, as a JSON list
+// and as a live server-sent event stream that ends with the sandbox,
+// marked as the sandbox's; refused lines are counted; another tenant's
+// key gets 404.
+func TestSandboxEventsAPI(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a real sandbox")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	be, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(t.TempDir(), "run")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = be.Close() })
+	sb, err := be.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
+	const id = "iabc123def456" // alpha's E2B sandbox in exampleSandboxes
+	log := report.NewLog(policy.Events{}, id, 0)
+	stop := sandbox.WatchEvents(ctx, sb, log)
+	table := exampleSandboxes()
+	table.logs = map[string]*report.Log{"alpha/" + id: log}
+	h := newHarness(t, harnessOptions{sandboxes: table})
+	alpha, beta := h.key("alpha", "runs:read"), h.key("beta", "runs:read")
+	path := "/v1/sandboxes/" + id + "/events"
+
+	// A live stream, opened before anything was reported.
+	req, err := http.NewRequestWithContext(ctx, "GET", h.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+alpha)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("stream = %d %s, want 200 text/event-stream", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	streamed := make(chan []ssereader.Event, 1)
+	go func() {
+		var got []ssereader.Event
+		rd := ssereader.NewReader(resp.Body, 1<<20)
+		for {
+			ev, err := rd.Next()
+			if err != nil {
+				break
+			}
+			got = append(got, ev)
+			if ev.Type == "end" {
+				break
+			}
+		}
+		streamed <- got
+	}()
+
+	var out bytes.Buffer
+	res, err := sandbox.Run(ctx, sb, sandbox.Command{
+		Argv:   []string{"/bin/sh", "-c", `airlock-event progress --pct 40 x && echo 'not json' | airlock-event lines && airlock-event emit bogus '{}' && echo done`},
+		Stdout: &out, Stderr: &out,
+	})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("command = %v %+v: %s", err, res, out.String())
+	}
+	var list api.SandboxEventList
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		h.must(http.StatusOK, "GET", path, alpha, nil).json(t, &list)
+		if len(list.Events) == 1 && list.Dropped.Malformed == 1 && list.Dropped.UnknownKind == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s = %+v, want the progress event and 2 refusals", path, list)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e := list.Events[0]
+	if e.Seq != 1 || e.Event.Source != "sandbox" || e.Event.Sandbox != id || e.Event.Kind != "progress" || e.Event.Pct == nil || *e.Event.Pct != 40 || e.Event.Message != "x" || list.Next != 2 || list.Ended {
+		t.Errorf("event = %+v (next %d, ended %v), want progress 40%% x from the sandbox, seq 1", e, list.Next, list.Ended)
+	}
+	h.must(http.StatusOK, "GET", path+"?after=1", alpha, nil).json(t, &list)
+	if len(list.Events) != 0 {
+		t.Errorf("after=1: %+v, want none", list.Events)
+	}
+	for _, tc := range []struct {
+		name, path, key string
+		status          int
+	}{
+		{"another tenant's key", path, beta, http.StatusNotFound},
+		{"unknown sandbox", "/v1/sandboxes/inope/events", alpha, http.StatusNotFound},
+		{"a sandbox without a log", "/v1/sandboxes/imcp00000001/events", alpha, http.StatusNotFound},
+		{"a bad limit", path + "?limit=1001", alpha, http.StatusBadRequest},
+		{"a key without runs:read", path, h.key("alpha", "approvals"), http.StatusForbidden},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := h.do("GET", tc.path, tc.key, nil); r.status != tc.status {
+				t.Errorf("GET %s = %d %s, want %d", tc.path, r.status, r.body, tc.status)
+			}
+			if tc.status == http.StatusBadRequest {
+				return // a stream has no limit: it would stay open
+			}
+			if r := h.do("GET", tc.path, tc.key, nil, "Accept", "text/event-stream"); r.status != tc.status {
+				t.Errorf("stream %s = %d %s, want %d", tc.path, r.status, r.body, tc.status)
+			}
+		})
+	}
+
+	// The sandbox goes: the stream sends what is left and ends.
+	stop()
+	var got []ssereader.Event
+	select {
+	case got = <-streamed:
+	case <-ctx.Done():
+		t.Fatal("the stream did not end with the sandbox's log")
+	}
+	if len(got) != 2 || got[0].Type != "sandbox.event" || got[0].ID != "1" || got[1].Type != "end" {
+		t.Fatalf("stream = %+v, want the progress event (id 1) and end", got)
+	}
+	var se api.SandboxEvent
+	if err := json.Unmarshal([]byte(got[0].Data), &se); err != nil || se.Event.Kind != "progress" || se.Event.Source != "sandbox" {
+		t.Errorf("streamed event = %s (%v), want the progress event from the sandbox", got[0].Data, err)
+	}
+	// A reconnection after the last id gets only the end.
+	r := h.do("GET", path, alpha, nil, "Accept", "text/event-stream", "Last-Event-ID", "1")
+	if r.status != http.StatusOK || strings.Contains(string(r.body), "sandbox.event") || !strings.Contains(string(r.body), "event: end") {
+		t.Errorf("reconnection = %d %s, want only the end", r.status, r.body)
 	}
 }

@@ -220,6 +220,7 @@ func (s *Server) table() []route {
 		{method: "GET", pattern: "/v1/sandboxes", scopes: scopeRunsRead, h: s.listSandboxes},
 		{method: "GET", pattern: "/v1/sandboxes/{id}", scopes: scopeRunsRead, h: s.getSandbox},
 		{method: "GET", pattern: "/v1/sandboxes/{id}/exposures", scopes: scopeRunsRead, h: s.listExposures},
+		{method: "GET", pattern: "/v1/sandboxes/{id}/events", scopes: scopeRunsRead, h: s.sandboxEvents},
 		{method: "DELETE", pattern: "/v1/sandboxes/{id}/exposures/{port}", scopes: scopeRunsWrite, h: s.revokeExposure},
 		{method: "GET", pattern: "/v1/secrets", scopes: scopeSecrets, h: s.listSecrets},
 		{method: "PUT", pattern: "/v1/secrets/{name}", scopes: scopeSecrets, body: maxSecretBody, h: s.putSecret},

@@ -1,0 +1,128 @@
+package report_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/report"
+)
+
+func TestLog(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	cases := []struct {
+		name    string
+		cfg     policy.Events
+		size    int
+		lines   []string
+		kinds   []string
+		evicted uint64
+		check   func(t *testing.T, s report.Snapshot)
+	}{
+		{
+			name:  "accepted lines are kept, refused ones counted",
+			lines: []string{`{"kind":"progress","pct":40,"message":"x"}`, `not json`, `{"kind":"nope"}`, `{"kind":"log","message":"hi"}`},
+			kinds: []string{"progress", "log"},
+			check: func(t *testing.T, s report.Snapshot) {
+				if s.Dropped.Malformed != 1 || s.Dropped.UnknownKind != 1 {
+					t.Errorf("dropped = %+v, want 1 malformed and 1 unknown kind", s.Dropped)
+				}
+				if s.Events[0].Event.Source != "sandbox" || s.Events[0].Event.Sandbox != "sb" {
+					t.Errorf("first event = %+v, want source sandbox, sandbox sb", s.Events[0].Event)
+				}
+			},
+		},
+		{
+			name:    "the ring keeps the last size",
+			size:    3,
+			lines:   []string{`{"kind":"log","message":"1"}`, `{"kind":"log","message":"2"}`, `{"kind":"log","message":"3"}`, `{"kind":"log","message":"4"}`, `{"kind":"log","message":"5"}`},
+			kinds:   []string{"log", "log", "log"},
+			evicted: 2,
+			check: func(t *testing.T, s report.Snapshot) {
+				if s.Events[0].Seq != 3 || s.Events[0].Event.Message != "3" || s.Next != 6 {
+					t.Errorf("first = %+v, next = %d; want seq 3 message 3, next 6", s.Events[0], s.Next)
+				}
+			},
+		},
+		{
+			name:  "artifacts are kept refused",
+			lines: []string{`{"kind":"artifact","path":"/workspace/r.html"}`},
+			kinds: []string{"artifact"},
+			check: func(t *testing.T, s report.Snapshot) {
+				if s.Events[0].Event.Refused == "" || s.Dropped.Artifacts != 1 {
+					t.Errorf("artifact = %+v, dropped %+v; want refused and counted", s.Events[0].Event, s.Dropped)
+				}
+			},
+		},
+		{
+			name:  "the rate cap applies",
+			cfg:   policy.Events{Rate: 1, Burst: 2},
+			lines: []string{`{"kind":"log","message":"1"}`, `{"kind":"log","message":"2"}`, `{"kind":"log","message":"3"}`},
+			kinds: []string{"log", "log"},
+			check: func(t *testing.T, s report.Snapshot) {
+				if s.Dropped.Rate != 1 {
+					t.Errorf("dropped = %+v, want 1 for rate", s.Dropped)
+				}
+			},
+		},
+		{
+			name:  "events off keeps nothing",
+			cfg:   policy.Events{Off: true},
+			lines: []string{`{"kind":"log","message":"1"}`},
+			check: func(t *testing.T, s report.Snapshot) {
+				if s.Dropped.Invalid != 1 {
+					t.Errorf("dropped = %+v, want 1 refused", s.Dropped)
+				}
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := report.NewLog(tc.cfg, "sb", tc.size)
+			for _, line := range tc.lines {
+				l.Line([]byte(line), now) // one instant: only the burst passes the rate cap
+			}
+			s := l.After(0, 0)
+			var kinds []string
+			for _, e := range s.Events {
+				kinds = append(kinds, e.Event.Kind)
+			}
+			if fmt.Sprint(kinds) != fmt.Sprint(tc.kinds) || s.Evicted != tc.evicted {
+				t.Fatalf("kinds = %v, evicted %d; want %v, %d", kinds, s.Evicted, tc.kinds, tc.evicted)
+			}
+			if tc.check != nil {
+				tc.check(t, s)
+			}
+		})
+	}
+}
+
+func TestLogWaitAndEnd(t *testing.T) {
+	l := report.NewLog(policy.Events{}, "sb", 0)
+	s := l.After(0, 0)
+	l.Line([]byte(`{"kind":"log","message":"a"}`), time.Now())
+	select {
+	case <-s.Changed:
+	default:
+		t.Fatal("Changed not closed by a new event")
+	}
+	s = l.After(l.After(0, 0).Next-1, 0)
+	if len(s.Events) != 0 {
+		t.Fatalf("after the last seen: %v, want none", s.Events)
+	}
+	s = l.After(0, 0)
+	if len(s.Events) != 1 {
+		t.Fatalf("after 0: %d events, want 1", len(s.Events))
+	}
+	l.End()
+	select {
+	case <-s.Changed:
+	default:
+		t.Fatal("Changed not closed by End")
+	}
+	l.Line([]byte(`{"kind":"log","message":"b"}`), time.Now())
+	if s := l.After(0, 0); !s.Ended || len(s.Events) != 1 {
+		t.Fatalf("after End: ended %v, %d events; want ended and 1", s.Ended, len(s.Events))
+	}
+}
