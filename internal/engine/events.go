@@ -3,7 +3,6 @@ package engine
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,7 +15,6 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/sandbox"
-	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -159,7 +157,7 @@ func (d *driver) readEvents(ctx context.Context, name string, sb sandbox.Sandbox
 			continue
 		}
 		if d.cfg.Secrets.Results != string(policy.SecretKeep) {
-			d.redactReported(&ev)
+			report.Redact(d.scan, &ev)
 		}
 		ps := []event.Payload{}
 		if ev.Kind == "artifact" {
@@ -174,31 +172,6 @@ func (d *driver) readEvents(ctx context.Context, name string, sb sandbox.Sandbox
 		ps = append([]event.Payload{ev}, ps...)
 		_, _ = d.record(ctx, ps...) // as flush's
 	}
-}
-
-// redactReported redacts what the run's secret scanner finds in the text
-// of a sandbox event, as in a tool's result. Data that holds a finding is
-// kept as the JSON string of its redacted text (a marker may not keep the
-// JSON around it whole).
-func (d *driver) redactReported(ev *event.SandboxEvent) {
-	var all []scan.Finding
-	for _, s := range []*string{&ev.Message, &ev.Name, &ev.Unit, &ev.Path} {
-		var fs []scan.Finding
-		*s, fs = d.scan.Redact(*s)
-		all = append(all, fs...)
-	}
-	if len(ev.Data) > 0 {
-		red, fs := d.scan.Redact(string(ev.Data))
-		if len(fs) > 0 {
-			b, err := json.Marshal(red)
-			if err != nil {
-				b = []byte(`"[redacted]"`)
-			}
-			ev.Data = b
-			all = append(all, fs...)
-		}
-	}
-	ev.Secrets = scan.IDs(all)
 }
 
 // sandboxArtifact fetches and stores the file an artifact event declares,

@@ -15,6 +15,7 @@ import (
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -217,10 +218,11 @@ func (s *Server) create(ctx context.Context, c *callCtx, req CreateRequest) (b *
 	}
 	lb := &liveBox{Box: box, id: box.Sandbox.ID(), tenant: c.p.Tenant, created: s.o.Now()}
 	var evCfg policy.Events
+	sc := scan.NewOrDefault(scan.Options{})
 	if box.Policy != nil {
-		evCfg = box.Policy.Events
+		evCfg, sc = box.Policy.Events, box.Policy.ResultScanner()
 	}
-	lb.events = report.NewLog(evCfg, lb.id, 0)
+	lb.events = report.NewLog(evCfg, lb.id, 0, sc)
 	lb.stopEvents = sandbox.WatchEvents(ctx, box.Sandbox, lb.events)
 	if a := s.o.Approver; a != nil {
 		lb.end = func(ctx context.Context) { a.End(ctx, lb.tenant, lb.id) }

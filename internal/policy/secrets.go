@@ -131,6 +131,16 @@ func (d *Document) Scanner() *scan.Scanner {
 	return scan.NewOrDefault(scan.Options{})
 }
 
+// ResultScanner returns the scanner that redacts what the sandbox sends
+// back (tool results, its events): Scanner, or nil when secrets.results
+// keeps findings or scanning is off.
+func (d *Document) ResultScanner() *scan.Scanner {
+	if d.Secrets.Results == SecretKeep {
+		return nil
+	}
+	return d.Scanner()
+}
+
 // argFindings returns the ids of the rules that find something in the
 // string values of args (a JSON object), sorted and distinct.
 func argFindings(sc *scan.Scanner, args json.RawMessage) []string {

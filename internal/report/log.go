@@ -6,6 +6,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 )
 
 // DefaultLogSize is how many events a Log keeps when NewLog is given no
@@ -29,6 +30,7 @@ type Entry struct {
 type Log struct {
 	mu      sync.Mutex
 	f       *Filter       // guarded by mu
+	scan    *scan.Scanner // nil: the policy keeps secrets in results
 	size    int           // ring's capacity
 	ring    []Entry       // guarded by mu: the last size entries, oldest first
 	next    uint64        // guarded by mu: the Seq of the next entry
@@ -38,12 +40,13 @@ type Log struct {
 }
 
 // NewLog returns the log of sandbox under cfg, which keeps the last size
-// events (DefaultLogSize when size is not positive).
-func NewLog(cfg policy.Events, sandbox string, size int) *Log {
+// events (DefaultLogSize when size is not positive), each redacted by sc
+// as a run's are (Redact; nil keeps them as they came).
+func NewLog(cfg policy.Events, sandbox string, size int, sc *scan.Scanner) *Log {
 	if size <= 0 {
 		size = DefaultLogSize
 	}
-	return &Log{f: NewFilter(cfg, sandbox), size: size, next: 1, changed: make(chan struct{})}
+	return &Log{f: NewFilter(cfg, sandbox), scan: sc, size: size, next: 1, changed: make(chan struct{})}
 }
 
 // Line takes a line the sandbox wrote at now: kept when the filter accepts
@@ -61,6 +64,7 @@ func (l *Log) Line(line []byte, now time.Time) {
 		l.notify()
 		return
 	}
+	Redact(l.scan, &ev)
 	if ev.Kind == "artifact" {
 		ev.Refused = "not stored: a sandbox outside a run keeps its files; read the path with the sandbox's file operations"
 		l.f.RefuseArtifact()

@@ -2,12 +2,18 @@ package report_test
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/report"
+	"github.com/airlockrun/airlock/internal/secret/scan"
 )
+
+// token is a GitHub token of the shape the scanner finds (not a real one).
+const token = "ghp_" + "Zq7RkW2mXb9TcV4nLp8YsJ3dHf6GaQ1uEo5i"
 
 func TestLog(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -15,6 +21,7 @@ func TestLog(t *testing.T) {
 		name    string
 		cfg     policy.Events
 		size    int
+		keep    bool // the policy keeps secrets in results: no scanner
 		lines   []string
 		kinds   []string
 		evicted uint64
@@ -67,6 +74,30 @@ func TestLog(t *testing.T) {
 			},
 		},
 		{
+			name:  "secrets are redacted as in a run's events",
+			cfg:   policy.Events{Kinds: []policy.EventKindRule{{Name: "deploy"}}},
+			lines: []string{`{"kind":"log","message":"token ` + token + `"}`, `{"kind":"deploy","data":{"t":"` + token + `"}}`},
+			kinds: []string{"log", "deploy"},
+			check: func(t *testing.T, s report.Snapshot) {
+				for _, e := range s.Events {
+					if strings.Contains(e.Event.Message, token) || strings.Contains(string(e.Event.Data), token) || !slices.Contains(e.Event.Secrets, "github-pat") {
+						t.Errorf("event %+v (data %s): want the token redacted and github-pat named", e.Event, e.Event.Data)
+					}
+				}
+			},
+		},
+		{
+			name:  "a policy that keeps secrets keeps them",
+			keep:  true,
+			lines: []string{`{"kind":"log","message":"token ` + token + `"}`},
+			kinds: []string{"log"},
+			check: func(t *testing.T, s report.Snapshot) {
+				if !strings.Contains(s.Events[0].Event.Message, token) || len(s.Events[0].Event.Secrets) != 0 {
+					t.Errorf("event %+v: want the token kept", s.Events[0].Event)
+				}
+			},
+		},
+		{
 			name:  "events off keeps nothing",
 			cfg:   policy.Events{Off: true},
 			lines: []string{`{"kind":"log","message":"1"}`},
@@ -79,7 +110,11 @@ func TestLog(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l := report.NewLog(tc.cfg, "sb", tc.size)
+			sc := scan.NewOrDefault(scan.Options{})
+			if tc.keep {
+				sc = nil
+			}
+			l := report.NewLog(tc.cfg, "sb", tc.size, sc)
 			for _, line := range tc.lines {
 				l.Line([]byte(line), now) // one instant: only the burst passes the rate cap
 			}
@@ -99,7 +134,7 @@ func TestLog(t *testing.T) {
 }
 
 func TestLogWaitAndEnd(t *testing.T) {
-	l := report.NewLog(policy.Events{}, "sb", 0)
+	l := report.NewLog(policy.Events{}, "sb", 0, nil)
 	s := l.After(0, 0)
 	l.Line([]byte(`{"kind":"log","message":"a"}`), time.Now())
 	select {

@@ -342,7 +342,7 @@ func TestSandboxEventsAPI(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = sb.Destroy(context.Background()) })
 	const id = "iabc123def456" // alpha's E2B sandbox in exampleSandboxes
-	log := report.NewLog(policy.Events{}, id, 0)
+	log := report.NewLog(policy.Events{}, id, 0, nil)
 	stop := sandbox.WatchEvents(ctx, sb, log)
 	table := exampleSandboxes()
 	table.logs = map[string]*report.Log{"alpha/" + id: log}
