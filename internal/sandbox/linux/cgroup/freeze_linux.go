@@ -74,11 +74,23 @@ func (g *Group) Freeze(ctx context.Context) error {
 	if err := writeFile(file, val); err != nil {
 		return fmt.Errorf("cgroup %s: freeze (%s): write %s: %w", g.name, kind, file, err)
 	}
+	tries := 0
 	ok, err := poll(deadline, func() (bool, error) {
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		return g.frozenBy(kind)
+		ok, err := g.frozenBy(kind)
+		if ok || err != nil || kind != FreezerV1 {
+			return ok, err
+		}
+		// The v1 freezer can stay FREEZING: it visits the group's tasks
+		// once per write, so a task forked while it did is missed until
+		// FROZEN is written again; now and then a thaw first lets a task
+		// caught part-way in the kernel reach a point where it stops.
+		if tries++; tries%8 == 0 {
+			_ = writeFile(file, "THAWED")
+		}
+		return false, writeFile(file, val)
 	})
 	if err == nil && !ok {
 		err = context.DeadlineExceeded
