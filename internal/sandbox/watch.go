@@ -3,23 +3,34 @@ package sandbox
 import (
 	"context"
 	"time"
-
-	"github.com/airlockrun/airlock/internal/report"
 )
 
 // watchDrainTimeout bounds the drain of a sandbox's event channel when
 // the watch stops.
 const watchDrainTimeout = 10 * time.Second
 
+// EventSink takes what a sandbox writes to its event channel
+// (report.Log: it validates, caps and keeps it). An interface, so that
+// this package, which the sandbox front end links, does not link the
+// validation and the secret scanner behind it.
+type EventSink interface {
+	// Line takes one line the sandbox wrote, at now.
+	Line(line []byte, now time.Time)
+	// Executor takes the executor's drop counts.
+	Executor(oversize, rate, queue, conns int64)
+	// End says no line follows.
+	End()
+}
+
 // WatchEvents feeds what sb's processes write to its event channel into
-// log (which validates, caps and keeps it), in a goroutine of its own,
+// log, in a goroutine of its own,
 // until stop is called: stop drains the channel (what commands that have
 // ended wrote is kept), waits for the goroutine, and ends the log. For a
 // sandbox that is not an EventSource, or whose executor refuses the
 // stream, the log is ended at once. It is for sandboxes outside runs (a
 // run's driver records its sandboxes' events itself); one stream runs per
 // sandbox.
-func WatchEvents(ctx context.Context, sb Sandbox, log *report.Log) (stop func()) {
+func WatchEvents(ctx context.Context, sb Sandbox, log EventSink) (stop func()) {
 	src, ok := sb.(EventSource)
 	if !ok {
 		log.End()
