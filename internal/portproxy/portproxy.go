@@ -388,11 +388,25 @@ func (c *meteredConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Write writes what the client sends.
+// Write writes what the client sends. It counts before it writes: the
+// proxy path's transport writes on a goroutine of its own, and once the
+// server has the bytes (and may have answered, and the request's account
+// been given) they must be in the account. What a failed write did not
+// carry is taken back; a write over a bound is not made and stays
+// counted (the bound is spent: the next request is refused).
 func (c *meteredConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	if cerr := c.count(&c.m.in, n); cerr != nil && err == nil {
-		err = cerr
+	if err := c.count(&c.m.in, len(p)); err != nil {
+		return 0, err
 	}
+	n, err := c.Conn.Write(p)
+	c.uncount(&c.m.in, len(p)-n)
 	return n, err
+}
+
+// uncount takes back n bytes counted but not carried.
+func (c *meteredConn) uncount(dir *atomic.Int64, n int) {
+	if n > 0 {
+		dir.Add(-int64(n))
+		c.ctr.bytes.Add(-int64(n))
+	}
 }
