@@ -87,20 +87,6 @@ func TestCollectCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	chunkFiles := func() map[string]bool {
-		t.Helper()
-		set := map[string]bool{}
-		err := filepath.WalkDir(filepath.Join(home, "chunks"), func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.Type().IsRegular() && filepath.Base(filepath.Dir(p)) != "tmp" {
-				set[filepath.Base(p)] = true
-			}
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return set
-	}
 	chunksOf := func(tenant string, c checkpoint.Result) []string {
 		t.Helper()
 		m, err := rs.checkpoints.Manifest(ctx, tenant, c.Digest)
@@ -138,7 +124,7 @@ func TestCollectCheckpoints(t *testing.T) {
 	// Two hours later (the chunks and the manifests made older; nothing
 	// sleeps).
 	past := time.Now().Add(-2 * time.Hour)
-	for name := range chunkFiles() {
+	for name := range chunkFiles(t, home) {
 		if err := os.Chtimes(filepath.Join(home, "chunks", name[:2], name), past, past); err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +134,7 @@ func TestCollectCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CollectCheckpoints = %v", err)
 	}
-	have := chunkFiles()
+	have := chunkFiles(t, home)
 	for _, c := range cases {
 		for _, id := range c.chunks {
 			if have[id] != c.kept {

@@ -90,7 +90,14 @@ func storedChunks(t *testing.T, h *Host) map[string]bool {
 		}
 		return set
 	}
-	err := filepath.WalkDir(filepath.Join(h.cfg.Home, "chunks"), func(p string, d fs.DirEntry, err error) error {
+	return chunkFiles(t, h.cfg.Home)
+}
+
+// chunkFiles is the ids of the chunk files under home (a local store's).
+func chunkFiles(t *testing.T, home string) map[string]bool {
+	t.Helper()
+	set := map[string]bool{}
+	err := filepath.WalkDir(filepath.Join(home, "chunks"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() && filepath.Base(filepath.Dir(p)) != "tmp" {
 			set[filepath.Base(p)] = true
 		}
