@@ -1,33 +1,72 @@
 package executor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 )
 
-// emptyEnviron gives the executor an empty environment under gVisor: it
-// executes itself again with none, unless it has none already. What the
-// process started with stays readable in /proc/1/environ, and gVisor's
-// /proc lets root inside read it (it checks no ptrace access there;
-// natively the kernel does), so nothing is left there to read: the bundle's
-// ExecutorEnv and what runsc adds (HOME). The executor needs no variable:
-// GOMAXPROCS is set here instead. Descriptor 0, the control socket, is
-// inherited across the exec.
+// emptyEnviron gives the executor an empty environment under gVisor. What
+// the process started with stays readable in /proc/1/environ (read from
+// the process's memory, where exec put it), and gVisor's /proc lets root
+// inside read it (runsc 20221219 checks no ptrace access there; natively
+// the kernel does): the bundle's ExecutorEnv and what runsc adds (HOME).
+// The executor needs no variable once the runtime has started (it read
+// GOMAXPROCS=1 then; without it, it is set here). So the environment is
+// cleared and its block overwritten with NULs in place (envBlock), and the
+// file reads as NULs alone. Where the block is not where the ABI puts it,
+// the executor executes itself again with no environment instead: a whole
+// Go runtime's start more inside gVisor, every system call of it trapped,
+// which is what this did before (docs/gvisor.md, "Cold start").
 func emptyEnviron(args []string) error {
-	if len(os.Environ()) == 0 {
+	env := os.Environ()
+	if len(env) == 0 {
 		runtime.GOMAXPROCS(1) // ExecutorEnv's GOMAXPROCS=1
 		return nil
 	}
-	// The executor binary, by its open file rather than its path.
-	return unix.Exec("/proc/self/exe", args, []string{})
+	block := envBlock()
+	if block == nil {
+		// The executor binary, by its open file rather than its path.
+		return unix.Exec("/proc/self/exe", args, []string{})
+	}
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GOMAXPROCS=") }) {
+		runtime.GOMAXPROCS(1)
+	}
+	os.Clearenv()
+	clear(block)
+	return nil
+}
+
+// envBlock returns the memory exec wrote the environment into: the bytes
+// of /proc/self/environ, which are exactly that block's (every string, the
+// ones the Go runtime drops as duplicates included, each ending in a NUL),
+// or nil if they are not found where the ABI puts them. The ABI lays the
+// strings out on the new stack one after the other: the arguments', then
+// the environment's. The runtime copied the environment into Go strings,
+// but os.Args are its strings in place: the block starts after the last
+// argument's NUL, and it is taken only if it holds the file's bytes.
+func envBlock() []byte {
+	want, err := os.ReadFile("/proc/self/environ")
+	if err != nil || len(want) == 0 || len(os.Args) == 0 || os.Args[len(os.Args)-1] == "" {
+		return nil
+	}
+	last := os.Args[len(os.Args)-1]
+	block := unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(unsafe.StringData(last)), len(last)+1)), len(want))
+	if !bytes.Equal(block, want) {
+		return nil
+	}
+	return block
 }
 
 // controlFromStdin moves the control socket from descriptor 0, where runsc

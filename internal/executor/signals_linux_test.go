@@ -17,6 +17,9 @@ import (
 const absorbChild = "AIRLOCK_TEST_ABSORB_CHILD"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(environChild) != "" {
+		environChildMain()
+	}
 	if os.Getenv(absorbChild) != "" {
 		absorbSignals(false)
 		// Echo each line back: an answer proves the process lives.
