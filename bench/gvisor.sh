@@ -32,7 +32,7 @@ col() { echo "$out" | awk -v b="$1" -v u="$2" '$1 ~ b {for (i = 3; i <= NF; i++)
 ns() { col "$1" ns/op; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "") print "-"; else printf "%.2f", a / b}'; }
 echo
-echo "start    gvisor Create / runsc run true:  $(ratio "$(ns 'GVisorStart/runtime=gvisor-')" "$(ns 'GVisorStart/runsc=true')")x (target 1.1x)"
+echo "start    gvisor Create / runsc run true:  $(ratio "$(ns 'GVisorStart/runtime=gvisor-')" "$(ns 'GVisorStart/runsc=true')")x (target 1.1x); CPU $(ratio "$(col 'GVisorStart/runtime=gvisor-' cpu-ms/op)" "$(col 'GVisorStart/runsc=true' cpu-ms/op)")x ($(col 'GVisorStart/runtime=gvisor-' cpu-ms/op) vs $(col 'GVisorStart/runsc=true' cpu-ms/op) ms)"
 for rt in gvisor gvisor,ref; do
   [ -n "$(ns "GVisorExec/runtime=$rt-")" ] || continue
   echo "exec     $rt / native:  $(ratio "$(ns "GVisorExec/runtime=$rt-")" "$(ns 'GVisorExec/runtime=native-')")x (target 2x)"
