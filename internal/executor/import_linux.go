@@ -41,8 +41,14 @@ func (s *stream) importTar(root string) error {
 		return err
 	}
 	defer unix.Close(rfd)
-	im := importer{root: rfd}
-	tr := &tarReader{r: in}
+	return unpack(rfd, in)
+}
+
+// unpack applies the tar stream r beneath the directory open as root (an
+// O_PATH descriptor), as importTar describes.
+func unpack(root int, r io.Reader) error {
+	im := importer{root: root}
+	tr := &tarReader{r: r}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
