@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"unsafe"
 
@@ -47,7 +49,8 @@ func (s *stream) importTar(root string) error {
 // unpack applies the tar stream r beneath the directory open as root (an
 // O_PATH descriptor), as importTar describes.
 func unpack(root int, r io.Reader) error {
-	im := importer{root: root}
+	im := importer{root: root, curFD: -1, umask: umask(), buf: make([]byte, 256<<10)}
+	defer im.drop()
 	tr := &tarReader{r: r}
 	for {
 		h, err := tr.Next()
@@ -67,6 +70,19 @@ func unpack(root int, r io.Reader) error {
 type importer struct {
 	root int       // O_PATH descriptor of the destination directory
 	dirs []dirMeta // directories whose mode and time wait for the end
+	// cur is the directory the last entry went into, open (O_PATH, found
+	// as parent finds one) as curFD, or -1: a tar in walk order puts its
+	// entries one directory after another, so most entries need no walk.
+	// It stays valid: the importer never removes or replaces a directory
+	// (replace and tarDir leave one in place), and a directory moved by
+	// someone else meanwhile is written as the user could write it anyway.
+	cur   string
+	curFD int
+	// umask is the process's file mode creation mask, or -1 when unknown:
+	// a file created with its mode needs no fchmod when the mask clears
+	// none of its bits.
+	umask int
+	buf   []byte // a file's content on its way from the stream
 }
 
 type dirMeta struct {
@@ -89,6 +105,32 @@ func cleanName(name string) (string, error) {
 	}
 	n = path.Clean("/" + n)[1:]
 	return n, nil
+}
+
+// drop closes the directory the importer holds open.
+func (im *importer) drop() {
+	if im.curFD >= 0 {
+		unix.Close(im.curFD)
+	}
+	im.cur, im.curFD = "", -1
+}
+
+// dirOf returns the directory that holds name, beneath the root, open as
+// parent opens it, and name's last component. The importer keeps the
+// descriptor (see cur): the caller must not close it.
+func (im *importer) dirOf(name string) (int, string, error) {
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if im.curFD >= 0 && dir == im.cur {
+		return im.curFD, base, nil
+	}
+	fd, err := im.walk(dir)
+	if err != nil {
+		return -1, "", fmt.Errorf("entry %.200q: its directory %.200q: %w", name, dir, err)
+	}
+	im.drop()
+	im.cur, im.curFD = dir, fd
+	return fd, base, nil
 }
 
 // parent opens the directory that holds name, beneath the root, and
@@ -157,11 +199,10 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		im.dirs = append(im.dirs, dirMeta{name: "", mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
 		return nil
 	}
-	dir, base, err := im.parent(name)
+	dir, base, err := im.dirOf(name)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dir)
 	fail := func(err error) error { return fmt.Errorf("entry %.200q: %w", h.Name, err) }
 	mtime := unix.Timespec{Sec: h.ModTime, Nsec: h.ModTimeNsec}
 	times := []unix.Timespec{mtime, mtime} // access time as modification time, as tar -x
@@ -188,16 +229,29 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		im.dirs = append(im.dirs, dirMeta{name: name, mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
 		return nil
 	case tarReg:
-		if err := replace(dir, base); err != nil {
-			return fail(err)
+		// Created with its mode when the umask keeps all of it (so no
+		// fchmod), else owner-only until fchmod gives it its mode. The
+		// name is replaced only if taken: a restore's are not.
+		perm, chmod := uint32(0o600), true
+		if mode&^0o777 == 0 && im.umask >= 0 && mode&uint32(im.umask) == 0 {
+			perm, chmod = mode, false
 		}
-		fd, err := unix.Openat(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		fd, err := unix.Openat(dir, base, flags, perm)
+		if errors.Is(err, unix.EEXIST) {
+			if err := replace(dir, base); err != nil {
+				return fail(err)
+			}
+			fd, err = unix.Openat(dir, base, flags, perm)
+		}
 		if err != nil {
 			return fail(err)
 		}
-		f := fdWriter(fd)
-		_, err = io.CopyN(f, body, h.Size)
-		if err == nil {
+		n, err := io.CopyBuffer(fdWriter(fd), io.LimitReader(body, h.Size), im.buf)
+		if err == nil && n < h.Size {
+			err = fmt.Errorf("%w: body ends %d bytes early", errTarFormat, h.Size-n)
+		}
+		if err == nil && chmod {
 			err = unix.Fchmod(fd, mode)
 		}
 		if err == nil {
@@ -242,6 +296,12 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		if err := unix.Mknodat(dir, base, unix.S_IFIFO|mode, 0); err != nil {
 			return fail(err)
 		}
+		// mknod's mode is masked by the umask, as open's.
+		if mode&^0o777 != 0 || im.umask < 0 || mode&uint32(im.umask) != 0 {
+			if err := unix.Fchmodat(dir, base, mode, 0); err != nil {
+				return fail(err)
+			}
+		}
 	case tarChar, tarBlockD:
 		return fmt.Errorf("entry %.200q: device nodes are not made in a sandbox", h.Name)
 	default:
@@ -280,6 +340,26 @@ func (im *importer) finishDirs() error {
 		}
 	}
 	return nil
+}
+
+// umask returns the process's file mode creation mask, as the kernel
+// reports it (/proc/thread-self/status, Linux 4.7 on), or -1. It reads
+// it rather than set it (umask(2) does both, for every thread at once).
+func umask() int {
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return -1
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
+			if err != nil || m > 0o777 {
+				return -1
+			}
+			return int(m)
+		}
+	}
+	return -1
 }
 
 // futimens sets the access and modification times of the file open as fd

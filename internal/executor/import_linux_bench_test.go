@@ -134,5 +134,3 @@ func median(x []float64) float64 {
 	}
 	return (x[len(x)/2-1] + x[len(x)/2]) / 2
 }
-
-
