@@ -4,10 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"unsafe"
 
@@ -49,7 +47,7 @@ func (s *stream) importTar(root string) error {
 // unpack applies the tar stream r beneath the directory open as root (an
 // O_PATH descriptor), as importTar describes.
 func unpack(root int, r io.Reader) error {
-	im := importer{root: root, curFD: -1, umask: umask(), buf: make([]byte, 256<<10)}
+	im := importer{root: root, curFD: -1, buf: make([]byte, 256<<10)}
 	defer im.drop()
 	tr := &tarReader{r: r}
 	for {
@@ -78,12 +76,22 @@ type importer struct {
 	// someone else meanwhile is written as the user could write it anyway.
 	cur   string
 	curFD int
-	// umask is the process's file mode creation mask, or -1 when unknown:
-	// a file created with its mode needs no fchmod when the mask clears
-	// none of its bits.
-	umask int
+	// modes says, per permission mode (no setuid, setgid or sticky bit),
+	// whether a file created with it in cur gets it whole (modeKept), or
+	// loses bits to the umask or the directory's default ACL (modeMasked),
+	// or is not known yet: the first file of each mode in a directory is
+	// created with it and checked (fstat), the next ones need no fchmod
+	// when it was kept.
+	modes [0o1000]uint8
 	buf   []byte // a file's content on its way from the stream
 }
+
+// States of importer.modes.
+const (
+	modeUnknown = iota
+	modeKept
+	modeMasked
+)
 
 type dirMeta struct {
 	name      string // relative to root; "" is root itself
@@ -130,6 +138,7 @@ func (im *importer) dirOf(name string) (int, string, error) {
 	}
 	im.drop()
 	im.cur, im.curFD = dir, fd
+	im.modes = [0o1000]uint8{}
 	return fd, base, nil
 }
 
@@ -229,12 +238,17 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		im.dirs = append(im.dirs, dirMeta{name: name, mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
 		return nil
 	case tarReg:
-		// Created with its mode when the umask keeps all of it (so no
-		// fchmod), else owner-only until fchmod gives it its mode. The
+		// Created with its mode where that keeps all of it (see modes: so
+		// no fchmod), else owner-only until fchmod gives it its mode. The
 		// name is replaced only if taken: a restore's are not.
-		perm, chmod := uint32(0o600), true
-		if mode&^0o777 == 0 && im.umask >= 0 && mode&uint32(im.umask) == 0 {
-			perm, chmod = mode, false
+		perm, chmod, check := uint32(0o600), true, false
+		if mode&^0o777 == 0 {
+			switch im.modes[mode] {
+			case modeUnknown:
+				perm, check = mode, true
+			case modeKept:
+				perm, chmod = mode, false
+			}
 		}
 		const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 		fd, err := unix.Openat(dir, base, flags, perm)
@@ -246,6 +260,13 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		}
 		if err != nil {
 			return fail(err)
+		}
+		if check {
+			var st unix.Stat_t
+			im.modes[mode] = modeMasked
+			if unix.Fstat(fd, &st) == nil && st.Mode&0o7777 == mode {
+				im.modes[mode], chmod = modeKept, false
+			}
 		}
 		n, err := io.CopyBuffer(fdWriter(fd), io.LimitReader(body, h.Size), im.buf)
 		if err == nil && n < h.Size {
@@ -297,10 +318,8 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 			return fail(err)
 		}
 		// mknod's mode is masked by the umask, as open's.
-		if mode&^0o777 != 0 || im.umask < 0 || mode&uint32(im.umask) != 0 {
-			if err := unix.Fchmodat(dir, base, mode, 0); err != nil {
-				return fail(err)
-			}
+		if err := unix.Fchmodat(dir, base, mode, 0); err != nil {
+			return fail(err)
 		}
 	case tarChar, tarBlockD:
 		return fmt.Errorf("entry %.200q: device nodes are not made in a sandbox", h.Name)
@@ -340,26 +359,6 @@ func (im *importer) finishDirs() error {
 		}
 	}
 	return nil
-}
-
-// umask returns the process's file mode creation mask, as the kernel
-// reports it (/proc/thread-self/status, Linux 4.7 on), or -1. It reads
-// it rather than set it (umask(2) does both, for every thread at once).
-func umask() int {
-	b, err := os.ReadFile("/proc/thread-self/status")
-	if err != nil {
-		return -1
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
-			m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32)
-			if err != nil || m > 0o777 {
-				return -1
-			}
-			return int(m)
-		}
-	}
-	return -1
 }
 
 // futimens sets the access and modification times of the file open as fd

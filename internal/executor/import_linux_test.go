@@ -17,9 +17,9 @@ import (
 )
 
 // TestUnpackLikeTar: the importer's tree is GNU tar -xp's for the same
-// stream, under two umasks (the importer creates a file with its mode when
-// the mask keeps it, and fchmods it otherwise; a FIFO too), over a
-// destination that
+// stream, under three umasks (the importer creates a file with its mode
+// where the first file of that mode in the directory kept it whole, and
+// fchmods it otherwise; a FIFO too), over a destination that
 // already holds some of the names (replaced, as tar replaces them), with
 // entries that leave a directory and come back to it (the importer keeps
 // the last directory open).
@@ -44,6 +44,10 @@ func TestUnpackLikeTar(t *testing.T) {
 		{name: "a/f4755", typ: tar.TypeReg, mode: 0o4755, body: "setuid bit\n"},
 		{name: "a/f1777", typ: tar.TypeReg, mode: 0o1777, body: "sticky\n"},
 		{name: "a/empty", typ: tar.TypeReg, mode: 0o664},
+		// Second files of a mode in a directory: created as the first was.
+		{name: "a/g644", typ: tar.TypeReg, mode: 0o644, body: "again\n"},
+		{name: "a/g600", typ: tar.TypeReg, mode: 0o600, body: "again\n"},
+		{name: "a/g4755", typ: tar.TypeReg, mode: 0o4755, body: "again\n"},
 		{name: "b/", typ: tar.TypeDir, mode: 0o700},
 		{name: "b/big", typ: tar.TypeReg, mode: 0o640, body: strings.Repeat("0123456789abcdef", 70000)},
 		{name: "b/sym", typ: tar.TypeSymlink, link: "../a/f644"},
