@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	if restoreBench.close != nil {
+		restoreBench.close()
+	}
 	if benchTree.dir != "" {
 		os.RemoveAll(filepath.Dir(benchTree.dir))
 	}

@@ -41,8 +41,15 @@ func (s *stream) importTar(root string) error {
 		return err
 	}
 	defer unix.Close(rfd)
-	im := importer{root: rfd}
-	tr := &tarReader{r: in}
+	return unpack(rfd, in)
+}
+
+// unpack applies the tar stream r beneath the directory open as root (an
+// O_PATH descriptor), as importTar describes.
+func unpack(root int, r io.Reader) error {
+	im := importer{root: root, curFD: -1, buf: make([]byte, 256<<10)}
+	defer im.drop()
+	tr := &tarReader{r: r}
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -61,7 +68,30 @@ func (s *stream) importTar(root string) error {
 type importer struct {
 	root int       // O_PATH descriptor of the destination directory
 	dirs []dirMeta // directories whose mode and time wait for the end
+	// cur is the directory the last entry went into, open (O_PATH, found
+	// as parent finds one) as curFD, or -1: a tar in walk order puts its
+	// entries one directory after another, so most entries need no walk.
+	// It stays valid: the importer never removes or replaces a directory
+	// (replace and tarDir leave one in place), and a directory moved by
+	// someone else meanwhile is written as the user could write it anyway.
+	cur   string
+	curFD int
+	// modes says, per permission mode (no setuid, setgid or sticky bit),
+	// whether a file created with it in cur gets it whole (modeKept), or
+	// loses bits to the umask or the directory's default ACL (modeMasked),
+	// or is not known yet: the first file of each mode in a directory is
+	// created with it and checked (fstat), the next ones need no fchmod
+	// when it was kept.
+	modes [0o1000]uint8
+	buf   []byte // a file's content on its way from the stream
 }
+
+// States of importer.modes.
+const (
+	modeUnknown = iota
+	modeKept
+	modeMasked
+)
 
 type dirMeta struct {
 	name      string // relative to root; "" is root itself
@@ -83,6 +113,33 @@ func cleanName(name string) (string, error) {
 	}
 	n = path.Clean("/" + n)[1:]
 	return n, nil
+}
+
+// drop closes the directory the importer holds open.
+func (im *importer) drop() {
+	if im.curFD >= 0 {
+		unix.Close(im.curFD)
+	}
+	im.cur, im.curFD = "", -1
+}
+
+// dirOf returns the directory that holds name, beneath the root, open as
+// parent opens it, and name's last component. The importer keeps the
+// descriptor (see cur): the caller must not close it.
+func (im *importer) dirOf(name string) (int, string, error) {
+	dir, base := path.Split(name)
+	dir = strings.TrimSuffix(dir, "/")
+	if im.curFD >= 0 && dir == im.cur {
+		return im.curFD, base, nil
+	}
+	fd, err := im.walk(dir)
+	if err != nil {
+		return -1, "", fmt.Errorf("entry %.200q: its directory %.200q: %w", name, dir, err)
+	}
+	im.drop()
+	im.cur, im.curFD = dir, fd
+	im.modes = [0o1000]uint8{}
+	return fd, base, nil
 }
 
 // parent opens the directory that holds name, beneath the root, and
@@ -151,11 +208,10 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		im.dirs = append(im.dirs, dirMeta{name: "", mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
 		return nil
 	}
-	dir, base, err := im.parent(name)
+	dir, base, err := im.dirOf(name)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dir)
 	fail := func(err error) error { return fmt.Errorf("entry %.200q: %w", h.Name, err) }
 	mtime := unix.Timespec{Sec: h.ModTime, Nsec: h.ModTimeNsec}
 	times := []unix.Timespec{mtime, mtime} // access time as modification time, as tar -x
@@ -182,16 +238,41 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 		im.dirs = append(im.dirs, dirMeta{name: name, mode: mode, sec: h.ModTime, nsec: h.ModTimeNsec})
 		return nil
 	case tarReg:
-		if err := replace(dir, base); err != nil {
-			return fail(err)
+		// Created with its mode where that keeps all of it (see modes: so
+		// no fchmod), else owner-only until fchmod gives it its mode. The
+		// name is replaced only if taken: a restore's are not.
+		perm, chmod, check := uint32(0o600), true, false
+		if mode&^0o777 == 0 {
+			switch im.modes[mode] {
+			case modeUnknown:
+				perm, check = mode, true
+			case modeKept:
+				perm, chmod = mode, false
+			}
 		}
-		fd, err := unix.Openat(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		fd, err := unix.Openat(dir, base, flags, perm)
+		if errors.Is(err, unix.EEXIST) {
+			if err := replace(dir, base); err != nil {
+				return fail(err)
+			}
+			fd, err = unix.Openat(dir, base, flags, perm)
+		}
 		if err != nil {
 			return fail(err)
 		}
-		f := fdWriter(fd)
-		_, err = io.CopyN(f, body, h.Size)
-		if err == nil {
+		if check {
+			var st unix.Stat_t
+			im.modes[mode] = modeMasked
+			if unix.Fstat(fd, &st) == nil && st.Mode&0o7777 == mode {
+				im.modes[mode], chmod = modeKept, false
+			}
+		}
+		n, err := io.CopyBuffer(fdWriter(fd), io.LimitReader(body, h.Size), im.buf)
+		if err == nil && n < h.Size {
+			err = fmt.Errorf("%w: body ends %d bytes early", errTarFormat, h.Size-n)
+		}
+		if err == nil && chmod {
 			err = unix.Fchmod(fd, mode)
 		}
 		if err == nil {
@@ -234,6 +315,10 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 			return fail(err)
 		}
 		if err := unix.Mknodat(dir, base, unix.S_IFIFO|mode, 0); err != nil {
+			return fail(err)
+		}
+		// mknod's mode is masked by the umask, as open's.
+		if err := unix.Fchmodat(dir, base, mode, 0); err != nil {
 			return fail(err)
 		}
 	case tarChar, tarBlockD:
