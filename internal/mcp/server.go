@@ -453,7 +453,8 @@ type liveBox struct {
 	ports boxPorts
 	// events keeps what the sandbox reported through its event channel
 	// (sandbox_events, GET /v1/sandboxes/{id}/events); stopEvents drains
-	// the channel and ends it before the sandbox is destroyed.
+	// the channel before the sandbox is destroyed, and the log is ended
+	// after.
 	events     *report.Log
 	stopEvents func()
 }
@@ -466,6 +467,9 @@ func (b *liveBox) destroy(ctx context.Context) error {
 			b.stopEvents()
 		}
 		err = b.Destroy(ctx)
+		if b.events != nil {
+			b.events.End()
+		}
 		if b.end != nil {
 			b.end(ctx)
 		}
