@@ -409,7 +409,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
 	}
-	b.events = newEventLog(b)
+	b.events = s.newEventLog(ctx, b, false)
 	if err := s.openRecord(ctx, b, timeout); err != nil {
 		return nil, err
 	}
