@@ -25,8 +25,8 @@ func TestSweepSandboxEvents(t *testing.T) {
 		var es []store.SandboxEvent
 		for _, tn := range []string{"acme", "keeper", "runsonly"} {
 			for i, age := range []time.Duration{10 * time.Hour, 3 * time.Hour, time.Minute} {
-				es = append(es, store.SandboxEvent{Tenant: tn, Sandbox: "sb-1", Seq: uint64(i + 1), Time: now.Add(-age),
-					Event: fmt.Appendf(nil, `{"kind":"progress","message":"%s %d"}`, tn, i+1)})
+				body := fmt.Appendf(nil, `{"kind":"progress","message":"%s %d"}`, tn, i+1)
+				es = append(es, store.SandboxEvent{Tenant: tn, Sandbox: "sb-1", Seq: uint64(i + 1), Time: now.Add(-age), Event: body})
 			}
 		}
 		if err := se.AppendSandboxEvents(ctx, es); err != nil {
