@@ -52,6 +52,7 @@ type cli struct {
 		Create      CreateCmd                 `cmd:"" help:"Create a long-lived sandbox and print its id."`
 		Exec        sandboxcli.ExecCmd        `cmd:"" help:"Run a command in a live sandbox."`
 		Ls          sandboxcli.LsCmd          `cmd:"" help:"List live sandboxes."`
+		Events      SandboxEventsCmd          `cmd:"" help:"What a live sandbox of sandbox create reported through its event channel (airlock-event); --follow waits for more until it ends."`
 		Ports       SandboxPortsCmd           `cmd:"" help:"A server's sandboxes' exposed ports (AIRLOCK_URL, AIRLOCK_API_KEY): ls [ID], revoke ID PORT."`
 		PortForward sandboxcli.PortForwardCmd `cmd:"" name:"port-forward" help:"Forward local TCP ports to ports inside a live sandbox until interrupted: airlock sandbox port-forward ID [LOCAL:]PORT..."`
 		Rm          sandboxcli.RmCmd          `cmd:"" help:"Destroy live sandboxes."`

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestServeE2B: airlock serve with an e2b section serves the E2B control
@@ -138,7 +139,7 @@ func TestServeE2B(t *testing.T) {
 		l.Ports[0].Ports != "1-65535" || l.Ports[0].Access != "public" || l.Ports[0].URL != envdURL {
 		t.Errorf("GET /v1/sandboxes = %s, want %s running, ports 1-65535 public at %s", b, sb.ID, envdURL)
 	}
-	msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","echo from-e2b"]},"stdin":false}`)
+	msg := []byte(`{"process":{"cmd":"/bin/sh","args":["-c","airlock-event progress --pct 40 x && echo from-e2b"]},"stdin":false}`)
 	env := append([]byte{0, 0, 0, 0, 0}, msg...)
 	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
 	st, b = do("POST", envdURL+"/process.Process/Start", map[string]string{
@@ -148,6 +149,46 @@ func TestServeE2B(t *testing.T) {
 	// "from-e2b\n" in base64.
 	if st != 200 || !bytes.Contains(b, []byte(`"stdout":"ZnJvbS1lMmIK"`)) || !bytes.Contains(b, []byte(`"exited":true`)) {
 		t.Fatalf("Start = %d %q", st, b)
+	}
+	// What the command reported is the native API's, by the E2B sandbox's
+	// id, for the tenant's keys only (read from the sandbox as it comes:
+	// asked again until it is there).
+	var evs struct {
+		Events []struct {
+			Seq   uint64 `json:"seq"`
+			Event struct {
+				Source, Sandbox, Kind, Message string
+				Pct                            float64
+			} `json:"event"`
+		} `json:"events"`
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, b = call(t, "GET", base+"/v1/sandboxes/"+sb.ID+"/events", admin, nil)
+		if err := json.Unmarshal(b, &evs); st != 200 || err != nil {
+			t.Fatalf("GET /v1/sandboxes/{id}/events = %d %s (%v)", st, b, err)
+		}
+		if len(evs.Events) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /v1/sandboxes/{id}/events = %s, want the progress event", b)
+		}
+	}
+	if len(evs.Events) != 1 {
+		t.Fatalf("GET /v1/sandboxes/{id}/events = %s, want one event", b)
+	}
+	if e := evs.Events[0]; e.Seq != 1 || e.Event.Source != "sandbox" || e.Event.Sandbox != sb.ID || e.Event.Kind != "progress" || e.Event.Pct != 40 || e.Event.Message != "x" {
+		t.Errorf("event = %+v, want progress 40%% x from sandbox %s", e, sb.ID)
+	}
+	if code := airlockIn(t, ctx, home, exe, io.Discard, "tenants", "create", "other"); code != 0 {
+		t.Fatalf("tenants create: %d", code)
+	}
+	var otherOut bytes.Buffer
+	if code := airlockIn(t, ctx, home, exe, &otherOut, "keys", "create", "--tenant", "other", "--name", "ops", "--scope", "admin"); code != 0 {
+		t.Fatalf("keys create: %d", code)
+	}
+	if st, b := call(t, "GET", base+"/v1/sandboxes/"+sb.ID+"/events", strings.TrimSpace(otherOut.String()), nil); st != http.StatusNotFound {
+		t.Errorf("another tenant's GET /v1/sandboxes/{id}/events = %d %s, want 404", st, b)
 	}
 	if st, b := do("DELETE", apiURL+"/sandboxes/"+sb.ID, map[string]string{"X-API-KEY": key}, nil); st != 204 {
 		t.Fatalf("kill = %d %s", st, b)

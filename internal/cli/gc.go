@@ -40,8 +40,8 @@ func (c *GcCmd) Run(env *Env) error {
 		return hostError(err)
 	}
 	if c.Events > 0 || c.Runs > 0 || sw != (host.SweepStats{}) {
-		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged; %d audit log lines removed\n",
-			sw.Payloads, sw.Runs, sw.Kept, sw.Purged, sw.Audit)
+		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged; %d audit log lines removed; %d sandbox events deleted\n",
+			sw.Payloads, sw.Runs, sw.Kept, sw.Purged, sw.Audit, sw.SandboxEvents)
 	}
 	st, err := h.h.CollectCheckpoints(env.Ctx, c.Grace)
 	if err != nil {

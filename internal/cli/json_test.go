@@ -242,6 +242,20 @@ func TestJSONLines(t *testing.T) {
 				return []string{"sandbox", "exec", "--json", id, "--", "true"}
 			}},
 		},
+		"sandbox events": {
+			{name: "one", sandbox: true, lines: 1, args: func(t *testing.T, h *procHome) []string {
+				id := h.must(t, "", "sandbox", "create", "--ttl", "5m")
+				t.Cleanup(func() { h.run(t, "", "sandbox", "rm", id) })
+				h.must(t, "", "sandbox", "exec", id, "--", "airlock-event", "progress", "--pct", "40", "x")
+				// Kept as the supervisor reads it: asked until there.
+				for deadline := time.Now().Add(30 * time.Second); h.must(t, "", "sandbox", "events", id) == ""; time.Sleep(50 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatal("the event was not kept within 30s")
+					}
+				}
+				return []string{"sandbox", "events", "--json", id}
+			}},
+		},
 		"sandbox ls": {
 			{name: "none", args: none("sandbox", "ls", "--json"), lines: 0},
 			{name: "one", sandbox: true, lines: 1, args: func(t *testing.T, h *procHome) []string {

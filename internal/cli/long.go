@@ -171,6 +171,7 @@ func (SuperviseCmd) Run(env *Env) error {
 	if args.Template != nil {
 		prepare = func(ctx context.Context, sb sandbox.Sandbox) error { return template.Prepare(ctx, sb, args.Template) }
 	}
+	env.EventLog = host.OpenSandboxEvents
 	err = sandboxcli.Supervise(ctx, &env.Env, b, args.Spec, prepare, func(id string) {
 		fmt.Fprintf(report, "ok %s\n", id)
 		report.Close()

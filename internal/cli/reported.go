@@ -93,12 +93,17 @@ func (r reported) print(w io.Writer) {
 		fmt.Fprintf(w, "sandbox  [%s] %s %s\n", e.Sandbox, e.Kind, describeReported(e))
 	}
 	for _, d := range r.Dropped {
-		host := d.Malformed + d.UnknownKind + d.Oversize + d.Rate + d.Invalid
-		exec := d.ExecOversize + d.ExecRate + d.ExecQueue + d.ExecConns
-		fmt.Fprintf(w, "dropped  [%s] %d refused by the host (%s), %d dropped in the sandbox (%s), %d artifacts not stored\n", d.Sandbox,
-			host, counts("malformed", d.Malformed, "unknown kind", d.UnknownKind, "too big", d.Oversize, "too fast", d.Rate, "invalid", d.Invalid),
-			exec, counts("too long", d.ExecOversize, "too fast", d.ExecRate, "queue full", d.ExecQueue, "connections", d.ExecConns), d.Artifacts)
+		fmt.Fprintf(w, "dropped  [%s] %s\n", d.Sandbox, describeDropped(d))
 	}
+}
+
+// describeDropped says what of a sandbox's events was not kept.
+func describeDropped(d event.SandboxEventsDropped) string {
+	host := d.Malformed + d.UnknownKind + d.Oversize + d.Rate + d.Invalid
+	exec := d.ExecOversize + d.ExecRate + d.ExecQueue + d.ExecConns
+	return fmt.Sprintf("%d refused by the host (%s), %d dropped in the sandbox (%s), %d artifacts not stored",
+		host, counts("malformed", d.Malformed, "unknown kind", d.UnknownKind, "too big", d.Oversize, "too fast", d.Rate, "invalid", d.Invalid),
+		exec, counts("too long", d.ExecOversize, "too fast", d.ExecRate, "queue full", d.ExecQueue, "connections", d.ExecConns), d.Artifacts)
 }
 
 // describeReported is one line of what a sandbox event says.

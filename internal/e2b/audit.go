@@ -30,6 +30,10 @@ type Record struct {
 	// Detail says more in one line: a path, a command (clipped), a host.
 	// It never holds a token, an environment value or file contents.
 	Detail string `json:"detail,omitempty"`
+	// Source is "sandbox" for what the sandbox itself reported (op
+	// sandbox.event: its kind as the outcome, its message as the detail):
+	// untrusted data, written by code in the sandbox.
+	Source string `json:"source,omitempty"`
 	// Port, Client, BytesIn, BytesOut and DurationMS describe a request
 	// through a preview URL (op "port"): the sandbox's port, the client's
 	// address, the bytes it sent to the sandbox's server and got back,

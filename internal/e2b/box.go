@@ -23,6 +23,7 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/portproxy"
+	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
@@ -60,6 +61,9 @@ type box struct {
 	started  time.Time
 	internet bool
 	rec      *record // its record's log
+	// events keeps what the sandbox reported through its event channel,
+	// across its boots (events.go); ended when the sandbox ends.
+	events *report.Log
 	// autoPause pauses the sandbox when its timeout passes, instead of
 	// ending it (lifecycle onTimeout: pause); autoResume resumes it,
 	// paused so, when a data-plane request comes for it. lifetime is the
@@ -126,6 +130,8 @@ type live struct {
 	// prepared says the sandbox came from a template's warm pool: its
 	// start command ran and its readiness check passed already.
 	prepared bool
+	// events reads the boot's event channel into the box's log.
+	events eventWatch
 }
 
 // newToken returns a fresh access token: 32 random bytes, hex.
@@ -403,6 +409,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 	if err := b.spec.Validate(); err != nil {
 		return nil, &publicError{status: 400, msg: "template " + tpl.name + ": " + err.Error()}
 	}
+	b.events = s.newEventLog(ctx, b, false)
 	if err := s.openRecord(ctx, b, timeout); err != nil {
 		return nil, err
 	}
@@ -574,15 +581,19 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 		}
 		release = rel
 	}
+	var lv *live
 	if sb, ok := s.takeWarm(b, spec, empty); ok {
-		return &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{}), prepared: true}, nil
+		lv = &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{}), prepared: true}
+	} else {
+		sb, err := s.o.Backend.Create(ctx, spec)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
+		}
+		lv = &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}
 	}
-	sb, err := s.o.Backend.Create(ctx, spec)
-	if err != nil {
-		release()
-		return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
-	}
-	return &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}, nil
+	s.watch(ctx, b, lv)
+	return lv, nil
 }
 
 // takeWarm returns a sandbox of spec from the warm pool of b's stored
@@ -606,9 +617,10 @@ func (s *Server) takeWarm(b *box, spec sandbox.Spec, empty bool) (sandbox.Sandbo
 	return s.o.Warm.Take(name)
 }
 
-// destroy ends a boot: its sandbox (every process in it), then its
-// network.
+// destroy ends a boot: the reading of its event channel (what it holds
+// is kept), its sandbox (every process in it), then its network.
 func (s *Server) destroy(ctx context.Context, lv *live) {
+	lv.unwatch()
 	lv.endingMu.Do(func() { close(lv.ending) })
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
@@ -695,6 +707,9 @@ func (s *Server) endLocked(ctx context.Context, b *box, why endReason, keyID str
 		usage = &u
 		ps = append(ps, u)
 		s.destroy(ctx, lv)
+	}
+	if b.events != nil {
+		b.events.End()
 	}
 	if snap != "" {
 		_ = os.Remove(snap)
@@ -785,6 +800,9 @@ func (s *Server) pause(ctx context.Context, b *box, why string, memory bool) err
 		}
 	}
 	lv := b.live
+	// What the boot's processes reported goes into the log before they
+	// are frozen or destroyed; a resume reads the channel again.
+	lv.unwatch()
 	kind, note := pauseKindFilesystem, ""
 	if memory {
 		if note = s.freeze(ctx, b, lv); note == "" {
@@ -795,6 +813,7 @@ func (s *Server) pause(ctx context.Context, b *box, why string, memory bool) err
 		if kind == pauseKindMemory {
 			_ = lv.sb.(sandbox.Freezer).Thaw(context.WithoutCancel(ctx))
 		}
+		s.watch(ctx, b, lv)
 	}
 	ps.Kind = kind
 	if err := s.writePaused(b, ps); err != nil {

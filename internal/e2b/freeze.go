@@ -95,6 +95,7 @@ func (s *Server) resumeFrozen(ctx context.Context, b *box, timeout time.Duration
 	b.meter = meterState{at: now, cpu: cpuOf(lv)}
 	b.state, b.live, b.frozen, b.paused, b.snapshot, b.endAt = stateRunning, lv, nil, "", "", now.Add(timeout)
 	b.resumeKind, b.resumeNote, b.pauseKind, b.pauseNote = pauseKindMemory, "", "", ""
+	s.watch(ctx, b, lv)
 	s.log.Debug("e2b: resumed from memory", "sandbox_id", b.id, "ms", now.Sub(t0).Milliseconds())
 	return true, nil
 }

@@ -406,6 +406,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if err := b.spec.Validate(); err != nil {
 		return err
 	}
+	b.events = s.newEventLog(ctx, b, true)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.boxes[b.id] = b

@@ -294,6 +294,48 @@ type SweepStats struct {
 	Kept     int64 // payloads sealed before digests, kept (event.ErrV1Payload)
 	Purged   int   // runs purged
 	Audit    int64 // audit log lines removed (expired, or of purged runs)
+	// SandboxEvents counts events of sandboxes outside runs deleted
+	// (store.SandboxEvents; kept as long as a run's events: sandboxRetention).
+	SandboxEvents int64
+}
+
+// sandboxRetention is how long the events of tenant's sandboxes outside
+// runs are kept: as a run's events under its tenant's rule (r.Events),
+// or r.Runs when shorter or Events is not set; 0 keeps them. They have no
+// policy section of their own to apply (an E2B sandbox's template policy
+// governs its record, which is a run and is swept as one).
+func sandboxRetention(r Retention) time.Duration {
+	keep := r.Events
+	if keep == 0 || (r.Runs > 0 && r.Runs < keep) {
+		keep = r.Runs
+	}
+	return keep
+}
+
+// sweepSandboxEvents deletes the events of sandboxes outside runs past
+// their tenant's sandboxRetention as of now.
+func sweepSandboxEvents(ctx context.Context, st store.Store, rules RetentionRules, now time.Time) (int64, error) {
+	se, ok := st.(store.SandboxEvents)
+	if !ok {
+		return 0, nil
+	}
+	tenants, err := st.ListTenants(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, tn := range tenants {
+		keep := sandboxRetention(rules.For(tn.Name))
+		if keep <= 0 {
+			continue
+		}
+		k, err := se.ExpireSandboxEvents(ctx, tn.Name, now.Add(-keep))
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // Sweep applies each finished run's retention (its tenant's rule and its
@@ -371,6 +413,9 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}
+	if st.SandboxEvents, err = sweepSandboxEvents(ctx, rs.store, rules, now); err != nil {
+		return st, fmt.Errorf("sweep: sandbox events: %w", err)
+	}
 	n, err := h.forgetAudit(ctx, rs.store, "", &rules, now)
 	st.Audit = n
 	if err != nil {
@@ -381,10 +426,14 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}
-	if st.Payloads > 0 {
+	if st.Payloads > 0 || st.SandboxEvents > 0 {
+		counts := map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads}
+		if st.SandboxEvents > 0 {
+			counts["sandbox_events"] = st.SandboxEvents
+		}
 		_, err := rs.store.RecordDeletion(ctx, store.Deletion{
 			Kind: store.DeletionRetention, Target: "events", Actor: "retention",
-			Counts: map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads},
+			Counts: counts,
 		})
 		if err != nil {
 			return st, fmt.Errorf("sweep: %w", err)

@@ -183,9 +183,14 @@ func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
 	return api.Sandbox{}, false
 }
 
-// Events is an MCP sandbox's event log. An E2B sandbox's events are not
-// kept here (its executor's channel is not read outside runs yet): false.
+// Events is an E2B sandbox's event log (one across its pauses and
+// resumes), or an MCP sandbox's.
 func (x *e2bSandboxes) Events(tenant, id string) (*report.Log, bool) {
+	if srv := x.srv.Load(); srv != nil {
+		if l, ok := srv.Events(tenant, id); ok {
+			return l, true
+		}
+	}
 	if ms := x.mcp.Load(); ms != nil {
 		return ms.Events(tenant, id)
 	}

@@ -63,6 +63,12 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		o.Default, o.DefaultName = policy.Default(), "default"
 	}
 	boxes := &mcpBoxes{h: h, b: b, o: o}
+	// The sandboxes' events are kept in the run store, when it keeps
+	// them; a host whose store does not open keeps them in memory.
+	var events store.SandboxEvents
+	if st, err := h.Store(); err == nil {
+		events, _ = st.(store.SandboxEvents)
+	}
 	var keys, fails *ratelimit.Limiter
 	if o.Rate > 0 {
 		keys, fails = ratelimit.New(o.Rate, max(o.Burst, 1), nil), ratelimit.New(o.Rate, max(o.Burst, 1), nil)
@@ -76,6 +82,7 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		Audit:     o.Audit,
 		Limits:    MCPLimits(o.Default),
 		Redact:    h.red.String,
+		Events:    events,
 		Version:   h.cfg.Version,
 		Logger:    o.Logger,
 	}), nil

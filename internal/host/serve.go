@@ -615,7 +615,7 @@ func (s *service) sweep(ctx context.Context, rules RetentionRules) {
 			}
 			continue
 		}
-		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged, "audit_lines", st.Audit)
+		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged, "audit_lines", st.Audit, "sandbox_events", st.SandboxEvents)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/airlockrun/airlock/internal/ratelimit"
 	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -101,6 +102,10 @@ type Options struct {
 	// (each on a port of its own) and its URLs name, without Preview;
 	// default 127.0.0.1.
 	PortHost string
+	// Events, when not nil, keeps each event a sandbox reports (each is
+	// also an audit line of source sandbox), beyond the session's memory
+	// and under the tenant's retention; nil keeps them in memory only.
+	Events store.SandboxEvents
 	// Version is airlock's version, reported to clients.
 	Version string
 	Now     func() time.Time
@@ -453,7 +458,8 @@ type liveBox struct {
 	ports boxPorts
 	// events keeps what the sandbox reported through its event channel
 	// (sandbox_events, GET /v1/sandboxes/{id}/events); stopEvents drains
-	// the channel and ends it before the sandbox is destroyed.
+	// the channel before the sandbox is destroyed, and the log is ended
+	// after.
 	events     *report.Log
 	stopEvents func()
 }
@@ -466,6 +472,9 @@ func (b *liveBox) destroy(ctx context.Context) error {
 			b.stopEvents()
 		}
 		err = b.Destroy(ctx)
+		if b.events != nil {
+			b.events.End()
+		}
 		if b.end != nil {
 			b.end(ctx)
 		}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,8 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -828,7 +831,12 @@ func TestRateLimit(t *testing.T) {
 // sandbox's policy, marked as the sandbox's; refused lines are counted;
 // another session's sandbox is not reachable.
 func TestSandboxEvents(t *testing.T) {
-	h := newHarness(t, mcp.Options{})
+	db, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	h := newHarness(t, mcp.Options{Events: db})
 	url := h.httpServer(t)
 	cs, err := h.httpClient(t, url, "key-full")
 	if err != nil {
@@ -905,5 +913,19 @@ func TestSandboxEvents(t *testing.T) {
 	}
 	if _, ok := h.srv.Events("other", id); ok {
 		t.Errorf("Server.Events of another tenant found the sandbox")
+	}
+	// Each is kept in the store, and is an audit line of source sandbox.
+	rows, err := db.SandboxEvents(context.Background(), "acme", id, 0, 0)
+	if err != nil || len(rows) != 2 || rows[0].Seq != 1 || !strings.Contains(string(rows[0].Event), `"message":"x"`) {
+		t.Errorf("stored = %+v, %v; want the 2 events", rows, err)
+	}
+	var audited int
+	for _, r := range h.audit.records(t) {
+		if r.Tool == "sandbox.event" && r.Source == "sandbox" && r.Sandbox == id && r.Tenant == "acme" {
+			audited++
+		}
+	}
+	if audited != 2 {
+		t.Errorf("%d audit lines of source sandbox, want 2", audited)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/secret/scan"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -39,6 +40,10 @@ type Record struct {
 	Outcome string `json:"outcome"`
 	// Detail says more in one line: a path or a command (clipped).
 	Detail string `json:"detail,omitempty"`
+	// Source is "sandbox" for what the sandbox itself reported (tool
+	// sandbox.event: its kind as the outcome, its message as the
+	// detail): untrusted data, written by code in the sandbox.
+	Source string `json:"source,omitempty"`
 }
 
 // MaxSandboxes bounds the sandboxes one session holds at once.
@@ -223,6 +228,7 @@ func (s *Server) create(ctx context.Context, c *callCtx, req CreateRequest) (b *
 		evCfg, sc = box.Policy.Events, box.Policy.ResultScanner()
 	}
 	lb.events = report.NewLog(evCfg, lb.id, 0, sc)
+	lb.events.Persist(s.persistEvent(ctx, c.se.id, lb))
 	lb.stopEvents = sandbox.WatchEvents(ctx, box.Sandbox, lb.events)
 	if a := s.o.Approver; a != nil {
 		lb.end = func(ctx context.Context) { a.End(ctx, lb.tenant, lb.id) }
@@ -503,4 +509,28 @@ func clip(s string) string {
 		return s[:limit] + "..."
 	}
 	return s
+}
+
+// persistEvent is what becomes of each event sandbox lb of session keeps:
+// an audit line of source sandbox, and a row of Options.Events.
+func (s *Server) persistEvent(ctx context.Context, session string, lb *liveBox) func(report.Entry) {
+	ctx = context.WithoutCancel(ctx)
+	return func(e report.Entry) {
+		s.audit(Record{
+			Time: e.Time, Session: session, Tenant: lb.tenant, Sandbox: lb.id, Tool: "sandbox.event", Outcome: e.Event.Kind,
+			Detail: clip(e.Event.Message + e.Event.Name + e.Event.Path), Source: "sandbox",
+		})
+		if s.o.Events == nil {
+			return
+		}
+		body, err := json.Marshal(e.Event)
+		if err == nil {
+			sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = s.o.Events.AppendSandboxEvents(sctx, []store.SandboxEvent{{Tenant: lb.tenant, Sandbox: lb.id, Seq: e.Seq, Time: e.Time, Event: body}})
+			cancel()
+		}
+		if err != nil {
+			s.o.Logger.Warn("mcp: store a sandbox's event", "sandbox", lb.id, "seq", e.Seq, "err", err)
+		}
+	}
 }

@@ -37,6 +37,37 @@ type Log struct {
 	evicted uint64        // guarded by mu: entries forgotten for newer ones
 	changed chan struct{} // guarded by mu: closed and replaced at each change
 	ended   bool          // guarded by mu
+	keep    func(Entry)   // guarded by mu: Persist's
+}
+
+// Persist makes l hand each entry it keeps from now on to keep, in order,
+// once it is in the log: where the host stores a sandbox's events beyond
+// its memory (the store, the audit log). keep runs outside l's lock, on
+// the goroutine that adds lines.
+func (l *Log) Persist(keep func(Entry)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.keep = keep
+}
+
+// Restore puts es, entries of the sandbox stored before (oldest first,
+// all older than what l holds: a log made again after a restart), in l:
+// its last size are kept, the numbering goes on after the last, and
+// those before the first kept count as evicted. It hands none to
+// Persist's keep.
+func (l *Log) Restore(es []Entry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(es) == 0 || len(l.ring) > 0 {
+		return
+	}
+	if len(es) > l.size {
+		es = es[len(es)-l.size:]
+	}
+	l.ring = append([]Entry(nil), es...)
+	l.next = es[len(es)-1].Seq + 1
+	l.evicted = es[0].Seq - 1
+	l.notify()
 }
 
 // NewLog returns the log of sandbox under cfg, which keeps the last size
@@ -54,22 +85,31 @@ func NewLog(cfg policy.Events, sandbox string, size int, sc *scan.Scanner) *Log 
 // Refused set: a sandbox outside a run has no artifact store, the file
 // stays in the sandbox for its client to read.
 func (l *Log) Line(line []byte, now time.Time) {
+	e, keep, ok := l.line(line, now)
+	if ok && keep != nil {
+		keep(e)
+	}
+}
+
+// line is Line under l's lock: the entry kept, if any, and Persist's keep.
+func (l *Log) line(line []byte, now time.Time) (Entry, func(Entry), bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ended {
-		return
+		return Entry{}, nil, false
 	}
 	ev, err := l.f.Accept(line, now)
 	if err != nil {
 		l.notify()
-		return
+		return Entry{}, nil, false
 	}
 	Redact(l.scan, &ev)
 	if ev.Kind == "artifact" {
 		ev.Refused = "not stored: a sandbox outside a run keeps its files; read the path with the sandbox's file operations"
 		l.f.RefuseArtifact()
 	}
-	l.ring = append(l.ring, Entry{Seq: l.next, Time: now.UTC(), Event: ev})
+	e := Entry{Seq: l.next, Time: now.UTC(), Event: ev}
+	l.ring = append(l.ring, e)
 	l.next++
 	if len(l.ring) > l.size {
 		drop := len(l.ring) - l.size
@@ -77,6 +117,7 @@ func (l *Log) Line(line []byte, now time.Time) {
 		l.ring = append(l.ring[:0:0], l.ring[drop:]...)
 	}
 	l.notify()
+	return e, l.keep, true
 }
 
 // Executor takes the executor's drop counts (Filter.Executor).

@@ -161,3 +161,45 @@ func TestLogWaitAndEnd(t *testing.T) {
 		t.Fatalf("after End: ended %v, %d events; want ended and 1", s.Ended, len(s.Events))
 	}
 }
+
+// TestLogPersistRestore: Persist is handed each kept entry once, in
+// order, redacted, never a refused line; a log restored from those
+// entries continues their numbering, counts what it does not hold as
+// evicted, and hands restored entries to no one.
+func TestLogPersistRestore(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	l := report.NewLog(policy.Events{}, "sb", 0, scan.NewOrDefault(scan.Options{}))
+	var kept []report.Entry
+	l.Persist(func(e report.Entry) { kept = append(kept, e) })
+	for i, line := range []string{`{"kind":"progress","pct":10,"message":"a"}`, `not json`, `{"kind":"log","message":"key ` + token + `"}`, `{"kind":"progress","pct":20,"message":"b"}`} {
+		l.Line([]byte(line), now.Add(time.Duration(i)*time.Second))
+	}
+	if len(kept) != 3 || kept[0].Seq != 1 || kept[1].Seq != 2 || kept[2].Seq != 3 {
+		t.Fatalf("persisted = %+v, want seq 1-3", kept)
+	}
+	if strings.Contains(kept[1].Event.Message, token) {
+		t.Errorf("persisted %q: the token was not redacted", kept[1].Event.Message)
+	}
+	for _, size := range []int{0, 2} {
+		r := report.NewLog(policy.Events{}, "sb", size, nil)
+		var again []report.Entry
+		r.Persist(func(e report.Entry) { again = append(again, e) })
+		r.Restore(kept)
+		r.Line([]byte(`{"kind":"progress","pct":30,"message":"c"}`), now.Add(time.Minute))
+		s := r.After(0, 0)
+		var seqs []uint64
+		for _, e := range s.Events {
+			seqs = append(seqs, e.Seq)
+		}
+		want, evicted := []uint64{1, 2, 3, 4}, uint64(0)
+		if size == 2 {
+			want, evicted = []uint64{3, 4}, 2
+		}
+		if !slices.Equal(seqs, want) || s.Evicted != evicted || s.Next != 5 {
+			t.Errorf("size %d: restored log = %v (evicted %d, next %d), want %v (evicted %d, next 5)", size, seqs, s.Evicted, s.Next, want, evicted)
+		}
+		if len(again) != 1 || again[0].Seq != 4 || again[0].Event.Message != "c" {
+			t.Errorf("size %d: persisted after the restore = %+v, want only seq 4", size, again)
+		}
+	}
+}

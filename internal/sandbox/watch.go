@@ -18,29 +18,28 @@ type EventSink interface {
 	Line(line []byte, now time.Time)
 	// Executor takes the executor's drop counts.
 	Executor(oversize, rate, queue, conns int64)
-	// End says no line follows.
-	End()
 }
 
 // WatchEvents feeds what sb's processes write to its event channel into
 // log, in a goroutine of its own,
 // until stop is called: stop drains the channel (what commands that have
-// ended wrote is kept), waits for the goroutine, and ends the log. For a
-// sandbox that is not an EventSource, or whose executor refuses the
-// stream, the log is ended at once. It is for sandboxes outside runs (a
-// run's driver records its sandboxes' events itself); one stream runs per
-// sandbox.
+// ended wrote is kept) and waits for the goroutine. Stopping the watch
+// does not end the log: a sandbox's log outlives one boot (an E2B
+// sandbox's pause and resume watch two boots into one log), and its owner
+// ends it when the sandbox is gone. For a sandbox that is not an
+// EventSource, or whose executor refuses the stream, nothing is watched
+// (stop does nothing). It is for sandboxes outside runs (a run's driver
+// records its sandboxes' events itself); one stream runs per sandbox at a
+// time.
 func WatchEvents(ctx context.Context, sb Sandbox, log EventSink) (stop func()) {
 	src, ok := sb.(EventSource)
 	if !ok {
-		log.End()
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	lines, drain, err := src.Events(ctx)
 	if err != nil {
 		cancel()
-		log.End()
 		return func() {}
 	}
 	done := make(chan struct{})
@@ -63,6 +62,5 @@ func WatchEvents(ctx context.Context, sb Sandbox, log EventSink) (stop func()) {
 			<-done
 		}
 		cancel()
-		log.End()
 	}
 }

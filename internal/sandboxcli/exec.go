@@ -143,6 +143,9 @@ func sandboxError(id string, err error) error {
 	return fmt.Errorf("sandbox %s: %w", id, err)
 }
 
+// CheckID refuses what cannot be a sandbox's id (a path, say).
+func CheckID(id string) error { return checkID(id) }
+
 func checkID(id string) error {
 	if !strings.HasPrefix(id, "sb-") || len(id) > 64 || strings.ContainsAny(id, "/.\x00") {
 		return fmt.Errorf("%q is not a sandbox id", id)
@@ -275,6 +278,19 @@ func Supervise(ctx context.Context, env *Env, b sandbox.Backend, spec sandbox.Sp
 	info, _ := json.Marshal(sb.Info())
 	if err := os.WriteFile(filepath.Join(dir, "info.json"), info, 0o600); err != nil {
 		return err
+	}
+	if env.EventLog != nil {
+		sink, end, err := env.EventLog(dir, sb.ID())
+		if err != nil {
+			return err
+		}
+		stop := sandbox.WatchEvents(ctx, sb, sink)
+		// Before the sandbox is destroyed (deferred above): what its
+		// ended commands reported is kept.
+		defer func() {
+			stop()
+			end()
+		}()
 	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: filepath.Join(dir, "sock"), Net: "unix"})
 	if err != nil {

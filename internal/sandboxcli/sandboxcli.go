@@ -26,6 +26,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 )
 
@@ -50,6 +51,11 @@ type Env struct {
 	// sandbox host (airlock sandbox daemon) runs: the cold path, for
 	// benchmarks and debugging ($AIRLOCK_NO_HANDOFF).
 	NoHandoff bool
+	// EventLog, when set, opens where Supervise keeps what its sandbox
+	// id reports through its event channel, in the sandbox's state
+	// directory dir; end is called once the channel is drained, before
+	// the sandbox is destroyed. Nil: the channel is not read.
+	EventLog func(dir, id string) (sink sandbox.EventSink, end func(), err error)
 
 	backend *linux.Backend
 }

@@ -434,6 +434,7 @@ func TestSandboxEventsAPI(t *testing.T) {
 
 	// The sandbox goes: the stream sends what is left and ends.
 	stop()
+	log.End()
 	var got []ssereader.Event
 	select {
 	case got = <-streamed:

@@ -57,7 +57,8 @@
 // internal/store/postgres), their schema and rows (internal/store/schema,
 // internal/store/sqlrow) and suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
-// internal/server/servertest, internal/e2b), API keys (internal/auth), the
+// internal/server/servertest, internal/e2b; internal/mcp for its
+// sandboxes' events), API keys (internal/auth), the
 // credit meter (internal/credit), telemetry (internal/telemetry), template
 // documents' names (internal/template) and host wiring (internal/host).
 package store

@@ -197,6 +197,13 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 	if n > 0 {
 		rec.Counts["checkpoint_holds"] = n
 	}
+	// What its sandboxes outside runs reported (store.SandboxEvents).
+	if n, err = d.deleteCount(ctx, tx, "sandbox_events", `tenant = `+d.Param(1), tenant); err != nil {
+		return rec, nil, err
+	}
+	if n > 0 {
+		rec.Counts["sandbox_events"] = n
+	}
 	rec, err = d.RecordDeletion(ctx, tx, rec, nowNS)
 	return rec, digests, err
 }

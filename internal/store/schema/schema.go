@@ -288,6 +288,22 @@ var migrations = []string{
 		created_ns INTEGER NOT NULL
 	);
 	CREATE INDEX checkpoint_holds_tenant ON checkpoint_holds (tenant);`,
+
+	// 16: what sandboxes outside runs (E2B's, MCP sessions') reported
+	// through their event channels (store.SandboxEvents): one row per
+	// event the host accepted, numbered per sandbox as its log numbers
+	// them, body the event's JSON (marked as the sandbox's). Kept as a
+	// run's events are (the tenant's retention); a tenant's rows go with
+	// it.
+	`CREATE TABLE sandbox_events (
+		tenant     TEXT NOT NULL,
+		sandbox    TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		time_ns    INTEGER NOT NULL,
+		body       BLOB NOT NULL,
+		PRIMARY KEY (tenant, sandbox, seq)
+	);
+	CREATE INDEX sandbox_events_time ON sandbox_events (tenant, time_ns);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -297,7 +313,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 15
+const Version = 16
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

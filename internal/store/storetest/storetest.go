@@ -118,6 +118,7 @@ func Run(t *testing.T, f Factory) {
 		{"DeleteTenant", testDeleteTenant},
 		{"MarkTenantDeleting", testMarkTenantDeleting},
 		{"DeletionMarkers", testDeletionMarkers},
+		{"SandboxEvents", testSandboxEvents},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
