@@ -367,16 +367,17 @@ func decode(p []byte, fields func(*execproto.Decoder)) error {
 	return nil
 }
 
-// readFrame reads one message's payload from r: its length, at most max,
-// then as many bytes. io.EOF means the connection ended between messages.
-func readFrame(r io.Reader, max int) ([]byte, error) {
+// readFrame reads one message's payload from r: its length, at most
+// limit, then as many bytes. io.EOF means the connection ended between
+// messages.
+func readFrame(r io.Reader, limit int) ([]byte, error) {
 	var h [frameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(h[:])
-	if uint64(n) > uint64(max) {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", errMessage, n, max)
+	if uint64(n) > uint64(limit) {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", errMessage, n, limit)
 	}
 	// Grown as the bytes come, not sized by the length read.
 	p, err := io.ReadAll(io.LimitReader(r, int64(n)))

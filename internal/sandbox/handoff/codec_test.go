@@ -117,7 +117,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		{"stdin and env", Request{Spec: sandbox.Spec{Env: []string{"A=1", ""}, Limits: sandbox.Limits{CPUs: 0.5}}, Argv: []string{"sh", "-c", ""}, Stdin: true}},
 		{"a prepare of no fields", Request{Argv: []string{"x"}, Prepare: &Prepare{}}},
 		{"a template's prepare", Request{Argv: []string{"x"}, Prepare: &Prepare{How: json.RawMessage(`{"start":["sleep","1"]}`), Pool: "t n 1 abc", Size: 2}}},
-		{"negative values", Request{Spec: sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: -1, CPUs: -0.0}, TTL: -time.Second}, Timeout: -1, MaxOutput: math.MinInt64}},
+		{"negative values", Request{Spec: sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: -1, CPUs: math.Copysign(0, -1)}, TTL: -time.Second}, Timeout: -1, MaxOutput: math.MinInt64}},
 		{"mounts and CAs", Request{Spec: sandbox.Spec{Mounts: []sandbox.Mount{{Source: "/a", Target: "/b", ReadOnly: true}, {}}, TrustedCAs: []byte("-----BEGIN CERTIFICATE-----\n")}}},
 	}
 	for _, tc := range reqs {
@@ -139,6 +139,9 @@ func TestCodecRoundTrip(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tc.req) {
 				t.Errorf("got %+v\nwant %+v", got, tc.req)
+			}
+			if math.Signbit(got.Spec.Limits.CPUs) != math.Signbit(tc.req.Spec.Limits.CPUs) {
+				t.Errorf("CPUs %v, want %v", got.Spec.Limits.CPUs, tc.req.Spec.Limits.CPUs)
 			}
 		})
 	}

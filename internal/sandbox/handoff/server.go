@@ -296,6 +296,10 @@ func readRequest(conn *net.UnixConn) (req Request, files []*os.File, r *bufio.Re
 			files = append(files, os.NewFile(uintptr(fd), "caller"))
 		}
 	}
+	if first[0] == '{' {
+		// Closed unanswered: the caller starts its own sandbox.
+		return req, files, nil, errors.New("read a request: a JSON request, from a front end older than this host (restart the host after an upgrade)")
+	}
 	r = bufio.NewReader(io.MultiReader(bytes.NewReader(first), conn))
 	b, err := readFrame(r, maxRequest)
 	if err == nil {
