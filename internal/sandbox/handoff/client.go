@@ -3,7 +3,6 @@ package handoff
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,11 +27,10 @@ type Stdio struct {
 // Process is a command running in a host's sandbox.
 type Process struct {
 	conn *net.UnixConn
-	dec  *json.Decoder
+	r    *bufio.Reader
 
+	// mu orders the signals' writes: they may come from any goroutine.
 	mu sync.Mutex
-	// enc is guarded by mu: signals may come from any goroutine.
-	enc *json.Encoder
 }
 
 // Start hands req to the host listening at socket and returns once the
@@ -47,7 +45,7 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{conn: conn, dec: json.NewDecoder(bufio.NewReader(conn)), enc: json.NewEncoder(conn)}
+	p := &Process{conn: conn, r: bufio.NewReaderSize(conn, 512)}
 	started := false
 	defer func() {
 		if !started {
@@ -72,18 +70,18 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 	}
 	// The descriptors travel with the request's first byte: the host reads
 	// them with it before decoding the rest.
-	b, err := json.Marshal(req)
+	b, err := encodeRequest(&req)
 	if err != nil {
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
 	if _, _, err := conn.WriteMsgUnix(b[:1], unix.UnixRights(fds...), nil); err != nil {
 		return nil, ErrNoHost
 	}
-	if _, err := conn.Write(append(b[1:], '\n')); err != nil {
+	if _, err := conn.Write(b[1:]); err != nil {
 		return nil, ErrNoHost
 	}
 	var rep reply
-	if err := p.dec.Decode(&rep); err != nil {
+	if err := p.read(&rep); err != nil {
 		// Refused, or gone before it did anything.
 		return nil, ErrNoHost
 	}
@@ -148,9 +146,23 @@ func peerUID(conn *net.UnixConn) (int, error) {
 
 // Signal forwards sig to the command.
 func (p *Process) Signal(sig unix.Signal) error {
+	b, err := encodeControl(control{Signal: int(sig)})
+	if err != nil {
+		return err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.enc.Encode(control{Signal: int(sig)})
+	_, err = p.conn.Write(b)
+	return err
+}
+
+// read reads the host's next reply.
+func (p *Process) read(rep *reply) error {
+	b, err := readFrame(p.r, maxReply)
+	if err != nil {
+		return err
+	}
+	return decodeReply(b, rep)
 }
 
 // Wait waits for the command's result and closes the connection;
@@ -160,7 +172,7 @@ func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
 	stop := context.AfterFunc(ctx, func() { p.conn.Close() })
 	defer stop()
 	var rep reply
-	if err := p.dec.Decode(&rep); err != nil {
+	if err := p.read(&rep); err != nil {
 		if ctx.Err() != nil {
 			return sandbox.Result{}, ctx.Err()
 		}

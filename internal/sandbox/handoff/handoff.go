@@ -44,53 +44,58 @@ func SocketPath(home string) string { return filepath.Join(home, SocketName) }
 // makes the sandbox itself.
 var ErrNoHost = errors.New("no sandbox host")
 
-// Request is one command to run in a fresh sandbox.
+// Request is one command to run in a fresh sandbox. It travels in the
+// binary form of codec.go.
 type Request struct {
 	// Spec is the sandbox's. Its host paths must be absolute: the host's
 	// working directory is not the caller's.
-	Spec sandbox.Spec `json:"spec"`
+	Spec sandbox.Spec
 	// Argv is the command.
-	Argv []string `json:"argv"`
+	Argv []string
 	// Timeout and MaxOutput are sandbox.Command's.
-	Timeout   time.Duration `json:"timeout_ns,omitempty"`
-	MaxOutput int64         `json:"max_output,omitempty"`
+	Timeout   time.Duration
+	MaxOutput int64
 	// Stdin says whether a third descriptor, the command's stdin, follows
 	// standard output and error.
-	Stdin bool `json:"stdin,omitempty"`
+	Stdin bool
 	// Prepare, when set, must bring the sandbox to readiness before the
 	// command starts (a template's start command and readiness check). A
 	// host without Server.Prepare does not take such a request (the
 	// caller gets ErrNoHost and prepares a sandbox of its own).
-	Prepare *Prepare `json:"prepare,omitempty"`
+	Prepare *Prepare
 }
 
 // Prepare is how a request's sandbox is brought to readiness.
 type Prepare struct {
 	// How is what Server.Prepare reads (a template's start command and
 	// readiness check); the host does not look into it otherwise.
-	How json.RawMessage `json:"how"`
+	How json.RawMessage
 	// Pool names the sandboxes prepared alike (a template's tenant, name,
 	// version and hash); with Size above 0 the host keeps Size of them
 	// made and prepared ahead, per name and spec, when its Backend can
 	// (a pool's Warm and Take), and hands the command one of them.
-	Pool string `json:"pool,omitempty"`
-	Size int    `json:"size,omitempty"`
+	Pool string
+	Size int
 }
 
 // reply is one message from the host: Started once the command runs, then
 // Result; Error instead of either says what failed (the text the caller's
 // own start would have printed).
 type reply struct {
-	Started bool            `json:"started,omitempty"`
-	Result  *sandbox.Result `json:"result,omitempty"`
-	Error   string          `json:"error,omitempty"`
+	Started bool
+	Result  *sandbox.Result
+	Error   string
 }
 
 // control is a message from the caller after the request.
 type control struct {
-	Signal int `json:"signal"`
+	Signal int
 }
 
-// maxRequest bounds what the host reads from one connection: a spec's environment and trusted
-// CAs are its largest parts (sandbox.Spec bounds both well below this); the control messages after it are a few bytes each.
+// maxRequest bounds the request the host reads: a spec's environment and
+// trusted CAs are its largest parts (sandbox.Spec bounds both well below
+// this).
 const maxRequest = 8 << 20
+
+// maxControl bounds a control message after the request (a few bytes).
+const maxControl = 64

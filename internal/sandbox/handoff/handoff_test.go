@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,6 +109,61 @@ func TestRefusedUID(t *testing.T) {
 	}
 	if o := out(); o != "" {
 		t.Errorf("a refused command wrote %q", o)
+	}
+}
+
+// TestForeignRequests: requests a host cannot read (a JSON request of a
+// front end of an older build, a frame over the bound, a cut one, bytes
+// that are no message) get no answer and run nothing, and the host keeps
+// none of the descriptors that came with them: the caller's pipe sees its
+// end once the host closed the connection.
+func TestForeignRequests(t *testing.T) {
+	s, sock := serve(t, os.Geteuid())
+	cases := []struct {
+		name string
+		b    []byte
+	}{
+		{"a JSON request", []byte(`{"spec":{},"argv":["sh","-c","echo ran"]}` + "\n")},
+		{"over the bound", []byte{0x7f, 0xff, 0xff, 0xff, 1}},
+		{"cut short", []byte{0, 0, 0, 40, 1, 2}},
+		{"not a message", []byte{0, 0, 0, 3, 1, 0x7f, 0}},
+		{"another form", []byte{0, 0, 0, 1, 9}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			conn := c.(*net.UnixConn)
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if _, _, err := conn.WriteMsgUnix(tc.b[:1], unix.UnixRights(int(w.Fd()), int(w.Fd())), nil); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			_, _ = conn.Write(tc.b[1:]) // the host may have closed already
+			if tc.name == "cut short" {
+				_ = conn.CloseWrite()
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			// A close with our bytes unread is ECONNRESET on a unix socket.
+			if b, err := io.ReadAll(conn); len(b) != 0 || err != nil && !errors.Is(err, unix.ECONNRESET) {
+				t.Errorf("host answered %q (%v), want the connection closed unanswered", b, err)
+			}
+			// The host's copies of w are closed: the pipe ends.
+			_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if b, err := io.ReadAll(r); err != nil || len(b) != 0 {
+				t.Errorf("the caller's pipe: %q, %v; want its end (the host closed its copies)", b, err)
+			}
+		})
+	}
+	if st := s.Stats(); st.Served != 0 {
+		t.Errorf("stats %+v, want nothing served", st)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -71,7 +72,8 @@ func (s *Server) prepared(ctx context.Context, req Request) (sb sandbox.Sandbox,
 	if w, ok := s.Backend.(warmer); ok && req.Prepare.Size > 0 && req.Prepare.Pool != "" {
 		// Sandboxes of one template but other specs (--env, limits) are
 		// pools of their own: Warm would empty the name's on each change.
-		spec, err := json.Marshal(req.Spec)
+		// The spec's binary form: one encoding per spec.
+		spec, err := frame(func(e *execproto.Encoder) { appendSpec(e, &req.Spec) })
 		if err != nil {
 			return nil, false, err
 		}
@@ -173,16 +175,22 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 		s.refused.Add(1)
 		return fmt.Errorf("refused a caller of uid %d", uid)
 	}
-	req, files, dec, err := readRequest(conn)
+	req, files, r, err := readRequest(conn)
 	for _, f := range files {
 		defer f.Close()
 	}
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(conn)
+	answer := func(rep reply) error {
+		b, err := encodeReply(&rep)
+		if err == nil {
+			_, err = conn.Write(b)
+		}
+		return err
+	}
 	fail := func(err error) error {
-		_ = enc.Encode(reply{Error: err.Error()})
+		_ = answer(reply{Error: err.Error()})
 		return nil // the caller reports it
 	}
 	want := 2
@@ -226,7 +234,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	if warm {
 		s.warm.Add(1)
 	}
-	if err := enc.Encode(reply{Started: true}); err != nil {
+	if err := answer(reply{Started: true}); err != nil {
 		return nil // the caller is gone: cancel kills the command
 	}
 	// The caller's signals; its connection's end kills the command. The
@@ -242,7 +250,8 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 		defer cancel()
 		for {
 			var c control
-			if err := dec.Decode(&c); err != nil {
+			b, err := readFrame(r, maxControl)
+			if err != nil || decodeControl(b, &c) != nil {
 				return
 			}
 			if c.Signal > 0 && c.Signal < 65 {
@@ -254,21 +263,19 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	if err != nil {
 		return fail(err)
 	}
-	_ = enc.Encode(reply{Result: &res})
+	_ = answer(reply{Result: &res})
 	return nil
 }
 
 // readRequest reads the request and the descriptors that came with its
-// first byte.
-func readRequest(conn *net.UnixConn) (Request, []*os.File, *json.Decoder, error) {
-	var req Request
+// first byte; r reads what follows it on conn.
+func readRequest(conn *net.UnixConn) (req Request, files []*os.File, r *bufio.Reader, err error) {
 	first := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(3*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(first, oob)
 	if err != nil || n != 1 {
 		return req, nil, nil, fmt.Errorf("read a request: %w", errors.Join(err, io.ErrUnexpectedEOF))
 	}
-	var files []*os.File
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 	if err != nil {
 		return req, nil, nil, fmt.Errorf("read a request's descriptors: %w", err)
@@ -289,9 +296,17 @@ func readRequest(conn *net.UnixConn) (Request, []*os.File, *json.Decoder, error)
 			files = append(files, os.NewFile(uintptr(fd), "caller"))
 		}
 	}
-	dec := json.NewDecoder(bufio.NewReader(io.MultiReader(bytes.NewReader(first), io.LimitReader(conn, maxRequest))))
-	if err := dec.Decode(&req); err != nil {
+	if first[0] == '{' {
+		// Closed unanswered: the caller starts its own sandbox.
+		return req, files, nil, errors.New("read a request: a JSON request, from a front end older than this host (restart the host after an upgrade)")
+	}
+	r = bufio.NewReader(io.MultiReader(bytes.NewReader(first), conn))
+	b, err := readFrame(r, maxRequest)
+	if err == nil {
+		err = decodeRequest(b, &req)
+	}
+	if err != nil {
 		return req, files, nil, fmt.Errorf("read a request: %w", err)
 	}
-	return req, files, dec, nil
+	return req, files, r, nil
 }
