@@ -299,26 +299,41 @@ func (q *Inbox) PutClose(c byte) error {
 // Get waits for the next chunk; ok is false once the Inbox is closed and empty.
 func (q *Inbox) Get() (Chunk, bool) {
 	for {
-		q.mu.Lock()
-		if len(q.chunks) > 0 {
-			c := q.chunks[0]
-			q.chunks[0] = Chunk{}
-			q.chunks = q.chunks[1:]
-			if len(q.chunks) == 0 {
-				q.chunks = nil
-			}
-			q.bytes[c.Channel] -= int64(len(c.Data))
-			q.mu.Unlock()
+		c, ok, ended := q.TryGet()
+		if ok {
 			return c, true
 		}
-		closed := q.closed
-		q.mu.Unlock()
-		if closed {
+		if ended {
 			return Chunk{}, false
 		}
 		<-q.ready
 	}
 }
+
+// TryGet takes the next chunk without waiting: ok is false when none is
+// queued, and then ended says whether the Inbox is closed (none will
+// come). A consumer that found none waits on Ready. There is one
+// consumer.
+func (q *Inbox) TryGet() (c Chunk, ok, ended bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.chunks) == 0 {
+		return Chunk{}, false, q.closed
+	}
+	c = q.chunks[0]
+	q.chunks[0] = Chunk{}
+	q.chunks = q.chunks[1:]
+	if len(q.chunks) == 0 {
+		q.chunks = nil
+	}
+	q.bytes[c.Channel] -= int64(len(c.Data))
+	return c, true, false
+}
+
+// Ready receives after a Put, a PutClose or the Close that came since
+// the consumer last received from it (or since the Inbox was made): the
+// consumer's wait when TryGet found nothing.
+func (q *Inbox) Ready() <-chan struct{} { return q.ready }
 
 // Close ends the Inbox: queued chunks are still delivered, then Get reports
 // the end. Close is idempotent.

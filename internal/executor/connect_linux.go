@@ -275,11 +275,15 @@ func (s *stream) socketToHost(sock *os.File, discard *atomic.Bool) bool {
 	}
 }
 
-// hostToSocket writes the host's Stdin data to the socket, acknowledging
-// each chunk once written, and shuts the socket's write side when the host
-// closes Stdin. It reports false when a write failed (the connection is
-// broken) or the relay was stopped.
+// hostToSocket writes the host's Stdin data to the socket, and shuts the
+// socket's write side when the host closes Stdin. It reports false when a
+// write failed (the connection is broken) or the relay was stopped. What
+// it wrote is acknowledged once that is a quarter of the window, not
+// chunk by chunk: the host may send three quarters more meanwhile, and a
+// request costs no frame back of its own.
 func (s *stream) hostToSocket(sock *os.File) bool {
+	window, _ := s.req.Flow()
+	ackAt, written := max(int(window)/4, 1), 0
 	for {
 		c, ok := s.stdin.Get()
 		if !ok {
@@ -288,7 +292,10 @@ func (s *stream) hostToSocket(sock *os.File) bool {
 		if _, err := sock.Write(c.Data); err != nil {
 			return false
 		}
-		_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(len(c.Data))))
+		if written += len(c.Data); written >= ackAt {
+			_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(written)))
+			written = 0
+		}
 	}
 	if !s.stdinClosed() {
 		return false // stopped, not closed by the host

@@ -35,8 +35,6 @@ type Conn struct {
 	readers sync.WaitGroup
 	// watchers are the goroutines that close watch channels (Watch).
 	watchers sync.WaitGroup
-	// relays are the writer goroutines of detached (connect) streams.
-	relays sync.WaitGroup
 }
 
 // Dial performs the handshake on rw: Hello both ways, Setup, Ready. On
@@ -111,14 +109,12 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close ends the connection and waits for its reader, for every watch
-// channel to be closed, and for every connect stream's output to be taken
-// or dropped.
+// Close ends the connection and waits for its reader and for every watch
+// channel to be closed.
 func (c *Conn) Close() error {
 	err := c.rw.Close()
 	c.readers.Wait()
 	c.watchers.Wait()
-	c.relays.Wait()
 	return err
 }
 

@@ -74,14 +74,14 @@ func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what s
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	window, _ := req.Flow()
 	pc := &portConn{
 		remote: remote, what: what,
-		data: make(chan []byte), consumed: make(chan int),
-		eof: make(chan struct{}), up: make(chan struct{}), closing: make(chan struct{}),
-		ending: c.ending,
-		rdl:    newDeadline(), wdl: newDeadline(),
+		up: make(chan struct{}), closing: make(chan struct{}),
+		rdl: newDeadline(), wdl: newDeadline(),
+		ackAt: max(int(window)/4, 1),
 	}
-	s, err := c.openOutputs(req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
+	s, err := c.openOutputs(req, &outputs{detached: true, up: func() { pc.upOnce.Do(func() { close(pc.up) }) }})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -134,26 +134,29 @@ func (pc *portConn) dialOpErr() error {
 }
 
 // portConn is a connect stream as a net.Conn. What the server sends is
-// handed from the stream's writer goroutine to Read as net.Pipe does, a
-// chunk at a time, and acknowledged to the executor once Read has taken
-// it all: the host holds at most the stream's window of it. Write sends
-// on the stream's stdin, waiting for credit.
+// queued by the connection's reader in the stream's Inbox, which holds at
+// most the stream's window, and Read takes it from there itself: no
+// goroutine between the two, so a chunk costs one wake-up (the reader's
+// hand-off to Read), not three. Read returns the credit for what it took
+// once a quarter of the window is taken (not a frame per chunk: a
+// request and its answer cost no acknowledgement each). Write sends on
+// the stream's stdin, waiting for credit.
 type portConn struct {
 	s      *stream // set once the stream is open, before Connect returns
 	remote sandbox.PortAddr
 	what   string // names the stream in errors: "connect to port N", "egress"
-	// ending is the executor connection's (Conn.ending): output not taken
-	// by then is dropped.
-	ending <-chan struct{}
 
-	// data offers Read a chunk of output; consumed says how much of it
-	// Read took.
-	data     chan []byte
-	consumed chan int
-	eof      chan struct{} // closed at the executor's close of stdout (the server's EOF)
-	up       chan struct{} // closed at the executor's close of stderr: the dial succeeded
-	upOnce   sync.Once
-	eofOnce  sync.Once
+	up     chan struct{} // closed at the executor's close of stderr: the dial succeeded
+	upOnce sync.Once
+
+	// rest is what Read took from the Inbox and has not returned yet;
+	// eof is set once Read took the close of Stdout (the server's EOF),
+	// after all its data; taken is what Read returned and has not given
+	// credit for, which it gives at ackAt. Guarded by readMu.
+	rest  []byte
+	eof   bool
+	taken int
+	ackAt int
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -164,40 +167,6 @@ type portConn struct {
 	writeMu sync.Mutex // serialises Writes and CloseWrite
 	// wclosed is set by CloseWrite. Guarded by writeMu.
 	wclosed bool
-}
-
-// channelClosed is called, in order with its output, when the executor
-// closes an output channel.
-func (pc *portConn) channelClosed(ch byte) {
-	switch ch {
-	case execproto.Stderr:
-		pc.upOnce.Do(func() { close(pc.up) })
-	case execproto.Stdout:
-		pc.eofOnce.Do(func() { close(pc.eof) })
-	}
-}
-
-// output is the stream's stdout: it blocks until Read took p, pc is
-// closed, or the executor's connection ends (and then drops the rest).
-func (pc *portConn) output() io.Writer { return outputFunc(pc.deliver) }
-
-type outputFunc func([]byte) (int, error)
-
-func (f outputFunc) Write(p []byte) (int, error) { return f(p) }
-
-func (pc *portConn) deliver(p []byte) (int, error) {
-	all := len(p)
-	for len(p) > 0 {
-		select {
-		case pc.data <- p:
-			p = p[<-pc.consumed:]
-		case <-pc.closing:
-			return all, nil
-		case <-pc.ending:
-			return all, nil
-		}
-	}
-	return all, nil
 }
 
 // Read reads what the server sent. It returns io.EOF once the server
@@ -216,39 +185,71 @@ func (pc *portConn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	select {
-	case p := <-pc.data:
-		n := copy(b, p)
-		pc.consumed <- n
-		return n, nil
-	case <-pc.eof:
-		if !isClosed(pc.up) {
-			// An early conn's stream closed before its dial was up:
-			// the dial failed, and the stream's end, just behind,
-			// says why.
-			if err := pc.awaitEnd("read", pc.rdl); err != nil {
-				return 0, err
+	out := pc.s.out
+	for {
+		if len(pc.rest) > 0 {
+			n := copy(b, pc.rest)
+			pc.rest = pc.rest[n:]
+			pc.credit(n)
+			return n, nil
+		}
+		if pc.eof {
+			if !isClosed(pc.up) {
+				// An early conn's stream closed before its dial was
+				// up: the dial failed, and the stream's end, just
+				// behind, says why.
+				if err := pc.awaitEnd("read", pc.rdl); err != nil {
+					return 0, err
+				}
+				if pc.failedDial() {
+					return 0, pc.dialOpErr()
+				}
 			}
+			return 0, io.EOF
+		}
+		c, ok, ended := out.TryGet()
+		switch {
+		case ok && c.Close:
+			pc.eof = pc.eof || c.Channel == execproto.Stdout
+			continue
+		case ok && c.Channel == execproto.Stdout:
+			pc.rest = c.Data
+			continue
+		case ok:
+			// Nothing but Stdout carries data on a relay: credit the
+			// rest back and drop it.
+			_ = pc.s.send(execproto.AckFrame(pc.s.id, c.Channel, uint32(len(c.Data))))
+			continue
+		case ended:
+			// The stream ended (done is closed) and its output is all
+			// taken.
 			if pc.failedDial() {
 				return 0, pc.dialOpErr()
 			}
+			return 0, pc.opErr("read", pc.endErr())
 		}
-		return 0, io.EOF
-	case <-pc.s.done:
-		// Output is all taken when done is closed; a close of stdout
-		// may have come last.
-		if pc.failedDial() {
-			return 0, pc.dialOpErr()
+		select {
+		case <-out.Ready():
+		case <-pc.closing:
+			return 0, pc.opErr("read", net.ErrClosed)
+		case <-pc.rdl.wait():
+			return 0, pc.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if isClosed(pc.eof) {
-			return 0, io.EOF
-		}
-		return 0, pc.opErr("read", pc.endErr())
-	case <-pc.closing:
-		return 0, pc.opErr("read", net.ErrClosed)
-	case <-pc.rdl.wait():
-		return 0, pc.opErr("read", os.ErrDeadlineExceeded)
 	}
+}
+
+// credit counts n bytes of Stdout returned by Read, and gives the
+// executor credit for what was returned once that is a quarter of the
+// window: the executor may send three quarters more meanwhile, so it is
+// never held up by it, and a small exchange costs no frame. Called with
+// readMu held.
+func (pc *portConn) credit(n int) {
+	pc.taken += n
+	if pc.taken < pc.ackAt {
+		return
+	}
+	_ = pc.s.send(execproto.AckFrame(pc.s.id, execproto.Stdout, uint32(pc.taken)))
+	pc.taken = 0
 }
 
 // awaitEnd waits for the stream's end, which follows the close of one of

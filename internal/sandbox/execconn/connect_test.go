@@ -368,3 +368,62 @@ func TestConnectEarlyRefusedWriting(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestConnectCredit: a connect stream gives the executor credit for what
+// Read returned once that is a quarter of the window, in one frame, and
+// not a frame per chunk (a request's answer costs no acknowledgement of
+// its own). An ack is sent by the Read that crossed the quarter, before
+// it returns, so whatever the conn writes next follows it.
+func TestConnectCredit(t *testing.T) {
+	s := startConnect(t, context.Background(), true)
+	p, ch, id, conn := s.p, s.ch, s.id, s.conn(t)
+	const chunk = 64 << 10
+	quarter := int(execproto.BulkWindow) / 4
+	buf := make([]byte, chunk)
+	frame := func() execproto.Frame {
+		t.Helper()
+		select {
+		case f, ok := <-ch:
+			if !ok {
+				t.Fatal("the host closed the connection")
+			}
+			return f
+		case <-time.After(10 * time.Second):
+			t.Fatal("no frame from the host")
+		}
+		return execproto.Frame{}
+	}
+	for _, tt := range []struct {
+		name   string
+		chunks int // sent and read before the conn writes a byte
+		ack    int // the credit that must come before that byte, 0 for none
+	}{
+		{"below a quarter", quarter/chunk - 1, 0},
+		{"the quarter reached", 1, quarter},
+		{"a chunk more", 1, 0},
+		{"the next quarter", quarter/chunk - 1, quarter},
+	} {
+		for range tt.chunks {
+			if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, make([]byte, chunk))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(conn, buf); err != nil {
+				t.Fatalf("%s: read: %v", tt.name, err)
+			}
+		}
+		if _, err := conn.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		f := frame()
+		if tt.ack > 0 {
+			c, n := execproto.AckCredit(f)
+			if f.Type != execproto.TAck || f.Stream != id || c != execproto.Stdout || int(n) != tt.ack {
+				t.Fatalf("%s: got %s on stream %d, want an ack of %d bytes of stdout", tt.name, f.Type, f.Stream, tt.ack)
+			}
+			f = frame()
+		}
+		if f.Type != execproto.TData || f.Stream != id || string(f.Payload) != "\x00x" {
+			t.Fatalf("%s: got %s %q on stream %d, want the conn's byte (and no ack before it)", tt.name, f.Type, f.Payload, f.Stream)
+		}
+	}
+}
