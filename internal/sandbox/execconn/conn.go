@@ -234,6 +234,10 @@ func (c *Conn) openOutputs(req *execproto.Request, o *outputs) (*stream, error) 
 	c.streams[id] = s
 	c.mu.Unlock()
 	f, err := execproto.MessageFrame(execproto.TOpen, id, req)
+	if err == nil && o.hold {
+		s.opening = f // the caller sends it (portConn.sendHeld)
+		return s, nil
+	}
 	if err == nil {
 		err = c.w.Write(f)
 	}

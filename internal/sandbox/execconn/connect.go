@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 // The stream uses the bulk window and chunk size: a connection carries
 // whatever the server sends, an HTTP body or a file, at memory speed.
 func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
-	pc, err := c.openConnect(sandboxID, port)
+	pc, err := c.openConnect(sandboxID, port, false)
 	if err != nil {
 		return nil, err
 	}
@@ -39,18 +40,24 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 // them to the socket. A failed dial is the error of the conn's Read or
 // Write: a *net.OpError whose Op is "dial", wrapping what Connect would
 // have returned (sandbox.ErrPortClosed when nothing listens).
+//
+// The opening itself waits for the conn's first use (a Write, a Read, a
+// CloseWrite or Close) and goes in the same write as what that sends: a
+// request and the opening before it are one write to the executor, and
+// one wake-up of it.
 func (c *Conn) ConnectEarly(sandboxID string, port int) (net.Conn, error) {
-	pc, err := c.openConnect(sandboxID, port)
+	pc, err := c.openConnect(sandboxID, port, true)
 	if err != nil {
 		return nil, err
 	}
 	return pc, nil
 }
 
-// openConnect sends the opening of a connect stream to port.
-func (c *Conn) openConnect(sandboxID string, port int) (*portConn, error) {
+// openConnect sends the opening of a connect stream to port, or holds it
+// for the conn's first use.
+func (c *Conn) openConnect(sandboxID string, port int, hold bool) (*portConn, error) {
 	req := execproto.Request{Op: execproto.OpConnect, Port: port, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
-	return c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID, Port: port}, fmt.Sprintf("connect to port %d", port))
+	return c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID, Port: port}, fmt.Sprintf("connect to port %d", port), hold)
 }
 
 // Egress opens an egress stream (execproto.OpEgress) and returns it as a
@@ -61,7 +68,7 @@ func (c *Conn) openConnect(sandboxID string, port int) (*portConn, error) {
 // sandbox (port 0).
 func (c *Conn) Egress(ctx context.Context, sandboxID string) (net.Conn, error) {
 	req := execproto.Request{Op: execproto.OpEgress, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
-	pc, err := c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID}, "egress")
+	pc, err := c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID}, "egress", false)
 	if err != nil {
 		return nil, err
 	}
@@ -69,8 +76,9 @@ func (c *Conn) Egress(ctx context.Context, sandboxID string) (net.Conn, error) {
 }
 
 // openRelay sends the opening of a stream that relays one connection
-// (connect or egress); what names it in errors.
-func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what string) (*portConn, error) {
+// (connect or egress), or holds it for the conn's first use; what names
+// it in errors.
+func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what string, hold bool) (*portConn, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -81,12 +89,60 @@ func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what s
 		rdl: newDeadline(), wdl: newDeadline(),
 		ackAt: max(int(window)/4, 1),
 	}
-	s, err := c.openOutputs(req, &outputs{detached: true, up: func() { pc.upOnce.Do(func() { close(pc.up) }) }})
+	s, err := c.openOutputs(req, &outputs{detached: true, hold: hold, up: func() { pc.upOnce.Do(func() { close(pc.up) }) }})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pc.s = s
+	if hold {
+		pc.opening = &s.opening
+		pc.held.Store(true)
+	}
 	return pc, nil
+}
+
+// sendHeld sends the stream's opening, if it is still held, and fs after
+// it in the same write; it reports whether it did (and so sent fs).
+func (pc *portConn) sendHeld(fs ...execproto.Frame) (bool, error) {
+	if !pc.held.Load() {
+		return false, nil
+	}
+	pc.openMu.Lock()
+	defer pc.openMu.Unlock()
+	if pc.opening == nil {
+		return false, nil
+	}
+	err := pc.s.c.w.WriteFrames(append([]execproto.Frame{*pc.opening}, fs...)...)
+	// Only once the opening is written: a Write that finds held false
+	// sends at once, and its data must follow the opening.
+	pc.opening = nil
+	pc.held.Store(false)
+	return true, err
+}
+
+// writeHeld sends the stream's opening, if it is still held, with the
+// first frame of b's data in the same write; it returns how much of b
+// went, and false when the opening was sent already. Called with
+// writeMu held.
+func (pc *portConn) writeHeld(b []byte) (int, bool, error) {
+	if !pc.held.Load() || len(b) == 0 {
+		return 0, false, nil
+	}
+	pc.openMu.Lock()
+	defer pc.openMu.Unlock()
+	if pc.opening == nil {
+		return 0, false, nil
+	}
+	s := pc.s
+	// Nothing was sent on the stream yet: the whole window is there.
+	n, err := s.in.TakeUntil(min(len(b), s.chunk), pc.wdl.wait())
+	if err != nil {
+		return 0, true, err
+	}
+	err = s.c.w.WriteFrames(*pc.opening, execproto.DataFrame(s.id, execproto.Stdin, b[:n]))
+	pc.opening = nil
+	pc.held.Store(false) // after the write, as in sendHeld
+	return n, true, err
 }
 
 // waitUp returns pc once the executor says its connection is up, or why
@@ -149,6 +205,14 @@ type portConn struct {
 	up     chan struct{} // closed at the executor's close of stderr: the dial succeeded
 	upOnce sync.Once
 
+	// opening, while not nil, is the stream's opening not sent yet
+	// (ConnectEarly's, until the conn's first use); held says so without
+	// the lock, and turns false only once the opening is written, so that
+	// nothing of the stream's can be written before it.
+	opening *execproto.Frame // guarded by openMu
+	openMu  sync.Mutex
+	held    atomic.Bool
+
 	// rest is what Read took from the Inbox and has not returned yet;
 	// eof is set once Read took the close of Stdout (the server's EOF),
 	// after all its data; taken is what Read returned and has not given
@@ -184,6 +248,11 @@ func (pc *portConn) Read(b []byte) (int, error) {
 	}
 	if len(b) == 0 {
 		return 0, nil
+	}
+	// A read before any write (a server that speaks first) opens the
+	// stream.
+	if _, err := pc.sendHeld(); err != nil {
+		return 0, pc.opErr("read", fmt.Errorf("%w: %w", sandbox.ErrLost, err))
 	}
 	out := pc.s.out
 	for {
@@ -289,7 +358,14 @@ func (pc *portConn) Write(b []byte) (int, error) {
 		return 0, pc.opErr("write", os.ErrDeadlineExceeded)
 	}
 	s := pc.s
-	n, err := s.c.w.SendDataUntil(s.id, execproto.Stdin, s.in, s.chunk, b, pc.wdl.wait())
+	n, _, err := pc.writeHeld(b)
+	if err == nil {
+		var more int
+		more, err = s.c.w.SendDataUntil(s.id, execproto.Stdin, s.in, s.chunk, b[n:], pc.wdl.wait())
+		n += more
+	} else {
+		n = 0
+	}
 	switch {
 	case err == nil:
 		return n, nil
@@ -330,7 +406,12 @@ func (pc *portConn) CloseWrite() error {
 		return nil
 	}
 	pc.wclosed = true
-	if err := pc.s.send(execproto.CloseFrame(pc.s.id, execproto.Stdin)); err != nil {
+	f := execproto.CloseFrame(pc.s.id, execproto.Stdin)
+	sent, err := pc.sendHeld(f)
+	if !sent {
+		err = pc.s.send(f)
+	}
+	if err != nil {
 		return pc.opErr("close", fmt.Errorf("%w: %w", sandbox.ErrLost, err))
 	}
 	return nil
@@ -355,15 +436,19 @@ func (pc *portConn) Close() error {
 		return nil
 	}
 	// After any Write in flight, which the credit's close ends: the close
-	// of stdin must follow the data.
+	// of stdin must follow the data. A cancel after the close of stdin is
+	// a close, not an abort. Both (and a held opening) go in one write.
 	pc.writeMu.Lock()
+	defer pc.writeMu.Unlock()
+	fs := make([]execproto.Frame, 0, 2)
 	if !pc.wclosed {
 		pc.wclosed = true
-		_ = pc.s.send(execproto.CloseFrame(pc.s.id, execproto.Stdin))
+		fs = append(fs, execproto.CloseFrame(pc.s.id, execproto.Stdin))
 	}
-	pc.writeMu.Unlock()
-	// A cancel after the close of stdin is a close, not an abort.
-	_ = pc.s.send(execproto.Frame{Type: execproto.TCancel, Stream: pc.s.id})
+	fs = append(fs, execproto.Frame{Type: execproto.TCancel, Stream: pc.s.id})
+	if sent, _ := pc.sendHeld(fs...); !sent {
+		_ = pc.s.c.w.WriteFrames(fs...)
+	}
 	return nil
 }
 

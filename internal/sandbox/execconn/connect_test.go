@@ -427,3 +427,62 @@ func TestConnectCredit(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectEarlyHeldOpening: ConnectEarly's opening waits for the
+// conn's first use and goes in the same write as it; whichever use comes
+// first — a Write, a Read (a server that speaks first), a CloseWrite, a
+// Close, or a Read and a Write at once (an HTTP transport's two loops) —
+// the executor sees the opening before anything else of the stream.
+func TestConnectEarlyHeldOpening(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		use  func(conn net.Conn)
+		// want are the types of the stream's first frames after the
+		// opening.
+		want []execproto.Type
+	}{
+		{"write", func(conn net.Conn) { _, _ = conn.Write([]byte("GET")) }, []execproto.Type{execproto.TData}},
+		{"read", func(conn net.Conn) {
+			go func() { _, _ = conn.Read(make([]byte, 1)) }()
+		}, nil},
+		{"read and write at once", func(conn net.Conn) {
+			go func() { _, _ = conn.Read(make([]byte, 1)) }()
+			_, _ = conn.Write([]byte("GET"))
+		}, []execproto.Type{execproto.TData}},
+		{"close write", func(conn net.Conn) { _ = conn.(interface{ CloseWrite() error }).CloseWrite() }, []execproto.Type{execproto.TClose}},
+		{"close", func(conn net.Conn) { _ = conn.Close() }, []execproto.Type{execproto.TClose, execproto.TCancel}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, p := dialPeer(t)
+			t.Cleanup(func() {
+				p.conn.Close()
+				c.Close()
+			})
+			ch := p.frames()
+			for range 50 {
+				conn, err := c.ConnectEarly("sb-test", 8080)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.use(conn)
+				f := next(t, ch)
+				if f.Type != execproto.TOpen {
+					t.Fatalf("the stream's first frame is %s, want its opening", f.Type)
+				}
+				for _, want := range tt.want {
+					if g := next(t, ch); g.Type != want || g.Stream != f.Stream {
+						t.Fatalf("after the opening: %s on stream %d, want %s on %d", g.Type, g.Stream, want, f.Stream)
+					}
+				}
+				conn.Close()
+				// What the close sends, when the use did not: drained
+				// before the next round's opening.
+				if tt.name != "close" {
+					for g := next(t, ch); g.Type != execproto.TCancel; g = next(t, ch) {
+					}
+				}
+				p.result(f.Stream, execproto.Result{})
+			}
+		})
+	}
+}

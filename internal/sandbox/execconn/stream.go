@@ -30,6 +30,9 @@ type stream struct {
 	// data; finish returns at once, never waiting for the consumer, and
 	// what it did not take is dropped with the stream.
 	detached bool
+	// opening is the stream's Open frame when its sending was left to
+	// the caller (outputs.hold).
+	opening execproto.Frame
 
 	once   sync.Once
 	result execproto.Result
@@ -63,6 +66,9 @@ type outputs struct {
 	// Stderr (a connect stream).
 	detached bool
 	up       func()
+	// hold: the opening is not sent but kept in the stream's opening,
+	// for its caller to send.
+	hold bool
 }
 
 // write hands output to the caller's writers and returns credit as they
