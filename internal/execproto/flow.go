@@ -151,6 +151,59 @@ func (w *Writer) Write(f Frame) error {
 	return nil
 }
 
+// WriteFrames writes fs with one write, atomically with respect to
+// other Writes: frames that go out together cost the peer one wake-up.
+func (w *Writer) WriteFrames(fs ...Frame) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	b := w.buf[:0]
+	for _, f := range fs {
+		var err error
+		if b, err = AppendFrame(b, f); err != nil {
+			return err
+		}
+	}
+	if cap(b) <= 2*ChunkSize {
+		w.buf = b
+	}
+	if _, err := w.w.Write(b); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// SendDataBetween is SendData with frames sent before p's data and
+// after it, in the same write as p's first and last frames: a p within
+// one frame and the credit, with what goes before and after it, is one
+// write. With an empty p it writes before and after together.
+func (w *Writer) SendDataBetween(stream uint32, c byte, credit *Credit, chunk int, before []Frame, p []byte, after []Frame) error {
+	if len(p) == 0 {
+		return w.WriteFrames(append(before, after...)...)
+	}
+	n, err := credit.Take(min(len(p), chunk))
+	if err != nil {
+		return err
+	}
+	fs := append(before, DataFrame(stream, c, p[:n]))
+	if n == len(p) {
+		return w.WriteFrames(append(fs, after...)...)
+	}
+	if err := w.WriteFrames(fs...); err != nil {
+		return err
+	}
+	if err := w.SendData(stream, c, credit, chunk, p[n:]); err != nil {
+		return err
+	}
+	if len(after) == 0 {
+		return nil
+	}
+	return w.WriteFrames(after...)
+}
+
 // SendData writes p on channel c of stream, in frames of at most chunk
 // bytes of data (Request.Flow), waiting for credit.
 func (w *Writer) SendData(stream uint32, c byte, credit *Credit, chunk int, p []byte) error {
@@ -299,26 +352,49 @@ func (q *Inbox) PutClose(c byte) error {
 // Get waits for the next chunk; ok is false once the Inbox is closed and empty.
 func (q *Inbox) Get() (Chunk, bool) {
 	for {
-		q.mu.Lock()
-		if len(q.chunks) > 0 {
-			c := q.chunks[0]
-			q.chunks[0] = Chunk{}
-			q.chunks = q.chunks[1:]
-			if len(q.chunks) == 0 {
-				q.chunks = nil
-			}
-			q.bytes[c.Channel] -= int64(len(c.Data))
-			q.mu.Unlock()
+		c, ok, ended := q.TryGet()
+		if ok {
 			return c, true
 		}
-		closed := q.closed
-		q.mu.Unlock()
-		if closed {
+		if ended {
 			return Chunk{}, false
 		}
 		<-q.ready
 	}
 }
+
+// TryGet takes the next chunk without waiting: ok is false when none is
+// queued, and then ended says whether the Inbox is closed (none will
+// come). A consumer that found none waits on Ready. There is one
+// consumer.
+func (q *Inbox) TryGet() (c Chunk, ok, ended bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.chunks) == 0 {
+		return Chunk{}, false, q.closed
+	}
+	c = q.chunks[0]
+	q.chunks[0] = Chunk{}
+	q.chunks = q.chunks[1:]
+	if len(q.chunks) == 0 {
+		q.chunks = nil
+	}
+	q.bytes[c.Channel] -= int64(len(c.Data))
+	return c, true, false
+}
+
+// Pending reports whether a chunk is queued or the Inbox is closed: Get
+// would not wait.
+func (q *Inbox) Pending() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.chunks) > 0 || q.closed
+}
+
+// Ready receives after a Put, a PutClose or the Close that came since
+// the consumer last received from it (or since the Inbox was made): the
+// consumer's wait when TryGet found nothing.
+func (q *Inbox) Ready() <-chan struct{} { return q.ready }
 
 // Close ends the Inbox: queued chunks are still delivered, then Get reports
 // the end. Close is idempotent.

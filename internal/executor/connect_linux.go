@@ -42,8 +42,24 @@ func (s *stream) connect() execproto.Result {
 // relay says the connection is up (a Close of Stderr) and relays sock to
 // the host: Stdin to the socket, the socket to Stdout, until both
 // directions are done, the connection breaks, or the host cancels.
+//
+// When the host sent data with the opening (an early connect, which reads
+// nothing until it has written its request), the notice that the
+// connection is up waits for the first thing the stream sends and goes
+// out in the same write: the host's side wakes once for the answer, not
+// once more before it. A host that sent nothing yet (Connect waits for
+// the notice) gets it at once.
 func (s *stream) relay(sock *os.File) execproto.Result {
-	if err := s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stderr)); err != nil {
+	var upHeld atomic.Bool
+	if s.stdin.Pending() {
+		upHeld.Store(true)
+		// Whatever ends the relay, the notice goes before the result.
+		defer func() {
+			if upHeld.Swap(false) {
+				_ = s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stderr))
+			}
+		}()
+	} else if err := s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stderr)); err != nil {
 		return errResult(err)
 	}
 	// broken is closed when the connection broke (a read or write error
@@ -55,7 +71,7 @@ func (s *stream) relay(sock *os.File) execproto.Result {
 	readDone, writeDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(readDone)
-		if !s.socketToHost(sock, &discard) {
+		if !s.socketToHost(sock, &discard, &upHeld) {
 			breakConn()
 		}
 	}()
@@ -229,17 +245,41 @@ func (s *stream) dial(family int, sa unix.Sockaddr) (*os.File, error) {
 var relayBuffers = sync.Pool{New: func() any { b := make([]byte, execproto.MaxChunkSize); return &b }}
 
 // socketToHost sends what the socket reads as Stdout data, then a Close of
-// Stdout at its EOF. It reports false when the connection broke (or the
-// relay was stopped) rather than ended.
-func (s *stream) socketToHost(sock *os.File, discard *atomic.Bool) bool {
+// Stdout at its EOF; the up notice, while upHeld, goes in the same write
+// as the first of them. A read that fills less than a frame is followed
+// by another at once, so that an answer and the server's close that came
+// with it (an HTTP server that closes after answering) are one write to
+// the host. It reports false when the connection broke (or the relay was
+// stopped) rather than ended.
+func (s *stream) socketToHost(sock *os.File, discard, upHeld *atomic.Bool) bool {
 	rc, err := sock.SyscallConn()
 	if err != nil {
 		return false
+	}
+	up := []execproto.Frame{execproto.CloseFrame(s.id, execproto.Stderr)}
+	eofFrame := []execproto.Frame{execproto.CloseFrame(s.id, execproto.Stdout)}
+	// send sends p (maybe none) and the EOF when eof, after the up
+	// notice if it is still held.
+	send := func(p []byte, eof bool) error {
+		var before, after []execproto.Frame
+		held := upHeld.Swap(false)
+		if held {
+			before = up
+		}
+		if eof {
+			after = eofFrame
+		}
+		err := s.e.w.SendDataBetween(s.id, execproto.Stdout, s.out, s.chunk, before, p, after)
+		if err != nil && held && errors.Is(err, execproto.ErrClosed) {
+			upHeld.Store(true) // the credit's close: nothing was written
+		}
+		return err
 	}
 	for {
 		var buf *[]byte
 		var n int
 		var rerr error
+		eof := false
 		err := rc.Read(func(fd uintptr) bool {
 			buf = relayBuffers.Get().(*[]byte)
 			n, rerr = unix.Read(int(fd), (*buf)[:s.chunk])
@@ -247,6 +287,17 @@ func (s *stream) socketToHost(sock *os.File, discard *atomic.Bool) bool {
 				relayBuffers.Put(buf)
 				buf = nil
 				return false
+			}
+			if rerr == nil && n > 0 && n < s.chunk {
+				m, merr := unix.Read(int(fd), (*buf)[n:s.chunk])
+				switch {
+				case merr == nil && m == 0:
+					eof = true
+				case merr == nil:
+					n += m
+				}
+				// Another error (EAGAIN: nothing more yet) is the next
+				// read's to see.
 			}
 			return true
 		})
@@ -261,25 +312,35 @@ func (s *stream) socketToHost(sock *os.File, discard *atomic.Bool) bool {
 			if discard.Load() {
 				return true
 			}
-			return s.e.w.Write(execproto.CloseFrame(s.id, execproto.Stdout)) == nil
+			return send(nil, true) == nil
 		}
 		if discard.Load() {
 			relayBuffers.Put(buf)
+			if eof {
+				return true
+			}
 			continue
 		}
-		err = s.e.w.SendData(s.id, execproto.Stdout, s.out, s.chunk, (*buf)[:n])
+		err = send((*buf)[:n], eof)
 		relayBuffers.Put(buf)
 		if err != nil && !discard.Load() {
 			return false
 		}
+		if eof {
+			return err == nil || discard.Load()
+		}
 	}
 }
 
-// hostToSocket writes the host's Stdin data to the socket, acknowledging
-// each chunk once written, and shuts the socket's write side when the host
-// closes Stdin. It reports false when a write failed (the connection is
-// broken) or the relay was stopped.
+// hostToSocket writes the host's Stdin data to the socket, and shuts the
+// socket's write side when the host closes Stdin. It reports false when a
+// write failed (the connection is broken) or the relay was stopped. What
+// it wrote is acknowledged once that is a quarter of the window, not
+// chunk by chunk: the host may send three quarters more meanwhile, and a
+// request costs no frame back of its own.
 func (s *stream) hostToSocket(sock *os.File) bool {
+	window, _ := s.req.Flow()
+	ackAt, written := max(int(window)/4, 1), 0
 	for {
 		c, ok := s.stdin.Get()
 		if !ok {
@@ -288,7 +349,10 @@ func (s *stream) hostToSocket(sock *os.File) bool {
 		if _, err := sock.Write(c.Data); err != nil {
 			return false
 		}
-		_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(len(c.Data))))
+		if written += len(c.Data); written >= ackAt {
+			_ = s.e.w.Write(execproto.AckFrame(s.id, execproto.Stdin, uint32(written)))
+			written = 0
+		}
 	}
 	if !s.stdinClosed() {
 		return false // stopped, not closed by the host

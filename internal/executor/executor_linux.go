@@ -74,6 +74,9 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "airlock-exec: control socket:", err)
 		return 1
 	}
+	// No command may inherit it: one that did would read the host's
+	// frames and could answer as the executor.
+	unix.CloseOnExec(execproto.ControlFD)
 	conn := os.NewFile(execproto.ControlFD, "control")
 	e := &executor{w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
 	// Before Landlock: the thread must exist when the ruleset is applied.

@@ -35,8 +35,6 @@ type Conn struct {
 	readers sync.WaitGroup
 	// watchers are the goroutines that close watch channels (Watch).
 	watchers sync.WaitGroup
-	// relays are the writer goroutines of detached (connect) streams.
-	relays sync.WaitGroup
 }
 
 // Dial performs the handshake on rw: Hello both ways, Setup, Ready. On
@@ -111,14 +109,12 @@ func (c *Conn) Err() error {
 	return c.err
 }
 
-// Close ends the connection and waits for its reader, for every watch
-// channel to be closed, and for every connect stream's output to be taken
-// or dropped.
+// Close ends the connection and waits for its reader and for every watch
+// channel to be closed.
 func (c *Conn) Close() error {
 	err := c.rw.Close()
 	c.readers.Wait()
 	c.watchers.Wait()
-	c.relays.Wait()
 	return err
 }
 
@@ -238,6 +234,10 @@ func (c *Conn) openOutputs(req *execproto.Request, o *outputs) (*stream, error) 
 	c.streams[id] = s
 	c.mu.Unlock()
 	f, err := execproto.MessageFrame(execproto.TOpen, id, req)
+	if err == nil && o.hold {
+		s.opening = f // the caller sends it (portConn.sendHeld)
+		return s, nil
+	}
 	if err == nil {
 		err = c.w.Write(f)
 	}

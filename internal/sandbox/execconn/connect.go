@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 // The stream uses the bulk window and chunk size: a connection carries
 // whatever the server sends, an HTTP body or a file, at memory speed.
 func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Conn, error) {
-	pc, err := c.openConnect(sandboxID, port)
+	pc, err := c.openConnect(sandboxID, port, false)
 	if err != nil {
 		return nil, err
 	}
@@ -39,18 +40,24 @@ func (c *Conn) Connect(ctx context.Context, sandboxID string, port int) (net.Con
 // them to the socket. A failed dial is the error of the conn's Read or
 // Write: a *net.OpError whose Op is "dial", wrapping what Connect would
 // have returned (sandbox.ErrPortClosed when nothing listens).
+//
+// The opening itself waits for the conn's first use (a Write, a Read, a
+// CloseWrite or Close) and goes in the same write as what that sends: a
+// request and the opening before it are one write to the executor, and
+// one wake-up of it.
 func (c *Conn) ConnectEarly(sandboxID string, port int) (net.Conn, error) {
-	pc, err := c.openConnect(sandboxID, port)
+	pc, err := c.openConnect(sandboxID, port, true)
 	if err != nil {
 		return nil, err
 	}
 	return pc, nil
 }
 
-// openConnect sends the opening of a connect stream to port.
-func (c *Conn) openConnect(sandboxID string, port int) (*portConn, error) {
+// openConnect sends the opening of a connect stream to port, or holds it
+// for the conn's first use.
+func (c *Conn) openConnect(sandboxID string, port int, hold bool) (*portConn, error) {
 	req := execproto.Request{Op: execproto.OpConnect, Port: port, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
-	return c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID, Port: port}, fmt.Sprintf("connect to port %d", port))
+	return c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID, Port: port}, fmt.Sprintf("connect to port %d", port), hold)
 }
 
 // Egress opens an egress stream (execproto.OpEgress) and returns it as a
@@ -61,7 +68,7 @@ func (c *Conn) openConnect(sandboxID string, port int) (*portConn, error) {
 // sandbox (port 0).
 func (c *Conn) Egress(ctx context.Context, sandboxID string) (net.Conn, error) {
 	req := execproto.Request{Op: execproto.OpEgress, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize}
-	pc, err := c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID}, "egress")
+	pc, err := c.openRelay(&req, sandbox.PortAddr{Sandbox: sandboxID}, "egress", false)
 	if err != nil {
 		return nil, err
 	}
@@ -69,24 +76,73 @@ func (c *Conn) Egress(ctx context.Context, sandboxID string) (net.Conn, error) {
 }
 
 // openRelay sends the opening of a stream that relays one connection
-// (connect or egress); what names it in errors.
-func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what string) (*portConn, error) {
+// (connect or egress), or holds it for the conn's first use; what names
+// it in errors.
+func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what string, hold bool) (*portConn, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	window, _ := req.Flow()
 	pc := &portConn{
 		remote: remote, what: what,
-		data: make(chan []byte), consumed: make(chan int),
-		eof: make(chan struct{}), up: make(chan struct{}), closing: make(chan struct{}),
-		ending: c.ending,
-		rdl:    newDeadline(), wdl: newDeadline(),
+		up: make(chan struct{}), closing: make(chan struct{}),
+		rdl: newDeadline(), wdl: newDeadline(),
+		ackAt: max(int(window)/4, 1),
 	}
-	s, err := c.openOutputs(req, &outputs{stdout: pc.output(), closed: pc.channelClosed, detached: true})
+	s, err := c.openOutputs(req, &outputs{detached: true, hold: hold, up: func() { pc.upOnce.Do(func() { close(pc.up) }) }})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	pc.s = s
+	if hold {
+		pc.opening = &s.opening
+		pc.held.Store(true)
+	}
 	return pc, nil
+}
+
+// sendHeld sends the stream's opening, if it is still held, and fs after
+// it in the same write; it reports whether it did (and so sent fs).
+func (pc *portConn) sendHeld(fs ...execproto.Frame) (bool, error) {
+	if !pc.held.Load() {
+		return false, nil
+	}
+	pc.openMu.Lock()
+	defer pc.openMu.Unlock()
+	if pc.opening == nil {
+		return false, nil
+	}
+	err := pc.s.c.w.WriteFrames(append([]execproto.Frame{*pc.opening}, fs...)...)
+	// Only once the opening is written: a Write that finds held false
+	// sends at once, and its data must follow the opening.
+	pc.opening = nil
+	pc.held.Store(false)
+	return true, err
+}
+
+// writeHeld sends the stream's opening, if it is still held, with the
+// first frame of b's data in the same write; it returns how much of b
+// went, and false when the opening was sent already. Called with
+// writeMu held.
+func (pc *portConn) writeHeld(b []byte) (int, bool, error) {
+	if !pc.held.Load() || len(b) == 0 {
+		return 0, false, nil
+	}
+	pc.openMu.Lock()
+	defer pc.openMu.Unlock()
+	if pc.opening == nil {
+		return 0, false, nil
+	}
+	s := pc.s
+	// Nothing was sent on the stream yet: the whole window is there.
+	n, err := s.in.TakeUntil(min(len(b), s.chunk), pc.wdl.wait())
+	if err != nil {
+		return 0, true, err
+	}
+	err = s.c.w.WriteFrames(*pc.opening, execproto.DataFrame(s.id, execproto.Stdin, b[:n]))
+	pc.opening = nil
+	pc.held.Store(false) // after the write, as in sendHeld
+	return n, true, err
 }
 
 // waitUp returns pc once the executor says its connection is up, or why
@@ -134,26 +190,37 @@ func (pc *portConn) dialOpErr() error {
 }
 
 // portConn is a connect stream as a net.Conn. What the server sends is
-// handed from the stream's writer goroutine to Read as net.Pipe does, a
-// chunk at a time, and acknowledged to the executor once Read has taken
-// it all: the host holds at most the stream's window of it. Write sends
-// on the stream's stdin, waiting for credit.
+// queued by the connection's reader in the stream's Inbox, which holds at
+// most the stream's window, and Read takes it from there itself: no
+// goroutine between the two, so a chunk costs one wake-up (the reader's
+// hand-off to Read), not three. Read returns the credit for what it took
+// once a quarter of the window is taken (not a frame per chunk: a
+// request and its answer cost no acknowledgement each). Write sends on
+// the stream's stdin, waiting for credit.
 type portConn struct {
 	s      *stream // set once the stream is open, before Connect returns
 	remote sandbox.PortAddr
 	what   string // names the stream in errors: "connect to port N", "egress"
-	// ending is the executor connection's (Conn.ending): output not taken
-	// by then is dropped.
-	ending <-chan struct{}
 
-	// data offers Read a chunk of output; consumed says how much of it
-	// Read took.
-	data     chan []byte
-	consumed chan int
-	eof      chan struct{} // closed at the executor's close of stdout (the server's EOF)
-	up       chan struct{} // closed at the executor's close of stderr: the dial succeeded
-	upOnce   sync.Once
-	eofOnce  sync.Once
+	up     chan struct{} // closed at the executor's close of stderr: the dial succeeded
+	upOnce sync.Once
+
+	// opening, while not nil, is the stream's opening not sent yet
+	// (ConnectEarly's, until the conn's first use); held says so without
+	// the lock, and turns false only once the opening is written, so that
+	// nothing of the stream's can be written before it.
+	opening *execproto.Frame // guarded by openMu
+	openMu  sync.Mutex
+	held    atomic.Bool
+
+	// rest is what Read took from the Inbox and has not returned yet;
+	// eof is set once Read took the close of Stdout (the server's EOF),
+	// after all its data; taken is what Read returned and has not given
+	// credit for, which it gives at ackAt. Guarded by readMu.
+	rest  []byte
+	eof   bool
+	taken int
+	ackAt int
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -164,40 +231,6 @@ type portConn struct {
 	writeMu sync.Mutex // serialises Writes and CloseWrite
 	// wclosed is set by CloseWrite. Guarded by writeMu.
 	wclosed bool
-}
-
-// channelClosed is called, in order with its output, when the executor
-// closes an output channel.
-func (pc *portConn) channelClosed(ch byte) {
-	switch ch {
-	case execproto.Stderr:
-		pc.upOnce.Do(func() { close(pc.up) })
-	case execproto.Stdout:
-		pc.eofOnce.Do(func() { close(pc.eof) })
-	}
-}
-
-// output is the stream's stdout: it blocks until Read took p, pc is
-// closed, or the executor's connection ends (and then drops the rest).
-func (pc *portConn) output() io.Writer { return outputFunc(pc.deliver) }
-
-type outputFunc func([]byte) (int, error)
-
-func (f outputFunc) Write(p []byte) (int, error) { return f(p) }
-
-func (pc *portConn) deliver(p []byte) (int, error) {
-	all := len(p)
-	for len(p) > 0 {
-		select {
-		case pc.data <- p:
-			p = p[<-pc.consumed:]
-		case <-pc.closing:
-			return all, nil
-		case <-pc.ending:
-			return all, nil
-		}
-	}
-	return all, nil
 }
 
 // Read reads what the server sent. It returns io.EOF once the server
@@ -216,39 +249,76 @@ func (pc *portConn) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
-	select {
-	case p := <-pc.data:
-		n := copy(b, p)
-		pc.consumed <- n
-		return n, nil
-	case <-pc.eof:
-		if !isClosed(pc.up) {
-			// An early conn's stream closed before its dial was up:
-			// the dial failed, and the stream's end, just behind,
-			// says why.
-			if err := pc.awaitEnd("read", pc.rdl); err != nil {
-				return 0, err
+	// A read before any write (a server that speaks first) opens the
+	// stream.
+	if _, err := pc.sendHeld(); err != nil {
+		return 0, pc.opErr("read", fmt.Errorf("%w: %w", sandbox.ErrLost, err))
+	}
+	out := pc.s.out
+	for {
+		if len(pc.rest) > 0 {
+			n := copy(b, pc.rest)
+			pc.rest = pc.rest[n:]
+			pc.credit(n)
+			return n, nil
+		}
+		if pc.eof {
+			if !isClosed(pc.up) {
+				// An early conn's stream closed before its dial was
+				// up: the dial failed, and the stream's end, just
+				// behind, says why.
+				if err := pc.awaitEnd("read", pc.rdl); err != nil {
+					return 0, err
+				}
+				if pc.failedDial() {
+					return 0, pc.dialOpErr()
+				}
 			}
+			return 0, io.EOF
+		}
+		c, ok, ended := out.TryGet()
+		switch {
+		case ok && c.Close:
+			pc.eof = pc.eof || c.Channel == execproto.Stdout
+			continue
+		case ok && c.Channel == execproto.Stdout:
+			pc.rest = c.Data
+			continue
+		case ok:
+			// Nothing but Stdout carries data on a relay: credit the
+			// rest back and drop it.
+			_ = pc.s.send(execproto.AckFrame(pc.s.id, c.Channel, uint32(len(c.Data))))
+			continue
+		case ended:
+			// The stream ended (done is closed) and its output is all
+			// taken.
 			if pc.failedDial() {
 				return 0, pc.dialOpErr()
 			}
+			return 0, pc.opErr("read", pc.endErr())
 		}
-		return 0, io.EOF
-	case <-pc.s.done:
-		// Output is all taken when done is closed; a close of stdout
-		// may have come last.
-		if pc.failedDial() {
-			return 0, pc.dialOpErr()
+		select {
+		case <-out.Ready():
+		case <-pc.closing:
+			return 0, pc.opErr("read", net.ErrClosed)
+		case <-pc.rdl.wait():
+			return 0, pc.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if isClosed(pc.eof) {
-			return 0, io.EOF
-		}
-		return 0, pc.opErr("read", pc.endErr())
-	case <-pc.closing:
-		return 0, pc.opErr("read", net.ErrClosed)
-	case <-pc.rdl.wait():
-		return 0, pc.opErr("read", os.ErrDeadlineExceeded)
 	}
+}
+
+// credit counts n bytes of Stdout returned by Read, and gives the
+// executor credit for what was returned once that is a quarter of the
+// window: the executor may send three quarters more meanwhile, so it is
+// never held up by it, and a small exchange costs no frame. Called with
+// readMu held.
+func (pc *portConn) credit(n int) {
+	pc.taken += n
+	if pc.taken < pc.ackAt {
+		return
+	}
+	_ = pc.s.send(execproto.AckFrame(pc.s.id, execproto.Stdout, uint32(pc.taken)))
+	pc.taken = 0
 }
 
 // awaitEnd waits for the stream's end, which follows the close of one of
@@ -288,7 +358,14 @@ func (pc *portConn) Write(b []byte) (int, error) {
 		return 0, pc.opErr("write", os.ErrDeadlineExceeded)
 	}
 	s := pc.s
-	n, err := s.c.w.SendDataUntil(s.id, execproto.Stdin, s.in, s.chunk, b, pc.wdl.wait())
+	n, _, err := pc.writeHeld(b)
+	if err == nil {
+		var more int
+		more, err = s.c.w.SendDataUntil(s.id, execproto.Stdin, s.in, s.chunk, b[n:], pc.wdl.wait())
+		n += more
+	} else {
+		n = 0
+	}
 	switch {
 	case err == nil:
 		return n, nil
@@ -329,7 +406,12 @@ func (pc *portConn) CloseWrite() error {
 		return nil
 	}
 	pc.wclosed = true
-	if err := pc.s.send(execproto.CloseFrame(pc.s.id, execproto.Stdin)); err != nil {
+	f := execproto.CloseFrame(pc.s.id, execproto.Stdin)
+	sent, err := pc.sendHeld(f)
+	if !sent {
+		err = pc.s.send(f)
+	}
+	if err != nil {
 		return pc.opErr("close", fmt.Errorf("%w: %w", sandbox.ErrLost, err))
 	}
 	return nil
@@ -354,15 +436,19 @@ func (pc *portConn) Close() error {
 		return nil
 	}
 	// After any Write in flight, which the credit's close ends: the close
-	// of stdin must follow the data.
+	// of stdin must follow the data. A cancel after the close of stdin is
+	// a close, not an abort. Both (and a held opening) go in one write.
 	pc.writeMu.Lock()
+	defer pc.writeMu.Unlock()
+	fs := make([]execproto.Frame, 0, 2)
 	if !pc.wclosed {
 		pc.wclosed = true
-		_ = pc.s.send(execproto.CloseFrame(pc.s.id, execproto.Stdin))
+		fs = append(fs, execproto.CloseFrame(pc.s.id, execproto.Stdin))
 	}
-	pc.writeMu.Unlock()
-	// A cancel after the close of stdin is a close, not an abort.
-	_ = pc.s.send(execproto.Frame{Type: execproto.TCancel, Stream: pc.s.id})
+	fs = append(fs, execproto.Frame{Type: execproto.TCancel, Stream: pc.s.id})
+	if sent, _ := pc.sendHeld(fs...); !sent {
+		_ = pc.s.c.w.WriteFrames(fs...)
+	}
 	return nil
 }
 

@@ -368,3 +368,121 @@ func TestConnectEarlyRefusedWriting(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestConnectCredit: a connect stream gives the executor credit for what
+// Read returned once that is a quarter of the window, in one frame, and
+// not a frame per chunk (a request's answer costs no acknowledgement of
+// its own). An ack is sent by the Read that crossed the quarter, before
+// it returns, so whatever the conn writes next follows it.
+func TestConnectCredit(t *testing.T) {
+	s := startConnect(t, context.Background(), true)
+	p, ch, id, conn := s.p, s.ch, s.id, s.conn(t)
+	const chunk = 64 << 10
+	quarter := int(execproto.BulkWindow) / 4
+	buf := make([]byte, chunk)
+	frame := func() execproto.Frame {
+		t.Helper()
+		select {
+		case f, ok := <-ch:
+			if !ok {
+				t.Fatal("the host closed the connection")
+			}
+			return f
+		case <-time.After(10 * time.Second):
+			t.Fatal("no frame from the host")
+		}
+		return execproto.Frame{}
+	}
+	for _, tt := range []struct {
+		name   string
+		chunks int // sent and read before the conn writes a byte
+		ack    int // the credit that must come before that byte, 0 for none
+	}{
+		{"below a quarter", quarter/chunk - 1, 0},
+		{"the quarter reached", 1, quarter},
+		{"a chunk more", 1, 0},
+		{"the next quarter", quarter/chunk - 1, quarter},
+	} {
+		for range tt.chunks {
+			if err := p.w.Write(execproto.DataFrame(id, execproto.Stdout, make([]byte, chunk))); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(conn, buf); err != nil {
+				t.Fatalf("%s: read: %v", tt.name, err)
+			}
+		}
+		if _, err := conn.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		f := frame()
+		if tt.ack > 0 {
+			c, n := execproto.AckCredit(f)
+			if f.Type != execproto.TAck || f.Stream != id || c != execproto.Stdout || int(n) != tt.ack {
+				t.Fatalf("%s: got %s on stream %d, want an ack of %d bytes of stdout", tt.name, f.Type, f.Stream, tt.ack)
+			}
+			f = frame()
+		}
+		if f.Type != execproto.TData || f.Stream != id || string(f.Payload) != "\x00x" {
+			t.Fatalf("%s: got %s %q on stream %d, want the conn's byte (and no ack before it)", tt.name, f.Type, f.Payload, f.Stream)
+		}
+	}
+}
+
+// TestConnectEarlyHeldOpening: ConnectEarly's opening waits for the
+// conn's first use and goes in the same write as it; whichever use comes
+// first — a Write, a Read (a server that speaks first), a CloseWrite, a
+// Close, or a Read and a Write at once (an HTTP transport's two loops) —
+// the executor sees the opening before anything else of the stream.
+func TestConnectEarlyHeldOpening(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		use  func(conn net.Conn)
+		// want are the types of the stream's first frames after the
+		// opening.
+		want []execproto.Type
+	}{
+		{"write", func(conn net.Conn) { _, _ = conn.Write([]byte("GET")) }, []execproto.Type{execproto.TData}},
+		{"read", func(conn net.Conn) {
+			go func() { _, _ = conn.Read(make([]byte, 1)) }()
+		}, nil},
+		{"read and write at once", func(conn net.Conn) {
+			go func() { _, _ = conn.Read(make([]byte, 1)) }()
+			_, _ = conn.Write([]byte("GET"))
+		}, []execproto.Type{execproto.TData}},
+		{"close write", func(conn net.Conn) { _ = conn.(interface{ CloseWrite() error }).CloseWrite() }, []execproto.Type{execproto.TClose}},
+		{"close", func(conn net.Conn) { _ = conn.Close() }, []execproto.Type{execproto.TClose, execproto.TCancel}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, p := dialPeer(t)
+			t.Cleanup(func() {
+				p.conn.Close()
+				c.Close()
+			})
+			ch := p.frames()
+			for range 50 {
+				conn, err := c.ConnectEarly("sb-test", 8080)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tt.use(conn)
+				f := next(t, ch)
+				if f.Type != execproto.TOpen {
+					t.Fatalf("the stream's first frame is %s, want its opening", f.Type)
+				}
+				for _, want := range tt.want {
+					if g := next(t, ch); g.Type != want || g.Stream != f.Stream {
+						t.Fatalf("after the opening: %s on stream %d, want %s on %d", g.Type, g.Stream, want, f.Stream)
+					}
+				}
+				conn.Close()
+				// What the close sends, when the use did not: drained
+				// before the next round's opening.
+				if tt.name != "close" {
+					for g := next(t, ch); g.Type != execproto.TCancel; g = next(t, ch) {
+					}
+				}
+				p.result(f.Stream, execproto.Result{})
+			}
+		})
+	}
+}

@@ -21,15 +21,18 @@ type stream struct {
 	out     *execproto.Inbox
 	writers sync.WaitGroup
 
-	// closed, if set, is called by the writer goroutine when the executor
-	// closes an output channel, in order with its data (connect streams);
-	// otherwise such closes are ignored.
-	closed func(ch byte)
-	// detached streams (connect) do not hold up the connection's reader
-	// while their consumer takes its time: finish returns at once and the
-	// writer goroutine closes done once the output is taken or dropped.
-	// Their writer must give up when the connection ends (c.ending).
+	// up, if set, is called by the connection's reader when the executor
+	// closes the Stderr channel: a connect stream's dial is up.
+	up func()
+	// detached streams (connect) have no writer goroutine: their
+	// consumer takes the output from out itself (portConn.Read), returns
+	// the credit for it, and sees the close of Stdout in order with the
+	// data; finish returns at once, never waiting for the consumer, and
+	// what it did not take is dropped with the stream.
 	detached bool
+	// opening is the stream's Open frame when its sending was left to
+	// the caller (outputs.hold).
+	opening execproto.Frame
 
 	once   sync.Once
 	result execproto.Result
@@ -44,14 +47,14 @@ func newStream(c *Conn, id uint32, req *execproto.Request, o *outputs) *stream {
 	window, chunk := req.Flow()
 	s := &stream{
 		c: c, id: id, in: execproto.NewCredit(window), chunk: chunk,
-		out:    execproto.NewInbox(window),
-		done:   make(chan struct{}),
-		closed: o.closed, detached: o.detached,
+		out:  execproto.NewInbox(window),
+		done: make(chan struct{}),
+		up:   o.up, detached: o.detached,
+	}
+	if s.detached {
+		return s
 	}
 	s.writers.Add(1)
-	if s.detached {
-		c.relays.Add(1)
-	}
 	go s.write(o.stdout, o.stderr)
 	return s
 }
@@ -59,28 +62,25 @@ func newStream(c *Conn, id uint32, req *execproto.Request, o *outputs) *stream {
 // outputs says where a stream's output goes.
 type outputs struct {
 	stdout, stderr io.Writer // nil discards
-	closed         func(ch byte)
-	detached       bool
+	// detached: no writer goroutine, and up is called at the close of
+	// Stderr (a connect stream).
+	detached bool
+	up       func()
+	// hold: the opening is not sent but kept in the stream's opening,
+	// for its caller to send.
+	hold bool
 }
 
 // write hands output to the caller's writers and returns credit as they
 // accept it, so a slow consumer slows the command, not the host's memory.
 func (s *stream) write(stdout, stderr io.Writer) {
 	defer s.writers.Done()
-	if s.detached {
-		defer s.c.relays.Done()
-		// The Inbox is closed only by finish, after the result is set.
-		defer close(s.done)
-	}
 	for {
 		c, ok := s.out.Get()
 		if !ok {
 			return
 		}
 		if c.Close {
-			if s.closed != nil {
-				s.closed(c.Channel)
-			}
 			continue
 		}
 		w := stdout
@@ -101,8 +101,12 @@ func (s *stream) deliver(ch byte, p []byte) error {
 	return nil
 }
 
-// closeOutput queues the end of output channel ch after its data.
+// closeOutput queues the end of output channel ch after its data; a
+// detached stream's close of Stderr (its dial is up) is told at once.
 func (s *stream) closeOutput(ch byte) error {
+	if s.up != nil && ch == execproto.Stderr {
+		s.up()
+	}
 	if err := s.out.PutClose(ch); err != nil {
 		return fmt.Errorf("%w: %w", execproto.ErrFrame, err)
 	}
@@ -113,10 +117,14 @@ func (s *stream) finish(r execproto.Result, err error) {
 	s.once.Do(func() {
 		s.result, s.err = r, err
 		s.in.Close()
-		s.out.Close()
 		if s.detached {
-			return // the writer closes done
+			// done before the Inbox's close: a consumer that finds
+			// the Inbox ended finds done closed.
+			close(s.done)
+			s.out.Close()
+			return
 		}
+		s.out.Close()
 		s.writers.Wait()
 		close(s.done)
 	})

@@ -99,8 +99,7 @@ func peerRole(role string) int {
 		fmt.Println(p50.Nanoseconds(), mean.Nanoseconds()) //nolint:forbidigo // the peer answers its parent on stdout
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "unknown role %q\n", role)
-	return 2
+	return echoRole(kind, arg)
 }
 
 // roundTrips GETs url n times with c and returns the median and mean time
