@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,15 +138,6 @@ func freshGets(t *http.Transport, url string, n int) ([]time.Duration, error) {
 		times = append(times, time.Since(t0))
 	}
 	return times, nil
-}
-
-func median(ts []time.Duration) time.Duration {
-	if len(ts) == 0 {
-		return 0
-	}
-	s := slices.Clone(ts)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 // inside runs the test binary in sb as a client role and returns the

@@ -172,8 +172,12 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// median returns the median of x.
-func median(x []float64) float64 {
+// median is the middle of x (the mean of the middle two for an even
+// count, 0 for none); the benchmarks of this package share it.
+func median[T ~int64 | ~float64](x []T) T {
+	if len(x) == 0 {
+		return 0
+	}
 	x = slices.Clone(x)
 	slices.Sort(x)
 	if len(x)%2 == 1 {
