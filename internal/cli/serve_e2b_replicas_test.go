@@ -317,9 +317,17 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 	if pods := k.pods(t); len(pods) != 1 {
 		t.Fatalf("pods after the create: %v, want one", pods)
 	}
-	if code, out := c.run(b.e2bSandbox, sb, `echo "$REPLICA_SECRET"; echo through-b > /tmp/b.txt; id -un`); code != 200 || !strings.HasPrefix(out, secret+"\n") {
+	// E2B's default user, "user", is the pod's one id (uid 0 of the
+	// sandbox; the pod's non-root uid on the node), in /home/user, the
+	// workspace; its HOME is still the pod's root's (docs/kubernetes.md).
+	code, out := c.run(b.e2bSandbox, sb, `echo "$REPLICA_SECRET"; echo through-b > /tmp/b.txt; id -u; pwd; echo "$HOME"`)
+	if code != 200 || !strings.HasPrefix(out, secret+"\n") {
 		t.Fatalf("command through B = %d %q", code, out)
 	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || lines[2] != "/home/user" {
+		t.Errorf("command through B said %q; want it in /home/user", out)
+	}
+	t.Logf("the default user in the pod: %q", out)
 	if code, out := c.run(a.e2bSandbox, sb, `cat /tmp/b.txt`); code != 200 || out != "through-b\n" {
 		t.Fatalf("command through A = %d %q", code, out)
 	}
@@ -332,7 +340,8 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 			break
 		}
 		if code != 503 || time.Now().After(deadline) {
-			t.Fatalf("info through B after A's death = %d %s, want 503 until its lease lapses, then 200 (taken over)", code, body)
+			audit, _ := os.ReadFile(filepath.Join(homeB, "audit", "e2b.jsonl"))
+			t.Fatalf("info through B after A's death = %d %s, want 503 until its lease lapses, then 200 (taken over); B's audit:\n%s", code, body, audit)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}

@@ -100,9 +100,9 @@ type serveProc struct {
 	// e2bAPI and e2bSandbox are the E2B listeners' URLs, when serve has
 	// them.
 	e2bAPI, e2bSandbox string
-	pid int
-	cmd *exec.Cmd
-	log *syncLog
+	pid                int
+	cmd                *exec.Cmd
+	log                *syncLog
 	// exited is closed once the process is reaped; code is then its exit
 	// status (-1 for a signal).
 	exited chan struct{}

@@ -263,7 +263,13 @@ func (s *Server) sealedOf(b *box) (string, error) {
 // recordIndex is the store's live sandbox records, by sandbox id, as this
 // replica last listed them.
 type recordIndex struct {
+	// listing is held while the store is listed: one listing at a time,
+	// which every request that waits for it shares.
+	listing sync.Mutex
+
 	mu sync.Mutex
+	// at is when the last listing began: it shows every record made
+	// before.
 	at time.Time
 	// byID holds the running and paused records by sandbox id.
 	byID map[string]store.Run
@@ -272,14 +278,10 @@ type recordIndex struct {
 	created map[string]*event.SandboxCreated
 }
 
-// Refresh bounds: a miss lists the store again once the index is older
-// than indexFresh (so a sandbox made through another replica a moment ago
-// is found), a hit once it is older than indexStale (so a new owner after
-// a takeover is seen).
-const (
-	indexFresh = 100 * time.Millisecond
-	indexStale = time.Second
-)
+// indexStale is how old an index answers a hit (so a new owner after a
+// takeover is seen within it); a miss, and a listing, want one that began
+// after the request came.
+const indexStale = time.Second
 
 // sandboxOfTask returns the sandbox id a sandbox record's task names
 // (openRecord's "E2B sandbox <id>, template <name>").
@@ -292,23 +294,36 @@ func sandboxOfTask(task string) string {
 	return id
 }
 
-// refreshIndex lists the live sandbox records into the index.
-func (s *Server) refreshIndex(ctx context.Context) error {
+// freshIndex makes the index one whose listing began at since or later:
+// it lists the store, unless another request's listing that began since
+// did; concurrent requests share one listing.
+func (s *Server) freshIndex(ctx context.Context, since time.Time) error {
+	x := &s.index
+	x.listing.Lock()
+	defer x.listing.Unlock()
+	x.mu.Lock()
+	done := !x.at.Before(since)
+	x.mu.Unlock()
+	if done {
+		return nil
+	}
+	began := s.now()
 	recs, err := s.sandboxRecords(ctx, event.StatusRunning, event.StatusPaused)
 	if err != nil {
 		return err
 	}
 	m := make(map[string]store.Run, len(recs))
+	runs := make(map[string]bool, len(recs))
 	for _, r := range recs {
 		if id := sandboxOfTask(r.Task); id != "" {
 			m[id] = r
+			runs[r.ID] = true
 		}
 	}
-	x := &s.index
 	x.mu.Lock()
-	x.byID, x.at = m, s.now()
+	x.byID, x.at = m, began
 	for runID := range x.created {
-		if !recordListed(m, runID) {
+		if !runs[runID] {
 			delete(x.created, runID)
 		}
 	}
@@ -316,27 +331,19 @@ func (s *Server) refreshIndex(ctx context.Context) error {
 	return nil
 }
 
-func recordListed(m map[string]store.Run, runID string) bool {
-	for _, r := range m {
-		if r.ID == runID {
-			return true
-		}
-	}
-	return false
-}
-
-// record returns the live record of sandbox id from the index, listing
-// the store again when the index is too old for the answer.
+// recordOf returns the live record of sandbox id: from the index when it
+// is there and recent, else from a listing begun after this call.
 func (s *Server) recordOf(ctx context.Context, id string) (store.Run, bool) {
+	now := s.now()
 	x := &s.index
 	x.mu.Lock()
 	r, ok := x.byID[id]
-	age := s.now().Sub(x.at)
+	age := now.Sub(x.at)
 	x.mu.Unlock()
-	if ok && age < indexStale || !ok && age < indexFresh {
+	if ok && age < indexStale {
 		return r, ok
 	}
-	if err := s.refreshIndex(ctx); err != nil {
+	if err := s.freshIndex(ctx, now); err != nil {
 		s.log.Warn("e2b: list sandbox records", "err", err)
 		return r, ok
 	}
@@ -450,7 +457,19 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 		// rather than at the next sweep.
 		s.takeOver(r.Context(), rec)
 		s.invalidateIndex()
-		return false
+		if s.holds(id) {
+			return false // taken over: served here
+		}
+		// Closed as lost, or still (again) another's: as the store
+		// says now.
+		cur, err := s.o.Store.GetRun(r.Context(), rec.ID)
+		if err != nil || cur.Status.Final() {
+			return false
+		}
+		rec, owner = cur, cur.LeaseOwner
+		if owner == "" || s.ours(owner) {
+			return false
+		}
 	}
 	fail := func(status int, msg string) bool {
 		s.audit.record(Record{Tenant: rec.Tenant, Sandbox: id, Op: "relay", Outcome: "unavailable", Detail: clipDetail(msg)})
@@ -530,13 +549,10 @@ func (s *Server) invalidateIndex() {
 // remoteListed returns tenant's sandboxes held by other replicas, as
 // their records tell them.
 func (s *Server) remoteListed(ctx context.Context, tenant string) []listedJSON {
-	s.index.mu.Lock()
-	age := s.now().Sub(s.index.at)
-	s.index.mu.Unlock()
-	if age >= indexFresh {
-		if err := s.refreshIndex(ctx); err != nil {
-			s.log.Warn("e2b: list sandbox records", "err", err)
-		}
+	// Listed afresh: a listing tells states, which a pause or a resume
+	// through another replica changed a moment ago.
+	if err := s.freshIndex(ctx, s.now()); err != nil {
+		s.log.Warn("e2b: list sandbox records", "err", err)
 	}
 	s.index.mu.Lock()
 	var recs []store.Run
