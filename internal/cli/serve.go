@@ -29,6 +29,10 @@ type ServeCmd struct {
 	LogLevel    string `name:"log-level" env:"AIRLOCK_LOG_LEVEL" help:"debug, info, warn or error (default info)." placeholder:"LEVEL"`
 	CheckConfig bool   `name:"check-config" help:"Validate the configuration, print it resolved (YAML), and exit: 0 when valid, 2 when not."`
 	KeyFile     string `name:"key-file" env:"AIRLOCK_SECRET_KEY_FILE" help:"Secret store key file (policy credentials)." placeholder:"PATH"`
+	// E2BAdvertise and E2BSealKey override the file's e2b.advertise_host
+	// and e2b.seal_key_file (a pod's IP comes from the environment).
+	E2BAdvertise string `name:"e2b-advertise-host" env:"AIRLOCK_E2B_ADVERTISE_HOST" help:"Host or IP at which the other replicas reach this one's E2B listeners (e2b.advertise_host)." placeholder:"HOST"`
+	E2BSealKey   string `name:"e2b-seal-key-file" env:"AIRLOCK_E2B_SEAL_KEY_FILE" help:"File of the key the replicas share for E2B sandboxes' secrets (e2b.seal_key_file)." placeholder:"PATH"`
 	SandboxFlags
 }
 
@@ -87,6 +91,12 @@ func (c *ServeCmd) resolve(env *Env) (host.ServeConfig, error) {
 	}
 	if env.Store != "" {
 		cfg.Store = env.Store
+	}
+	if c.E2BAdvertise != "" {
+		cfg.E2B.AdvertiseHost = c.E2BAdvertise
+	}
+	if c.E2BSealKey != "" {
+		cfg.E2B.SealKeyFile = c.E2BSealKey
 	}
 	c.SandboxFlags.apply(&cfg)
 	cfg = cfg.WithDefaults(env.getenv)

@@ -97,9 +97,12 @@ func pgStore(t *testing.T, url string) *postgres.Store {
 type serveProc struct {
 	t   *testing.T
 	url string
-	pid int
-	cmd *exec.Cmd
-	log *syncLog
+	// e2bAPI and e2bSandbox are the E2B listeners' URLs, when serve has
+	// them.
+	e2bAPI, e2bSandbox string
+	pid                int
+	cmd                *exec.Cmd
+	log                *syncLog
 	// exited is closed once the process is reaped; code is then its exit
 	// status (-1 for a signal).
 	exited chan struct{}
@@ -135,7 +138,7 @@ func startServeConf(t *testing.T, home, exe, storeURL string, workers int, more 
 	// Should this test binary die first, its servers die with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &serveProc{t: t, cmd: cmd, log: &syncLog{}, exited: make(chan struct{})}
-	out := &firstLine{line: make(chan string, 1)}
+	out := &firstLine{line: make(chan string, 4)}
 	cmd.Stdout, cmd.Stderr = out, p.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -153,17 +156,23 @@ func startServeConf(t *testing.T, home, exe, storeURL string, workers int, more 
 			t.Logf("airlock serve (pid %d) log:\n%s", p.pid, p.log.String())
 		}
 	})
-	select {
-	case l := <-out.line:
-		m := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+) `).FindStringSubmatch(l)
-		if m == nil {
-			t.Fatalf("airlock serve said %q", l)
+	for p.url == "" {
+		select {
+		case l := <-out.line:
+			if m := regexp.MustCompile(`E2B API on (http://\S+), sandboxes on (http://\S+)`).FindStringSubmatch(l); m != nil {
+				p.e2bAPI, p.e2bSandbox = m[1], m[2]
+				continue
+			}
+			m := regexp.MustCompile(`listening on (http://127\.0\.0\.1:\d+) `).FindStringSubmatch(l)
+			if m == nil {
+				t.Fatalf("airlock serve said %q", l)
+			}
+			p.url = m[1]
+		case <-p.exited:
+			t.Fatalf("airlock serve exited with %d before listening:\n%s", p.code, p.log.String())
+		case <-time.After(time.Minute):
+			t.Fatal("airlock serve did not listen within a minute")
 		}
-		p.url = m[1]
-	case <-p.exited:
-		t.Fatalf("airlock serve exited with %d before listening:\n%s", p.code, p.log.String())
-	case <-time.After(time.Minute):
-		t.Fatal("airlock serve did not listen within a minute")
 	}
 	return p
 }
@@ -191,7 +200,8 @@ func (p *serveProc) wait() int {
 	return p.code
 }
 
-// firstLine passes on the first line written to it.
+// firstLine passes on the lines written to it, up to the one that says
+// where the server listens.
 type firstLine struct {
 	mu   sync.Mutex
 	buf  []byte
@@ -204,9 +214,18 @@ func (f *firstLine) Write(b []byte) (int, error) {
 	defer f.mu.Unlock()
 	if !f.sent {
 		f.buf = append(f.buf, b...)
-		if i := bytes.IndexByte(f.buf, '\n'); i >= 0 {
-			f.line <- string(f.buf[:i])
-			f.sent = true
+		for !f.sent {
+			i := bytes.IndexByte(f.buf, '\n')
+			if i < 0 {
+				break
+			}
+			l := string(f.buf[:i])
+			f.buf = f.buf[i+1:]
+			f.sent = strings.Contains(l, "listening on")
+			select {
+			case f.line <- l:
+			default: // no one reads past the listening line
+			}
 		}
 	}
 	return len(b), nil

@@ -136,6 +136,12 @@ func (s *Server) authed(op string, f apiFunc) http.Handler {
 			writeAPIError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is over %d bytes", s.cfg.MaxMessage))
 			return
 		}
+		if id := r.PathValue("id"); id != "" && s.lookup(p.Tenant, id) == nil && s.relayAPI(w, r, p.Tenant, id) {
+			// Another replica's sandbox: that replica answered (and
+			// audits the call); this one records the relay.
+			s.audit.record(Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "relayed", Sandbox: clip(id)})
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxMessage)
 		err = f(ctx, w, r, caller{p: p})
 		rec := Record{Tenant: p.Tenant, KeyID: p.KeyID, Op: op, Outcome: "ok", Sandbox: r.PathValue("id")}
@@ -601,15 +607,20 @@ func (s *Server) handleList(ctx context.Context, w http.ResponseWriter, r *http.
 		}
 	}
 	s.mu.Unlock()
-	var rows []listedJSON
+	all := make([]listedJSON, 0, len(mine))
 	for _, b := range mine {
-		l := s.listedJSON(b)
+		all = append(all, s.listedJSON(b))
+	}
+	// The other replicas' sandboxes, from their records.
+	all = append(all, s.remoteListed(ctx, c.p.Tenant)...)
+	var rows []listedJSON
+	for _, l := range all {
 		if !lq.states[l.State] || (lq.template != "" && lq.template != l.TemplateID) || (!lq.startedAfter.IsZero() && !l.StartedAt.After(lq.startedAfter)) {
 			continue
 		}
 		match := true
 		for k, v := range lq.metadata {
-			if got, ok := b.metadata[k]; !ok || got != v {
+			if got, ok := l.Metadata[k]; !ok || got != v {
 				match = false
 			}
 		}

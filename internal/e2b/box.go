@@ -402,7 +402,7 @@ func (s *Server) start(ctx context.Context, tenant, keyID string, req createRequ
 			b.maskHost = *n.MaskRequestHost
 		}
 	}
-	b.spec = withAccount(specOf(tpl.doc))
+	b.spec = withAccount(s.specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
 		return nil, err
 	}
@@ -478,14 +478,21 @@ func (s *Server) openRecord(ctx context.Context, b *box, timeout time.Duration) 
 		s.opened(b)
 		return fmt.Errorf("e2b: sandbox %s: create its record: %w", b.id, err)
 	}
+	sealed, err := s.sealedOf(b)
+	if err != nil {
+		s.closeRecord(ctx, b, endBootFailed)
+		s.opened(b)
+		return fmt.Errorf("e2b: sandbox %s: seal its secrets: %w", b.id, err)
+	}
 	l, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
 	if err == nil {
 		b.lease = l.Token
 		_, err = b.rec.commit(ctx, "", "", event.SandboxCreated{
+			TokenSHA256: tokenHash(b.token), TrafficSHA256: tokenHash(b.traffic), Sealed: sealed,
 			SandboxID: b.id, Template: b.template.name, TemplateSource: b.template.source,
 			KeyID: b.keyID, Metadata: b.metadata, EnvKeys: slices.Sorted(maps.Keys(b.envs)), Internet: b.internet,
 			TimeoutMS: timeout.Milliseconds(), CPUs: b.spec.Limits.CPUs, MemoryBytes: b.spec.Limits.MemoryBytes,
-			DiskBytes: b.spec.Limits.DiskBytes, Host: s.owner,
+			DiskBytes: b.spec.Limits.DiskBytes, Host: ownerLabel(s.owner),
 		})
 	}
 	if err != nil {
@@ -545,11 +552,34 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 		spec.Workspace, spec.WorkspaceMode = "", ""
 	}
 	spec.Env = append([]string(nil), spec.Env...)
+	release, err := s.network(ctx, b, &spec)
+	if err != nil {
+		return nil, err
+	}
+	var lv *live
+	if sb, ok := s.takeWarm(b, spec, empty); ok {
+		lv = &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{}), prepared: true}
+	} else {
+		sb, err := s.o.Backend.Create(ctx, spec)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
+		}
+		lv = &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}
+	}
+	s.watch(ctx, b, lv)
+	return lv, nil
+}
+
+// network attaches b's egress proxy to spec when the template's policy
+// allows any egress and the client did not turn internet access off, and
+// returns what releases it.
+func (s *Server) network(ctx context.Context, b *box, spec *sandbox.Spec) (func(), error) {
 	release := func() {}
 	if b.internet && s.hasEgress(b.template) {
 		spec.ID = b.id
 		rel, err := s.o.Network.Attach(ctx, sandbox.Attachment{
-			RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: &spec,
+			RunID: b.rec.runID, Tenant: b.tenant, Sandbox: b.id, Policy: b.template.raw, Spec: spec,
 			Audit: func(d event.EgressDecision) {
 				d.Sandbox = b.id
 				b.rec.add(d, s.now())
@@ -581,19 +611,7 @@ func (s *Server) boot(ctx context.Context, b *box, empty bool) (*live, error) {
 		}
 		release = rel
 	}
-	var lv *live
-	if sb, ok := s.takeWarm(b, spec, empty); ok {
-		lv = &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{}), prepared: true}
-	} else {
-		sb, err := s.o.Backend.Create(ctx, spec)
-		if err != nil {
-			release()
-			return nil, fmt.Errorf("e2b: create sandbox %s: %w", b.id, err)
-		}
-		lv = &live{sb: sb, release: release, procs: newProcTable(), ending: make(chan struct{})}
-	}
-	s.watch(ctx, b, lv)
-	return lv, nil
+	return release, nil
 }
 
 // takeWarm returns a sandbox of spec from the warm pool of b's stored
@@ -688,14 +706,16 @@ func (s *Server) endLocked(ctx context.Context, b *box, why endReason, keyID str
 	lv, snap, frozen := b.live, b.snapshot, b.frozen
 	b.state, b.live, b.paused, b.snapshot, b.frozen = stateKilled, nil, "", "", nil
 	b.mu.Unlock()
-	if frozen != nil {
-		s.destroy(ctx, frozen)
-	}
+	// Forgotten before anything is destroyed: a request meanwhile finds
+	// no sandbox, not a killed one.
 	s.mu.Lock()
 	if s.boxes[b.id] == b {
 		delete(s.boxes, b.id)
 	}
 	s.mu.Unlock()
+	if frozen != nil {
+		s.destroy(ctx, frozen)
+	}
 	s.sbxLimit.Forget(b.id)
 	var (
 		ps    []event.Payload
@@ -842,8 +862,12 @@ func (s *Server) pause(ctx context.Context, b *box, why string, memory bool) err
 		s.destroy(ctx, lv)
 	}
 	s.debit(ctx, b, stored[0].Seq, u.CostMicroCredits)
-	if err := s.o.Store.ReleaseLease(context.WithoutCancel(ctx), b.rec.runID, s.owner, b.lease); err != nil {
-		s.log.Warn("e2b: release the lease of a paused sandbox's record", "sandbox_id", b.id, "err", err)
+	// The lease ends now, but its owner's name stays on the record until
+	// another acquires it: it tells the other replicas which one holds
+	// the paused sandbox (its state is in this server's StateDir), and a
+	// resume (this server's, or its next life's) acquires it again.
+	if _, err := s.o.Store.RenewLease(context.WithoutCancel(ctx), b.rec.runID, s.owner, b.lease, time.Nanosecond); err != nil {
+		s.log.Warn("e2b: end the lease of a paused sandbox's record", "sandbox_id", b.id, "err", err)
 	}
 	return nil
 }

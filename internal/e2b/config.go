@@ -81,6 +81,24 @@ type Config struct {
 	// it, no pause keeps memory and the oldest frozen sandbox degrades to
 	// its filesystem pause, one a second.
 	MemoryPauseMinAvailable float64 `yaml:"memory_pause_min_available"`
+
+	// AdvertiseHost is the host name or IP address at which the other
+	// replicas of this service (airlock serve processes sharing one
+	// PostgreSQL) reach this one's E2B listeners, on their ports: a
+	// request for a sandbox this replica holds that reaches another
+	// replica is relayed here (a pod's IP on Kubernetes). Empty: this
+	// replica advertises no address, and the others answer 503 for its
+	// sandboxes, naming it. Relaying also needs SealKeyFile.
+	AdvertiseHost string `yaml:"advertise_host"`
+	// SealKeyFile names a file holding the key the replicas share (at
+	// least 32 bytes, e.g. 64 hex digits; mounted from a Secret, never
+	// kept in the store): each sandbox's secrets (its tokens, create's
+	// envs) are sealed under it in its record, so that another replica
+	// can take a sandbox over when its replica dies, and the replicas'
+	// advertised addresses are authenticated with it, so that no one
+	// who can only write the store can make a replica relay requests
+	// (and their keys) elsewhere. Empty: no sealing, no relaying.
+	SealKeyFile string `yaml:"seal_key_file"`
 }
 
 // TenantConfig is one tenant's plan: a zero field takes the section's
@@ -260,6 +278,7 @@ func (c Config) Validate() error {
 	check(c.SandboxRate > 0 && c.SandboxRate <= 1e6, "e2b.sandbox_rate %v: want above 0, at most 1000000 a second", c.SandboxRate)
 	check(c.SandboxBurst >= 1 && c.SandboxBurst <= 1e6, "e2b.sandbox_burst %d: want 1 to 1000000", c.SandboxBurst)
 	check(c.MemoryPauseMax <= 30*24*time.Hour, "e2b.memory_pause_max %s: want at most 720h (negative: no memory pauses)", c.MemoryPauseMax)
+	check(c.AdvertiseHost == "" || validAdvertise(c.AdvertiseHost), "e2b.advertise_host %q: want a host name or an IP address, without a port", c.AdvertiseHost)
 	check(c.MemoryPauseMinAvailable >= 0 && c.MemoryPauseMinAvailable < 1, "e2b.memory_pause_min_available %v: want 0 to below 1", c.MemoryPauseMinAvailable)
 	return errors.Join(errs...)
 }
@@ -281,4 +300,13 @@ func validDomain(d string) bool {
 		}
 	}
 	return true
+}
+
+// validAdvertise accepts a DNS name or an IP address (an IPv6 one bare or
+// in brackets).
+func validAdvertise(h string) bool {
+	if ip := net.ParseIP(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")); ip != nil {
+		return true
+	}
+	return validDomain(h)
 }

@@ -42,7 +42,10 @@
 //     downloads, listings, workspace snapshots, sandboxes per tenant.
 //     Streams are flushed message by message and send keepalives.
 //   - Running sandboxes live in this process: they end with it (Run's
-//     return), and a sandbox past its timeout is killed. Paused sandboxes
+//     return), and a sandbox past its timeout is killed. Several servers
+//     on one store are one service (replicas.go): a request for another
+//     server's sandbox is relayed to it, and when it dies its sandboxes
+//     are taken over where the backend can reach them (Options.Attach). Paused sandboxes
 //     outlive it (their workspaces are checkpoints, what their resume
 //     needs is in StateDir) and are resumable by
 //     the next Server; the records of sandboxes that were running when a

@@ -162,6 +162,9 @@ func (s *Server) serveEnvd(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if !s.holds(id) && s.relayEnvd(w, r, id, port) {
+		return // another replica's sandbox: that replica answered
+	}
 	if port != EnvdPort {
 		// A preview URL: the port's own access rules, not envd's token.
 		s.servePort(w, r, id, port)

@@ -399,7 +399,7 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 		return fmt.Errorf("its network rules: %w", err)
 	}
 	b.rules.Store(rules)
-	b.spec = withAccount(specOf(tpl.doc))
+	b.spec = withAccount(s.specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
 		return err
 	}
@@ -416,13 +416,16 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 // takeOver closes running record r as lost if its server's lease ran
 // out: the store's clock decides, through AcquireLease.
 func (s *Server) takeOver(ctx context.Context, r store.Run) {
-	_, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
+	l, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
 	switch {
 	case errors.Is(err, store.ErrLeased), errors.Is(err, store.ErrFinal):
 		return // alive elsewhere, or closed meanwhile
 	case err != nil:
 		s.log.Warn("e2b: lease a sandbox record to close it", "run_id", r.ID, "err", err)
 		return
+	}
+	if s.adopt(ctx, r, l.Token) {
+		return // reachable from here: it goes on, this server's now
 	}
 	s.closeLost(ctx, r, "its server stopped renewing its lease")
 }

@@ -103,6 +103,24 @@ type Options struct {
 	// to it, without the data plane's routing headers; it returns false
 	// for an id it does not hold either.
 	Ports PortServer
+	// Peer is where the other replicas of this service (airlock serve
+	// processes sharing Store) reach this one's listeners; zero for a
+	// replica that advertises none (replicas.go). It needs SealKey.
+	Peer Peer
+	// SealKey is the secret the replicas of the service share (at least
+	// 32 bytes, never kept in Store): each sandbox's secrets are sealed
+	// under it in its record, and advertised addresses authenticated
+	// with it. Nil: none are sealed, and no request is relayed.
+	SealKey []byte
+	// ReadOnlyRoot says the backend's sandboxes keep their image's root
+	// read-only (the kubernetes backend's pods): E2B's default writable
+	// root is then not asked for, and only a policy saying
+	// sandbox.root: writable asks (and is refused by such a backend).
+	ReadOnlyRoot bool
+	// Attach, when not nil, reaches a running sandbox another replica
+	// made, for a takeover when that replica dies; nil closes such a
+	// sandbox's record as lost.
+	Attach Attacher
 }
 
 // PortServer serves the ports of other services' sandboxes on the data
@@ -179,6 +197,13 @@ type Server struct {
 	// metrics their metric rings (metrics.go).
 	watchers *watcherTable
 	metrics  *metricStore
+
+	// keys are derived from Options.SealKey (nil without one); index is
+	// the store's live sandbox records, for requests for other replicas'
+	// sandboxes, which relayTransport relays (replicas.go).
+	keys           *replicaKeys
+	index          recordIndex
+	relayTransport *http.Transport
 }
 
 // New checks o and builds a Server.
@@ -200,6 +225,13 @@ func New(o Options) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	keys, err := newReplicaKeys(o.SealKey)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if !o.Peer.zero() && keys == nil {
+		errs = append(errs, errors.New("e2b: an advertised address (advertise_host) needs the replicas' seal key (seal_key_file): the others relay only to addresses authenticated with it"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -216,7 +248,11 @@ func New(o Options) (*Server, error) {
 	s := &Server{
 		o: o, cfg: cfg, credits: o.Meter, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
 		watchers: newWatcherTable(), metrics: newMetricStore(),
-		serverID: id, owner: "e2b/" + id + "/" + randomHex(4), ready: make(chan struct{}), flushWake: make(chan struct{}, 1),
+		serverID: id, owner: ownerName(id, randomHex(4), o.Peer, keys), ready: make(chan struct{}), flushWake: make(chan struct{}, 1),
+		keys: keys, relayTransport: newRelayTransport(),
+	}
+	if len(s.owner) > store.MaxNameLen {
+		return nil, fmt.Errorf("e2b: the advertised addresses make a lease owner name of %d bytes, over %d: shorten advertise_host", len(s.owner), store.MaxNameLen)
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)

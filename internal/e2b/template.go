@@ -195,6 +195,18 @@ func specOf(doc *policy.Document) sandbox.Spec {
 	return s
 }
 
+// specOf is specOf for this server's backend: one whose sandboxes keep
+// their image's root read-only (Options.ReadOnlyRoot: a pod's) gives E2B's
+// default, a writable root, only to a policy that asks for it (which that
+// backend then refuses, saying why).
+func (s *Server) specOf(doc *policy.Document) sandbox.Spec {
+	spec := specOf(doc)
+	if s.o.ReadOnlyRoot && doc.Sandbox.Root == "" {
+		spec.WritableRoot = false
+	}
+	return spec
+}
+
 // needsNetwork reports whether doc lets a sandbox reach anything: only
 // then does it get an egress proxy; otherwise it has no route at all.
 func needsNetwork(doc *policy.Document) bool {

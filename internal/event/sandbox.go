@@ -47,6 +47,19 @@ type SandboxCreated struct {
 	DiskBytes   int64   `json:"disk_bytes,omitempty"`
 	// Host names the server that made it.
 	Host string `json:"host,omitempty"`
+	// TokenSHA256 and TrafficSHA256 are the hex SHA-256 of the sandbox's
+	// envd access token and traffic access token: verifiers, not the
+	// tokens, so that any replica sharing the store can check a
+	// data-plane request before it relays it to the replica holding the
+	// sandbox.
+	TokenSHA256   string `json:"token_sha256,omitempty"`
+	TrafficSHA256 string `json:"traffic_sha256,omitempty"`
+	// Sealed is the sandbox's secrets (its tokens, create's envs) and
+	// lifecycle, sealed (AES-256-GCM) under the key the E2B servers of
+	// one service share (e2b.seal_key_file), bound to this record and
+	// sandbox: what another replica needs to take the sandbox over. It
+	// is empty when the server has no such key.
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // SandboxOp is the payload of TypeSandboxOp. It never holds a token, an

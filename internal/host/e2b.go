@@ -1,12 +1,14 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +24,8 @@ import (
 	"github.com/airlockrun/airlock/internal/mcp"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/report"
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/kube"
 	"github.com/airlockrun/airlock/internal/server"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
@@ -83,7 +87,18 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 	// The data plane's address as listened on (a port 0 chosen), which
 	// the native API tells as where a sandbox's ports are reached.
 	cfg.SandboxAddr = lnSbx.Addr().String()
+	peer, key, err := e2bReplica(cfg, lnAPI.Addr(), lnSbx.Addr())
+	if err != nil {
+		lnAPI.Close()
+		lnSbx.Close()
+		return nil, err
+	}
+	var attach e2b.Attacher
+	if kb, ok := h.cluster.(*kube.Backend); ok {
+		attach = kubeAttacher{kb}
+	}
 	e.srv, err = e2b.New(e2b.Options{
+		Peer: peer, SealKey: key, Attach: attach, ReadOnlyRoot: h.cluster != nil,
 		Images: images, Warm: warm,
 		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
 		Network: &runNetwork{h: h}, TrustTenantPolicies: trust, Ports: ports,
@@ -259,4 +274,45 @@ func apiExposure(e mcp.Exposure) api.SandboxExposure {
 		Port: e.Port, URL: e.URL, Headers: e.Headers, Access: string(e.Access), TokenRequired: e.Access == policy.AccessToken,
 		By: e.By, At: e.At, Open: e.Open,
 	}
+}
+
+// e2bReplica returns what makes this E2B API one replica of a service:
+// the address the others reach its listeners at (advertise_host on the
+// listeners' ports) and the key the replicas share (seal_key_file).
+func e2bReplica(cfg e2b.Config, api, sbx net.Addr) (e2b.Peer, []byte, error) {
+	var key []byte
+	if cfg.SealKeyFile != "" {
+		b, err := os.ReadFile(cfg.SealKeyFile)
+		if err != nil {
+			return e2b.Peer{}, nil, fmt.Errorf("e2b.seal_key_file: %w", err)
+		}
+		key = bytes.TrimSpace(b)
+		if len(key) < 32 {
+			return e2b.Peer{}, nil, fmt.Errorf("e2b.seal_key_file %s: %d bytes, want at least 32 (e.g. openssl rand -hex 32)", cfg.SealKeyFile, len(key))
+		}
+	}
+	if cfg.AdvertiseHost == "" {
+		return e2b.Peer{}, key, nil
+	}
+	h := strings.TrimSuffix(strings.TrimPrefix(cfg.AdvertiseHost, "["), "]")
+	url := func(a net.Addr) string {
+		_, port, _ := net.SplitHostPort(a.String())
+		return "http://" + net.JoinHostPort(h, port)
+	}
+	return e2b.Peer{APIURL: url(api), SandboxURL: url(sbx)}, key, nil
+}
+
+// kubeAttacher attaches to the kubernetes backend's sandboxes another
+// replica made (e2b.Options.Attach).
+type kubeAttacher struct{ b *kube.Backend }
+
+func (k kubeAttacher) Attach(ctx context.Context, backend, id string, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	if backend != "kubernetes" {
+		return nil, fmt.Errorf("a sandbox of the %s backend is not reachable from another replica", backend)
+	}
+	sb, err := k.b.Attach(ctx, id, spec)
+	if err != nil {
+		return nil, err
+	}
+	return sb, nil
 }

@@ -1,0 +1,373 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/event"
+	"github.com/airlockrun/airlock/internal/store"
+)
+
+// e2bReplicaConf is the e2b section of a replica of one E2B service on
+// this machine: its listeners on loopback, advertised there, the shared
+// seal key, and a short meter interval (the lease, 3 intervals + 30 s,
+// lapses sooner).
+func e2bReplicaConf(t *testing.T) string {
+	t.Helper()
+	var k [32]byte
+	_, _ = rand.Read(k[:])
+	file := filepath.Join(t.TempDir(), "seal.key")
+	if err := os.WriteFile(file, []byte(hex.EncodeToString(k[:])+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return "e2b:\n  api_addr: 127.0.0.1:0\n  sandbox_addr: 127.0.0.1:0\n  advertise_host: 127.0.0.1\n" +
+		"  seal_key_file: " + file + "\n  meter_interval: 1s\n"
+}
+
+// e2bKey creates tenant and an E2B API key of it in the database at url.
+func e2bKey(t *testing.T, home, exe, url, tenant string) string {
+	t.Helper()
+	ctx := context.Background()
+	if code := airlockIn(t, ctx, home, exe, io.Discard, "--store", url, "tenants", "create", tenant); code != 0 {
+		t.Fatalf("tenants create: %d", code)
+	}
+	var out bytes.Buffer
+	if code := airlockIn(t, ctx, home, exe, &out, "--store", url, "keys", "create", "--tenant", tenant, "--name", "sdk", "--scope", "sandboxes", "--e2b"); code != 0 {
+		t.Fatalf("keys create: %d", code)
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// e2bClient drives the E2B API's two planes over HTTP.
+type e2bClient struct {
+	t   *testing.T
+	key string
+}
+
+func (c e2bClient) do(method, url string, hd map[string]string, body []byte) (int, []byte) {
+	c.t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for k, v := range hd {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, b
+}
+
+// api calls the control plane at base.
+func (c e2bClient) api(method, base, path string, body any) (int, []byte) {
+	c.t.Helper()
+	var b []byte
+	if body != nil {
+		b, _ = json.Marshal(body)
+	}
+	return c.do(method, base+path, map[string]string{"X-API-KEY": c.key, "Content-Type": "application/json"}, b)
+}
+
+type e2bSandbox struct {
+	ID    string `json:"sandboxID"`
+	Token string `json:"envdAccessToken"`
+}
+
+// run starts script in sandbox s through the data plane at base and
+// returns the answer's status and the command's stdout.
+func (c e2bClient) run(base string, s e2bSandbox, script string) (int, string) {
+	c.t.Helper()
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", script}}, "stdin": false})
+	env := append([]byte{0, 0, 0, 0, 0}, msg...)
+	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
+	st, b := c.do("POST", base+"/process.Process/Start", map[string]string{
+		"E2b-Sandbox-Id": s.ID, "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": s.Token, "Content-Type": "application/connect+json",
+	}, env)
+	var out strings.Builder
+	for _, m := range regexp.MustCompile(`"stdout":"([^"]*)"`).FindAllSubmatch(b, -1) {
+		d, _ := base64.StdEncoding.DecodeString(string(m[1]))
+		out.Write(d)
+	}
+	if st == 200 && !bytes.Contains(b, []byte(`"exited":true`)) {
+		c.t.Errorf("Start %q through %s = %q: no end", script, base, b)
+	}
+	return st, out.String()
+}
+
+// sandboxRecord returns the record of E2B sandbox id.
+func sandboxRecord(t *testing.T, st store.Store, id string) store.Run {
+	t.Helper()
+	runs, err := st.ListRuns(context.Background(), store.RunFilter{Kind: store.KindSandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs {
+		if strings.HasPrefix(r.Task, "E2B sandbox "+id+",") {
+			return r
+		}
+	}
+	t.Fatalf("no record of sandbox %s", id)
+	return store.Run{}
+}
+
+// TestServeReplicasE2B: two airlock serve replicas of one E2B service, on
+// one PostgreSQL and the native backend, on this machine. A sandbox made
+// through A is listed, described, used (commands with create's envs,
+// files), timed, paused and resumed through B, whose requests A answers
+// (relayed over A's advertised address, authenticated with the shared
+// key); a second one is killed through B. Another tenant's key, and a
+// wrong token, reach nothing through B. The record holds the tokens'
+// verifiers and the sealed secrets, never a token or an env value. Then A
+// is killed with SIGKILL: its native sandbox ended with it (a process
+// tree of A's), so B answers 503 naming A while A's lease runs, then
+// closes the record as lost and answers as for any sandbox gone.
+func TestServeReplicasE2B(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "ale2r-")
+	homeB := moreHome(t)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	other := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "beta")}
+	conf := e2bReplicaConf(t)
+	a := startServeConf(t, homeA, exe, url, 0, conf)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+	if a.e2bAPI == "" || b.e2bAPI == "" {
+		t.Fatalf("no E2B listeners: A %q, B %q", a.e2bAPI, b.e2bAPI)
+	}
+
+	const secret = "s3cret-replica-value"
+	code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{
+		"templateID": "base", "envVars": map[string]string{"REPLICA_SECRET": secret}, "metadata": map[string]string{"who": "replicas"},
+	})
+	var sb e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb) != nil || sb.Token == "" {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+
+	// list through B: A's sandbox, from its record.
+	code, body = c.api("GET", b.e2bAPI, "/v2/sandboxes?metadata=who%3Dreplicas", nil)
+	var listed []struct {
+		ID       string            `json:"sandboxID"`
+		State    string            `json:"state"`
+		Metadata map[string]string `json:"metadata"`
+	}
+	if code != 200 || json.Unmarshal(body, &listed) != nil || len(listed) != 1 || listed[0].ID != sb.ID || listed[0].State != "running" || listed[0].Metadata["who"] != "replicas" {
+		t.Fatalf("list through B = %d %s, want %s running", code, body, sb.ID)
+	}
+	// info through B: A answers, with the token.
+	code, body = c.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil)
+	var info e2bSandbox
+	if code != 200 || json.Unmarshal(body, &info) != nil || info.ID != sb.ID || info.Token != sb.Token {
+		t.Fatalf("info through B = %d %s", code, body)
+	}
+	// Another tenant's key finds nothing through B, as through A.
+	for _, base := range []string{a.e2bAPI, b.e2bAPI} {
+		if code, body := other.api("GET", base, "/sandboxes/"+sb.ID, nil); code != 404 {
+			t.Errorf("another tenant's info through %s = %d %s, want 404", base, code, body)
+		}
+		if code, body := other.api("DELETE", base, "/sandboxes/"+sb.ID, nil); code != 404 {
+			t.Errorf("another tenant's kill through %s = %d %s, want 404", base, code, body)
+		}
+	}
+	// Commands through B see create's envs; a file written through B is
+	// read through A.
+	if code, out := c.run(b.e2bSandbox, sb, `echo "$REPLICA_SECRET"; echo through-b > /tmp/b.txt`); code != 200 || out != secret+"\n" {
+		t.Fatalf("command through B = %d %q, want %q", code, out, secret+"\n")
+	}
+	if code, out := c.run(a.e2bSandbox, sb, `cat /tmp/b.txt`); code != 200 || out != "through-b\n" {
+		t.Fatalf("command through A = %d %q", code, out)
+	}
+	code, body = c.do("GET", b.e2bSandbox+"/files?path=/tmp/b.txt", map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb.Token}, nil)
+	if code != 200 || string(body) != "through-b\n" {
+		t.Errorf("download through B = %d %q", code, body)
+	}
+	// A wrong token, or none, is refused by B itself (502, as for any
+	// unknown sandbox), not relayed.
+	for _, tok := range []string{"", strings.Repeat("0", 64)} {
+		if code, _ := c.run(b.e2bSandbox, e2bSandbox{ID: sb.ID, Token: tok}, "echo no"); code != 502 {
+			t.Errorf("command through B with token %q = %d, want 502", tok, code)
+		}
+	}
+	// timeout, pause and resume through B.
+	if code, body := c.api("POST", b.e2bAPI, "/sandboxes/"+sb.ID+"/timeout", map[string]any{"timeout": 600}); code != 204 {
+		t.Errorf("timeout through B = %d %s", code, body)
+	}
+	if code, body := c.api("POST", b.e2bAPI, "/sandboxes/"+sb.ID+"/pause", nil); code != 204 {
+		t.Fatalf("pause through B = %d %s", code, body)
+	}
+	code, body = c.api("GET", b.e2bAPI, "/v2/sandboxes?state=paused", nil)
+	if code != 200 || !bytes.Contains(body, []byte(sb.ID)) {
+		t.Errorf("list of paused through B = %d %s, want %s", code, body, sb.ID)
+	}
+	if code, body := c.api("POST", b.e2bAPI, "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 600}); code != 201 && code != 200 {
+		t.Fatalf("connect (resume) through B = %d %s", code, body)
+	}
+	if code, out := c.run(b.e2bSandbox, sb, `cat /tmp/b.txt; echo "$REPLICA_SECRET"`); code != 200 || !strings.HasSuffix(out, secret+"\n") {
+		t.Fatalf("command through B after the resume = %d %q", code, out)
+	}
+
+	// A second sandbox, killed through B.
+	code, body = c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base"})
+	var sb2 e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb2) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if code, body := c.api("DELETE", b.e2bAPI, "/sandboxes/"+sb2.ID, nil); code != 204 {
+		t.Fatalf("kill through B = %d %s", code, body)
+	}
+	if code, body := c.api("GET", a.e2bAPI, "/sandboxes/"+sb2.ID, nil); code != 404 {
+		t.Errorf("info through A after the kill through B = %d %s, want 404", code, body)
+	}
+	if r := sandboxRecord(t, st, sb2.ID); r.Status != event.StatusCancelled {
+		t.Errorf("killed sandbox's record is %s, want cancelled", r.Status)
+	}
+
+	// The record: verifiers and a sealed blob, no token, no env value.
+	rec := sandboxRecord(t, st, sb.ID)
+	evs, err := st.Events(context.Background(), rec.ID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if bytes.Contains(e.Payload, []byte(sb.Token)) || bytes.Contains(e.Payload, []byte(secret)) {
+			t.Errorf("event %d (%s) holds the token or the env value: %s", e.Seq, e.Type, e.Payload)
+		}
+	}
+	if p, err := evs[0].Unpack(); err != nil || p.(*event.SandboxCreated).TokenSHA256 == "" || p.(*event.SandboxCreated).Sealed == "" {
+		t.Errorf("sandbox.created = %s, want the token's verifier and the sealed secrets", evs[0].Payload)
+	}
+
+	// kill -9 of A: its sandbox ended with it.
+	a.kill()
+	killed := time.Now()
+	code, body = c.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil)
+	if code != 503 || !bytes.Contains(body, []byte("does not answer")) {
+		t.Errorf("info through B with A dead = %d %s, want 503 naming A", code, body)
+	}
+	if code, _ := c.run(b.e2bSandbox, sb, "echo hi"); code != 503 {
+		t.Errorf("command through B with A dead = %d, want 503", code)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		code, body = c.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil)
+		if code == 404 {
+			break
+		}
+		if code != 503 || time.Now().After(deadline) {
+			t.Fatalf("info through B after A's death = %d %s, want 503 until its lease lapses, then 404", code, body)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("B closed A's sandbox %.1f s after A's SIGKILL", time.Since(killed).Seconds())
+	if r := sandboxRecord(t, st, sb.ID); r.Status != event.StatusFailed {
+		t.Errorf("A's sandbox's record is %s after B closed it, want failed (lost)", r.Status)
+	}
+	if code, _ := c.run(b.e2bSandbox, sb, "echo hi"); code != 502 {
+		t.Errorf("command through B after the close = %d, want 502", code)
+	}
+	if code, body = c.api("GET", b.e2bAPI, "/v2/sandboxes", nil); code != 200 || bytes.Contains(body, []byte(sb.ID)) {
+		t.Errorf("list through B after the close = %d %s, want no %s", code, body, sb.ID)
+	}
+}
+
+// TestServeReplicasE2BKubernetes: the same service with its sandboxes
+// pods of the cluster. A sandbox made through A is used through B (its
+// commands see create's envs; a file written through B is read through
+// A); A is killed with SIGKILL; once A's lease lapses, B takes the
+// sandbox over (it attaches to the pod, with the tokens and envs sealed
+// in the record): the same token reaches the same files and envs through
+// B, and a kill through B deletes the pod.
+func TestServeReplicasE2BKubernetes(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "ale2k-")
+	homeB := moreHome(t)
+	k := needKube(t, exe)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	// The pod outlives its replica's exec stream for the grace: longer
+	// than the lease (3 s meters + 30 s), so B can take it over.
+	conf := strings.Replace(k.conf, "detached_grace: 3s", "detached_grace: 2m", 1) + e2bReplicaConf(t)
+	a := startServeConf(t, homeA, exe, url, 0, conf)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+
+	const secret = "s3cret-on-the-cluster"
+	code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base", "envVars": map[string]string{"REPLICA_SECRET": secret}})
+	var sb e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if pods := k.pods(t); len(pods) != 1 {
+		t.Fatalf("pods after the create: %v, want one", pods)
+	}
+	// E2B's default user, "user", is the pod's one id (uid 0 of the
+	// sandbox; the pod's non-root uid on the node), in /home/user, the
+	// workspace; its HOME is still the pod's root's (docs/kubernetes.md).
+	code, out := c.run(b.e2bSandbox, sb, `echo "$REPLICA_SECRET"; echo through-b > /tmp/b.txt; id -u; pwd; echo "$HOME"`)
+	if code != 200 || !strings.HasPrefix(out, secret+"\n") {
+		t.Fatalf("command through B = %d %q", code, out)
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || lines[2] != "/home/user" {
+		t.Errorf("command through B said %q; want it in /home/user", out)
+	}
+	t.Logf("the default user in the pod: %q", out)
+	if code, out := c.run(a.e2bSandbox, sb, `cat /tmp/b.txt`); code != 200 || out != "through-b\n" {
+		t.Fatalf("command through A = %d %q", code, out)
+	}
+	a.kill()
+	killed := time.Now()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		code, body = c.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil)
+		if code == 200 {
+			break
+		}
+		if code != 503 || time.Now().After(deadline) {
+			audit, _ := os.ReadFile(filepath.Join(homeB, "audit", "e2b.jsonl"))
+			t.Fatalf("info through B after A's death = %d %s, want 503 until its lease lapses, then 200 (taken over); B's audit:\n%s", code, body, audit)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("B took A's sandbox over %.1f s after A's SIGKILL", time.Since(killed).Seconds())
+	var info e2bSandbox
+	if json.Unmarshal(body, &info) != nil || info.Token != sb.Token {
+		t.Errorf("info through B after the takeover = %s, want the same token", body)
+	}
+	if code, out := c.run(b.e2bSandbox, sb, `cat /tmp/b.txt; echo "$REPLICA_SECRET"`); code != 200 || out != "through-b\n"+secret+"\n" {
+		t.Fatalf("command through B after the takeover = %d %q", code, out)
+	}
+	rec := sandboxRecord(t, st, sb.ID)
+	if rec.Status != event.StatusRunning || !strings.Contains(rec.LeaseOwner, b.e2bAPI) {
+		t.Errorf("record after the takeover: %s, lease %q; want running, B's (%s)", rec.Status, rec.LeaseOwner, b.e2bAPI)
+	}
+	if code, body := c.api("DELETE", b.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 204 {
+		t.Fatalf("kill through B = %d %s", code, body)
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for left := k.pods(t); len(left) > 0; left = k.pods(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pods left after the kill: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if r := sandboxRecord(t, st, sb.ID); r.Status != event.StatusCancelled {
+		t.Errorf("record after the kill through B: %s, want cancelled", r.Status)
+	}
+}
