@@ -36,7 +36,7 @@ func (s *Server) newEventLog(ctx context.Context, b *box, restore bool) *report.
 	l := report.NewLog(d.Events, b.id, 0, d.ResultScanner())
 	se, _ := s.o.Store.(store.SandboxEvents)
 	if restore && se != nil {
-		es, err := storedEvents(ctx, se, b.tenant, b.id)
+		es, err := StoredEvents(ctx, se, b.tenant, b.id)
 		if err != nil {
 			s.log.Warn("e2b: read a sandbox's stored events", "sandbox_id", b.id, "err", err)
 		}
@@ -63,9 +63,9 @@ func (s *Server) newEventLog(ctx context.Context, b *box, restore bool) *report.
 	return l
 }
 
-// storedEvents reads every event se holds of tenant's sandbox, oldest
+// StoredEvents reads every event se holds of tenant's sandbox, oldest
 // first.
-func storedEvents(ctx context.Context, se store.SandboxEvents, tenant, sandbox string) ([]report.Entry, error) {
+func StoredEvents(ctx context.Context, se store.SandboxEvents, tenant, sandbox string) ([]report.Entry, error) {
 	var out []report.Entry
 	for after := uint64(0); ; {
 		page, err := se.SandboxEvents(ctx, tenant, sandbox, after, 0)

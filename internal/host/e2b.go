@@ -27,6 +27,7 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/kube"
 	"github.com/airlockrun/airlock/internal/server"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
@@ -164,6 +165,9 @@ func (e *e2bService) stop(ctx context.Context) {
 type e2bSandboxes struct {
 	srv atomic.Pointer[e2b.Server]
 	mcp atomic.Pointer[mcp.Server]
+	// stored holds the events of sandboxes that are no longer live
+	// (nil on a store that keeps none).
+	stored store.SandboxEvents
 }
 
 var _ server.Sandboxes = (*e2bSandboxes)(nil)
@@ -198,18 +202,33 @@ func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
 	return api.Sandbox{}, false
 }
 
-// Events is an E2B sandbox's event log (one across its pauses and
-// resumes), or an MCP sandbox's.
-func (x *e2bSandboxes) Events(tenant, id string) (*report.Log, bool) {
+// Events is a live E2B sandbox's event log (one across its pauses and
+// resumes) or an MCP sandbox's; else, for a sandbox this server does not
+// hold (ended, or held by another replica), what the store kept of its
+// events, as an ended log: what was accepted up to now, redacted as it
+// was when accepted.
+func (x *e2bSandboxes) Events(ctx context.Context, tenant, id string) (*report.Log, bool) {
 	if srv := x.srv.Load(); srv != nil {
 		if l, ok := srv.Events(tenant, id); ok {
 			return l, true
 		}
 	}
 	if ms := x.mcp.Load(); ms != nil {
-		return ms.Events(tenant, id)
+		if l, ok := ms.Events(tenant, id); ok {
+			return l, true
+		}
 	}
-	return nil, false
+	if x.stored == nil {
+		return nil, false
+	}
+	es, err := e2b.StoredEvents(ctx, x.stored, tenant, id)
+	if err != nil || len(es) == 0 {
+		return nil, false
+	}
+	l := report.NewLog(policy.Events{}, id, 0, nil)
+	l.Restore(es)
+	l.End()
+	return l, true
 }
 
 func (x *e2bSandboxes) Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error) {

@@ -71,3 +71,46 @@ func TestSweepSandboxEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestStoredSandboxEvents: the native API's events of a sandbox this
+// server no longer holds are what the store kept, as an ended log, to
+// its tenant only. On SQLite and PostgreSQL.
+func TestStoredSandboxEvents(t *testing.T) {
+	onBothStores(t, []string{"acme", "other"}, func(t *testing.T, _ *Host, st store.Store) {
+		ctx := context.Background()
+		se, ok := st.(store.SandboxEvents)
+		if !ok {
+			t.Fatalf("%T keeps no sandbox events", st)
+		}
+		now := time.Now().UTC()
+		var es []store.SandboxEvent
+		for i := range 3 {
+			body := fmt.Appendf(nil, `{"kind":"progress","message":"step %d","pct":%d}`, i+1, 30*(i+1))
+			es = append(es, store.SandboxEvent{Tenant: "acme", Sandbox: "sb-gone", Seq: uint64(i + 1), Time: now, Event: body})
+		}
+		if err := se.AppendSandboxEvents(ctx, es); err != nil {
+			t.Fatal(err)
+		}
+		x := &e2bSandboxes{stored: se}
+		l, ok := x.Events(ctx, "acme", "sb-gone")
+		if !ok {
+			t.Fatal("Events(acme, sb-gone) = false, want its stored log")
+		}
+		snap := l.After(0, 10)
+		var got []string
+		for _, e := range snap.Events {
+			got = append(got, fmt.Sprintf("%d:%s", e.Seq, e.Event.Message))
+		}
+		if want := "[1:step 1 2:step 2 3:step 3]"; fmt.Sprint(got) != want || !snap.Ended {
+			t.Errorf("stored log = %v ended %v, want %s ended", got, snap.Ended, want)
+		}
+		for _, c := range []struct{ tenant, id string }{{"other", "sb-gone"}, {"acme", "sb-never"}} {
+			if _, ok := x.Events(ctx, c.tenant, c.id); ok {
+				t.Errorf("Events(%s, %s) = true, want false", c.tenant, c.id)
+			}
+		}
+		if _, ok := (&e2bSandboxes{}).Events(ctx, "acme", "sb-gone"); ok {
+			t.Error("Events without a store = true")
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,10 +30,11 @@ type Sandboxes interface {
 	// revoking API key's id. It returns the exposure that was, or
 	// ErrNoSandbox, ErrNotExposed or ErrPolicyPorts.
 	Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error)
-	// Events returns the log of what tenant's live sandbox id reported
-	// through its event channel; false when the tenant has no such
-	// sandbox, or its events are not kept.
-	Events(tenant, id string) (*report.Log, bool)
+	// Events returns the log of what tenant's sandbox id reported
+	// through its event channel: a live sandbox's, or the stored events
+	// of one that ended (an ended log); false when the tenant has no
+	// such sandbox, or its events are not kept.
+	Events(ctx context.Context, tenant, id string) (*report.Log, bool)
 }
 
 // Errors of Sandboxes.Revoke.
@@ -119,14 +121,15 @@ func (s *Server) revokeExposure(w http.ResponseWriter, r *http.Request, c *call)
 // sandboxEventsPage bounds a page of GET /v1/sandboxes/{id}/events.
 var sandboxEventsPage = param.Int{Name: "limit", Min: 1, Max: report.DefaultLogSize, Default: report.DefaultLogSize}
 
-// sandboxEvents answers the events a live sandbox outside runs (an MCP
-// session's) reported: a JSON list, or, to a client that accepts
+// sandboxEvents answers the events a sandbox outside runs (an MCP
+// session's or an E2B sandbox's; live, or ended with its events stored)
+// reported: a JSON list, or, to a client that accepts
 // text/event-stream, a live stream of them.
 func (s *Server) sandboxEvents(w http.ResponseWriter, r *http.Request, c *call) error {
 	if s.o.Sandboxes == nil {
 		return errNoSandbox
 	}
-	log, ok := s.o.Sandboxes.Events(c.p.Tenant, r.PathValue("id"))
+	log, ok := s.o.Sandboxes.Events(r.Context(), c.p.Tenant, r.PathValue("id"))
 	if !ok {
 		return errNoSandbox
 	}

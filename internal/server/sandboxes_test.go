@@ -38,7 +38,7 @@ type sandboxTable struct {
 	logs map[string]*report.Log
 }
 
-func (x *sandboxTable) Events(tenant, id string) (*report.Log, bool) {
+func (x *sandboxTable) Events(_ context.Context, tenant, id string) (*report.Log, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	l, ok := x.logs[tenant+"/"+id]
