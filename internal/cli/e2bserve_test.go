@@ -199,6 +199,20 @@ func TestServeE2B(t *testing.T) {
 	if st, b := call(t, "GET", base+"/v1/sandboxes/"+sb.ID, admin, nil); st != http.StatusNotFound {
 		t.Errorf("GET /v1/sandboxes/{id} after the kill = %d %s, want 404", st, b)
 	}
+	// Its events outlive it: what the store kept, as an ended log, to
+	// the tenant's keys only.
+	var ended struct {
+		Events []struct {
+			Seq uint64 `json:"seq"`
+		} `json:"events"`
+		Ended bool `json:"ended"`
+	}
+	if st, b := call(t, "GET", base+"/v1/sandboxes/"+sb.ID+"/events", admin, nil); st != 200 || json.Unmarshal(b, &ended) != nil || len(ended.Events) != 1 || ended.Events[0].Seq != 1 || !ended.Ended {
+		t.Errorf("GET /v1/sandboxes/{id}/events after the kill = %d %s, want its one stored event, ended", st, b)
+	}
+	if st, b := call(t, "GET", base+"/v1/sandboxes/"+sb.ID+"/events", strings.TrimSpace(otherOut.String()), nil); st != http.StatusNotFound {
+		t.Errorf("another tenant's GET /v1/sandboxes/{id}/events after the kill = %d %s, want 404", st, b)
+	}
 	audit, err := os.ReadFile(filepath.Join(home, "audit", "e2b.jsonl"))
 	if err != nil {
 		t.Fatal(err)

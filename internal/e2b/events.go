@@ -34,7 +34,7 @@ func (s *Server) newEventLog(ctx context.Context, b *box, restore bool) *report.
 		d = defaultDocument()
 	}
 	l := report.NewLog(d.Events, b.id, 0, d.ResultScanner())
-	se, _ := s.o.Store.(store.SandboxEvents)
+	var se store.SandboxEvents = s.o.Store
 	if restore && se != nil {
 		es, err := StoredEvents(ctx, se, b.tenant, b.id)
 		if err != nil {

@@ -315,10 +315,6 @@ func sandboxRetention(r Retention) time.Duration {
 // sweepSandboxEvents deletes the events of sandboxes outside runs past
 // their tenant's sandboxRetention as of now.
 func sweepSandboxEvents(ctx context.Context, st store.Store, rules RetentionRules, now time.Time) (int64, error) {
-	se, ok := st.(store.SandboxEvents)
-	if !ok {
-		return 0, nil
-	}
 	tenants, err := st.ListTenants(ctx)
 	if err != nil {
 		return 0, err
@@ -329,7 +325,7 @@ func sweepSandboxEvents(ctx context.Context, st store.Store, rules RetentionRule
 		if keep <= 0 {
 			continue
 		}
-		k, err := se.ExpireSandboxEvents(ctx, tn.Name, now.Add(-keep))
+		k, err := st.ExpireSandboxEvents(ctx, tn.Name, now.Add(-keep))
 		n += k
 		if err != nil {
 			return n, err

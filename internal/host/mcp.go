@@ -63,11 +63,11 @@ func (h *Host) MCPServer(o MCPOptions) (*mcp.Server, error) {
 		o.Default, o.DefaultName = policy.Default(), "default"
 	}
 	boxes := &mcpBoxes{h: h, b: b, o: o}
-	// The sandboxes' events are kept in the run store, when it keeps
-	// them; a host whose store does not open keeps them in memory.
+	// The sandboxes' events are kept in the run store; a host whose
+	// store does not open keeps them in memory.
 	var events store.SandboxEvents
 	if st, err := h.Store(); err == nil {
-		events, _ = st.(store.SandboxEvents)
+		events = st
 	}
 	var keys, fails *ratelimit.Limiter
 	if o.Rate > 0 {

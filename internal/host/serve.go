@@ -28,7 +28,6 @@ import (
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
 	"github.com/airlockrun/airlock/internal/server"
-	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/telemetry"
 )
 
@@ -404,7 +403,7 @@ func (s *service) assemble(ctx context.Context) error {
 		h.GC()
 		s.workers = newWorkers(rs.eng, rs.store, nWorkers, cfg.WorkerPoll)
 	}
-	s.sandboxes.stored, _ = rs.store.(store.SandboxEvents)
+	s.sandboxes.stored = rs.store
 	so := server.Options{
 		Store: rs.store, Blobs: rs.blobs, Engine: rs.eng, Auth: auth.NewKeys(rs.store, nil), Feed: feed,
 		Logger: s.log, Config: cfg.API, Metrics: s.tel.Registry(), Secrets: secrets, Redactor: h.red,

@@ -22,8 +22,8 @@ const MaxSandboxEvent = 64 << 10
 
 // SandboxEvents keeps what sandboxes outside runs report, so that it
 // outlives the process that read it (a restart of serve) and is kept and
-// deleted under the data policy as a run's events are. The SQLite and
-// PostgreSQL stores implement it.
+// deleted under the data policy as a run's events are. Part of Store:
+// a wrapper (serve's timed store) that lacked it would lose them.
 type SandboxEvents interface {
 	// AppendSandboxEvents stores es; an event of a (tenant, sandbox, seq)
 	// stored already is left as it is.

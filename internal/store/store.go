@@ -89,6 +89,7 @@ type Store interface {
 	Tenants
 	Keys
 	Deletions
+	SandboxEvents
 
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.

@@ -354,3 +354,27 @@ func (s *Store) Close() error {
 	s.observe("Close", start, err)
 	return err
 }
+
+// AppendSandboxEvents implements store.Store.
+func (s *Store) AppendSandboxEvents(ctx context.Context, es []store.SandboxEvent) error {
+	start := time.Now()
+	err := s.s.AppendSandboxEvents(ctx, es)
+	s.observe("AppendSandboxEvents", start, err)
+	return err
+}
+
+// SandboxEvents implements store.Store.
+func (s *Store) SandboxEvents(ctx context.Context, tenant, sandbox string, after uint64, limit int) ([]store.SandboxEvent, error) {
+	start := time.Now()
+	out, err := s.s.SandboxEvents(ctx, tenant, sandbox, after, limit)
+	s.observe("SandboxEvents", start, err)
+	return out, err
+}
+
+// ExpireSandboxEvents implements store.Store.
+func (s *Store) ExpireSandboxEvents(ctx context.Context, tenant string, before time.Time) (int64, error) {
+	start := time.Now()
+	n, err := s.s.ExpireSandboxEvents(ctx, tenant, before)
+	s.observe("ExpireSandboxEvents", start, err)
+	return n, err
+}
