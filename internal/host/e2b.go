@@ -165,8 +165,8 @@ func (e *e2bService) stop(ctx context.Context) {
 type e2bSandboxes struct {
 	srv atomic.Pointer[e2b.Server]
 	mcp atomic.Pointer[mcp.Server]
-	// stored holds the events of sandboxes that are no longer live
-	// (nil on a store that keeps none).
+	// stored holds the events of sandboxes that are no longer live (the
+	// run store; nil: none are served once a sandbox ends).
 	stored store.SandboxEvents
 }
 
