@@ -17,10 +17,6 @@ import (
 func TestSweepSandboxEvents(t *testing.T) {
 	onBothStores(t, []string{"acme", "keeper", "runsonly"}, func(t *testing.T, h *Host, st store.Store) {
 		ctx := context.Background()
-		se, ok := st.(store.SandboxEvents)
-		if !ok {
-			t.Fatalf("%T keeps no sandbox events", st)
-		}
 		now := time.Now().UTC()
 		var es []store.SandboxEvent
 		for _, tn := range []string{"acme", "keeper", "runsonly"} {
@@ -29,7 +25,7 @@ func TestSweepSandboxEvents(t *testing.T) {
 				es = append(es, store.SandboxEvent{Tenant: tn, Sandbox: "sb-1", Seq: uint64(i + 1), Time: now.Add(-age), Event: body})
 			}
 		}
-		if err := se.AppendSandboxEvents(ctx, es); err != nil {
+		if err := st.AppendSandboxEvents(ctx, es); err != nil {
 			t.Fatal(err)
 		}
 		rules := RetentionRules{
@@ -44,7 +40,7 @@ func TestSweepSandboxEvents(t *testing.T) {
 			t.Errorf("Sweep() = %+v, want 3 sandbox events deleted (acme's 10h and 3h, runsonly's 10h)", sw)
 		}
 		for tn, want := range map[string][]uint64{"acme": {3}, "keeper": {1, 2, 3}, "runsonly": {2, 3}} {
-			got, err := se.SandboxEvents(ctx, tn, "sb-1", 0, 0)
+			got, err := st.SandboxEvents(ctx, tn, "sb-1", 0, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,20 +74,16 @@ func TestSweepSandboxEvents(t *testing.T) {
 func TestStoredSandboxEvents(t *testing.T) {
 	onBothStores(t, []string{"acme", "other"}, func(t *testing.T, _ *Host, st store.Store) {
 		ctx := context.Background()
-		se, ok := st.(store.SandboxEvents)
-		if !ok {
-			t.Fatalf("%T keeps no sandbox events", st)
-		}
 		now := time.Now().UTC()
 		var es []store.SandboxEvent
 		for i := range 3 {
 			body := fmt.Appendf(nil, `{"kind":"progress","message":"step %d","pct":%d}`, i+1, 30*(i+1))
 			es = append(es, store.SandboxEvent{Tenant: "acme", Sandbox: "sb-gone", Seq: uint64(i + 1), Time: now, Event: body})
 		}
-		if err := se.AppendSandboxEvents(ctx, es); err != nil {
+		if err := st.AppendSandboxEvents(ctx, es); err != nil {
 			t.Fatal(err)
 		}
-		x := &e2bSandboxes{stored: se}
+		x := &e2bSandboxes{stored: st}
 		l, ok := x.Events(ctx, "acme", "sb-gone")
 		if !ok {
 			t.Fatal("Events(acme, sb-gone) = false, want its stored log")

@@ -16,10 +16,6 @@ import (
 // found by another handle (a restarted process).
 func testSandboxEvents(t *testing.T, f Factory) {
 	s := twoTenants(t, f)
-	se, ok := s.(store.SandboxEvents)
-	if !ok {
-		t.Skip("the store keeps no sandbox events")
-	}
 	ctx := context.Background()
 	ev := func(tenant, sb string, seq uint64, at time.Time) store.SandboxEvent {
 		return store.SandboxEvent{Tenant: tenant, Sandbox: sb, Seq: seq, Time: at, Event: fmt.Appendf(nil, `{"source":"sandbox","sandbox":%q,"kind":"progress","message":"m%d"}`, sb, seq)}
@@ -29,16 +25,16 @@ func testSandboxEvents(t *testing.T, f Factory) {
 		batch = append(batch, ev("acme", "sb-1", i, base.Add(time.Duration(i)*time.Hour)))
 	}
 	batch = append(batch, ev("acme", "sb-2", 1, base), ev("other", "sb-1", 1, base))
-	if err := se.AppendSandboxEvents(ctx, batch); err != nil {
+	if err := s.AppendSandboxEvents(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
 	// Again, with one changed: what is stored stays.
 	again := ev("acme", "sb-1", 2, base)
 	again.Event = []byte(`{"changed":true}`)
-	if err := se.AppendSandboxEvents(ctx, []store.SandboxEvent{again}); err != nil {
+	if err := s.AppendSandboxEvents(ctx, []store.SandboxEvent{again}); err != nil {
 		t.Fatalf("append again = %v", err)
 	}
-	got, err := se.SandboxEvents(ctx, "acme", "sb-1", 0, 0)
+	got, err := s.SandboxEvents(ctx, "acme", "sb-1", 0, 0)
 	if err != nil || len(got) != 5 {
 		t.Fatalf("SandboxEvents = %d, %v; want 5", len(got), err)
 	}
@@ -48,13 +44,13 @@ func testSandboxEvents(t *testing.T, f Factory) {
 			t.Errorf("event %d = %+v, want %+v", i, e, w)
 		}
 	}
-	if got, _ := se.SandboxEvents(ctx, "acme", "sb-1", 3, 1); len(got) != 1 || got[0].Seq != 4 {
+	if got, _ := s.SandboxEvents(ctx, "acme", "sb-1", 3, 1); len(got) != 1 || got[0].Seq != 4 {
 		t.Errorf("after 3, limit 1 = %+v, want seq 4", got)
 	}
-	if got, _ := se.SandboxEvents(ctx, "other", "sb-1", 0, 0); len(got) != 1 || !strings.Contains(string(got[0].Event), `"m1"`) {
+	if got, _ := s.SandboxEvents(ctx, "other", "sb-1", 0, 0); len(got) != 1 || !strings.Contains(string(got[0].Event), `"m1"`) {
 		t.Errorf("other's sb-1 = %+v, want its one event", got)
 	}
-	if got, _ := se.SandboxEvents(ctx, "other", "sb-2", 0, 0); len(got) != 0 {
+	if got, _ := s.SandboxEvents(ctx, "other", "sb-2", 0, 0); len(got) != 0 {
 		t.Errorf("other's sb-2 = %+v, want none (acme's)", got)
 	}
 	for _, tc := range []struct {
@@ -67,22 +63,22 @@ func testSandboxEvents(t *testing.T, f Factory) {
 		{"empty", store.SandboxEvent{Tenant: "acme", Sandbox: "sb-1", Seq: 9, Time: base}},
 		{"too big", store.SandboxEvent{Tenant: "acme", Sandbox: "sb-1", Seq: 9, Time: base, Event: make([]byte, store.MaxSandboxEvent+1)}},
 	} {
-		wantErr(t, "AppendSandboxEvents("+tc.name+")", se.AppendSandboxEvents(ctx, []store.SandboxEvent{tc.e}), store.ErrInvalid)
+		wantErr(t, "AppendSandboxEvents("+tc.name+")", s.AppendSandboxEvents(ctx, []store.SandboxEvent{tc.e}), store.ErrInvalid)
 	}
 	// Expiry is per tenant and by the time each was accepted.
-	n, err := se.ExpireSandboxEvents(ctx, "acme", base.Add(3*time.Hour))
+	n, err := s.ExpireSandboxEvents(ctx, "acme", base.Add(3*time.Hour))
 	if err != nil || n != 3 { // sb-1's 1 and 2, sb-2's 1
 		t.Fatalf("ExpireSandboxEvents = %d, %v; want 3", n, err)
 	}
-	if got, _ := se.SandboxEvents(ctx, "acme", "sb-1", 0, 0); len(got) != 3 || got[0].Seq != 3 {
+	if got, _ := s.SandboxEvents(ctx, "acme", "sb-1", 0, 0); len(got) != 3 || got[0].Seq != 3 {
 		t.Errorf("after expiry: %+v, want seq 3-5", got)
 	}
-	if got, _ := se.SandboxEvents(ctx, "other", "sb-1", 0, 0); len(got) != 1 {
+	if got, _ := s.SandboxEvents(ctx, "other", "sb-1", 0, 0); len(got) != 1 {
 		t.Errorf("other's after acme's expiry: %+v, want kept", got)
 	}
 	// Another handle (a restarted process) finds them.
 	if f.Reopen != nil {
-		if got, _ := f.Reopen(t, s).(store.SandboxEvents).SandboxEvents(ctx, "acme", "sb-1", 0, 0); len(got) != 3 {
+		if got, _ := f.Reopen(t, s).SandboxEvents(ctx, "acme", "sb-1", 0, 0); len(got) != 3 {
 			t.Errorf("reopened: %d events, want 3", len(got))
 		}
 	}
@@ -91,7 +87,7 @@ func testSandboxEvents(t *testing.T, f Factory) {
 	if err != nil || rec.Counts["sandbox_events"] != 3 {
 		t.Fatalf("DeleteTenant = %+v, %v; want 3 sandbox events counted", rec.Counts, err)
 	}
-	if got, _ := se.SandboxEvents(ctx, "acme", "sb-1", 0, 0); len(got) != 0 {
+	if got, _ := s.SandboxEvents(ctx, "acme", "sb-1", 0, 0); len(got) != 0 {
 		t.Errorf("after the tenant's deletion: %+v", got)
 	}
 	if f.Dump != nil {
