@@ -22,10 +22,8 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/store"
-	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
 
 // One service, many replicas. Several airlock serve processes sharing one
@@ -122,24 +120,6 @@ func newReplicaKeys(secret []byte) (*replicaKeys, error) {
 		return nil, err
 	}
 	return &replicaKeys{seal: aead, mac: derive("airlock e2b peer v1")}, nil
-}
-
-// sealedState is what a replica taking a sandbox over needs besides the
-// record's plain events: its secrets and its lifecycle.
-type sealedState struct {
-	Token          string                `json:"token"`
-	Traffic        string                `json:"traffic"`
-	Envs           map[string]string     `json:"envs,omitempty"`
-	Private        bool                  `json:"private,omitempty"`
-	MaskHost       string                `json:"mask_host,omitempty"`
-	AutoPause      bool                  `json:"auto_pause,omitempty"`
-	AutoResume     bool                  `json:"auto_resume,omitempty"`
-	AutoPauseFiles bool                  `json:"auto_pause_files,omitempty"`
-	Lifetime       time.Duration         `json:"lifetime,omitempty"`
-	AllowOut       []string              `json:"allow_out,omitempty"`
-	DenyOut        []string              `json:"deny_out,omitempty"`
-	Template       *envtemplate.Template `json:"template,omitempty"`
-	TemplateVer    int64                 `json:"template_version,omitempty"`
 }
 
 // sealPrefix starts every sealed blob: its format's version.
@@ -249,15 +229,7 @@ func (s *Server) sealedOf(b *box) (string, error) {
 	if s.keys == nil {
 		return "", nil
 	}
-	st := sealedState{
-		Token: b.token, Traffic: b.traffic, Envs: b.envs, Private: b.private, MaskHost: b.maskHost,
-		AutoPause: b.autoPause, AutoResume: b.autoResume, AutoPauseFiles: b.autoPauseFiles, Lifetime: b.lifetime,
-		Template: b.template.env, TemplateVer: b.template.version,
-	}
-	if r := b.rules.Load(); r != nil {
-		st.AllowOut, st.DenyOut = r.allowOut, r.denyOut
-	}
-	return s.keys.sealJSON(b.rec.runID, b.id, st)
+	return s.keys.sealJSON(b.rec.runID, b.id, stateOf(b))
 }
 
 // recordIndex is the store's live sandbox records, by sandbox id, as this
@@ -436,7 +408,7 @@ func (s *Server) remoteAuthorized(r *http.Request, rec store.Run, c *event.Sandb
 	if r.URL.Path != "/files" || s.keys == nil || c.Sealed == "" {
 		return false
 	}
-	var st sealedState
+	var st boxState
 	if err := s.keys.openJSON(rec.ID, c.SandboxID, c.Sealed, &st); err != nil || !hashOK(st.Token, c.TokenSHA256) {
 		return false
 	}
@@ -597,7 +569,7 @@ func (s *Server) adopt(ctx context.Context, r store.Run, token int64) bool {
 	if err != nil || c.Sealed == "" {
 		return false
 	}
-	var st sealedState
+	var st boxState
 	if err := s.keys.openJSON(r.ID, c.SandboxID, c.Sealed, &st); err != nil {
 		s.log.Warn("e2b: the record's secrets do not open: not taking the sandbox over", "run_id", r.ID, "sandbox_id", c.SandboxID, "err", err)
 		return false
@@ -610,24 +582,17 @@ func (s *Server) adopt(ctx context.Context, r store.Run, token int64) bool {
 	if err != nil || prov == nil {
 		return false
 	}
-	tpl := template{name: c.Template, doc: defaultDocument(), source: c.TemplateSource, env: st.Template, version: st.TemplateVer}
-	if len(r.Policy) > 0 {
-		if tpl.doc, err = policy.Parse(r.Policy); err != nil {
-			return false
-		}
-		tpl.raw = r.Policy
-	}
-	b := &box{
-		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: st.Envs,
-		token: st.Token, traffic: st.Traffic, private: st.Private, maskHost: st.MaskHost, started: r.Created, internet: c.Internet,
-		rec: s.newRecord(r.ID, last+1), status: event.StatusRunning, lease: token,
-		autoPause: st.AutoPause, autoResume: st.AutoResume, lifetime: st.Lifetime, autoPauseFiles: st.AutoPauseFiles,
-	}
-	rules, err := parseNetRules(st.AllowOut, st.DenyOut)
+	tpl, err := st.templateOf(c, r.Policy)
 	if err != nil {
 		return false
 	}
-	b.rules.Store(rules)
+	b := &box{
+		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, started: r.Created, internet: c.Internet,
+		rec: s.newRecord(r.ID, last+1), status: event.StatusRunning, lease: token,
+	}
+	if err := st.onto(b); err != nil {
+		return false
+	}
 	b.spec = withAccount(s.specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
 		s.log.Warn("e2b: take a sandbox over: its template", "sandbox_id", b.id, "err", err)

@@ -18,7 +18,7 @@ func TestSealed(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := newReplicaKeys(bytes.Repeat([]byte("o"), 32))
-	want := sealedState{Token: "tok", Traffic: "traffic", Envs: map[string]string{"SECRET": "hunter22"}, AutoPause: true}
+	want := boxState{Token: "tok", Traffic: "traffic", Envs: map[string]string{"SECRET": "hunter22"}, AutoPause: true}
 	sealed, err := k.sealJSON("run-1", "sbx-1", want)
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +26,7 @@ func TestSealed(t *testing.T) {
 	if strings.Contains(sealed, "hunter22") || strings.Contains(sealed, "SECRET") {
 		t.Fatalf("sealed blob %q shows the environment", sealed)
 	}
-	var got sealedState
+	var got boxState
 	if err := k.openJSON("run-1", "sbx-1", sealed, &got); err != nil || got.Token != "tok" || got.Envs["SECRET"] != "hunter22" || !got.AutoPause {
 		t.Fatalf("open = %+v, %v; want what was sealed", got, err)
 	}
@@ -45,7 +45,7 @@ func TestSealed(t *testing.T) {
 		{"truncated", "run-1", "sbx-1", sealed[:10], k},
 		{"empty", "run-1", "sbx-1", "", k},
 	} {
-		var v sealedState
+		var v boxState
 		if err := c.k.openJSON(c.run, c.id, c.blob, &v); err == nil {
 			t.Errorf("%s: opened: %+v", c.name, v)
 		}
@@ -106,13 +106,13 @@ func TestSandboxOfTask(t *testing.T) {
 // opens that was not sealed under the key.
 func FuzzOpenSealed(f *testing.F) {
 	k, _ := newReplicaKeys(testKey)
-	good, _ := k.sealJSON("run", "sbx", sealedState{Token: "t"})
+	good, _ := k.sealJSON("run", "sbx", boxState{Token: "t"})
 	f.Add(good)
 	f.Add("v1.")
 	f.Add("v1.AAAA")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, blob string) {
-		var v sealedState
+		var v boxState
 		if err := k.openJSON("run", "sbx", blob, &v); err == nil && blob != good {
 			t.Fatalf("opened a blob not sealed here: %q", blob)
 		}

@@ -93,11 +93,13 @@ func (s *Server) ours(owner string) bool {
 	return strings.HasPrefix(owner, "e2b/"+s.serverID+"/")
 }
 
-// pausedState is what a paused sandbox's resume needs besides its record.
-type pausedState struct {
-	SandboxID string            `json:"sandbox_id"`
-	Token     string            `json:"token"`
-	Envs      map[string]string `json:"envs,omitempty"`
+// boxState is what serving a sandbox again needs beyond its record's
+// plain events (a resume after a restart, a replica taking it over): its
+// tokens, create's envs and network, its lifecycle and its template. A
+// paused sandbox's state file and a record's sealed state carry it.
+type boxState struct {
+	Token string            `json:"token"`
+	Envs  map[string]string `json:"envs,omitempty"`
 	// Traffic is the traffic access token, Private create's
 	// allowPublicTraffic: false (empty in states written before ports:
 	// a new token, public).
@@ -105,23 +107,14 @@ type pausedState struct {
 	Private bool   `json:"private,omitempty"`
 	// MaskHost is create's network.maskRequestHost.
 	MaskHost string `json:"mask_host,omitempty"`
-	// Checkpoint is the digest of the workspace's checkpoint.
-	Checkpoint string `json:"checkpoint,omitempty"`
-	// Snapshot is, instead, the name of the workspace's tar file in
-	// StateDir (a sandbox paused before checkpoints).
-	Snapshot string `json:"snapshot,omitempty"`
 	// AutoPause, AutoResume and Lifetime are the sandbox's lifecycle:
 	// what its timeout does, whether a request resumes it, and the
 	// lifetime an automatic resume gives it.
 	AutoPause  bool `json:"auto_pause,omitempty"`
 	AutoResume bool `json:"auto_resume,omitempty"`
 	// AutoPauseFiles makes the automatic pause filesystem-only.
-	AutoPauseFiles bool `json:"auto_pause_files,omitempty"`
-	// Kind is what the pause kept: pauseKindMemory (a frozen sandbox
-	// besides the checkpoint, lost with the server that held it) or
-	// pauseKindFilesystem ("" in files of servers before memory pauses).
-	Kind     string        `json:"kind,omitempty"`
-	Lifetime time.Duration `json:"lifetime,omitempty"`
+	AutoPauseFiles bool          `json:"auto_pause_files,omitempty"`
+	Lifetime       time.Duration `json:"lifetime,omitempty"`
 	// AllowOut and DenyOut are the sandbox's own network rules.
 	AllowOut []string `json:"allow_out,omitempty"`
 	DenyOut  []string `json:"deny_out,omitempty"`
@@ -131,6 +124,60 @@ type pausedState struct {
 	// the same root, not the host's.
 	Template        *envtemplate.Template `json:"template,omitempty"`
 	TemplateVersion int64                 `json:"template_version,omitempty"`
+}
+
+// stateOf is b's state, as it is now.
+func stateOf(b *box) boxState {
+	st := boxState{
+		Token: b.token, Envs: b.envs, Traffic: b.traffic, Private: b.private, MaskHost: b.maskHost,
+		AutoPause: b.autoPause, AutoResume: b.autoResume, AutoPauseFiles: b.autoPauseFiles, Lifetime: b.lifetime,
+		Template: b.template.env, TemplateVersion: b.template.version,
+	}
+	if r := b.rules.Load(); r != nil {
+		st.AllowOut, st.DenyOut = r.allowOut, r.denyOut
+	}
+	return st
+}
+
+// templateOf is the template of the sandbox c created, with st's stored
+// template and the record's policy (raw, when it has one).
+func (st *boxState) templateOf(c *event.SandboxCreated, raw []byte) (template, error) {
+	tpl := template{name: c.Template, doc: defaultDocument(), source: c.TemplateSource, env: st.Template, version: st.TemplateVersion}
+	if len(raw) > 0 {
+		doc, err := policy.Parse(raw)
+		if err != nil {
+			return template{}, fmt.Errorf("its policy: %w", err)
+		}
+		tpl.doc, tpl.raw = doc, raw
+	}
+	return tpl, nil
+}
+
+// onto gives b st's tokens, envs, network and lifecycle.
+func (st *boxState) onto(b *box) error {
+	rules, err := parseNetRules(st.AllowOut, st.DenyOut)
+	if err != nil {
+		return fmt.Errorf("its network rules: %w", err)
+	}
+	b.rules.Store(rules)
+	b.token, b.envs, b.traffic, b.private, b.maskHost = st.Token, st.Envs, st.Traffic, st.Private, st.MaskHost
+	b.autoPause, b.autoResume, b.autoPauseFiles, b.lifetime = st.AutoPause, st.AutoResume, st.AutoPauseFiles, st.Lifetime
+	return nil
+}
+
+// pausedState is what a paused sandbox's resume needs besides its record.
+type pausedState struct {
+	SandboxID string `json:"sandbox_id"`
+	boxState
+	// Checkpoint is the digest of the workspace's checkpoint.
+	Checkpoint string `json:"checkpoint,omitempty"`
+	// Snapshot is, instead, the name of the workspace's tar file in
+	// StateDir (a sandbox paused before checkpoints).
+	Snapshot string `json:"snapshot,omitempty"`
+	// Kind is what the pause kept: pauseKindMemory (a frozen sandbox
+	// besides the checkpoint, lost with the server that held it) or
+	// pauseKindFilesystem ("" in files of servers before memory pauses).
+	Kind string `json:"kind,omitempty"`
 }
 
 // Files in StateDir.
@@ -146,12 +193,7 @@ func (s *Server) pausedPath(runID string) string {
 
 // writePaused keeps what b's resume needs, with ps's workspace.
 func (s *Server) writePaused(b *box, ps pausedState) error {
-	ps.SandboxID, ps.Token, ps.Envs, ps.Traffic, ps.Private, ps.MaskHost = b.id, b.token, b.envs, b.traffic, b.private, b.maskHost
-	ps.AutoPause, ps.AutoResume, ps.Lifetime, ps.AutoPauseFiles = b.autoPause, b.autoResume, b.lifetime, b.autoPauseFiles
-	ps.Template, ps.TemplateVersion = b.template.env, b.template.version
-	if r := b.rules.Load(); r != nil {
-		ps.AllowOut, ps.DenyOut = r.allowOut, r.denyOut
-	}
+	ps.SandboxID, ps.boxState = b.id, stateOf(b)
 	st, err := json.Marshal(ps)
 	if err == nil {
 		err = writeFileAtomic(s.pausedPath(b.rec.runID), st)
@@ -373,20 +415,20 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if c.SandboxID != ps.SandboxID {
 		return errors.New("its state names another sandbox")
 	}
-	tpl := template{name: c.Template, doc: defaultDocument(), source: c.TemplateSource, env: ps.Template, version: ps.TemplateVersion}
-	if len(r.Policy) > 0 {
-		if tpl.doc, err = policy.Parse(r.Policy); err != nil {
-			return fmt.Errorf("its policy: %w", err)
-		}
-		tpl.raw = r.Policy
+	tpl, err := ps.templateOf(c, r.Policy)
+	if err != nil {
+		return err
 	}
 	b := &box{
-		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata, envs: ps.Envs,
-		token: ps.Token, traffic: cmpOr(ps.Traffic, newToken()), private: ps.Private, maskHost: ps.MaskHost, started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
+		id: c.SandboxID, tenant: r.Tenant, keyID: c.KeyID, template: tpl, metadata: c.Metadata,
+		started: r.Created, internet: c.Internet, rec: s.newRecord(r.ID, r.LastSeq+1), status: event.StatusPaused,
 		state: statePaused, endAt: r.Updated, paused: ps.Checkpoint,
-		autoPause: ps.AutoPause, autoResume: ps.AutoResume, lifetime: ps.Lifetime, autoPauseFiles: ps.AutoPauseFiles,
 		pauseKind: pauseKindFilesystem,
 	}
+	if err := ps.onto(b); err != nil {
+		return err
+	}
+	b.traffic = cmpOr(b.traffic, newToken())
 	if ps.Kind == pauseKindMemory {
 		// The server that froze it is gone, and its processes with it.
 		b.pauseNote = "the server that held the frozen sandbox stopped; its checkpoint is kept"
@@ -394,11 +436,6 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 	if ps.Snapshot != "" {
 		b.snapshot = filepath.Join(s.o.StateDir, ps.Snapshot)
 	}
-	rules, err := parseNetRules(ps.AllowOut, ps.DenyOut)
-	if err != nil {
-		return fmt.Errorf("its network rules: %w", err)
-	}
-	b.rules.Store(rules)
 	b.spec = withAccount(s.specOf(tpl.doc))
 	if err := s.applyTemplate(ctx, tpl, &b.spec); err != nil {
 		return err
