@@ -96,33 +96,11 @@ type artifactCount struct {
 // locks (destroyAll holds them while it stops it): it records with record,
 // and reads the one sandbox it was given.
 func (d *driver) watchEvents(ctx context.Context, name string, sb sandbox.Sandbox) (stop func()) {
-	src, ok := sb.(sandbox.EventSource)
-	if !ok {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	lines, drain, err := src.Events(ctx)
-	if err != nil {
-		// The sandbox is gone or its executor refuses: there is nothing
-		// to read, and the run goes on without the sandbox's reports.
-		cancel()
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+	// A sandbox that is gone or whose executor refuses has nothing to
+	// read: the run goes on without its reports.
+	return sandbox.WatchLines(ctx, sb, eventsDrainTimeout, func(ctx context.Context, lines <-chan sandbox.EventLine) {
 		d.readEvents(ctx, name, sb, lines)
-	}()
-	return func() {
-		drain()
-		select {
-		case <-done:
-		case <-time.After(eventsDrainTimeout):
-			cancel()
-			<-done
-		}
-		cancel()
-	}
+	})
 }
 
 // readEvents records what lines carries until it is closed.

@@ -32,6 +32,25 @@ type EventSink interface {
 // records its sandboxes' events itself); one stream runs per sandbox at a
 // time.
 func WatchEvents(ctx context.Context, sb Sandbox, log EventSink) (stop func()) {
+	return WatchLines(ctx, sb, watchDrainTimeout, func(_ context.Context, lines <-chan EventLine) {
+		for l := range lines {
+			if l.Drops != nil {
+				log.Executor(l.Drops.Oversize, l.Drops.Rate, l.Drops.Queue, l.Drops.Conns)
+				continue
+			}
+			log.Line(l.Line, time.Now())
+		}
+	})
+}
+
+// WatchLines runs read over what sb's event channel carries, in a
+// goroutine of its own, until stop is called: stop drains the channel
+// (read gets what commands that have ended wrote, then the channel
+// closes) and waits for read to return, at most drainTimeout before it
+// cancels read's context and waits again. For a sandbox that is not an
+// EventSource, or whose executor refuses the stream (gone, or too old),
+// nothing is read and stop does nothing.
+func WatchLines(ctx context.Context, sb Sandbox, drainTimeout time.Duration, read func(ctx context.Context, lines <-chan EventLine)) (stop func()) {
 	src, ok := sb.(EventSource)
 	if !ok {
 		return func() {}
@@ -45,19 +64,13 @@ func WatchEvents(ctx context.Context, sb Sandbox, log EventSink) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for l := range lines {
-			if l.Drops != nil {
-				log.Executor(l.Drops.Oversize, l.Drops.Rate, l.Drops.Queue, l.Drops.Conns)
-				continue
-			}
-			log.Line(l.Line, time.Now())
-		}
+		read(ctx, lines)
 	}()
 	return func() {
 		drain()
 		select {
 		case <-done:
-		case <-time.After(watchDrainTimeout):
+		case <-time.After(drainTimeout):
 			cancel()
 			<-done
 		}
