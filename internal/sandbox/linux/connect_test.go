@@ -28,6 +28,28 @@ import (
 // (peerRole): the same Go code on both ends of a comparison.
 const peerRoleEnv = "AIRLOCK_TEST_PEER"
 
+// serveEach listens on 127.0.0.1:port, prints "ready", and serves each
+// connection with handle in a goroutine of its own, closing it after;
+// it returns only when the listener fails.
+func serveEach(port string, handle func(net.Conn)) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready") //nolint:forbidigo // the peer answers its parent on stdout
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 1
+		}
+		go func() {
+			defer c.Close()
+			handle(c)
+		}()
+	}
+}
+
 // peerRole runs role and returns the exit status:
 //
 //   - http:PORT serves HTTP on 127.0.0.1:PORT: /hello answers "hello",
@@ -70,22 +92,7 @@ func peerRole(role string) int {
 		_ = http.Serve(ln, mux)
 		return 1
 	case "hold":
-		ln, err := net.Listen("tcp", "127.0.0.1:"+arg)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Println("ready") //nolint:forbidigo // the peer answers its parent on stdout
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return 1
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
+		return serveEach(arg, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
 	case "client":
 		i := strings.LastIndexByte(arg, ':')
 		url := arg[:i]

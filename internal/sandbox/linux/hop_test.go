@@ -34,22 +34,7 @@ import (
 // time of one in nanoseconds.
 func echoRole(kind, arg string) int {
 	if kind == "echo" {
-		ln, err := net.Listen("tcp", "127.0.0.1:"+arg)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Println("ready") //nolint:forbidigo // the peer answers its parent on stdout
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return 1
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
+		return serveEach(arg, func(c net.Conn) { _, _ = io.Copy(c, c) })
 	}
 	i := strings.LastIndexByte(arg, ':')
 	target := arg[:i]
