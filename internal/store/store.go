@@ -90,6 +90,7 @@ type Store interface {
 	Keys
 	Deletions
 	SandboxEvents
+	Uploads
 
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.

@@ -378,3 +378,35 @@ func (s *Store) ExpireSandboxEvents(ctx context.Context, tenant string, before t
 	s.observe("ExpireSandboxEvents", start, err)
 	return n, err
 }
+
+// PutUpload implements store.Store.
+func (s *Store) PutUpload(ctx context.Context, u store.Upload, budget int64) (store.Upload, error) {
+	start := time.Now()
+	u, err := s.s.PutUpload(ctx, u, budget)
+	s.observe("PutUpload", start, err)
+	return u, err
+}
+
+// GetUpload implements store.Store.
+func (s *Store) GetUpload(ctx context.Context, tenant, id string) (store.Upload, error) {
+	start := time.Now()
+	u, err := s.s.GetUpload(ctx, tenant, id)
+	s.observe("GetUpload", start, err)
+	return u, err
+}
+
+// UploadUsage implements store.Store.
+func (s *Store) UploadUsage(ctx context.Context, tenant string) (n, bytes int64, err error) {
+	start := time.Now()
+	n, bytes, err = s.s.UploadUsage(ctx, tenant)
+	s.observe("UploadUsage", start, err)
+	return n, bytes, err
+}
+
+// ExpireUploads implements store.Store.
+func (s *Store) ExpireUploads(ctx context.Context, tenant string, before time.Time) (n int64, free []string, err error) {
+	start := time.Now()
+	n, free, err = s.s.ExpireUploads(ctx, tenant, before)
+	s.observe("ExpireUploads", start, err)
+	return n, free, err
+}

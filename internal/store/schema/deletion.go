@@ -204,6 +204,20 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 	if n > 0 {
 		rec.Counts["sandbox_events"] = n
 	}
+	// Its uploads (store.Uploads), and their blobs unless another
+	// tenant's upload, or what is left, names them.
+	n, freeUploads, err := d.deleteUploads(ctx, tx, `tenant = `+d.Param(1), tenant)
+	if err != nil {
+		return rec, nil, err
+	}
+	if n > 0 {
+		rec.Counts["uploads"] = n
+	}
+	for _, dg := range freeUploads {
+		if !slices.Contains(digests, dg) {
+			digests = append(digests, dg)
+		}
+	}
 	rec, err = d.RecordDeletion(ctx, tx, rec, nowNS)
 	return rec, digests, err
 }
@@ -267,14 +281,20 @@ func (d Dialect) deleteRuns(ctx context.Context, tx Tx, cond string, args []stri
 	return d.unreferenced(ctx, tx, digests)
 }
 
-// unreferenced returns those of digests that no artifact and no event
-// payload names any more.
+// unreferenced returns those of digests that no artifact, no upload and
+// no event payload names any more.
 func (d Dialect) unreferenced(ctx context.Context, tx Tx, digests []string) ([]string, error) {
 	var free []string
 	for _, dg := range digests {
-		var n, m int64
+		var n, m, u int64
 		if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM artifacts WHERE digest = `+d.Param(1), []any{dg}, &n); err != nil {
 			return nil, fmt.Errorf("count references to %s: %w", dg, err)
+		}
+		if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM uploads WHERE digest = `+d.Param(1), []any{dg}, &u); err != nil {
+			return nil, fmt.Errorf("count uploads of %s: %w", dg, err)
+		}
+		if n+u > 0 {
+			continue
 		}
 		// A digest has no LIKE wildcard in it (blobDigest), so this
 		// finds exactly the payloads that name it.
@@ -287,7 +307,7 @@ func (d Dialect) unreferenced(ctx context.Context, tx Tx, digests []string) ([]s
 		if err := d.queryOne(ctx, tx, q, []any{arg}, &m); err != nil {
 			return nil, fmt.Errorf("count events naming %s: %w", dg, err)
 		}
-		if n == 0 && m == 0 {
+		if m == 0 {
 			free = append(free, dg)
 		}
 	}

@@ -304,6 +304,23 @@ var migrations = []string{
 		PRIMARY KEY (tenant, sandbox, seq)
 	);
 	CREATE INDEX sandbox_events_time ON sandbox_events (tenant, time_ns);`,
+
+	// 17: uploaded workspaces (store.Uploads): the id the API gave, the
+	// tenant, the digest of the gzipped tar in the blob store and its
+	// size, so that an upload is found by id and tenant, counted against
+	// its tenant's budget, and deleted under the data policy; the digest
+	// index tells a deletion whether a blob is still named. Uploads made
+	// before are blobs with a receipt and no row: no longer accepted,
+	// and a blob collection (airlock gc) removes them.
+	`CREATE TABLE uploads (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		digest     TEXT NOT NULL,
+		size       INTEGER NOT NULL CHECK (size >= 0),
+		created_ns INTEGER NOT NULL
+	);
+	CREATE INDEX uploads_tenant ON uploads (tenant, created_ns);
+	CREATE INDEX uploads_digest ON uploads (digest);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -313,7 +330,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 16
+const Version = 17
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

@@ -119,6 +119,7 @@ func Run(t *testing.T, f Factory) {
 		{"MarkTenantDeleting", testMarkTenantDeleting},
 		{"DeletionMarkers", testDeletionMarkers},
 		{"SandboxEvents", testSandboxEvents},
+		{"Uploads", testUploads},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })

@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/schema"
+)
+
+var _ store.Uploads = (*Store)(nil)
+
+// PutUpload implements store.Uploads.
+func (s *Store) PutUpload(ctx context.Context, u store.Upload, budget int64) (store.Upload, error) {
+	if err := s.check("put upload", schema.CheckUpload(u)); err != nil {
+		return u, err
+	}
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		u, err = schema.Postgres.PutUpload(ctx, schemaTx{tx}, u, budget, s.now().UnixNano())
+		return err
+	})
+	if err != nil {
+		return u, fmt.Errorf("postgres: %w", err)
+	}
+	return u, nil
+}
+
+// GetUpload implements store.Uploads.
+func (s *Store) GetUpload(ctx context.Context, tenant, id string) (store.Upload, error) {
+	if err := s.check("get upload", nil); err != nil {
+		return store.Upload{}, err
+	}
+	var u store.Upload
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		u, err = schema.Postgres.GetUpload(ctx, schemaTx{tx}, tenant, id)
+		return err
+	})
+	if err != nil {
+		return store.Upload{}, fmt.Errorf("postgres: %w", err)
+	}
+	return u, nil
+}
+
+// UploadUsage implements store.Uploads.
+func (s *Store) UploadUsage(ctx context.Context, tenant string) (n, bytes int64, err error) {
+	if err := s.check("upload usage", nil); err != nil {
+		return 0, 0, err
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, bytes, err = schema.Postgres.UploadUsage(ctx, schemaTx{tx}, tenant)
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: %w", err)
+	}
+	return n, bytes, nil
+}
+
+// ExpireUploads implements store.Uploads.
+func (s *Store) ExpireUploads(ctx context.Context, tenant string, before time.Time) (n int64, free []string, err error) {
+	if err := s.check("expire uploads", nil); err != nil {
+		return 0, nil, err
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, free, err = schema.Postgres.ExpireUploads(ctx, schemaTx{tx}, tenant, before)
+		return err
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("postgres: %w", err)
+	}
+	return n, free, nil
+}
