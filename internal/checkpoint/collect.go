@@ -195,6 +195,13 @@ func (s *Store) markOrphan(ctx context.Context, digest string, live map[chunk.ID
 	}
 }
 
+// IsManifest reports whether the blob digest is a checkpoint manifest
+// (what Collect and Forget own): another collector of the blob store
+// leaves those to them.
+func (s *Store) IsManifest(ctx context.Context, digest string) (bool, error) {
+	return s.isManifest(ctx, digest)
+}
+
 // isManifest reports whether the blob digest is a checkpoint manifest: a
 // zstd frame whose content starts with the manifest magic. Only that much
 // is read and decompressed. A blob removed meanwhile is not one.

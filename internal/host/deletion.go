@@ -223,6 +223,14 @@ type Retention struct {
 	// (its artifacts, uploads and checkpoints with it): then it is purged.
 	// 0 keeps it.
 	Runs time.Duration `yaml:"runs"`
+	// Uploads is how long an uploaded workspace (POST /v1/uploads) is
+	// kept after it was uploaded, whether or not a run started from it:
+	// then it is deleted, and its blob unless a run's events, an artifact
+	// or another upload name it. 0 keeps it.
+	Uploads time.Duration `yaml:"uploads"`
+	// UploadBytes is the most bytes of uploads the tenant keeps at once:
+	// an upload past it is refused (413 too_large). 0: no budget.
+	UploadBytes server.Size `yaml:"upload_bytes"`
 }
 
 // RetentionRules are the retention of every tenant: Tenants' own where
@@ -246,7 +254,7 @@ func (rr RetentionRules) For(tenant string) Retention {
 func (rr RetentionRules) Validate() error {
 	var errs []error
 	check := func(who string, r Retention) {
-		if r.Events < 0 || r.Runs < 0 {
+		if r.Events < 0 || r.Runs < 0 || r.Uploads < 0 || r.UploadBytes < 0 {
 			errs = append(errs, fmt.Errorf("retention: %s: durations must not be negative", who))
 		}
 		if r.Events > 0 && r.Runs > 0 && r.Runs < r.Events {
@@ -297,6 +305,8 @@ type SweepStats struct {
 	// SandboxEvents counts events of sandboxes outside runs deleted
 	// (store.SandboxEvents; kept as long as a run's events: sandboxRetention).
 	SandboxEvents int64
+	// Uploads counts uploaded workspaces deleted (Retention.Uploads).
+	Uploads int64
 }
 
 // sandboxRetention is how long the events of tenant's sandboxes outside
@@ -328,6 +338,31 @@ func sweepSandboxEvents(ctx context.Context, st store.Store, rules RetentionRule
 		k, err := st.ExpireSandboxEvents(ctx, tn.Name, now.Add(-keep))
 		n += k
 		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// sweepUploads deletes the uploads past their tenant's Retention.Uploads
+// as of now, and the blobs they leave unnamed (deleteBlobs, as of since).
+func sweepUploads(ctx context.Context, st store.Store, bl *blob.Store, rules RetentionRules, now, since time.Time) (int64, error) {
+	tenants, err := st.ListTenants(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, tn := range tenants {
+		keep := rules.For(tn.Name).Uploads
+		if keep <= 0 {
+			continue
+		}
+		k, free, err := st.ExpireUploads(ctx, tn.Name, now.Add(-keep))
+		n += k
+		if err != nil {
+			return n, err
+		}
+		if err := deleteBlobs(ctx, bl, free, since); err != nil {
 			return n, err
 		}
 	}
@@ -412,6 +447,9 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	if st.SandboxEvents, err = sweepSandboxEvents(ctx, rs.store, rules, now); err != nil {
 		return st, fmt.Errorf("sweep: sandbox events: %w", err)
 	}
+	if st.Uploads, err = sweepUploads(ctx, rs.store, rs.blobs, rules, now, since); err != nil {
+		return st, fmt.Errorf("sweep: uploads: %w", err)
+	}
 	n, err := h.forgetAudit(ctx, rs.store, "", &rules, now)
 	st.Audit = n
 	if err != nil {
@@ -422,10 +460,13 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}
-	if st.Payloads > 0 || st.SandboxEvents > 0 {
+	if st.Payloads > 0 || st.SandboxEvents > 0 || st.Uploads > 0 {
 		counts := map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads}
 		if st.SandboxEvents > 0 {
 			counts["sandbox_events"] = st.SandboxEvents
+		}
+		if st.Uploads > 0 {
+			counts["uploads"] = st.Uploads
 		}
 		_, err := rs.store.RecordDeletion(ctx, store.Deletion{
 			Kind: store.DeletionRetention, Target: "events", Actor: "retention",

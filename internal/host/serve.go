@@ -62,7 +62,7 @@ import (
 //	  api_addr: 127.0.0.1:3000  # E2B_API_URL
 //	  sandbox_addr: 127.0.0.1:49983 # E2B_SANDBOX_URL
 //	  domain: ""                # Host routing <port>-<id>.<domain>, returned to clients
-//	checkpoint_gc:              # removes checkpoint chunks nothing refers to (airlock gc), SQLite stores only
+//	checkpoint_gc:              # removes checkpoint chunks and blobs nothing refers to (airlock gc)
 //	  every: 6h                 # 0: never
 //	  grace: 1h                 # chunks used this recently stay (at least 10m)
 //	retention:                  # RetentionRules: how long finished runs' content is kept (docs/retention.md)
@@ -70,6 +70,8 @@ import (
 //	  default:
 //	    events: 0               # then payloads become tombstones (the chain still verifies); 0: kept
 //	    runs: 0                 # then the run is purged with its artifacts; 0: kept
+//	    uploads: 0              # then an uploaded workspace is deleted; 0: kept
+//	    upload_bytes: 0         # uploads kept at once, past it one is refused; 0: no budget
 //	  tenants:                  # per tenant, in place of default
 //	    acme: {events: 720h, runs: 2160h}
 //	telemetry:                  # telemetry.Config
@@ -106,10 +108,10 @@ type ServePool struct {
 	Idle    time.Duration `yaml:"idle"`
 }
 
-// ServeGC says how often Serve collects checkpoint chunks nothing refers
-// to (Host.CollectCheckpoints, what airlock gc does): Every 0 is never,
-// nil the default. It does nothing on a PostgreSQL store, whose chunks
-// other hosts share.
+// ServeGC says how often Serve collects checkpoint chunks and then blobs
+// nothing refers to (Host.CollectCheckpoints and Host.CollectBlobs, what
+// airlock gc does): Every 0 is never, nil the default. On a PostgreSQL
+// store any host may collect, and several at once.
 type ServeGC struct {
 	Every *time.Duration `yaml:"every"`
 	Grace time.Duration  `yaml:"grace"`
@@ -408,6 +410,7 @@ func (s *service) assemble(ctx context.Context) error {
 		Store: rs.store, Blobs: rs.blobs, Engine: rs.eng, Auth: auth.NewKeys(rs.store, nil), Feed: feed,
 		Logger: s.log, Config: cfg.API, Metrics: s.tel.Registry(), Secrets: secrets, Redactor: h.red,
 		ResolveImage: h.ResolveImage, Sandboxes: &s.sandboxes, Deleter: h,
+		UploadBudget: func(tenant string) int64 { return int64(cfg.Retention.For(tenant).UploadBytes) },
 	}
 	// A resume is queued in the store, for any server's workers: one of
 	// this process's, or of another on the same database.
@@ -591,6 +594,15 @@ func (s *service) collectCheckpoints(ctx context.Context, every, grace time.Dura
 			continue
 		}
 		s.log.Info("checkpoint gc", "roots", st.Roots, "chunks_expired", st.Expired, "took", time.Since(begun).String())
+		begun = time.Now()
+		bs, err := s.h.CollectBlobs(ctx, grace)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("blob gc failed", "err", err)
+			}
+			continue
+		}
+		s.log.Info("blob gc", "named", bs.Named, "blobs", bs.Blobs, "expired", bs.Expired, "took", time.Since(begun).String())
 	}
 }
 
@@ -616,7 +628,7 @@ func (s *service) sweep(ctx context.Context, rules RetentionRules) {
 			}
 			continue
 		}
-		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged, "audit_lines", st.Audit, "sandbox_events", st.SandboxEvents)
+		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged, "audit_lines", st.Audit, "sandbox_events", st.SandboxEvents, "uploads", st.Uploads)
 	}
 }
 

@@ -537,6 +537,59 @@ func TestUploads(t *testing.T) {
 	}
 }
 
+// TestUploadKept: an upload is its tenant's (another tenant's run cannot
+// start from it: not_found, as an id never given); a tenant's uploads fit
+// its budget (past it: too_large, refused before the body is read once
+// it is full; another tenant's budget is its own); an upload the store
+// no longer keeps (retention) starts no run.
+func TestUploadKept(t *testing.T) {
+	t.Parallel()
+	gz := tarball(t, true, map[string]string{"a.txt": "a"})
+	budget := int64(2*len(gz) + 10)
+	h := newHarness(t, harnessOptions{uploadBudget: func(tenant string) int64 {
+		if tenant == "alpha" {
+			return budget
+		}
+		return 0
+	}})
+	alpha := h.key("alpha", "runs:write", "runs:read")
+	beta := h.key("beta", "runs:write", "runs:read")
+	var a1, a2, b1 api.Upload
+	h.must(http.StatusCreated, "POST", "/v1/uploads", alpha, gz).json(t, &a1)
+	h.must(http.StatusCreated, "POST", "/v1/uploads", alpha, gz).json(t, &a2)
+	if e := h.do("POST", "/v1/uploads", alpha, gz).errBody(t); e.Code != api.CodeTooLarge || !strings.Contains(e.Message, fmt.Sprintf("budget of %d bytes", budget)) {
+		t.Errorf("third upload past the budget = %+v, want too_large naming the budget", e)
+	}
+	for range 3 {
+		h.must(http.StatusCreated, "POST", "/v1/uploads", beta, gz).json(t, &b1)
+	}
+	if n, b, err := h.store.UploadUsage(context.Background(), "alpha"); err != nil || n != 2 || b != 2*int64(len(gz)) {
+		t.Errorf("alpha's uploads = %d, %d bytes, %v; want 2, %d", n, b, err, 2*len(gz))
+	}
+	ws := func(id string) map[string]any {
+		return map[string]any{"task": "t", "script": finishScript, "workspace": map[string]any{"upload": id}}
+	}
+	for _, c := range []struct {
+		key, id, who string
+	}{{beta, a1.ID, "beta with alpha's upload"}, {alpha, b1.ID, "alpha with beta's upload"}} {
+		r := h.do("POST", "/v1/runs", c.key, ws(c.id))
+		if e := r.errBody(t); r.status != http.StatusNotFound || e.Message != "no such upload" {
+			t.Errorf("run of %s = %d %+v, want 404 no such upload", c.who, r.status, e)
+		}
+	}
+	h.createRun(alpha, ws(a1.ID))
+	// Expired: gone from the store, the id starts nothing.
+	n, _, err := h.store.ExpireUploads(context.Background(), "alpha", time.Now().Add(time.Hour))
+	if err != nil || n != 2 {
+		t.Fatalf("ExpireUploads() = %d, %v", n, err)
+	}
+	if r := h.do("POST", "/v1/runs", alpha, ws(a2.ID)); r.status != http.StatusNotFound {
+		t.Errorf("run from an expired upload = %d %s, want 404", r.status, r.body)
+	}
+	// With room again, alpha uploads.
+	h.must(http.StatusCreated, "POST", "/v1/uploads", alpha, gz)
+}
+
 // TestUploadChecked: a tar whose entries cannot be unpacked into a
 // workspace is refused at upload with 400 naming the entry, gzipped or
 // not, and so is one that is cut short; nothing of it can start a run.

@@ -14,9 +14,8 @@
 //     build their DOM from the JSON API with text nodes, never HTML.
 //   - Every read of a tenant's objects goes through store.ForTenant, the
 //     store's tenant-scoped view, so another tenant's run, event, artifact,
-//     policy or ledger entry answers not_found, exactly like an id that
-//     does not exist. Uploads are tenant-scoped by a receipt blob naming
-//     the tenant; approvals and actions on runs check the run's tenant
+//     policy, upload or ledger entry answers not_found, exactly like an id
+//     that does not exist; approvals and actions on runs check the run's tenant
 //     through the view first; secrets are the caller's tenant's in the
 //     secret store, and a key grants credits to its own tenant only.
 //   - A secret value goes one way, from a PUT body into the encrypted

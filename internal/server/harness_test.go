@@ -85,6 +85,8 @@ type harnessOptions struct {
 	resolveImage server.ImageResolver
 	// sandboxes is the server's (/v1/sandboxes); nil: none.
 	sandboxes server.Sandboxes
+	// uploadBudget is the server's (tenants' upload budgets); nil: none.
+	uploadBudget func(tenant string) int64
 }
 
 // decideByPolicy is the engine's policy hook, as the host's: the run's
@@ -153,6 +155,7 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	}
 	opts.ResolveImage = o.resolveImage
 	opts.Sandboxes = o.sandboxes
+	opts.UploadBudget = o.uploadBudget
 	if o.wrapStore != nil {
 		opts.Store = o.wrapStore(st)
 	}

@@ -63,7 +63,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request, c *call) erro
 	}
 	var tar string
 	if ws := q.Workspace; ws != nil && ws.Git == "" {
-		if tar, err = s.openUpload(ctx, c.p.Tenant, ws.Upload); err != nil {
+		if tar, err = s.openUpload(ctx, c.view, ws.Upload); err != nil {
 			return err
 		}
 	}

@@ -62,6 +62,10 @@ type Options struct {
 	Now func() time.Time
 	// Config tunes limits; zero fields take their defaults.
 	Config Config
+	// UploadBudget returns how many bytes of uploaded workspaces a
+	// tenant may keep at once (the data policy's upload_bytes): an upload
+	// past it is refused. Nil, or 0 for a tenant: no budget.
+	UploadBudget func(tenant string) int64
 	// Metrics is the registry /metrics serves; the API registers its own
 	// metrics on it. Nil means a registry with only the API's.
 	Metrics *prometheus.Registry

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,33 +16,24 @@ import (
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
 
-// An uploaded workspace is two blobs: the gzipped tar itself, and a
-// receipt naming the tenant that uploaded it, the tar's digest and a
-// random nonce. The upload id is the receipt's digest, so it cannot be
-// guessed, and a tenant can only use its own uploads: the receipt says
-// whose it is. The tar's own digest, which anyone with the same bytes
-// could compute, is never accepted from a client.
+// An uploaded workspace is a blob, the gzipped tar, and a row of the
+// store's uploads (store.Uploads) naming it, its tenant and its size. The
+// upload id is random, so it cannot be guessed, and a tenant can only use
+// its own uploads: the row says whose it is. The tar's own digest, which
+// anyone with the same bytes could compute, is never accepted from a
+// client. Uploads are kept under the data policy: their tenant's budget
+// (Options.UploadBudget) bounds what it keeps at once, and a retention
+// pass deletes them after their TTL (host.Retention.Uploads).
 
 // uploadTimeout bounds the time an upload's body may take.
 const uploadTimeout = 30 * time.Minute
 
 // uploadPrefix starts every upload id.
 const uploadPrefix = "upl_"
-
-// receiptKind marks a receipt blob.
-const receiptKind = "airlock.upload/v1"
-
-type receipt struct {
-	Kind    string    `json:"kind"`
-	Tenant  string    `json:"tenant"`
-	Digest  string    `json:"digest"`
-	Size    int64     `json:"size"`
-	Nonce   string    `json:"nonce"`
-	Created time.Time `json:"created"`
-}
 
 // validUploadID reports whether id has an upload id's form.
 func validUploadID(id string) bool {
@@ -64,6 +54,15 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 	// Uploads may be large: deadlines of their own.
 	_ = rc.SetReadDeadline(time.Now().Add(uploadTimeout))
 	_ = rc.SetWriteDeadline(time.Now().Add(uploadTimeout + time.Minute))
+	budget := s.uploadBudget(c.p.Tenant)
+	if budget > 0 {
+		// Full already: refused before the body is read.
+		if _, used, err := c.view.UploadUsage(ctx); err != nil {
+			return err
+		} else if used >= budget {
+			return overBudget(budget)
+		}
+	}
 	body := &countingReader{r: http.MaxBytesReader(w, r.Body, int64(s.cfg.MaxUpload))}
 	br := bufio.NewReaderSize(body, 1024)
 	head, err := br.Peek(512)
@@ -140,17 +139,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request, c *call) error {
 	case err != nil:
 		return err
 	}
-	var nonce [16]byte
-	_, _ = rand.Read(nonce[:])
-	rb, err := json.Marshal(receipt{Kind: receiptKind, Tenant: c.p.Tenant, Digest: digest, Size: size, Nonce: hex.EncodeToString(nonce[:]), Created: time.Now().UTC()})
-	if err != nil {
+	var random [32]byte
+	_, _ = rand.Read(random[:])
+	id := uploadPrefix + hex.EncodeToString(random[:])
+	// Refused past the budget, the blob stays until a blob collection
+	// (airlock gc) finds nothing naming it: other uploads may share its
+	// bytes, so it is not deleted here.
+	if _, err := c.view.PutUpload(ctx, store.Upload{ID: id, Digest: digest, Size: size}, budget); err != nil {
+		if errors.Is(err, store.ErrOverBudget) {
+			return overBudget(budget)
+		}
 		return err
 	}
-	rd, _, err := s.o.Blobs.Put(ctx, bytes.NewReader(rb))
-	if err != nil {
-		return err
-	}
-	id := uploadPrefix + strings.TrimPrefix(rd, "sha256:")
 	c.log.Info("workspace uploaded", "upload", id, "size", size)
 	writeJSON(w, http.StatusCreated, api.Upload{ID: id, Size: size, Received: body.n, Gzipped: gzipped})
 	return nil
@@ -169,32 +169,37 @@ func checkUpload(r io.Reader, gzipped bool, l sandbox.TarLimits) error {
 	return sandbox.CheckWorkspaceTar(r, l)
 }
 
+// uploadBudget is tenant's upload budget in bytes (0: none).
+func (s *Server) uploadBudget(tenant string) int64 {
+	if s.o.UploadBudget == nil {
+		return 0
+	}
+	return s.o.UploadBudget(tenant)
+}
+
+// overBudget is the refusal of an upload past its tenant's budget.
+func overBudget(budget int64) error {
+	return publicf(api.CodeTooLarge, "the tenant's uploads would be over their budget of %d bytes: older uploads go when their retention ends", budget)
+}
+
 // openUpload returns the digest of the gzipped tar upload id names, if
-// tenant uploaded it; any other id is not found.
-func (s *Server) openUpload(ctx context.Context, tenant, id string) (string, error) {
+// tenant uploaded it (and it was not deleted, nor its blob); any other id
+// is not found.
+func (s *Server) openUpload(ctx context.Context, view *store.TenantStore, id string) (string, error) {
 	if !validUploadID(id) {
 		return "", errNoUpload
 	}
-	rd, err := s.o.Blobs.Open(ctx, "sha256:"+strings.TrimPrefix(id, uploadPrefix))
-	if errors.Is(err, blob.ErrNotFound) {
+	u, err := view.GetUpload(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
 		return "", errNoUpload
 	}
 	if err != nil {
 		return "", err
 	}
-	defer rd.Close()
-	var rc receipt
-	// A receipt is small: anything larger is some other blob.
-	if rd.Size() > 4<<10 {
+	if ok, err := s.o.Blobs.Has(ctx, u.Digest); err != nil || !ok {
 		return "", errNoUpload
 	}
-	if err := json.NewDecoder(rd).Decode(&rc); err != nil || rc.Kind != receiptKind || rc.Tenant != tenant || blob.ValidDigest(rc.Digest) != nil {
-		return "", errNoUpload
-	}
-	if ok, err := s.o.Blobs.Has(ctx, rc.Digest); err != nil || !ok {
-		return "", errNoUpload
-	}
-	return rc.Digest, nil
+	return u.Digest, nil
 }
 
 // countingReader counts the bytes read through it.

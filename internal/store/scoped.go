@@ -290,3 +290,30 @@ func (t *TenantStore) DeleteTemplate(ctx context.Context, name string) (int64, e
 	}
 	return t.s.DeleteTemplate(ctx, t.tenant, name)
 }
+
+// PutUpload stores u as the tenant's upload (u.Tenant is set to it),
+// within budget bytes (Uploads.PutUpload).
+func (t *TenantStore) PutUpload(ctx context.Context, u Upload, budget int64) (Upload, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return Upload{}, err
+	}
+	u.Tenant = t.tenant
+	return t.s.PutUpload(ctx, u, budget)
+}
+
+// GetUpload returns the tenant's upload id; another tenant's answers
+// ErrNotFound, as one that does not exist.
+func (t *TenantStore) GetUpload(ctx context.Context, id string) (Upload, error) {
+	if err := validTenant(t.tenant); err != nil {
+		return Upload{}, err
+	}
+	return t.s.GetUpload(ctx, t.tenant, id)
+}
+
+// UploadUsage returns how many uploads the tenant keeps and their bytes.
+func (t *TenantStore) UploadUsage(ctx context.Context) (n, bytes int64, err error) {
+	if err := validTenant(t.tenant); err != nil {
+		return 0, 0, err
+	}
+	return t.s.UploadUsage(ctx, t.tenant)
+}

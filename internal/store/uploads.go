@@ -43,4 +43,7 @@ type Uploads interface {
 	// returns how many, and the digests of their blobs that nothing names
 	// any more.
 	ExpireUploads(ctx context.Context, tenant string, before time.Time) (n int64, free []string, err error)
+	// UploadDigests returns the digests every upload (of every tenant)
+	// names, each once: what a blob collection keeps.
+	UploadDigests(ctx context.Context) ([]string, error)
 }

@@ -410,3 +410,11 @@ func (s *Store) ExpireUploads(ctx context.Context, tenant string, before time.Ti
 	s.observe("ExpireUploads", start, err)
 	return n, free, err
 }
+
+// UploadDigests implements store.Store.
+func (s *Store) UploadDigests(ctx context.Context) ([]string, error) {
+	start := time.Now()
+	out, err := s.s.UploadDigests(ctx)
+	s.observe("UploadDigests", start, err)
+	return out, err
+}

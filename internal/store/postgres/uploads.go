@@ -77,3 +77,20 @@ func (s *Store) ExpireUploads(ctx context.Context, tenant string, before time.Ti
 	}
 	return n, free, nil
 }
+
+// UploadDigests implements store.Uploads.
+func (s *Store) UploadDigests(ctx context.Context) ([]string, error) {
+	if err := s.check("upload digests", nil); err != nil {
+		return nil, err
+	}
+	var out []string
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = schema.Postgres.UploadDigests(ctx, schemaTx{tx})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	return out, nil
+}

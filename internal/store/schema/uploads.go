@@ -106,6 +106,23 @@ func (d Dialect) ExpireUploads(ctx context.Context, tx Tx, tenant string, before
 	return d.deleteUploads(ctx, tx, `tenant = `+d.Param(1)+` AND created_ns < `+d.Param(2), tenant, before.UnixNano())
 }
 
+// UploadDigests implements store.Uploads.UploadDigests in tx.
+func (d Dialect) UploadDigests(ctx context.Context, tx Tx) ([]string, error) {
+	var out []string
+	err := tx.Query(ctx, `SELECT DISTINCT digest FROM uploads ORDER BY digest`, nil, func(scan func(...any) error) error {
+		var dg string
+		if err := scan(&dg); err != nil {
+			return err
+		}
+		out = append(out, dg)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("upload digests: %w", err)
+	}
+	return out, nil
+}
+
 // deleteUploads deletes the uploads where cond holds (its parameters
 // args) and returns how many, and the digests of their blobs that
 // nothing names any more (unreferenced, after the deletion).

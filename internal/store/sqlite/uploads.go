@@ -76,3 +76,20 @@ func (s *Store) ExpireUploads(ctx context.Context, tenant string, before time.Ti
 	}
 	return n, free, nil
 }
+
+// UploadDigests implements store.Uploads.
+func (s *Store) UploadDigests(ctx context.Context) ([]string, error) {
+	if err := s.check("upload digests", nil); err != nil {
+		return nil, err
+	}
+	var out []string
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		out, err = schema.SQLite.UploadDigests(ctx, schemaTx{tx})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %w", err)
+	}
+	return out, nil
+}
