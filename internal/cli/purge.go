@@ -113,7 +113,7 @@ func deletionCounts(d host.Deletion) string {
 
 // retentionFlags are airlock gc's retention pass.
 type retentionFlags struct {
-	Events time.Duration `name:"events-older-than" help:"Replace the event payloads of runs that ended longer ago than this with tombstones (the chain still verifies); 0: none." placeholder:"DURATION"`
+	Events  time.Duration `name:"events-older-than" help:"Replace the event payloads of runs that ended longer ago than this with tombstones (the chain still verifies); 0: none." placeholder:"DURATION"`
 	Runs    time.Duration `name:"runs-older-than" help:"Purge runs that ended longer ago than this, with their forks, artifacts and files; 0: none." placeholder:"DURATION"`
 	Uploads time.Duration `name:"uploads-older-than" help:"Delete uploaded workspaces uploaded longer ago than this (their blobs unless a run or artifact names them); 0: none." placeholder:"DURATION"`
 }

@@ -34,8 +34,9 @@
 //
 // Importers: the run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b), PostgreSQL's blob backend
-// (internal/store/postgres), the checkpoints (internal/checkpoint) and
-// host wiring (internal/host).
+// (internal/store/postgres), the stores' shared SQL (internal/store/schema:
+// an upload's digest is checked as a blob's name), the checkpoints
+// (internal/checkpoint) and host wiring (internal/host).
 package blob
 
 import (
