@@ -131,6 +131,9 @@ type executor struct {
 
 	// ckpt keeps the baselines of /workspace for checkpoints.
 	ckpt *checkpoints
+	// specials keeps the FIFOs of /workspace between OpSpecialFiles
+	// requests (specialCache).
+	specials specialCache
 	// rootCkpt keeps the baselines of the root's upper layer (TreeRoot);
 	// nil for a root of the host's directories, which is read-only.
 	rootCkpt *checkpoints

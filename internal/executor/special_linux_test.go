@@ -157,3 +157,72 @@ func TestWalkSpecials(t *testing.T) {
 		t.Errorf("FIFOs = %q, want %q", got, want)
 	}
 }
+
+// TestSpecialCache: the FIFOs are walked again only after a name was
+// made, deleted or moved, or an attribute changed, anywhere in the tree;
+// a write to a file leaves the last walk's answer, which stays right.
+func TestSpecialCache(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir+"/a/file", "x")
+	must(t, unix.Mkfifo(dir+"/a/p", 0o600))
+	var c specialCache
+	get := func() []execproto.Special {
+		t.Helper()
+		b, err := c.get(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := execproto.ParseSpecials(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ss
+	}
+	paths := func(ss []execproto.Special) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.Path)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name   string
+		change func()
+		walk   bool
+		want   []string
+	}{
+		{"first", func() {}, true, []string{"a/p"}},
+		{"nothing", func() {}, false, []string{"a/p"}},
+		{"a write to a file", func() { write(t, dir+"/a/file", "more") }, false, []string{"a/p"}},
+		{"a FIFO made", func() { must(t, unix.Mkfifo(dir+"/a/q", 0o600)) }, true, []string{"a/p", "a/q"}},
+		{"a FIFO's mode", func() { must(t, os.Chmod(dir+"/a/q", 0o644)) }, true, []string{"a/p", "a/q"}},
+		{"a new tree with a FIFO", func() {
+			must(t, os.MkdirAll(dir+"/b/c", 0o755))
+			must(t, unix.Mkfifo(dir+"/b/c/r", 0o600))
+		}, true, []string{"a/p", "a/q", "b/c/r"}},
+		{"a FIFO made in the new tree", func() { must(t, unix.Mkfifo(dir+"/b/c/s", 0o600)) }, true, []string{"a/p", "a/q", "b/c/r", "b/c/s"}},
+		{"a tree moved", func() { must(t, os.Rename(dir+"/b", dir+"/0")) }, true, []string{"0/c/r", "0/c/s", "a/p", "a/q"}},
+		{"a FIFO made in the moved tree", func() { must(t, unix.Mkfifo(dir+"/0/c/t", 0o600)) }, true, []string{"0/c/r", "0/c/s", "0/c/t", "a/p", "a/q"}},
+		{"a FIFO removed", func() { must(t, os.Remove(dir+"/a/p")) }, true, []string{"0/c/r", "0/c/s", "0/c/t", "a/q"}},
+		{"nothing again", func() {}, false, []string{"0/c/r", "0/c/s", "0/c/t", "a/q"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := c.walks
+			tc.change()
+			ss := get()
+			if got := paths(ss); !slices.Equal(got, tc.want) {
+				t.Errorf("FIFOs = %q, want %q", got, tc.want)
+			}
+			if walked := c.walks > before; walked != tc.walk {
+				t.Errorf("walked = %v, want %v", walked, tc.walk)
+			}
+			for _, s := range ss {
+				var st unix.Stat_t
+				must(t, unix.Lstat(dir+"/"+s.Path, &st))
+				if s.Mode != st.Mode&0o7777 || s.CtimeSec != st.Ctim.Sec || s.CtimeNsec != st.Ctim.Nsec {
+					t.Errorf("%q: reported mode %o ctime %d.%d, stat says %o %d.%d", s.Path, s.Mode, s.CtimeSec, s.CtimeNsec, st.Mode&0o7777, st.Ctim.Sec, st.Ctim.Nsec)
+				}
+			}
+		})
+	}
+}
