@@ -86,17 +86,13 @@ func (c *specialCache) get(root string, stop <-chan struct{}) ([]byte, error) {
 		c.quiet()
 	}
 	var buf bytes.Buffer
-	sw := &specialWalker{w: &buf, stop: stop, buf: make([]byte, 64<<10), watch: c.fd}
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", root, err)
-	}
 	c.walks++
-	if err := sw.dir(fd, ""); err != nil {
+	watched, err := walkSpecials(root, &buf, stop, c.fd)
+	if err != nil {
 		return nil, err
 	}
 	c.enc = buf.Bytes()
-	c.valid = c.fd >= 0 && sw.watchErr == nil
+	c.valid = watched
 	return c.enc, nil
 }
 
@@ -125,14 +121,19 @@ func (c *specialCache) quiet() bool {
 // DT_UNKNOWN), one getdents64 per directory and no stat of anything else:
 // under gVisor each call is trapped, and this walks the whole tree. Every
 // open is one component beneath its directory, no symlink followed and no
-// mount crossed, as the checkpoint's walk.
-func walkSpecials(root string, w io.Writer, stop <-chan struct{}) error {
+// mount crossed, as the checkpoint's walk. With watch an inotify
+// descriptor (else -1), each directory is added to it before it is read;
+// watched says every one was.
+func walkSpecials(root string, w io.Writer, stop <-chan struct{}, watch int) (watched bool, err error) {
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", root, err)
+		return false, fmt.Errorf("open %s: %w", root, err)
 	}
-	sw := &specialWalker{w: w, stop: stop, buf: make([]byte, 64<<10), watch: -1}
-	return sw.dir(fd, "")
+	sw := &specialWalker{w: w, stop: stop, buf: make([]byte, 64<<10), watch: watch}
+	if err := sw.dir(fd, ""); err != nil {
+		return false, err
+	}
+	return watch >= 0 && sw.watchErr == nil, nil
 }
 
 type specialWalker struct {

@@ -136,7 +136,7 @@ func TestWalkSpecials(t *testing.T) {
 	}
 	defer l.Close()
 	var buf bytes.Buffer
-	if err := walkSpecials(dir, &buf, nil); err != nil {
+	if _, err := walkSpecials(dir, &buf, nil, -1); err != nil {
 		t.Fatal(err)
 	}
 	ss, err := execproto.ParseSpecials(buf.Bytes())
