@@ -397,6 +397,13 @@ const (
 	// the baseline. The executor keeps the last two baselines. Tree
 	// TreeRoot asks for the root file system's changes instead.
 	OpCheckpoint = "checkpoint"
+	// OpSpecialFiles streams the FIFOs of /workspace as the sandbox sees
+	// them, on Stdout, each as AppendSpecial encodes it: a walk of the tree
+	// that reads directories' entries and looks at FIFOs alone. A gvisor
+	// sandbox's checkpoints are taken on the host, and gVisor keeps a FIFO
+	// made inside in its own memory, where the host's walk cannot see it
+	// (docs/gvisor.md).
+	OpSpecialFiles = "special_files"
 	// OpConnect relays a TCP connection to Port on the sandbox's loopback
 	// (see "Connect streams" in the package doc).
 	OpConnect = "connect"
@@ -596,7 +603,7 @@ func (r *Request) Validate() error {
 			return fmt.Errorf("watch: %w", err)
 		}
 		return nil
-	case OpDiskUsage, OpEvents, OpEgress:
+	case OpDiskUsage, OpEvents, OpEgress, OpSpecialFiles:
 		return nil
 	case OpConnect:
 		if r.Port < 1 || r.Port > 65535 {

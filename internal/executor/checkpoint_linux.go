@@ -54,6 +54,9 @@ type checkpoints struct {
 type baseline struct {
 	name    string
 	entries []keyed // in walk order
+	// specials are the FIFOs the sandbox reported (takeWith), in walk
+	// order: the host keys a gvisor workspace, where they are not.
+	specials []keyed
 }
 
 // keyed is one entry of a baseline.
@@ -133,6 +136,15 @@ func (s *stream) checkpoint() execproto.Result {
 // whole tree when it is unknown) to w, unless markOnly, and records a new
 // baseline. Nothing is recorded when it fails.
 func (c *checkpoints) take(since string, markOnly bool, w io.Writer, chunk int, stop <-chan struct{}) (execproto.CheckpointResult, error) {
+	return c.takeWith(since, markOnly, nil, w, chunk, stop)
+}
+
+// takeWith is take with the FIFOs the sandbox sees that the tree walked
+// does not hold (a gvisor sandbox's, which gVisor keeps in its memory):
+// they are keyed beside the tree's entries, and those new or changed since
+// the baseline (all of them in a full stream) are written in their places
+// in walk order, those gone as whiteouts.
+func (c *checkpoints) takeWith(since string, markOnly bool, specials []execproto.Special, w io.Writer, chunk int, stop <-chan struct{}) (execproto.CheckpointResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var base *baseline
@@ -151,17 +163,28 @@ func (c *checkpoints) take(since string, markOnly bool, w io.Writer, chunk int, 
 	if !markOnly {
 		tw = &tarWriter{w: bw}
 	}
+	spKeys := specialKeys(specials)
+	var baseSp []keyed
+	if base != nil {
+		baseSp = base.specials
+	}
+	sq := &specialQueue{writes: specialWrites(spKeys, baseSp, base == nil)}
 	var keys []keyed
 	var err error
 	if c.upper >= 0 {
-		keys, err = c.cow(base, tw, stop, &res)
+		keys, err = c.cow(base, tw, sq, stop, &res)
 	} else {
-		keys, err = c.plain(base, tw, stop, &res)
+		keys, err = c.plain(base, tw, sq, stop, &res)
 	}
 	if err != nil {
 		return execproto.CheckpointResult{}, err
 	}
 	if tw != nil {
+		n, err := sq.flush(tw, "", true)
+		if err != nil {
+			return execproto.CheckpointResult{}, err
+		}
+		res.Entries += n
 		if err := tw.Close(); err != nil {
 			return execproto.CheckpointResult{}, err
 		}
@@ -171,7 +194,7 @@ func (c *checkpoints) take(since string, markOnly bool, w io.Writer, chunk int, 
 	}
 	res.Baseline = c.prefix + "-" + strconv.FormatUint(c.next, 10)
 	c.next++
-	c.kept = append(c.kept, baseline{name: res.Baseline, entries: keys})
+	c.kept = append(c.kept, baseline{name: res.Baseline, entries: keys, specials: spKeys})
 	if len(c.kept) > keptBaselines {
 		c.kept = slices.Delete(c.kept, 0, len(c.kept)-keptBaselines)
 	}
@@ -182,13 +205,13 @@ func (c *checkpoints) take(since string, markOnly bool, w io.Writer, chunk int, 
 // delta walks the upper layer alone. A full stream walks the merged
 // /workspace, after the upper layer's keys were taken: a change racing
 // the stream then differs from the baseline and comes again next time.
-func (c *checkpoints) cow(base *baseline, tw *tarWriter, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
+func (c *checkpoints) cow(base *baseline, tw *tarWriter, sq *specialQueue, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
 	upper, err := openBeneath(c.upper, ".", unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return nil, fmt.Errorf("open the workspace's upper layer: %w", err)
 	}
 	defer unix.Close(upper)
-	wk := &walker{root: upper, upper: -1, overlay: true, record: true, stop: stop}
+	wk := &walker{root: upper, upper: -1, overlay: true, record: true, stop: stop, sq: sq}
 	if base != nil {
 		wk.base, wk.tw = base.entries, tw
 	}
@@ -197,7 +220,7 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, stop <-chan struct{}, r
 	}
 	res.Entries, res.Bytes = wk.entries, wk.bytes
 	if base == nil && tw != nil {
-		if _, err := c.plain(nil, tw, stop, res); err != nil {
+		if _, err := c.plain(nil, tw, sq, stop, res); err != nil {
 			return nil, err
 		}
 	}
@@ -207,13 +230,13 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, stop <-chan struct{}, r
 // plain checkpoints /workspace by walking it whole, stat alone, reading
 // only what changed. With tw nil it records keys and writes nothing. In
 // a cow workspace it serves the full stream, and records nothing.
-func (c *checkpoints) plain(base *baseline, tw *tarWriter, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
+func (c *checkpoints) plain(base *baseline, tw *tarWriter, sq *specialQueue, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
 	root, err := unix.Open(c.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", c.root, err)
 	}
 	defer unix.Close(root)
-	wk := &walker{root: root, upper: -1, record: c.upper < 0, tw: tw, stop: stop}
+	wk := &walker{root: root, upper: -1, record: c.upper < 0, tw: tw, stop: stop, sq: sq}
 	if base != nil {
 		wk.base = base.entries
 	}
@@ -253,6 +276,8 @@ type walker struct {
 	keys    []keyed
 	tw      *tarWriter // where changed entries go; nil writes nothing
 	stop    <-chan struct{}
+	// sq holds the sandbox's FIFOs to write among the walk's entries.
+	sq *specialQueue
 
 	buf []byte
 	// links maps the device and inode of each regular file with more
@@ -581,6 +606,13 @@ func (w *walker) header(h tarHeader, st *unix.Stat_t) error {
 		h.Mode = int64(st.Mode & 0o7777)
 		h.UID, h.GID = int(st.Uid), int(st.Gid)
 		h.ModTime, h.ModTimeNsec = normalTime(st.Mtim)
+	}
+	if w.sq != nil {
+		n, err := w.sq.before(w.tw, h.Name)
+		w.entries += n
+		if err != nil {
+			return err
+		}
 	}
 	w.entries++
 	return w.tw.WriteHeader(h)

@@ -31,3 +31,13 @@ func NewCOWCheckpoints(merged string, upper int) *COWCheckpoints {
 func (h *COWCheckpoints) Take(since string, markOnly bool, w io.Writer, chunk int, stop <-chan struct{}) (execproto.CheckpointResult, error) {
 	return h.c.take(since, markOnly, w, chunk, stop)
 }
+
+// TakeWith is Take with the FIFOs the sandbox sees in the workspace
+// (OpSpecialFiles), which gVisor keeps in its memory and the host's tree
+// does not hold: they are keyed in the baseline beside the tree's entries
+// and written in the stream where they belong, as if the walk had met
+// them (new or changed ones, whiteouts of those gone; all in a full
+// stream). A FIFO the tree holds too is the tree's.
+func (h *COWCheckpoints) TakeWith(since string, markOnly bool, specials []execproto.Special, w io.Writer, chunk int, stop <-chan struct{}) (execproto.CheckpointResult, error) {
+	return h.c.takeWith(since, markOnly, specials, w, chunk, stop)
+}

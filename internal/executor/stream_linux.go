@@ -157,6 +157,8 @@ func (s *stream) run() {
 			res = s.events()
 		case execproto.OpCheckpoint:
 			res = s.checkpoint()
+		case execproto.OpSpecialFiles:
+			res = s.specialFiles()
 		case execproto.OpConnect:
 			res = s.connect()
 		case execproto.OpEgress:

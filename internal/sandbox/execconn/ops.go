@@ -242,3 +242,35 @@ func (c *cancelWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// maxSpecials bounds what SpecialFiles reads: about 170,000 FIFOs of
+// 300-byte paths.
+const maxSpecials = 64 << 20
+
+// SpecialFiles returns the FIFOs of /workspace as the sandbox sees them
+// (execproto.OpSpecialFiles), in walk order.
+func (c *Conn) SpecialFiles(ctx context.Context) ([]execproto.Special, error) {
+	buf := &cappedBuffer{max: maxSpecials}
+	if _, err := c.do(ctx, execproto.Request{Op: execproto.OpSpecialFiles}, nil, buf); err != nil {
+		return nil, err
+	}
+	if buf.over {
+		return nil, fmt.Errorf("special files: more than %d bytes", maxSpecials)
+	}
+	return execproto.ParseSpecials(buf.b.Bytes())
+}
+
+// cappedBuffer keeps the first max bytes written to it and notes more.
+type cappedBuffer struct {
+	b    bytes.Buffer
+	max  int
+	over bool
+}
+
+func (w *cappedBuffer) Write(p []byte) (int, error) {
+	if w.b.Len()+len(p) > w.max {
+		w.over = true
+		return len(p), nil
+	}
+	return w.b.Write(p)
+}

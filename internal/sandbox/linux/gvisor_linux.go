@@ -565,7 +565,13 @@ func (g *gvisorCOW) close() {
 // checkpoint is Sandbox.Checkpoint of the workspace. Its errors are the
 // executor's as the connection reports them: a FileError of /workspace
 // with the errno (EAGAIN: a file changed while it was read; try again).
-func (g *gvisorCOW) checkpoint(ctx context.Context, id string, req sandbox.CheckpointRequest, w io.Writer) (sandbox.CheckpointResult, error) {
+//
+// specials asks the executor for the FIFOs the sandbox sees in the
+// workspace first: gVisor makes a FIFO in its own memory, never in the
+// host's directory or overlay (docs/gvisor.md), so the host's walk cannot
+// meet it; the executor's walk inside reads only directory entries and
+// looks at FIFOs alone, and they are keyed and streamed with the rest.
+func (g *gvisorCOW) checkpoint(ctx context.Context, id string, req sandbox.CheckpointRequest, specials func(context.Context) ([]execproto.Special, error), w io.Writer) (sandbox.CheckpointResult, error) {
 	if w == nil {
 		w = io.Discard
 	}
@@ -574,7 +580,11 @@ func (g *gvisorCOW) checkpoint(ctx context.Context, id string, req sandbox.Check
 	if g.closed {
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", id, sandbox.ErrLost)
 	}
-	r, err := g.ckpt.Take(req.Since, req.MarkOnly, w, execproto.BulkChunkSize, ctx.Done())
+	sp, err := specials(ctx)
+	if err != nil {
+		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: workspace FIFOs: %w", id, err)
+	}
+	r, err := g.ckpt.TakeWith(req.Since, req.MarkOnly, sp, w, execproto.BulkChunkSize, ctx.Done())
 	if err != nil {
 		fe := &sandbox.FileError{Op: execproto.OpCheckpoint, Path: "/workspace", Msg: err.Error()}
 		var errno syscall.Errno

@@ -578,7 +578,7 @@ func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest,
 		tree = execproto.TreeRoot
 	}
 	if s.cow != nil && !req.Root {
-		return s.cow.checkpoint(ctx, s.id, req, w)
+		return s.cow.checkpoint(ctx, s.id, req, s.conn.SpecialFiles, w)
 	}
 	r, err := s.conn.Checkpoint(ctx, tree, req.Since, req.MarkOnly, w)
 	if err != nil {

@@ -246,13 +246,6 @@ func (s *suite) checkpointSteps(t *testing.T, sb sandbox.Sandbox, mode string) {
 	for _, st := range checkpointSteps {
 		t.Run(st.name, func(t *testing.T) {
 			script := st.script
-			if gvisor && st.name == "fifo" {
-				// A FIFO made inside lives in gVisor's memory (its gofer
-				// makes no host FIFO), not in the host's directory or
-				// overlay, which the host keys for a gvisor workspace
-				// (docs/gvisor.md).
-				t.Skip("gvisor: a FIFO made in the workspace is gVisor's alone; the host's checkpoint does not see it")
-			}
 			if gvisor && strings.Contains(script, preEpoch) {
 				// gVisor 20221219 reports a time before 1970 with its
 				// nanoseconds wrapped to 32 bits unsigned (-315619199 s
