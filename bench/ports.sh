@@ -11,7 +11,8 @@
 # e.g. `git worktree add /tmp/old REV && make -C /tmp/old build` then
 # OLD=/tmp/old/bin) also starts that build's serve with a sandbox of its
 # own and times the preview URL through it in the same rounds, in turn
-# with this build's: each round's new/old ratio is printed, and the
+# with this build's: each round's new/old ratio of the p50 and of the CPU a
+# request cost serve and the executor is printed, and the
 # median of them (a loaded machine's ratio is still a ratio).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ ulimit -n "$(ulimit -Hn)" # 1,000 WebSockets are 2,000 descriptors in serve
 e2b_serve
 if [ -n "${OLD:-}" ]; then
   e2b_serve_old "$OLD/airlock"
-  export OLD_API=http://127.0.0.1:$old_api OLD_SANDBOX=http://127.0.0.1:$old_sbx OLD_KEY=$old_key OLD_DATA_PLANE=127.0.0.1:$old_sbx
+  export OLD_API=http://127.0.0.1:$old_api OLD_SANDBOX=http://127.0.0.1:$old_sbx OLD_KEY=$old_key OLD_DATA_PLANE=127.0.0.1:$old_sbx OLD_PID=$old_pid
 fi
 mkdir -p "$t/files"
 cp internal/e2b/testdata/wsecho.py bench/portsbench/client.py "$t/files/"

@@ -11,10 +11,44 @@
 // Usage: node ports.mjs DIR N WS SERVE_PID SANDBOX_ADDR
 import { Sandbox } from 'e2b'
 import { execFileSync, spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 
 const [dir, n, ws, servePid, dataPlane] = process.argv.slice(2)
 const rss = () => Number(readFileSync(`/proc/${servePid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]) / 1024
+// cpu is the CPU time (ns, every thread's) of serve pid and of the
+// executors below it (the sandboxes' PID 1s: airlock-exec with no
+// argument; a warm pool's idle ones add next to nothing): what a request
+// costs them is a measure a loaded machine moves far less than a p50.
+const threadsNs = (pid) => {
+  let ns = 0
+  for (const t of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0])
+    } catch {}
+  }
+  return ns
+}
+const children = (pid) => {
+  const out = []
+  for (const t of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      out.push(...readFileSync(`/proc/${pid}/task/${t}/children`, 'utf8').split(' ').filter(Boolean).map(Number))
+    } catch {}
+  }
+  return out
+}
+const cpu = (pid) => {
+  let exec = 0
+  for (const stack = children(pid); stack.length; ) {
+    const c = stack.pop()
+    try {
+      const args = readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').filter(Boolean)
+      if (args.length === 1 && args[0].endsWith('airlock-exec')) exec += threadsNs(c)
+      stack.push(...children(c))
+    } catch {}
+  }
+  return { serve: threadsNs(pid), exec }
+}
 const load = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')
 
 // start creates a sandbox (opts: another serve's, or none: the
@@ -41,9 +75,9 @@ async function start(opts, addr) {
   return { sbx, addr, route }
 }
 
-const sides = [{ name: 'new', ...(await start({}, dataPlane)) }]
+const sides = [{ name: 'new', pid: Number(servePid), ...(await start({}, dataPlane)) }]
 const old = process.env.OLD_API
-  ? { name: 'old', ...(await start({ apiUrl: process.env.OLD_API, sandboxUrl: process.env.OLD_SANDBOX, apiKey: process.env.OLD_KEY }, process.env.OLD_DATA_PLANE)) }
+  ? { name: 'old', pid: Number(process.env.OLD_PID), ...(await start({ apiUrl: process.env.OLD_API, sandboxUrl: process.env.OLD_SANDBOX, apiKey: process.env.OLD_KEY }, process.env.OLD_DATA_PLANE)) }
   : null
 if (old) sides.push(old)
 const [main] = sides
@@ -64,7 +98,13 @@ try {
     console.log(JSON.stringify({ round, path: 'direct (inside the sandbox, loopback)', ...d }))
     const order = round % 2 ? [...sides].reverse() : sides
     for (const s of order) {
+      const c0 = cpu(s.pid)
       const p = JSON.parse(execFileSync('python3', [`${dir}/client.py`, 'http', s.addr, n, ...s.route], { encoding: 'utf8' }))
+      const c1 = cpu(s.pid)
+      // The CPU a request cost serve and the sandbox's executor (the
+      // 20 warm-up requests included).
+      p.serve_cpu_us = Math.round((c1.serve - c0.serve) / (Number(n) + 20) / 1000)
+      p.executor_cpu_us = Math.round((c1.exec - c0.exec) / (Number(n) + 20) / 1000)
       preview[s.name].push(p)
       console.log(JSON.stringify({ round, path: `preview URL (host -> data plane -> executor -> port)${old ? `, ${s.name} build` : ''}`, ...p }))
     }
@@ -88,8 +128,10 @@ try {
   if (old) {
     const newOverOld = preview.new.map((p, i) => p.p50_ms / preview.old[i].p50_ms)
     const saved = summary.old.diffs.map((d, i) => d - summary.new.diffs[i])
-    console.log(JSON.stringify({ new_over_old_p50: fixed(newOverOld, 3), saved_ms: fixed(saved, 3), median_new_over_old: Number(median(newOverOld).toFixed(3)), median_saved_ms: Number(median(saved).toFixed(3)), load: load() }))
-    console.log(`preview URL p50, this build over the older one, median of ${rounds} rounds: ${median(newOverOld).toFixed(3)}x (${median(saved).toFixed(3)} ms a request saved)`)
+    const cpuRatio = (k) => preview.new.map((p, i) => (p[k] + 0.5) / (preview.old[i][k] + 0.5))
+    const serveCPU = cpuRatio('serve_cpu_us'), execCPU = cpuRatio('executor_cpu_us')
+    console.log(JSON.stringify({ new_over_old_p50: fixed(newOverOld, 3), saved_ms: fixed(saved, 3), median_new_over_old: Number(median(newOverOld).toFixed(3)), median_saved_ms: Number(median(saved).toFixed(3)), serve_cpu_new_over_old: fixed(serveCPU, 3), executor_cpu_new_over_old: fixed(execCPU, 3), load: load() }))
+    console.log(`preview URL p50, this build over the older one, median of ${rounds} rounds: ${median(newOverOld).toFixed(3)}x (${median(saved).toFixed(3)} ms a request saved); CPU a request, serve ${median(serveCPU).toFixed(3)}x, executor ${median(execCPU).toFixed(3)}x`)
   }
   const before = rss()
   const holder = spawn('python3', [`${dir}/client.py`, 'ws', dataPlane, ws, ...main.route], { stdio: ['pipe', 'pipe', 'inherit'] })
