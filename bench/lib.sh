@@ -19,33 +19,53 @@ e2b_serve() {
     echo "$sdk" >"$cache/installed"
   fi
   t=$(mktemp -d)
-  pid=
+  pid= old_pid= old_bin=
   trap e2b_cleanup EXIT
   export AIRLOCK_HOME=$t/home
-  "$bin" tenants create bench >/dev/null
-  key=$("$bin" keys create --tenant bench --name sdk --scope sandboxes --e2b 2>/dev/null)
-  api=$(free_port) sbx=$(free_port) port=$(free_port)
-  cat >"$t/serve.yaml" <<YAML
-listen: 127.0.0.1:$port
-workers: 0
-e2b:
-  api_addr: 127.0.0.1:$api
-  sandbox_addr: 127.0.0.1:$sbx
-YAML
-  "$bin" serve --config "$t/serve.yaml" --log-level warn >"$t/serve.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+  e2b_start "$bin" "$AIRLOCK_HOME"
+  pid=$started_pid api=$started_api sbx=$started_sbx port=$started_port key=$started_key
   echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
-# e2b_cleanup stops serve and removes what the benchmark made: $t, with
-# serve's AIRLOCK_HOME ($t/home) and the CLI's of bench/e2b.sh ($t/cli),
-# and their sandboxes' cgroup parents.
+# e2b_serve_old starts a second serve, from the airlock binary BIN (with
+# its airlock-exec beside it: an older build, for a comparison in one run)
+# on its own home $t/old: $old_pid, $old_api, $old_sbx, $old_key.
+e2b_serve_old() {
+  old_bin=$1
+  e2b_start "$old_bin" "$t/old"
+  old_pid=$started_pid old_api=$started_api old_sbx=$started_sbx old_key=$started_key
+}
+
+# e2b_start starts BIN serve on HOME as e2b_serve describes and returns
+# once it is ready: $started_pid, _api, _sbx, _port, _key.
+e2b_start() {
+  local b=$1 home=$2
+  AIRLOCK_HOME=$home "$b" tenants create bench >/dev/null
+  started_key=$(AIRLOCK_HOME=$home "$b" keys create --tenant bench --name sdk --scope sandboxes --e2b 2>/dev/null)
+  started_api=$(free_port) started_sbx=$(free_port) started_port=$(free_port)
+  cat >"$home.yaml" <<YAML
+listen: 127.0.0.1:$started_port
+workers: 0
+e2b:
+  api_addr: 127.0.0.1:$started_api
+  sandbox_addr: 127.0.0.1:$started_sbx
+YAML
+  AIRLOCK_HOME=$home "$b" serve --config "$home.yaml" --log-level warn >"$home.log" 2>&1 &
+  started_pid=$!
+  for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$started_port/readyz" >/dev/null 2>&1 && break; sleep 0.1; done
+}
+
+# e2b_cleanup stops the serves and removes what the benchmark made: $t,
+# with serve's AIRLOCK_HOME ($t/home), the older build's ($t/old) and the
+# CLI's of bench/e2b.sh ($t/cli), and their sandboxes' cgroup parents.
 e2b_cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  for p in "$pid" "$old_pid"; do
+    if [ -n "$p" ]; then kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; fi
+  done
   for h in "$t/home" "$t/cli"; do
     [ -d "$h" ] && AIRLOCK_HOME=$h "$bin" sandbox gc --forget >/dev/null 2>&1 || true
   done
+  [ -d "$t/old" ] && AIRLOCK_HOME=$t/old "$old_bin" sandbox gc --forget >/dev/null 2>&1 || true
   rm -rf "$t"
 }
 

@@ -20,9 +20,19 @@ import (
 // The Server is the only writer of the records of the sandboxes it runs.
 
 // flushDelay is how long the flusher lets operations gather before it
-// appends them: a busy sandbox costs one commit per flushDelay (plus the
-// commit's own time), not one per operation.
+// appends them, when the last flush is flushEvery or longer ago: an
+// operation on a quiet server is in its sandbox's log 5 ms later.
 const flushDelay = 5 * time.Millisecond
+
+// flushEvery is the least time between the starts of two flushes: while
+// operations keep coming (a preview URL's requests, hundreds a second),
+// the flusher appends them in one commit (and one fsync) per flushEvery,
+// not one per flushDelay. A commit costs about as much CPU as the
+// requests of its 5 ms did on a 2-core machine (docs/benchmarks.md); what
+// a crash can lose is what the flusher holds: at most this long's
+// operations under load (their audit lines are written already), 5 ms's
+// on a quiet server.
+const flushEvery = 50 * time.Millisecond
 
 // maxQueued bounds the operations waiting for a flush, per sandbox. Past
 // it, operations are counted, not kept, and the count is recorded.
@@ -151,25 +161,35 @@ func (r *record) appendLocked(ctx context.Context, from, to event.Status, ps []e
 }
 
 // runFlusher appends queued operations of every sandbox a little after
-// they were added, until ctx ends.
+// they were added (flushDelay), and no sooner than flushEvery after the
+// last flush began, until ctx ends.
 func (s *Server) runFlusher(ctx context.Context) {
 	t := time.NewTimer(flushDelay)
 	t.Stop()
+	var last time.Time // the last flush's start (monotonic)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.flushWake:
 		}
-		t.Reset(flushDelay)
+		t.Reset(flushWait(time.Since(last)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-t.C:
 		}
+		last = time.Now()
 		s.flushAll(ctx)
 	}
+}
+
+// flushWait is how long the flusher waits before a flush when the last
+// one began since ago: flushDelay, or longer so that two flushes begin
+// flushEvery apart.
+func flushWait(since time.Duration) time.Duration {
+	return max(flushDelay, flushEvery-since)
 }
 
 // wakeFlusher tells the flusher that operations wait.

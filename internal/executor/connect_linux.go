@@ -68,21 +68,28 @@ func (s *stream) relay(sock *os.File) execproto.Result {
 	var breakOnce sync.Once
 	breakConn := func() { breakOnce.Do(func() { close(broken) }) }
 	var discard atomic.Bool // set once the host has closed: what the socket sends is dropped
-	readDone, writeDone := make(chan struct{}), make(chan struct{})
+	// both is closed by the second pump to end (a count, not a goroutine
+	// that waits for the two: one wake-up less a connection).
+	both := make(chan struct{})
+	var pumps atomic.Int32
+	pumps.Store(2)
+	pumpDone := func() {
+		if pumps.Add(-1) == 0 {
+			close(both)
+		}
+	}
 	go func() {
-		defer close(readDone)
+		defer pumpDone()
 		if !s.socketToHost(sock, &discard, &upHeld) {
 			breakConn()
 		}
 	}()
 	go func() {
-		defer close(writeDone)
+		defer pumpDone()
 		if !s.hostToSocket(sock) {
 			breakConn()
 		}
 	}()
-	both := make(chan struct{})
-	go func() { <-readDone; <-writeDone; close(both) }()
 	select {
 	case <-both:
 		return execproto.Result{}
