@@ -56,7 +56,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 )
 
 // MaxSize is the most bytes of content one chunk holds: the chunker's
@@ -164,7 +164,11 @@ const blake3Label = "chunk id blake3"
 // Hasher returns a new Hasher of IDs under k.
 func (k Key) Hasher() *Hasher {
 	bk := k.Derive(blake3Label)
-	return &Hasher{b: blake3.New(len(ID{}), bk[:]), key: &k}
+	b, err := blake3.NewKeyed(bk[:])
+	if err != nil {
+		panic(err) // only for a key that is not 32 bytes
+	}
+	return &Hasher{b: b, key: &k}
 }
 
 // Sum returns the ID of a chunk holding data: its keyed BLAKE3.

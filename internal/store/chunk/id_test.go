@@ -7,7 +7,7 @@ import (
 	"errors"
 	"testing"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 
 	"github.com/airlockrun/airlock/internal/store/chunk"
 )
@@ -34,7 +34,10 @@ func legacyID(tenant string, data []byte) chunk.ID {
 func blake3ID(tenant string, data []byte) chunk.ID {
 	m := hmac.New(sha256.New, tenantKey(tenant))
 	m.Write([]byte("derive\x00chunk id blake3"))
-	h := blake3.New(32, m.Sum(nil))
+	h, err := blake3.NewKeyed(m.Sum(nil))
+	if err != nil {
+		panic(err)
+	}
 	h.Write(data)
 	var id chunk.ID
 	h.Sum(id[:0])
@@ -54,6 +57,20 @@ func TestIDs(t *testing.T) {
 	data := map[string][]byte{"a": []byte("content a"), "b": []byte("content b")}
 	if got, want := chunk.TenantKey("acme").Hasher().Sum(data["a"]), blake3ID("acme", data["a"]); got != want {
 		t.Fatalf("Sum = %s, want the keyed BLAKE3 %s", got, want)
+	}
+	// The same two IDs from another implementation (lukechampine.com/blake3
+	// v1.4.1; crypto/hmac): a change of library or derivation that
+	// renamed every stored chunk fails here.
+	for _, c := range []struct {
+		id   chunk.ID
+		want string
+	}{
+		{blake3ID("acme", data["a"]), "137e2875a164f9b9076af2e5c8314ce4c5bfb421087938f560d61992658d8c77"},
+		{legacyID("acme", data["a"]), "69c69fca26f9791716a88a00779f8a218b9063e61075ca5b1279ecd58ac7a580"},
+	} {
+		if c.id.String() != c.want {
+			t.Errorf("ID %s, want %s", c.id, c.want)
+		}
 	}
 	type stored struct {
 		name string
