@@ -244,6 +244,12 @@ func (s *Store) newFetcher(ctx context.Context, key chunk.Key, seq []chunk.ID) *
 	f.wg.Go(func() {
 		defer close(f.slots)
 		sem := make(chan struct{}, 2*s.workers)
+		// One Hasher per read at once, each kept for the next chunk: it
+		// tries the kind of ID its last chunk had first (chunk.Hasher).
+		hashers := make(chan *chunk.Hasher, 2*s.workers)
+		for range 2 * s.workers {
+			hashers <- key.Hasher()
+		}
 		for _, id := range seq {
 			select {
 			case sem <- struct{}{}:
@@ -264,7 +270,9 @@ func (s *Store) newFetcher(ctx context.Context, key chunk.Key, seq []chunk.ID) *
 				if b, ok := f.pool.Get().(*[]byte); ok {
 					buf = *b
 				}
-				data, err := s.chunks.Get(ctx, key, id, buf)
+				h := <-hashers
+				data, err := s.chunks.GetWith(ctx, h, id, buf)
+				hashers <- h
 				c <- fetched{id: id, data: data, err: err}
 			})
 		}

@@ -1,6 +1,7 @@
 // Package chunk stores the content chunks of workspace checkpoints
 // (internal/checkpoint): pieces of file content of at most MaxSize bytes,
-// each named by an ID, the HMAC-SHA256 of its bytes under its tenant's Key,
+// each named by an ID, the keyed BLAKE3 of its bytes under its tenant's Key
+// (HMAC-SHA256 for chunks stored before 2026-12-06, still read: Hasher),
 // and kept zstd-compressed in a Backend: a directory (Dir) on one host, or
 // PostgreSQL's chunks table (postgres.Store's Chunks) when several hosts
 // share one database.
@@ -19,7 +20,8 @@
 //
 // Invariants:
 //   - Store.Get returns a chunk's bytes only after decompressing them and
-//     checking that they hash, under the key it is given, to the ID: bytes
+//     checking that they hash, under the key it is given, to the ID
+//     (Hasher.Check): bytes
 //     that are corrupt, truncated, substituted, too large, or a chunk of
 //     another tenant give an error wrapping ErrCorrupt, never data.
 //   - A Backend stores a chunk complete or not at all, under an ID it is
@@ -54,6 +56,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/zeebo/blake3"
 )
 
 // MaxSize is the most bytes of content one chunk holds: the chunker's
@@ -75,7 +78,8 @@ var (
 	ErrCorrupt = errors.New("chunk: corrupt")
 )
 
-// ID names a chunk: the HMAC-SHA256 of its content under its tenant's Key.
+// ID names a chunk: the keyed hash of its content under its tenant's Key
+// (see Hasher).
 type ID [sha256.Size]byte
 
 // String returns the ID in lowercase hex, as backends key chunks.
@@ -133,22 +137,87 @@ func (k Key) Derive(label string) [sha256.Size]byte {
 	return out
 }
 
-// Hasher computes the IDs of chunks under one key, reusing its state. It
-// is not safe for concurrent use: give each goroutine its own.
+// Hasher computes and checks the IDs of chunks under one key, reusing its
+// state. It is not safe for concurrent use: give each goroutine its own.
+//
+// A chunk's ID is the keyed BLAKE3 (32 bytes) of its content under a key
+// derived from the tenant's (Key.Derive), since 2026-12-06; chunks stored
+// before were named by HMAC-SHA256 under the tenant's key, and a reader
+// still accepts them (Check). Both are keyed hashes with the same property
+// the IDs need (the same bytes are two different chunks in two tenants;
+// content that is not the chunk's does not hash to its ID); BLAKE3 costs
+// a reader about a third of the HMAC's CPU time (docs/benchmarks.md).
 type Hasher struct {
-	m hash.Hash
+	b *blake3.Hasher
+	// legacy is the HMAC-SHA256 of chunks named before BLAKE3, made on
+	// first use.
+	legacy hash.Hash
+	key    *Key
+	// legacyFirst: the last chunk Check accepted was a legacy one, so
+	// the next (most likely of the same tree) is tried under HMAC first.
+	legacyFirst bool
 }
 
-// Hasher returns a new Hasher of IDs under k.
-func (k Key) Hasher() *Hasher { return &Hasher{m: hmac.New(sha256.New, k.k[:])} }
+// blake3Label derives the BLAKE3 key from a tenant's key.
+const blake3Label = "chunk id blake3"
 
-// Sum returns the ID of a chunk holding data.
+// Hasher returns a new Hasher of IDs under k.
+func (k Key) Hasher() *Hasher {
+	bk := k.Derive(blake3Label)
+	b, err := blake3.NewKeyed(bk[:])
+	if err != nil {
+		panic(err) // only for a key that is not 32 bytes
+	}
+	return &Hasher{b: b, key: &k}
+}
+
+// Sum returns the ID of a chunk holding data: its keyed BLAKE3.
 func (h *Hasher) Sum(data []byte) ID {
-	h.m.Reset()
-	h.m.Write(data)
+	h.b.Reset()
+	h.b.Write(data)
 	var id ID
-	h.m.Sum(id[:0])
+	h.b.Sum(id[:0])
 	return id
+}
+
+// legacySum returns the ID a chunk holding data had before BLAKE3: its
+// HMAC-SHA256 under the tenant's key.
+func (h *Hasher) legacySum(data []byte) ID {
+	if h.legacy == nil {
+		h.legacy = hmac.New(sha256.New, h.key.k[:])
+	}
+	h.legacy.Reset()
+	h.legacy.Write(data)
+	var id ID
+	h.legacy.Sum(id[:0])
+	return id
+}
+
+// Check reports whether data is the content of the chunk named id under
+// the hasher's key: whether its BLAKE3 is id, or (a chunk stored before
+// BLAKE3) its HMAC-SHA256. Content must match one of the two keyed hashes
+// of the ID, so a forger needs a second preimage of one of them; which
+// is tried first follows the last chunk accepted, so a tree of either
+// kind costs one hash per chunk.
+func (h *Hasher) Check(data []byte, id ID) bool {
+	if h.legacyFirst {
+		if h.legacySum(data) == id {
+			return true
+		}
+		if h.Sum(data) == id {
+			h.legacyFirst = false
+			return true
+		}
+		return false
+	}
+	if h.Sum(data) == id {
+		return true
+	}
+	if h.legacySum(data) == id {
+		h.legacyFirst = true
+		return true
+	}
+	return false
 }
 
 // Backend keeps the compressed bytes of chunks: a directory (Dir) or a
@@ -343,8 +412,8 @@ func (s *Store) get(ctx context.Context, h *Hasher, id ID, dst []byte) ([]byte, 
 	if len(data) == 0 {
 		return dst[:0], fmt.Errorf("chunk: get %s: %w: no content", id, ErrCorrupt)
 	}
-	if got := h.Sum(data); got != id {
-		return dst[:0], fmt.Errorf("chunk: get %s: %w: content hashes to %s (another tenant's chunk, or damaged)", id, ErrCorrupt, got)
+	if !h.Check(data, id) {
+		return dst[:0], fmt.Errorf("chunk: get %s: %w: content hashes to %s (another tenant's chunk, or damaged)", id, ErrCorrupt, h.Sum(data))
 	}
 	return data, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/airlockrun/airlock/internal/store/chunk/chunktest"
 )
 
-func newDir(t *testing.T) *chunk.Dir {
+func newDir(t testing.TB) *chunk.Dir {
 	t.Helper()
 	d, err := chunk.NewDir(filepath.Join(t.TempDir(), "chunks"))
 	if err != nil {
