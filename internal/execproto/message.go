@@ -26,6 +26,14 @@ const ControlFD = 3
 // over a millisecond.
 var ExecutorEnv = []string{"GOMAXPROCS=1"}
 
+// LateIDs is the executor's argument (argv[1]) when the host starts it
+// before its user namespace's id maps exist (so the host's clone can share
+// its memory, a vfork): the host writes the maps once the exec is done and
+// only then says hello; the executor, which holds its capabilities in the
+// namespace as ambient ones until then, takes uid and gid 0 of the
+// namespace on the hello, before anything else, and fails if it cannot.
+const LateIDs = "late-ids"
+
 // Hello opens a connection in each direction.
 type Hello struct {
 	Version int `json:"version"`

@@ -83,7 +83,7 @@ func Main(args []string) int {
 	// frames and could answer as the executor.
 	unix.CloseOnExec(execproto.ControlFD)
 	conn := os.NewFile(execproto.ControlFD, "control")
-	e := &executor{w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
+	e := &executor{lateIDs: len(args) > 1 && args[1] == execproto.LateIDs, w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
 	// Before Landlock: the thread must exist when the ruleset is applied.
 	e.pt = newProcThread()
 	if err := e.start(conn); err != nil {
@@ -98,7 +98,10 @@ func Main(args []string) int {
 }
 
 type executor struct {
-	w *execproto.Writer
+	// lateIDs: started before its id maps existed (execproto.LateIDs); it
+	// takes uid and gid 0 of its namespace on the host's hello.
+	lateIDs bool
+	w       *execproto.Writer
 	// absorbed is closed once absorbSignals is done.
 	absorbed <-chan struct{}
 	setup    execproto.Setup
@@ -178,6 +181,13 @@ func (e *executor) start(conn io.Reader) error {
 	}
 	if h.Version != execproto.Version {
 		return fmt.Errorf("protocol version %d, executor speaks %d", h.Version, execproto.Version)
+	}
+	if e.lateIDs {
+		// The host wrote the maps before its hello: nothing before this
+		// point needed an id of the namespace.
+		if err := takeIDs(); err != nil {
+			return err
+		}
 	}
 	hello, _ := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
 	if err := e.w.Write(hello); err != nil {

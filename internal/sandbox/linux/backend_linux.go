@@ -84,6 +84,11 @@ type Backend struct {
 	// holds the id lock to the end of teardown; GC need not ask the slot
 	// locks about them. Guarded by mu.
 	mine map[string]bool
+	// forkOnly and writeMaps are for tests: start every executor with
+	// syscall.ForkExec (the maps written before its exec), and write a
+	// late-ids executor's maps with writeMaps instead of idMaps.write.
+	forkOnly  bool
+	writeMaps func(pid int, m idMaps) error
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -413,7 +418,10 @@ func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 		}
 	}()
 	sys := sb.executorAttr()
-	p, err := sb.b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys})
+	// Root mode: the executor takes its ids after the exec, which lets
+	// the fork share this process's memory. Rootless: an unprivileged
+	// writer's maps stay with the fork that waits for them.
+	p, err := sb.b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys, lateIDs: sb.b.root})
 	if err != nil {
 		host.Close()
 		return nil, fmt.Errorf("start executor: %w", err)

@@ -34,3 +34,16 @@ var ChoosePlatform = choosePlatform
 
 // RunscVersion is runscVersion, for its table.
 var RunscVersion = runscVersion
+
+// SetForkOnly makes b start every executor with syscall.ForkExec, its id
+// maps written before the exec (the path without vforkExec).
+func SetForkOnly(b *Backend) { b.forkOnly = true }
+
+// VforkSupported is vforkSupported.
+const VforkSupported = vforkSupported
+
+// SetWriteMaps makes b write each late-ids executor's id maps with write,
+// given the maps b would write (uid_map and gid_map lines) and pid.
+func SetWriteMaps(b *Backend, write func(pid int, uidMap, gidMap string) error) {
+	b.writeMaps = func(pid int, m idMaps) error { return write(pid, formatIDMap(m.uid), formatIDMap(m.gid)) }
+}

@@ -24,6 +24,11 @@ type procSpec struct {
 	// sys says which namespaces to make, with what id maps, credentials
 	// and cgroup. The parent-death signal is always SIGKILL.
 	sys *syscall.SysProcAttr
+	// lateIDs: the process is an executor that takes its ids itself
+	// (execproto.LateIDs), so a fork of this process may exec it before
+	// writing its id maps, sharing this process's memory (vforkExec).
+	// sys.Credential is then uid and gid 0 and sys's maps are root mode's.
+	lateIDs bool
 }
 
 // proc is a process the backend started.
@@ -68,11 +73,29 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 	sys.PidFD = &pidfd
 	attr := &syscall.ProcAttr{Dir: "/", Env: execproto.ExecutorEnv, Files: files, Sys: &sys}
 	var pid int
-	err = onParentThread(func() error {
-		var err error
-		pid, err = syscall.ForkExec(b.cfg.Executor, ps.args, attr)
-		return err
-	})
+	if ps.lateIDs && vforkSupported && !b.forkOnly {
+		cg := -1
+		if sys.UseCgroupFD {
+			cg = sys.CgroupFD
+		}
+		maps := idMaps{uid: sys.UidMappings, gid: sys.GidMappings, setgroups: sys.GidMappingsEnableSetgroups}
+		write := maps.write
+		if b.writeMaps != nil {
+			write = func(pid int) error { return b.writeMaps(pid, maps) }
+		}
+		args := append(append([]string(nil), ps.args...), execproto.LateIDs)
+		err = onParentThread(func() error {
+			var err error
+			pid, pidfd, err = vforkExec(b.cfg.Executor, args, attr.Env, files, sys.Cloneflags, cg, write)
+			return err
+		})
+	} else {
+		err = onParentThread(func() error {
+			var err error
+			pid, err = syscall.ForkExec(b.cfg.Executor, ps.args, attr)
+			return err
+		})
+	}
 	runtime.KeepAlive(ps.stdin)
 	runtime.KeepAlive(ps.extra)
 	if err != nil {
