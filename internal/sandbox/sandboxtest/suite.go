@@ -77,7 +77,11 @@ func RunWith(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, o Opti
 		{"Many", s.testMany},
 	} {
 		t.Run(g.name, func(t *testing.T) {
-			if o.ParallelGroups {
+			// Many (50 sandboxes, 8 at a time) runs alone, before the
+			// parallel groups start (they wait for this function to
+			// return): beside them it pushed the test cluster's pod
+			// starts past the suite's 60 s bound under load.
+			if o.ParallelGroups && g.name != "Many" {
 				t.Parallel()
 			}
 			g.run(t)
