@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kube-cluster.sh build|built|up|down|env: a real single-node Kubernetes cluster on
+# kube-cluster.sh build|built|deps|prepare|up|down|env: a real single-node Kubernetes cluster on
 # this machine for the kubernetes sandbox backend's tests (docs/kubernetes.md;
 # the recipe and its measurements are in the project's KUBERNETES.md notes).
 #
@@ -9,6 +9,9 @@
 #          (pause, busybox, the tests' Debian sandbox image) are kept in
 #          $AIRLOCK_KUBE_CACHE/images, keyed by what they are made of.
 #   built  succeeds when both binaries are there.
+#   deps   installs the Debian packages the node needs (apt), when missing.
+#   prepare  deps, build and the images' files: everything up keeps, none
+#          of it running (make test runs it beside the Go tests).
 #   up     installs what it needs from Debian (etcd, containerd, the CNI
 #          plugins), builds when needed, starts etcd, the API server,
 #          containerd and the kubelet under $AIRLOCK_KUBE_STATE, waits for
@@ -196,11 +199,11 @@ image_key() {
   } | sha256sum | cut -c1-16
 }
 
-# cached_image NAME ENTRYPOINT...: imports image NAME ENTRYPOINT... into
-# the node's containerd from $CACHE/images, keyed by image_key; builds
-# and keeps it there first when it is not (the Debian sandbox image takes
-# minutes to build and seconds to import).
-cached_image() {
+# image_file NAME ENTRYPOINT...: the path of image NAME ENTRYPOINT... in
+# $CACHE/images, keyed by image_key; builds and keeps it there first when
+# it is not (the Debian sandbox image takes minutes to build, seconds to
+# import).
+image_file() {
   local dir=$CACHE/images
   local f
   f=$dir/$(echo "$1" | tr '/:' '__')-$(image_key "$@").tar
@@ -216,7 +219,32 @@ cached_image() {
       [ "$old" = "$f" ] || rm -f "$old"
     done
   fi
+  echo "$f"
+}
+
+# cached_image NAME ENTRYPOINT...: imports image NAME ENTRYPOINT... into
+# the node's containerd (image_file).
+cached_image() {
+  local f
+  f=$(image_file "$@")
   ctr -a "$STATE/containerd/containerd.sock" -n k8s.io images import - <"$f" >/dev/null
+}
+
+# The node's images: pause, busybox, the tests' Debian sandbox image.
+images() {
+  "$1" registry.k8s.io/pause:3.10 /bin/sleep 2147483647
+  "$1" docker.io/library/busybox:airlock /bin/sh
+  DEBIAN=1 "$1" airlock.local/sandbox:test /bin/sh
+}
+
+# prepare: what up needs before it starts anything, all of it kept: the
+# Debian packages, the binaries, the images' files. make test runs it in
+# the background, beside the Go tests.
+prepare() {
+  [ "$(id -u)" -eq 0 ] || die "prepare needs root"
+  deps
+  build
+  images image_file >/dev/null
 }
 
 api() {
@@ -297,9 +325,7 @@ EOF
     sleep 0.1
   done
   [ -S "$STATE/containerd/containerd.sock" ] || die "containerd did not start: $(tail -5 "$STATE/log/containerd.log")"
-  cached_image registry.k8s.io/pause:3.10 /bin/sleep 2147483647
-  cached_image docker.io/library/busybox:airlock /bin/sh
-  DEBIAN=1 cached_image airlock.local/sandbox:test /bin/sh
+  images cached_image
 
   for i in $(seq 600); do
     [ -s "$STATE/pki/apiserver.crt" ] && [ "$(api "https://127.0.0.1:$PORT/readyz" 2>/dev/null)" = ok ] && break
@@ -426,11 +452,13 @@ print_env() {
 case "${1:-}" in
 build) build ;;
 built) built ;;
+deps) deps ;;
+prepare) prepare ;;
 up) up ;;
 down) down ;;
 env) print_env ;;
 *)
-  echo "usage: $0 build|built|up|down|env" >&2
+  echo "usage: $0 build|built|deps|prepare|up|down|env" >&2
   exit 2
   ;;
 esac

@@ -318,14 +318,14 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 		t.Fatalf("pods after the create: %v, want one", pods)
 	}
 	// E2B's default user, "user", is the pod's one id (uid 0 of the
-	// sandbox; the pod's non-root uid on the node), in /home/user, the
-	// workspace; its HOME is still the pod's root's (docs/kubernetes.md).
-	code, out := c.run(b.e2bSandbox, sb, `echo "$REPLICA_SECRET"; echo through-b > /tmp/b.txt; id -u; pwd; echo "$HOME"`)
+	// sandbox; the pod's non-root uid on the node), named user, in
+	// /home/user, the workspace, which is its HOME as on native.
+	code, out := c.run(b.e2bSandbox, sb, `echo "$REPLICA_SECRET"; echo through-b > /tmp/b.txt; id -u; pwd; echo "$HOME"; echo "$USER"`)
 	if code != 200 || !strings.HasPrefix(out, secret+"\n") {
 		t.Fatalf("command through B = %d %q", code, out)
 	}
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || lines[2] != "/home/user" {
-		t.Errorf("command through B said %q; want it in /home/user", out)
+	if want := secret + "\n0\n/home/user\n/home/user\nuser\n"; out != want {
+		t.Errorf("command through B said %q; want %q: uid 0, in /home/user, its HOME, as user", out, want)
 	}
 	t.Logf("the default user in the pod: %q", out)
 	if code, out := c.run(a.e2bSandbox, sb, `cat /tmp/b.txt`); code != 200 || out != "through-b\n" {

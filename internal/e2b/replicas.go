@@ -420,6 +420,7 @@ func (s *Server) remoteAuthorized(r *http.Request, rec store.Run, c *event.Sandb
 // a sandbox it does not know (no owner, or one whose lease lapsed and the
 // sandbox was closed as lost or taken over here).
 func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id string, envd bool) bool {
+	s.awaitTakeover(r.Context(), rec.ID)
 	owner := rec.LeaseOwner
 	if owner == "" || s.ours(owner) {
 		return false // no one's, or this server's own (an earlier life's)

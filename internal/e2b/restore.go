@@ -453,6 +453,29 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 // takeOver closes running record r as lost if its server's lease ran
 // out: the store's clock decides, through AcquireLease.
 func (s *Server) takeOver(ctx context.Context, r store.Run) {
+	s.mu.Lock()
+	if ch, ok := s.takeovers[r.ID]; ok {
+		// Another goroutine of this server (the sweep, a request) is
+		// taking it over: its outcome is this one's.
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		return
+	}
+	if s.takeovers == nil {
+		s.takeovers = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	s.takeovers[r.ID] = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.takeovers, r.ID)
+		s.mu.Unlock()
+		close(done)
+	}()
 	l, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
 	switch {
 	case errors.Is(err, store.ErrLeased), errors.Is(err, store.ErrFinal):
@@ -465,6 +488,22 @@ func (s *Server) takeOver(ctx context.Context, r store.Run) {
 		return // reachable from here: it goes on, this server's now
 	}
 	s.closeLost(ctx, r, "its server stopped renewing its lease")
+}
+
+// awaitTakeover waits while this server takes record runID over: its
+// lease is this server's from the acquisition on, but its sandbox is
+// served here only once attached, and a request in between would find
+// neither a sandbox here nor another owner to relay to (a 404).
+func (s *Server) awaitTakeover(ctx context.Context, runID string) {
+	s.mu.Lock()
+	ch := s.takeovers[runID]
+	s.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // closeLost closes running record r, whose sandbox died with its server,

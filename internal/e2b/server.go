@@ -185,6 +185,10 @@ type Server struct {
 	// opening is guarded by mu: records being created, not yet in boxes,
 	// which the sweep leaves alone.
 	opening map[string]bool
+	// takeovers is guarded by mu: records this server is taking over
+	// (takeOver), each closed when that ends. Its lease is this server's
+	// before the sandbox is in boxes; a request for it meanwhile waits.
+	takeovers map[string]chan struct{}
 	// snaps is guarded by mu: every tenant's snapshots, by id (a copy of
 	// StateDir's index).
 	snaps map[string]*snapshot

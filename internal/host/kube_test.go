@@ -127,6 +127,15 @@ func TestDeployConfig(t *testing.T) {
 	if cfg.Sandboxes.Backend != BackendKubernetes || !k.InCluster || k.Namespace != "airlock-sandboxes" || k.SeccompProfile == "" {
 		t.Errorf("sandboxes %+v", cfg.Sandboxes)
 	}
+	// E2B across the replicas: both listeners, the shared key, and pods
+	// that outlive a dead replica until another takes them over (its
+	// lease, then up to one sweep).
+	if !cfg.E2B.Enabled() || cfg.E2B.SealKeyFile == "" {
+		t.Errorf("e2b %+v: want the API on, with seal_key_file", cfg.E2B)
+	}
+	if takeover := 4*cfg.E2B.MeterInterval + 30*time.Second; k.DetachedGrace <= takeover {
+		t.Errorf("kubernetes.detached_grace %s: a dead replica's E2B sandbox is taken over up to %s after its last renewal; want longer", k.DetachedGrace, takeover)
+	}
 	rbac, err := os.ReadFile("../../deploy/kubernetes/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)

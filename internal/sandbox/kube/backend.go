@@ -115,6 +115,17 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.UID == 0 {
 		cfg.UID = 65532
 	}
+	if cfg.REST.QPS == 0 && cfg.REST.RateLimiter == nil {
+		// client-go's default, 5 requests a second (burst 10), makes
+		// the backend wait on itself: a create is a pod, a watch, a
+		// NetworkPolicy and an exec, and a warm pool or a conformance
+		// run makes many at once (throttled by seconds each, measured
+		// on the test cluster). The API server's own priority and
+		// fairness is the limit that matters.
+		rc := rest.CopyConfig(cfg.REST)
+		rc.QPS, rc.Burst = restQPS, restBurst
+		cfg.REST = rc
+	}
 	client, err := kubernetes.NewForConfig(cfg.REST)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes backend: %w", err)
@@ -155,6 +166,14 @@ func (b *Backend) checkSpec(spec *sandbox.Spec) error {
 
 // labelSandbox labels every pod of the backend with its sandbox id.
 const labelSandbox = "airlock.run/sandbox"
+
+// restQPS and restBurst bound the backend's requests to the API server
+// when Config.REST sets no limit of its own (client-go's default is 5 a
+// second, burst 10).
+const (
+	restQPS   = 50
+	restBurst = 100
+)
 
 // Paths in the sandbox's container.
 const (
@@ -438,6 +457,11 @@ func (s *Sandbox) start(ctx context.Context) error {
 	conn, err := execconn.Dial(ctx, rw, s.b.setup(&s.spec))
 	if err != nil {
 		rw.Close()
+		if cerr := ctx.Err(); cerr != nil {
+			// The stream was closed under the read because the
+			// context ended: say so, not only "closed pipe".
+			return fmt.Errorf("executor handshake: %w (%w)", cerr, err)
+		}
 		return fmt.Errorf("executor handshake: %w", err)
 	}
 	s.conn = conn
@@ -486,8 +510,27 @@ func (b *Backend) setup(spec *sandbox.Spec) *execproto.Setup {
 	if spec.Limits.Pids > 0 {
 		s.Rlimits["nproc"] = uint64(spec.Limits.Pids)
 	}
-	if spec.Account.HomeIsWorkspace {
-		s.WorkspaceAlias = spec.Account.HomeOf()
+	if a := spec.Account; a != (sandbox.Account{}) {
+		// The account a client expects (E2B's user in /home/user) is the
+		// sandbox's default user: the one id, root, under the account's
+		// name and in its home (HOME, USER), as the linux backend's
+		// account is; a command that names root still gets /root. The
+		// executor makes the home when it is not the workspace.
+		name := a.Name
+		if name == "" {
+			name = "sandbox"
+		}
+		s.User = execproto.User{Name: name, UID: 0, GID: 0, Home: a.HomeOf()}
+		acct := s.User
+		s.Account = &acct
+		// Root's home stays writable (its emptyDir), as without an
+		// account: root is the account's own id here, so keeping /root
+		// from the account (a.RootHome false, natively) would keep
+		// nothing from anyone.
+		s.RootHome = true
+		if a.HomeIsWorkspace {
+			s.WorkspaceAlias = a.HomeOf()
+		}
 	}
 	if spec.Network == sandbox.NetworkProxy {
 		s.ProxyAddr, s.ProxyStreams = proxyAddr, true

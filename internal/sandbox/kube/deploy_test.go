@@ -8,7 +8,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -89,6 +91,8 @@ func TestDeployManifests(t *testing.T) {
 	kinds := map[string]int{}
 	var deploy *appsv1.Deployment
 	var boundTo []string
+	var secrets []*corev1.Secret
+	var configMaps []*corev1.ConfigMap
 	for _, obj := range objs {
 		var err error
 		switch o := obj.(type) {
@@ -103,9 +107,11 @@ func TestDeployManifests(t *testing.T) {
 		case *corev1.Secret:
 			o.Namespace = rename(o.Namespace)
 			_, err = e.client.CoreV1().Secrets(o.Namespace).Create(ctx, o, dry)
+			secrets = append(secrets, o)
 		case *corev1.ConfigMap:
 			o.Namespace = rename(o.Namespace)
 			_, err = e.client.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, dry)
+			configMaps = append(configMaps, o)
 		case *corev1.Service:
 			o.Namespace = rename(o.Namespace)
 			_, err = e.client.CoreV1().Services(o.Namespace).Create(ctx, o, dry)
@@ -156,5 +162,115 @@ func TestDeployManifests(t *testing.T) {
 	weak.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil
 	if _, err := e.client.CoreV1().Pods(deploy.Namespace).Create(ctx, weak, dry); err == nil || !strings.Contains(err.Error(), "restricted") {
 		t.Errorf("a weakened replica pod = %v, want PodSecurity's refusal", err)
+	}
+	t.Run("E2B", func(t *testing.T) { testDeployE2B(t, e, pod, secrets, configMaps) })
+}
+
+// testDeployE2B runs a replica's pod of the manifests for real, its
+// container a shell of the tests' image in airlock's place, with what the
+// manifests give it (its Secrets and ConfigMap made for real, the E2B key
+// a fresh one): the replica's user (65532, restricted) reads the key at
+// serve.yaml's e2b.seal_key_file, and AIRLOCK_E2B_ADVERTISE_HOST, the
+// address the other replicas relay to, is the pod's own IP.
+func testDeployE2B(t *testing.T, e *env, replica *corev1.Pod, secrets []*corev1.Secret, configMaps []*corev1.ConfigMap) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns := replica.Namespace
+	var serveYAML string
+	for _, cm := range configMaps {
+		if _, err := e.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := cm.Data["serve.yaml"]; ok {
+			serveYAML = s
+		}
+	}
+	var serve struct {
+		E2B struct {
+			APIAddr     string `yaml:"api_addr"`
+			SandboxAddr string `yaml:"sandbox_addr"`
+			SealKeyFile string `yaml:"seal_key_file"`
+		} `yaml:"e2b"`
+	}
+	if err := yaml.Unmarshal([]byte(serveYAML), &serve); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := serve.E2B.SealKeyFile
+	if keyFile == "" || serve.E2B.APIAddr == "" || serve.E2B.SandboxAddr == "" {
+		t.Fatalf("serve.yaml's e2b section %+v: want both listeners and a seal_key_file", serve.E2B)
+	}
+	var kb [32]byte
+	_, _ = rand.Read(kb[:])
+	key := hex.EncodeToString(kb[:])
+	keySecret := ""
+	for _, sec := range secrets {
+		sec = sec.DeepCopy()
+		for k := range sec.StringData {
+			if strings.HasSuffix(keyFile, "/"+k) {
+				sec.StringData[k] = key
+				keySecret = sec.Name
+			}
+		}
+		if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if keySecret == "" {
+		t.Fatalf("no Secret of the manifests has a key named as %s", keyFile)
+	}
+
+	pod := replica.DeepCopy()
+	pod.Name = "airlock-e2b-replica"
+	cfg := config(e, ns)
+	pod.Spec.NodeName = cfg.NodeName
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever // a Deployment's is Always
+	// The test cluster has no controller manager to publish
+	// kube-root-ca.crt, which the token's projected volume needs.
+	pod.Spec.AutomountServiceAccountToken = new(bool)
+	c := &pod.Spec.Containers[0]
+	c.Image, c.ImagePullPolicy = cfg.Image, cfg.PullPolicy
+	c.Command = []string{"/bin/sh", "-c", `echo "advertise=$AIRLOCK_E2B_ADVERTISE_HOST"; echo "id=$(id -u)"; echo "key=$(cat "$0")"`, keyFile}
+	c.Args, c.ReadinessProbe, c.LivenessProbe = nil, nil, nil
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil && v.Secret.SecretName == keySecret && strings.HasPrefix(keyFile, m.MountPath+"/") {
+				mounted = true
+			}
+		}
+	}
+	if !mounted {
+		t.Errorf("the replicas' container mounts no volume of Secret %s where serve.yaml reads %s", keySecret, keyFile)
+	}
+	pods := e.client.CoreV1().Pods(ns)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a replica's pod: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = pods.Delete(context.Background(), pod.Name, metav1.DeleteOptions{})
+	})
+	var got *corev1.Pod
+	for {
+		var err error
+		got, err = pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the replica's pod did not end: %+v", got.Status)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	logs, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("advertise=%s\nid=65532\nkey=%s\n", got.Status.PodIP, key)
+	if got.Status.Phase != corev1.PodSucceeded || got.Status.PodIP == "" || string(logs) != want {
+		t.Errorf("the replica's pod %s (IP %q) wrote %q, want %q", got.Status.Phase, got.Status.PodIP, logs, want)
 	}
 }

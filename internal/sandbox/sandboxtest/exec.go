@@ -356,11 +356,20 @@ func (s *suite) testExec(t *testing.T) {
 	t.Run("Account", func(t *testing.T) {
 		t.Parallel()
 		sb := s.create(t, sandbox.Spec{Account: sandbox.Account{Name: "user", Home: "/home/user", HomeIsWorkspace: true, RootHome: true}, Dir: "/home/user"})
-		// Rootless sandboxes have only root, in /root; the workspace is
-		// at /home/user all the same.
 		want := "user\n/home/user\n/home/user\nhi\nd\nf\n"
-		if mustSh(t, sb, "id -u") == "0\n" {
+		switch id := mustSh(t, sb, `id -u; echo "$USER"`); id {
+		case "0\nroot\n":
+			// Rootless sandboxes have only root, in /root; the workspace
+			// is at /home/user all the same.
 			want = "root\n/root\n/home/user\nhi\nd\nf\n"
+		case "0\nuser\n":
+			// A sandbox of one id (a pod's) whose default user is the
+			// account: root's id under the account's name, in its home
+			// (the image's passwd still names uid 0 root).
+			want = "root\n/home/user\n/home/user\nhi\nd\nf\n"
+		case "1000\nuser\n":
+		default:
+			t.Fatalf("the default user: id -u and USER %q, want uid 1000 (or 0 where the sandbox has one id) and user (or root)", id)
 		}
 		out := mustSh(t, sb, `id -un; echo "$HOME"; pwd; echo hi > f; cat /workspace/f; mkdir d && ls /workspace`)
 		if out != want {

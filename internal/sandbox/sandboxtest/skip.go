@@ -13,12 +13,7 @@ import (
 // by name in the backend's test and documentation; nothing is skipped
 // silently.
 func RunSkipping(t *testing.T, newBackend func(t *testing.T) sandbox.Backend, skip map[string]string) {
-	Run(t, func(t *testing.T) sandbox.Backend {
-		if reason, ok := skipped(t.Name(), skip); ok {
-			t.Skip(reason)
-		}
-		return newBackend(t)
-	})
+	RunWith(t, newBackend, Options{Skip: skip})
 }
 
 // skipped finds the reason test name (with the suite's own test first) is
