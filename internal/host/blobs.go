@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 )
@@ -90,40 +91,27 @@ func (h *Host) CollectBlobs(ctx context.Context, grace time.Duration) (BlobStats
 // uploads.
 func namedBlobs(ctx context.Context, st store.Store) (map[string]bool, error) {
 	named := map[string]bool{}
-	f := store.RunFilter{Kind: store.KindAny}
-	for {
-		runs, err := st.ListRuns(ctx, f)
+	err := eachRun(ctx, st, func(r store.Run) error {
+		err := eachEvent(ctx, st, r.ID, func(e event.Event) error {
+			for _, m := range blobName.FindAll(e.Payload, -1) {
+				named[string(m)] = true
+			}
+			return nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("list runs: %w", err)
+			return err
 		}
-		for _, r := range runs {
-			for from := int64(1); ; {
-				evs, err := st.Events(ctx, r.ID, from, 0)
-				if err != nil {
-					return nil, fmt.Errorf("events of %s: %w", r.ID, err)
-				}
-				for _, e := range evs {
-					for _, m := range blobName.FindAll(e.Payload, -1) {
-						named[string(m)] = true
-					}
-				}
-				if len(evs) < store.PageLimit(0) {
-					break
-				}
-				from = evs[len(evs)-1].Seq + 1
-			}
-			as, err := st.ListArtifacts(ctx, r.ID)
-			if err != nil {
-				return nil, fmt.Errorf("artifacts of %s: %w", r.ID, err)
-			}
-			for _, a := range as {
-				named[a.Digest] = true
-			}
+		as, err := st.ListArtifacts(ctx, r.ID)
+		if err != nil {
+			return fmt.Errorf("artifacts of %s: %w", r.ID, err)
 		}
-		if len(runs) < store.PageLimit(0) {
-			break
+		for _, a := range as {
+			named[a.Digest] = true
 		}
-		f.After = runs[len(runs)-1].ID
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	ups, err := st.UploadDigests(ctx)
 	if err != nil {

@@ -100,43 +100,63 @@ func (h *Host) forgetManifests(ctx context.Context, rs *runSide, gone []checkpoi
 // snapshot.taken events, every run and record of every tenant.
 func RunCheckpoints(ctx context.Context, st store.RunLog) ([]checkpoint.Root, error) {
 	var roots []checkpoint.Root
+	err := eachRun(ctx, st, func(r store.Run) error {
+		return eachEvent(ctx, st, r.ID, func(e event.Event) error {
+			if e.Type != event.TypeSnapshotTaken {
+				return nil
+			}
+			if _, deleted := event.ParseTombstone(e.Payload); deleted {
+				return nil // retention deleted it: its checkpoint may go
+			}
+			p, err := e.Unpack()
+			if err != nil {
+				return fmt.Errorf("event %d of %s: %w", e.Seq, r.ID, err)
+			}
+			if sn, ok := p.(*event.SnapshotTaken); ok && sn.Format == event.FormatCheckpoint {
+				roots = append(roots, checkpoint.Root{Tenant: r.Tenant, Digest: sn.Digest})
+			}
+			return nil
+		})
+	})
+	return roots, err
+}
+
+// eachRun calls fn with every run of st, every kind and tenant, a page at
+// a time.
+func eachRun(ctx context.Context, st store.Runs, fn func(store.Run) error) error {
 	f := store.RunFilter{Kind: store.KindAny}
 	for {
 		runs, err := st.ListRuns(ctx, f)
 		if err != nil {
-			return nil, fmt.Errorf("list runs: %w", err)
+			return fmt.Errorf("list runs: %w", err)
 		}
 		for _, r := range runs {
-			for from := int64(1); ; {
-				evs, err := st.Events(ctx, r.ID, from, 0)
-				if err != nil {
-					return nil, fmt.Errorf("events of %s: %w", r.ID, err)
-				}
-				for _, e := range evs {
-					if e.Type != event.TypeSnapshotTaken {
-						continue
-					}
-					if _, deleted := event.ParseTombstone(e.Payload); deleted {
-						continue // retention deleted it: its checkpoint may go
-					}
-					p, err := e.Unpack()
-					if err != nil {
-						return nil, fmt.Errorf("event %d of %s: %w", e.Seq, r.ID, err)
-					}
-					if sn, ok := p.(*event.SnapshotTaken); ok && sn.Format == event.FormatCheckpoint {
-						roots = append(roots, checkpoint.Root{Tenant: r.Tenant, Digest: sn.Digest})
-					}
-				}
-				if len(evs) < store.PageLimit(0) {
-					break
-				}
-				from = evs[len(evs)-1].Seq + 1
+			if err := fn(r); err != nil {
+				return err
 			}
 		}
 		if len(runs) < store.PageLimit(0) {
-			break
+			return nil
 		}
 		f.After = runs[len(runs)-1].ID
 	}
-	return roots, nil
+}
+
+// eachEvent calls fn with every event of run id in st, a page at a time.
+func eachEvent(ctx context.Context, st store.Log, id string, fn func(event.Event) error) error {
+	for from := int64(1); ; {
+		evs, err := st.Events(ctx, id, from, 0)
+		if err != nil {
+			return fmt.Errorf("events of %s: %w", id, err)
+		}
+		for _, e := range evs {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		if len(evs) < store.PageLimit(0) {
+			return nil
+		}
+		from = evs[len(evs)-1].Seq + 1
+	}
 }

@@ -200,21 +200,15 @@ func (h *Hasher) legacySum(data []byte) ID {
 // is tried first follows the last chunk accepted, so a tree of either
 // kind costs one hash per chunk.
 func (h *Hasher) Check(data []byte, id ID) bool {
+	first, second := h.Sum, h.legacySum
 	if h.legacyFirst {
-		if h.legacySum(data) == id {
-			return true
-		}
-		if h.Sum(data) == id {
-			h.legacyFirst = false
-			return true
-		}
-		return false
+		first, second = second, first
 	}
-	if h.Sum(data) == id {
+	if first(data) == id {
 		return true
 	}
-	if h.legacySum(data) == id {
-		h.legacyFirst = true
+	if second(data) == id {
+		h.legacyFirst = !h.legacyFirst
 		return true
 	}
 	return false
