@@ -80,11 +80,23 @@ var attackCases = []attackCase{
 }
 
 // TestAttacks runs every attack against every runtime: native always,
-// gvisor where runsc runs (root and runsc installed; CI has both).
+// gvisor where runsc runs (root and runsc installed; CI has both). Both
+// start their sandboxes through the spawner, as a long-running host does;
+// "direct" runs the native cases again with the executor started by the
+// test process itself, as the command line starts it (as root: the
+// vfork start, whose executor takes its ids late; docs/ARCHITECTURE.md).
 func TestAttacks(t *testing.T) {
 	rootless := os.Getenv(rootlessEnv) == "inner"
-	for _, rt := range []string{sandbox.RuntimeNative, sandbox.RuntimeGVisor} {
-		t.Run(rt, func(t *testing.T) {
+	for _, v := range []struct{ name, rt string }{
+		{sandbox.RuntimeNative, sandbox.RuntimeNative},
+		{sandbox.RuntimeGVisor, sandbox.RuntimeGVisor},
+		{attackDirect, sandbox.RuntimeNative},
+	} {
+		rt := v.rt
+		t.Run(v.name, func(t *testing.T) {
+			if v.name == attackDirect && rootless {
+				t.Skip("direct: TestRootless's run is the native one (a rootless start forks either way)")
+			}
 			if rt == sandbox.RuntimeGVisor {
 				if rootless {
 					t.Skip("gvisor runtime: runsc runs as root only")
@@ -115,6 +127,10 @@ func TestAttacks(t *testing.T) {
 	}
 }
 
+// attackDirect names TestAttacks' run of the native cases with the
+// executor started by the test process itself.
+const attackDirect = "direct"
+
 func attackBackend(t *testing.T) *linux.Backend {
 	t.Helper()
 	if os.Getenv(rootlessEnv) == "inner" {
@@ -122,9 +138,10 @@ func attackBackend(t *testing.T) *linux.Backend {
 	} else if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	// Through the spawner, as a long-running host starts sandboxes (the
-	// kill -9 test covers the direct path too).
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: true})
+	// Through the spawner, as a long-running host starts sandboxes, but
+	// for TestAttacks' direct cases (and the kill -9 test's own).
+	direct := strings.HasPrefix(t.Name(), "TestAttacks/"+attackDirect+"/")
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: !direct})
 	if err != nil {
 		t.Fatalf("linux.New = %v", err)
 	}
