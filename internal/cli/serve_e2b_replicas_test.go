@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 )
@@ -199,6 +200,28 @@ func TestServeReplicasE2B(t *testing.T) {
 	if code != 200 || string(body) != "through-b\n" {
 		t.Errorf("download through B = %d %q", code, body)
 	}
+	// What the sandbox reports through A is read through B's native API
+	// (stored by A as it comes, followed by B): live, not ended.
+	if code, _ := c.run(a.e2bSandbox, sb, `airlock-event progress --pct 40 from-a`); code != 200 {
+		t.Fatalf("airlock-event through A = %d", code)
+	}
+	var reader bytes.Buffer
+	if code := airlockIn(t, context.Background(), homeA, exe, &reader, "--store", url, "keys", "create", "--tenant", "acme", "--name", "reader", "--scope", "runs:read"); code != 0 {
+		t.Fatalf("keys create: %d", code)
+	}
+	var sevs api.SandboxEventList
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, body := call(t, "GET", b.url+"/v1/sandboxes/"+sb.ID+"/events", strings.TrimSpace(reader.String()), nil)
+		if code != 200 || json.Unmarshal(body, &sevs) != nil {
+			t.Fatalf("events through B = %d %s", code, body)
+		}
+		if len(sevs.Events) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(sevs.Events) != 1 || sevs.Events[0].Event.Message != "from-a" || sevs.Ended {
+		t.Errorf("events through B = %+v, want A's one progress event, not ended", sevs)
+	}
 	// A wrong token, or none, is refused by B itself (502, as for any
 	// unknown sandbox), not relayed.
 	for _, tok := range []string{"", strings.Repeat("0", 64)} {
@@ -285,6 +308,10 @@ func TestServeReplicasE2B(t *testing.T) {
 	}
 	if code, body = c.api("GET", b.e2bAPI, "/v2/sandboxes", nil); code != 200 || bytes.Contains(body, []byte(sb.ID)) {
 		t.Errorf("list through B after the close = %d %s, want no %s", code, body, sb.ID)
+	}
+	code, body = call(t, "GET", b.url+"/v1/sandboxes/"+sb.ID+"/events", strings.TrimSpace(reader.String()), nil)
+	if sevs = (api.SandboxEventList{}); code != 200 || json.Unmarshal(body, &sevs) != nil || len(sevs.Events) != 1 || !sevs.Ended {
+		t.Errorf("events through B after the close = %d %s, want the one event, ended", code, body)
 	}
 }
 

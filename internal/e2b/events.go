@@ -36,11 +36,11 @@ func (s *Server) newEventLog(ctx context.Context, b *box, restore bool) *report.
 	l := report.NewLog(d.Events, b.id, 0, d.ResultScanner())
 	var se store.SandboxEvents = s.o.Store
 	if restore && se != nil {
-		es, err := StoredEvents(ctx, se, b.tenant, b.id)
+		es, err := StoredEvents(ctx, se, b.tenant, b.id, 0)
 		if err != nil {
 			s.log.Warn("e2b: read a sandbox's stored events", "sandbox_id", b.id, "err", err)
 		}
-		l.Restore(es)
+		l.Follow(es)
 	}
 	l.Persist(func(e report.Entry) {
 		s.audit.line(Record{
@@ -63,11 +63,11 @@ func (s *Server) newEventLog(ctx context.Context, b *box, restore bool) *report.
 	return l
 }
 
-// StoredEvents reads every event se holds of tenant's sandbox, oldest
-// first.
-func StoredEvents(ctx context.Context, se store.SandboxEvents, tenant, sandbox string) ([]report.Entry, error) {
+// StoredEvents reads the events se holds of tenant's sandbox numbered
+// above after, oldest first.
+func StoredEvents(ctx context.Context, se store.SandboxEvents, tenant, sandbox string, after uint64) ([]report.Entry, error) {
 	var out []report.Entry
-	for after := uint64(0); ; {
+	for {
 		page, err := se.SandboxEvents(ctx, tenant, sandbox, after, 0)
 		if err != nil {
 			return out, err
@@ -122,4 +122,16 @@ func (s *Server) Events(tenant, id string) (*report.Log, bool) {
 		return nil, false
 	}
 	return b.events, true
+}
+
+// HeldElsewhere reports whether tenant's sandbox id is live on another
+// replica of the service (its record live in the shared store, this
+// server not holding it): its events are those that replica stores as
+// they come.
+func (s *Server) HeldElsewhere(ctx context.Context, tenant, id string) bool {
+	if s.lookup(tenant, id) != nil {
+		return false
+	}
+	r, ok := s.recordOf(ctx, id)
+	return ok && r.Tenant == tenant
 }

@@ -204,9 +204,10 @@ func (x *e2bSandboxes) Sandbox(tenant, id string) (api.Sandbox, bool) {
 
 // Events is a live E2B sandbox's event log (one across its pauses and
 // resumes) or an MCP sandbox's; else, for a sandbox this server does not
-// hold (ended, or held by another replica), what the store kept of its
-// events, as an ended log: what was accepted up to now, redacted as it
-// was when accepted.
+// hold, what the store kept of its events, redacted as they were when
+// accepted: an ended log for one that ended, and for one live on another
+// replica (which stores each event as it comes) a log that follows the
+// store while ctx lasts and ends with the sandbox.
 func (x *e2bSandboxes) Events(ctx context.Context, tenant, id string) (*report.Log, bool) {
 	if srv := x.srv.Load(); srv != nil {
 		if l, ok := srv.Events(tenant, id); ok {
@@ -221,14 +222,48 @@ func (x *e2bSandboxes) Events(ctx context.Context, tenant, id string) (*report.L
 	if x.stored == nil {
 		return nil, false
 	}
-	es, err := e2b.StoredEvents(ctx, x.stored, tenant, id)
-	if err != nil || len(es) == 0 {
+	srv := x.srv.Load()
+	elsewhere := srv != nil && srv.HeldElsewhere(ctx, tenant, id)
+	es, err := e2b.StoredEvents(ctx, x.stored, tenant, id, 0)
+	if err != nil || (len(es) == 0 && !elsewhere) {
 		return nil, false
 	}
 	l := report.NewLog(policy.Events{}, id, 0, nil)
-	l.Restore(es)
-	l.End()
+	l.Follow(es)
+	if !elsewhere {
+		l.End()
+		return l, true
+	}
+	go x.follow(ctx, srv, l, tenant, id)
 	return l, true
+}
+
+// followEvery is how often the events of a sandbox another replica holds
+// are read again from the store while a client reads them here.
+const followEvery = time.Second
+
+// follow adds to l what the store gains of the events of tenant's sandbox
+// id, held by another replica, until ctx ends (the client's request) or
+// the sandbox is no longer live anywhere: then l ends.
+func (x *e2bSandboxes) follow(ctx context.Context, srv *e2b.Server, l *report.Log, tenant, id string) {
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		live := srv.HeldElsewhere(ctx, tenant, id)
+		es, err := e2b.StoredEvents(ctx, x.stored, tenant, id, l.After(^uint64(0), 0).Next-1)
+		if err == nil {
+			l.Follow(es)
+		}
+		if !live {
+			l.End()
+			return
+		}
+	}
 }
 
 func (x *e2bSandboxes) Revoke(tenant, id string, port int, by string) (api.SandboxExposure, error) {

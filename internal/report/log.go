@@ -50,23 +50,33 @@ func (l *Log) Persist(keep func(Entry)) {
 	l.keep = keep
 }
 
-// Restore puts es, entries of the sandbox stored before (oldest first,
-// all older than what l holds: a log made again after a restart), in l:
-// its last size are kept, the numbering goes on after the last, and
-// those before the first kept count as evicted. It hands none to
-// Persist's keep.
-func (l *Log) Restore(es []Entry) {
+// Follow adds the entries of es (oldest first) newer than what l holds:
+// entries of the same sandbox stored before (a log made again after a
+// restart) or that another process keeps (a replica that holds the
+// sandbox stores each as it comes), numbered as they were there: the
+// numbering goes on after the last, a gap before one counts as evicted,
+// and only the last size are kept. It hands none to Persist's keep; an
+// ended log takes nothing.
+func (l *Log) Follow(es []Entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(es) == 0 || len(l.ring) > 0 {
+	added := false
+	for _, e := range es {
+		if l.ended || e.Seq < l.next {
+			continue
+		}
+		l.evicted += e.Seq - l.next
+		l.ring = append(l.ring, e)
+		l.next = e.Seq + 1
+		added = true
+	}
+	if !added {
 		return
 	}
-	if len(es) > l.size {
-		es = es[len(es)-l.size:]
+	if drop := len(l.ring) - l.size; drop > 0 {
+		l.evicted += uint64(drop)
+		l.ring = append(l.ring[:0:0], l.ring[drop:]...)
 	}
-	l.ring = append([]Entry(nil), es...)
-	l.next = es[len(es)-1].Seq + 1
-	l.evicted = es[0].Seq - 1
 	l.notify()
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/report"
 	"github.com/airlockrun/airlock/internal/secret/scan"
@@ -184,7 +185,7 @@ func TestLogPersistRestore(t *testing.T) {
 		r := report.NewLog(policy.Events{}, "sb", size, nil)
 		var again []report.Entry
 		r.Persist(func(e report.Entry) { again = append(again, e) })
-		r.Restore(kept)
+		r.Follow(kept)
 		r.Line([]byte(`{"kind":"progress","pct":30,"message":"c"}`), now.Add(time.Minute))
 		s := r.After(0, 0)
 		var seqs []uint64
@@ -201,5 +202,49 @@ func TestLogPersistRestore(t *testing.T) {
 		if len(again) != 1 || again[0].Seq != 4 || again[0].Event.Message != "c" {
 			t.Errorf("size %d: persisted after the restore = %+v, want only seq 4", size, again)
 		}
+	}
+}
+
+// TestLogFollow: entries another process keeps, added as they come: each
+// once, in its own numbering, a gap counted as evicted, nothing after End.
+func TestLogFollow(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	entry := func(seq uint64) report.Entry {
+		return report.Entry{Seq: seq, Time: now, Event: event.SandboxEvent{Kind: "progress", Message: fmt.Sprint(seq)}}
+	}
+	l := report.NewLog(policy.Events{}, "sb", 3, nil)
+	seqs := func() (out []uint64) {
+		for _, e := range l.After(0, 0).Events {
+			out = append(out, e.Seq)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		add     []uint64
+		want    []uint64
+		evicted uint64
+	}{
+		{nil, nil, 0},
+		{[]uint64{1, 2}, []uint64{1, 2}, 0},
+		{[]uint64{1, 2, 3}, []uint64{1, 2, 3}, 0}, // 1 and 2 again: taken once
+		{[]uint64{6}, []uint64{2, 3, 6}, 3},       // 4 and 5 never seen, 1 pushed out
+		{[]uint64{5, 7}, []uint64{3, 6, 7}, 4},    // 5 is older than what it holds
+	} {
+		var es []report.Entry
+		for _, s := range c.add {
+			es = append(es, entry(s))
+		}
+		l.Follow(es)
+		if s := l.After(0, 0); !slices.Equal(seqs(), c.want) || s.Evicted != c.evicted {
+			t.Fatalf("after %v: %v (evicted %d), want %v (evicted %d)", c.add, seqs(), s.Evicted, c.want, c.evicted)
+		}
+	}
+	if n := l.After(0, 0).Next; n != 8 {
+		t.Errorf("Next = %d, want 8", n)
+	}
+	l.End()
+	l.Follow([]report.Entry{entry(8)})
+	if s := l.After(0, 0); !slices.Equal(seqs(), []uint64{3, 6, 7}) || !s.Ended {
+		t.Errorf("after End: %v (ended %v), want [3 6 7], ended", seqs(), s.Ended)
 	}
 }
