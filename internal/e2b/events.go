@@ -133,5 +133,11 @@ func (s *Server) HeldElsewhere(ctx context.Context, tenant, id string) bool {
 		return false
 	}
 	r, ok := s.recordOf(ctx, id)
-	return ok && r.Tenant == tenant
+	if !ok || r.Tenant != tenant {
+		return false
+	}
+	// The index may be a few seconds old (a sandbox this server just
+	// ended is still in it): the record as it is now decides.
+	r, err := s.o.Store.GetRun(ctx, r.ID)
+	return err == nil && !r.Status.Final()
 }
