@@ -55,10 +55,10 @@ func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*
 		return nil, err
 	}
 	if err := c.w.Write(hello); err != nil {
-		return nil, fmt.Errorf("send hello: %w", err)
+		return nil, refusal(rw, fmt.Errorf("send hello: %w", err))
 	}
 	if err := c.w.Write(sf); err != nil {
-		return nil, fmt.Errorf("send setup: %w", err)
+		return nil, refusal(rw, fmt.Errorf("send setup: %w", err))
 	}
 	var h execproto.Hello
 	if err := expect(rw, execproto.THello, &h); err != nil {
@@ -76,6 +76,27 @@ func Dial(ctx context.Context, rw io.ReadWriteCloser, setup *execproto.Setup) (*
 	c.readers.Add(1)
 	go c.read()
 	return c, nil
+}
+
+// refusal is why the handshake failed when writing to the executor did
+// (werr): an executor that refused (a bad id map, another version) sends
+// its reason and exits, possibly before it read everything, so the write
+// breaks; its reason, if it sent one, says more than the broken pipe.
+func refusal(r io.Reader, werr error) error {
+	for range 2 { // its hello, then the error in place of Ready
+		f, err := execproto.ReadFrame(r)
+		if err != nil {
+			return werr
+		}
+		if f.Type == execproto.TError {
+			var e execproto.Error
+			if execproto.DecodeMessage(f.Payload, &e) == nil {
+				return fmt.Errorf("executor: %s", e.Message)
+			}
+			return werr
+		}
+	}
+	return werr
 }
 
 func expect(r io.Reader, t execproto.Type, v execproto.Decodable) error {
