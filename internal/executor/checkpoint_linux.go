@@ -669,21 +669,35 @@ func walkLess(a, b string) bool {
 // readNames lists the directory open at fd (from its start), sorted.
 func readNames(fd int, buf []byte) ([]string, error) {
 	var names []string
+	err := getdents(fd, buf, func(b []byte) error {
+		_, _, names = unix.ParseDirent(b, -1, names)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// getdents reads the directory open at fd to its end through buf, handing
+// fn each block of linux_dirent64 records the kernel fills.
+func getdents(fd int, buf []byte, fn func([]byte) error) error {
 	for {
 		n, err := unix.Getdents(fd, buf)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if n <= 0 {
-			break
+			return nil
 		}
-		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+		if err := fn(buf[:n]); err != nil {
+			return err
+		}
 	}
-	slices.Sort(names)
-	return names, nil
 }
 
 // readlinkat reads the target of the symlink name in dirfd.

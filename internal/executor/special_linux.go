@@ -230,24 +230,13 @@ type typedName struct {
 // types (d_type), sorted by name, "." and ".." left out.
 func readTypedNames(fd int, buf []byte) ([]typedName, error) {
 	var out []typedName
-	for {
-		n, err := unix.Getdents(fd, buf)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if n <= 0 {
-			break
-		}
-		b := buf[:n]
+	err := getdents(fd, buf, func(b []byte) error {
 		for len(b) >= 19 {
 			// struct linux_dirent64: ino (8), off (8), reclen (2),
 			// type (1), name (NUL-terminated).
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			if reclen < 19 || reclen > len(b) {
-				return nil, fmt.Errorf("getdents64: record of %d bytes", reclen)
+				return fmt.Errorf("getdents64: record of %d bytes", reclen)
 			}
 			typ := b[18]
 			name := b[19:reclen]
@@ -259,6 +248,10 @@ func readTypedNames(fd int, buf []byte) ([]typedName, error) {
 				out = append(out, typedName{name: s, typ: typ})
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b typedName) int { return strings.Compare(a.name, b.name) })
 	return out, nil
