@@ -184,8 +184,14 @@ class Context:
                 self.run_silent(env_reset_code(env_vars))
 
     def _execute(self, code, emit, gone):
-        msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=True)
+        # stop_on_error=False: the kernel's abort of what is queued behind
+        # a failed cell has nothing to abort here (the lock serializes a
+        # context's calls) and races with the next call, which it would
+        # abort in its place when it comes at once (after a timeout's
+        # interrupt, say). An aborted call still says so (started below).
+        msg_id = self.kc.execute(code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
         errored = False
+        started = False
         interrupted = False
         while True:
             if not interrupted and gone():
@@ -208,6 +214,7 @@ class Context:
                 if name in ("stdout", "stderr"):
                     emit({"type": name, "text": c.get("text", ""), "timestamp": str(msg["header"].get("date", ""))})
             elif t == "execute_input":
+                started = True
                 emit({"type": "number_of_executions", "execution_count": c.get("execution_count")})
             elif t == "execute_result":
                 emit(result(c.get("data", {}), True))
@@ -219,6 +226,9 @@ class Context:
                     emit({"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
                           "traceback": "\n".join(c.get("traceback", []))})
             elif t == "status" and c.get("execution_state") == "idle":
+                if not started:
+                    emit({"type": "error", "name": "ExecutionAborted",
+                          "value": "the kernel aborted the execution before it ran", "traceback": ""})
                 return
 
 
