@@ -1,6 +1,15 @@
 package linux
 
-import "github.com/airlockrun/airlock/internal/sandbox"
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/execconn"
+)
 
 // IdmapsMade reports how many id-map namespaces b has made.
 func IdmapsMade(b *Backend) int64 { return b.idmaps.made.Load() }
@@ -46,4 +55,43 @@ const VforkSupported = vforkSupported
 // given the maps b would write (uid_map and gid_map lines) and pid.
 func SetWriteMaps(b *Backend, write func(pid int, uidMap, gidMap string) error) {
 	b.writeMaps = func(pid int, m idMaps) error { return write(pid, formatIDMap(m.uid), formatIDMap(m.gid)) }
+}
+
+// RunscExecutor runs runsc (its arguments args: flags, run, the bundle of
+// a gvisor sandbox of spec, an id) with the executor as the bundle's
+// process, as Create does but outside any Sandbox: the handshake with
+// spec's setup, then the control socket's end, on which the executor
+// exits and runsc with it. It returns the time to the executor's Ready,
+// to runsc's end, and the CPU time runsc and what it waited for took.
+func RunscExecutor(b *Backend, spec sandbox.Spec, args []string) (ready, total, cpu time.Duration, err error) {
+	r, err := b.Runsc()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	host, child, err := socketpair()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	cmd := exec.Command(r.Path, args...)
+	cmd.Stdin = child
+	start := time.Now()
+	err = cmd.Start()
+	child.Close()
+	if err != nil {
+		host.Close()
+		return 0, 0, 0, err
+	}
+	conn, err := execconn.Dial(context.Background(), host, b.gvisorSetup(&spec))
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, 0, 0, fmt.Errorf("handshake: %w", err)
+	}
+	ready = time.Since(start)
+	conn.Close()
+	if err := cmd.Wait(); err != nil {
+		return 0, 0, 0, fmt.Errorf("runsc run: %w", err)
+	}
+	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	return ready, time.Since(start), time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }

@@ -748,42 +748,7 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		}
 	}
 	tr.mark("start")
-	setup := newSetup(sb.spec.Limits, b.root)
-	// Commands run as root of gVisor's kernel by default, without
-	// capabilities, as in a rootless native sandbox: the host's files
-	// (workspace, mounts) keep their host owners inside, and root owns
-	// what the host's root made.
-	setup.User = execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"}
-	setup.GVisor = true
-	// The commands' limit is gVisor's own pids cgroup, which the executor
-	// makes: the host's counts runsc's tasks too (gvisorPidsReserve).
-	setup.Pids = sb.spec.Limits.Pids
-	// And it alone: RLIMIT_NPROC would count root's tasks in gVisor's
-	// kernel, and a fork it failed would not be the group's, whose limit
-	// the executor reports.
-	delete(setup.Rlimits, "nproc")
-	setup.Workspace.Mode = sb.spec.WorkspaceMode
-	if sb.spec.Workspace == "" {
-		setup.Workspace.Mode = execproto.WorkspaceEmpty
-	} else if setup.Workspace.Mode == "" {
-		setup.Workspace.Mode = execproto.WorkspaceCOW
-	}
-	if sb.spec.Network == sandbox.NetworkProxy {
-		setup.ProxyAddr = ProxyAddr
-	}
-	// The unprivileged account (uid 1000, renamed and rehomed as the
-	// spec says) exists beside root, for commands that ask for it.
-	acct := execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"}
-	if a := sb.spec.Account; a.Name != "" || a.Home != "" {
-		if a.Name != "" {
-			acct.Name = a.Name
-		}
-		acct.Home = a.HomeOf()
-	}
-	setup.Account = &acct
-	if sb.spec.Account.HomeIsWorkspace {
-		setup.WorkspaceAlias = sb.spec.Account.HomeOf()
-	}
+	setup := b.gvisorSetup(&sb.spec)
 	bctx, cancel := context.WithTimeout(ctx, gvisorBoot)
 	defer cancel()
 	if err := sb.handshake(bctx, host, setup); err != nil {
@@ -805,6 +770,47 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	sb.layers = append(sb.layers, "gvisor-platform:"+runsc.Platform)
 	tr.mark("handshake")
 	return nil
+}
+
+// gvisorSetup is the executor's setup for a gvisor sandbox of spec.
+func (b *Backend) gvisorSetup(spec *sandbox.Spec) *execproto.Setup {
+	setup := newSetup(spec.Limits, b.root)
+	// Commands run as root of gVisor's kernel by default, without
+	// capabilities, as in a rootless native sandbox: the host's files
+	// (workspace, mounts) keep their host owners inside, and root owns
+	// what the host's root made.
+	setup.User = execproto.User{Name: "root", UID: 0, GID: 0, Home: "/root"}
+	setup.GVisor = true
+	// The commands' limit is gVisor's own pids cgroup, which the executor
+	// makes: the host's counts runsc's tasks too (gvisorPidsReserve).
+	setup.Pids = spec.Limits.Pids
+	// And it alone: RLIMIT_NPROC would count root's tasks in gVisor's
+	// kernel, and a fork it failed would not be the group's, whose limit
+	// the executor reports.
+	delete(setup.Rlimits, "nproc")
+	setup.Workspace.Mode = spec.WorkspaceMode
+	if spec.Workspace == "" {
+		setup.Workspace.Mode = execproto.WorkspaceEmpty
+	} else if setup.Workspace.Mode == "" {
+		setup.Workspace.Mode = execproto.WorkspaceCOW
+	}
+	if spec.Network == sandbox.NetworkProxy {
+		setup.ProxyAddr = ProxyAddr
+	}
+	// The unprivileged account (uid 1000, renamed and rehomed as the
+	// spec says) exists beside root, for commands that ask for it.
+	acct := execproto.User{Name: "sandbox", UID: sandboxUID, GID: sandboxUID, Home: "/home/sandbox"}
+	if a := spec.Account; a.Name != "" || a.Home != "" {
+		if a.Name != "" {
+			acct.Name = a.Name
+		}
+		acct.Home = a.HomeOf()
+	}
+	setup.Account = &acct
+	if spec.Account.HomeIsWorkspace {
+		setup.WorkspaceAlias = spec.Account.HomeOf()
+	}
+	return setup
 }
 
 // runscLog returns the end of what runsc wrote, for an error message.
