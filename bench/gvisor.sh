@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The gvisor runtime against its references, ratios in one run (root, runsc):
 #   start:   a gvisor sandbox's Create against `runsc run` of the same bundle
-#            with /bin/true (target <= 1.1x)
+#            with /bin/true (target <= 1.1x), and the rungs between: the
+#            executor printing its version (a Go program's start), the
+#            executor's setup and handshake under plain `runsc run`
 #   exec:    one command in a running sandbox, gvisor against native (target <= 2x)
 #   pool:    create to first output from a warm pool, gvisor against native (target <= 2x)
 #   syscall: one system call inside (Python's getppid loop), each runtime
@@ -33,6 +35,7 @@ ns() { col "$1" ns/op; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "" || b == "") print "-"; else printf "%.2f", a / b}'; }
 echo
 echo "start    gvisor Create / runsc run true:  $(ratio "$(ns 'GVisorStart/runtime=gvisor-')" "$(ns 'GVisorStart/runsc=true')")x (target 1.1x); CPU $(ratio "$(col 'GVisorStart/runtime=gvisor-' cpu-ms/op)" "$(col 'GVisorStart/runsc=true' cpu-ms/op)")x ($(col 'GVisorStart/runtime=gvisor-' cpu-ms/op) vs $(col 'GVisorStart/runsc=true' cpu-ms/op) ms)"
+echo "start    rungs, CPU ms (wall ms): runsc run true $(col 'GVisorStart/runsc=true-' cpu-ms/op) ($(awk -v n="$(ns 'GVisorStart/runsc=true-')" 'BEGIN {printf "%.0f", n / 1e6}')), the executor printing its version (Go's start) $(col 'GVisorStart/runsc=go-' cpu-ms/op) ($(awk -v n="$(ns 'GVisorStart/runsc=go-')" 'BEGIN {printf "%.0f", n / 1e6}')), the executor's setup and handshake $(col 'GVisorStart/runsc=executor-' cpu-ms/op) ($(awk -v n="$(ns 'GVisorStart/runsc=executor-')" 'BEGIN {printf "%.0f", n / 1e6}'))"
 for rt in gvisor gvisor,ref; do
   [ -n "$(ns "GVisorExec/runtime=$rt-")" ] || continue
   echo "exec     $rt / native:  $(ratio "$(ns "GVisorExec/runtime=$rt-")" "$(ns 'GVisorExec/runtime=native-')")x (target 2x)"
