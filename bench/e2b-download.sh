@@ -6,11 +6,21 @@
 # (bench/filefloor), which tells node's cost from airlock's. Root; needs
 # node, npm and curl (the SDK is installed into bench/.cache). Usage:
 # bench/e2b-download.sh [ROUNDS] (default 10)
+#
+# OLD=DIR (a directory holding an older build's airlock and airlock-exec,
+# e.g. `git archive REV | tar -x -C /tmp/old && make -C /tmp/old build`
+# then OLD=/tmp/old/bin) also starts that build's serve and times its
+# files.read, node's fetch and curl in the same rounds, in turn with this
+# build's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-10}
 . bench/lib.sh
 e2b_serve
+if [ -n "${OLD:-}" ]; then
+  e2b_serve_old "$OLD/airlock"
+  export OLD_API=http://127.0.0.1:$old_api OLD_SANDBOX=http://127.0.0.1:$old_sbx OLD_KEY=$old_key
+fi
 mkdir -p "$t/floor"
 go build -o "$t/filefloor" ./bench/filefloor
 "$t/filefloor" -dir "$t/floor" >"$t/floor.addr" &

@@ -8,7 +8,11 @@
 // server, the floor: what this node's fetch costs with no airlock at all
 // (the SDK's files.read is that fetch, then res.arrayBuffer()), and
 // prints how each server's response is shaped (HTTP version, length,
-// encoding, how many chunks node's reader gets).
+// encoding, how many chunks node's reader gets). With OLD_API,
+// OLD_SANDBOX and OLD_KEY (an older build's serve, bench/e2b-download.sh's
+// OLD), the same files are made in a sandbox there and its files.read,
+// node's fetch and curl timed in the same rounds, in turn with this
+// build's: old_* medians and the paired new/old ratio of files.read.
 import { Sandbox } from 'e2b'
 import { execFileSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
@@ -21,9 +25,14 @@ const gen = {
   text: `seq 1 100000000 | head -c ${size} > text.txt`,
 }
 const files = { random: '/home/user/random.bin', text: '/home/user/text.txt' }
-for (const k of Object.keys(gen)) {
-  const r = await sbx.commands.run(gen[k])
-  if (r.exitCode !== 0) throw new Error(`${k}: ${r.stderr}`)
+const oldOpts = process.env.OLD_API ? { apiUrl: process.env.OLD_API, sandboxUrl: process.env.OLD_SANDBOX, apiKey: process.env.OLD_KEY } : null
+const sbxOld = oldOpts ? await Sandbox.create({ timeoutMs: 600_000, ...oldOpts }) : null
+for (const box of [sbx, sbxOld]) {
+  if (!box) continue
+  for (const k of Object.keys(gen)) {
+    const r = await box.commands.run(gen[k])
+    if (r.exitCode !== 0) throw new Error(`${k}: ${r.stderr}`)
+  }
 }
 const url = (p) => `${process.env.E2B_SANDBOX_URL}/files?path=${encodeURIComponent(p)}&username=user`
 const headers = { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken ?? '' }
@@ -37,6 +46,15 @@ const curlURL = (u, hs = headers) => {
   return t * 1000
 }
 const curl = (p) => curlURL(url(p))
+const oldURL = (p) => `${process.env.OLD_SANDBOX}/files?path=${encodeURIComponent(p)}&username=user`
+const oldHeaders = sbxOld ? { 'E2b-Sandbox-Id': sbxOld.sandboxId, 'X-Access-Token': sbxOld.envdAccessToken ?? '' } : {}
+const sdkOld = async (p) => {
+  const t0 = performance.now()
+  const b = await sbxOld.files.read(p, { format: 'bytes' })
+  const t = performance.now() - t0
+  if (b.length !== size) throw new Error(`old sdk ${p}: ${b.length} bytes`)
+  return t
+}
 const fetchTime = async (u, hs) => {
   const t0 = performance.now()
   const res = await fetch(u, { headers: hs })
@@ -97,7 +115,9 @@ for (const k of Object.keys(files)) {
   await sdk(files[k]) // warm-up
   if (floorAddr) writeFileSync(`${process.env.FLOOR_DIR}/${files[k].split('/').pop()}`, await sbx.files.read(files[k], { format: 'bytes' }))
   curl(files[k])
+  if (sbxOld) await sdkOld(files[k]) // warm-up
   const a = [], b = [], c = [], cf = [], fl = [], fc = [], paired = [], pairedFwd = []
+  const oa = [], ob = [], oc = [], pairedOld = []
   let enc = '', encFwd = ''
   for (let i = 0; i < rounds; i++) {
     a.push(await sdk(files[k]))
@@ -109,6 +129,12 @@ for (const k of Object.keys(files)) {
     cf.push(g.t)
     encFwd = g.enc
     pairedFwd.push(g.t / f.t)
+    if (sbxOld) {
+      oa.push(await sdkOld(files[k]))
+      ob.push(curlURL(oldURL(files[k]), oldHeaders))
+      oc.push(await fetchTime(oldURL(files[k]), oldHeaders))
+      pairedOld.push(a[i] / oa[i])
+    }
     if (floorAddr) {
       fl.push(await fetchTime(floorURL(files[k]), {}))
       fc.push(curlURL(floorURL(files[k]), {}))
@@ -119,6 +145,14 @@ for (const k of Object.keys(files)) {
     sdk_ms: median(a), curl_ms: median(b), node_fetch_ms: median(c), encoding: enc,
     node_fetch_forwarded_ms: median(cf), encoding_forwarded: encFwd, forwarded_over_loopback: median(pairedFwd),
     ratio: Number((median(a) / median(b)).toFixed(2)),
+  }
+  if (sbxOld) {
+    Object.assign(out[k], {
+      old_sdk_ms: median(oa), old_curl_ms: median(ob), old_node_fetch_ms: median(oc),
+      old_ratio: Number((median(oa) / median(ob)).toFixed(2)),
+      // Round by round: this build's files.read over the old build's.
+      paired_new_over_old: median(pairedOld),
+    })
   }
   if (floorAddr) {
     Object.assign(out[k], {
@@ -133,6 +167,7 @@ for (const k of Object.keys(files)) {
   }
 }
 await sbx.kill()
+if (sbxOld) await sbxOld.kill()
 console.log(JSON.stringify(out))
 // The target (files.read ≤ 1.5x curl) restated against node's own floor,
 // which one loaded run can judge: the SDK's time over node's fetch of the
@@ -140,6 +175,7 @@ console.log(JSON.stringify(out))
 for (const k of Object.keys(files)) {
   const o = out[k]
   if (o.paired_ratio_to_floor !== undefined) {
+    if (o.old_sdk_ms !== undefined) console.log(`${k}: files.read ${o.sdk_ms} ms (${o.ratio}x curl ${o.curl_ms}), old build ${o.old_sdk_ms} ms (${o.old_ratio}x curl ${o.old_curl_ms}); new/old paired ${o.paired_new_over_old}x; node's fetch of a bare server ${o.floor_node_fetch_ms} ms, curl of it ${o.floor_curl_ms} ms`)
     console.log(`${k}: files.read / node's floor (paired) ${o.paired_ratio_to_floor}x (node's floor / curl ${o.floor_ratio_to_curl}x); airlock's encoding ${o.encoding || 'none'}; node's fetch as a forwarded client (encoding ${o.encoding_forwarded || 'none'}) / as a loopback one (paired) ${o.forwarded_over_loopback}x`)
   }
 }

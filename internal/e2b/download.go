@@ -1,15 +1,12 @@
 package e2b
 
 import (
-	"bytes"
-	"io"
 	"mime"
 	"net/http"
 	"path"
 	"strings"
 
 	"github.com/klauspost/compress/flate"
-	"github.com/klauspost/compress/gzip"
 )
 
 // A download is gzipped only when the client accepts it and the file
@@ -57,13 +54,13 @@ func compressedType(name string, data []byte) bool {
 	return false
 }
 
-// worthGzip reports whether a download of name with content data is
-// worth gzipping.
-func worthGzip(name string, data []byte) bool {
-	if len(data) < minGzip || compressedType(name, data) {
+// worthGzip reports whether a download of name, of size bytes whose
+// first are sample (up to gzipSample of them), is worth gzipping.
+func worthGzip(name string, size int64, sample []byte) bool {
+	if size < minGzip || compressedType(name, sample) {
 		return false
 	}
-	sample := data[:min(len(data), gzipSample)]
+	sample = sample[:min(len(sample), gzipSample)]
 	var n countWriter
 	fw, err := flate.NewWriter(&n, flate.BestSpeed)
 	if err != nil {
@@ -80,17 +77,4 @@ type countWriter int64
 func (c *countWriter) Write(p []byte) (int, error) {
 	*c += countWriter(len(p))
 	return len(p), nil
-}
-
-// writeGzip writes data to w gzipped at the fastest level, a block at a
-// time: what is compressed goes out while the rest is.
-func writeGzip(w io.Writer, data []byte) error {
-	gz, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(gz, bytes.NewReader(data)); err != nil {
-		return err
-	}
-	return gz.Close()
 }

@@ -5,9 +5,14 @@ import (
 	"compress/gzip"
 	"crypto/rand"
 	"io"
+	"maps"
+	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/airlockrun/airlock/internal/e2b"
 )
 
 // TestDownloadGzipsWhatCompresses reads files of several kinds with and
@@ -119,5 +124,70 @@ func TestDownloadNoGzipNearby(t *testing.T) {
 				t.Errorf("read = %d bytes, want the file's %d as they are", len(res.body), len(data))
 			}
 		})
+	}
+}
+
+// TestDownloadStreams: a download is streamed from the sandbox: a large
+// file arrives whole with its Content-Length; what is not a regular file
+// (a FIFO, whose open would wait for a writer, a device) is a 400 at
+// once; a file over the server's bound is a 413; a /proc file (size 0)
+// is read to its end; and a file truncated while downloaded ends the
+// body short, never as a body that looks whole.
+func TestDownloadStreams(t *testing.T) {
+	const maxFile = 32 << 20
+	h := newHarness(t, harnessOptions{config: e2b.Config{MaxFile: maxFile}})
+	s := h.create("alpha", nil)
+	hd := envdHeaders(s)
+	up := map[string]string{"Content-Type": "application/octet-stream"}
+	maps.Copy(up, hd)
+	data := make([]byte, 20<<20)
+	_, _ = rand.Read(data)
+	if res := h.do("POST", h.envdURL+"/files?path=large.bin", up, bytes.NewReader(data)); res.status != 200 {
+		t.Fatalf("upload: %s", res)
+	}
+	if r := h.sh(s, "mkfifo fifo && head -c 33554433 /dev/zero > over && head -c 16777216 /dev/zero > shrink"); r.exit != 0 {
+		t.Fatalf("setup: %+v", r)
+	}
+	res := h.do("GET", h.envdURL+"/files?path=large.bin", hd, nil)
+	if res.status != 200 || res.header.Get("Content-Length") != strconv.Itoa(len(data)) || !bytes.Equal(res.body, data) {
+		t.Errorf("read of 20 MiB = %d, Content-Length %q, %d bytes; want 200 and the file", res.status, res.header.Get("Content-Length"), len(res.body))
+	}
+	tests := []struct {
+		path   string
+		status int
+		want   string
+	}{
+		{"fifo", 400, "not a regular file"},
+		{"/dev/zero", 400, "not a regular file"},
+		{"over", 413, "over the 33554432 bytes"},
+		{"/home/user", 400, "directory"},
+		{"/proc/version", 200, "Linux"},
+	}
+	for _, tt := range tests {
+		res := h.do("GET", h.envdURL+"/files?path="+url.QueryEscape(tt.path), hd, nil)
+		if res.status != tt.status || !strings.Contains(string(res.body), tt.want) {
+			t.Errorf("read %s = %s, want %d with %q", tt.path, res, tt.status, tt.want)
+		}
+	}
+
+	// Truncated mid-download: the body ends short of its Content-Length.
+	req, _ := http.NewRequest("GET", h.envdURL+"/files?path=shrink", nil)
+	for k, v := range hd {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1)); err != nil || resp.ContentLength != 16<<20 {
+		t.Fatalf("first byte: %v, Content-Length %d", err, resp.ContentLength)
+	}
+	if r := h.sh(s, ": > shrink"); r.exit != 0 {
+		t.Fatalf("truncate: %+v", r)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err == nil {
+		t.Errorf("a download truncated midway read as whole (%d more bytes, no error)", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -392,27 +393,33 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCa
 	defer cancel()
 	rec := Record{Tenant: c.b.tenant, Sandbox: c.b.id, Op: "files.read", Outcome: "ok", Detail: clipDetail(p)}
 	defer func() { s.audit.record(rec) }()
-	fi, err := c.lv.sb.Stat(ctx, p)
-	if err == nil && fi.Mode.IsDir() {
-		rec.Outcome = "invalid"
-		writeEnvdError(w, http.StatusBadRequest, "path is a directory")
-		return
-	}
-	if err == nil && fi.Size > s.cfg.MaxFile {
-		rec.Outcome = "invalid"
-		writeEnvdError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is %d bytes, over the %d a download serves", fi.Size, s.cfg.MaxFile))
-		return
-	}
-	var data []byte
-	if err == nil {
-		data, err = c.lv.sb.ReadFile(ctx, p, s.cfg.MaxFile)
-	}
+	// The file is streamed from the sandbox as the client takes it: the
+	// server holds a flow window of it, whatever its size, and sends its
+	// first bytes before the sandbox read the rest.
+	f, err := c.lv.sb.Open(ctx, p, s.cfg.MaxFile)
 	if err != nil {
-		status, msg := fileStatus(err)
+		status, msg := downloadStatus(err, s.cfg.MaxFile)
 		rec.Outcome = outcomeOf(status)
 		writeEnvdError(w, status, msg)
 		return
 	}
+	defer f.Close()
+	size := f.Stat().Size // 0: unknown (a /proc file)
+	// The first bytes, to judge whether gzip is worth it, are read before
+	// the answer's status: a read that fails this early still gets an
+	// error status.
+	buf := downloadBuffers.Get().(*[]byte)
+	defer downloadBuffers.Put(buf)
+	sample := (*buf)[:gzipSample]
+	n, err := io.ReadFull(f, sample)
+	whole := err != nil // the file ended within the sample
+	if whole && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		status, msg := downloadStatus(err, s.cfg.MaxFile)
+		rec.Outcome = outcomeOf(status)
+		writeEnvdError(w, status, msg)
+		return
+	}
+	sample = sample[:n]
 	// The server has no write timeout (streams last); a download gets
 	// its own.
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(5 * time.Minute))
@@ -420,15 +427,61 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, c envdCa
 	h.Set("Content-Type", "application/octet-stream")
 	h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
 	h.Add("Vary", "Accept-Encoding")
-	if acceptsGzip(r) && !nearby(r) && worthGzip(p, data) {
-		h.Set("Content-Encoding", "gzip")
-		w.WriteHeader(http.StatusOK)
-		_ = writeGzip(w, data)
-		return
+	known := max(size, int64(n))
+	if whole {
+		known = int64(n)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(data)))
+	var out io.Writer = w
+	var gz *gzip.Writer
+	if acceptsGzip(r) && !nearby(r) && worthGzip(p, known, sample) {
+		h.Set("Content-Encoding", "gzip")
+		gz, _ = gzip.NewWriterLevel(w, gzip.BestSpeed)
+		out = gz
+	} else if size > 0 || whole {
+		h.Set("Content-Length", strconv.FormatInt(known, 10))
+	}
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
+	_, err = out.Write(sample)
+	if err == nil && !whole {
+		// Through a plain writer: the ResponseWriter's ReadFrom would
+		// copy in its own small buffer.
+		_, err = io.CopyBuffer(struct{ io.Writer }{out}, f, *buf)
+	}
+	if err == nil && gz != nil {
+		err = gz.Close()
+	}
+	if err != nil {
+		// The status is sent: the client learns of the failure by a
+		// body cut short (its Content-Length, or chunks without their
+		// end), never by a body that looks whole.
+		rec.Outcome = "error"
+		if status, _ := downloadStatus(err, s.cfg.MaxFile); status != http.StatusInternalServerError {
+			rec.Outcome = outcomeOf(status)
+		}
+		rec.Detail = clipDetail(p + ": " + err.Error())
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// downloadBuffers are a download's copy buffers: a bulk frame of the
+// executor's (execproto.BulkChunkSize) at a time.
+var downloadBuffers = sync.Pool{New: func() any {
+	b := make([]byte, execproto.BulkChunkSize)
+	return &b
+}}
+
+// downloadStatus maps a download's error to envd's status and message.
+func downloadStatus(err error, maxFile int64) (int, string) {
+	var fe *sandbox.FileError
+	switch {
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, fmt.Sprintf("the file is over the %d bytes a download serves", maxFile)
+	case errors.Is(err, sandbox.ErrNotRegular):
+		return http.StatusBadRequest, "not a regular file (a FIFO, socket or device)"
+	case errors.As(err, &fe) && fe.Errno == "EISDIR":
+		return http.StatusBadRequest, "path is a directory"
+	}
+	return fileStatus(err)
 }
 
 // nearby reports whether r's client is on this machine: its peer is a

@@ -296,6 +296,7 @@ func (r Request) appendFields(e *encoder) {
 	e.int(25, int64(r.Port))
 	e.int(26, r.Window)
 	e.int(27, int64(r.ChunkSize))
+	e.flag(28, r.Head)
 }
 
 func (r *Request) decodeFields(d *decoder) {
@@ -355,6 +356,8 @@ func (r *Request) decodeFields(d *decoder) {
 			r.Window = d.int64()
 		case 27:
 			r.ChunkSize = d.int()
+		case 28:
+			r.Head = true
 		default:
 			d.unknown(n)
 		}

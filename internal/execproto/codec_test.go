@@ -49,6 +49,7 @@ func messages() []execproto.Message {
 		execproto.Ready{PID: 1, LandlockABI: 7, Seccomp: true, Layers: []string{"landlock", "seccomp"}},
 		execproto.Request{Op: execproto.OpExec, Argv: []string{"sh", "-c", "echo hi", ""}, Env: []string{"A=1", "PATH=/bin"}, Dir: "/workspace", TTY: true, Rows: 65535, Cols: 80, Stdin: true, TimeoutMS: 1000, MaxOutput: 1 << 40, Fingerprint: "/workspace"},
 		execproto.Request{Op: execproto.OpWrite, Path: "/w/f", Mode: 0o644, Append: true, XattrPrefix: "airlock.", Xattrs: map[string]string{"airlock.b": "", "airlock.a": "x\x00y"}, Window: execproto.BulkWindow, ChunkSize: execproto.BulkChunkSize},
+		execproto.Request{Op: execproto.OpRead, Path: "/w/f", Limit: 20 << 20, Head: true, Window: execproto.BulkWindow},
 		execproto.Request{Op: execproto.OpCheckpoint, Since: "b-1", MarkOnly: true, Tree: execproto.TreeRoot, Port: 65535, Limit: -1, Recursive: true, MkdirAsRoot: true, NewPath: "/n", User: "root"},
 		execproto.Result{Outcome: execproto.OutcomeExited, ExitCode: 3, WallMS: 12, UserMS: 1, SystemMS: 2, MaxRSSKB: 4096, Fingerprint: "abc"},
 		execproto.Result{Outcome: execproto.OutcomeSignaled, ExitCode: -1, Signal: 9, Error: "no such file", Errno: "ENOENT", NotStarted: execproto.CommandNotFound},

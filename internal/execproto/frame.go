@@ -16,8 +16,9 @@ import (
 // system trees (Setup.SystemTrees), a mkdir as root (Request.MkdirAsRoot)
 // and sudo (Setup.Sudo), version 8 egress streams (OpEgress,
 // Setup.ProxyStreams), version 9 the binary form of Hello, Setup, Ready,
-// Request, Result and Error (codec.go) instead of JSON.
-const Version = 9
+// Request, Result and Error (codec.go) instead of JSON, version 10 a read's
+// head (Request.Head): the opened file described before its data.
+const Version = 10
 
 // HeaderSize is the size of a frame header: a 4-byte big-endian length of
 // what follows the length (type, stream ID and payload), a 1-byte type and a

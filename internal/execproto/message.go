@@ -464,6 +464,16 @@ type Request struct {
 	Recursive bool   `json:"recursive,omitempty"`
 	Append    bool   `json:"append,omitempty"`
 	Limit     int64  `json:"limit,omitempty"` // read: max bytes; 0 = no limit
+	// Head, on a read, has the executor describe the file it opened
+	// before it sends any of its data: the file's Entry (its fstat; no
+	// extended attributes), in its binary form, on the Stderr channel,
+	// which it then closes. Such a read streams exactly the entry's Size
+	// bytes (a file that grows while read is cut at the size it had when
+	// opened; one that shrinks ends the read with an error), or, when the
+	// entry's Size is 0 (a /proc file), what the file yields until its
+	// end. A file over Limit, or yielding more, is refused with EFBIG;
+	// one of more than Limit bytes is refused before any data.
+	Head bool `json:"head,omitempty"`
 	// XattrPrefix, on a write, replaces the file's user.<XattrPrefix>*
 	// extended attributes with Xattrs (names without "user.", each
 	// starting with XattrPrefix): those not named are removed.
@@ -544,6 +554,9 @@ const (
 func (r *Request) Validate() error {
 	if err := r.validateFlow(); err != nil {
 		return fmt.Errorf("%.20s: %w", r.Op, err)
+	}
+	if r.Head && r.Op != OpRead {
+		return fmt.Errorf("%.20s: a head is for a read only", r.Op)
 	}
 	switch r.Op {
 	case OpExec:

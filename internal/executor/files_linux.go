@@ -113,28 +113,7 @@ func (s *stream) fileOp() (execproto.Result, error) {
 	var res execproto.Result
 	switch req.Op {
 	case execproto.OpRead:
-		f, err := os.Open(req.Path)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return res, err
-		}
-		if fi.IsDir() {
-			return res, &fs.PathError{Op: "read", Path: req.Path, Err: unix.EISDIR}
-		}
-		var r io.Reader = f
-		if req.Limit > 0 {
-			r = io.LimitReader(f, req.Limit)
-		}
-		n, err := s.copyOut(r)
-		if err != nil {
-			return res, err
-		}
-		res.Entries = []execproto.Entry{s.e.entry(req.Path, fi)}
-		res.Entries[0].Size = n
+		return s.read()
 	case execproto.OpWrite:
 		mode := os.FileMode(req.Mode)
 		if mode == 0 {
@@ -309,12 +288,7 @@ func (e *executor) idName(names map[int]string, id int) string {
 	return strconv.Itoa(id)
 }
 
-// copyOut streams r to the host on the stdout channel.
-func (s *stream) copyOut(r io.Reader) (int64, error) {
-	w := &streamWriter{s: s}
-	return io.Copy(w, r)
-}
-
+// streamWriter writes to the host on the stdout channel.
 type streamWriter struct{ s *stream }
 
 func (w *streamWriter) Write(p []byte) (int, error) {

@@ -416,6 +416,21 @@ type FileInfo struct {
 	Xattrs map[string]string
 }
 
+// FileReader is a file's content streamed out of a sandbox (Sandbox.Open).
+type FileReader interface {
+	io.ReadCloser
+	// Stat describes the file as it was when opened, without its
+	// extended attributes and Link.
+	Stat() FileInfo
+}
+
+// ErrNotRegular is matched by a read of a FIFO, socket or device inside a
+// sandbox: only regular files are read.
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge is matched by a read of a file over the read's limit.
+var ErrTooLarge = errors.New("file over the read's limit")
+
 // WatchOp is the kind of a WatchEvent.
 type WatchOp string
 
@@ -592,6 +607,10 @@ func (e *FileError) Is(target error) bool {
 		return e.Errno == "EEXIST" || e.Errno == "ENOTEMPTY"
 	case fs.ErrPermission:
 		return e.Errno == "EACCES" || e.Errno == "EPERM" || e.Errno == "EROFS"
+	case ErrNotRegular:
+		return e.Op == "read" && e.Errno == "EINVAL"
+	case ErrTooLarge:
+		return e.Errno == "EFBIG"
 	}
 	return false
 }
@@ -608,7 +627,24 @@ type LiveUsage struct {
 type Sandbox interface {
 	ID() string
 	Start(ctx context.Context, cmd Command) (Process, error)
+	// ReadFile returns the content of the regular file at path (a FIFO,
+	// socket or device matches ErrNotRegular); limit > 0 cuts it there.
 	ReadFile(ctx context.Context, path string, limit int64) ([]byte, error)
+	// Open opens the regular file at path (symlinks followed) to stream
+	// its content: it returns once the file is open, before any of its
+	// data, with the open file described (FileReader.Stat), so a swap of
+	// the path's names afterwards changes nothing. Reads yield exactly
+	// Stat().Size bytes and then io.EOF (a file that grew while read is
+	// cut at its size when opened; one that shrank fails the Read that
+	// finds it out); a Size of 0 (a /proc file) is read to its end. A
+	// file of more than limit bytes (limit > 0) is refused before any
+	// data, one that yields more fails the Read past it: both match
+	// ErrTooLarge. A FIFO, socket or device matches ErrNotRegular, a
+	// directory is an error. The host holds at most the stream's flow
+	// window of the file, whatever its size: a reader that stops
+	// reading stops the read inside the sandbox. Close ends the stream
+	// (cancelling what is left of it); ctx bounds the whole read.
+	Open(ctx context.Context, path string, limit int64) (FileReader, error)
 	WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error
 	List(ctx context.Context, path string) ([]FileInfo, error)
 	Stat(ctx context.Context, path string) (FileInfo, error)

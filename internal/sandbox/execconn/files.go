@@ -42,6 +42,14 @@ func (f *Files) ReadFile(ctx context.Context, path string, limit int64) ([]byte,
 	return f.Conn.ReadFile(ctx, path, limit)
 }
 
+// Open opens a file inside the sandbox to stream its content.
+func (f *Files) Open(ctx context.Context, path string, limit int64) (sandbox.FileReader, error) {
+	if err := f.Alive(); err != nil {
+		return nil, err
+	}
+	return f.Conn.Open(ctx, path, limit)
+}
+
 // WriteFile writes a file inside the sandbox as the sandbox user.
 func (f *Files) WriteFile(ctx context.Context, path string, r io.Reader, mode fs.FileMode) error {
 	if err := f.Alive(); err != nil {

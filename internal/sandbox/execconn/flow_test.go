@@ -230,15 +230,17 @@ func TestStdinFrames(t *testing.T) {
 // naming both versions, before any request could be misread.
 func TestDialVersionMismatch(t *testing.T) {
 	tests := []struct {
-		name  string
-		hello func() execproto.Frame
+		name    string
+		version int
+		hello   func() execproto.Frame
 	}{
-		{"binary", func() execproto.Frame {
+		{"binary", execproto.Version - 1, func() execproto.Frame {
 			f, _ := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version - 1})
 			return f
 		}},
-		{"JSON", func() execproto.Frame {
-			f, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version - 1})
+		// Protocol 8, the last whose hello was JSON.
+		{"JSON", 8, func() execproto.Frame {
+			f, _ := execproto.JSONFrame(execproto.THello, 0, execproto.Hello{Version: 8})
 			return f
 		}},
 	}
@@ -261,7 +263,7 @@ func TestDialVersionMismatch(t *testing.T) {
 				t.Fatal("Dial with an executor of the previous version = nil, want an error")
 			}
 			host.Close()
-			want := fmt.Sprintf("executor speaks protocol %d, host %d", execproto.Version-1, execproto.Version)
+			want := fmt.Sprintf("executor speaks protocol %d, host %d", tt.version, execproto.Version)
 			if err.Error() != want {
 				t.Errorf("Dial = %q, want %q", err, want)
 			}

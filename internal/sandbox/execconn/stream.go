@@ -55,7 +55,7 @@ func newStream(c *Conn, id uint32, req *execproto.Request, o *outputs) *stream {
 		return s
 	}
 	s.writers.Add(1)
-	go s.write(o.stdout, o.stderr)
+	go s.write(o.stdout, o.stderr, o.closed)
 	return s
 }
 
@@ -69,11 +69,14 @@ type outputs struct {
 	// hold: the opening is not sent but kept in the stream's opening,
 	// for its caller to send.
 	hold bool
+	// closed, if set, is called by the writer goroutine at the close of
+	// an output channel, after the channel's data is written.
+	closed func(ch byte)
 }
 
 // write hands output to the caller's writers and returns credit as they
 // accept it, so a slow consumer slows the command, not the host's memory.
-func (s *stream) write(stdout, stderr io.Writer) {
+func (s *stream) write(stdout, stderr io.Writer, closed func(ch byte)) {
 	defer s.writers.Done()
 	for {
 		c, ok := s.out.Get()
@@ -81,6 +84,9 @@ func (s *stream) write(stdout, stderr io.Writer) {
 			return
 		}
 		if c.Close {
+			if closed != nil {
+				closed(c.Channel)
+			}
 			continue
 		}
 		w := stdout

@@ -21,6 +21,11 @@ import (
 func (s *suite) testFiles(t *testing.T) {
 	sb := s.create(t, sandbox.Spec{})
 
+	t.Run("Stream", func(t *testing.T) {
+		t.Parallel()
+		s.testStream(t, sb)
+	})
+
 	t.Run("RoundTrip", func(t *testing.T) {
 		t.Parallel()
 		data := make([]byte, 3<<20)
