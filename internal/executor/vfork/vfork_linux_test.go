@@ -186,4 +186,3 @@ func TestWriteIDMapsGone(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
