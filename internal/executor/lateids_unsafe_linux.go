@@ -60,8 +60,12 @@ func takeIDs() error {
 	}
 	// A parent that exited before the signal was set again left this
 	// process to a reaper, and would never kill it.
-	if now, err := hostParent(); err != nil || now != parent {
-		return fmt.Errorf("the parent exited while the ids were taken (parent %d, now %d): %v", parent, now, err)
+	now, err := hostParent()
+	if err != nil {
+		return err
+	}
+	if now != parent {
+		return fmt.Errorf("the parent exited while the ids were taken (parent %d, now %d)", parent, now)
 	}
 	return checkIDs()
 }

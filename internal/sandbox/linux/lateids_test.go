@@ -169,12 +169,3 @@ func lateIDsState(t *testing.T, b *linux.Backend, spawner bool) (executor, comma
 	}
 	return strings.Join(lines, "\n"), res.stdout
 }
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
