@@ -40,6 +40,8 @@ var linked = map[string]bool{
 	// The spawner runs on the host, not in a sandbox, but in this binary:
 	// it is held to the executor's rules (its doc says why).
 	"github.com/airlockrun/airlock/internal/executor/spawn": true,
+	// The spawner's clone that shares its memory (and the front end's).
+	"github.com/airlockrun/airlock/internal/executor/vfork": true,
 	"golang.org/x/sys/unix":                                 true,
 }
 

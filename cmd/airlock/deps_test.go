@@ -36,9 +36,11 @@ var frontEndDeps = map[string]bool{
 	// comes with it, static tables only.
 	"github.com/airlockrun/airlock/internal/executor":         true,
 	"github.com/airlockrun/airlock/internal/executor/seccomp": true,
-	"github.com/airlockrun/airlock/internal/supervisor":       true,
-	"github.com/pmezard/go-difflib/difflib":                   true,
-	"golang.org/x/sys/unix":                                   true,
+	// The executor's clone that shares the front end's memory (linux).
+	"github.com/airlockrun/airlock/internal/executor/vfork": true,
+	"github.com/airlockrun/airlock/internal/supervisor":     true,
+	"github.com/pmezard/go-difflib/difflib":                 true,
+	"golang.org/x/sys/unix":                                 true,
 }
 
 func TestFrontEndDeps(t *testing.T) {

@@ -21,7 +21,7 @@ var layers = []struct {
 		"internal/event", "internal/execproto", "internal/api", "internal/clock", "internal/hostname", "internal/sse",
 		"internal/param", "internal/ratelimit", "internal/price", "internal/bridge", "internal/policy",
 		"internal/secret/token", "internal/secret/scan", "internal/store/blob", "internal/store/chunk", "internal/sandbox/linux/cgroup",
-		"internal/executor/landlock", "internal/executor/seccomp", "internal/testpki", "internal/testgit", "internal/deptest",
+		"internal/executor/landlock", "internal/executor/seccomp", "internal/executor/vfork", "internal/testpki", "internal/testgit", "internal/deptest",
 		"internal/dockerfile", "internal/report", "internal/portproxy/portproxytest",
 	}},
 	{"contracts: what the components implement and consume", []string{

@@ -248,5 +248,9 @@ func FuzzSpawn(f *testing.F) {
 			}
 			seen[fd] = true
 		}
+		const cloneNewUser = 0x10000000
+		if s.LateIDs && (s.Cloneflags&cloneNewUser == 0 || s.Cred != nil && (s.Cred.UID != 0 || s.Cred.GID != 0)) {
+			t.Fatalf("accepted late ids with cloneflags %#x and cred %+v", s.Cloneflags, s.Cred)
+		}
 	})
 }

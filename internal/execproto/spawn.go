@@ -22,6 +22,10 @@ import (
 // time and exits when the host closes its end; the processes it started
 // die with it (parent-death signal), and it with the host.
 
+// cloneNewUser is CLONE_NEWUSER (linux/sched.h; execproto builds on every
+// platform).
+const cloneNewUser = 0x10000000
+
 // MaxSpawn bounds a Spawn message, and MaxSpawnFiles its descriptors.
 const (
 	MaxSpawn      = 64 << 10
@@ -54,6 +58,13 @@ type Spawn struct {
 	Cred *Cred `json:"cred,omitempty"`
 	// Setsid starts the child in a new session.
 	Setsid bool `json:"setsid,omitempty"`
+	// LateIDs asks for the child to be started as an executor that takes
+	// its ids itself (LateIDs, the argument the spawner then adds to Args):
+	// with a clone that shares the spawner's memory, which execs before
+	// UIDMap and GIDMap are written, in a new session. Only for a new user
+	// namespace, with Cred unset or uid and gid 0. A spawner that cannot
+	// (an architecture without the clone) forks as without it.
+	LateIDs bool `json:"late_ids,omitempty"`
 }
 
 // IDMap is one line of a user namespace's uid_map or gid_map.
@@ -87,6 +98,10 @@ func (s *Spawn) Validate(nfiles int) error {
 		return fmt.Errorf("spawn: %d descriptors, at most %d", nfiles, MaxSpawnFiles)
 	case s.CgroupFile >= nfiles:
 		return fmt.Errorf("spawn: cgroup descriptor %d of %d", s.CgroupFile, nfiles)
+	case s.LateIDs && s.Cloneflags&cloneNewUser == 0:
+		return errors.New("spawn: late ids without a new user namespace")
+	case s.LateIDs && s.Cred != nil && (s.Cred.UID != 0 || s.Cred.GID != 0):
+		return errors.New("spawn: late ids take uid and gid 0, not those asked for")
 	}
 	want := nfiles
 	if s.CgroupFile >= 0 {

@@ -3,6 +3,7 @@ package executor
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -18,6 +19,13 @@ import (
 // leave 0 out) the namespace's 0 does not exist and setresgid refuses,
 // and the result is checked rather than assumed.
 func takeIDs() error {
+	// The parent-death signal the clone's child set goes with the first
+	// change of ids (the kernel clears it on every change of effective
+	// ids): set again below, then checked to have lost no parent.
+	parent, err := hostParent()
+	if err != nil {
+		return err
+	}
 	if err := syscall.Setresgid(0, 0, 0); err != nil {
 		return fmt.Errorf("take gid 0 of the sandbox: %w", err)
 	}
@@ -47,7 +55,40 @@ func takeIDs() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("dumpable: %w", err)
 	}
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); e != 0 {
+		return fmt.Errorf("parent-death signal: %w", e)
+	}
+	// A parent that exited before the signal was set again left this
+	// process to a reaper, and would never kill it.
+	now, err := hostParent()
+	if err != nil {
+		return err
+	}
+	if now != parent {
+		return fmt.Errorf("the parent exited while the ids were taken (parent %d, now %d)", parent, now)
+	}
 	return checkIDs()
+}
+
+// hostParent returns this process's parent's pid as the host's /proc
+// names it: the mount of /proc is still the host's (setup mounts the
+// sandbox's own after), where the PID namespace's getppid says 0.
+func hostParent() (int, error) {
+	data, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0, fmt.Errorf("parent: %w", err)
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(data), ')')
+	f := strings.Fields(string(data[i+1:]))
+	if i < 0 || len(f) < 2 {
+		return 0, fmt.Errorf("parent: /proc/self/stat: %q", data)
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil || ppid <= 0 {
+		return 0, fmt.Errorf("parent: /proc/self/stat: %q", data)
+	}
+	return ppid, nil
 }
 
 // checkIDs verifies what takeIDs did, from the kernel's answers, and that

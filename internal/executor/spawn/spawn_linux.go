@@ -19,11 +19,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 )
 
 // Serve answers the Spawn requests that arrive on conn, a SOCK_SEQPACKET
@@ -128,6 +130,9 @@ func start(msg []byte, fds []int, null *os.File) (int, int, error) {
 		}
 		files[to] = uintptr(fd)
 	}
+	if req.LateIDs && vfork.Supported {
+		return startLate(&req, files, cgroupFD)
+	}
 	pidfd := -1
 	sys := &syscall.SysProcAttr{
 		Cloneflags:                 req.Cloneflags,
@@ -159,6 +164,37 @@ func start(msg []byte, fds []int, null *os.File) (int, int, error) {
 		return 0, -1, errors.New("spawner: no pidfd for the child (Linux 5.3 or later is needed)")
 	}
 	return pid, pidfd, nil
+}
+
+// startLate starts the executor of req (LateIDs) with vfork.Exec: the
+// clone shares the spawner's memory, the child execs before its id maps
+// exist, and the spawner writes them once the exec is done, before its
+// reply; the host says hello only after the reply, so the executor takes
+// its ids from maps already written.
+func startLate(req *execproto.Spawn, files []uintptr, cgroupFD int) (int, int, error) {
+	argv := append(append([]string(nil), req.Args...), execproto.LateIDs)
+	uid, gid := formatMap(req.UIDMap), formatMap(req.GIDMap)
+	pid, pidfd, err := vfork.Exec(req.Path, argv, execproto.ExecutorEnv, files, req.Cloneflags, cgroupFD, func(pid, pidfd int) error {
+		return vfork.WriteIDMaps(pid, pidfd, uid, gid, req.Setgroups)
+	})
+	if err != nil {
+		return 0, -1, fmt.Errorf("start %s: %w", req.Path, err)
+	}
+	return pid, pidfd, nil
+}
+
+// formatMap is ms as the lines of a uid_map or gid_map.
+func formatMap(ms []execproto.IDMap) string {
+	var b []byte
+	for _, m := range ms {
+		b = strconv.AppendInt(b, int64(m.Inside), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(m.Outside), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(m.Size), 10)
+		b = append(b, '\n')
+	}
+	return string(b)
 }
 
 // reap collects the children that exited; the host learns of their exit

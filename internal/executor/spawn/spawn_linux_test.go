@@ -103,6 +103,10 @@ func TestServe(t *testing.T) {
 		{name: "descriptor out of range", edit: func(r *execproto.Spawn) { r.Files = []int{1000} }, fds: []int{null}, want: "out of range"},
 		{name: "cgroup index", edit: func(r *execproto.Spawn) { r.CgroupFile = 5 }, fds: []int{null}, want: "cgroup"},
 		{name: "too many descriptors", edit: func(r *execproto.Spawn) { r.Files = nil }, fds: many, want: "truncated"},
+		{name: "late ids without a user namespace", edit: func(r *execproto.Spawn) { r.LateIDs = true }, fds: []int{null}, want: "late ids"},
+		{name: "late ids with other ids", edit: func(r *execproto.Spawn) {
+			r.LateIDs, r.Cloneflags, r.Cred = true, unix.CLONE_NEWUSER, &execproto.Cred{UID: 1000}
+		}, fds: []int{null}, want: "late ids"},
 		{name: "missing binary", edit: func(r *execproto.Spawn) { r.Path = "/nonexistent" }, fds: []int{null}, want: "/nonexistent"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,7 +88,10 @@ type Backend struct {
 	// syscall.ForkExec (the maps written before its exec), and write a
 	// late-ids executor's maps with writeMaps instead of idMaps.write.
 	forkOnly  bool
-	writeMaps func(pid int, m idMaps) error
+	writeMaps func(pid, pidfd int, m idMaps) error
+	// editSpawn is for tests: it changes a late-ids Spawn request (its
+	// maps) before the spawner gets it.
+	editSpawn func(*execproto.Spawn)
 }
 
 var _ sandbox.Backend = (*Backend)(nil)

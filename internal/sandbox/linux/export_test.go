@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 )
@@ -45,16 +48,46 @@ var ChoosePlatform = choosePlatform
 var RunscVersion = runscVersion
 
 // SetForkOnly makes b start every executor with syscall.ForkExec, its id
-// maps written before the exec (the path without vforkExec).
+// maps written before the exec (the path without vfork.Exec), directly and through the spawner.
 func SetForkOnly(b *Backend) { b.forkOnly = true }
 
-// VforkSupported is vforkSupported.
-const VforkSupported = vforkSupported
+// VforkSupported is vfork.Supported.
+const VforkSupported = vfork.Supported
 
-// SetWriteMaps makes b write each late-ids executor's id maps with write,
-// given the maps b would write (uid_map and gid_map lines) and pid.
-func SetWriteMaps(b *Backend, write func(pid int, uidMap, gidMap string) error) {
-	b.writeMaps = func(pid int, m idMaps) error { return write(pid, formatIDMap(m.uid), formatIDMap(m.gid)) }
+// SetEditMaps makes b start each late-ids executor with the id maps
+// edit returns for the maps b would write (uid_map and gid_map lines, and
+// setgroups allowed): on the direct path b writes them (WriteIDMaps), and
+// through the spawner b asks for them in the Spawn request (the spawner
+// writes them).
+func SetEditMaps(b *Backend, edit func(uid, gid string, setgroups bool) (string, string, bool)) {
+	b.writeMaps = func(pid, pidfd int, m idMaps) error {
+		uid, gid, sg := edit(formatIDMap(m.uid), formatIDMap(m.gid), m.setgroups)
+		return vfork.WriteIDMaps(pid, pidfd, uid, gid, sg)
+	}
+	b.editSpawn = func(r *execproto.Spawn) {
+		uid, gid, sg := edit(formatSpawnMap(r.UIDMap), formatSpawnMap(r.GIDMap), r.Setgroups)
+		r.UIDMap, r.GIDMap, r.Setgroups = parseSpawnMap(uid), parseSpawnMap(gid), sg
+	}
+}
+
+func formatSpawnMap(ms []execproto.IDMap) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "%d %d %d\n", m.Inside, m.Outside, m.Size)
+	}
+	return b.String()
+}
+
+func parseSpawnMap(s string) []execproto.IDMap {
+	var ms []execproto.IDMap
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		var m execproto.IDMap
+		if _, err := fmt.Sscanf(l, "%d %d %d", &m.Inside, &m.Outside, &m.Size); err != nil {
+			continue
+		}
+		ms = append(ms, m)
+	}
+	return ms
 }
 
 // RunscExecutor runs runsc (its arguments args: flags, run, the bundle of

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
@@ -30,9 +31,6 @@ func TestLateIDs(t *testing.T) {
 	if !linux.VforkSupported {
 		t.Skip("no vfork start on this architecture")
 	}
-	procFile := func(pid int, name, data string) error {
-		return os.WriteFile(fmt.Sprintf("/proc/%d/%s", pid, name), []byte(data), 0)
-	}
 	shift := func(m string, by int) string { // "0 B N" -> "by B+by N-by"
 		var in, out, n int
 		if _, err := fmt.Sscanf(m, "%d %d %d", &in, &out, &n); err != nil {
@@ -40,80 +38,84 @@ func TestLateIDs(t *testing.T) {
 		}
 		return fmt.Sprintf("%d %d %d\n", in+by, out+by, n-by)
 	}
+	// Each case edits the maps the host would write (uid_map, gid_map,
+	// setgroups allowed): the backend writes the edited ones itself on the
+	// direct path, and asks the spawner for them on the spawner's.
+	type maps struct {
+		uid, gid string
+		sg       bool
+	}
 	cases := []struct {
-		name  string
-		write func(pid int, uid, gid string) error
+		name string
+		edit func(m maps) maps
 		// refused is what the failed create's error says; "" when the
 		// sandbox must start.
 		refused string
 	}{
-		{"maps as the host writes them", func(pid int, uid, gid string) error {
-			return firstErr(procFile(pid, "uid_map", uid), procFile(pid, "setgroups", "allow"), procFile(pid, "gid_map", gid))
-		}, ""},
-		{"no maps written", func(int, string, string) error { return nil }, "take gid 0"},
-		{"uid map only", func(pid int, uid, _ string) error { return procFile(pid, "uid_map", uid) }, "take gid 0"},
-		{"gid map only", func(pid int, _, gid string) error {
-			return firstErr(procFile(pid, "setgroups", "allow"), procFile(pid, "gid_map", gid))
-		}, "take uid 0"},
-		{"maps that leave 0 out", func(pid int, uid, gid string) error {
-			return firstErr(procFile(pid, "uid_map", shift(uid, 1)), procFile(pid, "setgroups", "allow"), procFile(pid, "gid_map", shift(gid, 1)))
-		}, "take gid 0"},
-		{"setgroups denied", func(pid int, uid, gid string) error {
-			return firstErr(procFile(pid, "uid_map", uid), procFile(pid, "setgroups", "deny"), procFile(pid, "gid_map", gid))
-		}, "supplementary groups"},
-		{"uid 0 mapped to the host's root", func(pid int, uid, gid string) error {
-			return firstErr(procFile(pid, "uid_map", "0 0 1\n"+shift(uid, 1)), procFile(pid, "setgroups", "allow"), procFile(pid, "gid_map", gid))
-		}, "host's root"},
-		{"gid 0 mapped to the host's root", func(pid int, uid, gid string) error {
-			return firstErr(procFile(pid, "uid_map", uid), procFile(pid, "setgroups", "allow"), procFile(pid, "gid_map", "0 0 1\n"+shift(gid, 1)))
-		}, "host's root"},
+		{"maps as the host writes them", func(m maps) maps { return m }, ""},
+		{"no maps written", func(maps) maps { return maps{sg: true} }, "take gid 0"},
+		{"uid map only", func(m maps) maps { return maps{uid: m.uid, sg: true} }, "take gid 0"},
+		{"gid map only", func(m maps) maps { return maps{gid: m.gid, sg: true} }, "take uid 0"},
+		{"maps that leave 0 out", func(m maps) maps { return maps{shift(m.uid, 1), shift(m.gid, 1), true} }, "take gid 0"},
+		{"setgroups denied", func(m maps) maps { return maps{m.uid, m.gid, false} }, "supplementary groups"},
+		{"uid 0 mapped to the host's root", func(m maps) maps { return maps{"0 0 1\n" + shift(m.uid, 1), m.gid, true} }, "host's root"},
+		{"gid 0 mapped to the host's root", func(m maps) maps { return maps{m.uid, "0 0 1\n" + shift(m.gid, 1), true} }, "host's root"},
 	}
-	// What a forked executor and its command hold, to compare with.
-	forked := newLateBackend(t)
-	linux.SetForkOnly(forked)
-	wantExec, wantCmd := lateIDsState(t, forked)
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := newLateBackend(t)
-			wrote := 0
-			linux.SetWriteMaps(b, func(pid int, uid, gid string) error {
-				wrote++
-				return c.write(pid, uid, gid)
-			})
-			if c.refused != "" {
-				ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
-				defer cancel()
-				sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
-				if err == nil {
-					sb.Destroy(context.Background())
-					t.Fatalf("Create made a sandbox; want it refused with %q", c.refused)
-				}
-				if !strings.Contains(err.Error(), c.refused) {
-					t.Fatalf("Create = %v; want it refused with %q", err, c.refused)
-				}
-				if wrote != 1 {
-					t.Fatalf("maps written %d times; want the late path once", wrote)
-				}
-				return
-			}
-			gotExec, gotCmd := lateIDsState(t, b)
-			if wrote != 1 {
-				t.Fatalf("maps written %d times; want the late path once", wrote)
-			}
-			if gotExec != wantExec {
-				t.Errorf("executor holds\n%s\nforked one\n%s", gotExec, wantExec)
-			}
-			if gotCmd != wantCmd {
-				t.Errorf("command holds\n%s\nforked one's\n%s", gotCmd, wantCmd)
+	for _, mode := range []string{"direct", "spawner"} {
+		t.Run(mode, func(t *testing.T) {
+			spawner := mode == "spawner"
+			// What a forked executor and its command hold, to compare with.
+			forked := newLateBackend(t, spawner)
+			linux.SetForkOnly(forked)
+			wantExec, wantCmd := lateIDsState(t, forked, spawner)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					b := newLateBackend(t, spawner)
+					var edits atomic.Int32
+					linux.SetEditMaps(b, func(uid, gid string, sg bool) (string, string, bool) {
+						edits.Add(1)
+						if !sg {
+							t.Errorf("the host's own maps deny setgroups")
+						}
+						m := c.edit(maps{uid, gid, sg})
+						return m.uid, m.gid, m.sg
+					})
+					if c.refused != "" {
+						ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+						defer cancel()
+						sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+						if err == nil {
+							sb.Destroy(context.Background())
+							t.Fatalf("Create made a sandbox; want it refused with %q", c.refused)
+						}
+						if !strings.Contains(err.Error(), c.refused) {
+							t.Fatalf("Create = %v; want it refused with %q", err, c.refused)
+						}
+						if n := edits.Load(); n != 1 {
+							t.Fatalf("maps edited %d times; want the late path once", n)
+						}
+						return
+					}
+					gotExec, gotCmd := lateIDsState(t, b, spawner)
+					if n := edits.Load(); n != 1 {
+						t.Fatalf("maps edited %d times; want the late path once", n)
+					}
+					if gotExec != wantExec {
+						t.Errorf("executor holds\n%s\nforked one\n%s", gotExec, wantExec)
+					}
+					if gotCmd != wantCmd {
+						t.Errorf("command holds\n%s\nforked one's\n%s", gotCmd, wantCmd)
+					}
+				})
 			}
 		})
 	}
 }
 
-func newLateBackend(t *testing.T) *linux.Backend {
+func newLateBackend(t *testing.T, spawner bool) *linux.Backend {
 	t.Helper()
-	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir()})
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), Spawner: spawner})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +126,14 @@ func newLateBackend(t *testing.T) *linux.Backend {
 // lateIDsState starts a sandbox of b and returns its executor's ids and
 // capabilities as the host sees them (the ids as offsets from the
 // sandbox's base, so two sandboxes compare) and those of a command run as
-// root in it, as it sees them.
-func lateIDsState(t *testing.T, b *linux.Backend) (executor, command string) {
+// root in it, as it sees them. spawner says the executor must be the
+// spawner's child, else this process's.
+func lateIDsState(t *testing.T, b *linux.Backend, spawner bool) (executor, command string) {
 	t.Helper()
 	sb := sandboxtest.Create(t, b, sandbox.Spec{})
+	if parent := hostParent(t, linux.ExecutorPID(sb.(*linux.Sandbox))); (parent == os.Getpid()) == spawner {
+		t.Fatalf("the executor's parent is %d (this process %d); want the spawner: %t", parent, os.Getpid(), spawner)
+	}
 	// Every thread's: the sets are per thread, and the leader may be the
 	// one that starts commands, which drops its own.
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", linux.ExecutorPID(sb.(*linux.Sandbox))))
@@ -162,13 +168,4 @@ func lateIDsState(t *testing.T, b *linux.Backend) (executor, command string) {
 		t.Fatalf("command: %v", res)
 	}
 	return strings.Join(lines, "\n"), res.stdout
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

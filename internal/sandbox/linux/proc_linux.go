@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 )
 
 // procSpec is a process of the executor binary for the backend to start:
@@ -26,7 +27,7 @@ type procSpec struct {
 	sys *syscall.SysProcAttr
 	// lateIDs: the process is an executor that takes its ids itself
 	// (execproto.LateIDs), so a fork of this process may exec it before
-	// writing its id maps, sharing this process's memory (vforkExec).
+	// writing its id maps, sharing this process's memory (vfork.Exec).
 	// sys.Credential is then uid and gid 0 and sys's maps are root mode's.
 	lateIDs bool
 }
@@ -73,7 +74,7 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 	sys.PidFD = &pidfd
 	attr := &syscall.ProcAttr{Dir: "/", Env: execproto.ExecutorEnv, Files: files, Sys: &sys}
 	var pid int
-	if ps.lateIDs && vforkSupported && !b.forkOnly {
+	if ps.lateIDs && vfork.Supported && !b.forkOnly {
 		cg := -1
 		if sys.UseCgroupFD {
 			cg = sys.CgroupFD
@@ -81,12 +82,12 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 		maps := idMaps{uid: sys.UidMappings, gid: sys.GidMappings, setgroups: sys.GidMappingsEnableSetgroups}
 		write := maps.write
 		if b.writeMaps != nil {
-			write = func(pid int) error { return b.writeMaps(pid, maps) }
+			write = func(pid, pidfd int) error { return b.writeMaps(pid, pidfd, maps) }
 		}
 		args := append(append([]string(nil), ps.args...), execproto.LateIDs)
 		err = onParentThread(func() error {
 			var err error
-			pid, pidfd, err = vforkExec(b.cfg.Executor, args, attr.Env, files, sys.Cloneflags, cg, write)
+			pid, pidfd, err = vfork.Exec(b.cfg.Executor, args, attr.Env, files, sys.Cloneflags, cg, write)
 			return err
 		})
 	} else {
@@ -146,6 +147,9 @@ func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
 	req := execproto.Spawn{
 		Path: b.cfg.Executor, Args: ps.args, CgroupFile: -1,
 		Cloneflags: ps.sys.Cloneflags, Setgroups: ps.sys.GidMappingsEnableSetgroups, Setsid: ps.sys.Setsid,
+		// The spawner clones sharing its memory and writes the maps after
+		// the exec (vfork.Exec), as startProc does here.
+		LateIDs: ps.lateIDs && !b.forkOnly,
 	}
 	for _, m := range ps.sys.UidMappings {
 		req.UIDMap = append(req.UIDMap, execproto.IDMap{Inside: m.ContainerID, Outside: m.HostID, Size: m.Size})
@@ -164,6 +168,9 @@ func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
 	for i, f := range ps.extra {
 		fds = append(fds, int(f.Fd()))
 		req.Files = append(req.Files, 3+i)
+	}
+	if req.LateIDs && b.editSpawn != nil {
+		b.editSpawn(&req)
 	}
 	if ps.sys.UseCgroupFD {
 		req.CgroupFile = len(fds)

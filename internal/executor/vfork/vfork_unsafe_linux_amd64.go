@@ -1,4 +1,4 @@
-package linux
+package vfork
 
 import (
 	"syscall"
@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// vforkSupported says that vforkExec is built for this architecture.
-const vforkSupported = true
+// Supported says that Exec is built for this architecture.
+const Supported = true
 
 // The runtime's fork hooks, which the syscall package's own fork uses
 // and which the runtime keeps linkable from outside (go.dev/issue/67401):
@@ -32,7 +32,7 @@ type cloneArgs struct {
 	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
 }
 
-// vforkChild is what the child of vforkExec needs, all of it made by the
+// vforkChild is what the child of Exec needs, all of it made by the
 // parent: the child shares the parent's memory and may not allocate.
 type vforkChild struct {
 	path       *byte
@@ -47,27 +47,33 @@ type vforkChild struct {
 	err syscall.Errno
 }
 
-// vforkExec starts path as the executor of a sandbox: a clone with
-// CLONE_VM|CLONE_VFORK into the new namespaces of cloneflags (a user
-// namespace among them), which Go's syscall.ForkExec never does with
-// CLONE_NEWUSER because its child waits for the parent to write the id
-// maps. Here the child execs at once, before any id map exists: it
-// raises every capability it holds in the new user namespace into the
-// ambient set (the only way they survive an exec by a uid the namespace
-// does not map), and the parent writes the maps once the exec is done.
-// The executor, started with execproto's late-ids argument, takes uid and
-// gid 0 of the namespace only after the host's hello, which comes after
-// the maps; until then it holds the host's ids, unmapped in its
-// namespace, and every capability only there. So the front end's memory
-// is never copied: no page tables duplicated, no copy-on-write faults
-// on each page it writes afterwards (about 130 a start).
+// Exec starts path in new namespaces with a clone that shares this
+// process's memory: CLONE_VM|CLONE_VFORK into the namespaces of
+// cloneflags (a user namespace among them), which Go's syscall.ForkExec
+// never does with CLONE_NEWUSER because its child waits for the parent to
+// write the id maps. Here the child execs at once, before any id map
+// exists: it raises every capability it holds in the new user namespace
+// into the ambient set (the only way they survive an exec by a uid the
+// namespace does not map), and afterExec writes the maps once the exec is
+// done (WriteIDMaps). The process started must be an executor started
+// with execproto's late-ids argument, which takes uid and gid 0 of the
+// namespace only after the host's hello, which comes after the maps;
+// until then it holds the caller's ids, unmapped in its namespace, and
+// every capability only there. So the caller's memory is never copied: no
+// page tables duplicated, no copy-on-write faults on each page it writes
+// afterwards (about 130 a start in the front end).
 //
-// files are the child's descriptors 0, 1, 2, ...; pidfd is returned for
-// the child; writeMaps writes its id maps (idMaps.write). cgroupFD >= 0 places the child in that cgroup2 group at the
-// clone. The parent-death signal is SIGKILL, tied to the calling thread
-// (callers run on parentThread). On an error after the clone the child
-// has exited and is collected here.
-func vforkExec(path string, argv, env []string, files []uintptr, cloneflags uintptr, cgroupFD int, writeMaps func(pid int) error) (pid, pidfd int, err error) {
+// files are the child's descriptors 0, 1, 2, ...; one of -1 (as uintptr)
+// is closed in the child; every other descriptor must be close-on-exec.
+// The child is made a session leader, with its working directory /.
+// cgroupFD >= 0 places the child in that cgroup2 group at the clone. The
+// parent-death signal is SIGKILL, tied to the calling thread (callers
+// lock it, and it must outlive the child). afterExec gets the child's pid
+// and pidfd; on its error, or any error after the clone, the child is
+// killed and collected here (unless another waiter collects it first).
+//
+// Users: the sandbox backend's direct start (the CLI) and the spawner.
+func Exec(path string, argv, env []string, files []uintptr, cloneflags uintptr, cgroupFD int, afterExec func(pid, pidfd int) error) (pid, pidfd int, err error) {
 	c := &vforkChild{fds: make([]int, len(files))}
 	if c.path, err = syscall.BytePtrFromString(path); err != nil {
 		return 0, -1, err
@@ -83,7 +89,7 @@ func vforkExec(path string, argv, env []string, files []uintptr, cloneflags uint
 	}
 	c.nextfd = len(files)
 	for i, f := range files {
-		c.fds[i] = int(f)
+		c.fds[i] = int(f) // -1 stays -1: closed in the child
 		c.nextfd = max(c.nextfd, int(f))
 	}
 	c.nextfd++
@@ -120,7 +126,7 @@ func vforkExec(path string, argv, env []string, files []uintptr, cloneflags uint
 	if c.err != 0 {
 		return fail(c.err)
 	}
-	if err := writeMaps(pid); err != nil {
+	if err := afterExec(pid, pidfd); err != nil {
 		return fail(err)
 	}
 	return pid, pidfd, nil
@@ -195,6 +201,10 @@ func vforkAndExec(c *vforkChild) (pid uintptr, err1 syscall.Errno) {
 		}
 	}
 	for i = 0; i < len(c.fds); i++ {
+		if c.fds[i] < 0 {
+			syscall.RawSyscall(syscall.SYS_CLOSE, uintptr(i), 0, 0)
+			continue
+		}
 		if c.fds[i] == i {
 			if _, _, err1 = syscall.RawSyscall(syscall.SYS_FCNTL, uintptr(i), syscall.F_SETFD, 0); err1 != 0 {
 				goto childerror
