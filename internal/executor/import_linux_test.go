@@ -131,40 +131,6 @@ func TestUnpackLikeTar(t *testing.T) {
 	})
 }
 
-// framedInput yields rest in pieces of sizes, in turn, as Read and as a
-// peeker (what the stream's inboxReader is).
-type framedInput struct {
-	rest  []byte
-	sizes []int
-	i     int
-	cur   []byte
-}
-
-func (f *framedInput) peek() ([]byte, error) {
-	if len(f.cur) == 0 {
-		if len(f.rest) == 0 {
-			return nil, io.EOF
-		}
-		n := min(f.sizes[f.i%len(f.sizes)], len(f.rest))
-		f.i++
-		// A copy, so a writer that kept the slice would be caught.
-		f.cur, f.rest = bytes.Clone(f.rest[:n]), f.rest[n:]
-	}
-	return f.cur, nil
-}
-
-func (f *framedInput) consume(n int) { f.cur = f.cur[n:] }
-
-func (f *framedInput) Read(p []byte) (int, error) {
-	b, err := f.peek()
-	if err != nil {
-		return 0, err
-	}
-	n := copy(p, b)
-	f.consume(n)
-	return n, nil
-}
-
 // unpackLikeTar unpacks in under umask mask, and stream with GNU tar, each
 // over a destination prepare made, and compares the trees.
 func unpackLikeTar(t *testing.T, mask int, in io.Reader, stream []byte, prepare func(*testing.T, string)) {
