@@ -288,4 +288,3 @@ func (f *framedInput) Read(p []byte) (int, error) {
 	f.consume(n)
 	return n, nil
 }
-
