@@ -123,6 +123,117 @@ func (t *Tree) WriteTar(ctx context.Context, w io.Writer) error {
 	return nil
 }
 
+// TarStream returns the tree's tar stream (WriteTar) as a reader that can
+// also write itself out: a consumer that takes an io.WriterTo (the
+// executor connection's input, execconn) gets WriteTar's writes as they
+// are made, with no pipe, goroutine or copy between; one that reads gets
+// them through an io.Pipe. The stream is made once: read it or write it
+// out, not both, and Close it when done.
+func (t *Tree) TarStream(ctx context.Context) *TarStream {
+	return &TarStream{ctx: ctx, t: t}
+}
+
+// TarStream is a tree's tar stream (see Tree.TarStream).
+type TarStream struct {
+	ctx context.Context
+	t   *Tree
+
+	mu      sync.Mutex
+	started bool
+	pr      *io.PipeReader // set when read
+	err     error          // what WriteTar returned
+}
+
+// errStreamUsed: a TarStream is made once.
+var errStreamUsed = errors.New("checkpoint: the tar stream was read already")
+
+// start marks the stream started and reports whether it was not.
+func (s *TarStream) start() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return false
+	}
+	s.started = true
+	return true
+}
+
+// end records what WriteTar returned.
+func (s *TarStream) end(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+// WriteTo writes the tar stream to w (io.WriterTo).
+func (s *TarStream) WriteTo(w io.Writer) (int64, error) {
+	if !s.start() {
+		return 0, errStreamUsed
+	}
+	cw := &countingWriter{w: w}
+	err := s.t.WriteTar(s.ctx, cw)
+	s.end(err)
+	return cw.n, err
+}
+
+// Read reads the tar stream (io.Reader), made by WriteTar in a goroutine
+// of its own on the first Read.
+func (s *TarStream) Read(p []byte) (int, error) {
+	s.mu.Lock()
+	if !s.started {
+		s.started = true
+		pr, pw := io.Pipe()
+		s.pr = pr
+		go func() {
+			err := s.t.WriteTar(s.ctx, pw)
+			s.end(err)
+			pw.CloseWithError(err)
+		}()
+	}
+	pr := s.pr
+	s.mu.Unlock()
+	if pr == nil {
+		return 0, errStreamUsed
+	}
+	return pr.Read(p)
+}
+
+// Close stops a stream being read: WriteTar's next write fails and it
+// returns. A stream written out ends with its WriteTo.
+func (s *TarStream) Close() error {
+	s.mu.Lock()
+	pr := s.pr
+	s.mu.Unlock()
+	if pr != nil {
+		pr.CloseWithError(errors.New("checkpoint: tar stream closed"))
+	}
+	return nil
+}
+
+// Err returns the error WriteTar returned, once it did (nil before, and
+// when it wrote the whole stream). A consumer that unpacked the stream
+// with success may have taken one cut at an entry's end (a chunk that
+// failed its check) for a whole one, as tar unpackers do; this says. A
+// failed WriteTar has returned by the time its consumer sees the stream
+// end: its error is recorded before the stream is closed.
+func (s *TarStream) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // appendChunks appends the chunks of slices to seq, but not one that is
 // already last.
 func appendChunks(seq []chunk.ID, slices []Slice) []chunk.ID {

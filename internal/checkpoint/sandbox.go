@@ -163,10 +163,14 @@ func (s *Store) RestoreInto(ctx context.Context, tenant, digest string, sb sandb
 	if err != nil {
 		return "", 0, err
 	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(t.WriteTar(ctx, pw)) }()
-	defer pr.CloseWithError(errors.New("done"))
-	if err := Untar(ctx, sb, pr, false); err != nil {
+	src := t.TarStream(ctx)
+	defer src.Close()
+	if err := Untar(ctx, sb, src, false); err != nil {
+		return "", 0, err
+	}
+	// The sandbox unpacked what it was sent; a stream that stopped at an
+	// entry's end (a chunk that failed its check) reads as a whole one.
+	if err := src.Err(); err != nil {
 		return "", 0, err
 	}
 	cr, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{MarkOnly: true}, io.Discard)

@@ -195,7 +195,7 @@ func replace(dir int, base string) error {
 	return err
 }
 
-func (im *importer) apply(h tarHeader, body io.Reader) error {
+func (im *importer) apply(h tarHeader, body *tarReader) error {
 	name, err := cleanName(h.Name)
 	if err != nil {
 		return err
@@ -268,7 +268,7 @@ func (im *importer) apply(h tarHeader, body io.Reader) error {
 				im.modes[mode], chmod = modeKept, false
 			}
 		}
-		n, err := io.CopyBuffer(fdWriter(fd), io.LimitReader(body, h.Size), im.buf)
+		n, err := body.writeBody(fdWriter(fd), im.buf)
 		if err == nil && n < h.Size {
 			err = fmt.Errorf("%w: body ends %d bytes early", errTarFormat, h.Size-n)
 		}
@@ -412,9 +412,23 @@ type inboxReader struct {
 }
 
 func (r *inboxReader) Read(p []byte) (int, error) {
+	b, err := r.peek()
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, b)
+	r.consume(n)
+	return n, nil
+}
+
+// peek returns what is left of the chunk being read, taking the next one
+// when none is left, or io.EOF: so a file's content is written from the
+// chunk it came in (tarReader.writeBody), not copied first. The bytes
+// stay valid after consume.
+func (r *inboxReader) peek() ([]byte, error) {
 	for len(r.cur) == 0 {
 		if r.done {
-			return 0, io.EOF
+			return nil, io.EOF
 		}
 		c, ok := r.s.stdin.Get()
 		if !ok || c.Close {
@@ -424,7 +438,8 @@ func (r *inboxReader) Read(p []byte) (int, error) {
 		_ = r.s.e.w.Write(execproto.AckFrame(r.s.id, execproto.Stdin, uint32(len(c.Data))))
 		r.cur = c.Data
 	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	return n, nil
+	return r.cur, nil
 }
+
+// consume drops the first n bytes peek returned.
+func (r *inboxReader) consume(n int) { r.cur = r.cur[n:] }

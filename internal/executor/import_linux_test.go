@@ -3,7 +3,10 @@ package executor
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -96,31 +99,63 @@ func TestUnpackLikeTar(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, mask := range []int{0o022, 0o077, 0} {
-		t.Run(fmt.Sprintf("umask=%03o", mask), func(t *testing.T) {
-			old := syscall.Umask(mask)
-			defer syscall.Umask(old)
-			got, want := t.TempDir(), t.TempDir()
-			prepare(t, got)
-			prepare(t, want)
-			rfd, err := unix.Open(got, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(rfd)
-			if err := unpack(rfd, bytes.NewReader(stream)); err != nil {
-				t.Fatalf("unpack: %v", err)
-			}
-			// As Untar runs GNU tar: directories' modes and times at the end.
-			x := exec.Command("tar", "-xpf", "-", "--delay-directory-restore", "-C", want)
-			x.Stdin = bytes.NewReader(stream)
-			if out, err := x.CombinedOutput(); err != nil {
-				t.Fatalf("tar -x: %v: %s", err, out)
-			}
-			if g, w := treeOf(t, got), treeOf(t, want); g != w {
-				t.Errorf("unpacked tree:\n%s\nGNU tar's:\n%s", g, w)
-			}
-		})
+	// The input as a plain reader, and in frames as the stream's inbox
+	// holds it (a peeker: bodies written from the frames), of sizes that
+	// cut headers, bodies and padding anywhere.
+	inputs := []struct {
+		name string
+		r    func() io.Reader
+	}{
+		{"reader", func() io.Reader { return bytes.NewReader(stream) }},
+		{"frames", func() io.Reader { return &framedInput{rest: stream, sizes: []int{1, 511, 4099, 256 << 10, 7}} }},
+	}
+	for _, in := range inputs {
+		for _, mask := range []int{0o022, 0o077, 0} {
+			t.Run(fmt.Sprintf("%s/umask=%03o", in.name, mask), func(t *testing.T) {
+				unpackLikeTar(t, mask, in.r(), stream, prepare)
+			})
+		}
+	}
+	t.Run("frames/body cut short", func(t *testing.T) {
+		// The stream ends inside b/big's body.
+		cut := bytes.Index(stream, []byte("0123456789abcdef")) + 1000
+		rfd, err := unix.Open(t.TempDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(rfd)
+		err = unpack(rfd, &framedInput{rest: stream[:cut], sizes: []int{300, 5000}})
+		if !errors.Is(err, errTarFormat) || !strings.Contains(err.Error(), "b/big") {
+			t.Errorf("unpack(a stream cut inside a body) = %v, want errTarFormat naming b/big", err)
+		}
+	})
+}
+
+// unpackLikeTar unpacks in under umask mask, and stream with GNU tar, each
+// over a destination prepare made, and compares the trees.
+func unpackLikeTar(t *testing.T, mask int, in io.Reader, stream []byte, prepare func(*testing.T, string)) {
+	t.Helper()
+	old := syscall.Umask(mask)
+	defer syscall.Umask(old)
+	got, want := t.TempDir(), t.TempDir()
+	prepare(t, got)
+	prepare(t, want)
+	rfd, err := unix.Open(got, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rfd)
+	if err := unpack(rfd, in); err != nil {
+		t.Fatalf("unpack: %v", err)
+	}
+	// As Untar runs GNU tar: directories' modes and times at the end.
+	x := exec.Command("tar", "-xpf", "-", "--delay-directory-restore", "-C", want)
+	x.Stdin = bytes.NewReader(stream)
+	if out, err := x.CombinedOutput(); err != nil {
+		t.Fatalf("tar -x: %v: %s", err, out)
+	}
+	if g, w := treeOf(t, got), treeOf(t, want); g != w {
+		t.Errorf("unpacked tree:\n%s\nGNU tar's:\n%s", g, w)
 	}
 }
 
@@ -148,7 +183,7 @@ func treeOf(t *testing.T, dir string) string {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(&b, " %d links %q", st.Nlink, clip(string(data)))
+			fmt.Fprintf(&b, " %d links %q sha256 %x", st.Nlink, clip(string(data)), sha256.Sum256(data))
 		case unix.S_IFLNK:
 			l, err := os.Readlink(p)
 			if err != nil {

@@ -147,6 +147,48 @@ func (tr *tarReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// peeker is an input whose bytes can be used where they lie (the
+// stream's inboxReader): peek returns the next ones (at least one, or an
+// error; io.EOF at the end), consume drops what was used of them.
+type peeker interface {
+	peek() ([]byte, error)
+	consume(n int)
+}
+
+// writeBody writes what is left of the current entry's body to w and
+// returns the bytes written; a body the input ends inside of is written
+// as far as it goes (the caller compares the count with the entry's
+// size). From a peeker it writes the input's own bytes, a
+// write per piece of the input (as a Read of it returns them), else it
+// reads into buf.
+func (tr *tarReader) writeBody(w io.Writer, buf []byte) (int64, error) {
+	pk, ok := tr.r.(peeker)
+	if !ok {
+		return io.CopyBuffer(w, struct{ io.Reader }{tr}, buf)
+	}
+	var n int64
+	for tr.remain > 0 {
+		b, err := pk.peek()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		if int64(len(b)) > tr.remain {
+			b = b[:tr.remain]
+		}
+		m, err := w.Write(b)
+		pk.consume(m)
+		tr.remain -= int64(m)
+		n += int64(m)
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 func (tr *tarReader) skip(n int64) error {
 	if n <= 0 {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -219,18 +220,71 @@ func FuzzTarReader(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(make([]byte, 1024))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tr := &tarReader{r: bytes.NewReader(b)}
+		// Read whole, bodies by Read; and in frames of 1 to 600 bytes
+		// (the first byte says), bodies written from the frames
+		// (writeBody, as the importer does): the same entries, bodies and
+		// end.
+		size := 1
+		if len(b) > 0 {
+			size += int(b[0]) * 600 / 256
+		}
+		whole := &tarReader{r: bytes.NewReader(b)}
+		framed := &tarReader{r: &framedInput{rest: b, sizes: []int{size, 2*size + 1}}}
 		for range 10000 {
-			h, err := tr.Next()
+			h, err := whole.Next()
+			h2, err2 := framed.Next()
+			if (err == nil) != (err2 == nil) || !reflect.DeepEqual(h, h2) {
+				t.Fatalf("Next: %+v, %v read whole; %+v, %v in frames", h, err, h2, err2)
+			}
 			if err != nil {
 				return
 			}
 			if h.Size < 0 || (h.Type != tarReg && h.Size != 0) {
 				t.Fatalf("entry %+v: size for a non-file or negative", h)
 			}
-			if _, err := io.Copy(io.Discard, tr); err != nil {
+			var body, body2 bytes.Buffer
+			_, err = io.Copy(&body, whole)
+			n, err2 := framed.writeBody(&body2, nil)
+			if n != int64(body2.Len()) || !bytes.Equal(body.Bytes(), body2.Bytes()) {
+				t.Fatalf("entry %q: body of %d bytes read whole, %d (said %d) in frames, or they differ", h.Name, body.Len(), body2.Len(), n)
+			}
+			if err != nil || err2 != nil {
 				return
 			}
 		}
 	})
+}
+
+// framedInput yields rest in pieces of sizes, in turn, as Read and as a
+// peeker (what the stream's inboxReader is).
+type framedInput struct {
+	rest  []byte
+	sizes []int
+	i     int
+	cur   []byte
+}
+
+func (f *framedInput) peek() ([]byte, error) {
+	if len(f.cur) == 0 {
+		if len(f.rest) == 0 {
+			return nil, io.EOF
+		}
+		n := min(f.sizes[f.i%len(f.sizes)], len(f.rest))
+		f.i++
+		// A copy, so a writer that kept the slice would be caught.
+		f.cur, f.rest = bytes.Clone(f.rest[:n]), f.rest[n:]
+	}
+	return f.cur, nil
+}
+
+func (f *framedInput) consume(n int) { f.cur = f.cur[n:] }
+
+func (f *framedInput) Read(p []byte) (int, error) {
+	b, err := f.peek()
+	if err != nil {
+		return 0, err
+	}
+	n := copy(p, b)
+	f.consume(n)
+	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 
 	"github.com/airlockrun/airlock/internal/execproto"
@@ -159,8 +160,19 @@ func (s *stream) wait(ctx context.Context) (execproto.Result, error) {
 
 func (s *stream) send(f execproto.Frame) error { return s.c.w.Write(f) }
 
-// sendInput copies r to the stream's stdin channel, then closes it.
+// sendInput copies r to the stream's stdin channel, then closes it. A
+// reader that writes itself out (io.WriterTo: a checkpoint's tar stream)
+// writes straight into the channel's frames, with no copy into a buffer
+// here; but not a file, whose WriteTo writes 32 KiB at a time where a
+// read here takes a whole frame's worth.
 func (s *stream) sendInput(r io.Reader) error {
+	if wt, ok := r.(io.WriterTo); ok {
+		if _, file := r.(*os.File); !file {
+			_, err := wt.WriteTo(inputWriter{s})
+			_ = s.send(execproto.CloseFrame(s.id, execproto.Stdin))
+			return err
+		}
+	}
 	buf := make([]byte, s.chunk)
 	var err error
 	for {
@@ -179,4 +191,15 @@ func (s *stream) sendInput(r io.Reader) error {
 	}
 	_ = s.send(execproto.CloseFrame(s.id, execproto.Stdin))
 	return err
+}
+
+// inputWriter writes to a stream's stdin channel, in frames of at most the
+// stream's chunk size, waiting for credit.
+type inputWriter struct{ s *stream }
+
+func (w inputWriter) Write(p []byte) (int, error) {
+	if err := w.s.c.w.SendData(w.s.id, execproto.Stdin, w.s.in, w.s.chunk, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

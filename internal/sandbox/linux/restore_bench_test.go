@@ -23,7 +23,8 @@ import (
 // BenchmarkRestoreInto is a restore as a run's recovery makes one: the
 // 1 GiB workspace after a full checkpoint and 20 steps of one changed file,
 // streamed from the store into a fresh sandbox's empty /workspace and
-// unpacked there by the executor (checkpoint.Untar; RestoreInto's mark of
+// unpacked there by the executor (Tree.TarStream into checkpoint.Untar, as
+// RestoreInto sends it; RestoreInto's mark of
 // the tree after it is not timed), against extracting one full tar of the
 // same tree into another fresh sandbox the same way: the restore's own tar
 // stream, written to a file once, streamed from the file. So the ratio is
@@ -94,10 +95,13 @@ func BenchmarkRestoreInto(b *testing.B) {
 		run   func(sb sandbox.Sandbox) error
 	}{
 		{[]string{filepath.Join(dir, "blobs"), filepath.Join(dir, "chunks")}, func(sb sandbox.Sandbox) error {
-			pr, pw := io.Pipe()
-			go func() { pw.CloseWithError(tree.WriteTar(ctx, pw)) }()
-			defer pr.Close()
-			return checkpoint.Untar(ctx, sb, pr, false)
+			// As RestoreInto sends it.
+			src := tree.TarStream(ctx)
+			defer src.Close()
+			if err := checkpoint.Untar(ctx, sb, src, false); err != nil {
+				return err
+			}
+			return src.Err()
 		}},
 		{[]string{full}, func(sb sandbox.Sandbox) error {
 			f, err := os.Open(full)
