@@ -39,8 +39,8 @@ func parseChange(p string) store.Change {
 
 // Retries of a lost listening connection.
 const (
-	listenRetryMin = 100 * time.Millisecond
-	listenRetryMax = 5 * time.Second
+	listenRetryFirst   = 100 * time.Millisecond
+	listenRetryLongest = 5 * time.Second
 )
 
 // WatchChanges implements store.Changes: it listens on a connection of its
@@ -55,7 +55,7 @@ func (s *Store) WatchChanges(ctx context.Context, fn func(store.Change)) error {
 		if heard {
 			wait = 0 // it listened: the next loss is a new one
 		}
-		wait = min(max(2*wait, listenRetryMin), listenRetryMax)
+		wait = min(max(2*wait, listenRetryFirst), listenRetryLongest)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
