@@ -28,8 +28,8 @@ func (c *GcCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
-	if c.Events < 0 || c.Runs < 0 || c.Uploads < 0 {
-		return usageError{Err: fmt.Errorf("--events-older-than %s, --runs-older-than %s, --uploads-older-than %s: must not be negative", c.Events, c.Runs, c.Uploads)}
+	if c.Events < 0 || c.Runs < 0 || c.Uploads < 0 || c.Audit < 0 {
+		return usageError{Err: fmt.Errorf("--events-older-than %s, --runs-older-than %s, --uploads-older-than %s, --audit-older-than %s: must not be negative", c.Events, c.Runs, c.Uploads, c.Audit)}
 	}
 	// First, so the checkpoints only the expired runs used go in the
 	// collection below. Without flags it applies the runs' policies'
@@ -38,9 +38,9 @@ func (c *GcCmd) Run(env *Env) error {
 	if err != nil {
 		return hostError(err)
 	}
-	if c.Events > 0 || c.Runs > 0 || c.Uploads > 0 || sw != (host.SweepStats{}) {
-		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged; %d audit log lines removed; %d sandbox events deleted; %d uploads deleted\n",
-			sw.Payloads, sw.Runs, sw.Kept, sw.Purged, sw.Audit, sw.SandboxEvents, sw.Uploads)
+	if c.Events > 0 || c.Runs > 0 || c.Uploads > 0 || c.Audit > 0 || sw != (host.SweepStats{}) {
+		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged; %d audit log lines removed; %d sandbox events deleted; %d uploads deleted; %d deletion records deleted\n",
+			sw.Payloads, sw.Runs, sw.Kept, sw.Purged, sw.Audit, sw.SandboxEvents, sw.Uploads, sw.Deletions)
 	}
 	st, err := h.h.CollectCheckpoints(env.Ctx, c.Grace)
 	if err != nil {

@@ -685,6 +685,10 @@ var (
 	// endTenantDeleted: its tenant is being deleted (tenants delete
 	// --force).
 	endTenantDeleted = endReason{name: "tenant_deleted", status: event.StatusCancelled}
+	// endClosed: another process closed or deleted its record (a forced
+	// deletion of its tenant run elsewhere, a cancel of the record);
+	// nothing is appended to it.
+	endClosed = endReason{name: "closed", status: event.StatusCancelled}
 )
 
 // end destroys b, forgets it and closes its record with why; keyID names

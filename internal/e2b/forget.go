@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/airlockrun/airlock/internal/event"
-	"github.com/airlockrun/airlock/internal/store"
 )
 
 // ForgetTenant deletes the records of tenant's snapshots in stateDir (the
@@ -92,6 +91,21 @@ func (s *Server) EndTenant(ctx context.Context, tenant string) int {
 	return n
 }
 
+// EndRecord destroys the sandbox whose record is runID if this Server
+// holds it (running, paused or frozen), closing the record cancelled with
+// a run.cancelled naming by and reason (an operator's `airlock runs
+// cancel`), and reports whether it held it.
+func (s *Server) EndRecord(ctx context.Context, runID, by, reason string) bool {
+	for _, b := range s.all() {
+		if b.rec.runID == runID {
+			s.end(ctx, b, endKilled, "", event.RunCancelled{By: by, Reason: reason})
+			s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.kill", Outcome: "ok", Run: runID, Detail: clipDetail("record cancelled by " + by + ": " + reason)})
+			return true
+		}
+	}
+	return false
+}
+
 // reapClosed ends the paused sandboxes whose records another process
 // closed or deleted (a forced deletion of their tenant, run from another
 // host): a paused sandbox renews no lease that would tell it, and a
@@ -101,22 +115,8 @@ func (s *Server) reapClosed(ctx context.Context) {
 		b.mu.Lock()
 		paused := b.state == statePaused
 		b.mu.Unlock()
-		if !paused {
-			continue
+		if paused {
+			s.endIfClosed(ctx, b)
 		}
-		r, err := s.o.Store.GetRun(ctx, b.rec.runID)
-		switch {
-		case errors.Is(err, store.ErrNotFound), err == nil && r.Status.Final():
-		case err != nil:
-			s.log.Warn("e2b: read a paused sandbox's record", "sandbox_id", b.id, "err", err)
-			continue
-		default:
-			continue
-		}
-		s.log.Info("e2b: a paused sandbox's record was closed elsewhere; destroying it", "sandbox_id", b.id)
-		b.life.Lock()
-		b.status = event.StatusFailed // closed by another: nothing to append
-		s.endLocked(ctx, b, endLost, "")
-		b.life.Unlock()
 	}
 }

@@ -147,20 +147,7 @@ func (s *Server) meter(ctx context.Context) {
 			s.end(ctx, b, endLost, "")
 		}
 	}
-	for tenant, boxes := range running {
-		a, err := s.credits.Account(ctx, tenant)
-		if err != nil {
-			s.log.Warn("e2b: credits", "tenant", tenant, "err", err)
-			continue
-		}
-		ex := a.Spent()
-		if ex == nil {
-			continue
-		}
-		for _, b := range boxes {
-			s.end(ctx, b, endCredits, "", *ex)
-		}
-	}
+	s.endSpent(ctx, running)
 	s.reapClosed(ctx)
 	s.sweep(ctx)
 }

@@ -121,6 +121,12 @@ type Options struct {
 	// made, for a takeover when that replica dies; nil closes such a
 	// sandbox's record as lost.
 	Attach Attacher
+	// Changes, when not nil, tells the Server as soon as another process
+	// closes one of its sandboxes' records or moves a tenant's ledger
+	// (Store's notifications: the PostgreSQL store), so a forced end
+	// decided elsewhere takes effect within moments (changes.go); nil
+	// leaves it to the meter tick.
+	Changes store.Changes
 }
 
 // PortServer serves the ports of other services' sandboxes on the data
@@ -208,6 +214,9 @@ type Server struct {
 	keys           *replicaKeys
 	index          recordIndex
 	relayTransport *http.Transport
+
+	// changes queues what Options.Changes reported for Run (changes.go).
+	changes *changeQueue
 }
 
 // New checks o and builds a Server.
@@ -253,7 +262,7 @@ func New(o Options) (*Server, error) {
 		o: o, cfg: cfg, credits: o.Meter, log: o.Logger, now: o.Now, boxes: map[string]*box{}, creating: map[string]int{}, opening: map[string]bool{},
 		watchers: newWatcherTable(), metrics: newMetricStore(),
 		serverID: id, owner: ownerName(id, randomHex(4), o.Peer, keys), ready: make(chan struct{}), flushWake: make(chan struct{}, 1),
-		keys: keys, relayTransport: newRelayTransport(),
+		keys: keys, relayTransport: newRelayTransport(), changes: newChangeQueue(),
 	}
 	if len(s.owner) > store.MaxNameLen {
 		return nil, fmt.Errorf("e2b: the advertised addresses make a lease owner name of %d bytes, over %d: shorten advertise_host", len(s.owner), store.MaxNameLen)
@@ -314,6 +323,13 @@ func (s *Server) Run(ctx context.Context) error {
 		defer flusher.Done()
 		s.runFlusher(fctx)
 	}()
+	if s.o.Changes != nil {
+		flusher.Add(1)
+		go func() {
+			defer flusher.Done()
+			s.watchChanges(fctx)
+		}()
+	}
 	go func() {
 		defer flusher.Done()
 		s.runMetrics(fctx) // metrics.go: the samples GET /sandboxes/{id}/metrics answers
@@ -333,6 +349,8 @@ func (s *Server) Run(ctx context.Context) error {
 			s.reap(ctx)
 		case <-meter.C:
 			s.meter(ctx)
+		case <-s.changes.wake:
+			s.applyChanges(ctx)
 		}
 	}
 }

@@ -256,6 +256,13 @@ func rewriteOnce(path string, lock *os.File, locked bool, drop func(auditEntry) 
 	return n, true, nil
 }
 
+// auditStore is what forgetAudit reads of the store: whether a line's run
+// still exists, and the tenants' deletion records.
+type auditStore interface {
+	store.Runs
+	ListDeletions(ctx context.Context, tenant string, limit int) ([]store.Deletion, error)
+}
+
 // scrubAudit rewrites every audit log under $AIRLOCK_HOME/audit (*.jsonl),
 // removing the lines drop selects; it returns how many went.
 func (h *Host) scrubAudit(drop func(auditEntry) bool) (int64, error) {
@@ -276,11 +283,13 @@ func (h *Host) scrubAudit(drop func(auditEntry) bool) (int64, error) {
 // forgetAudit removes from the home's audit logs the lines of tenant
 // (when not ""), those naming a run the store no longer has (purged, or
 // its tenant deleted), and, when rules is not nil, those older than their
-// retention as of now: a line naming a stored run keeps that run's
-// (runRetention), any other its tenant's rule; the shorter of its events
-// and runs settings that is set applies (an audit line holds what an
-// event payload would: a command line, a path, a host).
-func (h *Host) forgetAudit(ctx context.Context, st store.Runs, tenant string, rules *RetentionRules, now time.Time) (int64, error) {
+// retention as of now: their tenant's Retention.Audit when set; else a
+// line naming a stored run keeps that run's (runRetention), any other its
+// tenant's rule, the shorter of its events and runs settings that is set
+// (an audit line holds what an event payload would: a command line, a
+// path, a host). A line of a tenant written before that tenant's deletion
+// (its store record, which another replica may have made) goes too.
+func (h *Host) forgetAudit(ctx context.Context, st auditStore, tenant string, rules *RetentionRules, now time.Time) (int64, error) {
 	type known struct {
 		run store.Run
 		ok  bool
@@ -306,9 +315,37 @@ func (h *Host) forgetAudit(ctx context.Context, st store.Runs, tenant string, ru
 		runs[id] = k
 		return k
 	}
+	// deletedAt is when a tenant of this name was last deleted (zero:
+	// never), from the store's deletion records: a tenant deleted through
+	// another replica (whose home's logs that deletion scrubbed, not this
+	// one's) leaves its lines here until a pass finds its record.
+	deleted := map[string]time.Time{}
+	deletedAt := func(name string) time.Time {
+		at, seen := deleted[name]
+		if seen {
+			return at
+		}
+		recs, err := st.ListDeletions(ctx, name, 0)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, d := range recs {
+			if d.Kind == store.DeletionTenant && d.Target == name {
+				at = d.Created
+				break // newest first
+			}
+		}
+		deleted[name] = at
+		return at
+	}
 	n, err := h.scrubAudit(func(e auditEntry) bool {
 		if tenant != "" && e.Tenant == tenant {
 			return true
+		}
+		if e.Tenant != "" && !e.Time.IsZero() {
+			if at := deletedAt(e.Tenant); !at.IsZero() && e.Time.Before(at) {
+				return true // written before its tenant's deletion
+			}
 		}
 		var k known
 		if e.Run != "" && event.ValidRunID(e.Run) == nil {
@@ -320,6 +357,10 @@ func (h *Host) forgetAudit(ctx context.Context, st store.Runs, tenant string, ru
 			return false
 		}
 		ret := rules.For(e.Tenant)
+		if ret.Audit > 0 {
+			// The audit log's own setting: lines expire by it alone.
+			return now.Sub(e.Time) > ret.Audit
+		}
 		if k.ok && k.run.Tenant != "" {
 			ret = runRetention(k.run, *rules, docs)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/e2b"
@@ -231,6 +232,16 @@ type Retention struct {
 	// UploadBytes is the most bytes of uploads the tenant keeps at once:
 	// an upload past it is refused (413 too_large). 0: no budget.
 	UploadBytes server.Size `yaml:"upload_bytes"`
+	// Audit is how long the tenant's audit records are kept after they
+	// were written: the lines of the audit logs under $AIRLOCK_HOME/audit
+	// and the store's records of its deletions (the default rule's
+	// governs the retention passes' records and those of tenants no rule
+	// names, deleted ones too). 0: audit lines follow the shorter of
+	// Events and Runs that is set (run by run, with its policy's), and
+	// deletion records are kept forever. Either way an audit line never
+	// outlives its run or its tenant: a purge or a tenant's deletion
+	// removes its lines, whatever Audit says.
+	Audit time.Duration `yaml:"audit"`
 }
 
 // RetentionRules are the retention of every tenant: Tenants' own where
@@ -254,7 +265,7 @@ func (rr RetentionRules) For(tenant string) Retention {
 func (rr RetentionRules) Validate() error {
 	var errs []error
 	check := func(who string, r Retention) {
-		if r.Events < 0 || r.Runs < 0 || r.Uploads < 0 || r.UploadBytes < 0 {
+		if r.Events < 0 || r.Runs < 0 || r.Uploads < 0 || r.UploadBytes < 0 || r.Audit < 0 {
 			errs = append(errs, fmt.Errorf("retention: %s: durations must not be negative", who))
 		}
 		if r.Events > 0 && r.Runs > 0 && r.Runs < r.Events {
@@ -307,6 +318,9 @@ type SweepStats struct {
 	SandboxEvents int64
 	// Uploads counts uploaded workspaces deleted (Retention.Uploads).
 	Uploads int64
+	// Deletions counts audit records of deletions deleted
+	// (Retention.Audit).
+	Deletions int64
 }
 
 // sandboxRetention is how long the events of tenant's sandboxes outside
@@ -363,6 +377,37 @@ func sweepUploads(ctx context.Context, st store.Store, bl *blob.Store, rules Ret
 			return n, err
 		}
 		if err := deleteBlobs(ctx, bl, free, since); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// expireDeletions deletes the audit records of deletions older than their
+// tenant's Retention.Audit as of now: each tenant a rule names by its own,
+// every other record (the retention passes', and those of tenants no rule
+// names, deleted ones too) by the default rule's.
+func expireDeletions(ctx context.Context, st store.Store, rules RetentionRules, now time.Time) (int64, error) {
+	var (
+		n     int64
+		named []string
+	)
+	for tenant, r := range rules.Tenants {
+		named = append(named, tenant)
+		if r.Audit <= 0 {
+			continue
+		}
+		k, err := st.ExpireDeletions(ctx, now.Add(-r.Audit), []string{tenant}, false)
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	if keep := rules.Default.Audit; keep > 0 {
+		slices.Sort(named)
+		k, err := st.ExpireDeletions(ctx, now.Add(-keep), named, true)
+		n += k
+		if err != nil {
 			return n, err
 		}
 	}
@@ -455,13 +500,22 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	if err != nil {
 		return st, fmt.Errorf("sweep: %w", err)
 	}
+	if st.Deletions, err = expireDeletions(ctx, rs.store, rules, now); err != nil {
+		return st, fmt.Errorf("sweep: deletion records: %w", err)
+	}
 	if st.Purged > 0 || st.Payloads > 0 {
 		if err := h.forgetManifests(ctx, rs, gone, since); err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}
-	if st.Payloads > 0 || st.SandboxEvents > 0 || st.Uploads > 0 {
+	if st.Payloads > 0 || st.SandboxEvents > 0 || st.Uploads > 0 || st.Deletions > 0 || st.Audit > 0 {
 		counts := map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads}
+		if st.Deletions > 0 {
+			counts["deletions"] = st.Deletions
+		}
+		if st.Audit > 0 {
+			counts["audit_lines"] = st.Audit
+		}
 		if st.SandboxEvents > 0 {
 			counts["sandbox_events"] = st.SandboxEvents
 		}

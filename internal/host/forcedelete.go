@@ -58,7 +58,7 @@ func (h *Host) stopTenant(ctx context.Context, rs *runSide, tenant string, count
 			return fmt.Errorf("%d runs still going after %d rounds of cancelling (the first: %s): %w", len(live), forceRounds, live[0].ID, ErrLive)
 		}
 		for _, r := range live {
-			ok, err := h.stopRecord(ctx, rs, r, reason)
+			ok, err := h.stopRecord(ctx, rs, r, "tenant deletion", reason)
 			if err != nil {
 				return fmt.Errorf("stop run %s: %w", r.ID, err)
 			}
@@ -87,17 +87,18 @@ func (h *Host) stopTenant(ctx context.Context, rs *runSide, tenant string, count
 }
 
 // stopRecord cancels agent run r, or closes record r of another kind,
-// and reports whether this call did (false: it had ended meanwhile).
-func (h *Host) stopRecord(ctx context.Context, rs *runSide, r store.Run, reason string) (bool, error) {
+// by by, and reports whether this call did (false: it had ended
+// meanwhile).
+func (h *Host) stopRecord(ctx context.Context, rs *runSide, r store.Run, by, reason string) (bool, error) {
 	if r.Kind == "" {
-		err := rs.eng.Cancel(ctx, r.ID, "tenant deletion", reason)
+		err := rs.eng.Cancel(ctx, r.ID, by, reason)
 		if errors.Is(err, engine.ErrFinal) {
 			return false, nil
 		}
 		return err == nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		d, err := event.New(event.RunCancelled{By: "tenant deletion", Reason: reason})
+		d, err := event.New(event.RunCancelled{By: by, Reason: reason})
 		if err != nil {
 			return false, err
 		}
@@ -116,6 +117,29 @@ func (h *Host) stopRecord(ctx context.Context, rs *runSide, r store.Run, reason 
 			return false, nil
 		}
 	}
+}
+
+// killSandbox kills the E2B sandbox whose record is r, for an operator (or
+// the tenant, through the API) who cancels the record: this host's E2B
+// server destroys it at once when it holds it; else the record is closed
+// cancelled, which the server holding it (another replica) hears of at
+// once on PostgreSQL (store.Changes) and at its next meter tick on SQLite,
+// and destroys it then. A record already closed is engine.ErrFinal.
+func (h *Host) killSandbox(ctx context.Context, rs *runSide, r store.Run, by, reason string) error {
+	h.mu.Lock()
+	srv := h.e2b
+	h.mu.Unlock()
+	if srv != nil && srv.EndRecord(ctx, r.ID, by, reason) {
+		return nil
+	}
+	if r.Status.Final() {
+		return fmt.Errorf("%w: run %s is %s", engine.ErrFinal, r.ID, r.Status)
+	}
+	ok, err := h.stopRecord(ctx, rs, r, by, reason)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: run %s ended meanwhile", engine.ErrFinal, r.ID)
+	}
+	return err
 }
 
 // unended lists tenant's runs of every kind that have not ended.

@@ -141,7 +141,12 @@ type runSide struct {
 	// holds, on a shared store, are the holds every host's E2B server
 	// keeps of the checkpoints its paused sandboxes and snapshots name
 	// (store.CheckpointHolds); nil on SQLite.
-	holds  store.CheckpointHolds
+	holds store.CheckpointHolds
+	// changes, on a shared store, reports what other processes commit
+	// (store.Changes: the E2B server ends a sandbox whose record was
+	// closed elsewhere at once); nil on SQLite.
+	changes store.Changes
+
 	prices price.Table
 	// meter is the one credit meter of the engine, the gateway and the
 	// E2B API: what each holds and owes counts in the others' checks.
@@ -256,7 +261,7 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	if pg, ok := r.store.(*postgres.Store); ok {
 		bo.Backend, chunks = pg.Blobs(), pg.Chunks()
 		r.sharedChunks = true
-		r.holds = pg
+		r.holds, r.changes = pg, pg
 	} else if chunks, err = chunk.NewDir(filepath.Join(h.cfg.Home, "chunks")); err != nil {
 		return nil, err
 	}

@@ -27,6 +27,7 @@ func TestRetentionRules(t *testing.T) {
 		{"negative", RetentionRules{Default: Retention{Events: -time.Hour}}, "default: durations must not be negative"},
 		{"runs before events", RetentionRules{Tenants: map[string]Retention{"acme": {Events: 2 * time.Hour, Runs: time.Hour}}}, "tenant acme: runs 1h0m0s is shorter than events 2h0m0s"},
 		{"every too often", RetentionRules{Every: time.Second}, "every 1s: want 0 (never) or 1m to 168h"},
+		{"negative audit", RetentionRules{Tenants: map[string]Retention{"acme": {Audit: -time.Hour}}}, "tenant acme: durations must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

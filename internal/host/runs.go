@@ -123,11 +123,21 @@ func (h *Host) Verify(ctx context.Context, id string) (Verification, error) {
 }
 
 // Stop cancels (by by) or pauses run id, then waits (up to a minute) for a
-// process driving it here to let go.
+// process driving it here to let go. Cancelling an E2B sandbox's record
+// kills the sandbox (killSandbox).
 func (h *Host) Stop(ctx context.Context, id string, pause bool, by, reason string) error {
 	rs, err := h.run()
 	if err != nil {
 		return err
+	}
+	if !pause {
+		r, err := rs.store.GetRun(ctx, id)
+		if err != nil {
+			return err
+		}
+		if r.Kind == store.KindSandbox {
+			return h.killSandbox(ctx, rs, r, by, reason)
+		}
 	}
 	if pause {
 		err = rs.eng.Pause(ctx, id, reason)

@@ -72,6 +72,7 @@ import (
 //	    runs: 0                 # then the run is purged with its artifacts; 0: kept
 //	    uploads: 0              # then an uploaded workspace is deleted; 0: kept
 //	    upload_bytes: 0         # uploads kept at once, past it one is refused; 0: no budget
+//	    audit: 0                # then audit lines and deletion records go; 0: lines follow events/runs
 //	  tenants:                  # per tenant, in place of default
 //	    acme: {events: 720h, runs: 2160h}
 //	telemetry:                  # telemetry.Config
@@ -628,7 +629,7 @@ func (s *service) sweep(ctx context.Context, rules RetentionRules) {
 			}
 			continue
 		}
-		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged, "audit_lines", st.Audit, "sandbox_events", st.SandboxEvents, "uploads", st.Uploads)
+		s.log.Info("retention sweep", "runs_tombstoned", st.Runs, "payloads", st.Payloads, "payloads_kept_v1", st.Kept, "runs_purged", st.Purged, "audit_lines", st.Audit, "sandbox_events", st.SandboxEvents, "uploads", st.Uploads, "deletion_records", st.Deletions)
 	}
 }
 

@@ -81,4 +81,10 @@ type Deletions interface {
 	// tenant's and the retention passes'), newest first, at most limit
 	// (MaxPage when limit <= 0 or above it).
 	ListDeletions(ctx context.Context, tenant string, limit int) ([]Deletion, error)
+
+	// ExpireDeletions deletes the audit records recorded before before
+	// (the audit retention of a data policy) of the tenants listed, or,
+	// with others, of every tenant not listed: the retention passes' ("")
+	// and those of tenants since deleted too. It returns how many went.
+	ExpireDeletions(ctx context.Context, before time.Time, tenants []string, others bool) (int64, error)
 }

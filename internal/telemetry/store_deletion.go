@@ -39,6 +39,14 @@ func (s *Store) RecordDeletion(ctx context.Context, d store.Deletion) (store.Del
 	return out, err
 }
 
+// ExpireDeletions implements store.Store.
+func (s *Store) ExpireDeletions(ctx context.Context, before time.Time, tenants []string, others bool) (int64, error) {
+	start := time.Now()
+	n, err := s.s.ExpireDeletions(ctx, before, tenants, others)
+	s.observe("ExpireDeletions", start, err)
+	return n, err
+}
+
 // ListDeletions implements store.Store.
 func (s *Store) ListDeletions(ctx context.Context, tenant string, limit int) ([]store.Deletion, error) {
 	start := time.Now()

@@ -98,3 +98,20 @@ func (s *Store) ListDeletions(ctx context.Context, tenant string, limit int) ([]
 	}
 	return out, nil
 }
+
+// ExpireDeletions implements store.Store.
+func (s *Store) ExpireDeletions(ctx context.Context, before time.Time, tenants []string, others bool) (int64, error) {
+	if err := s.check("expire deletions", nil); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, err = schema.Postgres.ExpireDeletions(ctx, schemaTx{tx}, before, tenants, others)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: %w", err)
+	}
+	return n, nil
+}

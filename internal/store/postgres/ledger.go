@@ -64,10 +64,17 @@ func (s *Store) AddLedgerEntry(ctx context.Context, e store.LedgerEntry) (store.
 			}
 			seq = e.Seq
 		}
-		return tx.QueryRow(ctx, `INSERT INTO ledger (`+sqlrow.LedgerColumns+`)
+		err := tx.QueryRow(ctx, `INSERT INTO ledger (`+sqlrow.LedgerColumns+`)
 			SELECT COALESCE(MAX(id), 0) + 1, $1::text, $2::text, $3::bigint, $4::text, $5::bigint, $6::text, $7::bigint FROM ledger
 			RETURNING id`,
 			e.Tenant, e.Kind, e.Amount, runID, seq, e.Note, e.Created.UnixNano()).Scan(&e.ID)
+		if err != nil {
+			return err
+		}
+		// Heard at commit by every process on the store (store.Changes):
+		// an E2B server ends a spent tenant's sandboxes then.
+		_, err = tx.Exec(ctx, notifySQL, ledgerPayload(e.Tenant))
+		return err
 	})
 	if err != nil {
 		return store.LedgerEntry{}, fmt.Errorf("postgres: tenant %s: add ledger %s: %w", e.Tenant, e.Kind, err)

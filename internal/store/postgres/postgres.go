@@ -329,6 +329,9 @@ func (s *Store) UpdateRunStatus(ctx context.Context, id string, from, to event.S
 		now := s.now().UnixNano()
 		r, err = sqlrow.ScanRun(tx.QueryRow(ctx, `UPDATE runs SET status = $2, updated_ns = $3, finished_ns = $4
 			WHERE id = $1 RETURNING `+sqlrow.RunColumns, id, string(to), now, finishedNS(to, now)))
+		if err == nil && to.Final() {
+			_, err = tx.Exec(ctx, notifySQL, runEndedPayload(id))
+		}
 		return err
 	})
 	if err != nil {
@@ -453,6 +456,11 @@ func (s *Store) appendIn(ctx context.Context, tx pgx.Tx, runID string, next int6
 	}
 	last := evs[len(evs)-1]
 	now := s.now().UnixNano()
+	if to.Final() {
+		// Before the UPDATE, whose row is read last: heard at commit
+		// (store.Changes).
+		b.Queue(notifySQL, runEndedPayload(runID))
+	}
 	if to == "" {
 		// The run's updated time moves with its log (never back: a
 		// clock may step).

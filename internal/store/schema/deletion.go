@@ -9,6 +9,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/event"
@@ -404,6 +405,38 @@ func (d Dialect) ListDeletions(ctx context.Context, tx Tx, tenant string, limit 
 		return nil, fmt.Errorf("list deletions: %w", err)
 	}
 	return out, nil
+}
+
+// ExpireDeletions implements store.Deletions.ExpireDeletions in tx.
+func (d Dialect) ExpireDeletions(ctx context.Context, tx Tx, before time.Time, tenants []string, others bool) (int64, error) {
+	if len(tenants) == 0 && !others {
+		return 0, nil
+	}
+	cond := `created_ns < ` + d.Param(1)
+	args := []any{before.UnixNano()}
+	if len(tenants) > 0 {
+		ps := make([]string, len(tenants))
+		for i, t := range tenants {
+			args = append(args, t)
+			ps[i] = d.Param(len(args))
+		}
+		in := ` IN (`
+		if others {
+			in = ` NOT IN (`
+		}
+		cond += ` AND tenant` + in + strings.Join(ps, ", ") + `)`
+	}
+	var n int64
+	if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM deletions WHERE `+cond, args, &n); err != nil {
+		return 0, fmt.Errorf("count deletion records: %w", err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	if err := tx.Exec(ctx, `DELETE FROM deletions WHERE `+cond, args...); err != nil {
+		return 0, fmt.Errorf("expire deletion records: %w", err)
+	}
+	return n, nil
 }
 
 func (d Dialect) runExists(ctx context.Context, tx Tx, runID string) error {

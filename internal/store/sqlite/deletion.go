@@ -105,3 +105,20 @@ func (s *Store) ListDeletions(ctx context.Context, tenant string, limit int) ([]
 	}
 	return out, nil
 }
+
+// ExpireDeletions implements store.Store.
+func (s *Store) ExpireDeletions(ctx context.Context, before time.Time, tenants []string, others bool) (int64, error) {
+	if err := s.check("expire deletions", nil); err != nil {
+		return 0, err
+	}
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		n, err = schema.SQLite.ExpireDeletions(ctx, schemaTx{tx}, before, tenants, others)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: %w", err)
+	}
+	return n, nil
+}

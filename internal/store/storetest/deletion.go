@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -416,5 +417,83 @@ func testDeletionMarkers(t *testing.T, f Factory) {
 				t.Error("the deletion took another tenant's data")
 			}
 		})
+	}
+}
+
+// testExpireDeletions: the audit records of deletions expire by tenant:
+// those of the tenants listed recorded before the cutoff, or with others
+// those of every tenant not listed (the retention passes' and a deleted
+// tenant's too); a record at or after the cutoff, and one of a tenant the
+// call does not select, stay.
+func testExpireDeletions(t *testing.T, f Factory) {
+	if f.NewAt == nil {
+		t.Skip("the store's clock cannot be set")
+	}
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := base
+	s := f.NewAt(t, func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	})
+	at := func(d time.Duration) {
+		mu.Lock()
+		now = base.Add(d)
+		mu.Unlock()
+	}
+	record := func(tenant, target string) {
+		t.Helper()
+		kind := store.DeletionRetention
+		if tenant != "" {
+			kind = store.DeletionRun
+		}
+		if _, err := s.RecordDeletion(ctx, store.Deletion{Tenant: tenant, Kind: kind, Target: target, Actor: "test", Counts: map[string]int64{"runs": 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tn := range []string{"acme", "beta", "", "gone"} {
+		at(time.Duration(i) * time.Minute)
+		record(tn, "old-"+tn)
+	}
+	at(time.Hour)
+	for _, tn := range []string{"acme", "beta", "", "gone"} {
+		record(tn, "new-"+tn)
+	}
+	targets := func() []string {
+		t.Helper()
+		list, err := s.ListDeletions(ctx, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range list {
+			out = append(out, d.Target)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		before  time.Duration
+		tenants []string
+		others  bool
+		n       int64
+		left    []string
+	}{
+		{"nothing selected", time.Hour, nil, false, 0, []string{"new-", "new-acme", "new-beta", "new-gone", "old-", "old-acme", "old-beta", "old-gone"}},
+		{"acme, before its record", 0, []string{"acme"}, false, 0, []string{"new-", "new-acme", "new-beta", "new-gone", "old-", "old-acme", "old-beta", "old-gone"}},
+		{"acme", time.Hour, []string{"acme"}, false, 1, []string{"new-", "new-acme", "new-beta", "new-gone", "old-", "old-beta", "old-gone"}},
+		{"all but beta, up to the retention pass", 2 * time.Minute, []string{"beta"}, true, 0, []string{"new-", "new-acme", "new-beta", "new-gone", "old-", "old-beta", "old-gone"}},
+		{"all but beta", time.Hour, []string{"beta"}, true, 2, []string{"new-", "new-acme", "new-beta", "new-gone", "old-beta"}},
+		{"all", time.Hour + time.Nanosecond, nil, true, 5, nil},
+	} {
+		n, err := s.ExpireDeletions(ctx, base.Add(tc.before), tc.tenants, tc.others)
+		if err != nil || n != tc.n {
+			t.Errorf("%s: ExpireDeletions() = %d, %v; want %d", tc.name, n, err, tc.n)
+		}
+		if got := targets(); !slices.Equal(got, tc.left) {
+			t.Errorf("%s: left %q, want %q", tc.name, got, tc.left)
+		}
 	}
 }

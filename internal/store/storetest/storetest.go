@@ -118,6 +118,7 @@ func Run(t *testing.T, f Factory) {
 		{"DeleteTenant", testDeleteTenant},
 		{"MarkTenantDeleting", testMarkTenantDeleting},
 		{"DeletionMarkers", testDeletionMarkers},
+		{"ExpireDeletions", testExpireDeletions},
 		{"SandboxEvents", testSandboxEvents},
 		{"Uploads", testUploads},
 	}
