@@ -8,11 +8,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -548,5 +551,134 @@ func TestServeReplicasE2BPausedHandover(t *testing.T) {
 	}
 	if code, body := c.api("DELETE", a2.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 204 {
 		t.Errorf("kill through A's next life = %d %s", code, body)
+	}
+}
+
+// TestServeReplicasE2BSnapshots: snapshots are the service's, not a
+// replica's. A snapshot taken through A of A's sandbox is listed through
+// B, which creates a sandbox from it (by name: its files); its name is
+// taken through B as through A; deleted through B, it is gone through A
+// (listed, created from) and its checkpoint's hold released. Another
+// tenant sees none of it. The store's row holds no token or env value.
+// A snapshot A kept as a file before is moved into the store at A's start.
+func TestServeReplicasE2BSnapshots(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "ale2s-")
+	homeB := moreHome(t)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	other := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "beta")}
+	conf := e2bReplicaConf(t)
+	// A snapshot A kept as a file of its home, as a server before the
+	// shared store did: A moves it into the store at its start.
+	const legacy = "snap-0123456789abcdef0123"
+	legacyDigest := "sha256:" + strings.Repeat("ab", 32)
+	dir := filepath.Join(homeA, "e2b", "snapshots")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	legacyFile := filepath.Join(dir, legacy+".json")
+	rec := `{"id":"` + legacy + `","tenant":"acme","name":"old-snap","sandbox_id":"sb-old","checkpoint":"` + legacyDigest + `","created":"2026-01-02T03:04:05Z","template":"base","template_source":"default"}`
+	if err := os.WriteFile(legacyFile, []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startServeConf(t, homeA, exe, url, 0, conf)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+
+	const secret = "s3cret-snapshot-env"
+	code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base", "envVars": map[string]string{"SNAP_SECRET": secret}})
+	var sb e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if code, _ := c.run(a.e2bSandbox, sb, `mkdir -p /workspace/s && echo from-a-snapshot > /workspace/s/f.txt`); code != 200 {
+		t.Fatalf("command through A = %d", code)
+	}
+	code, body = c.api("POST", a.e2bAPI, "/sandboxes/"+sb.ID+"/snapshots", map[string]any{"name": "shared-snap"})
+	var snap struct {
+		ID    string   `json:"snapshotID"`
+		Names []string `json:"names"`
+	}
+	if code != 201 || json.Unmarshal(body, &snap) != nil || snap.ID == "" {
+		t.Fatalf("snapshot through A = %d %s", code, body)
+	}
+	listed := func(cl e2bClient, base string) string {
+		t.Helper()
+		code, body := cl.api("GET", base, "/snapshots", nil)
+		if code != 200 {
+			t.Fatalf("list snapshots through %s = %d %s", base, code, body)
+		}
+		return string(body)
+	}
+	if l := listed(c, b.e2bAPI); !strings.Contains(l, snap.ID) || !strings.Contains(l, "shared-snap") || !strings.Contains(l, legacy) || !strings.Contains(l, "old-snap") {
+		t.Errorf("snapshots through B = %s, want %s and A's moved %s", l, snap.ID, legacy)
+	}
+	if _, err := os.Stat(legacyFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the moved snapshot's file: %v, want it gone", err)
+	}
+	if hs, err := st.ListCheckpointHolds(context.Background()); err != nil || !slices.ContainsFunc(hs, func(h store.CheckpointHold) bool {
+		return h.Holder == "e2b/snapshot/"+legacy && h.Digest == legacyDigest && h.Tenant == "acme"
+	}) {
+		t.Errorf("holds = %+v %v, want the moved snapshot's shared hold", hs, err)
+	}
+	if l := listed(other, b.e2bAPI); strings.Contains(l, snap.ID) {
+		t.Errorf("another tenant's snapshots through B = %s", l)
+	}
+	if code, body := other.api("POST", b.e2bAPI, "/sandboxes", map[string]any{"templateID": snap.ID}); code != 404 {
+		t.Errorf("another tenant's create from the snapshot through B = %d %s, want 404", code, body)
+	}
+	// A sandbox of it through B, by name: B's own, with A's files.
+	code, body = c.api("POST", b.e2bAPI, "/sandboxes", map[string]any{"templateID": "shared-snap"})
+	var fromSnap e2bSandbox
+	if code != 201 || json.Unmarshal(body, &fromSnap) != nil {
+		t.Fatalf("create from the snapshot through B = %d %s", code, body)
+	}
+	if code, out := c.run(b.e2bSandbox, fromSnap, `cat /workspace/s/f.txt`); code != 200 || out != "from-a-snapshot\n" {
+		t.Errorf("command in B's sandbox of A's snapshot = %d %q", code, out)
+	}
+	if r := sandboxRecord(t, st, fromSnap.ID); !strings.Contains(r.LeaseOwner, b.e2bAPI) {
+		t.Errorf("the sandbox of the snapshot is held by %q, want B", r.LeaseOwner)
+	}
+	// The name is the service's: taken through B too.
+	if code, body := c.api("POST", b.e2bAPI, "/sandboxes/"+fromSnap.ID+"/snapshots", map[string]any{"name": "shared-snap"}); code != 409 {
+		t.Errorf("a second snapshot named as A's through B = %d %s, want 409", code, body)
+	}
+	rows, err := st.ListE2BSnapshots(context.Background(), "acme")
+	if err != nil || len(rows) != 2 || rows[1].ID != snap.ID {
+		t.Fatalf("the store's snapshots = %+v %v, want %s", rows, err, snap.ID)
+	}
+	if bytes.Contains(rows[1].Body, []byte(sb.Token)) || bytes.Contains(rows[1].Body, []byte(secret)) {
+		t.Errorf("the snapshot's row holds the token or the env value: %s", rows[1].Body)
+	}
+	held := func() bool {
+		hs, err := st.ListCheckpointHolds(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if strings.HasSuffix(h.Holder, "/snapshot/"+snap.ID) {
+				return true
+			}
+		}
+		return false
+	}
+	if !held() {
+		t.Errorf("no hold of the snapshot's checkpoint")
+	}
+	// Deleted through B: gone through A.
+	if code, body := c.api("DELETE", b.e2bAPI, "/templates/"+snap.ID, nil); code != 204 {
+		t.Fatalf("delete the snapshot through B = %d %s", code, body)
+	}
+	if l := listed(c, a.e2bAPI); strings.Contains(l, snap.ID) {
+		t.Errorf("snapshots through A after the delete through B = %s", l)
+	}
+	if code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "shared-snap"}); code != 404 {
+		t.Errorf("create from the deleted snapshot through A = %d %s, want 404", code, body)
+	}
+	if code, body := c.api("DELETE", a.e2bAPI, "/templates/"+snap.ID, nil); code != 404 {
+		t.Errorf("delete again through A = %d %s, want 404", code, body)
+	}
+	if held() {
+		t.Errorf("the deleted snapshot's checkpoint is still held")
 	}
 }

@@ -318,7 +318,10 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	// taken from's policy, with the snapshot's workspace.
 	var tpl template
 	var err error
-	from := s.findSnapshot(tenant, req.TemplateID)
+	from, err := s.findSnapshot(ctx, tenant, req.TemplateID)
+	if err != nil {
+		return nil, err
+	}
 	if from != nil {
 		tpl, err = s.snapshotTemplate(from)
 	} else {

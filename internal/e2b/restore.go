@@ -399,6 +399,9 @@ func (s *Server) restore(ctx context.Context) error {
 			_ = os.Remove(filepath.Join(s.o.StateDir, n))
 		}
 	}
+	if err := s.moveSnapshots(ctx); err != nil {
+		return err
+	}
 	return s.syncHolds(ctx, pausedHere)
 }
 

@@ -141,8 +141,11 @@ type runSide struct {
 	// holds, on a shared store, are the holds every host's E2B server
 	// keeps of the checkpoints its paused sandboxes and snapshots name
 	// (store.CheckpointHolds); nil on SQLite.
-	holds  store.CheckpointHolds
-	prices price.Table
+	holds store.CheckpointHolds
+	// snapshots, on a shared store, are the E2B snapshots' records, which
+	// every replica's E2B server sees (store.E2BSnapshots); nil on SQLite.
+	snapshots store.E2BSnapshots
+	prices    price.Table
 	// meter is the one credit meter of the engine, the gateway and the
 	// E2B API: what each holds and owes counts in the others' checks.
 	meter *credit.Meter
@@ -256,7 +259,7 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	if pg, ok := r.store.(*postgres.Store); ok {
 		bo.Backend, chunks = pg.Blobs(), pg.Chunks()
 		r.sharedChunks = true
-		r.holds = pg
+		r.holds, r.snapshots = pg, pg
 	} else if chunks, err = chunk.NewDir(filepath.Join(h.cfg.Home, "chunks")); err != nil {
 		return nil, err
 	}
