@@ -148,8 +148,8 @@ func parseSnapshot(b []byte) (*snapshot, error) {
 // findSnapshot returns tenant's snapshot whose id or name is ref, or nil;
 // another tenant's is as absent as one that never existed.
 func (s *Server) findSnapshot(ctx context.Context, tenant, ref string) (*snapshot, error) {
-	if ref == "" {
-		return nil, nil
+	if ref == "" || ref == DefaultTemplate {
+		return nil, nil // no snapshot's name (checkSnapshotName): no query
 	}
 	if s.o.Snapshots != nil {
 		row, err := s.o.Snapshots.GetE2BSnapshot(ctx, tenant, ref)
