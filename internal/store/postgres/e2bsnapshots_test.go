@@ -52,8 +52,13 @@ func TestE2BSnapshots(t *testing.T) {
 	for _, tt := range []struct {
 		tenant, ref, want string
 	}{
-		{"acme", "s2", "s2"}, {"acme", "web", "s2"}, {"beta", "web", "s4"},
-		{"beta", "s2", ""}, {"acme", "s4", ""}, {"acme", "", ""}, {"acme", "none", ""},
+		{"acme", "s2", "s2"},
+		{"acme", "web", "s2"},
+		{"beta", "web", "s4"},
+		{"beta", "s2", ""},
+		{"acme", "s4", ""},
+		{"acme", "", ""},
+		{"acme", "none", ""},
 	} {
 		got, err := b.GetE2BSnapshot(ctx, tt.tenant, tt.ref)
 		switch {
