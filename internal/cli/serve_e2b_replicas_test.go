@@ -8,11 +8,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -321,7 +324,9 @@ func TestServeReplicasE2B(t *testing.T) {
 // A); A is killed with SIGKILL; once A's lease lapses, B takes the
 // sandbox over (it attaches to the pod, with the tokens and envs sealed
 // in the record): the same token reaches the same files and envs through
-// B, and a kill through B deletes the pod.
+// B, and a kill through B deletes the pod. A second sandbox, paused
+// through A before its death, is taken over by B (A does not answer) and
+// resumed through B on a new pod, with its files and envs.
 func TestServeReplicasE2BKubernetes(t *testing.T) {
 	url := pgURL(t)
 	homeA, exe := serveHome(t, "ale2k-")
@@ -358,6 +363,19 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 	if code, out := c.run(a.e2bSandbox, sb, `cat /tmp/b.txt`); code != 200 || out != "through-b\n" {
 		t.Fatalf("command through A = %d %q", code, out)
 	}
+	// A second sandbox, paused through A: its workspace a checkpoint in
+	// the shared store, its pod gone.
+	code, body = c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base", "envVars": map[string]string{"REPLICA_SECRET": secret}})
+	var paused e2bSandbox
+	if code != 201 || json.Unmarshal(body, &paused) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if code, _ := c.run(a.e2bSandbox, paused, `mkdir -p /workspace/d && echo kept-across > /workspace/d/f.txt`); code != 200 {
+		t.Fatalf("command through A = %d", code)
+	}
+	if code, body := c.api("POST", a.e2bAPI, "/sandboxes/"+paused.ID+"/pause", map[string]any{"memory": false}); code != 204 {
+		t.Fatalf("pause through A = %d %s", code, body)
+	}
 	a.kill()
 	killed := time.Now()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -384,6 +402,20 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 	if rec.Status != event.StatusRunning || !strings.Contains(rec.LeaseOwner, b.e2bAPI) {
 		t.Errorf("record after the takeover: %s, lease %q; want running, B's (%s)", rec.Status, rec.LeaseOwner, b.e2bAPI)
 	}
+	// The paused one: A does not answer, so B takes it over and resumes
+	// it on a new pod, with its files and envs.
+	if code, body := c.api("POST", b.e2bAPI, "/sandboxes/"+paused.ID+"/connect", map[string]any{"timeout": 600}); code != 200 && code != 201 {
+		t.Fatalf("connect (resume) of A's paused sandbox through B = %d %s", code, body)
+	}
+	if code, out := c.run(b.e2bSandbox, paused, `cat /workspace/d/f.txt; echo "$REPLICA_SECRET"`); code != 200 || out != "kept-across\n"+secret+"\n" {
+		t.Fatalf("command through B in A's resumed sandbox = %d %q", code, out)
+	}
+	if r := sandboxRecord(t, st, paused.ID); r.Status != event.StatusRunning || !strings.Contains(r.LeaseOwner, b.e2bAPI) {
+		t.Errorf("record of the resumed sandbox: %s, lease %q; want running, B's", r.Status, r.LeaseOwner)
+	}
+	if code, body := c.api("DELETE", b.e2bAPI, "/sandboxes/"+paused.ID, nil); code != 204 {
+		t.Fatalf("kill through B = %d %s", code, body)
+	}
 	if code, body := c.api("DELETE", b.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 204 {
 		t.Fatalf("kill through B = %d %s", code, body)
 	}
@@ -396,5 +428,257 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 	}
 	if r := sandboxRecord(t, st, sb.ID); r.Status != event.StatusCancelled {
 		t.Errorf("record after the kill through B: %s, want cancelled", r.Status)
+	}
+}
+
+// TestServeReplicasE2BPausedHandover: a paused sandbox outlives its
+// replica. A sandbox made and paused through A (its workspace a
+// checkpoint in the shared store, its resume state sealed in the record)
+// is resumable through B once A is gone: B's relay to A is refused, so B
+// takes the paused sandbox over (the record's lease, a sandbox.takeover
+// in its log, the checkpoint's hold under B's name in place of A's) and
+// A restarted on its own home leaves it to B: a connect through A is
+// relayed to B, which resumes it with its files, envs and token.
+func TestServeReplicasE2BPausedHandover(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "ale2p-")
+	homeB := moreHome(t)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	other := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "beta")}
+	conf := e2bReplicaConf(t)
+	a := startServeConf(t, homeA, exe, url, 0, conf)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+
+	const secret = "s3cret-paused-value"
+	code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base", "envVars": map[string]string{"PAUSED_SECRET": secret}})
+	var sb e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if code, _ := c.run(a.e2bSandbox, sb, `mkdir -p /workspace/d && echo kept-across > /workspace/d/f.txt`); code != 200 {
+		t.Fatalf("command through A = %d", code)
+	}
+	for i, memory := range []bool{false, true} {
+		// The first pause keeps files only, the last memory too (frozen
+		// on A, gone with it): both leave a checkpoint B resumes from.
+		if i > 0 {
+			if code, body := c.api("POST", a.e2bAPI, "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 600}); code != 200 && code != 201 {
+				t.Fatalf("connect through A = %d %s", code, body)
+			}
+		}
+		if code, body := c.api("POST", a.e2bAPI, "/sandboxes/"+sb.ID+"/pause", map[string]any{"memory": memory}); code != 204 {
+			t.Fatalf("pause (memory %v) through A = %d %s", memory, code, body)
+		}
+	}
+	rec := sandboxRecord(t, st, sb.ID)
+	if rec.Status != event.StatusPaused || !strings.Contains(rec.LeaseOwner, a.e2bAPI) {
+		t.Fatalf("record after the pause: %s, owner %q; want paused, A's", rec.Status, rec.LeaseOwner)
+	}
+	holdsOf := func() []string {
+		hs, err := st.ListCheckpointHolds(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, h := range hs {
+			if strings.HasSuffix(h.Holder, "/paused/"+rec.ID) {
+				out = append(out, h.Holder)
+			}
+		}
+		return out
+	}
+	heldByA := holdsOf()
+	if len(heldByA) != 1 {
+		t.Fatalf("holds of the paused checkpoint: %v, want A's one", heldByA)
+	}
+
+	a.kill()
+	// Another tenant's key, and a wrong token, take nothing over.
+	if code, body := other.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 404 {
+		t.Errorf("another tenant's info through B = %d %s, want 404", code, body)
+	}
+	if code, _ := c.run(b.e2bSandbox, e2bSandbox{ID: sb.ID, Token: strings.Repeat("0", 64)}, "echo no"); code != 502 {
+		t.Errorf("command with a wrong token through B = %d, want 502", code)
+	}
+	if r := sandboxRecord(t, st, sb.ID); r.LeaseOwner != rec.LeaseOwner {
+		t.Errorf("the record's owner after refused requests: %q, want A's still", r.LeaseOwner)
+	}
+	// The owner's info through B: taken over, paused.
+	code, body = c.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil)
+	var info struct {
+		e2bSandbox
+		State string `json:"state"`
+	}
+	if code != 200 || json.Unmarshal(body, &info) != nil || info.State != "paused" || info.Token != sb.Token {
+		t.Fatalf("info through B with A gone = %d %s, want 200 paused, the same token", code, body)
+	}
+	r := sandboxRecord(t, st, sb.ID)
+	if r.Status != event.StatusPaused || !strings.Contains(r.LeaseOwner, b.e2bAPI) {
+		t.Errorf("record after the takeover: %s, owner %q; want paused, B's", r.Status, r.LeaseOwner)
+	}
+	if held := holdsOf(); len(held) != 1 || held[0] == heldByA[0] {
+		t.Errorf("holds after the takeover: %v, want B's one in place of A's %v", held, heldByA)
+	}
+	evs, err := st.Events(context.Background(), r.ID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := false
+	for _, e := range evs {
+		took = took || e.Type == event.TypeSandboxOp && bytes.Contains(e.Payload, []byte(`"sandbox.takeover"`))
+		if bytes.Contains(e.Payload, []byte(sb.Token)) || bytes.Contains(e.Payload, []byte(secret)) {
+			t.Errorf("event %d (%s) holds the token or the env value", e.Seq, e.Type)
+		}
+	}
+	if !took {
+		t.Errorf("no sandbox.takeover in the record's log")
+	}
+	// A again, on its own home, while the sandbox is B's and paused: it
+	// leaves it to B (its state file there is stale) and relays a
+	// connect to B, which resumes it with its files, envs and token.
+	a2 := startServeConf(t, homeA, exe, url, 0, conf)
+	if code, body := c.api("POST", a2.e2bAPI, "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 600}); code != 200 && code != 201 {
+		t.Fatalf("connect (resume) through A's next life = %d %s", code, body)
+	}
+	if r := sandboxRecord(t, st, sb.ID); r.Status != event.StatusRunning || !strings.Contains(r.LeaseOwner, b.e2bAPI) {
+		t.Errorf("record after the resume: %s, owner %q; want running, B's", r.Status, r.LeaseOwner)
+	}
+	for _, via := range []string{b.e2bSandbox, a2.e2bSandbox} {
+		if code, out := c.run(via, sb, `cat /workspace/d/f.txt; echo "$PAUSED_SECRET"`); code != 200 || out != "kept-across\n"+secret+"\n" {
+			t.Errorf("command through %s after the resume = %d %q", via, code, out)
+		}
+	}
+	if code, body := c.api("DELETE", a2.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 204 {
+		t.Errorf("kill through A's next life = %d %s", code, body)
+	}
+}
+
+// TestServeReplicasE2BSnapshots: snapshots are the service's, not a
+// replica's. A snapshot taken through A of A's sandbox is listed through
+// B, which creates a sandbox from it (by name: its files); its name is
+// taken through B as through A; deleted through B, it is gone through A
+// (listed, created from) and its checkpoint's hold released. Another
+// tenant sees none of it. The store's row holds no token or env value.
+// A snapshot A kept as a file before is moved into the store at A's start.
+func TestServeReplicasE2BSnapshots(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "ale2s-")
+	homeB := moreHome(t)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	other := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "beta")}
+	conf := e2bReplicaConf(t)
+	// A snapshot A kept as a file of its home, as a server before the
+	// shared store did: A moves it into the store at its start.
+	const legacy = "snap-0123456789abcdef0123"
+	legacyDigest := "sha256:" + strings.Repeat("ab", 32)
+	dir := filepath.Join(homeA, "e2b", "snapshots")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	legacyFile := filepath.Join(dir, legacy+".json")
+	rec := `{"id":"` + legacy + `","tenant":"acme","name":"old-snap","sandbox_id":"sb-old","checkpoint":"` + legacyDigest + `","created":"2026-01-02T03:04:05Z","template":"base","template_source":"default"}`
+	if err := os.WriteFile(legacyFile, []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startServeConf(t, homeA, exe, url, 0, conf)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+
+	const secret = "s3cret-snapshot-env"
+	code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base", "envVars": map[string]string{"SNAP_SECRET": secret}})
+	var sb e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if code, _ := c.run(a.e2bSandbox, sb, `mkdir -p /workspace/s && echo from-a-snapshot > /workspace/s/f.txt`); code != 200 {
+		t.Fatalf("command through A = %d", code)
+	}
+	code, body = c.api("POST", a.e2bAPI, "/sandboxes/"+sb.ID+"/snapshots", map[string]any{"name": "shared-snap"})
+	var snap struct {
+		ID    string   `json:"snapshotID"`
+		Names []string `json:"names"`
+	}
+	if code != 201 || json.Unmarshal(body, &snap) != nil || snap.ID == "" {
+		t.Fatalf("snapshot through A = %d %s", code, body)
+	}
+	listed := func(cl e2bClient, base string) string {
+		t.Helper()
+		code, body := cl.api("GET", base, "/snapshots", nil)
+		if code != 200 {
+			t.Fatalf("list snapshots through %s = %d %s", base, code, body)
+		}
+		return string(body)
+	}
+	if l := listed(c, b.e2bAPI); !strings.Contains(l, snap.ID) || !strings.Contains(l, "shared-snap") || !strings.Contains(l, legacy) || !strings.Contains(l, "old-snap") {
+		t.Errorf("snapshots through B = %s, want %s and A's moved %s", l, snap.ID, legacy)
+	}
+	if _, err := os.Stat(legacyFile); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the moved snapshot's file: %v, want it gone", err)
+	}
+	if hs, err := st.ListCheckpointHolds(context.Background()); err != nil || !slices.ContainsFunc(hs, func(h store.CheckpointHold) bool {
+		return h.Holder == "e2b/snapshot/"+legacy && h.Digest == legacyDigest && h.Tenant == "acme"
+	}) {
+		t.Errorf("holds = %+v %v, want the moved snapshot's shared hold", hs, err)
+	}
+	if l := listed(other, b.e2bAPI); strings.Contains(l, snap.ID) {
+		t.Errorf("another tenant's snapshots through B = %s", l)
+	}
+	if code, body := other.api("POST", b.e2bAPI, "/sandboxes", map[string]any{"templateID": snap.ID}); code != 404 {
+		t.Errorf("another tenant's create from the snapshot through B = %d %s, want 404", code, body)
+	}
+	// A sandbox of it through B, by name: B's own, with A's files.
+	code, body = c.api("POST", b.e2bAPI, "/sandboxes", map[string]any{"templateID": "shared-snap"})
+	var fromSnap e2bSandbox
+	if code != 201 || json.Unmarshal(body, &fromSnap) != nil {
+		t.Fatalf("create from the snapshot through B = %d %s", code, body)
+	}
+	if code, out := c.run(b.e2bSandbox, fromSnap, `cat /workspace/s/f.txt`); code != 200 || out != "from-a-snapshot\n" {
+		t.Errorf("command in B's sandbox of A's snapshot = %d %q", code, out)
+	}
+	if r := sandboxRecord(t, st, fromSnap.ID); !strings.Contains(r.LeaseOwner, b.e2bAPI) {
+		t.Errorf("the sandbox of the snapshot is held by %q, want B", r.LeaseOwner)
+	}
+	// The name is the service's: taken through B too.
+	if code, body := c.api("POST", b.e2bAPI, "/sandboxes/"+fromSnap.ID+"/snapshots", map[string]any{"name": "shared-snap"}); code != 409 {
+		t.Errorf("a second snapshot named as A's through B = %d %s, want 409", code, body)
+	}
+	rows, err := st.ListE2BSnapshots(context.Background(), "acme")
+	if err != nil || len(rows) != 2 || rows[1].ID != snap.ID {
+		t.Fatalf("the store's snapshots = %+v %v, want %s", rows, err, snap.ID)
+	}
+	if bytes.Contains(rows[1].Body, []byte(sb.Token)) || bytes.Contains(rows[1].Body, []byte(secret)) {
+		t.Errorf("the snapshot's row holds the token or the env value: %s", rows[1].Body)
+	}
+	held := func() bool {
+		hs, err := st.ListCheckpointHolds(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if strings.HasSuffix(h.Holder, "/snapshot/"+snap.ID) {
+				return true
+			}
+		}
+		return false
+	}
+	if !held() {
+		t.Errorf("no hold of the snapshot's checkpoint")
+	}
+	// Deleted through B: gone through A.
+	if code, body := c.api("DELETE", b.e2bAPI, "/templates/"+snap.ID, nil); code != 204 {
+		t.Fatalf("delete the snapshot through B = %d %s", code, body)
+	}
+	if l := listed(c, a.e2bAPI); strings.Contains(l, snap.ID) {
+		t.Errorf("snapshots through A after the delete through B = %s", l)
+	}
+	if code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "shared-snap"}); code != 404 {
+		t.Errorf("create from the deleted snapshot through A = %d %s, want 404", code, body)
+	}
+	if code, body := c.api("DELETE", a.e2bAPI, "/templates/"+snap.ID, nil); code != 404 {
+		t.Errorf("delete again through A = %d %s, want 404", code, body)
+	}
+	if held() {
+		t.Errorf("the deleted snapshot's checkpoint is still held")
 	}
 }

@@ -318,7 +318,10 @@ func (s *Server) create(ctx context.Context, tenant, keyID string, req createReq
 	// taken from's policy, with the snapshot's workspace.
 	var tpl template
 	var err error
-	from := s.findSnapshot(tenant, req.TemplateID)
+	from, err := s.findSnapshot(ctx, tenant, req.TemplateID)
+	if err != nil {
+		return nil, err
+	}
 	if from != nil {
 		tpl, err = s.snapshotTemplate(from)
 	} else {
@@ -845,8 +848,15 @@ func (s *Server) pause(ctx context.Context, b *box, why string, memory bool) err
 		removeTar()
 		return err
 	}
+	sealed, err := s.sealedPause(b, ps)
+	if err != nil {
+		thaw()
+		s.removePaused(b.rec.runID)
+		removeTar()
+		return fmt.Errorf("e2b: pause %s: seal its state: %w", b.id, err)
+	}
 	u, _ := s.usage(b, lv, b.meter, s.now(), true)
-	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: why, Snapshots: snapshots, Kind: kind, Note: note})
+	stored, err := b.rec.commit(ctx, event.StatusRunning, event.StatusPaused, u, event.RunPaused{Reason: why, Snapshots: snapshots, Kind: kind, Note: note, Sealed: sealed})
 	if err != nil {
 		// The sandbox goes on running, as its record says.
 		thaw()
@@ -909,6 +919,9 @@ func (s *Server) resume(ctx context.Context, b *box, timeout time.Duration) erro
 	defer b.mu.Unlock()
 	if b.state != statePaused {
 		return nil
+	}
+	if s.movedAway(ctx, b) {
+		return &publicError{status: 503, msg: "the sandbox was taken over by another replica of this service while this one did not answer for it: retry, and the request reaches that replica"}
 	}
 	t0 := s.now()
 	if b.frozen != nil {

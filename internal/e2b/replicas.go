@@ -444,6 +444,11 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 			return false
 		}
 	}
+	if rec.Status == event.StatusPaused && s.takeOverPaused(r.Context(), rec, owner) {
+		// Its replica is gone: paused, this server's now (handover.go).
+		s.invalidateIndex()
+		return false
+	}
 	fail := func(status int, msg string) bool {
 		s.audit.record(Record{Tenant: rec.Tenant, Sandbox: id, Op: "relay", Outcome: "unavailable", Detail: clipDetail(msg)})
 		switch {
@@ -667,23 +672,14 @@ func (s *Server) lastProvisioned(ctx context.Context, runID string) (*event.Sand
 		prov *event.SandboxProvisioned
 		last int64
 	)
-	for from := int64(1); ; {
-		evs, err := s.o.Store.Events(ctx, runID, from, store.MaxPage)
-		if err != nil {
-			return nil, 0, err
+	err := s.eachEventOf(ctx, runID, func(e event.Event) {
+		last = e.Seq
+		if e.Type != event.TypeSandboxProvisioned {
+			return
 		}
-		for _, e := range evs {
-			last = e.Seq
-			if e.Type != event.TypeSandboxProvisioned {
-				continue
-			}
-			if p, err := e.Unpack(); err == nil {
-				prov = p.(*event.SandboxProvisioned)
-			}
+		if p, err := e.Unpack(); err == nil {
+			prov = p.(*event.SandboxProvisioned)
 		}
-		if len(evs) < store.MaxPage {
-			return prov, last, nil
-		}
-		from = last + 1
-	}
+	})
+	return prov, last, err
 }

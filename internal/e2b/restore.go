@@ -363,6 +363,10 @@ func (s *Server) restore(ctx context.Context) error {
 			s.closeLost(ctx, r, "its server stopped while it ran")
 		case r.Status == event.StatusRunning:
 			s.takeOver(ctx, r)
+		case r.Status == event.StatusPaused && r.LeaseOwner != "" && !s.ours(r.LeaseOwner):
+			// Another replica took it over while this server was
+			// down (handover.go): its state here is stale.
+			continue
 		case r.Status == event.StatusPaused:
 			ps, err := s.readPaused(r.ID)
 			if errors.Is(err, fs.ErrNotExist) {
@@ -394,6 +398,9 @@ func (s *Server) restore(ctx context.Context) error {
 		if !keep[n] && (strings.HasPrefix(n, pausedPrefix) || strings.HasPrefix(n, snapshotPrefix) || strings.HasPrefix(n, ".tmp-")) {
 			_ = os.Remove(filepath.Join(s.o.StateDir, n))
 		}
+	}
+	if err := s.moveSnapshots(ctx); err != nil {
+		return err
 	}
 	return s.syncHolds(ctx, pausedHere)
 }
@@ -453,29 +460,11 @@ func (s *Server) restoreBox(ctx context.Context, r store.Run, ps pausedState) er
 // takeOver closes running record r as lost if its server's lease ran
 // out: the store's clock decides, through AcquireLease.
 func (s *Server) takeOver(ctx context.Context, r store.Run) {
-	s.mu.Lock()
-	if ch, ok := s.takeovers[r.ID]; ok {
-		// Another goroutine of this server (the sweep, a request) is
-		// taking it over: its outcome is this one's.
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
+	end := s.beginTakeover(ctx, r.ID)
+	if end == nil {
 		return
 	}
-	if s.takeovers == nil {
-		s.takeovers = map[string]chan struct{}{}
-	}
-	done := make(chan struct{})
-	s.takeovers[r.ID] = done
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.takeovers, r.ID)
-		s.mu.Unlock()
-		close(done)
-	}()
+	defer end()
 	l, err := s.o.Store.AcquireLease(ctx, r.ID, s.owner, s.leaseTTL())
 	switch {
 	case errors.Is(err, store.ErrLeased), errors.Is(err, store.ErrFinal):
@@ -488,6 +477,35 @@ func (s *Server) takeOver(ctx context.Context, r store.Run) {
 		return // reachable from here: it goes on, this server's now
 	}
 	s.closeLost(ctx, r, "its server stopped renewing its lease")
+}
+
+// beginTakeover registers a takeover of record runID by this server and
+// returns its end, to call once the sandbox is served here or given up;
+// or, when another goroutine of this server (the sweep, a request) is
+// taking it over already, waits for that one, whose outcome is this
+// one's, and returns nil.
+func (s *Server) beginTakeover(ctx context.Context, runID string) (end func()) {
+	s.mu.Lock()
+	if ch, ok := s.takeovers[runID]; ok {
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	if s.takeovers == nil {
+		s.takeovers = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	s.takeovers[runID] = done
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.takeovers, runID)
+		s.mu.Unlock()
+		close(done)
+	}
 }
 
 // awaitTakeover waits while this server takes record runID over: its

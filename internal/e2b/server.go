@@ -81,6 +81,10 @@ type Options struct {
 	// keeps them; nil on a store only this host uses (the collection
 	// reads StateDir).
 	Holds store.CheckpointHolds
+	// Snapshots, on a store several hosts share, keeps the tenants'
+	// snapshots' records, so that every replica of the service sees
+	// every snapshot (snapshot.go); nil keeps them in StateDir.
+	Snapshots store.E2BSnapshots
 	// StateDir holds what paused sandboxes' resume needs, the index of
 	// the tenants' snapshots, and this server's id (required). Keep it
 	// across restarts: paused sandboxes are resumable from it and

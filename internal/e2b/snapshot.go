@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/interp"
 	"github.com/airlockrun/airlock/internal/policy"
+	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/blob"
 	envtemplate "github.com/airlockrun/airlock/internal/template"
 )
@@ -26,7 +27,8 @@ import (
 // from which create boots new sandboxes (templateID = the snapshot's id or
 // name). The checkpoint is in the host's checkpoint store; the snapshot's
 // own record is a small JSON file in StateDir/snapshots, one per
-// snapshot, loaded when the Server starts. Why there and not in the run
+// snapshot, loaded when the Server starts, or, on a store several hosts
+// share, a row of the store (Options.Snapshots; below). Why there and not in the run
 // store: a snapshot outlives the sandbox it was taken from (whose record
 // is then final), is deleted, and is looked up by id and name on every
 // create; the run store has no mutable, deletable rows for that, and
@@ -120,6 +122,11 @@ func readSnapshot(path string) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseSnapshot(b)
+}
+
+// parseSnapshot decodes and checks one snapshot's record.
+func parseSnapshot(b []byte) (*snapshot, error) {
 	if len(b) > maxPausedState {
 		return nil, errors.New("too large")
 	}
@@ -140,10 +147,37 @@ func readSnapshot(path string) (*snapshot, error) {
 
 // findSnapshot returns tenant's snapshot whose id or name is ref, or nil;
 // another tenant's is as absent as one that never existed.
-func (s *Server) findSnapshot(tenant, ref string) *snapshot {
-	if ref == "" {
-		return nil
+func (s *Server) findSnapshot(ctx context.Context, tenant, ref string) (*snapshot, error) {
+	if ref == "" || ref == DefaultTemplate {
+		return nil, nil // no snapshot's name (checkSnapshotName): no query
 	}
+	if s.o.Snapshots != nil {
+		row, err := s.o.Snapshots.GetE2BSnapshot(ctx, tenant, ref)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("e2b: find snapshot: %w", err)
+		}
+		return snapshotOfRow(row)
+	}
+	return s.findSnapshotHere(tenant, ref), nil
+}
+
+// snapshotOfRow decodes a snapshot's row of the shared store.
+func snapshotOfRow(row store.E2BSnapshot) (*snapshot, error) {
+	sn, err := parseSnapshot(row.Body)
+	if err == nil && (sn.ID != row.ID || sn.Tenant != row.Tenant || sn.Name != row.Name) {
+		err = errors.New("its body names another snapshot")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("e2b: snapshot %s: %w", clip(row.ID), err)
+	}
+	return sn, nil
+}
+
+// findSnapshotHere is findSnapshot in this server's StateDir.
+func (s *Server) findSnapshotHere(tenant, ref string) *snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sn := s.snaps[ref]; sn != nil {
@@ -221,6 +255,12 @@ func (s *Server) takeSnapshot(ctx context.Context, b *box, name string) (*snapsh
 		ID: snapshotIDPrefix + randomHex(10), Tenant: b.tenant, Name: name, SandboxID: b.id, Checkpoint: digest,
 		Created: s.now().UTC(), Template: b.template.name, TemplateSource: b.template.source, Policy: b.template.raw,
 		Env: b.template.env, EnvVersion: b.template.version,
+	}
+	if s.o.Snapshots != nil {
+		if err := s.putShared(ctx, sn); err != nil {
+			return nil, err
+		}
+		return sn, nil
 	}
 	s.mu.Lock()
 	for _, o := range s.snaps {
@@ -313,14 +353,16 @@ func (s *Server) handleListSnapshots(ctx context.Context, w http.ResponseWriter,
 		}
 	}
 	sandboxID, name := q.Get("sandboxID"), q.Get("name")
-	s.mu.Lock()
+	all, err := s.tenantSnapshots(ctx, c.p.Tenant)
+	if err != nil {
+		return err
+	}
 	var rows []*snapshot
-	for _, sn := range s.snaps {
-		if sn.Tenant == c.p.Tenant && (sandboxID == "" || sn.SandboxID == sandboxID) && (name == "" || sn.Name == name) {
+	for _, sn := range all {
+		if (sandboxID == "" || sn.SandboxID == sandboxID) && (name == "" || sn.Name == name) {
 			rows = append(rows, sn)
 		}
 	}
-	s.mu.Unlock()
 	order := func(a, b *snapshot) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
 			return c
@@ -352,11 +394,26 @@ var errNoSnapshot = &publicError{status: 404, msg: "snapshot not found"}
 // Its checkpoint stays in the store, shared with whatever else refers to
 // its chunks; sandboxes created from it keep their workspaces.
 func (s *Server) handleDeleteSnapshot(ctx context.Context, w http.ResponseWriter, r *http.Request, c caller) error {
-	sn := s.findSnapshot(c.p.Tenant, r.PathValue("templateID"))
+	sn, err := s.findSnapshot(ctx, c.p.Tenant, r.PathValue("templateID"))
+	if err != nil {
+		return err
+	}
 	if sn == nil {
 		return errNoSnapshot
 	}
-	err := os.Remove(filepath.Join(s.snapshotDir(), sn.ID+".json"))
+	if s.o.Snapshots != nil {
+		err := s.o.Snapshots.DeleteE2BSnapshot(ctx, sn.Tenant, sn.ID)
+		if errors.Is(err, store.ErrNotFound) {
+			return errNoSnapshot // another replica deleted it a moment ago
+		}
+		if err != nil {
+			return fmt.Errorf("e2b: delete snapshot %s: %w", sn.ID, err)
+		}
+		s.release(ctx, sharedSnapshotHolder(sn.ID))
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	err = os.Remove(filepath.Join(s.snapshotDir(), sn.ID+".json"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("e2b: delete snapshot %s: %w", sn.ID, err)
 	}
@@ -365,5 +422,111 @@ func (s *Server) handleDeleteSnapshot(ctx context.Context, w http.ResponseWriter
 	s.mu.Unlock()
 	s.release(ctx, s.snapshotHolder(sn.ID))
 	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// On a store several hosts share (Options.Snapshots: PostgreSQL), the
+// snapshots' records are rows of the store, not files of StateDir: every
+// replica of the service lists, finds, deletes and creates sandboxes from
+// every snapshot, whichever replica took it. Each one's checkpoint is
+// held under a holder no server owns (sharedSnapshotHolder), released by
+// whichever replica deletes it; the tenant's deletion deletes both rows.
+// A server that kept snapshots as files before moves them into the store
+// at its start (moveSnapshots).
+
+// sharedSnapshotHolder is the hold of snapshot id's checkpoint on a
+// shared store.
+func sharedSnapshotHolder(id string) string { return "e2b/snapshot/" + id }
+
+// putShared records sn in the shared store, and its checkpoint's hold.
+func (s *Server) putShared(ctx context.Context, sn *snapshot) error {
+	raw, err := json.Marshal(sn)
+	if err != nil {
+		return err
+	}
+	// The hold first: a row is never without its checkpoint's hold.
+	if err := s.hold(ctx, sharedSnapshotHolder(sn.ID), sn.Tenant, sn.Checkpoint); err != nil {
+		return fmt.Errorf("e2b: snapshot %s: %w", sn.SandboxID, err)
+	}
+	err = s.o.Snapshots.PutE2BSnapshot(ctx, store.E2BSnapshot{ID: sn.ID, Tenant: sn.Tenant, Name: sn.Name, Created: sn.Created, Body: raw})
+	if err == nil {
+		return nil
+	}
+	s.release(ctx, sharedSnapshotHolder(sn.ID))
+	if errors.Is(err, store.ErrExists) && sn.Name != "" {
+		return &publicError{status: 409, msg: fmt.Sprintf("you have a snapshot called %q; delete it first", sn.Name)}
+	}
+	return fmt.Errorf("e2b: snapshot %s: keep its record: %w", sn.SandboxID, err)
+}
+
+// tenantSnapshots returns every snapshot of tenant.
+func (s *Server) tenantSnapshots(ctx context.Context, tenant string) ([]*snapshot, error) {
+	if s.o.Snapshots == nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		var out []*snapshot
+		for _, sn := range s.snaps {
+			if sn.Tenant == tenant {
+				out = append(out, sn)
+			}
+		}
+		return out, nil
+	}
+	rows, err := s.o.Snapshots.ListE2BSnapshots(ctx, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("e2b: list snapshots: %w", err)
+	}
+	out := make([]*snapshot, 0, len(rows))
+	for _, row := range rows {
+		sn, err := snapshotOfRow(row)
+		if err != nil {
+			s.log.Error("e2b: a snapshot's record does not load", "snapshot_id", row.ID, "err", err)
+			continue
+		}
+		out = append(out, sn)
+	}
+	return out, nil
+}
+
+// moveSnapshots moves the snapshots this server kept as files of StateDir
+// into the shared store (Options.Snapshots), each with its checkpoint's
+// shared hold, and removes their files (whose holds the next syncHolds
+// drops). One whose id is in the store already was moved before; one
+// whose name its tenant has taken since keeps its id alone.
+func (s *Server) moveSnapshots(ctx context.Context) error {
+	if s.o.Snapshots == nil {
+		return nil
+	}
+	s.mu.Lock()
+	snaps := make([]*snapshot, 0, len(s.snaps))
+	for _, sn := range s.snaps {
+		snaps = append(snaps, sn)
+	}
+	s.mu.Unlock()
+	for _, sn := range snaps {
+		_, err := s.o.Snapshots.GetE2BSnapshot(ctx, sn.Tenant, sn.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			err = s.putShared(ctx, sn)
+			var pe *publicError
+			if errors.As(err, &pe) {
+				moved := *sn
+				moved.Name = ""
+				s.log.Warn("e2b: a snapshot's name is taken in the shared store: moved without it", "snapshot_id", sn.ID, "name", sn.Name)
+				err = s.putShared(ctx, &moved)
+			}
+		case err == nil:
+			err = s.hold(ctx, sharedSnapshotHolder(sn.ID), sn.Tenant, sn.Checkpoint)
+		}
+		if err != nil {
+			return fmt.Errorf("e2b: move snapshot %s into the shared store: %w", sn.ID, err)
+		}
+		if err := os.Remove(filepath.Join(s.snapshotDir(), sn.ID+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("e2b: move snapshot %s into the shared store: %w", sn.ID, err)
+		}
+		s.mu.Lock()
+		delete(s.snaps, sn.ID)
+		s.mu.Unlock()
+	}
 	return nil
 }

@@ -142,6 +142,12 @@ type RunPaused struct {
 	Kind string `json:"kind,omitempty"`
 	// Note says why a pause asked to keep memory kept only files.
 	Note string `json:"note,omitempty"`
+	// Sealed is what an E2B sandbox's resume needs besides its record
+	// (its checkpoint, tokens, create's envs, lifecycle and template),
+	// sealed under the replicas' shared key (as sandbox.created's), so
+	// that another replica can resume it when the one that paused it is
+	// gone; empty without a shared key or a checkpoint.
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // RunResumed is the payload of TypeRunResumed.

@@ -104,7 +104,7 @@ func (h *Host) startE2B(ctx context.Context, rs *runSide, cfg e2b.Config, trust 
 		Config: cfg, Backend: b, Keys: auth.NewKeys(rs.store, nil), Store: rs.store, Meter: rs.meter, Checkpoints: rs.checkpoints,
 		Network: &runNetwork{h: h}, TrustTenantPolicies: trust, Ports: ports,
 		StateDir: filepath.Join(h.cfg.Home, sandboxcli.E2BStateDir), Audit: e.audit, Logger: log,
-		Holds: rs.holds, Changes: rs.changes,
+		Holds: rs.holds, Changes: rs.changes, Snapshots: rs.snapshots,
 	})
 	if err != nil {
 		lnAPI.Close()

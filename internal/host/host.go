@@ -146,6 +146,9 @@ type runSide struct {
 	// (store.Changes: the E2B server ends a sandbox whose record was
 	// closed elsewhere at once); nil on SQLite.
 	changes store.Changes
+	// snapshots, on a shared store, are the E2B snapshots' records, which
+	// every replica's E2B server sees (store.E2BSnapshots); nil on SQLite.
+	snapshots store.E2BSnapshots
 
 	prices price.Table
 	// meter is the one credit meter of the engine, the gateway and the
@@ -261,7 +264,7 @@ func (h *Host) openRuns() (_ *runSide, err error) {
 	if pg, ok := r.store.(*postgres.Store); ok {
 		bo.Backend, chunks = pg.Blobs(), pg.Chunks()
 		r.sharedChunks = true
-		r.holds, r.changes = pg, pg
+		r.holds, r.changes, r.snapshots = pg, pg, pg
 	} else if chunks, err = chunk.NewDir(filepath.Join(h.cfg.Home, "chunks")); err != nil {
 		return nil, err
 	}

@@ -198,6 +198,14 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 	if n > 0 {
 		rec.Counts["checkpoint_holds"] = n
 	}
+	// Its E2B snapshots' records (store.E2BSnapshots): their
+	// checkpoints' holds went above.
+	if n, err = d.deleteCount(ctx, tx, "e2b_snapshots", `tenant = `+d.Param(1), tenant); err != nil {
+		return rec, nil, err
+	}
+	if n > 0 {
+		rec.Counts["e2b_snapshots"] = n
+	}
 	// What its sandboxes outside runs reported (store.SandboxEvents).
 	if n, err = d.deleteCount(ctx, tx, "sandbox_events", `tenant = `+d.Param(1), tenant); err != nil {
 		return rec, nil, err

@@ -321,6 +321,23 @@ var migrations = []string{
 	);
 	CREATE INDEX uploads_tenant ON uploads (tenant, created_ns);
 	CREATE INDEX uploads_digest ON uploads (digest);`,
+
+	// 18: E2B snapshots on a database several hosts share
+	// (store.E2BSnapshots): one row per snapshot, its body the E2B
+	// server's record of it (opaque here), so that every replica of the
+	// service lists, finds and deletes every snapshot and boots
+	// sandboxes of it. A tenant's names are unique. The SQLite store's
+	// host keeps its snapshots in its E2B state directory and leaves
+	// this empty. A tenant's rows go with it.
+	`CREATE TABLE e2b_snapshots (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		body       BLOB NOT NULL
+	);
+	CREATE INDEX e2b_snapshots_tenant ON e2b_snapshots (tenant, created_ns);
+	CREATE UNIQUE INDEX e2b_snapshots_name ON e2b_snapshots (tenant, name) WHERE name <> '';`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -330,7 +347,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 17
+const Version = 18
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int
