@@ -28,24 +28,7 @@ func BenchmarkImport(b *testing.B) {
 	}
 	tmp := b.TempDir()
 	src := filepath.Join(tmp, "src")
-	buf := make([]byte, 16<<20)
-	for i := range buf {
-		buf[i] = byte(i*7 + i>>9)
-	}
-	for i := range 1500 {
-		d := filepath.Join(src, fmt.Sprintf("pkg%02d", i/100))
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d.go", i%100)), buf[:1024+i*7919%(47<<10)], 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range 4 {
-		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("blob%d.bin", i)), buf, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeRepoTree(b, src)
 	tarFile := filepath.Join(tmp, "tree.tar")
 	if out, err := exec.Command("tar", "-C", src, "--sort=name", "-cf", tarFile, ".").CombinedOutput(); err != nil {
 		b.Fatalf("tar -c: %v: %s", err, out)
@@ -143,24 +126,7 @@ func median(x []float64) float64 {
 func BenchmarkImportFrames(b *testing.B) {
 	tmp := b.TempDir()
 	src := filepath.Join(tmp, "src")
-	buf := make([]byte, 16<<20)
-	for i := range buf {
-		buf[i] = byte(i*7 + i>>9)
-	}
-	for i := range 1500 {
-		d := filepath.Join(src, fmt.Sprintf("pkg%02d", i/100))
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d.go", i%100)), buf[:1024+i*7919%(47<<10)], 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for i := range 4 {
-		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("blob%d.bin", i)), buf, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	writeRepoTree(b, src)
 	stream, err := exec.Command("tar", "-C", src, "--sort=name", "-cf", "-", ".").Output()
 	if err != nil {
 		b.Skipf("tar -c: %v", err)
@@ -198,4 +164,29 @@ func BenchmarkImportFrames(b *testing.B) {
 	b.ReportMetric(cpu[0].Seconds()/n, "peek-cpu-s")
 	b.ReportMetric(cpu[1].Seconds()/n, "read-cpu-s")
 	b.ReportMetric(cpu[0].Seconds()/cpu[1].Seconds(), "cpu-ratio")
+}
+
+// writeRepoTree writes the benchmarks' tree under src, shaped like a
+// repository: 1,500 files of 1–48 KiB in directories of 100 and 4 files
+// of 16 MiB (about 100 MiB).
+func writeRepoTree(b *testing.B, src string) {
+	b.Helper()
+	buf := make([]byte, 16<<20)
+	for i := range buf {
+		buf[i] = byte(i*7 + i>>9)
+	}
+	for i := range 1500 {
+		d := filepath.Join(src, fmt.Sprintf("pkg%02d", i/100))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d.go", i%100)), buf[:1024+i*7919%(47<<10)], 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if err := os.WriteFile(filepath.Join(src, fmt.Sprintf("blob%d.bin", i)), buf, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
