@@ -17,7 +17,8 @@ const [dir, n, ws, servePid, dataPlane] = process.argv.slice(2)
 const rss = () => Number(readFileSync(`/proc/${servePid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]) / 1024
 // cpu is the CPU time (ns, every thread's) of serve pid and of the
 // executors below it (the sandboxes' PID 1s: airlock-exec with no
-// argument; a warm pool's idle ones add next to nothing): what a request
+// argument, or late-ids when started by vfork; a warm pool's idle ones
+// add next to nothing): what a request
 // costs them is a measure a loaded machine moves far less than a p50.
 const threadsNs = (pid) => {
   let ns = 0
@@ -43,7 +44,7 @@ const cpu = (pid) => {
     const c = stack.pop()
     try {
       const args = readFileSync(`/proc/${c}/cmdline`, 'utf8').split('\0').filter(Boolean)
-      if (args.length === 1 && args[0].endsWith('airlock-exec')) exec += threadsNs(c)
+      if (args[0]?.endsWith('airlock-exec') && (args.length === 1 || (args.length === 2 && args[1] === 'late-ids'))) exec += threadsNs(c)
       stack.push(...children(c))
     } catch {}
   }
