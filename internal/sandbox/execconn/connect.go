@@ -87,7 +87,7 @@ func (c *Conn) openRelay(req *execproto.Request, remote sandbox.PortAddr, what s
 		remote: remote, what: what,
 		up: make(chan struct{}), closing: make(chan struct{}),
 		rdl: newDeadline(), wdl: newDeadline(),
-		ackAt: max(int(window)/4, 1),
+		credit: newStdoutCredit(window),
 	}
 	s, err := c.openOutputs(req, &outputs{detached: true, hold: hold, up: func() { pc.upOnce.Do(func() { close(pc.up) }) }})
 	if err != nil {
@@ -215,12 +215,11 @@ type portConn struct {
 
 	// rest is what Read took from the Inbox and has not returned yet;
 	// eof is set once Read took the close of Stdout (the server's EOF),
-	// after all its data; taken is what Read returned and has not given
-	// credit for, which it gives at ackAt. Guarded by readMu.
-	rest  []byte
-	eof   bool
-	taken int
-	ackAt int
+	// after all its data; credit is what Read returned and has not
+	// given credit for. Guarded by readMu.
+	rest   []byte
+	eof    bool
+	credit stdoutCredit
 
 	closing   chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -259,7 +258,7 @@ func (pc *portConn) Read(b []byte) (int, error) {
 		if len(pc.rest) > 0 {
 			n := copy(b, pc.rest)
 			pc.rest = pc.rest[n:]
-			pc.credit(n)
+			pc.credit.took(pc.s, n)
 			return n, nil
 		}
 		if pc.eof {
@@ -307,18 +306,26 @@ func (pc *portConn) Read(b []byte) (int, error) {
 	}
 }
 
-// credit counts n bytes of Stdout returned by Read, and gives the
-// executor credit for what was returned once that is a quarter of the
-// window: the executor may send three quarters more meanwhile, so it is
-// never held up by it, and a small exchange costs no frame. Called with
-// readMu held.
-func (pc *portConn) credit(n int) {
-	pc.taken += n
-	if pc.taken < pc.ackAt {
+// stdoutCredit is what a reader of a stream's Stdout returned and has not
+// given the executor credit for. The credit goes back once that is a
+// quarter of the window: the executor may send three quarters more
+// meanwhile, so it is never held up by it, and a small exchange costs no
+// frame.
+type stdoutCredit struct{ taken, every int }
+
+func newStdoutCredit(window int64) stdoutCredit {
+	return stdoutCredit{every: max(int(window)/4, 1)}
+}
+
+// took counts n bytes of s's Stdout returned by a Read, and sends their
+// credit when it is due. Called under the reader's lock.
+func (c *stdoutCredit) took(s *stream, n int) {
+	c.taken += n
+	if c.taken < c.every {
 		return
 	}
-	_ = pc.s.send(execproto.AckFrame(pc.s.id, execproto.Stdout, uint32(pc.taken)))
-	pc.taken = 0
+	_ = s.send(execproto.AckFrame(s.id, execproto.Stdout, uint32(c.taken)))
+	c.taken = 0
 }
 
 // awaitEnd waits for the stream's end, which follows the close of one of

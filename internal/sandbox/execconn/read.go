@@ -41,7 +41,7 @@ func (c *Conn) Open(ctx context.Context, path string, limit int64) (sandbox.File
 		return nil, err
 	}
 	window, _ := req.Flow()
-	r := &fileReader{s: s, ctx: ctx, path: path, limit: limit, ackAt: int(window / 4), closing: make(chan struct{})}
+	r := &fileReader{s: s, ctx: ctx, path: path, limit: limit, credit: newStdoutCredit(window), closing: make(chan struct{})}
 	r.stopCtx = context.AfterFunc(ctx, r.cancel)
 	en, err := r.head()
 	if err != nil {
@@ -63,12 +63,11 @@ type fileReader struct {
 	info    sandbox.FileInfo
 	size    int64 // the head's: 0, to the end
 
-	mu    sync.Mutex // one Read at a time
-	rest  []byte     // of the chunk being read
-	got   int64      // bytes received
-	taken int        // bytes read and not yet credited
-	ackAt int        // credit is returned in steps of this many bytes
-	err   error      // sticky: the read's end or failure
+	mu     sync.Mutex   // one Read at a time
+	rest   []byte       // of the chunk being read
+	got    int64        // bytes received
+	credit stdoutCredit // what Read returned and has not credited
+	err    error        // sticky: the read's end or failure
 
 	closing    chan struct{}
 	closeOnce  sync.Once
@@ -158,7 +157,7 @@ func (r *fileReader) Read(b []byte) (int, error) {
 		if len(r.rest) > 0 {
 			n := copy(b, r.rest)
 			r.rest = r.rest[n:]
-			r.credit(n)
+			r.credit.took(r.s, n)
 			return n, nil
 		}
 		if r.err != nil {
@@ -197,18 +196,6 @@ func (r *fileReader) Read(b []byte) (int, error) {
 			return 0, errReaderClosed
 		}
 	}
-}
-
-// credit counts n bytes returned by Read and returns the executor's
-// credit for them in steps of a quarter of the window. Called with mu
-// held.
-func (r *fileReader) credit(n int) {
-	r.taken += n
-	if r.taken < r.ackAt {
-		return
-	}
-	_ = r.s.send(execproto.AckFrame(r.s.id, execproto.Stdout, uint32(r.taken)))
-	r.taken = 0
 }
 
 // cancel asks the executor to stop the read, once.
