@@ -473,22 +473,41 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 	if err != nil || (target.Scheme != "http" && target.Scheme != "https") || target.Host == "" {
 		return fail(http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s is held by replica %s, whose advertised address is malformed", id, ownerLabel(owner)))
 	}
+	relayTo(target, s.relayTransport, ownerLabel(s.owner), func(err error) {
+		fail(http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s is held by replica %s at %s, which does not answer (%s); once its lease lapses (within %s) another replica takes the sandbox over, or closes it as lost", id, ownerLabel(owner), base, relayReason(err), s.leaseTTL()))
+	}).ServeHTTP(w, r)
+	return true
+}
+
+// relayTo returns the handler that relays a request, unchanged but for
+// relayedHeader (set to from), to target over transport, and its answer
+// back as it comes; failed answers (on the handler's writer) a request
+// target did not. The relay is full duplex: the request's body goes on
+// while the answer comes. Without it an HTTP/1 server consumes and closes
+// the request's body as the answer begins (a process's start event can
+// come before the transport's last read of the body), the transport's
+// read fails, it closes the connection, and the answer is cut short.
+func relayTo(target *url.URL, transport http.RoundTripper, from string, failed func(error)) http.Handler {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			// The data plane routes by Host <port>-<id>.<domain>, or by
 			// the routing headers, which go on unchanged.
 			pr.Out.Host = pr.In.Host
-			pr.Out.Header.Set(relayedHeader, ownerLabel(s.owner))
+			pr.Out.Header.Set(relayedHeader, from)
 		},
-		Transport:     s.relayTransport,
+		Transport:     transport,
 		FlushInterval: -1, // streams (process output, watches) as they come
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			fail(http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s is held by replica %s at %s, which does not answer (%s); once its lease lapses (within %s) another replica takes the sandbox over, or closes it as lost", id, ownerLabel(owner), base, relayReason(err), s.leaseTTL()))
+		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) {
+			failed(err)
 		},
 	}
-	rp.ServeHTTP(w, r)
-	return true
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// HTTP/2 is full duplex already; an HTTP/1 connection is, when
+		// asked.
+		_ = http.NewResponseController(w).EnableFullDuplex()
+		rp.ServeHTTP(w, r)
+	})
 }
 
 // relayReason is a relay's error without the request's URL.
