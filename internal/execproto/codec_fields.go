@@ -169,6 +169,7 @@ func (s Setup) appendFields(e *encoder) {
 		e.msg(27, true, *s.Account)
 	}
 	e.int(28, s.Pids)
+	e.flag(29, s.StaticReadOnly)
 }
 
 func (s *Setup) decodeFields(d *decoder) {
@@ -238,6 +239,8 @@ func (s *Setup) decodeFields(d *decoder) {
 			d.msg(s.Account, true)
 		case 28:
 			s.Pids = d.int64()
+		case 29:
+			s.StaticReadOnly = true
 		default:
 			d.unknown(n)
 		}

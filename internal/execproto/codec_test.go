@@ -40,7 +40,7 @@ func messages() []execproto.Message {
 			Workspace:   execproto.Workspace{Mode: execproto.WorkspaceRW, Source: &execproto.HostPath{Path: "/home/me/w", Dev: 1, Ino: 2}},
 			ProxyPath:   &execproto.HostPath{Path: "/run/p.sock", Ino: 9},
 			ProxyAddr:   "127.0.0.1:3128",
-			NoSetGroups: true, RequireLandlock: true, WritableRoot: true,
+			NoSetGroups: true, RequireLandlock: true, WritableRoot: true, StaticReadOnly: true,
 			RootCaps: []string{"CHOWN", "SETUID"},
 			Sudo:     true,
 		},

@@ -119,6 +119,11 @@ type Setup struct {
 	NoSetGroups bool `json:"no_setgroups,omitempty"`
 	// RequireLandlock makes setup fail when the kernel has no Landlock.
 	RequireLandlock bool `json:"require_landlock,omitempty"`
+	// StaticReadOnly mounts the read-only workspace and the read-only
+	// directory mounts as overlays of one detached layer where the kernel
+	// allows it, so that mountinfo names no host path: the host leaves
+	// them unchanged while the sandbox runs (sandbox.Spec.StaticReadOnly).
+	StaticReadOnly bool `json:"static_read_only,omitempty"`
 	// WritableRoot lets commands write anywhere in an image or template
 	// root (its upper layer), not only in the writable mounts.
 	WritableRoot bool `json:"writable_root,omitempty"`

@@ -175,7 +175,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 			return nil, uppers{-1, -1}, fmt.Errorf("open the root's upper layer: %w", err)
 		}
 	}
-	if up.ws, err = setupWorkspace(s.Workspace, u); err != nil {
+	if up.ws, err = setupWorkspace(s.Workspace, u, s.StaticReadOnly); err != nil {
 		return nil, uppers{-1, -1}, fmt.Errorf("workspace: %w", err)
 	}
 	if a := s.WorkspaceAlias; a != "" {
@@ -187,7 +187,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	}
 	layers = append(layers, "workspace:"+s.Workspace.Mode)
 	for _, m := range s.Mounts {
-		if err := setupMount(m); err != nil {
+		if err := setupMount(m, s.StaticReadOnly); err != nil {
 			return nil, uppers{-1, -1}, fmt.Errorf("mount %s: %w", m.Target, err)
 		}
 	}
@@ -558,7 +558,7 @@ func writeEtc(etc string, s *execproto.Setup, names ...string) error {
 // opened now or never. Close-on-exec, it reaches no command; O_PATH, it
 // grants nothing by itself (checkpoints open beneath it, see checkpoints).
 // It returns -1 in the other modes.
-func setupWorkspace(w execproto.Workspace, u execproto.User) (int, error) {
+func setupWorkspace(w execproto.Workspace, u execproto.User, static bool) (int, error) {
 	dst := filepath.Join(newRoot, workspacePath)
 	switch w.Mode {
 	case execproto.WorkspaceEmpty, "":
@@ -591,13 +591,19 @@ func setupWorkspace(w execproto.Workspace, u execproto.User) (int, error) {
 			return -1, fmt.Errorf("open the upper layer: %w", err)
 		}
 		return upper, nil
-	case execproto.WorkspaceRO, execproto.WorkspaceRW:
+	case execproto.WorkspaceRO:
+		if err := moveMount(w.FD, dst); err != nil || !static {
+			return -1, err
+		}
+		_, err := neutralReadOnly(dst)
+		return -1, err
+	case execproto.WorkspaceRW:
 		return -1, moveMount(w.FD, dst)
 	}
 	return -1, fmt.Errorf("unknown mode %q", w.Mode)
 }
 
-func setupMount(m execproto.Mount) error {
+func setupMount(m execproto.Mount, static bool) error {
 	if !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || m.Target == "/" {
 		return errors.New("target must be a clean absolute path")
 	}
@@ -613,7 +619,13 @@ func setupMount(m execproto.Mount) error {
 	if err != nil {
 		return err
 	}
-	return moveMount(m.FD, dst)
+	if err := moveMount(m.FD, dst); err != nil {
+		return err
+	}
+	if static && m.ReadOnly && !m.File {
+		_, err = neutralReadOnly(dst)
+	}
+	return err
 }
 
 // procMasked are hidden behind /dev/null (files) or an empty read-only tmpfs

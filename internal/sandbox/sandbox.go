@@ -122,6 +122,16 @@ type Spec struct {
 	Workspace     string
 	WorkspaceMode string // cow (default), ro, rw
 	Mounts        []Mount
+	// StaticReadOnly says the host leaves the read-only workspace and
+	// read-only mounts unchanged while the sandbox runs. The native
+	// runtime then mounts each such directory as an overlay of one
+	// detached layer (Linux 6.13), whose line in mountinfo names no host
+	// path, where a bind's names its source's path (docs/gvisor.md); the
+	// sandbox may then miss changes the host makes anyway (overlayfs
+	// caches names: a file made after the sandbox looked for it stays
+	// missing, a removed one stays). Without it, or on an older kernel,
+	// they are read-only binds, which show the host's changes at once.
+	StaticReadOnly bool
 	// Env is added to every command's environment. Nothing of the host's
 	// environment passes in unless named here or in a Command.
 	Env    []string

@@ -134,6 +134,7 @@ func appendSpec(e *execproto.Encoder, s *sandbox.Spec) {
 		e.Flag(4, a.RootHome)
 	})
 	e.Str(19, s.Runtime)
+	e.Flag(20, s.StaticReadOnly)
 }
 
 func decodeSpec(d *execproto.Decoder, s *sandbox.Spec) {
@@ -180,6 +181,8 @@ func decodeSpec(d *execproto.Decoder, s *sandbox.Spec) {
 			d.Msg(false, func(d *execproto.Decoder) { decodeAccount(d, &s.Account) })
 		case 19:
 			s.Runtime = d.Str()
+		case 20:
+			s.StaticReadOnly = true
 		default:
 			d.Unknown(n)
 		}

@@ -177,7 +177,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"a length past the end", req(2, 1, 9, 'a')},
 		{"bytes after the last field", req(5, 0)},
 		{"an empty spec", req(1, 0)},
-		{"an unknown spec field", req(1, 1, 20)},
+		{"an unknown spec field", req(1, 1, 21)},
 		{"an empty spec string", req(1, 2, 1, 0)},
 		{"an empty limits", req(1, 2, 12, 0)},
 		{"a NaN of CPUs", append(req(1, 12, 12, 10, 3), binary.AppendUvarint(nil, math.Float64bits(math.NaN()))...)},

@@ -526,11 +526,12 @@ func attackHostProcesses(t *testing.T, rt string) {
 // hostPathProbe dumps, as root inside, what /proc says of every process
 // in the sandbox (maps, descriptors' and tasks' descriptors' links, cwd,
 // root, exe, mount tables, unix sockets) while a command holds open a file
-// of the workspace, a directory of a mount and a connection through the
-// egress forwarder. On gvisor the executor's maps and descriptor links are
-// readable (gVisor's /proc checks no ptrace access there): what they show
-// must be the sandbox's own names.
-const hostPathProbe = `exec 5</workspace/f 6</data 7</data/g
+// of the workspace, a directory and a file of a mount, a file of a
+// read-only mount and a connection through the egress forwarder. On gvisor
+// the executor's maps and descriptor links are readable (gVisor's /proc
+// checks no ptrace access there): what they show must be the sandbox's own
+// names.
+const hostPathProbe = `exec 5</workspace/f 6</data 7</data/g 8</rodata/h
 python3 -c 'import socket, time
 s = socket.create_connection(("127.0.0.1", 3128))
 open("/tmp/connected", "w").close()
@@ -547,10 +548,20 @@ true`
 
 // attackHostPaths: nothing the sandbox can read in /proc names a host path:
 // not the workspace's, a mount's source, the egress socket's, the
-// executor's binary or the backend's state (a gvisor sandbox's bundle).
+// executor's binary or the backend's state (a gvisor sandbox's bundle). It
+// runs with a cow and with a read-only workspace, each beside a read-write
+// and a read-only mount, in a sandbox whose host leaves its read-only
+// directories unchanged (Spec.StaticReadOnly; without it natively they are
+// read-only binds, whose roots show as a read-write bind's do).
 func attackHostPaths(t *testing.T, rt string) {
-	ws, mnt := t.TempDir(), t.TempDir()
-	for _, f := range []string{ws + "/f", mnt + "/g"} {
+	for _, mode := range []string{sandbox.WorkspaceCOW, sandbox.WorkspaceRO} {
+		t.Run(mode, func(t *testing.T) { attackHostPathsIn(t, rt, mode) })
+	}
+}
+
+func attackHostPathsIn(t *testing.T, rt, mode string) {
+	ws, mnt, ro := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, f := range []string{ws + "/f", mnt + "/g", ro + "/h"} {
 		if err := os.WriteFile(f, []byte("x\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -570,10 +581,14 @@ func attackHostPaths(t *testing.T, rt string) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	sb := attackSandbox(t, rt, sandbox.Spec{Workspace: ws, Mounts: []sandbox.Mount{{Source: mnt, Target: "/data"}}, Network: sandbox.NetworkProxy, ProxySocket: sock})
+	sb := attackSandbox(t, rt, sandbox.Spec{
+		Workspace: ws, WorkspaceMode: mode, StaticReadOnly: true,
+		Mounts:  []sandbox.Mount{{Source: mnt, Target: "/data"}, {Source: ro, Target: "/rodata", ReadOnly: true}},
+		Network: sandbox.NetworkProxy, ProxySocket: sock,
+	})
 	out := attackMust(t, sb, "root", hostPathProbe)
 	// Controls: the probe read descriptor links and memory maps.
-	for _, want := range []string{"/workspace/f", "/data/g", "libc.so.6", "through the forwarder"} {
+	for _, want := range []string{"/workspace/f", "/data/g", "/rodata/h", "libc.so.6", "through the forwarder"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("control: the probe's output does not name %s:\n%s", want, out)
 		}
@@ -584,9 +599,21 @@ func attackHostPaths(t *testing.T, rt string) {
 	// Every directory t.TempDir made (the backend's state among them)
 	// is below this one.
 	host := map[string]string{
-		"the test's temporary directories (state, workspace, mount, socket)": filepath.Dir(ws),
-		"the workspace": ws, "the mount's source": mnt, "the egress socket": sock,
+		"the test's temporary directories (state, workspace, mounts, socket)": filepath.Dir(ws),
+		"the workspace": ws, "the mount's source": mnt, "the read-only mount's source": ro, "the egress socket": sock,
 		"the executor's binary": executorPath, "the executor's directory": filepath.Dir(executorPath),
+	}
+	// Natively, a read-write bind's root in mountinfo is its source's path
+	// in its file system (docs/gvisor.md): the kernel has no other name for
+	// it. A read-only directory (mount or workspace) is an overlay of one
+	// detached layer where the kernel allows it (Linux 6.13), whose
+	// mountinfo names no host path; a cow workspace is an overlay too.
+	rwBinds := map[string]bool{filepath.Dir(ws): true, mnt: true, sock: true, executorPath: true, filepath.Dir(executorPath): true}
+	if !linux.DetachedLayers() {
+		rwBinds[ro] = true
+		if mode == sandbox.WorkspaceRO {
+			rwBinds[ws] = true
+		}
 	}
 	gaps := map[string]bool{}
 	for _, line := range strings.Split(out, "\n") {
@@ -594,15 +621,13 @@ func attackHostPaths(t *testing.T, rt string) {
 			if !strings.Contains(line, p) {
 				continue
 			}
-			if rt == sandbox.RuntimeNative {
-				// One place natively, where the kernel names host paths
-				// (docs/gvisor.md): a bind mount's root in mountinfo is its
-				// source's path in its file system. (/proc/net/unix shows
-				// the egress socket's bound name, which
-				// sandbox.ListenProxySocket makes a /proc/self/fd one.)
+			if rt == sandbox.RuntimeNative && rwBinds[p] {
+				// (/proc/net/unix shows the egress socket's bound name,
+				// which sandbox.ListenProxySocket makes a /proc/self/fd
+				// one.)
 				f := strings.Fields(line)
 				if len(f) > 4 && slices.Contains(f, "-") && strings.Count(line, p) == strings.Count(f[3], p) {
-					gaps["mountinfo names a bind mount's root by its path on the host"] = true
+					gaps["mountinfo names a read-write bind mount's root by its path on the host"] = true
 					continue
 				}
 			}

@@ -269,6 +269,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	setup := newSetup(sb.spec.Limits, b.root)
 	setup.WritableRoot = sb.spec.WritableRoot
+	setup.StaticReadOnly = sb.spec.StaticReadOnly
 	setup.Sudo = sb.spec.Sudo
 	setup.RootCaps = sb.spec.RootCaps
 	applyAccount(setup, sb.spec.Account)

@@ -83,6 +83,12 @@ func Doctor(executor string) []Check {
 			unix.Close(fd)
 		}
 		add("mount-api", err == nil, true, errOr(err, "open_tree/move_mount/id-mapped mounts"))
+		layers, err := detachedLayers()
+		detail := "overlay layers by descriptor (Linux 6.13): with sandbox.Spec.StaticReadOnly, read-only directories name no host path in mountinfo"
+		if err == nil && !layers {
+			detail = "this kernel takes no overlay layer by descriptor (Linux 6.13 does): read-only directories stay binds, whose mountinfo names their host paths"
+		}
+		add("detached-layers", layers, false, errOr(err, detail))
 		ok, detail := rootlessStatic(unix.ByteSliceToString(uts.Release[:]))
 		add("rootless", ok, false, detail)
 	} else {

@@ -128,3 +128,11 @@ func RunscExecutor(b *Backend, spec sandbox.Spec, args []string) (ready, total, 
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	return ready, time.Since(start), time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
+
+// DetachedLayers reports whether the executor can mount read-only
+// directories as overlays of a detached layer here (false where the probe
+// cannot tell: unprivileged).
+func DetachedLayers() bool {
+	ok, _ := detachedLayers()
+	return ok
+}

@@ -394,3 +394,32 @@ func lockLayers(dirs []string) ([]*os.File, error) {
 	}
 	return out, nil
 }
+
+// detachedLayers reports whether this kernel takes an overlay's layer as a
+// detached mount's descriptor (fsconfig FSCONFIG_SET_FD of "lowerdir+",
+// Linux 6.13): the executor then mounts each read-only directory (a mount
+// or the workspace) as an overlay of one such layer, which mountinfo lists
+// as "lowerdir+=/" where a bind's root names the source's path on the
+// host. It tries, which needs root; an error says why it could not.
+func detachedLayers() (bool, error) {
+	dir, err := os.MkdirTemp("", "airlock-layer-")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(dir)
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return false, fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(tree)
+	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return false, fmt.Errorf("open overlay: %w", err)
+	}
+	defer unix.Close(fsfd)
+	err = unix.FsconfigSetFd(fsfd, "lowerdir+", tree)
+	if errors.Is(err, unix.EINVAL) {
+		return false, nil
+	}
+	return err == nil, err
+}
