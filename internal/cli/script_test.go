@@ -106,6 +106,9 @@ func TestScripts(t *testing.T) {
 				_, err := executor()
 				_, rerr := exec.LookPath("runsc")
 				return os.Geteuid() == 0 && err == nil && rerr == nil, nil
+			case "layers":
+				// Overlay layers given by descriptor: Linux 6.13.
+				return kernelAtLeast(6, 13), nil
 			case "kernel":
 				// The sandbox's root is the host's: Debian's python3.
 				return exec.Command("/usr/bin/python3", "-c", "import ipykernel, jupyter_client").Run() == nil, nil
@@ -293,4 +296,18 @@ func forwardedGet(ts *testscript.TestScript, neg bool, args []string) {
 	case err == nil && neg:
 		ts.Fatalf("GET %s through port-forward succeeded", args[2])
 	}
+}
+
+// kernelAtLeast reports whether the running kernel's version is at least
+// major.minor.
+func kernelAtLeast(major, minor int) bool {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return false
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(string(b), "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// Sudo gives every sandbox a sudo command (sandbox.Spec.Sudo): the
 	// policy's sandbox.sudo: true.
 	Sudo bool `json:"sudo,omitempty"`
+	// StaticReadOnly: the host leaves the read-only workspace and mounts
+	// unchanged while the run's sandboxes run (sandbox.Spec.StaticReadOnly):
+	// the policy's sandbox.static_read_only.
+	StaticReadOnly bool `json:"static_read_only,omitempty"`
 	// Template, when set, is the stored template the run's sandboxes
 	// start from (its image, environment, limits and policy are in the
 	// other fields): the run records its name, version and hash; its
@@ -554,6 +558,7 @@ func PolicyConfig(doc *policy.Document) Config {
 		Runtime:           doc.Sandbox.Runtime,
 		WritableRoot:      doc.Sandbox.Root == policy.RootWritable,
 		Sudo:              doc.Sandbox.Sudo != nil && *doc.Sandbox.Sudo,
+		StaticReadOnly:    doc.Sandbox.StaticReadOnly,
 	}
 	main := SandboxConfig{Name: DefaultSandbox}
 	if ws := doc.Sandbox.Workspace; ws.Source != "" {

@@ -261,7 +261,7 @@ func (d *driver) provision(ctx context.Context, name string, l *live) error {
 	}
 	// The run's own sandboxes only: an MCP server's (baseSpec too) gets
 	// neither.
-	spec.WritableRoot, spec.Sudo = cfg.WritableRoot, cfg.Sudo
+	spec.WritableRoot, spec.Sudo, spec.StaticReadOnly = cfg.WritableRoot, cfg.Sudo, cfg.StaticReadOnly
 	for _, m := range cfg.Mounts {
 		spec.Mounts = append(spec.Mounts, sandbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
 	}

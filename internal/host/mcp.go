@@ -209,6 +209,7 @@ func SandboxDefaults(doc *policy.Document) sandboxcli.Defaults {
 	sb := doc.Sandbox
 	d := sandboxcli.Defaults{
 		RootFS: sb.RootFS, Workspace: sb.Workspace.Source, WorkspaceMode: sb.Workspace.Mode, Runtime: sb.Runtime,
+		StaticReadOnly: sb.StaticReadOnly,
 		Limits: sandbox.Limits{
 			MemoryBytes: int64(sb.Limits.Memory), DiskBytes: int64(sb.Limits.Disk), Pids: sb.Limits.Pids, CPUs: sb.Limits.CPUs,
 			RequireHard: sb.RequireHardLimits,

@@ -40,6 +40,12 @@ type Sandbox struct {
 	// the host's); unset is the consumer's default: off for runs, on for
 	// E2B sandboxes (E2B's user has a passwordless sudo).
 	Sudo *bool `yaml:"sudo,omitempty"`
+	// StaticReadOnly promises that the host leaves the read-only
+	// workspace and read-only mounts unchanged while a sandbox runs: the
+	// native runtime then shows them without naming their host paths in
+	// mountinfo (Linux 6.13; sandbox.Spec.StaticReadOnly), at the price of
+	// missing changes the host makes anyway.
+	StaticReadOnly bool `yaml:"static_read_only,omitempty"`
 }
 
 // The sandbox roots (Sandbox.Root).

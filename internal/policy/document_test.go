@@ -217,7 +217,7 @@ func TestParseDocumentErrors(t *testing.T) {
 		},
 		{
 			"section not a mapping", "sandbox: [a]\n",
-			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime, root, sudo)",
+			"policy: sandbox: want a mapping, got a list (line 1; hint: known keys: rootfs, image, workspace, mounts, limits, require_hard_limits, runtime, root, sudo, static_read_only)",
 		},
 		{
 			"unknown root", "sandbox:\n  root: rw\n",
@@ -745,6 +745,22 @@ func TestSandboxImage(t *testing.T) {
 	}
 	if strings.Contains(string(Default().Canonical()), "image:") {
 		t.Errorf("the default's canonical form names an image:\n%s", Default().Canonical())
+	}
+}
+
+// TestParseStaticReadOnly: sandbox.static_read_only is kept, in the
+// document and its canonical form, and a document without it keeps its
+// canonical form of before the field.
+func TestParseStaticReadOnly(t *testing.T) {
+	doc, err := Parse([]byte("sandbox:\n  static_read_only: true\n"))
+	if err != nil || !doc.Sandbox.StaticReadOnly {
+		t.Fatalf("Parse(static_read_only: true) = %+v, %v", doc, err)
+	}
+	if !bytes.Contains(doc.Canonical(), []byte("static_read_only: true")) {
+		t.Errorf("Canonical() does not keep static_read_only:\n%s", doc.Canonical())
+	}
+	if bytes.Contains(Default().Canonical(), []byte("static_read_only")) {
+		t.Errorf("the default document's canonical form names static_read_only:\n%s", Default().Canonical())
 	}
 }
 

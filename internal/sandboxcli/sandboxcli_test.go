@@ -102,6 +102,19 @@ func TestSpec(t *testing.T) {
 			t.Errorf("--runtime %q over policy runtime %q: Spec().Runtime = %q, %v; want %q", c.flag, c.d.Runtime, s.Runtime, err, c.want)
 		}
 	}
+	// --static-read-only, or the policy's sandbox.static_read_only.
+	static := BuiltinDefaults
+	static.StaticReadOnly = true
+	for _, c := range []struct {
+		flag bool
+		d    Defaults
+		want bool
+	}{{false, BuiltinDefaults, false}, {true, BuiltinDefaults, true}, {false, static, true}} {
+		s, err := (&SpecFlags{StaticReadOnly: c.flag}).Spec(c.d, false)
+		if err != nil || s.StaticReadOnly != c.want {
+			t.Errorf("--static-read-only=%v over the policy's %v: Spec().StaticReadOnly = %v, %v; want %v", c.flag, c.d.StaticReadOnly, s.StaticReadOnly, err, c.want)
+		}
+	}
 	s, err := (&SpecFlags{SoftLimits: true, Pids: 7}).Spec(BuiltinDefaults, false)
 	if err != nil || s.Limits.RequireHard || s.Limits.Pids != 7 {
 		t.Errorf("--soft-limits --pids 7: %+v, %v", s.Limits, err)

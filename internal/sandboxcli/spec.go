@@ -22,6 +22,9 @@ type Defaults struct {
 	// Runtime isolates the sandbox (sandbox.RuntimeNative or
 	// sandbox.RuntimeGVisor; empty is native).
 	Runtime string
+	// StaticReadOnly: the host leaves the read-only directories unchanged
+	// (sandbox.Spec.StaticReadOnly).
+	StaticReadOnly bool
 	// CommandTimeout and Output bound one command (Output 0: 16M).
 	CommandTimeout time.Duration
 	Output         int64
@@ -40,20 +43,21 @@ const defaultOutput = 16 << 20
 
 // SpecFlags are the flags that describe a sandbox, shared by run and create.
 type SpecFlags struct {
-	Workspace     string   `help:"Host directory shown at /workspace (default: an empty workspace)." placeholder:"DIR"`
-	WorkspaceMode string   `help:"How the workspace is shown: cow (changes stay in the sandbox; the default), ro or rw." enum:",cow,ro,rw" default:""`
-	Mount         []string `sep:"none" help:"Extra bind mount SRC:DST[:ro|rw] (repeatable; read-only unless :rw)." placeholder:"SRC:DST[:MODE]"`
-	Env           []string `short:"e" sep:"none" help:"Environment variable K=V for the command (repeatable). Nothing of the host's environment passes in unless named." placeholder:"K=V"`
-	Memory        string   `help:"Memory limit, swap included (default: the policy's sandbox.limits.memory, 1G)."`
-	Pids          int64    `help:"Process limit (default: the policy's, 512)."`
-	CPUs          float64  `name:"cpus" help:"CPU limit, in CPUs (default: the policy's, 1)."`
-	Disk          string   `help:"Size of each writable layer: workspace changes and home, /tmp (default: the policy's, 1G)."`
-	Network       string   `help:"Network mode: none (loopback only) or proxy (egress through airlock's proxy with --policy/--allow, or through --proxy-socket). Default: proxy when a policy or --allow is given, else none." enum:",none,proxy" default:""`
-	ProxySocket   string   `help:"Host unix socket that proxy-mode connections are forwarded to." placeholder:"PATH"`
-	Rootfs        string   `help:"Template root filesystem (unpacked image) instead of the host's system directories." placeholder:"DIR"`
-	User          string   `help:"User inside the sandbox, name or uid (default: the unprivileged sandbox user)." placeholder:"NAME|UID"`
-	SoftLimits    bool     `help:"Run even where memory, pids and CPU limits cannot be enforced (never the default)."`
-	Runtime       string   `help:"What isolates the sandbox: native (namespaces, seccomp, Landlock on the host's kernel) or gvisor (gVisor's kernel, runsc; airlock doctor says whether it works here). Default: the policy's sandbox.runtime, native." enum:",native,gvisor" default:""`
+	Workspace      string   `help:"Host directory shown at /workspace (default: an empty workspace)." placeholder:"DIR"`
+	WorkspaceMode  string   `help:"How the workspace is shown: cow (changes stay in the sandbox; the default), ro or rw." enum:",cow,ro,rw" default:""`
+	Mount          []string `sep:"none" help:"Extra bind mount SRC:DST[:ro|rw] (repeatable; read-only unless :rw)." placeholder:"SRC:DST[:MODE]"`
+	Env            []string `short:"e" sep:"none" help:"Environment variable K=V for the command (repeatable). Nothing of the host's environment passes in unless named." placeholder:"K=V"`
+	Memory         string   `help:"Memory limit, swap included (default: the policy's sandbox.limits.memory, 1G)."`
+	Pids           int64    `help:"Process limit (default: the policy's, 512)."`
+	CPUs           float64  `name:"cpus" help:"CPU limit, in CPUs (default: the policy's, 1)."`
+	Disk           string   `help:"Size of each writable layer: workspace changes and home, /tmp (default: the policy's, 1G)."`
+	Network        string   `help:"Network mode: none (loopback only) or proxy (egress through airlock's proxy with --policy/--allow, or through --proxy-socket). Default: proxy when a policy or --allow is given, else none." enum:",none,proxy" default:""`
+	ProxySocket    string   `help:"Host unix socket that proxy-mode connections are forwarded to." placeholder:"PATH"`
+	Rootfs         string   `help:"Template root filesystem (unpacked image) instead of the host's system directories." placeholder:"DIR"`
+	User           string   `help:"User inside the sandbox, name or uid (default: the unprivileged sandbox user)." placeholder:"NAME|UID"`
+	SoftLimits     bool     `help:"Run even where memory, pids and CPU limits cannot be enforced (never the default)."`
+	StaticReadOnly bool     `name:"static-read-only" help:"The read-only workspace and mounts stay unchanged on the host while the sandbox runs: their host paths are then hidden from mountinfo (Linux 6.13), and changes made to them anyway may not be seen. Default: the policy's sandbox.static_read_only."`
+	Runtime        string   `help:"What isolates the sandbox: native (namespaces, seccomp, Landlock on the host's kernel) or gvisor (gVisor's kernel, runsc; airlock doctor says whether it works here). Default: the policy's sandbox.runtime, native." enum:",native,gvisor" default:""`
 }
 
 // Spec turns the flags into a sandbox spec, reporting every bad value. The
@@ -88,6 +92,7 @@ func (f *SpecFlags) Spec(d Defaults, egress bool) (sandbox.Spec, error) {
 	} else if f.WorkspaceMode != "" && f.WorkspaceMode != sandbox.WorkspaceCOW {
 		errs = append(errs, fmt.Errorf("--workspace-mode %s needs --workspace", f.WorkspaceMode))
 	}
+	s.StaticReadOnly = f.StaticReadOnly || d.StaticReadOnly
 	s.Runtime = f.Runtime
 	if s.Runtime == "" {
 		s.Runtime = d.Runtime
