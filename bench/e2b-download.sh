@@ -12,6 +12,8 @@
 # then OLD=/tmp/old/bin) also starts that build's serve and times its
 # files.read, node's fetch and curl in the same rounds, in turn with this
 # build's.
+#
+# NODE_FLAGS are given to node, e.g. "--cpu-prof --cpu-prof-dir=DIR".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-10}
@@ -29,4 +31,4 @@ trap 'kill $floor_pid 2>/dev/null || true; e2b_cleanup' EXIT
 for _ in $(seq 100); do [ -s "$t/floor.addr" ] && break; sleep 0.05; done
 echo "SDK $sdk files.read of 20 MiB vs curl, $rounds rounds each, medians:"
 cp bench/e2bload/download.mjs "$cache/download.mjs"
-FLOOR_ADDR=$(cat "$t/floor.addr") FLOOR_DIR=$t/floor e2b_env node "$cache/download.mjs" "$rounds"
+FLOOR_ADDR=$(cat "$t/floor.addr") FLOOR_DIR=$t/floor e2b_env node ${NODE_FLAGS:-} "$cache/download.mjs" "$rounds"

@@ -108,6 +108,7 @@ func TestCodeInterpreterSDK(t *testing.T) {
 		CreateEnv    string `json:"createEnv"`
 		CallEnv      string `json:"callEnv"`
 		CallEnvAfter string `json:"callEnvAfter"`
+		Displayed    []displayed
 	}
 	h.runNode(t, node, 5*time.Minute, "alpha", &r, script, filepath.Join(dir, "node_modules", "@e2b", "code-interpreter"))
 	check := func(what string, ok bool) {
@@ -122,6 +123,7 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	check("onStdout, onStderr", slices.Equal(r.Stdout, []string{"out\n"}) && slices.Equal(r.Stderr, []string{"err\n"}))
 	check("logs", slices.Equal(r.Logs.Stdout, r.Stdout) && slices.Equal(r.Logs.Stderr, r.Stderr))
 	check("chart as PNG", r.PNG && len(r.OnResult) > 0 && slices.Contains(r.OnResult[0], "png"))
+	check("display formats: html, markdown, svg, json, latex; the last value the main result", displayedFormats(r.Displayed))
 	check("exception", r.Error != nil && r.Error.Name == "ValueError" && r.Error.Value == "bad value" && r.Error.Traceback)
 	check("timeout", r.Timeout == "TimeoutError" && r.AfterTimeout == "10")
 	check("context with cwd", r.Ctx.Language == "python" && r.Ctx.Cwd == "/tmp" && r.CtxCwd == "/tmp" && r.Listed && r.CtxY == "5")
@@ -131,4 +133,36 @@ func TestCodeInterpreterSDK(t *testing.T) {
 	check("javascript", r.JS.Text == "21" && slices.Equal(r.JS.Stdout, []string{"from js\n"}) && r.JSError == "TypeError")
 	check("typescript", r.TSCtx == "typescript" && r.TS == "42")
 	check("a language with no kernel", strings.Contains(r.R, "no r kernel"))
+}
+
+// displayed is a result of runCode as the SDK's Result has it.
+type displayed struct {
+	Formats  []string
+	Main     bool
+	HTML     string
+	Markdown string
+	SVG      bool
+	JSON     map[string]any
+	Latex    string
+	Text     string
+}
+
+// displayedFormats reports whether rs are the results of interp.js's
+// display() of HTML, Markdown, SVG, JSON and Latex, then its last value:
+// each in its own format, only the last the main result.
+func displayedFormats(rs []displayed) bool {
+	if len(rs) != 6 {
+		return false
+	}
+	for _, r := range rs[:5] {
+		if r.Main {
+			return false
+		}
+	}
+	return rs[0].HTML == "<b>bold</b>" && slices.Contains(rs[0].Formats, "html") &&
+		rs[1].Markdown == "**md**" && slices.Contains(rs[1].Formats, "markdown") &&
+		rs[2].SVG && slices.Contains(rs[2].Formats, "svg") &&
+		rs[3].JSON["a"] == float64(1) && slices.Contains(rs[3].Formats, "json") &&
+		rs[4].Latex == "$x^2$" && slices.Contains(rs[4].Formats, "latex") &&
+		rs[5].Main && rs[5].Text == "last"
 }

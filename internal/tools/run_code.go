@@ -140,14 +140,18 @@ func isLost(sb sandbox.Sandbox) bool {
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 
 // codeResult is the model's view of ex: labelled sections, each within
-// limit bytes, and the PNG images as files.
+// half of limit bytes and all of them within limit, and the PNG images
+// (at most maxCodeImages) as files.
 func codeResult(ex interp.Execution, limit int) Result {
 	var b strings.Builder
+	var cut int64 // bytes left out
 	section := func(label, s string) {
 		if s == "" {
 			return
 		}
-		s, _ = Truncate(s, limit/2)
+		var n int64
+		s, n = Truncate(s, limit/2)
+		cut += n
 		fmt.Fprintf(&b, "[%s]\n%s", label, s)
 		if !strings.HasSuffix(s, "\n") {
 			b.WriteByte('\n')
@@ -179,9 +183,14 @@ func codeResult(ex interp.Execution, limit int) Result {
 	if b.Len() == 0 {
 		b.WriteString("(no output)\n")
 	}
-	res.Content = b.String()
+	// Each section is within half the limit, and the whole too: many
+	// results of a call (display() in a loop) would add up past it. The
+	// head and the tail stay, so does an error's end.
+	content, n := Truncate(b.String(), limit)
+	res.Content = content
+	cut += n
 	res.Details.Bytes = int64(len(ex.Stdout) + len(ex.Stderr))
-	res.Details.Truncated = ex.Dropped
+	res.Details.Truncated = ex.Dropped + cut
 	return res
 }
 

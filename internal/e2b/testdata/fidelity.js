@@ -62,11 +62,18 @@ async function main() {
   out.watchEntry = await got
   await h.stop()
 
-  // A failed command's error says its status.
+  // A failed command's error says its status, as envd's (Go's os/exec)
+  // does: in the message and in .error; a command killed by a signal
+  // says which.
   try {
     await sbx.commands.run('exit 3')
   } catch (e) {
-    out.exitError = [e.name, e.message, e.exitCode]
+    out.exitError = [e.name, e.message, e.error, e.exitCode]
+  }
+  try {
+    await sbx.commands.run('kill -KILL $$')
+  } catch (e) {
+    out.killedError = [e.name, e.message, e.error, e.exitCode]
   }
 
   // Newest first.

@@ -56,6 +56,19 @@ async function main() {
     out.png = chart.results.some((r) => r.png && Buffer.from(r.png, 'base64').subarray(0, 4).toString('latin1') === '\x89PNG')
     out.onResult = formats
 
+    // Each of the display formats the wire carries, as the SDK's Result
+    // exposes them: html, markdown, svg, json, latex, and the text.
+    const shown = await sbx.runCode([
+      'from IPython.display import display, HTML, Markdown, SVG, JSON, Latex',
+      'display(HTML("<b>bold</b>"))',
+      'display(Markdown("**md**"))',
+      'display(SVG(\'<svg xmlns="http://www.w3.org/2000/svg" width="1" height="1"/>\'))',
+      'display(JSON({"a": 1}))',
+      'display(Latex("$x^2$"))',
+      '"last"',
+    ].join('\n'))
+    out.displayed = shown.results.map((r) => ({ formats: r.formats(), main: r.isMainResult, html: r.html, markdown: r.markdown, svg: r.svg && r.svg.includes('<svg'), json: r.json, latex: r.latex, text: r.text }))
+
     const failed = await sbx.runCode('raise ValueError("bad value")')
     out.error = failed.error && { name: failed.error.name, value: failed.error.value, traceback: failed.error.traceback.includes('ValueError') }
 
