@@ -8,12 +8,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 )
+
+// init sets a sandbox run's parent-death signal. An init function runs on
+// the main thread, with the main goroutine locked to it, and the runtime
+// never ends the main thread: the signal stays with the process for its
+// life without keeping main locked to it afterwards. A locked main
+// goroutine costs the handed-off path a thread of the runtime's (its
+// template thread) and a P handed off each time it waits.
+func init() {
+	if args := os.Args[1:]; sandboxcli.Fast(args) && args[1] == "run" {
+		sandboxcli.DieWithParent()
+	}
+}
 
 func main() {
 	self, err := os.Executable()
@@ -23,11 +34,6 @@ func main() {
 	host := filepath.Join(filepath.Dir(self), "airlock-host")
 	args := os.Args[1:]
 	if sandboxcli.Fast(args) {
-		if args[1] == "run" {
-			// The parent-death signal belongs to this thread: keep it.
-			runtime.LockOSThread()
-			sandboxcli.DieWithParent()
-		}
 		env := sandboxcli.OSEnv(host)
 		if status, ok := sandboxcli.Main(&env, args); ok {
 			os.Exit(status)

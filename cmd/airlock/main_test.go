@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/deptest"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
@@ -321,6 +323,133 @@ func TestExitStatus(t *testing.T) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestDiesWithParent kills the process that started a sandbox run, and
+// wants the front end and its sandbox gone with it, handed off to a
+// sandbox daemon or started cold: the parent-death signal is set on the
+// main thread (the runtime never ends it), whichever thread the front end
+// runs on by then.
+func TestDiesWithParent(t *testing.T) {
+	dir := bins(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run sandboxes")
+	}
+	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
+		if c.Required && !c.OK {
+			t.Skipf("sandboxes cannot run here: %s", c.Layer)
+		}
+	}
+	airlock := filepath.Join(dir, "airlock")
+	for _, tt := range []struct {
+		name   string
+		daemon bool
+	}{{"cold", false}, {"handed off", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			home := t.TempDir()
+			t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir)) })
+			env := append(os.Environ(), "AIRLOCK_HOME="+home)
+			if tt.daemon {
+				d := exec.Command(airlock, "sandbox", "daemon")
+				d.Env = env
+				if err := d.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = d.Process.Kill(); _ = d.Wait() })
+				waitFor(t, "the daemon's socket", func() bool {
+					_, err := os.Stat(filepath.Join(home, "sandbox.sock"))
+					return err == nil
+				})
+			} else {
+				env = append(env, "AIRLOCK_NO_HANDOFF=1")
+			}
+			// The shell says the front end's pid, then the command in the
+			// sandbox says it started; then the shell is killed.
+			sh := exec.Command("/bin/sh", "-c", `"$0" sandbox run -- /bin/sh -c 'echo started; exec sleep 1000' & echo $!; wait`, airlock)
+			sh.Env = env
+			out, err := sh.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sh.Start(); err != nil {
+				t.Fatal(err)
+			}
+			lines := make(chan string, 2)
+			go func() {
+				buf := make([]byte, 256)
+				var got []byte
+				for {
+					n, err := out.Read(buf)
+					got = append(got, buf[:n]...)
+					for {
+						i := bytes.IndexByte(got, '\n')
+						if i < 0 {
+							break
+						}
+						lines <- string(got[:i])
+						got = got[i+1:]
+					}
+					if err != nil {
+						close(lines)
+						return
+					}
+				}
+			}()
+			pid, err := strconv.Atoi(<-lines)
+			if err != nil {
+				t.Fatalf("the shell's first line: %v", err)
+			}
+			if l := <-lines; l != "started" {
+				t.Fatalf("the command said %q, want started", l)
+			}
+			kids := children(pid)
+			if err := sh.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			_ = sh.Wait()
+			waitFor(t, "the front end to die with its parent", func() bool { return gone(pid) })
+			for _, k := range kids {
+				waitFor(t, "the front end's child "+strconv.Itoa(k)+" to die with it", func() bool { return gone(k) })
+			}
+		})
+	}
+}
+
+// children lists the child processes of pid, all its threads'.
+func children(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, w := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(w); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// gone reports whether pid has exited (a zombie has).
+func gone(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+// waitFor polls cond for up to a minute (a bound, not a timing claim:
+// the machine may be loaded).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }

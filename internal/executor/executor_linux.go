@@ -63,15 +63,6 @@ func Main(args []string) int {
 		// trapped system call (62 of them).
 		resetIgnoredSignals()
 	}
-	// Asking for each signal is a round trip to the runtime's signal
-	// thread (1-3 ms for all of them): it goes on beside the handshake and
-	// the mounts, and start waits for it before anything of the sandbox
-	// can run.
-	absorbed := make(chan struct{})
-	go func() {
-		absorbSignals(gvisor)
-		close(absorbed)
-	}()
 	// Non-blocking, so the reader waits in the runtime poller: a thread
 	// parked in a blocking read keeps a P in a syscall, and the runtime's
 	// monitor thread then polls every 20 µs.
@@ -83,10 +74,36 @@ func Main(args []string) int {
 	// frames and could answer as the executor.
 	unix.CloseOnExec(execproto.ControlFD)
 	conn := os.NewFile(execproto.ControlFD, "control")
+	absorbed := make(chan struct{})
 	e := &executor{lateIDs: len(args) > 1 && args[1] == execproto.LateIDs, w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
-	// Before Landlock: the thread must exist when the ruleset is applied.
-	e.pt = newProcThread()
-	if err := e.start(conn); err != nil {
+	threads := func() {
+		// Asking for each signal is a round trip to the runtime's signal
+		// thread (1-3 ms for all of them): it goes on beside the
+		// handshake and the mounts, and start waits for it before
+		// anything of the sandbox can run.
+		go func() {
+			absorbSignals(gvisor)
+			close(absorbed)
+		}()
+		// Before Landlock: the thread must exist when the ruleset is
+		// applied.
+		e.pt = newProcThread()
+	}
+	if !e.lateIDs {
+		threads()
+	}
+	// A late-ids executor takes its ids on the host's hello with six
+	// system calls made on every thread (each stops the world and signals
+	// every other thread): before the signal thread and the command
+	// thread exist, there are fewer to signal.
+	err := e.hello(conn)
+	if err == nil && e.lateIDs {
+		threads()
+	}
+	if err == nil {
+		err = e.start(conn)
+	}
+	if err != nil {
 		_ = e.fatal(err)
 		return 1
 	}
@@ -173,8 +190,9 @@ func (e *executor) fatal(err error) error {
 	return e.w.Write(f)
 }
 
-// start performs the handshake and builds the sandbox.
-func (e *executor) start(conn io.Reader) error {
+// hello reads the host's hello and, for a late-ids executor, takes its
+// ids.
+func (e *executor) hello(conn io.Reader) error {
 	var h execproto.Hello
 	if err := expect(conn, execproto.THello, &h); err != nil {
 		return err
@@ -185,10 +203,13 @@ func (e *executor) start(conn io.Reader) error {
 	if e.lateIDs {
 		// The host wrote the maps before its hello: nothing before this
 		// point needed an id of the namespace.
-		if err := takeIDs(); err != nil {
-			return err
-		}
+		return takeIDs()
 	}
+	return nil
+}
+
+// start answers the host's hello (read by hello) and builds the sandbox.
+func (e *executor) start(conn io.Reader) error {
 	hello, _ := execproto.MessageFrame(execproto.THello, 0, execproto.Hello{Version: execproto.Version})
 	if err := e.w.Write(hello); err != nil {
 		return err
