@@ -108,7 +108,14 @@ func (m *Manifest) encodeEntries(entries []*Entry) []byte {
 			}
 		}
 	}
-	b := make([]byte, 0, 256+len(table)*32+len(entries)*48)
+	// Room for all of it (an entry's fixed fields take at most 43 bytes,
+	// a slice 15): a compaction's buffer grown by appends cost it as
+	// much memory again as the manifest, in copies.
+	size := 256 + len(table)*32
+	for _, e := range entries {
+		size += 48 + len(e.Name) + len(e.Link) + 15*len(e.Slices)
+	}
+	b := make([]byte, 0, size)
 	b = append(b, manifestMagic...)
 	b = binary.AppendUvarint(b, manifestVersion)
 	b = appendString(b, m.Key)
