@@ -10,6 +10,7 @@
 #     1% of the tree);
 #   - a step that changes one file, in this workspace and in a one-file
 #     workspace (the library's part of "at most 1.2x"), and what it stores;
+#     with counts (read/write syscalls, heap bytes) that load does not swell;
 #   - restoring after a full checkpoint and 20 steps, unpacked by tar -x,
 #     against tar -xf of one full plain tar (the headline: at most 1.2x, wall;
 #     CPU beside), the same tar fed to tar -x through a pipe as a restore
@@ -66,4 +67,7 @@ bigc=$(metric 'tree=big' cpu-ns/step)
 printf 'a step of one file (17-step cycles, a compaction in each): %s ns in this workspace, %s ns in a one-file one: %s (CPU %s / %s ns: %s); stored %s B a step\n' \
   "$big" "$one" "$(awk -v a="$big" -v b="$one" 'BEGIN { printf "%.2f", a / b }')" \
   "$bigc" "$onec" "$(awk -v a="$bigc" -v b="$onec" 'BEGIN { printf "%.2f", a / b }')" "$(metric 'tree=big' stored-B/step)"
+printf '  counted a step (one-file / 1 GiB): %s / %s read+write syscalls, %s / %s B of heap; a compaction %s syscalls, %s B of heap, %s B read and written\n' \
+  "$(metric 'tree=one' rwcalls/step)" "$(metric 'tree=big' rwcalls/step)" "$(metric 'tree=one' allocB/step)" "$(metric 'tree=big' allocB/step)" \
+  "$(metric 'tree=big' rwcalls/compact)" "$(metric 'tree=big' allocB/compact)" "$(metric 'tree=big' ioB/compact)"
 echo "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -310,6 +311,56 @@ func copyFile(path string, w io.Writer) error {
 	return err
 }
 
+// stepCounts are what a step did, counted rather than timed (a count
+// does not swell with the machine's load): the read and write system
+// calls of this process (/proc/self/io: syscr, syscw; fsync and the
+// like are not counted), the bytes they moved, the bytes the Go heap
+// allocated (the garbage collector's work follows them) and the context
+// switches.
+type stepCounts struct {
+	syscalls, ioBytes, allocBytes, switches int64
+}
+
+func readCounts() stepCounts {
+	var c stepCounts
+	if b, err := os.ReadFile("/proc/self/io"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ": ")
+			var n int64
+			fmt.Sscan(v, &n)
+			switch k {
+			case "syscr", "syscw":
+				c.syscalls += n
+			case "rchar", "wchar":
+				c.ioBytes += n
+			}
+		}
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	c.allocBytes = int64(ms.TotalAlloc)
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	c.switches = ru.Nvcsw + ru.Nivcsw
+	return c
+}
+
+func (c stepCounts) sub(o stepCounts) stepCounts {
+	return stepCounts{c.syscalls - o.syscalls, c.ioBytes - o.ioBytes, c.allocBytes - o.allocBytes, c.switches - o.switches}
+}
+
+func (c stepCounts) add(o stepCounts) stepCounts {
+	return stepCounts{c.syscalls + o.syscalls, c.ioBytes + o.ioBytes, c.allocBytes + o.allocBytes, c.switches + o.switches}
+}
+
+// report reports c over n as metrics whose units end in per.
+func (c stepCounts) report(b *testing.B, n float64, per string) {
+	b.ReportMetric(float64(c.syscalls)/n, "rwcalls"+per)
+	b.ReportMetric(float64(c.ioBytes)/n, "ioB"+per)
+	b.ReportMetric(float64(c.allocBytes)/n, "allocB"+per)
+	b.ReportMetric(float64(c.switches)/n, "switches"+per)
+}
+
 // cpuTime returns the CPU time (user and system) this process and its
 // children that ended have used: a measure that, unlike the time a
 // benchmark takes, does not depend on what else runs on the machine.
@@ -375,6 +426,7 @@ func BenchmarkWriteDelta(b *testing.B) {
 			}
 			var stored int64
 			var took, cpu, compactTook, compactCPU time.Duration
+			var cnt, compactCnt stepCounts
 			steps, compactions := 0, 0
 			parent := base.Digest
 			for b.Loop() {
@@ -383,16 +435,20 @@ func BenchmarkWriteDelta(b *testing.B) {
 				for range CompactDepth + 1 {
 					steps++
 					stream := tarStream(b, reg(name, fmt.Sprintf("package main\n\n// step %d\n", steps)))
+					n0 := readCounts()
 					t0, c0 := time.Now(), cpuTime()
 					res, err := s.Write(b.Context(), "bench", parent, false, bytes.NewReader(stream))
 					if err != nil {
 						b.Fatal(err)
 					}
 					d, c := time.Since(t0), cpuTime()-c0
+					n := readCounts().sub(n0)
 					took, cpu = took+d, cpu+c
+					cnt = cnt.add(n)
 					if res.Compacted {
 						compactions++
 						compactTook, compactCPU = compactTook+d, compactCPU+c
+						compactCnt = compactCnt.add(n)
 					}
 					stored += res.Stats.NewBytes + res.ManifestBytes
 					parent = res.Digest
@@ -401,6 +457,10 @@ func BenchmarkWriteDelta(b *testing.B) {
 			b.ReportMetric(float64(took.Nanoseconds())/float64(steps), "ns/step")
 			b.ReportMetric(float64(cpu.Nanoseconds())/float64(steps), "cpu-ns/step")
 			b.ReportMetric(float64(stored)/float64(steps), "stored-B/step")
+			cnt.report(b, float64(steps), "/step")
+			if compactions > 0 {
+				compactCnt.report(b, float64(compactions), "/compact")
+			}
 			if deltas := steps - compactions; deltas > 0 && compactions > 0 {
 				b.ReportMetric(float64((took-compactTook).Nanoseconds())/float64(deltas), "delta-ns/step")
 				b.ReportMetric(float64((cpu-compactCPU).Nanoseconds())/float64(deltas), "delta-cpu-ns/step")

@@ -87,17 +87,35 @@ type Stats struct {
 
 // encode returns m's encoding (uncompressed). m must be valid.
 func (m *Manifest) encode() []byte {
-	index := map[chunk.ID]uint64{}
-	var table []chunk.ID
+	list := make([]*Entry, len(m.Entries))
 	for i := range m.Entries {
-		for _, s := range m.Entries[i].Slices {
+		list[i] = &m.Entries[i]
+	}
+	return m.encodeEntries(list)
+}
+
+// encodeEntries returns the encoding of m with entries in place of
+// m.Entries: a compaction encodes the tree's entries as they are, without
+// copying them into a manifest first.
+func (m *Manifest) encodeEntries(entries []*Entry) []byte {
+	index := make(map[chunk.ID]uint64, len(entries))
+	var table []chunk.ID
+	for _, e := range entries {
+		for _, s := range e.Slices {
 			if _, ok := index[s.Chunk]; !ok {
 				index[s.Chunk] = uint64(len(table))
 				table = append(table, s.Chunk)
 			}
 		}
 	}
-	b := make([]byte, 0, 256+len(table)*32+len(m.Entries)*48)
+	// Room for all of it (an entry's fixed fields take at most 43 bytes,
+	// a slice 15): a compaction's buffer grown by appends cost it as
+	// much memory again as the manifest, in copies.
+	size := 256 + len(table)*32
+	for _, e := range entries {
+		size += 48 + len(e.Name) + len(e.Link) + 15*len(e.Slices)
+	}
+	b := make([]byte, 0, size)
 	b = append(b, manifestMagic...)
 	b = binary.AppendUvarint(b, manifestVersion)
 	b = appendString(b, m.Key)
@@ -117,9 +135,8 @@ func (m *Manifest) encode() []byte {
 	for _, id := range table {
 		b = append(b, id[:]...)
 	}
-	b = binary.AppendUvarint(b, uint64(len(m.Entries)))
-	for i := range m.Entries {
-		e := &m.Entries[i]
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries {
 		b = append(b, byte(e.Kind))
 		b = appendString(b, e.Name)
 		b = binary.AppendUvarint(b, uint64(e.Mode))

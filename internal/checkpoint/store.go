@@ -179,7 +179,13 @@ func (k *keyStream) Read(p []byte) (int, error) {
 // putManifest encodes, compresses and stores m; it returns the digest
 // and the bytes stored.
 func (s *Store) putManifest(ctx context.Context, m *Manifest) (string, int64, error) {
-	z := s.menc.EncodeAll(m.encode(), nil)
+	return s.putEncoded(ctx, m.encode())
+}
+
+// putEncoded compresses and stores a manifest's encoding; it returns the
+// digest and the bytes stored.
+func (s *Store) putEncoded(ctx context.Context, enc []byte) (string, int64, error) {
+	z := s.menc.EncodeAll(enc, nil)
 	digest, n, err := s.blobs.Put(ctx, bytes.NewReader(z))
 	if err != nil {
 		return "", 0, fmt.Errorf("checkpoint: store manifest: %w", err)

@@ -24,6 +24,11 @@ type tree struct {
 type node struct {
 	e        *Entry
 	children map[string]*node // directories only
+	// sorted is the names of children in order, kept from the last walk
+	// until a name comes or goes (nil then): a compaction walks the whole
+	// tree, and a step changes few directories, so a walk sorts only the
+	// directories that changed since the one before.
+	sorted []string
 }
 
 func newTree() *tree {
@@ -88,6 +93,7 @@ func (t *tree) dropChildren(n *node) {
 		t.drop(ch)
 	}
 	clear(n.children)
+	n.sorted = nil
 }
 
 // errNoDir: an entry's directory is not a directory of the tree.
@@ -110,6 +116,7 @@ func (t *tree) apply(e *Entry) error {
 			if old := d.children[base]; old != nil {
 				t.drop(old)
 				delete(d.children, base)
+				d.sorted = nil
 			}
 		}
 		return nil
@@ -128,6 +135,8 @@ func (t *tree) apply(e *Entry) error {
 	}
 	if old != nil {
 		t.drop(old)
+	} else {
+		d.sorted = nil
 	}
 	n := &node{e: e}
 	switch e.Kind {
@@ -172,12 +181,14 @@ func (t *tree) walk() iter.Seq[*Entry] {
 }
 
 func walkNode(n *node, yield func(*Entry) bool) bool {
-	names := make([]string, 0, len(n.children))
-	for name := range n.children {
-		names = append(names, name)
+	if n.sorted == nil {
+		n.sorted = make([]string, 0, len(n.children))
+		for name := range n.children {
+			n.sorted = append(n.sorted, name)
+		}
+		slices.Sort(n.sorted)
 	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range n.sorted {
 		ch := n.children[name]
 		if !yield(ch.e) {
 			return false

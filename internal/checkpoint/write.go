@@ -124,24 +124,18 @@ func (s *Store) Write(ctx context.Context, tenant, parent string, full bool, del
 			m.BaseEntries, m.ChainEntries = pm.BaseEntries, chainEntries
 		}
 	}
+	var list []*Entry
 	if m.Full {
 		// Normal form, sorted: what costs what the tree holds is done
-		// for full checkpoints only.
-		var list []*Entry
+		// for full checkpoints only. The entries are encoded as the
+		// tree holds them, not copied into m.
 		list, m.Stats.TreeBytes = t.normalize()
-		m.Entries = make([]Entry, len(list))
-		for i, e := range list {
-			m.Entries[i] = *e
-		}
 	} else {
 		m.Stats.TreeBytes = t.contentBytes()
-		m.Entries = make([]Entry, len(dr.entries))
-		for i, e := range dr.entries {
-			m.Entries[i] = *e
-		}
-		slices.SortFunc(m.Entries, func(a, b Entry) int { return compareNames(a.Name, b.Name) })
+		list = slices.Clone(dr.entries)
+		slices.SortFunc(list, func(a, b *Entry) int { return compareNames(a.Name, b.Name) })
 	}
-	digest, n, err := s.putManifest(ctx, m)
+	digest, n, err := s.putEncoded(ctx, m.encodeEntries(list))
 	if err != nil {
 		return Result{}, fmt.Errorf("checkpoint: write: %w", err)
 	}
