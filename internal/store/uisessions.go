@@ -33,11 +33,11 @@ type UISession struct {
 // tenant's deletion the tenant's, in their own transactions.
 type UISessions interface {
 	// CreateUISession stores s. Its key must be tenant's, unrevoked, of a
-	// tenant not being deleted (else ErrNotFound). When the key has max
+	// tenant not being deleted (else ErrNotFound). When the key has most
 	// or more sessions unexpired at s.Created, the least recently used
-	// end first, so that it keeps at most max. A hash stored already
+	// end first, so that it keeps at most most. A hash stored already
 	// gives ErrExists.
-	CreateUISession(ctx context.Context, s UISession, max int) error
+	CreateUISession(ctx context.Context, s UISession, most int) error
 	// UISession returns the session whose id hashes to hash, with its
 	// key's scopes, if it expires after now, its key is unrevoked and
 	// its tenant not being deleted; otherwise ErrNotFound (and an expired
@@ -55,7 +55,7 @@ type UISessions interface {
 	ExpireUISessions(ctx context.Context, now time.Time) (int64, error)
 }
 
-// MaxUISessionsPerKey is what a server keeps per key at most (the max of
+// MaxUISessionsPerKey is what a server keeps per key at most (the most of
 // CreateUISession): a key's logins past it end its least recently used
 // sessions.
 const MaxUISessionsPerKey = 100

@@ -420,9 +420,9 @@ func (s *Store) UploadDigests(ctx context.Context) ([]string, error) {
 }
 
 // CreateUISession implements store.Store.
-func (s *Store) CreateUISession(ctx context.Context, u store.UISession, max int) error {
+func (s *Store) CreateUISession(ctx context.Context, u store.UISession, most int) error {
 	start := time.Now()
-	err := s.s.CreateUISession(ctx, u, max)
+	err := s.s.CreateUISession(ctx, u, most)
 	s.observe("CreateUISession", start, err)
 	return err
 }

@@ -3,8 +3,9 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/airlockrun/airlock/internal/store"
 	"github.com/airlockrun/airlock/internal/store/schema"
@@ -13,12 +14,12 @@ import (
 var _ store.UISessions = (*Store)(nil)
 
 // CreateUISession implements store.UISessions.
-func (s *Store) CreateUISession(ctx context.Context, u store.UISession, max int) error {
+func (s *Store) CreateUISession(ctx context.Context, u store.UISession, most int) error {
 	if err := s.check("create ui session", store.CheckUISession(u)); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		return schema.Postgres.CreateUISession(ctx, schemaTx{tx}, u, max)
+		return schema.Postgres.CreateUISession(ctx, schemaTx{tx}, u, most)
 	})
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)

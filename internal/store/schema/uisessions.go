@@ -24,8 +24,8 @@ func errNoLiveKey(id string) error {
 // that a revocation (which updates that row, then deletes the key's
 // sessions) either comes first and is seen here, or comes after and
 // deletes this session; and two logins of one key at once cannot both
-// find room under max. SQLite has one writer.
-func (d Dialect) CreateUISession(ctx context.Context, tx Tx, s store.UISession, max int) error {
+// find room under most. SQLite has one writer.
+func (d Dialect) CreateUISession(ctx context.Context, tx Tx, s store.UISession, most int) error {
 	lock := ""
 	if d == Postgres {
 		lock = " FOR UPDATE OF k"
@@ -58,7 +58,7 @@ func (d Dialect) CreateUISession(ctx context.Context, tx Tx, s store.UISession, 
 	if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM ui_sessions WHERE `+key, []any{s.Tenant, s.KeyID}, &n); err != nil {
 		return fmt.Errorf("ui session: count: %w", err)
 	}
-	if over := n - int64(max) + 1; over > 0 {
+	if over := n - int64(most) + 1; over > 0 {
 		q := `DELETE FROM ui_sessions WHERE hash IN (SELECT hash FROM ui_sessions WHERE ` + key + ` ORDER BY used_ns, hash LIMIT ` + d.Param(3) + `)`
 		if err := tx.Exec(ctx, q, s.Tenant, s.KeyID, over); err != nil {
 			return fmt.Errorf("ui session: make room: %w", err)

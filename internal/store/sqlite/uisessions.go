@@ -13,12 +13,12 @@ import (
 var _ store.UISessions = (*Store)(nil)
 
 // CreateUISession implements store.UISessions.
-func (s *Store) CreateUISession(ctx context.Context, u store.UISession, max int) error {
+func (s *Store) CreateUISession(ctx context.Context, u store.UISession, most int) error {
 	if err := s.check("create ui session", store.CheckUISession(u)); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return schema.SQLite.CreateUISession(ctx, schemaTx{tx}, u, max)
+		return schema.SQLite.CreateUISession(ctx, schemaTx{tx}, u, most)
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: %w", err)

@@ -39,9 +39,9 @@ func testUISessions(t *testing.T, f Factory) {
 	sess := func(n int, k store.APIKey, created time.Time, life time.Duration) store.UISession {
 		return store.UISession{Hash: sessionHash(n), Tenant: k.Tenant, KeyID: k.ID, Created: created, Used: created, Expires: created.Add(life)}
 	}
-	create := func(u store.UISession, max int) {
+	create := func(u store.UISession, most int) {
 		t.Helper()
-		if err := s.CreateUISession(ctx, u, max); err != nil {
+		if err := s.CreateUISession(ctx, u, most); err != nil {
 			t.Fatalf("CreateUISession(%x) = %v", u.Hash[:4], err)
 		}
 	}
@@ -184,7 +184,7 @@ func testUISessionRace(t *testing.T, f Factory) {
 	k := newKey("acme", 1)
 	createKey(t, s, k)
 	now := clock.Now()
-	const max, n = 3, 16
+	const keep, n = 3, 16
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -193,7 +193,7 @@ func testUISessionRace(t *testing.T, f Factory) {
 			defer wg.Done()
 			at := now.Add(time.Duration(i) * time.Millisecond)
 			u := store.UISession{Hash: sessionHash(i), Tenant: "acme", KeyID: k.ID, Created: at, Used: at, Expires: at.Add(time.Hour)}
-			if err := s.CreateUISession(ctx, u, max); err != nil && !isNotFound(err) {
+			if err := s.CreateUISession(ctx, u, keep); err != nil && !isNotFound(err) {
 				errs <- err
 			}
 		}()
@@ -227,7 +227,7 @@ func testUISessionRace(t *testing.T, f Factory) {
 			defer wg2.Done()
 			at := now.Add(time.Duration(i) * time.Millisecond)
 			u := store.UISession{Hash: sessionHash(100 + i), Tenant: "acme", KeyID: k2.ID, Created: at, Used: at, Expires: at.Add(time.Hour)}
-			if err := s.CreateUISession(ctx, u, max); err != nil {
+			if err := s.CreateUISession(ctx, u, keep); err != nil {
 				t.Errorf("CreateUISession(%d) = %v", i, err)
 			}
 		}()
@@ -239,8 +239,8 @@ func testUISessionRace(t *testing.T, f Factory) {
 			live++
 		}
 	}
-	if live != max {
-		t.Fatalf("%d sessions of one key live after %d logins at once, want max %d", live, n, max)
+	if live != keep {
+		t.Fatalf("%d sessions of one key live after %d logins at once, want %d", live, n, keep)
 	}
 }
 
