@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -680,5 +681,94 @@ func TestServeReplicasE2BSnapshots(t *testing.T) {
 	}
 	if held() {
 		t.Errorf("the deleted snapshot's checkpoint is still held")
+	}
+}
+
+// TestServeReplicasE2BPausedTakeoverRace: two replicas taking over the
+// same paused sandbox at the same moment. A pauses a sandbox and dies; B
+// and C get a connect (resume) for it at once, each finding A silent:
+// exactly one takes it over (one sandbox.takeover in the log, one hold),
+// the other relays to the winner, so both answer the connect and the
+// sandbox runs on the winner with its files. Rounds bound the race's
+// timing: each round is a fresh sandbox.
+func TestServeReplicasE2BPausedTakeoverRace(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "ale2r-")
+	homeB, homeC := moreHome(t), moreHome(t)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	conf := e2bReplicaConf(t)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+	cc := startServeConf(t, homeC, exe, url, 0, conf)
+	for round := range 2 {
+		a := startServeConf(t, homeA, exe, url, 0, conf)
+		code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base"})
+		var sb e2bSandbox
+		if code != 201 || json.Unmarshal(body, &sb) != nil {
+			t.Fatalf("round %d: create through A = %d %s", round, code, body)
+		}
+		if code, _ := c.run(a.e2bSandbox, sb, `echo raced > /workspace/f.txt`); code != 200 {
+			t.Fatalf("round %d: command through A = %d", round, code)
+		}
+		if code, body := c.api("POST", a.e2bAPI, "/sandboxes/"+sb.ID+"/pause", map[string]any{}); code != 204 {
+			t.Fatalf("round %d: pause through A = %d %s", round, code, body)
+		}
+		a.kill()
+
+		type answer struct {
+			code int
+			body []byte
+		}
+		answers := make([]answer, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, p := range []*serveProc{b, cc} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				code, body := c.api("POST", p.e2bAPI, "/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 600})
+				answers[i] = answer{code, body}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, an := range answers {
+			if an.code != 200 && an.code != 201 {
+				t.Errorf("round %d: connect through %s = %d %s", round, []string{"B", "C"}[i], an.code, an.body)
+			}
+		}
+		r := sandboxRecord(t, st, sb.ID)
+		winner := ""
+		switch {
+		case strings.Contains(r.LeaseOwner, b.e2bAPI):
+			winner = b.e2bSandbox
+		case strings.Contains(r.LeaseOwner, cc.e2bAPI):
+			winner = cc.e2bSandbox
+		}
+		if r.Status != event.StatusRunning || winner == "" {
+			t.Fatalf("round %d: record after the race: %s, owner %q; want running, B's or C's", round, r.Status, r.LeaseOwner)
+		}
+		evs, err := st.Events(context.Background(), r.ID, 1, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		took := 0
+		for _, e := range evs {
+			if e.Type == event.TypeSandboxOp && bytes.Contains(e.Payload, []byte(`"sandbox.takeover"`)) {
+				took++
+			}
+		}
+		if took != 1 {
+			t.Errorf("round %d: %d sandbox.takeover events, want exactly 1", round, took)
+		}
+		for _, via := range []string{b.e2bSandbox, cc.e2bSandbox} {
+			if code, out := c.run(via, sb, `cat /workspace/f.txt`); code != 200 || out != "raced\n" {
+				t.Errorf("round %d: command through %s after the race = %d %q", round, via, code, out)
+			}
+		}
+		if code, body := c.api("DELETE", b.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 204 {
+			t.Errorf("round %d: kill through B = %d %s", round, code, body)
+		}
 	}
 }

@@ -92,29 +92,40 @@ func serverOf(owner string) string {
 
 // takeOverPaused takes paused record rec, held by owner, over when
 // owner's advertised address does not answer (see above), and reports
-// whether the sandbox is this server's now.
-func (s *Server) takeOverPaused(ctx context.Context, rec store.Run, owner string) bool {
+// whether the sandbox is this server's now (taken), or whether another
+// replica changed the record meanwhile (lost: it took the sandbox over at
+// the same moment, or its holder came back), when the caller must read
+// the record again rather than go by owner. Two replicas taking one
+// sandbox over at once: the record's lease lets one acquire it, and the
+// takeover's append at the seq both read lets one write, so exactly one
+// wins; the other finds the lease held or the seq taken.
+func (s *Server) takeOverPaused(ctx context.Context, rec store.Run, owner string) (taken, lost bool) {
 	if s.keys == nil || s.o.Checkpoints == nil {
-		return false
+		return false, false
 	}
 	peer, ok := s.peerOf(owner)
 	if !ok || s.peerAnswers(ctx, peer) {
-		return false
+		return false, false
 	}
 	end := s.beginTakeover(ctx, rec.ID)
 	if end == nil {
-		return s.holdsRun(rec.ID)
+		taken = s.holdsRun(rec.ID)
+		return taken, !taken
 	}
 	defer end()
 	if s.holdsRun(rec.ID) {
-		return true
+		return true, false
 	}
 	err := s.handOver(ctx, rec.ID, owner)
+	if errors.Is(err, errHandedOver) || errors.Is(err, store.ErrLeased) {
+		s.log.Info("e2b: a paused sandbox was taken over by another replica first", "run_id", rec.ID, "holder", ownerLabel(owner))
+		return false, true
+	}
 	if err != nil {
 		s.log.Warn("e2b: a paused sandbox whose replica does not answer was not taken over", "run_id", rec.ID, "holder", ownerLabel(owner), "err", err)
-		return false
+		return false, false
 	}
-	return true
+	return true, false
 }
 
 // holdsRun reports whether one of this server's sandboxes has record

@@ -363,11 +363,14 @@ func (s *Server) createdOf(ctx context.Context, r store.Run) (*event.SandboxCrea
 // whether it answered the request (else it is answered here, as for a
 // sandbox this replica does not know).
 func (s *Server) relayAPI(w http.ResponseWriter, r *http.Request, tenant, id string) bool {
-	if r.Header.Get(relayedHeader) != "" {
-		return false
-	}
 	rec, ok := s.recordOf(r.Context(), id)
 	if !ok || rec.Tenant != tenant {
+		return false
+	}
+	if r.Header.Get(relayedHeader) != "" {
+		// Relayed here by a replica that found this one the holder: it
+		// may be taking the sandbox over this moment (handover.go).
+		s.awaitTakeover(r.Context(), rec.ID)
 		return false
 	}
 	return s.relay(w, r, rec, id, false)
@@ -378,11 +381,12 @@ func (s *Server) relayAPI(w http.ResponseWriter, r *http.Request, tenant, id str
 // may reach it (envd: the sandbox's token or URL signature; a port: any,
 // the owner applies the port's rules); it reports whether it answered.
 func (s *Server) relayEnvd(w http.ResponseWriter, r *http.Request, id string, port int) bool {
-	if r.Header.Get(relayedHeader) != "" {
-		return false
-	}
 	rec, ok := s.recordOf(r.Context(), id)
 	if !ok {
+		return false
+	}
+	if r.Header.Get(relayedHeader) != "" {
+		s.awaitTakeover(r.Context(), rec.ID) // as in relayAPI
 		return false
 	}
 	if port == EnvdPort {
@@ -444,10 +448,25 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 			return false
 		}
 	}
-	if rec.Status == event.StatusPaused && s.takeOverPaused(r.Context(), rec, owner) {
-		// Its replica is gone: paused, this server's now (handover.go).
-		s.invalidateIndex()
-		return false
+	if rec.Status == event.StatusPaused {
+		taken, lost := s.takeOverPaused(r.Context(), rec, owner)
+		if taken {
+			// Its replica is gone: paused, this server's now (handover.go).
+			s.invalidateIndex()
+			return false
+		}
+		if lost {
+			// Another replica took it over at the same moment: relay to
+			// it, or answer as the store says now.
+			cur, err := s.o.Store.GetRun(r.Context(), rec.ID)
+			if err != nil || cur.Status.Final() {
+				return false
+			}
+			rec, owner = cur, cur.LeaseOwner
+			if owner == "" || s.ours(owner) {
+				return false
+			}
+		}
 	}
 	fail := func(status int, msg string) bool {
 		s.audit.record(Record{Tenant: rec.Tenant, Sandbox: id, Op: "relay", Outcome: "unavailable", Detail: clipDetail(msg)})

@@ -30,9 +30,9 @@ type Config struct {
 	MaxStreams int `yaml:"max_streams"`
 	// StreamPoll is how often an event stream looks in the store for
 	// events other processes appended (default 1s); events this process
-	// appends wake it at once. It is also how soon a key revoked
-	// elsewhere (another server, the store directly) ends its sessions
-	// and streams here (revoke.go).
+	// appends wake it at once. It is also how soon a key revoked, or a
+	// UI session ended, elsewhere (another server, the store directly)
+	// ends its streams here (revoke.go).
 	StreamPoll time.Duration `yaml:"stream_poll"`
 	// Keepalive is how often an idle event stream sends a comment line
 	// (default 15s).

@@ -158,9 +158,6 @@ func (s *Server) deleteTenant(w http.ResponseWriter, r *http.Request, c *call) e
 	if errors.Is(err, store.ErrNotFound) {
 		return errNoTenant
 	}
-	if rec.ID > 0 || force {
-		s.sessions.dropTenant(name)
-	}
 	return deleted(w, c, rec, err, "a run of the tenant has not ended: cancel its runs first, or delete with force=true")
 }
 

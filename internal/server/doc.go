@@ -36,10 +36,11 @@
 //     addresses, CIDR rules that lift the address guard, credentials from
 //     the host's secret store) unless Config.TrustTenantPolicies says
 //     tenants are trusted.
-//   - A web UI session or an event stream lasts no longer than its key:
-//     revoked through this server (POST /v1/keys/{id}/revoke), the key's
-//     sessions and streams here end at once; revoked elsewhere (another
-//     replica, the store directly), within Config.StreamPoll (revoke.go).
+//   - A web UI session lasts no longer than its key: sessions live in the
+//     store, whose lookup, every request, checks the key and its tenant
+//     (session.go). An event stream ends once its key is revoked or its
+//     UI session ends: at once when this server revoked or logged out,
+//     else within Config.StreamPoll (revoke.go).
 //   - An event stream reads the store, the source of truth, and only
 //     uses the engine's in-process notifications (Feed) and a poll as
 //     wake-ups, so it neither skips nor repeats an event, also across

@@ -114,9 +114,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, c *call) error {
 	defer s.metrics.streams.Add(-1)
 	// A stream outlives its request's authentication: it ends once its
 	// key is revoked (revoke.go).
-	revoked, release := s.watch.hold(c.p)
+	revoked, session, release := s.watch.hold(c.p, c.session)
 	defer release()
-	return es.serve(r.Context(), w, revoked)
+	return es.serve(r.Context(), w, revoked, session)
 }
 
 // streamAfter returns the seq a stream starts after: Last-Event-ID when the
@@ -154,7 +154,7 @@ type eventStream struct {
 // serve answers with the stream and sends the run's events as they come,
 // until the run's end was sent, the client leaves, the server closes, or
 // the stream's key is revoked.
-func (es *eventStream) serve(ctx context.Context, w http.ResponseWriter, revoked <-chan struct{}) error {
+func (es *eventStream) serve(ctx context.Context, w http.ResponseWriter, revoked, session <-chan struct{}) error {
 	if err := es.open(w); err != nil {
 		return err
 	}
@@ -179,6 +179,9 @@ func (es *eventStream) serve(ctx context.Context, w http.ResponseWriter, revoked
 			return nil
 		case <-revoked:
 			es.c.log.Info("event stream ended: its key was revoked")
+			return nil
+		case <-session:
+			es.c.log.Info("event stream ended: its ui session ended")
 			return nil
 		case <-es.sub.wake:
 			if err := es.catchUp(ctx); err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -14,23 +15,22 @@ import (
 )
 
 // Revocation. A request made with an API key is verified against the store
-// every time, so a revoked key's next request fails. What outlives a
-// request is a web UI session (session.go) and an event stream; both end
-// once their key is revoked:
-//   - at once on the server that revoked it (POST /v1/keys/{id}/revoke):
-//     it drops the key's sessions and closes its streams itself;
+// every time, so a revoked key's next request fails; so is a request made
+// with a web UI session (session.go), whose lookup checks its key. What
+// outlives a request is an event stream; it ends once its key is revoked,
+// or, made with a UI session, once that session ends (logout, expiry):
+//   - at once on the server that revoked the key (POST /v1/keys/{id}/revoke)
+//     or ended the session (POST /ui/logout): it closes the streams itself;
 //   - within Config.StreamPoll on every other server on the store (a
 //     replica on the same PostgreSQL; any server, this one too, when the
 //     key was revoked in the store directly, as airlock keys revoke does):
-//     a session's key is looked up again when it is used and the last
-//     look is a poll old, and each tenant with open streams has one poller
-//     that lists its keys every poll and closes the streams of those
-//     revoked or gone.
+//     each tenant with open streams has one poller that lists its keys
+//     and looks up the sessions its streams were made with every poll,
+//     and closes the streams of those revoked, gone or ended.
 //
 // A failed lookup ends nothing: the streams go on and the poller asks
-// again at the next poll (a request of the session is refused as
-// unavailable meanwhile). Revocation is for good: a key is never live
-// again once revoked.
+// again at the next poll. Revocation is for good: a key is never live
+// again once revoked, nor a session once ended.
 
 var errNoKey = publicf(api.CodeNotFound, "no such API key")
 
@@ -51,7 +51,6 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) erro
 	if err != nil {
 		return err
 	}
-	s.sessions.dropKey(c.p.Tenant, id)
 	s.watch.revoke(c.p.Tenant, id)
 	c.log.Info("API key revoked", "revoked_key_id", id)
 	w.Header().Set("Cache-Control", "no-store")
@@ -59,52 +58,66 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request, c *call) erro
 	return nil
 }
 
-// keyWatch tells event streams that their key was revoked. It is safe for
-// concurrent use.
+// keyWatch tells event streams that their key was revoked or their UI
+// session ended. It is safe for concurrent use.
 type keyWatch struct {
-	st   store.Keys
+	st   keyWatchStore
+	now  func() time.Time
 	poll time.Duration
 	log  *slog.Logger
 
 	mu sync.Mutex
-	// tenants holds, by tenant, the keys streams hold and the tenant's
-	// poller (guarded by mu).
+	// tenants holds, by tenant, the keys and sessions streams hold and
+	// the tenant's poller (guarded by mu).
 	tenants map[string]*watchedTenant
 }
 
-// watchedTenant is one tenant's watched keys and their poller.
+// keyWatchStore is what the watch looks up: keys and UI sessions.
+type keyWatchStore interface {
+	store.Keys
+	store.UISessions
+}
+
+// watchedTenant is one tenant's watched keys and sessions and their
+// poller.
 type watchedTenant struct {
-	// keys are the keys held, by id (guarded by keyWatch.mu).
-	keys map[string]*watchedKey
+	// keys are the keys held, by id; sessions the UI sessions held, by
+	// the SHA-256 of their ids (guarded by keyWatch.mu).
+	keys     map[string]*watchedKey
+	sessions map[[sha256.Size]byte]*watchedKey
 	// stop ends the poller, which closes done as it returns.
 	stop context.CancelFunc
 	done chan struct{}
 }
 
-// watchedKey is one key that streams hold.
+// watchedKey is one key (or UI session) that streams hold.
 type watchedKey struct {
-	// revoked is closed once the key is known revoked (guarded by
-	// keyWatch.mu, as are the others).
+	// revoked is closed once the key is known revoked, or the session
+	// ended (guarded by keyWatch.mu, as are the others).
 	revoked chan struct{}
 	ended   bool
 	holders int
 }
 
-func newKeyWatch(st store.Keys, poll time.Duration, log *slog.Logger) *keyWatch {
-	return &keyWatch{st: st, poll: poll, log: log, tenants: map[string]*watchedTenant{}}
+func newKeyWatch(st keyWatchStore, now func() time.Time, poll time.Duration, log *slog.Logger) *keyWatch {
+	return &keyWatch{st: st, now: now, poll: poll, log: log, tenants: map[string]*watchedTenant{}}
 }
 
-// hold watches p's key for one holder (a stream): revoked is closed once
-// the key is revoked; release ends the hold, and must be called once. The
-// first hold of a tenant starts its poller, the last release stops it
-// and waits for it.
-func (kw *keyWatch) hold(p auth.Principal) (revoked <-chan struct{}, release func()) {
+// hold watches p's key, and the UI session whose id hashes to *session
+// when not nil, for one holder (a stream): revoked is closed once the
+// key is revoked, session (nil without one) once the session ended;
+// release ends the hold, and must be called once. The first hold of a
+// tenant starts its poller, the last release stops it and waits for it.
+func (kw *keyWatch) hold(p auth.Principal, sess *[sha256.Size]byte) (revoked, session <-chan struct{}, release func()) {
 	kw.mu.Lock()
 	defer kw.mu.Unlock()
 	wt := kw.tenants[p.Tenant]
 	if wt == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		wt = &watchedTenant{keys: map[string]*watchedKey{}, stop: cancel, done: make(chan struct{})}
+		wt = &watchedTenant{
+			keys: map[string]*watchedKey{}, sessions: map[[sha256.Size]byte]*watchedKey{},
+			stop: cancel, done: make(chan struct{}),
+		}
 		kw.tenants[p.Tenant] = wt
 		go kw.watch(ctx, p.Tenant, wt)
 	}
@@ -114,13 +127,27 @@ func (kw *keyWatch) hold(p auth.Principal) (revoked <-chan struct{}, release fun
 		wt.keys[p.KeyID] = k
 	}
 	k.holders++
-	return k.revoked, func() { kw.release(p, wt, k) }
+	var sk *watchedKey
+	if sess != nil {
+		if sk = wt.sessions[*sess]; sk == nil {
+			sk = &watchedKey{revoked: make(chan struct{})}
+			wt.sessions[*sess] = sk
+		}
+		sk.holders++
+		session = sk.revoked
+	}
+	return k.revoked, session, func() { kw.release(p, sess, wt, k, sk) }
 }
 
-func (kw *keyWatch) release(p auth.Principal, wt *watchedTenant, k *watchedKey) {
+func (kw *keyWatch) release(p auth.Principal, sess *[sha256.Size]byte, wt *watchedTenant, k, sk *watchedKey) {
 	kw.mu.Lock()
 	if k.holders--; k.holders == 0 {
 		delete(wt.keys, p.KeyID)
+	}
+	if sk != nil {
+		if sk.holders--; sk.holders == 0 {
+			delete(wt.sessions, *sess)
+		}
 	}
 	last := len(wt.keys) == 0 && kw.tenants[p.Tenant] == wt
 	if last {
@@ -130,6 +157,18 @@ func (kw *keyWatch) release(p auth.Principal, wt *watchedTenant, k *watchedKey) 
 	if last {
 		wt.stop()
 		<-wt.done
+	}
+}
+
+// endSession ends the streams of tenant's UI session whose id hashes to
+// hash now.
+func (kw *keyWatch) endSession(tenant string, hash [sha256.Size]byte) {
+	kw.mu.Lock()
+	defer kw.mu.Unlock()
+	if wt := kw.tenants[tenant]; wt != nil {
+		if k := wt.sessions[hash]; k != nil {
+			k.end()
+		}
 	}
 }
 
@@ -152,8 +191,9 @@ func (k *watchedKey) end() {
 	}
 }
 
-// watch lists tenant's keys every poll until ctx ends, and ends the keys
-// wt holds that are revoked or gone (a tenant that is gone has none).
+// watch lists tenant's keys, and looks up the UI sessions wt holds,
+// every poll until ctx ends, and ends the keys wt holds that are revoked
+// or gone (a tenant that is gone has none) and the sessions that ended.
 func (kw *keyWatch) watch(ctx context.Context, tenant string, wt *watchedTenant) {
 	defer close(wt.done)
 	t := time.NewTicker(kw.poll)
@@ -181,6 +221,34 @@ func (kw *keyWatch) watch(ctx context.Context, tenant string, wt *watchedTenant)
 				k.end()
 			}
 		}
+		var sessions [][sha256.Size]byte
+		for h, k := range wt.sessions {
+			if !k.ended {
+				sessions = append(sessions, h)
+			}
+		}
 		kw.mu.Unlock()
+		kw.checkSessions(ctx, tenant, wt, sessions)
+	}
+}
+
+// checkSessions ends the sessions among hashes that the store no longer
+// has live.
+func (kw *keyWatch) checkSessions(ctx context.Context, tenant string, wt *watchedTenant, hashes [][sha256.Size]byte) {
+	for _, h := range hashes {
+		_, err := kw.st.UISession(ctx, h[:], kw.now())
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if ctx.Err() == nil {
+				kw.log.Warn("cannot look up the ui sessions of open event streams", "tenant", tenant, "err", err)
+			}
+			return
+		}
+		if err != nil {
+			kw.mu.Lock()
+			if k := wt.sessions[h]; k != nil {
+				k.end()
+			}
+			kw.mu.Unlock()
+		}
 	}
 }

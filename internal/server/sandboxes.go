@@ -175,7 +175,7 @@ func (s *Server) streamSandboxEvents(w http.ResponseWriter, r *http.Request, c *
 	defer s.dropStream(c.p.KeyID)
 	s.metrics.streams.Add(1)
 	defer s.metrics.streams.Add(-1)
-	revoked, release := s.watch.hold(c.p)
+	revoked, session, release := s.watch.hold(c.p, c.session)
 	defer release()
 	es := &eventStream{s: s, c: c}
 	if err := es.open(w); err != nil {
@@ -218,6 +218,9 @@ func (s *Server) streamSandboxEvents(w http.ResponseWriter, r *http.Request, c *
 			return nil
 		case <-revoked:
 			c.log.Info("sandbox event stream ended: its key was revoked")
+			return nil
+		case <-session:
+			c.log.Info("sandbox event stream ended: its ui session ended")
 			return nil
 		case <-snap.Changed:
 		case <-keepalive.C:

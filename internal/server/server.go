@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -146,7 +147,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("server: metrics: %w", merr)
 	}
 	s.metrics = m
-	s.watch = newKeyWatch(o.Store, cfg.StreamPoll, o.Logger)
+	s.watch = newKeyWatch(o.Store, o.Now, cfg.StreamPoll, o.Logger)
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt))
@@ -268,6 +269,9 @@ type call struct {
 	// view is the caller's tenant's view of the store; nil for public
 	// endpoints.
 	view *store.TenantStore
+	// session is the SHA-256 of the UI session's id the request was
+	// authenticated by; nil for an API key's.
+	session *[sha256.Size]byte
 }
 
 // wrap puts an endpoint behind the request id, authentication, rate limit

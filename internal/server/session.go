@@ -1,15 +1,16 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
@@ -22,9 +23,14 @@ import (
 // verifies it with the Authenticator and answers with a session cookie that
 // stands for the key's principal (its tenant, key id and scopes). The key
 // itself is kept nowhere: not in the cookie, not in the session, not in the
-// page. The session lives in this process's memory only, so a restart (or
-// another replica behind a load balancer without sticky sessions) asks the
-// person to log in again.
+// page. Sessions live in the store (store.UISessions), so every server on
+// it (the replicas behind a load balancer, with no sticky sessions) serves
+// every logged-in browser, a restart logs no one out, and a logout, a
+// key's revocation or a tenant's deletion through any of them ends the
+// session on all of them at its next request. Nothing else of a session is
+// kept in a process: the CSRF token is derived from the session id, and an
+// event stream made with a session ends, on whichever server holds it,
+// within a poll (Config.StreamPoll) of the session's end (revoke.go).
 //
 // Why each defence:
 //   - The cookie is HttpOnly (no script reads it), SameSite=Strict (no other
@@ -33,14 +39,17 @@ import (
 //   - Every state-changing request made with the cookie carries the
 //     session's CSRF token in X-CSRF-Token, compared in constant time, and
 //     an Origin header naming this server: SameSite alone leaves out old
-//     browsers and same-site subdomains.
+//     browsers and same-site subdomains. The token is the SHA-256 of the
+//     session id under a label of its own: another site's page cannot know
+//     it (it would need the cookie, which it cannot read), and it needs no
+//     secret a replica would have to share.
 //   - A session ends after sessionIdle without use and sessionMax after
-//     login, whichever is first, and as soon as its key is revoked: at
-//     once when this server revoked it, else when it is next used a poll
-//     (Config.StreamPoll) or more after its key was last found live
-//     (revoke.go).
-//   - The session id in the cookie is 256 random bits; the map holds only
-//     its SHA-256, so a memory dump shows no usable cookie.
+//     login, whichever is first, and as soon as its key is revoked or its
+//     tenant's deletion begins: the store's lookup of a session checks its
+//     key and tenant in the same query, every request.
+//   - The session id in the cookie is 256 random bits; the store holds only
+//     its SHA-256, so a copy of the database shows no usable cookie, nor
+//     the CSRF token (a different hash of the id, which the store lacks).
 
 // Session limits.
 const (
@@ -48,9 +57,11 @@ const (
 	sessionIdle = time.Hour
 	// sessionMax ends a session this long after login, used or not.
 	sessionMax = 12 * time.Hour
-	// maxSessions bounds the sessions held at once; logins past it are
-	// refused until some expire or log out.
-	maxSessions = 10000
+	// sessionTouch is how often a session's use is written to the store:
+	// a request finding the recorded use this old or older records it.
+	// The idle limit is counted from the recorded use, so a session ends
+	// at most this much early, never late.
+	sessionTouch = time.Minute
 	// maxLoginBody bounds the body of POST /ui/login.
 	maxLoginBody = 4 << 10
 )
@@ -83,138 +94,113 @@ type LoginRequest struct {
 
 // session is one logged-in browser.
 type session struct {
-	p       auth.Principal
+	p auth.Principal
+	// hash is the SHA-256 of the session id: the store's key.
+	hash    [sha256.Size]byte
 	csrf    string
-	created time.Time
-	// used is when the session last served a request; checked when its
-	// key was last found unrevoked.
-	used    time.Time
-	checked time.Time
+	expires time.Time
 }
 
-// expires is when s ends unless used again.
-func (s *session) expires() time.Time {
-	idle, most := s.used.Add(sessionIdle), s.created.Add(sessionMax)
+// sessions reads and writes the UI's sessions in the store. It is safe
+// for concurrent use and holds no session itself.
+type sessions struct {
+	st  store.UISessions
+	now func() time.Time
+	log *slog.Logger
+}
+
+func newSessions(st store.UISessions, now func() time.Time, log *slog.Logger) *sessions {
+	return &sessions{st: st, now: now, log: log}
+}
+
+// csrfLabel separates the CSRF token's hash of a session id from the
+// store's.
+const csrfLabel = "airlock ui csrf token\x00"
+
+// csrfToken is the CSRF token of session id.
+func csrfToken(id string) string {
+	sum := sha256.Sum256([]byte(csrfLabel + id))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// expiry is when a session made at created and last used at used ends.
+func expiry(created, used time.Time) time.Time {
+	idle, most := used.Add(sessionIdle), created.Add(sessionMax)
 	if idle.Before(most) {
 		return idle
 	}
 	return most
 }
 
-// sessions holds the UI's sessions by the SHA-256 of their ids. It is safe
-// for concurrent use.
-type sessions struct {
-	now func() time.Time
-	// recheck is how long a session's key, once found live, is taken to
-	// be: the server's stream poll, so that a key revoked elsewhere ends
-	// its sessions here as soon as it ends its streams.
-	recheck time.Duration
-
-	mu sync.Mutex
-	// byHash holds the live sessions (guarded by mu).
-	byHash map[[sha256.Size]byte]*session
-}
-
-func newSessions(now func() time.Time, recheck time.Duration) *sessions {
-	return &sessions{now: now, recheck: recheck, byHash: map[[sha256.Size]byte]*session{}}
-}
-
-var errTooManySessions = publicf(api.CodeUnavailable, "too many sessions are open; retry later")
-
 // create starts a session for p and returns its id (for the cookie) and
-// the session.
-func (ss *sessions) create(p auth.Principal) (string, session, error) {
+// the session. A key with store.MaxUISessionsPerKey sessions loses its
+// least recently used one. Expired sessions of every key are swept.
+func (ss *sessions) create(ctx context.Context, p auth.Principal) (string, session, error) {
 	id, err := randomToken()
 	if err != nil {
 		return "", session{}, err
 	}
-	csrf, err := randomToken()
-	if err != nil {
+	now := ss.now().UTC()
+	sess := session{p: p, hash: sha256.Sum256([]byte(id)), csrf: csrfToken(id), expires: expiry(now, now)}
+	u := store.UISession{Hash: sess.hash[:], Tenant: p.Tenant, KeyID: p.KeyID, Created: now, Used: now, Expires: sess.expires}
+	if err := ss.st.CreateUISession(ctx, u, store.MaxUISessionsPerKey); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			// The key was revoked between its check and here.
+			return "", session{}, errSessionEnded
+		}
 		return "", session{}, err
 	}
-	now := ss.now()
-	s := &session{p: p, csrf: csrf, created: now, used: now, checked: now}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if len(ss.byHash) >= maxSessions {
-		ss.sweep(now)
-		if len(ss.byHash) >= maxSessions {
-			return "", session{}, errTooManySessions
-		}
+	if n, err := ss.st.ExpireUISessions(ctx, now); err != nil {
+		ss.log.Warn("cannot sweep expired ui sessions", "err", err)
+	} else if n > 0 {
+		ss.log.Debug("expired ui sessions swept", "sessions", n)
 	}
-	ss.byHash[sha256.Sum256([]byte(id))] = s
-	return id, *s, nil
+	return id, sess, nil
 }
 
-// sweep drops the expired sessions. Preconditions: ss.mu held.
-func (ss *sessions) sweep(now time.Time) {
-	for h, s := range ss.byHash {
-		if !now.Before(s.expires()) {
-			delete(ss.byHash, h)
-		}
-	}
-}
-
-// get returns the live session of id and marks it used; ok is false for an
-// unknown or expired id (an expired one is dropped). recheck says the
-// session's key is due to be looked up again (and marks it looked up, so
-// that concurrent requests look it up once).
-func (ss *sessions) get(id string) (s session, recheck, ok bool) {
+// get returns the live session of id and records its use (at most every
+// sessionTouch). A malformed, unknown, expired or ended id gives
+// errSessionEnded; a store that fails, its error.
+func (ss *sessions) get(ctx context.Context, id string) (session, error) {
 	if !validToken(id) {
-		return session{}, false, false
+		return session{}, errSessionEnded
 	}
 	h := sha256.Sum256([]byte(id))
-	now := ss.now()
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	p, ok := ss.byHash[h]
-	if !ok {
-		return session{}, false, false
+	now := ss.now().UTC()
+	u, err := ss.st.UISession(ctx, h[:], now)
+	if errors.Is(err, store.ErrNotFound) {
+		return session{}, errSessionEnded
 	}
-	if !now.Before(p.expires()) {
-		delete(ss.byHash, h)
-		return session{}, false, false
+	if err != nil {
+		return session{}, err
 	}
-	if now.After(p.used) {
-		p.used = now
+	sess := session{
+		p:    auth.Principal{Tenant: u.Tenant, KeyID: u.KeyID, Scopes: u.Scopes},
+		hash: h, csrf: csrfToken(id), expires: u.Expires,
 	}
-	if now.Sub(p.checked) >= ss.recheck || now.Before(p.checked) {
-		p.checked, recheck = now, true
+	if now.Sub(u.Used) >= sessionTouch {
+		sess.expires = expiry(u.Created, now)
+		err := ss.st.TouchUISession(ctx, h[:], now, sess.expires)
+		if errors.Is(err, store.ErrNotFound) {
+			return session{}, errSessionEnded // ended a moment ago
+		}
+		if err != nil {
+			return session{}, err
+		}
 	}
-	return *p, recheck, true
+	return sess, nil
 }
 
-// drop ends the session of id, if any.
-func (ss *sessions) drop(id string) {
+// drop ends the session of id, if any, on every server.
+func (ss *sessions) drop(ctx context.Context, id string) error {
 	if !validToken(id) {
-		return
+		return nil
 	}
 	h := sha256.Sum256([]byte(id))
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.byHash, h)
-}
-
-// dropKey ends every session of tenant's key id.
-func (ss *sessions) dropKey(tenant, keyID string) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for h, s := range ss.byHash {
-		if s.p.Tenant == tenant && s.p.KeyID == keyID {
-			delete(ss.byHash, h)
-		}
+	if err := ss.st.DeleteUISession(ctx, h[:]); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
 	}
-}
-
-// dropTenant ends every session of tenant's keys (the tenant is gone).
-func (ss *sessions) dropTenant(tenant string) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	for h, s := range ss.byHash {
-		if s.p.Tenant == tenant {
-			delete(ss.byHash, h)
-		}
-	}
+	return nil
 }
 
 // tokenLen is the length of a session id or CSRF token: 32 random bytes,
@@ -293,19 +279,24 @@ func checkOrigin(r *http.Request) error {
 }
 
 // authenticateSession authenticates a request by its session cookie: the
-// session must be live and its key unrevoked, and a state-changing request
-// must carry a matching Origin and the session's CSRF token. The request
-// then acts as the session's principal, under its key's rate limit.
+// session must be live in the store (its key unrevoked, its tenant not
+// being deleted), and a state-changing request must carry a matching
+// Origin and the session's CSRF token. The request then acts as the
+// session's principal, under its key's rate limit.
 func (s *Server) authenticateSession(r *http.Request, c *call) error {
 	addr := "addr:" + remoteHost(r)
 	if blocked, wait := s.fails.Blocked(addr); blocked {
 		return &apiError{code: api.CodeRateLimited, msg: "too many failed authentications; retry later", retryAfter: ratelimit.RetryAfter(wait)}
 	}
 	id, _ := sessionID(r)
-	sess, recheck, ok := s.sessions.get(id)
-	if !ok {
+	sess, err := s.sessions.get(r.Context(), id)
+	if errors.Is(err, errSessionEnded) {
 		s.fails.Allow(addr)
-		return errSessionEnded
+		return err
+	}
+	if err != nil {
+		c.log.Error("authentication: cannot look up a ui session", "err", err)
+		return publicf(api.CodeUnavailable, "cannot verify sessions now; retry later")
 	}
 	if !safeMethod(r.Method) {
 		if err := checkOrigin(r); err != nil {
@@ -316,38 +307,12 @@ func (s *Server) authenticateSession(r *http.Request, c *call) error {
 			return errCSRF
 		}
 	}
-	if recheck {
-		live, err := s.keyLive(r, sess.p)
-		if err != nil {
-			c.log.Error("authentication: cannot look up a session's key", "key_id", sess.p.KeyID, "err", err)
-			return publicf(api.CodeUnavailable, "cannot verify API keys now; retry later")
-		}
-		if !live {
-			s.sessions.dropKey(sess.p.Tenant, sess.p.KeyID)
-			c.log.Info("session ended: its key was revoked", "key_id", sess.p.KeyID)
-			return errSessionEnded
-		}
-	}
-	c.p = sess.p
+	c.p, c.session = sess.p, &sess.hash
 	if ok, wait := s.keys.Allow("key:" + c.p.KeyID + "\x00" + c.p.Tenant); !ok {
 		return &apiError{code: api.CodeRateLimited, msg: "too many requests for this key; retry later", retryAfter: ratelimit.RetryAfter(wait)}
 	}
 	c.view = store.ForTenant(s.o.Store, c.p.Tenant)
 	return nil
-}
-
-// keyLive reports whether p's key still exists unrevoked, its tenant not
-// being deleted (a tenant deleted, by another process too, has no keys).
-func (s *Server) keyLive(r *http.Request, p auth.Principal) (bool, error) {
-	keys, err := s.o.Store.ListAPIKeys(r.Context(), p.Tenant)
-	if errors.Is(err, store.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	i := slices.IndexFunc(keys, func(k store.APIKey) bool { return k.ID == p.KeyID })
-	return i >= 0 && !keys[i].Revoked() && keys[i].TenantDeleting.IsZero(), nil
 }
 
 // secureBrowser reports whether the browser talks TLS to this server: the
@@ -383,7 +348,7 @@ func sessionOf(sess session) Session {
 	if scopes == nil {
 		scopes = []string{}
 	}
-	return Session{Tenant: sess.p.Tenant, KeyID: sess.p.KeyID, Scopes: scopes, CSRFToken: sess.csrf, Expires: sess.expires().UTC()}
+	return Session{Tenant: sess.p.Tenant, KeyID: sess.p.KeyID, Scopes: scopes, CSRFToken: sess.csrf, Expires: sess.expires.UTC()}
 }
 
 // uiLogin exchanges an API key for a session: POST /ui/login with
@@ -414,11 +379,18 @@ func (s *Server) uiLogin(w http.ResponseWriter, r *http.Request, c *call) error 
 	}
 	// An old session of this browser ends with the new one.
 	if old, ok := sessionID(r); ok {
-		s.sessions.drop(old)
+		if err := s.sessions.drop(r.Context(), old); err != nil {
+			c.log.Error("login: cannot end the browser's old ui session", "err", err)
+			return publicf(api.CodeUnavailable, "cannot start a session now; retry later")
+		}
 	}
-	id, sess, err := s.sessions.create(c.p)
+	id, sess, err := s.sessions.create(r.Context(), c.p)
+	if errors.Is(err, errSessionEnded) {
+		return publicf(api.CodeUnauthenticated, "the API key is not valid")
+	}
 	if err != nil {
-		return err
+		c.log.Error("login: cannot store a ui session", "err", err)
+		return publicf(api.CodeUnavailable, "cannot start a session now; retry later")
 	}
 	c.log.Info("ui session started", "tenant", c.p.Tenant, "key_id", c.p.KeyID)
 	setSessionCookie(w, r, id)
@@ -434,11 +406,22 @@ func (s *Server) uiLogout(w http.ResponseWriter, r *http.Request, c *call) error
 		return err
 	}
 	if id, ok := sessionID(r); ok {
-		if sess, _, live := s.sessions.get(id); live {
+		sess, err := s.sessions.get(r.Context(), id)
+		switch {
+		case errors.Is(err, errSessionEnded):
+		case err != nil:
+			c.log.Error("logout: cannot look up a ui session", "err", err)
+			return publicf(api.CodeUnavailable, "cannot end the session now; retry later")
+		default:
 			if subtle.ConstantTimeCompare([]byte(r.Header.Get(CSRFHeader)), []byte(sess.csrf)) != 1 {
 				return errCSRF
 			}
-			s.sessions.drop(id)
+			if err := s.sessions.drop(r.Context(), id); err != nil {
+				c.log.Error("logout: cannot end a ui session", "err", err)
+				return publicf(api.CodeUnavailable, "cannot end the session now; retry later")
+			}
+			// Its event streams here end now, elsewhere within a poll.
+			s.watch.endSession(sess.p.Tenant, sess.hash)
 			c.log.Info("ui session ended", "tenant", sess.p.Tenant, "key_id", sess.p.KeyID)
 		}
 	}
@@ -462,9 +445,9 @@ func (s *Server) uiSession(w http.ResponseWriter, r *http.Request, c *call) erro
 		return err
 	}
 	id, _ := sessionID(r)
-	sess, _, ok := s.sessions.get(id)
-	if !ok {
-		return errSessionEnded
+	sess, err := s.sessions.get(r.Context(), id)
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, sessionOf(sess))
 	return nil

@@ -89,7 +89,7 @@ func (s *Server) routeUI() error {
 	if err != nil {
 		return err
 	}
-	s.sessions = newSessions(s.o.Now, s.cfg.StreamPoll)
+	s.sessions = newSessions(s.o.Store, s.o.Now, s.log)
 	for _, rt := range []route{
 		{method: "GET", pattern: "/{$}", public: true, h: s.uiRoot},
 		{method: "GET", pattern: "/ui/", public: true, h: s.uiPage(assets)},

@@ -91,6 +91,7 @@ type Store interface {
 	Deletions
 	SandboxEvents
 	Uploads
+	UISessions
 
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.

@@ -418,3 +418,43 @@ func (s *Store) UploadDigests(ctx context.Context) ([]string, error) {
 	s.observe("UploadDigests", start, err)
 	return out, err
 }
+
+// CreateUISession implements store.Store.
+func (s *Store) CreateUISession(ctx context.Context, u store.UISession, most int) error {
+	start := time.Now()
+	err := s.s.CreateUISession(ctx, u, most)
+	s.observe("CreateUISession", start, err)
+	return err
+}
+
+// UISession implements store.Store.
+func (s *Store) UISession(ctx context.Context, hash []byte, now time.Time) (store.UISession, error) {
+	start := time.Now()
+	u, err := s.s.UISession(ctx, hash, now)
+	s.observe("UISession", start, err)
+	return u, err
+}
+
+// TouchUISession implements store.Store.
+func (s *Store) TouchUISession(ctx context.Context, hash []byte, used, expires time.Time) error {
+	start := time.Now()
+	err := s.s.TouchUISession(ctx, hash, used, expires)
+	s.observe("TouchUISession", start, err)
+	return err
+}
+
+// DeleteUISession implements store.Store.
+func (s *Store) DeleteUISession(ctx context.Context, hash []byte) error {
+	start := time.Now()
+	err := s.s.DeleteUISession(ctx, hash)
+	s.observe("DeleteUISession", start, err)
+	return err
+}
+
+// ExpireUISessions implements store.Store.
+func (s *Store) ExpireUISessions(ctx context.Context, now time.Time) (int64, error) {
+	start := time.Now()
+	n, err := s.s.ExpireUISessions(ctx, now)
+	s.observe("ExpireUISessions", start, err)
+	return n, err
+}

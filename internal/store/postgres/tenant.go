@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/schema"
 	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
 
@@ -183,11 +184,21 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 	}
 	// COALESCE keeps the first revocation; the row still counts as
 	// changed, so 0 rows means no such key of this tenant.
-	tag, err := s.pool.Exec(ctx, `UPDATE api_keys SET revoked_ns = COALESCE(revoked_ns, $1) WHERE id = $2 AND tenant = $3`,
-		s.now().UnixNano(), id, tenant)
-	if err == nil {
-		err = oneRow(tag, store.APIKeyNotFound(id))
-	}
+	// The key's web UI sessions (store.UISessions) end in the same
+	// transaction. The UPDATE's row lock makes a login of the key that
+	// holds it (CreateUISession) commit first, so that the DELETE, a
+	// statement of its own, sees its session.
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE api_keys SET revoked_ns = COALESCE(revoked_ns, $1) WHERE id = $2 AND tenant = $3`,
+			s.now().UnixNano(), id, tenant)
+		if err != nil {
+			return err
+		}
+		if err := oneRow(tag, store.APIKeyNotFound(id)); err != nil {
+			return err
+		}
+		return schema.Postgres.DeleteKeyUISessions(ctx, schemaTx{tx}, tenant, id)
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: tenant %s: revoke API key: %w", tenant, err)
 	}

@@ -206,6 +206,13 @@ func (d Dialect) DeleteTenant(ctx context.Context, tx Tx, tenant string, rec sto
 	if n > 0 {
 		rec.Counts["e2b_snapshots"] = n
 	}
+	// Its web UI sessions (store.UISessions): its keys went above.
+	if n, err = d.deleteCount(ctx, tx, "ui_sessions", `tenant = `+d.Param(1), tenant); err != nil {
+		return rec, nil, err
+	}
+	if n > 0 {
+		rec.Counts["ui_sessions"] = n
+	}
 	// What its sandboxes outside runs reported (store.SandboxEvents).
 	if n, err = d.deleteCount(ctx, tx, "sandbox_events", `tenant = `+d.Param(1), tenant); err != nil {
 		return rec, nil, err

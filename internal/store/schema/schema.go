@@ -338,6 +338,22 @@ var migrations = []string{
 	);
 	CREATE INDEX e2b_snapshots_tenant ON e2b_snapshots (tenant, created_ns);
 	CREATE UNIQUE INDEX e2b_snapshots_name ON e2b_snapshots (tenant, name) WHERE name <> '';`,
+
+	// 19: the web UI's sessions (store.UISessions), so that every server
+	// on the store serves every logged-in browser: the SHA-256 of the
+	// session id (never the id, nor anything the CSRF token is made
+	// from), the key it stands for, its login, last recorded use and
+	// expiry. A key's revocation and a tenant's deletion delete its rows.
+	`CREATE TABLE ui_sessions (
+		hash       BLOB PRIMARY KEY,
+		tenant     TEXT NOT NULL,
+		key_id     TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		used_ns    INTEGER NOT NULL,
+		expires_ns INTEGER NOT NULL
+	);
+	CREATE INDEX ui_sessions_key ON ui_sessions (tenant, key_id, used_ns);
+	CREATE INDEX ui_sessions_expires ON ui_sessions (expires_ns);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -347,7 +363,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 18
+const Version = 19
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/schema"
 	"github.com/airlockrun/airlock/internal/store/sqlrow"
 )
 
@@ -204,7 +205,11 @@ func (s *Store) RevokeAPIKey(ctx context.Context, tenant, id string) error {
 		if err != nil {
 			return err
 		}
-		return oneRow(res, store.APIKeyNotFound(id))
+		if err := oneRow(res, store.APIKeyNotFound(id)); err != nil {
+			return err
+		}
+		// Its web UI sessions end with it (store.UISessions).
+		return schema.SQLite.DeleteKeyUISessions(ctx, schemaTx{tx}, tenant, id)
 	})
 	if err != nil {
 		return fmt.Errorf("sqlite: tenant %s: revoke API key: %w", tenant, err)

@@ -113,6 +113,8 @@ func Run(t *testing.T, f Factory) {
 		{"APIKeyInvalid", testAPIKeyInvalid},
 		{"APIKeyHandles", testAPIKeyHandles},
 		{"APIKeyRedaction", testAPIKeyRedaction},
+		{"UISessions", testUISessions},
+		{"UISessionRace", testUISessionRace},
 		{"TombstonePayloads", testTombstonePayloads},
 		{"PurgeRun", testPurgeRun},
 		{"DeleteTenant", testDeleteTenant},
