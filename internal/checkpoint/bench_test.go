@@ -401,8 +401,9 @@ func BenchmarkWriteAgain(b *testing.B) {
 // (tree=one): the library's part of issue 22's "one file changed in a
 // 1 GB workspace costs at most 1.2x the same in a 1-file workspace". The
 // step after a Write finds its parent's tree in the Store's cache; every
-// CompactDepth+1 steps a compaction writes the whole tree's manifest, the
-// one cost that grows with the tree: an op is such a cycle, ns/step,
+// compactDepth+1 steps (more in the larger tree) a compaction writes the
+// whole tree's manifest, the one cost that grows with the tree: an op is
+// such a cycle, ns/step,
 // cpu-ns/step (the process's CPU time: steadier than ns/step on a busy
 // machine) and stored-B/step its averages.
 func BenchmarkWriteDelta(b *testing.B) {
@@ -430,9 +431,9 @@ func BenchmarkWriteDelta(b *testing.B) {
 			steps, compactions := 0, 0
 			parent := base.Digest
 			for b.Loop() {
-				// One op is a cycle of CompactDepth deltas and the
+				// One op is a cycle of compactDepth deltas and the
 				// compaction after them.
-				for range CompactDepth + 1 {
+				for range compactDepth(base.Stats.TreeEntries) + 1 {
 					steps++
 					stream := tarStream(b, reg(name, fmt.Sprintf("package main\n\n// step %d\n", steps)))
 					n0 := readCounts()

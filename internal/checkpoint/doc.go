@@ -37,8 +37,9 @@
 //   - Chunks are keyed per tenant (package chunk says why): a tenant
 //     deduplicates against its own runs and forks, never against another
 //     tenant.
-//   - Chains stay short: a delta past CompactDepth, or whose chain holds
-//     more than 1/CompactShare of its base's entries, is written as a full
+//   - Chains stay short: a delta past CompactDepth (more in a large tree,
+//     up to MaxChain-1: write.go says why), or whose chain holds more than
+//     1/CompactShare of its base's entries, is written as a full
 //     checkpoint, which refers to the chunks already stored.
 //
 // Garbage collection is not here: Manifest lists what a checkpoint refers

@@ -23,7 +23,7 @@ const (
 	// MaxFileSize is the largest file: 1 TiB.
 	MaxFileSize = 1 << 40
 	// MaxChain is the most checkpoints a chain may hold, the full one
-	// included. The writer compacts long before (CompactDepth).
+	// included. The writer compacts before (compactDepth).
 	MaxChain = 64
 )
 

@@ -435,6 +435,38 @@ func TestCompaction(t *testing.T) {
 			}
 		}
 	})
+	t.Run("depth grows with the tree", func(t *testing.T) {
+		for _, c := range []struct{ base, depth int64 }{
+			{0, CompactDepth}, {200, CompactDepth}, {17 * DepthEntries, 17},
+			{19_000, MaxChain - 1}, {MaxEntries, MaxChain - 1},
+		} {
+			if got := compactDepth(c.base); int64(got) != c.depth {
+				t.Errorf("compactDepth(%d) = %d, want %d", c.base, got, c.depth)
+			}
+		}
+		s := newTestStore(t)
+		var base []tent
+		n := 24 * DepthEntries // 24 deltas, then a compaction
+		for i := range n {
+			base = append(base, reg(fmt.Sprintf("f%05d", i), ""))
+		}
+		res := write(t, s, "acme", "", true, tarStream(t, base...))
+		tree := slices.Clone(base)
+		for step := 1; step <= 26; step++ {
+			e := reg(fmt.Sprintf("f%05d", step), fmt.Sprintf("step %d", step))
+			res = write(t, s, "acme", res.Digest, false, tarStream(t, e))
+			tree[step] = e
+			if wantDepth := step % 25; res.Depth != wantDepth || res.Compacted != (wantDepth == 0) {
+				t.Fatalf("step %d of a %d-entry tree: Write() = depth %d, compacted %v; want depth %d", step, n, res.Depth, res.Compacted, wantDepth)
+			}
+			if step == 24 || step == 26 {
+				want := summary(readTar(t, bytes.NewReader(tarStream(t, tree...))))
+				if got := summary(restoreTar(t, s, "acme", res.Digest)); !slices.Equal(got, want) {
+					t.Fatalf("step %d: the restored tree differs", step)
+				}
+			}
+		}
+	})
 	t.Run("share", func(t *testing.T) {
 		s := newTestStore(t)
 		res := write(t, s, "acme", "", true, tarStream(t, reg("a", "1"), reg("b", "2"), reg("c", "3"), reg("d", "4"), reg("e", "5"), reg("f", "6"), reg("g", "7"), reg("h", "8")))
