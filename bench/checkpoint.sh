@@ -64,7 +64,7 @@ one=$(metric 'tree=one' ns/step)
 big=$(metric 'tree=big' ns/step)
 onec=$(metric 'tree=one' cpu-ns/step)
 bigc=$(metric 'tree=big' cpu-ns/step)
-printf 'a step of one file (17-step cycles, a compaction in each): %s ns in this workspace, %s ns in a one-file one: %s (CPU %s / %s ns: %s); stored %s B a step\n' \
+printf 'a step of one file (cycles of a chain and the compaction after it: 17 steps in a one-file workspace, up to 64 in a large one): %s ns in this workspace, %s ns in a one-file one: %s (CPU %s / %s ns: %s); stored %s B a step\n' \
   "$big" "$one" "$(awk -v a="$big" -v b="$one" 'BEGIN { printf "%.2f", a / b }')" \
   "$bigc" "$onec" "$(awk -v a="$bigc" -v b="$onec" 'BEGIN { printf "%.2f", a / b }')" "$(metric 'tree=big' stored-B/step)"
 printf '  counted a step (one-file / 1 GiB): %s / %s read+write syscalls, %s / %s B of heap; a compaction %s syscalls, %s B of heap, %s B read and written\n' \
