@@ -439,12 +439,8 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 		}
 		// Closed as lost, or still (again) another's: as the store
 		// says now.
-		cur, err := s.o.Store.GetRun(r.Context(), rec.ID)
-		if err != nil || cur.Status.Final() {
-			return false
-		}
-		rec, owner = cur, cur.LeaseOwner
-		if owner == "" || s.ours(owner) {
+		var ok bool
+		if rec, owner, ok = s.reread(r.Context(), rec.ID); !ok {
 			return false
 		}
 	}
@@ -458,12 +454,8 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 		if lost {
 			// Another replica took it over at the same moment: relay to
 			// it, or answer as the store says now.
-			cur, err := s.o.Store.GetRun(r.Context(), rec.ID)
-			if err != nil || cur.Status.Final() {
-				return false
-			}
-			rec, owner = cur, cur.LeaseOwner
-			if owner == "" || s.ours(owner) {
+			var ok bool
+			if rec, owner, ok = s.reread(r.Context(), rec.ID); !ok {
 				return false
 			}
 		}
@@ -496,6 +488,17 @@ func (s *Server) relay(w http.ResponseWriter, r *http.Request, rec store.Run, id
 		fail(http.StatusServiceUnavailable, fmt.Sprintf("sandbox %s is held by replica %s at %s, which does not answer (%s); once its lease lapses (within %s) another replica takes the sandbox over, or closes it as lost", id, ownerLabel(owner), base, relayReason(err), s.leaseTTL()))
 	}).ServeHTTP(w, r)
 	return true
+}
+
+// reread returns record runID as the store says now and its owner; ok
+// is false when this replica should answer as for a sandbox it does not
+// know: the record unreadable or final, no one's, or this server's own.
+func (s *Server) reread(ctx context.Context, runID string) (rec store.Run, owner string, ok bool) {
+	cur, err := s.o.Store.GetRun(ctx, runID)
+	if err != nil || cur.Status.Final() || cur.LeaseOwner == "" || s.ours(cur.LeaseOwner) {
+		return store.Run{}, "", false
+	}
+	return cur, cur.LeaseOwner, true
 }
 
 // relayTo returns the handler that relays a request, unchanged but for
