@@ -437,8 +437,11 @@ func TestCompaction(t *testing.T) {
 	})
 	t.Run("depth grows with the tree", func(t *testing.T) {
 		for _, c := range []struct{ base, depth int64 }{
-			{0, CompactDepth}, {200, CompactDepth}, {17 * DepthEntries, 17},
-			{19_000, MaxChain - 1}, {MaxEntries, MaxChain - 1},
+			{0, CompactDepth},
+			{200, CompactDepth},
+			{17 * DepthEntries, 17},
+			{19_000, MaxChain - 1},
+			{MaxEntries, MaxChain - 1},
 		} {
 			if got := compactDepth(c.base); int64(got) != c.depth {
 				t.Errorf("compactDepth(%d) = %d, want %d", c.base, got, c.depth)
