@@ -111,13 +111,8 @@ var ErrNoUISession = fmt.Errorf("ui session: none live: %w", store.ErrNotFound)
 
 // TouchUISession implements store.UISessions.TouchUISession in tx.
 func (d Dialect) TouchUISession(ctx context.Context, tx Tx, hash []byte, used, expires time.Time) error {
-	var one int64
-	err := d.queryOne(ctx, tx, `SELECT 1 FROM ui_sessions WHERE hash = `+d.Param(1), []any{hash}, &one)
-	if errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("ui session: %w", store.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("ui session: %w", err)
+	if err := d.uiSessionExists(ctx, tx, hash); err != nil {
+		return err
 	}
 	ns := used.UnixNano()
 	q := `UPDATE ui_sessions SET used_ns = ` + d.Param(1) + `, expires_ns = ` + d.Param(2) +
@@ -128,8 +123,9 @@ func (d Dialect) TouchUISession(ctx context.Context, tx Tx, hash []byte, used, e
 	return nil
 }
 
-// DeleteUISession implements store.UISessions.DeleteUISession in tx.
-func (d Dialect) DeleteUISession(ctx context.Context, tx Tx, hash []byte) error {
+// uiSessionExists returns nil if session hash is stored, live or not, and
+// an error wrapping store.ErrNotFound if it is not.
+func (d Dialect) uiSessionExists(ctx context.Context, tx Tx, hash []byte) error {
 	var one int64
 	err := d.queryOne(ctx, tx, `SELECT 1 FROM ui_sessions WHERE hash = `+d.Param(1), []any{hash}, &one)
 	if errors.Is(err, store.ErrNotFound) {
@@ -137,6 +133,14 @@ func (d Dialect) DeleteUISession(ctx context.Context, tx Tx, hash []byte) error 
 	}
 	if err != nil {
 		return fmt.Errorf("ui session: %w", err)
+	}
+	return nil
+}
+
+// DeleteUISession implements store.UISessions.DeleteUISession in tx.
+func (d Dialect) DeleteUISession(ctx context.Context, tx Tx, hash []byte) error {
+	if err := d.uiSessionExists(ctx, tx, hash); err != nil {
+		return err
 	}
 	if err := tx.Exec(ctx, `DELETE FROM ui_sessions WHERE hash = `+d.Param(1), hash); err != nil {
 		return fmt.Errorf("ui session: delete: %w", err)
