@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Side-by-side sandbox benchmarks in one run: airlock against bubblewrap, runc
 # and runsc (gVisor) from Debian's packages, and a plain fork+exec floor.
-# Prints medians and ratios. Needs root. Usage: [IDLE=500] bench/compare.sh [RUNS]
-# The cold rows run without a sandbox daemon; the warm rows start one
-# (airlock sandbox daemon) in the throwaway $AIRLOCK_HOME.
+# Prints medians and ratios. Needs root. Usage: [IDLE=500] [ROWS="cold warm
+# exec idle rate"] bench/compare.sh [RUNS]; ROWS picks the sections (all by
+# default: ROWS=warm runs only the warm rows). The cold rows run without a
+# sandbox daemon; the warm rows start one (airlock sandbox daemon) in the
+# throwaway $AIRLOCK_HOME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-40}
 IDLE=${IDLE:-500}
+ROWS=" ${ROWS:-cold warm exec idle rate} "
+want() { [[ $ROWS == *" $1 "* ]]; }
 GO=${GO:-go}
 [ "$(id -u)" -eq 0 ] || { echo "bench/compare.sh needs root" >&2; exit 1; }
 for p in hyperfine bwrap runc runsc; do
@@ -52,6 +56,7 @@ echo "== this machine: what a process's start pays for every page it uses"
 $GO build -o "$t/pagetouch" ./bench/pagetouch
 "$t/pagetouch"
 
+if want cold; then
 echo
 echo "== cold start: create, run /bin/true, destroy (median ms of $RUNS)"
 hyperfine -N -w 3 -r "$RUNS" --export-json "$t/cold.json" \
@@ -79,6 +84,9 @@ PY
 # shellcheck disable=SC2086 # $BW is a command line split on spaces
 echo "page faults per start: /bin/true $(faults /bin/true)   Go process $(faults "$t/pagetouch" -exit)   airlock $(faults "$AL" sandbox run -- /bin/true)   bwrap $(faults $BW /bin/true)"
 
+fi
+
+if want warm; then
 echo
 echo "== warm start: sandbox run handed to a running airlock sandbox daemon (median ms of $RUNS)"
 # The daemon keeps sandboxes of the default spec ready; each run takes one,
@@ -89,15 +97,40 @@ echo "== warm start: sandbox run handed to a running airlock sandbox daemon (med
 "$AL" sandbox daemon 2>"$t/daemon.log" & dpid=$!
 for _ in $(seq 100); do [ -S "$AIRLOCK_HOME/sandbox.sock" ] && break; sleep 0.05; done
 sleep 1 # the pool's first sandboxes
+# The daemon's CPU (its own, its spawner's and what they reaped: the
+# sandboxes' executors and commands) across the runs, refills and
+# destroys included: the work a warm run moves off its critical path.
+treecpu() { python3 - "$@" <<'PY'
+import os, sys
+t = 0
+for p in sys.argv[1:]:
+    f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+    t += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+print(t * 1000 // os.sysconf("SC_CLK_TCK"))
+PY
+}
+dtree="$dpid $(pgrep -P "$dpid" | tr '\n' ' ')"
+# shellcheck disable=SC2086 # a list of pids
+c0=$(treecpu $dtree)
 hyperfine -N -w 3 -r "$RUNS" --prepare "sleep 0.15" --export-json "$t/warm.json" \
   "$AL sandbox run -- /bin/true" \
-  "$BW /bin/true" >/dev/null
-read -r alw bww <<<"$(median "$t/warm.json")"
-printf '%-28s %8s ms\n' "airlock sandbox run (warm)" "$alw" "bwrap" "$bww"
-echo "ratio: airlock warm/bwrap $(ratio "$alw" "$bww")   (target <= 1.0)"
-echo "cold target: airlock cold <= bwrap + two Go starts: $al against $(python3 -c "print('%.2f' % ($bw + 2*$gofloor))") ms"
+  "$BW /bin/true" \
+  "$t/pagetouch -exit" >/dev/null
+sleep 0.5 # the last run's destroy and refill
+# shellcheck disable=SC2086
+c1=$(treecpu $dtree)
+read -r alw bww gow <<<"$(median "$t/warm.json")"
+printf '%-28s %8s ms\n' "airlock sandbox run (warm)" "$alw" "bwrap" "$bww" "a Go process (exits at once)" "$gow"
+echo "ratio: airlock warm/bwrap $(ratio "$alw" "$bww")   (target <= 1.0)   beyond a Go start: $(python3 -c "print('%.2f' % ($alw - $gow))") ms"
+echo "the daemon's CPU per warm run (refill and destroy included): $(python3 -c "print('%.1f' % (($c1 - $c0) / ($RUNS + 3)))") ms"
+if want cold; then
+  echo "cold target: airlock cold <= bwrap + two Go starts: $al against $(python3 -c "print('%.2f' % ($bw + 2*$gofloor))") ms"
+fi
 kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=
 
+fi
+
+if want exec; then
 echo
 echo "== exec into a running sandbox (median ms of $RUNS)"
 sid=$("$AL" sandbox create | tail -n 1)
@@ -111,11 +144,17 @@ read -r ae ne <<<"$(median "$t/exec.json")"
 printf '%-28s %8s ms\n' "airlock sandbox exec" "$ae" "nsenter into bwrap" "$ne"
 echo "ratio: airlock/nsenter $(ratio "$ae" "$ne")"
 
+fi
+
+if want idle; then
 echo
 echo "== idle memory: $IDLE idle sandboxes held by one host process (as airlock serve holds them)"
 $GO run ./bench/idle -n "$IDLE" -exec bin/airlock-exec
 echo "(airlock sandbox create adds one supervisor process per sandbox on top of this)"
 
+fi
+
+if want rate; then
 echo
 echo "== throughput: sandboxes created, used and destroyed per second, 2 workers, 200 sandboxes"
 # xargs starts each command itself (no shell in between: a shell per sandbox
@@ -131,3 +170,4 @@ rw=$(rate "$AL sandbox run -- /bin/true")
 kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=
 echo "airlock: $ra/s   bwrap: $rb/s   ratio $(ratio "$ra" "$rb")   (target >= 0.6)"
 echo "airlock handed to a daemon: $rw/s   ratio to bwrap $(ratio "$rw" "$rb")"
+fi
