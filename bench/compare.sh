@@ -127,7 +127,9 @@ if want cold; then
   echo "cold target: airlock cold <= bwrap + two Go starts: $al against $(python3 -c "print('%.2f' % ($bw + 2*$gofloor))") ms"
 fi
 kill "$dpid"; wait "$dpid" 2>/dev/null || true; dpid=
-
+# A pool miss is a sandbox made while its caller waited: a slow warm row
+# with misses is the refill falling behind, not the hand-off.
+echo "the daemon: $(grep -o 'served=.*' "$t/daemon.log" | tail -n 1)"
 fi
 
 if want exec; then

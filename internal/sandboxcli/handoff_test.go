@@ -3,8 +3,11 @@ package sandboxcli
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -266,4 +269,54 @@ func TestRunGCInterval(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDaemonStopReport: airlock sandbox daemon, stopped, says what it
+// served and how many of those found an idle sandbox (bench/compare.sh
+// prints it beside the warm row: a miss is a sandbox made while its caller
+// waited).
+func TestDaemonStopReport(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	home := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logPath := filepath.Join(t.TempDir(), "daemon.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	denv := Env{Ctx: ctx, Home: home, Executor: executorPath, Stdout: io.Discard, Stderr: logFile}
+	done := make(chan error, 1)
+	go func() { done <- (&DaemonCmd{PerSpec: 1}).Run(&denv) }()
+	sock := handoff.SocketPath(home)
+	for deadline := time.Now().Add(time.Minute); ; {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon's socket never appeared")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	env := Env{Ctx: context.Background(), Home: home, Executor: executorPath}
+	if st, out, errOut := run(t, env, "", "run", "--", "echo", "served"); st != 0 || out != "served\n" {
+		t.Fatalf("sandbox run = %d, %q, %q", st, out, errOut)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("the daemon: %v", err)
+	}
+	b, _ := os.ReadFile(logPath)
+	m := regexp.MustCompile(`sandbox host stopped" served=(\d+) refused=0 pool_hits=(\d+) pool_misses=(\d+)`).FindStringSubmatch(string(b))
+	if m == nil || m[1] != "1" || atoi(m[2])+atoi(m[3]) != 1 {
+		t.Errorf("the daemon's log:\n%s\nwant a stop line with served=1 and one pool hit or miss", b)
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
