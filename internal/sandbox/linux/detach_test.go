@@ -57,7 +57,9 @@ func TestDestroyDetached(t *testing.T) {
 	}
 	for _, pid := range pids {
 		if !killedOrGone(t, pid) {
-			t.Errorf("process %d of the sandbox neither gone nor with SIGKILL pending after DestroyDetached", pid)
+			status, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+			stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+			t.Errorf("process %d of the sandbox neither gone nor with SIGKILL pending after DestroyDetached:\n%s\n%s", pid, stat, status)
 		}
 	}
 	select {
@@ -136,10 +138,26 @@ func cgroupPIDs(t *testing.T, dir string) []int {
 	return pids
 }
 
-// killedOrGone reports whether process pid has exited (or is exiting) or
-// has SIGKILL pending, from /proc/PID/status.
+// pfExiting is the kernel's PF_EXITING task flag: do_exit has begun.
+const pfExiting = 0x4
+
+// killedOrGone reports whether process pid has exited or is exiting
+// (PF_EXITING in /proc/PID/stat's flags: a PID 1 killed waits there, in D,
+// for the rest of its namespace) or has SIGKILL pending (/proc/PID/status).
 func killedOrGone(t *testing.T, pid int) bool {
 	t.Helper()
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // gone
+	}
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+		f := strings.Fields(string(stat[i+1:])) // state is f[0], flags f[6]
+		if len(f) > 6 {
+			if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfExiting != 0 {
+				return true
+			}
+		}
+	}
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return true // gone
