@@ -131,6 +131,12 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	defer func() {
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer dcancel()
+		// This process exits next: it kills the sandbox and leaves the
+		// rest of its teardown to the kernel and the next run.
+		if d, ok := sb.(interface{ DestroyDetached(context.Context) error }); ok && !env.NoDetach {
+			_ = d.DestroyDetached(dctx)
+			return
+		}
 		_ = sb.Destroy(dctx)
 	}()
 	if prep != nil && prep.Run != nil {

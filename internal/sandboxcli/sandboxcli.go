@@ -51,6 +51,10 @@ type Env struct {
 	// sandbox host (airlock sandbox daemon) runs: the cold path, for
 	// benchmarks and debugging ($AIRLOCK_NO_HANDOFF).
 	NoHandoff bool
+	// NoDetach makes sandbox run wait, before it exits, until its
+	// sandbox's processes are gone and its cgroup removed (see
+	// linux.Sandbox.DestroyDetached); set by $AIRLOCK_NO_DETACH.
+	NoDetach bool
 	// EventLog, when set, opens where Supervise keeps what its sandbox
 	// id reports through its event channel, in the sandbox's state
 	// directory dir; end is called once the channel is drained, before
@@ -80,6 +84,7 @@ func OSEnv(self string) Env {
 		Ctx: context.Background(), Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 		Home: home, Executor: executor, Self: self,
 		NoHandoff: os.Getenv("AIRLOCK_NO_HANDOFF") != "",
+		NoDetach:  os.Getenv("AIRLOCK_NO_DETACH") != "",
 	}
 }
 

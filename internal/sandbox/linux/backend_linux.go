@@ -202,8 +202,56 @@ func (b *Backend) own(id string, yes bool) {
 // that a Create that runs beside it, on another goroutine, finds it done:
 // a command line that makes one sandbox overlaps it with Create's own
 // first steps (the id lock and uid range). It is optional: Create does it
-// when it was not done.
-func (b *Backend) Prepare() { _, _ = b.cgroups() }
+// when it was not done. It also removes some of what detached teardowns
+// of earlier runs left (reapDetached).
+func (b *Backend) Prepare() {
+	if m, err := b.cgroups(); err == nil {
+		b.reapDetached(m)
+	}
+}
+
+// reapMax bounds the groups without a live sandbox that one reapDetached
+// looks into.
+const reapMax = 16
+
+// reapDetached removes the empty groups that sandboxes destroyed detached
+// (Sandbox.DestroyDetached) left: it looks into at most reapMax groups
+// whose id lock no process holds, starting at a place that changes with
+// every call, and removes those that hold no process (what GC would
+// remove). Each detached teardown leaves one group, and each run removes
+// every empty one up to reapMax, so their number stays bounded.
+func (b *Backend) reapDetached(m *cgroup.Manager) {
+	names, err := m.List()
+	if err != nil || len(names) == 0 {
+		return
+	}
+	b.mu.Lock()
+	names = slices.DeleteFunc(names, func(n string) bool { return b.mine[n] })
+	b.mu.Unlock()
+	if len(names) == 0 {
+		return
+	}
+	start := int(time.Now().UnixNano() % int64(len(names)))
+	looked := 0
+	for i := range names {
+		n := names[(start+i)%len(names)]
+		if looked == reapMax {
+			break
+		}
+		if b.ids.isLive(n) {
+			continue
+		}
+		looked++
+		g, err := m.Open(n)
+		if err != nil {
+			continue
+		}
+		if busy, err := g.Populated(); err == nil && !busy {
+			_ = g.Destroy()
+		}
+		_ = g.Close()
+	}
+}
 
 func (b *Backend) cgroups() (*cgroup.Manager, error) {
 	b.mu.Lock()
@@ -240,7 +288,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	}
 	tr := newTracer("create")
 	defer tr.done()
-	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{}), background: sandbox.IsBackground(ctx)}
+	sb := &Sandbox{b: b, id: id, created: time.Now(), done: make(chan struct{}), background: sandbox.IsBackground(ctx), detachOK: spec.ID == ""}
 	// The id lock comes first, and before anything is torn down on failure:
 	// until it is held, id may be a live sandbox's, and with it what is
 	// named after it (its trust-store files, its mark in Backend.mine). It
@@ -311,6 +359,12 @@ func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
 	tr.mark("uids")
 	if err := sb.makeCgroup(); err != nil {
 		return err
+	}
+	if sb.slot != nil && sb.cg != nil && sb.cg.V2Dir() != "" {
+		if err := b.uids.bind(sb.slot, sb.id, sb.cg.V2Dir()); err != nil {
+			return err
+		}
+		sb.bound = true
 	}
 	tr.mark("cgroup")
 	return nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -135,4 +137,36 @@ func RunscExecutor(b *Backend, spec sandbox.Spec, args []string) (ready, total, 
 func DetachedLayers() bool {
 	ok, _ := detachedLayers()
 	return ok
+}
+
+// CgroupV2Dir returns sb's cgroup2 directory, "" without one.
+func CgroupV2Dir(sb *Sandbox) string {
+	if sb.cg == nil {
+		return ""
+	}
+	return sb.cg.V2Dir()
+}
+
+// SlotFile returns the path of the uid slot file sb holds, "" without one.
+func SlotFile(sb *Sandbox) string {
+	if sb.slot == nil {
+		return ""
+	}
+	return sb.slot.Name()
+}
+
+// SlotFree reports whether a uid allocator of slot directory dir would hand
+// out the slot of file name now (and releases it again if it took it).
+func SlotFree(dir, name string) (bool, error) {
+	k, err := strconv.Atoi(filepath.Base(name))
+	if err != nil {
+		return false, err
+	}
+	a := &uidAllocator{dir: dir}
+	f, err := a.take(k, "probe")
+	if f == nil || err != nil {
+		return false, err
+	}
+	f.Close()
+	return true, nil
 }

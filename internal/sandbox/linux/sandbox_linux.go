@@ -62,6 +62,9 @@ type Sandbox struct {
 	// oomKills is the cgroup's OOM kill count read by teardown before it
 	// removed the cgroup (0 if unread); guarded by mu.
 	oomKills int64
+	// bound: the uid slot records the cgroup2 group (uidAllocator.bind);
+	// detachOK: the id was made by Create, not given. Both set by Create.
+	bound, detachOK bool
 }
 
 var (
@@ -194,15 +197,54 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 	return nil
 }
 
+// DestroyDetached is Destroy for a host about to exit (the front end's
+// `sandbox run`): it kills every process in the sandbox before it returns,
+// as Destroy does, but does not wait for them to be gone, nor remove the
+// cgroup, which the next run's Backend.Prepare (or GC) removes once empty.
+// The uid range stays taken while the cgroup holds a process (the slot's
+// record, uidAllocator.bind), so its host ids go to no other sandbox before
+// the last of these processes has exited.
+//
+// Where that guarantee or the kill cannot be had without waiting (no uid
+// range or no cgroup2 group bound to it, image layers locked, a frozen or
+// gVisor sandbox, an id given by the caller, no cgroup.kill) it is Destroy.
+func (s *Sandbox) DestroyDetached(ctx context.Context) error {
+	s.teardownMode(true)
+	s.watchers.Wait()
+	return nil
+}
+
 // teardown is idempotent and safe from any goroutine.
-func (s *Sandbox) teardown() {
+func (s *Sandbox) teardown() { s.teardownMode(false) }
+
+// detachable reports whether teardownMode may leave the processes it
+// killed to die after it returns (see DestroyDetached).
+//
+// Preconditions: s.mu held.
+func (s *Sandbox) detachable() bool {
+	return s.bound && s.detachOK && !s.frozen && s.proc != nil && s.cg != nil &&
+		len(s.layerLocks) == 0 && s.spec.Runtime != sandbox.RuntimeGVisor
+}
+
+// teardownMode is teardown; with detach it does not wait for the
+// sandbox's processes to exit when detachable allows.
+func (s *Sandbox) teardownMode(detach bool) {
 	s.mu.Lock()
 	if s.destroyed {
 		s.mu.Unlock()
 		return
 	}
 	s.destroyed = true
+	detach = detach && s.detachable()
 	s.mu.Unlock()
+	if detach {
+		// Every process in the cgroup has SIGKILL pending once the
+		// write returns; without cgroup.kill, kill and wait below.
+		if err := s.cg.KillNoWait(); err == nil {
+			s.teardownDetached()
+			return
+		}
+	}
 	tr := newTracer("teardown")
 	defer tr.done()
 	// Kill first, so the executor cannot act on a half-closed connection.
@@ -256,6 +298,29 @@ func (s *Sandbox) teardown() {
 	}
 	s.b.own(s.id, false)
 	s.doneOnce.Do(func() { close(s.done) })
+}
+
+// teardownDetached is the rest of a detached teardown, after cgroup.kill:
+// what the host holds is released, the cgroup is left to be removed once
+// empty, and the uid slot's lock is dropped with the cgroup bound to it.
+func (s *Sandbox) teardownDetached() {
+	tr := newTracer("teardown")
+	defer tr.done()
+	_ = s.proc.kill()
+	tr.mark("kill")
+	s.proc.close()
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+	_ = s.cg.Close()
+	if s.files != "" {
+		_ = os.RemoveAll(s.files)
+	}
+	s.b.uids.release(s.slot, s.base)
+	s.b.ids.release(s.idLock)
+	s.b.own(s.id, false)
+	s.doneOnce.Do(func() { close(s.done) })
+	tr.mark("released")
 }
 
 func (s *Sandbox) alive() error {

@@ -5,11 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+
+	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
 
 	"golang.org/x/sys/unix"
 )
@@ -78,7 +82,9 @@ func (a *uidAllocator) acquire(id string) (*os.File, uint32, error) {
 	return nil, 0, errors.New("uid slots: every host uid range is in use")
 }
 
-// take locks slot k for sandbox id, or returns nil if another holds it.
+// take locks slot k for sandbox id, or returns nil if another holds it:
+// a process holds its lock, or the cgroup its last holder bound to it still
+// holds a process (see bind).
 func (a *uidAllocator) take(k int, id string) (*os.File, error) {
 	f, err := os.OpenFile(filepath.Join(a.dir, strconv.Itoa(k)), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -90,6 +96,10 @@ func (a *uidAllocator) take(k int, id string) (*os.File, error) {
 			return nil, nil
 		}
 		return nil, fmt.Errorf("uid slots: %w", err)
+	}
+	if slotStillUsed(f) {
+		f.Close()
+		return nil, nil
 	}
 	err = f.Truncate(0)
 	if err == nil {
@@ -103,6 +113,51 @@ func (a *uidAllocator) take(k int, id string) (*os.File, error) {
 }
 
 func slotBase(k int) uint32 { return uint32(uidBase + k*uidRange) }
+
+// slotRecordMax bounds what slotStillUsed reads of a slot's file: an id and
+// a cgroup2 path.
+const slotRecordMax = 8192
+
+// bind records in the slot file f (locked, holding the sandbox's id) the
+// cgroup2 directory dir that every process of the sandbox is in. A sandbox
+// whose host exits before its processes are gone (Sandbox.DestroyDetached)
+// drops the slot's lock with them still dying: the slot stays taken while
+// dir holds a process (slotStillUsed), so no other sandbox gets the same
+// host ids until the last of them has exited.
+func (a *uidAllocator) bind(f *os.File, id, dir string) error {
+	if strings.ContainsRune(dir, '\n') || len(id)+len(dir)+2 > slotRecordMax {
+		return fmt.Errorf("uid slots: cgroup %.60q cannot be recorded", dir)
+	}
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("uid slots: %w", err)
+	}
+	if _, err := f.WriteAt([]byte(id+"\n"+dir+"\n"), 0); err != nil {
+		return fmt.Errorf("uid slots: %w", err)
+	}
+	return nil
+}
+
+// slotStillUsed reports whether the slot file f, just locked, names a
+// cgroup (bind) that still holds a process, or cannot tell: then the slot
+// is not free. A file of a sandbox that never bound one (its host held the
+// lock until its processes were gone) or is empty names none.
+func slotStillUsed(f *os.File) bool {
+	var buf [slotRecordMax]byte
+	n, err := f.ReadAt(buf[:], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return true
+	}
+	_, rest, ok := strings.Cut(string(buf[:n]), "\n")
+	dir, _, _ := strings.Cut(rest, "\n")
+	if !ok || dir == "" {
+		return false
+	}
+	if !filepath.IsAbs(dir) {
+		return true
+	}
+	busy, err := cgroup.DirPopulated(dir)
+	return busy || err != nil
+}
 
 // forget drops slot k from the recently released ones.
 func (a *uidAllocator) forget(k int) {

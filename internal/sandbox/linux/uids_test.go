@@ -145,3 +145,108 @@ func TestUIDSlotReuse(t *testing.T) {
 		t.Errorf("recent holds %d slots, want the last %d released", len(a.recent), recentSlots)
 	}
 }
+
+// TestUIDSlotBoundCgroup holds a uid slot whose lock was dropped to stay
+// taken while the cgroup its last sandbox bound to it holds a process (what
+// a detached teardown leaves), and to be handed out again once it holds none
+// or is gone. cgroup.events is a plain file here: the allocator reads it as
+// it reads the kernel's.
+func TestUIDSlotBoundCgroup(t *testing.T) {
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "slots")
+	cg := filepath.Join(tmp, "cg")
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	events := func(populated int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.events"), fmt.Appendf(nil, "populated %d\nfrozen 0\n", populated), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := &uidAllocator{dir: dir}
+	f, base, err := a.acquire("sb-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := int(base-uidBase) / uidRange
+	if err := a.bind(f, "sb-1", cg); err != nil {
+		t.Fatal(err)
+	}
+	events(1)
+	a.release(f, base) // the host exits; the sandbox's processes are dying
+	other := &uidAllocator{dir: dir}
+	if g, err := other.take(k, "sb-2"); g != nil || err != nil {
+		t.Fatalf("take of a slot whose cgroup holds a process = %v, %v; want it refused", g, err)
+	}
+	// The releasing process itself tries its recent slot first: refused too.
+	g, base2, err := a.acquire("sb-3")
+	if err != nil || base2 == base {
+		t.Fatalf("acquire = %d, %v; want a range other than the dying sandbox's %d", base2, err, base)
+	}
+	a.release(g, base2)
+	// What the allocator cannot read keeps the slot taken.
+	for name, bad := range map[string]string{
+		"a relative path":       "cg",
+		"no populated field":    cg + "/nofield",
+		"events not a file":     cg + "/dir",
+		"a record without a nl": "",
+	} {
+		switch name {
+		case "no populated field":
+			_ = os.Mkdir(bad, 0o755)
+			_ = os.WriteFile(bad+"/cgroup.events", []byte("frozen 0\n"), 0o644)
+		case "events not a file":
+			_ = os.MkdirAll(bad+"/cgroup.events", 0o755)
+		}
+		if bad == "" {
+			continue
+		}
+		s, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(k)), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.bind(s, "sb-1", bad); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		if g, err := other.take(k, "sb-2"); g != nil || err != nil {
+			t.Errorf("%s: take = %v, %v; want the slot kept", name, g, err)
+			if g != nil {
+				g.Close()
+			}
+		}
+	}
+	s, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(k)), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.bind(s, "sb-1", cg); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	events(0) // the last process exited
+	g, err = other.take(k, "sb-4")
+	if g == nil || err != nil {
+		t.Fatalf("take after the cgroup emptied = %v, %v; want the slot", g, err)
+	}
+	if data, _ := os.ReadFile(g.Name()); string(data) != "sb-4" {
+		t.Errorf("slot file = %q after take, want the new id alone", data)
+	}
+	g.Close()
+	// A removed cgroup holds nothing.
+	s, _ = os.OpenFile(filepath.Join(dir, fmt.Sprint(k)), os.O_RDWR, 0)
+	if err := a.bind(s, "sb-4", filepath.Join(tmp, "removed")); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if g, err := other.take(k, "sb-5"); g == nil || err != nil {
+		t.Fatalf("take after the cgroup was removed = %v, %v; want the slot", g, err)
+	} else {
+		g.Close()
+	}
+	// A record of a cgroup path with a newline cannot be written.
+	if err := a.bind(s, "sb-6", "/a\nb"); err == nil {
+		t.Error("bind of a path with a newline succeeded")
+	}
+}

@@ -491,17 +491,52 @@ func (g *Group) Kill() error {
 	return g.killProcs(rest, deadline)
 }
 
+// KillNoWait is Kill's first step alone, for a group whose host will not
+// wait for it to empty: it writes cgroup.kill, which signals every process
+// in the cgroup2 subtree before the write returns, and thaws the v1
+// freezer so the signals land. It fails, having killed nothing it can
+// vouch for, when the group has no cgroup2 directory or the kernel no
+// cgroup.kill; the caller then kills and waits as Destroy does.
+func (g *Group) KillNoWait() error {
+	if g.v2 == "" {
+		return fmt.Errorf("cgroup %s: no cgroup2 directory: %w", g.name, errors.ErrUnsupported)
+	}
+	if err := writeFile(g.v2+"/cgroup.kill", "1"); err != nil {
+		return fmt.Errorf("cgroup %s: write cgroup.kill: %w", g.name, err)
+	}
+	if dir, _ := g.dirFor(ctrlFreezer); dir != "" {
+		_ = writeFile(dir+"/freezer.state", "THAWED")
+	}
+	return nil
+}
+
+// V2Dir returns the group's cgroup2 directory, "" when it has none.
+func (g *Group) V2Dir() string { return g.v2 }
+
+// Populated reports whether any process is in the group (or in a group
+// below it, on cgroup2).
+func (g *Group) Populated() (bool, error) { return g.populated() }
+
 // v2Populated reads "populated" from cgroup.events. A removed group is not
 // populated.
-func (g *Group) v2Populated() (bool, error) {
-	data, err := readFile(g.v2 + "/cgroup.events")
+func (g *Group) v2Populated() (bool, error) { return DirPopulated(g.v2) }
+
+// DirPopulated reports whether the cgroup2 directory dir, or a group below
+// it, holds a process, from its cgroup.events. A directory that does not
+// exist holds none; any other error is returned (callers that guard
+// something with the answer treat it as populated).
+func DirPopulated(dir string) (bool, error) {
+	data, err := readFile(dir + "/cgroup.events")
 	if errors.Is(err, unix.ENOENT) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	n, _ := keyedValue(data, "populated")
+	n, ok := keyedValue(data, "populated")
+	if !ok {
+		return false, fmt.Errorf("%s/cgroup.events: no populated field", dir)
+	}
 	return n != 0, nil
 }
 
