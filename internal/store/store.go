@@ -92,6 +92,7 @@ type Store interface {
 	SandboxEvents
 	Uploads
 	UISessions
+	Secrets
 
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.
