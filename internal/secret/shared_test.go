@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -227,5 +228,42 @@ func TestKeyFileOwner(t *testing.T) {
 		if (err == nil) != tt.ok {
 			t.Errorf("%s: keyFileOwner = %v, want ok %v", tt.name, err, tt.ok)
 		}
+	}
+}
+
+// BenchmarkGet: what the egress proxy pays per credentialed request (it
+// fetches the value at each one, so a rotation applies at once): the file
+// store's read under its lock, against the shared store's query (SQLite
+// here; PostgreSQL adds a network round trip).
+func BenchmarkGet(b *testing.B) {
+	ctx := context.Background()
+	key := bytes.Repeat([]byte{2}, KeySize)
+	dir := filepath.Join(b.TempDir(), "secrets")
+	file, err := Open(dir, fixedKey(key))
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "airlock.db"), sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	shared, err := OpenShared(db, fixedKey(key))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name, s := range map[string]*Store{"file": file, "sqlite": shared} {
+		for i := range 20 {
+			if err := s.Set(ctx, "acme", fmt.Sprintf("token%d", i), NewValue([]byte("v")), []string{"api.example.com"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := s.Get(ctx, "acme", "token7"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
