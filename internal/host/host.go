@@ -484,6 +484,11 @@ func (h *Host) Secrets() (*secret.Store, error) {
 	key := h.cfg.KeyFile
 	if key == "" {
 		key = filepath.Join(dir, "key")
+		if strings.HasPrefix(h.cfg.Store, "postgres") {
+			// Each server would seal under a key of its own home: the
+			// first to set a secret decides, and the others fail.
+			h.log.Warn("secrets: the store is shared and no secret key file is given: this server's key is its home's own; every server on the store needs the same (AIRLOCK_SECRET_KEY_FILE)", "key_file", key)
+		}
 	}
 	st, err := secret.OpenShared(db, secret.KeyFile(key))
 	if err != nil {
