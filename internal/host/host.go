@@ -463,9 +463,18 @@ func (h *Host) CheckModel(spec, baseURL string) error {
 	return nil
 }
 
-// Secrets is the host's secret store (Home/secrets, opened once with the
-// configured key file).
+// Secrets is the host's secret store: sealed records in the run store
+// (store.Secrets: every server on a shared database sees every secret),
+// under the configured key file (default Home/secrets/key; every server
+// on one database must be given the same). The first call moves the
+// secrets an older airlock kept in Home/secrets/secrets.json into the
+// store, and removes the file.
 func (h *Host) Secrets() (*secret.Store, error) {
+	// Opened before h.mu is taken: run takes it too.
+	db, err := h.Store()
+	if err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.secrets != nil {
@@ -475,10 +484,22 @@ func (h *Host) Secrets() (*secret.Store, error) {
 	key := h.cfg.KeyFile
 	if key == "" {
 		key = filepath.Join(dir, "key")
+		if strings.HasPrefix(h.cfg.Store, "postgres") {
+			// Each server would seal under a key of its own home: the
+			// first to set a secret decides, and the others fail.
+			h.log.Warn("secrets: the store is shared and no secret key file is given: this server's key is its home's own; every server on the store needs the same (AIRLOCK_SECRET_KEY_FILE)", "key_file", key)
+		}
 	}
-	st, err := secret.Open(dir, secret.KeyFile(key))
+	st, err := secret.OpenShared(db, secret.KeyFile(key))
 	if err != nil {
 		return nil, err
+	}
+	moved, kept, err := st.MoveFile(context.Background(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("move the secrets of %s into the store: %w", dir, err)
+	}
+	if moved+kept > 0 {
+		h.log.Info("secrets moved into the store", "file", filepath.Join(dir, "secrets.json"), "moved", moved, "kept_the_stores", kept)
 	}
 	h.secrets = st
 	return st, nil

@@ -66,13 +66,8 @@ func readKeyFile(path string) ([]byte, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("secret: key file %s is not a regular file", path)
 	}
-	// Why: a key others can read opens every secret; one others can write
-	// lets them substitute a key they know for the next secrets set.
-	if perm := st.Mode & 0o077; perm != 0 {
-		return nil, fmt.Errorf("secret: key file %s has mode %04o: it must not be accessible by group or other (chmod 600 %s)", path, st.Mode&0o7777, path)
-	}
-	if euid := uint32(os.Geteuid()); st.Uid != euid {
-		return nil, fmt.Errorf("secret: key file %s is owned by uid %d, not by this user (uid %d)", path, st.Uid, euid)
+	if err := keyFileOwner(path, st.Mode, st.Uid, st.Gid, uint32(os.Geteuid()), inGroup); err != nil {
+		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, 4096))
 	if err != nil {
@@ -158,6 +153,43 @@ func syncDir(dir string) error {
 	defer d.Close()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("secret: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// inGroup reports whether gid is this process's effective group or one of
+// its supplementary groups.
+func inGroup(gid uint32) bool {
+	if uint32(os.Getegid()) == gid {
+		return true
+	}
+	groups, err := os.Getgroups()
+	if err != nil {
+		return false
+	}
+	for _, g := range groups {
+		if uint32(g) == gid {
+			return true
+		}
+	}
+	return false
+}
+
+// keyFileOwner refuses a key file of mode, owner uid and group gid for a
+// process of effective uid euid. Why: a key others can read opens every
+// secret; one others can write lets them substitute a key they know for
+// the next secrets set. So the file must be the process's own, with no
+// access for group or other; the one exception is how a Kubernetes
+// Secret volume gives a non-root server its key: root's file, readable
+// by the pod's fsGroup (mode 0440), a group the process is in, and
+// writable by root alone.
+func keyFileOwner(path string, mode, uid, gid, euid uint32, inGroup func(uint32) bool) error {
+	secretVolume := uid == 0 && euid != 0 && mode&0o037 == 0 && inGroup(gid)
+	if perm := mode & 0o077; perm != 0 && !secretVolume {
+		return fmt.Errorf("secret: key file %s has mode %04o: it must not be accessible by group or other (chmod 600 %s)", path, mode&0o7777, path)
+	}
+	if uid != euid && !secretVolume {
+		return fmt.Errorf("secret: key file %s is owned by uid %d, not by this user (uid %d)", path, uid, euid)
 	}
 	return nil
 }

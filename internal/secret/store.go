@@ -26,6 +26,7 @@ import (
 
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/hostname"
+	"github.com/airlockrun/airlock/internal/store"
 )
 
 // legacyLocalTenant is the tenant the command line's own secrets were
@@ -80,7 +81,10 @@ type Info struct {
 // are never written in clear text, not even to temporary files.
 type Store struct {
 	dir string
-	src KeySource
+	// shared, when set, keeps the sealed records instead of the file
+	// (OpenShared); dir is unused then.
+	shared store.Secrets
+	src    KeySource
 
 	mu sync.Mutex
 	// keys is guarded by mu: derived from src on first use.
@@ -195,6 +199,9 @@ func (s *Store) Set(ctx context.Context, tenant, name string, v Value, hosts []s
 	if err != nil {
 		return err
 	}
+	if s.shared != nil {
+		return s.setShared(ctx, tenant, name, v, hosts, keys)
+	}
 	return s.update(ctx, func(f *storeData) error {
 		if err := f.checkKey(keys); err != nil {
 			return err
@@ -231,6 +238,9 @@ func (s *Store) Get(ctx context.Context, tenant, name string) (Value, Info, erro
 	if err := checkIDs(tenant, name); err != nil {
 		return Value{}, Info{}, err
 	}
+	if s.shared != nil {
+		return s.getShared(ctx, tenant, name)
+	}
 	f, err := s.read(ctx)
 	if err != nil {
 		return Value{}, Info{}, err
@@ -261,6 +271,9 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Info, error) {
 	if err := ValidName(tenant); err != nil {
 		return nil, fmt.Errorf("tenant: %w", err)
 	}
+	if s.shared != nil {
+		return s.listShared(ctx, tenant)
+	}
 	f, err := s.read(ctx)
 	if err != nil {
 		return nil, err
@@ -280,6 +293,9 @@ func (s *Store) List(ctx context.Context, tenant string) ([]Info, error) {
 func (s *Store) Delete(ctx context.Context, tenant, name string) error {
 	if err := checkIDs(tenant, name); err != nil {
 		return err
+	}
+	if s.shared != nil {
+		return s.deleteShared(ctx, tenant, name)
 	}
 	return s.update(ctx, func(f *storeData) error {
 		i := f.find(tenant, name)

@@ -595,8 +595,14 @@ func FuzzStoreDecode(f *testing.F) {
 // line under "default" are the local tenant's: found, listed, replaced and
 // deleted as its own, and never another tenant's.
 func TestLegacyLocalTenant(t *testing.T) {
-	ctx := context.Background()
 	s, _ := openTestStore(t)
+	testLegacyLocalTenant(t, s)
+}
+
+// testLegacyLocalTenant: the local tenant reads, replaces and deletes the
+// records an older airlock sealed under legacyLocalTenant.
+func testLegacyLocalTenant(t *testing.T, s *Store) {
+	ctx := context.Background()
 	// What an older airlock wrote: records sealed under "default".
 	for _, name := range []string{"kept", "replaced", "deleted"} {
 		if err := s.Set(ctx, legacyLocalTenant, name, NewValue([]byte("old-"+name)), nil); err != nil {

@@ -58,7 +58,8 @@
 // internal/store/sqlrow) and suite (internal/store/storetest), the
 // run engine (internal/engine), the APIs (internal/server,
 // internal/server/servertest, internal/e2b; internal/mcp for its
-// sandboxes' events), API keys (internal/auth), the
+// sandboxes' events), API keys (internal/auth), the policy credentials
+// (internal/secret: their sealed rows), the
 // credit meter (internal/credit), telemetry (internal/telemetry), template
 // documents' names (internal/template) and host wiring (internal/host).
 package store
@@ -92,6 +93,7 @@ type Store interface {
 	SandboxEvents
 	Uploads
 	UISessions
+	Secrets
 
 	// Close releases the store's resources. Other calls after Close fail
 	// with an error wrapping ErrClosed; Close itself may be called again.

@@ -458,3 +458,35 @@ func (s *Store) ExpireUISessions(ctx context.Context, now time.Time) (int64, err
 	s.observe("ExpireUISessions", start, err)
 	return n, err
 }
+
+// PutSecret implements store.Store.
+func (s *Store) PutSecret(ctx context.Context, sec store.SealedSecret) error {
+	start := time.Now()
+	err := s.s.PutSecret(ctx, sec)
+	s.observe("PutSecret", start, err)
+	return err
+}
+
+// SealedSecret implements store.Store.
+func (s *Store) SealedSecret(ctx context.Context, tenant, name string) (store.SealedSecret, error) {
+	start := time.Now()
+	sec, err := s.s.SealedSecret(ctx, tenant, name)
+	s.observe("SealedSecret", start, err)
+	return sec, err
+}
+
+// ListSecrets implements store.Store.
+func (s *Store) ListSecrets(ctx context.Context, tenant string) ([]store.SealedSecret, error) {
+	start := time.Now()
+	out, err := s.s.ListSecrets(ctx, tenant)
+	s.observe("ListSecrets", start, err)
+	return out, err
+}
+
+// DeleteSecret implements store.Store.
+func (s *Store) DeleteSecret(ctx context.Context, tenant, name string) error {
+	start := time.Now()
+	err := s.s.DeleteSecret(ctx, tenant, name)
+	s.observe("DeleteSecret", start, err)
+	return err
+}

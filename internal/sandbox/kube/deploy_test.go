@@ -202,7 +202,20 @@ func testDeployE2B(t *testing.T, e *env, replica *corev1.Pod, secrets []*corev1.
 	var kb [32]byte
 	_, _ = rand.Read(kb[:])
 	key := hex.EncodeToString(kb[:])
-	keySecret := ""
+	// The policy credentials' key (AIRLOCK_SECRET_KEY_FILE), a Secret's
+	// file too: a fresh one of its own.
+	secretsKeyFile := ""
+	for _, v := range replica.Spec.Containers[0].Env {
+		if v.Name == "AIRLOCK_SECRET_KEY_FILE" {
+			secretsKeyFile = v.Value
+		}
+	}
+	if secretsKeyFile == "" {
+		t.Fatal("the replicas' container has no AIRLOCK_SECRET_KEY_FILE: each would seal the shared store's credentials under a key of its own")
+	}
+	_, _ = rand.Read(kb[:])
+	secretsKey := hex.EncodeToString(kb[:])
+	keySecret, secretsKeySecret := "", ""
 	for _, sec := range secrets {
 		sec = sec.DeepCopy()
 		for k := range sec.StringData {
@@ -210,13 +223,17 @@ func testDeployE2B(t *testing.T, e *env, replica *corev1.Pod, secrets []*corev1.
 				sec.StringData[k] = key
 				keySecret = sec.Name
 			}
+			if sec.Name != keySecret && strings.HasSuffix(secretsKeyFile, "/"+k) {
+				sec.StringData[k] = secretsKey
+				secretsKeySecret = sec.Name
+			}
 		}
 		if _, err := e.client.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if keySecret == "" {
-		t.Fatalf("no Secret of the manifests has a key named as %s", keyFile)
+	if keySecret == "" || secretsKeySecret == "" {
+		t.Fatalf("no Secret of the manifests has a key named as %s (%q) or as %s (%q)", keyFile, keySecret, secretsKeyFile, secretsKeySecret)
 	}
 
 	pod := replica.DeepCopy()
@@ -229,7 +246,12 @@ func testDeployE2B(t *testing.T, e *env, replica *corev1.Pod, secrets []*corev1.
 	pod.Spec.AutomountServiceAccountToken = new(bool)
 	c := &pod.Spec.Containers[0]
 	c.Image, c.ImagePullPolicy = cfg.Image, cfg.PullPolicy
-	c.Command = []string{"/bin/sh", "-c", `echo "advertise=$AIRLOCK_E2B_ADVERTISE_HOST"; echo "id=$(id -u)"; echo "key=$(cat "$0")"`, keyFile}
+	// The credentials' key file as the replica sees it: a regular file
+	// (not the volume's link, which airlock refuses), root's, readable
+	// by the replica's group alone: what secret.KeyFile accepts from a
+	// Secret volume (keyFileOwner).
+	c.Command = []string{"/bin/sh", "-c", `echo "advertise=$AIRLOCK_E2B_ADVERTISE_HOST"; echo "id=$(id -u)"; echo "key=$(cat "$0")"; ` +
+		`echo "skey=$(cat "$AIRLOCK_SECRET_KEY_FILE")"; echo "sstat=$(stat -c '%u %g %a %F' "$AIRLOCK_SECRET_KEY_FILE")"`, keyFile}
 	c.Args, c.ReadinessProbe, c.LivenessProbe = nil, nil, nil
 	mounted := false
 	for _, m := range c.VolumeMounts {
@@ -269,7 +291,7 @@ func testDeployE2B(t *testing.T, e *env, replica *corev1.Pod, secrets []*corev1.
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := fmt.Sprintf("advertise=%s\nid=65532\nkey=%s\n", got.Status.PodIP, key)
+	want := fmt.Sprintf("advertise=%s\nid=65532\nkey=%s\nskey=%s\nsstat=0 65532 440 regular file\n", got.Status.PodIP, key, secretsKey)
 	if got.Status.Phase != corev1.PodSucceeded || got.Status.PodIP == "" || string(logs) != want {
 		t.Errorf("the replica's pod %s (IP %q) wrote %q, want %q", got.Status.Phase, got.Status.PodIP, logs, want)
 	}

@@ -354,6 +354,24 @@ var migrations = []string{
 	);
 	CREATE INDEX ui_sessions_key ON ui_sessions (tenant, key_id, used_ns);
 	CREATE INDEX ui_sessions_expires ON ui_sessions (expires_ns);`,
+
+	// 20: the policy credentials (store.Secrets), so that every server on
+	// the store injects a credential added through any of them: the
+	// value sealed by the secret package under a key the store never
+	// sees (nonce, ciphertext), the check of that key, the host patterns
+	// it is bound to (a JSON array, also bound by the seal). A server
+	// that kept them in a file of its home moves them here at its start.
+	`CREATE TABLE secrets (
+		tenant     TEXT NOT NULL,
+		name       TEXT NOT NULL,
+		hosts      TEXT NOT NULL,
+		created_ns INTEGER NOT NULL,
+		updated_ns INTEGER NOT NULL,
+		key_check  BLOB NOT NULL,
+		nonce      BLOB NOT NULL,
+		ciphertext BLOB NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);`,
 }
 
 // MetadataVersion is the migration that made run_metadata: Migrate fills
@@ -363,7 +381,7 @@ const MetadataVersion = 9
 
 // Version is the schema version this build writes: the number of
 // migrations.
-const Version = 19
+const Version = 20
 
 // A Dialect is one SQL dialect the schema is written in.
 type Dialect int

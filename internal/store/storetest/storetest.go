@@ -123,6 +123,8 @@ func Run(t *testing.T, f Factory) {
 		{"ExpireDeletions", testExpireDeletions},
 		{"SandboxEvents", testSandboxEvents},
 		{"Uploads", testUploads},
+		{"Secrets", testSecrets},
+		{"SecretKeyRace", testSecretKeyRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, f) })
