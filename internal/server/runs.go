@@ -489,6 +489,10 @@ func parseMetadataFilter(q url.Values) (map[string]string, error) {
 // WithOutcome sets what run v's outcome o says: its steps, usage, end,
 // checks and checkpoints.
 func WithOutcome(v *api.Run, o engine.Outcome) {
+	if o.Deleted > 0 {
+		v.PayloadsDeleted = &api.PayloadsDeleted{Count: o.Deleted, At: o.DeletedAt.UTC()}
+		return
+	}
 	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
 	if o.Checkpoints.Count > 0 {
 		c := o.Checkpoints
