@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -439,6 +440,9 @@ func (s *Server) checkParentConfig(ctx context.Context, view *store.TenantStore,
 	}
 	if len(evs) == 0 || evs[0].Type != event.TypeRunCreated {
 		return publicf(api.CodeConflict, "the run has no recorded configuration to fork")
+	}
+	if t, ok := event.ParseTombstone(evs[0].Payload); ok {
+		return publicf(api.CodeConflict, "the run's payloads were deleted by retention on %s: it cannot be resumed or forked", t.DeletedAt.UTC().Format(time.DateOnly))
 	}
 	var created event.RunCreated
 	var cfg engine.Config
