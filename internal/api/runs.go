@@ -37,6 +37,10 @@ type Run struct {
 	Verification *event.VerificationResult `json:"verification,omitempty"`
 	// Checkpoints is what the run's workspace checkpoints hold and cost.
 	Checkpoints *Checkpoints `json:"checkpoints,omitempty"`
+	// PayloadsDeleted says that retention replaced payloads of the run's
+	// log (or its parents' up to its fork) by tombstones: steps, usage,
+	// summary and verification are then unknown.
+	PayloadsDeleted *PayloadsDeleted `json:"payloads_deleted,omitempty"`
 	// Metadata is the client's own labels, as its run.created event
 	// records them.
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -209,4 +213,11 @@ type Checkpoints struct {
 	// TreeBytes is the file content of the run's workspaces as of their
 	// latest checkpoints.
 	TreeBytes int64 `json:"tree_bytes"`
+}
+
+// PayloadsDeleted is how many event payloads retention deleted, the latest
+// when.
+type PayloadsDeleted struct {
+	Count int       `json:"count"`
+	At    time.Time `json:"at"`
 }

@@ -649,6 +649,9 @@ func (c *RunsShowCmd) Run(env *Env) error {
 	if usage.CostMicroUSD > 0 {
 		fmt.Fprintf(w, "cost     %s credits\n", formatCredits(usage.CostMicroUSD))
 	}
+	if d := o.PayloadsDeleted; d != nil {
+		fmt.Fprintf(w, "deleted  %d payloads deleted by retention on %s (steps, usage and summary went with them)\n", d.Count, d.At.UTC().Format(time.DateOnly))
+	}
 	if o.Reason != "" {
 		fmt.Fprintf(w, "reason   %s\n", o.Reason)
 	}

@@ -543,6 +543,47 @@ type Outcome struct {
 	// Checkpoints is what the run's own checkpoints hold and cost (a
 	// fork's inherited ones are its parent's).
 	Checkpoints api.Checkpoints
+	// Deleted is how many of the run's payloads (its own, or its
+	// parents' up to the fork) retention replaced by tombstones, the
+	// latest on DeletedAt; then only Status and Artifacts are known.
+	Deleted   int
+	DeletedAt time.Time
+}
+
+// PayloadsDeletedError is the error of rebuilding a run some of whose
+// events (or its parents' up to its fork) retention replaced by
+// tombstones: its conversation and workspace are gone, so it cannot be
+// resumed, forked or decided on.
+type PayloadsDeletedError struct {
+	Run string
+	N   int
+	At  time.Time
+}
+
+func (e *PayloadsDeletedError) Error() string {
+	return fmt.Sprintf("engine: run %s: %d payloads deleted by retention on %s: what it said and did is gone, so it cannot be resumed or forked",
+		e.Run, e.N, e.At.UTC().Format(time.DateOnly))
+}
+
+// checkPayloads returns a PayloadsDeletedError when any of run's events
+// evs is a tombstone.
+func checkPayloads(run string, evs []event.Event) error {
+	var gone *PayloadsDeletedError
+	for _, ev := range evs {
+		if t, ok := event.ParseTombstone(ev.Payload); ok {
+			if gone == nil {
+				gone = &PayloadsDeletedError{Run: run}
+			}
+			gone.N++
+			if t.DeletedAt.After(gone.At) {
+				gone.At = t.DeletedAt
+			}
+		}
+	}
+	if gone != nil {
+		return gone
+	}
+	return nil
 }
 
 // Cancel marks run id cancelled. A process driving it notices within the
@@ -803,6 +844,9 @@ func (e *Engine) load(ctx context.Context, r store.Run) (*state, []event.Event, 
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := checkPayloads(r.ID, evs); err != nil {
+		return nil, nil, err
+	}
 	for _, ev := range evs {
 		if err := st.apply(ev, own); err != nil {
 			return nil, nil, fmt.Errorf("engine: rebuild run %s: %w", r.ID, err)
@@ -830,6 +874,9 @@ func (e *Engine) history(ctx context.Context, st *state, id string, upto int64, 
 	}
 	evs, err := e.events(ctx, id, upto)
 	if err != nil {
+		return err
+	}
+	if err := checkPayloads(id, evs); err != nil {
 		return err
 	}
 	for _, ev := range evs {
@@ -877,13 +924,22 @@ func (e *Engine) Outcome(ctx context.Context, id string) (Outcome, error) {
 }
 
 func (e *Engine) outcome(ctx context.Context, r store.Run, st *state) (Outcome, error) {
+	var o Outcome
 	if st == nil {
 		var err error
-		if st, _, err = e.load(ctx, r); err != nil {
+		var gone *PayloadsDeletedError
+		switch st, _, err = e.load(ctx, r); {
+		case errors.As(err, &gone):
+			// What the log said is gone: the run is what the store
+			// row says, and that its payloads went.
+			o = Outcome{RunID: r.ID, Status: r.Status, Deleted: gone.N, DeletedAt: gone.At}
+		case err != nil:
 			return Outcome{}, err
 		}
 	}
-	o := Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason, Checkpoints: st.checkpointUsage()}
+	if st != nil {
+		o = Outcome{RunID: r.ID, Status: r.Status, Steps: st.steps, Usage: st.usage, Verification: st.verified, Summary: st.finishSummary(), Reason: st.reason, Checkpoints: st.checkpointUsage()}
+	}
 	arts, err := e.o.Store.ListArtifacts(ctx, r.ID)
 	if err != nil {
 		return o, err

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/auth"
+	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/store"
 )
 
@@ -153,5 +155,30 @@ func TestDeleteTenantAPI(t *testing.T) {
 	h.must(http.StatusOK, "GET", "/v1/deletions", beta, nil).json(t, &list)
 	if len(list.Deletions) != 0 {
 		t.Errorf("beta sees alpha's deletion: %+v", list)
+	}
+}
+
+// TestRetainedRunAPI: a run whose payloads retention deleted is still
+// shown by GET /v1/runs/{id} (its row, and payloads_deleted), and a fork
+// of it is refused with 409 saying why (before: 500s, from a log that no
+// longer rebuilds).
+func TestRetainedRunAPI(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOptions{})
+	writer := h.key("alpha", "admin")
+	run := h.createRun(writer, map[string]any{"task": "retain me", "script": finishScript})
+	h.must(http.StatusAccepted, "POST", "/v1/runs/"+run.ID+"/cancel", writer, map[string]any{})
+	n, _, _, err := h.store.TombstonePayloads(context.Background(), run.ID, time.Now(), event.ReasonRetention)
+	if err != nil || n == 0 {
+		t.Fatalf("TombstonePayloads = %d, %v", n, err)
+	}
+	var got api.Run
+	h.must(http.StatusOK, "GET", "/v1/runs/"+run.ID, writer, nil).json(t, &got)
+	if got.Status != event.StatusCancelled || got.PayloadsDeleted == nil || int64(got.PayloadsDeleted.Count) != n || got.PayloadsDeleted.At.IsZero() {
+		t.Errorf("GET /v1/runs/{id} of a retained run = %+v (deleted %+v), want cancelled with %d payloads deleted", got, got.PayloadsDeleted, n)
+	}
+	r := h.do("POST", "/v1/runs/"+run.ID+"/fork", writer, map[string]any{"at_step": 0})
+	if e := r.errBody(t); r.status != http.StatusConflict || !strings.Contains(e.Message, "deleted by retention") {
+		t.Errorf("fork of a retained run = %d %+v, want 409 saying its payloads were deleted", r.status, e)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/airlockrun/airlock/internal/api"
@@ -92,6 +93,11 @@ func classify(err error) *apiError {
 		return publicf(api.CodeConflict, "the run changed meanwhile; try again")
 	case errors.Is(err, engine.ErrInvalid), errors.Is(err, store.ErrInvalid):
 		return badRequest("%s", clientText(err))
+	}
+	var gone *engine.PayloadsDeletedError
+	if errors.As(err, &gone) {
+		return publicf(api.CodeConflict, "%d of the run's payloads were deleted by retention on %s: it cannot be resumed or forked",
+			gone.N, gone.At.UTC().Format(time.DateOnly))
 	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {

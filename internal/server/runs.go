@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/api"
 	"github.com/airlockrun/airlock/internal/engine"
@@ -440,6 +441,9 @@ func (s *Server) checkParentConfig(ctx context.Context, view *store.TenantStore,
 	if len(evs) == 0 || evs[0].Type != event.TypeRunCreated {
 		return publicf(api.CodeConflict, "the run has no recorded configuration to fork")
 	}
+	if t, ok := event.ParseTombstone(evs[0].Payload); ok {
+		return publicf(api.CodeConflict, "the run's payloads were deleted by retention on %s: it cannot be resumed or forked", t.DeletedAt.UTC().Format(time.DateOnly))
+	}
 	var created event.RunCreated
 	var cfg engine.Config
 	if err := json.Unmarshal(evs[0].Payload, &created); err != nil {
@@ -489,6 +493,10 @@ func parseMetadataFilter(q url.Values) (map[string]string, error) {
 // WithOutcome sets what run v's outcome o says: its steps, usage, end,
 // checks and checkpoints.
 func WithOutcome(v *api.Run, o engine.Outcome) {
+	if o.Deleted > 0 {
+		v.PayloadsDeleted = &api.PayloadsDeleted{Count: o.Deleted, At: o.DeletedAt.UTC()}
+		return
+	}
 	v.Steps, v.Usage, v.Reason, v.Summary, v.Verification = &o.Steps, &o.Usage, o.Reason, o.Summary, o.Verification
 	if o.Checkpoints.Count > 0 {
 		c := o.Checkpoints

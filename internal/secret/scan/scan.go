@@ -284,18 +284,26 @@ func (s *Scanner) Scan(text string) []Finding {
 			windows[i] = addWindow(windows[i], s.rules[i].window(text, at))
 		}
 	}
+	// The rules run in their order (not the map's), so that of two
+	// findings alike (gitleaks' bittrex-access-key and bittrex-secret-key
+	// are one expression) the same is named every time.
+	order := make([]int, 0, len(windows))
+	for i := range windows {
+		order = append(order, i)
+	}
+	slices.Sort(order)
 	var out []Finding
-	for i, ws := range windows {
+	for _, i := range order {
 		if s.off[i] {
 			continue
 		}
-		for _, w := range ws {
+		for _, w := range windows[i] {
 			out = s.rules[i].find(text, w[0], w[1], s, out)
 		}
 	}
 	// Where findings overlap, the one of a specific rule is kept over a
 	// generic one (a Stripe key is also a high-entropy assignment), then
-	// the longer.
+	// the longer, then the earlier rule's.
 	slices.SortStableFunc(out, func(a, b Finding) int {
 		if ga, gb := generic(a.Rule), generic(b.Rule); ga != gb {
 			if ga {
