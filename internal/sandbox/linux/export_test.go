@@ -44,6 +44,9 @@ const GVisorExecutor = gvisorExecutor
 // ChoosePlatform is choosePlatform, for its table.
 var ChoosePlatform = choosePlatform
 
+// HardwareVirt is hardwareVirt, for its table.
+var HardwareVirt = hardwareVirt
+
 // RunscVersion is runscVersion, for its table.
 var RunscVersion = runscVersion
 
