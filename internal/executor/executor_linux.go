@@ -303,7 +303,7 @@ func (e *executor) start(conn io.Reader) error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("set non-dumpable: %w", err)
 	}
-	if err := seccomp.Install(); err != nil {
+	if err := e.installSeccomp(); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
 	layers = append(layers, "seccomp", "no_new_privs")
@@ -312,6 +312,25 @@ func (e *executor) start(conn io.Reader) error {
 		return err
 	}
 	return e.w.Write(ready)
+}
+
+// installSeccomp sets no_new_privs and installs the seccomp filter: on
+// every thread of the executor natively (TSYNC), and under gvisor on the
+// thread that forks every command (procThread) alone, which every command
+// inherits it from. gVisor computes a filter's per-syscall cache for each
+// thread the filter lands on (at install, and at each clone of a filtered
+// thread): with TSYNC that is once per executor thread, seven at Ready,
+// for a filter whose work is to bound the commands. Natively the filter on
+// every thread also bounds the executor; under gvisor the executor's other
+// threads stay inside gVisor's kernel, whose boundary is the runtime's, and
+// no command runs on them (docs/gvisor.md, "Cold start").
+func (e *executor) installSeccomp() error {
+	if !e.setup.GVisor {
+		return seccomp.Install()
+	}
+	var err error
+	e.pt.do(func() { err = seccomp.InstallThread() })
+	return err
 }
 
 // dropCapabilities empties the bounding, inheritable and ambient sets of the

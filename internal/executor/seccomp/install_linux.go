@@ -19,6 +19,25 @@ import (
 // have no_new_privs set but has no filter; the caller must not go on to run
 // untrusted code.
 func Install() error {
+	return install(unix.SECCOMP_FILTER_FLAG_TSYNC)
+}
+
+// InstallThread sets PR_SET_NO_NEW_PRIVS and installs Program() on the
+// calling OS thread alone (no TSYNC): every process that thread forks
+// inherits both, the process's other threads get neither. The caller must
+// have locked the goroutine to its thread for good (runtime.LockOSThread,
+// never unlocked), or the filtered thread could go back to the runtime's
+// pool and run other goroutines while the thread that forks goes without.
+//
+// For the gvisor runtime, where one locked thread forks every command:
+// gVisor computes a filter's per-syscall cache for each thread it lands
+// on, so a filter synchronized to the executor's seven threads costs seven
+// computations where this costs one (docs/gvisor.md, "Cold start").
+func InstallThread() error {
+	return install(0)
+}
+
+func install(flags uintptr) error {
 	prog := builtProgram
 	if prog == nil {
 		var err error
@@ -29,7 +48,9 @@ func Install() error {
 
 	// no_new_privs is a per-thread flag, and seccomp(2) without it requires
 	// CAP_SYS_ADMIN. Both calls must therefore run on the same OS thread.
-	// TSYNC then copies the filter and no_new_privs to every other thread.
+	// TSYNC (Install) then copies the filter and no_new_privs to every
+	// other thread; without it (InstallThread) the caller's lock holds the
+	// thread, and this one is a nested lock, undone below.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
@@ -41,7 +62,7 @@ func Install() error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("set no_new_privs: %w", err)
 	}
-	if err := setFilter(prog, unix.SECCOMP_FILTER_FLAG_TSYNC); err != nil {
+	if err := setFilter(prog, flags); err != nil {
 		return fmt.Errorf("install seccomp filter: %w", err)
 	}
 	return nil

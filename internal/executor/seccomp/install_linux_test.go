@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 }
 
 func child() int {
+	if os.Getenv(childEnv) == "thread" {
+		return threadChild()
+	}
 	if err := Install(); err != nil {
 		fmt.Fprintf(os.Stdout, "install\t%v\n", err)
 		return 1
@@ -44,6 +47,49 @@ func child() int {
 	for _, p := range probes() {
 		fmt.Fprintf(os.Stdout, "%s\t%s\n", p.name, strings.ReplaceAll(p.run(), "\n", " | "))
 	}
+	return 0
+}
+
+// threadChild installs the filter with InstallThread on a locked thread
+// and reports that thread's status, a child's forked from it (which must
+// inherit the filter: unshare refused), and another thread's (which must
+// not have it: InstallThread is not TSYNC).
+func threadChild() int {
+	type report struct{ self, child, unshare string }
+	done := make(chan report)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := InstallThread(); err != nil {
+			fmt.Fprintf(os.Stdout, "install\t%v\n", err)
+			os.Exit(1)
+		}
+		var r report
+		s, err := statusOf("/proc/thread-self/status")
+		if err != nil {
+			s = err.Error()
+		}
+		r.self = s
+		// exec.Command forks from the calling thread, this locked one.
+		out, err := exec.Command("/bin/sh", "-c", "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status | tr '\\n\\t' '  '").Output()
+		r.child = strings.TrimSpace(string(out)) + " " + result(err)
+		out, err = exec.Command("/bin/sh", "-c", "unshare -U true").CombinedOutput()
+		r.unshare = result(err) + ": " + strings.TrimSpace(string(out))
+		done <- r
+	}()
+	r := <-done
+	fmt.Fprintf(os.Stdout, "install\tok\nthread\t%s\nchild\t%s\nunshare\t%s\n", r.self, r.child, r.unshare)
+	// Another thread, locked so that it is not the filtered one.
+	other := make(chan string)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		s, err := statusOf("/proc/thread-self/status")
+		if err != nil {
+			s = err.Error()
+		}
+		other <- s
+	}()
+	fmt.Fprintf(os.Stdout, "other\t%s\n", <-other)
 	return 0
 }
 
@@ -315,6 +361,39 @@ func TestInstall(t *testing.T) {
 		}
 		check(t, &syscall.Credential{Uid: 65534, Gid: 65534})
 	})
+}
+
+// TestInstallThread: the filter and no_new_privs on the calling thread and
+// what it forks, not on the process's other threads.
+func TestInstallThread(t *testing.T) {
+	if _, err := nativeArch(); err != nil {
+		t.Skipf("no seccomp tables: %v", err)
+	}
+	if _, err := os.Stat("/proc/thread-self/status"); err != nil {
+		t.Skipf("needs /proc: %v", err)
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skipf("no unshare binary: %v", err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runChild(t, exe, []string{childEnv + "=thread"}, nil)
+	want := map[string]string{
+		"install": "ok",
+		"thread":  "Seccomp=2 NoNewPrivs=1",
+		"child":   "NoNewPrivs: 1 Seccomp: 2 ok",
+		"other":   "Seccomp=0 NoNewPrivs=0",
+	}
+	for name, w := range want {
+		if got[name] != w {
+			t.Errorf("%s = %q, want %q", name, got[name], w)
+		}
+	}
+	if u := got["unshare"]; !strings.HasPrefix(u, "exit status ") || !strings.Contains(u, "Operation not permitted") {
+		t.Errorf("unshare -U from the filtered thread's child = %q, want refused (EPERM)", u)
+	}
 }
 
 // runChild runs the probes in a filtered child and returns their results.

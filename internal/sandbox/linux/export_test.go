@@ -46,6 +46,9 @@ const GVisorExecutor = gvisorExecutor
 // ChoosePlatform is choosePlatform, for its table.
 var ChoosePlatform = choosePlatform
 
+// HardwareVirt is hardwareVirt, for its table.
+var HardwareVirt = hardwareVirt
+
 // RunscVersion is runscVersion, for its table.
 var RunscVersion = runscVersion
 
@@ -98,7 +101,8 @@ func parseSpawnMap(s string) []execproto.IDMap {
 // spec's setup, then the control socket's end, on which the executor
 // exits and runsc with it. It returns the time to the executor's Ready,
 // to runsc's end, and the CPU time runsc and what it waited for took.
-func RunscExecutor(b *Backend, spec sandbox.Spec, args []string) (ready, total, cpu time.Duration, err error) {
+// sys, when not nil, is runsc's SysProcAttr (a cgroup to start it in).
+func RunscExecutor(b *Backend, spec sandbox.Spec, args []string, sys *syscall.SysProcAttr) (ready, total, cpu time.Duration, err error) {
 	r, err := b.Runsc()
 	if err != nil {
 		return 0, 0, 0, err
@@ -109,6 +113,7 @@ func RunscExecutor(b *Backend, spec sandbox.Spec, args []string) (ready, total, 
 	}
 	cmd := exec.Command(r.Path, args...)
 	cmd.Stdin = child
+	cmd.SysProcAttr = sys
 	start := time.Now()
 	err = cmd.Start()
 	child.Close()

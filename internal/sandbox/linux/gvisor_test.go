@@ -446,8 +446,8 @@ func TestChoosePlatform(t *testing.T) {
 		kvm        bool
 		want, why  string
 	}{
-		{"", []string{"kvm", "ptrace"}, false, "ptrace", "offers only kvm, ptrace and no /dev/kvm"},
-		{"", []string{"kvm", "ptrace"}, true, "kvm", "/dev/kvm opens"},
+		{"", []string{"kvm", "ptrace"}, false, "ptrace", "offers only kvm, ptrace and no /dev/kvm with hardware virtualization"},
+		{"", []string{"kvm", "ptrace"}, true, "kvm", "/dev/kvm opens and the CPU has vmx or svm"},
 		{"", []string{"kvm", "ptrace", "systrap"}, false, "systrap", "offers systrap"},
 		{"", []string{"kvm", "ptrace", "systrap"}, true, "systrap", "offers systrap"},
 		{"", nil, false, "ptrace", "no /dev/kvm"},
@@ -458,6 +458,18 @@ func TestChoosePlatform(t *testing.T) {
 		got, why := linux.ChoosePlatform(c.configured, c.platforms, c.kvm)
 		if got != c.want || !strings.Contains(why, c.why) {
 			t.Errorf("choosePlatform(%q, %v, kvm %v) = %s (%s), want %s (%s)", c.configured, c.platforms, c.kvm, got, why, c.want, c.why)
+		}
+	}
+	for cpuinfo, want := range map[string]bool{
+		"processor\t: 0\nflags\t\t: fpu vme de pse vmx sse\n":     true,
+		"processor\t: 0\nflags\t\t: fpu svm\nbugs\t\t: spectre\n": true,
+		// kvm-pvm's guests: /dev/kvm, and neither flag.
+		"processor\t: 0\nflags\t\t: fpu vme hypervisor\nvmx flags\t: x\n": false,
+		"processor\t: 0\nflags\t\t: fpu vmxx\n":                           false,
+		"":                                                                false,
+	} {
+		if got := linux.HardwareVirt(cpuinfo); got != want {
+			t.Errorf("hardwareVirt(%q) = %v, want %v", cpuinfo, got, want)
 		}
 	}
 	for out, want := range map[string]string{
