@@ -147,6 +147,15 @@ func (s *stream) run() {
 		res = errResult(err)
 	} else {
 		switch s.req.Op {
+		case execproto.OpImport, execproto.OpEvents, execproto.OpDiskUsage, execproto.OpEgress, execproto.OpConnect:
+			// They look nothing up in /workspace (a connect reaches a
+			// command, which sealed it).
+		default:
+			// It may look in /workspace: no import writes under the
+			// overlay from now on (lowerLayer).
+			s.e.lower.seal()
+		}
+		switch s.req.Op {
 		case execproto.OpExec:
 			res = s.exec()
 		case execproto.OpWatch:
