@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -271,6 +272,19 @@ func importManyFiles(t *testing.T, sb sandbox.Sandbox) {
 func (s *suite) testCheckpointRestoredStep(t *testing.T) {
 	t.Parallel()
 	sb := s.create(t, sandbox.Spec{})
+	// What a host does before it restores (the E2B server reads the
+	// event channel, a status page measures the disk) looks nothing up
+	// in /workspace: the tree still goes under the overlay.
+	stop := sandbox.WatchLines(opCtx(t), sb, time.Second, func(_ context.Context, lines <-chan sandbox.EventLine) {
+		for range lines {
+		}
+	})
+	defer stop()
+	if dm, ok := sb.(sandbox.DiskMeasurer); ok {
+		if _, err := dm.MeasureDisk(opCtx(t)); err != nil {
+			t.Fatalf("MeasureDisk = %v", err)
+		}
+	}
 	importManyFiles(t, sb)
 	cp := checkpointer(t, sb)
 	dir := t.TempDir()
