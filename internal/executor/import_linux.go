@@ -49,6 +49,9 @@ func (s *stream) importTar(root string) error {
 			return unpack(fd, in)
 		}
 	}
+	// Elsewhere (or once sealed), through the overlay: it looks names
+	// up there.
+	s.e.lower.seal()
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
