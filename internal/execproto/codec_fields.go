@@ -426,6 +426,7 @@ func (c CheckpointResult) appendFields(e *encoder) {
 	e.flag(2, c.Full)
 	e.int(3, c.Entries)
 	e.int(4, c.Bytes)
+	e.int(5, c.Walked)
 }
 
 func (c *CheckpointResult) decodeFields(d *decoder) {
@@ -439,6 +440,8 @@ func (c *CheckpointResult) decodeFields(d *decoder) {
 			c.Entries = d.int64()
 		case 4:
 			c.Bytes = d.int64()
+		case 5:
+			c.Walked = d.int64()
 		default:
 			d.unknown(n)
 		}

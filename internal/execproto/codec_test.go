@@ -53,7 +53,7 @@ func messages() []execproto.Message {
 		execproto.Request{Op: execproto.OpCheckpoint, Since: "b-1", MarkOnly: true, Tree: execproto.TreeRoot, Port: 65535, Limit: -1, Recursive: true, MkdirAsRoot: true, NewPath: "/n", User: "root"},
 		execproto.Result{Outcome: execproto.OutcomeExited, ExitCode: 3, WallMS: 12, UserMS: 1, SystemMS: 2, MaxRSSKB: 4096, Fingerprint: "abc"},
 		execproto.Result{Outcome: execproto.OutcomeSignaled, ExitCode: -1, Signal: 9, Error: "no such file", Errno: "ENOENT", NotStarted: execproto.CommandNotFound},
-		execproto.Result{Entries: []execproto.Entry{{Name: "a", Size: 1, Mode: math.MaxUint32, ModTime: -5, Link: "b", Owner: "u", Group: "g", Xattrs: map[string]string{"k": "v"}}, {}}, Disk: &execproto.DiskUsage{}, Checkpoint: &execproto.CheckpointResult{Baseline: "x", Full: true, Entries: 2, Bytes: 3}},
+		execproto.Result{Entries: []execproto.Entry{{Name: "a", Size: 1, Mode: math.MaxUint32, ModTime: -5, Link: "b", Owner: "u", Group: "g", Xattrs: map[string]string{"k": "v"}}, {}}, Disk: &execproto.DiskUsage{}, Checkpoint: &execproto.CheckpointResult{Baseline: "x", Full: true, Entries: 2, Bytes: 3, Walked: 4}},
 		execproto.Error{Message: "protocol version 8, executor speaks 9"},
 		execproto.Error{},
 		execproto.Result{},

@@ -735,6 +735,10 @@ type CheckpointResult struct {
 	// the file content bytes among them. Both are 0 for MarkOnly.
 	Entries int64 `json:"entries"`
 	Bytes   int64 `json:"bytes"`
+	// Walked counts the entries the walk looked at (one stat each): the
+	// whole tree in a plain workspace, the upper layer's entries in a
+	// copy-on-write one (plus the whole tree for a full stream).
+	Walked int64 `json:"walked,omitempty"`
 }
 
 // MaxBaselineLen bounds a baseline name.
@@ -761,7 +765,7 @@ func (c *CheckpointResult) Validate(markOnly bool) error {
 	if err := CheckBaseline(c.Baseline); err != nil {
 		return fmt.Errorf("checkpoint result: %w", err)
 	}
-	if c.Entries < 0 || c.Bytes < 0 {
+	if c.Entries < 0 || c.Bytes < 0 || c.Walked < 0 {
 		return errors.New("checkpoint result: negative count")
 	}
 	if markOnly && (c.Entries != 0 || c.Bytes != 0 || c.Full) {

@@ -218,7 +218,7 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, sq *specialQueue, stop 
 	if err := wk.run(); err != nil {
 		return nil, err
 	}
-	res.Entries, res.Bytes = wk.entries, wk.bytes
+	res.Entries, res.Bytes, res.Walked = wk.entries, wk.bytes, wk.walked
 	if base == nil && tw != nil {
 		if _, err := c.plain(nil, tw, sq, stop, res); err != nil {
 			return nil, err
@@ -255,6 +255,7 @@ func (c *checkpoints) plain(base *baseline, tw *tarWriter, sq *specialQueue, sto
 		return nil, err
 	}
 	res.Entries, res.Bytes = wk.entries, wk.bytes
+	res.Walked += wk.walked
 	return wk.keys, nil
 }
 
@@ -286,6 +287,7 @@ type walker struct {
 	links map[devIno]string
 
 	entries, bytes int64
+	walked         int64 // entries looked at (stat)
 }
 
 type devIno struct{ dev, ino uint64 }
@@ -367,6 +369,7 @@ func (w *walker) entry(d dirAt, name, p string, force bool) error {
 		w.cur++
 	}
 	var st unix.Stat_t
+	w.walked++
 	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return w.gone(p, old)

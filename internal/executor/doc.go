@@ -57,9 +57,14 @@
 //     the upper layer a whiteout. A full stream walks the merged /workspace
 //     after the upper layer's keys were taken, so a change racing it comes
 //     again next time; hard links there are told by upper-layer inodes (the
-//     merged view reports a copied-up file's lower inode). In the other
-//     modes /workspace itself is walked, with stat alone, and only what
-//     changed is read. Memory is the keys of what is walked.
+//     merged view reports a copied-up file's lower inode). An empty
+//     workspace is such an overlay too, of an empty lower directory on the
+//     scratch tmpfs: imports into /workspace unpack into that lower layer
+//     (a restore's or an upload's tree) until the first operation that may
+//     look through the overlay seals it, so the deltas after a restore
+//     walk only what changed since. In the other modes /workspace itself
+//     is walked, with stat alone, and only what changed is read. Memory is
+//     the keys of what is walked.
 //   - Every open of the walk is openat2 of one name beneath a directory
 //     descriptor (RESOLVE_BENEATH, NO_SYMLINKS, NO_MAGICLINKS, NO_XDEV,
 //     O_NOFOLLOW; where openat2 is ENOSYS, gVisor's case, openat of the one

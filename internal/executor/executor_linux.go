@@ -151,6 +151,8 @@ type executor struct {
 
 	// ckpt keeps the baselines of /workspace for checkpoints.
 	ckpt *checkpoints
+	// lower is where an import into /workspace unpacks (importTar).
+	lower lowerLayer
 	// specials keeps the FIFOs of /workspace between OpSpecialFiles
 	// requests (specialCache).
 	specials specialCache
@@ -240,6 +242,7 @@ func (e *executor) start(conn io.Reader) error {
 		layers = append(layers, "pids:gvisor-cgroup")
 	}
 	e.ckpt = newCheckpoints(workspacePath, up.ws)
+	e.lower.fd, e.lower.set = up.wsLower, up.wsLower >= 0
 	if up.root >= 0 {
 		e.rootCkpt = newCheckpoints("/", up.root)
 		e.rootCkpt.deltaOnly = true
@@ -276,7 +279,7 @@ func (e *executor) start(conn io.Reader) error {
 	} else {
 		layers = append(layers, "capabilities:dropped-for-children")
 	}
-	var hidden []int
+	var hidden, hiddenRW []int
 	for _, fd := range []int{up.ws, up.root} {
 		if fd >= 0 {
 			// Checkpoints read the upper layers, which have no path
@@ -284,11 +287,16 @@ func (e *executor) start(conn io.Reader) error {
 			hidden = append(hidden, fd)
 		}
 	}
+	if up.wsLower >= 0 {
+		// An import writes the workspace's lower layer (lowerLayer).
+		hiddenRW = append(hiddenRW, up.wsLower)
+	}
 	status, err := landlock.Restrict(landlock.Rules{
-		ReadOnly:    []string{"/"},
-		ReadOnlyFDs: hidden,
-		ReadWrite:   e.writablePaths(),
-		Devices:     []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
+		ReadOnly:     []string{"/"},
+		ReadOnlyFDs:  hidden,
+		ReadWriteFDs: hiddenRW,
+		ReadWrite:    e.writablePaths(),
+		Devices:      []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
 	})
 	abi := 0
 	switch {

@@ -110,7 +110,7 @@ func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 // container runtime in a pod): the generated /etc, home and the
 // workspace's alias.
 func setupBuiltRoot(s *execproto.Setup) ([]string, uppers, error) {
-	none := uppers{ws: -1, root: -1}
+	none := uppers{ws: -1, root: -1, wsLower: -1}
 	if err := s.Validate(); err != nil {
 		return nil, none, err
 	}

@@ -7,6 +7,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -33,15 +35,78 @@ import (
 //
 // The whole input is always consumed, so the host's stream ends cleanly
 // whatever happened.
+//
+// An import into /workspace while the workspace's lower layer is open
+// (lowerLayer) unpacks into that layer instead, under the overlay: what it
+// brings is then no change of the upper layer, and the checkpoints after
+// it read only what changed since.
 func (s *stream) importTar(root string) error {
 	in := &inboxReader{s: s}
 	defer s.discardStdin()
+	if path.Clean(root) == workspacePath {
+		if fd, ok := s.e.lower.open(); ok {
+			defer s.e.lower.done()
+			return unpack(fd, in)
+		}
+	}
+	// Elsewhere (or once sealed), through the overlay: it looks names
+	// up there.
+	s.e.lower.seal()
 	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(rfd)
 	return unpack(rfd, in)
+}
+
+// lowerLayer is the lower directory of an empty workspace's overlay
+// (setupWorkspace), into which imports into /workspace unpack until the
+// first operation of another kind: the tree a restore or an upload brings
+// is then the overlay's lower layer, and the upper layer holds only what
+// changed after it (so a checkpoint's walk reads only that).
+//
+// An overlay's lower layer must not change under what the overlay has
+// looked up already (a name looked up before it was made would stay
+// missing, a listing stay old), so the layer is written only while nothing
+// has looked through the overlay: no operation but imports has run. The
+// first other operation seals it for good (waiting for an import under
+// way to end), and later imports write through /workspace as before. The
+// overlay is mounted before any command exists, and an import writes the
+// layer by its descriptor, not through the overlay.
+type lowerLayer struct {
+	mu sync.RWMutex // held for reading by an import into the layer
+	// fd is the layer's O_PATH descriptor, when set (the zero value is
+	// no layer).
+	fd     int
+	set    bool
+	sealed atomic.Bool
+}
+
+// open reports whether an import may unpack into the layer, and returns
+// its descriptor; done must follow when it did.
+func (l *lowerLayer) open() (int, bool) {
+	if !l.set || l.sealed.Load() {
+		return -1, false
+	}
+	l.mu.RLock()
+	if l.sealed.Load() {
+		l.mu.RUnlock()
+		return -1, false
+	}
+	return l.fd, true
+}
+
+func (l *lowerLayer) done() { l.mu.RUnlock() }
+
+// seal ends imports into the layer, once those under way have ended.
+func (l *lowerLayer) seal() {
+	if !l.set || l.sealed.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.sealed.Store(true)
+	l.mu.Unlock()
 }
 
 // unpack applies the tar stream r beneath the directory open as root (an

@@ -355,20 +355,20 @@ func podInstall(dest string) error {
 // the sandbox has a boot id of its own, kept there.
 func setupPod(s *execproto.Setup) ([]string, uppers, error) {
 	if err := loopbackUp(); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("loopback: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("loopback: %w", err)
 	}
 	// The executor's volume is mounted read-only in the container (and
 	// its mount's flags are locked here: a read-only remount of the bind
 	// is refused), so the helper's bind is read-only as it is.
 	if err := setupRunDirIn("/", false); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	// Not read-only: the container's /proc has locked mount flags, and a
 	// read-only remount of a bind on it is refused. The id is the
 	// sandbox's own, so a command that rewrites it (its root owns the
 	// file) changes nothing but what it reads back.
 	if err := ownBootIDIn("/proc", runDir, false); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	layers, up, err := setupBuiltRoot(s)
 	if err != nil {

@@ -74,38 +74,38 @@ func (e *executor) writablePaths() []string {
 // and O_PATH descriptors of the upper layers that checkpoints walk (-1
 // where there is none).
 func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
-	up = uppers{ws: -1, root: -1}
+	up = uppers{ws: -1, root: -1, wsLower: -1}
 	if err := s.Validate(); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("make mounts private: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("make mounts private: %w", err)
 	}
 	if err := cloneHostPaths(s); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	if err := mountTmpfs(scratchDir, fmt.Sprintf("mode=0755,size=%d", s.DiskBytes)); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("scratch tmpfs: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("scratch tmpfs: %w", err)
 	}
 	u := s.User
 	home := filepath.Join(newRoot, u.Home)
 	for _, d := range []string{"root", "home", "root-home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
 		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
-			return nil, uppers{-1, -1}, err
+			return nil, uppers{-1, -1, -1}, err
 		}
 	}
 	if err := os.Chown(filepath.Join(scratchDir, "home"), u.UID, u.GID); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	if err := os.Chmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	switch {
 	case len(s.Layers) > 0:
 		// An image root: the overlay of its layers, no copy, under a
 		// scratch upper layer, as a template root below.
 		if err := mountLayers(s.Layers); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("image root: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("image root: %w", err)
 		}
 		layers = append(layers, fmt.Sprintf("rootfs:image:%d-layers", len(s.Layers)))
 	case s.RootFD != 0:
@@ -113,91 +113,91 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 		// writes to / land in the sandbox's own quota and die with it.
 		lower := scratchDir + "/root-lower"
 		if err := moveMount(s.RootFD, lower); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("template root: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("template root: %w", err)
 		}
 		if err := mountOverlay(newRoot, lower, scratchDir+"/root-upper", scratchDir+"/root-work"); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("template root overlay: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("template root overlay: %w", err)
 		}
 		if err := unix.Unmount(lower, unix.MNT_DETACH); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("template root: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("template root: %w", err)
 		}
 		layers = append(layers, "rootfs:template")
 	default:
 		// pivot_root needs the new root to be a mount point.
 		if err := bind(newRoot, newRoot, false); err != nil {
-			return nil, uppers{-1, -1}, err
+			return nil, uppers{-1, -1, -1}, err
 		}
 		if err := buildHostRoot(s); err != nil {
-			return nil, uppers{-1, -1}, err
+			return nil, uppers{-1, -1, -1}, err
 		}
 		layers = append(layers, "rootfs:host-ro")
 	}
 	if len(s.Layers) > 0 || s.RootFD != 0 {
 		if err := realTargets(s); err != nil {
-			return nil, uppers{-1, -1}, err
+			return nil, uppers{-1, -1, -1}, err
 		}
 	}
 	if len(s.Layers) > 0 {
 		// As a container runtime does: the image's own files, if any,
 		// name another machine.
 		if err := writeEtc(filepath.Join(newRoot, "etc"), s, "hosts", "hostname", "resolv.conf"); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("image root: /etc: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("image root: /etc: %w", err)
 		}
 	}
 	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/"), strings.TrimPrefix(s.WorkspaceAlias, "/")} {
 		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("mkdir /%s: %w", d, err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
 	}
 	if err := setupRunDir(); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	if u.Home != s.WorkspaceAlias {
 		if err := bind(scratchDir+"/home", home, false); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("home: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("home: %w", err)
 		}
 	}
 	if s.RootHome && u.UID != 0 {
 		if err := os.MkdirAll(filepath.Join(newRoot, rootHome), 0o700); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("mkdir %s: %w", rootHome, err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("mkdir %s: %w", rootHome, err)
 		}
 		if err := os.Chmod(scratchDir+"/root-home", 0o700); err != nil {
-			return nil, uppers{-1, -1}, err
+			return nil, uppers{-1, -1, -1}, err
 		}
 		if err := bind(scratchDir+"/root-home", filepath.Join(newRoot, rootHome), false); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("root's home: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("root's home: %w", err)
 		}
 	}
 	if len(s.Layers) > 0 || s.RootFD != 0 {
 		// Before pivot_root takes the scratch tmpfs out of view: the root's
 		// changes, for root checkpoints (an image build's layers).
 		if up.root, err = unix.Open(scratchDir+"/root-upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("open the root's upper layer: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("open the root's upper layer: %w", err)
 		}
 	}
-	if up.ws, err = setupWorkspace(s.Workspace, u, s.StaticReadOnly); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("workspace: %w", err)
+	if up.ws, up.wsLower, err = setupWorkspace(s.Workspace, u, s.StaticReadOnly); err != nil {
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("workspace: %w", err)
 	}
 	if a := s.WorkspaceAlias; a != "" {
 		// The same mount, so a path below either is one file: a checkpoint
 		// of /workspace keeps what was written through the alias.
 		if err := bind(filepath.Join(newRoot, workspacePath), filepath.Join(newRoot, a), false); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("workspace at %s: %w", a, err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("workspace at %s: %w", a, err)
 		}
 	}
 	layers = append(layers, "workspace:"+s.Workspace.Mode)
 	for _, m := range s.Mounts {
 		if err := setupMount(m, s.StaticReadOnly); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("mount %s: %w", m.Target, err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("mount %s: %w", m.Target, err)
 		}
 	}
 	if s.ProxyFD != 0 {
 		target := filepath.Join(newRoot, proxySocket)
 		if err := writeFile(target, nil, 0o600); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("proxy socket: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("proxy socket: %w", err)
 		}
 		if err := moveMount(s.ProxyFD, target); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("proxy socket: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("proxy socket: %w", err)
 		}
 	}
 	if s.WritableRoot {
@@ -205,31 +205,31 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 		// put there (COPY pkg.deb /tmp/) is there, and what a step leaves
 		// there is in its layer. It is in the same disk quota.
 		if err := ensureTmpMode(filepath.Join(newRoot, "tmp")); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("/tmp: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("/tmp: %w", err)
 		}
 	} else if err := mountTmpfs(filepath.Join(newRoot, "tmp"), fmt.Sprintf("mode=1777,size=%d", s.DiskBytes)); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("/tmp: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("/tmp: %w", err)
 	}
 	if err := setupProc(); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("/proc: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("/proc: %w", err)
 	}
 	if err := setupDev(s.ShmBytes); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("/dev: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("/dev: %w", err)
 	}
 	if err := pivot(newRoot); err != nil {
-		return nil, uppers{-1, -1}, err
+		return nil, uppers{-1, -1, -1}, err
 	}
 	if s.RootFD == 0 && len(s.Layers) == 0 && !s.WritableRoot {
 		// Nothing outside the listed writable mounts may change the root.
 		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
-			return nil, uppers{-1, -1}, fmt.Errorf("read-only root: %w", err)
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("read-only root: %w", err)
 		}
 	}
 	if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("hostname: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("hostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return nil, uppers{-1, -1}, fmt.Errorf("loopback: %w", err)
+		return nil, uppers{-1, -1, -1}, fmt.Errorf("loopback: %w", err)
 	}
 	layers = append(layers, "namespaces:user,mnt,pid,net,ipc,uts,cgroup", "network:loopback-only")
 	return layers, up, nil
@@ -251,8 +251,11 @@ func ensureTmpMode(dir string) error {
 // uppers are O_PATH descriptors of a sandbox's overlay upper layers, each
 // -1 where there is none.
 type uppers struct {
-	ws   int // a cow workspace's
+	ws   int // a cow or empty workspace's
 	root int // an image or template root's
+	// wsLower is an empty workspace's lower layer, where an import
+	// unpacks the restored or uploaded tree (executor.lower).
+	wsLower int
 }
 
 // mountLayers mounts the overlay of an image's layers (detached trees,
@@ -557,50 +560,80 @@ func writeEtc(etc string, s *execproto.Setup, names ...string) error {
 // lives on the scratch tmpfs, which pivot_root takes out of view, so it is
 // opened now or never. Close-on-exec, it reaches no command; O_PATH, it
 // grants nothing by itself (checkpoints open beneath it, see checkpoints).
-// It returns -1 in the other modes.
-func setupWorkspace(w execproto.Workspace, u execproto.User, static bool) (int, error) {
+//
+// An empty workspace is an overlay too, of an empty lower directory on the
+// scratch tmpfs under an empty upper layer: the tree a restore or an
+// upload brings is unpacked into the lower directory (its descriptor is
+// the second result; see executor.lower), so the changes made after it
+// are the upper layer's, as in a cow workspace, and a checkpoint reads
+// them alone. Both layers are on the scratch tmpfs, in the sandbox's disk
+// limit as the workspace was.
+//
+// The results are -1 where there is no such layer.
+func setupWorkspace(w execproto.Workspace, u execproto.User, static bool) (upper, lower int, err error) {
 	dst := filepath.Join(newRoot, workspacePath)
 	switch w.Mode {
 	case execproto.WorkspaceEmpty, "":
-		ws := scratchDir + "/ws-upper"
-		if err := os.Chown(ws, u.UID, u.GID); err != nil {
-			return -1, err
+		// The lower directory is the user's: an import unpacks into it
+		// as the user. The overlay's root takes its owner and mode from
+		// the upper layer.
+		for _, d := range []string{"/ws-upper", "/ws-work", "/lower"} {
+			if err := os.Chown(scratchDir+d, u.UID, u.GID); err != nil {
+				return -1, -1, err
+			}
 		}
-		return -1, bind(ws, dst, false)
+		if err := mountOverlay(dst, scratchDir+"/lower", scratchDir+"/ws-upper", scratchDir+"/ws-work"); err != nil {
+			return -1, -1, fmt.Errorf("overlay: %w", err)
+		}
+		return openLayers(true)
 	case execproto.WorkspaceCOW:
 		// The overlay's root directory takes its owner from the upper
 		// layer: make it the sandbox user's, like the id-mapped lower.
 		for _, d := range []string{"/ws-upper", "/ws-work"} {
 			if err := os.Chown(scratchDir+d, u.UID, u.GID); err != nil {
-				return -1, err
+				return -1, -1, err
 			}
 		}
 		lower := scratchDir + "/lower"
 		if err := moveMount(w.FD, lower); err != nil {
-			return -1, err
+			return -1, -1, err
 		}
 		if err := mountOverlay(dst, lower, scratchDir+"/ws-upper", scratchDir+"/ws-work"); err != nil {
-			return -1, fmt.Errorf("overlay: %w", err)
+			return -1, -1, fmt.Errorf("overlay: %w", err)
 		}
 		// The overlay holds its own reference to the lower tree.
 		if err := unix.Unmount(lower, unix.MNT_DETACH); err != nil {
-			return -1, err
+			return -1, -1, err
 		}
-		upper, err := unix.Open(scratchDir+"/ws-upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, fmt.Errorf("open the upper layer: %w", err)
-		}
-		return upper, nil
+		return openLayers(false)
 	case execproto.WorkspaceRO:
 		if err := moveMount(w.FD, dst); err != nil || !static {
-			return -1, err
+			return -1, -1, err
 		}
 		_, err := neutralReadOnly(dst)
-		return -1, err
+		return -1, -1, err
 	case execproto.WorkspaceRW:
-		return -1, moveMount(w.FD, dst)
+		return -1, -1, moveMount(w.FD, dst)
 	}
-	return -1, fmt.Errorf("unknown mode %q", w.Mode)
+	return -1, -1, fmt.Errorf("unknown mode %q", w.Mode)
+}
+
+// openLayers opens the workspace overlay's upper layer and, with lower,
+// its lower directory (else -1), O_PATH and close-on-exec.
+func openLayers(lower bool) (int, int, error) {
+	upper, err := unix.Open(scratchDir+"/ws-upper", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("open the upper layer: %w", err)
+	}
+	if !lower {
+		return upper, -1, nil
+	}
+	fd, err := unix.Open(scratchDir+"/lower", unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(upper)
+		return -1, -1, fmt.Errorf("open the lower layer: %w", err)
+	}
+	return upper, fd, nil
 }
 
 func setupMount(m execproto.Mount, static bool) error {

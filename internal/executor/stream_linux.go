@@ -147,6 +147,16 @@ func (s *stream) run() {
 		res = errResult(err)
 	} else {
 		switch s.req.Op {
+		case execproto.OpImport, execproto.OpEvents, execproto.OpDiskUsage, execproto.OpEgress, execproto.OpConnect:
+			// They look nothing up in /workspace (a connect reaches a
+			// command, which sealed it; an import seals it unless it
+			// unpacks into the lower layer).
+		default:
+			// It may look in /workspace: no import writes under the
+			// overlay from now on (lowerLayer).
+			s.e.lower.seal()
+		}
+		switch s.req.Op {
 		case execproto.OpExec:
 			res = s.exec()
 		case execproto.OpWatch:

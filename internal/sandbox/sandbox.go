@@ -790,6 +790,11 @@ type CheckpointResult struct {
 	Full     bool   // the stream is the whole tree (since was "" or unknown)
 	Entries  int64  // entries written; Bytes: file bytes written
 	Bytes    int64
+	// Walked counts the entries the sandbox's walk looked at: the whole
+	// tree where it has no layer of changes to read, only the changed
+	// layer's entries where it has (a cow workspace, an empty one, a
+	// restored or uploaded one); 0 when the sandbox does not say.
+	Walked int64
 }
 
 // ErrFrozen reports an operation on a frozen sandbox (Freezer): nothing in

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -57,6 +58,11 @@ type Rules struct {
 	// list, write, create, remove, rename, link, truncate, make fifos,
 	// sockets and symlinks. Device nodes may not be created.
 	ReadWrite []string
+	// ReadWriteFDs are open descriptors of directories granted as
+	// ReadWrite paths are, with everything beneath them: trees with no
+	// path in the caller's root, as ReadOnlyFDs. Restrict does not close
+	// them.
+	ReadWriteFDs []int
 	// Devices are character devices (or directories of them, like
 	// /dev/pts) that may be opened for reading and writing, with device
 	// ioctls allowed (ABI 5 IOCTL_DEV).
@@ -73,7 +79,7 @@ func (r Rules) validate() error {
 			}
 		}
 	}
-	for _, fd := range r.ReadOnlyFDs {
+	for _, fd := range slices.Concat(r.ReadOnlyFDs, r.ReadWriteFDs) {
 		if fd < 0 {
 			errs = append(errs, fmt.Errorf("descriptor %d is negative", fd))
 		}
@@ -183,6 +189,11 @@ func Restrict(r Rules) (Status, error) {
 	}
 	for _, fd := range r.ReadOnlyFDs {
 		if err := addFDRule(rulesetFD, fd, p.readOnly); err != nil {
+			return Status{}, err
+		}
+	}
+	for _, fd := range r.ReadWriteFDs {
+		if err := addFDRule(rulesetFD, fd, p.readWrite); err != nil {
 			return Status{}, err
 		}
 	}

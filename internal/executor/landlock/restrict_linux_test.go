@@ -137,6 +137,7 @@ func helperBinary(t *testing.T, abi int) string {
 type env struct {
 	base, rw, ro, other string
 	byFD                string // granted read-only by a descriptor (ReadOnlyFDs)
+	rwByFD              string // granted read-write by a descriptor (ReadWriteFDs)
 	sock                string
 }
 
@@ -144,14 +145,15 @@ func newEnv(t *testing.T) env {
 	t.Helper()
 	base := t.TempDir()
 	e := env{
-		base:  base,
-		rw:    filepath.Join(base, "rw"),
-		ro:    filepath.Join(base, "ro"),
-		other: filepath.Join(base, "other"),
-		byFD:  filepath.Join(base, "byfd"),
-		sock:  fmt.Sprintf("airlock-landlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
+		base:   base,
+		rw:     filepath.Join(base, "rw"),
+		ro:     filepath.Join(base, "ro"),
+		other:  filepath.Join(base, "other"),
+		byFD:   filepath.Join(base, "byfd"),
+		rwByFD: filepath.Join(base, "rwbyfd"),
+		sock:   fmt.Sprintf("airlock-landlock-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
 	}
-	for _, dir := range []string{e.rw, e.ro, e.other, e.byFD} {
+	for _, dir := range []string{e.rw, e.ro, e.other, e.byFD, e.rwByFD} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -165,12 +167,13 @@ func newEnv(t *testing.T) env {
 func helperEnv() env {
 	base := os.Getenv(helperBaseEnv)
 	return env{
-		base:  base,
-		rw:    filepath.Join(base, "rw"),
-		ro:    filepath.Join(base, "ro"),
-		other: filepath.Join(base, "other"),
-		byFD:  filepath.Join(base, "byfd"),
-		sock:  os.Getenv(helperSockEnv),
+		base:   base,
+		rw:     filepath.Join(base, "rw"),
+		ro:     filepath.Join(base, "ro"),
+		other:  filepath.Join(base, "other"),
+		byFD:   filepath.Join(base, "byfd"),
+		rwByFD: filepath.Join(base, "rwbyfd"),
+		sock:   os.Getenv(helperSockEnv),
 	}
 }
 
@@ -268,6 +271,7 @@ func TestRestrict(t *testing.T) {
 		"read_by_fd":              "ok",
 		"list_by_fd":              "ok",
 		"write_by_fd":             "EACCES",
+		"write_rw_by_fd":          "ok",
 		"read_ro":                 "ok",
 		"list_ro":                 "ok",
 		"exec_sh":                 "ok",
@@ -457,13 +461,18 @@ func helperRules(e env) (Rules, error) {
 	if err != nil {
 		return Rules{}, err
 	}
+	rwByFD, err := unix.Open(e.rwByFD, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return Rules{}, err
+	}
 	return Rules{
 		// exe and /dev/zero are files: their rules must be masked to file
 		// rights. exe lets modeExec execve this binary.
-		ReadOnly:    []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", missingPath, e.ro, exe, "/dev/zero"},
-		ReadOnlyFDs: []int{byFD},
-		ReadWrite:   []string{e.rw},
-		Devices:     []string{"/dev/null"},
+		ReadOnly:     []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", missingPath, e.ro, exe, "/dev/zero"},
+		ReadOnlyFDs:  []int{byFD},
+		ReadWriteFDs: []int{rwByFD},
+		ReadWrite:    []string{e.rw},
+		Devices:      []string{"/dev/null"},
 	}, nil
 }
 
@@ -662,6 +671,7 @@ func probeFiles(p map[string]string, e env) {
 	p["read_by_fd"] = outcome(readFile(filepath.Join(e.byFD, "file")))
 	p["list_by_fd"] = outcome(readDir(e.byFD))
 	p["write_by_fd"] = outcome(os.WriteFile(filepath.Join(e.byFD, "new"), nil, 0o644))
+	p["write_rw_by_fd"] = outcome(os.WriteFile(filepath.Join(e.rwByFD, "new"), nil, 0o644))
 	p["read_ro"] = outcome(readFile(filepath.Join(e.ro, "file")))
 	p["list_ro"] = outcome(readDir(e.ro))
 	p["exec_sh"] = outcome(exec.Command("/bin/sh", "-c", "true").Run())

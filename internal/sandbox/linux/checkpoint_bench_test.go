@@ -6,11 +6,15 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 )
 
 // benchTreeShape is the workspace of the checkpoint benchmarks: about 1 GiB
@@ -123,10 +127,37 @@ func benchCheckpointer(b *testing.B, ws, mode string) (sandbox.Sandbox, sandbox.
 
 // BenchmarkCheckpointDelta is the checkpoint of a step that changed one
 // file: in a cow workspace of about 1 GiB (20k files) against one of a
-// single file (the target: at most 1.2 times as long), and the same 1 GiB
-// tree as an rw workspace, where the executor walks it with stat. Only the
-// checkpoint is timed, not the command that changes the file.
+// single file (the target: at most 1.2 times as long), the same 1 GiB
+// tree restored into an empty workspace (imported, as a restore or an
+// upload brings it), and as an rw workspace, where the executor walks it
+// with stat. Only the checkpoint is timed, not the command that changes
+// the file; walked/op is the entries the sandbox's walk looked at, and
+// sandbox-cpu-ms/op the sandbox's CPU time during the checkpoint.
 func BenchmarkCheckpointDelta(b *testing.B) {
+	b.Run("restored-1GiB", func(b *testing.B) {
+		dir, _ := benchTree(b)
+		ctx := context.Background()
+		sb, err := benchBackend(b).Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUs: 1, DiskBytes: 4 << 30}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = sb.Destroy(ctx) })
+		tarCmd := exec.Command("tar", "-C", dir, "-cf", "-", ".")
+		out, err := tarCmd.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := tarCmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		if err := checkpoint.Untar(ctx, sb, out, false); err != nil {
+			b.Fatal(err)
+		}
+		if err := tarCmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		benchDelta(b, sb, sb.(sandbox.Checkpointer), benchTreeChanged)
+	})
 	cases := []struct {
 		name, mode string
 		ws         func(b *testing.B) (string, string)
@@ -174,10 +205,14 @@ func BenchmarkCheckpointDelta(b *testing.B) {
 func benchDelta(b *testing.B, sb sandbox.Sandbox, cp sandbox.Checkpointer, changed string) {
 	ctx := context.Background()
 	step := sandbox.Command{Argv: []string{"sh", "-c", "echo x >> /workspace/" + changed}}
+	c0 := sb.(*linux.Sandbox).Usage().CPU
 	mark, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{MarkOnly: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The mark a restore ends with: what it walked, and its CPU
+	// (reported after the loop, whose start drops metrics).
+	markCPU := sb.(*linux.Sandbox).Usage().CPU - c0
 	since := mark.Baseline
 	// A first step copies the file's directories up to a cow workspace's
 	// upper layer; the next ones change the file alone.
@@ -190,20 +225,30 @@ func benchDelta(b *testing.B, sb sandbox.Sandbox, cp sandbox.Checkpointer, chang
 	}
 	since = res.Baseline
 	var w countingWriter
+	var walked int64
+	var cpu time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		if r, err := sandbox.Run(ctx, sb, step); err != nil || r.ExitCode != 0 {
 			b.Fatalf("run: %+v %v", r, err)
 		}
 		w.n = 0
+		c0 := sb.(*linux.Sandbox).Usage().CPU
 		b.StartTimer()
 		res, err := cp.Checkpoint(ctx, sandbox.CheckpointRequest{Since: since}, &w)
+		b.StopTimer()
+		cpu += sb.(*linux.Sandbox).Usage().CPU - c0
+		b.StartTimer()
 		if err != nil || res.Full || res.Entries != 1 {
 			b.Fatalf("Checkpoint = %+v, %v; want a delta of the changed file alone", res, err)
 		}
-		since = res.Baseline
+		since, walked = res.Baseline, walked+res.Walked
 	}
 	b.ReportMetric(float64(w.n), "stream-B/op")
+	b.ReportMetric(float64(walked)/float64(b.N), "walked/op")
+	b.ReportMetric(cpu.Seconds()*1e3/float64(b.N), "sandbox-cpu-ms/op")
+	b.ReportMetric(float64(mark.Walked), "mark-walked")
+	b.ReportMetric(markCPU.Seconds()*1e3, "mark-cpu-ms")
 }
 
 // BenchmarkCheckpointFull is the first checkpoint of the 1 GiB cow

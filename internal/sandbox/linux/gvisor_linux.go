@@ -619,7 +619,7 @@ func (g *gvisorCOW) checkpoint(ctx context.Context, id string, req sandbox.Check
 		}
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", id, fe)
 	}
-	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
+	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes, Walked: r.Walked}, nil
 }
 
 // realTargets makes each of dirs (and its parents) a directory and each of

@@ -649,5 +649,5 @@ func (s *Sandbox) Checkpoint(ctx context.Context, req sandbox.CheckpointRequest,
 	if err != nil {
 		return sandbox.CheckpointResult{}, fmt.Errorf("sandbox %s: %w", s.id, err)
 	}
-	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes}, nil
+	return sandbox.CheckpointResult{Baseline: r.Baseline, Full: r.Full, Entries: r.Entries, Bytes: r.Bytes, Walked: r.Walked}, nil
 }

@@ -3,14 +3,17 @@ package sandboxtest
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
@@ -59,6 +62,15 @@ func (s *suite) testCheckpoint(t *testing.T) {
 		mustSh(t, sb, manyFilesScript)
 		s.checkpointSteps(t, sb, "empty")
 	})
+	t.Run("Restored", func(t *testing.T) {
+		// A tree imported into a fresh sandbox (a restore, an upload):
+		// deletions, renames and type changes of what it brought.
+		t.Parallel()
+		sb := s.create(t, sandbox.Spec{})
+		importManyFiles(t, sb)
+		s.checkpointSteps(t, sb, "restored")
+	})
+	t.Run("RestoredStep", s.testCheckpointRestoredStep)
 	t.Run("RW", func(t *testing.T) {
 		t.Parallel()
 		ws := t.TempDir()
@@ -219,6 +231,105 @@ func manyFiles(t *testing.T, dir string) {
 	writeHost(t, dir, "d01/sub/deep/x", "deep\n")
 }
 
+// importManyFiles imports manyFiles' tree into sb's empty /workspace, as
+// a restore or an upload does.
+func importManyFiles(t *testing.T, sb sandbox.Sandbox) {
+	t.Helper()
+	im, ok := sb.(sandbox.Importer)
+	if !ok {
+		t.Skip("the backend's sandboxes do not import tar streams")
+	}
+	ws := t.TempDir()
+	manyFiles(t, ws)
+	var entries []tarEntry
+	err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == ws {
+			return err
+		}
+		rel, _ := filepath.Rel(ws, p)
+		e := tarEntry{h: tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Format: tar.FormatPAX, ModTime: time.Unix(1e9, 123)}}
+		if d.IsDir() {
+			e.h.Name += "/"
+			e.h.Typeflag, e.h.Mode = tar.TypeDir, 0o755
+		} else {
+			e.body = readHost(t, ws, rel)
+		}
+		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := im.Import(opCtx(t), "/workspace", bytes.NewReader(makeTar(t, entries))); err != nil {
+		t.Fatalf("Import = %v", err)
+	}
+}
+
+// testCheckpointRestoredStep checks that a delta after a restore reads
+// what changed since, not the tree the restore brought: the sandbox walks
+// only its layer of changes (Walked), where it has one (natively; gVisor
+// walks /workspace whole, as in every mode but cow).
+func (s *suite) testCheckpointRestoredStep(t *testing.T) {
+	t.Parallel()
+	sb := s.create(t, sandbox.Spec{})
+	// What a host does before it restores (the E2B server reads the
+	// event channel, a status page measures the disk) looks nothing up
+	// in /workspace: the tree still goes under the overlay.
+	stop := sandbox.WatchLines(opCtx(t), sb, time.Second, func(_ context.Context, lines <-chan sandbox.EventLine) {
+		for range lines {
+		}
+	})
+	defer stop()
+	if dm, ok := sb.(sandbox.DiskMeasurer); ok {
+		if _, err := dm.MeasureDisk(opCtx(t)); err != nil {
+			t.Fatalf("MeasureDisk = %v", err)
+		}
+	}
+	importManyFiles(t, sb)
+	cp := checkpointer(t, sb)
+	dir := t.TempDir()
+	full, es := take(t, cp, sandbox.CheckpointRequest{})
+	if !full.Full || len(es) != 213 {
+		t.Fatalf("full Checkpoint after the import = %+v, %d entries; want the 213 imported", full, len(es))
+	}
+	ApplyDelta(t, dir, es)
+	mark, err := cp.Checkpoint(opCtx(t), sandbox.CheckpointRequest{MarkOnly: true}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("Checkpoint(mark only) = %v", err)
+	}
+	mustSh(t, sb, "echo more >> /workspace/d01/f005")
+	res, es := take(t, cp, sandbox.CheckpointRequest{Since: mark.Baseline})
+	wantNames(t, "one file changed after a restore", es, []string{"d01/", "d01/f005"}, []string{"d01/f005"})
+	ApplyDelta(t, dir, es)
+	CompareTrees(t, "after a restore and a change", sb, dir)
+	switch {
+	case sb.Info().Backend == sandbox.RuntimeGVisor:
+		t.Logf("gvisor: the delta walked %d entries (no layer of changes to read)", res.Walked)
+	case res.Walked > 2:
+		t.Errorf("delta after one changed file walked %d entries, want at most 2 (d01/ and d01/f005): the restored tree was walked", res.Walked)
+	}
+	mustSh(t, sb, "rm /workspace/d02/f001 && mv /workspace/d04/f001 /workspace/d04/g001")
+	res, es = take(t, cp, sandbox.CheckpointRequest{Since: res.Baseline})
+	wantNames(t, "a deletion and a rename after a restore", es,
+		[]string{"d01/", "d01/f005", "d02/", "d02/.wh.f001", "d04/", "d04/.wh.f001", "d04/g001"},
+		[]string{"d02/.wh.f001", "d04/.wh.f001", "d04/g001"})
+	ApplyDelta(t, dir, es)
+	CompareTrees(t, "after a deletion and a rename", sb, dir)
+	if sb.Info().Backend != sandbox.RuntimeGVisor && res.Walked > 10 {
+		t.Errorf("delta after a deletion and a rename walked %d entries, want the upper layer's few", res.Walked)
+	}
+	// An import once commands ran is a change like any other.
+	im := sb.(sandbox.Importer)
+	late := makeTar(t, []tarEntry{{h: tar.Header{Name: "d03/late", Typeflag: tar.TypeReg, Mode: 0o600, ModTime: time.Unix(2e9, 0)}, body: "late\n"}})
+	if err := im.Import(opCtx(t), "/workspace", bytes.NewReader(late)); err != nil {
+		t.Fatalf("Import after commands = %v", err)
+	}
+	es = mustTake(t, cp, res.Baseline)
+	wantNames(t, "an import after commands", es, []string{"d03/", "d03/late"}, []string{"d03/late"})
+	ApplyDelta(t, dir, es)
+	CompareTrees(t, "after a late import", sb, dir)
+}
+
 // checkpointStep is one command and what the delta after it must hold.
 type checkpointStep struct {
 	name, script string
@@ -335,7 +446,7 @@ var checkpointSteps = []checkpointStep{
 			if !slices.Contains(got, "d06/.wh..wh..opq") && !slices.Contains(got, "d06/.wh.f001") {
 				t.Errorf("remade directory: delta %q has neither d06/.wh..wh..opq nor d06/.wh.f001", got)
 			}
-			if mode != sandbox.WorkspaceCOW && slices.Contains(got, "d06/.wh..wh..opq") {
+			if mode != sandbox.WorkspaceCOW && mode != "restored" && slices.Contains(got, "d06/.wh..wh..opq") {
 				t.Errorf("remade directory: delta %q of a %s workspace has an opaque marker", got, mode)
 			}
 		},
