@@ -84,7 +84,11 @@ func (s *Server) pushEvents(ss *sdk.ServerSession, se *session) {
 		case e = <-se.push:
 		}
 		sctx, c := context.WithTimeout(ctx, 10*time.Second)
-		err := ss.Log(sctx, &sdk.LoggingMessageParams{Level: "info", Logger: PushLogger, Data: pushData(e, se.pushDropped.Swap(0))})
+		// Why: MCP logging is deprecated from protocol 2026-07-28
+		// (SEP-2577, working for twelve months at least) but is what
+		// clients display today; a resource subscription is not built.
+		//lint:ignore SA1019 see above
+		err := ss.Log(sctx, &sdk.LoggingMessageParams{Level: "info", Logger: PushLogger, Data: pushData(e, se.pushDropped.Swap(0))}) //nolint:staticcheck // see above
 		c()
 		if err != nil && ctx.Err() == nil {
 			s.o.Logger.Debug("mcp: push a sandbox's event", "session", se.id, "sandbox", e.Event.Sandbox, "seq", e.Seq, "err", err)

@@ -203,7 +203,7 @@ type harness struct {
 	// progress receives the messages of progress notifications.
 	progress chan string
 	// logs receives the logging notifications.
-	logs chan *sdk.LoggingMessageParams
+	logs chan logMessage
 	// elicit, when set, is the clients' elicitation handler (they
 	// declare the capability).
 	elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)
@@ -212,7 +212,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, o mcp.Options) *harness {
-	h := &harness{boxes: newBoxes(t), appr: newApprover(), audit: &lockedBuffer{}, progress: make(chan string, 64), logs: make(chan *sdk.LoggingMessageParams, 256)}
+	h := &harness{boxes: newBoxes(t), appr: newApprover(), audit: &lockedBuffer{}, progress: make(chan string, 64), logs: make(chan logMessage, 256)}
 	o.Sandboxes, o.Approver, o.Audit = h.boxes, h.appr, h.audit
 	if o.ProgressInterval == 0 {
 		o.ProgressInterval = 20 * time.Millisecond
@@ -223,17 +223,22 @@ func newHarness(t *testing.T, o mcp.Options) *harness {
 }
 
 func (h *harness) clientOptions() *sdk.ClientOptions {
-	return &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+	o := &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
 		select {
 		case h.progress <- r.Params.Message:
 		default:
 		}
-	}, ElicitationHandler: h.elicit, LoggingMessageHandler: func(_ context.Context, r *sdk.LoggingMessageRequest) {
+	}, ElicitationHandler: h.elicit}
+	// Why: MCP logging is deprecated from protocol 2026-07-28 (SEP-2577)
+	// but is what clients speak today; the push of sandbox events uses it.
+	//lint:ignore SA1019 see above
+	o.LoggingMessageHandler = func(_ context.Context, r *sdk.LoggingMessageRequest) { //nolint:staticcheck // see above
 		select {
-		case h.logs <- r.Params:
+		case h.logs <- logMessage{Logger: r.Params.Logger, Data: r.Params.Data}:
 		default:
 		}
-	}}
+	}
+	return o
 }
 
 // stdio connects a client over in-process pipes, as `airlock mcp` serves
@@ -937,6 +942,12 @@ func TestSandboxEvents(t *testing.T) {
 	}
 }
 
+// logMessage is a logging notification a client got.
+type logMessage struct {
+	Logger string
+	Data   any
+}
+
 // TestSandboxEventsPushed: a client that asked for log messages
 // (logging/setLevel) gets each event its sandbox reports pushed as a
 // notifications/message of logger airlock.sandbox.events, marked as
@@ -963,7 +974,8 @@ func TestSandboxEventsPushed(t *testing.T) {
 }
 
 func testSandboxEventsPushed(t *testing.T, h *harness, cs *sdk.ClientSession) {
-	if err := cs.SetLoggingLevel(ctxT(t), &sdk.SetLoggingLevelParams{Level: "info"}); err != nil {
+	//lint:ignore SA1019 the push of sandbox events is logging notifications (deprecated from 2026-07-28)
+	if err := cs.SetLoggingLevel(ctxT(t), &sdk.SetLoggingLevelParams{Level: "info"}); err != nil { //nolint:staticcheck // as above
 		t.Fatal(err)
 	}
 	// A policy that lets events be larger than a notification carries.
