@@ -40,6 +40,10 @@
 //     sandbox and written to no audit record.
 //   - A session's sandboxes are destroyed when the session ends, and every
 //     remaining one when the Server is closed.
+//   - The events a session's sandboxes report are pushed to its client as
+//     logging notifications (if it set a level), marked untrusted, at most
+//     20 a second and 64 queued (the rest dropped and counted, never
+//     waited for), an event over PushMaxEvent as its kind and size only.
 //
 // Importers: host wiring (internal/host) only.
 package mcp

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -273,11 +274,12 @@ func (s *Server) Close(ctx context.Context) {
 // watch ends ss's sandboxes when it ends.
 //
 // Preconditions: s.mu is held, ss has just been added to s.sessions.
-func (s *Server) watch(ss *sdk.ServerSession) {
+func (s *Server) watch(ss *sdk.ServerSession, se0 *session) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		_ = ss.Wait()
+		close(se0.done)
 		s.mu.Lock()
 		se := s.sessions[ss]
 		delete(s.sessions, ss)
@@ -296,12 +298,14 @@ func (s *Server) session(ss *sdk.ServerSession) *session {
 	defer s.mu.Unlock()
 	se := s.sessions[ss]
 	if se == nil {
-		se = &session{id: ss.ID(), boxes: map[string]*liveBox{}}
+		se = &session{id: ss.ID(), boxes: map[string]*liveBox{}, push: make(chan report.Entry, pushQueue), done: make(chan struct{})}
 		if se.id == "" {
 			se.id = "mcp-" + strings.TrimPrefix(sandbox.NewID(), "sb-")
 		}
 		s.sessions[ss] = se
-		s.watch(ss)
+		s.watch(ss, se)
+		s.wg.Add(1)
+		go s.pushEvents(ss, se)
 	}
 	return se
 }
@@ -434,6 +438,12 @@ func (s *Server) textResult(text string, isError bool, structured any) *sdk.Call
 // session is one MCP session's sandboxes.
 type session struct {
 	id string
+	// push queues the events of the session's sandboxes for its client
+	// (pushEvents); done is closed when the session ends. pushDropped
+	// counts the events the full queue refused since the last push.
+	push        chan report.Entry
+	done        chan struct{}
+	pushDropped atomic.Uint64
 
 	mu sync.Mutex
 	// boxes are the session's sandboxes by id (guarded by mu).

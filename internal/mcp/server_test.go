@@ -73,7 +73,7 @@ func newBoxes(t *testing.T) *boxes {
 }
 
 func (x *boxes) Create(ctx context.Context, _ auth.Principal, req mcp.CreateRequest) (*mcp.Box, error) {
-	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n", "approvers": testPolicy + "approvals:\n  approvers: [alice]\n", "ports": testPolicy + portsPolicy}[req.Policy]
+	src := map[string]string{"": testPolicy, "strict": "tools:\n  default: deny\n", "approvers": testPolicy + "approvals:\n  approvers: [alice]\n", "ports": testPolicy + portsPolicy, "bigevents": testPolicy + "events:\n  max_size: 16k\n  kinds:\n    - name: blob\n"}[req.Policy]
 	if src == "" {
 		return nil, &mcp.RequestError{Msg: fmt.Sprintf("no policy %q", req.Policy)}
 	}
@@ -202,6 +202,8 @@ type harness struct {
 	audit *lockedBuffer
 	// progress receives the messages of progress notifications.
 	progress chan string
+	// logs receives the logging notifications.
+	logs chan logMessage
 	// elicit, when set, is the clients' elicitation handler (they
 	// declare the capability).
 	elicit func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error)
@@ -210,7 +212,7 @@ type harness struct {
 }
 
 func newHarness(t *testing.T, o mcp.Options) *harness {
-	h := &harness{boxes: newBoxes(t), appr: newApprover(), audit: &lockedBuffer{}, progress: make(chan string, 64)}
+	h := &harness{boxes: newBoxes(t), appr: newApprover(), audit: &lockedBuffer{}, progress: make(chan string, 64), logs: make(chan logMessage, 256)}
 	o.Sandboxes, o.Approver, o.Audit = h.boxes, h.appr, h.audit
 	if o.ProgressInterval == 0 {
 		o.ProgressInterval = 20 * time.Millisecond
@@ -221,12 +223,22 @@ func newHarness(t *testing.T, o mcp.Options) *harness {
 }
 
 func (h *harness) clientOptions() *sdk.ClientOptions {
-	return &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
+	o := &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *sdk.ProgressNotificationClientRequest) {
 		select {
 		case h.progress <- r.Params.Message:
 		default:
 		}
 	}, ElicitationHandler: h.elicit}
+	// Why: MCP logging is deprecated from protocol 2026-07-28 (SEP-2577)
+	// but is what clients speak today; the push of sandbox events uses it.
+	//lint:ignore SA1019 see above
+	o.LoggingMessageHandler = func(_ context.Context, r *sdk.LoggingMessageRequest) { //nolint:staticcheck // see above
+		select {
+		case h.logs <- logMessage{Logger: r.Params.Logger, Data: r.Params.Data}:
+		default:
+		}
+	}
+	return o
 }
 
 // stdio connects a client over in-process pipes, as `airlock mcp` serves
@@ -927,5 +939,84 @@ func TestSandboxEvents(t *testing.T) {
 	}
 	if audited != 2 {
 		t.Errorf("%d audit lines of source sandbox, want 2", audited)
+	}
+}
+
+// logMessage is a logging notification a client got.
+type logMessage struct {
+	Logger string
+	Data   any
+}
+
+// TestSandboxEventsPushed: a client that asked for log messages
+// (logging/setLevel) gets each event its sandbox reports pushed as a
+// notifications/message of logger airlock.sandbox.events, marked as
+// untrusted data; an event larger than a notification carries is pushed
+// as its kind, size and seq only. Over Streamable HTTP at the protocol
+// version the SDK's client asks for, and over stdio at 2025-06-18.
+func TestSandboxEventsPushed(t *testing.T) {
+	for _, transport := range []string{"http", "stdio 2025-06-18"} {
+		t.Run(transport, func(t *testing.T) {
+			h := newHarness(t, mcp.Options{})
+			var cs *sdk.ClientSession
+			if transport == "http" {
+				var err error
+				if cs, err = h.httpClient(t, h.httpServer(t), "key-full"); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				h.protocol = "2025-06-18"
+				cs = h.stdio(t)
+			}
+			testSandboxEventsPushed(t, h, cs)
+		})
+	}
+}
+
+func testSandboxEventsPushed(t *testing.T, h *harness, cs *sdk.ClientSession) {
+	//lint:ignore SA1019 the push of sandbox events is logging notifications (deprecated from 2026-07-28)
+	if err := cs.SetLoggingLevel(ctxT(t), &sdk.SetLoggingLevelParams{Level: "info"}); err != nil { //nolint:staticcheck // as above
+		t.Fatal(err)
+	}
+	// A policy that lets events be larger than a notification carries.
+	if res := mustCall(t, cs, "create_sandbox", map[string]any{"policy": "bigevents"}); res.IsError {
+		t.Fatalf("create_sandbox = %q", text(res))
+	}
+	big := strings.Repeat("b", mcp.PushMaxEvent+100)
+	res := mustCall(t, cs, "run_command", map[string]any{"command": `airlock-event progress --pct 40 pushed && airlock-event emit blob '{"b":"` + big + `"}' && echo done`})
+	if res.IsError || !strings.Contains(text(res), "done") {
+		t.Fatalf("run_command = %q", text(res))
+	}
+	id, _ := res.StructuredContent.(map[string]any)["sandbox"].(string)
+	var got []map[string]any
+	timeout := time.After(30 * time.Second)
+	for len(got) < 2 {
+		select {
+		case p := <-h.logs:
+			if p.Logger != mcp.PushLogger {
+				continue
+			}
+			b, _ := json.Marshal(p.Data)
+			var d map[string]any
+			if err := json.Unmarshal(b, &d); err != nil {
+				t.Fatalf("data %s: %v", b, err)
+			}
+			got = append(got, d)
+		case <-timeout:
+			t.Fatalf("pushed %d sandbox events in 30s, want 2: %v", len(got), got)
+		}
+	}
+	for _, d := range got {
+		if d["untrusted"] != true || !strings.Contains(fmt.Sprint(d["note"]), "untrusted data") || d["sandbox"] != id {
+			t.Errorf("pushed %v: want it marked untrusted, of sandbox %s", d, id)
+		}
+	}
+	ev, _ := got[0]["event"].(map[string]any)
+	if ev["kind"] != "progress" || ev["message"] != "pushed" || ev["source"] != "sandbox" || got[0]["seq"] != float64(1) {
+		t.Errorf("first pushed = %v, want progress pushed, seq 1", got[0])
+	}
+	ev, _ = got[1]["event"].(map[string]any)
+	if ev["kind"] != "blob" || len(ev) != 1 || got[1]["omitted"] == nil || got[1]["bytes"].(float64) <= mcp.PushMaxEvent {
+		t.Errorf("second pushed = %v, want the log event's kind and size only", got[1])
 	}
 }

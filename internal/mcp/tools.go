@@ -228,7 +228,7 @@ func (s *Server) create(ctx context.Context, c *callCtx, req CreateRequest) (b *
 		evCfg, sc = box.Policy.Events, box.Policy.ResultScanner()
 	}
 	lb.events = report.NewLog(evCfg, lb.id, 0, sc)
-	lb.events.Persist(s.persistEvent(ctx, c.se.id, lb))
+	lb.events.Persist(s.persistEvent(ctx, c.se, lb))
 	lb.stopEvents = sandbox.WatchEvents(ctx, box.Sandbox, lb.events)
 	if a := s.o.Approver; a != nil {
 		lb.end = func(ctx context.Context) { a.End(ctx, lb.tenant, lb.id) }
@@ -511,11 +511,14 @@ func clip(s string) string {
 	return s
 }
 
-// persistEvent is what becomes of each event sandbox lb of session keeps:
-// an audit line of source sandbox, and a row of Options.Events.
-func (s *Server) persistEvent(ctx context.Context, session string, lb *liveBox) func(report.Entry) {
+// persistEvent is what becomes of each event sandbox lb of session se
+// keeps: a push to se's client (pushEvents, never waited for), an audit
+// line of source sandbox, and a row of Options.Events.
+func (s *Server) persistEvent(ctx context.Context, se *session, lb *liveBox) func(report.Entry) {
 	ctx = context.WithoutCancel(ctx)
+	session := se.id
 	return func(e report.Entry) {
+		se.queue(e)
 		s.audit(Record{
 			Time: e.Time, Session: session, Tenant: lb.tenant, Sandbox: lb.id, Tool: "sandbox.event", Outcome: e.Event.Kind,
 			Detail: clip(e.Event.Message + e.Event.Name + e.Event.Path), Source: "sandbox",

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -129,4 +130,56 @@ func TestUIBrowserDeletion(t *testing.T) {
 		t.Error("the tenant is still stored")
 	}
 	h.must(http.StatusUnauthorized, "GET", "/v1/runs", admin, nil)
+}
+
+// TestUIBrowserRetainedRun: the page of a run whose payloads retention
+// deleted says so, as `airlock runs show` does: how many, and the day.
+func TestUIBrowserRetainedRun(t *testing.T) {
+	t.Parallel()
+	chrome := chromium(t)
+	h := newHarness(t, harnessOptions{})
+	admin := h.key("alpha", "admin")
+	run := h.createRun(admin, map[string]any{"task": "A run retention emptied", "script": finishScript})
+	h.must(http.StatusAccepted, "POST", "/v1/runs/"+run.ID+"/cancel", admin, map[string]any{})
+	h.waitStatus(admin, run.ID, event.StatusCancelled)
+	at := time.Now().UTC()
+	n, _, _, err := h.store.TombstonePayloads(context.Background(), run.ID, at, event.ReasonRetention)
+	if err != nil || n == 0 {
+		t.Fatalf("TombstonePayloads = %d, %v", n, err)
+	}
+
+	ctx := newChrome(t, chrome)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	watchConsole(t, ctx)
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(actx,
+		chromedp.EmulateViewport(1280, 860),
+		chromedp.Navigate(h.url+"/ui/runs/"+run.ID),
+		chromedp.WaitVisible(chromedp.CSS("#key")),
+		chromedp.SendKeys(chromedp.CSS("#key"), admin),
+		chromedp.Click(chromedp.CSS("form button[type=submit]")),
+		chromedp.WaitVisible(chromedp.CSS(".run-title .st-cancelled"))); err != nil {
+		shot(t, ctx, "failure-retained", true)
+		t.Fatalf("open the run: %v", err)
+	}
+	got, err := within(ctx, chromedp.Poll[string](`(() => { const e = document.querySelector('#retained'); return e && !e.hidden && e.innerText; })()`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(50*time.Millisecond)))
+	if err != nil {
+		shot(t, ctx, "failure-retained", true)
+		t.Fatalf("the run page does not say its payloads were deleted: %v", err)
+	}
+	want := fmt.Sprintf("%d payloads deleted by retention on %s", n, at.Format(time.DateOnly))
+	if !strings.Contains(got, want) {
+		t.Errorf("the retained run's page reads %q, want %q", got, want)
+	}
+	// Its steps and usage went with the payloads: the header does not
+	// say 0 of them.
+	meta, err := within(ctx, chromedp.Evaluate[string](`document.querySelector('dl.meta').innerText`))
+	if err != nil || strings.Contains(meta, "0 in") || !strings.Contains(meta, "deleted") {
+		t.Errorf("the retained run's header reads %q (%v), want its steps and tokens said deleted", meta, err)
+	}
+	shot(t, ctx, "retained-run", false)
 }

@@ -84,6 +84,10 @@ export function runPage(main, [id]) {
   const artifacts = h('section.card', h('h2', 'Artifacts'), artifactList);
   const patch = h('section.patch', {hidden: true, 'aria-labelledby': 'patch-title'});
   const purgeBox = h('section.card.danger-zone', {hidden: true, 'aria-label': 'Purge the run'});
+  // retained says, of a run whose payloads retention deleted, how many
+  // and when (as `airlock runs show` does): its steps, usage and summary
+  // went with them.
+  const retained = h('div.card.retained', {hidden: true, role: 'status', id: 'retained'});
   const purged = h('div.panel.deleted', {hidden: true}, h('h1', 'Run purged'));
   const missing = h('div.empty.panel', {hidden: true}, h('strong', 'No such run'),
     'It does not exist, or belongs to another tenant. ', h('a', {href: '/ui/'}, 'Back to the runs'));
@@ -91,6 +95,7 @@ export function runPage(main, [id]) {
     h('a.back', {href: '/ui/'}, '← Runs'),
     h('div.run-title', title, badge, actions),
     purgeBox,
+    retained,
     meta,
     h('div.run-body',
       h('section', {'aria-label': 'Timeline'},
@@ -109,8 +114,10 @@ export function runPage(main, [id]) {
 
   function drawHeader() {
     if (!run) return;
-    title.textContent = run.task;
-    document.title = run.task.slice(0, 60) + ' · airlock';
+    // A retained run's task went with its payloads: its id stands in.
+    const name = run.task || run.id;
+    title.textContent = name;
+    document.title = name.slice(0, 60) + ' · airlock';
     clear(badge).append(statusBadge(run.status));
     const end = run.finished ? new Date(run.finished) : (finalStatuses.includes(run.status) ? new Date(run.updated) : new Date());
     const u = run.usage || {};
@@ -120,8 +127,8 @@ export function runPage(main, [id]) {
       metaItem('Policy', run.policy_hash ? h('span.mono', run.policy_hash.slice(0, 12)) : 'default', run.policy_hash),
       metaItem('Created', timeEl(run.created)),
       metaItem('Duration', duration(end - new Date(run.created))),
-      metaItem('Steps', num(run.steps)),
-      metaItem('Tokens', num(u.input_tokens) + ' in · ' + num(u.output_tokens) + ' out'),
+      metaItem('Steps', run.payloads_deleted ? 'deleted' : num(run.steps)),
+      metaItem('Tokens', run.payloads_deleted ? 'deleted' : num(u.input_tokens) + ' in · ' + num(u.output_tokens) + ' out'),
       llm.calls ? metaItem('LLM gateway', llm.calls + ' calls · ' + credits(llm.cost) + ' cr') : null,
       u.cost_micro_usd ? metaItem('Model cost', '$' + (u.cost_micro_usd / 1e6).toFixed(4)) : null,
       metaItem('Events', num(run.events)),
@@ -132,6 +139,15 @@ export function runPage(main, [id]) {
     }
     drawActions();
     drawOutcome();
+    drawRetained();
+  }
+
+  function drawRetained() {
+    const d = run.payloads_deleted;
+    retained.hidden = !d;
+    if (!d) return;
+    clear(retained).append(h('strong', num(d.count) + ' payloads deleted by retention on ' + String(d.at).slice(0, 10)),
+      h('span.muted', ' (UTC). The steps, usage and summary went with them; the event log still verifies, and the run cannot be resumed or forked.'));
   }
 
   function drawActions() {
