@@ -276,7 +276,22 @@ func TestDeployRun(t *testing.T) {
 		t.Fatalf("the command = %d %q (%s)", code, stdout.String(), body)
 	}
 	if code, body = httpDo(t, ctx, "DELETE", api+"/sandboxes/"+sb.ID, hd, nil); code != http.StatusNoContent {
-		t.Errorf("kill the sandbox = %d %s", code, body)
+		t.Fatalf("kill the sandbox = %d %s", code, body)
+	}
+	// The replica deletes the pod (its Role's delete).
+	for {
+		pods, err := core.Pods(sandboxes).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the killed sandbox's pod is still there: %s", pods.Items[0].Name)
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 }
 
