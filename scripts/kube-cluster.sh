@@ -21,8 +21,9 @@
 #   env    prints the variables the tests read (eval "$(... env)").
 #
 # Everything listens on loopback; the one exception is the pod bridge
-# (airlock-kube0, 10.244.0.0/24, no route off it), which stays inside the
-# machine. Root only.
+# (airlock-kube0, 10.244.0.0/24), which stays inside the machine: its pods'
+# one route off it is to 10.96.0.1, the kubernetes Service, which this
+# machine rewrites to the API server on loopback (no kube-proxy). Root only.
 set -euo pipefail
 
 VERSION=v1.37.2
@@ -33,6 +34,10 @@ PORT=${AIRLOCK_KUBE_PORT:-6443}
 ETCD_PORT=23790
 BRIDGE=airlock-kube0
 POD_CIDR=10.244.0.0/24
+GATEWAY=10.244.0.1
+# The kubernetes Service's address (the first of --service-cluster-ip-range):
+# what a pod's in-cluster configuration dials, on 443.
+SERVICE_IP=10.96.0.1
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GO=${GO:-go}
 
@@ -278,13 +283,28 @@ up() {
     --listen-peer-urls http://127.0.0.1:23800 --initial-advertise-peer-urls http://127.0.0.1:23800 \
     --initial-cluster airlock-kube=http://127.0.0.1:23800
 
+  # Pods reach the API server as on a cluster: the kubernetes Service's
+  # address, 10.96.0.1:443 (KUBERNETES_SERVICE_HOST/PORT, which the kubelet
+  # gives every pod). There is no kube-proxy: the pods' one route off the
+  # bridge is to that address alone, through the gateway, and this machine
+  # rewrites (DNAT) what arrives on the bridge for 10.96.0.1:443 to the API
+  # server on 127.0.0.1, which route_localnet, on the bridge alone, lets
+  # through. Nothing is forwarded off the bridge (FORWARD drop, whatever
+  # ip_forward is). The bridge is made here, before the CNI plugin would,
+  # so that the sysctl and the rules are in place before the first pod.
+  ip link add "$BRIDGE" type bridge 2>/dev/null || true
+  ip addr replace "$GATEWAY/${POD_CIDR#*/}" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=1"
+  nat_rules -A
+
   # containerd: its own root, state, socket and CNI directories; pause is a
   # local image (no registry); restrict_oom_score_adj because this machine
   # lacks CAP_SYS_RESOURCE (the pause container's -998 fails otherwise).
   ln -sf /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback "$STATE/cni/bin/"
   cat >"$STATE/cni/net.d/10-airlock.conflist" <<EOF
 {"cniVersion":"0.4.0","name":"airlock-kube","plugins":[{"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,
- "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR"}]],"routes":[],"dataDir":"$STATE/cni/ipam"}}]}
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR","gateway":"$GATEWAY"}]],"routes":[{"dst":"$SERVICE_IP/32"}],"dataDir":"$STATE/cni/ipam"}}]}
 EOF
   cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
@@ -389,6 +409,16 @@ EOF
   die "node not Ready after 60 s: $(tail -5 "$STATE/log/kubelet.log")"
 }
 
+# nat_rules -A|-D: adds or deletes the rules that take a pod's connection
+# to the kubernetes Service (10.96.0.1:443) to the API server on loopback,
+# and that forward nothing else off the bridge.
+nat_rules() {
+  local op=$1 c=(-m comment --comment airlock-kube)
+  iptables -t nat "$op" PREROUTING -i "$BRIDGE" -d "$SERVICE_IP/32" -p tcp --dport 443 "${c[@]}" \
+    -j DNAT --to-destination "127.0.0.1:$PORT"
+  iptables "$op" FORWARD -i "$BRIDGE" ! -o "$BRIDGE" "${c[@]}" -j DROP
+}
+
 # stop NAME: kills the process up started as NAME and waits for it.
 stop() {
   local f=$STATE/pids/$1
@@ -438,6 +468,7 @@ down() {
   for h in /sys/fs/cgroup/*/; do
     [ -d "$h/kubepods" ] && find "$h/kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
+  nat_rules -D 2>/dev/null || true
   ip link del "$BRIDGE" 2>/dev/null || true
   if [ -f "$STATE/created" ]; then
     while read -r p; do rm -rf "$p"; done <"$STATE/created"

@@ -1,0 +1,369 @@
+package kube_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/airlockrun/airlock/internal/sandbox/kube"
+)
+
+// airlockImage builds bin/ of this tree (airlock, airlock-host,
+// airlock-exec, static) and imports a one-layer image of it, with an
+// /etc/passwd naming the replicas' user, into the node's containerd; it
+// returns the image's name.
+func airlockImage(t *testing.T) string {
+	t.Helper()
+	sock := os.Getenv("AIRLOCK_KUBE_CONTAINERD")
+	if sock == "" {
+		t.Skip("AIRLOCK_KUBE_CONTAINERD unset: airlock's image is imported into the node's containerd (scripts/kube-cluster.sh env)")
+	}
+	dir := t.TempDir()
+	build := exec.Command("go", "build", "-trimpath", "-o", dir+"/", "./cmd/airlock", "./cmd/airlock-host", "./cmd/airlock-exec")
+	build.Dir = "../../.."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build bin/: %v\n%s", err, out)
+	}
+	files := []kube.ImageFile{
+		{Name: "etc", Mode: 0o755, Dir: true},
+		{Name: "etc/passwd", Mode: 0o644, Data: []byte("root:x:0:0:root:/root:/sbin/nologin\nairlock:x:65532:65532:airlock:/var/lib/airlock:/sbin/nologin\n")},
+		{Name: "etc/group", Mode: 0o644, Data: []byte("root:x:0:\nairlock:x:65532:\n")},
+		{Name: "tmp", Mode: 0o1777, Dir: true},
+		{Name: "usr", Mode: 0o755, Dir: true},
+		{Name: "usr/local", Mode: 0o755, Dir: true},
+		{Name: "usr/local/bin", Mode: 0o755, Dir: true},
+	}
+	for _, name := range []string{"airlock", "airlock-host", "airlock-exec"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, kube.ImageFile{Name: "usr/local/bin/" + name, Mode: 0o555, Data: data})
+	}
+	name, archive, err := kube.ImageArchive("airlock.local/airlock", []string{"/usr/local/bin/airlock"}, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	imp := exec.Command("ctr", "-a", sock, "-n", "k8s.io", "images", "import", "-")
+	imp.Stdin = bytes.NewReader(archive)
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import: %v: %s", err, out)
+	}
+	return name
+}
+
+// TestDeployRun runs airlock itself from deploy/kubernetes on the test
+// cluster: its image built from this tree; the manifests' namespaces
+// (renamed), ServiceAccount, Role and RoleBinding, Secrets (fresh keys;
+// the store SQLite in the replica's home), ConfigMap (serve.yaml with the
+// sandboxes' namespace, images and node of the test cluster), Service and
+// Deployment created for real; one replica's pod made from the
+// Deployment's template (the test cluster has no controller manager to
+// make it, nor a scheduler: its node is named). The pod becomes Ready
+// (its /readyz probe), answers /readyz, and, through the E2B API, creates
+// a sandbox pod in the sandboxes' namespace with its in-cluster
+// credentials (the Role alone) and runs a command in it.
+func TestDeployRun(t *testing.T) {
+	e := needCluster(t)
+	image := airlockImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	renamed := map[string]string{"airlock-system": "airlock-system-" + suffix, "airlock-sandboxes": "airlock-sandboxes-" + suffix}
+	rename := func(ns string) string {
+		n, ok := renamed[ns]
+		if !ok {
+			t.Fatalf("the manifests name namespace %q", ns)
+		}
+		return n
+	}
+	system, sandboxes := renamed["airlock-system"], renamed["airlock-sandboxes"]
+	core := e.client.CoreV1()
+	cfg := config(e, sandboxes)
+	newKey := func() string {
+		var k [32]byte
+		_, _ = rand.Read(k[:])
+		return hex.EncodeToString(k[:])
+	}
+	objs := decodeManifests(t, deployManifests...)
+	for _, obj := range objs {
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			ns.Name = rename(ns.Name)
+			if _, err := core.Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = core.Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+		}
+	}
+	// No namespace controller deletes what is in a deleted namespace: the
+	// pods (the replica and any sandbox left) go first.
+	t.Cleanup(func() {
+		for _, ns := range []string{system, sandboxes} {
+			zero := int64(0)
+			_ = core.Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		}
+	})
+	// What kube-controller-manager's root CA publisher makes in every
+	// namespace, and the pod's projected token volume needs: the cluster's
+	// CA, here the API server's self-signed certificate's.
+	if len(e.rest.CAData) == 0 {
+		t.Fatal("the kubeconfig has no certificate-authority-data")
+	}
+	rootCA := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(e.rest.CAData)}}
+	if _, err := core.ConfigMaps(system).Create(ctx, rootCA, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var deploy *appsv1.Deployment
+	for _, obj := range objs {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+		case *corev1.ServiceAccount:
+			o.Namespace = rename(o.Namespace)
+			_, err = core.ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Secret:
+			o.Namespace = rename(o.Namespace)
+			for k := range o.StringData {
+				switch o.Name {
+				case "airlock-store":
+					o.StringData[k] = "sqlite" // in the replica's home: one replica here
+				default:
+					o.StringData[k] = newKey()
+				}
+			}
+			_, err = core.Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ConfigMap:
+			o.Namespace = rename(o.Namespace)
+			if s, ok := o.Data["serve.yaml"]; ok {
+				o.Data["serve.yaml"] = testServeYAML(t, s, cfg, sandboxes)
+			}
+			_, err = core.ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Service:
+			o.Namespace = rename(o.Namespace)
+			_, err = core.Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.Deployment:
+			o.Namespace = rename(o.Namespace)
+			c := &o.Spec.Template.Spec.Containers[0]
+			c.Image, c.ImagePullPolicy = image, corev1.PullNever
+			deploy = o
+			_, err = e.client.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			o.Namespace = rename(o.Namespace)
+			_, err = e.client.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			o.Namespace = rename(o.Namespace)
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = rename(o.Subjects[i].Namespace)
+			}
+			_, err = e.client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("the manifests have a %T, which the test does not apply", obj)
+		}
+		if err != nil {
+			t.Fatalf("create %T: %v", obj, err)
+		}
+	}
+	if deploy == nil {
+		t.Fatal("no Deployment")
+	}
+
+	// The replica: the Deployment's pod template as its ReplicaSet would
+	// make it, bound to the node (no scheduler).
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "airlock-0", Namespace: system, Labels: deploy.Spec.Template.Labels},
+		Spec:       *deploy.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = cfg.NodeName
+	if _, err := core.Pods(system).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the replica's pod: %v", err)
+	}
+	var got *corev1.Pod
+	for ready := false; !ready; {
+		var err error
+		got, err = core.Pods(system).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range got.Status.Conditions {
+			ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		}
+		if got.Status.Phase == corev1.PodFailed || got.Status.Phase == corev1.PodSucceeded || len(got.Status.ContainerStatuses) > 0 && got.Status.ContainerStatuses[0].RestartCount > 0 {
+			t.Fatalf("the replica ended: %+v\n%s", got.Status, podLogs(ctx, e, system, pod.Name))
+		}
+		if ready {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the replica is not Ready: %+v\n%s", got.Status, podLogs(ctx, e, system, pod.Name))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	ip := got.Status.PodIP
+	t.Logf("replica Ready at %s", ip)
+	code, body := httpDo(t, ctx, "GET", "http://"+net.JoinHostPort(ip, "8080")+"/readyz", nil, nil)
+	if code != http.StatusOK {
+		t.Fatalf("/readyz = %d %s", code, body)
+	}
+
+	// An E2B key, made in the replica's store by its own CLI (exec: the
+	// test's admin may; the replica's account may not).
+	if out, err := execIn(ctx, e, system, pod.Name, "/usr/local/bin/airlock", "tenants", "create", "acme"); err != nil {
+		t.Fatalf("tenants create: %v: %s", err, out)
+	}
+	out, err := execIn(ctx, e, system, pod.Name, "/usr/local/bin/airlock", "keys", "create", "--tenant", "acme", "--name", "sdk", "--scope", "sandboxes", "--e2b")
+	if err != nil {
+		t.Fatalf("keys create: %v: %s", err, out)
+	}
+	key := strings.TrimSpace(out)
+	if before, err := core.Pods(sandboxes).List(ctx, metav1.ListOptions{}); err != nil || len(before.Items) != 0 {
+		t.Fatalf("pods in %s before the create: %v %v", sandboxes, before, err)
+	}
+	hd := map[string]string{"X-API-KEY": key, "Content-Type": "application/json"}
+	api := "http://" + net.JoinHostPort(ip, "3000")
+	code, body = httpDo(t, ctx, "POST", api+"/sandboxes", hd, []byte(`{"templateID":"base"}`))
+	var sb struct {
+		ID    string `json:"sandboxID"`
+		Token string `json:"envdAccessToken"`
+	}
+	if code != http.StatusCreated || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("create a sandbox = %d %s\n%s", code, body, podLogs(ctx, e, system, pod.Name))
+	}
+	pods, err := core.Pods(sandboxes).List(ctx, metav1.ListOptions{})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("pods in %s after the create: %v %v; want the sandbox's", sandboxes, pods, err)
+	}
+	t.Logf("sandbox %s is pod %s", sb.ID, pods.Items[0].Name)
+	msg, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/sh", "args": []string{"-c", "echo hello from $(uname -s)"}}, "stdin": false})
+	env := append([]byte{0, 0, 0, 0, 0}, msg...)
+	binary.BigEndian.PutUint32(env[1:5], uint32(len(msg)))
+	code, body = httpDo(t, ctx, "POST", "http://"+net.JoinHostPort(ip, "49983")+"/process.Process/Start", map[string]string{
+		"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49983",
+		"X-Access-Token": sb.Token, "Content-Type": "application/connect+json",
+	}, env)
+	var stdout strings.Builder
+	for _, m := range regexp.MustCompile(`"stdout":"([^"]*)"`).FindAllSubmatch(body, -1) {
+		d, _ := base64.StdEncoding.DecodeString(string(m[1]))
+		stdout.Write(d)
+	}
+	if code != http.StatusOK || stdout.String() != "hello from Linux\n" || !bytes.Contains(body, []byte(`"exited":true`)) {
+		t.Fatalf("the command = %d %q (%s)", code, stdout.String(), body)
+	}
+	if code, body = httpDo(t, ctx, "DELETE", api+"/sandboxes/"+sb.ID, hd, nil); code != http.StatusNoContent {
+		t.Fatalf("kill the sandbox = %d %s", code, body)
+	}
+	// The replica deletes the pod (its Role's delete).
+	for {
+		pods, err := core.Pods(sandboxes).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods.Items) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the killed sandbox's pod is still there: %s", pods.Items[0].Name)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// testServeYAML is the manifests' serve.yaml with the test cluster's
+// sandboxes: namespace, images, node, seccomp profile; no warm pool.
+func testServeYAML(t *testing.T, manifest string, cfg kube.Config, namespace string) string {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(manifest), &doc); err != nil {
+		t.Fatal(err)
+	}
+	sbx, _ := doc["sandboxes"].(map[string]any)
+	k, _ := sbx["kubernetes"].(map[string]any)
+	if k == nil {
+		t.Fatalf("serve.yaml has no sandboxes.kubernetes: %s", manifest)
+	}
+	k["namespace"], k["image"], k["executor_image"], k["pull_policy"], k["node_name"] = namespace, cfg.Image, cfg.ExecutorImage, "Never", cfg.NodeName
+	if cfg.SeccompProfile != "" {
+		k["seccomp_profile"] = cfg.SeccompProfile
+	} else {
+		delete(k, "seccomp_profile")
+	}
+	doc["sandbox_pool"] = map[string]any{"per_spec": 0}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
+
+func httpDo(t *testing.T, ctx context.Context, method, url string, hd map[string]string, body []byte) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hd {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, b
+}
+
+// execIn runs argv in pod's first container as the test's admin and
+// returns its stdout (stderr too on a failure).
+func execIn(ctx context.Context, e *env, ns, pod string, argv ...string) (string, error) {
+	req := e.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewWebSocketExecutor(e.rest, "GET", req.URL().String())
+	if err != nil {
+		return "", err
+	}
+	var out, errb bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb}); err != nil {
+		return out.String() + errb.String(), err
+	}
+	return out.String(), nil
+}
+
+// podLogs is what the pod's container wrote, for a failure's message
+// (ctx's deadline may have passed: a context of its own).
+func podLogs(_ context.Context, e *env, ns, pod string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := e.client.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Sprintf("(logs: %v)", err)
+	}
+	return string(b)
+}
