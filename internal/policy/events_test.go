@@ -158,3 +158,22 @@ func TestCanonicalEventRules(t *testing.T) {
 		t.Errorf("canonical form with rules does not round-trip: %v\n%s", err, with.Canonical())
 	}
 }
+
+// BenchmarkDecideEvent: one test event through two rules, the second of
+// which matches (what an events rule costs the events goroutine).
+func BenchmarkDecideEvent(b *testing.B) {
+	doc, err := Parse([]byte("events:\n  rules:\n    - kinds: [log]\n      when: 'true'\n      action: deny\n    - kinds: [test]\n      when: event.status == 'fail' && event.name.startsWith('unit')\n      action: stop\n"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rules, err := CompileEventRules(doc.Events)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := []byte(`{"source":"sandbox","sandbox":"main","kind":"test","name":"unit/x","status":"fail","duration_s":1.5}`)
+	for b.Loop() {
+		if d, ok := rules.DecideEvent("test", payload, RunInfo{}, "main"); !ok || d.Action != EventStop {
+			b.Fatal(d)
+		}
+	}
+}
