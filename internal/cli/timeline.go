@@ -111,7 +111,11 @@ func (t *timeline) event(e event.Event) {
 		t.calls[p.CallID] = describeCall(p.Tool, p.Args)
 		t.printf(id, "  → %s\n", t.calls[p.CallID])
 	case *event.PolicyDecision:
-		if p.Decision != event.DecisionAllow {
+		switch {
+		case p.Input != "" && p.CallID == "":
+			// An events rule's decision on what a sandbox reported.
+			t.printf(id, "  policy: %s by %s on %s (%s)\n", p.Decision, p.Rule, p.Input, p.Reason)
+		case p.Decision != event.DecisionAllow:
 			t.printf(id, "    policy: %s (%s)\n", p.Decision, p.Reason)
 		}
 	case *event.Retry:

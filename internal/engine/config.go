@@ -305,6 +305,8 @@ func (c Config) Validate() error {
 	if ev := c.Events.policy(); true {
 		if err := ev.Check(); err != nil {
 			errs = append(errs, err)
+		} else if _, err := policy.CompileEventRules(ev); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, a := range []struct{ name, v string }{{"task", c.Secrets.Task}, {"results", c.Secrets.Results}, {"patch", c.Secrets.Patch}} {

@@ -578,6 +578,10 @@ func (d *driver) loop(ctx context.Context) (event.Status, event.Payload, error) 
 		if err := d.sync(); err != nil {
 			return "", nil, err
 		}
+		if p := d.st.eventStop; p != nil {
+			// An events rule read a sandbox event and said stop.
+			return d.failure("policy", fmt.Sprintf("%s: %s (%s)", p.Rule, p.Reason, p.Input))
+		}
 		if s, err := d.wallTimeSpent(ctx); err != nil || s.Budget != "" {
 			return d.exhausted(ctx, s, err)
 		}
@@ -654,6 +658,9 @@ func (d *driver) step(ctx context.Context) (event.Status, event.Payload, error) 
 	var asks []event.Payload
 	for i, c := range calls {
 		decisions[i] = d.decide(ctx, resp.Step, c)
+		if i == 0 {
+			decisions[i] = heldByEvent(decisions[i], d.st.eventHold)
+		}
 		ps = append(ps, proposed(resp.Step, c), decisions[i])
 		if decisions[i].Decision == event.DecisionAsk {
 			asks = append(asks, d.approvalRequest(resp.Step, c, decisions[i]))
@@ -717,6 +724,20 @@ func (d *driver) decide(ctx context.Context, n int, c tools.Call) event.PolicyDe
 		pd.Reason = fmt.Sprintf("unknown policy decision %q", pd.Decision)
 		pd.Decision = event.DecisionDeny
 	}
+	return pd
+}
+
+// heldByEvent is a call's decision pd once an events rule's ask or deny
+// (hold, when not nil) takes it: deny refuses the call, ask holds an allowed
+// call for an approval (a call the tools section asks about is then asked
+// about for the event); a call the tools section denies stays denied by it,
+// and the hold waits for the next call.
+func heldByEvent(pd event.PolicyDecision, hold *event.PolicyDecision) event.PolicyDecision {
+	if hold == nil || pd.Decision == event.DecisionDeny {
+		return pd
+	}
+	pd.Decision, pd.Rule, pd.Input, pd.Secrets = hold.Decision, hold.Rule, hold.Input, nil
+	pd.Reason = hold.Reason + " (a sandbox event: " + hold.Input + ")"
 	return pd
 }
 

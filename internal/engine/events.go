@@ -3,10 +3,12 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +30,17 @@ type Events struct {
 	ArtifactMaxSize  int64       `json:"artifact_max_size,omitempty"`
 	ArtifactMaxCount int         `json:"artifact_max_count,omitempty"`
 	Kinds            []EventKind `json:"kinds,omitempty"`
+	// Rules are the policy's events.rules: none by default, and then no
+	// sandbox event is an input of any decision.
+	Rules []EventRule `json:"rules,omitempty"`
+}
+
+// EventRule is an events rule of the policy (policy.EventRule).
+type EventRule struct {
+	Kinds  []string `json:"kinds"`
+	When   string   `json:"when"`
+	Action string   `json:"action"`
+	Reason string   `json:"reason,omitempty"`
 }
 
 // EventKind is a custom kind of sandbox event the policy admits.
@@ -45,6 +58,9 @@ func EventsOf(e policy.Events) Events {
 	for _, k := range e.Kinds {
 		out.Kinds = append(out.Kinds, EventKind{Name: k.Name, MaxSize: int64(k.MaxSize)})
 	}
+	for _, r := range e.Rules {
+		out.Rules = append(out.Rules, EventRule{Kinds: slices.Clone(r.Kinds), When: r.When, Action: r.Action, Reason: r.Reason})
+	}
 	return out
 }
 
@@ -55,6 +71,9 @@ func (e Events) policy() policy.Events {
 	}
 	for _, k := range e.Kinds {
 		out.Kinds = append(out.Kinds, policy.EventKindRule{Name: k.Name, MaxSize: policy.Size(k.MaxSize)})
+	}
+	for _, r := range e.Rules {
+		out.Rules = append(out.Rules, policy.EventRule{Kinds: slices.Clone(r.Kinds), When: r.When, Action: r.Action, Reason: r.Reason})
 	}
 	return out
 }
@@ -106,6 +125,13 @@ func (d *driver) watchEvents(ctx context.Context, name string, sb sandbox.Sandbo
 // readEvents records what lines carries until it is closed.
 func (d *driver) readEvents(ctx context.Context, name string, sb sandbox.Sandbox, lines <-chan sandbox.EventLine) {
 	f := report.NewFilter(d.cfg.Events.policy(), name)
+	// The config was checked when the run was made: rules that do not
+	// compile now (a policy package that changed) decide nothing, and
+	// say so once.
+	rules, rerr := policy.CompileEventRules(d.cfg.Events.policy())
+	if rerr != nil {
+		_, _ = d.record(ctx, event.PolicyDecision{Rule: "events.rules", Decision: "error", Reason: "policy: the events rules do not compile: " + rerr.Error(), Input: "sandbox.event"})
+	}
 	// Nothing dropped yet is nothing to record.
 	recorded := event.SandboxEventsDropped{Sandbox: name}
 	var last time.Time
@@ -148,8 +174,36 @@ func (d *driver) readEvents(ctx context.Context, name string, sb sandbox.Sandbox
 			}
 		}
 		ps = append([]event.Payload{ev}, ps...)
-		_, _ = d.record(ctx, ps...) // as flush's
+		stored, err := d.record(ctx, ps...)
+		if err != nil || rules == nil || len(stored) == 0 {
+			continue // err: as flush's
+		}
+		d.decideEvent(ctx, rules, name, &ev, stored[0].Seq)
 	}
+}
+
+// decideEvent runs the policy's events rules on ev, recorded at seq, after
+// its validation and redaction, and records what a rule decided as a
+// policy.decision naming the event (Input): data for the loop, which acts
+// on it at its next step (state.eventStop, state.eventHold). Nothing of it
+// goes into the model's conversation.
+func (d *driver) decideEvent(ctx context.Context, rules *policy.EventRules, name string, ev *event.SandboxEvent, seq int64) {
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	sh := d.shared
+	d.mu.Unlock()
+	dec, ok := rules.DecideEvent(ev.Kind, raw, policy.RunInfo{Tenant: d.run.Tenant, Task: d.run.Task, Step: int64(sh.steps)}, name)
+	if !ok {
+		return
+	}
+	pd := event.PolicyDecision{Decision: dec.Action, Rule: dec.Rule, Reason: dec.Reason, Input: fmt.Sprintf("sandbox.event seq %d", seq)}
+	if pd.Decision == "" {
+		pd.Decision = "error" // the rule failed: it decides nothing
+	}
+	_, _ = d.record(ctx, pd)
 }
 
 // sandboxArtifact fetches and stores the file an artifact event declares,

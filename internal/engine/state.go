@@ -10,6 +10,7 @@ import (
 	"github.com/airlockrun/airlock/internal/credit"
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/model"
+	"github.com/airlockrun/airlock/internal/policy"
 	"github.com/airlockrun/airlock/internal/tools"
 )
 
@@ -34,6 +35,12 @@ type state struct {
 	// cur is the latest step; complete reports whether its tool results
 	// are all recorded and every sandbox it changed is snapshotted.
 	cur *step
+
+	// eventStop is the first stop an events rule decided (the run ends
+	// failed at the loop's next step); eventHold the ask or deny an
+	// events rule decided that no call has taken yet (the run's next call
+	// is held for an approval or refused).
+	eventStop, eventHold *event.PolicyDecision
 
 	// snapshots holds the digest of the latest workspace snapshot of each
 	// sandbox that has one.
@@ -364,12 +371,42 @@ func (s *state) applyTurn(e event.Event, r *event.ModelResponse, o origin) {
 	}
 }
 
+// applyEventDecision folds a decision an events rule made (no CallID), or
+// a call's decision that took an events rule's ask or deny (eventHold).
+// A fork does not inherit its parent's.
+func (s *state) applyEventDecision(p event.PolicyDecision, o origin) {
+	if o == inherited {
+		return
+	}
+	switch {
+	case p.CallID != "":
+		if s.eventHold != nil && s.eventHold.Input == p.Input {
+			s.eventHold = nil
+		}
+		if s.cur != nil && s.cur.n == p.Step {
+			s.cur.decisions[p.CallID] = p
+		}
+	case p.Decision == policy.EventStop:
+		if s.eventStop == nil {
+			s.eventStop = &p
+		}
+	case p.Decision == policy.EventAsk || p.Decision == policy.EventDeny:
+		if s.eventHold == nil {
+			s.eventHold = &p
+		}
+	}
+}
+
 // applyDecision folds the policy's decision on a call, and the approvals
 // asked for and decided: of the current step's calls, and of the run's
 // network destinations.
 func (s *state) applyDecision(e event.Event, p event.Payload, o origin) {
 	switch p := p.(type) {
 	case *event.PolicyDecision:
+		if p.Input != "" {
+			s.applyEventDecision(*p, o)
+			return
+		}
 		if s.cur != nil && s.cur.n == p.Step {
 			s.cur.decisions[p.CallID] = *p
 		}

@@ -318,6 +318,12 @@ type PolicyDecision struct {
 	// Secrets are the secret scanner's rules that found something in the
 	// call's arguments (never the values).
 	Secrets []string `json:"secrets,omitempty"`
+	// Input names the sandbox event an events rule (events.rules) read
+	// to decide: "sandbox.event seq N". A decision with Input and no
+	// CallID is the rule's decision on the event itself (stop, ask or
+	// deny, for the run); a call's decision with Input is the run's next
+	// call held or refused because of it.
+	Input string `json:"input,omitempty"`
 }
 
 // Where a tool runs.

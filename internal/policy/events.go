@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 )
 
 // Events bounds what a run's sandboxes may report through their event
@@ -30,7 +32,39 @@ type Events struct {
 	MaxSize   Size            `yaml:"max_size,omitempty"`
 	Artifacts EventArtifacts  `yaml:"artifacts,omitempty"`
 	Kinds     []EventKindRule `yaml:"kinds,omitempty"`
+	// Rules opt in to reading an event: none by default, and then no
+	// event is ever an input of a decision.
+	Rules []EventRule `yaml:"rules,omitempty"`
 }
+
+// EventRule reads the accepted, validated, redacted events of the kinds
+// it names; the first whose condition holds decides, for the run:
+//
+//	events:
+//	  rules:
+//	    - kinds: [test]             # required, no wildcard
+//	      when: event.status == "fail"
+//	      action: stop              # stop | ask | deny
+//	      reason: a test failed
+//
+// When is a CEL expression over `event` (the sandbox.event payload as a
+// map: kind, name, status, message, ...; source is always "sandbox"),
+// `run` and `sandbox`, as the tools section's rules see them. stop ends the
+// run as failed; ask holds its next tool call for an approval; deny refuses
+// its next tool call.
+type EventRule struct {
+	Kinds  []string `yaml:"kinds"`
+	When   string   `yaml:"when"`
+	Action string   `yaml:"action"`
+	Reason string   `yaml:"reason,omitempty"`
+}
+
+// The actions of an events rule.
+const (
+	EventStop = "stop"
+	EventAsk  = "ask"
+	EventDeny = "deny"
+)
 
 // EventArtifacts bounds the artifacts sandboxes declare.
 type EventArtifacts struct {
@@ -61,7 +95,7 @@ var BuiltinEventKinds = []string{"progress", "log", "metric", "artifact", "test"
 var eventKindName = regexp.MustCompile(`^[a-z][a-z0-9_.-]{0,63}$`)
 
 func (e *Events) isZero() bool {
-	return !e.Off && e.Rate == 0 && e.Burst == 0 && e.MaxSize == 0 && e.Artifacts == (EventArtifacts{}) && len(e.Kinds) == 0
+	return !e.Off && e.Rate == 0 && e.Burst == 0 && e.MaxSize == 0 && e.Artifacts == (EventArtifacts{}) && len(e.Kinds) == 0 && len(e.Rules) == 0
 }
 
 // Resolved returns the section with its defaults filled in.
@@ -89,6 +123,7 @@ func (e Events) Resolved() Events {
 		kinds[i] = k
 	}
 	e.Kinds = kinds
+	e.Rules = slices.Clone(e.Rules)
 	return e
 }
 
@@ -127,6 +162,34 @@ func (e *Events) validate(p *problems) {
 		seen[k.Name] = true
 		if k.MaxSize < 0 || k.MaxSize > MaxEventSize {
 			p.add(field+".max_size", "at most 16k", "%s is out of range", k.MaxSize)
+		}
+	}
+	if len(e.Rules) > maxRules {
+		p.add("events.rules", "", "%d rules, at most %d", len(e.Rules), maxRules)
+		return
+	}
+	for i, r := range e.Rules {
+		f := fmt.Sprintf("events.rules[%d]", i)
+		if len(r.Kinds) == 0 {
+			p.add(f+".kinds", "the kinds of event the rule reads, like [test]", "missing: a rule reads only the kinds it names")
+		}
+		for j, k := range r.Kinds {
+			if !seen[k] {
+				p.add(fmt.Sprintf("%s.kinds[%d]", f, j), "a built-in kind ("+strings.Join(BuiltinEventKinds, ", ")+") or one events.kinds lists; no wildcard", "%q is not a kind of this policy", shorten(k))
+			}
+		}
+		if strings.TrimSpace(r.When) == "" {
+			p.add(f+".when", `a CEL condition over event, run and sandbox, like event.status == "fail"`, "missing")
+		}
+		switch r.Action {
+		case EventStop, EventAsk, EventDeny:
+		case "":
+			p.add(f+".action", "stop, ask or deny", "missing")
+		default:
+			p.add(f+".action", "stop, ask or deny", "%q is not one of stop, ask, deny", shorten(r.Action))
+		}
+		if len(r.Reason) > maxReason || hasCTL(r.Reason) {
+			p.add(f+".reason", "one line of at most 1024 bytes", "too long or contains control characters")
 		}
 	}
 }

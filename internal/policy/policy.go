@@ -225,6 +225,7 @@ func Parse(data []byte) (*Document, error) {
 	}
 	doc.validate(p)
 	tp := compileTools(doc, p)
+	compileEventRules(p, doc.Events.Rules)
 	if len(p.errs) > 0 {
 		return nil, joinErrors(p.errs)
 	}

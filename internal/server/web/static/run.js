@@ -390,6 +390,12 @@ export function runPage(main, [id]) {
       clear(c.args).append(argsView(p.tool, p.args));
     },
     'policy.decision': (ev, p) => {
+      if (!p.call_id && p.input) {
+        // An events rule's decision on what a sandbox reported (events.rules).
+        line(p.decision === 'stop' || p.decision === 'deny' ? 'bad' : 'warn', ev, h('span.muted', 'Policy'), decisionBadge(p.decision, p.decision),
+          h('code', p.rule || ''), h('span.muted', 'on ' + p.input), p.reason ? h('span', '— ' + p.reason) : null);
+        return;
+      }
       const c = callCard(ev, p);
       clear(c.decision).append(decisionBadge(p.decision));
       clear(c.policy).append(h('div.policy', h('span.muted', 'Policy'), decisionBadge(p.decision),
