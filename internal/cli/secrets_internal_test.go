@@ -15,6 +15,8 @@ import (
 	"github.com/airlockrun/airlock/internal/event"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
 	"github.com/airlockrun/airlock/internal/secret"
+	"github.com/airlockrun/airlock/internal/store"
+	"github.com/airlockrun/airlock/internal/store/sqlite"
 )
 
 func TestCheckSecretValue(t *testing.T) {
@@ -123,7 +125,13 @@ func TestSetFromTerminal(t *testing.T) {
 		t.Errorf("no prompt on stderr: %q", stderr.String())
 	}
 
-	s, err := secret.Open(home+"/secrets", secret.KeyFile(home+"/secrets/key"))
+	// The value is a row of the home's store, sealed under the home's key.
+	db, err := sqlite.Open(context.Background(), home+"/airlock.db", sqlite.Options{Redactor: store.NoRedaction})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := secret.OpenShared(db, secret.KeyFile(home+"/secrets/key"))
 	if err != nil {
 		t.Fatal(err)
 	}
