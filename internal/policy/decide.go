@@ -289,6 +289,15 @@ func compileTools(d *Document, p *problems) *toolPolicy {
 	return tp
 }
 
+// ruleReason is a rule's reason, or what its condition says when it gives
+// none.
+func ruleReason(reason, when string) string {
+	if reason != "" {
+		return reason
+	}
+	return "matched: " + shorten(strings.Join(strings.Fields(when), " "))
+}
+
 func compileRules(env *cel.Env, p *problems, field string, rules []ToolRule) []compiledRule {
 	out := make([]compiledRule, 0, len(rules))
 	for i, r := range rules {
@@ -300,11 +309,7 @@ func compileRules(env *cel.Env, p *problems, field string, rules []ToolRule) []c
 		if !ok {
 			continue
 		}
-		reason := r.Reason
-		if reason == "" {
-			reason = "matched: " + shorten(strings.Join(strings.Fields(r.When), " "))
-		}
-		out = append(out, compiledRule{label: label, action: r.Action, reason: reason, prg: prg})
+		out = append(out, compiledRule{label: label, action: r.Action, reason: ruleReason(r.Reason, r.When), prg: prg})
 	}
 	return out
 }

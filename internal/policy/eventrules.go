@@ -73,11 +73,7 @@ func compileEventRules(p *problems, rules []EventRule) *EventRules {
 		if !ok {
 			continue
 		}
-		reason := r.Reason
-		if reason == "" {
-			reason = "matched: " + shorten(strings.Join(strings.Fields(r.When), " "))
-		}
-		out.rules = append(out.rules, compiledEventRule{label: label, kinds: slices.Clone(r.Kinds), action: r.Action, reason: reason, prg: prg})
+		out.rules = append(out.rules, compiledEventRule{label: label, kinds: slices.Clone(r.Kinds), action: r.Action, reason: ruleReason(r.Reason, r.When), prg: prg})
 	}
 	return out
 }
