@@ -231,6 +231,11 @@ type Retention struct {
 	// names; the run can no longer be resumed or forked. 0 keeps them
 	// (until Events or Runs takes them).
 	Checkpoints time.Duration `yaml:"checkpoints"`
+	// Artifacts is how long after a run ended its artifacts are kept:
+	// then their records go, their artifact.stored payloads become
+	// tombstones (the rest of the run stays, and verifies) and their blobs
+	// go unless something else names them. 0 keeps them (until Runs).
+	Artifacts time.Duration `yaml:"artifacts"`
 	// Uploads is how long an uploaded workspace (POST /v1/uploads) is
 	// kept after it was uploaded, whether or not a run started from it:
 	// then it is deleted, and its blob unless a run's events, an artifact
@@ -272,7 +277,7 @@ func (rr RetentionRules) For(tenant string) Retention {
 func (rr RetentionRules) Validate() error {
 	var errs []error
 	check := func(who string, r Retention) {
-		if r.Events < 0 || r.Runs < 0 || r.Checkpoints < 0 || r.Uploads < 0 || r.UploadBytes < 0 || r.Audit < 0 {
+		if r.Events < 0 || r.Runs < 0 || r.Checkpoints < 0 || r.Artifacts < 0 || r.Uploads < 0 || r.UploadBytes < 0 || r.Audit < 0 {
 			errs = append(errs, fmt.Errorf("retention: %s: durations must not be negative", who))
 		}
 		if r.Events > 0 && r.Runs > 0 && r.Runs < r.Events {
@@ -309,8 +314,8 @@ func runRetention(r store.Run, rules RetentionRules, docs map[string]policy.Rete
 		}
 		docs[r.PolicyHash] = pr
 	}
-	s := policy.Stricter(policy.Retention{Events: policy.Duration(t.Events), Runs: policy.Duration(t.Runs), Checkpoints: policy.Duration(t.Checkpoints)}, pr)
-	return Retention{Events: time.Duration(s.Events), Runs: time.Duration(s.Runs), Checkpoints: time.Duration(s.Checkpoints)}
+	s := policy.Stricter(policy.Retention{Events: policy.Duration(t.Events), Runs: policy.Duration(t.Runs), Checkpoints: policy.Duration(t.Checkpoints), Artifacts: policy.Duration(t.Artifacts)}, pr)
+	return Retention{Events: time.Duration(s.Events), Runs: time.Duration(s.Runs), Checkpoints: time.Duration(s.Checkpoints), Artifacts: time.Duration(s.Artifacts)}
 }
 
 // SweepStats counts what a retention pass did.
@@ -322,7 +327,10 @@ type SweepStats struct {
 	// Checkpoints counts snapshot.taken payloads tombstoned
 	// (Retention.Checkpoints) in runs whose other payloads are kept.
 	Checkpoints int64
-	Audit       int64 // audit log lines removed (expired, or of purged runs)
+	// Artifacts counts artifacts deleted (Retention.Artifacts) in runs
+	// kept otherwise.
+	Artifacts int64
+	Audit     int64 // audit log lines removed (expired, or of purged runs)
 	// SandboxEvents counts events of sandboxes outside runs deleted
 	// (store.SandboxEvents; kept as long as a run's events: sandboxRetention).
 	SandboxEvents int64
@@ -470,12 +478,24 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 				}
 				st.Payloads += n
 				st.Kept += kept
-			case ret.Checkpoints > 0 && age > ret.Checkpoints:
-				n, err := rs.store.TombstoneCheckpoints(ctx, r.ID, now, event.ReasonRetention)
-				if err != nil {
-					return st, fmt.Errorf("sweep: %w", err)
+			default:
+				if ret.Checkpoints > 0 && age > ret.Checkpoints {
+					n, err := rs.store.TombstoneCheckpoints(ctx, r.ID, now, event.ReasonRetention)
+					if err != nil {
+						return st, fmt.Errorf("sweep: %w", err)
+					}
+					st.Checkpoints += n
 				}
-				st.Checkpoints += n
+				if ret.Artifacts > 0 && age > ret.Artifacts {
+					n, free, err := rs.store.DeleteArtifacts(ctx, r.ID, now, event.ReasonRetention)
+					if err != nil {
+						return st, fmt.Errorf("sweep: %w", err)
+					}
+					if err := deleteBlobs(ctx, rs.blobs, free, since); err != nil {
+						return st, fmt.Errorf("sweep: run %s: %w", r.ID, err)
+					}
+					st.Artifacts += n
+				}
 			}
 		}
 		if len(runs) < store.PageLimit(0) {
@@ -524,7 +544,7 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}
-	if st.Payloads > 0 || st.Checkpoints > 0 || st.SandboxEvents > 0 || st.Uploads > 0 || st.Deletions > 0 || st.Audit > 0 {
+	if st.Payloads > 0 || st.Checkpoints > 0 || st.Artifacts > 0 || st.SandboxEvents > 0 || st.Uploads > 0 || st.Deletions > 0 || st.Audit > 0 {
 		counts := map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads}
 		if st.Deletions > 0 {
 			counts["deletions"] = st.Deletions
@@ -540,6 +560,9 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 		}
 		if st.Checkpoints > 0 {
 			counts["checkpoints"] = st.Checkpoints
+		}
+		if st.Artifacts > 0 {
+			counts["artifacts"] = st.Artifacts
 		}
 		_, err := rs.store.RecordDeletion(ctx, store.Deletion{
 			Kind: store.DeletionRetention, Target: "events", Actor: "retention",

@@ -39,6 +39,37 @@ func (d Dialect) TombstoneCheckpoints(ctx context.Context, tx Tx, runID string, 
 	return replaced, err
 }
 
+// DeleteArtifacts implements store.Deletions.DeleteArtifacts in tx.
+func (d Dialect) DeleteArtifacts(ctx context.Context, tx Tx, runID string, at time.Time, reason string) (deleted int64, free []string, err error) {
+	if _, _, _, err := d.tombstone(ctx, tx, runID, event.TypeArtifactStored, at, reason); err != nil {
+		return 0, nil, err
+	}
+	var digests []string
+	err = tx.Query(ctx, `SELECT DISTINCT digest FROM artifacts WHERE run_id = `+d.Param(1), []any{runID},
+		func(scan func(...any) error) error {
+			var dg string
+			if err := scan(&dg); err != nil {
+				return err
+			}
+			digests = append(digests, dg)
+			return nil
+		})
+	if err != nil {
+		return 0, nil, fmt.Errorf("read artifact digests: %w", err)
+	}
+	if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM artifacts WHERE run_id = `+d.Param(1), []any{runID}, &deleted); err != nil {
+		return 0, nil, fmt.Errorf("count artifacts: %w", err)
+	}
+	if deleted == 0 {
+		return 0, nil, nil
+	}
+	if err := tx.Exec(ctx, `DELETE FROM artifacts WHERE run_id = `+d.Param(1), runID); err != nil {
+		return 0, nil, fmt.Errorf("delete artifacts: %w", err)
+	}
+	free, err = d.unreferenced(ctx, tx, digests)
+	return deleted, free, err
+}
+
 // tombstone replaces the payloads of run runID's events of type only
 // (every type when ""), clearing the run's task when every type.
 func (d Dialect) tombstone(ctx context.Context, tx Tx, runID string, only event.Type, at time.Time, reason string) (replaced, kept int64, free []string, err error) {
