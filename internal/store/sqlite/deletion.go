@@ -50,7 +50,9 @@ func (s *Store) TombstoneCheckpoints(ctx context.Context, runID string, at time.
 	if err != nil {
 		return 0, fmt.Errorf("sqlite: run %s: tombstone checkpoints: %w", clip(runID), err)
 	}
-	s.forget(ctx)
+	if replaced > 0 {
+		s.forget(ctx)
+	}
 	return replaced, nil
 }
 
@@ -67,7 +69,9 @@ func (s *Store) DeleteArtifacts(ctx context.Context, runID string, at time.Time,
 	if err != nil {
 		return 0, nil, fmt.Errorf("sqlite: run %s: delete artifacts: %w", clip(runID), err)
 	}
-	s.forget(ctx)
+	if deleted > 0 {
+		s.forget(ctx)
+	}
 	return deleted, free, nil
 }
 
