@@ -28,6 +28,9 @@ func (c *GcCmd) Run(env *Env) error {
 	if err != nil {
 		return err
 	}
+	if c.Checkpoints < 0 || c.Artifacts < 0 {
+		return usageError{Err: fmt.Errorf("--checkpoints-older-than %s, --artifacts-older-than %s: must not be negative", c.Checkpoints, c.Artifacts)}
+	}
 	if c.Events < 0 || c.Runs < 0 || c.Uploads < 0 || c.Audit < 0 {
 		return usageError{Err: fmt.Errorf("--events-older-than %s, --runs-older-than %s, --uploads-older-than %s, --audit-older-than %s: must not be negative", c.Events, c.Runs, c.Uploads, c.Audit)}
 	}
@@ -41,6 +44,9 @@ func (c *GcCmd) Run(env *Env) error {
 	if c.Events > 0 || c.Runs > 0 || c.Uploads > 0 || c.Audit > 0 || sw != (host.SweepStats{}) {
 		fmt.Fprintf(env.Stdout, "retention: %d payloads of %d runs replaced by tombstones (%d sealed before digests kept); %d runs purged; %d audit log lines removed; %d sandbox events deleted; %d uploads deleted; %d deletion records deleted\n",
 			sw.Payloads, sw.Runs, sw.Kept, sw.Purged, sw.Audit, sw.SandboxEvents, sw.Uploads, sw.Deletions)
+	}
+	if c.Checkpoints > 0 || sw.Checkpoints > 0 || c.Artifacts > 0 || sw.Artifacts > 0 {
+		fmt.Fprintf(env.Stdout, "retention: %d checkpoints deleted (snapshot.taken payloads replaced by tombstones); %d artifacts deleted\n", sw.Checkpoints, sw.Artifacts)
 	}
 	st, err := h.h.CollectCheckpoints(env.Ctx, c.Grace)
 	if err != nil {

@@ -113,12 +113,14 @@ func deletionCounts(d host.Deletion) string {
 
 // retentionFlags are airlock gc's retention pass.
 type retentionFlags struct {
-	Events  time.Duration `name:"events-older-than" help:"Replace the event payloads of runs that ended longer ago than this with tombstones (the chain still verifies); 0: none." placeholder:"DURATION"`
-	Runs    time.Duration `name:"runs-older-than" help:"Purge runs that ended longer ago than this, with their forks, artifacts and files; 0: none." placeholder:"DURATION"`
-	Uploads time.Duration `name:"uploads-older-than" help:"Delete uploaded workspaces uploaded longer ago than this (their blobs unless a run or artifact names them); 0: none." placeholder:"DURATION"`
-	Audit   time.Duration `name:"audit-older-than" help:"Remove audit log lines written, and deletion records made, longer ago than this (in place of the events and runs rule for audit lines); 0: audit lines follow the events and runs rule, deletion records stay." placeholder:"DURATION"`
+	Events      time.Duration `name:"events-older-than" help:"Replace the event payloads of runs that ended longer ago than this with tombstones (the chain still verifies); 0: none." placeholder:"DURATION"`
+	Runs        time.Duration `name:"runs-older-than" help:"Purge runs that ended longer ago than this, with their forks, artifacts and files; 0: none." placeholder:"DURATION"`
+	Checkpoints time.Duration `name:"checkpoints-older-than" help:"Delete the workspace checkpoints of runs that ended longer ago than this (their snapshot.taken payloads become tombstones; the collection then frees their chunks; the runs can no longer be resumed or forked); 0: none." placeholder:"DURATION"`
+	Artifacts   time.Duration `name:"artifacts-older-than" help:"Delete the artifacts of runs that ended longer ago than this (their records, and their blobs unless something else names them; their artifact.stored payloads become tombstones); 0: none." placeholder:"DURATION"`
+	Uploads     time.Duration `name:"uploads-older-than" help:"Delete uploaded workspaces uploaded longer ago than this (their blobs unless a run or artifact names them); 0: none." placeholder:"DURATION"`
+	Audit       time.Duration `name:"audit-older-than" help:"Remove audit log lines written, and deletion records made, longer ago than this (in place of the events and runs rule for audit lines); 0: audit lines follow the events and runs rule, deletion records stay." placeholder:"DURATION"`
 }
 
 func (f retentionFlags) rules() host.RetentionRules {
-	return host.RetentionRules{Default: host.Retention{Events: f.Events, Runs: f.Runs, Uploads: f.Uploads, Audit: f.Audit}}
+	return host.RetentionRules{Default: host.Retention{Events: f.Events, Runs: f.Runs, Checkpoints: f.Checkpoints, Artifacts: f.Artifacts, Uploads: f.Uploads, Audit: f.Audit}}
 }

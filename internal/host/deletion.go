@@ -224,6 +224,18 @@ type Retention struct {
 	// (its artifacts, uploads and checkpoints with it): then it is purged.
 	// 0 keeps it.
 	Runs time.Duration `yaml:"runs"`
+	// Checkpoints is how long after a run ended its workspace
+	// checkpoints are kept: then its snapshot.taken payloads become
+	// tombstones (the rest of the run stays, and verifies), and the next
+	// checkpoint collection frees the manifests and chunks nothing else
+	// names; the run can no longer be resumed or forked. 0 keeps them
+	// (until Events or Runs takes them).
+	Checkpoints time.Duration `yaml:"checkpoints"`
+	// Artifacts is how long after a run ended its artifacts are kept:
+	// then their records go, their artifact.stored payloads become
+	// tombstones (the rest of the run stays, and verifies) and their blobs
+	// go unless something else names them. 0 keeps them (until Runs).
+	Artifacts time.Duration `yaml:"artifacts"`
 	// Uploads is how long an uploaded workspace (POST /v1/uploads) is
 	// kept after it was uploaded, whether or not a run started from it:
 	// then it is deleted, and its blob unless a run's events, an artifact
@@ -265,7 +277,7 @@ func (rr RetentionRules) For(tenant string) Retention {
 func (rr RetentionRules) Validate() error {
 	var errs []error
 	check := func(who string, r Retention) {
-		if r.Events < 0 || r.Runs < 0 || r.Uploads < 0 || r.UploadBytes < 0 || r.Audit < 0 {
+		if r.Events < 0 || r.Runs < 0 || r.Checkpoints < 0 || r.Artifacts < 0 || r.Uploads < 0 || r.UploadBytes < 0 || r.Audit < 0 {
 			errs = append(errs, fmt.Errorf("retention: %s: durations must not be negative", who))
 		}
 		if r.Events > 0 && r.Runs > 0 && r.Runs < r.Events {
@@ -302,8 +314,8 @@ func runRetention(r store.Run, rules RetentionRules, docs map[string]policy.Rete
 		}
 		docs[r.PolicyHash] = pr
 	}
-	s := policy.Stricter(policy.Retention{Events: policy.Duration(t.Events), Runs: policy.Duration(t.Runs)}, pr)
-	return Retention{Events: time.Duration(s.Events), Runs: time.Duration(s.Runs)}
+	s := policy.Stricter(policy.Retention{Events: policy.Duration(t.Events), Runs: policy.Duration(t.Runs), Checkpoints: policy.Duration(t.Checkpoints), Artifacts: policy.Duration(t.Artifacts)}, pr)
+	return Retention{Events: time.Duration(s.Events), Runs: time.Duration(s.Runs), Checkpoints: time.Duration(s.Checkpoints), Artifacts: time.Duration(s.Artifacts)}
 }
 
 // SweepStats counts what a retention pass did.
@@ -312,7 +324,13 @@ type SweepStats struct {
 	Payloads int64 // payloads tombstoned
 	Kept     int64 // payloads sealed before digests, kept (event.ErrV1Payload)
 	Purged   int   // runs purged
-	Audit    int64 // audit log lines removed (expired, or of purged runs)
+	// Checkpoints counts snapshot.taken payloads tombstoned
+	// (Retention.Checkpoints) in runs whose other payloads are kept.
+	Checkpoints int64
+	// Artifacts counts artifacts deleted (Retention.Artifacts) in runs
+	// kept otherwise.
+	Artifacts int64
+	Audit     int64 // audit log lines removed (expired, or of purged runs)
 	// SandboxEvents counts events of sandboxes outside runs deleted
 	// (store.SandboxEvents; kept as long as a run's events: sandboxRetention).
 	SandboxEvents int64
@@ -460,6 +478,24 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 				}
 				st.Payloads += n
 				st.Kept += kept
+			default:
+				if ret.Checkpoints > 0 && age > ret.Checkpoints {
+					n, err := rs.store.TombstoneCheckpoints(ctx, r.ID, now, event.ReasonRetention)
+					if err != nil {
+						return st, fmt.Errorf("sweep: %w", err)
+					}
+					st.Checkpoints += n
+				}
+				if ret.Artifacts > 0 && age > ret.Artifacts {
+					n, free, err := rs.store.DeleteArtifacts(ctx, r.ID, now, event.ReasonRetention)
+					if err != nil {
+						return st, fmt.Errorf("sweep: %w", err)
+					}
+					if err := deleteBlobs(ctx, rs.blobs, free, since); err != nil {
+						return st, fmt.Errorf("sweep: run %s: %w", r.ID, err)
+					}
+					st.Artifacts += n
+				}
 			}
 		}
 		if len(runs) < store.PageLimit(0) {
@@ -503,12 +539,12 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 	if st.Deletions, err = expireDeletions(ctx, rs.store, rules, now); err != nil {
 		return st, fmt.Errorf("sweep: deletion records: %w", err)
 	}
-	if st.Purged > 0 || st.Payloads > 0 {
+	if st.Purged > 0 || st.Payloads > 0 || st.Checkpoints > 0 {
 		if err := h.forgetManifests(ctx, rs, gone, since); err != nil {
 			return st, fmt.Errorf("sweep: %w", err)
 		}
 	}
-	if st.Payloads > 0 || st.SandboxEvents > 0 || st.Uploads > 0 || st.Deletions > 0 || st.Audit > 0 {
+	if st.Payloads > 0 || st.Checkpoints > 0 || st.Artifacts > 0 || st.SandboxEvents > 0 || st.Uploads > 0 || st.Deletions > 0 || st.Audit > 0 {
 		counts := map[string]int64{"runs": int64(st.Runs), "payloads": st.Payloads}
 		if st.Deletions > 0 {
 			counts["deletions"] = st.Deletions
@@ -521,6 +557,12 @@ func (h *Host) Sweep(ctx context.Context, rules RetentionRules, now time.Time) (
 		}
 		if st.Uploads > 0 {
 			counts["uploads"] = st.Uploads
+		}
+		if st.Checkpoints > 0 {
+			counts["checkpoints"] = st.Checkpoints
+		}
+		if st.Artifacts > 0 {
+			counts["artifacts"] = st.Artifacts
 		}
 		_, err := rs.store.RecordDeletion(ctx, store.Deletion{
 			Kind: store.DeletionRetention, Target: "events", Actor: "retention",

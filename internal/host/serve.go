@@ -70,6 +70,8 @@ import (
 //	  default:
 //	    events: 0               # then payloads become tombstones (the chain still verifies); 0: kept
 //	    runs: 0                 # then the run is purged with its artifacts; 0: kept
+//	    checkpoints: 0          # then its workspace checkpoints go (the run stays); 0: kept
+//	    artifacts: 0            # then its artifacts go (the run stays); 0: kept
 //	    uploads: 0              # then an uploaded workspace is deleted; 0: kept
 //	    upload_bytes: 0         # uploads kept at once, past it one is refused; 0: no budget
 //	    audit: 0                # then audit lines and deletion records go; 0: lines follow events/runs

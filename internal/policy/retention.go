@@ -16,6 +16,16 @@ type Retention struct {
 	// Runs is how long after the run ended the run is kept at all: then
 	// it is purged with its forks, artifacts and blobs.
 	Runs Duration `yaml:"runs,omitempty"`
+	// Checkpoints is how long after the run ended its workspace
+	// checkpoints are kept: then its snapshot.taken payloads become
+	// tombstones and the next checkpoint collection frees their
+	// manifests and chunks; the run still shows and verifies, and can no
+	// longer be resumed or forked.
+	Checkpoints Duration `yaml:"checkpoints,omitempty"`
+	// Artifacts is how long after the run ended its artifacts are kept:
+	// then their records go, their artifact.stored payloads become
+	// tombstones, and their blobs go unless something else names them.
+	Artifacts Duration `yaml:"artifacts,omitempty"`
 }
 
 func (r Retention) isZero() bool { return r == Retention{} }
@@ -28,7 +38,7 @@ func (r *Retention) validate(p *problems) {
 	for _, f := range []struct {
 		field string
 		v     Duration
-	}{{"retention.events", r.Events}, {"retention.runs", r.Runs}} {
+	}{{"retention.events", r.Events}, {"retention.runs", r.Runs}, {"retention.checkpoints", r.Checkpoints}, {"retention.artifacts", r.Artifacts}} {
 		switch {
 		case f.v < 0:
 			p.add(f.field, "a duration like 720h; 0 keeps the content forever", "%s is negative", f.v)
@@ -57,5 +67,5 @@ func Stricter(a, b Retention) Retention {
 		}
 		return min(x, y)
 	}
-	return Retention{Events: shorter(a.Events, b.Events), Runs: shorter(a.Runs, b.Runs)}
+	return Retention{Events: shorter(a.Events, b.Events), Runs: shorter(a.Runs, b.Runs), Checkpoints: shorter(a.Checkpoints, b.Checkpoints), Artifacts: shorter(a.Artifacts, b.Artifacts)}
 }

@@ -52,6 +52,21 @@ type Deletions interface {
 	// deletes.
 	TombstonePayloads(ctx context.Context, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error)
 
+	// TombstoneCheckpoints does what TombstonePayloads does to run
+	// runID's snapshot.taken events only (its workspace checkpoints;
+	// the task and every other payload stay): the checkpoint collection
+	// then frees the manifests and chunks nothing else names. It returns
+	// how many payloads it replaced (those sealed before digests stay).
+	TombstoneCheckpoints(ctx context.Context, runID string, at time.Time, reason string) (replaced int64, err error)
+
+	// DeleteArtifacts deletes run runID's artifacts' metadata and
+	// replaces the payloads of its artifact.stored events by tombstones
+	// (as TombstonePayloads; the task and every other payload stay). It
+	// returns how many artifacts it deleted and the digests nothing names
+	// any more (no artifact, upload or event payload), whose blobs the
+	// caller deletes. A fork's own copies keep a blob until they go too.
+	DeleteArtifacts(ctx context.Context, runID string, at time.Time, reason string) (deleted int64, free []string, err error)
+
 	// PurgeRun and DeleteTenant keep the counts d holds already (of what
 	// the caller deleted outside the store) and add the store's.
 

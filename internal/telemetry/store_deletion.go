@@ -15,6 +15,22 @@ func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Tim
 	return n, kept, free, err
 }
 
+// TombstoneCheckpoints implements store.Store.
+func (s *Store) TombstoneCheckpoints(ctx context.Context, runID string, at time.Time, reason string) (int64, error) {
+	start := time.Now()
+	n, err := s.s.TombstoneCheckpoints(ctx, runID, at, reason)
+	s.observe("TombstoneCheckpoints", start, err)
+	return n, err
+}
+
+// DeleteArtifacts implements store.Store.
+func (s *Store) DeleteArtifacts(ctx context.Context, runID string, at time.Time, reason string) (int64, []string, error) {
+	start := time.Now()
+	n, free, err := s.s.DeleteArtifacts(ctx, runID, at, reason)
+	s.observe("DeleteArtifacts", start, err)
+	return n, free, err
+}
+
 // PurgeRun implements store.Store.
 func (s *Store) PurgeRun(ctx context.Context, runID string, d store.Deletion) (store.Deletion, []string, error) {
 	start := time.Now()

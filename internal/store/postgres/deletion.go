@@ -32,6 +32,44 @@ func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Tim
 	return replaced, kept, free, nil
 }
 
+// TombstoneCheckpoints implements store.Store.
+func (s *Store) TombstoneCheckpoints(ctx context.Context, runID string, at time.Time, reason string) (replaced int64, err error) {
+	if err := s.check("tombstone checkpoints", store.CheckRunID(runID)); err != nil {
+		return 0, err
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT id FROM runs WHERE id = $1 FOR UPDATE`, runID); err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		var err error
+		replaced, err = schema.Postgres.TombstoneCheckpoints(ctx, schemaTx{tx}, runID, at, reason)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("postgres: run %s: tombstone checkpoints: %w", clip(runID), err)
+	}
+	return replaced, nil
+}
+
+// DeleteArtifacts implements store.Store.
+func (s *Store) DeleteArtifacts(ctx context.Context, runID string, at time.Time, reason string) (deleted int64, free []string, err error) {
+	if err := s.check("delete artifacts", store.CheckRunID(runID)); err != nil {
+		return 0, nil, err
+	}
+	err = s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT id FROM runs WHERE id = $1 FOR UPDATE`, runID); err != nil {
+			return fmt.Errorf("lock run: %w", err)
+		}
+		var err error
+		deleted, free, err = schema.Postgres.DeleteArtifacts(ctx, schemaTx{tx}, runID, at, reason)
+		return err
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("postgres: run %s: delete artifacts: %w", clip(runID), err)
+	}
+	return deleted, free, nil
+}
+
 // PurgeRun implements store.Store.
 func (s *Store) PurgeRun(ctx context.Context, runID string, d store.Deletion) (store.Deletion, []string, error) {
 	if err := s.check("purge run", store.CheckRunID(runID)); err != nil {

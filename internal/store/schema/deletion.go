@@ -29,12 +29,60 @@ const tombstonePage = 256
 
 // TombstonePayloads implements store.Deletions.TombstonePayloads in tx.
 func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at time.Time, reason string) (replaced, kept int64, free []string, err error) {
+	return d.tombstone(ctx, tx, runID, "", at, reason)
+}
+
+// TombstoneCheckpoints implements store.Deletions.TombstoneCheckpoints
+// in tx.
+func (d Dialect) TombstoneCheckpoints(ctx context.Context, tx Tx, runID string, at time.Time, reason string) (replaced int64, err error) {
+	replaced, _, _, err = d.tombstone(ctx, tx, runID, event.TypeSnapshotTaken, at, reason)
+	return replaced, err
+}
+
+// DeleteArtifacts implements store.Deletions.DeleteArtifacts in tx.
+func (d Dialect) DeleteArtifacts(ctx context.Context, tx Tx, runID string, at time.Time, reason string) (deleted int64, free []string, err error) {
+	if _, _, _, err := d.tombstone(ctx, tx, runID, event.TypeArtifactStored, at, reason); err != nil {
+		return 0, nil, err
+	}
+	var digests []string
+	err = tx.Query(ctx, `SELECT DISTINCT digest FROM artifacts WHERE run_id = `+d.Param(1), []any{runID},
+		func(scan func(...any) error) error {
+			var dg string
+			if err := scan(&dg); err != nil {
+				return err
+			}
+			digests = append(digests, dg)
+			return nil
+		})
+	if err != nil {
+		return 0, nil, fmt.Errorf("read artifact digests: %w", err)
+	}
+	if err := d.queryOne(ctx, tx, `SELECT COUNT(*) FROM artifacts WHERE run_id = `+d.Param(1), []any{runID}, &deleted); err != nil {
+		return 0, nil, fmt.Errorf("count artifacts: %w", err)
+	}
+	if deleted == 0 {
+		return 0, nil, nil
+	}
+	if err := tx.Exec(ctx, `DELETE FROM artifacts WHERE run_id = `+d.Param(1), runID); err != nil {
+		return 0, nil, fmt.Errorf("delete artifacts: %w", err)
+	}
+	free, err = d.unreferenced(ctx, tx, digests)
+	return deleted, free, err
+}
+
+// tombstone replaces the payloads of run runID's events of type only
+// (every type when ""), clearing the run's task when every type.
+func (d Dialect) tombstone(ctx context.Context, tx Tx, runID string, only event.Type, at time.Time, reason string) (replaced, kept int64, free []string, err error) {
 	if err := d.runExists(ctx, tx, runID); err != nil {
 		return 0, 0, nil, err
 	}
 	seen := map[string]bool{}
 	var digests []string
-	sel := `SELECT seq, type, time_ns, payload, prev_hash, hash FROM events WHERE run_id = ` + d.Param(1) +
+	typeCond := ""
+	if only != "" {
+		typeCond = ` AND type = '` + string(only) + `'` // a constant of package event
+	}
+	sel := `SELECT seq, type, time_ns, payload, prev_hash, hash FROM events WHERE run_id = ` + d.Param(1) + typeCond +
 		` AND seq >= ` + d.Param(2) + ` ORDER BY seq LIMIT ` + d.Param(3)
 	upd := `UPDATE events SET payload = ` + d.Param(1) + ` WHERE run_id = ` + d.Param(2) + ` AND seq = ` + d.Param(3)
 	for from := int64(1); ; {
@@ -77,6 +125,10 @@ func (d Dialect) TombstonePayloads(ctx context.Context, tx Tx, runID string, at 
 			break
 		}
 		from = page[len(page)-1].Seq + 1
+	}
+	if only != "" {
+		free, err = d.unreferenced(ctx, tx, digests)
+		return replaced, kept, free, err
 	}
 	if err := tx.Exec(ctx, `UPDATE runs SET task = '' WHERE id = `+d.Param(1), runID); err != nil {
 		return replaced, kept, nil, fmt.Errorf("clear task: %w", err)

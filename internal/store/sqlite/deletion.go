@@ -37,6 +37,44 @@ func (s *Store) TombstonePayloads(ctx context.Context, runID string, at time.Tim
 	return replaced, kept, free, nil
 }
 
+// TombstoneCheckpoints implements store.Store.
+func (s *Store) TombstoneCheckpoints(ctx context.Context, runID string, at time.Time, reason string) (replaced int64, err error) {
+	if err := s.check("tombstone checkpoints", store.CheckRunID(runID)); err != nil {
+		return 0, err
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		replaced, err = schema.SQLite.TombstoneCheckpoints(ctx, schemaTx{tx}, runID, at, reason)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: run %s: tombstone checkpoints: %w", clip(runID), err)
+	}
+	if replaced > 0 {
+		s.forget(ctx)
+	}
+	return replaced, nil
+}
+
+// DeleteArtifacts implements store.Store.
+func (s *Store) DeleteArtifacts(ctx context.Context, runID string, at time.Time, reason string) (deleted int64, free []string, err error) {
+	if err := s.check("delete artifacts", store.CheckRunID(runID)); err != nil {
+		return 0, nil, err
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		deleted, free, err = schema.SQLite.DeleteArtifacts(ctx, schemaTx{tx}, runID, at, reason)
+		return err
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("sqlite: run %s: delete artifacts: %w", clip(runID), err)
+	}
+	if deleted > 0 {
+		s.forget(ctx)
+	}
+	return deleted, free, nil
+}
+
 // PurgeRun implements store.Store.
 func (s *Store) PurgeRun(ctx context.Context, runID string, d store.Deletion) (store.Deletion, []string, error) {
 	if err := s.check("purge run", store.CheckRunID(runID)); err != nil {

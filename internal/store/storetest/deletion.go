@@ -497,3 +497,69 @@ func testExpireDeletions(t *testing.T, f Factory) {
 		}
 	}
 }
+
+// testPartialRetention: TombstoneCheckpoints replaces a run's
+// snapshot.taken payloads only (the task and other payloads stay, the
+// chain verifies); DeleteArtifacts deletes its artifacts' records and
+// frees the digests no other artifact names; both change nothing the
+// second time and refuse a run that does not exist.
+func testPartialRetention(t *testing.T, f Factory) {
+	s := newStore(t, f)
+	ctx := context.Background()
+	r, own := markerRun(t, s, 1, "acme", "", "PARTIAL-MARKER")
+	other, shared := markerRun(t, s, 2, "acme", "", "OTHER-MARKER")
+	if _, err := s.PutArtifact(ctx, store.Artifact{RunID: r.ID, Name: "shared.txt", Digest: shared, Size: 1, MediaType: "text/plain"}); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := event.New(event.SnapshotTaken{Step: 1, Sandbox: "main", Digest: fmt.Sprintf("sha256:%064x", 300), Format: event.FormatCheckpoint, Full: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, r.ID, 3, []event.Event{snap}); err != nil {
+		t.Fatal(err)
+	}
+	at := base.Add(48 * time.Hour)
+	n, err := s.TombstoneCheckpoints(ctx, r.ID, at, event.ReasonRetention)
+	if err != nil || n != 1 {
+		t.Fatalf("TombstoneCheckpoints() = %d, %v; want 1", n, err)
+	}
+	for _, e := range allEvents(t, s, r.ID) {
+		if _, gone := event.ParseTombstone(e.Payload); gone != (e.Type == event.TypeSnapshotTaken) {
+			t.Errorf("seq %d (%s): tombstone %v", e.Seq, e.Type, gone)
+		}
+	}
+	c, err := store.VerifyRunChain(ctx, s, r.ID)
+	if err != nil {
+		t.Fatalf("VerifyRunChain() = %v", err)
+	}
+	if d, _ := c.Deleted(); d != 1 {
+		t.Errorf("Deleted() = %d, want 1", d)
+	}
+	if got, err := s.GetRun(ctx, r.ID); err != nil || got.Task != "task PARTIAL-MARKER" {
+		t.Errorf("GetRun() task = %q, %v; want it kept", got.Task, err)
+	}
+	if n, err := s.TombstoneCheckpoints(ctx, r.ID, at, event.ReasonRetention); err != nil || n != 0 {
+		t.Errorf("TombstoneCheckpoints(again) = %d, %v; want 0", n, err)
+	}
+
+	n, free, err := s.DeleteArtifacts(ctx, r.ID, at, event.ReasonRetention)
+	if err != nil || n != 2 {
+		t.Fatalf("DeleteArtifacts() = %d, %v; want 2", n, err)
+	}
+	if len(free) != 1 || free[0] != own {
+		t.Errorf("DeleteArtifacts() free = %v, want [%s] (%s is run 2's too)", free, own, shared)
+	}
+	if arts, err := s.ListArtifacts(ctx, r.ID); err != nil || len(arts) != 0 {
+		t.Errorf("ListArtifacts() = %v, %v; want none", arts, err)
+	}
+	if arts, err := s.ListArtifacts(ctx, other.ID); err != nil || len(arts) != 1 {
+		t.Errorf("ListArtifacts(other run) = %v, %v; want its one", arts, err)
+	}
+	if n, free, err := s.DeleteArtifacts(ctx, r.ID, at, event.ReasonRetention); err != nil || n != 0 || len(free) != 0 {
+		t.Errorf("DeleteArtifacts(again) = %d, %v, %v; want 0", n, free, err)
+	}
+	_, err = s.TombstoneCheckpoints(ctx, runID(99), at, event.ReasonRetention)
+	wantErr(t, "TombstoneCheckpoints(no such run)", err, store.ErrNotFound)
+	_, _, err = s.DeleteArtifacts(ctx, runID(99), at, event.ReasonRetention)
+	wantErr(t, "DeleteArtifacts(no such run)", err, store.ErrNotFound)
+}

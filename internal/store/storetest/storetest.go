@@ -116,6 +116,7 @@ func Run(t *testing.T, f Factory) {
 		{"UISessions", testUISessions},
 		{"UISessionRace", testUISessionRace},
 		{"TombstonePayloads", testTombstonePayloads},
+		{"PartialRetention", testPartialRetention},
 		{"PurgeRun", testPurgeRun},
 		{"DeleteTenant", testDeleteTenant},
 		{"MarkTenantDeleting", testMarkTenantDeleting},
