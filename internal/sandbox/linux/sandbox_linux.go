@@ -419,15 +419,18 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	if c.Bulk {
 		req.Window, req.ChunkSize = execproto.BulkWindow, execproto.BulkChunkSize
 	}
-	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
-	if err != nil {
-		return nil, err
-	}
-	// Read while the executor forks, not before asking it to: a command
-	// cannot reach a memory or pids limit in the microseconds this lags.
+	// Read before the executor is asked to fork, not while it does: a
+	// fork bomb fills the pids limit within milliseconds, and a host
+	// goroutine descheduled that long (a loaded machine) would count its
+	// tasks and hits as there before (atPidsLimit, Wait), and report the
+	// bomb's end as a plain exit.
 	var before cgroup.Stats
 	if s.cg != nil {
 		before, _ = s.cg.Counters()
+	}
+	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
+	if err != nil {
+		return nil, err
 	}
 	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before}
 	if s.cg != nil {
@@ -547,7 +550,11 @@ func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 				res.Outcome = forced
 			case killed && st.OOMKills > p.before.OOMKills:
 				res.Outcome = sandbox.OutcomeOOM
-			case killed && st.PidsMaxHits > p.before.PidsMaxHits:
+			case killed && (st.PidsMaxHits > p.before.PidsMaxHits || p.atPidsLimit(st)):
+				// Natively the commands' forks fail at RLIMIT_NPROC,
+				// below pids.max, which counts no hit: a shell that gives
+				// up on a failed fork ends before checkLimits' next look,
+				// its tree still holding every task (atPidsLimit).
 				res.Outcome = sandbox.OutcomePidsLimit
 			}
 		}
