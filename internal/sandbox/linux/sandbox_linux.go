@@ -284,6 +284,12 @@ func (s *Sandbox) teardownMode(detach bool) {
 		_ = s.cg.Close()
 	}
 	tr.mark("cgdestroy")
+	s.release()
+}
+
+// release ends a teardown, full or detached: the host's files of the
+// sandbox go, and its layer locks, uid slot and id lock are released.
+func (s *Sandbox) release() {
 	if s.files != "" {
 		_ = os.RemoveAll(s.files)
 	}
@@ -313,13 +319,7 @@ func (s *Sandbox) teardownDetached() {
 		_ = s.conn.Close()
 	}
 	_ = s.cg.Close()
-	if s.files != "" {
-		_ = os.RemoveAll(s.files)
-	}
-	s.b.uids.release(s.slot, s.base)
-	s.b.ids.release(s.idLock)
-	s.b.own(s.id, false)
-	s.doneOnce.Do(func() { close(s.done) })
+	s.release()
 	tr.mark("released")
 }
 
