@@ -223,7 +223,8 @@ func roundTrip[T any](t *testing.T, b []byte) {
 
 // FuzzSpawn decodes a spawner request and validates it against a number of
 // passed descriptors. An accepted request names each child descriptor once,
-// in range, one per passed descriptor that is not the cgroup's.
+// in range, one per passed descriptor that is not the cgroup's or a v1
+// tasks file's; those are in range, distinct and not the cgroup's.
 func FuzzSpawn(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, nfiles uint8) {
 		var s execproto.Spawn
@@ -236,6 +237,14 @@ func FuzzSpawn(f *testing.F) {
 		}
 		want := n
 		if s.CgroupFile >= 0 {
+			want--
+		}
+		tasks := map[int]bool{}
+		for _, i := range s.TasksFiles {
+			if i < 0 || i >= n || i == s.CgroupFile || tasks[i] {
+				t.Fatalf("accepted tasks descriptor %d in %v with %d descriptors (cgroup %d)", i, s.TasksFiles, n, s.CgroupFile)
+			}
+			tasks[i] = true
 			want--
 		}
 		if len(s.Files) != want || n > execproto.MaxSpawnFiles || s.Path == "" || len(s.Args) == 0 {
@@ -253,4 +262,29 @@ func FuzzSpawn(f *testing.F) {
 			t.Fatalf("accepted late ids with cloneflags %#x and cred %+v", s.Cloneflags, s.Cred)
 		}
 	})
+}
+
+// TestSpawnTasksFiles: v1 tasks descriptors are counted out of the
+// child's, and refused out of range, twice, or on the cgroup's.
+func TestSpawnTasksFiles(t *testing.T) {
+	base := execproto.Spawn{Path: "/x", Args: []string{"x"}, Files: []int{3, 4}, CgroupFile: 2, Cloneflags: 0x10000000, LateIDs: true}
+	for _, c := range []struct {
+		tasks  []int
+		nfiles int
+		ok     bool
+	}{
+		{[]int{3, 4, 5}, 6, true},
+		{nil, 3, true},
+		{[]int{3, 4}, 6, false},    // one passed descriptor neither the child's nor a tasks file
+		{[]int{2, 3, 4}, 6, false}, // the cgroup's
+		{[]int{3, 3, 4}, 6, false}, // twice
+		{[]int{3, 4, 6}, 6, false}, // out of range
+		{[]int{-1, 3, 4}, 6, false},
+	} {
+		s := base
+		s.TasksFiles = c.tasks
+		if err := s.Validate(c.nfiles); (err == nil) != c.ok {
+			t.Errorf("tasks %v of %d descriptors: Validate = %v, want ok %t", c.tasks, c.nfiles, err, c.ok)
+		}
+	}
 }

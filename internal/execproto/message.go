@@ -34,6 +34,12 @@ var ExecutorEnv = []string{"GOMAXPROCS=1"}
 // namespace on the hello, before anything else, and fails if it cannot.
 const LateIDs = "late-ids"
 
+// LayerRestoreLayer is the layer a sandbox reports (Ready.Layers) when its
+// empty workspace is an overlay whose lower layer takes the imports made
+// before anything looked into it: a checkpoint after a restore then walks
+// only what changed since (docs/checkpoints.md).
+const LayerRestoreLayer = "workspace:restore-layer"
+
 // Hello opens a connection in each direction.
 type Hello struct {
 	Version int `json:"version"`

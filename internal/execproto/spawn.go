@@ -46,6 +46,12 @@ type Spawn struct {
 	// descriptors of a cgroup directory to start the child in
 	// (CLONE_INTO_CGROUP); it is not given to the child.
 	CgroupFile int `json:"cgroup_file"`
+	// TasksFiles are the indices among the passed descriptors of cgroup
+	// v1 `tasks` files, open for writing, that a LateIDs child writes
+	// itself into before its exec (vfork.Exec); they are not given to the
+	// child. Spawned.Joined says it was done; a spawner that cannot (no
+	// LateIDs clone here) leaves them to the host.
+	TasksFiles []int `json:"tasks_files,omitempty"`
 	// Cloneflags are the namespaces to make (CLONE_NEW*).
 	Cloneflags uintptr `json:"cloneflags"`
 	// UIDMap and GIDMap are written for a new user namespace before the
@@ -86,6 +92,9 @@ type Cred struct {
 type Spawned struct {
 	PID   int    `json:"pid,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Joined: the child wrote itself into every one of TasksFiles before
+	// its exec.
+	Joined bool `json:"joined,omitempty"`
 }
 
 // Validate checks a Spawn against nfiles, the number of descriptors that
@@ -105,6 +114,12 @@ func (s *Spawn) Validate(nfiles int) error {
 	}
 	want := nfiles
 	if s.CgroupFile >= 0 {
+		want--
+	}
+	for i, f := range s.TasksFiles {
+		if f < 0 || f >= nfiles || f == s.CgroupFile || slices.Contains(s.TasksFiles[:i], f) {
+			return fmt.Errorf("spawn: tasks descriptor %d of %d is out of range or given twice", f, nfiles)
+		}
 		want--
 	}
 	if len(s.Files) != want {

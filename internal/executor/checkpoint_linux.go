@@ -25,7 +25,9 @@ import (
 // workspace the tree keyed is the overlay's upper layer — the sandbox's
 // changes, not the host directory under them — so a delta walks only what
 // the run changed; in the other modes it is /workspace itself, walked with
-// stat alone, and only the entries whose keys changed are read.
+// stat alone, and only the entries whose keys changed are read. In a native
+// rw workspace a tracker's dirty set (dirty_linux.go) narrows a delta's
+// walk to what may have changed.
 
 // keptBaselines is how many baselines the executor keeps: the last one and
 // the one before, so a checkpoint the host failed to store can be taken
@@ -42,13 +44,24 @@ type checkpoints struct {
 	// deltaOnly refuses full streams (the root's: the merged root holds
 	// the sandbox's own mounts and the image's whole tree).
 	deltaOnly bool
+	// opaqueAttr is the extended attribute that marks an opaque directory
+	// of the upper layer: user.overlay.opaque (a Linux overlay mounted
+	// with userxattr) unless set (gVisor's overlay: trusted.overlay.opaque).
+	opaqueAttr string
 	// prefix starts every baseline name: random per executor, so a name
 	// from another sandbox is never mistaken for one of this sandbox's.
 	prefix string
 
+	// track, in an rw workspace (native), keeps the dirty sets of the
+	// baselines (dirty_linux.go); nil walks the whole tree every time.
+	track *tracker
+
 	mu   sync.Mutex // held for the whole of a checkpoint: one at a time
 	next uint64     // guarded by mu: the number of the next baseline
 	kept []baseline // guarded by mu: the last keptBaselines, oldest first
+	// sinceWhole counts the deltas since the last walk of the whole tree
+	// (fullWalkEvery). Guarded by mu.
+	sinceWhole int
 }
 
 type baseline struct {
@@ -57,6 +70,9 @@ type baseline struct {
 	// specials are the FIFOs the sandbox reported (takeWith), in walk
 	// order: the host keys a gvisor workspace, where they are not.
 	specials []keyed
+	// dirty is what changed in the tree since the baseline was taken,
+	// when a tracker keeps it; nil: unknown.
+	dirty *dirtySet
 }
 
 // keyed is one entry of a baseline.
@@ -169,12 +185,29 @@ func (c *checkpoints) takeWith(since string, markOnly bool, specials []execproto
 		baseSp = base.specials
 	}
 	sq := &specialQueue{writes: specialWrites(spKeys, baseSp, base == nil)}
+	// The pending set starts before the walk: a change racing it counts
+	// for the next delta too.
+	var hot *hotSet
+	var pending *dirtySet
+	if c.track != nil && c.upper < 0 {
+		var dirty *dirtySet
+		if base != nil && c.sinceWhole+1 < fullWalkEvery {
+			dirty = base.dirty
+		}
+		hot, pending = c.track.begin(dirty)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.track.release(pending) // a failed checkpoint consumes nothing
+		}
+	}()
 	var keys []keyed
 	var err error
 	if c.upper >= 0 {
 		keys, err = c.cow(base, tw, sq, stop, &res)
 	} else {
-		keys, err = c.plain(base, tw, sq, stop, &res)
+		keys, err = c.plain(base, hot, tw, sq, stop, &res)
 	}
 	if err != nil {
 		return execproto.CheckpointResult{}, err
@@ -194,8 +227,17 @@ func (c *checkpoints) takeWith(since string, markOnly bool, specials []execproto
 	}
 	res.Baseline = c.prefix + "-" + strconv.FormatUint(c.next, 10)
 	c.next++
-	c.kept = append(c.kept, baseline{name: res.Baseline, entries: keys, specials: spKeys})
+	ok = true
+	if hot != nil {
+		c.sinceWhole++
+	} else {
+		c.sinceWhole = 0
+	}
+	c.kept = append(c.kept, baseline{name: res.Baseline, entries: keys, specials: spKeys, dirty: pending})
 	if len(c.kept) > keptBaselines {
+		for _, b := range c.kept[:len(c.kept)-keptBaselines] {
+			c.track.release(b.dirty)
+		}
 		c.kept = slices.Delete(c.kept, 0, len(c.kept)-keptBaselines)
 	}
 	return res, nil
@@ -211,7 +253,7 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, sq *specialQueue, stop 
 		return nil, fmt.Errorf("open the workspace's upper layer: %w", err)
 	}
 	defer unix.Close(upper)
-	wk := &walker{root: upper, upper: -1, overlay: true, record: true, stop: stop, sq: sq}
+	wk := &walker{root: upper, upper: -1, overlay: true, opaqueAttr: c.opaqueAttr, record: true, stop: stop, sq: sq}
 	if base != nil {
 		wk.base, wk.tw = base.entries, tw
 	}
@@ -220,7 +262,7 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, sq *specialQueue, stop 
 	}
 	res.Entries, res.Bytes, res.Walked = wk.entries, wk.bytes, wk.walked
 	if base == nil && tw != nil {
-		if _, err := c.plain(nil, tw, sq, stop, res); err != nil {
+		if _, err := c.plain(nil, nil, tw, sq, stop, res); err != nil {
 			return nil, err
 		}
 	}
@@ -228,9 +270,10 @@ func (c *checkpoints) cow(base *baseline, tw *tarWriter, sq *specialQueue, stop 
 }
 
 // plain checkpoints /workspace by walking it whole, stat alone, reading
-// only what changed. With tw nil it records keys and writes nothing. In
-// a cow workspace it serves the full stream, and records nothing.
-func (c *checkpoints) plain(base *baseline, tw *tarWriter, sq *specialQueue, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
+// only what changed; with hot, a delta looks only at what hot says may
+// have changed. With tw nil it records keys and writes nothing. In a cow
+// workspace it serves the full stream, and records nothing.
+func (c *checkpoints) plain(base *baseline, hot *hotSet, tw *tarWriter, sq *specialQueue, stop <-chan struct{}, res *execproto.CheckpointResult) ([]keyed, error) {
 	root, err := unix.Open(c.root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", c.root, err)
@@ -238,7 +281,7 @@ func (c *checkpoints) plain(base *baseline, tw *tarWriter, sq *specialQueue, sto
 	defer unix.Close(root)
 	wk := &walker{root: root, upper: -1, record: c.upper < 0, tw: tw, stop: stop, sq: sq}
 	if base != nil {
-		wk.base = base.entries
+		wk.base, wk.hot = base.entries, hot
 	}
 	if c.upper >= 0 {
 		// The merged view reports, for a file copied up while it had one
@@ -271,12 +314,18 @@ type walker struct {
 	// overlay says root is an overlay's upper layer, where whiteouts and
 	// opaque directories mean deletions.
 	overlay bool
-	base    []keyed // the baseline compared with, in walk order; nil for none
-	cur     int     // the next entry of base not yet compared
-	record  bool    // record keys in keys
-	keys    []keyed
-	tw      *tarWriter // where changed entries go; nil writes nothing
-	stop    <-chan struct{}
+	// opaqueAttr is checkpoints.opaqueAttr.
+	opaqueAttr string
+	base       []keyed // the baseline compared with, in walk order; nil for none
+	// hot, when not nil, says which directories may have changed since
+	// base (a tracker's dirty set): a directory outside it whose key is
+	// unchanged has its subtree's keys copied from base, not walked.
+	hot    *hotSet
+	cur    int  // the next entry of base not yet compared
+	record bool // record keys in keys
+	keys   []keyed
+	tw     *tarWriter // where changed entries go; nil writes nothing
+	stop   <-chan struct{}
 	// sq holds the sandbox's FIFOs to write among the walk's entries.
 	sq *specialQueue
 
@@ -288,6 +337,13 @@ type walker struct {
 
 	entries, bytes int64
 	walked         int64 // entries looked at (stat)
+
+	// last is the walk-order key of the last entry written (wrote): each
+	// must follow it, or the tree changed under the walk (a directory
+	// renamed or swapped for a symlink between its listing and its
+	// stat) and the stream would not be one a restore can replay.
+	last  string
+	wrote bool
 }
 
 type devIno struct{ dev, ino uint64 }
@@ -295,7 +351,11 @@ type devIno struct{ dev, ino uint64 }
 func (w *walker) run() error {
 	w.buf = make([]byte, 64<<10)
 	w.links = map[devIno]string{}
-	return w.dir(dirAt{w.root, w.upper}, "", false)
+	if w.record && w.hot != nil {
+		// Most keys come from the baseline.
+		w.keys = make([]keyed, 0, len(w.base)+len(w.base)/16)
+	}
+	return w.dir(dirAt{w.root, w.upper}, "", false, w.hot != nil && w.hot.settled(""))
 }
 
 // dirAt is a directory open in the walk and, if the walk tracks the
@@ -305,8 +365,12 @@ type dirAt struct{ fd, upper int }
 // dir walks the children of the directory open at fd, whose path is rel
 // ("" for the root, else ending in "/"). With force every entry below
 // counts as changed and the baseline is not consulted (an opaque directory
-// made anew: every child is new).
-func (w *walker) dir(d dirAt, rel string, force bool) error {
+// made anew: every child is new). With settled, the directory's names are
+// its baseline's (settledDir).
+func (w *walker) dir(d dirAt, rel string, force, settled bool) error {
+	if settled && !force {
+		return w.settledDir(d, rel)
+	}
 	names, err := readNames(d.fd, w.buf)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", quote(strings.TrimSuffix(rel, "/")), err)
@@ -331,6 +395,42 @@ func (w *walker) dir(d dirAt, rel string, force bool) error {
 		return nil
 	}
 	return w.drain(func(q string) bool { return strings.HasPrefix(q, rel) })
+}
+
+// settledDir walks a directory whose names are those of the baseline (the
+// dirty set saw no name made, deleted or moved in it, nor anything about
+// its children), from the baseline instead of a listing: it keeps each
+// child's key without a stat, but looks at (stat, and walks) the child
+// directories the dirty set says may have changed below, and the files
+// with more than one name (one may have been written through a name
+// elsewhere).
+func (w *walker) settledDir(d dirAt, rel string) error {
+	for w.cur < len(w.base) && strings.HasPrefix(w.base[w.cur].path, rel) {
+		select {
+		case <-w.stop:
+			return errors.New("cancelled")
+		default:
+		}
+		e := w.base[w.cur]
+		name := e.path[len(rel):]
+		isDir := e.key.mode&unix.S_IFMT == unix.S_IFDIR
+		switch {
+		case isDir && w.hot.skip(e.path):
+			w.cur++
+			if w.copyBelow(e.path, e.key) {
+				continue
+			}
+			w.cur--
+		case !isDir && !w.hot.multi(e.key):
+			w.cur++
+			w.keep(e.path, e.key)
+			continue
+		}
+		if err := w.entry(d, name, e.path, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // drain takes the baseline's entries for which before holds, none of them
@@ -379,6 +479,9 @@ func (w *walker) entry(d dirAt, name, p string, force bool) error {
 	k := keyOf(&st)
 	typ := st.Mode & unix.S_IFMT
 	if typ == unix.S_IFDIR {
+		if w.hot != nil && !force && old != nil && *old == k && w.hot.skip(p) && w.copyBelow(p, k) {
+			return nil
+		}
 		return w.directory(d, name, p, &st, old, force)
 	}
 	if typ == unix.S_IFLNK {
@@ -436,6 +539,32 @@ func (w *walker) entry(d dirAt, name, p string, force bool) error {
 	return nil
 }
 
+// copyBelow keeps the directory at p, with key k, and its baseline's
+// subtree as they are, without looking at them: nothing below p made an
+// event. It does not when the subtree holds a file with more than one
+// name (one may be written through a name elsewhere, and inotify reports
+// that there only), and returns false.
+func (w *walker) copyBelow(p string, k fileKey) bool {
+	end := w.cur
+	for end < len(w.base) && isBelow(w.base[end].path, p) {
+		if bk := w.base[end].key; bk.mode&unix.S_IFMT != unix.S_IFDIR && w.hot.multi(bk) {
+			return false
+		}
+		end++
+	}
+	w.keep(p, k)
+	if w.record {
+		w.keys = append(w.keys, w.base[w.cur:end]...)
+	}
+	w.cur = end
+	return true
+}
+
+// isBelow reports whether path q is below the directory p.
+func isBelow(q, p string) bool {
+	return len(q) > len(p) && q[len(p)] == '/' && strings.HasPrefix(q, p)
+}
+
 // gone handles an entry that was listed and is gone before it could be
 // looked at: deleted now, if the baseline had it.
 func (w *walker) gone(p string, old *fileKey) error {
@@ -475,7 +604,7 @@ func (w *walker) directory(d dirAt, name, p string, st *unix.Stat_t, old *fileKe
 	k := keyOf(st)
 	fresh := false
 	if w.overlay && fd >= 0 {
-		k.opaque = opaque(fd)
+		k.opaque = opaque(fd, w.opaqueAttr)
 		// A directory made opaque since the baseline (removed and made
 		// again over a lower one): its old children are all gone.
 		fresh = k.opaque && (old == nil || old.mode&unix.S_IFMT != unix.S_IFDIR || old.ino != k.ino || !old.opaque)
@@ -503,7 +632,8 @@ func (w *walker) directory(d dirAt, name, p string, st *unix.Stat_t, old *fileKe
 			sub.upper = -1 // not in the upper layer: nothing below it is
 		}
 	}
-	return w.dir(sub, p+"/", force || fresh)
+	settled := w.hot != nil && !force && !fresh && old != nil && *old == k && w.hot.settled(p)
+	return w.dir(sub, p+"/", force || fresh, settled)
 }
 
 // file writes the regular file name at p, whose key is *k: as a hard link
@@ -617,8 +747,24 @@ func (w *walker) header(h tarHeader, st *unix.Stat_t) error {
 			return err
 		}
 	}
+	k := orderKey(h.Name)
+	if w.wrote && !walkLess(w.last, k) {
+		return fmt.Errorf("%s met after %s: %w", quote(k), quote(w.last), errChanged)
+	}
+	w.last, w.wrote = k, true
 	w.entries++
 	return w.tw.WriteHeader(h)
+}
+
+// orderKey is the path an entry of the stream named name stands at in
+// walk order: a whiteout's at what it deletes, an opaque directory's
+// marker just after its directory.
+func orderKey(name string) string {
+	key, deletes := streamKey(name)
+	if deletes && (name == ".wh..wh..opq" || strings.HasSuffix(name, "/.wh..wh..opq")) {
+		return key + "/"
+	}
+	return key
 }
 
 // whiteout writes the entry that deletes p.
@@ -641,12 +787,27 @@ func keyOf(st *unix.Stat_t) fileKey {
 }
 
 // opaque reports whether the upper-layer directory open at fd is opaque:
-// its lower namesake's children are hidden. The overlay is mounted with
-// userxattr, so the mark is user.overlay.opaque.
-func opaque(fd int) bool {
-	var v [1]byte
-	n, err := unix.Fgetxattr(fd, "user.overlay.opaque", v[:])
-	return err == nil && n == 1 && v[0] == 'y'
+// its lower namesake's children are hidden. A Linux overlay is mounted
+// with userxattr, so the mark is user.overlay.opaque; attr, when not "",
+// names another (gVisor's trusted.overlay.opaque).
+//
+// A trusted.* attribute is read with CAP_SYS_ADMIN alone, which the walk's
+// thread set aside with its effective ids (asUser under gVisor, which has
+// no setfsuid: setEffectiveIDs): so it is read on another thread, which
+// has the executor's own (a thread leaves asUser only with them back). It
+// reads one attribute of a descriptor the walk opened, nothing else.
+func opaque(fd int, attr string) bool {
+	read := func(attr string) bool {
+		var v [1]byte
+		n, err := unix.Fgetxattr(fd, attr, v[:])
+		return err == nil && n == 1 && v[0] == 'y'
+	}
+	if attr == "" {
+		return read("user.overlay.opaque")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- read(attr) }()
+	return <-got
 }
 
 // walkLess reports whether path a comes before path b in walk order: by

@@ -35,6 +35,42 @@ func TestWalkLess(t *testing.T) {
 	}
 }
 
+// TestWalkerOrderGuard: a walk whose tree changed under it (a directory
+// swapped for a symlink between its listing and its stat, as
+// sandboxtest's SymlinkSwapRace does) would write an entry out of walk
+// order; the walker refuses to, and the checkpoint fails instead of
+// handing on a stream no restore can replay. Entries in walk order, with
+// whiteouts at what they delete and an opaque marker right after its
+// directory, pass.
+func TestWalkerOrderGuard(t *testing.T) {
+	ok := []string{"a/", "a/.wh..wh..opq", "a/b", "a/.wh.c", "a/d/", "a/d/e", ".wh.b", "c"}
+	var buf bytes.Buffer
+	w := &walker{tw: &tarWriter{w: &buf}}
+	for _, n := range ok {
+		if err := w.header(tarHeader{Name: n, Type: tarReg}, nil); err != nil {
+			t.Fatalf("header(%q) in walk order = %v", n, err)
+		}
+	}
+	for _, bad := range [][]string{
+		{"d/", "d/x", "d"},        // d a directory, then a symlink
+		{"d", "d/"},               // the same name twice
+		{"b", "a"},                // backwards
+		{"d/x", "d/.wh..wh..opq"}, // opaque after a child
+		{"x", ".wh.x"},            // a whiteout after its own name
+	} {
+		w := &walker{tw: &tarWriter{w: io.Discard}}
+		var err error
+		for _, n := range bad {
+			if err = w.header(tarHeader{Name: n, Type: tarReg}, nil); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, errChanged) {
+			t.Errorf("entries %q: header = %v, want the tree-changed error", bad, err)
+		}
+	}
+}
+
 // streamEntry is what a test reads of a stream entry.
 type streamEntry struct {
 	name, link string
@@ -45,11 +81,21 @@ type streamEntry struct {
 func readStream(t *testing.T, b []byte) []streamEntry {
 	t.Helper()
 	var es []streamEntry
+	eachEntry(t, b, func(h *tar.Header, body string) {
+		es = append(es, streamEntry{h.Name, h.Linkname, h.Typeflag, body})
+	})
+	return es
+}
+
+// eachEntry reads the stream b with archive/tar, handing fn each entry's
+// header and body.
+func eachEntry(t *testing.T, b []byte, fn func(h *tar.Header, body string)) {
+	t.Helper()
 	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return es
+			return
 		}
 		if err != nil {
 			t.Fatalf("read the stream with archive/tar: %v", err)
@@ -58,7 +104,7 @@ func readStream(t *testing.T, b []byte) []streamEntry {
 		if err != nil {
 			t.Fatal(err)
 		}
-		es = append(es, streamEntry{h.Name, h.Linkname, h.Typeflag, string(body)})
+		fn(h, string(body))
 	}
 }
 

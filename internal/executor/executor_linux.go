@@ -11,12 +11,14 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/executor/landlock"
 	"github.com/airlockrun/airlock/internal/executor/seccomp"
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 )
 
 // Main is the executor's entry point. It returns the process exit code.
@@ -40,6 +42,8 @@ func Main(args []string) int {
 		fmt.Printf("airlock-exec protocol %d\n", execproto.Version) //nolint:forbidigo // Main is airlock-exec's main (cmd/airlock-exec only calls it): the version is the command's answer on stdout
 		return 0
 	}
+	tr := newExecTrace("exec", traceBase)
+	tr.mark("gostart")
 	gvisor := len(args) > 1 && args[1] == "gvisor"
 	if gvisor {
 		if err := emptyEnviron(args); err != nil {
@@ -56,6 +60,15 @@ func Main(args []string) int {
 	if os.Getpid() != 1 {
 		fmt.Fprintln(os.Stderr, "airlock-exec: runs only as PID 1 of a sandbox started by airlock")
 		return 2
+	}
+	// Under gVisor the executor's ids change on every thread (two system
+	// calls, each stopping the world and signalling every other thread):
+	// now, before the signal thread, the command thread and the threads
+	// the setup's trapped calls make the runtime start exist. A failure is
+	// Create's (start), reported over the connection.
+	var idsErr error
+	if gvisor {
+		idsErr = outOfKillReach()
 	}
 	if !gvisor {
 		// gVisor's kernel starts its init with every signal at its
@@ -75,16 +88,23 @@ func Main(args []string) int {
 	unix.CloseOnExec(execproto.ControlFD)
 	conn := os.NewFile(execproto.ControlFD, "control")
 	absorbed := make(chan struct{})
-	e := &executor{lateIDs: len(args) > 1 && args[1] == execproto.LateIDs, w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}}
+	e := &executor{lateIDs: len(args) > 1 && args[1] == execproto.LateIDs, gvisor: gvisor, idsErr: idsErr, w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}, tr: tr}
 	threads := func() {
-		// Asking for each signal is a round trip to the runtime's signal
-		// thread (1-3 ms for all of them): it goes on beside the
-		// handshake and the mounts, and start waits for it before
-		// anything of the sandbox can run.
-		go func() {
-			absorbSignals(gvisor)
+		// Under gVisor and in a pod, asking for each signal is a round
+		// trip to the runtime's signal thread (1-3 ms for all of them):
+		// it goes on beside the handshake and the mounts, and start
+		// waits for it before anything of the sandbox can run.
+		if gvisor || podInner {
+			go func() {
+				absorbSignals(gvisor)
+				close(absorbed)
+			}()
+		} else {
+			// Natively the kernel spares init: no round trips, so
+			// nothing to wait for.
+			absorbSignalsInit()
 			close(absorbed)
-		}()
+		}
 		// Before Landlock: the thread must exist when the ruleset is
 		// applied.
 		e.pt = newProcThread()
@@ -92,6 +112,7 @@ func Main(args []string) int {
 	if !e.lateIDs {
 		threads()
 	}
+	tr.mark("prep")
 	// A late-ids executor takes its ids on the host's hello with six
 	// system calls made on every thread (each stops the world and signals
 	// every other thread): before the signal thread and the command
@@ -99,10 +120,13 @@ func Main(args []string) int {
 	err := e.hello(conn)
 	if err == nil && e.lateIDs {
 		threads()
+		tr.mark("threads")
 	}
 	if err == nil {
 		err = e.start(conn)
 	}
+	tr.done()
+	e.tr = nil
 	if err != nil {
 		_ = e.fatal(err)
 		return 1
@@ -118,7 +142,14 @@ type executor struct {
 	// lateIDs: started before its id maps existed (execproto.LateIDs); it
 	// takes uid and gid 0 of its namespace on the host's hello.
 	lateIDs bool
-	w       *execproto.Writer
+	// tr traces the start (execTrace); nil once Ready is written.
+	tr *execTrace
+	// gvisor: started by a gvisor bundle (argv[1] "gvisor"), whose Setup
+	// must say GVisor; idsErr is what taking the executor's ids there
+	// (outOfKillReach, before the handshake) returned.
+	gvisor bool
+	idsErr error
+	w      *execproto.Writer
 	// absorbed is closed once absorbSignals is done.
 	absorbed <-chan struct{}
 	setup    execproto.Setup
@@ -175,11 +206,14 @@ func (e *executor) devNull() (*os.File, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.null == nil {
-		f, err := os.Open("/dev/null")
+		// Blocking, and never offered to the runtime's poller, which
+		// refuses /dev/null only after five system calls (os.Open's
+		// fcntls and epoll_ctl): only the commands read it.
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, err
+			return nil, &os.PathError{Op: "open", Path: "/dev/null", Err: err}
 		}
-		e.null = f
+		e.null = os.NewFile(uintptr(fd), "/dev/null")
 	}
 	return e.null, nil
 }
@@ -202,10 +236,13 @@ func (e *executor) hello(conn io.Reader) error {
 	if h.Version != execproto.Version {
 		return fmt.Errorf("protocol version %d, executor speaks %d", h.Version, execproto.Version)
 	}
+	e.tr.mark("hello")
 	if e.lateIDs {
 		// The host wrote the maps before its hello: nothing before this
 		// point needed an id of the namespace.
-		return takeIDs()
+		err := takeIDs()
+		e.tr.mark("ids")
+		return err
 	}
 	return nil
 }
@@ -216,12 +253,23 @@ func (e *executor) start(conn io.Reader) error {
 	if err := e.w.Write(hello); err != nil {
 		return err
 	}
+	e.tr.mark("hello-sent")
 	if err := expect(conn, execproto.TSetup, &e.setup); err != nil {
 		return err
 	}
+	e.tr.mark("setup-read")
 	// Every thread must carry the same restrictions: keep setup on one.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	// setupGVisor reports the ids taken in Main: only an executor
+	// started for gvisor took them (a pod's is set up as under gVisor but
+	// by setupPod).
+	if e.gvisor != (e.setup.GVisor && !podInner) {
+		return fmt.Errorf("setup: executor started for gvisor %t, set up for it %t", e.gvisor, e.setup.GVisor)
+	}
+	if e.idsErr != nil {
+		return fmt.Errorf("setup: executor ids: %w", e.idsErr)
+	}
 	setupFn := setup
 	if e.setup.GVisor {
 		setupFn = setupGVisor
@@ -233,6 +281,7 @@ func (e *executor) start(conn io.Reader) error {
 	if err != nil {
 		return fmt.Errorf("setup: %w", err)
 	}
+	e.tr.mark("mounts")
 	if e.setup.GVisor && e.setup.Pids > 0 {
 		// Fails closed: the host's cgroup alone would let a fork bomb
 		// starve gVisor's own tasks.
@@ -242,15 +291,22 @@ func (e *executor) start(conn io.Reader) error {
 		layers = append(layers, "pids:gvisor-cgroup")
 	}
 	e.ckpt = newCheckpoints(workspacePath, up.ws)
+	if e.setup.GVisor && !podInner {
+		// gVisor's overlay (layeredWorkspace) marks its opaque
+		// directories as a privileged Linux overlay does.
+		e.ckpt.opaqueAttr = "trusted.overlay.opaque"
+	}
 	e.lower.fd, e.lower.set = up.wsLower, up.wsLower >= 0
 	if up.root >= 0 {
 		e.rootCkpt = newCheckpoints("/", up.root)
 		e.rootCkpt.deltaOnly = true
 	}
 	<-e.absorbed
+	e.tr.mark("signals")
 	e.users = loadUsers(e.setup.User)
 	e.uidNames, e.gidNames = idNames(e.users)
 	e.path = sandboxPath() + ":" + eventBinDir
+	e.tr.mark("users")
 	if e.setup.Sudo {
 		if err := e.listenSudo(); err != nil {
 			return err
@@ -261,6 +317,7 @@ func (e *executor) start(conn io.Reader) error {
 		return err
 	}
 	layers = append(layers, "events")
+	e.tr.mark("events")
 	e.uidMap, e.gidMap = readIDMap("/proc/self/uid_map"), readIDMap("/proc/self/gid_map")
 	if e.proxied() {
 		if err := e.startProxy(); err != nil {
@@ -291,6 +348,7 @@ func (e *executor) start(conn io.Reader) error {
 		// An import writes the workspace's lower layer (lowerLayer).
 		hiddenRW = append(hiddenRW, up.wsLower)
 	}
+	e.tr.mark("caps")
 	status, err := landlock.Restrict(landlock.Rules{
 		ReadOnly:     []string{"/"},
 		ReadOnlyFDs:  hidden,
@@ -306,6 +364,7 @@ func (e *executor) start(conn io.Reader) error {
 	case e.setup.RequireLandlock:
 		return fmt.Errorf("landlock: %w", err)
 	}
+	e.tr.mark("landlock")
 	// The executor's own memory (and /proc/1/exe) must not be reachable by
 	// processes in the sandbox, root included.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -315,11 +374,38 @@ func (e *executor) start(conn io.Reader) error {
 		return fmt.Errorf("seccomp: %w", err)
 	}
 	layers = append(layers, "seccomp", "no_new_privs")
+	e.tr.mark("seccomp")
+	if !e.setup.GVisor && !podInner && e.setup.Workspace.Mode == execproto.WorkspaceRW {
+		// A delta of the host's directory walks what changed (the dirty
+		// set, dirty_linux.go), once the tracker, started here in the
+		// background, watches every directory; until then, and if it
+		// fails, the whole tree. Not under gVisor: its inotify does not
+		// see what the host changes through the gofer.
+		//
+		// The tracker is trusted only with the link notifier
+		// (linknotify_linux.go): every link of a command is noted
+		// before it goes on. On a kernel that cannot let a noted call
+		// go on (before 5.5), no tracker: every delta walks the whole
+		// tree.
+		if tr := newTracker(workspacePath, e.setup.WorkspaceAlias, nil); tr != nil {
+			if _, installed, err := startLinkNotifier(e.pt, tr); err != nil {
+				tr.close()
+				if installed {
+					return fmt.Errorf("link notifier: %w", err)
+				}
+			} else {
+				e.ckpt.track = tr
+			}
+		}
+		e.tr.mark("tracker")
+	}
 	ready, err := execproto.MessageFrame(execproto.TReady, 0, execproto.Ready{PID: 1, LandlockABI: abi, Seccomp: true, Layers: layers})
 	if err != nil {
 		return err
 	}
-	return e.w.Write(ready)
+	err = e.w.Write(ready)
+	e.tr.mark("ready")
+	return err
 }
 
 // installSeccomp sets no_new_privs and installs the seccomp filter: on
@@ -332,12 +418,30 @@ func (e *executor) start(conn io.Reader) error {
 // every thread also bounds the executor; under gvisor the executor's other
 // threads stay inside gVisor's kernel, whose boundary is the runtime's, and
 // no command runs on them (docs/gvisor.md, "Cold start").
+//
+// Under gvisor, where clone3 can be used (vfork.Supported), the thread
+// holds no_new_privs alone and each command installs the filter on itself
+// before its exec (procThread.spawnWith), from a clone that clears its
+// signal handlers; a kernel without that clone gets the filter on the
+// thread, as before, at the first command.
 func (e *executor) installSeccomp() error {
 	if !e.setup.GVisor {
 		return seccomp.Install()
 	}
 	var err error
-	e.pt.do(func() { err = seccomp.InstallThread() })
+	if !vfork.Supported {
+		e.pt.do(func() { err = seccomp.InstallThread() })
+		return err
+	}
+	filter, err := seccomp.ChildFilter()
+	if err != nil {
+		return err
+	}
+	e.pt.do(func() {
+		if err = seccomp.NoNewPrivsThread(); err == nil {
+			err = e.pt.spawnWith(filter, seccomp.InstallThread)
+		}
+	})
 	return err
 }
 
@@ -451,13 +555,7 @@ func expect(r io.Reader, t execproto.Type, v execproto.Decodable) error {
 // process that is not an init, as PID 1 is to gVisor's kernel.
 func absorbSignals(gvisor bool) {
 	c := make(chan os.Signal, 16)
-	sigs := []os.Signal{
-		unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
-		unix.SIGABRT, unix.SIGPIPE, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGSYS,
-		// Sent with kill, not raised by a fault: asked for, the runtime
-		// hands them over instead of crashing (a fault still panics).
-		unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE,
-	}
+	sigs := absorbedSignals()
 	if gvisor {
 		sigs = append(sigs, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU)
 	}
@@ -468,11 +566,54 @@ func absorbSignals(gvisor bool) {
 	}()
 }
 
+// absorbedSignals are the signals absorbSignals asks for natively.
+func absorbedSignals() []os.Signal {
+	return []os.Signal{
+		unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGILL, unix.SIGTRAP,
+		unix.SIGABRT, unix.SIGPIPE, unix.SIGTERM, unix.SIGSTKFLT, unix.SIGSYS,
+		// Sent with kill, not raised by a fault: asked for, the runtime
+		// hands them over instead of crashing (a fault still panics).
+		unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE,
+	}
+}
+
+// absorbSignalsInit does what absorbSignals does natively, for an init
+// on a Linux kernel, without its round trips to the runtime's signal
+// thread (13 of them, 0.4 ms of a cold start that waited for them: cold29c
+// in docs/benchmarks.md). The kernel delivers to a PID namespace's init
+// no signal whose action is the default (but SIGKILL and SIGSTOP from an
+// ancestor namespace), from whoever sends it, so it is enough to leave
+// the runtime's handler where it is needed and take it away elsewhere:
+// signal.Ignore makes the runtime's handler drop what a process sends of
+// the signals it keeps for faults (ILL, TRAP, BUS, FPE, SEGV, STKFLT, SYS:
+// a fault itself still panics or throws, as with absorbSignals), and sets
+// the others (HUP, INT, QUIT, ABRT, PIPE, TERM) to SIG_IGN, which would be
+// inherited across exec by every command: those are set to SIG_DFL,
+// which exec keeps and the kernel never applies to init. Neither is a
+// round trip. Not under gVisor, whose kernel applies default actions to
+// PID 1 as to any process, nor in a pod, which may run under it.
+func absorbSignalsInit() {
+	sigs := absorbedSignals()
+	signal.Ignore(sigs...)
+	dfl := sigactionT{}
+	for _, s := range sigs {
+		var old sigactionT
+		sig := uintptr(s.(unix.Signal))
+		if _, _, e := unix.RawSyscall6(unix.SYS_RT_SIGACTION, sig, 0, uintptr(unsafe.Pointer(&old)), 8, 0, 0); e != 0 || old.handler != sigIgn {
+			continue
+		}
+		_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, sig, uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+	}
+}
+
 // serve reads frames until the host closes the connection.
 func (e *executor) serve(conn io.Reader) error {
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, unix.SIGCHLD)
 	go e.reap(sigc)
+	// Opened now, beside the host's wait for its first request, not on
+	// the first command's time (a pool's sandbox runs one command).
+	go func() { _, _ = e.devNull() }()
 	// PID 1 ignores signals it has no handler for; the host ends the
 	// sandbox by killing the PID namespace, never by signalling PID 1.
 	// Buffered: a frame's header and a small payload come in one read.

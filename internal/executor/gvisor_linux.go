@@ -94,25 +94,34 @@ func controlFromStdin() error {
 // host's. What is left is the generated /etc, which the bundle leaves to the
 // executor as an empty tmpfs. The layers it reports are those the bundle
 // and gVisor enforce, the executor out of its commands' kill(2) reach
-// among them.
+// among them (outOfKillReach, done before the handshake: start fails if
+// it failed).
 func setupGVisor(s *execproto.Setup) ([]string, uppers, error) {
 	layers, up, err := setupBuiltRoot(s)
 	if err != nil {
 		return nil, up, err
 	}
-	if err := outOfKillReach(); err != nil {
-		return nil, up, fmt.Errorf("executor ids: %w", err)
-	}
 	return append(layers, "pid1:out-of-kill-reach"), up, nil
 }
 
 // setupBuiltRoot is what setup does in a root a runtime built (runsc, a
-// container runtime in a pod): the generated /etc, home and the
-// workspace's alias.
+// container runtime in a pod): the generated /etc, home, the empty
+// workspace's layers (layeredWorkspace) and the workspace's alias.
 func setupBuiltRoot(s *execproto.Setup) ([]string, uppers, error) {
 	none := uppers{ws: -1, root: -1, wsLower: -1}
 	if err := s.Validate(); err != nil {
 		return nil, none, err
+	}
+	up := none
+	if m := s.Workspace.Mode; m == execproto.WorkspaceEmpty || m == "" {
+		// Before the alias's bind, which shows the overlay.
+		var err error
+		if up.ws, up.wsLower, err = layeredWorkspace(workspacePath, !podInner); err != nil {
+			// Not the sandbox's failure: its workspace is what the
+			// runtime made, as before, and a delta walks it whole.
+			fmt.Fprintf(os.Stderr, "airlock-exec: the workspace's lower layer: %v (every delta walks the whole workspace)\n", err)
+			up = none
+		}
 	}
 	root := "rootfs:template"
 	if _, err := os.Lstat("/etc/passwd"); errors.Is(err, os.ErrNotExist) {
@@ -154,7 +163,11 @@ func setupBuiltRoot(s *execproto.Setup) ([]string, uppers, error) {
 	if mode == "" {
 		mode = execproto.WorkspaceEmpty
 	}
-	return []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}, none, nil
+	layers := []string{"runtime:gvisor", root, "workspace:" + mode, "namespaces:gvisor", "network:loopback-only"}
+	if up.wsLower >= 0 {
+		layers = append(layers, execproto.LayerRestoreLayer)
+	}
+	return layers, up, nil
 }
 
 // executorUID is the executor's real and saved uid under gVisor: no
@@ -175,6 +188,10 @@ const executorUID = 65533
 // permitted set, as the saved uid is no longer 0. Both are set on every
 // thread at once (the Go runtime's all-threads system call), and threads
 // made later inherit them; exec clears keep-caps, so commands do not.
+// Main calls it before the handshake, while the runtime has its fewest
+// threads: each all-threads call stops the world and signals every other
+// thread, which under gVisor are trapped calls and a spin of sched_yield
+// until each has answered (65 calls in the setup, 10 before the handshake).
 func outOfKillReach() error {
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_KEEPCAPS, 1, 0); e != 0 {
 		return fmt.Errorf("keep capabilities: %w", e)

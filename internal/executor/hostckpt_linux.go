@@ -18,8 +18,9 @@ type COWCheckpoints struct{ c *checkpoints }
 // NewCOWCheckpoints keys the cow workspace whose overlay is mounted at
 // merged, with upper an O_PATH descriptor of its upper layer (kept open by
 // the caller while the checkpoints are in use). With upper -1, merged is a
-// plain directory (an rw workspace) and a delta walks the whole tree, as
-// the executor's own do for an rw workspace.
+// plain directory (an rw workspace) and a delta walks the whole tree (the
+// executor's own keep a dirty set for a native rw workspace; this has
+// none).
 func NewCOWCheckpoints(merged string, upper int) *COWCheckpoints {
 	return &COWCheckpoints{c: newCheckpoints(merged, upper)}
 }

@@ -352,7 +352,9 @@ func podInstall(dest string) error {
 // the executor's own network namespace has only loopback, brought up here.
 // As in the native runtime, /run/airlock is a tmpfs of the executor's
 // with the airlock-event command (listenEvents makes it read-only), and
-// the sandbox has a boot id of its own, kept there.
+// the sandbox has a boot id of its own, kept there. An empty workspace (the
+// volume) becomes the overlay a native empty workspace is
+// (setupBuiltRoot), so a restored tree is its lower layer.
 func setupPod(s *execproto.Setup) ([]string, uppers, error) {
 	if err := loopbackUp(); err != nil {
 		return nil, uppers{-1, -1, -1}, fmt.Errorf("loopback: %w", err)

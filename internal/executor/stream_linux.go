@@ -21,6 +21,8 @@ type stream struct {
 	e   *executor
 	id  uint32
 	req execproto.Request
+	// opened is when the request was read, when tracing (execTrace).
+	opened int64
 
 	out, errc *execproto.Credit // send windows of stdout and stderr
 	chunk     int               // the largest data payload of a frame (req.Flow)
@@ -47,8 +49,12 @@ func newStream(e *executor, id uint32, req execproto.Request) *stream {
 	// Flow is bounded (MaxWindow) before the request is validated: the
 	// stdin the host may send at once is what this stream buffers.
 	window, chunk := req.Flow()
+	var opened int64
+	if traceBase != 0 {
+		opened = monoNS()
+	}
 	return &stream{
-		e: e, id: id, req: req,
+		e: e, id: id, req: req, opened: opened,
 		out: execproto.NewCredit(window), errc: execproto.NewCredit(window), chunk: chunk,
 		stdin: execproto.NewInbox(window),
 		stop:  make(chan struct{}),
@@ -206,6 +212,8 @@ const outputGrace = 100 * time.Millisecond
 // streams, starts it, pumps its output to the host until it exits, and
 // returns how it ended.
 func (s *stream) exec() execproto.Result {
+	tr := newExecTrace("cmd", s.opened)
+	defer tr.done()
 	c, res := s.resolve()
 	if c == nil {
 		return res
@@ -218,15 +226,19 @@ func (s *stream) exec() execproto.Result {
 	if s.req.Stdin {
 		go s.pumpStdin(st.stdin)
 	}
+	tr.mark("resolve")
 	start := time.Now()
 	p, res := s.start(c, st)
+	tr.mark("started")
 	if p == nil {
 		return res
 	}
 	pumps := s.pumpOutputs(st)
 	info := s.waitExit(p)
+	tr.mark("exited")
 	wall := time.Since(start)
 	s.drain(st, pumps)
+	tr.mark("drained")
 	s.mu.Lock()
 	s.pty = nil
 	forced := s.killedFor
@@ -399,28 +411,34 @@ func (s *stream) start(c *command, st *stdio) (*proc, execproto.Result) {
 
 // pumps are the pumps of a command's outputs.
 type pumps struct {
-	wg   sync.WaitGroup // done when every pump is
-	outs []*output
+	outs    []*output
+	running atomic.Int32  // pumps not yet done
+	done    chan struct{} // closed by the last pump to end
 }
 
 // pumpOutputs starts a pump (pumpOutput) for each of st's outputs, which
 // share the request's MaxOutput.
 func (s *stream) pumpOutputs(st *stdio) *pumps {
 	var written atomic.Int64
-	ps := new(pumps)
-	pump := func(r *os.File, c byte, credit *execproto.Credit) {
-		o := newOutput(r, c, credit)
-		ps.outs = append(ps.outs, o)
-		ps.wg.Add(1)
+	ps := &pumps{done: make(chan struct{})}
+	pump := func(o *output) {
 		go func() {
-			defer ps.wg.Done()
+			defer func() {
+				if ps.running.Add(-1) == 0 {
+					close(ps.done)
+				}
+			}()
 			defer o.markCaughtUp()
 			s.pumpOutput(o, &written)
 		}()
 	}
-	pump(st.outR, execproto.Stdout, s.out)
+	ps.outs = append(ps.outs, newOutput(st.outR, execproto.Stdout, s.out))
 	if st.errR != nil {
-		pump(st.errR, execproto.Stderr, s.errc)
+		ps.outs = append(ps.outs, newOutput(st.errR, execproto.Stderr, s.errc))
+	}
+	ps.running.Store(int32(len(ps.outs)))
+	for _, o := range ps.outs {
+		pump(o)
 	}
 	return ps
 }
@@ -592,19 +610,25 @@ func (s *stream) drain(st *stdio, ps *pumps) {
 	for _, o := range ps.outs {
 		o.exited()
 	}
-	drained := make(chan struct{})
-	go func() { ps.wg.Wait(); close(drained) }()
 	select {
-	case <-drained:
-	case <-time.After(outputGrace):
-		// The host may be slow to take the output (a pump sends only as
-		// the host returns credit): what a pipe held when the command
-		// exited is not cut, however long it takes.
-		for _, o := range ps.outs {
-			<-o.caughtUp
+	case <-ps.done:
+		// The pipes ended with the command: no grace timer to set
+		// and stop.
+	default:
+		grace := time.NewTimer(outputGrace)
+		select {
+		case <-ps.done:
+		case <-grace.C:
+			// The host may be slow to take the output (a pump sends
+			// only as the host returns credit): what a pipe held when
+			// the command exited is not cut, however long it takes.
+			for _, o := range ps.outs {
+				<-o.caughtUp
+			}
+			st.closeOutput()
+			<-ps.done
 		}
-		st.closeOutput()
-		<-drained
+		grace.Stop()
 	}
 	st.closeOutput()
 	closeAll(st.parents...)
@@ -682,10 +706,27 @@ func (s *stream) pumpStdin(w *os.File) {
 	}
 }
 
+// outputBufs are the pumps' read buffers of the default chunk size. Made
+// for each command, its two were most of what the executor allocated for
+// it (64 KiB, cleared, and the garbage collections they brought on),
+// however little the command wrote.
+var outputBufs = sync.Pool{New: func() any {
+	b := make([]byte, execproto.ChunkSize)
+	return &b
+}}
+
 // pumpOutput sends what o reads to the host until o ends or is closed, or
 // the request's MaxOutput (counted in written, across outputs) is reached.
 func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
-	buf := make([]byte, s.chunk)
+	var buf []byte
+	if s.chunk == execproto.ChunkSize {
+		// Nothing keeps the buffer once this returns: SendData copies.
+		bp := outputBufs.Get().(*[]byte)
+		defer outputBufs.Put(bp)
+		buf = *bp
+	} else {
+		buf = make([]byte, s.chunk) // bulk: rare, and up to MaxChunkSize
+	}
 	limit := s.req.MaxOutput
 	c, credit := o.channel, o.credit
 	for {
@@ -718,11 +759,20 @@ func (s *stream) pumpOutput(o *output, written *atomic.Int64) {
 // pidFile wraps a pidfd for the runtime poller, which reports it readable
 // once the process has exited.
 func pidFile(fd int) (*os.File, error) {
-	if err := unix.SetNonblock(fd, true); err != nil {
+	if err := setNonblock(fd); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("pidfd: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "pidfd"), nil
+}
+
+// setNonblock makes fd, a pipe's end or a pidfd, non-blocking: its status
+// flags are set to O_NONBLOCK alone, without reading them first
+// (unix.SetNonblock's F_GETFL, a trapped system call under gVisor), as
+// neither has another status flag that F_SETFL could change.
+func setNonblock(fd int) error {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, unix.O_NONBLOCK)
+	return err
 }
 
 // pipe returns the executor's end (non-blocking, so Close interrupts a
@@ -746,7 +796,7 @@ func stdinPipe() (mine, theirs *os.File, err error) {
 }
 
 func ends(mine, theirs int) (*os.File, *os.File, error) {
-	if err := unix.SetNonblock(mine, true); err != nil {
+	if err := setNonblock(mine); err != nil {
 		unix.Close(mine)
 		unix.Close(theirs)
 		return nil, nil, err

@@ -446,14 +446,14 @@ func joinPath(dir, name string) string {
 
 // inotifyEvent is one decoded inotify record.
 type inotifyEvent struct {
-	wd   int32
-	mask uint32
-	name string
+	wd     int32
+	mask   uint32
+	cookie uint32 // pairs the two halves of a move
+	name   string
 }
 
 // parseInotify decodes the records the kernel wrote into b: each a fixed
-// header (wd, mask, cookie, name length) followed by a NUL-padded name. The
-// cookie, which pairs the two halves of a move, is not used.
+// header (wd, mask, cookie, name length) followed by a NUL-padded name.
 func parseInotify(b []byte) ([]inotifyEvent, error) {
 	var out []inotifyEvent
 	for len(b) > 0 {
@@ -461,8 +461,9 @@ func parseInotify(b []byte) ([]inotifyEvent, error) {
 			return out, fmt.Errorf("inotify: %d bytes left, short of a record", len(b))
 		}
 		ev := inotifyEvent{
-			wd:   int32(binary.NativeEndian.Uint32(b[0:4])),
-			mask: binary.NativeEndian.Uint32(b[4:8]),
+			wd:     int32(binary.NativeEndian.Uint32(b[0:4])),
+			mask:   binary.NativeEndian.Uint32(b[4:8]),
+			cookie: binary.NativeEndian.Uint32(b[8:12]),
 		}
 		n := binary.NativeEndian.Uint32(b[12:16])
 		b = b[unix.SizeofInotifyEvent:]

@@ -86,6 +86,16 @@
 // Arguments are compared on their low 32 bits only, because the kernel
 // truncates every inspected argument to 32 bits itself.
 //
+// # The link filter
+//
+// In an rw workspace the executor stacks a second, tiny filter on the
+// thread that forks every command ([LinkNotifyProgram], [InstallListener]):
+// link and linkat go to the executor as user notifications, which it
+// notes for the workspace's dirty set and lets go on
+// (SECCOMP_USER_NOTIF_FLAG_CONTINUE, Linux 5.5; [ContinueSupported] asks the
+// kernel on a throwaway thread). notify_linux.go says why, and
+// docs/checkpoints.md, "The link notifier", what it closes.
+//
 // # Shape of the program
 //
 // The program loads the architecture and the syscall number, then finds the

@@ -67,3 +67,33 @@ func install(flags uintptr) error {
 	}
 	return nil
 }
+
+// NoNewPrivsThread sets PR_SET_NO_NEW_PRIVS on the calling OS thread
+// alone: every process it forks inherits it, and may then install a
+// filter without CAP_SYS_ADMIN (ChildFilter). The caller must have locked
+// its goroutine to the thread for good, as for InstallThread.
+func NoNewPrivsThread() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
+}
+
+// ChildFilter returns Program() as the seccomp(2) argument a child
+// installs on itself before its exec (vfork.Spawn's Filter), for a
+// process that forks from a thread without the filter: each command then
+// holds the same filter as one forked from a thread of InstallThread's,
+// from its first instruction. The program is kept for the process's life.
+func ChildFilter() (*unix.SockFprog, error) {
+	prog := builtProgram
+	if prog == nil {
+		var err error
+		if prog, err = Program(); err != nil {
+			return nil, err
+		}
+	}
+	if len(prog) == 0 || len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("program length %d out of range", len(prog))
+	}
+	return &unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}, nil
+}

@@ -39,6 +39,9 @@ func child() int {
 	if os.Getenv(childEnv) == "thread" {
 		return threadChild()
 	}
+	if os.Getenv(childEnv) == "notify" {
+		return notifyChild()
+	}
 	if err := Install(); err != nil {
 		fmt.Fprintf(os.Stdout, "install\t%v\n", err)
 		return 1

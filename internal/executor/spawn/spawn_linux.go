@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 
@@ -66,7 +67,7 @@ func Serve(conn int) error {
 		case flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0:
 			reply.Error = "spawner: request or descriptors truncated"
 		default:
-			reply.PID, pidfd, err = start(buf[:n], fds, null)
+			reply.PID, pidfd, reply.Joined, err = start(buf[:n], fds, null)
 			if err != nil {
 				reply.Error = err.Error()
 			}
@@ -106,21 +107,27 @@ func rights(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-// start starts the process a Spawn asks for and returns its pid and pidfd.
-func start(msg []byte, fds []int, null *os.File) (int, int, error) {
+// start starts the process a Spawn asks for and returns its pid and pidfd,
+// and whether the child wrote itself into req's v1 tasks files.
+func start(msg []byte, fds []int, null *os.File) (int, int, bool, error) {
 	var req execproto.Spawn
 	if err := json.Unmarshal(msg, &req); err != nil {
-		return 0, -1, fmt.Errorf("spawner: request: %w", err)
+		return 0, -1, false, fmt.Errorf("spawner: request: %w", err)
 	}
 	if err := req.Validate(len(fds)); err != nil {
-		return 0, -1, err
+		return 0, -1, false, err
 	}
 	files := []uintptr{null.Fd(), null.Fd(), null.Fd()}
 	cgroupFD := -1
+	var tasks []int
 	k := 0
 	for i, fd := range fds {
 		if i == req.CgroupFile {
 			cgroupFD = fd
+			continue
+		}
+		if slices.Contains(req.TasksFiles, i) {
+			tasks = append(tasks, fd)
 			continue
 		}
 		to := req.Files[k]
@@ -131,7 +138,8 @@ func start(msg []byte, fds []int, null *os.File) (int, int, error) {
 		files[to] = uintptr(fd)
 	}
 	if req.LateIDs && vfork.Supported {
-		return startLate(&req, files, cgroupFD)
+		pid, pidfd, err := startLate(&req, files, cgroupFD, tasks)
+		return pid, pidfd, len(tasks) > 0, err
 	}
 	pidfd := -1
 	sys := &syscall.SysProcAttr{
@@ -155,15 +163,15 @@ func start(msg []byte, fds []int, null *os.File) (int, int, error) {
 	}
 	pid, err := syscall.ForkExec(req.Path, req.Args, &syscall.ProcAttr{Dir: "/", Env: execproto.ExecutorEnv, Files: files, Sys: sys})
 	if err != nil {
-		return 0, -1, fmt.Errorf("start %s: %w", req.Path, err)
+		return 0, -1, false, fmt.Errorf("start %s: %w", req.Path, err)
 	}
 	if pidfd < 0 {
 		// The kernel has no pidfds (before 5.3): the host could not
 		// signal the child safely.
 		_ = unix.Kill(pid, unix.SIGKILL)
-		return 0, -1, errors.New("spawner: no pidfd for the child (Linux 5.3 or later is needed)")
+		return 0, -1, false, errors.New("spawner: no pidfd for the child (Linux 5.3 or later is needed)")
 	}
-	return pid, pidfd, nil
+	return pid, pidfd, false, nil
 }
 
 // startLate starts the executor of req (LateIDs) with vfork.Exec: the
@@ -171,10 +179,10 @@ func start(msg []byte, fds []int, null *os.File) (int, int, error) {
 // exist, and the spawner writes them once the exec is done, before its
 // reply; the host says hello only after the reply, so the executor takes
 // its ids from maps already written.
-func startLate(req *execproto.Spawn, files []uintptr, cgroupFD int) (int, int, error) {
+func startLate(req *execproto.Spawn, files []uintptr, cgroupFD int, tasks []int) (int, int, error) {
 	argv := append(append([]string(nil), req.Args...), execproto.LateIDs)
 	uid, gid := formatMap(req.UIDMap), formatMap(req.GIDMap)
-	pid, pidfd, err := vfork.Exec(req.Path, argv, execproto.ExecutorEnv, files, req.Cloneflags, cgroupFD, func(pid, pidfd int) error {
+	pid, pidfd, err := vfork.Exec(req.Path, argv, execproto.ExecutorEnv, files, req.Cloneflags, cgroupFD, tasks, func(pid, pidfd int) error {
 		return vfork.WriteIDMaps(pid, pidfd, uid, gid, req.Setgroups)
 	})
 	if err != nil {

@@ -5,5 +5,10 @@
 // spawner (the daemon's and serve's pools), so it is held to the
 // executor's rules: the standard library and golang.org/x/sys/unix only.
 //
-// Importers: internal/sandbox/linux, internal/executor/spawn.
+// It also starts the gvisor executor's commands (Spawn): a clone3 that
+// clears the child's signal handlers, the child installing the commands'
+// seccomp filter on itself before its exec.
+//
+// Importers: internal/sandbox/linux, internal/executor/spawn,
+// internal/executor.
 package vfork

@@ -2,6 +2,7 @@ package vfork_test
 
 import (
 	"errors"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -19,6 +20,12 @@ import (
 // standard output.
 func start(t *testing.T, argv []string, files func(out uintptr) []uintptr, flags uintptr, after func(pid, pidfd int) error) (string, error) {
 	t.Helper()
+	return startTasks(t, argv, files, flags, nil, after)
+}
+
+// startTasks is start with v1 tasks descriptors for the child to join.
+func startTasks(t *testing.T, argv []string, files func(out uintptr) []uintptr, flags uintptr, tasks []int, after func(pid, pidfd int) error) (string, error) {
+	t.Helper()
 	if !vfork.Supported {
 		t.Skip("no vfork start on this architecture")
 	}
@@ -31,30 +38,30 @@ func start(t *testing.T, argv []string, files func(out uintptr) []uintptr, flags
 		after = func(int, int) error { return nil }
 	}
 	runtime.LockOSThread()
-	pid, pidfd, err := vfork.Exec(argv[0], argv, []string{"PATH=/usr/bin:/bin"}, files(w.Fd()), flags, -1, after)
+	pid, pidfd, err := vfork.Exec(argv[0], argv, []string{"PATH=/usr/bin:/bin"}, files(w.Fd()), flags, -1, tasks, after)
 	runtime.UnlockOSThread()
 	w.Close()
 	if err != nil {
 		return "", err
 	}
 	defer unix.Close(pidfd)
-	out := new(strings.Builder)
-	buf := make([]byte, 4096)
-	for {
-		n, err := r.Read(buf)
-		out.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	out, ws := readAndWait(t, r, pid)
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Fatalf("child ended %v; wrote %q", ws, out)
 	}
+	return out, nil
+}
+
+// readAndWait reads r, the child's output, to its end, then collects the
+// child pid.
+func readAndWait(t *testing.T, r io.Reader, pid int) (string, syscall.WaitStatus) {
+	t.Helper()
+	out, _ := io.ReadAll(r)
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
 		t.Fatal(err)
 	}
-	if !ws.Exited() || ws.ExitStatus() != 0 {
-		t.Fatalf("child ended %v; wrote %q", ws, out)
-	}
-	return out.String(), nil
+	return string(out), ws
 }
 
 // TestDescriptors: the child gets exactly the descriptors it is given, in
@@ -186,3 +193,59 @@ func TestWriteIDMapsGone(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestJoinTasks: the child writes itself into the v1 groups whose tasks
+// descriptors it is given, before its exec (the program it runs finds
+// itself there, in a new user namespace as the executor is); a write that
+// fails fails Exec, with the child gone and nothing exec'd.
+func TestJoinTasks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a cgroup v1 group")
+	}
+	hier := "/sys/fs/cgroup/pids"
+	var st unix.Statfs_t
+	if err := unix.Statfs(hier, &st); err != nil || st.Type != unix.CGROUP_SUPER_MAGIC {
+		t.Skip("no cgroup v1 pids hierarchy at " + hier)
+	}
+	dir := hier + "/vfork-test-" + itoa(os.Getpid())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(dir)
+	tasks, err := unix.Open(dir+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tasks)
+	files := func(out uintptr) []uintptr { return []uintptr{0, out, out} }
+	out, err := startTasks(t, []string{"/bin/sh", "-c", "grep :pids: /proc/self/cgroup"}, files, unix.CLONE_NEWUSER, []int{tasks}, func(pid, pidfd int) error {
+		return vfork.WriteIDMaps(pid, pidfd, "0 100000 65536\n", "0 100000 65536\n", false)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := ":pids:/vfork-test-" + itoa(os.Getpid()) + "\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("child's pids group: %q, want %q", out, want)
+	}
+
+	// A descriptor open for reading only: the write fails in the child.
+	ro, err := unix.Open(dir+"/tasks", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(ro)
+	ran := false
+	_, err = startTasks(t, []string{"/bin/true"}, files, 0, []int{tasks, ro}, func(int, int) error {
+		ran = true
+		return nil
+	})
+	if !errors.Is(err, syscall.EBADF) || !strings.Contains(err.Error(), "tasks") {
+		t.Errorf("a tasks write that fails: Exec returned %v, want EBADF naming the tasks write", err)
+	}
+	if ran {
+		t.Error("afterExec ran: the child exec'd after a failed join")
+	}
+	if b, _ := os.ReadFile(dir + "/tasks"); len(b) != 0 {
+		t.Errorf("group still holds %q after the failed start", b)
+	}
+}

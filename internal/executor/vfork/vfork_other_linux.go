@@ -10,6 +10,12 @@ import "syscall"
 const Supported = false
 
 // Exec is not built here: it returns ENOSYS.
-func Exec(string, []string, []string, []uintptr, uintptr, int, func(int, int) error) (int, int, error) {
+func Exec(string, []string, []string, []uintptr, uintptr, int, []int, func(int, int) error) (int, int, error) {
+	return 0, -1, syscall.ENOSYS
+}
+
+// Spawn is not built here: it returns ENOSYS, and callers start commands
+// with syscall.ForkExec.
+func Spawn(string, []string, []string, *SpawnAttr) (int, int, error) {
 	return 0, -1, syscall.ENOSYS
 }

@@ -1,6 +1,7 @@
 package vfork
 
 import (
+	"os"
 	"syscall"
 	"unsafe"
 
@@ -32,15 +33,54 @@ type cloneArgs struct {
 	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls, setTID, setTIDSize, cgroup uint64
 }
 
-// vforkChild is what the child of Exec needs, all of it made by the
-// parent: the child shares the parent's memory and may not allocate.
-type vforkChild struct {
+// execArgs are a child's exec arguments and working directory as the
+// system calls take them, made by the parent: a vfork's child shares the
+// parent's memory and may not allocate. Exec's and Spawn's children both
+// embed them.
+type execArgs struct {
 	path       *byte
 	argv, envv []*byte
 	dir        *byte
-	fds        []int // descriptors 0, 1, 2, ...: moved into place in the child
-	nextfd     int   // above every descriptor in fds
-	clone      cloneArgs
+}
+
+func newExecArgs(path string, argv, env []string, dir string) (a execArgs, err error) {
+	if a.path, err = syscall.BytePtrFromString(path); err != nil {
+		return a, err
+	}
+	if a.argv, err = syscall.SlicePtrFromStrings(argv); err != nil {
+		return a, err
+	}
+	if a.envv, err = syscall.SlicePtrFromStrings(env); err != nil {
+		return a, err
+	}
+	a.dir, err = syscall.BytePtrFromString(dir)
+	return a, err
+}
+
+// collect waits for the child pid to end (it has been killed, or exited
+// before its exec) and closes its pidfd.
+func collect(pid, pidfd int) {
+	var ws syscall.WaitStatus
+	for {
+		if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+			break
+		}
+	}
+	unix.Close(pidfd)
+}
+
+// vforkChild is what the child of Exec needs, all of it made by the
+// parent: the child shares the parent's memory and may not allocate.
+type vforkChild struct {
+	execArgs
+	fds    []int // descriptors 0, 1, 2, ...: moved into place in the child
+	nextfd int   // above every descriptor in fds
+	// tasks are the v1 `tasks` files the child writes "0" to (itself).
+	tasks []int
+	zero  *byte // "0"
+	// inTasks: err is a write to one of tasks.
+	inTasks bool
+	clone   cloneArgs
 	// err is the child's error, written before it exits (the parent reads
 	// it once the clone has returned: a vfork's parent resumes only
 	// after its child has exec'd or exited).
@@ -66,25 +106,27 @@ type vforkChild struct {
 // files are the child's descriptors 0, 1, 2, ...; one of -1 (as uintptr)
 // is closed in the child; every other descriptor must be close-on-exec.
 // The child is made a session leader, with its working directory /.
-// cgroupFD >= 0 places the child in that cgroup2 group at the clone. The
-// parent-death signal is SIGKILL, tied to the calling thread (callers
+// cgroupFD >= 0 places the child in that cgroup2 group at the clone.
+// tasks are descriptors of cgroup v1 `tasks` files, opened for writing by
+// the caller: the child writes "0" to each before its exec, which moves
+// it (its one thread, so the whole process) into those groups. A thread
+// that moves itself through `tasks` is the one migration the kernel does
+// without taking cgroup_threadgroup_rwsem for writing, whose writer waits
+// for an RCU grace period (milliseconds) on a v1 hierarchy mounted
+// without favordynmods, as any write of a pid to cgroup.procs does; and
+// everything the process charges from its exec on is charged there. A
+// failed write fails Exec before the exec. The parent-death signal is SIGKILL, tied to the calling thread (callers
 // lock it, and it must outlive the child). afterExec gets the child's pid
 // and pidfd; on its error, or any error after the clone, the child is
 // killed and collected here (unless another waiter collects it first).
 //
 // Users: the sandbox backend's direct start (the CLI) and the spawner.
-func Exec(path string, argv, env []string, files []uintptr, cloneflags uintptr, cgroupFD int, afterExec func(pid, pidfd int) error) (pid, pidfd int, err error) {
-	c := &vforkChild{fds: make([]int, len(files))}
-	if c.path, err = syscall.BytePtrFromString(path); err != nil {
+func Exec(path string, argv, env []string, files []uintptr, cloneflags uintptr, cgroupFD int, tasks []int, afterExec func(pid, pidfd int) error) (pid, pidfd int, err error) {
+	c := &vforkChild{fds: make([]int, len(files)), tasks: tasks}
+	if c.zero, err = syscall.BytePtrFromString("0"); err != nil {
 		return 0, -1, err
 	}
-	if c.argv, err = syscall.SlicePtrFromStrings(argv); err != nil {
-		return 0, -1, err
-	}
-	if c.envv, err = syscall.SlicePtrFromStrings(env); err != nil {
-		return 0, -1, err
-	}
-	if c.dir, err = syscall.BytePtrFromString("/"); err != nil {
+	if c.execArgs, err = newExecArgs(path, argv, env, "/"); err != nil {
 		return 0, -1, err
 	}
 	c.nextfd = len(files)
@@ -114,14 +156,11 @@ func Exec(path string, argv, env []string, files []uintptr, cloneflags uintptr, 
 	pid, pidfd = int(p), int(fd)
 	fail := func(err error) (int, int, error) {
 		_ = unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0)
-		var ws syscall.WaitStatus
-		for {
-			if _, werr := syscall.Wait4(pid, &ws, 0, nil); werr != syscall.EINTR {
-				break
-			}
-		}
-		unix.Close(pidfd)
+		collect(pid, pidfd)
 		return 0, -1, err
+	}
+	if c.err != 0 && c.inTasks {
+		return fail(&os.SyscallError{Syscall: "join cgroup v1 (write 0 to tasks)", Err: c.err})
 	}
 	if c.err != 0 {
 		return fail(c.err)
@@ -167,6 +206,15 @@ func vforkAndExec(c *vforkChild) (pid uintptr, err1 syscall.Errno) {
 		goto childerror
 	}
 	runtimeAfterForkInChild() // signal handlers reset, the mask restored
+
+	// Into the v1 groups, before the descriptors move (a tasks descriptor
+	// may be one of the numbers they move onto) and before the exec.
+	for i = 0; i < len(c.tasks); i++ {
+		if _, _, err1 = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(c.tasks[i]), uintptr(unsafe.Pointer(c.zero)), 1); err1 != 0 {
+			c.inTasks = true
+			goto childerror
+		}
+	}
 
 	// Every capability this process holds in its new user namespace into
 	// the inheritable and then the ambient set: the exec keeps the ambient
