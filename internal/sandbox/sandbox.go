@@ -891,8 +891,27 @@ func checkPEMCerts(b []byte) error {
 // NewID returns a new random sandbox id.
 func NewID() string {
 	var b [6]byte
-	_, _ = rand.Read(b[:])
+	Random(b[:])
 	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// Random fills b from the kernel's random generator, the one crypto/rand
+// reads too, through /dev/urandom: three system calls. crypto/rand (and
+// x/sys's Getrandom) go through the vDSO's getrandom, whose first use in a
+// process maps and faults in per-thread state: in a `sandbox run` that
+// makes one id, takes one uid slot and exits, that first use cost more than
+// the rest of both (docs/benchmarks.md, tput29). For a few bytes once per
+// process, not for keys. crypto/rand is the fallback.
+func Random(b []byte) {
+	fd, err := unix.Open("/dev/urandom", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		n, rerr := unix.Read(fd, b)
+		unix.Close(fd)
+		if rerr == nil && n == len(b) {
+			return
+		}
+	}
+	_, _ = rand.Read(b)
 }
 
 func validID(id string) bool {

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
@@ -77,6 +78,8 @@ var attackCases = []attackCase{
 	{name: "DiffSymlink", run: attackDiffSymlink},
 	{name: "ExecutorOverwrite", run: attackExecutorOverwrite, rootless: true},
 	{name: "NetworkHostLoopback", run: attackNetworkHostLoopback, rootless: true},
+	{name: "WorkspaceLayers", run: attackWorkspaceLayers, rootless: true},
+	{name: "RWSecondName", run: attackRWSecondName, rootless: true},
 }
 
 // TestAttacks runs every attack against every runtime: native always,
@@ -1235,6 +1238,61 @@ func attackDiffSymlink(t *testing.T, rt string) {
 	}
 }
 
+// attackRWSecondName: processes race an rw workspace's tracker with second
+// names, each made in a directory made just before, written through and
+// removed at once, four processes side by side; the deltas must hold every
+// write (natively the executor notes every link before it goes on:
+// docs/checkpoints.md, "The rw mode"), so the tree they rebuild is the
+// sandbox's.
+func attackRWSecondName(t *testing.T, rt string) {
+	ws := t.TempDir()
+	for p := range 4 {
+		for d := range 5 {
+			if err := os.MkdirAll(filepath.Join(ws, fmt.Sprintf("keep%d/d%d", p, d)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(ws, fmt.Sprintf("keep%d/t", p)), []byte("start\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := attackSandbox(t, rt, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW})
+	cp, ok := sb.(sandbox.Checkpointer)
+	if !ok {
+		t.Skip("the backend's sandboxes do not checkpoint")
+	}
+	dir := t.TempDir()
+	take := func(since string) string {
+		t.Helper()
+		var buf bytes.Buffer
+		res, err := cp.Checkpoint(context.Background(), sandbox.CheckpointRequest{Since: since}, &buf)
+		if err != nil {
+			t.Fatalf("Checkpoint(since %q) = %v", since, err)
+		}
+		sandboxtest.ApplyDelta(t, dir, sandboxtest.ReadDelta(t, buf.Bytes(), res.Full))
+		return res.Baseline
+	}
+	last := take("")
+	perl := attackRun(t, sb, "", "command -v perl").ok()
+	for round := range 30 {
+		// One second name a step: the tracker need only see one of a
+		// step's for the delta to walk the whole tree. perl makes it,
+		// writes through it and removes it within microseconds of the
+		// directory's mkdir (a shell's fork and exec of ln leave the
+		// tracker time to watch the directory). The first rounds'
+		// baselines may come before the tracker watches the tree (then
+		// the delta walks it all); the later ones' are tracked.
+		p, d := round%4, round%5
+		script := fmt.Sprintf("cd /workspace && mkdir keep%d/d%d/r%d && ln keep%d/t keep%d/d%d/r%d/l && echo %d >> keep%d/d%d/r%d/l && rm keep%d/d%d/r%d/l", p, d, round, p, p, d, round, round, p, d, round, p, d, round)
+		if perl {
+			script = fmt.Sprintf(`cd /workspace && perl -e '$d = "keep%d/d%d/r%d"; mkdir $d or die "mkdir"; link("keep%d/t", "$d/l") or die "link"; open(F, ">>", "$d/l") or die "open"; print F "%d\n"; close F; unlink "$d/l" or die "unlink"'`, p, d, round, p, round)
+		}
+		attackMust(t, sb, "", script)
+		last = take(last)
+		sandboxtest.CompareTrees(t, fmt.Sprintf("after round %d of second names", round), sb, dir)
+	}
+}
+
 // attackExecutorOverwrite: the executor binary cannot be changed from
 // inside (the runc CVE-2019-5736 class).
 func attackExecutorOverwrite(t *testing.T, rt string) {
@@ -1798,5 +1856,37 @@ func TestCreateExecutorExitsEarly(t *testing.T) {
 			t.Errorf("Create with an executor that exits before the handshake did not return within 15s (its context ended after 2s)")
 			return
 		}
+	}
+}
+
+// attackWorkspaceLayers: an empty workspace's overlay layers (the lower
+// one a restore fills, the upper one checkpoints read; docs/checkpoints.md)
+// have no path in the sandbox: not in /workspace, not through the
+// executor's descriptors of them, not by unmounting the overlay. A
+// command changes the restored tree only through the overlay.
+func attackWorkspaceLayers(t *testing.T, rt string) {
+	sb := attackSandbox(t, rt, sandbox.Spec{})
+	sandboxtest.ImportFile(t, sb, "restored", "lower\n")
+	if !slices.Contains(sb.Info().Layers, execproto.LayerRestoreLayer) {
+		t.Logf("%s: no %s here: the workspace is not layered", rt, execproto.LayerRestoreLayer)
+	}
+	// Control: the restored file, through the overlay.
+	attackMust(t, sb, "root", `test "$(cat /workspace/restored)" = lower`)
+	for _, p := range []string{
+		"find /workspace -maxdepth 1 -name '.airlock*' | grep -q .",
+		// A directory among the executor's descriptors: a layer.
+		`for f in /proc/1/fd/*; do find "$f/" -maxdepth 1 -name restored 2>/dev/null | grep -q . && exit 0; done; exit 1`,
+		`for f in /proc/1/fd/*; do (: > "$f/planted") 2>/dev/null && exit 0; done; exit 1`,
+		"umount /workspace 2>/dev/null || umount -l /workspace",
+	} {
+		for _, user := range []string{"", "root"} {
+			if res := attackRun(t, sb, user, p); res.ok() {
+				t.Errorf("user %q: %q succeeded inside the sandbox: %v", user, p, res)
+			}
+		}
+	}
+	// find, not ls: Debian's runsc 20221219 fails ls's statx (docs/gvisor.md).
+	if out := attackMust(t, sb, "root", `cat /workspace/restored && find /workspace -mindepth 1`); out != "lower\n/workspace/restored\n" {
+		t.Errorf("after the probes: /workspace/restored and the workspace's listing = %q, want \"lower\\n/workspace/restored\\n\"", out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/execconn"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
@@ -92,6 +93,19 @@ type Backend struct {
 	// editSpawn is for tests: it changes a late-ids Spawn request (its
 	// maps) before the spawner gets it.
 	editSpawn func(*execproto.Spawn)
+	// editTasks is for tests: it changes the v1 tasks descriptors an
+	// executor is given to join before its exec.
+	editTasks func(fds []int)
+	// cpuAtBoot is for benchmarks: a gvisor sandbox's cgroup has its CPU
+	// limit from the start, gVisor's boot included (as before
+	// cgroup.Limits.CPULater).
+	cpuAtBoot bool
+	// failLate is for tests: its error fails reserveLate, after the
+	// executor of pid started.
+	failLate func(pid int) error
+	// afterStart runs once, after the next executor's clone (OnStart);
+	// guarded by mu.
+	afterStart func()
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -166,6 +180,7 @@ func Forget(stateDir string) error {
 			break
 		}
 	}
+	b.ids.forget()
 	return errors.Join(err, b.Close())
 }
 
@@ -197,6 +212,29 @@ func (b *Backend) own(id string, yes bool) {
 	}
 }
 
+// OnStart makes f run once, on Create's goroutine, right after the next
+// sandbox's executor has started (its clone and exec done, its Go start
+// under way) and before Create waits for it: work that need not come
+// before the sandbox exists can wait for it and run while the executor
+// starts, off the critical path (the front end's reap of what earlier
+// runs left). f must not block; nil clears it.
+func (b *Backend) OnStart(f func()) {
+	b.mu.Lock()
+	b.afterStart = f
+	b.mu.Unlock()
+}
+
+// started runs what OnStart set, once.
+func (b *Backend) started() {
+	b.mu.Lock()
+	f := b.afterStart
+	b.afterStart = nil
+	b.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
 // Prepare does the backend's setup for its first sandbox now (it finds
 // the cgroup hierarchies, this state directory's parent groups made), so
 // that a Create that runs beside it, on another goroutine, finds it done:
@@ -205,6 +243,25 @@ func (b *Backend) own(id string, yes bool) {
 // when it was not done. It also removes some of what detached teardowns
 // of earlier runs left (reapDetached).
 func (b *Backend) Prepare() {
+	b.Detect()
+	b.Reap()
+}
+
+// Detect is Prepare's first part: the cgroup hierarchies found and this
+// state directory's parent groups made, which a Create needs before its
+// executor starts.
+func (b *Backend) Detect() {
+	tr := newTracer("detect")
+	defer tr.done()
+	_, _ = b.cgroups()
+}
+
+// Reap is Prepare's second part, reapDetached: nothing a Create needs, so
+// a command line that makes one sandbox runs it once that sandbox's
+// executor has started (OnStart), beside its Go start.
+func (b *Backend) Reap() {
+	tr := newTracer("reap")
+	defer tr.done()
 	if m, err := b.cgroups(); err == nil {
 		b.reapDetached(m)
 	}
@@ -219,9 +276,12 @@ const reapMax = 16
 // whose id lock no process holds, starting at a place that changes with
 // every call, and removes those that hold no process (what GC would
 // remove). Each detached teardown leaves one group, and each run removes
-// every empty one up to reapMax, so their number stays bounded.
+// every empty one up to reapMax, so their number stays bounded. A detached
+// sandbox always has a cgroup2 group (Sandbox.detachable), so only the
+// cgroup2 tree is listed; a group that has none (a host killed between
+// its mkdirs) is GC's. It neither opens a group nor waits for one.
 func (b *Backend) reapDetached(m *cgroup.Manager) {
-	names, err := m.List()
+	names, err := m.ListUnified()
 	if err != nil || len(names) == 0 {
 		return
 	}
@@ -242,14 +302,7 @@ func (b *Backend) reapDetached(m *cgroup.Manager) {
 			continue
 		}
 		looked++
-		g, err := m.Open(n)
-		if err != nil {
-			continue
-		}
-		if busy, err := g.Populated(); err == nil && !busy {
-			_ = g.Destroy()
-		}
-		_ = g.Close()
+		_, _ = m.RemoveIfEmpty(n)
 	}
 }
 
@@ -296,6 +349,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	if sb.idLock, err = b.ids.hold(id); err != nil {
 		return nil, err
 	}
+	tr.mark("idlock")
 	b.own(id, true) // until teardown
 	// From here on, a failure tears sb down: teardown releases whatever
 	// each step below recorded in sb as it took it.
@@ -312,7 +366,13 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 		b.log.Info("sandbox created", "sandbox_id", id, "runtime", "gvisor", "pid", sb.proc.pid)
 		return sb, nil
 	}
-	if err := sb.reserve(spec, tr); err != nil {
+	late := b.lateReserve(&spec)
+	if late {
+		err = sb.reserveEarly(spec, tr, true)
+	} else {
+		err = sb.reserve(spec, tr)
+	}
+	if err != nil {
 		return nil, err
 	}
 	setup := newSetup(sb.spec.Limits, b.root)
@@ -321,9 +381,26 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 	setup.Sudo = sb.spec.Sudo
 	setup.RootCaps = sb.spec.RootCaps
 	applyAccount(setup, sb.spec.Account)
-	host, err := sb.start(setup, tr)
+	host, err := sb.start(setup, tr, late)
 	if err != nil {
 		return nil, err
+	}
+	if late {
+		// The executor runs its Go start meanwhile; it takes no id, and
+		// reads no Setup, before the hello that comes after this.
+		if err := sb.reserveLate(tr); err != nil {
+			host.Close()
+			return nil, err
+		}
+		if sb.proc.writeMaps == nil {
+			host.Close()
+			return nil, errors.New("start executor: its id maps cannot be written")
+		}
+		if err := sb.proc.writeMaps(sb.executorMaps()); err != nil {
+			host.Close()
+			return nil, fmt.Errorf("start executor: %w", err)
+		}
+		tr.mark("maps")
 	}
 	if err := sb.handshake(ctx, host, setup); err != nil {
 		return nil, err
@@ -342,6 +419,32 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (_ sandbox.Sand
 //
 // Preconditions: sb holds its id lock.
 func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
+	if err := sb.reserveEarly(spec, tr, false); err != nil {
+		return err
+	}
+	return sb.bindSlot(tr)
+}
+
+// lateReserve reports whether Create starts the executor of a sandbox of
+// spec before it takes the uid range and writes the cgroup's limits
+// (reserveEarly's late, then reserveLate), so that those writes run beside
+// the executor's Go start instead of before it. That is root mode's direct
+// start (vfork.Exec), where the host writes the executor's id maps after
+// its exec and the executor holds no id of the range, and runs nothing of
+// the sandbox's, before the host's hello; and a sandbox with no id-mapped
+// tree, whose clone needs the range before the executor starts.
+func (b *Backend) lateReserve(spec *sandbox.Spec) bool {
+	return b.root && !b.cfg.Spawner && vfork.Supported && !b.forkOnly &&
+		spec.Runtime != sandbox.RuntimeGVisor &&
+		len(spec.Layers) == 0 && spec.Workspace == "" && len(spec.Mounts) == 0 &&
+		spec.Network != sandbox.NetworkProxy && !spec.WritableRoot
+}
+
+// reserveEarly is reserve's part before the executor starts: with late,
+// the trust-store files and the cgroup's directories, without its limits;
+// else the uid range too, and the limits written. reserveLate (late) or
+// bindSlot does the rest.
+func (sb *Sandbox) reserveEarly(spec sandbox.Spec, tr *tracer, late bool) error {
 	b := sb.b
 	if len(spec.TrustedCAs) > 0 {
 		sb.files = filepath.Join(b.cfg.StateDir, "files", sb.id)
@@ -350,16 +453,50 @@ func (sb *Sandbox) reserve(spec sandbox.Spec, tr *tracer) error {
 		}
 	}
 	sb.spec = spec
-	if b.root && spec.Runtime != sandbox.RuntimeGVisor {
+	if b.root && spec.Runtime != sandbox.RuntimeGVisor && !late {
 		var err error
 		if sb.slot, sb.base, err = b.uids.acquire(sb.id); err != nil {
 			return err
 		}
 	}
 	tr.mark("uids")
-	if err := sb.makeCgroup(); err != nil {
+	if err := sb.makeCgroup(late); err != nil {
 		return err
 	}
+	if late {
+		tr.mark("cgroup")
+	}
+	return nil
+}
+
+// reserveLate is reserve's rest when Create started the executor first
+// (lateReserve): the uid range taken, the cgroup's limits written and the
+// range bound to the cgroup, before the executor's id maps are written
+// and before the hello, so before the executor holds any id of the range
+// or runs anything of the sandbox's. A failure here is Create's: teardown
+// kills the executor and releases the rest.
+func (sb *Sandbox) reserveLate(tr *tracer) error {
+	var err error
+	if sb.slot, sb.base, err = sb.b.uids.acquire(sb.id); err != nil {
+		return err
+	}
+	tr.mark("lateuids")
+	if sb.b.failLate != nil {
+		if err := sb.b.failLate(sb.proc.pid); err != nil {
+			return err
+		}
+	}
+	if err := sb.limitCgroup(); err != nil {
+		return err
+	}
+	tr.mark("limits")
+	return sb.bindSlot(nil)
+}
+
+// bindSlot records sb's cgroup2 group in its uid slot (uidAllocator.bind),
+// when it has both.
+func (sb *Sandbox) bindSlot(tr *tracer) error {
+	b := sb.b
 	if sb.slot != nil && sb.cg != nil && sb.cg.V2Dir() != "" {
 		if err := b.uids.bind(sb.slot, sb.id, sb.cg.V2Dir()); err != nil {
 			return err
@@ -427,7 +564,11 @@ func applyAccount(setup *execproto.Setup, a sandbox.Account) {
 // closed when it returns: the executor holds its own copies.
 //
 // Preconditions: sb.reserve succeeded.
-func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer) (*os.File, error) {
+//
+// With late (Backend.lateReserve), sb has no uid range yet: the executor
+// starts with no id maps, which the caller writes (proc.writeMaps) once
+// it has taken the range, before the handshake.
+func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer, late bool) (*os.File, error) {
 	b := sb.b
 	trees := &treeFiles{idm: &idmapper{start: b.startProc, base: sb.base, cache: &b.idmaps}}
 	defer trees.closeFiles()
@@ -448,7 +589,7 @@ func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer) (*os.File, error) {
 		return nil, err
 	}
 	tr.mark("trees")
-	host, err := sb.startExecutor(trees.files)
+	host, err := sb.startExecutor(trees.files, tr, late)
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +605,7 @@ func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer) (*os.File, error) {
 // cgroup (which it may have started in). It returns the host end of the
 // control socket. On failure the host end is closed; an executor already
 // started is sb.proc, which teardown kills.
-func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
+func (sb *Sandbox) startExecutor(files []*os.File, tr *tracer, lateMaps bool) (*os.File, error) {
 	host, child, err := socketpair()
 	if err != nil {
 		return nil, err
@@ -479,7 +620,20 @@ func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 	// Root mode: the executor takes its ids after the exec, which lets
 	// the fork share this process's memory. Rootless: an unprivileged
 	// writer's maps stay with the fork that waits for them.
-	p, err := sb.b.startProc(procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys, lateIDs: sb.b.root})
+	ps := procSpec{args: []string{"airlock-exec"}, extra: append([]*os.File{child}, files...), sys: sys, lateIDs: sb.b.root, lateMaps: lateMaps, tr: tr}
+	if sb.cg != nil && ps.lateIDs && vfork.Supported && !sb.b.forkOnly {
+		// The child joins the v1 groups itself before its exec (see
+		// cgroup.Group.OpenV1Tasks), where the starter can.
+		if ps.tasks, err = sb.cg.OpenV1Tasks(sys.UseCgroupFD); err != nil {
+			host.Close()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
+		if sb.b.editTasks != nil {
+			sb.b.editTasks(ps.tasks)
+		}
+		defer cgroup.CloseFDs(ps.tasks)
+	}
+	p, err := sb.b.startProc(ps)
 	if err != nil {
 		host.Close()
 		return nil, fmt.Errorf("start executor: %w", err)
@@ -489,7 +643,8 @@ func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 	child.Close()
 	childOpen = false
 	sb.proc = p
-	if sb.cg != nil {
+	sb.b.started()
+	if sb.cg != nil && !p.joined {
 		add := sb.cg.AddProc
 		if sys.UseCgroupFD {
 			add = sb.cg.AddClonedProc // in the cgroup2 group from its start
@@ -500,6 +655,13 @@ func (sb *Sandbox) startExecutor(files []*os.File) (*os.File, error) {
 		}
 	}
 	return host, nil
+}
+
+// executorMaps are the id maps of sb's executor in root mode: sb's uid
+// range, uid and gid 0 inside as sb.base outside, setgroups allowed.
+func (sb *Sandbox) executorMaps() idMaps {
+	m := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(sb.base), Size: uidRange}}
+	return idMaps{uid: m, gid: m, setgroups: true}
 }
 
 // executorAttr says how sb's executor starts: as root of new user, mount,

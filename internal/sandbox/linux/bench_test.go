@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
@@ -64,7 +65,11 @@ func BenchmarkCreateExecDestroyWorkspace(b *testing.B) {
 
 // BenchmarkExec is one tool call: a command through the protocol into a
 // running sandbox. Compare with BenchmarkForkExec.
-func BenchmarkExec(b *testing.B) {
+func BenchmarkExec(b *testing.B) { benchExec(b, 0) }
+
+// benchExec runs /bin/true in one running sandbox for each round, after an
+// untimed pause when pause is not 0.
+func benchExec(b *testing.B, pause time.Duration) {
 	be := benchBackend(b)
 	ctx := context.Background()
 	sb, err := be.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
@@ -74,9 +79,49 @@ func BenchmarkExec(b *testing.B) {
 	defer sb.Destroy(ctx)
 	b.ReportAllocs()
 	for b.Loop() {
+		if pause > 0 {
+			b.StopTimer()
+			time.Sleep(pause)
+			b.StartTimer()
+		}
 		if r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}}); err != nil || r.ExitCode != 0 {
 			b.Fatalf("run: %+v %v", r, err)
 		}
+	}
+}
+
+// firstExecPause is how long BenchmarkFirstExec leaves a sandbox before
+// its first command, as a pool's sandbox waits for its caller.
+var firstExecPause = 50 * time.Millisecond
+
+// BenchmarkFirstExec is the first command of a sandbox made beforehand:
+// what a warm `sandbox run`, handed to a daemon's pool, waits for (the
+// executor's and the host's per-sandbox first-use costs included). Only
+// the command is timed, not the create or the destroy.
+func BenchmarkFirstExec(b *testing.B) {
+	be := benchBackend(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		sb, err := be.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// As a pool's idle sandbox: preopened, and waiting for its
+		// caller while whatever the start left running settles.
+		if o, ok := sb.(interface{ Preopen() }); ok {
+			o.Preopen()
+		}
+		time.Sleep(firstExecPause)
+		b.StartTimer()
+		r, err := sandbox.Run(ctx, sb, sandbox.Command{Argv: []string{"/bin/true"}})
+		b.StopTimer()
+		if err != nil || r.ExitCode != 0 {
+			b.Fatalf("run: %+v %v", r, err)
+		}
+		_ = sb.Destroy(ctx)
+		b.StartTimer()
 	}
 }
 
@@ -125,3 +170,8 @@ func BenchmarkStartRoot(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExecPaused is BenchmarkExec with firstExecPause between the
+// commands (untimed): against BenchmarkFirstExec, what a sandbox's first
+// command costs beyond a later one after the same pause.
+func BenchmarkExecPaused(b *testing.B) { benchExec(b, firstExecPause) }

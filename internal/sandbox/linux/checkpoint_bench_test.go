@@ -2,9 +2,7 @@ package linux_test
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,27 +13,12 @@ import (
 	"github.com/airlockrun/airlock/internal/checkpoint"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 )
 
-// benchTreeShape is the workspace of the checkpoint benchmarks: about 1 GiB
-// shaped like a repository at work: many small files in many directories
-// (sources, loose git objects, installed packages) and a few large ones
-// (git packs, build outputs).
-var benchTreeShape = []struct {
-	dir            string
-	dirs, files    int
-	minKB, maxKB   int
-	large, largeMB int
-}{
-	{dir: "src", dirs: 200, files: 50, minKB: 1, maxKB: 16},
-	{dir: ".git/objects", dirs: 256, files: 20, minKB: 1, maxKB: 4},
-	{dir: "node_modules", dirs: 100, files: 30, minKB: 2, maxKB: 8},
-	{dir: "build", large: 7, largeMB: 128},
-}
-
-// benchTreeChanged is the file the delta benchmarks change: a source file
-// deep in the tree.
-const benchTreeChanged = "src/d0150/f0025"
+// benchTreeChanged is the file the delta benchmarks change
+// (sandboxtest.BenchTreeChanged).
+const benchTreeChanged = sandboxtest.BenchTreeChanged
 
 var (
 	benchTreeOnce sync.Once
@@ -49,61 +32,12 @@ var (
 func benchTree(b *testing.B) (string, int64) {
 	b.Helper()
 	benchTreeOnce.Do(func() {
-		benchTreeDir, benchTreeSize, benchTreeErr = makeBenchTree()
+		benchTreeDir, benchTreeSize, benchTreeErr = sandboxtest.MakeBenchTree()
 	})
 	if benchTreeErr != nil {
 		b.Fatalf("make the benchmark workspace: %v", benchTreeErr)
 	}
 	return benchTreeDir, benchTreeSize
-}
-
-func makeBenchTree() (string, int64, error) {
-	root, err := os.MkdirTemp("", "airlock-checkpoint-bench-")
-	if err != nil {
-		return "", 0, err
-	}
-	rng := rand.New(rand.NewChaCha8([32]byte{1}))
-	block := make([]byte, 1<<20)
-	for i := range block {
-		block[i] = byte(rng.Uint32())
-	}
-	var total int64
-	for _, s := range benchTreeShape {
-		for d := range s.dirs {
-			dir := filepath.Join(root, s.dir, fmt.Sprintf("d%04d", d))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return root, 0, err
-			}
-			for f := range s.files {
-				n := (s.minKB + rng.IntN(s.maxKB-s.minKB+1)) << 10
-				off := rng.IntN(len(block) - n)
-				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%04d", f)), block[off:off+n], 0o644); err != nil {
-					return root, 0, err
-				}
-				total += int64(n)
-			}
-		}
-		for i := range s.large {
-			if err := os.MkdirAll(filepath.Join(root, s.dir), 0o755); err != nil {
-				return root, 0, err
-			}
-			f, err := os.Create(filepath.Join(root, s.dir, fmt.Sprintf("large%d", i)))
-			if err != nil {
-				return root, 0, err
-			}
-			for range s.largeMB {
-				if _, err := f.Write(block); err != nil {
-					f.Close()
-					return root, 0, err
-				}
-			}
-			if err := f.Close(); err != nil {
-				return root, 0, err
-			}
-			total += int64(s.largeMB) << 20
-		}
-	}
-	return root, total, nil
 }
 
 func removeBenchTree() {
@@ -135,27 +69,7 @@ func benchCheckpointer(b *testing.B, ws, mode string) (sandbox.Sandbox, sandbox.
 // sandbox-cpu-ms/op the sandbox's CPU time during the checkpoint.
 func BenchmarkCheckpointDelta(b *testing.B) {
 	b.Run("restored-1GiB", func(b *testing.B) {
-		dir, _ := benchTree(b)
-		ctx := context.Background()
-		sb, err := benchBackend(b).Create(ctx, sandbox.Spec{Limits: sandbox.Limits{MemoryBytes: 2 << 30, Pids: 512, CPUs: 1, DiskBytes: 4 << 30}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = sb.Destroy(ctx) })
-		tarCmd := exec.Command("tar", "-C", dir, "-cf", "-", ".")
-		out, err := tarCmd.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := tarCmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		if err := checkpoint.Untar(ctx, sb, out, false); err != nil {
-			b.Fatal(err)
-		}
-		if err := tarCmd.Wait(); err != nil {
-			b.Fatal(err)
-		}
+		sb := benchRestored(b, sandbox.RuntimeNative)
 		benchDelta(b, sb, sb.(sandbox.Checkpointer), benchTreeChanged)
 	})
 	cases := []struct {
@@ -198,6 +112,39 @@ func BenchmarkCheckpointDelta(b *testing.B) {
 			benchDelta(b, sb, cp, changed)
 		})
 	}
+}
+
+// benchRestored creates a sandbox of runtime rt with an empty workspace and
+// imports the 1 GiB tree into it with checkpoint.Untar, as a restore or an
+// upload does.
+func benchRestored(b *testing.B, rt string) sandbox.Sandbox {
+	b.Helper()
+	dir, _ := benchTree(b)
+	ctx := context.Background()
+	mem := int64(2 << 30)
+	if rt == sandbox.RuntimeGVisor {
+		mem = 3 << 30 // the tree is in gVisor's memory, beside the sentry's
+	}
+	sb, err := benchBackend(b).Create(ctx, sandbox.Spec{Runtime: rt, Limits: sandbox.Limits{MemoryBytes: mem, Pids: 512, CPUs: 1, DiskBytes: 4 << 30}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = sb.Destroy(ctx) })
+	tarCmd := exec.Command("tar", "-C", dir, "-cf", "-", ".")
+	out, err := tarCmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := tarCmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	if err := checkpoint.Untar(ctx, sb, out, false); err != nil {
+		b.Fatal(err)
+	}
+	if err := tarCmd.Wait(); err != nil {
+		b.Fatal(err)
+	}
+	return sb
 }
 
 // benchDelta times the checkpoints of steps that each append to the file

@@ -1,9 +1,11 @@
 package linux
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/airlockrun/airlock/internal/executor/landlock"
+	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
 )
 
 // TestLandlockDetail checks the doctor's landlock line for every ABI: the
@@ -38,5 +40,22 @@ func TestLandlockDetail(t *testing.T) {
 		if got := landlockDetail(tt.abi, landlock.Features(tt.abi, tt.errata)); got != tt.want {
 			t.Errorf("landlockDetail(ABI %d, errata %#x) =\n  %s\nwant\n  %s", tt.abi, tt.errata, got, tt.want)
 		}
+	}
+}
+
+// TestV1AttachDetail: the doctor's line on joining v1 hierarchies says
+// what waits and the remedy, and fails only where every start waits.
+func TestV1AttachDetail(t *testing.T) {
+	md := cgroup.Mode{V1Controllers: []string{"memory", "pids", "cpu"}, Unified: "/sys/fs/cgroup/unified"}
+	ok, d := v1AttachDetail(md, true)
+	if !ok || !strings.Contains(d, "joins its v1 groups itself") || !strings.Contains(d, "runsc") || !strings.Contains(d, "mount -o remount,favordynmods /sys/fs/cgroup/unified") {
+		t.Errorf("vfork start, no favordynmods: %t %q", ok, d)
+	}
+	if ok, d := v1AttachDetail(md, false); ok || !strings.Contains(d, "every sandbox start") || !strings.Contains(d, "favordynmods") {
+		t.Errorf("no vfork start, no favordynmods: %t %q", ok, d)
+	}
+	md.FavorDynmods = true
+	if ok, d := v1AttachDetail(md, false); !ok || !strings.Contains(d, "waits for no RCU grace period") {
+		t.Errorf("favordynmods: %t %q", ok, d)
 	}
 }

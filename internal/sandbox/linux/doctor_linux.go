@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/executor/landlock"
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux/cgroup"
 )
@@ -76,6 +77,10 @@ func Doctor(executor string) []Check {
 		}
 		// Rootless, missing limits are allowed with --soft-limits.
 		add("cgroups", all, root, detail)
+		if root && len(md.V1Controllers) > 0 {
+			ok, detail := v1AttachDetail(md, vfork.Supported)
+			add("cgroup-v1-attach", ok, false, detail)
+		}
 	}
 	if root {
 		fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
@@ -104,6 +109,29 @@ func Doctor(executor string) []Check {
 	}
 	add("runtime:gvisor", gerr == nil, false, detail)
 	return out
+}
+
+// v1AttachDetail is the doctor's line on what joining md's v1 hierarchies
+// costs each start: a process moved into a v1 group by pid (cgroup.procs)
+// waits for an RCU grace period unless a hierarchy is mounted with
+// favordynmods; an executor that vforkStart starts moves itself (a
+// thread through `tasks`), which does not.
+func v1AttachDetail(md cgroup.Mode, vforkStart bool) (bool, string) {
+	v1 := strings.Join(md.V1Controllers, ",")
+	if md.FavorDynmods {
+		return true, "limits in v1 hierarchies (" + v1 + "), a cgroup hierarchy mounted with favordynmods: moving a process into a v1 group waits for no RCU grace period"
+	}
+	where := "/sys/fs/cgroup/<hierarchy>"
+	if md.Unified != "" {
+		where = md.Unified
+	}
+	remedy := "mount one cgroup hierarchy with favordynmods (it is global, one is enough; forks and exits then cost a little more), " +
+		"e.g. `mount -o remount,favordynmods " + where + "`, or boot a kernel built with CONFIG_CGROUP_FAVOR_DYNMODS; airlock does not change the host's mounts"
+	if !vforkStart {
+		return false, "limits in v1 hierarchies (" + v1 + ") without favordynmods: every sandbox start writes its executor's pid to cgroup.procs, which waits for an RCU grace period (5-15 ms measured on Linux 6.18); " + remedy
+	}
+	return true, "limits in v1 hierarchies (" + v1 + ") without favordynmods: a native sandbox's executor joins its v1 groups itself before its exec (a thread moving itself waits for nothing); " +
+		"a process moved by pid (cgroup.procs) waits for an RCU grace period (5-15 ms measured on Linux 6.18): the gvisor runtime's runsc, once a start; to lift it, " + remedy
 }
 
 // probeGVisor creates a real gvisor sandbox, runs one command in it and

@@ -37,7 +37,7 @@ func GVisorBundle(b *Backend, dir string, spec sandbox.Spec) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return b.gvisorBundle(dir, &spec, r.Platform)
+	return b.gvisorBundle(dir, &spec, r)
 }
 
 // GVisorExecutor is where the executor is bound inside a gvisor sandbox.
@@ -55,6 +55,33 @@ var RunscVersion = runscVersion
 // SetForkOnly makes b start every executor with syscall.ForkExec, its id
 // maps written before the exec (the path without vfork.Exec), directly and through the spawner.
 func SetForkOnly(b *Backend) { b.forkOnly = true }
+
+// SetCPUAtBoot makes b give a gvisor sandbox's cgroup its CPU limit from
+// the start, gVisor's boot included (as before cgroup.Limits.CPULater).
+func SetCPUAtBoot(b *Backend) { b.cpuAtBoot = true }
+
+// CPULimit reads sb's cgroup's CPU limit back from its file (in CPUs, 0
+// for none), with the directory that holds it and whether that is
+// cgroup2's; "" without a cgroup or a cpu controller.
+func CPULimit(sb *Sandbox) (cpus float64, dir string, v2 bool, err error) {
+	if sb.cg == nil {
+		return 0, "", false, nil
+	}
+	if dir, v2 = sb.cg.CPUDir(); dir == "" {
+		return 0, "", false, nil
+	}
+	cpus, err = sb.cg.CPUs()
+	return cpus, dir, v2, err
+}
+
+// SetFailLate makes b's Create fail, with fail's error, where it takes
+// the uid range and writes the cgroup's limits after the executor of pid
+// started (Backend.lateReserve).
+func SetFailLate(b *Backend, fail func(pid int) error) { b.failLate = fail }
+
+// LateReserve reports whether b starts the executor of a sandbox of spec
+// before it takes its uid range and writes its cgroup's limits.
+func LateReserve(b *Backend, spec sandbox.Spec) bool { return b.lateReserve(&spec) }
 
 // VforkSupported is vfork.Supported.
 const VforkSupported = vfork.Supported
@@ -175,3 +202,8 @@ func SlotFree(dir, name string) (bool, error) {
 	f.Close()
 	return true, nil
 }
+
+// SetEditTasks makes b call edit with the cgroup v1 tasks descriptors each
+// executor is to write itself into before its exec, on the direct path and
+// through the spawner, before b starts it.
+func SetEditTasks(b *Backend, edit func(fds []int)) { b.editTasks = edit }

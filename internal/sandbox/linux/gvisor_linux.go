@@ -86,7 +86,27 @@ type Runsc struct {
 	Platforms []string
 	Platform  string
 	Why       string
+	// NoFastPath: the platform is systrap and this runsc takes
+	// --systrap-disable-fast-path, which every sandbox gets: the sentry
+	// and the stubs then sleep between system calls instead of spinning
+	// for the other's next one. A cold start's CPU is spent mostly while
+	// the executor sets up, and the spinning costs more CPU than it saves
+	// on a machine whose cores are shared (docs/gvisor.md, "Cold start").
+	// The platform and its boundary are the same.
+	NoFastPath bool
 }
+
+// flags are runsc's global flags for the platform.
+func (r Runsc) flags() []string {
+	f := []string{"--platform=" + r.Platform}
+	if r.NoFastPath {
+		f = append(f, noFastPathFlag)
+	}
+	return f
+}
+
+// noFastPathFlag turns systrap's spinning fast path off (Runsc.NoFastPath).
+const noFastPathFlag = "--systrap-disable-fast-path"
 
 // Runsc finds the runsc binary and chooses its platform (once per
 // backend): Config.RunscPlatform when set; else systrap when the runsc
@@ -117,6 +137,14 @@ func (b *Backend) findRunsc() (Runsc, error) {
 	}
 	r.Platforms = strings.Fields(string(out))
 	r.Platform, r.Why = choosePlatform(b.cfg.RunscPlatform, r.Platforms, kvmOpens() && hardwareVirt(readCPUInfo()))
+	if r.Platform == "systrap" {
+		// `runsc flags` lists them on stderr.
+		out, err = exec.CommandContext(ctx, path, "flags").CombinedOutput()
+		if err != nil {
+			return r, fmt.Errorf("gvisor runtime: %s flags: %w", path, err)
+		}
+		r.NoFastPath = slices.Contains(strings.Fields(string(out)), strings.TrimPrefix(noFastPathFlag, "-"))
+	}
 	return r, nil
 }
 
@@ -254,7 +282,7 @@ var executorCaps = []string{
 // gvisorBundle writes the OCI bundle of a gvisor sandbox of spec (with the
 // trust store's mounts added) into dir and returns runsc's global flags
 // the bundle needs.
-func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec, platform string) ([]string, error) {
+func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec, runsc Runsc) ([]string, error) {
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		return nil, fmt.Errorf("gvisor bundle: %w", err)
@@ -361,7 +389,7 @@ func (b *Backend) gvisorBundle(dir string, spec *sandbox.Spec, platform string) 
 	for _, m := range spec.Mounts {
 		mounts = append(mounts, bind(m.Source, m.Target, m.ReadOnly))
 	}
-	flags := []string{"--network=none", "--ignore-cgroups", "--platform=" + platform}
+	flags := append([]string{"--network=none", "--ignore-cgroups"}, runsc.flags()...)
 	// The executor's directory: the event socket, and the egress socket.
 	mounts = append(mounts, ociMount{Destination: "/run/airlock", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=65536"}},
 		// airlock-event is the executor called by that name.
@@ -709,7 +737,7 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	if err := os.MkdirAll(bundle, 0o700); err != nil {
 		return fmt.Errorf("gvisor state: %w", err)
 	}
-	flags, err := b.gvisorBundle(bundle, &sb.spec, runsc.Platform)
+	flags, err := b.gvisorBundle(bundle, &sb.spec, runsc)
 	if err != nil {
 		return err
 	}
@@ -783,6 +811,12 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 		}
 		return err
 	}
+	tr.mark("handshake")
+	// Ready: gVisor's boot is over, and nothing of the sandbox's work has
+	// run yet (Create has not returned).
+	if err := sb.applyCPULater(); err != nil {
+		return err
+	}
 	if n := len(sb.spec.Layers); n > 0 {
 		// The executor sees a root with an /etc of its own, as a
 		// template's: say what it is.
@@ -794,7 +828,7 @@ func (b *Backend) createGVisor(ctx context.Context, sb *Sandbox, spec sandbox.Sp
 	}
 	// The platform gVisor's kernel runs on: what a system call costs.
 	sb.layers = append(sb.layers, "gvisor-platform:"+runsc.Platform)
-	tr.mark("handshake")
+	tr.mark("cpulimit")
 	return nil
 }
 

@@ -439,6 +439,57 @@ func TestGVisorPlatform(t *testing.T) {
 // TestChoosePlatform: with no platform configured, a gvisor sandbox runs on
 // systrap where the runsc offers it, on kvm where it has no systrap and
 // /dev/kvm opens, else on ptrace, saying why.
+// TestRunscNoFastPath: on systrap, a runsc that takes
+// --systrap-disable-fast-path gets it in every sandbox's flags; one that
+// does not, and another platform, do not (a fake runsc answers the
+// backend's questions).
+func TestRunscNoFastPath(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a gvisor bundle: needs root")
+	}
+	cases := []struct {
+		name, platform, flags string
+		want                  bool
+	}{
+		{"systrap", "", "  -platform string\n  -systrap-disable-fast-path\n    \tdisable...", true},
+		{"systrap, an older runsc", "", "  -platform string\n  -systrap-disable-syscall-patching\n", false},
+		{"ptrace", "ptrace", "  -systrap-disable-fast-path\n", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fake := filepath.Join(dir, "runsc")
+			script := "#!/bin/sh\ncase \"$*\" in\n" +
+				"--version) echo 'runsc version fake' ;;\n" +
+				"'help platforms') printf 'ptrace\\nsystrap\\n' ;;\n" +
+				"flags) printf '" + c.flags + "' >&2 ;;\n" +
+				"*) exit 1 ;;\nesac\n"
+			if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			b, err := linux.New(linux.Config{Executor: executorPath, StateDir: filepath.Join(dir, "state"), Runsc: fake, RunscPlatform: c.platform})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			r, err := b.Runsc()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.NoFastPath != c.want {
+				t.Errorf("NoFastPath = %v, want %v (platform %s)", r.NoFastPath, c.want, r.Platform)
+			}
+			flags, err := linux.GVisorBundle(b, filepath.Join(dir, "bundle"), sandbox.Spec{Runtime: sandbox.RuntimeGVisor, Limits: sandbox.DefaultLimits})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := slices.Contains(flags, "--systrap-disable-fast-path"); got != c.want {
+				t.Errorf("runsc flags %q: --systrap-disable-fast-path %v, want %v", flags, got, c.want)
+			}
+		})
+	}
+}
+
 func TestChoosePlatform(t *testing.T) {
 	cases := []struct {
 		configured string

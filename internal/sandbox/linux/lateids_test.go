@@ -2,6 +2,7 @@ package linux_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -168,4 +169,58 @@ func lateIDsState(t *testing.T, b *linux.Backend, spawner bool) (executor, comma
 		t.Fatalf("command: %v", res)
 	}
 	return strings.Join(lines, "\n"), res.stdout
+}
+
+// TestLateReserve: in root mode a sandbox without id-mapped trees starts
+// its executor before its uid range is taken and its cgroup's limits are
+// written (Backend.lateReserve), and a failure there fails Create with the
+// executor ended and collected and its id free, after which the next
+// Create works; a sandbox with a workspace (an id-mapped tree) takes its
+// range before the executor starts. TestLateIDs's direct cases write the
+// maps on the late path too.
+func TestLateReserve(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the late ids are root mode's")
+	}
+	if !linux.VforkSupported {
+		t.Skip("no vfork start on this architecture")
+	}
+	b := newLateBackend(t, false)
+	if !linux.LateReserve(b, sandbox.Spec{}) {
+		t.Fatal("a plain sandbox takes its uid range before its executor starts")
+	}
+	if linux.LateReserve(b, sandbox.Spec{Workspace: t.TempDir()}) {
+		t.Fatal("a sandbox with a workspace takes its uid range after its executor starts")
+	}
+	var pid atomic.Int64
+	linux.SetFailLate(b, func(p int) error {
+		pid.Store(int64(p))
+		return errors.New("injected late failure")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), attackTimeout)
+	defer cancel()
+	sb, err := b.Create(ctx, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	if err == nil {
+		sb.Destroy(context.Background())
+		t.Fatal("Create made a sandbox past a failure after its executor started")
+	}
+	if !strings.Contains(err.Error(), "injected late failure") {
+		t.Fatalf("Create = %v; want the injected failure", err)
+	}
+	p := pid.Load()
+	if p == 0 {
+		t.Fatal("the failure was not reached")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", p)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the executor (pid %d) is still there after the failed Create: %v", p, err)
+	}
+	if live, err := b.Live(); err != nil || len(live) != 0 {
+		t.Errorf("ids held after the failed Create: %v %v", live, err)
+	}
+	linux.SetFailLate(b, nil)
+	ok := sandboxtest.Create(t, b, sandbox.Spec{Limits: sandbox.DefaultLimits})
+	res, err := sandbox.Run(ctx, ok, sandbox.Command{Argv: []string{"sh", "-c", "id -u; cat /proc/self/uid_map"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command in the next sandbox: %v %+v", err, res)
+	}
 }

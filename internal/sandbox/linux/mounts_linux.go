@@ -87,6 +87,12 @@ func (m *idmapper) rangeFD() (int, error) {
 // fd returns a user-namespace fd mapping host owner uid/gid to the sandbox
 // user, valid until close.
 func (m *idmapper) fd(uid, gid uint32) (int, error) {
+	if m.base == 0 {
+		// Root mode's ranges start at uidBase: 0 is a range not yet
+		// taken (a Create that takes it after its executor's start),
+		// never one to map to.
+		return -1, errors.New("id-mapped tree: the sandbox has no uid range yet")
+	}
 	key := idmapKey{uid, gid, m.base}
 	ns, err := m.cache.get(key, func() (int, error) { return m.create(uid, gid) })
 	if err != nil {

@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -30,16 +32,33 @@ type procSpec struct {
 	// writing its id maps, sharing this process's memory (vfork.Exec).
 	// sys.Credential is then uid and gid 0 and sys's maps are root mode's.
 	lateIDs bool
+	// tasks are cgroup v1 `tasks` files (cgroup.Group.OpenV1Tasks) that a
+	// lateIDs child writes itself into before its exec, where the starter
+	// can (proc.joined says it did).
+	tasks []int
+	// lateMaps (with lateIDs and the direct vfork start): the id maps
+	// are not written at the start; the caller writes them with
+	// proc.writeMaps before its hello. sys's maps are then not used.
+	lateMaps bool
+	// tr marks the start's steps (AIRLOCK_TRACE); nil: none.
+	tr *tracer
 }
 
 // proc is a process the backend started.
 type proc struct {
-	pid  int
-	kill func() error
+	pid int
+	// joined: the process wrote itself into procSpec.tasks before its
+	// exec; nothing the process ran was outside those groups.
+	joined bool
+	kill   func() error
 	// done is closed once the process has exited.
 	done chan struct{}
 	// close frees what watching the process holds; call it after done.
 	close func()
+	rc    syscall.RawConn // the pidfd
+	// writeMaps writes the id maps of a process started with
+	// procSpec.lateMaps; nil for any other.
+	writeMaps func(idMaps) error
 }
 
 // startProc starts ps: through the spawner when Config.Spawner says so,
@@ -72,8 +91,16 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 	sys.Pdeathsig = syscall.SIGKILL
 	pidfd := -1
 	sys.PidFD = &pidfd
-	attr := &syscall.ProcAttr{Dir: "/", Env: execproto.ExecutorEnv, Files: files, Sys: &sys}
+	env := execproto.ExecutorEnv
+	if traceOn {
+		// The executor traces its start (executor.execTrace) to this
+		// process's stderr, its phases timed from here.
+		files[2] = os.Stderr.Fd()
+		env = append(append([]string(nil), env...), "AIRLOCK_TRACE="+strconv.FormatInt(monoNS(), 10))
+	}
+	attr := &syscall.ProcAttr{Dir: "/", Env: env, Files: files, Sys: &sys}
 	var pid int
+	joined := false
 	if ps.lateIDs && vfork.Supported && !b.forkOnly {
 		cg := -1
 		if sys.UseCgroupFD {
@@ -85,12 +112,27 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 			write = func(pid, pidfd int) error { return b.writeMaps(pid, pidfd, maps) }
 		}
 		args := append(append([]string(nil), ps.args...), execproto.LateIDs)
+		ps.tr.mark("pre")
 		err = onParentThread(func() error {
+			ps.tr.mark("tothread")
+			ps.tr.at("cloneat")
 			var err error
-			pid, pidfd, err = vfork.Exec(b.cfg.Executor, args, attr.Env, files, sys.Cloneflags, cg, write)
+			pid, pidfd, err = vfork.Exec(b.cfg.Executor, args, attr.Env, files, sys.Cloneflags, cg, ps.tasks, func(pid, pidfd int) error {
+				ps.tr.mark("clone+exec")
+				if ps.lateMaps {
+					return nil // the caller's, later (proc.writeMaps)
+				}
+				return write(pid, pidfd)
+			})
+			ps.tr.mark("afterexec")
 			return err
 		})
+		joined = err == nil && len(ps.tasks) > 0
 	} else {
+		if ps.lateMaps {
+			// A fork writes sys's maps, which are not the process's yet.
+			return nil, errors.New("start executor: late id maps need the vfork start")
+		}
 		err = onParentThread(func() error {
 			var err error
 			pid, err = syscall.ForkExec(b.cfg.Executor, ps.args, attr)
@@ -102,7 +144,25 @@ func (b *Backend) startProc(ps procSpec) (*proc, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "fork/exec", Path: b.cfg.Executor, Err: err}
 	}
-	return watchPidfd(pid, pidfd, true)
+	p, err := watchPidfd(pid, pidfd, true)
+	if p != nil {
+		p.joined = joined
+		if ps.lateMaps && ps.lateIDs && vfork.Supported && !b.forkOnly {
+			p.writeMaps = func(m idMaps) error {
+				write := m.write
+				if b.writeMaps != nil {
+					write = func(pid, pidfd int) error { return b.writeMaps(pid, pidfd, m) }
+				}
+				var werr error
+				if cerr := p.rc.Control(func(fd uintptr) { werr = write(p.pid, int(fd)) }); cerr != nil {
+					return cerr
+				}
+				return werr
+			}
+		}
+	}
+	ps.tr.mark("watch")
+	return p, err
 }
 
 // parentThread is the OS thread that starts every process the backend
@@ -129,8 +189,48 @@ func onParentThread(start func() error) error {
 		}()
 	})
 	errc := make(chan error, 1)
-	parentThread.run <- func() { errc <- start() }
+	parentThread.run <- func() {
+		if err := noInheritance(); err != nil {
+			errc <- err
+			return
+		}
+		errc <- start()
+	}
 	return <-errc
+}
+
+// noInheritance marks every descriptor above stderr close-on-exec before a
+// start: a child inherits only what its start lists. This process may hold
+// descriptors it inherited itself without close-on-exec (a shell's, a
+// supervisor's); Go opens none so, and a start passes its own by number,
+// which the child's dup or fcntl makes inheritable again. Without it such a
+// descriptor reached the executor and, through it, every command of the
+// sandbox (a pipe, a socket or a directory of the host's). It fails the
+// start if it cannot be done.
+func noInheritance() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil || (!errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL)) {
+		if err != nil {
+			return fmt.Errorf("close-on-exec: %w", err)
+		}
+		return nil
+	}
+	// Before Linux 5.11: one by one.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("close-on-exec: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		// The directory's own descriptor is gone by now: EBADF is fine.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("close-on-exec: %w", err)
+		}
+	}
+	return nil
 }
 
 // spawner is the backend's connection to its spawner process (`airlock-exec
@@ -176,6 +276,12 @@ func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
 		req.CgroupFile = len(fds)
 		fds = append(fds, ps.sys.CgroupFD)
 	}
+	if req.LateIDs {
+		for _, fd := range ps.tasks {
+			req.TasksFiles = append(req.TasksFiles, len(fds))
+			fds = append(fds, fd)
+		}
+	}
 	msg, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -183,33 +289,39 @@ func (b *Backend) spawnProc(ps procSpec) (*proc, error) {
 	sp := &b.spawner
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	pid, pidfd, err := sp.request(b.cfg.Executor, msg, fds)
+	pid, pidfd, joined, err := sp.request(b.cfg.Executor, msg, fds)
 	if errors.Is(err, errSpawnerGone) {
 		sp.stop()
-		pid, pidfd, err = sp.request(b.cfg.Executor, msg, fds)
+		pid, pidfd, joined, err = sp.request(b.cfg.Executor, msg, fds)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return watchPidfd(pid, pidfd, false)
+	p, err := watchPidfd(pid, pidfd, false)
+	if p != nil {
+		// Only what was asked for: a spawner's word alone adds nothing.
+		p.joined = joined && len(req.TasksFiles) > 0
+	}
+	return p, err
 }
 
 // errSpawnerGone: the spawner exited; a new one may serve the request.
 var errSpawnerGone = errors.New("spawner gone")
 
 // request sends one request and reads its reply: the child's pid and
-// pidfd. Guarded by sp.mu.
-func (sp *spawner) request(executor string, msg []byte, fds []int) (int, int, error) {
+// pidfd, and whether it joined the request's v1 tasks files. Guarded by
+// sp.mu.
+func (sp *spawner) request(executor string, msg []byte, fds []int) (int, int, bool, error) {
 	if sp.cmd == nil {
 		if err := sp.start(executor); err != nil {
-			return 0, -1, err
+			return 0, -1, false, err
 		}
 	}
 	if err := unix.Sendmsg(sp.fd, msg, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
 		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
-			return 0, -1, errSpawnerGone
+			return 0, -1, false, errSpawnerGone
 		}
-		return 0, -1, fmt.Errorf("spawner: %w", err)
+		return 0, -1, false, fmt.Errorf("spawner: %w", err)
 	}
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
@@ -222,10 +334,10 @@ func (sp *spawner) request(executor string, msg []byte, fds []int) (int, int, er
 		}
 	}
 	if err != nil {
-		return 0, -1, fmt.Errorf("spawner: %w", err)
+		return 0, -1, false, fmt.Errorf("spawner: %w", err)
 	}
 	if n == 0 && oobn == 0 {
-		return 0, -1, errSpawnerGone
+		return 0, -1, false, errSpawnerGone
 	}
 	pidfd := -1
 	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
@@ -249,9 +361,9 @@ func (sp *spawner) request(executor string, msg []byte, fds []int) (int, int, er
 		if err == nil {
 			err = errors.New(reply.Error)
 		}
-		return 0, -1, fmt.Errorf("spawner: %w", err)
+		return 0, -1, false, fmt.Errorf("spawner: %w", err)
 	}
-	return reply.PID, pidfd, nil
+	return reply.PID, pidfd, reply.Joined, nil
 }
 
 // start starts the spawner. Guarded by sp.mu.
@@ -304,7 +416,7 @@ func watchPidfd(pid, pidfd int, reap bool) (*proc, error) {
 		f.Close()
 		return nil, fmt.Errorf("pidfd: %w", err)
 	}
-	p := &proc{pid: pid, done: make(chan struct{})}
+	p := &proc{pid: pid, done: make(chan struct{}), rc: rc}
 	p.kill = func() error {
 		var err error
 		if cerr := rc.Control(func(fd uintptr) { err = unix.PidfdSendSignal(int(fd), unix.SIGKILL, nil, 0) }); cerr != nil {

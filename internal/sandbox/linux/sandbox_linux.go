@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,15 +31,21 @@ type Sandbox struct {
 	created time.Time
 	slot    *os.File // held uid-range lock (root mode)
 	base    uint32   // host uid of root inside, with slot
-	idLock  *os.File // held id lock
+	idLock  *heldID  // held id lock
 	cg      *cgroup.Group
+	// cgLimits are the limits makeCgroup made cg for, which limitCgroup
+	// writes.
+	cgLimits cgroup.Limits
 	// background is a sandbox made ahead of demand (sandbox.Background):
 	// its cgroup starts at backgroundCPUWeight.
 	background bool
-	proc       *proc // the executor
-	conn       *execconn.Conn
-	layers     []string
-	files      string // host files shown inside (trust store), removed at teardown
+	// cpuLater: the cgroup was made without the spec's CPU limit, which
+	// applyCPULater sets (cgroup.Limits.CPULater).
+	cpuLater bool
+	proc     *proc // the executor
+	conn     *execconn.Conn
+	layers   []string
+	files    string // host files shown inside (trust store), removed at teardown
 	// layerLocks hold the image layers' shared locks (lockLayers) until
 	// teardown.
 	layerLocks []*os.File
@@ -96,7 +103,12 @@ func (s *Sandbox) Foreground() error {
 	return nil
 }
 
-func (s *Sandbox) makeCgroup() error {
+// makeCgroup makes the sandbox's cgroup, or records that it has none
+// ("cgroup:none") where cgroups are not required. With lateLimits the
+// group's limits are not written yet: limitCgroup writes them, and must
+// before anything of the sandbox's runs (only its executor's own start may
+// come before).
+func (s *Sandbox) makeCgroup(lateLimits bool) error {
 	l := s.spec.Limits
 	want := l.MemoryBytes > 0 || l.Pids > 0 || l.CPUs > 0
 	m, err := s.b.cgroups()
@@ -121,18 +133,54 @@ func (s *Sandbox) makeCgroup() error {
 	if s.background {
 		weight = backgroundCPUWeight
 	}
-	g, err := m.New(s.id, cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: pids, CPUs: l.CPUs, CPUWeight: weight}, want && l.RequireHard)
+	// A gvisor sandbox's CPU limit is its work's, not gVisor's boot's
+	// (runsc, its gofer and sentry side by side, about 1.5 CPUs): the
+	// group starts without it, and applyCPULater sets it at the
+	// executor's Ready, before Create returns.
+	later := l.CPUs > 0 && s.spec.Runtime == sandbox.RuntimeGVisor && !s.b.cpuAtBoot
+	s.cgLimits = cgroup.Limits{MemoryBytes: l.MemoryBytes, Pids: pids, CPUs: l.CPUs, CPULater: later, CPUWeight: weight}
+	required := want && l.RequireHard
+	g, err := m.Make(s.id, s.cgLimits, required)
 	if err != nil {
-		if want && l.RequireHard {
-			if !s.b.root {
-				return fmt.Errorf("resource limits required but cgroups cannot enforce them for an unprivileged user here (%w): %s", err, rootlessLimitsHint)
-			}
-			return fmt.Errorf("resource limits required: %w", err)
+		if required {
+			return s.limitsErr(err)
 		}
 		s.layers = append(s.layers, "cgroup:none")
 		return nil
 	}
 	s.cg = g
+	s.cpuLater = later
+	if lateLimits {
+		return nil
+	}
+	return s.limitCgroup()
+}
+
+// limitsErr is the error of a required limit the group cannot have.
+func (s *Sandbox) limitsErr(err error) error {
+	if !s.b.root {
+		return fmt.Errorf("resource limits required but cgroups cannot enforce them for an unprivileged user here (%w): %s", err, rootlessLimitsHint)
+	}
+	return fmt.Errorf("resource limits required: %w", err)
+}
+
+// limitCgroup writes the limits of the group makeCgroup made (none: a
+// no-op) and records which are in force. A required limit that cannot be
+// written fails it; the caller tears the sandbox down, its group with it.
+func (s *Sandbox) limitCgroup() error {
+	g := s.cg
+	if g == nil {
+		return nil
+	}
+	l := s.spec.Limits
+	required := (l.MemoryBytes > 0 || l.Pids > 0 || l.CPUs > 0) && l.RequireHard
+	if err := g.SetLimits(s.cgLimits, required); err != nil {
+		return s.limitsErr(err)
+	}
+	m, err := s.b.cgroups()
+	if err != nil {
+		return err // not reached: makeCgroup had it
+	}
 	md := m.Mode()
 	for _, e := range g.Enforced() {
 		s.layers = append(s.layers, "cgroup:"+md.Version+":"+e)
@@ -142,6 +190,37 @@ func (s *Sandbox) makeCgroup() error {
 		// it limits and tracks nothing.
 		s.layers = append(s.layers, "cgroup:none")
 	}
+	return nil
+}
+
+// applyCPULater sets the CPU limit makeCgroup left for later (a gvisor
+// sandbox's, once its executor is Ready), and lists it in the sandbox's
+// layers where makeCgroup would have. Where there is no cpu controller
+// and the limits are not required it is skipped, as New skips it; any
+// other failure is Create's: the sandbox must not run without the limit.
+func (s *Sandbox) applyCPULater() error {
+	if !s.cpuLater {
+		return nil
+	}
+	if err := s.cg.SetCPUs(s.spec.Limits.CPUs); err != nil {
+		if errors.Is(err, errors.ErrUnsupported) && !s.spec.Limits.RequireHard {
+			return nil
+		}
+		return fmt.Errorf("apply the cpu limit after gVisor's boot: %w", err)
+	}
+	s.cpuLater = false
+	m, err := s.b.cgroups()
+	if err != nil {
+		return err // not reached: the group came from it
+	}
+	// After the group's other limits, before the executor's layers.
+	i := 0
+	for j, l := range s.layers {
+		if strings.HasPrefix(l, "cgroup:") {
+			i = j + 1
+		}
+	}
+	s.layers = slices.Insert(s.layers, i, "cgroup:"+m.Mode().Version+":cpu")
 	return nil
 }
 
@@ -397,6 +476,16 @@ func (s *Sandbox) Thaw(ctx context.Context) error {
 	return nil
 }
 
+// Preopen opens the cgroup counter files that Start and Wait read through
+// descriptors kept open, which the sandbox's first command would otherwise
+// open on its caller's time (four opens on cgroup v1). A pool calls it on
+// the sandboxes it keeps idle (pool.firstUse).
+func (s *Sandbox) Preopen() {
+	if s.cg != nil {
+		_, _ = s.cg.Counters() // a torn-down group's are closed: an error
+	}
+}
+
 // Start runs a command.
 func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process, error) {
 	if err := s.alive(); err != nil {
@@ -424,15 +513,18 @@ func (s *Sandbox) Start(ctx context.Context, c sandbox.Command) (sandbox.Process
 	// goroutine descheduled that long (a loaded machine) would count its
 	// tasks and hits as there before (atPidsLimit, Wait), and report the
 	// bomb's end as a plain exit.
+	tr := newTracer("run")
 	var before cgroup.Stats
 	if s.cg != nil {
 		before, _ = s.cg.Counters()
 	}
+	tr.mark("counters")
 	p, err := s.conn.Start(req, c.Stdin, c.Stdout, c.Stderr)
 	if err != nil {
 		return nil, err
 	}
-	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before}
+	tr.mark("sent")
+	proc := &process{s: s, p: p, argv0: c.Argv[0], before: before, tr: tr}
 	if s.cg != nil {
 		// A timer, not a goroutine: a command shorter than limitPoll, as
 		// most tool calls are, costs no goroutine and no wake-up.
@@ -449,6 +541,7 @@ type process struct {
 	p      *execconn.Process
 	argv0  string
 	before cgroup.Stats
+	tr     *tracer // AIRLOCK_TRACE: Start to the result
 
 	mu      sync.Mutex
 	poll    *time.Timer     // guarded by mu: runs checkLimits every limitPoll
@@ -505,6 +598,8 @@ func (p *process) Resize(rows, cols uint16) error { return p.p.Resize(rows, cols
 
 func (p *process) Wait(ctx context.Context) (sandbox.Result, error) {
 	r, err := p.p.Wait(ctx)
+	p.tr.mark("result")
+	p.tr.done()
 	p.mu.Lock()
 	p.stopped = true
 	if p.poll != nil {

@@ -250,3 +250,25 @@ func TestUIDSlotBoundCgroup(t *testing.T) {
 		t.Error("bind of a path with a newline succeeded")
 	}
 }
+
+// TestSlotRewrite: a slot's record rewritten shorter or longer is exactly
+// the new record, with nothing of the old one after it.
+func TestSlotRewrite(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "slot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, rec := range []string{"sb-1\n/sys/fs/cgroup/unified/airlock-x/sb-1\n", "sb-2", "sb-3\n/a\n", strings.Repeat("x", 9000), "sb-4"} {
+		if err := rewrite(f, rec); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != rec {
+			t.Fatalf("after rewrite to %.20q: file holds %.40q", rec, got)
+		}
+	}
+}

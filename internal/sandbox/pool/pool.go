@@ -262,6 +262,19 @@ func (p *Pool) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// preopener is a sandbox that can open now what its first command would
+// otherwise open (the native backend's cgroup counters).
+type preopener interface{ Preopen() }
+
+// firstUse readies what sb's first command needs, so that the caller it
+// is handed to does not wait for it: an idle sandbox's first command is
+// the caller's, and the only one a `sandbox run` handed to a daemon has.
+func firstUse(sb sandbox.Sandbox) {
+	if o, ok := sb.(preopener); ok {
+		o.Preopen()
+	}
+}
+
 func (p *Pool) kick() {
 	select {
 	case p.wake <- struct{}{}:
@@ -307,6 +320,7 @@ func (p *Pool) fill() {
 				p.log.Warn("pool: create an idle sandbox", "err", err)
 				break
 			}
+			firstUse(sb)
 			if !p.keep(k, sb) {
 				p.destroy(sb)
 			}

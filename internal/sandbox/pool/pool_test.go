@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,4 +312,61 @@ func TestPoolPrime(t *testing.T) {
 	if err := p.Prime(bound); err == nil {
 		t.Errorf("Prime of a spec with an id = nil, want an error")
 	}
+}
+
+// preopens is a backend whose sandboxes count their Preopen calls (and
+// pass them on to the backend's).
+type preopens struct{ sandbox.Backend }
+
+type preopenCount struct {
+	sandbox.Sandbox
+	n atomic.Int32
+}
+
+func (c *preopenCount) Preopen() {
+	c.n.Add(1)
+	if o, ok := c.Sandbox.(interface{ Preopen() }); ok {
+		o.Preopen()
+	}
+}
+
+func (b preopens) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, error) {
+	sb, err := b.Backend.Create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &preopenCount{Sandbox: sb}, nil
+}
+
+// TestPoolPreopens: what a sandbox's first command would open (Preopen)
+// is opened by the pool when it makes an idle one, once, and not for a
+// create it could not serve, whose caller waits for the make anyway.
+func TestPoolPreopens(t *testing.T) {
+	ctx := ctxT(t)
+	p := pool.New(preopens{backend(t)}, pool.Options{PerSpec: 1})
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	spec := sandbox.Spec{}
+	for range 2 { // a spec is in demand from its second create
+		miss, err := p.Create(ctx, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := miss.(*preopenCount).n.Load(); n != 0 {
+			t.Errorf("a sandbox made for a waiting caller was preopened %d times", n)
+		}
+		miss.Destroy(ctx)
+	}
+	waitIdle(t, p, 1)
+	hit, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hit.Destroy(ctx)
+	if st := p.Stats(); st.Hits != 1 {
+		t.Fatalf("stats %+v, want a hit", st)
+	}
+	if n := hit.(*preopenCount).n.Load(); n != 1 {
+		t.Errorf("an idle sandbox handed out was preopened %d times, want 1", n)
+	}
+	echo(t, ctx, hit, "preopened")
 }

@@ -115,6 +115,8 @@ func (p *Pool) fillWarm() bool {
 		if err == nil {
 			if err = w.prepare(ctx, sb); err != nil {
 				p.destroy(sb)
+			} else {
+				firstUse(sb)
 			}
 		}
 		cancel()

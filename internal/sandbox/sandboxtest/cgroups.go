@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
+
+	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // CgroupDirs lists the directories at rel (a path such as a backend's cgroup
@@ -36,4 +39,19 @@ func CgroupDirs(rel string) []string {
 		}
 	}
 	return dirs
+}
+
+// Measured is sb's usage (sandbox.Measurer: its cgroup's CPU time and
+// memory), failing tb if sb cannot measure itself.
+func Measured(tb testing.TB, sb sandbox.Sandbox) sandbox.Metrics {
+	tb.Helper()
+	m, ok := sb.(sandbox.Measurer)
+	if !ok {
+		tb.Fatal("sandbox is no Measurer")
+	}
+	met, err := m.Measure()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return met
 }

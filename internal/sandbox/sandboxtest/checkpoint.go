@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
@@ -77,6 +78,7 @@ func (s *suite) testCheckpoint(t *testing.T) {
 		manyFiles(t, ws)
 		s.checkpointSteps(t, s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW}), sandbox.WorkspaceRW)
 	})
+	t.Run("RWStep", s.testCheckpointRWStep)
 	t.Run("RO", func(t *testing.T) {
 		// A read-only workspace changes only from the host's side; a
 		// checkpoint sees that as any other change.
@@ -266,18 +268,21 @@ func importManyFiles(t *testing.T, sb sandbox.Sandbox) {
 }
 
 // walksLayer reports whether sb's restored /workspace is an overlay whose
-// upper layer a delta reads: the native backend's; not gVisor's (its own
-// tmpfs) nor a kubernetes pod's (a volume).
+// upper layer a delta reads: the native backend's and a kubernetes pod's
+// always (an overlay the executor mounts over the pod's volume), and
+// gVisor's where its runsc's overlay serves (a runsc whose overlay fails
+// a command's statx, Debian's 20221219, keeps its tmpfs: the sandbox
+// reports no execproto.LayerRestoreLayer).
 func walksLayer(sb sandbox.Sandbox) bool {
-	b := sb.Info().Backend
-	return b != sandbox.RuntimeGVisor && b != "kubernetes"
+	info := sb.Info()
+	return info.Backend != sandbox.RuntimeGVisor || slices.Contains(info.Layers, execproto.LayerRestoreLayer)
 }
 
 // testCheckpointRestoredStep checks that a delta after a restore reads
 // what changed since, not the tree the restore brought: the sandbox walks
-// only its layer of changes (Walked), where it has one (natively; gVisor
-// and a kubernetes pod, whose /workspace is a volume, walk it whole, as
-// every mode but cow does).
+// only its layer of changes (Walked), where it has one (natively, in a
+// kubernetes pod and under gVisor with a runsc whose overlay serves; else
+// it walks it whole, as every mode but cow does).
 func (s *suite) testCheckpointRestoredStep(t *testing.T) {
 	t.Parallel()
 	sb := s.create(t, sandbox.Spec{})
@@ -312,9 +317,10 @@ func (s *suite) testCheckpointRestoredStep(t *testing.T) {
 	ApplyDelta(t, dir, es)
 	CompareTrees(t, "after a restore and a change", sb, dir)
 	layered := walksLayer(sb)
+	t.Logf("%s: the delta after one changed file walked %d entries", sb.Info().Backend, res.Walked)
 	switch {
 	case !layered:
-		t.Logf("%s: the delta walked %d entries (no layer of changes to read)", sb.Info().Backend, res.Walked)
+		t.Logf("%s: no layer of changes to read", sb.Info().Backend)
 	case res.Walked > 2:
 		t.Errorf("delta after one changed file walked %d entries, want at most 2 (d01/ and d01/f005): the restored tree was walked", res.Walked)
 	}
@@ -338,6 +344,73 @@ func (s *suite) testCheckpointRestoredStep(t *testing.T) {
 	wantNames(t, "an import after commands", es, []string{"d03/", "d03/late"}, []string{"d03/late"})
 	ApplyDelta(t, dir, es)
 	CompareTrees(t, "after a late import", sb, dir)
+}
+
+// testCheckpointRWStep checks that a delta of an rw workspace looks at what
+// changed, natively: the executor keeps a dirty set from inotify
+// (docs/checkpoints.md, "Deltas of rw workspaces"). Its tracker watches the
+// tree in the background from the sandbox's start, and a baseline taken
+// before it is ready walks the whole tree once: the first steps may walk
+// it all. gVisor and a pod walk it whole every time.
+func (s *suite) testCheckpointRWStep(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	manyFiles(t, ws)
+	sb := s.create(t, sandbox.Spec{Workspace: ws, WorkspaceMode: sandbox.WorkspaceRW})
+	cp := checkpointer(t, sb)
+	dir := t.TempDir()
+	full, es := take(t, cp, sandbox.CheckpointRequest{})
+	ApplyDelta(t, dir, es)
+	since := full.Baseline
+	var walked []int64
+	for i := range 5 {
+		mustSh(t, sb, fmt.Sprintf("echo %d >> /workspace/d01/f005", i))
+		res, es := take(t, cp, sandbox.CheckpointRequest{Since: since})
+		wantNames(t, "one file changed in an rw workspace", es, []string{"d01/", "d01/f005"}, []string{"d01/f005"})
+		ApplyDelta(t, dir, es)
+		since, walked = res.Baseline, append(walked, res.Walked)
+	}
+	CompareTrees(t, "after steps in an rw workspace", sb, dir)
+	// d01 and its 21 entries; the root's other names come from the
+	// baseline, and d01/sub and the other directories are not looked
+	// into.
+	t.Logf("%s: the deltas walked %v entries", sb.Info().Backend, walked)
+	if walksLayer(sb) && walked[len(walked)-1] > 22 {
+		t.Errorf("deltas after one changed file in an rw workspace walked %v entries, want at most 22 at the last: the tree was walked", walked)
+	}
+	// A change from the host is an event like the sandbox's own.
+	writeHost(t, ws, "d07/f003", "from the host\n")
+	mustSh(t, sb, "rm /workspace/d02/f001 && mv /workspace/d04/f001 /workspace/d04/g001 && mkdir -p /workspace/d09/new/deep && echo n > /workspace/d09/new/deep/n")
+	res, es := take(t, cp, sandbox.CheckpointRequest{Since: since})
+	wantNames(t, "a host write, a deletion, a rename and a new directory in an rw workspace", es,
+		[]string{"d02/", "d02/.wh.f001", "d04/", "d04/.wh.f001", "d04/g001", "d07/", "d07/f003", "d09/", "d09/new/", "d09/new/deep/", "d09/new/deep/n"},
+		[]string{"d02/.wh.f001", "d04/.wh.f001", "d04/g001", "d07/f003", "d09/new/deep/n"})
+	ApplyDelta(t, dir, es)
+	CompareTrees(t, "after a host write and more steps in an rw workspace", sb, dir)
+	since = res.Baseline
+	// A second name made in a directory just made, written through and
+	// removed at once, before the tracker can watch that directory: the
+	// executor notes every link before it goes on (the link notifier),
+	// so the delta walks the whole tree and holds the file written.
+	mustSh(t, sb, "cd /workspace && mkdir d05/new && ln d06/f002 d05/new/l && echo via the link >> d05/new/l && rm d05/new/l")
+	res, es = take(t, cp, sandbox.CheckpointRequest{Since: since})
+	if res.Full {
+		t.Fatalf("Checkpoint(since %q) = %+v: full, want a delta", since, res)
+	}
+	wantNames(t, "a file written through a second name made and removed in a new directory", es, nil, []string{"d05/new/", "d06/f002"})
+	ApplyDelta(t, dir, es)
+	CompareTrees(t, "after a write through a passing second name", sb, dir)
+	// The ln is gone: the next delta walks what changed (and the
+	// directory of the file that had two names), not the tree.
+	whole := res.Walked
+	mustSh(t, sb, "echo again >> /workspace/d01/f005")
+	res, es = take(t, cp, sandbox.CheckpointRequest{Since: res.Baseline})
+	wantNames(t, "one file changed after a link", es, []string{"d01/", "d01/f005"}, []string{"d01/f005"})
+	ApplyDelta(t, dir, es)
+	t.Logf("%s: the delta of a link walked %d entries, the one after it %d", sb.Info().Backend, whole, res.Walked)
+	if walksLayer(sb) && res.Walked*4 > whole {
+		t.Errorf("the delta after the one of a link walked %d entries, the whole tree is %d: the link was taken as still in flight", res.Walked, whole)
+	}
 }
 
 // checkpointStep is one command and what the delta after it must hold.
@@ -448,15 +521,18 @@ var checkpointSteps = []checkpointStep{
 		name: "remove a directory and make it again", script: "rm -rf /workspace/d06 && mkdir /workspace/d06 && echo fresh > /workspace/d06/new",
 		must: []string{"d06/", "d06/new"},
 		check: func(t *testing.T, mode string, es []DeltaEntry) {
-			// Whiteouts for the old children, or one marker: a cow
-			// workspace's upper layer, where the host can read it, has
-			// the opaque directory (gVisor's in-memory overlay has no
-			// layer to read: it is walked as the other modes are).
+			// Whiteouts for the old children, or one marker: an
+			// overlay's upper layer, where it is read (cow, and the
+			// empty and restored workspaces' overlay), may have the
+			// opaque directory (gVisor's overlay marks a directory
+			// made again opaque even where no lower layer had it: the
+			// empty workspace's d06 was all the upper layer's). An rw
+			// workspace has no layer: it is walked whole.
 			got := names(es)
 			if !slices.Contains(got, "d06/.wh..wh..opq") && !slices.Contains(got, "d06/.wh.f001") {
 				t.Errorf("remade directory: delta %q has neither d06/.wh..wh..opq nor d06/.wh.f001", got)
 			}
-			if mode != sandbox.WorkspaceCOW && mode != "restored" && slices.Contains(got, "d06/.wh..wh..opq") {
+			if mode == sandbox.WorkspaceRW && slices.Contains(got, "d06/.wh..wh..opq") {
 				t.Errorf("remade directory: delta %q of a %s workspace has an opaque marker", got, mode)
 			}
 		},

@@ -37,12 +37,24 @@ func BuildExecutor() (path string, remove func(), err error) {
 	return path, remove, nil
 }
 
+// PrebuiltExecutorEnv names an executor built beforehand, which Main uses
+// instead of building one.
+const PrebuiltExecutorEnv = "AIRLOCK_TEST_EXECUTOR"
+
 // Main is the TestMain of a package whose tests make real sandboxes: as
 // root it builds the executor into *path for them, runs the tests, and
 // removes it; otherwise it only runs the tests (those that need sandboxes
 // skip, saying they need root). It returns the exit code for os.Exit.
+//
+// With $AIRLOCK_TEST_EXECUTOR set (an airlock-exec built beforehand) it
+// uses that one instead of building: the bench scripts run a test binary
+// with one executor and then another (bench/gvisor-exec.sh).
 func Main(m *testing.M, path *string) int {
 	if os.Geteuid() != 0 {
+		return m.Run()
+	}
+	if p := os.Getenv(PrebuiltExecutorEnv); p != "" {
+		*path = p
 		return m.Run()
 	}
 	p, remove, err := BuildExecutor()

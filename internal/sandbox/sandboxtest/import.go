@@ -192,3 +192,18 @@ func makeTar(t *testing.T, entries []tarEntry) []byte {
 	}
 	return buf.Bytes()
 }
+
+// ImportFile imports into sb's /workspace a tar stream of one regular file,
+// name (mode 0644), holding body: a restore of a one-file tree. Backend
+// tests outside the suite use it too.
+func ImportFile(t *testing.T, sb sandbox.Sandbox, name, body string) {
+	t.Helper()
+	im, ok := sb.(sandbox.Importer)
+	if !ok {
+		t.Fatalf("%s's sandboxes do not import tar streams", sb.Info().Backend)
+	}
+	stream := makeTar(t, []tarEntry{{h: tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644}, body: body}})
+	if err := im.Import(opCtx(t), "/workspace", bytes.NewReader(stream)); err != nil {
+		t.Fatalf("Import = %v", err)
+	}
+}

@@ -25,6 +25,15 @@ type Mode struct {
 	// Reason says why a controller or the cgroup2 tree is missing; "" when
 	// nothing is.
 	Reason string
+	// V1Controllers lists those of Controllers that live in v1
+	// hierarchies (hybrid and v1 modes). A process is moved into them by
+	// a write to cgroup.procs, whose writer waits for an RCU grace period
+	// (cgroup_threadgroup_rwsem) unless FavorDynmods; an executor started
+	// with vfork.Exec moves itself through `tasks`, which does not wait.
+	V1Controllers []string
+	// FavorDynmods: a cgroup hierarchy is mounted with favordynmods (one
+	// is enough: the rwsem is every hierarchy's).
+	FavorDynmods bool
 }
 
 // v1Hier is a v1 hierarchy the caller may create cgroups in.
@@ -47,6 +56,7 @@ type layout struct {
 	v1      []v1Hier
 	v2      v2Tree
 	reasons []string // why something is missing
+	favor   bool     // location.favor
 }
 
 // located caches where the caller's cgroups are: /proc/self/cgroup changes
@@ -87,13 +97,14 @@ var detected = sync.OnceValues(func() (Mode, error) {
 func Detect() (Mode, error) {
 	m, err := detected()
 	m.Controllers = slices.Clone(m.Controllers)
+	m.V1Controllers = slices.Clone(m.V1Controllers)
 	return m, err
 }
 
 // probe turns a location into a layout by checking which directories the
 // caller can write to and which v2 controllers it is offered.
 func probe(loc location) layout {
-	l := layout{version: loc.version, reasons: slices.Clone(loc.reasons)}
+	l := layout{version: loc.version, reasons: slices.Clone(loc.reasons), favor: loc.favor}
 	for _, h := range loc.v1 {
 		if err := unix.Access(h.dir, unix.W_OK); err != nil {
 			l.reasons = append(l.reasons, fmt.Sprintf("%s: cannot create cgroups in %s: %v", h.ctrls, h.dir, err))
@@ -178,7 +189,13 @@ func (l *layout) v1Ctrls() ctrlSet {
 
 // mode summarises the layout.
 func (l *layout) mode() Mode {
-	m := Mode{Version: l.version, Controllers: ((l.v1Ctrls() | l.v2.ctrls) & limitCtrls).names(), Unified: l.v2.mount}
+	m := Mode{
+		Version:       l.version,
+		Controllers:   ((l.v1Ctrls() | l.v2.ctrls) & limitCtrls).names(),
+		Unified:       l.v2.mount,
+		V1Controllers: (l.v1Ctrls() & limitCtrls).names(),
+		FavorDynmods:  l.favor,
+	}
 	m.Reason = strings.Join(l.reasons, "; ")
 	return m
 }

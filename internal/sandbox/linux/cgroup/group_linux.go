@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -22,10 +23,12 @@ const unlimitedV1 = 1 << 62
 // Group is the cgroup of one sandbox in every hierarchy. Its methods are
 // safe for concurrent use, but CgroupFD must not be used after Close.
 type Group struct {
-	name     string
-	v1       []v1Dir
-	v2       string  // cgroup2 directory, "" if none
-	v2Ctrls  ctrlSet // limit controllers set in v2
+	name    string
+	v1      []v1Dir
+	v2      string  // cgroup2 directory, "" if none
+	v2Ctrls ctrlSet // limit controllers set in v2
+	// enforced is set by New and Open, and changed only by SetCPUs; read
+	// and changed under mu after that.
 	enforced []string
 	// freezer is the freezer Freeze uses when the Manager was told one
 	// (ManagerOptions.Freezer); "" picks cgroup2's where there is one.
@@ -113,6 +116,40 @@ func (g *Group) AddClonedProc(pid int) error {
 	return g.addV1(pid, strconv.Itoa(pid))
 }
 
+// OpenV1Tasks opens the group's `tasks` file in every v1 hierarchy for
+// writing, for a child that writes "0" to each before its exec
+// (vfork.Exec): a thread that moves itself through `tasks` is the one
+// migration the kernel makes without taking cgroup_threadgroup_rwsem for
+// writing, whose writer waits for an RCU grace period on a v1 hierarchy
+// mounted without favordynmods (5-15 ms a start on Linux 6.18), as every
+// write of a pid to cgroup.procs does. intoV2 says the child is cloned into
+// the cgroup2 directory (CgroupFD). It returns nil when there is nothing
+// for the child to join, or when joining the v1 hierarchies would not be
+// all (a cgroup2 directory the clone does not enter): AddProc then. The
+// caller closes them (CloseFDs).
+func (g *Group) OpenV1Tasks(intoV2 bool) ([]int, error) {
+	if len(g.v1) == 0 || (g.v2 != "" && !intoV2) {
+		return nil, nil
+	}
+	fds := make([]int, 0, len(g.v1))
+	for _, d := range g.v1 {
+		fd, err := unix.Open(d.dir+"/tasks", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			CloseFDs(fds)
+			return nil, fmt.Errorf("cgroup %s: open %s tasks: %w", g.name, d.ctrls, err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
+// CloseFDs closes the descriptors OpenV1Tasks returned.
+func CloseFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
 func (g *Group) addV1(pid int, s string) error {
 	for _, d := range g.v1 {
 		if err := writeFile(d.dir+"/cgroup.procs", s); err != nil {
@@ -125,9 +162,9 @@ func (g *Group) addV1(pid int, s string) error {
 // Enforced lists the limits in force, in the order memory, swap, pids, cpu.
 // "swap" means swap is capped along with memory.
 func (g *Group) Enforced() []string {
-	out := make([]string, len(g.enforced))
-	copy(out, g.enforced)
-	return out
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.enforced)
 }
 
 // dirFor returns the directory holding controller c's files and whether it
@@ -142,6 +179,18 @@ func (g *Group) dirFor(c ctrlSet) (string, bool) {
 		return g.v2, true
 	}
 	return "", false
+}
+
+// SetLimits writes the limits of l into a group Manager.Make made (New
+// does it itself); call it once. Limits that fail are skipped unless
+// require is set, in which case the first failure is returned: the group
+// then bounds less than l, and the caller ends what it started there.
+// Enforced tells afterwards which limits are in force.
+func (g *Group) SetLimits(l Limits, require bool) error {
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("cgroup %s: %w", g.name, err)
+	}
+	return g.setLimits(l, require)
 }
 
 // setLimits writes the limits of l. Limits that fail are skipped unless
@@ -188,18 +237,10 @@ func (g *Group) setLimits(l Limits, require bool) error {
 			}
 		}
 	}
-	if l.CPUs > 0 {
+	if l.CPUs > 0 && !l.CPULater {
 		if dir, v2 := g.dirFor(ctrlCPU); dir != "" {
-			q := strconv.FormatInt(l.cpuQuota(), 10)
-			var ok bool
-			if v2 {
-				ok = set(ctrlCPU, dir, "cpu.max", q+" "+strconv.Itoa(cpuPeriodMicros), false)
-			} else {
-				// A new v1 cgroup starts with the default 100 ms period
-				// whatever its parent's, so only the quota is written.
-				ok = set(ctrlCPU, dir, "cpu.cfs_quota_us", q, false)
-			}
-			if ok {
+			file, val := cpuQuotaFile(v2, l.cpuQuota())
+			if set(ctrlCPU, dir, file, val, false) {
 				g.enforced = append(g.enforced, "cpu")
 			}
 		}
@@ -210,6 +251,102 @@ func (g *Group) setLimits(l Limits, require bool) error {
 		_ = g.SetCPUWeight(l.CPUWeight)
 	}
 	return err
+}
+
+// cpuQuotaFile returns the file that holds a group's CPU quota and what to
+// write to it for quota µs per period (-1: no limit).
+func cpuQuotaFile(v2 bool, quota int64) (file, val string) {
+	if v2 {
+		if quota < 0 {
+			return "cpu.max", "max " + strconv.Itoa(cpuPeriodMicros)
+		}
+		return "cpu.max", strconv.FormatInt(quota, 10) + " " + strconv.Itoa(cpuPeriodMicros)
+	}
+	// A new v1 cgroup starts with the default 100 ms period whatever its
+	// parent's, so only the quota is written.
+	return "cpu.cfs_quota_us", strconv.FormatInt(quota, 10)
+}
+
+// SetCPUs caps the group's CPU time at cpus CPUs (Limits.CPUs), or lifts
+// the cap with cpus 0: for a group made with Limits.CPULater, once what
+// the limit is not for is over. It fails, with a *LimitError, if the
+// group has no cpu controller (wrapping errors.ErrUnsupported) or the
+// kernel refuses the value (on v1, a quota above its parent's); the group
+// is then as it was.
+func (g *Group) SetCPUs(cpus float64) error {
+	l := Limits{CPUs: cpus}
+	if err := l.validate(); err != nil {
+		return fmt.Errorf("cgroup %s: %w", g.name, err)
+	}
+	dir, v2 := g.dirFor(ctrlCPU)
+	if dir == "" {
+		return &LimitError{Group: g.name, Controller: ctrlCPU.String(), Err: fmt.Errorf("no cpu controller: %w", errors.ErrUnsupported)}
+	}
+	quota := int64(-1)
+	if cpus > 0 {
+		quota = l.cpuQuota()
+	}
+	file, val := cpuQuotaFile(v2, quota)
+	if err := writeFile(dir+"/"+file, val); err != nil {
+		return &LimitError{Group: g.name, Controller: ctrlCPU.String(), File: file, Err: err}
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.Index(g.enforced, "cpu")
+	switch {
+	case cpus > 0 && i < 0:
+		g.enforced = append(g.enforced, "cpu")
+	case cpus == 0 && i >= 0:
+		g.enforced = slices.Delete(g.enforced, i, i+1)
+	}
+	return nil
+}
+
+// CPUDir returns the directory holding the group's cpu controller files
+// and whether it is the cgroup2 one, or "" if the group has none.
+func (g *Group) CPUDir() (dir string, v2 bool) { return g.dirFor(ctrlCPU) }
+
+// CPUs reads back the group's CPU cap in CPUs (quota / period), 0 when
+// there is none.
+func (g *Group) CPUs() (float64, error) {
+	dir, v2 := g.dirFor(ctrlCPU)
+	if dir == "" {
+		return 0, fmt.Errorf("cgroup %s: read cpu limit: no cpu controller: %w", g.name, errors.ErrUnsupported)
+	}
+	var quota, period string
+	if v2 {
+		b, err := readFile(dir + "/cpu.max")
+		if err != nil {
+			return 0, fmt.Errorf("cgroup %s: read cpu.max: %w", g.name, err)
+		}
+		f := bytes.Fields(b)
+		if len(f) != 2 {
+			return 0, fmt.Errorf("cgroup %s: cpu.max %q: want quota and period", g.name, b)
+		}
+		quota, period = string(f[0]), string(f[1])
+	} else {
+		q, err := readFile(dir + "/cpu.cfs_quota_us")
+		if err != nil {
+			return 0, fmt.Errorf("cgroup %s: read cpu.cfs_quota_us: %w", g.name, err)
+		}
+		p, err := readFile(dir + "/cpu.cfs_period_us")
+		if err != nil {
+			return 0, fmt.Errorf("cgroup %s: read cpu.cfs_period_us: %w", g.name, err)
+		}
+		quota, period = string(bytes.TrimSpace(q)), string(bytes.TrimSpace(p))
+	}
+	if quota == "max" || quota == "-1" {
+		return 0, nil
+	}
+	q, err := strconv.ParseInt(quota, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup %s: cpu quota %q: %w", g.name, quota, err)
+	}
+	p, err := strconv.ParseInt(period, 10, 64)
+	if err != nil || p <= 0 {
+		return 0, fmt.Errorf("cgroup %s: cpu period %q: not a positive number", g.name, period)
+	}
+	return float64(q) / float64(p), nil
 }
 
 // SetCPUWeight sets the group's share of CPU time against its siblings

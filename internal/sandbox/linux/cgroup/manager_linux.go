@@ -33,6 +33,13 @@ type Limits struct {
 	// kernel's default is 100; v1 cpu.shares of CPUWeight*1024/100). It
 	// is a priority, not a limit: never required, never in Enforced.
 	CPUWeight int
+	// CPULater makes New leave the group's CPU time unlimited though
+	// CPUs is set, for a start that is the runtime's and not the work the
+	// limit is for (a gVisor sandbox's boot, which runs runsc, its gofer
+	// and sentry side by side): Group.SetCPUs applies CPUs once that is
+	// over. New still checks, with requireLimits, that the CPU limit can
+	// be enforced; Enforced lists "cpu" only once SetCPUs has applied it.
+	CPULater bool
 }
 
 // DefaultCPUWeight is the kernel's cpu.weight of a new group.
@@ -325,6 +332,25 @@ func enableControllers(dir string, ctrls []string) error {
 //
 // New fails with an error matching fs.ErrExist if the group exists.
 func (m *Manager) New(name string, l Limits, requireLimits bool) (*Group, error) {
+	g, err := m.Make(name, l, requireLimits)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.SetLimits(l, requireLimits); err != nil {
+		_ = g.removeDirs() // only what Make created; empty, so rmdir works
+		_ = g.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+// Make is New without the limits written: the group's directories are
+// made, and with requireLimits it fails as New does when a limit of l
+// cannot be enforced here, but nothing bounds the group until SetLimits
+// writes l. A caller that starts a process of its own in the group before
+// then (a sandbox's executor, whose start the writes then do not delay)
+// must write them before anything runs there that they are to bound.
+func (m *Manager) Make(name string, l Limits, requireLimits bool) (*Group, error) {
 	if err := validName(name); err != nil {
 		return nil, fmt.Errorf("cgroup %q: %w", name, err)
 	}
@@ -371,9 +397,6 @@ func (m *Manager) New(name string, l Limits, requireLimits bool) (*Group, error)
 			return nil, fmt.Errorf("cgroup %s: create %s: %w", name, dir, err)
 		}
 		g.v1 = append(g.v1, v1Dir{ctrls: v.ctrls, dir: dir})
-	}
-	if err := g.setLimits(l, requireLimits); err != nil {
-		return nil, err
 	}
 	ok = true
 	return g, nil
@@ -458,6 +481,60 @@ func (m *Manager) List() ([]string, error) {
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil
+}
+
+// ListUnified returns the names of the groups that have a directory in the
+// cgroup2 tree, sorted: one directory read where List reads one a
+// hierarchy. It is List when there is no cgroup2 tree.
+func (m *Manager) ListUnified() ([]string, error) {
+	t := m.lay.v2
+	if t.mount == "" {
+		return m.List()
+	}
+	ents, err := os.ReadDir(t.own + "/" + m.parent)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list cgroups: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// RemoveIfEmpty removes group name if it holds no process and reports
+// whether it is gone: Destroy without the kill and without the wait, and
+// without opening the group (Open also reads its limits) or reading
+// cgroup.events: rmdir itself fails with EBUSY on a cgroup that holds a
+// task. The cgroup2 directory goes first, and nothing else while it holds
+// a process: a process started into it (CLONE_INTO_CGROUP) is there before
+// it is moved into the v1 directories. A task leaves every hierarchy at
+// once as it exits, so the v1 directories are then empty too; one that is
+// not (a process moved into v1 only) is left, with no error, to GC.
+func (m *Manager) RemoveIfEmpty(name string) (bool, error) {
+	if err := validName(name); err != nil {
+		return false, fmt.Errorf("cgroup %q: %w", name, err)
+	}
+	dirs := make([]string, 0, len(m.lay.v1)+1)
+	if t := m.lay.v2; t.mount != "" {
+		dirs = append(dirs, t.own+"/"+m.parent+"/"+name)
+	}
+	for _, h := range m.lay.v1 {
+		dirs = append(dirs, h.own+"/"+m.parent+"/"+name)
+	}
+	for _, d := range dirs {
+		if err := rmdir(d); errors.Is(err, unix.EBUSY) {
+			return false, nil
+		} else if err != nil {
+			return false, fmt.Errorf("cgroup %s: remove %s: %w", name, d, err)
+		}
+	}
+	return true, nil
 }
 
 // RemoveParent removes the parent directories if they are empty (rmdir

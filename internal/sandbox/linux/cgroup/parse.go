@@ -3,6 +3,7 @@ package cgroup
 import (
 	"bytes"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -73,6 +74,9 @@ type cgroupMount struct {
 	v2         bool    // cgroup2
 	anyCtrl    bool    // v1: the hierarchy has at least one controller
 	ctrls      ctrlSet // v1: the controllers among ours bound to it
+	// favor: mounted with favordynmods (cgroup_threadgroup_rwsem kept
+	// in its slow mode: a migration waits for no RCU grace period).
+	favor bool
 }
 
 // parseMountinfo returns the cgroup mounts listed in /proc/self/mountinfo
@@ -91,6 +95,9 @@ func parseMountinfo(data []byte) []cgroupMount {
 			continue
 		}
 		m := cgroupMount{root: unescapeMountinfo(pf[3]), mountpoint: unescapeMountinfo(pf[4])}
+		if len(qf) >= 3 {
+			m.favor = slices.Contains(strings.Split(qf[2], ","), "favordynmods")
+		}
 		switch qf[0] {
 		case "cgroup2":
 			m.v2 = true
@@ -204,6 +211,9 @@ type location struct {
 	v2Path  string  // the caller's cgroup2 path
 	v2Dir   string  // the caller's cgroup2 directory, "" if unreachable
 	reasons []string
+	// favor: some cgroup hierarchy is mounted with favordynmods, which
+	// is global (one rwsem for every hierarchy's migrations).
+	favor bool
 }
 
 // locate finds the caller's cgroup directories in every hierarchy.
@@ -212,6 +222,7 @@ func locate(mounts []cgroupMount, pc procCgroup) location {
 	var have ctrlSet
 	anyV1 := false
 	for _, m := range mounts {
+		loc.favor = loc.favor || m.favor
 		if m.v2 {
 			if loc.v2Dir != "" || !pc.hasV2 {
 				continue

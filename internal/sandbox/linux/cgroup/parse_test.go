@@ -147,6 +147,29 @@ func TestLocate(t *testing.T) {
 	}
 }
 
+// TestLocateFavorDynmods: favordynmods on any cgroup mount, v1 or
+// cgroup2, is seen (the rwsem it puts in its slow mode is every
+// hierarchy's); an option that merely contains the word is not it.
+func TestLocateFavorDynmods(t *testing.T) {
+	cg := parseProcCgroup([]byte(hybridCgroup))
+	if locate(parseMountinfo([]byte(hybridMountinfo)), cg).favor {
+		t.Error("favor without favordynmods")
+	}
+	for _, repl := range []struct{ from, to string }{
+		{"cgroup rw,memory", "cgroup rw,memory,favordynmods"},
+		{"cgroup2 cgroup2 rw", "cgroup2 cgroup2 rw,nsdelegate,favordynmods"},
+	} {
+		mi := strings.Replace(hybridMountinfo, repl.from, repl.to, 1)
+		if !locate(parseMountinfo([]byte(mi)), cg).favor {
+			t.Errorf("no favor with %q", repl.to)
+		}
+	}
+	mi := strings.Replace(hybridMountinfo, "cgroup rw,memory", "cgroup rw,memory,nofavordynmods", 1)
+	if locate(parseMountinfo([]byte(mi)), cg).favor {
+		t.Error("favor with nofavordynmods")
+	}
+}
+
 func TestKeyedValue(t *testing.T) {
 	const oomControl = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"
 	const events = "low 0\nhigh 0\nmax 17\noom 2\noom_kill 1\noom_group_kill 0\n"
