@@ -39,8 +39,12 @@ var frontEndDeps = map[string]bool{
 	// The executor's clone that shares the front end's memory (linux).
 	"github.com/airlockrun/airlock/internal/executor/vfork": true,
 	"github.com/airlockrun/airlock/internal/supervisor":     true,
-	"github.com/pmezard/go-difflib/difflib":                 true,
-	"golang.org/x/sys/unix":                                 true,
+	// sandbox run --image: the image's root, read from the store's index
+	// (standard library and the sandbox contract only; the store itself,
+	// with its registry client, stays in airlock-host).
+	"github.com/airlockrun/airlock/internal/imageroot": true,
+	"github.com/pmezard/go-difflib/difflib":            true,
+	"golang.org/x/sys/unix":                            true,
 }
 
 func TestFrontEndDeps(t *testing.T) {

@@ -1,5 +1,6 @@
 // Command airlock is the host's command line. It runs the plain sandbox
-// commands (sandbox run without egress flags, exec, ls, rm, gc) itself, with
+// commands (sandbox run without egress flags, with --image when the image is
+// unpacked in the store, exec, ls, rm, gc) itself, with
 // only what they need linked in, so a sandbox starts fast; everything else
 // it hands to airlock-host, installed beside it, by exec.
 package main
@@ -24,9 +25,11 @@ func init() {
 	if args := os.Args[1:]; sandboxcli.Fast(args) && args[1] == "run" {
 		sandboxcli.DieWithParent()
 	}
+	sandboxcli.Mark("init")
 }
 
 func main() {
+	sandboxcli.Mark("main")
 	self, err := os.Executable()
 	if err != nil {
 		self = os.Args[0]
@@ -35,6 +38,8 @@ func main() {
 	args := os.Args[1:]
 	if sandboxcli.Fast(args) {
 		env := sandboxcli.OSEnv(host)
+		sandboxcli.Mark("osenv")
+		env.OneP = os.Getenv("GOMAXPROCS") == ""
 		if status, ok := sandboxcli.Main(&env, args); ok {
 			os.Exit(status)
 		}

@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlockrun/airlock/internal/deptest"
+	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/sandboxcli"
@@ -451,5 +453,73 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
+	}
+}
+
+// TestFrontEndImage: sandbox run --image of an image the store has
+// unpacked runs in the front end itself (here from a directory without
+// airlock-host, where a hand-off would fail with 125), with the image's
+// environment, working directory, user and entrypoint, as airlock-host
+// runs it; an image the store lacks is handed off.
+func TestFrontEndImage(t *testing.T) {
+	dir := bins(t)
+	if os.Geteuid() != 0 {
+		t.Skip("sandboxes cannot run here (not root)")
+	}
+	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
+		if c.Required && !c.OK {
+			t.Skipf("sandboxes cannot run here: %s", c.Layer)
+		}
+	}
+	home := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir)) })
+	env := []string{"AIRLOCK_HOME=" + home, "AIRLOCK_NO_HANDOFF=1"}
+	cfg := imagetest.BusyboxConfig
+	cfg.Env = append(slices.Clone(cfg.Env), "HTTP_PROXY=http://from-the-image")
+	cfg.WorkingDir, cfg.User = "opt", "1000:1000"
+	cfg.Entrypoint = []string{"/bin/sh", "-c", `echo "$IMAGE_ENV|$FLAG|$HTTP_PROXY|$(pwd)|$(id -u)|$*"`, "sh"}
+	cfg.Cmd = []string{"from-cmd"}
+	archive := imagetest.DockerArchive(t, t.TempDir(), imagetest.Image(t, "", cfg, imagetest.Layer(t, imagetest.BusyboxFiles(t)...)), "e2e/img:1")
+	host := filepath.Join(dir, "airlock-host")
+	if r := run(t, host, env, "image", "import", archive); r.code != 0 {
+		t.Fatalf("image import = %+v", r)
+	}
+	lone := filepath.Join(t.TempDir(), "lone")
+	if err := os.Mkdir(lone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"airlock", "airlock-exec"} {
+		// A copy where a link cannot be made (another file system): the
+		// test runs either way.
+		if err := os.Link(filepath.Join(dir, b), filepath.Join(lone, b)); err != nil {
+			data, rerr := os.ReadFile(filepath.Join(dir, b))
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if err := os.WriteFile(filepath.Join(lone, b), data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Chmod(filepath.Dir(lone), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	airlock := filepath.Join(lone, "airlock")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sandbox", "run", "--image", "e2e/img:1", "--env", "FLAG=f", "--"}, "from-image|f||/opt|1000|from-cmd\n"},
+		{[]string{"sandbox", "run", "--image", "index.docker.io/e2e/img:1", "--user", "0", "--", "/bin/sh", "-c", `echo "$IMAGE_ENV $(pwd) $(id -u)"`}, "from-image /opt 0\n"},
+	} {
+		got, want := run(t, airlock, env, c.args...), run(t, host, env, c.args...)
+		if got != want || got.stdout != c.want || got.code != 0 {
+			t.Errorf("airlock %q = %+v\nairlock-host gives %+v; want stdout %q", c.args, got, want, c.want)
+		}
+	}
+	// Not in the store: handed off, so here (no airlock-host) an error
+	// naming it.
+	if r := run(t, airlock, env, "sandbox", "run", "--image", "nosuch", "--", "true"); r.code != 125 || !strings.Contains(r.stderr, "airlock-host") {
+		t.Errorf("sandbox run --image nosuch without airlock-host = %+v, want exit 125 naming airlock-host (a hand-off)", r)
 	}
 }

@@ -32,7 +32,7 @@ var layers = []struct {
 		"internal/sandbox/execconn", "internal/sandbox/linux", "internal/sandbox/pool", "internal/sandbox/handoff", "internal/sandbox/sandboxtest",
 		"internal/supervisor", "internal/store/schema", "internal/store/sqlrow", "internal/store/sqlite", "internal/store/postgres", "internal/store/postgres/pgtest",
 		"internal/store/storetest", "internal/store/chunk/chunktest", "internal/checkpoint", "internal/egress/guard", "internal/egress", "internal/gateway/wire", "internal/gateway",
-		"internal/tools", "internal/auth", "internal/client", "internal/credit", "internal/image", "internal/image/imagetest",
+		"internal/tools", "internal/auth", "internal/client", "internal/credit", "internal/image", "internal/image/imagetest", "internal/imageroot",
 		"internal/build",
 		"internal/template", "internal/interp", "internal/mcpclient", "internal/sandbox/kube", "internal/portproxy",
 	}},

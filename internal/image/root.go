@@ -4,27 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
-	"slices"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/airlockrun/airlock/internal/imageroot"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
 
 // Root is what a sandbox needs of a stored image: its layers' directories
-// and its config.
-type Root struct {
-	// Ref is the image by digest, NAME@sha256:HEX when the store knows a
-	// repository it came from (where another node may pull it), else
-	// sha256:HEX: what a run records.
-	Ref    string
-	Digest string
-	// Layers are the unpacked layers' directories, lowest first.
-	Layers []string
-	Config Config
-}
+// and its config (imageroot.Root: Apply makes a spec's root the image's,
+// Command is its default command).
+type Root = imageroot.Root
 
 // Root returns the root of the image ref names (as Inspect reads it). An
 // image the store lacks, named NAME@sha256:HEX, is pulled by that digest
@@ -54,80 +44,17 @@ func (s *Store) Root(ctx context.Context, ref string) (Root, error) {
 // refOf is img by digest: NAME@sha256:HEX of the first repository it came
 // from (or of its first name), else sha256:HEX.
 func refOf(img Image) string {
-	switch {
-	case len(img.Repos) > 0:
-		return img.Repos[0] + "@" + img.Digest
-	case len(img.Names) > 0:
+	if len(img.Repos) == 0 && len(img.Names) > 0 {
 		if t, err := name.NewTag(img.Names[0]); err == nil {
 			return t.Context().Name() + "@" + img.Digest
 		}
 	}
-	return img.Digest
-}
-
-// Apply makes spec's root the image's: its layers, and its config where
-// spec says nothing: the image's environment first, then spec's own (a
-// variable spec sets wins; the variables the sandbox sets for its proxy and
-// trust store never come from the image), its working directory as the
-// commands' default, its user as the default user. An image that names no
-// user runs commands as airlock's unprivileged sandbox user, not as the
-// root Docker would take: a sandbox's root has no capabilities and does not
-// own /workspace.
-func (r Root) Apply(spec *sandbox.Spec) {
-	spec.Layers = slices.Clone(r.Layers)
-	var env []string
-	for _, e := range r.Config.Env {
-		k, _, _ := strings.Cut(e, "=")
-		if k != "" && !sandbox.OwnEnv(k) {
-			env = append(env, e)
-		}
-	}
-	spec.Env = MergeEnv(env, spec.Env)
-	if spec.Dir == "" && r.Config.WorkingDir != "" {
-		spec.Dir = path.Clean("/" + r.Config.WorkingDir)
-	}
-	if spec.User == "" && r.Config.User != "" {
-		// USER may say uid:gid or name:group; a sandbox's commands take a
-		// user, whose group comes from the image's /etc/passwd.
-		spec.User, _, _ = strings.Cut(r.Config.User, ":")
-	}
-}
-
-// Command is the command a sandbox of the image runs when it is given
-// none: the image's entrypoint, then its cmd. A command given replaces
-// both (unlike `docker run IMAGE ARGS`, which keeps the entrypoint): a
-// sandbox runs many commands, each as given.
-func (r Root) Command(args []string) ([]string, error) {
-	if len(args) > 0 {
-		return args, nil
-	}
-	argv := append(slices.Clone(r.Config.Entrypoint), r.Config.Cmd...)
-	if len(argv) == 0 {
-		return nil, errors.New("the image has no entrypoint or cmd: give a command")
-	}
-	return argv, nil
+	return imageroot.RefOf(img.Digest, img.Repos, nil)
 }
 
 // MergeEnv returns base with over applied: a variable of over replaces the
 // one of base in place, the rest of over follows in order.
-func MergeEnv(base, over []string) []string {
-	out := slices.Clone(base)
-	at := map[string]int{}
-	for i, e := range out {
-		k, _, _ := strings.Cut(e, "=")
-		at[k] = i
-	}
-	for _, e := range over {
-		k, _, _ := strings.Cut(e, "=")
-		if i, ok := at[k]; ok {
-			out[i] = e
-			continue
-		}
-		at[k] = len(out)
-		out = append(out, e)
-	}
-	return out
-}
+func MergeEnv(base, over []string) []string { return imageroot.MergeEnv(base, over) }
 
 // Resolve returns the image ref names by digest, as a run records it
 // (Root.Ref). A NAME@sha256:HEX the store lacks is returned as it is: the

@@ -4,18 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/imageroot"
 )
 
 // Options configure a Store. The zero value works.
@@ -44,56 +44,19 @@ type Store struct {
 
 // ErrNotFound is wrapped by the errors of a reference the store has no
 // image for.
-var ErrNotFound = errors.New("no such image")
+var ErrNotFound = imageroot.ErrNotFound
 
 // Image describes a stored image.
-type Image struct {
-	// Digest is the manifest's (sha256:...): the image's identity.
-	Digest string `json:"digest"`
-	// Index is the digest of the multi-platform index it was chosen from,
-	// if any.
-	Index string `json:"index,omitempty"`
-	// Names are its tags, in canonical form (index.docker.io/library/x:1).
-	Names []string `json:"names,omitempty"`
-	// Repos are the repositories it came from or went to: where a node
-	// that lacks it may pull it by digest.
-	Repos     []string    `json:"repos,omitempty"`
-	MediaType string      `json:"media_type"`
-	Platform  string      `json:"platform"`
-	Config    Config      `json:"config"`
-	ConfigRef string      `json:"config_digest"`
-	Layers    []LayerInfo `json:"layers"`
-	// Size is the sum of the compressed layers' sizes.
-	Size   int64     `json:"size"`
-	Added  time.Time `json:"added"`
-	Source string    `json:"source"`
-}
+type Image = imageroot.Image
 
 // Config is what an image's config says about running it.
-type Config struct {
-	Env        []string          `json:"env,omitempty"`
-	WorkingDir string            `json:"working_dir,omitempty"`
-	User       string            `json:"user,omitempty"`
-	Entrypoint []string          `json:"entrypoint,omitempty"`
-	Cmd        []string          `json:"cmd,omitempty"`
-	Labels     map[string]string `json:"labels,omitempty"`
-	Created    time.Time         `json:"created,omitzero"`
-}
+type Config = imageroot.Config
 
 // LayerInfo describes one layer of an image, lowest first.
-type LayerInfo struct {
-	Digest    string     `json:"digest"`  // of the compressed blob
-	DiffID    string     `json:"diff_id"` // of the uncompressed tar
-	MediaType string     `json:"media_type"`
-	Size      int64      `json:"size"` // compressed
-	Unpacked  LayerStats `json:"unpacked"`
-}
+type LayerInfo = imageroot.LayerInfo
 
 // state is images.json.
-type state struct {
-	Images map[string]*Image `json:"images"` // by manifest digest
-	Names  map[string]string `json:"names"`  // canonical tag -> manifest digest
-}
+type state = imageroot.Index
 
 // Open opens (creating it) the store in dir.
 func Open(dir string, o Options) (*Store, error) {
@@ -124,31 +87,10 @@ func (s *Store) blobPath(digest string) string {
 	return filepath.Join(s.dir, "blobs", "sha256", strings.TrimPrefix(digest, "sha256:"))
 }
 
-func (s *Store) layerPath(diffID string) string {
-	return filepath.Join(s.dir, "layers", strings.TrimPrefix(diffID, "sha256:"))
-}
+func (s *Store) layerPath(diffID string) string { return imageroot.LayerPath(s.dir, diffID) }
 
 // read returns the store's index as it is now (writers replace it whole).
-func (s *Store) read() (*state, error) {
-	st := &state{Images: map[string]*Image{}, Names: map[string]string{}}
-	b, err := os.ReadFile(filepath.Join(s.dir, "images.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("image store: %w", err)
-	}
-	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("image store: images.json: %w", err)
-	}
-	if st.Images == nil {
-		st.Images = map[string]*Image{}
-	}
-	if st.Names == nil {
-		st.Names = map[string]string{}
-	}
-	return st, nil
-}
+func (s *Store) read() (*state, error) { return imageroot.ReadIndex(s.dir) }
 
 // update changes the index with fn under the store's lock.
 func (s *Store) update(fn func(*state) error) error {
@@ -204,17 +146,7 @@ func (s *Store) lock(name string, how int) (func(), error) {
 }
 
 // withNames returns img with its names filled in from st.
-func withNames(st *state, img *Image) Image {
-	out := *img
-	out.Names = nil
-	for n, d := range st.Names {
-		if d == img.Digest {
-			out.Names = append(out.Names, n)
-		}
-	}
-	slices.Sort(out.Names)
-	return out
-}
+func withNames(st *state, img *Image) Image { return st.WithNames(img) }
 
 // List returns every stored image, newest first.
 func (s *Store) List() ([]Image, error) {
@@ -252,57 +184,24 @@ func (s *Store) Inspect(ref string) (Image, error) {
 	return withNames(st, img), nil
 }
 
-// resolve finds ref's image in st.
+// resolve finds ref's image in st (imageroot.Index.Resolve, the names read
+// by go-containerregistry).
 func resolve(st *state, ref string) (*Image, error) {
-	if hex, ok := digestPrefix(ref); ok {
-		var match []*Image
-		for _, img := range st.Images {
-			if strings.HasPrefix(strings.TrimPrefix(img.Digest, "sha256:"), hex) || len(hex) == 64 && img.Index == "sha256:"+hex {
-				match = append(match, img)
-			}
+	return st.Resolve(ref, func(ref string) (string, string, error) {
+		r, err := name.ParseReference(ref)
+		if err != nil {
+			return "", "", fmt.Errorf("image reference %q: %w", ref, err)
 		}
-		switch len(match) {
-		case 1:
-			return match[0], nil
-		case 0:
-			return nil, fmt.Errorf("image %s: %w", ref, ErrNotFound)
+		if d, ok := r.(name.Digest); ok {
+			return d.DigestStr(), "", nil
 		}
-		return nil, fmt.Errorf("image %s: %d images match; give more of the digest", ref, len(match))
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		return nil, fmt.Errorf("image reference %q: %w", ref, err)
-	}
-	if d, ok := r.(name.Digest); ok {
-		for _, img := range st.Images {
-			if img.Digest == d.DigestStr() || img.Index == d.DigestStr() {
-				return img, nil
-			}
-		}
-		return nil, fmt.Errorf("image %s: %w", ref, ErrNotFound)
-	}
-	if d, ok := st.Names[r.Name()]; ok {
-		if img, ok := st.Images[d]; ok {
-			return img, nil
-		}
-	}
-	return nil, fmt.Errorf("image %s: %w", ref, ErrNotFound)
+		return "", r.Name(), nil
+	})
 }
 
 // digestPrefix reports whether ref is sha256:HEX or a bare hex digest
 // prefix of at least 12 digits, and returns the hex.
-func digestPrefix(ref string) (string, bool) {
-	hex, algo := strings.CutPrefix(ref, "sha256:")
-	if len(hex) < 12 && !algo || len(hex) == 0 || len(hex) > 64 {
-		return "", false
-	}
-	for _, c := range hex {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return "", false
-		}
-	}
-	return hex, true
-}
+func digestPrefix(ref string) (string, bool) { return imageroot.DigestPrefix(ref) }
 
 // Remove removes ref: a name removes that name (and the image with its
 // last name, unless it was also asked for by digest); a digest removes the

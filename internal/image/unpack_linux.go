@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/imageroot"
 )
 
 // Limits bound what one layer may hold. Layers are untrusted input: a
@@ -43,15 +45,7 @@ func (l Limits) withDefaults() Limits {
 }
 
 // LayerStats says what unpacking a layer did beyond creating its files.
-type LayerStats struct {
-	Entries   int   `json:"entries"`
-	Bytes     int64 `json:"bytes"`               // of regular files' content
-	Whiteouts int   `json:"whiteouts,omitempty"` // .wh.NAME and 0/0 character devices
-	Opaque    int   `json:"opaque,omitempty"`    // .wh..wh..opq
-	// Skipped counts entries not applied: device nodes other than the 0/0
-	// whiteout, AUFS's own .wh..wh.* entries, global PAX headers.
-	Skipped int `json:"skipped,omitempty"`
-}
+type LayerStats = imageroot.LayerStats
 
 // EntryError is a layer entry the unpacker refused.
 type EntryError struct {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -319,4 +320,36 @@ func TestDaemonStopReport(t *testing.T) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// TestOneP: Env.OneP drops the process to one P only when sandbox run
+// starts its sandbox itself; a run handed to a host leaves the runtime's
+// Ps as they were (the call cost the handed-off client more than it
+// saved). Not parallel: it sets the test binary's GOMAXPROCS.
+func TestOneP(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for real sandboxes")
+	}
+	was := runtime.GOMAXPROCS(2)
+	t.Cleanup(func() { runtime.GOMAXPROCS(was) })
+	home := t.TempDir()
+	host := sandboxHost(t, home)
+	warm := Env{Ctx: context.Background(), Home: home, Executor: executorPath, OneP: true}
+	if st, out, errOut := run(t, warm, "", "run", "--", "echo", "warm"); st != 0 || out != "warm\n" {
+		t.Fatalf("handed off: %d %q %q", st, out, errOut)
+	}
+	if host.Stats().Served != 1 {
+		t.Fatalf("the host served %d commands, want 1", host.Stats().Served)
+	}
+	if n := runtime.GOMAXPROCS(0); n != 2 {
+		t.Errorf("GOMAXPROCS after a handed-off run = %d, want 2 (as it was)", n)
+	}
+	cold := warm
+	cold.NoHandoff = true
+	if st, out, errOut := run(t, cold, "", "run", "--", "echo", "cold"); st != 0 || out != "cold\n" {
+		t.Fatalf("cold: %d %q %q", st, out, errOut)
+	}
+	if n := runtime.GOMAXPROCS(0); n != 1 {
+		t.Errorf("GOMAXPROCS after a run that started its sandbox itself = %d, want 1", n)
+	}
 }

@@ -13,11 +13,11 @@ import (
 // reads them.
 type kongGrammar struct {
 	Sandbox struct {
-		Run  RunCmd  `cmd:""`
-		Exec ExecCmd `cmd:""`
-		Ls   LsCmd   `cmd:""`
-		Rm   RmCmd   `cmd:""`
-		Gc   GcCmd   `cmd:""`
+		Run  ImageRunCmd `cmd:""`
+		Exec ExecCmd     `cmd:""`
+		Ls   LsCmd       `cmd:""`
+		Rm   RmCmd       `cmd:""`
+		Gc   GcCmd       `cmd:""`
 	} `cmd:""`
 }
 
@@ -90,8 +90,13 @@ func TestParse(t *testing.T) {
 		{[]string{"sandbox", "ls", "--json"}, true},
 		{[]string{"sandbox", "rm", "sb-1", "sb-2"}, true},
 		{[]string{"sandbox", "gc"}, true},
+		{[]string{"sandbox", "run", "--image", "busybox", "--", "true"}, true},
+		{[]string{"sandbox", "run", "--image=sha256:0123456789ab", "--env", "A=1", "--"}, true},
 
 		{[]string{"sandbox", "run"}, false},
+		{[]string{"sandbox", "run", "--image", "busybox"}, false},
+		{[]string{"sandbox", "run", "--image", "a", "--image", "b", "--", "true"}, false},
+		{[]string{"sandbox", "run", "--image", "--", "true"}, false},
 		{[]string{"sandbox", "run", "--allow", "example.com", "--", "true"}, false},
 		{[]string{"sandbox", "run", "-it", "--", "true"}, false},
 		{[]string{"sandbox", "run", "-memory", "1G", "--", "true"}, false},
@@ -125,7 +130,7 @@ func TestParseListValue(t *testing.T) {
 	if !agree(t, args) {
 		t.Fatalf("parse(%q) declined", args)
 	}
-	c := parseArgs(args).(*RunCmd)
+	c := parseArgs(args).(*ImageRunCmd)
 	if want := []string{"LIST=a,b"}; !reflect.DeepEqual(c.Env, want) {
 		t.Errorf("env = %q, want %q", c.Env, want)
 	}

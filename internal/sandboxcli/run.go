@@ -7,8 +7,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -92,11 +94,29 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 		if handed, err := c.handOff(env, spec, sandbox.Command{Argv: argv, Timeout: timeout, MaxOutput: maxOut}, hp); handed {
 			return err
 		}
+		Mark("handoff")
+	}
+	if env.OneP && egress == nil {
+		// Before Create, not once its executor has started (Backend.OnStart)
+		// where the stop of the world would be off the critical path: with
+		// a second P until then the goroutine below ran on a thread of its
+		// own, 26-32 more page faults and 14 more context switches a run,
+		// and the start was no sooner (docs/benchmarks.md, front29).
+		runtime.GOMAXPROCS(1)
+		Mark("onep")
 	}
 	b, err := env.Backend()
 	if err != nil {
 		return err
 	}
+	Mark("backend")
+	// The reap of what earlier runs left need not come before the
+	// executor's start: it runs once the executor has started, beside its
+	// Go start (Backend.OnStart), or when Create ends without one.
+	started := make(chan struct{})
+	var startOnce sync.Once
+	begun := func() { startOnce.Do(func() { close(started) }) }
+	b.OnStart(begun)
 	ctx, cancel := context.WithCancel(env.Ctx)
 	defer cancel()
 	// Collect what crashed runs left while this one starts, not after it
@@ -104,19 +124,24 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	// run's sweep is gcInterval old: a run that ended normally leaves
 	// nothing, and the sweep was a tenth of the front end's CPU and page
 	// faults in every run.
-	// Without a sweep, the backend's one-time setup (the sweep's first
-	// step) still runs beside Create's id lock and uid range.
+	// Without a sweep, the backend's one-time setup (Detect) runs beside
+	// Create's id lock, and the reap once the executor has started.
 	sweep := env.gcDue(time.Now())
 	gcDone := make(chan struct{})
 	go func() {
 		defer close(gcDone)
 		if sweep {
 			env.GC()
-		} else {
-			b.Prepare()
+			return
 		}
+		b.Detect()
+		<-started
+		b.Reap()
 	}()
 	defer func() { <-gcDone }()
+	defer begun() // first: the reap may not wait for a start that never comes
+	defer b.OnStart(nil)
+	Mark("gcdue")
 	if egress != nil {
 		stop, err := egress(ctx, &spec)
 		if err != nil {
@@ -125,6 +150,7 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 		defer stop()
 	}
 	sb, err := b.Create(ctx, spec)
+	begun()
 	if err != nil {
 		return err
 	}

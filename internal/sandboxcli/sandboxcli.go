@@ -55,6 +55,14 @@ type Env struct {
 	// sandbox's processes are gone and its cgroup removed (see
 	// linux.Sandbox.DestroyDetached); set by $AIRLOCK_NO_DETACH.
 	NoDetach bool
+	// OneP makes a sandbox run that starts its sandbox itself, with no
+	// egress proxy in this process, go on with one P (runtime.GOMAXPROCS)
+	// once it knows it does: what is left is Create, the Prepare beside it
+	// and a wait for the command, and with a second P every hand-off
+	// between them woke another thread. Set by the small front end
+	// (cmd/airlock) when $GOMAXPROCS is not; not on the handed-off path,
+	// where the call cost more than it saved (docs/benchmarks.md).
+	OneP bool
 	// EventLog, when set, opens where Supervise keeps what its sandbox
 	// id reports through its event channel, in the sandbox's state
 	// directory dir; end is called once the channel is drained, before
@@ -258,15 +266,24 @@ func Main(env *Env, args []string) (status int, ok bool) {
 	if cmd == nil || !parse(cmd, args[2:]) {
 		return 0, false
 	}
-	return Status(env.Stderr, cmd.Run(env)), true
+	Mark("parsed")
+	err := cmd.Run(env)
+	if errors.Is(err, errDecline) {
+		return 0, false
+	}
+	return Status(env.Stderr, err), true
 }
+
+// Mark records that the front end finished step name, for AIRLOCK_TRACE's
+// `trace front:` line (linux.FrontMark).
+func Mark(name string) { linux.FrontMark(name) }
 
 // command returns a new command struct for `airlock sandbox NAME`, or nil
 // when this package does not run NAME.
 func command(name string) interface{ Run(*Env) error } {
 	switch name {
 	case "run":
-		return &RunCmd{}
+		return &ImageRunCmd{}
 	case "exec":
 		return &ExecCmd{}
 	case "ls":

@@ -43,9 +43,15 @@ func TestMainDeclines(t *testing.T) {
 		"sandbox run --bogus -- true",
 		"sandbox exec --bogus sb-1 -- true",
 		"sandbox run --memory",
+		// An image the home's store lacks (there is no store), a bad
+		// image reference, an image with --rootfs: the whole command line
+		// says what is wrong.
+		"sandbox run --image busybox -- true",
+		"sandbox run --image Not/Valid -- true",
+		"sandbox run --image busybox --rootfs / -- true",
 	} {
 		var out strings.Builder
-		env := &Env{Stdout: &out, Stderr: &out}
+		env := &Env{Stdout: &out, Stderr: &out, Home: t.TempDir()}
 		if status, ok := Main(env, strings.Fields(args)); ok {
 			t.Errorf("Main(%q) ran (status %d), want it declined", args, status)
 		}
