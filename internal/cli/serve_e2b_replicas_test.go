@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -429,6 +430,93 @@ func TestServeReplicasE2BKubernetes(t *testing.T) {
 	}
 	if r := sandboxRecord(t, st, sb.ID); r.Status != event.StatusCancelled {
 		t.Errorf("record after the kill through B: %s, want cancelled", r.Status)
+	}
+}
+
+// TestServeReplicasE2BRolloutKubernetes: a rolling update's SIGTERM
+// leaves a running sandbox to the other replica instead of ending it. A
+// sandbox made through A, with a file written in it, is still running,
+// in the same pod, once A has stopped gracefully (exit 0): A recorded its
+// usage and a sandbox.handover and released the record's lease, and B took
+// it over (run.resumed, takeover) without waiting for the lease to lapse;
+// the same token reaches the same file through B.
+func TestServeReplicasE2BRolloutKubernetes(t *testing.T) {
+	url := pgURL(t)
+	homeA, exe := serveHome(t, "alroll-")
+	homeB := moreHome(t)
+	k := needKube(t, exe)
+	st := pgStore(t, url)
+	c := e2bClient{t: t, key: e2bKey(t, homeA, exe, url, "acme")}
+	conf := strings.Replace(k.conf, "detached_grace: 3s", "detached_grace: 2m", 1) + e2bReplicaConf(t)
+	a := startServeConf(t, homeA, exe, url, 0, conf)
+	b := startServeConf(t, homeB, exe, url, 0, conf)
+
+	code, body := c.api("POST", a.e2bAPI, "/sandboxes", map[string]any{"templateID": "base"})
+	var sb e2bSandbox
+	if code != 201 || json.Unmarshal(body, &sb) != nil {
+		t.Fatalf("create through A = %d %s", code, body)
+	}
+	if code, out := c.run(a.e2bSandbox, sb, `echo before-the-rollout > /tmp/a.txt`); code != 200 {
+		t.Fatalf("command through A = %d %q", code, out)
+	}
+	pods := k.pods(t)
+	if len(pods) != 1 {
+		t.Fatalf("pods after the create: %v, want one", pods)
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	stopped := time.Now()
+	if code := a.wait(); code != 0 {
+		t.Fatalf("A's graceful stop exited %d:\n%s", code, a.log.String())
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		code, body = c.api("GET", b.e2bAPI, "/sandboxes/"+sb.ID, nil)
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("info through B after A's stop = %d %s, want 200 once B takes it over; B's log:\n%s", code, body, b.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("B took the sandbox over %.1f s after A's SIGTERM", time.Since(stopped).Seconds())
+	if code, out := c.run(b.e2bSandbox, sb, `cat /tmp/a.txt`); code != 200 || out != "before-the-rollout\n" {
+		t.Fatalf("command through B after the rollout = %d %q, want the file A's command wrote (the same pod)", code, out)
+	}
+	if now := k.pods(t); !slices.Equal(now, pods) {
+		t.Errorf("pods after the takeover: %v, want the same one %v", now, pods)
+	}
+	rec := sandboxRecord(t, st, sb.ID)
+	if rec.Status != event.StatusRunning || !strings.Contains(rec.LeaseOwner, b.e2bAPI) {
+		t.Errorf("record after the rollout: %s, lease %q; want running, B's (%s)", rec.Status, rec.LeaseOwner, b.e2bAPI)
+	}
+	evs, err := st.Events(context.Background(), rec.ID, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handover, usage, takeover := -1, -1, -1
+	for i, e := range evs {
+		switch {
+		case e.Type == event.TypeSandboxOp && bytes.Contains(e.Payload, []byte(`"sandbox.handover"`)):
+			handover = i
+		case e.Type == event.TypeSandboxUsage && handover < 0:
+			usage = i
+		case e.Type == event.TypeRunResumed && bytes.Contains(e.Payload, []byte(`"takeover"`)):
+			takeover = i
+		}
+	}
+	if handover < 0 || usage < 0 || takeover < handover {
+		t.Errorf("the record's log: usage at %d, sandbox.handover at %d, run.resumed (takeover) at %d; want A's usage and handover, then B's takeover", usage, handover, takeover)
+	}
+	if code, body := c.api("DELETE", b.e2bAPI, "/sandboxes/"+sb.ID, nil); code != 204 {
+		t.Fatalf("kill through B = %d %s", code, body)
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for left := k.pods(t); len(left) > 0; left = k.pods(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pods left after the kill: %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

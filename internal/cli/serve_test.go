@@ -163,8 +163,11 @@ func TestServe(t *testing.T) {
 	}
 
 	// Shut down while a run sleeps in its sandbox: it stays running,
-	// resumable, and the next server's workers finish it.
-	slow := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 1; echo slept\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	// resumable, and the next server's workers finish it. The sleep is the
+	// time the shutdown has to land after the run is seen running: were
+	// the command to end first, the run would complete (runs_live.txtar's
+	// pause lost that race at load 30 with 4 s; this had 1 s).
+	slow := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 5; echo slept\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 	st, b = call(t, "POST", s.url+"/v1/runs", key, map[string]any{"task": "slow", "script": slow})
 	if st != http.StatusCreated || json.Unmarshal(b, &run) != nil {
 		t.Fatalf("create = %d %s", st, b)

@@ -688,6 +688,68 @@ func (s *Server) adopt(ctx context.Context, r store.Run, token int64) bool {
 	return true
 }
 
+// leaveRunning leaves running sandbox b to another replica as this server
+// shuts down (a rolling update's SIGTERM), instead of ending it, when one
+// can take it over: its backend's sandboxes outlive this host's
+// connection (the kubernetes backend's pods: detacher) and the replicas
+// share the key its record's secrets are sealed under. Its usage so far
+// is recorded and debited, a sandbox.handover op ends this server's part
+// of its log, the connection is dropped with the sandbox left running
+// (the processes started through it end with their streams), and the
+// record's lease is released: another replica's sweep takes it over at
+// its next tick (adopt), not once the lease lapses. It reports whether it
+// did; the caller ends b otherwise.
+func (s *Server) leaveRunning(ctx context.Context, b *box) bool {
+	if s.o.Attach == nil || s.keys == nil {
+		return false
+	}
+	b.life.Lock()
+	defer b.life.Unlock()
+	b.mu.Lock()
+	lv := b.live
+	detaches := false
+	if lv != nil {
+		_, detaches = lv.sb.(detacher)
+	}
+	if b.state != stateRunning || !detaches || b.status.Final() {
+		b.mu.Unlock()
+		return false
+	}
+	// Ended here: a request meanwhile finds no sandbox on this server,
+	// and its relay finds the record's next owner.
+	b.state, b.live = stateKilled, nil
+	b.mu.Unlock()
+	s.mu.Lock()
+	if s.boxes[b.id] == b {
+		delete(s.boxes, b.id)
+	}
+	s.mu.Unlock()
+	s.sbxLimit.Forget(b.id)
+	u, _ := s.usage(b, lv, b.meter, s.now(), false)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	stored, err := b.rec.commit(cctx, "", "", u, event.SandboxOp{Op: "sandbox.handover", Outcome: "ok", Detail: "its server shut down: left running for another replica to take over"})
+	if err != nil {
+		s.log.Warn("e2b: record a sandbox's handover", "sandbox_id", b.id, "err", err)
+	} else {
+		s.debit(cctx, b, stored[0].Seq, u.CostMicroCredits)
+	}
+	s.destroyDetached(cctx, lv)
+	lv.procs.closeAll()
+	if b.events != nil {
+		b.events.End()
+	}
+	// Released only once the record holds all this server wrote: the
+	// next owner reads its log from the store. A release that fails
+	// leaves the lease to lapse (the SIGKILL case's takeover).
+	if err := s.o.Store.ReleaseLease(cctx, b.rec.runID, s.owner, b.lease); err != nil {
+		s.log.Warn("e2b: release a handed-over sandbox's lease", "sandbox_id", b.id, "err", err)
+	}
+	s.log.Info("e2b: left a sandbox running for another replica", "sandbox_id", b.id, "run_id", b.rec.runID)
+	s.audit.line(Record{Tenant: b.tenant, Sandbox: b.id, Op: "sandbox.handover", Outcome: "ok", Run: b.rec.runID})
+	return true
+}
+
 // detacher is a sandbox whose connection this host may drop without
 // ending it (the kubernetes backend's).
 type detacher interface {

@@ -395,8 +395,9 @@ func (s *Server) autoPause(ctx context.Context, b *box) {
 	s.end(ctx, b, endTimeout, "")
 }
 
-// shutdown destroys every running sandbox, writes what paused ones have
-// queued, and waits for the Server's goroutines.
+// shutdown destroys every running sandbox another replica cannot take
+// over (leaveRunning leaves it running for one that can), writes what paused
+// ones have queued, and waits for the Server's goroutines.
 func (s *Server) shutdown(ctx context.Context) {
 	s.mu.Lock()
 	s.closed = true
@@ -407,7 +408,9 @@ func (s *Server) shutdown(ctx context.Context) {
 		b.mu.Unlock()
 		switch {
 		case !paused:
-			s.end(ctx, b, endShutdown, "")
+			if !s.leaveRunning(ctx, b) {
+				s.end(ctx, b, endShutdown, "")
+			}
 		case frozen:
 			// Its processes end with the server; its checkpoint stays
 			// for the next one to resume from.

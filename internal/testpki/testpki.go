@@ -59,12 +59,40 @@ func New(name string) (*CA, error) {
 // leaf this CA signed for names: DNS names, or IP addresses where a name
 // parses as one. The first name is the subject.
 func (ca *CA) ServerConfig(names ...string) (*tls.Config, error) {
+	der, key, err := ca.leaf(names)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}
+
+// ServerPEM returns a leaf this CA signed for names, as ServerConfig's,
+// PEM-encoded: the certificate, and its key (PKCS #8), for servers that
+// read files (PostgreSQL's ssl_cert_file and ssl_key_file).
+func (ca *CA) ServerPEM(names ...string) (certPEM, keyPEM []byte, err error) {
+	der, key, err := ca.leaf(names)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: k}), nil
+}
+
+// leaf makes a server certificate this CA signed for names (the first the
+// subject) and returns it (DER) with its key.
+func (ca *CA) leaf(names []string) ([]byte, *ecdsa.PrivateKey, error) {
 	if len(names) == 0 {
-		return nil, errors.New("testpki: a server certificate needs a name")
+		return nil, nil, errors.New("testpki: a server certificate needs a name")
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -84,12 +112,9 @@ func (ca *CA) ServerConfig(names ...string) (*tls.Config, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
-		MinVersion:   tls.VersionTLS12,
-	}, nil
+	return der, key, nil
 }
 
 // serial is a random certificate serial number.

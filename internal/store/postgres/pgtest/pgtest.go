@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,6 +47,10 @@ import (
 // ErrNoPostgres reports that no PostgreSQL server binaries were found.
 var ErrNoPostgres = errors.New("pgtest: no PostgreSQL server binaries (initdb, postgres) in PATH or /usr/lib/postgresql/*/bin")
 
+// ErrPortInUse reports that the server could not listen on the TCP port
+// given to StartTCP or StartTLS: something else holds it.
+var ErrPortInUse = errors.New("pgtest: the TCP port is in use")
+
 // Superuser is the name of the server's superuser; every URL connects as it.
 const Superuser = "postgres"
 
@@ -53,6 +58,7 @@ const Superuser = "postgres"
 // missing and tests may skip, a stand-in whose NewDatabase skips.
 type Server struct {
 	dir  string // owned by the server's user: data/, the socket, the log
+	port int    // of the TCP listener (StartTCP), which names the socket too; 0: none
 	cmd  *exec.Cmd
 	exit chan struct{} // closed when cmd has exited
 	// waitErr is cmd.Wait's result, readable once exit is closed.
@@ -102,7 +108,63 @@ func Main(m *testing.M, srv **Server) int {
 
 // Start creates a cluster in a new temporary directory and starts a server
 // on it, returning once it accepts connections. The caller must Stop it.
-func Start(ctx context.Context) (_ *Server, err error) {
+func Start(ctx context.Context) (*Server, error) {
+	return start(ctx, 0, nil, nil, nil)
+}
+
+// StartTCP is Start with a TCP listener besides the socket: on
+// 127.0.0.1:port alone, for clients that cannot reach the socket (pods of
+// the test cluster, whose connections the machine rewrites to loopback,
+// their source address kept). Logins over TCP are by password
+// (scram-sha-256, for roles the test makes) and only from the networks
+// nets (CIDRs), not even from loopback; the socket keeps trust for the
+// superuser.
+func StartTCP(ctx context.Context, port int, nets []string) (*Server, error) {
+	if port <= 0 || len(nets) == 0 {
+		return nil, fmt.Errorf("pgtest: StartTCP needs a port and networks")
+	}
+	return start(ctx, port, nets, nil, nil)
+}
+
+// StartTLS is StartTCP with TLS: the server presents certPEM (its key
+// keyPEM: PEM files as PostgreSQL reads them) and lets in over TCP only
+// connections that use TLS (hostssl lines: a password login without TLS
+// from the networks nets is refused too).
+func StartTLS(ctx context.Context, port int, nets []string, certPEM, keyPEM []byte) (*Server, error) {
+	if port <= 0 || len(nets) == 0 || len(certPEM) == 0 || len(keyPEM) == 0 {
+		return nil, fmt.Errorf("pgtest: StartTLS needs a port, networks, a certificate and its key")
+	}
+	return start(ctx, port, nets, certPEM, keyPEM)
+}
+
+// OnFreePort calls start (a StartTCP or StartTLS) with a port that was
+// free on 127.0.0.1 a moment ago, and again with another while start
+// fails with ErrPortInUse, up to 5 times. The server binds the port only
+// after initdb, seconds later (more on a loaded machine), and meanwhile
+// any socket of the machine may take it: every outgoing connection and
+// every listener on port 0 draws from the same ephemeral range.
+func OnFreePort(start func(port int) (*Server, error)) (*Server, error) {
+	var err error
+	for range 5 {
+		var l net.Listener
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if err = l.Close(); err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+		var s *Server
+		s, err = start(port)
+		if !errors.Is(err, ErrPortInUse) {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+func start(ctx context.Context, port int, nets []string, certPEM, keyPEM []byte) (_ *Server, err error) {
 	bin, err := findBin()
 	if err != nil {
 		return nil, err
@@ -128,22 +190,63 @@ func Start(ctx context.Context) (_ *Server, err error) {
 	data := filepath.Join(dir, "data")
 	// --no-sync only skips flushing the new cluster's files (nothing in
 	// them is worth a crash-safe copy); the server itself keeps fsync on.
-	initdb := command(cred, dir, filepath.Join(bin, "initdb"), "-D", data, "-U", Superuser,
-		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync")
+	// With a TCP listener, initdb's host lines (loopback) reject: only the
+	// networks given below may log in over TCP.
+	auth := []string{"--auth=trust"}
+	if port > 0 {
+		auth = []string{"--auth-local=trust", "--auth-host=reject"}
+	}
+	initArgs := []string{"-D", data, "-U", Superuser, "--encoding=UTF8", "--locale=C", "--no-sync"}
+	initdb := command(cred, dir, filepath.Join(bin, "initdb"), append(initArgs, auth...)...)
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pgtest: initdb: %w\n%s", err, out)
+	}
+	listen := []string{"-c", "listen_addresses="} // no TCP: only the socket below
+	if port > 0 {
+		listen = []string{"-c", "listen_addresses=127.0.0.1", "-c", "port=" + strconv.Itoa(port)}
+		// First: the first line that matches a connection decides.
+		hba := filepath.Join(data, "pg_hba.conf")
+		old, err := os.ReadFile(hba)
+		if err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
+		hostType := "host"
+		if certPEM != nil {
+			hostType = "hostssl"
+			for name, b := range map[string][]byte{"server.crt": certPEM, "server.key": keyPEM} {
+				f := filepath.Join(dir, name)
+				if err := os.WriteFile(f, b, 0o600); err != nil {
+					return nil, fmt.Errorf("pgtest: %w", err)
+				}
+				if cred != nil {
+					if err := os.Chown(f, int(cred.Uid), int(cred.Gid)); err != nil {
+						return nil, fmt.Errorf("pgtest: %w", err)
+					}
+				}
+			}
+			listen = append(listen, "-c", "ssl=on",
+				"-c", "ssl_cert_file="+filepath.Join(dir, "server.crt"),
+				"-c", "ssl_key_file="+filepath.Join(dir, "server.key"))
+		}
+		var lines strings.Builder
+		for _, n := range nets {
+			fmt.Fprintf(&lines, "%s all all %s scram-sha-256\n", hostType, n)
+		}
+		if err := os.WriteFile(hba, append([]byte(lines.String()), old...), 0o600); err != nil {
+			return nil, fmt.Errorf("pgtest: %w", err)
+		}
 	}
 	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
 	defer logf.Close() // the child has its own copy
-	cmd := command(cred, dir, filepath.Join(bin, "postgres"), "-D", data,
-		"-c", "listen_addresses=", // no TCP: only the socket below
+	args := append([]string{"-D", data}, listen...)
+	cmd := command(cred, dir, filepath.Join(bin, "postgres"), append(args,
 		"-c", "unix_socket_directories="+dir,
 		"-c", "max_connections=200",
 		"-c", "logging_collector=off",
-	)
+	)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Should the test binary die without Stop, take the server with it
 	// (SIGQUIT: immediate shutdown, children included).
@@ -151,12 +254,15 @@ func Start(ctx context.Context) (_ *Server, err error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("pgtest: start postgres: %w", err)
 	}
-	s := &Server{dir: dir, cmd: cmd, exit: make(chan struct{})}
+	s := &Server{dir: dir, port: port, cmd: cmd, exit: make(chan struct{})}
 	go func() {
 		s.waitErr = cmd.Wait()
 		close(s.exit)
 	}()
 	if err := s.waitReady(ctx); err != nil {
+		if port > 0 && strings.Contains(s.logTail(), "Address already in use") {
+			err = fmt.Errorf("%w (%d): %w", ErrPortInUse, port, err)
+		}
 		return nil, errors.Join(err, s.Stop())
 	}
 	return s, nil
@@ -277,8 +383,16 @@ func (s *Server) Dir() string { return s.dir }
 
 // URL returns the URL of database db on the server, as the superuser.
 func (s *Server) URL(db string) string {
-	return URL(s.dir, db)
+	u := URL(s.dir, db)
+	if s.port != 0 {
+		u += "&port=" + strconv.Itoa(s.port) // the socket's name has the port
+	}
+	return u
 }
+
+// Port returns the port of the TCP listener on 127.0.0.1 (StartTCP); 0
+// without one.
+func (s *Server) Port() int { return s.port }
 
 // URL returns the URL of database db on the server whose unix socket is in
 // directory dir (as "host", in libpq's manner), as the superuser. Tests
