@@ -19,11 +19,20 @@
 #   down   stops exactly the processes up started (by the PIDs it wrote),
 #          then removes their containers, mounts, cgroups, bridge and state.
 #   env    prints the variables the tests read (eval "$(... env)").
+#   forward IP PORT TARGET...  makes IP:PORT (an address of the Service
+#          range, 10.96.0.0/24) lead to the TARGETs (HOST:PORT: a server on
+#          127.0.0.1, or pods), as kube-proxy would a Service's clusterIP:
+#          tagged DNAT rules, for connections from the pods and, when no
+#          TARGET is on loopback, from this machine; several TARGETs share
+#          the connections at random (the statistic match). down removes
+#          them with the cluster's own rules.
+#   unforward IP PORT  removes what forward IP PORT made.
 #
 # Everything listens on loopback; the one exception is the pod bridge
 # (airlock-kube0, 10.244.0.0/24), which stays inside the machine: its pods'
-# one route off it is to 10.96.0.1, the kubernetes Service, which this
-# machine rewrites to the API server on loopback (no kube-proxy). Root only.
+# one route off it is to the Service range (10.96.0.0/24), whose addresses
+# this machine rewrites: 10.96.0.1, the kubernetes Service, to the API
+# server on loopback, and those a test forwards (no kube-proxy). Root only.
 set -euo pipefail
 
 VERSION=v1.37.2
@@ -38,6 +47,11 @@ GATEWAY=10.244.0.1
 # The kubernetes Service's address (the first of --service-cluster-ip-range):
 # what a pod's in-cluster configuration dials, on 443.
 SERVICE_IP=10.96.0.1
+# The Service range (--service-cluster-ip-range): the pods' one route off
+# the bridge, and this machine's route to it, the bridge.
+SERVICE_CIDR=10.96.0.0/24
+# What tags every rule of this cluster (down removes them all).
+TAG=airlock-kube
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 GO=${GO:-go}
 
@@ -296,6 +310,10 @@ up() {
   ip addr replace "$GATEWAY/${POD_CIDR#*/}" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   sysctl -qw "net.ipv4.conf.$BRIDGE.route_localnet=1"
+  # This machine's own connections to the Service range go to the bridge
+  # too (forward's OUTPUT rules), never to the default route; the route
+  # goes with the bridge.
+  ip route replace "$SERVICE_CIDR" dev "$BRIDGE"
   nat_rules -A
 
   # containerd: its own root, state, socket and CNI directories; pause is a
@@ -304,7 +322,7 @@ up() {
   ln -sf /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback "$STATE/cni/bin/"
   cat >"$STATE/cni/net.d/10-airlock.conflist" <<EOF
 {"cniVersion":"0.4.0","name":"airlock-kube","plugins":[{"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,
- "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR","gateway":"$GATEWAY"}]],"routes":[{"dst":"$SERVICE_IP/32"}],"dataDir":"$STATE/cni/ipam"}}]}
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"$POD_CIDR","gateway":"$GATEWAY"}]],"routes":[{"dst":"$SERVICE_CIDR"}],"dataDir":"$STATE/cni/ipam"}}]}
 EOF
   cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
@@ -413,10 +431,71 @@ EOF
 # to the kubernetes Service (10.96.0.1:443) to the API server on loopback,
 # and that forward nothing else off the bridge.
 nat_rules() {
-  local op=$1 c=(-m comment --comment airlock-kube)
+  local op=$1 c=(-m comment --comment "$TAG")
   iptables -t nat "$op" PREROUTING -i "$BRIDGE" -d "$SERVICE_IP/32" -p tcp --dport 443 "${c[@]}" \
     -j DNAT --to-destination "127.0.0.1:$PORT"
   iptables "$op" FORWARD -i "$BRIDGE" ! -o "$BRIDGE" "${c[@]}" -j DROP
+}
+
+# sweep_rules: deletes every rule tagged $TAG (nat_rules', forward's),
+# whatever a killed test left.
+sweep_rules() {
+  local t r
+  for t in nat filter; do
+    iptables -t "$t" -S 2>/dev/null | { grep -- "--comment $TAG" || true; } | sed 's/^-A /-D /' | while read -r r; do
+      # shellcheck disable=SC2086
+      iptables -t "$t" $r 2>/dev/null || true
+    done
+  done
+}
+
+# forward IP PORT TARGET...: see the usage above.
+forward() {
+  [ -d "$STATE/pids" ] || die "no cluster is up"
+  local ip=${1:?usage: forward IP PORT TARGET...} port=${2:?usage: forward IP PORT TARGET...}
+  shift 2
+  [ $# -gt 0 ] || die "usage: forward IP PORT TARGET..."
+  case "$ip" in
+  10.96.0.1) die "$ip is the kubernetes Service's" ;;
+  10.96.0.*) ;;
+  *) die "$ip is not in the Service range $SERVICE_CIDR" ;;
+  esac
+  local chains=(PREROUTING) t
+  for t in "$@"; do
+    case "$t" in
+    127.0.0.1:*) chains=(PREROUTING) && break ;;
+    10.244.0.*:*) chains=(PREROUTING OUTPUT) ;;
+    *) die "target $t is neither on loopback nor a pod's" ;;
+    esac
+  done
+  unforward "$ip" "$port"
+  local ch n=$# i
+  for ch in "${chains[@]}"; do
+    local in=()
+    [ "$ch" = PREROUTING ] && in=(-i "$BRIDGE")
+    i=0
+    for t in "$@"; do
+      # The i-th of n takes 1/(n-i) of what the ones before left: each
+      # 1/n; the last takes the rest.
+      local stat=()
+      if [ $((n - i)) -gt 1 ]; then
+        stat=(-m statistic --mode random --probability "$(awk -v k=$((n - i)) 'BEGIN{printf "%.5f", 1/k}')")
+      fi
+      iptables -t nat -A "$ch" "${in[@]}" -d "$ip/32" -p tcp --dport "$port" "${stat[@]}" \
+        -m comment --comment "$TAG" -j DNAT --to-destination "$t"
+      i=$((i + 1))
+    done
+  done
+}
+
+# unforward IP PORT: deletes forward IP PORT's rules.
+unforward() {
+  local ip=${1:?usage: unforward IP PORT} port=${2:?usage: unforward IP PORT} r
+  iptables -t nat -S 2>/dev/null | { grep -- "--comment $TAG" || true; } | { grep -F -- "-d $ip/32 " || true; } |
+    { grep -- "--dport $port " || true; } | sed 's/^-A /-D /' | while read -r r; do
+    # shellcheck disable=SC2086
+    iptables -t nat $r || true
+  done
 }
 
 # stop NAME: kills the process up started as NAME and waits for it.
@@ -469,6 +548,7 @@ down() {
     [ -d "$h/kubepods" ] && find "$h/kubepods" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   nat_rules -D 2>/dev/null || true
+  sweep_rules
   ip link del "$BRIDGE" 2>/dev/null || true
   if [ -f "$STATE/created" ]; then
     while read -r p; do rm -rf "$p"; done <"$STATE/created"
@@ -488,8 +568,10 @@ prepare) prepare ;;
 up) up ;;
 down) down ;;
 env) print_env ;;
+forward) shift && forward "$@" ;;
+unforward) shift && unforward "$@" ;;
 *)
-  echo "usage: $0 build|built|deps|prepare|up|down|env" >&2
+  echo "usage: $0 build|built|deps|prepare|up|down|env|forward|unforward" >&2
   exit 2
   ;;
 esac

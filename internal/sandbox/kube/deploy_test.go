@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"os"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -294,5 +296,67 @@ func testDeployE2B(t *testing.T, e *env, replica *corev1.Pod, secrets []*corev1.
 	want := fmt.Sprintf("advertise=%s\nid=65532\nkey=%s\nskey=%s\nsstat=0 65532 440 regular file\n", got.Status.PodIP, key, secretsKey)
 	if got.Status.Phase != corev1.PodSucceeded || got.Status.PodIP == "" || string(logs) != want {
 		t.Errorf("the replica's pod %s (IP %q) wrote %q, want %q", got.Status.Phase, got.Status.PodIP, logs, want)
+	}
+}
+
+// TestDeployStoreTLS (no cluster): the manifests' store URL asks for TLS
+// with the server's certificate checked (sslmode verify-full, the
+// Service's DNS name), and its sslrootcert is a file the replicas have:
+// the Secret airlock-store's ca.crt, mounted alone (not the URL, which
+// holds the password) where the URL names it; AIRLOCK_STORE is the
+// Secret's url.
+func TestDeployStoreTLS(t *testing.T) {
+	var store *corev1.Secret
+	var deploy *appsv1.Deployment
+	for _, obj := range decodeManifests(t, deployManifests...) {
+		switch o := obj.(type) {
+		case *corev1.Secret:
+			if o.Name == "airlock-store" {
+				store = o
+			}
+		case *appsv1.Deployment:
+			deploy = o
+		}
+	}
+	if store == nil || deploy == nil {
+		t.Fatal("no Secret airlock-store or no Deployment")
+	}
+	u, err := url.Parse(store.StringData["url"])
+	if err != nil {
+		t.Fatalf("the store URL: %v", err)
+	}
+	q := u.Query()
+	root := q.Get("sslrootcert")
+	if q.Get("sslmode") != "verify-full" || root == "" || u.Hostname() != "postgres."+store.Namespace+".svc" {
+		t.Errorf("the store URL %s: want sslmode=verify-full, an sslrootcert, host postgres.%s.svc", u.Redacted(), store.Namespace)
+	}
+	if _, ok := store.StringData["ca.crt"]; !ok {
+		t.Error("the Secret airlock-store has no ca.crt")
+	}
+	c := deploy.Spec.Template.Spec.Containers[0]
+	fromSecret := false
+	for _, v := range c.Env {
+		if v.Name == "AIRLOCK_STORE" && v.ValueFrom != nil && v.ValueFrom.SecretKeyRef != nil {
+			fromSecret = v.ValueFrom.SecretKeyRef.Name == store.Name && v.ValueFrom.SecretKeyRef.Key == "url"
+		}
+	}
+	if !fromSecret {
+		t.Error("AIRLOCK_STORE is not the Secret airlock-store's url")
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != path.Dir(root) || m.SubPath != "" {
+			continue
+		}
+		for _, v := range deploy.Spec.Template.Spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil || v.Secret.SecretName != store.Name {
+				continue
+			}
+			items := v.Secret.Items
+			mounted = len(items) == 1 && items[0].Key == "ca.crt" && items[0].Path == path.Base(root)
+		}
+	}
+	if !mounted {
+		t.Errorf("no volume of the Secret %s's ca.crt alone is mounted as %s", store.Name, root)
 	}
 }

@@ -92,139 +92,11 @@ func TestDeployRun(t *testing.T) {
 	image := airlockImage(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	suffix := hex.EncodeToString(b[:])
-	renamed := map[string]string{"airlock-system": "airlock-system-" + suffix, "airlock-sandboxes": "airlock-sandboxes-" + suffix}
-	rename := func(ns string) string {
-		n, ok := renamed[ns]
-		if !ok {
-			t.Fatalf("the manifests name namespace %q", ns)
-		}
-		return n
-	}
-	system, sandboxes := renamed["airlock-system"], renamed["airlock-sandboxes"]
+	d := applyDeploy(t, ctx, e, image, "sqlite", nil) // in the replica's home: one replica here
+	system, sandboxes := d.system, d.sandboxes
 	core := e.client.CoreV1()
-	cfg := config(e, sandboxes)
-	newKey := func() string {
-		var k [32]byte
-		_, _ = rand.Read(k[:])
-		return hex.EncodeToString(k[:])
-	}
-	objs := decodeManifests(t, deployManifests...)
-	for _, obj := range objs {
-		if ns, ok := obj.(*corev1.Namespace); ok {
-			ns.Name = rename(ns.Name)
-			if _, err := core.Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = core.Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
-		}
-	}
-	// No namespace controller deletes what is in a deleted namespace: the
-	// pods (the replica and any sandbox left) go first.
-	t.Cleanup(func() {
-		for _, ns := range []string{system, sandboxes} {
-			zero := int64(0)
-			_ = core.Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
-		}
-	})
-	// What kube-controller-manager's root CA publisher makes in every
-	// namespace, and the pod's projected token volume needs: the cluster's
-	// CA, here the API server's self-signed certificate's.
-	if len(e.rest.CAData) == 0 {
-		t.Fatal("the kubeconfig has no certificate-authority-data")
-	}
-	rootCA := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(e.rest.CAData)}}
-	if _, err := core.ConfigMaps(system).Create(ctx, rootCA, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var deploy *appsv1.Deployment
-	for _, obj := range objs {
-		var err error
-		switch o := obj.(type) {
-		case *corev1.Namespace:
-		case *corev1.ServiceAccount:
-			o.Namespace = rename(o.Namespace)
-			_, err = core.ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.Secret:
-			o.Namespace = rename(o.Namespace)
-			for k := range o.StringData {
-				switch o.Name {
-				case "airlock-store":
-					o.StringData[k] = "sqlite" // in the replica's home: one replica here
-				default:
-					o.StringData[k] = newKey()
-				}
-			}
-			_, err = core.Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.ConfigMap:
-			o.Namespace = rename(o.Namespace)
-			if s, ok := o.Data["serve.yaml"]; ok {
-				o.Data["serve.yaml"] = testServeYAML(t, s, cfg, sandboxes)
-			}
-			_, err = core.ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *corev1.Service:
-			o.Namespace = rename(o.Namespace)
-			_, err = core.Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *appsv1.Deployment:
-			o.Namespace = rename(o.Namespace)
-			c := &o.Spec.Template.Spec.Containers[0]
-			c.Image, c.ImagePullPolicy = image, corev1.PullNever
-			deploy = o
-			_, err = e.client.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.Role:
-			o.Namespace = rename(o.Namespace)
-			_, err = e.client.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.RoleBinding:
-			o.Namespace = rename(o.Namespace)
-			for i := range o.Subjects {
-				o.Subjects[i].Namespace = rename(o.Subjects[i].Namespace)
-			}
-			_, err = e.client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("the manifests have a %T, which the test does not apply", obj)
-		}
-		if err != nil {
-			t.Fatalf("create %T: %v", obj, err)
-		}
-	}
-	if deploy == nil {
-		t.Fatal("no Deployment")
-	}
-
-	// The replica: the Deployment's pod template as its ReplicaSet would
-	// make it, bound to the node (no scheduler).
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "airlock-0", Namespace: system, Labels: deploy.Spec.Template.Labels},
-		Spec:       *deploy.Spec.Template.Spec.DeepCopy(),
-	}
-	pod.Spec.NodeName = cfg.NodeName
-	if _, err := core.Pods(system).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("the replica's pod: %v", err)
-	}
-	var got *corev1.Pod
-	for ready := false; !ready; {
-		var err error
-		got, err = core.Pods(system).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range got.Status.Conditions {
-			ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-		}
-		if got.Status.Phase == corev1.PodFailed || got.Status.Phase == corev1.PodSucceeded || len(got.Status.ContainerStatuses) > 0 && got.Status.ContainerStatuses[0].RestartCount > 0 {
-			t.Fatalf("the replica ended: %+v\n%s", got.Status, podLogs(ctx, e, system, pod.Name))
-		}
-		if ready {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the replica is not Ready: %+v\n%s", got.Status, podLogs(ctx, e, system, pod.Name))
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	pod := d.startReplica(t, ctx, e, "airlock-0")
+	got := d.waitReady(t, ctx, e, pod.Name)
 	ip := got.Status.PodIP
 	t.Logf("replica Ready at %s", ip)
 	code, body := httpDo(t, ctx, "GET", "http://"+net.JoinHostPort(ip, "8080")+"/readyz", nil, nil)
@@ -295,9 +167,195 @@ func TestDeployRun(t *testing.T) {
 	}
 }
 
+// deployed is airlock's deployment from the manifests on the test
+// cluster (applyDeploy).
+type deployed struct {
+	// system and sandboxes are the manifests' namespaces, renamed.
+	system, sandboxes string
+	deploy            *appsv1.Deployment
+	cfg               kube.Config
+	// services are the Services created, by name.
+	services map[string]*corev1.Service
+	// podEdit, when not nil, edits each replica's pod before its creation
+	// (startReplica): what the test cluster lacks (its DNS) or the test
+	// needs.
+	podEdit func(*corev1.Pod)
+}
+
+// applyDeploy creates the objects of deploy/kubernetes on the test cluster
+// for real, the namespaces renamed: the ServiceAccount, Role and
+// RoleBinding; the Secrets (fresh keys; the store's url storeURL, the
+// manifests' when empty, and their ca.crt placeholder); the ConfigMap
+// (serve.yaml with the test cluster's sandboxes, testServeYAML, then
+// edit, if any, applied to it); the Service and the Deployment (its image
+// image); and kube-root-ca.crt. The pods of both namespaces are deleted
+// at t's end, then the namespaces.
+func applyDeploy(t *testing.T, ctx context.Context, e *env, image, storeURL string, edit func(serve map[string]any)) *deployed {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	suffix := hex.EncodeToString(b[:])
+	renamed := map[string]string{"airlock-system": "airlock-system-" + suffix, "airlock-sandboxes": "airlock-sandboxes-" + suffix}
+	rename := func(ns string) string {
+		n, ok := renamed[ns]
+		if !ok {
+			t.Fatalf("the manifests name namespace %q", ns)
+		}
+		return n
+	}
+	d := &deployed{system: renamed["airlock-system"], sandboxes: renamed["airlock-sandboxes"], services: map[string]*corev1.Service{}}
+	core := e.client.CoreV1()
+	d.cfg = config(e, d.sandboxes)
+	newKey := func() string {
+		var k [32]byte
+		_, _ = rand.Read(k[:])
+		return hex.EncodeToString(k[:])
+	}
+	objs := decodeManifests(t, deployManifests...)
+	for _, obj := range objs {
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			ns.Name = rename(ns.Name)
+			if _, err := core.Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = core.Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+		}
+	}
+	// No namespace controller deletes what is in a deleted namespace: the
+	// pods (the replicas and any sandbox left) go first.
+	t.Cleanup(func() {
+		for _, ns := range []string{d.system, d.sandboxes} {
+			zero := int64(0)
+			_ = core.Pods(ns).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		}
+	})
+	// What kube-controller-manager's root CA publisher makes in every
+	// namespace, and the pod's projected token volume needs: the cluster's
+	// CA, here the API server's self-signed certificate's.
+	if len(e.rest.CAData) == 0 {
+		t.Fatal("the kubeconfig has no certificate-authority-data")
+	}
+	rootCA := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(e.rest.CAData)}}
+	if _, err := core.ConfigMaps(d.system).Create(ctx, rootCA, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range objs {
+		var err error
+		switch o := obj.(type) {
+		case *corev1.Namespace:
+		case *corev1.ServiceAccount:
+			o.Namespace = rename(o.Namespace)
+			_, err = core.ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Secret:
+			o.Namespace = rename(o.Namespace)
+			for k := range o.StringData {
+				switch o.Name {
+				case "airlock-store":
+					if k == "url" && storeURL != "" {
+						o.StringData[k] = storeURL
+					}
+				default:
+					o.StringData[k] = newKey()
+				}
+			}
+			_, err = core.Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ConfigMap:
+			o.Namespace = rename(o.Namespace)
+			if s, ok := o.Data["serve.yaml"]; ok {
+				o.Data["serve.yaml"] = testServeYAML(t, s, d.cfg, d.sandboxes, edit)
+			}
+			_, err = core.ConfigMaps(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Service:
+			o.Namespace = rename(o.Namespace)
+			var svc *corev1.Service
+			if svc, err = core.Services(o.Namespace).Create(ctx, o, metav1.CreateOptions{}); err == nil {
+				d.services[svc.Name] = svc
+			}
+		case *appsv1.Deployment:
+			o.Namespace = rename(o.Namespace)
+			c := &o.Spec.Template.Spec.Containers[0]
+			c.Image, c.ImagePullPolicy = image, corev1.PullNever
+			d.deploy = o
+			_, err = e.client.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			o.Namespace = rename(o.Namespace)
+			_, err = e.client.RbacV1().Roles(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			o.Namespace = rename(o.Namespace)
+			for i := range o.Subjects {
+				o.Subjects[i].Namespace = rename(o.Subjects[i].Namespace)
+			}
+			_, err = e.client.RbacV1().RoleBindings(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("the manifests have a %T, which the test does not apply", obj)
+		}
+		if err != nil {
+			t.Fatalf("create %T: %v", obj, err)
+		}
+	}
+	if d.deploy == nil {
+		t.Fatal("no Deployment")
+	}
+	awaitAllowed(t, e, "system:serviceaccount:"+d.system+":airlock", d.sandboxes, "create", "pods")
+	return d
+}
+
+// startReplica creates a replica's pod named name: the Deployment's pod
+// template as its ReplicaSet would make it, bound to the node (the test
+// cluster has no controller manager to make it, nor a scheduler).
+func (d *deployed) startReplica(t *testing.T, ctx context.Context, e *env, name string) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.system, Labels: d.deploy.Spec.Template.Labels},
+		Spec:       *d.deploy.Spec.Template.Spec.DeepCopy(),
+	}
+	pod.Spec.NodeName = d.cfg.NodeName
+	if d.podEdit != nil {
+		d.podEdit(pod)
+	}
+	if _, err := e.client.CoreV1().Pods(d.system).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the replica's pod: %v", err)
+	}
+	return pod
+}
+
+// waitReady waits for the replica's pod name to be Ready (its /readyz
+// probe) and returns it; it fails t when the replica ends or restarts
+// first, or ctx ends, with its log.
+func (d *deployed) waitReady(t *testing.T, ctx context.Context, e *env, name string) *corev1.Pod {
+	t.Helper()
+	core := e.client.CoreV1()
+	for {
+		got, err := core.Pods(d.system).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := false
+		for _, c := range got.Status.Conditions {
+			ready = ready || c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
+		}
+		if got.Status.Phase == corev1.PodFailed || got.Status.Phase == corev1.PodSucceeded {
+			t.Fatalf("the replica %s ended: %+v\n%s", name, got.Status, podLogs(ctx, e, d.system, name))
+		}
+		if len(got.Status.ContainerStatuses) > 0 && got.Status.ContainerStatuses[0].RestartCount > 0 {
+			lc, _ := e.client.CoreV1().Pods(d.system).GetLogs(name, &corev1.PodLogOptions{Previous: true}).DoRaw(context.Background())
+			t.Fatalf("the replica %s ended and was restarted: %+v\nits first run's log:\n%s", name, got.Status.ContainerStatuses[0].LastTerminationState, lc)
+		}
+		if ready {
+			return got
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the replica %s is not Ready: %+v\n%s", name, got.Status, podLogs(ctx, e, d.system, name))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // testServeYAML is the manifests' serve.yaml with the test cluster's
-// sandboxes: namespace, images, node, seccomp profile; no warm pool.
-func testServeYAML(t *testing.T, manifest string, cfg kube.Config, namespace string) string {
+// sandboxes: namespace, images, node, seccomp profile; no warm pool; then
+// edit, if any, applied to it.
+func testServeYAML(t *testing.T, manifest string, cfg kube.Config, namespace string, edit func(map[string]any)) string {
 	t.Helper()
 	var doc map[string]any
 	if err := yaml.Unmarshal([]byte(manifest), &doc); err != nil {
@@ -315,6 +373,9 @@ func testServeYAML(t *testing.T, manifest string, cfg kube.Config, namespace str
 		delete(k, "seccomp_profile")
 	}
 	doc["sandbox_pool"] = map[string]any{"per_spec": 0}
+	if edit != nil {
+		edit(doc)
+	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -322,6 +383,13 @@ func testServeYAML(t *testing.T, manifest string, cfg kube.Config, namespace str
 	return string(out)
 }
 
+// freshClient makes each request on a connection of its own (no
+// keep-alive): a request to a Service's clusterIP is a connection its
+// rules spread, as kube-proxy's spread connections, not requests.
+var freshClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// httpDo sends one request (a connection of its own) and returns the
+// status and the body.
 func httpDo(t *testing.T, ctx context.Context, method, url string, hd map[string]string, body []byte) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
@@ -331,7 +399,7 @@ func httpDo(t *testing.T, ctx context.Context, method, url string, hd map[string
 	for k, v := range hd {
 		req.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(req)
+	res, err := freshClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}

@@ -345,6 +345,7 @@ var conformanceSkips = map[string]string{
 	"Checkpoint/Cow":           noHostWorkspace,
 	"Checkpoint/CowLowerLinks": noHostWorkspace,
 	"Checkpoint/RW":            noHostWorkspace,
+	"Checkpoint/RWStep":        noHostWorkspace,
 	"Checkpoint/RO":            noHostWorkspace,
 	"Checkpoint/MarkOnly":      noHostWorkspace,
 	"Export/Diff":              noHostWorkspace,
