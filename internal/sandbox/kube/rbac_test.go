@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,6 +75,36 @@ func applyRBAC(t *testing.T, e *env, system, sandboxes string) {
 	}
 	if n != 3 {
 		t.Fatalf("the manifest has %d objects, want 3", n)
+	}
+	awaitAllowed(t, e, "system:serviceaccount:"+system+":airlock", sandboxes, "create", "pods")
+}
+
+// awaitAllowed waits until the API server's authorizer grants user verb on
+// resource ("pods", "pods/exec") in ns. A binding just made takes effect
+// when the authorizer's informer sees it, not when its Create returns: the
+// kube tier of a CI run once saw the backend's first pod refused to a
+// binding made moments before.
+func awaitAllowed(t *testing.T, e *env, user, ns, verb, resource string) {
+	t.Helper()
+	res, sub, _ := strings.Cut(resource, "/")
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               user,
+		Groups:             []string{"system:serviceaccounts", "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Resource: res, Subresource: sub},
+	}}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := e.client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), review, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("review %s %s for %s: %v", verb, resource, user, err)
+		}
+		if r.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not granted %s %s in %s a minute after its binding: %s", user, verb, resource, ns, r.Status.Reason)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -247,8 +278,10 @@ func grantOnly(t *testing.T, e *env, system, sandboxes, name string, rule rbacv1
 	if _, err := e.client.RbacV1().RoleBindings(sandboxes).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	user := "system:serviceaccount:" + system + ":" + name
+	awaitAllowed(t, e, user, sandboxes, rule.Verbs[0], rule.Resources[0])
 	as := rest.CopyConfig(e.rest)
-	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + system + ":" + name}
+	as.Impersonate = rest.ImpersonationConfig{UserName: user}
 	return as
 }
 
