@@ -84,6 +84,25 @@ PY
 # shellcheck disable=SC2086 # $BW is a command line split on spaces
 echo "page faults per start: /bin/true $(faults /bin/true)   Go process $(faults "$t/pagetouch" -exit)   airlock $(faults "$AL" sandbox run -- /bin/true)   bwrap $(faults $BW /bin/true)"
 
+echo
+echo "== cold start with an image root: the same, the root a one-layer image of /bin/true and its libraries (median ms of $RUNS)"
+# bench/trueimage.py writes the image; airlock imports it (no registry) and
+# bwrap runs on the very tree airlock unpacked it to, read-only.
+read -r img diff <<<"$(python3 bench/trueimage.py "$t/true.tar")"
+"$AL" image import "$t/true.tar" >/dev/null
+layer=$AIRLOCK_HOME/images/layers/${diff#sha256:}
+[ -d "$layer" ] || { echo "no unpacked layer at $layer" >&2; exit 1; }
+BWI="bwrap --unshare-all --unshare-user --new-session --die-with-parent --ro-bind $layer / --tmpfs /tmp --proc /proc --dev /dev"
+hyperfine -N -w 3 -r "$RUNS" --export-json "$t/coldimg.json" \
+  "$AL sandbox run --image $img -- /bin/true" \
+  "$BWI /bin/true" \
+  "$t/pagetouch -exit" >/dev/null
+read -r ali bwi goi <<<"$(median "$t/coldimg.json")"
+printf '%-28s %8s ms\n' "airlock run --image" "$ali" "bwrap on its layer" "$bwi" "a Go process (exits at once)" "$goi"
+echo "ratio: airlock image/bwrap $(ratio "$ali" "$bwi")   cold target with an image: $ali against $(python3 -c "print('%.2f' % ($bwi + 2*$goi))") ms (bwrap + two Go starts)"
+# shellcheck disable=SC2086 # $BWI is a command line split on spaces
+echo "page faults per start: airlock --image $(faults "$AL" sandbox run --image "$img" -- /bin/true)   bwrap $(faults $BWI /bin/true)"
+
 fi
 
 if want warm; then

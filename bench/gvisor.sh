@@ -13,6 +13,8 @@
 # another runsc on PATH (Debian's), that one runs beside it as "gvisor,ref":
 #   AIRLOCK_RUNSC=$(scripts/runsc.sh build) bench/gvisor.sh 5
 # Usage: bench/gvisor.sh [N]   (N iterations of each, default 10)
+# The start's rungs run one after the other here; bench/gvisor-start.sh runs
+# them round by round, which a loaded machine needs for a ratio.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-10}
