@@ -153,9 +153,11 @@ func New(cfg Config) (*Backend, error) {
 
 // Close releases what the backend keeps on the host between sandboxes: it
 // stops its spawner (ending the sandboxes it started), and removes its
-// cgroup parent if no group is left in it. Call it only when no
-// process uses the backend's state directory any more (tests, uninstall):
-// a concurrent Create of another process would lose the parent it made.
+// cgroup parent if no group is left in it, once the groups teardowns left
+// to a goroutine are gone (removeLater, a minute at most). Call it only
+// when no process uses the backend's state directory any more (tests,
+// uninstall): a concurrent Create of another process would lose the
+// parent it made.
 func (b *Backend) Close() error {
 	b.idmaps.close()
 	b.spawner.mu.Lock()
@@ -879,9 +881,10 @@ func (b *Backend) Live() (map[string]bool, error) { return b.ids.live() }
 // parent when it holds no group and no sandbox of this backend is alive,
 // and the empty groups and parents other state directories' hosts left
 // (cgroup.Sweep: groups older than sweepGrace, whose liveness the kernel
-// vouches for, as it refuses to remove a group that holds a process). Mounts need no collection: they live only in the
-// sandbox's own mount namespace and vanish with its last process. It returns
-// the ids it cleaned.
+// vouches for, as it refuses to remove a group that holds a process).
+// Mounts need no collection: they live only in the sandbox's own mount
+// namespace and vanish with its last process. It returns the ids it
+// cleaned.
 //
 // It is safe to run while this or another airlock process creates
 // sandboxes in the same state directory: a sandbox takes its id lock before
