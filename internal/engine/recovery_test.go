@@ -306,7 +306,7 @@ func TestRecoveryAfterKill9(t *testing.T) {
 			}
 			// The dead host's sandbox died with it (its executor has
 			// the parent-death signal; its PID namespace goes with it).
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(time.Minute)
 			for procsWith("marker-"+marker) > 0 && time.Now().Before(deadline) {
 				time.Sleep(50 * time.Millisecond)
 			}

@@ -1014,7 +1014,7 @@ func attackDaemonSurvivesDestroy(t *testing.T, rt string) {
 	marker := attackMarker(1002)
 	attackKillLeftovers(t, marker)
 	attackMust(t, sb, "", "setsid sh -c 'sleep "+marker+" >/dev/null 2>&1 &' >/dev/null 2>&1 &")
-	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
+	if !attackPoll(time.Minute, func() bool { return len(attackHostProcs(marker)) > 0 }) {
 		t.Fatalf("control: the daemon (sleep %s) never showed up on the host", marker)
 	}
 	if err := sb.Destroy(ctx); err != nil {
@@ -1043,7 +1043,7 @@ func attackDaemonGVisor(t *testing.T) {
 	marker := attackMarker(1002)
 	attackMust(t, sb, "", "setsid sh -c 'sleep "+marker+" >/dev/null 2>&1 &' >/dev/null 2>&1 &")
 	var out string
-	if !attackPoll(10*time.Second, func() bool {
+	if !attackPoll(time.Minute, func() bool {
 		out = attackMust(t, sb, "root", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; true")
 		return strings.Contains(out, "sleep "+marker)
 	}) {
@@ -1122,7 +1122,7 @@ func attackCrossSandbox(t *testing.T, rt string) {
 		}
 		attackMust(t, a, "", "python3 /tmp/listen.py >/dev/null 2>&1 &")
 		var ok bool
-		attackPoll(10*time.Second, func() bool {
+		attackPoll(time.Minute, func() bool {
 			ok = attackRun(t, a, "", "python3 /tmp/connect.py").ok()
 			return ok
 		})
@@ -1428,7 +1428,7 @@ func attackNetworkHostLoopback(t *testing.T, rt string) {
 	if out, code := attackHost(t, "python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.settimeout(3); s.connect(\"\\0"+abstract+"\")'"); code != 0 {
 		t.Errorf("control: the host cannot reach its abstract socket: %s", out)
 	}
-	if !attackPoll(5*time.Second, func() bool { return accepted.Load() >= 2 }) {
+	if !attackPoll(time.Minute, func() bool { return accepted.Load() >= 2 }) {
 		t.Errorf("control: the host listeners accepted %d connections from host probes, want 2", accepted.Load())
 	}
 	out := attackMust(t, sb, "", "cat /proc/net/route; cat /proc/net/dev")
@@ -1556,7 +1556,7 @@ func attackHostKill9(t *testing.T, marker, mode string) {
 	if dir := filepath.Dir(helperExec); strings.HasPrefix(filepath.Base(dir), sandboxtest.ExecutorDirPrefix) && filepath.Dir(dir) == filepath.Clean(os.TempDir()) {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
+	if !attackPoll(time.Minute, func() bool { return len(attackHostProcs(marker)) > 0 }) {
 		t.Fatalf("control: the sandboxed sleep %s is not visible on the host", marker)
 	}
 	groups := sandboxtest.CgroupDirs(filepath.Join(linux.CgroupParent(state), id))
@@ -1580,25 +1580,25 @@ func attackHostKill9(t *testing.T, marker, mode string) {
 			t.Errorf("GC() = %v", err)
 		}
 	}
-	if !attackPoll(5*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
-		t.Errorf("sleep %s (pids %v) still runs 5s after its owner was killed with SIGKILL", marker, attackHostProcs(marker))
+	if !attackPoll(time.Minute, func() bool { return len(attackHostProcs(marker)) == 0 }) {
+		t.Errorf("sleep %s (pids %v) still runs a minute after its owner was killed with SIGKILL", marker, attackHostProcs(marker))
 	}
 	// Nor does anything of the helper's own executor binary: its
 	// executors, id-map helpers and spawner.
-	if !attackPoll(5*time.Second, func() bool { return len(attackExeProcs(helperExec)) == 0 }) {
-		t.Errorf("processes of %s (pids %v) still run 5s after their owner was killed with SIGKILL", helperExec, attackExeProcs(helperExec))
+	if !attackPoll(time.Minute, func() bool { return len(attackExeProcs(helperExec)) == 0 }) {
+		t.Errorf("processes of %s (pids %v) still run a minute after their owner was killed with SIGKILL", helperExec, attackExeProcs(helperExec))
 	}
 	for _, g := range groups {
 		// An exiting task can stay listed for a moment after it is gone
 		// from /proc's view of the host; wait for the kernel to let go.
 		var procs []byte
-		attackPoll(5*time.Second, func() bool {
+		attackPoll(time.Minute, func() bool {
 			var err error
 			procs, err = os.ReadFile(filepath.Join(g, "cgroup.procs"))
 			return err != nil || len(bytes.TrimSpace(procs)) == 0
 		})
 		if len(bytes.TrimSpace(procs)) > 0 {
-			t.Errorf("cgroup %s still has processes 5s after its owner was killed: %q", g, procs)
+			t.Errorf("cgroup %s still has processes a minute after its owner was killed: %q", g, procs)
 		}
 		t.Logf("cgroup %s is left (empty) after SIGKILL of its owner; Backend.GC collects it", g)
 		// Only our own group, and only when empty: rmdir fails otherwise.
@@ -1637,14 +1637,14 @@ func TestAttackHelperKill9(t *testing.T) {
 	// The command's process shows the executor binary until its exec, so
 	// the count settles once it runs.
 	var got []int
-	if !attackPoll(5*time.Second, func() bool { got = attackExeProcs(executorPath); return len(got) == want }) {
+	if !attackPoll(time.Minute, func() bool { got = attackExeProcs(executorPath); return len(got) == want }) {
 		t.Fatalf("control: want %d processes of %s (the executor, and the spawner in spawner mode), found pids %v", want, executorPath, got)
 	}
 	if frozen {
 		// The count above is also right before the command's fork: freeze
 		// only once the sleep runs, or it would stay frozen mid-fork.
 		marker := os.Getenv(attackMarkerEnv)
-		if !attackPoll(10*time.Second, func() bool { return len(attackHostProcs(marker)) > 0 }) {
+		if !attackPoll(time.Minute, func() bool { return len(attackHostProcs(marker)) > 0 }) {
 			t.Fatalf("control: the sandboxed sleep %s did not start", marker)
 		}
 		if err := sb.(sandbox.Freezer).Freeze(ctx); err != nil {
@@ -1843,7 +1843,7 @@ func TestCreateExecutorExitsEarly(t *testing.T) {
 			done <- created{spec.Limits, err}
 		}()
 	}
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(time.Minute)
 	for range specs {
 		select {
 		case c := <-done:
@@ -1853,7 +1853,7 @@ func TestCreateExecutorExitsEarly(t *testing.T) {
 				t.Logf("Create(%+v) = %v", c.limits, c.err)
 			}
 		case <-deadline:
-			t.Errorf("Create with an executor that exits before the handshake did not return within 15s (its context ended after 2s)")
+			t.Errorf("Create with an executor that exits before the handshake did not return within a minute (its context ended after 2s)")
 			return
 		}
 	}

@@ -85,6 +85,12 @@ type Backend struct {
 	// holds the id lock to the end of teardown; GC need not ask the slot
 	// locks about them. Guarded by mu.
 	mine map[string]bool
+	// idle is the timer of the planned removal of the cgroup parent,
+	// nil when none is planned. Guarded by mu.
+	idle *time.Timer
+	// janitors counts the groups whose removal a teardown left to a
+	// goroutine (removeLater); Close waits for them.
+	janitors sync.WaitGroup
 	// forkOnly and writeMaps are for tests: start every executor with
 	// syscall.ForkExec (the maps written before its exec), and write a
 	// late-ids executor's maps with writeMaps instead of idMaps.write.
@@ -147,19 +153,99 @@ func New(cfg Config) (*Backend, error) {
 
 // Close releases what the backend keeps on the host between sandboxes: it
 // stops its spawner (ending the sandboxes it started), and removes its
-// cgroup parent if no group is left in it. Call it only when no
-// process uses the backend's state directory any more (tests, uninstall):
-// a concurrent Create of another process would lose the parent it made.
+// cgroup parent if no group is left in it, once the groups teardowns left
+// to a goroutine are gone (removeLater, a minute at most). Call it only
+// when no process uses the backend's state directory any more (tests,
+// uninstall): a concurrent Create of another process would lose the
+// parent it made.
 func (b *Backend) Close() error {
 	b.idmaps.close()
 	b.spawner.mu.Lock()
 	b.spawner.stop()
 	b.spawner.mu.Unlock()
+	b.janitors.Wait()
+	b.mu.Lock()
+	if b.idle != nil {
+		b.idle.Stop()
+		b.idle = nil
+	}
+	b.mu.Unlock()
 	m, err := b.cgroups()
 	if err != nil {
 		return nil
 	}
 	return m.RemoveParent()
+}
+
+// parentIdle is how long a backend waits, once its last sandbox is gone,
+// before it removes its cgroup parent (groupGone): long enough that a host
+// that makes one sandbox after another does not make the parent again
+// for each, short enough that a test or a script's throwaway home leaves
+// nothing behind.
+const parentIdle = 2 * time.Second
+
+// groupRetry bounds how long removeLater keeps trying to remove a group.
+const groupRetry = time.Minute
+
+// sweepGrace is how old an empty group of another state directory must
+// be for GC to remove it (cgroup.Sweep): far longer than the milliseconds
+// between a group's mkdir and its executor's clone in Create.
+const sweepGrace = 10 * time.Minute
+
+// groupGone follows the removal of a sandbox's group: when the backend has
+// no sandbox left, it plans the removal of its cgroup parent once it has
+// been idle parentIdle, off the teardown's path (a plan already made
+// starts again). A parent nobody removes outlives its state directory (a
+// test's, a script's home) and its host (nothing calls Close on a killed
+// one): it was the cgroup tree's leak. A sandbox made meanwhile keeps the
+// parent, and a Create that races the rmdir makes the parent again
+// (cgroup.Manager.RemoveParentIfEmpty).
+func (b *Backend) groupGone() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.mine) > 0 || !b.cgOnce || b.cg == nil {
+		return
+	}
+	if b.idle != nil {
+		b.idle.Reset(parentIdle)
+		return
+	}
+	b.idle = time.AfterFunc(parentIdle, func() {
+		b.mu.Lock()
+		b.idle = nil
+		idle := len(b.mine) == 0
+		m := b.cg
+		b.mu.Unlock()
+		if idle {
+			_, _ = m.RemoveParentIfEmpty()
+		}
+	})
+}
+
+// removeLater removes the group g of sandbox id off the teardown's path,
+// for a teardown that could not (its processes were still dying after
+// Destroy's 2 seconds, or it did not wait for them: DestroyDetached): it
+// tries again, killing what is left, for up to groupRetry, then closes g.
+// A group still there after that (a task stuck in the kernel) is GC's.
+func (b *Backend) removeLater(id string, g *cgroup.Group) {
+	b.janitors.Add(1)
+	go func() {
+		defer b.janitors.Done()
+		defer g.Close()
+		deadline := time.Now().Add(groupRetry)
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			err := g.Destroy()
+			if err == nil {
+				b.groupGone()
+				return
+			}
+			if time.Now().After(deadline) {
+				b.log.Warn("remove sandbox cgroup: left to gc", "sandbox_id", id, "err", err)
+				return
+			}
+			time.Sleep(wait)
+		}
+	}()
 }
 
 // Forget removes what sandboxes of state directory stateDir left on the
@@ -195,6 +281,12 @@ func CgroupParent(stateDir string) string {
 	}
 	sum := sha256.Sum256([]byte(abs))
 	return "airlock-" + hex.EncodeToString(sum[:6])
+}
+
+// isCgroupParent reports whether name is a CgroupParent name.
+func isCgroupParent(name string) bool {
+	hash, ok := strings.CutPrefix(name, "airlock-")
+	return ok && len(hash) == 12 && strings.Trim(hash, "0123456789abcdef") == ""
 }
 
 // own marks id as one of this backend's sandboxes (see Backend.mine), or
@@ -785,9 +877,14 @@ func socketpair() (host *os.File, child *os.File, err error) {
 func (b *Backend) Live() (map[string]bool, error) { return b.ids.live() }
 
 // GC removes what sandboxes of dead airlock processes left: cgroups (killing
-// nothing: only empty groups are removed). Mounts need no collection: they live only in the
-// sandbox's own mount namespace and vanish with its last process. It returns
-// the ids it cleaned.
+// nothing: only empty groups are removed), this state directory's cgroup
+// parent when it holds no group and no sandbox of this backend is alive,
+// and the empty groups and parents other state directories' hosts left
+// (cgroup.Sweep: groups older than sweepGrace, whose liveness the kernel
+// vouches for, as it refuses to remove a group that holds a process).
+// Mounts need no collection: they live only in the sandbox's own mount
+// namespace and vanish with its last process. It returns the ids it
+// cleaned.
 //
 // It is safe to run while this or another airlock process creates
 // sandboxes in the same state directory: a sandbox takes its id lock before
@@ -812,6 +909,17 @@ func (b *Backend) GC() ([]string, error) {
 	b.mu.Unlock()
 	cleaned := gv
 	var errs []error
+	defer func() {
+		// What hosts of other state directories left, and this one's
+		// parent when no sandbox of this process is in it.
+		_, _ = cgroup.Sweep(isCgroupParent, CgroupParent(b.cfg.StateDir), sweepGrace)
+		b.mu.Lock()
+		idle := len(b.mine) == 0
+		b.mu.Unlock()
+		if idle {
+			_, _ = m.RemoveParentIfEmpty()
+		}
+	}()
 	for _, n := range names {
 		if b.ids.isLive(n) {
 			continue

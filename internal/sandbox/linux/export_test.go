@@ -207,3 +207,13 @@ func SlotFree(dir, name string) (bool, error) {
 // executor is to write itself into before its exec, on the direct path and
 // through the spawner, before b starts it.
 func SetEditTasks(b *Backend, edit func(fds []int)) { b.editTasks = edit }
+
+// CgroupParentDirs returns the directories of b's cgroup parent in every
+// hierarchy, whether or not they exist.
+func CgroupParentDirs(b *Backend) ([]string, error) {
+	m, err := b.cgroups()
+	if err != nil {
+		return nil, err
+	}
+	return m.ParentDirs(), nil
+}

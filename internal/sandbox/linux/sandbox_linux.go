@@ -279,7 +279,8 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // DestroyDetached is Destroy for a host about to exit (the front end's
 // `sandbox run`): it kills every process in the sandbox before it returns,
 // as Destroy does, but does not wait for them to be gone, nor remove the
-// cgroup, which the next run's Backend.Prepare (or GC) removes once empty.
+// cgroup: a goroutine does once it is empty (Backend.removeLater), or, if
+// the host has exited by then, the next run's Backend.Prepare (or GC).
 // The uid range stays taken while the cgroup holds a process (the slot's
 // record, uidAllocator.bind), so its host ids go to no other sandbox before
 // the last of these processes has exited.
@@ -326,6 +327,7 @@ func (s *Sandbox) teardownMode(detach bool) {
 	}
 	tr := newTracer("teardown")
 	defer tr.done()
+	gone := s.cg == nil // the sandbox's group is gone (groupGone)
 	// Kill first, so the executor cannot act on a half-closed connection.
 	// Killing PID 1 ends the PID namespace: the kernel kills every process
 	// in it and PID 1 is not reaped before they are all gone. The cgroup is
@@ -358,12 +360,19 @@ func (s *Sandbox) teardownMode(detach bool) {
 			s.mu.Unlock()
 		}
 		if err := s.cg.Destroy(); err != nil {
-			s.b.log.Warn("remove sandbox cgroup", "sandbox_id", s.id, "err", err)
+			// Its processes are dying still: try again off this path.
+			s.b.log.Warn("remove sandbox cgroup: trying again", "sandbox_id", s.id, "err", err)
+			s.b.removeLater(s.id, s.cg)
+		} else {
+			_ = s.cg.Close()
+			gone = true
 		}
-		_ = s.cg.Close()
 	}
 	tr.mark("cgdestroy")
 	s.release()
+	if gone {
+		s.b.groupGone()
+	}
 }
 
 // release ends a teardown, full or detached: the host's files of the
@@ -397,8 +406,10 @@ func (s *Sandbox) teardownDetached() {
 	if s.conn != nil {
 		_ = s.conn.Close()
 	}
-	_ = s.cg.Close()
 	s.release()
+	// The group is removed once its processes are gone: by a goroutine
+	// of a host that goes on, else by the next run's Prepare or GC.
+	s.b.removeLater(s.id, s.cg)
 	tr.mark("released")
 }
 

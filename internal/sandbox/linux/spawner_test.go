@@ -64,7 +64,7 @@ func TestSpawnerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sleeps []int
-	if !attackPoll(10*time.Second, func() bool { sleeps = attackHostProcs(marker); return len(sleeps) == 1 }) {
+	if !attackPoll(time.Minute, func() bool { sleeps = attackHostProcs(marker); return len(sleeps) == 1 }) {
 		t.Fatalf("control: the sandboxed sleep %s is not visible on the host (pids %v)", marker, sleeps)
 	}
 	executor := hostParent(t, sleeps[0])
@@ -97,10 +97,10 @@ func TestSpawnerDies(t *testing.T) {
 	}
 	select {
 	case <-sb.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the sandbox lives on 10s after its spawner was killed")
+	case <-time.After(time.Minute):
+		t.Fatal("the sandbox lives on a minute after its spawner was killed")
 	}
-	if !attackPoll(5*time.Second, func() bool { return len(attackHostProcs(marker)) == 0 }) {
+	if !attackPoll(time.Minute, func() bool { return len(attackHostProcs(marker)) == 0 }) {
 		t.Errorf("sleep %s still runs after its spawner was killed", marker)
 	}
 	if _, err := sb.Start(ctx, sandbox.Command{Argv: []string{"true"}}); err == nil || !strings.Contains(err.Error(), "lost") {

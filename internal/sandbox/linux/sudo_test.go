@@ -54,7 +54,7 @@ func TestSudo(t *testing.T) {
 	if got := attackMust(t, sb, "", "sudo sleep 300 & sleep 1; for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep 300'; kill $!"); got != "1\n" {
 		t.Fatalf("control: sudo sleep 300 in the background is not seen running: %q", got)
 	}
-	if !attackPoll(10*time.Second, func() bool {
+	if !attackPoll(time.Minute, func() bool {
 		return attackMust(t, sb, "root", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep 300' || true") == "0\n"
 	}) {
 		t.Errorf("sudo's command outlived its killed caller")

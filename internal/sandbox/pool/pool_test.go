@@ -203,6 +203,62 @@ func (r *recorder) alive(t *testing.T) sandbox.Sandbox {
 	return out[0]
 }
 
+// count returns how many sandboxes r made.
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.made)
+}
+
+// last returns the sandbox r made last.
+func (r *recorder) last() sandbox.Sandbox {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.made[len(r.made)-1]
+}
+
+// askTwice asks p for spec twice (each sandbox destroyed at once), which
+// puts spec in demand for Options.Idle, and waits until the pool holds the
+// sandbox its refill makes. A refill slower than Idle (a sandbox's start
+// under load) finds the demand lapsed and destroys its sandbox: that
+// round is asked again, for a minute at most. It waits on the refill's
+// sandbox, not on a time.
+func askTwice(t *testing.T, ctx context.Context, p *pool.Pool, rec *recorder, spec sandbox.Spec) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		for range 2 {
+			sb, err := p.Create(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb.Destroy(ctx)
+		}
+		asked := rec.count()
+		for p.Stats().Idle == 0 && rec.count() == asked && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond) // the refill's sandbox
+		}
+		if rec.count() > asked {
+			refill := rec.last()
+			for p.Stats().Idle == 0 && time.Now().Before(deadline) {
+				select {
+				case <-refill.Done():
+				case <-time.After(10 * time.Millisecond):
+					continue
+				}
+				break // destroyed: the demand lapsed before the refill ended
+			}
+		}
+		if p.Stats().Idle == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool holds %d idle sandboxes a minute after a spec was asked for twice, want 1", p.Stats().Idle)
+		}
+		t.Logf("the refill ended after the demand lapsed (%v): asking again", p.Stats())
+	}
+}
+
 // TestPoolLifetime: an idle sandbox that died is never handed out; idle
 // sandboxes of a spec no longer asked for are destroyed; Close destroys
 // the rest.
@@ -211,14 +267,7 @@ func TestPoolLifetime(t *testing.T) {
 	rec := &recorder{Backend: backend(t)}
 	p := pool.New(rec, pool.Options{PerSpec: 1, Idle: 1500 * time.Millisecond})
 	spec := sandbox.Spec{}
-	for range 2 {
-		sb, err := p.Create(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sb.Destroy(ctx)
-	}
-	waitIdle(t, p, 1)
+	askTwice(t, ctx, p, rec, spec)
 
 	// The idle one dies behind the pool's back: the next create skips it.
 	victim := rec.alive(t)
@@ -232,30 +281,29 @@ func TestPoolLifetime(t *testing.T) {
 	if next.ID() == victim.ID() {
 		t.Fatalf("a dead idle sandbox was handed out")
 	}
+	made := rec.count()
 	echo(t, ctx, next, "alive")
 	next.Destroy(ctx)
 
-	// Demand lapses: the refilled idle one is destroyed.
-	waitIdle(t, p, 1)
-	idle := rec.alive(t)
+	// Demand lapses: the refilled idle one is destroyed (whether the
+	// refill ended before the lapse, or after it, under load).
+	for deadline := time.Now().Add(time.Minute); rec.count() == made; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refill a minute after a miss: %+v", p.Stats())
+		}
+	}
+	idle := rec.last()
 	select {
 	case <-idle.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatalf("idle sandbox kept past the demand: %+v", p.Stats())
+	case <-time.After(time.Minute):
+		t.Fatalf("idle sandbox kept a minute past the demand: %+v", p.Stats())
 	}
 	if st := p.Stats(); st.Idle != 0 {
 		t.Errorf("stats after the demand lapsed: %+v", st)
 	}
 
 	// Close destroys what is idle, and later creates still work.
-	for range 2 {
-		sb, err := p.Create(ctx, spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sb.Destroy(ctx)
-	}
-	waitIdle(t, p, 1)
+	askTwice(t, ctx, p, rec, spec)
 	idle = rec.alive(t)
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)

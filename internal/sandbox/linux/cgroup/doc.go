@@ -23,7 +23,10 @@
 // where the caller's cgroup is read from /proc/self/cgroup. Groups are never
 // placed at a hierarchy root: nesting under the caller keeps every limit the
 // machine puts on the caller (systemd slice, container) in force for its
-// sandboxes. The parent directory never holds processes.
+// sandboxes. The parent directory never holds processes. It is removed
+// once it holds no group (Manager.RemoveParentIfEmpty) and made again by
+// the next New; Sweep removes what hosts that are gone left in the parents
+// of others (empty groups, then empty parents).
 //
 // cgroup v2 delegation. v2 controllers must be enabled in cgroup.subtree_control
 // of every ancestor, and a cgroup with processes cannot enable them ("no

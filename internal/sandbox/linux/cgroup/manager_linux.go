@@ -6,10 +6,12 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -379,7 +381,7 @@ func (m *Manager) Make(name string, l Limits, requireLimits bool) (*Group, error
 	}()
 	if p.v2 != "" {
 		dir := p.v2 + "/" + name
-		if err := mkdirGroup(p.v2, dir); err != nil {
+		if err := mkdirGroup(p.v2, dir, p.v2Ctrls); err != nil {
 			return nil, fmt.Errorf("cgroup %s: create %s: %w", name, dir, err)
 		}
 		g.v2 = dir
@@ -393,7 +395,7 @@ func (m *Manager) Make(name string, l Limits, requireLimits bool) (*Group, error
 	}
 	for _, v := range p.v1 {
 		dir := v.dir + "/" + name
-		if err := mkdirGroup(v.dir, dir); err != nil {
+		if err := mkdirGroup(v.dir, dir, 0); err != nil {
 			return nil, fmt.Errorf("cgroup %s: create %s: %w", name, dir, err)
 		}
 		g.v1 = append(g.v1, v1Dir{ctrls: v.ctrls, dir: dir})
@@ -402,15 +404,31 @@ func (m *Manager) Make(name string, l Limits, requireLimits bool) (*Group, error
 	return g, nil
 }
 
+// mkdirGroupTries bounds how often mkdirGroup re-creates a parent that
+// keeps being removed under it.
+const mkdirGroupTries = 100
+
 // mkdirGroup creates the group directory dir in parent, re-creating parent
-// if something removed it since prepare.
-func mkdirGroup(parent, dir string) error {
-	err := unix.Mkdir(dir, 0o755)
-	if errors.Is(err, unix.ENOENT) {
+// if something removed it since prepare: RemoveParentIfEmpty, in this
+// process or another one using the same parent, once its last group was
+// gone. A re-created cgroup2 parent gets ctrls enabled again for its
+// groups, as prepare did. The parent can be removed again between its
+// mkdir and the group's, so this is a loop.
+func mkdirGroup(parent, dir string, ctrls ctrlSet) error {
+	var err error
+	for range mkdirGroupTries {
+		err = unix.Mkdir(dir, 0o755)
+		if !errors.Is(err, unix.ENOENT) {
+			return err
+		}
 		if _, err := mkdir(parent); err != nil {
 			return err
 		}
-		err = unix.Mkdir(dir, 0o755)
+		if ctrls != 0 {
+			if err := enableControllers(parent, ctrls.names()); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("%s: enable in %s/cgroup.subtree_control: %w", strings.Join(ctrls.names(), ","), parent, err)
+			}
+		}
 	}
 	return err
 }
@@ -542,6 +560,43 @@ func (m *Manager) RemoveIfEmpty(name string) (bool, error) {
 // afterwards, nor the parent by any other process.
 func (m *Manager) RemoveParent() error { return m.removeParent() }
 
+// RemoveParentIfEmpty removes the parent directories that hold no group
+// and reports whether none is left, for a host whose last group just went:
+// a parent nobody uses is otherwise left for good when the host ends
+// without Backend.Close (a killed host, a test's throwaway state
+// directory). The Manager stays usable, in this process and in others
+// that share the parent: New re-creates a parent that is gone
+// (mkdirGroup). A parent that still holds a group is kept (the kernel
+// refuses to remove it, EBUSY), without error.
+func (m *Manager) RemoveParentIfEmpty() (bool, error) {
+	gone := true
+	var errs []error
+	for _, d := range m.ParentDirs() {
+		switch err := rmdir(d); {
+		case err == nil:
+		case errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENOTEMPTY):
+			gone = false
+		default:
+			gone = false
+			errs = append(errs, fmt.Errorf("cgroup parent: remove %s: %w", d, err))
+		}
+	}
+	return gone, errors.Join(errs...)
+}
+
+// ParentDirs returns the parent directory of the groups in every
+// hierarchy, whether or not it exists now: the cgroup2 one first.
+func (m *Manager) ParentDirs() []string {
+	dirs := make([]string, 0, len(m.lay.v1)+1)
+	if t := m.lay.v2; t.mount != "" {
+		dirs = append(dirs, t.own+"/"+m.parent)
+	}
+	for _, h := range m.lay.v1 {
+		dirs = append(dirs, h.own+"/"+m.parent)
+	}
+	return dirs
+}
+
 func (m *Manager) removeParent() error {
 	var errs []error
 	for _, h := range m.lay.v1 {
@@ -566,4 +621,87 @@ func validName(name string) error {
 		return errors.New("name too long")
 	}
 	return nil
+}
+
+// Sweep removes what hosts that are gone left below the caller's own cgroup,
+// in every hierarchy: in each directory there whose name match accepts (a
+// parent of some Manager, such as another state directory's), every group
+// that holds no process, belongs to the calling user and was made at least
+// minAge ago, then the directory itself once it holds no group. It returns
+// the directories it removed.
+//
+// It never kills and never judges a group by anything but the kernel's
+// answer: rmdir fails (EBUSY) on a cgroup that holds a task or a group, so a
+// running sandbox's group is kept whatever its host. minAge keeps a group
+// that a live host made but has not started a process in yet (a sandbox
+// being created, between its mkdir and its executor's clone, which takes
+// milliseconds): a host of the same parent judges its own groups by their
+// id locks (GC) and passes the parent's name to skip. A parent removed
+// under a live Manager is made again by its next New (mkdirGroup).
+func Sweep(match func(parent string) bool, skip string, minAge time.Duration) ([]string, error) {
+	loc, err := located()
+	if err != nil {
+		return nil, err
+	}
+	lay := probe(loc)
+	owns := make([]string, 0, len(lay.v1)+1)
+	if t := lay.v2; t.mount != "" {
+		own := t.own
+		// A host that moved itself into <own>/<parent>-host (see the
+		// package doc) sweeps from <own>.
+		if base := path.Base(own); strings.HasSuffix(base, "-host") && match(strings.TrimSuffix(base, "-host")) {
+			own = path.Dir(own)
+		}
+		owns = append(owns, own)
+	}
+	for _, h := range lay.v1 {
+		owns = append(owns, h.own)
+	}
+	uid := uint32(os.Geteuid())
+	before := time.Now().Add(-minAge)
+	var removed []string
+	var errs []error
+	for _, own := range owns {
+		ents, err := os.ReadDir(own)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sweep cgroups: %w", err))
+			continue
+		}
+		for _, e := range ents {
+			name := e.Name()
+			if !e.IsDir() || name == skip || !match(name) {
+				continue
+			}
+			parent := own + "/" + name
+			groups, err := os.ReadDir(parent)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("sweep cgroups: %w", err))
+				continue
+			}
+			for _, g := range groups {
+				dir := parent + "/" + g.Name()
+				if !g.IsDir() || !ownedBefore(dir, uid, before) {
+					continue
+				}
+				if rmdir(dir) == nil {
+					removed = append(removed, dir)
+				}
+			}
+			if ownedBefore(parent, uid, time.Now()) && rmdir(parent) == nil {
+				removed = append(removed, parent)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// ownedBefore reports whether the directory dir belongs to uid and was made
+// (or last changed) before t.
+func ownedBefore(dir string, uid uint32, t time.Time) bool {
+	var st unix.Stat_t
+	if unix.Lstat(dir, &st) != nil || st.Uid != uid {
+		return false
+	}
+	changed := max(st.Mtim.Nano(), st.Ctim.Nano())
+	return changed < t.UnixNano()
 }
