@@ -91,12 +91,14 @@ func BenchmarkGVisorExecSplit(b *testing.B) {
 						b.Fatalf("%v: %+v %v", argv, r, err)
 					}
 				}
-				// one operation and its measure: wall and CPU.
+				// measure runs f and returns the wall time it took and the
+				// CPU time the sandbox's cgroup counted meanwhile.
 				measure := func(f func()) (time.Duration, time.Duration) {
 					c0, t0 := sandboxtest.Measured(b, sb).CPU, time.Now()
 					f()
 					return time.Since(t0), sandboxtest.Measured(b, sb).CPU - c0
 				}
+				// op is one measure of the probe: ops operations.
 				var op func() (time.Duration, time.Duration)
 				ops := 1
 				switch {
