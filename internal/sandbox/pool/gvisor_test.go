@@ -3,9 +3,11 @@ package pool_test
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -105,6 +107,16 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 		warmUp = map[string]pool.WarmUp{sandbox.RuntimeGVisor: g, sandbox.RuntimeNative: {Argv: g.Argv}}
 	default:
 		b.Fatalf("AIRLOCK_BENCH_POOL_WARMUP=%q: want off or all", w)
+	}
+	if a := strings.Fields(os.Getenv("AIRLOCK_BENCH_POOL_WARMUP_ARGV")); len(a) > 0 {
+		// Another warm-up command, on every runtime warmed.
+		if warmUp == nil {
+			warmUp = maps.Clone(pool.DefaultWarmUp)
+		}
+		for rt, w := range warmUp {
+			w.Argv = a
+			warmUp[rt] = w
+		}
 	}
 	for _, rt := range rts {
 		b.Run("runtime="+rt.name, func(b *testing.B) {

@@ -102,9 +102,10 @@ type Stats struct {
 	// the caller got the one made first rather than wait for its warm-up
 	// or for a new sandbox.
 	Cold int64
-	// Idle is the number of idle sandboxes now; Warm how many of the
-	// pool's idle sandboxes of specs (not Warm's) are warm (Options.WarmUp);
-	// Prepared how many Warm made and prepared.
+	// Idle is the number of idle sandboxes now; Warm how many of those
+	// kept for Create (not those Warm prepared) are warm: warmed up, or
+	// of a runtime Options.WarmUp does not warm; Prepared how many Warm
+	// made and prepared.
 	Idle, Warm, Prepared int
 }
 
