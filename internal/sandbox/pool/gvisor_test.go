@@ -3,7 +3,6 @@ package pool_test
 import (
 	"bytes"
 	"context"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +102,7 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 	case "off":
 		warmUp = map[string]pool.WarmUp{}
 	case "all":
-		g := pool.DefaultWarmUp[sandbox.RuntimeGVisor]
+		g := pool.DefaultWarmUp()[sandbox.RuntimeGVisor]
 		warmUp = map[string]pool.WarmUp{sandbox.RuntimeGVisor: g, sandbox.RuntimeNative: {Argv: g.Argv}}
 	default:
 		b.Fatalf("AIRLOCK_BENCH_POOL_WARMUP=%q: want off or all", w)
@@ -111,7 +110,7 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 	if a := strings.Fields(os.Getenv("AIRLOCK_BENCH_POOL_WARMUP_ARGV")); len(a) > 0 {
 		// Another warm-up command, on every runtime warmed.
 		if warmUp == nil {
-			warmUp = maps.Clone(pool.DefaultWarmUp)
+			warmUp = pool.DefaultWarmUp()
 		}
 		for rt, w := range warmUp {
 			w.Argv = a

@@ -73,19 +73,22 @@ type WarmUp struct {
 	Argv   []string
 }
 
-// DefaultWarmUp is what a pool does when Options.WarmUp is nil. On gvisor
-// a sandbox's first command is slow twice over (docs/gvisor.md, "The pool's
-// first output"): gVisor's clock is calibrated only about a second after
-// the sentry's boot (two samples of the host's clock against the TSC,
-// ApproxUpdateInterval apart), and until then every clock read inside is a
-// trapped system call; and the loader, libc and the shell come through the
-// gofer into the sentry's page cache at their first use. So the pool waits
-// 1.2 s after Ready (Ready comes after the boot: the margin is the boot's
-// plus 0.2 s) and runs `/bin/sh -c :`, which maps all three. Natively
-// neither applies (the host's clock, the host's page cache), and a warm-up
-// measured no gain there (docs/benchmarks.md, "gvpool25").
-var DefaultWarmUp = map[string]WarmUp{
-	sandbox.RuntimeGVisor: {Settle: 1200 * time.Millisecond, Argv: []string{"/bin/sh", "-c", ":"}},
+// DefaultWarmUp returns what a pool does when Options.WarmUp is nil. On
+// gvisor a sandbox's first command is slow twice over (docs/gvisor.md,
+// "The pool's first output"): gVisor's clock is calibrated only about a
+// second after the sentry's start (two samples of the host's clock against
+// the TSC, ApproxUpdateInterval apart), and until then every clock read
+// inside is a trapped system call; and the loader, libc and the shell come
+// through the gofer into the sentry's page cache at their first use. So the
+// pool waits 1.2 s after Ready, which comes after the sentry's start
+// (runsc's debug log showed the calibration 0.82-0.91 s after it), and
+// runs `/bin/sh -c :`, which maps all three. Natively neither applies (the
+// host's clock, the host's page cache), and a warm-up measured no gain in
+// first output there (docs/benchmarks.md, "gvpool25").
+func DefaultWarmUp() map[string]WarmUp {
+	return map[string]WarmUp{
+		sandbox.RuntimeGVisor: {Settle: 1200 * time.Millisecond, Argv: []string{"/bin/sh", "-c", ":"}},
+	}
 }
 
 // WarmUpTimeout bounds one warm-up command.
@@ -169,7 +172,7 @@ func New(b sandbox.Backend, o Options) *Pool {
 		o.RefillDelay = 25 * time.Millisecond
 	}
 	if o.WarmUp == nil {
-		o.WarmUp = DefaultWarmUp
+		o.WarmUp = DefaultWarmUp()
 	}
 	p := &Pool{
 		b: b, o: o, log: o.Logger, specs: map[string]*entry{}, warms: map[string]*warm{}, wake: make(chan struct{}, 1),

@@ -166,7 +166,7 @@ func trace(t *testing.T, ctx context.Context, sb sandbox.Sandbox) string {
 // leaves nothing a user could see: no file, no process, no event; the
 // sandbox looks as one the backend made and nothing ran in.
 func TestWarmUp(t *testing.T) {
-	def := pool.DefaultWarmUp[sandbox.RuntimeGVisor]
+	def := pool.DefaultWarmUp()[sandbox.RuntimeGVisor]
 	for _, tt := range []struct {
 		runtime string
 		warmUp  map[string]pool.WarmUp // nil: the default
