@@ -11,6 +11,10 @@
 #   pool-native   BenchmarkPoolFirstOutput/runtime=native: N creates from a
 #                 warm pool, each to its first output (`echo hi`)
 #   pool-gvisor   the same on gvisor (target <= 2x pool-native)
+#   pool-*-cold   a pool rung with the pool's warm-ups off
+#                 (AIRLOCK_BENCH_POOL_WARMUP=off: the pool before them)
+#   pool-*-warm   a pool rung with a warm-up on every runtime, natively
+#                 too (AIRLOCK_BENCH_POOL_WARMUP=all)
 # With AIRLOCK_EXECUTOR_ALT (another airlock-exec, e.g. main's), every
 # gvisor rung also runs with it, as exec-gvisor-alt and pool-gvisor-alt,
 # and so does every native rung when AIRLOCK_EXECUTOR_ALT_NATIVE=1
@@ -52,14 +56,18 @@ for ((r = 0; r < rounds; r++)); do
   k=${#rungs[@]}
   for ((j = 0; j < k; j++)); do
     rung=${rungs[$(((j + r) % k))]}
-    ex=$tmp/airlock-exec base=${rung%-alt}
+    ex=$tmp/airlock-exec base=${rung%-alt} warmup=
     [ "$base" = "$rung" ] || ex=$AIRLOCK_EXECUTOR_ALT
+    case $base in
+      pool-*-cold) warmup=off base=${base%-cold} ;;
+      pool-*-warm) warmup=all base=${base%-warm} ;;
+    esac
     case $base in
       exec-native | exec-gvisor) bin=$tmp/linux.test b="^BenchmarkGVisorExec/runtime=${base#exec-}\$" ;;
       pool-native | pool-gvisor) bin=$tmp/pool.test b="^BenchmarkPoolFirstOutput/runtime=${base#pool-}\$" ;;
       *) echo "unknown rung $rung" >&2; exit 2 ;;
     esac
-    line=$(AIRLOCK_RUNSC=$runsc AIRLOCK_BENCH_RUNSC_REF= AIRLOCK_TEST_EXECUTOR=$ex "$bin" -test.run '^$' \
+    line=$(AIRLOCK_RUNSC=$runsc AIRLOCK_BENCH_RUNSC_REF= AIRLOCK_TEST_EXECUTOR=$ex AIRLOCK_BENCH_POOL_WARMUP=$warmup "$bin" -test.run '^$' \
       -test.bench "$b" -test.benchtime "${n}x" 2>&1 | grep '^Benchmark') ||
       { echo "round $r, $rung: no result" >&2; exit 1; }
     echo "$line" | awk -v r="$r" -v rung="$rung" -v load="$(cut -d' ' -f1 /proc/loadavg)" '

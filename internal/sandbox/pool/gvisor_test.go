@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,7 +62,11 @@ func TestPoolRuntimes(t *testing.T) {
 
 // BenchmarkPoolFirstOutput is create to first output from a warm pool, per
 // runtime: Create (a warm sandbox handed out), one echo, its output read.
-// The refill and the destroy run outside the timer.
+// The refill, the pool's warm-up and the destroy run outside the timer: a
+// create waits until the pool holds a warm sandbox. AIRLOCK_BENCH_POOL_WARMUP
+// picks the pool's warm-ups: unset the default (DefaultWarmUp), "off" none
+// (the pool before warm-ups), "all" gvisor's and, natively, `/bin/sh -c :`
+// at once (bench/gvisor-exec.sh's -cold and -warm rungs).
 //
 //	go test -run=NONE -bench=PoolFirstOutput -benchtime=5x ./internal/sandbox/pool/
 func BenchmarkPoolFirstOutput(b *testing.B) {
@@ -91,9 +96,30 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 		b.Cleanup(func() { _ = rb.Close() })
 		rts = append(rts, runtime{"gvisor,ref", sandbox.RuntimeGVisor, rb})
 	}
+	var warmUp map[string]pool.WarmUp
+	switch w := os.Getenv("AIRLOCK_BENCH_POOL_WARMUP"); w {
+	case "":
+	case "off":
+		warmUp = map[string]pool.WarmUp{}
+	case "all":
+		g := pool.DefaultWarmUp()[sandbox.RuntimeGVisor]
+		warmUp = map[string]pool.WarmUp{sandbox.RuntimeGVisor: g, sandbox.RuntimeNative: {Argv: g.Argv}}
+	default:
+		b.Fatalf("AIRLOCK_BENCH_POOL_WARMUP=%q: want off or all", w)
+	}
+	if a := strings.Fields(os.Getenv("AIRLOCK_BENCH_POOL_WARMUP_ARGV")); len(a) > 0 {
+		// Another warm-up command, on every runtime warmed.
+		if warmUp == nil {
+			warmUp = pool.DefaultWarmUp()
+		}
+		for rt, w := range warmUp {
+			w.Argv = a
+			warmUp[rt] = w
+		}
+	}
 	for _, rt := range rts {
 		b.Run("runtime="+rt.name, func(b *testing.B) {
-			p := pool.New(rt.be, pool.Options{PerSpec: 1, Max: 2})
+			p := pool.New(rt.be, pool.Options{PerSpec: 1, Max: 2, WarmUp: warmUp})
 			defer p.Close(ctx)
 			spec := sandbox.Spec{Runtime: rt.runtime, Limits: sandbox.Limits{MemoryBytes: 256 << 20, Pids: 64}}
 			if err := p.Prime(spec); err != nil {
@@ -102,7 +128,7 @@ func BenchmarkPoolFirstOutput(b *testing.B) {
 			var cpu time.Duration
 			for b.Loop() {
 				b.StopTimer()
-				for p.Stats().Idle < 1 {
+				for p.Stats().Warm < 1 {
 					time.Sleep(5 * time.Millisecond)
 				}
 				b.StartTimer()

@@ -12,7 +12,9 @@
 // spec asked for once, say one with a run's own token in its environment,
 // is never made ahead). Any other spec goes straight to the backend.
 //
-// A pooled sandbox is fresh: nothing has run in it but its executor, and it
+// A pooled sandbox is fresh: nothing has run in it but its executor and
+// the pool's warm-up (Options.WarmUp: on gvisor, a wait until gVisor's clock
+// is calibrated and one `/bin/sh -c :`, which leaves nothing behind), and it
 // is handed out once, never returned. Idle sandboxes of a spec nobody has
 // asked for in Options.Idle are destroyed.
 package pool
@@ -23,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -50,9 +53,46 @@ type Options struct {
 	// the refill slower than the demand and the pool ran dry, so creates
 	// got slower and first output no faster (docs/benchmarks.md).
 	Background bool
+	// WarmUp says, by runtime (sandbox.RuntimeNative for an empty
+	// Spec.Runtime), what the pool does to an idle sandbox it made before
+	// it counts as warm; a runtime not in it is warm as made. Nil takes
+	// DefaultWarmUp; an empty map warms none (the pool as it was before
+	// warm-ups, which benchmarks compare with).
+	WarmUp map[string]WarmUp
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
+
+// WarmUp readies an idle sandbox for its first command: the pool waits
+// Settle after the sandbox is made, then runs Argv in it (nothing when
+// empty) and waits for its end. The command must leave nothing behind: no
+// file, no process; its output is discarded, and its failure only logged
+// (the sandbox is handed out all the same).
+type WarmUp struct {
+	Settle time.Duration
+	Argv   []string
+}
+
+// DefaultWarmUp returns what a pool does when Options.WarmUp is nil. On
+// gvisor a sandbox's first command is slow twice over (docs/gvisor.md,
+// "The pool's first output"): gVisor's clock is calibrated only about a
+// second after the sentry's start (two samples of the host's clock against
+// the TSC, ApproxUpdateInterval apart), and until then every clock read
+// inside is a trapped system call; and the loader, libc and the shell come
+// through the gofer into the sentry's page cache at their first use. So the
+// pool waits 1.2 s after Ready, which comes after the sentry's start
+// (runsc's debug log showed the calibration 0.82-0.91 s after it), and
+// runs `/bin/sh -c :`, which maps all three. Natively neither applies (the
+// host's clock, the host's page cache), and a warm-up measured no gain in
+// first output there (docs/benchmarks.md, "gvpool25").
+func DefaultWarmUp() map[string]WarmUp {
+	return map[string]WarmUp{
+		sandbox.RuntimeGVisor: {Settle: 1200 * time.Millisecond, Argv: []string{"/bin/sh", "-c", ":"}},
+	}
+}
+
+// WarmUpTimeout bounds one warm-up command.
+const WarmUpTimeout = 10 * time.Second
 
 // Stats count what a Pool did.
 type Stats struct {
@@ -60,9 +100,16 @@ type Stats struct {
 	// creates that found none, Bypassed creates of specs the pool cannot
 	// hold.
 	Hits, Misses, Bypassed int64
-	// Idle is the number of idle sandboxes now; Prepared how many of them
-	// Warm made and prepared.
-	Idle, Prepared int
+	// Cold counts the Hits that handed out a sandbox whose warm-up
+	// (Options.WarmUp) had not run yet: none of its spec was warm, and
+	// the caller got the one made first rather than wait for its warm-up
+	// or for a new sandbox.
+	Cold int64
+	// Idle is the number of idle sandboxes now; Warm how many of those
+	// kept for Create (not those Warm prepared) are warm: warmed up, or
+	// of a runtime Options.WarmUp does not warm; Prepared how many Warm
+	// made and prepared.
+	Idle, Warm, Prepared int
 }
 
 // Pool is a sandbox.Backend that keeps sandboxes ready. Close destroys the
@@ -93,8 +140,22 @@ type entry struct {
 	asked    int
 	primed   bool // in demand until Close, whatever lastUsed says
 	lastUsed time.Time
-	ready    []sandbox.Sandbox // oldest first
+	ready    []*held // oldest first
 }
+
+// held is an idle sandbox of a spec in demand. Its fields are guarded by
+// Pool.mu.
+type held struct {
+	sb sandbox.Sandbox
+	// due is when its warm-up may run; zero once it is warm.
+	due time.Time
+	// warming is closed when the warm-up running now ends; nil while none
+	// runs.
+	warming chan struct{}
+}
+
+// warm reports whether h is warm. Preconditions: Pool.mu held.
+func (h *held) warm() bool { return h.due.IsZero() && h.warming == nil }
 
 // New starts a Pool over b.
 func New(b sandbox.Backend, o Options) *Pool {
@@ -109,6 +170,9 @@ func New(b sandbox.Backend, o Options) *Pool {
 	}
 	if o.RefillDelay <= 0 {
 		o.RefillDelay = 25 * time.Millisecond
+	}
+	if o.WarmUp == nil {
+		o.WarmUp = DefaultWarmUp()
 	}
 	p := &Pool{
 		b: b, o: o, log: o.Logger, specs: map[string]*entry{}, warms: map[string]*warm{}, wake: make(chan struct{}, 1),
@@ -168,27 +232,71 @@ func (p *Pool) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Sandbox, 
 	}
 	e.lastUsed = time.Now()
 	e.asked++
-	for len(e.ready) > 0 {
-		sb := e.ready[0]
-		e.ready = e.ready[1:]
-		p.idle--
+	// Idle sandboxes that died (their executor killed) are never handed
+	// out.
+	live := e.ready[:0]
+	for _, h := range e.ready {
 		select {
-		case <-sb.Done():
-			// Died while idle (its executor killed): never handed out.
-			stale = append(stale, sb)
-			continue
+		case <-h.sb.Done():
+			stale = append(stale, h.sb)
+			p.idle--
 		default:
+			live = append(live, h)
 		}
+	}
+	e.ready = live
+	if h := pick(e.ready); h != nil {
+		e.ready = slices.DeleteFunc(e.ready, func(o *held) bool { return o == h })
+		p.idle--
 		p.stats.Hits++
+		warming := h.warming
+		if warming == nil && !h.due.IsZero() {
+			p.stats.Cold++
+		}
 		p.mu.Unlock()
-		p.foreground(sb)
+		if warming != nil {
+			// Its warm-up runs now, after gVisor's calibration: what
+			// is left of it is less than what the caller's first
+			// command would pay in its place, and far less than a
+			// new sandbox.
+			select {
+			case <-warming:
+			case <-ctx.Done():
+				p.destroy(h.sb)
+				p.kick()
+				return nil, ctx.Err()
+			}
+		}
+		p.foreground(h.sb)
 		p.kick()
-		return sb, nil
+		return h.sb, nil
 	}
 	p.stats.Misses++
 	p.mu.Unlock()
 	p.kick()
 	return p.b.Create(ctx, spec)
+}
+
+// pick chooses the idle sandbox a create hands out: a warm one if any,
+// else the one being warmed, else the oldest not yet warmed (handed out
+// cold at once: its first command pays what every first command paid
+// before warm-ups, and a new sandbox would cost far more). Nil when there
+// is none. Preconditions: Pool.mu held.
+func pick(ready []*held) *held {
+	for _, h := range ready {
+		if h.warm() {
+			return h
+		}
+	}
+	for _, h := range ready {
+		if h.warming != nil {
+			return h
+		}
+	}
+	if len(ready) > 0 {
+		return ready[0]
+	}
+	return nil
 }
 
 // Prime puts spec in demand as if it had been asked for twice, so that
@@ -225,6 +333,13 @@ func (p *Pool) Stats() Stats {
 	defer p.mu.Unlock()
 	s := p.stats
 	s.Idle = p.idle
+	for _, e := range p.specs {
+		for _, h := range e.ready {
+			if h.warm() {
+				s.Warm++
+			}
+		}
+	}
 	for _, w := range p.warms {
 		s.Prepared += len(w.ready)
 	}
@@ -246,7 +361,9 @@ func (p *Pool) Close(ctx context.Context) error {
 	p.mu.Lock()
 	var all []sandbox.Sandbox
 	for k, e := range p.specs {
-		all = append(all, e.ready...)
+		for _, h := range e.ready {
+			all = append(all, h.sb)
+		}
 		delete(p.specs, k)
 	}
 	for name, w := range p.warms {
@@ -290,10 +407,14 @@ func (p *Pool) fill() {
 	defer close(p.done)
 	t := time.NewTicker(max(p.o.Idle/4, time.Second))
 	defer t.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
 	for {
+		due.Reset(p.nextDue())
 		select {
 		case <-p.stop:
 			return
+		case <-due.C:
 		case <-p.wake:
 			// A sandbox was just handed out, and its first command is
 			// about to run: making the next one at once would take the
@@ -333,6 +454,9 @@ func (p *Pool) fill() {
 		if !p.fillWarm() {
 			return
 		}
+		if !p.warmUp() {
+			return
+		}
 	}
 }
 
@@ -358,7 +482,7 @@ func (p *Pool) wanted() (sandbox.Spec, string, bool) {
 }
 
 // keep adds sb to spec k's idle sandboxes, unless the pool or the demand
-// is gone.
+// is gone; its warm-up is due after its runtime's Settle.
 func (p *Pool) keep(k string, sb sandbox.Sandbox) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -366,9 +490,90 @@ func (p *Pool) keep(k string, sb sandbox.Sandbox) bool {
 	if p.closed || e == nil || p.idle >= p.o.Max {
 		return false
 	}
-	e.ready = append(e.ready, sb)
+	h := &held{sb: sb}
+	if w, ok := p.o.WarmUp[runtimeOf(e.spec)]; ok {
+		// Never zero: zero means warm.
+		h.due = time.Now().Add(max(w.Settle, time.Nanosecond))
+	}
+	e.ready = append(e.ready, h)
 	p.idle++
 	return true
+}
+
+// runtimeOf names spec's runtime as Options.WarmUp does.
+func runtimeOf(spec sandbox.Spec) string {
+	if spec.Runtime == "" {
+		return sandbox.RuntimeNative
+	}
+	return spec.Runtime
+}
+
+// nextDue returns how long until the next warm-up is due (an hour when
+// none waits).
+func (p *Pool) nextDue() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := time.Hour
+	for _, e := range p.specs {
+		for _, h := range e.ready {
+			if !h.due.IsZero() && h.warming == nil {
+				d = min(d, max(time.Until(h.due), 0))
+			}
+		}
+	}
+	return d
+}
+
+// warmUp runs every warm-up that is due, one at a time; false when the
+// pool stopped.
+func (p *Pool) warmUp() bool {
+	for {
+		select {
+		case <-p.stop:
+			return false
+		default:
+		}
+		h, w, ok := p.dueWarmUp()
+		if !ok {
+			return true
+		}
+		if len(w.Argv) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), WarmUpTimeout+5*time.Second)
+			res, err := sandbox.Run(ctx, h.sb, sandbox.Command{Argv: w.Argv, Timeout: WarmUpTimeout})
+			cancel()
+			if err != nil || res.ExitCode != 0 {
+				// A sandbox lost meanwhile is seen as such at its
+				// hand-out; one without the command is served
+				// unwarmed, as before warm-ups.
+				p.log.Debug("pool: warm up an idle sandbox", "sandbox_id", h.sb.ID(), "result", res, "err", err)
+			}
+		}
+		p.mu.Lock()
+		close(h.warming)
+		h.warming = nil
+		p.mu.Unlock()
+	}
+}
+
+// dueWarmUp marks the first idle sandbox whose warm-up is due as warming
+// and returns it with its warm-up.
+func (p *Pool) dueWarmUp() (*held, WarmUp, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, WarmUp{}, false
+	}
+	now := time.Now()
+	for _, e := range p.specs {
+		for _, h := range e.ready {
+			if !h.due.IsZero() && h.warming == nil && !now.Before(h.due) {
+				h.due = time.Time{}
+				h.warming = make(chan struct{})
+				return h, p.o.WarmUp[runtimeOf(e.spec)], true
+			}
+		}
+	}
+	return nil, WarmUp{}, false
 }
 
 // expire ends the demand of specs not asked for in Options.Idle (but for
@@ -378,7 +583,9 @@ func (p *Pool) expire() {
 	p.mu.Lock()
 	for k, e := range p.specs {
 		if !e.primed && time.Since(e.lastUsed) > p.o.Idle {
-			gone = append(gone, e.ready...)
+			for _, h := range e.ready {
+				gone = append(gone, h.sb)
+			}
 			p.idle -= len(e.ready)
 			delete(p.specs, k)
 		}
