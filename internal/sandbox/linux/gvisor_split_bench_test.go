@@ -80,8 +80,10 @@ func BenchmarkGVisorExecSplit(b *testing.B) {
 	for _, rt := range benchRuntimes(b) {
 		for _, p := range probes {
 			b.Run("runtime="+rt.name+"/probe="+p.name, func(b *testing.B) {
-				sb, err := rt.be.Create(ctx, sandbox.Spec{Runtime: rt.runtime, Limits: sandbox.DefaultLimits,
-					Workspace: dir, WorkspaceMode: sandbox.WorkspaceRO})
+				sb, err := rt.be.Create(ctx, sandbox.Spec{
+					Runtime: rt.runtime, Limits: sandbox.DefaultLimits,
+					Workspace: dir, WorkspaceMode: sandbox.WorkspaceRO,
+				})
 				if err != nil {
 					b.Fatal(err)
 				}
