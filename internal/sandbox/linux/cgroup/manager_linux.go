@@ -627,8 +627,8 @@ func validName(name string) error {
 // in every hierarchy: in each directory there whose name match accepts (a
 // parent of some Manager, such as another state directory's), every group
 // that holds no process, belongs to the calling user and was made at least
-// minAge ago, then the directory itself once it holds no group. It returns
-// the directories it removed.
+// minAge ago, then the directory itself once it holds no group and was
+// made at least minAge ago. It returns the directories it removed.
 //
 // It never kills and never judges a group by anything but the kernel's
 // answer: rmdir fails (EBUSY) on a cgroup that holds a task or a group, so a
@@ -687,7 +687,11 @@ func Sweep(match func(parent string) bool, skip string, minAge time.Duration) ([
 					removed = append(removed, dir)
 				}
 			}
-			if ownedBefore(parent, uid, time.Now()) && rmdir(parent) == nil {
+			// A parent made less than minAge ago is kept even when
+			// empty: its host may be about to make its first group in
+			// it (the test packages' hosts, run side by side, each
+			// make their own).
+			if ownedBefore(parent, uid, before) && rmdir(parent) == nil {
 				removed = append(removed, parent)
 			}
 		}
