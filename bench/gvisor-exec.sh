@@ -63,8 +63,8 @@ for ((r = 0; r < rounds; r++)); do
       pool-*-warm) warmup=all base=${base%-warm} ;;
     esac
     case $base in
-      exec-native | exec-gvisor) bin=$tmp/linux.test b="^BenchmarkGVisorExec/runtime=${base#exec-}\$" ;;
-      pool-native | pool-gvisor) bin=$tmp/pool.test b="^BenchmarkPoolFirstOutput/runtime=${base#pool-}\$" ;;
+      exec-native | exec-gvisor) bin=$tmp/linux.test b="^BenchmarkGVisorExec\$/^runtime=${base#exec-}\$" ;;
+      pool-native | pool-gvisor) bin=$tmp/pool.test b="^BenchmarkPoolFirstOutput\$/^runtime=${base#pool-}\$" ;;
       *) echo "unknown rung $rung" >&2; exit 2 ;;
     esac
     line=$(AIRLOCK_RUNSC=$runsc AIRLOCK_BENCH_RUNSC_REF= AIRLOCK_TEST_EXECUTOR=$ex AIRLOCK_BENCH_POOL_WARMUP=$warmup "$bin" -test.run '^$' \
