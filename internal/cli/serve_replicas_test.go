@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -38,17 +37,7 @@ import (
 func pgURL(t *testing.T) string {
 	t.Helper()
 	srv, err := pgtest.Start(context.Background())
-	switch {
-	case errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required():
-		t.Skip(err)
-	case err != nil:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	pgtest.ForTest(t, srv, err)
 	return srv.NewDatabase(t)
 }
 

@@ -3,7 +3,6 @@ package server_test
 import (
 	"bufio"
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -234,17 +233,7 @@ func replica(t *testing.T, st store.Store, cfg server.Config, now func() time.Ti
 func TestRevokeKeyReplicas(t *testing.T) {
 	t.Parallel()
 	pg, err := pgtest.Start(context.Background())
-	switch {
-	case errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required():
-		t.Skip(err)
-	case err != nil:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pg.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	pgtest.ForTest(t, pg, err)
 	st, err := postgres.Open(context.Background(), pg.NewDatabase(t), postgres.Options{Redactor: store.NoRedaction})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -147,17 +146,7 @@ func TestDeployReplicas(t *testing.T) {
 	pg, err := pgtest.OnFreePort(func(port int) (*pgtest.Server, error) {
 		return pgtest.StartTLS(ctx, port, []string{"10.244.0.0/24"}, cert, key)
 	})
-	switch {
-	case errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required():
-		t.Skip(err)
-	case err != nil:
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := pg.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	pgtest.ForTest(t, pg, err)
 	var pw [16]byte
 	_, _ = rand.Read(pw[:])
 	password := hex.EncodeToString(pw[:])

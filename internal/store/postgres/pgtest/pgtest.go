@@ -403,6 +403,25 @@ func URL(dir, db string) string {
 	return (&url.URL{Scheme: "postgres", User: url.User(Superuser), Path: "/" + db, RawQuery: q.Encode()}).String()
 }
 
+// ForTest gives t the server s that Start, StartTCP, StartTLS or
+// OnFreePort returned with err: it skips t when there is no PostgreSQL here
+// and none is required (ErrNoPostgres), fails t on any other error, and
+// stops the server when t ends.
+func ForTest(t testing.TB, s *Server, err error) {
+	t.Helper()
+	switch {
+	case errors.Is(err, ErrNoPostgres) && !Required():
+		t.Skip(err)
+	case err != nil:
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
 // NewDatabase returns the URL of an empty database for t alone: a new one,
 // or one a finished test used, emptied. When t ends (after the cleanups t
 // registers later, so close stores in those), the sessions still on it are
