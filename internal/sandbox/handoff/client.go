@@ -68,17 +68,22 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 			}
 		}()
 	}
-	// The descriptors travel with the request's first byte: the host reads
-	// them with it before decoding the rest.
+	// The descriptors travel with the request, in one message: the host
+	// reads them with its first byte before decoding the rest, and is woken
+	// once (a second write cost the host a second wake-up while the caller
+	// waited).
 	b, err := encodeRequest(&req)
 	if err != nil {
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
-	if _, _, err := conn.WriteMsgUnix(b[:1], unix.UnixRights(fds...), nil); err != nil {
+	n, _, err := conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err != nil || n == 0 {
 		return nil, ErrNoHost
 	}
-	if _, err := conn.Write(b[1:]); err != nil {
-		return nil, ErrNoHost
+	if n < len(b) {
+		if _, err := conn.Write(b[n:]); err != nil {
+			return nil, ErrNoHost
+		}
 	}
 	var rep reply
 	if err := p.read(&rep); err != nil {
