@@ -70,7 +70,7 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 	}
 	// The descriptors travel with the request's first byte: the host reads
 	// them with it before decoding the rest.
-	b, err := encodeRequest(&req)
+	b, err := EncodeRequest(&req)
 	if err != nil {
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
