@@ -128,20 +128,41 @@ for p in sys.argv[1:]:
 print(t * 1000 // os.sysconf("SC_CLK_TCK"))
 PY
 }
+# A client that is not Go (bench/handoffc, a measuring prototype in C):
+# what the warm path costs without a Go process's start on the client's
+# side, the daemon's side's floor. It sends the request the front end
+# would (bench/handoffreq records it with the front end's own functions).
+hc=
+if command -v cc >/dev/null; then
+  cc -O2 -static -o "$t/handoffc" bench/handoffc/handoffc.c
+  $GO build -o "$t/handoffreq" ./bench/handoffreq
+  "$t/handoffreq" "$t/true.req" -- /bin/true
+  hc="$t/handoffc $t/true.req"
+  # shellcheck disable=SC2086 # a command and its argument
+  $hc || { echo "bench/handoffc failed" >&2; exit 1; }
+else
+  echo "(no cc: the row of the C client is left out)"
+fi
 dtree="$dpid $(pgrep -P "$dpid" | tr '\n' ' ')"
 # shellcheck disable=SC2086 # a list of pids
 c0=$(treecpu $dtree)
 hyperfine -N -w 3 -r "$RUNS" --prepare "sleep 0.15" --export-json "$t/warm.json" \
   "$AL sandbox run -- /bin/true" \
   "$BW /bin/true" \
-  "$t/pagetouch -exit" >/dev/null
+  "$t/pagetouch -exit" \
+  ${hc:+"$hc"} >/dev/null
 sleep 0.5 # the last run's destroy and refill
 # shellcheck disable=SC2086
 c1=$(treecpu $dtree)
-read -r alw bww gow <<<"$(median "$t/warm.json")"
+read -r alw bww gow cw <<<"$(median "$t/warm.json")"
 printf '%-28s %8s ms\n' "airlock sandbox run (warm)" "$alw" "bwrap" "$bww" "a Go process (exits at once)" "$gow"
 echo "ratio: airlock warm/bwrap $(ratio "$alw" "$bww")   (target <= 1.0)   beyond a Go start: $(python3 -c "print('%.2f' % ($alw - $gow))") ms"
-echo "the daemon's CPU per warm run (refill and destroy included): $(python3 -c "print('%.1f' % (($c1 - $c0) / ($RUNS + 3)))") ms"
+if [ -n "$hc" ]; then
+  printf '%-28s %8s ms\n' "airlock sandbox run (warm), a C client (bench prototype)" "$cw"
+  echo "ratio: C client warm/bwrap $(ratio "$cw" "$bww")   Go client - C client: $(python3 -c "print('%.2f' % ($alw - $cw))") ms"
+fi
+n=$((RUNS + 3)); [ -n "$hc" ] && n=$((2 * (RUNS + 3)))
+echo "the daemon's CPU per warm run (refill and destroy included): $(python3 -c "print('%.1f' % (($c1 - $c0) / $n))") ms"
 if want cold; then
   echo "cold target: airlock cold <= bwrap + two Go starts: $al against $(python3 -c "print('%.2f' % ($bw + 2*$gofloor))") ms"
 fi

@@ -1,9 +1,12 @@
 package sandboxcli
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/execproto"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
@@ -352,4 +358,110 @@ func TestOneP(t *testing.T) {
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Errorf("GOMAXPROCS after a run that started its sandbox itself = %d, want 1", n)
 	}
+}
+
+// TestHandoffRequestRecorded: what HandoffRequest returns (what
+// bench/handoffreq records for the C prototype bench/handoffc) is, byte for
+// byte, the request the front end sends a sandbox host for the same command
+// line, with its standard output and error as the two descriptors, so the
+// prototype cannot drift from the protocol. The host here is a stand-in
+// that records the request and answers with an error, so no sandbox is made.
+func TestHandoffRequestRecorded(t *testing.T) {
+	for _, args := range [][]string{
+		{"--", "/bin/true"},
+		{"--timeout", "5s", "--max-output", "1K", "-e", "A=b", "--workspace", "testdata", "--workspace-mode", "ro", "--", "sh", "-c", "exit 3"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			home := t.TempDir()
+			ln, err := handoff.Listen(handoff.SocketPath(home))
+			if err != nil {
+				t.Fatal(err)
+			}
+			type recorded struct {
+				req []byte
+				fds int
+				err error
+			}
+			got := make(chan recorded, 1)
+			go func() {
+				req, fds, err := recordRequest(ln)
+				got <- recorded{req, fds, err}
+			}()
+			env := Env{Ctx: context.Background(), Home: home, Executor: executorPath}
+			st, _, errOut := run(t, env, "", append([]string{"run"}, args...)...)
+			// A host that answered was accepted by now; one never
+			// reached ends the recorder's wait.
+			ln.Close()
+			if st == 0 || !strings.Contains(errOut, "recorded") {
+				t.Fatalf("sandbox run = %d, stderr %q; want the stand-in host's error", st, errOut)
+			}
+			r := <-got
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.fds != 2 {
+				t.Errorf("the front end sent %d descriptors, want 2 (stdout, stderr)", r.fds)
+			}
+			want, err := HandoffRequest(args)
+			if err != nil {
+				t.Fatalf("HandoffRequest(%q): %v", args, err)
+			}
+			if !bytes.Equal(want, r.req) {
+				t.Errorf("HandoffRequest(%q) = %x\nthe front end sent   %x", args, want, r.req)
+			}
+		})
+	}
+	for _, args := range [][]string{{"-i", "--", "cat"}, {"--image", "x", "--", "true"}, {"--no-such-flag", "--", "true"}} {
+		if _, err := HandoffRequest(args); err == nil {
+			t.Errorf("HandoffRequest(%q) = nil error, want one: the front end does not hand it off so", args)
+		}
+	}
+}
+
+// recordRequest accepts one connection on ln, reads one framed request and
+// the descriptors sent with it, and answers with an error reply (package
+// handoff's reply: field 3, its text).
+func recordRequest(ln *net.UnixListener) (req []byte, fds int, err error) {
+	c, err := ln.AcceptUnix()
+	if err != nil {
+		return nil, 0, err
+	}
+	defer c.Close()
+	buf := make([]byte, 1<<16)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, 0, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, fd := range got {
+			unix.Close(fd)
+		}
+		fds += len(got)
+	}
+	req = append([]byte(nil), buf[:n]...)
+	for len(req) < 4 || len(req) < 4+int(binary.BigEndian.Uint32(req)) {
+		m, err := c.Read(buf)
+		if err != nil {
+			return nil, 0, err
+		}
+		req = append(req, buf[:m]...)
+	}
+	p, err := execproto.EncodeFields(func(e *execproto.Encoder) { e.Str(3, "stand-in host: request recorded") })
+	if err != nil {
+		return nil, 0, err
+	}
+	_, err = c.Write(binary.BigEndian.AppendUint32(nil, uint32(len(p))))
+	if err == nil {
+		_, err = c.Write(p)
+	}
+	return req, fds, err
 }

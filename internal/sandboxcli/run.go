@@ -66,23 +66,11 @@ type Preparation struct {
 // StartPrepared is Start with prep, when not nil, bringing the sandbox to
 // readiness before the command.
 func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress Egress, prep *Preparation) error {
-	maxOut, timeout := d.Output, d.CommandTimeout
-	if maxOut == 0 {
-		maxOut = defaultOutput
-	}
-	var err error
-	if c.MaxOutput != "" {
-		if maxOut, err = sandbox.ParseSize(c.MaxOutput); err != nil {
-			return UsageError{fmt.Errorf("--max-output: %w", err)}
-		}
-	}
-	if c.Timeout > 0 {
-		timeout = c.Timeout
-	}
-	argv, err := commandArgs(c.Command, "airlock sandbox run [flags] -- CMD [ARG...]")
+	bounded, err := c.command(d)
 	if err != nil {
 		return err
 	}
+	argv, timeout, maxOut := bounded.Argv, bounded.Timeout, bounded.MaxOutput
 	if egress == nil && !env.NoHandoff && (prep == nil || prep.Handoff != nil) {
 		// The proxy of an egress policy lives in this process: such a run
 		// always starts its sandbox itself, as does one whose preparation
@@ -91,7 +79,7 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 		if prep != nil {
 			hp = prep.Handoff
 		}
-		if handed, err := c.handOff(env, spec, sandbox.Command{Argv: argv, Timeout: timeout, MaxOutput: maxOut}, hp); handed {
+		if handed, err := c.handOff(env, spec, bounded, hp); handed {
 			return err
 		}
 		Mark("handoff")
@@ -187,6 +175,29 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	return finish(env, res, c.JSON)
 }
 
+// command is the run's command line with its bounds (d's where no flag
+// sets them), without streams.
+func (c *RunCmd) command(d Defaults) (sandbox.Command, error) {
+	maxOut, timeout := d.Output, d.CommandTimeout
+	if maxOut == 0 {
+		maxOut = defaultOutput
+	}
+	var err error
+	if c.MaxOutput != "" {
+		if maxOut, err = sandbox.ParseSize(c.MaxOutput); err != nil {
+			return sandbox.Command{}, UsageError{fmt.Errorf("--max-output: %w", err)}
+		}
+	}
+	if c.Timeout > 0 {
+		timeout = c.Timeout
+	}
+	argv, err := commandArgs(c.Command, "airlock sandbox run [flags] -- CMD [ARG...]")
+	if err != nil {
+		return sandbox.Command{}, err
+	}
+	return sandbox.Command{Argv: argv, Timeout: timeout, MaxOutput: maxOut}, nil
+}
+
 // handOff runs cmd in a sandbox of spec made by the sandbox host of
 // env.Home (airlock sandbox daemon) when one runs, with the same streams,
 // bounds, signals, result and exit status as a sandbox of this process's
@@ -197,14 +208,17 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepare) (handed bool, err error) {
 	stdout, ok := env.Stdout.(*os.File)
 	stderr, ok2 := env.Stderr.(*os.File)
-	if !ok || !ok2 || absPaths(&spec) != nil {
+	if !ok || !ok2 {
+		return false, nil
+	}
+	req, err := handoffRequest(spec, cmd, prep)
+	if err != nil {
 		return false, nil
 	}
 	stdio := handoff.Stdio{Stdout: stdout, Stderr: stderr}
 	if c.Interactive && env.Stdin != nil {
 		stdio.Stdin = env.Stdin
 	}
-	req := handoff.Request{Spec: spec, Argv: cmd.Argv, Timeout: cmd.Timeout, MaxOutput: cmd.MaxOutput, Prepare: prep}
 	p, err := handoff.Start(env.Ctx, handoff.SocketPath(env.Home), req, stdio)
 	if errors.Is(err, handoff.ErrNoHost) {
 		return false, nil
@@ -219,6 +233,49 @@ func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command, prep 
 		return true, err
 	}
 	return true, finish(env, res, c.JSON)
+}
+
+// handoffRequest is the request that hands cmd (its command line and
+// bounds) to a sandbox host, in a sandbox of spec prepared by prep (nil:
+// none). An error means spec's host paths cannot be made absolute: the
+// command is not handed off.
+func handoffRequest(spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepare) (handoff.Request, error) {
+	if err := absPaths(&spec); err != nil {
+		return handoff.Request{}, err
+	}
+	return handoff.Request{Spec: spec, Argv: cmd.Argv, Timeout: cmd.Timeout, MaxOutput: cmd.MaxOutput, Prepare: prep}, nil
+}
+
+// HandoffRequest returns the framed request that `airlock sandbox run
+// ARGS...` (ARGS as they follow "run": flags, then -- and the command)
+// hands to a sandbox host, with the built-in defaults and no stdin: built
+// by the functions the front end uses (parse, Spec, command,
+// handoffRequest, handoff.EncodeRequest). It is exported for
+// bench/handoffreq, which records it for bench/handoffc, a measuring
+// prototype of a client that is not Go and sends these bytes as they are.
+// A command line the front end would not hand off so (--image, -i, a flag
+// the front end does not read itself, a bad value) is an error.
+func HandoffRequest(args []string) ([]byte, error) {
+	c := &ImageRunCmd{}
+	if !parse(c, args) {
+		return nil, fmt.Errorf("airlock sandbox run %q: a command line the front end leaves to airlock-host", args)
+	}
+	if c.Image != "" || c.Interactive {
+		return nil, errors.New("--image and -i are not recorded: the first reads the host's image store, the second passes a third descriptor")
+	}
+	spec, err := c.Spec(BuiltinDefaults, false)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := c.command(BuiltinDefaults)
+	if err != nil {
+		return nil, err
+	}
+	req, err := handoffRequest(spec, cmd, nil)
+	if err != nil {
+		return nil, err
+	}
+	return handoff.EncodeRequest(&req)
 }
 
 // absPaths makes spec's host paths absolute, from this process's working

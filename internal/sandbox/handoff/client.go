@@ -72,7 +72,7 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 	// reads them with its first byte before decoding the rest, and is woken
 	// once (a second write cost the host a second wake-up while the caller
 	// waited).
-	b, err := encodeRequest(&req)
+	b, err := EncodeRequest(&req)
 	if err != nil {
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}

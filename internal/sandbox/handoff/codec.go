@@ -36,7 +36,12 @@ const frameHeader = 4
 // fingerprint are its largest parts.
 const maxReply = 1 << 20
 
-func encodeRequest(r *Request) ([]byte, error) {
+// EncodeRequest returns r framed as Start sends it (Start itself sets
+// r.Stdin from its streams first). It is exported for the bench prototype
+// of a client that is not Go (bench/handoffreq records these bytes for
+// bench/handoffc), so that the prototype sends what Start would, not a
+// copy of the codec that could drift from it.
+func EncodeRequest(r *Request) ([]byte, error) {
 	return frame(func(e *execproto.Encoder) {
 		e.Msg(1, false, func(e *execproto.Encoder) { appendSpec(e, &r.Spec) })
 		e.Strs(2, r.Argv)

@@ -69,7 +69,7 @@ func TestCodecFieldsCovered(t *testing.T) {
 	n := 0
 	var req Request
 	fill(t, reflect.ValueOf(&req).Elem(), &n)
-	b, err := encodeRequest(&req)
+	b, err := EncodeRequest(&req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestCodecRoundTrip(t *testing.T) {
 	}
 	for _, tc := range reqs {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := encodeRequest(&tc.req)
+			b, err := EncodeRequest(&tc.req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func FuzzDecodeHandoff(f *testing.F) {
 		var kind byte
 		switch m := s.(type) {
 		case Request:
-			b, err = encodeRequest(&m)
+			b, err = EncodeRequest(&m)
 		case reply:
 			kind = 1
 			b, err = encodeReply(&m)
@@ -273,9 +273,9 @@ func FuzzDecodeHandoff(f *testing.F) {
 		case 0:
 			var r Request
 			if err = decodeRequest(p, &r); err == nil {
-				again, err = encodeRequest(&r)
+				again, err = EncodeRequest(&r)
 				if err != nil {
-					t.Fatalf("encodeRequest(decodeRequest(x)) = %v", err)
+					t.Fatalf("EncodeRequest(decodeRequest(x)) = %v", err)
 				}
 			}
 		case 1:
