@@ -47,16 +47,17 @@ type serving struct {
 	stop func() int
 }
 
-// startServe starts airlock serve on a free loopback port and returns its
-// URL once it listens; stop shuts it down (as SIGTERM does) and returns
-// its exit status.
-func startServe(t *testing.T, home, exe string) serving {
+// startServe starts airlock serve on a free loopback port, with more
+// arguments after its own, and returns its URL once it listens; stop shuts
+// it down (as SIGTERM does) and returns its exit status.
+func startServe(t *testing.T, home, exe string, more ...string) serving {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn"}, more...)
 	go func() {
-		code := airlockIn(t, ctx, home, exe, pw, "serve", "--listen", "127.0.0.1:0", "--workers", "2", "--log-level", "warn")
+		code := airlockIn(t, ctx, home, exe, pw, args...)
 		pw.Close()
 		done <- code
 	}()
@@ -132,9 +133,44 @@ func waitRun(t *testing.T, base, key, id string, want ...string) apiRun {
 	}
 }
 
+// waitRunEvent waits until run id's log, read through the API, has an
+// event of type typ.
+func waitRunEvent(t *testing.T, base, key, id, typ string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, b := call(t, "GET", base+"/v1/runs/"+id+"/events", key, nil)
+		var page struct {
+			Events []struct {
+				Type string `json:"type"`
+			} `json:"events"`
+		}
+		if st != http.StatusOK || json.Unmarshal(b, &page) != nil {
+			t.Fatalf("GET events = %d %s", st, b)
+		}
+		for _, e := range page.Events {
+			if e.Type == typ {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: no %s event in a minute", id, typ)
+		}
+		time.Sleep(100 * time.Millisecond) // within the key's rate limit
+	}
+}
+
 // TestServe: airlock serve authenticates a tenant's key, creates and drives
 // a scripted run in a real sandbox, serves its patch; shut down mid-run
 // it leaves the run resumable, and the next airlock serve finishes it.
+//
+// The servers trust their tenants' policies (trust_tenant_policies), so a
+// run's policy may mount a host directory, signal, into its sandbox: the
+// run shut down mid-run waits for a file there that the test makes only
+// once the server has stopped, so the shutdown always lands while the
+// command runs, whatever the load. Its drain may wait for the step in
+// flight for shutdown_timeout (1s here, not 30s), then cuts it; the next
+// server runs the command again, which finds the file and ends at once.
 func TestServe(t *testing.T) {
 	home, exe := serveHome(t, "alh-")
 	ctx := context.Background()
@@ -146,8 +182,13 @@ func TestServe(t *testing.T) {
 		t.Fatalf("keys create: %d", code)
 	}
 	key := strings.TrimSpace(keyOut.String())
+	signal := t.TempDir()
+	conf := filepath.Join(t.TempDir(), "serve.yaml")
+	if err := os.WriteFile(conf, []byte("shutdown_timeout: 1s\napi:\n  trust_tenant_policies: true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 
-	s := startServe(t, home, exe)
+	s := startServe(t, home, exe, "--config", conf)
 	if st, _ := call(t, "GET", s.url+"/v1/runs", "airlock_"+strings.Repeat("0", 48), nil); st != http.StatusUnauthorized {
 		t.Errorf("unknown key = %d", st)
 	}
@@ -162,27 +203,33 @@ func TestServe(t *testing.T) {
 		t.Errorf("patch = %d %q", st, b)
 	}
 
-	// Shut down while a run sleeps in its sandbox: it stays running,
-	// resumable, and the next server's workers finish it. The sleep is the
-	// time the shutdown has to land after the run is seen running: were
-	// the command to end first, the run would complete (runs_live.txtar's
-	// pause lost that race at load 30 with 4 s; this had 1 s).
-	slow := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 5; echo slept\"}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
-	st, b = call(t, "POST", s.url+"/v1/runs", key, map[string]any{"task": "slow", "script": slow})
+	// Shut down while a run's command runs in its sandbox: it stays
+	// running, resumable, and the next server's workers finish it. The
+	// command waits for /signal/go, which the test makes only after the
+	// server has stopped: were the command to end first, the run would
+	// complete, which a sleep raced (runs_live.txtar's pause lost that
+	// race at load 30 with 4 s). timeout bounds the wait, so a shutdown
+	// that never lands fails the test instead of hanging it.
+	slow := "turns:\n  - tool_calls:\n      - name: run_command\n        args: {command: 'timeout 60 sh -c \"until [ -e /signal/go ]; do sleep 0.05; done\"; echo waited'}\n  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
+	mount := "sandbox:\n  mounts:\n    - {source: " + signal + ", target: /signal}\n"
+	st, b = call(t, "POST", s.url+"/v1/runs", key, map[string]any{"task": "slow", "script": slow, "policy_document": mount})
 	if st != http.StatusCreated || json.Unmarshal(b, &run) != nil {
 		t.Fatalf("create = %d %s", st, b)
 	}
 	waitRun(t, s.url, key, run.ID, "running")
-	time.Sleep(200 * time.Millisecond) // into the command
+	waitRunEvent(t, s.url, key, run.ID, "tool.started")
 	if code := s.stop(); code != 0 {
 		t.Fatalf("airlock serve exited %d on shutdown", code)
+	}
+	if err := os.WriteFile(filepath.Join(signal, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	var ls bytes.Buffer
 	airlockIn(t, ctx, home, exe, &ls, "runs", "ls", "--json")
 	if !strings.Contains(ls.String(), fmt.Sprintf(`"id":%q,"tenant":"acme","status":"running"`, run.ID)) {
 		t.Fatalf("after shutdown the run is not left running:\n%s", ls.String())
 	}
-	s2 := startServe(t, home, exe)
+	s2 := startServe(t, home, exe, "--config", conf)
 	waitRun(t, s2.url, key, run.ID, "completed")
 	if code := s2.stop(); code != 0 {
 		t.Errorf("second airlock serve exited %d", code)

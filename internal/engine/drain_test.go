@@ -23,7 +23,7 @@ func TestQueueResume(t *testing.T) {
 turns:
   - tool_calls:
       - name: run_command
-        args: {command: "echo one > one.txt; sleep 1"}
+        args: {command: "echo one > one.txt && ` + gateWait + `"}
   - tool_calls:
       - name: run_command
         args: {command: "echo two > two.txt"}
@@ -31,7 +31,10 @@ turns:
       - name: finish
         args: {summary: "resumed"}
 `
-	checks := engine.Config{Checks: engine.Checks{Commands: []string{"test -f one.txt && test -f two.txt"}}}
+	// The pause lands while the first command waits at the gate, which
+	// opens once the run is paused; the runs after it find it open.
+	g := newGate(t)
+	checks := engine.Config{Mounts: g.mounts(), Checks: engine.Checks{Commands: []string{"test -f one.txt && test -f two.txt"}}}
 	ctx := ctxT(t, 2*time.Minute)
 
 	t.Run("paused mid-run", func(t *testing.T) {
@@ -44,6 +47,7 @@ turns:
 		if o := <-done; o.Status != event.StatusPaused {
 			t.Fatalf("status after the pause = %s", o.Status)
 		}
+		g.open(t)
 		before, _ := h.store.GetRun(ctx, r.ID)
 		q, err := h.eng.QueueResume(ctx, r.ID)
 		if err != nil || q.Status != event.StatusQueued {
@@ -88,6 +92,7 @@ turns:
 	})
 
 	t.Run("paused before it started", func(t *testing.T) {
+		g.open(t) // also when run alone
 		r := h.start("never started", script, checks)
 		if err := h.eng.Pause(ctx, r.ID, "not yet"); err != nil {
 			t.Fatal(err)
@@ -119,14 +124,15 @@ turns:
 // TestDrainFinishesTheStepInFlight: Drain lets the command in flight end
 // and its step be recorded complete, then hands the run back, running,
 // with its lease released; another engine goes on from the next step at
-// once, redoing nothing.
+// once, redoing nothing. The command waits at a gate that opens once Drain
+// has returned, so the drain lands while it runs, whatever the load.
 func TestDrainFinishesTheStepInFlight(t *testing.T) {
 	h := newHarness(t, func(o *engine.Options) { o.LeaseTTL = time.Hour })
 	script := `
 turns:
   - tool_calls:
       - name: run_command
-        args: {command: "sleep 1; echo one > one.txt"}
+        args: {command: "` + gateWait + ` && echo one > one.txt"}
   - tool_calls:
       - name: run_command
         args: {command: "echo two > two.txt"}
@@ -134,7 +140,8 @@ turns:
       - name: finish
         args: {summary: "drained and resumed"}
 `
-	r := h.start("drain me", script, engine.Config{Checks: engine.Checks{Commands: []string{"test -f one.txt && test -f two.txt"}}})
+	g := newGate(t)
+	r := h.start("drain me", script, engine.Config{Mounts: g.mounts(), Checks: engine.Checks{Commands: []string{"test -f one.txt && test -f two.txt"}}})
 	ctx := ctxT(t, 2*time.Minute)
 	type result struct {
 		o   engine.Outcome
@@ -148,6 +155,7 @@ turns:
 	waitFor(t, h, r.ID, event.TypeToolStarted)
 	h.eng.Drain()
 	h.eng.Drain() // again: nothing more
+	g.open(t)
 	res := <-done
 	if !errors.Is(res.err, engine.ErrDrained) || res.o.Status != event.StatusRunning {
 		t.Fatalf("drained Drive = %s, %v; want running, ErrDrained", res.o.Status, res.err)

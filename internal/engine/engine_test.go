@@ -586,6 +586,35 @@ func TestInterruptCancels(t *testing.T) {
 	h.verifyLog(r.ID)
 }
 
+// gate is a host directory a run's sandboxes mount read-only at /gate: a
+// command that runs gateWait does not end until the test opens the gate.
+// A test that stops a run while its command runs opens it only once the
+// stop has landed, so the stop comes first by an event, whatever the load,
+// where a sleep in the command raced it; and the command, redone after a
+// resume, ends at once.
+type gate string
+
+// gateWait waits until the gate is open; timeout bounds the wait, so a
+// stop that never lands ends the command (exit 124) and fails the test
+// instead of hanging it.
+const gateWait = `timeout 60 sh -c 'until [ -e /gate/open ]; do sleep 0.05; done'`
+
+// newGate returns a closed gate for t.
+func newGate(t *testing.T) gate { return gate(t.TempDir()) }
+
+// mounts are what a run's Config.Mounts need for the gate.
+func (g gate) mounts() []engine.Mount {
+	return []engine.Mount{{Source: string(g), Target: "/gate", ReadOnly: true}}
+}
+
+// open opens the gate: the commands waiting on it end.
+func (g gate) open(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(string(g), "open"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func waitFor(t *testing.T, h *harness, id string, typ event.Type) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)

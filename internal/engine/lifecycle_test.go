@@ -20,6 +20,8 @@ import (
 
 func TestPauseAndResume(t *testing.T) {
 	h := newHarness(t)
+	// The pause lands while the command waits at the gate, which opens
+	// once the run is paused: the command redone after the resume goes on.
 	script := `
 turns:
   - tool_calls:
@@ -27,12 +29,13 @@ turns:
         args: {path: "first.txt", content: "before the pause\n"}
   - tool_calls:
       - name: run_command
-        args: {command: "echo partial > partial.txt; sleep 2; echo done > second.txt"}
+        args: {command: "echo partial > partial.txt && ` + gateWait + ` && echo done > second.txt"}
   - tool_calls:
       - name: finish
         args: {summary: "paused and resumed"}
 `
-	r := h.start("pause me", script, engine.Config{Checks: engine.Checks{Commands: []string{"test -f first.txt && test -f second.txt"}}})
+	g := newGate(t)
+	r := h.start("pause me", script, engine.Config{Mounts: g.mounts(), Checks: engine.Checks{Commands: []string{"test -f first.txt && test -f second.txt"}}})
 	done := make(chan engine.Outcome, 1)
 	go func() {
 		o, err := h.eng.Drive(ctxT(t, time.Minute), r.ID)
@@ -48,6 +51,7 @@ turns:
 	if o := <-done; o.Status != event.StatusPaused {
 		t.Fatalf("status after pause = %s", o.Status)
 	}
+	g.open(t)
 	evs := h.verifyLog(r.ID)
 	if count(evs, event.TypeSandboxDestroyed) != 1 {
 		t.Errorf("the sandbox was not destroyed on pause: %v", types(evs))
