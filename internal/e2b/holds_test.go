@@ -2,7 +2,6 @@ package e2b_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -20,13 +19,7 @@ func TestCheckpointHoldsKept(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
 	srv, err := pgtest.Start(ctx)
-	if errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required() {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop() })
+	pgtest.ForTest(t, srv, err)
 	pg, err := postgres.Open(ctx, srv.NewDatabase(t), postgres.Options{Redactor: store.NoRedaction})
 	if err != nil {
 		t.Fatal(err)

@@ -124,16 +124,6 @@ func onBothStores(t *testing.T, tenants []string, f func(t *testing.T, h *Host, 
 func postgresURL(t *testing.T) string {
 	t.Helper()
 	srv, err := pgtest.Start(context.Background())
-	if errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required() {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	pgtest.ForTest(t, srv, err)
 	return srv.NewDatabase(t)
 }

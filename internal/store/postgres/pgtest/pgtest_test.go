@@ -151,13 +151,7 @@ func TestServerTCP(t *testing.T) {
 				port = p
 				return pgtest.StartTCP(ctx, p, tc.nets)
 			})
-			if errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required() {
-				t.Skip(err)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Stop()
+			pgtest.ForTest(t, s, err)
 			if s.Port() != port {
 				t.Errorf("Port() = %d, want %d", s.Port(), port)
 			}
@@ -259,13 +253,7 @@ func TestServerTLS(t *testing.T) {
 		port = p
 		return pgtest.StartTLS(ctx, p, []string{"127.0.0.1/32"}, cert, key)
 	})
-	if errors.Is(err, pgtest.ErrNoPostgres) && !pgtest.Required() {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	pgtest.ForTest(t, s, err)
 	admin := connect(t, s.URL("postgres")) // the socket
 	if _, err := admin.Exec(ctx, "CREATE ROLE app LOGIN PASSWORD 'right'"); err != nil {
 		t.Fatal(err)
