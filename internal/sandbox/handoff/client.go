@@ -77,7 +77,7 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
 	n, _, err := conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
-	if err != nil || n == 0 {
+	if err != nil {
 		return nil, ErrNoHost
 	}
 	if n < len(b) {
