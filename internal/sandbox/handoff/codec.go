@@ -55,6 +55,7 @@ func EncodeRequest(r *Request) ([]byte, error) {
 				e.Int(3, int64(r.Prepare.Size))
 			})
 		}
+		e.Strs(7, r.Words)
 	})
 }
 
@@ -75,6 +76,8 @@ func decodeRequest(p []byte, r *Request) error {
 			case 6:
 				r.Prepare = new(Prepare)
 				d.Msg(true, func(d *execproto.Decoder) { decodePrepare(d, r.Prepare) })
+			case 7:
+				r.Words = d.Strs()
 			default:
 				d.Unknown(n)
 			}
@@ -252,6 +255,8 @@ func encodeReply(r *reply) ([]byte, error) {
 			e.Msg(2, true, func(e *execproto.Encoder) { appendResult(e, r.Result) })
 		}
 		e.Str(3, r.Error)
+		e.Flag(4, r.Reported)
+		e.Int(5, int64(r.Status))
 	})
 }
 
@@ -266,6 +271,10 @@ func decodeReply(p []byte, r *reply) error {
 				d.Msg(true, func(d *execproto.Decoder) { decodeResult(d, r.Result) })
 			case 3:
 				r.Error = d.Str()
+			case 4:
+				r.Reported = true
+			case 5:
+				r.Status = intOf(d)
 			default:
 				d.Unknown(n)
 			}

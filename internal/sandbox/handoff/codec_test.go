@@ -234,6 +234,9 @@ func FuzzDecodeHandoff(f *testing.F) {
 		reply{Started: true},
 		reply{Result: &sandbox.Result{Outcome: sandbox.OutcomeExited, ExitCode: 3, Usage: sandbox.Usage{Wall: time.Second, MaxRSS: 4096}}},
 		reply{Error: "sandbox start failed"},
+		Request{Words: []string{"--", "sh", "-c", "", "x"}},
+		reply{Reported: true, Status: 3},
+		reply{Reported: true},
 		control{Signal: 15},
 	}
 	for _, s := range seeds {

@@ -63,6 +63,16 @@ type Request struct {
 	// host without Server.Prepare does not take such a request (the
 	// caller gets ErrNoHost and prepares a sandbox of its own).
 	Prepare *Prepare
+	// Words, when set, is the whole request: the command line of
+	// `airlock sandbox run` after "run" (its flags, then -- and the
+	// command), as a client that does not read it sent it (the front
+	// end's entry before the Go runtime, internal/thinentry). The host
+	// reads it as the front end would (Server.Front), writes what the
+	// front end would print on the caller's standard error itself, and
+	// ends with the exit status (the reply's Reported and Status). Spec,
+	// Argv, the bounds and Prepare are then absent; the descriptors are
+	// standard output and error, and stdin when Stdin is set.
+	Words []string
 }
 
 // Prepare is how a request's sandbox is brought to readiness.
@@ -80,11 +90,15 @@ type Prepare struct {
 
 // reply is one message from the host: Started once the command runs, then
 // Result; Error instead of either says what failed (the text the caller's
-// own start would have printed).
+// own start would have printed). A request in Words ends with Reported
+// instead of Result or Error: the host printed what there was to print on
+// the caller's standard error, and Status is the caller's exit status.
 type reply struct {
-	Started bool
-	Result  *sandbox.Result
-	Error   string
+	Started  bool
+	Result   *sandbox.Result
+	Error    string
+	Reported bool
+	Status   int
 }
 
 // control is a message from the caller after the request.
