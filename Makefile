@@ -29,9 +29,14 @@ FIND_GO_TESTS := find . $(PRUNE) -o -name '*_test.go' -print
 help: ## List the targets
 	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## Build every command into ./bin, static (CGO_ENABLED=0: no C, faster start)
+build: ## Build every command into ./bin, static (CGO_ENABLED=0), airlock with its thin entry for a warm sandbox run where the machine can (scripts/build-thin.sh)
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -trimpath -o $(BIN)/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -trimpath -o $(BIN)/ ./cmd/airlock-host ./cmd/airlock-exec
+	@st=0; GO='$(GO)' BUILDFLAGS='$(BUILDFLAGS)' scripts/build-thin.sh $(BIN) || st=$$?; \
+	if [ $$st -eq 3 ]; then \
+	  echo "make build: airlock without its thin entry (build-thin.sh said why above)"; \
+	  CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -trimpath -o $(BIN)/ ./cmd/airlock; \
+	elif [ $$st -ne 0 ]; then exit $$st; fi
 
 install: build ## Install airlock, airlock-host and airlock-exec side by side in $(DESTDIR)$(PREFIX)/bin (PREFIX=/usr/local)
 	install -d $(DESTDIR)$(PREFIX)/bin

@@ -43,6 +43,9 @@ var frontEndDeps = map[string]bool{
 	// (standard library and the sandbox contract only; the store itself,
 	// with its registry client, stays in airlock-host).
 	"github.com/airlockrun/airlock/internal/imageroot": true,
+	// The thin entry for a warm sandbox run (the airlock_thin tag, which
+	// scripts/build-thin.sh builds with): assembly and a .syso, no Go code.
+	"github.com/airlockrun/airlock/internal/thinentry": true,
 	"github.com/pmezard/go-difflib/difflib":            true,
 	"golang.org/x/sys/unix":                            true,
 }

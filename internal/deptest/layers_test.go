@@ -22,7 +22,7 @@ var layers = []struct {
 		"internal/param", "internal/ratelimit", "internal/price", "internal/bridge", "internal/policy",
 		"internal/secret/token", "internal/secret/scan", "internal/store/blob", "internal/store/chunk", "internal/sandbox/linux/cgroup",
 		"internal/executor/landlock", "internal/executor/seccomp", "internal/executor/vfork", "internal/testpki", "internal/testgit", "internal/deptest",
-		"internal/dockerfile", "internal/report", "internal/portproxy/portproxytest",
+		"internal/dockerfile", "internal/report", "internal/portproxy/portproxytest", "internal/thinentry",
 	}},
 	{"contracts: what the components implement and consume", []string{
 		"internal/sandbox", "internal/store", "internal/secret", "internal/model",

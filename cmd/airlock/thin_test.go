@@ -1,0 +1,582 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/deptest"
+	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox/handoff"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
+	"github.com/airlockrun/airlock/internal/sandboxcli"
+)
+
+// thinBin is the front end built by scripts/build-thin.sh, beside the
+// plain one in bins' directory (the front end finds airlock-exec and
+// airlock-host beside itself, whatever its own name), once per test
+// binary; the test is skipped where the script cannot build it.
+var (
+	thinOnce sync.Once
+	thinPath string
+	thinSkip string
+	thinErr  string
+)
+
+func thinBin(t *testing.T) string {
+	t.Helper()
+	dir := bins(t)
+	thinOnce.Do(func() {
+		out, err := os.MkdirTemp("", "airlock-thin")
+		if err != nil {
+			thinErr = err.Error()
+			return
+		}
+		defer os.RemoveAll(out)
+		build := exec.Command("../../scripts/build-thin.sh", out)
+		build.Env = append(os.Environ(), "GO="+deptest.GoTool(t))
+		msg, err := build.CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee) && ee.ExitCode() == 3:
+			thinSkip = strings.TrimSpace(string(msg))
+			return
+		case err != nil:
+			thinErr = "scripts/build-thin.sh: " + err.Error() + "\n" + string(msg)
+			return
+		}
+		p := filepath.Join(dir, "airlock-thin")
+		if err := os.Rename(filepath.Join(out, "airlock"), p); err != nil {
+			thinErr = err.Error()
+			return
+		}
+		thinPath = p
+	})
+	switch {
+	case thinSkip != "":
+		t.Skipf("no thin front end on this machine: %s", thinSkip)
+	case thinErr != "":
+		t.Fatal(thinErr)
+	}
+	return thinPath
+}
+
+// TestThinEntry: the thin front end's ELF entry is airlock_thin_entry, and
+// what it does not serve itself runs as in the plain front end.
+func TestThinEntry(t *testing.T) {
+	thin := thinBin(t)
+	plain := filepath.Join(bins(t), "airlock")
+	f, err := elf.Open(thin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := ""
+	for _, s := range syms {
+		if s.Value == f.Entry && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			entry = s.Name
+		}
+	}
+	if entry != "airlock_thin_entry" {
+		t.Errorf("the thin front end's entry %#x is %q, want airlock_thin_entry", f.Entry, entry)
+	}
+
+	home := t.TempDir()
+	env := []string{"AIRLOCK_HOME=" + home}
+	for _, args := range [][]string{
+		{"version"},
+		{"sandbox", "run", "--help"},
+		{"sandbox", "ls"},
+		{"sandbox", "run"},
+		{"sandbox", "run", "--"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			want := run(t, plain, env, args...)
+			if got := run(t, thin, env, args...); got != want {
+				t.Errorf("thin airlock %q = %+v, want the plain front end's %+v", args, got, want)
+			}
+		})
+	}
+}
+
+// A standIn listens where a sandbox daemon would, as the test's uid, and
+// records every connection's request and descriptors; serve answers each.
+type standIn struct {
+	ln    *net.UnixListener
+	serve func(t *testing.T, h *handed)
+	done  chan struct{}
+
+	// mu guards conns.
+	mu    sync.Mutex
+	conns []*handed
+}
+
+// handed is one connection's request: its bytes as sent (framed), and the
+// descriptors that came with them.
+type handed struct {
+	conn  *net.UnixConn
+	req   []byte
+	files []*os.File
+}
+
+// thin reports whether the request is the thin client's: Words (field 7)
+// is its first field, where the Go front end's begins with its Spec.
+func (h *handed) thin() bool { return len(h.req) > 5 && h.req[5] == 7 }
+
+func newStandIn(t *testing.T, home string, serve func(t *testing.T, h *handed)) *standIn {
+	t.Helper()
+	path := filepath.Join(home, handoff.SocketName)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &standIn{ln: ln, serve: serve, done: make(chan struct{})}
+	go s.accept(t)
+	t.Cleanup(func() { s.close() })
+	return s
+}
+
+func (s *standIn) accept(t *testing.T) {
+	defer close(s.done)
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		h, err := readRequest(c)
+		if err != nil {
+			t.Errorf("stand-in: %v", err)
+			c.Close()
+			continue
+		}
+		s.mu.Lock()
+		s.conns = append(s.conns, h)
+		s.mu.Unlock()
+		s.serve(t, h)
+		c.Close()
+		for _, f := range h.files {
+			f.Close()
+		}
+	}
+}
+
+// close stops the stand-in and returns every connection it had.
+func (s *standIn) close() []*handed {
+	s.ln.Close()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// readRequest reads one framed request with the descriptors that came with
+// its first bytes.
+func readRequest(c *net.UnixConn) (*handed, error) {
+	buf := make([]byte, 1<<20)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	h := &handed{conn: c, req: bytes.Clone(buf[:n])}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return nil, err
+		}
+		for _, fd := range fds {
+			h.files = append(h.files, os.NewFile(uintptr(fd), "passed"))
+		}
+	}
+	for len(h.req) < 4 || len(h.req) < 4+int(binary.BigEndian.Uint32(h.req)) {
+		n, err := c.Read(buf)
+		if err != nil {
+			return nil, err
+		}
+		h.req = append(h.req, buf[:n]...)
+	}
+	return h, nil
+}
+
+// frameOf is a framed message of fields, as package handoff sends one.
+func frameOf(t *testing.T, fields func(e *execproto.Encoder)) []byte {
+	p, err := execproto.EncodeFields(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(p))), p...)
+}
+
+func started(t *testing.T) []byte {
+	return frameOf(t, func(e *execproto.Encoder) { e.Flag(1, true) })
+}
+
+func reported(t *testing.T, status int) []byte {
+	return frameOf(t, func(e *execproto.Encoder) { e.Flag(4, true); e.Int(5, int64(status)) })
+}
+
+func errorReply(t *testing.T, text string) []byte {
+	return frameOf(t, func(e *execproto.Encoder) { e.Str(3, text) })
+}
+
+// goRefused is the stand-in's answer to the Go front end's own request,
+// which shows that the Go front end ran: an error it prints.
+const goRefused = "stand-in: the Go front end's request"
+
+func send(t *testing.T, h *handed, b []byte) {
+	if _, err := h.conn.Write(b); err != nil {
+		t.Errorf("stand-in: write a reply: %v", err)
+	}
+}
+
+// refuseGo answers the Go front end's request with goRefused; it reports
+// whether the request was the Go front end's.
+func refuseGo(t *testing.T, h *handed) bool {
+	if h.thin() {
+		return false
+	}
+	send(t, h, errorReply(t, goRefused))
+	return true
+}
+
+// start runs the thin front end with args in home, its output into
+// buffers; wait returns its result.
+func start(t *testing.T, bin, home string, env []string, args ...string) (cmd *exec.Cmd, wait func() result) {
+	t.Helper()
+	cmd = exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), "AIRLOCK_HOME="+home), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, func() result {
+		err := cmd.Wait()
+		r := result{stdout: stdout.String(), stderr: stderr.String()}
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			r.code = ee.ExitCode()
+		case err != nil:
+			t.Fatalf("%s %v: %v", bin, args, err)
+		}
+		return r
+	}
+}
+
+// TestThinRequest: the thin client sends exactly handoff.EncodeRequest's
+// bytes for the command line, with its stdout and stderr, and exits with
+// the status the host reported.
+func TestThinRequest(t *testing.T) {
+	thin := thinBin(t)
+	many := []string{"--", "echo"}
+	for i := range 2000 {
+		many = append(many, strings.Repeat("w", i%7))
+	}
+	for _, tt := range []struct {
+		name   string
+		words  []string
+		status int
+	}{
+		{"true", []string{"--", "true"}, 0},
+		{"empty words", []string{"--", "echo", "", "x", ""}, 3},
+		{"spaces and newlines", []string{"--", "sh", "-c", "echo a  b\nexit 3", "x y"}, 137},
+		{"non-ASCII", []string{"--", "echo", "héllo", "日本語", "\x7f\x01"}, 255},
+		{"many words", many, 1},
+		// Two words of 100 KiB: a request that fits the 256 KiB buffer (a
+		// word may not be over 128 KiB, MAX_ARG_STRLEN).
+		{"long words", []string{"--", "echo", strings.Repeat("x", 100<<10), strings.Repeat("y", 100<<10)}, 0},
+		{"a word that looks like a flag", []string{"--", "--memory", "1G"}, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			home := t.TempDir()
+			want, err := handoff.EncodeRequest(&handoff.Request{Words: tt.words})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := newStandIn(t, home, func(t *testing.T, h *handed) {
+				if refuseGo(t, h) {
+					return
+				}
+				if !bytes.Equal(h.req, want) {
+					t.Errorf("the thin request is %d bytes %.80q, want handoff.EncodeRequest's %d bytes %.80q", len(h.req), h.req, len(want), want)
+				}
+				if len(h.files) != 2 {
+					t.Errorf("the thin request came with %d descriptors, want 2 (stdout, stderr)", len(h.files))
+				} else {
+					_, _ = io.WriteString(h.files[0], "to stdout\n")
+					_, _ = io.WriteString(h.files[1], "to stderr\n")
+				}
+				send(t, h, started(t))
+				send(t, h, reported(t, tt.status))
+			})
+			_, wait := start(t, thin, home, nil, append([]string{"sandbox", "run"}, tt.words...)...)
+			got := wait()
+			if want := (result{stdout: "to stdout\n", stderr: "to stderr\n", code: tt.status}); got != want {
+				t.Errorf("thin airlock sandbox run = %+v, want %+v", got, want)
+			}
+			if conns := s.close(); len(conns) != 1 {
+				t.Errorf("the stand-in had %d connections, want 1", len(conns))
+			}
+		})
+	}
+}
+
+// TestThinReplies: the thin client's answers to what the host says, before
+// and after the command started.
+func TestThinReplies(t *testing.T) {
+	thin := thinBin(t)
+	const ended = "airlock: sandbox host: the connection ended before the command's result: EOF\n"
+	const unexpected = "airlock: sandbox host: unexpected answer instead of the command's result\n"
+	for _, tt := range []struct {
+		name    string
+		replies func(t *testing.T) [][]byte
+		want    result
+	}{
+		{"reported at once", func(t *testing.T) [][]byte { return [][]byte{reported(t, 7)} }, result{code: 7}},
+		{"an error at once", func(t *testing.T) [][]byte { return [][]byte{errorReply(t, "no such template")} },
+			result{stderr: "airlock: no such template\n", code: 125}},
+		{"EOF after started", func(t *testing.T) [][]byte { return [][]byte{started(t)} }, result{stderr: ended, code: 125}},
+		{"an error after started", func(t *testing.T) [][]byte { return [][]byte{started(t), errorReply(t, "the sandbox died")} },
+			result{stderr: "airlock: the sandbox died\n", code: 125}},
+		{"started twice", func(t *testing.T) [][]byte { return [][]byte{started(t), started(t)} }, result{stderr: unexpected, code: 125}},
+		{"an unknown field after started", func(t *testing.T) [][]byte {
+			return [][]byte{started(t), frameOf(t, func(e *execproto.Encoder) { e.Flag(9, true) })}
+		}, result{stderr: unexpected, code: 125}},
+		{"another form after started", func(t *testing.T) [][]byte { return [][]byte{started(t), {0, 0, 0, 2, 2, 4}} },
+			result{stderr: unexpected, code: 125}},
+		{"cut short after started", func(t *testing.T) [][]byte { return [][]byte{started(t), {0, 0, 0, 9, 1, 4}} },
+			result{stderr: "airlock: sandbox host: the connection ended before the command's result: malformed handoff message: cut short after 2 of 9 bytes: unexpected EOF\n", code: 125}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			home := t.TempDir()
+			s := newStandIn(t, home, func(t *testing.T, h *handed) {
+				if refuseGo(t, h) {
+					return
+				}
+				for _, b := range tt.replies(t) {
+					send(t, h, b)
+				}
+			})
+			_, wait := start(t, thin, home, nil, "sandbox", "run", "--", "true")
+			if got := wait(); got != tt.want {
+				t.Errorf("thin airlock sandbox run = %+v, want %+v", got, tt.want)
+			}
+			if conns := s.close(); len(conns) != 1 {
+				t.Errorf("the stand-in had %d connections, want 1 (the thin client's)", len(conns))
+			}
+		})
+	}
+}
+
+// TestThinSignal: a signal to the thin client after the command started
+// reaches the host as the control frame the Go client sends.
+func TestThinSignal(t *testing.T) {
+	thin := thinBin(t)
+	for _, tt := range []struct {
+		sig   syscall.Signal
+		frame []byte
+	}{
+		{syscall.SIGTERM, []byte{0, 0, 0, 3, 1, 1, 0x1e}},
+		{syscall.SIGINT, []byte{0, 0, 0, 3, 1, 1, 4}},
+		{syscall.SIGHUP, []byte{0, 0, 0, 3, 1, 1, 2}},
+		{syscall.SIGQUIT, []byte{0, 0, 0, 3, 1, 1, 6}},
+	} {
+		t.Run(tt.sig.String(), func(t *testing.T) {
+			home := t.TempDir()
+			procs := make(chan *os.Process, 1)
+			s := newStandIn(t, home, func(t *testing.T, h *handed) {
+				if refuseGo(t, h) {
+					return
+				}
+				// The client blocked the signals before its request: sent
+				// now, it waits for the signalfd.
+				if err := (<-procs).Signal(tt.sig); err != nil {
+					t.Error(err)
+				}
+				send(t, h, started(t))
+				got := make([]byte, len(tt.frame))
+				if _, err := io.ReadFull(h.conn, got); err != nil {
+					t.Errorf("stand-in: read the control frame: %v", err)
+				} else if !bytes.Equal(got, tt.frame) {
+					t.Errorf("the control frame for %v is % x, want % x", tt.sig, got, tt.frame)
+				}
+				send(t, h, reported(t, 128+int(tt.sig)))
+			})
+			cmd, wait := start(t, thin, home, nil, "sandbox", "run", "--", "sleep", "1000")
+			procs <- cmd.Process
+			if got, want := wait(), (result{code: 128 + int(tt.sig)}); got != want {
+				t.Errorf("thin airlock sandbox run = %+v, want %+v", got, want)
+			}
+			s.close()
+		})
+	}
+}
+
+// TestThinFallback: where the thin client must not serve the command, the
+// Go front end runs it as before: the stand-in sees the Go front end's
+// request after the thin client's (or alone), or nothing where the Go
+// front end does not hand off either.
+func TestThinFallback(t *testing.T) {
+	thin := thinBin(t)
+	root := os.Geteuid() == 0
+	for _, tt := range []struct {
+		name string
+		// args after "sandbox"; env added; home is AIRLOCK_HOME's value
+		// relative to the stand-in's directory dir ("" is dir itself), and
+		// the client runs in dir's parent.
+		args  []string
+		env   []string
+		home  string
+		setup func(t *testing.T, dir string)
+		// thinFirst: the stand-in answers the thin request with reply.
+		thinFirst []byte
+		// want: the connections seen, "thin" or "go"; code: the exit status.
+		want []string
+		code int
+		// sandbox: the Go front end starts a sandbox itself (root only).
+		sandbox bool
+	}{
+		{name: "closed unanswered", thinFirst: []byte{}, want: []string{"thin", "go"}, code: 125},
+		{name: "a malformed first reply", thinFirst: []byte{0, 0, 0, 2, 1, 9}, want: []string{"thin", "go"}, code: 125},
+		{name: "a first reply of another form", thinFirst: []byte{0, 0, 0, 2, 2, 1}, want: []string{"thin", "go"}, code: 125},
+		{name: "AIRLOCK_NO_HANDOFF", env: []string{"AIRLOCK_NO_HANDOFF=1"}, sandbox: true},
+		{name: "AIRLOCK_NO_HANDOFF first", env: []string{"AIRLOCK_NO_HANDOFF=1", "AIRLOCK_NO_HANDOFF="}, sandbox: true},
+		{name: "AIRLOCK_TRACE", env: []string{"AIRLOCK_TRACE=1"}, want: []string{"go"}, code: 125},
+		{name: "a socket of another uid", setup: func(t *testing.T, dir string) {
+			if err := os.Chown(filepath.Join(dir, handoff.SocketName), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}, sandbox: true},
+		{name: "a home with ..", home: "sub/..", setup: func(t *testing.T, dir string) {
+			if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, want: []string{"go"}, code: 125},
+		{name: "a home with .", home: "./", want: []string{"go"}, code: 125},
+		{name: "a relative home", home: "rel", want: []string{"go"}, code: 125},
+		{name: "stdin", args: []string{"run", "-i", "--", "true"}, want: []string{"go"}, code: 125},
+		{name: "a flag", args: []string{"run", "--memory", "1G", "--", "true"}, want: []string{"go"}, code: 125},
+		{name: "no command", args: []string{"run", "--"}, code: 2},
+		{name: "run without --", args: []string{"run", "true"}, want: []string{"go"}, code: 125},
+		{name: "a request too large", args: []string{"run", "--", "echo", strings.Repeat("x", 100<<10), strings.Repeat("y", 100<<10), strings.Repeat("z", 100<<10)}, want: []string{"go"}, code: 125},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.sandbox && !root {
+				t.Skip("the Go front end starts a sandbox itself: needs root")
+			}
+			parent := t.TempDir()
+			dir := filepath.Join(parent, "rel")
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = linux.Forget(filepath.Join(dir, sandboxcli.RunStateDir)) })
+			s := newStandIn(t, dir, func(t *testing.T, h *handed) {
+				if refuseGo(t, h) {
+					return
+				}
+				if tt.thinFirst != nil {
+					send(t, h, tt.thinFirst)
+					return
+				}
+				t.Errorf("the thin client served %s", tt.name)
+				send(t, h, reported(t, 99))
+			})
+			if tt.setup != nil {
+				tt.setup(t, dir)
+			}
+			home := dir
+			switch {
+			case tt.home == "rel":
+				home = "rel"
+			case tt.home != "":
+				home = dir + "/" + tt.home
+			}
+			args := tt.args
+			if args == nil {
+				args = []string{"run", "--", "true"}
+			}
+			r := runRaw(t, thin, parent, append([]string{"AIRLOCK_HOME=" + home}, tt.env...), append([]string{"sandbox"}, args...)...)
+			var got []string
+			for _, h := range s.close() {
+				if h.thin() {
+					got = append(got, "thin")
+				} else {
+					got = append(got, "go")
+				}
+			}
+			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
+				t.Errorf("the stand-in saw %q, want %q (stderr %q)", got, tt.want, r.stderr)
+			}
+			if r.code != tt.code {
+				t.Errorf("exit status %d, want %d (stderr %q)", r.code, tt.code, r.stderr)
+			}
+			if tt.code == 125 && len(tt.want) > 0 && !strings.Contains(r.stderr, "airlock: "+goRefused+"\n") {
+				t.Errorf("stderr %q, want the Go front end's print of the stand-in's refusal", r.stderr)
+			}
+		})
+	}
+}
+
+// runRaw runs bin in dir with the environment as given after the test's
+// own (less its AIRLOCK_ variables): os/exec would keep only the last of
+// a name given twice, and the thin client, like os.Getenv, reads the
+// first.
+func runRaw(t *testing.T, bin, dir string, env []string, args ...string) result {
+	t.Helper()
+	var full []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AIRLOCK_") {
+			full = append(full, kv)
+		}
+	}
+	full = append(full, env...)
+	outs := make([]*os.File, 2)
+	for i := range outs {
+		f, err := os.CreateTemp(t.TempDir(), "out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		outs[i] = f
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	p, err := os.StartProcess(bin, append([]string{bin}, args...), &os.ProcAttr{Dir: dir, Env: full, Files: []*os.File{devnull, outs[0], outs[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ := os.ReadFile(outs[0].Name())
+	stderr, _ := os.ReadFile(outs[1].Name())
+	return result{stdout: string(stdout), stderr: string(stderr), code: st.ExitCode()}
+}

@@ -1,0 +1,58 @@
+// Package thinentry is the front end's pre-runtime entry: a thin client
+// that serves the plain warm `airlock sandbox run -- CMD...` before the Go
+// runtime starts, and lets the runtime start, with the kernel's stack
+// untouched, for everything else (issue 29).
+//
+// Why: a warm sandbox run hands its command to a running `airlock sandbox
+// daemon`, and on a machine where a page's first touch costs ~11 µs the Go
+// process's own start and exit were ~10 ms of a ~16.8 ms warm run, more
+// than bubblewrap's whole cold start. A client in freestanding C did the
+// same hand-off in 7.5 ms (docs/benchmarks.md). This package puts that
+// client in the front end's binary, as its ELF entry, without cgo: the
+// entry is Go assembly (entry_linux_amd64.s) that calls the C function in
+// the package's .syso and then jumps to _rt0_amd64_linux. Only cmd/airlock
+// built with the airlock_thin tag imports it, and only with
+// -ldflags=-E=airlock_thin_entry is it the entry; scripts/build-thin.sh
+// does both and generates the .syso from c/thin.c (it is never
+// committed). A plain go build or go install builds the front end
+// without it.
+//
+// The fast path is taken only when all of these hold, else the Go runtime
+// runs the command line as it always did:
+//
+//   - argv is `airlock sandbox run -- CMD...` (at least one word after
+//     "--"; any flag before "--" is Go's);
+//   - $AIRLOCK_NO_HANDOFF and $AIRLOCK_TRACE are unset or empty (the first
+//     occurrence of a name counts, as with os.Getenv);
+//   - the home is $AIRLOCK_HOME if not empty, else /var/lib/airlock for
+//     euid 0, else $XDG_DATA_HOME/airlock if that is not empty, else
+//     $HOME/.local/share/airlock (sandboxcli.OSEnv); it is absolute with no
+//     "." or ".." component (Go cleans a path lexically, the kernel does
+//     not: such a path is left to Go), and home/sandbox.sock fits sun_path;
+//   - the socket is owned by the euid, a connection to it succeeds, and the
+//     peer's uid (SO_PEERCRED) is the euid, as handoff's dial checks;
+//   - the request, handoff.EncodeRequest(&handoff.Request{Words: argv[3:]}),
+//     fits a 256 KiB buffer and is sent, with stdout and stderr as
+//     SCM_RIGHTS, in one sendmsg (the rest, if any, by plain writes);
+//   - the first reply is whole and well formed, in the strict binary form
+//     handoff decodes. A reply that says Reported ends the process with
+//     its Status, one with an Error prints "airlock: <error>" and exits
+//     125, one that says Started goes on; anything else (the end of the
+//     stream included) closes the socket and falls back: nothing ran, and
+//     the Go front end hands off itself or starts the sandbox.
+//
+// Before the socket, it does what cmd/airlock's init does for sandbox run
+// (sandboxcli.DieWithParent): the parent-death signal, and exit 125 when
+// the parent is already gone. From the request on, SIGINT, SIGTERM, SIGHUP
+// and SIGQUIT are blocked (restored on a fallback); after Started they are
+// read from a signalfd and forwarded as control frames, as sandboxcli's
+// forwardSignals does. The next reply ends the process: Reported with its
+// Status; the end of the stream with the Go client's words ("sandbox host:
+// the connection ended before the command's result: EOF") and 125;
+// anything else with "sandbox host: unexpected answer instead of the
+// command's result" and 125.
+//
+// The entry uses no libc and no thread-local storage: the Go runtime has
+// not set anything up, and everything the C code needs is in its stack
+// frame or the .bss. Nothing but cmd/airlock may import this package.
+package thinentry
