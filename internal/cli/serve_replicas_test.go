@@ -105,12 +105,42 @@ func startServeProc(t *testing.T, home, exe, storeURL string, workers int) *serv
 	return startServeConf(t, home, exe, storeURL, workers, "")
 }
 
+// serveAPI is the api section of the servers' configuration: an api
+// section in startServeConf's more replaces it.
+const serveAPI = "api:\n  rate: 1000\n  burst: 1000\n  stream_poll: 100ms\n"
+
+// trustingAPI is serveAPI with the tenants' policies trusted, so that a
+// run's policy may mount a host directory into its sandbox: gate's.
+const trustingAPI = serveAPI + "  trust_tenant_policies: true\n"
+
+// gate returns a host directory for a run's sandbox (a policy document
+// that mounts it at /gate, for a server of trustingAPI), a command that
+// waits there for a file the test makes, and the function that makes it:
+// a stop that must land while a command runs lands before the file is
+// made, whatever the load, where a sleep raced it. timeout bounds the
+// wait, so a stop that never lands fails the test rather than hanging it.
+func gate(t *testing.T) (policy, wait string, open func()) {
+	t.Helper()
+	dir := t.TempDir()
+	policy = "sandbox:\n  mounts:\n    - {source: " + dir + ", target: /gate}\n"
+	wait = `timeout 60 sh -c "until [ -e /gate/open ]; do sleep 0.05; done"`
+	return policy, wait, func() {
+		if err := os.WriteFile(filepath.Join(dir, "open"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // startServeConf is startServeProc with more of serve's configuration
-// file (YAML, top-level keys the default file does not set).
+// file (YAML, top-level keys the default file does not set; an api
+// section replaces serveAPI).
 func startServeConf(t *testing.T, home, exe, storeURL string, workers int, more string) *serveProc {
 	t.Helper()
 	cfg := filepath.Join(home, "serve.yaml")
-	conf := "worker_poll: 100ms\nshutdown_timeout: 30s\napi:\n  rate: 1000\n  burst: 1000\n  stream_poll: 100ms\n" + more
+	conf := "worker_poll: 100ms\nshutdown_timeout: 30s\n" + more
+	if !strings.HasPrefix(more, "api:") && !strings.Contains(more, "\napi:") {
+		conf += serveAPI
+	}
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -306,21 +336,25 @@ func TestServeResumeOutlivesItsServer(t *testing.T) {
 	key := pgKey(t, homeA, exe, url)
 	st := pgStore(t, url)
 
-	// A serves the API and drives nothing; B drives.
-	a := startServeProc(t, homeA, exe, url, 0)
-	b := startServeProc(t, homeB, exe, url, 1)
+	// A serves the API and drives nothing; B drives. The first command
+	// waits for the gate, opened once the pause was asked for: the pause
+	// lands before the command ends.
+	a := startServeConf(t, homeA, exe, url, 0, trustingAPI)
+	b := startServeConf(t, homeB, exe, url, 1, trustingAPI)
+	policy, wait, open := gate(t)
 	script := "turns:\n" +
-		"  - tool_calls:\n      - name: run_command\n        args: {command: \"echo one > one.txt; sleep 1\"}\n" +
+		"  - tool_calls:\n      - name: run_command\n        args: {command: 'echo one > one.txt; " + wait + "'}\n" +
 		"  - tool_calls:\n      - name: run_command\n        args: {command: \"echo two > two.txt\"}\n" +
 		"  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 	run := createRun(t, a.url, key, map[string]any{
-		"task": "pause me", "script": script,
+		"task": "pause me", "script": script, "policy_document": policy,
 		"verify": map[string]any{"commands": []string{"test -f one.txt && test -f two.txt"}},
 	})
 	waitEvent(t, st, run.ID, event.TypeToolStarted)
 	if s, body := call(t, "POST", a.url+"/v1/runs/"+run.ID+"/pause", key, map[string]string{"reason": "lunch"}); s != http.StatusAccepted {
 		t.Fatalf("pause = %d %s", s, body)
 	}
+	open()
 	waitRun(t, a.url, key, run.ID, "paused")
 	// B goes away, gracefully; nothing drives now.
 	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -341,7 +375,7 @@ func TestServeResumeOutlivesItsServer(t *testing.T) {
 	}
 	a.kill()
 
-	b2 := startServeProc(t, homeB, exe, url, 1)
+	b2 := startServeConf(t, homeB, exe, url, 1, trustingAPI)
 	waitRun(t, b2.url, key, run.ID, "completed")
 	evs := runEvents(t, st, run.ID)
 	started, res := drives(t, evs[paused.LastSeq:])
@@ -516,17 +550,20 @@ func TestServeGracefulShutdown(t *testing.T) {
 	homeB := moreHome(t)
 	key := pgKey(t, homeA, exe, url)
 	st := pgStore(t, url)
-	a := startServeProc(t, homeA, exe, url, 1)
+	a := startServeConf(t, homeA, exe, url, 1, trustingAPI)
 
+	// The step in flight waits for the gate, opened once the drain was
+	// seen: the drain cannot end first.
+	policy, wait, open := gate(t)
 	script := "turns:\n" +
-		"  - tool_calls:\n      - name: run_command\n        args: {command: \"sleep 2; echo one > one.txt\"}\n" +
+		"  - tool_calls:\n      - name: run_command\n        args: {command: '" + wait + "; echo one > one.txt'}\n" +
 		"  - tool_calls:\n      - name: run_command\n        args: {command: \"echo two > two.txt\"}\n" +
 		"  - tool_calls:\n      - name: finish\n        args: {summary: done}\n"
 	verify := map[string]any{"commands": []string{"test -f one.txt && test -f two.txt"}}
-	run := createRun(t, a.url, key, map[string]any{"task": "in flight", "script": script, "verify": verify})
+	run := createRun(t, a.url, key, map[string]any{"task": "in flight", "script": script, "verify": verify, "policy_document": policy})
 	waitEvent(t, st, run.ID, event.TypeToolStarted)
 	// A's one worker is busy: this one waits in the queue.
-	queued := createRun(t, a.url, key, map[string]any{"task": "queued", "script": script, "verify": verify})
+	queued := createRun(t, a.url, key, map[string]any{"task": "queued", "script": script, "verify": verify, "policy_document": policy})
 	type streamed struct {
 		types []string
 		err   error
@@ -568,6 +605,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 	if s, body := call(t, "GET", a.url+"/v1/runs/"+run.ID, key, nil); s != http.StatusOK {
 		t.Errorf("read while draining = %d %s", s, body)
 	}
+	open()
 	if code := a.wait(); code != 0 {
 		t.Fatalf("A exited %d on SIGTERM", code)
 	}
@@ -594,7 +632,7 @@ func TestServeGracefulShutdown(t *testing.T) {
 		t.Errorf("the queued run after A's drain: %s at seq %d, %v; want untouched", q.Status, q.LastSeq, err)
 	}
 
-	b := startServeProc(t, homeB, exe, url, 2)
+	b := startServeConf(t, homeB, exe, url, 2, trustingAPI)
 	waitRun(t, b.url, key, run.ID, "completed")
 	waitRun(t, b.url, key, queued.ID, "completed")
 	evs = runEvents(t, st, run.ID)

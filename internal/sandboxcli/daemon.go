@@ -68,11 +68,11 @@ func (c *DaemonCmd) Serve(env *Env, prepare func(ctx context.Context, sb sandbox
 	ctx, stop := signal.NotifyContext(env.Ctx, unix.SIGINT, unix.SIGTERM)
 	defer stop()
 	log.Info("sandbox host listening", "socket", path)
-	s := &handoff.Server{Backend: p, UID: os.Geteuid(), Logger: log, Prepare: prepare}
+	s := &handoff.Server{Backend: p, UID: os.Geteuid(), Logger: log, Prepare: prepare, Front: FrontWords}
 	err = s.Serve(ctx, ln)
 	// What it served and how: a handed-off run that found no idle
 	// sandbox (a pool miss) made one while its caller waited.
 	st, ps := s.Stats(), p.Stats()
-	log.Info("sandbox host stopped", "served", st.Served, "refused", st.Refused, "pool_hits", ps.Hits, "pool_misses", ps.Misses)
+	log.Info("sandbox host stopped", "served", st.Served, "in_words", st.Words, "refused", st.Refused, "pool_hits", ps.Hits, "pool_misses", ps.Misses)
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
+	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/handoff"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/pool"
@@ -50,7 +51,7 @@ func sandboxHost(t *testing.T, home string) *handoff.Server {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &handoff.Server{Backend: p, UID: os.Geteuid()}
+	s := &handoff.Server{Backend: p, UID: os.Geteuid(), Front: FrontWords}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -135,7 +136,7 @@ func TestHandoffSameAsCold(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := host.Stats().Served
+			before, words := host.Stats().Served, host.Stats().Words
 			st, out, errOut := run(t, warm, tt.stdin, tt.args...)
 			if host.Stats().Served != before+1 {
 				t.Errorf("the host served %d commands, want %d: sandbox run did not hand off", host.Stats().Served, before+1)
@@ -150,8 +151,43 @@ func TestHandoffSameAsCold(t *testing.T) {
 			if cst != st || cout != out || cerrOut != errOut {
 				t.Errorf("handed off: %d %q %q; started here: %d %q %q", st, out, errOut, cst, cout, cerrOut)
 			}
+			if tt.stdin != "" || tt.name == "relative workspace" {
+				return // never handed over in words (FrontWords declines)
+			}
+			wst, wout, werrOut := runWords(t, home, tt.args[1:]...)
+			if host.Stats().Words != words+1 {
+				t.Errorf("the host served %d commands in words, want %d", host.Stats().Words, words+1)
+			}
+			if wst != st || (wout != out && tt.wantOut != anyOutput) || werrOut != errOut {
+				t.Errorf("handed off: %d %q %q; in words: %d %q %q", st, out, errOut, wst, wout, werrOut)
+			}
 		})
 	}
+}
+
+// runWords hands words (a command line after "run") to the sandbox host of
+// home in words (handoff.RunWords, as the front end's entry before the Go
+// runtime does), and returns the exit status and what went to stdout and
+// stderr.
+func runWords(t *testing.T, home string, words ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	dir := t.TempDir()
+	files := make([]*os.File, 2)
+	for i, name := range []string{"out", "err"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files[i] = f
+	}
+	status, err := handoff.RunWords(context.Background(), handoff.SocketPath(home), words, files[0], files[1])
+	if err != nil {
+		t.Fatalf("RunWords(%q): %v", words, err)
+	}
+	out, _ := os.ReadFile(filepath.Join(dir, "out"))
+	errOut, _ := os.ReadFile(filepath.Join(dir, "err"))
+	return status, string(out), string(errOut)
 }
 
 // TestHandoffFallback: a stale socket (its host gone) and a socket of
@@ -317,7 +353,7 @@ func TestDaemonStopReport(t *testing.T) {
 		t.Fatalf("the daemon: %v", err)
 	}
 	b, _ := os.ReadFile(logPath)
-	m := regexp.MustCompile(`sandbox host stopped" served=(\d+) refused=0 pool_hits=(\d+) pool_misses=(\d+)`).FindStringSubmatch(string(b))
+	m := regexp.MustCompile(`sandbox host stopped" served=(\d+) in_words=0 refused=0 pool_hits=(\d+) pool_misses=(\d+)`).FindStringSubmatch(string(b))
 	if m == nil || m[1] != "1" || atoi(m[2])+atoi(m[3]) != 1 {
 		t.Errorf("the daemon's log:\n%s\nwant a stop line with served=1 and one pool hit or miss", b)
 	}
@@ -464,4 +500,53 @@ func recordRequest(ln *net.UnixListener) (req []byte, fds int, err error) {
 		_, err = c.Write(p)
 	}
 	return req, fds, err
+}
+
+// TestFrontWords: FrontWords leaves to the caller's own front end the
+// command lines whose reading depends on the caller's surroundings or that
+// the front end leaves to airlock-host, and reports the usage errors of the
+// others in the front end's words and status, before any sandbox.
+func TestFrontWords(t *testing.T) {
+	for _, words := range [][]string{
+		{"-i", "--", "cat"},
+		{"--image", "x", "--", "true"},
+		{"--workspace", "testdata", "--", "true"},
+		{"--rootfs", "rel", "--", "true"},
+		{"--mount", "rel:/x", "--", "true"},
+		{"--proxy-socket", "rel.sock", "--", "true"},
+		{"--no-such-flag", "--", "true"},
+		{"--allow", "example.com", "--", "true"},
+		{"--", "printf", "\xff"},
+	} {
+		if _, ok := FrontWords(words); ok {
+			t.Errorf("FrontWords(%q) read them, want them left to the caller", words)
+		}
+	}
+	env := Env{Ctx: context.Background(), Home: t.TempDir(), Executor: executorPath, NoHandoff: true}
+	for _, words := range [][]string{
+		{"--memory", "lots", "--", "true"},
+		{"--workspace", "/nonexistent-workspace", "--", "true"},
+		{"--workspace-mode", "rw", "--", "true"},
+		{"--"},
+	} {
+		w, ok := FrontWords(words)
+		if !ok || w.Err == nil {
+			t.Errorf("FrontWords(%q) = %v, %v; want a usage error", words, ok, w.Err)
+			continue
+		}
+		var stderr bytes.Buffer
+		st := w.Report(&stderr, sandbox.Result{}, w.Err)
+		wst, _, wantErr := run(t, env, "", append([]string{"run"}, words...)...)
+		if st != wst || stderr.String() != wantErr {
+			t.Errorf("FrontWords(%q) reported %d %q; the front end %d %q", words, st, stderr.String(), wst, wantErr)
+		}
+	}
+	w, ok := FrontWords([]string{"--json", "--", "true"})
+	if !ok || w.Err != nil {
+		t.Fatalf("FrontWords(--json -- true) = %v, %v", ok, w.Err)
+	}
+	var stderr bytes.Buffer
+	if st := w.Report(&stderr, sandbox.Result{Outcome: sandbox.OutcomeExited, ExitCode: 4}, nil); st != 4 || !strings.Contains(stderr.String(), `"exit_code":4`) {
+		t.Errorf("--json: reported %d %q, want 4 and the result's JSON", st, stderr.String())
+	}
 }

@@ -2,6 +2,7 @@ package sandboxcli
 
 import (
 	"io"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -161,5 +162,44 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		agree(t, strings.Split(s, "\n"))
+	})
+}
+
+// FuzzFrontWords reads arbitrary words as a sandbox host reads a request in
+// words (FrontWords). Nothing may panic; words it reads either carry their
+// usage error or make a request of a command whose host paths are
+// absolute (the host's working directory is not the caller's).
+func FuzzFrontWords(f *testing.F) {
+	for _, s := range []string{
+		"--\ntrue",
+		"--memory=1G\n-e\nA=1\n--json\n--\nsh\n-c\nx",
+		"--workspace\n/tmp\n--workspace-mode\nro\n--mount\n/etc:/e:ro\n--\nls",
+		"--workspace\nrel\n--\nls",
+		"-i\n--\ncat",
+		"--timeout\n1m\n--max-output\n1K\n--\nyes",
+		"--",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		words := strings.Split(s, "\n")
+		w, ok := FrontWords(words)
+		if !ok || w.Err != nil {
+			return
+		}
+		r := w.Request
+		if len(r.Argv) == 0 || r.Words != nil || r.Stdin || r.Prepare != nil {
+			t.Fatalf("FrontWords(%q) = %+v: want a command, without words, stdin or a preparation", words, r)
+		}
+		for _, p := range []string{r.Spec.Workspace, r.Spec.RootFS, r.Spec.ProxySocket} {
+			if p != "" && !filepath.IsAbs(p) {
+				t.Fatalf("FrontWords(%q): host path %q is relative", words, p)
+			}
+		}
+		for _, m := range r.Spec.Mounts {
+			if !filepath.IsAbs(m.Source) {
+				t.Fatalf("FrontWords(%q): mount source %q is relative", words, m.Source)
+			}
+		}
 	})
 }

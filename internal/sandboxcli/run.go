@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -256,26 +257,81 @@ func handoffRequest(spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepar
 // A command line the front end would not hand off so (--image, -i, a flag
 // the front end does not read itself, a bad value) is an error.
 func HandoffRequest(args []string) ([]byte, error) {
-	c := &ImageRunCmd{}
-	if !parse(c, args) {
-		return nil, fmt.Errorf("airlock sandbox run %q: a command line the front end leaves to airlock-host", args)
-	}
-	if c.Image != "" || c.Interactive {
-		return nil, errors.New("--image and -i are not recorded: the first reads the host's image store, the second passes a third descriptor")
-	}
-	spec, err := c.Spec(BuiltinDefaults, false)
-	if err != nil {
-		return nil, err
-	}
-	cmd, err := c.command(BuiltinDefaults)
-	if err != nil {
-		return nil, err
-	}
-	req, err := handoffRequest(spec, cmd, nil)
-	if err != nil {
+	c, req, err := wordsRequest(args, false)
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("airlock sandbox run %q: a command line the front end leaves to airlock-host, or hands off with --image or -i (the first reads the host's image store, the second passes a third descriptor)", args)
+	case err != nil:
 		return nil, err
 	}
 	return handoff.EncodeRequest(&req)
+}
+
+// FrontWords reads words, the command line of `airlock sandbox run` after
+// "run" as a client handed it over unread (handoff.Request.Words, from the
+// front end's entry before the Go runtime), as this front end reads it,
+// and reports as it would (finish, Status): a sandbox host (airlock
+// sandbox daemon) serves such a request with it. ok is false for a command
+// line whose reading depends on the caller's surroundings (a relative host
+// path: its working directory; --image: its image store; -i: its stdin)
+// or that the front end leaves to airlock-host: the caller's own front end
+// then reads it.
+func FrontWords(words []string) (w handoff.Words, ok bool) {
+	c, req, err := wordsRequest(words, true)
+	if c == nil {
+		return handoff.Words{}, false
+	}
+	w.Request, w.Err = req, err
+	w.Report = func(stderr io.Writer, res sandbox.Result, err error) int {
+		if err == nil {
+			err = finish(&Env{Stderr: stderr}, res, c.JSON)
+		}
+		return Status(stderr, err)
+	}
+	return w, true
+}
+
+// wordsRequest reads args, a command line of `airlock sandbox run` after
+// "run", as the front end does (parse, then RunCmd.Run's and
+// StartPrepared's Spec, command and handoffRequest, with their errors),
+// into the request that hands it to a sandbox host. c is nil when the
+// front end leaves args to airlock-host, when they name an image or ask
+// for stdin, when a host path in them is not absolute and absolute is
+// set, or when a path cannot be made absolute; err is the usage error the
+// front end reports for them.
+func wordsRequest(args []string, absolute bool) (c *ImageRunCmd, req handoff.Request, err error) {
+	c = &ImageRunCmd{}
+	if !parse(c, args) || c.Image != "" || c.Interactive || absolute && !absoluteFlags(&c.SpecFlags) {
+		return nil, req, nil
+	}
+	spec, err := c.Spec(BuiltinDefaults, false)
+	if err != nil {
+		return c, req, UsageError{err}
+	}
+	cmd, err := c.command(BuiltinDefaults)
+	if err != nil {
+		return c, req, err
+	}
+	if req, err = handoffRequest(spec, cmd, nil); err != nil {
+		return nil, req, nil
+	}
+	return c, req, nil
+}
+
+// absoluteFlags reports whether every host path f names is absolute: a
+// relative one is read from the working directory, the caller's.
+func absoluteFlags(f *SpecFlags) bool {
+	paths := []string{f.Workspace, f.Rootfs, f.ProxySocket}
+	for _, m := range f.Mount {
+		src, _, _ := strings.Cut(m, ":")
+		paths = append(paths, src)
+	}
+	for _, p := range paths {
+		if p != "" && !filepath.IsAbs(p) {
+			return false
+		}
+	}
+	return true
 }
 
 // absPaths makes spec's host paths absolute, from this process's working

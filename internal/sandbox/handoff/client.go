@@ -191,3 +191,48 @@ func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
 	}
 	return *rep.Result, nil
 }
+
+// RunWords hands words, a command line of `airlock sandbox run` after
+// "run", to the host at socket unread (Request.Words), as the front end's
+// entry before the Go runtime does (internal/thinentry, which is not Go):
+// the host reads them as the front end would, runs the command with stdout
+// and stderr as its streams, writes what the front end would print on
+// stderr, and answers with the exit status, returned here. ErrNoHost means
+// that nothing ran: no host, or one that left the words to the caller. It
+// is the Go form of that client, which the host's side is tested with; it
+// forwards no signals.
+func RunWords(ctx context.Context, socket string, words []string, stdout, stderr *os.File) (int, error) {
+	conn, err := dial(ctx, socket)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	b, err := EncodeRequest(&Request{Words: words})
+	if err != nil {
+		return 0, fmt.Errorf("hand off to the sandbox host: %w", err)
+	}
+	n, _, err := conn.WriteMsgUnix(b, unix.UnixRights(int(stdout.Fd()), int(stderr.Fd())), nil)
+	if err == nil && n < len(b) {
+		_, err = conn.Write(b[n:])
+	}
+	if err != nil {
+		return 0, ErrNoHost
+	}
+	p := &Process{conn: conn, r: bufio.NewReaderSize(conn, 512)}
+	for started := false; ; started = true {
+		var rep reply
+		err := p.read(&rep)
+		switch {
+		case err != nil && !started:
+			return 0, ErrNoHost
+		case err != nil:
+			return 0, fmt.Errorf("sandbox host: the connection ended before the command's result: %w", err)
+		case rep.Reported:
+			return rep.Status, nil
+		case !rep.Started || started:
+			return 0, errors.New("sandbox host: unexpected answer to a command in words")
+		}
+	}
+}

@@ -30,6 +30,12 @@ func TestMain(m *testing.M) { os.Exit(sandboxtest.Main(m, &executorPath)) }
 // returns it with its socket.
 func serve(t *testing.T, uid int) (*handoff.Server, string) {
 	t.Helper()
+	return serveWith(t, &handoff.Server{UID: uid})
+}
+
+// serveWith is serve with s (its Backend set here) as the Server.
+func serveWith(t *testing.T, s *handoff.Server) (*handoff.Server, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for real sandboxes")
 	}
@@ -44,7 +50,7 @@ func serve(t *testing.T, uid int) (*handoff.Server, string) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &handoff.Server{Backend: b, UID: uid}
+	s.Backend = b
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx, ln) }()
 	t.Cleanup(func() {
@@ -376,5 +382,137 @@ func TestPrepare(t *testing.T) {
 	}
 	if out() != "" {
 		t.Errorf("the refused command wrote %q", out())
+	}
+}
+
+// sendWords sends a request in Words, as the front end's entry before the
+// Go runtime does, with out as standard output and error, and returns the
+// connection.
+func sendWords(t *testing.T, sock string, req handoff.Request, out *os.File) *net.UnixConn {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := c.(*net.UnixConn)
+	t.Cleanup(func() { conn.Close() })
+	b, err := handoff.EncodeRequest(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd := int(out.Fd())
+	if _, _, err := conn.WriteMsgUnix(b, unix.UnixRights(fd, fd), nil); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// TestWords: a request in Words is read by the Server's Front and ends with
+// the status Front's Report gives, after Report wrote on the caller's
+// standard error; its usage error is reported without a sandbox, a
+// failed start through Report, and signals reach the command as from
+// Start's caller. A host without Front, words Front leaves to the caller,
+// and words with other fields or descriptors get no answer: the caller
+// reads its words itself.
+func TestWords(t *testing.T) {
+	front := func(words []string) (handoff.Words, bool) {
+		w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
+			if err != nil {
+				fmt.Fprintf(stderr, "reported: %v\n", err)
+				return 125
+			}
+			fmt.Fprintf(stderr, "reported: %d\n", res.ExitStatus())
+			return res.ExitStatus()
+		}}
+		switch words[0] {
+		case "decline":
+			return w, false
+		case "usage":
+			w.Err = errors.New("bad usage")
+			return w, true
+		case "stdin":
+			w.Request = request("true")
+			w.Request.Stdin = true
+			return w, true
+		case "missing":
+			w.Request = request("true")
+			w.Request.Spec.Workspace = "/nonexistent-workspace"
+			return w, true
+		}
+		w.Request = request(words...)
+		return w, true
+	}
+	s, sock := serveWith(t, &handoff.Server{UID: os.Geteuid(), Front: front})
+	_, bare := serve(t, os.Geteuid())
+	trap := "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done"
+	cases := []struct {
+		name    string
+		sock    string
+		req     handoff.Request
+		signal  bool
+		started bool
+		status  int
+		out     string // what the output must hold; "" for no answer
+	}{
+		{name: "exit status", sock: sock, req: handoff.Request{Words: []string{"sh", "-c", "echo err >&2; exit 3"}}, started: true, status: 3, out: "err\nreported: 3\n"},
+		{name: "signal", sock: sock, req: handoff.Request{Words: []string{"sh", "-c", trap}}, signal: true, started: true, status: 7, out: "got TERM\nreported: 7\n"},
+		{name: "usage error", sock: sock, req: handoff.Request{Words: []string{"usage"}}, status: 125, out: "reported: bad usage\n"},
+		{name: "start fails", sock: sock, req: handoff.Request{Words: []string{"missing"}}, status: 125, out: "reported: "},
+		{name: "declined", sock: sock, req: handoff.Request{Words: []string{"decline"}}},
+		{name: "no Front", sock: bare, req: handoff.Request{Words: []string{"true"}}},
+		{name: "words and a command", sock: sock, req: handoff.Request{Words: []string{"true"}, Argv: []string{"true"}}},
+		{name: "words and a spec", sock: sock, req: handoff.Request{Words: []string{"true"}, Spec: sandbox.Spec{User: "root"}}},
+		{name: "read as one with stdin", sock: sock, req: handoff.Request{Words: []string{"stdin"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			io, out := stdio(t)
+			conn := sendWords(t, tc.sock, tc.req, io.Stdout)
+			started, reported, status, errText, err := handoff.ReadReply(conn)
+			if tc.out == "" {
+				if err == nil {
+					t.Fatalf("answered (started %v, reported %v, status %d, error %q), want the connection closed unanswered", started, reported, status, errText)
+				}
+				if o := out(); o != "" {
+					t.Errorf("unanswered words wrote %q", o)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if started != tc.started {
+				t.Fatalf("first reply: started %v, reported %v, error %q; want started %v", started, reported, errText, tc.started)
+			}
+			if started {
+				if tc.signal {
+					for deadline := time.Now().Add(time.Minute); !strings.Contains(out(), "ready"); {
+						if time.Now().After(deadline) {
+							t.Fatalf("the command never got ready: %q", out())
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+					b, err := handoff.EncodeControl(int(unix.SIGTERM))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := conn.Write(b); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if started, reported, status, errText, err = handoff.ReadReply(conn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if started || !reported || status != tc.status || errText != "" {
+				t.Errorf("last reply: started %v, reported %v, status %d, error %q; want reported %d", started, reported, status, errText, tc.status)
+			}
+			if o := strings.TrimPrefix(out(), "ready\n"); !strings.HasPrefix(o, tc.out) {
+				t.Errorf("output %q, want it to begin %q", o, tc.out)
+			}
+		})
+	}
+	if st := s.Stats(); st.Words != 2 || st.Served != 2 {
+		t.Errorf("stats %+v, want two served, both in words", st)
 	}
 }

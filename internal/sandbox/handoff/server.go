@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,23 +39,43 @@ type Server struct {
 	// says; it runs in the sandbox only. Nil: requests with a Prepare are
 	// not taken (the caller makes its own sandbox).
 	Prepare func(ctx context.Context, sb sandbox.Sandbox, how json.RawMessage) error
+	// Front reads a request in Words as the front end would (package
+	// sandboxcli); ok false leaves the words to the caller's own front
+	// end (the connection is closed unanswered). Nil: requests in Words
+	// are not taken.
+	Front func(words []string) (w Words, ok bool)
 
 	served  atomic.Int64
 	refused atomic.Int64
 	warm    atomic.Int64
+	inWords atomic.Int64
+}
+
+// Words is a request in Words as the front end reads it (Server.Front).
+type Words struct {
+	// Request is what the words ask for, with Words, Stdin and Prepare
+	// absent; Err, when not nil, is what is wrong with them, reported
+	// before any sandbox is made.
+	Request Request
+	Err     error
+	// Report writes on the caller's standard error what the front end
+	// would print for the command's result, or for err when not nil (res
+	// is then zero), and returns the front end's exit status.
+	Report func(stderr io.Writer, res sandbox.Result, err error) int
 }
 
 // Stats count what a Server did.
 type Stats struct {
 	// Served are commands started in a sandbox; Refused connections of
 	// another uid; Warm the served commands whose sandbox was made and
-	// prepared ahead (Request.Prepare's pool).
-	Served, Refused, Warm int64
+	// prepared ahead (Request.Prepare's pool); Words the served commands
+	// whose request came in Words.
+	Served, Refused, Warm, Words int64
 }
 
 // Stats returns the server's counters.
 func (s *Server) Stats() Stats {
-	return Stats{Served: s.served.Load(), Refused: s.refused.Load(), Warm: s.warm.Load()}
+	return Stats{Served: s.served.Load(), Refused: s.refused.Load(), Warm: s.warm.Load(), Words: s.inWords.Load()}
 }
 
 // warmer is a Backend that keeps prepared sandboxes (pool.Pool).
@@ -193,6 +214,29 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 		_ = answer(reply{Error: err.Error()})
 		return nil // the caller reports it
 	}
+	// report ends a request in Words with its result, or its error, as
+	// the front end would have reported them; nil for any other request.
+	var report func(res sandbox.Result, err error)
+	if req.Words != nil {
+		w, err := s.words(req, len(files))
+		if err != nil {
+			return err // closed unanswered: the caller's front end reads them
+		}
+		report = func(res sandbox.Result, err error) {
+			_ = answer(reply{Reported: true, Status: w.Report(files[1], res, err)})
+		}
+		if w.Err != nil {
+			report(sandbox.Result{}, w.Err)
+			return nil
+		}
+		req = w.Request
+		fail = func(err error) error {
+			// In the words of the caller's own hand-off: the text alone,
+			// as Error carries it.
+			report(sandbox.Result{}, errors.New(err.Error()))
+			return nil
+		}
+	}
 	want := 2
 	if req.Stdin {
 		want = 3
@@ -234,6 +278,9 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	if warm {
 		s.warm.Add(1)
 	}
+	if report != nil {
+		s.inWords.Add(1)
+	}
 	if err := answer(reply{Started: true}); err != nil {
 		return nil // the caller is gone: cancel kills the command
 	}
@@ -263,8 +310,32 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	if err != nil {
 		return fail(err)
 	}
+	if report != nil {
+		report(res, nil)
+		return nil
+	}
 	_ = answer(reply{Result: &res})
 	return nil
+}
+
+// words reads req, a request in Words with n descriptors, through Front.
+// An error leaves the words to the caller's own front end.
+func (s *Server) words(req Request, n int) (Words, error) {
+	switch {
+	case s.Front == nil:
+		return Words{}, errors.New("a request in words: this host reads none")
+	case len(req.Words) == 0 || req.Stdin || n != 2 || req.Argv != nil || req.Prepare != nil || req.Timeout != 0 || req.MaxOutput != 0 || !reflect.ValueOf(req.Spec).IsZero():
+		// Words are the whole request, with standard output and error.
+		return Words{}, fmt.Errorf("bad request in words: %d descriptors, other fields set", n)
+	}
+	w, ok := s.Front(req.Words)
+	switch {
+	case !ok:
+		return Words{}, errors.New("a request in words that the caller's front end reads itself")
+	case w.Request.Words != nil || w.Request.Stdin || w.Request.Prepare != nil:
+		return Words{}, errors.New("a request in words read as one the host cannot take")
+	}
+	return w, nil
 }
 
 // readRequest reads the request and the descriptors that came with its
