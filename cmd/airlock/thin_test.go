@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -579,4 +580,110 @@ func runRaw(t *testing.T, bin, dir string, env []string, args ...string) result 
 	stdout, _ := os.ReadFile(outs[0].Name())
 	stderr, _ := os.ReadFile(outs[1].Name())
 	return result{stdout: string(stdout), stderr: string(stderr), code: st.ExitCode()}
+}
+
+// TestThinDaemon: with a real `airlock sandbox daemon`, the thin and the
+// plain front end give the same output and status, the thin one through a
+// request in words (the daemon's in_words count), and a SIGTERM to either
+// reaches the waiting command.
+func TestThinDaemon(t *testing.T) {
+	thin := thinBin(t)
+	dir := bins(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run sandboxes")
+	}
+	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
+		if c.Required && !c.OK {
+			t.Skipf("sandboxes cannot run here: %s", c.Layer)
+		}
+	}
+	plain := filepath.Join(dir, "airlock")
+	// Short: the home holds unix sockets.
+	home, err := os.MkdirTemp("", "alx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir))
+		os.RemoveAll(home)
+	})
+	env := []string{"AIRLOCK_HOME=" + home}
+	d := exec.Command(plain, "sandbox", "daemon")
+	d.Env = append(os.Environ(), env...)
+	var dlog bytes.Buffer
+	d.Stderr = &dlog
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = d.Process.Kill()
+			_ = d.Wait()
+		}
+	})
+	waitFor(t, "the daemon's socket", func() bool {
+		_, err := os.Stat(filepath.Join(home, handoff.SocketName))
+		return err == nil
+	})
+
+	thinRuns := 0
+	for _, args := range [][]string{
+		{"true"},
+		{"sh", "-c", "echo out; echo err >&2; exit 3"},
+		{"airlock-no-such-command"},
+		{"sh", "-c", "kill -KILL $$"},
+		{"echo", "", "a  b", "héllo"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			words := append([]string{"sandbox", "run", "--"}, args...)
+			want := run(t, plain, env, words...)
+			got := run(t, thin, env, words...)
+			thinRuns++
+			if got != want {
+				t.Errorf("thin airlock %q = %+v, want the plain front end's %+v", words, got, want)
+			}
+		})
+	}
+	for _, bin := range []string{plain, thin} {
+		t.Run("SIGTERM/"+filepath.Base(bin), func(t *testing.T) {
+			// The command says it started, then waits; were the signal not
+			// forwarded, it would end with 0 after the sleep.
+			cmd := exec.Command(bin, "sandbox", "run", "--", "sh", "-c", "echo started; exec sleep 60")
+			cmd.Env = append(os.Environ(), env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line := make([]byte, len("started\n"))
+			if _, err := io.ReadFull(out, line); err != nil || string(line) != "started\n" {
+				t.Fatalf("the command said %q (%v), want started", line, err)
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			err = cmd.Wait()
+			if bin == thin {
+				thinRuns++
+			}
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+				t.Errorf("%s sandbox run after SIGTERM: %v, want exit status 143 (stderr %q)", filepath.Base(bin), err, stderr.String())
+			}
+		})
+	}
+
+	if err := d.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Wait()
+	stopped = true
+	if want := "in_words=" + strconv.Itoa(thinRuns) + " "; !strings.Contains(dlog.String(), want) {
+		t.Errorf("the daemon's log does not say %q (every thin run in words):\n%s", want, dlog.String())
+	}
 }
