@@ -331,9 +331,9 @@ func TestExitStatus(t *testing.T) {
 
 // TestDiesWithParent kills the process that started a sandbox run, and
 // wants the front end and its sandbox gone with it, handed off to a
-// sandbox daemon or started cold: the parent-death signal is set on the
-// main thread (the runtime never ends it), whichever thread the front end
-// runs on by then.
+// sandbox daemon (by the Go front end or the thin one) or started cold:
+// the parent-death signal is set on the main thread (the runtime never
+// ends it), whichever thread the front end runs on by then.
 func TestDiesWithParent(t *testing.T) {
 	dir := bins(t)
 	if os.Geteuid() != 0 {
@@ -344,12 +344,18 @@ func TestDiesWithParent(t *testing.T) {
 			t.Skipf("sandboxes cannot run here: %s", c.Layer)
 		}
 	}
-	airlock := filepath.Join(dir, "airlock")
 	for _, tt := range []struct {
 		name   string
 		daemon bool
-	}{{"cold", false}, {"handed off", true}} {
+		// thin: the client is the thin front end (thin_test.go).
+		thin bool
+	}{{"cold", false, false}, {"handed off", true, false}, {"handed off, thin", true, true}} {
 		t.Run(tt.name, func(t *testing.T) {
+			airlock := filepath.Join(dir, "airlock")
+			client := airlock
+			if tt.thin {
+				client = thinBin(t)
+			}
 			home := t.TempDir()
 			t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir)) })
 			env := append(os.Environ(), "AIRLOCK_HOME="+home)
@@ -369,7 +375,7 @@ func TestDiesWithParent(t *testing.T) {
 			}
 			// The shell says the front end's pid, then the command in the
 			// sandbox says it started; then the shell is killed.
-			sh := exec.Command("/bin/sh", "-c", `"$0" sandbox run -- /bin/sh -c 'echo started; exec sleep 1000' & echo $!; wait`, airlock)
+			sh := exec.Command("/bin/sh", "-c", `"$0" sandbox run -- /bin/sh -c 'echo started; exec sleep 1000' & echo $!; wait`, client)
 			sh.Env = env
 			out, err := sh.StdoutPipe()
 			if err != nil {
