@@ -52,7 +52,11 @@
 // anything else with "sandbox host: unexpected answer instead of the
 // command's result" and 125.
 //
-// The entry uses no libc and no thread-local storage: the Go runtime has
-// not set anything up, and everything the C code needs is in its stack
-// frame or the .bss. Nothing but cmd/airlock may import this package.
+// The entry uses no libc, no thread-local storage and no static data it
+// writes: the Go runtime has not set anything up, and Go's internal
+// linker applies none of the C object's own relocations, so the script
+// links the C on its own into one block of code and constants first. What
+// the C needs is in its stack frame, or in the request and reply buffers
+// it maps on the fast path. Nothing but cmd/airlock may import this
+// package.
 package thinentry

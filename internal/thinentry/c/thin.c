@@ -81,10 +81,7 @@ enum {
 #define FIELD_WORDS 7
 /* The largest reply read (package handoff's maxReply). */
 #define MAX_REPLY (1 << 20)
-/*
- * The largest request sent: beyond it the Go front end hands the command
- * off itself (a static buffer in .bss costs nothing until it is touched).
- */
+/* The largest request sent: beyond it the Go front end hands the command off itself. */
 #define MAX_REQUEST (256 << 10)
 /* sun_path's size. */
 #define SUN_PATH 108
@@ -159,12 +156,6 @@ struct pollfd {
 	short events, revents;
 };
 
-/*
- * The request, and then each reply, in memory mapped when a command is
- * handed off: the object has no .data or .bss (scripts/build-thin.sh
- * links it into one position-independent block of code and constants),
- * and untouched pages cost nothing.
- */
 
 static u64 length(const char *s) {
 	u64 n = 0;
@@ -579,7 +570,11 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	struct kstat st;
 	if (sys3(SYS_stat, (i64)sa.path, (i64)&st, 0) < 0 || st.uid != euid)
 		return;
-	/* The request's buffer, then the replies'. */
+	/*
+	 * The request's buffer, then the replies': mapped, as the object has
+	 * no .data or .bss (scripts/build-thin.sh links it into one block of
+	 * code and constants), and untouched pages cost nothing.
+	 */
 	i64 mem = sys6(SYS_mmap, 0, MAX_REQUEST + MAX_REPLY, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (mem < 0 && mem > -4096)
 		return;
