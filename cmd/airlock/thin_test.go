@@ -358,19 +358,27 @@ func TestThinReplies(t *testing.T) {
 		want    result
 	}{
 		{"reported at once", func(t *testing.T) [][]byte { return [][]byte{reported(t, 7)} }, result{code: 7}},
-		{"an error at once", func(t *testing.T) [][]byte { return [][]byte{errorReply(t, "no such template")} },
-			result{stderr: "airlock: no such template\n", code: 125}},
+		{
+			"an error at once", func(t *testing.T) [][]byte { return [][]byte{errorReply(t, "no such template")} },
+			result{stderr: "airlock: no such template\n", code: 125},
+		},
 		{"EOF after started", func(t *testing.T) [][]byte { return [][]byte{started(t)} }, result{stderr: ended, code: 125}},
-		{"an error after started", func(t *testing.T) [][]byte { return [][]byte{started(t), errorReply(t, "the sandbox died")} },
-			result{stderr: "airlock: the sandbox died\n", code: 125}},
+		{
+			"an error after started", func(t *testing.T) [][]byte { return [][]byte{started(t), errorReply(t, "the sandbox died")} },
+			result{stderr: "airlock: the sandbox died\n", code: 125},
+		},
 		{"started twice", func(t *testing.T) [][]byte { return [][]byte{started(t), started(t)} }, result{stderr: unexpected, code: 125}},
 		{"an unknown field after started", func(t *testing.T) [][]byte {
 			return [][]byte{started(t), frameOf(t, func(e *execproto.Encoder) { e.Flag(9, true) })}
 		}, result{stderr: unexpected, code: 125}},
-		{"another form after started", func(t *testing.T) [][]byte { return [][]byte{started(t), {0, 0, 0, 2, 2, 4}} },
-			result{stderr: unexpected, code: 125}},
-		{"cut short after started", func(t *testing.T) [][]byte { return [][]byte{started(t), {0, 0, 0, 9, 1, 4}} },
-			result{stderr: "airlock: sandbox host: the connection ended before the command's result: malformed handoff message: cut short after 2 of 9 bytes: unexpected EOF\n", code: 125}},
+		{
+			"another form after started", func(t *testing.T) [][]byte { return [][]byte{started(t), {0, 0, 0, 2, 2, 4}} },
+			result{stderr: unexpected, code: 125},
+		},
+		{
+			"cut short after started", func(t *testing.T) [][]byte { return [][]byte{started(t), {0, 0, 0, 9, 1, 4}} },
+			result{stderr: "airlock: sandbox host: the connection ended before the command's result: malformed handoff message: cut short after 2 of 9 bytes: unexpected EOF\n", code: 125},
+		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			home := t.TempDir()
