@@ -92,7 +92,10 @@ AS
 "$CC" -c -o "$tmp/thin.syso" "$tmp/wrap.s"
 left=$(readelf -rW "$tmp/thin.syso" | grep -c R_X86_64_ || true)
 [ "$left" -eq 0 ] || fail "the wrapped object still has $left relocations"
-mv "$tmp/thin.syso" "$syso"
+# Renamed into place from the same directory: a go build beside this one
+# (another test binary's) reads the old object or the new, never half of one.
+cp "$tmp/thin.syso" "$syso.$$"
+mv "$syso.$$" "$syso"
 
 cd "$root"
 # BUILDFLAGS: as make build passes them (scripts/demo.sh: -v).
