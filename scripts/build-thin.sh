@@ -80,8 +80,14 @@ entry=$(nm "$tmp/thin.elf" | awk '$3 == "airlock_thin_main" {print $1}')
 [ "$((16#${entry:-1}))" -eq 0 ] || fail "airlock_thin_main is not at the block's start (section .text.entry)" "$entry"
 objcopy -O binary -j .text "$tmp/thin.elf" "$tmp/thin.bin"
 
+# The block keeps its layout only if it starts at an address as aligned as
+# any section in it wants (.rodata's 32 bytes: an aligned SSE load of a
+# constant faults otherwise).
+align=$(readelf -SW "$tmp/thin.o" | sed -n 's/^ *\[ *[0-9]*\] .* \([0-9][0-9]*\)$/\1/p' | sort -n | tail -1)
+[ "${align:-0}" -le 64 ] || fail "a section wants an alignment of $align bytes, more than the 64 the block is given"
 cat >"$tmp/wrap.s" <<AS
 	.section .text
+	.balign 64
 	.globl airlock_thin_main
 	.type airlock_thin_main, @function
 airlock_thin_main:
