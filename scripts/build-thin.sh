@@ -74,7 +74,7 @@ SECTIONS {
 }
 LD
 ld -static -nostdlib -T "$tmp/thin.ld" -e airlock_thin_main -o "$tmp/thin.elf" "$tmp/thin.o"
-data=$(readelf -SW "$tmp/thin.elf" | awk '$2 == ".data" && $6 != "000000" {print}')
+data=$(readelf -SW "$tmp/thin.elf" | sed -n 's/^ *\[ *[0-9]*\] //p' | awk '$1 == ".data" && $5 != "000000" {print}')
 [ -z "$data" ] || fail "it has writable static data, which the block cannot hold:" "$data"
 entry=$(nm "$tmp/thin.elf" | awk '$3 == "airlock_thin_main" {print $1}')
 [ "$((16#${entry:-1}))" -eq 0 ] || fail "airlock_thin_main is not at the block's start (section .text.entry)" "$entry"

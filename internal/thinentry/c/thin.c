@@ -156,7 +156,6 @@ struct pollfd {
 	short events, revents;
 };
 
-
 static u64 length(const char *s) {
 	u64 n = 0;
 	while (s[n])
