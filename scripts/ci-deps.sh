@@ -19,6 +19,8 @@ want=(
   runc:runc               # OCI backend and bench baseline
   runsc\|gvisor:runsc     # gVisor: the gvisor sandbox runtime (sandbox.runtime: gvisor)
   hyperfine:hyperfine     # bench/compare.sh only
+  gcc:cc                  # scripts/build-thin.sh (make build): the front end's thin entry, freestanding C
+  binutils:objcopy        # scripts/build-thin.sh: ld, objcopy, readelf, nm
   tinyproxy:tinyproxy     # bench/egress.sh baseline only
   curl:curl               # e2e and conformance: a real client in the sandbox
   busybox-static:busybox  # image tests: the root of a test image
