@@ -128,20 +128,14 @@ for p in sys.argv[1:]:
 print(t * 1000 // os.sysconf("SC_CLK_TCK"))
 PY
 }
-# A client that is not Go (bench/handoffc, a measuring prototype in C):
-# what the warm path costs without a Go process's start on the client's
-# side, the daemon's side's floor. It sends the request the front end
-# would (bench/handoffreq records it with the front end's own functions).
-hc=
-if command -v cc >/dev/null && cc -O2 -static -o "$t/handoffc" bench/handoffc/handoffc.c 2>"$t/cc.err"; then
-  $GO build -o "$t/handoffreq" ./bench/handoffreq
-  "$t/handoffreq" "$t/true.req" -- /bin/true
-  hc="$t/handoffc $t/true.req"
-  # shellcheck disable=SC2086 # a command and its argument
-  $hc || { echo "bench/handoffc failed" >&2; exit 1; }
-else
-  echo "(no cc, or no static libc: the row of the C client is left out)"
-fi
+# The same hand-off from the Go front end, as a front end built without the
+# thin entry (go build, go install) or a run with any flag makes it: the
+# thin entry's gain is the difference.
+mkdir -p "$t/plain"
+CGO_ENABLED=0 $GO build -trimpath -o "$t/plain/airlock" ./cmd/airlock
+ln -s "$PWD/bin/airlock-exec" "$PWD/bin/airlock-host" "$t/plain/"
+thin="the thin entry"
+$GO tool nm "$AL" | grep airlock_thin_entry >/dev/null || thin="NO thin entry: make build could not link it"
 dtree="$dpid $(pgrep -P "$dpid" | tr '\n' ' ')"
 # shellcheck disable=SC2086 # a list of pids
 c0=$(treecpu $dtree)
@@ -149,18 +143,14 @@ hyperfine -N -w 3 -r "$RUNS" --prepare "sleep 0.15" --export-json "$t/warm.json"
   "$AL sandbox run -- /bin/true" \
   "$BW /bin/true" \
   "$t/pagetouch -exit" \
-  ${hc:+"$hc"} >/dev/null
+  "$t/plain/airlock sandbox run -- /bin/true" >/dev/null
 sleep 0.5 # the last run's destroy and refill
 # shellcheck disable=SC2086
 c1=$(treecpu $dtree)
-read -r alw bww gow cw <<<"$(median "$t/warm.json")"
-printf '%-28s %8s ms\n' "airlock sandbox run (warm)" "$alw" "bwrap" "$bww" "a Go process (exits at once)" "$gow"
-echo "ratio: airlock warm/bwrap $(ratio "$alw" "$bww")   (target <= 1.0)   beyond a Go start: $(python3 -c "print('%.2f' % ($alw - $gow))") ms"
-if [ -n "$hc" ]; then
-  printf '%-28s %8s ms\n' "airlock sandbox run (warm), a C client (bench prototype)" "$cw"
-  echo "ratio: C client warm/bwrap $(ratio "$cw" "$bww")   Go client - C client: $(python3 -c "print('%.2f' % ($alw - $cw))") ms"
-fi
-n=$((RUNS + 3)); [ -n "$hc" ] && n=$((2 * (RUNS + 3)))
+read -r alw bww gow pgw <<<"$(median "$t/warm.json")"
+printf '%-28s %8s ms\n' "airlock sandbox run (warm, $thin)" "$alw" "bwrap" "$bww" "a Go process (exits at once)" "$gow" "the same from the Go front end" "$pgw"
+echo "ratio: airlock warm/bwrap $(ratio "$alw" "$bww")   (target <= 1.0)   the Go front end's: $(ratio "$pgw" "$bww"), $(python3 -c "print('%.2f' % ($pgw - $gow))") ms beyond a Go start"
+n=$((2 * (RUNS + 3)))
 echo "the daemon's CPU per warm run (refill and destroy included): $(python3 -c "print('%.1f' % (($c1 - $c0) / $n))") ms"
 if want cold; then
   echo "cold target: airlock cold <= bwrap + two Go starts: $al against $(python3 -c "print('%.2f' % ($bw + 2*$gofloor))") ms"

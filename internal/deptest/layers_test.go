@@ -44,7 +44,7 @@ var layers = []struct {
 	{"the command line", []string{"internal/cli"}},
 	{"entry points, benchmarks and end-to-end tests", []string{
 		"cmd/airlock", "cmd/airlock-exec", "cmd/airlock-host", "internal/e2e",
-		"bench/egressbench", "bench/filefloor", "bench/forkcost", "bench/handoffreq", "bench/idle", "bench/imagereg", "bench/mcpbench", "bench/pagetouch", "bench/pgserver", "bench/pullprof",
+		"bench/egressbench", "bench/filefloor", "bench/forkcost", "bench/idle", "bench/imagereg", "bench/mcpbench", "bench/pagetouch", "bench/pgserver", "bench/pullprof",
 		"bench/serveload", "bench/ssefloor",
 	}},
 }

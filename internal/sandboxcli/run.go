@@ -247,26 +247,6 @@ func handoffRequest(spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepar
 	return handoff.Request{Spec: spec, Argv: cmd.Argv, Timeout: cmd.Timeout, MaxOutput: cmd.MaxOutput, Prepare: prep}, nil
 }
 
-// HandoffRequest returns the framed request that `airlock sandbox run
-// ARGS...` (ARGS as they follow "run": flags, then -- and the command)
-// hands to a sandbox host, with the built-in defaults and no stdin: built
-// by the functions the front end uses (parse, Spec, command,
-// handoffRequest, handoff.EncodeRequest). It is exported for
-// bench/handoffreq, which records it for bench/handoffc, a measuring
-// prototype of a client that is not Go and sends these bytes as they are.
-// A command line the front end would not hand off so (--image, -i, a flag
-// the front end does not read itself, a bad value) is an error.
-func HandoffRequest(args []string) ([]byte, error) {
-	c, req, err := wordsRequest(args, false)
-	switch {
-	case c == nil:
-		return nil, fmt.Errorf("airlock sandbox run %q: a command line the front end leaves to airlock-host, or hands off with --image or -i (the first reads the host's image store, the second passes a third descriptor)", args)
-	case err != nil:
-		return nil, err
-	}
-	return handoff.EncodeRequest(&req)
-}
-
 // FrontWords reads words, the command line of `airlock sandbox run` after
 // "run" as a client handed it over unread (handoff.Request.Words, from the
 // front end's entry before the Go runtime), as this front end reads it,
@@ -277,7 +257,7 @@ func HandoffRequest(args []string) ([]byte, error) {
 // or that the front end leaves to airlock-host: the caller's own front end
 // then reads it.
 func FrontWords(words []string) (w handoff.Words, ok bool) {
-	c, req, err := wordsRequest(words, true)
+	c, req, err := wordsRequest(words)
 	if c == nil {
 		return handoff.Words{}, false
 	}
@@ -296,12 +276,11 @@ func FrontWords(words []string) (w handoff.Words, ok bool) {
 // StartPrepared's Spec, command and handoffRequest, with their errors),
 // into the request that hands it to a sandbox host. c is nil when the
 // front end leaves args to airlock-host, when they name an image or ask
-// for stdin, when a host path in them is not absolute and absolute is
-// set, or when a path cannot be made absolute; err is the usage error the
-// front end reports for them.
-func wordsRequest(args []string, absolute bool) (c *ImageRunCmd, req handoff.Request, err error) {
+// for stdin, or when a host path in them is not absolute; err is the usage
+// error the front end reports for them.
+func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error) {
 	c = &ImageRunCmd{}
-	if !parse(c, args) || c.Image != "" || c.Interactive || absolute && !absoluteFlags(&c.SpecFlags) {
+	if !parse(c, args) || c.Image != "" || c.Interactive || !absoluteFlags(&c.SpecFlags) {
 		return nil, req, nil
 	}
 	spec, err := c.Spec(BuiltinDefaults, false)

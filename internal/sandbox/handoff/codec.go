@@ -37,10 +37,9 @@ const frameHeader = 4
 const maxReply = 1 << 20
 
 // EncodeRequest returns r framed as Start sends it (Start itself sets
-// r.Stdin from its streams first). It is exported for the bench prototype
-// of a client that is not Go (bench/handoffreq records these bytes for
-// bench/handoffc), so that the prototype sends what Start would, not a
-// copy of the codec that could drift from it.
+// r.Stdin from its streams first). It is exported for the tests of the
+// front end's thin entry (cmd/airlock), which sends a request in Words
+// that must be these bytes.
 func EncodeRequest(r *Request) ([]byte, error) {
 	return frame(func(e *execproto.Encoder) {
 		e.Msg(1, false, func(e *execproto.Encoder) { appendSpec(e, &r.Spec) })
