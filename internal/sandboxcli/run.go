@@ -253,9 +253,9 @@ func handoffRequest(spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepar
 // and reports as it would (finish, Status): a sandbox host (airlock
 // sandbox daemon) serves such a request with it. ok is false for a command
 // line whose reading depends on the caller's surroundings (a relative host
-// path: its working directory; --image: its image store; -i: its stdin)
-// or that the front end leaves to airlock-host: the caller's own front end
-// then reads it.
+// path: its working directory; a path under /proc or /dev/fd: its own
+// process; --image: its image store; -i: its stdin) or that the front end
+// leaves to airlock-host: the caller's own front end then reads it.
 func FrontWords(words []string) (w handoff.Words, ok bool) {
 	c, req, err := wordsRequest(words)
 	if c == nil {
@@ -297,8 +297,11 @@ func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error
 	return c, req, nil
 }
 
-// absoluteFlags reports whether every host path f names is absolute: a
-// relative one is read from the working directory, the caller's.
+// absoluteFlags reports whether every host path f names reads the same in
+// any process of the user: absolute (a relative one is read from the
+// working directory, the caller's), and not under /proc or /dev/fd, nor
+// /dev/stdin, /dev/stdout or /dev/stderr, which name the reading process's
+// own.
 func absoluteFlags(f *SpecFlags) bool {
 	paths := []string{f.Workspace, f.Rootfs, f.ProxySocket}
 	for _, m := range f.Mount {
@@ -306,7 +309,11 @@ func absoluteFlags(f *SpecFlags) bool {
 		paths = append(paths, src)
 	}
 	for _, p := range paths {
-		if p != "" && !filepath.IsAbs(p) {
+		if p == "" {
+			continue
+		}
+		c := filepath.Clean(p)
+		if !filepath.IsAbs(p) || c == "/proc" || strings.HasPrefix(c, "/proc/") || c == "/dev/fd" || strings.HasPrefix(c, "/dev/fd/") || strings.HasPrefix(c, "/dev/std") {
 			return false
 		}
 	}
