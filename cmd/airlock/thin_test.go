@@ -311,6 +311,10 @@ func TestThinRequest(t *testing.T) {
 		// word may not be over 128 KiB, MAX_ARG_STRLEN).
 		{"long words", []string{"--", "echo", strings.Repeat("x", 100<<10), strings.Repeat("y", 100<<10)}, 0},
 		{"a word that looks like a flag", []string{"--", "--memory", "1G"}, 2},
+		{"flags", []string{"--memory", "1G", "-e", "A=b", "--json", "--", "true"}, 0},
+		{"no --", []string{"true"}, 0},
+		{"no command", []string{"--"}, 2},
+		{"-i, which the host leaves to the Go front end", []string{"-i", "--", "cat"}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			home := t.TempDir()
@@ -487,10 +491,8 @@ func TestThinFallback(t *testing.T) {
 		}, want: []string{"go"}, code: 125},
 		{name: "a home with .", home: "./", want: []string{"go"}, code: 125},
 		{name: "a relative home", home: "rel", want: []string{"go"}, code: 125},
-		{name: "stdin", args: []string{"run", "-i", "--", "true"}, want: []string{"go"}, code: 125},
-		{name: "a flag", args: []string{"run", "--memory", "1G", "--", "true"}, want: []string{"go"}, code: 125},
-		{name: "no command", args: []string{"run", "--"}, code: 2},
-		{name: "run without --", args: []string{"run", "true"}, want: []string{"go"}, code: 125},
+		{name: "stdin, which the host leaves to the Go front end", args: []string{"run", "-i", "--", "true"}, thinFirst: []byte{}, want: []string{"thin", "go"}, code: 125},
+		{name: "no words", args: []string{"run"}, code: 2},
 		{name: "a request too large", args: []string{"run", "--", "echo", strings.Repeat("x", 100<<10), strings.Repeat("y", 100<<10), strings.Repeat("z", 100<<10)}, want: []string{"go"}, code: 125},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -635,19 +637,49 @@ func TestThinDaemon(t *testing.T) {
 		return err == nil
 	})
 
+	// Traversable: the sandbox's user is not the directory's owner.
+	ws := t.TempDir()
+	if err := os.Chmod(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "in-the-workspace"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	thinRuns := 0
-	for _, args := range [][]string{
-		{"true"},
-		{"sh", "-c", "echo out; echo err >&2; exit 3"},
-		{"airlock-no-such-command"},
-		{"sh", "-c", "kill -KILL $$"},
-		{"echo", "", "a  b", "héllo"},
+	for _, tt := range []struct {
+		args []string
+		// words: the daemon runs the thin client's command in words (it
+		// reports a usage error, or leaves the words to the Go front end,
+		// otherwise).
+		words bool
+		// out: what stdout must hold, beyond being the same for both.
+		out string
+	}{
+		{[]string{"--", "true"}, true, ""},
+		{[]string{"--", "sh", "-c", "echo out; echo err >&2; exit 3"}, true, "out"},
+		{[]string{"--", "airlock-no-such-command"}, true, ""},
+		{[]string{"--", "sh", "-c", "kill -KILL $$"}, true, ""},
+		{[]string{"--", "echo", "", "a  b", "héllo"}, true, "héllo"},
+		{[]string{"-e", "A=b", "--timeout", "5s", "--max-output", "1K", "--memory", "256M", "--", "sh", "-c", "echo $A"}, true, "b\n"},
+		{[]string{"--timeout", "300ms", "--", "sleep", "30"}, true, ""},
+		{[]string{"--workspace", ws, "--workspace-mode", "ro", "--", "ls", "/workspace"}, true, "in-the-workspace"},
+		{[]string{"echo", "no", "--"}, true, "no --"},
+		{[]string{"--memory", "lots", "--", "true"}, false, ""},
+		{[]string{"--"}, false, ""},
+		{[]string{"--workspace", "no-such-relative-dir", "--", "true"}, false, ""},
+		{[]string{"-i", "--", "cat"}, false, ""},
+		{[]string{"--help"}, false, "Usage"},
 	} {
-		t.Run(strings.Join(args, " "), func(t *testing.T) {
-			words := append([]string{"sandbox", "run", "--"}, args...)
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			words := append([]string{"sandbox", "run"}, tt.args...)
 			want := run(t, plain, env, words...)
 			got := run(t, thin, env, words...)
-			thinRuns++
+			if tt.words {
+				thinRuns++
+			}
+			if !strings.Contains(got.stdout, tt.out) {
+				t.Errorf("thin airlock %q wrote %q, want it to hold %q", words, got.stdout, tt.out)
+			}
 			if got != want {
 				t.Errorf("thin airlock %q = %+v, want the plain front end's %+v", words, got, want)
 			}

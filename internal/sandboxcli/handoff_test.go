@@ -525,6 +525,8 @@ func TestFrontWords(t *testing.T) {
 		{"--mount", "/dev/stdin:/in", "--", "true"},
 		{"--no-such-flag", "--", "true"},
 		{"--allow", "example.com", "--", "true"},
+		{"--help", "--", "true"},
+		{"-h"},
 		{"--", "printf", "\xff"},
 	} {
 		if _, ok := FrontWords(words); ok {

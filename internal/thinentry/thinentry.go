@@ -1,7 +1,7 @@
 // Package thinentry is the front end's pre-runtime entry: a thin client
-// that serves the plain warm `airlock sandbox run -- CMD...` before the Go
-// runtime starts, and lets the runtime start, with the kernel's stack
-// untouched, for everything else (issue 29).
+// that serves a warm `airlock sandbox run` before the Go runtime starts,
+// and lets the runtime start, with the kernel's stack untouched, for
+// everything else (issue 29).
 //
 // Why: a warm sandbox run hands its command to a running `airlock sandbox
 // daemon`, and on a machine where a page's first touch costs ~11 µs the Go
@@ -20,8 +20,11 @@
 // The fast path is taken only when all of these hold, else the Go runtime
 // runs the command line as it always did:
 //
-//   - argv is `airlock sandbox run -- CMD...` (at least one word after
-//     "--"; any flag before "--" is Go's);
+//   - argv is `airlock sandbox run WORDS...` (at least one word): the
+//     sandbox host reads the words as the Go front end would
+//     (sandboxcli.FrontWords) and leaves to it, unanswered, what it cannot
+//     read so (-i, --image, a relative host path, a flag of airlock-host's
+//     such as --allow or --help): the fallback below;
 //   - $AIRLOCK_NO_HANDOFF and $AIRLOCK_TRACE are unset or empty (the first
 //     occurrence of a name counts, as with os.Getenv);
 //   - the home is $AIRLOCK_HOME if not empty, else /var/lib/airlock for

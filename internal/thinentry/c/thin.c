@@ -1,5 +1,5 @@
 /*
- * The thin client of airlock's front end: a warm `airlock sandbox run -- CMD`
+ * The thin client of airlock's front end: a warm `airlock sandbox run`
  * served before the Go runtime starts (issue 29). Package thinentry's doc
  * (internal/thinentry/thinentry.go) states the rules; this file keeps them.
  *
@@ -539,7 +539,7 @@ static void __attribute__((noreturn)) finish(int s, int sfd, u8 *buf) {
 }
 
 /*
- * airlock_thin_main serves `airlock sandbox run -- CMD...` from sp, the
+ * airlock_thin_main serves `airlock sandbox run WORDS...` from sp, the
  * stack the kernel started the process with (argc, argv, 0, envp, 0), or
  * returns for the Go runtime to run the command line.
  */
@@ -547,7 +547,13 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	i64 argc = (i64)sp[0];
 	char **argv = (char **)(sp + 1);
 	char **envp = argv + argc + 1;
-	if (argc < 5 || !equal(argv[1], "sandbox") || !equal(argv[2], "run") || !equal(argv[3], "--"))
+	/*
+	 * Every `sandbox run WORDS...`: the sandbox host reads the words as the
+	 * Go front end would, and leaves to it (no answer: a fallback) what
+	 * it cannot read so, such as -i, --image, a relative path or a flag
+	 * of airlock-host's.
+	 */
+	if (argc < 4 || !equal(argv[1], "sandbox") || !equal(argv[2], "run"))
 		return;
 	/* sandboxcli.DieWithParent, which cmd/airlock's init does for sandbox run. */
 	i64 ppid = sys1(SYS_getppid, 0);
