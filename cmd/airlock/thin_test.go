@@ -669,6 +669,7 @@ func TestThinDaemon(t *testing.T) {
 		{[]string{"--workspace", "no-such-relative-dir", "--", "true"}, false, ""},
 		{[]string{"-i", "--", "cat"}, false, ""},
 		{[]string{"--help"}, false, "Usage"},
+		{[]string{"echo", "--help"}, false, "Usage"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			words := append([]string{"sandbox", "run"}, tt.args...)

@@ -527,6 +527,8 @@ func TestFrontWords(t *testing.T) {
 		{"--allow", "example.com", "--", "true"},
 		{"--help", "--", "true"},
 		{"-h"},
+		{"echo", "--help"},
+		{"-e", "A=b", "sh", "-h", "--", "x"},
 		{"--", "printf", "\xff"},
 	} {
 		if _, ok := FrontWords(words); ok {

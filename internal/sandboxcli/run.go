@@ -275,12 +275,12 @@ func FrontWords(words []string) (w handoff.Words, ok bool) {
 // "run", as the front end does (parse, then RunCmd.Run's and
 // StartPrepared's Spec, command and handoffRequest, with their errors),
 // into the request that hands it to a sandbox host. c is nil when the
-// front end leaves args to airlock-host, when they name an image or ask
+// front end leaves args to airlock-host (Fast, parse), when they name an image or ask
 // for stdin, or when a host path in them is not absolute; err is the usage
 // error the front end reports for them.
 func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error) {
 	c = &ImageRunCmd{}
-	if !parse(c, args) || c.Image != "" || c.Interactive || !absoluteFlags(&c.SpecFlags) {
+	if !Fast(append([]string{"sandbox", "run"}, args...)) || !parse(c, args) || c.Image != "" || c.Interactive || !absoluteFlags(&c.SpecFlags) {
 		return nil, req, nil
 	}
 	spec, err := c.Spec(BuiltinDefaults, false)
