@@ -78,7 +78,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	if err := s.Validate(); err != nil {
 		return nil, uppers{-1, -1, -1}, err
 	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+	if err := rawMount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, uppers{-1, -1, -1}, fmt.Errorf("make mounts private: %w", err)
 	}
 	tr := newExecTrace("setup", 0)
@@ -234,7 +234,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	tr.mark("pivot")
 	if s.RootFD == 0 && len(s.Layers) == 0 && !s.WritableRoot {
 		// Nothing outside the listed writable mounts may change the root.
-		if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		if err := rawMount("", "/", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 			return nil, uppers{-1, -1, -1}, fmt.Errorf("read-only root: %w", err)
 		}
 	}
@@ -407,12 +407,12 @@ func mountTmpfs(dst, opts string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
-	return unix.Mount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	return rawMount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
 
 func mountOverlay(dst, lower, upper, work string) error {
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lower, upper, work)
-	return unix.Mount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	return rawMount("overlay", dst, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
 }
 
 // moveMount attaches a detached mount tree received from the host.
@@ -432,7 +432,7 @@ func moveMount(fd int, dst string) error {
 // It only adds flags, so it also works on mounts whose flags the kernel locks
 // (every host mount seen from a user namespace, rootless or not).
 func bind(src, dst string, ro bool) error {
-	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+	if err := rawMount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s: %w", src, err)
 	}
 	if !ro {
@@ -682,7 +682,7 @@ var (
 
 func setupProc() error {
 	proc := filepath.Join(newRoot, "proc")
-	if err := unix.Mount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := rawMount("proc", proc, "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return err
 	}
 	// Block nested namespaces in the sandbox's user namespace as a second
@@ -696,7 +696,7 @@ func setupProc() error {
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
-		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+		if err := rawMount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("mask %s: %w", f, err)
 		}
 	}
@@ -705,7 +705,7 @@ func setupProc() error {
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
 			continue
 		}
-		if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
+		if err := rawMount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
 			return fmt.Errorf("mask %s: %w", d, err)
 		}
 	}
@@ -767,14 +767,14 @@ func setupDev(shm int64) error {
 		if err := writeFile(dst, nil, 0o666); err != nil {
 			return err
 		}
-		if err := unix.Mount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
+		if err := rawMount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind /dev/%s: %w", d, err)
 		}
 	}
 	if err := os.Mkdir(filepath.Join(dev, "pts"), 0o755); err != nil {
 		return err
 	}
-	if err := unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := rawMount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("devpts: %w", err)
 	}
 	if err := mountTmpfs(filepath.Join(dev, "shm"), fmt.Sprintf("mode=1777,size=%d", shm)); err != nil {
@@ -806,7 +806,7 @@ func setupRunDir() error { return setupRunDirIn(newRoot, true) }
 // helper's bind read-only (false: its source mount is read-only already).
 func setupRunDirIn(root string, roHelper bool) error {
 	dir := filepath.Join(root, runDir)
-	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+	if err := rawMount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	helper := filepath.Join(root, execproto.EventHelper)
