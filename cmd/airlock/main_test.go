@@ -64,22 +64,36 @@ type result struct {
 	code           int
 }
 
+// run runs bin with args, env added to the test's environment, and
+// returns what it wrote and its exit status.
 func run(t *testing.T, bin string, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	_, wait := startCmd(t, bin, env, args...)
+	return wait()
+}
+
+// startCmd starts bin as run does; wait returns its result.
+func startCmd(t *testing.T, bin string, env []string, args ...string) (cmd *exec.Cmd, wait func() result) {
+	t.Helper()
+	cmd = exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("%s %v: %v", bin, args, err)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	return r
+	return cmd, func() result {
+		err := cmd.Wait()
+		r := result{stdout: stdout.String(), stderr: stderr.String()}
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			r.code = ee.ExitCode()
+		case err != nil:
+			t.Fatalf("%s %v: %v", bin, args, err)
+		}
+		return r
+	}
 }
 
 // TestFrontEnd runs the built front end: the plain sandbox commands run in

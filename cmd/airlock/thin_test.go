@@ -267,25 +267,7 @@ func refuseGo(t *testing.T, h *handed) bool {
 // buffers; wait returns its result.
 func start(t *testing.T, bin, home string, env []string, args ...string) (cmd *exec.Cmd, wait func() result) {
 	t.Helper()
-	cmd = exec.Command(bin, args...)
-	cmd.Env = append(append(os.Environ(), "AIRLOCK_HOME="+home), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd, func() result {
-		err := cmd.Wait()
-		r := result{stdout: stdout.String(), stderr: stderr.String()}
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			r.code = ee.ExitCode()
-		case err != nil:
-			t.Fatalf("%s %v: %v", bin, args, err)
-		}
-		return r
-	}
+	return startCmd(t, bin, append([]string{"AIRLOCK_HOME=" + home}, env...), args...)
 }
 
 // TestThinRequest: the thin client sends exactly handoff.EncodeRequest's
