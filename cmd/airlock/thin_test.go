@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -429,6 +430,95 @@ func TestThinSignal(t *testing.T) {
 			s.close()
 		})
 	}
+}
+
+// TestGoSignalWhileStarting: a signal that reaches the Go front end while
+// its hand-off starts the command (here: before the host's Started) is
+// forwarded to the command once it runs, as the thin entry's is, instead
+// of ending the front end with the signal's default action; a signal at a
+// command that never started acts as it would have.
+func TestGoSignalWhileStarting(t *testing.T) {
+	dir := bins(t)
+	plain := filepath.Join(dir, "airlock")
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			home := t.TempDir()
+			procs := make(chan *os.Process, 1)
+			frame := []byte{0, 0, 0, 3, 1, 1, byte(sig) << 1}
+			s := newStandIn(t, home, func(t *testing.T, h *handed) {
+				if h.thin() {
+					t.Errorf("the plain front end sent a request in words")
+					return
+				}
+				if err := (<-procs).Signal(sig); err != nil {
+					t.Error(err)
+				}
+				send(t, h, started(t))
+				got := make([]byte, len(frame))
+				if _, err := io.ReadFull(h.conn, got); err != nil {
+					t.Errorf("stand-in: read the control frame: %v", err)
+				} else if !bytes.Equal(got, frame) {
+					t.Errorf("the control frame for %v is % x, want % x", sig, got, frame)
+				}
+				send(t, h, frameOf(t, func(e *execproto.Encoder) {
+					e.Msg(2, true, func(e *execproto.Encoder) {
+						e.Str(1, "exited")
+						e.Int(2, 128+int64(sig))
+					})
+				}))
+			})
+			cmd, wait := start(t, plain, home, nil, "sandbox", "run", "--", "sleep", "1000")
+			procs <- cmd.Process
+			if got, want := wait(), (result{code: 128 + int(sig)}); got != want {
+				t.Errorf("airlock sandbox run = %+v, want %+v", got, want)
+			}
+			s.close()
+		})
+	}
+	t.Run("not started", func(t *testing.T) {
+		home := t.TempDir()
+		procs := make(chan *os.Process, 1)
+		s := newStandIn(t, home, func(t *testing.T, h *handed) {
+			// The answer goes once the front end has taken the signal
+			// (caught, not only pending): otherwise it could exit on the
+			// answer before the kernel delivered it.
+			p := <-procs
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
+			for deadline := time.Now().Add(time.Minute); pending(p.Pid, syscall.SIGTERM); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the front end left its SIGTERM pending for a minute")
+					break
+				}
+			}
+			send(t, h, errorReply(t, "no sandbox"))
+		})
+		cmd, _ := start(t, plain, home, nil, "sandbox", "run", "--", "sleep", "1000")
+		procs <- cmd.Process
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+			t.Errorf("airlock sandbox run whose command never started, after SIGTERM: %v, want killed by SIGTERM", err)
+		}
+		s.close()
+	})
+}
+
+// pending reports whether sig, sent to process pid, is still pending
+// there (its status's ShdPnd), not yet taken by one of its threads.
+func pending(pid int, sig syscall.Signal) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "ShdPnd:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<(sig-1)) != 0
+		}
+	}
+	return false
 }
 
 // TestThinFallback: where the thin client must not serve the command, the

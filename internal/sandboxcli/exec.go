@@ -70,11 +70,13 @@ func (c *ExecCmd) Run(env *Env) error {
 	if !c.Interactive {
 		stdin = nil
 	}
+	sigs := catchSignals()
 	s, err := cl.Exec(req, stdin)
 	if err != nil {
+		sigs.release()
 		return sandboxError(c.ID, err)
 	}
-	stop := forwardSignals(s.Signal)
+	stop := sigs.forward(s.Signal)
 	defer stop()
 	if c.TTY {
 		defer watchResize(env, s)()

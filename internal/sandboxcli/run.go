@@ -163,11 +163,13 @@ func (c *RunCmd) StartPrepared(env *Env, spec sandbox.Spec, d Defaults, egress E
 	if c.Interactive {
 		cmd.Stdin = env.Stdin
 	}
+	sigs := catchSignals()
 	p, err := sb.Start(ctx, cmd)
 	if err != nil {
+		sigs.release()
 		return err
 	}
-	stop := forwardSignals(p.Signal)
+	stop := sigs.forward(p.Signal)
 	res, err := p.Wait(ctx)
 	stop()
 	if err != nil {
@@ -220,14 +222,16 @@ func (c *RunCmd) handOff(env *Env, spec sandbox.Spec, cmd sandbox.Command, prep 
 	if c.Interactive && env.Stdin != nil {
 		stdio.Stdin = env.Stdin
 	}
+	sigs := catchSignals()
 	p, err := handoff.Start(env.Ctx, handoff.SocketPath(env.Home), req, stdio)
-	if errors.Is(err, handoff.ErrNoHost) {
-		return false, nil
-	}
 	if err != nil {
+		sigs.release()
+		if errors.Is(err, handoff.ErrNoHost) {
+			return false, nil
+		}
 		return true, err
 	}
-	stop := forwardSignals(p.Signal)
+	stop := sigs.forward(p.Signal)
 	res, err := p.Wait(env.Ctx)
 	stop()
 	if err != nil {
@@ -362,24 +366,58 @@ func finish(env *Env, res sandbox.Result, asJSON bool) error {
 	return nil
 }
 
-// forwardSignals passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the command.
-func forwardSignals(send func(unix.Signal) error) (stop func()) {
-	ch := make(chan os.Signal, 4)
-	signal.Notify(ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
-	done := make(chan struct{})
+// caught are the signals a command's caller forwards to it, caught from
+// before the command starts: one sent while it starts (a command that
+// says it runs, and its caller signalled at once) reaches the command
+// rather than ending the caller with its default action. The thin entry
+// blocks them from its request on for the same reason.
+type caught struct {
+	ch   chan os.Signal
+	done chan struct{}
+}
+
+// catchSignals catches SIGINT, SIGTERM, SIGHUP and SIGQUIT from now on.
+func catchSignals() *caught {
+	c := &caught{ch: make(chan os.Signal, 4), done: make(chan struct{})}
+	signal.Notify(c.ch, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	return c
+}
+
+// forward passes the signals caught, before and from now on, to send
+// until stop.
+func (c *caught) forward(send func(unix.Signal) error) (stop func()) {
 	go func() {
 		for {
 			select {
-			case s := <-ch:
+			case s := <-c.ch:
 				_ = send(s.(unix.Signal))
-			case <-done:
+			case <-c.done:
 				return
 			}
 		}
 	}()
 	return func() {
-		signal.Stop(ch)
-		close(done)
+		signal.Stop(c.ch)
+		close(c.done)
+	}
+}
+
+// release, for a command that did not start, stops catching and raises
+// again what was caught, which then acts as it would have had nothing
+// caught it. The signal goes to this thread, which takes it on the way
+// out of the system call: sent to the process, another thread could take
+// it only after this one went on to exit with a status of its own.
+func (c *caught) release() {
+	signal.Stop(c.ch)
+	for {
+		select {
+		case s := <-c.ch:
+			runtime.LockOSThread()
+			_ = unix.Tgkill(unix.Getpid(), unix.Gettid(), s.(unix.Signal))
+			runtime.UnlockOSThread()
+		default:
+			return
+		}
 	}
 }
 

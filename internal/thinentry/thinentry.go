@@ -49,7 +49,7 @@
 // the parent is already gone. From the request on, SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are blocked (restored on a fallback); after Started they are
 // read from a signalfd and forwarded as control frames, as sandboxcli's
-// forwardSignals does. The next reply ends the process: Reported with its
+// catchSignals does. The next reply ends the process: Reported with its
 // Status; the end of the stream with the Go client's words ("sandbox host:
 // the connection ended before the command's result: EOF") and 125;
 // anything else with "sandbox host: unexpected answer instead of the

@@ -468,7 +468,7 @@ static int readReply(int fd, u8 *buf, struct reply *r, char *why, u64 *whyLen) {
 	return parse(buf, n, r) ? 1 : -2;
 }
 
-/* The signals forwarded to the command, as sandboxcli's forwardSignals. */
+/* The signals forwarded to the command, as sandboxcli's catchSignals. */
 #define FORWARDED ((1UL << (SIGINT - 1)) | (1UL << (SIGTERM - 1)) | (1UL << (SIGHUP - 1)) | (1UL << (SIGQUIT - 1)))
 
 /*
