@@ -67,6 +67,15 @@ func sandboxHost(t *testing.T, home string) *handoff.Server {
 	return s
 }
 
+// sandboxHome is an airlock home for the test whose sandboxes' cgroup
+// parent goes when the test ends (linux.Forget), with the directory.
+func sandboxHome(t *testing.T) string {
+	t.Helper()
+	home := t.TempDir()
+	t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, RunStateDir)) })
+	return home
+}
+
 // run runs `airlock sandbox ARGS` in env with stdin's text, and returns the
 // exit status and what went to stdout and stderr (through files, as from a
 // shell).
@@ -232,7 +241,7 @@ func TestHandoffFallback(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			home := t.TempDir()
+			home := sandboxHome(t)
 			tt.setup(t, handoff.SocketPath(home))
 			env := Env{Ctx: context.Background(), Home: home, Executor: executorPath}
 			st, out, errOut := run(t, env, "", "run", "--", "sh", "-c", "echo fine; exit 5")
@@ -264,7 +273,7 @@ func TestRunGCInterval(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			home := t.TempDir()
+			home := sandboxHome(t)
 			env := Env{Ctx: context.Background(), Home: home, Executor: executorPath, NoHandoff: true}
 			// A first run makes the state directories; its sweep is not
 			// the one tested.
@@ -322,7 +331,7 @@ func TestDaemonStopReport(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for real sandboxes")
 	}
-	home := t.TempDir()
+	home := sandboxHome(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logPath := filepath.Join(t.TempDir(), "daemon.log")
