@@ -51,6 +51,20 @@ func bins(t *testing.T) string {
 	return dir
 }
 
+// needSandboxes skips the test where the executor in dir cannot run
+// sandboxes: not root, or a layer airlock doctor requires is missing.
+func needSandboxes(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run sandboxes")
+	}
+	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
+		if c.Required && !c.OK {
+			t.Skipf("sandboxes cannot run here: %s", c.Layer)
+		}
+	}
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
@@ -350,14 +364,7 @@ func TestExitStatus(t *testing.T) {
 // ends it), whichever thread the front end runs on by then.
 func TestDiesWithParent(t *testing.T) {
 	dir := bins(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run sandboxes")
-	}
-	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
-		if c.Required && !c.OK {
-			t.Skipf("sandboxes cannot run here: %s", c.Layer)
-		}
-	}
+	needSandboxes(t, dir)
 	for _, tt := range []struct {
 		name   string
 		daemon bool
@@ -483,14 +490,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // runs it; an image the store lacks is handed off.
 func TestFrontEndImage(t *testing.T) {
 	dir := bins(t)
-	if os.Geteuid() != 0 {
-		t.Skip("sandboxes cannot run here (not root)")
-	}
-	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
-		if c.Required && !c.OK {
-			t.Skipf("sandboxes cannot run here: %s", c.Layer)
-		}
-	}
+	needSandboxes(t, dir)
 	home := t.TempDir()
 	t.Cleanup(func() { _ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir)) })
 	env := []string{"AIRLOCK_HOME=" + home, "AIRLOCK_NO_HANDOFF=1"}

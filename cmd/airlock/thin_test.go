@@ -671,14 +671,7 @@ func runRaw(t *testing.T, bin, dir string, env []string, args ...string) result 
 func TestThinDaemon(t *testing.T) {
 	thin := thinBin(t)
 	dir := bins(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run sandboxes")
-	}
-	for _, c := range linux.Doctor(filepath.Join(dir, "airlock-exec")) {
-		if c.Required && !c.OK {
-			t.Skipf("sandboxes cannot run here: %s", c.Layer)
-		}
-	}
+	needSandboxes(t, dir)
 	plain := filepath.Join(dir, "airlock")
 	// Short: the home holds unix sockets.
 	home, err := os.MkdirTemp("", "alx-")
