@@ -65,6 +65,22 @@ func needSandboxes(t *testing.T, dir string) {
 	}
 }
 
+// shortHome is an airlock home for the test, removed with its sandboxes'
+// cgroup parent when the test ends: a short path, as the home holds unix
+// sockets (t.TempDir's path can be too long for one).
+func shortHome(t *testing.T) string {
+	t.Helper()
+	home, err := os.MkdirTemp("", "alx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir))
+		os.RemoveAll(home)
+	})
+	return home
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if binDir != "" {
@@ -327,15 +343,7 @@ func TestExitStatus(t *testing.T) {
 				if tt.sandbox && !canRun {
 					t.Skip("sandboxes cannot run here (not root, or a required layer is missing)")
 				}
-				// Short: the home holds unix sockets.
-				home, err := os.MkdirTemp("", "alx-")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					_ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir))
-					os.RemoveAll(home)
-				})
+				home := shortHome(t)
 				env := append([]string{"AIRLOCK_HOME=" + home}, tt.env...)
 				r := run(t, filepath.Join(dir, bin), env, tt.args...)
 				if r.code != tt.code {

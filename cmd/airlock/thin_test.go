@@ -673,15 +673,7 @@ func TestThinDaemon(t *testing.T) {
 	dir := bins(t)
 	needSandboxes(t, dir)
 	plain := filepath.Join(dir, "airlock")
-	// Short: the home holds unix sockets.
-	home, err := os.MkdirTemp("", "alx-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = linux.Forget(filepath.Join(home, sandboxcli.RunStateDir))
-		os.RemoveAll(home)
-	})
+	home := shortHome(t)
 	env := []string{"AIRLOCK_HOME=" + home}
 	d := exec.Command(plain, "sandbox", "daemon")
 	d.Env = append(os.Environ(), env...)

@@ -68,22 +68,12 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 			}
 		}()
 	}
-	// The descriptors travel with the request, in one message: the host
-	// reads them with its first byte before decoding the rest, and is woken
-	// once (a second write cost the host a second wake-up while the caller
-	// waited).
 	b, err := EncodeRequest(&req)
 	if err != nil {
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
-	n, _, err := conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
-	if err != nil {
+	if err := sendRequest(conn, b, fds); err != nil {
 		return nil, ErrNoHost
-	}
-	if n < len(b) {
-		if _, err := conn.Write(b[n:]); err != nil {
-			return nil, ErrNoHost
-		}
 	}
 	var rep reply
 	if err := p.read(&rep); err != nil {
@@ -106,6 +96,18 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 		}()
 	}
 	return p, nil
+}
+
+// sendRequest writes the framed request b on conn with fds, in one
+// message: the host reads them with its first byte before decoding the
+// rest, and is woken once (a second write cost the host a second wake-up
+// while the caller waited). What one sendmsg left of b follows it.
+func sendRequest(conn *net.UnixConn, b []byte, fds []int) error {
+	n, _, err := conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil)
+	if err == nil && n < len(b) {
+		_, err = conn.Write(b[n:])
+	}
+	return err
 }
 
 // dial connects to the host at socket, after checking that the socket and
@@ -213,11 +215,7 @@ func RunWords(ctx context.Context, socket string, words []string, stdout, stderr
 	if err != nil {
 		return 0, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
-	n, _, err := conn.WriteMsgUnix(b, unix.UnixRights(int(stdout.Fd()), int(stderr.Fd())), nil)
-	if err == nil && n < len(b) {
-		_, err = conn.Write(b[n:])
-	}
-	if err != nil {
+	if err := sendRequest(conn, b, []int{int(stdout.Fd()), int(stderr.Fd())}); err != nil {
 		return 0, ErrNoHost
 	}
 	p := &Process{conn: conn, r: bufio.NewReaderSize(conn, 512)}
