@@ -2,14 +2,18 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,8 +142,11 @@ type handed struct {
 }
 
 // thin reports whether the request is the thin client's: Words (field 7)
-// is its first field, where the Go front end's begins with its Spec.
-func (h *handed) thin() bool { return len(h.req) > 5 && h.req[5] == 7 }
+// is its first field, or its second after Stdin (5), where the Go front
+// end's begins with its Spec.
+func (h *handed) thin() bool {
+	return len(h.req) > 6 && (h.req[5] == 7 || h.req[5] == 5 && h.req[6] == 7)
+}
 
 func newStandIn(t *testing.T, home string, serve func(t *testing.T, h *handed)) *standIn {
 	t.Helper()
@@ -297,11 +304,21 @@ func TestThinRequest(t *testing.T) {
 		{"flags", []string{"--memory", "1G", "-e", "A=b", "--json", "--", "true"}, 0},
 		{"no --", []string{"true"}, 0},
 		{"no command", []string{"--"}, 2},
-		{"-i, which the host leaves to the Go front end", []string{"-i", "--", "cat"}, 0},
+		{"-i, with stdin's pipe", []string{"-i", "--", "cat"}, 0},
+		{"--interactive, with stdin's pipe", []string{"-e", "A=b", "--interactive", "cat"}, 0},
+		{"-i of the command, with a pipe the host closes", []string{"cat", "-i"}, 0},
+		{"-i after --, without a pipe", []string{"--", "cat", "-i"}, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			home := t.TempDir()
-			want, err := handoff.EncodeRequest(&handoff.Request{Words: tt.words})
+			// The thin client sends a pipe with words that may ask for
+			// stdin: -i or --interactive before any --.
+			flags := tt.words
+			if i := slices.Index(flags, "--"); i >= 0 {
+				flags = flags[:i]
+			}
+			stdin := slices.Contains(flags, "-i") || slices.Contains(flags, "--interactive")
+			want, err := handoff.EncodeRequest(&handoff.Request{Words: tt.words, Stdin: stdin})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -312,8 +329,12 @@ func TestThinRequest(t *testing.T) {
 				if !bytes.Equal(h.req, want) {
 					t.Errorf("the thin request is %d bytes %.80q, want handoff.EncodeRequest's %d bytes %.80q", len(h.req), h.req, len(want), want)
 				}
-				if len(h.files) != 2 {
-					t.Errorf("the thin request came with %d descriptors, want 2 (stdout, stderr)", len(h.files))
+				nfd := 2
+				if stdin {
+					nfd = 3
+				}
+				if len(h.files) != nfd {
+					t.Errorf("the thin request came with %d descriptors, want %d (stdout, stderr, stdin's pipe with -i)", len(h.files), nfd)
 				} else {
 					_, _ = io.WriteString(h.files[0], "to stdout\n")
 					_, _ = io.WriteString(h.files[1], "to stderr\n")
@@ -386,6 +407,155 @@ func TestThinReplies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestThinStdin: the thin client copies its stdin into the pipe it sent
+// with the words when the host says the command reads it, and only then;
+// a reader that goes away ends the copy, not the client (SIGPIPE is
+// blocked, and left pending); and without a stdin of its own it sends no
+// pipe.
+func TestThinStdin(t *testing.T) {
+	thin := thinBin(t)
+	words := []string{"sandbox", "run", "-i", "--", "cat"}
+	stdinStarted := frameOf(t, func(e *execproto.Encoder) { e.Flag(1, true); e.Flag(6, true) })
+	check := func(t *testing.T, h *handed, pipe bool) bool {
+		want, err := handoff.EncodeRequest(&handoff.Request{Words: words[2:], Stdin: pipe})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nfd := 2
+		if pipe {
+			nfd = 3
+		}
+		if !bytes.Equal(h.req, want) || len(h.files) != nfd {
+			t.Errorf("request %q with %d descriptors, want %q with %d", h.req, len(h.files), want, nfd)
+			send(t, h, reported(t, 99))
+			return false
+		}
+		return true
+	}
+
+	t.Run("copied", func(t *testing.T) {
+		data := make([]byte, 2<<20)
+		for i := range data {
+			data[i] = byte(i * 13 / 7)
+		}
+		home := t.TempDir()
+		s := newStandIn(t, home, func(t *testing.T, h *handed) {
+			if refuseGo(t, h) || !check(t, h, true) {
+				return
+			}
+			send(t, h, stdinStarted)
+			got, err := io.ReadAll(h.files[2])
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("the pipe gave %d bytes (%v), want the %d of stdin", len(got), err, len(data))
+			}
+			send(t, h, reported(t, 3))
+		})
+		cmd := exec.Command(thin, words...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		cmd.Stdin = bytes.NewReader(data)
+		if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 3 {
+			t.Errorf("thin airlock: %v, want exit status 3", err)
+		}
+		s.close()
+	})
+
+	t.Run("not asked for", func(t *testing.T) {
+		home := t.TempDir()
+		s := newStandIn(t, home, func(t *testing.T, h *handed) {
+			if refuseGo(t, h) || !check(t, h, true) {
+				return
+			}
+			send(t, h, started(t))
+			// The client closes its end at once: the end of the pipe, empty.
+			if got, err := io.ReadAll(h.files[2]); err != nil || len(got) != 0 {
+				t.Errorf("the pipe gave %q (%v), want nothing", got, err)
+			}
+			send(t, h, reported(t, 0))
+		})
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		if _, err := w.WriteString("not for the command"); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		cmd := exec.Command(thin, words...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		cmd.Stdin = r
+		if err := cmd.Run(); err != nil {
+			t.Errorf("thin airlock: %v", err)
+		}
+		if left, _ := io.ReadAll(r); string(left) != "not for the command" {
+			t.Errorf("the client read its stdin: %q left of it", left)
+		}
+		s.close()
+	})
+
+	t.Run("reader gone", func(t *testing.T) {
+		home := t.TempDir()
+		zero, err := os.Open("/dev/zero")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zero.Close()
+		cmd := exec.Command(thin, words...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		cmd.Stdin = zero // never ends
+		pid := make(chan int, 1)
+		s := newStandIn(t, home, func(t *testing.T, h *handed) {
+			if refuseGo(t, h) || !check(t, h, true) {
+				return
+			}
+			send(t, h, stdinStarted)
+			if _, err := io.ReadFull(h.files[2], make([]byte, 1)); err != nil {
+				t.Errorf("read the pipe: %v", err)
+			}
+			h.files[2].Close()
+			// The client's next write fails: SIGPIPE, blocked, is left
+			// pending on its thread (SigPnd, bit 13).
+			p := <-pid
+			waitFor(t, "SIGPIPE pending in the client", func() bool {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+				for l := range strings.Lines(string(b)) {
+					if v, ok := strings.CutPrefix(l, "SigPnd:"); ok {
+						n, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+						return n&(1<<(syscall.SIGPIPE-1)) != 0
+					}
+				}
+				return false
+			})
+			send(t, h, reported(t, 5))
+		})
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid <- cmd.Process.Pid
+		if err := cmd.Wait(); cmd.ProcessState.ExitCode() != 5 {
+			t.Errorf("thin airlock: %v, want exit status 5", err)
+		}
+		s.close()
+	})
+
+	t.Run("no stdin", func(t *testing.T) {
+		home := t.TempDir()
+		s := newStandIn(t, home, func(t *testing.T, h *handed) {
+			if refuseGo(t, h) || !check(t, h, false) {
+				return
+			}
+			send(t, h, reported(t, 0))
+		})
+		// sh closes fd 0 and execs the client.
+		cmd := exec.Command("sh", append([]string{"-c", `exec 0<&-; exec "$@"`, "sh", thin}, words...)...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("thin airlock with fd 0 closed: %v: %s", err, out)
+		}
+		s.close()
+	})
 }
 
 // TestThinSignal: a signal to the thin client after the command started
@@ -724,7 +894,7 @@ func TestThinDaemon(t *testing.T) {
 		{[]string{"--memory", "lots", "--", "true"}, false, ""},
 		{[]string{"--"}, false, ""},
 		{[]string{"--workspace", "no-such-relative-dir", "--", "true"}, false, ""},
-		{[]string{"-i", "--", "cat"}, false, ""},
+		{[]string{"-i", "--", "cat"}, true, ""},
 		{[]string{"--help"}, false, "Usage"},
 		{[]string{"echo", "--help"}, false, "Usage"},
 	} {
@@ -742,6 +912,40 @@ func TestThinDaemon(t *testing.T) {
 				t.Errorf("thin airlock %q = %+v, want the plain front end's %+v", words, got, want)
 			}
 		})
+	}
+	// -i: the same input reaches the command through either front end,
+	// the thin one in words; 3 MiB is well over a pipe's 64 KiB.
+	big := make([]byte, 3<<20)
+	for i := range big {
+		big[i] = byte(i * 7 / 5)
+	}
+	sum := sha256.Sum256(big)
+	for _, in := range []struct {
+		name  string
+		data  []byte
+		words []string
+		out   string
+	}{
+		{"typed", []byte("typed\n"), []string{"-i", "--", "sh", "-c", "cat; echo end"}, "typed\nend\n"},
+		{"3 MiB", big, []string{"--interactive", "--", "sha256sum"}, hex.EncodeToString(sum[:]) + "  -\n"},
+		{"not asked for", []byte("typed\n"), []string{"--", "sh", "-c", "cat; echo end"}, "end\n"},
+	} {
+		for _, bin := range []string{plain, thin} {
+			t.Run("stdin/"+in.name+"/"+filepath.Base(bin), func(t *testing.T) {
+				cmd := exec.Command(bin, append([]string{"sandbox", "run"}, in.words...)...)
+				cmd.Env = append(os.Environ(), env...)
+				cmd.Stdin = bytes.NewReader(in.data)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				out, err := cmd.Output()
+				if err != nil || string(out) != in.out {
+					t.Errorf("%s sandbox run %q with %d bytes on stdin: %v, stdout %.80q, stderr %q; want %.80q", filepath.Base(bin), in.words, len(in.data), err, out, stderr.String(), in.out)
+				}
+				if bin == thin {
+					thinRuns++
+				}
+			})
+		}
 	}
 	for _, bin := range []string{plain, thin} {
 		t.Run("SIGTERM/"+filepath.Base(bin), func(t *testing.T) {

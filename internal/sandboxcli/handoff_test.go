@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -160,10 +161,10 @@ func TestHandoffSameAsCold(t *testing.T) {
 			if cst != st || cout != out || cerrOut != errOut {
 				t.Errorf("handed off: %d %q %q; started here: %d %q %q", st, out, errOut, cst, cout, cerrOut)
 			}
-			if tt.stdin != "" || tt.name == "relative workspace" {
+			if tt.name == "relative workspace" {
 				return // never handed over in words (FrontWords declines)
 			}
-			wst, wout, werrOut := runWords(t, home, tt.args[1:]...)
+			wst, wout, werrOut := runWords(t, home, tt.stdin, tt.args[1:]...)
 			if host.Stats().Words != words+1 {
 				t.Errorf("the host served %d commands in words, want %d", host.Stats().Words, words+1)
 			}
@@ -176,13 +177,14 @@ func TestHandoffSameAsCold(t *testing.T) {
 
 // runWords hands words (a command line after "run") to the sandbox host of
 // home in words (handoff.RunWords, as the front end's entry before the Go
-// runtime does), and returns the exit status and what went to stdout and
-// stderr.
-func runWords(t *testing.T, home string, words ...string) (status int, stdout, stderr string) {
+// runtime does), with stdin's text on its stdin (a pipe with the words
+// when not empty), and returns the exit status and what went to stdout
+// and stderr.
+func runWords(t *testing.T, home, stdin string, words ...string) (status int, stdout, stderr string) {
 	t.Helper()
 	dir := t.TempDir()
-	files := make([]*os.File, 2)
-	for i, name := range []string{"out", "err"} {
+	files := make([]*os.File, 3)
+	for i, name := range []string{"out", "err", "in"} {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
 			t.Fatal(err)
@@ -190,7 +192,17 @@ func runWords(t *testing.T, home string, words ...string) (status int, stdout, s
 		defer f.Close()
 		files[i] = f
 	}
-	status, err := handoff.RunWords(context.Background(), handoff.SocketPath(home), words, files[0], files[1])
+	if _, err := files[2].WriteString(stdin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := files[2].Seek(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	in := files[2]
+	if stdin == "" {
+		in = nil
+	}
+	status, err := handoff.RunWords(context.Background(), handoff.SocketPath(home), words, in, files[0], files[1])
 	if err != nil {
 		t.Fatalf("RunWords(%q): %v", words, err)
 	}
@@ -421,6 +433,7 @@ func TestFrontWordsRequest(t *testing.T) {
 		{"--", "sh", "-c", "", "words with spaces", "ünïcode"},
 		{"--timeout", "5s", "--max-output", "1K", "-e", "A=b", "--workspace", workspace, "--workspace-mode", "ro", "--json", "--", "sh", "-c", "exit 3"},
 		{"--memory", "64M", "--pids", "7", "--cpus", "0.5", "--mount", workspace + ":/m:rw", "--", "true"},
+		{"-i", "--", "cat"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			home := t.TempDir()
@@ -450,8 +463,12 @@ func TestFrontWordsRequest(t *testing.T) {
 			if r.err != nil {
 				t.Fatal(r.err)
 			}
-			if r.fds != 2 {
-				t.Errorf("the front end sent %d descriptors, want 2 (stdout, stderr)", r.fds)
+			nfd := 2
+			if slices.Contains(args, "-i") {
+				nfd = 3
+			}
+			if r.fds != nfd {
+				t.Errorf("the front end sent %d descriptors, want %d (stdout, stderr, and stdin's pipe with -i)", r.fds, nfd)
 			}
 			w, ok := FrontWords(args)
 			if !ok || w.Err != nil {
@@ -522,7 +539,6 @@ func recordRequest(ln *net.UnixListener) (req []byte, fds int, err error) {
 // others in the front end's words and status, before any sandbox.
 func TestFrontWords(t *testing.T) {
 	for _, words := range [][]string{
-		{"-i", "--", "cat"},
 		{"--image", "x", "--", "true"},
 		{"--workspace", "testdata", "--", "true"},
 		{"--rootfs", "rel", "--", "true"},
@@ -562,6 +578,14 @@ func TestFrontWords(t *testing.T) {
 		if st != wst || stderr.String() != wantErr {
 			t.Errorf("FrontWords(%q) reported %d %q; the front end %d %q", words, st, stderr.String(), wst, wantErr)
 		}
+	}
+	for _, words := range [][]string{{"-i", "--", "cat"}, {"--interactive", "cat"}} {
+		if w, ok := FrontWords(words); !ok || w.Err != nil || !w.Request.Stdin {
+			t.Errorf("FrontWords(%q) = %v, %v, stdin %v; want a request for stdin", words, ok, w.Err, w.Request.Stdin)
+		}
+	}
+	if w, ok := FrontWords([]string{"--", "cat", "-i"}); !ok || w.Request.Stdin {
+		t.Errorf("FrontWords(-- cat -i) = %v, stdin %v; want a request without stdin", ok, w.Request.Stdin)
 	}
 	w, ok := FrontWords([]string{"--json", "--", "true"})
 	if !ok || w.Err != nil {

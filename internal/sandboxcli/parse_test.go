@@ -4,6 +4,7 @@ import (
 	"io"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -188,8 +189,15 @@ func FuzzFrontWords(f *testing.F) {
 			return
 		}
 		r := w.Request
-		if len(r.Argv) == 0 || r.Words != nil || r.Stdin || r.Prepare != nil {
-			t.Fatalf("FrontWords(%q) = %+v: want a command, without words, stdin or a preparation", words, r)
+		if len(r.Argv) == 0 || r.Words != nil || r.Prepare != nil {
+			t.Fatalf("FrontWords(%q) = %+v: want a command, without words or a preparation", words, r)
+		}
+		flags := words
+		if i := slices.Index(words, "--"); i >= 0 {
+			flags = words[:i]
+		}
+		if r.Stdin && !slices.Contains(flags, "-i") && !slices.Contains(flags, "--interactive") {
+			t.Fatalf("FrontWords(%q) asks for stdin without -i", words)
 		}
 		for _, p := range []string{r.Spec.Workspace, r.Spec.RootFS, r.Spec.ProxySocket} {
 			if p != "" && !filepath.IsAbs(p) {

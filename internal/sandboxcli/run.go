@@ -258,8 +258,10 @@ func handoffRequest(spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepar
 // sandbox daemon) serves such a request with it. ok is false for a command
 // line whose reading depends on the caller's surroundings (a relative host
 // path: its working directory; a path under /proc or /dev/fd: its own
-// process; --image: its image store; -i: its stdin) or that the front end
-// leaves to airlock-host: the caller's own front end then reads it.
+// process; --image: its image store) or that the front end leaves to
+// airlock-host: the caller's own front end then reads it. With -i the
+// request's Stdin is set: the command reads the caller's stdin, which the
+// caller copies into the pipe it sent with the words.
 func FrontWords(words []string) (w handoff.Words, ok bool) {
 	c, req, err := wordsRequest(words)
 	if c == nil {
@@ -278,13 +280,14 @@ func FrontWords(words []string) (w handoff.Words, ok bool) {
 // wordsRequest reads args, a command line of `airlock sandbox run` after
 // "run", as the front end does (parse, then RunCmd.Run's and
 // StartPrepared's Spec, command and handoffRequest, with their errors),
-// into the request that hands it to a sandbox host. c is nil when the
-// front end leaves args to airlock-host (Fast, parse), when they name an image or ask
-// for stdin, or when a host path in them is not absolute; err is the usage
+// into the request that hands it to a sandbox host (with -i, Stdin set,
+// as handoff.Start sets it for the front end's stdin). c is nil when the
+// front end leaves args to airlock-host (Fast, parse), when they name an
+// image, or when a host path in them is not absolute; err is the usage
 // error the front end reports for them.
 func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error) {
 	c = &ImageRunCmd{}
-	if !Fast(append([]string{"sandbox", "run"}, args...)) || !parse(c, args) || c.Image != "" || c.Interactive || !absoluteFlags(&c.SpecFlags) {
+	if !Fast(append([]string{"sandbox", "run"}, args...)) || !parse(c, args) || c.Image != "" || !absoluteFlags(&c.SpecFlags) {
 		return nil, req, nil
 	}
 	spec, err := c.Spec(BuiltinDefaults, false)
@@ -298,6 +301,7 @@ func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error
 	if req, err = handoffRequest(spec, cmd, nil); err != nil {
 		return nil, req, nil
 	}
+	req.Stdin = c.Interactive
 	return c, req, nil
 }
 

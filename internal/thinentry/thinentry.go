@@ -23,8 +23,9 @@
 //   - argv is `airlock sandbox run WORDS...` (at least one word): the
 //     sandbox host reads the words as the Go front end would
 //     (sandboxcli.FrontWords) and leaves to it, unanswered, what it cannot
-//     read so (-i, --image, a relative host path, a flag of airlock-host's
-//     such as --allow or --help): the fallback below;
+//     read so (--image, a relative host path, a flag of airlock-host's
+//     such as --allow or --help, -i from a process whose fd 0 is closed):
+//     the fallback below;
 //   - $AIRLOCK_NO_HANDOFF and $AIRLOCK_TRACE are unset or empty (the first
 //     occurrence of a name counts, as with os.Getenv);
 //   - the home is $AIRLOCK_HOME if not empty, else /var/lib/airlock for
@@ -36,7 +37,9 @@
 //     peer's uid (SO_PEERCRED) is the euid, as handoff's dial checks;
 //   - the request, handoff.EncodeRequest(&handoff.Request{Words: argv[3:]}),
 //     fits a 256 KiB buffer and is sent, with stdout and stderr as
-//     SCM_RIGHTS, in one sendmsg (the rest, if any, by plain writes);
+//     SCM_RIGHTS, in one sendmsg (the rest, if any, by plain writes). When
+//     a word before any "--" is -i or --interactive and fd 0 is open, the
+//     request also says Stdin and the read end of a new pipe goes third;
 //   - the first reply is whole and well formed, in the strict binary form
 //     handoff decodes. A reply that says Reported ends the process with
 //     its Status, one with an Error prints "airlock: <error>" and exits
@@ -49,7 +52,12 @@
 // the parent is already gone. From the request on, SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are blocked (restored on a fallback); after Started they are
 // read from a signalfd and forwarded as control frames, as sandboxcli's
-// catchSignals does. The next reply ends the process: Reported with its
+// catchSignals does. If Started also says Stdin (the words ask for it:
+// the host read -i), stdin is copied into the pipe, 64 KiB at a time,
+// until it ends (the pipe is closed: the command reads the end) or the
+// pipe's reader is gone (EPIPE, SIGPIPE blocked), as handoff.Start's copy
+// does; otherwise the pipe is closed and stdin is never read. The next
+// reply ends the process: Reported with its
 // Status; the end of the stream with the Go client's words ("sandbox host:
 // the connection ended before the command's result: EOF") and 125;
 // anything else with "sandbox host: unexpected answer instead of the

@@ -199,11 +199,13 @@ func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
 // entry before the Go runtime does (internal/thinentry, which is not Go):
 // the host reads them as the front end would, runs the command with stdout
 // and stderr as its streams, writes what the front end would print on
-// stderr, and answers with the exit status, returned here. ErrNoHost means
-// that nothing ran: no host, or one that left the words to the caller. It
-// is the Go form of that client, which the host's side is tested with; it
-// forwards no signals.
-func RunWords(ctx context.Context, socket string, words []string, stdout, stderr *os.File) (int, error) {
+// stderr, and answers with the exit status, returned here. With stdin not
+// nil, a pipe goes with the words, and stdin is copied into it if the host
+// says the command reads it (-i). ErrNoHost means that nothing ran: no
+// host, or one that left the words to the caller. It is the Go form of
+// that client, which the host's side is tested with; it forwards no
+// signals.
+func RunWords(ctx context.Context, socket string, words []string, stdin, stdout, stderr *os.File) (int, error) {
 	conn, err := dial(ctx, socket)
 	if err != nil {
 		return 0, err
@@ -211,11 +213,28 @@ func RunWords(ctx context.Context, socket string, words []string, stdout, stderr
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	b, err := EncodeRequest(&Request{Words: words})
+	req := Request{Words: words, Stdin: stdin != nil}
+	fds := []int{int(stdout.Fd()), int(stderr.Fd())}
+	var stdinW *os.File
+	if stdin != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return 0, fmt.Errorf("hand off to the sandbox host: %w", err)
+		}
+		defer r.Close() // the host holds its own copy
+		fds = append(fds, int(r.Fd()))
+		stdinW = w
+		defer func() {
+			if stdinW != nil {
+				stdinW.Close()
+			}
+		}()
+	}
+	b, err := EncodeRequest(&req)
 	if err != nil {
 		return 0, fmt.Errorf("hand off to the sandbox host: %w", err)
 	}
-	if err := sendRequest(conn, b, []int{int(stdout.Fd()), int(stderr.Fd())}); err != nil {
+	if err := sendRequest(conn, b, fds); err != nil {
 		return 0, ErrNoHost
 	}
 	p := &Process{conn: conn, r: bufio.NewReaderSize(conn, 512)}
@@ -229,8 +248,16 @@ func RunWords(ctx context.Context, socket string, words []string, stdout, stderr
 			return 0, fmt.Errorf("sandbox host: the connection ended before the command's result: %w", err)
 		case rep.Reported:
 			return rep.Status, nil
-		case !rep.Started || started:
+		case !rep.Started || started || rep.Stdin && stdinW == nil:
 			return 0, errors.New("sandbox host: unexpected answer to a command in words")
+		}
+		if w := stdinW; rep.Stdin {
+			stdinW = nil
+			go func() {
+				// As Start's copy: ends with stdin or with the command.
+				_, _ = io.Copy(w, stdin)
+				w.Close()
+			}()
 		}
 	}
 }

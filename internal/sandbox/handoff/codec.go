@@ -256,6 +256,7 @@ func encodeReply(r *reply) ([]byte, error) {
 		e.Str(3, r.Error)
 		e.Flag(4, r.Reported)
 		e.Int(5, int64(r.Status))
+		e.Flag(6, r.Stdin)
 	})
 }
 
@@ -274,6 +275,8 @@ func decodeReply(p []byte, r *reply) error {
 				r.Reported = true
 			case 5:
 				r.Status = intOf(d)
+			case 6:
+				r.Stdin = true
 			default:
 				d.Unknown(n)
 			}

@@ -71,7 +71,9 @@ type Request struct {
 	// front end would print on the caller's standard error itself, and
 	// ends with the exit status (the reply's Reported and Status). Spec,
 	// Argv, the bounds and Prepare are then absent; the descriptors are
-	// standard output and error, and stdin when Stdin is set.
+	// standard output and error, and, when Stdin is set, the read end of
+	// a pipe the caller copies its stdin into if the words ask for it
+	// (-i: the reply's Stdin; without -i the host closes it unread).
 	Words []string
 }
 
@@ -93,8 +95,12 @@ type Prepare struct {
 // own start would have printed). A request in Words ends with Reported
 // instead of Result or Error: the host printed what there was to print on
 // the caller's standard error, and Status is the caller's exit status.
+// Stdin, with Started, tells a caller in Words that the command reads
+// the pipe it sent: it copies its own stdin into it from then on (a caller
+// that is not told so never reads its stdin, which is not the command's).
 type reply struct {
 	Started  bool
+	Stdin    bool
 	Result   *sandbox.Result
 	Error    string
 	Reported bool

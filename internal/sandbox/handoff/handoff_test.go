@@ -2,6 +2,8 @@ package handoff_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -431,7 +433,7 @@ func TestWords(t *testing.T) {
 			w.Err = errors.New("bad usage")
 			return w, true
 		case "stdin":
-			w.Request = request("true")
+			w.Request = request(words[1:]...)
 			w.Request.Stdin = true
 			return w, true
 		case "missing":
@@ -462,7 +464,7 @@ func TestWords(t *testing.T) {
 		{name: "no Front", sock: bare, req: handoff.Request{Words: []string{"true"}}},
 		{name: "words and a command", sock: sock, req: handoff.Request{Words: []string{"true"}, Argv: []string{"true"}}},
 		{name: "words and a spec", sock: sock, req: handoff.Request{Words: []string{"true"}, Spec: sandbox.Spec{User: "root"}}},
-		{name: "read as one with stdin", sock: sock, req: handoff.Request{Words: []string{"stdin"}}},
+		{name: "read as one with stdin, without its pipe", sock: sock, req: handoff.Request{Words: []string{"stdin", "true"}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -514,5 +516,89 @@ func TestWords(t *testing.T) {
 	}
 	if st := s.Stats(); st.Words != 2 || st.Served != 2 {
 		t.Errorf("stats %+v, want two served, both in words", st)
+	}
+}
+
+// TestWordsStdin: a caller in words that sends a pipe with them (Stdin)
+// has its stdin copied into it when the words ask for it, and only then:
+// the command reads the caller's input, whole and in order; without -i the
+// host closes the pipe unread and the command reads nothing of it; a caller
+// without a pipe gets -i left to its own front end; and a command that
+// ends without reading the input ends the caller's run, whose stdin is
+// still open.
+func TestWordsStdin(t *testing.T) {
+	front := func(words []string) (handoff.Words, bool) {
+		w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
+			if err != nil {
+				fmt.Fprintf(stderr, "reported: %v\n", err)
+				return 125
+			}
+			return res.ExitStatus()
+		}}
+		w.Request = request(words...)
+		if words[0] == "-i" {
+			w.Request = request(words[1:]...)
+			w.Request.Stdin = true
+		}
+		return w, true
+	}
+	s, sock := serveWith(t, &handoff.Server{UID: os.Geteuid(), Front: front})
+	big := make([]byte, 3<<20) // well over a pipe's 64 KiB
+	for i := range big {
+		big[i] = byte(i * 7 / 5)
+	}
+	sum := sha256.Sum256(big)
+	file := func(t *testing.T, data []byte) *os.File {
+		t.Helper()
+		f, err := os.CreateTemp(t.TempDir(), "in")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Seek(0, 0); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// A pipe whose write end stays open: an input that never ends.
+	never, neverW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { never.Close(); neverW.Close() })
+	cases := []struct {
+		name   string
+		words  []string
+		stdin  *os.File
+		status int
+		out    string
+	}{
+		{"-i", []string{"-i", "cat"}, file(t, []byte("typed\n")), 0, "typed\n"},
+		{"-i, 3 MiB", []string{"-i", "sha256sum"}, file(t, big), 0, hex.EncodeToString(sum[:]) + "  -\n"},
+		{"without -i", []string{"sh", "-c", "cat; echo end"}, file(t, []byte("typed\n")), 0, "end\n"},
+		{"-i, input never read", []string{"-i", "sh", "-c", "exit 4"}, never, 4, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := s.Stats().Words
+			std, out := stdio(t)
+			status, err := handoff.RunWords(context.Background(), sock, tc.words, tc.stdin, std.Stdout, std.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status != tc.status || out() != tc.out {
+				t.Errorf("status %d, output %q; want %d, %q", status, out(), tc.status, tc.out)
+			}
+			if s.Stats().Words != before+1 {
+				t.Errorf("served %d in words, want %d", s.Stats().Words, before+1)
+			}
+		})
+	}
+	std, _ := stdio(t)
+	if _, err := handoff.RunWords(context.Background(), sock, []string{"-i", "cat"}, nil, std.Stdout, std.Stderr); !errors.Is(err, handoff.ErrNoHost) {
+		t.Errorf("-i without a pipe: %v, want ErrNoHost (left to the caller's front end)", err)
 	}
 }

@@ -229,6 +229,12 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 			report(sandbox.Result{}, w.Err)
 			return nil
 		}
+		if len(files) == 3 && !w.Request.Stdin {
+			// The pipe of a caller that could not tell whether the words
+			// ask for stdin: closed unread, as the command reads none.
+			files[2].Close()
+			files = files[:2]
+		}
 		req = w.Request
 		fail = func(err error) error {
 			// In the words of the caller's own hand-off: the text alone,
@@ -281,7 +287,7 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	if report != nil {
 		s.inWords.Add(1)
 	}
-	if err := answer(reply{Started: true}); err != nil {
+	if err := answer(reply{Started: true, Stdin: report != nil && req.Stdin}); err != nil {
 		return nil // the caller is gone: cancel kills the command
 	}
 	// The caller's signals; its connection's end kills the command. The
@@ -324,16 +330,21 @@ func (s *Server) words(req Request, n int) (Words, error) {
 	switch {
 	case s.Front == nil:
 		return Words{}, errors.New("a request in words: this host reads none")
-	case len(req.Words) == 0 || req.Stdin || n != 2 || req.Argv != nil || req.Prepare != nil || req.Timeout != 0 || req.MaxOutput != 0 || !reflect.ValueOf(req.Spec).IsZero():
-		// Words are the whole request, with standard output and error.
+	case len(req.Words) == 0 || n != 2 && !(n == 3 && req.Stdin) || req.Argv != nil || req.Prepare != nil || req.Timeout != 0 || req.MaxOutput != 0 || !reflect.ValueOf(req.Spec).IsZero():
+		// Words are the whole request, with standard output and error
+		// and, with Stdin, the pipe of the caller's stdin.
 		return Words{}, fmt.Errorf("bad request in words: %d descriptors, other fields set", n)
 	}
 	w, ok := s.Front(req.Words)
 	switch {
 	case !ok:
 		return Words{}, errors.New("a request in words that the caller's front end reads itself")
-	case w.Request.Words != nil || w.Request.Stdin || w.Request.Prepare != nil:
+	case w.Request.Words != nil || w.Request.Prepare != nil:
 		return Words{}, errors.New("a request in words read as one the host cannot take")
+	case w.Request.Stdin && !req.Stdin:
+		// -i from a caller that sent no pipe (one that predates them,
+		// or whose stdin is closed): its own front end reads the words.
+		return Words{}, errors.New("a request in words for stdin, without its pipe")
 	}
 	return w, nil
 }

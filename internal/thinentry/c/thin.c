@@ -30,6 +30,7 @@ typedef unsigned char u8;
 /* x86-64 system call numbers. */
 enum {
 	SYS_read = 0,
+	SYS_write = 1,
 	SYS_close = 3,
 	SYS_stat = 4,
 	SYS_poll = 7,
@@ -44,13 +45,19 @@ enum {
 	SYS_getsockopt = 55,
 	SYS_geteuid = 107,
 	SYS_getppid = 110,
+	SYS_fcntl = 72,
 	SYS_prctl = 157,
 	SYS_exit_group = 231,
 	SYS_signalfd4 = 289,
+	SYS_pipe2 = 293,
 };
 
 enum {
 	EINTR = 4,
+	EAGAIN = 11,
+	O_NONBLOCK = 04000,
+	O_CLOEXEC = 02000000,
+	F_GETFD = 1,
 	AF_UNIX = 1,
 	SOCK_STREAM = 1,
 	SOCK_CLOEXEC = 02000000,
@@ -63,11 +70,13 @@ enum {
 	SIGINT = 2,
 	SIGQUIT = 3,
 	SIGKILL = 9,
+	SIGPIPE = 13,
 	SIGTERM = 15,
 	SIG_BLOCK = 0,
 	SIG_SETMASK = 2,
 	SFD_CLOEXEC = 02000000,
 	POLLIN = 1,
+	POLLOUT = 4,
 	PROT_READ = 1,
 	PROT_WRITE = 2,
 	MAP_PRIVATE = 2,
@@ -77,8 +86,11 @@ enum {
 
 /* The execproto binary form's version, the first byte of every message. */
 #define CODEC_VERSION 1
-/* The request's field: the command line after "run" (handoff.Request.Words). */
+/* The request's fields: a pipe of stdin follows (handoff.Request.Stdin), the command line after "run" (Words). */
+#define FIELD_STDIN 5
 #define FIELD_WORDS 7
+/* The most of stdin read at once into the pipe of a command that reads it (-i). */
+#define STDIN_CHUNK (64 << 10)
 /* The largest reply read (package handoff's maxReply). */
 #define MAX_REPLY (1 << 20)
 /* The largest request sent: beyond it the Go front end hands the command off itself. */
@@ -257,12 +269,15 @@ static u8 *putUvarint(u8 *p, u64 v) {
 
 /*
  * encode writes the framed request of words (handoff.EncodeRequest of a
- * Request with only Words) into request and returns its length, or 0 when
- * it would not fit. A uvarint takes at most 10 bytes.
+ * Request with only Words, and Stdin when stdin is set) into request and
+ * returns its length, or 0 when it would not fit. A uvarint takes at most
+ * 10 bytes.
  */
-static u64 encode(u8 *request, char **words, u64 count) {
+static u64 encode(u8 *request, char **words, u64 count, int stdin) {
 	u8 *p = request + 4, *end = request + MAX_REQUEST;
 	*p++ = CODEC_VERSION;
+	if (stdin)
+		*p++ = FIELD_STDIN;
 	*p++ = FIELD_WORDS;
 	p = putUvarint(p, count);
 	for (u64 i = 0; i < count; i++) {
@@ -337,9 +352,21 @@ static i64 readFull(int fd, u8 *p, u64 n) {
 	return (i64)got;
 }
 
+/*
+ * asksStdin reports whether words may ask for stdin: -i or --interactive
+ * before a "--" (the host decides, reading them as the front end would;
+ * a pipe sent for words that do not ask is closed unread).
+ */
+static int asksStdin(char **words, u64 count) {
+	for (u64 i = 0; i < count && !equal(words[i], "--"); i++)
+		if (equal(words[i], "-i") || equal(words[i], "--interactive"))
+			return 1;
+	return 0;
+}
+
 /* What one reply said (package handoff's reply). */
 struct reply {
-	int started, reported, result, status;
+	int started, stdin, reported, result, status;
 	const u8 *error;
 	u64 errorLen;
 };
@@ -412,6 +439,9 @@ static int parse(const u8 *p, u64 n, struct reply *r) {
 			r->status = (int)v;
 			break;
 		}
+		case 6:
+			r->stdin = 1;
+			break;
 		default:
 			return 0;
 		}
@@ -463,7 +493,7 @@ static int readReply(int fd, u8 *buf, struct reply *r, char *why, u64 *whyLen) {
 		*whyLen = (u64)(w - why);
 		return -1;
 	}
-	struct reply z = {0, 0, 0, 0, 0, 0};
+	struct reply z = {0, 0, 0, 0, 0, 0, 0};
 	*r = z;
 	return parse(buf, n, r) ? 1 : -2;
 }
@@ -473,18 +503,52 @@ static int readReply(int fd, u8 *buf, struct reply *r, char *why, u64 *whyLen) {
 
 /*
  * finish waits for the command's status after the host said it started,
- * forwarding the signals, and exits with what the Go client would.
+ * forwarding the signals, and exits with what the Go client would. With
+ * in not -1 (the write end of the pipe the command reads, non-blocking),
+ * it copies stdin into it through chunk until stdin ends (then closes it,
+ * and the command reads the end) or the pipe's reader is gone, as
+ * handoff.Start's copy does; a command that ends first ends the copy.
  */
-static void __attribute__((noreturn)) finish(int s, int sfd, u8 *buf) {
+static void __attribute__((noreturn)) finish(int s, int sfd, u8 *buf, int in, u8 *chunk) {
 	static const char ended[] = "sandbox host: the connection ended before the command's result: ";
 	static const char unexpected[] = "sandbox host: unexpected answer instead of the command's result";
+	u64 have = 0, off = 0; /* chunk[off:have] is read from stdin, not yet written */
 	for (;;) {
-		struct pollfd fds[2] = {{s, POLLIN, 0}, {sfd, POLLIN, 0}};
-		i64 r = sys3(SYS_poll, (i64)fds, sfd >= 0 ? 2 : 1, -1);
+		struct pollfd fds[3] = {{s, POLLIN, 0}, {sfd, POLLIN, 0}, {-1, 0, 0}};
+		if (in >= 0 && have) {
+			fds[2].fd = in;
+			fds[2].events = POLLOUT;
+		} else if (in >= 0) {
+			fds[2].fd = 0;
+			fds[2].events = POLLIN;
+		}
+		i64 r = sys3(SYS_poll, (i64)fds, 3, -1);
 		if (r == -EINTR)
 			continue;
 		if (r < 0)
 			break;
+		if (fds[2].revents && !have) {
+			i64 n = sys3(SYS_read, 0, (i64)chunk, STDIN_CHUNK);
+			if (n > 0) {
+				have = (u64)n;
+				off = 0;
+			} else if (n != -EINTR && n != -EAGAIN) {
+				/* The end of stdin (or an error of it): the command reads the end. */
+				sys1(SYS_close, in);
+				in = -1;
+			}
+		}
+		if (fds[2].revents && in >= 0 && have) {
+			i64 w = sys3(SYS_write, in, (i64)(chunk + off), (i64)(have - off));
+			if (w > 0 && (off += (u64)w) == have) {
+				have = 0;
+			} else if (w <= 0 && w != -EINTR && w != -EAGAIN) {
+				/* EPIPE (SIGPIPE is blocked): nobody reads the pipe any more. */
+				sys1(SYS_close, in);
+				in = -1;
+				have = 0;
+			}
+		}
 		if (sfd >= 0 && fds[1].revents) {
 			/* struct signalfd_siginfo: 128 bytes, ssi_signo first. */
 			u32 info[32];
@@ -584,7 +648,13 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	if (mem < 0 && mem > -4096)
 		return;
 	u8 *request = (u8 *)mem, *buf = request + MAX_REQUEST;
-	u64 reqLen = encode(request, argv + 3, (u64)(argc - 3));
+	/*
+	 * Words that may ask for stdin (-i) go with the read end of a pipe,
+	 * if this process has a stdin: the host says whether the command
+	 * reads it, and then stdin is copied in (finish).
+	 */
+	int stdin = asksStdin(argv + 3, (u64)(argc - 3)) && sys3(SYS_fcntl, 0, F_GETFD, 0) >= 0;
+	u64 reqLen = encode(request, argv + 3, (u64)(argc - 3), stdin);
 	if (reqLen == 0)
 		goto unmap;
 
@@ -607,18 +677,28 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	u64 mask = FORWARDED, old = 0;
 	sys6(SYS_rt_sigprocmask, SIG_BLOCK, (i64)&mask, (i64)&old, 8, 0, 0);
 
-	/* The request with stdout and stderr, in one message (handoff.Start). */
+	/*
+	 * The request with stdout and stderr, and the pipe's read end for
+	 * stdin, in one message (handoff.Start). The host keeps a copy of the
+	 * read end: this process's is closed once it is sent.
+	 */
+	int pipe[2] = {-1, -1};
+	if (stdin && sys3(SYS_pipe2, (i64)pipe, O_CLOEXEC | O_NONBLOCK, 0) < 0)
+		goto fallback;
 	struct {
 		u64 len;
 		int level, type;
-		int fds[2];
-	} cm = {sizeof cm, SOL_SOCKET, SCM_RIGHTS, {1, 2}};
+		int fds[3];
+		int pad;
+	} cm = {16 + 4 * (u64)(stdin ? 3 : 2), SOL_SOCKET, SCM_RIGHTS, {1, 2, pipe[0]}, 0};
 	struct iovec iov = {request, reqLen};
-	struct msghdr msg = {0, 0, &iov, 1, &cm, sizeof cm, 0};
+	struct msghdr msg = {0, 0, &iov, 1, &cm, stdin ? 32 : 24, 0};
 	i64 sent;
 	do
 		sent = sys3(SYS_sendmsg, s, (i64)&msg, MSG_NOSIGNAL);
 	while (sent == -EINTR);
+	if (stdin)
+		sys1(SYS_close, pipe[0]);
 	struct reply rep;
 	char why[128];
 	u64 whyLen;
@@ -630,8 +710,18 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	}
 	if (rep.reported)
 		exit_group(rep.status);
-	if (!rep.started || rep.result)
+	if (!rep.started || rep.result || (rep.stdin && !stdin))
 		goto fallback;
+	if (!rep.stdin && stdin) {
+		/* The words do not ask for stdin: the host closed its end unread. */
+		sys1(SYS_close, pipe[1]);
+		pipe[1] = -1;
+	}
+	if (rep.stdin) {
+		/* A write to a pipe whose reader is gone is EPIPE, not the end of this process. */
+		u64 pipeMask = 1UL << (SIGPIPE - 1);
+		sys6(SYS_rt_sigprocmask, SIG_BLOCK, (i64)&pipeMask, 0, 8, 0, 0);
+	}
 
 	int sfd = (int)sys6(SYS_signalfd4, -1, (i64)&mask, 8, SFD_CLOEXEC, 0, 0);
 	if (sfd < 0) {
@@ -639,9 +729,11 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 		sys6(SYS_rt_sigprocmask, SIG_SETMASK, (i64)&old, 0, 8, 0, 0);
 		sfd = -1;
 	}
-	finish(s, sfd, buf);
+	finish(s, sfd, buf, pipe[1], request);
 
 fallback:
+	if (stdin)
+		sys1(SYS_close, pipe[1]);
 	sys1(SYS_close, s);
 	sys6(SYS_rt_sigprocmask, SIG_SETMASK, (i64)&old, 0, 8, 0, 0);
 unmap:
