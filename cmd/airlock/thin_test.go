@@ -283,6 +283,11 @@ func start(t *testing.T, bin, home string, env []string, args ...string) (cmd *e
 // the status the host reported.
 func TestThinRequest(t *testing.T) {
 	thin := thinBin(t)
+	// The client's working directory, this test's, goes with the words.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
 	many := []string{"--", "echo"}
 	for i := range 2000 {
 		many = append(many, strings.Repeat("w", i%7))
@@ -318,7 +323,7 @@ func TestThinRequest(t *testing.T) {
 				flags = flags[:i]
 			}
 			stdin := slices.Contains(flags, "-i") || slices.Contains(flags, "--interactive")
-			want, err := handoff.EncodeRequest(&handoff.Request{Words: tt.words, Stdin: stdin})
+			want, err := handoff.EncodeRequest(&handoff.Request{Words: tt.words, Stdin: stdin, Dir: wd})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -419,7 +424,11 @@ func TestThinStdin(t *testing.T) {
 	words := []string{"sandbox", "run", "-i", "--", "cat"}
 	stdinStarted := frameOf(t, func(e *execproto.Encoder) { e.Flag(1, true); e.Flag(6, true) })
 	check := func(t *testing.T, h *handed, pipe bool) bool {
-		want, err := handoff.EncodeRequest(&handoff.Request{Words: words[2:], Stdin: pipe})
+		wd, err := os.Getwd()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := handoff.EncodeRequest(&handoff.Request{Words: words[2:], Stdin: pipe, Dir: wd})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -872,6 +881,14 @@ func TestThinDaemon(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "in-the-workspace"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	relWS, err := filepath.Rel(wd, ws)
+	if err != nil {
+		t.Fatal(err)
+	}
 	thinRuns := 0
 	for _, tt := range []struct {
 		args []string
@@ -890,6 +907,8 @@ func TestThinDaemon(t *testing.T) {
 		{[]string{"-e", "A=b", "--timeout", "5s", "--max-output", "1K", "--memory", "256M", "--", "sh", "-c", "echo $A"}, true, "b\n"},
 		{[]string{"--timeout", "300ms", "--", "sleep", "30"}, true, ""},
 		{[]string{"--workspace", ws, "--workspace-mode", "ro", "--", "ls", "/workspace"}, true, "in-the-workspace"},
+		{[]string{"--workspace", relWS, "--workspace-mode", "ro", "--", "ls", "/workspace"}, true, "in-the-workspace"},
+		{[]string{"--mount", relWS + ":/m", "--", "ls", "/m"}, false, ""},
 		{[]string{"echo", "no", "--"}, true, "no --"},
 		{[]string{"--memory", "lots", "--", "true"}, false, ""},
 		{[]string{"--"}, false, ""},

@@ -161,9 +161,6 @@ func TestHandoffSameAsCold(t *testing.T) {
 			if cst != st || cout != out || cerrOut != errOut {
 				t.Errorf("handed off: %d %q %q; started here: %d %q %q", st, out, errOut, cst, cout, cerrOut)
 			}
-			if tt.name == "relative workspace" {
-				return // never handed over in words (FrontWords declines)
-			}
 			wst, wout, werrOut := runWords(t, home, tt.stdin, tt.args[1:]...)
 			if host.Stats().Words != words+1 {
 				t.Errorf("the host served %d commands in words, want %d", host.Stats().Words, words+1)
@@ -177,9 +174,9 @@ func TestHandoffSameAsCold(t *testing.T) {
 
 // runWords hands words (a command line after "run") to the sandbox host of
 // home in words (handoff.RunWords, as the front end's entry before the Go
-// runtime does), with stdin's text on its stdin (a pipe with the words
-// when not empty), and returns the exit status and what went to stdout
-// and stderr.
+// runtime does), from the test's working directory, with stdin's text on
+// its stdin (a pipe with the words when not empty), and returns the exit
+// status and what went to stdout and stderr.
 func runWords(t *testing.T, home, stdin string, words ...string) (status int, stdout, stderr string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -202,7 +199,11 @@ func runWords(t *testing.T, home, stdin string, words ...string) (status int, st
 	if stdin == "" {
 		in = nil
 	}
-	status, err := handoff.RunWords(context.Background(), handoff.SocketPath(home), words, in, files[0], files[1])
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err = handoff.RunWords(context.Background(), handoff.SocketPath(home), words, wd, in, files[0], files[1])
 	if err != nil {
 		t.Fatalf("RunWords(%q): %v", words, err)
 	}
@@ -434,6 +435,7 @@ func TestFrontWordsRequest(t *testing.T) {
 		{"--timeout", "5s", "--max-output", "1K", "-e", "A=b", "--workspace", workspace, "--workspace-mode", "ro", "--json", "--", "sh", "-c", "exit 3"},
 		{"--memory", "64M", "--pids", "7", "--cpus", "0.5", "--mount", workspace + ":/m:rw", "--", "true"},
 		{"-i", "--", "cat"},
+		{"--workspace", "./testdata/../testdata", "--rootfs", "/", "--", "true"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			home := t.TempDir()
@@ -470,7 +472,11 @@ func TestFrontWordsRequest(t *testing.T) {
 			if r.fds != nfd {
 				t.Errorf("the front end sent %d descriptors, want %d (stdout, stderr, and stdin's pipe with -i)", r.fds, nfd)
 			}
-			w, ok := FrontWords(args)
+			wd, err := os.Getwd()
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, ok := FrontWords(args, wd)
 			if !ok || w.Err != nil {
 				t.Fatalf("FrontWords(%q) = %v, %v; want a request", args, ok, w.Err)
 			}
@@ -542,7 +548,6 @@ func TestFrontWords(t *testing.T) {
 		{"--image", "x", "--", "true"},
 		{"--workspace", "testdata", "--", "true"},
 		{"--rootfs", "rel", "--", "true"},
-		{"--mount", "rel:/x", "--", "true"},
 		{"--proxy-socket", "rel.sock", "--", "true"},
 		{"--workspace", "/proc/self/cwd", "--", "true"},
 		{"--mount", "/proc//self/root:/r", "--", "true"},
@@ -556,8 +561,44 @@ func TestFrontWords(t *testing.T) {
 		{"-e", "A=b", "sh", "-h", "--", "x"},
 		{"--", "printf", "\xff"},
 	} {
-		if _, ok := FrontWords(words); ok {
+		if _, ok := FrontWords(words, ""); ok {
 			t.Errorf("FrontWords(%q) read them, want them left to the caller", words)
+		}
+	}
+	// Relative host paths are read from the caller's working directory,
+	// but not into /proc, nor with a usage error: the caller's front end
+	// words it with the path as typed.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		dir   string
+		words []string
+		ok    bool
+	}{
+		{wd, []string{"--workspace", "testdata", "--", "true"}, true},
+		{wd, []string{"--workspace", "./testdata/", "--mount", wd + "/testdata:/x", "--", "true"}, true},
+		{"relative/dir", []string{"--workspace", "testdata", "--", "true"}, false},
+		{wd, []string{"--workspace", "no-such-relative-dir", "--", "true"}, false},
+		{"/proc", []string{"--workspace", "self/cwd", "--", "true"}, false},
+		{"/dev", []string{"--rootfs", "fd/0", "--", "true"}, false},
+	} {
+		w, ok := FrontWords(tt.words, tt.dir)
+		if ok != tt.ok || ok && w.Err != nil {
+			t.Errorf("FrontWords(%q, %q) = %v, %v; want %v", tt.words, tt.dir, ok, w.Err, tt.ok)
+		}
+		if !ok {
+			continue
+		}
+		paths := []string{w.Request.Spec.Workspace}
+		for _, m := range w.Request.Spec.Mounts {
+			paths = append(paths, m.Source)
+		}
+		for _, p := range paths {
+			if p != "" && p != filepath.Join(wd, "testdata") {
+				t.Errorf("FrontWords(%q, %q): host path %q, want %s", tt.words, tt.dir, p, filepath.Join(wd, "testdata"))
+			}
 		}
 	}
 	env := Env{Ctx: context.Background(), Home: t.TempDir(), Executor: executorPath, NoHandoff: true}
@@ -565,9 +606,10 @@ func TestFrontWords(t *testing.T) {
 		{"--memory", "lots", "--", "true"},
 		{"--workspace", "/nonexistent-workspace", "--", "true"},
 		{"--workspace-mode", "rw", "--", "true"},
+		{"--mount", "rel:/x", "--", "true"},
 		{"--"},
 	} {
-		w, ok := FrontWords(words)
+		w, ok := FrontWords(words, "")
 		if !ok || w.Err == nil {
 			t.Errorf("FrontWords(%q) = %v, %v; want a usage error", words, ok, w.Err)
 			continue
@@ -580,14 +622,14 @@ func TestFrontWords(t *testing.T) {
 		}
 	}
 	for _, words := range [][]string{{"-i", "--", "cat"}, {"--interactive", "cat"}} {
-		if w, ok := FrontWords(words); !ok || w.Err != nil || !w.Request.Stdin {
+		if w, ok := FrontWords(words, ""); !ok || w.Err != nil || !w.Request.Stdin {
 			t.Errorf("FrontWords(%q) = %v, %v, stdin %v; want a request for stdin", words, ok, w.Err, w.Request.Stdin)
 		}
 	}
-	if w, ok := FrontWords([]string{"--", "cat", "-i"}); !ok || w.Request.Stdin {
+	if w, ok := FrontWords([]string{"--", "cat", "-i"}, ""); !ok || w.Request.Stdin {
 		t.Errorf("FrontWords(-- cat -i) = %v, stdin %v; want a request without stdin", ok, w.Request.Stdin)
 	}
-	w, ok := FrontWords([]string{"--json", "--", "true"})
+	w, ok := FrontWords([]string{"--json", "--", "true"}, "")
 	if !ok || w.Err != nil {
 		t.Fatalf("FrontWords(--json -- true) = %v, %v", ok, w.Err)
 	}

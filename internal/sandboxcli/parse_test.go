@@ -184,7 +184,7 @@ func FuzzFrontWords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		words := strings.Split(s, "\n")
-		w, ok := FrontWords(words)
+		w, ok := FrontWords(words, "/")
 		if !ok || w.Err != nil {
 			return
 		}

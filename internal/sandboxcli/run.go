@@ -253,17 +253,19 @@ func handoffRequest(spec sandbox.Spec, cmd sandbox.Command, prep *handoff.Prepar
 
 // FrontWords reads words, the command line of `airlock sandbox run` after
 // "run" as a client handed it over unread (handoff.Request.Words, from the
-// front end's entry before the Go runtime), as this front end reads it,
-// and reports as it would (finish, Status): a sandbox host (airlock
-// sandbox daemon) serves such a request with it. ok is false for a command
-// line whose reading depends on the caller's surroundings (a relative host
-// path: its working directory; a path under /proc or /dev/fd: its own
-// process; --image: its image store) or that the front end leaves to
-// airlock-host: the caller's own front end then reads it. With -i the
-// request's Stdin is set: the command reads the caller's stdin, which the
-// caller copies into the pipe it sent with the words.
-func FrontWords(words []string) (w handoff.Words, ok bool) {
-	c, req, err := wordsRequest(words)
+// front end's entry before the Go runtime), as this front end reads it in
+// the caller's working directory dir (handoff.Request.Dir), and reports as
+// it would (finish, Status): a sandbox host (airlock sandbox daemon)
+// serves such a request with it. ok is false for a command line whose
+// reading depends on the caller's surroundings beyond dir (a path under
+// /proc or /dev/fd: its own process; --image: its image store; a relative
+// host path without dir, or with a usage error: the error is worded with
+// the path as typed) or that the front end leaves to airlock-host: the
+// caller's own front end then reads it. With -i the request's Stdin is
+// set: the command reads the caller's stdin, which the caller copies into
+// the pipe it sent with the words.
+func FrontWords(words []string, dir string) (w handoff.Words, ok bool) {
+	c, req, err := wordsRequest(words, dir)
 	if c == nil {
 		return handoff.Words{}, false
 	}
@@ -278,19 +280,29 @@ func FrontWords(words []string) (w handoff.Words, ok bool) {
 }
 
 // wordsRequest reads args, a command line of `airlock sandbox run` after
-// "run", as the front end does (parse, then RunCmd.Run's and
-// StartPrepared's Spec, command and handoffRequest, with their errors),
-// into the request that hands it to a sandbox host (with -i, Stdin set,
-// as handoff.Start sets it for the front end's stdin). c is nil when the
-// front end leaves args to airlock-host (Fast, parse), when they name an
-// image, or when a host path in them is not absolute; err is the usage
-// error the front end reports for them.
-func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error) {
+// "run", as the front end does in the working directory dir (parse, then
+// RunCmd.Run's and StartPrepared's Spec, command and handoffRequest, with
+// their errors), into the request that hands it to a sandbox host (with
+// -i, Stdin set, as handoff.Start sets it for the front end's stdin). c is
+// nil when the front end leaves args to airlock-host (Fast, parse), when
+// they name an image, when a host path in them cannot be read from dir
+// (hostPaths), or when they hold a relative host path and a usage error;
+// err is the usage error the front end reports for them.
+func wordsRequest(args []string, dir string) (c *ImageRunCmd, req handoff.Request, err error) {
 	c = &ImageRunCmd{}
-	if !Fast(append([]string{"sandbox", "run"}, args...)) || !parse(c, args) || c.Image != "" || !absoluteFlags(&c.SpecFlags) {
+	if !Fast(append([]string{"sandbox", "run"}, args...)) || !parse(c, args) || c.Image != "" {
+		return nil, req, nil
+	}
+	relative, ok := hostPaths(&c.SpecFlags, dir)
+	if !ok {
 		return nil, req, nil
 	}
 	spec, err := c.Spec(BuiltinDefaults, false)
+	if err != nil && relative {
+		// Worded with the absolute path here, and with the path as typed
+		// by the caller's front end: left to it.
+		return nil, req, nil
+	}
 	if err != nil {
 		return c, req, UsageError{err}
 	}
@@ -305,27 +317,36 @@ func wordsRequest(args []string) (c *ImageRunCmd, req handoff.Request, err error
 	return c, req, nil
 }
 
-// absoluteFlags reports whether every host path f names reads the same in
-// any process of the user: absolute (a relative one is read from the
-// working directory, the caller's), and not under /proc or /dev/fd, nor
-// /dev/stdin, /dev/stdout or /dev/stderr, which name the reading process's
-// own.
-func absoluteFlags(f *SpecFlags) bool {
-	paths := []string{f.Workspace, f.Rootfs, f.ProxySocket}
+// hostPaths makes the relative host paths f names absolute from dir, the
+// caller's working directory, as filepath.Abs makes them in the caller's
+// own front end, and reports whether there were any (a mount's source must
+// be absolute already). ok is false when one cannot be read the same in
+// this process: relative with dir empty or not absolute, or under /proc or
+// /dev/fd, or /dev/stdin, /dev/stdout or /dev/stderr, which name the
+// reading process's own.
+func hostPaths(f *SpecFlags, dir string) (relative, ok bool) {
+	abs := func(p *string) bool {
+		if *p == "" {
+			return true
+		}
+		if !filepath.IsAbs(*p) {
+			if !filepath.IsAbs(dir) {
+				return false
+			}
+			relative = true
+			*p = filepath.Join(dir, *p)
+		}
+		c := filepath.Clean(*p)
+		return c != "/proc" && !strings.HasPrefix(c, "/proc/") && c != "/dev/fd" && !strings.HasPrefix(c, "/dev/fd/") && !strings.HasPrefix(c, "/dev/std")
+	}
+	ok = abs(&f.Workspace) && abs(&f.Rootfs) && abs(&f.ProxySocket)
 	for _, m := range f.Mount {
+		// Left as typed: a relative source is the front end's usage
+		// error (parseMount), the same here.
 		src, _, _ := strings.Cut(m, ":")
-		paths = append(paths, src)
+		ok = ok && (!filepath.IsAbs(src) || abs(&src))
 	}
-	for _, p := range paths {
-		if p == "" {
-			continue
-		}
-		c := filepath.Clean(p)
-		if !filepath.IsAbs(p) || c == "/proc" || strings.HasPrefix(c, "/proc/") || c == "/dev/fd" || strings.HasPrefix(c, "/dev/fd/") || strings.HasPrefix(c, "/dev/std") {
-			return false
-		}
-	}
-	return true
+	return relative, ok
 }
 
 // absPaths makes spec's host paths absolute, from this process's working

@@ -23,9 +23,10 @@
 //   - argv is `airlock sandbox run WORDS...` (at least one word): the
 //     sandbox host reads the words as the Go front end would
 //     (sandboxcli.FrontWords) and leaves to it, unanswered, what it cannot
-//     read so (--image, a relative host path, a flag of airlock-host's
-//     such as --allow or --help, -i from a process whose fd 0 is closed):
-//     the fallback below;
+//     read so (--image, a flag of airlock-host's such as --allow or
+//     --help, a relative host path when the working directory is unknown
+//     or with a usage error, -i from a process whose fd 0 is closed): the
+//     fallback below;
 //   - $AIRLOCK_NO_HANDOFF and $AIRLOCK_TRACE are unset or empty (the first
 //     occurrence of a name counts, as with os.Getenv);
 //   - the home is $AIRLOCK_HOME if not empty, else /var/lib/airlock for
@@ -39,7 +40,10 @@
 //     fits a 256 KiB buffer and is sent, with stdout and stderr as
 //     SCM_RIGHTS, in one sendmsg (the rest, if any, by plain writes). When
 //     a word before any "--" is -i or --interactive and fd 0 is open, the
-//     request also says Stdin and the read end of a new pipe goes third;
+//     request also says Stdin and the read end of a new pipe goes third.
+//     The working directory goes as Dir, as os.Getwd gives it ($PWD if it
+//     is absolute and names ".", else getcwd's absolute answer; none
+//     otherwise): the host reads relative host paths from it;
 //   - the first reply is whole and well formed, in the strict binary form
 //     handoff decodes. A reply that says Reported ends the process with
 //     its Status, one with an Error prints "airlock: <error>" and exits

@@ -199,13 +199,14 @@ func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
 // entry before the Go runtime does (internal/thinentry, which is not Go):
 // the host reads them as the front end would, runs the command with stdout
 // and stderr as its streams, writes what the front end would print on
-// stderr, and answers with the exit status, returned here. With stdin not
-// nil, a pipe goes with the words, and stdin is copied into it if the host
-// says the command reads it (-i). ErrNoHost means that nothing ran: no
+// stderr, and answers with the exit status, returned here. Relative host
+// paths in words are read from dir (Request.Dir; "" leaves such words to
+// the caller). With stdin not nil, a pipe goes with the words, and stdin
+// is copied into it if the host says the command reads it (-i). ErrNoHost means that nothing ran: no
 // host, or one that left the words to the caller. It is the Go form of
 // that client, which the host's side is tested with; it forwards no
 // signals.
-func RunWords(ctx context.Context, socket string, words []string, stdin, stdout, stderr *os.File) (int, error) {
+func RunWords(ctx context.Context, socket string, words []string, dir string, stdin, stdout, stderr *os.File) (int, error) {
 	conn, err := dial(ctx, socket)
 	if err != nil {
 		return 0, err
@@ -213,7 +214,7 @@ func RunWords(ctx context.Context, socket string, words []string, stdin, stdout,
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	req := Request{Words: words, Stdin: stdin != nil}
+	req := Request{Words: words, Dir: dir, Stdin: stdin != nil}
 	fds := []int{int(stdout.Fd()), int(stderr.Fd())}
 	var stdinW *os.File
 	if stdin != nil {

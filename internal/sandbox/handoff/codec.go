@@ -55,6 +55,7 @@ func EncodeRequest(r *Request) ([]byte, error) {
 			})
 		}
 		e.Strs(7, r.Words)
+		e.Str(8, r.Dir)
 	})
 }
 
@@ -77,6 +78,8 @@ func decodeRequest(p []byte, r *Request) error {
 				d.Msg(true, func(d *execproto.Decoder) { decodePrepare(d, r.Prepare) })
 			case 7:
 				r.Words = d.Strs()
+			case 8:
+				r.Dir = d.Str()
 			default:
 				d.Unknown(n)
 			}

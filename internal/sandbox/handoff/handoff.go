@@ -75,6 +75,11 @@ type Request struct {
 	// a pipe the caller copies its stdin into if the words ask for it
 	// (-i: the reply's Stdin; without -i the host closes it unread).
 	Words []string
+	// Dir, with Words, is the caller's working directory (absolute, as
+	// os.Getwd gives it): relative host paths in the words are read from
+	// it, as the caller's own front end would read them. Empty: such words
+	// are left to the caller's front end.
+	Dir string
 }
 
 // Prepare is how a request's sandbox is brought to readiness.

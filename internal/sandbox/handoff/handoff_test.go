@@ -417,7 +417,7 @@ func sendWords(t *testing.T, sock string, req handoff.Request, out *os.File) *ne
 // and words with other fields or descriptors get no answer: the caller
 // reads its words itself.
 func TestWords(t *testing.T) {
-	front := func(words []string) (handoff.Words, bool) {
+	front := func(words []string, dir string) (handoff.Words, bool) {
 		w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
 			if err != nil {
 				fmt.Fprintf(stderr, "reported: %v\n", err)
@@ -439,6 +439,9 @@ func TestWords(t *testing.T) {
 		case "missing":
 			w.Request = request("true")
 			w.Request.Spec.Workspace = "/nonexistent-workspace"
+			return w, true
+		case "dir":
+			w.Request = request("echo", dir)
 			return w, true
 		}
 		w.Request = request(words...)
@@ -465,6 +468,8 @@ func TestWords(t *testing.T) {
 		{name: "words and a command", sock: sock, req: handoff.Request{Words: []string{"true"}, Argv: []string{"true"}}},
 		{name: "words and a spec", sock: sock, req: handoff.Request{Words: []string{"true"}, Spec: sandbox.Spec{User: "root"}}},
 		{name: "read as one with stdin, without its pipe", sock: sock, req: handoff.Request{Words: []string{"stdin", "true"}}},
+		{name: "the caller's working directory", sock: sock, req: handoff.Request{Words: []string{"dir"}, Dir: "/the/caller's/dir"}, started: true, out: "/the/caller's/dir\nreported: 0\n"},
+		{name: "a working directory without words", sock: sock, req: handoff.Request{Spec: sandbox.Spec{Limits: sandbox.DefaultLimits}, Argv: []string{"true"}, Dir: "/x"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -514,8 +519,8 @@ func TestWords(t *testing.T) {
 			}
 		})
 	}
-	if st := s.Stats(); st.Words != 2 || st.Served != 2 {
-		t.Errorf("stats %+v, want two served, both in words", st)
+	if st := s.Stats(); st.Words != 3 || st.Served != 3 {
+		t.Errorf("stats %+v, want three served, all in words", st)
 	}
 }
 
@@ -527,7 +532,7 @@ func TestWords(t *testing.T) {
 // ends without reading the input ends the caller's run, whose stdin is
 // still open.
 func TestWordsStdin(t *testing.T) {
-	front := func(words []string) (handoff.Words, bool) {
+	front := func(words []string, _ string) (handoff.Words, bool) {
 		w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
 			if err != nil {
 				fmt.Fprintf(stderr, "reported: %v\n", err)
@@ -585,7 +590,7 @@ func TestWordsStdin(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := s.Stats().Words
 			std, out := stdio(t)
-			status, err := handoff.RunWords(context.Background(), sock, tc.words, tc.stdin, std.Stdout, std.Stderr)
+			status, err := handoff.RunWords(context.Background(), sock, tc.words, "", tc.stdin, std.Stdout, std.Stderr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -598,7 +603,7 @@ func TestWordsStdin(t *testing.T) {
 		})
 	}
 	std, _ := stdio(t)
-	if _, err := handoff.RunWords(context.Background(), sock, []string{"-i", "cat"}, nil, std.Stdout, std.Stderr); !errors.Is(err, handoff.ErrNoHost) {
+	if _, err := handoff.RunWords(context.Background(), sock, []string{"-i", "cat"}, "", nil, std.Stdout, std.Stderr); !errors.Is(err, handoff.ErrNoHost) {
 		t.Errorf("-i without a pipe: %v, want ErrNoHost (left to the caller's front end)", err)
 	}
 }

@@ -40,10 +40,10 @@ type Server struct {
 	// not taken (the caller makes its own sandbox).
 	Prepare func(ctx context.Context, sb sandbox.Sandbox, how json.RawMessage) error
 	// Front reads a request in Words as the front end would (package
-	// sandboxcli); ok false leaves the words to the caller's own front
-	// end (the connection is closed unanswered). Nil: requests in Words
-	// are not taken.
-	Front func(words []string) (w Words, ok bool)
+	// sandboxcli), relative host paths from dir (Request.Dir); ok false
+	// leaves the words to the caller's own front end (the connection is
+	// closed unanswered). Nil: requests in Words are not taken.
+	Front func(words []string, dir string) (w Words, ok bool)
 
 	served  atomic.Int64
 	refused atomic.Int64
@@ -217,6 +217,9 @@ func (s *Server) serve(ctx context.Context, conn *net.UnixConn) error {
 	// report ends a request in Words with its result, or its error, as
 	// the front end would have reported them; nil for any other request.
 	var report func(res sandbox.Result, err error)
+	if req.Words == nil && req.Dir != "" {
+		return errors.New("bad request: a working directory without words")
+	}
 	if req.Words != nil {
 		w, err := s.words(req, len(files))
 		if err != nil {
@@ -335,11 +338,11 @@ func (s *Server) words(req Request, n int) (Words, error) {
 		// and, with Stdin, the pipe of the caller's stdin.
 		return Words{}, fmt.Errorf("bad request in words: %d descriptors, other fields set", n)
 	}
-	w, ok := s.Front(req.Words)
+	w, ok := s.Front(req.Words, req.Dir)
 	switch {
 	case !ok:
 		return Words{}, errors.New("a request in words that the caller's front end reads itself")
-	case w.Request.Words != nil || w.Request.Prepare != nil:
+	case w.Request.Words != nil || w.Request.Dir != "" || w.Request.Prepare != nil:
 		return Words{}, errors.New("a request in words read as one the host cannot take")
 	case w.Request.Stdin && !req.Stdin:
 		// -i from a caller that sent no pipe (one that predates them,

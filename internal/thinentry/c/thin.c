@@ -46,6 +46,7 @@ enum {
 	SYS_geteuid = 107,
 	SYS_getppid = 110,
 	SYS_fcntl = 72,
+	SYS_getcwd = 79,
 	SYS_prctl = 157,
 	SYS_exit_group = 231,
 	SYS_signalfd4 = 289,
@@ -86,9 +87,15 @@ enum {
 
 /* The execproto binary form's version, the first byte of every message. */
 #define CODEC_VERSION 1
-/* The request's fields: a pipe of stdin follows (handoff.Request.Stdin), the command line after "run" (Words). */
+/*
+ * The request's fields: a pipe of stdin follows (handoff.Request.Stdin),
+ * the command line after "run" (Words), the working directory (Dir).
+ */
 #define FIELD_STDIN 5
 #define FIELD_WORDS 7
+#define FIELD_DIR 8
+/* The longest working directory sent (PATH_MAX). */
+#define MAX_DIR 4096
 /* The most of stdin read at once into the pipe of a command that reads it (-i). */
 #define STDIN_CHUNK (64 << 10)
 /* The largest reply read (package handoff's maxReply). */
@@ -267,28 +274,38 @@ static u8 *putUvarint(u8 *p, u64 v) {
 	return p;
 }
 
+/* putStr writes a string's length and bytes at p, if they fit before end (0 if not). */
+static u8 *putStr(u8 *p, u8 *end, const char *s) {
+	u64 n = length(s);
+	if (n > (u64)(end - p) || (u64)(end - p) - n < 10)
+		return 0;
+	p = putUvarint(p, n);
+	for (u64 j = 0; j < n; j++)
+		p[j] = (u8)s[j];
+	return p + n;
+}
+
 /*
  * encode writes the framed request of words (handoff.EncodeRequest of a
- * Request with only Words, and Stdin when stdin is set) into request and
- * returns its length, or 0 when it would not fit. A uvarint takes at most
- * 10 bytes.
+ * Request with Words, Stdin when stdin is set, and Dir when dir is not 0)
+ * into request and returns its length, or 0 when it would not fit. A
+ * uvarint takes at most 10 bytes.
  */
-static u64 encode(u8 *request, char **words, u64 count, int stdin) {
+static u64 encode(u8 *request, char **words, u64 count, int stdin, const char *dir) {
 	u8 *p = request + 4, *end = request + MAX_REQUEST;
 	*p++ = CODEC_VERSION;
 	if (stdin)
 		*p++ = FIELD_STDIN;
 	*p++ = FIELD_WORDS;
 	p = putUvarint(p, count);
-	for (u64 i = 0; i < count; i++) {
-		u64 n = length(words[i]);
-		if (n > (u64)(end - p) || (u64)(end - p) - n < 10)
-			return 0;
-		p = putUvarint(p, n);
-		for (u64 j = 0; j < n; j++)
-			p[j] = (u8)words[i][j];
-		p += n;
+	for (u64 i = 0; i < count && p; i++)
+		p = putStr(p, end, words[i]);
+	if (p && dir && *dir) {
+		*p++ = FIELD_DIR;
+		p = putStr(p, end, dir);
 	}
+	if (!p)
+		return 0;
 	u64 body = (u64)(p - request) - 4;
 	request[0] = (u8)(body >> 24);
 	request[1] = (u8)(body >> 16);
@@ -350,6 +367,23 @@ static i64 readFull(int fd, u8 *p, u64 n) {
 		got += (u64)r;
 	}
 	return (i64)got;
+}
+
+/*
+ * workdir returns the working directory as os.Getwd gives it, for the host
+ * to read relative host paths in the words from (handoff.Request.Dir), or
+ * 0: $PWD if it is absolute and names ".", else getcwd's answer into buf
+ * (MAX_DIR bytes) if it is absolute (not "(unreachable)...").
+ */
+static const char *workdir(char **envp, char *buf) {
+	const char *pwd = getenv(envp, "PWD");
+	struct kstat dot, st;
+	if (pwd && pwd[0] == '/' && sys3(SYS_stat, (i64)".", (i64)&dot, 0) == 0 &&
+	    sys3(SYS_stat, (i64)pwd, (i64)&st, 0) == 0 && st.dev == dot.dev && st.ino == dot.ino)
+		return pwd;
+	if (sys3(SYS_getcwd, (i64)buf, MAX_DIR, 0) <= 0 || buf[0] != '/')
+		return 0;
+	return buf;
 }
 
 /*
@@ -654,7 +688,8 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	 * reads it, and then stdin is copied in (finish).
 	 */
 	int stdin = asksStdin(argv + 3, (u64)(argc - 3)) && sys3(SYS_fcntl, 0, F_GETFD, 0) >= 0;
-	u64 reqLen = encode(request, argv + 3, (u64)(argc - 3), stdin);
+	/* The reply's buffer holds the working directory until the request is made. */
+	u64 reqLen = encode(request, argv + 3, (u64)(argc - 3), stdin, workdir(envp, (char *)buf));
 	if (reqLen == 0)
 		goto unmap;
 
