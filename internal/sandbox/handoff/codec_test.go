@@ -235,6 +235,8 @@ func FuzzDecodeHandoff(f *testing.F) {
 		reply{Result: &sandbox.Result{Outcome: sandbox.OutcomeExited, ExitCode: 3, Usage: sandbox.Usage{Wall: time.Second, MaxRSS: 4096}}},
 		reply{Error: "sandbox start failed"},
 		Request{Words: []string{"--", "sh", "-c", "", "x"}},
+		Request{Words: []string{"-i", "--workspace", ".", "--", "cat"}, Stdin: true, Dir: "/home/u/src"},
+		reply{Started: true, Stdin: true},
 		reply{Reported: true, Status: 3},
 		reply{Reported: true},
 		control{Signal: 15},
