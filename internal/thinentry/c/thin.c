@@ -43,10 +43,10 @@ enum {
 	SYS_sendto = 44,
 	SYS_sendmsg = 46,
 	SYS_getsockopt = 55,
-	SYS_geteuid = 107,
-	SYS_getppid = 110,
 	SYS_fcntl = 72,
 	SYS_getcwd = 79,
+	SYS_geteuid = 107,
+	SYS_getppid = 110,
 	SYS_prctl = 157,
 	SYS_exit_group = 231,
 	SYS_signalfd4 = 289,
@@ -648,8 +648,7 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 	/*
 	 * Every `sandbox run WORDS...`: the sandbox host reads the words as the
 	 * Go front end would, and leaves to it (no answer: a fallback) what
-	 * it cannot read so, such as -i, --image, a relative path or a flag
-	 * of airlock-host's.
+	 * it cannot read so, such as --image or a flag of airlock-host's.
 	 */
 	if (argc < 4 || !equal(argv[1], "sandbox") || !equal(argv[2], "run"))
 		return;
@@ -752,17 +751,16 @@ __attribute__((section(".text.entry"))) void airlock_thin_main(u64 *sp) {
 		sys1(SYS_close, pipe[1]);
 		pipe[1] = -1;
 	}
-	if (rep.stdin) {
-		/* A write to a pipe whose reader is gone is EPIPE, not the end of this process. */
-		u64 pipeMask = 1UL << (SIGPIPE - 1);
-		sys6(SYS_rt_sigprocmask, SIG_BLOCK, (i64)&pipeMask, 0, 8, 0, 0);
-	}
-
 	int sfd = (int)sys6(SYS_signalfd4, -1, (i64)&mask, 8, SFD_CLOEXEC, 0, 0);
 	if (sfd < 0) {
 		/* Not forwarded, then: the signals act as they would have. */
 		sys6(SYS_rt_sigprocmask, SIG_SETMASK, (i64)&old, 0, 8, 0, 0);
 		sfd = -1;
+	}
+	if (rep.stdin) {
+		/* A write to a pipe whose reader is gone is EPIPE, not the end of this process. */
+		u64 pipeMask = 1UL << (SIGPIPE - 1);
+		sys6(SYS_rt_sigprocmask, SIG_BLOCK, (i64)&pipeMask, 0, 8, 0, 0);
 	}
 	finish(s, sfd, buf, pipe[1], request);
 
