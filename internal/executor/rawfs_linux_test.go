@@ -111,3 +111,34 @@ func TestRawFileCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestReadSmallFile reads as os.ReadFile does, past its first buffer, and
+// gives up on a FIFO rather than wait for a writer.
+func TestReadSmallFile(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	want := make([]byte, 5000)
+	for i := range want {
+		want[i] = byte('a' + i%26)
+	}
+	if err := os.WriteFile(f, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readSmallFile(f); err != nil || string(got) != string(want) {
+		t.Errorf("readSmallFile of %d bytes = %d bytes, %v", len(want), len(got), err)
+	}
+	self, err := readSmallFile("/proc/self/uid_map")
+	if osSelf, _ := os.ReadFile("/proc/self/uid_map"); err != nil || string(self) != string(osSelf) {
+		t.Errorf("readSmallFile(/proc/self/uid_map) = %q, %v; os.ReadFile: %q", self, err, osSelf)
+	}
+	if _, err := readSmallFile(filepath.Join(dir, "none")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("readSmallFile of a missing file = %v, want ErrNotExist", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := readSmallFile(fifo); len(got) != 0 && err == nil {
+		t.Errorf("readSmallFile of a FIFO with no writer = %q, %v; want nothing", got, err)
+	}
+}
