@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"io/fs"
 	"path/filepath"
 	"unsafe"
@@ -72,7 +73,7 @@ func rawIsDir(p string) bool {
 // creates them.
 func mkdirAll(p string, perm uint32) error {
 	err := rawMkdir(p, perm)
-	if err == unix.ENOENT {
+	if errors.Is(err, unix.ENOENT) {
 		if parent := filepath.Dir(p); parent != p {
 			if err := mkdirAll(parent, perm); err != nil {
 				return err
@@ -80,7 +81,7 @@ func mkdirAll(p string, perm uint32) error {
 			err = rawMkdir(p, perm)
 		}
 	}
-	if err == unix.EEXIST {
+	if errors.Is(err, unix.EEXIST) {
 		// As os.MkdirAll: a directory, or a link to one, is what was asked.
 		var st unix.Stat_t
 		if rawStat(p, &st, 0) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
