@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -94,14 +93,14 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	u := s.User
 	home := filepath.Join(newRoot, u.Home)
 	for _, d := range []string{"root", "home", "root-home", "ws-upper", "ws-work", "root-upper", "root-work", "lower", "root-lower"} {
-		if err := os.Mkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
-			return nil, uppers{-1, -1, -1}, err
+		if err := rawMkdir(filepath.Join(scratchDir, d), 0o755); err != nil {
+			return nil, uppers{-1, -1, -1}, fmt.Errorf("mkdir %s: %w", d, err)
 		}
 	}
-	if err := os.Chown(filepath.Join(scratchDir, "home"), u.UID, u.GID); err != nil {
+	if err := rawChown(filepath.Join(scratchDir, "home"), u.UID, u.GID); err != nil {
 		return nil, uppers{-1, -1, -1}, err
 	}
-	if err := os.Chmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
+	if err := rawChmod(filepath.Join(scratchDir, "home"), 0o700); err != nil {
 		return nil, uppers{-1, -1, -1}, err
 	}
 	switch {
@@ -149,7 +148,7 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 	}
 	tr.mark("root")
 	for _, d := range []string{"workspace", "tmp", "proc", "dev", "run/airlock", strings.TrimPrefix(u.Home, "/"), strings.TrimPrefix(s.WorkspaceAlias, "/")} {
-		if err := os.MkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
+		if err := mkdirAll(filepath.Join(newRoot, d), 0o755); err != nil {
 			return nil, uppers{-1, -1, -1}, fmt.Errorf("mkdir /%s: %w", d, err)
 		}
 	}
@@ -163,10 +162,10 @@ func setup(s *execproto.Setup) (layers []string, up uppers, err error) {
 		}
 	}
 	if s.RootHome && u.UID != 0 {
-		if err := os.MkdirAll(filepath.Join(newRoot, rootHome), 0o700); err != nil {
+		if err := mkdirAll(filepath.Join(newRoot, rootHome), 0o700); err != nil {
 			return nil, uppers{-1, -1, -1}, fmt.Errorf("mkdir %s: %w", rootHome, err)
 		}
-		if err := os.Chmod(scratchDir+"/root-home", 0o700); err != nil {
+		if err := rawChmod(scratchDir+"/root-home", 0o700); err != nil {
 			return nil, uppers{-1, -1, -1}, err
 		}
 		if err := bind(scratchDir+"/root-home", filepath.Join(newRoot, rootHome), false); err != nil {
@@ -404,7 +403,7 @@ func realPath(root int, p string, file bool) error {
 }
 
 func mountTmpfs(dst, opts string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
+	if err := mkdirAll(dst, 0o755); err != nil {
 		return err
 	}
 	return rawMount("tmpfs", dst, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
@@ -439,7 +438,7 @@ func bind(src, dst string, ro bool) error {
 		return nil
 	}
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(unix.AT_FDCWD, dst, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil {
+	if err := rawMountSetattr(dst, unix.AT_RECURSIVE|unix.AT_SYMLINK_NOFOLLOW, &attr); err != nil {
 		return fmt.Errorf("read-only %s: %w", dst, err)
 	}
 	return nil
@@ -457,13 +456,13 @@ func buildHostRoot(s *execproto.Setup) error {
 			}
 			continue
 		}
-		if target, err := os.Readlink(d); err == nil {
-			if err := os.Symlink(target, dst); err != nil {
+		if target, err := rawReadlink(d); err == nil {
+			if err := rawSymlink(target, dst); err != nil {
 				return err
 			}
 			continue
 		}
-		if err := os.MkdirAll(dst, 0o755); err != nil {
+		if err := mkdirAll(dst, 0o755); err != nil {
 			return err
 		}
 		if err := bind(d, dst, true); err != nil {
@@ -471,32 +470,33 @@ func buildHostRoot(s *execproto.Setup) error {
 		}
 	}
 	etc := filepath.Join(newRoot, "etc")
-	if err := os.MkdirAll(etc, 0o755); err != nil {
+	if err := mkdirAll(etc, 0o755); err != nil {
 		return err
 	}
 	if err := writeEtc(etc, s); err != nil {
 		return err
 	}
 	for _, f := range s.EtcFiles {
-		fi, err := os.Lstat(f)
-		if err != nil {
+		var st unix.Stat_t
+		if err := rawStat(f, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // optional: not every host has every file
 		}
 		dst := filepath.Join(newRoot, f)
-		switch {
-		case fi.Mode()&os.ModeSymlink != 0:
-			target, err := os.Readlink(f)
+		var err error
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			target, err := rawReadlink(f)
 			if err != nil {
 				return err
 			}
-			if err := os.Symlink(target, dst); err != nil {
+			if err := rawSymlink(target, dst); err != nil {
 				return err
 			}
 			continue
-		case fi.IsDir():
-			err = os.MkdirAll(dst, 0o755)
+		case unix.S_IFDIR:
+			err = mkdirAll(dst, 0o755)
 		default:
-			err = writeFile(dst, nil, 0o644)
+			err = rawWriteFile(dst, nil, 0o644)
 		}
 		if err != nil {
 			return err
@@ -517,7 +517,7 @@ func systemOverlay(i, fd int, dst string) error {
 	upper := fmt.Sprintf("%s/sys-upper-%d", scratchDir, i)
 	work := fmt.Sprintf("%s/sys-work-%d", scratchDir, i)
 	for _, d := range []string{lower, upper, work, dst} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := mkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
@@ -560,7 +560,7 @@ func writeEtc(etc string, s *execproto.Setup, names ...string) error {
 		}
 	}
 	for name, content := range files {
-		if err := writeFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
+		if err := rawWriteFile(filepath.Join(etc, name), []byte(content), 0o644); err != nil {
 			return err
 		}
 	}
@@ -590,7 +590,7 @@ func setupWorkspace(w execproto.Workspace, u execproto.User, static bool) (upper
 		// as the user. The overlay's root takes its owner and mode from
 		// the upper layer.
 		for _, d := range []string{"/ws-upper", "/ws-work", "/lower"} {
-			if err := os.Chown(scratchDir+d, u.UID, u.GID); err != nil {
+			if err := rawChown(scratchDir+d, u.UID, u.GID); err != nil {
 				return -1, -1, err
 			}
 		}
@@ -602,7 +602,7 @@ func setupWorkspace(w execproto.Workspace, u execproto.User, static bool) (upper
 		// The overlay's root directory takes its owner from the upper
 		// layer: make it the sandbox user's, like the id-mapped lower.
 		for _, d := range []string{"/ws-upper", "/ws-work"} {
-			if err := os.Chown(scratchDir+d, u.UID, u.GID); err != nil {
+			if err := rawChown(scratchDir+d, u.UID, u.GID); err != nil {
 				return -1, -1, err
 			}
 		}
@@ -653,11 +653,11 @@ func setupMount(m execproto.Mount, static bool) error {
 	dst := filepath.Join(newRoot, m.Target)
 	var err error
 	if m.File {
-		if err = os.MkdirAll(filepath.Dir(dst), 0o755); err == nil {
+		if err = mkdirAll(filepath.Dir(dst), 0o755); err == nil {
 			err = createFile(dst, 0o644)
 		}
 	} else {
-		err = os.MkdirAll(dst, 0o755)
+		err = mkdirAll(dst, 0o755)
 	}
 	if err != nil {
 		return err
@@ -688,12 +688,12 @@ func setupProc() error {
 	// Block nested namespaces in the sandbox's user namespace as a second
 	// layer under seccomp: a limit of 0 applies to every descendant.
 	for _, n := range []string{"user", "mnt", "pid", "net", "ipc", "uts", "cgroup", "time"} {
-		_ = writeFile(filepath.Join(proc, "sys/user/max_"+n+"_namespaces"), []byte("0"), 0)
+		_ = rawWriteFile(filepath.Join(proc, "sys/user/max_"+n+"_namespaces"), []byte("0"), 0)
 	}
-	_ = writeFile(filepath.Join(proc, "sys/net/mptcp/enabled"), []byte("0"), 0)
+	_ = rawWriteFile(filepath.Join(proc, "sys/net/mptcp/enabled"), []byte("0"), 0)
 	for _, f := range procMaskedFiles {
 		p := filepath.Join(proc, f)
-		if _, err := os.Lstat(p); err != nil {
+		if !rawExists(p) {
 			continue
 		}
 		if err := rawMount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
@@ -702,7 +702,7 @@ func setupProc() error {
 	}
 	for _, d := range procMaskedDirs {
 		p := filepath.Join(proc, d)
-		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+		if !rawIsDir(p) {
 			continue
 		}
 		if err := rawMount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0"); err != nil {
@@ -714,7 +714,7 @@ func setupProc() error {
 	}
 	for _, d := range procReadOnly {
 		p := filepath.Join(proc, d)
-		if _, err := os.Lstat(p); err != nil {
+		if !rawExists(p) {
 			continue
 		}
 		if err := bind(p, p, true); err != nil {
@@ -734,21 +734,40 @@ func ownBootID(proc string) error { return ownBootIDIn(proc, scratchDir, true) }
 // must not be able to write; ro makes the bind read-only.
 func ownBootIDIn(proc, dir string, ro bool) error {
 	p := filepath.Join(proc, "sys/kernel/random/boot_id")
-	if _, err := os.Lstat(p); err != nil {
+	if !rawExists(p) {
 		return nil
 	}
 	var u [16]byte
-	if _, err := rand.Read(u[:]); err != nil {
+	// getrandom(2) itself: crypto/rand's first call in a process sets up
+	// the vDSO's per-thread state (mmap), which costs more than the one
+	// read of 16 bytes the executor makes.
+	if err := getRandom(u[:]); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
 	u[6], u[8] = u[6]&0x0f|0x40, u[8]&0x3f|0x80 // version 4, RFC 4122 variant
 	id := fmt.Sprintf("%x-%x-%x-%x-%x\n", u[0:4], u[4:6], u[6:8], u[8:10], u[10:])
 	f := dir + "/boot_id"
-	if err := writeFile(f, []byte(id), 0o444); err != nil {
+	if err := rawWriteFile(f, []byte(id), 0o444); err != nil {
 		return fmt.Errorf("boot id: %w", err)
 	}
 	if err := bind(f, p, ro); err != nil {
 		return fmt.Errorf("boot id: %w", err)
+	}
+	return nil
+}
+
+// getRandom fills b from the kernel's random number generator, as
+// crypto/rand does.
+func getRandom(b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Getrandom(b, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
 	}
 	return nil
 }
@@ -764,15 +783,15 @@ func setupDev(shm int64) error {
 	}
 	for _, d := range devices {
 		dst := filepath.Join(dev, d)
-		if err := writeFile(dst, nil, 0o666); err != nil {
+		if err := rawWriteFile(dst, nil, 0o666); err != nil {
 			return err
 		}
 		if err := rawMount("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind /dev/%s: %w", d, err)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(dev, "pts"), 0o755); err != nil {
-		return err
+	if err := rawMkdir(filepath.Join(dev, "pts"), 0o755); err != nil {
+		return fmt.Errorf("mkdir pts: %w", err)
 	}
 	if err := rawMount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
 		return fmt.Errorf("devpts: %w", err)
@@ -785,7 +804,7 @@ func setupDev(shm int64) error {
 		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
 	}
 	for name, target := range links {
-		if err := os.Symlink(target, filepath.Join(dev, name)); err != nil {
+		if err := rawSymlink(target, filepath.Join(dev, name)); err != nil {
 			return err
 		}
 	}
@@ -810,10 +829,10 @@ func setupRunDirIn(root string, roHelper bool) error {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	helper := filepath.Join(root, execproto.EventHelper)
-	if err := os.Mkdir(filepath.Dir(helper), 0o755); err != nil {
+	if err := rawMkdir(filepath.Dir(helper), 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
-	if err := writeFile(helper, nil, 0o755); err != nil {
+	if err := rawWriteFile(helper, nil, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	if err := bind("/proc/self/exe", helper, roHelper); err != nil {
@@ -822,7 +841,7 @@ func setupRunDirIn(root string, roHelper bool) error {
 	// The same binary again: called sudo, it is the sudo command, which
 	// says so when the sandbox has no sudo (Setup.Sudo: no socket).
 	sudo := filepath.Join(root, execproto.SudoHelper)
-	if err := writeFile(sudo, nil, 0o755); err != nil {
+	if err := rawWriteFile(sudo, nil, 0o755); err != nil {
 		return fmt.Errorf("%s: %w", runDir, err)
 	}
 	if err := bind("/proc/self/exe", sudo, roHelper); err != nil {

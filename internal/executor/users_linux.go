@@ -2,13 +2,15 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlockrun/airlock/internal/execproto"
 )
@@ -20,12 +22,11 @@ func loadUsers(def execproto.User) map[string]execproto.User {
 		def.Name: def,
 		"root":   {Name: "root", UID: 0, GID: 0, Home: "/root"},
 	}
-	f, err := os.Open("/etc/passwd")
+	data, err := readSmallFile("/etc/passwd")
 	if err != nil {
 		return users
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), ":")
 		if len(fields) < 7 {
@@ -106,8 +107,8 @@ var toolchainBins = [][2]string{{"/usr/local", "bin"}, {"/opt", "bin"}}
 func sandboxPath() string {
 	var path []string
 	isDir := func(d string) bool {
-		fi, err := os.Stat(d)
-		return err == nil && fi.IsDir()
+		var st unix.Stat_t
+		return unix.Stat(d, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
 	for _, d := range standardPath {
 		if isDir(d) {
@@ -173,7 +174,7 @@ type idMap [][2]int64
 
 // readIDMap parses a uid_map or gid_map file: "inside outside count" per line.
 func readIDMap(path string) idMap {
-	data, err := os.ReadFile(path)
+	data, err := readSmallFile(path)
 	if err != nil {
 		return nil
 	}
