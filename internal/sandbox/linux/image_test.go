@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,6 +23,7 @@ import (
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/testpki"
 )
@@ -522,4 +524,63 @@ func TestGVisorWritableRootRW(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestImageDestroyDetached: a sandbox of an image is torn down detached as
+// one on the host's root is (DestroyDetached: its processes killed, not
+// waited for), and its layers' locks are released when it returns, so the
+// image store's garbage collection may take them at once.
+func TestImageDestroyDetached(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: uid ranges are root mode's")
+	}
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), UIDSlotDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var spec sandbox.Spec
+	root.Apply(&spec)
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := sb.(*linux.Sandbox)
+	dir := linux.CgroupV2Dir(ls)
+	if dir == "" || linux.SlotFile(ls) == "" {
+		sb.Destroy(ctx)
+		t.Skip("no cgroup2 group or no uid slot: DestroyDetached is Destroy here")
+	}
+	if !linux.Detachable(ls) {
+		t.Error("a sandbox of an image is not torn down detached")
+	}
+	if _, err := ls.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 1000 & exec sleep 1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the commands to start", func() bool { return procs(t, dir) >= 3 })
+	pids := cgroupPIDs(t, dir)
+	if err := ls.DestroyDetached(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if !killedOrGone(t, pid) {
+			t.Errorf("process %d of the image sandbox neither gone nor with SIGKILL pending after DestroyDetached", pid)
+		}
+	}
+	for _, l := range root.Layers {
+		fd, err := syscall.Open(l, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Errorf("layer %s still locked after DestroyDetached: %v", l, err)
+		}
+		syscall.Close(fd)
+	}
+	waitFor(t, "the group to empty", func() bool { return procs(t, dir) == 0 })
 }
