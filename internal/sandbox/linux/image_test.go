@@ -584,3 +584,40 @@ func TestImageDestroyDetached(t *testing.T) {
 	}
 	waitFor(t, "the group to empty", func() bool { return procs(t, dir) == 0 })
 }
+
+// TestImageRootsApart: two live sandboxes of one image, each with its
+// root writable, write the same paths of the root; each reads back its
+// own writes only, and the image's layers on the host are unchanged.
+func TestImageRootsApart(t *testing.T) {
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sbs []sandbox.Sandbox
+	for range 2 {
+		spec := sandbox.Spec{User: "root", WritableRoot: true}
+		root.Apply(&spec)
+		sbs = append(sbs, attackCreate(t, b, spec))
+	}
+	// The first also removes a file of the image, which the second keeps.
+	attackMust(t, sbs[0], "", "echo 0 > /written && echo 0 > /etc/written && rm /IMAGE-MARKER")
+	attackMust(t, sbs[1], "", "echo 1 > /written && echo 1 > /etc/written")
+	for i, want := range []string{"0\n0", "1\n1\nmarker"} {
+		got := strings.TrimSpace(attackMust(t, sbs[i], "", "cat /written /etc/written; test -e /IMAGE-MARKER && echo marker; true"))
+		if got != want {
+			t.Errorf("sandbox %d reads %q of its root, want its own writes %q", i, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root.Layers[0], "IMAGE-MARKER")); err != nil {
+		t.Errorf("a sandbox's removal reached the image's layer: %v", err)
+	}
+	for _, l := range root.Layers {
+		for _, p := range []string{"written", "etc/written"} {
+			if _, err := os.Lstat(filepath.Join(l, p)); err == nil {
+				t.Errorf("a sandbox's write reached the image's layer: %s", filepath.Join(l, p))
+			}
+		}
+	}
+}
