@@ -9,6 +9,9 @@
 // Layout, under the store's directory ($AIRLOCK_HOME/images, 0700):
 //
 //	images.json        the images (by manifest digest) and their names
+//	roots              the same, as the front end's lookup reads it without
+//	                   encoding/json, bound to the images.json it was
+//	                   made from (imageroot.WriteRoots)
 //	blobs/sha256/HEX   manifests, configs and compressed layers, as pulled
 //	layers/HEX         each layer unpacked, named by its diff id (the
 //	                   digest of its uncompressed tar)

@@ -9,8 +9,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/airlockrun/airlock/internal/image"
+	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/imageroot"
 	"github.com/airlockrun/airlock/internal/sandbox"
 )
@@ -55,8 +57,8 @@ var testIndex = `{
  }
 }`
 
-// writeStore writes a store of indexJSON in a new directory: images.json
-// and, for each layer of a plain digest not starting with 0, its unpacked
+// writeStore writes a store of indexJSON in a new directory: images.json,
+// its roots file (imageroot.WriteRoots) and, for each layer of a plain digest not starting with 0, its unpacked
 // directory.
 func writeStore(t testing.TB, indexJSON []byte) string {
 	t.Helper()
@@ -67,6 +69,10 @@ func writeStore(t testing.TB, indexJSON []byte) string {
 	}
 	dir = s.Dir()
 	if err := os.WriteFile(filepath.Join(dir, "images.json"), indexJSON, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// As the store's writes leave it: Lookup reads the roots file.
+	if err := imageroot.WriteRoots(dir, indexJSON); err != nil {
 		t.Fatal(err)
 	}
 	var ix struct {
@@ -251,4 +257,42 @@ func FuzzCanonicalTag(f *testing.F) {
 			t.Fatalf("CanonicalTag(%q) = %q, go-containerregistry reads %T %q", ref, got, r, r.Name())
 		}
 	})
+}
+
+// TestLookupFollowsStore: the front end's lookup, which reads the roots
+// file the store writes with its index, follows every change of the
+// store: an image imported again under the same name, and removed.
+func TestLookupFollowsStore(t *testing.T) {
+	s := openStore(t, image.Options{})
+	one := imagetest.Image(t, "", v1.Config{Cmd: []string{"/one"}}, imagetest.Layer(t, imagetest.File{Name: "one", Body: []byte("1")}))
+	two := imagetest.Image(t, "", v1.Config{Cmd: []string{"/two"}}, imagetest.Layer(t, imagetest.File{Name: "two", Body: []byte("2")}))
+	check := func(want []string) {
+		t.Helper()
+		if _, err := os.Stat(filepath.Join(s.Dir(), imageroot.RootsFile)); err != nil {
+			t.Fatalf("the store wrote no roots file: %v", err)
+		}
+		root, ok := imageroot.Lookup(s.Dir(), "x:1")
+		if want == nil {
+			if ok {
+				t.Fatalf("Lookup(x:1) = %+v after the image was removed", root)
+			}
+			return
+		}
+		if !ok || !cmp.Equal(root.Config.Cmd, want) {
+			t.Fatalf("Lookup(x:1) = %+v, %v; want the image of cmd %q", root, ok, want)
+		}
+		sameAsStore(t, s.Dir(), "x:1")
+	}
+	if _, err := s.Import(ctx(t), ociDir(t, one), []string{"x:1"}); err != nil {
+		t.Fatal(err)
+	}
+	check([]string{"/one"})
+	if _, err := s.Import(ctx(t), ociDir(t, two), []string{"x:1"}); err != nil {
+		t.Fatal(err)
+	}
+	check([]string{"/two"})
+	if _, err := s.Remove("x:1"); err != nil {
+		t.Fatal(err)
+	}
+	check(nil)
 }

@@ -128,6 +128,12 @@ func (s *Store) update(fn func(*state) error) error {
 		_ = os.Remove(tmp.Name())
 		return fmt.Errorf("image store: write images.json: %w", err)
 	}
+	// The front end's lookup reads the index from the roots file, without
+	// encoding/json, when it names this images.json (imageroot.Lookup).
+	// The index is written whatever becomes of it: a roots file not
+	// written names another images.json (or is gone), which the lookup
+	// sees, and it reads the JSON.
+	_ = imageroot.WriteRoots(s.dir, b)
 	return nil
 }
 
@@ -322,7 +328,8 @@ func (s *Store) GC() (GCStats, error) {
 	// Nor is images.json being replaced while lock is.
 	if unlockIndex, err := s.lock("lock", unix.LOCK_EX); err == nil {
 		left, _ := filepath.Glob(filepath.Join(s.dir, ".images-*.json"))
-		for _, p := range left {
+		roots, _ := filepath.Glob(filepath.Join(s.dir, ".roots-*"))
+		for _, p := range append(left, roots...) {
 			_ = os.Remove(p)
 		}
 		unlockIndex()

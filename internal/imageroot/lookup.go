@@ -97,7 +97,9 @@ func plainHost(s string) bool {
 // such image, a reference it does not read, a layer fetched but not yet
 // unpacked, a store directory whose mode Open would change, an index the
 // store could not read) is ok false: the store then does the work and says
-// what is wrong in its own words.
+// what is wrong in its own words. It reads the store's roots file
+// (WriteRoots) where that was made from the index there now, else the
+// index itself.
 func Lookup(dir, ref string) (Root, bool) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -110,9 +112,12 @@ func Lookup(dir, ref string) (Root, bool) {
 			return Root{}, false
 		}
 	}
-	ix, err := ReadIndex(abs)
-	if err != nil {
-		return Root{}, false
+	ix, ok := readRoots(abs)
+	if !ok {
+		var err error
+		if ix, err = ReadIndex(abs); err != nil {
+			return Root{}, false
+		}
 	}
 	for _, img := range ix.Images {
 		if img == nil {

@@ -3,7 +3,9 @@
 // (internal/sandboxcli): the image's config and layers (Root), how they
 // make a sandbox's spec (Apply, Command, MergeEnv), and a read-only lookup
 // of the store's index (Lookup) that either gives exactly the root the
-// store's Root would give or declines. It links only the standard library
+// store's Root would give or declines. It also writes the roots file the
+// lookup reads instead of the index's JSON (WriteRoots), which the store
+// renews with every index it writes. It links only the standard library
 // and the sandbox contract: no registry client (go-containerregistry), so
 // the front end may use it.
 package imageroot

@@ -662,7 +662,8 @@ func applyAccount(setup *execproto.Setup, a sandbox.Account) {
 // it has taken the range, before the handshake.
 func (sb *Sandbox) start(setup *execproto.Setup, tr *tracer, late bool) (*os.File, error) {
 	b := sb.b
-	trees := &treeFiles{idm: &idmapper{start: b.startProc, base: sb.base, cache: &b.idmaps}}
+	direct := !b.cfg.Spawner && vfork.Supported && !b.forkOnly // startProc's direct start, with late maps
+	trees := &treeFiles{idm: &idmapper{start: b.startProc, direct: direct, base: sb.base, cache: &b.idmaps}}
 	defer trees.closeFiles()
 	defer trees.idm.close()
 	if len(sb.spec.Layers) > 0 {

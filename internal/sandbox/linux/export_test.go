@@ -19,6 +19,18 @@ import (
 // IdmapsMade reports how many id-map namespaces b has made.
 func IdmapsMade(b *Backend) int64 { return b.idmaps.made.Load() }
 
+// IdmapsDirect reports how many of the id-map namespaces b has made came
+// from a helper started sharing b's process's memory (vfork.Exec).
+func IdmapsDirect(b *Backend) int64 { return b.idmaps.direct.Load() }
+
+// Detachable reports whether sb's DestroyDetached leaves its killed
+// processes to die after it returns.
+func Detachable(sb *Sandbox) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.detachable()
+}
+
 // ExecutorPID returns the host pid of sb's executor.
 func ExecutorPID(sb *Sandbox) int { return sb.proc.pid }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlockrun/airlock/internal/executor/vfork"
 	"github.com/airlockrun/airlock/internal/sandbox"
 	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
@@ -20,9 +21,12 @@ func TestIdmapReuse(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for id-mapped workspaces")
 	}
-	for _, spawner := range []bool{false, true} {
-		t.Run(map[bool]string{false: "direct", true: "spawner"}[spawner], func(t *testing.T) {
-			b := newBackend(t, executorPath, spawner)
+	for _, start := range []string{"direct", "spawner", "fork"} {
+		t.Run(start, func(t *testing.T) {
+			b := newBackend(t, executorPath, start == "spawner")
+			if start == "fork" {
+				linux.SetForkOnly(b)
+			}
 			rootOwned := t.TempDir()
 			other := t.TempDir()
 			for _, d := range []string{rootOwned, other} {
@@ -65,6 +69,16 @@ func TestIdmapReuse(t *testing.T) {
 			check(rootOwned)
 			if n := linux.IdmapsMade(b); n != 2 {
 				t.Errorf("back to the first owner: %d id-map namespaces in all, want 2", n)
+			}
+			// The direct start's helpers are clones that share the
+			// host's memory, their maps written after the exec; the
+			// spawner's and the fork-only start's are forks.
+			want := int64(0)
+			if start == "direct" && vfork.Supported {
+				want = 2
+			}
+			if n := linux.IdmapsDirect(b); n != want {
+				t.Errorf("%d id-map namespaces made by a helper started sharing the host's memory, want %d", n, want)
 			}
 			for _, d := range []string{rootOwned, other} {
 				if _, err := os.Stat(filepath.Join(d, "new")); err == nil {

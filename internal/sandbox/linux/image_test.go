@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,6 +23,7 @@ import (
 	"github.com/airlockrun/airlock/internal/image"
 	"github.com/airlockrun/airlock/internal/image/imagetest"
 	"github.com/airlockrun/airlock/internal/sandbox"
+	"github.com/airlockrun/airlock/internal/sandbox/linux"
 	"github.com/airlockrun/airlock/internal/sandbox/sandboxtest"
 	"github.com/airlockrun/airlock/internal/testpki"
 )
@@ -521,5 +523,107 @@ func TestGVisorWritableRootRW(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestImageDestroyDetached: a sandbox of an image is torn down detached as
+// one on the host's root is (DestroyDetached: its processes killed, not
+// waited for), and its layers' locks are released when it returns, so the
+// image store's garbage collection may take them at once.
+func TestImageDestroyDetached(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: uid ranges are root mode's")
+	}
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := linux.New(linux.Config{Executor: executorPath, StateDir: t.TempDir(), UIDSlotDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var spec sandbox.Spec
+	root.Apply(&spec)
+	sb, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := sb.(*linux.Sandbox)
+	dir := linux.CgroupV2Dir(ls)
+	if dir == "" || linux.SlotFile(ls) == "" {
+		sb.Destroy(ctx)
+		t.Skip("no cgroup2 group or no uid slot: DestroyDetached is Destroy here")
+	}
+	if !linux.Detachable(ls) {
+		t.Error("a sandbox of an image is not torn down detached")
+	}
+	if _, err := ls.Start(ctx, sandbox.Command{Argv: []string{"sh", "-c", "sleep 1000 & exec sleep 1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the commands to start", func() bool { return procs(t, dir) >= 3 })
+	pids := cgroupPIDs(t, dir)
+	if err := ls.DestroyDetached(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Killed: each is gone, exiting or has SIGKILL pending, or (a thread
+	// that has taken its SIGKILL but not yet set PF_EXITING shows
+	// neither, a window a loaded machine shows) is gone soon after;
+	// a `sleep 1000` not killed would not.
+	for _, pid := range pids {
+		if !killedOrGone(t, pid) {
+			waitFor(t, fmt.Sprintf("process %d of the image sandbox to die after DestroyDetached", pid), func() bool {
+				return killedOrGone(t, pid)
+			})
+		}
+	}
+	for _, l := range root.Layers {
+		fd, err := syscall.Open(l, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Errorf("layer %s still locked after DestroyDetached: %v", l, err)
+		}
+		syscall.Close(fd)
+	}
+	waitFor(t, "the group to empty", func() bool { return procs(t, dir) == 0 })
+}
+
+// TestImageRootsApart: two live sandboxes of one image, each with its
+// root writable, write the same paths of the root; each reads back its
+// own writes only, and the image's layers on the host are unchanged.
+func TestImageRootsApart(t *testing.T) {
+	b := attackBackend(t)
+	s := imageStore(t, filepath.Join(t.TempDir(), "images"), false, nil)
+	root, err := s.Root(context.Background(), testImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sbs []sandbox.Sandbox
+	for range 2 {
+		spec := sandbox.Spec{User: "root", WritableRoot: true}
+		root.Apply(&spec)
+		sbs = append(sbs, attackCreate(t, b, spec))
+	}
+	// The first also removes a file of the image, which the second keeps.
+	attackMust(t, sbs[0], "", "echo 0 > /written && echo 0 > /etc/written && rm /IMAGE-MARKER")
+	attackMust(t, sbs[1], "", "echo 1 > /written && echo 1 > /etc/written")
+	for i, want := range []string{"0\n0", "1\n1\nmarker"} {
+		got := strings.TrimSpace(attackMust(t, sbs[i], "", "cat /written /etc/written; test -e /IMAGE-MARKER && echo marker; true"))
+		if got != want {
+			t.Errorf("sandbox %d reads %q of its root, want its own writes %q", i, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root.Layers[0], "IMAGE-MARKER")); err != nil {
+		t.Errorf("a sandbox's removal reached the image's layer: %v", err)
+	}
+	for _, l := range root.Layers {
+		for _, p := range []string{"written", "etc/written"} {
+			if _, err := os.Lstat(filepath.Join(l, p)); err == nil {
+				t.Errorf("a sandbox's write reached the image's layer: %s", filepath.Join(l, p))
+			}
+		}
 	}
 }

@@ -66,9 +66,14 @@ func detachedTreeAt(dirfd int, path string, ro bool, idmap int) (int, error) {
 // the helper ended; the backend keeps the namespace (idmapCache).
 type idmapper struct {
 	start func(procSpec) (*proc, error) // Backend.startProc
-	base  uint32                        // host uid of uid 0 inside the sandbox
-	cache *idmapCache
-	fds   []int // duplicates handed out, closed by close
+	// direct says start clones the helper sharing this process's memory
+	// (procSpec.lateMaps is available: Backend.lateMapsOK), so create
+	// writes the maps itself after the exec instead of a fork that waits
+	// for them.
+	direct bool
+	base   uint32 // host uid of uid 0 inside the sandbox
+	cache  *idmapCache
+	fds    []int // duplicates handed out, closed by close
 }
 
 // wholeRange, as both ids of an idmapKey, names the id-map namespace of a
@@ -116,13 +121,40 @@ func (m *idmapper) create(uid, gid uint32) (int, error) {
 		uids = []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.base), Size: uidRange}}
 		gids = uids
 	}
-	p, err := m.start(procSpec{args: []string{"airlock-exec", "hold"}, stdin: r, sys: &syscall.SysProcAttr{
+	// Directly, the helper is a clone that shares this process's memory
+	// and execs at once (vfork.Exec), its maps written here after the
+	// exec: a fork of this process (syscall.ForkExec, which must wait
+	// for the maps before the exec) copied its page tables and reset
+	// each of the runtime's signal handlers in the child, about 3 ms of
+	// an image sandbox's cold start (docs/benchmarks.md, image29b). The
+	// helper never runs anything of a sandbox's and is killed once its
+	// namespace is open, so what it holds meanwhile (the caller's ids,
+	// unmapped in its namespace, and capabilities only there) is moot.
+	ps := procSpec{args: []string{"airlock-exec", "hold"}, stdin: r, sys: &syscall.SysProcAttr{
 		Cloneflags: syscall.CLONE_NEWUSER, UidMappings: uids, GidMappings: gids,
-	}})
+	}, lateIDs: m.direct, lateMaps: m.direct}
+	p, err := m.start(ps)
 	r.Close()
+	if err == nil && m.direct {
+		if p.writeMaps == nil {
+			err = errors.New("no late id maps")
+		} else {
+			err = p.writeMaps(idMaps{uid: uids, gid: gids})
+		}
+		if err != nil {
+			_ = p.kill()
+			go func() {
+				<-p.done
+				p.close()
+			}()
+		}
+	}
 	if err != nil {
 		w.Close()
 		return -1, fmt.Errorf("start id-map helper: %w", err)
+	}
+	if m.direct {
+		m.cache.direct.Add(1)
 	}
 	fd, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", p.pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	// The descriptor keeps the namespace alive: the helper has done its
@@ -159,6 +191,9 @@ type idmapCache struct {
 	mu   sync.Mutex
 	fds  map[idmapKey]int // guarded by mu
 	made atomic.Int64     // namespaces made, for tests
+	// direct counts the namespaces made by a helper started sharing
+	// this process's memory (idmapper.direct), for tests.
+	direct atomic.Int64
 }
 
 // maxIdmaps bounds an idmapCache.

@@ -285,9 +285,15 @@ func (s *Sandbox) Destroy(ctx context.Context) error {
 // record, uidAllocator.bind), so its host ids go to no other sandbox before
 // the last of these processes has exited.
 //
+// An image's layers are unlocked when it returns (release): a garbage
+// collection of the image store may then remove them while the killed
+// processes are still dying, which none of them can see, as none runs
+// another instruction of its own once its SIGKILL is pending; the mounts
+// that still hold the layers go with the last of them.
+//
 // Where that guarantee or the kill cannot be had without waiting (no uid
-// range or no cgroup2 group bound to it, image layers locked, a frozen or
-// gVisor sandbox, an id given by the caller, no cgroup.kill) it is Destroy.
+// range or no cgroup2 group bound to it, a frozen or gVisor sandbox, an id
+// given by the caller, no cgroup.kill) it is Destroy.
 func (s *Sandbox) DestroyDetached(ctx context.Context) error {
 	s.teardownMode(true)
 	s.watchers.Wait()
@@ -303,7 +309,7 @@ func (s *Sandbox) teardown() { s.teardownMode(false) }
 // Preconditions: s.mu held.
 func (s *Sandbox) detachable() bool {
 	return s.bound && s.detachOK && !s.frozen && s.proc != nil && s.cg != nil &&
-		len(s.layerLocks) == 0 && s.spec.Runtime != sandbox.RuntimeGVisor
+		s.spec.Runtime != sandbox.RuntimeGVisor
 }
 
 // teardownMode is teardown; with detach it does not wait for the
