@@ -117,7 +117,7 @@ func Main(args []string) int {
 		err = threads()
 	}
 	tr.mark("prep")
-	// A late-ids executor takes its ids on the host's hello with three
+	// A late-ids executor takes its ids on the host's hello with four
 	// system calls made on every thread (each stops the world and signals
 	// every other thread): before the signal thread and the command
 	// thread exist, there are fewer to signal.

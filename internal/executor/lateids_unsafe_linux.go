@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,24 +15,17 @@ import (
 // takeIDs makes an executor started with execproto.LateIDs what one forked
 // the old way is at its exec: uid and gid 0 of its user namespace in every
 // thread (real, effective, saved), no supplementary groups, its
-// capabilities effective and permitted, and dumpable. The ids change on
-// every thread: each is a stop of the world and a signal to every other
-// thread (AllThreadsSyscall). Two things are per thread and matter on one
-// thread only, so they are set on the calling thread alone (the caller
-// holds its goroutine on it):
-//   - The inheritable and ambient capability sets, which count only at an
-//     exec: every command is forked and exec'd by the command thread
-//     (procThread), which empties both before the first one
-//     (dropCapabilities), and no other thread forks or execs. The
-//     calling thread's are emptied here, and checkIDs reads them back.
-//   - The parent-death signal: the kernel sends it when the parent dies
-//     if any thread of the process holds it. The calling thread holds it
-//     until the command thread, which never ends, sets it on itself as it
-//     starts (newProcThread); TestSpawnerDies kills the spawner.
-//
-// It fails closed: without the host's maps (or with maps that leave 0 out)
-// the namespace's 0 does not exist and setresgid refuses, and the result is
-// checked rather than assumed.
+// capabilities effective and permitted, none inheritable or ambient, and
+// dumpable. Each change is made on every thread (AllThreadsSyscall: a stop
+// of the world and a signal to every other thread; TestLateIDs compares
+// every thread with a forked executor's), but the parent-death signal: the
+// kernel sends it when the parent dies if any thread of the process holds
+// it, so it is set on the calling thread (the caller holds its goroutine
+// on it), which holds it until the command thread, which never ends, sets
+// it on itself as it starts (newProcThread); TestSpawnerDies kills the
+// spawner. It fails closed: without the host's maps (or with maps that
+// leave 0 out) the namespace's 0 does not exist and setresgid refuses,
+// and the result is checked rather than assumed.
 func takeIDs() error {
 	// The parent-death signal the clone's child set goes with the first
 	// change of ids (the kernel clears it on every change of effective
@@ -50,12 +44,10 @@ func takeIDs() error {
 		return fmt.Errorf("take uid 0 of the sandbox: %w", err)
 	}
 	// The ambient set was the only way the capabilities survived the exec;
-	// the capset below clears the inheritable set of this thread, and the
+	// the capset below clears the inheritable set on every thread, and the
 	// kernel's capset lowers the ambient set to what is both permitted and
-	// inheritable: none. (One system call fewer than clearing it with
+	// inheritable: none. (One stop of the world fewer than clearing it with
 	// PR_CAP_AMBIENT_CLEAR_ALL first; checkIDs reads it back.)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
@@ -63,9 +55,11 @@ func takeIDs() error {
 	}
 	data[0].Inheritable, data[1].Inheritable = 0, 0
 	data[0].Effective, data[1].Effective = data[0].Permitted, data[1].Permitted
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
+	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return fmt.Errorf("capset: %w", e)
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	// A change of ids made the process undumpable; one exec'd as root of
 	// the namespace was dumpable until setup says otherwise.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
