@@ -9,7 +9,10 @@
 # sandboxes (their groups are nested below the daemon's) and the refills
 # and destroys that the runs cause, nothing else on the machine (kernel
 # threads excepted). Prints per block and per side (median) the CPU per run
-# and runs/s, and the daemon's pool hits and misses. The sides alternate.
+# and runs/s, the daemon's pool hits and misses, and the executors' own CPU
+# per run (the spawner's reaped children: executors and their commands,
+# none of the clients', the daemon's or the kernel threads'). The sides
+# alternate.
 import os, sys, time, subprocess, statistics, tempfile, shutil, signal, re
 N = int(sys.argv[1]); B = int(sys.argv[2])
 sides = []
@@ -22,6 +25,17 @@ if not os.path.exists(root + '/cgroup.procs'):
     root = '/sys/fs/cgroup'
 def usage(d):
     return {k: int(v) for k, v in (l.split() for l in open(d + '/cpu.stat'))}
+def children(pids):
+    """The reaped children's CPU (cutime + cstime) of pids, in ms."""
+    tick = os.sysconf('SC_CLK_TCK')
+    tot = 0
+    for p in pids:
+        try:
+            f = open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()
+        except OSError:
+            continue
+        tot += int(f[13]) + int(f[14])
+    return tot * 1000 / tick
 def rmtree(d):
     for e in os.scandir(d):
         if e.is_dir(follow_symlinks=False):
@@ -41,6 +55,12 @@ for b in range(B):
                 break
             time.sleep(0.05)
         time.sleep(1.5)  # the pool's first sandboxes
+        # The spawner's reaped children: the executors (and their
+        # commands), whose CPU the kernel adds to the spawner's cutime and
+        # cstime as it reaps them; the part of the tree that the executor
+        # changes alone.
+        spawner = subprocess.run(['pgrep', '-P', str(dm.pid)], capture_output=True, text=True).stdout.split()
+        c0 = children(spawner)
         s0 = usage(d)
         t = time.monotonic()
         cenv = dict(os.environ, AIRLOCK_HOME=home)
@@ -48,6 +68,7 @@ for b in range(B):
         w = time.monotonic() - t
         time.sleep(1.0)  # the last destroys and the refill
         s1 = usage(d)
+        c1 = children(spawner)
         dm.send_signal(signal.SIGTERM)
         dm.wait()
         log.close()
@@ -66,8 +87,9 @@ for b in range(B):
         tot = (s1['usage_usec'] - s0['usage_usec']) / 1000 / N
         u = (s1['user_usec'] - s0['user_usec']) / 1000 / N
         sy = (s1['system_usec'] - s0['system_usec']) / 1000 / N
-        res[name].append((N / w, tot, u, sy))
-        print(f'{b} {name}: {N / w:.1f}/s  cpu {tot:.2f} ms/run (user {u:.2f}, system {sy:.2f})  {stop[-1] if stop else ""}', flush=True)
+        ex = (c1 - c0) / N
+        res[name].append((N / w, tot, u, sy, ex))
+        print(f'{b} {name}: {N / w:.1f}/s  cpu {tot:.2f} ms/run (user {u:.2f}, system {sy:.2f}; executors {ex:.2f})  {stop[-1] if stop else ""}', flush=True)
 for name, _, _ in sides:
     m = lambda i: statistics.median(x[i] for x in res[name])
-    print(f'{name}: median {m(0):.1f}/s  cpu {m(1):.2f} ms/run (user {m(2):.2f}, system {m(3):.2f})')
+    print(f'{name}: median {m(0):.1f}/s  cpu {m(1):.2f} ms/run (user {m(2):.2f}, system {m(3):.2f}; executors {m(4):.2f})')

@@ -89,7 +89,7 @@ func Main(args []string) int {
 	conn := os.NewFile(execproto.ControlFD, "control")
 	absorbed := make(chan struct{})
 	e := &executor{lateIDs: len(args) > 1 && args[1] == execproto.LateIDs, gvisor: gvisor, idsErr: idsErr, w: execproto.NewWriter(conn), absorbed: absorbed, streams: map[uint32]*stream{}, procs: map[int]*proc{}, exited: map[int]exitInfo{}, tr: tr}
-	threads := func() {
+	threads := func() error {
 		// Under gVisor and in a pod, asking for each signal is a round
 		// trip to the runtime's signal thread (1-3 ms for all of them):
 		// it goes on beside the handshake and the mounts, and start
@@ -106,20 +106,26 @@ func Main(args []string) int {
 			close(absorbed)
 		}
 		// Before Landlock: the thread must exist when the ruleset is
-		// applied.
-		e.pt = newProcThread()
+		// applied. A late-ids executor's holds the parent-death signal
+		// (takeIDs).
+		var err error
+		e.pt, err = newProcThread(e.lateIDs)
+		return err
 	}
+	var err error
 	if !e.lateIDs {
-		threads()
+		err = threads()
 	}
 	tr.mark("prep")
-	// A late-ids executor takes its ids on the host's hello with six
+	// A late-ids executor takes its ids on the host's hello with four
 	// system calls made on every thread (each stops the world and signals
 	// every other thread): before the signal thread and the command
 	// thread exist, there are fewer to signal.
-	err := e.hello(conn)
+	if err == nil {
+		err = e.hello(conn)
+	}
 	if err == nil && e.lateIDs {
-		threads()
+		err = threads()
 		tr.mark("threads")
 	}
 	if err == nil {
@@ -355,6 +361,12 @@ func (e *executor) start(conn io.Reader) error {
 		ReadWriteFDs: hiddenRW,
 		ReadWrite:    e.writablePaths(),
 		Devices:      []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/pts", "/dev/ptmx"},
+		// Natively seccomp.Install follows, whose TSYNC sets
+		// no_new_privs on every thread (one stop of the world fewer);
+		// under gVisor the filter goes on the command thread alone
+		// (installSeccomp), so Landlock sets it. If the filter fails,
+		// start fails and the executor exits before any command.
+		SeccompSetsNoNewPrivs: !e.setup.GVisor,
 	})
 	abi := 0
 	switch {

@@ -3,6 +3,7 @@ package executor
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,7 +16,14 @@ import (
 // the old way is at its exec: uid and gid 0 of its user namespace in every
 // thread (real, effective, saved), no supplementary groups, its
 // capabilities effective and permitted, none inheritable or ambient, and
-// dumpable. It fails closed: without the host's maps (or with maps that
+// dumpable. Each change is made on every thread (AllThreadsSyscall: a stop
+// of the world and a signal to every other thread; TestLateIDs compares
+// every thread with a forked executor's), but the parent-death signal: the
+// kernel sends it when the parent dies if any thread of the process holds
+// it, so it is set on the calling thread (the caller holds its goroutine
+// on it), which holds it until the command thread, which never ends, sets
+// it on itself as it starts (newProcThread); TestSpawnerDies kills the
+// spawner. It fails closed: without the host's maps (or with maps that
 // leave 0 out) the namespace's 0 does not exist and setresgid refuses,
 // and the result is checked rather than assumed.
 func takeIDs() error {
@@ -50,13 +58,15 @@ func takeIDs() error {
 	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
 		return fmt.Errorf("capset: %w", e)
 	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	// A change of ids made the process undumpable; one exec'd as root of
 	// the namespace was dumpable until setup says otherwise.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("dumpable: %w", err)
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); e != 0 {
-		return fmt.Errorf("parent-death signal: %w", e)
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("parent-death signal: %w", err)
 	}
 	// A parent that exited before the signal was set again left this
 	// process to a reaper, and would never kill it.

@@ -84,7 +84,10 @@ func linkLoopMain() {
 // commandThread returns a thread that forks commands, as the executor's
 // procThread; it ends (with any filter it carries) when the test does.
 func commandThread(t testing.TB) *procThread {
-	pt := newProcThread()
+	pt, err := newProcThread(false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { close(pt.ops) })
 	return pt
 }

@@ -32,19 +32,31 @@ type procThread struct {
 	onFailure func() error
 }
 
-func newProcThread() *procThread {
+// newProcThread starts the command thread. With pdeathsig it first sets
+// the parent-death signal (SIGKILL) on itself: the thread never ends, so
+// the process holds the signal for good (takeIDs sets it on its own
+// thread only, which the runtime may end later).
+func newProcThread(pdeathsig bool) (*procThread, error) {
 	t := &procThread{ops: make(chan func())}
-	ready := make(chan struct{})
+	ready := make(chan error)
 	go func() {
 		// Never unlocked: the thread is dedicated for the executor's life.
 		runtime.LockOSThread()
-		close(ready)
+		if pdeathsig {
+			if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+				ready <- fmt.Errorf("parent-death signal: %w", err)
+				return
+			}
+		}
+		ready <- nil
 		for op := range t.ops {
 			op()
 		}
 	}()
-	<-ready
-	return t
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func (t *procThread) do(f func()) {

@@ -67,6 +67,18 @@ type Rules struct {
 	// /dev/pts) that may be opened for reading and writing, with device
 	// ioctls allowed (ABI 5 IOCTL_DEV).
 	Devices []string
+	// SeccompSetsNoNewPrivs says that the caller installs a seccomp filter
+	// on every thread with SECCOMP_FILTER_FLAG_TSYNC right after Restrict
+	// returns, from a thread that holds no_new_privs: the kernel then sets
+	// no_new_privs on every thread it synchronizes (seccomp_sync_threads),
+	// so Restrict need not set it on every thread first. Restrict then
+	// leaves no_new_privs alone where landlock_restrict_self accepts the
+	// call without it, which it does on a thread that holds CAP_SYS_ADMIN
+	// in its user namespace (the executor, root of the sandbox's), and
+	// sets it as without this field where the kernel refuses (EPERM).
+	// Without TSYNC, each no_new_privs set on every thread is a stop of the
+	// world and a signal to every other thread (AllThreadsSyscall).
+	SeccompSetsNoNewPrivs bool
 }
 
 // validate checks what can be checked without touching the filesystem.
@@ -103,8 +115,9 @@ type Status struct {
 	Skipped []string
 }
 
-// Restrict sets no_new_privs and restricts the calling process, all of its
-// threads and all its future children to r. It cannot be undone; calling it
+// Restrict sets no_new_privs (but see Rules.SeccompSetsNoNewPrivs) and
+// restricts the calling process, all of its threads and all its future
+// children to r. It cannot be undone; calling it
 // again stacks a further restriction.
 //
 // It is best effort over ABI versions: it handles every filesystem right the
@@ -198,7 +211,7 @@ func Restrict(r Rules) (Status, error) {
 		}
 	}
 
-	if err := restrictAllThreads(rulesetFD, p.tsync); err != nil {
+	if err := restrictAllThreads(rulesetFD, p.tsync, r.SeccompSetsNoNewPrivs); err != nil {
 		return Status{}, err
 	}
 	return st, nil
@@ -245,8 +258,13 @@ func addFDRule(rulesetFD, fd int, access uint64) error {
 
 // restrictAllThreads sets no_new_privs (which landlock_restrict_self requires
 // of unprivileged callers, and which keeps set-uid binaries from shedding the
-// domain's intent) and enforces the ruleset on every thread.
-func restrictAllThreads(rulesetFD int, tsync bool) error {
+// domain's intent) and enforces the ruleset on every thread. With
+// seccompNNP (Rules.SeccompSetsNoNewPrivs) and without TSYNC, it first
+// tries the restriction alone: AllThreadsSyscall makes the call on its own
+// thread first and returns that thread's error before it touches another,
+// so a refusal (EPERM: no CAP_SYS_ADMIN in the user namespace) changed
+// nothing, and the usual order follows.
+func restrictAllThreads(rulesetFD int, tsync, seccompNNP bool) error {
 	if tsync {
 		// no_new_privs and the restriction are per thread: both calls must
 		// run on the same one. TSYNC copies both to the sibling threads.
@@ -262,6 +280,19 @@ func restrictAllThreads(rulesetFD int, tsync bool) error {
 		return nil
 	}
 
+	if seccompNNP {
+		_, _, errno := syscall.AllThreadsSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rulesetFD), 0, 0)
+		switch errno {
+		case 0:
+			return nil
+		case syscall.ENOTSUP:
+			return fmt.Errorf("landlock_restrict_self on all threads (cgo binary and kernel without landlock abi %d): %w", abiTSync, errno)
+		case syscall.EPERM:
+			// Not privileged in the user namespace: no_new_privs first.
+		default:
+			return fmt.Errorf("landlock_restrict_self on all threads: %w", errno)
+		}
+	}
 	// AllThreadsSyscall returns ENOTSUP in cgo binaries before doing
 	// anything, so the first call is also the cgo check.
 	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); errno != 0 {

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlockrun/airlock/internal/executor/seccomp"
 )
 
 // Restrict cannot be undone, so every test that restricts does it in a
@@ -39,6 +41,7 @@ const (
 	modeExec        = "exec"         // Restrict, then execve into modeAfterExec
 	modeAfterExec   = "after-exec"   // probe a program exec'd by a restricted one
 	modeCgo         = "cgo"          // Restrict in a cgo binary on a kernel without TSYNC
+	modeSeccompNNP  = "seccomp-nnp"  // Restrict with SeccompSetsNoNewPrivs, then seccomp.Install
 )
 
 const missingPath = "/nonexistent-airlock-landlock-test"
@@ -73,6 +76,11 @@ type report struct {
 	Threads   []threadReport
 	Kill      *killReport
 	Err       string // Restrict's error, in modeCgo
+	// NNPBefore is each worker thread's NoNewPrivs after Restrict and
+	// before seccomp.Install, and Tasks every thread's (tid: "Seccomp=N
+	// NoNewPrivs=N") after it, in modeSeccompNNP.
+	NNPBefore []string
+	Tasks     map[string]string
 }
 
 // threadReport is what one worker thread could do after Restrict.
@@ -528,6 +536,23 @@ func helperMain(mode string) (*report, error) {
 		r.Kill = probeKill(startWorker(true), startWorker(true))
 		return r, nil
 
+	case modeSeccompNNP:
+		workers := startWorkers()
+		rules.SeccompSetsNoNewPrivs = true
+		if r.Status, err = Restrict(rules); err != nil {
+			return nil, err
+		}
+		for _, w := range workers {
+			w.run(func() { r.NNPBefore = append(r.NNPBefore, noNewPrivs("/proc/thread-self/status")) })
+		}
+		if err := seccomp.Install(); err != nil {
+			return nil, err
+		}
+		r.Probes["write_other"] = outcome(os.WriteFile(filepath.Join(e.other, "caller"), nil, 0o644))
+		r.Threads = probeThreads(workers, e)
+		r.Tasks, err = taskStatus()
+		return r, err
+
 	case modeCgo:
 		if _, err := Restrict(rules); err != nil {
 			r.Err = err.Error()
@@ -795,4 +820,81 @@ func outcome(err error) string {
 		}
 	}
 	return err.Error()
+}
+
+// TestRestrictSeccompSetsNoNewPrivs checks the executor's order natively:
+// Restrict with SeccompSetsNoNewPrivs sets no no_new_privs where the caller
+// holds CAP_SYS_ADMIN (root here), and seccomp.Install's TSYNC then leaves
+// every thread, the runtime's own (sysmon) included, with no_new_privs, the
+// filter and the Landlock rules. Without the kernel's copy of no_new_privs
+// to the threads TSYNC reaches, the worker threads would end with
+// NoNewPrivs 0.
+func TestRestrictSeccompSetsNoNewPrivs(t *testing.T) {
+	abi := requireLandlock(t)
+	exe := helperBinary(t, abi)
+	e := newEnv(t)
+	r := runHelperProcess(t, exe, modeSeccompNNP, e)
+
+	// As root (CAP_SYS_ADMIN in the user namespace) Restrict leaves
+	// no_new_privs to seccomp; otherwise the kernel refused the call
+	// without it and Restrict set it first.
+	want := "1"
+	if os.Geteuid() == 0 {
+		want = "0"
+	}
+	for i, nnp := range r.NNPBefore {
+		if nnp != want {
+			t.Errorf("worker %d after Restrict, before seccomp: NoNewPrivs = %q, want %q", i, nnp, want)
+		}
+	}
+	if len(r.Tasks) < 5 {
+		t.Errorf("%d threads in /proc/self/task, want the caller, sysmon and the workers", len(r.Tasks))
+	}
+	for tid, st := range r.Tasks {
+		if st != "Seccomp=2 NoNewPrivs=1" {
+			t.Errorf("thread %s: %s, want Seccomp=2 NoNewPrivs=1", tid, st)
+		}
+	}
+	if got := r.Probes["write_other"]; got != "EACCES" {
+		t.Errorf("calling thread: write to other/ = %s, want EACCES", got)
+	}
+	var locked int
+	for _, th := range r.Threads {
+		if th.Locked && th.TID != r.CallerTID {
+			locked++
+		}
+		if th.NoNewPrivs != "1" || th.Write != "EACCES" || !strings.HasPrefix(th.Child, "exit ") {
+			t.Errorf("thread %d (locked %v): NoNewPrivs %s, write to other/ %s, child's write %s; want 1, EACCES, a non-zero exit",
+				th.TID, th.Locked, th.NoNewPrivs, th.Write, th.Child)
+		}
+	}
+	if locked < 3 {
+		t.Errorf("locked workers ran on %d threads other than the caller's, want at least 3: the test proves nothing", locked)
+	}
+}
+
+// taskStatus returns every thread's seccomp mode and no_new_privs, by tid.
+func taskStatus() (map[string]string, error) {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, task := range tasks {
+		data, err := os.ReadFile("/proc/self/task/" + task.Name() + "/status")
+		if err != nil {
+			return nil, err
+		}
+		var sc, nnp string
+		for _, l := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(l, "Seccomp:"); ok {
+				sc = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(l, "NoNewPrivs:"); ok {
+				nnp = strings.TrimSpace(v)
+			}
+		}
+		m[task.Name()] = "Seccomp=" + sc + " NoNewPrivs=" + nnp
+	}
+	return m, nil
 }

@@ -9,7 +9,10 @@ import (
 
 // Install sets PR_SET_NO_NEW_PRIVS and installs Program() (compiled into the
 // binary where a table exists, see TestBuiltProgram) on every thread of the calling
-// process (SECCOMP_FILTER_FLAG_TSYNC via the seccomp(2) syscall). The filter is inherited
+// process (SECCOMP_FILTER_FLAG_TSYNC via the seccomp(2) syscall). no_new_privs is
+// set on the calling thread, and the kernel sets it on every thread it
+// synchronizes the filter to (seccomp_sync_threads), so no thread ends without
+// it (TestInstall reads every thread's status). The filter is inherited
 // across fork and execve. Called once by the executor (PID 1 of the sandbox) after its
 // mount setup and before any untrusted code runs; the executor itself keeps running under it.
 //
