@@ -11,7 +11,10 @@
 # per executor is the number of threads it ran on. tgkill and sched_yield
 # are the cost of those calls (a signal to every other thread, and the
 # caller's spin while they answer); nanosleep is sysmon's polling.
-import os, sys, time, subprocess, tempfile, shutil, signal, collections, re
+import os, sys, subprocess, collections, re
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchdaemon
 
 B = sys.argv[1]
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 100
@@ -20,29 +23,16 @@ calls = ['setresgid', 'setgroups', 'setresuid', 'capset', 'prctl', 'landlock_res
          'rt_sigprocmask', 'epoll_pwait', 'pidfd_open']
 events = ['task:task_newtask'] + [f'syscalls:sys_enter_{c}' for c in calls]
 
-home = tempfile.mkdtemp(prefix='execthreads-')
-env = dict(os.environ, AIRLOCK_HOME=home)
-log = open(home + '.log', 'w')
-dm = subprocess.Popen([f'{B}/airlock', 'sandbox', 'daemon'], env=env, stderr=log)
-for _ in range(200):
-    if os.path.exists(home + '/sandbox.sock'):
-        break
-    time.sleep(0.05)
-time.sleep(1.5)  # the pool's first sandboxes
-spawners = set(subprocess.run(['pgrep', '-P', str(dm.pid)], capture_output=True, text=True).stdout.split())
-data = home + '.perf'
+d = benchdaemon.Daemon(B, 'execthreads-')
+spawners = d.spawners
+data = d.home + '.perf'
 args = ['perf', 'record', '-a', '-o', data]
 for e in events:
     args += ['-e', e]
 subprocess.run(args + ['--', 'sh', '-c',
                        f'seq {N} | xargs -P 2 -I{{}} {B}/airlock sandbox run -- /bin/true >/dev/null 2>&1; sleep 1'],
-               env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-dm.send_signal(signal.SIGTERM)
-dm.wait()
-log.close()
-subprocess.run([f'{B}/airlock', 'sandbox', 'gc'], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-shutil.rmtree(home, ignore_errors=True)
-os.remove(home + '.log')
+               env=d.env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+d.stop()
 
 out = subprocess.run(['perf', 'script', '-i', data, '-F', 'comm,pid,tid,event,trace'],
                      capture_output=True, text=True).stdout

@@ -15,36 +15,25 @@
 # CPU of their own: compare the parts with each other, and the total with
 # bench/daemoncpu.py's (no perf) for the absolute cost. Other load on the
 # machine shows as "other:" rows.
-import os, sys, time, subprocess, tempfile, shutil, signal, re, collections
+import os, sys, time, subprocess, re, collections
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchdaemon
 
 B = sys.argv[1]
 N = int(sys.argv[2]) if len(sys.argv) > 2 else 200
 HZ = 999
 
-home = tempfile.mkdtemp(prefix='ratecpu-')
-env = dict(os.environ, AIRLOCK_HOME=home)
-log = open(home + '.log', 'w')
-dm = subprocess.Popen([f'{B}/airlock', 'sandbox', 'daemon'], env=env, stderr=log)
-for _ in range(200):
-    if os.path.exists(home + '/sandbox.sock'):
-        break
-    time.sleep(0.05)
-time.sleep(1.5)  # the pool's first sandboxes
-spawners = set(subprocess.run(['pgrep', '-P', str(dm.pid)], capture_output=True, text=True).stdout.split())
-data = home + '.perf'
+d = benchdaemon.Daemon(B, 'ratecpu-')
+env, spawners = d.env, d.spawners
+data = d.home + '.perf'
 t = time.monotonic()
 subprocess.run(['perf', 'record', '-a', '-g', '-F', str(HZ), '-o', data, '--', 'sh', '-c',
                 f'seq {N} | xargs -P 2 -I{{}} {B}/airlock sandbox run -- /bin/true >/dev/null 2>&1'],
                env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 w = time.monotonic() - t
-dm.send_signal(signal.SIGTERM)
-dm.wait()
-log.close()
-stop = re.findall(r'served=\S+ in_words=\S+ refused=\S+ pool_hits=\S+ pool_misses=\S+', open(home + '.log').read())
-subprocess.run([f'{B}/airlock', 'sandbox', 'gc'], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-shutil.rmtree(home, ignore_errors=True)
-os.remove(home + '.log')
-daemon = str(dm.pid)
+stop = d.stop()
+daemon = str(d.proc.pid)
 
 
 def part(comm, pid, s):
@@ -128,7 +117,7 @@ for line in script.stdout:
 flush()
 script.wait()
 os.remove(data)
-print(f'{N} runs, {N / w:.1f}/s under perf; the daemon: {stop[-1] if stop else "(no stop line)"}')
+print(f'{N} runs, {N / w:.1f}/s under perf; the daemon: {stop or "(no stop line)"}')
 for k, v in sorted(parts.items(), key=lambda kv: (kv[0].split(':')[0], -kv[1])):
     print(f'{k:58s} {v * 1000 / HZ / N:6.2f} ms/run')
 print(f'{"all CPUs, every sample":58s} {total * 1000 / HZ / N:6.2f} ms/run')
