@@ -52,22 +52,16 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 			conn.Close()
 		}
 	}()
-	fds := []int{int(stdio.Stdout.Fd()), int(stdio.Stderr.Fd())}
-	var stdinW *os.File
-	if stdio.Stdin != nil {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
-		}
-		defer r.Close() // the host holds its own copy
-		fds = append(fds, int(r.Fd()))
-		stdinW = w
-		defer func() {
-			if !started {
-				w.Close()
-			}
-		}()
+	fds, stdinR, stdinW, err := withStdin([]int{int(stdio.Stdout.Fd()), int(stdio.Stderr.Fd())}, stdio.Stdin != nil)
+	if err != nil {
+		return nil, err
 	}
+	defer stdinR.Close() // the host holds its own copy
+	defer func() {
+		if !started {
+			stdinW.Close()
+		}
+	}()
 	b, err := EncodeRequest(&req)
 	if err != nil {
 		return nil, fmt.Errorf("hand off to the sandbox host: %w", err)
@@ -88,14 +82,35 @@ func Start(ctx context.Context, socket string, req Request, stdio Stdio) (*Proce
 	}
 	started = true
 	if stdinW != nil {
-		go func() {
-			// Ends with the caller's input or with the command (the host
-			// closes the read end); a caller that exits first ends it too.
-			_, _ = io.Copy(stdinW, stdio.Stdin)
-			stdinW.Close()
-		}()
+		copyIn(stdinW, stdio.Stdin)
 	}
 	return p, nil
+}
+
+// withStdin returns fds with, when stdin is set, the read end of a new pipe
+// appended for the command's stdin, and the pipe's ends (nil without
+// stdin; closing a nil *os.File does nothing). The caller closes r once
+// the request is sent (the host holds its own copy) and w unless it hands
+// it to copyIn.
+func withStdin(fds []int, stdin bool) (_ []int, r, w *os.File, err error) {
+	if !stdin {
+		return fds, nil, nil, nil
+	}
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, nil, fmt.Errorf("hand off to the sandbox host: %w", err)
+	}
+	return append(fds, int(r.Fd())), r, w, nil
+}
+
+// copyIn copies from into w, the write end of the command's stdin, in the
+// background, and closes w: it ends with the caller's input or with the
+// command (the host closes the read end); a caller that exits first ends
+// it too.
+func copyIn(w *os.File, from io.Reader) {
+	go func() {
+		_, _ = io.Copy(w, from)
+		w.Close()
+	}()
 }
 
 // sendRequest writes the framed request b on conn with fds, in one
@@ -215,22 +230,12 @@ func RunWords(ctx context.Context, socket string, words []string, dir string, st
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	req := Request{Words: words, Dir: dir, Stdin: stdin != nil}
-	fds := []int{int(stdout.Fd()), int(stderr.Fd())}
-	var stdinW *os.File
-	if stdin != nil {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return 0, fmt.Errorf("hand off to the sandbox host: %w", err)
-		}
-		defer r.Close() // the host holds its own copy
-		fds = append(fds, int(r.Fd()))
-		stdinW = w
-		defer func() {
-			if stdinW != nil {
-				stdinW.Close()
-			}
-		}()
+	fds, stdinR, stdinW, err := withStdin([]int{int(stdout.Fd()), int(stderr.Fd())}, stdin != nil)
+	if err != nil {
+		return 0, err
 	}
+	defer stdinR.Close()              // the host holds its own copy
+	defer func() { stdinW.Close() }() // nil once handed to copyIn
 	b, err := EncodeRequest(&req)
 	if err != nil {
 		return 0, fmt.Errorf("hand off to the sandbox host: %w", err)
@@ -252,13 +257,9 @@ func RunWords(ctx context.Context, socket string, words []string, dir string, st
 		case !rep.Started || started || rep.Stdin && stdinW == nil:
 			return 0, errors.New("sandbox host: unexpected answer to a command in words")
 		}
-		if w := stdinW; rep.Stdin {
+		if rep.Stdin {
+			copyIn(stdinW, stdin)
 			stdinW = nil
-			go func() {
-				// As Start's copy: ends with stdin or with the command.
-				_, _ = io.Copy(w, stdin)
-				w.Close()
-			}()
 		}
 	}
 }
