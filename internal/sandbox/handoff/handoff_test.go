@@ -409,6 +409,41 @@ func sendWords(t *testing.T, sock string, req handoff.Request, out *os.File) *ne
 	return conn
 }
 
+// front is the tests' Server.Front: words are the command, but for a
+// first word that asks for one of its answers (declined, a usage error,
+// stdin, a workspace that is missing, the caller's directory echoed);
+// Report writes "reported: " and the error or the exit status.
+func front(words []string, dir string) (handoff.Words, bool) {
+	w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
+		if err != nil {
+			fmt.Fprintf(stderr, "reported: %v\n", err)
+			return 125
+		}
+		fmt.Fprintf(stderr, "reported: %d\n", res.ExitStatus())
+		return res.ExitStatus()
+	}}
+	switch words[0] {
+	case "decline":
+		return w, false
+	case "usage":
+		w.Err = errors.New("bad usage")
+		return w, true
+	case "stdin":
+		w.Request = request(words[1:]...)
+		w.Request.Stdin = true
+		return w, true
+	case "missing":
+		w.Request = request("true")
+		w.Request.Spec.Workspace = "/nonexistent-workspace"
+		return w, true
+	case "dir":
+		w.Request = request("echo", dir)
+		return w, true
+	}
+	w.Request = request(words...)
+	return w, true
+}
+
 // TestWords: a request in Words is read by the Server's Front and ends with
 // the status Front's Report gives, after Report wrote on the caller's
 // standard error; its usage error is reported without a sandbox, a
@@ -417,36 +452,6 @@ func sendWords(t *testing.T, sock string, req handoff.Request, out *os.File) *ne
 // and words with other fields or descriptors get no answer: the caller
 // reads its words itself.
 func TestWords(t *testing.T) {
-	front := func(words []string, dir string) (handoff.Words, bool) {
-		w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
-			if err != nil {
-				fmt.Fprintf(stderr, "reported: %v\n", err)
-				return 125
-			}
-			fmt.Fprintf(stderr, "reported: %d\n", res.ExitStatus())
-			return res.ExitStatus()
-		}}
-		switch words[0] {
-		case "decline":
-			return w, false
-		case "usage":
-			w.Err = errors.New("bad usage")
-			return w, true
-		case "stdin":
-			w.Request = request(words[1:]...)
-			w.Request.Stdin = true
-			return w, true
-		case "missing":
-			w.Request = request("true")
-			w.Request.Spec.Workspace = "/nonexistent-workspace"
-			return w, true
-		case "dir":
-			w.Request = request("echo", dir)
-			return w, true
-		}
-		w.Request = request(words...)
-		return w, true
-	}
 	s, sock := serveWith(t, &handoff.Server{UID: os.Geteuid(), Front: front})
 	_, bare := serve(t, os.Geteuid())
 	trap := "trap 'echo got TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done"
@@ -532,21 +537,6 @@ func TestWords(t *testing.T) {
 // ends without reading the input ends the caller's run, whose stdin is
 // still open.
 func TestWordsStdin(t *testing.T) {
-	front := func(words []string, _ string) (handoff.Words, bool) {
-		w := handoff.Words{Report: func(stderr io.Writer, res sandbox.Result, err error) int {
-			if err != nil {
-				fmt.Fprintf(stderr, "reported: %v\n", err)
-				return 125
-			}
-			return res.ExitStatus()
-		}}
-		w.Request = request(words...)
-		if words[0] == "-i" {
-			w.Request = request(words[1:]...)
-			w.Request.Stdin = true
-		}
-		return w, true
-	}
 	s, sock := serveWith(t, &handoff.Server{UID: os.Geteuid(), Front: front})
 	big := make([]byte, 3<<20) // well over a pipe's 64 KiB
 	for i := range big {
@@ -581,10 +571,10 @@ func TestWordsStdin(t *testing.T) {
 		status int
 		out    string
 	}{
-		{"-i", []string{"-i", "cat"}, file(t, []byte("typed\n")), 0, "typed\n"},
-		{"-i, 3 MiB", []string{"-i", "sha256sum"}, file(t, big), 0, hex.EncodeToString(sum[:]) + "  -\n"},
-		{"without -i", []string{"sh", "-c", "cat; echo end"}, file(t, []byte("typed\n")), 0, "end\n"},
-		{"-i, input never read", []string{"-i", "sh", "-c", "exit 4"}, never, 4, ""},
+		{"-i", []string{"stdin", "cat"}, file(t, []byte("typed\n")), 0, "typed\nreported: 0\n"},
+		{"-i, 3 MiB", []string{"stdin", "sha256sum"}, file(t, big), 0, hex.EncodeToString(sum[:]) + "  -\nreported: 0\n"},
+		{"without -i", []string{"sh", "-c", "cat; echo end"}, file(t, []byte("typed\n")), 0, "end\nreported: 0\n"},
+		{"-i, input never read", []string{"stdin", "sh", "-c", "exit 4"}, never, 4, "reported: 4\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -603,7 +593,7 @@ func TestWordsStdin(t *testing.T) {
 		})
 	}
 	std, _ := stdio(t)
-	if _, err := handoff.RunWords(context.Background(), sock, []string{"-i", "cat"}, "", nil, std.Stdout, std.Stderr); !errors.Is(err, handoff.ErrNoHost) {
+	if _, err := handoff.RunWords(context.Background(), sock, []string{"stdin", "cat"}, "", nil, std.Stdout, std.Stderr); !errors.Is(err, handoff.ErrNoHost) {
 		t.Errorf("-i without a pipe: %v, want ErrNoHost (left to the caller's front end)", err)
 	}
 }
