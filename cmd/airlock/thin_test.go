@@ -444,6 +444,13 @@ func TestThinStdin(t *testing.T) {
 		return true
 	}
 
+	// client is the thin client's command line, for the stand-in of home.
+	client := func(home string) *exec.Cmd {
+		cmd := exec.Command(thin, words...)
+		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		return cmd
+	}
+
 	t.Run("copied", func(t *testing.T) {
 		data := make([]byte, 2<<20)
 		for i := range data {
@@ -461,8 +468,7 @@ func TestThinStdin(t *testing.T) {
 			}
 			send(t, h, reported(t, 3))
 		})
-		cmd := exec.Command(thin, words...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		cmd := client(home)
 		cmd.Stdin = bytes.NewReader(data)
 		if err := cmd.Run(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 3 {
 			t.Errorf("thin airlock: %v, want exit status 3", err)
@@ -492,8 +498,7 @@ func TestThinStdin(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.Close()
-		cmd := exec.Command(thin, words...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		cmd := client(home)
 		cmd.Stdin = r
 		if err := cmd.Run(); err != nil {
 			t.Errorf("thin airlock: %v", err)
@@ -511,8 +516,7 @@ func TestThinStdin(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer zero.Close()
-		cmd := exec.Command(thin, words...)
-		cmd.Env = append(os.Environ(), "AIRLOCK_HOME="+home)
+		cmd := client(home)
 		cmd.Stdin = zero // never ends
 		pid := make(chan int, 1)
 		s := newStandIn(t, home, func(t *testing.T, h *handed) {
